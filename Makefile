@@ -1,0 +1,169 @@
+# trainsim — one Makefile for the simulator (sim/), the reference executor (exec/),
+# the CUDA kernels (kernels/) and every test.
+#
+#   make              build what this machine can build; print what was found
+#   make test         run every test (unit, CLI goldens, MPI, GPU where present)
+#   make test-sanitize  the same tests built with AddressSanitizer + UBSan
+#   make bench        benchmarks (figures, never assertions)
+#   make plots        regenerate experiments/ outputs and plots
+#
+# Required: a C11 compiler, GSL, libcsv, Criterion, OpenBLAS (./install.sh).
+# Detected, never required: MPI (mpicc) for trainexec and the MPI tests;
+# CUDA (nvcc, cuBLAS, NCCL) for the executor's GPU backend.
+
+BUILD  ?= build
+CC     ?= cc
+OPT    ?= -O2 -g
+SAN    ?=
+WARN   := -Wall -Wextra -Werror -Wshadow -Wpointer-arith -Wstrict-prototypes \
+          -Wmissing-prototypes -Wformat=2 -Wundef -Wcast-align -Wvla
+CSTD   := -std=c11 -D_POSIX_C_SOURCE=200809L
+CPPFLAGS += -Isim -Iexec -Iexec/cpu -Ikernels
+CFLAGS += $(CSTD) $(WARN) $(OPT) $(SAN) -MMD -MP
+LDFLAGS += $(SAN)
+LIBS_SIM  := -lgsl -lopenblas -lcsv -lm -lpthread
+LIBS_TEST := -lcriterion
+
+# ---------------------------------------------------------------- detection
+probe = $(shell printf '$(1)\nint main(void){return 0;}\n' | $(2) -x c - -o /dev/null $(3) >/dev/null 2>&1 && echo 1)
+HAVE_GSL       := $(call probe,\#include <gsl/gsl_interp.h>,$(CC),-lgsl -lopenblas)
+HAVE_CSV       := $(call probe,\#include <csv.h>,$(CC),-lcsv)
+HAVE_CRITERION := $(call probe,\#include <criterion/criterion.h>,$(CC),-lcriterion)
+HAVE_OPENBLAS  := $(call probe,\#include <cblas.h>,$(CC),-lopenblas)
+MPICC  ?= $(shell command -v mpicc 2>/dev/null)
+MPIRUN ?= $(shell command -v mpirun 2>/dev/null)
+HAVE_MPI := $(if $(and $(MPICC),$(MPIRUN)),$(call probe,\#include <mpi.h>,$(MPICC),))
+CUDA_HOME ?= /usr/local/cuda
+NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x $(CUDA_HOME)/bin/nvcc && echo $(CUDA_HOME)/bin/nvcc; })
+HAVE_CUDA := $(if $(NVCC),$(call probe,\#include <cublasLt.h>\n\#include <nccl.h>,$(CC),-I$(CUDA_HOME)/include -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lnccl -lcudart))
+ifeq ($(SAN),)
+else
+HAVE_CUDA :=
+endif
+
+REQUIRED_MISSING := $(if $(HAVE_GSL),,GSL) $(if $(HAVE_CSV),,libcsv) $(if $(HAVE_OPENBLAS),,OpenBLAS)
+ifneq ($(strip $(REQUIRED_MISSING)),)
+$(error missing required libraries: $(strip $(REQUIRED_MISSING)); run ./install.sh (Debian 12: libgsl-dev libcsv-dev libopenblas-dev))
+endif
+
+# ---------------------------------------------------------------- sources
+# Library: every sim/*.c. Commands: sim/cli/*.c -> trainsim.
+SIM_SRC   := $(sort $(wildcard sim/*.c))
+CLI_SRC   := $(sort $(wildcard sim/cli/*.c))
+# Executor CPU model + kernels (no MPI): exec/cpu/*.c.
+XCPU_SRC  := $(sort $(wildcard exec/cpu/*.c))
+# Executor runtime (MPI): exec/*.c; exec/trainexec.c holds main().
+XRT_SRC   := $(filter-out exec/trainexec.c,$(sort $(wildcard exec/*.c)))
+# CUDA backend: exec/cuda/*.c (host code) + kernels/*.cu.
+XCUDA_C   := $(sort $(wildcard exec/cuda/*.c))
+XCUDA_CU  := $(sort $(wildcard kernels/*.cu))
+
+UNIT_SRC  := $(sort $(wildcard tests/unit/test_*.c))
+MPI_TSRC  := $(sort $(wildcard tests/mpi/test_*.c))
+GPU_TSRC  := $(sort $(wildcard tests/gpu/test_*.c))
+BENCH_SRC := $(sort $(wildcard tests/bench/bench_*.c))
+
+obj = $(patsubst %.c,$(BUILD)/%.o,$(1))
+SIM_OBJ  := $(call obj,$(SIM_SRC))
+CLI_OBJ  := $(call obj,$(CLI_SRC))
+XCPU_OBJ := $(call obj,$(XCPU_SRC))
+XRT_OBJ  := $(patsubst %.c,$(BUILD)/mpi/%.o,$(XRT_SRC))
+
+LIBSIM  := $(BUILD)/libtrainsim.a
+LIBXCPU := $(BUILD)/libtexcpu.a
+LIBXRT  := $(BUILD)/libtexrt.a
+TRAINSIM  := $(BUILD)/trainsim
+TRAINEXEC := $(BUILD)/trainexec
+UNIT_BIN  := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
+MPI_TBIN  := $(patsubst tests/mpi/%.c,$(BUILD)/tests/mpi/%,$(MPI_TSRC))
+BENCH_BIN := $(patsubst tests/bench/%.c,$(BUILD)/tests/bench/%,$(BENCH_SRC))
+
+TARGETS := $(TRAINSIM)
+ifeq ($(HAVE_MPI),1)
+TARGETS += $(TRAINEXEC)
+endif
+ifeq ($(HAVE_CUDA),1)
+CUDA_CFLAGS  := -I$(CUDA_HOME)/include -DTRAINSIM_CUDA=1
+CUDA_LIBS    := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lnccl -lcudart
+NVCCFLAGS    ?= -O3 -std=c++17 -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings \
+                -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
+XCUDA_OBJ    := $(patsubst %.c,$(BUILD)/mpi/%.o,$(XCUDA_C)) $(patsubst %.cu,$(BUILD)/%.cu.o,$(XCUDA_CU))
+GPU_TBIN     := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(GPU_TSRC))
+TARGETS      += $(GPU_TBIN)
+endif
+
+.PHONY: all summary test test-sanitize bench plots clean
+all: summary $(TARGETS)
+
+yes = $(if $(1),✓,✗)
+summary:
+	@echo "trainsim build ($(BUILD)):"
+	@echo "  $(call yes,$(HAVE_GSL)) GSL  $(call yes,$(HAVE_CSV)) libcsv  $(call yes,$(HAVE_OPENBLAS)) OpenBLAS  $(call yes,$(HAVE_CRITERION)) Criterion   -> trainsim, CPU kernels$(if $(HAVE_CRITERION),, (no unit tests: install libcriterion-dev))"
+	@echo "  $(call yes,$(HAVE_MPI)) MPI ($(or $(MPICC),no mpicc))   -> $(if $(HAVE_MPI),trainexec + MPI tests,no trainexec, no MPI tests)"
+	@echo "  $(call yes,$(HAVE_CUDA)) CUDA ($(or $(NVCC),no nvcc); cuBLASLt, NCCL)   -> $(if $(HAVE_CUDA),CUDA backend + GPU tests,CPU backend only$(if $(SAN), (sanitizer build)))"
+
+# ---------------------------------------------------------------- rules
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/mpi/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CPPFLAGS) $(CFLAGS) $(CUDA_CFLAGS) -c $< -o $@
+
+$(BUILD)/%.cu.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -Ikernels -MMD -MP -c $< -o $@
+
+$(LIBSIM): $(SIM_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+$(LIBXCPU): $(XCPU_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+$(LIBXRT): $(XRT_OBJ) $(XCUDA_OBJ)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+$(TRAINSIM): $(CLI_OBJ) $(LIBSIM)
+	$(CC) $(LDFLAGS) $(CLI_OBJ) $(LIBSIM) $(LIBS_SIM) -o $@
+
+$(TRAINEXEC): $(BUILD)/mpi/exec/trainexec.o $(LIBXRT) $(LIBXCPU) $(LIBSIM)
+	$(MPICC) $(LDFLAGS) $^ $(CUDA_LIBS) $(LIBS_SIM) -o $@
+
+$(BUILD)/tests/unit/%: tests/unit/%.c $(LIBXCPU) $(LIBSIM)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) $< $(LIBXCPU) $(LIBSIM) $(LIBS_SIM) $(LIBS_TEST) -o $@
+
+$(BUILD)/tests/mpi/%: tests/mpi/%.c $(LIBXRT) $(LIBXCPU) $(LIBSIM)
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CPPFLAGS) $(CFLAGS) $(CUDA_CFLAGS) $(LDFLAGS) $< $(LIBXRT) $(LIBXCPU) $(LIBSIM) $(CUDA_LIBS) $(LIBS_SIM) -o $@
+
+$(BUILD)/tests/gpu/%: tests/gpu/%.c $(LIBXRT) $(LIBXCPU) $(LIBSIM)
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CPPFLAGS) $(CFLAGS) $(CUDA_CFLAGS) $(LDFLAGS) $< $(LIBXRT) $(LIBXCPU) $(LIBSIM) $(CUDA_LIBS) $(LIBS_SIM) -o $@
+
+$(BUILD)/tests/bench/%: tests/bench/%.c $(LIBSIM)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) $< $(LIBSIM) $(LIBS_SIM) -o $@
+
+# ---------------------------------------------------------------- tests
+TEST_BINS := $(TARGETS) $(if $(HAVE_CRITERION),$(UNIT_BIN)) $(if $(HAVE_MPI),$(MPI_TBIN))
+test: summary $(TEST_BINS)
+	@BUILD=$(BUILD) HAVE_MPI=$(HAVE_MPI) HAVE_CUDA=$(HAVE_CUDA) HAVE_CRITERION=$(HAVE_CRITERION) \
+	  MPIRUN="$(MPIRUN)" bash tests/run.sh
+
+SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+test-sanitize:
+	$(MAKE) BUILD=build-san OPT="-O1 -g" SAN="$(SAN_FLAGS)" test
+
+bench: summary $(TRAINSIM) $(BENCH_BIN)
+	@BUILD=$(BUILD) bash tests/bench/run.sh
+
+plots: summary $(TARGETS)
+	@BUILD=$(BUILD) bash experiments/run-all.sh
+
+clean:
+	rm -rf build build-san
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

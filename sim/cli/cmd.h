@@ -1,0 +1,10 @@
+/* cmd — the trainsim subcommands. Each takes the arguments after its name
+ * (argv[0] is the subcommand name), prints its own output and errors, and
+ * returns the process exit status: 0 success, 1 run failure, 2 bad usage. */
+#ifndef TRAINSIM_CLI_CMD_H
+#define TRAINSIM_CLI_CMD_H
+
+int cmd_simulate(int argc, char **argv);
+int cmd_schedule(int argc, char **argv);
+
+#endif
