@@ -26,16 +26,16 @@ LIBS_TEST := -lcriterion
 
 # ---------------------------------------------------------------- detection
 probe = $(shell printf '$(1)\nint main(void){return 0;}\n' | $(2) -x c - -o /dev/null $(3) >/dev/null 2>&1 && echo 1)
-HAVE_GSL       := $(call probe,\#include <gsl/gsl_interp.h>,$(CC),-lgsl -lopenblas)
-HAVE_CSV       := $(call probe,\#include <csv.h>,$(CC),-lcsv)
-HAVE_CRITERION := $(call probe,\#include <criterion/criterion.h>,$(CC),-lcriterion)
-HAVE_OPENBLAS  := $(call probe,\#include <cblas.h>,$(CC),-lopenblas)
+HAVE_GSL       := $(call probe,\043include <gsl/gsl_interp.h>,$(CC),-lgsl -lopenblas)
+HAVE_CSV       := $(call probe,\043include <csv.h>,$(CC),-lcsv)
+HAVE_CRITERION := $(call probe,\043include <criterion/criterion.h>,$(CC),-lcriterion)
+HAVE_OPENBLAS  := $(call probe,\043include <cblas.h>,$(CC),-lopenblas)
 MPICC  ?= $(shell command -v mpicc 2>/dev/null)
 MPIRUN ?= $(shell command -v mpirun 2>/dev/null)
-HAVE_MPI := $(if $(and $(MPICC),$(MPIRUN)),$(call probe,\#include <mpi.h>,$(MPICC),))
+HAVE_MPI := $(if $(and $(MPICC),$(MPIRUN)),$(call probe,\043include <mpi.h>,$(MPICC),))
 CUDA_HOME ?= /usr/local/cuda
 NVCC ?= $(shell command -v nvcc 2>/dev/null || { test -x $(CUDA_HOME)/bin/nvcc && echo $(CUDA_HOME)/bin/nvcc; })
-HAVE_CUDA := $(if $(NVCC),$(call probe,\#include <cublasLt.h>\n\#include <nccl.h>,$(CC),-I$(CUDA_HOME)/include -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lnccl -lcudart))
+HAVE_CUDA := $(if $(NVCC),$(call probe,\043include <cublasLt.h>\n\043include <nccl.h>,$(CC),-I$(CUDA_HOME)/include -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lnccl -lcudart))
 ifeq ($(SAN),)
 else
 HAVE_CUDA :=
@@ -79,7 +79,7 @@ MPI_TBIN  := $(patsubst tests/mpi/%.c,$(BUILD)/tests/mpi/%,$(MPI_TSRC))
 BENCH_BIN := $(patsubst tests/bench/%.c,$(BUILD)/tests/bench/%,$(BENCH_SRC))
 
 TARGETS := $(TRAINSIM)
-ifeq ($(HAVE_MPI),1)
+ifeq ($(HAVE_MPI)$(if $(wildcard exec/trainexec.c),1),11)
 TARGETS += $(TRAINEXEC)
 endif
 ifeq ($(HAVE_CUDA),1)

@@ -33,9 +33,15 @@ int err_prefix(ts_err *e, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(head, sizeof head, fmt, ap);
     va_end(ap);
-    char old[ERR_MSG_BYTES];
-    memcpy(old, e->msg, sizeof old);
-    snprintf(e->msg, sizeof e->msg, "%s%s", head, old);
+    size_t hl = strlen(head);
+    size_t ol = strnlen(e->msg, sizeof e->msg - 1);
+    if (hl > sizeof e->msg - 1)
+        hl = sizeof e->msg - 1;
+    if (hl + ol > sizeof e->msg - 1)
+        ol = sizeof e->msg - 1 - hl;
+    memmove(e->msg + hl, e->msg, ol);
+    memcpy(e->msg, head, hl);
+    e->msg[hl + ol] = '\0';
     return e->code;
 }
 

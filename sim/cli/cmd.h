@@ -4,7 +4,7 @@
 #ifndef TRAINSIM_CLI_CMD_H
 #define TRAINSIM_CLI_CMD_H
 
-int cmd_simulate(int argc, char **argv);
-int cmd_schedule(int argc, char **argv);
+/* Each subcommand adds its prototype here and its row to COMMANDS in main.c
+ * ("simulate" goes first: it is what runs with no command). */
 
 #endif

@@ -1,9 +1,11 @@
 /* trainsim — predict distributed LLM training performance without the cluster.
- * Dispatches to the subcommands in cmd.h. */
+ * Dispatches to the subcommands declared in cmd.h. */
 #include <stdio.h>
 #include <string.h>
 
 #include "cmd.h"
+
+#define TRAINSIM_VERSION "0.1.0"
 
 typedef struct {
     const char *name;
@@ -11,9 +13,17 @@ typedef struct {
     const char *summary;
 } command;
 
+static int cmd_version(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    printf("trainsim %s\n", TRAINSIM_VERSION);
+    return 0;
+}
+
+/* One row per subcommand; the first row is what runs with no command. */
 static const command COMMANDS[] = {
-    {"simulate", cmd_simulate, "simulate one training iteration and report time, memory, throughput"},
-    {"schedule", cmd_schedule, "generate, validate, print, export/import and time pipeline schedules"},
+    {"version", cmd_version, "print the version"},
 };
 #define NCOMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
 
@@ -22,14 +32,15 @@ static void usage(FILE *f)
     fprintf(f, "usage: trainsim COMMAND [flags]   (trainsim COMMAND --help lists its flags)\n\ncommands:\n");
     for (size_t i = 0; i < NCOMMANDS; i++)
         fprintf(f, "  %-10s %s\n", COMMANDS[i].name, COMMANDS[i].summary);
-    fprintf(f, "\nWith no command, 'trainsim' runs 'simulate' on the built-in default:\n"
-               "GPT-3 175B on 1024 A100 80GB GPUs (DGX A100 nodes, HDR InfiniBand fat tree).\n");
+    fprintf(f, "\nWith no command or with flags only, trainsim runs '%s'; with no flags it\n"
+               "predicts GPT-3 175B on 1024 A100 80GB GPUs (DGX A100 nodes, HDR InfiniBand fat tree).\n",
+            COMMANDS[0].name);
 }
 
 int main(int argc, char **argv)
 {
     if (argc < 2)
-        return cmd_simulate(1, (char *[]){"simulate", NULL});
+        return COMMANDS[0].run(1, (char *[]){(char *)COMMANDS[0].name, NULL});
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);
         return 0;
@@ -37,8 +48,8 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < NCOMMANDS; i++)
         if (!strcmp(argv[1], COMMANDS[i].name))
             return COMMANDS[i].run(argc - 1, argv + 1);
-    if (argv[1][0] == '-') /* flags without a command: simulate */
-        return cmd_simulate(argc, argv);
+    if (argv[1][0] == '-') /* flags without a command */
+        return COMMANDS[0].run(argc, argv);
     fprintf(stderr, "trainsim: unknown command '%s'; valid commands:", argv[1]);
     for (size_t i = 0; i < NCOMMANDS; i++)
         fprintf(stderr, " %s", COMMANDS[i].name);
