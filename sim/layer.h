@@ -41,7 +41,7 @@
  *      selective = the attention core (QK^T, softmax, dropout, attention.V);
  *      full = the whole forward, collectives included; none = no ops.
  *
- * Saved activations. layer_saved() lists every tensor the backward needs,
+ * Saved activations. layer_saved_build() lists every tensor the backward needs,
  * with its bytes, whether the forward keeps it (per recompute mode), whether
  * the recompute pass re-creates it, and when it may be freed: by the
  * input-gradient backward (I or B), or only by the weight-gradient backward
@@ -151,18 +151,18 @@ typedef struct {
     bool kept_after_f;     /* stored by F under shape.recompute */
     bool by_recompute;     /* re-created by R (not kept after F but needed) */
     layer_free_when free_when;
-} layer_saved;
+} layer_tensor;
 
 #define LAYER_MAX_SAVED 24
 
 typedef struct {
     int n;
-    layer_saved t[LAYER_MAX_SAVED];
+    layer_tensor t[LAYER_MAX_SAVED];
 } layer_saved_list;
 
 /* Tensors saved by one transformer layer's forward for its backward. Every
  * tensor is either kept_after_f or by_recompute (never both). */
-int layer_saved(const layer_shape *L, layer_saved_list *out, ts_err *err);
+int layer_saved_build(const layer_shape *L, layer_saved_list *out, ts_err *err);
 
 /* Same for the embedding (dropout mask) and the output layer (final LN
  * input, logit GEMM input, fp32 logits for the loss: 4sbV/t). */
@@ -174,7 +174,7 @@ int64_t layer_saved_kept_bytes(const layer_saved_list *l);
 
 /* Korthikanti et al. 2022 Table 2 per-layer activation bytes for the
  * shape's t, sp and recompute (16-bit activations): the closed form the
- * tests compare layer_saved() with. Exact in integers when t divides the
+ * tests compare layer_saved_build() with. Exact in integers when t divides the
  * terms (the Table 2 rows); rounded down otherwise. */
 int64_t layer_korthikanti_bytes(const layer_shape *L);
 
