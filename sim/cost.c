@@ -18,9 +18,8 @@
  * Efficiency curves. The tables are sampled from two saturating curves,
  *   GEMM:    eff(I) = E_gemm * I / (I + I_half)      (I = flops per byte)
  *   memory:  eff(B) = E_mem  * B / (B + B_half)      (B = bytes moved)
- * whose four A100 parameters were fitted (grid search, `make
- * cost-fit` prints the residuals; tests/unit/test_accuracy.c pins them) to the
- * calibration set and nothing else: the five per-layer forward/backward
+ * whose four A100 parameters (and the overlap slowdown) were fitted by a
+ * grid search to the calibration set and nothing else: the five per-layer forward/backward
  * times of Korthikanti et al. 2022 Table 4 (korthikanti_layer_times.csv) and
  * the three Megatron-LM rows of Narayanan et al. 2021 Table 1
  * (megatron_calibration.csv). See README "Cost model and accuracy".
