@@ -7,9 +7,9 @@
 
 #include "cost.h"
 
-static const gpu_spec A100 = {"A100-SXM4-80GB", 312, 312, 19.5, 80, 2039, 300};
-static const gpu_spec H100 = {"H100-SXM5-80GB", 989.4, 989.4, 66.9, 80, 3350, 450};
-static const gpu_spec H200 = {"H200-SXM-141GB", 989.4, 989.4, 66.9, 141, 4800, 450};
+static const gpu_spec A100 = {.name = "A100-SXM4-80GB", .bf16_tflops = 312, .fp16_tflops = 312, .fp32_tflops = 19.5, .hbm_gib = 80, .hbm_gbps = 2039, .nvlink_gbps = 300};
+static const gpu_spec H100 = {.name = "H100-SXM5-80GB", .bf16_tflops = 989.4, .fp16_tflops = 989.4, .fp32_tflops = 66.9, .hbm_gib = 80, .hbm_gbps = 3350, .nvlink_gbps = 450};
+static const gpu_spec H200 = {.name = "H200-SXM-141GB", .bf16_tflops = 989.4, .fp16_tflops = 989.4, .fp32_tflops = 66.9, .hbm_gib = 141, .hbm_gbps = 4800, .nvlink_gbps = 450};
 
 static cost_params simple(void)
 {
@@ -123,7 +123,7 @@ Test(cost, defaults_per_gpu)
 Test(cost, errors)
 {
     ts_err e;
-    gpu_spec v = {"V100-SXM2-32GB", 125, 125, 15.7, 32, 900, 150};
+    gpu_spec v = {.name = "V100-SXM2-32GB", .bf16_tflops = 125, .fp16_tflops = 125, .fp32_tflops = 15.7, .hbm_gib = 32, .hbm_gbps = 900, .nvlink_gbps = 150};
     cost_params p;
     cr_assert_eq(cost_params_default(&v, PREC_BF16, &p, &e), TS_EINVAL);
     cr_assert(strstr(e.msg, "--calibration"), "%s", e.msg);
