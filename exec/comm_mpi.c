@@ -1,5 +1,6 @@
 #include "comm_mpi.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 
 typedef struct {
