@@ -126,6 +126,17 @@ int plan_uniform(const sched *s, int64_t f_ns, int64_t i_ns, int64_t w_ns, int64
 
 void plan_free(plan *pl); /* NULL allowed */
 
+/* Builder helpers (plan.c), used by plan_build (plan_build.c) and tests:
+ * plan_alloc: an empty plan for p ranks of v chunks (every step index
+ * PLAN_NO_STEP, d = 1); plan_step_init: a step with no deps, bucket or
+ * memory; plan_push_step: append a copy, *out = its index; plan_add_transfers:
+ * the send/receive steps of every stage boundary (dur_ns each, bytes the
+ * message). TS_ENOMEM on allocation failure. */
+int plan_alloc(int p, int v, plan **out);
+plan_step plan_step_init(const char *name, int stream, int cat, int stage, int64_t dur_ns);
+int plan_push_step(plan *pl, const plan_step *s, uint32_t *out);
+int plan_add_transfers(plan *pl, int64_t dur_ns, int64_t bytes);
+
 /* Names for reports: "compute", "tp", "pp-send", "pp-recv", "dp"; "forward",
  * "backward", "recompute", "optimizer", "tp", "pp", "dp". */
 const char *plan_stream_name(int s);
