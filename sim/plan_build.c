@@ -67,6 +67,7 @@ static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_
                   int64_t free_bytes)
 {
     int32_t map[LAYER_MAX_OPS];
+    int64_t comm_ns[LAYER_MAX_OPS];
     for (int i = 0; i < ops->n; i++) {
         const layer_op *op = &ops->op[i];
         int32_t ds[2] = {-1, -1};
@@ -79,6 +80,9 @@ static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_
         }
         if (op->kind != LAYER_OP_COMM) {
             int64_t dur = cost_op_ns(b->cm, op);
+            if (op->overlap >= 0 && op->overlap < i) /* shares the GPU with a running collective */
+                dur = cost_overlap_ns(b->cm, dur, comm_ns[op->overlap]);
+            comm_ns[i] = 0;
             int32_t ext[2] = {-1, -1};
             int ne = 0;
             for (int k = 0; k < nd; k++)
@@ -112,6 +116,7 @@ static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_
             plan_step x = plan_step_init(op->name, PLAN_STREAM_TP, PLAN_CAT_TP, b->stage,
                                     commcost_ns(b->cc, op->coll, op->bytes, &g));
             x.comm_bytes = op->bytes;
+            comm_ns[i] = x.dur_ns;
             int nx = 0;
             for (int k = 0; k < nd; k++) {
                 if (ds[k] == b->open)
