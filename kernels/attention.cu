@@ -16,11 +16,11 @@
 
 #define FA_TILE 32                /* query rows and key rows per tile */
 #define FA_WARPS 8
-#define FA_THREADS (FA_WARPS * KERN_WARP)
+#define FA_THREADS (FA_WARPS * CUK_WARP)
 #define FA_ROWS (FA_TILE / FA_WARPS) /* rows per warp */
 #define FA_MAXD 128
 #define FA_PAD (FA_MAXD + 2)      /* 65 words per row: odd, conflict-free */
-#define FA_NX (FA_MAXD / KERN_WARP) /* head-dimension elements per lane */
+#define FA_NX (FA_MAXD / CUK_WARP) /* head-dimension elements per lane */
 
 /* Load rows [r0, r0+FA_TILE) of a [T, D] matrix into tile (row stride
  * `stride` halves); rows past T are zero. */
@@ -51,8 +51,8 @@ flash_attn_fwd_kernel(uint16_t *out, float *lse, const uint16_t *q, const uint16
     __shared__ uint16_t Qs[FA_TILE * FA_MAXD];
     __shared__ uint16_t Ks[FA_TILE * FA_PAD];
     __shared__ uint16_t Vs[FA_TILE * FA_MAXD];
-    int lane = threadIdx.x % KERN_WARP, warp = threadIdx.x / KERN_WARP;
-    int q0 = blockIdx.x * FA_TILE, nx = D / KERN_WARP;
+    int lane = threadIdx.x % CUK_WARP, warp = threadIdx.x / CUK_WARP;
+    int q0 = blockIdx.x * FA_TILE, nx = D / CUK_WARP;
     size_t bh = blockIdx.y;
     const uint16_t *qb = q + bh * T * D, *kb = k + bh * T * D, *vb = v + bh * T * D;
 
@@ -92,7 +92,7 @@ flash_attn_fwd_kernel(uint16_t *out, float *lse, const uint16_t *q, const uint16
 #pragma unroll
                 for (int x = 0; x < FA_NX; x++)
                     if (x < nx)
-                        acc[r][x] += pj * bf2f(Vs[jj * FA_MAXD + lane + KERN_WARP * x]);
+                        acc[r][x] += pj * bf2f(Vs[jj * FA_MAXD + lane + CUK_WARP * x]);
             }
             m[r] = m_new;
         }
@@ -107,7 +107,7 @@ flash_attn_fwd_kernel(uint16_t *out, float *lse, const uint16_t *q, const uint16
 #pragma unroll
         for (int x = 0; x < FA_NX; x++)
             if (x < nx)
-                o[lane + KERN_WARP * x] = f2bf(acc[r][x] * inv);
+                o[lane + CUK_WARP * x] = f2bf(acc[r][x] * inv);
         if (lane == 0)
             lse[bh * T + qi] = m[r] + logf(l[r]);
     }
@@ -115,11 +115,11 @@ flash_attn_fwd_kernel(uint16_t *out, float *lse, const uint16_t *q, const uint16
 
 static int fa_shape_ok(int B, int H, int T, int D)
 {
-    return B > 0 && H > 0 && T > 0 && D > 0 && D % KERN_WARP == 0 && D <= FA_MAXD &&
+    return B > 0 && H > 0 && T > 0 && D > 0 && D % CUK_WARP == 0 && D <= FA_MAXD &&
            (long long)B * H <= 65535;
 }
 
-extern "C" cudaError_t kern_flash_attn_fwd(uint16_t *out, float *lse, const uint16_t *q,
+extern "C" cudaError_t cuk_flash_attn_fwd(uint16_t *out, float *lse, const uint16_t *q,
                                            const uint16_t *k, const uint16_t *v, int B,
                                            int H, int T, int D, float scale,
                                            cudaStream_t stream)
@@ -128,12 +128,12 @@ extern "C" cudaError_t kern_flash_attn_fwd(uint16_t *out, float *lse, const uint
         return cudaErrorInvalidValue;
     dim3 grid((unsigned)((T + FA_TILE - 1) / FA_TILE), (unsigned)(B * H));
     flash_attn_fwd_kernel<<<grid, FA_THREADS, 0, stream>>>(out, lse, q, k, v, T, D, scale);
-    return kern_status();
+    return cuk_status();
 }
 
 /* ------------------------------------------------------------ backward */
 
-extern "C" size_t kern_flash_attn_scratch_bytes(int B, int H, int T)
+extern "C" size_t cuk_flash_attn_scratch_bytes(int B, int H, int T)
 {
     return (size_t)(B > 0 ? B : 0) * (size_t)(H > 0 ? H : 0) * (size_t)(T > 0 ? T : 0) *
            sizeof(float);
@@ -143,12 +143,12 @@ extern "C" size_t kern_flash_attn_scratch_bytes(int B, int H, int T)
 __global__ void flash_attn_delta_kernel(float *delta, const uint16_t *dout, const uint16_t *out,
                                         size_t rows, int D)
 {
-    size_t row = (size_t)blockIdx.x * FA_WARPS + threadIdx.x / KERN_WARP;
-    int lane = threadIdx.x % KERN_WARP;
+    size_t row = (size_t)blockIdx.x * FA_WARPS + threadIdx.x / CUK_WARP;
+    int lane = threadIdx.x % CUK_WARP;
     if (row >= rows)
         return;
     float s = 0.0f;
-    for (int d = lane; d < D; d += KERN_WARP)
+    for (int d = lane; d < D; d += CUK_WARP)
         s += bf2f(dout[row * D + d]) * bf2f(out[row * D + d]);
     s = warp_sum(s);
     if (lane == 0)
@@ -165,8 +165,8 @@ flash_attn_bwd_dq_kernel(uint16_t *dq, const uint16_t *dout, const float *lse,
     __shared__ uint16_t dOs[FA_TILE * FA_MAXD];
     __shared__ uint16_t Ks[FA_TILE * FA_PAD];
     __shared__ uint16_t Vs[FA_TILE * FA_PAD];
-    int lane = threadIdx.x % KERN_WARP, warp = threadIdx.x / KERN_WARP;
-    int q0 = blockIdx.x * FA_TILE, nx = D / KERN_WARP;
+    int lane = threadIdx.x % CUK_WARP, warp = threadIdx.x / CUK_WARP;
+    int q0 = blockIdx.x * FA_TILE, nx = D / CUK_WARP;
     size_t bh = blockIdx.y;
     const uint16_t *qb = q + bh * T * D, *kb = k + bh * T * D, *vb = v + bh * T * D;
 
@@ -202,7 +202,7 @@ flash_attn_bwd_dq_kernel(uint16_t *dq, const uint16_t *dout, const float *lse,
 #pragma unroll
                 for (int x = 0; x < FA_NX; x++)
                     if (x < nx)
-                        acc[r][x] += dsj * bf2f(Ks[jj * FA_PAD + lane + KERN_WARP * x]);
+                        acc[r][x] += dsj * bf2f(Ks[jj * FA_PAD + lane + CUK_WARP * x]);
             }
         }
     }
@@ -215,7 +215,7 @@ flash_attn_bwd_dq_kernel(uint16_t *dq, const uint16_t *dout, const float *lse,
 #pragma unroll
         for (int x = 0; x < FA_NX; x++)
             if (x < nx)
-                o[lane + KERN_WARP * x] = f2bf(scale * acc[r][x]);
+                o[lane + CUK_WARP * x] = f2bf(scale * acc[r][x]);
     }
 }
 
@@ -230,8 +230,8 @@ flash_attn_bwd_dkv_kernel(uint16_t *dk, uint16_t *dv, const uint16_t *dout, cons
     __shared__ uint16_t Qs[FA_TILE * FA_PAD];
     __shared__ uint16_t dOs[FA_TILE * FA_PAD];
     __shared__ float lse_s[FA_TILE], delta_s[FA_TILE];
-    int lane = threadIdx.x % KERN_WARP, warp = threadIdx.x / KERN_WARP;
-    int k0 = blockIdx.x * FA_TILE, nx = D / KERN_WARP;
+    int lane = threadIdx.x % CUK_WARP, warp = threadIdx.x / CUK_WARP;
+    int k0 = blockIdx.x * FA_TILE, nx = D / CUK_WARP;
     size_t bh = blockIdx.y;
     const uint16_t *qb = q + bh * T * D, *ob = dout + bh * T * D;
 
@@ -273,7 +273,7 @@ flash_attn_bwd_dkv_kernel(uint16_t *dk, uint16_t *dv, const uint16_t *dout, cons
 #pragma unroll
                 for (int x = 0; x < FA_NX; x++)
                     if (x < nx) {
-                        int d = lane + KERN_WARP * x;
+                        int d = lane + CUK_WARP * x;
                         dv_acc[r][x] += pi * bf2f(dOs[ii * FA_PAD + d]);
                         dk_acc[r][x] += dsi * bf2f(Qs[ii * FA_PAD + d]);
                     }
@@ -289,13 +289,13 @@ flash_attn_bwd_dkv_kernel(uint16_t *dk, uint16_t *dv, const uint16_t *dout, cons
 #pragma unroll
         for (int x = 0; x < FA_NX; x++)
             if (x < nx) {
-                dk[base + lane + KERN_WARP * x] = f2bf(scale * dk_acc[r][x]);
-                dv[base + lane + KERN_WARP * x] = f2bf(dv_acc[r][x]);
+                dk[base + lane + CUK_WARP * x] = f2bf(scale * dk_acc[r][x]);
+                dv[base + lane + CUK_WARP * x] = f2bf(dv_acc[r][x]);
             }
     }
 }
 
-extern "C" cudaError_t kern_flash_attn_bwd(uint16_t *dq, uint16_t *dk, uint16_t *dv,
+extern "C" cudaError_t cuk_flash_attn_bwd(uint16_t *dq, uint16_t *dk, uint16_t *dv,
                                            const uint16_t *dout, const uint16_t *out,
                                            const float *lse, const uint16_t *q,
                                            const uint16_t *k, const uint16_t *v, int B,
@@ -306,18 +306,18 @@ extern "C" cudaError_t kern_flash_attn_bwd(uint16_t *dq, uint16_t *dk, uint16_t 
         return cudaErrorInvalidValue;
     float *delta = (float *)scratch;
     size_t rows = (size_t)B * H * T;
-    flash_attn_delta_kernel<<<kern_blocks(rows, FA_WARPS), FA_THREADS, 0, stream>>>(
+    flash_attn_delta_kernel<<<cuk_blocks(rows, FA_WARPS), FA_THREADS, 0, stream>>>(
         delta, dout, out, rows, D);
-    cudaError_t st = kern_status();
+    cudaError_t st = cuk_status();
     if (st != cudaSuccess)
         return st;
     dim3 grid((unsigned)((T + FA_TILE - 1) / FA_TILE), (unsigned)(B * H));
     flash_attn_bwd_dq_kernel<<<grid, FA_THREADS, 0, stream>>>(dq, dout, lse, delta, q, k, v, T,
                                                               D, scale);
-    st = kern_status();
+    st = cuk_status();
     if (st != cudaSuccess)
         return st;
     flash_attn_bwd_dkv_kernel<<<grid, FA_THREADS, 0, stream>>>(dk, dv, dout, lse, delta, q, k,
                                                                v, T, D, scale);
-    return kern_status();
+    return cuk_status();
 }

@@ -7,11 +7,11 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "kernels.h"
+#include "cuk.h"
 
 typedef __nv_bfloat16 bf16;
 
-#define KERN_WARP 32
+#define CUK_WARP 32
 
 /* Raw bf16 bits <-> float. */
 __device__ __forceinline__ float bf2f(uint16_t x)
@@ -25,16 +25,41 @@ __device__ __forceinline__ uint16_t f2bf(float f)
     return __bfloat16_as_ushort(__float2bfloat16_rn(f));
 }
 
+/* Storage-generic load/store: kernels are templates over the storage type S
+ * (uint16_t = bf16 bits, or float); math is always fp32. */
+__device__ __forceinline__ float ld(uint16_t x)
+{
+    return bf2f(x);
+}
+__device__ __forceinline__ float ld(float x)
+{
+    return x;
+}
+template <typename S> __device__ __forceinline__ S st(float f);
+template <> __device__ __forceinline__ uint16_t st<uint16_t>(float f)
+{
+    return f2bf(f);
+}
+template <> __device__ __forceinline__ float st<float>(float f)
+{
+    return f;
+}
+/* *p = v, or *p += v when acc (gradients that accumulate). */
+template <typename S> __device__ __forceinline__ void put(S *p, float v, bool acc)
+{
+    *p = st<S>(acc ? ld(*p) + v : v);
+}
+
 __device__ __forceinline__ float warp_sum(float v)
 {
-    for (int o = KERN_WARP / 2; o > 0; o >>= 1)
+    for (int o = CUK_WARP / 2; o > 0; o >>= 1)
         v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
 
 __device__ __forceinline__ float warp_max(float v)
 {
-    for (int o = KERN_WARP / 2; o > 0; o >>= 1)
+    for (int o = CUK_WARP / 2; o > 0; o >>= 1)
         v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
@@ -43,8 +68,8 @@ __device__ __forceinline__ float warp_max(float v)
  * gets the result. `shared` holds 32 floats. Fixed order: deterministic. */
 __device__ __forceinline__ float block_sum(float v, float *shared)
 {
-    int lane = threadIdx.x % KERN_WARP, warp = threadIdx.x / KERN_WARP;
-    int nwarps = blockDim.x / KERN_WARP;
+    int lane = threadIdx.x % CUK_WARP, warp = threadIdx.x / CUK_WARP;
+    int nwarps = blockDim.x / CUK_WARP;
     v = warp_sum(v);
     __syncthreads();
     if (lane == 0)
@@ -56,8 +81,8 @@ __device__ __forceinline__ float block_sum(float v, float *shared)
 
 __device__ __forceinline__ float block_max(float v, float *shared)
 {
-    int lane = threadIdx.x % KERN_WARP, warp = threadIdx.x / KERN_WARP;
-    int nwarps = blockDim.x / KERN_WARP;
+    int lane = threadIdx.x % CUK_WARP, warp = threadIdx.x / CUK_WARP;
+    int nwarps = blockDim.x / CUK_WARP;
     v = warp_max(v);
     __syncthreads();
     if (lane == 0)
@@ -67,14 +92,14 @@ __device__ __forceinline__ float block_max(float v, float *shared)
     return warp_max(v);
 }
 
-static inline unsigned kern_blocks(size_t n, unsigned threads)
+static inline unsigned cuk_blocks(size_t n, unsigned threads)
 {
     size_t b = (n + threads - 1) / threads;
     return (unsigned)(b > 0x7fffffffu ? 0x7fffffffu : (b ? b : 1));
 }
 
 /* Launch status of the last launch on this thread. */
-static inline cudaError_t kern_status(void)
+static inline cudaError_t cuk_status(void)
 {
     return cudaGetLastError();
 }

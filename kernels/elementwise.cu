@@ -8,7 +8,7 @@
 
 static unsigned ew_blocks(size_t n)
 {
-    unsigned b = kern_blocks(n, EW_THREADS);
+    unsigned b = cuk_blocks(n, EW_THREADS);
     return b > EW_MAX_BLOCKS ? EW_MAX_BLOCKS : b;
 }
 
@@ -33,66 +33,107 @@ __global__ void bf16_accum_f32_kernel(float *acc, const uint16_t *in, size_t n)
     GRID_STRIDE(i, n) acc[i] += bf2f(in[i]);
 }
 
-extern "C" cudaError_t kern_f32_to_bf16(uint16_t *out, const float *in, size_t n,
+extern "C" cudaError_t cuk_f32_to_bf16(uint16_t *out, const float *in, size_t n,
                                         cudaStream_t stream)
 {
+    if (n == 0)
+        return cudaSuccess;
     f32_to_bf16_kernel<<<ew_blocks(n), EW_THREADS, 0, stream>>>(out, in, n);
-    return kern_status();
+    return cuk_status();
 }
 
-extern "C" cudaError_t kern_bf16_to_f32(float *out, const uint16_t *in, size_t n,
+extern "C" cudaError_t cuk_bf16_to_f32(float *out, const uint16_t *in, size_t n,
                                         cudaStream_t stream)
 {
+    if (n == 0)
+        return cudaSuccess;
     bf16_to_f32_kernel<<<ew_blocks(n), EW_THREADS, 0, stream>>>(out, in, n);
-    return kern_status();
+    return cuk_status();
 }
 
-extern "C" cudaError_t kern_bf16_accum_f32(float *acc, const uint16_t *in, size_t n,
+extern "C" cudaError_t cuk_bf16_accum_f32(float *acc, const uint16_t *in, size_t n,
                                            cudaStream_t stream)
 {
+    if (n == 0)
+        return cudaSuccess;
     bf16_accum_f32_kernel<<<ew_blocks(n), EW_THREADS, 0, stream>>>(acc, in, n);
-    return kern_status();
+    return cuk_status();
 }
 
-extern "C" cudaError_t kern_zero_f32(float *x, size_t n, cudaStream_t stream)
+extern "C" cudaError_t cuk_zero_f32(float *x, size_t n, cudaStream_t stream)
 {
     return cudaMemsetAsync(x, 0, n * sizeof(float), stream);
 }
 
 /* ------------------------------------------------------------ bias + dropout + residual */
 
-__global__ void bias_dropout_add_kernel(uint16_t *out, uint8_t *mask, const uint16_t *x,
-                                        const uint16_t *bias, const uint16_t *residual,
-                                        float p, uint64_t seed, size_t n, int C)
+template <typename S>
+__global__ void bias_dropout_add_kernel(S *out, uint8_t *mask, const S *x, const S *bias,
+                                        const S *residual, float p, uint64_t seed, size_t n,
+                                        int C)
 {
     float keep_scale = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
     GRID_STRIDE(i, n) {
-        float v = bf2f(x[i]);
+        float v = ld(x[i]);
         if (bias)
-            v += bf2f(bias[i % (size_t)C]);
+            v += ld(bias[i % (size_t)C]);
         if (p > 0.0f) {
-            uint8_t keep = kern_rand_uniform(seed, i) >= p;
+            uint8_t keep = cuk_rand_uniform(seed, i) >= p;
             mask[i] = keep;
             v = keep ? v * keep_scale : 0.0f;
         }
         if (residual)
-            v += bf2f(residual[i]);
-        out[i] = f2bf(v);
+            v += ld(residual[i]);
+        out[i] = st<S>(v);
     }
 }
 
-extern "C" cudaError_t kern_bias_dropout_add_fwd(uint16_t *out, uint8_t *mask,
-                                                 const uint16_t *x, const uint16_t *bias,
-                                                 const uint16_t *residual, float p,
-                                                 uint64_t seed, int N, int C,
+template <typename S>
+static cudaError_t bias_dropout_add(S *out, uint8_t *mask, const S *x, const S *bias,
+                                    const S *residual, float p, uint64_t seed, size_t N,
+                                    int C, cudaStream_t stream)
+{
+    if (p < 0.0f || p >= 1.0f || (p > 0.0f && !mask) || C <= 0)
+        return cudaErrorInvalidValue;
+    size_t n = N * (size_t)C;
+    if (n == 0)
+        return cudaSuccess;
+    bias_dropout_add_kernel<S><<<ew_blocks(n), EW_THREADS, 0, stream>>>(out, mask, x, bias,
+                                                                        residual, p, seed, n, C);
+    return cuk_status();
+}
+
+extern "C" cudaError_t cuk_bias_dropout_add_fwd(uint16_t *out, uint8_t *mask,
+                                                const uint16_t *x, const uint16_t *bias,
+                                                const uint16_t *residual, float p,
+                                                uint64_t seed, int N, int C,
+                                                cudaStream_t stream)
+{
+    if (N < 0)
+        return cudaErrorInvalidValue;
+    return bias_dropout_add<uint16_t>(out, mask, x, bias, residual, p, seed, (size_t)N, C,
+                                      stream);
+}
+
+extern "C" cudaError_t cuk_f32_bias_residual_fwd(float *out, const float *a, const float *b,
+                                                 const float *bias, size_t N, int OC,
                                                  cudaStream_t stream)
 {
-    if (p < 0.0f || p >= 1.0f || (p > 0.0f && !mask) || C <= 0 || N < 0)
-        return cudaErrorInvalidValue;
-    size_t n = (size_t)N * (size_t)C;
-    bias_dropout_add_kernel<<<ew_blocks(n), EW_THREADS, 0, stream>>>(out, mask, x, bias,
-                                                                     residual, p, seed, n, C);
-    return kern_status();
+    return bias_dropout_add<float>(out, NULL, b, bias, a, 0.0f, 0, N, OC, stream);
+}
+
+extern "C" cudaError_t cuk_f32_bias_fwd(float *out, const float *bias, size_t N, int OC,
+                                        cudaStream_t stream)
+{
+    return bias_dropout_add<float>(out, NULL, out, bias, NULL, 0.0f, 0, N, OC, stream);
+}
+
+extern "C" cudaError_t cuk_f32_add(float *y, const float *x, size_t n, cudaStream_t stream)
+{
+    if (n == 0)
+        return cudaSuccess;
+    /* one "row" of n columns would overflow int C; view as rows of 1 */
+    return bias_dropout_add<float>(y, NULL, x, NULL, y, 0.0f, 0, n, 1, stream);
 }
 
 __global__ void dropout_bwd_kernel(uint16_t *dinp, const uint16_t *dout, const uint8_t *mask,
@@ -104,15 +145,17 @@ __global__ void dropout_bwd_kernel(uint16_t *dinp, const uint16_t *dout, const u
     }
 }
 
-extern "C" cudaError_t kern_dropout_bwd(uint16_t *dinp, const uint16_t *dout,
-                                        const uint8_t *mask, float p, size_t n,
-                                        cudaStream_t stream)
+extern "C" cudaError_t cuk_dropout_bwd(uint16_t *dinp, const uint16_t *dout,
+                                       const uint8_t *mask, float p, size_t n,
+                                       cudaStream_t stream)
 {
     if (p < 0.0f || p >= 1.0f)
         return cudaErrorInvalidValue;
+    if (n == 0)
+        return cudaSuccess;
     float keep_scale = 1.0f / (1.0f - p);
     dropout_bwd_kernel<<<ew_blocks(n), EW_THREADS, 0, stream>>>(dinp, dout, mask, keep_scale, n);
-    return kern_status();
+    return cuk_status();
 }
 
 /* ------------------------------------------------------------ GELU (tanh) */
@@ -134,49 +177,74 @@ __device__ __forceinline__ float gelu_grad_f(float x)
     return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
 }
 
-__global__ void bias_gelu_fwd_kernel(uint16_t *out, const uint16_t *inp,
-                                     const uint16_t *bias, size_t n, int C)
+template <typename S>
+__global__ void bias_gelu_fwd_kernel(S *out, const S *inp, const S *bias, size_t n, int C)
 {
     GRID_STRIDE(i, n) {
-        float x = bf2f(inp[i]);
+        float x = ld(inp[i]);
         if (bias)
-            x += bf2f(bias[i % (size_t)C]);
-        out[i] = f2bf(gelu_f(x));
+            x += ld(bias[i % (size_t)C]);
+        out[i] = st<S>(gelu_f(x));
     }
 }
 
-__global__ void bias_gelu_bwd_kernel(uint16_t *dinp, const uint16_t *dout,
-                                     const uint16_t *inp, const uint16_t *bias, size_t n,
-                                     int C)
+/* dinp = (acc ? dinp : 0) + dout * gelu'(inp + bias). */
+template <typename S>
+__global__ void bias_gelu_bwd_kernel(S *dinp, const S *dout, const S *inp, const S *bias,
+                                     size_t n, int C, bool acc)
 {
     GRID_STRIDE(i, n) {
-        float x = bf2f(inp[i]);
+        float x = ld(inp[i]);
         if (bias)
-            x += bf2f(bias[i % (size_t)C]);
-        dinp[i] = f2bf(bf2f(dout[i]) * gelu_grad_f(x));
+            x += ld(bias[i % (size_t)C]);
+        put(&dinp[i], ld(dout[i]) * gelu_grad_f(x), acc);
     }
 }
 
-extern "C" cudaError_t kern_bias_gelu_fwd(uint16_t *out, const uint16_t *inp,
-                                          const uint16_t *bias, int N, int C,
-                                          cudaStream_t stream)
+extern "C" cudaError_t cuk_bias_gelu_fwd(uint16_t *out, const uint16_t *inp,
+                                         const uint16_t *bias, int N, int C,
+                                         cudaStream_t stream)
 {
     if (C <= 0 || N < 0)
         return cudaErrorInvalidValue;
     size_t n = (size_t)N * (size_t)C;
-    bias_gelu_fwd_kernel<<<ew_blocks(n), EW_THREADS, 0, stream>>>(out, inp, bias, n, C);
-    return kern_status();
+    if (n == 0)
+        return cudaSuccess;
+    bias_gelu_fwd_kernel<uint16_t><<<ew_blocks(n), EW_THREADS, 0, stream>>>(out, inp, bias, n, C);
+    return cuk_status();
 }
 
-extern "C" cudaError_t kern_bias_gelu_bwd(uint16_t *dinp, const uint16_t *dout,
-                                          const uint16_t *inp, const uint16_t *bias, int N,
-                                          int C, cudaStream_t stream)
+extern "C" cudaError_t cuk_bias_gelu_bwd(uint16_t *dinp, const uint16_t *dout,
+                                         const uint16_t *inp, const uint16_t *bias, int N,
+                                         int C, cudaStream_t stream)
 {
     if (C <= 0 || N < 0)
         return cudaErrorInvalidValue;
     size_t n = (size_t)N * (size_t)C;
-    bias_gelu_bwd_kernel<<<ew_blocks(n), EW_THREADS, 0, stream>>>(dinp, dout, inp, bias, n, C);
-    return kern_status();
+    if (n == 0)
+        return cudaSuccess;
+    bias_gelu_bwd_kernel<uint16_t><<<ew_blocks(n), EW_THREADS, 0, stream>>>(dinp, dout, inp,
+                                                                            bias, n, C, false);
+    return cuk_status();
+}
+
+extern "C" cudaError_t cuk_f32_gelu_fwd(float *out, const float *inp, size_t n,
+                                        cudaStream_t stream)
+{
+    if (n == 0)
+        return cudaSuccess;
+    bias_gelu_fwd_kernel<float><<<ew_blocks(n), EW_THREADS, 0, stream>>>(out, inp, NULL, n, 1);
+    return cuk_status();
+}
+
+extern "C" cudaError_t cuk_f32_gelu_bwd(float *dinp, const float *inp, const float *dout,
+                                        size_t n, cudaStream_t stream)
+{
+    if (n == 0)
+        return cudaSuccess;
+    bias_gelu_bwd_kernel<float><<<ew_blocks(n), EW_THREADS, 0, stream>>>(dinp, dout, inp, NULL,
+                                                                         n, 1, true);
+    return cuk_status();
 }
 
 /* ------------------------------------------------------------ AdamW */
@@ -201,17 +269,19 @@ __global__ void adamw_kernel(uint16_t *param, float *master, const float *grad, 
     }
 }
 
-extern "C" cudaError_t kern_adamw(uint16_t *param, float *master, const float *grad,
+extern "C" cudaError_t cuk_adamw(uint16_t *param, float *master, const float *grad,
                                   float *m, float *v, size_t n, float lr, float beta1,
                                   float beta2, float eps, float weight_decay, int step,
                                   float grad_scale, cudaStream_t stream)
 {
     if (step < 1)
         return cudaErrorInvalidValue;
+    if (n == 0)
+        return cudaSuccess;
     float bc1 = 1.0f - powf(beta1, (float)step);
     float bc2 = 1.0f - powf(beta2, (float)step);
     adamw_kernel<<<ew_blocks(n), EW_THREADS, 0, stream>>>(param, master, grad, m, v, n, lr,
                                                           beta1, beta2, eps, weight_decay,
                                                           bc1, bc2, grad_scale);
-    return kern_status();
+    return cuk_status();
 }
