@@ -1,0 +1,81 @@
+/* calib — the calibration CSV: measured kernel times of one machine, and the
+ * efficiency tables fitted from them (`--calibration FILE`).
+ *
+ * Schema (one row per measurement; '#' lines are comments; column order is
+ * free, extra columns are ignored):
+ *
+ *   gpu              GPU kind as in topologies/gpus.csv, e.g. A100-SXM4-80GB
+ *   op               gemm | memory | launch
+ *   dtype            bf16 | fp16 | fp32
+ *   m, n, k          gemm: C[m x n] = A[m x k] B[k x n] (elements); else empty
+ *   batch            gemm: batch count (>= 1); else empty
+ *   bytes            memory: bytes read + written by the kernel; else empty
+ *   time_ns          measured time of one kernel, ns (median of repeats), > 0;
+ *                    launch: the per-kernel overhead (an empty kernel)
+ *   achieved_tflops  gemm: 2*m*n*k*batch / time, TFLOP/s (written for
+ *                    readers; recomputed and ignored on reading); else empty
+ *   achieved_gbps    memory: bytes / time, GB/s (likewise); else empty
+ *
+ * Example:
+ *   gpu,op,dtype,m,n,k,batch,bytes,time_ns,achieved_tflops,achieved_gbps
+ *   A100-SXM4-80GB,gemm,bf16,8192,2304,6144,1,,1400000,165.6,
+ *   A100-SXM4-80GB,memory,bf16,,,,,268435456,160000,,1677.7
+ *   A100-SXM4-80GB,launch,bf16,,,,,,4000,,
+ *
+ * Fitting (calib_fit): for the rows of one gpu and dtype, launch_ns is the
+ * median of the launch rows (or the default table's when there are none);
+ * each gemm row gives the knot (intensity, flops / ((time_ns - launch_ns) *
+ * peak)), each memory row (bytes, bytes / ((time_ns - launch_ns) * hbm));
+ * knots whose keys agree within 1% are averaged, efficiencies are clamped to
+ * (0, 1]; a table with fewer than 2 distinct knots keeps the default table.
+ * The executor writes the file (issue 6) and `trainsim calibrate` fits it.
+ *
+ * Ownership: calib_read returns a set owned by the caller (calib_free).
+ */
+#ifndef TRAINSIM_CALIB_H
+#define TRAINSIM_CALIB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "cost.h"
+#include "err.h"
+
+typedef enum { CALIB_GEMM = 0, CALIB_MEMORY, CALIB_LAUNCH } calib_op;
+
+typedef struct {
+    char gpu[CONFIG_NAME_BYTES];
+    calib_op op;
+    config_precision dtype;
+    int64_t m, n, k, batch;   /* gemm */
+    int64_t bytes;            /* memory */
+    double time_ns;           /* > 0 */
+} calib_row;
+
+typedef struct {
+    size_t n;
+    calib_row *rows;
+} calib_set;
+
+/* Read path. TS_EIO if unreadable; TS_EINVAL with "FILE:LINE: column 'x':
+ * ..." for a bad cell (unknown op/dtype, missing dims, non-positive time). */
+int calib_read(const char *path, calib_set *out, ts_err *err);
+
+/* Write set to path atomically (temporary file, then rename). */
+int calib_write(const char *path, const calib_set *set, ts_err *err);
+
+/* Append one row (copies it). TS_ENOMEM. */
+int calib_add(calib_set *set, const calib_row *row, ts_err *err);
+
+void calib_free(calib_set *set); /* frees the rows; set itself is the caller's */
+
+/* Start from base (usually cost_params_default) and replace launch_ns and
+ * the tables with those fitted from the rows of base->gpu at dtype (see
+ * above). TS_EINVAL if the set has no row for that gpu and dtype. */
+int calib_fit(const calib_set *set, const cost_params *base, config_precision dtype,
+              cost_params *out, ts_err *err);
+
+const char *calib_op_name(calib_op op);
+
+#endif

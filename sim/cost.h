@@ -1,0 +1,82 @@
+/* cost — how long one compute op takes on one GPU kind, in integer ns.
+ *
+ *   GEMM:     launch_ns + flops / (peak_tflops * eff_gemm(intensity))
+ *   memory:   launch_ns + bytes / (hbm_gbps * eff_mem(bytes))
+ * where intensity = 2*m*n*k / (dtype_bytes * (m*k + k*n + m*n)) flops per
+ * byte of one GEMM of the batch (the roofline key: it falls for thin GEMMs,
+ * e.g. the attention GEMMs whose inner dimension is the head size, and for
+ * small ones), and eff_* are efficiency tables (fraction of peak, in (0, 1])
+ * interpolated with GSL (Steffen's monotone cubic in log10 of the key;
+ * linear for 2 knots; clamped to the end values outside the table).
+ *
+ * Default tables for A100, H100, H200 (cost_params_default) cite their
+ * sources in cost.c; a calibration CSV (calib.h) gives measured ones.
+ * Collectives are not costed here: see commcost.h.
+ *
+ * Ownership: cost_model_new returns a model owned by the caller (free with
+ * cost_model_free); it copies the params. Evaluating a model is read-only
+ * apart from GSL's lookup accelerators: use one model per thread.
+ */
+#ifndef TRAINSIM_COST_H
+#define TRAINSIM_COST_H
+
+#include <stdint.h>
+
+#include "config.h"
+#include "err.h"
+#include "layer.h"
+
+#define COST_MAX_KNOTS 32
+
+/* An efficiency table: strictly increasing keys > 0, efficiencies in (0, 1]. */
+typedef struct {
+    int n;                        /* knots, 2..COST_MAX_KNOTS */
+    double key[COST_MAX_KNOTS];   /* GEMM: flops/byte; memory: bytes */
+    double eff[COST_MAX_KNOTS];   /* fraction of peak */
+} cost_table;
+
+typedef struct {
+    char gpu[CONFIG_NAME_BYTES];  /* GPU kind the tables are for */
+    double peak_tflops;           /* dense peak at the run's precision, TFLOP/s */
+    double hbm_gbps;              /* memory bandwidth, GB/s */
+    int dtype_bytes;              /* 2 or 4 */
+    double launch_ns;             /* per-kernel launch overhead */
+    cost_table gemm;              /* key: arithmetic intensity, flops/byte */
+    cost_table mem;               /* key: bytes read + written */
+} cost_params;
+
+/* Default params for gpu (peaks from gpu_spec, i.e. the datasheet) at
+ * precision prec. Tables exist for "A100*", "H100*", "H200*"; another kind
+ * gives TS_EINVAL naming those and suggesting --calibration. */
+int cost_params_default(const gpu_spec *gpu, config_precision prec, cost_params *out,
+                        ts_err *err);
+
+/* Check a table (n, increasing keys, efficiencies in (0,1]); what names the
+ * table in the message. */
+int cost_table_check(const cost_table *t, const char *what, ts_err *err);
+
+typedef struct cost_model cost_model;
+
+/* Build the interpolants. TS_EINVAL for bad params, TS_ENOMEM. */
+int cost_model_new(const cost_params *p, cost_model **out, ts_err *err);
+void cost_model_free(cost_model *cm); /* NULL allowed */
+
+/* The params the model was built from (borrowed). */
+const cost_params *cost_model_params(const cost_model *cm);
+
+/* Arithmetic intensity of one GEMM, flops/byte (batch does not change it). */
+double cost_gemm_intensity(int64_t m, int64_t n, int64_t k, int dtype_bytes);
+
+/* Interpolated efficiencies (fraction of peak). */
+double cost_gemm_eff(const cost_model *cm, int64_t m, int64_t n, int64_t k);
+double cost_mem_eff(const cost_model *cm, int64_t bytes);
+
+/* Times in ns (>= launch_ns; rounded to nearest). Dims/bytes >= 0. */
+int64_t cost_gemm_ns(const cost_model *cm, int64_t m, int64_t n, int64_t k, int64_t batch);
+int64_t cost_mem_ns(const cost_model *cm, int64_t bytes);
+
+/* Time of a compute op of layer.h (GEMM or MEM); 0 for a COMM op, whose time
+ * is commcost_ns(). */
+int64_t cost_op_ns(const cost_model *cm, const layer_op *op);
+
+#endif

@@ -1,0 +1,461 @@
+/* engine — discrete-event core (see engine.h). */
+#include "engine.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum {
+    F_EXTERNAL = 1u << 0, /* duration decided by engine_task_finish */
+    F_JOINED = 1u << 1,   /* ends with its partner (link = partner) */
+    F_JOINER = 1u << 2,   /* another task is joined to this one (link = joiner) */
+    F_STARTED = 1u << 3,
+    F_DONE = 1u << 4,
+    F_ENDING = 1u << 5    /* an end event is queued */
+};
+
+#define TIMER_BIT 0x80000000u
+#define MAX_TASKS 0x7fffffffu
+
+typedef struct {
+    int64_t start_ns;   /* -1 until started */
+    int64_t dur_ns;     /* fixed duration; actual once finished */
+    uint32_t next;      /* next task in the same stream */
+    uint32_t first_edge;/* successors (edge list) */
+    uint32_t tag;
+    int32_t mb;
+    uint32_t stream;    /* global stream index rank*spr + s */
+    uint32_t npred;     /* predecessors not yet satisfied */
+    uint32_t link;      /* join partner / joiner */
+    uint32_t flags;
+} task;
+
+typedef struct {
+    uint32_t to, next;
+} edge;
+
+typedef struct {
+    uint32_t head;    /* next task to start (ENGINE_NO_TASK if none) */
+    uint32_t tail;    /* last task added */
+    uint32_t running; /* task running now (ENGINE_NO_TASK if idle) */
+} stream;
+
+typedef struct {
+    int64_t t_ns;
+    uint64_t seq;
+    uint32_t what; /* task id, or TIMER_BIT | timer index */
+} event;
+
+typedef struct {
+    engine_timer_fn fn;
+    void *ctx;
+} timer;
+
+struct engine {
+    int n_ranks, spr;
+    engine_hooks hooks;
+    task *tasks;
+    uint32_t n_tasks, cap_tasks;
+    edge *edges;
+    uint32_t n_edges, cap_edges;
+    stream *streams;
+    event *heap;
+    size_t n_heap, cap_heap;
+    timer *timers;
+    uint32_t n_timers, cap_timers;
+    uint64_t seq;
+    int64_t now_ns, makespan_ns;
+    uint64_t n_events;
+    int64_t *busy_ns;   /* n_ranks x (1 << spr) */
+    int64_t *last_ns;   /* per rank: time of the last mask change */
+    unsigned *mask;     /* per rank: streams busy now */
+    bool ran;
+    int status;         /* first error inside hooks/finish during run */
+    ts_err *run_err;
+};
+
+static int grow(void **p, size_t elem, uint32_t *cap, uint32_t need)
+{
+    if (need <= *cap)
+        return TS_OK;
+    size_t nc = *cap ? *cap : 64;
+    while (nc < need)
+        nc *= 2;
+    if (nc > MAX_TASKS)
+        nc = MAX_TASKS;
+    void *q = realloc(*p, nc * elem);
+    if (!q)
+        return TS_ENOMEM;
+    *p = q;
+    *cap = (uint32_t)nc;
+    return TS_OK;
+}
+
+int engine_create(int n_ranks, int streams_per_rank, const engine_hooks *hooks,
+                  engine **out, ts_err *err)
+{
+    *out = NULL;
+    if (n_ranks < 1 || n_ranks > (1 << 20))
+        return err_set(err, TS_EINVAL, "engine: %d ranks; valid: 1..%d", n_ranks, 1 << 20);
+    if (streams_per_rank < 1 || streams_per_rank > ENGINE_MAX_STREAMS_PER_RANK)
+        return err_set(err, TS_EINVAL, "engine: %d streams per rank; valid: 1..%d",
+                       streams_per_rank, ENGINE_MAX_STREAMS_PER_RANK);
+    engine *e = calloc(1, sizeof *e);
+    if (!e)
+        return err_set(err, TS_ENOMEM, "engine: out of memory");
+    e->n_ranks = n_ranks;
+    e->spr = streams_per_rank;
+    if (hooks)
+        e->hooks = *hooks;
+    size_t ns = (size_t)n_ranks * (size_t)streams_per_rank;
+    e->streams = malloc(ns * sizeof *e->streams);
+    e->busy_ns = calloc((size_t)n_ranks << streams_per_rank, sizeof *e->busy_ns);
+    e->last_ns = calloc((size_t)n_ranks, sizeof *e->last_ns);
+    e->mask = calloc((size_t)n_ranks, sizeof *e->mask);
+    if (!e->streams || !e->busy_ns || !e->last_ns || !e->mask) {
+        engine_free(e);
+        return err_set(err, TS_ENOMEM, "engine: out of memory for %d ranks", n_ranks);
+    }
+    for (size_t i = 0; i < ns; i++)
+        e->streams[i] = (stream){ENGINE_NO_TASK, ENGINE_NO_TASK, ENGINE_NO_TASK};
+    *out = e;
+    return TS_OK;
+}
+
+void engine_free(engine *e)
+{
+    if (!e)
+        return;
+    free(e->tasks);
+    free(e->edges);
+    free(e->streams);
+    free(e->heap);
+    free(e->timers);
+    free(e->busy_ns);
+    free(e->last_ns);
+    free(e->mask);
+    free(e);
+}
+
+int engine_reserve(engine *e, uint32_t n_tasks, uint32_t n_edges, ts_err *err)
+{
+    if (grow((void **)&e->tasks, sizeof *e->tasks, &e->cap_tasks, n_tasks) ||
+        grow((void **)&e->edges, sizeof *e->edges, &e->cap_edges, n_edges))
+        return err_set(err, TS_ENOMEM, "engine: out of memory reserving %u tasks", n_tasks);
+    return TS_OK;
+}
+
+int engine_task_add(engine *e, int rank, int stream_idx, int64_t dur_ns, uint32_t tag,
+                    int32_t mb, engine_task_id *out, ts_err *err)
+{
+    if (e->ran)
+        return err_set(err, TS_ESTATE, "engine: task added after engine_run");
+    if (rank < 0 || rank >= e->n_ranks || stream_idx < 0 || stream_idx >= e->spr)
+        return err_set(err, TS_EINVAL, "engine: task on rank %d stream %d; valid: rank 0..%d, stream 0..%d",
+                       rank, stream_idx, e->n_ranks - 1, e->spr - 1);
+    if (dur_ns < 0)
+        return err_set(err, TS_EINVAL, "engine: negative duration %lld ns (tag %u)",
+                       (long long)dur_ns, tag);
+    if (e->n_tasks >= MAX_TASKS)
+        return err_set(err, TS_ENOMEM, "engine: more than %u tasks", MAX_TASKS);
+    if (e->n_tasks == e->cap_tasks &&
+        grow((void **)&e->tasks, sizeof *e->tasks, &e->cap_tasks, e->n_tasks + 1))
+        return err_set(err, TS_ENOMEM, "engine: out of memory at %u tasks", e->n_tasks);
+    uint32_t id = e->n_tasks++;
+    uint32_t s = (uint32_t)(rank * e->spr + stream_idx);
+    e->tasks[id] = (task){.start_ns = -1, .dur_ns = dur_ns, .next = ENGINE_NO_TASK,
+                          .first_edge = ENGINE_NO_TASK, .tag = tag, .mb = mb, .stream = s,
+                          .npred = 0, .link = ENGINE_NO_TASK, .flags = 0};
+    stream *st = &e->streams[s];
+    if (st->tail == ENGINE_NO_TASK)
+        st->head = id;
+    else
+        e->tasks[st->tail].next = id;
+    st->tail = id;
+    if (out)
+        *out = id;
+    return TS_OK;
+}
+
+int engine_dep_add(engine *e, engine_task_id before, engine_task_id after, ts_err *err)
+{
+    if (e->ran)
+        return err_set(err, TS_ESTATE, "engine: dependency added after engine_run");
+    if (before >= e->n_tasks || after >= e->n_tasks || before == after)
+        return err_set(err, TS_EINVAL, "engine: dependency %u -> %u; valid: two distinct tasks < %u",
+                       before, after, e->n_tasks);
+    if (e->n_edges == e->cap_edges &&
+        grow((void **)&e->edges, sizeof *e->edges, &e->cap_edges, e->n_edges + 1))
+        return err_set(err, TS_ENOMEM, "engine: out of memory at %u edges", e->n_edges);
+    uint32_t k = e->n_edges++;
+    e->edges[k] = (edge){after, e->tasks[before].first_edge};
+    e->tasks[before].first_edge = k;
+    e->tasks[after].npred++;
+    return TS_OK;
+}
+
+int engine_task_set_external(engine *e, engine_task_id id, ts_err *err)
+{
+    if (id >= e->n_tasks || e->ran)
+        return err_set(err, TS_EINVAL, "engine: cannot make task %u external", id);
+    e->tasks[id].flags |= F_EXTERNAL;
+    return TS_OK;
+}
+
+int engine_task_join(engine *e, engine_task_id t, engine_task_id partner, ts_err *err)
+{
+    if (t >= e->n_tasks || partner >= e->n_tasks || t == partner || e->ran)
+        return err_set(err, TS_EINVAL, "engine: cannot join task %u to %u", t, partner);
+    task *a = &e->tasks[t], *p = &e->tasks[partner];
+    if ((a->flags & (F_JOINED | F_JOINER)) || (p->flags & (F_JOINED | F_JOINER)))
+        return err_set(err, TS_EINVAL, "engine: task %u or %u is already joined", t, partner);
+    a->flags |= F_JOINED;
+    a->link = partner;
+    p->flags |= F_JOINER;
+    p->link = t;
+    a->npred++; /* released when the partner starts */
+    return TS_OK;
+}
+
+/* ---------------------------------------------------------------- heap */
+static inline bool ev_less(const event *a, const event *b)
+{
+    return a->t_ns < b->t_ns || (a->t_ns == b->t_ns && a->seq < b->seq);
+}
+
+static int heap_push(engine *e, int64_t t_ns, uint32_t what)
+{
+    if (e->n_heap == e->cap_heap) {
+        size_t nc = e->cap_heap ? e->cap_heap * 2 : 256;
+        event *q = realloc(e->heap, nc * sizeof *q);
+        if (!q)
+            return TS_ENOMEM;
+        e->heap = q;
+        e->cap_heap = nc;
+    }
+    event ev = {t_ns, e->seq++, what};
+    size_t i = e->n_heap++;
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+        if (!ev_less(&ev, &e->heap[parent]))
+            break;
+        e->heap[i] = e->heap[parent];
+        i = parent;
+    }
+    e->heap[i] = ev;
+    return TS_OK;
+}
+
+static event heap_pop(engine *e)
+{
+    event top = e->heap[0];
+    event last = e->heap[--e->n_heap];
+    size_t i = 0, n = e->n_heap;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && ev_less(&e->heap[c + 1], &e->heap[c]))
+            c++;
+        if (!ev_less(&e->heap[c], &last))
+            break;
+        e->heap[i] = e->heap[c];
+        i = c;
+    }
+    if (n > 0)
+        e->heap[i] = last;
+    return top;
+}
+
+/* ---------------------------------------------------------------- run */
+static void fail(engine *e, int code, const char *what)
+{
+    if (e->status == TS_OK) {
+        e->status = code;
+        err_set(e->run_err, code, "engine: %s", what);
+    }
+}
+
+static inline void mask_flip(engine *e, uint32_t s)
+{
+    int r = (int)(s / (uint32_t)e->spr);
+    unsigned bit = 1u << (s % (uint32_t)e->spr);
+    e->busy_ns[((size_t)r << e->spr) + e->mask[r]] += e->now_ns - e->last_ns[r];
+    e->last_ns[r] = e->now_ns;
+    e->mask[r] ^= bit;
+}
+
+static void push_end(engine *e, uint32_t id, int64_t at_ns)
+{
+    e->tasks[id].flags |= F_ENDING;
+    if (heap_push(e, at_ns, id))
+        fail(e, TS_ENOMEM, "out of memory for events");
+}
+
+static void try_start(engine *e, uint32_t s);
+
+static void start(engine *e, uint32_t id)
+{
+    task *t = &e->tasks[id];
+    stream *st = &e->streams[t->stream];
+    st->running = id;
+    st->head = t->next;
+    t->start_ns = e->now_ns;
+    t->flags |= F_STARTED;
+    mask_flip(e, t->stream);
+    if (e->hooks.on_start)
+        e->hooks.on_start(e->hooks.ctx, e, id, e->now_ns);
+    t = &e->tasks[id];
+    if (t->flags & F_JOINED) {
+        if (e->tasks[t->link].flags & F_DONE)
+            push_end(e, id, e->now_ns);
+    } else if (!(t->flags & F_EXTERNAL)) {
+        push_end(e, id, e->now_ns + t->dur_ns);
+    }
+    if (t->flags & F_JOINER) {
+        task *j = &e->tasks[t->link];
+        if (--j->npred == 0)
+            try_start(e, j->stream);
+    }
+}
+
+static void try_start(engine *e, uint32_t s)
+{
+    stream *st = &e->streams[s];
+    if (st->running == ENGINE_NO_TASK && st->head != ENGINE_NO_TASK &&
+        e->tasks[st->head].npred == 0)
+        start(e, st->head);
+}
+
+static void end(engine *e, uint32_t id)
+{
+    task *t = &e->tasks[id];
+    t->dur_ns = e->now_ns - t->start_ns;
+    t->flags |= F_DONE;
+    t->flags &= ~(uint32_t)F_ENDING;
+    if (e->now_ns > e->makespan_ns)
+        e->makespan_ns = e->now_ns;
+    e->streams[t->stream].running = ENGINE_NO_TASK;
+    mask_flip(e, t->stream);
+    if (e->hooks.on_end)
+        e->hooks.on_end(e->hooks.ctx, e, id, e->now_ns);
+    t = &e->tasks[id];
+    if (t->flags & F_JOINER) {
+        task *j = &e->tasks[t->link];
+        if ((j->flags & F_STARTED) && !(j->flags & (F_DONE | F_ENDING)))
+            push_end(e, t->link, e->now_ns);
+    }
+    for (uint32_t k = t->first_edge; k != ENGINE_NO_TASK; k = e->edges[k].next) {
+        task *succ = &e->tasks[e->edges[k].to];
+        if (--succ->npred == 0)
+            try_start(e, succ->stream);
+    }
+    try_start(e, e->tasks[id].stream);
+}
+
+int engine_task_finish(engine *e, engine_task_id id, int64_t at_ns, ts_err *err)
+{
+    if (id >= e->n_tasks)
+        return err_set(err, TS_ESTATE, "engine: finish of unknown task %u", id);
+    task *t = &e->tasks[id];
+    if (!(t->flags & F_EXTERNAL) || !(t->flags & F_STARTED) || (t->flags & (F_DONE | F_ENDING)))
+        return err_set(err, TS_ESTATE, "engine: task %u (tag %u) is not a running external task", id, t->tag);
+    if (at_ns < e->now_ns)
+        return err_set(err, TS_EINVAL, "engine: finish of task %u at %lld ns, before now (%lld ns)", id,
+                       (long long)at_ns, (long long)e->now_ns);
+    push_end(e, id, at_ns);
+    return e->status == TS_OK ? TS_OK : err_set(err, e->status, "engine: out of memory for events");
+}
+
+int engine_timer_at(engine *e, int64_t at_ns, engine_timer_fn fn, void *ctx, ts_err *err)
+{
+    if (at_ns < e->now_ns || !fn)
+        return err_set(err, TS_EINVAL, "engine: timer at %lld ns, before now (%lld ns) or without a function",
+                       (long long)at_ns, (long long)e->now_ns);
+    if (grow((void **)&e->timers, sizeof *e->timers, &e->cap_timers, e->n_timers + 1) ||
+        e->n_timers >= MAX_TASKS)
+        return err_set(err, TS_ENOMEM, "engine: out of memory for timers");
+    e->timers[e->n_timers] = (timer){fn, ctx};
+    if (heap_push(e, at_ns, TIMER_BIT | e->n_timers))
+        return err_set(err, TS_ENOMEM, "engine: out of memory for events");
+    e->n_timers++;
+    return TS_OK;
+}
+
+int engine_run(engine *e, ts_err *err)
+{
+    if (e->ran)
+        return err_set(err, TS_ESTATE, "engine: engine_run called twice");
+    e->ran = true;
+    e->status = TS_OK;
+    e->run_err = err;
+    uint32_t ns = (uint32_t)(e->n_ranks * e->spr);
+    for (uint32_t s = 0; s < ns && e->status == TS_OK; s++)
+        try_start(e, s);
+    while (e->n_heap > 0 && e->status == TS_OK) {
+        event ev = heap_pop(e);
+        e->now_ns = ev.t_ns;
+        e->n_events++;
+        if (ev.what & TIMER_BIT) {
+            timer tm = e->timers[ev.what & ~TIMER_BIT];
+            tm.fn(tm.ctx, e, e->now_ns);
+        } else {
+            end(e, ev.what);
+        }
+    }
+    e->run_err = NULL;
+    if (e->status != TS_OK)
+        return e->status;
+    e->now_ns = e->makespan_ns;
+    for (int r = 0; r < e->n_ranks; r++) {
+        e->busy_ns[((size_t)r << e->spr) + e->mask[r]] += e->makespan_ns - e->last_ns[r];
+        e->last_ns[r] = e->makespan_ns;
+    }
+    for (uint32_t i = 0; i < e->n_tasks; i++) {
+        const task *t = &e->tasks[i];
+        if (!(t->flags & F_DONE))
+            return err_set(err, TS_ESTATE,
+                           "engine: task %u (rank %u, stream %u, tag %u, micro-batch %d) never %s: "
+                           "a dependency cycle or a schedule whose sends and receives do not match",
+                           i, t->stream / (uint32_t)e->spr, t->stream % (uint32_t)e->spr, t->tag, t->mb,
+                           (t->flags & F_STARTED) ? "finished" : "started");
+    }
+    return TS_OK;
+}
+
+/* ---------------------------------------------------------------- queries */
+uint32_t engine_task_count(const engine *e) { return e->n_tasks; }
+int engine_n_ranks(const engine *e) { return e->n_ranks; }
+int engine_streams_per_rank(const engine *e) { return e->spr; }
+int64_t engine_now_ns(const engine *e) { return e->now_ns; }
+int64_t engine_makespan_ns(const engine *e) { return e->makespan_ns; }
+uint64_t engine_events(const engine *e) { return e->n_events; }
+
+int64_t engine_task_start_ns(const engine *e, engine_task_id id)
+{
+    return id < e->n_tasks ? e->tasks[id].start_ns : -1;
+}
+
+int64_t engine_task_end_ns(const engine *e, engine_task_id id)
+{
+    if (id >= e->n_tasks || !(e->tasks[id].flags & F_DONE))
+        return -1;
+    return e->tasks[id].start_ns + e->tasks[id].dur_ns;
+}
+
+uint32_t engine_task_tag(const engine *e, engine_task_id id) { return e->tasks[id].tag; }
+int32_t engine_task_mb(const engine *e, engine_task_id id) { return e->tasks[id].mb; }
+int engine_task_rank(const engine *e, engine_task_id id)
+{
+    return (int)(e->tasks[id].stream / (uint32_t)e->spr);
+}
+int engine_task_stream(const engine *e, engine_task_id id)
+{
+    return (int)(e->tasks[id].stream % (uint32_t)e->spr);
+}
+
+int64_t engine_busy_mask_ns(const engine *e, int rank, unsigned mask)
+{
+    if (rank < 0 || rank >= e->n_ranks || mask >= (1u << e->spr))
+        return 0;
+    return e->busy_ns[((size_t)rank << e->spr) + mask];
+}

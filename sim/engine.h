@@ -1,0 +1,119 @@
+/* engine — the discrete-event core of the simulator.
+ *
+ * Time is an integer number of nanoseconds, so runs are deterministic and
+ * exact. The engine owns a set of ranks (simulated GPUs); each rank has the
+ * same number of streams (lowering uses: compute, tensor-parallel comm,
+ * pipeline send, pipeline receive, data-parallel comm). A stream runs its
+ * tasks one at a time, in the order they were added (CUDA stream semantics).
+ * A task starts when it is at the head of its stream, the stream is idle and
+ * every predecessor has finished; it then runs for its duration.
+ *
+ * Extension points for a flow-level network model (issue 5):
+ *  - an EXTERNAL task has no fixed duration: when it starts, the on_start
+ *    hook is called and the task ends when somebody calls engine_task_finish()
+ *    (a network model starts a flow there and finishes the task when the flow
+ *    completes; a collective waits until all its participants have started);
+ *  - engine_timer_at() schedules a callback at a time (for flow-rate updates);
+ *  - a task can be JOINED to another (engine_task_join): it cannot start
+ *    before its partner has started, and it ends when the partner ends (or at
+ *    its own start if the partner already ended) — a receive matched with its
+ *    send.
+ *
+ * Events are kept in a binary heap ordered by (time, sequence number); the
+ * sequence number grows by one per event pushed, so equal times are processed
+ * in push order, the same on every run.
+ *
+ * Accounting: for every rank the engine accumulates how long each subset of
+ * its streams was busy (a bit mask of busy streams -> ns), which the report
+ * turns into busy, idle and exposed-communication times.
+ *
+ * Ownership: engine_create() returns an engine the caller frees with
+ * engine_free(); tasks, edges and events live in arrays the engine owns and
+ * grows geometrically (memory is proportional to the tasks added).
+ */
+#ifndef TRAINSIM_ENGINE_H
+#define TRAINSIM_ENGINE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "err.h"
+
+#define ENGINE_MAX_STREAMS_PER_RANK 8
+
+typedef uint32_t engine_task_id;
+#define ENGINE_NO_TASK UINT32_MAX
+
+typedef struct engine engine;
+
+/* Called when a task starts or ends (now_ns is the simulated time). tag and
+ * mb are the values given to engine_task_add. An EXTERNAL task's on_start
+ * must arrange for engine_task_finish() to be called (possibly from a later
+ * timer). Hooks may add timers; they must not add tasks. */
+typedef struct {
+    void (*on_start)(void *ctx, engine *e, engine_task_id id, int64_t now_ns);
+    void (*on_end)(void *ctx, engine *e, engine_task_id id, int64_t now_ns);
+    void *ctx;
+} engine_hooks;
+
+typedef void (*engine_timer_fn)(void *ctx, engine *e, int64_t now_ns);
+
+/* Create an engine for n_ranks ranks of streams_per_rank streams each
+ * (1..ENGINE_MAX_STREAMS_PER_RANK). hooks may be NULL. *out is owned by the
+ * caller (engine_free). TS_EINVAL on bad sizes, TS_ENOMEM. */
+int engine_create(int n_ranks, int streams_per_rank, const engine_hooks *hooks,
+                  engine **out, ts_err *err);
+
+/* Free e and everything it owns. NULL is allowed. */
+void engine_free(engine *e);
+
+/* Reserve room for n_tasks tasks and n_edges edges (an optimisation only). */
+int engine_reserve(engine *e, uint32_t n_tasks, uint32_t n_edges, ts_err *err);
+
+/* Append a task of dur_ns (>= 0) to stream `stream` of `rank`. tag and mb are
+ * opaque to the engine (given back to hooks and by engine_task_tag/mb). */
+int engine_task_add(engine *e, int rank, int stream, int64_t dur_ns, uint32_t tag,
+                    int32_t mb, engine_task_id *out, ts_err *err);
+
+/* Make `after` wait until `before` has finished. Both must exist; a task may
+ * not depend on itself. Must be called before engine_run. */
+int engine_dep_add(engine *e, engine_task_id before, engine_task_id after, ts_err *err);
+
+/* Mark task id as external (its duration is ignored; see above). */
+int engine_task_set_external(engine *e, engine_task_id id, ts_err *err);
+
+/* Join `task` to `partner` (see above); task's duration is ignored. */
+int engine_task_join(engine *e, engine_task_id task, engine_task_id partner, ts_err *err);
+
+/* End a running EXTERNAL task at at_ns (>= now). Called from hooks or timers
+ * during engine_run. TS_ESTATE if the task is not a running external task. */
+int engine_task_finish(engine *e, engine_task_id id, int64_t at_ns, ts_err *err);
+
+/* Call fn(ctx, e, at_ns) at at_ns (>= now). */
+int engine_timer_at(engine *e, int64_t at_ns, engine_timer_fn fn, void *ctx, ts_err *err);
+
+/* Run until no event is left. TS_ESTATE if some task never ran (a dependency
+ * cycle or a schedule that deadlocks), naming the first stuck task's rank,
+ * stream and tag. */
+int engine_run(engine *e, ts_err *err);
+
+/* Queries (valid after engine_run for times). */
+uint32_t engine_task_count(const engine *e);
+int engine_n_ranks(const engine *e);
+int engine_streams_per_rank(const engine *e);
+int64_t engine_task_start_ns(const engine *e, engine_task_id id); /* -1 if never started */
+int64_t engine_task_end_ns(const engine *e, engine_task_id id);   /* -1 if not finished */
+uint32_t engine_task_tag(const engine *e, engine_task_id id);
+int32_t engine_task_mb(const engine *e, engine_task_id id);
+int engine_task_rank(const engine *e, engine_task_id id);
+int engine_task_stream(const engine *e, engine_task_id id);
+int64_t engine_now_ns(const engine *e);
+/* Time of the last task end (0 if none). */
+int64_t engine_makespan_ns(const engine *e);
+/* Events processed by engine_run (task ends + timers). */
+uint64_t engine_events(const engine *e);
+/* ns during which exactly the streams in `mask` (bit s = stream s) of rank
+ * were busy, over [0, makespan]; mask 0 is idle time. */
+int64_t engine_busy_mask_ns(const engine *e, int rank, unsigned mask);
+
+#endif

@@ -1,0 +1,166 @@
+/* csvio: reading with libcsv (comments, line numbers, quoting), typed getters
+ * and their messages, writing; afile: atomic commit and abort. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "afile.h"
+#include "csvio.h"
+
+static csvio_table *T;
+static ts_err E;
+
+static int rd(const char *text, const char *const *req)
+{
+    err_clear(&E);
+    csvio_free(T);
+    T = NULL;
+    return csvio_read_mem("t.csv", text, strlen(text), req, 0, &T, &E);
+}
+
+static void fini(void)
+{
+    csvio_free(T);
+    T = NULL;
+}
+
+TestSuite(csvio, .fini = fini);
+
+Test(csvio, comments_lines_and_quotes)
+{
+    const char *text = "# source: a \"datasheet\", p. 3\n"
+                       "name, bw_gbps ,note\n"
+                       "\n"
+                       "a,25,\"x, y\"\n"
+                       "# another comment\n"
+                       "b,50,\"two\nlines\"\n"
+                       "c,1e2,\"say \"\"hi\"\"\"";
+    cr_assert_eq(rd(text, NULL), TS_OK, "%s", E.msg);
+    cr_expect_eq(T->ncols, 3);
+    cr_expect_str_eq(T->header[1], "bw_gbps");
+    cr_expect_eq(T->header_line, 2);
+    cr_assert_eq(T->nrows, 3);
+    cr_expect_eq(T->rows[0].line, 4);
+    cr_expect_eq(T->rows[1].line, 6);
+    cr_expect_eq(T->rows[2].line, 8);
+    cr_expect_str_eq(csvio_cell(T, 0, "note"), "x, y");
+    cr_expect_str_eq(csvio_cell(T, 1, "note"), "two\nlines");
+    cr_expect_str_eq(csvio_cell(T, 2, "note"), "say \"hi\"");
+    cr_assert_eq(T->ncomments, 2);
+    cr_expect_str_eq(T->comments[0], "source: a \"datasheet\", p. 3");
+    double v;
+    cr_expect_eq(csvio_get_positive(T, 2, "bw_gbps", &v, &E), TS_OK);
+    cr_expect_float_eq(v, 100.0, 1e-12);
+}
+
+Test(csvio, empty_file_and_header_only)
+{
+    static const char *const req[] = {"a", "b", NULL};
+    cr_expect_eq(rd("", req), TS_EINVAL);
+    cr_expect(strstr(E.msg, "t.csv: empty: no header row (expected columns: a, b)"), "%s", E.msg);
+    cr_expect_eq(rd("# only a comment\n\n", NULL), TS_EINVAL);
+    cr_expect(strstr(E.msg, "empty"), "%s", E.msg);
+    cr_expect_eq(rd("# c\na,b\n", NULL), TS_EINVAL);
+    cr_expect(strstr(E.msg, "t.csv:2: empty: a header but no data rows"), "%s", E.msg);
+    csvio_table *t = NULL;
+    cr_expect_eq(csvio_read_mem("h.csv", "a,b\n", 4, NULL, CSVIO_ALLOW_NO_ROWS, &t, &E), TS_OK);
+    cr_expect_eq(t->nrows, 0);
+    csvio_free(t);
+}
+
+Test(csvio, missing_column)
+{
+    static const char *const req[] = {"name", "bw_gbps", NULL};
+    cr_expect_eq(rd("# c\nname,bandwidth\nx,3\n", req), TS_EINVAL);
+    cr_expect(strstr(E.msg, "t.csv:2: missing column 'bw_gbps' (the header has: name, bandwidth)"), "%s", E.msg);
+}
+
+Test(csvio, wrong_cell_count_and_malformed)
+{
+    cr_expect_eq(rd("a,b\n1,2\n1,2,3\n", NULL), TS_EINVAL);
+    cr_expect(strstr(E.msg, "t.csv:3: row has 3 cells but the header (line 1) has 2 columns"), "%s", E.msg);
+    cr_expect_eq(rd("a,b\n1,2\n\"open,3\n", NULL), TS_EINVAL);
+    cr_expect(strstr(E.msg, "t.csv:3: malformed CSV"), "%s", E.msg);
+    cr_expect_eq(rd("a,b\n1,x\"y\n", NULL), TS_EINVAL);
+    cr_expect(strstr(E.msg, "t.csv:2: malformed CSV"), "%s", E.msg);
+    cr_expect_eq(rd("a,a\n1,2\n", NULL), TS_EINVAL);
+    cr_expect(strstr(E.msg, "column 'a' appears twice"), "%s", E.msg);
+}
+
+Test(csvio, typed_getters_messages)
+{
+    cr_assert_eq(rd("n,bw_gbps,flag\n\n# c\nx,abc,maybe\ny,-25,true\nz,,1\nw,7.5,0\n", NULL), TS_OK, "%s", E.msg);
+    double d;
+    int i;
+    bool b;
+    const char *s;
+    cr_expect_eq(csvio_get_positive(T, 0, "bw_gbps", &d, &E), TS_EINVAL);
+    cr_expect(strstr(E.msg, "t.csv:4: column 'bw_gbps': 'abc' is not a number (expected a number > 0)"), "%s",
+              E.msg);
+    cr_expect_eq(csvio_get_positive(T, 1, "bw_gbps", &d, &E), TS_EINVAL);
+    cr_expect(strstr(E.msg, "t.csv:5: column 'bw_gbps': -25 is out of range (expected a number > 0)"), "%s", E.msg);
+    cr_expect_eq(csvio_get_double(T, 2, "bw_gbps", 0, 10, &d, &E), TS_EINVAL);
+    cr_expect(strstr(E.msg, "t.csv:6: column 'bw_gbps': empty"), "%s", E.msg);
+    cr_expect_eq(csvio_get_int(T, 3, "bw_gbps", 0, 10, &i, &E), TS_EINVAL);
+    cr_expect(strstr(E.msg, "t.csv:7: column 'bw_gbps': '7.5' is not an integer (expected an integer in [0, 10])"),
+              "%s", E.msg);
+    cr_expect_eq(csvio_get_double(T, 3, "bw_gbps", 0, 5, &d, &E), TS_EINVAL);
+    cr_expect(strstr(E.msg, "7.5 is out of range (expected a number in [0, 5])"), "%s", E.msg);
+    cr_expect_eq(csvio_get_bool(T, 0, "flag", &b, &E), TS_EINVAL);
+    cr_expect(strstr(E.msg, "t.csv:4: column 'flag': 'maybe' is not a boolean"), "%s", E.msg);
+    cr_expect_eq(csvio_get_bool(T, 1, "flag", &b, &E), TS_OK);
+    cr_expect(b);
+    cr_expect_eq(csvio_get_str(T, 0, "nope", &s, &E), TS_EINVAL);
+    cr_expect(strstr(E.msg, "t.csv:1: missing column 'nope'"), "%s", E.msg);
+    cr_expect(csvio_empty(T, 2, "bw_gbps"));
+}
+
+Test(csvio, file_errors)
+{
+    csvio_table *t = NULL;
+    cr_expect_eq(csvio_read("/nonexistent/x.csv", NULL, 0, &t, &E), TS_EIO);
+    cr_expect(strstr(E.msg, "/nonexistent/x.csv: cannot open"), "%s", E.msg);
+    cr_expect_null(t);
+}
+
+Test(csvio, write_round_trip_through_atomic_file)
+{
+    char dir[] = "/tmp/csvioXXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char path[256];
+    snprintf(path, sizeof path, "%s/out.csv", dir);
+    afile a;
+    cr_assert_eq(afile_open(&a, path, &E), TS_OK, "%s", E.msg);
+    const char *hdr[] = {"name", "note"};
+    const char *row[] = {"#x", "a, \"b\"\nc"};
+    cr_expect_eq(csvio_write_comment(a.f, "written\nby test", &E), TS_OK);
+    cr_expect_eq(csvio_write_row(a.f, 2, hdr, &E), TS_OK);
+    cr_expect_eq(csvio_write_row(a.f, 2, row, &E), TS_OK);
+    cr_expect_neq(access(path, F_OK), 0, "destination must not exist before commit");
+    cr_assert_eq(afile_commit(&a, &E), TS_OK, "%s", E.msg);
+    csvio_table *t = NULL;
+    cr_assert_eq(csvio_read(path, NULL, 0, &t, &E), TS_OK, "%s", E.msg);
+    cr_expect_str_eq(t->comments[0], "written by test");
+    cr_expect_str_eq(csvio_cell(t, 0, "name"), "#x");
+    cr_expect_str_eq(csvio_cell(t, 0, "note"), "a, \"b\"\nc");
+    csvio_free(t);
+    /* abort leaves the committed file untouched and no temporary behind */
+    cr_assert_eq(afile_open(&a, path, &E), TS_OK);
+    fputs("garbage", a.f);
+    afile_abort(&a);
+    cr_assert_eq(csvio_read(path, NULL, 0, &t, &E), TS_OK, "%s", E.msg);
+    csvio_free(t);
+    unlink(path);
+    cr_expect_eq(rmdir(dir), 0, "temporary file left behind");
+}
+
+Test(csvio, afile_bad_directory)
+{
+    afile a;
+    cr_expect_eq(afile_open(&a, "/nonexistent-dir/out.csv", &E), TS_EIO);
+    cr_expect(strstr(E.msg, "/nonexistent-dir/out.csv: cannot create a file in directory /nonexistent-dir"), "%s",
+              E.msg);
+    cr_expect_eq(afile_open(&a, "", &E), TS_EINVAL);
+}

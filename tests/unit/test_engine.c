@@ -1,0 +1,254 @@
+/* Unit tests of the discrete-event engine: ordering, tie-breaking, overlap of
+ * two streams, cross-rank dependencies, joins, external tasks, deadlocks. */
+#include <criterion/criterion.h>
+
+#include "engine.h"
+
+static engine *mk(int ranks, int spr, const engine_hooks *h)
+{
+    engine *e = NULL;
+    ts_err err;
+    cr_assert_eq(engine_create(ranks, spr, h, &e, &err), TS_OK, "%s", err.msg);
+    return e;
+}
+
+static engine_task_id add(engine *e, int rank, int s, int64_t dur, uint32_t tag)
+{
+    engine_task_id id;
+    ts_err err;
+    cr_assert_eq(engine_task_add(e, rank, s, dur, tag, 0, &id, &err), TS_OK, "%s", err.msg);
+    return id;
+}
+
+static void dep(engine *e, engine_task_id a, engine_task_id b)
+{
+    ts_err err;
+    cr_assert_eq(engine_dep_add(e, a, b, &err), TS_OK, "%s", err.msg);
+}
+
+static void run_ok(engine *e)
+{
+    ts_err err;
+    cr_assert_eq(engine_run(e, &err), TS_OK, "%s", err.msg);
+}
+
+Test(engine, stream_runs_in_order)
+{
+    engine *e = mk(1, 1, NULL);
+    engine_task_id a = add(e, 0, 0, 10, 1), b = add(e, 0, 0, 5, 2), c = add(e, 0, 0, 0, 3);
+    run_ok(e);
+    cr_expect_eq(engine_task_start_ns(e, a), 0);
+    cr_expect_eq(engine_task_start_ns(e, b), 10);
+    cr_expect_eq(engine_task_end_ns(e, b), 15);
+    cr_expect_eq(engine_task_start_ns(e, c), 15);
+    cr_expect_eq(engine_task_end_ns(e, c), 15);
+    cr_expect_eq(engine_makespan_ns(e), 15);
+    cr_expect_eq(engine_busy_mask_ns(e, 0, 1), 15);
+    cr_expect_eq(engine_busy_mask_ns(e, 0, 0), 0);
+    engine_free(e);
+}
+
+/* Records the order of on_end calls. */
+typedef struct {
+    uint32_t tags[16];
+    int n;
+} order_log;
+
+static void log_end(void *ctx, engine *e, engine_task_id id, int64_t now_ns)
+{
+    (void)now_ns;
+    order_log *l = ctx;
+    l->tags[l->n++] = engine_task_tag(e, id);
+}
+
+Test(engine, equal_times_break_ties_by_push_order)
+{
+    order_log l = {0};
+    engine_hooks h = {NULL, log_end, &l};
+    engine *e = mk(3, 1, &h);
+    /* Three streams all ending at t=7: started in stream order 0,1,2, so
+     * their end events were pushed in that order and are processed so. */
+    add(e, 0, 0, 7, 10);
+    add(e, 1, 0, 7, 11);
+    add(e, 2, 0, 7, 12);
+    run_ok(e);
+    cr_assert_eq(l.n, 3);
+    cr_expect_eq(l.tags[0], 10);
+    cr_expect_eq(l.tags[1], 11);
+    cr_expect_eq(l.tags[2], 12);
+    engine_free(e);
+}
+
+Test(engine, two_streams_overlap)
+{
+    engine *e = mk(1, 2, NULL);
+    engine_task_id c1 = add(e, 0, 0, 100, 1);
+    engine_task_id m = add(e, 0, 1, 60, 2); /* comm, depends on c1 */
+    engine_task_id c2 = add(e, 0, 0, 50, 3); /* compute, overlaps m */
+    engine_task_id c3 = add(e, 0, 0, 10, 4); /* waits for m */
+    dep(e, c1, m);
+    dep(e, m, c3);
+    run_ok(e);
+    cr_expect_eq(engine_task_start_ns(e, m), 100);
+    cr_expect_eq(engine_task_start_ns(e, c2), 100);
+    cr_expect_eq(engine_task_start_ns(e, c3), 160);
+    cr_expect_eq(engine_makespan_ns(e), 170);
+    /* compute only: 0-100 and 160-170; both: 100-150; comm only: 150-160 */
+    cr_expect_eq(engine_busy_mask_ns(e, 0, 1), 110);
+    cr_expect_eq(engine_busy_mask_ns(e, 0, 3), 50);
+    cr_expect_eq(engine_busy_mask_ns(e, 0, 2), 10);
+    cr_expect_eq(engine_busy_mask_ns(e, 0, 0), 0);
+    engine_free(e);
+}
+
+Test(engine, cross_rank_dependency)
+{
+    engine *e = mk(2, 1, NULL);
+    engine_task_id a = add(e, 0, 0, 30, 1);
+    engine_task_id b = add(e, 1, 0, 20, 2);
+    engine_task_id c = add(e, 1, 0, 5, 3);
+    dep(e, a, b);
+    run_ok(e);
+    cr_expect_eq(engine_task_start_ns(e, b), 30);
+    cr_expect_eq(engine_task_start_ns(e, c), 50);
+    cr_expect_eq(engine_busy_mask_ns(e, 1, 0), 30); /* rank 1 idle waiting */
+    cr_expect_eq(engine_busy_mask_ns(e, 0, 0), 25); /* rank 0 idle after its task */
+    engine_free(e);
+}
+
+Test(engine, stream_head_blocks_later_ready_tasks)
+{
+    /* In-order streams: a ready task waits behind a blocked head. */
+    engine *e = mk(2, 1, NULL);
+    engine_task_id a = add(e, 0, 0, 40, 1);
+    engine_task_id h = add(e, 1, 0, 1, 2);
+    engine_task_id x = add(e, 1, 0, 1, 3);
+    dep(e, a, h);
+    run_ok(e);
+    cr_expect_eq(engine_task_start_ns(e, x), 41);
+    engine_free(e);
+}
+
+Test(engine, join_ends_with_partner)
+{
+    engine *e = mk(2, 2, NULL);
+    engine_task_id c0 = add(e, 0, 0, 10, 1);
+    engine_task_id send = add(e, 0, 1, 25, 2);
+    engine_task_id recv = add(e, 1, 1, 0, 3);
+    engine_task_id f1 = add(e, 1, 0, 5, 4);
+    engine_task_id late = add(e, 1, 1, 0, 5); /* behind recv on the receive stream */
+    ts_err err;
+    dep(e, c0, send);
+    cr_assert_eq(engine_task_join(e, recv, send, &err), TS_OK, "%s", err.msg);
+    dep(e, recv, f1);
+    run_ok(e);
+    cr_expect_eq(engine_task_start_ns(e, recv), 10);
+    cr_expect_eq(engine_task_end_ns(e, recv), 35);
+    cr_expect_eq(engine_task_start_ns(e, f1), 35);
+    cr_expect_eq(engine_task_start_ns(e, late), 35);
+    engine_free(e);
+}
+
+Test(engine, join_after_partner_ended_is_instant)
+{
+    engine *e = mk(2, 2, NULL);
+    engine_task_id send = add(e, 0, 1, 5, 1);
+    engine_task_id busy = add(e, 1, 1, 50, 2);
+    engine_task_id recv = add(e, 1, 1, 0, 3);
+    ts_err err;
+    cr_assert_eq(engine_task_join(e, recv, send, &err), TS_OK, "%s", err.msg);
+    run_ok(e);
+    (void)busy;
+    cr_expect_eq(engine_task_start_ns(e, recv), 50);
+    cr_expect_eq(engine_task_end_ns(e, recv), 50);
+    engine_free(e);
+}
+
+/* An external task finished by a timer 42 ns after it starts. */
+typedef struct {
+    engine_task_id ext;
+    engine *e;
+} ext_ctx;
+
+static void finish_ext(void *ctx, engine *e, int64_t now_ns)
+{
+    ext_ctx *c = ctx;
+    cr_assert_eq(engine_task_finish(e, c->ext, now_ns, NULL), TS_OK);
+}
+
+static void on_start_ext(void *ctx, engine *e, engine_task_id id, int64_t now_ns)
+{
+    ext_ctx *c = ctx;
+    if (id == c->ext)
+        cr_assert_eq(engine_timer_at(e, now_ns + 42, finish_ext, c, NULL), TS_OK);
+}
+
+Test(engine, external_task_finished_by_timer)
+{
+    ext_ctx c = {0};
+    engine_hooks h = {on_start_ext, NULL, &c};
+    engine *e = mk(1, 1, &h);
+    add(e, 0, 0, 8, 1);
+    c.ext = add(e, 0, 0, 999, 2);
+    engine_task_id after = add(e, 0, 0, 1, 3);
+    ts_err err;
+    cr_assert_eq(engine_task_set_external(e, c.ext, &err), TS_OK);
+    run_ok(e);
+    cr_expect_eq(engine_task_end_ns(e, c.ext), 50);
+    cr_expect_eq(engine_task_start_ns(e, after), 50);
+    cr_expect_eq(engine_events(e), 4); /* 3 task ends + 1 timer */
+    engine_free(e);
+}
+
+Test(engine, cycle_is_reported)
+{
+    engine *e = mk(2, 1, NULL);
+    engine_task_id a = add(e, 0, 0, 1, 7);
+    engine_task_id b = add(e, 1, 0, 1, 8);
+    dep(e, a, b);
+    dep(e, b, a);
+    ts_err err;
+    cr_expect_eq(engine_run(e, &err), TS_ESTATE);
+    cr_expect(strstr(err.msg, "never started") != NULL, "%s", err.msg);
+    engine_free(e);
+}
+
+Test(engine, bad_arguments)
+{
+    engine *e = NULL;
+    ts_err err;
+    cr_expect_eq(engine_create(0, 2, NULL, &e, &err), TS_EINVAL);
+    cr_expect_eq(engine_create(1, 9, NULL, &e, &err), TS_EINVAL);
+    e = mk(1, 2, NULL);
+    engine_task_id id;
+    cr_expect_eq(engine_task_add(e, 1, 0, 1, 0, 0, &id, &err), TS_EINVAL);
+    cr_expect_eq(engine_task_add(e, 0, 2, 1, 0, 0, &id, &err), TS_EINVAL);
+    cr_expect_eq(engine_task_add(e, 0, 0, -1, 0, 0, &id, &err), TS_EINVAL);
+    id = add(e, 0, 0, 1, 0);
+    cr_expect_eq(engine_dep_add(e, id, id, &err), TS_EINVAL);
+    cr_expect_eq(engine_dep_add(e, id, 5, &err), TS_EINVAL);
+    engine_free(e);
+}
+
+Test(engine, many_tasks_deterministic)
+{
+    /* A chain of 10000 tasks ping-ponging between two ranks. */
+    int64_t first = -1;
+    for (int rep = 0; rep < 2; rep++) {
+        engine *e = mk(2, 2, NULL);
+        engine_task_id prev = ENGINE_NO_TASK;
+        for (int i = 0; i < 10000; i++) {
+            engine_task_id t = add(e, i % 2, (i / 2) % 2, 1 + i % 7, (uint32_t)i);
+            if (prev != ENGINE_NO_TASK)
+                dep(e, prev, t);
+            prev = t;
+        }
+        run_ok(e);
+        int64_t ms = engine_makespan_ns(e);
+        cr_expect_eq(ms, 1428 * 28 + 10); /* sum of 1+i%7: 1428 cycles of 28, then 1+2+3+4 */
+        if (first < 0)
+            first = ms;
+        cr_expect_eq(ms, first);
+        engine_free(e);
+    }
+}
