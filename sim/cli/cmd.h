@@ -7,4 +7,7 @@
 /* Each subcommand adds its prototype here and its row to COMMANDS in main.c
  * ("simulate" goes first: it is what runs with no command). */
 
+/* trainsim calibrate: microbenchmark samples -> calibration CSV (cmd_calibrate.c). */
+int cmd_calibrate(int argc, char **argv);
+
 #endif
