@@ -33,8 +33,13 @@ int catalog_find(const char *file, char *buf, size_t cap, ts_err *err)
         exe[n] = '\0';
         char *slash = strrchr(exe, '/');
         if (slash) {
-            *slash = '\0';
-            snprintf(buf, cap, "%s/../topologies/%s", exe, file);
+            *slash = '\0'; /* the executable's directory ... */
+            char *up = strrchr(exe, '/');
+            if (up && up != exe)
+                *up = '\0'; /* ... and its parent: <dir>/../topologies without the ".." */
+            else
+                snprintf(exe, sizeof exe, "%s", up ? "" : "..");
+            snprintf(buf, cap, "%s/topologies/%s", exe, file);
             if (readable(buf))
                 return TS_OK;
             snprintf(tried, sizeof tried, "%s, ", buf);

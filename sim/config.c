@@ -9,14 +9,6 @@ const char *const CONFIG_RECOMPUTE_NAMES[] = {"none", "selective", "full", NULL}
 const char *const CONFIG_RECOMPUTE_METHOD_NAMES[] = {"uniform", "block", NULL};
 const char *const CONFIG_PRECISION_NAMES[] = {"bf16", "fp16", "fp32", NULL};
 
-/* Schedule names for messages. TODO(config): use sched_kind_name() once
- * sched.c is on main (the names are those of sched.h). */
-static const char *sched_label(sched_kind k)
-{
-    static const char *const names[] = {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "custom"};
-    return k >= 0 && k < SCHED_KIND_COUNT ? names[k] : "?";
-}
-
 void config_free(config *c)
 {
     if (!c)
@@ -122,7 +114,7 @@ static int check_layers(config *c, ts_err *err)
 {
     parallel_config *p = &c->par;
     int l = c->model.num_layers, pp = p->pp, lv = p->layers_per_virtual_stage;
-    const char *sn = sched_label(p->schedule);
+    const char *sn = sched_kind_name(p->schedule);
     bool uneven = p->first_stage_layers > 0 || p->last_stage_layers > 0;
     char buf[160];
     if (p->schedule == SCHED_INTERLEAVED || p->schedule == SCHED_ZB_V) {

@@ -547,6 +547,30 @@ int topo_default(int gpus, topo **out, ts_err *err)
     return TS_OK;
 }
 
+int topo_default_for(const gpu_spec *g, int gpus, topo **out, ts_err *err)
+{
+    int rc = topo_default(gpus, out, err);
+    if (rc || !g)
+        return rc;
+    topo_params *p = &(*out)->params;
+    snprintf(p->gpu, sizeof p->gpu, "%s", g->name);
+    p->intra_node_gbps = g->nvlink_gbps;
+    if (g->nvlink_gbps > 300) {
+        p->nic_gbps = 50; /* NDR 400 Gb/s, networks.csv */
+        p->switch_ports = DEF_PORTS_NDR;
+        snprintf((*out)->description, sizeof (*out)->description,
+                 "DGX H100-like nodes of %s (8 GPUs, NVSwitch %g GB/s, 8 x NDR 400 Gb/s NICs) on a 3-level "
+                 "rail-optimized NDR InfiniBand fat tree (figures of topologies/dgx-h100-cluster.csv)",
+                 g->name, g->nvlink_gbps);
+    } else {
+        snprintf((*out)->description, sizeof (*out)->description,
+                 "DGX A100-like nodes of %s (8 GPUs, NVSwitch %g GB/s, 8 x HDR 200 Gb/s NICs) on a 3-level "
+                 "rail-optimized HDR InfiniBand fat tree like Selene (figures of topologies/selene-dgx-a100.csv)",
+                 g->name, g->nvlink_gbps);
+    }
+    return TS_OK;
+}
+
 void topo_describe(const topo *t, char *buf, size_t cap)
 {
     const topo_params *p = &t->params;
