@@ -36,13 +36,15 @@
  * a busy stream is a few microseconds; a calibration CSV's launch rows
  * replace it.
  */
-#define A100_E_GEMM 0.80       /* fitted, see above */
-#define A100_I_HALF 60.0       /* fitted, flops/byte */
-#define A100_E_MEM 0.85        /* fitted */
+#ifndef A100_E_GEMM /* overridable (-D) only to re-run the fit */
+#define A100_E_GEMM 0.66       /* fitted, see above */
+#define A100_I_HALF 22.8       /* fitted, flops/byte */
+#define A100_E_MEM 0.80        /* fitted */
 #define A100_B_HALF 2.0e6      /* fitted, bytes */
+#define A100_OVERLAP_SLOWDOWN 0.5 /* fitted (Korthikanti backward times), see cost.h */
+#endif
 #define A100_RIDGE (312.0 / 2039.0 * 1e3) /* gpus.csv: flops per byte at the ridge */
 #define LAUNCH_NS 4000.0       /* assumption, see above */
-#define A100_OVERLAP_SLOWDOWN 0.5 /* fitted (Korthikanti backward times), see cost.h */
 
 /* Knots of the sampled tables: log-spaced. */
 static void sample_curve(cost_table *t, double lo, double hi, int n, double emax, double half,
