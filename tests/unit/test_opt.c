@@ -239,7 +239,7 @@ Test(opt, many_flags_keep_their_defaults)
 {
     /* the table grows (realloc) past 32 entries: defaults must survive the move */
     static int many[40];
-    static char names[40][16];
+    static char names[40][32];
     for (int i = 0; i < 40; i++) {
         many[i] = 100 + i;
         snprintf(names[i], sizeof names[i], "--flag-%d", i);
