@@ -126,6 +126,14 @@ static int optim(lowering *L, int rank)
     return TS_OK;
 }
 
+/* Whether stage st runs on rank r (its data needs no transfer). */
+static bool local_input(const lowering *L, int r, int st)
+{
+    int rank, chunk;
+    sched_rank_chunk_of(L->s, st, &rank, &chunk);
+    return rank == r;
+}
+
 /* Before the first action of rank r: find each chunk's last backward. */
 static void rank_prepare(lowering *L, int r)
 {
@@ -169,8 +177,12 @@ static int rank_action(lowering *L, int r, size_t i)
     switch ((sched_act_kind)a->kind) {
     case ACT_F: {
         uint32_t in = ENGINE_NO_TASK;
-        if (st > 0 && (in = L->recv_tab[tab_idx(L, DIR_F, st, a->mb)]) == ENGINE_NO_TASK)
-            return act_err(L, r, i, a, "no RECV_F of its input before it");
+        if (st > 0 && local_input(L, r, st - 1))
+            in = L->fwd_last[(size_t)(st - 1) * L->m + a->mb]; /* V placement: same rank */
+        else if (st > 0)
+            in = L->recv_tab[tab_idx(L, DIR_F, st, a->mb)];
+        if (st > 0 && in == ENGINE_NO_TASK)
+            return act_err(L, r, i, a, "no RECV_F (or local forward) of its input before it");
         if ((rc = run_pass(L, r, st, PLAN_PASS_F, a->mb, in, false, &last)))
             return rc;
         L->fwd_last[(size_t)st * L->m + a->mb] = last;
@@ -181,9 +193,14 @@ static int rank_action(lowering *L, int r, size_t i)
     case ACT_W: {
         uint32_t in = ENGINE_NO_TASK;
         int k = a->kind == ACT_B ? PLAN_PASS_B : a->kind == ACT_I ? PLAN_PASS_I : PLAN_PASS_W;
-        if (a->kind != ACT_W && st < last_stage &&
-            (in = L->recv_tab[tab_idx(L, DIR_B, st, a->mb)]) == ENGINE_NO_TASK)
-            return act_err(L, r, i, a, "no RECV_B of its output gradient before it");
+        if (a->kind != ACT_W && st < last_stage) {
+            if (local_input(L, r, st + 1))
+                in = L->bwd_last[(size_t)(st + 1) * L->m + a->mb];
+            else
+                in = L->recv_tab[tab_idx(L, DIR_B, st, a->mb)];
+            if (in == ENGINE_NO_TASK)
+                return act_err(L, r, i, a, "no RECV_B (or local backward) of its output gradient before it");
+        }
         bool final = L->final_bwd[base + a->chunk] == i;
         if ((rc = run_pass(L, r, st, k, a->mb, in, final, &last)))
             return rc;
