@@ -17,6 +17,7 @@ typedef struct {
     uint32_t *fwd_last;   /* [stage][mb] -> last task of F */
     uint32_t *bwd_last;   /* [stage][mb] -> last task of B or I */
     uint32_t *scratch;    /* task ids of the pass being instantiated */
+    int *rank_of;         /* [stage] rank that runs it */
     /* per rank (ranks are lowered one action at a time, round robin, so
      * that tasks running at the same simulated time sit close in memory) */
     size_t *final_bwd;    /* [rank*v + chunk] action index of the chunk's last B/W (SIZE_MAX: none) */
@@ -50,7 +51,7 @@ static int run_pass(lowering *L, int rank, int st, int k, int32_t mb, uint32_t i
 {
     const plan *pl = L->pl;
     const plan_stage *S = &pl->stages[st];
-    plan_range R = S->pass[k];
+    plan_range R = final && S->pass_final[k].n ? S->pass_final[k] : S->pass[k];
     bool buckets = final && pl->overlap_grad_reduce && pl->d > 1 && S->n_buckets > 0 &&
                    (k == PLAN_PASS_B || k == PLAN_PASS_W);
     int next_bucket = 0;
@@ -129,9 +130,7 @@ static int optim(lowering *L, int rank)
 /* Whether stage st runs on rank r (its data needs no transfer). */
 static bool local_input(const lowering *L, int r, int st)
 {
-    int rank, chunk;
-    sched_rank_chunk_of(L->s, st, &rank, &chunk);
-    return rank == r;
+    return L->rank_of[st] == r;
 }
 
 /* Before the first action of rank r: find each chunk's last backward. */
@@ -219,9 +218,7 @@ static int rank_action(lowering *L, int r, size_t i)
         int to = fwd ? st + 1 : st - 1;
         if (to < 0 || to > last_stage)
             return act_err(L, r, i, a, "sends beyond the first or last stage");
-        int peer_rank, peer_chunk;
-        sched_rank_chunk_of(s, to, &peer_rank, &peer_chunk);
-        if (a->peer != peer_rank)
+        if (a->peer != L->rank_of[to])
             return act_err(L, r, i, a, "peer is not the rank of the neighbour stage");
         uint32_t src = (fwd ? L->fwd_last : L->bwd_last)[(size_t)st * L->m + a->mb];
         if (src == ENGINE_NO_TASK)
@@ -233,6 +230,8 @@ static int rank_action(lowering *L, int r, size_t i)
             (rc = engine_dep_add(L->e, src, id, L->err)))
             return rc;
         L->send_tab[k] = id;
+        if (L->recv_tab[k] != ENGINE_NO_TASK) /* match now, while both are in cache */
+            rc = engine_task_join(L->e, L->recv_tab[k], id, L->err);
         break;
     }
     case ACT_RECV_F:
@@ -241,9 +240,7 @@ static int rank_action(lowering *L, int r, size_t i)
         int from = fwd ? st - 1 : st + 1;
         if (from < 0 || from > last_stage)
             return act_err(L, r, i, a, "receives from beyond the first or last stage");
-        int peer_rank, peer_chunk;
-        sched_rank_chunk_of(s, from, &peer_rank, &peer_chunk);
-        if (a->peer != peer_rank)
+        if (a->peer != L->rank_of[from])
             return act_err(L, r, i, a, "peer is not the rank of the neighbour stage");
         size_t k = tab_idx(L, fwd ? DIR_F : DIR_B, st, a->mb);
         if (L->recv_tab[k] != ENGINE_NO_TASK)
@@ -251,6 +248,8 @@ static int rank_action(lowering *L, int r, size_t i)
         if ((rc = add_task(L, r, fwd ? S->recv_f : S->recv_b, a->mb, &id)))
             return rc;
         L->recv_tab[k] = id;
+        if (L->send_tab[k] != ENGINE_NO_TASK)
+            rc = engine_task_join(L->e, id, L->send_tab[k], L->err);
         break;
     }
     case ACT_REDUCE_GRAD:
@@ -329,6 +328,7 @@ int lower_sched(const plan *pl, const sched *s, engine *e, ts_err *err)
     L.fwd_last = malloc(half * sizeof *L.fwd_last);
     L.bwd_last = malloc(half * sizeof *L.bwd_last);
     L.scratch = malloc(((size_t)pl->max_pass_steps + 1) * sizeof *L.scratch);
+    L.rank_of = malloc((size_t)L.n_stages * sizeof *L.rank_of);
     size_t pv = (size_t)s->p * (size_t)s->v;
     L.final_bwd = malloc(pv * sizeof *L.final_bwd);
     L.grads_done = malloc(pv * sizeof *L.grads_done);
@@ -337,11 +337,15 @@ int lower_sched(const plan *pl, const sched *s, engine *e, ts_err *err)
     L.last_dp = malloc((size_t)s->p * sizeof *L.last_dp);
     L.optim_seen = malloc((size_t)s->p * sizeof *L.optim_seen);
     int rc = TS_OK;
-    if (!L.send_tab || !L.recv_tab || !L.fwd_last || !L.bwd_last || !L.scratch || !L.final_bwd ||
+    if (!L.send_tab || !L.recv_tab || !L.fwd_last || !L.bwd_last || !L.scratch || !L.rank_of || !L.final_bwd ||
         !L.grads_done || !L.buckets_sent || !L.reduced || !L.last_dp || !L.optim_seen) {
         rc = err_set(err, TS_ENOMEM, "lower: out of memory for %d stages x %d micro-batches",
                      L.n_stages, L.m);
         goto done;
+    }
+    for (int st = 0; st < L.n_stages; st++) {
+        int chunk;
+        sched_rank_chunk_of(s, st, &L.rank_of[st], &chunk);
     }
     memset(L.send_tab, 0xff, tab * sizeof *L.send_tab);
     memset(L.recv_tab, 0xff, tab * sizeof *L.recv_tab);
@@ -386,7 +390,6 @@ int lower_sched(const plan *pl, const sched *s, engine *e, ts_err *err)
                                                        : (dir == DIR_F ? "RECV_F" : "RECV_B"));
                     break;
                 }
-                rc = engine_task_join(e, rcv, snd, err);
             }
 done:
     free(L.send_tab);
@@ -394,6 +397,7 @@ done:
     free(L.fwd_last);
     free(L.bwd_last);
     free(L.scratch);
+    free(L.rank_of);
     free(L.final_bwd);
     free(L.grads_done);
     free(L.buckets_sent);
