@@ -102,8 +102,11 @@ static void summarize(const config *c, const simulate_opts *o, const engine *e, 
     int p = R->p;
     uint32_t n = engine_task_count(e);
     for (uint32_t id = 0; id < n; id++) { /* time per category and flops, per rank */
+        int rk = engine_task_rank(e, id);
+        if (rk >= p) /* another replica's rank (a network model's --full mode) */
+            continue;
         const plan_step *x = &pl->steps[engine_task_tag(e, id)];
-        simulate_rank *X = &R->ranks[engine_task_rank(e, id)];
+        simulate_rank *X = &R->ranks[rk];
         X->flops += x->flops;
         if (!x->seg_n) {
             X->cat_ns[x->cat] += engine_task_end_ns(e, id) - engine_task_start_ns(e, id);
@@ -218,7 +221,9 @@ int simulate_run(const config *c, const simulate_opts *opts, simulate_result **o
     R->distributed_optimizer = P->distributed_optimizer;
     R->overlap_grad_reduce = P->overlap_grad_reduce;
 
-    plan_opts popts = {.inline_tp = true}; /* symmetric ranks: TP collectives are costed */
+    /* symmetric ranks with costed TP collectives: collapse passes (a network
+     * model drives each collective as its own task instead) */
+    plan_opts popts = {.inline_tp = o.net == NULL};
     sched_opts so;
     sched_opts_default(&so, P->schedule);
     so.p = R->p;

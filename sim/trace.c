@@ -40,8 +40,10 @@ int trace_write_file(const simulate_result *r, FILE *f, ts_err *err)
         int64_t t0 = engine_task_start_ns(e, id), t1 = engine_task_end_ns(e, id);
         if (t0 < 0 || t1 <= t0)
             continue;
-        const plan_step *x = &pl->steps[engine_task_tag(e, id)];
         int rank = engine_task_rank(e, id);
+        if (rank >= r->p) /* ranks of other replicas (a network model's --full mode) */
+            continue;
+        const plan_step *x = &pl->steps[engine_task_tag(e, id)];
         /* a collapsed pass shows its segments on their own tracks */
         uint32_t k = 0, nk = x->seg_n ? x->seg_n : 1;
         for (; k < nk; k++) {
