@@ -12,5 +12,7 @@ int cmd_simulate(int argc, char **argv);
 
 /* trainsim config: validate flags, print the resolved configuration. */
 int cmd_config(int argc, char **argv);
+/* trainsim calibrate: microbenchmark samples -> calibration CSV (cmd_calibrate.c). */
+int cmd_calibrate(int argc, char **argv);
 
 #endif

@@ -26,6 +26,7 @@ static const command COMMANDS[] = {
     {"simulate", cmd_simulate, "predict one training iteration by discrete-event simulation"},
     {"version", cmd_version, "print the version"},
     {"config", cmd_config, "check flags and print the resolved configuration (presets: --list-models)"},
+    {"calibrate", cmd_calibrate, "fit the cost model to trainexec --microbench samples"},
 };
 #define NCOMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
 
