@@ -96,6 +96,8 @@ static void summarize(const config *c, const simulate_opts *o, const engine *e, 
     int p = R->p;
     uint32_t n = engine_task_count(e);
     for (uint32_t id = 0; id < n; id++) { /* time per category and flops, per rank */
+        if (engine_task_rank(e, id) >= p) /* --full: ranks 0..p-1 are the reported replica */
+            continue;
         const plan_step *x = &pl->steps[engine_task_tag(e, id)];
         simulate_rank *X = &R->ranks[engine_task_rank(e, id)];
         X->cat_ns[x->cat] += engine_task_end_ns(e, id) - engine_task_start_ns(e, id);
