@@ -30,11 +30,11 @@ expect_err() {
 }
 
 # --- the default and presets
-expect_ok "" "parallelism:          t=8 p=16 d=8 v=2 (1024 GPUs = 8 x 16 x 8)"
-expect_ok "" "gpu:                  A100-SXM4-80GB"
+expect_ok "" "parallelism:           t=8 p=16 d=8 v=2 (1024 GPUs = 8 x 16 x 8)"
+expect_ok "" "gpu:                   A100-SXM4-80GB"
 expect_ok "" "128 nodes x 8 A100-SXM4-80GB"
 expect_ok "--model megatron-39.1b" "t=8 p=2 d=32 v=2 (512 GPUs"
-expect_ok "--model llama3-405b" "uneven split:         first stage 7 layers, last stage 7 layers"
+expect_ok "--model llama3-405b" "uneven split:          first stage 7 layers, last stage 7 layers"
 expect_ok "--global-batch-size 512 --model megatron-1.7b" "global batch 512 sequences, 16 micro-batches"
 expect_ok "--topology topologies/dgx-h200-cluster.csv" "H200-SXM-141GB"
 expect_ok "--list-models" "bloom-176b"
