@@ -25,6 +25,7 @@ static int cmd_version(int argc, char **argv)
 static const command COMMANDS[] = {
     {"version", cmd_version, "print the version"},
     {"config", cmd_config, "check flags and print the resolved configuration (presets: --list-models)"},
+    {"calibrate", cmd_calibrate, "fit the cost model to trainexec --microbench samples"},
 };
 #define NCOMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
 
