@@ -37,7 +37,7 @@ void search_space_default(search_space *s, const model_config *model,
     s->cluster = *cluster;
     s->global_batch_size = global_batch_size;
     s->max_tp = 8;
-    s->max_pp = model->num_layers;
+    s->max_pp = cluster->gpus; /* no limit: p > layers is rejected with its reason */
     s->max_vp = 8;
     static const int mbs[] = {1, 2, 4, 8};
     for (int i = 0; i < 4; i++)
@@ -298,7 +298,7 @@ static int enumerate(const search_space *s, cand_vec *cv)
                         }
                         int mb = (int)(s->global_batch_size / ((long)b * dp));
                         c.num_microbatches = mb;
-                        if (sk == SCHED_INTERLEAVED && mb % pp) {
+                        if (sk == SCHED_INTERLEAVED && mb < pp) {
                             c.status = SEARCH_REJ_MICROBATCHES;
                             if (push(cv, &c))
                                 return TS_ENOMEM;
@@ -471,8 +471,8 @@ void search_reason(const search_set *set, size_t i, char *buf, size_t cap)
                  set->space.global_batch_size, c->mbs, c->dp);
         break;
     case SEARCH_REJ_MICROBATCHES:
-        snprintf(buf, cap, "interleaved schedule needs micro-batches (%d) divisible by "
-                           "pipeline size %d", c->num_microbatches, c->pp);
+        snprintf(buf, cap, "interleaved schedule needs at least p micro-batches (m = %d < "
+                           "p = %d), as Megatron-core", c->num_microbatches, c->pp);
         break;
     case SEARCH_REJ_MEMORY_BOUND:
         snprintf(buf, cap, "memory lower bound %.1f GiB > %.1f GiB per GPU",

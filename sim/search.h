@@ -41,7 +41,7 @@ typedef struct {
     cluster_config cluster;       /* gpus, gpus_per_node, gpu; topology borrowed */
     int global_batch_size;        /* B, sequences */
     int max_tp;                   /* t in powers of 2 up to min(max_tp, gpus_per_node); default 8 */
-    int max_pp;                   /* p: divisors of gpus/t up to max_pp (default: num_layers) */
+    int max_pp;                   /* p: divisors of gpus/t up to max_pp (default: gpus) */
     int max_vp;                   /* interleaving depths v = 2..max_vp (default 8) */
     int micro_batch_sizes[SEARCH_MAX_MBS]; /* b values tried; default 1, 2, 4, 8 */
     int n_micro_batch_sizes;
@@ -61,7 +61,7 @@ typedef enum {
     SEARCH_REJ_HIDDEN,        /* hidden or FFN size not divisible by t */
     SEARCH_REJ_LAYERS,        /* layers cannot be split over p*v stages */
     SEARCH_REJ_BATCH,         /* B not divisible by b*d */
-    SEARCH_REJ_MICROBATCHES,  /* the schedule needs more / a multiple of micro-batches */
+    SEARCH_REJ_MICROBATCHES,  /* interleaved: fewer micro-batches than pipeline stages */
     SEARCH_REJ_MEMORY_BOUND,  /* memory lower bound above the GPU's memory */
     SEARCH_REJ_CONFIG,        /* config_validate refused it (message kept) */
     SEARCH_REJ_MEMORY_SIM,    /* simulated peak above the GPU's memory */
@@ -111,7 +111,17 @@ typedef struct {
  * threads, one call at a time (under a lock). */
 typedef void (*search_progress_fn)(void *user, size_t done, size_t total);
 
+/* Simulates one validated configuration. Called from several threads at
+ * once with distinct configs: must not share mutable state. */
+typedef int (*search_eval_fn)(void *user, const config *c, search_metrics *out, ts_err *err);
+
+/* Messages kept for failed simulations are cut to this many bytes (less the
+ * NUL), so results do not depend on how they travelled (search_mpi.h). */
+#define SEARCH_MSG_BYTES 256
+
 typedef struct {
+    search_eval_fn eval;          /* NULL = search_eval_simulate (simulate_run) */
+    void *eval_user;
     int threads;                  /* worker threads (>= 1) */
     int shard, nshards;           /* evaluate only candidates with index % nshards == shard */
     search_progress_fn progress;  /* may be NULL */
@@ -137,6 +147,9 @@ int search_cand_config(const search_set *set, size_t i, config *out, ts_err *err
  * slot. TS_ENOMEM / TS_ESTATE on internal failures only: a candidate whose
  * simulation fails is recorded, not returned as an error. */
 int search_evaluate(search_set *set, const search_eval_opts *o, ts_err *err);
+
+/* The default evaluator: simulate_run on the timeline. user is unused. */
+int search_eval_simulate(void *user, const config *c, search_metrics *out, ts_err *err);
 
 /* Recount set->counts from the candidates' statuses. */
 void search_recount(search_set *set);
