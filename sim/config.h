@@ -63,6 +63,9 @@ typedef struct {
     double hbm_gib;               /* memory, GiB */
     double hbm_gbps;              /* memory bandwidth, GB/s (1e9 B/s) */
     double nvlink_gbps;           /* NVLink per GPU per direction, GB/s */
+    double fp8_tflops;            /* dense FP8 peak, TFLOP/s (0 = no FP8 tensor cores) */
+    double tf32_tflops;           /* dense TF32 peak, TFLOP/s */
+    double tdp_w;                 /* board power, W */
 } gpu_spec;
 
 struct topo;                      /* topo.h: parsed cluster topology */
@@ -80,6 +83,12 @@ typedef struct {
     parallel_config par;
     cluster_config cluster;
 } config;
+
+/* NULL-terminated name lists, indexed by the enums: "none", "selective",
+ * "full"; "uniform", "block"; "bf16", "fp16", "fp32". */
+extern const char *const CONFIG_RECOMPUTE_NAMES[];
+extern const char *const CONFIG_RECOMPUTE_METHOD_NAMES[];
+extern const char *const CONFIG_PRECISION_NAMES[];
 
 /* Check every cross-field rule (divisibility, ranges, fits of layers to
  * stages, gpus = tp*pp*dp, ...). TS_EINVAL with a message that names the

@@ -22,6 +22,7 @@
 
 #include <stdint.h>
 
+#include "commcost.h"
 #include "config.h"
 #include "err.h"
 #include "layer.h"
@@ -41,6 +42,9 @@ typedef struct {
     double hbm_gbps;              /* memory bandwidth, GB/s */
     int dtype_bytes;              /* 2 or 4 */
     double launch_ns;             /* per-kernel launch overhead */
+    double overlap_slowdown;      /* sigma >= 0: a compute op runs at rate 1/(1+sigma)
+                                     while a collective runs on the same GPU (NCCL
+                                     kernels take SMs and HBM bandwidth) */
     cost_table gemm;              /* key: arithmetic intensity, flops/byte */
     cost_table mem;               /* key: bytes read + written */
 } cost_params;
@@ -78,5 +82,23 @@ int64_t cost_mem_ns(const cost_model *cm, int64_t bytes);
 /* Time of a compute op of layer.h (GEMM or MEM); 0 for a COMM op, whose time
  * is commcost_ns(). */
 int64_t cost_op_ns(const cost_model *cm, const layer_op *op);
+
+/* Run an op list alone on one rank: compute ops in order on the compute
+ * stream, COMM ops in order on the communication stream, each op starting
+ * when its stream is free and its deps (layer.h) have finished. COMM ops are
+ * costed with commcost_ns over group with ranks = op->group (ranks_per_node
+ * clipped to a divisor of it). Returns the makespan in ns; fills out (may be
+ * NULL). Compute ops overlapping an earlier-listed collective are slowed
+ * by params.overlap_slowdown. A reference for the engine's per-layer times and for the per-layer
+ * accuracy checks; the engine itself runs ops across ranks and passes. */
+typedef struct {
+    int64_t makespan_ns;
+    int64_t compute_ns;      /* sum of compute-op times */
+    int64_t comm_ns;         /* sum of collective times */
+    int64_t exposed_comm_ns; /* makespan - compute_ns (>= 0) */
+} cost_ops_times;
+
+int64_t cost_ops_run_ns(const cost_model *cm, const commcost_params *cp,
+                        const commcost_group *group, const layer_ops *ops, cost_ops_times *out);
 
 #endif

@@ -1,0 +1,204 @@
+/* The CPU backend: host memory, CBLAS (OpenBLAS) GEMMs, the kern.h loops. */
+/* The CBLAS prototypes come from GSL's header: OpenBLAS's <cblas.h> includes
+ * <sched.h>, which the -Isim search path resolves to sim/sched.h. The symbols
+ * are OpenBLAS's (-lopenblas; libgslcblas is not linked). */
+#include <gsl/gsl_cblas.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "kern.h"
+
+/* OpenBLAS extension (declared in its cblas.h). */
+void openblas_set_num_threads(int num_threads);
+
+static float *cpu_alloc(backend *be, size_t n)
+{
+    (void)be;
+    return calloc(n, sizeof(float));
+}
+static void cpu_free(backend *be, float *p)
+{
+    (void)be;
+    free(p);
+}
+static void cpu_copy(backend *be, float *dst, const float *src, size_t n)
+{
+    (void)be;
+    if (n)
+        memmove(dst, src, n * sizeof(float));
+}
+static int *cpu_alloc_int(backend *be, size_t n)
+{
+    (void)be;
+    return calloc(n ? n : 1, sizeof(int));
+}
+static void cpu_free_int(backend *be, int *p)
+{
+    (void)be;
+    free(p);
+}
+static void cpu_int_to_device(backend *be, int *dst, const int *src, size_t n)
+{
+    (void)be;
+    if (n)
+        memcpy(dst, src, n * sizeof(int));
+}
+static void cpu_zero(backend *be, float *p, size_t n)
+{
+    (void)be;
+    if (n)
+        memset(p, 0, n * sizeof(float));
+}
+static void cpu_sync(backend *be)
+{
+    (void)be;
+}
+static void cpu_destroy(backend *be)
+{
+    free(be);
+}
+
+static void cpu_gemm(backend *be, bool ta, bool tb, int M, int N, int K, float alpha,
+                     const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                     int ldc)
+{
+    (void)be;
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
+
+/* One-line wrappers: the kern_* function with the backend argument dropped. */
+static void cpu_embed_fwd(backend *be, float *out, const int *tok, const float *wte,
+                          const float *wpe, size_t row0, size_t n, int T, int C)
+{
+    (void)be;
+    kern_embed_fwd(out, tok, wte, wpe, row0, n, T, C);
+}
+static void cpu_embed_bwd(backend *be, float *dwte, float *dwpe, const float *dout,
+                          const int *tok, size_t row0, size_t n, int T, int C)
+{
+    (void)be;
+    kern_embed_bwd(dwte, dwpe, dout, tok, row0, n, T, C);
+}
+static void cpu_ln_fwd(backend *be, float *out, float *mean, float *rstd, const float *inp,
+                       const float *w, const float *b, size_t N, int C)
+{
+    (void)be;
+    kern_layernorm_fwd(out, mean, rstd, inp, w, b, N, C);
+}
+static void cpu_ln_bwd_i(backend *be, float *dinp, const float *dout, const float *inp,
+                         const float *w, const float *mean, const float *rstd, size_t N, int C)
+{
+    (void)be;
+    kern_layernorm_bwd_input(dinp, dout, inp, w, mean, rstd, N, C);
+}
+static void cpu_ln_bwd_w(backend *be, float *dw, float *db, const float *dout,
+                         const float *inp, const float *mean, const float *rstd, size_t N, int C)
+{
+    (void)be;
+    kern_layernorm_bwd_weight(dw, db, dout, inp, mean, rstd, N, C);
+}
+static void cpu_att_fwd(backend *be, float *out, float *att, const float *qkv, int B, int T,
+                        int NH, int hs)
+{
+    (void)be;
+    kern_attention_fwd(out, att, qkv, B, T, NH, hs);
+}
+static void cpu_att_bwd(backend *be, float *dqkv, float *datt, const float *dout,
+                        const float *qkv, const float *att, int B, int T, int NH, int hs)
+{
+    (void)be;
+    kern_attention_bwd(dqkv, datt, dout, qkv, att, B, T, NH, hs);
+}
+static void cpu_gelu_fwd(backend *be, float *out, const float *inp, size_t n)
+{
+    (void)be;
+    kern_gelu_fwd(out, inp, n);
+}
+static void cpu_gelu_bwd(backend *be, float *dinp, const float *inp, const float *dout,
+                         size_t n)
+{
+    (void)be;
+    kern_gelu_bwd(dinp, inp, dout, n);
+}
+static void cpu_bias_fwd(backend *be, float *out, const float *bias, size_t N, int OC)
+{
+    (void)be;
+    kern_bias_fwd(out, bias, N, OC);
+}
+static void cpu_bias_bwd(backend *be, float *db, const float *dout, size_t N, int OC)
+{
+    (void)be;
+    kern_bias_bwd(db, dout, N, OC);
+}
+static void cpu_bias_res(backend *be, float *out, const float *a, const float *b,
+                         const float *bias, size_t N, int OC)
+{
+    (void)be;
+    kern_bias_residual_fwd(out, a, b, bias, N, OC);
+}
+static void cpu_add(backend *be, float *y, const float *x, size_t n)
+{
+    (void)be;
+    kern_add(y, x, n);
+}
+static void cpu_ce_fwd(backend *be, float *losses, float *probs, const float *logits,
+                       const int *targets, size_t N, int V)
+{
+    (void)be;
+    kern_crossentropy_fwd(losses, probs, logits, targets, N, V);
+}
+static void cpu_ce_bwd(backend *be, float *dlogits, const float *probs, const int *targets,
+                       size_t N, int V, float scale)
+{
+    (void)be;
+    kern_crossentropy_bwd(dlogits, probs, targets, N, V, scale);
+}
+static void cpu_adam(backend *be, float *p, const float *g, float *m, float *v, size_t n,
+                     float lr, float b1, float b2, float eps, float wd, int t)
+{
+    (void)be;
+    kern_adam(p, g, m, v, n, lr, b1, b2, eps, wd, t);
+}
+
+int backend_cpu_create(int threads, backend **out, ts_err *err)
+{
+    *out = NULL;
+    backend *be = calloc(1, sizeof *be);
+    if (!be)
+        return err_set(err, TS_ENOMEM, "cpu backend: out of memory");
+    if (threads > 0)
+        openblas_set_num_threads(threads);
+    be->name = "cpu";
+    be->alloc = cpu_alloc;
+    be->free = cpu_free;
+    be->to_device = cpu_copy;
+    be->to_host = cpu_copy;
+    be->alloc_int = cpu_alloc_int;
+    be->free_int = cpu_free_int;
+    be->int_to_device = cpu_int_to_device;
+    be->zero = cpu_zero;
+    be->copy = cpu_copy;
+    be->sync = cpu_sync;
+    be->gemm = cpu_gemm;
+    be->embed_fwd = cpu_embed_fwd;
+    be->embed_bwd = cpu_embed_bwd;
+    be->layernorm_fwd = cpu_ln_fwd;
+    be->layernorm_bwd_input = cpu_ln_bwd_i;
+    be->layernorm_bwd_weight = cpu_ln_bwd_w;
+    be->attention_fwd = cpu_att_fwd;
+    be->attention_bwd = cpu_att_bwd;
+    be->gelu_fwd = cpu_gelu_fwd;
+    be->gelu_bwd = cpu_gelu_bwd;
+    be->bias_fwd = cpu_bias_fwd;
+    be->bias_bwd = cpu_bias_bwd;
+    be->bias_residual_fwd = cpu_bias_res;
+    be->add = cpu_add;
+    be->crossentropy_fwd = cpu_ce_fwd;
+    be->crossentropy_bwd = cpu_ce_bwd;
+    be->adam = cpu_adam;
+    be->destroy = cpu_destroy;
+    *out = be;
+    return TS_OK;
+}

@@ -1,0 +1,414 @@
+/* net_flow — see net_flow.h. */
+#include "net_flow.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int nlinks;
+    int links[NET_MAX_PATH];
+    int pos[NET_MAX_PATH];  /* index of this flow in each link's flow list */
+    double left_bytes;
+    double rate;            /* GB/s = bytes/ns; 0 until first assigned */
+    double new_rate;        /* scratch of the water-filling */
+    int64_t last_ns;        /* time left_bytes was last brought up to date */
+    int64_t done_ns;
+    uint64_t tag;
+    int heap;               /* position in the completion heap, -1 if absent */
+    uint32_t mark;          /* component epoch */
+    uint8_t active, frozen;
+} flow_t;
+
+typedef struct {
+    int *fl;                /* active flows on this link */
+    int n, cap;
+    uint32_t mark;          /* component epoch */
+    uint32_t ver;           /* water-filling heap version */
+    int dirty;
+    int unfrozen;
+    double rem;             /* capacity left in the water-filling, GB/s */
+} link_t;
+
+typedef struct { double share; int link; uint32_t ver; } fill_ent;
+
+struct net_flows {
+    const net_graph *g;
+    link_t *lk;
+    flow_t *fl;
+    int n_flows, cap_flows;
+    int *free_ids; int n_free, cap_free;
+    int *heap; int n_heap;         /* completion heap of flow ids, cap = cap_flows */
+    int *dirty; int n_dirty;       /* dirty link ids, cap = n_links */
+    int *comp_links, *comp_flows;  /* scratch, caps n_links and cap_flows */
+    fill_ent *fh; int n_fh, cap_fh;/* water-filling heap */
+    uint32_t epoch;
+    int64_t now_ns;
+    int active;
+    net_flow_stats st;
+};
+
+/* ---------------------------------------------------------- completion heap */
+
+static int before(const net_flows *f, int a, int b)
+{
+    const flow_t *x = &f->fl[a], *y = &f->fl[b];
+    return x->done_ns < y->done_ns || (x->done_ns == y->done_ns && a < b);
+}
+
+static void heap_set(net_flows *f, int i, int id) { f->heap[i] = id; f->fl[id].heap = i; }
+
+static void heap_up(net_flows *f, int i)
+{
+    int id = f->heap[i];
+    while (i > 0) {
+        int p = (i - 1) / 2;
+        if (!before(f, id, f->heap[p])) break;
+        heap_set(f, i, f->heap[p]);
+        i = p;
+    }
+    heap_set(f, i, id);
+}
+
+static void heap_down(net_flows *f, int i)
+{
+    int id = f->heap[i];
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= f->n_heap) break;
+        if (c + 1 < f->n_heap && before(f, f->heap[c + 1], f->heap[c])) c++;
+        if (!before(f, f->heap[c], id)) break;
+        heap_set(f, i, f->heap[c]);
+        i = c;
+    }
+    heap_set(f, i, id);
+}
+
+static void heap_update(net_flows *f, int id)
+{
+    if (f->fl[id].heap < 0) {
+        f->heap[f->n_heap] = id;
+        f->fl[id].heap = f->n_heap++;
+        heap_up(f, f->n_heap - 1);
+    } else {
+        heap_up(f, f->fl[id].heap);
+        heap_down(f, f->fl[id].heap);
+    }
+}
+
+static void heap_remove(net_flows *f, int id)
+{
+    int i = f->fl[id].heap;
+    if (i < 0) return;
+    f->fl[id].heap = -1;
+    int last = f->heap[--f->n_heap];
+    if (i == f->n_heap) return;
+    heap_set(f, i, last);
+    heap_up(f, i);
+    heap_down(f, f->fl[last].heap);
+}
+
+/* ---------------------------------------------------------- lifecycle */
+
+int net_flows_new(const net_graph *g, net_flows **out, ts_err *err)
+{
+    if (!g->finished) return err_set(err, TS_ESTATE, "net_flows_new: graph not finished");
+    net_flows *f = calloc(1, sizeof *f);
+    if (!f) return err_set(err, TS_ENOMEM, "net_flows: out of memory");
+    f->g = g;
+    size_t nl = (size_t)(g->n_links ? g->n_links : 1);
+    f->lk = calloc(nl, sizeof *f->lk);
+    f->dirty = malloc(nl * sizeof *f->dirty);
+    f->comp_links = malloc(nl * sizeof *f->comp_links);
+    if (!f->lk || !f->dirty || !f->comp_links) {
+        net_flows_free(f);
+        return err_set(err, TS_ENOMEM, "net_flows: out of memory");
+    }
+    *out = f;
+    return TS_OK;
+}
+
+void net_flows_free(net_flows *f)
+{
+    if (!f) return;
+    if (f->lk)
+        for (int i = 0; i < f->g->n_links; i++) free(f->lk[i].fl);
+    free(f->lk);
+    free(f->fl);
+    free(f->free_ids);
+    free(f->heap);
+    free(f->dirty);
+    free(f->comp_links);
+    free(f->comp_flows);
+    free(f->fh);
+    free(f);
+}
+
+static int alloc_flow(net_flows *f)
+{
+    if (f->n_free > 0) return f->free_ids[--f->n_free];
+    if (f->n_flows == f->cap_flows) {
+        int ncap = f->cap_flows ? f->cap_flows * 2 : 256;
+        flow_t *nf = realloc(f->fl, sizeof *nf * (size_t)ncap);
+        if (!nf) return TS_ENOMEM;
+        f->fl = nf;
+        int *nh = realloc(f->heap, sizeof *nh * (size_t)ncap);
+        if (!nh) return TS_ENOMEM;
+        f->heap = nh;
+        int *nc = realloc(f->comp_flows, sizeof *nc * (size_t)ncap);
+        if (!nc) return TS_ENOMEM;
+        f->comp_flows = nc;
+        int *fr = realloc(f->free_ids, sizeof *fr * (size_t)ncap);
+        if (!fr) return TS_ENOMEM;
+        f->free_ids = fr;
+        f->cap_flows = ncap;
+    }
+    return f->n_flows++;
+}
+
+static void mark_dirty(net_flows *f, int l)
+{
+    if (!f->lk[l].dirty) { f->lk[l].dirty = 1; f->dirty[f->n_dirty++] = l; }
+}
+
+/* ---------------------------------------------------------- water-filling */
+
+static int fh_push(net_flows *f, double share, int link, uint32_t ver)
+{
+    if (f->n_fh == f->cap_fh) {
+        int ncap = f->cap_fh ? f->cap_fh * 2 : 256;
+        fill_ent *n = realloc(f->fh, sizeof *n * (size_t)ncap);
+        if (!n) return TS_ENOMEM;
+        f->fh = n;
+        f->cap_fh = ncap;
+    }
+    int i = f->n_fh++;
+    fill_ent e = {share, link, ver};
+    while (i > 0) {
+        int p = (i - 1) / 2;
+        const fill_ent *q = &f->fh[p];
+        if (q->share < e.share || (q->share == e.share && q->link < e.link)) break;
+        f->fh[i] = *q;
+        i = p;
+    }
+    f->fh[i] = e;
+    return TS_OK;
+}
+
+static fill_ent fh_pop(net_flows *f)
+{
+    fill_ent top = f->fh[0], e = f->fh[--f->n_fh];
+    int i = 0;
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= f->n_fh) break;
+        if (c + 1 < f->n_fh && (f->fh[c + 1].share < f->fh[c].share ||
+                                (f->fh[c + 1].share == f->fh[c].share && f->fh[c + 1].link < f->fh[c].link)))
+            c++;
+        if (e.share < f->fh[c].share || (e.share == f->fh[c].share && e.link < f->fh[c].link)) break;
+        f->fh[i] = f->fh[c];
+        i = c;
+    }
+    if (f->n_fh > 0) f->fh[i] = e;
+    return top;
+}
+
+static int64_t duration_ns(double bytes, double rate)
+{
+    if (bytes <= 0) return 0;
+    double x = bytes / rate;
+    double c = ceil(x - 1e-9 * x - 1e-9);
+    if (c < 0) c = 0;
+    if (c > 9.0e18) return NET_TIME_NEVER / 2;
+    return (int64_t)c;
+}
+
+/* Recompute the rates of the components of the dirty links at f->now_ns. */
+static int recompute(net_flows *f)
+{
+    if (f->n_dirty == 0) return TS_OK;
+    const net_graph *g = f->g;
+    uint32_t ep = ++f->epoch;
+    int nl = 0, nf = 0;
+    for (int i = 0; i < f->n_dirty; i++) {
+        int l = f->dirty[i];
+        f->lk[l].dirty = 0;
+        if (f->lk[l].mark != ep) { f->lk[l].mark = ep; f->comp_links[nl++] = l; }
+    }
+    f->n_dirty = 0;
+    /* BFS over links <-> flows. */
+    for (int li = 0; li < nl; li++) {
+        link_t *L = &f->lk[f->comp_links[li]];
+        for (int k = 0; k < L->n; k++) {
+            flow_t *F = &f->fl[L->fl[k]];
+            if (F->mark == ep) continue;
+            F->mark = ep;
+            f->comp_flows[nf++] = L->fl[k];
+            for (int h = 0; h < F->nlinks; h++) {
+                int l2 = F->links[h];
+                if (f->lk[l2].mark != ep) { f->lk[l2].mark = ep; f->comp_links[nl++] = l2; }
+            }
+        }
+    }
+    if (nf == 0) return TS_OK;
+    f->st.recomputes++;
+    if ((uint64_t)nf > f->st.max_component) f->st.max_component = (uint64_t)nf;
+    /* Progressive filling. */
+    f->n_fh = 0;
+    for (int li = 0; li < nl; li++) {
+        int l = f->comp_links[li];
+        link_t *L = &f->lk[l];
+        L->rem = g->links[l].bw_gbps;
+        L->unfrozen = L->n;
+        L->ver++;
+        if (L->n > 0 && fh_push(f, L->rem / L->n, l, L->ver)) return TS_ENOMEM;
+    }
+    for (int fi = 0; fi < nf; fi++) f->fl[f->comp_flows[fi]].frozen = 0;
+    while (f->n_fh > 0) {
+        fill_ent e = fh_pop(f);
+        link_t *L = &f->lk[e.link];
+        if (e.ver != L->ver || L->unfrozen == 0) continue;
+        double share = L->rem > 0 ? L->rem / L->unfrozen : 0;
+        for (int k = 0; k < L->n; k++) {
+            int id = L->fl[k];
+            flow_t *F = &f->fl[id];
+            if (F->frozen) continue;
+            F->frozen = 1;
+            F->new_rate = share;
+            for (int h = 0; h < F->nlinks; h++) {
+                link_t *L2 = &f->lk[F->links[h]];
+                L2->rem -= share;
+                L2->unfrozen--;
+                L2->ver++;
+                if (L2 != L && L2->unfrozen > 0 &&
+                    fh_push(f, (L2->rem > 0 ? L2->rem : 0) / L2->unfrozen, F->links[h], L2->ver))
+                    return TS_ENOMEM;
+            }
+        }
+    }
+    /* Apply. */
+    for (int fi = 0; fi < nf; fi++) {
+        int id = f->comp_flows[fi];
+        flow_t *F = &f->fl[id];
+        f->st.rate_updates++;
+        if (F->new_rate == F->rate && F->heap >= 0) continue;
+        F->left_bytes -= F->rate * (double)(f->now_ns - F->last_ns);
+        if (F->left_bytes < 0) F->left_bytes = 0;
+        F->last_ns = f->now_ns;
+        F->rate = F->new_rate;
+        F->done_ns = F->rate > 0 ? f->now_ns + duration_ns(F->left_bytes, F->rate) : NET_TIME_NEVER;
+        heap_update(f, id);
+    }
+    return TS_OK;
+}
+
+/* ---------------------------------------------------------- API */
+
+int net_flow_start(net_flows *f, int64_t now_ns, const int *links, int nlinks, double bytes,
+                   uint64_t tag, ts_err *err)
+{
+    if (now_ns < f->now_ns)
+        return err_set(err, TS_EINVAL, "net_flow_start: time %lld ns is before the current time %lld ns",
+                       (long long)now_ns, (long long)f->now_ns);
+    if (nlinks < 1 || nlinks > NET_MAX_PATH || !(bytes >= 0))
+        return err_set(err, TS_EINVAL, "net_flow_start: %d links (valid 1..%d), %g bytes (valid >= 0)",
+                       nlinks, NET_MAX_PATH, bytes);
+    for (int h = 0; h < nlinks; h++)
+        if (links[h] < 0 || links[h] >= f->g->n_links)
+            return err_set(err, TS_EINVAL, "net_flow_start: link id %d not in 0..%d", links[h], f->g->n_links - 1);
+    if (now_ns > f->now_ns) {
+        if (recompute(f)) return err_set(err, TS_ENOMEM, "net_flows: out of memory");
+        f->now_ns = now_ns;
+    }
+    int id = alloc_flow(f);
+    if (id < 0) return err_set(err, TS_ENOMEM, "net_flows: out of memory");
+    flow_t *F = &f->fl[id];
+    memset(F, 0, sizeof *F);
+    F->heap = -1;
+    F->active = 1;
+    F->tag = tag;
+    F->left_bytes = bytes;
+    F->last_ns = now_ns;
+    F->mark = f->epoch;
+    f->active++;
+    f->st.flows_started++;
+    if (bytes == 0) { /* finishes now; takes no bandwidth */
+        F->nlinks = 0;
+        F->done_ns = now_ns;
+        heap_update(f, id);
+        return id;
+    }
+    F->nlinks = nlinks;
+    for (int h = 0; h < nlinks; h++) {
+        link_t *L = &f->lk[links[h]];
+        if (L->n == L->cap) {
+            int ncap = L->cap ? L->cap * 2 : 4;
+            int *n = realloc(L->fl, sizeof *n * (size_t)ncap);
+            if (!n) return err_set(err, TS_ENOMEM, "net_flows: out of memory");
+            L->fl = n;
+            L->cap = ncap;
+        }
+        F->links[h] = links[h];
+        F->pos[h] = L->n;
+        L->fl[L->n++] = id;
+        mark_dirty(f, links[h]);
+    }
+    return id;
+}
+
+static void detach(net_flows *f, int id)
+{
+    flow_t *F = &f->fl[id];
+    for (int h = 0; h < F->nlinks; h++) {
+        int l = F->links[h];
+        link_t *L = &f->lk[l];
+        int p = F->pos[h], last = L->fl[--L->n];
+        if (last != id) {
+            L->fl[p] = last;
+            flow_t *G = &f->fl[last];
+            for (int hh = 0; hh < G->nlinks; hh++)
+                if (G->links[hh] == l) { G->pos[hh] = p; break; }
+        }
+        mark_dirty(f, l);
+    }
+    F->active = 0;
+    f->active--;
+}
+
+int64_t net_flows_next_ns(net_flows *f)
+{
+    if (recompute(f)) return NET_TIME_NEVER;
+    return f->n_heap ? f->fl[f->heap[0]].done_ns : NET_TIME_NEVER;
+}
+
+int net_flows_advance(net_flows *f, int64_t t_ns, net_flow_done_fn done, void *ctx, ts_err *err)
+{
+    for (;;) {
+        if (recompute(f)) return err_set(err, TS_ENOMEM, "net_flows: out of memory");
+        if (f->n_heap == 0) break;
+        int64_t T = f->fl[f->heap[0]].done_ns;
+        if (T > t_ns || T == NET_TIME_NEVER) break;
+        f->now_ns = T;
+        /* Pop every flow finishing at T; report them in flow id order. */
+        while (f->n_heap > 0 && f->fl[f->heap[0]].done_ns == T) {
+            int id = f->heap[0];
+            heap_remove(f, id);
+            detach(f, id);
+            f->free_ids[f->n_free++] = id;
+            if (done) done(ctx, id, f->fl[id].tag, T);
+        }
+    }
+    if (t_ns > f->now_ns && t_ns != NET_TIME_NEVER) f->now_ns = t_ns;
+    return TS_OK;
+}
+
+double net_flow_rate_gbps(net_flows *f, int flow)
+{
+    if (recompute(f)) return -1;
+    if (flow < 0 || flow >= f->n_flows || !f->fl[flow].active) return -1;
+    return f->fl[flow].rate;
+}
+
+int net_flows_active(const net_flows *f) { return f->active; }
+int64_t net_flows_now_ns(const net_flows *f) { return f->now_ns; }
+net_flow_stats net_flows_stats(const net_flows *f) { return f->st; }

@@ -1,0 +1,196 @@
+/* Tests for cost: GSL interpolation of the efficiency tables (at knots,
+ * monotone between, clamped outside), op times, defaults, bad params, and
+ * the two-stream op-list runner with overlap. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "cost.h"
+
+static const gpu_spec A100 = {.name = "A100-SXM4-80GB", .bf16_tflops = 312, .fp16_tflops = 312, .fp32_tflops = 19.5, .hbm_gib = 80, .hbm_gbps = 2039, .nvlink_gbps = 300};
+static const gpu_spec H100 = {.name = "H100-SXM5-80GB", .bf16_tflops = 989.4, .fp16_tflops = 989.4, .fp32_tflops = 66.9, .hbm_gib = 80, .hbm_gbps = 3350, .nvlink_gbps = 450};
+static const gpu_spec H200 = {.name = "H200-SXM-141GB", .bf16_tflops = 989.4, .fp16_tflops = 989.4, .fp32_tflops = 66.9, .hbm_gib = 141, .hbm_gbps = 4800, .nvlink_gbps = 450};
+
+static cost_params simple(void)
+{
+    cost_params p;
+    memset(&p, 0, sizeof p);
+    strcpy(p.gpu, "test");
+    p.peak_tflops = 100;
+    p.hbm_gbps = 1000;
+    p.dtype_bytes = 2;
+    p.launch_ns = 1000;
+    p.gemm = (cost_table){4, {10, 100, 1000, 10000}, {0.1, 0.4, 0.6, 0.7}};
+    p.mem = (cost_table){3, {1e3, 1e6, 1e9}, {0.05, 0.5, 0.9}};
+    return p;
+}
+
+Test(cost, interpolation_at_knots_monotone_and_clamped)
+{
+    cost_params p = simple();
+    cost_model *cm;
+    cr_assert_eq(cost_model_new(&p, &cm, NULL), TS_OK);
+    /* at knots: square GEMMs m=n=k have intensity 2m^3/(2*3m^2) = m/3 */
+    cr_assert_float_eq(cost_gemm_eff(cm, 300, 300, 300), 0.4, 1e-9);
+    cr_assert_float_eq(cost_gemm_eff(cm, 3000, 3000, 3000), 0.6, 1e-9);
+    cr_assert_float_eq(cost_mem_eff(cm, 1000000), 0.5, 1e-12);
+    /* clamped */
+    cr_assert_float_eq(cost_gemm_eff(cm, 3, 3, 3), 0.1, 1e-12);
+    cr_assert_float_eq(cost_gemm_eff(cm, 1 << 20, 1 << 20, 1 << 20), 0.7, 1e-12);
+    cr_assert_float_eq(cost_mem_eff(cm, 1), 0.05, 1e-12);
+    cr_assert_float_eq(cost_mem_eff(cm, 1LL << 40), 0.9, 1e-12);
+    /* monotone between knots (Steffen: no overshoot) */
+    double prev = 0;
+    for (int64_t b = 500; b < (1LL << 31); b += b / 7 + 1) {
+        double e = cost_mem_eff(cm, b);
+        cr_assert_geq(e, prev - 1e-15, "bytes %lld", (long long)b);
+        cr_assert_leq(e, 0.9 + 1e-15);
+        prev = e;
+    }
+    prev = 0;
+    for (int64_t m = 8; m < 100000; m += m / 9 + 1) {
+        double e = cost_gemm_eff(cm, m, m, m);
+        cr_assert_geq(e, prev - 1e-15, "m %lld", (long long)m);
+        prev = e;
+    }
+    cost_model_free(cm);
+}
+
+Test(cost, two_knots_linear)
+{
+    cost_params p = simple();
+    p.mem = (cost_table){2, {1e3, 1e9}, {0.2, 0.8}};
+    cost_model *cm;
+    cr_assert_eq(cost_model_new(&p, &cm, NULL), TS_OK);
+    cr_assert_float_eq(cost_mem_eff(cm, 1000000), 0.5, 1e-12); /* midpoint in log10 */
+    cost_model_free(cm);
+}
+
+Test(cost, op_times)
+{
+    cost_params p = simple();
+    cost_model *cm;
+    cr_assert_eq(cost_model_new(&p, &cm, NULL), TS_OK);
+    /* 3000^3 GEMM x 2: flops 2*2.7e10*2 at 0.6 * 100 TFLOP/s = 1.8 ms */
+    double want = 1000 + 2.0 * 3000 * 3000 * 3000 * 2 / (100e3 * 0.6);
+    cr_assert_eq(cost_gemm_ns(cm, 3000, 3000, 3000, 2), llround(want));
+    cr_assert_eq(cost_mem_ns(cm, 1000000), llround(1000 + 1e6 / (1000 * 0.5)));
+    cr_assert_eq(cost_mem_ns(cm, 0), 1000);
+    layer_op g = {"g", LAYER_OP_GEMM, 3000, 3000, 3000, 2, 0, COMM_ALL_REDUCE, 0, 0, {-1, -1}};
+    layer_op c = {"c", LAYER_OP_COMM, 0, 0, 0, 1, 1 << 20, COMM_ALL_REDUCE, 8, 0, {-1, -1}};
+    cr_assert_eq(cost_op_ns(cm, &g), cost_gemm_ns(cm, 3000, 3000, 3000, 2));
+    cr_assert_eq(cost_op_ns(cm, &c), 0);
+    cost_model_free(cm);
+}
+
+Test(cost, intensity)
+{
+    cr_assert_float_eq(cost_gemm_intensity(300, 300, 300, 2), 100.0, 1e-9);
+    /* thin attention GEMM (k = head dim) is far below a square one */
+    cr_assert_lt(cost_gemm_intensity(2048, 2048, 96, 2), cost_gemm_intensity(8192, 2304, 6144, 2) / 10);
+}
+
+Test(cost, defaults_per_gpu)
+{
+    cost_params pa, ph, p2;
+    cr_assert_eq(cost_params_default(&A100, PREC_BF16, &pa, NULL), TS_OK);
+    cr_assert_eq(cost_params_default(&H100, PREC_BF16, &ph, NULL), TS_OK);
+    cr_assert_eq(cost_params_default(&H200, PREC_BF16, &p2, NULL), TS_OK);
+    cr_assert_eq(pa.peak_tflops, 312.0);
+    cr_assert_eq(ph.hbm_gbps, 3350.0);
+    cr_assert_eq(cost_table_check(&pa.gemm, "A100 GEMM", NULL), TS_OK);
+    cr_assert_eq(cost_table_check(&ph.mem, "H100 memory", NULL), TS_OK);
+    cost_model *a, *h, *h2;
+    cr_assert_eq(cost_model_new(&pa, &a, NULL), TS_OK);
+    cr_assert_eq(cost_model_new(&ph, &h, NULL), TS_OK);
+    cr_assert_eq(cost_model_new(&p2, &h2, NULL), TS_OK);
+    /* big GEMM: faster on H100; efficiency below 1 */
+    cr_assert_lt(cost_gemm_ns(h, 8192, 8192, 8192, 1), cost_gemm_ns(a, 8192, 8192, 8192, 1));
+    cr_assert_lt(cost_gemm_eff(a, 8192, 8192, 8192), 1.0);
+    /* memory-bound op: H200's HBM is faster than H100's */
+    cr_assert_lt(cost_mem_ns(h2, 1 << 30), cost_mem_ns(h, 1 << 30));
+    /* thin GEMMs are less efficient than square ones */
+    cr_assert_lt(cost_gemm_eff(a, 2048, 2048, 96), cost_gemm_eff(a, 8192, 8192, 8192));
+    cost_model_free(a);
+    cost_model_free(h);
+    cost_model_free(h2);
+    /* fp32 uses the fp32 peak */
+    cr_assert_eq(cost_params_default(&A100, PREC_FP32, &pa, NULL), TS_OK);
+    cr_assert_eq(pa.peak_tflops, 19.5);
+    cr_assert_eq(pa.dtype_bytes, 4);
+}
+
+Test(cost, errors)
+{
+    ts_err e;
+    gpu_spec v = {.name = "V100-SXM2-32GB", .bf16_tflops = 125, .fp16_tflops = 125, .fp32_tflops = 15.7, .hbm_gib = 32, .hbm_gbps = 900, .nvlink_gbps = 150};
+    cost_params p;
+    cr_assert_eq(cost_params_default(&v, PREC_BF16, &p, &e), TS_EINVAL);
+    cr_assert(strstr(e.msg, "--calibration"), "%s", e.msg);
+    p = simple();
+    p.gemm.key[2] = 50;
+    cost_model *cm = NULL;
+    cr_assert_eq(cost_model_new(&p, &cm, &e), TS_EINVAL);
+    cr_assert(strstr(e.msg, "GEMM table: knot 2"), "%s", e.msg);
+    cr_assert_null(cm);
+    p = simple();
+    p.mem.eff[0] = 1.5;
+    cr_assert_eq(cost_model_new(&p, &cm, &e), TS_EINVAL);
+    cr_assert(strstr(e.msg, "memory table"), "%s", e.msg);
+    p = simple();
+    p.gemm.n = 1;
+    cr_assert_eq(cost_model_new(&p, &cm, &e), TS_EINVAL);
+    p = simple();
+    p.peak_tflops = 0;
+    cr_assert_eq(cost_model_new(&p, &cm, &e), TS_EINVAL);
+    cost_model_free(NULL);
+}
+
+Test(cost, ops_runner_serial_and_overlap)
+{
+    cost_params p = simple();
+    p.overlap_slowdown = 0;
+    cost_model *cm;
+    cr_assert_eq(cost_model_new(&p, &cm, NULL), TS_OK);
+    commcost_params cp = {100, 100, 100, 0, 10, 0};
+    commcost_group g = {8, 8};
+    /* dgrad, all-reduce || wgrad, next op waits for both */
+    layer_ops o = {0};
+    layer_op gm = {"d", LAYER_OP_GEMM, 3000, 3000, 3000, 1, 0, COMM_ALL_REDUCE, 0, 0, {-1, -1}};
+    layer_op ar = {"ar", LAYER_OP_COMM, 0, 0, 0, 1, 800000000, COMM_ALL_REDUCE, 8, 0, {0, -1}};
+    layer_op mm = {"m", LAYER_OP_MEM, 0, 0, 0, 1, 1000000, COMM_ALL_REDUCE, 0, 0, {1, 2}};
+    o.op[0] = gm;
+    o.op[1] = ar;
+    o.op[2] = gm;
+    o.op[2].dep[0] = 0;
+    o.op[3] = mm;
+    o.n = 4;
+    int64_t tg = cost_gemm_ns(cm, 3000, 3000, 3000, 1), tm = cost_mem_ns(cm, 1000000);
+    commcost_group gg = {8, 8};
+    int64_t tc = commcost_ns(&cp, COMM_ALL_REDUCE, 800000000, &gg);
+    cr_assert_gt(tc, tg); /* the collective is the longer branch */
+    cost_ops_times t;
+    cr_assert_eq(cost_ops_run_ns(cm, &cp, &g, &o, &t), tg + tc + tm);
+    cr_assert_eq(t.compute_ns, 2 * tg + tm);
+    cr_assert_eq(t.comm_ns, tc);
+    cr_assert_eq(t.exposed_comm_ns, tc - tg);
+    /* serial chain: makespan = sum */
+    o.op[2].dep[0] = 1;
+    cr_assert_eq(cost_ops_run_ns(cm, &cp, &g, &o, NULL), tg + tc + tg + tm);
+    cost_model_free(cm);
+    /* slowdown: the wgrad overlapping the collective takes (1 + sigma) longer */
+    p.overlap_slowdown = 0.5;
+    cr_assert_eq(cost_model_new(&p, &cm, NULL), TS_OK);
+    o.op[2].dep[0] = 0;
+    int64_t got = cost_ops_run_ns(cm, &cp, &g, &o, NULL);
+    cr_assert_eq(got, tg + tc + tm); /* 1.5 * tg still inside the collective */
+    cr_assert_lt(llround(1.5 * tg), tc);
+    /* a short collective: the wgrad is slowed only while it runs */
+    o.op[1].bytes = 25000000;
+    tc = commcost_ns(&cp, COMM_ALL_REDUCE, 25000000, &gg);
+    cr_assert_lt(tc, tg);
+    got = cost_ops_run_ns(cm, &cp, &g, &o, NULL);
+    double wg_end = (double)tg + tc + ((double)tg - tc / 1.5);
+    cr_assert(llabs(got - llround(wg_end + tm)) <= 1, "%lld vs %.1f", (long long)got, wg_end + tm);
+    cost_model_free(cm);
+}

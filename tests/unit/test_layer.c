@@ -1,0 +1,291 @@
+/* Tests for layer: ops per pass, TP communication volume (Megatron), FLOPs
+ * per layer, saved activations against Korthikanti et al. 2022 Table 2. */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "layer.h"
+
+/* GPT shapes of the papers (Narayanan 2021 Table 1, Korthikanti 2022 Table 3). */
+typedef struct { int64_t h, a; } gpt;
+static const gpt MODELS[] = {{2304, 24}, {6144, 64}, {8192, 64}, {12288, 96}, {16384, 128},
+                             {20480, 128}, {25600, 160}};
+#define NMODELS (sizeof MODELS / sizeof MODELS[0])
+
+static layer_shape shape(int64_t h, int64_t a, int64_t s, int64_t b, int t, bool sp,
+                         config_recompute r)
+{
+    layer_shape L = {h, a, a, 4 * h, false, s, b, 51200, t, sp, 2, r};
+    return L;
+}
+
+/* Korthikanti Table 2, written out here (independently of the library). */
+static int64_t table2(const layer_shape *L)
+{
+    int64_t s = L->s, b = L->b, h = L->h, a = L->a, t = L->t;
+    int64_t sbh = s * b * h;
+    if (L->recompute == RECOMPUTE_FULL) return L->sp ? 2 * sbh / t : 2 * sbh;
+    if (L->recompute == RECOMPUTE_SELECTIVE) return L->sp ? 34 * sbh / t : sbh * 10 + 24 * sbh / t;
+    if (t == 1) return 34 * sbh + 5 * a * s * s * b;            /* sbh(34 + 5as/h) */
+    if (L->sp) return (34 * sbh + 5 * a * s * s * b) / t;        /* sbh(34 + 5as/h)/t */
+    return 10 * sbh + 24 * sbh / t + 5 * a * s * s * b / t;      /* sbh(10 + 24/t + 5as/(ht)) */
+}
+
+Test(layer, saved_bytes_equal_korthikanti_table2_every_row)
+{
+    const int tps[] = {1, 2, 4, 8};
+    const config_recompute rs[] = {RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL};
+    int checked = 0;
+    for (size_t m = 0; m < NMODELS; m++)
+        for (int ti = 0; ti < 4; ti++)
+            for (int sp = 0; sp < 2; sp++)
+                for (int ri = 0; ri < 3; ri++)
+                    for (int64_t b = 1; b <= 4; b *= 2) {
+                        if (sp && tps[ti] == 1) continue;
+                        layer_shape L = shape(MODELS[m].h, MODELS[m].a, 2048, b, tps[ti], sp, rs[ri]);
+                        layer_saved_list l;
+                        cr_assert_eq(layer_saved_build(&L, &l, NULL), TS_OK);
+                        int64_t got = layer_saved_kept_bytes(&l);
+                        cr_assert_eq(got, table2(&L), "h %lld t %d sp %d r %d b %lld: %lld != %lld",
+                                     (long long)L.h, L.t, sp, ri, (long long)b, (long long)got,
+                                     (long long)table2(&L));
+                        cr_assert_eq(got, layer_korthikanti_bytes(&L));
+                        checked++;
+                    }
+    cr_assert_gt(checked, 300);
+}
+
+Test(layer, saved_flags_consistent)
+{
+    for (int r = RECOMPUTE_NONE; r <= RECOMPUTE_FULL; r++) {
+        layer_shape L = shape(6144, 64, 2048, 4, 8, false, (config_recompute)r);
+        layer_saved_list l;
+        cr_assert_eq(layer_saved_build(&L, &l, NULL), TS_OK);
+        int64_t kept = 0, rec = 0, all = 0;
+        int w_only = 0;
+        for (int i = 0; i < l.n; i++) {
+            cr_assert(l.t[i].kept_after_f != l.t[i].by_recompute, "%s", l.t[i].name);
+            if (l.t[i].kept_after_f) kept += l.t[i].bytes; else rec += l.t[i].bytes;
+            all += l.t[i].bytes;
+            if (l.t[i].free_when == LAYER_FREE_AFTER_W) {
+                w_only++;
+                cr_assert(strstr(l.t[i].name, ".in") != NULL, "%s", l.t[i].name);
+            }
+        }
+        cr_assert_eq(w_only, 4); /* inputs of QKV, projection, FC1, FC2 */
+        cr_assert_eq(kept + rec, all);
+        /* what is kept plus what recompute re-creates = the no-recompute set */
+        layer_shape N = L;
+        N.recompute = RECOMPUTE_NONE;
+        cr_assert_eq(all, layer_korthikanti_bytes(&N));
+    }
+}
+
+Test(layer, fp32_doubles_tensors_not_masks)
+{
+    layer_shape L = shape(4096, 32, 1024, 2, 4, false, RECOMPUTE_NONE);
+    layer_shape F = L;
+    F.dtype_bytes = 4;
+    layer_saved_list a, b;
+    cr_assert_eq(layer_saved_build(&L, &a, NULL), TS_OK);
+    cr_assert_eq(layer_saved_build(&F, &b, NULL), TS_OK);
+    for (int i = 0; i < a.n; i++) {
+        bool mask = strstr(a.t[i].name, "mask") != NULL;
+        cr_assert_eq(b.t[i].bytes, mask ? a.t[i].bytes : 2 * a.t[i].bytes, "%s", a.t[i].name);
+    }
+}
+
+static int count_comm(const layer_ops *o, commcost_coll c, int64_t bytes)
+{
+    int n = 0;
+    for (int i = 0; i < o->n; i++)
+        if (o->op[i].kind == LAYER_OP_COMM && o->op[i].coll == c) {
+            cr_assert_eq(o->op[i].bytes, bytes, "%s", o->op[i].name);
+            n++;
+        }
+    return n;
+}
+
+static double wire(const layer_ops *o)
+{
+    double w = 0;
+    for (int i = 0; i < o->n; i++)
+        if (o->op[i].kind == LAYER_OP_COMM) w += commcost_wire_bytes(o->op[i].coll, o->op[i].bytes, o->op[i].group);
+    return w;
+}
+
+Test(layer, megatron_tp_communication_volume)
+{
+    layer_shape L = shape(12288, 96, 2048, 1, 8, false, RECOMPUTE_NONE);
+    int64_t S = L.b * L.s * L.h * 2; /* b*s*h elements, 16-bit */
+    layer_ops f, b, i, w, r;
+    cr_assert_eq(layer_ops_build(&L, LAYER_PASS_F, &f, NULL), TS_OK);
+    cr_assert_eq(layer_ops_build(&L, LAYER_PASS_B, &b, NULL), TS_OK);
+    cr_assert_eq(count_comm(&f, COMM_ALL_REDUCE, S), 2);
+    cr_assert_eq(count_comm(&b, COMM_ALL_REDUCE, S), 2);
+    cr_assert_eq(count_comm(&f, COMM_ALL_GATHER, S) + count_comm(&f, COMM_REDUCE_SCATTER, S), 0);
+    /* I carries the input-gradient all-reduces, W none */
+    cr_assert_eq(layer_ops_build(&L, LAYER_PASS_I, &i, NULL), TS_OK);
+    cr_assert_eq(layer_ops_build(&L, LAYER_PASS_W, &w, NULL), TS_OK);
+    cr_assert_eq(count_comm(&i, COMM_ALL_REDUCE, S), 2);
+    cr_assert_eq(wire(&w), 0.0);
+    /* group size t everywhere */
+    for (int k = 0; k < f.n; k++)
+        if (f.op[k].kind == LAYER_OP_COMM) cr_assert_eq(f.op[k].group, 8);
+    /* recompute: full repeats the forward's all-reduces, selective none */
+    L.recompute = RECOMPUTE_FULL;
+    cr_assert_eq(layer_ops_build(&L, LAYER_PASS_R, &r, NULL), TS_OK);
+    cr_assert_eq(count_comm(&r, COMM_ALL_REDUCE, S), 2);
+    L.recompute = RECOMPUTE_SELECTIVE;
+    cr_assert_eq(layer_ops_build(&L, LAYER_PASS_R, &r, NULL), TS_OK);
+    cr_assert_eq(wire(&r), 0.0);
+    L.recompute = RECOMPUTE_NONE;
+    cr_assert_eq(layer_ops_build(&L, LAYER_PASS_R, &r, NULL), TS_OK);
+    cr_assert_eq(r.n, 0);
+}
+
+Test(layer, sequence_parallel_same_volume)
+{
+    layer_shape L = shape(12288, 96, 2048, 2, 8, false, RECOMPUTE_NONE);
+    layer_shape P = L;
+    P.sp = true;
+    int64_t S = L.b * L.s * L.h * 2;
+    layer_ops f, fs, b, bs;
+    cr_assert_eq(layer_ops_build(&L, LAYER_PASS_F, &f, NULL), TS_OK);
+    cr_assert_eq(layer_ops_build(&P, LAYER_PASS_F, &fs, NULL), TS_OK);
+    cr_assert_eq(layer_ops_build(&L, LAYER_PASS_B, &b, NULL), TS_OK);
+    cr_assert_eq(layer_ops_build(&P, LAYER_PASS_B, &bs, NULL), TS_OK);
+    /* each all-reduce becomes an all-gather + a reduce-scatter */
+    cr_assert_eq(count_comm(&fs, COMM_ALL_GATHER, S), 2);
+    cr_assert_eq(count_comm(&fs, COMM_REDUCE_SCATTER, S), 2);
+    cr_assert_eq(count_comm(&fs, COMM_ALL_REDUCE, S), 0);
+    cr_assert_float_eq(wire(&fs), wire(&f), 1e-6);
+    /* backward: gradient all-gathers + reduce-scatters (same volume), plus
+     * the two re-gathers of the saved sharded GEMM inputs (QKV, FC1) */
+    cr_assert_eq(count_comm(&bs, COMM_REDUCE_SCATTER, S), 2);
+    cr_assert_eq(count_comm(&bs, COMM_ALL_GATHER, S), 4);
+    cr_assert_float_eq(wire(&bs) - 2 * commcost_wire_bytes(COMM_ALL_GATHER, S, 8), wire(&b), 1e-6);
+}
+
+Test(layer, no_collectives_without_tp)
+{
+    layer_shape L = shape(2304, 24, 2048, 4, 1, false, RECOMPUTE_FULL);
+    for (int p = 0; p < LAYER_PASS_COUNT; p++) {
+        layer_ops o;
+        cr_assert_eq(layer_ops_build(&L, (layer_pass)p, &o, NULL), TS_OK);
+        for (int i = 0; i < o.n; i++) cr_assert_neq(o.op[i].kind, LAYER_OP_COMM, "%s", o.op[i].name);
+    }
+}
+
+Test(layer, flops_per_pass)
+{
+    for (size_t m = 0; m < NMODELS; m++) {
+        int t = 8;
+        layer_shape L = shape(MODELS[m].h, MODELS[m].a, 2048, 2, t, m % 2, RECOMPUTE_SELECTIVE);
+        double b = L.b, s = L.s, h = L.h;
+        double fwd = (24 * b * s * h * h + 4 * b * s * s * h) / t; /* formulas.md */
+        layer_ops o[LAYER_PASS_COUNT];
+        for (int p = 0; p < LAYER_PASS_COUNT; p++)
+            cr_assert_eq(layer_ops_build(&L, (layer_pass)p, &o[p], NULL), TS_OK);
+        cr_assert_float_eq(layer_ops_flops(&o[LAYER_PASS_F]), fwd, fwd * 1e-12);
+        cr_assert_float_eq(layer_ops_flops(&o[LAYER_PASS_B]), 2 * fwd, fwd * 1e-12);
+        cr_assert_float_eq(layer_ops_flops(&o[LAYER_PASS_I]) + layer_ops_flops(&o[LAYER_PASS_W]),
+                           2 * fwd, fwd * 1e-12);
+        cr_assert_float_eq(layer_ops_flops(&o[LAYER_PASS_W]), 24 * b * s * h * h / t, fwd * 1e-12);
+        cr_assert_float_eq(layer_ops_flops(&o[LAYER_PASS_R]), 4 * b * s * s * h / t, fwd * 1e-12);
+    }
+}
+
+Test(layer, gqa_swiglu_shapes)
+{
+    /* LLaMA-3-8B-like: h 4096, 32 heads, 8 groups, ffn 14336, SwiGLU, t 4 */
+    layer_shape L = {4096, 32, 8, 14336, true, 4096, 1, 128256, 4, false, 2, RECOMPUTE_NONE};
+    layer_ops f;
+    cr_assert_eq(layer_ops_build(&L, LAYER_PASS_F, &f, NULL), TS_OK);
+    const layer_op *qkv = NULL, *fc1 = NULL, *fc2 = NULL;
+    for (int i = 0; i < f.n; i++) {
+        if (!strcmp(f.op[i].name, "qkv")) qkv = &f.op[i];
+        if (!strcmp(f.op[i].name, "fc1")) fc1 = &f.op[i];
+        if (!strcmp(f.op[i].name, "fc2")) fc2 = &f.op[i];
+    }
+    cr_assert(qkv && fc1 && fc2);
+    cr_assert_eq(qkv->n, (4096 + 2 * 8 * 128) / 4);
+    cr_assert_eq(fc1->n, 2 * 14336 / 4);
+    cr_assert_eq(fc2->k, 14336 / 4);
+    layer_saved_list l;
+    cr_assert_eq(layer_saved_build(&L, &l, NULL), TS_OK);
+    for (int i = 0; i < l.n; i++) {
+        if (!strcmp(l.t[i].name, "attn.k")) cr_assert_eq(l.t[i].bytes, 4096LL * 2 * 128 * 2);
+        if (!strcmp(l.t[i].name, "act.in")) cr_assert_eq(l.t[i].bytes, 4096LL * 2 * 3584 * 2);
+    }
+}
+
+Test(layer, deps_point_backwards)
+{
+    for (int sp = 0; sp < 2; sp++)
+        for (int p = 0; p < LAYER_PASS_COUNT; p++) {
+            layer_shape L = shape(8192, 64, 2048, 1, 8, sp, RECOMPUTE_FULL);
+            layer_ops o[3];
+            cr_assert_eq(layer_ops_build(&L, (layer_pass)p, &o[0], NULL), TS_OK);
+            cr_assert_eq(layer_embedding_ops(&L, (layer_pass)p, &o[1], NULL), TS_OK);
+            cr_assert_eq(layer_output_ops(&L, (layer_pass)p, &o[2], NULL), TS_OK);
+            for (int k = 0; k < 3; k++)
+                for (int i = 0; i < o[k].n; i++)
+                    for (int d = 0; d < 2; d++) cr_assert_lt(o[k].op[i].dep[d], i);
+        }
+}
+
+Test(layer, backward_overlaps_allreduce_with_wgrad)
+{
+    layer_shape L = shape(6144, 64, 2048, 4, 8, false, RECOMPUTE_NONE);
+    layer_ops b;
+    cr_assert_eq(layer_ops_build(&L, LAYER_PASS_B, &b, NULL), TS_OK);
+    int found = 0;
+    for (int i = 0; i < b.n; i++) {
+        if (b.op[i].kind != LAYER_OP_COMM) continue;
+        /* the all-reduce and the following wgrad both wait only for the dgrad */
+        cr_assert(strstr(b.op[i + 1].name, "wgrad"), "%s then %s", b.op[i].name, b.op[i + 1].name);
+        cr_assert_eq(b.op[i].dep[0], i - 1);
+        cr_assert_eq(b.op[i + 1].dep[0], i - 1);
+        cr_assert_eq(b.op[i + 2].dep[0] == i || b.op[i + 2].dep[1] == i, 1);
+        found++;
+    }
+    cr_assert_eq(found, 2);
+}
+
+Test(layer, embedding_and_output)
+{
+    layer_shape L = shape(12288, 96, 2048, 1, 8, false, RECOMPUTE_FULL);
+    double b = 1, s = 2048, h = 12288, V = 51200;
+    layer_ops f, bw, i, w, r;
+    cr_assert_eq(layer_output_ops(&L, LAYER_PASS_F, &f, NULL), TS_OK);
+    cr_assert_eq(layer_output_ops(&L, LAYER_PASS_B, &bw, NULL), TS_OK);
+    cr_assert_eq(layer_output_ops(&L, LAYER_PASS_I, &i, NULL), TS_OK);
+    cr_assert_eq(layer_output_ops(&L, LAYER_PASS_W, &w, NULL), TS_OK);
+    cr_assert_eq(layer_output_ops(&L, LAYER_PASS_R, &r, NULL), TS_OK);
+    cr_assert_float_eq(layer_ops_flops(&f), 2 * b * s * h * V / 8, 1);
+    cr_assert_float_eq(layer_ops_flops(&bw), 4 * b * s * h * V / 8, 1);
+    cr_assert_float_eq(layer_ops_flops(&i) + layer_ops_flops(&w), 4 * b * s * h * V / 8, 1);
+    cr_assert_eq(r.n, 0);
+    cr_assert_eq(layer_embedding_ops(&L, LAYER_PASS_F, &f, NULL), TS_OK);
+    cr_assert_eq(layer_ops_flops(&f), 0.0);
+    cr_assert_eq(count_comm(&f, COMM_ALL_REDUCE, (int64_t)(b * s * h * 2)), 1);
+    layer_saved_list l;
+    cr_assert_eq(layer_output_saved(&L, &l, NULL), TS_OK);
+    cr_assert_eq(l.t[2].bytes, (int64_t)(4 * b * s * V / 8)); /* fp32 logits 4sbV/t */
+}
+
+Test(layer, bad_shapes_named)
+{
+    ts_err e;
+    layer_shape L = shape(6144, 64, 2048, 4, 3, false, RECOMPUTE_NONE);
+    layer_ops o;
+    cr_assert_eq(layer_ops_build(&L, LAYER_PASS_F, &o, &e), TS_EINVAL);
+    cr_assert(strstr(e.msg, "--tensor-model-parallel-size 3"), "%s", e.msg);
+    L = shape(6144, 60, 2048, 4, 1, false, RECOMPUTE_NONE);
+    L.h = 6145;
+    cr_assert_eq(layer_ops_build(&L, LAYER_PASS_F, &o, &e), TS_EINVAL);
+    cr_assert(strstr(e.msg, "--hidden-size"), "%s", e.msg);
+    L = shape(6144, 64, 2047, 1, 8, true, RECOMPUTE_NONE);
+    cr_assert_eq(layer_ops_build(&L, LAYER_PASS_F, &o, &e), TS_EINVAL);
+    cr_assert(strstr(e.msg, "--sequence-parallel"), "%s", e.msg);
+}

@@ -1,0 +1,183 @@
+/* Max-min fair flows: halving, the textbook example, incremental = global,
+ * determinism. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "net_flow.h"
+#include "net_graph.h"
+#include "net_route.h"
+
+/* gpu0 <-> gpu1 at 100 GB/s, gpu1 <-> gpu2 at 200 GB/s, efficiency 1, no latency. */
+static net_graph *line3(void)
+{
+    net_link_spec s[] = {{"gpu0", "gpu1", 100, 1, 0}, {"gpu1", "gpu2", 200, 1, 0}};
+    net_graph *g = NULL;
+    ts_err e;
+    cr_assert_eq(net_graph_from_links(s, 2, 1, &g, &e), TS_OK, "%s", e.msg);
+    return g;
+}
+
+typedef struct { int64_t t[16]; int n; } ends;
+static void rec(void *ctx, int flow, uint64_t tag, int64_t t)
+{
+    (void)flow;
+    ends *e = ctx;
+    e->t[tag] = t;
+    e->n++;
+}
+
+Test(net_flow, two_flows_on_one_link_each_get_half)
+{
+    net_graph *g = line3();
+    net_flows *f = NULL;
+    ts_err e;
+    cr_assert_eq(net_flows_new(g, &f, &e), TS_OK);
+    int l01 = net_graph_find_link(g, g->gpu_node[0], g->gpu_node[1]);
+    int a = net_flow_start(f, 0, &l01, 1, 1e6, 0, &e);
+    int b = net_flow_start(f, 0, &l01, 1, 1e6, 1, &e);
+    cr_assert(a >= 0 && b >= 0);
+    cr_assert_float_eq(net_flow_rate_gbps(f, a), 50.0, 1e-12);
+    cr_assert_float_eq(net_flow_rate_gbps(f, b), 50.0, 1e-12);
+    ends en = {0};
+    cr_assert_eq(net_flows_advance(f, NET_TIME_NEVER, rec, &en, &e), TS_OK);
+    cr_assert_eq(en.n, 2);
+    /* 1e6 bytes at 50 GB/s (= 50 bytes/ns) = 20000 ns. */
+    cr_assert_eq(en.t[0], 20000);
+    cr_assert_eq(en.t[1], 20000);
+    net_flows_free(f);
+    net_graph_free(g);
+}
+
+Test(net_flow, rates_follow_starts_and_ends)
+{
+    net_graph *g = line3();
+    net_flows *f = NULL;
+    ts_err e;
+    cr_assert_eq(net_flows_new(g, &f, &e), TS_OK);
+    int l01 = net_graph_find_link(g, g->gpu_node[0], g->gpu_node[1]);
+    /* A alone for 10 us (1e6 bytes at 100), then B joins: both at 50. A has
+     * 1e6 left at t = 10000: ends at 30000; B then alone at 100: 0.5e6 left
+     * of its 1.5e6 at 30000 -> ends at 35000. */
+    net_flow_start(f, 0, &l01, 1, 2e6, 0, &e);
+    ends en = {0};
+    cr_assert_eq(net_flows_advance(f, 10000, rec, &en, &e), TS_OK);
+    cr_assert_eq(en.n, 0);
+    net_flow_start(f, 10000, &l01, 1, 1.5e6, 1, &e);
+    cr_assert_eq(net_flows_advance(f, NET_TIME_NEVER, rec, &en, &e), TS_OK);
+    cr_assert_eq(en.t[0], 30000);
+    cr_assert_eq(en.t[1], 35000);
+    net_flows_free(f);
+    net_graph_free(g);
+}
+
+Test(net_flow, textbook_max_min)
+{
+    /* f1 on gpu0->gpu1 (100); f2 on gpu0->gpu1->gpu2; f3 on gpu1->gpu2 (200).
+     * Bottleneck gpu0->gpu1: f1 = f2 = 50; f3 takes the rest of 200: 150. */
+    net_graph *g = line3();
+    net_flows *f = NULL;
+    ts_err e;
+    cr_assert_eq(net_flows_new(g, &f, &e), TS_OK);
+    int l01 = net_graph_find_link(g, g->gpu_node[0], g->gpu_node[1]);
+    int l12 = net_graph_find_link(g, g->gpu_node[1], g->gpu_node[2]);
+    int p2[2] = {l01, l12};
+    int f1 = net_flow_start(f, 0, &l01, 1, 1e6, 0, &e);
+    int f2 = net_flow_start(f, 0, p2, 2, 1e6, 1, &e);
+    int f3 = net_flow_start(f, 0, &l12, 1, 1e6, 2, &e);
+    cr_assert_float_eq(net_flow_rate_gbps(f, f1), 50.0, 1e-9);
+    cr_assert_float_eq(net_flow_rate_gbps(f, f2), 50.0, 1e-9);
+    cr_assert_float_eq(net_flow_rate_gbps(f, f3), 150.0, 1e-9);
+    net_flow_stats st = net_flows_stats(f);
+    cr_assert_eq(st.recomputes, 1, "three starts at one instant coalesce into one recomputation");
+    net_flows_free(f);
+    net_graph_free(g);
+}
+
+/* Global max-min by the definition (naive progressive filling over all
+ * links), to check the incremental component recomputation against. */
+static void global_maxmin(const net_graph *g, int nf, int paths[][NET_MAX_PATH], const int *plen,
+                          const char *alive, double *rate)
+{
+    double *rem = malloc(sizeof *rem * (size_t)g->n_links);
+    int *cnt = calloc((size_t)g->n_links, sizeof *cnt);
+    char *fz = calloc((size_t)nf, 1);
+    for (int l = 0; l < g->n_links; l++) rem[l] = g->links[l].bw_gbps;
+    for (int i = 0; i < nf; i++)
+        if (alive[i]) for (int h = 0; h < plen[i]; h++) cnt[paths[i][h]]++;
+    for (;;) {
+        int best = -1;
+        double bs = 0;
+        for (int l = 0; l < g->n_links; l++)
+            if (cnt[l] > 0 && (best < 0 || rem[l] / cnt[l] < bs)) { best = l; bs = rem[l] / cnt[l]; }
+        if (best < 0) break;
+        for (int i = 0; i < nf; i++) {
+            if (!alive[i] || fz[i]) continue;
+            int on = 0;
+            for (int h = 0; h < plen[i]; h++) on |= paths[i][h] == best;
+            if (!on) continue;
+            fz[i] = 1;
+            rate[i] = bs;
+            for (int h = 0; h < plen[i]; h++) { rem[paths[i][h]] -= bs; cnt[paths[i][h]]--; }
+        }
+    }
+    free(rem);
+    free(cnt);
+    free(fz);
+}
+
+static void mark_dead(void *ctx, int flow, uint64_t tag, int64_t t)
+{
+    (void)flow;
+    (void)t;
+    ((char *)ctx)[tag] = 0;
+}
+
+Test(net_flow, incremental_equals_global)
+{
+    net_fabric_params p;
+    ts_err e;
+    cr_assert_eq(net_fabric_defaults(&p, "H100", 8, &e), TS_OK);
+    p.leaf_ports = 4; /* 4 NIC ports down, 2:1 -> 2 ports up, one to each spine */
+    p.rail_optimized = false;
+    p.up[2] = (net_fabric_level){0, 2, 2.0};
+    net_graph *g = NULL;
+    cr_assert_eq(net_graph_build_fabric(&p, &g, &e), TS_OK, "%s", e.msg);
+    net_router *r = NULL;
+    net_flows *f = NULL;
+    cr_assert_eq(net_router_new(g, &r, &e), TS_OK);
+    cr_assert_eq(net_flows_new(g, &f, &e), TS_OK);
+    enum { NF = 60 };
+    static int paths[NF][NET_MAX_PATH];
+    int plen[NF], ids[NF];
+    char alive[NF] = {0};
+    double want[NF];
+    unsigned seed = 12345;
+    for (int i = 0; i < NF; i++) {
+        seed = seed * 1103515245u + 12345u;
+        int a = (int)(seed >> 8) % g->n_gpus;
+        seed = seed * 1103515245u + 12345u;
+        int b = (int)(seed >> 8) % g->n_gpus;
+        if (a == b) b = (b + 9) % g->n_gpus;
+        plen[i] = net_route(r, g->gpu_node[a], g->gpu_node[b], (uint64_t)i, paths[i], &e);
+        cr_assert(plen[i] > 0, "%s", e.msg);
+        ids[i] = net_flow_start(f, (int64_t)i * 100, paths[i], plen[i], 1e5 * (1 + i % 7), (uint64_t)i, &e);
+        cr_assert(ids[i] >= 0, "%s", e.msg);
+        alive[i] = 1;
+        /* Finish whatever ends before the next start, then compare. */
+        int64_t nx;
+        while ((nx = net_flows_next_ns(f)) <= (int64_t)i * 100 + 99)
+            cr_assert_eq(net_flows_advance(f, nx, mark_dead, alive, &e), TS_OK);
+        global_maxmin(g, i + 1, paths, plen, alive, want);
+        for (int k = 0; k <= i; k++)
+            if (alive[k])
+                cr_assert_float_eq(net_flow_rate_gbps(f, ids[k]), want[k], 1e-9 * want[k] + 1e-12,
+                                   "flow %d after start %d: %g vs global %g", k, i,
+                                   net_flow_rate_gbps(f, ids[k]), want[k]);
+    }
+    net_flow_stats st = net_flows_stats(f);
+    cr_assert(st.rate_updates > 0 && st.recomputes > 0);
+    net_flows_free(f);
+    net_router_free(r);
+    net_graph_free(g);
+}
