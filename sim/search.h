@@ -77,6 +77,8 @@ typedef struct {
     double peak_mem_bytes;    /* largest peak over the ranks, bytes */
     double bubble_fraction;   /* pipeline bubble / iteration time, 0..1 */
     double exposed_comm_s;    /* communication not hidden behind compute, seconds */
+    double exposed_s[3];      /* of which tensor-, pipeline-, data-parallel */
+    double tokens_per_s;      /* training throughput */
 } search_metrics;
 
 /* One point of the space. Plain data (no pointers), so it can be copied and
@@ -148,7 +150,8 @@ int search_cand_config(const search_set *set, size_t i, config *out, ts_err *err
  * simulation fails is recorded, not returned as an error. */
 int search_evaluate(search_set *set, const search_eval_opts *o, ts_err *err);
 
-/* The default evaluator: simulate_run on the timeline. user is unused. */
+/* The default evaluator: simulate_run on the timeline. user: a const
+ * simulate_opts * (calibration file), or NULL for the defaults. */
 int search_eval_simulate(void *user, const config *c, search_metrics *out, ts_err *err);
 
 /* Recount set->counts from the candidates' statuses. */

@@ -7,4 +7,9 @@
 /* Each subcommand adds its prototype here and its row to COMMANDS in main.c
  * ("simulate" goes first: it is what runs with no command). */
 
+/* search: fastest layout that fits (cmd_search.c) */
+int cmd_search(int argc, char **argv);
+/* sweep: simulate every row of a CSV, resumably (cmd_sweep.c) */
+int cmd_sweep(int argc, char **argv);
+
 #endif

@@ -24,6 +24,8 @@ static int cmd_version(int argc, char **argv)
 /* One row per subcommand; the first row is what runs with no command. */
 static const command COMMANDS[] = {
     {"version", cmd_version, "print the version"},
+    {"search", cmd_search, "find the fastest layout that fits for a model, GPU count and batch"},
+    {"sweep", cmd_sweep, "simulate every row of a CSV (resumable), appending to --out"},
 };
 #define NCOMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
 
