@@ -76,6 +76,12 @@ void calib_free(calib_set *set); /* frees the rows; set itself is the caller's *
 int calib_fit(const calib_set *set, const cost_params *base, config_precision dtype,
               cost_params *out, ts_err *err);
 
+/* What `--calibration FILE` does: cost_params_default(gpu, prec) as the
+ * base (so the GPU kind must have default tables), calib_read(path),
+ * calib_fit. Errors name the file. */
+int calib_load_params(const char *path, const gpu_spec *gpu, config_precision prec,
+                      cost_params *out, ts_err *err);
+
 const char *calib_op_name(calib_op op);
 
 #endif

@@ -267,6 +267,12 @@ static int64_t stretched_end(int64_t t0, int64_t d, double sigma, const int64_t 
     return (int64_t)llround(t + left);
 }
 
+int64_t cost_overlap_ns(const cost_model *cm, int64_t compute_ns, int64_t comm_ns)
+{
+    int64_t cs = 0, ce = comm_ns;
+    return stretched_end(0, compute_ns, cm->p.overlap_slowdown, &cs, &ce, comm_ns > 0);
+}
+
 int64_t cost_ops_run_ns(const cost_model *cm, const commcost_params *cp,
                         const commcost_group *group, const layer_ops *ops, cost_ops_times *out)
 {

@@ -83,6 +83,13 @@ int64_t cost_mem_ns(const cost_model *cm, int64_t bytes);
  * is commcost_ns(). */
 int64_t cost_op_ns(const cost_model *cm, const layer_op *op);
 
+/* Duration of a compute op of isolated duration compute_ns that starts
+ * together with a collective of comm_ns (layer_op.overlap), running at rate
+ * 1/(1+sigma) while the collective runs (sigma = params.overlap_slowdown):
+ * compute_ns*(1+sigma) if the collective outlasts it, else
+ * compute_ns + comm_ns*sigma/(1+sigma). */
+int64_t cost_overlap_ns(const cost_model *cm, int64_t compute_ns, int64_t comm_ns);
+
 /* Run an op list alone on one rank: compute ops in order on the compute
  * stream, COMM ops in order on the communication stream, each op starting
  * when its stream is free and its deps (layer.h) have finished. COMM ops are

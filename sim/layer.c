@@ -116,6 +116,7 @@ static int push(layer_ops *o, const char *name, layer_op_kind kind)
     op->batch = 1;
     op->dep[0] = i - 1;
     op->dep[1] = -1;
+    op->overlap = -1;
     return i;
 }
 
@@ -211,13 +212,18 @@ static void colpar_bwd(const layer_shape *L, const dims *D, layer_ops *o, bool w
     }
     int dg = gemm(o, dg_name, D->T, h, n_out);
     deps(o, dg, prev, -1);
-    int c;
+    o->op[dg].overlap = ag;
+    int c = -1;
     if (D->comm) {
         if (L->sp) c = comm(o, rs_name, COMM_REDUCE_SCATTER, D->S, L->t);
         else c = comm(o, ar_name, COMM_ALL_REDUCE, D->S, L->t);
         deps(o, c, dg, -1);
     }
-    if (whole) deps(o, gemm(o, wg_name, n_out, h, D->T), dg, ag);
+    if (whole) {
+        int wg = gemm(o, wg_name, n_out, h, D->T);
+        deps(o, wg, dg, ag);
+        o->op[wg].overlap = D->comm ? c : -1;
+    }
 }
 
 /* The op just pushed (after a column-parallel backward starting at
@@ -362,14 +368,19 @@ int layer_output_ops(const layer_shape *L, layer_pass pass, layer_ops *out, ts_e
             ag = comm(out, "final.ag.in", COMM_ALL_GATHER, D.S, L->t);
             deps(out, ag, prev, -1);
         }
-        int dg = gemm(out, "logit.dgrad", D.T, h, D.Vt);
+        int dg = gemm(out, "logit.dgrad", D.T, h, D.Vt), c = -1;
         deps(out, dg, prev, -1);
+        out->op[dg].overlap = ag;
         if (D.comm) {
-            int c = comm(out, L->sp ? "logit.rs" : "logit.ar",
+            c = comm(out, L->sp ? "logit.rs" : "logit.ar",
                          L->sp ? COMM_REDUCE_SCATTER : COMM_ALL_REDUCE, D.S, L->t);
             deps(out, c, dg, -1);
         }
-        if (pass == LAYER_PASS_B) deps(out, gemm(out, "logit.wgrad", D.Vt, h, D.T), dg, ag);
+        if (pass == LAYER_PASS_B) {
+            int wg = gemm(out, "logit.wgrad", D.Vt, h, D.T);
+            deps(out, wg, dg, ag);
+            out->op[wg].overlap = c;
+        }
         mem(out, "final.ln.bwd", 3 * E * D.dt);
         join_last_two(out, blk);
         break;

@@ -109,6 +109,8 @@ typedef struct {
     int group;           /* COMM: ranks in the collective (t) */
     double flops;        /* GEMM: 2*m*n*k*batch; 0 otherwise */
     int dep[2];          /* ops of the same list this op waits for; -1 = none */
+    int overlap;         /* compute op: index of the collective that starts with it and
+                            runs alongside (slowing it: cost_overlap_ns); -1 = none */
 } layer_op;
 
 #define LAYER_MAX_OPS 48

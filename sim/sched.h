@@ -11,6 +11,21 @@
  * placement of ZB-V puts stage r (c = 0) and stage 2p-1-r (c = 1) on rank r.
  * Stage 0 holds the embedding, stage p*v-1 the output layer and the loss.
  *
+ * Communication: a SEND/RECV pair moves the activations (SEND_F/RECV_F) or
+ * the gradient (SEND_B/RECV_B) of (mb, stage) between ranks that run adjacent
+ * stages. The action names the stage on its own rank: SEND_F of stage s pairs
+ * with RECV_F of stage s+1 on the peer, SEND_B of stage s with RECV_B of stage
+ * s-1. Adjacent stages on the same rank (ZB-V's bottom of the V, p = 1) pass
+ * data locally and have no SEND/RECV. Generated schedules are deadlock-free
+ * even when every SEND and RECV blocks until its partner arrives (rendezvous,
+ * like MPI_Ssend/MPI_Recv executed one at a time); sched_validate() proves
+ * this for any schedule. Timing (sched_time.h) treats a run of consecutive
+ * SEND/RECV actions as one batch, like Megatron's batch_isend_irecv.
+ *
+ * A schedule with no SEND/RECV action at all is "compute only" (PyTorch's
+ * compute_only CSV format): cross-rank dependencies are then implicit;
+ * sched_add_comm() inserts the explicit actions.
+ *
  * Ownership: a sched is created by a generator or the CSV importer and freed
  * with sched_free(); every array it points to belongs to it.
  */
@@ -87,7 +102,15 @@ typedef struct {
     int last_stage_layers;     /* 0 = even split; else layers of the last stage */
     bool with_comm;            /* emit SEND/RECV actions (default true) */
     bool with_reduce_optim;    /* emit REDUCE_GRAD per chunk + OPTIM at the end */
+    int mb_group_size;         /* INTERLEAVED only: Megatron-core's
+                                  microbatch_group_size_per_vp_stage, in
+                                  [p, m]; 0 = p (Megatron's default) */
 } sched_opts;
+
+/* Limits on generator options (and on imported schedules). */
+#define SCHED_MAX_P 1024
+#define SCHED_MAX_M 65536
+#define SCHED_MAX_V 64
 
 /* Fill o with defaults for kind (p = m = v = 1, even split, comm on). */
 void sched_opts_default(sched_opts *o, sched_kind kind);
@@ -111,5 +134,31 @@ const char *sched_kind_name(sched_kind k);
 int sched_kind_parse(const char *name, sched_kind *out, ts_err *err);
 /* Token letters of an action kind: "F", "B", "I", "W", "SEND_F", ... */
 const char *sched_act_name(sched_act_kind k);
+
+/* Number of global stages, p*v. */
+int sched_num_stages(const sched *s);
+
+/* Write the torch.distributed.pipelining token of action a on rank into buf
+ * ("0F1", "3SEND_B2", "1REDUCE_GRAD", "OPTIM"); the first number is the
+ * global stage, the last the micro-batch. Returns the token length;
+ * SCHED_TOKEN_BYTES always suffices. */
+#define SCHED_TOKEN_BYTES 48
+size_t sched_action_token(const sched *s, int rank, const sched_action *a,
+                          char *buf, size_t size);
+
+/* True if s has at least one SEND/RECV action (else it is compute only). */
+bool sched_has_comm(const sched *s);
+
+/* Insert SEND/RECV actions into a compute-only schedule (no-op, TS_OK, when
+ * s already has some): each SEND goes right after the op that produces its
+ * data, each RECV right before the op that consumes it, ordered so that
+ * blocking rendezvous execution cannot deadlock. TS_EINVAL if the compute
+ * order itself cannot run (a dependency cycle), naming a blocked action. */
+int sched_add_comm(sched *s, ts_err *err);
+
+/* Peak activations in flight on each rank, in chunk activations: (mb, chunk)
+ * pairs whose F has run and whose last backward part (B, or W when split)
+ * has not. Fills peak[0 .. p-1]. */
+void sched_peak_inflight(const sched *s, int *peak);
 
 #endif

@@ -76,8 +76,8 @@ Test(cost, op_times)
     cr_assert_eq(cost_gemm_ns(cm, 3000, 3000, 3000, 2), llround(want));
     cr_assert_eq(cost_mem_ns(cm, 1000000), llround(1000 + 1e6 / (1000 * 0.5)));
     cr_assert_eq(cost_mem_ns(cm, 0), 1000);
-    layer_op g = {"g", LAYER_OP_GEMM, 3000, 3000, 3000, 2, 0, COMM_ALL_REDUCE, 0, 0, {-1, -1}};
-    layer_op c = {"c", LAYER_OP_COMM, 0, 0, 0, 1, 1 << 20, COMM_ALL_REDUCE, 8, 0, {-1, -1}};
+    layer_op g = {.name = "g", .kind = LAYER_OP_GEMM, .m = 3000, .n = 3000, .k = 3000, .batch = 2};
+    layer_op c = {.name = "c", .kind = LAYER_OP_COMM, .batch = 1, .bytes = 1 << 20, .group = 8};
     cr_assert_eq(cost_op_ns(cm, &g), cost_gemm_ns(cm, 3000, 3000, 3000, 2));
     cr_assert_eq(cost_op_ns(cm, &c), 0);
     cost_model_free(cm);
@@ -156,9 +156,12 @@ Test(cost, ops_runner_serial_and_overlap)
     commcost_group g = {8, 8};
     /* dgrad, all-reduce || wgrad, next op waits for both */
     layer_ops o = {0};
-    layer_op gm = {"d", LAYER_OP_GEMM, 3000, 3000, 3000, 1, 0, COMM_ALL_REDUCE, 0, 0, {-1, -1}};
-    layer_op ar = {"ar", LAYER_OP_COMM, 0, 0, 0, 1, 800000000, COMM_ALL_REDUCE, 8, 0, {0, -1}};
-    layer_op mm = {"m", LAYER_OP_MEM, 0, 0, 0, 1, 1000000, COMM_ALL_REDUCE, 0, 0, {1, 2}};
+    layer_op gm = {.name = "d", .kind = LAYER_OP_GEMM, .m = 3000, .n = 3000, .k = 3000, .batch = 1,
+                   .dep = {-1, -1}, .overlap = -1};
+    layer_op ar = {.name = "ar", .kind = LAYER_OP_COMM, .batch = 1, .bytes = 800000000,
+                   .coll = COMM_ALL_REDUCE, .group = 8, .dep = {0, -1}, .overlap = -1};
+    layer_op mm = {.name = "m", .kind = LAYER_OP_MEM, .batch = 1, .bytes = 1000000, .dep = {1, 2},
+                   .overlap = -1};
     o.op[0] = gm;
     o.op[1] = ar;
     o.op[2] = gm;
@@ -192,5 +195,9 @@ Test(cost, ops_runner_serial_and_overlap)
     got = cost_ops_run_ns(cm, &cp, &g, &o, NULL);
     double wg_end = (double)tg + tc + ((double)tg - tc / 1.5);
     cr_assert(llabs(got - llround(wg_end + tm)) <= 1, "%lld vs %.1f", (long long)got, wg_end + tm);
+    /* the static form the engine uses gives the same wgrad duration */
+    cr_assert(llabs(cost_overlap_ns(cm, tg, tc) - llround(wg_end - tg)) <= 1);
+    cr_assert_eq(cost_overlap_ns(cm, tg, 10 * tg), llround(1.5 * tg));
+    cr_assert_eq(cost_overlap_ns(cm, tg, 0), tg);
     cost_model_free(cm);
 }

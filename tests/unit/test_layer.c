@@ -247,6 +247,7 @@ Test(layer, backward_overlaps_allreduce_with_wgrad)
         cr_assert_eq(b.op[i].dep[0], i - 1);
         cr_assert_eq(b.op[i + 1].dep[0], i - 1);
         cr_assert_eq(b.op[i + 2].dep[0] == i || b.op[i + 2].dep[1] == i, 1);
+        cr_assert_eq(b.op[i + 1].overlap, i);
         found++;
     }
     cr_assert_eq(found, 2);

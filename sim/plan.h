@@ -1,0 +1,145 @@
+/* plan — task templates of one training iteration, per pipeline stage.
+ *
+ * Lowering is two-step. plan_build() turns the model into "steps": for each
+ * pipeline stage and each pass (F, B, I, W) the ops of the stage's layers
+ * (layer.h) — embedding on stage 0, output layer and loss on the last stage,
+ * recomputation folded into B and I per the recompute mode — costed on the GPU
+ * (cost.h, commcost.h) and merged: consecutive compute ops that wait for
+ * nothing new become one step on the compute stream, each collective is one
+ * step on its communication stream, with the dependencies layer.h gives
+ * (forward all-reduces on the critical path, backward ones overlapped with
+ * the weight-gradient GEMM). It also plans the pipeline transfers between
+ * stages, the data-parallel gradient reduction (whole, or in buckets during
+ * the last backward with --overlap-grad-reduce), the optimizer step and the
+ * static memory of each rank. lower.h then instantiates the steps once per
+ * IR action. A step is the unit the engine runs: its index is the engine
+ * task's tag, so reports and traces find every task's description here.
+ *
+ * Ownership: plan_build/plan_uniform return a plan the caller frees with
+ * plan_free(); names point to static strings.
+ */
+#ifndef TRAINSIM_PLAN_H
+#define TRAINSIM_PLAN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "commcost.h"
+#include "config.h"
+#include "cost.h"
+#include "err.h"
+#include "sched.h"
+
+/* Streams of every simulated GPU. Each collective group has its own NCCL
+ * communicator and stream in Megatron-LM, so TP, PP and DP traffic can
+ * overlap each other as well as compute. */
+typedef enum {
+    PLAN_STREAM_COMPUTE = 0,
+    PLAN_STREAM_TP,      /* tensor-parallel collectives */
+    PLAN_STREAM_PP_SEND, /* pipeline sends */
+    PLAN_STREAM_PP_RECV, /* pipeline receives */
+    PLAN_STREAM_DP,      /* data-parallel gradient reduction, parameter all-gather */
+    PLAN_STREAMS
+} plan_stream;
+
+/* What a step's time counts as in the report. */
+typedef enum {
+    PLAN_CAT_FWD = 0, /* forward compute */
+    PLAN_CAT_BWD,     /* backward compute (B, I and W) */
+    PLAN_CAT_RECOMP,  /* recomputed forward */
+    PLAN_CAT_OPTIM,   /* optimizer step */
+    PLAN_CAT_TP,      /* tensor-parallel communication */
+    PLAN_CAT_PP,      /* pipeline communication */
+    PLAN_CAT_DP,      /* data-parallel communication */
+    PLAN_CAT_COUNT
+} plan_cat;
+
+#define PLAN_NO_STEP UINT32_MAX
+
+typedef struct {
+    const char *name;      /* static, e.g. "F", "tp.all-reduce", "send.F" */
+    uint8_t stream;        /* plan_stream */
+    uint8_t cat;           /* plan_cat */
+    bool root;             /* first step of its stream in its pass: waits for the pass's inputs */
+    int16_t dp_bucket;     /* >= 0: bucket of gradients complete when this step ends (overlap) */
+    int32_t stage;         /* pipeline stage (global id) */
+    int32_t dep[2];        /* earlier steps of the same pass (relative index) it waits for; -1 none */
+    int64_t dur_ns;        /* duration on the engine */
+    double flops;          /* GEMM flops one TP rank executes */
+    int64_t comm_bytes;    /* collective size, commcost convention (communication steps) */
+    int64_t alloc_bytes;   /* activation bytes allocated when the step starts */
+    int64_t free_bytes;    /* activation bytes freed when the step ends */
+} plan_step;
+
+/* A contiguous range of steps: [first, first + n). */
+typedef struct {
+    uint32_t first, n;
+} plan_range;
+
+/* Pass indices of plan_stage.pass[]. */
+enum { PLAN_PASS_F = 0, PLAN_PASS_B, PLAN_PASS_I, PLAN_PASS_W, PLAN_PASSES };
+
+typedef struct {
+    plan_range pass[PLAN_PASSES];  /* F, B (whole backward), I, W */
+    uint32_t send_f, send_b;       /* transfer to the next / previous stage (PLAN_NO_STEP at the ends) */
+    uint32_t recv_f, recv_b;       /* the matching receives on this stage */
+    uint32_t dp_whole;             /* gradient reduction of the whole stage (no overlap) */
+    uint32_t dp_bucket0;           /* first of n_buckets bucket reductions (overlap) */
+    int n_buckets;
+    int64_t params;                /* parameters one TP rank holds for this stage */
+    int64_t p2p_bytes;             /* message per micro-batch to a neighbour stage */
+} plan_stage;
+
+typedef struct {
+    int n_stages;                  /* p * v */
+    int p, v;
+    plan_stage *stages;            /* n_stages */
+    plan_step *steps;              /* every step; a task's tag indexes this */
+    uint32_t n_steps, cap_steps;
+    uint32_t *optim;               /* p: optimizer step per rank (PLAN_NO_STEP if none) */
+    uint32_t *param_gather;        /* p: parameter all-gather after it (distributed optimizer) */
+    int64_t *weights_bytes;        /* p: static memory per rank */
+    int64_t *grads_bytes;
+    int64_t *optim_bytes;
+    int64_t p2p_buffer_bytes;      /* receive buffer held from a receive until its pass starts */
+    int d;                         /* data-parallel size (1: no reduction steps) */
+    bool overlap_grad_reduce;
+    bool distributed_optimizer;
+    uint32_t max_pass_steps;       /* longest pass range (scratch size for lowering) */
+} plan;
+
+/* Build the plan of config c for schedule s (its stages and placement) with
+ * the cost model cm and collective costs cc. The plan is for one TP rank of
+ * one data-parallel replica: tensor-parallel and data-parallel peers are
+ * symmetric and their collectives are costed, not simulated per rank.
+ * *out is owned by the caller (plan_free). TS_EINVAL for shapes layer.h
+ * rejects, TS_ENOMEM. */
+int plan_build(const config *c, const sched *s, const cost_model *cm, const commcost_params *cc,
+               plan **out, ts_err *err);
+
+/* A plan for tests of the closed forms: every stage's F, B, I, W is one
+ * compute step of f_ns, b_ns (= i_ns + w_ns), i_ns, w_ns, transfers take
+ * p2p_ns, no data parallelism, no optimizer; activation alloc at F of
+ * act_bytes, freed by B or W. */
+int plan_uniform(const sched *s, int64_t f_ns, int64_t i_ns, int64_t w_ns, int64_t p2p_ns,
+                 int64_t act_bytes, plan **out, ts_err *err);
+
+void plan_free(plan *pl); /* NULL allowed */
+
+/* Builder helpers (plan.c), used by plan_build (plan_build.c) and tests:
+ * plan_alloc: an empty plan for p ranks of v chunks (every step index
+ * PLAN_NO_STEP, d = 1); plan_step_init: a step with no deps, bucket or
+ * memory; plan_push_step: append a copy, *out = its index; plan_add_transfers:
+ * the send/receive steps of every stage boundary (dur_ns each, bytes the
+ * message). TS_ENOMEM on allocation failure. */
+int plan_alloc(int p, int v, plan **out);
+plan_step plan_step_init(const char *name, int stream, int cat, int stage, int64_t dur_ns);
+int plan_push_step(plan *pl, const plan_step *s, uint32_t *out);
+int plan_add_transfers(plan *pl, int64_t dur_ns, int64_t bytes);
+
+/* Names for reports: "compute", "tp", "pp-send", "pp-recv", "dp"; "forward",
+ * "backward", "recompute", "optimizer", "tp", "pp", "dp". */
+const char *plan_stream_name(int s);
+const char *plan_cat_name(int c);
+
+#endif

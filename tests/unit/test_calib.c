@@ -1,0 +1,161 @@
+/* Tests for calib: CSV round trip, errors with locations, fitted tables. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "calib.h"
+
+static const gpu_spec A100 = {.name = "A100-SXM4-80GB", .bf16_tflops = 312, .fp16_tflops = 312,
+                              .fp32_tflops = 19.5, .hbm_gib = 80, .hbm_gbps = 2039,
+                              .nvlink_gbps = 300};
+
+static char *tmpfile_with(const char *text)
+{
+    static char path[64];
+    snprintf(path, sizeof path, "/tmp/trainsim-calib-XXXXXX");
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    FILE *f = fdopen(fd, "w");
+    fputs(text, f);
+    fclose(f);
+    return path;
+}
+
+static calib_row gemm_row(int64_t m, int64_t n, int64_t k, double ns)
+{
+    calib_row r;
+    memset(&r, 0, sizeof r);
+    strcpy(r.gpu, "A100-SXM4-80GB");
+    r.op = CALIB_GEMM;
+    r.dtype = PREC_BF16;
+    r.m = m;
+    r.n = n;
+    r.k = k;
+    r.batch = 1;
+    r.time_ns = ns;
+    return r;
+}
+
+Test(calib, write_read_round_trip)
+{
+    calib_set s = {0, NULL};
+    calib_row r = gemm_row(8192, 2304, 6144, 1.25e6);
+    cr_assert_eq(calib_add(&s, &r, NULL), TS_OK);
+    memset(&r, 0, sizeof r);
+    strcpy(r.gpu, "A100-SXM4-80GB");
+    r.op = CALIB_MEMORY;
+    r.dtype = PREC_BF16;
+    r.bytes = 268435456;
+    r.time_ns = 160000.5;
+    cr_assert_eq(calib_add(&s, &r, NULL), TS_OK);
+    r.op = CALIB_LAUNCH;
+    r.bytes = 0;
+    r.time_ns = 3500;
+    cr_assert_eq(calib_add(&s, &r, NULL), TS_OK);
+    char path[] = "/tmp/trainsim-calib-rt-XXXXXX";
+    int fd = mkstemp(path);
+    close(fd);
+    cr_assert_eq(calib_write(path, &s, NULL), TS_OK);
+    calib_set back = {0, NULL};
+    ts_err e;
+    cr_assert_eq(calib_read(path, &back, &e), TS_OK, "%s", e.msg);
+    cr_assert_eq(back.n, 3);
+    for (size_t i = 0; i < 3; i++) {
+        cr_assert_str_eq(back.rows[i].gpu, s.rows[i].gpu);
+        cr_assert_eq(back.rows[i].op, s.rows[i].op);
+        cr_assert_eq(back.rows[i].m, s.rows[i].m);
+        cr_assert_eq(back.rows[i].bytes, s.rows[i].bytes);
+        cr_assert_eq(back.rows[i].time_ns, s.rows[i].time_ns);
+    }
+    /* achieved columns are written for readers */
+    FILE *f = fopen(path, "r");
+    char buf[4096];
+    size_t len = fread(buf, 1, sizeof buf - 1, f);
+    buf[len] = 0;
+    fclose(f);
+    cr_assert(strstr(buf, "achieved_tflops"), "%s", buf);
+    cr_assert(strstr(buf, ",185.5"), "%s", buf); /* 2*8192*2304*6144 / 1.25 ms */
+    unlink(path);
+    calib_free(&s);
+    calib_free(&back);
+}
+
+Test(calib, errors_name_line_and_column)
+{
+    ts_err e;
+    calib_set s;
+    const char *p = tmpfile_with("gpu,op,dtype,m,n,k,batch,bytes,time_ns\n"
+                                 "A100-SXM4-80GB,gemm,bf16,1,2,3,1,,10\n"
+                                 "A100-SXM4-80GB,conv,bf16,1,2,3,1,,10\n");
+    cr_assert_eq(calib_read(p, &s, &e), TS_EINVAL);
+    cr_assert(strstr(e.msg, ":3:") && strstr(e.msg, "'op'") && strstr(e.msg, "gemm, memory"), "%s", e.msg);
+    unlink(p);
+    p = tmpfile_with("gpu,op,dtype,m,n,k,batch,bytes,time_ns\n"
+                     "A100-SXM4-80GB,gemm,bf16,1,,3,1,,10\n");
+    cr_assert_eq(calib_read(p, &s, &e), TS_EINVAL);
+    cr_assert(strstr(e.msg, ":2:") && strstr(e.msg, "'n'"), "%s", e.msg);
+    unlink(p);
+    p = tmpfile_with("gpu,op,dtype,bytes,time_ns\nA100-SXM4-80GB,memory,bf16,100,-1\n");
+    cr_assert_eq(calib_read(p, &s, &e), TS_EINVAL);
+    cr_assert(strstr(e.msg, "time_ns"), "%s", e.msg);
+    unlink(p);
+    cr_assert_eq(calib_read("/nonexistent/calib.csv", &s, &e), TS_EIO);
+}
+
+Test(calib, fit_recovers_efficiencies)
+{
+    cost_params base;
+    cr_assert_eq(cost_params_default(&A100, PREC_BF16, &base, NULL), TS_OK);
+    calib_set s = {0, NULL};
+    /* launch 2 us; square GEMMs at 30%, 60%, 75% of 312 TFLOP/s */
+    const int64_t dims[] = {256, 1024, 8192};
+    const double eff[] = {0.30, 0.60, 0.75};
+    for (int i = 0; i < 3; i++) {
+        double f = 2.0 * dims[i] * dims[i] * dims[i];
+        calib_row r = gemm_row(dims[i], dims[i], dims[i], 2000 + f / (312e3 * eff[i]));
+        cr_assert_eq(calib_add(&s, &r, NULL), TS_OK);
+        r.time_ns *= 1.0 + 1e-4; /* a repeat within 1%: averaged into one knot */
+        cr_assert_eq(calib_add(&s, &r, NULL), TS_OK);
+    }
+    calib_row l = gemm_row(0, 0, 0, 2000);
+    l.op = CALIB_LAUNCH;
+    cr_assert_eq(calib_add(&s, &l, NULL), TS_OK);
+    /* rows of another GPU are ignored */
+    calib_row o = gemm_row(512, 512, 512, 1);
+    strcpy(o.gpu, "H100-SXM5-80GB");
+    cr_assert_eq(calib_add(&s, &o, NULL), TS_OK);
+    cost_params p;
+    ts_err e;
+    cr_assert_eq(calib_fit(&s, &base, PREC_BF16, &p, &e), TS_OK, "%s", e.msg);
+    cr_assert_eq(p.launch_ns, 2000.0);
+    cr_assert_eq(p.gemm.n, 3);
+    for (int i = 0; i < 3; i++) cr_assert(fabs(p.gemm.eff[i] - eff[i]) < 1e-4, "%g", p.gemm.eff[i]);
+    /* no memory rows: the default memory table is kept */
+    cr_assert_eq(p.mem.n, base.mem.n);
+    cost_model *cm;
+    cr_assert_eq(cost_model_new(&p, &cm, NULL), TS_OK);
+    cr_assert(fabs(cost_gemm_eff(cm, 1024, 1024, 1024) - 0.60) < 1e-4);
+    cost_model_free(cm);
+    /* a dtype without rows is an error that says what is missing */
+    cr_assert_eq(calib_fit(&s, &base, PREC_FP16, &p, &e), TS_EINVAL);
+    cr_assert(strstr(e.msg, "dtype=fp16"), "%s", e.msg);
+    calib_free(&s);
+}
+
+Test(calib, load_params_from_file)
+{
+    const char *p = tmpfile_with("# measured\n"
+                                 "gpu,op,dtype,m,n,k,batch,bytes,time_ns,achieved_tflops,achieved_gbps\n"
+                                 "A100-SXM4-80GB,memory,bf16,,,,,1000000,4000,,\n"
+                                 "A100-SXM4-80GB,memory,bf16,,,,,1000000000,600000,,\n"
+                                 "A100-SXM4-80GB,launch,bf16,,,,,,3000,,\n");
+    cost_params out;
+    ts_err e;
+    cr_assert_eq(calib_load_params(p, &A100, PREC_BF16, &out, &e), TS_OK, "%s", e.msg);
+    cr_assert_eq(out.launch_ns, 3000.0);
+    cr_assert_eq(out.mem.n, 2);
+    cr_assert(fabs(out.mem.eff[1] - 1e9 / (597000.0 * 2039)) < 1e-9);
+    unlink(p);
+}
