@@ -328,11 +328,56 @@ static int enumerate(const search_space *s, cand_vec *cv)
     return TS_OK;
 }
 
-/* Validate each pending candidate's configuration and apply the memory
- * bound. Messages of refused configurations are kept. */
+/* In-flight micro-batch chunks per rank of one schedule shape, counted on
+ * the generated schedule. Candidates come grouped by (schedule, p, m, v), so
+ * a one-entry cache spares almost every generation. */
+typedef struct {
+    int kind, p, m, v;
+    int *inflight;   /* p entries (owned); NULL before the first use */
+    int rc;          /* the generator's status for this shape */
+    char msg[ERR_MSG_BYTES];
+} inflight_cache;
+
+static int cache_get(inflight_cache *k, const search_cand *c, ts_err *err)
+{
+    if (k->inflight && k->kind == c->schedule && k->p == c->pp && k->m == c->num_microbatches &&
+        k->v == c->vp)
+        return k->rc;
+    free(k->inflight);
+    k->inflight = calloc((size_t)c->pp, sizeof *k->inflight);
+    if (!k->inflight)
+        return err_set(err, TS_ENOMEM, "search: out of memory");
+    k->kind = c->schedule;
+    k->p = c->pp;
+    k->m = c->num_microbatches;
+    k->v = c->vp;
+    sched_opts o;
+    sched_opts_default(&o, (sched_kind)c->schedule);
+    o.p = c->pp;
+    o.m = c->num_microbatches;
+    o.v = c->vp;
+    o.with_comm = false;
+    o.with_reduce_optim = false;
+    sched *sc = NULL;
+    ts_err e;
+    err_clear(&e);
+    k->rc = sched_generate(&o, &sc, &e);
+    snprintf(k->msg, sizeof k->msg, "%s", e.msg);
+    if (k->rc == TS_OK)
+        search_bound_inflight_sched(sc, k->inflight);
+    sched_free(sc);
+    return k->rc;
+}
+
+/* Validate each pending candidate's configuration, generate its schedule
+ * shape and apply the memory bound. Messages of refused configurations are
+ * kept. */
 static int prune(search_set *set, ts_err *err)
 {
-    for (size_t i = 0; i < set->n; i++) {
+    inflight_cache cache;
+    memset(&cache, 0, sizeof cache);
+    int rc = TS_OK;
+    for (size_t i = 0; i < set->n && rc == TS_OK; i++) {
         search_cand *c = &set->cands[i];
         if (c->status != SEARCH_PENDING)
             continue;
@@ -340,18 +385,29 @@ static int prune(search_set *set, ts_err *err)
         ts_err e;
         err_clear(&e);
         search_bound b;
-        if (search_cand_config(set, i, &cfg, &e) || search_bound_compute(&cfg, &b, &e)) {
+        int st = search_cand_config(set, i, &cfg, &e);
+        if (st == TS_OK) {
+            st = cache_get(&cache, c, &e);
+            if (st == TS_ENOMEM)
+                return st;
+            if (st != TS_OK)
+                err_set(&e, st, "schedule: %s", cache.msg);
+        }
+        if (st == TS_OK)
+            st = search_bound_compute(&cfg, cache.inflight, &b, &e);
+        if (st != TS_OK) {
             c->status = SEARCH_REJ_CONFIG;
-            set->msgs[i] = strdup(e.msg);
+            set->msgs[i] = strndup(e.msg, SEARCH_MSG_BYTES - 1);
             if (!set->msgs[i])
-                return err_set(err, TS_ENOMEM, "search: out of memory");
+                rc = err_set(err, TS_ENOMEM, "search: out of memory");
             continue;
         }
         c->mem_bound_bytes = b.total_bytes;
         if (b.total_bytes > set->capacity_bytes)
             c->status = SEARCH_REJ_MEMORY_BOUND;
     }
-    return TS_OK;
+    free(cache.inflight);
+    return rc;
 }
 
 void search_recount(search_set *set)

@@ -1,6 +1,8 @@
 /* search_bound — lower bound on a layout's peak memory (see search_bound.h). */
 #include "search_bound.h"
 
+#include <stdlib.h>
+
 #include "flops.h"
 #include "layer.h"
 
@@ -26,6 +28,22 @@ int search_bound_inflight(const parallel_config *p, int num_microbatches, int ra
     }
 }
 
+void search_bound_inflight_sched(const sched *s, int *out)
+{
+    for (int r = 0; r < s->p; r++) {
+        int live = 0, peak = 0;
+        for (size_t i = 0; i < s->n_actions[r]; i++) {
+            int k = s->actions[r][i].kind;
+            if (k == ACT_F)
+                live++;
+            else if (k == ACT_B || k == ACT_I)
+                live--;
+            peak = imax(peak, live);
+        }
+        out[r] = imax(1, peak);
+    }
+}
+
 /* Transformer layers held by pipeline rank r (all its chunks). */
 static int rank_layers(const parallel_config *p, int num_layers, int r)
 {
@@ -40,8 +58,35 @@ static int rank_layers(const parallel_config *p, int num_layers, int r)
     return (num_layers - first - last) / middle_stages;
 }
 
-static int bound_rank(const config *c, const layer_shape *shape, int r, search_bound *b,
-                      ts_err *err)
+/* Per-micro-batch kept bytes: one layer under the run's mode and with no
+ * recomputation (block method), the embedding and the output layer. */
+typedef struct {
+    double layer, layer_none, embedding, output;
+} kept_bytes;
+
+static int kept(const layer_shape *shape, kept_bytes *k, ts_err *err)
+{
+    layer_saved_list saved;
+    layer_shape s = *shape;
+    int rc;
+    if ((rc = layer_saved_build(&s, &saved, err)))
+        return rc;
+    k->layer = (double)layer_saved_kept_bytes(&saved);
+    s.recompute = RECOMPUTE_NONE;
+    if ((rc = layer_saved_build(&s, &saved, err)))
+        return rc;
+    k->layer_none = (double)layer_saved_kept_bytes(&saved);
+    if ((rc = layer_embedding_saved(shape, &saved, err)))
+        return rc;
+    k->embedding = (double)layer_saved_kept_bytes(&saved);
+    if ((rc = layer_output_saved(shape, &saved, err)))
+        return rc;
+    k->output = (double)layer_saved_kept_bytes(&saved);
+    return TS_OK;
+}
+
+static void bound_rank(const config *c, const kept_bytes *kb, int inflight, int r,
+                       search_bound *b)
 {
     const model_config *mo = &c->model;
     const parallel_config *p = &c->par;
@@ -50,65 +95,51 @@ static int bound_rank(const config *c, const layer_shape *shape, int r, search_b
     bool first = r == 0, last = r == p->pp - 1;
     double params = (double)flops_params_stage(mo, p->tp, layers, first, last);
     bool fp32 = mo->precision == PREC_FP32;
-    double wb = fp32 ? 4.0 : 2.0, gb = fp32 ? 4.0 : 2.0, ob = fp32 ? 8.0 : 12.0;
+    /* Gradients: fp32 with bf16 (Megatron-LM accumulates and reduces bf16
+     * gradients in fp32), 16-bit only with fp16. */
+    double wb = fp32 ? 4.0 : 2.0, ob = fp32 ? 8.0 : 12.0;
+    double gb = mo->precision == PREC_FP16 ? 2.0 : 4.0;
     if (p->distributed_optimizer && p->dp > 1)
         ob /= p->dp;
     b->weights_bytes = params * wb;
     b->grads_bytes = params * gb;
     b->optimizer_bytes = params * ob;
 
-    /* Bytes one layer keeps per micro-batch: under the run's mode, and (for
-     * block recomputation) under full recomputation and under none. */
-    layer_shape s = *shape;
-    layer_saved_list saved;
-    int rc = layer_saved_build(&s, &saved, err);
-    if (rc)
-        return rc;
-    double per_layer = (double)layer_saved_kept_bytes(&saved);
+    /* Activations: in-flight chunks x the bytes a chunk keeps; with block
+     * recomputation k layers of each chunk keep only their input. */
     int chunk_layers = imax(1, layers / v);
-    double chunk_bytes = chunk_layers * per_layer;
+    double chunk_bytes = chunk_layers * kb->layer;
     if (p->recompute == RECOMPUTE_FULL && p->recompute_method == RECOMPUTE_METHOD_BLOCK &&
         p->recompute_num_layers > 0 && p->recompute_num_layers < chunk_layers) {
-        s.recompute = RECOMPUTE_NONE;
-        if ((rc = layer_saved_build(&s, &saved, err)))
-            return rc;
-        double kept = (double)layer_saved_kept_bytes(&saved);
         int k = p->recompute_num_layers;
-        chunk_bytes = k * per_layer + (chunk_layers - k) * kept;
+        chunk_bytes = k * kb->layer + (chunk_layers - k) * kb->layer_none;
     }
-    int m = config_num_microbatches(c);
-    int inflight = search_bound_inflight(p, m, r);
     double act = inflight * chunk_bytes;
-    if (first) {
-        if ((rc = layer_embedding_saved(shape, &saved, err)))
-            return rc;
-        act += (v == 1 ? inflight : 1) * (double)layer_saved_kept_bytes(&saved);
-    }
-    if (last) { /* the output layer's tensors of the micro-batch being turned around */
-        if ((rc = layer_output_saved(shape, &saved, err)))
-            return rc;
-        act += (double)layer_saved_kept_bytes(&saved);
-    }
+    if (first) /* the embedding's stash, per in-flight micro-batch of chunk 0 */
+        act += (v == 1 ? inflight : 1) * kb->embedding;
+    if (last)  /* the output layer's tensors of the micro-batch being turned around */
+        act += kb->output;
     b->activations_bytes = act;
     b->total_bytes = b->weights_bytes + b->grads_bytes + b->optimizer_bytes + b->activations_bytes;
     b->rank = r;
-    return TS_OK;
 }
 
-int search_bound_compute(const config *c, search_bound *out, ts_err *err)
+int search_bound_compute(const config *c, const int *inflight, search_bound *out, ts_err *err)
 {
     layer_shape shape;
+    kept_bytes kb;
     int rc = layer_shape_from_config(c, &shape, err);
+    if (rc == TS_OK)
+        rc = kept(&shape, &kb, err);
     if (rc)
         return rc;
-    if ((rc = bound_rank(c, &shape, 0, out, err)))
-        return rc;
-    if (c->par.pp > 1) {
-        search_bound last;
-        if ((rc = bound_rank(c, &shape, c->par.pp - 1, &last, err)))
-            return rc;
-        if (last.total_bytes > out->total_bytes)
-            *out = last;
+    int m = config_num_microbatches(c);
+    for (int r = 0; r < c->par.pp; r++) {
+        search_bound b;
+        int n = inflight ? inflight[r] : search_bound_inflight(&c->par, m, r);
+        bound_rank(c, &kb, n, r, &b);
+        if (r == 0 || b.total_bytes > out->total_bytes)
+            *out = b;
     }
     return TS_OK;
 }

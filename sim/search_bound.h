@@ -1,15 +1,17 @@
 /* search_bound — a fast lower bound on the peak memory of a layout, used by
  * the search to reject layouts that cannot fit before simulating them.
  *
- * The bound is the largest, over the first and the last pipeline rank, of
+ * The bound is the largest, over the pipeline ranks, of
  *   weights + gradients + optimizer state of the rank's parameters (its
  *   layers, plus the embedding on the first rank and the output layer on the
- *   last; flops_params_stage), at the fewest bytes mixed-precision training
- *   can use: 2 + 2 + 12 per parameter for 16-bit training (12/d with a
- *   distributed optimizer), 4 + 4 + 8 in fp32,
+ *   last; flops_params_stage), at the bytes mixed-precision training
+ *   holds: 2 (weights) + 4 (fp32 gradients, as Megatron-LM keeps them with
+ *   bf16; 2 with fp16) + 12 (fp32 master, Adam moments; 12/d with a
+ *   distributed optimizer) per parameter, 4 + 4 + 8 in fp32,
  * plus
- *   the activation floor: the micro-batch chunks the schedule must hold at
- *   once on that rank (the warm-up forwards before its first backward) times
+ *   the activation floor: the micro-batch chunks the schedule holds at once
+ *   on that rank (forwards whose input-gradient backward has not run yet,
+ *   counted on the generated schedule; the closed forms otherwise) times
  *   the bytes a chunk's layers keep per micro-batch (layer_saved_build under
  *   the recomputation mode: Korthikanti et al. 2022 Table 2; with block
  *   recomputation k layers keep only their input), plus the embedding's or
@@ -26,6 +28,7 @@
 
 #include "config.h"
 #include "err.h"
+#include "sched.h"
 
 /* Breakdown of the bound for the rank that sets it. Bytes. */
 typedef struct {
@@ -39,11 +42,19 @@ typedef struct {
 
 
 /* Micro-batch chunks the schedule holds at once at its peak on pipeline
- * rank r (a lower bound: warm-up forwards before the first backward). */
+ * rank r, from the closed forms (a lower bound: warm-up forwards before the
+ * first backward; p - r for the zero-bubble schedules). */
 int search_bound_inflight(const parallel_config *p, int num_microbatches, int rank);
 
-/* The bound for a validated configuration (c->model, c->par). TS_EINVAL if
- * the layer shapes do not hold (layer_shape_from_config's message). */
-int search_bound_compute(const config *c, search_bound *out, ts_err *err);
+/* The same counted on a generated schedule: for each rank, the most
+ * forwards (F) whose input-gradient backward (B or I) has not run yet while
+ * its actions run in order. out: s->p entries. */
+void search_bound_inflight_sched(const sched *s, int *out);
+
+/* The bound for a validated configuration (c->model, c->par). inflight:
+ * c->par.pp entries from search_bound_inflight_sched, or NULL for the
+ * closed forms. TS_EINVAL if the layer shapes do not hold
+ * (layer_shape_from_config's message). */
+int search_bound_compute(const config *c, const int *inflight, search_bound *out, ts_err *err);
 
 #endif

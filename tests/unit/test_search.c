@@ -6,10 +6,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "search.h"
 #include "search_bound.h"
 #include "search_out.h"
+#include "topo.h"
 
 /* A small GPT: 8 layers, 8 heads, hidden 512, on one 8-GPU node of A100 80GB. */
 static void small_space(search_space *s, int layers, int gpus, int batch)
@@ -229,4 +231,131 @@ Test(search, bad_space_is_refused)
     small_space(&s, 8, 0, 16);
     cr_assert_eq(search_enumerate(&s, &set, &e), TS_EINVAL);
     cr_assert_not_null(strstr(e.msg, "--gpus"), "%s", e.msg);
+}
+
+/* ------------------------------------------------- with the simulator */
+
+/* Enumerate and simulate the small case on 16 GPUs of the default topology. */
+static search_set *simulated_case(topo **t, int threads, int shard, int nshards)
+{
+    search_space s;
+    small_space(&s, 8, 16, 32);
+    ts_err e;
+    err_clear(&e);
+    cr_assert_eq(topo_default(16, t, &e), TS_OK, "%s", e.msg);
+    s.cluster.topology = *t;
+    s.micro_batch_sizes[0] = 1;
+    s.micro_batch_sizes[1] = 4;
+    s.n_micro_batch_sizes = 2;
+    search_set *set = enumerate_ok(&s);
+    search_eval_opts o = {.threads = threads, .shard = shard, .nshards = nshards};
+    cr_assert_eq(search_evaluate(set, &o, &e), TS_OK, "%s", e.msg);
+    return set;
+}
+
+static bool same_result(const search_cand *a, const search_cand *b)
+{
+    return a->status == b->status && !memcmp(&a->r, &b->r, sizeof a->r) &&
+           a->mem_bound_bytes == b->mem_bound_bytes;
+}
+
+/* The bound is a lower bound: never above the simulated peak. */
+Test(search, bound_never_exceeds_simulated_peak)
+{
+    topo *t = NULL;
+    search_set *set = simulated_case(&t, 2, 0, 1);
+    size_t checked = 0;
+    for (size_t i = 0; i < set->n; i++) {
+        const search_cand *c = &set->cands[i];
+        if (c->status != SEARCH_SIMULATED && c->status != SEARCH_REJ_MEMORY_SIM)
+            continue;
+        cr_assert_leq(c->mem_bound_bytes, c->r.peak_mem_bytes, "candidate %zu: bound %.0f > peak %.0f",
+                      i, c->mem_bound_bytes, c->r.peak_mem_bytes);
+        checked++;
+    }
+    cr_assert_gt(checked, 50, "only %zu simulated", checked);
+    search_set_free(set);
+    topo_free(t);
+}
+
+/* One thread or two, the same results and the same ranking. */
+Test(search, threads_do_not_change_results)
+{
+    topo *t1 = NULL, *t2 = NULL;
+    search_set *a = simulated_case(&t1, 1, 0, 1), *b = simulated_case(&t2, 2, 0, 1);
+    cr_assert_eq(a->n, b->n);
+    for (size_t i = 0; i < a->n; i++)
+        cr_assert(same_result(&a->cands[i], &b->cands[i]), "candidate %zu differs", i);
+    size_t *oa, *ob, na, nb;
+    ts_err e;
+    cr_assert_eq(search_rank(a, &oa, &na, &e), TS_OK);
+    cr_assert_eq(search_rank(b, &ob, &nb, &e), TS_OK);
+    cr_assert_eq(na, nb);
+    cr_assert_gt(na, 0);
+    cr_assert_eq(memcmp(oa, ob, na * sizeof *oa), 0);
+    for (size_t j = 1; j < na; j++)
+        cr_assert_leq(a->cands[oa[j - 1]].r.iteration_s, a->cands[oa[j]].r.iteration_s);
+    free(oa);
+    free(ob);
+    search_set_free(a);
+    search_set_free(b);
+    topo_free(t1);
+    topo_free(t2);
+}
+
+/* Two shards evaluated apart cover the set exactly once and agree with the
+ * whole: what each MPI rank does (tests/mpi/test_search_mpi.c exchanges them). */
+Test(search, shards_partition_the_work)
+{
+    topo *t0 = NULL, *t1 = NULL, *tw = NULL;
+    search_set *s0 = simulated_case(&t0, 1, 0, 2), *s1 = simulated_case(&t1, 1, 1, 2);
+    search_set *w = simulated_case(&tw, 2, 0, 1);
+    for (size_t i = 0; i < w->n; i++) {
+        const search_cand *own = i % 2 ? &s1->cands[i] : &s0->cands[i];
+        const search_cand *other = i % 2 ? &s0->cands[i] : &s1->cands[i];
+        cr_assert(same_result(own, &w->cands[i]), "candidate %zu differs", i);
+        if (w->cands[i].status == SEARCH_SIMULATED)
+            cr_assert_eq(other->status, SEARCH_PENDING, "candidate %zu simulated twice", i);
+    }
+    search_set_free(s0);
+    search_set_free(s1);
+    search_set_free(w);
+    topo_free(t0);
+    topo_free(t1);
+    topo_free(tw);
+}
+
+/* The CSV has a row per candidate, the reason of each rejection and the rank. */
+Test(search, csv_lists_every_candidate)
+{
+    topo *t = NULL;
+    search_set *set = simulated_case(&t, 2, 0, 1);
+    size_t *o, n;
+    ts_err e;
+    cr_assert_eq(search_rank(set, &o, &n, &e), TS_OK);
+    char path[] = "/tmp/test_search_csv.XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert_geq(fd, 0);
+    close(fd);
+    cr_assert_eq(search_write_csv(set, o, n, path, &e), TS_OK, "%s", e.msg);
+    FILE *f = fopen(path, "r");
+    char line[2048];
+    size_t rows = 0, ranked_first = 0;
+    cr_assert_not_null(fgets(line, sizeof line, f));
+    cr_assert_eq(strncmp(line, "index,status,reason,tp,pp,dp,vp,", 32), 0, "%s", line);
+    while (fgets(line, sizeof line, f)) {
+        rows++;
+        size_t len = strlen(line);
+        if (len > 3 && !strcmp(line + len - 3, ",1\n"))
+            ranked_first++;
+        if (strstr(line, ",batch,"))
+            cr_assert_not_null(strstr(line, "not divisible by micro-batch"), "%s", line);
+    }
+    fclose(f);
+    unlink(path);
+    cr_assert_eq(rows, set->n);
+    cr_assert_eq(ranked_first, 1);
+    free(o);
+    search_set_free(set);
+    topo_free(t);
 }
