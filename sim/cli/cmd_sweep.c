@@ -20,10 +20,11 @@ static const char *const RESULT_COLUMNS[] = {
 };
 #define NRESULTS (sizeof RESULT_COLUMNS / sizeof RESULT_COLUMNS[0])
 
-static char *fmt(const char *f, double v)
+/* v with `decimals` digits after the point, in a malloc'ed string. */
+static char *fmt(int decimals, double v)
 {
     char buf[64];
-    snprintf(buf, sizeof buf, f, v);
+    snprintf(buf, sizeof buf, "%.*f", decimals, v);
     return strdup(buf);
 }
 
@@ -64,14 +65,14 @@ static int eval_row(void *user, int argc, char **argv, char **cells, ts_err *err
         for (int k = 0; k < 3; k++)
             ex[k] = r->exposed_ns[k] * 1e-9;
         char *v[NRESULTS] = {
-            fmt("%.6f", r->iteration_ns * 1e-9), fmt("%.1f", r->tokens_per_s),
-            fmt("%.2f", r->model_tflops_per_gpu), fmt("%.2f", r->megatron_tflops_per_gpu),
-            fmt("%.4f", r->mfu), fmt("%.4f", r->hfu),
-            fmt("%.3f", r->peak_bytes / (1024.0 * 1024.0 * 1024.0)), strdup(r->fits ? "1" : "0"),
-            fmt("%.4f", r->bubble_fraction), fmt("%.6f", ex[0]), fmt("%.6f", ex[1]),
-            fmt("%.6f", ex[2]),
-            train_tokens > 0 ? fmt("%.3f", r->train_s / 86400.0) : strdup(""),
-            train_tokens > 0 ? fmt("%.0f", r->train_gpu_hours) : strdup(""),
+            fmt(6, r->iteration_ns * 1e-9), fmt(1, r->tokens_per_s),
+            fmt(2, r->model_tflops_per_gpu), fmt(2, r->megatron_tflops_per_gpu),
+            fmt(4, r->mfu), fmt(4, r->hfu),
+            fmt(3, r->peak_bytes / (1024.0 * 1024.0 * 1024.0)), strdup(r->fits ? "1" : "0"),
+            fmt(4, r->bubble_fraction), fmt(6, ex[0]), fmt(6, ex[1]),
+            fmt(6, ex[2]),
+            train_tokens > 0 ? fmt(3, r->train_s / 86400.0) : strdup(""),
+            train_tokens > 0 ? fmt(0, r->train_gpu_hours) : strdup(""),
         };
         for (size_t i = 0; i < NRESULTS; i++) {
             cells[i] = v[i];

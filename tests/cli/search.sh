@@ -12,8 +12,9 @@ check() { # NAME CONDITION...
 }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-args=(--model megatron-1.7b --gpus 32 --global-batch-size 512 --micro-batch-sizes 1,2
-      --schedules 1f1b,interleaved,zb-h1 --max-virtual-pipeline-stages 3 --quiet)
+args=(--model megatron-1.7b --gpus 16 --global-batch-size 64 --micro-batch-sizes 1,8
+      --schedules 1f1b,interleaved --max-virtual-pipeline-stages 3
+      --max-tensor-model-parallel-size 2 --no-recompute-block --quiet)
 
 "$T" search "${args[@]}" --threads 1 --top 5 --explain --out "$tmp/t1.csv" >"$tmp/t1.out" 2>"$tmp/t1.err"
 rc=$?
