@@ -298,7 +298,7 @@ static int enumerate(const search_space *s, cand_vec *cv)
                         }
                         int mb = (int)(s->global_batch_size / ((long)b * dp));
                         c.num_microbatches = mb;
-                        if (sk == SCHED_INTERLEAVED && mb < pp) {
+                        if (sk == SCHED_INTERLEAVED && mb % pp) {
                             c.status = SEARCH_REJ_MICROBATCHES;
                             if (push(cv, &c))
                                 return TS_ENOMEM;
@@ -527,8 +527,9 @@ void search_reason(const search_set *set, size_t i, char *buf, size_t cap)
                  set->space.global_batch_size, c->mbs, c->dp);
         break;
     case SEARCH_REJ_MICROBATCHES:
-        snprintf(buf, cap, "interleaved schedule needs at least p micro-batches (m = %d < "
-                           "p = %d), as Megatron-core", c->num_microbatches, c->pp);
+        snprintf(buf, cap, "interleaved schedule needs micro-batches in groups of p (m = %d "
+                           "not a multiple of p = %d), as Megatron-core runs it",
+                 c->num_microbatches, c->pp);
         break;
     case SEARCH_REJ_MEMORY_BOUND:
         snprintf(buf, cap, "memory lower bound %.1f GiB > %.1f GiB per GPU",

@@ -61,7 +61,7 @@ typedef enum {
     SEARCH_REJ_HIDDEN,        /* hidden or FFN size not divisible by t */
     SEARCH_REJ_LAYERS,        /* layers cannot be split over p*v stages */
     SEARCH_REJ_BATCH,         /* B not divisible by b*d */
-    SEARCH_REJ_MICROBATCHES,  /* interleaved: fewer micro-batches than pipeline stages */
+    SEARCH_REJ_MICROBATCHES,  /* interleaved: micro-batches not a multiple of p */
     SEARCH_REJ_MEMORY_BOUND,  /* memory lower bound above the GPU's memory */
     SEARCH_REJ_CONFIG,        /* config_validate refused it (message kept) */
     SEARCH_REJ_MEMORY_SIM,    /* simulated peak above the GPU's memory */

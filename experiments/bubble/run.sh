@@ -11,7 +11,7 @@ echo "schedule,p,v,m,bubble_fraction,closed_form" >"$tmp"
 for k in gpipe 1f1b interleaved zb-h1 zb-h2 zb-v; do
     v=1
     case $k in interleaved | zb-v) v=2 ;; esac
-    for m in 8 12 16 24 32 48 64 96 128; do
+    for m in 8 16 24 32 48 64 96 128; do
         rate=$("$TRAINSIM" schedule --schedule "$k" -p $p -m $m -v $v \
             --time-f 1 --time-b 1 --time-w 1 --no-timeline | awk '/bubble rate/ { print $3 }')
         [ -n "$rate" ] || { echo "bubble: no bubble rate for $k m=$m" >&2; exit 1; }

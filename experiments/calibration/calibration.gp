@@ -11,5 +11,5 @@ set grid ytics
 set key top left
 plot 'comparison.csv' every ::1 using 6:xtic(1) title 'published' lc rgb '#4e79a7', \
      '' every ::1 using 7 title 'trainsim' lc rgb '#f28e2b', \
-     '' every ::1 using 0:7:7 with labels offset 2.2,0.8 notitle, \
-     '' every ::1 using 0:6:6 with labels offset -2.2,0.8 notitle
+     '' every ::1 using ($0 - 1.0/6):($6 + 5):6 with labels notitle, \
+     '' every ::1 using ($0 + 1.0/6):($7 + 5):7 with labels notitle

@@ -5,7 +5,8 @@ set logscale xy
 set xlabel 'GPUs'
 set grid
 set key top right
-set xtics (256, 512, 1024, 2048, 4096)
+set xtics (512, 1024, 2048, 4096)
+set xrange [400:5000]
 sel(g) = sprintf('< awk -F, ''$1 == "%s"'' capacity.csv', g)
 set ylabel 'days to train'
 plot sel('A100-SXM4-80GB') using 2:6 with linespoints lw 2 pt 7 title 'A100 80GB', \

@@ -2,7 +2,7 @@
 # a compute row (forward / backward / recompute / optimizer) and, below it, a
 # thin row per communication stream (tp, pp-send, pp-recv, dp).
 set datafile separator ','
-set title "Megatron 18.4B on 64 A100: t = 8, p = 4, interleaved 1F1B (v = 2), 8 micro-batches (simulated iteration)"
+set title "Megatron 18.4B on 64 A100: t = 8, p = 4, interleaved 1F1B (v = 2), 8 micro-batches, no recomputation (simulated)"
 set xlabel 'time (ms)'
 set ylabel 'pipeline rank'
 set yrange [3.75:-0.6]
@@ -16,7 +16,6 @@ h(s) = s == 0 ? 0.2 : 0.05
 sel(c) = sprintf('< awk -F, ''NR > 1 && $5 == "%s"'' gantt.csv', c)
 plot sel('forward')   using (($3+$4)/2):(y($1,$2)):(($4-$3)/2):(h($2)) with boxxyerror lc rgb '#4e79a7' title 'forward', \
      sel('backward')  using (($3+$4)/2):(y($1,$2)):(($4-$3)/2):(h($2)) with boxxyerror lc rgb '#f28e2b' title 'backward', \
-     sel('recompute') using (($3+$4)/2):(y($1,$2)):(($4-$3)/2):(h($2)) with boxxyerror lc rgb '#edc948' title 'recompute', \
      sel('optimizer') using (($3+$4)/2):(y($1,$2)):(($4-$3)/2):(h($2)) with boxxyerror lc rgb '#59a14f' title 'optimizer', \
      sel('tp')        using (($3+$4)/2):(y($1,$2)):(($4-$3)/2):(h($2)) with boxxyerror lc rgb '#b07aa1' title 'TP comm', \
      sel('pp')        using (($3+$4)/2):(y($1,$2)):(($4-$3)/2):(h($2)) with boxxyerror lc rgb '#e15759' title 'PP comm', \

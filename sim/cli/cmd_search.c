@@ -176,24 +176,28 @@ static int build_space(const search_args *a, search_space *s, topo **topo_out, t
     if (a->groups) m.num_query_groups = a->groups;
     else if (a->heads) m.num_query_groups = a->heads;
     if (a->ffn) m.ffn_hidden_size = a->ffn;
-    else if (a->hidden && !m.swiglu) m.ffn_hidden_size = 4 * a->hidden;
+    else if (a->hidden) /* Megatron-LM's defaults: 4h, SwiGLU 8h/3 down to a multiple of 64 */
+        m.ffn_hidden_size = m.swiglu ? 8 * a->hidden / 3 / 64 * 64 : 4 * a->hidden;
     if (a->seq) m.seq_length = a->seq;
     if (a->vocab) m.padded_vocab_size = a->vocab;
     cluster_config cl;
     memset(&cl, 0, sizeof cl);
     cl.gpus = a->gpus ? a->gpus : preset.gpus;
+    /* The GPU kind: --gpu, else the topology file's, else A100 80GB; the
+     * topology: --topology, else the built-in default for that kind. */
     topo *t = NULL;
-    rc = a->topology ? topo_load(a->topology, &t, err) : topo_default(cl.gpus, &t, err);
-    if (rc)
+    if (a->topology && (rc = topo_load(a->topology, &t, err)))
+        return rc;
+    const char *kind = a->gpu ? a->gpu : (t && t->params.gpu[0] ? t->params.gpu : "A100-SXM4-80GB");
+    if ((rc = catalog_gpu(kind, &cl.gpu, err))) {
+        topo_free(t);
+        return err_prefix(err, "--gpu");
+    }
+    if (!t && (rc = topo_default_for(&cl.gpu, cl.gpus, &t, err)))
         return rc;
     if ((rc = topo_check_gpus(t, cl.gpus, err))) {
         topo_free(t);
         return rc;
-    }
-    const char *kind = a->gpu ? a->gpu : (t->params.gpu[0] ? t->params.gpu : "A100-SXM4-80GB");
-    if ((rc = catalog_gpu(kind, &cl.gpu, err))) {
-        topo_free(t);
-        return err_prefix(err, "--gpu");
     }
     cl.gpus_per_node = t->params.gpus_per_node;
     cl.topology = t;
