@@ -197,17 +197,7 @@ const char *net_graph_node_name(const net_graph *g, int node, char *buf, int cap
     if (node < 0 || node >= g->n_nodes) { snprintf(buf, (size_t)cap, "node?%d", node); return buf; }
     const net_node *n = &g->nodes[node];
     switch (n->kind) {
-    case NET_NODE_GPU: {
-        int i = 0;
-        /* GPUs are numbered in creation order; find the index. */
-        for (int lo = 0, hi = g->n_gpus - 1; lo <= hi;) {
-            int mid = (lo + hi) / 2;
-            if (g->gpu_node[mid] == node) { i = mid; break; }
-            if (g->gpu_node[mid] < node) lo = mid + 1; else hi = mid - 1;
-        }
-        snprintf(buf, (size_t)cap, "gpu%d", i);
-        break;
-    }
+    case NET_NODE_GPU: snprintf(buf, (size_t)cap, "gpu%d.%d", n->server, n->local); break;
     case NET_NODE_NVSWITCH: snprintf(buf, (size_t)cap, "nvs%d", n->server); break;
     case NET_NODE_NIC: snprintf(buf, (size_t)cap, "nic%d.%d", n->server, n->local); break;
     case NET_NODE_SWITCH: snprintf(buf, (size_t)cap, "sw%d.%d", n->level, n->local); break;
@@ -471,8 +461,8 @@ static int parse_name(const char *s, int gpn, parsed_name *pn)
     int a, b;
     memset(pn, 0, sizeof *pn);
     pn->gpu = -1;
-    if (sscanf(s, "gpu%d%c", &a, &tail) == 1 && a >= 0) {
-        *pn = (parsed_name){NET_NODE_GPU, 0, a / gpn, a % gpn, a};
+    if (sscanf(s, "gpu%d.%d%c", &a, &b, &tail) == 2 && a >= 0 && b >= 0 && b < gpn) {
+        *pn = (parsed_name){NET_NODE_GPU, 0, a, b, a * gpn + b};
         return 0;
     }
     if (sscanf(s, "nvs%d%c", &a, &tail) == 1 && a >= 0) {
@@ -516,12 +506,13 @@ int net_graph_from_links(const net_link_spec *specs, int n, int gpus_per_server,
         if (!specs[i].a || !specs[i].b || parse_name(specs[i].a, gpus_per_server, &pa) ||
             parse_name(specs[i].b, gpus_per_server, &pb))
             return err_set(err, TS_EINVAL,
-                           "link list entry %d: node names '%s', '%s': expected gpu<i>, nvs<server>, nic<server>.<k> or sw<level>.<i>",
+                           "link list entry %d: node names '%s', '%s': expected gpu<server>.<k> (k < GPUs per server), nvs<server>, nic<server>.<k> or sw<level>.<i>",
                            i, specs[i].a ? specs[i].a : "(null)", specs[i].b ? specs[i].b : "(null)");
         if (pa.gpu > max_gpu) max_gpu = pa.gpu;
         if (pb.gpu > max_gpu) max_gpu = pb.gpu;
     }
-    if (max_gpu < 0) return err_set(err, TS_EINVAL, "link list: no GPU is named (gpu0, gpu1, ...)");
+    if (max_gpu < 0) return err_set(err, TS_EINVAL, "link list: no GPU is named (gpu0.0, gpu0.1, ...)");
+    max_gpu = (max_gpu / gpus_per_server + 1) * gpus_per_server - 1; /* whole servers */
     while (tcap < (size_t)n * 4) tcap *= 2;
     g = net_graph_new();
     tab = calloc(tcap, sizeof *tab);
@@ -564,8 +555,8 @@ int net_graph_from_links(const net_link_spec *specs, int n, int gpus_per_server,
     }
     for (int i = 0; i <= max_gpu; i++)
         if (!gpu_seen[i]) {
-            rc = err_set(err, TS_EINVAL, "link list: gpu%d has no link, but GPUs must be numbered 0..%d without gaps",
-                         i, max_gpu);
+            rc = err_set(err, TS_EINVAL, "link list: gpu%d.%d has no link, but every server must hold GPUs 0..%d",
+                         i / gpus_per_server, i % gpus_per_server, gpus_per_server - 1);
             goto out;
         }
     rc = net_graph_finish(g, err);

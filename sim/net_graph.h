@@ -123,7 +123,8 @@ int net_graph_scale_link(net_graph *g, int a, int b, double factor, ts_err *err)
 int net_graph_gpu_nic(const net_graph *g, int gpu);
 int net_graph_gpu_nvswitch(const net_graph *g, int gpu);
 
-/* Short printable name of a node ("gpu12", "nic3", "nvs1", "sw2.5"),
+/* Printable name of a node, in topo.h's grammar ("gpu1.4" = GPU 4 of
+ * server 1, "nvs1", "nic1.4", "sw2.5" = switch 5 of level 2),
  * written into buf (at least 32 bytes). Returns buf. */
 const char *net_graph_node_name(const net_graph *g, int node, char *buf, int cap);
 
@@ -188,9 +189,9 @@ int net_graph_build_multipod(const net_fabric_params *base, int pods, int pod_se
 
 /* ------------------------------------------------------------ link list */
 
-/* One explicit link between named nodes: "gpu<i>" (GPU i, server i / gpn),
- * "nvs<s>", "nic<s>.<k>", "sw<level>.<i>". Node objects are created on first
- * mention. */
+/* One explicit link between named nodes: "gpu<s>.<k>" (GPU k of server s,
+ * global index s * gpus_per_server + k), "nvs<s>", "nic<s>.<k>",
+ * "sw<level>.<i>". Node objects are created on first mention. */
 typedef struct {
     const char *a, *b;
     double gbps;      /* line rate per direction */

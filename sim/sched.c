@@ -161,7 +161,7 @@ static int check_opts(const sched_opts *o, ts_err *err)
 }
 
 /* Insert REDUCE_GRAD of chunk c after the last backward part of c on each
- * rank (after the SEND/RECV batch that follows it) and OPTIM at the end. */
+ * rank (after the SEND/RECV actions that follow it) and OPTIM at the end. */
 static int add_reduce_optim(sched *s, ts_err *err)
 {
     int rc = TS_OK;
@@ -177,7 +177,7 @@ static int add_reduce_optim(sched *s, ts_err *err)
         for (size_t i = 0; i < n; i++)
             if (a[i].kind == ACT_B || a[i].kind == ACT_W)
                 last[a[i].chunk] = i;
-        int pending = -1; /* chunk whose REDUCE_GRAD waits for the comm batch to end */
+        int pending = -1; /* chunk whose REDUCE_GRAD waits for the SEND/RECV run to end */
         for (size_t i = 0; i < n && rc == TS_OK; i++) {
             int k = a[i].kind;
             if (pending >= 0 && !(k >= ACT_SEND_F && k <= ACT_RECV_B)) {

@@ -16,11 +16,14 @@
  * stages. The action names the stage on its own rank: SEND_F of stage s pairs
  * with RECV_F of stage s+1 on the peer, SEND_B of stage s with RECV_B of stage
  * s-1. Adjacent stages on the same rank (ZB-V's bottom of the V, p = 1) pass
- * data locally and have no SEND/RECV. Generated schedules are deadlock-free
- * even when every SEND and RECV blocks until its partner arrives (rendezvous,
- * like MPI_Ssend/MPI_Recv executed one at a time); sched_validate() proves
- * this for any schedule. Timing (sched_time.h) treats a run of consecutive
- * SEND/RECV actions as one batch, like Megatron's batch_isend_irecv.
+ * data locally and have no SEND/RECV. SEND and RECV post the transfer (like
+ * isend/irecv); the op that consumes received data waits for it. Generated
+ * schedules put each SEND right after the op producing its data, and their
+ * lists follow one global order in which every SEND meets its RECV, so even
+ * executing each SEND and RECV as a blocking rendezvous (MPI_Ssend/MPI_Recv,
+ * one at a time) cannot deadlock; sched_validate() proves this for any
+ * schedule. Executors get the best overlap by posting a RECV without
+ * waiting and waiting just before the consumer, as torch does.
  *
  * A schedule with no SEND/RECV action at all is "compute only" (PyTorch's
  * compute_only CSV format): cross-rank dependencies are then implicit;
@@ -150,8 +153,9 @@ size_t sched_action_token(const sched *s, int rank, const sched_action *a,
 bool sched_has_comm(const sched *s);
 
 /* Insert SEND/RECV actions into a compute-only schedule (no-op, TS_OK, when
- * s already has some): each SEND goes right after the op that produces its
- * data, each RECV right before the op that consumes it, ordered so that
+ * s already has some), as torch's _add_send_recv does: each SEND right after
+ * the op that produces its data, the RECV placed on the receiver at the same
+ * step of one global order (before the op that consumes it), so that
  * blocking rendezvous execution cannot deadlock. TS_EINVAL if the compute
  * order itself cannot run (a dependency cycle), naming a blocked action. */
 int sched_add_comm(sched *s, ts_err *err);

@@ -1,14 +1,14 @@
 /* sched_comm — insert SEND/RECV actions into a compute-only schedule.
  *
- * The ranks' compute orders are replayed in a logical, untimed execution. A
- * transfer happens as one step that appends the SEND to the sender's list
- * and the RECV to the receiver's list together, so the lists follow one
- * global order in which every SEND meets its RECV: executing them with
- * blocking rendezvous send and receive cannot deadlock. A transfer fires
- * when the receiver stands right before the op that consumes the data, so
- * each RECV sits right before its consumer; a rank that still holds data to
- * send waits where it is (its SEND stays right after the producer) while any
- * other rank can move, and moves on only when nothing else can.
+ * As torch.distributed.pipelining's _add_send_recv: the ranks' compute
+ * orders are replayed in rounds, each rank taking one step per round if the
+ * input of its next op has been placed. When an op produces data for
+ * another rank, its SEND goes right after it and the matching RECV is
+ * appended to the receiver's list at the same moment, wherever the receiver
+ * stands (always before the op that consumes it, which cannot have run).
+ * All lists thus follow one global order in which each SEND meets its RECV:
+ * even executing every SEND and RECV as a blocking rendezvous, one at a
+ * time, cannot deadlock; and a SEND never waits behind other compute.
  */
 #include "sched.h"
 
@@ -23,11 +23,6 @@ typedef struct {
     int mb;
     int stage; /* producing stage */
 } msg;
-
-typedef struct {
-    msg *q;
-    size_t n, cap;
-} outbox;
 
 /* The remote input the compute action a on rank needs, if any. */
 static bool needs(const sched *s, int rank, const sched_action *a, msg *m, int *src)
@@ -92,96 +87,58 @@ int sched_add_comm(sched *s, ts_err *err)
     if (sched_has_comm(s))
         return TS_OK;
     int p = s->p, rc = TS_OK;
+    size_t cells = 2 * (size_t)s->p * (size_t)s->v * (size_t)s->m;
     size_t *pos = calloc((size_t)p, sizeof *pos);
-    bool *got = calloc((size_t)p, sizeof *got);
-    outbox *ob = calloc((size_t)p, sizeof *ob);
+    bool *placed = calloc(cells, sizeof *placed); /* RECV of (dir, producing stage, mb) placed */
     sched_list *out = calloc((size_t)p, sizeof *out);
-    if (!pos || !got || !ob || !out) {
+    if (!pos || !placed || !out) {
         rc = err_set(err, TS_ENOMEM, "schedule: out of memory");
         goto done;
     }
+#define KEY(mm) (((size_t)(mm).dir * (size_t)(s->p * s->v) + (size_t)(mm).stage) * (size_t)s->m + (size_t)(mm).mb)
     for (;;) {
         bool progress = false, finished = true;
-        /* 1. Transfers whose receiver stands before the consumer. */
-        for (int b = 0; b < p && rc == TS_OK; b++) {
-            msg m;
-            int a;
-            if (pos[b] == s->n_actions[b] || got[b] || !needs(s, b, &s->actions[b][pos[b]], &m, &a))
+        /* One round: every rank whose next op has its input placed takes
+         * one step; the ranks go in order. */
+        for (int r = 0; r < p && rc == TS_OK; r++) {
+            if (pos[r] == s->n_actions[r])
                 continue;
-            for (size_t i = 0; i < ob[a].n; i++) {
-                msg *q = &ob[a].q[i];
-                if (q->dir == m.dir && q->mb == m.mb && q->stage == m.stage) {
-                    rc = transfer(s, out, a, b, m, err);
-                    memmove(q, q + 1, (ob[a].n - i - 1) * sizeof *q);
-                    ob[a].n--;
-                    got[b] = true;
-                    progress = true;
-                    break;
-                }
+            finished = false;
+            const sched_action *a = &s->actions[r][pos[r]];
+            msg m;
+            int peer;
+            if (needs(s, r, a, &m, &peer) && !placed[KEY(m)])
+                continue;
+            rc = sched_list_push(&out[r], a->kind, a->chunk, a->mb, a->peer, err);
+            if (rc == TS_OK && produces(s, r, a, &m, &peer)) {
+                rc = transfer(s, out, r, peer, m, err);
+                placed[KEY(m)] = true;
             }
+            pos[r]++;
+            progress = true;
         }
-        if (rc != TS_OK)
-            break;
-        /* 2. Move ranks whose input is there; first those with nothing left
-         * to send, then (if none could move) the lowest other one. */
-        for (int pass = 0; pass < 2 && !progress && rc == TS_OK; pass++)
-            for (int r = 0; r < p; r++) {
-                if (pos[r] == s->n_actions[r] || (pass == 0 && ob[r].n > 0))
-                    continue;
-                const sched_action *a = &s->actions[r][pos[r]];
-                msg m;
-                int peer;
-                if (!got[r] && needs(s, r, a, &m, &peer))
-                    continue;
-                rc = sched_list_push(&out[r], a->kind, a->chunk, a->mb, a->peer, err);
-                if (rc == TS_OK && produces(s, r, a, &m, &peer)) {
-                    if (ob[r].n == ob[r].cap) {
-                        size_t cap = ob[r].cap ? 2 * ob[r].cap : 8;
-                        msg *q = realloc(ob[r].q, cap * sizeof *q);
-                        if (!q) {
-                            rc = err_set(err, TS_ENOMEM, "schedule: out of memory");
-                            break;
-                        }
-                        ob[r].q = q;
-                        ob[r].cap = cap;
-                    }
-                    ob[r].q[ob[r].n++] = m;
-                }
-                pos[r]++;
-                got[r] = false;
-                progress = true;
-                if (pass == 1 || rc != TS_OK)
-                    break;
-            }
-        if (rc != TS_OK)
-            break;
-        for (int r = 0; r < p; r++)
-            if (pos[r] < s->n_actions[r] || ob[r].n > 0)
-                finished = false;
-        if (finished)
+        if (rc != TS_OK || finished)
             break;
         if (!progress) {
             for (int r = 0; r < p; r++) {
                 if (pos[r] == s->n_actions[r])
                     continue;
                 char tok[SCHED_TOKEN_BYTES];
-                msg m;
+                msg m = {0, 0, 0};
                 int a = -1;
                 sched_action_token(s, r, &s->actions[r][pos[r]], tok, sizeof tok);
                 needs(s, r, &s->actions[r][pos[r]], &m, &a);
                 rc = err_set(err, TS_EINVAL,
                              "rank %d, action %zu (%s): the compute order cannot run: it waits for "
-                             "%s of micro-batch %d from stage %d on rank %d, which never comes "
+                             "the %s of micro-batch %d from stage %d on rank %d, which never comes "
                              "(a dependency cycle across ranks)",
-                             r, pos[r], tok, m.dir == 0 ? "activations" : "the gradient", m.mb,
-                             m.stage, a);
+                             r, pos[r], tok, m.dir == 0 ? "activations" : "gradient", m.mb, m.stage, a);
                 break;
             }
-            if (rc == TS_OK)
-                rc = err_set(err, TS_ESTATE, "schedule: sends left with no receiver (bug)");
             break;
         }
     }
+#undef KEY
     if (rc == TS_OK)
         for (int r = 0; r < p; r++)
             sched_build_take(s, r, &out[r]);
@@ -189,12 +146,8 @@ done:
     if (out)
         for (int r = 0; r < p; r++)
             sched_list_free(&out[r]);
-    if (ob)
-        for (int r = 0; r < p; r++)
-            free(ob[r].q);
     free(out);
-    free(ob);
-    free(got);
+    free(placed);
     free(pos);
     return rc;
 }

@@ -43,10 +43,12 @@ struct comm {
     int (*reduce_scatter)(comm *c, comm_group g, float *out, const float *in, size_t n,
                           ts_err *err);
     /* Pipeline point-to-point to/from pp rank `peer` (same tp, dp), matched by tag
-     * (0 <= tag < 32768). *req receives an id for wait(). */
+     * (0 <= tag < 2^30). *req receives an id for wait(). */
     int (*isend)(comm *c, int peer, const float *buf, size_t n, int tag, int *req, ts_err *err);
     int (*irecv)(comm *c, int peer, float *buf, size_t n, int tag, int *req, ts_err *err);
     int (*wait)(comm *c, int req, ts_err *err);
+    /* Poll req: *done = 1 (and req released) if it has completed, else 0. */
+    int (*test)(comm *c, int req, int *done, ts_err *err);
     /* Wait for every request still pending. */
     int (*wait_all)(comm *c, ts_err *err);
     void (*destroy)(comm *c);

@@ -11,7 +11,7 @@
 /* gpu0 <-> gpu1 at 100 GB/s, gpu1 <-> gpu2 at 200 GB/s, efficiency 1, no latency. */
 static net_graph *line3(void)
 {
-    net_link_spec s[] = {{"gpu0", "gpu1", 100, 1, 0}, {"gpu1", "gpu2", 200, 1, 0}};
+    net_link_spec s[] = {{"gpu0.0", "gpu1.0", 100, 1, 0}, {"gpu1.0", "gpu2.0", 200, 1, 0}};
     net_graph *g = NULL;
     ts_err e;
     cr_assert_eq(net_graph_from_links(s, 2, 1, &g, &e), TS_OK, "%s", e.msg);

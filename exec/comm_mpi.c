@@ -1,0 +1,204 @@
+#include "comm_mpi.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+
+typedef struct {
+    MPI_Comm g[COMM_NGROUPS];
+    MPI_Request *req;   /* request table; MPI_REQUEST_NULL = free slot */
+    int nreq, capreq;
+} mpi_ctx;
+
+static int mpi_fail(ts_err *err, int rc, const char *what)
+{
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, msg, &len);
+    return err_set(err, TS_EIO, "MPI %s failed: %s", what, msg);
+}
+
+static const char *const GROUP_NAMES[COMM_NGROUPS] = {"tensor", "pipeline", "data"};
+
+static int big(size_t n, ts_err *err)
+{
+    if (n > (size_t)INT32_MAX)
+        return err_set(err, TS_ENOTSUP, "MPI message of %zu floats exceeds 2^31-1", n);
+    return TS_OK;
+}
+
+static int c_all_reduce(comm *c, comm_group g, float *buf, size_t n, ts_err *err)
+{
+    mpi_ctx *x = c->ctx;
+    if (c->size[g] == 1 || n == 0)
+        return TS_OK;
+    if (big(n, err))
+        return TS_ENOTSUP;
+    int rc = MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, x->g[g]);
+    return rc == MPI_SUCCESS ? TS_OK : mpi_fail(err, rc, GROUP_NAMES[g]);
+}
+
+static int c_all_gather(comm *c, comm_group g, float *out, const float *in, size_t n,
+                        ts_err *err)
+{
+    mpi_ctx *x = c->ctx;
+    if (big(n, err))
+        return TS_ENOTSUP;
+    int rc = MPI_Allgather(in, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, x->g[g]);
+    return rc == MPI_SUCCESS ? TS_OK : mpi_fail(err, rc, "all-gather");
+}
+
+static int c_reduce_scatter(comm *c, comm_group g, float *out, const float *in, size_t n,
+                            ts_err *err)
+{
+    mpi_ctx *x = c->ctx;
+    if (big(n, err))
+        return TS_ENOTSUP;
+    int rc = MPI_Reduce_scatter_block(in, out, (int)n, MPI_FLOAT, MPI_SUM, x->g[g]);
+    return rc == MPI_SUCCESS ? TS_OK : mpi_fail(err, rc, "reduce-scatter");
+}
+
+static int new_req(mpi_ctx *x, ts_err *err)
+{
+    for (int i = 0; i < x->nreq; i++)
+        if (x->req[i] == MPI_REQUEST_NULL)
+            return i;
+    if (x->nreq == x->capreq) {
+        int cap = x->capreq ? 2 * x->capreq : 64;
+        MPI_Request *r = realloc(x->req, (size_t)cap * sizeof *r);
+        if (!r)
+            return err_set(err, TS_ENOMEM, "MPI comm: out of memory for requests");
+        x->req = r;
+        x->capreq = cap;
+    }
+    x->req[x->nreq] = MPI_REQUEST_NULL;
+    return x->nreq++;
+}
+
+static int c_isend(comm *c, int peer, const float *buf, size_t n, int tag, int *req,
+                   ts_err *err)
+{
+    mpi_ctx *x = c->ctx;
+    if (big(n, err))
+        return TS_ENOTSUP;
+    if (tag < 0 || tag >= (1 << 30))
+        return err_set(err, TS_EINVAL, "pipeline send tag %d outside [0, 2^30)", tag);
+    int i = new_req(x, err);
+    if (i < 0)
+        return i;
+    int rc = MPI_Isend(buf, (int)n, MPI_FLOAT, peer, tag, x->g[COMM_PP], &x->req[i]);
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(err, rc, "send");
+    *req = i;
+    return TS_OK;
+}
+
+static int c_irecv(comm *c, int peer, float *buf, size_t n, int tag, int *req, ts_err *err)
+{
+    mpi_ctx *x = c->ctx;
+    if (big(n, err))
+        return TS_ENOTSUP;
+    int i = new_req(x, err);
+    if (i < 0)
+        return i;
+    int rc = MPI_Irecv(buf, (int)n, MPI_FLOAT, peer, tag, x->g[COMM_PP], &x->req[i]);
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(err, rc, "receive");
+    *req = i;
+    return TS_OK;
+}
+
+static int c_wait(comm *c, int req, ts_err *err)
+{
+    mpi_ctx *x = c->ctx;
+    if (req < 0 || req >= x->nreq)
+        return err_set(err, TS_ESTATE, "MPI comm: no request %d", req);
+    int rc = MPI_Wait(&x->req[req], MPI_STATUS_IGNORE);
+    return rc == MPI_SUCCESS ? TS_OK : mpi_fail(err, rc, "wait");
+}
+
+static int c_test(comm *c, int req, int *done, ts_err *err)
+{
+    mpi_ctx *x = c->ctx;
+    if (req < 0 || req >= x->nreq)
+        return err_set(err, TS_ESTATE, "MPI comm: no request %d", req);
+    int rc = MPI_Test(&x->req[req], done, MPI_STATUS_IGNORE);
+    return rc == MPI_SUCCESS ? TS_OK : mpi_fail(err, rc, "test");
+}
+
+static int c_wait_all(comm *c, ts_err *err)
+{
+    mpi_ctx *x = c->ctx;
+    if (x->nreq == 0)
+        return TS_OK;
+    int rc = MPI_Waitall(x->nreq, x->req, MPI_STATUSES_IGNORE);
+    return rc == MPI_SUCCESS ? TS_OK : mpi_fail(err, rc, "wait-all");
+}
+
+static void c_destroy(comm *c)
+{
+    if (!c)
+        return;
+    mpi_ctx *x = c->ctx;
+    if (x) {
+        for (int g = 0; g < COMM_NGROUPS; g++)
+            if (x->g[g] != MPI_COMM_NULL)
+                MPI_Comm_free(&x->g[g]);
+        free(x->req);
+        free(x);
+    }
+    free(c);
+}
+
+MPI_Comm comm_mpi_group(const comm *c, comm_group g)
+{
+    return ((const mpi_ctx *)c->ctx)->g[g];
+}
+
+int comm_mpi_create(MPI_Comm base, int t, int p, int d, comm **out, ts_err *err)
+{
+    *out = NULL;
+    int size, rank;
+    MPI_Comm_size(base, &size);
+    MPI_Comm_rank(base, &rank);
+    if (t < 1 || p < 1 || d < 1 || (long)t * p * d != size)
+        return err_set(err, TS_EINVAL,
+                       "layout t=%d x p=%d x d=%d needs %ld ranks; mpirun started %d "
+                       "(run mpirun -np %ld, or change --tensor-model-parallel-size / "
+                       "--pipeline-model-parallel-size)",
+                       t, p, d, (long)t * p * d, size, (long)t * p * d);
+    comm *c = calloc(1, sizeof *c);
+    mpi_ctx *x = calloc(1, sizeof *x);
+    if (!c || !x) {
+        free(c);
+        free(x);
+        return err_set(err, TS_ENOMEM, "MPI comm: out of memory");
+    }
+    c->ctx = x;
+    for (int g = 0; g < COMM_NGROUPS; g++)
+        x->g[g] = MPI_COMM_NULL;
+    int tp = rank % t, pp = (rank / t) % p, dp = rank / (t * p);
+    int color[COMM_NGROUPS] = {pp + p * dp, tp + t * dp, tp + t * pp};
+    int key[COMM_NGROUPS] = {tp, pp, dp};
+    int sz[COMM_NGROUPS] = {t, p, d};
+    for (int g = 0; g < COMM_NGROUPS; g++) {
+        int rc = MPI_Comm_split(base, color[g], key[g], &x->g[g]);
+        if (rc != MPI_SUCCESS) {
+            c_destroy(c);
+            return mpi_fail(err, rc, "communicator split");
+        }
+        c->size[g] = sz[g];
+        c->rank[g] = key[g];
+    }
+    c->name = "mpi";
+    c->all_reduce = c_all_reduce;
+    c->all_gather = c_all_gather;
+    c->reduce_scatter = c_reduce_scatter;
+    c->isend = c_isend;
+    c->irecv = c_irecv;
+    c->wait = c_wait;
+    c->test = c_test;
+    c->wait_all = c_wait_all;
+    c->destroy = c_destroy;
+    *out = c;
+    return TS_OK;
+}

@@ -1,0 +1,491 @@
+#include "runtime.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "data.h"
+
+enum { DIR_F = 0, DIR_B = 1 };
+
+typedef struct {
+    int req;
+    float *buf;
+} pending_send;
+
+struct runtime {
+    rt_opts o;
+    const sched *s;
+    backend *be;
+    comm *cm;
+    int r, p, v, m, d, nstages;
+    size_t io;                /* floats of a pipeline tensor */
+    gpt_stage **st;           /* [v] */
+    int *stage_id;            /* [v] */
+    /* per (chunk, mb): index c*m + mb */
+    gpt_acts **acts;
+    float **in_f, **in_b;     /* received (or handed over) input / output gradient */
+    float **out_f, **out_b;   /* produced, waiting for their SEND */
+    pending_send *ps;
+    size_t nps, capps;
+    double loss_sum;
+    int *tok, *tgt;           /* host scratch, B*T */
+    rt_span *sp;
+    size_t nsp, capsp;
+    int64_t origin;
+    int cur_iter, cur_mb, cur_chunk;
+};
+
+void rt_opts_default(rt_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->seed = 1234;
+    o->lr = 1e-4f;
+    o->beta1 = 0.9f;
+    o->beta2 = 0.95f;
+    o->eps = 1e-8f;
+}
+
+int64_t rt_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+void rt_set_origin(runtime *rt, int64_t origin_ns)
+{
+    rt->origin = origin_ns;
+}
+
+static int stage_of(const sched *s, int r, int c)
+{
+    if (s->placement == SCHED_PLACE_V)
+        return c == 0 ? r : 2 * s->p - 1 - r;
+    return c * s->p + r;
+}
+
+/* Local chunk running global stage sid on this rank, or -1. */
+static int local_chunk(const runtime *rt, int sid)
+{
+    for (int c = 0; c < rt->v; c++)
+        if (rt->stage_id[c] == sid)
+            return c;
+    return -1;
+}
+
+static int push_span(runtime *rt, const rt_span *x)
+{
+    if (rt->nsp == rt->capsp) {
+        size_t cap = rt->capsp ? 2 * rt->capsp : 1024;
+        rt_span *n = realloc(rt->sp, cap * sizeof *n);
+        if (!n)
+            return TS_ENOMEM;
+        rt->sp = n;
+        rt->capsp = cap;
+    }
+    rt->sp[rt->nsp++] = *x;
+    return TS_OK;
+}
+
+/* Op-level profiling hook (gpt_prof_fn): a start mark pushes an open span,
+ * the end mark closes the last open one of that name. */
+static void prof_hook(void *ud, const char *op, int layer, bool end)
+{
+    runtime *rt = ud;
+    rt->be->sync(rt->be);
+    int64_t now = rt_now_ns() - rt->origin;
+    if (!end) {
+        rt_span x = {.name = op, .is_op = true, .iter = rt->cur_iter, .mb = rt->cur_mb,
+                     .chunk = rt->cur_chunk, .stage = rt->stage_id[rt->cur_chunk],
+                     .layer = layer, .t0_ns = now, .t1_ns = -1};
+        push_span(rt, &x); /* out of memory only loses a trace record */
+        return;
+    }
+    for (size_t i = rt->nsp; i-- > 0;)
+        if (rt->sp[i].t1_ns < 0 && !strcmp(rt->sp[i].name, op)) {
+            rt->sp[i].t1_ns = now;
+            return;
+        }
+}
+
+void rt_free(runtime *rt)
+{
+    if (!rt)
+        return;
+    if (rt->cm && rt->nps)
+        rt->cm->wait_all(rt->cm, NULL);
+    size_t nm = (size_t)rt->v * rt->m;
+    for (size_t i = 0; i < rt->nps; i++)
+        be_free(rt->be, rt->ps[i].buf, rt->io, XMEM_BUFFERS);
+    for (size_t i = 0; rt->acts && i < nm; i++) {
+        int c = (int)(i / (size_t)rt->m);
+        gpt_acts_free(rt->st[c], rt->acts[i]);
+        be_free(rt->be, rt->in_f[i], rt->io, XMEM_BUFFERS);
+        be_free(rt->be, rt->in_b[i], rt->io, XMEM_BUFFERS);
+        be_free(rt->be, rt->out_f[i], rt->io, XMEM_BUFFERS);
+        be_free(rt->be, rt->out_b[i], rt->io, XMEM_BUFFERS);
+    }
+    for (int c = 0; rt->st && c < rt->v; c++)
+        gpt_stage_free(rt->st[c]);
+    free(rt->st);
+    free(rt->stage_id);
+    free(rt->acts);
+    free(rt->in_f);
+    free(rt->in_b);
+    free(rt->out_f);
+    free(rt->out_b);
+    free(rt->ps);
+    free(rt->tok);
+    free(rt->tgt);
+    free(rt->sp);
+    free(rt);
+}
+
+int rt_create(const rt_opts *o, const sched *s, backend *be, comm *cm, runtime **out,
+              ts_err *err)
+{
+    *out = NULL;
+    if (s->p != cm->size[COMM_PP])
+        return err_set(err, TS_EINVAL,
+                       "schedule has p=%d pipeline ranks but --pipeline-model-parallel-size "
+                       "is %d",
+                       s->p, cm->size[COMM_PP]);
+    if (s->num_layers != o->dims.layers)
+        return err_set(err, TS_EINVAL, "schedule splits %d layers but --num-layers is %d",
+                       s->num_layers, o->dims.layers);
+    runtime *rt = calloc(1, sizeof *rt);
+    if (!rt)
+        return err_set(err, TS_ENOMEM, "runtime: out of memory");
+    rt->o = *o;
+    rt->s = s;
+    rt->be = be;
+    rt->cm = cm;
+    rt->r = cm->rank[COMM_PP];
+    rt->p = s->p;
+    rt->v = s->v;
+    rt->m = s->m;
+    rt->d = cm->size[COMM_DP];
+    rt->nstages = s->p * s->v;
+    size_t nm = (size_t)rt->v * rt->m, N = (size_t)o->dims.batch * o->dims.seq;
+    rt->st = calloc((size_t)rt->v, sizeof *rt->st);
+    rt->stage_id = calloc((size_t)rt->v, sizeof *rt->stage_id);
+    rt->acts = calloc(nm, sizeof *rt->acts);
+    rt->in_f = calloc(nm, sizeof *rt->in_f);
+    rt->in_b = calloc(nm, sizeof *rt->in_b);
+    rt->out_f = calloc(nm, sizeof *rt->out_f);
+    rt->out_b = calloc(nm, sizeof *rt->out_b);
+    rt->tok = calloc(N, sizeof *rt->tok);
+    rt->tgt = calloc(N, sizeof *rt->tgt);
+    if (!rt->st || !rt->stage_id || !rt->acts || !rt->in_f || !rt->in_b || !rt->out_f ||
+        !rt->out_b || !rt->tok || !rt->tgt) {
+        rt_free(rt);
+        return err_set(err, TS_ENOMEM, "runtime: out of memory");
+    }
+    for (int c = 0; c < rt->v; c++) {
+        int sid = stage_of(s, rt->r, c);
+        rt->stage_id[c] = sid;
+        const sched_stage *ss = &s->stages[sid];
+        int rc = gpt_stage_create(&o->dims, ss->first_layer, ss->num_layers, sid == 0,
+                                  sid == rt->nstages - 1, o->sp, o->seed, be, cm, &rt->st[c],
+                                  err);
+        if (rc) {
+            err_prefix(err, "stage %d (pipeline rank %d, chunk %d): ", sid, rt->r, c);
+            rt_free(rt);
+            return rc;
+        }
+        if (o->op_trace)
+            gpt_stage_set_prof(rt->st[c], prof_hook, rt);
+    }
+    rt->io = gpt_stage_io_floats(rt->st[0]);
+    rt->origin = 0; /* absolute CLOCK_MONOTONIC until rt_set_origin */
+    *out = rt;
+    return TS_OK;
+}
+
+static int tag_of(const runtime *rt, int mb, int boundary, int dir)
+{
+    return (mb * rt->nstages + boundary) * 2 + dir;
+}
+
+/* Release every finished send's buffer (wait for all if `all`). */
+static int reap_sends(runtime *rt, bool all, ts_err *err)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < rt->nps; i++) {
+        int done = 0, rc;
+        if (all)
+            rc = rt->cm->wait(rt->cm, rt->ps[i].req, err), done = 1;
+        else
+            rc = rt->cm->test(rt->cm, rt->ps[i].req, &done, err);
+        if (rc)
+            return rc;
+        if (done)
+            be_free(rt->be, rt->ps[i].buf, rt->io, XMEM_BUFFERS);
+        else
+            rt->ps[k++] = rt->ps[i];
+    }
+    rt->nps = k;
+    return TS_OK;
+}
+
+static int bad_order(const sched_action *a, int r, const char *what, ts_err *err)
+{
+    return err_set(err, TS_EINVAL,
+                   "schedule: pipeline rank %d, %s of micro-batch %d chunk %d: %s",
+                   r, sched_act_name((sched_act_kind)a->kind), a->mb, a->chunk, what);
+}
+
+static int do_send(runtime *rt, const sched_action *a, float **slot, int boundary, int dir,
+                   ts_err *err)
+{
+    if (!*slot)
+        return bad_order(a, rt->r, dir == DIR_F ? "no forward output to send (F not run "
+                                                  "yet, or sent already)"
+                                                : "no input gradient to send",
+                         err);
+    if (rt->nps == rt->capps) {
+        size_t cap = rt->capps ? 2 * rt->capps : 64;
+        pending_send *n = realloc(rt->ps, cap * sizeof *n);
+        if (!n)
+            return err_set(err, TS_ENOMEM, "runtime: out of memory");
+        rt->ps = n;
+        rt->capps = cap;
+    }
+    int req, rc = rt->cm->isend(rt->cm, a->peer, *slot, rt->io, tag_of(rt, a->mb, boundary, dir),
+                                &req, err);
+    if (rc)
+        return rc;
+    rt->ps[rt->nps++] = (pending_send){req, *slot};
+    *slot = NULL;
+    return TS_OK;
+}
+
+static int do_recv(runtime *rt, const sched_action *a, float **slot, int boundary, int dir,
+                   ts_err *err)
+{
+    if (*slot)
+        return bad_order(a, rt->r, "received twice", err);
+    float *buf;
+    int req, rc = be_alloc(rt->be, rt->io, XMEM_BUFFERS, &buf, err);
+    if (rc)
+        return rc;
+    if ((rc = rt->cm->irecv(rt->cm, a->peer, buf, rt->io, tag_of(rt, a->mb, boundary, dir), &req,
+                            err)) ||
+        (rc = rt->cm->wait(rt->cm, req, err))) {
+        be_free(rt->be, buf, rt->io, XMEM_BUFFERS);
+        return rc;
+    }
+    *slot = buf;
+    return TS_OK;
+}
+
+static int do_forward(runtime *rt, const sched_action *a, ts_err *err)
+{
+    int c = a->chunk, sid = rt->stage_id[c];
+    size_t k = (size_t)c * rt->m + a->mb;
+    gpt_stage *st = rt->st[c];
+    if (rt->acts[k])
+        return bad_order(a, rt->r, "forward run twice", err);
+    if (sid > 0 && !rt->in_f[k])
+        return bad_order(a, rt->r, "forward before its input arrived (missing RECV_F)", err);
+    const gpt_dims *d = &rt->o.dims;
+    int g = rt->cm->rank[COMM_DP] * rt->m + a->mb;
+    data_microbatch(rt->o.seed, rt->cur_iter, rt->m * rt->d, g, d->batch, d->seq, d->vocab,
+                    rt->tok, rt->tgt);
+    bool head = sid == rt->nstages - 1;
+    float *y = NULL;
+    int rc;
+    if (!head && (rc = be_alloc(rt->be, rt->io, XMEM_BUFFERS, &y, err)))
+        return rc;
+    if ((rc = gpt_acts_create(st, &rt->acts[k], err)))
+        goto fail;
+    double ls = 0.0;
+    if ((rc = gpt_forward(st, rt->acts[k], rt->tok, rt->tgt, rt->in_f[k], y, &ls, err)))
+        goto fail;
+    rt->loss_sum += ls;
+    be_free(rt->be, rt->in_f[k], rt->io, XMEM_BUFFERS);
+    rt->in_f[k] = NULL;
+    if (!head) {
+        int cn = local_chunk(rt, sid + 1);
+        if (cn >= 0)
+            rt->in_f[(size_t)cn * rt->m + a->mb] = y; /* local hand-over (ZB-V) */
+        else
+            rt->out_f[k] = y;
+    }
+    return TS_OK;
+fail:
+    be_free(rt->be, y, rt->io, XMEM_BUFFERS);
+    return rc;
+}
+
+/* B (fused) or I (input part) of (mb, chunk). */
+static int do_backward(runtime *rt, const sched_action *a, bool fused, ts_err *err)
+{
+    int c = a->chunk, sid = rt->stage_id[c];
+    size_t k = (size_t)c * rt->m + a->mb;
+    gpt_stage *st = rt->st[c];
+    if (!rt->acts[k])
+        return bad_order(a, rt->r, "backward before forward", err);
+    bool head = sid == rt->nstages - 1;
+    if (!head && !rt->in_b[k])
+        return bad_order(a, rt->r, "backward before its output gradient arrived "
+                                   "(missing RECV_B)", err);
+    const gpt_dims *d = &rt->o.dims;
+    float scale = 1.0f / ((float)d->batch * d->seq * rt->m * rt->d);
+    float *dx = NULL;
+    int rc;
+    if (sid > 0 && (rc = be_alloc(rt->be, rt->io, XMEM_BUFFERS, &dx, err)))
+        return rc;
+    rc = fused ? gpt_backward(st, rt->acts[k], rt->in_b[k], scale, dx, err)
+               : gpt_backward_input(st, rt->acts[k], rt->in_b[k], scale, dx, err);
+    if (rc) {
+        be_free(rt->be, dx, rt->io, XMEM_BUFFERS);
+        return rc;
+    }
+    be_free(rt->be, rt->in_b[k], rt->io, XMEM_BUFFERS);
+    rt->in_b[k] = NULL;
+    if (fused) {
+        gpt_acts_free(st, rt->acts[k]);
+        rt->acts[k] = NULL;
+    }
+    if (sid > 0) {
+        int cp = local_chunk(rt, sid - 1);
+        if (cp >= 0)
+            rt->in_b[(size_t)cp * rt->m + a->mb] = dx;
+        else
+            rt->out_b[k] = dx;
+    }
+    return TS_OK;
+}
+
+static int do_weight(runtime *rt, const sched_action *a, ts_err *err)
+{
+    size_t k = (size_t)a->chunk * rt->m + a->mb;
+    if (!rt->acts[k])
+        return bad_order(a, rt->r, "W before F/I", err);
+    int rc = gpt_backward_weight(rt->st[a->chunk], rt->acts[k], err);
+    if (rc)
+        return rc;
+    gpt_acts_free(rt->st[a->chunk], rt->acts[k]);
+    rt->acts[k] = NULL;
+    return TS_OK;
+}
+
+static int run_action(runtime *rt, const sched_action *a, bool *reduced, bool *stepped,
+                      ts_err *err)
+{
+    int c = a->chunk;
+    if (a->kind != ACT_OPTIM && (c < 0 || c >= rt->v))
+        return bad_order(a, rt->r, "chunk out of range", err);
+    if (a->kind != ACT_OPTIM && a->kind != ACT_REDUCE_GRAD && (a->mb < 0 || a->mb >= rt->m))
+        return bad_order(a, rt->r, "micro-batch out of range", err);
+    size_t k = (size_t)(c < 0 ? 0 : c) * rt->m + (a->mb < 0 ? 0 : a->mb);
+    int sid = c >= 0 ? rt->stage_id[c] : -1;
+    rt->cur_mb = a->mb;
+    rt->cur_chunk = c < 0 ? 0 : c;
+    switch ((sched_act_kind)a->kind) {
+    case ACT_F: return do_forward(rt, a, err);
+    case ACT_B: return do_backward(rt, a, true, err);
+    case ACT_I: return do_backward(rt, a, false, err);
+    case ACT_W: return do_weight(rt, a, err);
+    case ACT_SEND_F: return do_send(rt, a, &rt->out_f[k], sid, DIR_F, err);
+    case ACT_RECV_F: return do_recv(rt, a, &rt->in_f[k], sid - 1, DIR_F, err);
+    case ACT_SEND_B: return do_send(rt, a, &rt->out_b[k], sid - 1, DIR_B, err);
+    case ACT_RECV_B: return do_recv(rt, a, &rt->in_b[k], sid, DIR_B, err);
+    case ACT_REDUCE_GRAD:
+        reduced[c] = true;
+        return gpt_stage_reduce_grads(rt->st[c], err);
+    case ACT_OPTIM:
+        for (int j = 0; j < rt->v; j++)
+            gpt_stage_adam(rt->st[j], rt->o.lr, rt->o.beta1, rt->o.beta2, rt->o.eps,
+                           rt->o.weight_decay, rt->cur_iter + 1);
+        *stepped = true;
+        return TS_OK;
+    default:
+        return bad_order(a, rt->r, "unknown action kind", err);
+    }
+}
+
+int rt_iteration(runtime *rt, int iter, double *loss, ts_err *err)
+{
+    int rc = TS_OK;
+    bool reduced[SCHED_MAX_V] = {false}, stepped = false;
+    rt->cur_iter = iter;
+    rt->loss_sum = 0.0;
+    for (int c = 0; c < rt->v; c++)
+        gpt_stage_zero_grads(rt->st[c]);
+    size_t n = rt->s->n_actions[rt->r];
+    const sched_action *acts = rt->s->actions[rt->r];
+    for (size_t i = 0; i < n && !rc; i++) {
+        const sched_action *a = &acts[i];
+        rt->be->sync(rt->be);
+        int64_t t0 = rt_now_ns() - rt->origin;
+        rc = run_action(rt, a, reduced, &stepped, err);
+        rt->be->sync(rt->be);
+        rt_span x = {.name = sched_act_name((sched_act_kind)a->kind), .is_op = false,
+                     .iter = iter, .mb = a->mb, .chunk = a->chunk,
+                     .stage = a->chunk >= 0 && a->chunk < rt->v ? rt->stage_id[a->chunk] : -1,
+                     .layer = -1, .t0_ns = t0, .t1_ns = rt_now_ns() - rt->origin};
+        if (!rc && push_span(rt, &x))
+            rc = err_set(err, TS_ENOMEM, "runtime: out of memory for trace spans");
+        if (!rc)
+            rc = reap_sends(rt, false, err);
+    }
+    if (rc) {
+        err_prefix(err, "iteration %d: ", iter);
+        return rc;
+    }
+    /* what the schedule left out */
+    for (int c = 0; c < rt->v && !rc; c++)
+        if (!reduced[c])
+            rc = gpt_stage_reduce_grads(rt->st[c], err);
+    if (!rc && !stepped)
+        for (int j = 0; j < rt->v; j++)
+            gpt_stage_adam(rt->st[j], rt->o.lr, rt->o.beta1, rt->o.beta2, rt->o.eps,
+                           rt->o.weight_decay, iter + 1);
+    if (!rc)
+        rc = reap_sends(rt, true, err);
+    for (size_t k = 0; !rc && k < (size_t)rt->v * rt->m; k++)
+        if (rt->acts[k] || rt->in_f[k] || rt->in_b[k] || rt->out_f[k] || rt->out_b[k])
+            rc = err_set(err, TS_EINVAL,
+                         "schedule: pipeline rank %d left micro-batch %d of chunk %d "
+                         "unfinished (a missing B/W, SEND or consuming action)",
+                         rt->r, (int)(k % (size_t)rt->m), (int)(k / (size_t)rt->m));
+    if (rc)
+        return rc;
+    /* the loss: last-stage ranks hold sums over their micro-batches */
+    const gpt_dims *d = &rt->o.dims;
+    float lv = (float)(rt->loss_sum / ((double)d->batch * d->seq * rt->m * rt->d));
+    if ((rc = rt->cm->all_reduce(rt->cm, COMM_PP, &lv, 1, err)) ||
+        (rc = rt->cm->all_reduce(rt->cm, COMM_DP, &lv, 1, err)))
+        return rc;
+    *loss = lv;
+    return TS_OK;
+}
+
+const rt_span *rt_spans(const runtime *rt, size_t *n)
+{
+    *n = rt->nsp;
+    return rt->sp;
+}
+
+void rt_clear_spans(runtime *rt)
+{
+    rt->nsp = 0;
+}
+
+int rt_num_chunks(const runtime *rt)
+{
+    return rt->v;
+}
+
+gpt_stage *rt_chunk(runtime *rt, int chunk)
+{
+    return rt->st[chunk];
+}
+
+int rt_chunk_stage(const runtime *rt, int chunk)
+{
+    return rt->stage_id[chunk];
+}

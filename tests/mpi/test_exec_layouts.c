@@ -1,0 +1,272 @@
+/* MPI test of the executor: one training iteration of a small GPT under every
+ * pipeline schedule and many (t, p, d) layouts (with and without sequence
+ * parallelism) on 1-4 ranks gives the same loss, the same gradients and the
+ * same updated weights as the single-process run of the same global batch.
+ *
+ * mpirun-np: 4
+ *
+ * Tolerances (fp32): layouts only re-associate sums (partial GEMM sums over
+ * tensor ranks, gradient sums over micro-batches and data-parallel ranks),
+ * each rounding at ~6e-8 relative; over the <= 16 micro-batches and <= 4
+ * ranks here that is well under 1e-5 relative. Accepted: loss within 1e-5
+ * relative; gradient vector within 1e-4 relative (L2) and every gradient
+ * within 1e-4 of the largest; updated weights within lr * 1e-2 each (Adam's
+ * first step moves a weight by ~lr * sign(g), so a re-associated gradient
+ * can only move it further where |g| is within rounding of Adam's eps).
+ * Measured maxima are printed with each layout.
+ */
+#include <math.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "comm.h"
+#include "comm_mpi.h"
+#include "gpt.h"
+#include "runtime.h"
+#include "sched.h"
+
+static const gpt_dims DIMS = {.vocab = 32, .seq = 8, .hidden = 16, .heads = 4, .ffn = 32,
+                              .layers = 8, .batch = 2};
+#define M 4           /* micro-batches per pipeline */
+#define LR 1e-3f
+
+typedef struct {
+    int t, p, d;
+    bool sp;
+    sched_kind kind;
+    int v;
+} layout;
+
+typedef struct {
+    double loss;
+    float *w, *g; /* full model after the iteration */
+} result;
+
+static int world_rank, world_size;
+static int npass, nfail;
+
+static void opts_for(rt_opts *o, bool sp)
+{
+    rt_opts_default(o);
+    o->dims = DIMS;
+    o->sp = sp;
+    o->seed = 99;
+    o->lr = LR;
+}
+
+/* Run one iteration of layout L on comm base (size t*p*d); the full
+ * weights/gradients are summed onto base rank 0 into r (allocated there). */
+static int run_layout(const layout *L, MPI_Comm base, result *r, char *msg, size_t msz)
+{
+    ts_err err;
+    err_clear(&err);
+    backend *be = NULL;
+    comm *cm = NULL;
+    sched *s = NULL;
+    runtime *rt = NULL;
+    size_t np = gpt_num_params(&DIMS);
+    float *w = calloc(np, 4), *g = calloc(np, 4);
+    int rc = backend_cpu_create(1, &be, &err);
+    if (!rc)
+        rc = comm_mpi_create(base, L->t, L->p, L->d, &cm, &err);
+    sched_opts so;
+    sched_opts_default(&so, L->kind);
+    so.p = L->p;
+    so.m = M;
+    so.v = L->v;
+    so.num_layers = DIMS.layers;
+    so.with_comm = true;
+    so.with_reduce_optim = true;
+    if (!rc)
+        rc = sched_generate(&so, &s, &err);
+    rt_opts o;
+    opts_for(&o, L->sp);
+    if (!rc)
+        rc = rt_create(&o, s, be, cm, &rt, &err);
+    double loss = 0.0;
+    if (!rc)
+        rc = rt_iteration(rt, 0, &loss, &err);
+    if (!rc && cm->rank[COMM_DP] == 0)
+        for (int c = 0; c < rt_num_chunks(rt) && !rc; c++) {
+            bool repl = cm->rank[COMM_TP] == 0;
+            rc = gpt_stage_export(rt_chunk(rt, c), false, repl, w, &err);
+            if (!rc)
+                rc = gpt_stage_export(rt_chunk(rt, c), true, repl, g, &err);
+        }
+    /* agree on failure before the reductions */
+    int bad = rc != 0, anybad;
+    MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, base);
+    int brank;
+    MPI_Comm_rank(base, &brank);
+    if (!anybad) {
+        MPI_Reduce(brank ? w : MPI_IN_PLACE, w, (int)np, MPI_FLOAT, MPI_SUM, 0, base);
+        MPI_Reduce(brank ? g : MPI_IN_PLACE, g, (int)np, MPI_FLOAT, MPI_SUM, 0, base);
+    }
+    if (bad) {
+        snprintf(msg, msz, "%s", err.msg);
+        fprintf(stderr, "rank %d: %s\n", brank, err.msg);
+    }
+    else if (anybad)
+        snprintf(msg, msz, "another rank failed");
+    r->loss = loss;
+    r->w = w;
+    r->g = g;
+    rt_free(rt);
+    sched_free(s);
+    if (cm)
+        cm->destroy(cm);
+    if (be)
+        be->destroy(be);
+    return anybad;
+}
+
+/* The single-process reference for m_total micro-batches. */
+static int run_reference(int m_total, result *r, char *msg, size_t msz)
+{
+    ts_err err;
+    backend *be = NULL;
+    comm *cm = NULL;
+    sched *s = NULL;
+    runtime *rt = NULL;
+    size_t np = gpt_num_params(&DIMS);
+    r->w = calloc(np, 4);
+    r->g = calloc(np, 4);
+    sched_opts so;
+    sched_opts_default(&so, SCHED_1F1B);
+    so.m = m_total;
+    so.num_layers = DIMS.layers;
+    so.with_reduce_optim = true;
+    rt_opts o;
+    opts_for(&o, false);
+    int rc = backend_cpu_create(1, &be, &err);
+    if (!rc)
+        rc = comm_local_create(&cm, &err);
+    if (!rc)
+        rc = sched_generate(&so, &s, &err);
+    if (!rc)
+        rc = rt_create(&o, s, be, cm, &rt, &err);
+    if (!rc)
+        rc = rt_iteration(rt, 0, &r->loss, &err);
+    if (!rc)
+        rc = gpt_stage_export(rt_chunk(rt, 0), false, true, r->w, &err);
+    if (!rc)
+        rc = gpt_stage_export(rt_chunk(rt, 0), true, true, r->g, &err);
+    if (rc)
+        snprintf(msg, msz, "reference: %s", err.msg);
+    rt_free(rt);
+    sched_free(s);
+    if (cm)
+        cm->destroy(cm);
+    if (be)
+        be->destroy(be);
+    return rc;
+}
+
+static void check(bool ok, const char *what, const char *detail)
+{
+    if (world_rank != 0)
+        return;
+    if (ok)
+        npass++;
+    else
+        nfail++;
+    printf("%s - %s%s%s\n", ok ? "ok" : "FAIL", what, detail[0] ? ": " : "", detail);
+    fflush(stdout);
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    size_t np = gpt_num_params(&DIMS);
+    char msg[ERR_MSG_BYTES + 64] = "";
+
+    /* references for d = 1, 2, 4 (m*d micro-batches), on rank 0 */
+    result ref[3] = {{0}};
+    int refbad = 0;
+    if (world_rank == 0)
+        for (int i = 0; i < 3 && !refbad; i++)
+            refbad = run_reference(M << i, &ref[i], msg, sizeof msg);
+    MPI_Bcast(&refbad, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    check(!refbad, "single-process reference runs", msg);
+
+    static const sched_kind pipe_kinds[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED,
+                                            SCHED_ZB_H1, SCHED_ZB_H2, SCHED_ZB_V};
+    layout Ls[96];
+    int nL = 0;
+    /* no pipeline: tensor and data parallelism, sequence parallelism */
+    static const int tpd[][3] = {{1, 1, 1}, {2, 1, 1}, {4, 1, 1}, {1, 1, 2}, {1, 1, 4},
+                                 {2, 1, 2}};
+    for (size_t i = 0; i < sizeof tpd / sizeof tpd[0]; i++) {
+        Ls[nL++] = (layout){tpd[i][0], 1, tpd[i][2], false, SCHED_1F1B, 1};
+        if (tpd[i][0] > 1)
+            Ls[nL++] = (layout){tpd[i][0], 1, tpd[i][2], true, SCHED_1F1B, 1};
+    }
+    /* every schedule on p = 2 (alone, with t = 2, with t = 2 + sp, with d = 2) and p = 4 */
+    for (size_t k = 0; k < sizeof pipe_kinds / sizeof pipe_kinds[0]; k++) {
+        int v = pipe_kinds[k] == SCHED_INTERLEAVED || pipe_kinds[k] == SCHED_ZB_V ? 2 : 1;
+        Ls[nL++] = (layout){1, 2, 1, false, pipe_kinds[k], v};
+        Ls[nL++] = (layout){2, 2, 1, false, pipe_kinds[k], v};
+        Ls[nL++] = (layout){2, 2, 1, true, pipe_kinds[k], v};
+        Ls[nL++] = (layout){1, 2, 2, false, pipe_kinds[k], v};
+        Ls[nL++] = (layout){1, 4, 1, false, pipe_kinds[k], v};
+    }
+
+    for (int li = 0; li < nL && !refbad; li++) {
+        const layout *L = &Ls[li];
+        int n = L->t * L->p * L->d;
+        if (n > world_size)
+            continue;
+        MPI_Comm sub;
+        MPI_Comm_split(MPI_COMM_WORLD, world_rank < n ? 0 : MPI_UNDEFINED, world_rank, &sub);
+        result r = {0};
+        int bad = 0;
+        msg[0] = '\0';
+        if (sub != MPI_COMM_NULL) {
+            bad = run_layout(L, sub, &r, msg, sizeof msg);
+            MPI_Comm_free(&sub);
+        }
+        MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        char what[160], detail[ERR_MSG_BYTES + 256] = "";
+        snprintf(what, sizeof what, "%s t=%d p=%d d=%d v=%d%s", sched_kind_name(L->kind), L->t,
+                 L->p, L->d, L->v, L->sp ? " sp" : "");
+        bool ok = !bad;
+        if (world_rank == 0 && ok) {
+            const result *R = &ref[L->d == 1 ? 0 : L->d == 2 ? 1 : 2];
+            double dl = fabs(r.loss - R->loss) / fabs(R->loss);
+            double gmax = 0, dgmax = 0, num = 0, den = 0, dwmax = 0;
+            for (size_t i = 0; i < np; i++) {
+                double dg = fabs((double)r.g[i] - R->g[i]);
+                gmax = fmax(gmax, fabs(R->g[i]));
+                dgmax = fmax(dgmax, dg);
+                num += dg * dg;
+                den += (double)R->g[i] * R->g[i];
+                dwmax = fmax(dwmax, fabs((double)r.w[i] - R->w[i]));
+            }
+            double grel = sqrt(num / den);
+            ok = dl <= 1e-5 && grel <= 1e-4 && dgmax <= 1e-4 * gmax && dwmax <= LR * 1e-2;
+            snprintf(detail, sizeof detail,
+                     "loss %.7f (ref %.7f, rel %.1e), grad rel %.1e, max |dg|/max|g| %.1e, "
+                     "max |dw| %.1e",
+                     r.loss, R->loss, dl, grel, dgmax / gmax, dwmax);
+        } else if (world_rank == 0) {
+            snprintf(detail, sizeof detail, "%s", msg);
+        }
+        check(ok, what, detail);
+        free(r.w);
+        free(r.g);
+        MPI_Barrier(MPI_COMM_WORLD);
+    }
+    for (int i = 0; i < 3; i++) {
+        free(ref[i].w);
+        free(ref[i].g);
+    }
+    if (world_rank == 0)
+        printf("%d passed, %d failed\n", npass, nfail);
+    MPI_Finalize();
+    return 0;
+}
