@@ -92,7 +92,10 @@ static void bound_rank(const config *c, const kept_bytes *kb, int inflight, int 
     const parallel_config *p = &c->par;
     int v = p->vp > 0 ? p->vp : 1;
     int layers = rank_layers(p, mo->num_layers, r);
-    bool first = r == 0, last = r == p->pp - 1;
+    /* The last stage (output layer, loss) is on rank p-1, or on rank 0 under
+     * ZB-V's V placement (rank r runs stages r and 2p-1-r). */
+    bool first = r == 0;
+    bool last = p->schedule == SCHED_ZB_V ? r == 0 : r == p->pp - 1;
     double params = (double)flops_params_stage(mo, p->tp, layers, first, last);
     bool fp32 = mo->precision == PREC_FP32;
     /* Gradients: fp32 with bf16 (Megatron-LM accumulates and reduces bf16

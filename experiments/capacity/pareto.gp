@@ -4,6 +4,8 @@ set title 'GPT-3 175B, 300B tokens: GPU-hours vs days; the Pareto front joins th
 set xlabel 'days to train'
 set ylabel 'GPU-hours'
 set logscale xy
+set xrange [1.5:60]
+set format y '%.0f'
 set grid
 set key top right
 sel(g) = sprintf('< awk -F, ''$1 == "%s"'' capacity.csv', g)

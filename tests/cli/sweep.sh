@@ -28,22 +28,26 @@ trap 'rm -rf "$tmp"' EXIT
 } >"$tmp/in.csv"
 rows=$(($(wc -l <"$tmp/in.csv") - 1))
 
+t0=$(date +%s%N)
 "$T" sweep "$tmp/in.csv" --out "$tmp/clean.csv" --threads 2 >"$tmp/clean.out" 2>&1
 check "clean run exits 0" test $? -eq 0
+clean_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
 check "clean run: one line per row plus the header" test "$(wc -l <"$tmp/clean.csv")" -eq $((rows + 1))
 check "header: key, inputs, status, results, error" \
     grep -q '^key,model,gpus,tensor-model-parallel-size,.*,status,iteration_s,.*,error$' "$tmp/clean.csv"
 check "ok rows" test "$(grep -c ',ok,' "$tmp/clean.csv")" -eq $((rows - 1))
 check "bad row recorded with its error" grep -q ',error,.*tensor-model-parallel' "$tmp/clean.csv"
 
-# Kill -9 at pseudo-random moments (0.20 to 0.99 s after the start) until a
-# run finishes on its own; every restart resumes from what the killed ones wrote.
+# Kill -9 at pseudo-random moments (10% to 60% of the clean run's time after
+# the start, so kills land mid-run whatever the machine's load) until a run
+# finishes on its own; every restart resumes from what the killed ones wrote.
 seed=7 kills=0 finished=0
 for try in $(seq 1 40); do
     "$T" sweep "$tmp/in.csv" --out "$tmp/killed.csv" --threads 2 >/dev/null 2>&1 &
     pid=$!
     seed=$(( (seed * 1103515245 + 12345) % 2147483648 ))
-    sleep "$(printf "0.%02d" $(( 20 + seed % 80 )))"
+    ms=$(( clean_ms * (10 + seed % 51) / 100 + 20 ))
+    sleep "$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))"
     if kill -9 "$pid" 2>/dev/null; then
         wait "$pid" 2>/dev/null
         kills=$((kills + 1))
