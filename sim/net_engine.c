@@ -416,7 +416,7 @@ static void on_end(void *ctx, engine *e, engine_task_id id, int64_t now)
 
 engine_hooks net_engine_hooks(net_engine *ne)
 {
-    return (engine_hooks){on_start, on_end, ne};
+    return (engine_hooks){.on_start = on_start, .on_end = on_end, .ctx = ne, .only_marked = false};
 }
 
 int net_engine_error(const net_engine *ne, ts_err *err)

@@ -7,4 +7,7 @@
 /* Each subcommand adds its prototype here and its row to COMMANDS in main.c
  * ("simulate" goes first: it is what runs with no command). */
 
+/* trainsim config: validate flags, print the resolved configuration. */
+int cmd_config(int argc, char **argv);
+
 #endif
