@@ -63,7 +63,7 @@ static int pick_gpu(args *a, int device, ts_err *e)
     } else {
         struct cudaDeviceProp p;
         cudaGetDeviceProperties(&p, device % n);
-        snprintf(gpu_name, sizeof gpu_name, "%s", p.name);
+        snprintf(gpu_name, sizeof gpu_name, "%.127s", p.name);
         for (char *c = gpu_name; *c; c++)
             if (*c == ' ')
                 *c = '-';
@@ -100,8 +100,9 @@ static int sweep(const args *a, ts_err *e)
         sh[ns++] = (shape){N, h, a->ffn / t, 1};
     }
     int hs = h / a->heads;
-    sh[ns++] = (shape){a->seq, a->seq, hs, a->mbs * a->heads / 8}; /* q k^T at t = 8 */
-    sh[ns++] = (shape){a->seq, hs, a->seq, a->mbs * a->heads / 8}; /* att v */
+    int hb = a->mbs * (a->heads / a->tp > 0 ? a->heads / a->tp : 1); /* heads of a shard */
+    sh[ns++] = (shape){a->seq, a->seq, hs, hb}; /* q k^T */
+    sh[ns++] = (shape){a->seq, hs, a->seq, hb}; /* att v */
     for (int sq = 512; sq <= 8192; sq *= 2)
         sh[ns++] = (shape){sq, sq, sq, 1};
     afile out;
@@ -137,7 +138,7 @@ static int sweep(const args *a, ts_err *e)
         fprintf(stderr, "  gemm %5d x %5d x %5d (batch %3d): %9.1f us, %6.1f TFLOP/s; "
                 "heuristic plan %.3fx the best of %d\n", sh[i].m, sh[i].n, sh[i].k,
                 sh[i].batch, best / 1e3, tf, t_h / best, CUGEMM_TUNE_ALGOS);
-        snprintf(c[0], 48, "%s", gpu_name);
+        cells[0] = gpu_name;
         snprintf(c[1], 48, "gemm");
         snprintf(c[2], 48, "bf16");
         snprintf(c[3], 48, "%d", sh[i].m);
@@ -158,7 +159,7 @@ static int sweep(const args *a, ts_err *e)
             break;
         fprintf(stderr, "  copy %10zu bytes: %9.1f us, %7.1f GB/s\n", b, t / 1e3, 2.0 * b / t);
         memset(c, 0, sizeof c);
-        snprintf(c[0], 48, "%s", gpu_name);
+        cells[0] = gpu_name;
         snprintf(c[1], 48, "memory");
         snprintf(c[2], 48, "bf16");
         snprintf(c[7], 48, "%zu", 2 * b);
@@ -172,7 +173,7 @@ static int sweep(const args *a, ts_err *e)
     if (rc == TS_OK) {
         fprintf(stderr, "  launch: %.1f us\n", tl / 1e3);
         memset(c, 0, sizeof c);
-        snprintf(c[0], 48, "%s", gpu_name);
+        cells[0] = gpu_name;
         snprintf(c[1], 48, "launch");
         snprintf(c[2], 48, "bf16");
         snprintf(c[8], 48, "%.0f", tl);
@@ -230,7 +231,7 @@ static int layer(const args *a, ts_err *e)
         const char *cells[14];
         for (int i = 0; i < 14; i++)
             cells[i] = c[i];
-        snprintf(c[0], 48, "%s", gpu_name);
+        cells[0] = gpu_name;
         snprintf(c[1], 48, "%d", a->hidden);
         snprintf(c[2], 48, "%d", a->heads);
         snprintf(c[3], 48, "%d", a->ffn);
@@ -286,9 +287,9 @@ static int nccl(const args *a, int rank, int size, ts_err *e)
         for (int64_t b = a->min_bytes; b <= a->max_bytes && rc == TS_OK; b *= 4) {
             double t = 0;
             bool ok = false;
-            comm *c = op == CUBENCH_SENDRECV ? pp : tp;
+            comm *cm = op == CUBENCH_SENDRECV ? pp : tp;
             int64_t bytes = b / (4 * size) * (4 * size); /* whole floats per rank */
-            rc = cubench_coll_run(c, MPI_COMM_WORLD, s, (cubench_coll)op, (size_t)bytes,
+            rc = cubench_coll_run(cm, MPI_COMM_WORLD, s, (cubench_coll)op, (size_t)bytes,
                                   a->repeats, &t, &ok, e);
             if (rc != TS_OK || rank != 0)
                 continue;
@@ -301,7 +302,7 @@ static int nccl(const args *a, int rank, int size, ts_err *e)
             const char *cells[8];
             for (int i = 0; i < 8; i++)
                 cells[i] = c[i];
-            snprintf(c[0], 48, "%s", gpu_name);
+            cells[0] = gpu_name;
             snprintf(c[1], 48, "%s", cubench_coll_name((cubench_coll)op));
             snprintf(c[2], 48, "%d", size);
             snprintf(c[3], 48, "%lld", (long long)bytes);
