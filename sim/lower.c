@@ -17,6 +17,7 @@ typedef struct {
     uint32_t *fwd_last;   /* [stage][mb] -> last task of F */
     uint32_t *bwd_last;   /* [stage][mb] -> last task of B or I */
     uint32_t *scratch;    /* task ids of the pass being instantiated */
+    int *rank_of;         /* [stage] rank that runs it */
     /* per rank (ranks are lowered one action at a time, round robin, so
      * that tasks running at the same simulated time sit close in memory) */
     size_t *final_bwd;    /* [rank*v + chunk] action index of the chunk's last B/W (SIZE_MAX: none) */
@@ -25,6 +26,7 @@ typedef struct {
     bool *reduced;        /* [rank*v + chunk] REDUCE_GRAD seen */
     uint32_t *last_dp;    /* [rank] last task on the rank's DP stream */
     bool *optim_seen;     /* [rank] */
+    const int *rank_map;  /* pipeline rank -> engine rank (lower_sched_ranks); NULL = identity */
 } lowering;
 
 static size_t tab_idx(const lowering *L, int dir, int stage, int mb)
@@ -35,7 +37,8 @@ static size_t tab_idx(const lowering *L, int dir, int stage, int mb)
 static int add_task(lowering *L, int rank, uint32_t step, int32_t mb, uint32_t *out)
 {
     const plan_step *x = &L->pl->steps[step];
-    int rc = engine_task_add(L->e, rank, x->stream, x->dur_ns, step, mb, out, L->err);
+    int rc = engine_task_add(L->e, L->rank_map ? L->rank_map[rank] : rank, x->stream, x->dur_ns, step, mb, out,
+                             L->err);
     if (rc == TS_OK && (x->alloc_bytes || x->free_bytes)) /* the memory timeline needs its hooks */
         rc = engine_task_mark(L->e, *out, L->err);
     return rc;
@@ -50,7 +53,7 @@ static int run_pass(lowering *L, int rank, int st, int k, int32_t mb, uint32_t i
 {
     const plan *pl = L->pl;
     const plan_stage *S = &pl->stages[st];
-    plan_range R = S->pass[k];
+    plan_range R = final && S->pass_final[k].n ? S->pass_final[k] : S->pass[k];
     bool buckets = final && pl->overlap_grad_reduce && pl->d > 1 && S->n_buckets > 0 &&
                    (k == PLAN_PASS_B || k == PLAN_PASS_W);
     int next_bucket = 0;
@@ -126,6 +129,12 @@ static int optim(lowering *L, int rank)
     return TS_OK;
 }
 
+/* Whether stage st runs on rank r (its data needs no transfer). */
+static bool local_input(const lowering *L, int r, int st)
+{
+    return L->rank_of[st] == r;
+}
+
 /* Before the first action of rank r: find each chunk's last backward. */
 static void rank_prepare(lowering *L, int r)
 {
@@ -169,8 +178,12 @@ static int rank_action(lowering *L, int r, size_t i)
     switch ((sched_act_kind)a->kind) {
     case ACT_F: {
         uint32_t in = ENGINE_NO_TASK;
-        if (st > 0 && (in = L->recv_tab[tab_idx(L, DIR_F, st, a->mb)]) == ENGINE_NO_TASK)
-            return act_err(L, r, i, a, "no RECV_F of its input before it");
+        if (st > 0 && local_input(L, r, st - 1))
+            in = L->fwd_last[(size_t)(st - 1) * L->m + a->mb]; /* V placement: same rank */
+        else if (st > 0)
+            in = L->recv_tab[tab_idx(L, DIR_F, st, a->mb)];
+        if (st > 0 && in == ENGINE_NO_TASK)
+            return act_err(L, r, i, a, "no RECV_F (or local forward) of its input before it");
         if ((rc = run_pass(L, r, st, PLAN_PASS_F, a->mb, in, false, &last)))
             return rc;
         L->fwd_last[(size_t)st * L->m + a->mb] = last;
@@ -181,9 +194,14 @@ static int rank_action(lowering *L, int r, size_t i)
     case ACT_W: {
         uint32_t in = ENGINE_NO_TASK;
         int k = a->kind == ACT_B ? PLAN_PASS_B : a->kind == ACT_I ? PLAN_PASS_I : PLAN_PASS_W;
-        if (a->kind != ACT_W && st < last_stage &&
-            (in = L->recv_tab[tab_idx(L, DIR_B, st, a->mb)]) == ENGINE_NO_TASK)
-            return act_err(L, r, i, a, "no RECV_B of its output gradient before it");
+        if (a->kind != ACT_W && st < last_stage) {
+            if (local_input(L, r, st + 1))
+                in = L->bwd_last[(size_t)(st + 1) * L->m + a->mb];
+            else
+                in = L->recv_tab[tab_idx(L, DIR_B, st, a->mb)];
+            if (in == ENGINE_NO_TASK)
+                return act_err(L, r, i, a, "no RECV_B (or local backward) of its output gradient before it");
+        }
         bool final = L->final_bwd[base + a->chunk] == i;
         if ((rc = run_pass(L, r, st, k, a->mb, in, final, &last)))
             return rc;
@@ -202,9 +220,7 @@ static int rank_action(lowering *L, int r, size_t i)
         int to = fwd ? st + 1 : st - 1;
         if (to < 0 || to > last_stage)
             return act_err(L, r, i, a, "sends beyond the first or last stage");
-        int peer_rank, peer_chunk;
-        sched_rank_chunk_of(s, to, &peer_rank, &peer_chunk);
-        if (a->peer != peer_rank)
+        if (a->peer != L->rank_of[to])
             return act_err(L, r, i, a, "peer is not the rank of the neighbour stage");
         uint32_t src = (fwd ? L->fwd_last : L->bwd_last)[(size_t)st * L->m + a->mb];
         if (src == ENGINE_NO_TASK)
@@ -216,6 +232,8 @@ static int rank_action(lowering *L, int r, size_t i)
             (rc = engine_dep_add(L->e, src, id, L->err)))
             return rc;
         L->send_tab[k] = id;
+        if (L->recv_tab[k] != ENGINE_NO_TASK) /* match now, while both are in cache */
+            rc = engine_task_join(L->e, L->recv_tab[k], id, L->err);
         break;
     }
     case ACT_RECV_F:
@@ -224,9 +242,7 @@ static int rank_action(lowering *L, int r, size_t i)
         int from = fwd ? st - 1 : st + 1;
         if (from < 0 || from > last_stage)
             return act_err(L, r, i, a, "receives from beyond the first or last stage");
-        int peer_rank, peer_chunk;
-        sched_rank_chunk_of(s, from, &peer_rank, &peer_chunk);
-        if (a->peer != peer_rank)
+        if (a->peer != L->rank_of[from])
             return act_err(L, r, i, a, "peer is not the rank of the neighbour stage");
         size_t k = tab_idx(L, fwd ? DIR_F : DIR_B, st, a->mb);
         if (L->recv_tab[k] != ENGINE_NO_TASK)
@@ -234,6 +250,8 @@ static int rank_action(lowering *L, int r, size_t i)
         if ((rc = add_task(L, r, fwd ? S->recv_f : S->recv_b, a->mb, &id)))
             return rc;
         L->recv_tab[k] = id;
+        if (L->send_tab[k] != ENGINE_NO_TASK)
+            rc = engine_task_join(L->e, id, L->send_tab[k], L->err);
         break;
     }
     case ACT_REDUCE_GRAD:
@@ -294,24 +312,43 @@ static void count_tasks(const plan *pl, const sched *s, uint64_t *tasks)
     *tasks = n;
 }
 
+static int lower_into(const plan *pl, const sched *s, engine *e, const int *rank_map, ts_err *err);
+
 int lower_sched(const plan *pl, const sched *s, engine *e, ts_err *err)
 {
     if (engine_n_ranks(e) != s->p || engine_streams_per_rank(e) != PLAN_STREAMS ||
         engine_task_count(e) != 0)
         return err_set(err, TS_EINVAL, "lower: engine must be empty with %d ranks of %d streams",
                        s->p, PLAN_STREAMS);
+    return lower_into(pl, s, e, NULL, err);
+}
+
+int lower_sched_ranks(const plan *pl, const sched *s, engine *e, const int *engine_rank, ts_err *err)
+{
+    if (engine_streams_per_rank(e) != PLAN_STREAMS)
+        return err_set(err, TS_EINVAL, "lower: engine must have %d streams per rank", PLAN_STREAMS);
+    for (int r = 0; r < s->p; r++)
+        if (engine_rank[r] < 0 || engine_rank[r] >= engine_n_ranks(e))
+            return err_set(err, TS_EINVAL, "lower: pipeline rank %d mapped to engine rank %d, not in 0..%d", r,
+                           engine_rank[r], engine_n_ranks(e) - 1);
+    return lower_into(pl, s, e, engine_rank, err);
+}
+
+static int lower_into(const plan *pl, const sched *s, engine *e, const int *rank_map, ts_err *err)
+{
     if (pl->p != s->p || pl->v != s->v)
         return err_set(err, TS_EINVAL, "lower: plan for p=%d v=%d, schedule p=%d v=%d", pl->p, pl->v,
                        s->p, s->v);
     if (s->m < 1)
         return err_set(err, TS_EINVAL, "lower: schedule has %d micro-batches", s->m);
-    lowering L = {.pl = pl, .s = s, .e = e, .err = err, .m = s->m, .n_stages = s->p * s->v};
+    lowering L = {.pl = pl, .s = s, .e = e, .err = err, .m = s->m, .n_stages = s->p * s->v, .rank_map = rank_map};
     size_t tab = 2 * (size_t)L.n_stages * (size_t)L.m, half = tab / 2;
     L.send_tab = malloc(tab * sizeof *L.send_tab);
     L.recv_tab = malloc(tab * sizeof *L.recv_tab);
     L.fwd_last = malloc(half * sizeof *L.fwd_last);
     L.bwd_last = malloc(half * sizeof *L.bwd_last);
     L.scratch = malloc(((size_t)pl->max_pass_steps + 1) * sizeof *L.scratch);
+    L.rank_of = malloc((size_t)L.n_stages * sizeof *L.rank_of);
     size_t pv = (size_t)s->p * (size_t)s->v;
     L.final_bwd = malloc(pv * sizeof *L.final_bwd);
     L.grads_done = malloc(pv * sizeof *L.grads_done);
@@ -320,11 +357,15 @@ int lower_sched(const plan *pl, const sched *s, engine *e, ts_err *err)
     L.last_dp = malloc((size_t)s->p * sizeof *L.last_dp);
     L.optim_seen = malloc((size_t)s->p * sizeof *L.optim_seen);
     int rc = TS_OK;
-    if (!L.send_tab || !L.recv_tab || !L.fwd_last || !L.bwd_last || !L.scratch || !L.final_bwd ||
+    if (!L.send_tab || !L.recv_tab || !L.fwd_last || !L.bwd_last || !L.scratch || !L.rank_of || !L.final_bwd ||
         !L.grads_done || !L.buckets_sent || !L.reduced || !L.last_dp || !L.optim_seen) {
         rc = err_set(err, TS_ENOMEM, "lower: out of memory for %d stages x %d micro-batches",
                      L.n_stages, L.m);
         goto done;
+    }
+    for (int st = 0; st < L.n_stages; st++) {
+        int chunk;
+        sched_rank_chunk_of(s, st, &L.rank_of[st], &chunk);
     }
     memset(L.send_tab, 0xff, tab * sizeof *L.send_tab);
     memset(L.recv_tab, 0xff, tab * sizeof *L.recv_tab);
@@ -332,6 +373,7 @@ int lower_sched(const plan *pl, const sched *s, engine *e, ts_err *err)
     memset(L.bwd_last, 0xff, half * sizeof *L.bwd_last);
     uint64_t n_tasks;
     count_tasks(pl, s, &n_tasks);
+    n_tasks += engine_task_count(e); /* lower_sched_ranks: earlier replicas */
     if (n_tasks > 0x7fffffffULL) {
         rc = err_set(err, TS_EINVAL, "lower: %llu tasks exceed the engine's limit",
                      (unsigned long long)n_tasks);
@@ -369,7 +411,6 @@ int lower_sched(const plan *pl, const sched *s, engine *e, ts_err *err)
                                                        : (dir == DIR_F ? "RECV_F" : "RECV_B"));
                     break;
                 }
-                rc = engine_task_join(e, rcv, snd, err);
             }
 done:
     free(L.send_tab);
@@ -377,6 +418,7 @@ done:
     free(L.fwd_last);
     free(L.bwd_last);
     free(L.scratch);
+    free(L.rank_of);
     free(L.final_bwd);
     free(L.grads_done);
     free(L.buckets_sent);

@@ -4,7 +4,9 @@
  *   F/B/I/W (mb, chunk)  the steps of the chunk's stage pass (plan.h), one task
  *                        each on its stream; the pass's first step per stream
  *                        waits for the receive of its input (RECV_F for F,
- *                        RECV_B for B and I, except on the last stage);
+ *                        RECV_B for B and I, except on the last stage), or,
+ *                        when the neighbour stage is on the same rank (ZB-V's
+ *                        V placement), for that stage's pass directly;
  *   SEND_F/SEND_B        one transfer task on the pipeline-send stream after
  *                        the pass that produced the data;
  *   RECV_F/RECV_B        a task on the pipeline-receive stream joined to the
@@ -37,5 +39,11 @@
 /* Add the tasks of schedule s, with the steps of plan pl, to engine e, which
  * must have s->p ranks of PLAN_STREAMS streams and no tasks yet. */
 int lower_sched(const plan *pl, const sched *s, engine *e, ts_err *err);
+
+/* The same for one replica of the pipeline inside a larger engine (the
+ * network model's --full mode, net_simulate.h): pipeline rank r becomes
+ * engine rank engine_rank[r]; e may have any number of ranks (of
+ * PLAN_STREAMS streams) and may already hold the tasks of other replicas. */
+int lower_sched_ranks(const plan *pl, const sched *s, engine *e, const int *engine_rank, ts_err *err);
 
 #endif

@@ -23,8 +23,10 @@ static int cmd_version(int argc, char **argv)
 
 /* One row per subcommand; the first row is what runs with no command. */
 static const command COMMANDS[] = {
+    {"simulate", cmd_simulate, "predict one training iteration by discrete-event simulation"},
     {"version", cmd_version, "print the version"},
     {"config", cmd_config, "check flags and print the resolved configuration (presets: --list-models)"},
+    {"calibrate", cmd_calibrate, "fit the cost model to trainexec --microbench samples"},
 };
 #define NCOMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
 
