@@ -40,6 +40,9 @@ ifeq ($(SAN),)
 else
 HAVE_CUDA :=
 endif
+ifeq ($(HAVE_MPI),)
+HAVE_CUDA :=
+endif
 
 REQUIRED_MISSING := $(if $(HAVE_GSL),,GSL) $(if $(HAVE_CSV),,libcsv) $(if $(HAVE_OPENBLAS),,OpenBLAS)
 ifneq ($(strip $(REQUIRED_MISSING)),)
@@ -89,7 +92,18 @@ NVCCFLAGS    ?= -O3 -std=c++17 -Xcompiler -Wall,-Wextra,-Werror -Werror all-warn
                 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
 XCUDA_OBJ    := $(patsubst %.c,$(BUILD)/mpi/%.o,$(XCUDA_C)) $(patsubst %.cu,$(BUILD)/%.cu.o,$(XCUDA_CU))
 GPU_TBIN     := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(GPU_TSRC))
-TARGETS      += $(GPU_TBIN)
+CUDACAL      := $(BUILD)/cudacal
+TARGETS      += $(GPU_TBIN) $(CUDACAL)
+endif
+
+# Search across MPI ranks (issue 8): the same commands built with mpicc and
+# TRAINSIM_MPI, so `mpirun -np K build/trainsim-mpi search ...` splits the
+# simulations across ranks (sim/search_mpi.h); sim/ itself needs no MPI.
+TRAINSIM_MPI := $(BUILD)/trainsim-mpi
+CLI_MPI_OBJ  := $(patsubst %.c,$(BUILD)/mpi/%.o,$(CLI_SRC))
+$(CLI_MPI_OBJ): CPPFLAGS += -DTRAINSIM_MPI=1
+ifeq ($(HAVE_MPI),1)
+TARGETS += $(TRAINSIM_MPI)
 endif
 
 .PHONY: all summary test test-sanitize bench plots clean
@@ -128,6 +142,9 @@ $(LIBXRT): $(XRT_OBJ) $(XCUDA_OBJ)
 $(TRAINSIM): $(CLI_OBJ) $(LIBSIM)
 	$(CC) $(LDFLAGS) $(CLI_OBJ) $(LIBSIM) $(LIBS_SIM) -o $@
 
+$(TRAINSIM_MPI): $(CLI_MPI_OBJ) $(LIBSIM)
+	$(MPICC) $(LDFLAGS) $(CLI_MPI_OBJ) $(LIBSIM) $(LIBS_SIM) -o $@
+
 $(TRAINEXEC): $(BUILD)/mpi/exec/trainexec.o $(LIBXRT) $(LIBXCPU) $(LIBSIM)
 	$(MPICC) $(LDFLAGS) $^ $(CUDA_LIBS) $(LIBS_SIM) -o $@
 
@@ -140,6 +157,10 @@ $(BUILD)/tests/mpi/%: tests/mpi/%.c $(LIBXRT) $(LIBXCPU) $(LIBSIM)
 	$(MPICC) $(CPPFLAGS) $(CFLAGS) $(CUDA_CFLAGS) $(LDFLAGS) $< $(LIBXRT) $(LIBXCPU) $(LIBSIM) $(CUDA_LIBS) $(LIBS_SIM) -o $@
 
 $(BUILD)/tests/gpu/%: tests/gpu/%.c $(LIBXRT) $(LIBXCPU) $(LIBSIM)
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CPPFLAGS) $(CFLAGS) $(CUDA_CFLAGS) $(LDFLAGS) $< $(LIBXRT) $(LIBXCPU) $(LIBSIM) $(CUDA_LIBS) $(LIBS_SIM) -o $@
+
+$(BUILD)/cudacal: exec/cuda/tools/cudacal.c $(LIBXRT) $(LIBXCPU) $(LIBSIM)
 	@mkdir -p $(dir $@)
 	$(MPICC) $(CPPFLAGS) $(CFLAGS) $(CUDA_CFLAGS) $(LDFLAGS) $< $(LIBXRT) $(LIBXCPU) $(LIBSIM) $(CUDA_LIBS) $(LIBS_SIM) -o $@
 
