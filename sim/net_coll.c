@@ -21,6 +21,7 @@ static int plan_xfer(const net_graph *g, net_router *r, net_plan *p, int src, in
     x->src = src;
     x->dst = dst;
     x->bytes = bytes;
+    x->bundle = p->cur_bundle;
     int rc = net_route(r, src, dst, key * 0x100000001B3ull + (uint64_t)p->nx, x->links, err);
     if (rc < 0) return rc;
     x->nlinks = rc;
@@ -38,8 +39,9 @@ static int plan_phase_begin(net_plan *p, ts_err *err)
         p->ph = n;
         p->capph = ncap;
     }
-    p->ph[p->nph] = (net_phase){p->nx, 0, 0};
+    p->ph[p->nph] = (net_phase){p->nx, 0, 0, 0};
     p->nph++;
+    p->cur_bundle = 0;
     return TS_OK;
 }
 
@@ -49,6 +51,7 @@ static void plan_phase_end(const net_graph *g, net_plan *p, int steps)
 {
     net_phase *ph = &p->ph[p->nph - 1];
     ph->count = p->nx - ph->first;
+    ph->nbundles = ph->count ? p->x[p->nx - 1].bundle + 1 : 0;
     double worst_us = 0;
     for (int i = ph->first; i < p->nx; i++) {
         double us = 0;
@@ -69,6 +72,7 @@ static int ring_flows(const net_graph *g, net_router *r, net_plan *p, const int 
         int rc = plan_xfer(g, r, p, a, b, bytes, key, err);
         if (rc) return rc;
     }
+    p->cur_bundle++; /* the next ring of the phase is another bundle */
     return TS_OK;
 }
 
@@ -281,6 +285,7 @@ struct net_sim {
     timer_t_ *tm; int ntm, captm;
     uint64_t seq;
     int in_flight;
+    int *scr; int cap_scr; /* links of the bundle being started */
     int cb_rc;             /* first error inside a callback */
     ts_err *cb_err;
 };
@@ -308,6 +313,7 @@ void net_sim_free(net_sim *s)
     free(s->c);
     free(s->freec);
     free(s->tm);
+    free(s->scr);
     net_flows_free(s->f);
     net_router_free(s->r);
     free(s);
@@ -371,10 +377,26 @@ static int start_flows(net_sim *s, int ci, int64_t t)
     run_coll *c = &s->c[ci];
     const net_phase *ph = &c->plan.ph[c->phase];
     if (ph->count == 0) return end_phase(s, ci, t);
-    c->outstanding = ph->count;
-    for (int i = ph->first; i < ph->first + ph->count; i++) {
-        const net_xfer *x = &c->plan.x[i];
-        int rc = net_flow_start(s->f, t, x->links, x->nlinks, x->bytes, (uint64_t)ci, s->cb_err);
+    c->outstanding = ph->nbundles;
+    int end = ph->first + ph->count;
+    for (int i = ph->first; i < end;) {
+        int b = c->plan.x[i].bundle, n = 0;
+        double bytes = c->plan.x[i].bytes;
+        for (; i < end && c->plan.x[i].bundle == b; i++) {
+            const net_xfer *x = &c->plan.x[i];
+            if (n + x->nlinks > s->cap_scr) {
+                int ncap = s->cap_scr ? s->cap_scr * 2 : 256;
+                while (ncap < n + x->nlinks) ncap *= 2;
+                int *q = realloc(s->scr, sizeof *q * (size_t)ncap);
+                if (!q) return err_set(s->cb_err, TS_ENOMEM, "net_sim: out of memory");
+                s->scr = q;
+                s->cap_scr = ncap;
+            }
+            memcpy(s->scr + n, x->links, sizeof *x->links * (size_t)x->nlinks);
+            n += x->nlinks;
+            if (x->bytes > bytes) bytes = x->bytes;
+        }
+        int rc = net_flow_start(s->f, t, s->scr, n, bytes, (uint64_t)ci, s->cb_err);
         if (rc < 0) return rc;
     }
     return TS_OK;
