@@ -83,8 +83,8 @@ ifeq ($(HAVE_MPI)$(if $(wildcard exec/trainexec.c),1),11)
 TARGETS += $(TRAINEXEC)
 endif
 ifeq ($(HAVE_CUDA),1)
-CUDA_CFLAGS  := -I$(CUDA_HOME)/include -DTRAINSIM_CUDA=1
-CUDA_LIBS    := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lnccl -lcudart
+CUDA_CFLAGS  := -isystem $(CUDA_HOME)/include -DTRAINSIM_CUDA=1
+CUDA_LIBS    := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lnccl -lcudart -lstdc++
 NVCCFLAGS    ?= -O3 -std=c++17 -Xcompiler -Wall,-Wextra,-Werror -Werror all-warnings \
                 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
 XCUDA_OBJ    := $(patsubst %.c,$(BUILD)/mpi/%.o,$(XCUDA_C)) $(patsubst %.cu,$(BUILD)/%.cu.o,$(XCUDA_CU))

@@ -10,7 +10,8 @@ enum {
     F_JOINER = 1u << 2,   /* another task is joined to this one (link = joiner) */
     F_STARTED = 1u << 3,
     F_DONE = 1u << 4,
-    F_ENDING = 1u << 5    /* an end event is queued */
+    F_ENDING = 1u << 5,   /* an end event is queued */
+    F_MARKED = 1u << 6    /* hooks are called for it (engine_hooks.only_marked) */
 };
 
 #define TIMER_BIT 0x80000000u
@@ -20,14 +21,17 @@ typedef struct {
     int64_t start_ns;   /* -1 until started */
     int64_t dur_ns;     /* fixed duration; actual once finished */
     uint32_t next;      /* next task in the same stream */
-    uint32_t first_edge;/* successors (edge list) */
+    uint32_t succ0;     /* first successor (most tasks have at most one) */
+    uint32_t first_edge;/* further successors (edge list) */
     uint32_t tag;
     int32_t mb;
     uint32_t stream;    /* global stream index rank*spr + s */
-    uint32_t npred;     /* predecessors not yet satisfied */
     uint32_t link;      /* join partner / joiner */
-    uint32_t flags;
+    uint16_t npred;     /* predecessors not yet satisfied */
+    uint16_t flags;
 } task;
+
+#define MAX_PRED UINT16_MAX
 
 typedef struct {
     uint32_t to, next;
@@ -163,7 +167,7 @@ int engine_task_add(engine *e, int rank, int stream_idx, int64_t dur_ns, uint32_
     uint32_t id = e->n_tasks++;
     uint32_t s = (uint32_t)(rank * e->spr + stream_idx);
     e->tasks[id] = (task){.start_ns = -1, .dur_ns = dur_ns, .next = ENGINE_NO_TASK,
-                          .first_edge = ENGINE_NO_TASK, .tag = tag, .mb = mb, .stream = s,
+                          .succ0 = ENGINE_NO_TASK, .first_edge = ENGINE_NO_TASK, .tag = tag, .mb = mb, .stream = s,
                           .npred = 0, .link = ENGINE_NO_TASK, .flags = 0};
     stream *st = &e->streams[s];
     if (st->tail == ENGINE_NO_TASK)
@@ -183,12 +187,18 @@ int engine_dep_add(engine *e, engine_task_id before, engine_task_id after, ts_er
     if (before >= e->n_tasks || after >= e->n_tasks || before == after)
         return err_set(err, TS_EINVAL, "engine: dependency %u -> %u; valid: two distinct tasks < %u",
                        before, after, e->n_tasks);
-    if (e->n_edges == e->cap_edges &&
-        grow((void **)&e->edges, sizeof *e->edges, &e->cap_edges, e->n_edges + 1))
-        return err_set(err, TS_ENOMEM, "engine: out of memory at %u edges", e->n_edges);
-    uint32_t k = e->n_edges++;
-    e->edges[k] = (edge){after, e->tasks[before].first_edge};
-    e->tasks[before].first_edge = k;
+    if (e->tasks[after].npred == MAX_PRED)
+        return err_set(err, TS_EINVAL, "engine: task %u has more than %u predecessors", after, MAX_PRED);
+    if (e->tasks[before].succ0 == ENGINE_NO_TASK) {
+        e->tasks[before].succ0 = after;
+    } else {
+        if (e->n_edges == e->cap_edges &&
+            grow((void **)&e->edges, sizeof *e->edges, &e->cap_edges, e->n_edges + 1))
+            return err_set(err, TS_ENOMEM, "engine: out of memory at %u edges", e->n_edges);
+        uint32_t k = e->n_edges++;
+        e->edges[k] = (edge){after, e->tasks[before].first_edge};
+        e->tasks[before].first_edge = k;
+    }
     e->tasks[after].npred++;
     return TS_OK;
 }
@@ -197,7 +207,15 @@ int engine_task_set_external(engine *e, engine_task_id id, ts_err *err)
 {
     if (id >= e->n_tasks || e->ran)
         return err_set(err, TS_EINVAL, "engine: cannot make task %u external", id);
-    e->tasks[id].flags |= F_EXTERNAL;
+    e->tasks[id].flags |= F_EXTERNAL | F_MARKED;
+    return TS_OK;
+}
+
+int engine_task_mark(engine *e, engine_task_id id, ts_err *err)
+{
+    if (id >= e->n_tasks)
+        return err_set(err, TS_EINVAL, "engine: cannot mark unknown task %u", id);
+    e->tasks[id].flags |= F_MARKED;
     return TS_OK;
 }
 
@@ -210,6 +228,8 @@ int engine_task_join(engine *e, engine_task_id t, engine_task_id partner, ts_err
         return err_set(err, TS_EINVAL, "engine: task %u or %u is already joined", t, partner);
     a->flags |= F_JOINED;
     a->link = partner;
+    if (a->npred == MAX_PRED)
+        return err_set(err, TS_EINVAL, "engine: task %u has more than %u predecessors", t, MAX_PRED);
     p->flags |= F_JOINER;
     p->link = t;
     a->npred++; /* released when the partner starts */
@@ -301,8 +321,14 @@ static void start(engine *e, uint32_t id)
     st->head = t->next;
     t->start_ns = e->now_ns;
     t->flags |= F_STARTED;
+    /* what end() will touch: the stream's next task and the first successor
+     * (tasks of one stream are far apart in memory) */
+    if (t->next != ENGINE_NO_TASK)
+        __builtin_prefetch(&e->tasks[t->next]);
+    if (t->succ0 != ENGINE_NO_TASK)
+        __builtin_prefetch(&e->tasks[t->succ0]);
     mask_flip(e, t->stream);
-    if (e->hooks.on_start)
+    if (e->hooks.on_start && (!e->hooks.only_marked || (t->flags & F_MARKED)))
         e->hooks.on_start(e->hooks.ctx, e, id, e->now_ns);
     t = &e->tasks[id];
     if (t->flags & F_JOINED) {
@@ -336,13 +362,19 @@ static void end(engine *e, uint32_t id)
         e->makespan_ns = e->now_ns;
     e->streams[t->stream].running = ENGINE_NO_TASK;
     mask_flip(e, t->stream);
-    if (e->hooks.on_end)
+    if (e->hooks.on_end && (!e->hooks.only_marked || (t->flags & F_MARKED)))
         e->hooks.on_end(e->hooks.ctx, e, id, e->now_ns);
     t = &e->tasks[id];
     if (t->flags & F_JOINER) {
         task *j = &e->tasks[t->link];
         if ((j->flags & F_STARTED) && !(j->flags & (F_DONE | F_ENDING)))
             push_end(e, t->link, e->now_ns);
+    }
+    if (t->succ0 != ENGINE_NO_TASK) {
+        task *succ = &e->tasks[t->succ0];
+        if (--succ->npred == 0)
+            try_start(e, succ->stream);
+        t = &e->tasks[id];
     }
     for (uint32_t k = t->first_edge; k != ENGINE_NO_TASK; k = e->edges[k].next) {
         task *succ = &e->tasks[e->edges[k].to];

@@ -49,11 +49,15 @@ typedef struct engine engine;
 /* Called when a task starts or ends (now_ns is the simulated time). tag and
  * mb are the values given to engine_task_add. An EXTERNAL task's on_start
  * must arrange for engine_task_finish() to be called (possibly from a later
- * timer). Hooks may add timers; they must not add tasks. */
+ * timer). Hooks may add timers; they must not add tasks. With only_marked,
+ * hooks are called only for tasks marked with engine_task_mark (and for
+ * external ones, whose on_start must run), which keeps the event loop tight
+ * when few tasks need them. */
 typedef struct {
     void (*on_start)(void *ctx, engine *e, engine_task_id id, int64_t now_ns);
     void (*on_end)(void *ctx, engine *e, engine_task_id id, int64_t now_ns);
     void *ctx;
+    bool only_marked;
 } engine_hooks;
 
 typedef void (*engine_timer_fn)(void *ctx, engine *e, int64_t now_ns);
@@ -81,6 +85,9 @@ int engine_dep_add(engine *e, engine_task_id before, engine_task_id after, ts_er
 
 /* Mark task id as external (its duration is ignored; see above). */
 int engine_task_set_external(engine *e, engine_task_id id, ts_err *err);
+
+/* Have the hooks called for task id (see engine_hooks.only_marked). */
+int engine_task_mark(engine *e, engine_task_id id, ts_err *err);
 
 /* Join `task` to `partner` (see above); task's duration is ignored. */
 int engine_task_join(engine *e, engine_task_id task, engine_task_id partner, ts_err *err);

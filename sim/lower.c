@@ -17,12 +17,14 @@ typedef struct {
     uint32_t *fwd_last;   /* [stage][mb] -> last task of F */
     uint32_t *bwd_last;   /* [stage][mb] -> last task of B or I */
     uint32_t *scratch;    /* task ids of the pass being instantiated */
-    /* per rank being lowered */
-    size_t *final_bwd;    /* [chunk] action index of the chunk's last B/W (SIZE_MAX: none) */
-    uint32_t *grads_done; /* [chunk] last task of that backward */
-    bool *buckets_sent;   /* [chunk] its buckets were issued during the backward */
-    bool *reduced;        /* [chunk] REDUCE_GRAD seen */
-    uint32_t last_dp;     /* last task on the rank's DP stream */
+    /* per rank (ranks are lowered one action at a time, round robin, so
+     * that tasks running at the same simulated time sit close in memory) */
+    size_t *final_bwd;    /* [rank*v + chunk] action index of the chunk's last B/W (SIZE_MAX: none) */
+    uint32_t *grads_done; /* [rank*v + chunk] last task of that backward */
+    bool *buckets_sent;   /* [rank*v + chunk] its buckets were issued during the backward */
+    bool *reduced;        /* [rank*v + chunk] REDUCE_GRAD seen */
+    uint32_t *last_dp;    /* [rank] last task on the rank's DP stream */
+    bool *optim_seen;     /* [rank] */
 } lowering;
 
 static size_t tab_idx(const lowering *L, int dir, int stage, int mb)
@@ -33,7 +35,10 @@ static size_t tab_idx(const lowering *L, int dir, int stage, int mb)
 static int add_task(lowering *L, int rank, uint32_t step, int32_t mb, uint32_t *out)
 {
     const plan_step *x = &L->pl->steps[step];
-    return engine_task_add(L->e, rank, x->stream, x->dur_ns, step, mb, out, L->err);
+    int rc = engine_task_add(L->e, rank, x->stream, x->dur_ns, step, mb, out, L->err);
+    if (rc == TS_OK && (x->alloc_bytes || x->free_bytes)) /* the memory timeline needs its hooks */
+        rc = engine_task_mark(L->e, *out, L->err);
+    return rc;
 }
 
 /* Instantiate one pass of stage st for micro-batch mb on rank. Roots wait
@@ -68,7 +73,7 @@ static int run_pass(lowering *L, int rank, int st, int k, int32_t mb, uint32_t i
             if ((rc = add_task(L, rank, S->dp_bucket0 + (uint32_t)next_bucket, -1, &dp)) ||
                 (rc = engine_dep_add(L->e, id, dp, L->err)))
                 return rc;
-            L->last_dp = dp;
+            L->last_dp[rank] = dp;
         }
         *last = id;
     }
@@ -86,16 +91,17 @@ static int reduce_chunk(lowering *L, int rank, int chunk)
     const plan *pl = L->pl;
     int st = sched_stage_of(L->s, rank, chunk);
     int rc;
-    L->reduced[chunk] = true;
-    if (pl->d <= 1 || L->buckets_sent[chunk])
+    size_t rc_i = (size_t)rank * (size_t)L->s->v + (size_t)chunk;
+    L->reduced[rc_i] = true;
+    if (pl->d <= 1 || L->buckets_sent[rc_i])
         return TS_OK;
     uint32_t dp;
     if ((rc = add_task(L, rank, pl->stages[st].dp_whole, -1, &dp)))
         return rc;
-    if (L->grads_done[chunk] != ENGINE_NO_TASK &&
-        (rc = engine_dep_add(L->e, L->grads_done[chunk], dp, L->err)))
+    if (L->grads_done[rc_i] != ENGINE_NO_TASK &&
+        (rc = engine_dep_add(L->e, L->grads_done[rc_i], dp, L->err)))
         return rc;
-    L->last_dp = dp;
+    L->last_dp[rank] = dp;
     return TS_OK;
 }
 
@@ -108,148 +114,161 @@ static int optim(lowering *L, int rank)
     uint32_t id;
     if ((rc = add_task(L, rank, pl->optim[rank], -1, &id)))
         return rc;
-    if (L->last_dp != ENGINE_NO_TASK && (rc = engine_dep_add(L->e, L->last_dp, id, L->err)))
+    if (L->last_dp[rank] != ENGINE_NO_TASK && (rc = engine_dep_add(L->e, L->last_dp[rank], id, L->err)))
         return rc;
     if (pl->param_gather[rank] != PLAN_NO_STEP) {
         uint32_t ag;
         if ((rc = add_task(L, rank, pl->param_gather[rank], -1, &ag)) ||
             (rc = engine_dep_add(L->e, id, ag, L->err)))
             return rc;
-        L->last_dp = ag;
+        L->last_dp[rank] = ag;
     }
     return TS_OK;
 }
 
-static int lower_rank(lowering *L, int r)
+/* Before the first action of rank r: find each chunk's last backward. */
+static void rank_prepare(lowering *L, int r)
 {
-    const sched *s = L->s;
-    const plan *pl = L->pl;
-    const sched_action *acts = s->actions[r];
-    size_t n = s->n_actions[r];
-    int v = s->v, last_stage = L->n_stages - 1;
-    int rc = TS_OK;
-    bool optim_seen = false;
-    L->last_dp = ENGINE_NO_TASK;
+    const sched_action *acts = L->s->actions[r];
+    size_t n = L->s->n_actions[r], base = (size_t)r * (size_t)L->s->v;
+    int v = L->s->v;
+    L->last_dp[r] = ENGINE_NO_TASK;
+    L->optim_seen[r] = false;
     for (int c = 0; c < v; c++) {
-        L->final_bwd[c] = SIZE_MAX;
-        L->grads_done[c] = ENGINE_NO_TASK;
-        L->buckets_sent[c] = L->reduced[c] = false;
+        L->final_bwd[base + c] = SIZE_MAX;
+        L->grads_done[base + c] = ENGINE_NO_TASK;
+        L->buckets_sent[base + c] = L->reduced[base + c] = false;
     }
     for (size_t i = 0; i < n; i++) {
         const sched_action *a = &acts[i];
         if ((a->kind == ACT_B || a->kind == ACT_W || a->kind == ACT_I) && a->chunk >= 0 && a->chunk < v) {
-            size_t prev = L->final_bwd[a->chunk];
+            size_t prev = L->final_bwd[base + a->chunk];
             if (a->kind != ACT_I || prev == SIZE_MAX || acts[prev].kind == ACT_I)
-                L->final_bwd[a->chunk] = i;
+                L->final_bwd[base + a->chunk] = i;
         }
     }
-    for (size_t i = 0; i < n && rc == TS_OK; i++) {
-        const sched_action *a = &acts[i];
-        bool needs_mb = a->kind != ACT_REDUCE_GRAD && a->kind != ACT_OPTIM;
-        if (a->kind != ACT_OPTIM && (a->chunk < 0 || a->chunk >= v))
-            return act_err(L, r, i, a, "chunk out of range");
-        if (needs_mb && (a->mb < 0 || a->mb >= L->m))
-            return act_err(L, r, i, a, "micro-batch out of range");
-        int st = a->kind == ACT_OPTIM ? -1 : sched_stage_of(s, r, a->chunk);
-        const plan_stage *S = st >= 0 ? &pl->stages[st] : NULL;
-        uint32_t id, last;
-        switch ((sched_act_kind)a->kind) {
-        case ACT_F: {
-            uint32_t in = ENGINE_NO_TASK;
-            if (st > 0 && (in = L->recv_tab[tab_idx(L, DIR_F, st, a->mb)]) == ENGINE_NO_TASK)
-                return act_err(L, r, i, a, "no RECV_F of its input before it");
-            if ((rc = run_pass(L, r, st, PLAN_PASS_F, a->mb, in, false, &last)))
-                return rc;
-            L->fwd_last[(size_t)st * L->m + a->mb] = last;
-            break;
-        }
-        case ACT_B:
-        case ACT_I:
-        case ACT_W: {
-            uint32_t in = ENGINE_NO_TASK;
-            int k = a->kind == ACT_B ? PLAN_PASS_B : a->kind == ACT_I ? PLAN_PASS_I : PLAN_PASS_W;
-            if (a->kind != ACT_W && st < last_stage &&
-                (in = L->recv_tab[tab_idx(L, DIR_B, st, a->mb)]) == ENGINE_NO_TASK)
-                return act_err(L, r, i, a, "no RECV_B of its output gradient before it");
-            bool final = L->final_bwd[a->chunk] == i;
-            if ((rc = run_pass(L, r, st, k, a->mb, in, final, &last)))
-                return rc;
-            if (a->kind != ACT_W)
-                L->bwd_last[(size_t)st * L->m + a->mb] = last;
-            if (final) {
-                L->grads_done[a->chunk] = last;
-                L->buckets_sent[a->chunk] = pl->overlap_grad_reduce && pl->d > 1 &&
-                                            S->n_buckets > 0 && a->kind != ACT_I;
-            }
-            break;
-        }
-        case ACT_SEND_F:
-        case ACT_SEND_B: {
-            bool fwd = a->kind == ACT_SEND_F;
-            int to = fwd ? st + 1 : st - 1;
-            if (to < 0 || to > last_stage)
-                return act_err(L, r, i, a, "sends beyond the first or last stage");
-            int peer_rank, peer_chunk;
-            sched_rank_chunk_of(s, to, &peer_rank, &peer_chunk);
-            if (a->peer != peer_rank)
-                return act_err(L, r, i, a, "peer is not the rank of the neighbour stage");
-            uint32_t src = (fwd ? L->fwd_last : L->bwd_last)[(size_t)st * L->m + a->mb];
-            if (src == ENGINE_NO_TASK)
-                return act_err(L, r, i, a, fwd ? "comes before its F" : "comes before its B or I");
-            size_t k = tab_idx(L, fwd ? DIR_F : DIR_B, to, a->mb);
-            if (L->send_tab[k] != ENGINE_NO_TASK)
-                return act_err(L, r, i, a, "sent twice");
-            if ((rc = add_task(L, r, fwd ? S->send_f : S->send_b, a->mb, &id)) ||
-                (rc = engine_dep_add(L->e, src, id, L->err)))
-                return rc;
-            L->send_tab[k] = id;
-            break;
-        }
-        case ACT_RECV_F:
-        case ACT_RECV_B: {
-            bool fwd = a->kind == ACT_RECV_F;
-            int from = fwd ? st - 1 : st + 1;
-            if (from < 0 || from > last_stage)
-                return act_err(L, r, i, a, "receives from beyond the first or last stage");
-            int peer_rank, peer_chunk;
-            sched_rank_chunk_of(s, from, &peer_rank, &peer_chunk);
-            if (a->peer != peer_rank)
-                return act_err(L, r, i, a, "peer is not the rank of the neighbour stage");
-            size_t k = tab_idx(L, fwd ? DIR_F : DIR_B, st, a->mb);
-            if (L->recv_tab[k] != ENGINE_NO_TASK)
-                return act_err(L, r, i, a, "received twice");
-            if ((rc = add_task(L, r, fwd ? S->recv_f : S->recv_b, a->mb, &id)))
-                return rc;
-            L->recv_tab[k] = id;
-            break;
-        }
-        case ACT_REDUCE_GRAD:
-            if (L->reduced[a->chunk])
-                return act_err(L, r, i, a, "the chunk's gradients are reduced twice");
-            rc = reduce_chunk(L, r, a->chunk);
-            break;
-        case ACT_OPTIM:
-            if (optim_seen)
-                return act_err(L, r, i, a, "a second optimizer step");
-            for (int c = 0; c < v && rc == TS_OK; c++)
-                if (!L->reduced[c])
-                    rc = reduce_chunk(L, r, c);
-            if (rc == TS_OK)
-                rc = optim(L, r);
-            optim_seen = true;
-            break;
-        default:
-            return act_err(L, r, i, a, "unknown action kind");
-        }
+}
+
+/* Lower action i of rank r. */
+static int rank_action(lowering *L, int r, size_t i)
+{
+    const sched *s = L->s;
+    const plan *pl = L->pl;
+    const sched_action *a = &s->actions[r][i];
+    int v = s->v, last_stage = L->n_stages - 1;
+    size_t base = (size_t)r * (size_t)v;
+    int rc = TS_OK;
+    bool needs_mb = a->kind != ACT_REDUCE_GRAD && a->kind != ACT_OPTIM;
+    if (a->kind != ACT_OPTIM && (a->chunk < 0 || a->chunk >= v))
+        return act_err(L, r, i, a, "chunk out of range");
+    if (needs_mb && (a->mb < 0 || a->mb >= L->m))
+        return act_err(L, r, i, a, "micro-batch out of range");
+    int st = a->kind == ACT_OPTIM ? -1 : sched_stage_of(s, r, a->chunk);
+    const plan_stage *S = st >= 0 ? &pl->stages[st] : NULL;
+    uint32_t id, last;
+    switch ((sched_act_kind)a->kind) {
+    case ACT_F: {
+        uint32_t in = ENGINE_NO_TASK;
+        if (st > 0 && (in = L->recv_tab[tab_idx(L, DIR_F, st, a->mb)]) == ENGINE_NO_TASK)
+            return act_err(L, r, i, a, "no RECV_F of its input before it");
+        if ((rc = run_pass(L, r, st, PLAN_PASS_F, a->mb, in, false, &last)))
+            return rc;
+        L->fwd_last[(size_t)st * L->m + a->mb] = last;
+        break;
     }
-    if (rc == TS_OK && !optim_seen) {
+    case ACT_B:
+    case ACT_I:
+    case ACT_W: {
+        uint32_t in = ENGINE_NO_TASK;
+        int k = a->kind == ACT_B ? PLAN_PASS_B : a->kind == ACT_I ? PLAN_PASS_I : PLAN_PASS_W;
+        if (a->kind != ACT_W && st < last_stage &&
+            (in = L->recv_tab[tab_idx(L, DIR_B, st, a->mb)]) == ENGINE_NO_TASK)
+            return act_err(L, r, i, a, "no RECV_B of its output gradient before it");
+        bool final = L->final_bwd[base + a->chunk] == i;
+        if ((rc = run_pass(L, r, st, k, a->mb, in, final, &last)))
+            return rc;
+        if (a->kind != ACT_W)
+            L->bwd_last[(size_t)st * L->m + a->mb] = last;
+        if (final) {
+            L->grads_done[base + a->chunk] = last;
+            L->buckets_sent[base + a->chunk] = pl->overlap_grad_reduce && pl->d > 1 &&
+                                               S->n_buckets > 0 && a->kind != ACT_I;
+        }
+        break;
+    }
+    case ACT_SEND_F:
+    case ACT_SEND_B: {
+        bool fwd = a->kind == ACT_SEND_F;
+        int to = fwd ? st + 1 : st - 1;
+        if (to < 0 || to > last_stage)
+            return act_err(L, r, i, a, "sends beyond the first or last stage");
+        int peer_rank, peer_chunk;
+        sched_rank_chunk_of(s, to, &peer_rank, &peer_chunk);
+        if (a->peer != peer_rank)
+            return act_err(L, r, i, a, "peer is not the rank of the neighbour stage");
+        uint32_t src = (fwd ? L->fwd_last : L->bwd_last)[(size_t)st * L->m + a->mb];
+        if (src == ENGINE_NO_TASK)
+            return act_err(L, r, i, a, fwd ? "comes before its F" : "comes before its B or I");
+        size_t k = tab_idx(L, fwd ? DIR_F : DIR_B, to, a->mb);
+        if (L->send_tab[k] != ENGINE_NO_TASK)
+            return act_err(L, r, i, a, "sent twice");
+        if ((rc = add_task(L, r, fwd ? S->send_f : S->send_b, a->mb, &id)) ||
+            (rc = engine_dep_add(L->e, src, id, L->err)))
+            return rc;
+        L->send_tab[k] = id;
+        break;
+    }
+    case ACT_RECV_F:
+    case ACT_RECV_B: {
+        bool fwd = a->kind == ACT_RECV_F;
+        int from = fwd ? st - 1 : st + 1;
+        if (from < 0 || from > last_stage)
+            return act_err(L, r, i, a, "receives from beyond the first or last stage");
+        int peer_rank, peer_chunk;
+        sched_rank_chunk_of(s, from, &peer_rank, &peer_chunk);
+        if (a->peer != peer_rank)
+            return act_err(L, r, i, a, "peer is not the rank of the neighbour stage");
+        size_t k = tab_idx(L, fwd ? DIR_F : DIR_B, st, a->mb);
+        if (L->recv_tab[k] != ENGINE_NO_TASK)
+            return act_err(L, r, i, a, "received twice");
+        if ((rc = add_task(L, r, fwd ? S->recv_f : S->recv_b, a->mb, &id)))
+            return rc;
+        L->recv_tab[k] = id;
+        break;
+    }
+    case ACT_REDUCE_GRAD:
+        if (L->reduced[base + a->chunk])
+            return act_err(L, r, i, a, "the chunk's gradients are reduced twice");
+        rc = reduce_chunk(L, r, a->chunk);
+        break;
+    case ACT_OPTIM:
+        if (L->optim_seen[r])
+            return act_err(L, r, i, a, "a second optimizer step");
         for (int c = 0; c < v && rc == TS_OK; c++)
-            if (!L->reduced[c])
+            if (!L->reduced[base + c])
                 rc = reduce_chunk(L, r, c);
         if (rc == TS_OK)
             rc = optim(L, r);
+        L->optim_seen[r] = true;
+        break;
+    default:
+        return act_err(L, r, i, a, "unknown action kind");
     }
     return rc;
+}
+
+/* After the last action of rank r: reductions and optimizer step the
+ * schedule did not list. */
+static int rank_finish(lowering *L, int r)
+{
+    int rc = TS_OK;
+    size_t base = (size_t)r * (size_t)L->s->v;
+    if (L->optim_seen[r])
+        return TS_OK;
+    for (int c = 0; c < L->s->v && rc == TS_OK; c++)
+        if (!L->reduced[base + c])
+            rc = reduce_chunk(L, r, c);
+    return rc == TS_OK ? optim(L, r) : rc;
 }
 
 /* Tasks and edges the schedule will need (to size the engine once). */
@@ -293,13 +312,16 @@ int lower_sched(const plan *pl, const sched *s, engine *e, ts_err *err)
     L.fwd_last = malloc(half * sizeof *L.fwd_last);
     L.bwd_last = malloc(half * sizeof *L.bwd_last);
     L.scratch = malloc(((size_t)pl->max_pass_steps + 1) * sizeof *L.scratch);
-    L.final_bwd = malloc((size_t)s->v * sizeof *L.final_bwd);
-    L.grads_done = malloc((size_t)s->v * sizeof *L.grads_done);
-    L.buckets_sent = malloc((size_t)s->v * sizeof *L.buckets_sent);
-    L.reduced = malloc((size_t)s->v * sizeof *L.reduced);
+    size_t pv = (size_t)s->p * (size_t)s->v;
+    L.final_bwd = malloc(pv * sizeof *L.final_bwd);
+    L.grads_done = malloc(pv * sizeof *L.grads_done);
+    L.buckets_sent = malloc(pv * sizeof *L.buckets_sent);
+    L.reduced = malloc(pv * sizeof *L.reduced);
+    L.last_dp = malloc((size_t)s->p * sizeof *L.last_dp);
+    L.optim_seen = malloc((size_t)s->p * sizeof *L.optim_seen);
     int rc = TS_OK;
     if (!L.send_tab || !L.recv_tab || !L.fwd_last || !L.bwd_last || !L.scratch || !L.final_bwd ||
-        !L.grads_done || !L.buckets_sent || !L.reduced) {
+        !L.grads_done || !L.buckets_sent || !L.reduced || !L.last_dp || !L.optim_seen) {
         rc = err_set(err, TS_ENOMEM, "lower: out of memory for %d stages x %d micro-batches",
                      L.n_stages, L.m);
         goto done;
@@ -317,8 +339,19 @@ int lower_sched(const plan *pl, const sched *s, engine *e, ts_err *err)
     }
     if ((rc = engine_reserve(e, (uint32_t)n_tasks, (uint32_t)(n_tasks + n_tasks / 2), err)))
         goto done;
+    for (int r = 0; r < s->p; r++)
+        rank_prepare(&L, r);
+    /* round robin over ranks, one action each */
+    for (size_t i = 0, more = 1; more && rc == TS_OK; i++) {
+        more = 0;
+        for (int r = 0; r < s->p && rc == TS_OK; r++)
+            if (i < s->n_actions[r]) {
+                rc = rank_action(&L, r, i);
+                more = 1;
+            }
+    }
     for (int r = 0; r < s->p && rc == TS_OK; r++)
-        rc = lower_rank(&L, r);
+        rc = rank_finish(&L, r);
     for (int dir = 0; dir < 2 && rc == TS_OK; dir++)
         for (int st = 0; st < L.n_stages && rc == TS_OK; st++)
             for (int mb = 0; mb < L.m && rc == TS_OK; mb++) {
@@ -348,5 +381,7 @@ done:
     free(L.grads_done);
     free(L.buckets_sent);
     free(L.reduced);
+    free(L.last_dp);
+    free(L.optim_seen);
     return rc;
 }

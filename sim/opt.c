@@ -112,10 +112,8 @@ int opt_add(opt_table *t, const opt_spec *s, ts_err *err)
     opt_entry *e = &t->entries[t->n++];
     memset(e, 0, sizeof *e);
     e->spec = *s;
-    if (!s->defval) {
-        format_default(e);
-        e->spec.defval = e->defbuf;
-    }
+    if (!s->defval)
+        format_default(e); /* kept in defbuf: entries move when the table grows */
     return TS_OK;
 }
 
@@ -363,6 +361,32 @@ int opt_parse(opt_table *t, int argc, char **argv, ts_err *err)
     return TS_OK;
 }
 
+/* Write text word-wrapped to lines of at most width columns, each line
+ * starting with indent spaces. */
+static void wrap(FILE *f, const char *text, int indent, int width)
+{
+    int col = 0;
+    const char *p = text;
+    while (*p) {
+        while (*p == ' ')
+            p++;
+        int n = (int)strcspn(p, " ");
+        if (!n)
+            break;
+        if (col > 0 && col + 1 + n > width) {
+            fputc('\n', f);
+            col = 0;
+        }
+        if (col == 0)
+            col = fprintf(f, "%*s", indent, "");
+        else
+            col += fprintf(f, " ");
+        col += fprintf(f, "%.*s", n, p);
+        p += n;
+    }
+    fputc('\n', f);
+}
+
 static const char *metavar(const opt_spec *s)
 {
     if (s->metavar)
@@ -392,13 +416,17 @@ void opt_help(const opt_table *t, FILE *f)
         int off = snprintf(head, sizeof head, "  %s%s%s", s->alias ? s->alias : "", s->alias ? ", " : "", s->name);
         if (s->type != OPT_BOOL && off > 0 && (size_t)off < sizeof head)
             snprintf(head + off, sizeof head - (size_t)off, " %s", metavar(s));
-        fprintf(f, "%s\n      %s", head, s->help ? s->help : "");
-        if (s->type == OPT_ENUM) {
+        fprintf(f, "%s\n", head);
+        char text[2048];
+        off = snprintf(text, sizeof text, "%s", s->help ? s->help : "");
+        if (s->type == OPT_ENUM && off >= 0 && (size_t)off < sizeof text) {
             char names[400];
             enum_list(s, names, sizeof names);
-            fprintf(f, " [%s]", names);
+            off += snprintf(text + off, sizeof text - (size_t)off, " [%s]", names);
         }
-        fprintf(f, "\n      unit: %s; default: %s", s->unit ? s->unit : "-", s->defval ? s->defval : "none");
+        wrap(f, text, 6, 100);
+        fprintf(f, "      unit: %s; default: %s", s->unit ? s->unit : "-",
+                s->defval ? s->defval : t->entries[i].defbuf);
         if (has_range(s))
             fprintf(f, "; range: %.17g to %.17g", s->min, s->max);
         fputc('\n', f);

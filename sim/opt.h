@@ -61,7 +61,7 @@ typedef struct {
 
 typedef struct {
     opt_spec spec;
-    char defbuf[OPT_DEFVAL_BYTES]; /* formatted default when spec.defval was NULL */
+    char defbuf[OPT_DEFVAL_BYTES]; /* the target's value at opt_add, shown when spec.defval is NULL */
     bool set;                      /* given on the command line */
 } opt_entry;
 

@@ -11,11 +11,11 @@
 #include "flops.h"
 #include "lower.h"
 
-/* Engine hooks: per-rank accounting and the memory timeline. */
+/* Engine hooks (called only for tasks that allocate or free memory): the
+ * memory timeline. */
 typedef struct {
     const plan *pl;
     mem_tracker *mem;
-    simulate_rank *ranks;
 } hook_ctx;
 
 static int mem_cat_of(const plan_step *x)
@@ -35,12 +35,8 @@ static void on_end(void *ctx, engine *e, engine_task_id id, int64_t now_ns)
 {
     hook_ctx *h = ctx;
     const plan_step *x = &h->pl->steps[engine_task_tag(e, id)];
-    int r = engine_task_rank(e, id);
-    simulate_rank *R = &h->ranks[r];
-    R->cat_ns[x->cat] += now_ns - engine_task_start_ns(e, id);
-    R->flops += x->flops;
     if (x->free_bytes)
-        mem_add(h->mem, r, mem_cat_of(x), -x->free_bytes, now_ns);
+        mem_add(h->mem, engine_task_rank(e, id), mem_cat_of(x), -x->free_bytes, now_ns);
 }
 
 const char *simulate_comm_name(int i)
@@ -94,10 +90,17 @@ static double peak_tflops_of(const config *c)
 }
 
 /* Fill the result from the finished engine and memory tracker. */
-static void summarize(const config *c, const simulate_opts *o, const engine *e, const mem_tracker *mem,
-                      simulate_result *R)
+static void summarize(const config *c, const simulate_opts *o, const engine *e, const plan *pl,
+                      const mem_tracker *mem, simulate_result *R)
 {
     int p = R->p;
+    uint32_t n = engine_task_count(e);
+    for (uint32_t id = 0; id < n; id++) { /* time per category and flops, per rank */
+        const plan_step *x = &pl->steps[engine_task_tag(e, id)];
+        simulate_rank *X = &R->ranks[engine_task_rank(e, id)];
+        X->cat_ns[x->cat] += engine_task_end_ns(e, id) - engine_task_start_ns(e, id);
+        X->flops += x->flops;
+    }
     R->iteration_ns = engine_makespan_ns(e);
     R->events = engine_events(e);
     R->tasks = engine_task_count(e);
@@ -211,8 +214,8 @@ int simulate_run(const config *c, const simulate_opts *opts, simulate_result **o
     if ((rc = sched_generate(&so, &s, err)) || (rc = cost_setup(c, &o, &cm, &cc, err)) ||
         (rc = plan_build(c, s, cm, &cc, &pl, err)) || (rc = mem_create(R->p, o.keep_trace, &mem, err)))
         goto done;
-    hook_ctx h = {pl, mem, R->ranks};
-    engine_hooks hooks = {on_start, on_end, &h};
+    hook_ctx h = {pl, mem};
+    engine_hooks hooks = {on_start, on_end, &h, true};
     if ((rc = engine_create(R->p, PLAN_STREAMS, &hooks, &e, err)) || (rc = lower_sched(pl, s, e, err)))
         goto done;
     for (int r = 0; r < R->p; r++) {
@@ -222,7 +225,7 @@ int simulate_run(const config *c, const simulate_opts *opts, simulate_result **o
     }
     if ((rc = engine_run(e, err)) || (rc = mem_check(mem, err)))
         goto done;
-    summarize(c, &o, e, mem, R);
+    summarize(c, &o, e, pl, mem, R);
     if (o.keep_trace) {
         R->eng = e;
         R->pl = pl;

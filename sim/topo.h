@@ -124,6 +124,13 @@ int topo_load(const char *path, topo **out, ts_err *err);
  * topologies/selene-dgx-a100.csv. */
 int topo_default(int gpus, topo **out, ts_err *err);
 
+/* The default for a GPU kind: A100 kinds (NVLink <= 300 GB/s) get the
+ * Selene-like figures above with g's NVLink; newer kinds (H100, H200) get
+ * DGX H100-like servers: g's NVLink (450 GB/s), 8 x NDR 400 Gb/s = 50 GB/s
+ * NICs, 64-port switches, same 3-level rail-optimized fat tree (as
+ * topologies/dgx-h100-cluster.csv). g NULL = A100-SXM4-80GB (topo_default). */
+int topo_default_for(const gpu_spec *g, int gpus, topo **out, ts_err *err);
+
 void topo_free(topo *t);
 
 /* GPUs the topology holds (nodes x gpus_per_node). */

@@ -7,6 +7,9 @@
 /* Each subcommand adds its prototype here and its row to COMMANDS in main.c
  * ("simulate" goes first: it is what runs with no command). */
 
+/* trainsim config: validate flags, print the resolved configuration. */
+int cmd_config(int argc, char **argv);
+
 /* trainsim schedule: generate/import, validate, print, time and export a
  * pipeline schedule (cmd_schedule.c). */
 int cmd_schedule(int argc, char **argv);

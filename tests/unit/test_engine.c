@@ -64,7 +64,7 @@ static void log_end(void *ctx, engine *e, engine_task_id id, int64_t now_ns)
 Test(engine, equal_times_break_ties_by_push_order)
 {
     order_log l = {0};
-    engine_hooks h = {NULL, log_end, &l};
+    engine_hooks h = {NULL, log_end, &l, false};
     engine *e = mk(3, 1, &h);
     /* Three streams all ending at t=7: started in stream order 0,1,2, so
      * their end events were pushed in that order and are processed so. */
@@ -186,7 +186,7 @@ static void on_start_ext(void *ctx, engine *e, engine_task_id id, int64_t now_ns
 Test(engine, external_task_finished_by_timer)
 {
     ext_ctx c = {0};
-    engine_hooks h = {on_start_ext, NULL, &c};
+    engine_hooks h = {on_start_ext, NULL, &c, false};
     engine *e = mk(1, 1, &h);
     add(e, 0, 0, 8, 1);
     c.ext = add(e, 0, 0, 999, 2);

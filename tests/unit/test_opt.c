@@ -234,3 +234,30 @@ Test(opt, edit_distance)
     cr_expect_eq(opt_edit_distance("same", "same"), 0);
     cr_expect_str_eq(opt_nearest(&T, "--swiglo"), "--swiglu");
 }
+
+Test(opt, many_flags_keep_their_defaults)
+{
+    /* the table grows (realloc) past 32 entries: defaults must survive the move */
+    static int many[40];
+    static char names[40][32];
+    for (int i = 0; i < 40; i++) {
+        many[i] = 100 + i;
+        snprintf(names[i], sizeof names[i], "--flag-%d", i);
+        cr_assert_eq(opt_add(&T, &(opt_spec){.name = names[i], .type = OPT_INT, .target = &many[i], .unit = "u"},
+                             &E),
+                     TS_OK);
+    }
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    opt_help(&T, f);
+    fclose(f);
+    cr_expect(strstr(buf, "--flag-0 INT\n"), "%s", buf);
+    cr_expect(strstr(buf, "unit: u; default: 100\n"), "%s", buf);
+    cr_expect(strstr(buf, "unit: u; default: 139\n"), "%s", buf);
+    cr_expect(strstr(buf, "unit: layers; default: 24;"), "%s", buf);
+    free(buf);
+    const char *a[] = {"cmd", "--flag-39=5"};
+    cr_assert_eq(parse(2, a), TS_OK, "%s", E.msg);
+    cr_expect_eq(many[39], 5);
+}

@@ -1,0 +1,505 @@
+/* backend_cuda — the executor's backend on one GPU. Contract in backend_cuda.h. */
+#include "backend_cuda.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuk.h"
+#include "cugemm.h"
+
+typedef struct {
+    const char *op;
+    int layer;
+    cudaEvent_t begin, end;
+} prof_slot;
+
+typedef struct {
+    int device;
+    cudaStream_t stream;
+    cugemm *gemm;
+    void *scratch; /* column sums (cuk_colsum_scratch_bytes) */
+    size_t scratch_bytes;
+    float *attn; /* q, k, v, o/dO, dq, dk, dv: 7 x [B, NH, T, hs] */
+    size_t attn_floats;
+    int status; /* first failure (sticky) */
+    ts_err err;
+    prof_slot *prof;
+    size_t nprof, prof_open, prof_dropped;
+    cudaEvent_t epoch;
+    bool epoch_set;
+} cuda_ctx;
+
+static cuda_ctx *CTX(backend *be)
+{
+    return (cuda_ctx *)be->ctx;
+}
+
+/* Keep the first failure. */
+static void note(backend *be, cudaError_t st, const char *what)
+{
+    cuda_ctx *x = CTX(be);
+    if (st != cudaSuccess && x->status == TS_OK)
+        x->status = err_set(&x->err, TS_ESTATE, "cuda backend: %s: %s", what,
+                            cudaGetErrorString(st));
+}
+
+static void note_rc(backend *be, int rc, const ts_err *e)
+{
+    cuda_ctx *x = CTX(be);
+    if (rc != TS_OK && x->status == TS_OK) {
+        x->status = rc;
+        x->err = *e;
+    }
+}
+
+/* ------------------------------------------------------------ memory */
+
+static float *cu_alloc(backend *be, size_t n)
+{
+    void *p = NULL;
+    cudaError_t st = cudaMalloc(&p, (n ? n : 1) * sizeof(float));
+    if (st != cudaSuccess)
+        return NULL; /* be_alloc reports the size and category */
+    st = cudaMemsetAsync(p, 0, n * sizeof(float), CTX(be)->stream);
+    note(be, st, "zero-fill of a new tensor");
+    return p;
+}
+
+static void cu_free(backend *be, float *p)
+{
+    note(be, cudaFree(p), "cudaFree");
+}
+
+static void cu_to_device(backend *be, float *dst, const float *src, size_t n)
+{
+    cudaStream_t s = CTX(be)->stream;
+    note(be, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice, s),
+         "copy to device");
+    note(be, cudaStreamSynchronize(s), "copy to device (sync)");
+}
+
+static void cu_to_host(backend *be, float *dst, const float *src, size_t n)
+{
+    cudaStream_t s = CTX(be)->stream;
+    note(be, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, s),
+         "copy to host");
+    note(be, cudaStreamSynchronize(s), "copy to host (sync)");
+}
+
+static int *cu_alloc_int(backend *be, size_t n)
+{
+    return (int *)cu_alloc(be, n); /* sizeof(int) == sizeof(float) */
+}
+
+static void cu_free_int(backend *be, int *p)
+{
+    note(be, cudaFree(p), "cudaFree");
+}
+
+static void cu_int_to_device(backend *be, int *dst, const int *src, size_t n)
+{
+    cudaStream_t s = CTX(be)->stream;
+    note(be, cudaMemcpyAsync(dst, src, n * sizeof(int), cudaMemcpyHostToDevice, s),
+         "token copy to device");
+    note(be, cudaStreamSynchronize(s), "token copy to device (sync)");
+}
+
+static void cu_zero(backend *be, float *p, size_t n)
+{
+    note(be, cudaMemsetAsync(p, 0, n * sizeof(float), CTX(be)->stream), "zero");
+}
+
+static void cu_copy(backend *be, float *dst, const float *src, size_t n)
+{
+    note(be, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice,
+                             CTX(be)->stream),
+         "device copy");
+}
+
+static void cu_sync(backend *be)
+{
+    note(be, cudaStreamSynchronize(CTX(be)->stream), "sync");
+}
+
+/* Grow-only scratch; the old buffer is freed after the stream drains. */
+static void *scratch(backend *be, size_t bytes)
+{
+    cuda_ctx *x = CTX(be);
+    if (bytes <= x->scratch_bytes)
+        return x->scratch;
+    note(be, cudaStreamSynchronize(x->stream), "scratch (sync)");
+    cudaFree(x->scratch);
+    x->scratch = NULL;
+    x->scratch_bytes = 0;
+    cudaError_t st = cudaMalloc(&x->scratch, bytes);
+    note(be, st, "scratch allocation");
+    if (st == cudaSuccess)
+        x->scratch_bytes = bytes;
+    return x->scratch;
+}
+
+static float *attn_scratch(backend *be, size_t floats)
+{
+    cuda_ctx *x = CTX(be);
+    if (floats <= x->attn_floats)
+        return x->attn;
+    note(be, cudaStreamSynchronize(x->stream), "attention scratch (sync)");
+    cudaFree(x->attn);
+    x->attn = NULL;
+    x->attn_floats = 0;
+    cudaError_t st = cudaMalloc((void **)&x->attn, floats * sizeof(float));
+    note(be, st, "attention scratch allocation");
+    if (st == cudaSuccess)
+        x->attn_floats = floats;
+    return x->attn;
+}
+
+/* ------------------------------------------------------------ GEMM */
+
+static void gemm_run(backend *be, const cugemm_args *a)
+{
+    ts_err e;
+    err_clear(&e);
+    note_rc(be, cugemm_run(CTX(be)->gemm, a, CTX(be)->stream, &e), &e);
+}
+
+static void cu_gemm(backend *be, bool ta, bool tb, int M, int N, int K, float alpha,
+                    const float *A, int lda, const float *B, int ldb, float beta, float *C,
+                    int ldc)
+{
+    cugemm_args a = {.kind = CUGEMM_F32, .trans_a = ta, .trans_b = tb, .M = M, .N = N, .K = K,
+                     .alpha = alpha, .beta = beta, .A = A, .lda = lda, .B = B, .ldb = ldb,
+                     .C = C, .ldc = ldc, .batch = 1};
+    gemm_run(be, &a);
+}
+
+/* Strided-batched row-major GEMM over the B*NH heads. */
+static void bgemm(backend *be, bool ta, bool tb, int M, int N, int K, const float *A, int lda,
+                  long long sa, const float *B, int ldb, long long sb, float *C, int ldc,
+                  long long sc, int batch)
+{
+    cugemm_args a = {.kind = CUGEMM_F32, .trans_a = ta, .trans_b = tb, .M = M, .N = N, .K = K,
+                     .alpha = 1.0f, .beta = 0.0f, .A = A, .lda = lda, .stride_a = sa, .B = B,
+                     .ldb = ldb, .stride_b = sb, .C = C, .ldc = ldc, .stride_c = sc,
+                     .batch = batch};
+    gemm_run(be, &a);
+}
+
+/* ------------------------------------------------------------ kernels */
+
+static void cu_embed_fwd(backend *be, float *out, const int *tok, const float *wte,
+                         const float *wpe, size_t row0, size_t n, int T, int C)
+{
+    note(be, cuk_f32_embed_fwd(out, tok, wte, wpe, row0, n, T, C, CTX(be)->stream), "embed_fwd");
+}
+
+static void cu_embed_bwd(backend *be, float *dwte, float *dwpe, const float *dout,
+                         const int *tok, size_t row0, size_t n, int T, int C)
+{
+    note(be, cuk_f32_embed_bwd(dwte, dwpe, dout, tok, row0, n, T, C, CTX(be)->stream),
+         "embed_bwd");
+}
+
+static void cu_ln_fwd(backend *be, float *out, float *mean, float *rstd, const float *inp,
+                      const float *w, const float *b, size_t N, int C)
+{
+    note(be, cuk_f32_layernorm_fwd(out, mean, rstd, inp, w, b, N, C, CTX(be)->stream),
+         "layernorm_fwd");
+}
+
+static void cu_ln_bwd_input(backend *be, float *dinp, const float *dout, const float *inp,
+                            const float *w, const float *mean, const float *rstd, size_t N,
+                            int C)
+{
+    note(be, cuk_f32_layernorm_bwd_input(dinp, dout, inp, w, mean, rstd, N, C, CTX(be)->stream),
+         "layernorm_bwd_input");
+}
+
+static void cu_ln_bwd_weight(backend *be, float *dw, float *db, const float *dout,
+                             const float *inp, const float *mean, const float *rstd, size_t N,
+                             int C)
+{
+    void *s = scratch(be, cuk_colsum_scratch_bytes((int)N, C));
+    if (!s)
+        return;
+    note(be, cuk_f32_layernorm_bwd_weight(dw, db, dout, inp, mean, rstd, N, C, s,
+                                          CTX(be)->stream),
+         "layernorm_bwd_weight");
+}
+
+static void cu_att_fwd(backend *be, float *out, float *att, const float *qkv, int B, int T,
+                       int NH, int hs)
+{
+    cudaStream_t s = CTX(be)->stream;
+    size_t per = (size_t)B * NH * T * hs;
+    float *q = attn_scratch(be, 7 * per);
+    if (!q)
+        return;
+    float *k = q + per, *v = k + per, *o = v + per;
+    int bh = B * NH;
+    long long sq = (long long)T * hs, sa = (long long)T * T;
+    note(be, cuk_f32_qkv_split(q, k, v, qkv, B, T, NH, hs, s), "attention qkv split");
+    bgemm(be, false, true, T, T, hs, q, hs, sq, k, hs, sq, att, T, sa, bh); /* q k^T */
+    note(be, cuk_f32_softmax_causal_fwd(att, bh, T, 1.0f / sqrtf((float)hs), s),
+         "attention softmax");
+    bgemm(be, false, false, T, hs, T, att, T, sa, v, hs, sq, o, hs, sq, bh); /* att v */
+    note(be, cuk_f32_bhtd_to_bthd(out, o, B, NH, T, hs, s), "attention output permute");
+}
+
+static void cu_att_bwd(backend *be, float *dqkv, float *datt, const float *dout,
+                       const float *qkv, const float *att, int B, int T, int NH, int hs)
+{
+    cudaStream_t s = CTX(be)->stream;
+    size_t per = (size_t)B * NH * T * hs;
+    float *q = attn_scratch(be, 7 * per);
+    if (!q)
+        return;
+    float *k = q + per, *v = k + per, *dO = v + per, *dq = dO + per, *dk = dq + per,
+          *dv = dk + per;
+    int bh = B * NH;
+    long long sq = (long long)T * hs, sa = (long long)T * T;
+    note(be, cuk_f32_qkv_split(q, k, v, qkv, B, T, NH, hs, s), "attention qkv split");
+    note(be, cuk_f32_bthd_to_bhtd(dO, dout, B, NH, T, hs, s), "attention dout permute");
+    bgemm(be, false, true, T, T, hs, dO, hs, sq, v, hs, sq, datt, T, sa, bh);  /* dO v^T */
+    bgemm(be, true, false, T, hs, T, att, T, sa, dO, hs, sq, dv, hs, sq, bh);  /* att^T dO */
+    note(be, cuk_f32_softmax_causal_bwd(datt, att, datt, bh, T, 1.0f / sqrtf((float)hs), s),
+         "attention softmax backward");
+    bgemm(be, false, false, T, hs, T, datt, T, sa, k, hs, sq, dq, hs, sq, bh); /* dS k */
+    bgemm(be, true, false, T, hs, T, datt, T, sa, q, hs, sq, dk, hs, sq, bh);  /* dS^T q */
+    note(be, cuk_f32_qkv_merge_acc(dqkv, dq, dk, dv, B, T, NH, hs, s), "attention dqkv merge");
+}
+
+static void cu_gelu_fwd(backend *be, float *out, const float *inp, size_t n)
+{
+    note(be, cuk_f32_gelu_fwd(out, inp, n, CTX(be)->stream), "gelu_fwd");
+}
+
+static void cu_gelu_bwd(backend *be, float *dinp, const float *inp, const float *dout, size_t n)
+{
+    note(be, cuk_f32_gelu_bwd(dinp, inp, dout, n, CTX(be)->stream), "gelu_bwd");
+}
+
+static void cu_bias_fwd(backend *be, float *out, const float *bias, size_t N, int OC)
+{
+    note(be, cuk_f32_bias_fwd(out, bias, N, OC, CTX(be)->stream), "bias_fwd");
+}
+
+static void cu_bias_bwd(backend *be, float *dbias, const float *dout, size_t N, int OC)
+{
+    void *s = scratch(be, cuk_colsum_scratch_bytes((int)N, OC));
+    if (!s)
+        return;
+    note(be, cuk_f32_bias_bwd(dbias, dout, N, OC, s, CTX(be)->stream), "bias_bwd");
+}
+
+static void cu_bias_residual_fwd(backend *be, float *out, const float *a, const float *b,
+                                 const float *bias, size_t N, int OC)
+{
+    note(be, cuk_f32_bias_residual_fwd(out, a, b, bias, N, OC, CTX(be)->stream),
+         "bias_residual_fwd");
+}
+
+static void cu_add(backend *be, float *y, const float *x, size_t n)
+{
+    note(be, cuk_f32_add(y, x, n, CTX(be)->stream), "add");
+}
+
+static void cu_ce_fwd(backend *be, float *losses, float *probs, const float *logits,
+                      const int *targets, size_t N, int V)
+{
+    note(be, cuk_f32_crossentropy_fwd(losses, probs, logits, targets, N, V, CTX(be)->stream),
+         "crossentropy_fwd");
+}
+
+static void cu_ce_bwd(backend *be, float *dlogits, const float *probs, const int *targets,
+                      size_t N, int V, float scale)
+{
+    note(be, cuk_f32_crossentropy_bwd(dlogits, probs, targets, N, V, scale, CTX(be)->stream),
+         "crossentropy_bwd");
+}
+
+static void cu_adam(backend *be, float *p, const float *g, float *m, float *v, size_t n,
+                    float lr, float b1, float b2, float eps, float wd, int t)
+{
+    note(be, cuk_adamw(NULL, p, g, m, v, n, lr, b1, b2, eps, wd, t, 1.0f, CTX(be)->stream),
+         "adam");
+}
+
+/* ------------------------------------------------------------ profiling */
+
+void backend_cuda_prof(void *ud, const char *op, int layer, bool end)
+{
+    backend *be = ud;
+    cuda_ctx *x = CTX(be);
+    if (!end) {
+        if (x->nprof >= BACKEND_CUDA_MAX_PROF) {
+            x->prof_dropped++;
+            x->prof_open = SIZE_MAX;
+            return;
+        }
+        prof_slot *p = &x->prof[x->nprof];
+        if (!p->begin) {
+            note(be, cudaEventCreate(&p->begin), "profiling event");
+            note(be, cudaEventCreate(&p->end), "profiling event");
+        }
+        if (!x->epoch_set) {
+            note(be, cudaEventRecord(x->epoch, x->stream), "profiling epoch");
+            x->epoch_set = true;
+        }
+        p->op = op;
+        p->layer = layer;
+        note(be, cudaEventRecord(p->begin, x->stream), "profiling begin");
+        x->prof_open = x->nprof;
+    } else if (x->prof_open != SIZE_MAX) {
+        note(be, cudaEventRecord(x->prof[x->prof_open].end, x->stream), "profiling end");
+        x->nprof++;
+        x->prof_open = SIZE_MAX;
+    }
+}
+
+int backend_cuda_prof_collect(backend *be, void (*fn)(void *ud, const backend_cuda_op *op),
+                              void *ud, size_t *dropped, ts_err *err)
+{
+    cuda_ctx *x = CTX(be);
+    cudaError_t st = cudaStreamSynchronize(x->stream);
+    if (st != cudaSuccess)
+        return err_set(err, TS_ESTATE, "cuda backend: profiling sync: %s",
+                       cudaGetErrorString(st));
+    for (size_t i = 0; i < x->nprof; i++) {
+        float t0 = 0.0f, dt = 0.0f;
+        st = cudaEventElapsedTime(&t0, x->epoch, x->prof[i].begin);
+        if (st == cudaSuccess)
+            st = cudaEventElapsedTime(&dt, x->prof[i].begin, x->prof[i].end);
+        if (st != cudaSuccess)
+            return err_set(err, TS_ESTATE, "cuda backend: op %zu (%s): event time: %s", i,
+                           x->prof[i].op, cudaGetErrorString(st));
+        backend_cuda_op r = {.op = x->prof[i].op, .layer = x->prof[i].layer,
+                             .start_ns = (int64_t)llround((double)t0 * 1e6),
+                             .dur_ns = (int64_t)llround((double)dt * 1e6)};
+        fn(ud, &r);
+    }
+    if (dropped)
+        *dropped = x->prof_dropped;
+    x->nprof = 0;
+    x->prof_dropped = 0;
+    x->prof_open = SIZE_MAX;
+    return TS_OK;
+}
+
+/* ------------------------------------------------------------ lifetime */
+
+static void cu_destroy(backend *be)
+{
+    if (!be)
+        return;
+    cuda_ctx *x = CTX(be);
+    if (x) {
+        cudaStreamSynchronize(x->stream);
+        for (size_t i = 0; x->prof && i < BACKEND_CUDA_MAX_PROF; i++)
+            if (x->prof[i].begin) {
+                cudaEventDestroy(x->prof[i].begin);
+                cudaEventDestroy(x->prof[i].end);
+            }
+        free(x->prof);
+        if (x->epoch)
+            cudaEventDestroy(x->epoch);
+        cudaFree(x->scratch);
+        cudaFree(x->attn);
+        cugemm_destroy(x->gemm);
+        if (x->stream)
+            cudaStreamDestroy(x->stream);
+        free(x);
+    }
+    free(be);
+}
+
+int backend_cuda_status(backend *be, ts_err *err)
+{
+    cuda_ctx *x = CTX(be);
+    if (x->status != TS_OK && err)
+        *err = x->err;
+    return x->status;
+}
+
+cudaStream_t backend_cuda_stream(backend *be)
+{
+    return CTX(be)->stream;
+}
+
+static void fill_table(backend *be)
+{
+    be->name = "cuda";
+    be->alloc = cu_alloc;
+    be->free = cu_free;
+    be->to_device = cu_to_device;
+    be->to_host = cu_to_host;
+    be->alloc_int = cu_alloc_int;
+    be->free_int = cu_free_int;
+    be->int_to_device = cu_int_to_device;
+    be->zero = cu_zero;
+    be->copy = cu_copy;
+    be->sync = cu_sync;
+    be->gemm = cu_gemm;
+    be->embed_fwd = cu_embed_fwd;
+    be->embed_bwd = cu_embed_bwd;
+    be->layernorm_fwd = cu_ln_fwd;
+    be->layernorm_bwd_input = cu_ln_bwd_input;
+    be->layernorm_bwd_weight = cu_ln_bwd_weight;
+    be->attention_fwd = cu_att_fwd;
+    be->attention_bwd = cu_att_bwd;
+    be->gelu_fwd = cu_gelu_fwd;
+    be->gelu_bwd = cu_gelu_bwd;
+    be->bias_fwd = cu_bias_fwd;
+    be->bias_bwd = cu_bias_bwd;
+    be->bias_residual_fwd = cu_bias_residual_fwd;
+    be->add = cu_add;
+    be->crossentropy_fwd = cu_ce_fwd;
+    be->crossentropy_bwd = cu_ce_bwd;
+    be->adam = cu_adam;
+    be->destroy = cu_destroy;
+}
+
+int backend_cuda_create(int device, bool autotune, backend **out, ts_err *err)
+{
+    *out = NULL;
+    int n = 0;
+    cudaError_t st = cudaGetDeviceCount(&n);
+    if (st != cudaSuccess || n == 0)
+        return err_set(err, TS_ENOTSUP, "--backend cuda: no CUDA device available (%s)",
+                       st != cudaSuccess ? cudaGetErrorString(st) : "0 devices");
+    if (device < 0 || device >= n)
+        return err_set(err, TS_EINVAL, "cuda device %d: valid are 0..%d", device, n - 1);
+    st = cudaSetDevice(device);
+    if (st != cudaSuccess)
+        return err_set(err, TS_ENOTSUP, "cudaSetDevice(%d): %s", device, cudaGetErrorString(st));
+    backend *be = calloc(1, sizeof *be);
+    cuda_ctx *x = calloc(1, sizeof *x);
+    prof_slot *prof = calloc(BACKEND_CUDA_MAX_PROF, sizeof *prof);
+    if (!be || !x || !prof) {
+        free(be);
+        free(x);
+        free(prof);
+        return err_set(err, TS_ENOMEM, "cuda backend: out of host memory");
+    }
+    be->ctx = x;
+    x->device = device;
+    x->prof = prof;
+    x->prof_open = SIZE_MAX;
+    fill_table(be);
+    int rc = TS_OK;
+    st = cudaStreamCreateWithFlags(&x->stream, cudaStreamNonBlocking);
+    if (st == cudaSuccess)
+        st = cudaEventCreate(&x->epoch);
+    if (st != cudaSuccess)
+        rc = err_set(err, TS_ENOTSUP, "cuda backend: stream/event creation: %s",
+                     cudaGetErrorString(st));
+    if (rc == TS_OK)
+        rc = cugemm_create(autotune, &x->gemm, err);
+    if (rc != TS_OK) {
+        cu_destroy(be);
+        return rc;
+    }
+    *out = be;
+    return TS_OK;
+}

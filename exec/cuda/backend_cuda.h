@@ -1,0 +1,68 @@
+/* backend_cuda — the executor's backend (exec/cpu/backend.h) on one NVIDIA GPU.
+ *
+ * Tensors are fp32 in GPU memory (the backend interface is float*): the
+ * parameters are the fp32 master weights. GEMMs run through cuBLASLt with
+ * bf16 tensor-core math and fp32 accumulation (cugemm.h, CUGEMM_F32), plans
+ * cached per shape; the other ops are the fp32 instantiations of kernels/
+ * (cuk.h), with exactly the semantics of exec/cpu/kern.h. Attention is
+ * Megatron's 2021 path: two strided-batched GEMMs around the scaled causal
+ * softmax (the T x T probabilities are saved, as kern_attention_fwd does).
+ *
+ * Everything is enqueued on one compute stream; sync() waits for it. The
+ * table's functions return nothing, so the first CUDA or cuBLAS failure is
+ * kept ("sticky") and reported by backend_cuda_status(); later ops still
+ * run, the results are then meaningless. alloc() returns NULL on failure.
+ *
+ * Per-op timing: backend_cuda_prof() has the gpt_prof_fn signature (pass the
+ * backend as user data to gpt_stage_set_prof); it records a CUDA event at
+ * each op's begin and end on the compute stream, so timing adds no host
+ * synchronisation. backend_cuda_prof_collect() waits for the stream and
+ * reports each op's GPU start (relative to the first event) and duration.
+ *
+ * Ownership: created by backend_cuda_create, released by be->destroy(be),
+ * which frees the plans, streams, events and scratch (not the tensors).
+ */
+#ifndef TRAINSIM_BACKEND_CUDA_H
+#define TRAINSIM_BACKEND_CUDA_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#include "backend.h"
+#include "err.h"
+
+#define BACKEND_CUDA_MAX_PROF 65536 /* op events kept between collects */
+
+/* Select `device` (cudaSetDevice) and build the backend. TS_ENOTSUP when no
+ * CUDA device answers (message says so), TS_EINVAL for a device index out of
+ * range. autotune: see cugemm.h. */
+int backend_cuda_create(int device, bool autotune, backend **out, ts_err *err);
+
+/* TS_OK, or the first failure since creation (copied into err). */
+int backend_cuda_status(backend *be, ts_err *err);
+
+/* The compute stream (for the NCCL comm's stream dependencies). */
+cudaStream_t backend_cuda_stream(backend *be);
+
+/* gpt_prof_fn: ud is the backend. Ops past BACKEND_CUDA_MAX_PROF are dropped
+ * (counted in the collect's *dropped). */
+void backend_cuda_prof(void *ud, const char *op, int layer, bool end);
+
+/* One timed op. `op` points at the string given to backend_cuda_prof (the
+ * model's static op names). */
+typedef struct {
+    const char *op;
+    int layer;
+    int64_t start_ns; /* since the first recorded event */
+    int64_t dur_ns;
+} backend_cuda_op;
+
+/* Wait for the stream, then call fn for each op completed since the last
+ * collect, in issue order, and forget them. *dropped gets the ops not
+ * recorded for lack of room (may be NULL). TS_ESTATE on a CUDA error. */
+int backend_cuda_prof_collect(backend *be, void (*fn)(void *ud, const backend_cuda_op *op),
+                              void *ud, size_t *dropped, ts_err *err);
+
+#endif

@@ -1,0 +1,103 @@
+/* trainsim config — validate the model, parallelism and cluster flags and
+ * print the resolved configuration (preset + overrides + derived values);
+ * list the model presets and GPU kinds of the catalogues. */
+#include <stdio.h>
+
+#include "catalog.h"
+#include "cmd.h"
+#include "flags.h"
+#include "opt.h"
+#include "topo.h"
+
+static int fail(const ts_err *e)
+{
+    fprintf(stderr, "trainsim config: error: %s\n", e->msg);
+    return e->code == TS_EINVAL ? 2 : 1;
+}
+
+static int list_models(ts_err *e)
+{
+    catalog_models *c = NULL;
+    if (catalog_models_load(NULL, &c, e))
+        return fail(e);
+    printf("# %s\n", c->path);
+    printf("%-16s %8s %6s %6s %5s %5s %6s %5s %6s   %5s %3s %3s %5s %s\n", "name", "params_B", "layers", "hidden",
+           "heads", "kv", "ffn", "glu", "seq", "gpus", "t", "p", "B", "schedule");
+    for (size_t i = 0; i < c->n; i++) {
+        const catalog_model *m = &c->models[i];
+        printf("%-16s %8g %6d %6d %5d %5d %6d %5s %6d   %5d %3d %3d %5d %s\n", m->model.name, m->params_billion,
+               m->model.num_layers, m->model.hidden_size, m->model.num_attention_heads, m->model.num_query_groups,
+               m->model.ffn_hidden_size, m->model.swiglu ? "yes" : "no", m->model.seq_length, m->gpus, m->par.tp,
+               m->par.pp, m->par.global_batch_size, m->schedule);
+    }
+    catalog_models_free(c);
+    return 0;
+}
+
+static int list_gpus(ts_err *e)
+{
+    catalog_gpus *c = NULL;
+    if (catalog_gpus_load(NULL, &c, e))
+        return fail(e);
+    printf("# %s (TFLOP/s dense; GiB; GB/s)\n", c->path);
+    printf("%-16s %10s %10s %9s %8s %9s %11s  %s\n", "gpu", "bf16_tflops", "fp16_tflops", "fp8_tflops", "hbm_gib",
+           "hbm_gbps", "nvlink_gbps", "aliases");
+    for (size_t i = 0; i < c->n; i++) {
+        const gpu_spec *g = &c->gpus[i];
+        printf("%-16s %10g %10g %9g %8g %9g %11g  %s\n", g->name, g->bf16_tflops, g->fp16_tflops, g->fp8_tflops,
+               g->hbm_gib, g->hbm_gbps, g->nvlink_gbps, c->aliases[i]);
+    }
+    catalog_gpus_free(c);
+    return 0;
+}
+
+int cmd_config(int argc, char **argv)
+{
+    ts_err e;
+    err_clear(&e);
+    config c;
+    flags_state fs;
+    opt_table t;
+    bool lmodels = false, lgpus = false;
+    opt_table_init(&t, "trainsim config",
+                   "Check the model, parallelism and cluster flags and print the resolved configuration: the\n"
+                   "--model preset (default " FLAGS_DEFAULT_MODEL ": GPT-3 175B on 1024 A100 80GB GPUs, t=8, p=16,\n"
+                   "interleaved with 2 chunks, global batch 1536, micro-batch 1, on DGX A100 nodes with an HDR\n"
+                   "InfiniBand fat tree like Selene), every explicit flag overriding it, and the derived values.\n"
+                   "Exit status: 0 valid, 2 invalid flags or inputs, 1 other failure.");
+    int rc = flags_register(&fs, &t, &c, &e);
+    if (!rc) rc = opt_section(&t, "This command", &e);
+    if (!rc)
+        rc = opt_add(&t, &(opt_spec){.name = "--list-models", .type = OPT_BOOL, .target = &lmodels,
+                                     .help = "list the model presets and exit"}, &e);
+    if (!rc)
+        rc = opt_add(&t, &(opt_spec){.name = "--list-gpus", .type = OPT_BOOL, .target = &lgpus,
+                                     .help = "list the GPU catalogue and exit"}, &e);
+    if (!rc)
+        rc = opt_parse(&t, argc, argv, &e);
+    if (rc) {
+        opt_table_free(&t);
+        return fail(&e);
+    }
+    if (t.help_requested) {
+        opt_help(&t, stdout);
+        opt_table_free(&t);
+        return 0;
+    }
+    if (lmodels || lgpus) {
+        int st = lmodels ? list_models(&e) : 0;
+        if (!st && lgpus)
+            st = list_gpus(&e);
+        opt_table_free(&t);
+        return st;
+    }
+    rc = flags_finish(&fs, &t, &e);
+    if (rc) {
+        opt_table_free(&t);
+        return fail(&e);
+    }
+    flags_print(&fs, stdout);
+    config_free(&c);
+    opt_table_free(&t);
+    return 0;
+}

@@ -1,0 +1,466 @@
+/* net_engine — see net_engine.h. */
+#include "net_engine.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A collective (or send) in flight: the engine tasks it ends. */
+typedef struct {
+    engine_task_id *tasks;
+    int n, cap, need;       /* need: members expected (full mode) */
+    int leader;             /* global rank of the group's first member */
+    uint8_t dim;
+    uint32_t tag;
+    int32_t mb;
+    int used;
+} inst_t;
+
+/* Open-addressing map (dim, leader, tag, mb) -> pending instance. */
+typedef struct { int inst; int state; } slot_t; /* state: 0 empty, 1 full, 2 deleted */
+
+struct net_engine {
+    const net_graph *g;
+    const net_place *pl;
+    net_engine_opts opts;
+    net_step_fn fn;
+    void *fn_ctx;
+    net_sim *sim;
+    engine *e;
+    int n_ranks;
+    double *factor;          /* per engine rank */
+    int *active_comm;        /* per engine rank: driven comm tasks in flight */
+    net_step_desc *desc;     /* per tag */
+    uint8_t *have_desc;
+    uint32_t n_desc;
+    inst_t *inst; int n_inst, cap_inst;
+    int *free_inst; int n_free;
+    slot_t *map; int map_cap, map_used;
+    int64_t *tq; int n_tq, cap_tq; /* pending engine timer times (min-heap) */
+    int *gpus;               /* scratch: group GPUs */
+    int rc;                  /* first hook error */
+    ts_err err;
+    net_engine_stats st;
+};
+
+static void coll_done(void *ctx, uint64_t tag, int64_t t_ns);
+
+static int fail(net_engine *ne, int rc)
+{
+    if (ne->rc == TS_OK && rc != TS_OK) ne->rc = rc;
+    return rc;
+}
+
+int net_engine_new(const net_graph *g, const net_place *pl, const net_engine_opts *opts, net_step_fn fn,
+                   void *fn_ctx, net_engine **out, ts_err *err)
+{
+    int rc;
+    if (!(opts->comm_compute_slowdown >= 0))
+        return err_set(err, TS_EINVAL, "comm/compute slowdown %g must be >= 0", opts->comm_compute_slowdown);
+    net_engine *ne = calloc(1, sizeof *ne);
+    if (!ne) return err_set(err, TS_ENOMEM, "net_engine: out of memory");
+    ne->g = g;
+    ne->pl = pl;
+    ne->opts = *opts;
+    ne->fn = fn;
+    ne->fn_ctx = fn_ctx;
+    ne->n_ranks = opts->full ? pl->n_ranks : pl->size[NET_DIM_PP];
+    int most = pl->size[NET_DIM_TP] > pl->size[NET_DIM_DP] ? pl->size[NET_DIM_TP] : pl->size[NET_DIM_DP];
+    ne->factor = malloc(sizeof *ne->factor * (size_t)ne->n_ranks);
+    ne->active_comm = calloc((size_t)ne->n_ranks, sizeof *ne->active_comm);
+    ne->gpus = malloc(sizeof *ne->gpus * (size_t)(most > 2 ? most : 2));
+    ne->map_cap = 1024;
+    ne->map = calloc((size_t)ne->map_cap, sizeof *ne->map);
+    if (!ne->factor || !ne->active_comm || !ne->gpus || !ne->map) {
+        net_engine_free(ne);
+        return err_set(err, TS_ENOMEM, "net_engine: out of memory");
+    }
+    for (int r = 0; r < ne->n_ranks; r++) ne->factor[r] = 1.0;
+    if ((rc = net_sim_new(g, coll_done, ne, &ne->sim, err))) {
+        net_engine_free(ne);
+        return rc;
+    }
+    *out = ne;
+    return TS_OK;
+}
+
+void net_engine_free(net_engine *ne)
+{
+    if (!ne) return;
+    for (int i = 0; i < ne->n_inst; i++) free(ne->inst[i].tasks);
+    free(ne->inst);
+    free(ne->free_inst);
+    free(ne->map);
+    free(ne->tq);
+    free(ne->gpus);
+    free(ne->desc);
+    free(ne->have_desc);
+    free(ne->factor);
+    free(ne->active_comm);
+    net_sim_free(ne->sim);
+    free(ne);
+}
+
+int net_engine_n_ranks(const net_engine *ne) { return ne->n_ranks; }
+
+int net_engine_set_compute_factor(net_engine *ne, int engine_rank, double factor, ts_err *err)
+{
+    if (engine_rank < 0 || engine_rank >= ne->n_ranks)
+        return err_set(err, TS_EINVAL, "rank %d not in 0..%d", engine_rank, ne->n_ranks - 1);
+    if (!(factor > 0)) return err_set(err, TS_EINVAL, "compute factor %g of rank %d must be > 0", factor, engine_rank);
+    if (!ne->opts.full && factor != 1.0)
+        return err_set(err, TS_EINVAL, "a slow rank (rank %d x %g) needs --full: the default mode simulates "
+                                       "interchangeable ranks once", engine_rank, factor);
+    ne->factor[engine_rank] = factor;
+    return TS_OK;
+}
+
+static const net_step_desc *get_desc(net_engine *ne, uint32_t tag, ts_err *err)
+{
+    if (tag >= ne->n_desc) {
+        uint32_t n = ne->n_desc ? ne->n_desc : 256;
+        while (n <= tag) n *= 2;
+        net_step_desc *d = realloc(ne->desc, sizeof *d * n);
+        if (!d) { err_set(err, TS_ENOMEM, "net_engine: out of memory"); return NULL; }
+        ne->desc = d;
+        uint8_t *h = realloc(ne->have_desc, n);
+        if (!h) { err_set(err, TS_ENOMEM, "net_engine: out of memory"); return NULL; }
+        memset(h + ne->n_desc, 0, n - ne->n_desc);
+        ne->have_desc = h;
+        ne->n_desc = n;
+    }
+    if (!ne->have_desc[tag]) {
+        memset(&ne->desc[tag], 0, sizeof ne->desc[tag]);
+        if (ne->fn(ne->fn_ctx, tag, &ne->desc[tag], err)) return NULL;
+        const net_step_desc *d = &ne->desc[tag];
+        if (d->role == NET_STEP_COLL && (d->dim != NET_DIM_TP && d->dim != NET_DIM_DP)) {
+            err_set(err, TS_EINVAL, "net_engine: step %u: collective along dimension %d (valid: tp, dp)", tag, d->dim);
+            return NULL;
+        }
+        if (d->role == NET_STEP_SEND && (d->peer_pp < 0 || d->peer_pp >= ne->pl->size[NET_DIM_PP])) {
+            err_set(err, TS_EINVAL, "net_engine: step %u: send to pipeline rank %d (valid 0..%d)", tag, d->peer_pp,
+                    ne->pl->size[NET_DIM_PP] - 1);
+            return NULL;
+        }
+        ne->have_desc[tag] = 1;
+    }
+    return &ne->desc[tag];
+}
+
+int net_engine_attach(net_engine *ne, engine *e, ts_err *err)
+{
+    if (engine_n_ranks(e) != ne->n_ranks)
+        return err_set(err, TS_EINVAL, "net_engine: engine has %d ranks, the %s mode needs %d", engine_n_ranks(e),
+                       ne->opts.full ? "full" : "symmetric", ne->n_ranks);
+    ne->e = e;
+    uint32_t n = engine_task_count(e);
+    for (uint32_t id = 0; id < n; id++) {
+        const net_step_desc *d = get_desc(ne, engine_task_tag(e, id), err);
+        if (!d) return err->code ? err->code : TS_ESTATE;
+        bool ext = d->role == NET_STEP_COLL || d->role == NET_STEP_SEND;
+        if (d->role == NET_STEP_COMPUTE)
+            ext = ne->factor[engine_task_rank(e, id)] != 1.0 || ne->opts.comm_compute_slowdown > 0;
+        int rc;
+        if (ext && (rc = engine_task_set_external(e, id, err))) return rc;
+    }
+    return TS_OK;
+}
+
+/* ------------------------------------------------------------ timers */
+
+static void on_timer(void *ctx, engine *e, int64_t now);
+
+static void tq_push(net_engine *ne, int64_t t)
+{
+    if (ne->n_tq == ne->cap_tq) {
+        int nc = ne->cap_tq ? ne->cap_tq * 2 : 64;
+        int64_t *q = realloc(ne->tq, sizeof *q * (size_t)nc);
+        if (!q) { fail(ne, err_set(&ne->err, TS_ENOMEM, "net_engine: out of memory")); return; }
+        ne->tq = q;
+        ne->cap_tq = nc;
+    }
+    int i = ne->n_tq++;
+    while (i > 0 && ne->tq[(i - 1) / 2] > t) { ne->tq[i] = ne->tq[(i - 1) / 2]; i = (i - 1) / 2; }
+    ne->tq[i] = t;
+}
+
+static void tq_pop(net_engine *ne)
+{
+    int64_t x = ne->tq[--ne->n_tq];
+    int i = 0;
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= ne->n_tq) break;
+        if (c + 1 < ne->n_tq && ne->tq[c + 1] < ne->tq[c]) c++;
+        if (ne->tq[c] >= x) break;
+        ne->tq[i] = ne->tq[c];
+        i = c;
+    }
+    if (ne->n_tq > 0) ne->tq[i] = x;
+}
+
+/* Make sure an engine timer fires at the network's next event. */
+static void schedule(net_engine *ne, engine *e)
+{
+    int64_t t = net_sim_next_ns(ne->sim);
+    if (t == NET_TIME_NEVER) return;
+    if (ne->n_tq > 0 && ne->tq[0] <= t) return;
+    if (fail(ne, engine_timer_at(e, t, on_timer, ne, &ne->err))) return;
+    tq_push(ne, t);
+}
+
+static void on_timer(void *ctx, engine *e, int64_t now)
+{
+    net_engine *ne = ctx;
+    while (ne->n_tq > 0 && ne->tq[0] <= now) tq_pop(ne);
+    if (ne->rc) return;
+    if (fail(ne, net_sim_advance(ne->sim, now, &ne->err))) return;
+    schedule(ne, e);
+}
+
+/* ------------------------------------------------------------ instances */
+
+static int inst_new(net_engine *ne)
+{
+    int i;
+    if (ne->n_free > 0) {
+        i = ne->free_inst[--ne->n_free];
+    } else {
+        if (ne->n_inst == ne->cap_inst) {
+            int nc = ne->cap_inst ? ne->cap_inst * 2 : 64;
+            inst_t *q = realloc(ne->inst, sizeof *q * (size_t)nc);
+            if (!q) return -1;
+            ne->inst = q;
+            memset(ne->inst + ne->cap_inst, 0, sizeof *q * (size_t)(nc - ne->cap_inst));
+            int *f = realloc(ne->free_inst, sizeof *f * (size_t)nc);
+            if (!f) return -1;
+            ne->free_inst = f;
+            ne->cap_inst = nc;
+        }
+        i = ne->n_inst++;
+    }
+    ne->inst[i].n = 0;
+    ne->inst[i].used = 1;
+    return i;
+}
+
+static int inst_add(inst_t *in, engine_task_id id)
+{
+    if (in->n == in->cap) {
+        int nc = in->cap ? in->cap * 2 : 4;
+        engine_task_id *q = realloc(in->tasks, sizeof *q * (size_t)nc);
+        if (!q) return TS_ENOMEM;
+        in->tasks = q;
+        in->cap = nc;
+    }
+    in->tasks[in->n++] = id;
+    return TS_OK;
+}
+
+static uint64_t key_hash(int dim, int leader, uint32_t tag, int32_t mb)
+{
+    uint64_t z = ((uint64_t)(uint32_t)leader << 32 | tag) ^ ((uint64_t)(uint32_t)mb * 0x9E3779B97F4A7C15ull) ^
+                 (uint64_t)dim << 62;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Rebuild without tombstones, at 4x the live entries (>= 1024). */
+static int map_rehash(net_engine *ne)
+{
+    slot_t *old = ne->map;
+    int oc = ne->map_cap, live = 0, cap = 1024;
+    for (int i = 0; i < oc; i++) live += old[i].state == 1;
+    while (cap < 4 * (live + 1)) cap *= 2;
+    ne->map = calloc((size_t)cap, sizeof *ne->map);
+    if (!ne->map) { ne->map = old; return TS_ENOMEM; }
+    ne->map_cap = cap;
+    ne->map_used = 0;
+    for (int i = 0; i < oc; i++) {
+        if (old[i].state != 1) continue;
+        const inst_t *in = &ne->inst[old[i].inst];
+        int h = (int)(key_hash(in->dim, in->leader, in->tag, in->mb) & (uint64_t)(cap - 1));
+        while (ne->map[h].state == 1) h = (h + 1) & (cap - 1);
+        ne->map[h] = (slot_t){old[i].inst, 1};
+        ne->map_used++;
+    }
+    free(old);
+    return TS_OK;
+}
+
+/* Find (or create) the pending instance of a group's collective. */
+static int pending(net_engine *ne, int dim, int leader, uint32_t tag, int32_t mb, int need, int *slot_out)
+{
+    if (2 * (ne->map_used + 1) > ne->map_cap && map_rehash(ne)) return -1;
+    int cap = ne->map_cap, h = (int)(key_hash(dim, leader, tag, mb) & (uint64_t)(cap - 1)), tomb = -1;
+    while (ne->map[h].state != 0) {
+        if (ne->map[h].state == 1) {
+            const inst_t *in = &ne->inst[ne->map[h].inst];
+            if (in->dim == dim && in->leader == leader && in->tag == tag && in->mb == mb) {
+                *slot_out = h;
+                return ne->map[h].inst;
+            }
+        } else if (tomb < 0) {
+            tomb = h;
+        }
+        h = (h + 1) & (cap - 1);
+    }
+    int i = inst_new(ne);
+    if (i < 0) return -1;
+    inst_t *in = &ne->inst[i];
+    in->dim = (uint8_t)dim;
+    in->leader = leader;
+    in->tag = tag;
+    in->mb = mb;
+    in->need = need;
+    if (tomb >= 0) h = tomb;
+    else ne->map_used++;
+    ne->map[h] = (slot_t){i, 1};
+    *slot_out = h;
+    return i;
+}
+
+static void coll_done(void *ctx, uint64_t tag, int64_t t_ns)
+{
+    net_engine *ne = ctx;
+    inst_t *in = &ne->inst[(int)tag];
+    for (int k = 0; k < in->n; k++)
+        if (fail(ne, engine_task_finish(ne->e, in->tasks[k], t_ns, &ne->err))) break;
+    in->used = 0;
+    ne->free_inst[ne->n_free++] = (int)tag;
+}
+
+/* ------------------------------------------------------------ hooks */
+
+static int global_of(const net_engine *ne, int engine_rank)
+{
+    return ne->opts.full ? engine_rank : net_place_rank(ne->pl, 0, 0, engine_rank);
+}
+
+static void start_coll(net_engine *ne, engine *e, int ii, const net_step_desc *d, int global, int64_t now)
+{
+    inst_t *in = &ne->inst[ii];
+    int n = net_place_group_gpus(ne->pl, (net_dim)d->dim, global, ne->gpus);
+    net_coll_req q = {(net_coll_kind)d->coll, ne->opts.algo, ne->gpus, n, d->bytes, 0,
+                      key_hash(in->dim, in->leader, in->tag, in->mb)};
+    if (d->coll != NET_COLL_ALLREDUCE) q.algo = NET_ALGO_AUTO;
+    ne->st.collectives++;
+    if (fail(ne, net_sim_start(ne->sim, now, &q, (uint64_t)ii, &ne->err))) return;
+    schedule(ne, e);
+}
+
+static void on_start(void *ctx, engine *e, engine_task_id id, int64_t now)
+{
+    net_engine *ne = ctx;
+    if (ne->rc) return;
+    const net_step_desc *d = get_desc(ne, engine_task_tag(e, id), &ne->err);
+    if (!d) { fail(ne, ne->err.code ? ne->err.code : TS_ESTATE); return; }
+    int rank = engine_task_rank(e, id);
+    switch (d->role) {
+    case NET_STEP_COMPUTE: {
+        double f = ne->factor[rank];
+        if (ne->opts.comm_compute_slowdown > 0 && ne->active_comm[rank] > 0) f *= 1 + ne->opts.comm_compute_slowdown;
+        if (f == 1.0 && ne->opts.comm_compute_slowdown == 0) return; /* not external */
+        fail(ne, engine_task_finish(e, id, now + (int64_t)llround((double)d->dur_ns * f), &ne->err));
+        return;
+    }
+    case NET_STEP_COLL: {
+        ne->active_comm[rank]++;
+        int global = global_of(ne, rank), tp, dp, pp;
+        net_place_coords(ne->pl, global, &tp, &dp, &pp);
+        int leader = net_place_rank(ne->pl, d->dim == NET_DIM_TP ? 0 : tp, d->dim == NET_DIM_DP ? 0 : dp, pp);
+        int need = ne->opts.full ? ne->pl->size[d->dim] : 1, slot;
+        int ii = pending(ne, d->dim, leader, engine_task_tag(e, id), engine_task_mb(e, id), need, &slot);
+        if (ii < 0) { fail(ne, err_set(&ne->err, TS_ENOMEM, "net_engine: out of memory")); return; }
+        if (fail(ne, inst_add(&ne->inst[ii], id))) return;
+        if (ne->inst[ii].n < ne->inst[ii].need) return;
+        ne->map[slot].state = 2; /* started: no longer pending */
+        start_coll(ne, e, ii, d, global, now);
+        return;
+    }
+    case NET_STEP_SEND: {
+        ne->active_comm[rank]++;
+        int global = global_of(ne, rank), tp, dp, pp;
+        net_place_coords(ne->pl, global, &tp, &dp, &pp);
+        int pair[2] = {ne->pl->gpu_of_rank[global], ne->pl->gpu_of_rank[net_place_rank(ne->pl, tp, dp, d->peer_pp)]};
+        int ii = inst_new(ne);
+        if (ii < 0 || fail(ne, inst_add(&ne->inst[ii], id))) {
+            fail(ne, err_set(&ne->err, TS_ENOMEM, "net_engine: out of memory"));
+            return;
+        }
+        ne->inst[ii].leader = global;
+        net_coll_req q = {NET_COLL_P2P, NET_ALGO_AUTO, pair, 2, d->bytes, 0,
+                          key_hash(3, global, engine_task_tag(e, id), engine_task_mb(e, id))};
+        ne->st.p2p++;
+        if (fail(ne, net_sim_start(ne->sim, now, &q, (uint64_t)ii, &ne->err))) return;
+        schedule(ne, e);
+        return;
+    }
+    default:
+        return;
+    }
+}
+
+static void on_end(void *ctx, engine *e, engine_task_id id, int64_t now)
+{
+    (void)now;
+    net_engine *ne = ctx;
+    uint32_t tag = engine_task_tag(e, id);
+    if (tag < ne->n_desc && ne->have_desc[tag]) {
+        uint8_t role = ne->desc[tag].role;
+        if (role == NET_STEP_COLL || role == NET_STEP_SEND) ne->active_comm[engine_task_rank(e, id)]--;
+    }
+}
+
+engine_hooks net_engine_hooks(net_engine *ne)
+{
+    return (engine_hooks){on_start, on_end, ne};
+}
+
+int net_engine_error(const net_engine *ne, ts_err *err)
+{
+    if (ne->rc && err) *err = ne->err;
+    return ne->rc;
+}
+
+net_engine_stats net_engine_get_stats(const net_engine *ne)
+{
+    net_engine_stats s = ne->st;
+    s.flows = net_sim_flow_stats(ne->sim);
+    return s;
+}
+
+/* ------------------------------------------------------------ what-if flags */
+
+int net_parse_straggler(const char *s, int n_ranks, int *rank, double *factor, ts_err *err)
+{
+    char tail;
+    if (!s || sscanf(s, "%d:%lf%c", rank, factor, &tail) != 2 || *rank < 0 || *rank >= n_ranks || !(*factor > 0))
+        return err_set(err, TS_EINVAL, "--straggler '%s': expected RANK:FACTOR with RANK in 0..%d and FACTOR > 0 "
+                                       "(2 = compute twice as slow)", s ? s : "", n_ranks - 1);
+    return TS_OK;
+}
+
+int net_parse_degrade(const net_graph *g, const char *s, int *a, int *b, double *factor, ts_err *err)
+{
+    char na[64], nb[64], tail;
+    const char *dash = s ? strchr(s, '-') : NULL, *colon = s ? strrchr(s, ':') : NULL;
+    if (!dash || !colon || colon < dash || dash - s >= 64 || colon - dash - 1 >= 64 ||
+        sscanf(colon + 1, "%lf%c", factor, &tail) != 1 || !(*factor > 0))
+        return err_set(err, TS_EINVAL, "--degrade-link '%s': expected A-B:FACTOR, e.g. nic0.0-sw1.0:0.5 "
+                                       "(FACTOR > 0 scales the link's bandwidth)", s ? s : "");
+    memcpy(na, s, (size_t)(dash - s));
+    na[dash - s] = 0;
+    memcpy(nb, dash + 1, (size_t)(colon - dash - 1));
+    nb[colon - dash - 1] = 0;
+    *a = net_graph_node_by_name(g, na);
+    *b = net_graph_node_by_name(g, nb);
+    if (*a < 0 || *b < 0)
+        return err_set(err, TS_EINVAL, "--degrade-link '%s': no node named '%s' (names: gpu<s>.<k>, nvs<s>, "
+                                       "nic<s>.<k>, sw<level>.<i>)", s, *a < 0 ? na : nb);
+    if (net_graph_find_link(g, *a, *b) < 0)
+        return err_set(err, TS_EINVAL, "--degrade-link '%s': %s and %s are not linked", s, na, nb);
+    return TS_OK;
+}

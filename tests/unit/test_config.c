@@ -1,0 +1,264 @@
+/* config + flags: the default run, presets and overrides in any order,
+ * Megatron-LM's derived defaults, and every cross-field error message.
+ * Run from the repository root (catalogues in topologies/). */
+#include <criterion/criterion.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "catalog.h"
+#include "flags.h"
+#include "topo.h"
+
+static config C;
+static flags_state S;
+static opt_table T;
+static ts_err E;
+
+static void fini(void)
+{
+    config_free(&C);
+    opt_table_free(&T);
+}
+
+TestSuite(config, .fini = fini);
+
+/* Resolve a NULL-terminated flag list; returns the status of parse+finish. */
+static int run(const char *first, ...)
+{
+    const char *argv[64] = {"test"};
+    int argc = 1;
+    va_list ap;
+    va_start(ap, first);
+    for (const char *a = first; a && argc < 63; a = va_arg(ap, const char *))
+        argv[argc++] = a;
+    va_end(ap);
+    config_free(&C);
+    opt_table_free(&T);
+    err_clear(&E);
+    opt_table_init(&T, "test", NULL);
+    cr_assert_eq(flags_register(&S, &T, &C, &E), TS_OK, "%s", E.msg);
+    int rc = opt_parse(&T, argc, (char **)argv, &E);
+    return rc ? rc : flags_finish(&S, &T, &E);
+}
+
+#define EXPECT_MSG(s) cr_expect(strstr(E.msg, s), "want '%s'\n got '%s'", s, E.msg)
+
+Test(config, default_is_gpt3_on_1024_a100)
+{
+    cr_assert_eq(run(NULL), TS_OK, "%s", E.msg);
+    cr_expect_str_eq(C.model.name, "gpt3-175b");
+    cr_expect_eq(C.model.num_layers, 96);
+    cr_expect_eq(C.par.tp, 8);
+    cr_expect_eq(C.par.pp, 16);
+    cr_expect_eq(C.par.dp, 8);
+    cr_expect_eq(C.par.vp, 2);
+    cr_expect_eq(C.par.schedule, SCHED_INTERLEAVED);
+    cr_expect_eq(C.par.global_batch_size, 1536);
+    cr_expect_eq(C.par.micro_batch_size, 1);
+    cr_expect_eq(config_num_microbatches(&C), 192);
+    cr_expect_eq(config_dtype_bytes(&C), 2);
+    cr_expect_eq(C.cluster.gpus, 1024);
+    cr_expect_eq(C.cluster.gpus_per_node, 8);
+    cr_expect_str_eq(C.cluster.gpu.name, "A100-SXM4-80GB");
+    cr_assert_not_null(C.cluster.topology);
+    cr_expect_eq(C.cluster.topology->params.nodes, 128);
+    cr_expect_eq(C.cluster.topology->params.levels, 3);
+}
+
+Test(config, every_preset_validates)
+{
+    catalog_models *c = NULL;
+    cr_assert_eq(catalog_models_load(NULL, &c, &E), TS_OK, "%s", E.msg);
+    for (size_t i = 0; i < c->n; i++) {
+        const catalog_model *m = &c->models[i];
+        cr_expect_eq(run("--model", m->model.name, NULL), TS_OK, "%s: %s", m->model.name, E.msg);
+        cr_expect_eq(C.cluster.gpus, m->gpus);
+        cr_expect_eq(C.par.tp * C.par.pp * C.par.dp, m->gpus, "%s", m->model.name);
+    }
+    catalog_models_free(c);
+}
+
+Test(config, explicit_flags_override_preset_in_any_order)
+{
+    cr_assert_eq(run("--micro-batch-size", "2", "--seq-length", "4096", "--model", "megatron-1.7b", NULL), TS_OK,
+                 "%s", E.msg);
+    cr_expect_eq(C.par.micro_batch_size, 2);
+    cr_expect_eq(C.model.seq_length, 4096);
+    cr_expect_eq(C.model.num_layers, 24);
+    cr_expect_eq(C.cluster.gpus, 32);
+    cr_expect_str_eq(C.model.name, "megatron-1.7b (modified)");
+    cr_assert_eq(run("--model", "megatron-1.7b", "--micro-batch-size", "2", "--seq-length", "4096", NULL), TS_OK,
+                 "%s", E.msg);
+    cr_expect_eq(C.par.micro_batch_size, 2);
+    cr_expect_eq(C.model.seq_length, 4096);
+    /* a preset's switch turned off explicitly */
+    cr_assert_eq(run("--sequence-parallel=false", NULL), TS_OK, "%s", E.msg);
+    cr_expect(!C.par.sequence_parallel);
+    cr_expect_str_eq(C.model.name, "gpt3-175b");
+}
+
+Test(config, megatron_derived_defaults)
+{
+    cr_assert_eq(run("--model", "megatron-1.7b", "--hidden-size", "4096", "--num-attention-heads", "32", NULL), TS_OK,
+                 "%s", E.msg);
+    cr_expect_eq(C.model.ffn_hidden_size, 16384);
+    cr_expect_eq(C.model.num_query_groups, 32);
+    cr_assert_eq(run("--model", "megatron-1.7b", "--hidden-size", "4096", "--num-attention-heads", "32", "--swiglu",
+                     NULL),
+                 TS_OK, "%s", E.msg);
+    cr_expect_eq(C.model.ffn_hidden_size, 10880); /* int(4*4096*2/3 / 64) * 64 */
+    cr_expect(C.model.swiglu);
+    /* the preset's GQA stays when heads are not changed */
+    cr_assert_eq(run("--model", "llama2-70b", "--num-layers", "160", NULL), TS_OK, "%s", E.msg);
+    cr_expect_eq(C.model.num_query_groups, 8);
+    cr_expect_eq(C.model.ffn_hidden_size, 28672);
+    /* --schedule 1f1b drops the preset's virtual stages; -p drops its uneven split */
+    cr_assert_eq(run("--schedule", "1f1b", NULL), TS_OK, "%s", E.msg);
+    cr_expect_eq(C.par.vp, 1);
+    cr_expect_eq(C.par.layers_per_virtual_stage, 0);
+    cr_assert_eq(run("--model", "llama3-405b", "-p", "18", "--gpus", "9216", NULL), TS_OK, "%s", E.msg);
+    cr_expect_eq(C.par.first_stage_layers, 0);
+    cr_expect_eq(C.par.dp, 64);
+    /* sequence parallelism is a no-op with t = 1 (as Megatron-LM) */
+    cr_assert_eq(run("-t", "1", "--gpus", "128", "--global-batch-size", "64", NULL), TS_OK, "%s", E.msg);
+    cr_expect(!C.par.sequence_parallel);
+    cr_assert_eq(run("--fp16", NULL), TS_OK, "%s", E.msg);
+    cr_expect_eq(C.model.precision, PREC_FP16);
+}
+
+Test(config, hidden_not_divisible_by_heads)
+{
+    cr_expect_eq(run("--hidden-size", "1000", NULL), TS_EINVAL);
+    EXPECT_MSG("--hidden-size 1000 is not divisible by --num-attention-heads 96");
+    EXPECT_MSG("960 or 1056");
+}
+
+Test(config, heads_and_groups_not_divisible_by_tp)
+{
+    cr_expect_eq(run("--model", "llama2-13b", "-t", "16", "--gpus", "128", NULL), TS_EINVAL);
+    EXPECT_MSG("--num-attention-heads 40 is not divisible by --tensor-model-parallel-size 16");
+    EXPECT_MSG("valid tensor-parallel sizes: 1, 2, 4, 5, 8, 10, 20, 40");
+    cr_expect_eq(run("--model", "llama2-70b", "-t", "16", "-p", "2", NULL), TS_EINVAL);
+    EXPECT_MSG("--num-query-groups 8 is not divisible by --tensor-model-parallel-size 16");
+    cr_expect_eq(run("--num-query-groups", "7", NULL), TS_EINVAL);
+    EXPECT_MSG("--num-query-groups 7 does not divide --num-attention-heads 96");
+}
+
+Test(config, layers_not_divisible_by_stages)
+{
+    cr_expect_eq(run("--num-layers", "90", "--schedule", "1f1b", NULL), TS_EINVAL);
+    EXPECT_MSG("--num-layers 90 is not divisible by --pipeline-model-parallel-size 16 (use 80 or 96 layers, or an "
+               "uneven split");
+    cr_expect_eq(run("--num-layers-per-virtual-pipeline-stage", "5", NULL), TS_EINVAL);
+    EXPECT_MSG("--num-layers 96 is not divisible by --pipeline-model-parallel-size x "
+               "--num-layers-per-virtual-pipeline-stage = 16 x 5 = 80 (valid "
+               "--num-layers-per-virtual-pipeline-stage: 1, 2, 3, 6)");
+    /* an uneven split makes 94 layers on 16 stages valid: 4 + 14 x 6 + 6 */
+    cr_assert_eq(run("--num-layers", "94", "--schedule", "1f1b", "--decoder-first-pipeline-num-layers", "4",
+                     "--decoder-last-pipeline-num-layers", "6", NULL),
+                 TS_OK, "%s", E.msg);
+    cr_expect_eq(run("--num-layers", "95", "--schedule", "1f1b", "--decoder-first-pipeline-num-layers", "4", NULL),
+                 TS_EINVAL);
+    EXPECT_MSG("leaves 91 layers, not divisible over the other 15 pipeline stages");
+    cr_expect_eq(run("--decoder-first-pipeline-num-layers", "4", NULL), TS_EINVAL);
+    EXPECT_MSG("cannot be combined with --schedule interleaved");
+}
+
+Test(config, schedule_chunk_rules)
+{
+    cr_expect_eq(run("--model", "megatron-18.4b", "-p", "2", "--gpus", "512", "--schedule", "interleaved", NULL),
+                 TS_EINVAL);
+    EXPECT_MSG("--schedule interleaved needs --num-layers-per-virtual-pipeline-stage");
+    cr_expect_eq(run("--schedule", "zb-v", "--num-layers-per-virtual-pipeline-stage", "2", NULL), TS_EINVAL);
+    EXPECT_MSG("--schedule zb-v runs exactly 2 chunks per pipeline rank; --num-layers-per-virtual-pipeline-stage 2 "
+               "gives 3");
+    cr_assert_eq(run("--schedule", "zb-v", NULL), TS_OK, "%s", E.msg);
+    cr_expect_eq(C.par.vp, 2);
+    cr_expect_eq(run("--schedule", "zb-v", "--num-layers", "88", NULL), TS_EINVAL);
+    EXPECT_MSG("--schedule zb-v runs exactly 2 chunks per pipeline rank: --num-layers 88 is not divisible by 2 x "
+               "--pipeline-model-parallel-size = 32");
+    cr_expect_eq(run("--schedule", "1f1b", "--num-layers-per-virtual-pipeline-stage", "3", NULL), TS_EINVAL);
+    EXPECT_MSG("applies to --schedule interleaved or zb-v only");
+    cr_expect_eq(run("--num-layers-per-virtual-pipeline-stage", "6", NULL), TS_EINVAL);
+    EXPECT_MSG("gives 1 chunk per pipeline rank");
+    cr_expect_eq(run("--schedule", "zb-x", NULL), TS_EINVAL);
+    EXPECT_MSG("--schedule: 'zb-x' is not valid (valid: gpipe|1f1b|interleaved|zb-h1|zb-h2|zb-v)");
+}
+
+Test(config, batch_and_gpu_count)
+{
+    cr_expect_eq(run("--global-batch-size", "1540", NULL), TS_EINVAL);
+    EXPECT_MSG("--global-batch-size 1540 is not divisible by --micro-batch-size x data-parallel size = 1 x 8 = 8 "
+               "(use a global batch of 1536 or 1544 sequences)");
+    cr_expect_eq(run("--micro-batch-size", "4", "--global-batch-size", "1552", NULL), TS_EINVAL);
+    EXPECT_MSG("4 x 8 = 32");
+    cr_expect_eq(run("--gpus", "1000", NULL), TS_EINVAL);
+    EXPECT_MSG("--gpus 1000 is not a multiple of --tensor-model-parallel-size x --pipeline-model-parallel-size = "
+               "8 x 16 = 128");
+    cr_expect_eq(run("--data-parallel-size", "4", NULL), TS_EINVAL);
+    EXPECT_MSG("--gpus 1024 != t x p x d = 8 x 16 x 4 = 512");
+    cr_assert_eq(run("-d", "4", "--gpus", "512", NULL), TS_OK, "%s", E.msg);
+    cr_expect_eq(C.par.dp, 4);
+    cr_expect_eq(config_num_microbatches(&C), 384);
+}
+
+Test(config, cluster_inputs)
+{
+    cr_expect_eq(run("--gpu", "V100", NULL), TS_EINVAL);
+    EXPECT_MSG("--gpu: unknown GPU kind 'V100' (valid: A100-SXM4-40GB, A100-SXM4-80GB, H100-SXM5-80GB, "
+               "H200-SXM-141GB");
+    cr_assert_eq(run("--gpu", "h200", NULL), TS_OK, "%s", E.msg);
+    cr_expect_str_eq(C.cluster.gpu.name, "H200-SXM-141GB");
+    cr_expect_float_eq(C.cluster.topology->params.nic_gbps, 50.0, 1e-12);
+    cr_assert_eq(run("--topology", "topologies/dgx-h100-cluster.csv", NULL), TS_OK, "%s", E.msg);
+    cr_expect_str_eq(C.cluster.gpu.name, "H100-SXM5-80GB");
+    cr_expect_eq(run("--topology", "topologies/dgx-h100-cluster.csv", "--gpu", "a100", NULL), TS_EINVAL);
+    EXPECT_MSG("--gpu A100-SXM4-80GB conflicts with the topology topologies/dgx-h100-cluster.csv");
+    cr_expect_eq(run("--topology", "topologies/selene-dgx-a100.csv", "--gpus", "8192", NULL), TS_EINVAL);
+    EXPECT_MSG("--gpus 8192 does not fit the 4480 GPUs of topologies/selene-dgx-a100.csv");
+    cr_assert_eq(run("--topology", "topologies/two-dgx-a100-links.csv", "--gpus", "16", "-p", "2", "--schedule",
+                     "1f1b", "--global-batch-size", "8", NULL),
+                 TS_OK, "%s", E.msg);
+    cr_expect_eq(C.cluster.gpus_per_node, 8);
+    cr_expect_str_eq(C.cluster.gpu.name, "A100-SXM4-80GB");
+    cr_expect_eq(run("--topology", "tests/data/topo-bad-nic.csv", NULL), TS_EINVAL);
+    EXPECT_MSG("tests/data/topo-bad-nic.csv:4: column 'nic_gbps': '25 GB/s' is not a number");
+    cr_expect_eq(run("--model", "gpt-3", NULL), TS_EINVAL);
+    EXPECT_MSG("--model: unknown model 'gpt-3'; nearest: gpt3-175b");
+}
+
+Test(config, flag_level_errors)
+{
+    cr_expect_eq(run("--bf16", "--fp16", NULL), TS_EINVAL);
+    EXPECT_MSG("--bf16 and --fp16 exclude each other");
+    cr_expect_eq(run("--recompute-num-layers", "1", NULL), TS_EINVAL);
+    EXPECT_MSG("--recompute-num-layers applies to --recompute-granularity full only (got selective)");
+    cr_expect_eq(run("--recompute-granularity", "full", "--recompute-num-layers", "7", NULL), TS_EINVAL);
+    EXPECT_MSG("--recompute-num-layers 7 exceeds the 3 layers of a pipeline stage");
+    cr_expect_eq(run("--tensor-model-parallel-sizes", "8", NULL), TS_EINVAL);
+    EXPECT_MSG("did you mean --tensor-model-parallel-size?");
+    cr_expect_eq(run("--seq-length", "2k", NULL), TS_EINVAL);
+    EXPECT_MSG("flag --seq-length: '2k' is not an integer");
+    cr_expect_eq(run("--gpus", "0", NULL), TS_EINVAL);
+    EXPECT_MSG("flag --gpus: 0 is out of range (valid: 1 to 16777216 GPUs)");
+}
+
+Test(config, validate_directly)
+{
+    cr_assert_eq(run(NULL), TS_OK, "%s", E.msg);
+    config c = C;
+    c.cluster.topology = NULL; /* C keeps ownership */
+    c.par.dp = 0;
+    c.model.num_attention_heads = 0;
+    cr_expect_eq(config_validate(&c, &E), TS_EINVAL);
+    EXPECT_MSG("--num-attention-heads is 0; it must be at least 1");
+    c = C;
+    c.cluster.topology = NULL;
+    c.par.dp = 0;
+    c.par.tp = 4;
+    cr_assert_eq(config_validate(&c, &E), TS_OK, "%s", E.msg);
+    cr_expect_eq(c.par.dp, 16);
+    c.model.precision = PREC_FP32;
+    cr_expect_eq(config_dtype_bytes(&c), 4);
+}
