@@ -212,10 +212,12 @@ Test(sched_csv, save_is_atomic_and_load_reads_it)
     size_t n1, n2;
     char *a = to_csv(s, &n1), *b = to_csv(t, &n2);
     cr_expect(n1 == n2 && !memcmp(a, b, n1));
+    sched_free(t);
     cr_expect_eq(sched_csv_save(s, bad, &e), TS_EIO);
     struct stat st;
     cr_expect_neq(stat(bad, &st), 0);
     cr_expect_eq(sched_csv_load(bad, &t, &e), TS_EIO);
+    cr_expect_null(t);
     cr_expect(strstr(e.msg, "missing/s.csv") != NULL, "%s", e.msg);
     unlink(path);
     rmdir(dir);
