@@ -25,6 +25,7 @@ typedef struct {
     bool *reduced;        /* [rank*v + chunk] REDUCE_GRAD seen */
     uint32_t *last_dp;    /* [rank] last task on the rank's DP stream */
     bool *optim_seen;     /* [rank] */
+    const int *rank_map;  /* pipeline rank -> engine rank (lower_sched_ranks); NULL = identity */
 } lowering;
 
 static size_t tab_idx(const lowering *L, int dir, int stage, int mb)
@@ -35,7 +36,8 @@ static size_t tab_idx(const lowering *L, int dir, int stage, int mb)
 static int add_task(lowering *L, int rank, uint32_t step, int32_t mb, uint32_t *out)
 {
     const plan_step *x = &L->pl->steps[step];
-    int rc = engine_task_add(L->e, rank, x->stream, x->dur_ns, step, mb, out, L->err);
+    int rc = engine_task_add(L->e, L->rank_map ? L->rank_map[rank] : rank, x->stream, x->dur_ns, step, mb, out,
+                             L->err);
     if (rc == TS_OK && (x->alloc_bytes || x->free_bytes)) /* the memory timeline needs its hooks */
         rc = engine_task_mark(L->e, *out, L->err);
     return rc;
@@ -294,18 +296,36 @@ static void count_tasks(const plan *pl, const sched *s, uint64_t *tasks)
     *tasks = n;
 }
 
+static int lower_into(const plan *pl, const sched *s, engine *e, const int *rank_map, ts_err *err);
+
 int lower_sched(const plan *pl, const sched *s, engine *e, ts_err *err)
 {
     if (engine_n_ranks(e) != s->p || engine_streams_per_rank(e) != PLAN_STREAMS ||
         engine_task_count(e) != 0)
         return err_set(err, TS_EINVAL, "lower: engine must be empty with %d ranks of %d streams",
                        s->p, PLAN_STREAMS);
+    return lower_into(pl, s, e, NULL, err);
+}
+
+int lower_sched_ranks(const plan *pl, const sched *s, engine *e, const int *engine_rank, ts_err *err)
+{
+    if (engine_streams_per_rank(e) != PLAN_STREAMS)
+        return err_set(err, TS_EINVAL, "lower: engine must have %d streams per rank", PLAN_STREAMS);
+    for (int r = 0; r < s->p; r++)
+        if (engine_rank[r] < 0 || engine_rank[r] >= engine_n_ranks(e))
+            return err_set(err, TS_EINVAL, "lower: pipeline rank %d mapped to engine rank %d, not in 0..%d", r,
+                           engine_rank[r], engine_n_ranks(e) - 1);
+    return lower_into(pl, s, e, engine_rank, err);
+}
+
+static int lower_into(const plan *pl, const sched *s, engine *e, const int *rank_map, ts_err *err)
+{
     if (pl->p != s->p || pl->v != s->v)
         return err_set(err, TS_EINVAL, "lower: plan for p=%d v=%d, schedule p=%d v=%d", pl->p, pl->v,
                        s->p, s->v);
     if (s->m < 1)
         return err_set(err, TS_EINVAL, "lower: schedule has %d micro-batches", s->m);
-    lowering L = {.pl = pl, .s = s, .e = e, .err = err, .m = s->m, .n_stages = s->p * s->v};
+    lowering L = {.pl = pl, .s = s, .e = e, .err = err, .m = s->m, .n_stages = s->p * s->v, .rank_map = rank_map};
     size_t tab = 2 * (size_t)L.n_stages * (size_t)L.m, half = tab / 2;
     L.send_tab = malloc(tab * sizeof *L.send_tab);
     L.recv_tab = malloc(tab * sizeof *L.recv_tab);
@@ -332,6 +352,7 @@ int lower_sched(const plan *pl, const sched *s, engine *e, ts_err *err)
     memset(L.bwd_last, 0xff, half * sizeof *L.bwd_last);
     uint64_t n_tasks;
     count_tasks(pl, s, &n_tasks);
+    n_tasks += engine_task_count(e); /* lower_sched_ranks: earlier replicas */
     if (n_tasks > 0x7fffffffULL) {
         rc = err_set(err, TS_EINVAL, "lower: %llu tasks exceed the engine's limit",
                      (unsigned long long)n_tasks);

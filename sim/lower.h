@@ -38,4 +38,10 @@
  * must have s->p ranks of PLAN_STREAMS streams and no tasks yet. */
 int lower_sched(const plan *pl, const sched *s, engine *e, ts_err *err);
 
+/* The same for one replica of the pipeline inside a larger engine (the
+ * network model's --full mode, net_simulate.h): pipeline rank r becomes
+ * engine rank engine_rank[r]; e may have any number of ranks (of
+ * PLAN_STREAMS streams) and may already hold the tasks of other replicas. */
+int lower_sched_ranks(const plan *pl, const sched *s, engine *e, const int *engine_rank, ts_err *err);
+
 #endif

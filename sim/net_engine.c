@@ -162,7 +162,7 @@ int net_engine_attach(net_engine *ne, engine *e, ts_err *err)
         if (d->role == NET_STEP_COMPUTE)
             ext = ne->factor[engine_task_rank(e, id)] != 1.0 || ne->opts.comm_compute_slowdown > 0;
         int rc;
-        if (ext && (rc = engine_task_set_external(e, id, err))) return rc;
+        if (ext && ((rc = engine_task_set_external(e, id, err)) || (rc = engine_task_mark(e, id, err)))) return rc;
     }
     return TS_OK;
 }
@@ -416,7 +416,8 @@ static void on_end(void *ctx, engine *e, engine_task_id id, int64_t now)
 
 engine_hooks net_engine_hooks(net_engine *ne)
 {
-    return (engine_hooks){on_start, on_end, ne};
+    /* Only the tasks attach() marks (driven communication, scaled compute). */
+    return (engine_hooks){.on_start = on_start, .on_end = on_end, .ctx = ne, .only_marked = true};
 }
 
 int net_engine_error(const net_engine *ne, ts_err *err)

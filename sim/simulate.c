@@ -216,14 +216,21 @@ int simulate_run(const config *c, const simulate_opts *opts, simulate_result **o
         goto done;
     hook_ctx h = {pl, mem};
     engine_hooks hooks = {on_start, on_end, &h, true};
-    if ((rc = engine_create(R->p, PLAN_STREAMS, &hooks, &e, err)) || (rc = lower_sched(pl, s, e, err)))
+    const simulate_net *net = o.net; /* network model (issue 5), optional */
+    engine_hooks eh = net ? net->hooks(net->ctx, &hooks) : hooks;
+    if ((rc = engine_create(net ? net->n_ranks : R->p, PLAN_STREAMS, &eh, &e, err)) ||
+        (rc = net ? net->lower(net->ctx, pl, s, e, err) : lower_sched(pl, s, e, err)) ||
+        (net && (rc = net->attach(net->ctx, e, pl, s, err))))
         goto done;
     for (int r = 0; r < R->p; r++) {
         mem_add(mem, r, MEM_WEIGHTS, pl->weights_bytes[r], 0);
         mem_add(mem, r, MEM_GRADS, pl->grads_bytes[r], 0);
         mem_add(mem, r, MEM_OPTIM, pl->optim_bytes[r], 0);
     }
-    if ((rc = engine_run(e, err)) || (rc = mem_check(mem, err)))
+    rc = engine_run(e, err);
+    if (net)
+        rc = net->finish(net->ctx, rc, err);
+    if (rc || (rc = mem_check(mem, err)))
         goto done;
     summarize(c, &o, e, pl, mem, R);
     if (o.keep_trace) {

@@ -25,10 +25,30 @@
 #include "plan.h"
 #include "sched.h"
 
+/* An optional network model (issue 5; net_simulate.h fills one): instead of
+ * costing communication with commcost, it drives the communication tasks
+ * with flows on the topology graph, and may simulate every rank. Engine
+ * ranks 0..p-1 must be the pipeline ranks of one replica (what the report
+ * describes). */
+typedef struct simulate_net {
+    void *ctx;
+    int n_ranks; /* engine ranks: p, or t*d*p with --full */
+    /* Hooks for engine_create; they call sim_hooks (the memory timeline) for
+     * tasks of ranks < p. */
+    engine_hooks (*hooks)(void *ctx, const engine_hooks *sim_hooks);
+    /* Instead of lower_sched: add the tasks of every simulated rank. */
+    int (*lower)(void *ctx, const plan *pl, const sched *s, engine *e, ts_err *err);
+    /* After lowering, before engine_run. */
+    int (*attach)(void *ctx, engine *e, const plan *pl, const sched *s, ts_err *err);
+    /* After engine_run (run_rc its status): the network's own error first. */
+    int (*finish)(void *ctx, int run_rc, ts_err *err);
+} simulate_net;
+
 typedef struct {
     const char *calibration_path; /* NULL: the default efficiency tables */
     double train_tokens;          /* > 0: time and GPU-hours to train this many tokens */
     bool keep_trace;              /* keep task times and memory samples for trace_write */
+    const simulate_net *net;      /* NULL: communication costed by commcost (closed forms) */
 } simulate_opts;
 
 /* Per pipeline rank (one GPU of each tensor-parallel group / replica). */
