@@ -198,7 +198,7 @@ int rt_create(const rt_opts *o, const sched *s, backend *be, comm *cm, runtime *
             gpt_stage_set_prof(rt->st[c], prof_hook, rt);
     }
     rt->io = gpt_stage_io_floats(rt->st[0]);
-    rt->origin = rt_now_ns();
+    rt->origin = 0; /* absolute CLOCK_MONOTONIC until rt_set_origin */
     *out = rt;
     return TS_OK;
 }

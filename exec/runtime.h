@@ -22,8 +22,8 @@
  *
  * Timing: every action (and, with op_trace, every GEMM / kernel /
  * collective inside it) is recorded as a span with CLOCK_MONOTONIC start and
- * end, in ns since rt_set_origin's origin (the backend is synced before each
- * clock read).
+ * end, in ns since rt_set_origin's origin (0 by default: absolute
+ * CLOCK_MONOTONIC times; the backend is synced before each clock read).
  *
  * Ownership: the runtime owns its stages, activations and buffers; the
  * sched, backend and comm are borrowed and must outlive it.

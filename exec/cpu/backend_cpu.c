@@ -3,6 +3,7 @@
  * <sched.h>, which the -Isim search path resolves to sim/sched.h. The symbols
  * are OpenBLAS's (-lopenblas; libgslcblas is not linked). */
 #include <gsl/gsl_cblas.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -99,17 +100,52 @@ static void cpu_ln_bwd_w(backend *be, float *dw, float *db, const float *dout,
     (void)be;
     kern_layernorm_bwd_weight(dw, db, dout, inp, mean, rstd, N, C);
 }
+/* Attention core through GEMMs, per (batch, head): scores = q k^T, the
+ * scaled causal softmax (kern.h), out = att v; the backward likewise. Same
+ * results as kern_attention_* (the reference loops) to fp32 rounding, at
+ * BLAS speed, and the same op split the simulator costs (two batched GEMMs
+ * around a softmax). */
 static void cpu_att_fwd(backend *be, float *out, float *att, const float *qkv, int B, int T,
                         int NH, int hs)
 {
     (void)be;
-    kern_attention_fwd(out, att, qkv, B, T, NH, hs);
+    int C = NH * hs, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
+            float *a = att + ((size_t)b * NH + h) * T * T;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, q, C3, q + C,
+                        C3, 0.0f, a, T);
+            kern_softmax_causal_fwd(a, T, scale);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T,
+                        q + 2 * C, C3, 0.0f, out + (size_t)b * T * C + (size_t)h * hs, C);
+        }
 }
 static void cpu_att_bwd(backend *be, float *dqkv, float *datt, const float *dout,
                         const float *qkv, const float *att, int B, int T, int NH, int hs)
 {
     (void)be;
-    kern_attention_bwd(dqkv, datt, dout, qkv, att, B, T, NH, hs);
+    int C = NH * hs, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            size_t qo = (size_t)b * T * C3 + (size_t)h * hs;
+            const float *q = qkv + qo, *a = att + ((size_t)b * NH + h) * T * T;
+            const float *dy = dout + (size_t)b * T * C + (size_t)h * hs;
+            float *da = datt + ((size_t)b * NH + h) * T * T, *dq = dqkv + qo;
+            /* datt = dy v^T; dv += att^T dy */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C,
+                        q + 2 * C, C3, 0.0f, da, T);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, dy, C,
+                        1.0f, dq + 2 * C, C3);
+            kern_softmax_causal_bwd(da, a, da, T, scale); /* in place, row by row */
+            /* dq += ds k; dk += ds^T q */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, da, T, q + C,
+                        C3, 1.0f, dq, C3);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, da, T, q, C3,
+                        1.0f, dq + C, C3);
+        }
 }
 static void cpu_gelu_fwd(backend *be, float *out, const float *inp, size_t n)
 {

@@ -54,7 +54,8 @@ void kern_attention_bwd(float *dqkv, float *datt, const float *dout, const float
  * row t keeps columns 0..t (others set to 0). Used by kern_attention_fwd;
  * exposed for its own test. */
 void kern_softmax_causal_fwd(float *x, int T, float scale);
-/* dx = scale * y * (dy - sum(y * dy)) for the causal rows (overwrites dx). */
+/* dx = scale * y * (dy - sum(y * dy)) for the causal rows (overwrites dx;
+ * dx may alias dy). */
 void kern_softmax_causal_bwd(float *dx, const float *y, const float *dy, int T, float scale);
 
 /* GELU, tanh approximation (GPT-2's). */

@@ -9,6 +9,8 @@
 
 /* trainsim config: validate flags, print the resolved configuration. */
 int cmd_config(int argc, char **argv);
+/* trainsim calibrate: microbenchmark samples -> calibration CSV (cmd_calibrate.c). */
+int cmd_calibrate(int argc, char **argv);
 
 /* trainsim schedule: generate/import, validate, print, time and export a
  * pipeline schedule (cmd_schedule.c). */

@@ -26,6 +26,7 @@ static const command COMMANDS[] = {
     {"version", cmd_version, "print the version"},
     {"config", cmd_config, "check flags and print the resolved configuration (presets: --list-models)"},
     {"schedule", cmd_schedule, "generate, validate, print, time and export a pipeline schedule"},
+    {"calibrate", cmd_calibrate, "fit the cost model to trainexec --microbench samples"},
 };
 #define NCOMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
 

@@ -342,3 +342,29 @@ Test(exec_kern, cpu_backend_gemm_all_transposes)
     cr_assert_eq(be->peak_bytes[XMEM_ACTS], 400u);
     be->destroy(be);
 }
+
+/* The CPU backend's attention (GEMMs around the softmax) equals the loops. */
+Test(exec_kern, cpu_backend_attention_matches_reference_loops)
+{
+    backend *be;
+    ts_err e;
+    cr_assert_eq(backend_cpu_create(1, &be, &e), TS_OK);
+    int B = 2, T = 5, NH = 3, hs = 4;
+    size_t C = (size_t)NH * hs, n = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
+    size_t natt = (size_t)B * NH * T * T;
+    float *qkv = rvec(n, 30, 1.0f), *dout = rvec(nout, 31, 1.0f);
+    float *o1 = calloc(nout, 4), *o2 = calloc(nout, 4), *a1 = calloc(natt, 4),
+          *a2 = calloc(natt, 4), *d1 = calloc(n, 4), *d2 = calloc(n, 4), *s1 = calloc(natt, 4),
+          *s2 = calloc(natt, 4);
+    kern_attention_fwd(o1, a1, qkv, B, T, NH, hs);
+    be->attention_fwd(be, o2, a2, qkv, B, T, NH, hs);
+    for (size_t i = 0; i < nout; i++)
+        cr_assert(fabsf(o1[i] - o2[i]) < 1e-5f, "out[%zu] %g vs %g", i, o1[i], o2[i]);
+    for (size_t i = 0; i < natt; i++)
+        cr_assert(fabsf(a1[i] - a2[i]) < 1e-6f, "att[%zu]", i);
+    kern_attention_bwd(d1, s1, dout, qkv, a1, B, T, NH, hs);
+    be->attention_bwd(be, d2, s2, dout, qkv, a1, B, T, NH, hs);
+    for (size_t i = 0; i < n; i++)
+        cr_assert(fabsf(d1[i] - d2[i]) < 1e-5f, "dqkv[%zu] %g vs %g", i, d1[i], d2[i]);
+    be->destroy(be);
+}

@@ -1,0 +1,266 @@
+/* trainsim calibrate — turn the executor's microbenchmark samples
+ * (`trainexec --microbench FILE`, exec/microbench.h) into a calibration CSV
+ * (sim/calib.h) that `trainsim simulate --calibration FILE` reads.
+ *
+ * Fits, with GSL:
+ *   gemm, memory, launch: the median of each shape's repeats
+ *     (gsl_stats_median_from_sorted_data) becomes one calibration row; the
+ *     cost model's efficiency tables are interpolated from those rows by
+ *     calib_fit when the simulator loads the file;
+ *   p2p, allreduce: a least-squares latency + bandwidth line
+ *     time_ns = alpha_ns + bytes / gbps over the medians (gsl_fit_linear),
+ *     printed and, with --comm-output, written as a CSV
+ *     (coll,ranks,alpha_ns,gbps,r2,points): the calibration CSV has no
+ *     columns for links yet (sim/calib.h).
+ */
+#include <gsl/gsl_fit.h>
+#include <gsl/gsl_sort.h>
+#include <gsl/gsl_statistics_double.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "afile.h"
+#include "calib.h"
+#include "cmd.h"
+#include "csvio.h"
+#include "opt.h"
+
+typedef struct {
+    char kind[16];
+    int64_t m, n, k, bytes;
+    int ranks;
+    double *t;      /* samples, ns */
+    size_t nt, cap;
+} group;
+
+typedef struct {
+    group *g;
+    size_t n, cap;
+} groups;
+
+static group *find_or_add(groups *G, const char *kind, int64_t m, int64_t n, int64_t k,
+                          int64_t bytes, int ranks)
+{
+    for (size_t i = 0; i < G->n; i++) {
+        group *x = &G->g[i];
+        if (!strcmp(x->kind, kind) && x->m == m && x->n == n && x->k == k && x->bytes == bytes &&
+            x->ranks == ranks)
+            return x;
+    }
+    if (G->n == G->cap) {
+        size_t cap = G->cap ? 2 * G->cap : 64;
+        group *ng = realloc(G->g, cap * sizeof *ng);
+        if (!ng)
+            return NULL;
+        G->g = ng;
+        G->cap = cap;
+    }
+    group *x = &G->g[G->n++];
+    memset(x, 0, sizeof *x);
+    snprintf(x->kind, sizeof x->kind, "%s", kind);
+    x->m = m, x->n = n, x->k = k, x->bytes = bytes, x->ranks = ranks;
+    return x;
+}
+
+static int add_sample(group *x, double t)
+{
+    if (x->nt == x->cap) {
+        size_t cap = x->cap ? 2 * x->cap : 8;
+        double *nt = realloc(x->t, cap * sizeof *nt);
+        if (!nt)
+            return TS_ENOMEM;
+        x->t = nt;
+        x->cap = cap;
+    }
+    x->t[x->nt++] = t;
+    return TS_OK;
+}
+
+static double median(group *x)
+{
+    gsl_sort(x->t, 1, x->nt);
+    return gsl_stats_median_from_sorted_data(x->t, 1, x->nt);
+}
+
+static int64_t cell_or_zero(const csvio_table *t, size_t r, const char *col, ts_err *err,
+                            int *rc)
+{
+    int64_t v = 0;
+    if (!*rc && !csvio_empty(t, r, col))
+        *rc = csvio_get_int64(t, r, col, 0, INT64_MAX, &v, err);
+    return v;
+}
+
+static int read_samples(const char *path, groups *G, ts_err *err)
+{
+    static const char *const req[] = {"kind", "m", "n", "k", "bytes", "ranks", "time_ns", NULL};
+    csvio_table *t;
+    int rc = csvio_read(path, req, 0, &t, err);
+    if (rc)
+        return rc;
+    for (size_t r = 0; r < t->nrows && !rc; r++) {
+        const char *kind;
+        double ns;
+        int ranks = 1;
+        if ((rc = csvio_get_str(t, r, "kind", &kind, err)))
+            break;
+        if (strcmp(kind, "gemm") && strcmp(kind, "memory") && strcmp(kind, "launch") &&
+            strcmp(kind, "p2p") && strcmp(kind, "allreduce")) {
+            rc = csvio_errf(t, r, "kind", err,
+                            "'%s' is not a sample kind (gemm, memory, launch, p2p, allreduce)",
+                            kind);
+            break;
+        }
+        int64_t m = cell_or_zero(t, r, "m", err, &rc), n = cell_or_zero(t, r, "n", err, &rc),
+                k = cell_or_zero(t, r, "k", err, &rc),
+                bytes = cell_or_zero(t, r, "bytes", err, &rc);
+        if (!rc)
+            rc = csvio_get_int(t, r, "ranks", 1, 1 << 20, &ranks, err);
+        if (!rc)
+            rc = csvio_get_positive(t, r, "time_ns", &ns, err);
+        if (!rc && !strcmp(kind, "gemm") && (!m || !n || !k))
+            rc = csvio_errf(t, r, "m", err, "a gemm sample needs m, n and k > 0");
+        if (!rc && (!strcmp(kind, "memory") || !strcmp(kind, "p2p") ||
+                    !strcmp(kind, "allreduce")) && !bytes)
+            rc = csvio_errf(t, r, "bytes", err, "a %s sample needs bytes > 0", kind);
+        if (rc)
+            break;
+        group *x = find_or_add(G, kind, m, n, k, bytes, ranks);
+        if (!x || add_sample(x, ns))
+            rc = err_set(err, TS_ENOMEM, "calibrate: out of memory");
+    }
+    csvio_free(t);
+    return rc;
+}
+
+/* Least-squares alpha + bytes/gbps over the medians of one collective. */
+static int fit_line(groups *G, const char *kind, double *alpha, double *gbps, double *r2,
+                    int *points, int *ranks)
+{
+    double x[64], y[64];
+    int n = 0;
+    for (size_t i = 0; i < G->n && n < 64; i++)
+        if (!strcmp(G->g[i].kind, kind)) {
+            x[n] = (double)G->g[i].bytes;
+            y[n] = median(&G->g[i]);
+            *ranks = G->g[i].ranks;
+            n++;
+        }
+    *points = n;
+    if (n < 2)
+        return TS_EINVAL;
+    double c0, c1, cov00, cov01, cov11, sumsq;
+    gsl_fit_linear(x, 1, y, 1, (size_t)n, &c0, &c1, &cov00, &cov01, &cov11, &sumsq);
+    double tss = gsl_stats_tss(y, 1, (size_t)n);
+    *alpha = c0 > 0 ? c0 : 0.0;
+    *gbps = c1 > 0 ? 1.0 / c1 : 0.0; /* bytes per ns = GB/s */
+    *r2 = tss > 0 ? 1.0 - sumsq / tss : 1.0;
+    return TS_OK;
+}
+
+int cmd_calibrate(int argc, char **argv)
+{
+    const char *in = NULL, *out = NULL, *comm_out = NULL, *gpu = "CPU";
+    ts_err err;
+    err_clear(&err);
+    opt_table t;
+    opt_table_init(&t, "trainsim calibrate",
+                   "Fit the cost model to a machine's microbenchmark samples (trainexec "
+                   "--microbench FILE) and write a calibration CSV for trainsim simulate "
+                   "--calibration.");
+    const opt_spec specs[] = {
+        {.name = "--microbench", .type = OPT_STRING, .target = &in, .metavar = "FILE",
+         .defval = "required", .help = "samples written by trainexec --microbench"},
+        {.name = "--output", .alias = "-o", .type = OPT_STRING, .target = &out,
+         .metavar = "FILE", .defval = "required", .help = "calibration CSV to write"},
+        {.name = "--gpu", .type = OPT_STRING, .target = &gpu, .metavar = "KIND",
+         .help = "device kind named in the rows (as --gpu of trainsim simulate names it)"},
+        {.name = "--comm-output", .type = OPT_STRING, .target = &comm_out, .metavar = "FILE",
+         .help = "also write the fitted latency/bandwidth of p2p and all-reduce (CSV)"},
+    };
+    int rc = TS_OK;
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0] && !rc; i++)
+        rc = opt_add(&t, &specs[i], &err);
+    if (!rc)
+        rc = opt_parse(&t, argc, argv, &err);
+    if (!rc && t.help_requested) {
+        opt_help(&t, stdout);
+        opt_table_free(&t);
+        return 0;
+    }
+    opt_table_free(&t);
+    if (!rc && (!in || !out))
+        rc = err_set(&err, TS_EINVAL, "%s is required", !in ? "--microbench FILE" : "--output FILE");
+    if (rc) {
+        fprintf(stderr, "trainsim calibrate: %s (trainsim calibrate --help)\n", err.msg);
+        return 2;
+    }
+    groups G = {0};
+    calib_set set = {0};
+    rc = read_samples(in, &G, &err);
+    double best_tflops = 0, best_gbps = 0, launch = 0;
+    for (size_t i = 0; i < G.n && !rc; i++) {
+        group *x = &G.g[i];
+        calib_row row = {.dtype = PREC_FP32, .batch = 1};
+        snprintf(row.gpu, sizeof row.gpu, "%s", gpu);
+        row.time_ns = median(x);
+        if (!strcmp(x->kind, "gemm")) {
+            row.op = CALIB_GEMM;
+            row.m = x->m, row.n = x->n, row.k = x->k;
+            double tf = 2.0 * x->m * x->n * x->k / row.time_ns / 1e3;
+            best_tflops = tf > best_tflops ? tf : best_tflops;
+        } else if (!strcmp(x->kind, "memory")) {
+            row.op = CALIB_MEMORY;
+            row.bytes = x->bytes;
+            double gb = (double)x->bytes / row.time_ns;
+            best_gbps = gb > best_gbps ? gb : best_gbps;
+        } else if (!strcmp(x->kind, "launch")) {
+            row.op = CALIB_LAUNCH;
+            launch = row.time_ns;
+        } else {
+            continue;
+        }
+        rc = calib_add(&set, &row, &err);
+    }
+    if (!rc && set.n == 0)
+        rc = err_set(&err, TS_EINVAL, "%s: no gemm, memory or launch samples", in);
+    if (!rc)
+        rc = calib_write(out, &set, &err);
+    if (!rc) {
+        printf("calibration: %zu rows for '%s' (fp32) -> %s\n", set.n, gpu, out);
+        printf("  best GEMM %.1f GFLOP/s, best element-wise %.2f GB/s, launch %.0f ns\n",
+               best_tflops * 1e3, best_gbps, launch);
+    }
+    afile a = {0};
+    if (!rc && comm_out && (rc = afile_open(&a, comm_out, &err)) == TS_OK)
+        fputs("coll,ranks,alpha_ns,gbps,r2,points\n", a.f);
+    static const char *const colls[] = {"p2p", "allreduce"};
+    for (int c = 0; c < 2 && !rc; c++) {
+        double alpha, gbps, r2;
+        int pts = 0, ranks = 0;
+        if (fit_line(&G, colls[c], &alpha, &gbps, &r2, &pts, &ranks)) {
+            printf("  %s: %d message sizes, no fit\n", colls[c], pts);
+            continue;
+        }
+        printf("  %s over %d ranks: latency %.0f ns, bandwidth %.2f GB/s (R^2 %.4f, %d sizes)\n",
+               colls[c], ranks, alpha, gbps, r2, pts);
+        if (a.f)
+            fprintf(a.f, "%s,%d,%.1f,%.4f,%.6f,%d\n", colls[c], ranks, alpha, gbps, r2, pts);
+    }
+    if (a.f) {
+        if (rc)
+            afile_abort(&a);
+        else
+            rc = afile_commit(&a, &err);
+    }
+    for (size_t i = 0; i < G.n; i++)
+        free(G.g[i].t);
+    free(G.g);
+    calib_free(&set);
+    if (rc) {
+        fprintf(stderr, "trainsim calibrate: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
+}
