@@ -17,6 +17,7 @@ typedef struct {
     uint32_t *fwd_last;   /* [stage][mb] -> last task of F */
     uint32_t *bwd_last;   /* [stage][mb] -> last task of B or I */
     uint32_t *scratch;    /* task ids of the pass being instantiated */
+    int *rank_of;         /* [stage] rank that runs it */
     /* per rank (ranks are lowered one action at a time, round robin, so
      * that tasks running at the same simulated time sit close in memory) */
     size_t *final_bwd;    /* [rank*v + chunk] action index of the chunk's last B/W (SIZE_MAX: none) */
@@ -52,7 +53,7 @@ static int run_pass(lowering *L, int rank, int st, int k, int32_t mb, uint32_t i
 {
     const plan *pl = L->pl;
     const plan_stage *S = &pl->stages[st];
-    plan_range R = S->pass[k];
+    plan_range R = final && S->pass_final[k].n ? S->pass_final[k] : S->pass[k];
     bool buckets = final && pl->overlap_grad_reduce && pl->d > 1 && S->n_buckets > 0 &&
                    (k == PLAN_PASS_B || k == PLAN_PASS_W);
     int next_bucket = 0;
@@ -128,6 +129,12 @@ static int optim(lowering *L, int rank)
     return TS_OK;
 }
 
+/* Whether stage st runs on rank r (its data needs no transfer). */
+static bool local_input(const lowering *L, int r, int st)
+{
+    return L->rank_of[st] == r;
+}
+
 /* Before the first action of rank r: find each chunk's last backward. */
 static void rank_prepare(lowering *L, int r)
 {
@@ -171,8 +178,12 @@ static int rank_action(lowering *L, int r, size_t i)
     switch ((sched_act_kind)a->kind) {
     case ACT_F: {
         uint32_t in = ENGINE_NO_TASK;
-        if (st > 0 && (in = L->recv_tab[tab_idx(L, DIR_F, st, a->mb)]) == ENGINE_NO_TASK)
-            return act_err(L, r, i, a, "no RECV_F of its input before it");
+        if (st > 0 && local_input(L, r, st - 1))
+            in = L->fwd_last[(size_t)(st - 1) * L->m + a->mb]; /* V placement: same rank */
+        else if (st > 0)
+            in = L->recv_tab[tab_idx(L, DIR_F, st, a->mb)];
+        if (st > 0 && in == ENGINE_NO_TASK)
+            return act_err(L, r, i, a, "no RECV_F (or local forward) of its input before it");
         if ((rc = run_pass(L, r, st, PLAN_PASS_F, a->mb, in, false, &last)))
             return rc;
         L->fwd_last[(size_t)st * L->m + a->mb] = last;
@@ -183,9 +194,14 @@ static int rank_action(lowering *L, int r, size_t i)
     case ACT_W: {
         uint32_t in = ENGINE_NO_TASK;
         int k = a->kind == ACT_B ? PLAN_PASS_B : a->kind == ACT_I ? PLAN_PASS_I : PLAN_PASS_W;
-        if (a->kind != ACT_W && st < last_stage &&
-            (in = L->recv_tab[tab_idx(L, DIR_B, st, a->mb)]) == ENGINE_NO_TASK)
-            return act_err(L, r, i, a, "no RECV_B of its output gradient before it");
+        if (a->kind != ACT_W && st < last_stage) {
+            if (local_input(L, r, st + 1))
+                in = L->bwd_last[(size_t)(st + 1) * L->m + a->mb];
+            else
+                in = L->recv_tab[tab_idx(L, DIR_B, st, a->mb)];
+            if (in == ENGINE_NO_TASK)
+                return act_err(L, r, i, a, "no RECV_B (or local backward) of its output gradient before it");
+        }
         bool final = L->final_bwd[base + a->chunk] == i;
         if ((rc = run_pass(L, r, st, k, a->mb, in, final, &last)))
             return rc;
@@ -204,9 +220,7 @@ static int rank_action(lowering *L, int r, size_t i)
         int to = fwd ? st + 1 : st - 1;
         if (to < 0 || to > last_stage)
             return act_err(L, r, i, a, "sends beyond the first or last stage");
-        int peer_rank, peer_chunk;
-        sched_rank_chunk_of(s, to, &peer_rank, &peer_chunk);
-        if (a->peer != peer_rank)
+        if (a->peer != L->rank_of[to])
             return act_err(L, r, i, a, "peer is not the rank of the neighbour stage");
         uint32_t src = (fwd ? L->fwd_last : L->bwd_last)[(size_t)st * L->m + a->mb];
         if (src == ENGINE_NO_TASK)
@@ -218,6 +232,8 @@ static int rank_action(lowering *L, int r, size_t i)
             (rc = engine_dep_add(L->e, src, id, L->err)))
             return rc;
         L->send_tab[k] = id;
+        if (L->recv_tab[k] != ENGINE_NO_TASK) /* match now, while both are in cache */
+            rc = engine_task_join(L->e, L->recv_tab[k], id, L->err);
         break;
     }
     case ACT_RECV_F:
@@ -226,9 +242,7 @@ static int rank_action(lowering *L, int r, size_t i)
         int from = fwd ? st - 1 : st + 1;
         if (from < 0 || from > last_stage)
             return act_err(L, r, i, a, "receives from beyond the first or last stage");
-        int peer_rank, peer_chunk;
-        sched_rank_chunk_of(s, from, &peer_rank, &peer_chunk);
-        if (a->peer != peer_rank)
+        if (a->peer != L->rank_of[from])
             return act_err(L, r, i, a, "peer is not the rank of the neighbour stage");
         size_t k = tab_idx(L, fwd ? DIR_F : DIR_B, st, a->mb);
         if (L->recv_tab[k] != ENGINE_NO_TASK)
@@ -236,6 +250,8 @@ static int rank_action(lowering *L, int r, size_t i)
         if ((rc = add_task(L, r, fwd ? S->recv_f : S->recv_b, a->mb, &id)))
             return rc;
         L->recv_tab[k] = id;
+        if (L->send_tab[k] != ENGINE_NO_TASK)
+            rc = engine_task_join(L->e, id, L->send_tab[k], L->err);
         break;
     }
     case ACT_REDUCE_GRAD:
@@ -332,6 +348,7 @@ static int lower_into(const plan *pl, const sched *s, engine *e, const int *rank
     L.fwd_last = malloc(half * sizeof *L.fwd_last);
     L.bwd_last = malloc(half * sizeof *L.bwd_last);
     L.scratch = malloc(((size_t)pl->max_pass_steps + 1) * sizeof *L.scratch);
+    L.rank_of = malloc((size_t)L.n_stages * sizeof *L.rank_of);
     size_t pv = (size_t)s->p * (size_t)s->v;
     L.final_bwd = malloc(pv * sizeof *L.final_bwd);
     L.grads_done = malloc(pv * sizeof *L.grads_done);
@@ -340,11 +357,15 @@ static int lower_into(const plan *pl, const sched *s, engine *e, const int *rank
     L.last_dp = malloc((size_t)s->p * sizeof *L.last_dp);
     L.optim_seen = malloc((size_t)s->p * sizeof *L.optim_seen);
     int rc = TS_OK;
-    if (!L.send_tab || !L.recv_tab || !L.fwd_last || !L.bwd_last || !L.scratch || !L.final_bwd ||
+    if (!L.send_tab || !L.recv_tab || !L.fwd_last || !L.bwd_last || !L.scratch || !L.rank_of || !L.final_bwd ||
         !L.grads_done || !L.buckets_sent || !L.reduced || !L.last_dp || !L.optim_seen) {
         rc = err_set(err, TS_ENOMEM, "lower: out of memory for %d stages x %d micro-batches",
                      L.n_stages, L.m);
         goto done;
+    }
+    for (int st = 0; st < L.n_stages; st++) {
+        int chunk;
+        sched_rank_chunk_of(s, st, &L.rank_of[st], &chunk);
     }
     memset(L.send_tab, 0xff, tab * sizeof *L.send_tab);
     memset(L.recv_tab, 0xff, tab * sizeof *L.recv_tab);
@@ -390,7 +411,6 @@ static int lower_into(const plan *pl, const sched *s, engine *e, const int *rank
                                                        : (dir == DIR_F ? "RECV_F" : "RECV_B"));
                     break;
                 }
-                rc = engine_task_join(e, rcv, snd, err);
             }
 done:
     free(L.send_tab);
@@ -398,6 +418,7 @@ done:
     free(L.fwd_last);
     free(L.bwd_last);
     free(L.scratch);
+    free(L.rank_of);
     free(L.final_bwd);
     free(L.grads_done);
     free(L.buckets_sent);

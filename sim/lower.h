@@ -4,7 +4,9 @@
  *   F/B/I/W (mb, chunk)  the steps of the chunk's stage pass (plan.h), one task
  *                        each on its stream; the pass's first step per stream
  *                        waits for the receive of its input (RECV_F for F,
- *                        RECV_B for B and I, except on the last stage);
+ *                        RECV_B for B and I, except on the last stage), or,
+ *                        when the neighbour stage is on the same rank (ZB-V's
+ *                        V placement), for that stage's pass directly;
  *   SEND_F/SEND_B        one transfer task on the pipeline-send stream after
  *                        the pass that produced the data;
  *   RECV_F/RECV_B        a task on the pipeline-receive stream joined to the

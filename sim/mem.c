@@ -2,8 +2,19 @@
 #include "mem.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 typedef struct {
+    int64_t t_ns;
+    uint64_t seq;
+    int64_t delta;
+    int cat;
+} mem_ev;
+
+typedef struct {
+    mem_ev *pend;            /* future changes: a min-heap on (t_ns, seq) */
+    size_t n_pend, cap_pend;
+    uint64_t seq;
     int64_t live[MEM_CATS];
     int64_t cat_peak[MEM_CATS];
     int64_t total, peak, peak_t_ns;
@@ -15,6 +26,7 @@ typedef struct {
 struct mem_tracker {
     int n_ranks;
     bool keep_samples;
+    bool done;
     rank_mem *r;
     int status;
     int bad_rank, bad_cat;
@@ -41,66 +53,130 @@ void mem_free(mem_tracker *m)
 {
     if (!m)
         return;
-    for (int i = 0; i < m->n_ranks; i++)
+    for (int i = 0; i < m->n_ranks; i++) {
+        free(m->r[i].pend);
         free(m->r[i].samples);
+    }
     free(m->r);
     free(m);
 }
 
-static void sample(mem_tracker *m, rank_mem *R, int64_t now_ns)
+static void fail(mem_tracker *m, int code)
 {
-    if (R->n_samples > 0 && R->samples[R->n_samples - 1].t_ns == now_ns) {
+    if (m->status == TS_OK)
+        m->status = code;
+}
+
+/* Apply one change now. */
+static void apply(mem_tracker *m, int rank, const mem_ev *e)
+{
+    rank_mem *R = &m->r[rank];
+    R->live[e->cat] += e->delta;
+    R->total += e->delta;
+    if (R->live[e->cat] < 0 && m->status == TS_OK) {
+        m->status = TS_ESTATE;
+        m->bad_rank = rank;
+        m->bad_cat = e->cat;
+        m->bad_t_ns = e->t_ns;
+        m->bad_bytes = R->live[e->cat];
+    }
+    if (R->live[e->cat] > R->cat_peak[e->cat])
+        R->cat_peak[e->cat] = R->live[e->cat];
+    if (R->total > R->peak) {
+        R->peak = R->total;
+        R->peak_t_ns = e->t_ns;
+        memcpy(R->at_peak, R->live, sizeof R->at_peak);
+    }
+    if (!m->keep_samples)
+        return;
+    if (R->n_samples > 0 && R->samples[R->n_samples - 1].t_ns == e->t_ns) {
         R->samples[R->n_samples - 1].bytes = R->total;
         return;
     }
     if (R->n_samples == R->cap_samples) {
-        size_t nc = R->cap_samples ? R->cap_samples * 2 : 64;
+        size_t nc = R->cap_samples ? R->cap_samples * 2 : 256;
         mem_sample *q = realloc(R->samples, nc * sizeof *q);
         if (!q) {
-            if (m->status == TS_OK)
-                m->status = TS_ENOMEM;
+            fail(m, TS_ENOMEM);
             return;
         }
         R->samples = q;
         R->cap_samples = nc;
     }
-    R->samples[R->n_samples++] = (mem_sample){now_ns, R->total};
+    R->samples[R->n_samples++] = (mem_sample){e->t_ns, R->total};
 }
 
-void mem_add(mem_tracker *m, int rank, int cat, int64_t delta_bytes, int64_t now_ns)
+static bool ev_less(const mem_ev *a, const mem_ev *b)
 {
-    if (delta_bytes == 0 || rank < 0 || rank >= m->n_ranks || cat < 0 || cat >= MEM_CATS)
+    return a->t_ns < b->t_ns || (a->t_ns == b->t_ns && a->seq < b->seq);
+}
+
+/* Apply the pending changes of rank due at or before t_ns, in order. */
+static void flush(mem_tracker *m, int rank, int64_t t_ns)
+{
+    rank_mem *R = &m->r[rank];
+    while (R->n_pend > 0 && R->pend[0].t_ns <= t_ns) {
+        mem_ev top = R->pend[0], last = R->pend[--R->n_pend];
+        size_t i = 0, n = R->n_pend;
+        for (;;) {
+            size_t c = 2 * i + 1;
+            if (c >= n)
+                break;
+            if (c + 1 < n && ev_less(&R->pend[c + 1], &R->pend[c]))
+                c++;
+            if (!ev_less(&R->pend[c], &last))
+                break;
+            R->pend[i] = R->pend[c];
+            i = c;
+        }
+        if (n > 0)
+            R->pend[i] = last;
+        apply(m, rank, &top);
+    }
+}
+
+void mem_add(mem_tracker *m, int rank, int cat, int64_t delta_bytes, int64_t t_ns, int64_t now_ns)
+{
+    if (delta_bytes == 0 || rank < 0 || rank >= m->n_ranks || cat < 0 || cat >= MEM_CATS || m->done)
         return;
     rank_mem *R = &m->r[rank];
-    R->live[cat] += delta_bytes;
-    R->total += delta_bytes;
-    if (R->live[cat] < 0 && m->status == TS_OK) {
-        m->status = TS_ESTATE;
-        m->bad_rank = rank;
-        m->bad_cat = cat;
-        m->bad_t_ns = now_ns;
-        m->bad_bytes = R->live[cat];
+    flush(m, rank, now_ns);
+    mem_ev e = {t_ns, R->seq++, delta_bytes, cat};
+    if (t_ns <= now_ns) {
+        apply(m, rank, &e);
+        return;
     }
-    if (R->live[cat] > R->cat_peak[cat])
-        R->cat_peak[cat] = R->live[cat];
-    if (R->total > R->peak) {
-        R->peak = R->total;
-        R->peak_t_ns = now_ns;
-        for (int c = 0; c < MEM_CATS; c++)
-            R->at_peak[c] = R->live[c];
+    if (R->n_pend == R->cap_pend) {
+        size_t nc = R->cap_pend ? R->cap_pend * 2 : 64;
+        mem_ev *q = realloc(R->pend, nc * sizeof *q);
+        if (!q) {
+            fail(m, TS_ENOMEM);
+            return;
+        }
+        R->pend = q;
+        R->cap_pend = nc;
     }
-    if (m->keep_samples)
-        sample(m, R, now_ns);
+    size_t i = R->n_pend++;
+    while (i > 0 && ev_less(&e, &R->pend[(i - 1) / 2])) {
+        R->pend[i] = R->pend[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    R->pend[i] = e;
 }
 
-int mem_check(const mem_tracker *m, ts_err *err)
+int mem_check(mem_tracker *m, ts_err *err)
 {
+    if (!m->done) {
+        for (int r = 0; r < m->n_ranks; r++)
+            flush(m, r, INT64_MAX);
+        m->done = true;
+    }
     if (m->status == TS_ESTATE)
         return err_set(err, TS_ESTATE, "mem: rank %d %s fell to %lld bytes at %lld ns (freed more than allocated)",
                        m->bad_rank, mem_cat_name(m->bad_cat), (long long)m->bad_bytes,
                        (long long)m->bad_t_ns);
     if (m->status == TS_ENOMEM)
-        return err_set(err, TS_ENOMEM, "mem: out of memory for memory samples");
+        return err_set(err, TS_ENOMEM, "mem: out of memory for the memory timeline");
     return TS_OK;
 }
 

@@ -6,7 +6,8 @@
  * them ends, pipeline buffers while a transfer runs). The tracker keeps, per
  * rank, the bytes live per category, the peak of their sum with the
  * breakdown at that moment, and (optionally) the samples of the total for a
- * trace's counter track.
+ * trace's counter track. The tracker holds only the changes still in the
+ * future (and the samples, if kept).
  *
  * Ownership: mem_create returns a tracker the caller frees with mem_free.
  */
@@ -40,15 +41,19 @@ typedef struct mem_tracker mem_tracker;
 int mem_create(int n_ranks, bool keep_samples, mem_tracker **out, ts_err *err);
 void mem_free(mem_tracker *m); /* NULL allowed */
 
-/* Add delta_bytes (negative: free) of category cat on rank at now_ns (times
- * must not decrease per rank). Errors (a category going negative, no memory
- * for samples) are remembered and reported by mem_check. */
-void mem_add(mem_tracker *m, int rank, int cat, int64_t delta_bytes, int64_t now_ns);
+/* Record delta_bytes (negative: free) of category cat on rank at t_ns, the
+ * simulated time being now_ns <= t_ns (now_ns must not decrease between
+ * calls): a pass adds its later changes when it starts. Changes are applied
+ * in time order, those at the same time in the order they were added. No
+ * effect after mem_check. */
+void mem_add(mem_tracker *m, int rank, int cat, int64_t delta_bytes, int64_t t_ns, int64_t now_ns);
 
-/* TS_OK, or the first error mem_add met (TS_ESTATE naming rank, category and
- * time for a negative balance; TS_ENOMEM). */
-int mem_check(const mem_tracker *m, ts_err *err);
+/* Apply the changes still pending (the end of the timeline); the queries
+ * below need it; idempotent. TS_OK, TS_ESTATE naming rank, category and time
+ * if a category went negative (freed more than allocated), TS_ENOMEM. */
+int mem_check(mem_tracker *m, ts_err *err);
 
+/* After mem_check: bytes live at the end of the timeline. */
 int64_t mem_live_bytes(const mem_tracker *m, int rank, int cat);
 int64_t mem_peak_bytes(const mem_tracker *m, int rank);
 int64_t mem_peak_time_ns(const mem_tracker *m, int rank);

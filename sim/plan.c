@@ -71,6 +71,8 @@ void plan_free(plan *pl)
         return;
     free(pl->stages);
     free(pl->steps);
+    free(pl->segs);
+    free(pl->mem_evs);
     free(pl->optim);
     free(pl->param_gather);
     free(pl->weights_bytes);

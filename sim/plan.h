@@ -56,6 +56,24 @@ typedef enum {
 
 #define PLAN_NO_STEP UINT32_MAX
 
+/* A piece of a collapsed step (see plan_opts.inline_tp): one merged run of
+ * compute ops or one collective, at a fixed offset from the step's start. */
+typedef struct {
+    const char *name;      /* static */
+    uint8_t stream;        /* PLAN_STREAM_COMPUTE or PLAN_STREAM_TP: the trace track */
+    uint8_t cat;           /* plan_cat */
+    int64_t offset_ns;     /* from the step's start */
+    int64_t dur_ns;
+    double flops;
+    int64_t comm_bytes;
+} plan_seg;
+
+/* A memory change at a fixed offset from a step's start. */
+typedef struct {
+    int64_t offset_ns;
+    int64_t delta_bytes;   /* > 0 allocation, < 0 free (activations) */
+} plan_mem_ev;
+
 typedef struct {
     const char *name;      /* static, e.g. "F", "tp.all-reduce", "send.F" */
     uint8_t stream;        /* plan_stream */
@@ -69,6 +87,12 @@ typedef struct {
     int64_t comm_bytes;    /* collective size, commcost convention (communication steps) */
     int64_t alloc_bytes;   /* activation bytes allocated when the step starts */
     int64_t free_bytes;    /* activation bytes freed when the step ends */
+    /* collapsed steps (seg_n > 0): the segments that make them up, the time
+     * within them when only tensor-parallel communication runs, and their
+     * memory changes (replacing alloc_bytes / free_bytes) */
+    uint32_t seg_first, seg_n;
+    int64_t tp_exposed_ns;
+    uint32_t mem_first, mem_n;
 } plan_step;
 
 /* A contiguous range of steps: [first, first + n). */
@@ -81,6 +105,8 @@ enum { PLAN_PASS_F = 0, PLAN_PASS_B, PLAN_PASS_I, PLAN_PASS_W, PLAN_PASSES };
 
 typedef struct {
     plan_range pass[PLAN_PASSES];  /* F, B (whole backward), I, W */
+    plan_range pass_final[PLAN_PASSES]; /* B and W split where gradient buckets close,
+                                      for the chunk's last backward (n = 0: use pass) */
     uint32_t send_f, send_b;       /* transfer to the next / previous stage (PLAN_NO_STEP at the ends) */
     uint32_t recv_f, recv_b;       /* the matching receives on this stage */
     uint32_t dp_whole;             /* gradient reduction of the whole stage (no overlap) */
@@ -96,6 +122,10 @@ typedef struct {
     plan_stage *stages;            /* n_stages */
     plan_step *steps;              /* every step; a task's tag indexes this */
     uint32_t n_steps, cap_steps;
+    plan_seg *segs;                /* segments of collapsed steps */
+    uint32_t n_segs, cap_segs;
+    plan_mem_ev *mem_evs;          /* memory changes of collapsed steps */
+    uint32_t n_mem_evs, cap_mem_evs;
     uint32_t *optim;               /* p: optimizer step per rank (PLAN_NO_STEP if none) */
     uint32_t *param_gather;        /* p: parameter all-gather after it (distributed optimizer) */
     int64_t *weights_bytes;        /* p: static memory per rank */
@@ -108,6 +138,16 @@ typedef struct {
     uint32_t max_pass_steps;       /* longest pass range (scratch size for lowering) */
 } plan;
 
+/* Options of plan_build_opts. */
+typedef struct {
+    /* Collapse each pass (between gradient-bucket boundaries) into one
+     * compute-stream step whose segments keep the ops' timeline: exact when
+     * tensor-parallel collectives are costed (fixed durations, symmetric
+     * ranks), and many times fewer engine tasks. Off when a network model
+     * drives every collective as its own task. */
+    bool inline_tp;
+} plan_opts;
+
 /* Build the plan of config c for schedule s (its stages and placement) with
  * the cost model cm and collective costs cc. The plan is for one TP rank of
  * one data-parallel replica: tensor-parallel and data-parallel peers are
@@ -116,6 +156,9 @@ typedef struct {
  * rejects, TS_ENOMEM. */
 int plan_build(const config *c, const sched *s, const cost_model *cm, const commcost_params *cc,
                plan **out, ts_err *err);
+/* The same with options (plan_build: all off). */
+int plan_build_opts(const config *c, const sched *s, const cost_model *cm, const commcost_params *cc,
+                    const plan_opts *o, plan **out, ts_err *err);
 
 /* A plan for tests of the closed forms: every stage's F, B, I, W is one
  * compute step of f_ns, b_ns (= i_ns + w_ns), i_ns, w_ns, transfers take

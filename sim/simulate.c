@@ -27,16 +27,22 @@ static void on_start(void *ctx, engine *e, engine_task_id id, int64_t now_ns)
 {
     hook_ctx *h = ctx;
     const plan_step *x = &h->pl->steps[engine_task_tag(e, id)];
-    if (x->alloc_bytes)
-        mem_add(h->mem, engine_task_rank(e, id), mem_cat_of(x), x->alloc_bytes, now_ns);
+    int r = engine_task_rank(e, id);
+    if (x->mem_n) { /* a collapsed pass: its changes at their offsets */
+        const plan_mem_ev *ev = h->pl->mem_evs + x->mem_first;
+        for (uint32_t k = 0; k < x->mem_n; k++)
+            mem_add(h->mem, r, MEM_ACTIV, ev[k].delta_bytes, now_ns + ev[k].offset_ns, now_ns);
+    } else if (x->alloc_bytes) {
+        mem_add(h->mem, r, mem_cat_of(x), x->alloc_bytes, now_ns, now_ns);
+    }
 }
 
 static void on_end(void *ctx, engine *e, engine_task_id id, int64_t now_ns)
 {
     hook_ctx *h = ctx;
     const plan_step *x = &h->pl->steps[engine_task_tag(e, id)];
-    if (x->free_bytes)
-        mem_add(h->mem, engine_task_rank(e, id), mem_cat_of(x), -x->free_bytes, now_ns);
+    if (x->free_bytes && !x->mem_n)
+        mem_add(h->mem, engine_task_rank(e, id), mem_cat_of(x), -x->free_bytes, now_ns, now_ns);
 }
 
 const char *simulate_comm_name(int i)
@@ -96,10 +102,24 @@ static void summarize(const config *c, const simulate_opts *o, const engine *e, 
     int p = R->p;
     uint32_t n = engine_task_count(e);
     for (uint32_t id = 0; id < n; id++) { /* time per category and flops, per rank */
+        int rk = engine_task_rank(e, id);
+        if (rk >= p) /* another replica's rank (a network model's --full mode) */
+            continue;
         const plan_step *x = &pl->steps[engine_task_tag(e, id)];
-        simulate_rank *X = &R->ranks[engine_task_rank(e, id)];
-        X->cat_ns[x->cat] += engine_task_end_ns(e, id) - engine_task_start_ns(e, id);
+        simulate_rank *X = &R->ranks[rk];
         X->flops += x->flops;
+        if (!x->seg_n) {
+            X->cat_ns[x->cat] += engine_task_end_ns(e, id) - engine_task_start_ns(e, id);
+            continue;
+        }
+        for (uint32_t k = 0; k < x->seg_n; k++) {
+            const plan_seg *g = &pl->segs[x->seg_first + k];
+            X->cat_ns[g->cat] += g->dur_ns;
+        }
+        /* in a collapsed pass the compute stream "runs" while only its
+         * tensor-parallel collectives do: that time is exposed TP */
+        X->busy_ns -= x->tp_exposed_ns;
+        X->exposed_ns[0] += x->tp_exposed_ns;
     }
     R->iteration_ns = engine_makespan_ns(e);
     R->events = engine_events(e);
@@ -201,6 +221,9 @@ int simulate_run(const config *c, const simulate_opts *opts, simulate_result **o
     R->distributed_optimizer = P->distributed_optimizer;
     R->overlap_grad_reduce = P->overlap_grad_reduce;
 
+    /* symmetric ranks with costed TP collectives: collapse passes (a network
+     * model drives each collective as its own task instead) */
+    plan_opts popts = {.inline_tp = o.net == NULL};
     sched_opts so;
     sched_opts_default(&so, P->schedule);
     so.p = R->p;
@@ -212,7 +235,7 @@ int simulate_run(const config *c, const simulate_opts *opts, simulate_result **o
     so.with_comm = true;
     so.with_reduce_optim = true;
     if ((rc = sched_generate(&so, &s, err)) || (rc = cost_setup(c, &o, &cm, &cc, err)) ||
-        (rc = plan_build(c, s, cm, &cc, &pl, err)) || (rc = mem_create(R->p, o.keep_trace, &mem, err)))
+        (rc = plan_build_opts(c, s, cm, &cc, &popts, &pl, err)) || (rc = mem_create(R->p, o.keep_trace, &mem, err)))
         goto done;
     hook_ctx h = {pl, mem};
     engine_hooks hooks = {on_start, on_end, &h, true};
@@ -223,9 +246,9 @@ int simulate_run(const config *c, const simulate_opts *opts, simulate_result **o
         (net && (rc = net->attach(net->ctx, e, pl, s, err))))
         goto done;
     for (int r = 0; r < R->p; r++) {
-        mem_add(mem, r, MEM_WEIGHTS, pl->weights_bytes[r], 0);
-        mem_add(mem, r, MEM_GRADS, pl->grads_bytes[r], 0);
-        mem_add(mem, r, MEM_OPTIM, pl->optim_bytes[r], 0);
+        mem_add(mem, r, MEM_WEIGHTS, pl->weights_bytes[r], 0, 0);
+        mem_add(mem, r, MEM_GRADS, pl->grads_bytes[r], 0, 0);
+        mem_add(mem, r, MEM_OPTIM, pl->optim_bytes[r], 0, 0);
     }
     rc = engine_run(e, err);
     if (net)

@@ -40,13 +40,26 @@ int trace_write_file(const simulate_result *r, FILE *f, ts_err *err)
         int64_t t0 = engine_task_start_ns(e, id), t1 = engine_task_end_ns(e, id);
         if (t0 < 0 || t1 <= t0)
             continue;
+        int rank = engine_task_rank(e, id);
+        if (rank >= r->p) /* ranks of other replicas (a network model's --full mode) */
+            continue;
         const plan_step *x = &pl->steps[engine_task_tag(e, id)];
-        fprintf(f, "%s{\"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"name\": \"%s\", \"cat\": \"%s\", \"ts\": ",
-                sep, engine_task_rank(e, id), engine_task_stream(e, id), x->name, plan_cat_name(x->cat));
-        put_us(f, t0);
-        fprintf(f, ", \"dur\": ");
-        put_us(f, t1 - t0);
-        fprintf(f, ", \"args\": {\"mb\": %d, \"stage\": %d}}", engine_task_mb(e, id), x->stage);
+        /* a collapsed pass shows its segments on their own tracks */
+        uint32_t k = 0, nk = x->seg_n ? x->seg_n : 1;
+        for (; k < nk; k++) {
+            const plan_seg *g = x->seg_n ? &pl->segs[x->seg_first + k] : NULL;
+            int64_t s0 = g ? t0 + g->offset_ns : t0, d = g ? g->dur_ns : t1 - t0;
+            if (d <= 0)
+                continue;
+            fprintf(f, "%s{\"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"name\": \"%s\", \"cat\": \"%s\", \"ts\": ",
+                    sep, rank, g ? g->stream : engine_task_stream(e, id), g ? g->name : x->name,
+                    plan_cat_name(g ? g->cat : x->cat));
+            put_us(f, s0);
+            fprintf(f, ", \"dur\": ");
+            put_us(f, d);
+            fprintf(f, ", \"args\": {\"mb\": %d, \"stage\": %d, \"pass\": \"%s\"}}", engine_task_mb(e, id),
+                    x->stage, x->name);
+        }
     }
     for (int rank = 0; rank < r->p; rank++) {
         size_t ns;

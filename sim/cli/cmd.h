@@ -7,6 +7,9 @@
 /* Each subcommand adds its prototype here and its row to COMMANDS in main.c
  * ("simulate" goes first: it is what runs with no command). */
 
+/* trainsim simulate: predict one training iteration (sim/simulate.h). */
+int cmd_simulate(int argc, char **argv);
+
 /* trainsim config: validate flags, print the resolved configuration. */
 int cmd_config(int argc, char **argv);
 /* trainsim calibrate: microbenchmark samples -> calibration CSV (cmd_calibrate.c). */

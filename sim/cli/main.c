@@ -23,6 +23,7 @@ static int cmd_version(int argc, char **argv)
 
 /* One row per subcommand; the first row is what runs with no command. */
 static const command COMMANDS[] = {
+    {"simulate", cmd_simulate, "predict one training iteration by discrete-event simulation"},
     {"version", cmd_version, "print the version"},
     {"config", cmd_config, "check flags and print the resolved configuration (presets: --list-models)"},
     {"schedule", cmd_schedule, "generate, validate, print, time and export a pipeline schedule"},

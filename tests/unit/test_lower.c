@@ -19,14 +19,14 @@ static void on_start(void *c, engine *e, engine_task_id id, int64_t now)
 {
     ctx_t *x = c;
     const plan_step *s = &x->pl->steps[engine_task_tag(e, id)];
-    mem_add(x->mem, engine_task_rank(e, id), MEM_ACTIV, s->alloc_bytes, now);
+    mem_add(x->mem, engine_task_rank(e, id), MEM_ACTIV, s->alloc_bytes, now, now);
 }
 
 static void on_end(void *c, engine *e, engine_task_id id, int64_t now)
 {
     ctx_t *x = c;
     const plan_step *s = &x->pl->steps[engine_task_tag(e, id)];
-    mem_add(x->mem, engine_task_rank(e, id), MEM_ACTIV, -s->free_bytes, now);
+    mem_add(x->mem, engine_task_rank(e, id), MEM_ACTIV, -s->free_bytes, now, now);
 }
 
 typedef struct {

@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# make bench: the simulator's speed (figures, not assertions). Run from the
+# repository root with BUILD set (make does both).
+set -eu
+BUILD=${BUILD:-build}
+echo "== simulator speed (best of 5, one core)"
+OPENBLAS_NUM_THREADS=1 "$BUILD"/tests/bench/bench_sim --reps 5

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# trainsim simulate: golden summaries (text + CSV) for a few configurations,
+# byte-identical reruns, a loadable trace, help and error handling.
+# Goldens live in tests/golden/sim/; regenerate them only deliberately (after
+# a change of the cost model or the engine that you have checked):
+#   UPDATE_GOLDEN=1 TRAINSIM=build/trainsim bash tests/cli/simulate.sh
+set -u
+TRAINSIM=${TRAINSIM:-build/trainsim}
+G=tests/golden/sim
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); echo "ok   $1"; }
+bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+
+# name, then the flags
+golden() {
+    local name=$1; shift
+    if ! "$TRAINSIM" simulate "$@" --csv "$tmp/$name.csv" >"$tmp/$name.txt" 2>"$tmp/$name.err"; then
+        bad "$name: exit status $? ($(head -c 300 "$tmp/$name.err"))"; return
+    fi
+    if [ "${UPDATE_GOLDEN:-}" = 1 ]; then
+        if mkdir -p "$G" && cp "$tmp/$name.txt" "$G/$name.txt" && cp "$tmp/$name.csv" "$G/$name.csv"; then
+            ok "$name: golden regenerated"
+        else bad "$name: cannot write $G"; fi
+        return
+    fi
+    for ext in txt csv; do
+        if cmp -s "$tmp/$name.$ext" "$G/$name.$ext"; then ok "$name.$ext matches the golden"
+        else bad "$name.$ext differs from $G/$name.$ext:"; diff "$G/$name.$ext" "$tmp/$name.$ext" | head -n 20; fi
+    done
+}
+
+golden default
+golden megatron-1.7b --model megatron-1.7b
+golden small-zb-h1 --num-layers 8 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 \
+    --gpus 16 -t 2 -p 4 --micro-batch-size 1 --global-batch-size 32 --schedule zb-h1 \
+    --recompute-granularity none --sequence-parallel=false
+golden small-1f1b-distopt --num-layers 8 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 \
+    --gpus 32 -t 2 -p 4 --micro-batch-size 2 --global-batch-size 64 --schedule 1f1b \
+    --recompute-granularity full --use-distributed-optimizer --overlap-grad-reduce --train-tokens 1e9
+
+# the same run twice gives the same bytes
+"$TRAINSIM" simulate --model megatron-1.7b --csv "$tmp/a.csv" >"$tmp/a.txt" 2>/dev/null
+"$TRAINSIM" simulate --model megatron-1.7b --csv "$tmp/b.csv" >"$tmp/b.txt" 2>/dev/null
+if cmp -s "$tmp/a.csv" "$tmp/b.csv" && cmp -s "$tmp/a.txt" "$tmp/b.txt"; then ok "two runs are byte-identical"
+else bad "two runs differ"; fi
+
+# no command runs simulate on the built-in default
+if "$TRAINSIM" >"$tmp/nocmd.txt" 2>&1 && cmp -s "$tmp/nocmd.txt" "$tmp/default.txt"; then ok "no command = simulate default"
+else bad "trainsim with no command differs from 'trainsim simulate'"; fi
+
+# the trace: valid JSON with metadata, complete events and the memory counter
+trace_flags=(--num-layers 8 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 --gpus 8 -t 2 -p 4
+             --micro-batch-size 1 --global-batch-size 8 --schedule 1f1b)
+if "$TRAINSIM" simulate "${trace_flags[@]}" --trace "$tmp/t.json" >/dev/null 2>"$tmp/t.err"; then
+    if head -c 40 "$tmp/t.json" | grep -q '"traceEvents"\|displayTimeUnit' &&
+       grep -q '"ph": "X"' "$tmp/t.json" && grep -q '"ph": "C"' "$tmp/t.json" &&
+       grep -q '"thread_name"' "$tmp/t.json"; then ok "trace has M, X and C events"
+    else bad "trace lacks M/X/C events"; fi
+    if command -v python3 >/dev/null; then
+        if python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); assert isinstance(d["traceEvents"], list) and d["traceEvents"]' "$tmp/t.json"; then
+            ok "trace is valid JSON"
+        else bad "trace is not valid JSON"; fi
+    fi
+else bad "trace run failed: $(cat "$tmp/t.err")"; fi
+
+# help lists every flag with its unit and default
+"$TRAINSIM" simulate --help >"$tmp/help.txt" 2>&1
+miss=""
+for f in --train-tokens --csv --trace --calibration --num-layers --tensor-model-parallel-size --schedule --gpus; do
+    grep -q -- "$f" "$tmp/help.txt" || miss="$miss $f"
+done
+if [ -z "$miss" ] && grep -q "unit:" "$tmp/help.txt" && grep -q "default:" "$tmp/help.txt"; then ok "--help lists flags with units and defaults"
+else bad "--help misses:$miss"; fi
+
+# errors: a bad flag, an impossible layout, an unwritable output
+"$TRAINSIM" simulate --num-layerz 8 >/dev/null 2>"$tmp/e1"; rc=$?
+if [ $rc -eq 2 ] && grep -q -- "--num-layerz" "$tmp/e1"; then ok "unknown flag: exit 2 naming it"
+else bad "unknown flag: exit $rc, message: $(cat "$tmp/e1")"; fi
+"$TRAINSIM" simulate --gpus 1000 >/dev/null 2>"$tmp/e2"; rc=$?
+if [ $rc -eq 2 ] && [ -s "$tmp/e2" ]; then ok "impossible layout: exit 2 with a message"
+else bad "impossible layout: exit $rc"; fi
+"$TRAINSIM" simulate --model megatron-1.7b --csv "$tmp/no/such/dir/x.csv" >/dev/null 2>"$tmp/e3"; rc=$?
+if [ $rc -ne 0 ] && grep -q "no/such/dir" "$tmp/e3" && [ ! -e "$tmp/no/such/dir/x.csv" ]; then ok "unwritable --csv: error naming the path"
+else bad "unwritable --csv: exit $rc, $(cat "$tmp/e3")"; fi
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
