@@ -69,7 +69,7 @@ int net_engine_new(const net_graph *g, const net_place *pl, const net_engine_opt
     int most = pl->size[NET_DIM_TP] > pl->size[NET_DIM_DP] ? pl->size[NET_DIM_TP] : pl->size[NET_DIM_DP];
     ne->factor = malloc(sizeof *ne->factor * (size_t)ne->n_ranks);
     ne->active_comm = calloc((size_t)ne->n_ranks, sizeof *ne->active_comm);
-    ne->gpus = malloc(sizeof *ne->gpus * (size_t)(most > 2 ? most : 2));
+    ne->gpus = malloc(sizeof *ne->gpus * (size_t)(2 * most + 2));
     ne->map_cap = 1024;
     ne->map = calloc((size_t)ne->map_cap, sizeof *ne->map);
     if (!ne->factor || !ne->active_comm || !ne->gpus || !ne->map) {
@@ -138,7 +138,8 @@ static const net_step_desc *get_desc(net_engine *ne, uint32_t tag, ts_err *err)
             err_set(err, TS_EINVAL, "net_engine: step %u: collective along dimension %d (valid: tp, dp)", tag, d->dim);
             return NULL;
         }
-        if (d->role == NET_STEP_SEND && (d->peer_pp < 0 || d->peer_pp >= ne->pl->size[NET_DIM_PP])) {
+        if ((d->role == NET_STEP_SEND || (d->role == NET_STEP_COLL && d->coll == NET_COLL_P2P_SCATTER)) &&
+            (d->peer_pp < 0 || d->peer_pp >= ne->pl->size[NET_DIM_PP])) {
             err_set(err, TS_EINVAL, "net_engine: step %u: send to pipeline rank %d (valid 0..%d)", tag, d->peer_pp,
                     ne->pl->size[NET_DIM_PP] - 1);
             return NULL;
@@ -336,13 +337,27 @@ static void coll_done(void *ctx, uint64_t tag, int64_t t_ns)
 
 static int global_of(const net_engine *ne, int engine_rank)
 {
-    return ne->opts.full ? engine_rank : net_place_rank(ne->pl, 0, 0, engine_rank);
+    int p = ne->pl->size[NET_DIM_PP], t = ne->pl->size[NET_DIM_TP];
+    if (!ne->opts.full) return net_place_rank(ne->pl, 0, 0, engine_rank);
+    int rep = engine_rank / p;
+    return net_place_rank(ne->pl, rep % t, rep / t, engine_rank % p);
+}
+
+int net_engine_rank(const net_engine *ne, int tp, int dp, int pp)
+{
+    if (!ne->opts.full) return tp == 0 && dp == 0 ? pp : -1;
+    return pp + ne->pl->size[NET_DIM_PP] * (tp + ne->pl->size[NET_DIM_TP] * dp);
 }
 
 static void start_coll(net_engine *ne, engine *e, int ii, const net_step_desc *d, int global, int64_t now)
 {
     inst_t *in = &ne->inst[ii];
     int n = net_place_group_gpus(ne->pl, (net_dim)d->dim, global, ne->gpus);
+    if (d->coll == NET_COLL_P2P_SCATTER) { /* the peer stage's group receives */
+        int tp, dp, pp;
+        net_place_coords(ne->pl, global, &tp, &dp, &pp);
+        n += net_place_group_gpus(ne->pl, (net_dim)d->dim, net_place_rank(ne->pl, tp, dp, d->peer_pp), ne->gpus + n);
+    }
     net_coll_req q = {(net_coll_kind)d->coll, ne->opts.algo, ne->gpus, n, d->bytes, 0,
                       key_hash(in->dim, in->leader, in->tag, in->mb)};
     if (d->coll != NET_COLL_ALLREDUCE) q.algo = NET_ALGO_AUTO;

@@ -19,8 +19,9 @@
  *    starts while the rank has communication in flight takes dur_ns x f x
  *    (1 + s): the SMs NCCL's kernels occupy (off by default: s = 0).
  *
- * Modes. Full (opts.full): engine rank = global rank (net_place), every
- * rank and every flow simulated; stragglers, mixed GPU kinds (compute
+ * Modes. Full (opts.full): every rank and every flow simulated; engine
+ * rank pp + p (tp + t dp) runs global rank (tp, dp, pp) (net_engine_rank),
+ * so engine ranks 0..p-1 are the pipeline of replica (0, 0); stragglers, mixed GPU kinds (compute
  * factors) and degraded links (net_graph_scale_link) are what-ifs here.
  * Symmetric (default): the engine holds the p pipeline ranks of one
  * replica (tensor rank 0, data-parallel rank 0); a collective starts as soon
@@ -59,9 +60,11 @@ typedef enum {
 
 typedef struct {
     uint8_t role;        /* net_step_role */
-    uint8_t coll;        /* COLL: net_coll_kind (ALLREDUCE, ALLGATHER, REDUCE_SCATTER) */
+    uint8_t coll;        /* COLL: net_coll_kind (ALLREDUCE, ALLGATHER, REDUCE_SCATTER, or
+                            P2P_SCATTER: the tensor group sends S/t per rank to the group of
+                            pipeline rank peer_pp, which all-gathers) */
     uint8_t dim;         /* COLL: net_dim (NET_DIM_TP or NET_DIM_DP) */
-    int peer_pp;         /* SEND: receiving pipeline rank */
+    int peer_pp;         /* SEND, P2P_SCATTER: receiving pipeline rank */
     double bytes;        /* COLL, SEND: size, commcost/NCCL convention */
     int64_t dur_ns;      /* COMPUTE: duration on the nominal GPU */
 } net_step_desc;
@@ -92,6 +95,10 @@ engine_hooks net_engine_hooks(net_engine *ne);
 
 /* Ranks the engine must have: t*d*p in full mode, p otherwise. */
 int net_engine_n_ranks(const net_engine *ne);
+
+/* Engine rank of global coordinates (tp, dp, pp); -1 if the mode does not
+ * simulate that rank. */
+int net_engine_rank(const net_engine *ne, int tp, int dp, int pp);
 
 /* Compute factor of an engine rank (> 0; 2 = twice as slow). Full mode only
  * for factors != 1 (a symmetric run has no individual ranks). */

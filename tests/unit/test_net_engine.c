@@ -95,14 +95,19 @@ static run_out run(const net_graph *g, int t, int d, int p, int m, bool full, in
     if (full) {
         for (int dp = 0; dp < d; dp++)
             for (int tp = 0; tp < t; tp++) {
-                for (int pp = 0; pp < p; pp++) rank_of[pp] = net_place_rank(&pl, tp, dp, pp);
+                for (int pp = 0; pp < p; pp++) rank_of[pp] = net_engine_rank(ne, tp, dp, pp);
                 lower_replica(e, p, m, rank_of);
             }
     } else {
         for (int pp = 0; pp < p; pp++) rank_of[pp] = pp;
         lower_replica(e, p, m, rank_of);
     }
-    if (straggler >= 0) cr_assert_eq(net_engine_set_compute_factor(ne, straggler, factor, &err), TS_OK, "%s", err.msg);
+    if (straggler >= 0) {
+        int tp, dp, pp;
+        net_place_coords(&pl, straggler, &tp, &dp, &pp);
+        cr_assert_eq(net_engine_set_compute_factor(ne, net_engine_rank(ne, tp, dp, pp), factor, &err), TS_OK, "%s",
+                     err.msg);
+    }
     cr_assert_eq(net_engine_attach(ne, e, &err), TS_OK, "%s", err.msg);
     int rc = engine_run(e, &err);
     ts_err nerr;
@@ -112,12 +117,7 @@ static run_out run(const net_graph *g, int t, int d, int p, int m, bool full, in
     memset(&out, 0, sizeof out);
     out.makespan_ns = engine_makespan_ns(e);
     for (uint32_t id = 0; id < engine_task_count(e); id++) {
-        int R = engine_task_rank(e, id), pp = full ? -1 : R;
-        if (full) {
-            int tp, dp, q;
-            net_place_coords(&pl, R, &tp, &dp, &q);
-            if (tp == 0 && dp == 0) pp = q;
-        }
+        int R = engine_task_rank(e, id), pp = R < p ? R : -1; /* engine ranks 0..p-1: replica (0, 0) */
         if (pp >= 0 && engine_task_end_ns(e, id) > out.last_end_ns[pp]) out.last_end_ns[pp] = engine_task_end_ns(e, id);
     }
     out.st = net_engine_get_stats(ne);
