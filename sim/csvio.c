@@ -166,6 +166,8 @@ static int parse_all(reader *r, const char *data, size_t len)
         return err_set(r->err, TS_ENOMEM, "%s: out of memory", r->t->path);
     int line = 0;
     size_t pos = 0;
+    if (len >= 3 && !memcmp(data, "\xEF\xBB\xBF", 3))
+        pos = 3; /* a UTF-8 byte-order mark, as spreadsheets write */
     while (pos < len && !r->rc) {
         const char *nl = memchr(data + pos, '\n', len - pos);
         size_t n = nl ? (size_t)(nl - (data + pos)) + 1 : len - pos;

@@ -313,41 +313,41 @@ void flags_print(const flags_state *s, FILE *f)
     const model_config *m = &c->model;
     const parallel_config *p = &c->par;
     const gpu_spec *g = &c->cluster.gpu;
-    fprintf(f, "model:                %s\n", m->name);
-    fprintf(f, "shape:                %d layers, hidden %d, %d heads, %d query groups, FFN %d (%s), sequence %d "
+    fprintf(f, "model:                 %s\n", m->name);
+    fprintf(f, "shape:                 %d layers, hidden %d, %d heads, %d query groups, FFN %d (%s), sequence %d "
                "tokens, vocabulary %d\n",
             m->num_layers, m->hidden_size, m->num_attention_heads, m->num_query_groups, m->ffn_hidden_size,
             m->swiglu ? "SwiGLU" : "GeLU", m->seq_length, m->padded_vocab_size);
-    fprintf(f, "precision:            %s (%d bytes per element)\n", CONFIG_PRECISION_NAMES[m->precision],
+    fprintf(f, "precision:             %s (%d bytes per element)\n", CONFIG_PRECISION_NAMES[m->precision],
             config_dtype_bytes(c));
-    fprintf(f, "parallelism:          t=%d p=%d d=%d v=%d (%d GPUs = %d x %d x %d)\n", p->tp, p->pp, p->dp, p->vp,
+    fprintf(f, "parallelism:           t=%d p=%d d=%d v=%d (%d GPUs = %d x %d x %d)\n", p->tp, p->pp, p->dp, p->vp,
             c->cluster.gpus, p->tp, p->pp, p->dp);
     if (p->first_stage_layers || p->last_stage_layers)
-        fprintf(f, "uneven split:         first stage %d layers, last stage %d layers (0 = even share)\n",
+        fprintf(f, "uneven split:          first stage %d layers, last stage %d layers (0 = even share)\n",
                 p->first_stage_layers, p->last_stage_layers);
-    fprintf(f, "batch:                micro-batch %d, global batch %d sequences, %d micro-batches per pipeline\n",
+    fprintf(f, "batch:                 micro-batch %d, global batch %d sequences, %d micro-batches per pipeline\n",
             p->micro_batch_size, p->global_batch_size, config_num_microbatches(c));
-    fprintf(f, "schedule:             %s", sched_kind_name(p->schedule));
+    fprintf(f, "schedule:              %s", sched_kind_name(p->schedule));
     if (p->vp > 1)
         fprintf(f, " (%d chunks per rank, %d layers each)", p->vp, m->num_layers / (p->pp * p->vp));
     fputc('\n', f);
-    fprintf(f, "sequence parallel:    %s\n", p->sequence_parallel ? "on" : "off");
-    fprintf(f, "recompute:            %s", CONFIG_RECOMPUTE_NAMES[p->recompute]);
+    fprintf(f, "sequence parallel:     %s\n", p->sequence_parallel ? "on" : "off");
+    fprintf(f, "recompute:             %s", CONFIG_RECOMPUTE_NAMES[p->recompute]);
     if (p->recompute == RECOMPUTE_FULL)
         fprintf(f, " (method %s, %d layers; 0 = all)", CONFIG_RECOMPUTE_METHOD_NAMES[p->recompute_method],
                 p->recompute_num_layers);
     fputc('\n', f);
     fprintf(f, "distributed optimizer: %s\n", p->distributed_optimizer ? "on" : "off");
-    fprintf(f, "overlap grad reduce:  %s\n", p->overlap_grad_reduce ? "on" : "off");
-    fprintf(f, "gpu:                  %s: %g TFLOP/s bf16, %g TFLOP/s fp16, %g GiB HBM at %g GB/s, NVLink %g GB/s "
+    fprintf(f, "overlap grad reduce:   %s\n", p->overlap_grad_reduce ? "on" : "off");
+    fprintf(f, "gpu:                   %s: %g TFLOP/s bf16, %g TFLOP/s fp16, %g GiB HBM at %g GB/s, NVLink %g GB/s "
                "per direction\n",
             g->name, g->bf16_tflops, g->fp16_tflops, g->hbm_gib, g->hbm_gbps, g->nvlink_gbps);
     if (c->cluster.topology) {
         char d[1024];
         topo_describe(c->cluster.topology, d, sizeof d);
-        fprintf(f, "topology:             %s\n", d);
+        fprintf(f, "topology:              %s\n", d);
         if (c->cluster.topology->description[0])
-            fprintf(f, "topology notes:       %s\n", c->cluster.topology->description);
+            fprintf(f, "topology notes:        %s\n", c->cluster.topology->description);
     }
-    fprintf(f, "preset layout source: %s\n", s->preset_source);
+    fprintf(f, "preset layout source:  %s\n", s->preset_source);
 }

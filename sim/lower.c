@@ -25,6 +25,8 @@ typedef struct {
     bool *buckets_sent;   /* [rank*v + chunk] its buckets were issued during the backward */
     bool *reduced;        /* [rank*v + chunk] REDUCE_GRAD seen */
     uint32_t *last_dp;    /* [rank] last task on the rank's DP stream */
+    uint32_t emb_task[2]; /* embedding-gradient all-reduce on the first / last stage's rank */
+    uint32_t emb_pred[2]; /* what each waits for locally (gradients ready) */
     bool *optim_seen;     /* [rank] */
     const int *rank_map;  /* pipeline rank -> engine rank (lower_sched_ranks); NULL = identity */
 } lowering;
@@ -115,6 +117,22 @@ static int optim(lowering *L, int rank)
     if (pl->optim[rank] == PLAN_NO_STEP)
         return TS_OK;
     uint32_t id;
+    int side = rank == L->rank_of[0] ? 0 : rank == L->rank_of[L->n_stages - 1] ? 1 : -1;
+    if (pl->emb_allreduce != PLAN_NO_STEP && side >= 0) {
+        /* gradients ready: the last reduction, or the embedding chunk's last backward */
+        int chunk, r_;
+        sched_rank_chunk_of(L->s, side == 0 ? 0 : L->n_stages - 1, &r_, &chunk);
+        uint32_t pred = L->last_dp[rank] != ENGINE_NO_TASK
+                            ? L->last_dp[rank] : L->grads_done[(size_t)rank * (size_t)L->s->v + (size_t)chunk];
+        uint32_t ar;
+        if ((rc = add_task(L, rank, pl->emb_allreduce, -1, &ar)))
+            return rc;
+        if (pred != ENGINE_NO_TASK && (rc = engine_dep_add(L->e, pred, ar, L->err)))
+            return rc;
+        L->emb_task[side] = ar;
+        L->emb_pred[side] = pred;
+        L->last_dp[rank] = ar; /* the other side's readiness is added after lowering */
+    }
     if ((rc = add_task(L, rank, pl->optim[rank], -1, &id)))
         return rc;
     if (L->last_dp[rank] != ENGINE_NO_TASK && (rc = engine_dep_add(L->e, L->last_dp[rank], id, L->err)))
@@ -341,7 +359,8 @@ static int lower_into(const plan *pl, const sched *s, engine *e, const int *rank
                        s->p, s->v);
     if (s->m < 1)
         return err_set(err, TS_EINVAL, "lower: schedule has %d micro-batches", s->m);
-    lowering L = {.pl = pl, .s = s, .e = e, .err = err, .m = s->m, .n_stages = s->p * s->v, .rank_map = rank_map};
+    lowering L = {.pl = pl, .s = s, .e = e, .err = err, .m = s->m, .n_stages = s->p * s->v, .rank_map = rank_map,
+                  .emb_task = {ENGINE_NO_TASK, ENGINE_NO_TASK}, .emb_pred = {ENGINE_NO_TASK, ENGINE_NO_TASK}};
     size_t tab = 2 * (size_t)L.n_stages * (size_t)L.m, half = tab / 2;
     L.send_tab = malloc(tab * sizeof *L.send_tab);
     L.recv_tab = malloc(tab * sizeof *L.recv_tab);
@@ -394,6 +413,14 @@ static int lower_into(const plan *pl, const sched *s, engine *e, const int *rank
     }
     for (int r = 0; r < s->p && rc == TS_OK; r++)
         rc = rank_finish(&L, r);
+    /* the embedding all-reduce ends together: each side also waits for the
+     * other's gradients */
+    if (rc == TS_OK && L.emb_task[0] != ENGINE_NO_TASK && L.emb_task[1] != ENGINE_NO_TASK) {
+        if (L.emb_pred[1] != ENGINE_NO_TASK)
+            rc = engine_dep_add(e, L.emb_pred[1], L.emb_task[0], err);
+        if (rc == TS_OK && L.emb_pred[0] != ENGINE_NO_TASK)
+            rc = engine_dep_add(e, L.emb_pred[0], L.emb_task[1], err);
+    }
     for (int dir = 0; dir < 2 && rc == TS_OK; dir++)
         for (int st = 0; st < L.n_stages && rc == TS_OK; st++)
             for (int mb = 0; mb < L.m && rc == TS_OK; mb++) {

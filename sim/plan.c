@@ -56,6 +56,7 @@ int plan_alloc(int p, int v, plan **out)
     }
     for (int r = 0; r < p; r++)
         pl->optim[r] = pl->param_gather[r] = PLAN_NO_STEP;
+    pl->emb_allreduce = PLAN_NO_STEP;
     for (int i = 0; i < pl->n_stages; i++) {
         plan_stage *st = &pl->stages[i];
         st->send_f = st->send_b = st->recv_f = st->recv_b = PLAN_NO_STEP;

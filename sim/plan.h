@@ -128,6 +128,10 @@ typedef struct {
     uint32_t n_mem_evs, cap_mem_evs;
     uint32_t *optim;               /* p: optimizer step per rank (PLAN_NO_STEP if none) */
     uint32_t *param_gather;        /* p: parameter all-gather after it (distributed optimizer) */
+    uint32_t emb_allreduce;        /* all-reduce of the tied word-embedding gradient between the
+                                      first and the last stage's ranks, before their optimizer
+                                      step (Megatron-LM's embedding group); PLAN_NO_STEP if one
+                                      rank holds both */
     int64_t *weights_bytes;        /* p: static memory per rank */
     int64_t *grads_bytes;
     int64_t *optim_bytes;

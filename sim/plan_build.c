@@ -595,6 +595,23 @@ int plan_build_opts(const config *c, const sched *s, const cost_model *cm, const
     if (rc)
         goto done;
 
+    /* the tied word embedding: the first and the last stage hold a copy each
+     * and all-reduce its gradient (V*h/t per rank) before the optimizer */
+    int r_first, r_last, ch0;
+    sched_rank_chunk_of(s, 0, &r_first, &ch0);
+    sched_rank_chunk_of(s, pl->n_stages - 1, &r_last, &ch0);
+    if (r_first != r_last) {
+        int64_t apart = (int64_t)(r_last > r_first ? r_last - r_first : r_first - r_last) * t * d;
+        commcost_group emb_pair = {2, apart < gpn ? 2 : 1};
+        plan_step x = plan_step_init("emb.grad-all-reduce", PLAN_STREAM_DP, PLAN_CAT_DP, -1, 0);
+        x.comm_bytes = (int64_t)c->model.padded_vocab_size / t * c->model.hidden_size * grad_bytes;
+        x.dur_ns = commcost_ns(cc, COMM_ALL_REDUCE, x.comm_bytes, &emb_pair);
+        if (plan_push_step(pl, &x, &pl->emb_allreduce)) {
+            rc = err_set(err, TS_ENOMEM, "plan: out of memory");
+            goto done;
+        }
+    }
+
     /* per rank: static memory, optimizer step, parameter all-gather */
     for (int r = 0; r < pl->p; r++) {
         int64_t params = 0;

@@ -20,21 +20,29 @@ expect_ok() {
     ok
 }
 
-# expect_err "ARGS" EXIT "substring of stderr"
+# Subcommands that take the shared flags: config always; simulate once it exists.
+cmds=(config)
+if $T simulate --help >/dev/null 2>&1; then cmds+=(simulate); fi
+
+# expect_err "ARGS" EXIT "substring of stderr": config exits EXIT; every other
+# subcommand in cmds must fail too (non-zero) with the same message.
 expect_err() {
-    local out rc
-    out=$($T config $1 2>&1 >/dev/null); rc=$?
-    if [ $rc -ne "$2" ]; then bad "config $1: exit $rc, want $2 ($out)"; return; fi
-    if ! grep -qF -- "$3" <<<"$out"; then bad "config $1: no '$3' in: $out"; return; fi
-    ok
+    local out rc c
+    for c in "${cmds[@]}"; do
+        out=$(timeout 60 $T $c $1 2>&1 >/dev/null); rc=$?
+        if [ $c = config ] && [ $rc -ne "$2" ]; then bad "$c $1: exit $rc, want $2 ($out)"; continue; fi
+        if [ $rc -eq 0 ] || [ $rc -ge 124 ]; then bad "$c $1: exit $rc, want a failure ($out)"; continue; fi
+        if ! grep -qF -- "$3" <<<"$out"; then bad "$c $1: no '$3' in: $out"; continue; fi
+        ok
+    done
 }
 
 # --- the default and presets
-expect_ok "" "parallelism:          t=8 p=16 d=8 v=2 (1024 GPUs = 8 x 16 x 8)"
-expect_ok "" "gpu:                  A100-SXM4-80GB"
+expect_ok "" "parallelism:           t=8 p=16 d=8 v=2 (1024 GPUs = 8 x 16 x 8)"
+expect_ok "" "gpu:                   A100-SXM4-80GB"
 expect_ok "" "128 nodes x 8 A100-SXM4-80GB"
 expect_ok "--model megatron-39.1b" "t=8 p=2 d=32 v=2 (512 GPUs"
-expect_ok "--model llama3-405b" "uneven split:         first stage 7 layers, last stage 7 layers"
+expect_ok "--model llama3-405b" "uneven split:          first stage 7 layers, last stage 7 layers"
 expect_ok "--global-batch-size 512 --model megatron-1.7b" "global batch 512 sequences, 16 micro-batches"
 expect_ok "--topology topologies/dgx-h200-cluster.csv" "H200-SXM-141GB"
 expect_ok "--list-models" "bloom-176b"

@@ -55,6 +55,16 @@ Test(csvio, comments_lines_and_quotes)
     cr_expect_float_eq(v, 100.0, 1e-12);
 }
 
+Test(csvio, crlf_and_byte_order_mark)
+{
+    cr_assert_eq(rd("\xEF\xBB\xBFname,v\r\n# c\r\nx,1\r\n\r\ny,2\r\n", NULL), TS_OK, "%s", E.msg);
+    cr_expect_str_eq(T->header[0], "name");
+    cr_assert_eq(T->nrows, 2);
+    cr_expect_str_eq(csvio_cell(T, 1, "v"), "2");
+    cr_expect_eq(T->rows[1].line, 5);
+    cr_expect_str_eq(T->comments[0], "c");
+}
+
 Test(csvio, empty_file_and_header_only)
 {
     static const char *const req[] = {"a", "b", NULL};

@@ -287,3 +287,21 @@ Test(simulate, every_schedule_runs)
         simulate_result_free(r);
     }
 }
+
+Test(simulate, tied_embedding_gradient_all_reduce)
+{
+    /* first and last stage on different ranks: one all-reduce of V*h/t fp32
+     * gradients each; ZB-V puts both on rank 0: none */
+    spec x = SMALL;
+    config c = make(&x);
+    simulate_result *r = run(&c, true);
+    cr_assert_neq(r->pl->emb_allreduce, PLAN_NO_STEP);
+    cr_expect_eq(r->pl->steps[r->pl->emb_allreduce].comm_bytes, (int64_t)x.V / x.t * x.h * 4);
+    simulate_result_free(r);
+    x.kind = SCHED_ZB_V;
+    x.v = 2;
+    c = make(&x);
+    r = run(&c, true);
+    cr_expect_eq(r->pl->emb_allreduce, PLAN_NO_STEP);
+    simulate_result_free(r);
+}
