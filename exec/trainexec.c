@@ -10,68 +10,33 @@
  */
 #include <math.h>
 #include <mpi.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "backend.h"
 #include "comm_mpi.h"
+#include "config.h"
+#include "flags.h"
 #include "microbench.h"
 #include "opt.h"
 #include "runtime.h"
 #include "sched.h"
+#include "sched_csv.h"
 #include "xout.h"
 
 typedef struct {
-    int layers, hidden, heads, ffn, seq, vocab;
-    int tp, pp, mbs, gbs, lpvs, first_layers, last_layers;
-    bool sp;
-    const char *schedule;
     int iterations, warmup, threads;
     int64_t seed;
     double lr, beta1, beta2, eps, wd;
-    const char *trace, *ops_csv, *report_csv, *microbench;
+    const char *trace, *ops_csv, *report_csv, *microbench, *schedule_csv;
     bool op_trace;
 } args;
 
 static int add_flags(opt_table *t, args *a, ts_err *err)
 {
     const opt_spec specs[] = {
-        {.name = "Model", .type = OPT_SECTION},
-        {.name = "--num-layers", .type = OPT_INT, .target = &a->layers, .min = 1, .max = 4096,
-         .unit = "layers", .help = "transformer layers"},
-        {.name = "--hidden-size", .type = OPT_INT, .target = &a->hidden, .min = 1, .max = 65536,
-         .help = "hidden size h"},
-        {.name = "--num-attention-heads", .type = OPT_INT, .target = &a->heads, .min = 1,
-         .max = 1024, .help = "attention heads (must divide --hidden-size)"},
-        {.name = "--ffn-hidden-size", .type = OPT_INT, .target = &a->ffn, .min = 0,
-         .max = 1 << 20, .defval = "4h", .help = "MLP hidden size (0 = 4 x --hidden-size)"},
-        {.name = "--seq-length", .type = OPT_INT, .target = &a->seq, .min = 1, .max = 1 << 16,
-         .unit = "tokens", .help = "sequence length"},
-        {.name = "--padded-vocab-size", .type = OPT_INT, .target = &a->vocab, .min = 2,
-         .max = 1 << 20, .unit = "tokens", .help = "vocabulary size"},
-        {.name = "Parallelism and schedule", .type = OPT_SECTION},
-        {.name = "--tensor-model-parallel-size", .type = OPT_INT, .target = &a->tp, .min = 1,
-         .max = 1024, .help = "tensor-parallel size t"},
-        {.name = "--pipeline-model-parallel-size", .type = OPT_INT, .target = &a->pp, .min = 1,
-         .max = 1024, .help = "pipeline-parallel size p (d = ranks / (t p))"},
-        {.name = "--micro-batch-size", .type = OPT_INT, .target = &a->mbs, .min = 1,
-         .max = 1 << 16, .unit = "sequences", .help = "micro-batch size b"},
-        {.name = "--global-batch-size", .type = OPT_INT, .target = &a->gbs, .min = 1,
-         .max = 1 << 24, .unit = "sequences",
-         .help = "global batch B; micro-batches per pipeline m = B / (b d)"},
-        {.name = "--num-layers-per-virtual-pipeline-stage", .type = OPT_INT, .target = &a->lpvs,
-         .min = 0, .max = 4096, .unit = "layers",
-         .help = "interleaved schedule: layers per chunk (v = L / (p x this)); 0 = v 1"},
-        {.name = "--decoder-first-pipeline-num-layers", .type = OPT_INT,
-         .target = &a->first_layers, .min = 0, .max = 4096, .unit = "layers",
-         .help = "layers of the first stage (0 = even split)"},
-        {.name = "--decoder-last-pipeline-num-layers", .type = OPT_INT, .target = &a->last_layers,
-         .min = 0, .max = 4096, .unit = "layers", .help = "layers of the last stage (0 = even)"},
-        {.name = "--sequence-parallel", .type = OPT_BOOL, .target = &a->sp,
-         .help = "Megatron sequence parallelism (all-gather / reduce-scatter)"},
-        {.name = "--schedule", .type = OPT_STRING, .target = &a->schedule, .metavar = "NAME",
-         .help = "gpipe, 1f1b, interleaved, zb-h1, zb-h2 or zb-v"},
         {.name = "Executor", .type = OPT_SECTION},
         {.name = "--iterations", .type = OPT_INT, .target = &a->iterations, .min = 1,
          .max = 1000000, .help = "measured training iterations"},
@@ -91,6 +56,10 @@ static int add_flags(opt_table *t, args *a, ts_err *err)
          .help = "AdamW weight decay"},
         {.name = "--threads", .type = OPT_INT, .target = &a->threads, .min = 0, .max = 1024,
          .help = "OpenBLAS threads per rank (0 = OpenBLAS default)"},
+        {.name = "--schedule-csv", .type = OPT_STRING, .target = &a->schedule_csv,
+         .metavar = "FILE",
+         .help = "run this schedule (torch.distributed.pipelining action CSV) instead of "
+                 "--schedule; its micro-batch count sets the global batch"},
         {.name = "--trace", .type = OPT_STRING, .target = &a->trace, .metavar = "FILE",
          .help = "Chrome/Perfetto JSON trace of the last iteration"},
         {.name = "--op-trace", .type = OPT_BOOL, .target = &a->op_trace,
@@ -113,14 +82,6 @@ static int add_flags(opt_table *t, args *a, ts_err *err)
 static void defaults(args *a)
 {
     memset(a, 0, sizeof *a);
-    a->layers = 4;
-    a->hidden = 256;
-    a->heads = 8;
-    a->seq = 128;
-    a->vocab = 4096;
-    a->tp = a->pp = a->mbs = 1;
-    a->gbs = 8;
-    a->schedule = "1f1b";
     a->iterations = 3;
     a->warmup = 1;
     a->threads = 1;
@@ -131,45 +92,92 @@ static void defaults(args *a)
     a->eps = 1e-8;
 }
 
-/* Build the schedule from the flags; TS_EINVAL naming the flag. */
-static int make_sched(const args *a, int d, sched **out, ts_err *err)
+/* What the executor runs of a validated config; TS_ENOTSUP naming the flag
+ * for what it does not implement. */
+static int exec_supports(const config *c, ts_err *err)
 {
-    sched_kind kind;
-    int rc = sched_kind_parse(a->schedule, &kind, err);
-    if (rc)
-        return err_prefix(err, "--schedule: ");
-    if ((long)a->mbs * d > a->gbs || a->gbs % (a->mbs * d))
-        return err_set(err, TS_EINVAL,
-                       "--global-batch-size %d must be a multiple of --micro-batch-size %d x "
-                       "data-parallel size %d",
-                       a->gbs, a->mbs, d);
+    const model_config *m = &c->model;
+    const parallel_config *p = &c->par;
+    if (m->swiglu)
+        return err_set(err, TS_ENOTSUP, "--swiglu: the executor's MLP is GELU only");
+    if (m->num_query_groups != m->num_attention_heads)
+        return err_set(err, TS_ENOTSUP,
+                       "--num-query-groups %d: the executor has no grouped-query attention "
+                       "(give --num-query-groups %d)",
+                       m->num_query_groups, m->num_attention_heads);
+    if (p->recompute != RECOMPUTE_NONE)
+        return err_set(err, TS_ENOTSUP,
+                       "--recompute-granularity: the executor does not recompute (give none)");
+    if (p->distributed_optimizer)
+        return err_set(err, TS_ENOTSUP,
+                       "--use-distributed-optimizer: the executor's Adam is not sharded");
+    return TS_OK;
+}
+
+/* The schedule of the config's layout (with SEND/RECV, REDUCE_GRAD and
+ * OPTIM). */
+static int make_sched_of(const parallel_config *p, const model_config *m, sched **out,
+                         ts_err *err)
+{
     sched_opts o;
-    sched_opts_default(&o, kind);
-    o.p = a->pp;
-    o.m = a->gbs / (a->mbs * d);
-    o.num_layers = a->layers;
-    o.first_stage_layers = a->first_layers;
-    o.last_stage_layers = a->last_layers;
+    sched_opts_default(&o, p->schedule);
+    o.p = p->pp;
+    o.m = p->global_batch_size / (p->micro_batch_size * p->dp);
+    o.v = p->vp > 0 ? p->vp : 1;
+    o.num_layers = m->num_layers;
+    o.first_stage_layers = p->first_stage_layers;
+    o.last_stage_layers = p->last_stage_layers;
     o.with_comm = true;
     o.with_reduce_optim = true;
-    o.v = 1;
-    if (kind == SCHED_ZB_V)
-        o.v = 2;
-    if (a->lpvs) {
-        if (kind != SCHED_INTERLEAVED)
-            return err_set(err, TS_EINVAL,
-                           "--num-layers-per-virtual-pipeline-stage needs --schedule interleaved");
-        if (a->layers % (a->pp * a->lpvs))
-            return err_set(err, TS_EINVAL,
-                           "--num-layers %d is not a multiple of --pipeline-model-parallel-size "
-                           "%d x --num-layers-per-virtual-pipeline-stage %d",
-                           a->layers, a->pp, a->lpvs);
-        o.v = a->layers / (a->pp * a->lpvs);
-    } else if (kind == SCHED_INTERLEAVED) {
-        return err_set(err, TS_EINVAL,
-                       "--schedule interleaved needs --num-layers-per-virtual-pipeline-stage");
-    }
     return sched_generate(&o, out, err);
+}
+
+/* An imported schedule for the config's layout: SEND/RECV inserted if the
+ * file is compute-only, the model's layers split evenly over its stages
+ * (the first L mod S stages one more). */
+static int load_sched_csv(const char *path, const parallel_config *p, const model_config *m,
+                          sched **out, ts_err *err)
+{
+    sched *s = NULL;
+    int rc = sched_csv_load(path, &s, err);
+    if (!rc)
+        rc = sched_add_comm(s, err);
+    if (!rc && s->p != p->pp)
+        rc = err_set(err, TS_EINVAL,
+                     "--schedule-csv %s has %d pipeline ranks but --pipeline-model-parallel-size "
+                     "is %d",
+                     path, s->p, p->pp);
+    if (!rc && (long)s->m * p->micro_batch_size * p->dp != p->global_batch_size)
+        rc = err_set(err, TS_EINVAL,
+                     "--schedule-csv %s has %d micro-batches: give --global-batch-size %ld "
+                     "(m x --micro-batch-size %d x data-parallel size %d)",
+                     path, s->m, (long)s->m * p->micro_batch_size * p->dp, p->micro_batch_size,
+                     p->dp);
+    int S = rc ? 0 : s->p * s->v;
+    if (!rc && m->num_layers < S)
+        rc = err_set(err, TS_EINVAL, "--schedule-csv %s has %d stages but --num-layers is %d",
+                     path, S, m->num_layers);
+    if (rc) {
+        sched_free(s);
+        return rc;
+    }
+    int first = 0;
+    for (int i = 0; i < S; i++) {
+        int n = m->num_layers / S + (i < m->num_layers % S ? 1 : 0);
+        s->stages[i].first_layer = first;
+        s->stages[i].num_layers = n;
+        first += n;
+    }
+    s->num_layers = m->num_layers;
+    *out = s;
+    return TS_OK;
+}
+
+/* Bytes per rank the run needs at least (weights, gradients, Adam moments:
+ * 16 bytes per parameter of its share), to refuse what cannot fit. */
+static double min_bytes_per_rank(const gpt_dims *d, int t, int p)
+{
+    return 16.0 * (double)gpt_num_params(d) / ((double)t * p);
 }
 
 static int fail(int rank, const char *what, const ts_err *e)
@@ -190,28 +198,70 @@ int main(int argc, char **argv)
     err_clear(&err);
     args a;
     defaults(&a);
+    /* Executor defaults for layout flags the command line does not give (the
+     * model presets' layouts are for thousands of GPUs): --gpus = ranks, t = p
+     * = 1, 1f1b, no sequence parallelism, no recomputation, b = 1, B = 8. */
+    char gpus_arg[32];
+    snprintf(gpus_arg, sizeof gpus_arg, "--gpus=%d", size);
+    static const char *const inject[][3] = {
+        {"--gpus", "-n", NULL},
+        {"--tensor-model-parallel-size", "-t", "--tensor-model-parallel-size=1"},
+        {"--pipeline-model-parallel-size", "-p", "--pipeline-model-parallel-size=1"},
+        {"--sequence-parallel", NULL, "--sequence-parallel=false"},
+        {"--recompute-granularity", NULL, "--recompute-granularity=none"},
+        {"--schedule", NULL, "--schedule=1f1b"},
+        {"--micro-batch-size", NULL, "--micro-batch-size=1"},
+        {"--global-batch-size", NULL, "--global-batch-size=8"},
+    };
+    size_t ninject = sizeof inject / sizeof inject[0];
+    char **av = calloc((size_t)argc + ninject + 1, sizeof *av);
+    if (!av) {
+        MPI_Finalize();
+        return 1;
+    }
+    int ac = 0;
+    for (int i = 0; i < argc; i++)
+        av[ac++] = argv[i];
+    for (size_t k = 0; k < ninject; k++) {
+        bool given = false;
+        size_t len = strlen(inject[k][0]);
+        for (int i = 1; i < argc; i++)
+            if ((!strncmp(argv[i], inject[k][0], len) &&
+                 (argv[i][len] == '\0' || argv[i][len] == '=')) ||
+                (inject[k][1] && !strcmp(argv[i], inject[k][1])))
+                given = true;
+        if (!given)
+            av[ac++] = k == 0 ? gpus_arg : (char *)(uintptr_t)inject[k][2];
+    }
+
+    config c;
+    flags_state fs;
     opt_table t;
     opt_table_init(&t, "trainexec",
                    "Run training iterations of a GPT model for real (fp32, OpenBLAS, MPI) under "
-                   "a pipeline schedule and measure them. Launch with mpirun -np t*p*d.");
-    int rc = add_flags(&t, &a, &err);
+                   "a pipeline schedule and measure them: mpirun -np N trainexec [the flags of "
+                   "trainsim simulate] [executor flags]. Layout flags not given default to "
+                   "--gpus N, t = p = 1, --schedule 1f1b, no --sequence-parallel, no "
+                   "recomputation, --micro-batch-size 1, --global-batch-size 8 (not to the "
+                   "preset's). The GPU kind and precision flags are accepted and ignored (fp32 "
+                   "on the CPU). The default --model is far too large for a CPU: give a shape "
+                   "(--num-layers, --hidden-size, ...).");
+    int rc = flags_register(&fs, &t, &c, &err);
     if (!rc)
-        rc = opt_parse(&t, argc, argv, &err);
+        rc = add_flags(&t, &a, &err);
+    if (!rc)
+        rc = opt_parse(&t, ac, av, &err);
     if (!rc && t.help_requested) {
         if (rank == 0)
             opt_help(&t, stdout);
         opt_table_free(&t);
+        free(av);
         MPI_Finalize();
         return 0;
     }
-    opt_table_free(&t);
-    if (rc) {
-        if (rank == 0)
-            fprintf(stderr, "trainexec: %s (trainexec --help)\n", err.msg);
-        MPI_Finalize();
-        return 2;
-    }
-    if (a.microbench) {
+    if (!rc && a.microbench) {
+        opt_table_free(&t);
+        free(av);
         rc = microbench_run(MPI_COMM_WORLD, a.microbench, a.threads, rank == 0 ? stdout : NULL,
                             &err);
         if (rc)
@@ -219,22 +269,35 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 0;
     }
-    if (size % (a.tp * a.pp)) {
+    if (!rc)
+        rc = flags_finish(&fs, &t, &err);
+    opt_table_free(&t);
+    free(av);
+    if (!rc && (rc = exec_supports(&c, &err)))
+        config_free(&c);
+    if (rc) {
         if (rank == 0)
-            fprintf(stderr,
-                    "trainexec: %d ranks is not a multiple of --tensor-model-parallel-size %d x "
-                    "--pipeline-model-parallel-size %d\n",
-                    size, a.tp, a.pp);
+            fprintf(stderr, "trainexec: %s (trainexec --help)\n", err.msg);
         MPI_Finalize();
         return 2;
     }
-    int d = size / (a.tp * a.pp);
+    const model_config *mc = &c.model;
+    const parallel_config *pc = &c.par;
+    if (c.cluster.gpus != size) {
+        if (rank == 0)
+            fprintf(stderr, "trainexec: --gpus %d but mpirun started %d ranks (run mpirun -np %d)\n",
+                    c.cluster.gpus, size, c.cluster.gpus);
+        config_free(&c);
+        MPI_Finalize();
+        return 2;
+    }
     rt_opts o;
     rt_opts_default(&o);
-    o.dims = (gpt_dims){.vocab = a.vocab, .seq = a.seq, .hidden = a.hidden, .heads = a.heads,
-                        .ffn = a.ffn ? a.ffn : 4 * a.hidden, .layers = a.layers,
-                        .batch = a.mbs};
-    o.sp = a.sp;
+    o.dims = (gpt_dims){.vocab = mc->padded_vocab_size, .seq = mc->seq_length,
+                        .hidden = mc->hidden_size, .heads = mc->num_attention_heads,
+                        .ffn = mc->ffn_hidden_size, .layers = mc->num_layers,
+                        .batch = pc->micro_batch_size};
+    o.sp = pc->sequence_parallel;
     o.seed = (uint64_t)a.seed;
     o.lr = (float)a.lr;
     o.beta1 = (float)a.beta1;
@@ -242,11 +305,30 @@ int main(int argc, char **argv)
     o.eps = (float)a.eps;
     o.weight_decay = (float)a.wd;
     o.op_trace = a.op_trace;
+    int tp = pc->tp, pp = pc->pp, d = pc->dp;
+    parallel_config par = *pc;
+    model_config mod = *mc;
+    config_free(&c); /* everything needed is copied out */
+    double need = min_bytes_per_rank(&o.dims, tp, pp) * size;
+    if (need > 64.0 * 1073741824.0) {
+        if (rank == 0)
+            fprintf(stderr,
+                    "trainexec: %zu parameters need at least %.0f GiB for weights, gradients and "
+                    "Adam on %d ranks: too large for the CPU executor; give a smaller shape "
+                    "(--num-layers, --hidden-size, --padded-vocab-size, ...)\n",
+                    gpt_num_params(&o.dims), need / 1073741824.0, size);
+        MPI_Finalize();
+        return 2;
+    }
     sched *s = NULL;
     backend *be = NULL;
     comm *cm = NULL;
     runtime *rt = NULL;
-    if ((rc = gpt_dims_check(&o.dims, a.tp, a.sp, &err)) || (rc = make_sched(&a, d, &s, &err))) {
+    rc = gpt_dims_check(&o.dims, tp, o.sp, &err);
+    if (!rc)
+        rc = a.schedule_csv ? load_sched_csv(a.schedule_csv, &par, &mod, &s, &err)
+                            : make_sched_of(&par, &mod, &s, &err);
+    if (rc) {
         sched_free(s);
         if (rank == 0)
             fprintf(stderr, "trainexec: %s (trainexec --help)\n", err.msg);
@@ -254,15 +336,15 @@ int main(int argc, char **argv)
         return 2;
     }
     if ((rc = backend_cpu_create(a.threads, &be, &err)) ||
-        (rc = comm_mpi_create(MPI_COMM_WORLD, a.tp, a.pp, d, &cm, &err)) ||
+        (rc = comm_mpi_create(MPI_COMM_WORLD, tp, pp, d, &cm, &err)) ||
         (rc = rt_create(&o, s, be, cm, &rt, &err)))
         return fail(rank, "", &err);
     if (rank == 0) {
         printf("trainexec: GPT %zu parameters (L=%d h=%d heads=%d ffn=%d s=%d V=%d), "
                "t=%d p=%d d=%d v=%d%s, %s, b=%d B=%d m=%d, %d ranks, fp32 cpu\n",
-               gpt_num_params(&o.dims), a.layers, a.hidden, a.heads, o.dims.ffn, a.seq, a.vocab,
-               a.tp, a.pp, d, s->v, a.sp ? " sp" : "", sched_kind_name(s->kind), a.mbs, a.gbs,
-               s->m, size);
+               gpt_num_params(&o.dims), o.dims.layers, o.dims.hidden, o.dims.heads, o.dims.ffn,
+               o.dims.seq, o.dims.vocab, tp, pp, d, s->v, o.sp ? " sp" : "",
+               sched_kind_name(s->kind), o.dims.batch, o.dims.batch * d * s->m, s->m, size);
         fflush(stdout);
     }
     int total = a.warmup + a.iterations;

@@ -22,19 +22,27 @@ check "--help lists flags with units and defaults" \
 out=$(run 1 "$TRAINEXEC" --num-layerz 2 2>&1); rc=$?
 check "unknown flag: exit 2 and the nearest name" '[ $rc -eq 2 ] && [[ "$out" == *--num-layers* ]]'
 
+small="--num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --padded-vocab-size 64"
+out=$(run 1 "$TRAINEXEC" 2>&1); rc=$?
+check "default preset (175B): exit 2, too large, asks for a shape" \
+    '[ $rc -eq 2 ] && [[ "$out" == *"too large"* && "$out" == *--hidden-size* ]]'
+
+out=$(run 1 "$TRAINEXEC" $small --recompute-granularity full 2>&1); rc=$?
+check "recomputation: exit 2, not supported" '[ $rc -eq 2 ] && [[ "$out" == *--recompute-granularity* ]]'
+
 out=$(run 1 "$TRAINEXEC" --hidden-size 30 --num-attention-heads 8 2>&1); rc=$?
 check "hidden not a multiple of heads: exit 2 naming both flags" \
     '[ $rc -eq 2 ] && [[ "$out" == *--hidden-size* && "$out" == *--num-attention-heads* ]]'
 
-out=$(run 2 "$TRAINEXEC" --pipeline-model-parallel-size 4 2>&1); rc=$?
+out=$(run 2 "$TRAINEXEC" $small --pipeline-model-parallel-size 4 2>&1); rc=$?
 check "2 ranks for p=4: exit 2 with the rank rule" '[ $rc -eq 2 ] && [[ "$out" == *"not a multiple"* ]]'
 
-out=$(run 2 "$TRAINEXEC" --schedule interleaved --pipeline-model-parallel-size 2 2>&1); rc=$?
-check "interleaved without layers per virtual stage: exit 2" \
+out=$(run 2 "$TRAINEXEC" $small --schedule interleaved --pipeline-model-parallel-size 2 \
+      --num-layers-per-virtual-pipeline-stage 3 2>&1); rc=$?
+check "interleaved with layers per virtual stage not dividing: exit 2" \
     '[ $rc -eq 2 ] && [[ "$out" == *--num-layers-per-virtual-pipeline-stage* ]]'
 
-out=$(run 2 "$TRAINEXEC" --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 \
-      --padded-vocab-size 64 --pipeline-model-parallel-size 2 --global-batch-size 4 \
+out=$(run 2 "$TRAINEXEC" $small --pipeline-model-parallel-size 2 --global-batch-size 4 \
       --schedule zb-h1 --iterations 2 --warmup 0 --op-trace \
       --trace "$tmp/t.json" --ops-csv "$tmp/ops.csv" --report-csv "$tmp/rep.csv" 2>&1); rc=$?
 check "2-rank zb-h1 run succeeds" '[ $rc -eq 0 ] && [[ "$out" == *"iteration 2/2"* ]]'
@@ -45,9 +53,19 @@ check "ops CSV has I and W actions and GEMM ops" \
 check "report has one row per rank and positive peaks" \
     '[ $(wc -l < "$tmp/rep.csv") -eq 3 ] && awk -F, "NR>1 && \$9 <= 0 {exit 1}" "$tmp/rep.csv"'
 l1=$(echo "$out" | grep -oE 'iteration 1/2: loss [0-9.]+' | awk '{print $4}')
-out2=$(run 1 "$TRAINEXEC" --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 \
-      --padded-vocab-size 64 --global-batch-size 4 --iterations 1 --warmup 0 2>&1)
+out2=$(run 1 "$TRAINEXEC" $small --global-batch-size 4 --iterations 1 --warmup 0 2>&1)
 l2=$(echo "$out2" | grep -oE 'iteration 1/1: loss [0-9.]+' | awk '{print $4}')
 check "1-rank and 2-rank pipeline give the same first loss ($l1 vs $l2)" '[ -n "$l1" ] && [ "$l1" = "$l2" ]'
+
+printf '0F0,0F1,0I0,0W0,0I1,0W1\n1F0,1I0,1F1,1I1,1W0,1W1\n' > "$tmp/s.csv"
+out=$(run 2 "$TRAINEXEC" $small -p 2 --schedule-csv "$tmp/s.csv" 2>&1); rc=$?
+check "--schedule-csv with a mismatching global batch: exit 2 naming the batch" \
+    '[ $rc -eq 2 ] && [[ "$out" == *"--global-batch-size 2"* ]]'
+out=$(run 2 "$TRAINEXEC" $small -p 2 --schedule-csv "$tmp/s.csv" --global-batch-size 2 \
+      --iterations 1 --warmup 0 2>&1)
+l3=$(echo "$out" | grep -oE 'iteration 1/1: loss [0-9.]+' | awk '{print $4}')
+out2=$(run 1 "$TRAINEXEC" $small --global-batch-size 2 --iterations 1 --warmup 0 2>&1)
+l4=$(echo "$out2" | grep -oE 'iteration 1/1: loss [0-9.]+' | awk '{print $4}')
+check "compute-only CSV zero-bubble schedule on 2 ranks = 1 rank ($l3 vs $l4)" '[ -n "$l3" ] && [ "$l3" = "$l4" ]'
 
 echo "$pass passed, $fail failed"
