@@ -222,6 +222,10 @@ static int resolve_layout(flags_state *s, const opt_table *t, const catalog_mode
         s->c->cluster.gpus = pm->gpus;
     p->recompute = opt_was_set(t, "--recompute-granularity") ? (config_recompute)s->recompute : q->recompute;
     p->recompute_method = (config_recompute_method)s->recompute_method;
+    if (opt_was_set(t, "--recompute-method") && p->recompute != RECOMPUTE_FULL) /* as Megatron-LM */
+        return err_set(err, TS_EINVAL,
+                       "--recompute-method applies to --recompute-granularity full only (got %s)",
+                       CONFIG_RECOMPUTE_NAMES[p->recompute]);
     if (!opt_was_set(t, "--recompute-num-layers"))
         p->recompute_num_layers = 0;
     if (!opt_was_set(t, "--overlap-grad-reduce"))

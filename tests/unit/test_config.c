@@ -234,6 +234,13 @@ Test(config, flag_level_errors)
     EXPECT_MSG("--bf16 and --fp16 exclude each other");
     cr_expect_eq(run("--recompute-num-layers", "1", NULL), TS_EINVAL);
     EXPECT_MSG("--recompute-num-layers applies to --recompute-granularity full only (got selective)");
+    cr_expect_eq(run("--recompute-method", "block", NULL), TS_EINVAL);
+    EXPECT_MSG("--recompute-method applies to --recompute-granularity full only (got selective)");
+    cr_assert_eq(run("--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", "2",
+                     NULL),
+                 TS_OK, "%s", E.msg);
+    cr_expect_eq(C.par.recompute_method, RECOMPUTE_METHOD_BLOCK);
+    cr_expect_eq(C.par.recompute_num_layers, 2);
     cr_expect_eq(run("--recompute-granularity", "full", "--recompute-num-layers", "7", NULL), TS_EINVAL);
     EXPECT_MSG("--recompute-num-layers 7 exceeds the 3 layers of a pipeline stage");
     cr_expect_eq(run("--tensor-model-parallel-sizes", "8", NULL), TS_EINVAL);
