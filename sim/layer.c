@@ -386,8 +386,12 @@ int layer_output_ops(const layer_shape *L, layer_pass pass, layer_ops *out, ts_e
         break;
     }
     case LAYER_PASS_W:
-        if (L->sp && D.comm) deps(out, comm(out, "final.ag.in", COMM_ALL_GATHER, D.S, L->t), -1, -1);
-        deps(out, gemm(out, "logit.wgrad", D.Vt, h, D.T), -1, out->n - 1);
+    {
+        int ag = -1;
+        if (L->sp && D.comm) deps(out, ag = comm(out, "final.ag.in", COMM_ALL_GATHER, D.S, L->t), -1, -1);
+        int wg = gemm(out, "logit.wgrad", D.Vt, h, D.T);
+        deps(out, wg, -1, ag);
+    }
         break;
     case LAYER_PASS_R: break;
     default: return err_set(err, TS_EINVAL, "layer_output_ops: unknown pass %d", (int)pass);
