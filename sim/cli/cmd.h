@@ -14,6 +14,10 @@ int cmd_simulate(int argc, char **argv);
 int cmd_config(int argc, char **argv);
 /* trainsim calibrate: microbenchmark samples -> calibration CSV (cmd_calibrate.c). */
 int cmd_calibrate(int argc, char **argv);
+/* search: fastest layout that fits (cmd_search.c) */
+int cmd_search(int argc, char **argv);
+/* sweep: simulate every row of a CSV, resumably (cmd_sweep.c) */
+int cmd_sweep(int argc, char **argv);
 
 /* trainsim schedule: generate/import, validate, print, time and export a
  * pipeline schedule (cmd_schedule.c). */
