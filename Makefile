@@ -92,6 +92,16 @@ GPU_TBIN     := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(GPU_TSRC))
 TARGETS      += $(GPU_TBIN)
 endif
 
+# Search across MPI ranks (issue 8): the same commands built with mpicc and
+# TRAINSIM_MPI, so `mpirun -np K build/trainsim-mpi search ...` splits the
+# simulations across ranks (sim/search_mpi.h); sim/ itself needs no MPI.
+TRAINSIM_MPI := $(BUILD)/trainsim-mpi
+CLI_MPI_OBJ  := $(patsubst %.c,$(BUILD)/mpi/%.o,$(CLI_SRC))
+$(CLI_MPI_OBJ): CPPFLAGS += -DTRAINSIM_MPI=1
+ifeq ($(HAVE_MPI),1)
+TARGETS += $(TRAINSIM_MPI)
+endif
+
 .PHONY: all summary test test-sanitize bench plots clean
 all: summary $(TARGETS)
 
@@ -127,6 +137,9 @@ $(LIBXRT): $(XRT_OBJ) $(XCUDA_OBJ)
 
 $(TRAINSIM): $(CLI_OBJ) $(LIBSIM)
 	$(CC) $(LDFLAGS) $(CLI_OBJ) $(LIBSIM) $(LIBS_SIM) -o $@
+
+$(TRAINSIM_MPI): $(CLI_MPI_OBJ) $(LIBSIM)
+	$(MPICC) $(LDFLAGS) $(CLI_MPI_OBJ) $(LIBSIM) $(LIBS_SIM) -o $@
 
 $(TRAINEXEC): $(BUILD)/mpi/exec/trainexec.o $(LIBXRT) $(LIBXCPU) $(LIBSIM)
 	$(MPICC) $(LDFLAGS) $^ $(CUDA_LIBS) $(LIBS_SIM) -o $@

@@ -14,5 +14,9 @@ int cmd_simulate(int argc, char **argv);
 int cmd_config(int argc, char **argv);
 /* trainsim calibrate: microbenchmark samples -> calibration CSV (cmd_calibrate.c). */
 int cmd_calibrate(int argc, char **argv);
+/* search: fastest layout that fits (cmd_search.c) */
+int cmd_search(int argc, char **argv);
+/* sweep: simulate every row of a CSV, resumably (cmd_sweep.c) */
+int cmd_sweep(int argc, char **argv);
 
 #endif

@@ -27,6 +27,8 @@ static const command COMMANDS[] = {
     {"version", cmd_version, "print the version"},
     {"config", cmd_config, "check flags and print the resolved configuration (presets: --list-models)"},
     {"calibrate", cmd_calibrate, "fit the cost model to trainexec --microbench samples"},
+    {"search", cmd_search, "find the fastest layout that fits for a model, GPU count and batch"},
+    {"sweep", cmd_sweep, "simulate every row of a CSV (resumable), appending to --out"},
 };
 #define NCOMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
 

@@ -5,3 +5,5 @@ set -eu
 BUILD=${BUILD:-build}
 echo "== simulator speed (best of 5, one core)"
 OPENBLAS_NUM_THREADS=1 "$BUILD"/tests/bench/bench_sim --reps 5
+echo "== search speed: Megatron 530B on 5120 A100 80GB, B = 2520, whole space (target <= 10 s)"
+OPENBLAS_NUM_THREADS=1 "$BUILD"/tests/bench/bench_search

@@ -1,0 +1,187 @@
+/* trainsim sweep — simulate every configuration of a CSV (one per row, any
+ * trainsim flag as a column), appending results to --out, resumably
+ * (sweep.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cmd.h"
+#include "flags.h"
+#include "opt.h"
+#include "simulate.h"
+#include "sweep.h"
+
+static const char *const RESULT_COLUMNS[] = {
+    "iteration_s", "tokens_per_s", "model_tflops_per_gpu", "megatron_tflops_per_gpu", "mfu",
+    "hfu", "peak_mem_gib", "fits", "bubble_fraction", "exposed_tp_s", "exposed_pp_s",
+    "exposed_dp_s", "train_days", "train_gpu_hours",
+};
+#define NRESULTS (sizeof RESULT_COLUMNS / sizeof RESULT_COLUMNS[0])
+
+/* v with `decimals` digits after the point, in a malloc'ed string. */
+static char *fmt(int decimals, double v)
+{
+    char buf[64];
+    snprintf(buf, sizeof buf, "%.*f", decimals, v);
+    return strdup(buf);
+}
+
+/* One row: the shared flags (flags.h) plus --train-tokens and
+ * --calibration, resolved and validated, then one simulated iteration. */
+static int eval_row(void *user, int argc, char **argv, char **cells, ts_err *err)
+{
+    (void)user;
+    config c;
+    flags_state fs;
+    opt_table t;
+    double train_tokens = 0;
+    const char *calibration = NULL;
+    simulate_result *r = NULL;
+    opt_table_init(&t, "trainsim sweep (row)", "");
+    int rc = flags_register(&fs, &t, &c, err);
+    if (rc == TS_OK)
+        rc = opt_add(&t, &(opt_spec){.name = "--train-tokens", .type = OPT_DOUBLE,
+                                     .target = &train_tokens, .min = 0, .max = 1e18,
+                                     .help = "tokens to train"}, err);
+    if (rc == TS_OK)
+        rc = opt_add(&t, &(opt_spec){.name = "--calibration", .type = OPT_STRING,
+                                     .target = &calibration, .help = "calibration CSV"}, err);
+    if (rc == TS_OK)
+        rc = opt_parse(&t, argc, argv, err);
+    if (rc == TS_OK && t.help_requested)
+        rc = err_set(err, TS_EINVAL, "a sweep row cannot ask for --help");
+    if (rc == TS_OK)
+        rc = flags_finish(&fs, &t, err);
+    if (rc) {
+        opt_table_free(&t);
+        return rc;
+    }
+    simulate_opts so = {.calibration_path = calibration, .train_tokens = train_tokens};
+    rc = simulate_run(&c, &so, &r, err);
+    if (rc == TS_OK) {
+        double ex[3];
+        for (int k = 0; k < 3; k++)
+            ex[k] = r->exposed_ns[k] * 1e-9;
+        char *v[NRESULTS] = {
+            fmt(6, r->iteration_ns * 1e-9), fmt(1, r->tokens_per_s),
+            fmt(2, r->model_tflops_per_gpu), fmt(2, r->megatron_tflops_per_gpu),
+            fmt(4, r->mfu), fmt(4, r->hfu),
+            fmt(3, r->peak_bytes / (1024.0 * 1024.0 * 1024.0)), strdup(r->fits ? "1" : "0"),
+            fmt(4, r->bubble_fraction), fmt(6, ex[0]), fmt(6, ex[1]),
+            fmt(6, ex[2]),
+            train_tokens > 0 ? fmt(3, r->train_s / 86400.0) : strdup(""),
+            train_tokens > 0 ? fmt(0, r->train_gpu_hours) : strdup(""),
+        };
+        for (size_t i = 0; i < NRESULTS; i++) {
+            cells[i] = v[i];
+            if (!v[i])
+                rc = err_set(err, TS_ENOMEM, "out of memory");
+        }
+    }
+    simulate_result_free(r);
+    config_free(&c);
+    opt_table_free(&t);
+    return rc;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+typedef struct {
+    double start;
+    size_t first_done;  /* rows done when the run started (skipped) */
+    bool tty, quiet;
+} bar;
+
+/* A progress bar with ETA, on a terminal only. */
+static void on_progress(void *user, size_t done, size_t total, size_t skipped)
+{
+    bar *b = user;
+    if (b->quiet || !b->tty || total == 0)
+        return;
+    if (b->start == 0) {
+        b->start = now_s();
+        b->first_done = skipped;
+    }
+    double el = now_s() - b->start;
+    size_t ran = done - b->first_done;
+    double eta = ran ? el * (double)(total - done) / (double)ran : 0;
+    int width = 30, fill = (int)(width * (double)done / (double)total);
+    char line[64];
+    for (int i = 0; i < width; i++)
+        line[i] = i < fill ? '#' : '.';
+    line[width] = '\0';
+    fprintf(stderr, "\rsweep [%s] %zu/%zu rows (%zu resumed) %.0f s, ETA %.0f s ", line, done,
+            total, skipped, el, eta);
+    if (done == total)
+        fputc('\n', stderr);
+}
+
+int cmd_sweep(int argc, char **argv)
+{
+    const char *out = NULL;
+    int threads = 1;
+    bool quiet = false;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    threads = ncpu > 0 ? (int)ncpu : 1;
+    opt_table t;
+    opt_table_init(&t, "trainsim sweep FILE.csv",
+                   "Simulate every row of FILE.csv: its header names trainsim flags "
+                   "(tensor-model-parallel-size, gpus, model, schedule, ... with or without "
+                   "'--'; also train-tokens and calibration), each row is one configuration "
+                   "(empty cells keep the default). Results are appended to --out, one line per "
+                   "row with a key; a killed sweep restarted with the same arguments skips "
+                   "the rows already there and loses or duplicates none.");
+    t.max_positional = 1;
+    ts_err err;
+    err_clear(&err);
+    int rc = opt_add(&t, &(opt_spec){.name = "--out", .type = OPT_STRING, .target = &out,
+                                     .metavar = "RESULTS.csv", .defval = "required",
+                                     .help = "results CSV (appended; created if missing)"}, &err);
+    if (rc == TS_OK)
+        rc = opt_add(&t, &(opt_spec){.name = "--threads", .type = OPT_INT, .target = &threads,
+                                     .min = 1, .max = 1024, .unit = "threads",
+                                     .defval = "online CPUs", .help = "rows simulated at once"},
+                     &err);
+    if (rc == TS_OK)
+        rc = opt_add(&t, &(opt_spec){.name = "--quiet", .type = OPT_BOOL, .target = &quiet,
+                                     .help = "no progress bar"}, &err);
+    if (rc == TS_OK)
+        rc = opt_parse(&t, argc, argv, &err);
+    if (rc == TS_OK && t.help_requested) {
+        opt_help(&t, stdout);
+        opt_table_free(&t);
+        return 0;
+    }
+    if (rc == TS_OK && t.n_positional != 1)
+        rc = err_set(&err, TS_EINVAL, "give the input CSV: trainsim sweep FILE.csv --out RESULTS.csv");
+    if (rc == TS_OK && !out)
+        rc = err_set(&err, TS_EINVAL, "--out RESULTS.csv is required (where results are appended)");
+    if (rc) {
+        fprintf(stderr, "trainsim sweep: %s\n", err.msg);
+        opt_table_free(&t);
+        return 2;
+    }
+    bar b = {.tty = isatty(2), .quiet = quiet};
+    sweep_opts o = {.input = t.positional[0], .output = out, .threads = threads,
+                    .progress = on_progress, .progress_user = &b};
+    sweep_evaluator ev = {NRESULTS, RESULT_COLUMNS, eval_row, NULL};
+    sweep_stats st;
+    rc = sweep_run(&o, &ev, &st, &err);
+    if (rc) {
+        fprintf(stderr, "trainsim sweep: %s\n", err.msg);
+        opt_table_free(&t);
+        return rc == TS_EINVAL ? 2 : 1;
+    }
+    printf("sweep: %zu rows: %zu already in %s, %zu simulated (%zu failed: see the error "
+           "column)%s\n", st.rows, st.skipped, out, st.ran, st.failed,
+           st.repaired ? "; a torn last line left by an interrupted run was cut off" : "");
+    opt_table_free(&t);
+    return 0;
+}

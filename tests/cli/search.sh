@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# trainsim search on a small case: output, CSV of every candidate, the same
+# results with 1 or 2 threads (and over 2 MPI ranks when trainsim-mpi is
+# built), --explain, and clear errors. Ends with "N passed, N failed".
+set -u
+BUILD=${BUILD:-build}
+T=${TRAINSIM:-$BUILD/trainsim}
+pass=0 fail=0
+check() { # NAME CONDITION...
+    local name=$1; shift
+    if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $name"; fi
+}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+args=(--model megatron-1.7b --gpus 16 --global-batch-size 64 --micro-batch-sizes 1,8
+      --schedules 1f1b,interleaved --max-virtual-pipeline-stages 3
+      --max-tensor-model-parallel-size 2 --no-recompute-block --quiet)
+
+"$T" search "${args[@]}" --threads 1 --top 5 --explain --out "$tmp/t1.csv" >"$tmp/t1.out" 2>"$tmp/t1.err"
+rc=$?
+check "search exits 0" test $rc -eq 0
+check "prints the ranking" grep -q '^Best of [0-9]* layouts that fit' "$tmp/t1.out"
+check "prints 5 ranked rows" test "$(grep -cE '^ +[1-5] +[0-9.]+ +[0-9.]+ ' "$tmp/t1.out")" -eq 5
+check "--explain names the main limit" grep -q 'main limit:' "$tmp/t1.out"
+n=$(sed -nE 's/^([0-9]+) candidates:.*/\1/p' "$tmp/t1.out")
+check "CSV has a row per candidate" test "$(($(wc -l <"$tmp/t1.csv") - 1))" -eq "${n:-0}"
+check "CSV header" grep -q '^index,status,reason,tp,pp,dp,vp,micro_batch_size' "$tmp/t1.csv"
+check "CSV gives rejection reasons" grep -q 'not divisible by micro-batch' "$tmp/t1.csv"
+check "CSV ranks exactly one first" test "$(grep -c ',1$' "$tmp/t1.csv")" -eq 1
+
+"$T" search "${args[@]}" --threads 2 --top 5 --explain --out "$tmp/t2.csv" >"$tmp/t2.out" 2>&1
+check "2 threads: same CSV byte for byte" cmp -s "$tmp/t1.csv" "$tmp/t2.csv"
+check "2 threads: same ranking" diff <(grep -E '^ +[0-9]+ ' "$tmp/t1.out") <(grep -E '^ +[0-9]+ ' "$tmp/t2.out")
+
+MPI_BIN=$BUILD/trainsim-mpi
+if [ -x "$MPI_BIN" ] && command -v mpirun >/dev/null; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+    timeout 300 mpirun --oversubscribe -np 2 "$MPI_BIN" search "${args[@]}" --threads 1 --out "$tmp/mpi.csv" >"$tmp/mpi.out" 2>&1
+    check "mpirun -np 2 trainsim-mpi search exits 0" test $? -eq 0
+    check "MPI split: same CSV as one process" cmp -s "$tmp/t1.csv" "$tmp/mpi.csv"
+    check "MPI split: printed once" test "$(grep -c '^Best of' "$tmp/mpi.out")" -eq 1
+else
+    echo "(MPI part skipped: $MPI_BIN or mpirun missing)"
+fi
+
+"$T" search --model gpt3-175b --gpus 8 --global-batch-size 8 --quiet --out "$tmp/none.csv" >"$tmp/none.out" 2>&1
+rc=$?
+check "nothing fits: exit 1" test $rc -eq 1
+check "nothing fits: says so" grep -q 'no layout fits' "$tmp/none.out"
+check "nothing fits: CSV still written with reasons" grep -q 'memory lower bound' "$tmp/none.csv"
+
+"$T" search --model megatron-1.7b --gpus 32 --schedules 1f1b,zz >"$tmp/bad.out" 2>&1
+rc=$?
+check "bad --schedules: exit 2" test $rc -eq 2
+check "bad --schedules: lists valid names" grep -q 'zb-h1' "$tmp/bad.out"
+"$T" search --model no-such-model --gpus 32 >"$tmp/bad2.out" 2>&1
+rc=$?
+check "unknown --model: exit 2" test $rc -eq 2
+check "unknown --model: names the flag" grep -q -- '--model' "$tmp/bad2.out"
+"$T" search --micro-batch-sizes 1,x >"$tmp/bad3.out" 2>&1
+check "bad --micro-batch-sizes: exit 2" test $? -eq 2
+"$T" search --help >"$tmp/help.out" 2>&1
+check "--help lists --explain and --top" grep -q -- '--explain' "$tmp/help.out"
+
+echo "$pass passed, $fail failed"
