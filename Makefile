@@ -40,6 +40,9 @@ ifeq ($(SAN),)
 else
 HAVE_CUDA :=
 endif
+ifeq ($(HAVE_MPI),)
+HAVE_CUDA :=
+endif
 
 REQUIRED_MISSING := $(if $(HAVE_GSL),,GSL) $(if $(HAVE_CSV),,libcsv) $(if $(HAVE_OPENBLAS),,OpenBLAS)
 ifneq ($(strip $(REQUIRED_MISSING)),)
@@ -89,7 +92,8 @@ NVCCFLAGS    ?= -O3 -std=c++17 -Xcompiler -Wall,-Wextra,-Werror -Werror all-warn
                 -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90
 XCUDA_OBJ    := $(patsubst %.c,$(BUILD)/mpi/%.o,$(XCUDA_C)) $(patsubst %.cu,$(BUILD)/%.cu.o,$(XCUDA_CU))
 GPU_TBIN     := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(GPU_TSRC))
-TARGETS      += $(GPU_TBIN)
+CUDACAL      := $(BUILD)/cudacal
+TARGETS      += $(GPU_TBIN) $(CUDACAL)
 endif
 
 # Search across MPI ranks (issue 8): the same commands built with mpicc and
@@ -153,6 +157,10 @@ $(BUILD)/tests/mpi/%: tests/mpi/%.c $(LIBXRT) $(LIBXCPU) $(LIBSIM)
 	$(MPICC) $(CPPFLAGS) $(CFLAGS) $(CUDA_CFLAGS) $(LDFLAGS) $< $(LIBXRT) $(LIBXCPU) $(LIBSIM) $(CUDA_LIBS) $(LIBS_SIM) -o $@
 
 $(BUILD)/tests/gpu/%: tests/gpu/%.c $(LIBXRT) $(LIBXCPU) $(LIBSIM)
+	@mkdir -p $(dir $@)
+	$(MPICC) $(CPPFLAGS) $(CFLAGS) $(CUDA_CFLAGS) $(LDFLAGS) $< $(LIBXRT) $(LIBXCPU) $(LIBSIM) $(CUDA_LIBS) $(LIBS_SIM) -o $@
+
+$(BUILD)/cudacal: exec/cuda/tools/cudacal.c $(LIBXRT) $(LIBXCPU) $(LIBSIM)
 	@mkdir -p $(dir $@)
 	$(MPICC) $(CPPFLAGS) $(CFLAGS) $(CUDA_CFLAGS) $(LDFLAGS) $< $(LIBXRT) $(LIBXCPU) $(LIBSIM) $(CUDA_LIBS) $(LIBS_SIM) -o $@
 

@@ -63,6 +63,13 @@ static inline CUK_HD uint32_t cuk_rand_bits(uint64_t seed, uint64_t i)
     return (uint32_t)(z >> 32);
 }
 
+/* x[i] = bf16(scale * (2 u - 1)), u = cuk_rand_uniform(seed, i): weights and
+ * inputs for benchmarks. */
+cudaError_t cuk_fill_uniform_bf16(uint16_t *x, size_t n, uint64_t seed, float scale,
+                                  cudaStream_t stream);
+/* An empty kernel (one block of 32 threads): the launch overhead. */
+cudaError_t cuk_noop(cudaStream_t stream);
+
 /* ------------------------------------------------------------ layer norm */
 
 /* Layer norm over the last dimension, fp32 statistics.

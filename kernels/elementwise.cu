@@ -65,6 +65,28 @@ extern "C" cudaError_t cuk_zero_f32(float *x, size_t n, cudaStream_t stream)
     return cudaMemsetAsync(x, 0, n * sizeof(float), stream);
 }
 
+__global__ void fill_uniform_kernel(uint16_t *x, size_t n, uint64_t seed, float scale)
+{
+    GRID_STRIDE(i, n) x[i] = f2bf(scale * (2.0f * cuk_rand_uniform(seed, i) - 1.0f));
+}
+
+extern "C" cudaError_t cuk_fill_uniform_bf16(uint16_t *x, size_t n, uint64_t seed, float scale,
+                                             cudaStream_t stream)
+{
+    if (n == 0)
+        return cudaSuccess;
+    fill_uniform_kernel<<<ew_blocks(n), EW_THREADS, 0, stream>>>(x, n, seed, scale);
+    return cuk_status();
+}
+
+__global__ void noop_kernel(void) {}
+
+extern "C" cudaError_t cuk_noop(cudaStream_t stream)
+{
+    noop_kernel<<<1, 32, 0, stream>>>();
+    return cuk_status();
+}
+
 /* ------------------------------------------------------------ bias + dropout + residual */
 
 template <typename S>
