@@ -372,7 +372,8 @@ static int get_num(const csvio_table *t, size_t row, const char *name, double mi
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (end == s || *end || errno == ERANGE || !isfinite(v))
+    if (end == s || *end || errno == ERANGE || !isfinite(v) ||
+        s[strspn(s, "0123456789+-.eE")]) /* decimal only: no hex, inf, nan */
         return csvio_errf(t, row, name, err, "'%s' is not a number (expected %s)", s, expect);
     if (positive ? !(v > 0) : (v < min || v > max))
         return csvio_errf(t, row, name, err, "%s is out of range (expected %s)", s, expect);
