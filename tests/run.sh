@@ -72,13 +72,7 @@ echo "== command-line tests"
 for t in tests/cli/*.sh; do
     [ -f "$t" ] || continue
     name=$(basename "$t" .sh); log="$logdir/cli-$name.log"
-    # Scripts that start MPI programs: OpenMPI's process-lifetime allocations are
-    # not ours (as for the MPI tests below); leak checks stay on for the others.
-    if grep -q mpirun "$t"; then
-        ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=0} bash "$t" >"$log" 2>&1; rc=$?
-    else
-        bash "$t" >"$log" 2>&1; rc=$?
-    fi
+    bash "$t" >"$log" 2>&1; rc=$?
     before=$fail; count_plain "$name" "$log" $rc
     printf '  %-32s %s\n' "$name" "$(grep -E '[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)"
     if [ $fail -ne $before ]; then grep -E 'FAIL|error' "$log" | head -n 40; fi
