@@ -311,6 +311,9 @@ int main(int argc, char **argv)
     o.eps = (float)a.eps;
     o.weight_decay = (float)a.wd;
     o.op_trace = a.op_trace;
+    if (rank == 0 && pc->overlap_grad_reduce)
+        printf("trainexec: note: --overlap-grad-reduce is not overlapped here: gradients are "
+               "reduced at the schedule's REDUCE_GRAD actions\n");
     int tp = pc->tp, pp = pc->pp, d = pc->dp;
     parallel_config par = *pc;
     model_config mod = *mc;
