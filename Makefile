@@ -172,7 +172,7 @@ $(BUILD)/tests/bench/%: tests/bench/%.c $(LIBSIM)
 TEST_BINS := $(TARGETS) $(if $(HAVE_CRITERION),$(UNIT_BIN)) $(if $(HAVE_MPI),$(MPI_TBIN))
 test: summary $(TEST_BINS)
 	@BUILD=$(BUILD) HAVE_MPI=$(HAVE_MPI) HAVE_CUDA=$(HAVE_CUDA) HAVE_CRITERION=$(HAVE_CRITERION) \
-	  MPIRUN="$(MPIRUN)" bash tests/run.sh
+	  MPIRUN="$(MPIRUN)" SANITIZE="$(if $(SAN),1)" bash tests/run.sh
 
 SAN_FLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 test-sanitize:

@@ -11,7 +11,12 @@
 #include "runtime.h"
 
 #define REPS 5
-#define MIN_SAMPLE_NS 2000000 /* repeat short ops until a sample spans >= 2 ms */
+/* Repeat an op until one sample spans COMPUTE_SAMPLE_NS: long enough that
+ * on a shared machine a sample sees the same share of the cores as a
+ * training iteration does (a 0.5 ms sample fits in one scheduler slice and
+ * measures the unshared speed). Messages: MSG_SAMPLE_NS. */
+#define COMPUTE_SAMPLE_NS 40000000
+#define MSG_SAMPLE_NS 4000000
 
 typedef struct {
     FILE *f; /* rank 0's memory stream, NULL elsewhere */
@@ -66,7 +71,7 @@ static double time_gemm(backend *be, const gemm_shape *g, float *A, float *B, fl
         be->gemm(be, g->ta, g->tb, g->m, g->n, g->k, 1.0f, A, lda, B, ldb, 0.0f, C, g->n);
         iters++;
         t1 = rt_now_ns();
-    } while (t1 - t0 < MIN_SAMPLE_NS / 4);
+    } while (t1 - t0 < COMPUTE_SAMPLE_NS);
     return (double)(t1 - t0) / iters;
 }
 
@@ -191,7 +196,7 @@ static int bench_mem(backend *be, sink *s, FILE *progress, ts_err *err)
                     run_mem(be, k, n, x);
                     iters++;
                     t1 = rt_now_ns();
-                } while (t1 - t0 < MIN_SAMPLE_NS / 4);
+                } while (t1 - t0 < COMPUTE_SAMPLE_NS);
                 put_row(s, "memory", MK_NAMES[k], 0, 0, 0, (int64_t)n * MK_BYTES[k], 1, r,
                         (double)(t1 - t0) / iters);
             }
@@ -209,7 +214,7 @@ static int bench_mem(backend *be, sink *s, FILE *progress, ts_err *err)
             be->gelu_fwd(be, x[1], x[0], 1);
             iters++;
             t1 = rt_now_ns();
-        } while (t1 - t0 < MIN_SAMPLE_NS / 8);
+        } while (t1 - t0 < COMPUTE_SAMPLE_NS / 8);
         put_row(s, "launch", "gelu1", 0, 0, 0, 0, 1, r, (double)(t1 - t0) / iters);
     }
     rc = s->rc;
@@ -252,7 +257,7 @@ static int bench_msgs(MPI_Comm world, sink *s, FILE *progress, ts_err *err)
                     }
                     iters++;
                     el = rt_now_ns() - t0;
-                    more = el < MIN_SAMPLE_NS;
+                    more = el < MSG_SAMPLE_NS;
                     MPI_Bcast(&more, 1, MPI_INT, 0, world);
                 }
                 put_row(s, "p2p", "sendrecv", 0, 0, 0, (int64_t)bytes, 2, r,
@@ -265,7 +270,7 @@ static int bench_msgs(MPI_Comm world, sink *s, FILE *progress, ts_err *err)
                 MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_FLOAT, MPI_SUM, world);
                 iters++;
                 el = rt_now_ns() - t0;
-                more = el < MIN_SAMPLE_NS;
+                more = el < MSG_SAMPLE_NS;
                 MPI_Bcast(&more, 1, MPI_INT, 0, world);
             }
             put_row(s, "allreduce", "allreduce", 0, 0, 0, (int64_t)bytes, size, r,

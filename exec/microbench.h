@@ -17,6 +17,9 @@
  *              0 and 1 (needs >= 2 ranks; skipped otherwise);
  *   allreduce  MPI_Allreduce (sum, fp32) of `bytes` over all ranks.
  *
+ * Each sample repeats the op for >= 40 ms (messages: 4 ms), so that on a
+ * machine shared with other work it measures the share a training run gets.
+ *
  * Output CSV (libcsv), one row per sample (repeats are separate rows; the
  * fit takes medians):
  *   kind,name,dtype,m,n,k,batch,bytes,ranks,rep,time_ns

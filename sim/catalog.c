@@ -226,25 +226,6 @@ void catalog_models_free(catalog_models *c)
     free(c);
 }
 
-static int enum_cell(const csvio_table *t, size_t r, const char *col, const char *const *names, int *out,
-                     ts_err *err)
-{
-    const char *s;
-    int rc = csvio_get_str(t, r, col, &s, err);
-    if (rc)
-        return rc;
-    char list[200] = "";
-    size_t off = 0;
-    for (int i = 0; names[i]; i++) {
-        if (!strcmp(s, names[i])) {
-            *out = i;
-            return TS_OK;
-        }
-        off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", i ? ", " : "", names[i]);
-    }
-    return csvio_errf(t, r, col, err, "'%s' is not valid (valid: %s)", s, list);
-}
-
 static int model_row(const csvio_table *t, size_t r, catalog_model *m, ts_err *err)
 {
     model_config *mc = &m->model;
@@ -278,7 +259,7 @@ static int model_row(const csvio_table *t, size_t r, catalog_model *m, ts_err *e
         (rc = csvio_get_int(t, r, "micro_batch_size", 1, BIG, &p->micro_batch_size, err)) ||
         (rc = csvio_get_int(t, r, "global_batch_size", 1, BIG, &p->global_batch_size, err)) ||
         (rc = csvio_get_bool(t, r, "sequence_parallel", &p->sequence_parallel, err)) ||
-        (rc = enum_cell(t, r, "recompute_granularity", CONFIG_RECOMPUTE_NAMES, &rec, err)) ||
+        (rc = csvio_get_enum(t, r, "recompute_granularity", CONFIG_RECOMPUTE_NAMES, &rec, err)) ||
         (rc = csvio_get_bool(t, r, "use_distributed_optimizer", &p->distributed_optimizer, err)) ||
         (rc = csvio_get_str(t, r, "schedule", &sched_name, err)) ||
         (rc = csvio_get_str(t, r, "layout_source", &src, err)))

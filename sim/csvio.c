@@ -372,7 +372,8 @@ static int get_num(const csvio_table *t, size_t row, const char *name, double mi
     char *end;
     errno = 0;
     double v = strtod(s, &end);
-    if (end == s || *end || errno == ERANGE || !isfinite(v))
+    if (end == s || *end || errno == ERANGE || !isfinite(v) ||
+        s[strspn(s, "0123456789+-.eE")]) /* decimal only: no hex, inf, nan */
         return csvio_errf(t, row, name, err, "'%s' is not a number (expected %s)", s, expect);
     if (positive ? !(v > 0) : (v < min || v > max))
         return csvio_errf(t, row, name, err, "%s is out of range (expected %s)", s, expect);
@@ -406,6 +407,26 @@ int csvio_get_bool(const csvio_table *t, size_t row, const char *name, bool *out
         return TS_OK;
     }
     return csvio_errf(t, row, name, err, "'%s' is not a boolean (expected true or false)", s);
+}
+
+int csvio_get_enum(const csvio_table *t, size_t row, const char *name, const char *const *names, int *out,
+                   ts_err *err)
+{
+    const char *s;
+    int rc = csvio_get_str(t, row, name, &s, err);
+    if (rc)
+        return rc;
+    char list[400] = "";
+    size_t off = 0;
+    for (int i = 0; names[i]; i++) {
+        if (!strcmp(s, names[i])) {
+            *out = i;
+            return TS_OK;
+        }
+        if (off < sizeof list)
+            off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", i ? ", " : "", names[i]);
+    }
+    return csvio_errf(t, row, name, err, "'%s' is not valid (valid: %s)", s, list);
 }
 
 /* ---------------------------------------------------------------- writing */

@@ -93,6 +93,11 @@ int csvio_get_positive(const csvio_table *t, size_t row, const char *name, doubl
 /* true|false|yes|no|1|0 (case-sensitive, lower case). */
 int csvio_get_bool(const csvio_table *t, size_t row, const char *name, bool *out, ts_err *err);
 
+/* One of names (NULL-terminated list): *out is its index. TS_EINVAL
+ * "FILE:LINE: column 'c': 'x' is not valid (valid: a, b, c)" otherwise. */
+int csvio_get_enum(const csvio_table *t, size_t row, const char *name, const char *const *names, int *out,
+                   ts_err *err);
+
 /* Error with the row's location: "FILE:LINE: column 'name': <formatted>". */
 int csvio_errf(const csvio_table *t, size_t row, const char *name, ts_err *err, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));

@@ -21,6 +21,7 @@ static int plan_xfer(const net_graph *g, net_router *r, net_plan *p, int src, in
     x->src = src;
     x->dst = dst;
     x->bytes = bytes;
+    x->bundle = p->cur_bundle;
     int rc = net_route(r, src, dst, key * 0x100000001B3ull + (uint64_t)p->nx, x->links, err);
     if (rc < 0) return rc;
     x->nlinks = rc;
@@ -38,8 +39,9 @@ static int plan_phase_begin(net_plan *p, ts_err *err)
         p->ph = n;
         p->capph = ncap;
     }
-    p->ph[p->nph] = (net_phase){p->nx, 0, 0};
+    p->ph[p->nph] = (net_phase){p->nx, 0, 0, 0};
     p->nph++;
+    p->cur_bundle = 0;
     return TS_OK;
 }
 
@@ -49,6 +51,7 @@ static void plan_phase_end(const net_graph *g, net_plan *p, int steps)
 {
     net_phase *ph = &p->ph[p->nph - 1];
     ph->count = p->nx - ph->first;
+    ph->nbundles = ph->count ? p->x[p->nx - 1].bundle + 1 : 0;
     double worst_us = 0;
     for (int i = ph->first; i < p->nx; i++) {
         double us = 0;
@@ -69,6 +72,7 @@ static int ring_flows(const net_graph *g, net_router *r, net_plan *p, const int 
         int rc = plan_xfer(g, r, p, a, b, bytes, key, err);
         if (rc) return rc;
     }
+    p->cur_bundle++; /* the next ring of the phase is another bundle */
     return TS_OK;
 }
 
@@ -261,7 +265,7 @@ void net_plan_free(net_plan *p)
 /* ------------------------------------------------------------ runner */
 
 typedef struct {
-    net_plan plan;
+    const net_plan *pp; /* the plan (owned by the cache) */
     int phase;         /* current phase */
     int outstanding;   /* flows of the phase not yet finished */
     uint64_t tag;
@@ -269,6 +273,21 @@ typedef struct {
 } run_coll;
 
 typedef struct { int64_t t_ns; uint64_t seq; int coll; } timer_t_;
+
+/* A planned request: the same group, kind, algorithm, size and flow key
+ * (NCCL: the same communicator, so the same connections and routes) always
+ * gives the same plan, so each is computed once. */
+typedef struct {
+    int used;
+    uint64_t hash;
+    net_coll_kind kind;
+    net_coll_algo algo;
+    int n, root;
+    double bytes;
+    uint64_t flow_key;
+    int *gpus;
+    net_plan *plan;    /* allocated apart: running collectives point to it across rehashes */
+} plan_entry;
 
 struct net_sim {
     const net_graph *g;
@@ -281,6 +300,8 @@ struct net_sim {
     timer_t_ *tm; int ntm, captm;
     uint64_t seq;
     int in_flight;
+    int *scr; int cap_scr; /* links of the bundle being started */
+    plan_entry *cache; int cache_cap, cache_len; /* plans by request */
     int cb_rc;             /* first error inside a callback */
     ts_err *cb_err;
 };
@@ -304,10 +325,17 @@ int net_sim_new(const net_graph *g, net_coll_done_fn done, void *ctx, net_sim **
 void net_sim_free(net_sim *s)
 {
     if (!s) return;
-    for (int i = 0; i < s->nc; i++) net_plan_free(&s->c[i].plan);
+    for (int i = 0; i < s->cache_cap; i++)
+        if (s->cache[i].used) {
+            net_plan_free(s->cache[i].plan);
+            free(s->cache[i].plan);
+            free(s->cache[i].gpus);
+        }
+    free(s->cache);
     free(s->c);
     free(s->freec);
     free(s->tm);
+    free(s->scr);
     net_flows_free(s->f);
     net_router_free(s->r);
     free(s);
@@ -357,7 +385,7 @@ static int end_phase(net_sim *s, int ci, int64_t t)
 {
     run_coll *c = &s->c[ci];
     c->phase++;
-    if (c->phase < c->plan.nph) return begin_phase(s, ci, t);
+    if (c->phase < c->pp->nph) return begin_phase(s, ci, t);
     c->active = 0;
     s->freec[s->nfree++] = ci;
     s->in_flight--;
@@ -369,12 +397,28 @@ static int end_phase(net_sim *s, int ci, int64_t t)
 static int start_flows(net_sim *s, int ci, int64_t t)
 {
     run_coll *c = &s->c[ci];
-    const net_phase *ph = &c->plan.ph[c->phase];
+    const net_phase *ph = &c->pp->ph[c->phase];
     if (ph->count == 0) return end_phase(s, ci, t);
-    c->outstanding = ph->count;
-    for (int i = ph->first; i < ph->first + ph->count; i++) {
-        const net_xfer *x = &c->plan.x[i];
-        int rc = net_flow_start(s->f, t, x->links, x->nlinks, x->bytes, (uint64_t)ci, s->cb_err);
+    c->outstanding = ph->nbundles;
+    int end = ph->first + ph->count;
+    for (int i = ph->first; i < end;) {
+        int b = c->pp->x[i].bundle, n = 0;
+        double bytes = c->pp->x[i].bytes;
+        for (; i < end && c->pp->x[i].bundle == b; i++) {
+            const net_xfer *x = &c->pp->x[i];
+            if (n + x->nlinks > s->cap_scr) {
+                int ncap = s->cap_scr ? s->cap_scr * 2 : 256;
+                while (ncap < n + x->nlinks) ncap *= 2;
+                int *q = realloc(s->scr, sizeof *q * (size_t)ncap);
+                if (!q) return err_set(s->cb_err, TS_ENOMEM, "net_sim: out of memory");
+                s->scr = q;
+                s->cap_scr = ncap;
+            }
+            memcpy(s->scr + n, x->links, sizeof *x->links * (size_t)x->nlinks);
+            n += x->nlinks;
+            if (x->bytes > bytes) bytes = x->bytes;
+        }
+        int rc = net_flow_start(s->f, t, s->scr, n, bytes, (uint64_t)ci, s->cb_err);
         if (rc < 0) return rc;
     }
     return TS_OK;
@@ -383,7 +427,7 @@ static int start_flows(net_sim *s, int ci, int64_t t)
 static int begin_phase(net_sim *s, int ci, int64_t t)
 {
     run_coll *c = &s->c[ci];
-    int64_t lat = c->plan.ph[c->phase].lat_ns;
+    int64_t lat = c->pp->ph[c->phase].lat_ns;
     if (lat == 0) return start_flows(s, ci, t);
     return tm_push(s, t + lat, ci) ? err_set(s->cb_err, TS_ENOMEM, "net_sim: out of memory") : TS_OK;
 }
@@ -397,6 +441,75 @@ static void on_flow_done(void *ctx, int flow, uint64_t tag, int64_t t)
         int rc = end_phase(s, (int)tag, t);
         if (rc && !s->cb_rc) s->cb_rc = rc;
     }
+}
+
+static uint64_t req_hash(const net_coll_req *q)
+{
+    uint64_t h = 1469598103934665603ull, b;
+    memcpy(&b, &q->bytes, sizeof b);
+    uint64_t parts[4] = {(uint64_t)q->kind << 32 | (uint64_t)q->algo, (uint64_t)(uint32_t)q->n << 32 | (uint32_t)q->root,
+                         b, q->flow_key};
+    for (int i = 0; i < 4; i++) h = (h ^ parts[i]) * 1099511628211ull;
+    for (int i = 0; i < q->n; i++) h = (h ^ (uint64_t)(uint32_t)q->gpus[i]) * 1099511628211ull;
+    return h ^ (h >> 29);
+}
+
+static int entry_matches(const plan_entry *e, uint64_t h, const net_coll_req *q)
+{
+    return e->hash == h && e->kind == q->kind && e->algo == q->algo && e->n == q->n && e->root == q->root &&
+           e->bytes == q->bytes && e->flow_key == q->flow_key &&
+           memcmp(e->gpus, q->gpus, sizeof *q->gpus * (size_t)q->n) == 0;
+}
+
+/* The plan of q, from the cache or computed (and cached). */
+static int plan_lookup(net_sim *s, const net_coll_req *q, const net_plan **out, ts_err *err)
+{
+    if (q->n < 1 || !q->gpus) return err_set(err, TS_EINVAL, "net_coll: group of %d GPUs; need >= 1", q->n);
+    if (2 * (s->cache_len + 1) > s->cache_cap) {
+        int ncap = s->cache_cap ? s->cache_cap * 2 : 256;
+        plan_entry *nc = calloc((size_t)ncap, sizeof *nc);
+        if (!nc) return err_set(err, TS_ENOMEM, "net_sim: out of memory");
+        for (int i = 0; i < s->cache_cap; i++) {
+            if (!s->cache[i].used) continue;
+            int h = (int)(s->cache[i].hash & (uint64_t)(ncap - 1));
+            while (nc[h].used) h = (h + 1) & (ncap - 1);
+            nc[h] = s->cache[i];
+        }
+        free(s->cache);
+        s->cache = nc;
+        s->cache_cap = ncap;
+    }
+    uint64_t hh = req_hash(q);
+    int h = (int)(hh & (uint64_t)(s->cache_cap - 1));
+    while (s->cache[h].used) {
+        if (entry_matches(&s->cache[h], hh, q)) { *out = s->cache[h].plan; return TS_OK; }
+        h = (h + 1) & (s->cache_cap - 1);
+    }
+    plan_entry *e = &s->cache[h];
+    memset(e, 0, sizeof *e);
+    e->plan = calloc(1, sizeof *e->plan);
+    e->gpus = malloc(sizeof *e->gpus * (size_t)q->n);
+    int rc = e->plan && e->gpus ? net_coll_plan(s->g, s->r, q, e->plan, err)
+                                : err_set(err, TS_ENOMEM, "net_sim: out of memory");
+    if (rc) {
+        net_plan_free(e->plan);
+        free(e->plan);
+        free(e->gpus);
+        memset(e, 0, sizeof *e);
+        return rc;
+    }
+    memcpy(e->gpus, q->gpus, sizeof *e->gpus * (size_t)q->n);
+    e->used = 1;
+    e->hash = hh;
+    e->kind = q->kind;
+    e->algo = q->algo;
+    e->n = q->n;
+    e->root = q->root;
+    e->bytes = q->bytes;
+    e->flow_key = q->flow_key;
+    s->cache_len++;
+    *out = e->plan;
+    return TS_OK;
 }
 
 int net_sim_start(net_sim *s, int64_t now_ns, const net_coll_req *req, uint64_t tag, ts_err *err)
@@ -421,7 +534,7 @@ int net_sim_start(net_sim *s, int64_t now_ns, const net_coll_req *req, uint64_t 
         ci = s->nc++;
     }
     run_coll *c = &s->c[ci];
-    if ((rc = net_coll_plan(s->g, s->r, req, &c->plan, err))) {
+    if ((rc = plan_lookup(s, req, &c->pp, err))) {
         s->freec[s->nfree++] = ci;
         return rc;
     }
@@ -432,7 +545,7 @@ int net_sim_start(net_sim *s, int64_t now_ns, const net_coll_req *req, uint64_t 
     s->in_flight++;
     s->cb_err = err;
     s->cb_rc = TS_OK;
-    if (c->plan.nph == 0) {
+    if (c->pp->nph == 0) {
         /* Nothing to move: finishes at once. */
         c->phase = -1;
         rc = end_phase(s, ci, now_ns);

@@ -4,7 +4,12 @@
  *
  * A plan is a list of phases. A phase waits its latency, then starts all of
  * its transfers as concurrent flows; it ends when the last flow ends; then
- * the next phase begins. Phase latency = steps x (largest route latency of
+ * the next phase begins. The transfers of one ring (or one NVLS, tree,
+ * broadcast chain, scatter) move in lockstep in NCCL: chunks advance at the
+ * pace of the slowest hop. They form one bundle, run as a single flow over
+ * all their links (net_flow.h), whose rate is the max-min share of its
+ * tightest link; independent rings of one phase (hierarchical) are separate
+ * bundles. Phase latency = steps x (largest route latency of
  * its transfers + NET_STEP_OVERHEAD_US).
  *
  * NCCL pipelines chunks through a ring, so the n-1 steps of a ring phase
@@ -82,12 +87,14 @@ typedef struct {
 typedef struct {
     int src, dst;      /* node ids */
     double bytes;
+    int bundle;        /* transfers of one bundle (contiguous) move in lockstep: one flow */
     int nlinks;
     int links[NET_MAX_PATH];
 } net_xfer;
 
 typedef struct {
     int first, count;  /* transfers x[first .. first+count) */
+    int nbundles;      /* flows the phase starts */
     int64_t lat_ns;
 } net_phase;
 
@@ -95,6 +102,7 @@ typedef struct {
     net_xfer *x; int nx, capx;
     net_phase *ph; int nph, capph;
     net_coll_algo algo; /* the algorithm used (AUTO resolved) */
+    int cur_bundle;     /* while building */
 } net_plan;
 
 /* Build the plan of req into plan (reset first; arrays reused). Errors name

@@ -358,8 +358,9 @@ static void start_coll(net_engine *ne, engine *e, int ii, const net_step_desc *d
         net_place_coords(ne->pl, global, &tp, &dp, &pp);
         n += net_place_group_gpus(ne->pl, (net_dim)d->dim, net_place_rank(ne->pl, tp, dp, d->peer_pp), ne->gpus + n);
     }
+    /* ECMP key: the communicator (group, and the peer group of a scatter), the same on every call */
     net_coll_req q = {(net_coll_kind)d->coll, ne->opts.algo, ne->gpus, n, d->bytes, 0,
-                      key_hash(in->dim, in->leader, in->tag, in->mb)};
+                      key_hash(in->dim, in->leader, d->coll == NET_COLL_P2P_SCATTER ? 1u + (uint32_t)d->peer_pp : 0u, 0)};
     if (d->coll != NET_COLL_ALLREDUCE) q.algo = NET_ALGO_AUTO;
     ne->st.collectives++;
     if (fail(ne, net_sim_start(ne->sim, now, &q, (uint64_t)ii, &ne->err))) return;
@@ -407,7 +408,7 @@ static void on_start(void *ctx, engine *e, engine_task_id id, int64_t now)
         }
         ne->inst[ii].leader = global;
         net_coll_req q = {NET_COLL_P2P, NET_ALGO_AUTO, pair, 2, d->bytes, 0,
-                          key_hash(3, global, engine_task_tag(e, id), engine_task_mb(e, id))};
+                          key_hash(3, global, (uint32_t)d->peer_pp, 0)};
         ne->st.p2p++;
         if (fail(ne, net_sim_start(ne->sim, now, &q, (uint64_t)ii, &ne->err))) return;
         schedule(ne, e);

@@ -29,8 +29,10 @@
  * interchangeable peers start at the same moment. On a uniform cluster where
  * groups do not share links the two modes give the same times exactly.
  *
- * ECMP flow keys depend only on the group, tag and micro-batch, so both
- * modes route the same collective the same way.
+ * ECMP flow keys depend only on the communicator (the group; for a send,
+ * the pair), as NCCL reuses a communicator's connections on every call: a
+ * group's traffic always takes the same paths, and both modes route it the
+ * same way. net_sim caches the plan of each distinct request.
  *
  * Hooks cannot return errors: the first one is kept and net_engine_error()
  * reports it after engine_run (check it first: an error usually leaves

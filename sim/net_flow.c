@@ -6,9 +6,9 @@
 #include <string.h>
 
 typedef struct {
-    int nlinks;
-    int links[NET_MAX_PATH];
-    int pos[NET_MAX_PATH];  /* index of this flow in each link's flow list */
+    int nlinks, cap;        /* links in use / allocated (kept when the slot is reused) */
+    int *links;             /* the route; a link may repeat (a bundle crossing it twice) */
+    int *pos;               /* index of this flow in each link's flow list, per occurrence */
     double left_bytes;
     double rate;            /* GB/s = bytes/ns; 0 until first assigned */
     double new_rate;        /* scratch of the water-filling */
@@ -151,6 +151,7 @@ static int alloc_flow(net_flows *f)
         int ncap = f->cap_flows ? f->cap_flows * 2 : 256;
         flow_t *nf = realloc(f->fl, sizeof *nf * (size_t)ncap);
         if (!nf) return TS_ENOMEM;
+        memset(nf + f->cap_flows, 0, sizeof *nf * (size_t)(ncap - f->cap_flows));
         f->fl = nf;
         int *nh = realloc(f->heap, sizeof *nh * (size_t)ncap);
         if (!nh) return TS_ENOMEM;
@@ -310,9 +311,8 @@ int net_flow_start(net_flows *f, int64_t now_ns, const int *links, int nlinks, d
     if (now_ns < f->now_ns)
         return err_set(err, TS_EINVAL, "net_flow_start: time %lld ns is before the current time %lld ns",
                        (long long)now_ns, (long long)f->now_ns);
-    if (nlinks < 1 || nlinks > NET_MAX_PATH || !(bytes >= 0))
-        return err_set(err, TS_EINVAL, "net_flow_start: %d links (valid 1..%d), %g bytes (valid >= 0)",
-                       nlinks, NET_MAX_PATH, bytes);
+    if (nlinks < 1 || !(bytes >= 0))
+        return err_set(err, TS_EINVAL, "net_flow_start: %d links (valid >= 1), %g bytes (valid >= 0)", nlinks, bytes);
     for (int h = 0; h < nlinks; h++)
         if (links[h] < 0 || links[h] >= f->g->n_links)
             return err_set(err, TS_EINVAL, "net_flow_start: link id %d not in 0..%d", links[h], f->g->n_links - 1);
@@ -323,7 +323,21 @@ int net_flow_start(net_flows *f, int64_t now_ns, const int *links, int nlinks, d
     int id = alloc_flow(f);
     if (id < 0) return err_set(err, TS_ENOMEM, "net_flows: out of memory");
     flow_t *F = &f->fl[id];
+    int *keep_links = F->links, *keep_pos = F->pos, keep_cap = F->cap;
     memset(F, 0, sizeof *F);
+    F->links = keep_links;
+    F->pos = keep_pos;
+    F->cap = keep_cap;
+    if (F->cap < nlinks) {
+        int ncap = F->cap ? F->cap : 8;
+        while (ncap < nlinks) ncap *= 2;
+        int *nl = realloc(F->links, sizeof *nl * (size_t)ncap);
+        if (nl) F->links = nl;
+        int *np = nl ? realloc(F->pos, sizeof *np * (size_t)ncap) : NULL;
+        if (np) F->pos = np;
+        if (!nl || !np) return err_set(err, TS_ENOMEM, "net_flows: out of memory");
+        F->cap = ncap;
+    }
     F->heap = -1;
     F->active = 1;
     F->tag = tag;
@@ -362,12 +376,12 @@ static void detach(net_flows *f, int id)
     for (int h = 0; h < F->nlinks; h++) {
         int l = F->links[h];
         link_t *L = &f->lk[l];
-        int p = F->pos[h], last = L->fl[--L->n];
-        if (last != id) {
+        int p = F->pos[h], lastpos = --L->n, last = L->fl[lastpos];
+        if (p != lastpos) { /* move the last entry (maybe this flow's other occurrence) into p */
             L->fl[p] = last;
             flow_t *G = &f->fl[last];
             for (int hh = 0; hh < G->nlinks; hh++)
-                if (G->links[hh] == l) { G->pos[hh] = p; break; }
+                if (G->links[hh] == l && G->pos[hh] == lastpos) { G->pos[hh] = p; break; }
         }
         mark_dirty(f, l);
     }

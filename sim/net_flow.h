@@ -1,10 +1,13 @@
 /* net_flow — flows on a net_graph sharing link bandwidth max-min fairly.
  *
- * A flow carries a number of bytes along a fixed list of links (a route).
+ * A flow carries a number of bytes along a fixed list of links (a route,
+ * or a bundle of routes moving in lockstep, such as the n transfers of one
+ * NCCL ring phase: a link listed k times carries k x the flow's rate).
  * At any moment every active flow has a rate (GB/s = bytes/ns): the max-min
  * fair allocation of the links' effective bandwidths, computed by
  * progressive filling (water-filling): repeatedly take the link whose
- * remaining capacity divided by its unfrozen flows is smallest, freeze those
+ * remaining capacity divided by its unfrozen flow occurrences is smallest,
+ * freeze those
  * flows at that share, subtract it from their other links (ties: lowest
  * link id).
  *
@@ -51,7 +54,7 @@ int net_flows_new(const net_graph *g, net_flows **out, ts_err *err);
 void net_flows_free(net_flows *f);
 
 /* Start a flow of bytes (>= 0) at now_ns (>= the current time) over links
- * (1..NET_MAX_PATH link ids, copied). tag is returned in the callback.
+ * (>= 1 link ids, copied; repeats count once per occurrence). tag is returned in the callback.
  * Returns the flow id (>= 0; ids of finished flows are reused) or a TS_E*
  * code. A flow of 0 bytes finishes at now_ns. */
 int net_flow_start(net_flows *f, int64_t now_ns, const int *links, int nlinks, double bytes,

@@ -244,7 +244,8 @@ static int set_value(opt_entry *e, const char *as, const char *text, ts_err *err
         char *end;
         errno = 0;
         double v = strtod(text, &end);
-        if (end == text || *end || !*text || errno == ERANGE || !isfinite(v))
+        if (end == text || *end || !*text || errno == ERANGE || !isfinite(v) ||
+            text[strspn(text, "0123456789+-.eE")]) /* decimal only: no hex, inf, nan */
             return err_set(err, TS_EINVAL, "flag %s: '%s' is not a finite number (expected a number%s)", as,
                            text, rng);
         if (has_range(s) && (v < s->min || v > s->max))

@@ -97,12 +97,13 @@ int plan_add_transfers(plan *pl, int64_t dur_ns, int64_t bytes)
         x.name = "send.B";
         if (s > 0 && plan_push_step(pl, &x, &st->send_b))
             return TS_ENOMEM;
-        x = plan_step_init("recv.F", PLAN_STREAM_PP_RECV, PLAN_CAT_PP, s, 0);
+        x = plan_step_init("recv.F", PLAN_STREAM_PP_RECV_F, PLAN_CAT_PP, s, 0);
         x.comm_bytes = bytes;
         x.alloc_bytes = x.free_bytes = bytes;
         if (s > 0 && plan_push_step(pl, &x, &st->recv_f))
             return TS_ENOMEM;
         x.name = "recv.B";
+        x.stream = PLAN_STREAM_PP_RECV_B;
         if (s + 1 < pl->n_stages && plan_push_step(pl, &x, &st->recv_b))
             return TS_ENOMEM;
     }
@@ -147,7 +148,8 @@ int plan_uniform(const sched *s, int64_t f_ns, int64_t i_ns, int64_t w_ns, int64
 
 const char *plan_stream_name(int s)
 {
-    static const char *const names[PLAN_STREAMS] = {"compute", "tp", "pp-send", "pp-recv", "dp"};
+    static const char *const names[PLAN_STREAMS] = {"compute", "tp", "pp-send", "pp-recv-fwd", "pp-recv-bwd",
+                                                    "dp"};
     return s >= 0 && s < PLAN_STREAMS ? names[s] : "?";
 }
 

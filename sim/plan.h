@@ -32,12 +32,15 @@
 
 /* Streams of every simulated GPU. Each collective group has its own NCCL
  * communicator and stream in Megatron-LM, so TP, PP and DP traffic can
- * overlap each other as well as compute. */
+ * overlap each other as well as compute. Receives from the previous and from
+ * the next stage are independent (posted together, as batched isend/irecv),
+ * each in micro-batch order. */
 typedef enum {
     PLAN_STREAM_COMPUTE = 0,
     PLAN_STREAM_TP,      /* tensor-parallel collectives */
     PLAN_STREAM_PP_SEND, /* pipeline sends */
-    PLAN_STREAM_PP_RECV, /* pipeline receives */
+    PLAN_STREAM_PP_RECV_F, /* pipeline receives of activations (from the previous stage) */
+    PLAN_STREAM_PP_RECV_B, /* pipeline receives of gradients (from the next stage) */
     PLAN_STREAM_DP,      /* data-parallel gradient reduction, parameter all-gather */
     PLAN_STREAMS
 } plan_stream;
@@ -184,7 +187,7 @@ plan_step plan_step_init(const char *name, int stream, int cat, int stage, int64
 int plan_push_step(plan *pl, const plan_step *s, uint32_t *out);
 int plan_add_transfers(plan *pl, int64_t dur_ns, int64_t bytes);
 
-/* Names for reports: "compute", "tp", "pp-send", "pp-recv", "dp"; "forward",
+/* Names for reports: "compute", "tp", "pp-send", "pp-recv-fwd", "pp-recv-bwd", "dp"; "forward",
  * "backward", "recompute", "optimizer", "tp", "pp", "dp". */
 const char *plan_stream_name(int s);
 const char *plan_cat_name(int c);

@@ -159,50 +159,61 @@ void search_explain(const search_set *set, size_t winner, FILE *f)
     search_describe(set, winner, d, sizeof d);
     fprintf(f, "What limits the winner (%s):\n", d);
     fprintf(f, "  pipeline bubble        %5.1f%% of the iteration\n", 100.0 * bubble);
-    fprintf(f, "  exposed communication  %5.1f%% of the iteration (%.3f s)\n", 100.0 * comm,
-            w->r.exposed_comm_s);
+    fprintf(f, "  exposed communication  %5.1f%% of the iteration (%.3f s: TP %.3f, PP %.3f, "
+               "DP %.3f)\n", 100.0 * comm, w->r.exposed_comm_s, w->r.exposed_s[0],
+            w->r.exposed_s[1], w->r.exposed_s[2]);
     fprintf(f, "  memory                 %5.1f%% of %.0f GiB (peak %.1f GiB)\n", 100.0 * mem,
             set->capacity_bytes / GIB, w->r.peak_mem_bytes / GIB);
 
     /* Did memory force the winner's choices? Look at its neighbours. */
-    int forced = 0;
+    enum { F_RECOMPUTE = 1, F_DISTOPT = 2, F_MBS = 4 };
+    int forced = 0, shown = 0;
     for (size_t i = 0; i < set->n; i++) {
         const search_cand *c = &set->cands[i];
         if (!rejected_for_memory(c) || !same_layout(c, w))
             continue;
+        bool same_rc = c->recompute == w->recompute && c->recompute_method == w->recompute_method &&
+                       c->recompute_num_layers == w->recompute_num_layers;
+        bool same_sp = c->sequence_parallel == w->sequence_parallel;
         const char *what = NULL;
-        if (c->mbs == w->mbs && c->sequence_parallel == w->sequence_parallel &&
-            c->distributed_optimizer == w->distributed_optimizer &&
-            recompute_rank(c) < recompute_rank(w) && recompute_rank(c) <= 1)
+        int kind = 0;
+        if (c->mbs == w->mbs && same_sp && c->distributed_optimizer == w->distributed_optimizer &&
+            recompute_rank(c) < recompute_rank(w) && recompute_rank(c) <= 1) {
             what = c->recompute == RECOMPUTE_NONE ? "without recomputation"
                                                   : "with selective recomputation";
-        else if (c->mbs == w->mbs && c->sequence_parallel == w->sequence_parallel &&
-                 c->recompute == w->recompute && c->recompute_method == w->recompute_method &&
-                 c->recompute_num_layers == w->recompute_num_layers &&
-                 !c->distributed_optimizer && w->distributed_optimizer)
+            kind = F_RECOMPUTE;
+        } else if (c->mbs == w->mbs && same_sp && same_rc && !c->distributed_optimizer &&
+                   w->distributed_optimizer) {
             what = "without the distributed optimizer";
-        else if (c->mbs > w->mbs && c->sequence_parallel == w->sequence_parallel &&
-                 c->recompute == w->recompute && c->recompute_method == w->recompute_method &&
-                 c->distributed_optimizer == w->distributed_optimizer &&
-                 c->recompute_num_layers == w->recompute_num_layers && forced < 4)
+            kind = F_DISTOPT;
+        } else if (c->mbs > w->mbs && same_sp && same_rc &&
+                   c->distributed_optimizer == w->distributed_optimizer) {
             what = "with a larger micro-batch";
-        if (!what || forced >= 4)
-            continue;
+            kind = F_MBS;
+        }
+        if (!what || (forced & kind))
+            continue; /* one example of each */
         char cd[256];
         search_describe(set, i, cd, sizeof cd);
         fprintf(f, "  memory forces it: %s (%s) needs %.1f GiB > %.0f GiB\n", what, cd,
                 need_bytes(c) / GIB, set->capacity_bytes / GIB);
-        forced++;
+        forced |= kind;
+        shown++;
     }
-    const char *main_limit;
-    if (forced)
-        main_limit = bubble >= comm ? "memory (it forces recomputation, a small micro-batch or "
-                                      "sharding), then the pipeline bubble"
-                                    : "memory (it forces recomputation, a small micro-batch or "
-                                      "sharding), then exposed communication";
-    else if (bubble < 0.02 && comm < 0.02)
-        main_limit = "compute: bubble and exposed communication are both under 2%";
-    else
-        main_limit = bubble >= comm ? "the pipeline bubble" : "exposed communication";
+    char main_limit[256];
+    const char *then = bubble >= comm ? "the pipeline bubble" : "exposed communication";
+    if (forced) {
+        snprintf(main_limit, sizeof main_limit, "memory (it forces %s%s%s%s%s), then %s",
+                 forced & F_RECOMPUTE ? "recomputation" : "",
+                 (forced & F_RECOMPUTE) && (forced & (F_DISTOPT | F_MBS)) ? ", " : "",
+                 forced & F_DISTOPT ? "the distributed optimizer" : "",
+                 (forced & F_DISTOPT) && (forced & F_MBS) ? ", " : "",
+                 forced & F_MBS ? "a smaller micro-batch" : "", then);
+    } else if (bubble < 0.02 && comm < 0.02) {
+        snprintf(main_limit, sizeof main_limit,
+                 "compute: bubble and exposed communication are both under 2%%");
+    } else {
+        snprintf(main_limit, sizeof main_limit, "%s", then);
+    }
     fprintf(f, "  main limit: %s\n", main_limit);
 }

@@ -125,7 +125,8 @@ static void summarize(const config *c, const simulate_opts *o, const engine *e, 
     R->events = engine_events(e);
     R->tasks = engine_task_count(e);
     const unsigned C = 1u << PLAN_STREAM_COMPUTE, T = 1u << PLAN_STREAM_TP, D = 1u << PLAN_STREAM_DP;
-    const unsigned PP = (1u << PLAN_STREAM_PP_SEND) | (1u << PLAN_STREAM_PP_RECV);
+    const unsigned PP = (1u << PLAN_STREAM_PP_SEND) | (1u << PLAN_STREAM_PP_RECV_F) |
+                        (1u << PLAN_STREAM_PP_RECV_B);
     double flops = 0;
     R->hbm_bytes = (int64_t)(c->cluster.gpu.hbm_gib * 1073741824.0);
     R->fits = true;

@@ -123,28 +123,12 @@ static uint64_t ep_key(const topo_endpoint *e)
 
 /* ---------------------------------------------------------------- parametric */
 
+/* The fabrics a parametric file may name ("custom" is the link list's). */
+static const char *const PARAM_FABRICS[] = {"fat-tree", "rail-optimized", NULL};
+
 static const char *const PARAM_COLS[] = {"nodes", "gpus_per_node", "gpu", "intra_node_gbps",
                                          "intra_node_latency_us", "nics_per_node", "nic_gbps", "nic_latency_us",
                                          "fabric", "levels", "oversubscription", NULL};
-
-static int enum_cell(const csvio_table *t, size_t r, const char *col, const char *const *names, int n, int *out,
-                     ts_err *err)
-{
-    const char *s;
-    int rc = csvio_get_str(t, r, col, &s, err);
-    if (rc)
-        return rc;
-    char list[200] = "";
-    size_t off = 0;
-    for (int i = 0; i < n; i++) {
-        if (!strcmp(s, names[i])) {
-            *out = i;
-            return TS_OK;
-        }
-        off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", i ? ", " : "", names[i]);
-    }
-    return csvio_errf(t, r, col, err, "'%s' is not valid (valid: %s)", s, list);
-}
 
 static int load_params(const csvio_table *t, topo *tp, ts_err *err)
 {
@@ -173,7 +157,7 @@ static int load_params(const csvio_table *t, topo *tp, ts_err *err)
         (rc = csvio_get_int(t, 0, "nics_per_node", 0, MAX_LOCAL, &p->nics_per_node, err)) ||
         (rc = csvio_get_positive(t, 0, "nic_gbps", &p->nic_gbps, err)) ||
         (rc = csvio_get_double(t, 0, "nic_latency_us", 0, 1e6, &p->nic_latency_us, err)) ||
-        (rc = enum_cell(t, 0, "fabric", TOPO_FABRIC_NAMES, 2, &fabric, err)) ||
+        (rc = csvio_get_enum(t, 0, "fabric", PARAM_FABRICS, &fabric, err)) ||
         (rc = csvio_get_int(t, 0, "levels", 1, MAX_LEVELS, &p->levels, err)) ||
         (rc = csvio_get_double(t, 0, "oversubscription", 1, 1e6, &p->oversubscription, err)))
         return rc;
@@ -306,7 +290,7 @@ static int parse_links(const csvio_table *t, topo *tp, ts_err *err)
             return err_prefix(err, "%s:%d: column 'endpoint_b': ", t->path, l->line);
         if ((rc = csvio_get_positive(t, r, "bandwidth_gbps", &l->bandwidth_gbps, err)) ||
             (rc = csvio_get_double(t, r, "latency_us", 0, 1e6, &l->latency_us, err)) ||
-            (rc = enum_cell(t, r, "kind", TOPO_LINK_KIND_NAMES, 3, &kind, err)))
+            (rc = csvio_get_enum(t, r, "kind", TOPO_LINK_KIND_NAMES, &kind, err)))
             return rc;
         l->kind = (topo_link_kind)kind;
         if (ep_key(&l->a) == ep_key(&l->b))

@@ -56,7 +56,7 @@
 #include "config.h"
 #include "err.h"
 
-#define TOPO_TEXT_BYTES 512
+#define TOPO_TEXT_BYTES 1024
 
 typedef enum { TOPO_PARAMETRIC = 0, TOPO_LINK_LIST } topo_form;
 typedef enum { TOPO_FAT_TREE = 0, TOPO_RAIL_OPTIMIZED, TOPO_FABRIC_CUSTOM } topo_fabric;

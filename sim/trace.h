@@ -2,7 +2,8 @@
  *
  * {"traceEvents": [...], "displayTimeUnit": "ms"} with:
  *   ph "M"  process_name per rank ("rank R: stages ..."), thread_name and
- *           thread_sort_index per stream (compute, tp, pp-send, pp-recv, dp);
+ *           thread_sort_index per stream (compute, tp, pp-send, pp-recv-fwd,
+ *           pp-recv-bwd, dp);
  *   ph "X"  one complete event per task of non-zero duration: name = step
  *           name, cat = category, ts/dur in microseconds (ns precision), args
  *           micro-batch and stage;

@@ -162,6 +162,8 @@ static int fit_line(groups *G, const char *kind, double *alpha, double *gbps, do
 int cmd_calibrate(int argc, char **argv)
 {
     const char *in = NULL, *out = NULL, *comm_out = NULL, *gpu = "CPU";
+    int dtype = PREC_FP32;
+    static const char *const DTYPES[] = {"bf16", "fp16", "fp32", NULL};
     ts_err err;
     err_clear(&err);
     opt_table t;
@@ -176,6 +178,9 @@ int cmd_calibrate(int argc, char **argv)
          .metavar = "FILE", .defval = "required", .help = "calibration CSV to write"},
         {.name = "--gpu", .type = OPT_STRING, .target = &gpu, .metavar = "KIND",
          .help = "device kind named in the rows (as --gpu of trainsim simulate names it)"},
+        {.name = "--dtype", .type = OPT_ENUM, .target = &dtype, .enum_names = DTYPES,
+         .help = "precision the rows are filed under (the samples are fp32; a simulator run "
+                 "at another precision looks its rows up under that name)"},
         {.name = "--comm-output", .type = OPT_STRING, .target = &comm_out, .metavar = "FILE",
          .help = "also write the fitted latency/bandwidth of p2p and all-reduce (CSV)"},
     };
@@ -202,7 +207,7 @@ int cmd_calibrate(int argc, char **argv)
     double best_tflops = 0, best_gbps = 0, launch = 0;
     for (size_t i = 0; i < G.n && !rc; i++) {
         group *x = &G.g[i];
-        calib_row row = {.dtype = PREC_FP32, .batch = 1};
+        calib_row row = {.dtype = (config_precision)dtype, .batch = 1};
         snprintf(row.gpu, sizeof row.gpu, "%s", gpu);
         row.time_ns = median(x);
         if (!strcmp(x->kind, "gemm")) {
@@ -228,7 +233,7 @@ int cmd_calibrate(int argc, char **argv)
     if (!rc)
         rc = calib_write(out, &set, &err);
     if (!rc) {
-        printf("calibration: %zu rows for '%s' (fp32) -> %s\n", set.n, gpu, out);
+        printf("calibration: %zu rows for '%s' (%s) -> %s\n", set.n, gpu, DTYPES[dtype], out);
         printf("  best GEMM %.1f GFLOP/s, best element-wise %.2f GB/s, launch %.0f ns\n",
                best_tflops * 1e3, best_gbps, launch);
     }

@@ -6,6 +6,7 @@
 #include "cmd.h"
 #include "config.h"
 #include "flags.h"
+#include "net_simulate.h"
 #include "opt.h"
 #include "report.h"
 #include "simulate.h"
@@ -22,6 +23,8 @@ int cmd_simulate(int argc, char **argv)
     double train_tokens = 0;
     const char *csv = NULL, *trace = NULL, *calib = NULL;
     simulate_result *r = NULL;
+    net_sim_opts no;          /* network model flags (issue 5) */
+    net_simulate *ns = NULL;
     int status = 1, rc;
 
     opt_table_init(&t, "trainsim simulate",
@@ -44,7 +47,8 @@ int cmd_simulate(int argc, char **argv)
         (rc = opt_add(&t, &(opt_spec){.name = "--calibration", .type = OPT_STRING, .target = &calib,
                                       .metavar = "FILE", .defval = "built-in tables",
                                       .help = "efficiency tables fitted from measured kernel times (calibration CSV)"},
-                      &err))) {
+                      &err)) ||
+        (rc = net_sim_opts_register(&no, &t, &err))) {
         fprintf(stderr, "trainsim simulate: %s\n", err.msg);
         goto out;
     }
@@ -64,6 +68,16 @@ int cmd_simulate(int argc, char **argv)
         goto out;
     }
     simulate_opts so = {.calibration_path = calib, .train_tokens = train_tokens, .keep_trace = trace != NULL};
+    if (net_sim_opts_active(&no)) {
+        if ((rc = net_simulate_new(&c, &no, &ns, &err))) {
+            fprintf(stderr, "trainsim simulate: %s\n", err.msg);
+            status = rc == TS_EINVAL || rc == TS_EIO ? 2 : 1;
+            goto out;
+        }
+        if (net_simulate_note(ns)[0])
+            fprintf(stderr, "trainsim simulate: note: %s\n", net_simulate_note(ns));
+        so.net = net_simulate_hooks(ns);
+    }
     if ((rc = simulate_run(&c, &so, &r, &err))) {
         fprintf(stderr, "trainsim simulate: %s\n", err.msg);
         status = rc == TS_EINVAL || rc == TS_EIO ? 2 : 1;
@@ -71,6 +85,13 @@ int cmd_simulate(int argc, char **argv)
     }
     if (!csv || strcmp(csv, "-") != 0)
         report_text(r, stdout);
+    if (ns && (!csv || strcmp(csv, "-") != 0)) {
+        net_engine_stats st = net_simulate_stats(ns);
+        printf("network (%s): %llu collectives, %llu p2p, %llu flows, %llu flow-rate updates\n",
+               no.full ? "full: every rank and flow" : "flows, interchangeable ranks once",
+               (unsigned long long)st.collectives, (unsigned long long)st.p2p,
+               (unsigned long long)st.flows.flows_started, (unsigned long long)st.flows.rate_updates);
+    }
     if (csv && (rc = report_csv_write(r, csv, &err))) {
         fprintf(stderr, "trainsim simulate: --csv: %s\n", err.msg);
         goto out;
@@ -82,6 +103,7 @@ int cmd_simulate(int argc, char **argv)
     status = 0;
 out:
     simulate_result_free(r);
+    net_simulate_free(ns);
     config_free(&c);
     opt_table_free(&t);
     return status;

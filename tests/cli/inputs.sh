@@ -48,6 +48,13 @@ expect_ok "--topology topologies/dgx-h200-cluster.csv" "H200-SXM-141GB"
 expect_ok "--list-models" "bloom-176b"
 expect_ok "--list-gpus" "H100-SXM5-80GB"
 
+# --- golden outputs: same inputs, same output, byte for byte
+golden() { # "ARGS" FILE
+    if $T config $1 2>&1 | diff -u "tests/golden/$2" - >"$tmp/diff"; then ok; else bad "config $1 differs from tests/golden/$2:"; cat "$tmp/diff"; fi
+}
+golden "" config-default.txt
+golden "--model llama3-405b --topology topologies/dgx-h100-cluster.csv" config-llama3-405b-h100.txt
+
 # --- help: every flag with unit and default
 help=$($T config --help); rc=$?
 if [ $rc -eq 0 ]; then ok; else bad "config --help exit $rc"; fi

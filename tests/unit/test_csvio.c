@@ -118,6 +118,11 @@ Test(csvio, typed_getters_messages)
               "%s", E.msg);
     cr_expect_eq(csvio_get_double(T, 3, "bw_gbps", 0, 5, &d, &E), TS_EINVAL);
     cr_expect(strstr(E.msg, "7.5 is out of range (expected a number in [0, 5])"), "%s", E.msg);
+    csvio_table *h = NULL;
+    cr_assert_eq(csvio_read_mem("h.csv", "v\n0x19\n", 7, NULL, 0, &h, &E), TS_OK);
+    cr_expect_eq(csvio_get_positive(h, 0, "v", &d, &E), TS_EINVAL);
+    cr_expect(strstr(E.msg, "h.csv:2: column 'v': '0x19' is not a number"), "%s", E.msg);
+    csvio_free(h);
     cr_expect_eq(csvio_get_bool(T, 0, "flag", &b, &E), TS_EINVAL);
     cr_expect(strstr(E.msg, "t.csv:4: column 'flag': 'maybe' is not a boolean"), "%s", E.msg);
     cr_expect_eq(csvio_get_bool(T, 1, "flag", &b, &E), TS_OK);

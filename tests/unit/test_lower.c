@@ -3,6 +3,7 @@
  * cost): bubble fractions of each schedule and the activations held at peak,
  * from plan_uniform + sched_generate + lower + engine + mem. */
 #include <criterion/criterion.h>
+#include <stdint.h>
 
 #include "engine.h"
 #include "lower.h"
@@ -33,6 +34,7 @@ typedef struct {
     int64_t makespan_ns;
     int64_t idle_ns[64];      /* per rank */
     int64_t peak_act[64];     /* per rank, bytes */
+    int64_t span_ns[64];      /* per rank: first compute start to last compute end (Qi et al.) */
 } outcome;
 
 /* Simulate kind with p, m, v and uniform times; activation 1 byte per chunk. */
@@ -62,6 +64,20 @@ static void simulate_uniform(sched_kind kind, int p, int m, int v, int64_t f, in
     cr_assert_eq(engine_run(e, &err), TS_OK, "%s", err.msg);
     cr_assert_eq(mem_check(mem, &err), TS_OK, "%s", err.msg);
     out->makespan_ns = engine_makespan_ns(e);
+    int64_t first[64], last[64];
+    for (int r = 0; r < p; r++)
+        first[r] = INT64_MAX, last[r] = 0;
+    for (uint32_t id = 0; id < engine_task_count(e); id++) {
+        if (engine_task_stream(e, id) != PLAN_STREAM_COMPUTE)
+            continue;
+        int r = engine_task_rank(e, id);
+        if (engine_task_start_ns(e, id) < first[r])
+            first[r] = engine_task_start_ns(e, id);
+        if (engine_task_end_ns(e, id) > last[r])
+            last[r] = engine_task_end_ns(e, id);
+    }
+    for (int r = 0; r < p; r++)
+        out->span_ns[r] = last[r] - first[r];
     for (int r = 0; r < p; r++) {
         out->idle_ns[r] = engine_busy_mask_ns(e, r, 0);
         out->peak_act[r] = mem_peak_bytes(mem, r);
@@ -142,4 +158,24 @@ Test(lower, deterministic)
     simulate_uniform(SCHED_INTERLEAVED, 4, 8, 2, 1234, 2345, 0, 77, &a);
     simulate_uniform(SCHED_INTERLEAVED, 4, 8, 2, 1234, 2345, 0, 77, &b);
     cr_expect_eq(memcmp(&a, &b, sizeof a), 0);
+}
+
+Test(lower, zero_bubble_h2)
+{
+    /* ZB-H2: bubble (p-1)(T_F + T_B - 2 T_W) in Qi et al.'s measure: the
+     * longest per-rank span (first op start to last op end) minus the work
+     * m(T_F + T_B + T_W); zero when T_F + T_B = 2 T_W */
+    const int p = 4, m = 12;
+    const int64_t W[2] = {1000, 800};
+    for (int k = 0; k < 2; k++) {
+        const int64_t f = 1000, i = 1000, w = W[k];
+        outcome o;
+        simulate_uniform(SCHED_ZB_H2, p, m, 1, f, i, w, 0, &o);
+        int64_t cost = 0;
+        for (int r = 0; r < p; r++)
+            if (o.span_ns[r] > cost)
+                cost = o.span_ns[r];
+        cr_expect_eq(cost - m * (f + i + w), (p - 1) * (f + i - 2 * w), "T_W %lld: span %lld",
+                     (long long)w, (long long)cost);
+    }
 }

@@ -147,6 +147,11 @@ Test(opt, non_number_and_trailing_junk)
     cr_expect(strstr(E.msg, "'2.5.1' is not a finite number"), "%s", E.msg);
     opt_table_free(&T);
     setup();
+    const char *h[] = {"cmd", "--nic-bandwidth", "0x10"};
+    cr_assert_eq(parse(3, h), TS_EINVAL);
+    cr_expect(strstr(E.msg, "'0x10' is not a finite number"), "%s", E.msg);
+    opt_table_free(&T);
+    setup();
     const char *d[] = {"cmd", "--nic-bandwidth", "inf"};
     cr_assert_eq(parse(3, d), TS_EINVAL);
     cr_expect(strstr(E.msg, "'inf'"), "%s", E.msg);

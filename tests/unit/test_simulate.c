@@ -305,3 +305,51 @@ Test(simulate, tied_embedding_gradient_all_reduce)
     cr_expect_eq(r->pl->emb_allreduce, PLAN_NO_STEP);
     simulate_result_free(r);
 }
+
+Test(simulate, full_recompute_block_flops)
+{
+    /* --recompute-method block --recompute-num-layers N: N layers per stage
+     * are recomputed, so the hardware FLOPs count N*p layers' forward again */
+    spec x = SMALL;
+    x.p = 2;
+    x.rc = RECOMPUTE_FULL;
+    config c = make(&x);
+    c.par.recompute_method = RECOMPUTE_METHOD_BLOCK;
+    c.par.recompute_num_layers = 1;
+    simulate_result *r = run(&c, false);
+    double hw = flops_hardware_per_iter(&c.model, x.B, RECOMPUTE_FULL, 1 * x.p);
+    cr_expect_float_eq(r->hw_flops, hw, 1e-12 * hw, "simulated %.6e, flops.h %.6e", r->hw_flops, hw);
+    simulate_result_free(r);
+}
+
+Test(simulate, full_recompute_uniform_groups_memory)
+{
+    /* 1F1B, full recomputation in uniform groups of N layers: the first
+     * stage keeps one input per group for each of its p micro-batches, and
+     * the backward re-creates one group at a time, so the activation peak is
+     * p*(L/N*in + emb) + N*rest + (N-1)*in, with in the layer input (2sbh),
+     * rest the other saved tensors of a layer, L the stage's layers */
+    spec x = {.l = 8, .h = 1024, .a = 16, .s = 1024, .V = 51200, .b = 1, .B = 16, .t = 2, .p = 2,
+              .d = 1, .v = 1, .kind = SCHED_1F1B, .rc = RECOMPUTE_FULL};
+    for (int N = 1; N <= 4; N *= 2) {
+        config c = make(&x);
+        c.par.recompute_method = RECOMPUTE_METHOD_UNIFORM;
+        c.par.recompute_num_layers = N;
+        layer_shape L;
+        int64_t emb;
+        shape_of(&c, &L, &emb);
+        layer_saved_list sl;
+        cr_assert_eq(layer_saved_build(&L, &sl, NULL), TS_OK);
+        int64_t in = layer_saved_kept_bytes(&sl), rest = 0;
+        for (int k = 0; k < sl.n; k++)
+            if (sl.t[k].by_recompute)
+                rest += sl.t[k].bytes;
+        int64_t layers = x.l / x.p;
+        int64_t expect = x.p * (layers / N * in + emb) + N * rest + (N - 1) * in;
+        simulate_result *r = run(&c, true);
+        cr_expect_eq(act_peak(r), expect, "N=%d: simulated %lld, expected %lld", N, (long long)act_peak(r),
+                     (long long)expect);
+        cr_expect_eq(mem_live_bytes(r->mem, 0, MEM_ACTIV), 0);
+        simulate_result_free(r);
+    }
+}

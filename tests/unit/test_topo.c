@@ -105,7 +105,7 @@ Test(topo, shipped_h100_h200_and_default_for)
     cr_expect_float_eq(T->params.nic_gbps, 50.0, 1e-12);
     topo *d = NULL;
     gpu_spec g = {.name = "H100-SXM5-80GB", .nvlink_gbps = 450};
-    cr_assert_eq(topo_default_for(&g, 4096, &d, &E), TS_OK);
+    cr_assert_eq(topo_default_for(&g, 8192, &d, &E), TS_OK);
     cr_expect(params_equal(&d->params, &h100), "H100 default differs from dgx-h100-cluster.csv");
     topo_free(d);
 }
@@ -299,4 +299,40 @@ Test(topo, describe)
     topo_describe(T, buf, sizeof buf);
     cr_expect(strstr(buf, "2 nodes x 8 A100-SXM4-80GB"), "%s", buf);
     cr_expect(strstr(buf, "3-level rail-optimized"), "%s", buf);
+}
+
+/* Damaged files never crash and never pass silently as something else:
+ * every truncation and a fixed set of byte substitutions of the shipped
+ * files load or fail with TS_EINVAL and a message (run under ASan by make
+ * test-sanitize). */
+Test(topo, damaged_files_fail_cleanly)
+{
+    const char *files[] = {"topologies/two-dgx-a100-links.csv", "topologies/selene-dgx-a100.csv"};
+    const char subst[] = {',', '"', '\n', '-', 'x', '0', '#', ' ', '\0'};
+    unsigned seed = 12345;
+    for (size_t fi = 0; fi < 2; fi++) {
+        FILE *f = fopen(files[fi], "rb");
+        cr_assert_not_null(f);
+        static char text[16384];
+        size_t n = fread(text, 1, sizeof text - 1, f);
+        fclose(f);
+        text[n] = '\0';
+        static char buf[16384];
+        for (size_t cut = 0; cut < n; cut += 13) {
+            memcpy(buf, text, cut);
+            buf[cut] = '\0';
+            int rc = load(buf);
+            cr_assert(rc == TS_OK || (rc == TS_EINVAL && E.msg[0]), "%s cut at %zu: rc %d", files[fi], cut, rc);
+        }
+        for (int k = 0; k < 300; k++) {
+            memcpy(buf, text, n + 1);
+            seed = seed * 1103515245u + 12345u;
+            size_t at = (seed >> 8) % n;
+            buf[at] = subst[(seed >> 4) % sizeof subst];
+            if (!buf[at])
+                buf[at] = ';';
+            int rc = load(buf);
+            cr_assert(rc == TS_OK || (rc == TS_EINVAL && E.msg[0]), "%s byte %zu: rc %d", files[fi], at, rc);
+        }
+    }
 }
