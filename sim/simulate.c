@@ -73,7 +73,7 @@ static int cost_setup(const config *c, const simulate_opts *o, cost_model **cm, 
         calib_set set = {0};
         cost_params fitted;
         if ((rc = calib_read(o->calibration_path, &set, err)))
-            return rc;
+            return err_prefix(err, "--calibration: ");
         rc = calib_fit(&set, &cp, c->model.precision, &fitted, err);
         calib_free(&set);
         if (rc)

@@ -96,6 +96,9 @@ int cmd_simulate(int argc, char **argv)
         fprintf(stderr, "trainsim simulate: --csv: %s\n", err.msg);
         goto out;
     }
+    if (trace && r->tasks > 100000) /* a large trace takes seconds to write */
+        fprintf(stderr, "trainsim simulate: writing the trace of %llu tasks to %s ...\n",
+                (unsigned long long)r->tasks, trace);
     if (trace && (rc = trace_write(r, trace, &err))) {
         fprintf(stderr, "trainsim simulate: --trace: %s\n", err.msg);
         goto out;
