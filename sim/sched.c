@@ -160,8 +160,9 @@ static int check_opts(const sched_opts *o, ts_err *err)
     return TS_OK;
 }
 
-/* Insert REDUCE_GRAD of chunk c after the last backward part of c on each
- * rank (after the SEND/RECV actions that follow it) and OPTIM at the end. */
+/* Insert REDUCE_GRAD of chunk c right after the last backward part of c
+ * on each rank (after the SEND_B of its gradient, if any), and OPTIM at
+ * the end. */
 static int add_reduce_optim(sched *s, ts_err *err)
 {
     int rc = TS_OK;
@@ -177,24 +178,19 @@ static int add_reduce_optim(sched *s, ts_err *err)
         for (size_t i = 0; i < n; i++)
             if (a[i].kind == ACT_B || a[i].kind == ACT_W)
                 last[a[i].chunk] = i;
-        int pending = -1; /* chunk whose REDUCE_GRAD waits for the SEND/RECV run to end */
         for (size_t i = 0; i < n && rc == TS_OK; i++) {
-            int k = a[i].kind;
-            if (pending >= 0 && !(k >= ACT_SEND_F && k <= ACT_RECV_B)) {
-                rc = sched_list_push(&l, ACT_REDUCE_GRAD, pending, -1, -1, err);
-                pending = -1;
+            rc = sched_list_push(&l, a[i].kind, a[i].chunk, a[i].mb, a[i].peer, err);
+            int c = a[i].kind == ACT_B || a[i].kind == ACT_W ? a[i].chunk : -1;
+            if (c < 0 || last[c] != i || rc != TS_OK)
+                continue;
+            /* A whole B's gradient goes out first (a W sends nothing). */
+            if (i + 1 < n && a[i + 1].kind == ACT_SEND_B && a[i + 1].chunk == c && a[i + 1].mb == a[i].mb) {
+                i++;
+                rc = sched_list_push(&l, a[i].kind, a[i].chunk, a[i].mb, a[i].peer, err);
             }
             if (rc == TS_OK)
-                rc = sched_list_push(&l, k, a[i].chunk, a[i].mb, a[i].peer, err);
-            for (int c = 0; c < s->v; c++)
-                if (last[c] == i) {
-                    if (pending >= 0 && rc == TS_OK)
-                        rc = sched_list_push(&l, ACT_REDUCE_GRAD, pending, -1, -1, err);
-                    pending = c;
-                }
+                rc = sched_list_push(&l, ACT_REDUCE_GRAD, c, -1, -1, err);
         }
-        if (pending >= 0 && rc == TS_OK)
-            rc = sched_list_push(&l, ACT_REDUCE_GRAD, pending, -1, -1, err);
         if (rc == TS_OK)
             rc = sched_list_push(&l, ACT_OPTIM, -1, -1, -1, err);
         if (rc == TS_OK)

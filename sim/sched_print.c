@@ -25,7 +25,8 @@ static int cell_text(const sched *s, const sched_action *a, char *buf, size_t n)
 int sched_print(const sched *s, const sched_op_times *t, FILE *f, ts_err *err)
 {
     sched_op_times unit = {1, 1, 1, 0};
-    if (!t)
+    bool units = !t;
+    if (units)
         t = &unit;
     sched_timing tm;
     int rc = sched_time(s, t, &tm, err);
@@ -63,10 +64,15 @@ int sched_print(const sched *s, const sched_op_times *t, FILE *f, ts_err *err)
         rc = err_set(err, TS_ENOMEM, "timeline: out of memory");
         goto out;
     }
-    fprintf(f, "%s schedule, p=%d m=%d v=%d; one column = %.6g ms; F forward, B backward, "
-            "I input gradient, W weight gradient, number = micro-batch%s, '.' idle\n",
-            sched_kind_name(s->kind), s->p, s->m, s->v, sched_ticks_ms(&tm, q),
-            s->v > 1 ? ".chunk" : "");
+    char colw[64];
+    if (units)
+        snprintf(colw, sizeof colw, "%.6g time unit (T_F = T_B = T_W = 1)", (double)q / (double)s->v);
+    else
+        snprintf(colw, sizeof colw, "%.6g ms", sched_ticks_ms(&tm, q));
+    fprintf(f, "%s schedule, p=%d m=%d v=%d; one column = %s\n"
+            "F forward, B backward, I input gradient, W weight gradient; number = micro-batch%s; "
+            "'.' idle\n",
+            sched_kind_name(s->kind), s->p, s->m, s->v, colw, s->v > 1 ? ".chunk" : "");
     for (int r = 0; r < s->p; r++) {
         for (int64_t c = 0; c < cols; c++) {
             memset(line + c * w, ' ', (size_t)w);

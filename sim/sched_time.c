@@ -82,7 +82,7 @@ static int64_t input_ready(const tstate *T, int r, const sched_action *a)
         int64_t y = *slot(T, fwd ? T->recv_f : T->recv_b, st, a->mb);
         if (x < 0 || y < 0)
             return -1;
-        return (x > y ? x : y) + T->lat;
+        return x + T->lat;
     }
     int64_t e = *slot(T, fwd ? T->end_f : T->end_bi, src, a->mb);
     return e < 0 ? -1 : e + T->lat;

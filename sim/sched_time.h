@@ -6,8 +6,9 @@
  * T_B + T_W; with v chunks per rank each op of a chunk takes 1/v of these
  * (the times are per stage of the non-interleaved pipeline). REDUCE_GRAD
  * and OPTIM take no time here. SEND and RECV take no rank time: they post
- * the transfer (isend/irecv), which completes comm_ns after both sides have
- * posted it; the op consuming the data starts once it has completed. A
+ * the transfer (isend/irecv, the receive posted ahead as torch does); the
+ * data arrives comm_ns after its SEND was posted, and the op consuming it
+ * starts once it has arrived (and, in program order, after the RECV). A
  * compute-only schedule waits for the remote producer's end + comm_ns.
  *
  * Time is integer: 1 tick = 1/v ns (tick_den = v), so that a chunk's share

@@ -19,4 +19,8 @@ int cmd_search(int argc, char **argv);
 /* sweep: simulate every row of a CSV, resumably (cmd_sweep.c) */
 int cmd_sweep(int argc, char **argv);
 
+/* trainsim schedule: generate/import, validate, print, time and export a
+ * pipeline schedule (cmd_schedule.c). */
+int cmd_schedule(int argc, char **argv);
+
 #endif

@@ -26,6 +26,7 @@ static const command COMMANDS[] = {
     {"simulate", cmd_simulate, "predict one training iteration by discrete-event simulation"},
     {"version", cmd_version, "print the version"},
     {"config", cmd_config, "check flags and print the resolved configuration (presets: --list-models)"},
+    {"schedule", cmd_schedule, "generate, validate, print, time and export a pipeline schedule"},
     {"calibrate", cmd_calibrate, "fit the cost model to trainexec --microbench samples"},
     {"search", cmd_search, "find the fastest layout that fits for a model, GPU count and batch"},
     {"sweep", cmd_sweep, "simulate every row of a CSV (resumable), appending to --out"},

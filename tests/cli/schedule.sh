@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# trainsim schedule: help, timeline (golden), timing numbers, export/import,
+# and bad input answered with a message and a non-zero exit (never a crash).
+# Ends "N passed, N failed".
+set -u
+T=${TRAINSIM:-build/trainsim}
+G=tests/golden/sched
+pass=0 fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+
+# expect_ok "ARGS" "substring of stdout"
+expect_ok() {
+    local out rc
+    out=$($T schedule $1 2>&1); rc=$?
+    if [ $rc -ne 0 ]; then bad "schedule $1: exit $rc: $out"; return; fi
+    if ! grep -qF -- "$2" <<<"$out"; then bad "schedule $1: no '$2' in: $out"; return; fi
+    ok
+}
+
+# expect_err "ARGS" EXIT "substring of stderr"
+expect_err() {
+    local out rc
+    out=$($T schedule $1 2>&1 >/dev/null); rc=$?
+    if [ $rc -ne "$2" ]; then bad "schedule $1: exit $rc, want $2 ($out)"; return; fi
+    if ! grep -qF -- "$3" <<<"$out"; then bad "schedule $1: no '$3' in: $out"; return; fi
+    ok
+}
+
+# --- help lists every flag with unit and default
+expect_ok "--help" "--pipeline-model-parallel-size"
+expect_ok "--help" "--time-comm"
+expect_ok "--help" "ms"
+expect_ok "--help" "gpipe|1f1b|interleaved|zb-h1|zb-h2|zb-v"
+$T --help | grep -qF "schedule" && ok || bad "trainsim --help does not list schedule"
+
+# --- timelines, byte for byte (the Megatron-LM paper's figure 4 setting)
+while read -r name args; do
+    if $T schedule $args >"$tmp/out.txt" && cmp -s "$tmp/out.txt" "$G/timeline_$name.txt"; then ok
+    else bad "timeline for '$args' differs from $G/timeline_$name.txt"; diff "$tmp/out.txt" "$G/timeline_$name.txt" | head -5; fi
+done <<'LIST'
+interleaved_p4_m8_v2 --schedule interleaved -p 4 -m 8 -v 2
+1f1b_p4_m8 --schedule 1f1b -p 4 -m 8
+zb-h2_p4_m8 --schedule zb-h2 -p 4 -m 8
+zb-v_p4_m8 --schedule zb-v -p 4 -m 8
+LIST
+$T schedule --schedule 1f1b -p 4 -m 8 --no-timeline | grep -q "rank 0 |" && bad "--no-timeline printed a timeline" || ok
+
+# --- timing: closed forms with uniform times
+expect_ok "--schedule 1f1b -p 4 -m 8 --time-f 1 --time-b 1 --time-w 1" "bubble rate     0.272727"
+expect_ok "--schedule gpipe -p 4 -m 8 --time-f 1 --time-b 1 --time-w 1" "longest span    33.000000 ms"
+expect_ok "--schedule interleaved -p 4 -m 8 -v 2 --time-f 1 --time-b 1 --time-w 1" "longest span    28.500000 ms"
+expect_ok "--schedule zb-h1 -p 4 -m 8 --time-f 1 --time-b 1 --time-w 1" "longest span    27.000000 ms"
+expect_ok "--schedule zb-h2 -p 4 -m 8 --time-f 1 --time-b 1 --time-w 1" "bubble rate     0.000000"
+expect_ok "--schedule zb-v -p 4 -m 8 --time-f 1 --time-b 1 --time-w 1" "bubble rate     0.000000"
+expect_ok "--schedule gpipe -p 4 -m 8 --time-f 1 --time-b 1 --time-w 1 --time-comm 0.5" "longest span    36.000000 ms"
+expect_ok "--schedule 1f1b -p 4 -m 8" "peak activations in flight per rank (micro-batch chunks): 4 3 2 1"
+expect_ok "--schedule interleaved -p 4 -m 8" "peak activations in flight per rank (micro-batch chunks): 11 9 7 5"
+expect_ok "--schedule 1f1b -p 4 -m 8 --num-layers 30 --decoder-first-pipeline-num-layers 7 --decoder-last-pipeline-num-layers 7" "30 layers"
+expect_ok "--schedule interleaved -p 4 -m 6 -v 2" "valid"
+
+# --- export, import, round trip; golden CSV
+expect_ok "--schedule zb-v -p 2 -m 4 --validate-only --export $tmp/zbv.csv" "valid: zb-v p=2 m=4 v=2"
+cmp -s "$tmp/zbv.csv" "$G/zb-v_p2_m4.csv" && ok || bad "exported zb-v CSV differs from $G/zb-v_p2_m4.csv"
+expect_ok "--import $tmp/zbv.csv --export $tmp/zbv2.csv --time-f 2 --time-b 2 --time-w 2" "custom: p=2 m=4 v=2"
+cmp -s "$tmp/zbv.csv" "$tmp/zbv2.csv" && ok || bad "CSV -> import -> export is not the identity"
+ls -a "$tmp" | grep -q '^\.zbv' && bad "temporary file left behind" || ok
+
+# --- bad input
+expect_err "--schedule zb-h3" 2 "zb-h3"
+expect_err "-p 0" 2 "-p"
+expect_err "--schedule 1f1b -v 2" 2 "v = 2"
+expect_err "--schedule interleaved -p 4 -m 2 -v 2" 2 "[p, m] = [4, 2]"
+expect_err "--schedule interleaved -p 8 -m 9 -v 3" 2 "cannot run"
+expect_err "--num-layers 30" 2 "evenly"
+expect_err "--time-f -1" 2 "--time-f"
+expect_err "--time-f 0" 2 "at least one op time"
+expect_err "--pipline-model-parallel-size 4" 2 "did you mean --pipeline-model-parallel-size"
+expect_err "--import $tmp/nope.csv" 1 "nope.csv: cannot open"
+printf '0F0,0B0\n1F0,1X0\n' >"$tmp/bad.csv"
+expect_err "--import $tmp/bad.csv" 1 "bad.csv:2:2: '1X0': unknown action kind"
+printf '0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1\n1RECV_F0,1F0,1B0,1SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1\n' >"$tmp/dl.csv"
+expect_err "--import $tmp/dl.csv" 1 "dl.csv:1:4: rank 0, action 3 (0SEND_F1): deadlock"
+expect_err "--import $tmp/zbv.csv -p 2" 2 "does not go with --import"
+expect_err "--export /nonexistent-dir/x.csv" 1 "nonexistent-dir"
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
