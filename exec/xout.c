@@ -211,24 +211,38 @@ int xout_write_report(MPI_Comm world, const xout_rank *r, const char *path, xout
     MPI_Gather(r, (int)sizeof *r, MPI_BYTE, v, (int)sizeof *r, MPI_BYTE, 0, world);
     int rc = TS_OK;
     if (rank == 0 && path) {
-        afile a;
+        afile a = {0};
         rc = afile_open(&a, path, err);
-        if (!rc) {
-            fputs("rank,tp,pp,dp,iterations,iteration_ns,compute_ns,bubble_ns,peak_bytes,"
-                  "weights_bytes,gradients_bytes,optimizer_bytes,activations_bytes,"
-                  "buffers_bytes\n",
-                  a.f);
-            for (int i = 0; i < size; i++) {
-                const xout_rank *x = &v[i];
-                fprintf(a.f, "%d,%d,%d,%d,%d,%.0f,%.0f,%.0f,%lld", x->rank, x->tp, x->pp, x->dp,
-                        x->iterations, x->iteration_ns, x->compute_ns,
-                        x->iteration_ns - x->compute_ns, (long long)x->peak_bytes);
-                for (int c = 0; c < XMEM_NCAT; c++)
-                    fprintf(a.f, ",%lld", (long long)x->cat_bytes[c]);
-                fputc('\n', a.f);
-            }
-            rc = afile_commit(&a, err);
+        bool opened = rc == TS_OK;
+        static const char *const head[14] = {
+            "rank", "tp", "pp", "dp", "iterations", "iteration_ns", "compute_ns", "bubble_ns",
+            "peak_bytes", "weights_bytes", "gradients_bytes", "optimizer_bytes",
+            "activations_bytes", "buffers_bytes"};
+        if (!rc)
+            rc = csvio_write_row(a.f, 14, head, err);
+        for (int i = 0; i < size && !rc; i++) {
+            const xout_rank *x = &v[i];
+            char c[14][32];
+            const char *cells[14];
+            snprintf(c[0], 32, "%d", x->rank);
+            snprintf(c[1], 32, "%d", x->tp);
+            snprintf(c[2], 32, "%d", x->pp);
+            snprintf(c[3], 32, "%d", x->dp);
+            snprintf(c[4], 32, "%d", x->iterations);
+            snprintf(c[5], 32, "%.0f", x->iteration_ns);
+            snprintf(c[6], 32, "%.0f", x->compute_ns);
+            snprintf(c[7], 32, "%.0f", x->iteration_ns - x->compute_ns);
+            snprintf(c[8], 32, "%lld", (long long)x->peak_bytes);
+            for (int k = 0; k < XMEM_NCAT; k++)
+                snprintf(c[9 + k], 32, "%lld", (long long)x->cat_bytes[k]);
+            for (int k = 0; k < 14; k++)
+                cells[k] = c[k];
+            rc = csvio_write_row(a.f, 14, cells, err);
         }
+        if (opened && rc)
+            afile_abort(&a);
+        else if (opened)
+            rc = afile_commit(&a, err);
     }
     if (rank == 0 && all)
         *all = v;

@@ -248,7 +248,10 @@ static void layer_bwd(const layer_shape *L, const dims *D, layer_ops *o, bool dg
     if (!dgrad) { /* W pass: weight-gradient GEMMs only (SP: re-gather the inputs first) */
         bool regather = L->sp && D->comm;
         int fc2 = gemm(o, "fc2.wgrad", D->ffn_t, h, D->T), ag = -1;
-        if (regather) deps(o, ag = comm(o, "fc1.ag.in", COMM_ALL_GATHER, D->S, L->t), -1, -1);
+        if (regather) {
+            deps(o, ag = comm(o, "fc1.ag.in", COMM_ALL_GATHER, D->S, L->t), -1, -1);
+            o->op[fc2].overlap = ag; /* both start when the W pass starts */
+        }
         int fc1 = gemm(o, "fc1.wgrad", D->fc1_n, h, D->T);
         deps(o, fc1, fc2, ag);
         int proj = gemm(o, "proj.wgrad", h / L->t, h, D->T);

@@ -19,6 +19,10 @@
  *   3. search_rank(): simulated candidates that fit, ordered by predicted
  *      iteration time, ties broken by enumeration index.
  *
+ * Files: search.c (enumeration, pruning, ranking, reasons), search_bound.c
+ * (memory lower bound), search_eval.c (threads, shards), search_sim.c (the
+ * simulate_run evaluator), search_out.c (CSV, --explain), search_mpi.h (MPI).
+ *
  * Ownership: a search_set owns its candidate array and every message string;
  * free it with search_set_free(). The space borrows the topology pointer of
  * its cluster (never freed here).

@@ -109,14 +109,14 @@ int search_write_csv(const search_set *set, const size_t *order, size_t n_order,
     int rc = afile_open(&a, path, err);
     if (rc == TS_OK) {
         rc = write_rows(set, rank_of, a.f, err);
-        if (rc == TS_OK)
-            rc = afile_commit(&a, err);
-        else
+        if (rc == TS_OK) {
+            rc = afile_commit(&a, err); /* its messages name the path */
+        } else {
             afile_abort(&a);
+            err_prefix(err, "%s: ", path);
+        }
     }
     free(rank_of);
-    if (rc)
-        err_prefix(err, "%s", path);
     return rc;
 }
 

@@ -81,7 +81,7 @@ static int parse_schedules(const char *s, unsigned *mask, ts_err *err)
     for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
         sched_kind k;
         if (sched_kind_parse(tok, &k, err) || k == SCHED_CUSTOM)
-            return err_prefix(err, "--schedules '%s'", s);
+            return err_prefix(err, "--schedules '%s': ", s);
         *mask |= 1u << k;
     }
     if (!*mask)
@@ -123,7 +123,8 @@ static int add_flags(opt_table *t, search_args *a, ts_err *err)
         {.name = "--gpu", .type = OPT_STRING, .target = &a->gpu, .metavar = "KIND",
          .defval = "A100-SXM4-80GB (or the topology's)", .help = "GPU kind from topologies/gpus.csv"},
         {.name = "--topology", .type = OPT_STRING, .target = &a->topology, .metavar = "FILE",
-         .defval = "built-in Selene-like DGX A100 fat tree", .help = "cluster topology CSV"},
+         .defval = "built-in for the GPU kind (DGX A100 or DGX H100 servers, fat tree)",
+         .help = "cluster topology CSV"},
         {.name = "--calibration", .type = OPT_STRING, .target = &a->calibration,
          .metavar = "FILE", .defval = "built-in tables", .help = "measured efficiency tables"},
         {.name = "--top", .type = OPT_INT, .target = &a->top, .min = 1, .max = 1000000,
@@ -168,7 +169,7 @@ static int build_space(const search_args *a, search_space *s, topo **topo_out, t
     catalog_model preset;
     int rc = catalog_model_preset(a->model, &preset, err);
     if (rc)
-        return err_prefix(err, "--model");
+        return err_prefix(err, "--model: ");
     model_config m = preset.model;
     if (a->num_layers) m.num_layers = a->num_layers;
     if (a->hidden) m.hidden_size = a->hidden;
@@ -191,7 +192,7 @@ static int build_space(const search_args *a, search_space *s, topo **topo_out, t
     const char *kind = a->gpu ? a->gpu : (t && t->params.gpu[0] ? t->params.gpu : "A100-SXM4-80GB");
     if ((rc = catalog_gpu(kind, &cl.gpu, err))) {
         topo_free(t);
-        return err_prefix(err, "--gpu");
+        return err_prefix(err, "--gpu: ");
     }
     if (!t && (rc = topo_default_for(&cl.gpu, cl.gpus, &t, err)))
         return rc;

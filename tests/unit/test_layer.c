@@ -290,3 +290,57 @@ Test(layer, bad_shapes_named)
     cr_assert_eq(layer_ops_build(&L, LAYER_PASS_F, &o, &e), TS_EINVAL);
     cr_assert(strstr(e.msg, "--sequence-parallel"), "%s", e.msg);
 }
+
+Test(layer, shape_from_config)
+{
+    config c;
+    memset(&c, 0, sizeof c);
+    c.model.num_layers = 32;
+    c.model.hidden_size = 4096;
+    c.model.num_attention_heads = 32;
+    c.model.num_query_groups = 8;
+    c.model.ffn_hidden_size = 14336;
+    c.model.swiglu = true;
+    c.model.seq_length = 8192;
+    c.model.padded_vocab_size = 128256;
+    c.model.precision = PREC_BF16;
+    c.par.micro_batch_size = 2;
+    c.par.tp = 4;
+    c.par.sequence_parallel = true;
+    c.par.recompute = RECOMPUTE_SELECTIVE;
+    layer_shape L;
+    cr_assert_eq(layer_shape_from_config(&c, &L, NULL), TS_OK);
+    cr_assert_eq(L.h, 4096);
+    cr_assert_eq(L.g, 8);
+    cr_assert(L.swiglu && L.sp);
+    cr_assert_eq(L.b, 2);
+    cr_assert_eq(L.dtype_bytes, 2);
+    cr_assert_eq(L.recompute, RECOMPUTE_SELECTIVE);
+    /* SP is a no-op with one TP rank; fp32 uses 4-byte activations */
+    c.par.tp = 1;
+    c.model.precision = PREC_FP32;
+    cr_assert_eq(layer_shape_from_config(&c, &L, NULL), TS_OK);
+    cr_assert(!L.sp);
+    cr_assert_eq(L.dtype_bytes, 4);
+    /* a vocabulary the TP size does not divide is named */
+    c.par.tp = 4;
+    c.model.padded_vocab_size = 128257;
+    ts_err e;
+    cr_assert_eq(layer_shape_from_config(&c, &L, &e), TS_EINVAL);
+    cr_assert(strstr(e.msg, "--padded-vocab-size 128257"), "%s", e.msg);
+}
+
+Test(layer, embedding_saved_and_sp_sharding)
+{
+    layer_shape L = shape(8192, 64, 2048, 2, 8, false, RECOMPUTE_NONE);
+    layer_saved_list l;
+    cr_assert_eq(layer_embedding_saved(&L, &l, NULL), TS_OK);
+    cr_assert_eq(l.n, 1);
+    cr_assert_eq(l.t[0].bytes, 2048LL * 2 * 8192); /* 1-byte dropout mask, sbh */
+    L.sp = true;
+    cr_assert_eq(layer_embedding_saved(&L, &l, NULL), TS_OK);
+    cr_assert_eq(l.t[0].bytes, 2048LL * 2 * 8192 / 8);
+    cr_assert_eq(layer_output_saved(&L, &l, NULL), TS_OK);
+    cr_assert_eq(l.t[0].bytes, 2048LL * 2 * 8192 * 2 / 8); /* final LN input, sharded */
+    for (int i = 0; i < l.n; i++) cr_assert(l.t[i].kept_after_f && !l.t[i].by_recompute);
+}
