@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cuk.h"
 #include "cugemm.h"
@@ -25,9 +26,12 @@ typedef struct {
     int status; /* first failure (sticky) */
     ts_err err;
     prof_slot *prof;
-    size_t nprof, prof_open, prof_dropped;
+    size_t nprof, prof_dropped;
+    size_t open[BACKEND_CUDA_PROF_DEPTH]; /* slots begun, not yet ended (nesting) */
+    int nopen, lost_depth;                /* begins dropped while this deep */
     cudaEvent_t epoch;
     bool epoch_set;
+    int64_t epoch_mono_ns; /* CLOCK_MONOTONIC when the epoch event was recorded */
 } cuda_ctx;
 
 static cuda_ctx *CTX(backend *be)
@@ -332,36 +336,50 @@ void backend_cuda_prof(void *ud, const char *op, int layer, bool end)
 {
     backend *be = ud;
     cuda_ctx *x = CTX(be);
-    if (!end) {
-        if (x->nprof >= BACKEND_CUDA_MAX_PROF) {
-            x->prof_dropped++;
-            x->prof_open = SIZE_MAX;
+    if (end) {
+        if (x->lost_depth > 0) { /* the matching begin was dropped */
+            x->lost_depth--;
             return;
         }
-        prof_slot *p = &x->prof[x->nprof];
-        if (!p->begin) {
-            note(be, cudaEventCreate(&p->begin), "profiling event");
-            note(be, cudaEventCreate(&p->end), "profiling event");
+        if (x->nopen > 0) {
+            size_t i = x->open[--x->nopen];
+            note(be, cudaEventRecord(x->prof[i].end, x->stream), "profiling end");
         }
-        if (!x->epoch_set) {
-            note(be, cudaEventRecord(x->epoch, x->stream), "profiling epoch");
-            x->epoch_set = true;
-        }
-        p->op = op;
-        p->layer = layer;
-        note(be, cudaEventRecord(p->begin, x->stream), "profiling begin");
-        x->prof_open = x->nprof;
-    } else if (x->prof_open != SIZE_MAX) {
-        note(be, cudaEventRecord(x->prof[x->prof_open].end, x->stream), "profiling end");
-        x->nprof++;
-        x->prof_open = SIZE_MAX;
+        return;
     }
+    if (x->nprof >= BACKEND_CUDA_MAX_PROF || x->nopen >= BACKEND_CUDA_PROF_DEPTH ||
+        x->lost_depth > 0) {
+        x->prof_dropped++;
+        x->lost_depth++;
+        return;
+    }
+    prof_slot *p = &x->prof[x->nprof];
+    if (!p->begin) {
+        note(be, cudaEventCreate(&p->begin), "profiling event");
+        note(be, cudaEventCreate(&p->end), "profiling event");
+    }
+    if (!x->epoch_set) {
+        note(be, cudaStreamSynchronize(x->stream), "profiling epoch (sync)");
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        x->epoch_mono_ns = (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+        note(be, cudaEventRecord(x->epoch, x->stream), "profiling epoch");
+        x->epoch_set = true;
+    }
+    p->op = op;
+    p->layer = layer;
+    note(be, cudaEventRecord(p->begin, x->stream), "profiling begin");
+    x->open[x->nopen++] = x->nprof++;
 }
 
 int backend_cuda_prof_collect(backend *be, void (*fn)(void *ud, const backend_cuda_op *op),
                               void *ud, size_t *dropped, ts_err *err)
 {
     cuda_ctx *x = CTX(be);
+    if (x->nopen > 0)
+        return err_set(err, TS_ESTATE, "cuda backend: profiling collect with %d op(s) begun "
+                       "and not ended (innermost '%s')", x->nopen,
+                       x->prof[x->open[x->nopen - 1]].op);
     cudaError_t st = cudaStreamSynchronize(x->stream);
     if (st != cudaSuccess)
         return err_set(err, TS_ESTATE, "cuda backend: profiling sync: %s",
@@ -377,13 +395,15 @@ int backend_cuda_prof_collect(backend *be, void (*fn)(void *ud, const backend_cu
         backend_cuda_op r = {.op = x->prof[i].op, .layer = x->prof[i].layer,
                              .start_ns = (int64_t)llround((double)t0 * 1e6),
                              .dur_ns = (int64_t)llround((double)dt * 1e6)};
+        r.start_mono_ns = x->epoch_mono_ns + r.start_ns;
         fn(ud, &r);
     }
     if (dropped)
         *dropped = x->prof_dropped;
     x->nprof = 0;
     x->prof_dropped = 0;
-    x->prof_open = SIZE_MAX;
+    x->nopen = 0;
+    x->lost_depth = 0;
     return TS_OK;
 }
 
@@ -485,7 +505,6 @@ int backend_cuda_create(int device, bool autotune, backend **out, ts_err *err)
     be->ctx = x;
     x->device = device;
     x->prof = prof;
-    x->prof_open = SIZE_MAX;
     fill_table(be);
     int rc = TS_OK;
     st = cudaStreamCreateWithFlags(&x->stream, cudaStreamNonBlocking);

@@ -34,6 +34,7 @@
 #include "err.h"
 
 #define BACKEND_CUDA_MAX_PROF 65536 /* op events kept between collects */
+#define BACKEND_CUDA_PROF_DEPTH 32  /* ops open at once (nested) */
 
 /* Select `device` (cudaSetDevice) and build the backend. TS_ENOTSUP when no
  * CUDA device answers (message says so), TS_EINVAL for a device index out of
@@ -46,8 +47,10 @@ int backend_cuda_status(backend *be, ts_err *err);
 /* The compute stream (for the NCCL comm's stream dependencies). */
 cudaStream_t backend_cuda_stream(backend *be);
 
-/* gpt_prof_fn: ud is the backend. Ops past BACKEND_CUDA_MAX_PROF are dropped
- * (counted in the collect's *dropped). */
+/* gpt_prof_fn: ud is the backend. Begin/end pairs may nest (up to
+ * BACKEND_CUDA_PROF_DEPTH); ops past BACKEND_CUDA_MAX_PROF are dropped
+ * (counted in the collect's *dropped). The first begin synchronises the
+ * stream once to anchor the clock (start_mono_ns). */
 void backend_cuda_prof(void *ud, const char *op, int layer, bool end);
 
 /* One timed op. `op` points at the string given to backend_cuda_prof (the
@@ -55,8 +58,13 @@ void backend_cuda_prof(void *ud, const char *op, int layer, bool end);
 typedef struct {
     const char *op;
     int layer;
-    int64_t start_ns; /* since the first recorded event */
+    int64_t start_ns;      /* since the first recorded event */
     int64_t dur_ns;
+    int64_t start_mono_ns; /* the GPU start on the host's CLOCK_MONOTONIC (the
+                            * first event is recorded on an idle stream right
+                            * after reading the clock: within a launch latency,
+                            * a few us), to merge with host-timed spans such as
+                            * the executor's rt_span */
 } backend_cuda_op;
 
 /* Wait for the stream, then call fn for each op completed since the last

@@ -141,10 +141,16 @@ static int grow(cugemm *g, ts_err *err)
     return TS_OK;
 }
 
-/* Largest power of two (<= 256) dividing every operand address. */
+/* Largest power of two (<= 256) dividing every operand address, and, for a
+ * batch, every matrix's address (the strides in bytes). */
 static int ptr_align(const cugemm_args *a)
 {
     uintptr_t x = (uintptr_t)a->A | (uintptr_t)a->B | (uintptr_t)a->C | 256u;
+    if (a->batch > 1) {
+        uintptr_t eab = a->kind == CUGEMM_F32 ? 4 : 2, ec = a->kind == CUGEMM_BF16 ? 2 : 4;
+        x |= (uintptr_t)a->stride_a * eab | (uintptr_t)a->stride_b * eab |
+             (uintptr_t)a->stride_c * ec;
+    }
     return (int)(x & (~x + 1));
 }
 

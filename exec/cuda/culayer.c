@@ -54,6 +54,56 @@ struct culayer {
             return ckr_;  \
     } while (0)
 
+/* culayer_tensor -> buffer. */
+static int tensor_buf(culayer_tensor t)
+{
+    if (t < CULAYER_GRAD0)
+        return W_LN1 + (int)t;
+    if (t < CULAYER_X)
+        return G_LN1 + (int)(t - CULAYER_GRAD0);
+    switch (t) {
+    case CULAYER_X:
+        return A_X;
+    case CULAYER_DOUT:
+        return D_OUT;
+    case CULAYER_OUT:
+        return A_OUT;
+    case CULAYER_DX:
+        return D_X;
+    default:
+        return -1;
+    }
+}
+
+int culayer_read(culayer *L, culayer_tensor which, float *host, size_t n, ts_err *err)
+{
+    int b = tensor_buf(which);
+    if (b < 0)
+        return err_set(err, TS_EINVAL, "culayer_read: tensor %d: valid are 0..%d", (int)which,
+                       CULAYER_NTENSORS - 1);
+    bool f32 = b >= G_LN1 && b <= GB_FC2;
+    size_t es = f32 ? 4 : 2, have = L->bytes[b] / es;
+    if (n != have)
+        return err_set(err, TS_EINVAL, "culayer_read: tensor %d holds %zu elements, not %zu",
+                       (int)which, have, n);
+    CK(cudaStreamSynchronize(L->s), "read (sync)");
+    if (f32) {
+        CK(cudaMemcpy(host, L->buf[b], n * 4, cudaMemcpyDeviceToHost), "read");
+        return TS_OK;
+    }
+    uint16_t *tmp = malloc((n ? n : 1) * sizeof *tmp);
+    if (!tmp)
+        return err_set(err, TS_ENOMEM, "culayer_read: %zu elements", n);
+    cudaError_t st = cudaMemcpy(tmp, L->buf[b], n * 2, cudaMemcpyDeviceToHost);
+    for (size_t i = 0; i < n && st == cudaSuccess; i++) {
+        uint32_t u = (uint32_t)tmp[i] << 16;
+        memcpy(&host[i], &u, 4);
+    }
+    free(tmp);
+    CK(st, "read");
+    return TS_OK;
+}
+
 double culayer_flops(const culayer_dims *d)
 {
     double b = d->micro_batch, s = d->seq, h = d->hidden, f = d->ffn;
@@ -164,12 +214,13 @@ int culayer_create(const culayer_dims *d, cugemm *g, cudaStream_t stream, culaye
                            cudaGetErrorString(st));
         }
     }
-    /* weights ~ U(-0.02, 0.02), LayerNorm gains, inputs and the output
+    /* weights ~ U(-init_scale, init_scale), LayerNorm gains, inputs and the output
      * gradient ~ U(-1, 1); main grads zero (values do not change the timing) */
     uint64_t seed = 1;
     int rc = TS_OK;
+    float ws = d->init_scale > 0 ? d->init_scale : 0.02f;
     for (int i = W_LN1; i <= B_FC2 && rc == TS_OK; i++) {
-        cudaError_t st = cuk_fill_uniform_bf16(P(L, i), n[i], seed++, 0.02f, stream);
+        cudaError_t st = cuk_fill_uniform_bf16(P(L, i), n[i], seed++, ws, stream);
         if (st == cudaSuccess && (i == W_LN1 || i == W_LN2))
             st = cuk_fill_uniform_bf16(P(L, i), n[i], seed++, 1.0f, stream);
         if (st != cudaSuccess)

@@ -10,7 +10,8 @@
  * Precision: bf16 weights, activations and activation gradients; fp32 main
  * grads accumulated by the weight-gradient GEMMs (beta = 1) and the bias /
  * LayerNorm gradient kernels. Weights and inputs are filled with
- * cuk_fill_uniform_bf16 (values do not matter for timing).
+ * cuk_fill_uniform_bf16 (values do not matter for timing; tests read them
+ * back with culayer_read to compute the layer on the CPU).
  *
  * Ownership: culayer_create allocates every buffer on the current device;
  * culayer_free releases them. The cugemm handle and the stream are borrowed.
@@ -37,6 +38,7 @@ typedef struct {
     bool fused_attention;
     float attention_dropout; /* Megatron default 0.1 (unfused path only) */
     float hidden_dropout;    /* Megatron default 0.1 */
+    float init_scale;        /* weights ~ U(-init_scale, init_scale); 0 = 0.02 */
 } culayer_dims;
 
 typedef struct culayer culayer;
@@ -60,5 +62,24 @@ double culayer_flops(const culayer_dims *d);
 
 /* GPU bytes allocated by the layer. */
 size_t culayer_bytes(const culayer *L);
+
+/* Tensors a test can read back (weights [out, in] row-major as llm.c; main
+ * grads fp32 of the same shapes; activations [b*s, h]). */
+typedef enum {
+    CULAYER_LN1_W = 0, CULAYER_LN1_B, CULAYER_QKV_W, CULAYER_QKV_B, CULAYER_PROJ_W,
+    CULAYER_PROJ_B, CULAYER_LN2_W, CULAYER_LN2_B, CULAYER_FC1_W, CULAYER_FC1_B,
+    CULAYER_FC2_W, CULAYER_FC2_B, /* then the same twelve as fp32 main grads: */
+    CULAYER_GRAD0,
+    CULAYER_X = CULAYER_GRAD0 + 12, /* the layer input */
+    CULAYER_DOUT,                   /* the output gradient fed to the backward */
+    CULAYER_OUT,                    /* the forward's output */
+    CULAYER_DX,                     /* the backward's input gradient */
+    CULAYER_NTENSORS
+} culayer_tensor;
+
+/* Copy tensor `which` (n elements, n as the tensor holds) to host floats,
+ * synchronising the stream. TS_EINVAL for a wrong n (the right one is in the
+ * message). */
+int culayer_read(culayer *L, culayer_tensor which, float *host, size_t n, ts_err *err);
 
 #endif

@@ -174,7 +174,7 @@ static void on_op(void *ud, const backend_cuda_op *op)
 {
     (void)ud;
     nprof++;
-    if (!op->op || op->dur_ns < 0 || op->start_ns < 0)
+    if (!op->op || op->dur_ns < 0 || op->start_ns < 0 || op->start_mono_ns <= 0)
         badprof++;
 }
 
