@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend.h"
 #include "comm_mpi.h"
@@ -178,6 +179,14 @@ static int load_sched_csv(const char *path, const parallel_config *p, const mode
 static double min_bytes_per_rank(const gpt_dims *d, int t, int p)
 {
     return 16.0 * (double)gpt_num_params(d) / ((double)t * p);
+}
+
+/* CPU time this process has used, ns. */
+static int64_t cpu_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
 /* A failure every rank agrees on (all call this collectively with their
@@ -365,7 +374,7 @@ int main(int argc, char **argv)
     }
     int total = a.warmup + a.iterations;
     int64_t *start = calloc((size_t)total, sizeof *start);
-    double sum_ns = 0.0, sum_compute = 0.0;
+    double sum_ns = 0.0, sum_compute = 0.0, sum_cpu = 0.0;
     for (int it = 0; it < total && !rc; it++) {
         if (it == a.warmup) {
             rt_clear_spans(rt);
@@ -373,6 +382,7 @@ int main(int argc, char **argv)
         }
         MPI_Barrier(MPI_COMM_WORLD);
         start[it] = rt_now_ns();
+        int64_t cpu0 = cpu_now_ns();
         double loss = 0.0;
         rc = rt_iteration(rt, it, &loss, &err);
         if (rc) {
@@ -382,13 +392,14 @@ int main(int argc, char **argv)
             MPI_Abort(MPI_COMM_WORLD, 1);
             return 1;
         }
-        int64_t mine = rt_now_ns() - start[it], slowest = 0;
+        int64_t mine = rt_now_ns() - start[it], slowest = 0, cpu = cpu_now_ns() - cpu0;
         MPI_Allreduce(&mine, &slowest, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
         if (it >= a.warmup) {
             size_t n;
             const rt_span *sp = rt_spans(rt, &n);
             sum_ns += (double)slowest;
             sum_compute += (double)xout_compute_ns(sp, n, it);
+            sum_cpu += (double)cpu;
         }
         if (rank == 0) {
             printf("iteration %d/%d%s: loss %.6f, %.3f ms\n", it + 1, total,
@@ -405,6 +416,7 @@ int main(int argc, char **argv)
     xr.iterations = a.iterations;
     xr.iteration_ns = sum_ns / a.iterations;
     xr.compute_ns = sum_compute / a.iterations;
+    xr.cpu_ns = sum_cpu / a.iterations;
     int last = total - 1;
     rc = xout_write_spans(MPI_COMM_WORLD, cm, sp, n, last, start[last], a.trace, a.ops_csv,
                           &err);
@@ -424,11 +436,12 @@ int main(int argc, char **argv)
                xr.iteration_ns / 1e6, a.iterations, mean_bubble / 1e6,
                100.0 * mean_bubble / xr.iteration_ns, mx / 1048576.0);
         for (int i = 0; i < size; i++)
-            printf("  rank %d (tp %d pp %d dp %d): compute %.3f ms, bubble %.3f ms, peak %.2f MiB "
-                   "(weights %.2f, gradients %.2f, optimizer %.2f, activations %.2f, buffers "
-                   "%.2f)\n",
+            printf("  rank %d (tp %d pp %d dp %d): compute %.3f ms, bubble %.3f ms, CPU %.0f%% "
+                   "of the time, peak %.2f MiB (weights %.2f, gradients %.2f, optimizer %.2f, "
+                   "activations %.2f, buffers %.2f)\n",
                    i, all[i].tp, all[i].pp, all[i].dp, all[i].compute_ns / 1e6,
                    (all[i].iteration_ns - all[i].compute_ns) / 1e6,
+                   100.0 * all[i].cpu_ns / all[i].iteration_ns,
                    all[i].peak_bytes / 1048576.0, all[i].cat_bytes[XMEM_WEIGHTS] / 1048576.0,
                    all[i].cat_bytes[XMEM_GRADS] / 1048576.0,
                    all[i].cat_bytes[XMEM_OPTIM] / 1048576.0,

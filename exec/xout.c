@@ -214,16 +214,16 @@ int xout_write_report(MPI_Comm world, const xout_rank *r, const char *path, xout
         afile a = {0};
         rc = afile_open(&a, path, err);
         bool opened = rc == TS_OK;
-        static const char *const head[14] = {
+        static const char *const head[15] = {
             "rank", "tp", "pp", "dp", "iterations", "iteration_ns", "compute_ns", "bubble_ns",
             "peak_bytes", "weights_bytes", "gradients_bytes", "optimizer_bytes",
-            "activations_bytes", "buffers_bytes"};
+            "activations_bytes", "buffers_bytes", "cpu_ns"};
         if (!rc)
-            rc = csvio_write_row(a.f, 14, head, err);
+            rc = csvio_write_row(a.f, 15, head, err);
         for (int i = 0; i < size && !rc; i++) {
             const xout_rank *x = &v[i];
-            char c[14][32];
-            const char *cells[14];
+            char c[15][32];
+            const char *cells[15];
             snprintf(c[0], 32, "%d", x->rank);
             snprintf(c[1], 32, "%d", x->tp);
             snprintf(c[2], 32, "%d", x->pp);
@@ -235,9 +235,10 @@ int xout_write_report(MPI_Comm world, const xout_rank *r, const char *path, xout
             snprintf(c[8], 32, "%lld", (long long)x->peak_bytes);
             for (int k = 0; k < XMEM_NCAT; k++)
                 snprintf(c[9 + k], 32, "%lld", (long long)x->cat_bytes[k]);
-            for (int k = 0; k < 14; k++)
+            snprintf(c[14], 32, "%.0f", x->cpu_ns);
+            for (int k = 0; k < 15; k++)
                 cells[k] = c[k];
-            rc = csvio_write_row(a.f, 14, cells, err);
+            rc = csvio_write_row(a.f, 15, cells, err);
         }
         if (opened && rc)
             afile_abort(&a);

@@ -12,11 +12,13 @@
  *   report CSV (--report-csv FILE), one row per rank:
  *     rank,tp,pp,dp,iterations,iteration_ns,compute_ns,bubble_ns,
  *     peak_bytes,weights_bytes,gradients_bytes,optimizer_bytes,
- *     activations_bytes,buffers_bytes
+ *     activations_bytes,buffers_bytes,cpu_ns
  *     (iteration_ns: mean over measured iterations of the slowest rank's
  *     time; compute_ns: this rank's F/B/I/W/OPTIM/REDUCE_GRAD time per
  *     iteration; bubble_ns = iteration_ns - compute_ns; the bytes are the
- *     categories at this rank's peak of their sum).
+ *     categories at this rank's peak of their sum; cpu_ns: CPU time the
+ *     process got per iteration: cpu_ns / iteration_ns below 1 measures how
+ *     much of the machine other work took).
  *
  * Ownership: functions borrow their arguments; nothing is kept.
  */
@@ -38,6 +40,9 @@ typedef struct {
     double compute_ns;      /* mean per iteration, this rank */
     int64_t peak_bytes;
     int64_t cat_bytes[XMEM_NCAT];
+    double cpu_ns;          /* mean per iteration: this process's CPU time
+                               (CLOCK_PROCESS_CPUTIME_ID; MPI waits spin, so
+                               on an idle machine it is close to iteration_ns) */
 } xout_rank;
 
 /* Fill r's rank, groups and memory from cm and be. */

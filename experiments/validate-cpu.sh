@@ -85,8 +85,10 @@ table="$OUT/table.txt"
     echo "Bubble: measured = iteration - compute actions (F/B/I/W/REDUCE_GRAD/OPTIM), mean over ranks;"
     echo "        predicted = the simulator's idle time, mean over ranks."
     echo "Targets: iteration 10%, bubble 20%, memory 5% (simulator memory model: $DTYPE)."
-    printf '%-15s %9s %9s %8s %3s | %8s %8s %8s %3s | %8s %8s %8s %3s | %8s %8s %8s %3s\n' \
-        config iter_meas iter_pred err ok bub_meas bub_pred err ok mem0_me mem0_pr err ok \
+    echo "cpu: CPU time the ranks got, % of the iteration (mean over ranks; 100% = machine to ourselves,"
+    echo "     since MPI waits spin)."
+    printf '%-15s %4s | %9s %9s %8s %3s | %8s %8s %8s %3s | %8s %8s %8s %3s | %8s %8s %8s %3s\n' \
+        config cpu iter_meas iter_pred err ok bub_meas bub_pred err ok mem0_me mem0_pr err ok \
         mem1_me mem1_pr err ok
     for cfg in "${CONFIGS[@]}"; do
         read -r sched m <<<"$cfg"
@@ -96,7 +98,8 @@ table="$OUT/table.txt"
         bub_m=$(awk -F, 'NR > 1 { s += $8; n++ } END { printf "%.3f", s / n / 1e6 }' "$ex")
         it_p=$(awk -v v="$(simval "$sm" iteration iteration_time)" 'BEGIN { printf "%.3f", v / 1e6 }')
         bub_p=$(awk -v v="$(simval "$sm" iteration bubble_time)" 'BEGIN { printf "%.3f", v / 1e6 }')
-        line=$(printf '%-15s %9s %9s %8s %3s | %8s %8s %8s %3s' "$name" "$it_m" "$it_p" \
+        cpu=$(awk -F, 'NR > 1 { s += $15 / $6; n++ } END { printf "%.0f%%", 100 * s / n }' "$ex")
+        line=$(printf '%-15s %4s | %9s %9s %8s %3s | %8s %8s %8s %3s' "$name" "$cpu" "$it_m" "$it_p" \
             "$(pct "$it_m" "$it_p")" "$(within "$it_m" "$it_p" 0.10)" "$bub_m" "$bub_p" \
             "$(pct "$bub_m" "$bub_p")" "$(within "$bub_m" "$bub_p" 0.20)")
         for r in 0 1; do
