@@ -14,8 +14,11 @@
  * heads, sequence, head dimension.
  *
  * Every entry point enqueues its work on `stream` and returns the launch
- * status (cudaSuccess, or the error cudaGetLastError() reported); nothing
- * is synchronised and nothing prints. Pointers are device pointers owned by
+ * status (cudaSuccess, or the error cudaGetLastError() reported, which may
+ * stem from earlier asynchronous work), or cudaErrorInvalidValue without
+ * launching for arguments out of range (sizes <= 0, p outside [0, 1), a
+ * head size the fused kernel cannot take); nothing is synchronised and
+ * nothing prints. Pointers are device pointers owned by
  * the caller. Reductions are deterministic: fixed order, no float atomics,
  * so the same inputs give the same bits run after run.
  *

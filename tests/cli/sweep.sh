@@ -41,7 +41,7 @@ check "bad row recorded with its error" grep -q ',error,.*tensor-model-parallel'
 # Kill -9 at pseudo-random moments (10% to 60% of the clean run's time after
 # the start, so kills land mid-run whatever the machine's load) until a run
 # finishes on its own; every restart resumes from what the killed ones wrote.
-seed=7 kills=0 finished=0
+seed=7 kills=0 finished=0 midrun=0
 for try in $(seq 1 40); do
     "$T" sweep "$tmp/in.csv" --out "$tmp/killed.csv" --threads 2 >/dev/null 2>&1 &
     pid=$!
@@ -51,13 +51,18 @@ for try in $(seq 1 40); do
     if kill -9 "$pid" 2>/dev/null; then
         wait "$pid" 2>/dev/null
         kills=$((kills + 1))
+        # A kill before the last row was written left the sweep unfinished.
+        done_rows=$(($(cat "$tmp/killed.csv" 2>/dev/null | wc -l) - 1))
+        [ "$done_rows" -lt "$rows" ] && midrun=1
     else
         wait "$pid" && finished=1
         break
     fi
 done
 [ $finished = 1 ] || "$T" sweep "$tmp/in.csv" --out "$tmp/killed.csv" --threads 2 >/dev/null 2>&1
-check "killed $kills times before it finished" test $kills -ge 2
+# How many kills land depends on the machine's load; one that left the sweep
+# unfinished is what the resume test needs.
+check "killed $kills times, at least once mid-run" test $kills -ge 1 -a $midrun = 1
 check "after the kills: the clean run's file byte for byte" cmp -s "$tmp/clean.csv" "$tmp/killed.csv"
 "$T" sweep "$tmp/in.csv" --out "$tmp/killed.csv" --threads 2 >"$tmp/last.out" 2>&1
 check "a finished sweep skips every row" grep -q "$rows already in" "$tmp/last.out"
