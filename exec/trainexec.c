@@ -180,9 +180,15 @@ static double min_bytes_per_rank(const gpt_dims *d, int t, int p)
     return 16.0 * (double)gpt_num_params(d) / ((double)t * p);
 }
 
-static int fail(int rank, const char *what, const ts_err *e)
+/* A failure every rank agrees on (all call this collectively with their
+ * own status): the lowest failing rank prints its message, all exit 1. */
+static int agree_fail(int rank, int size, int rc, const char *what, const ts_err *e)
 {
-    if (rank == 0)
+    int mine = rc ? rank : size, first = size;
+    MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (first == size)
+        return 0;
+    if (rank == first)
         fprintf(stderr, "trainexec: %s%s\n", what, e->msg);
     MPI_Finalize();
     return 1;
@@ -264,8 +270,8 @@ int main(int argc, char **argv)
         free(av);
         rc = microbench_run(MPI_COMM_WORLD, a.microbench, a.threads, rank == 0 ? stdout : NULL,
                             &err);
-        if (rc)
-            return fail(rank, "--microbench: ", &err);
+        if (agree_fail(rank, size, rc, "--microbench: ", &err))
+            return 1;
         MPI_Finalize();
         return 0;
     }
@@ -305,6 +311,9 @@ int main(int argc, char **argv)
     o.eps = (float)a.eps;
     o.weight_decay = (float)a.wd;
     o.op_trace = a.op_trace;
+    if (rank == 0 && pc->overlap_grad_reduce)
+        printf("trainexec: note: --overlap-grad-reduce is not overlapped here: gradients are "
+               "reduced at the schedule's REDUCE_GRAD actions\n");
     int tp = pc->tp, pp = pc->pp, d = pc->dp;
     parallel_config par = *pc;
     model_config mod = *mc;
@@ -335,10 +344,17 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 2;
     }
-    if ((rc = backend_cpu_create(a.threads, &be, &err)) ||
-        (rc = comm_mpi_create(MPI_COMM_WORLD, tp, pp, d, &cm, &err)) ||
-        (rc = rt_create(&o, s, be, cm, &rt, &err)))
-        return fail(rank, "", &err);
+    rc = backend_cpu_create(a.threads, &be, &err);
+    ts_err cerr; /* comm_mpi_create is collective: every rank calls it */
+    int crc = comm_mpi_create(MPI_COMM_WORLD, tp, pp, d, &cm, &cerr);
+    if (!rc && crc) {
+        rc = crc;
+        err = cerr;
+    }
+    if (!rc)
+        rc = rt_create(&o, s, be, cm, &rt, &err);
+    if (agree_fail(rank, size, rc, "", &err))
+        return 1;
     if (rank == 0) {
         printf("trainexec: GPT %zu parameters (L=%d h=%d heads=%d ffn=%d s=%d V=%d), "
                "t=%d p=%d d=%d v=%d%s, %s, b=%d B=%d m=%d, %d ranks, fp32 cpu\n",
@@ -359,15 +375,14 @@ int main(int argc, char **argv)
         start[it] = rt_now_ns();
         double loss = 0.0;
         rc = rt_iteration(rt, it, &loss, &err);
-        int64_t mine = rt_now_ns() - start[it], slowest = 0;
-        int bad = rc != 0, anybad = 0;
-        MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-        if (anybad) {
-            if (bad)
-                fprintf(stderr, "trainexec: rank %d: %s\n", rank, err.msg);
-            rc = rc ? rc : TS_EINVAL;
-            break;
+        if (rc) {
+            /* the other ranks may be blocked on this one's messages: abort them */
+            fprintf(stderr, "trainexec: rank %d: %s\n", rank, err.msg);
+            fflush(stderr);
+            MPI_Abort(MPI_COMM_WORLD, 1);
+            return 1;
         }
+        int64_t mine = rt_now_ns() - start[it], slowest = 0;
         MPI_Allreduce(&mine, &slowest, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
         if (it >= a.warmup) {
             size_t n;
@@ -380,11 +395,6 @@ int main(int argc, char **argv)
                    it < a.warmup ? " (warm-up)" : "", loss, slowest / 1e6);
             fflush(stdout);
         }
-    }
-    if (rc) {
-        free(start);
-        MPI_Abort(MPI_COMM_WORLD, 1);
-        return 1;
     }
     /* outputs: spans carry absolute CLOCK_MONOTONIC times; t = 0 is the start
      * of the last iteration (after its barrier) */
@@ -431,8 +441,12 @@ int main(int argc, char **argv)
     sched_free(s);
     cm->destroy(cm);
     be->destroy(be);
-    if (rc)
-        return fail(rank, "", &err);
+    if (rc) { /* an output file: every rank has the status (xout agrees) */
+        if (rank == 0)
+            fprintf(stderr, "trainexec: %s\n", err.msg);
+        MPI_Finalize();
+        return 1;
+    }
     MPI_Finalize();
     return 0;
 }

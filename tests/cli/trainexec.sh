@@ -57,6 +57,10 @@ out2=$(run 1 "$TRAINEXEC" $small --global-batch-size 4 --iterations 1 --warmup 0
 l2=$(echo "$out2" | grep -oE 'iteration 1/1: loss [0-9.]+' | awk '{print $4}')
 check "1-rank and 2-rank pipeline give the same first loss ($l1 vs $l2)" '[ -n "$l1" ] && [ "$l1" = "$l2" ]'
 
+out=$(run 2 "$TRAINEXEC" $small -p 2 --iterations 1 --warmup 0 --trace "$tmp/no/such/dir/t.json" 2>&1); rc=$?
+check "unwritable trace path: exit 1 naming the directory, no hang" \
+    '[ $rc -ne 0 ] && [[ "$out" == *"$tmp/no/such/dir"* ]]'
+
 printf '0F0,0F1,0I0,0W0,0I1,0W1\n1F0,1I0,1F1,1I1,1W0,1W1\n' > "$tmp/s.csv"
 out=$(run 2 "$TRAINEXEC" $small -p 2 --schedule-csv "$tmp/s.csv" 2>&1); rc=$?
 check "--schedule-csv with a mismatching global batch: exit 2 naming the batch" \
