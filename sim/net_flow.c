@@ -134,6 +134,10 @@ void net_flows_free(net_flows *f)
     if (f->lk)
         for (int i = 0; i < f->g->n_links; i++) free(f->lk[i].fl);
     free(f->lk);
+    for (int i = 0; i < f->n_flows; i++) { /* route arrays are kept per slot */
+        free(f->fl[i].links);
+        free(f->fl[i].pos);
+    }
     free(f->fl);
     free(f->free_ids);
     free(f->heap);
