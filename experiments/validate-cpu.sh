@@ -15,14 +15,10 @@
 #   ITERS=N measured iterations (2), WARMUP=N (1),
 #   REUSE_MICROBENCH=1 keeps an existing OUT/microbench.csv.
 #
-# Simulator device: the simulator has no CPU device kind and no fp32 flag
-# (cost_params_default knows A100/H100/H200 only; flags offer --bf16/--fp16),
-# so the measured tables are filed under A100-SXM4-80GB/bf16 and the run
-# uses --gpu A100-SXM4-80GB: compute times then come entirely from this
-# machine's measurements (efficiency = measured / A100 peak), while the
-# communication model is still DGX A100 NVLink and the memory model counts
-# 2-byte activations and mixed-precision optimizer state (the executor is
-# fp32). If `trainsim simulate --help` lists --fp32, it is used instead.
+# Simulator device: `--gpu cpu --fp32`, a calibrated-only device: compute
+# and link costs (p2p / all-reduce latency + bandwidth) come entirely from
+# the calibration file this script writes; the memory model counts fp32
+# weights, gradients, activations and Adam state as the executor holds them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -39,18 +35,15 @@ echo "== build"
 make -j2 BUILD="$BUILD" "$TRAINSIM" "$TRAINEXEC" >/dev/null
 mkdir -p "$OUT"
 
-SIM_GPU=A100-SXM4-80GB
-if "$TRAINSIM" simulate --help 2>/dev/null | grep -q -- '--fp32'; then
-    DTYPE=fp32; PREC=(--fp32)
-else
-    DTYPE=bf16; PREC=()
-fi
+SIM_GPU=cpu
+DTYPE=fp32
+PREC=(--fp32)
 
 echo "== calibrate (trainexec --microbench on 2 ranks, then trainsim calibrate)"
 if [ "${REUSE_MICROBENCH:-0}" != 1 ] || [ ! -s "$OUT/microbench.csv" ]; then
     "${mpirun[@]}" "$TRAINEXEC" --microbench "$OUT/microbench.csv" | tail -n 1
 fi
-"$TRAINSIM" calibrate --microbench "$OUT/microbench.csv" --gpu "$SIM_GPU" --dtype "$DTYPE" \
+"$TRAINSIM" calibrate --microbench "$OUT/microbench.csv" --gpu CPU --dtype "$DTYPE" \
     --output "$OUT/calibration.csv" --comm-output "$OUT/comm.csv"
 
 MODEL=(--num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 64

@@ -11,8 +11,9 @@
 
 static const char *const COLUMNS[] = {"gpu",   "op",      "dtype",           "m",
                                       "n",     "k",       "batch",           "bytes",
-                                      "time_ns", "achieved_tflops", "achieved_gbps", NULL};
-#define NCOLS 11
+                                      "time_ns", "achieved_tflops", "achieved_gbps",
+                                      "ranks", "alpha_ns", "gbps", NULL};
+#define NCOLS 14
 
 const char *calib_op_name(calib_op op)
 {
@@ -20,6 +21,8 @@ const char *calib_op_name(calib_op op)
     case CALIB_GEMM: return "gemm";
     case CALIB_MEMORY: return "memory";
     case CALIB_LAUNCH: return "launch";
+    case CALIB_P2P: return "p2p";
+    case CALIB_ALLREDUCE: return "allreduce";
     }
     return "?";
 }
@@ -65,12 +68,21 @@ static int parse_row(const csvio_table *t, size_t i, calib_row *r, ts_err *err)
     if (!strcmp(s, "gemm")) r->op = CALIB_GEMM;
     else if (!strcmp(s, "memory")) r->op = CALIB_MEMORY;
     else if (!strcmp(s, "launch")) r->op = CALIB_LAUNCH;
-    else return csvio_errf(t, i, "op", err, "'%s' (expected gemm, memory or launch)", s);
+    else if (!strcmp(s, "p2p")) r->op = CALIB_P2P;
+    else if (!strcmp(s, "allreduce")) r->op = CALIB_ALLREDUCE;
+    else return csvio_errf(t, i, "op", err, "'%s' (expected gemm, memory, launch, p2p or allreduce)", s);
     if ((rc = csvio_get_str(t, i, "dtype", &s, err))) return rc;
     if (!strcmp(s, "bf16")) r->dtype = PREC_BF16;
     else if (!strcmp(s, "fp16")) r->dtype = PREC_FP16;
     else if (!strcmp(s, "fp32")) r->dtype = PREC_FP32;
     else return csvio_errf(t, i, "dtype", err, "'%s' (expected bf16, fp16 or fp32)", s);
+    if (r->op == CALIB_P2P || r->op == CALIB_ALLREDUCE) {
+        if ((rc = csvio_get_int(t, i, "ranks", 2, 1 << 20, &r->ranks, err)) ||
+            (rc = csvio_get_double(t, i, "alpha_ns", 0, 1e15, &r->alpha_ns, err)) ||
+            (rc = csvio_get_positive(t, i, "gbps", &r->gbps, err)))
+            return rc;
+        return TS_OK;
+    }
     if ((rc = csvio_get_double(t, i, "time_ns", 1e-3, 1e15, &r->time_ns, err))) return rc;
     if (r->op == CALIB_GEMM) {
         if ((rc = csvio_get_int64(t, i, "m", 1, INT64_C(1) << 40, &r->m, err)) ||
@@ -134,7 +146,13 @@ int calib_write(const char *path, const calib_set *set, ts_err *err)
             snprintf(c[7], sizeof c[7], "%lld", (long long)r->bytes);
             snprintf(c[10], sizeof c[10], "%.6g", (double)r->bytes / r->time_ns);
         }
-        snprintf(c[8], sizeof c[8], "%.17g", r->time_ns);
+        if (r->op == CALIB_P2P || r->op == CALIB_ALLREDUCE) {
+            snprintf(c[11], sizeof c[11], "%d", r->ranks);
+            snprintf(c[12], sizeof c[12], "%.17g", r->alpha_ns);
+            snprintf(c[13], sizeof c[13], "%.17g", r->gbps);
+        } else {
+            snprintf(c[8], sizeof c[8], "%.17g", r->time_ns);
+        }
         rc = csvio_write_row(a.f, NCOLS, cells, err);
     }
     if (rc) {
@@ -260,4 +278,77 @@ int calib_load_params(const char *path, const gpu_spec *gpu, config_precision pr
     if (rc) err_prefix(err, "%s: ", path);
     calib_free(&set);
     return rc;
+}
+
+int calib_device_params(const calib_set *set, const gpu_spec *gpu, config_precision prec,
+                        cost_params *out, commcost_params *link, ts_err *err)
+{
+    cost_params base;
+    memset(&base, 0, sizeof base);
+    snprintf(base.gpu, sizeof base.gpu, "%s", gpu->name);
+    base.dtype_bytes = prec == PREC_FP32 ? 4 : 2;
+    base.overlap_slowdown = 0.0; /* see calib.h */
+    const calib_row *p2p = NULL, *ar = NULL;
+    size_t nl = 0, ng = 0, nm = 0;
+    /* launch_ns as calib_fit takes it (median of the launch rows), so the
+     * peaks are the best busy rates and the best kernel fits at efficiency 1 */
+    double launch = 0, lv[64];
+    for (size_t i = 0; i < set->n && nl < 64; i++)
+        if (!strcmp(set->rows[i].gpu, gpu->name) && set->rows[i].dtype == prec &&
+            set->rows[i].op == CALIB_LAUNCH)
+            lv[nl++] = set->rows[i].time_ns;
+    if (nl > 0) {
+        qsort(lv, nl, sizeof *lv, dbl_cmp);
+        launch = nl % 2 ? lv[nl / 2] : 0.5 * (lv[nl / 2 - 1] + lv[nl / 2]);
+    }
+    for (size_t i = 0; i < set->n; i++) {
+        const calib_row *r = &set->rows[i];
+        if (strcmp(r->gpu, gpu->name) || r->dtype != prec) continue;
+        switch (r->op) {
+        case CALIB_GEMM: {
+            double f = 2.0 * (double)r->m * (double)r->n * (double)r->k * (double)r->batch;
+            double busy = r->time_ns - launch;
+            if (busy < 0.05 * r->time_ns) busy = 0.05 * r->time_ns;
+            double tf = f / busy / 1e3;
+            if (tf > base.peak_tflops) base.peak_tflops = tf;
+            ng++;
+            break;
+        }
+        case CALIB_MEMORY: {
+            double busy = r->time_ns - launch;
+            if (busy < 0.05 * r->time_ns) busy = 0.05 * r->time_ns;
+            double gb = (double)r->bytes / busy;
+            if (gb > base.hbm_gbps) base.hbm_gbps = gb;
+            nm++;
+            break;
+        }
+        case CALIB_LAUNCH: break;
+        case CALIB_P2P: p2p = r; break;
+        case CALIB_ALLREDUCE: ar = r; break;
+        }
+    }
+    const char *missing = nl == 0 ? "a launch row"
+                          : ng < 2 ? "at least 2 gemm rows"
+                          : nm < 2 ? "at least 2 memory rows"
+                          : !p2p   ? "a p2p row (alpha_ns, gbps)"
+                          : !ar    ? "an allreduce row (alpha_ns, gbps)"
+                                   : NULL;
+    if (missing)
+        return err_set(err, TS_EINVAL,
+                       "calibration: device '%s' takes all its costs from the file, which lacks "
+                       "%s for gpu=%s, dtype=%s (write it with trainsim calibrate --gpu %s "
+                       "--dtype %s)",
+                       gpu->name, missing, gpu->name, dtype_name(prec), gpu->name,
+                       dtype_name(prec));
+    int rc = calib_fit(set, &base, prec, out, err);
+    if (rc) return rc;
+    memset(link, 0, sizeof *link);
+    int n = ar->ranks;
+    link->nvlink_alpha_ns = p2p->alpha_ns;
+    link->nvlink_p2p_gbps = p2p->gbps;
+    link->nvlink_allreduce_busbw_gbps = ar->gbps * 2.0 * (n - 1) / n;
+    link->nvlink_busbw_gbps = link->nvlink_allreduce_busbw_gbps;
+    link->nic_alpha_ns = p2p->alpha_ns;
+    link->nic_gbps_per_gpu = p2p->gbps;
+    return TS_OK;
 }

@@ -15,6 +15,11 @@
  *   achieved_tflops  gemm: 2*m*n*k*batch / time, TFLOP/s (written for
  *                    readers; recomputed and ignored on reading); else empty
  *   achieved_gbps    memory: bytes / time, GB/s (likewise); else empty
+ *   ranks            p2p, allreduce: ranks of the measured group (>= 2)
+ *   alpha_ns         p2p, allreduce: fitted latency of one collective, ns (>= 0)
+ *   gbps             p2p, allreduce: fitted bandwidth, GB/s (> 0): a collective of
+ *                    S bytes (commcost.h convention) takes alpha_ns + S / gbps
+ *                    (time_ns is empty on these rows)
  *
  * Example:
  *   gpu,op,dtype,m,n,k,batch,bytes,time_ns,achieved_tflops,achieved_gbps
@@ -30,6 +35,19 @@
  * (0, 1]; a table with fewer than 2 distinct knots keeps the default table.
  * The executor writes the file (issue 6) and `trainsim calibrate` fits it.
  *
+ * A calibrated-only device (gpu_spec.calibrated_only, `--gpu cpu`) has no
+ * datasheet or default tables: calib_device_params takes everything from the
+ * file. Its rows must contain a launch row, >= 2 distinct gemm shapes, >= 2
+ * memory sizes, a p2p and an allreduce row; peak_tflops and hbm_gbps are the
+ * best achieved GEMM and memory rates of the rows (so the fitted efficiencies
+ * top out at 1), overlap_slowdown is 0 (the executor's collectives block the
+ * rank: nothing overlaps). Link costs (commcost_params): the p2p row gives
+ * the per-step latency and the p2p/inter-node bandwidth; the allreduce row,
+ * fitted over n ranks as alpha + S/gbps = 2(n-1)*alpha' + 2(n-1)/n*S/busbw,
+ * gives the bus bandwidth busbw = gbps * 2(n-1)/n for all-reduce, all-gather
+ * and reduce-scatter. One machine has no separate inter-node link: the NIC
+ * figures are the p2p ones.
+ *
  * Ownership: calib_read returns a set owned by the caller (calib_free).
  */
 #ifndef TRAINSIM_CALIB_H
@@ -42,7 +60,7 @@
 #include "cost.h"
 #include "err.h"
 
-typedef enum { CALIB_GEMM = 0, CALIB_MEMORY, CALIB_LAUNCH } calib_op;
+typedef enum { CALIB_GEMM = 0, CALIB_MEMORY, CALIB_LAUNCH, CALIB_P2P, CALIB_ALLREDUCE } calib_op;
 
 typedef struct {
     char gpu[CONFIG_NAME_BYTES];
@@ -50,7 +68,9 @@ typedef struct {
     config_precision dtype;
     int64_t m, n, k, batch;   /* gemm */
     int64_t bytes;            /* memory */
-    double time_ns;           /* > 0 */
+    double time_ns;           /* > 0 (0 on p2p / allreduce rows) */
+    int ranks;                /* p2p, allreduce */
+    double alpha_ns, gbps;    /* p2p, allreduce */
 } calib_row;
 
 typedef struct {
@@ -81,6 +101,12 @@ int calib_fit(const calib_set *set, const cost_params *base, config_precision dt
  * calib_fit. Errors name the file. */
 int calib_load_params(const char *path, const gpu_spec *gpu, config_precision prec,
                       cost_params *out, ts_err *err);
+
+/* What `--calibration FILE` does for a calibrated-only device (see above):
+ * compute params and link params entirely from the file's rows for gpu at
+ * prec. TS_EINVAL naming what is missing (rows, shapes, link rows). */
+int calib_device_params(const calib_set *set, const gpu_spec *gpu, config_precision prec,
+                        cost_params *out, commcost_params *link, ts_err *err);
 
 const char *calib_op_name(calib_op op);
 

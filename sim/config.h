@@ -31,7 +31,7 @@ typedef struct {
     bool swiglu;                  /* --swiglu */
     int seq_length;               /* --seq-length, tokens */
     int padded_vocab_size;        /* --padded-vocab-size */
-    config_precision precision;   /* --bf16 / --fp16 (default bf16) */
+    config_precision precision;   /* --bf16 / --fp16 / --fp32 (default bf16) */
 } model_config;
 
 /* Parallel layout and training step. */
@@ -66,6 +66,8 @@ typedef struct {
     double fp8_tflops;            /* dense FP8 peak, TFLOP/s (0 = no FP8 tensor cores) */
     double tf32_tflops;           /* dense TF32 peak, TFLOP/s */
     double tdp_w;                 /* board power, W */
+    bool calibrated_only;         /* no datasheet rates (`--gpu cpu`): every cost comes from
+                                     --calibration FILE (calib_device_params); rates above are 0 */
 } gpu_spec;
 
 struct topo;                      /* topo.h: parsed cluster topology */

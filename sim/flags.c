@@ -2,6 +2,8 @@
 
 #include <stdio.h>
 #include <string.h>
+#include <strings.h>
+#include <unistd.h>
 
 #include "catalog.h"
 #include "topo.h"
@@ -66,9 +68,12 @@ static int add_model_flags(flags_state *s, opt_table *t, config *c, ts_err *err)
         .unit = "tokens", .help = "sequence length s");
     ADD(.name = "--padded-vocab-size", .type = OPT_INT, .target = &m->padded_vocab_size, .min = 1,
         .max = 1 << 26, .unit = "tokens", .help = "vocabulary size V after padding (a multiple of t)");
-    ADD(.name = "--bf16", .type = OPT_BOOL, .target = &s->bf16, .defval = "on (bf16 unless --fp16)",
+    ADD(.name = "--bf16", .type = OPT_BOOL, .target = &s->bf16, .defval = "on (bf16 unless --fp16/--fp32)",
         .help = "bf16 mixed precision (weights, activations, gradients in 2 bytes; fp32 master weights)");
     ADD(.name = "--fp16", .type = OPT_BOOL, .target = &s->fp16, .help = "fp16 mixed precision (exclusive with --bf16)");
+    ADD(.name = "--fp32", .type = OPT_BOOL, .target = &s->fp32,
+        .help = "fp32 training, no mixed precision (weights, activations, gradients in 4 bytes, no "
+                "master copy; exclusive with --bf16 and --fp16)");
     return TS_OK;
 }
 
@@ -130,7 +135,8 @@ static int add_cluster_flags(flags_state *s, opt_table *t, config *c, ts_err *er
     ADD(.name = "--gpu", .type = OPT_STRING, .target = &s->gpu, .metavar = "KIND",
         .defval = "the topology's, else " DEFAULT_GPU,
         .help = "GPU kind from topologies/gpus.csv: A100-SXM4-40GB, A100-SXM4-80GB, H100-SXM5-80GB, H200-SXM-141GB "
-                "(or an alias: a100, h100, h200)");
+                "(or an alias: a100, h100, h200); or 'cpu': a device with no datasheet, all of whose compute "
+                "and link costs come from --calibration FILE (trainsim calibrate)");
     ADD(.name = "--topology", .type = OPT_STRING, .target = &s->topology, .metavar = "FILE",
         .defval = "built-in: DGX A100 80GB nodes, 3-level HDR fat tree like Selene, sized to --gpus (DGX H100-like "
                   "for --gpu h100/h200)",
@@ -197,7 +203,7 @@ static void resolve_model(flags_state *s, const opt_table *t, const catalog_mode
     for (int i = 0; SHAPE[i]; i++)
         changed |= opt_was_set(t, SHAPE[i]);
     snprintf(m->name, sizeof m->name, "%.40s%s", q->name, changed ? " (modified)" : "");
-    m->precision = s->fp16 ? PREC_FP16 : PREC_BF16;
+    m->precision = s->fp32 ? PREC_FP32 : s->fp16 ? PREC_FP16 : PREC_BF16;
 }
 
 static int resolve_layout(flags_state *s, const opt_table *t, const catalog_model *pm, ts_err *err)
@@ -257,6 +263,21 @@ static int resolve_cluster(flags_state *s, ts_err *err)
     catalog_gpus *cat = NULL;
     if ((rc = catalog_gpus_load(NULL, &cat, err)))
         return rc;
+    if (s->gpu && !strcasecmp(s->gpu, "cpu")) {
+        /* calibrated-only device (config.h): no rates; capacity = this machine's memory */
+        memset(&g, 0, sizeof g);
+        snprintf(g.name, sizeof g.name, "CPU");
+        g.calibrated_only = true;
+        long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGE_SIZE);
+        g.hbm_gib = pages > 0 && psz > 0 ? (double)pages * (double)psz / 1073741824.0 : 0.0;
+        if (s->topology) {
+            rc = err_set(err, TS_EINVAL, "--gpu cpu takes no --topology (one machine)");
+            goto out;
+        }
+        if ((rc = topo_default_for(&g, cl->gpus, &tp, err)))
+            goto out;
+        goto done;
+    }
     if (s->gpu && (rc = catalog_gpus_lookup(cat, s->gpu, &g, err))) {
         err_prefix(err, "--gpu: ");
         goto out;
@@ -282,6 +303,7 @@ static int resolve_cluster(flags_state *s, ts_err *err)
         if ((rc = topo_default_for(&g, cl->gpus, &tp, err)))
             goto out;
     }
+done:
     cl->gpu = g;
     cl->topology = tp;
     cl->gpus_per_node = tp->params.gpus_per_node;
@@ -298,6 +320,8 @@ int flags_finish(flags_state *s, const opt_table *t, ts_err *err)
     c->cluster.topology = NULL;
     if (s->bf16 && s->fp16)
         return err_set(err, TS_EINVAL, "--bf16 and --fp16 exclude each other (give one; bf16 is the default)");
+    if (s->fp32 && (s->fp16 || (s->bf16 && opt_was_set(t, "--bf16"))))
+        return err_set(err, TS_EINVAL, "--fp32 excludes --bf16 and --fp16 (give one; bf16 is the default)");
     catalog_model pm;
     int rc = catalog_model_preset(s->model, &pm, err);
     if (rc)

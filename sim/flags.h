@@ -53,7 +53,7 @@ typedef struct {
     int schedule;             /* --schedule, index into the schedule names */
     int recompute;            /* --recompute-granularity, config_recompute */
     int recompute_method;     /* --recompute-method, config_recompute_method */
-    bool bf16, fp16;          /* --bf16, --fp16 */
+    bool bf16, fp16, fp32;    /* --bf16, --fp16, --fp32 */
     int dp;                   /* --data-parallel-size, 0 = derived */
     char preset_source[512];  /* the preset's layout_source, after flags_finish */
 } flags_state;

@@ -66,8 +66,25 @@ static int cost_setup(const config *c, const simulate_opts *o, cost_model **cm, 
                       ts_err *err)
 {
     cost_params cp;
-    int rc = cost_params_default(&c->cluster.gpu, c->model.precision, &cp, err);
-    if (rc)
+    int rc;
+    if (c->cluster.gpu.calibrated_only) {
+        /* every cost from the file (calib.h: calib_device_params) */
+        if (!o->calibration_path)
+            return err_set(err, TS_EINVAL,
+                           "device '%s' has no datasheet or default cost tables: give --calibration FILE "
+                           "(written by trainsim calibrate from trainexec --microbench) with its gemm, memory, "
+                           "launch, p2p and allreduce rows",
+                           c->cluster.gpu.name);
+        calib_set set = {0};
+        if ((rc = calib_read(o->calibration_path, &set, err)))
+            return err_prefix(err, "--calibration: ");
+        rc = calib_device_params(&set, &c->cluster.gpu, c->model.precision, &cp, cc, err);
+        calib_free(&set);
+        if (rc)
+            return err_prefix(err, "--calibration %s: ", o->calibration_path);
+        return cost_model_new(&cp, cm, err);
+    }
+    if ((rc = cost_params_default(&c->cluster.gpu, c->model.precision, &cp, err)))
         return rc;
     if (o->calibration_path) {
         calib_set set = {0};
@@ -178,8 +195,9 @@ static void summarize(const config *c, const simulate_opts *o, const engine *e, 
         R->model_tflops_per_gpu = R->model_flops * per_gpu;
         R->hw_tflops_per_gpu = R->hw_flops * per_gpu;
         R->megatron_tflops_per_gpu = R->megatron_flops * per_gpu;
-        R->mfu = R->model_tflops_per_gpu / R->peak_tflops;
-        R->hfu = R->hw_tflops_per_gpu / R->peak_tflops;
+        /* a calibrated-only device has no datasheet peak: MFU/HFU 0 */
+        R->mfu = R->peak_tflops > 0 ? R->model_tflops_per_gpu / R->peak_tflops : 0;
+        R->hfu = R->peak_tflops > 0 ? R->hw_tflops_per_gpu / R->peak_tflops : 0;
     }
     if (o->train_tokens > 0 && R->tokens_per_s > 0) {
         R->train_tokens = o->train_tokens;

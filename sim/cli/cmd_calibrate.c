@@ -9,9 +9,10 @@
  *     calib_fit when the simulator loads the file;
  *   p2p, allreduce: a least-squares latency + bandwidth line
  *     time_ns = alpha_ns + bytes / gbps over the medians (gsl_fit_linear),
- *     printed and, with --comm-output, written as a CSV
- *     (coll,ranks,alpha_ns,gbps,r2,points): the calibration CSV has no
- *     columns for links yet (sim/calib.h).
+ *     printed, written into the calibration CSV as p2p / allreduce rows
+ *     (ranks, alpha_ns, gbps; sim/calib.h), which a calibrated-only device
+ *     (`trainsim simulate --gpu cpu`) takes its link costs from, and with
+ *     --comm-output also as a CSV (coll,ranks,alpha_ns,gbps,r2,points).
  */
 #include <gsl/gsl_fit.h>
 #include <gsl/gsl_sort.h>
@@ -230,10 +231,8 @@ int cmd_calibrate(int argc, char **argv)
     }
     if (!rc && set.n == 0)
         rc = err_set(&err, TS_EINVAL, "%s: no gemm, memory or launch samples", in);
-    if (!rc)
-        rc = calib_write(out, &set, &err);
     if (!rc) {
-        printf("calibration: %zu rows for '%s' (%s) -> %s\n", set.n, gpu, DTYPES[dtype], out);
+        printf("calibration: %zu kernel rows for '%s' (%s) -> %s\n", set.n, gpu, DTYPES[dtype], out);
         printf("  best GEMM %.1f GFLOP/s, best element-wise %.2f GB/s, launch %.0f ns\n",
                best_tflops * 1e3, best_gbps, launch);
     }
@@ -252,7 +251,15 @@ int cmd_calibrate(int argc, char **argv)
                colls[c], ranks, alpha, gbps, r2, pts);
         if (a.f)
             fprintf(a.f, "%s,%d,%.1f,%.4f,%.6f,%d\n", colls[c], ranks, alpha, gbps, r2, pts);
+        if (!(gbps > 0))
+            continue; /* no usable line: the simulator reports the missing row */
+        calib_row row = {.dtype = (config_precision)dtype, .op = c ? CALIB_ALLREDUCE : CALIB_P2P,
+                         .ranks = ranks, .alpha_ns = alpha, .gbps = gbps};
+        snprintf(row.gpu, sizeof row.gpu, "%s", gpu);
+        rc = calib_add(&set, &row, &err);
     }
+    if (!rc)
+        rc = calib_write(out, &set, &err);
     if (a.f) {
         if (rc)
             afile_abort(&a);

@@ -42,6 +42,32 @@ out=$("$TRAINSIM" simulate --num-layers 4 --hidden-size 512 --num-attention-head
       --gpu A100-SXM4-80GB --calibration "$tmp/cal.csv" 2>&1); rc=$?
 check "trainsim simulate reads the calibration" '[ $rc -eq 0 ] && [[ "$out" == *"iteration time"* ]]'
 
+check "p2p fit becomes a p2p row of the calibration (alpha 1000 ns, 2 GB/s)" \
+    'grep -qE "^A100-SXM4-80GB,p2p,bf16,.*,2,1000,2$" "$tmp/cal.csv"'
+
+# calibrated-only device: --gpu cpu --fp32 takes compute and link costs from the file
+CPUSIM=(simulate --num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 64
+        --padded-vocab-size 4096 --gpus 2 -t 1 -p 2 --micro-batch-size 1 --global-batch-size 4
+        --schedule 1f1b --recompute-granularity none --sequence-parallel=false --gpu cpu)
+out=$("$TRAINSIM" "${CPUSIM[@]}" --fp32 2>&1); rc=$?
+check "--gpu cpu without --calibration: error naming what is missing" \
+    '[ $rc -ne 0 ] && [[ "$out" == *"--calibration FILE"* && "$out" == *CPU* ]]'
+"$TRAINSIM" calibrate --microbench "$tmp/mb.csv" -o "$tmp/cpu.csv" >/dev/null 2>&1
+out=$("$TRAINSIM" "${CPUSIM[@]}" --fp32 --calibration "$tmp/cpu.csv" 2>&1); rc=$?
+check "--gpu cpu without an allreduce row: error naming it" \
+    '[ $rc -ne 0 ] && [[ "$out" == *"allreduce row"* ]]'
+for b in 1024 65536 4194304; do
+    echo "allreduce,allreduce,fp32,,,,,$b,2,0,$(awk -v b=$b 'BEGIN { print 2000 + b / 1 }')"
+done >>"$tmp/mb.csv"
+"$TRAINSIM" calibrate --microbench "$tmp/mb.csv" -o "$tmp/cpu.csv" >/dev/null 2>&1
+out=$("$TRAINSIM" "${CPUSIM[@]}" --fp32 --calibration "$tmp/cpu.csv" --csv "$tmp/cpu.sim.csv" 2>&1); rc=$?
+check "--gpu cpu --fp32 with a full calibration simulates" \
+    '[ $rc -eq 0 ] && [[ "$out" == *"iteration time"* ]]'
+out=$("$TRAINSIM" "${CPUSIM[@]}" --fp32 --bf16 --calibration "$tmp/cpu.csv" 2>&1); rc=$?
+check "--fp32 with --bf16: error" '[ $rc -ne 0 ] && [[ "$out" == *"--fp32 excludes"* ]]'
+out=$("$TRAINSIM" "${CPUSIM[@]}" --calibration "$tmp/cpu.csv" 2>&1); rc=$?
+check "--gpu cpu at bf16 with fp32-only rows: error naming dtype" '[ $rc -ne 0 ] && [[ "$out" == *"dtype=bf16"* ]]'
+
 printf 'kind,m,n,k,bytes,ranks,time_ns\nwarp,1,1,1,,1,5\n' >"$tmp/bad.csv"
 out=$("$TRAINSIM" calibrate --microbench "$tmp/bad.csv" -o "$tmp/x.csv" 2>&1); rc=$?
 check "unknown sample kind: exit 1 with file:line and the valid kinds" \

@@ -159,3 +159,66 @@ Test(calib, load_params_from_file)
     cr_assert(fabs(out.mem.eff[1] - 1e9 / (597000.0 * 2039)) < 1e-9);
     unlink(p);
 }
+
+/* A calibrated-only device takes peaks and links from the rows alone. */
+Test(calib, device_params_from_rows_only)
+{
+    gpu_spec cpu = {.name = "CPU", .calibrated_only = true};
+    calib_set s = {0, NULL};
+    calib_row r;
+    memset(&r, 0, sizeof r);
+    strcpy(r.gpu, "CPU");
+    r.dtype = PREC_FP32;
+    r.op = CALIB_LAUNCH;
+    r.time_ns = 100;
+    cr_assert_eq(calib_add(&s, &r, NULL), TS_OK);
+    r.op = CALIB_GEMM;
+    r.batch = 1;
+    r.m = r.n = r.k = 100; /* 2e6 flops in 1000 ns busy: 2 TFLOP/s */
+    r.time_ns = 1100;
+    cr_assert_eq(calib_add(&s, &r, NULL), TS_OK);
+    r.m = r.n = r.k = 200;
+    r.time_ns = 100 + 16e3; /* 1 TFLOP/s: efficiency 0.5 */
+    cr_assert_eq(calib_add(&s, &r, NULL), TS_OK);
+    memset(&r.m, 0, 4 * sizeof r.m);
+    r.op = CALIB_MEMORY;
+    r.bytes = 1000;
+    r.time_ns = 100 + 100; /* 10 GB/s busy */
+    cr_assert_eq(calib_add(&s, &r, NULL), TS_OK);
+    r.bytes = 100000;
+    r.time_ns = 100 + 20000; /* 5 GB/s */
+    cr_assert_eq(calib_add(&s, &r, NULL), TS_OK);
+    cost_params cp;
+    commcost_params cc;
+    ts_err e;
+    cr_assert_eq(calib_device_params(&s, &cpu, PREC_FP32, &cp, &cc, &e), TS_EINVAL);
+    cr_assert(strstr(e.msg, "p2p row") != NULL, "%s", e.msg);
+    r.op = CALIB_P2P;
+    r.time_ns = 0;
+    r.bytes = 0;
+    r.ranks = 2;
+    r.alpha_ns = 1000;
+    r.gbps = 2;
+    cr_assert_eq(calib_add(&s, &r, NULL), TS_OK);
+    r.op = CALIB_ALLREDUCE;
+    r.ranks = 4;
+    r.alpha_ns = 3000;
+    r.gbps = 1;
+    cr_assert_eq(calib_add(&s, &r, NULL), TS_OK);
+    cr_assert_eq(calib_device_params(&s, &cpu, PREC_FP32, &cp, &cc, &e), TS_OK, "%s", e.msg);
+    cr_assert_float_eq(cp.peak_tflops, 2.0, 1e-9);
+    cr_assert_float_eq(cp.hbm_gbps, 10.0, 1e-9);
+    cr_assert_float_eq(cp.launch_ns, 100.0, 1e-9);
+    cr_assert_eq(cp.dtype_bytes, 4);
+    cr_assert_float_eq(cp.overlap_slowdown, 0.0, 0);
+    cr_assert_float_eq(cp.gemm.eff[cp.gemm.n - 1], 0.5, 1e-6);
+    cr_assert_float_eq(cp.mem.eff[0], 1.0, 1e-6);
+    cr_assert_float_eq(cp.mem.eff[1], 0.5, 1e-6);
+    cr_assert_float_eq(cc.nvlink_alpha_ns, 1000.0, 1e-9);
+    cr_assert_float_eq(cc.nvlink_p2p_gbps, 2.0, 1e-9);
+    cr_assert_float_eq(cc.nvlink_allreduce_busbw_gbps, 1.5, 1e-9); /* 1 x 2(n-1)/n, n = 4 */
+    /* at another dtype nothing matches: an error naming the dtype */
+    cr_assert_eq(calib_device_params(&s, &cpu, PREC_BF16, &cp, &cc, &e), TS_EINVAL);
+    cr_assert(strstr(e.msg, "dtype=bf16") != NULL, "%s", e.msg);
+    calib_free(&s);
+}
