@@ -3,7 +3,13 @@
  * writes the measurements in the simulator's formats.
  *
  *   mpirun -np N trainexec [model / parallel / schedule flags] [--trace F]
+ *   mpirun -np N trainexec --backend cuda ...   (one GPU per rank: NCCL)
  *   mpirun -np 2 trainexec --microbench FILE
+ *
+ * --backend cuda needs a build with the CUDA backend (TRAINSIM_CUDA: nvcc,
+ * cuBLASLt, NCCL found by make); rank r uses GPU r's index among the ranks of
+ * its node. Without that build, or when no GPU answers, trainexec says so and
+ * exits non-zero.
  *
  * N = t * p * d ranks, Megatron-LM's order (tensor innermost). Only rank 0
  * prints; every output file is written atomically by rank 0.
@@ -18,6 +24,10 @@
 
 #include "backend.h"
 #include "comm_mpi.h"
+#ifdef TRAINSIM_CUDA
+#include "cuda/backend_cuda.h"
+#include "cuda/comm_nccl.h"
+#endif
 #include "config.h"
 #include "flags.h"
 #include "microbench.h"
@@ -27,8 +37,11 @@
 #include "sched_csv.h"
 #include "xout.h"
 
+enum { BACKEND_CPU = 0, BACKEND_CUDA };
+static const char *const backend_names[] = {"cpu", "cuda", NULL};
+
 typedef struct {
-    int iterations, warmup, threads;
+    int iterations, warmup, threads, backend;
     int64_t seed;
     double lr, beta1, beta2, eps, wd;
     const char *trace, *ops_csv, *report_csv, *microbench, *schedule_csv;
@@ -55,6 +68,10 @@ static int add_flags(opt_table *t, args *a, ts_err *err)
          .help = "Adam epsilon"},
         {.name = "--weight-decay", .type = OPT_DOUBLE, .target = &a->wd, .min = 0, .max = 1,
          .help = "AdamW weight decay"},
+        {.name = "--backend", .type = OPT_ENUM, .target = &a->backend,
+         .enum_names = backend_names,
+         .help = "where the model runs: cpu (fp32, OpenBLAS, MPI) or cuda (one NVIDIA GPU per "
+                 "rank: fp32 master weights, bf16 cuBLASLt GEMMs, NCCL; needs a build with CUDA)"},
         {.name = "--threads", .type = OPT_INT, .target = &a->threads, .min = 0, .max = 1024,
          .help = "OpenBLAS threads per rank (0 = OpenBLAS default)"},
         {.name = "--schedule-csv", .type = OPT_STRING, .target = &a->schedule_csv,
@@ -86,6 +103,7 @@ static void defaults(args *a)
     a->iterations = 3;
     a->warmup = 1;
     a->threads = 1;
+    a->backend = BACKEND_CPU;
     a->seed = 1234;
     a->lr = 1e-4;
     a->beta1 = 0.9;
@@ -253,14 +271,15 @@ int main(int argc, char **argv)
     flags_state fs;
     opt_table t;
     opt_table_init(&t, "trainexec",
-                   "Run training iterations of a GPT model for real (fp32, OpenBLAS, MPI) under "
-                   "a pipeline schedule and measure them: mpirun -np N trainexec [the flags of "
+                   "Run training iterations of a GPT model for real (fp32, OpenBLAS, MPI; or "
+                   "--backend cuda on NVIDIA GPUs with NCCL) under a pipeline schedule and measure them: mpirun -np N trainexec [the flags of "
                    "trainsim simulate] [executor flags]. Layout flags not given default to "
                    "--gpus N, t = p = 1, --schedule 1f1b, no --sequence-parallel, no "
                    "recomputation, --micro-batch-size 1, --global-batch-size 8 (not to the "
                    "preset's). The GPU kind and precision flags are accepted and ignored (fp32 "
-                   "on the CPU). The default --model is far too large for a CPU: give a shape "
-                   "(--num-layers, --hidden-size, ...).");
+                   "on the CPU; --backend cuda: fp32 master weights, bf16 GEMMs). The default "
+                   "--model is far too large for a CPU: give a shape (--num-layers, "
+                   "--hidden-size, ...).");
     int rc = flags_register(&fs, &t, &c, &err);
     if (!rc)
         rc = add_flags(&t, &a, &err);
@@ -274,6 +293,16 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 0;
     }
+#ifndef TRAINSIM_CUDA
+    if (!rc && a.backend == BACKEND_CUDA)
+        rc = err_set(&err, TS_ENOTSUP,
+                     "--backend cuda: this trainexec was built without CUDA (make's summary "
+                     "must show '✓ CUDA': nvcc, cuBLASLt, NCCL and MPI); use --backend cpu");
+#endif
+    if (!rc && a.microbench && a.backend == BACKEND_CUDA)
+        rc = err_set(&err, TS_ENOTSUP,
+                     "--microbench measures the CPU backend only; for a GPU run "
+                     "build/cudacal sweep (experiments/gpu-calibrate.sh)");
     if (!rc && a.microbench) {
         opt_table_free(&t);
         free(av);
@@ -328,7 +357,7 @@ int main(int argc, char **argv)
     model_config mod = *mc;
     config_free(&c); /* everything needed is copied out */
     double need = min_bytes_per_rank(&o.dims, tp, pp) * size;
-    if (need > 64.0 * 1073741824.0) {
+    if (a.backend == BACKEND_CPU && need > 64.0 * 1073741824.0) {
         if (rank == 0)
             fprintf(stderr,
                     "trainexec: %zu parameters need at least %.0f GiB for weights, gradients and "
@@ -353,9 +382,37 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 2;
     }
-    rc = backend_cpu_create(a.threads, &be, &err);
-    ts_err cerr; /* comm_mpi_create is collective: every rank calls it */
-    int crc = comm_mpi_create(MPI_COMM_WORLD, tp, pp, d, &cm, &cerr);
+    int device = -1; /* --backend cuda: this rank's GPU (its index on its node) */
+#ifdef TRAINSIM_CUDA
+    if (a.backend == BACKEND_CUDA) {
+        MPI_Comm node;
+        device = 0;
+        if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL,
+                                &node) == MPI_SUCCESS) {
+            MPI_Comm_rank(node, &device);
+            MPI_Comm_free(&node);
+        }
+        rc = backend_cuda_create(device, false, &be, &err);
+        if (rc == TS_EINVAL)
+            err_prefix(&err, "rank %d: more ranks on its node than GPUs: ", rank);
+    } else
+#endif
+        rc = backend_cpu_create(a.threads, &be, &err);
+    /* every rank has its backend before the (collective) comm is created */
+    if (agree_fail(rank, size, rc, "", &err)) {
+        if (be)
+            be->destroy(be);
+        sched_free(s);
+        return 1;
+    }
+    ts_err cerr; /* comm creation is collective: every rank calls it */
+    int crc;
+#ifdef TRAINSIM_CUDA
+    if (a.backend == BACKEND_CUDA)
+        crc = comm_nccl_create(MPI_COMM_WORLD, tp, pp, d, backend_cuda_stream(be), &cm, &cerr);
+    else
+#endif
+        crc = comm_mpi_create(MPI_COMM_WORLD, tp, pp, d, &cm, &cerr);
     if (!rc && crc) {
         rc = crc;
         err = cerr;
@@ -365,11 +422,18 @@ int main(int argc, char **argv)
     if (agree_fail(rank, size, rc, "", &err))
         return 1;
     if (rank == 0) {
+        char where[96];
+        if (device >= 0)
+            snprintf(where, sizeof where, "fp32 master weights, bf16 GEMMs, cuda (GPU %d on "
+                                          "rank 0)", device);
+        else
+            snprintf(where, sizeof where, "fp32 cpu");
         printf("trainexec: GPT %zu parameters (L=%d h=%d heads=%d ffn=%d s=%d V=%d), "
-               "t=%d p=%d d=%d v=%d%s, %s, b=%d B=%d m=%d, %d ranks, fp32 cpu\n",
+               "t=%d p=%d d=%d v=%d%s, %s, b=%d B=%d m=%d, %d ranks, %s\n",
                gpt_num_params(&o.dims), o.dims.layers, o.dims.hidden, o.dims.heads, o.dims.ffn,
                o.dims.seq, o.dims.vocab, tp, pp, d, s->v, o.sp ? " sp" : "",
-               sched_kind_name(s->kind), o.dims.batch, o.dims.batch * d * s->m, s->m, size);
+               sched_kind_name(s->kind), o.dims.batch, o.dims.batch * d * s->m, s->m, size,
+               where);
         fflush(stdout);
     }
     int total = a.warmup + a.iterations;
@@ -385,6 +449,11 @@ int main(int argc, char **argv)
         int64_t cpu0 = cpu_now_ns();
         double loss = 0.0;
         rc = rt_iteration(rt, it, &loss, &err);
+        be->sync(be);
+#ifdef TRAINSIM_CUDA
+        if (!rc && a.backend == BACKEND_CUDA && (rc = backend_cuda_status(be, &err)))
+            err_prefix(&err, "iteration %d: ", it);
+#endif
         if (rc) {
             /* the other ranks may be blocked on this one's messages: abort them */
             fprintf(stderr, "trainexec: rank %d: %s\n", rank, err.msg);

@@ -16,8 +16,11 @@
 #                             unfused (cuBLAS batched-GEMM attention) and fused
 #                             attention: achieved TFLOP/s against the measured bf16
 #                             GEMM rate (goal >= 60%)
-#   OUTDIR/microbench-K.csv   trainexec --microbench --backend cuda, when this
-#                             trainexec has the CUDA backend flag
+#   OUTDIR/exec-K-report.csv  trainexec --backend cuda on GPU 0: a small GPT (4 layers,
+#   OUTDIR/exec-K-ops.csv     h 1024, 16 heads, seq 1024, 1f1b, 8 micro-batches) trained
+#                             through the executor's CUDA backend: per-rank iteration
+#                             time, bubble, peak memory, and per-action (--op-trace: per-op)
+#                             spans; op spans are host times around a sync per op
 #   OUTDIR/nccl-K.csv         with 2+ GPUs: NCCL all-reduce, all-gather,
 #                             reduce-scatter, send/recv (bus bandwidth, checked results)
 # Exits 2 with a message when no NVIDIA GPU answers, 3 when the build has no CUDA.
@@ -63,12 +66,14 @@ trap 'rm -f "$tmp_u" "$tmp_f"' EXIT
     --fused-attention --out "$tmp_f"
 { cat "$tmp_u"; tail -n +2 "$tmp_f"; } >"$OUT/layer-$KIND.csv.tmp" && mv "$OUT/layer-$KIND.csv.tmp" "$OUT/layer-$KIND.csv"
 
-echo "== 3/4 executor microbenchmarks through the CUDA backend"
-if [ -x "$BUILD/trainexec" ] && "$BUILD/trainexec" --help 2>&1 | grep -q -- '--backend'; then
-    "$MPIRUN" -np 1 "$BUILD/trainexec" --microbench "$OUT/microbench-$KIND.csv" --backend cuda
+echo "== 3/4 the executor on the GPU (trainexec --backend cuda) -> $OUT/exec-$KIND-*.csv"
+if [ -x "$BUILD/trainexec" ]; then
+    "$MPIRUN" -np 1 "$BUILD/trainexec" --backend cuda --num-layers 4 --hidden-size 1024 \
+        --num-attention-heads 16 --seq-length 1024 --padded-vocab-size 51200 \
+        --global-batch-size 8 --iterations 5 --warmup 2 --op-trace \
+        --report-csv "$OUT/exec-$KIND-report.csv" --ops-csv "$OUT/exec-$KIND-ops.csv"
 else
-    echo "   skipped: $BUILD/trainexec has no --backend flag yet (the CUDA backend is in the"
-    echo "   library, exec/cuda/backend_cuda.h; step 1 measured the same GEMM/memory/launch rows)"
+    echo "   skipped: $BUILD/trainexec was not built (needs MPI)"
 fi
 
 echo "== 4/4 NCCL collectives"

@@ -2,10 +2,11 @@
  * shard over worker threads (see search.h). */
 #include "search.h"
 
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "pool.h"
 
 typedef struct {
     search_set *set;
@@ -13,10 +14,8 @@ typedef struct {
     search_eval_fn eval;
     size_t *todo;        /* candidate indices of this shard still pending */
     size_t n_todo;
-    size_t next, done;   /* under lock */
-    int rc;              /* first internal failure (TS_ENOMEM) */
-    ts_err err;
-    pthread_mutex_t lock;
+    size_t done;         /* under the pool's lock */
+    ts_err err;          /* message of the first internal failure */
 } eval_state;
 
 /* Simulate candidate i and record the outcome in its slot. */
@@ -43,29 +42,22 @@ static int eval_one(eval_state *st, size_t i)
     return TS_OK;
 }
 
-static void *worker(void *arg)
+static int eval_work(void *ctx, size_t k)
 {
-    eval_state *st = arg;
-    for (;;) {
-        pthread_mutex_lock(&st->lock);
-        size_t k = st->next;
-        bool stop = st->rc != TS_OK || k >= st->n_todo;
-        if (!stop)
-            st->next++;
-        pthread_mutex_unlock(&st->lock);
-        if (stop)
-            return NULL;
-        int rc = eval_one(st, st->todo[k]);
-        pthread_mutex_lock(&st->lock);
-        if (rc != TS_OK && st->rc == TS_OK) {
-            st->rc = rc;
-            err_set(&st->err, rc, "search: out of memory simulating candidate %zu", st->todo[k]);
-        }
-        st->done++;
-        if (st->o->progress)
-            st->o->progress(st->o->progress_user, st->done, st->n_todo);
-        pthread_mutex_unlock(&st->lock);
-    }
+    eval_state *st = ctx;
+    return eval_one(st, st->todo[k]);
+}
+
+/* Under the pool's lock: count, report progress, stop on an internal failure. */
+static int eval_done(void *ctx, size_t k, int rc)
+{
+    eval_state *st = ctx;
+    if (rc != TS_OK && st->err.code == TS_OK)
+        err_set(&st->err, rc, "search: out of memory simulating candidate %zu", st->todo[k]);
+    st->done++;
+    if (st->o->progress)
+        st->o->progress(st->o->progress_user, st->done, st->n_todo);
+    return rc;
 }
 
 int search_evaluate(search_set *set, const search_eval_opts *o, ts_err *err)
@@ -87,27 +79,10 @@ int search_evaluate(search_set *set, const search_eval_opts *o, ts_err *err)
         if (set->cands[i].status == SEARCH_PENDING)
             st.todo[st.n_todo++] = i;
     err_clear(&st.err);
-    pthread_mutex_init(&st.lock, NULL);
-    int nt = o->threads;
-    if ((size_t)nt > st.n_todo)
-        nt = st.n_todo ? (int)st.n_todo : 1;
-    pthread_t *tids = calloc((size_t)nt, sizeof *tids);
-    int started = 0;
-    if (tids)
-        for (; started < nt - 1; started++)
-            if (pthread_create(&tids[started], NULL, worker, &st))
-                break;
-    worker(&st);
-    for (int t = 0; t < started; t++)
-        pthread_join(tids[t], NULL);
-    free(tids);
-    pthread_mutex_destroy(&st.lock);
+    int rc = pool_run(st.n_todo, o->threads, eval_work, eval_done, &st);
     free(st.todo);
     search_recount(set);
-    if (st.rc) {
-        if (err)
-            *err = st.err;
-        return st.rc;
-    }
-    return TS_OK;
+    if (rc && err)
+        *err = st.err;
+    return rc;
 }

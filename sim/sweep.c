@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +12,7 @@
 #include <unistd.h>
 
 #include "csvio.h"
+#include "pool.h"
 
 /* ------------------------------------------------------------------ keys */
 
@@ -159,7 +159,6 @@ typedef struct {
     int rc;                   /* first fatal error */
     ts_err err;
     size_t failed;
-    pthread_mutex_t lock;
 } sweep_state;
 
 static void slot_clear(slot *s, size_t nres)
@@ -241,33 +240,30 @@ static int commit_slot(sweep_state *st, slot *s)
     return rc;
 }
 
-static void *worker(void *arg)
+static int sweep_work(void *ctx, size_t i)
 {
-    sweep_state *st = arg;
-    for (;;) {
-        pthread_mutex_lock(&st->lock);
-        size_t i = st->next;
-        bool stop = st->rc != TS_OK || i >= st->nslots;
-        if (!stop)
-            st->next++;
-        pthread_mutex_unlock(&st->lock);
-        if (stop)
-            break;
-        eval_slot(st, &st->slots[i]);
-        pthread_mutex_lock(&st->lock);
-        st->slots[i].done = true;
-        while (st->rc == TS_OK && st->commit < st->nslots && st->slots[st->commit].done) {
-            slot *s = &st->slots[st->commit];
-            st->rc = commit_slot(st, s);
-            slot_clear(s, st->ev->n);
-            st->commit++;
-            if (st->o->progress)
-                st->o->progress(st->o->progress_user, st->skipped + st->commit, st->total,
-                                st->skipped);
-        }
-        pthread_mutex_unlock(&st->lock);
+    sweep_state *st = ctx;
+    eval_slot(st, &st->slots[i]);
+    return TS_OK;
+}
+
+/* Under the pool's lock: commit every finished slot in input order, so the
+ * output file grows row by row whatever order the threads finish in. */
+static int sweep_done(void *ctx, size_t i, int status)
+{
+    (void)status;
+    sweep_state *st = ctx;
+    st->slots[i].done = true;
+    while (st->rc == TS_OK && st->commit < st->nslots && st->slots[st->commit].done) {
+        slot *s = &st->slots[st->commit];
+        st->rc = commit_slot(st, s);
+        slot_clear(s, st->ev->n);
+        st->commit++;
+        if (st->o->progress)
+            st->o->progress(st->o->progress_user, st->skipped + st->commit, st->total,
+                            st->skipped);
     }
-    return NULL;
+    return st->rc;
 }
 
 /* ------------------------------------------------------------- set-up */
@@ -429,23 +425,9 @@ int sweep_run(const sweep_opts *o, const sweep_evaluator *ev, sweep_stats *stats
     st.total = in->nrows;
     st.skipped = stats->skipped;
     err_clear(&st.err);
-    pthread_mutex_init(&st.lock, NULL);
     if (o->progress)
         o->progress(o->progress_user, st.skipped, st.total, st.skipped);
-    int nt = o->threads;
-    if ((size_t)nt > st.nslots)
-        nt = st.nslots > 0 ? (int)st.nslots : 1;
-    pthread_t *tids = calloc((size_t)nt, sizeof *tids);
-    int started = 0;
-    if (tids)
-        for (; started < nt - 1; started++)
-            if (pthread_create(&tids[started], NULL, worker, &st))
-                break;
-    worker(&st); /* the calling thread works too */
-    for (int i = 0; i < started; i++)
-        pthread_join(tids[i], NULL);
-    free(tids);
-    pthread_mutex_destroy(&st.lock);
+    pool_run(st.nslots, o->threads, sweep_work, sweep_done, &st);
     stats->ran = st.commit;
     stats->failed = st.failed;
     if (st.rc) {

@@ -76,13 +76,23 @@ static int parse_ints(const char *s, int *out, int cap, int *n, ts_err *err)
 static int parse_schedules(const char *s, unsigned *mask, ts_err *err)
 {
     *mask = 0;
-    char buf[256];
-    snprintf(buf, sizeof buf, "%s", s);
-    for (char *save = NULL, *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        sched_kind k;
-        if (sched_kind_parse(tok, &k, err) || k == SCHED_CUSTOM)
-            return err_prefix(err, "--schedules '%s': ", s);
-        *mask |= 1u << k;
+    for (const char *p = s;;) {
+        size_t len = strcspn(p, ",");
+        if (len > 0) {
+            char name[32];
+            if (len >= sizeof name)
+                return err_set(err, TS_EINVAL, "--schedules '%s': '%.*s' is not a schedule (valid: "
+                               "gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v)", s, (int)len, p);
+            memcpy(name, p, len);
+            name[len] = '\0';
+            sched_kind k;
+            if (sched_kind_parse(name, &k, err) || k == SCHED_CUSTOM)
+                return err_prefix(err, "--schedules '%s': ", s);
+            *mask |= 1u << k;
+        }
+        if (!p[len])
+            break;
+        p += len + 1;
     }
     if (!*mask)
         return err_set(err, TS_EINVAL, "--schedules is empty (valid: gpipe, 1f1b, interleaved, "
