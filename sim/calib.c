@@ -12,8 +12,9 @@
 static const char *const COLUMNS[] = {"gpu",   "op",      "dtype",           "m",
                                       "n",     "k",       "batch",           "bytes",
                                       "time_ns", "achieved_tflops", "achieved_gbps",
-                                      "ranks", "alpha_ns", "gbps", NULL};
-#define NCOLS 14
+                                      "kernel", "ranks", "alpha_ns", "gbps", NULL};
+#define NCOLS 15
+#define KERNEL_COL 11 /* written only when some row names a kernel */
 
 const char *calib_op_name(calib_op op)
 {
@@ -92,6 +93,12 @@ static int parse_row(const csvio_table *t, size_t i, calib_row *r, ts_err *err)
             return rc;
     } else if (r->op == CALIB_MEMORY) {
         if ((rc = csvio_get_int64(t, i, "bytes", 1, INT64_C(1) << 50, &r->bytes, err))) return rc;
+        const char *kn = csvio_cell(t, i, "kernel");
+        if (kn[0] && cost_mem_kind_from_name(kn) < 0)
+            return csvio_errf(t, i, "kernel", err,
+                              "'%s' (expected copy, layernorm, softmax, gelu, bias_residual, "
+                              "adam or empty)", kn);
+        snprintf(r->kernel, sizeof r->kernel, "%s", kn);
     }
     return TS_OK;
 }
@@ -123,15 +130,20 @@ int calib_write(const char *path, const calib_set *set, ts_err *err)
     int rc = afile_open(&a, path, err);
     if (rc) return rc;
     rc = csvio_write_comment(a.f, "trainsim calibration: measured kernel times (sim/calib.h)", err);
-    if (!rc) rc = csvio_write_row(a.f, NCOLS, COLUMNS, err);
+    bool kcol = false;
+    for (size_t i = 0; i < set->n; i++)
+        if (set->rows[i].kernel[0]) kcol = true;
+    size_t ncols = 0;
+    const char *head[NCOLS];
+    for (int j = 0; j < NCOLS; j++)
+        if (kcol || j != KERNEL_COL) head[ncols++] = COLUMNS[j];
+    if (!rc) rc = csvio_write_row(a.f, ncols, head, err);
     for (size_t i = 0; i < set->n && rc == TS_OK; i++) {
         const calib_row *r = &set->rows[i];
         char c[NCOLS][64];
         const char *cells[NCOLS];
-        for (int j = 0; j < NCOLS; j++) {
+        for (int j = 0; j < NCOLS; j++)
             c[j][0] = 0;
-            cells[j] = c[j];
-        }
         snprintf(c[0], sizeof c[0], "%s", r->gpu);
         snprintf(c[1], sizeof c[1], "%s", calib_op_name(r->op));
         snprintf(c[2], sizeof c[2], "%s", dtype_name(r->dtype));
@@ -145,15 +157,19 @@ int calib_write(const char *path, const calib_set *set, ts_err *err)
         } else if (r->op == CALIB_MEMORY) {
             snprintf(c[7], sizeof c[7], "%lld", (long long)r->bytes);
             snprintf(c[10], sizeof c[10], "%.6g", (double)r->bytes / r->time_ns);
+            snprintf(c[KERNEL_COL], sizeof c[KERNEL_COL], "%s", r->kernel);
         }
         if (r->op == CALIB_P2P || r->op == CALIB_ALLREDUCE) {
-            snprintf(c[11], sizeof c[11], "%d", r->ranks);
-            snprintf(c[12], sizeof c[12], "%.17g", r->alpha_ns);
-            snprintf(c[13], sizeof c[13], "%.17g", r->gbps);
+            snprintf(c[12], sizeof c[12], "%d", r->ranks);
+            snprintf(c[13], sizeof c[13], "%.17g", r->alpha_ns);
+            snprintf(c[14], sizeof c[14], "%.17g", r->gbps);
         } else {
             snprintf(c[8], sizeof c[8], "%.17g", r->time_ns);
         }
-        rc = csvio_write_row(a.f, NCOLS, cells, err);
+        size_t nc = 0;
+        for (int j = 0; j < NCOLS; j++)
+            if (kcol || j != KERNEL_COL) cells[nc++] = c[j];
+        rc = csvio_write_row(a.f, nc, cells, err);
     }
     if (rc) {
         afile_abort(&a);
@@ -256,11 +272,29 @@ int calib_fit(const calib_set *set, const cost_params *base, config_precision dt
     }
     knots_to_table(g, ng, &p.gemm);
     knots_to_table(mk, nm, &p.mem);
+    /* per-kind tables from the rows naming a kernel (mk is free again) */
+    for (int kind = 0; kind < COST_MEM_KINDS; kind++) {
+        size_t nk = 0;
+        for (size_t i = 0; i < set->n; i++) {
+            const calib_row *r = &set->rows[i];
+            if (strcmp(r->gpu, base->gpu) || r->dtype != dtype || r->op != CALIB_MEMORY ||
+                cost_mem_kind_from_name(r->kernel) != kind)
+                continue;
+            double busy = r->time_ns - p.launch_ns;
+            if (busy < 0.05 * r->time_ns) busy = 0.05 * r->time_ns;
+            mk[nk].key = (double)r->bytes;
+            mk[nk++].eff = (double)r->bytes / (busy * p.hbm_gbps);
+        }
+        if (nk > 0) knots_to_table(mk, nk, &p.mem_kind[kind]);
+    }
     free(launch);
     free(g);
     free(mk);
     int rc = cost_table_check(&p.gemm, "calibrated GEMM", err);
     if (rc == TS_OK) rc = cost_table_check(&p.mem, "calibrated memory", err);
+    for (int kind = 0; kind < COST_MEM_KINDS && rc == TS_OK; kind++)
+        if (p.mem_kind[kind].n != 0)
+            rc = cost_table_check(&p.mem_kind[kind], cost_mem_kind_name((cost_mem_kind)kind), err);
     if (rc == TS_OK) *out = p;
     return rc;
 }

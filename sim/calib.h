@@ -10,6 +10,10 @@
  *   m, n, k          gemm: C[m x n] = A[m x k] B[k x n] (elements); else empty
  *   batch            gemm: batch count (>= 1); else empty
  *   bytes            memory: bytes read + written by the kernel; else empty
+ *   kernel           memory, optional: which element-wise kernel was measured
+ *                    (copy, layernorm, softmax, gelu, bias_residual, adam:
+ *                    cost.h cost_mem_kind); empty = a generic memory-bound
+ *                    kernel. Written only when some row has one.
  *   time_ns          measured time of one kernel, ns (median of repeats), > 0;
  *                    launch: the per-kernel overhead (an empty kernel)
  *   achieved_tflops  gemm: 2*m*n*k*batch / time, TFLOP/s (written for
@@ -33,6 +37,10 @@
  * peak)), each memory row (bytes, bytes / ((time_ns - launch_ns) * hbm));
  * knots whose keys agree within 1% are averaged, efficiencies are clamped to
  * (0, 1]; a table with fewer than 2 distinct knots keeps the default table.
+ * The generic memory table is fitted from all memory rows; in addition, the
+ * rows of each kernel kind with >= 2 distinct sizes give that kind's table
+ * (cost_params.mem_kind, same formula), which the cost model uses for the
+ * layer ops of that kind (cost_mem_kind_of_op).
  * The executor writes the file (issue 6) and `trainsim calibrate` fits it.
  *
  * A calibrated-only device (gpu_spec.calibrated_only, `--gpu cpu`) has no
@@ -68,6 +76,7 @@ typedef struct {
     config_precision dtype;
     int64_t m, n, k, batch;   /* gemm */
     int64_t bytes;            /* memory */
+    char kernel[24];          /* memory: kernel kind name, "" = generic */
     double time_ns;           /* > 0 (0 on p2p / allreduce rows) */
     int ranks;                /* p2p, allreduce */
     double alpha_ns, gbps;    /* p2p, allreduce */

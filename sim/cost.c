@@ -133,6 +133,7 @@ typedef struct {
 struct cost_model {
     cost_params p;
     curve gemm, mem;
+    curve kind[COST_MEM_KINDS]; /* interp NULL: no table */
 };
 
 static int curve_init(curve *c, const cost_table *t, ts_err *err)
@@ -183,12 +184,18 @@ int cost_model_new(const cost_params *p, cost_model **out, ts_err *err)
                        p->dtype_bytes);
     if ((rc = cost_table_check(&p->gemm, "GEMM", err)) != TS_OK) return rc;
     if ((rc = cost_table_check(&p->mem, "memory", err)) != TS_OK) return rc;
+    for (int k = 0; k < COST_MEM_KINDS; k++)
+        if (p->mem_kind[k].n != 0 &&
+            (rc = cost_table_check(&p->mem_kind[k], cost_mem_kind_name((cost_mem_kind)k), err)) != TS_OK)
+            return rc;
     cost_model *cm = calloc(1, sizeof *cm);
     if (!cm) return err_set(err, TS_ENOMEM, "cost model: out of memory");
     cm->p = *p;
     gsl_error_handler_t *old = gsl_set_error_handler_off();
     rc = curve_init(&cm->gemm, &cm->p.gemm, err);
     if (rc == TS_OK) rc = curve_init(&cm->mem, &cm->p.mem, err);
+    for (int k = 0; k < COST_MEM_KINDS && rc == TS_OK; k++)
+        if (cm->p.mem_kind[k].n != 0) rc = curve_init(&cm->kind[k], &cm->p.mem_kind[k], err);
     gsl_set_error_handler(old);
     if (rc != TS_OK) {
         cost_model_free(cm);
@@ -203,6 +210,7 @@ void cost_model_free(cost_model *cm)
     if (!cm) return;
     curve_free(&cm->gemm);
     curve_free(&cm->mem);
+    for (int k = 0; k < COST_MEM_KINDS; k++) curve_free(&cm->kind[k]);
     free(cm);
 }
 
@@ -240,11 +248,47 @@ int64_t cost_mem_ns(const cost_model *cm, int64_t bytes)
     return (int64_t)llround(ns);
 }
 
+static const char *const MEM_KIND_NAMES[COST_MEM_KINDS] = {
+    "copy", "layernorm", "softmax", "gelu", "bias_residual", "adam"};
+
+const char *cost_mem_kind_name(cost_mem_kind k)
+{
+    return (int)k >= 0 && k < COST_MEM_KINDS ? MEM_KIND_NAMES[k] : "?";
+}
+
+int cost_mem_kind_from_name(const char *kernel)
+{
+    for (int k = 0; kernel && k < COST_MEM_KINDS; k++)
+        if (!strcmp(kernel, MEM_KIND_NAMES[k])) return k;
+    return -1;
+}
+
+int cost_mem_kind_of_op(const char *name)
+{
+    if (!name) return -1;
+    if (strstr(name, "softmax") || !strncmp(name, "ce", 2)) return COST_MEM_SOFTMAX;
+    if (!strncmp(name, "ln", 2) || strstr(name, ".ln")) return COST_MEM_LAYERNORM;
+    if (strstr(name, "gelu") || strstr(name, "swiglu")) return COST_MEM_GELU;
+    if (strstr(name, "dropadd")) return COST_MEM_RESIDUAL;
+    if (strstr(name, "dropout") || !strncmp(name, "emb.", 4)) return COST_MEM_COPY;
+    if (strstr(name, "adam") || strstr(name, "optim")) return COST_MEM_ADAM;
+    return -1;
+}
+
+int64_t cost_mem_kind_ns(const cost_model *cm, int kind, int64_t bytes)
+{
+    if (kind < 0 || kind >= COST_MEM_KINDS || !cm->kind[kind].interp)
+        return cost_mem_ns(cm, bytes);
+    double ns = cm->p.launch_ns;
+    if (bytes > 0) ns += (double)bytes / (cm->p.hbm_gbps * curve_eval(&cm->kind[kind], (double)bytes));
+    return (int64_t)llround(ns);
+}
+
 int64_t cost_op_ns(const cost_model *cm, const layer_op *op)
 {
     switch (op->kind) {
     case LAYER_OP_GEMM: return cost_gemm_ns(cm, op->m, op->n, op->k, op->batch);
-    case LAYER_OP_MEM: return cost_mem_ns(cm, op->bytes);
+    case LAYER_OP_MEM: return cost_mem_kind_ns(cm, cost_mem_kind_of_op(op->name), op->bytes);
     case LAYER_OP_COMM:
     default: return 0;
     }

@@ -36,6 +36,18 @@ typedef struct {
     double eff[COST_MAX_KNOTS];   /* fraction of peak */
 } cost_table;
 
+/* Element-wise kernel kinds with their own table (names as the
+ * microbenchmark and the calibration CSV's kernel column write them). */
+typedef enum {
+    COST_MEM_COPY = 0,   /* "copy": embedding lookup/gradient, dropout */
+    COST_MEM_LAYERNORM,  /* "layernorm": ln1, ln2, final.ln (+ .bwd) */
+    COST_MEM_SOFTMAX,    /* "softmax": attn.softmax, ce (+ .bwd) */
+    COST_MEM_GELU,       /* "gelu": gelu, swiglu (+ .bwd) */
+    COST_MEM_RESIDUAL,   /* "bias_residual": *.dropadd (+ .bwd) */
+    COST_MEM_ADAM,       /* "adam": the optimizer step */
+    COST_MEM_KINDS
+} cost_mem_kind;
+
 typedef struct {
     char gpu[CONFIG_NAME_BYTES];  /* GPU kind the tables are for */
     double peak_tflops;           /* dense peak at the run's precision, TFLOP/s */
@@ -47,7 +59,20 @@ typedef struct {
                                      kernels take SMs and HBM bandwidth) */
     cost_table gemm;              /* key: arithmetic intensity, flops/byte */
     cost_table mem;               /* key: bytes read + written */
+    /* Optional per-kernel memory tables (n = 0: absent, the op uses mem).
+     * Element-wise kernels differ a lot on a CPU (GELU's erf costs ~50x a
+     * copy per byte), so a calibration that measured each kind fills these;
+     * the GPU defaults leave them empty. Same key and peak (hbm_gbps) as mem. */
+    cost_table mem_kind[COST_MEM_KINDS];       /* indexed by cost_mem_kind */
 } cost_params;
+
+
+/* Kind of a kernel name ("gelu", "layernorm", ...): -1 if none. */
+int cost_mem_kind_from_name(const char *kernel);
+const char *cost_mem_kind_name(cost_mem_kind k);
+/* Kind of a layer.h MEM op by its name ("ln1.bwd" -> LAYERNORM): -1 if
+ * none (the generic table). */
+int cost_mem_kind_of_op(const char *op_name);
 
 /* Default params for gpu (peaks from gpu_spec, i.e. the datasheet) at
  * precision prec. Tables exist for "A100*", "H100*", "H200*"; another kind
@@ -78,9 +103,12 @@ double cost_mem_eff(const cost_model *cm, int64_t bytes);
 /* Times in ns (>= launch_ns; rounded to nearest). Dims/bytes >= 0. */
 int64_t cost_gemm_ns(const cost_model *cm, int64_t m, int64_t n, int64_t k, int64_t batch);
 int64_t cost_mem_ns(const cost_model *cm, int64_t bytes);
+/* Like cost_mem_ns with the table of kind when the params have one
+ * (kind < 0 or an empty table: the generic one). */
+int64_t cost_mem_kind_ns(const cost_model *cm, int kind, int64_t bytes);
 
-/* Time of a compute op of layer.h (GEMM or MEM); 0 for a COMM op, whose time
- * is commcost_ns(). */
+/* Time of a compute op of layer.h (GEMM or MEM: cost_mem_kind_ns with
+ * cost_mem_kind_of_op(name)); 0 for a COMM op, whose time is commcost_ns(). */
 int64_t cost_op_ns(const cost_model *cm, const layer_op *op);
 
 /* Duration of a compute op of isolated duration compute_ns that starts

@@ -623,7 +623,7 @@ int plan_build_opts(const config *c, const sched *s, const cost_model *cm, const
         pl->grads_bytes[r] = params * grad_bytes;
         pl->optim_bytes[r] = shard * (fp32 ? 8 : 12); /* fp32 master + momentum + variance */
         plan_step x = plan_step_init("optimizer", PLAN_STREAM_COMPUTE, PLAN_CAT_OPTIM, -1,
-                                cost_mem_ns(cm, shard * (fp32 ? PLAN_ADAM_BYTES_PER_PARAM_FP32
+                                cost_mem_kind_ns(cm, COST_MEM_ADAM, shard * (fp32 ? PLAN_ADAM_BYTES_PER_PARAM_FP32
                                                                : PLAN_ADAM_BYTES_PER_PARAM)));
         if (plan_push_step(pl, &x, &pl->optim[r])) {
             rc = err_set(err, TS_ENOMEM, "plan: out of memory");

@@ -3,7 +3,10 @@
  * (sim/calib.h) that `trainsim simulate --calibration FILE` reads.
  *
  * Fits, with GSL:
- *   gemm, memory, launch: the median of each shape's repeats
+ *   gemm, memory, launch: the median of each shape's repeats (memory: of
+ *     each kernel and size; a sample whose name is a cost.h kernel kind,
+ *     e.g. gelu, keeps it in the row's kernel column, so the simulator costs
+ *     each element-wise kind with its own table)
  *     (gsl_stats_median_from_sorted_data) becomes one calibration row; the
  *     cost model's efficiency tables are interpolated from those rows by
  *     calib_fit when the simulator loads the file;
@@ -29,6 +32,7 @@
 
 typedef struct {
     char kind[16];
+    char kernel[24]; /* memory: cost_mem_kind name, or "" */
     int64_t m, n, k, bytes;
     int ranks;
     double *t;      /* samples, ns */
@@ -40,12 +44,12 @@ typedef struct {
     size_t n, cap;
 } groups;
 
-static group *find_or_add(groups *G, const char *kind, int64_t m, int64_t n, int64_t k,
-                          int64_t bytes, int ranks)
+static group *find_or_add(groups *G, const char *kind, const char *kernel, int64_t m,
+                          int64_t n, int64_t k, int64_t bytes, int ranks)
 {
     for (size_t i = 0; i < G->n; i++) {
         group *x = &G->g[i];
-        if (!strcmp(x->kind, kind) && x->m == m && x->n == n && x->k == k && x->bytes == bytes &&
+        if (!strcmp(x->kind, kind) && !strcmp(x->kernel, kernel) && x->m == m && x->n == n && x->k == k && x->bytes == bytes &&
             x->ranks == ranks)
             return x;
     }
@@ -60,6 +64,7 @@ static group *find_or_add(groups *G, const char *kind, int64_t m, int64_t n, int
     group *x = &G->g[G->n++];
     memset(x, 0, sizeof *x);
     snprintf(x->kind, sizeof x->kind, "%s", kind);
+    snprintf(x->kernel, sizeof x->kernel, "%s", kernel);
     x->m = m, x->n = n, x->k = k, x->bytes = bytes, x->ranks = ranks;
     return x;
 }
@@ -127,7 +132,11 @@ static int read_samples(const char *path, groups *G, ts_err *err)
             rc = csvio_errf(t, r, "bytes", err, "a %s sample needs bytes > 0", kind);
         if (rc)
             break;
-        group *x = find_or_add(G, kind, m, n, k, bytes, ranks);
+        /* an element-wise kind the cost model knows keeps its name */
+        const char *name = csvio_cell(t, r, "name");
+        const char *kernel =
+            !strcmp(kind, "memory") && cost_mem_kind_from_name(name) >= 0 ? name : "";
+        group *x = find_or_add(G, kind, kernel, m, n, k, bytes, ranks);
         if (!x || add_sample(x, ns))
             rc = err_set(err, TS_ENOMEM, "calibrate: out of memory");
     }
@@ -219,6 +228,7 @@ int cmd_calibrate(int argc, char **argv)
         } else if (!strcmp(x->kind, "memory")) {
             row.op = CALIB_MEMORY;
             row.bytes = x->bytes;
+            snprintf(row.kernel, sizeof row.kernel, "%s", x->kernel);
             double gb = (double)x->bytes / row.time_ns;
             best_gbps = gb > best_gbps ? gb : best_gbps;
         } else if (!strcmp(x->kind, "launch")) {
