@@ -222,3 +222,67 @@ Test(calib, device_params_from_rows_only)
     cr_assert(strstr(e.msg, "dtype=bf16") != NULL, "%s", e.msg);
     calib_free(&s);
 }
+
+/* Memory rows naming a kernel kind: written and read back with the kernel
+ * column, fitted into that kind's table, and used for the layer ops of that
+ * kind (a GELU op costs with the gelu table, an unnamed op with the generic
+ * one); rows without a kernel give no kind tables. */
+Test(calib, per_kernel_memory_tables)
+{
+    cost_params base;
+    cr_assert_eq(cost_params_default(&A100, PREC_BF16, &base, NULL), TS_OK);
+    for (int k = 0; k < COST_MEM_KINDS; k++) cr_assert_eq(base.mem_kind[k].n, 0);
+    calib_set s = {0, NULL};
+    calib_row l = gemm_row(0, 0, 0, 1000);
+    l.op = CALIB_LAUNCH;
+    cr_assert_eq(calib_add(&s, &l, NULL), TS_OK);
+    const int64_t sizes[] = {1 << 16, 1 << 20, 1 << 24};
+    for (int i = 0; i < 3; i++) {
+        calib_row r = gemm_row(0, 0, 0, 0);
+        r.op = CALIB_MEMORY;
+        r.bytes = sizes[i];
+        strcpy(r.kernel, "copy");
+        r.time_ns = 1000 + (double)sizes[i] / (2039 * 0.8); /* 80% of HBM */
+        cr_assert_eq(calib_add(&s, &r, NULL), TS_OK);
+        strcpy(r.kernel, "gelu");
+        r.time_ns = 1000 + (double)sizes[i] / (2039 * 0.1); /* 10% of HBM */
+        cr_assert_eq(calib_add(&s, &r, NULL), TS_OK);
+    }
+    char *path = tmpfile_with("");
+    cr_assert_eq(calib_write(path, &s, NULL), TS_OK);
+    calib_set back = {0, NULL};
+    ts_err e;
+    cr_assert_eq(calib_read(path, &back, &e), TS_OK, "%s", e.msg);
+    unlink(path);
+    cr_assert_eq(back.n, s.n);
+    cr_assert_str_eq(back.rows[2].kernel, "gelu");
+    cost_params p;
+    cr_assert_eq(calib_fit(&back, &base, PREC_BF16, &p, &e), TS_OK, "%s", e.msg);
+    cr_assert_eq(p.mem_kind[COST_MEM_GELU].n, 3);
+    cr_assert_eq(p.mem_kind[COST_MEM_COPY].n, 3);
+    cr_assert_eq(p.mem_kind[COST_MEM_SOFTMAX].n, 0);
+    for (int i = 0; i < 3; i++) cr_assert(fabs(p.mem_kind[COST_MEM_GELU].eff[i] - 0.1) < 1e-4);
+    cost_model *cm;
+    cr_assert_eq(cost_model_new(&p, &cm, NULL), TS_OK);
+    layer_op gelu = {.name = "gelu.bwd", .kind = LAYER_OP_MEM, .bytes = 1 << 20};
+    layer_op other = {.name = "mystery", .kind = LAYER_OP_MEM, .bytes = 1 << 20};
+    double want = 1000 + (double)(1 << 20) / (2039 * 0.1);
+    cr_assert(fabs((double)cost_op_ns(cm, &gelu) - want) < 2, "%lld", (long long)cost_op_ns(cm, &gelu));
+    cr_assert_eq(cost_op_ns(cm, &other), cost_mem_ns(cm, 1 << 20));
+    cr_assert_lt(cost_op_ns(cm, &other), cost_op_ns(cm, &gelu));
+    cost_model_free(cm);
+    cr_assert_eq(cost_mem_kind_of_op("ln1.bwd"), COST_MEM_LAYERNORM);
+    cr_assert_eq(cost_mem_kind_of_op("final.ln"), COST_MEM_LAYERNORM);
+    cr_assert_eq(cost_mem_kind_of_op("attn.softmax"), COST_MEM_SOFTMAX);
+    cr_assert_eq(cost_mem_kind_of_op("mlp.dropadd"), COST_MEM_RESIDUAL);
+    cr_assert_eq(cost_mem_kind_of_op("qkv"), -1);
+    /* an unknown kernel name is an error naming the column */
+    char *bad = tmpfile_with("gpu,op,dtype,bytes,time_ns,kernel\nA100-SXM4-80GB,memory,bf16,64,10,erf\n");
+    calib_set none = {0, NULL};
+    cr_assert_eq(calib_read(bad, &none, &e), TS_EINVAL);
+    unlink(bad);
+    cr_assert(strstr(e.msg, "kernel"), "%s", e.msg);
+    calib_free(&none);
+    calib_free(&back);
+    calib_free(&s);
+}
