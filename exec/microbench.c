@@ -94,8 +94,8 @@ static int gemm_shapes(gemm_shape *out, int cap)
     static const int sq[] = {64, 128, 256, 512, 1024};
     for (size_t i = 0; i < sizeof sq / sizeof sq[0] && n < cap; i++)
         out[n++] = (gemm_shape){sq[i], sq[i], sq[i], false, false};
-    static const int Ns[] = {128, 256, 512}, hs[] = {256, 384, 512, 768};
-    for (size_t a = 0; a < 3; a++)
+    static const int Ns[] = {64, 128, 256, 512}, hs[] = {256, 384, 512, 768};
+    for (size_t a = 0; a < 4; a++)
         for (size_t b = 0; b < 4 && n + 6 <= cap; b++) {
             int N = Ns[a], h = hs[b];
             out[n++] = (gemm_shape){N, 3 * h, h, false, true};  /* qkv forward */
@@ -105,14 +105,14 @@ static int gemm_shapes(gemm_shape *out, int cap)
             out[n++] = (gemm_shape){4 * h, h, N, true, false};  /* fc1 weight gradient */
             out[n++] = (gemm_shape){h, 4 * h, N, true, false};  /* fc2 weight gradient */
         }
-    static const int Ts[] = {128, 256, 512}, hd[] = {32, 64};
-    for (size_t a = 0; a < 3; a++)
+    static const int Ts[] = {64, 128, 256, 512}, hd[] = {32, 64};
+    for (size_t a = 0; a < 4; a++)
         for (size_t b = 0; b < 2 && n + 2 <= cap; b++) {
             out[n++] = (gemm_shape){Ts[a], Ts[a], hd[b], false, true}; /* q k^T */
             out[n++] = (gemm_shape){Ts[a], hd[b], Ts[a], false, false}; /* att v */
         }
-    static const int lv[][3] = {{128, 8192, 384}, {256, 8192, 512}, {128, 8192, 512}};
-    for (size_t a = 0; a < 3 && n < cap; a++)
+    static const int lv[][3] = {{128, 8192, 384}, {256, 8192, 512}, {128, 8192, 512}, {64, 4096, 512}};
+    for (size_t a = 0; a < 4 && n < cap; a++)
         out[n++] = (gemm_shape){lv[a][0], lv[a][1], lv[a][2], false, true}; /* logits */
     return n;
 }
