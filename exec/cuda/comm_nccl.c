@@ -88,9 +88,12 @@ static int nc_all_reduce(comm *c, comm_group g, float *buf, size_t n, ts_err *er
     return r == ncclSuccess ? join_compute(x, err) : nccl_fail(err, r, "all-reduce", g);
 }
 
-static int nc_all_gather(comm *c, comm_group g, float *out, const float *in, size_t n,
-                         ts_err *err)
+/* All-gather (gather = true) or reduce-scatter of n floats: a device copy
+ * when the group has one rank, else the NCCL collective on the comm stream. */
+static int gather_or_scatter(comm *c, comm_group g, float *out, const float *in, size_t n,
+                             bool gather, ts_err *err)
 {
+    const char *what = gather ? "all-gather" : "reduce-scatter";
     int rc = check_group(c, g, err);
     if (rc != TS_OK || n == 0)
         return rc;
@@ -98,32 +101,27 @@ static int nc_all_gather(comm *c, comm_group g, float *out, const float *in, siz
     if (c->size[g] == 1) {
         cudaError_t st = cudaMemcpyAsync(out, in, n * sizeof(float), cudaMemcpyDeviceToDevice,
                                          x->compute);
-        return st == cudaSuccess ? TS_OK : cuda_fail(err, st, "all-gather copy");
+        return st == cudaSuccess ? TS_OK
+                                 : cuda_fail(err, st, gather ? "all-gather copy" : "reduce-scatter copy");
     }
     rc = after_compute(x, x->coll, err);
     if (rc != TS_OK)
         return rc;
-    ncclResult_t r = ncclAllGather(in, out, n, ncclFloat, x->nc[g], x->coll);
-    return r == ncclSuccess ? join_compute(x, err) : nccl_fail(err, r, "all-gather", g);
+    ncclResult_t r = gather ? ncclAllGather(in, out, n, ncclFloat, x->nc[g], x->coll)
+                            : ncclReduceScatter(in, out, n, ncclFloat, ncclSum, x->nc[g], x->coll);
+    return r == ncclSuccess ? join_compute(x, err) : nccl_fail(err, r, what, g);
+}
+
+static int nc_all_gather(comm *c, comm_group g, float *out, const float *in, size_t n,
+                         ts_err *err)
+{
+    return gather_or_scatter(c, g, out, in, n, true, err);
 }
 
 static int nc_reduce_scatter(comm *c, comm_group g, float *out, const float *in, size_t n,
                              ts_err *err)
 {
-    int rc = check_group(c, g, err);
-    if (rc != TS_OK || n == 0)
-        return rc;
-    nccl_ctx *x = X(c);
-    if (c->size[g] == 1) {
-        cudaError_t st = cudaMemcpyAsync(out, in, n * sizeof(float), cudaMemcpyDeviceToDevice,
-                                         x->compute);
-        return st == cudaSuccess ? TS_OK : cuda_fail(err, st, "reduce-scatter copy");
-    }
-    rc = after_compute(x, x->coll, err);
-    if (rc != TS_OK)
-        return rc;
-    ncclResult_t r = ncclReduceScatter(in, out, n, ncclFloat, ncclSum, x->nc[g], x->coll);
-    return r == ncclSuccess ? join_compute(x, err) : nccl_fail(err, r, "reduce-scatter", g);
+    return gather_or_scatter(c, g, out, in, n, false, err);
 }
 
 static int queue_p2p(comm *c, bool send, int peer, float *buf, size_t n, int tag, int *req,
