@@ -38,16 +38,24 @@ check "header: key, inputs, status, results, error" \
 check "ok rows" test "$(grep -c ',ok,' "$tmp/clean.csv")" -eq $((rows - 1))
 check "bad row recorded with its error" grep -q ',error,.*tensor-model-parallel' "$tmp/clean.csv"
 
-# Kill -9 at pseudo-random moments (10% to 60% of the clean run's time after
-# the start, so kills land mid-run whatever the machine's load) until a run
+# Kill -9 once right after the first row is written, then at pseudo-random
+# moments (10% to 60% of the clean run's time after the start) until a run
 # finishes on its own; every restart resumes from what the killed ones wrote.
 seed=7 kills=0 finished=0 midrun=0
 for try in $(seq 1 40); do
     "$T" sweep "$tmp/in.csv" --out "$tmp/killed.csv" --threads 2 >/dev/null 2>&1 &
     pid=$!
-    seed=$(( (seed * 1103515245 + 12345) % 2147483648 ))
-    ms=$(( clean_ms * (10 + seed % 51) / 100 + 20 ))
-    sleep "$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))"
+    if [ $kills -eq 0 ]; then
+        # First kill: as soon as one row is on disk, so that at least one kill
+        # lands mid-run however fast this machine runs the sweep.
+        while kill -0 "$pid" 2>/dev/null && [ "$(cat "$tmp/killed.csv" 2>/dev/null | wc -l)" -lt 2 ]; do
+            sleep 0.005
+        done
+    else
+        seed=$(( (seed * 1103515245 + 12345) % 2147483648 ))
+        ms=$(( clean_ms * (10 + seed % 51) / 100 + 20 ))
+        sleep "$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))"
+    fi
     if kill -9 "$pid" 2>/dev/null; then
         wait "$pid" 2>/dev/null
         kills=$((kills + 1))
