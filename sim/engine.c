@@ -25,7 +25,7 @@ typedef struct {
     uint32_t first_edge;/* further successors (edge list) */
     uint32_t tag;
     int32_t mb;
-    uint32_t stream;    /* global stream index rank*spr + s */
+    uint32_t stream;    /* global stream index (rank << sbits) | s */
     uint32_t link;      /* join partner / joiner */
     uint16_t npred;     /* predecessors not yet satisfied */
     uint16_t flags;
@@ -43,11 +43,33 @@ typedef struct {
     uint32_t running; /* task running now (ENGINE_NO_TASK if idle) */
 } stream;
 
+/* The event queue: one bucket per distinct pending time, holding its
+ * events first-in first-out; a binary heap orders the buckets by time and a
+ * hash map finds the bucket of a time. Events are thus processed in (time,
+ * push order), and the many events that fall on one instant (interchangeable
+ * ranks ending the same task together) cost a list append, not a heap
+ * operation. */
+typedef struct {
+    uint32_t what; /* task id, or TIMER_BIT | timer index */
+    uint32_t next; /* next event of the bucket / free list */
+} event;
+
 typedef struct {
     int64_t t_ns;
-    uint64_t seq;
-    uint32_t what; /* task id, or TIMER_BIT | timer index */
-} event;
+    uint32_t head, tail; /* events; head is also the free-list link */
+} bucket;
+
+typedef struct {
+    int64_t t_ns;
+    uint32_t b; /* bucket, NONE if the slot is empty */
+} tslot;
+
+#define NONE UINT32_MAX
+
+typedef struct {
+    int64_t last_ns; /* time of the last change of mask */
+    uint32_t mask;   /* streams busy now */
+} racct;
 
 typedef struct {
     engine_timer_fn fn;
@@ -56,22 +78,28 @@ typedef struct {
 
 struct engine {
     int n_ranks, spr;
+    int sbits;          /* streams of a rank take 1 << sbits slots (a shift, not a division) */
     engine_hooks hooks;
     task *tasks;
     uint32_t n_tasks, cap_tasks;
     edge *edges;
     uint32_t n_edges, cap_edges;
     stream *streams;
-    event *heap;
-    size_t n_heap, cap_heap;
+    event *ev;            /* event pool */
+    uint32_t n_ev, cap_ev, ev_free;
+    bucket *bk;           /* bucket pool */
+    uint32_t n_bk, cap_bk, bk_free;
+    uint32_t *heap;       /* buckets, min-heap by time */
+    uint32_t n_heap, cap_heap;
+    tslot *map;           /* time -> bucket, linear probing */
+    uint32_t map_cap;     /* power of two (0 before the first event) */
+    uint64_t n_pending;   /* events queued */
     timer *timers;
     uint32_t n_timers, cap_timers;
-    uint64_t seq;
     int64_t now_ns, makespan_ns;
     uint64_t n_events;
     int64_t *busy_ns;   /* n_ranks x (1 << spr) */
-    int64_t *last_ns;   /* per rank: time of the last mask change */
-    unsigned *mask;     /* per rank: streams busy now */
+    racct *acct;        /* per rank: busy streams now, since when */
     bool ran;
     int status;         /* first error inside hooks/finish during run */
     ts_err *run_err;
@@ -107,15 +135,18 @@ int engine_create(int n_ranks, int streams_per_rank, const engine_hooks *hooks,
     if (!e)
         return err_set(err, TS_ENOMEM, "engine: out of memory");
     e->n_ranks = n_ranks;
+    e->ev_free = NONE;
+    e->bk_free = NONE;
     e->spr = streams_per_rank;
+    while ((1 << e->sbits) < streams_per_rank)
+        e->sbits++;
     if (hooks)
         e->hooks = *hooks;
-    size_t ns = (size_t)n_ranks * (size_t)streams_per_rank;
+    size_t ns = (size_t)n_ranks << e->sbits;
     e->streams = malloc(ns * sizeof *e->streams);
     e->busy_ns = calloc((size_t)n_ranks << streams_per_rank, sizeof *e->busy_ns);
-    e->last_ns = calloc((size_t)n_ranks, sizeof *e->last_ns);
-    e->mask = calloc((size_t)n_ranks, sizeof *e->mask);
-    if (!e->streams || !e->busy_ns || !e->last_ns || !e->mask) {
+    e->acct = calloc((size_t)n_ranks, sizeof *e->acct);
+    if (!e->streams || !e->busy_ns || !e->acct) {
         engine_free(e);
         return err_set(err, TS_ENOMEM, "engine: out of memory for %d ranks", n_ranks);
     }
@@ -132,11 +163,13 @@ void engine_free(engine *e)
     free(e->tasks);
     free(e->edges);
     free(e->streams);
+    free(e->ev);
+    free(e->bk);
     free(e->heap);
+    free(e->map);
     free(e->timers);
     free(e->busy_ns);
-    free(e->last_ns);
-    free(e->mask);
+    free(e->acct);
     free(e);
 }
 
@@ -165,7 +198,7 @@ int engine_task_add(engine *e, int rank, int stream_idx, int64_t dur_ns, uint32_
         grow((void **)&e->tasks, sizeof *e->tasks, &e->cap_tasks, e->n_tasks + 1))
         return err_set(err, TS_ENOMEM, "engine: out of memory at %u tasks", e->n_tasks);
     uint32_t id = e->n_tasks++;
-    uint32_t s = (uint32_t)(rank * e->spr + stream_idx);
+    uint32_t s = (uint32_t)rank << e->sbits | (uint32_t)stream_idx;
     e->tasks[id] = (task){.start_ns = -1, .dur_ns = dur_ns, .next = ENGINE_NO_TASK,
                           .succ0 = ENGINE_NO_TASK, .first_edge = ENGINE_NO_TASK, .tag = tag, .mb = mb, .stream = s,
                           .npred = 0, .link = ENGINE_NO_TASK, .flags = 0};
@@ -203,6 +236,53 @@ int engine_dep_add(engine *e, engine_task_id before, engine_task_id after, ts_er
     return TS_OK;
 }
 
+int engine_replicate(engine *e, uint32_t copies, int rank_stride, ts_err *err)
+{
+    if (e->ran)
+        return err_set(err, TS_ESTATE, "engine: replicate after engine_run");
+    if (copies < 1 || rank_stride < 1 || (uint64_t)copies * (uint64_t)rank_stride > (uint64_t)e->n_ranks)
+        return err_set(err, TS_EINVAL, "engine: %u copies of %d ranks; the engine has %d ranks", copies, rank_stride,
+                       e->n_ranks);
+    uint32_t n = e->n_tasks, m = e->n_edges, ss = (uint32_t)rank_stride << e->sbits;
+    for (uint32_t i = 0; i < n; i++)
+        if (e->tasks[i].stream >= ss)
+            return err_set(err, TS_EINVAL, "engine: task %u is on rank %u, outside the %d ranks to replicate", i,
+                           e->tasks[i].stream >> e->sbits, rank_stride);
+    if ((uint64_t)n * copies > MAX_TASKS || (uint64_t)m * copies > MAX_TASKS)
+        return err_set(err, TS_ENOMEM, "engine: %u copies of %u tasks exceed %u tasks", copies, n, MAX_TASKS);
+    if (grow((void **)&e->tasks, sizeof *e->tasks, &e->cap_tasks, n * copies) ||
+        grow((void **)&e->edges, sizeof *e->edges, &e->cap_edges, m * copies))
+        return err_set(err, TS_ENOMEM, "engine: out of memory for %u copies of %u tasks", copies, n);
+#define REMAP(x, c) ((x) == ENGINE_NO_TASK ? ENGINE_NO_TASK : (x) * copies + (c))
+    /* from the back, so that no task is overwritten before it is copied */
+    for (uint32_t i = n; i-- > 0;) {
+        task t = e->tasks[i];
+        for (uint32_t c = copies; c-- > 0;) {
+            task *d = &e->tasks[i * copies + c];
+            *d = t;
+            d->next = REMAP(t.next, c);
+            d->succ0 = REMAP(t.succ0, c);
+            d->first_edge = REMAP(t.first_edge, c);
+            d->link = REMAP(t.link, c);
+            d->stream = t.stream + c * ss;
+        }
+    }
+    for (uint32_t k = m; k-- > 0;) {
+        edge g = e->edges[k];
+        for (uint32_t c = copies; c-- > 0;)
+            e->edges[k * copies + c] = (edge){REMAP(g.to, c), REMAP(g.next, c)};
+    }
+    for (uint32_t s = ss; s-- > 0;) {
+        stream st = e->streams[s];
+        for (uint32_t c = 0; c < copies; c++)
+            e->streams[s + c * ss] = (stream){REMAP(st.head, c), REMAP(st.tail, c), ENGINE_NO_TASK};
+    }
+#undef REMAP
+    e->n_tasks = n * copies;
+    e->n_edges = m * copies;
+    return TS_OK;
+}
+
 int engine_task_set_external(engine *e, engine_task_id id, ts_err *err)
 {
     if (id >= e->n_tasks || e->ran)
@@ -236,54 +316,174 @@ int engine_task_join(engine *e, engine_task_id t, engine_task_id partner, ts_err
     return TS_OK;
 }
 
-/* ---------------------------------------------------------------- heap */
-static inline bool ev_less(const event *a, const event *b)
+/* ---------------------------------------------------------------- events */
+static inline uint32_t map_hash(const engine *e, int64_t t_ns)
 {
-    return a->t_ns < b->t_ns || (a->t_ns == b->t_ns && a->seq < b->seq);
+    uint64_t z = (uint64_t)t_ns * 0x9E3779B97F4A7C15ull;
+    return (uint32_t)(z >> 32) & (e->map_cap - 1);
 }
 
-static int heap_push(engine *e, int64_t t_ns, uint32_t what)
+static uint32_t map_find(const engine *e, int64_t t_ns)
 {
-    if (e->n_heap == e->cap_heap) {
-        size_t nc = e->cap_heap ? e->cap_heap * 2 : 256;
-        event *q = realloc(e->heap, nc * sizeof *q);
-        if (!q)
-            return TS_ENOMEM;
-        e->heap = q;
-        e->cap_heap = nc;
+    if (e->map_cap == 0)
+        return NONE;
+    for (uint32_t h = map_hash(e, t_ns);; h = (h + 1) & (e->map_cap - 1)) {
+        if (e->map[h].b == NONE)
+            return NONE;
+        if (e->map[h].t_ns == t_ns)
+            return e->map[h].b;
     }
-    event ev = {t_ns, e->seq++, what};
-    size_t i = e->n_heap++;
+}
+
+static void map_put(engine *e, int64_t t_ns, uint32_t b)
+{
+    uint32_t h = map_hash(e, t_ns);
+    while (e->map[h].b != NONE)
+        h = (h + 1) & (e->map_cap - 1);
+    e->map[h] = (tslot){t_ns, b};
+}
+
+/* Remove t_ns (present) with backward-shift deletion: no tombstones. */
+static void map_del(engine *e, int64_t t_ns)
+{
+    uint32_t mask = e->map_cap - 1, h = map_hash(e, t_ns);
+    while (e->map[h].t_ns != t_ns || e->map[h].b == NONE)
+        h = (h + 1) & mask;
+    for (uint32_t j = (h + 1) & mask; e->map[j].b != NONE; j = (j + 1) & mask) {
+        uint32_t home = map_hash(e, e->map[j].t_ns);
+        /* move j into the hole h unless its home lies cyclically in (h, j] */
+        if (((j - home) & mask) >= ((j - h) & mask)) {
+            e->map[h] = e->map[j];
+            h = j;
+        }
+    }
+    e->map[h].b = NONE;
+}
+
+/* Keep the map at most half full of the n_heap + 1 buckets. */
+static int map_reserve(engine *e)
+{
+    if (2 * ((uint64_t)e->n_heap + 1) <= e->map_cap)
+        return TS_OK;
+    uint32_t cap = e->map_cap ? 2 * e->map_cap : 1024;
+    tslot *old = e->map, *m = malloc(cap * sizeof *m);
+    if (!m)
+        return TS_ENOMEM;
+    for (uint32_t i = 0; i < cap; i++)
+        m[i].b = NONE;
+    uint32_t old_cap = e->map_cap;
+    e->map = m;
+    e->map_cap = cap;
+    for (uint32_t i = 0; i < old_cap; i++)
+        if (old[i].b != NONE)
+            map_put(e, old[i].t_ns, old[i].b);
+    free(old);
+    return TS_OK;
+}
+
+static int pool_grow(void **p, size_t elem, uint32_t *cap)
+{
+    uint32_t nc = *cap ? 2 * *cap : 256;
+    void *q = realloc(*p, (size_t)nc * elem);
+    if (!q)
+        return TS_ENOMEM;
+    *p = q;
+    *cap = nc;
+    return TS_OK;
+}
+
+static void heap_up(engine *e, uint32_t i)
+{
+    uint32_t b = e->heap[i];
+    int64_t t = e->bk[b].t_ns;
     while (i > 0) {
-        size_t parent = (i - 1) / 2;
-        if (!ev_less(&ev, &e->heap[parent]))
+        uint32_t parent = (i - 1) / 2;
+        if (e->bk[e->heap[parent]].t_ns <= t)
             break;
         e->heap[i] = e->heap[parent];
         i = parent;
     }
-    e->heap[i] = ev;
-    return TS_OK;
+    e->heap[i] = b;
 }
 
-static event heap_pop(engine *e)
+static void heap_pop_top(engine *e)
 {
-    event top = e->heap[0];
-    event last = e->heap[--e->n_heap];
-    size_t i = 0, n = e->n_heap;
+    uint32_t last = e->heap[--e->n_heap], i = 0, n = e->n_heap;
+    int64_t t = e->bk[last].t_ns;
     for (;;) {
-        size_t c = 2 * i + 1;
+        uint32_t c = 2 * i + 1;
         if (c >= n)
             break;
-        if (c + 1 < n && ev_less(&e->heap[c + 1], &e->heap[c]))
+        if (c + 1 < n && e->bk[e->heap[c + 1]].t_ns < e->bk[e->heap[c]].t_ns)
             c++;
-        if (!ev_less(&e->heap[c], &last))
+        if (e->bk[e->heap[c]].t_ns >= t)
             break;
         e->heap[i] = e->heap[c];
         i = c;
     }
     if (n > 0)
         e->heap[i] = last;
-    return top;
+}
+
+static int heap_push(engine *e, int64_t t_ns, uint32_t what)
+{
+    uint32_t b = map_find(e, t_ns);
+    if (b == NONE) {
+        if (map_reserve(e))
+            return TS_ENOMEM;
+        if (e->bk_free != NONE) {
+            b = e->bk_free;
+            e->bk_free = e->bk[b].head;
+        } else {
+            if (e->n_bk == e->cap_bk && pool_grow((void **)&e->bk, sizeof *e->bk, &e->cap_bk))
+                return TS_ENOMEM;
+            b = e->n_bk++;
+        }
+        if (e->n_heap == e->cap_heap && pool_grow((void **)&e->heap, sizeof *e->heap, &e->cap_heap))
+            return TS_ENOMEM;
+        e->bk[b] = (bucket){t_ns, NONE, NONE};
+        map_put(e, t_ns, b);
+        e->heap[e->n_heap] = b;
+        heap_up(e, e->n_heap++);
+    }
+    uint32_t k;
+    if (e->ev_free != NONE) {
+        k = e->ev_free;
+        e->ev_free = e->ev[k].next;
+    } else {
+        if (e->n_ev == e->cap_ev && pool_grow((void **)&e->ev, sizeof *e->ev, &e->cap_ev))
+            return TS_ENOMEM;
+        k = e->n_ev++;
+    }
+    e->ev[k] = (event){what, NONE};
+    bucket *B = &e->bk[b];
+    if (B->tail == NONE)
+        B->head = k;
+    else
+        e->ev[B->tail].next = k;
+    B->tail = k;
+    e->n_pending++;
+    return TS_OK;
+}
+
+/* Take the first event of the earliest time (the queue is not empty). */
+static uint32_t heap_pop(engine *e, int64_t *t_ns)
+{
+    uint32_t b = e->heap[0];
+    bucket *B = &e->bk[b];
+    uint32_t k = B->head, what = e->ev[k].what;
+    *t_ns = B->t_ns;
+    B->head = e->ev[k].next;
+    e->ev[k].next = e->ev_free;
+    e->ev_free = k;
+    e->n_pending--;
+    if (B->head == NONE) {
+        map_del(e, B->t_ns);
+        heap_pop_top(e);
+        B->head = e->bk_free;
+        e->bk_free = b;
+    }
+    return what;
 }
 
 /* ---------------------------------------------------------------- run */
@@ -297,11 +497,10 @@ static void fail(engine *e, int code, const char *what)
 
 static inline void mask_flip(engine *e, uint32_t s)
 {
-    int r = (int)(s / (uint32_t)e->spr);
-    unsigned bit = 1u << (s % (uint32_t)e->spr);
-    e->busy_ns[((size_t)r << e->spr) + e->mask[r]] += e->now_ns - e->last_ns[r];
-    e->last_ns[r] = e->now_ns;
-    e->mask[r] ^= bit;
+    racct *a = &e->acct[s >> e->sbits];
+    e->busy_ns[((size_t)(s >> e->sbits) << e->spr) + a->mask] += e->now_ns - a->last_ns;
+    a->last_ns = e->now_ns;
+    a->mask ^= 1u << (s & ((1u << e->sbits) - 1));
 }
 
 static void push_end(engine *e, uint32_t id, int64_t at_ns)
@@ -420,18 +619,17 @@ int engine_run(engine *e, ts_err *err)
     e->ran = true;
     e->status = TS_OK;
     e->run_err = err;
-    uint32_t ns = (uint32_t)(e->n_ranks * e->spr);
+    uint32_t ns = (uint32_t)e->n_ranks << e->sbits;
     for (uint32_t s = 0; s < ns && e->status == TS_OK; s++)
         try_start(e, s);
-    while (e->n_heap > 0 && e->status == TS_OK) {
-        event ev = heap_pop(e);
-        e->now_ns = ev.t_ns;
+    while (e->n_pending > 0 && e->status == TS_OK) {
+        uint32_t what = heap_pop(e, &e->now_ns);
         e->n_events++;
-        if (ev.what & TIMER_BIT) {
-            timer tm = e->timers[ev.what & ~TIMER_BIT];
+        if (what & TIMER_BIT) {
+            timer tm = e->timers[what & ~TIMER_BIT];
             tm.fn(tm.ctx, e, e->now_ns);
         } else {
-            end(e, ev.what);
+            end(e, what);
         }
     }
     e->run_err = NULL;
@@ -439,8 +637,8 @@ int engine_run(engine *e, ts_err *err)
         return e->status;
     e->now_ns = e->makespan_ns;
     for (int r = 0; r < e->n_ranks; r++) {
-        e->busy_ns[((size_t)r << e->spr) + e->mask[r]] += e->makespan_ns - e->last_ns[r];
-        e->last_ns[r] = e->makespan_ns;
+        e->busy_ns[((size_t)r << e->spr) + e->acct[r].mask] += e->makespan_ns - e->acct[r].last_ns;
+        e->acct[r].last_ns = e->makespan_ns;
     }
     for (uint32_t i = 0; i < e->n_tasks; i++) {
         const task *t = &e->tasks[i];
@@ -448,7 +646,7 @@ int engine_run(engine *e, ts_err *err)
             return err_set(err, TS_ESTATE,
                            "engine: task %u (rank %u, stream %u, tag %u, micro-batch %d) never %s: "
                            "a dependency cycle or a schedule whose sends and receives do not match",
-                           i, t->stream / (uint32_t)e->spr, t->stream % (uint32_t)e->spr, t->tag, t->mb,
+                           i, t->stream >> e->sbits, t->stream & ((1u << e->sbits) - 1), t->tag, t->mb,
                            (t->flags & F_STARTED) ? "finished" : "started");
     }
     return TS_OK;
@@ -478,11 +676,11 @@ uint32_t engine_task_tag(const engine *e, engine_task_id id) { return e->tasks[i
 int32_t engine_task_mb(const engine *e, engine_task_id id) { return e->tasks[id].mb; }
 int engine_task_rank(const engine *e, engine_task_id id)
 {
-    return (int)(e->tasks[id].stream / (uint32_t)e->spr);
+    return (int)(e->tasks[id].stream >> e->sbits);
 }
 int engine_task_stream(const engine *e, engine_task_id id)
 {
-    return (int)(e->tasks[id].stream % (uint32_t)e->spr);
+    return (int)(e->tasks[id].stream & ((1u << e->sbits) - 1));
 }
 
 int64_t engine_busy_mask_ns(const engine *e, int rank, unsigned mask)

@@ -19,9 +19,10 @@
  *    its own start if the partner already ended) — a receive matched with its
  *    send.
  *
- * Events are kept in a binary heap ordered by (time, sequence number); the
- * sequence number grows by one per event pushed, so equal times are processed
- * in push order, the same on every run.
+ * Events are processed in (time, push order): equal times in the order they
+ * were pushed, the same on every run. (Internally one FIFO bucket per
+ * distinct time, buckets in a binary heap, so the many events that land on
+ * one instant cost a list append.)
  *
  * Accounting: for every rank the engine accumulates how long each subset of
  * its streams was busy (a bit mask of busy streams -> ns), which the report
@@ -82,6 +83,19 @@ int engine_task_add(engine *e, int rank, int stream, int64_t dur_ns, uint32_t ta
 /* Make `after` wait until `before` has finished. Both must exist; a task may
  * not depend on itself. Must be called before engine_run. */
 int engine_dep_add(engine *e, engine_task_id before, engine_task_id after, ts_err *err);
+
+/* Turn the tasks added so far, all on ranks 0..rank_stride-1, into `copies`
+ * copies: copy c runs on ranks c x rank_stride .. c x rank_stride +
+ * rank_stride-1 with the same streams, durations, tags, micro-batches,
+ * dependencies, joins and marks. Ids are interleaved: copy c of task i gets
+ * id i x copies + c, so the copies of one task sit side by side in memory
+ * (interchangeable ranks progress together, and the event loop then walks
+ * memory almost in order). Ids returned before this call are invalid after
+ * it. Used for --full networks: one pipeline is lowered, then copied to
+ * every tensor/data-parallel replica. TS_EINVAL if a task lies outside ranks
+ * 0..rank_stride-1, copies x rank_stride exceeds the engine's ranks, or the
+ * engine has run; TS_ENOMEM. */
+int engine_replicate(engine *e, uint32_t copies, int rank_stride, ts_err *err);
 
 /* Mark task id as external (its duration is ignored; see above). */
 int engine_task_set_external(engine *e, engine_task_id id, ts_err *err);

@@ -18,6 +18,7 @@ typedef struct {
     int heap;               /* position in the completion heap, -1 if absent */
     uint32_t mark;          /* component epoch */
     uint8_t active, frozen;
+    uint8_t solo;           /* scratch: no other flow on any of its links */
 } flow_t;
 
 typedef struct {
@@ -258,17 +259,40 @@ static int recompute(net_flows *f)
     if (nf == 0) return TS_OK;
     f->st.recomputes++;
     if ((uint64_t)nf > f->st.max_component) f->st.max_component = (uint64_t)nf;
-    /* Progressive filling. */
+    /* A flow alone on all its links (the common case: a collective on an
+     * idle NVSwitch domain) is frozen first at its tightest link's share
+     * bw / occurrences, whatever the others do: set it directly, which is
+     * what the filling below would compute, bit for bit. */
+    for (int fi = 0; fi < nf; fi++) {
+        flow_t *F = &f->fl[f->comp_flows[fi]];
+        int id = f->comp_flows[fi];
+        F->solo = 1;
+        for (int h = 0; h < F->nlinks && F->solo; h++) {
+            const link_t *L = &f->lk[F->links[h]];
+            for (int k = 0; k < L->n; k++)
+                if (L->fl[k] != id) { F->solo = 0; break; }
+        }
+        F->frozen = F->solo;
+        if (!F->solo) continue;
+        double rate = 0;
+        for (int h = 0; h < F->nlinks; h++) {
+            const link_t *L = &f->lk[F->links[h]];
+            double share = g->links[F->links[h]].bw_gbps / L->n;
+            if (h == 0 || share < rate) rate = share;
+        }
+        F->new_rate = rate > 0 ? rate : 0;
+    }
+    /* Progressive filling of the others. */
     f->n_fh = 0;
     for (int li = 0; li < nl; li++) {
         int l = f->comp_links[li];
         link_t *L = &f->lk[l];
+        if (L->n > 0 && f->fl[L->fl[0]].solo) continue;
         L->rem = g->links[l].bw_gbps;
         L->unfrozen = L->n;
         L->ver++;
         if (L->n > 0 && fh_push(f, L->rem / L->n, l, L->ver)) return TS_ENOMEM;
     }
-    for (int fi = 0; fi < nf; fi++) f->fl[f->comp_flows[fi]].frozen = 0;
     while (f->n_fh > 0) {
         fill_ent e = fh_pop(f);
         link_t *L = &f->lk[e.link];

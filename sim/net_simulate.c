@@ -149,17 +149,16 @@ static int sn_lower(void *ctx, const plan *pl, const sched *s, engine *e, ts_err
     ns->plan = pl;
     ns->s = s;
     if (!ns->o.full) return lower_sched(pl, s, e, err);
+    /* every replica runs the same tasks: lower the pipeline of replica
+     * (0, 0) on engine ranks 0..p-1, then copy it to the other replicas
+     * (engine rank pp + p (tp + t dp), see net_engine_rank) */
     int t = ns->pl.size[NET_DIM_TP], d = ns->pl.size[NET_DIM_DP], p = ns->p, rc;
     int *map = malloc(sizeof *map * (size_t)p);
     if (!map) return err_set(err, TS_ENOMEM, "net_simulate: out of memory");
-    rc = TS_OK;
-    for (int dp = 0; dp < d && rc == TS_OK; dp++)
-        for (int tp = 0; tp < t && rc == TS_OK; tp++) {
-            for (int pp = 0; pp < p; pp++) map[pp] = net_engine_rank(ns->ne, tp, dp, pp);
-            rc = lower_sched_ranks(pl, s, e, map, err);
-        }
+    for (int pp = 0; pp < p; pp++) map[pp] = net_engine_rank(ns->ne, 0, 0, pp);
+    rc = lower_sched_ranks(pl, s, e, map, err);
     free(map);
-    return rc;
+    return rc ? rc : engine_replicate(e, (uint32_t)(t * d), p, err);
 }
 
 static int sn_attach(void *ctx, engine *e, const plan *pl, const sched *s, ts_err *err)

@@ -2,6 +2,9 @@
  * two streams, cross-rank dependencies, joins, external tasks, deadlocks. */
 #include <criterion/criterion.h>
 
+#include <stdint.h>
+#include <string.h>
+
 #include "engine.h"
 
 static engine *mk(int ranks, int spr, const engine_hooks *h)
@@ -251,4 +254,114 @@ Test(engine, many_tasks_deterministic)
         cr_expect_eq(ms, first);
         engine_free(e);
     }
+}
+
+/* ------------------------------------------------ event queue order */
+
+/* Timers record (time, index); some re-arm at the same instant. */
+typedef struct {
+    int64_t t[6000];
+    int idx[6000];
+    int n;
+    int next_idx;
+} tlog;
+
+static tlog *g_tlog;
+
+static void rec_timer(void *ctx, engine *e, int64_t now_ns)
+{
+    int idx = (int)(intptr_t)ctx;
+    tlog *l = g_tlog;
+    l->t[l->n] = now_ns;
+    l->idx[l->n++] = idx;
+    if (idx % 5 == 0 && l->next_idx < 6000) { /* a follower at this very instant: after all queued ones */
+        ts_err err;
+        int k = l->next_idx++;
+        cr_assert_eq(engine_timer_at(e, now_ns, rec_timer, (void *)(intptr_t)k, &err), TS_OK, "%s", err.msg);
+    }
+}
+
+Test(engine, events_run_in_time_then_push_order)
+{
+    /* 4000 timers over 700 distinct times (more than the time map's first
+     * size, so it grows and deletes with collisions), pushed in a scrambled
+     * order; followers pushed at the current instant. Expected: times never
+     * decrease, and at one time the push indices increase. */
+    static tlog l;
+    memset(&l, 0, sizeof l);
+    g_tlog = &l;
+    engine *e = mk(1, 1, NULL);
+    ts_err err;
+    uint64_t x = 12345;
+    for (int i = 0; i < 4000; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        int64_t t = (int64_t)((x >> 33) % 700) * 1000003;
+        cr_assert_eq(engine_timer_at(e, t, rec_timer, (void *)(intptr_t)i, &err), TS_OK, "%s", err.msg);
+    }
+    l.next_idx = 4000;
+    run_ok(e);
+    cr_assert_eq(l.n, l.next_idx);
+    for (int k = 1; k < l.n; k++) {
+        cr_assert(l.t[k] >= l.t[k - 1], "event %d at %lld after one at %lld", k, (long long)l.t[k],
+                  (long long)l.t[k - 1]);
+        if (l.t[k] == l.t[k - 1])
+            cr_assert(l.idx[k] > l.idx[k - 1], "at %lld: push %d ran after push %d", (long long)l.t[k], l.idx[k],
+                      l.idx[k - 1]);
+    }
+    engine_free(e);
+}
+
+/* ------------------------------------------------ replicate */
+
+/* Two ranks, three streams: a chain across ranks, a join, a fan-out edge. */
+static void build_pair(engine *e)
+{
+    ts_err err;
+    engine_task_id a = add(e, 0, 0, 10, 1), b = add(e, 0, 1, 4, 2), c = add(e, 1, 0, 7, 3), d = add(e, 1, 2, 0, 4),
+                   f = add(e, 1, 0, 3, 5), g = add(e, 0, 0, 2, 6);
+    dep(e, a, b);
+    dep(e, a, c);
+    dep(e, a, g);
+    dep(e, c, f);
+    cr_assert_eq(engine_task_join(e, d, b, &err), TS_OK, "%s", err.msg);
+    dep(e, d, f);
+}
+
+Test(engine, replicate_copies_every_task)
+{
+    engine *ref = mk(2, 3, NULL), *e = mk(7, 3, NULL); /* rank 6 stays empty */
+    ts_err err;
+    build_pair(ref);
+    build_pair(e);
+    run_ok(ref);
+    cr_assert_eq(engine_replicate(e, 3, 2, &err), TS_OK, "%s", err.msg);
+    cr_assert_eq(engine_task_count(e), 3 * engine_task_count(ref));
+    run_ok(e);
+    for (uint32_t i = 0; i < engine_task_count(ref); i++)
+        for (uint32_t c = 0; c < 3; c++) {
+            engine_task_id k = i * 3 + c;
+            cr_expect_eq(engine_task_rank(e, k), engine_task_rank(ref, i) + 2 * (int)c);
+            cr_expect_eq(engine_task_stream(e, k), engine_task_stream(ref, i));
+            cr_expect_eq(engine_task_tag(e, k), engine_task_tag(ref, i));
+            cr_expect_eq(engine_task_start_ns(e, k), engine_task_start_ns(ref, i), "task %u copy %u", i, c);
+            cr_expect_eq(engine_task_end_ns(e, k), engine_task_end_ns(ref, i), "task %u copy %u", i, c);
+        }
+    for (int r = 0; r < 6; r++)
+        for (unsigned m = 0; m < 8; m++)
+            cr_expect_eq(engine_busy_mask_ns(e, r, m), engine_busy_mask_ns(ref, r % 2, m), "rank %d mask %u", r, m);
+    cr_expect_eq(engine_busy_mask_ns(e, 6, 0), engine_makespan_ns(e));
+    engine_free(ref);
+    engine_free(e);
+}
+
+Test(engine, replicate_rejects_bad_shapes)
+{
+    engine *e = mk(4, 1, NULL);
+    ts_err err;
+    add(e, 2, 0, 1, 1);
+    cr_expect_eq(engine_replicate(e, 2, 2, &err), TS_EINVAL); /* a task on rank 2, outside ranks 0..1 */
+    cr_expect(strstr(err.msg, "outside") != NULL, "%s", err.msg);
+    cr_expect_eq(engine_replicate(e, 2, 3, &err), TS_EINVAL); /* 6 ranks needed, 4 there */
+    cr_expect_eq(engine_replicate(e, 0, 3, &err), TS_EINVAL);
+    engine_free(e);
 }

@@ -181,3 +181,27 @@ Test(net_flow, incremental_equals_global)
     net_router_free(r);
     net_graph_free(g);
 }
+
+Test(net_flow, lone_bundle_gets_its_tightest_links_share)
+{
+    /* Alone on its links, a bundle crossing gpu0-gpu1 (100 GB/s) twice and
+     * gpu1-gpu2 (200 GB/s) three times gets min(100/2, 200/3) = 50 GB/s; a
+     * second bundle on gpu1-gpu2 only then shares that link with it. */
+    net_graph *g = line3();
+    net_flows *f = NULL;
+    ts_err e;
+    cr_assert_eq(net_flows_new(g, &f, &e), TS_OK);
+    int l01 = net_graph_find_link(g, g->gpu_node[0], g->gpu_node[1]);
+    int l12 = net_graph_find_link(g, g->gpu_node[1], g->gpu_node[2]);
+    int route[5] = {l01, l12, l01, l12, l12};
+    int a = net_flow_start(f, 0, route, 5, 1e6, 0, &e);
+    cr_assert(a >= 0, "%s", e.msg);
+    cr_assert_float_eq(net_flow_rate_gbps(f, a), 50.0, 1e-12);
+    int b = net_flow_start(f, 0, &l12, 1, 1e6, 1, &e);
+    cr_assert(b >= 0, "%s", e.msg);
+    /* l12: 200 over 3 + 1 occurrences = 50 each; a stays at 50, b gets 200 - 3 x 50 = 50 */
+    cr_assert_float_eq(net_flow_rate_gbps(f, a), 50.0, 1e-12);
+    cr_assert_float_eq(net_flow_rate_gbps(f, b), 50.0, 1e-12);
+    net_flows_free(f);
+    net_graph_free(g);
+}
