@@ -25,6 +25,7 @@ struct runtime {
     /* per (chunk, mb): index c*m + mb */
     gpt_acts **acts;
     float **in_f, **in_b;     /* received (or handed over) input / output gradient */
+    int *rq_f, *rq_b;         /* their receive still in flight: request, or -1 */
     float **out_f, **out_b;   /* produced, waiting for their SEND */
     pending_send *ps;
     size_t nps, capps;
@@ -113,7 +114,10 @@ void rt_free(runtime *rt)
 {
     if (!rt)
         return;
-    if (rt->cm && rt->nps)
+    bool posted = false; /* receives in flight: only after a failed iteration */
+    for (size_t i = 0; rt->rq_f && rt->rq_b && i < (size_t)rt->v * rt->m; i++)
+        posted = posted || rt->rq_f[i] >= 0 || rt->rq_b[i] >= 0;
+    if (rt->cm && rt->nps && !posted) /* a receive whose send never comes would block wait_all */
         rt->cm->wait_all(rt->cm, NULL);
     size_t nm = (size_t)rt->v * rt->m;
     for (size_t i = 0; i < rt->nps; i++)
@@ -121,8 +125,12 @@ void rt_free(runtime *rt)
     for (size_t i = 0; rt->acts && i < nm; i++) {
         int c = (int)(i / (size_t)rt->m);
         gpt_acts_free(rt->st[c], rt->acts[i]);
-        be_free(rt->be, rt->in_f[i], rt->io, XMEM_BUFFERS);
-        be_free(rt->be, rt->in_b[i], rt->io, XMEM_BUFFERS);
+        /* a receive still posted after a failed iteration may yet be written
+         * by MPI: its buffer is left alone (the program aborts anyway) */
+        if (rt->rq_f[i] < 0)
+            be_free(rt->be, rt->in_f[i], rt->io, XMEM_BUFFERS);
+        if (rt->rq_b[i] < 0)
+            be_free(rt->be, rt->in_b[i], rt->io, XMEM_BUFFERS);
         be_free(rt->be, rt->out_f[i], rt->io, XMEM_BUFFERS);
         be_free(rt->be, rt->out_b[i], rt->io, XMEM_BUFFERS);
     }
@@ -133,6 +141,8 @@ void rt_free(runtime *rt)
     free(rt->acts);
     free(rt->in_f);
     free(rt->in_b);
+    free(rt->rq_f);
+    free(rt->rq_b);
     free(rt->out_f);
     free(rt->out_b);
     free(rt->ps);
@@ -173,15 +183,19 @@ int rt_create(const rt_opts *o, const sched *s, backend *be, comm *cm, runtime *
     rt->acts = calloc(nm, sizeof *rt->acts);
     rt->in_f = calloc(nm, sizeof *rt->in_f);
     rt->in_b = calloc(nm, sizeof *rt->in_b);
+    rt->rq_f = malloc(nm * sizeof *rt->rq_f);
+    rt->rq_b = malloc(nm * sizeof *rt->rq_b);
     rt->out_f = calloc(nm, sizeof *rt->out_f);
     rt->out_b = calloc(nm, sizeof *rt->out_b);
     rt->tok = calloc(N, sizeof *rt->tok);
     rt->tgt = calloc(N, sizeof *rt->tgt);
-    if (!rt->st || !rt->stage_id || !rt->acts || !rt->in_f || !rt->in_b || !rt->out_f ||
-        !rt->out_b || !rt->tok || !rt->tgt) {
+    if (!rt->st || !rt->stage_id || !rt->acts || !rt->in_f || !rt->in_b || !rt->rq_f || !rt->rq_b ||
+        !rt->out_f || !rt->out_b || !rt->tok || !rt->tgt) {
         rt_free(rt);
         return err_set(err, TS_ENOMEM, "runtime: out of memory");
     }
+    for (size_t i = 0; i < nm; i++)
+        rt->rq_f[i] = rt->rq_b[i] = -1;
     for (int c = 0; c < rt->v; c++) {
         int sid = stage_of(s, rt->r, c);
         rt->stage_id[c] = sid;
@@ -261,23 +275,40 @@ static int do_send(runtime *rt, const sched_action *a, float **slot, int boundar
     return TS_OK;
 }
 
-static int do_recv(runtime *rt, const sched_action *a, float **slot, int boundary, int dir,
+/* RECV_F / RECV_B: post the receive; the action that consumes it waits
+ * (wait_input), as the simulator's receive stream lets compute go on. */
+static int do_recv(runtime *rt, const sched_action *a, float **slot, int *req, int boundary, int dir,
                    ts_err *err)
 {
     if (*slot)
         return bad_order(a, rt->r, "received twice", err);
     float *buf;
-    int req, rc = be_alloc(rt->be, rt->io, XMEM_BUFFERS, &buf, err);
+    int rc = be_alloc(rt->be, rt->io, XMEM_BUFFERS, &buf, err);
     if (rc)
         return rc;
-    if ((rc = rt->cm->irecv(rt->cm, a->peer, buf, rt->io, tag_of(rt, a->mb, boundary, dir), &req,
-                            err)) ||
-        (rc = rt->cm->wait(rt->cm, req, err))) {
+    if ((rc = rt->cm->irecv(rt->cm, a->peer, buf, rt->io, tag_of(rt, a->mb, boundary, dir), req, err))) {
         be_free(rt->be, buf, rt->io, XMEM_BUFFERS);
+        *req = -1;
         return rc;
     }
     *slot = buf;
     return TS_OK;
+}
+
+/* Before F (its input) or B / I (its output gradient) starts: complete the
+ * receive of what it consumes, if one is in flight. The wait is idle time,
+ * outside the action's span. */
+static int wait_input(runtime *rt, const sched_action *a, ts_err *err)
+{
+    if (a->chunk < 0 || a->chunk >= rt->v || a->mb < 0 || a->mb >= rt->m)
+        return TS_OK; /* run_action reports it */
+    size_t k = (size_t)a->chunk * rt->m + a->mb;
+    int *req = a->kind == ACT_F ? &rt->rq_f[k] : a->kind == ACT_B || a->kind == ACT_I ? &rt->rq_b[k] : NULL;
+    if (!req || *req < 0)
+        return TS_OK;
+    int rc = rt->cm->wait(rt->cm, *req, err);
+    *req = -1;
+    return rc;
 }
 
 static int do_forward(runtime *rt, const sched_action *a, ts_err *err)
@@ -390,9 +421,9 @@ static int run_action(runtime *rt, const sched_action *a, bool *reduced, bool *s
     case ACT_I: return do_backward(rt, a, false, err);
     case ACT_W: return do_weight(rt, a, err);
     case ACT_SEND_F: return do_send(rt, a, &rt->out_f[k], sid, DIR_F, err);
-    case ACT_RECV_F: return do_recv(rt, a, &rt->in_f[k], sid - 1, DIR_F, err);
+    case ACT_RECV_F: return do_recv(rt, a, &rt->in_f[k], &rt->rq_f[k], sid - 1, DIR_F, err);
     case ACT_SEND_B: return do_send(rt, a, &rt->out_b[k], sid - 1, DIR_B, err);
-    case ACT_RECV_B: return do_recv(rt, a, &rt->in_b[k], sid, DIR_B, err);
+    case ACT_RECV_B: return do_recv(rt, a, &rt->in_b[k], &rt->rq_b[k], sid, DIR_B, err);
     case ACT_REDUCE_GRAD:
         reduced[c] = true;
         return gpt_stage_reduce_grads(rt->st[c], err);
@@ -419,6 +450,8 @@ int rt_iteration(runtime *rt, int iter, double *loss, ts_err *err)
     const sched_action *acts = rt->s->actions[rt->r];
     for (size_t i = 0; i < n && !rc; i++) {
         const sched_action *a = &acts[i];
+        if ((rc = wait_input(rt, a, err)))
+            break;
         rt->be->sync(rt->be);
         int64_t t0 = rt_now_ns() - rt->origin;
         rc = run_action(rt, a, reduced, &stepped, err);
@@ -447,7 +480,11 @@ int rt_iteration(runtime *rt, int iter, double *loss, ts_err *err)
     if (!rc)
         rc = reap_sends(rt, true, err);
     for (size_t k = 0; !rc && k < (size_t)rt->v * rt->m; k++)
-        if (rt->acts[k] || rt->in_f[k] || rt->in_b[k] || rt->out_f[k] || rt->out_b[k])
+        if (rt->rq_f[k] >= 0 || rt->rq_b[k] >= 0)
+            rc = err_set(err, TS_EINVAL,
+                         "schedule: pipeline rank %d received micro-batch %d of chunk %d but never used it",
+                         rt->r, (int)(k % (size_t)rt->m), (int)(k / (size_t)rt->m));
+        else if (rt->acts[k] || rt->in_f[k] || rt->in_b[k] || rt->out_f[k] || rt->out_b[k])
             rc = err_set(err, TS_EINVAL,
                          "schedule: pipeline rank %d left micro-batch %d of chunk %d "
                          "unfinished (a missing B/W, SEND or consuming action)",

@@ -7,7 +7,11 @@
  *                      the chunk runs (sched_stage_of);
  *   SEND_F / SEND_B    asynchronous send (comm isend) of the stage's output /
  *                      input gradient to the peer pipeline rank;
- *   RECV_F / RECV_B    receive (irecv + wait) into a fresh buffer;
+ *   RECV_F / RECV_B    post the receive (irecv) into a fresh buffer; the
+ *                      F / B / I that consumes it waits for it just before it
+ *                      starts (outside its span), so a rank is not held up by
+ *                      a receive whose data it does not need yet: the
+ *                      simulator's separate receive stream;
  *   REDUCE_GRAD        tensor (sp) and data-parallel gradient all-reduce of
  *                      the chunk's stage;
  *   OPTIM              AdamW step on every chunk.
