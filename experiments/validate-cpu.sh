@@ -78,8 +78,8 @@ table="$OUT/table.txt"
     echo "Bubble: measured = iteration - compute actions (F/B/I/W/REDUCE_GRAD/OPTIM), mean over ranks;"
     echo "        predicted = the simulator's idle time, mean over ranks."
     echo "Targets: iteration 10%, bubble 20%, memory 5% (simulator memory model: $DTYPE)."
-    echo "cpu: CPU time the ranks got, % of the iteration (mean over ranks; 100% = machine to ourselves,"
-    echo "     since MPI waits spin)."
+    echo "cpu: CPU time the ranks got, % of the iteration (mean over ranks; pipeline waits sleep in"
+    echo "     20 us polls, so a rank's idle time is not CPU time)."
     printf '%-15s %4s | %9s %9s %8s %3s | %8s %8s %8s %3s | %8s %8s %8s %3s | %8s %8s %8s %3s\n' \
         config cpu iter_meas iter_pred err ok bub_meas bub_pred err ok mem0_me mem0_pr err ok \
         mem1_me mem1_pr err ok
