@@ -89,11 +89,10 @@ struct engine {
     uint32_t n_ev, cap_ev, ev_free;
     bucket *bk;           /* bucket pool */
     uint32_t n_bk, cap_bk, bk_free;
-    uint32_t *heap;       /* buckets, min-heap by time */
+    uint32_t *heap;       /* non-empty buckets, min-heap by time (none: no event queued) */
     uint32_t n_heap, cap_heap;
     tslot *map;           /* time -> bucket, linear probing */
     uint32_t map_cap;     /* power of two (0 before the first event) */
-    uint64_t n_pending;   /* events queued */
     timer *timers;
     uint32_t n_timers, cap_timers;
     int64_t now_ns, makespan_ns;
@@ -381,17 +380,6 @@ static int map_reserve(engine *e)
     return TS_OK;
 }
 
-static int pool_grow(void **p, size_t elem, uint32_t *cap)
-{
-    uint32_t nc = *cap ? 2 * *cap : 256;
-    void *q = realloc(*p, (size_t)nc * elem);
-    if (!q)
-        return TS_ENOMEM;
-    *p = q;
-    *cap = nc;
-    return TS_OK;
-}
-
 static void heap_up(engine *e, uint32_t i)
 {
     uint32_t b = e->heap[i];
@@ -425,7 +413,7 @@ static void heap_pop_top(engine *e)
         e->heap[i] = last;
 }
 
-static int heap_push(engine *e, int64_t t_ns, uint32_t what)
+static int event_push(engine *e, int64_t t_ns, uint32_t what)
 {
     uint32_t b = map_find(e, t_ns);
     if (b == NONE) {
@@ -435,11 +423,11 @@ static int heap_push(engine *e, int64_t t_ns, uint32_t what)
             b = e->bk_free;
             e->bk_free = e->bk[b].head;
         } else {
-            if (e->n_bk == e->cap_bk && pool_grow((void **)&e->bk, sizeof *e->bk, &e->cap_bk))
+            if (e->n_bk == e->cap_bk && grow((void **)&e->bk, sizeof *e->bk, &e->cap_bk, e->n_bk + 1))
                 return TS_ENOMEM;
             b = e->n_bk++;
         }
-        if (e->n_heap == e->cap_heap && pool_grow((void **)&e->heap, sizeof *e->heap, &e->cap_heap))
+        if (e->n_heap == e->cap_heap && grow((void **)&e->heap, sizeof *e->heap, &e->cap_heap, e->n_heap + 1))
             return TS_ENOMEM;
         e->bk[b] = (bucket){t_ns, NONE, NONE};
         map_put(e, t_ns, b);
@@ -451,7 +439,7 @@ static int heap_push(engine *e, int64_t t_ns, uint32_t what)
         k = e->ev_free;
         e->ev_free = e->ev[k].next;
     } else {
-        if (e->n_ev == e->cap_ev && pool_grow((void **)&e->ev, sizeof *e->ev, &e->cap_ev))
+        if (e->n_ev == e->cap_ev && grow((void **)&e->ev, sizeof *e->ev, &e->cap_ev, e->n_ev + 1))
             return TS_ENOMEM;
         k = e->n_ev++;
     }
@@ -462,12 +450,11 @@ static int heap_push(engine *e, int64_t t_ns, uint32_t what)
     else
         e->ev[B->tail].next = k;
     B->tail = k;
-    e->n_pending++;
     return TS_OK;
 }
 
 /* Take the first event of the earliest time (the queue is not empty). */
-static uint32_t heap_pop(engine *e, int64_t *t_ns)
+static uint32_t event_pop(engine *e, int64_t *t_ns)
 {
     uint32_t b = e->heap[0];
     bucket *B = &e->bk[b];
@@ -476,7 +463,6 @@ static uint32_t heap_pop(engine *e, int64_t *t_ns)
     B->head = e->ev[k].next;
     e->ev[k].next = e->ev_free;
     e->ev_free = k;
-    e->n_pending--;
     if (B->head == NONE) {
         map_del(e, B->t_ns);
         heap_pop_top(e);
@@ -506,7 +492,7 @@ static inline void mask_flip(engine *e, uint32_t s)
 static void push_end(engine *e, uint32_t id, int64_t at_ns)
 {
     e->tasks[id].flags |= F_ENDING;
-    if (heap_push(e, at_ns, id))
+    if (event_push(e, at_ns, id))
         fail(e, TS_ENOMEM, "out of memory for events");
 }
 
@@ -606,7 +592,7 @@ int engine_timer_at(engine *e, int64_t at_ns, engine_timer_fn fn, void *ctx, ts_
         e->n_timers >= MAX_TASKS)
         return err_set(err, TS_ENOMEM, "engine: out of memory for timers");
     e->timers[e->n_timers] = (timer){fn, ctx};
-    if (heap_push(e, at_ns, TIMER_BIT | e->n_timers))
+    if (event_push(e, at_ns, TIMER_BIT | e->n_timers))
         return err_set(err, TS_ENOMEM, "engine: out of memory for events");
     e->n_timers++;
     return TS_OK;
@@ -622,8 +608,8 @@ int engine_run(engine *e, ts_err *err)
     uint32_t ns = (uint32_t)e->n_ranks << e->sbits;
     for (uint32_t s = 0; s < ns && e->status == TS_OK; s++)
         try_start(e, s);
-    while (e->n_pending > 0 && e->status == TS_OK) {
-        uint32_t what = heap_pop(e, &e->now_ns);
+    while (e->n_heap > 0 && e->status == TS_OK) {
+        uint32_t what = event_pop(e, &e->now_ns);
         e->n_events++;
         if (what & TIMER_BIT) {
             timer tm = e->timers[what & ~TIMER_BIT];
