@@ -352,9 +352,16 @@ int net_flow_start(net_flows *f, int64_t now_ns, const int *links, int nlinks, d
                        (long long)now_ns, (long long)f->now_ns);
     if (nlinks < 1 || !(bytes >= 0))
         return err_set(err, TS_EINVAL, "net_flow_start: %d links (valid >= 1), %g bytes (valid >= 0)", nlinks, bytes);
-    for (int h = 0; h < nlinks; h++)
-        if (links[h] < 0 || links[h] >= f->g->n_links)
+    /* On links no other flow uses, the flow is a component of its own:
+     * recompute() would give it its tightest link's share bw / occurrences
+     * (the solo case there, bit for bit) and touch nothing else, so it gets
+     * that rate below and the links stay clean. */
+    int alone = 1;
+    for (int h = 0; h < nlinks; h++) {
+        if ((unsigned)links[h] >= (unsigned)f->g->n_links)
             return err_set(err, TS_EINVAL, "net_flow_start: link id %d not in 0..%d", links[h], f->g->n_links - 1);
+        alone &= f->lk[links[h]].n == 0;
+    }
     if (now_ns > f->now_ns) {
         if (recompute(f)) return err_set(err, TS_ENOMEM, "net_flows: out of memory");
         f->now_ns = now_ns;
@@ -392,12 +399,6 @@ int net_flow_start(net_flows *f, int64_t now_ns, const int *links, int nlinks, d
         return id;
     }
     F->nlinks = nlinks;
-    /* On links no other flow uses, the flow is a component of its own:
-     * recompute() would give it its tightest link's share bw / occurrences
-     * (the solo case there, bit for bit) and touch nothing else, so set it
-     * now and leave the links clean. */
-    int alone = 1;
-    for (int h = 0; h < nlinks && alone; h++) alone = f->lk[links[h]].n == 0;
     for (int h = 0; h < nlinks; h++) {
         link_t *L = &f->lk[links[h]];
         if (L->n == L->cap) {
@@ -415,7 +416,8 @@ int net_flow_start(net_flows *f, int64_t now_ns, const int *links, int nlinks, d
     if (alone) {
         double rate = 0;
         for (int h = 0; h < nlinks; h++) {
-            double share = f->g->links[links[h]].bw_gbps / f->lk[links[h]].n;
+            int n = f->lk[links[h]].n; /* x / 1 == x: skip the division */
+            double share = n == 1 ? f->g->links[links[h]].bw_gbps : f->g->links[links[h]].bw_gbps / n;
             if (h == 0 || share < rate) rate = share;
         }
         F->rate = rate > 0 ? rate : 0;
