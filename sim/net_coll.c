@@ -39,7 +39,7 @@ static int plan_phase_begin(net_plan *p, ts_err *err)
         p->ph = n;
         p->capph = ncap;
     }
-    p->ph[p->nph] = (net_phase){p->nx, 0, 0, 0};
+    p->ph[p->nph] = (net_phase){.first = p->nx};
     p->nph++;
     p->cur_bundle = 0;
     return TS_OK;
@@ -109,7 +109,7 @@ static int tree_depth(int n)
     return d > 0 ? d : 1;
 }
 
-int net_coll_plan(const net_graph *g, net_router *r, const net_coll_req *q, net_plan *p, ts_err *err)
+static int plan_build(const net_graph *g, net_router *r, const net_coll_req *q, net_plan *p, ts_err *err)
 {
     int rc = TS_OK, n = q->n;
     int *order = NULL;
@@ -254,11 +254,67 @@ out:
     return rc;
 }
 
+/* Fill p->b and p->bl from the phases' transfers. */
+static int plan_bundles(net_plan *p, ts_err *err)
+{
+    p->nb = 0;
+    p->nbl = 0;
+    int nlinks = 0;
+    for (int i = 0; i < p->nx; i++) nlinks += p->x[i].nlinks;
+    int nb = 0;
+    for (int k = 0; k < p->nph; k++) nb += p->ph[k].nbundles;
+    if (nb > p->capb) {
+        net_bundle *n = realloc(p->b, sizeof *n * (size_t)nb);
+        if (!n) return err_set(err, TS_ENOMEM, "net_coll: out of memory");
+        p->b = n;
+        p->capb = nb;
+    }
+    if (nlinks > p->capbl) {
+        int *n = realloc(p->bl, sizeof *n * (size_t)nlinks);
+        if (!n) return err_set(err, TS_ENOMEM, "net_coll: out of memory");
+        p->bl = n;
+        p->capbl = nlinks;
+    }
+    for (int k = 0; k < p->nph; k++) {
+        net_phase *ph = &p->ph[k];
+        int end = ph->first + ph->count;
+        ph->first_bundle = p->nb;
+        for (int i = ph->first; i < end;) {
+            int bi = p->x[i].bundle;
+            if (p->nb == nb) break;
+            net_bundle *b = &p->b[p->nb++];
+            b->first_link = p->nbl;
+            b->bytes = p->x[i].bytes;
+            for (; i < end && p->x[i].bundle == bi; i++) {
+                const net_xfer *x = &p->x[i];
+                memcpy(p->bl + p->nbl, x->links, sizeof *x->links * (size_t)x->nlinks);
+                p->nbl += x->nlinks;
+                if (x->bytes > b->bytes) b->bytes = x->bytes;
+            }
+            b->nlinks = p->nbl - b->first_link;
+        }
+        if (p->nb - ph->first_bundle != ph->nbundles)
+            return err_set(err, TS_ESTATE, "net_coll: phase %d has %d bundles, expected %d", k,
+                           p->nb - ph->first_bundle, ph->nbundles);
+    }
+    return TS_OK;
+}
+
+int net_coll_plan(const net_graph *g, net_router *r, const net_coll_req *q, net_plan *p, ts_err *err)
+{
+    p->nb = 0;
+    p->nbl = 0;
+    int rc = plan_build(g, r, q, p, err);
+    return rc ? rc : plan_bundles(p, err);
+}
+
 void net_plan_free(net_plan *p)
 {
     if (!p) return;
     free(p->x);
     free(p->ph);
+    free(p->b);
+    free(p->bl);
     memset(p, 0, sizeof *p);
 }
 
@@ -300,7 +356,6 @@ struct net_sim {
     timer_t_ *tm; int ntm, captm;
     uint64_t seq;
     int in_flight;
-    int *scr; int cap_scr; /* links of the bundle being started */
     plan_entry *cache; int cache_cap, cache_len; /* plans by request */
     int cb_rc;             /* first error inside a callback */
     ts_err *cb_err;
@@ -335,7 +390,6 @@ void net_sim_free(net_sim *s)
     free(s->c);
     free(s->freec);
     free(s->tm);
-    free(s->scr);
     net_flows_free(s->f);
     net_router_free(s->r);
     free(s);
@@ -400,25 +454,10 @@ static int start_flows(net_sim *s, int ci, int64_t t)
     const net_phase *ph = &c->pp->ph[c->phase];
     if (ph->count == 0) return end_phase(s, ci, t);
     c->outstanding = ph->nbundles;
-    int end = ph->first + ph->count;
-    for (int i = ph->first; i < end;) {
-        int b = c->pp->x[i].bundle, n = 0;
-        double bytes = c->pp->x[i].bytes;
-        for (; i < end && c->pp->x[i].bundle == b; i++) {
-            const net_xfer *x = &c->pp->x[i];
-            if (n + x->nlinks > s->cap_scr) {
-                int ncap = s->cap_scr ? s->cap_scr * 2 : 256;
-                while (ncap < n + x->nlinks) ncap *= 2;
-                int *q = realloc(s->scr, sizeof *q * (size_t)ncap);
-                if (!q) return err_set(s->cb_err, TS_ENOMEM, "net_sim: out of memory");
-                s->scr = q;
-                s->cap_scr = ncap;
-            }
-            memcpy(s->scr + n, x->links, sizeof *x->links * (size_t)x->nlinks);
-            n += x->nlinks;
-            if (x->bytes > bytes) bytes = x->bytes;
-        }
-        int rc = net_flow_start(s->f, t, s->scr, n, bytes, (uint64_t)ci, s->cb_err);
+    const net_plan *p = c->pp;
+    for (int k = ph->first_bundle; k < ph->first_bundle + ph->nbundles; k++) {
+        const net_bundle *b = &p->b[k];
+        int rc = net_flow_start(s->f, t, p->bl + b->first_link, b->nlinks, b->bytes, (uint64_t)ci, s->cb_err);
         if (rc < 0) return rc;
     }
     return TS_OK;

@@ -94,13 +94,23 @@ typedef struct {
 
 typedef struct {
     int first, count;  /* transfers x[first .. first+count) */
-    int nbundles;      /* flows the phase starts */
+    int nbundles;      /* flows the phase starts: bundles b[first_bundle .. +nbundles) */
+    int first_bundle;
     int64_t lat_ns;
 } net_phase;
+
+/* A bundle as its flow is started: the routes of its transfers
+ * concatenated, and the largest transfer's bytes. */
+typedef struct {
+    int first_link, nlinks; /* links bl[first_link .. first_link+nlinks) */
+    double bytes;
+} net_bundle;
 
 typedef struct {
     net_xfer *x; int nx, capx;
     net_phase *ph; int nph, capph;
+    net_bundle *b; int nb, capb;   /* every phase's bundles, in order */
+    int *bl; int nbl, capbl;       /* their links */
     net_coll_algo algo; /* the algorithm used (AUTO resolved) */
     int cur_bundle;     /* while building */
 } net_plan;

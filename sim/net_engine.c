@@ -17,6 +17,14 @@ typedef struct {
     int used;
 } inst_t;
 
+/* What the hooks need of an engine rank, computed once. */
+typedef struct {
+    int global, gpu;         /* global rank and its GPU */
+    int tp, dp, pp;          /* its coordinates */
+    int leader[2];           /* per dim (TP, DP): global rank of the group's first member */
+    uint64_t key[2];         /* per dim: ECMP flow key of the group's communicator */
+} rank_info;
+
 /* Open-addressing map (dim, leader, tag, mb) -> pending instance. */
 typedef struct { int inst; int state; } slot_t; /* state: 0 empty, 1 full, 2 deleted */
 
@@ -30,6 +38,9 @@ struct net_engine {
     engine *e;
     int n_ranks;
     double *factor;          /* per engine rank */
+    rank_info *ri;           /* per engine rank */
+    int *ggpus[2];           /* per dim (TP, DP): every group's GPUs, in group-rank order */
+    int *goff[2];            /* per dim, per global rank: offset of its group in ggpus[dim] */
     int *active_comm;        /* per engine rank: driven comm tasks in flight */
     net_step_desc *desc;     /* per tag */
     uint8_t *have_desc;
@@ -45,6 +56,46 @@ struct net_engine {
 };
 
 static void coll_done(void *ctx, uint64_t tag, int64_t t_ns);
+static uint64_t key_hash(int dim, int leader, uint32_t tag, int32_t mb);
+static int global_of(const net_engine *ne, int engine_rank);
+
+/* Fill ne->ri, ne->ggpus and ne->goff (ne->n_ranks and ne->pl set). */
+static int rank_tables(net_engine *ne)
+{
+    const net_place *pl = ne->pl;
+    int n = pl->n_ranks;
+    ne->ri = malloc(sizeof *ne->ri * (size_t)ne->n_ranks);
+    if (!ne->ri) return TS_ENOMEM;
+    for (int dim = 0; dim < 2; dim++) {
+        ne->ggpus[dim] = malloc(sizeof *ne->ggpus[dim] * (size_t)n);
+        ne->goff[dim] = malloc(sizeof *ne->goff[dim] * (size_t)n);
+        if (!ne->ggpus[dim] || !ne->goff[dim]) return TS_ENOMEM;
+        int next = 0;
+        for (int r = 0; r < n; r++) { /* leaders (coordinate 0 along dim) in rank order */
+            int c[NET_DIMS];
+            net_place_coords(pl, r, &c[NET_DIM_TP], &c[NET_DIM_DP], &c[NET_DIM_PP]);
+            if (c[dim] != 0) continue;
+            ne->goff[dim][r] = next;
+            next += net_place_group_gpus(pl, (net_dim)dim, r, ne->ggpus[dim] + next);
+        }
+        for (int r = 0; r < n; r++) {
+            int c[NET_DIMS];
+            net_place_coords(pl, r, &c[NET_DIM_TP], &c[NET_DIM_DP], &c[NET_DIM_PP]);
+            c[dim] = 0;
+            ne->goff[dim][r] = ne->goff[dim][net_place_rank(pl, c[NET_DIM_TP], c[NET_DIM_DP], c[NET_DIM_PP])];
+        }
+    }
+    for (int er = 0; er < ne->n_ranks; er++) {
+        rank_info *ri = &ne->ri[er];
+        ri->global = global_of(ne, er);
+        ri->gpu = pl->gpu_of_rank[ri->global];
+        net_place_coords(pl, ri->global, &ri->tp, &ri->dp, &ri->pp);
+        ri->leader[NET_DIM_TP] = net_place_rank(pl, 0, ri->dp, ri->pp);
+        ri->leader[NET_DIM_DP] = net_place_rank(pl, ri->tp, 0, ri->pp);
+        for (int dim = 0; dim < 2; dim++) ri->key[dim] = key_hash(dim, ri->leader[dim], 0u, 0);
+    }
+    return TS_OK;
+}
 
 static int fail(net_engine *ne, int rc)
 {
@@ -77,6 +128,10 @@ int net_engine_new(const net_graph *g, const net_place *pl, const net_engine_opt
         return err_set(err, TS_ENOMEM, "net_engine: out of memory");
     }
     for (int r = 0; r < ne->n_ranks; r++) ne->factor[r] = 1.0;
+    if (rank_tables(ne)) {
+        net_engine_free(ne);
+        return err_set(err, TS_ENOMEM, "net_engine: out of memory");
+    }
     if ((rc = net_sim_new(g, coll_done, ne, &ne->sim, err))) {
         net_engine_free(ne);
         return rc;
@@ -97,6 +152,11 @@ void net_engine_free(net_engine *ne)
     free(ne->desc);
     free(ne->have_desc);
     free(ne->factor);
+    free(ne->ri);
+    for (int dim = 0; dim < 2; dim++) {
+        free(ne->ggpus[dim]);
+        free(ne->goff[dim]);
+    }
     free(ne->active_comm);
     net_sim_free(ne->sim);
     free(ne);
@@ -159,7 +219,8 @@ int net_engine_attach(net_engine *ne, engine *e, ts_err *err)
      * but for compute whose scaling differs from rank to rank */
     uint32_t n = engine_task_count(e), C = engine_copies(e);
     for (uint32_t id = 0; id < n; id += C) {
-        const net_step_desc *d = get_desc(ne, engine_task_tag(e, id), err);
+        uint32_t tag = engine_task_tag(e, id);
+        const net_step_desc *d = tag < ne->n_desc && ne->have_desc[tag] ? &ne->desc[tag] : get_desc(ne, tag, err);
         if (!d) return err->code ? err->code : TS_ESTATE;
         int rc = TS_OK;
         bool all = d->role == NET_STEP_COLL || d->role == NET_STEP_SEND ||
@@ -356,18 +417,22 @@ int net_engine_rank(const net_engine *ne, int tp, int dp, int pp)
     return pp + ne->pl->size[NET_DIM_PP] * (tp + ne->pl->size[NET_DIM_TP] * dp);
 }
 
-static void start_coll(net_engine *ne, engine *e, int ii, const net_step_desc *d, int global, int64_t now)
+static void start_coll(net_engine *ne, engine *e, int ii, const net_step_desc *d, const rank_info *ri, int64_t now)
 {
     inst_t *in = &ne->inst[ii];
-    int n = net_place_group_gpus(ne->pl, (net_dim)d->dim, global, ne->gpus);
+    int dim = d->dim, n = ne->pl->size[dim];
+    const int *gpus = ne->ggpus[dim] + ne->goff[dim][ri->global];
+    uint64_t key = ri->key[dim];
     if (d->coll == NET_COLL_P2P_SCATTER) { /* the peer stage's group receives */
-        int tp, dp, pp;
-        net_place_coords(ne->pl, global, &tp, &dp, &pp);
-        n += net_place_group_gpus(ne->pl, (net_dim)d->dim, net_place_rank(ne->pl, tp, dp, d->peer_pp), ne->gpus + n);
+        int peer = net_place_rank(ne->pl, ri->tp, ri->dp, d->peer_pp);
+        memcpy(ne->gpus, gpus, sizeof *gpus * (size_t)n);
+        memcpy(ne->gpus + n, ne->ggpus[dim] + ne->goff[dim][peer], sizeof *gpus * (size_t)n);
+        gpus = ne->gpus;
+        n *= 2;
+        key = key_hash(in->dim, in->leader, 1u + (uint32_t)d->peer_pp, 0);
     }
     /* ECMP key: the communicator (group, and the peer group of a scatter), the same on every call */
-    net_coll_req q = {(net_coll_kind)d->coll, ne->opts.algo, ne->gpus, n, d->bytes, 0,
-                      key_hash(in->dim, in->leader, d->coll == NET_COLL_P2P_SCATTER ? 1u + (uint32_t)d->peer_pp : 0u, 0)};
+    net_coll_req q = {(net_coll_kind)d->coll, ne->opts.algo, gpus, n, d->bytes, 0, key};
     if (d->coll != NET_COLL_ALLREDUCE) q.algo = NET_ALGO_AUTO;
     ne->st.collectives++;
     if (fail(ne, net_sim_start(ne->sim, now, &q, (uint64_t)ii, &ne->err))) return;
@@ -378,7 +443,8 @@ static void on_start(void *ctx, engine *e, engine_task_id id, int64_t now)
 {
     net_engine *ne = ctx;
     if (ne->rc) return;
-    const net_step_desc *d = get_desc(ne, engine_task_tag(e, id), &ne->err);
+    uint32_t tag = engine_task_tag(e, id);
+    const net_step_desc *d = tag < ne->n_desc && ne->have_desc[tag] ? &ne->desc[tag] : get_desc(ne, tag, &ne->err);
     if (!d) { fail(ne, ne->err.code ? ne->err.code : TS_ESTATE); return; }
     int rank = engine_task_rank(e, id);
     switch (d->role) {
@@ -391,23 +457,21 @@ static void on_start(void *ctx, engine *e, engine_task_id id, int64_t now)
     }
     case NET_STEP_COLL: {
         ne->active_comm[rank]++;
-        int global = global_of(ne, rank), tp, dp, pp;
-        net_place_coords(ne->pl, global, &tp, &dp, &pp);
-        int leader = net_place_rank(ne->pl, d->dim == NET_DIM_TP ? 0 : tp, d->dim == NET_DIM_DP ? 0 : dp, pp);
+        const rank_info *ri = &ne->ri[rank];
         int need = ne->opts.full ? ne->pl->size[d->dim] : 1, slot;
-        int ii = pending(ne, d->dim, leader, engine_task_tag(e, id), engine_task_mb(e, id), need, &slot);
+        int ii = pending(ne, d->dim, ri->leader[d->dim], tag, engine_task_mb(e, id), need, &slot);
         if (ii < 0) { fail(ne, err_set(&ne->err, TS_ENOMEM, "net_engine: out of memory")); return; }
         if (fail(ne, inst_add(&ne->inst[ii], id))) return;
         if (ne->inst[ii].n < ne->inst[ii].need) return;
         ne->map[slot].state = 2; /* started: no longer pending */
-        start_coll(ne, e, ii, d, global, now);
+        start_coll(ne, e, ii, d, ri, now);
         return;
     }
     case NET_STEP_SEND: {
         ne->active_comm[rank]++;
-        int global = global_of(ne, rank), tp, dp, pp;
-        net_place_coords(ne->pl, global, &tp, &dp, &pp);
-        int pair[2] = {ne->pl->gpu_of_rank[global], ne->pl->gpu_of_rank[net_place_rank(ne->pl, tp, dp, d->peer_pp)]};
+        const rank_info *ri = &ne->ri[rank];
+        int global = ri->global;
+        int pair[2] = {ri->gpu, ne->pl->gpu_of_rank[net_place_rank(ne->pl, ri->tp, ri->dp, d->peer_pp)]};
         int ii = inst_new(ne);
         if (ii < 0 || fail(ne, inst_add(&ne->inst[ii], id))) {
             fail(ne, err_set(&ne->err, TS_ENOMEM, "net_engine: out of memory"));

@@ -17,6 +17,7 @@ typedef struct {
     uint64_t tag;
     int heap;               /* position in the completion heap, -1 if absent */
     uint32_t mark;          /* component epoch */
+    uint32_t fast_gen;      /* == net_flows.gen: started alone, rate set, not yet counted */
     uint8_t active, frozen;
     uint8_t solo;           /* scratch: no other flow on any of its links */
 } flow_t;
@@ -44,6 +45,8 @@ struct net_flows {
     int *comp_links, *comp_flows;  /* scratch, caps n_links and cap_flows */
     fill_ent *fh; int n_fh, cap_fh;/* water-filling heap */
     uint32_t epoch;
+    uint32_t gen;                  /* recomputation generation (starts at 1) */
+    int n_fast;                    /* flows started alone since the last recomputation */
     int64_t now_ns;
     int active;
     net_flow_stats st;
@@ -117,6 +120,7 @@ int net_flows_new(const net_graph *g, net_flows **out, ts_err *err)
     net_flows *f = calloc(1, sizeof *f);
     if (!f) return err_set(err, TS_ENOMEM, "net_flows: out of memory");
     f->g = g;
+    f->gen = 1;
     size_t nl = (size_t)(g->n_links ? g->n_links : 1);
     f->lk = calloc(nl, sizeof *f->lk);
     f->dirty = malloc(nl * sizeof *f->dirty);
@@ -232,10 +236,11 @@ static int64_t duration_ns(double bytes, double rate)
 /* Recompute the rates of the components of the dirty links at f->now_ns. */
 static int recompute(net_flows *f)
 {
-    if (f->n_dirty == 0) return TS_OK;
+    if (f->n_dirty == 0 && f->n_fast == 0) return TS_OK;
     const net_graph *g = f->g;
-    uint32_t ep = ++f->epoch;
-    int nl = 0, nf = 0;
+    uint32_t ep = ++f->epoch, gen = f->gen++;
+    int nl = 0, nf = 0, fast_seen = 0, n_fast = f->n_fast;
+    f->n_fast = 0;
     for (int i = 0; i < f->n_dirty; i++) {
         int l = f->dirty[i];
         f->lk[l].dirty = 0;
@@ -249,6 +254,7 @@ static int recompute(net_flows *f)
             flow_t *F = &f->fl[L->fl[k]];
             if (F->mark == ep) continue;
             F->mark = ep;
+            fast_seen += F->fast_gen == gen;
             f->comp_flows[nf++] = L->fl[k];
             for (int h = 0; h < F->nlinks; h++) {
                 int l2 = F->links[h];
@@ -256,9 +262,15 @@ static int recompute(net_flows *f)
             }
         }
     }
-    if (nf == 0) return TS_OK;
+    /* The flows started alone since the last call (net_flow_start) count as
+     * if their links had been marked dirty: each is a component of its own
+     * unless the search above reached it. */
+    int counted = nf + n_fast - fast_seen;
+    if (counted == 0) return TS_OK;
     f->st.recomputes++;
-    if ((uint64_t)nf > f->st.max_component) f->st.max_component = (uint64_t)nf;
+    f->st.rate_updates += (uint64_t)counted;
+    if ((uint64_t)counted > f->st.max_component) f->st.max_component = (uint64_t)counted;
+    if (nf == 0) return TS_OK;
     /* A flow alone on all its links (the common case: a collective on an
      * idle NVSwitch domain) is frozen first at its tightest link's share
      * bw / occurrences, whatever the others do: set it directly, which is
@@ -319,7 +331,6 @@ static int recompute(net_flows *f)
     for (int fi = 0; fi < nf; fi++) {
         int id = f->comp_flows[fi];
         flow_t *F = &f->fl[id];
-        f->st.rate_updates++;
         if (F->new_rate == F->rate && F->heap >= 0) continue;
         F->left_bytes -= F->rate * (double)(f->now_ns - F->last_ns);
         if (F->left_bytes < 0) F->left_bytes = 0;
@@ -341,9 +352,16 @@ int net_flow_start(net_flows *f, int64_t now_ns, const int *links, int nlinks, d
                        (long long)now_ns, (long long)f->now_ns);
     if (nlinks < 1 || !(bytes >= 0))
         return err_set(err, TS_EINVAL, "net_flow_start: %d links (valid >= 1), %g bytes (valid >= 0)", nlinks, bytes);
-    for (int h = 0; h < nlinks; h++)
-        if (links[h] < 0 || links[h] >= f->g->n_links)
+    /* On links no other flow uses, the flow is a component of its own:
+     * recompute() would give it its tightest link's share bw / occurrences
+     * (the solo case there, bit for bit) and touch nothing else, so it gets
+     * that rate below and the links stay clean. */
+    int alone = 1;
+    for (int h = 0; h < nlinks; h++) {
+        if ((unsigned)links[h] >= (unsigned)f->g->n_links)
             return err_set(err, TS_EINVAL, "net_flow_start: link id %d not in 0..%d", links[h], f->g->n_links - 1);
+        alone &= f->lk[links[h]].n == 0;
+    }
     if (now_ns > f->now_ns) {
         if (recompute(f)) return err_set(err, TS_ENOMEM, "net_flows: out of memory");
         f->now_ns = now_ns;
@@ -393,7 +411,20 @@ int net_flow_start(net_flows *f, int64_t now_ns, const int *links, int nlinks, d
         F->links[h] = links[h];
         F->pos[h] = L->n;
         L->fl[L->n++] = id;
-        mark_dirty(f, links[h]);
+        if (!alone) mark_dirty(f, links[h]);
+    }
+    if (alone) {
+        double rate = 0;
+        for (int h = 0; h < nlinks; h++) {
+            int n = f->lk[links[h]].n; /* x / 1 == x: skip the division */
+            double share = n == 1 ? f->g->links[links[h]].bw_gbps : f->g->links[links[h]].bw_gbps / n;
+            if (h == 0 || share < rate) rate = share;
+        }
+        F->rate = rate > 0 ? rate : 0;
+        F->done_ns = F->rate > 0 ? now_ns + duration_ns(bytes, F->rate) : NET_TIME_NEVER;
+        F->fast_gen = f->gen;
+        f->n_fast++;
+        heap_update(f, id);
     }
     return id;
 }
@@ -401,6 +432,20 @@ int net_flow_start(net_flows *f, int64_t now_ns, const int *links, int nlinks, d
 static void detach(net_flows *f, int id)
 {
     flow_t *F = &f->fl[id];
+    /* Alone on all its links: they become empty and no other rate changes,
+     * so they need no recomputation. */
+    int alone = 1;
+    for (int h = 0; h < F->nlinks && alone; h++) {
+        const link_t *L = &f->lk[F->links[h]];
+        for (int k = 0; k < L->n; k++)
+            if (L->fl[k] != id) { alone = 0; break; }
+    }
+    if (alone) {
+        for (int h = 0; h < F->nlinks; h++) f->lk[F->links[h]].n = 0;
+        F->active = 0;
+        f->active--;
+        return;
+    }
     for (int h = 0; h < F->nlinks; h++) {
         int l = F->links[h];
         link_t *L = &f->lk[l];
