@@ -8,31 +8,36 @@
 typedef struct {
     int nlinks, cap;        /* links in use / allocated (kept when the slot is reused) */
     int *links;             /* the route; a link may repeat (a bundle crossing it twice) */
-    int *pos;               /* index of this flow in each link's flow list, per occurrence */
+    int *pos;               /* index of this flow in each link's flow list, per occurrence (links + cap) */
     double left_bytes;
     double rate;            /* GB/s = bytes/ns; 0 until first assigned */
     double new_rate;        /* scratch of the water-filling */
     int64_t last_ns;        /* time left_bytes was last brought up to date */
     int64_t done_ns;
     uint64_t tag;
-    int heap;               /* position in the completion heap, -1 if absent */
     uint32_t mark;          /* component epoch */
     uint32_t fast_gen;      /* == net_flows.gen: started alone, rate set, not yet counted */
     uint8_t active, frozen;
     uint8_t solo;           /* scratch: no other flow on any of its links */
 } flow_t;
 
+/* One cache line per link: its flow list lives inline while short. */
+#define LINK_INLINE 3
 typedef struct {
-    int *fl;                /* active flows on this link */
-    int n, cap;
+    int n, cap;             /* active flows on this link / room in fl */
+    int *fl;                /* their ids: in[] while cap == LINK_INLINE */
+    double bw;              /* the graph's bandwidth, GB/s; current when bw_gen == net_flows.bw_gen */
+    double rem;             /* capacity left in the water-filling, GB/s */
+    uint32_t bw_gen;
     uint32_t mark;          /* component epoch */
     uint32_t ver;           /* water-filling heap version */
-    int dirty;
     int unfrozen;
-    double rem;             /* capacity left in the water-filling, GB/s */
+    int dirty;
+    int in[LINK_INLINE];
 } link_t;
 
 typedef struct { double share; int link; uint32_t ver; } fill_ent;
+typedef struct { int64_t t_ns; int id; } done_ent; /* completion heap entry: (done_ns, flow id) */
 
 struct net_flows {
     const net_graph *g;
@@ -40,12 +45,15 @@ struct net_flows {
     flow_t *fl;
     int n_flows, cap_flows;
     int *free_ids; int n_free, cap_free;
-    int *heap; int n_heap;         /* completion heap of flow ids, cap = cap_flows */
+    done_ent *heap; int n_heap;    /* completion heap, cap = cap_flows */
+    int *hpos;                     /* per flow: position in the heap, -1 if absent */
     int *dirty; int n_dirty;       /* dirty link ids, cap = n_links */
     int *comp_links, *comp_flows;  /* scratch, caps n_links and cap_flows */
     fill_ent *fh; int n_fh, cap_fh;/* water-filling heap */
     uint32_t epoch;
     uint32_t gen;                  /* recomputation generation (starts at 1) */
+    uint32_t bw_gen;               /* busy period: link bandwidths are reread in each (they may
+                                      change only while no flow is active) */
     int n_fast;                    /* flows started alone since the last recomputation */
     int64_t now_ns;
     int active;
@@ -54,62 +62,64 @@ struct net_flows {
 
 /* ---------------------------------------------------------- completion heap */
 
-static int before(const net_flows *f, int a, int b)
-{
-    const flow_t *x = &f->fl[a], *y = &f->fl[b];
-    return x->done_ns < y->done_ns || (x->done_ns == y->done_ns && a < b);
-}
-
-static void heap_set(net_flows *f, int i, int id) { f->heap[i] = id; f->fl[id].heap = i; }
+static int before(done_ent a, done_ent b) { return a.t_ns < b.t_ns || (a.t_ns == b.t_ns && a.id < b.id); }
 
 static void heap_up(net_flows *f, int i)
 {
-    int id = f->heap[i];
+    done_ent e = f->heap[i];
     while (i > 0) {
         int p = (i - 1) / 2;
-        if (!before(f, id, f->heap[p])) break;
-        heap_set(f, i, f->heap[p]);
+        if (!before(e, f->heap[p])) break;
+        f->heap[i] = f->heap[p];
+        f->hpos[f->heap[i].id] = i;
         i = p;
     }
-    heap_set(f, i, id);
+    f->heap[i] = e;
+    f->hpos[e.id] = i;
 }
 
 static void heap_down(net_flows *f, int i)
 {
-    int id = f->heap[i];
+    done_ent e = f->heap[i];
     for (;;) {
         int c = 2 * i + 1;
         if (c >= f->n_heap) break;
-        if (c + 1 < f->n_heap && before(f, f->heap[c + 1], f->heap[c])) c++;
-        if (!before(f, f->heap[c], id)) break;
-        heap_set(f, i, f->heap[c]);
+        if (c + 1 < f->n_heap && before(f->heap[c + 1], f->heap[c])) c++;
+        if (!before(f->heap[c], e)) break;
+        f->heap[i] = f->heap[c];
+        f->hpos[f->heap[i].id] = i;
         i = c;
     }
-    heap_set(f, i, id);
+    f->heap[i] = e;
+    f->hpos[e.id] = i;
 }
 
+/* Insert flow id at its done_ns, or move it there. */
 static void heap_update(net_flows *f, int id)
 {
-    if (f->fl[id].heap < 0) {
-        f->heap[f->n_heap] = id;
-        f->fl[id].heap = f->n_heap++;
-        heap_up(f, f->n_heap - 1);
+    int i = f->hpos[id];
+    if (i < 0) {
+        i = f->n_heap++;
+        f->heap[i] = (done_ent){f->fl[id].done_ns, id};
+        heap_up(f, i);
     } else {
-        heap_up(f, f->fl[id].heap);
-        heap_down(f, f->fl[id].heap);
+        f->heap[i].t_ns = f->fl[id].done_ns;
+        heap_up(f, i);
+        heap_down(f, f->hpos[id]);
     }
 }
 
 static void heap_remove(net_flows *f, int id)
 {
-    int i = f->fl[id].heap;
+    int i = f->hpos[id];
     if (i < 0) return;
-    f->fl[id].heap = -1;
-    int last = f->heap[--f->n_heap];
+    f->hpos[id] = -1;
+    done_ent last = f->heap[--f->n_heap];
     if (i == f->n_heap) return;
-    heap_set(f, i, last);
+    f->heap[i] = last;
+    f->hpos[last.id] = i;
     heap_up(f, i);
-    heap_down(f, f->fl[last].heap);
+    heap_down(f, f->hpos[last.id]);
 }
 
 /* ---------------------------------------------------------- lifecycle */
@@ -122,12 +132,17 @@ int net_flows_new(const net_graph *g, net_flows **out, ts_err *err)
     f->g = g;
     f->gen = 1;
     size_t nl = (size_t)(g->n_links ? g->n_links : 1);
-    f->lk = calloc(nl, sizeof *f->lk);
+    f->lk = aligned_alloc(64, nl * sizeof *f->lk);
     f->dirty = malloc(nl * sizeof *f->dirty);
     f->comp_links = malloc(nl * sizeof *f->comp_links);
     if (!f->lk || !f->dirty || !f->comp_links) {
         net_flows_free(f);
         return err_set(err, TS_ENOMEM, "net_flows: out of memory");
+    }
+    memset(f->lk, 0, nl * sizeof *f->lk);
+    for (size_t i = 0; i < nl; i++) {
+        f->lk[i].fl = f->lk[i].in;
+        f->lk[i].cap = LINK_INLINE;
     }
     *out = f;
     return TS_OK;
@@ -137,15 +152,14 @@ void net_flows_free(net_flows *f)
 {
     if (!f) return;
     if (f->lk)
-        for (int i = 0; i < f->g->n_links; i++) free(f->lk[i].fl);
+        for (int i = 0; i < f->g->n_links; i++)
+            if (f->lk[i].fl != f->lk[i].in) free(f->lk[i].fl);
     free(f->lk);
-    for (int i = 0; i < f->n_flows; i++) { /* route arrays are kept per slot */
-        free(f->fl[i].links);
-        free(f->fl[i].pos);
-    }
+    for (int i = 0; i < f->n_flows; i++) free(f->fl[i].links); /* route arrays are kept per slot */
     free(f->fl);
     free(f->free_ids);
     free(f->heap);
+    free(f->hpos);
     free(f->dirty);
     free(f->comp_links);
     free(f->comp_flows);
@@ -162,9 +176,12 @@ static int alloc_flow(net_flows *f)
         if (!nf) return TS_ENOMEM;
         memset(nf + f->cap_flows, 0, sizeof *nf * (size_t)(ncap - f->cap_flows));
         f->fl = nf;
-        int *nh = realloc(f->heap, sizeof *nh * (size_t)ncap);
+        done_ent *nh = realloc(f->heap, sizeof *nh * (size_t)ncap);
         if (!nh) return TS_ENOMEM;
         f->heap = nh;
+        int *np = realloc(f->hpos, sizeof *np * (size_t)ncap);
+        if (!np) return TS_ENOMEM;
+        f->hpos = np;
         int *nc = realloc(f->comp_flows, sizeof *nc * (size_t)ncap);
         if (!nc) return TS_ENOMEM;
         f->comp_flows = nc;
@@ -237,7 +254,6 @@ static int64_t duration_ns(double bytes, double rate)
 static int recompute(net_flows *f)
 {
     if (f->n_dirty == 0 && f->n_fast == 0) return TS_OK;
-    const net_graph *g = f->g;
     uint32_t ep = ++f->epoch, gen = f->gen++;
     int nl = 0, nf = 0, fast_seen = 0, n_fast = f->n_fast;
     f->n_fast = 0;
@@ -289,7 +305,7 @@ static int recompute(net_flows *f)
         double rate = 0;
         for (int h = 0; h < F->nlinks; h++) {
             const link_t *L = &f->lk[F->links[h]];
-            double share = g->links[F->links[h]].bw_gbps / L->n;
+            double share = L->bw / L->n;
             if (h == 0 || share < rate) rate = share;
         }
         F->new_rate = rate > 0 ? rate : 0;
@@ -300,7 +316,7 @@ static int recompute(net_flows *f)
         int l = f->comp_links[li];
         link_t *L = &f->lk[l];
         if (L->n > 0 && f->fl[L->fl[0]].solo) continue;
-        L->rem = g->links[l].bw_gbps;
+        L->rem = L->bw;
         L->unfrozen = L->n;
         L->ver++;
         if (L->n > 0 && fh_push(f, L->rem / L->n, l, L->ver)) return TS_ENOMEM;
@@ -331,7 +347,7 @@ static int recompute(net_flows *f)
     for (int fi = 0; fi < nf; fi++) {
         int id = f->comp_flows[fi];
         flow_t *F = &f->fl[id];
-        if (F->new_rate == F->rate && F->heap >= 0) continue;
+        if (F->new_rate == F->rate && f->hpos[id] >= 0) continue;
         F->left_bytes -= F->rate * (double)(f->now_ns - F->last_ns);
         if (F->left_bytes < 0) F->left_bytes = 0;
         F->last_ns = f->now_ns;
@@ -369,27 +385,26 @@ int net_flow_start(net_flows *f, int64_t now_ns, const int *links, int nlinks, d
     int id = alloc_flow(f);
     if (id < 0) return err_set(err, TS_ENOMEM, "net_flows: out of memory");
     flow_t *F = &f->fl[id];
-    int *keep_links = F->links, *keep_pos = F->pos, keep_cap = F->cap;
+    int *keep_links = F->links, keep_cap = F->cap;
     memset(F, 0, sizeof *F);
     F->links = keep_links;
-    F->pos = keep_pos;
     F->cap = keep_cap;
     if (F->cap < nlinks) {
         int ncap = F->cap ? F->cap : 8;
         while (ncap < nlinks) ncap *= 2;
-        int *nl = realloc(F->links, sizeof *nl * (size_t)ncap);
-        if (nl) F->links = nl;
-        int *np = nl ? realloc(F->pos, sizeof *np * (size_t)ncap) : NULL;
-        if (np) F->pos = np;
-        if (!nl || !np) return err_set(err, TS_ENOMEM, "net_flows: out of memory");
+        int *nl = realloc(F->links, sizeof *nl * 2 * (size_t)ncap); /* links, then pos */
+        if (!nl) return err_set(err, TS_ENOMEM, "net_flows: out of memory");
+        F->links = nl;
         F->cap = ncap;
     }
-    F->heap = -1;
+    F->pos = F->links + F->cap;
+    f->hpos[id] = -1;
     F->active = 1;
     F->tag = tag;
     F->left_bytes = bytes;
     F->last_ns = now_ns;
     F->mark = f->epoch;
+    if (f->active == 0) f->bw_gen++; /* a busy period begins: bandwidths may have changed */
     f->active++;
     f->st.flows_started++;
     if (bytes == 0) { /* finishes now; takes no bandwidth */
@@ -400,24 +415,34 @@ int net_flow_start(net_flows *f, int64_t now_ns, const int *links, int nlinks, d
     }
     F->nlinks = nlinks;
     for (int h = 0; h < nlinks; h++) {
-        link_t *L = &f->lk[links[h]];
+        int l = links[h];
+        link_t *L = &f->lk[l];
         if (L->n == L->cap) {
-            int ncap = L->cap ? L->cap * 2 : 4;
-            int *n = realloc(L->fl, sizeof *n * (size_t)ncap);
+            int ncap = L->cap * 2, *n;
+            if (L->fl == L->in) {
+                n = malloc(sizeof *n * (size_t)ncap);
+                if (n) memcpy(n, L->in, sizeof L->in);
+            } else {
+                n = realloc(L->fl, sizeof *n * (size_t)ncap);
+            }
             if (!n) return err_set(err, TS_ENOMEM, "net_flows: out of memory");
             L->fl = n;
             L->cap = ncap;
         }
-        F->links[h] = links[h];
+        if (L->bw_gen != f->bw_gen) {
+            L->bw = f->g->links[l].bw_gbps;
+            L->bw_gen = f->bw_gen;
+        }
+        F->links[h] = l;
         F->pos[h] = L->n;
         L->fl[L->n++] = id;
-        if (!alone) mark_dirty(f, links[h]);
+        if (!alone) mark_dirty(f, l);
     }
     if (alone) {
         double rate = 0;
         for (int h = 0; h < nlinks; h++) {
-            int n = f->lk[links[h]].n; /* x / 1 == x: skip the division */
-            double share = n == 1 ? f->g->links[links[h]].bw_gbps : f->g->links[links[h]].bw_gbps / n;
+            const link_t *L = &f->lk[links[h]];
+            double share = L->n == 1 ? L->bw : L->bw / L->n; /* x / 1 == x: skip the division */
             if (h == 0 || share < rate) rate = share;
         }
         F->rate = rate > 0 ? rate : 0;
@@ -465,7 +490,7 @@ static void detach(net_flows *f, int id)
 int64_t net_flows_next_ns(net_flows *f)
 {
     if (recompute(f)) return NET_TIME_NEVER;
-    return f->n_heap ? f->fl[f->heap[0]].done_ns : NET_TIME_NEVER;
+    return f->n_heap ? f->heap[0].t_ns : NET_TIME_NEVER;
 }
 
 int net_flows_advance(net_flows *f, int64_t t_ns, net_flow_done_fn done, void *ctx, ts_err *err)
@@ -473,12 +498,12 @@ int net_flows_advance(net_flows *f, int64_t t_ns, net_flow_done_fn done, void *c
     for (;;) {
         if (recompute(f)) return err_set(err, TS_ENOMEM, "net_flows: out of memory");
         if (f->n_heap == 0) break;
-        int64_t T = f->fl[f->heap[0]].done_ns;
+        int64_t T = f->heap[0].t_ns;
         if (T > t_ns || T == NET_TIME_NEVER) break;
         f->now_ns = T;
         /* Pop every flow finishing at T; report them in flow id order. */
-        while (f->n_heap > 0 && f->fl[f->heap[0]].done_ns == T) {
-            int id = f->heap[0];
+        while (f->n_heap > 0 && f->heap[0].t_ns == T) {
+            int id = f->heap[0].id;
             heap_remove(f, id);
             detach(f, id);
             f->free_ids[f->n_free++] = id;
