@@ -551,7 +551,22 @@ static int plan_lookup(net_sim *s, const net_coll_req *q, const net_plan **out, 
     return TS_OK;
 }
 
+int net_sim_plan(net_sim *s, const net_coll_req *req, const net_plan **out, ts_err *err)
+{
+    return plan_lookup(s, req, out, err);
+}
+
 int net_sim_start(net_sim *s, int64_t now_ns, const net_coll_req *req, uint64_t tag, ts_err *err)
+{
+    const net_plan *p;
+    if (now_ns < net_flows_now_ns(s->f))
+        return err_set(err, TS_EINVAL, "net_sim_start: time %lld ns is before the current time %lld ns",
+                       (long long)now_ns, (long long)net_flows_now_ns(s->f));
+    int rc = plan_lookup(s, req, &p, err);
+    return rc ? rc : net_sim_start_plan(s, now_ns, p, tag, err);
+}
+
+int net_sim_start_plan(net_sim *s, int64_t now_ns, const net_plan *plan, uint64_t tag, ts_err *err)
 {
     int rc, ci;
     if (now_ns < net_flows_now_ns(s->f))
@@ -573,10 +588,7 @@ int net_sim_start(net_sim *s, int64_t now_ns, const net_coll_req *req, uint64_t 
         ci = s->nc++;
     }
     run_coll *c = &s->c[ci];
-    if ((rc = plan_lookup(s, req, &c->pp, err))) {
-        s->freec[s->nfree++] = ci;
-        return rc;
-    }
+    c->pp = plan;
     c->phase = 0;
     c->outstanding = 0;
     c->tag = tag;

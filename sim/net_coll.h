@@ -134,6 +134,15 @@ void net_sim_free(net_sim *s);
  * is called when it ends. */
 int net_sim_start(net_sim *s, int64_t now_ns, const net_coll_req *req, uint64_t tag, ts_err *err);
 
+/* The plan of req, computed on first use and kept by s until
+ * net_sim_free (the same request always gives the same plan): a handle for
+ * net_sim_start_plan, so that a caller who knows its requests repeat can
+ * skip the lookup. */
+int net_sim_plan(net_sim *s, const net_coll_req *req, const net_plan **out, ts_err *err);
+
+/* net_sim_start of the request whose plan net_sim_plan(s, ...) returned. */
+int net_sim_start_plan(net_sim *s, int64_t now_ns, const net_plan *plan, uint64_t tag, ts_err *err);
+
 /* Time of the next internal event (NET_TIME_NEVER if idle). */
 int64_t net_sim_next_ns(net_sim *s);
 

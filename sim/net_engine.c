@@ -17,6 +17,30 @@ typedef struct {
     int used;
 } inst_t;
 
+/* Plans of the requests a group (or a rank's sends) made, by what varies
+ * between them: for a given group the GPUs, flow key and algorithm follow
+ * from the kind and the peer. */
+#define PLAN_CACHE 6
+typedef struct {
+    const net_plan *plan;
+    double bytes;
+    int peer_pp;
+    uint8_t coll;
+} plan_ent;
+typedef struct { plan_ent e[PLAN_CACHE]; int n; } plan_cache;
+
+static const net_plan *cache_find(const plan_cache *c, uint8_t coll, int peer_pp, double bytes)
+{
+    for (int k = 0; k < c->n; k++)
+        if (c->e[k].coll == coll && c->e[k].peer_pp == peer_pp && c->e[k].bytes == bytes) return c->e[k].plan;
+    return NULL;
+}
+
+static void cache_put(plan_cache *c, uint8_t coll, int peer_pp, double bytes, const net_plan *plan)
+{
+    if (c->n < PLAN_CACHE) c->e[c->n++] = (plan_ent){plan, bytes, peer_pp, coll};
+}
+
 /* What the hooks need of an engine rank, computed once. */
 typedef struct {
     int global, gpu;         /* global rank and its GPU */
@@ -24,11 +48,12 @@ typedef struct {
     int leader[2];           /* per dim (TP, DP): global rank of the group's first member */
     int group[2];            /* per dim: index of the group in open[dim] */
     uint64_t key[2];         /* per dim: ECMP flow key of the group's communicator */
+    plan_cache sends;        /* its sends' plans */
 } rank_info;
 
 /* The collectives of one group that some but not all members have
  * started (full mode; a handful at a time). */
-typedef struct { int *inst; int n, cap; } open_t;
+typedef struct { int *inst; int n, cap; plan_cache plans; } open_t;
 
 struct net_engine {
     const net_graph *g;
@@ -66,7 +91,7 @@ static int rank_tables(net_engine *ne)
 {
     const net_place *pl = ne->pl;
     int n = pl->n_ranks;
-    ne->ri = malloc(sizeof *ne->ri * (size_t)ne->n_ranks);
+    ne->ri = calloc((size_t)ne->n_ranks, sizeof *ne->ri);
     if (!ne->ri) return TS_ENOMEM;
     for (int dim = 0; dim < 2; dim++) {
         ne->ggpus[dim] = malloc(sizeof *ne->ggpus[dim] * (size_t)n);
@@ -225,12 +250,14 @@ int net_engine_attach(net_engine *ne, engine *e, ts_err *err)
                        ne->opts.full ? "full" : "symmetric", ne->n_ranks);
     ne->e = e;
     uint32_t n = engine_task_count(e);
+    bool scaled = ne->opts.comm_compute_slowdown > 0; /* some compute step is driven */
+    for (int r = 0; r < ne->n_ranks && !scaled; r++) scaled = ne->factor[r] != 1.0;
     for (uint32_t id = 0; id < n; id++) {
         uint32_t tag = engine_task_tag(e, id);
         const net_step_desc *d = tag < ne->n_desc && ne->have_desc[tag] ? &ne->desc[tag] : get_desc(ne, tag, err);
         if (!d) return err->code ? err->code : TS_ESTATE;
         bool ext = d->role == NET_STEP_COLL || d->role == NET_STEP_SEND;
-        if (d->role == NET_STEP_COMPUTE)
+        if (d->role == NET_STEP_COMPUTE && scaled)
             ext = ne->factor[engine_task_rank(e, id)] != 1.0 || ne->opts.comm_compute_slowdown > 0;
         int rc;
         if (ext && ((rc = engine_task_set_external(e, id, err)) || (rc = engine_task_mark(e, id, err)))) return rc;
@@ -405,22 +432,29 @@ int net_engine_rank(const net_engine *ne, int tp, int dp, int pp)
 static void start_coll(net_engine *ne, engine *e, int ii, const net_step_desc *d, const rank_info *ri, int64_t now)
 {
     inst_t *in = &ne->inst[ii];
-    int dim = d->dim, n = ne->pl->size[dim];
-    const int *gpus = ne->ggpus[dim] + ne->goff[dim][ri->global];
-    uint64_t key = ri->key[dim];
-    if (d->coll == NET_COLL_P2P_SCATTER) { /* the peer stage's group receives */
-        int peer = net_place_rank(ne->pl, ri->tp, ri->dp, d->peer_pp);
-        memcpy(ne->gpus, gpus, sizeof *gpus * (size_t)n);
-        memcpy(ne->gpus + n, ne->ggpus[dim] + ne->goff[dim][peer], sizeof *gpus * (size_t)n);
-        gpus = ne->gpus;
-        n *= 2;
-        key = key_hash(in->dim, in->leader, 1u + (uint32_t)d->peer_pp, 0);
+    int dim = d->dim, peer_pp = d->coll == NET_COLL_P2P_SCATTER ? d->peer_pp : -1;
+    plan_cache *pc = &ne->open[dim][ri->group[dim]].plans;
+    const net_plan *plan = cache_find(pc, d->coll, peer_pp, d->bytes);
+    if (!plan) {
+        int n = ne->pl->size[dim];
+        const int *gpus = ne->ggpus[dim] + ne->goff[dim][ri->global];
+        uint64_t key = ri->key[dim];
+        if (d->coll == NET_COLL_P2P_SCATTER) { /* the peer stage's group receives */
+            int peer = net_place_rank(ne->pl, ri->tp, ri->dp, d->peer_pp);
+            memcpy(ne->gpus, gpus, sizeof *gpus * (size_t)n);
+            memcpy(ne->gpus + n, ne->ggpus[dim] + ne->goff[dim][peer], sizeof *gpus * (size_t)n);
+            gpus = ne->gpus;
+            n *= 2;
+            key = key_hash(in->dim, in->leader, 1u + (uint32_t)d->peer_pp, 0);
+        }
+        /* ECMP key: the communicator (group, and the peer group of a scatter), the same on every call */
+        net_coll_req q = {(net_coll_kind)d->coll, ne->opts.algo, gpus, n, d->bytes, 0, key};
+        if (d->coll != NET_COLL_ALLREDUCE) q.algo = NET_ALGO_AUTO;
+        if (fail(ne, net_sim_plan(ne->sim, &q, &plan, &ne->err))) return;
+        cache_put(pc, d->coll, peer_pp, d->bytes, plan);
     }
-    /* ECMP key: the communicator (group, and the peer group of a scatter), the same on every call */
-    net_coll_req q = {(net_coll_kind)d->coll, ne->opts.algo, gpus, n, d->bytes, 0, key};
-    if (d->coll != NET_COLL_ALLREDUCE) q.algo = NET_ALGO_AUTO;
     ne->st.collectives++;
-    if (fail(ne, net_sim_start(ne->sim, now, &q, (uint64_t)ii, &ne->err))) return;
+    if (fail(ne, net_sim_start_plan(ne->sim, now, plan, (uint64_t)ii, &ne->err))) return;
     schedule(ne, e);
 }
 
@@ -457,19 +491,24 @@ static void on_start(void *ctx, engine *e, engine_task_id id, int64_t now)
     }
     case NET_STEP_SEND: {
         ne->active_comm[rank]++;
-        const rank_info *ri = &ne->ri[rank];
+        rank_info *ri = &ne->ri[rank];
         int global = ri->global;
-        int pair[2] = {ri->gpu, ne->pl->gpu_of_rank[net_place_rank(ne->pl, ri->tp, ri->dp, d->peer_pp)]};
         int ii = inst_new(ne);
         if (ii < 0 || fail(ne, inst_add(&ne->inst[ii], id))) {
             fail(ne, err_set(&ne->err, TS_ENOMEM, "net_engine: out of memory"));
             return;
         }
         ne->inst[ii].leader = global;
-        net_coll_req q = {NET_COLL_P2P, NET_ALGO_AUTO, pair, 2, d->bytes, 0,
-                          key_hash(3, global, (uint32_t)d->peer_pp, 0)};
+        const net_plan *plan = cache_find(&ri->sends, NET_COLL_P2P, d->peer_pp, d->bytes);
+        if (!plan) {
+            int pair[2] = {ri->gpu, ne->pl->gpu_of_rank[net_place_rank(ne->pl, ri->tp, ri->dp, d->peer_pp)]};
+            net_coll_req q = {NET_COLL_P2P, NET_ALGO_AUTO, pair, 2, d->bytes, 0,
+                              key_hash(3, global, (uint32_t)d->peer_pp, 0)};
+            if (fail(ne, net_sim_plan(ne->sim, &q, &plan, &ne->err))) return;
+            cache_put(&ri->sends, NET_COLL_P2P, d->peer_pp, d->bytes, plan);
+        }
         ne->st.p2p++;
-        if (fail(ne, net_sim_start(ne->sim, now, &q, (uint64_t)ii, &ne->err))) return;
+        if (fail(ne, net_sim_start_plan(ne->sim, now, plan, (uint64_t)ii, &ne->err))) return;
         schedule(ne, e);
         return;
     }
