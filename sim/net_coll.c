@@ -283,6 +283,7 @@ static int plan_bundles(net_plan *p, ts_err *err)
             int bi = p->x[i].bundle;
             if (p->nb == nb) break;
             net_bundle *b = &p->b[p->nb++];
+            b->hint = (net_flow_hint){0, 0};
             b->first_link = p->nbl;
             b->bytes = p->x[i].bytes;
             for (; i < end && p->x[i].bundle == bi; i++) {
@@ -454,10 +455,12 @@ static int start_flows(net_sim *s, int ci, int64_t t)
     const net_phase *ph = &c->pp->ph[c->phase];
     if (ph->count == 0) return end_phase(s, ci, t);
     c->outstanding = ph->nbundles;
-    const net_plan *p = c->pp;
+    /* the plan is the cache's (allocated, not const): its bundles keep their hints */
+    net_plan *p = (net_plan *)c->pp;
     for (int k = ph->first_bundle; k < ph->first_bundle + ph->nbundles; k++) {
-        const net_bundle *b = &p->b[k];
-        int rc = net_flow_start(s->f, t, p->bl + b->first_link, b->nlinks, b->bytes, (uint64_t)ci, s->cb_err);
+        net_bundle *b = &p->b[k];
+        int rc = net_flow_start_hint(s->f, t, p->bl + b->first_link, b->nlinks, b->bytes, (uint64_t)ci, &b->hint,
+                                     s->cb_err);
         if (rc < 0) return rc;
     }
     return TS_OK;

@@ -104,6 +104,7 @@ typedef struct {
 typedef struct {
     int first_link, nlinks; /* links bl[first_link .. first_link+nlinks) */
     double bytes;
+    net_flow_hint hint;     /* the runner's: its rate on idle links */
 } net_bundle;
 
 typedef struct {

@@ -48,12 +48,11 @@ typedef struct {
     int leader[2];           /* per dim (TP, DP): global rank of the group's first member */
     int group[2];            /* per dim: index of the group in open[dim] */
     uint64_t key[2];         /* per dim: ECMP flow key of the group's communicator */
-    plan_cache sends;        /* its sends' plans */
 } rank_info;
 
 /* The collectives of one group that some but not all members have
  * started (full mode; a handful at a time). */
-typedef struct { int *inst; int n, cap; plan_cache plans; } open_t;
+typedef struct { int *inst; int n, cap; } open_t;
 
 struct net_engine {
     const net_graph *g;
@@ -75,6 +74,8 @@ struct net_engine {
     inst_t *inst; int n_inst, cap_inst;
     int *free_inst; int n_free;
     open_t *open[2];         /* per dim, per group: pending instances */
+    plan_cache *gplans[2];   /* per dim, per group: its plans */
+    plan_cache *splans;      /* per engine rank: its sends' plans */
     int64_t *tq; int n_tq, cap_tq; /* pending engine timer times (min-heap) */
     int *gpus;               /* scratch: group GPUs */
     int rc;                  /* first hook error */
@@ -153,7 +154,11 @@ int net_engine_new(const net_graph *g, const net_place *pl, const net_engine_opt
     ne->gpus = malloc(sizeof *ne->gpus * (size_t)(2 * most + 2));
     ne->open[0] = calloc((size_t)(pl->n_ranks / pl->size[0]), sizeof *ne->open[0]);
     ne->open[1] = calloc((size_t)(pl->n_ranks / pl->size[1]), sizeof *ne->open[1]);
-    if (!ne->factor || !ne->active_comm || !ne->gpus || !ne->open[0] || !ne->open[1]) {
+    ne->gplans[0] = calloc((size_t)(pl->n_ranks / pl->size[0]), sizeof *ne->gplans[0]);
+    ne->gplans[1] = calloc((size_t)(pl->n_ranks / pl->size[1]), sizeof *ne->gplans[1]);
+    ne->splans = calloc((size_t)ne->n_ranks, sizeof *ne->splans);
+    if (!ne->factor || !ne->active_comm || !ne->gpus || !ne->open[0] || !ne->open[1] || !ne->gplans[0] ||
+        !ne->gplans[1] || !ne->splans) {
         net_engine_free(ne);
         return err_set(err, TS_ENOMEM, "net_engine: out of memory");
     }
@@ -180,6 +185,7 @@ void net_engine_free(net_engine *ne)
         if (ne->open[dim])
             for (int k = 0; k < ne->pl->n_ranks / ne->pl->size[dim]; k++) free(ne->open[dim][k].inst);
         free(ne->open[dim]);
+        free(ne->gplans[dim]);
     }
     free(ne->tq);
     free(ne->gpus);
@@ -187,6 +193,7 @@ void net_engine_free(net_engine *ne)
     free(ne->have_desc);
     free(ne->factor);
     free(ne->ri);
+    free(ne->splans);
     for (int dim = 0; dim < 2; dim++) {
         free(ne->ggpus[dim]);
         free(ne->goff[dim]);
@@ -433,7 +440,7 @@ static void start_coll(net_engine *ne, engine *e, int ii, const net_step_desc *d
 {
     inst_t *in = &ne->inst[ii];
     int dim = d->dim, peer_pp = d->coll == NET_COLL_P2P_SCATTER ? d->peer_pp : -1;
-    plan_cache *pc = &ne->open[dim][ri->group[dim]].plans;
+    plan_cache *pc = &ne->gplans[dim][ri->group[dim]];
     const net_plan *plan = cache_find(pc, d->coll, peer_pp, d->bytes);
     if (!plan) {
         int n = ne->pl->size[dim];
@@ -491,7 +498,7 @@ static void on_start(void *ctx, engine *e, engine_task_id id, int64_t now)
     }
     case NET_STEP_SEND: {
         ne->active_comm[rank]++;
-        rank_info *ri = &ne->ri[rank];
+        const rank_info *ri = &ne->ri[rank];
         int global = ri->global;
         int ii = inst_new(ne);
         if (ii < 0 || fail(ne, inst_add(&ne->inst[ii], id))) {
@@ -499,13 +506,13 @@ static void on_start(void *ctx, engine *e, engine_task_id id, int64_t now)
             return;
         }
         ne->inst[ii].leader = global;
-        const net_plan *plan = cache_find(&ri->sends, NET_COLL_P2P, d->peer_pp, d->bytes);
+        const net_plan *plan = cache_find(&ne->splans[rank], NET_COLL_P2P, d->peer_pp, d->bytes);
         if (!plan) {
             int pair[2] = {ri->gpu, ne->pl->gpu_of_rank[net_place_rank(ne->pl, ri->tp, ri->dp, d->peer_pp)]};
             net_coll_req q = {NET_COLL_P2P, NET_ALGO_AUTO, pair, 2, d->bytes, 0,
                               key_hash(3, global, (uint32_t)d->peer_pp, 0)};
             if (fail(ne, net_sim_plan(ne->sim, &q, &plan, &ne->err))) return;
-            cache_put(&ri->sends, NET_COLL_P2P, d->peer_pp, d->bytes, plan);
+            cache_put(&ne->splans[rank], NET_COLL_P2P, d->peer_pp, d->bytes, plan);
         }
         ne->st.p2p++;
         if (fail(ne, net_sim_start_plan(ne->sim, now, plan, (uint64_t)ii, &ne->err))) return;

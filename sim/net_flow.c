@@ -21,19 +21,21 @@ typedef struct {
     uint8_t solo;           /* scratch: no other flow on any of its links */
 } flow_t;
 
-/* One cache line per link: its flow list lives inline while short. */
-#define LINK_INLINE 3
+/* A link's flows: occurrence 0 in the dense hot array (a lone flow on
+ * idle links touches only that), the others in the link record. */
 typedef struct {
-    int n, cap;             /* active flows on this link / room in fl */
-    int *fl;                /* their ids: in[] while cap == LINK_INLINE */
-    double bw;              /* the graph's bandwidth, GB/s; current when bw_gen == net_flows.bw_gen */
-    double rem;             /* capacity left in the water-filling, GB/s */
-    uint32_t bw_gen;
+    int n;                  /* flow occurrences on the link */
+    int fl0;                /* occurrence 0 (if n > 0) */
+} link_hot;
+
+typedef struct {
+    int *fl;                /* occurrences 1 .. n-1 at fl[k - 1]; cap entries */
+    int cap;
     uint32_t mark;          /* component epoch */
     uint32_t ver;           /* water-filling heap version */
     int unfrozen;
     int dirty;
-    int in[LINK_INLINE];
+    double rem;             /* capacity left in the water-filling, GB/s */
 } link_t;
 
 typedef struct { double share; int link; uint32_t ver; } fill_ent;
@@ -41,6 +43,7 @@ typedef struct { int64_t t_ns; int id; } done_ent; /* completion heap entry: (do
 
 struct net_flows {
     const net_graph *g;
+    link_hot *lh;
     link_t *lk;
     flow_t *fl;
     int n_flows, cap_flows;
@@ -52,8 +55,8 @@ struct net_flows {
     fill_ent *fh; int n_fh, cap_fh;/* water-filling heap */
     uint32_t epoch;
     uint32_t gen;                  /* recomputation generation (starts at 1) */
-    uint32_t bw_gen;               /* busy period: link bandwidths are reread in each (they may
-                                      change only while no flow is active) */
+    uint32_t bw_gen;               /* busy period (bandwidths may change only between two):
+                                      hints of another period are stale */
     int n_fast;                    /* flows started alone since the last recomputation */
     int64_t now_ns;
     int active;
@@ -137,17 +140,13 @@ int net_flows_new(const net_graph *g, net_flows **out, ts_err *err)
     f->g = g;
     f->gen = 1;
     size_t nl = (size_t)(g->n_links ? g->n_links : 1);
-    f->lk = aligned_alloc(64, nl * sizeof *f->lk);
+    f->lh = calloc(nl, sizeof *f->lh);
+    f->lk = calloc(nl, sizeof *f->lk);
     f->dirty = malloc(nl * sizeof *f->dirty);
     f->comp_links = malloc(nl * sizeof *f->comp_links);
-    if (!f->lk || !f->dirty || !f->comp_links) {
+    if (!f->lh || !f->lk || !f->dirty || !f->comp_links) {
         net_flows_free(f);
         return err_set(err, TS_ENOMEM, "net_flows: out of memory");
-    }
-    memset(f->lk, 0, nl * sizeof *f->lk);
-    for (size_t i = 0; i < nl; i++) {
-        f->lk[i].fl = f->lk[i].in;
-        f->lk[i].cap = LINK_INLINE;
     }
     *out = f;
     return TS_OK;
@@ -157,9 +156,9 @@ void net_flows_free(net_flows *f)
 {
     if (!f) return;
     if (f->lk)
-        for (int i = 0; i < f->g->n_links; i++)
-            if (f->lk[i].fl != f->lk[i].in) free(f->lk[i].fl);
+        for (int i = 0; i < f->g->n_links; i++) free(f->lk[i].fl);
     free(f->lk);
+    free(f->lh);
     for (int i = 0; i < f->n_flows; i++) free(f->fl[i].links); /* route arrays are kept per slot */
     free(f->fl);
     free(f->free_ids);
@@ -196,6 +195,37 @@ static int alloc_flow(net_flows *f)
         f->cap_flows = ncap;
     }
     return f->n_flows++;
+}
+
+/* Occurrence k of link l's flow list. */
+static inline int lfl(const net_flows *f, int l, int k) { return k ? f->lk[l].fl[k - 1] : f->lh[l].fl0; }
+
+static inline void lfl_set(net_flows *f, int l, int k, int id)
+{
+    if (k) f->lk[l].fl[k - 1] = id;
+    else f->lh[l].fl0 = id;
+}
+
+/* Append flow id to link l's list; its occurrence index, or TS_ENOMEM. */
+static int lfl_push(net_flows *f, int l, int id)
+{
+    link_hot *H = &f->lh[l];
+    int k = H->n;
+    if (k == 0) {
+        H->fl0 = id;
+    } else {
+        link_t *L = &f->lk[l];
+        if (k - 1 == L->cap) {
+            int ncap = L->cap ? L->cap * 2 : 4;
+            int *n = realloc(L->fl, sizeof *n * (size_t)ncap);
+            if (!n) return TS_ENOMEM;
+            L->fl = n;
+            L->cap = ncap;
+        }
+        L->fl[k - 1] = id;
+    }
+    H->n = k + 1;
+    return k;
 }
 
 static void mark_dirty(net_flows *f, int l)
@@ -259,6 +289,7 @@ static int64_t duration_ns(double bytes, double rate)
 static int recompute(net_flows *f)
 {
     if (f->n_dirty == 0 && f->n_fast == 0) return TS_OK;
+    const net_graph *g = f->g;
     uint32_t ep = ++f->epoch, gen = f->gen++;
     int nl = 0, nf = 0, fast_seen = 0, n_fast = f->n_fast;
     f->n_fast = 0;
@@ -270,13 +301,14 @@ static int recompute(net_flows *f)
     f->n_dirty = 0;
     /* BFS over links <-> flows. */
     for (int li = 0; li < nl; li++) {
-        link_t *L = &f->lk[f->comp_links[li]];
-        for (int k = 0; k < L->n; k++) {
-            flow_t *F = &f->fl[L->fl[k]];
+        int l = f->comp_links[li];
+        for (int k = 0; k < f->lh[l].n; k++) {
+            int id = lfl(f, l, k);
+            flow_t *F = &f->fl[id];
             if (F->mark == ep) continue;
             F->mark = ep;
             fast_seen += F->fast_gen == gen;
-            f->comp_flows[nf++] = L->fl[k];
+            f->comp_flows[nf++] = id;
             for (int h = 0; h < F->nlinks; h++) {
                 int l2 = F->links[h];
                 if (f->lk[l2].mark != ep) { f->lk[l2].mark = ep; f->comp_links[nl++] = l2; }
@@ -301,16 +333,16 @@ static int recompute(net_flows *f)
         int id = f->comp_flows[fi];
         F->solo = 1;
         for (int h = 0; h < F->nlinks && F->solo; h++) {
-            const link_t *L = &f->lk[F->links[h]];
-            for (int k = 0; k < L->n; k++)
-                if (L->fl[k] != id) { F->solo = 0; break; }
+            int l = F->links[h];
+            for (int k = 0; k < f->lh[l].n; k++)
+                if (lfl(f, l, k) != id) { F->solo = 0; break; }
         }
         F->frozen = F->solo;
         if (!F->solo) continue;
         double rate = 0;
         for (int h = 0; h < F->nlinks; h++) {
-            const link_t *L = &f->lk[F->links[h]];
-            double share = L->bw / L->n;
+            int l = F->links[h];
+            double share = g->links[l].bw_gbps / f->lh[l].n;
             if (h == 0 || share < rate) rate = share;
         }
         F->new_rate = rate > 0 ? rate : 0;
@@ -318,21 +350,21 @@ static int recompute(net_flows *f)
     /* Progressive filling of the others. */
     f->n_fh = 0;
     for (int li = 0; li < nl; li++) {
-        int l = f->comp_links[li];
+        int l = f->comp_links[li], n = f->lh[l].n;
         link_t *L = &f->lk[l];
-        if (L->n > 0 && f->fl[L->fl[0]].solo) continue;
-        L->rem = L->bw;
-        L->unfrozen = L->n;
+        if (n > 0 && f->fl[f->lh[l].fl0].solo) continue;
+        L->rem = g->links[l].bw_gbps;
+        L->unfrozen = n;
         L->ver++;
-        if (L->n > 0 && fh_push(f, L->rem / L->n, l, L->ver)) return TS_ENOMEM;
+        if (n > 0 && fh_push(f, L->rem / n, l, L->ver)) return TS_ENOMEM;
     }
     while (f->n_fh > 0) {
         fill_ent e = fh_pop(f);
         link_t *L = &f->lk[e.link];
         if (e.ver != L->ver || L->unfrozen == 0) continue;
         double share = L->rem > 0 ? L->rem / L->unfrozen : 0;
-        for (int k = 0; k < L->n; k++) {
-            int id = L->fl[k];
+        for (int k = 0; k < f->lh[e.link].n; k++) {
+            int id = lfl(f, e.link, k);
             flow_t *F = &f->fl[id];
             if (F->frozen) continue;
             F->frozen = 1;
@@ -368,6 +400,12 @@ static int recompute(net_flows *f)
 int net_flow_start(net_flows *f, int64_t now_ns, const int *links, int nlinks, double bytes,
                    uint64_t tag, ts_err *err)
 {
+    return net_flow_start_hint(f, now_ns, links, nlinks, bytes, tag, NULL, err);
+}
+
+int net_flow_start_hint(net_flows *f, int64_t now_ns, const int *links, int nlinks, double bytes, uint64_t tag,
+                        net_flow_hint *hint, ts_err *err)
+{
     if (now_ns < f->now_ns)
         return err_set(err, TS_EINVAL, "net_flow_start: time %lld ns is before the current time %lld ns",
                        (long long)now_ns, (long long)f->now_ns);
@@ -381,7 +419,7 @@ int net_flow_start(net_flows *f, int64_t now_ns, const int *links, int nlinks, d
     for (int h = 0; h < nlinks; h++) {
         if ((unsigned)links[h] >= (unsigned)f->g->n_links)
             return err_set(err, TS_EINVAL, "net_flow_start: link id %d not in 0..%d", links[h], f->g->n_links - 1);
-        alone &= f->lk[links[h]].n == 0;
+        alone &= f->lh[links[h]].n == 0;
     }
     if (now_ns > f->now_ns) {
         if (recompute(f)) return err_set(err, TS_ENOMEM, "net_flows: out of memory");
@@ -420,35 +458,24 @@ int net_flow_start(net_flows *f, int64_t now_ns, const int *links, int nlinks, d
     }
     F->nlinks = nlinks;
     for (int h = 0; h < nlinks; h++) {
-        int l = links[h];
-        link_t *L = &f->lk[l];
-        if (L->n == L->cap) {
-            int ncap = L->cap * 2, *n;
-            if (L->fl == L->in) {
-                n = malloc(sizeof *n * (size_t)ncap);
-                if (n) memcpy(n, L->in, sizeof L->in);
-            } else {
-                n = realloc(L->fl, sizeof *n * (size_t)ncap);
-            }
-            if (!n) return err_set(err, TS_ENOMEM, "net_flows: out of memory");
-            L->fl = n;
-            L->cap = ncap;
-        }
-        if (L->bw_gen != f->bw_gen) {
-            L->bw = f->g->links[l].bw_gbps;
-            L->bw_gen = f->bw_gen;
-        }
-        F->links[h] = l;
-        F->pos[h] = L->n;
-        L->fl[L->n++] = id;
-        if (!alone) mark_dirty(f, l);
+        int k = lfl_push(f, links[h], id);
+        if (k < 0) return err_set(err, TS_ENOMEM, "net_flows: out of memory");
+        F->links[h] = links[h];
+        F->pos[h] = k;
+        if (!alone) mark_dirty(f, links[h]);
     }
     if (alone) {
         double rate = 0;
-        for (int h = 0; h < nlinks; h++) {
-            const link_t *L = &f->lk[links[h]];
-            double share = L->n == 1 ? L->bw : L->bw / L->n; /* x / 1 == x: skip the division */
-            if (h == 0 || share < rate) rate = share;
+        if (hint && hint->gen == f->bw_gen) {
+            rate = hint->rate_gbps;
+        } else {
+            for (int h = 0; h < nlinks; h++) {
+                int n = f->lh[links[h]].n;
+                double bw = f->g->links[links[h]].bw_gbps;
+                double share = n == 1 ? bw : bw / n; /* x / 1 == x: skip the division */
+                if (h == 0 || share < rate) rate = share;
+            }
+            if (hint) *hint = (net_flow_hint){rate, f->bw_gen};
         }
         F->rate = rate > 0 ? rate : 0;
         F->done_ns = F->rate > 0 ? now_ns + duration_ns(bytes, F->rate) : NET_TIME_NEVER;
@@ -466,22 +493,21 @@ static void detach(net_flows *f, int id)
      * so they need no recomputation. */
     int alone = 1;
     for (int h = 0; h < F->nlinks && alone; h++) {
-        const link_t *L = &f->lk[F->links[h]];
-        for (int k = 0; k < L->n; k++)
-            if (L->fl[k] != id) { alone = 0; break; }
+        int l = F->links[h];
+        for (int k = 0; k < f->lh[l].n; k++)
+            if (lfl(f, l, k) != id) { alone = 0; break; }
     }
     if (alone) {
-        for (int h = 0; h < F->nlinks; h++) f->lk[F->links[h]].n = 0;
+        for (int h = 0; h < F->nlinks; h++) f->lh[F->links[h]].n = 0;
         F->active = 0;
         f->active--;
         return;
     }
     for (int h = 0; h < F->nlinks; h++) {
         int l = F->links[h];
-        link_t *L = &f->lk[l];
-        int p = F->pos[h], lastpos = --L->n, last = L->fl[lastpos];
+        int p = F->pos[h], lastpos = --f->lh[l].n, last = lfl(f, l, lastpos);
         if (p != lastpos) { /* move the last entry (maybe this flow's other occurrence) into p */
-            L->fl[p] = last;
+            lfl_set(f, l, p, last);
             flow_t *G = &f->fl[last];
             for (int hh = 0; hh < G->nlinks; hh++)
                 if (G->links[hh] == l && G->pos[hh] == lastpos) { G->pos[hh] = p; break; }
