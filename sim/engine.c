@@ -4,32 +4,50 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Flags of a task: the first four are static (set while tasks are added;
+ * EXTERNAL and MARKED may also be set per copy after engine_replicate), the
+ * others are the state of one copy during the run. */
 enum {
     F_EXTERNAL = 1u << 0, /* duration decided by engine_task_finish */
     F_JOINED = 1u << 1,   /* ends with its partner (link = partner) */
     F_JOINER = 1u << 2,   /* another task is joined to this one (link = joiner) */
-    F_STARTED = 1u << 3,
-    F_DONE = 1u << 4,
-    F_ENDING = 1u << 5,   /* an end event is queued */
-    F_MARKED = 1u << 6    /* hooks are called for it (engine_hooks.only_marked) */
+    F_MARKED = 1u << 3,   /* hooks are called for it (engine_hooks.only_marked) */
+    F_STARTED = 1u << 4,
+    F_DONE = 1u << 5,
+    F_ENDING = 1u << 6    /* an end event is queued */
 };
 
 #define TIMER_BIT 0x80000000u
 #define MAX_TASKS 0x7fffffffu
 
+/* What every copy of a task shares (engine_replicate makes copies without
+ * copying this): ids in it (next, succ0, edges, link) are task indices, and
+ * copy c of task index i is the task id i x copies + c, on stream
+ * stream + c x copy_streams. */
 typedef struct {
-    int64_t start_ns;   /* -1 until started */
-    int64_t dur_ns;     /* fixed duration; actual once finished */
+    int64_t dur_ns;     /* fixed duration */
     uint32_t next;      /* next task in the same stream */
     uint32_t succ0;     /* first successor (most tasks have at most one) */
     uint32_t first_edge;/* further successors (edge list) */
     uint32_t tag;
     int32_t mb;
-    uint32_t stream;    /* global stream index (rank << sbits) | s */
+    uint32_t stream;    /* global stream index (rank << sbits) | s, of copy 0 */
     uint32_t link;      /* join partner / joiner */
-    uint16_t npred;     /* predecessors not yet satisfied */
-    uint16_t flags;
+    uint16_t npred;     /* predecessors (joins included) */
+    uint16_t flags;     /* static flags */
 } task;
+
+/* The run state of one copy: predecessors not yet satisfied and flags
+ * (the copy's own EXTERNAL / MARKED, and STARTED, DONE, ENDING). */
+typedef struct {
+    uint16_t npred;
+    uint16_t flags;
+} tstate;
+
+/* Times of one copy, valid once STARTED / DONE. */
+typedef struct {
+    int64_t start_ns, end_ns;
+} ttime;
 
 #define MAX_PRED UINT16_MAX
 
@@ -38,9 +56,10 @@ typedef struct {
 } edge;
 
 typedef struct {
-    uint32_t head;    /* next task to start (ENGINE_NO_TASK if none) */
-    uint32_t tail;    /* last task added */
-    uint32_t running; /* task running now (ENGINE_NO_TASK if idle) */
+    uint32_t head;    /* task index of the next task to start (ENGINE_NO_TASK if none) */
+    uint32_t tail;    /* task index of the last task added */
+    uint32_t running; /* task id running now (ENGINE_NO_TASK if idle) */
+    uint32_t copy;    /* copy whose tasks this stream runs */
 } stream;
 
 /* The event queue: one bucket per distinct pending time, holding its
@@ -74,14 +93,19 @@ typedef struct {
 typedef struct {
     engine_timer_fn fn;
     void *ctx;
+    uint32_t next_free; /* free-list link once fired */
 } timer;
 
 struct engine {
     int n_ranks, spr;
     int sbits;          /* streams of a rank take 1 << sbits slots (a shift, not a division) */
     engine_hooks hooks;
-    task *tasks;
+    task *tasks;        /* shared by all copies */
     uint32_t n_tasks, cap_tasks;
+    uint32_t copies;    /* engine_replicate's copies (1 without it) */
+    uint32_t copy_streams; /* stream slots between two copies */
+    tstate *state;      /* n_tasks x copies, once replicated or running */
+    ttime *times;       /* n_tasks x copies, during the run */
     edge *edges;
     uint32_t n_edges, cap_edges;
     stream *streams;
@@ -94,7 +118,7 @@ struct engine {
     tslot *map;           /* time -> bucket, linear probing */
     uint32_t map_cap;     /* power of two (0 before the first event) */
     timer *timers;
-    uint32_t n_timers, cap_timers;
+    uint32_t n_timers, cap_timers, timer_free;
     int64_t now_ns, makespan_ns;
     uint64_t n_events;
     int64_t *busy_ns;   /* n_ranks x (1 << spr) */
@@ -136,6 +160,8 @@ int engine_create(int n_ranks, int streams_per_rank, const engine_hooks *hooks,
     e->n_ranks = n_ranks;
     e->ev_free = NONE;
     e->bk_free = NONE;
+    e->timer_free = NONE;
+    e->copies = 1;
     e->spr = streams_per_rank;
     while ((1 << e->sbits) < streams_per_rank)
         e->sbits++;
@@ -150,7 +176,7 @@ int engine_create(int n_ranks, int streams_per_rank, const engine_hooks *hooks,
         return err_set(err, TS_ENOMEM, "engine: out of memory for %d ranks", n_ranks);
     }
     for (size_t i = 0; i < ns; i++)
-        e->streams[i] = (stream){ENGINE_NO_TASK, ENGINE_NO_TASK, ENGINE_NO_TASK};
+        e->streams[i] = (stream){ENGINE_NO_TASK, ENGINE_NO_TASK, ENGINE_NO_TASK, 0};
     *out = e;
     return TS_OK;
 }
@@ -160,6 +186,8 @@ void engine_free(engine *e)
     if (!e)
         return;
     free(e->tasks);
+    free(e->state);
+    free(e->times);
     free(e->edges);
     free(e->streams);
     free(e->ev);
@@ -183,8 +211,8 @@ int engine_reserve(engine *e, uint32_t n_tasks, uint32_t n_edges, ts_err *err)
 int engine_task_add(engine *e, int rank, int stream_idx, int64_t dur_ns, uint32_t tag,
                     int32_t mb, engine_task_id *out, ts_err *err)
 {
-    if (e->ran)
-        return err_set(err, TS_ESTATE, "engine: task added after engine_run");
+    if (e->ran || e->copies > 1)
+        return err_set(err, TS_ESTATE, "engine: task added after engine_%s", e->ran ? "run" : "replicate");
     if (rank < 0 || rank >= e->n_ranks || stream_idx < 0 || stream_idx >= e->spr)
         return err_set(err, TS_EINVAL, "engine: task on rank %d stream %d; valid: rank 0..%d, stream 0..%d",
                        rank, stream_idx, e->n_ranks - 1, e->spr - 1);
@@ -198,7 +226,7 @@ int engine_task_add(engine *e, int rank, int stream_idx, int64_t dur_ns, uint32_
         return err_set(err, TS_ENOMEM, "engine: out of memory at %u tasks", e->n_tasks);
     uint32_t id = e->n_tasks++;
     uint32_t s = (uint32_t)rank << e->sbits | (uint32_t)stream_idx;
-    e->tasks[id] = (task){.start_ns = -1, .dur_ns = dur_ns, .next = ENGINE_NO_TASK,
+    e->tasks[id] = (task){.dur_ns = dur_ns, .next = ENGINE_NO_TASK,
                           .succ0 = ENGINE_NO_TASK, .first_edge = ENGINE_NO_TASK, .tag = tag, .mb = mb, .stream = s,
                           .npred = 0, .link = ENGINE_NO_TASK, .flags = 0};
     stream *st = &e->streams[s];
@@ -214,8 +242,8 @@ int engine_task_add(engine *e, int rank, int stream_idx, int64_t dur_ns, uint32_
 
 int engine_dep_add(engine *e, engine_task_id before, engine_task_id after, ts_err *err)
 {
-    if (e->ran)
-        return err_set(err, TS_ESTATE, "engine: dependency added after engine_run");
+    if (e->ran || e->copies > 1)
+        return err_set(err, TS_ESTATE, "engine: dependency added after engine_%s", e->ran ? "run" : "replicate");
     if (before >= e->n_tasks || after >= e->n_tasks || before == after)
         return err_set(err, TS_EINVAL, "engine: dependency %u -> %u; valid: two distinct tasks < %u",
                        before, after, e->n_tasks);
@@ -235,80 +263,92 @@ int engine_dep_add(engine *e, engine_task_id before, engine_task_id after, ts_er
     return TS_OK;
 }
 
+/* Give every copy its run state: the predecessor count of its task and no
+ * flag of its own. */
+static int state_alloc(engine *e)
+{
+    size_t n = (size_t)e->n_tasks * e->copies;
+    e->state = malloc((n ? n : 1) * sizeof *e->state);
+    if (!e->state)
+        return TS_ENOMEM;
+    for (uint32_t i = 0; i < e->n_tasks; i++)
+        for (uint32_t c = 0; c < e->copies; c++)
+            e->state[(size_t)i * e->copies + c] = (tstate){e->tasks[i].npred, 0};
+    return TS_OK;
+}
+
 int engine_replicate(engine *e, uint32_t copies, int rank_stride, ts_err *err)
 {
-    if (e->ran)
-        return err_set(err, TS_ESTATE, "engine: replicate after engine_run");
+    if (e->ran || e->copies > 1)
+        return err_set(err, TS_ESTATE, "engine: replicate after engine_%s", e->ran ? "run" : "replicate");
     if (copies < 1 || rank_stride < 1 || (uint64_t)copies * (uint64_t)rank_stride > (uint64_t)e->n_ranks)
         return err_set(err, TS_EINVAL, "engine: %u copies of %d ranks; the engine has %d ranks", copies, rank_stride,
                        e->n_ranks);
-    uint32_t n = e->n_tasks, m = e->n_edges, ss = (uint32_t)rank_stride << e->sbits;
+    uint32_t n = e->n_tasks, ss = (uint32_t)rank_stride << e->sbits;
     for (uint32_t i = 0; i < n; i++)
         if (e->tasks[i].stream >= ss)
             return err_set(err, TS_EINVAL, "engine: task %u is on rank %u, outside the %d ranks to replicate", i,
                            e->tasks[i].stream >> e->sbits, rank_stride);
-    if ((uint64_t)n * copies > MAX_TASKS || (uint64_t)m * copies > MAX_TASKS)
+    if ((uint64_t)n * copies > MAX_TASKS)
         return err_set(err, TS_ENOMEM, "engine: %u copies of %u tasks exceed %u tasks", copies, n, MAX_TASKS);
-    if (grow((void **)&e->tasks, sizeof *e->tasks, &e->cap_tasks, n * copies) ||
-        grow((void **)&e->edges, sizeof *e->edges, &e->cap_edges, m * copies))
+    /* the tasks stay as they are (every copy reads them); copies get
+     * streams, and run state once they exist */
+    for (uint32_t s = ss; s-- > 0;)
+        for (uint32_t c = 1; c < copies; c++)
+            e->streams[s + c * ss] = (stream){e->streams[s].head, e->streams[s].tail, ENGINE_NO_TASK, c};
+    e->copies = copies;
+    e->copy_streams = ss;
+    if (copies > 1 && state_alloc(e)) {
+        e->copies = 1;
         return err_set(err, TS_ENOMEM, "engine: out of memory for %u copies of %u tasks", copies, n);
-#define REMAP(x, c) ((x) == ENGINE_NO_TASK ? ENGINE_NO_TASK : (x) * copies + (c))
-    /* from the back, so that no task is overwritten before it is copied */
-    for (uint32_t i = n; i-- > 0;) {
-        task t = e->tasks[i];
-        for (uint32_t c = copies; c-- > 0;) {
-            task *d = &e->tasks[i * copies + c];
-            *d = t;
-            d->next = REMAP(t.next, c);
-            d->succ0 = REMAP(t.succ0, c);
-            d->first_edge = REMAP(t.first_edge, c);
-            d->link = REMAP(t.link, c);
-            d->stream = t.stream + c * ss;
-        }
     }
-    for (uint32_t k = m; k-- > 0;) {
-        edge g = e->edges[k];
-        for (uint32_t c = copies; c-- > 0;)
-            e->edges[k * copies + c] = (edge){REMAP(g.to, c), REMAP(g.next, c)};
-    }
-    for (uint32_t s = ss; s-- > 0;) {
-        stream st = e->streams[s];
-        for (uint32_t c = 0; c < copies; c++)
-            e->streams[s + c * ss] = (stream){REMAP(st.head, c), REMAP(st.tail, c), ENGINE_NO_TASK};
-    }
-#undef REMAP
-    e->n_tasks = n * copies;
-    e->n_edges = m * copies;
+    return TS_OK;
+}
+
+/* Set static flags on task id's task (no copies yet), or own flags on the
+ * copy id (after engine_replicate). */
+static int set_flags(engine *e, engine_task_id id, uint16_t f, const char *what, ts_err *err)
+{
+    if ((uint64_t)id >= (uint64_t)e->n_tasks * e->copies || e->ran)
+        return err_set(err, TS_EINVAL, "engine: cannot %s task %u", what, id);
+    if (e->state)
+        e->state[id].flags |= f;
+    else
+        e->tasks[id].flags |= f;
     return TS_OK;
 }
 
 int engine_task_set_external(engine *e, engine_task_id id, ts_err *err)
 {
-    if (id >= e->n_tasks || e->ran)
+    return set_flags(e, id, F_EXTERNAL | F_MARKED, "make external", err);
+}
+
+int engine_task_set_external_copies(engine *e, engine_task_id id, ts_err *err)
+{
+    if (id >= (uint64_t)e->n_tasks * e->copies || e->ran)
         return err_set(err, TS_EINVAL, "engine: cannot make task %u external", id);
-    e->tasks[id].flags |= F_EXTERNAL | F_MARKED;
+    e->tasks[id / e->copies].flags |= F_EXTERNAL | F_MARKED;
     return TS_OK;
 }
 
 int engine_task_mark(engine *e, engine_task_id id, ts_err *err)
 {
-    if (id >= e->n_tasks)
-        return err_set(err, TS_EINVAL, "engine: cannot mark unknown task %u", id);
-    e->tasks[id].flags |= F_MARKED;
-    return TS_OK;
+    return set_flags(e, id, F_MARKED, "mark", err);
 }
+
+uint32_t engine_copies(const engine *e) { return e->copies; }
 
 int engine_task_join(engine *e, engine_task_id t, engine_task_id partner, ts_err *err)
 {
-    if (t >= e->n_tasks || partner >= e->n_tasks || t == partner || e->ran)
+    if (t >= e->n_tasks || partner >= e->n_tasks || t == partner || e->ran || e->copies > 1)
         return err_set(err, TS_EINVAL, "engine: cannot join task %u to %u", t, partner);
     task *a = &e->tasks[t], *p = &e->tasks[partner];
     if ((a->flags & (F_JOINED | F_JOINER)) || (p->flags & (F_JOINED | F_JOINER)))
         return err_set(err, TS_EINVAL, "engine: task %u or %u is already joined", t, partner);
-    a->flags |= F_JOINED;
-    a->link = partner;
     if (a->npred == MAX_PRED)
         return err_set(err, TS_EINVAL, "engine: task %u has more than %u predecessors", t, MAX_PRED);
+    a->flags |= F_JOINED;
+    a->link = partner;
     p->flags |= F_JOINER;
     p->link = t;
     a->npred++; /* released when the partner starts */
@@ -491,41 +531,49 @@ static inline void mask_flip(engine *e, uint32_t s)
 
 static void push_end(engine *e, uint32_t id, int64_t at_ns)
 {
-    e->tasks[id].flags |= F_ENDING;
+    e->state[id].flags |= F_ENDING;
     if (event_push(e, at_ns, id))
         fail(e, TS_ENOMEM, "out of memory for events");
 }
 
+/* Stream of copy c of task index i. */
+static inline uint32_t stream_of(const engine *e, uint32_t i, uint32_t c)
+{
+    return e->tasks[i].stream + c * e->copy_streams;
+}
+
 static void try_start(engine *e, uint32_t s);
 
-static void start(engine *e, uint32_t id)
+/* Start task index i on stream s (whose copy it is). */
+static void start(engine *e, uint32_t i, uint32_t s)
 {
-    task *t = &e->tasks[id];
-    stream *st = &e->streams[t->stream];
+    const task *t = &e->tasks[i];
+    stream *st = &e->streams[s];
+    uint32_t c = st->copy, C = e->copies, id = i * C + c;
     st->running = id;
     st->head = t->next;
-    t->start_ns = e->now_ns;
-    t->flags |= F_STARTED;
-    /* what end() will touch: the stream's next task and the first successor
-     * (tasks of one stream are far apart in memory) */
+    e->times[id].start_ns = e->now_ns;
+    e->state[id].flags |= F_STARTED;
+    /* what end() will touch: the state of the stream's next task and of
+     * the first successor (copies of one task sit side by side) */
     if (t->next != ENGINE_NO_TASK)
-        __builtin_prefetch(&e->tasks[t->next]);
+        __builtin_prefetch(&e->state[t->next * C + c]);
     if (t->succ0 != ENGINE_NO_TASK)
-        __builtin_prefetch(&e->tasks[t->succ0]);
-    mask_flip(e, t->stream);
-    if (e->hooks.on_start && (!e->hooks.only_marked || (t->flags & F_MARKED)))
+        __builtin_prefetch(&e->state[t->succ0 * C + c]);
+    mask_flip(e, s);
+    uint32_t f = t->flags | e->state[id].flags;
+    if (e->hooks.on_start && (!e->hooks.only_marked || (f & F_MARKED)))
         e->hooks.on_start(e->hooks.ctx, e, id, e->now_ns);
-    t = &e->tasks[id];
-    if (t->flags & F_JOINED) {
-        if (e->tasks[t->link].flags & F_DONE)
+    if (f & F_JOINED) {
+        if (e->state[t->link * C + c].flags & F_DONE)
             push_end(e, id, e->now_ns);
-    } else if (!(t->flags & F_EXTERNAL)) {
+    } else if (!(f & F_EXTERNAL)) {
         push_end(e, id, e->now_ns + t->dur_ns);
     }
-    if (t->flags & F_JOINER) {
-        task *j = &e->tasks[t->link];
-        if (--j->npred == 0)
-            try_start(e, j->stream);
+    if (f & F_JOINER) {
+        uint32_t j = t->link * C + c;
+        if (--e->state[j].npred == 0)
+            try_start(e, stream_of(e, t->link, c));
     }
 }
 
@@ -533,49 +581,50 @@ static void try_start(engine *e, uint32_t s)
 {
     stream *st = &e->streams[s];
     if (st->running == ENGINE_NO_TASK && st->head != ENGINE_NO_TASK &&
-        e->tasks[st->head].npred == 0)
-        start(e, st->head);
+        e->state[st->head * e->copies + st->copy].npred == 0)
+        start(e, st->head, s);
+}
+
+/* A successor (task index i, copy c) has one predecessor less. */
+static inline void release(engine *e, uint32_t i, uint32_t c)
+{
+    if (--e->state[i * e->copies + c].npred == 0)
+        try_start(e, stream_of(e, i, c));
 }
 
 static void end(engine *e, uint32_t id)
 {
-    task *t = &e->tasks[id];
-    t->dur_ns = e->now_ns - t->start_ns;
-    t->flags |= F_DONE;
-    t->flags &= ~(uint32_t)F_ENDING;
+    uint32_t C = e->copies, i = id / C, c = id - i * C;
+    const task *t = &e->tasks[i];
+    uint32_t s = t->stream + c * e->copy_streams;
+    e->times[id].end_ns = e->now_ns;
+    e->state[id].flags = (uint16_t)((e->state[id].flags | F_DONE) & ~F_ENDING);
     if (e->now_ns > e->makespan_ns)
         e->makespan_ns = e->now_ns;
-    e->streams[t->stream].running = ENGINE_NO_TASK;
-    mask_flip(e, t->stream);
-    if (e->hooks.on_end && (!e->hooks.only_marked || (t->flags & F_MARKED)))
+    e->streams[s].running = ENGINE_NO_TASK;
+    mask_flip(e, s);
+    if (e->hooks.on_end && (!e->hooks.only_marked || ((t->flags | e->state[id].flags) & F_MARKED)))
         e->hooks.on_end(e->hooks.ctx, e, id, e->now_ns);
-    t = &e->tasks[id];
     if (t->flags & F_JOINER) {
-        task *j = &e->tasks[t->link];
-        if ((j->flags & F_STARTED) && !(j->flags & (F_DONE | F_ENDING)))
-            push_end(e, t->link, e->now_ns);
+        uint32_t j = t->link * C + c;
+        if ((e->state[j].flags & F_STARTED) && !(e->state[j].flags & (F_DONE | F_ENDING)))
+            push_end(e, j, e->now_ns);
     }
-    if (t->succ0 != ENGINE_NO_TASK) {
-        task *succ = &e->tasks[t->succ0];
-        if (--succ->npred == 0)
-            try_start(e, succ->stream);
-        t = &e->tasks[id];
-    }
-    for (uint32_t k = t->first_edge; k != ENGINE_NO_TASK; k = e->edges[k].next) {
-        task *succ = &e->tasks[e->edges[k].to];
-        if (--succ->npred == 0)
-            try_start(e, succ->stream);
-    }
-    try_start(e, e->tasks[id].stream);
+    if (t->succ0 != ENGINE_NO_TASK)
+        release(e, t->succ0, c);
+    for (uint32_t k = t->first_edge; k != ENGINE_NO_TASK; k = e->edges[k].next)
+        release(e, e->edges[k].to, c);
+    try_start(e, s);
 }
 
 int engine_task_finish(engine *e, engine_task_id id, int64_t at_ns, ts_err *err)
 {
-    if (id >= e->n_tasks)
+    if (!e->state || id >= (uint64_t)e->n_tasks * e->copies)
         return err_set(err, TS_ESTATE, "engine: finish of unknown task %u", id);
-    task *t = &e->tasks[id];
-    if (!(t->flags & F_EXTERNAL) || !(t->flags & F_STARTED) || (t->flags & (F_DONE | F_ENDING)))
-        return err_set(err, TS_ESTATE, "engine: task %u (tag %u) is not a running external task", id, t->tag);
+    uint32_t f = e->tasks[id / e->copies].flags | e->state[id].flags;
+    if (!(f & F_EXTERNAL) || !(f & F_STARTED) || (f & (F_DONE | F_ENDING)))
+        return err_set(err, TS_ESTATE, "engine: task %u (tag %u) is not a running external task", id,
+                       e->tasks[id / e->copies].tag);
     if (at_ns < e->now_ns)
         return err_set(err, TS_EINVAL, "engine: finish of task %u at %lld ns, before now (%lld ns)", id,
                        (long long)at_ns, (long long)e->now_ns);
@@ -588,13 +637,21 @@ int engine_timer_at(engine *e, int64_t at_ns, engine_timer_fn fn, void *ctx, ts_
     if (at_ns < e->now_ns || !fn)
         return err_set(err, TS_EINVAL, "engine: timer at %lld ns, before now (%lld ns) or without a function",
                        (long long)at_ns, (long long)e->now_ns);
-    if (grow((void **)&e->timers, sizeof *e->timers, &e->cap_timers, e->n_timers + 1) ||
-        e->n_timers >= MAX_TASKS)
-        return err_set(err, TS_ENOMEM, "engine: out of memory for timers");
-    e->timers[e->n_timers] = (timer){fn, ctx};
-    if (event_push(e, at_ns, TIMER_BIT | e->n_timers))
+    uint32_t k = e->timer_free;
+    if (k != NONE) {
+        e->timer_free = e->timers[k].next_free;
+    } else {
+        if (e->n_timers >= MAX_TASKS ||
+            grow((void **)&e->timers, sizeof *e->timers, &e->cap_timers, e->n_timers + 1))
+            return err_set(err, TS_ENOMEM, "engine: out of memory for timers");
+        k = e->n_timers++;
+    }
+    e->timers[k] = (timer){fn, ctx, NONE};
+    if (event_push(e, at_ns, TIMER_BIT | k)) {
+        e->timers[k].next_free = e->timer_free;
+        e->timer_free = k;
         return err_set(err, TS_ENOMEM, "engine: out of memory for events");
-    e->n_timers++;
+    }
     return TS_OK;
 }
 
@@ -602,6 +659,9 @@ int engine_run(engine *e, ts_err *err)
 {
     if (e->ran)
         return err_set(err, TS_ESTATE, "engine: engine_run called twice");
+    size_t n = (size_t)e->n_tasks * e->copies;
+    if ((!e->state && state_alloc(e)) || !(e->times = malloc((n ? n : 1) * sizeof *e->times)))
+        return err_set(err, TS_ENOMEM, "engine: out of memory for the run state of %zu tasks", n);
     e->ran = true;
     e->status = TS_OK;
     e->run_err = err;
@@ -612,7 +672,10 @@ int engine_run(engine *e, ts_err *err)
         uint32_t what = event_pop(e, &e->now_ns);
         e->n_events++;
         if (what & TIMER_BIT) {
-            timer tm = e->timers[what & ~TIMER_BIT];
+            uint32_t k = what & ~TIMER_BIT;
+            timer tm = e->timers[k];
+            e->timers[k].next_free = e->timer_free; /* free before it runs: it may add timers */
+            e->timer_free = k;
             tm.fn(tm.ctx, e, e->now_ns);
         } else {
             end(e, what);
@@ -626,20 +689,21 @@ int engine_run(engine *e, ts_err *err)
         e->busy_ns[((size_t)r << e->spr) + e->acct[r].mask] += e->makespan_ns - e->acct[r].last_ns;
         e->acct[r].last_ns = e->makespan_ns;
     }
-    for (uint32_t i = 0; i < e->n_tasks; i++) {
-        const task *t = &e->tasks[i];
-        if (!(t->flags & F_DONE))
-            return err_set(err, TS_ESTATE,
-                           "engine: task %u (rank %u, stream %u, tag %u, micro-batch %d) never %s: "
-                           "a dependency cycle or a schedule whose sends and receives do not match",
-                           i, t->stream >> e->sbits, t->stream & ((1u << e->sbits) - 1), t->tag, t->mb,
-                           (t->flags & F_STARTED) ? "finished" : "started");
+    for (size_t id = 0; id < n; id++) {
+        if (e->state[id].flags & F_DONE)
+            continue;
+        uint32_t i = (uint32_t)(id / e->copies), s = stream_of(e, i, (uint32_t)(id % e->copies));
+        return err_set(err, TS_ESTATE,
+                       "engine: task %zu (rank %u, stream %u, tag %u, micro-batch %d) never %s: "
+                       "a dependency cycle or a schedule whose sends and receives do not match",
+                       id, s >> e->sbits, s & ((1u << e->sbits) - 1), e->tasks[i].tag, e->tasks[i].mb,
+                       (e->state[id].flags & F_STARTED) ? "finished" : "started");
     }
     return TS_OK;
 }
 
 /* ---------------------------------------------------------------- queries */
-uint32_t engine_task_count(const engine *e) { return e->n_tasks; }
+uint32_t engine_task_count(const engine *e) { return e->n_tasks * e->copies; }
 int engine_n_ranks(const engine *e) { return e->n_ranks; }
 int engine_streams_per_rank(const engine *e) { return e->spr; }
 int64_t engine_now_ns(const engine *e) { return e->now_ns; }
@@ -648,25 +712,28 @@ uint64_t engine_events(const engine *e) { return e->n_events; }
 
 int64_t engine_task_start_ns(const engine *e, engine_task_id id)
 {
-    return id < e->n_tasks ? e->tasks[id].start_ns : -1;
+    if (!e->ran || id >= (uint64_t)e->n_tasks * e->copies || !(e->state[id].flags & F_STARTED))
+        return -1;
+    return e->times[id].start_ns;
 }
 
 int64_t engine_task_end_ns(const engine *e, engine_task_id id)
 {
-    if (id >= e->n_tasks || !(e->tasks[id].flags & F_DONE))
+    if (!e->ran || id >= (uint64_t)e->n_tasks * e->copies || !(e->state[id].flags & F_DONE))
         return -1;
-    return e->tasks[id].start_ns + e->tasks[id].dur_ns;
+    return e->times[id].end_ns;
 }
 
-uint32_t engine_task_tag(const engine *e, engine_task_id id) { return e->tasks[id].tag; }
-int32_t engine_task_mb(const engine *e, engine_task_id id) { return e->tasks[id].mb; }
+uint32_t engine_task_tag(const engine *e, engine_task_id id) { return e->tasks[id / e->copies].tag; }
+int32_t engine_task_mb(const engine *e, engine_task_id id) { return e->tasks[id / e->copies].mb; }
 int engine_task_rank(const engine *e, engine_task_id id)
 {
-    return (int)(e->tasks[id].stream >> e->sbits);
+    uint32_t i = id / e->copies;
+    return (int)(stream_of(e, i, id - i * e->copies) >> e->sbits);
 }
 int engine_task_stream(const engine *e, engine_task_id id)
 {
-    return (int)(e->tasks[id].stream & ((1u << e->sbits) - 1));
+    return (int)(e->tasks[id / e->copies].stream & ((1u << e->sbits) - 1));
 }
 
 int64_t engine_busy_mask_ns(const engine *e, int rank, unsigned mask)

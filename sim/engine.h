@@ -87,20 +87,34 @@ int engine_dep_add(engine *e, engine_task_id before, engine_task_id after, ts_er
 /* Turn the tasks added so far, all on ranks 0..rank_stride-1, into `copies`
  * copies: copy c runs on ranks c x rank_stride .. c x rank_stride +
  * rank_stride-1 with the same streams, durations, tags, micro-batches,
- * dependencies, joins and marks. Ids are interleaved: copy c of task i gets
- * id i x copies + c, so the copies of one task sit side by side in memory
- * (interchangeable ranks progress together, and the event loop then walks
- * memory almost in order). Ids returned before this call are invalid after
- * it. Used for --full networks: one pipeline is lowered, then copied to
- * every tensor/data-parallel replica. TS_EINVAL if a task lies outside ranks
- * 0..rank_stride-1, copies x rank_stride exceeds the engine's ranks, or the
- * engine has run; TS_ENOMEM. */
+ * dependencies, joins and marks. Ids are interleaved: copy c of the i-th
+ * task added gets id i x copies + c (engine_copies), so the copies of one
+ * task sit side by side in memory (interchangeable ranks progress together,
+ * and the event loop then walks memory almost in order). The copies share
+ * one description of the tasks; each has only its own run state (16 + 4
+ * bytes of times and counters), so a copy costs a fifth of a task added.
+ * Ids returned before this call are invalid after it (but for copy 0: task
+ * i keeps id i x copies). After it no task, dependency or join may be
+ * added (TS_ESTATE); external marks may be set per copy or for all copies.
+ * Used for --full networks: one pipeline is lowered, then copied to every
+ * tensor/data-parallel replica. TS_EINVAL if a task lies outside ranks
+ * 0..rank_stride-1 or copies x rank_stride exceeds the engine's ranks;
+ * TS_ESTATE if the engine has run or was replicated already; TS_ENOMEM. */
 int engine_replicate(engine *e, uint32_t copies, int rank_stride, ts_err *err);
 
-/* Mark task id as external (its duration is ignored; see above). */
+/* Copies made by engine_replicate (1 without it). */
+uint32_t engine_copies(const engine *e);
+
+/* Mark task id as external (its duration is ignored; see above); after
+ * engine_replicate, only that copy. */
 int engine_task_set_external(engine *e, engine_task_id id, ts_err *err);
 
-/* Have the hooks called for task id (see engine_hooks.only_marked). */
+/* Mark task id and all its copies (engine_replicate) as external: one call
+ * per task of the replicated pipeline instead of one per copy. */
+int engine_task_set_external_copies(engine *e, engine_task_id id, ts_err *err);
+
+/* Have the hooks called for task id (see engine_hooks.only_marked); after
+ * engine_replicate, only that copy. */
 int engine_task_mark(engine *e, engine_task_id id, ts_err *err);
 
 /* Join `task` to `partner` (see above); task's duration is ignored. */

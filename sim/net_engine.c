@@ -256,18 +256,25 @@ int net_engine_attach(net_engine *ne, engine *e, ts_err *err)
         return err_set(err, TS_EINVAL, "net_engine: engine has %d ranks, the %s mode needs %d", engine_n_ranks(e),
                        ne->opts.full ? "full" : "symmetric", ne->n_ranks);
     ne->e = e;
-    uint32_t n = engine_task_count(e);
-    bool scaled = ne->opts.comm_compute_slowdown > 0; /* some compute step is driven */
+    /* copy 0 of each task (engine_replicate) stands for all its copies,
+     * but for compute whose scaling differs from rank to rank */
+    uint32_t n = engine_task_count(e), C = engine_copies(e);
+    bool scaled = false; /* some rank's compute is scaled */
     for (int r = 0; r < ne->n_ranks && !scaled; r++) scaled = ne->factor[r] != 1.0;
-    for (uint32_t id = 0; id < n; id++) {
+    for (uint32_t id = 0; id < n; id += C) {
         uint32_t tag = engine_task_tag(e, id);
         const net_step_desc *d = tag < ne->n_desc && ne->have_desc[tag] ? &ne->desc[tag] : get_desc(ne, tag, err);
         if (!d) return err->code ? err->code : TS_ESTATE;
-        bool ext = d->role == NET_STEP_COLL || d->role == NET_STEP_SEND;
-        if (d->role == NET_STEP_COMPUTE && scaled)
-            ext = ne->factor[engine_task_rank(e, id)] != 1.0 || ne->opts.comm_compute_slowdown > 0;
-        int rc;
-        if (ext && ((rc = engine_task_set_external(e, id, err)) || (rc = engine_task_mark(e, id, err)))) return rc;
+        int rc = TS_OK;
+        bool all = d->role == NET_STEP_COLL || d->role == NET_STEP_SEND ||
+                   (d->role == NET_STEP_COMPUTE && ne->opts.comm_compute_slowdown > 0);
+        if (all) {
+            rc = engine_task_set_external_copies(e, id, err);
+        } else if (d->role == NET_STEP_COMPUTE && scaled) {
+            for (uint32_t c = 0; c < C && !rc; c++)
+                if (ne->factor[engine_task_rank(e, id + c)] != 1.0) rc = engine_task_set_external(e, id + c, err);
+        }
+        if (rc) return rc;
     }
     return TS_OK;
 }

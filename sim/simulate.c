@@ -117,8 +117,8 @@ static void summarize(const config *c, const simulate_opts *o, const engine *e, 
                       const mem_tracker *mem, simulate_result *R)
 {
     int p = R->p;
-    uint32_t n = engine_task_count(e);
-    for (uint32_t id = 0; id < n; id++) { /* time per category and flops, per rank */
+    uint32_t n = engine_task_count(e), copies = engine_copies(e);
+    for (uint32_t id = 0; id < n; id += copies) { /* time per category and flops, per rank (copy 0 of each task) */
         int rk = engine_task_rank(e, id);
         if (rk >= p) /* another replica's rank (a network model's --full mode) */
             continue;

@@ -365,3 +365,56 @@ Test(engine, replicate_rejects_bad_shapes)
     cr_expect_eq(engine_replicate(e, 0, 3, &err), TS_EINVAL);
     engine_free(e);
 }
+
+/* External copies: hooks end an external copy 100 ns after it starts. */
+typedef struct {
+    int starts;
+} copy_ctx;
+
+static void finish_later(void *ctx, engine *e, engine_task_id id, int64_t now_ns)
+{
+    copy_ctx *c = ctx;
+    c->starts++;
+    cr_assert_eq(engine_task_finish(e, id, now_ns + 100, NULL), TS_OK);
+}
+
+Test(engine, replicate_external_per_copy_and_for_all)
+{
+    copy_ctx c = {0};
+    engine_hooks h = {finish_later, NULL, &c, true};
+    engine *e = mk(3, 1, &h);
+    ts_err err;
+    engine_task_id a = add(e, 0, 0, 10, 1), b = add(e, 0, 0, 20, 2);
+    cr_assert_eq(engine_replicate(e, 3, 1, &err), TS_OK, "%s", err.msg);
+    cr_expect_eq(engine_copies(e), 3);
+    /* task a's copies are ids 0, 1, 2; b's are 3, 4, 5 */
+    cr_assert_eq(engine_task_set_external(e, a * 3 + 1, &err), TS_OK, "%s", err.msg); /* a, copy 1 only */
+    cr_assert_eq(engine_task_set_external_copies(e, b * 3, &err), TS_OK, "%s", err.msg); /* b, every copy */
+    run_ok(e);
+    cr_expect_eq(c.starts, 4);
+    cr_expect_eq(engine_task_end_ns(e, 0), 10);   /* a copy 0: its own 10 ns */
+    cr_expect_eq(engine_task_end_ns(e, 1), 100);  /* a copy 1: external */
+    cr_expect_eq(engine_task_end_ns(e, 2), 10);
+    cr_expect_eq(engine_task_end_ns(e, 3), 110);  /* b: external on every copy */
+    cr_expect_eq(engine_task_end_ns(e, 4), 200);
+    cr_expect_eq(engine_task_end_ns(e, 5), 110);
+    cr_expect_eq(engine_task_rank(e, 4), 1);
+    engine_free(e);
+}
+
+Test(engine, replicate_closes_the_graph)
+{
+    engine *e = mk(4, 2, NULL);
+    ts_err err;
+    engine_task_id a = add(e, 0, 0, 1, 1), b = add(e, 0, 1, 1, 2), id;
+    cr_assert_eq(engine_replicate(e, 2, 1, &err), TS_OK, "%s", err.msg);
+    cr_expect_eq(engine_task_add(e, 0, 0, 1, 3, 0, &id, &err), TS_ESTATE);
+    cr_expect(strstr(err.msg, "replicate") != NULL, "%s", err.msg);
+    cr_expect_eq(engine_dep_add(e, a * 2, b * 2, &err), TS_ESTATE);
+    cr_expect_eq(engine_task_join(e, a * 2, b * 2, &err), TS_EINVAL);
+    cr_expect_eq(engine_replicate(e, 2, 1, &err), TS_ESTATE);
+    cr_expect_eq(engine_task_start_ns(e, 0), -1); /* not run yet */
+    run_ok(e);
+    cr_expect_eq(engine_task_end_ns(e, b * 2 + 1), 1);
+    engine_free(e);
+}
