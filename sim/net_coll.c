@@ -283,6 +283,7 @@ static int plan_bundles(net_plan *p, ts_err *err)
             int bi = p->x[i].bundle;
             if (p->nb == nb) break;
             net_bundle *b = &p->b[p->nb++];
+            b->hint = (net_flow_hint){0, 0};
             b->first_link = p->nbl;
             b->bytes = p->x[i].bytes;
             for (; i < end && p->x[i].bundle == bi; i++) {
@@ -454,10 +455,12 @@ static int start_flows(net_sim *s, int ci, int64_t t)
     const net_phase *ph = &c->pp->ph[c->phase];
     if (ph->count == 0) return end_phase(s, ci, t);
     c->outstanding = ph->nbundles;
-    const net_plan *p = c->pp;
+    /* the plan is the cache's (allocated, not const): its bundles keep their hints */
+    net_plan *p = (net_plan *)c->pp;
     for (int k = ph->first_bundle; k < ph->first_bundle + ph->nbundles; k++) {
-        const net_bundle *b = &p->b[k];
-        int rc = net_flow_start(s->f, t, p->bl + b->first_link, b->nlinks, b->bytes, (uint64_t)ci, s->cb_err);
+        net_bundle *b = &p->b[k];
+        int rc = net_flow_start_hint(s->f, t, p->bl + b->first_link, b->nlinks, b->bytes, (uint64_t)ci, &b->hint,
+                                     s->cb_err);
         if (rc < 0) return rc;
     }
     return TS_OK;
@@ -551,7 +554,22 @@ static int plan_lookup(net_sim *s, const net_coll_req *q, const net_plan **out, 
     return TS_OK;
 }
 
+int net_sim_plan(net_sim *s, const net_coll_req *req, const net_plan **out, ts_err *err)
+{
+    return plan_lookup(s, req, out, err);
+}
+
 int net_sim_start(net_sim *s, int64_t now_ns, const net_coll_req *req, uint64_t tag, ts_err *err)
+{
+    const net_plan *p;
+    if (now_ns < net_flows_now_ns(s->f))
+        return err_set(err, TS_EINVAL, "net_sim_start: time %lld ns is before the current time %lld ns",
+                       (long long)now_ns, (long long)net_flows_now_ns(s->f));
+    int rc = plan_lookup(s, req, &p, err);
+    return rc ? rc : net_sim_start_plan(s, now_ns, p, tag, err);
+}
+
+int net_sim_start_plan(net_sim *s, int64_t now_ns, const net_plan *plan, uint64_t tag, ts_err *err)
 {
     int rc, ci;
     if (now_ns < net_flows_now_ns(s->f))
@@ -573,10 +591,7 @@ int net_sim_start(net_sim *s, int64_t now_ns, const net_coll_req *req, uint64_t 
         ci = s->nc++;
     }
     run_coll *c = &s->c[ci];
-    if ((rc = plan_lookup(s, req, &c->pp, err))) {
-        s->freec[s->nfree++] = ci;
-        return rc;
-    }
+    c->pp = plan;
     c->phase = 0;
     c->outstanding = 0;
     c->tag = tag;

@@ -104,6 +104,7 @@ typedef struct {
 typedef struct {
     int first_link, nlinks; /* links bl[first_link .. first_link+nlinks) */
     double bytes;
+    net_flow_hint hint;     /* the runner's: its rate on idle links */
 } net_bundle;
 
 typedef struct {
@@ -133,6 +134,15 @@ void net_sim_free(net_sim *s);
 /* Start collective req at now_ns (>= the current time); done(ctx, tag, t)
  * is called when it ends. */
 int net_sim_start(net_sim *s, int64_t now_ns, const net_coll_req *req, uint64_t tag, ts_err *err);
+
+/* The plan of req, computed on first use and kept by s until
+ * net_sim_free (the same request always gives the same plan): a handle for
+ * net_sim_start_plan, so that a caller who knows its requests repeat can
+ * skip the lookup. */
+int net_sim_plan(net_sim *s, const net_coll_req *req, const net_plan **out, ts_err *err);
+
+/* net_sim_start of the request whose plan net_sim_plan(s, ...) returned. */
+int net_sim_start_plan(net_sim *s, int64_t now_ns, const net_plan *plan, uint64_t tag, ts_err *err);
 
 /* Time of the next internal event (NET_TIME_NEVER if idle). */
 int64_t net_sim_next_ns(net_sim *s);

@@ -17,16 +17,42 @@ typedef struct {
     int used;
 } inst_t;
 
+/* Plans of the requests a group (or a rank's sends) made, by what varies
+ * between them: for a given group the GPUs, flow key and algorithm follow
+ * from the kind and the peer. */
+#define PLAN_CACHE 6
+typedef struct {
+    const net_plan *plan;
+    double bytes;
+    int peer_pp;
+    uint8_t coll;
+} plan_ent;
+typedef struct { plan_ent e[PLAN_CACHE]; int n; } plan_cache;
+
+static const net_plan *cache_find(const plan_cache *c, uint8_t coll, int peer_pp, double bytes)
+{
+    for (int k = 0; k < c->n; k++)
+        if (c->e[k].coll == coll && c->e[k].peer_pp == peer_pp && c->e[k].bytes == bytes) return c->e[k].plan;
+    return NULL;
+}
+
+static void cache_put(plan_cache *c, uint8_t coll, int peer_pp, double bytes, const net_plan *plan)
+{
+    if (c->n < PLAN_CACHE) c->e[c->n++] = (plan_ent){plan, bytes, peer_pp, coll};
+}
+
 /* What the hooks need of an engine rank, computed once. */
 typedef struct {
     int global, gpu;         /* global rank and its GPU */
     int tp, dp, pp;          /* its coordinates */
     int leader[2];           /* per dim (TP, DP): global rank of the group's first member */
+    int group[2];            /* per dim: index of the group in open[dim] */
     uint64_t key[2];         /* per dim: ECMP flow key of the group's communicator */
 } rank_info;
 
-/* Open-addressing map (dim, leader, tag, mb) -> pending instance. */
-typedef struct { int inst; int state; } slot_t; /* state: 0 empty, 1 full, 2 deleted */
+/* The collectives of one group that some but not all members have
+ * started (full mode; a handful at a time). */
+typedef struct { int *inst; int n, cap; } open_t;
 
 struct net_engine {
     const net_graph *g;
@@ -47,7 +73,9 @@ struct net_engine {
     uint32_t n_desc;
     inst_t *inst; int n_inst, cap_inst;
     int *free_inst; int n_free;
-    slot_t *map; int map_cap, map_used;
+    open_t *open[2];         /* per dim, per group: pending instances */
+    plan_cache *gplans[2];   /* per dim, per group: its plans */
+    plan_cache *splans;      /* per engine rank: its sends' plans */
     int64_t *tq; int n_tq, cap_tq; /* pending engine timer times (min-heap) */
     int *gpus;               /* scratch: group GPUs */
     int rc;                  /* first hook error */
@@ -64,7 +92,7 @@ static int rank_tables(net_engine *ne)
 {
     const net_place *pl = ne->pl;
     int n = pl->n_ranks;
-    ne->ri = malloc(sizeof *ne->ri * (size_t)ne->n_ranks);
+    ne->ri = calloc((size_t)ne->n_ranks, sizeof *ne->ri);
     if (!ne->ri) return TS_ENOMEM;
     for (int dim = 0; dim < 2; dim++) {
         ne->ggpus[dim] = malloc(sizeof *ne->ggpus[dim] * (size_t)n);
@@ -92,7 +120,10 @@ static int rank_tables(net_engine *ne)
         net_place_coords(pl, ri->global, &ri->tp, &ri->dp, &ri->pp);
         ri->leader[NET_DIM_TP] = net_place_rank(pl, 0, ri->dp, ri->pp);
         ri->leader[NET_DIM_DP] = net_place_rank(pl, ri->tp, 0, ri->pp);
-        for (int dim = 0; dim < 2; dim++) ri->key[dim] = key_hash(dim, ri->leader[dim], 0u, 0);
+        for (int dim = 0; dim < 2; dim++) {
+            ri->key[dim] = key_hash(dim, ri->leader[dim], 0u, 0);
+            ri->group[dim] = ne->goff[dim][ri->global] / pl->size[dim];
+        }
     }
     return TS_OK;
 }
@@ -121,9 +152,13 @@ int net_engine_new(const net_graph *g, const net_place *pl, const net_engine_opt
     ne->factor = malloc(sizeof *ne->factor * (size_t)ne->n_ranks);
     ne->active_comm = calloc((size_t)ne->n_ranks, sizeof *ne->active_comm);
     ne->gpus = malloc(sizeof *ne->gpus * (size_t)(2 * most + 2));
-    ne->map_cap = 1024;
-    ne->map = calloc((size_t)ne->map_cap, sizeof *ne->map);
-    if (!ne->factor || !ne->active_comm || !ne->gpus || !ne->map) {
+    ne->open[0] = calloc((size_t)(pl->n_ranks / pl->size[0]), sizeof *ne->open[0]);
+    ne->open[1] = calloc((size_t)(pl->n_ranks / pl->size[1]), sizeof *ne->open[1]);
+    ne->gplans[0] = calloc((size_t)(pl->n_ranks / pl->size[0]), sizeof *ne->gplans[0]);
+    ne->gplans[1] = calloc((size_t)(pl->n_ranks / pl->size[1]), sizeof *ne->gplans[1]);
+    ne->splans = calloc((size_t)ne->n_ranks, sizeof *ne->splans);
+    if (!ne->factor || !ne->active_comm || !ne->gpus || !ne->open[0] || !ne->open[1] || !ne->gplans[0] ||
+        !ne->gplans[1] || !ne->splans) {
         net_engine_free(ne);
         return err_set(err, TS_ENOMEM, "net_engine: out of memory");
     }
@@ -146,13 +181,19 @@ void net_engine_free(net_engine *ne)
     for (int i = 0; i < ne->n_inst; i++) free(ne->inst[i].tasks);
     free(ne->inst);
     free(ne->free_inst);
-    free(ne->map);
+    for (int dim = 0; dim < 2; dim++) {
+        if (ne->open[dim])
+            for (int k = 0; k < ne->pl->n_ranks / ne->pl->size[dim]; k++) free(ne->open[dim][k].inst);
+        free(ne->open[dim]);
+        free(ne->gplans[dim]);
+    }
     free(ne->tq);
     free(ne->gpus);
     free(ne->desc);
     free(ne->have_desc);
     free(ne->factor);
     free(ne->ri);
+    free(ne->splans);
     for (int dim = 0; dim < 2; dim++) {
         free(ne->ggpus[dim]);
         free(ne->goff[dim]);
@@ -218,6 +259,8 @@ int net_engine_attach(net_engine *ne, engine *e, ts_err *err)
     /* copy 0 of each task (engine_replicate) stands for all its copies,
      * but for compute whose scaling differs from rank to rank */
     uint32_t n = engine_task_count(e), C = engine_copies(e);
+    bool scaled = false; /* some rank's compute is scaled */
+    for (int r = 0; r < ne->n_ranks && !scaled; r++) scaled = ne->factor[r] != 1.0;
     for (uint32_t id = 0; id < n; id += C) {
         uint32_t tag = engine_task_tag(e, id);
         const net_step_desc *d = tag < ne->n_desc && ne->have_desc[tag] ? &ne->desc[tag] : get_desc(ne, tag, err);
@@ -227,7 +270,7 @@ int net_engine_attach(net_engine *ne, engine *e, ts_err *err)
                    (d->role == NET_STEP_COMPUTE && ne->opts.comm_compute_slowdown > 0);
         if (all) {
             rc = engine_task_set_external_copies(e, id, err);
-        } else if (d->role == NET_STEP_COMPUTE) {
+        } else if (d->role == NET_STEP_COMPUTE && scaled) {
             for (uint32_t c = 0; c < C && !rc; c++)
                 if (ne->factor[engine_task_rank(e, id + c)] != 1.0) rc = engine_task_set_external(e, id + c, err);
         }
@@ -336,58 +379,41 @@ static uint64_t key_hash(int dim, int leader, uint32_t tag, int32_t mb)
     return z ^ (z >> 31);
 }
 
-/* Rebuild without tombstones, at 4x the live entries (>= 1024). */
-static int map_rehash(net_engine *ne)
+/* Find (or create) the pending instance of a group's collective; *op
+ * gets the group's open list when the instance waits for others. */
+static int pending(net_engine *ne, const rank_info *ri, int dim, uint32_t tag, int32_t mb, int need, open_t **op)
 {
-    slot_t *old = ne->map;
-    int oc = ne->map_cap, live = 0, cap = 1024;
-    for (int i = 0; i < oc; i++) live += old[i].state == 1;
-    while (cap < 4 * (live + 1)) cap *= 2;
-    ne->map = calloc((size_t)cap, sizeof *ne->map);
-    if (!ne->map) { ne->map = old; return TS_ENOMEM; }
-    ne->map_cap = cap;
-    ne->map_used = 0;
-    for (int i = 0; i < oc; i++) {
-        if (old[i].state != 1) continue;
-        const inst_t *in = &ne->inst[old[i].inst];
-        int h = (int)(key_hash(in->dim, in->leader, in->tag, in->mb) & (uint64_t)(cap - 1));
-        while (ne->map[h].state == 1) h = (h + 1) & (cap - 1);
-        ne->map[h] = (slot_t){old[i].inst, 1};
-        ne->map_used++;
-    }
-    free(old);
-    return TS_OK;
-}
-
-/* Find (or create) the pending instance of a group's collective. */
-static int pending(net_engine *ne, int dim, int leader, uint32_t tag, int32_t mb, int need, int *slot_out)
-{
-    if (2 * (ne->map_used + 1) > ne->map_cap && map_rehash(ne)) return -1;
-    int cap = ne->map_cap, h = (int)(key_hash(dim, leader, tag, mb) & (uint64_t)(cap - 1)), tomb = -1;
-    while (ne->map[h].state != 0) {
-        if (ne->map[h].state == 1) {
-            const inst_t *in = &ne->inst[ne->map[h].inst];
-            if (in->dim == dim && in->leader == leader && in->tag == tag && in->mb == mb) {
-                *slot_out = h;
-                return ne->map[h].inst;
+    open_t *o = NULL;
+    *op = NULL;
+    if (need > 1) {
+        o = &ne->open[dim][ri->group[dim]];
+        for (int k = 0; k < o->n; k++) {
+            const inst_t *in = &ne->inst[o->inst[k]];
+            if (in->tag == tag && in->mb == mb) {
+                *op = o;
+                return o->inst[k];
             }
-        } else if (tomb < 0) {
-            tomb = h;
         }
-        h = (h + 1) & (cap - 1);
+        if (o->n == o->cap) {
+            int nc = o->cap ? o->cap * 2 : 4;
+            int *q = realloc(o->inst, sizeof *q * (size_t)nc);
+            if (!q) return -1;
+            o->inst = q;
+            o->cap = nc;
+        }
     }
     int i = inst_new(ne);
     if (i < 0) return -1;
     inst_t *in = &ne->inst[i];
     in->dim = (uint8_t)dim;
-    in->leader = leader;
+    in->leader = ri->leader[dim];
     in->tag = tag;
     in->mb = mb;
     in->need = need;
-    if (tomb >= 0) h = tomb;
-    else ne->map_used++;
-    ne->map[h] = (slot_t){i, 1};
-    *slot_out = h;
+    if (o) {
+        o->inst[o->n++] = i;
+        *op = o;
+    }
     return i;
 }
 
@@ -420,22 +446,29 @@ int net_engine_rank(const net_engine *ne, int tp, int dp, int pp)
 static void start_coll(net_engine *ne, engine *e, int ii, const net_step_desc *d, const rank_info *ri, int64_t now)
 {
     inst_t *in = &ne->inst[ii];
-    int dim = d->dim, n = ne->pl->size[dim];
-    const int *gpus = ne->ggpus[dim] + ne->goff[dim][ri->global];
-    uint64_t key = ri->key[dim];
-    if (d->coll == NET_COLL_P2P_SCATTER) { /* the peer stage's group receives */
-        int peer = net_place_rank(ne->pl, ri->tp, ri->dp, d->peer_pp);
-        memcpy(ne->gpus, gpus, sizeof *gpus * (size_t)n);
-        memcpy(ne->gpus + n, ne->ggpus[dim] + ne->goff[dim][peer], sizeof *gpus * (size_t)n);
-        gpus = ne->gpus;
-        n *= 2;
-        key = key_hash(in->dim, in->leader, 1u + (uint32_t)d->peer_pp, 0);
+    int dim = d->dim, peer_pp = d->coll == NET_COLL_P2P_SCATTER ? d->peer_pp : -1;
+    plan_cache *pc = &ne->gplans[dim][ri->group[dim]];
+    const net_plan *plan = cache_find(pc, d->coll, peer_pp, d->bytes);
+    if (!plan) {
+        int n = ne->pl->size[dim];
+        const int *gpus = ne->ggpus[dim] + ne->goff[dim][ri->global];
+        uint64_t key = ri->key[dim];
+        if (d->coll == NET_COLL_P2P_SCATTER) { /* the peer stage's group receives */
+            int peer = net_place_rank(ne->pl, ri->tp, ri->dp, d->peer_pp);
+            memcpy(ne->gpus, gpus, sizeof *gpus * (size_t)n);
+            memcpy(ne->gpus + n, ne->ggpus[dim] + ne->goff[dim][peer], sizeof *gpus * (size_t)n);
+            gpus = ne->gpus;
+            n *= 2;
+            key = key_hash(in->dim, in->leader, 1u + (uint32_t)d->peer_pp, 0);
+        }
+        /* ECMP key: the communicator (group, and the peer group of a scatter), the same on every call */
+        net_coll_req q = {(net_coll_kind)d->coll, ne->opts.algo, gpus, n, d->bytes, 0, key};
+        if (d->coll != NET_COLL_ALLREDUCE) q.algo = NET_ALGO_AUTO;
+        if (fail(ne, net_sim_plan(ne->sim, &q, &plan, &ne->err))) return;
+        cache_put(pc, d->coll, peer_pp, d->bytes, plan);
     }
-    /* ECMP key: the communicator (group, and the peer group of a scatter), the same on every call */
-    net_coll_req q = {(net_coll_kind)d->coll, ne->opts.algo, gpus, n, d->bytes, 0, key};
-    if (d->coll != NET_COLL_ALLREDUCE) q.algo = NET_ALGO_AUTO;
     ne->st.collectives++;
-    if (fail(ne, net_sim_start(ne->sim, now, &q, (uint64_t)ii, &ne->err))) return;
+    if (fail(ne, net_sim_start_plan(ne->sim, now, plan, (uint64_t)ii, &ne->err))) return;
     schedule(ne, e);
 }
 
@@ -458,12 +491,15 @@ static void on_start(void *ctx, engine *e, engine_task_id id, int64_t now)
     case NET_STEP_COLL: {
         ne->active_comm[rank]++;
         const rank_info *ri = &ne->ri[rank];
-        int need = ne->opts.full ? ne->pl->size[d->dim] : 1, slot;
-        int ii = pending(ne, d->dim, ri->leader[d->dim], tag, engine_task_mb(e, id), need, &slot);
+        int need = ne->opts.full ? ne->pl->size[d->dim] : 1;
+        open_t *o;
+        int ii = pending(ne, ri, d->dim, tag, engine_task_mb(e, id), need, &o);
         if (ii < 0) { fail(ne, err_set(&ne->err, TS_ENOMEM, "net_engine: out of memory")); return; }
         if (fail(ne, inst_add(&ne->inst[ii], id))) return;
         if (ne->inst[ii].n < ne->inst[ii].need) return;
-        ne->map[slot].state = 2; /* started: no longer pending */
+        if (o) /* started: no longer pending */
+            for (int k = 0; k < o->n; k++)
+                if (o->inst[k] == ii) { o->inst[k] = o->inst[--o->n]; break; }
         start_coll(ne, e, ii, d, ri, now);
         return;
     }
@@ -471,17 +507,22 @@ static void on_start(void *ctx, engine *e, engine_task_id id, int64_t now)
         ne->active_comm[rank]++;
         const rank_info *ri = &ne->ri[rank];
         int global = ri->global;
-        int pair[2] = {ri->gpu, ne->pl->gpu_of_rank[net_place_rank(ne->pl, ri->tp, ri->dp, d->peer_pp)]};
         int ii = inst_new(ne);
         if (ii < 0 || fail(ne, inst_add(&ne->inst[ii], id))) {
             fail(ne, err_set(&ne->err, TS_ENOMEM, "net_engine: out of memory"));
             return;
         }
         ne->inst[ii].leader = global;
-        net_coll_req q = {NET_COLL_P2P, NET_ALGO_AUTO, pair, 2, d->bytes, 0,
-                          key_hash(3, global, (uint32_t)d->peer_pp, 0)};
+        const net_plan *plan = cache_find(&ne->splans[rank], NET_COLL_P2P, d->peer_pp, d->bytes);
+        if (!plan) {
+            int pair[2] = {ri->gpu, ne->pl->gpu_of_rank[net_place_rank(ne->pl, ri->tp, ri->dp, d->peer_pp)]};
+            net_coll_req q = {NET_COLL_P2P, NET_ALGO_AUTO, pair, 2, d->bytes, 0,
+                              key_hash(3, global, (uint32_t)d->peer_pp, 0)};
+            if (fail(ne, net_sim_plan(ne->sim, &q, &plan, &ne->err))) return;
+            cache_put(&ne->splans[rank], NET_COLL_P2P, d->peer_pp, d->bytes, plan);
+        }
         ne->st.p2p++;
-        if (fail(ne, net_sim_start(ne->sim, now, &q, (uint64_t)ii, &ne->err))) return;
+        if (fail(ne, net_sim_start_plan(ne->sim, now, plan, (uint64_t)ii, &ne->err))) return;
         schedule(ne, e);
         return;
     }

@@ -8,44 +8,55 @@
 typedef struct {
     int nlinks, cap;        /* links in use / allocated (kept when the slot is reused) */
     int *links;             /* the route; a link may repeat (a bundle crossing it twice) */
-    int *pos;               /* index of this flow in each link's flow list, per occurrence */
+    int *pos;               /* index of this flow in each link's flow list, per occurrence (links + cap) */
     double left_bytes;
     double rate;            /* GB/s = bytes/ns; 0 until first assigned */
     double new_rate;        /* scratch of the water-filling */
     int64_t last_ns;        /* time left_bytes was last brought up to date */
     int64_t done_ns;
     uint64_t tag;
-    int heap;               /* position in the completion heap, -1 if absent */
     uint32_t mark;          /* component epoch */
     uint32_t fast_gen;      /* == net_flows.gen: started alone, rate set, not yet counted */
     uint8_t active, frozen;
     uint8_t solo;           /* scratch: no other flow on any of its links */
 } flow_t;
 
+/* A link's flows: occurrence 0 in the dense hot array (a lone flow on
+ * idle links touches only that), the others in the link record. */
 typedef struct {
-    int *fl;                /* active flows on this link */
-    int n, cap;
+    int n;                  /* flow occurrences on the link */
+    int fl0;                /* occurrence 0 (if n > 0) */
+} link_hot;
+
+typedef struct {
+    int *fl;                /* occurrences 1 .. n-1 at fl[k - 1]; cap entries */
+    int cap;
     uint32_t mark;          /* component epoch */
     uint32_t ver;           /* water-filling heap version */
-    int dirty;
     int unfrozen;
+    int dirty;
     double rem;             /* capacity left in the water-filling, GB/s */
 } link_t;
 
 typedef struct { double share; int link; uint32_t ver; } fill_ent;
+typedef struct { int64_t t_ns; int id; } done_ent; /* completion heap entry: (done_ns, flow id) */
 
 struct net_flows {
     const net_graph *g;
+    link_hot *lh;
     link_t *lk;
     flow_t *fl;
     int n_flows, cap_flows;
     int *free_ids; int n_free, cap_free;
-    int *heap; int n_heap;         /* completion heap of flow ids, cap = cap_flows */
+    done_ent *heap; int n_heap;    /* completion heap, cap = cap_flows */
+    int *hpos;                     /* per flow: position in the heap, -1 if absent */
     int *dirty; int n_dirty;       /* dirty link ids, cap = n_links */
     int *comp_links, *comp_flows;  /* scratch, caps n_links and cap_flows */
     fill_ent *fh; int n_fh, cap_fh;/* water-filling heap */
     uint32_t epoch;
     uint32_t gen;                  /* recomputation generation (starts at 1) */
+    uint32_t bw_gen;               /* busy period (bandwidths may change only between two):
+                                      hints of another period are stale */
     int n_fast;                    /* flows started alone since the last recomputation */
     int64_t now_ns;
     int active;
@@ -54,62 +65,69 @@ struct net_flows {
 
 /* ---------------------------------------------------------- completion heap */
 
-static int before(const net_flows *f, int a, int b)
-{
-    const flow_t *x = &f->fl[a], *y = &f->fl[b];
-    return x->done_ns < y->done_ns || (x->done_ns == y->done_ns && a < b);
-}
+static int before(done_ent a, done_ent b) { return a.t_ns < b.t_ns || (a.t_ns == b.t_ns && a.id < b.id); }
 
-static void heap_set(net_flows *f, int i, int id) { f->heap[i] = id; f->fl[id].heap = i; }
-
+/* A 4-ary heap: half the depth of a binary one, the children of a node
+ * side by side. (done_ns, id) is a total order, so the order of pops does
+ * not depend on the shape. */
 static void heap_up(net_flows *f, int i)
 {
-    int id = f->heap[i];
+    done_ent e = f->heap[i];
     while (i > 0) {
-        int p = (i - 1) / 2;
-        if (!before(f, id, f->heap[p])) break;
-        heap_set(f, i, f->heap[p]);
+        int p = (i - 1) / 4;
+        if (!before(e, f->heap[p])) break;
+        f->heap[i] = f->heap[p];
+        f->hpos[f->heap[i].id] = i;
         i = p;
     }
-    heap_set(f, i, id);
+    f->heap[i] = e;
+    f->hpos[e.id] = i;
 }
 
 static void heap_down(net_flows *f, int i)
 {
-    int id = f->heap[i];
+    done_ent e = f->heap[i];
     for (;;) {
-        int c = 2 * i + 1;
+        int c = 4 * i + 1, end = c + 4;
         if (c >= f->n_heap) break;
-        if (c + 1 < f->n_heap && before(f, f->heap[c + 1], f->heap[c])) c++;
-        if (!before(f, f->heap[c], id)) break;
-        heap_set(f, i, f->heap[c]);
+        if (end > f->n_heap) end = f->n_heap;
+        for (int k = c + 1; k < end; k++)
+            if (before(f->heap[k], f->heap[c])) c = k;
+        if (!before(f->heap[c], e)) break;
+        f->heap[i] = f->heap[c];
+        f->hpos[f->heap[i].id] = i;
         i = c;
     }
-    heap_set(f, i, id);
+    f->heap[i] = e;
+    f->hpos[e.id] = i;
 }
 
+/* Insert flow id at its done_ns, or move it there. */
 static void heap_update(net_flows *f, int id)
 {
-    if (f->fl[id].heap < 0) {
-        f->heap[f->n_heap] = id;
-        f->fl[id].heap = f->n_heap++;
-        heap_up(f, f->n_heap - 1);
+    int i = f->hpos[id];
+    if (i < 0) {
+        i = f->n_heap++;
+        f->heap[i] = (done_ent){f->fl[id].done_ns, id};
+        heap_up(f, i);
     } else {
-        heap_up(f, f->fl[id].heap);
-        heap_down(f, f->fl[id].heap);
+        f->heap[i].t_ns = f->fl[id].done_ns;
+        heap_up(f, i);
+        heap_down(f, f->hpos[id]);
     }
 }
 
 static void heap_remove(net_flows *f, int id)
 {
-    int i = f->fl[id].heap;
+    int i = f->hpos[id];
     if (i < 0) return;
-    f->fl[id].heap = -1;
-    int last = f->heap[--f->n_heap];
+    f->hpos[id] = -1;
+    done_ent last = f->heap[--f->n_heap];
     if (i == f->n_heap) return;
-    heap_set(f, i, last);
+    f->heap[i] = last;
+    f->hpos[last.id] = i;
     heap_up(f, i);
-    heap_down(f, f->fl[last].heap);
+    heap_down(f, f->hpos[last.id]);
 }
 
 /* ---------------------------------------------------------- lifecycle */
@@ -122,10 +140,11 @@ int net_flows_new(const net_graph *g, net_flows **out, ts_err *err)
     f->g = g;
     f->gen = 1;
     size_t nl = (size_t)(g->n_links ? g->n_links : 1);
+    f->lh = calloc(nl, sizeof *f->lh);
     f->lk = calloc(nl, sizeof *f->lk);
     f->dirty = malloc(nl * sizeof *f->dirty);
     f->comp_links = malloc(nl * sizeof *f->comp_links);
-    if (!f->lk || !f->dirty || !f->comp_links) {
+    if (!f->lh || !f->lk || !f->dirty || !f->comp_links) {
         net_flows_free(f);
         return err_set(err, TS_ENOMEM, "net_flows: out of memory");
     }
@@ -139,13 +158,12 @@ void net_flows_free(net_flows *f)
     if (f->lk)
         for (int i = 0; i < f->g->n_links; i++) free(f->lk[i].fl);
     free(f->lk);
-    for (int i = 0; i < f->n_flows; i++) { /* route arrays are kept per slot */
-        free(f->fl[i].links);
-        free(f->fl[i].pos);
-    }
+    free(f->lh);
+    for (int i = 0; i < f->n_flows; i++) free(f->fl[i].links); /* route arrays are kept per slot */
     free(f->fl);
     free(f->free_ids);
     free(f->heap);
+    free(f->hpos);
     free(f->dirty);
     free(f->comp_links);
     free(f->comp_flows);
@@ -162,9 +180,12 @@ static int alloc_flow(net_flows *f)
         if (!nf) return TS_ENOMEM;
         memset(nf + f->cap_flows, 0, sizeof *nf * (size_t)(ncap - f->cap_flows));
         f->fl = nf;
-        int *nh = realloc(f->heap, sizeof *nh * (size_t)ncap);
+        done_ent *nh = realloc(f->heap, sizeof *nh * (size_t)ncap);
         if (!nh) return TS_ENOMEM;
         f->heap = nh;
+        int *np = realloc(f->hpos, sizeof *np * (size_t)ncap);
+        if (!np) return TS_ENOMEM;
+        f->hpos = np;
         int *nc = realloc(f->comp_flows, sizeof *nc * (size_t)ncap);
         if (!nc) return TS_ENOMEM;
         f->comp_flows = nc;
@@ -174,6 +195,37 @@ static int alloc_flow(net_flows *f)
         f->cap_flows = ncap;
     }
     return f->n_flows++;
+}
+
+/* Occurrence k of link l's flow list. */
+static inline int lfl(const net_flows *f, int l, int k) { return k ? f->lk[l].fl[k - 1] : f->lh[l].fl0; }
+
+static inline void lfl_set(net_flows *f, int l, int k, int id)
+{
+    if (k) f->lk[l].fl[k - 1] = id;
+    else f->lh[l].fl0 = id;
+}
+
+/* Append flow id to link l's list; its occurrence index, or TS_ENOMEM. */
+static int lfl_push(net_flows *f, int l, int id)
+{
+    link_hot *H = &f->lh[l];
+    int k = H->n;
+    if (k == 0) {
+        H->fl0 = id;
+    } else {
+        link_t *L = &f->lk[l];
+        if (k - 1 == L->cap) {
+            int ncap = L->cap ? L->cap * 2 : 4;
+            int *n = realloc(L->fl, sizeof *n * (size_t)ncap);
+            if (!n) return TS_ENOMEM;
+            L->fl = n;
+            L->cap = ncap;
+        }
+        L->fl[k - 1] = id;
+    }
+    H->n = k + 1;
+    return k;
 }
 
 static void mark_dirty(net_flows *f, int l)
@@ -249,13 +301,14 @@ static int recompute(net_flows *f)
     f->n_dirty = 0;
     /* BFS over links <-> flows. */
     for (int li = 0; li < nl; li++) {
-        link_t *L = &f->lk[f->comp_links[li]];
-        for (int k = 0; k < L->n; k++) {
-            flow_t *F = &f->fl[L->fl[k]];
+        int l = f->comp_links[li];
+        for (int k = 0; k < f->lh[l].n; k++) {
+            int id = lfl(f, l, k);
+            flow_t *F = &f->fl[id];
             if (F->mark == ep) continue;
             F->mark = ep;
             fast_seen += F->fast_gen == gen;
-            f->comp_flows[nf++] = L->fl[k];
+            f->comp_flows[nf++] = id;
             for (int h = 0; h < F->nlinks; h++) {
                 int l2 = F->links[h];
                 if (f->lk[l2].mark != ep) { f->lk[l2].mark = ep; f->comp_links[nl++] = l2; }
@@ -280,16 +333,16 @@ static int recompute(net_flows *f)
         int id = f->comp_flows[fi];
         F->solo = 1;
         for (int h = 0; h < F->nlinks && F->solo; h++) {
-            const link_t *L = &f->lk[F->links[h]];
-            for (int k = 0; k < L->n; k++)
-                if (L->fl[k] != id) { F->solo = 0; break; }
+            int l = F->links[h];
+            for (int k = 0; k < f->lh[l].n; k++)
+                if (lfl(f, l, k) != id) { F->solo = 0; break; }
         }
         F->frozen = F->solo;
         if (!F->solo) continue;
         double rate = 0;
         for (int h = 0; h < F->nlinks; h++) {
-            const link_t *L = &f->lk[F->links[h]];
-            double share = g->links[F->links[h]].bw_gbps / L->n;
+            int l = F->links[h];
+            double share = g->links[l].bw_gbps / f->lh[l].n;
             if (h == 0 || share < rate) rate = share;
         }
         F->new_rate = rate > 0 ? rate : 0;
@@ -297,21 +350,21 @@ static int recompute(net_flows *f)
     /* Progressive filling of the others. */
     f->n_fh = 0;
     for (int li = 0; li < nl; li++) {
-        int l = f->comp_links[li];
+        int l = f->comp_links[li], n = f->lh[l].n;
         link_t *L = &f->lk[l];
-        if (L->n > 0 && f->fl[L->fl[0]].solo) continue;
+        if (n > 0 && f->fl[f->lh[l].fl0].solo) continue;
         L->rem = g->links[l].bw_gbps;
-        L->unfrozen = L->n;
+        L->unfrozen = n;
         L->ver++;
-        if (L->n > 0 && fh_push(f, L->rem / L->n, l, L->ver)) return TS_ENOMEM;
+        if (n > 0 && fh_push(f, L->rem / n, l, L->ver)) return TS_ENOMEM;
     }
     while (f->n_fh > 0) {
         fill_ent e = fh_pop(f);
         link_t *L = &f->lk[e.link];
         if (e.ver != L->ver || L->unfrozen == 0) continue;
         double share = L->rem > 0 ? L->rem / L->unfrozen : 0;
-        for (int k = 0; k < L->n; k++) {
-            int id = L->fl[k];
+        for (int k = 0; k < f->lh[e.link].n; k++) {
+            int id = lfl(f, e.link, k);
             flow_t *F = &f->fl[id];
             if (F->frozen) continue;
             F->frozen = 1;
@@ -331,7 +384,7 @@ static int recompute(net_flows *f)
     for (int fi = 0; fi < nf; fi++) {
         int id = f->comp_flows[fi];
         flow_t *F = &f->fl[id];
-        if (F->new_rate == F->rate && F->heap >= 0) continue;
+        if (F->new_rate == F->rate && f->hpos[id] >= 0) continue;
         F->left_bytes -= F->rate * (double)(f->now_ns - F->last_ns);
         if (F->left_bytes < 0) F->left_bytes = 0;
         F->last_ns = f->now_ns;
@@ -347,6 +400,12 @@ static int recompute(net_flows *f)
 int net_flow_start(net_flows *f, int64_t now_ns, const int *links, int nlinks, double bytes,
                    uint64_t tag, ts_err *err)
 {
+    return net_flow_start_hint(f, now_ns, links, nlinks, bytes, tag, NULL, err);
+}
+
+int net_flow_start_hint(net_flows *f, int64_t now_ns, const int *links, int nlinks, double bytes, uint64_t tag,
+                        net_flow_hint *hint, ts_err *err)
+{
     if (now_ns < f->now_ns)
         return err_set(err, TS_EINVAL, "net_flow_start: time %lld ns is before the current time %lld ns",
                        (long long)now_ns, (long long)f->now_ns);
@@ -360,7 +419,7 @@ int net_flow_start(net_flows *f, int64_t now_ns, const int *links, int nlinks, d
     for (int h = 0; h < nlinks; h++) {
         if ((unsigned)links[h] >= (unsigned)f->g->n_links)
             return err_set(err, TS_EINVAL, "net_flow_start: link id %d not in 0..%d", links[h], f->g->n_links - 1);
-        alone &= f->lk[links[h]].n == 0;
+        alone &= f->lh[links[h]].n == 0;
     }
     if (now_ns > f->now_ns) {
         if (recompute(f)) return err_set(err, TS_ENOMEM, "net_flows: out of memory");
@@ -369,27 +428,26 @@ int net_flow_start(net_flows *f, int64_t now_ns, const int *links, int nlinks, d
     int id = alloc_flow(f);
     if (id < 0) return err_set(err, TS_ENOMEM, "net_flows: out of memory");
     flow_t *F = &f->fl[id];
-    int *keep_links = F->links, *keep_pos = F->pos, keep_cap = F->cap;
+    int *keep_links = F->links, keep_cap = F->cap;
     memset(F, 0, sizeof *F);
     F->links = keep_links;
-    F->pos = keep_pos;
     F->cap = keep_cap;
     if (F->cap < nlinks) {
         int ncap = F->cap ? F->cap : 8;
         while (ncap < nlinks) ncap *= 2;
-        int *nl = realloc(F->links, sizeof *nl * (size_t)ncap);
-        if (nl) F->links = nl;
-        int *np = nl ? realloc(F->pos, sizeof *np * (size_t)ncap) : NULL;
-        if (np) F->pos = np;
-        if (!nl || !np) return err_set(err, TS_ENOMEM, "net_flows: out of memory");
+        int *nl = realloc(F->links, sizeof *nl * 2 * (size_t)ncap); /* links, then pos */
+        if (!nl) return err_set(err, TS_ENOMEM, "net_flows: out of memory");
+        F->links = nl;
         F->cap = ncap;
     }
-    F->heap = -1;
+    F->pos = F->links + F->cap;
+    f->hpos[id] = -1;
     F->active = 1;
     F->tag = tag;
     F->left_bytes = bytes;
     F->last_ns = now_ns;
     F->mark = f->epoch;
+    if (f->active == 0) f->bw_gen++; /* a busy period begins: bandwidths may have changed */
     f->active++;
     f->st.flows_started++;
     if (bytes == 0) { /* finishes now; takes no bandwidth */
@@ -400,25 +458,24 @@ int net_flow_start(net_flows *f, int64_t now_ns, const int *links, int nlinks, d
     }
     F->nlinks = nlinks;
     for (int h = 0; h < nlinks; h++) {
-        link_t *L = &f->lk[links[h]];
-        if (L->n == L->cap) {
-            int ncap = L->cap ? L->cap * 2 : 4;
-            int *n = realloc(L->fl, sizeof *n * (size_t)ncap);
-            if (!n) return err_set(err, TS_ENOMEM, "net_flows: out of memory");
-            L->fl = n;
-            L->cap = ncap;
-        }
+        int k = lfl_push(f, links[h], id);
+        if (k < 0) return err_set(err, TS_ENOMEM, "net_flows: out of memory");
         F->links[h] = links[h];
-        F->pos[h] = L->n;
-        L->fl[L->n++] = id;
+        F->pos[h] = k;
         if (!alone) mark_dirty(f, links[h]);
     }
     if (alone) {
         double rate = 0;
-        for (int h = 0; h < nlinks; h++) {
-            int n = f->lk[links[h]].n; /* x / 1 == x: skip the division */
-            double share = n == 1 ? f->g->links[links[h]].bw_gbps : f->g->links[links[h]].bw_gbps / n;
-            if (h == 0 || share < rate) rate = share;
+        if (hint && hint->gen == f->bw_gen) {
+            rate = hint->rate_gbps;
+        } else {
+            for (int h = 0; h < nlinks; h++) {
+                int n = f->lh[links[h]].n;
+                double bw = f->g->links[links[h]].bw_gbps;
+                double share = n == 1 ? bw : bw / n; /* x / 1 == x: skip the division */
+                if (h == 0 || share < rate) rate = share;
+            }
+            if (hint) *hint = (net_flow_hint){rate, f->bw_gen};
         }
         F->rate = rate > 0 ? rate : 0;
         F->done_ns = F->rate > 0 ? now_ns + duration_ns(bytes, F->rate) : NET_TIME_NEVER;
@@ -436,22 +493,21 @@ static void detach(net_flows *f, int id)
      * so they need no recomputation. */
     int alone = 1;
     for (int h = 0; h < F->nlinks && alone; h++) {
-        const link_t *L = &f->lk[F->links[h]];
-        for (int k = 0; k < L->n; k++)
-            if (L->fl[k] != id) { alone = 0; break; }
+        int l = F->links[h];
+        for (int k = 0; k < f->lh[l].n; k++)
+            if (lfl(f, l, k) != id) { alone = 0; break; }
     }
     if (alone) {
-        for (int h = 0; h < F->nlinks; h++) f->lk[F->links[h]].n = 0;
+        for (int h = 0; h < F->nlinks; h++) f->lh[F->links[h]].n = 0;
         F->active = 0;
         f->active--;
         return;
     }
     for (int h = 0; h < F->nlinks; h++) {
         int l = F->links[h];
-        link_t *L = &f->lk[l];
-        int p = F->pos[h], lastpos = --L->n, last = L->fl[lastpos];
+        int p = F->pos[h], lastpos = --f->lh[l].n, last = lfl(f, l, lastpos);
         if (p != lastpos) { /* move the last entry (maybe this flow's other occurrence) into p */
-            L->fl[p] = last;
+            lfl_set(f, l, p, last);
             flow_t *G = &f->fl[last];
             for (int hh = 0; hh < G->nlinks; hh++)
                 if (G->links[hh] == l && G->pos[hh] == lastpos) { G->pos[hh] = p; break; }
@@ -465,7 +521,7 @@ static void detach(net_flows *f, int id)
 int64_t net_flows_next_ns(net_flows *f)
 {
     if (recompute(f)) return NET_TIME_NEVER;
-    return f->n_heap ? f->fl[f->heap[0]].done_ns : NET_TIME_NEVER;
+    return f->n_heap ? f->heap[0].t_ns : NET_TIME_NEVER;
 }
 
 int net_flows_advance(net_flows *f, int64_t t_ns, net_flow_done_fn done, void *ctx, ts_err *err)
@@ -473,12 +529,12 @@ int net_flows_advance(net_flows *f, int64_t t_ns, net_flow_done_fn done, void *c
     for (;;) {
         if (recompute(f)) return err_set(err, TS_ENOMEM, "net_flows: out of memory");
         if (f->n_heap == 0) break;
-        int64_t T = f->fl[f->heap[0]].done_ns;
+        int64_t T = f->heap[0].t_ns;
         if (T > t_ns || T == NET_TIME_NEVER) break;
         f->now_ns = T;
         /* Pop every flow finishing at T; report them in flow id order. */
-        while (f->n_heap > 0 && f->fl[f->heap[0]].done_ns == T) {
-            int id = f->heap[0];
+        while (f->n_heap > 0 && f->heap[0].t_ns == T) {
+            int id = f->heap[0].id;
             heap_remove(f, id);
             detach(f, id);
             f->free_ids[f->n_free++] = id;

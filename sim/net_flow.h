@@ -60,6 +60,20 @@ void net_flows_free(net_flows *f);
 int net_flow_start(net_flows *f, int64_t now_ns, const int *links, int nlinks, double bytes,
                    uint64_t tag, ts_err *err);
 
+/* A lone flow's rate, kept by the caller between starts over the same
+ * link list (zero-initialize it; one per distinct list). */
+typedef struct {
+    double rate_gbps;
+    uint32_t gen;      /* busy period it was computed in */
+} net_flow_hint;
+
+/* net_flow_start, where a flow that starts on idle links takes its rate
+ * from *hint if it was computed in the current busy period (bandwidths may
+ * change only between two) instead of reading every link's bandwidth, and
+ * leaves it there otherwise. hint may be NULL. */
+int net_flow_start_hint(net_flows *f, int64_t now_ns, const int *links, int nlinks, double bytes, uint64_t tag,
+                        net_flow_hint *hint, ts_err *err);
+
 /* Time of the next flow completion (NET_TIME_NEVER if none). Recomputes
  * dirty rates first. */
 int64_t net_flows_next_ns(net_flows *f);

@@ -205,3 +205,40 @@ Test(net_flow, lone_bundle_gets_its_tightest_links_share)
     net_flows_free(f);
     net_graph_free(g);
 }
+
+Test(net_flow, hint_reused_within_a_busy_period_and_reread_after)
+{
+    /* A lone flow fills the hint; a lone start over the same links later in
+     * the same busy period takes it as is (a rate planted in it shows);
+     * after an idle spell in which a bandwidth changed it is computed again. */
+    net_graph *g = line3();
+    net_flows *f = NULL;
+    ts_err e;
+    cr_assert_eq(net_flows_new(g, &f, &e), TS_OK);
+    int l01 = net_graph_find_link(g, g->gpu_node[0], g->gpu_node[1]);
+    int l10 = net_graph_find_link(g, g->gpu_node[1], g->gpu_node[0]);
+    int l12 = net_graph_find_link(g, g->gpu_node[1], g->gpu_node[2]);
+    int route[3] = {l01, l12, l12};
+    net_flow_hint h = {0, 0};
+    int a = net_flow_start_hint(f, 0, route, 3, 1e6, 0, &h, &e);
+    cr_assert(a >= 0, "%s", e.msg);
+    cr_assert_float_eq(net_flow_rate_gbps(f, a), 100.0, 1e-12, "min(100 / 1, 200 / 2)");
+    cr_assert_float_eq(h.rate_gbps, 100.0, 1e-12);
+    cr_assert(net_flow_start(f, 0, &l10, 1, 1e12, 1, &e) >= 0, "a long flow elsewhere keeps the fabric busy");
+    cr_assert_eq(net_flows_next_ns(f), 10000);
+    cr_assert_eq(net_flows_advance(f, 10000, NULL, NULL, &e), TS_OK);
+    cr_assert_eq(net_flows_active(f), 1);
+    h.rate_gbps = 7.0;
+    int b = net_flow_start_hint(f, 10000, route, 3, 1e6, 2, &h, &e);
+    cr_assert(b >= 0, "%s", e.msg);
+    cr_assert_float_eq(net_flow_rate_gbps(f, b), 7.0, 1e-12, "the same busy period trusts the hint");
+    cr_assert_eq(net_flows_advance(f, NET_TIME_NEVER, NULL, NULL, &e), TS_OK);
+    cr_assert_eq(net_flows_active(f), 0);
+    cr_assert_eq(net_graph_scale_link(g, g->gpu_node[1], g->gpu_node[2], 0.5, &e), TS_OK, "%s", e.msg);
+    int c = net_flow_start_hint(f, net_flows_now_ns(f), route, 3, 1e6, 3, &h, &e);
+    cr_assert(c >= 0, "%s", e.msg);
+    cr_assert_float_eq(net_flow_rate_gbps(f, c), 50.0, 1e-12, "recomputed after the idle spell: 200 x 0.5 / 2");
+    cr_assert_float_eq(h.rate_gbps, 50.0, 1e-12);
+    net_flows_free(f);
+    net_graph_free(g);
+}
