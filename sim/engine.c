@@ -62,27 +62,28 @@ typedef struct {
     uint32_t copy;    /* copy whose tasks this stream runs */
 } stream;
 
-/* The event queue: one bucket per distinct pending time, holding its
- * events first-in first-out; a binary heap orders the buckets by time and a
- * hash map finds the bucket of a time. Events are thus processed in (time,
- * push order), and the many events that fall on one instant (interchangeable
- * ranks ending the same task together) cost a list append, not a heap
- * operation. */
+/* The event queue: a radix heap (Ahuja et al.; event times never precede
+ * the current time). Bucket 0 holds the events at `last`, the time of the
+ * latest pop, in push order; bucket k >= 1 the events whose time first
+ * differs from last in bit k-1 (the highest differing bit). A pop takes
+ * bucket 0's next event or, once bucket 0 is drained, makes the earliest
+ * time of the lowest non-empty bucket the new last and moves that bucket's
+ * events, in order, to lower buckets. The bucket of a time is a function of
+ * the time and last, so the events of one time always share a bucket, in
+ * push order: events run in (time, push order). A push is a few
+ * instructions; each event moves down at most 63 times, in practice once or
+ * twice. */
 typedef struct {
+    int64_t t_ns;
     uint32_t what; /* task id, or TIMER_BIT | timer index */
-    uint32_t next; /* next event of the bucket / free list */
 } event;
 
 typedef struct {
-    int64_t t_ns;
-    uint32_t head, tail; /* events; head is also the free-list link */
-} bucket;
+    event *ev;
+    uint32_t n, cap;
+} rbucket;
 
-typedef struct {
-    int64_t t_ns;
-    uint32_t b; /* bucket, NONE if the slot is empty */
-} tslot;
-
+#define RQ_BUCKETS 64
 #define NONE UINT32_MAX
 
 typedef struct {
@@ -109,14 +110,10 @@ struct engine {
     edge *edges;
     uint32_t n_edges, cap_edges;
     stream *streams;
-    event *ev;            /* event pool */
-    uint32_t n_ev, cap_ev, ev_free;
-    bucket *bk;           /* bucket pool */
-    uint32_t n_bk, cap_bk, bk_free;
-    uint32_t *heap;       /* non-empty buckets, min-heap by time (none: no event queued) */
-    uint32_t n_heap, cap_heap;
-    tslot *map;           /* time -> bucket, linear probing */
-    uint32_t map_cap;     /* power of two (0 before the first event) */
+    rbucket rq[RQ_BUCKETS]; /* the event queue (see above) */
+    uint32_t rq_head;     /* next event of bucket 0 */
+    uint64_t rq_busy;     /* bit k: bucket k is not empty */
+    int64_t rq_last_ns;   /* `last` of the queue */
     timer *timers;
     uint32_t n_timers, cap_timers, timer_free;
     int64_t now_ns, makespan_ns;
@@ -158,8 +155,6 @@ int engine_create(int n_ranks, int streams_per_rank, const engine_hooks *hooks,
     if (!e)
         return err_set(err, TS_ENOMEM, "engine: out of memory");
     e->n_ranks = n_ranks;
-    e->ev_free = NONE;
-    e->bk_free = NONE;
     e->timer_free = NONE;
     e->copies = 1;
     e->spr = streams_per_rank;
@@ -190,10 +185,8 @@ void engine_free(engine *e)
     free(e->times);
     free(e->edges);
     free(e->streams);
-    free(e->ev);
-    free(e->bk);
-    free(e->heap);
-    free(e->map);
+    for (int k = 0; k < RQ_BUCKETS; k++)
+        free(e->rq[k].ev);
     free(e->timers);
     free(e->busy_ns);
     free(e->acct);
@@ -356,163 +349,6 @@ int engine_task_join(engine *e, engine_task_id t, engine_task_id partner, ts_err
 }
 
 /* ---------------------------------------------------------------- events */
-static inline uint32_t map_hash(const engine *e, int64_t t_ns)
-{
-    uint64_t z = (uint64_t)t_ns * 0x9E3779B97F4A7C15ull;
-    return (uint32_t)(z >> 32) & (e->map_cap - 1);
-}
-
-static uint32_t map_find(const engine *e, int64_t t_ns)
-{
-    if (e->map_cap == 0)
-        return NONE;
-    for (uint32_t h = map_hash(e, t_ns);; h = (h + 1) & (e->map_cap - 1)) {
-        if (e->map[h].b == NONE)
-            return NONE;
-        if (e->map[h].t_ns == t_ns)
-            return e->map[h].b;
-    }
-}
-
-static void map_put(engine *e, int64_t t_ns, uint32_t b)
-{
-    uint32_t h = map_hash(e, t_ns);
-    while (e->map[h].b != NONE)
-        h = (h + 1) & (e->map_cap - 1);
-    e->map[h] = (tslot){t_ns, b};
-}
-
-/* Remove t_ns (present) with backward-shift deletion: no tombstones. */
-static void map_del(engine *e, int64_t t_ns)
-{
-    uint32_t mask = e->map_cap - 1, h = map_hash(e, t_ns);
-    while (e->map[h].t_ns != t_ns || e->map[h].b == NONE)
-        h = (h + 1) & mask;
-    for (uint32_t j = (h + 1) & mask; e->map[j].b != NONE; j = (j + 1) & mask) {
-        uint32_t home = map_hash(e, e->map[j].t_ns);
-        /* move j into the hole h unless its home lies cyclically in (h, j] */
-        if (((j - home) & mask) >= ((j - h) & mask)) {
-            e->map[h] = e->map[j];
-            h = j;
-        }
-    }
-    e->map[h].b = NONE;
-}
-
-/* Keep the map at most half full of the n_heap + 1 buckets. */
-static int map_reserve(engine *e)
-{
-    if (2 * ((uint64_t)e->n_heap + 1) <= e->map_cap)
-        return TS_OK;
-    uint32_t cap = e->map_cap ? 2 * e->map_cap : 1024;
-    tslot *old = e->map, *m = malloc(cap * sizeof *m);
-    if (!m)
-        return TS_ENOMEM;
-    for (uint32_t i = 0; i < cap; i++)
-        m[i].b = NONE;
-    uint32_t old_cap = e->map_cap;
-    e->map = m;
-    e->map_cap = cap;
-    for (uint32_t i = 0; i < old_cap; i++)
-        if (old[i].b != NONE)
-            map_put(e, old[i].t_ns, old[i].b);
-    free(old);
-    return TS_OK;
-}
-
-static void heap_up(engine *e, uint32_t i)
-{
-    uint32_t b = e->heap[i];
-    int64_t t = e->bk[b].t_ns;
-    while (i > 0) {
-        uint32_t parent = (i - 1) / 2;
-        if (e->bk[e->heap[parent]].t_ns <= t)
-            break;
-        e->heap[i] = e->heap[parent];
-        i = parent;
-    }
-    e->heap[i] = b;
-}
-
-static void heap_pop_top(engine *e)
-{
-    uint32_t last = e->heap[--e->n_heap], i = 0, n = e->n_heap;
-    int64_t t = e->bk[last].t_ns;
-    for (;;) {
-        uint32_t c = 2 * i + 1;
-        if (c >= n)
-            break;
-        if (c + 1 < n && e->bk[e->heap[c + 1]].t_ns < e->bk[e->heap[c]].t_ns)
-            c++;
-        if (e->bk[e->heap[c]].t_ns >= t)
-            break;
-        e->heap[i] = e->heap[c];
-        i = c;
-    }
-    if (n > 0)
-        e->heap[i] = last;
-}
-
-static int event_push(engine *e, int64_t t_ns, uint32_t what)
-{
-    uint32_t b = map_find(e, t_ns);
-    if (b == NONE) {
-        if (map_reserve(e))
-            return TS_ENOMEM;
-        if (e->bk_free != NONE) {
-            b = e->bk_free;
-            e->bk_free = e->bk[b].head;
-        } else {
-            if (e->n_bk == e->cap_bk && grow((void **)&e->bk, sizeof *e->bk, &e->cap_bk, e->n_bk + 1))
-                return TS_ENOMEM;
-            b = e->n_bk++;
-        }
-        if (e->n_heap == e->cap_heap && grow((void **)&e->heap, sizeof *e->heap, &e->cap_heap, e->n_heap + 1))
-            return TS_ENOMEM;
-        e->bk[b] = (bucket){t_ns, NONE, NONE};
-        map_put(e, t_ns, b);
-        e->heap[e->n_heap] = b;
-        heap_up(e, e->n_heap++);
-    }
-    uint32_t k;
-    if (e->ev_free != NONE) {
-        k = e->ev_free;
-        e->ev_free = e->ev[k].next;
-    } else {
-        if (e->n_ev == e->cap_ev && grow((void **)&e->ev, sizeof *e->ev, &e->cap_ev, e->n_ev + 1))
-            return TS_ENOMEM;
-        k = e->n_ev++;
-    }
-    e->ev[k] = (event){what, NONE};
-    bucket *B = &e->bk[b];
-    if (B->tail == NONE)
-        B->head = k;
-    else
-        e->ev[B->tail].next = k;
-    B->tail = k;
-    return TS_OK;
-}
-
-/* Take the first event of the earliest time (the queue is not empty). */
-static uint32_t event_pop(engine *e, int64_t *t_ns)
-{
-    uint32_t b = e->heap[0];
-    bucket *B = &e->bk[b];
-    uint32_t k = B->head, what = e->ev[k].what;
-    *t_ns = B->t_ns;
-    B->head = e->ev[k].next;
-    e->ev[k].next = e->ev_free;
-    e->ev_free = k;
-    if (B->head == NONE) {
-        map_del(e, B->t_ns);
-        heap_pop_top(e);
-        B->head = e->bk_free;
-        e->bk_free = b;
-    }
-    return what;
-}
-
-/* ---------------------------------------------------------------- run */
 static void fail(engine *e, int code, const char *what)
 {
     if (e->status == TS_OK) {
@@ -521,11 +357,72 @@ static void fail(engine *e, int code, const char *what)
     }
 }
 
+/* Bucket of time t_ns (>= last). */
+static inline unsigned rq_bucket(const engine *e, int64_t t_ns)
+{
+    uint64_t x = (uint64_t)t_ns ^ (uint64_t)e->rq_last_ns;
+    return x ? 64u - (unsigned)__builtin_clzll(x) : 0u;
+}
+
+static inline int rq_append(engine *e, unsigned k, event v)
+{
+    rbucket *B = &e->rq[k];
+    if (B->n == B->cap && grow((void **)&B->ev, sizeof *B->ev, &B->cap, B->n + 1))
+        return TS_ENOMEM;
+    B->ev[B->n++] = v;
+    e->rq_busy |= 1ull << k;
+    return TS_OK;
+}
+
+static int event_push(engine *e, int64_t t_ns, uint32_t what)
+{
+    return rq_append(e, rq_bucket(e, t_ns), (event){t_ns, what});
+}
+
+/* Take the next event: *what, and its time into now_ns; false if none is
+ * left. */
+static bool event_pop(engine *e, uint32_t *what)
+{
+    rbucket *B0 = &e->rq[0];
+    if (e->rq_head == B0->n) { /* bucket 0 drained: refill it from the lowest bucket */
+        B0->n = e->rq_head = 0;
+        e->rq_busy &= ~1ull;
+        if (!e->rq_busy)
+            return false;
+        unsigned k = (unsigned)__builtin_ctzll(e->rq_busy);
+        rbucket *B = &e->rq[k];
+        int64_t last = B->ev[0].t_ns;
+        for (uint32_t j = 1; j < B->n; j++)
+            if (B->ev[j].t_ns < last)
+                last = B->ev[j].t_ns;
+        e->rq_last_ns = last;
+        uint32_t n = B->n;
+        B->n = 0;
+        e->rq_busy &= ~(1ull << k);
+        for (uint32_t j = 0; j < n; j++) /* in order, to the (empty) buckets below k */
+            if (rq_append(e, rq_bucket(e, B->ev[j].t_ns), B->ev[j])) {
+                fail(e, TS_ENOMEM, "out of memory for events");
+                return false;
+            }
+    }
+    event v = B0->ev[e->rq_head++];
+    *what = v.what;
+    e->now_ns = v.t_ns;
+    return true;
+}
+
+/* ---------------------------------------------------------------- run */
+/* Stream s starts or stops: close the rank's current mask interval (none
+ * if it is empty: a task that starts where the last one ended) and flip the
+ * stream's bit. */
 static inline void mask_flip(engine *e, uint32_t s)
 {
-    racct *a = &e->acct[s >> e->sbits];
-    e->busy_ns[((size_t)(s >> e->sbits) << e->spr) + a->mask] += e->now_ns - a->last_ns;
-    a->last_ns = e->now_ns;
+    uint32_t rank = s >> e->sbits;
+    racct *a = &e->acct[rank];
+    if (e->now_ns != a->last_ns) {
+        e->busy_ns[((size_t)rank << e->spr) + a->mask] += e->now_ns - a->last_ns;
+        a->last_ns = e->now_ns;
+    }
     a->mask ^= 1u << (s & ((1u << e->sbits) - 1));
 }
 
@@ -542,10 +439,10 @@ static inline uint32_t stream_of(const engine *e, uint32_t i, uint32_t c)
     return e->tasks[i].stream + c * e->copy_streams;
 }
 
-static void try_start(engine *e, uint32_t s);
+static inline void try_start(engine *e, uint32_t s);
 
 /* Start task index i on stream s (whose copy it is). */
-static void start(engine *e, uint32_t i, uint32_t s)
+static __attribute__((noinline)) void start(engine *e, uint32_t i, uint32_t s)
 {
     const task *t = &e->tasks[i];
     stream *st = &e->streams[s];
@@ -577,9 +474,9 @@ static void start(engine *e, uint32_t i, uint32_t s)
     }
 }
 
-static void try_start(engine *e, uint32_t s)
+static inline void try_start(engine *e, uint32_t s)
 {
-    stream *st = &e->streams[s];
+    const stream *st = &e->streams[s];
     if (st->running == ENGINE_NO_TASK && st->head != ENGINE_NO_TASK &&
         e->state[st->head * e->copies + st->copy].npred == 0)
         start(e, st->head, s);
@@ -668,8 +565,8 @@ int engine_run(engine *e, ts_err *err)
     uint32_t ns = (uint32_t)e->n_ranks << e->sbits;
     for (uint32_t s = 0; s < ns && e->status == TS_OK; s++)
         try_start(e, s);
-    while (e->n_heap > 0 && e->status == TS_OK) {
-        uint32_t what = event_pop(e, &e->now_ns);
+    uint32_t what;
+    while (e->status == TS_OK && event_pop(e, &what)) {
         e->n_events++;
         if (what & TIMER_BIT) {
             uint32_t k = what & ~TIMER_BIT;

@@ -20,9 +20,9 @@
  *    send.
  *
  * Events are processed in (time, push order): equal times in the order they
- * were pushed, the same on every run. (Internally one FIFO bucket per
- * distinct time, buckets in a binary heap, so the many events that land on
- * one instant cost a list append.)
+ * were pushed, the same on every run. (Internally a radix heap: events
+ * never precede the current time, so a push is an append to the bucket of
+ * the highest bit in which its time differs from the current one.)
  *
  * Accounting: for every rank the engine accumulates how long each subset of
  * its streams was busy (a bit mask of busy streams -> ns), which the report

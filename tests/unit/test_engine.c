@@ -274,19 +274,26 @@ static void rec_timer(void *ctx, engine *e, int64_t now_ns)
     tlog *l = g_tlog;
     l->t[l->n] = now_ns;
     l->idx[l->n++] = idx;
+    ts_err err;
     if (idx % 5 == 0 && l->next_idx < 6000) { /* a follower at this very instant: after all queued ones */
-        ts_err err;
         int k = l->next_idx++;
         cr_assert_eq(engine_timer_at(e, now_ns, rec_timer, (void *)(intptr_t)k, &err), TS_OK, "%s", err.msg);
+    }
+    if (idx % 7 == 0 && l->next_idx < 6000) { /* a later time that earlier pushes already hold: after them */
+        int k = l->next_idx++;
+        int64_t later = now_ns + (int64_t)(1 + idx % 13) * 1000003;
+        cr_assert_eq(engine_timer_at(e, later, rec_timer, (void *)(intptr_t)k, &err), TS_OK, "%s", err.msg);
     }
 }
 
 Test(engine, events_run_in_time_then_push_order)
 {
-    /* 4000 timers over 700 distinct times (more than the time map's first
-     * size, so it grows and deletes with collisions), pushed in a scrambled
-     * order; followers pushed at the current instant. Expected: times never
-     * decrease, and at one time the push indices increase. */
+    /* 4000 timers over 700 distinct times, pushed in a scrambled order;
+     * followers pushed at the current instant, and timers pushed during the
+     * run at later times that timers pushed before the run also hold (the
+     * queue then sorts events pushed under different current times).
+     * Expected: times never decrease, and at one time the push indices
+     * increase. */
     static tlog l;
     memset(&l, 0, sizeof l);
     g_tlog = &l;
