@@ -472,14 +472,12 @@ static void start_coll(net_engine *ne, engine *e, int ii, const net_step_desc *d
     schedule(ne, e);
 }
 
-static void on_start(void *ctx, engine *e, engine_task_id id, int64_t now)
+void net_engine_task_started(net_engine *ne, engine *e, engine_task_id id, int rank, int64_t now)
 {
-    net_engine *ne = ctx;
     if (ne->rc) return;
     uint32_t tag = engine_task_tag(e, id);
     const net_step_desc *d = tag < ne->n_desc && ne->have_desc[tag] ? &ne->desc[tag] : get_desc(ne, tag, &ne->err);
     if (!d) { fail(ne, ne->err.code ? ne->err.code : TS_ESTATE); return; }
-    int rank = engine_task_rank(e, id);
     switch (d->role) {
     case NET_STEP_COMPUTE: {
         double f = ne->factor[rank];
@@ -531,15 +529,27 @@ static void on_start(void *ctx, engine *e, engine_task_id id, int64_t now)
     }
 }
 
-static void on_end(void *ctx, engine *e, engine_task_id id, int64_t now)
+void net_engine_task_ended(net_engine *ne, engine *e, engine_task_id id, int rank, int64_t now)
 {
     (void)now;
-    net_engine *ne = ctx;
+    if (ne->opts.comm_compute_slowdown == 0) return; /* active_comm is read only with a slowdown */
     uint32_t tag = engine_task_tag(e, id);
     if (tag < ne->n_desc && ne->have_desc[tag]) {
         uint8_t role = ne->desc[tag].role;
-        if (role == NET_STEP_COLL || role == NET_STEP_SEND) ne->active_comm[engine_task_rank(e, id)]--;
+        if (role == NET_STEP_COLL || role == NET_STEP_SEND) ne->active_comm[rank]--;
     }
+}
+
+static void on_start(void *ctx, engine *e, engine_task_id id, int64_t now)
+{
+    net_engine_task_started(ctx, e, id, engine_task_rank(e, id), now);
+}
+
+static void on_end(void *ctx, engine *e, engine_task_id id, int64_t now)
+{
+    net_engine *ne = ctx;
+    if (ne->opts.comm_compute_slowdown == 0) return;
+    net_engine_task_ended(ne, e, id, engine_task_rank(e, id), now);
 }
 
 engine_hooks net_engine_hooks(net_engine *ne)

@@ -257,6 +257,31 @@ static int fh_push(net_flows *f, double share, int link, uint32_t ver)
     return TS_OK;
 }
 
+static int fh_less(const fill_ent *a, const fill_ent *b)
+{
+    return a->share < b->share || (a->share == b->share && a->link < b->link);
+}
+
+/* Order fh[0 .. n_fh) into a heap in place (bottom-up). The entries'
+ * order (share, link) is total up to stale twins of one link, so pops come
+ * out as if pushed one by one. */
+static void fh_heapify(net_flows *f)
+{
+    for (int i = f->n_fh / 2 - 1; i >= 0; i--) {
+        fill_ent e = f->fh[i];
+        int j = i;
+        for (;;) {
+            int c = 2 * j + 1;
+            if (c >= f->n_fh) break;
+            if (c + 1 < f->n_fh && fh_less(&f->fh[c + 1], &f->fh[c])) c++;
+            if (!fh_less(&f->fh[c], &e)) break;
+            f->fh[j] = f->fh[c];
+            j = c;
+        }
+        f->fh[j] = e;
+    }
+}
+
 static fill_ent fh_pop(net_flows *f)
 {
     fill_ent top = f->fh[0], e = f->fh[--f->n_fh];
@@ -285,10 +310,26 @@ static int64_t duration_ns(double bytes, double rate)
     return (int64_t)c;
 }
 
-/* Recompute the rates of the components of the dirty links at f->now_ns. */
-static int recompute(net_flows *f)
+static int recompute_dirty(net_flows *f);
+
+/* Recompute the rates of the components of the dirty links at f->now_ns.
+ * Without dirty links only the lone starts since the last call are
+ * counted (their rates are set). */
+static inline int recompute(net_flows *f)
 {
-    if (f->n_dirty == 0 && f->n_fast == 0) return TS_OK;
+    if (f->n_dirty > 0) return recompute_dirty(f);
+    if (f->n_fast > 0) {
+        f->gen++;
+        f->st.recomputes++;
+        f->st.rate_updates += (uint64_t)f->n_fast;
+        if ((uint64_t)f->n_fast > f->st.max_component) f->st.max_component = (uint64_t)f->n_fast;
+        f->n_fast = 0;
+    }
+    return TS_OK;
+}
+
+static int recompute_dirty(net_flows *f)
+{
     const net_graph *g = f->g;
     uint32_t ep = ++f->epoch, gen = f->gen++;
     int nl = 0, nf = 0, fast_seen = 0, n_fast = f->n_fast;
@@ -348,6 +389,12 @@ static int recompute(net_flows *f)
         F->new_rate = rate > 0 ? rate : 0;
     }
     /* Progressive filling of the others. */
+    if (nl > f->cap_fh) {
+        fill_ent *q = realloc(f->fh, sizeof *q * (size_t)nl);
+        if (!q) return TS_ENOMEM;
+        f->fh = q;
+        f->cap_fh = nl;
+    }
     f->n_fh = 0;
     for (int li = 0; li < nl; li++) {
         int l = f->comp_links[li], n = f->lh[l].n;
@@ -356,8 +403,9 @@ static int recompute(net_flows *f)
         L->rem = g->links[l].bw_gbps;
         L->unfrozen = n;
         L->ver++;
-        if (n > 0 && fh_push(f, L->rem / n, l, L->ver)) return TS_ENOMEM;
+        if (n > 0) f->fh[f->n_fh++] = (fill_ent){L->rem / n, l, L->ver};
     }
+    fh_heapify(f);
     while (f->n_fh > 0) {
         fill_ent e = fh_pop(f);
         link_t *L = &f->lk[e.link];

@@ -124,15 +124,19 @@ static int describe(void *ctx, uint32_t tag, net_step_desc *d, ts_err *err)
 static void on_start(void *ctx, engine *e, engine_task_id id, int64_t now)
 {
     net_simulate *ns = ctx;
-    if (ns->sim_hooks.on_start && engine_task_rank(e, id) < ns->p) ns->sim_hooks.on_start(ns->sim_hooks.ctx, e, id, now);
-    ns->net_hooks.on_start(ns->net_hooks.ctx, e, id, now);
+    int rank = engine_task_rank(e, id);
+    if (ns->sim_hooks.on_start && rank < ns->p) ns->sim_hooks.on_start(ns->sim_hooks.ctx, e, id, now);
+    net_engine_task_started(ns->ne, e, id, rank, now);
 }
 
 static void on_end(void *ctx, engine *e, engine_task_id id, int64_t now)
 {
     net_simulate *ns = ctx;
-    if (ns->sim_hooks.on_end && engine_task_rank(e, id) < ns->p) ns->sim_hooks.on_end(ns->sim_hooks.ctx, e, id, now);
-    ns->net_hooks.on_end(ns->net_hooks.ctx, e, id, now);
+    bool slow = ns->o.comm_compute_slowdown > 0; /* net_engine counts comm in flight only for it */
+    if (!ns->sim_hooks.on_end && !slow) return;
+    int rank = engine_task_rank(e, id);
+    if (ns->sim_hooks.on_end && rank < ns->p) ns->sim_hooks.on_end(ns->sim_hooks.ctx, e, id, now);
+    if (slow) net_engine_task_ended(ns->ne, e, id, rank, now);
 }
 
 static engine_hooks sn_hooks(void *ctx, const engine_hooks *sim_hooks)
