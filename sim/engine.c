@@ -368,7 +368,7 @@ static void fail(engine *e, int code, const char *what)
     }
 }
 
-/* Bucket of time t_ns (>= last). */
+/* Bucket of time t_ns (>= last >= 0, so bit 63 never differs: 0..63). */
 static inline unsigned rq_bucket(const engine *e, int64_t t_ns)
 {
     uint64_t x = (uint64_t)t_ns ^ (uint64_t)e->rq_last_ns;
@@ -385,8 +385,12 @@ static inline int rq_append(engine *e, unsigned k, event v)
     return TS_OK;
 }
 
+/* TS_ENOMEM, or TS_EINVAL for a time before the queue's last (an end time
+ * that overflowed int64: the radix heap needs times >= last >= 0). */
 static int event_push(engine *e, int64_t t_ns, uint32_t what)
 {
+    if (t_ns < e->rq_last_ns)
+        return TS_EINVAL;
     return rq_append(e, rq_bucket(e, t_ns), (event){t_ns, what});
 }
 
@@ -442,8 +446,9 @@ static inline void mask_flip(engine *e, uint32_t s)
 static void push_end(engine *e, uint32_t id, int64_t at_ns)
 {
     e->state[id].flags |= F_ENDING;
-    if (event_push(e, at_ns, id))
-        fail(e, TS_ENOMEM, "out of memory for events");
+    int rc = event_push(e, at_ns, id);
+    if (rc)
+        fail(e, rc, rc == TS_ENOMEM ? "out of memory for events" : "a task's end time overflows 2^63 ns");
 }
 
 /* Stream of copy c of task index i. */
@@ -478,7 +483,7 @@ static __attribute__((noinline)) void start(engine *e, uint32_t i, uint32_t s)
         if (e->state[t->link * C + c].flags & F_DONE)
             push_end(e, id, e->now_ns);
     } else if (!(f & F_EXTERNAL)) {
-        push_end(e, id, e->now_ns + t->dur_ns);
+        push_end(e, id, t->dur_ns <= INT64_MAX - e->now_ns ? e->now_ns + t->dur_ns : -1 /* overflow */);
     }
     if (f & F_JOINER) {
         uint32_t j = t->link * C + c;
@@ -539,7 +544,7 @@ int engine_task_finish(engine *e, engine_task_id id, int64_t at_ns, ts_err *err)
         return err_set(err, TS_EINVAL, "engine: finish of task %u at %lld ns, before now (%lld ns)", id,
                        (long long)at_ns, (long long)e->now_ns);
     push_end(e, id, at_ns);
-    return e->status == TS_OK ? TS_OK : err_set(err, e->status, "engine: out of memory for events");
+    return e->status == TS_OK ? TS_OK : err_set(err, e->status, "engine: task %u: no room for its end event", id);
 }
 
 int engine_timer_at(engine *e, int64_t at_ns, engine_timer_fn fn, void *ctx, ts_err *err)

@@ -447,3 +447,14 @@ Test(engine, account_ranks_limits_the_busy_masks)
     engine_free(ref);
     engine_free(e);
 }
+
+Test(engine, end_time_overflow_is_an_error)
+{
+    engine *e = mk(1, 1, NULL);
+    add(e, 0, 0, 5, 1);
+    add(e, 0, 0, INT64_MAX - 2, 2); /* starts at 5: ends past 2^63 ns */
+    ts_err err;
+    cr_expect_eq(engine_run(e, &err), TS_EINVAL);
+    cr_expect(strstr(err.msg, "overflows") != NULL, "%s", err.msg);
+    engine_free(e);
+}
