@@ -458,3 +458,22 @@ Test(engine, end_time_overflow_is_an_error)
     cr_expect(strstr(err.msg, "overflows") != NULL, "%s", err.msg);
     engine_free(e);
 }
+
+Test(engine, copy_ids_map_back_to_their_task)
+{
+    /* ids i x copies + c: the engine finds i by a multiply and a shift */
+    static const uint32_t copies[] = {1, 3, 7, 48, 512, 1000};
+    for (size_t k = 0; k < sizeof copies / sizeof copies[0]; k++) {
+        uint32_t C = copies[k];
+        engine *e = mk((int)C, 1, NULL);
+        for (uint32_t i = 0; i < 300; i++)
+            add(e, 0, 0, 1, 1000 + i);
+        ts_err err;
+        cr_assert_eq(engine_replicate(e, C, 1, &err), TS_OK, "%s", err.msg);
+        for (uint32_t id = 0; id < 300 * C; id++) {
+            cr_assert_eq(engine_task_tag(e, id), 1000 + id / C, "copies %u id %u", C, id);
+            cr_assert_eq(engine_task_rank(e, id), (int)(id % C), "copies %u id %u", C, id);
+        }
+        engine_free(e);
+    }
+}
