@@ -119,6 +119,7 @@ struct engine {
     int64_t now_ns, makespan_ns;
     uint64_t n_events;
     int64_t *busy_ns;   /* n_ranks x (1 << spr) */
+    uint32_t n_acct;    /* ranks 0..n_acct-1 are accounted (engine_account_ranks) */
     racct *acct;        /* per rank: busy streams now, since when */
     bool ran;
     int status;         /* first error inside hooks/finish during run */
@@ -155,6 +156,7 @@ int engine_create(int n_ranks, int streams_per_rank, const engine_hooks *hooks,
     if (!e)
         return err_set(err, TS_ENOMEM, "engine: out of memory");
     e->n_ranks = n_ranks;
+    e->n_acct = (uint32_t)n_ranks;
     e->timer_free = NONE;
     e->copies = 1;
     e->spr = streams_per_rank;
@@ -331,6 +333,15 @@ int engine_task_mark(engine *e, engine_task_id id, ts_err *err)
 
 uint32_t engine_copies(const engine *e) { return e->copies; }
 
+int engine_account_ranks(engine *e, int n_ranks, ts_err *err)
+{
+    if (e->ran || n_ranks < 0 || n_ranks > e->n_ranks)
+        return err_set(err, e->ran ? TS_ESTATE : TS_EINVAL,
+                       "engine: account %d ranks; valid: 0..%d, before engine_run", n_ranks, e->n_ranks);
+    e->n_acct = (uint32_t)n_ranks;
+    return TS_OK;
+}
+
 int engine_task_join(engine *e, engine_task_id t, engine_task_id partner, ts_err *err)
 {
     if (t >= e->n_tasks || partner >= e->n_tasks || t == partner || e->ran || e->copies > 1)
@@ -418,6 +429,8 @@ static bool event_pop(engine *e, uint32_t *what)
 static inline void mask_flip(engine *e, uint32_t s)
 {
     uint32_t rank = s >> e->sbits;
+    if (rank >= e->n_acct)
+        return;
     racct *a = &e->acct[rank];
     if (e->now_ns != a->last_ns) {
         e->busy_ns[((size_t)rank << e->spr) + a->mask] += e->now_ns - a->last_ns;
@@ -582,7 +595,7 @@ int engine_run(engine *e, ts_err *err)
     if (e->status != TS_OK)
         return e->status;
     e->now_ns = e->makespan_ns;
-    for (int r = 0; r < e->n_ranks; r++) {
+    for (int r = 0; r < (int)e->n_acct; r++) {
         e->busy_ns[((size_t)r << e->spr) + e->acct[r].mask] += e->makespan_ns - e->acct[r].last_ns;
         e->acct[r].last_ns = e->makespan_ns;
     }
@@ -637,5 +650,7 @@ int64_t engine_busy_mask_ns(const engine *e, int rank, unsigned mask)
 {
     if (rank < 0 || rank >= e->n_ranks || mask >= (1u << e->spr))
         return 0;
+    if ((uint32_t)rank >= e->n_acct)
+        return -1;
     return e->busy_ns[((size_t)rank << e->spr) + mask];
 }

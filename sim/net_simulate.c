@@ -162,7 +162,9 @@ static int sn_lower(void *ctx, const plan *pl, const sched *s, engine *e, ts_err
     for (int pp = 0; pp < p; pp++) map[pp] = net_engine_rank(ns->ne, 0, 0, pp);
     rc = lower_sched_ranks(pl, s, e, map, err);
     free(map);
-    return rc ? rc : engine_replicate(e, (uint32_t)(t * d), p, err);
+    if (!rc) rc = engine_replicate(e, (uint32_t)(t * d), p, err);
+    /* the report shows the ranks of replica (0, 0): account only them */
+    return rc ? rc : engine_account_ranks(e, p, err);
 }
 
 static int sn_attach(void *ctx, engine *e, const plan *pl, const sched *s, ts_err *err)

@@ -425,3 +425,25 @@ Test(engine, replicate_closes_the_graph)
     cr_expect_eq(engine_task_end_ns(e, b * 2 + 1), 1);
     engine_free(e);
 }
+
+Test(engine, account_ranks_limits_the_busy_masks)
+{
+    engine *ref = mk(2, 3, NULL), *e = mk(6, 3, NULL);
+    ts_err err;
+    build_pair(ref);
+    build_pair(e);
+    run_ok(ref);
+    cr_assert_eq(engine_replicate(e, 3, 2, &err), TS_OK, "%s", err.msg);
+    cr_assert_eq(engine_account_ranks(e, 7, &err), TS_EINVAL);
+    cr_assert_eq(engine_account_ranks(e, 2, &err), TS_OK, "%s", err.msg);
+    run_ok(e);
+    cr_expect_eq(engine_account_ranks(e, 2, &err), TS_ESTATE);
+    for (unsigned m = 0; m < 8; m++) {
+        cr_expect_eq(engine_busy_mask_ns(e, 1, m), engine_busy_mask_ns(ref, 1, m), "mask %u", m);
+        cr_expect_eq(engine_busy_mask_ns(e, 2, m), -1, "mask %u", m);
+    }
+    /* the copies still ran: same times as the original */
+    cr_expect_eq(engine_task_end_ns(e, 3 * 5 + 2), engine_task_end_ns(ref, 5));
+    engine_free(ref);
+    engine_free(e);
+}
