@@ -52,7 +52,8 @@ typedef struct {
 
 /* The collectives of one group that some but not all members have
  * started (full mode; a handful at a time). */
-typedef struct { int *inst; int n, cap; } open_t;
+typedef struct { uint32_t tag; int32_t mb; int inst; } open_ent;
+typedef struct { open_ent *e; int n, cap; } open_t;
 
 struct net_engine {
     const net_graph *g;
@@ -65,6 +66,7 @@ struct net_engine {
     int n_ranks;
     double *factor;          /* per engine rank */
     rank_info *ri;           /* per engine rank */
+    int *rgroup;             /* per engine rank, per dim (TP, DP): rank_info.group, dense */
     int *ggpus[2];           /* per dim (TP, DP): every group's GPUs, in group-rank order */
     int *goff[2];            /* per dim, per global rank: offset of its group in ggpus[dim] */
     int *active_comm;        /* per engine rank: driven comm tasks in flight */
@@ -93,7 +95,8 @@ static int rank_tables(net_engine *ne)
     const net_place *pl = ne->pl;
     int n = pl->n_ranks;
     ne->ri = calloc((size_t)ne->n_ranks, sizeof *ne->ri);
-    if (!ne->ri) return TS_ENOMEM;
+    ne->rgroup = malloc(sizeof *ne->rgroup * 2 * (size_t)ne->n_ranks);
+    if (!ne->ri || !ne->rgroup) return TS_ENOMEM;
     for (int dim = 0; dim < 2; dim++) {
         ne->ggpus[dim] = malloc(sizeof *ne->ggpus[dim] * (size_t)n);
         ne->goff[dim] = malloc(sizeof *ne->goff[dim] * (size_t)n);
@@ -123,6 +126,7 @@ static int rank_tables(net_engine *ne)
         for (int dim = 0; dim < 2; dim++) {
             ri->key[dim] = key_hash(dim, ri->leader[dim], 0u, 0);
             ri->group[dim] = ne->goff[dim][ri->global] / pl->size[dim];
+            ne->rgroup[2 * er + dim] = ri->group[dim];
         }
     }
     return TS_OK;
@@ -183,7 +187,7 @@ void net_engine_free(net_engine *ne)
     free(ne->free_inst);
     for (int dim = 0; dim < 2; dim++) {
         if (ne->open[dim])
-            for (int k = 0; k < ne->pl->n_ranks / ne->pl->size[dim]; k++) free(ne->open[dim][k].inst);
+            for (int k = 0; k < ne->pl->n_ranks / ne->pl->size[dim]; k++) free(ne->open[dim][k].e);
         free(ne->open[dim]);
         free(ne->gplans[dim]);
     }
@@ -193,6 +197,7 @@ void net_engine_free(net_engine *ne)
     free(ne->have_desc);
     free(ne->factor);
     free(ne->ri);
+    free(ne->rgroup);
     free(ne->splans);
     for (int dim = 0; dim < 2; dim++) {
         free(ne->ggpus[dim]);
@@ -379,26 +384,25 @@ static uint64_t key_hash(int dim, int leader, uint32_t tag, int32_t mb)
     return z ^ (z >> 31);
 }
 
-/* Find (or create) the pending instance of a group's collective; *op
- * gets the group's open list when the instance waits for others. */
-static int pending(net_engine *ne, const rank_info *ri, int dim, uint32_t tag, int32_t mb, int need, open_t **op)
+/* Find (or create) the pending instance of engine rank `rank`'s group's
+ * collective; *op gets the group's open list when the instance waits for
+ * others. */
+static int pending(net_engine *ne, int rank, int dim, uint32_t tag, int32_t mb, int need, open_t **op)
 {
     open_t *o = NULL;
     *op = NULL;
     if (need > 1) {
-        o = &ne->open[dim][ri->group[dim]];
-        for (int k = 0; k < o->n; k++) {
-            const inst_t *in = &ne->inst[o->inst[k]];
-            if (in->tag == tag && in->mb == mb) {
+        o = &ne->open[dim][ne->rgroup[2 * rank + dim]];
+        for (int k = 0; k < o->n; k++)
+            if (o->e[k].tag == tag && o->e[k].mb == mb) {
                 *op = o;
-                return o->inst[k];
+                return o->e[k].inst;
             }
-        }
         if (o->n == o->cap) {
             int nc = o->cap ? o->cap * 2 : 4;
-            int *q = realloc(o->inst, sizeof *q * (size_t)nc);
+            open_ent *q = realloc(o->e, sizeof *q * (size_t)nc);
             if (!q) return -1;
-            o->inst = q;
+            o->e = q;
             o->cap = nc;
         }
     }
@@ -406,12 +410,12 @@ static int pending(net_engine *ne, const rank_info *ri, int dim, uint32_t tag, i
     if (i < 0) return -1;
     inst_t *in = &ne->inst[i];
     in->dim = (uint8_t)dim;
-    in->leader = ri->leader[dim];
+    in->leader = ne->ri[rank].leader[dim];
     in->tag = tag;
     in->mb = mb;
     in->need = need;
     if (o) {
-        o->inst[o->n++] = i;
+        o->e[o->n++] = (open_ent){tag, mb, i};
         *op = o;
     }
     return i;
@@ -443,13 +447,14 @@ int net_engine_rank(const net_engine *ne, int tp, int dp, int pp)
     return pp + ne->pl->size[NET_DIM_PP] * (tp + ne->pl->size[NET_DIM_TP] * dp);
 }
 
-static void start_coll(net_engine *ne, engine *e, int ii, const net_step_desc *d, const rank_info *ri, int64_t now)
+static void start_coll(net_engine *ne, engine *e, int ii, const net_step_desc *d, int rank, int64_t now)
 {
     inst_t *in = &ne->inst[ii];
     int dim = d->dim, peer_pp = d->coll == NET_COLL_P2P_SCATTER ? d->peer_pp : -1;
-    plan_cache *pc = &ne->gplans[dim][ri->group[dim]];
+    plan_cache *pc = &ne->gplans[dim][ne->rgroup[2 * rank + dim]];
     const net_plan *plan = cache_find(pc, d->coll, peer_pp, d->bytes);
     if (!plan) {
+        const rank_info *ri = &ne->ri[rank];
         int n = ne->pl->size[dim];
         const int *gpus = ne->ggpus[dim] + ne->goff[dim][ri->global];
         uint64_t key = ri->key[dim];
@@ -487,22 +492,21 @@ void net_engine_task_started(net_engine *ne, engine *e, engine_task_id id, int r
         return;
     }
     case NET_STEP_COLL: {
-        ne->active_comm[rank]++;
-        const rank_info *ri = &ne->ri[rank];
+        if (ne->opts.comm_compute_slowdown > 0) ne->active_comm[rank]++;
         int need = ne->opts.full ? ne->pl->size[d->dim] : 1;
         open_t *o;
-        int ii = pending(ne, ri, d->dim, tag, engine_task_mb(e, id), need, &o);
+        int ii = pending(ne, rank, d->dim, tag, engine_task_mb(e, id), need, &o);
         if (ii < 0) { fail(ne, err_set(&ne->err, TS_ENOMEM, "net_engine: out of memory")); return; }
         if (fail(ne, inst_add(&ne->inst[ii], id))) return;
         if (ne->inst[ii].n < ne->inst[ii].need) return;
         if (o) /* started: no longer pending */
             for (int k = 0; k < o->n; k++)
-                if (o->inst[k] == ii) { o->inst[k] = o->inst[--o->n]; break; }
-        start_coll(ne, e, ii, d, ri, now);
+                if (o->e[k].inst == ii) { o->e[k] = o->e[--o->n]; break; }
+        start_coll(ne, e, ii, d, rank, now);
         return;
     }
     case NET_STEP_SEND: {
-        ne->active_comm[rank]++;
+        if (ne->opts.comm_compute_slowdown > 0) ne->active_comm[rank]++;
         const rank_info *ri = &ne->ri[rank];
         int global = ri->global;
         int ii = inst_new(ne);
