@@ -55,11 +55,13 @@ typedef struct {
     uint32_t to, next;
 } edge;
 
+/* A stream of one copy. Streams are stored copy-interleaved: stream s of
+ * copy 0 (global index (rank << sbits) | k) and its copies sit at
+ * s x copies + c, side by side, like the copies' tasks. */
 typedef struct {
     uint32_t head;    /* task index of the next task to start (ENGINE_NO_TASK if none) */
     uint32_t tail;    /* task index of the last task added */
     uint32_t running; /* task id running now (ENGINE_NO_TASK if idle) */
-    uint32_t copy;    /* copy whose tasks this stream runs */
 } stream;
 
 /* The event queue: a radix heap (Ahuja et al.; event times never precede
@@ -104,7 +106,7 @@ struct engine {
     task *tasks;        /* shared by all copies */
     uint32_t n_tasks, cap_tasks;
     uint32_t copies;    /* engine_replicate's copies (1 without it) */
-    uint32_t copy_streams; /* stream slots between two copies */
+    uint32_t copy_streams; /* streams of one copy: the global stream of copy c is s + c x copy_streams */
     tstate *state;      /* n_tasks x copies, once replicated or running */
     ttime *times;       /* n_tasks x copies, during the run */
     edge *edges;
@@ -173,7 +175,8 @@ int engine_create(int n_ranks, int streams_per_rank, const engine_hooks *hooks,
         return err_set(err, TS_ENOMEM, "engine: out of memory for %d ranks", n_ranks);
     }
     for (size_t i = 0; i < ns; i++)
-        e->streams[i] = (stream){ENGINE_NO_TASK, ENGINE_NO_TASK, ENGINE_NO_TASK, 0};
+        e->streams[i] = (stream){ENGINE_NO_TASK, ENGINE_NO_TASK, ENGINE_NO_TASK};
+    e->copy_streams = (uint32_t)ns;
     *out = e;
     return TS_OK;
 }
@@ -287,16 +290,22 @@ int engine_replicate(engine *e, uint32_t copies, int rank_stride, ts_err *err)
     if ((uint64_t)n * copies > MAX_TASKS)
         return err_set(err, TS_ENOMEM, "engine: %u copies of %u tasks exceed %u tasks", copies, n, MAX_TASKS);
     /* the tasks stay as they are (every copy reads them); copies get
-     * streams, and run state once they exist */
-    for (uint32_t s = ss; s-- > 0;)
-        for (uint32_t c = 1; c < copies; c++)
-            e->streams[s + c * ss] = (stream){e->streams[s].head, e->streams[s].tail, ENGINE_NO_TASK, c};
+     * streams (copy-interleaved) and run state */
+    stream *st = malloc((size_t)ss * copies * sizeof *st);
+    if (!st)
+        return err_set(err, TS_ENOMEM, "engine: out of memory for %u copies of %u streams", copies, ss);
+    for (uint32_t s = 0; s < ss; s++)
+        for (uint32_t c = 0; c < copies; c++)
+            st[(size_t)s * copies + c] = (stream){e->streams[s].head, e->streams[s].tail, ENGINE_NO_TASK};
     e->copies = copies;
-    e->copy_streams = ss;
     if (copies > 1 && state_alloc(e)) {
         e->copies = 1;
+        free(st);
         return err_set(err, TS_ENOMEM, "engine: out of memory for %u copies of %u tasks", copies, n);
     }
+    free(e->streams);
+    e->streams = st;
+    e->copy_streams = ss;
     return TS_OK;
 }
 
@@ -427,12 +436,12 @@ static bool event_pop(engine *e, uint32_t *what)
 }
 
 /* ---------------------------------------------------------------- run */
-/* Stream s starts or stops: close the rank's current mask interval (none
- * if it is empty: a task that starts where the last one ended) and flip the
- * stream's bit. */
-static inline void mask_flip(engine *e, uint32_t s)
+/* Stream s (copy 0's global index) of copy c starts or stops: close its
+ * rank's current mask interval (none if it is empty: a task that starts
+ * where the last one ended) and flip the stream's bit. */
+static inline void mask_flip(engine *e, uint32_t s, uint32_t c)
 {
-    uint32_t rank = s >> e->sbits;
+    uint32_t rank = c * (e->copy_streams >> e->sbits) + (s >> e->sbits);
     if (rank >= e->n_acct)
         return;
     racct *a = &e->acct[rank];
@@ -451,20 +460,20 @@ static void push_end(engine *e, uint32_t id, int64_t at_ns)
         fail(e, rc, rc == TS_ENOMEM ? "out of memory for events" : "a task's end time overflows 2^63 ns");
 }
 
-/* Stream of copy c of task index i. */
+/* Global stream of copy c of task index i. */
 static inline uint32_t stream_of(const engine *e, uint32_t i, uint32_t c)
 {
     return e->tasks[i].stream + c * e->copy_streams;
 }
 
-static inline void try_start(engine *e, uint32_t s);
+static inline void try_start(engine *e, uint32_t s, uint32_t c);
 
-/* Start task index i on stream s (whose copy it is). */
-static __attribute__((noinline)) void start(engine *e, uint32_t i, uint32_t s)
+/* Start copy c of task index i, on its stream s (copy 0's index). */
+static __attribute__((noinline)) void start(engine *e, uint32_t i, uint32_t s, uint32_t c)
 {
     const task *t = &e->tasks[i];
-    stream *st = &e->streams[s];
-    uint32_t c = st->copy, C = e->copies, id = i * C + c;
+    uint32_t C = e->copies, id = i * C + c;
+    stream *st = &e->streams[s * C + c];
     st->running = id;
     st->head = t->next;
     e->times[id].start_ns = e->now_ns;
@@ -475,7 +484,7 @@ static __attribute__((noinline)) void start(engine *e, uint32_t i, uint32_t s)
         __builtin_prefetch(&e->state[t->next * C + c]);
     if (t->succ0 != ENGINE_NO_TASK)
         __builtin_prefetch(&e->state[t->succ0 * C + c]);
-    mask_flip(e, s);
+    mask_flip(e, s, c);
     uint32_t f = t->flags | e->state[id].flags;
     if (e->hooks.on_start && (!e->hooks.only_marked || (f & F_MARKED)))
         e->hooks.on_start(e->hooks.ctx, e, id, e->now_ns);
@@ -488,36 +497,37 @@ static __attribute__((noinline)) void start(engine *e, uint32_t i, uint32_t s)
     if (f & F_JOINER) {
         uint32_t j = t->link * C + c;
         if (--e->state[j].npred == 0)
-            try_start(e, stream_of(e, t->link, c));
+            try_start(e, e->tasks[t->link].stream, c);
     }
 }
 
-static inline void try_start(engine *e, uint32_t s)
+/* Start the head of stream s (copy 0's index) of copy c if it can. */
+static inline void try_start(engine *e, uint32_t s, uint32_t c)
 {
-    const stream *st = &e->streams[s];
+    const stream *st = &e->streams[s * e->copies + c];
     if (st->running == ENGINE_NO_TASK && st->head != ENGINE_NO_TASK &&
-        e->state[st->head * e->copies + st->copy].npred == 0)
-        start(e, st->head, s);
+        e->state[st->head * e->copies + c].npred == 0)
+        start(e, st->head, s, c);
 }
 
 /* A successor (task index i, copy c) has one predecessor less. */
 static inline void release(engine *e, uint32_t i, uint32_t c)
 {
     if (--e->state[i * e->copies + c].npred == 0)
-        try_start(e, stream_of(e, i, c));
+        try_start(e, e->tasks[i].stream, c);
 }
 
 static void end(engine *e, uint32_t id)
 {
     uint32_t C = e->copies, i = id / C, c = id - i * C;
     const task *t = &e->tasks[i];
-    uint32_t s = t->stream + c * e->copy_streams;
+    uint32_t s = t->stream;
     e->times[id].end_ns = e->now_ns;
     e->state[id].flags = (uint16_t)((e->state[id].flags | F_DONE) & ~F_ENDING);
     if (e->now_ns > e->makespan_ns)
         e->makespan_ns = e->now_ns;
-    e->streams[s].running = ENGINE_NO_TASK;
-    mask_flip(e, s);
+    e->streams[s * C + c].running = ENGINE_NO_TASK;
+    mask_flip(e, s, c);
     if (e->hooks.on_end && (!e->hooks.only_marked || ((t->flags | e->state[id].flags) & F_MARKED)))
         e->hooks.on_end(e->hooks.ctx, e, id, e->now_ns);
     if (t->flags & F_JOINER) {
@@ -529,7 +539,7 @@ static void end(engine *e, uint32_t id)
         release(e, t->succ0, c);
     for (uint32_t k = t->first_edge; k != ENGINE_NO_TASK; k = e->edges[k].next)
         release(e, e->edges[k].to, c);
-    try_start(e, s);
+    try_start(e, s, c);
 }
 
 int engine_task_finish(engine *e, engine_task_id id, int64_t at_ns, ts_err *err)
@@ -580,9 +590,10 @@ int engine_run(engine *e, ts_err *err)
     e->ran = true;
     e->status = TS_OK;
     e->run_err = err;
-    uint32_t ns = (uint32_t)e->n_ranks << e->sbits;
-    for (uint32_t s = 0; s < ns && e->status == TS_OK; s++)
-        try_start(e, s);
+    /* in global stream order (ranks past the copies have no task) */
+    for (uint32_t c = 0; c < e->copies; c++)
+        for (uint32_t s = 0; s < e->copy_streams && e->status == TS_OK; s++)
+            try_start(e, s, c);
     uint32_t what;
     while (e->status == TS_OK && event_pop(e, &what)) {
         e->n_events++;
