@@ -261,6 +261,12 @@ int engine_dep_add(engine *e, engine_task_id before, engine_task_id after, ts_er
     return TS_OK;
 }
 
+/* Is id a task (a copy, after engine_replicate)? */
+static inline bool valid_id(const engine *e, engine_task_id id)
+{
+    return (uint64_t)id < (uint64_t)e->n_tasks * e->copies;
+}
+
 /* Give every copy its run state: the predecessor count of its task and no
  * flag of its own. */
 static int state_alloc(engine *e)
@@ -289,6 +295,8 @@ int engine_replicate(engine *e, uint32_t copies, int rank_stride, ts_err *err)
                            e->tasks[i].stream >> e->sbits, rank_stride);
     if ((uint64_t)n * copies > MAX_TASKS)
         return err_set(err, TS_ENOMEM, "engine: %u copies of %u tasks exceed %u tasks", copies, n, MAX_TASKS);
+    if (copies == 1) /* the tasks are their own single copy: nothing to lay out */
+        return TS_OK;
     /* the tasks stay as they are (every copy reads them); copies get
      * streams (copy-interleaved) and run state */
     stream *st = malloc((size_t)ss * copies * sizeof *st);
@@ -298,7 +306,7 @@ int engine_replicate(engine *e, uint32_t copies, int rank_stride, ts_err *err)
         for (uint32_t c = 0; c < copies; c++)
             st[(size_t)s * copies + c] = (stream){e->streams[s].head, e->streams[s].tail, ENGINE_NO_TASK};
     e->copies = copies;
-    if (copies > 1 && state_alloc(e)) {
+    if (state_alloc(e)) {
         e->copies = 1;
         free(st);
         return err_set(err, TS_ENOMEM, "engine: out of memory for %u copies of %u tasks", copies, n);
@@ -313,7 +321,7 @@ int engine_replicate(engine *e, uint32_t copies, int rank_stride, ts_err *err)
  * copy id (after engine_replicate). */
 static int set_flags(engine *e, engine_task_id id, uint16_t f, const char *what, ts_err *err)
 {
-    if ((uint64_t)id >= (uint64_t)e->n_tasks * e->copies || e->ran)
+    if (!valid_id(e, id) || e->ran)
         return err_set(err, TS_EINVAL, "engine: cannot %s task %u", what, id);
     if (e->state)
         e->state[id].flags |= f;
@@ -329,7 +337,7 @@ int engine_task_set_external(engine *e, engine_task_id id, ts_err *err)
 
 int engine_task_set_external_copies(engine *e, engine_task_id id, ts_err *err)
 {
-    if (id >= (uint64_t)e->n_tasks * e->copies || e->ran)
+    if (!valid_id(e, id) || e->ran)
         return err_set(err, TS_EINVAL, "engine: cannot make task %u external", id);
     e->tasks[id / e->copies].flags |= F_EXTERNAL | F_MARKED;
     return TS_OK;
@@ -436,20 +444,32 @@ static bool event_pop(engine *e, uint32_t *what)
 }
 
 /* ---------------------------------------------------------------- run */
-/* Stream s (copy 0's global index) of copy c starts or stops: close its
- * rank's current mask interval (none if it is empty: a task that starts
- * where the last one ended) and flip the stream's bit. */
+/* Global stream ((rank << sbits) | k) of copy c of copy 0's stream s. */
+static inline uint32_t global_stream(const engine *e, uint32_t s, uint32_t c)
+{
+    return s + c * e->copy_streams;
+}
+
+/* Add [last change, now) to the current mask of an accounted rank (nothing
+ * if it is empty: a task that starts where the last one ended). */
+static inline void mask_close(engine *e, uint32_t rank, int64_t now_ns)
+{
+    racct *a = &e->acct[rank];
+    if (now_ns != a->last_ns) {
+        e->busy_ns[((size_t)rank << e->spr) + a->mask] += now_ns - a->last_ns;
+        a->last_ns = now_ns;
+    }
+}
+
+/* Stream s (copy 0's index) of copy c starts or stops: close its rank's
+ * mask interval and flip the stream's bit. */
 static inline void mask_flip(engine *e, uint32_t s, uint32_t c)
 {
-    uint32_t rank = c * (e->copy_streams >> e->sbits) + (s >> e->sbits);
+    uint32_t g = global_stream(e, s, c), rank = g >> e->sbits;
     if (rank >= e->n_acct)
         return;
-    racct *a = &e->acct[rank];
-    if (e->now_ns != a->last_ns) {
-        e->busy_ns[((size_t)rank << e->spr) + a->mask] += e->now_ns - a->last_ns;
-        a->last_ns = e->now_ns;
-    }
-    a->mask ^= 1u << (s & ((1u << e->sbits) - 1));
+    mask_close(e, rank, e->now_ns);
+    e->acct[rank].mask ^= 1u << (g & ((1u << e->sbits) - 1));
 }
 
 static void push_end(engine *e, uint32_t id, int64_t at_ns)
@@ -463,7 +483,7 @@ static void push_end(engine *e, uint32_t id, int64_t at_ns)
 /* Global stream of copy c of task index i. */
 static inline uint32_t stream_of(const engine *e, uint32_t i, uint32_t c)
 {
-    return e->tasks[i].stream + c * e->copy_streams;
+    return global_stream(e, e->tasks[i].stream, c);
 }
 
 static inline void try_start(engine *e, uint32_t s, uint32_t c);
@@ -544,7 +564,7 @@ static void end(engine *e, uint32_t id)
 
 int engine_task_finish(engine *e, engine_task_id id, int64_t at_ns, ts_err *err)
 {
-    if (!e->state || id >= (uint64_t)e->n_tasks * e->copies)
+    if (!e->state || !valid_id(e, id))
         return err_set(err, TS_ESTATE, "engine: finish of unknown task %u", id);
     uint32_t f = e->tasks[id / e->copies].flags | e->state[id].flags;
     if (!(f & F_EXTERNAL) || !(f & F_STARTED) || (f & (F_DONE | F_ENDING)))
@@ -611,10 +631,8 @@ int engine_run(engine *e, ts_err *err)
     if (e->status != TS_OK)
         return e->status;
     e->now_ns = e->makespan_ns;
-    for (int r = 0; r < (int)e->n_acct; r++) {
-        e->busy_ns[((size_t)r << e->spr) + e->acct[r].mask] += e->makespan_ns - e->acct[r].last_ns;
-        e->acct[r].last_ns = e->makespan_ns;
-    }
+    for (uint32_t r = 0; r < e->n_acct; r++)
+        mask_close(e, r, e->makespan_ns);
     for (size_t id = 0; id < n; id++) {
         if (e->state[id].flags & F_DONE)
             continue;
@@ -638,14 +656,14 @@ uint64_t engine_events(const engine *e) { return e->n_events; }
 
 int64_t engine_task_start_ns(const engine *e, engine_task_id id)
 {
-    if (!e->ran || id >= (uint64_t)e->n_tasks * e->copies || !(e->state[id].flags & F_STARTED))
+    if (!e->ran || !valid_id(e, id) || !(e->state[id].flags & F_STARTED))
         return -1;
     return e->times[id].start_ns;
 }
 
 int64_t engine_task_end_ns(const engine *e, engine_task_id id)
 {
-    if (!e->ran || id >= (uint64_t)e->n_tasks * e->copies || !(e->state[id].flags & F_DONE))
+    if (!e->ran || !valid_id(e, id) || !(e->state[id].flags & F_DONE))
         return -1;
     return e->times[id].end_ns;
 }

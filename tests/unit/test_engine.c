@@ -477,3 +477,20 @@ Test(engine, copy_ids_map_back_to_their_task)
         engine_free(e);
     }
 }
+
+Test(engine, replicate_one_copy_is_the_identity)
+{
+    /* one copy of ranks 0..0: the engine stays as it was, tasks may still be
+     * added on any rank */
+    engine *e = mk(3, 2, NULL);
+    ts_err err;
+    engine_task_id a = add(e, 0, 1, 4, 1);
+    cr_assert_eq(engine_replicate(e, 1, 1, &err), TS_OK, "%s", err.msg);
+    engine_task_id b = add(e, 2, 1, 6, 2);
+    dep(e, a, b);
+    run_ok(e);
+    cr_expect_eq(engine_task_end_ns(e, b), 10);
+    cr_expect_eq(engine_task_rank(e, b), 2);
+    cr_expect_eq(engine_busy_mask_ns(e, 2, 2), 6);
+    engine_free(e);
+}
