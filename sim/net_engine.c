@@ -46,7 +46,6 @@ typedef struct {
     int global, gpu;         /* global rank and its GPU */
     int tp, dp, pp;          /* its coordinates */
     int leader[2];           /* per dim (TP, DP): global rank of the group's first member */
-    int group[2];            /* per dim: index of the group in open[dim] */
     uint64_t key[2];         /* per dim: ECMP flow key of the group's communicator */
 } rank_info;
 
@@ -66,7 +65,8 @@ struct net_engine {
     int n_ranks;
     double *factor;          /* per engine rank */
     rank_info *ri;           /* per engine rank */
-    int *rgroup;             /* per engine rank, per dim (TP, DP): rank_info.group, dense */
+    int *rgroup;             /* per engine rank, per dim (TP, DP): index of its group in open[dim]
+                                and gplans[dim] (apart from rank_info: dense, it stays in cache) */
     int *ggpus[2];           /* per dim (TP, DP): every group's GPUs, in group-rank order */
     int *goff[2];            /* per dim, per global rank: offset of its group in ggpus[dim] */
     int *active_comm;        /* per engine rank: driven comm tasks in flight */
@@ -125,8 +125,7 @@ static int rank_tables(net_engine *ne)
         ri->leader[NET_DIM_DP] = net_place_rank(pl, ri->tp, 0, ri->pp);
         for (int dim = 0; dim < 2; dim++) {
             ri->key[dim] = key_hash(dim, ri->leader[dim], 0u, 0);
-            ri->group[dim] = ne->goff[dim][ri->global] / pl->size[dim];
-            ne->rgroup[2 * er + dim] = ri->group[dim];
+            ne->rgroup[2 * er + dim] = ne->goff[dim][ri->global] / pl->size[dim];
         }
     }
     return TS_OK;
@@ -222,7 +221,8 @@ int net_engine_set_compute_factor(net_engine *ne, int engine_rank, double factor
     return TS_OK;
 }
 
-static const net_step_desc *get_desc(net_engine *ne, uint32_t tag, ts_err *err)
+/* get_desc's slow path: grow the table, ask fn, check the answer. */
+static const net_step_desc *fill_desc(net_engine *ne, uint32_t tag, ts_err *err)
 {
     if (tag >= ne->n_desc) {
         uint32_t n = ne->n_desc ? ne->n_desc : 256;
@@ -255,6 +255,12 @@ static const net_step_desc *get_desc(net_engine *ne, uint32_t tag, ts_err *err)
     return &ne->desc[tag];
 }
 
+/* The descriptor of tag, asking fn the first time; NULL (err set) on error. */
+static inline const net_step_desc *get_desc(net_engine *ne, uint32_t tag, ts_err *err)
+{
+    return tag < ne->n_desc && ne->have_desc[tag] ? &ne->desc[tag] : fill_desc(ne, tag, err);
+}
+
 int net_engine_attach(net_engine *ne, engine *e, ts_err *err)
 {
     if (engine_n_ranks(e) != ne->n_ranks)
@@ -268,7 +274,7 @@ int net_engine_attach(net_engine *ne, engine *e, ts_err *err)
     for (int r = 0; r < ne->n_ranks && !scaled; r++) scaled = ne->factor[r] != 1.0;
     for (uint32_t id = 0; id < n; id += C) {
         uint32_t tag = engine_task_tag(e, id);
-        const net_step_desc *d = tag < ne->n_desc && ne->have_desc[tag] ? &ne->desc[tag] : get_desc(ne, tag, err);
+        const net_step_desc *d = get_desc(ne, tag, err);
         if (!d) return err->code ? err->code : TS_ESTATE;
         int rc = TS_OK;
         bool all = d->role == NET_STEP_COLL || d->role == NET_STEP_SEND ||
@@ -481,7 +487,7 @@ void net_engine_task_started(net_engine *ne, engine *e, engine_task_id id, int r
 {
     if (ne->rc) return;
     uint32_t tag = engine_task_tag(e, id);
-    const net_step_desc *d = tag < ne->n_desc && ne->have_desc[tag] ? &ne->desc[tag] : get_desc(ne, tag, &ne->err);
+    const net_step_desc *d = get_desc(ne, tag, &ne->err);
     if (!d) { fail(ne, ne->err.code ? ne->err.code : TS_ESTATE); return; }
     switch (d->role) {
     case NET_STEP_COMPUTE: {

@@ -233,7 +233,38 @@ static void mark_dirty(net_flows *f, int l)
     if (!f->lk[l].dirty) { f->lk[l].dirty = 1; f->dirty[f->n_dirty++] = l; }
 }
 
+/* Is flow id the only flow on every one of its links? */
+static int alone_on_links(const net_flows *f, int id)
+{
+    const flow_t *F = &f->fl[id];
+    for (int h = 0; h < F->nlinks; h++) {
+        int l = F->links[h];
+        for (int k = 0; k < f->lh[l].n; k++)
+            if (lfl(f, l, k) != id) return 0;
+    }
+    return 1;
+}
+
+/* Rate of a flow alone on its links (each holding only its occurrences):
+ * its tightest link's share bw / occurrences, GB/s. */
+static double solo_rate(const net_flows *f, const int *links, int nlinks)
+{
+    double rate = 0;
+    for (int h = 0; h < nlinks; h++) {
+        int n = f->lh[links[h]].n;
+        double bw = f->g->links[links[h]].bw_gbps;
+        double share = n == 1 ? bw : bw / n; /* x / 1 == x: skip the division */
+        if (h == 0 || share < rate) rate = share;
+    }
+    return rate > 0 ? rate : 0;
+}
+
 /* ---------------------------------------------------------- water-filling */
+
+static int fh_less(const fill_ent *a, const fill_ent *b)
+{
+    return a->share < b->share || (a->share == b->share && a->link < b->link);
+}
 
 static int fh_push(net_flows *f, double share, int link, uint32_t ver)
 {
@@ -248,18 +279,26 @@ static int fh_push(net_flows *f, double share, int link, uint32_t ver)
     fill_ent e = {share, link, ver};
     while (i > 0) {
         int p = (i - 1) / 2;
-        const fill_ent *q = &f->fh[p];
-        if (q->share < e.share || (q->share == e.share && q->link < e.link)) break;
-        f->fh[i] = *q;
+        if (fh_less(&f->fh[p], &e)) break;
+        f->fh[i] = f->fh[p];
         i = p;
     }
     f->fh[i] = e;
     return TS_OK;
 }
 
-static int fh_less(const fill_ent *a, const fill_ent *b)
+/* Put e at position i of the heap and sift it down. */
+static void fh_sift_down(net_flows *f, int i, fill_ent e)
 {
-    return a->share < b->share || (a->share == b->share && a->link < b->link);
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= f->n_fh) break;
+        if (c + 1 < f->n_fh && fh_less(&f->fh[c + 1], &f->fh[c])) c++;
+        if (fh_less(&e, &f->fh[c])) break;
+        f->fh[i] = f->fh[c];
+        i = c;
+    }
+    f->fh[i] = e;
 }
 
 /* Order fh[0 .. n_fh) into a heap in place (bottom-up). The entries'
@@ -267,36 +306,13 @@ static int fh_less(const fill_ent *a, const fill_ent *b)
  * out as if pushed one by one. */
 static void fh_heapify(net_flows *f)
 {
-    for (int i = f->n_fh / 2 - 1; i >= 0; i--) {
-        fill_ent e = f->fh[i];
-        int j = i;
-        for (;;) {
-            int c = 2 * j + 1;
-            if (c >= f->n_fh) break;
-            if (c + 1 < f->n_fh && fh_less(&f->fh[c + 1], &f->fh[c])) c++;
-            if (!fh_less(&f->fh[c], &e)) break;
-            f->fh[j] = f->fh[c];
-            j = c;
-        }
-        f->fh[j] = e;
-    }
+    for (int i = f->n_fh / 2 - 1; i >= 0; i--) fh_sift_down(f, i, f->fh[i]);
 }
 
 static fill_ent fh_pop(net_flows *f)
 {
     fill_ent top = f->fh[0], e = f->fh[--f->n_fh];
-    int i = 0;
-    for (;;) {
-        int c = 2 * i + 1;
-        if (c >= f->n_fh) break;
-        if (c + 1 < f->n_fh && (f->fh[c + 1].share < f->fh[c].share ||
-                                (f->fh[c + 1].share == f->fh[c].share && f->fh[c + 1].link < f->fh[c].link)))
-            c++;
-        if (e.share < f->fh[c].share || (e.share == f->fh[c].share && e.link < f->fh[c].link)) break;
-        f->fh[i] = f->fh[c];
-        i = c;
-    }
-    if (f->n_fh > 0) f->fh[i] = e;
+    if (f->n_fh > 0) fh_sift_down(f, 0, e);
     return top;
 }
 
@@ -371,22 +387,9 @@ static int recompute_dirty(net_flows *f)
      * what the filling below would compute, bit for bit. */
     for (int fi = 0; fi < nf; fi++) {
         flow_t *F = &f->fl[f->comp_flows[fi]];
-        int id = f->comp_flows[fi];
-        F->solo = 1;
-        for (int h = 0; h < F->nlinks && F->solo; h++) {
-            int l = F->links[h];
-            for (int k = 0; k < f->lh[l].n; k++)
-                if (lfl(f, l, k) != id) { F->solo = 0; break; }
-        }
+        F->solo = (uint8_t)alone_on_links(f, f->comp_flows[fi]);
         F->frozen = F->solo;
-        if (!F->solo) continue;
-        double rate = 0;
-        for (int h = 0; h < F->nlinks; h++) {
-            int l = F->links[h];
-            double share = g->links[l].bw_gbps / f->lh[l].n;
-            if (h == 0 || share < rate) rate = share;
-        }
-        F->new_rate = rate > 0 ? rate : 0;
+        if (F->solo) F->new_rate = solo_rate(f, F->links, F->nlinks);
     }
     /* Progressive filling of the others. */
     if (nl > f->cap_fh) {
@@ -513,16 +516,11 @@ int net_flow_start_hint(net_flows *f, int64_t now_ns, const int *links, int nlin
         if (!alone) mark_dirty(f, links[h]);
     }
     if (alone) {
-        double rate = 0;
+        double rate;
         if (hint && hint->gen == f->bw_gen) {
             rate = hint->rate_gbps;
         } else {
-            for (int h = 0; h < nlinks; h++) {
-                int n = f->lh[links[h]].n;
-                double bw = f->g->links[links[h]].bw_gbps;
-                double share = n == 1 ? bw : bw / n; /* x / 1 == x: skip the division */
-                if (h == 0 || share < rate) rate = share;
-            }
+            rate = solo_rate(f, links, nlinks);
             if (hint) *hint = (net_flow_hint){rate, f->bw_gen};
         }
         F->rate = rate > 0 ? rate : 0;
@@ -539,13 +537,7 @@ static void detach(net_flows *f, int id)
     flow_t *F = &f->fl[id];
     /* Alone on all its links: they become empty and no other rate changes,
      * so they need no recomputation. */
-    int alone = 1;
-    for (int h = 0; h < F->nlinks && alone; h++) {
-        int l = F->links[h];
-        for (int k = 0; k < f->lh[l].n; k++)
-            if (lfl(f, l, k) != id) { alone = 0; break; }
-    }
-    if (alone) {
+    if (alone_on_links(f, id)) {
         for (int h = 0; h < F->nlinks; h++) f->lh[F->links[h]].n = 0;
         F->active = 0;
         f->active--;
