@@ -11,7 +11,8 @@ typedef struct {
     int *pos;               /* index of this flow in each link's flow list, per occurrence (links + cap) */
     double left_bytes;
     double rate;            /* GB/s = bytes/ns; 0 until first assigned */
-    double new_rate;        /* scratch of the water-filling */
+    double new_rate;        /* scratch of the water-filling (before it: the share of own_link) */
+    int own_link;           /* scratch: its tightest link no other flow uses, -1 if none */
     int64_t last_ns;        /* time left_bytes was last brought up to date */
     int64_t done_ns;
     uint64_t tag;
@@ -398,15 +399,36 @@ static int recompute_dirty(net_flows *f)
         f->fh = q;
         f->cap_fh = nl;
     }
+    /* Links that only one flow uses (most of a bundle's path) keep the
+     * share bw / occurrences until that flow is frozen, so only the tightest
+     * of them per flow can be the one that freezes it: it alone enters the
+     * heap, the others could only pop as stale entries. Pops come out in the
+     * same order as with every link in the heap, and the rates bit for bit. */
+    for (int fi = 0; fi < nf; fi++) f->fl[f->comp_flows[fi]].own_link = -1;
     f->n_fh = 0;
     for (int li = 0; li < nl; li++) {
         int l = f->comp_links[li], n = f->lh[l].n;
         link_t *L = &f->lk[l];
-        if (n > 0 && f->fl[f->lh[l].fl0].solo) continue;
+        if (n == 0) continue;
+        int id0 = f->lh[l].fl0;
+        flow_t *F0 = &f->fl[id0];
+        if (F0->solo) continue;
         L->rem = g->links[l].bw_gbps;
         L->unfrozen = n;
         L->ver++;
-        if (n > 0) f->fh[f->n_fh++] = (fill_ent){L->rem / n, l, L->ver};
+        fill_ent e = {L->rem / n, l, L->ver};
+        int own = 1;
+        for (int k = 1; k < n && own; k++) own = lfl(f, l, k) == id0;
+        if (!own) {
+            f->fh[f->n_fh++] = e;
+        } else if (F0->own_link < 0 || fh_less(&e, &(fill_ent){F0->new_rate, F0->own_link, 0})) {
+            F0->own_link = l;
+            F0->new_rate = e.share;
+        }
+    }
+    for (int fi = 0; fi < nf; fi++) {
+        const flow_t *F = &f->fl[f->comp_flows[fi]];
+        if (F->own_link >= 0) f->fh[f->n_fh++] = (fill_ent){F->new_rate, F->own_link, f->lk[F->own_link].ver};
     }
     fh_heapify(f);
     while (f->n_fh > 0) {

@@ -94,6 +94,28 @@ Test(net_flow, textbook_max_min)
     net_graph_free(g);
 }
 
+Test(net_flow, a_link_only_one_flow_uses_can_be_its_bottleneck)
+{
+    /* fa on gpu0->gpu1 (50, fa's alone) and gpu1->gpu2 (200, shared with
+     * fb). The shared link's fair share (100) is not fa's limit: its own
+     * link is, so fa = 50 and fb takes the rest, 150. */
+    net_link_spec sp[] = {{"gpu0.0", "gpu1.0", 50, 1, 0}, {"gpu1.0", "gpu2.0", 200, 1, 0}};
+    net_graph *g = NULL;
+    net_flows *f = NULL;
+    ts_err e;
+    cr_assert_eq(net_graph_from_links(sp, 2, 1, &g, &e), TS_OK, "%s", e.msg);
+    cr_assert_eq(net_flows_new(g, &f, &e), TS_OK);
+    int l01 = net_graph_find_link(g, g->gpu_node[0], g->gpu_node[1]);
+    int l12 = net_graph_find_link(g, g->gpu_node[1], g->gpu_node[2]);
+    int pa[3] = {l12, l01, l01}; /* l01 twice: its share is 50 / 2 */
+    int fa = net_flow_start(f, 0, pa, 3, 1e6, 0, &e);
+    int fb = net_flow_start(f, 0, &l12, 1, 1e6, 1, &e);
+    cr_assert_float_eq(net_flow_rate_gbps(f, fa), 25.0, 1e-9);
+    cr_assert_float_eq(net_flow_rate_gbps(f, fb), 175.0, 1e-9);
+    net_flows_free(f);
+    net_graph_free(g);
+}
+
 /* Global max-min by the definition (naive progressive filling over all
  * links), to check the incremental component recomputation against. */
 static void global_maxmin(const net_graph *g, int nf, int paths[][NET_MAX_PATH], const int *plen,
