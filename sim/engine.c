@@ -65,19 +65,18 @@ typedef struct {
 } stream;
 
 /* The event queue: a radix heap (Ahuja et al.; event times never precede
- * the current time) on base-16 digits. Bucket 0 holds the events at `last`,
- * the time of the latest pop, in push order; bucket 16 L + d (d >= 1) the
- * events whose highest base-16 digit that differs from last's is digit L,
- * of value d there (greater than last's, since times are >= last). Bucket
- * order is time order: a bucket's events all precede those of any later
- * bucket. A pop takes bucket 0's next event or, once bucket 0 is drained,
- * makes the earliest time of the first non-empty bucket the new last and
- * moves that bucket's events, in order, to the buckets below it (all empty).
- * The bucket of a time is a function of the time and last, so the events of
- * one time always share a bucket, in push order: events run in (time, push
- * order). A push is a few instructions; each event moves down at most 15
- * times, in practice about once (a binary radix heap moved the 1T case's
- * events about five times each). */
+ * the current time) on base-256 digits. Bucket 0 holds the events at
+ * `last`, the time of the latest pop, in push order; bucket 256 L + d
+ * (d >= 1) the events whose highest base-256 digit that differs from last's
+ * is digit L, of value d there (greater than last's, since times are >=
+ * last). Bucket order is time order: a bucket's events all precede those of
+ * any later bucket. A pop takes bucket 0's next event or, once bucket 0 is
+ * drained, makes the earliest time of the first non-empty bucket the new
+ * last and moves that bucket's events, in order, to the buckets below it
+ * (all empty). The bucket of a time is a function of the time and last, so
+ * the events of one time always share a bucket, in push order: events run in
+ * (time, push order). A push is a few instructions; each event moves down at
+ * most 7 times (8 digits), in practice about once. */
 typedef struct {
     int64_t t_ns;
     uint32_t what; /* task id, or TIMER_BIT | timer index */
@@ -89,7 +88,7 @@ typedef struct {
 } rbucket;
 
 #define RQ_DIGIT_BITS 8
-#define RQ_BUCKETS (64 / RQ_DIGIT_BITS << RQ_DIGIT_BITS) /* 256 */
+#define RQ_BUCKETS (64 / RQ_DIGIT_BITS << RQ_DIGIT_BITS) /* 2048 */
 #define RQ_WORDS (RQ_BUCKETS / 64)
 #define NONE UINT32_MAX
 
@@ -391,8 +390,8 @@ static void fail(engine *e, int code, const char *what)
     }
 }
 
-/* Bucket of time t_ns (>= last >= 0, so the top digit's bit 63 never
- * differs): 0, or 16 L + d with L the highest differing digit, d >= 1. */
+/* Bucket of time t_ns (>= last >= 0, so bit 63 never differs): 0, or
+ * 256 L + d with L the highest differing digit, d >= 1 its value. */
 static inline unsigned rq_bucket(const engine *e, int64_t t_ns)
 {
     uint64_t x = (uint64_t)t_ns ^ (uint64_t)e->rq_last_ns;
@@ -520,8 +519,10 @@ static __attribute__((noinline)) void start(engine *e, uint32_t i, uint32_t s, u
         __builtin_prefetch(&e->state[t->succ0 * C + c]);
     mask_flip(e, s, c);
     uint32_t f = t->flags | e->state[id].flags;
-    if (e->hooks.on_start && (!e->hooks.only_marked || (f & F_MARKED)))
-        e->hooks.on_start(e->hooks.ctx, e, id, e->now_ns);
+    if (e->hooks.on_start && (!e->hooks.only_marked || (f & F_MARKED))) {
+        engine_task_info ti = {t->tag, t->mb, (int)(global_stream(e, s, c) >> e->sbits), c};
+        e->hooks.on_start(e->hooks.ctx, e, id, &ti, e->now_ns);
+    }
     if (f & F_JOINED) {
         if (e->state[t->link * C + c].flags & F_DONE)
             push_end(e, id, e->now_ns);
@@ -562,8 +563,10 @@ static void end(engine *e, uint32_t id)
         e->makespan_ns = e->now_ns;
     e->streams[s * C + c].running = ENGINE_NO_TASK;
     mask_flip(e, s, c);
-    if (e->hooks.on_end && (!e->hooks.only_marked || ((t->flags | e->state[id].flags) & F_MARKED)))
-        e->hooks.on_end(e->hooks.ctx, e, id, e->now_ns);
+    if (e->hooks.on_end && (!e->hooks.only_marked || ((t->flags | e->state[id].flags) & F_MARKED))) {
+        engine_task_info ti = {t->tag, t->mb, (int)(global_stream(e, s, c) >> e->sbits), c};
+        e->hooks.on_end(e->hooks.ctx, e, id, &ti, e->now_ns);
+    }
     if (t->flags & F_JOINER) {
         uint32_t j = t->link * C + c;
         if ((e->state[j].flags & F_STARTED) && !(e->state[j].flags & (F_DONE | F_ENDING)))

@@ -47,16 +47,25 @@ typedef uint32_t engine_task_id;
 
 typedef struct engine engine;
 
-/* Called when a task starts or ends (now_ns is the simulated time). tag and
- * mb are the values given to engine_task_add. An EXTERNAL task's on_start
+/* What a hook learns of the task it is called for (the engine_task_tag,
+ * _mb and _rank of the id, without the queries). */
+typedef struct {
+    uint32_t tag;   /* as given to engine_task_add */
+    int32_t mb;     /* as given to engine_task_add */
+    int rank;       /* engine rank of this copy (engine_replicate) */
+    uint32_t copy;  /* engine_replicate's copy (0 without it) */
+} engine_task_info;
+
+/* Called when a task starts or ends (now_ns is the simulated time); ti is
+ * valid during the call only. An EXTERNAL task's on_start
  * must arrange for engine_task_finish() to be called (possibly from a later
  * timer). Hooks may add timers; they must not add tasks. With only_marked,
  * hooks are called only for tasks marked with engine_task_mark (and for
  * external ones, whose on_start must run), which keeps the event loop tight
  * when few tasks need them. */
 typedef struct {
-    void (*on_start)(void *ctx, engine *e, engine_task_id id, int64_t now_ns);
-    void (*on_end)(void *ctx, engine *e, engine_task_id id, int64_t now_ns);
+    void (*on_start)(void *ctx, engine *e, engine_task_id id, const engine_task_info *ti, int64_t now_ns);
+    void (*on_end)(void *ctx, engine *e, engine_task_id id, const engine_task_info *ti, int64_t now_ns);
     void *ctx;
     bool only_marked;
 } engine_hooks;

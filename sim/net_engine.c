@@ -483,10 +483,11 @@ static void start_coll(net_engine *ne, engine *e, int ii, const net_step_desc *d
     schedule(ne, e);
 }
 
-void net_engine_task_started(net_engine *ne, engine *e, engine_task_id id, int rank, int64_t now)
+void net_engine_task_started(net_engine *ne, engine *e, engine_task_id id, const engine_task_info *ti, int64_t now)
 {
     if (ne->rc) return;
-    uint32_t tag = engine_task_tag(e, id);
+    uint32_t tag = ti->tag;
+    int rank = ti->rank;
     const net_step_desc *d = get_desc(ne, tag, &ne->err);
     if (!d) { fail(ne, ne->err.code ? ne->err.code : TS_ESTATE); return; }
     switch (d->role) {
@@ -501,7 +502,7 @@ void net_engine_task_started(net_engine *ne, engine *e, engine_task_id id, int r
         if (ne->opts.comm_compute_slowdown > 0) ne->active_comm[rank]++;
         int need = ne->opts.full ? ne->pl->size[d->dim] : 1;
         open_t *o;
-        int ii = pending(ne, rank, d->dim, tag, engine_task_mb(e, id), need, &o);
+        int ii = pending(ne, rank, d->dim, tag, ti->mb, need, &o);
         if (ii < 0) { fail(ne, err_set(&ne->err, TS_ENOMEM, "net_engine: out of memory")); return; }
         if (fail(ne, inst_add(&ne->inst[ii], id))) return;
         if (ne->inst[ii].n < ne->inst[ii].need) return;
@@ -539,27 +540,28 @@ void net_engine_task_started(net_engine *ne, engine *e, engine_task_id id, int r
     }
 }
 
-void net_engine_task_ended(net_engine *ne, engine *e, engine_task_id id, int rank, int64_t now)
+void net_engine_task_ended(net_engine *ne, engine *e, engine_task_id id, const engine_task_info *ti, int64_t now)
 {
+    (void)e;
+    (void)id;
     (void)now;
     if (ne->opts.comm_compute_slowdown == 0) return; /* active_comm is read only with a slowdown */
-    uint32_t tag = engine_task_tag(e, id);
+    uint32_t tag = ti->tag;
+    int rank = ti->rank;
     if (tag < ne->n_desc && ne->have_desc[tag]) {
         uint8_t role = ne->desc[tag].role;
         if (role == NET_STEP_COLL || role == NET_STEP_SEND) ne->active_comm[rank]--;
     }
 }
 
-static void on_start(void *ctx, engine *e, engine_task_id id, int64_t now)
+static void on_start(void *ctx, engine *e, engine_task_id id, const engine_task_info *ti, int64_t now)
 {
-    net_engine_task_started(ctx, e, id, engine_task_rank(e, id), now);
+    net_engine_task_started(ctx, e, id, ti, now);
 }
 
-static void on_end(void *ctx, engine *e, engine_task_id id, int64_t now)
+static void on_end(void *ctx, engine *e, engine_task_id id, const engine_task_info *ti, int64_t now)
 {
-    net_engine *ne = ctx;
-    if (ne->opts.comm_compute_slowdown == 0) return;
-    net_engine_task_ended(ne, e, id, engine_task_rank(e, id), now);
+    net_engine_task_ended(ctx, e, id, ti, now);
 }
 
 engine_hooks net_engine_hooks(net_engine *ne)

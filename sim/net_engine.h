@@ -95,10 +95,10 @@ void net_engine_free(net_engine *ne);
 /* Hooks to pass to engine_create (ctx = ne). */
 engine_hooks net_engine_hooks(net_engine *ne);
 
-/* The hooks' bodies, for a caller that chains them with its own hooks and
- * already knows the task's engine rank (engine_task_rank). */
-void net_engine_task_started(net_engine *ne, engine *e, engine_task_id id, int rank, int64_t now_ns);
-void net_engine_task_ended(net_engine *ne, engine *e, engine_task_id id, int rank, int64_t now_ns);
+/* The hooks' bodies, for a caller that chains them with its own hooks. */
+void net_engine_task_started(net_engine *ne, engine *e, engine_task_id id, const engine_task_info *ti,
+                             int64_t now_ns);
+void net_engine_task_ended(net_engine *ne, engine *e, engine_task_id id, const engine_task_info *ti, int64_t now_ns);
 
 /* Ranks the engine must have: t*d*p in full mode, p otherwise. */
 int net_engine_n_ranks(const net_engine *ne);

@@ -121,22 +121,19 @@ static int describe(void *ctx, uint32_t tag, net_step_desc *d, ts_err *err)
 
 /* ------------------------------------------------------------ simulate_net */
 
-static void on_start(void *ctx, engine *e, engine_task_id id, int64_t now)
+static void on_start(void *ctx, engine *e, engine_task_id id, const engine_task_info *ti, int64_t now)
 {
     net_simulate *ns = ctx;
-    int rank = engine_task_rank(e, id);
-    if (ns->sim_hooks.on_start && rank < ns->p) ns->sim_hooks.on_start(ns->sim_hooks.ctx, e, id, now);
-    net_engine_task_started(ns->ne, e, id, rank, now);
+    if (ns->sim_hooks.on_start && ti->rank < ns->p) ns->sim_hooks.on_start(ns->sim_hooks.ctx, e, id, ti, now);
+    net_engine_task_started(ns->ne, e, id, ti, now);
 }
 
-static void on_end(void *ctx, engine *e, engine_task_id id, int64_t now)
+static void on_end(void *ctx, engine *e, engine_task_id id, const engine_task_info *ti, int64_t now)
 {
     net_simulate *ns = ctx;
-    bool slow = ns->o.comm_compute_slowdown > 0; /* net_engine counts comm in flight only for it */
-    if (!ns->sim_hooks.on_end && !slow) return;
-    int rank = engine_task_rank(e, id);
-    if (ns->sim_hooks.on_end && rank < ns->p) ns->sim_hooks.on_end(ns->sim_hooks.ctx, e, id, now);
-    if (slow) net_engine_task_ended(ns->ne, e, id, rank, now);
+    if (ns->sim_hooks.on_end && ti->rank < ns->p) ns->sim_hooks.on_end(ns->sim_hooks.ctx, e, id, ti, now);
+    if (ns->o.comm_compute_slowdown > 0) /* net_engine counts comm in flight only for it */
+        net_engine_task_ended(ns->ne, e, id, ti, now);
 }
 
 static engine_hooks sn_hooks(void *ctx, const engine_hooks *sim_hooks)

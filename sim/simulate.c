@@ -23,11 +23,13 @@ static int mem_cat_of(const plan_step *x)
     return x->cat == PLAN_CAT_PP ? MEM_P2P : MEM_ACTIV;
 }
 
-static void on_start(void *ctx, engine *e, engine_task_id id, int64_t now_ns)
+static void on_start(void *ctx, engine *e, engine_task_id id, const engine_task_info *ti, int64_t now_ns)
 {
+    (void)e;
+    (void)id;
     hook_ctx *h = ctx;
-    const plan_step *x = &h->pl->steps[engine_task_tag(e, id)];
-    int r = engine_task_rank(e, id);
+    const plan_step *x = &h->pl->steps[ti->tag];
+    int r = ti->rank;
     if (x->mem_n) { /* a collapsed pass: its changes at their offsets */
         const plan_mem_ev *ev = h->pl->mem_evs + x->mem_first;
         for (uint32_t k = 0; k < x->mem_n; k++)
@@ -37,12 +39,14 @@ static void on_start(void *ctx, engine *e, engine_task_id id, int64_t now_ns)
     }
 }
 
-static void on_end(void *ctx, engine *e, engine_task_id id, int64_t now_ns)
+static void on_end(void *ctx, engine *e, engine_task_id id, const engine_task_info *ti, int64_t now_ns)
 {
+    (void)e;
+    (void)id;
     hook_ctx *h = ctx;
-    const plan_step *x = &h->pl->steps[engine_task_tag(e, id)];
+    const plan_step *x = &h->pl->steps[ti->tag];
     if (x->free_bytes && !x->mem_n)
-        mem_add(h->mem, engine_task_rank(e, id), mem_cat_of(x), -x->free_bytes, now_ns, now_ns);
+        mem_add(h->mem, ti->rank, mem_cat_of(x), -x->free_bytes, now_ns, now_ns);
 }
 
 const char *simulate_comm_name(int i)

@@ -57,11 +57,12 @@ typedef struct {
     int n;
 } order_log;
 
-static void log_end(void *ctx, engine *e, engine_task_id id, int64_t now_ns)
+static void log_end(void *ctx, engine *e, engine_task_id id, const engine_task_info *ti, int64_t now_ns)
 {
     (void)now_ns;
     order_log *l = ctx;
-    l->tags[l->n++] = engine_task_tag(e, id);
+    cr_assert_eq(ti->tag, engine_task_tag(e, id));
+    l->tags[l->n++] = ti->tag;
 }
 
 Test(engine, equal_times_break_ties_by_push_order)
@@ -179,8 +180,9 @@ static void finish_ext(void *ctx, engine *e, int64_t now_ns)
     cr_assert_eq(engine_task_finish(e, c->ext, now_ns, NULL), TS_OK);
 }
 
-static void on_start_ext(void *ctx, engine *e, engine_task_id id, int64_t now_ns)
+static void on_start_ext(void *ctx, engine *e, engine_task_id id, const engine_task_info *ti, int64_t now_ns)
 {
+    (void)ti;
     ext_ctx *c = ctx;
     if (id == c->ext)
         cr_assert_eq(engine_timer_at(e, now_ns + 42, finish_ext, c, NULL), TS_OK);
@@ -378,10 +380,15 @@ typedef struct {
     int starts;
 } copy_ctx;
 
-static void finish_later(void *ctx, engine *e, engine_task_id id, int64_t now_ns)
+static void finish_later(void *ctx, engine *e, engine_task_id id, const engine_task_info *ti, int64_t now_ns)
 {
     copy_ctx *c = ctx;
     c->starts++;
+    /* what the hook is told is what the queries answer */
+    cr_assert_eq(ti->tag, engine_task_tag(e, id));
+    cr_assert_eq(ti->mb, engine_task_mb(e, id));
+    cr_assert_eq(ti->rank, engine_task_rank(e, id));
+    cr_assert_eq(ti->copy, id % engine_copies(e));
     cr_assert_eq(engine_task_finish(e, id, now_ns + 100, NULL), TS_OK);
 }
 

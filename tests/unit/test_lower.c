@@ -16,18 +16,22 @@ typedef struct {
     mem_tracker *mem;
 } ctx_t;
 
-static void on_start(void *c, engine *e, engine_task_id id, int64_t now)
+static void on_start(void *c, engine *e, engine_task_id id, const engine_task_info *ti, int64_t now)
 {
+    (void)e;
+    (void)id;
     ctx_t *x = c;
-    const plan_step *s = &x->pl->steps[engine_task_tag(e, id)];
-    mem_add(x->mem, engine_task_rank(e, id), MEM_ACTIV, s->alloc_bytes, now, now);
+    const plan_step *s = &x->pl->steps[ti->tag];
+    mem_add(x->mem, ti->rank, MEM_ACTIV, s->alloc_bytes, now, now);
 }
 
-static void on_end(void *c, engine *e, engine_task_id id, int64_t now)
+static void on_end(void *c, engine *e, engine_task_id id, const engine_task_info *ti, int64_t now)
 {
+    (void)e;
+    (void)id;
     ctx_t *x = c;
-    const plan_step *s = &x->pl->steps[engine_task_tag(e, id)];
-    mem_add(x->mem, engine_task_rank(e, id), MEM_ACTIV, -s->free_bytes, now, now);
+    const plan_step *s = &x->pl->steps[ti->tag];
+    mem_add(x->mem, ti->rank, MEM_ACTIV, -s->free_bytes, now, now);
 }
 
 typedef struct {
