@@ -79,7 +79,8 @@ typedef struct {
  * most 7 times (8 digits), in practice about once. */
 typedef struct {
     int64_t t_ns;
-    uint32_t what; /* task id, or TIMER_BIT | timer index */
+    uint32_t what; /* task index, or TIMER_BIT | timer index */
+    uint32_t copy; /* the task's copy (the event's size is 16 bytes either way) */
 } event;
 
 typedef struct {
@@ -112,7 +113,9 @@ struct engine {
     uint32_t copies;    /* engine_replicate's copies (1 without it) */
     uint32_t copy_streams; /* streams of one copy: the global stream of copy c is s + c x copy_streams */
     tstate *state;      /* n_tasks x copies, once replicated or running */
-    ttime *times;       /* n_tasks x copies, during the run */
+    ttime *times;       /* n_tasks x keep_times (copy c < keep_times of task index i at
+                           i x keep_times + c), during the run */
+    uint32_t keep_times; /* copies that keep their times (engine_keep_times) */
     edge *edges;
     uint32_t n_edges, cap_edges;
     stream *streams;
@@ -166,6 +169,7 @@ int engine_create(int n_ranks, int streams_per_rank, const engine_hooks *hooks,
     e->n_acct = (uint32_t)n_ranks;
     e->timer_free = NONE;
     e->copies = 1;
+    e->keep_times = 1;
     e->spr = streams_per_rank;
     while ((1 << e->sbits) < streams_per_rank)
         e->sbits++;
@@ -319,6 +323,7 @@ int engine_replicate(engine *e, uint32_t copies, int rank_stride, ts_err *err)
     free(e->streams);
     e->streams = st;
     e->copy_streams = ss;
+    e->keep_times = copies;
     return TS_OK;
 }
 
@@ -361,6 +366,15 @@ int engine_account_ranks(engine *e, int n_ranks, ts_err *err)
         return err_set(err, e->ran ? TS_ESTATE : TS_EINVAL,
                        "engine: account %d ranks; valid: 0..%d, before engine_run", n_ranks, e->n_ranks);
     e->n_acct = (uint32_t)n_ranks;
+    return TS_OK;
+}
+
+int engine_keep_times(engine *e, uint32_t copies, ts_err *err)
+{
+    if (e->ran || copies < 1 || copies > e->copies)
+        return err_set(err, e->ran ? TS_ESTATE : TS_EINVAL,
+                       "engine: keep the times of %u copies; valid: 1..%u, before engine_run", copies, e->copies);
+    e->keep_times = copies;
     return TS_OK;
 }
 
@@ -414,16 +428,16 @@ static inline int rq_append(engine *e, unsigned k, event v)
 
 /* TS_ENOMEM, or TS_EINVAL for a time before the queue's last (an end time
  * that overflowed int64: the radix heap needs times >= last >= 0). */
-static int event_push(engine *e, int64_t t_ns, uint32_t what)
+static int event_push(engine *e, int64_t t_ns, uint32_t what, uint32_t copy)
 {
     if (t_ns < e->rq_last_ns)
         return TS_EINVAL;
-    return rq_append(e, rq_bucket(e, t_ns), (event){t_ns, what});
+    return rq_append(e, rq_bucket(e, t_ns), (event){t_ns, what, copy});
 }
 
-/* Take the next event: *what, and its time into now_ns; false if none is
+/* Take the next event: *v, and its time into now_ns; false if none is
  * left. */
-static bool event_pop(engine *e, uint32_t *what)
+static bool event_pop(engine *e, event *out)
 {
     rbucket *B0 = &e->rq[0];
     if (e->rq_head == B0->n) { /* bucket 0 drained: refill it from the first non-empty bucket */
@@ -451,7 +465,7 @@ static bool event_pop(engine *e, uint32_t *what)
             }
     }
     event v = B0->ev[e->rq_head++];
-    *what = v.what;
+    *out = v;
     e->now_ns = v.t_ns;
     return true;
 }
@@ -485,10 +499,11 @@ static inline void mask_flip(engine *e, uint32_t s, uint32_t c)
     e->acct[rank].mask ^= 1u << (g & ((1u << e->sbits) - 1));
 }
 
-static void push_end(engine *e, uint32_t id, int64_t at_ns)
+/* Queue the end of copy c of task index i (id `id`) at at_ns. */
+static void push_end(engine *e, uint32_t i, uint32_t c, uint32_t id, int64_t at_ns)
 {
     e->state[id].flags |= F_ENDING;
-    int rc = event_push(e, at_ns, id);
+    int rc = event_push(e, at_ns, i, c);
     if (rc)
         fail(e, rc, rc == TS_ENOMEM ? "out of memory for events" : "a task's end time overflows 2^63 ns");
 }
@@ -509,7 +524,8 @@ static __attribute__((noinline)) void start(engine *e, uint32_t i, uint32_t s, u
     stream *st = &e->streams[s * C + c];
     st->running = id;
     st->head = t->next;
-    e->times[id].start_ns = e->now_ns;
+    if (c < e->keep_times)
+        e->times[i * e->keep_times + c].start_ns = e->now_ns;
     e->state[id].flags |= F_STARTED;
     /* what end() will touch: the state of the stream's next task and of
      * the first successor (copies of one task sit side by side) */
@@ -525,9 +541,9 @@ static __attribute__((noinline)) void start(engine *e, uint32_t i, uint32_t s, u
     }
     if (f & F_JOINED) {
         if (e->state[t->link * C + c].flags & F_DONE)
-            push_end(e, id, e->now_ns);
+            push_end(e, i, c, id, e->now_ns);
     } else if (!(f & F_EXTERNAL)) {
-        push_end(e, id, t->dur_ns <= INT64_MAX - e->now_ns ? e->now_ns + t->dur_ns : -1 /* overflow */);
+        push_end(e, i, c, id, t->dur_ns <= INT64_MAX - e->now_ns ? e->now_ns + t->dur_ns : -1 /* overflow */);
     }
     if (f & F_JOINER) {
         uint32_t j = t->link * C + c;
@@ -552,25 +568,29 @@ static inline void release(engine *e, uint32_t i, uint32_t c)
         try_start(e, e->tasks[i].stream, c);
 }
 
-static void end(engine *e, uint32_t id)
+/* Copy c of task index i ends now. */
+static void end(engine *e, uint32_t i, uint32_t c)
 {
-    uint32_t C = e->copies, i = id / C, c = id - i * C;
+    const uint32_t C = e->copies, id = i * C + c; /* locals: the stores below could alias e's fields */
+    const int64_t now = e->now_ns;
     const task *t = &e->tasks[i];
-    uint32_t s = t->stream;
-    e->times[id].end_ns = e->now_ns;
-    e->state[id].flags = (uint16_t)((e->state[id].flags | F_DONE) & ~F_ENDING);
-    if (e->now_ns > e->makespan_ns)
-        e->makespan_ns = e->now_ns;
+    const uint32_t s = t->stream;
+    if (c < e->keep_times)
+        e->times[i * e->keep_times + c].end_ns = now;
+    uint16_t own = (uint16_t)((e->state[id].flags | F_DONE) & ~F_ENDING);
+    e->state[id].flags = own;
+    if (now > e->makespan_ns)
+        e->makespan_ns = now;
     e->streams[s * C + c].running = ENGINE_NO_TASK;
     mask_flip(e, s, c);
-    if (e->hooks.on_end && (!e->hooks.only_marked || ((t->flags | e->state[id].flags) & F_MARKED))) {
+    if (e->hooks.on_end && (!e->hooks.only_marked || ((t->flags | own) & F_MARKED))) {
         engine_task_info ti = {t->tag, t->mb, (int)(global_stream(e, s, c) >> e->sbits), c};
-        e->hooks.on_end(e->hooks.ctx, e, id, &ti, e->now_ns);
+        e->hooks.on_end(e->hooks.ctx, e, id, &ti, now);
     }
     if (t->flags & F_JOINER) {
         uint32_t j = t->link * C + c;
         if ((e->state[j].flags & F_STARTED) && !(e->state[j].flags & (F_DONE | F_ENDING)))
-            push_end(e, j, e->now_ns);
+            push_end(e, t->link, c, j, now);
     }
     if (t->succ0 != ENGINE_NO_TASK)
         release(e, t->succ0, c);
@@ -590,7 +610,7 @@ int engine_task_finish(engine *e, engine_task_id id, int64_t at_ns, ts_err *err)
     if (at_ns < e->now_ns)
         return err_set(err, TS_EINVAL, "engine: finish of task %u at %lld ns, before now (%lld ns)", id,
                        (long long)at_ns, (long long)e->now_ns);
-    push_end(e, id, at_ns);
+    push_end(e, id / e->copies, id % e->copies, id, at_ns);
     return e->status == TS_OK ? TS_OK : err_set(err, e->status, "engine: task %u: no room for its end event", id);
 }
 
@@ -609,7 +629,7 @@ int engine_timer_at(engine *e, int64_t at_ns, engine_timer_fn fn, void *ctx, ts_
         k = e->n_timers++;
     }
     e->timers[k] = (timer){fn, ctx, NONE};
-    if (event_push(e, at_ns, TIMER_BIT | k)) {
+    if (event_push(e, at_ns, TIMER_BIT | k, 0)) {
         e->timers[k].next_free = e->timer_free;
         e->timer_free = k;
         return err_set(err, TS_ENOMEM, "engine: out of memory for events");
@@ -621,8 +641,8 @@ int engine_run(engine *e, ts_err *err)
 {
     if (e->ran)
         return err_set(err, TS_ESTATE, "engine: engine_run called twice");
-    size_t n = (size_t)e->n_tasks * e->copies;
-    if ((!e->state && state_alloc(e)) || !(e->times = malloc((n ? n : 1) * sizeof *e->times)))
+    size_t n = (size_t)e->n_tasks * e->copies, nt = (size_t)e->n_tasks * e->keep_times;
+    if ((!e->state && state_alloc(e)) || !(e->times = malloc((nt ? nt : 1) * sizeof *e->times)))
         return err_set(err, TS_ENOMEM, "engine: out of memory for the run state of %zu tasks", n);
     e->ran = true;
     e->status = TS_OK;
@@ -631,8 +651,9 @@ int engine_run(engine *e, ts_err *err)
     for (uint32_t c = 0; c < e->copies; c++)
         for (uint32_t s = 0; s < e->copy_streams && e->status == TS_OK; s++)
             try_start(e, s, c);
-    uint32_t what;
-    while (e->status == TS_OK && event_pop(e, &what)) {
+    event v;
+    while (e->status == TS_OK && event_pop(e, &v)) {
+        uint32_t what = v.what;
         e->n_events++;
         if (what & TIMER_BIT) {
             uint32_t k = what & ~TIMER_BIT;
@@ -641,7 +662,7 @@ int engine_run(engine *e, ts_err *err)
             e->timer_free = k;
             tm.fn(tm.ctx, e, e->now_ns);
         } else {
-            end(e, what);
+            end(e, what, v.copy);
         }
     }
     e->run_err = NULL;
@@ -671,18 +692,25 @@ int64_t engine_now_ns(const engine *e) { return e->now_ns; }
 int64_t engine_makespan_ns(const engine *e) { return e->makespan_ns; }
 uint64_t engine_events(const engine *e) { return e->n_events; }
 
+/* The kept times of copy id, NULL if it has none. */
+static const ttime *times_of(const engine *e, engine_task_id id)
+{
+    uint32_t i = id / e->copies, c = id - i * e->copies;
+    return c < e->keep_times ? &e->times[(size_t)i * e->keep_times + c] : NULL;
+}
+
 int64_t engine_task_start_ns(const engine *e, engine_task_id id)
 {
-    if (!e->ran || !valid_id(e, id) || !(e->state[id].flags & F_STARTED))
+    if (!e->ran || !valid_id(e, id) || !(e->state[id].flags & F_STARTED) || !times_of(e, id))
         return -1;
-    return e->times[id].start_ns;
+    return times_of(e, id)->start_ns;
 }
 
 int64_t engine_task_end_ns(const engine *e, engine_task_id id)
 {
-    if (!e->ran || !valid_id(e, id) || !(e->state[id].flags & F_DONE))
+    if (!e->ran || !valid_id(e, id) || !(e->state[id].flags & F_DONE) || !times_of(e, id))
         return -1;
-    return e->times[id].end_ns;
+    return times_of(e, id)->end_ns;
 }
 
 uint32_t engine_task_tag(const engine *e, engine_task_id id) { return e->tasks[id / e->copies].tag; }

@@ -124,6 +124,14 @@ uint32_t engine_copies(const engine *e);
  * not in 0..the engine's ranks, TS_ESTATE after engine_run. */
 int engine_account_ranks(engine *e, int n_ranks, ts_err *err);
 
+/* Keep the start and end times (engine_task_start_ns / _end_ns) of copies
+ * 0..copies-1 of each task only (engine_replicate); the others' queries
+ * return -1. By default every copy keeps them. The times take 16 bytes per
+ * copy: the 1T --full case's 66 M tasks need 1 GB for them, of which its
+ * report reads copy 0 only. TS_EINVAL if copies is not in 1..the engine's
+ * copies, TS_ESTATE after engine_run. */
+int engine_keep_times(engine *e, uint32_t copies, ts_err *err);
+
 /* Mark task id as external (its duration is ignored; see above); after
  * engine_replicate, only that copy. */
 int engine_task_set_external(engine *e, engine_task_id id, ts_err *err);
@@ -155,8 +163,9 @@ int engine_run(engine *e, ts_err *err);
 uint32_t engine_task_count(const engine *e);
 int engine_n_ranks(const engine *e);
 int engine_streams_per_rank(const engine *e);
-int64_t engine_task_start_ns(const engine *e, engine_task_id id); /* -1 if never started */
-int64_t engine_task_end_ns(const engine *e, engine_task_id id);   /* -1 if not finished */
+/* -1 if never started / not finished, or a copy engine_keep_times left out */
+int64_t engine_task_start_ns(const engine *e, engine_task_id id);
+int64_t engine_task_end_ns(const engine *e, engine_task_id id);
 uint32_t engine_task_tag(const engine *e, engine_task_id id);
 int32_t engine_task_mb(const engine *e, engine_task_id id);
 int engine_task_rank(const engine *e, engine_task_id id);

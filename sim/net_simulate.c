@@ -160,8 +160,10 @@ static int sn_lower(void *ctx, const plan *pl, const sched *s, engine *e, ts_err
     rc = lower_sched_ranks(pl, s, e, map, err);
     free(map);
     if (!rc) rc = engine_replicate(e, (uint32_t)(t * d), p, err);
-    /* the report shows the ranks of replica (0, 0): account only them */
-    return rc ? rc : engine_account_ranks(e, p, err);
+    /* the report and the trace show the ranks of replica (0, 0), copy 0:
+     * account and time only them */
+    if (!rc) rc = engine_account_ranks(e, p, err);
+    return rc ? rc : engine_keep_times(e, 1, err);
 }
 
 static int sn_attach(void *ctx, engine *e, const plan *pl, const sched *s, ts_err *err)

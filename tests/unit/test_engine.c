@@ -433,6 +433,34 @@ Test(engine, replicate_closes_the_graph)
     engine_free(e);
 }
 
+Test(engine, keep_times_of_the_first_copies_only)
+{
+    engine *ref = mk(2, 3, NULL), *e = mk(6, 3, NULL);
+    ts_err err;
+    build_pair(ref);
+    build_pair(e);
+    run_ok(ref);
+    cr_assert_eq(engine_keep_times(e, 2, &err), TS_EINVAL); /* one copy before replicate */
+    cr_assert_eq(engine_replicate(e, 3, 2, &err), TS_OK, "%s", err.msg);
+    cr_assert_eq(engine_keep_times(e, 0, &err), TS_EINVAL);
+    cr_assert_eq(engine_keep_times(e, 4, &err), TS_EINVAL);
+    cr_assert_eq(engine_keep_times(e, 2, &err), TS_OK, "%s", err.msg);
+    run_ok(e);
+    cr_expect_eq(engine_keep_times(e, 1, &err), TS_ESTATE);
+    uint32_t n = engine_task_count(ref);
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t c = 0; c < 3; c++) {
+            int64_t want_s = c < 2 ? engine_task_start_ns(ref, i) : -1, want_e = c < 2 ? engine_task_end_ns(ref, i) : -1;
+            cr_expect_eq(engine_task_start_ns(e, i * 3 + c), want_s, "task %u copy %u", i, c);
+            cr_expect_eq(engine_task_end_ns(e, i * 3 + c), want_e, "task %u copy %u", i, c);
+        }
+    /* copy 2 ran all the same: its busy masks equal the original's */
+    for (unsigned m = 0; m < 8; m++)
+        cr_expect_eq(engine_busy_mask_ns(e, 5, m), engine_busy_mask_ns(ref, 1, m), "mask %u", m);
+    engine_free(ref);
+    engine_free(e);
+}
+
 Test(engine, account_ranks_limits_the_busy_masks)
 {
     engine *ref = mk(2, 3, NULL), *e = mk(6, 3, NULL);
