@@ -108,6 +108,7 @@ struct engine {
     int n_ranks, spr;
     int sbits;          /* streams of a rank take 1 << sbits slots (a shift, not a division) */
     engine_hooks hooks;
+    uint32_t end_copies;  /* on_end for copies below it (hooks.on_end_copies, 0 -> all) */
     task *tasks;        /* shared by all copies */
     uint32_t n_tasks, cap_tasks;
     uint32_t copies;    /* engine_replicate's copies (1 without it) */
@@ -121,7 +122,7 @@ struct engine {
     stream *streams;
     rbucket rq[RQ_BUCKETS]; /* the event queue (see above) */
     uint32_t rq_head;     /* next event of bucket 0 */
-    uint64_t rq_busy[RQ_WORDS]; /* bit k % 64 of word k / 64: bucket k is not empty */
+    uint64_t rq_busy[RQ_WORDS]; /* bit k % 64 of word k / 64: bucket k >= 1 is not empty */
     uint64_t rq_words;    /* bit w: rq_busy[w] is not 0 */
     int64_t rq_last_ns;   /* `last` of the queue */
     timer *timers;
@@ -175,6 +176,7 @@ int engine_create(int n_ranks, int streams_per_rank, const engine_hooks *hooks,
         e->sbits++;
     if (hooks)
         e->hooks = *hooks;
+    e->end_copies = e->hooks.on_end_copies ? e->hooks.on_end_copies : UINT32_MAX;
     size_t ns = (size_t)n_ranks << e->sbits;
     e->streams = malloc(ns * sizeof *e->streams);
     e->busy_ns = calloc((size_t)n_ranks << streams_per_rank, sizeof *e->busy_ns);
@@ -415,14 +417,17 @@ static inline unsigned rq_bucket(const engine *e, int64_t t_ns)
     return L << RQ_DIGIT_BITS | (unsigned)((uint64_t)t_ns >> sh & ((1u << RQ_DIGIT_BITS) - 1));
 }
 
+/* Append v to bucket k; bucket 0 has no busy bit (pops look at it first). */
 static inline int rq_append(engine *e, unsigned k, event v)
 {
     rbucket *B = &e->rq[k];
     if (B->n == B->cap && grow((void **)&B->ev, sizeof *B->ev, &B->cap, B->n + 1))
         return TS_ENOMEM;
     B->ev[B->n++] = v;
-    e->rq_busy[k / 64] |= 1ull << (k % 64);
-    e->rq_words |= 1ull << (k / 64);
+    if (k) {
+        e->rq_busy[k / 64] |= 1ull << (k % 64);
+        e->rq_words |= 1ull << (k / 64);
+    }
     return TS_OK;
 }
 
@@ -442,8 +447,6 @@ static bool event_pop(engine *e, event *out)
     rbucket *B0 = &e->rq[0];
     if (e->rq_head == B0->n) { /* bucket 0 drained: refill it from the first non-empty bucket */
         B0->n = e->rq_head = 0;
-        if (!(e->rq_busy[0] &= ~1ull))
-            e->rq_words &= ~1ull;
         if (!e->rq_words)
             return false;
         unsigned w = (unsigned)__builtin_ctzll(e->rq_words);
@@ -583,7 +586,7 @@ static void end(engine *e, uint32_t i, uint32_t c)
         e->makespan_ns = now;
     e->streams[s * C + c].running = ENGINE_NO_TASK;
     mask_flip(e, s, c);
-    if (e->hooks.on_end && (!e->hooks.only_marked || ((t->flags | own) & F_MARKED))) {
+    if (c < e->end_copies && e->hooks.on_end && (!e->hooks.only_marked || ((t->flags | own) & F_MARKED))) {
         engine_task_info ti = {t->tag, t->mb, (int)(global_stream(e, s, c) >> e->sbits), c};
         e->hooks.on_end(e->hooks.ctx, e, id, &ti, now);
     }

@@ -68,6 +68,9 @@ typedef struct {
     void (*on_end)(void *ctx, engine *e, engine_task_id id, const engine_task_info *ti, int64_t now_ns);
     void *ctx;
     bool only_marked;
+    /* > 0: on_end is called for copies 0..on_end_copies-1 only
+     * (engine_replicate); 0: for every copy */
+    uint32_t on_end_copies;
 } engine_hooks;
 
 typedef void (*engine_timer_fn)(void *ctx, engine *e, int64_t now_ns);

@@ -110,12 +110,35 @@ static int cache_grow(net_router *r)
     return TS_OK;
 }
 
+/* The one switch next to non-switch node t (over a link with a reverse),
+ * or -1 if t has none or several. */
+static int single_switch(const net_router *r, int t)
+{
+    const net_graph *g = r->g;
+    int sw = -1;
+    for (int k = g->out_off[t]; k < g->out_off[t + 1]; k++) {
+        const net_link *l = &g->links[g->out_link[k]];
+        if (r->sw_index[l->dst] < 0 || l->reverse < 0 || l->dst == sw) continue;
+        if (sw >= 0) return -1;
+        sw = l->dst;
+    }
+    return sw;
+}
+
 /* Hop distances from every switch to attachment node t (BFS over switch
  * nodes; links are bidirectional in every builder, so BFS follows the
- * reverse of each out-link). */
+ * reverse of each out-link). A node behind a single switch L (a NIC on its
+ * leaf) gets L's distances, each one less than its own: net_route only
+ * compares the distances of switches (t itself counts 0 and is a neighbour
+ * of L alone), so the shift changes no choice, and the NICs of one leaf
+ * share one search. */
 static const int16_t *dist_to(net_router *r, int t)
 {
     const net_graph *g = r->g;
+    if (r->sw_index[t] < 0) {
+        int L = single_switch(r, t);
+        if (L >= 0) return dist_to(r, L);
+    }
     int h = (int)(((uint64_t)t * 0x9E3779B97F4A7C15ull) >> 33) & (r->cache_cap - 1);
     while (r->cache[h].target >= 0) {
         if (r->cache[h].target == t) return r->cache[h].dist;
@@ -129,7 +152,8 @@ static const int16_t *dist_to(net_router *r, int t)
     if (!d) return NULL;
     for (int i = 0; i < r->n_switches; i++) d[i] = -1;
     int head = 0, tail = 0;
-    for (int k = g->out_off[t]; k < g->out_off[t + 1]; k++) {
+    if (r->sw_index[t] >= 0) { d[r->sw_index[t]] = 0; r->queue[tail++] = r->sw_index[t]; }
+    else for (int k = g->out_off[t]; k < g->out_off[t + 1]; k++) {
         const net_link *l = &g->links[g->out_link[k]];
         int s = r->sw_index[l->dst];
         if (s >= 0 && l->reverse >= 0 && d[s] < 0) { d[s] = 1; r->queue[tail++] = s; }

@@ -261,7 +261,7 @@ int simulate_run(const config *c, const simulate_opts *opts, simulate_result **o
         (rc = plan_build_opts(c, s, cm, &cc, &popts, &pl, err)) || (rc = mem_create(R->p, o.keep_trace, &mem, err)))
         goto done;
     hook_ctx h = {pl, mem};
-    engine_hooks hooks = {on_start, on_end, &h, true};
+    engine_hooks hooks = {.on_start = on_start, .on_end = on_end, .ctx = &h, .only_marked = true};
     const simulate_net *net = o.net; /* network model (issue 5), optional */
     engine_hooks eh = net ? net->hooks(net->ctx, &hooks) : hooks;
     if ((rc = engine_create(net ? net->n_ranks : R->p, PLAN_STREAMS, &eh, &e, err)) ||

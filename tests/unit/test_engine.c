@@ -68,7 +68,7 @@ static void log_end(void *ctx, engine *e, engine_task_id id, const engine_task_i
 Test(engine, equal_times_break_ties_by_push_order)
 {
     order_log l = {0};
-    engine_hooks h = {NULL, log_end, &l, false};
+    engine_hooks h = {.on_end = log_end, .ctx = &l};
     engine *e = mk(3, 1, &h);
     /* Three streams all ending at t=7: started in stream order 0,1,2, so
      * their end events were pushed in that order and are processed so. */
@@ -191,7 +191,7 @@ static void on_start_ext(void *ctx, engine *e, engine_task_id id, const engine_t
 Test(engine, external_task_finished_by_timer)
 {
     ext_ctx c = {0};
-    engine_hooks h = {on_start_ext, NULL, &c, false};
+    engine_hooks h = {.on_start = on_start_ext, .ctx = &c};
     engine *e = mk(1, 1, &h);
     add(e, 0, 0, 8, 1);
     c.ext = add(e, 0, 0, 999, 2);
@@ -395,7 +395,7 @@ static void finish_later(void *ctx, engine *e, engine_task_id id, const engine_t
 Test(engine, replicate_external_per_copy_and_for_all)
 {
     copy_ctx c = {0};
-    engine_hooks h = {finish_later, NULL, &c, true};
+    engine_hooks h = {.on_start = finish_later, .ctx = &c, .only_marked = true};
     engine *e = mk(3, 1, &h);
     ts_err err;
     engine_task_id a = add(e, 0, 0, 10, 1), b = add(e, 0, 0, 20, 2);
@@ -459,6 +459,37 @@ Test(engine, keep_times_of_the_first_copies_only)
         cr_expect_eq(engine_busy_mask_ns(e, 5, m), engine_busy_mask_ns(ref, 1, m), "mask %u", m);
     engine_free(ref);
     engine_free(e);
+}
+
+/* Counts on_end calls per copy (of 3). */
+static void count_end(void *ctx, engine *e, engine_task_id id, const engine_task_info *ti, int64_t now_ns)
+{
+    (void)e;
+    (void)id;
+    (void)now_ns;
+    ((int *)ctx)[ti->copy]++;
+}
+
+Test(engine, on_end_copies_limits_the_end_hook)
+{
+    int n_end[3] = {0}, all[3] = {0};
+    engine_hooks h = {.on_end = count_end, .ctx = n_end, .on_end_copies = 1};
+    engine_hooks ha = {.on_end = count_end, .ctx = all};
+    engine *e = mk(6, 3, &h), *ea = mk(6, 3, &ha);
+    ts_err err;
+    build_pair(e);
+    build_pair(ea);
+    cr_assert_eq(engine_replicate(e, 3, 2, &err), TS_OK, "%s", err.msg);
+    cr_assert_eq(engine_replicate(ea, 3, 2, &err), TS_OK, "%s", err.msg);
+    run_ok(e);
+    run_ok(ea);
+    cr_expect_eq(n_end[0], 6); /* build_pair's six tasks, copy 0 only */
+    cr_expect_eq(n_end[1] + n_end[2], 0);
+    for (int c = 0; c < 3; c++)
+        cr_expect_eq(all[c], 6, "copy %d", c);
+    cr_expect_eq(engine_makespan_ns(e), engine_makespan_ns(ea)); /* the hook changes nothing else */
+    engine_free(e);
+    engine_free(ea);
 }
 
 Test(engine, account_ranks_limits_the_busy_masks)

@@ -61,7 +61,7 @@ static void simulate_uniform(sched_kind kind, int p, int m, int v, int64_t f, in
     mem_tracker *mem = NULL;
     cr_assert_eq(mem_create(p, false, &mem, &err), TS_OK);
     ctx_t c = {pl, mem};
-    engine_hooks h = {on_start, on_end, &c, false};
+    engine_hooks h = {.on_start = on_start, .on_end = on_end, .ctx = &c};
     engine *e = NULL;
     cr_assert_eq(engine_create(p, PLAN_STREAMS, &h, &e, &err), TS_OK, "%s", err.msg);
     cr_assert_eq(lower_sched(pl, s, e, &err), TS_OK, "%s", err.msg);

@@ -1,6 +1,7 @@
 /* Topology graph builders, routing with ECMP, rank placement, topo.h
  * conversion. */
 #include <criterion/criterion.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "net_coll.h"
@@ -136,6 +137,65 @@ Test(net_route, deterministic_ecmp_spreads)
     cr_assert_eq(net_route(r, g->gpu_node[0], g->gpu_node[5], 0, l, &e), 2);
     cr_assert_eq(g->nodes[g->links[l[0]].dst].kind, NET_NODE_NVSWITCH);
     net_router_free(r);
+    net_graph_free(g);
+}
+
+/* Hops of the shortest directed path from a to b over the whole graph. */
+static int hops(const net_graph *g, int a, int b)
+{
+    int *d = malloc(sizeof *d * (size_t)g->n_nodes), *q = malloc(sizeof *q * (size_t)g->n_nodes), head = 0, tail = 0;
+    for (int v = 0; v < g->n_nodes; v++) d[v] = -1;
+    d[a] = 0;
+    q[tail++] = a;
+    while (head < tail && d[b] < 0) {
+        int v = q[head++];
+        for (int k = g->out_off[v]; k < g->out_off[v + 1]; k++) {
+            int w = g->links[g->out_link[k]].dst;
+            if (d[w] < 0) { d[w] = d[v] + 1; q[tail++] = w; }
+        }
+    }
+    int h = d[b];
+    free(d);
+    free(q);
+    return h;
+}
+
+/* Every route joins its links end to end from a to b, as short as the
+ * shortest path, whatever the flow id. */
+static void check_shortest_routes(const net_graph *g, int pairs)
+{
+    net_router *r = NULL;
+    ts_err e;
+    cr_assert_eq(net_router_new(g, &r, &e), TS_OK);
+    unsigned seed = 7;
+    for (int i = 0; i < pairs; i++) {
+        seed = seed * 1103515245u + 12345u;
+        int a = g->gpu_node[(seed >> 8) % (unsigned)g->n_gpus];
+        seed = seed * 1103515245u + 12345u;
+        int b = g->gpu_node[(seed >> 8) % (unsigned)g->n_gpus];
+        if (a == b) continue;
+        int l[NET_MAX_PATH], n = net_route(r, a, b, (uint64_t)i, l, &e);
+        cr_assert(n > 0, "%s", e.msg);
+        cr_assert_eq(g->links[l[0]].src, a);
+        cr_assert_eq(g->links[l[n - 1]].dst, b);
+        for (int h = 1; h < n; h++) cr_assert_eq(g->links[l[h]].src, g->links[l[h - 1]].dst, "pair %d hop %d", i, h);
+        cr_assert_eq(n, hops(g, a, b), "pair %d: %d links, shortest %d", i, n, hops(g, a, b));
+    }
+    net_router_free(r);
+}
+
+Test(net_route, routes_are_shortest_paths)
+{
+    net_fabric_params p;
+    ts_err e;
+    net_graph *g = NULL;
+    cr_assert_eq(net_fabric_defaults(&p, "A100", 64, &e), TS_OK); /* rail-optimized, leaf and spine */
+    cr_assert_eq(net_graph_build_fabric(&p, &g, &e), TS_OK, "%s", e.msg);
+    check_shortest_routes(g, 300);
+    net_graph_free(g);
+    cr_assert_eq(net_fabric_defaults(&p, "H100", 0, &e), TS_OK); /* pods joined by a core level, 1:7 */
+    cr_assert_eq(net_graph_build_multipod(&p, 2, 32, 7.0, &g, &e), TS_OK, "%s", e.msg);
+    check_shortest_routes(g, 300);
     net_graph_free(g);
 }
 
