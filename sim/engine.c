@@ -539,7 +539,7 @@ static __attribute__((noinline)) void start(engine *e, uint32_t i, uint32_t s, u
     mask_flip(e, s, c);
     uint32_t f = t->flags | e->state[id].flags;
     if (e->hooks.on_start && (!e->hooks.only_marked || (f & F_MARKED))) {
-        engine_task_info ti = {t->tag, t->mb, (int)(global_stream(e, s, c) >> e->sbits), c};
+        engine_task_info ti = {t->tag, t->mb, (int)(global_stream(e, s, c) >> e->sbits), c, (f & F_EXTERNAL) != 0};
         e->hooks.on_start(e->hooks.ctx, e, id, &ti, e->now_ns);
     }
     if (f & F_JOINED) {
@@ -587,7 +587,8 @@ static void end(engine *e, uint32_t i, uint32_t c)
     e->streams[s * C + c].running = ENGINE_NO_TASK;
     mask_flip(e, s, c);
     if (c < e->end_copies && e->hooks.on_end && (!e->hooks.only_marked || ((t->flags | own) & F_MARKED))) {
-        engine_task_info ti = {t->tag, t->mb, (int)(global_stream(e, s, c) >> e->sbits), c};
+        engine_task_info ti = {t->tag, t->mb, (int)(global_stream(e, s, c) >> e->sbits), c,
+                               ((t->flags | own) & F_EXTERNAL) != 0};
         e->hooks.on_end(e->hooks.ctx, e, id, &ti, now);
     }
     if (t->flags & F_JOINER) {

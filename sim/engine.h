@@ -54,6 +54,7 @@ typedef struct {
     int32_t mb;     /* as given to engine_task_add */
     int rank;       /* engine rank of this copy (engine_replicate) */
     uint32_t copy;  /* engine_replicate's copy (0 without it) */
+    bool external;  /* EXTERNAL: its end is up to engine_task_finish */
 } engine_task_info;
 
 /* Called when a task starts or ends (now_ns is the simulated time); ti is

@@ -485,7 +485,7 @@ static void start_coll(net_engine *ne, engine *e, int ii, const net_step_desc *d
 
 void net_engine_task_started(net_engine *ne, engine *e, engine_task_id id, const engine_task_info *ti, int64_t now)
 {
-    if (ne->rc) return;
+    if (ne->rc || !ti->external) return; /* attach() made external every task it drives */
     uint32_t tag = ti->tag;
     int rank = ti->rank;
     const net_step_desc *d = get_desc(ne, tag, &ne->err);
@@ -545,7 +545,8 @@ void net_engine_task_ended(net_engine *ne, engine *e, engine_task_id id, const e
     (void)e;
     (void)id;
     (void)now;
-    if (ne->opts.comm_compute_slowdown == 0) return; /* active_comm is read only with a slowdown */
+    /* active_comm is read only with a slowdown; it counts driven (external) comm */
+    if (ne->opts.comm_compute_slowdown == 0 || !ti->external) return;
     uint32_t tag = ti->tag;
     int rank = ti->rank;
     if (tag < ne->n_desc && ne->have_desc[tag]) {

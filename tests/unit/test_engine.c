@@ -389,6 +389,7 @@ static void finish_later(void *ctx, engine *e, engine_task_id id, const engine_t
     cr_assert_eq(ti->mb, engine_task_mb(e, id));
     cr_assert_eq(ti->rank, engine_task_rank(e, id));
     cr_assert_eq(ti->copy, id % engine_copies(e));
+    cr_assert(ti->external, "only external copies are marked here");
     cr_assert_eq(engine_task_finish(e, id, now_ns + 100, NULL), TS_OK);
 }
 
@@ -467,6 +468,7 @@ static void count_end(void *ctx, engine *e, engine_task_id id, const engine_task
     (void)e;
     (void)id;
     (void)now_ns;
+    cr_assert(!ti->external);
     ((int *)ctx)[ti->copy]++;
 }
 
