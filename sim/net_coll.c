@@ -311,7 +311,7 @@ int net_coll_plan(const net_graph *g, net_router *r, const net_coll_req *q, net_
 
 void net_plan_free(net_plan *p)
 {
-    if (!p) return;
+    if (!p || p->packed) return; /* a packed plan is one block: free() it */
     free(p->x);
     free(p->ph);
     free(p->b);
@@ -343,7 +343,8 @@ typedef struct {
     double bytes;
     uint64_t flow_key;
     int *gpus;
-    net_plan *plan;    /* allocated apart: running collectives point to it across rehashes */
+    net_plan *plan;    /* packed (plan_pack), allocated apart: running collectives point
+                          to it across rehashes */
 } plan_entry;
 
 struct net_sim {
@@ -383,8 +384,7 @@ void net_sim_free(net_sim *s)
     if (!s) return;
     for (int i = 0; i < s->cache_cap; i++)
         if (s->cache[i].used) {
-            net_plan_free(s->cache[i].plan);
-            free(s->cache[i].plan);
+            free(s->cache[i].plan); /* packed: one block */
             free(s->cache[i].gpus);
         }
     free(s->cache);
@@ -503,6 +503,27 @@ static int entry_matches(const plan_entry *e, uint64_t h, const net_coll_req *q)
            memcmp(e->gpus, q->gpus, sizeof *q->gpus * (size_t)q->n) == 0;
 }
 
+/* A copy of p for running, in one block (free() frees it all): the header,
+ * then its phases, bundles and bundle links, which a collective reads at
+ * each phase (four blocks apart were four cache misses per phase in the 1T
+ * --full case). The transfers are not kept: running reads only bundles. */
+static net_plan *plan_pack(const net_plan *p)
+{
+    size_t hdr = (sizeof *p + 15) & ~(size_t)15, sph = sizeof *p->ph * (size_t)p->nph,
+           sb = sizeof *p->b * (size_t)p->nb, sbl = sizeof *p->bl * (size_t)p->nbl;
+    char *m = malloc(hdr + sph + sb + sbl);
+    if (!m) return NULL;
+    net_plan *q = (net_plan *)(void *)m;
+    *q = (net_plan){.algo = p->algo, .nph = p->nph, .nb = p->nb, .nbl = p->nbl, .packed = 1};
+    q->ph = (net_phase *)(void *)(m + hdr);
+    q->b = (net_bundle *)(void *)(m + hdr + sph);
+    q->bl = (int *)(void *)(m + hdr + sph + sb);
+    if (sph) memcpy(q->ph, p->ph, sph);
+    if (sb) memcpy(q->b, p->b, sb);
+    if (sbl) memcpy(q->bl, p->bl, sbl);
+    return q;
+}
+
 /* The plan of q, from the cache or computed (and cached). */
 static int plan_lookup(net_sim *s, const net_coll_req *q, const net_plan **out, ts_err *err)
 {
@@ -529,13 +550,12 @@ static int plan_lookup(net_sim *s, const net_coll_req *q, const net_plan **out, 
     }
     plan_entry *e = &s->cache[h];
     memset(e, 0, sizeof *e);
-    e->plan = calloc(1, sizeof *e->plan);
+    net_plan built = {0};
     e->gpus = malloc(sizeof *e->gpus * (size_t)q->n);
-    int rc = e->plan && e->gpus ? net_coll_plan(s->g, s->r, q, e->plan, err)
-                                : err_set(err, TS_ENOMEM, "net_sim: out of memory");
+    int rc = e->gpus ? net_coll_plan(s->g, s->r, q, &built, err) : err_set(err, TS_ENOMEM, "net_sim: out of memory");
+    if (!rc && !(e->plan = plan_pack(&built))) rc = err_set(err, TS_ENOMEM, "net_sim: out of memory");
+    net_plan_free(&built);
     if (rc) {
-        net_plan_free(e->plan);
-        free(e->plan);
         free(e->gpus);
         memset(e, 0, sizeof *e);
         return rc;

@@ -114,11 +114,14 @@ typedef struct {
     int *bl; int nbl, capbl;       /* their links */
     net_coll_algo algo; /* the algorithm used (AUTO resolved) */
     int cur_bundle;     /* while building */
+    int packed;         /* net_sim's copy for running: ph, b and bl share the header's block
+                           (no transfers); freed with free() alone */
 } net_plan;
 
 /* Build the plan of req into plan (reset first; arrays reused). Errors name
  * the problem (GPU out of range, NVLS on a group spanning domains, ...). */
 int net_coll_plan(const net_graph *g, net_router *r, const net_coll_req *req, net_plan *plan, ts_err *err);
+/* Free a built plan's arrays (not plan itself); nothing for a packed one. */
 void net_plan_free(net_plan *plan);
 
 /* ------------------------------------------------------------ runner */

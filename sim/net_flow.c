@@ -56,8 +56,10 @@ struct net_flows {
     fill_ent *fh; int n_fh, cap_fh;/* water-filling heap */
     uint32_t epoch;
     uint32_t gen;                  /* recomputation generation (starts at 1) */
-    uint32_t bw_gen;               /* busy period (bandwidths may change only between two):
-                                      hints of another period are stale */
+    double *bw;                    /* per link: the graph's bw_gbps, dense (solo rates read
+                                      one per link of a bundle) */
+    uint32_t bw_seen;              /* the graph's bw_version that bw holds */
+    uint32_t bw_gen;               /* bumped with each reread of bw: hints of another are stale */
     int n_fast;                    /* flows started alone since the last recomputation */
     int64_t now_ns;
     int active;
@@ -133,6 +135,14 @@ static void heap_remove(net_flows *f, int id)
 
 /* ---------------------------------------------------------- lifecycle */
 
+/* Copy the graph's link bandwidths (its bw_version) into f->bw. */
+static void bw_reread(net_flows *f)
+{
+    for (int l = 0; l < f->g->n_links; l++) f->bw[l] = f->g->links[l].bw_gbps;
+    f->bw_seen = f->g->bw_version;
+    f->bw_gen++;
+}
+
 int net_flows_new(const net_graph *g, net_flows **out, ts_err *err)
 {
     if (!g->finished) return err_set(err, TS_ESTATE, "net_flows_new: graph not finished");
@@ -142,13 +152,15 @@ int net_flows_new(const net_graph *g, net_flows **out, ts_err *err)
     f->gen = 1;
     size_t nl = (size_t)(g->n_links ? g->n_links : 1);
     f->lh = calloc(nl, sizeof *f->lh);
+    f->bw = malloc(nl * sizeof *f->bw);
     f->lk = calloc(nl, sizeof *f->lk);
     f->dirty = malloc(nl * sizeof *f->dirty);
     f->comp_links = malloc(nl * sizeof *f->comp_links);
-    if (!f->lh || !f->lk || !f->dirty || !f->comp_links) {
+    if (!f->lh || !f->lk || !f->dirty || !f->comp_links || !f->bw) {
         net_flows_free(f);
         return err_set(err, TS_ENOMEM, "net_flows: out of memory");
     }
+    bw_reread(f);
     *out = f;
     return TS_OK;
 }
@@ -160,6 +172,7 @@ void net_flows_free(net_flows *f)
         for (int i = 0; i < f->g->n_links; i++) free(f->lk[i].fl);
     free(f->lk);
     free(f->lh);
+    free(f->bw);
     for (int i = 0; i < f->n_flows; i++) free(f->fl[i].links); /* route arrays are kept per slot */
     free(f->fl);
     free(f->free_ids);
@@ -253,7 +266,7 @@ static double solo_rate(const net_flows *f, const int *links, int nlinks)
     double rate = 0;
     for (int h = 0; h < nlinks; h++) {
         int n = f->lh[links[h]].n;
-        double bw = f->g->links[links[h]].bw_gbps;
+        double bw = f->bw[links[h]];
         double share = n == 1 ? bw : bw / n; /* x / 1 == x: skip the division */
         if (h == 0 || share < rate) rate = share;
     }
@@ -347,7 +360,6 @@ static inline int recompute(net_flows *f)
 
 static int recompute_dirty(net_flows *f)
 {
-    const net_graph *g = f->g;
     uint32_t ep = ++f->epoch, gen = f->gen++;
     int nl = 0, nf = 0, fast_seen = 0, n_fast = f->n_fast;
     f->n_fast = 0;
@@ -413,7 +425,7 @@ static int recompute_dirty(net_flows *f)
         int id0 = f->lh[l].fl0;
         flow_t *F0 = &f->fl[id0];
         if (F0->solo) continue;
-        L->rem = g->links[l].bw_gbps;
+        L->rem = f->bw[l];
         L->unfrozen = n;
         L->ver++;
         fill_ent e = {L->rem / n, l, L->ver};
@@ -520,7 +532,7 @@ int net_flow_start_hint(net_flows *f, int64_t now_ns, const int *links, int nlin
     F->left_bytes = bytes;
     F->last_ns = now_ns;
     F->mark = f->epoch;
-    if (f->active == 0) f->bw_gen++; /* a busy period begins: bandwidths may have changed */
+    if (f->active == 0 && f->bw_seen != f->g->bw_version) bw_reread(f); /* a busy period begins */
     f->active++;
     f->st.flows_started++;
     if (bytes == 0) { /* finishes now; takes no bandwidth */

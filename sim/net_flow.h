@@ -24,7 +24,8 @@
  * arithmetic happens in a fixed order, so runs are deterministic.
  *
  * Ownership: net_flows borrows its graph (must outlive it; bandwidths may be
- * changed only while no flow is active). Free with net_flows_free().
+ * changed only while no flow is active, through net_graph_scale_link, which
+ * the next start sees). Free with net_flows_free().
  */
 #ifndef TRAINSIM_NET_FLOW_H
 #define TRAINSIM_NET_FLOW_H
@@ -64,13 +65,14 @@ int net_flow_start(net_flows *f, int64_t now_ns, const int *links, int nlinks, d
  * link list (zero-initialize it; one per distinct list). */
 typedef struct {
     double rate_gbps;
-    uint32_t gen;      /* busy period it was computed in */
+    uint32_t gen;      /* the bandwidths it was computed with (0: none yet) */
 } net_flow_hint;
 
 /* net_flow_start, where a flow that starts on idle links takes its rate
- * from *hint if it was computed in the current busy period (bandwidths may
- * change only between two) instead of reading every link's bandwidth, and
- * leaves it there otherwise. hint may be NULL. */
+ * from *hint if it was computed with the current bandwidths (they change
+ * only through net_graph_scale_link, between busy periods) instead of
+ * reading every link's bandwidth, and leaves it there otherwise. hint may
+ * be NULL. */
 int net_flow_start_hint(net_flows *f, int64_t now_ns, const int *links, int nlinks, double bytes, uint64_t tag,
                         net_flow_hint *hint, ts_err *err);
 

@@ -173,6 +173,7 @@ int net_graph_scale_link(net_graph *g, int a, int b, double factor, ts_err *err)
                        net_graph_node_name(g, a, na, sizeof na), net_graph_node_name(g, b, nb, sizeof nb));
     if (x >= 0) g->links[x].bw_gbps *= factor;
     if (y >= 0) g->links[y].bw_gbps *= factor;
+    g->bw_version++;
     return TS_OK;
 }
 

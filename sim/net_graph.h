@@ -84,6 +84,8 @@ typedef struct net_graph {
     int gpus_per_server; /* GPUs per server (-1 if not uniform) */
     bool nvls;           /* NVSwitches reduce in the switch (NVLink SHARP: H100, H200) */
     bool finished;
+    uint32_t bw_version; /* bumped whenever a link's bandwidth changes after creation
+                            (net_graph_scale_link): net_flows rereads them */
     int cap_nodes, cap_links, cap_gpus;
 } net_graph;
 

@@ -228,11 +228,12 @@ Test(net_flow, lone_bundle_gets_its_tightest_links_share)
     net_graph_free(g);
 }
 
-Test(net_flow, hint_reused_within_a_busy_period_and_reread_after)
+Test(net_flow, hint_reused_until_a_bandwidth_changes)
 {
-    /* A lone flow fills the hint; a lone start over the same links later in
-     * the same busy period takes it as is (a rate planted in it shows);
-     * after an idle spell in which a bandwidth changed it is computed again. */
+    /* A lone flow fills the hint; a lone start over the same links later,
+     * in the same busy period or after an idle spell, takes it as is (a rate
+     * planted in it shows); once a bandwidth changed (net_graph_scale_link,
+     * while idle) it is computed again. */
     net_graph *g = line3();
     net_flows *f = NULL;
     ts_err e;
@@ -256,6 +257,10 @@ Test(net_flow, hint_reused_within_a_busy_period_and_reread_after)
     cr_assert_float_eq(net_flow_rate_gbps(f, b), 7.0, 1e-12, "the same busy period trusts the hint");
     cr_assert_eq(net_flows_advance(f, NET_TIME_NEVER, NULL, NULL, &e), TS_OK);
     cr_assert_eq(net_flows_active(f), 0);
+    int b2 = net_flow_start_hint(f, net_flows_now_ns(f), route, 3, 1e6, 2, &h, &e);
+    cr_assert(b2 >= 0, "%s", e.msg);
+    cr_assert_float_eq(net_flow_rate_gbps(f, b2), 7.0, 1e-12, "an idle spell that changed no bandwidth keeps it");
+    cr_assert_eq(net_flows_advance(f, NET_TIME_NEVER, NULL, NULL, &e), TS_OK);
     cr_assert_eq(net_graph_scale_link(g, g->gpu_node[1], g->gpu_node[2], 0.5, &e), TS_OK, "%s", e.msg);
     int c = net_flow_start_hint(f, net_flows_now_ns(f), route, 3, 1e6, 3, &h, &e);
     cr_assert(c >= 0, "%s", e.msg);
