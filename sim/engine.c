@@ -23,7 +23,7 @@ enum {
 /* What every copy of a task shares (engine_replicate makes copies without
  * copying this): ids in it (next, succ0, edges, link) are task indices, and
  * copy c of task index i is the task id i x copies + c, on stream
- * stream + c x copy_streams. */
+ * stream + c x copy_streams, of rank sinfo[stream].rank + c x copy_ranks. */
 typedef struct {
     int64_t dur_ns;     /* fixed duration */
     uint32_t next;      /* next task in the same stream */
@@ -31,7 +31,7 @@ typedef struct {
     uint32_t first_edge;/* further successors (edge list) */
     uint32_t tag;
     int32_t mb;
-    uint32_t stream;    /* global stream index (rank << sbits) | s, of copy 0 */
+    uint32_t stream;    /* global stream index rank x spr + k, of copy 0 (see sinfo) */
     uint32_t link;      /* join partner / joiner */
     uint16_t npred;     /* predecessors (joins included) */
     uint16_t flags;     /* static flags */
@@ -55,14 +55,18 @@ typedef struct {
     uint32_t to, next;
 } edge;
 
-/* A stream of one copy. Streams are stored copy-interleaved: stream s of
- * copy 0 (global index (rank << sbits) | k) and its copies sit at
- * s x copies + c, side by side, like the copies' tasks. */
+/* A stream of one copy, during the run. Streams are stored
+ * copy-interleaved: stream s of copy 0 (global index rank x spr + k) and its
+ * copies sit at s x copies + c, side by side, like the copies' tasks. */
 typedef struct {
     uint32_t head;    /* task index of the next task to start (ENGINE_NO_TASK if none) */
-    uint32_t tail;    /* task index of the last task added */
     uint32_t running; /* task id running now (ENGINE_NO_TASK if idle) */
 } stream;
+
+/* Rank and index within it of a global stream (of copy 0). */
+typedef struct {
+    uint32_t rank, k;
+} stream_info;
 
 /* The event queue: a radix heap (Ahuja et al.; event times never precede
  * the current time) on base-256 digits. Bucket 0 holds the events at
@@ -106,13 +110,15 @@ typedef struct {
 
 struct engine {
     int n_ranks, spr;
-    int sbits;          /* streams of a rank take 1 << sbits slots (a shift, not a division) */
     engine_hooks hooks;
     uint32_t end_copies;  /* on_end for copies below it (hooks.on_end_copies, 0 -> all) */
     task *tasks;        /* shared by all copies */
     uint32_t n_tasks, cap_tasks;
     uint32_t copies;    /* engine_replicate's copies (1 without it) */
     uint32_t copy_streams; /* streams of one copy: the global stream of copy c is s + c x copy_streams */
+    uint32_t copy_ranks;   /* ranks of one copy: copy c's rank is copy 0's + c x copy_ranks */
+    stream_info *sinfo;    /* per global stream (n_ranks x spr) */
+    uint32_t *tails;       /* per global stream: task index of the last task added (while adding) */
     tstate *state;      /* n_tasks x copies, once replicated or running */
     ttime *times;       /* n_tasks x keep_times (copy c < keep_times of task index i at
                            i x keep_times + c), during the run */
@@ -172,22 +178,26 @@ int engine_create(int n_ranks, int streams_per_rank, const engine_hooks *hooks,
     e->copies = 1;
     e->keep_times = 1;
     e->spr = streams_per_rank;
-    while ((1 << e->sbits) < streams_per_rank)
-        e->sbits++;
     if (hooks)
         e->hooks = *hooks;
     e->end_copies = e->hooks.on_end_copies ? e->hooks.on_end_copies : UINT32_MAX;
-    size_t ns = (size_t)n_ranks << e->sbits;
+    size_t ns = (size_t)n_ranks * (size_t)streams_per_rank;
     e->streams = malloc(ns * sizeof *e->streams);
+    e->sinfo = malloc(ns * sizeof *e->sinfo);
+    e->tails = malloc(ns * sizeof *e->tails);
     e->busy_ns = calloc((size_t)n_ranks << streams_per_rank, sizeof *e->busy_ns);
     e->acct = calloc((size_t)n_ranks, sizeof *e->acct);
-    if (!e->streams || !e->busy_ns || !e->acct) {
+    if (!e->streams || !e->sinfo || !e->tails || !e->busy_ns || !e->acct) {
         engine_free(e);
         return err_set(err, TS_ENOMEM, "engine: out of memory for %d ranks", n_ranks);
     }
-    for (size_t i = 0; i < ns; i++)
-        e->streams[i] = (stream){ENGINE_NO_TASK, ENGINE_NO_TASK, ENGINE_NO_TASK};
+    for (size_t i = 0; i < ns; i++) {
+        e->streams[i] = (stream){ENGINE_NO_TASK, ENGINE_NO_TASK};
+        e->tails[i] = ENGINE_NO_TASK;
+        e->sinfo[i] = (stream_info){(uint32_t)(i / (size_t)streams_per_rank), (uint32_t)(i % (size_t)streams_per_rank)};
+    }
     e->copy_streams = (uint32_t)ns;
+    e->copy_ranks = (uint32_t)n_ranks;
     *out = e;
     return TS_OK;
 }
@@ -201,6 +211,8 @@ void engine_free(engine *e)
     free(e->times);
     free(e->edges);
     free(e->streams);
+    free(e->sinfo);
+    free(e->tails);
     for (int k = 0; k < RQ_BUCKETS; k++)
         free(e->rq[k].ev);
     free(e->timers);
@@ -234,16 +246,15 @@ int engine_task_add(engine *e, int rank, int stream_idx, int64_t dur_ns, uint32_
         grow((void **)&e->tasks, sizeof *e->tasks, &e->cap_tasks, e->n_tasks + 1))
         return err_set(err, TS_ENOMEM, "engine: out of memory at %u tasks", e->n_tasks);
     uint32_t id = e->n_tasks++;
-    uint32_t s = (uint32_t)rank << e->sbits | (uint32_t)stream_idx;
+    uint32_t s = (uint32_t)rank * (uint32_t)e->spr + (uint32_t)stream_idx;
     e->tasks[id] = (task){.dur_ns = dur_ns, .next = ENGINE_NO_TASK,
                           .succ0 = ENGINE_NO_TASK, .first_edge = ENGINE_NO_TASK, .tag = tag, .mb = mb, .stream = s,
                           .npred = 0, .link = ENGINE_NO_TASK, .flags = 0};
-    stream *st = &e->streams[s];
-    if (st->tail == ENGINE_NO_TASK)
-        st->head = id;
+    if (e->tails[s] == ENGINE_NO_TASK)
+        e->streams[s].head = id;
     else
-        e->tasks[st->tail].next = id;
-    st->tail = id;
+        e->tasks[e->tails[s]].next = id;
+    e->tails[s] = id;
     if (out)
         *out = id;
     return TS_OK;
@@ -299,11 +310,11 @@ int engine_replicate(engine *e, uint32_t copies, int rank_stride, ts_err *err)
     if (copies < 1 || rank_stride < 1 || (uint64_t)copies * (uint64_t)rank_stride > (uint64_t)e->n_ranks)
         return err_set(err, TS_EINVAL, "engine: %u copies of %d ranks; the engine has %d ranks", copies, rank_stride,
                        e->n_ranks);
-    uint32_t n = e->n_tasks, ss = (uint32_t)rank_stride << e->sbits;
+    uint32_t n = e->n_tasks, ss = (uint32_t)rank_stride * (uint32_t)e->spr;
     for (uint32_t i = 0; i < n; i++)
         if (e->tasks[i].stream >= ss)
             return err_set(err, TS_EINVAL, "engine: task %u is on rank %u, outside the %d ranks to replicate", i,
-                           e->tasks[i].stream >> e->sbits, rank_stride);
+                           e->sinfo[e->tasks[i].stream].rank, rank_stride);
     if ((uint64_t)n * copies > MAX_TASKS)
         return err_set(err, TS_ENOMEM, "engine: %u copies of %u tasks exceed %u tasks", copies, n, MAX_TASKS);
     if (copies == 1) /* the tasks are their own single copy: nothing to lay out */
@@ -315,7 +326,7 @@ int engine_replicate(engine *e, uint32_t copies, int rank_stride, ts_err *err)
         return err_set(err, TS_ENOMEM, "engine: out of memory for %u copies of %u streams", copies, ss);
     for (uint32_t s = 0; s < ss; s++)
         for (uint32_t c = 0; c < copies; c++)
-            st[(size_t)s * copies + c] = (stream){e->streams[s].head, e->streams[s].tail, ENGINE_NO_TASK};
+            st[(size_t)s * copies + c] = (stream){e->streams[s].head, ENGINE_NO_TASK};
     e->copies = copies;
     if (state_alloc(e)) {
         e->copies = 1;
@@ -325,6 +336,7 @@ int engine_replicate(engine *e, uint32_t copies, int rank_stride, ts_err *err)
     free(e->streams);
     e->streams = st;
     e->copy_streams = ss;
+    e->copy_ranks = (uint32_t)rank_stride;
     e->keep_times = copies;
     return TS_OK;
 }
@@ -474,10 +486,10 @@ static bool event_pop(engine *e, event *out)
 }
 
 /* ---------------------------------------------------------------- run */
-/* Global stream ((rank << sbits) | k) of copy c of copy 0's stream s. */
-static inline uint32_t global_stream(const engine *e, uint32_t s, uint32_t c)
+/* Rank of copy c of copy 0's stream s. */
+static inline uint32_t rank_of(const engine *e, uint32_t s, uint32_t c)
 {
-    return s + c * e->copy_streams;
+    return e->sinfo[s].rank + c * e->copy_ranks;
 }
 
 /* Add [last change, now) to the current mask of an accounted rank (nothing
@@ -495,11 +507,11 @@ static inline void mask_close(engine *e, uint32_t rank, int64_t now_ns)
  * mask interval and flip the stream's bit. */
 static inline void mask_flip(engine *e, uint32_t s, uint32_t c)
 {
-    uint32_t g = global_stream(e, s, c), rank = g >> e->sbits;
+    uint32_t rank = rank_of(e, s, c);
     if (rank >= e->n_acct)
         return;
     mask_close(e, rank, e->now_ns);
-    e->acct[rank].mask ^= 1u << (g & ((1u << e->sbits) - 1));
+    e->acct[rank].mask ^= 1u << e->sinfo[s].k;
 }
 
 /* Queue the end of copy c of task index i (id `id`) at at_ns. */
@@ -509,12 +521,6 @@ static void push_end(engine *e, uint32_t i, uint32_t c, uint32_t id, int64_t at_
     int rc = event_push(e, at_ns, i, c);
     if (rc)
         fail(e, rc, rc == TS_ENOMEM ? "out of memory for events" : "a task's end time overflows 2^63 ns");
-}
-
-/* Global stream of copy c of task index i. */
-static inline uint32_t stream_of(const engine *e, uint32_t i, uint32_t c)
-{
-    return global_stream(e, e->tasks[i].stream, c);
 }
 
 static inline void try_start(engine *e, uint32_t s, uint32_t c);
@@ -539,7 +545,7 @@ static __attribute__((noinline)) void start(engine *e, uint32_t i, uint32_t s, u
     mask_flip(e, s, c);
     uint32_t f = t->flags | e->state[id].flags;
     if (e->hooks.on_start && (!e->hooks.only_marked || (f & F_MARKED))) {
-        engine_task_info ti = {t->tag, t->mb, (int)(global_stream(e, s, c) >> e->sbits), c, (f & F_EXTERNAL) != 0};
+        engine_task_info ti = {t->tag, t->mb, (int)rank_of(e, s, c), c, (f & F_EXTERNAL) != 0};
         e->hooks.on_start(e->hooks.ctx, e, id, &ti, e->now_ns);
     }
     if (f & F_JOINED) {
@@ -587,7 +593,7 @@ static void end(engine *e, uint32_t i, uint32_t c)
     e->streams[s * C + c].running = ENGINE_NO_TASK;
     mask_flip(e, s, c);
     if (c < e->end_copies && e->hooks.on_end && (!e->hooks.only_marked || ((t->flags | own) & F_MARKED))) {
-        engine_task_info ti = {t->tag, t->mb, (int)(global_stream(e, s, c) >> e->sbits), c,
+        engine_task_info ti = {t->tag, t->mb, (int)rank_of(e, s, c), c,
                                ((t->flags | own) & F_EXTERNAL) != 0};
         e->hooks.on_end(e->hooks.ctx, e, id, &ti, now);
     }
@@ -678,11 +684,11 @@ int engine_run(engine *e, ts_err *err)
     for (size_t id = 0; id < n; id++) {
         if (e->state[id].flags & F_DONE)
             continue;
-        uint32_t i = (uint32_t)(id / e->copies), s = stream_of(e, i, (uint32_t)(id % e->copies));
+        uint32_t i = (uint32_t)(id / e->copies), c = (uint32_t)(id % e->copies), s = e->tasks[i].stream;
         return err_set(err, TS_ESTATE,
                        "engine: task %zu (rank %u, stream %u, tag %u, micro-batch %d) never %s: "
                        "a dependency cycle or a schedule whose sends and receives do not match",
-                       id, s >> e->sbits, s & ((1u << e->sbits) - 1), e->tasks[i].tag, e->tasks[i].mb,
+                       id, rank_of(e, s, c), e->sinfo[s].k, e->tasks[i].tag, e->tasks[i].mb,
                        (e->state[id].flags & F_STARTED) ? "finished" : "started");
     }
     return TS_OK;
@@ -722,11 +728,11 @@ int32_t engine_task_mb(const engine *e, engine_task_id id) { return e->tasks[id 
 int engine_task_rank(const engine *e, engine_task_id id)
 {
     uint32_t i = id / e->copies;
-    return (int)(stream_of(e, i, id - i * e->copies) >> e->sbits);
+    return (int)rank_of(e, e->tasks[i].stream, id - i * e->copies);
 }
 int engine_task_stream(const engine *e, engine_task_id id)
 {
-    return (int)(e->tasks[id / e->copies].stream & ((1u << e->sbits) - 1));
+    return (int)e->sinfo[e->tasks[id / e->copies].stream].k;
 }
 
 int64_t engine_busy_mask_ns(const engine *e, int rank, unsigned mask)
