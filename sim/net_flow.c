@@ -19,6 +19,7 @@ typedef struct {
     uint32_t mark;          /* component epoch */
     uint32_t fast_gen;      /* == net_flows.gen: started alone, rate set, not yet counted */
     uint8_t active, frozen;
+    uint8_t may_repeat;     /* may list a link twice (0: known not to, from a start on idle links) */
     uint8_t solo;           /* scratch: no other flow on any of its links */
 } flow_t;
 
@@ -542,13 +543,16 @@ int net_flow_start_hint(net_flows *f, int64_t now_ns, const int *links, int nlin
         return id;
     }
     F->nlinks = nlinks;
+    int repeat = !alone; /* on idle links, an occurrence after the first is this flow's own */
     for (int h = 0; h < nlinks; h++) {
         int k = lfl_push(f, links[h], id);
         if (k < 0) return err_set(err, TS_ENOMEM, "net_flows: out of memory");
         F->links[h] = links[h];
         F->pos[h] = k;
+        repeat |= k > 0;
         if (!alone) mark_dirty(f, links[h]);
     }
+    F->may_repeat = (uint8_t)repeat;
     if (alone) {
         double rate;
         if (hint && hint->gen == f->bw_gen) {
@@ -566,12 +570,21 @@ int net_flow_start_hint(net_flows *f, int64_t now_ns, const int *links, int nlin
     return id;
 }
 
+/* alone_on_links for a flow that lists no link twice: one occurrence on
+ * each of its links. */
+static int single_on_links(const net_flows *f, const flow_t *F)
+{
+    for (int h = 0; h < F->nlinks; h++)
+        if (f->lh[F->links[h]].n != 1) return 0;
+    return 1;
+}
+
 static void detach(net_flows *f, int id)
 {
     flow_t *F = &f->fl[id];
     /* Alone on all its links: they become empty and no other rate changes,
      * so they need no recomputation. */
-    if (alone_on_links(f, id)) {
+    if (F->may_repeat ? alone_on_links(f, id) : single_on_links(f, F)) {
         for (int h = 0; h < F->nlinks; h++) f->lh[F->links[h]].n = 0;
         F->active = 0;
         f->active--;
