@@ -80,11 +80,22 @@ typedef struct {
  * (all empty). The bucket of a time is a function of the time and last, so
  * the events of one time always share a bucket, in push order: events run in
  * (time, push order). A push is a few instructions; each event moves down at
- * most 7 times (8 digits), in practice about once. */
+ * most 7 times (8 digits), in practice about once.
+ *
+ * Runs: the end of copy c of a task pushed right after the end of copy c - 1
+ * of the same task at the same time (no event of that time between them)
+ * extends that event into a run of copies, which a pop hands out whole and
+ * engine_run ends in copy order: the order the single events would have run
+ * in, since whatever ending one of them pushes at that time comes after the
+ * rest. Copies in lockstep (the members of a collective, finished together;
+ * the compute that follows it) thus take one event through the queue. */
+#define RUN_SHIFT 20                       /* copies < 2^20 (ranks <= 2^20) */
+#define COPY_MASK ((1u << RUN_SHIFT) - 1)
+#define RUN_MORE_MAX ((1u << (32 - RUN_SHIFT)) - 1) /* further copies one event holds */
 typedef struct {
     int64_t t_ns;
     uint32_t what; /* task index, or TIMER_BIT | timer index */
-    uint32_t copy; /* the task's copy (the event's size is 16 bytes either way) */
+    uint32_t copy; /* the task's (first) copy, low RUN_SHIFT bits; further copies of the run above */
 } event;
 
 typedef struct {
@@ -429,10 +440,20 @@ static inline unsigned rq_bucket(const engine *e, int64_t t_ns)
     return L << RQ_DIGIT_BITS | (unsigned)((uint64_t)t_ns >> sh & ((1u << RQ_DIGIT_BITS) - 1));
 }
 
-/* Append v to bucket k; bucket 0 has no busy bit (pops look at it first). */
-static inline int rq_append(engine *e, unsigned k, event v)
+/* Append v to bucket k, or extend the run of its last (unpopped) event
+ * (see Runs above); bucket 0 has no busy bit (pops look at it first). */
+static inline __attribute__((always_inline)) int rq_append(engine *e, unsigned k, event v)
 {
     rbucket *B = &e->rq[k];
+    if (B->n > (k ? 0 : e->rq_head) && !(v.what & TIMER_BIT)) {
+        event *l = &B->ev[B->n - 1];
+        uint32_t more = l->copy >> RUN_SHIFT, vmore = v.copy >> RUN_SHIFT;
+        if (l->t_ns == v.t_ns && l->what == v.what && (l->copy & COPY_MASK) + more + 1 == (v.copy & COPY_MASK) &&
+            more + vmore + 1 <= RUN_MORE_MAX) {
+            l->copy += (vmore + 1) << RUN_SHIFT;
+            return TS_OK;
+        }
+    }
     if (B->n == B->cap && grow((void **)&B->ev, sizeof *B->ev, &B->cap, B->n + 1))
         return TS_ENOMEM;
     B->ev[B->n++] = v;
@@ -445,7 +466,7 @@ static inline int rq_append(engine *e, unsigned k, event v)
 
 /* TS_ENOMEM, or TS_EINVAL for a time before the queue's last (an end time
  * that overflowed int64: the radix heap needs times >= last >= 0). */
-static int event_push(engine *e, int64_t t_ns, uint32_t what, uint32_t copy)
+static inline __attribute__((always_inline)) int event_push(engine *e, int64_t t_ns, uint32_t what, uint32_t copy)
 {
     if (t_ns < e->rq_last_ns)
         return TS_EINVAL;
@@ -664,15 +685,19 @@ int engine_run(engine *e, ts_err *err)
     event v;
     while (e->status == TS_OK && event_pop(e, &v)) {
         uint32_t what = v.what;
-        e->n_events++;
         if (what & TIMER_BIT) {
+            e->n_events++;
             uint32_t k = what & ~TIMER_BIT;
             timer tm = e->timers[k];
             e->timers[k].next_free = e->timer_free; /* free before it runs: it may add timers */
             e->timer_free = k;
             tm.fn(tm.ctx, e, e->now_ns);
-        } else {
-            end(e, what, v.copy);
+        } else { /* a run of copies (one event each in the count) */
+            uint32_t c = v.copy & COPY_MASK, last = c + (v.copy >> RUN_SHIFT);
+            for (; c <= last && e->status == TS_OK; c++) {
+                e->n_events++;
+                end(e, what, c);
+            }
         }
     }
     e->run_err = NULL;

@@ -494,6 +494,60 @@ Test(engine, on_end_copies_limits_the_end_hook)
     engine_free(ea);
 }
 
+/* Logs ends as tag x 10 + copy and a timer as 99; copy 1 of tag 1 is
+ * external: its start finishes it 10 ns later, then sets a timer then. */
+typedef struct {
+    int log[32], n;
+} run_log;
+
+static void log_timer(void *ctx, engine *e, int64_t now_ns)
+{
+    (void)e;
+    (void)now_ns;
+    run_log *l = ctx;
+    l->log[l->n++] = 99;
+}
+
+static void run_start(void *ctx, engine *e, engine_task_id id, const engine_task_info *ti, int64_t now_ns)
+{
+    if (ti->tag != 1 || ti->copy != 1)
+        return;
+    cr_assert_eq(engine_task_finish(e, id, now_ns + 10, NULL), TS_OK);
+    cr_assert_eq(engine_timer_at(e, now_ns + 10, log_timer, ctx, NULL), TS_OK);
+}
+
+static void run_end(void *ctx, engine *e, engine_task_id id, const engine_task_info *ti, int64_t now_ns)
+{
+    (void)e;
+    (void)id;
+    (void)now_ns;
+    run_log *l = ctx;
+    l->log[l->n++] = (int)(ti->tag * 10 + ti->copy);
+}
+
+Test(engine, copies_in_lockstep_end_in_push_order)
+{
+    /* Four copies of A (10 ns) then B (0 ns). The ends of A at 10 ns are
+     * pushed in copy order, with the timer between copies 1 and 2; each B
+     * is pushed while its A ends, after all of those. The queue may hold
+     * copies in lockstep as one event, but the order stays the push order. */
+    run_log l = {{0}, 0};
+    engine_hooks h = {.on_start = run_start, .on_end = run_end, .ctx = &l};
+    engine *e = mk(4, 1, &h);
+    ts_err err;
+    engine_task_id a = add(e, 0, 0, 10, 1);
+    add(e, 0, 0, 0, 2);
+    cr_assert_eq(engine_replicate(e, 4, 1, &err), TS_OK, "%s", err.msg);
+    cr_assert_eq(engine_task_set_external(e, a * 4 + 1, &err), TS_OK, "%s", err.msg);
+    run_ok(e);
+    int want[] = {10, 11, 99, 12, 13, 20, 21, 22, 23};
+    cr_assert_eq(l.n, 9);
+    for (int k = 0; k < 9; k++)
+        cr_expect_eq(l.log[k], want[k], "position %d: %d, want %d", k, l.log[k], want[k]);
+    cr_expect_eq(engine_events(e), 9);
+    engine_free(e);
+}
+
 Test(engine, account_ranks_limits_the_busy_masks)
 {
     engine *ref = mk(2, 3, NULL), *e = mk(6, 3, NULL);
