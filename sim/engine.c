@@ -55,13 +55,19 @@ typedef struct {
     uint32_t to, next;
 } edge;
 
-/* A stream of one copy, during the run. Streams are stored
- * copy-interleaved: stream s of copy 0 (global index rank x spr + k) and its
- * copies sit at s x copies + c, side by side, like the copies' tasks. */
-typedef struct {
-    uint32_t head;    /* task index of the next task to start (ENGINE_NO_TASK if none) */
-    uint32_t running; /* task id running now (ENGINE_NO_TASK if idle) */
-} stream;
+/* A stream of one copy, during the run, in one word: the task index of the
+ * next task to start (S_NONE if none) and S_BUSY while one of its tasks
+ * runs. Streams are stored copy-interleaved: stream s of copy 0 (global
+ * index rank x spr + k) and its copies sit at s x copies + c, side by side,
+ * like the copies' tasks; one word each, 16 to a cache line. */
+typedef uint32_t stream;
+#define S_BUSY 0x80000000u
+#define S_NONE 0x7fffffffu /* task indices are below MAX_TASKS, S_NONE */
+
+static inline stream s_head(uint32_t task_index)
+{
+    return task_index == ENGINE_NO_TASK ? S_NONE : task_index;
+}
 
 /* Rank and index within it of a global stream (of copy 0). */
 typedef struct {
@@ -203,7 +209,7 @@ int engine_create(int n_ranks, int streams_per_rank, const engine_hooks *hooks,
         return err_set(err, TS_ENOMEM, "engine: out of memory for %d ranks", n_ranks);
     }
     for (size_t i = 0; i < ns; i++) {
-        e->streams[i] = (stream){ENGINE_NO_TASK, ENGINE_NO_TASK};
+        e->streams[i] = S_NONE;
         e->tails[i] = ENGINE_NO_TASK;
         e->sinfo[i] = (stream_info){(uint32_t)(i / (size_t)streams_per_rank), (uint32_t)(i % (size_t)streams_per_rank)};
     }
@@ -262,7 +268,7 @@ int engine_task_add(engine *e, int rank, int stream_idx, int64_t dur_ns, uint32_
                           .succ0 = ENGINE_NO_TASK, .first_edge = ENGINE_NO_TASK, .tag = tag, .mb = mb, .stream = s,
                           .npred = 0, .link = ENGINE_NO_TASK, .flags = 0};
     if (e->tails[s] == ENGINE_NO_TASK)
-        e->streams[s].head = id;
+        e->streams[s] = s_head(id);
     else
         e->tasks[e->tails[s]].next = id;
     e->tails[s] = id;
@@ -337,7 +343,7 @@ int engine_replicate(engine *e, uint32_t copies, int rank_stride, ts_err *err)
         return err_set(err, TS_ENOMEM, "engine: out of memory for %u copies of %u streams", copies, ss);
     for (uint32_t s = 0; s < ss; s++)
         for (uint32_t c = 0; c < copies; c++)
-            st[(size_t)s * copies + c] = (stream){e->streams[s].head, ENGINE_NO_TASK};
+            st[(size_t)s * copies + c] = e->streams[s];
     e->copies = copies;
     if (state_alloc(e)) {
         e->copies = 1;
@@ -551,9 +557,7 @@ static __attribute__((noinline)) void start(engine *e, uint32_t i, uint32_t s, u
 {
     const task *t = &e->tasks[i];
     uint32_t C = e->copies, id = i * C + c;
-    stream *st = &e->streams[s * C + c];
-    st->running = id;
-    st->head = t->next;
+    e->streams[s * C + c] = s_head(t->next) | S_BUSY;
     if (c < e->keep_times)
         e->times[i * e->keep_times + c].start_ns = e->now_ns;
     e->state[id].flags |= F_STARTED;
@@ -585,10 +589,9 @@ static __attribute__((noinline)) void start(engine *e, uint32_t i, uint32_t s, u
 /* Start the head of stream s (copy 0's index) of copy c if it can. */
 static inline void try_start(engine *e, uint32_t s, uint32_t c)
 {
-    const stream *st = &e->streams[s * e->copies + c];
-    if (st->running == ENGINE_NO_TASK && st->head != ENGINE_NO_TASK &&
-        e->state[st->head * e->copies + c].npred == 0)
-        start(e, st->head, s, c);
+    stream w = e->streams[s * e->copies + c];
+    if (w < S_NONE /* not busy, a task next */ && e->state[w * e->copies + c].npred == 0)
+        start(e, w, s, c);
 }
 
 /* A successor (task index i, copy c) has one predecessor less. */
@@ -611,7 +614,7 @@ static void end(engine *e, uint32_t i, uint32_t c)
     e->state[id].flags = own;
     if (now > e->makespan_ns)
         e->makespan_ns = now;
-    e->streams[s * C + c].running = ENGINE_NO_TASK;
+    e->streams[s * C + c] &= ~S_BUSY;
     mask_flip(e, s, c);
     if (c < e->end_copies && e->hooks.on_end && (!e->hooks.only_marked || ((t->flags | own) & F_MARKED))) {
         engine_task_info ti = {t->tag, t->mb, (int)rank_of(e, s, c), c,
