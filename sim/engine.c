@@ -129,6 +129,7 @@ struct engine {
     int n_ranks, spr;
     engine_hooks hooks;
     uint32_t end_copies;  /* on_end for copies below it (hooks.on_end_copies, 0 -> all) */
+    uint32_t start_copies; /* on_start for copies below it, external tasks on all (hooks.on_start_copies) */
     task *tasks;        /* shared by all copies */
     uint32_t n_tasks, cap_tasks;
     uint32_t copies;    /* engine_replicate's copies (1 without it) */
@@ -198,6 +199,7 @@ int engine_create(int n_ranks, int streams_per_rank, const engine_hooks *hooks,
     if (hooks)
         e->hooks = *hooks;
     e->end_copies = e->hooks.on_end_copies ? e->hooks.on_end_copies : UINT32_MAX;
+    e->start_copies = e->hooks.on_start_copies ? e->hooks.on_start_copies : UINT32_MAX;
     size_t ns = (size_t)n_ranks * (size_t)streams_per_rank;
     e->streams = malloc(ns * sizeof *e->streams);
     e->sinfo = malloc(ns * sizeof *e->sinfo);
@@ -569,7 +571,7 @@ static __attribute__((noinline)) void start(engine *e, uint32_t i, uint32_t s, u
         __builtin_prefetch(&e->state[t->succ0 * C + c]);
     mask_flip(e, s, c);
     uint32_t f = t->flags | e->state[id].flags;
-    if (e->hooks.on_start && (!e->hooks.only_marked || (f & F_MARKED))) {
+    if (e->hooks.on_start && (!e->hooks.only_marked || (f & F_MARKED)) && (c < e->start_copies || (f & F_EXTERNAL))) {
         engine_task_info ti = {t->tag, t->mb, (int)rank_of(e, s, c), c, (f & F_EXTERNAL) != 0};
         e->hooks.on_start(e->hooks.ctx, e, id, &ti, e->now_ns);
     }

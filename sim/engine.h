@@ -72,6 +72,10 @@ typedef struct {
     /* > 0: on_end is called for copies 0..on_end_copies-1 only
      * (engine_replicate); 0: for every copy */
     uint32_t on_end_copies;
+    /* > 0: on_start is called for copies 0..on_start_copies-1, and on the
+     * others for external tasks only (whose start must be seen); 0: for
+     * every copy */
+    uint32_t on_start_copies;
 } engine_hooks;
 
 typedef void (*engine_timer_fn)(void *ctx, engine *e, int64_t now_ns);

@@ -140,11 +140,14 @@ static engine_hooks sn_hooks(void *ctx, const engine_hooks *sim_hooks)
 {
     net_simulate *ns = ctx;
     ns->sim_hooks = *sim_hooks;
-    /* without a slowdown only the simulator's own end hook runs, and only
-     * for the ranks of replica (0, 0): copy 0 in --full */
+    /* in --full the simulator's own hooks serve the ranks of replica (0, 0),
+     * copy 0, and net_engine's serve external tasks only: the other copies'
+     * other tasks need no start hook, and no end hook at all without a
+     * slowdown */
     return (engine_hooks){.on_start = on_start, .on_end = on_end, .ctx = ns,
                           .only_marked = sim_hooks->only_marked && ns->net_hooks.only_marked,
-                          .on_end_copies = ns->o.full && ns->o.comm_compute_slowdown == 0 ? 1 : 0};
+                          .on_end_copies = ns->o.full && ns->o.comm_compute_slowdown == 0 ? 1 : 0,
+                          .on_start_copies = ns->o.full ? 1 : 0};
 }
 
 static int sn_lower(void *ctx, const plan *pl, const sched *s, engine *e, ts_err *err)

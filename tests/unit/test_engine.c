@@ -548,6 +548,37 @@ Test(engine, copies_in_lockstep_end_in_push_order)
     engine_free(e);
 }
 
+/* Counts on_start calls per copy (of 3) and finishes external copies 5 ns
+ * after they start. */
+typedef struct {
+    int starts[3];
+} start_count;
+
+static void count_start(void *ctx, engine *e, engine_task_id id, const engine_task_info *ti, int64_t now_ns)
+{
+    ((start_count *)ctx)->starts[ti->copy]++;
+    if (ti->external)
+        cr_assert_eq(engine_task_finish(e, id, now_ns + 5, NULL), TS_OK);
+}
+
+Test(engine, on_start_copies_keeps_external_starts_on_every_copy)
+{
+    start_count n = {{0}};
+    engine_hooks h = {.on_start = count_start, .ctx = &n, .on_start_copies = 1};
+    engine *e = mk(6, 3, &h);
+    ts_err err;
+    build_pair(e);
+    cr_assert_eq(engine_replicate(e, 3, 2, &err), TS_OK, "%s", err.msg);
+    cr_assert_eq(engine_task_set_external_copies(e, 0, &err), TS_OK, "%s", err.msg); /* build_pair's first task */
+    run_ok(e);
+    cr_expect_eq(n.starts[0], 6); /* every task of copy 0 */
+    cr_expect_eq(n.starts[1], 1); /* the external one only */
+    cr_expect_eq(n.starts[2], 1);
+    for (uint32_t c = 0; c < 3; c++)
+        cr_expect_eq(engine_task_end_ns(e, c), 5, "copy %u: finished by its hook", c);
+    engine_free(e);
+}
+
 Test(engine, account_ranks_limits_the_busy_masks)
 {
     engine *ref = mk(2, 3, NULL), *e = mk(6, 3, NULL);
