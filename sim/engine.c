@@ -6,15 +6,17 @@
 
 /* Flags of a task: the first four are static (set while tasks are added;
  * EXTERNAL and MARKED may also be set per copy after engine_replicate), the
- * others are the state of one copy during the run. */
+ * others are the state of one copy during the run. A copy's own flags share
+ * its 16-bit state word with its predecessor count (bits 0..10), so they sit
+ * in bits 11..15 and a task's flags use the same bits. */
 enum {
-    F_EXTERNAL = 1u << 0, /* duration decided by engine_task_finish */
-    F_JOINED = 1u << 1,   /* ends with its partner (link = partner) */
-    F_JOINER = 1u << 2,   /* another task is joined to this one (link = joiner) */
-    F_MARKED = 1u << 3,   /* hooks are called for it (engine_hooks.only_marked) */
-    F_STARTED = 1u << 4,
-    F_DONE = 1u << 5,
-    F_ENDING = 1u << 6    /* an end event is queued */
+    F_JOINED = 1u << 0,   /* ends with its partner (link = partner) */
+    F_JOINER = 1u << 1,   /* another task is joined to this one (link = joiner) */
+    F_EXTERNAL = 1u << 11, /* duration decided by engine_task_finish */
+    F_MARKED = 1u << 12,  /* hooks are called for it (engine_hooks.only_marked) */
+    F_STARTED = 1u << 13,
+    F_DONE = 1u << 14,
+    F_ENDING = 1u << 15   /* an end event is queued */
 };
 
 #define TIMER_BIT 0x80000000u
@@ -37,19 +39,19 @@ typedef struct {
     uint16_t flags;     /* static flags */
 } task;
 
-/* The run state of one copy: predecessors not yet satisfied and flags
- * (the copy's own EXTERNAL / MARKED, and STARTED, DONE, ENDING). */
-typedef struct {
-    uint16_t npred;
-    uint16_t flags;
-} tstate;
+/* The run state of one copy in 16 bits: predecessors not yet satisfied
+ * (NPRED bits) and flags (the copy's own EXTERNAL / MARKED, and STARTED,
+ * DONE, ENDING), 32 copies to a cache line. */
+typedef uint16_t tstate;
+#define NPRED 0x07ffu /* ENGINE_MAX_PRED */
+_Static_assert(NPRED == ENGINE_MAX_PRED, "the predecessor count's bits");
 
 /* Times of one copy, valid once STARTED / DONE. */
 typedef struct {
     int64_t start_ns, end_ns;
 } ttime;
 
-#define MAX_PRED UINT16_MAX
+#define MAX_PRED NPRED
 
 typedef struct {
     uint32_t to, next;
@@ -318,7 +320,7 @@ static int state_alloc(engine *e)
         return TS_ENOMEM;
     for (uint32_t i = 0; i < e->n_tasks; i++)
         for (uint32_t c = 0; c < e->copies; c++)
-            e->state[(size_t)i * e->copies + c] = (tstate){e->tasks[i].npred, 0};
+            e->state[(size_t)i * e->copies + c] = e->tasks[i].npred;
     return TS_OK;
 }
 
@@ -367,7 +369,7 @@ static int set_flags(engine *e, engine_task_id id, uint16_t f, const char *what,
     if (!valid_id(e, id) || e->ran)
         return err_set(err, TS_EINVAL, "engine: cannot %s task %u", what, id);
     if (e->state)
-        e->state[id].flags |= f;
+        e->state[id] |= f;
     else
         e->tasks[id].flags |= f;
     return TS_OK;
@@ -546,7 +548,7 @@ static inline void mask_flip(engine *e, uint32_t s, uint32_t c)
 /* Queue the end of copy c of task index i (id `id`) at at_ns. */
 static void push_end(engine *e, uint32_t i, uint32_t c, uint32_t id, int64_t at_ns)
 {
-    e->state[id].flags |= F_ENDING;
+    e->state[id] |= F_ENDING;
     int rc = event_push(e, at_ns, i, c);
     if (rc)
         fail(e, rc, rc == TS_ENOMEM ? "out of memory for events" : "a task's end time overflows 2^63 ns");
@@ -562,7 +564,7 @@ static __attribute__((noinline)) void start(engine *e, uint32_t i, uint32_t s, u
     e->streams[s * C + c] = s_head(t->next) | S_BUSY;
     if (c < e->keep_times)
         e->times[i * e->keep_times + c].start_ns = e->now_ns;
-    e->state[id].flags |= F_STARTED;
+    e->state[id] |= F_STARTED;
     /* what end() will touch: the state of the stream's next task and of
      * the first successor (copies of one task sit side by side) */
     if (t->next != ENGINE_NO_TASK)
@@ -570,20 +572,20 @@ static __attribute__((noinline)) void start(engine *e, uint32_t i, uint32_t s, u
     if (t->succ0 != ENGINE_NO_TASK)
         __builtin_prefetch(&e->state[t->succ0 * C + c]);
     mask_flip(e, s, c);
-    uint32_t f = t->flags | e->state[id].flags;
+    uint32_t f = t->flags | e->state[id];
     if (e->hooks.on_start && (!e->hooks.only_marked || (f & F_MARKED)) && (c < e->start_copies || (f & F_EXTERNAL))) {
         engine_task_info ti = {t->tag, t->mb, (int)rank_of(e, s, c), c, (f & F_EXTERNAL) != 0};
         e->hooks.on_start(e->hooks.ctx, e, id, &ti, e->now_ns);
     }
     if (f & F_JOINED) {
-        if (e->state[t->link * C + c].flags & F_DONE)
+        if (e->state[t->link * C + c] & F_DONE)
             push_end(e, i, c, id, e->now_ns);
     } else if (!(f & F_EXTERNAL)) {
         push_end(e, i, c, id, t->dur_ns <= INT64_MAX - e->now_ns ? e->now_ns + t->dur_ns : -1 /* overflow */);
     }
     if (f & F_JOINER) {
         uint32_t j = t->link * C + c;
-        if (--e->state[j].npred == 0)
+        if ((--e->state[j] & NPRED) == 0)
             try_start(e, e->tasks[t->link].stream, c);
     }
 }
@@ -592,14 +594,14 @@ static __attribute__((noinline)) void start(engine *e, uint32_t i, uint32_t s, u
 static inline void try_start(engine *e, uint32_t s, uint32_t c)
 {
     stream w = e->streams[s * e->copies + c];
-    if (w < S_NONE /* not busy, a task next */ && e->state[w * e->copies + c].npred == 0)
+    if (w < S_NONE /* not busy, a task next */ && (e->state[w * e->copies + c] & NPRED) == 0)
         start(e, w, s, c);
 }
 
 /* A successor (task index i, copy c) has one predecessor less. */
 static inline void release(engine *e, uint32_t i, uint32_t c)
 {
-    if (--e->state[i * e->copies + c].npred == 0)
+    if ((--e->state[i * e->copies + c] & NPRED) == 0)
         try_start(e, e->tasks[i].stream, c);
 }
 
@@ -612,8 +614,8 @@ static void end(engine *e, uint32_t i, uint32_t c)
     const uint32_t s = t->stream;
     if (c < e->keep_times)
         e->times[i * e->keep_times + c].end_ns = now;
-    uint16_t own = (uint16_t)((e->state[id].flags | F_DONE) & ~F_ENDING);
-    e->state[id].flags = own;
+    tstate own = (tstate)((e->state[id] | F_DONE) & ~F_ENDING);
+    e->state[id] = own;
     if (now > e->makespan_ns)
         e->makespan_ns = now;
     e->streams[s * C + c] &= ~S_BUSY;
@@ -625,7 +627,7 @@ static void end(engine *e, uint32_t i, uint32_t c)
     }
     if (t->flags & F_JOINER) {
         uint32_t j = t->link * C + c;
-        if ((e->state[j].flags & F_STARTED) && !(e->state[j].flags & (F_DONE | F_ENDING)))
+        if ((e->state[j] & F_STARTED) && !(e->state[j] & (F_DONE | F_ENDING)))
             push_end(e, t->link, c, j, now);
     }
     if (t->succ0 != ENGINE_NO_TASK)
@@ -640,7 +642,7 @@ int engine_task_finish(engine *e, engine_task_id id, int64_t at_ns, ts_err *err)
     if (!e->state || !valid_id(e, id))
         return err_set(err, TS_ESTATE, "engine: finish of unknown task %u", id);
     uint32_t i = id / e->copies, c = id - i * e->copies; /* one division: finishes come by the million */
-    uint32_t f = e->tasks[i].flags | e->state[id].flags;
+    uint32_t f = e->tasks[i].flags | e->state[id];
     if (!(f & F_EXTERNAL) || !(f & F_STARTED) || (f & (F_DONE | F_ENDING)))
         return err_set(err, TS_ESTATE, "engine: task %u (tag %u) is not a running external task", id, e->tasks[i].tag);
     if (at_ns < e->now_ns)
@@ -712,14 +714,14 @@ int engine_run(engine *e, ts_err *err)
     for (uint32_t r = 0; r < e->n_acct; r++)
         mask_close(e, r, e->makespan_ns);
     for (size_t id = 0; id < n; id++) {
-        if (e->state[id].flags & F_DONE)
+        if (e->state[id] & F_DONE)
             continue;
         uint32_t i = (uint32_t)(id / e->copies), c = (uint32_t)(id % e->copies), s = e->tasks[i].stream;
         return err_set(err, TS_ESTATE,
                        "engine: task %zu (rank %u, stream %u, tag %u, micro-batch %d) never %s: "
                        "a dependency cycle or a schedule whose sends and receives do not match",
                        id, rank_of(e, s, c), e->sinfo[s].k, e->tasks[i].tag, e->tasks[i].mb,
-                       (e->state[id].flags & F_STARTED) ? "finished" : "started");
+                       (e->state[id] & F_STARTED) ? "finished" : "started");
     }
     return TS_OK;
 }
@@ -741,14 +743,14 @@ static const ttime *times_of(const engine *e, engine_task_id id)
 
 int64_t engine_task_start_ns(const engine *e, engine_task_id id)
 {
-    if (!e->ran || !valid_id(e, id) || !(e->state[id].flags & F_STARTED) || !times_of(e, id))
+    if (!e->ran || !valid_id(e, id) || !(e->state[id] & F_STARTED) || !times_of(e, id))
         return -1;
     return times_of(e, id)->start_ns;
 }
 
 int64_t engine_task_end_ns(const engine *e, engine_task_id id)
 {
-    if (!e->ran || !valid_id(e, id) || !(e->state[id].flags & F_DONE) || !times_of(e, id))
+    if (!e->ran || !valid_id(e, id) || !(e->state[id] & F_DONE) || !times_of(e, id))
         return -1;
     return times_of(e, id)->end_ns;
 }

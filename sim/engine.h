@@ -41,6 +41,7 @@
 #include "err.h"
 
 #define ENGINE_MAX_STREAMS_PER_RANK 8
+#define ENGINE_MAX_PRED 2047 /* a copy's predecessor count shares 16 bits with its flags */
 
 typedef uint32_t engine_task_id;
 #define ENGINE_NO_TASK UINT32_MAX
@@ -98,7 +99,9 @@ int engine_task_add(engine *e, int rank, int stream, int64_t dur_ns, uint32_t ta
                     int32_t mb, engine_task_id *out, ts_err *err);
 
 /* Make `after` wait until `before` has finished. Both must exist; a task may
- * not depend on itself. Must be called before engine_run. */
+ * not depend on itself; a task waits for ENGINE_MAX_PRED predecessors at most
+ * (a join counts as one; TS_EINVAL past it). Must be called before
+ * engine_run and engine_replicate. */
 int engine_dep_add(engine *e, engine_task_id before, engine_task_id after, ts_err *err);
 
 /* Turn the tasks added so far, all on ranks 0..rank_stride-1, into `copies`

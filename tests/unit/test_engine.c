@@ -579,6 +579,22 @@ Test(engine, on_start_copies_keeps_external_starts_on_every_copy)
     engine_free(e);
 }
 
+Test(engine, predecessors_are_limited)
+{
+    engine *e = mk(1, 2, NULL);
+    ts_err err;
+    engine_task_id last = add(e, 0, 1, 1, 0);
+    for (int k = 0; k < ENGINE_MAX_PRED; k++)
+        dep(e, add(e, 0, 0, 1, 1), last);
+    engine_task_id one_more = add(e, 0, 0, 1, 1);
+    cr_assert_eq(engine_dep_add(e, one_more, last, &err), TS_EINVAL);
+    cr_expect(strstr(err.msg, "2047") != NULL, "%s", err.msg);
+    cr_assert_eq(engine_task_join(e, last, one_more, &err), TS_EINVAL);
+    run_ok(e); /* the limit itself runs */
+    cr_expect_eq(engine_task_start_ns(e, last), ENGINE_MAX_PRED); /* after the 2047 one-ns tasks before it */
+    engine_free(e);
+}
+
 Test(engine, account_ranks_limits_the_busy_masks)
 {
     engine *ref = mk(2, 3, NULL), *e = mk(6, 3, NULL);
