@@ -22,7 +22,8 @@
  * Events are processed in (time, push order): equal times in the order they
  * were pushed, the same on every run. (Internally a radix heap: events
  * never precede the current time, so a push is an append to the bucket of
- * the highest bit in which its time differs from the current one.)
+ * the highest base-256 digit in which its time differs from the current one;
+ * the ends of copies in lockstep travel as one event, see engine.c.)
  *
  * Accounting: for every rank the engine accumulates how long each subset of
  * its streams was busy (a bit mask of busy streams -> ns), which the report
@@ -111,8 +112,9 @@ int engine_dep_add(engine *e, engine_task_id before, engine_task_id after, ts_er
  * task added gets id i x copies + c (engine_copies), so the copies of one
  * task sit side by side in memory (interchangeable ranks progress together,
  * and the event loop then walks memory almost in order). The copies share
- * one description of the tasks; each has only its own run state (16 + 4
- * bytes of times and counters), so a copy costs a fifth of a task added.
+ * one description of the tasks; each has only its own run state (2 bytes
+ * of counters and flags, and 16 of times unless engine_keep_times leaves
+ * them out).
  * Ids returned before this call are invalid after it (but for copy 0: task
  * i keeps id i x copies). After it no task, dependency or join may be
  * added (TS_ESTATE); external marks may be set per copy or for all copies.
