@@ -570,13 +570,21 @@ int net_flow_start_hint(net_flows *f, int64_t now_ns, const int *links, int nlin
     return id;
 }
 
-/* alone_on_links for a flow that lists no link twice: one occurrence on
- * each of its links. */
-static int single_on_links(const net_flows *f, const flow_t *F)
+/* Empty the links of flow F, which lists no link twice, if it is alone on
+ * them (one occurrence on each): 1 if it was, 0 (nothing changed) if not.
+ * One pass: a link held by another flow too stops it and the links emptied
+ * before are given their occurrence back. */
+static int empty_single_links(net_flows *f, const flow_t *F)
 {
-    for (int h = 0; h < F->nlinks; h++)
-        if (f->lh[F->links[h]].n != 1) return 0;
-    return 1;
+    int h = 0;
+    for (; h < F->nlinks; h++) {
+        link_hot *H = &f->lh[F->links[h]];
+        if (H->n != 1) break;
+        H->n = 0;
+    }
+    if (h == F->nlinks) return 1;
+    while (h-- > 0) f->lh[F->links[h]].n = 1;
+    return 0;
 }
 
 static void detach(net_flows *f, int id)
@@ -584,8 +592,10 @@ static void detach(net_flows *f, int id)
     flow_t *F = &f->fl[id];
     /* Alone on all its links: they become empty and no other rate changes,
      * so they need no recomputation. */
-    if (F->may_repeat ? alone_on_links(f, id) : single_on_links(f, F)) {
-        for (int h = 0; h < F->nlinks; h++) f->lh[F->links[h]].n = 0;
+    int emptied = F->may_repeat ? 0 : empty_single_links(f, F);
+    if (emptied || (F->may_repeat && alone_on_links(f, id))) {
+        if (!emptied)
+            for (int h = 0; h < F->nlinks; h++) f->lh[F->links[h]].n = 0;
         F->active = 0;
         f->active--;
         return;
