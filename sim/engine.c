@@ -43,15 +43,14 @@ typedef struct {
  * (NPRED bits) and flags (the copy's own EXTERNAL / MARKED, and STARTED,
  * DONE, ENDING), 32 copies to a cache line. */
 typedef uint16_t tstate;
-#define NPRED 0x07ffu /* ENGINE_MAX_PRED */
-_Static_assert(NPRED == ENGINE_MAX_PRED, "the predecessor count's bits");
+#define NPRED ((uint16_t)ENGINE_MAX_PRED) /* the predecessor count's bits, below the flags */
+_Static_assert((ENGINE_MAX_PRED & (ENGINE_MAX_PRED + 1)) == 0 && ENGINE_MAX_PRED < F_EXTERNAL,
+               "ENGINE_MAX_PRED is a mask of the bits under the flags");
 
 /* Times of one copy, valid once STARTED / DONE. */
 typedef struct {
     int64_t start_ns, end_ns;
 } ttime;
-
-#define MAX_PRED NPRED
 
 typedef struct {
     uint32_t to, next;
@@ -288,8 +287,8 @@ int engine_dep_add(engine *e, engine_task_id before, engine_task_id after, ts_er
     if (before >= e->n_tasks || after >= e->n_tasks || before == after)
         return err_set(err, TS_EINVAL, "engine: dependency %u -> %u; valid: two distinct tasks < %u",
                        before, after, e->n_tasks);
-    if (e->tasks[after].npred == MAX_PRED)
-        return err_set(err, TS_EINVAL, "engine: task %u has more than %u predecessors", after, MAX_PRED);
+    if (e->tasks[after].npred == ENGINE_MAX_PRED)
+        return err_set(err, TS_EINVAL, "engine: task %u has more than %u predecessors", after, ENGINE_MAX_PRED);
     if (e->tasks[before].succ0 == ENGINE_NO_TASK) {
         e->tasks[before].succ0 = after;
     } else {
@@ -420,8 +419,8 @@ int engine_task_join(engine *e, engine_task_id t, engine_task_id partner, ts_err
     task *a = &e->tasks[t], *p = &e->tasks[partner];
     if ((a->flags & (F_JOINED | F_JOINER)) || (p->flags & (F_JOINED | F_JOINER)))
         return err_set(err, TS_EINVAL, "engine: task %u or %u is already joined", t, partner);
-    if (a->npred == MAX_PRED)
-        return err_set(err, TS_EINVAL, "engine: task %u has more than %u predecessors", t, MAX_PRED);
+    if (a->npred == ENGINE_MAX_PRED)
+        return err_set(err, TS_EINVAL, "engine: task %u has more than %u predecessors", t, ENGINE_MAX_PRED);
     a->flags |= F_JOINED;
     a->link = partner;
     p->flags |= F_JOINER;
@@ -545,6 +544,13 @@ static inline void mask_flip(engine *e, uint32_t s, uint32_t c)
     e->acct[rank].mask ^= 1u << e->sinfo[s].k;
 }
 
+/* What the hooks are told of copy c of task t, on copy 0's stream s, with
+ * flags f (the task's and the copy's). */
+static inline engine_task_info task_info(const engine *e, const task *t, uint32_t s, uint32_t c, uint32_t f)
+{
+    return (engine_task_info){t->tag, t->mb, (int)rank_of(e, s, c), c, (f & F_EXTERNAL) != 0};
+}
+
 /* Queue the end of copy c of task index i (id `id`) at at_ns. */
 static void push_end(engine *e, uint32_t i, uint32_t c, uint32_t id, int64_t at_ns)
 {
@@ -574,7 +580,7 @@ static __attribute__((noinline)) void start(engine *e, uint32_t i, uint32_t s, u
     mask_flip(e, s, c);
     uint32_t f = t->flags | e->state[id];
     if (e->hooks.on_start && (!e->hooks.only_marked || (f & F_MARKED)) && (c < e->start_copies || (f & F_EXTERNAL))) {
-        engine_task_info ti = {t->tag, t->mb, (int)rank_of(e, s, c), c, (f & F_EXTERNAL) != 0};
+        engine_task_info ti = task_info(e, t, s, c, f);
         e->hooks.on_start(e->hooks.ctx, e, id, &ti, e->now_ns);
     }
     if (f & F_JOINED) {
@@ -621,8 +627,7 @@ static void end(engine *e, uint32_t i, uint32_t c)
     e->streams[s * C + c] &= ~S_BUSY;
     mask_flip(e, s, c);
     if (c < e->end_copies && e->hooks.on_end && (!e->hooks.only_marked || ((t->flags | own) & F_MARKED))) {
-        engine_task_info ti = {t->tag, t->mb, (int)rank_of(e, s, c), c,
-                               ((t->flags | own) & F_EXTERNAL) != 0};
+        engine_task_info ti = task_info(e, t, s, c, t->flags | own);
         e->hooks.on_end(e->hooks.ctx, e, id, &ti, now);
     }
     if (t->flags & F_JOINER) {
@@ -743,16 +748,14 @@ static const ttime *times_of(const engine *e, engine_task_id id)
 
 int64_t engine_task_start_ns(const engine *e, engine_task_id id)
 {
-    if (!e->ran || !valid_id(e, id) || !(e->state[id] & F_STARTED) || !times_of(e, id))
-        return -1;
-    return times_of(e, id)->start_ns;
+    const ttime *tt = e->ran && valid_id(e, id) && (e->state[id] & F_STARTED) ? times_of(e, id) : NULL;
+    return tt ? tt->start_ns : -1;
 }
 
 int64_t engine_task_end_ns(const engine *e, engine_task_id id)
 {
-    if (!e->ran || !valid_id(e, id) || !(e->state[id] & F_DONE) || !times_of(e, id))
-        return -1;
-    return times_of(e, id)->end_ns;
+    const ttime *tt = e->ran && valid_id(e, id) && (e->state[id] & F_DONE) ? times_of(e, id) : NULL;
+    return tt ? tt->end_ns : -1;
 }
 
 uint32_t engine_task_tag(const engine *e, engine_task_id id) { return e->tasks[id / e->copies].tag; }
