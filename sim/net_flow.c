@@ -343,6 +343,14 @@ static int64_t duration_ns(double bytes, double rate)
 
 static int recompute_dirty(net_flows *f);
 
+/* One recomputation that (re)assigned n flow rates, in the stats. */
+static void count_recompute(net_flows *f, int n)
+{
+    f->st.recomputes++;
+    f->st.rate_updates += (uint64_t)n;
+    if ((uint64_t)n > f->st.max_component) f->st.max_component = (uint64_t)n;
+}
+
 /* Recompute the rates of the components of the dirty links at f->now_ns.
  * Without dirty links only the lone starts since the last call are
  * counted (their rates are set). */
@@ -351,9 +359,7 @@ static inline int recompute(net_flows *f)
     if (f->n_dirty > 0) return recompute_dirty(f);
     if (f->n_fast > 0) {
         f->gen++;
-        f->st.recomputes++;
-        f->st.rate_updates += (uint64_t)f->n_fast;
-        if ((uint64_t)f->n_fast > f->st.max_component) f->st.max_component = (uint64_t)f->n_fast;
+        count_recompute(f, f->n_fast);
         f->n_fast = 0;
     }
     return TS_OK;
@@ -391,9 +397,7 @@ static int recompute_dirty(net_flows *f)
      * unless the search above reached it. */
     int counted = nf + n_fast - fast_seen;
     if (counted == 0) return TS_OK;
-    f->st.recomputes++;
-    f->st.rate_updates += (uint64_t)counted;
-    if ((uint64_t)counted > f->st.max_component) f->st.max_component = (uint64_t)counted;
+    count_recompute(f, counted);
     if (nf == 0) return TS_OK;
     /* A flow alone on all its links (the common case: a collective on an
      * idle NVSwitch domain) is frozen first at its tightest link's share
@@ -570,12 +574,18 @@ int net_flow_start_hint(net_flows *f, int64_t now_ns, const int *links, int nlin
     return id;
 }
 
-/* Empty the links of flow F, which lists no link twice, if it is alone on
- * them (one occurrence on each): 1 if it was, 0 (nothing changed) if not.
- * One pass: a link held by another flow too stops it and the links emptied
- * before are given their occurrence back. */
-static int empty_single_links(net_flows *f, const flow_t *F)
+/* Empty flow id's links if it is alone on them: 1 if it was, 0 (nothing
+ * changed) if not. A flow that lists no link twice is alone where each of
+ * its links holds one occurrence: one pass, in which a link held by another
+ * flow too stops it and the links emptied before get their occurrence back. */
+static int empty_if_alone(net_flows *f, int id)
 {
+    const flow_t *F = &f->fl[id];
+    if (F->may_repeat) {
+        if (!alone_on_links(f, id)) return 0;
+        for (int h = 0; h < F->nlinks; h++) f->lh[F->links[h]].n = 0;
+        return 1;
+    }
     int h = 0;
     for (; h < F->nlinks; h++) {
         link_hot *H = &f->lh[F->links[h]];
@@ -592,10 +602,7 @@ static void detach(net_flows *f, int id)
     flow_t *F = &f->fl[id];
     /* Alone on all its links: they become empty and no other rate changes,
      * so they need no recomputation. */
-    int emptied = F->may_repeat ? 0 : empty_single_links(f, F);
-    if (emptied || (F->may_repeat && alone_on_links(f, id))) {
-        if (!emptied)
-            for (int h = 0; h < F->nlinks; h++) f->lh[F->links[h]].n = 0;
+    if (empty_if_alone(f, id)) {
         F->active = 0;
         f->active--;
         return;
