@@ -579,22 +579,27 @@ int net_sim_plan(net_sim *s, const net_coll_req *req, const net_plan **out, ts_e
     return plan_lookup(s, req, out, err);
 }
 
-int net_sim_start(net_sim *s, int64_t now_ns, const net_coll_req *req, uint64_t tag, ts_err *err)
+/* TS_EINVAL if now_ns precedes the network's current time. */
+static int check_start_time(const net_sim *s, int64_t now_ns, ts_err *err)
 {
-    const net_plan *p;
     if (now_ns < net_flows_now_ns(s->f))
         return err_set(err, TS_EINVAL, "net_sim_start: time %lld ns is before the current time %lld ns",
                        (long long)now_ns, (long long)net_flows_now_ns(s->f));
-    int rc = plan_lookup(s, req, &p, err);
+    return TS_OK;
+}
+
+int net_sim_start(net_sim *s, int64_t now_ns, const net_coll_req *req, uint64_t tag, ts_err *err)
+{
+    const net_plan *p;
+    int rc = check_start_time(s, now_ns, err); /* before a plan is built for nothing */
+    if (!rc) rc = plan_lookup(s, req, &p, err);
     return rc ? rc : net_sim_start_plan(s, now_ns, p, tag, err);
 }
 
 int net_sim_start_plan(net_sim *s, int64_t now_ns, const net_plan *plan, uint64_t tag, ts_err *err)
 {
     int rc, ci;
-    if (now_ns < net_flows_now_ns(s->f))
-        return err_set(err, TS_EINVAL, "net_sim_start: time %lld ns is before the current time %lld ns",
-                       (long long)now_ns, (long long)net_flows_now_ns(s->f));
+    if ((rc = check_start_time(s, now_ns, err))) return rc;
     if (s->nfree > 0) {
         ci = s->freec[--s->nfree];
     } else {

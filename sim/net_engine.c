@@ -494,7 +494,6 @@ void net_engine_task_started(net_engine *ne, engine *e, engine_task_id id, const
     case NET_STEP_COMPUTE: {
         double f = ne->factor[rank];
         if (ne->opts.comm_compute_slowdown > 0 && ne->active_comm[rank] > 0) f *= 1 + ne->opts.comm_compute_slowdown;
-        if (f == 1.0 && ne->opts.comm_compute_slowdown == 0) return; /* not external */
         fail(ne, engine_task_finish(e, id, now + (int64_t)llround((double)d->dur_ns * f), &ne->err));
         return;
     }

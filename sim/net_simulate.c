@@ -132,8 +132,7 @@ static void on_end(void *ctx, engine *e, engine_task_id id, const engine_task_in
 {
     net_simulate *ns = ctx;
     if (ns->sim_hooks.on_end && ti->rank < ns->p) ns->sim_hooks.on_end(ns->sim_hooks.ctx, e, id, ti, now);
-    if (ns->o.comm_compute_slowdown > 0) /* net_engine counts comm in flight only for it */
-        net_engine_task_ended(ns->ne, e, id, ti, now);
+    net_engine_task_ended(ns->ne, e, id, ti, now);
 }
 
 static engine_hooks sn_hooks(void *ctx, const engine_hooks *sim_hooks)
