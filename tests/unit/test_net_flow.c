@@ -18,6 +18,23 @@ static net_graph *line3(void)
     return g;
 }
 
+/* Flows on g (freed by the test). */
+static net_flows *flows_on(const net_graph *g)
+{
+    net_flows *f = NULL;
+    ts_err e;
+    cr_assert_eq(net_flows_new(g, &f, &e), TS_OK, "%s", e.msg);
+    return f;
+}
+
+/* The link from GPU a to GPU b. */
+static int gpu_link(const net_graph *g, int a, int b)
+{
+    int l = net_graph_find_link(g, g->gpu_node[a], g->gpu_node[b]);
+    cr_assert(l >= 0, "no link gpu%d -> gpu%d", a, b);
+    return l;
+}
+
 typedef struct { int64_t t[16]; int n; } ends;
 static void rec(void *ctx, int flow, uint64_t tag, int64_t t)
 {
@@ -30,10 +47,9 @@ static void rec(void *ctx, int flow, uint64_t tag, int64_t t)
 Test(net_flow, two_flows_on_one_link_each_get_half)
 {
     net_graph *g = line3();
-    net_flows *f = NULL;
+    net_flows *f = flows_on(g);
     ts_err e;
-    cr_assert_eq(net_flows_new(g, &f, &e), TS_OK);
-    int l01 = net_graph_find_link(g, g->gpu_node[0], g->gpu_node[1]);
+    int l01 = gpu_link(g, 0, 1);
     int a = net_flow_start(f, 0, &l01, 1, 1e6, 0, &e);
     int b = net_flow_start(f, 0, &l01, 1, 1e6, 1, &e);
     cr_assert(a >= 0 && b >= 0);
@@ -52,10 +68,9 @@ Test(net_flow, two_flows_on_one_link_each_get_half)
 Test(net_flow, rates_follow_starts_and_ends)
 {
     net_graph *g = line3();
-    net_flows *f = NULL;
+    net_flows *f = flows_on(g);
     ts_err e;
-    cr_assert_eq(net_flows_new(g, &f, &e), TS_OK);
-    int l01 = net_graph_find_link(g, g->gpu_node[0], g->gpu_node[1]);
+    int l01 = gpu_link(g, 0, 1);
     /* A alone for 10 us (1e6 bytes at 100), then B joins: both at 50. A has
      * 1e6 left at t = 10000: ends at 30000; B then alone at 100: 0.5e6 left
      * of its 1.5e6 at 30000 -> ends at 35000. */
@@ -76,11 +91,10 @@ Test(net_flow, textbook_max_min)
     /* f1 on gpu0->gpu1 (100); f2 on gpu0->gpu1->gpu2; f3 on gpu1->gpu2 (200).
      * Bottleneck gpu0->gpu1: f1 = f2 = 50; f3 takes the rest of 200: 150. */
     net_graph *g = line3();
-    net_flows *f = NULL;
+    net_flows *f = flows_on(g);
     ts_err e;
-    cr_assert_eq(net_flows_new(g, &f, &e), TS_OK);
-    int l01 = net_graph_find_link(g, g->gpu_node[0], g->gpu_node[1]);
-    int l12 = net_graph_find_link(g, g->gpu_node[1], g->gpu_node[2]);
+    int l01 = gpu_link(g, 0, 1);
+    int l12 = gpu_link(g, 1, 2);
     int p2[2] = {l01, l12};
     int f1 = net_flow_start(f, 0, &l01, 1, 1e6, 0, &e);
     int f2 = net_flow_start(f, 0, p2, 2, 1e6, 1, &e);
@@ -101,12 +115,11 @@ Test(net_flow, a_link_only_one_flow_uses_can_be_its_bottleneck)
      * link is, so fa = 50 and fb takes the rest, 150. */
     net_link_spec sp[] = {{"gpu0.0", "gpu1.0", 50, 1, 0}, {"gpu1.0", "gpu2.0", 200, 1, 0}};
     net_graph *g = NULL;
-    net_flows *f = NULL;
     ts_err e;
     cr_assert_eq(net_graph_from_links(sp, 2, 1, &g, &e), TS_OK, "%s", e.msg);
-    cr_assert_eq(net_flows_new(g, &f, &e), TS_OK);
-    int l01 = net_graph_find_link(g, g->gpu_node[0], g->gpu_node[1]);
-    int l12 = net_graph_find_link(g, g->gpu_node[1], g->gpu_node[2]);
+    net_flows *f = flows_on(g);
+    int l01 = gpu_link(g, 0, 1);
+    int l12 = gpu_link(g, 1, 2);
     int pa[3] = {l12, l01, l01}; /* l01 twice: its share is 50 / 2 */
     int fa = net_flow_start(f, 0, pa, 3, 1e6, 0, &e);
     int fb = net_flow_start(f, 0, &l12, 1, 1e6, 1, &e);
@@ -166,9 +179,8 @@ Test(net_flow, incremental_equals_global)
     net_graph *g = NULL;
     cr_assert_eq(net_graph_build_fabric(&p, &g, &e), TS_OK, "%s", e.msg);
     net_router *r = NULL;
-    net_flows *f = NULL;
     cr_assert_eq(net_router_new(g, &r, &e), TS_OK);
-    cr_assert_eq(net_flows_new(g, &f, &e), TS_OK);
+    net_flows *f = flows_on(g);
     enum { NF = 60 };
     static int paths[NF][NET_MAX_PATH];
     int plen[NF], ids[NF];
@@ -210,11 +222,10 @@ Test(net_flow, lone_bundle_gets_its_tightest_links_share)
      * gpu1-gpu2 (200 GB/s) three times gets min(100/2, 200/3) = 50 GB/s; a
      * second bundle on gpu1-gpu2 only then shares that link with it. */
     net_graph *g = line3();
-    net_flows *f = NULL;
+    net_flows *f = flows_on(g);
     ts_err e;
-    cr_assert_eq(net_flows_new(g, &f, &e), TS_OK);
-    int l01 = net_graph_find_link(g, g->gpu_node[0], g->gpu_node[1]);
-    int l12 = net_graph_find_link(g, g->gpu_node[1], g->gpu_node[2]);
+    int l01 = gpu_link(g, 0, 1);
+    int l12 = gpu_link(g, 1, 2);
     int route[5] = {l01, l12, l01, l12, l12};
     int a = net_flow_start(f, 0, route, 5, 1e6, 0, &e);
     cr_assert(a >= 0, "%s", e.msg);
@@ -235,12 +246,11 @@ Test(net_flow, hint_reused_until_a_bandwidth_changes)
      * planted in it shows); once a bandwidth changed (net_graph_scale_link,
      * while idle) it is computed again. */
     net_graph *g = line3();
-    net_flows *f = NULL;
+    net_flows *f = flows_on(g);
     ts_err e;
-    cr_assert_eq(net_flows_new(g, &f, &e), TS_OK);
-    int l01 = net_graph_find_link(g, g->gpu_node[0], g->gpu_node[1]);
-    int l10 = net_graph_find_link(g, g->gpu_node[1], g->gpu_node[0]);
-    int l12 = net_graph_find_link(g, g->gpu_node[1], g->gpu_node[2]);
+    int l01 = gpu_link(g, 0, 1);
+    int l10 = gpu_link(g, 1, 0);
+    int l12 = gpu_link(g, 1, 2);
     int route[3] = {l01, l12, l12};
     net_flow_hint h = {0, 0};
     int a = net_flow_start_hint(f, 0, route, 3, 1e6, 0, &h, &e);
