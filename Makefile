@@ -18,7 +18,9 @@ SAN    ?=
 WARN   := -Wall -Wextra -Werror -Wshadow -Wpointer-arith -Wstrict-prototypes \
           -Wmissing-prototypes -Wformat=2 -Wundef -Wcast-align -Wvla
 CSTD   := -std=c11 -D_POSIX_C_SOURCE=200809L
-CPPFLAGS += -Isim -Iexec -Iexec/cpu -Ikernels
+# Every #include names its header from the repository root ("sim/core/engine.h"),
+# so the folder a module lives in is visible where it is used.
+CPPFLAGS += -I.
 CFLAGS += $(CSTD) $(WARN) $(OPT) $(SAN) -MMD -MP
 LDFLAGS += $(SAN)
 LIBS_SIM  := -lgsl -lopenblas -lcsv -lm -lpthread
@@ -50,11 +52,15 @@ $(error missing required libraries: $(strip $(REQUIRED_MISSING)); run ./install.
 endif
 
 # ---------------------------------------------------------------- sources
-# Library: every sim/*.c. Commands: sim/cli/*.c -> trainsim.
-SIM_SRC   := $(sort $(wildcard sim/*.c))
+# Library: sim/<package>/*.c, every package but the commands; packages, lowest
+# first (each uses only those before it): util sched config model core net search.
+# Commands: sim/cli/*.c -> trainsim.
+SIM_PKGS  := util sched config model core net search
+SIM_SRC   := $(sort $(foreach p,$(SIM_PKGS),$(wildcard sim/$(p)/*.c)))
 CLI_SRC   := $(sort $(wildcard sim/cli/*.c))
-# Executor CPU model + kernels (no MPI): exec/cpu/*.c.
-XCPU_SRC  := $(sort $(wildcard exec/cpu/*.c))
+# Executor, no MPI: the backend-neutral model and interfaces (exec/core/*.c)
+# and the CPU backend with its kernels (exec/cpu/*.c).
+XCPU_SRC  := $(sort $(wildcard exec/core/*.c exec/cpu/*.c))
 # Executor runtime (MPI): exec/*.c; exec/trainexec.c holds main().
 XRT_SRC   := $(filter-out exec/trainexec.c,$(sort $(wildcard exec/*.c)))
 # CUDA backend: exec/cuda/*.c (host code) + kernels/*.cu.
@@ -96,9 +102,9 @@ CUDACAL      := $(BUILD)/cudacal
 TARGETS      += $(GPU_TBIN) $(CUDACAL)
 endif
 
-# Search across MPI ranks (issue 8): the same commands built with mpicc and
+# Search across MPI ranks: the same commands built with mpicc and
 # TRAINSIM_MPI, so `mpirun -np K build/trainsim-mpi search ...` splits the
-# simulations across ranks (sim/search_mpi.h); sim/ itself needs no MPI.
+# simulations across ranks (sim/cli/search_mpi.h); the library needs no MPI.
 TRAINSIM_MPI := $(BUILD)/trainsim-mpi
 CLI_MPI_OBJ  := $(patsubst %.c,$(BUILD)/mpi/%.o,$(CLI_SRC))
 $(CLI_MPI_OBJ): CPPFLAGS += -DTRAINSIM_MPI=1
@@ -127,7 +133,7 @@ $(BUILD)/mpi/%.o: %.c
 
 $(BUILD)/%.cu.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -Ikernels -MMD -MP -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) -I. -MMD -MP -c $< -o $@
 
 $(LIBSIM): $(SIM_OBJ)
 	@mkdir -p $(dir $@)

@@ -1,4 +1,4 @@
-#include "comm_mpi.h"
+#include "exec/comm_mpi.h"
 
 #include <stdint.h>
 #include <stdlib.h>

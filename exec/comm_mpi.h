@@ -16,7 +16,7 @@
 
 #include <mpi.h>
 
-#include "comm.h"
+#include "exec/core/comm.h"
 
 /* Collective over base. TS_EINVAL if base's size is not t*p*d. */
 int comm_mpi_create(MPI_Comm base, int t, int p, int d, comm **out, ts_err *err);

@@ -1,14 +1,15 @@
-#include "microbench.h"
+#include "exec/microbench.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "afile.h"
-#include "backend.h"
-#include "csvio.h"
-#include "kern.h"
-#include "runtime.h"
+#include "sim/util/afile.h"
+#include "exec/core/backend.h"
+#include "sim/util/csvio.h"
+#include "exec/cpu/kern.h"
+#include "exec/runtime.h"
+#include "exec/cpu/backend_cpu.h"
 
 #define REPS 5
 /* Repeat an op until one sample spans COMPUTE_SAMPLE_NS: long enough that

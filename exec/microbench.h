@@ -32,7 +32,7 @@
 #include <mpi.h>
 #include <stdio.h>
 
-#include "err.h"
+#include "sim/util/err.h"
 
 /* Collective over world. threads: OpenBLAS threads per rank (0 = default). */
 int microbench_run(MPI_Comm world, const char *path, int threads, FILE *progress, ts_err *err);

@@ -1,10 +1,10 @@
-#include "runtime.h"
+#include "exec/runtime.h"
 
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "data.h"
+#include "exec/core/data.h"
 
 enum { DIR_F = 0, DIR_B = 1 };
 

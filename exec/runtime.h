@@ -1,4 +1,4 @@
-/* runtime — runs a schedule IR (sim/sched.h) for real on one rank.
+/* runtime — runs a schedule IR (sim/sched/sched.h) for real on one rank.
  *
  * The rank's pipeline rank r = comm's COMM_PP rank picks its action list
  * actions[r]; each action is executed exactly as written:
@@ -39,10 +39,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "backend.h"
-#include "comm.h"
-#include "gpt.h"
-#include "sched.h"
+#include "exec/core/backend.h"
+#include "exec/core/comm.h"
+#include "exec/core/gpt.h"
+#include "sim/sched/sched.h"
 
 typedef struct {
     gpt_dims dims;

@@ -22,20 +22,22 @@
 #include <string.h>
 #include <time.h>
 
-#include "backend.h"
-#include "comm_mpi.h"
+#include "exec/core/backend.h"
+#include "exec/comm_mpi.h"
 #ifdef TRAINSIM_CUDA
-#include "cuda/backend_cuda.h"
-#include "cuda/comm_nccl.h"
+#include "exec/cuda/backend_cuda.h"
+#include "exec/cuda/comm_nccl.h"
 #endif
-#include "config.h"
-#include "flags.h"
-#include "microbench.h"
-#include "opt.h"
-#include "runtime.h"
-#include "sched.h"
-#include "sched_csv.h"
-#include "xout.h"
+#include "sim/config/config.h"
+#include "sim/config/flags.h"
+#include "exec/microbench.h"
+#include "sim/util/opt.h"
+#include "exec/runtime.h"
+#include "sim/sched/sched.h"
+#include "sim/sched/sched_csv.h"
+#include "exec/xout.h"
+#include "exec/cpu/backend_cpu.h"
+#include "sim/sched/sched_comm.h"
 
 enum { BACKEND_CPU = 0, BACKEND_CUDA };
 static const char *const backend_names[] = {"cpu", "cuda", NULL};

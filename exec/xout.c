@@ -1,12 +1,12 @@
-#include "xout.h"
+#include "exec/xout.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "afile.h"
-#include "csvio.h"
-#include "sched.h"
+#include "sim/util/afile.h"
+#include "sim/util/csvio.h"
+#include "sim/sched/sched.h"
 
 enum { ST_COMPUTE = 0, ST_TP, ST_PP_SEND, ST_PP_RECV, ST_DP, ST_COUNT };
 static const char *const STREAM_NAMES[ST_COUNT] = {"compute", "tp", "pp-send", "pp-recv", "dp"};

@@ -1,9 +1,9 @@
 /* xout — the executor's measured outputs, gathered from every rank and
- * written by rank 0 atomically (sim/afile.h):
+ * written by rank 0 atomically (sim/util/afile.h):
  *
  *   trace (--trace FILE): Chrome / Perfetto JSON in the simulator's schema
- *     (sim/trace.h): pid = rank, tid = stream (0 compute, 1 tp, 2 pp-send,
- *     3 pp-recv, 4 dp, as sim/plan.h numbers them), ph "X" events with
+ *     (sim/core/trace.h): pid = rank, tid = stream (0 compute, 1 tp, 2 pp-send,
+ *     3 pp-recv, 4 dp, as sim/core/plan.h numbers them), ph "X" events with
  *     name, cat (forward, backward, optimizer, tp, pp, dp), ts/dur in
  *     microseconds and args {mb, stage}; ops nest inside their action.
  *   ops CSV (--ops-csv FILE), one row per span, via libcsv:
@@ -28,10 +28,10 @@
 #include <mpi.h>
 #include <stdint.h>
 
-#include "backend.h"
-#include "comm.h"
-#include "err.h"
-#include "runtime.h"
+#include "exec/core/backend.h"
+#include "exec/core/comm.h"
+#include "sim/util/err.h"
+#include "exec/runtime.h"
 
 typedef struct {
     int rank, tp, pp, dp;

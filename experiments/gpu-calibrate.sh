@@ -10,7 +10,7 @@
 # Writes, for GPU kind K:
 #   OUTDIR/calib-K.csv        bf16 GEMMs (GPT-3 layer shapes at t = 1..8, attention
 #                             batches, squares), device copies, launch overhead:
-#                             the calibration CSV of sim/calib.h (calib_read, calib_fit)
+#                             the calibration CSV of sim/model/calib.h (calib_read, calib_fit)
 #   OUTDIR/layer-K.csv        one GPT-3 175B layer shard (h 12288, 96 heads, t = 8,
 #                             seq 2048, micro-batch 1) forward + backward in bf16,
 #                             unfused (cuBLAS batched-GEMM attention) and fused
@@ -83,4 +83,4 @@ if [ "$ngpu" -ge 2 ]; then
 else
     echo "   skipped: one GPU (collectives need 2+)"
 fi
-echo "gpu-calibrate: done: $OUT (calib-$KIND.csv follows sim/calib.h's schema)"
+echo "gpu-calibrate: done: $OUT (calib-$KIND.csv follows sim/model/calib.h's schema)"

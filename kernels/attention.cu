@@ -12,7 +12,7 @@
  * for dq (over key tiles) and one for dk, dv (over query tiles), so every
  * output has one writer: deterministic, no atomics.
  * Contracts in kernels.h. */
-#include "common.cuh"
+#include "kernels/common.cuh"
 
 #define FA_TILE 32                /* query rows and key rows per tile */
 #define FA_WARPS 8

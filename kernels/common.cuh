@@ -7,7 +7,7 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-#include "cuk.h"
+#include "kernels/cuk.h"
 
 typedef __nv_bfloat16 bf16;
 

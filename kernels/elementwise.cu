@@ -1,7 +1,7 @@
 /* elementwise.cu — conversions, bias + dropout + residual, GELU and AdamW:
  * one element per thread (grid-stride), fp32 math, bf16 storage.
  * Contracts in kernels.h. */
-#include "common.cuh"
+#include "kernels/common.cuh"
 
 #define EW_THREADS 256u
 #define EW_MAX_BLOCKS 65535u

@@ -3,7 +3,7 @@
  * order (no float atomics). Contracts in kernels.h. */
 #include <limits.h>
 
-#include "common.cuh"
+#include "kernels/common.cuh"
 
 #define EMB_THREADS 256u
 #define EMB_VOCAB_CHUNKS 16 /* parallelism of dwte beyond C: vocabulary slices */

@@ -4,7 +4,7 @@
  * Contracts in kernels.h. */
 #include <limits.h>
 
-#include "common.cuh"
+#include "kernels/common.cuh"
 
 #define LN_THREADS 256
 #define LN_ROWS_PER_BLOCK (LN_THREADS / CUK_WARP)

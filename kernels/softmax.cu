@@ -1,7 +1,7 @@
 /* softmax.cu — scaled causal (upper-triangular masked) softmax, forward and
  * backward, one warp per row with fp32 max/sum; and the attention layout
  * permutations around the strided-batched GEMMs. Contracts in kernels.h. */
-#include "common.cuh"
+#include "kernels/common.cuh"
 
 #define SM_THREADS 256
 #define SM_ROWS_PER_BLOCK (SM_THREADS / CUK_WARP)

@@ -1,17 +1,13 @@
 /* The CPU backend: host memory, CBLAS (OpenBLAS) GEMMs, the kern.h loops. */
-/* The CBLAS prototypes come from GSL's header: OpenBLAS's <cblas.h> includes
- * <sched.h>, which the -Isim search path resolves to sim/sched.h. The symbols
- * are OpenBLAS's (-lopenblas; libgslcblas is not linked). */
-#include <gsl/gsl_cblas.h>
+#include "exec/cpu/backend_cpu.h"
+
+#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "kern.h"
-
-/* OpenBLAS extension (declared in its cblas.h). */
-void openblas_set_num_threads(int num_threads);
+#include "exec/core/backend.h"
+#include "exec/cpu/kern.h"
 
 static float *cpu_alloc(backend *be, size_t n)
 {

@@ -1,4 +1,4 @@
-#include "kern.h"
+#include "exec/cpu/kern.h"
 
 #include <math.h>
 #include <string.h>

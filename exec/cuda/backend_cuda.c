@@ -1,13 +1,13 @@
 /* backend_cuda — the executor's backend on one GPU. Contract in backend_cuda.h. */
-#include "backend_cuda.h"
+#include "exec/cuda/backend_cuda.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-#include "cuk.h"
-#include "cugemm.h"
+#include "kernels/cuk.h"
+#include "exec/cuda/cugemm.h"
 
 typedef struct {
     const char *op;

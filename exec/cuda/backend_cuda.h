@@ -1,4 +1,4 @@
-/* backend_cuda — the executor's backend (exec/cpu/backend.h) on one NVIDIA GPU.
+/* backend_cuda — the executor's backend (exec/core/backend.h) on one NVIDIA GPU.
  *
  * Tensors are fp32 in GPU memory (the backend interface is float*): the
  * parameters are the fp32 master weights. GEMMs run through cuBLASLt with
@@ -30,8 +30,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "backend.h"
-#include "err.h"
+#include "exec/core/backend.h"
+#include "sim/util/err.h"
 
 #define BACKEND_CUDA_MAX_PROF 65536 /* op events kept between collects */
 #define BACKEND_CUDA_PROF_DEPTH 32  /* ops open at once (nested) */

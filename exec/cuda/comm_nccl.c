@@ -1,5 +1,5 @@
 /* comm_nccl — comm.h over NCCL. Contract in comm_nccl.h. */
-#include "comm_nccl.h"
+#include "exec/cuda/comm_nccl.h"
 
 #include <stdbool.h>
 #include <stdlib.h>

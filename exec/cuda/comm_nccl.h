@@ -1,4 +1,4 @@
-/* comm_nccl — the comm interface (exec/cpu/comm.h) over NCCL, for the CUDA backend.
+/* comm_nccl — the comm interface (exec/core/comm.h) over NCCL, for the CUDA backend.
  *
  * Groups as comm_mpi lays them out (Megatron-LM order, tensor innermost):
  * base rank g = tp + t * (pp + p * dp). Each group with more than one rank
@@ -33,7 +33,7 @@
 #include <cuda_runtime_api.h>
 #include <mpi.h>
 
-#include "comm.h"
+#include "exec/core/comm.h"
 
 #define COMM_NCCL_MAX_REQ 1024 /* isend/irecv in flight */
 

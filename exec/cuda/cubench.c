@@ -1,11 +1,11 @@
 /* cubench — GPU microbenchmarks for calibration. Contract in cubench.h. */
-#include "cubench.h"
+#include "exec/cuda/cubench.h"
 
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuk.h"
+#include "kernels/cuk.h"
 
 static int cmp_double(const void *a, const void *b)
 {

@@ -15,10 +15,10 @@
 #include <cuda_runtime_api.h>
 #include <mpi.h>
 
-#include "comm.h"
-#include "culayer.h"
-#include "cugemm.h"
-#include "err.h"
+#include "exec/core/comm.h"
+#include "exec/cuda/culayer.h"
+#include "exec/cuda/cugemm.h"
+#include "sim/util/err.h"
 
 #define CUBENCH_WARMUP 3
 

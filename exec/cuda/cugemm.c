@@ -1,5 +1,5 @@
 /* cugemm — cuBLASLt GEMMs with a per-shape plan cache. Contract in cugemm.h. */
-#include "cugemm.h"
+#include "exec/cuda/cugemm.h"
 
 #include <stdint.h>
 #include <stdlib.h>

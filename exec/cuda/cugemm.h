@@ -1,6 +1,6 @@
 /* cugemm — GEMMs through cuBLASLt with a per-shape plan cache.
  *
- * Row-major, as exec/cpu/backend.h: C[M,N] = alpha op(A)[M,K] op(B)[K,N] + beta C,
+ * Row-major, as exec/core/backend.h: C[M,N] = alpha op(A)[M,K] op(B)[K,N] + beta C,
  * optionally strided-batched (batch > 1: matrix i of X at X + i * stride_x
  * elements). Accumulation is always fp32. Storage kinds:
  *   CUGEMM_F32       A, B, C fp32; bf16 tensor-core math with fp32 accumulation
@@ -31,7 +31,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "err.h"
+#include "sim/util/err.h"
 
 #define CUGEMM_WORKSPACE_BYTES (32u << 20)
 #define CUGEMM_TUNE_ALGOS 8

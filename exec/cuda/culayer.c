@@ -1,11 +1,11 @@
 /* culayer — a bf16 GPT layer shard on one GPU. Contract in culayer.h. */
-#include "culayer.h"
+#include "exec/cuda/culayer.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuk.h"
+#include "kernels/cuk.h"
 
 typedef uint16_t bf;
 

@@ -25,8 +25,8 @@
 
 #include <cuda_runtime_api.h>
 
-#include "cugemm.h"
-#include "err.h"
+#include "exec/cuda/cugemm.h"
+#include "sim/util/err.h"
 
 typedef struct {
     int hidden;          /* h, --hidden-size */

@@ -1,11 +1,11 @@
-/* cost-fit — the objective of the A100 cost-model fit (sim/cost.c): the
+/* cost-fit — the objective of the A100 cost-model fit (sim/model/cost.c): the
  * worst error, relative to its tolerance, over the calibration set:
  *  - Korthikanti et al. 2022 Table 4, 22B per-layer forward and backward
  *    times (5 rows x 2, tolerance 7%), from the layer's ops on one GPU;
  *  - Narayanan et al. 2021 Table 1, three Megatron rows (tolerance 5%),
  *    simulated end to end with micro-batch 1 and 2 chunks (interleaved rows).
  * Built and run by run.sh once per grid point, with the A100 constants of
- * sim/cost.c overridden by -D. Prints one line: "worst W layer L megatron M". */
+ * sim/model/cost.c overridden by -D. Prints one line: "worst W layer L megatron M". */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>

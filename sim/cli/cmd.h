@@ -7,7 +7,7 @@
 /* Each subcommand adds its prototype here and its row to COMMANDS in main.c
  * ("simulate" goes first: it is what runs with no command). */
 
-/* trainsim simulate: predict one training iteration (sim/simulate.h). */
+/* trainsim simulate: predict one training iteration (sim/core/simulate.h). */
 int cmd_simulate(int argc, char **argv);
 
 /* trainsim config: validate flags, print the resolved configuration. */

@@ -1,6 +1,6 @@
 /* trainsim calibrate — turn the executor's microbenchmark samples
  * (`trainexec --microbench FILE`, exec/microbench.h) into a calibration CSV
- * (sim/calib.h) that `trainsim simulate --calibration FILE` reads.
+ * (sim/model/calib.h) that `trainsim simulate --calibration FILE` reads.
  *
  * Fits, with GSL:
  *   gemm, memory, launch: the median of each shape's repeats (memory: of
@@ -13,7 +13,7 @@
  *   p2p, allreduce: a least-squares latency + bandwidth line
  *     time_ns = alpha_ns + bytes / gbps over the medians (gsl_fit_linear),
  *     printed, written into the calibration CSV as p2p / allreduce rows
- *     (ranks, alpha_ns, gbps; sim/calib.h), which a calibrated-only device
+ *     (ranks, alpha_ns, gbps; sim/model/calib.h), which a calibrated-only device
  *     (`trainsim simulate --gpu cpu`) takes its link costs from, and with
  *     --comm-output also as a CSV (coll,ranks,alpha_ns,gbps,r2,points).
  */
@@ -24,11 +24,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "afile.h"
-#include "calib.h"
-#include "cmd.h"
-#include "csvio.h"
-#include "opt.h"
+#include "sim/util/afile.h"
+#include "sim/model/calib.h"
+#include "sim/cli/cmd.h"
+#include "sim/util/csvio.h"
+#include "sim/util/opt.h"
 
 typedef struct {
     char kind[16];

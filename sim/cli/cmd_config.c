@@ -3,11 +3,12 @@
  * list the model presets and GPU kinds of the catalogues. */
 #include <stdio.h>
 
-#include "catalog.h"
-#include "cmd.h"
-#include "flags.h"
-#include "opt.h"
-#include "topo.h"
+#include "sim/config/catalog.h"
+#include "sim/config/catalog_models.h"
+#include "sim/cli/cmd.h"
+#include "sim/config/flags.h"
+#include "sim/util/opt.h"
+#include "sim/config/topo.h"
 
 static int fail(const ts_err *e)
 {

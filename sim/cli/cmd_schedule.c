@@ -6,13 +6,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "cmd.h"
-#include "opt.h"
-#include "sched.h"
-#include "sched_csv.h"
-#include "sched_print.h"
-#include "sched_time.h"
-#include "sched_validate.h"
+#include "sim/cli/cmd.h"
+#include "sim/util/opt.h"
+#include "sim/sched/sched.h"
+#include "sim/sched/sched_csv.h"
+#include "sim/sched/sched_print.h"
+#include "sim/sched/sched_time.h"
+#include "sim/sched/sched_validate.h"
 
 static const char *const SCHEDULE_NAMES[] = {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", NULL};
 

@@ -7,15 +7,17 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "catalog.h"
-#include "cmd.h"
-#include "opt.h"
-#include "search.h"
-#include "search_out.h"
-#include "simulate.h"
-#include "topo.h"
+#include "sim/config/catalog.h"
+#include "sim/config/catalog_models.h"
+#include "sim/cli/cmd.h"
+#include "sim/util/opt.h"
+#include "sim/search/search.h"
+#include "sim/search/search_eval.h"
+#include "sim/search/search_out.h"
+#include "sim/core/simulate.h"
+#include "sim/config/topo.h"
 #ifdef TRAINSIM_MPI
-#include "search_mpi.h"
+#include "sim/cli/search_mpi.h"
 #endif
 
 #define GIB (1024.0 * 1024.0 * 1024.0)

@@ -3,14 +3,14 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cmd.h"
-#include "config.h"
-#include "flags.h"
-#include "net_simulate.h"
-#include "opt.h"
-#include "report.h"
-#include "simulate.h"
-#include "trace.h"
+#include "sim/cli/cmd.h"
+#include "sim/config/config.h"
+#include "sim/config/flags.h"
+#include "sim/net/net_simulate.h"
+#include "sim/util/opt.h"
+#include "sim/core/report.h"
+#include "sim/core/simulate.h"
+#include "sim/core/trace.h"
 
 int cmd_simulate(int argc, char **argv)
 {

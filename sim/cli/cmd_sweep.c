@@ -7,11 +7,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cmd.h"
-#include "flags.h"
-#include "opt.h"
-#include "simulate.h"
-#include "sweep.h"
+#include "sim/cli/cmd.h"
+#include "sim/config/flags.h"
+#include "sim/util/opt.h"
+#include "sim/core/simulate.h"
+#include "sim/search/sweep.h"
 
 static const char *const RESULT_COLUMNS[] = {
     "iteration_s", "tokens_per_s", "model_tflops_per_gpu", "megatron_tflops_per_gpu", "mfu",

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "cmd.h"
+#include "sim/cli/cmd.h"
 
 #define TRAINSIM_VERSION "0.1.0"
 

@@ -22,11 +22,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "config.h"
-#include "flags.h"
-#include "net_simulate.h"
-#include "opt.h"
-#include "simulate.h"
+#include "sim/config/config.h"
+#include "sim/config/flags.h"
+#include "sim/net/net_simulate.h"
+#include "sim/util/opt.h"
+#include "sim/core/simulate.h"
 
 static double clock_s(clockid_t id)
 {

@@ -14,9 +14,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "search.h"
-#include "search_out.h"
-#include "topo.h"
+#include "sim/search/search.h"
+#include "sim/search/search_out.h"
+#include "sim/config/topo.h"
+#include "sim/search/search_eval.h"
 
 static double now_s(void)
 {

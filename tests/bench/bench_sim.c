@@ -17,10 +17,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "config.h"
-#include "flags.h"
-#include "opt.h"
-#include "simulate.h"
+#include "sim/config/config.h"
+#include "sim/config/flags.h"
+#include "sim/util/opt.h"
+#include "sim/core/simulate.h"
 
 static double clock_s(clockid_t id)
 {

@@ -15,11 +15,11 @@
  * Shapes: T not a multiple of the 32-row tiles; hs = 32, 64 and 128. */
 #include <math.h>
 
-#include "backend.h"
-#include "cuda/backend_cuda.h"
-#include "cuk.h"
-#include "gpu_check.h"
-#include "kern.h"
+#include "exec/core/backend.h"
+#include "exec/cuda/backend_cuda.h"
+#include "kernels/cuk.h"
+#include "tests/gpu/gpu_check.h"
+#include "exec/cpu/kern.h"
 
 static cudaStream_t S;
 

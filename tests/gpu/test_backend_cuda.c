@@ -17,12 +17,13 @@
  *     O(1). */
 #include <math.h>
 
-#include "backend.h"
-#include "comm.h"
-#include "cuda/backend_cuda.h"
-#include "data.h"
-#include "gpt.h"
-#include "gpu_check.h"
+#include "exec/core/backend.h"
+#include "exec/core/comm.h"
+#include "exec/cuda/backend_cuda.h"
+#include "exec/core/data.h"
+#include "exec/core/gpt.h"
+#include "tests/gpu/gpu_check.h"
+#include "exec/cpu/backend_cpu.h"
 
 static backend *CPU, *GPU;
 

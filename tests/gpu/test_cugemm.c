@@ -11,12 +11,10 @@
  * Leading dimensions are padded (multiples of 8 elements, 16-byte rows). */
 #include <math.h>
 
-/* GSL's CBLAS prototypes, OpenBLAS's symbols: OpenBLAS's <cblas.h> includes
- * <sched.h>, which -Isim resolves to sim/sched.h (see exec/cpu/backend_cpu.c). */
-#include <gsl/gsl_cblas.h>
+#include <cblas.h>
 
-#include "cuda/cugemm.h"
-#include "gpu_check.h"
+#include "exec/cuda/cugemm.h"
+#include "tests/gpu/gpu_check.h"
 
 static cudaStream_t S;
 

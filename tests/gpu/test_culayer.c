@@ -12,12 +12,11 @@
  * transpose or leading dimension) or a missing op gives O(1). */
 #include <math.h>
 
-#include "cuda/culayer.h"
-#include "gpu_check.h"
-#include "kern.h"
+#include "exec/cuda/culayer.h"
+#include "tests/gpu/gpu_check.h"
+#include "exec/cpu/kern.h"
 
-/* GSL's CBLAS prototypes with OpenBLAS's symbols (see test_cugemm.c). */
-#include <gsl/gsl_cblas.h>
+#include <cblas.h>
 
 #define TOL 5e-2
 

@@ -21,12 +21,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "comm.h"
-#include "comm_mpi.h"
-#include "gpt.h"
-#include "runtime.h"
-#include "sched.h"
+#include "exec/core/backend.h"
+#include "exec/core/comm.h"
+#include "exec/comm_mpi.h"
+#include "exec/core/gpt.h"
+#include "exec/runtime.h"
+#include "sim/sched/sched.h"
+#include "exec/cpu/backend_cpu.h"
 
 static const gpt_dims DIMS = {.vocab = 32, .seq = 8, .hidden = 16, .heads = 4, .ffn = 32,
                               .layers = 8, .batch = 2};

@@ -11,10 +11,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "search.h"
-#include "search_mpi.h"
-#include "search_out.h"
-#include "topo.h"
+#include "sim/search/search.h"
+#include "sim/cli/search_mpi.h"
+#include "sim/search/search_out.h"
+#include "sim/config/topo.h"
+#include "sim/search/search_eval.h"
 
 static int passed, failed;
 

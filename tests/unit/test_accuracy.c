@@ -10,8 +10,8 @@
 #include <math.h>
 #include <stdio.h>
 
-#include "cost.h"
-#include "layer.h"
+#include "sim/model/cost.h"
+#include "sim/model/layer.h"
 
 #define LAYER_TIME_TOLERANCE 0.07
 

@@ -5,7 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "calib.h"
+#include "sim/model/calib.h"
 
 static const gpu_spec A100 = {.name = "A100-SXM4-80GB", .bf16_tflops = 312, .fp16_tflops = 312,
                               .fp32_tflops = 19.5, .hbm_gib = 80, .hbm_gbps = 2039,

@@ -8,8 +8,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "catalog.h"
-#include "csvio.h"
+#include "sim/config/catalog.h"
+#include "sim/config/catalog_models.h"
+#include "sim/util/csvio.h"
 
 static ts_err E;
 

@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "commcost.h"
+#include "sim/model/commcost.h"
 
 static commcost_params P(void)
 {

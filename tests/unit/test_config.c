@@ -6,9 +6,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "catalog.h"
-#include "flags.h"
-#include "topo.h"
+#include "sim/config/catalog.h"
+#include "sim/config/catalog_models.h"
+#include "sim/config/flags.h"
+#include "sim/config/topo.h"
 
 static config C;
 static flags_state S;

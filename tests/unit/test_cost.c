@@ -5,7 +5,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "cost.h"
+#include "sim/model/cost.h"
 
 static const gpu_spec A100 = {.name = "A100-SXM4-80GB", .bf16_tflops = 312, .fp16_tflops = 312, .fp32_tflops = 19.5, .hbm_gib = 80, .hbm_gbps = 2039, .nvlink_gbps = 300};
 static const gpu_spec H100 = {.name = "H100-SXM5-80GB", .bf16_tflops = 989.4, .fp16_tflops = 989.4, .fp32_tflops = 66.9, .hbm_gib = 80, .hbm_gbps = 3350, .nvlink_gbps = 450};

@@ -6,8 +6,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "afile.h"
-#include "csvio.h"
+#include "sim/util/afile.h"
+#include "sim/util/csvio.h"
 
 static csvio_table *T;
 static ts_err E;

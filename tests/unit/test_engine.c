@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "engine.h"
+#include "sim/core/engine.h"
 
 static engine *mk(int ranks, int spr, const engine_hooks *h)
 {

@@ -2,7 +2,7 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "err.h"
+#include "sim/util/err.h"
 
 Test(err, set_returns_code_and_formats)
 {

@@ -20,10 +20,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "comm.h"
-#include "data.h"
-#include "gpt.h"
+#include "exec/core/backend.h"
+#include "exec/core/comm.h"
+#include "exec/core/data.h"
+#include "exec/core/gpt.h"
+#include "exec/cpu/backend_cpu.h"
 
 static const gpt_dims TINY = {.vocab = 11, .seq = 5, .hidden = 8, .heads = 2, .ffn = 12,
                               .layers = 2, .batch = 2};

@@ -13,8 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "backend.h"
-#include "kern.h"
+#include "exec/core/backend.h"
+#include "exec/cpu/kern.h"
+#include "exec/cpu/backend_cpu.h"
 
 #define FD_H 1e-2f
 #define FD_ABS 1e-3

@@ -4,8 +4,8 @@
 #include <math.h>
 #include <string.h>
 
-#include "flops.h"
-#include "layer.h"
+#include "sim/model/flops.h"
+#include "sim/model/layer.h"
 
 static model_config gpt(int l, int h, int a, int s, int V)
 {

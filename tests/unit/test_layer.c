@@ -3,7 +3,7 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "layer.h"
+#include "sim/model/layer.h"
 
 /* GPT shapes of the papers (Narayanan 2021 Table 1, Korthikanti 2022 Table 3). */
 typedef struct { int64_t h, a; } gpt;

@@ -5,11 +5,11 @@
 #include <criterion/criterion.h>
 #include <stdint.h>
 
-#include "engine.h"
-#include "lower.h"
-#include "mem.h"
-#include "plan.h"
-#include "sched.h"
+#include "sim/core/engine.h"
+#include "sim/core/lower.h"
+#include "sim/core/mem.h"
+#include "sim/core/plan.h"
+#include "sim/sched/sched.h"
 
 typedef struct {
     const plan *pl;

@@ -14,8 +14,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "config.h"
-#include "simulate.h"
+#include "sim/config/config.h"
+#include "sim/core/simulate.h"
 
 #define MEGATRON_TFLOPS_TOLERANCE 0.05
 #define CHOSEN_MICRO_BATCH 1

@@ -3,8 +3,8 @@
 #include <criterion/criterion.h>
 #include <math.h>
 
-#include "net_coll.h"
-#include "net_graph.h"
+#include "sim/net/net_coll.h"
+#include "sim/net/net_graph.h"
 
 /* Rounding: each phase ends on an integer nanosecond (ceil), so a plan of
  * k phases may exceed the real-valued closed form by up to k ns. */

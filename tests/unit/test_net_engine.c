@@ -4,10 +4,10 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "engine.h"
-#include "net_engine.h"
-#include "net_graph.h"
-#include "net_place.h"
+#include "sim/core/engine.h"
+#include "sim/net/net_engine.h"
+#include "sim/net/net_graph.h"
+#include "sim/net/net_place.h"
 
 /* A small pipeline, lowered by hand (what sim/lower does for a schedule,
  * reduced to forward passes): per micro-batch, on every stage, a forward

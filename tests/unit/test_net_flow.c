@@ -4,9 +4,9 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "net_flow.h"
-#include "net_graph.h"
-#include "net_route.h"
+#include "sim/net/net_flow.h"
+#include "sim/net/net_graph.h"
+#include "sim/net/net_route.h"
 
 /* gpu0 <-> gpu1 at 100 GB/s, gpu1 <-> gpu2 at 200 GB/s, efficiency 1, no latency. */
 static net_graph *line3(void)

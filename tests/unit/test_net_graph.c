@@ -4,11 +4,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "net_coll.h"
-#include "net_graph.h"
-#include "net_place.h"
-#include "net_route.h"
-#include "net_topo.h"
+#include "sim/net/net_coll.h"
+#include "sim/net/net_graph.h"
+#include "sim/net/net_place.h"
+#include "sim/net/net_route.h"
+#include "sim/net/net_topo.h"
 
 static int count_kind(const net_graph *g, net_node_kind k, int level)
 {

@@ -4,10 +4,10 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "flags.h"
-#include "net_simulate.h"
-#include "opt.h"
-#include "simulate.h"
+#include "sim/config/flags.h"
+#include "sim/net/net_simulate.h"
+#include "sim/util/opt.h"
+#include "sim/core/simulate.h"
 
 /* A small GPT on 4 DGX H100 servers: t 8, p 2, d 2, 8 micro-batches, 1F1B.
  * The built-in H100 topology's rail leaves hold all 4 servers, so no two

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "opt.h"
+#include "sim/util/opt.h"
 
 static const char *const COLORS[] = {"red", "green", "blue", NULL};
 

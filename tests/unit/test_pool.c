@@ -4,8 +4,8 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "err.h"
-#include "pool.h"
+#include "sim/util/err.h"
+#include "sim/search/pool.h"
 
 typedef struct {
     atomic_int runs[64];

@@ -4,8 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sched.h"
-#include "sched_validate.h"
+#include "sim/sched/sched.h"
+#include "sim/sched/sched_validate.h"
+#include "sim/sched/sched_comm.h"
 
 static sched *gen_opts(sched_opts *o)
 {

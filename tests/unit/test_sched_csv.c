@@ -7,8 +7,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "sched.h"
-#include "sched_csv.h"
+#include "sim/sched/sched.h"
+#include "sim/sched/sched_csv.h"
+#include "sim/sched/sched_comm.h"
 
 static sched *gen(sched_kind k, int p, int m, int v, bool comm, bool reduce)
 {

@@ -14,9 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sched.h"
-#include "sched_time.h"
-#include "sched_validate.h"
+#include "sim/sched/sched.h"
+#include "sim/sched/sched_time.h"
+#include "sim/sched/sched_validate.h"
 
 static const int PS[] = {1, 2, 3, 4, 5, 6, 7, 8, 15, 16, 17, 31, 32};
 #define NP (sizeof PS / sizeof PS[0])

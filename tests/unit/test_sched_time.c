@@ -2,8 +2,8 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "sched.h"
-#include "sched_time.h"
+#include "sim/sched/sched.h"
+#include "sim/sched/sched_time.h"
 
 static sched *gen(sched_kind k, int p, int m, int v, bool comm)
 {

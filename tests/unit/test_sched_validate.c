@@ -5,10 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sched.h"
-#include "sched_build.h"
-#include "sched_csv.h"
-#include "sched_validate.h"
+#include "sim/sched/sched.h"
+#include "sim/sched/sched_build.h"
+#include "sim/sched/sched_csv.h"
+#include "sim/sched/sched_validate.h"
 
 /* Build a schedule from space-separated token rows, no validation. */
 static sched *mk(int p, int m, int v, sched_placement pl, const char *const *rows)

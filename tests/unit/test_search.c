@@ -8,10 +8,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "search.h"
-#include "search_bound.h"
-#include "search_out.h"
-#include "topo.h"
+#include "sim/search/search.h"
+#include "sim/search/search_bound.h"
+#include "sim/search/search_out.h"
+#include "sim/config/topo.h"
+#include "sim/search/search_eval.h"
 
 /* A small GPT: 8 layers, 8 heads, hidden 512, on one 8-GPU node of A100 80GB. */
 static void small_space(search_space *s, int layers, int gpus, int batch)

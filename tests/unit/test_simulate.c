@@ -10,12 +10,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "commcost.h"
-#include "flops.h"
-#include "layer.h"
-#include "report.h"
-#include "simulate.h"
-#include "trace.h"
+#include "sim/model/commcost.h"
+#include "sim/model/flops.h"
+#include "sim/model/layer.h"
+#include "sim/core/report.h"
+#include "sim/core/simulate.h"
+#include "sim/core/trace.h"
 
 /* A100-SXM4-80GB, NVIDIA datasheet (../shared/reference/gpus.csv). */
 static const gpu_spec A100 = {.name = "A100-SXM4-80GB", .bf16_tflops = 312, .fp16_tflops = 312,

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "sweep.h"
+#include "sim/search/sweep.h"
 
 static const char *const RES_NAMES[] = {"product"};
 

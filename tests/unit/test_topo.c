@@ -6,7 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "topo.h"
+#include "sim/config/topo.h"
 
 static ts_err E;
 static topo *T;

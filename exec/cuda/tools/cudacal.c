@@ -3,7 +3,7 @@
  *   cudacal sweep --out FILE   bf16 GEMMs (GPT-3 layer shapes at t = 1..8,
  *                              attention batches, squares), memory copies and
  *                              the launch overhead, as calibration CSV rows
- *                              (sim/calib.h's schema)
+ *                              (sim/model/calib.h's schema)
  *   cudacal layer --out FILE   one GPT layer shard forward + backward (bf16),
  *                              achieved TFLOP/s against the bf16 GEMM rate
  *   cudacal nccl --out FILE    NCCL collectives (run under mpirun, one rank per GPU)
@@ -17,13 +17,13 @@
 #include <cuda_runtime_api.h>
 #include <mpi.h>
 
-#include "afile.h"
-#include "csvio.h"
-#include "cuda/comm_nccl.h"
-#include "cuda/cubench.h"
-#include "cuda/culayer.h"
-#include "cuda/cugemm.h"
-#include "opt.h"
+#include "sim/util/afile.h"
+#include "sim/util/csvio.h"
+#include "exec/cuda/comm_nccl.h"
+#include "exec/cuda/cubench.h"
+#include "exec/cuda/culayer.h"
+#include "exec/cuda/cugemm.h"
+#include "sim/util/opt.h"
 
 typedef struct {
     const char *out, *gpu;

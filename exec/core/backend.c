@@ -1,0 +1,51 @@
+#include "exec/core/backend.h"
+
+static const char *const CAT_NAMES[XMEM_NCAT] = {"weights", "gradients", "optimizer",
+                                                  "activations", "buffers"};
+
+const char *xmem_cat_name(xmem_cat c)
+{
+    return (unsigned)c < XMEM_NCAT ? CAT_NAMES[c] : "?";
+}
+
+int be_alloc(backend *be, size_t n, xmem_cat cat, float **out, ts_err *err)
+{
+    *out = NULL;
+    if (n == 0)
+        return TS_OK;
+    float *p = be->alloc(be, n);
+    if (!p)
+        return err_set(err, TS_ENOMEM, "%s backend: cannot allocate %zu bytes of %s",
+                       be->name, n * sizeof(float), xmem_cat_name(cat));
+    size_t bytes = n * sizeof(float);
+    be->cur_bytes[cat] += bytes;
+    be->cur_total_bytes += bytes;
+    if (be->cur_bytes[cat] > be->peak_bytes[cat])
+        be->peak_bytes[cat] = be->cur_bytes[cat];
+    if (be->cur_total_bytes > be->peak_total_bytes) {
+        be->peak_total_bytes = be->cur_total_bytes;
+        for (int c = 0; c < XMEM_NCAT; c++)
+            be->at_peak_bytes[c] = be->cur_bytes[c];
+    }
+    *out = p;
+    return TS_OK;
+}
+
+void be_free(backend *be, float *p, size_t n, xmem_cat cat)
+{
+    if (!p)
+        return;
+    size_t bytes = n * sizeof(float);
+    be->cur_bytes[cat] -= bytes;
+    be->cur_total_bytes -= bytes;
+    be->free(be, p);
+}
+
+void be_reset_peaks(backend *be)
+{
+    be->peak_total_bytes = be->cur_total_bytes;
+    for (int c = 0; c < XMEM_NCAT; c++) {
+        be->peak_bytes[c] = be->cur_bytes[c];
+        be->at_peak_bytes[c] = be->cur_bytes[c];
+    }
+}

@@ -1,0 +1,118 @@
+/* backend — where the executor's tensors live and how its ops run.
+ *
+ * A backend is a small vtable: memory (alloc/free/copy to and from the host),
+ * one GEMM, and the GPT kernels of kern.h with the same arguments. The CPU
+ * backend (backend_cpu.c) runs GEMMs through CBLAS (OpenBLAS) and the kern_*
+ * loops; a CUDA backend (exec/cuda/, issue 7) fills the same table with cuBLAS
+ * and kernels/ so that the model (gpt.h) and the runtime never change.
+ *
+ * Pointers given to or returned by the table are backend memory ("device"
+ * pointers; host memory for the CPU backend). Kernels are asynchronous with
+ * respect to the host where the backend allows it; sync() waits for all of
+ * them (the runtime calls it before reading a clock).
+ *
+ * Memory accounting is backend-independent: be_alloc/be_free (below) count
+ * bytes per category, current and peak, so each rank can report its peak by
+ * category (weights, gradients, optimizer state, activations, buffers).
+ *
+ * Ownership: the backend object is created by its constructor and released
+ * with its destroy(); every be_alloc'd pointer is freed with be_free by the
+ * module that allocated it.
+ */
+#ifndef TRAINSIM_EXEC_BACKEND_H
+#define TRAINSIM_EXEC_BACKEND_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "sim/util/err.h"
+
+typedef enum {
+    XMEM_WEIGHTS = 0, /* parameters */
+    XMEM_GRADS,       /* parameter gradients */
+    XMEM_OPTIM,       /* Adam moments */
+    XMEM_ACTS,        /* activations saved for the backward (per micro-batch) */
+    XMEM_BUFFERS,     /* scratch, communication and pipeline buffers */
+    XMEM_NCAT
+} xmem_cat;
+
+/* Name of a category ("weights", "gradients", "optimizer", "activations",
+ * "buffers"). */
+const char *xmem_cat_name(xmem_cat c);
+
+typedef struct backend backend;
+
+struct backend {
+    const char *name;                   /* "cpu", "cuda" */
+    void *ctx;                          /* the implementation's state */
+
+    /* ---- memory (raw; use be_alloc/be_free, which also count bytes) */
+    /* n floats, zero-filled; NULL on failure. */
+    float *(*alloc)(backend *be, size_t n);
+    void (*free)(backend *be, float *p);
+    void (*to_device)(backend *be, float *dst, const float *src_host, size_t n);
+    void (*to_host)(backend *be, float *dst_host, const float *src, size_t n);
+    /* int tensors (token ids): n ints, zero-filled; freed with free_int. */
+    int *(*alloc_int)(backend *be, size_t n);
+    void (*free_int)(backend *be, int *p);
+    void (*int_to_device)(backend *be, int *dst, const int *src_host, size_t n);
+    void (*zero)(backend *be, float *p, size_t n);
+    void (*copy)(backend *be, float *dst, const float *src, size_t n);
+    /* Wait for every op issued so far. */
+    void (*sync)(backend *be);
+
+    /* ---- GEMM, row-major: C[M,N] = alpha op(A)[M,K] op(B)[K,N] + beta C */
+    void (*gemm)(backend *be, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
+                 const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+
+    /* ---- kernels: same arguments and semantics as kern.h */
+    void (*embed_fwd)(backend *be, float *out, const int *tokens, const float *wte,
+                      const float *wpe, size_t row0, size_t n, int T, int C);
+    void (*embed_bwd)(backend *be, float *dwte, float *dwpe, const float *dout,
+                      const int *tokens, size_t row0, size_t n, int T, int C);
+    void (*layernorm_fwd)(backend *be, float *out, float *mean, float *rstd, const float *inp,
+                          const float *w, const float *b, size_t N, int C);
+    void (*layernorm_bwd_input)(backend *be, float *dinp, const float *dout, const float *inp,
+                                const float *w, const float *mean, const float *rstd,
+                                size_t N, int C);
+    void (*layernorm_bwd_weight)(backend *be, float *dw, float *db, const float *dout,
+                                 const float *inp, const float *mean, const float *rstd,
+                                 size_t N, int C);
+    void (*attention_fwd)(backend *be, float *out, float *att, const float *qkv,
+                          int B, int T, int NH, int hs);
+    void (*attention_bwd)(backend *be, float *dqkv, float *datt, const float *dout,
+                          const float *qkv, const float *att, int B, int T, int NH, int hs);
+    void (*gelu_fwd)(backend *be, float *out, const float *inp, size_t n);
+    void (*gelu_bwd)(backend *be, float *dinp, const float *inp, const float *dout, size_t n);
+    void (*bias_fwd)(backend *be, float *out, const float *bias, size_t N, int OC);
+    void (*bias_bwd)(backend *be, float *dbias, const float *dout, size_t N, int OC);
+    void (*bias_residual_fwd)(backend *be, float *out, const float *a, const float *b,
+                              const float *bias, size_t N, int OC);
+    void (*add)(backend *be, float *y, const float *x, size_t n);
+    void (*crossentropy_fwd)(backend *be, float *losses, float *probs, const float *logits,
+                             const int *targets, size_t N, int V);
+    void (*crossentropy_bwd)(backend *be, float *dlogits, const float *probs,
+                             const int *targets, size_t N, int V, float scale);
+    void (*adam)(backend *be, float *p, const float *g, float *m, float *v, size_t n,
+                 float lr, float b1, float b2, float eps, float wd, int t);
+
+    /* Release the backend (not the tensors: their owners free them first). */
+    void (*destroy)(backend *be);
+
+    /* ---- accounting, maintained by be_alloc/be_free (bytes) */
+    size_t cur_bytes[XMEM_NCAT];
+    size_t peak_bytes[XMEM_NCAT];   /* peak of each category on its own */
+    size_t cur_total_bytes;
+    size_t peak_total_bytes;        /* peak of the sum */
+    size_t at_peak_bytes[XMEM_NCAT];/* each category's bytes when the sum peaked */
+};
+
+/* Allocate n floats (zeroed) counted under cat. TS_ENOMEM with the size and
+ * category in err on failure. The caller frees with be_free(be, p, n, cat). */
+int be_alloc(backend *be, size_t n, xmem_cat cat, float **out, ts_err *err);
+/* Free p (n floats under cat, as allocated). NULL is allowed. */
+void be_free(backend *be, float *p, size_t n, xmem_cat cat);
+/* Reset the peaks to the current usage (start of a measured window). */
+void be_reset_peaks(backend *be);
+
+#endif

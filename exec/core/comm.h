@@ -1,0 +1,61 @@
+/* comm — the executor's communication interface (MPI now, NCCL later).
+ *
+ * A comm is a small vtable over three process groups of one rank, laid out
+ * as Megatron-LM lays them out (tensor innermost): global rank
+ * g = tp_rank + t * (pp_rank + p * dp_rank) within the layout's communicator.
+ *   COMM_TP  the t ranks of one tensor-parallel group (same pp, dp)
+ *   COMM_PP  the p ranks of one pipeline (same tp, dp); peers are pp ranks
+ *   COMM_DP  the d data-parallel replicas (same tp, pp)
+ * Collectives are synchronous and in place or out of place as stated, on
+ * backend memory (float*), summing in fp32. Point-to-point is asynchronous:
+ * isend/irecv return a request id that wait() completes; the buffer must
+ * stay alive and untouched until then.
+ *
+ * comm_local_create() gives the 1x1x1 comm (every group has one rank; the
+ * collectives are identities), for the single-process model and its tests.
+ * The MPI implementation is exec/comm_mpi.h.
+ *
+ * Ownership: created by a constructor, released by destroy().
+ */
+#ifndef TRAINSIM_EXEC_COMM_H
+#define TRAINSIM_EXEC_COMM_H
+
+#include <stddef.h>
+
+#include "sim/util/err.h"
+
+typedef enum { COMM_TP = 0, COMM_PP, COMM_DP, COMM_NGROUPS } comm_group;
+
+typedef struct comm comm;
+
+struct comm {
+    const char *name;  /* "local", "mpi", "nccl" */
+    void *ctx;
+    int size[COMM_NGROUPS]; /* t, p, d */
+    int rank[COMM_NGROUPS]; /* this rank's index in each group */
+
+    /* buf[0..n) = sum over the group, in place. */
+    int (*all_reduce)(comm *c, comm_group g, float *buf, size_t n, ts_err *err);
+    /* out[r*n .. (r+1)*n) = in of group rank r (out holds size*n floats). */
+    int (*all_gather)(comm *c, comm_group g, float *out, const float *in, size_t n,
+                      ts_err *err);
+    /* out[0..n) = sum over the group of in[rank*n .. (rank+1)*n) (in holds size*n). */
+    int (*reduce_scatter)(comm *c, comm_group g, float *out, const float *in, size_t n,
+                          ts_err *err);
+    /* Pipeline point-to-point to/from pp rank `peer` (same tp, dp), matched by tag
+     * (0 <= tag < 2^30). *req receives an id for wait(). */
+    int (*isend)(comm *c, int peer, const float *buf, size_t n, int tag, int *req, ts_err *err);
+    int (*irecv)(comm *c, int peer, float *buf, size_t n, int tag, int *req, ts_err *err);
+    int (*wait)(comm *c, int req, ts_err *err);
+    /* Poll req: *done = 1 (and req released) if it has completed, else 0. */
+    int (*test)(comm *c, int req, int *done, ts_err *err);
+    /* Wait for every request still pending. */
+    int (*wait_all)(comm *c, ts_err *err);
+    void (*destroy)(comm *c);
+};
+
+/* The single-rank comm (t = p = d = 1). isend/irecv fail with TS_ESTATE
+ * (there is no peer). Caller releases with (*out)->destroy(*out). */
+int comm_local_create(comm **out, ts_err *err);
+
+#endif

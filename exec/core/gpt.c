@@ -1,0 +1,504 @@
+/* gpt — parameters, their tensor-parallel shards, initialisation, gradient
+ * reduction, the optimizer step and activation memory. The passes are in
+ * gpt_pass.c. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/core/gpt_impl.h"
+
+/* How a parameter is split over the t tensor ranks. */
+typedef enum { SPLIT_NONE = 0, SPLIT_COL, SPLIT_ROW } split_kind;
+
+typedef struct {
+    size_t rows, cols; /* full shape (a vector is rows x 1) */
+    split_kind split;
+    int blocks;        /* SPLIT_COL: row blocks split separately (3 for QKV) */
+} pshape;
+
+static pshape shape_of(const gpt_dims *d, gpt_pkind k)
+{
+    size_t V = d->vocab, T = d->seq, C = d->hidden, F = d->ffn;
+    switch (k) {
+    case GP_WTE: return (pshape){V, C, SPLIT_NONE, 1};
+    case GP_WPE: return (pshape){T, C, SPLIT_NONE, 1};
+    case GP_QKVW: return (pshape){3 * C, C, SPLIT_COL, 3};
+    case GP_QKVB: return (pshape){3 * C, 1, SPLIT_COL, 3};
+    case GP_PROJW: return (pshape){C, C, SPLIT_ROW, 1};
+    case GP_FCW: return (pshape){F, C, SPLIT_COL, 1};
+    case GP_FCB: return (pshape){F, 1, SPLIT_COL, 1};
+    case GP_FCPROJW: return (pshape){C, F, SPLIT_ROW, 1};
+    case GP_WOUT: return (pshape){V, C, SPLIT_NONE, 1};
+    default: return (pshape){C, 1, SPLIT_NONE, 1}; /* LayerNorms, row-parallel biases */
+    }
+}
+
+int gpt_dims_check(const gpt_dims *d, int t, bool sp, ts_err *err)
+{
+    if (d->vocab < 2 || d->seq < 1 || d->hidden < 1 || d->heads < 1 || d->ffn < 1 ||
+        d->layers < 1 || d->batch < 1)
+        return err_set(err, TS_EINVAL,
+                       "model: every size must be positive (vocab >= 2); got V=%d T=%d C=%d "
+                       "heads=%d F=%d L=%d B=%d",
+                       d->vocab, d->seq, d->hidden, d->heads, d->ffn, d->layers, d->batch);
+    if (t < 1)
+        return err_set(err, TS_EINVAL, "--tensor-model-parallel-size %d: must be >= 1", t);
+    if (d->hidden % d->heads)
+        return err_set(err, TS_EINVAL,
+                       "--hidden-size %d is not a multiple of --num-attention-heads %d",
+                       d->hidden, d->heads);
+    if (d->heads % t || d->ffn % t)
+        return err_set(err, TS_EINVAL,
+                       "--tensor-model-parallel-size %d must divide --num-attention-heads %d "
+                       "and --ffn-hidden-size %d",
+                       t, d->heads, d->ffn);
+    if (sp && ((size_t)d->batch * d->seq) % (size_t)t)
+        return err_set(err, TS_EINVAL,
+                       "--sequence-parallel: micro-batch tokens %d x %d must be a multiple of "
+                       "--tensor-model-parallel-size %d",
+                       d->batch, d->seq, t);
+    return TS_OK;
+}
+
+static size_t full_size(const gpt_dims *d, gpt_pkind k)
+{
+    pshape s = shape_of(d, k);
+    return s.rows * s.cols;
+}
+
+size_t gpt_full_offset(const gpt_dims *d, gpt_pkind kind, int layer, size_t *n_full)
+{
+    size_t per_layer = 0;
+    for (int k = GP_LAYER_FIRST; k < GP_LAYER_FIRST + GP_LAYER_COUNT; k++)
+        per_layer += full_size(d, (gpt_pkind)k);
+    size_t off = 0;
+    if (kind >= GP_LAYER_FIRST && kind < GP_LAYER_FIRST + GP_LAYER_COUNT) {
+        off = full_size(d, GP_WTE) + full_size(d, GP_WPE) + (size_t)layer * per_layer;
+        for (int k = GP_LAYER_FIRST; k < (int)kind; k++)
+            off += full_size(d, (gpt_pkind)k);
+    } else if (kind == GP_WTE) {
+        off = 0;
+    } else if (kind == GP_WPE) {
+        off = full_size(d, GP_WTE);
+    } else {
+        off = full_size(d, GP_WTE) + full_size(d, GP_WPE) + (size_t)d->layers * per_layer;
+        for (int k = GP_LNFW; k < (int)kind; k++)
+            off += full_size(d, (gpt_pkind)k);
+    }
+    if (n_full)
+        *n_full = full_size(d, kind);
+    return off;
+}
+
+size_t gpt_num_params(const gpt_dims *d)
+{
+    size_t n;
+    size_t off = gpt_full_offset(d, GP_WOUT, -1, &n);
+    return off + n;
+}
+
+/* Index within the full tensor of local element i of rank tr's shard. */
+static size_t local_to_full(const gpt_dims *d, gpt_pkind k, int t, int tr, size_t i)
+{
+    pshape s = shape_of(d, k);
+    if (s.split == SPLIT_NONE || t == 1)
+        return i;
+    if (s.split == SPLIT_ROW) {
+        size_t lc = s.cols / t, r = i / lc, c = i % lc;
+        return r * s.cols + (size_t)tr * lc + c;
+    }
+    size_t block_rows = s.rows / s.blocks, lrows = block_rows / t;
+    size_t lr = i / s.cols, c = i % s.cols;
+    size_t blk = lr / lrows, within = lr % lrows;
+    return (blk * block_rows + (size_t)tr * lrows + within) * s.cols + c;
+}
+
+/* splitmix64 of (seed, index) -> uniform in [-1, 1). */
+static float hash_uniform(uint64_t seed, uint64_t idx)
+{
+    uint64_t z = seed + 0x9e3779b97f4a7c15ULL * (idx + 1);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    z ^= z >> 31;
+    return (float)((double)(z >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+/* Initial value of full-model element gi of a tensor of kind k: GPT-2's
+ * scales (std 0.02; residual projections 0.02/sqrt(2L)) as uniform
+ * draws; LayerNorms and biases are perturbed away from 1 and 0 so that a
+ * gradient check exercises every term. */
+static float init_value(const gpt_dims *d, gpt_pkind k, uint64_t seed, size_t gi)
+{
+    float u = hash_uniform(seed, gi);
+    const float s3 = 1.7320508f;
+    switch (k) {
+    case GP_LN1W: case GP_LN2W: case GP_LNFW: return 1.0f + 0.1f * u;
+    case GP_LN1B: case GP_LN2B: case GP_LNFB: return 0.1f * u;
+    case GP_WPE: return 0.01f * s3 * u;
+    case GP_PROJW: case GP_FCPROJW: return 0.02f * s3 / sqrtf(2.0f * d->layers) * u;
+    case GP_QKVB: case GP_PROJB: case GP_FCB: case GP_FCPROJB: return 0.01f * u;
+    default: return 0.02f * s3 * u;
+    }
+}
+
+static bool is_tp_partial(gpt_pkind k, bool sp)
+{
+    if (!sp)
+        return false;
+    switch (k) {
+    case GP_LN1W: case GP_LN1B: case GP_LN2W: case GP_LN2B: case GP_LNFW: case GP_LNFB:
+    case GP_WTE: case GP_WPE:
+        return true;
+    default:
+        return false;
+    }
+}
+
+static void add_tensor(gpt_stage *st, gpt_pkind k, int layer)
+{
+    pshape s = shape_of(&st->d, k);
+    size_t n = s.rows * s.cols / (s.split == SPLIT_NONE ? 1 : (size_t)st->t);
+    gpt_tensor *tt = &st->tens[st->ntens++];
+    tt->kind = k;
+    tt->layer = layer;
+    tt->offset = st->nparams;
+    tt->n = n;
+    tt->tp_partial = is_tp_partial(k, st->sp);
+    st->nparams += n;
+}
+
+static void free_cache_mem(gpt_stage *st, gpt_cache *c)
+{
+    be_free(st->be, c->mem, c->nfloats, XMEM_ACTS);
+    free(c->L);
+    memset(c, 0, sizeof *c);
+}
+
+void gpt_stage_free(gpt_stage *st)
+{
+    if (!st)
+        return;
+    backend *be = st->be;
+    be_free(be, st->params, st->nparams, XMEM_WEIGHTS);
+    be_free(be, st->grads, st->nparams, XMEM_GRADS);
+    be_free(be, st->m, st->nparams, XMEM_OPTIM);
+    be_free(be, st->v, st->nparams, XMEM_OPTIM);
+    be_free(be, st->scratch, st->scratch_n, XMEM_BUFFERS);
+    be_free(be, st->fused.mem, st->fused.nfloats, XMEM_BUFFERS);
+    free(st->fused.L);
+    free(st->tens);
+    free(st->pw);
+    free(st->pg);
+    free(st);
+}
+
+int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool embed,
+                     bool head, bool sp, uint64_t seed, backend *be, comm *cm,
+                     gpt_stage **out, ts_err *err)
+{
+    *out = NULL;
+    int t = cm->size[COMM_TP];
+    int rc = gpt_dims_check(d, t, sp, err);
+    if (rc)
+        return rc;
+    if (first_layer < 0 || num_layers < 0 || first_layer + num_layers > d->layers)
+        return err_set(err, TS_EINVAL, "stage layers [%d, %d) outside the model's %d layers",
+                       first_layer, first_layer + num_layers, d->layers);
+    gpt_stage *st = calloc(1, sizeof *st);
+    if (!st)
+        return err_set(err, TS_ENOMEM, "gpt stage: out of memory");
+    st->d = *d;
+    st->t = t;
+    st->tr = cm->rank[COMM_TP];
+    st->sp = sp && t > 1;
+    st->l0 = first_layer;
+    st->nl = num_layers;
+    st->embed = embed;
+    st->head = head;
+    st->be = be;
+    st->cm = cm;
+    st->seed = seed;
+    st->B = d->batch;
+    st->T = d->seq;
+    st->C = d->hidden;
+    st->Cl = d->hidden / t;
+    st->F = d->ffn;
+    st->Fl = d->ffn / t;
+    st->NHl = d->heads / t;
+    st->hs = d->hidden / d->heads;
+    st->V = d->vocab;
+    st->N = (size_t)d->batch * d->seq;
+    st->Ns = st->sp ? st->N / t : st->N;
+
+    int maxt = 2 + num_layers * GP_LAYER_COUNT + 3;
+    st->tens = calloc((size_t)maxt, sizeof *st->tens);
+    st->pw = calloc((size_t)num_layers * GP_LAYER_COUNT + 1, sizeof *st->pw);
+    st->pg = calloc((size_t)num_layers * GP_LAYER_COUNT + 1, sizeof *st->pg);
+    if (!st->tens || !st->pw || !st->pg) {
+        gpt_stage_free(st);
+        return err_set(err, TS_ENOMEM, "gpt stage: out of memory");
+    }
+    if (embed) {
+        add_tensor(st, GP_WTE, -1);
+        add_tensor(st, GP_WPE, -1);
+    }
+    for (int li = 0; li < num_layers; li++)
+        for (int k = GP_LAYER_FIRST; k < GP_LAYER_FIRST + GP_LAYER_COUNT; k++)
+            add_tensor(st, (gpt_pkind)k, first_layer + li);
+    if (head) {
+        add_tensor(st, GP_LNFW, -1);
+        add_tensor(st, GP_LNFB, -1);
+        add_tensor(st, GP_WOUT, -1);
+    }
+    size_t n = st->nparams;
+    if ((rc = be_alloc(be, n, XMEM_WEIGHTS, &st->params, err)) ||
+        (rc = be_alloc(be, n, XMEM_GRADS, &st->grads, err)) ||
+        (rc = be_alloc(be, n, XMEM_OPTIM, &st->m, err)) ||
+        (rc = be_alloc(be, n, XMEM_OPTIM, &st->v, err)))
+        goto fail;
+
+    /* initial values, computed on the host from full-model indices */
+    float *host = malloc((n ? n : 1) * sizeof(float));
+    if (!host) {
+        rc = err_set(err, TS_ENOMEM, "gpt stage: out of memory for %zu parameters", n);
+        goto fail;
+    }
+    for (int i = 0; i < st->ntens; i++) {
+        gpt_tensor *tt = &st->tens[i];
+        size_t base = gpt_full_offset(d, tt->kind, tt->layer, NULL);
+        for (size_t j = 0; j < tt->n; j++)
+            host[tt->offset + j] =
+                init_value(d, tt->kind, seed, base + local_to_full(d, tt->kind, t, st->tr, j));
+        float *w = st->params + tt->offset, *g = st->grads + tt->offset;
+        if (tt->layer >= 0) {
+            int li = tt->layer - first_layer;
+            LW(st, li, tt->kind) = w;
+            LG(st, li, tt->kind) = g;
+        } else {
+            switch (tt->kind) {
+            case GP_WTE: st->wte = w, st->gwte = g; break;
+            case GP_WPE: st->wpe = w, st->gwpe = g; break;
+            case GP_LNFW: st->lnfw = w, st->glnfw = g; break;
+            case GP_LNFB: st->lnfb = w, st->glnfb = g; break;
+            default: st->wout = w, st->gwout = g; break;
+            }
+        }
+    }
+    be->to_device(be, st->params, host, n);
+    free(host);
+
+    /* scratch */
+    size_t N = st->N, Ns = st->Ns, C = st->C;
+    size_t natt = (size_t)st->B * st->NHl * st->T * st->T;
+    st->scratch_n = N * C + Ns * C + Ns * C + N * st->Fl + N * st->Cl + natt;
+    if ((rc = be_alloc(be, st->scratch_n, XMEM_BUFFERS, &st->scratch, err)))
+        goto fail;
+    float *p = st->scratch;
+    st->s_part = p, p += N * C;
+    st->s_red = p, p += Ns * C;
+    st->s_dres = p, p += Ns * C;
+    st->s_dfchg = p, p += N * st->Fl;
+    st->s_datty = p, p += N * st->Cl;
+    st->s_datt = p;
+    /* the fused backward's one-layer cache */
+    st->fused.nfloats = gpt_cache_layout(st, &st->fused, num_layers > 0 ? 1 : 0, NULL);
+    st->fused.L = calloc(1, sizeof *st->fused.L);
+    if (!st->fused.L) {
+        rc = err_set(err, TS_ENOMEM, "gpt stage: out of memory");
+        goto fail;
+    }
+    if ((rc = be_alloc(be, st->fused.nfloats, XMEM_BUFFERS, &st->fused.mem, err)))
+        goto fail;
+    gpt_cache_layout(st, &st->fused, num_layers > 0 ? 1 : 0, st->fused.mem);
+    *out = st;
+    return TS_OK;
+fail:
+    gpt_stage_free(st);
+    return rc;
+}
+
+void gpt_stage_set_prof(gpt_stage *st, gpt_prof_fn fn, void *ud)
+{
+    st->prof = fn;
+    st->prof_ud = ud;
+}
+
+size_t gpt_stage_io_floats(const gpt_stage *st)
+{
+    return st->Ns * (size_t)st->C;
+}
+size_t gpt_stage_num_params(const gpt_stage *st)
+{
+    return st->nparams;
+}
+const gpt_tensor *gpt_stage_tensors(const gpt_stage *st, int *count)
+{
+    *count = st->ntens;
+    return st->tens;
+}
+float *gpt_stage_params(gpt_stage *st)
+{
+    return st->params;
+}
+float *gpt_stage_grads(gpt_stage *st)
+{
+    return st->grads;
+}
+
+size_t gpt_cache_layout(const gpt_stage *st, gpt_cache *c, int layers, float *base)
+{
+    size_t cur = 0, N = st->N, Ns = st->Ns, C = st->C;
+    size_t nln = Ns * C;
+#define TAKE(ptr, cnt)                    \
+    do {                                  \
+        if (base)                         \
+            (ptr) = base + cur;           \
+        cur += (cnt);                     \
+    } while (0)
+    for (int li = 0; li < layers; li++) {
+        gpt_lcache dummy, *k = base ? &c->L[li] : &dummy;
+        TAKE(k->dqkv, N * 3 * st->Cl);
+        TAKE(k->dprojo, N * C);
+        TAKE(k->dfch, N * st->Fl);
+        TAKE(k->dfcprojo, N * C);
+        TAKE(k->dln1, st->sp ? nln : N * C);
+        TAKE(k->dln2, st->sp ? nln : N * C);
+    }
+    if (st->head) {
+        TAKE(c->dlogits, N * st->V);
+        TAKE(c->dlnf, nln);
+    }
+    if (st->embed)
+        TAKE(c->dx0, nln);
+    return cur;
+}
+
+int gpt_acts_create(gpt_stage *st, gpt_acts **out, ts_err *err)
+{
+    *out = NULL;
+    gpt_acts *a = calloc(1, sizeof *a);
+    gpt_lacts *L = calloc((size_t)st->nl + 1, sizeof *L);
+    if (!a || !L) {
+        free(a);
+        free(L);
+        return err_set(err, TS_ENOMEM, "gpt activations: out of memory");
+    }
+    a->L = L;
+    size_t N = st->N, Ns = st->Ns, C = st->C;
+    size_t natt = (size_t)st->B * st->NHl * st->T * st->T;
+    for (int pass = 0; pass < 2; pass++) {
+        float *base = a->mem;
+        size_t cur = 0;
+        TAKE(a->in0, Ns * C);
+        for (int li = 0; li < st->nl; li++) {
+            gpt_lacts *A = &L[li];
+            TAKE(A->ln1, Ns * C);
+            TAKE(A->ln1m, Ns);
+            TAKE(A->ln1r, Ns);
+            if (st->sp)
+                TAKE(A->ln1g, N * C);
+            TAKE(A->qkv, N * 3 * st->Cl);
+            TAKE(A->att, natt);
+            TAKE(A->atty, N * st->Cl);
+            TAKE(A->res2, Ns * C);
+            TAKE(A->ln2, Ns * C);
+            TAKE(A->ln2m, Ns);
+            TAKE(A->ln2r, Ns);
+            if (st->sp)
+                TAKE(A->ln2g, N * C);
+            TAKE(A->fch, N * st->Fl);
+            TAKE(A->fchg, N * st->Fl);
+            if (li + 1 < st->nl || st->head)
+                TAKE(A->res3, Ns * C);
+        }
+        if (st->head) {
+            TAKE(a->lnf, Ns * C);
+            TAKE(a->lnfm, Ns);
+            TAKE(a->lnfr, Ns);
+            if (st->sp)
+                TAKE(a->lnfg, N * C);
+            TAKE(a->probs, N * st->V);
+            TAKE(a->losses, N);
+        }
+        if (pass == 0) {
+            a->nfloats = cur;
+            int rc = be_alloc(st->be, cur, XMEM_ACTS, &a->mem, err);
+            if (rc) {
+                free(L);
+                free(a);
+                return rc;
+            }
+        }
+    }
+#undef TAKE
+    a->tokens = st->be->alloc_int(st->be, N);
+    a->targets = st->be->alloc_int(st->be, N);
+    if (!a->tokens || !a->targets) {
+        gpt_acts_free(st, a);
+        return err_set(err, TS_ENOMEM, "gpt activations: out of memory for token ids");
+    }
+    *out = a;
+    return TS_OK;
+}
+
+void gpt_acts_free(gpt_stage *st, gpt_acts *a)
+{
+    if (!a)
+        return;
+    if (a->have_cache)
+        free_cache_mem(st, &a->cache);
+    be_free(st->be, a->mem, a->nfloats, XMEM_ACTS);
+    if (a->tokens)
+        st->be->free_int(st->be, a->tokens);
+    if (a->targets)
+        st->be->free_int(st->be, a->targets);
+    free(a->L);
+    free(a);
+}
+
+void gpt_stage_zero_grads(gpt_stage *st)
+{
+    st->be->zero(st->be, st->grads, st->nparams);
+}
+
+int gpt_stage_reduce_grads(gpt_stage *st, ts_err *err)
+{
+    int rc = TS_OK;
+    if (st->sp && st->t > 1)
+        for (int i = 0; i < st->ntens && !rc; i++)
+            if (st->tens[i].tp_partial)
+                rc = st->cm->all_reduce(st->cm, COMM_TP, st->grads + st->tens[i].offset,
+                                        st->tens[i].n, err);
+    if (!rc && st->cm->size[COMM_DP] > 1)
+        rc = st->cm->all_reduce(st->cm, COMM_DP, st->grads, st->nparams, err);
+    return rc;
+}
+
+void gpt_stage_adam(gpt_stage *st, float lr, float b1, float b2, float eps, float wd,
+                    int step)
+{
+    st->be->adam(st->be, st->params, st->grads, st->m, st->v, st->nparams, lr, b1, b2, eps,
+                 wd, step);
+}
+
+int gpt_stage_export(gpt_stage *st, bool grads, bool write_replicated, float *full,
+                     ts_err *err)
+{
+    float *host = malloc((st->nparams ? st->nparams : 1) * sizeof(float));
+    if (!host)
+        return err_set(err, TS_ENOMEM, "gpt export: out of memory for %zu floats",
+                       st->nparams);
+    st->be->to_host(st->be, host, grads ? st->grads : st->params, st->nparams);
+    for (int i = 0; i < st->ntens; i++) {
+        gpt_tensor *tt = &st->tens[i];
+        pshape s = shape_of(&st->d, tt->kind);
+        if ((s.split == SPLIT_NONE || st->t == 1) && !write_replicated)
+            continue;
+        size_t base = gpt_full_offset(&st->d, tt->kind, tt->layer, NULL);
+        for (size_t j = 0; j < tt->n; j++)
+            full[base + local_to_full(&st->d, tt->kind, st->t, st->tr, j)] =
+                host[tt->offset + j];
+    }
+    free(host);
+    return TS_OK;
+}

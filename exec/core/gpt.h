@@ -1,0 +1,161 @@
+/* gpt — a GPT model in fp32, one pipeline stage at a time (llm.c style).
+ *
+ * Model: token embedding + learned positions; L pre-LN transformer layers
+ * (LayerNorm, QKV projection, causal multi-head attention, output
+ * projection, residual; LayerNorm, MLP h -> ffn -> h with GELU (tanh),
+ * residual); final LayerNorm; an UNTIED output layer [V, C] (no bias) and
+ * softmax cross-entropy, averaged over tokens. No dropout.
+ *
+ * A stage holds layers [first_layer, first_layer + num_layers) and, on the
+ * first stage, the embedding, on the last, the final LayerNorm, the output
+ * layer and the loss. The whole model on one process is one stage with both.
+ *
+ * Tensor parallelism (Megatron-LM's splits) is expressed here, over the
+ * comm's COMM_TP group of t ranks:
+ *   QKV [3C, C] and FC1 [F, C]: column-parallel (rows split; QKV per head:
+ *     rank r holds heads r*NH/t .. (r+1)*NH/t - 1 of q, k and v);
+ *   attention output [C, C] and FC2 [C, F]: row-parallel (columns split),
+ *     their partial outputs summed by an all-reduce (Megatron's "g"), their
+ *     biases applied once after the sum; the backward all-reduces the input
+ *     gradient of the column-parallel GEMMs (Megatron's "f").
+ *   With sequence parallelism (sp) the LayerNorms, residuals and the
+ *     pipeline tensors hold N/t rows (rank r: rows r*N/t ..); "f" becomes an
+ *     all-gather forward / reduce-scatter backward and "g" a reduce-scatter
+ *     forward / all-gather backward. The LayerNorm (and, on the first and
+ *     last stage, embedding and final LayerNorm) gradients are then partial
+ *     per rank: gpt_stage_reduce_grads() all-reduces them over COMM_TP.
+ *   Embedding, final LayerNorm and output layer are replicated over the t
+ *   ranks (not vocabulary-parallel): every tensor rank computes the full
+ *   logits.
+ *
+ * Backward is split for zero-bubble schedules: gpt_backward_input() computes
+ * the gradient w.r.t. the stage input and saves what the weight gradients
+ * need; gpt_backward_weight() then accumulates the parameter gradients.
+ * gpt_backward() does both, layer by layer, without keeping the saved
+ * gradients (what a plain "B" action runs).
+ *
+ * Parameters are initialised from their index in the full (t = 1) model and
+ * a seed, so every layout's shards are slices of the same model.
+ *
+ * Ownership: a stage owns its parameters, gradients, Adam moments and
+ * scratch (backend memory, counted by category); the backend and comm are
+ * borrowed and must outlive it. gpt_acts (one micro-batch in flight) are
+ * created and freed by the caller through the stage.
+ */
+#ifndef TRAINSIM_EXEC_GPT_H
+#define TRAINSIM_EXEC_GPT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "exec/core/backend.h"
+#include "exec/core/comm.h"
+#include "sim/util/err.h"
+
+typedef struct {
+    int vocab;  /* V, --padded-vocab-size */
+    int seq;    /* T, --seq-length */
+    int hidden; /* C, --hidden-size */
+    int heads;  /* NH, --num-attention-heads */
+    int ffn;    /* F, --ffn-hidden-size */
+    int layers; /* L, --num-layers (whole model) */
+    int batch;  /* B, --micro-batch-size (sequences per micro-batch) */
+} gpt_dims;
+
+/* Parameter tensors, in the order of the full model's flat layout:
+ * wte, wpe, then per layer ln1w .. fcprojb, then lnfw, lnfb, wout. */
+typedef enum {
+    GP_WTE = 0, GP_WPE,
+    GP_LN1W, GP_LN1B, GP_QKVW, GP_QKVB, GP_PROJW, GP_PROJB,
+    GP_LN2W, GP_LN2B, GP_FCW, GP_FCB, GP_FCPROJW, GP_FCPROJB,
+    GP_LNFW, GP_LNFB, GP_WOUT,
+    GP_NKINDS
+} gpt_pkind;
+#define GP_LAYER_FIRST GP_LN1W
+#define GP_LAYER_COUNT (GP_FCPROJB - GP_LN1W + 1)
+
+typedef struct {
+    gpt_pkind kind;
+    int layer;          /* global layer index; -1 outside layers */
+    size_t offset;      /* into the stage's params/grads/m/v, floats */
+    size_t n;           /* local (sharded) element count */
+    bool tp_partial;    /* gradient is a partial sum over COMM_TP (sp only) */
+} gpt_tensor;
+
+/* Profiling hook: called around each op (GEMM, kernel, collective) with its
+ * name ("qkv", "attn", "tp_allreduce", ...) and global layer (-1 outside
+ * layers); end = false at start, true at end. */
+typedef void (*gpt_prof_fn)(void *ud, const char *op, int layer, bool end);
+
+typedef struct gpt_stage gpt_stage;
+typedef struct gpt_acts gpt_acts;
+
+/* Check dims against t (and sp): heads, hidden, ffn divisible by t; hidden
+ * divisible by heads; with sp, batch*seq divisible by t. */
+int gpt_dims_check(const gpt_dims *d, int t, bool sp, ts_err *err);
+
+/* Parameters of the full (t = 1) model. */
+size_t gpt_num_params(const gpt_dims *d);
+
+/* Create a stage; tensor rank and size come from cm. seed picks the
+ * initial weights. */
+int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool embed,
+                     bool head, bool sp, uint64_t seed, backend *be, comm *cm,
+                     gpt_stage **out, ts_err *err);
+void gpt_stage_free(gpt_stage *st);
+void gpt_stage_set_prof(gpt_stage *st, gpt_prof_fn fn, void *ud);
+
+/* Rows of a pipeline tensor (stage input/output): N = B*T, or N/t with sp. */
+size_t gpt_stage_io_floats(const gpt_stage *st);
+size_t gpt_stage_num_params(const gpt_stage *st);
+const gpt_tensor *gpt_stage_tensors(const gpt_stage *st, int *count);
+float *gpt_stage_params(gpt_stage *st);
+float *gpt_stage_grads(gpt_stage *st);
+
+/* Activations of one micro-batch (counted as activations). */
+int gpt_acts_create(gpt_stage *st, gpt_acts **out, ts_err *err);
+void gpt_acts_free(gpt_stage *st, gpt_acts *a);
+
+/* Forward of one micro-batch. tokens, targets: host arrays of B*T ids in
+ * [0, V) (tokens used on the first stage, targets on the last; others may
+ * be NULL). x_in: stage input (io floats, backend memory; NULL on the first
+ * stage); copied. y: stage output (io floats; unused on the last stage).
+ * On the last stage *loss_sum (may be NULL) gets the sum of the B*T token
+ * losses. */
+int gpt_forward(gpt_stage *st, gpt_acts *a, const int *tokens, const int *targets,
+                const float *x_in, float *y, double *loss_sum, ts_err *err);
+
+/* Input-gradient part of the backward. dy: gradient w.r.t. the stage output
+ * (io floats; NULL on the last stage, whose loss gradient is loss_scale per
+ * token loss). dx: gradient w.r.t. the stage input, written (io floats;
+ * unused on the first stage). */
+int gpt_backward_input(gpt_stage *st, gpt_acts *a, const float *dy, float loss_scale,
+                       float *dx, ts_err *err);
+/* Weight-gradient part: grads += what a's saved gradients give. Must follow
+ * gpt_backward_input on the same a. */
+int gpt_backward_weight(gpt_stage *st, gpt_acts *a, ts_err *err);
+/* Both, fused (no saved gradients kept). */
+int gpt_backward(gpt_stage *st, gpt_acts *a, const float *dy, float loss_scale, float *dx,
+                 ts_err *err);
+
+/* Zero the gradients. */
+void gpt_stage_zero_grads(gpt_stage *st);
+/* With sp: all-reduce the tp_partial gradients over COMM_TP. Then, if the
+ * comm has d > 1, all-reduce every gradient over COMM_DP (sum; the loss
+ * scale already divides by the global token count). */
+int gpt_stage_reduce_grads(gpt_stage *st, ts_err *err);
+/* AdamW step `step` (1-based) on every parameter of the stage. */
+void gpt_stage_adam(gpt_stage *st, float lr, float b1, float b2, float eps, float wd,
+                    int step);
+
+/* Global offset of the first element of (kind, layer) in the full model's
+ * flat layout and its full element count. */
+size_t gpt_full_offset(const gpt_dims *d, gpt_pkind kind, int layer, size_t *n_full);
+/* Write the stage's parameters (grads = false) or gradients (grads = true)
+ * into full, a host array of gpt_num_params() floats, at their full-model
+ * positions. Replicated tensors are written only if write_replicated. */
+int gpt_stage_export(gpt_stage *st, bool grads, bool write_replicated, float *full,
+                     ts_err *err);
+
+#endif

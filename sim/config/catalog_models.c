@@ -1,0 +1,147 @@
+#include "sim/config/catalog_models.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "sim/util/csvio.h"
+#include "sim/util/opt.h"
+
+static const char *const MODEL_COLS[] = {
+    "name", "num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "ffn_hidden_size", "swiglu",
+    "seq_length", "padded_vocab_size", "params_billion", "gpus", "tensor_model_parallel_size",
+    "pipeline_model_parallel_size", "num_layers_per_virtual_pipeline_stage", "decoder_first_pipeline_num_layers",
+    "decoder_last_pipeline_num_layers", "micro_batch_size", "global_batch_size", "sequence_parallel",
+    "recompute_granularity", "use_distributed_optimizer", "schedule", "layout_source", NULL};
+
+void catalog_models_free(catalog_models *c)
+{
+    if (!c)
+        return;
+    free(c->models);
+    free(c);
+}
+
+static int model_row(const csvio_table *t, size_t r, catalog_model *m, ts_err *err)
+{
+    model_config *mc = &m->model;
+    parallel_config *p = &m->par;
+    const char *name, *sched_name, *src;
+    int rc, rec = 0;
+    const long BIG = 1L << 30;
+    if ((rc = csvio_get_str(t, r, "name", &name, err)))
+        return rc;
+    if (strlen(name) >= sizeof mc->name || strchr(name, ' '))
+        return csvio_errf(t, r, "name", err, "'%s' is not a valid name (no spaces, under %zu characters)", name,
+                          sizeof mc->name);
+    snprintf(mc->name, sizeof mc->name, "%s", name);
+    mc->precision = PREC_BF16;
+    if ((rc = csvio_get_int(t, r, "num_layers", 1, 100000, &mc->num_layers, err)) ||
+        (rc = csvio_get_int(t, r, "hidden_size", 1, BIG, &mc->hidden_size, err)) ||
+        (rc = csvio_get_int(t, r, "num_attention_heads", 1, BIG, &mc->num_attention_heads, err)) ||
+        (rc = csvio_get_int(t, r, "num_query_groups", 1, BIG, &mc->num_query_groups, err)) ||
+        (rc = csvio_get_int(t, r, "ffn_hidden_size", 1, BIG, &mc->ffn_hidden_size, err)) ||
+        (rc = csvio_get_bool(t, r, "swiglu", &mc->swiglu, err)) ||
+        (rc = csvio_get_int(t, r, "seq_length", 1, BIG, &mc->seq_length, err)) ||
+        (rc = csvio_get_int(t, r, "padded_vocab_size", 1, BIG, &mc->padded_vocab_size, err)) ||
+        (rc = csvio_get_positive(t, r, "params_billion", &m->params_billion, err)) ||
+        (rc = csvio_get_int(t, r, "gpus", 1, BIG, &m->gpus, err)) ||
+        (rc = csvio_get_int(t, r, "tensor_model_parallel_size", 1, BIG, &p->tp, err)) ||
+        (rc = csvio_get_int(t, r, "pipeline_model_parallel_size", 1, BIG, &p->pp, err)) ||
+        (rc = csvio_get_int(t, r, "num_layers_per_virtual_pipeline_stage", 0, BIG, &p->layers_per_virtual_stage,
+                            err)) ||
+        (rc = csvio_get_int(t, r, "decoder_first_pipeline_num_layers", 0, BIG, &p->first_stage_layers, err)) ||
+        (rc = csvio_get_int(t, r, "decoder_last_pipeline_num_layers", 0, BIG, &p->last_stage_layers, err)) ||
+        (rc = csvio_get_int(t, r, "micro_batch_size", 1, BIG, &p->micro_batch_size, err)) ||
+        (rc = csvio_get_int(t, r, "global_batch_size", 1, BIG, &p->global_batch_size, err)) ||
+        (rc = csvio_get_bool(t, r, "sequence_parallel", &p->sequence_parallel, err)) ||
+        (rc = csvio_get_enum(t, r, "recompute_granularity", CONFIG_RECOMPUTE_NAMES, &rec, err)) ||
+        (rc = csvio_get_bool(t, r, "use_distributed_optimizer", &p->distributed_optimizer, err)) ||
+        (rc = csvio_get_str(t, r, "schedule", &sched_name, err)) ||
+        (rc = csvio_get_str(t, r, "layout_source", &src, err)))
+        return rc;
+    p->recompute = (config_recompute)rec;
+    if (strlen(sched_name) >= sizeof m->schedule)
+        return csvio_errf(t, r, "schedule", err, "'%s' is too long", sched_name);
+    snprintf(m->schedule, sizeof m->schedule, "%s", sched_name);
+    snprintf(m->source, sizeof m->source, "%s", src);
+    for (size_t j = 0; j < r; j++)
+        if (!strcasecmp(t->rows[j].cells[csvio_col(t, "name")], name))
+            return csvio_errf(t, r, "name", err, "'%s' is already defined at line %d", name, t->rows[j].line);
+    return TS_OK;
+}
+
+int catalog_models_load(const char *path, catalog_models **out, ts_err *err)
+{
+    *out = NULL;
+    char found[CATALOG_PATH_BYTES];
+    int rc = TS_OK;
+    if (!path) {
+        if ((rc = catalog_find("models.csv", found, sizeof found, err)))
+            return rc;
+        path = found;
+    }
+    csvio_table *t = NULL;
+    if ((rc = csvio_read(path, MODEL_COLS, 0, &t, err)))
+        return rc;
+    catalog_models *c = calloc(1, sizeof *c);
+    if (c)
+        c->models = calloc(t->nrows, sizeof *c->models);
+    if (!c || !c->models) {
+        rc = err_set(err, TS_ENOMEM, "%s: out of memory", path);
+        goto out;
+    }
+    c->n = t->nrows;
+    snprintf(c->path, sizeof c->path, "%s", path);
+    for (size_t r = 0; r < t->nrows && !rc; r++)
+        rc = model_row(t, r, &c->models[r], err);
+out:
+    csvio_free(t);
+    if (rc) {
+        catalog_models_free(c);
+        return rc;
+    }
+    *out = c;
+    return TS_OK;
+}
+
+const catalog_model *catalog_models_find(const catalog_models *c, const char *name)
+{
+    for (size_t i = 0; i < c->n; i++)
+        if (!strcasecmp(c->models[i].model.name, name))
+            return &c->models[i];
+    return NULL;
+}
+
+int catalog_models_lookup(const catalog_models *c, const char *name, catalog_model *out, ts_err *err)
+{
+    const catalog_model *m = catalog_models_find(c, name);
+    if (m) {
+        *out = *m;
+        return TS_OK;
+    }
+    char list[ERR_MSG_BYTES / 2] = "";
+    size_t off = 0, best = (size_t)-1;
+    const char *near = NULL;
+    for (size_t i = 0; i < c->n && off < sizeof list; i++) {
+        off += (size_t)snprintf(list + off, sizeof list - off, "%s%s", i ? ", " : "", c->models[i].model.name);
+        size_t d = opt_edit_distance(name, c->models[i].model.name);
+        if (d < best) {
+            best = d;
+            near = c->models[i].model.name;
+        }
+    }
+    return err_set(err, TS_EINVAL, "unknown model '%s'; nearest: %s (valid: %s; presets in %s)", name,
+                   near ? near : "none", list, c->path);
+}
+
+int catalog_model_preset(const char *name, catalog_model *out, ts_err *err)
+{
+    catalog_models *c = NULL;
+    int rc = catalog_models_load(NULL, &c, err);
+    if (!rc)
+        rc = catalog_models_lookup(c, name, out, err);
+    catalog_models_free(c);
+    return rc;
+}

@@ -1,0 +1,94 @@
+/* config — one validated description of a training run: model, parallelism,
+ * schedule and cluster. Filled from a model preset and Megatron-LM style
+ * flags (see flags.h), checked by config_validate().
+ *
+ * Ownership: config is a plain value; it owns no heap memory except the
+ * topology pointer, which it owns (config_free releases it).
+ */
+#ifndef TRAINSIM_CONFIG_H
+#define TRAINSIM_CONFIG_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sim/config/catalog.h"
+#include "sim/sched/sched.h"
+#include "sim/util/err.h"
+
+#define CONFIG_NAME_BYTES 64
+
+typedef enum { PREC_BF16 = 0, PREC_FP16, PREC_FP32 } config_precision;
+typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } config_recompute;
+typedef enum { RECOMPUTE_METHOD_UNIFORM = 0, RECOMPUTE_METHOD_BLOCK } config_recompute_method;
+
+/* Transformer shape (Megatron-LM names in comments). */
+typedef struct {
+    char name[CONFIG_NAME_BYTES]; /* preset name or "custom" */
+    int num_layers;               /* --num-layers */
+    int hidden_size;              /* --hidden-size */
+    int num_attention_heads;      /* --num-attention-heads */
+    int ffn_hidden_size;          /* --ffn-hidden-size (default 4h; 8h/3 rounded for SwiGLU presets) */
+    int num_query_groups;         /* --num-query-groups (= heads when no GQA) */
+    bool swiglu;                  /* --swiglu */
+    int seq_length;               /* --seq-length, tokens */
+    int padded_vocab_size;        /* --padded-vocab-size */
+    config_precision precision;   /* --bf16 / --fp16 / --fp32 (default bf16) */
+} model_config;
+
+/* Parallel layout and training step. */
+typedef struct {
+    int micro_batch_size;          /* --micro-batch-size, sequences */
+    int global_batch_size;         /* --global-batch-size, sequences */
+    int tp;                        /* --tensor-model-parallel-size */
+    int pp;                        /* --pipeline-model-parallel-size */
+    int dp;                        /* derived: gpus / (tp*pp) */
+    int vp;                        /* chunks per pipeline rank (1 = not interleaved) */
+    int layers_per_virtual_stage;  /* --num-layers-per-virtual-pipeline-stage (0 = unset) */
+    int first_stage_layers;        /* --decoder-first-pipeline-num-layers (0 = even) */
+    int last_stage_layers;         /* --decoder-last-pipeline-num-layers (0 = even) */
+    bool sequence_parallel;        /* --sequence-parallel */
+    config_recompute recompute;    /* --recompute-granularity none|selective|full */
+    config_recompute_method recompute_method; /* --recompute-method uniform|block */
+    int recompute_num_layers;      /* --recompute-num-layers (full only; 0 = all) */
+    bool distributed_optimizer;    /* --use-distributed-optimizer */
+    bool overlap_grad_reduce;      /* --overlap-grad-reduce */
+    sched_kind schedule;           /* --schedule */
+} parallel_config;
+
+struct topo;                      /* topo.h: parsed cluster topology */
+
+/* The cluster the run is placed on. */
+typedef struct {
+    int gpus;                     /* --gpus, total GPUs */
+    int gpus_per_node;            /* from the topology (8 for DGX) */
+    gpu_spec gpu;                 /* --gpu KIND (default A100-SXM4-80GB) */
+    struct topo *topology;        /* --topology FILE, or the built-in Selene-like default; owned */
+} cluster_config;
+
+typedef struct {
+    model_config model;
+    parallel_config par;
+    cluster_config cluster;
+} config;
+
+/* NULL-terminated name lists, indexed by the enums: "none", "selective",
+ * "full"; "uniform", "block"; "bf16", "fp16", "fp32". */
+extern const char *const CONFIG_RECOMPUTE_NAMES[];
+extern const char *const CONFIG_RECOMPUTE_METHOD_NAMES[];
+extern const char *const CONFIG_PRECISION_NAMES[];
+
+/* Check every cross-field rule (divisibility, ranges, fits of layers to
+ * stages, gpus = tp*pp*dp, ...). TS_EINVAL with a message that names the
+ * flag(s) and what would be valid. Derives par.dp and par.vp. */
+int config_validate(config *c, ts_err *err);
+
+/* Release what c owns (the topology). c itself is not freed. */
+void config_free(config *c);
+
+/* Micro-batches per pipeline per iteration: B / (b * d). */
+int config_num_microbatches(const config *c);
+
+/* Bytes per element of activations/weights at c's precision (2 or 4). */
+int config_dtype_bytes(const config *c);
+
+#endif

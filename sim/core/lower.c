@@ -1,0 +1,456 @@
+/* lower — schedule actions to engine tasks (see lower.h). */
+#include "sim/core/lower.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+enum { DIR_F = 0, DIR_B = 1 };
+
+typedef struct {
+    const plan *pl;
+    const sched *s;
+    engine *e;
+    ts_err *err;
+    int m, n_stages;
+    uint32_t *send_tab;   /* [dir][receiving stage][mb] -> send task */
+    uint32_t *recv_tab;   /* [dir][receiving stage][mb] -> receive task */
+    uint32_t *fwd_last;   /* [stage][mb] -> last task of F */
+    uint32_t *bwd_last;   /* [stage][mb] -> last task of B or I */
+    uint32_t *scratch;    /* task ids of the pass being instantiated */
+    int *rank_of;         /* [stage] rank that runs it */
+    /* per rank (ranks are lowered one action at a time, round robin, so
+     * that tasks running at the same simulated time sit close in memory) */
+    size_t *final_bwd;    /* [rank*v + chunk] action index of the chunk's last B/W (SIZE_MAX: none) */
+    uint32_t *grads_done; /* [rank*v + chunk] last task of that backward */
+    bool *buckets_sent;   /* [rank*v + chunk] its buckets were issued during the backward */
+    bool *reduced;        /* [rank*v + chunk] REDUCE_GRAD seen */
+    uint32_t *last_dp;    /* [rank] last task on the rank's DP stream */
+    uint32_t emb_task[2]; /* embedding-gradient all-reduce on the first / last stage's rank */
+    uint32_t emb_pred[2]; /* what each waits for locally (gradients ready) */
+    bool *optim_seen;     /* [rank] */
+    const int *rank_map;  /* pipeline rank -> engine rank (lower_sched_ranks); NULL = identity */
+} lowering;
+
+static size_t tab_idx(const lowering *L, int dir, int stage, int mb)
+{
+    return ((size_t)dir * (size_t)L->n_stages + (size_t)stage) * (size_t)L->m + (size_t)mb;
+}
+
+static int add_task(lowering *L, int rank, uint32_t step, int32_t mb, uint32_t *out)
+{
+    const plan_step *x = &L->pl->steps[step];
+    int rc = engine_task_add(L->e, L->rank_map ? L->rank_map[rank] : rank, x->stream, x->dur_ns, step, mb, out,
+                             L->err);
+    if (rc == TS_OK && (x->alloc_bytes || x->free_bytes)) /* the memory timeline needs its hooks */
+        rc = engine_task_mark(L->e, *out, L->err);
+    return rc;
+}
+
+/* Instantiate one pass of stage st for micro-batch mb on rank. Roots wait
+ * for input (ENGINE_NO_TASK: none). final: this is the chunk's last backward,
+ * so gradient buckets are issued as they complete (overlap). *last gets the
+ * pass's last task (ENGINE_NO_TASK for an empty pass). */
+static int run_pass(lowering *L, int rank, int st, int k, int32_t mb, uint32_t input, bool final,
+                    uint32_t *last)
+{
+    const plan *pl = L->pl;
+    const plan_stage *S = &pl->stages[st];
+    plan_range R = final && S->pass_final[k].n ? S->pass_final[k] : S->pass[k];
+    bool buckets = final && pl->overlap_grad_reduce && pl->d > 1 && S->n_buckets > 0 &&
+                   (k == PLAN_PASS_B || k == PLAN_PASS_W);
+    int next_bucket = 0;
+    int rc;
+    *last = ENGINE_NO_TASK;
+    for (uint32_t i = 0; i < R.n; i++) {
+        uint32_t step = R.first + i;
+        const plan_step *x = &pl->steps[step];
+        uint32_t id;
+        if ((rc = add_task(L, rank, step, mb, &id)))
+            return rc;
+        L->scratch[i] = id;
+        for (int j = 0; j < 2; j++)
+            if (x->dep[j] >= 0 && (rc = engine_dep_add(L->e, L->scratch[x->dep[j]], id, L->err)))
+                return rc;
+        if (x->root && input != ENGINE_NO_TASK && (rc = engine_dep_add(L->e, input, id, L->err)))
+            return rc;
+        for (; buckets && next_bucket <= x->dp_bucket; next_bucket++) {
+            uint32_t dp;
+            if ((rc = add_task(L, rank, S->dp_bucket0 + (uint32_t)next_bucket, -1, &dp)) ||
+                (rc = engine_dep_add(L->e, id, dp, L->err)))
+                return rc;
+            L->last_dp[rank] = dp;
+        }
+        *last = id;
+    }
+    return TS_OK;
+}
+
+static int act_err(lowering *L, int rank, size_t i, const sched_action *a, const char *what)
+{
+    return err_set(L->err, TS_EINVAL, "schedule: rank %d action %zu (%s micro-batch %d chunk %d): %s",
+                   rank, i, sched_act_name((sched_act_kind)a->kind), a->mb, a->chunk, what);
+}
+
+static int reduce_chunk(lowering *L, int rank, int chunk)
+{
+    const plan *pl = L->pl;
+    int st = sched_stage_of(L->s, rank, chunk);
+    int rc;
+    size_t rc_i = (size_t)rank * (size_t)L->s->v + (size_t)chunk;
+    L->reduced[rc_i] = true;
+    if (pl->d <= 1 || L->buckets_sent[rc_i])
+        return TS_OK;
+    uint32_t dp;
+    if ((rc = add_task(L, rank, pl->stages[st].dp_whole, -1, &dp)))
+        return rc;
+    if (L->grads_done[rc_i] != ENGINE_NO_TASK &&
+        (rc = engine_dep_add(L->e, L->grads_done[rc_i], dp, L->err)))
+        return rc;
+    L->last_dp[rank] = dp;
+    return TS_OK;
+}
+
+static int optim(lowering *L, int rank)
+{
+    const plan *pl = L->pl;
+    int rc;
+    if (pl->optim[rank] == PLAN_NO_STEP)
+        return TS_OK;
+    uint32_t id;
+    int side = rank == L->rank_of[0] ? 0 : rank == L->rank_of[L->n_stages - 1] ? 1 : -1;
+    if (pl->emb_allreduce != PLAN_NO_STEP && side >= 0) {
+        /* gradients ready: the last reduction, or the embedding chunk's last backward */
+        int chunk, r_;
+        sched_rank_chunk_of(L->s, side == 0 ? 0 : L->n_stages - 1, &r_, &chunk);
+        uint32_t pred = L->last_dp[rank] != ENGINE_NO_TASK
+                            ? L->last_dp[rank] : L->grads_done[(size_t)rank * (size_t)L->s->v + (size_t)chunk];
+        uint32_t ar;
+        if ((rc = add_task(L, rank, pl->emb_allreduce, -1, &ar)))
+            return rc;
+        if (pred != ENGINE_NO_TASK && (rc = engine_dep_add(L->e, pred, ar, L->err)))
+            return rc;
+        L->emb_task[side] = ar;
+        L->emb_pred[side] = pred;
+        L->last_dp[rank] = ar; /* the other side's readiness is added after lowering */
+    }
+    if ((rc = add_task(L, rank, pl->optim[rank], -1, &id)))
+        return rc;
+    if (L->last_dp[rank] != ENGINE_NO_TASK && (rc = engine_dep_add(L->e, L->last_dp[rank], id, L->err)))
+        return rc;
+    if (pl->param_gather[rank] != PLAN_NO_STEP) {
+        uint32_t ag;
+        if ((rc = add_task(L, rank, pl->param_gather[rank], -1, &ag)) ||
+            (rc = engine_dep_add(L->e, id, ag, L->err)))
+            return rc;
+        L->last_dp[rank] = ag;
+    }
+    return TS_OK;
+}
+
+/* Whether stage st runs on rank r (its data needs no transfer). */
+static bool local_input(const lowering *L, int r, int st)
+{
+    return L->rank_of[st] == r;
+}
+
+/* Before the first action of rank r: find each chunk's last backward. */
+static void rank_prepare(lowering *L, int r)
+{
+    const sched_action *acts = L->s->actions[r];
+    size_t n = L->s->n_actions[r], base = (size_t)r * (size_t)L->s->v;
+    int v = L->s->v;
+    L->last_dp[r] = ENGINE_NO_TASK;
+    L->optim_seen[r] = false;
+    for (int c = 0; c < v; c++) {
+        L->final_bwd[base + c] = SIZE_MAX;
+        L->grads_done[base + c] = ENGINE_NO_TASK;
+        L->buckets_sent[base + c] = L->reduced[base + c] = false;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const sched_action *a = &acts[i];
+        if ((a->kind == ACT_B || a->kind == ACT_W || a->kind == ACT_I) && a->chunk >= 0 && a->chunk < v) {
+            size_t prev = L->final_bwd[base + a->chunk];
+            if (a->kind != ACT_I || prev == SIZE_MAX || acts[prev].kind == ACT_I)
+                L->final_bwd[base + a->chunk] = i;
+        }
+    }
+}
+
+/* Lower action i of rank r. */
+static int rank_action(lowering *L, int r, size_t i)
+{
+    const sched *s = L->s;
+    const plan *pl = L->pl;
+    const sched_action *a = &s->actions[r][i];
+    int v = s->v, last_stage = L->n_stages - 1;
+    size_t base = (size_t)r * (size_t)v;
+    int rc = TS_OK;
+    bool needs_mb = a->kind != ACT_REDUCE_GRAD && a->kind != ACT_OPTIM;
+    if (a->kind != ACT_OPTIM && (a->chunk < 0 || a->chunk >= v))
+        return act_err(L, r, i, a, "chunk out of range");
+    if (needs_mb && (a->mb < 0 || a->mb >= L->m))
+        return act_err(L, r, i, a, "micro-batch out of range");
+    int st = a->kind == ACT_OPTIM ? -1 : sched_stage_of(s, r, a->chunk);
+    const plan_stage *S = st >= 0 ? &pl->stages[st] : NULL;
+    uint32_t id, last;
+    switch ((sched_act_kind)a->kind) {
+    case ACT_F: {
+        uint32_t in = ENGINE_NO_TASK;
+        if (st > 0 && local_input(L, r, st - 1))
+            in = L->fwd_last[(size_t)(st - 1) * L->m + a->mb]; /* V placement: same rank */
+        else if (st > 0)
+            in = L->recv_tab[tab_idx(L, DIR_F, st, a->mb)];
+        if (st > 0 && in == ENGINE_NO_TASK)
+            return act_err(L, r, i, a, "no RECV_F (or local forward) of its input before it");
+        if ((rc = run_pass(L, r, st, PLAN_PASS_F, a->mb, in, false, &last)))
+            return rc;
+        L->fwd_last[(size_t)st * L->m + a->mb] = last;
+        break;
+    }
+    case ACT_B:
+    case ACT_I:
+    case ACT_W: {
+        uint32_t in = ENGINE_NO_TASK;
+        int k = a->kind == ACT_B ? PLAN_PASS_B : a->kind == ACT_I ? PLAN_PASS_I : PLAN_PASS_W;
+        if (a->kind != ACT_W && st < last_stage) {
+            if (local_input(L, r, st + 1))
+                in = L->bwd_last[(size_t)(st + 1) * L->m + a->mb];
+            else
+                in = L->recv_tab[tab_idx(L, DIR_B, st, a->mb)];
+            if (in == ENGINE_NO_TASK)
+                return act_err(L, r, i, a, "no RECV_B (or local backward) of its output gradient before it");
+        }
+        bool final = L->final_bwd[base + a->chunk] == i;
+        if ((rc = run_pass(L, r, st, k, a->mb, in, final, &last)))
+            return rc;
+        if (a->kind != ACT_W)
+            L->bwd_last[(size_t)st * L->m + a->mb] = last;
+        if (final) {
+            L->grads_done[base + a->chunk] = last;
+            L->buckets_sent[base + a->chunk] = pl->overlap_grad_reduce && pl->d > 1 &&
+                                               S->n_buckets > 0 && a->kind != ACT_I;
+        }
+        break;
+    }
+    case ACT_SEND_F:
+    case ACT_SEND_B: {
+        bool fwd = a->kind == ACT_SEND_F;
+        int to = fwd ? st + 1 : st - 1;
+        if (to < 0 || to > last_stage)
+            return act_err(L, r, i, a, "sends beyond the first or last stage");
+        if (a->peer != L->rank_of[to])
+            return act_err(L, r, i, a, "peer is not the rank of the neighbour stage");
+        uint32_t src = (fwd ? L->fwd_last : L->bwd_last)[(size_t)st * L->m + a->mb];
+        if (src == ENGINE_NO_TASK)
+            return act_err(L, r, i, a, fwd ? "comes before its F" : "comes before its B or I");
+        size_t k = tab_idx(L, fwd ? DIR_F : DIR_B, to, a->mb);
+        if (L->send_tab[k] != ENGINE_NO_TASK)
+            return act_err(L, r, i, a, "sent twice");
+        if ((rc = add_task(L, r, fwd ? S->send_f : S->send_b, a->mb, &id)) ||
+            (rc = engine_dep_add(L->e, src, id, L->err)))
+            return rc;
+        L->send_tab[k] = id;
+        if (L->recv_tab[k] != ENGINE_NO_TASK) /* match now, while both are in cache */
+            rc = engine_task_join(L->e, L->recv_tab[k], id, L->err);
+        break;
+    }
+    case ACT_RECV_F:
+    case ACT_RECV_B: {
+        bool fwd = a->kind == ACT_RECV_F;
+        int from = fwd ? st - 1 : st + 1;
+        if (from < 0 || from > last_stage)
+            return act_err(L, r, i, a, "receives from beyond the first or last stage");
+        if (a->peer != L->rank_of[from])
+            return act_err(L, r, i, a, "peer is not the rank of the neighbour stage");
+        size_t k = tab_idx(L, fwd ? DIR_F : DIR_B, st, a->mb);
+        if (L->recv_tab[k] != ENGINE_NO_TASK)
+            return act_err(L, r, i, a, "received twice");
+        if ((rc = add_task(L, r, fwd ? S->recv_f : S->recv_b, a->mb, &id)))
+            return rc;
+        L->recv_tab[k] = id;
+        if (L->send_tab[k] != ENGINE_NO_TASK)
+            rc = engine_task_join(L->e, id, L->send_tab[k], L->err);
+        break;
+    }
+    case ACT_REDUCE_GRAD:
+        if (L->reduced[base + a->chunk])
+            return act_err(L, r, i, a, "the chunk's gradients are reduced twice");
+        rc = reduce_chunk(L, r, a->chunk);
+        break;
+    case ACT_OPTIM:
+        if (L->optim_seen[r])
+            return act_err(L, r, i, a, "a second optimizer step");
+        for (int c = 0; c < v && rc == TS_OK; c++)
+            if (!L->reduced[base + c])
+                rc = reduce_chunk(L, r, c);
+        if (rc == TS_OK)
+            rc = optim(L, r);
+        L->optim_seen[r] = true;
+        break;
+    default:
+        return act_err(L, r, i, a, "unknown action kind");
+    }
+    return rc;
+}
+
+/* After the last action of rank r: reductions and optimizer step the
+ * schedule did not list. */
+static int rank_finish(lowering *L, int r)
+{
+    int rc = TS_OK;
+    size_t base = (size_t)r * (size_t)L->s->v;
+    if (L->optim_seen[r])
+        return TS_OK;
+    for (int c = 0; c < L->s->v && rc == TS_OK; c++)
+        if (!L->reduced[base + c])
+            rc = reduce_chunk(L, r, c);
+    return rc == TS_OK ? optim(L, r) : rc;
+}
+
+/* Tasks and edges the schedule will need (to size the engine once). */
+static void count_tasks(const plan *pl, const sched *s, uint64_t *tasks)
+{
+    uint64_t n = 0;
+    for (int r = 0; r < s->p; r++) {
+        for (size_t i = 0; i < s->n_actions[r]; i++) {
+            const sched_action *a = &s->actions[r][i];
+            if (a->chunk < 0 || a->chunk >= s->v)
+                continue;
+            int st = sched_stage_of(s, r, a->chunk);
+            switch (a->kind) {
+            case ACT_F: n += pl->stages[st].pass[PLAN_PASS_F].n; break;
+            case ACT_B: n += pl->stages[st].pass[PLAN_PASS_B].n; break;
+            case ACT_I: n += pl->stages[st].pass[PLAN_PASS_I].n; break;
+            case ACT_W: n += pl->stages[st].pass[PLAN_PASS_W].n; break;
+            default: n += 1; break;
+            }
+        }
+        n += 2 + (uint64_t)s->v * 8;
+    }
+    *tasks = n;
+}
+
+static int lower_into(const plan *pl, const sched *s, engine *e, const int *rank_map, ts_err *err);
+
+int lower_sched(const plan *pl, const sched *s, engine *e, ts_err *err)
+{
+    if (engine_n_ranks(e) != s->p || engine_streams_per_rank(e) != PLAN_STREAMS ||
+        engine_task_count(e) != 0)
+        return err_set(err, TS_EINVAL, "lower: engine must be empty with %d ranks of %d streams",
+                       s->p, PLAN_STREAMS);
+    return lower_into(pl, s, e, NULL, err);
+}
+
+int lower_sched_ranks(const plan *pl, const sched *s, engine *e, const int *engine_rank, ts_err *err)
+{
+    if (engine_streams_per_rank(e) != PLAN_STREAMS)
+        return err_set(err, TS_EINVAL, "lower: engine must have %d streams per rank", PLAN_STREAMS);
+    for (int r = 0; r < s->p; r++)
+        if (engine_rank[r] < 0 || engine_rank[r] >= engine_n_ranks(e))
+            return err_set(err, TS_EINVAL, "lower: pipeline rank %d mapped to engine rank %d, not in 0..%d", r,
+                           engine_rank[r], engine_n_ranks(e) - 1);
+    return lower_into(pl, s, e, engine_rank, err);
+}
+
+static int lower_into(const plan *pl, const sched *s, engine *e, const int *rank_map, ts_err *err)
+{
+    if (pl->p != s->p || pl->v != s->v)
+        return err_set(err, TS_EINVAL, "lower: plan for p=%d v=%d, schedule p=%d v=%d", pl->p, pl->v,
+                       s->p, s->v);
+    if (s->m < 1)
+        return err_set(err, TS_EINVAL, "lower: schedule has %d micro-batches", s->m);
+    lowering L = {.pl = pl, .s = s, .e = e, .err = err, .m = s->m, .n_stages = s->p * s->v, .rank_map = rank_map,
+                  .emb_task = {ENGINE_NO_TASK, ENGINE_NO_TASK}, .emb_pred = {ENGINE_NO_TASK, ENGINE_NO_TASK}};
+    size_t tab = 2 * (size_t)L.n_stages * (size_t)L.m, half = tab / 2;
+    L.send_tab = malloc(tab * sizeof *L.send_tab);
+    L.recv_tab = malloc(tab * sizeof *L.recv_tab);
+    L.fwd_last = malloc(half * sizeof *L.fwd_last);
+    L.bwd_last = malloc(half * sizeof *L.bwd_last);
+    L.scratch = malloc(((size_t)pl->max_pass_steps + 1) * sizeof *L.scratch);
+    L.rank_of = malloc((size_t)L.n_stages * sizeof *L.rank_of);
+    size_t pv = (size_t)s->p * (size_t)s->v;
+    L.final_bwd = malloc(pv * sizeof *L.final_bwd);
+    L.grads_done = malloc(pv * sizeof *L.grads_done);
+    L.buckets_sent = malloc(pv * sizeof *L.buckets_sent);
+    L.reduced = malloc(pv * sizeof *L.reduced);
+    L.last_dp = malloc((size_t)s->p * sizeof *L.last_dp);
+    L.optim_seen = malloc((size_t)s->p * sizeof *L.optim_seen);
+    int rc = TS_OK;
+    if (!L.send_tab || !L.recv_tab || !L.fwd_last || !L.bwd_last || !L.scratch || !L.rank_of || !L.final_bwd ||
+        !L.grads_done || !L.buckets_sent || !L.reduced || !L.last_dp || !L.optim_seen) {
+        rc = err_set(err, TS_ENOMEM, "lower: out of memory for %d stages x %d micro-batches",
+                     L.n_stages, L.m);
+        goto done;
+    }
+    for (int st = 0; st < L.n_stages; st++) {
+        int chunk;
+        sched_rank_chunk_of(s, st, &L.rank_of[st], &chunk);
+    }
+    memset(L.send_tab, 0xff, tab * sizeof *L.send_tab);
+    memset(L.recv_tab, 0xff, tab * sizeof *L.recv_tab);
+    memset(L.fwd_last, 0xff, half * sizeof *L.fwd_last);
+    memset(L.bwd_last, 0xff, half * sizeof *L.bwd_last);
+    uint64_t n_tasks;
+    count_tasks(pl, s, &n_tasks);
+    n_tasks += engine_task_count(e); /* lower_sched_ranks: earlier replicas */
+    if (n_tasks > 0x7fffffffULL) {
+        rc = err_set(err, TS_EINVAL, "lower: %llu tasks exceed the engine's limit",
+                     (unsigned long long)n_tasks);
+        goto done;
+    }
+    if ((rc = engine_reserve(e, (uint32_t)n_tasks, (uint32_t)(n_tasks + n_tasks / 2), err)))
+        goto done;
+    for (int r = 0; r < s->p; r++)
+        rank_prepare(&L, r);
+    /* round robin over ranks, one action each */
+    for (size_t i = 0, more = 1; more && rc == TS_OK; i++) {
+        more = 0;
+        for (int r = 0; r < s->p && rc == TS_OK; r++)
+            if (i < s->n_actions[r]) {
+                rc = rank_action(&L, r, i);
+                more = 1;
+            }
+    }
+    for (int r = 0; r < s->p && rc == TS_OK; r++)
+        rc = rank_finish(&L, r);
+    /* the embedding all-reduce ends together: each side also waits for the
+     * other's gradients */
+    if (rc == TS_OK && L.emb_task[0] != ENGINE_NO_TASK && L.emb_task[1] != ENGINE_NO_TASK) {
+        if (L.emb_pred[1] != ENGINE_NO_TASK)
+            rc = engine_dep_add(e, L.emb_pred[1], L.emb_task[0], err);
+        if (rc == TS_OK && L.emb_pred[0] != ENGINE_NO_TASK)
+            rc = engine_dep_add(e, L.emb_pred[0], L.emb_task[1], err);
+    }
+    for (int dir = 0; dir < 2 && rc == TS_OK; dir++)
+        for (int st = 0; st < L.n_stages && rc == TS_OK; st++)
+            for (int mb = 0; mb < L.m && rc == TS_OK; mb++) {
+                size_t k = tab_idx(&L, dir, st, mb);
+                uint32_t snd = L.send_tab[k], rcv = L.recv_tab[k];
+                if (snd == ENGINE_NO_TASK && rcv == ENGINE_NO_TASK)
+                    continue;
+                if (snd == ENGINE_NO_TASK || rcv == ENGINE_NO_TASK) {
+                    rc = err_set(err, TS_EINVAL,
+                                 "schedule: %s of micro-batch %d into stage %d has no matching %s",
+                                 snd == ENGINE_NO_TASK ? (dir == DIR_F ? "RECV_F" : "RECV_B")
+                                                       : (dir == DIR_F ? "SEND_F" : "SEND_B"),
+                                 mb, st,
+                                 snd == ENGINE_NO_TASK ? (dir == DIR_F ? "SEND_F" : "SEND_B")
+                                                       : (dir == DIR_F ? "RECV_F" : "RECV_B"));
+                    break;
+                }
+            }
+done:
+    free(L.send_tab);
+    free(L.recv_tab);
+    free(L.fwd_last);
+    free(L.bwd_last);
+    free(L.scratch);
+    free(L.rank_of);
+    free(L.final_bwd);
+    free(L.grads_done);
+    free(L.buckets_sent);
+    free(L.reduced);
+    free(L.last_dp);
+    free(L.optim_seen);
+    return rc;
+}

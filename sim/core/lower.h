@@ -1,0 +1,49 @@
+/* lower — turns a schedule's actions into engine tasks, rank by rank.
+ *
+ * For each pipeline rank r and each action of sched->actions[r], in order:
+ *   F/B/I/W (mb, chunk)  the steps of the chunk's stage pass (plan.h), one task
+ *                        each on its stream; the pass's first step per stream
+ *                        waits for the receive of its input (RECV_F for F,
+ *                        RECV_B for B and I, except on the last stage), or,
+ *                        when the neighbour stage is on the same rank (ZB-V's
+ *                        V placement), for that stage's pass directly;
+ *   SEND_F/SEND_B        one transfer task on the pipeline-send stream after
+ *                        the pass that produced the data;
+ *   RECV_F/RECV_B        a task on the pipeline-receive stream joined to the
+ *                        matching send (engine_task_join): it ends when the
+ *                        transfer ends;
+ *   REDUCE_GRAD (chunk)  the data-parallel reduction of the chunk's gradients
+ *                        after its last backward; with --overlap-grad-reduce
+ *                        its buckets were already issued during that backward,
+ *                        each as soon as the bucket's weight gradients exist;
+ *   OPTIM                the optimizer step once every reduction of the rank
+ *                        is done, then (distributed optimizer) the parameter
+ *                        all-gather.
+ * REDUCE_GRAD and OPTIM are added at the end of a rank's actions if the
+ * schedule has none. Sends and receives are matched by (direction,
+ * micro-batch, receiving stage); an unmatched one, or a pass whose input was
+ * not received before it, is TS_EINVAL naming the rank, action index and
+ * what is missing.
+ *
+ * Every task's tag is its plan step index and its mb the micro-batch (-1 for
+ * reductions and the optimizer).
+ */
+#ifndef TRAINSIM_LOWER_H
+#define TRAINSIM_LOWER_H
+
+#include "sim/core/engine.h"
+#include "sim/util/err.h"
+#include "sim/core/plan.h"
+#include "sim/sched/sched.h"
+
+/* Add the tasks of schedule s, with the steps of plan pl, to engine e, which
+ * must have s->p ranks of PLAN_STREAMS streams and no tasks yet. */
+int lower_sched(const plan *pl, const sched *s, engine *e, ts_err *err);
+
+/* The same for one replica of the pipeline inside a larger engine (the
+ * network model's --full mode, net_simulate.h): pipeline rank r becomes
+ * engine rank engine_rank[r]; e may have any number of ranks (of
+ * PLAN_STREAMS streams) and may already hold the tasks of other replicas. */
+int lower_sched_ranks(const plan *pl, const sched *s, engine *e, const int *engine_rank, ts_err *err);
+
+#endif

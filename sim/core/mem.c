@@ -1,0 +1,200 @@
+/* mem — memory timeline per rank (see mem.h). */
+#include "sim/core/mem.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int64_t t_ns;
+    uint64_t seq;
+    int64_t delta;
+    int cat;
+} mem_ev;
+
+typedef struct {
+    mem_ev *pend;            /* future changes: a min-heap on (t_ns, seq) */
+    size_t n_pend, cap_pend;
+    uint64_t seq;
+    int64_t live[MEM_CATS];
+    int64_t cat_peak[MEM_CATS];
+    int64_t total, peak, peak_t_ns;
+    int64_t at_peak[MEM_CATS];
+    mem_sample *samples;
+    size_t n_samples, cap_samples;
+} rank_mem;
+
+struct mem_tracker {
+    int n_ranks;
+    bool keep_samples;
+    bool done;
+    rank_mem *r;
+    int status;
+    int bad_rank, bad_cat;
+    int64_t bad_t_ns, bad_bytes;
+};
+
+int mem_create(int n_ranks, bool keep_samples, mem_tracker **out, ts_err *err)
+{
+    *out = NULL;
+    if (n_ranks < 1)
+        return err_set(err, TS_EINVAL, "mem: %d ranks; valid: >= 1", n_ranks);
+    mem_tracker *m = calloc(1, sizeof *m);
+    if (!m || !(m->r = calloc((size_t)n_ranks, sizeof *m->r))) {
+        free(m);
+        return err_set(err, TS_ENOMEM, "mem: out of memory for %d ranks", n_ranks);
+    }
+    m->n_ranks = n_ranks;
+    m->keep_samples = keep_samples;
+    *out = m;
+    return TS_OK;
+}
+
+void mem_free(mem_tracker *m)
+{
+    if (!m)
+        return;
+    for (int i = 0; i < m->n_ranks; i++) {
+        free(m->r[i].pend);
+        free(m->r[i].samples);
+    }
+    free(m->r);
+    free(m);
+}
+
+static void fail(mem_tracker *m, int code)
+{
+    if (m->status == TS_OK)
+        m->status = code;
+}
+
+/* Apply one change now. */
+static void apply(mem_tracker *m, int rank, const mem_ev *e)
+{
+    rank_mem *R = &m->r[rank];
+    R->live[e->cat] += e->delta;
+    R->total += e->delta;
+    if (R->live[e->cat] < 0 && m->status == TS_OK) {
+        m->status = TS_ESTATE;
+        m->bad_rank = rank;
+        m->bad_cat = e->cat;
+        m->bad_t_ns = e->t_ns;
+        m->bad_bytes = R->live[e->cat];
+    }
+    if (R->live[e->cat] > R->cat_peak[e->cat])
+        R->cat_peak[e->cat] = R->live[e->cat];
+    if (R->total > R->peak) {
+        R->peak = R->total;
+        R->peak_t_ns = e->t_ns;
+        memcpy(R->at_peak, R->live, sizeof R->at_peak);
+    }
+    if (!m->keep_samples)
+        return;
+    if (R->n_samples > 0 && R->samples[R->n_samples - 1].t_ns == e->t_ns) {
+        R->samples[R->n_samples - 1].bytes = R->total;
+        return;
+    }
+    if (R->n_samples == R->cap_samples) {
+        size_t nc = R->cap_samples ? R->cap_samples * 2 : 256;
+        mem_sample *q = realloc(R->samples, nc * sizeof *q);
+        if (!q) {
+            fail(m, TS_ENOMEM);
+            return;
+        }
+        R->samples = q;
+        R->cap_samples = nc;
+    }
+    R->samples[R->n_samples++] = (mem_sample){e->t_ns, R->total};
+}
+
+static bool ev_less(const mem_ev *a, const mem_ev *b)
+{
+    return a->t_ns < b->t_ns || (a->t_ns == b->t_ns && a->seq < b->seq);
+}
+
+/* Apply the pending changes of rank due at or before t_ns, in order. */
+static void flush(mem_tracker *m, int rank, int64_t t_ns)
+{
+    rank_mem *R = &m->r[rank];
+    while (R->n_pend > 0 && R->pend[0].t_ns <= t_ns) {
+        mem_ev top = R->pend[0], last = R->pend[--R->n_pend];
+        size_t i = 0, n = R->n_pend;
+        for (;;) {
+            size_t c = 2 * i + 1;
+            if (c >= n)
+                break;
+            if (c + 1 < n && ev_less(&R->pend[c + 1], &R->pend[c]))
+                c++;
+            if (!ev_less(&R->pend[c], &last))
+                break;
+            R->pend[i] = R->pend[c];
+            i = c;
+        }
+        if (n > 0)
+            R->pend[i] = last;
+        apply(m, rank, &top);
+    }
+}
+
+void mem_add(mem_tracker *m, int rank, int cat, int64_t delta_bytes, int64_t t_ns, int64_t now_ns)
+{
+    if (delta_bytes == 0 || rank < 0 || rank >= m->n_ranks || cat < 0 || cat >= MEM_CATS || m->done)
+        return;
+    rank_mem *R = &m->r[rank];
+    flush(m, rank, now_ns);
+    mem_ev e = {t_ns, R->seq++, delta_bytes, cat};
+    if (t_ns <= now_ns) {
+        apply(m, rank, &e);
+        return;
+    }
+    if (R->n_pend == R->cap_pend) {
+        size_t nc = R->cap_pend ? R->cap_pend * 2 : 64;
+        mem_ev *q = realloc(R->pend, nc * sizeof *q);
+        if (!q) {
+            fail(m, TS_ENOMEM);
+            return;
+        }
+        R->pend = q;
+        R->cap_pend = nc;
+    }
+    size_t i = R->n_pend++;
+    while (i > 0 && ev_less(&e, &R->pend[(i - 1) / 2])) {
+        R->pend[i] = R->pend[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
+    R->pend[i] = e;
+}
+
+int mem_check(mem_tracker *m, ts_err *err)
+{
+    if (!m->done) {
+        for (int r = 0; r < m->n_ranks; r++)
+            flush(m, r, INT64_MAX);
+        m->done = true;
+    }
+    if (m->status == TS_ESTATE)
+        return err_set(err, TS_ESTATE, "mem: rank %d %s fell to %lld bytes at %lld ns (freed more than allocated)",
+                       m->bad_rank, mem_cat_name(m->bad_cat), (long long)m->bad_bytes,
+                       (long long)m->bad_t_ns);
+    if (m->status == TS_ENOMEM)
+        return err_set(err, TS_ENOMEM, "mem: out of memory for the memory timeline");
+    return TS_OK;
+}
+
+int64_t mem_live_bytes(const mem_tracker *m, int rank, int cat) { return m->r[rank].live[cat]; }
+int64_t mem_peak_bytes(const mem_tracker *m, int rank) { return m->r[rank].peak; }
+int64_t mem_peak_time_ns(const mem_tracker *m, int rank) { return m->r[rank].peak_t_ns; }
+int64_t mem_peak_cat_bytes(const mem_tracker *m, int rank, int cat) { return m->r[rank].at_peak[cat]; }
+int64_t mem_cat_peak_bytes(const mem_tracker *m, int rank, int cat) { return m->r[rank].cat_peak[cat]; }
+
+const mem_sample *mem_samples(const mem_tracker *m, int rank, size_t *n)
+{
+    *n = m->r[rank].n_samples;
+    return m->r[rank].samples;
+}
+
+const char *mem_cat_name(int cat)
+{
+    static const char *const names[MEM_CATS] = {"weights", "gradients", "optimizer", "activations",
+                                                "p2p-buffers"};
+    return cat >= 0 && cat < MEM_CATS ? names[cat] : "?";
+}

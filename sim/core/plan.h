@@ -1,0 +1,173 @@
+/* plan — task templates of one training iteration, per pipeline stage.
+ *
+ * Lowering is two-step. plan_build() turns the model into "steps": for each
+ * pipeline stage and each pass (F, B, I, W) the ops of the stage's layers
+ * (layer.h) — embedding on stage 0, output layer and loss on the last stage,
+ * recomputation folded into B and I per the recompute mode — costed on the GPU
+ * (cost.h, commcost.h) and merged: consecutive compute ops that wait for
+ * nothing new become one step on the compute stream, each collective is one
+ * step on its communication stream, with the dependencies layer.h gives
+ * (forward all-reduces on the critical path, backward ones overlapped with
+ * the weight-gradient GEMM). It also plans the pipeline transfers between
+ * stages, the data-parallel gradient reduction (whole, or in buckets during
+ * the last backward with --overlap-grad-reduce), the optimizer step and the
+ * static memory of each rank. lower.h then instantiates the steps once per
+ * IR action. A step is the unit the engine runs: its index is the engine
+ * task's tag, so reports and traces find every task's description here.
+ *
+ * Ownership: plan_build/plan_uniform return a plan the caller frees with
+ * plan_free(); names point to static strings.
+ */
+#ifndef TRAINSIM_PLAN_H
+#define TRAINSIM_PLAN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sim/model/commcost.h"
+#include "sim/config/config.h"
+#include "sim/model/cost.h"
+#include "sim/util/err.h"
+#include "sim/sched/sched.h"
+
+/* Streams of every simulated GPU. Each collective group has its own NCCL
+ * communicator and stream in Megatron-LM, so TP, PP and DP traffic can
+ * overlap each other as well as compute. Receives from the previous and from
+ * the next stage are independent (posted together, as batched isend/irecv),
+ * each in micro-batch order. */
+typedef enum {
+    PLAN_STREAM_COMPUTE = 0,
+    PLAN_STREAM_TP,      /* tensor-parallel collectives */
+    PLAN_STREAM_PP_SEND, /* pipeline sends */
+    PLAN_STREAM_PP_RECV_F, /* pipeline receives of activations (from the previous stage) */
+    PLAN_STREAM_PP_RECV_B, /* pipeline receives of gradients (from the next stage) */
+    PLAN_STREAM_DP,      /* data-parallel gradient reduction, parameter all-gather */
+    PLAN_STREAMS
+} plan_stream;
+
+/* What a step's time counts as in the report. */
+typedef enum {
+    PLAN_CAT_FWD = 0, /* forward compute */
+    PLAN_CAT_BWD,     /* backward compute (B, I and W) */
+    PLAN_CAT_RECOMP,  /* recomputed forward */
+    PLAN_CAT_OPTIM,   /* optimizer step */
+    PLAN_CAT_TP,      /* tensor-parallel communication */
+    PLAN_CAT_PP,      /* pipeline communication */
+    PLAN_CAT_DP,      /* data-parallel communication */
+    PLAN_CAT_COUNT
+} plan_cat;
+
+#define PLAN_NO_STEP UINT32_MAX
+
+/* A piece of a collapsed step (see plan_opts.inline_tp): one merged run of
+ * compute ops or one collective, at a fixed offset from the step's start. */
+typedef struct {
+    const char *name;      /* static */
+    uint8_t stream;        /* PLAN_STREAM_COMPUTE or PLAN_STREAM_TP: the trace track */
+    uint8_t cat;           /* plan_cat */
+    int64_t offset_ns;     /* from the step's start */
+    int64_t dur_ns;
+    double flops;
+    int64_t comm_bytes;
+} plan_seg;
+
+/* A memory change at a fixed offset from a step's start. */
+typedef struct {
+    int64_t offset_ns;
+    int64_t delta_bytes;   /* > 0 allocation, < 0 free (activations) */
+} plan_mem_ev;
+
+typedef struct {
+    const char *name;      /* static, e.g. "F", "tp.all-reduce", "send.F" */
+    uint8_t stream;        /* plan_stream */
+    uint8_t cat;           /* plan_cat */
+    bool root;             /* first step of its stream in its pass: waits for the pass's inputs */
+    int16_t dp_bucket;     /* >= 0: bucket of gradients complete when this step ends (overlap) */
+    int32_t stage;         /* pipeline stage (global id) */
+    int32_t dep[2];        /* earlier steps of the same pass (relative index) it waits for; -1 none */
+    int64_t dur_ns;        /* duration on the engine */
+    double flops;          /* GEMM flops one TP rank executes */
+    int64_t comm_bytes;    /* collective size, commcost convention (communication steps) */
+    int64_t alloc_bytes;   /* activation bytes allocated when the step starts */
+    int64_t free_bytes;    /* activation bytes freed when the step ends */
+    /* collapsed steps (seg_n > 0): the segments that make them up, the time
+     * within them when only tensor-parallel communication runs, and their
+     * memory changes (replacing alloc_bytes / free_bytes) */
+    uint32_t seg_first, seg_n;
+    int64_t tp_exposed_ns;
+    uint32_t mem_first, mem_n;
+} plan_step;
+
+/* A contiguous range of steps: [first, first + n). */
+typedef struct {
+    uint32_t first, n;
+} plan_range;
+
+/* Pass indices of plan_stage.pass[]. */
+enum { PLAN_PASS_F = 0, PLAN_PASS_B, PLAN_PASS_I, PLAN_PASS_W, PLAN_PASSES };
+
+typedef struct {
+    plan_range pass[PLAN_PASSES];  /* F, B (whole backward), I, W */
+    plan_range pass_final[PLAN_PASSES]; /* B and W split where gradient buckets close,
+                                      for the chunk's last backward (n = 0: use pass) */
+    uint32_t send_f, send_b;       /* transfer to the next / previous stage (PLAN_NO_STEP at the ends) */
+    uint32_t recv_f, recv_b;       /* the matching receives on this stage */
+    uint32_t dp_whole;             /* gradient reduction of the whole stage (no overlap) */
+    uint32_t dp_bucket0;           /* first of n_buckets bucket reductions (overlap) */
+    int n_buckets;
+    int64_t params;                /* parameters one TP rank holds for this stage */
+    int64_t p2p_bytes;             /* message per micro-batch to a neighbour stage */
+} plan_stage;
+
+typedef struct {
+    int n_stages;                  /* p * v */
+    int p, v;
+    plan_stage *stages;            /* n_stages */
+    plan_step *steps;              /* every step; a task's tag indexes this */
+    uint32_t n_steps, cap_steps;
+    plan_seg *segs;                /* segments of collapsed steps */
+    uint32_t n_segs, cap_segs;
+    plan_mem_ev *mem_evs;          /* memory changes of collapsed steps */
+    uint32_t n_mem_evs, cap_mem_evs;
+    uint32_t *optim;               /* p: optimizer step per rank (PLAN_NO_STEP if none) */
+    uint32_t *param_gather;        /* p: parameter all-gather after it (distributed optimizer) */
+    uint32_t emb_allreduce;        /* all-reduce of the tied word-embedding gradient between the
+                                      first and the last stage's ranks, before their optimizer
+                                      step (Megatron-LM's embedding group); PLAN_NO_STEP if one
+                                      rank holds both */
+    int64_t *weights_bytes;        /* p: static memory per rank */
+    int64_t *grads_bytes;
+    int64_t *optim_bytes;
+    int64_t p2p_buffer_bytes;      /* receive buffer held from a receive until its pass starts */
+    int d;                         /* data-parallel size (1: no reduction steps) */
+    bool overlap_grad_reduce;
+    bool distributed_optimizer;
+    uint32_t max_pass_steps;       /* longest pass range (scratch size for lowering) */
+} plan;
+
+/* A plan for tests of the closed forms: every stage's F, B, I, W is one
+ * compute step of f_ns, b_ns (= i_ns + w_ns), i_ns, w_ns, transfers take
+ * p2p_ns, no data parallelism, no optimizer; activation alloc at F of
+ * act_bytes, freed by B or W. */
+int plan_uniform(const sched *s, int64_t f_ns, int64_t i_ns, int64_t w_ns, int64_t p2p_ns,
+                 int64_t act_bytes, plan **out, ts_err *err);
+
+void plan_free(plan *pl); /* NULL allowed */
+
+/* Builder helpers (plan.c), used by plan_build (plan_build.c) and tests:
+ * plan_alloc: an empty plan for p ranks of v chunks (every step index
+ * PLAN_NO_STEP, d = 1); plan_step_init: a step with no deps, bucket or
+ * memory; plan_push_step: append a copy, *out = its index; plan_add_transfers:
+ * the send/receive steps of every stage boundary (dur_ns each, bytes the
+ * message). TS_ENOMEM on allocation failure. */
+int plan_alloc(int p, int v, plan **out);
+plan_step plan_step_init(const char *name, int stream, int cat, int stage, int64_t dur_ns);
+int plan_push_step(plan *pl, const plan_step *s, uint32_t *out);
+int plan_add_transfers(plan *pl, int64_t dur_ns, int64_t bytes);
+
+/* Names for reports: "compute", "tp", "pp-send", "pp-recv-fwd", "pp-recv-bwd", "dp"; "forward",
+ * "backward", "recompute", "optimizer", "tp", "pp", "dp". */
+const char *plan_stream_name(int s);
+const char *plan_cat_name(int c);
+
+#endif

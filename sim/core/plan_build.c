@@ -1,0 +1,652 @@
+/* plan_build — the plan of a configuration from the layer ops (see plan.h). */
+#include "sim/core/plan_build.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim/model/flops.h"
+#include "sim/model/layer.h"
+
+/* Megatron-LM's default gradient bucket with --overlap-grad-reduce:
+ * max(40M, 1M * dp) parameters (megatron/core/distributed/
+ * distributed_data_parallel.py, bucket_size default). */
+#define PLAN_BUCKET_MIN_PARAMS 40000000LL
+#define PLAN_BUCKET_PARAMS_PER_DP 1000000LL
+
+/* Bytes the Adam step moves per parameter of the local shard with mixed
+ * precision: read the fp32 gradient twice (norm for clipping, then Adam: 8),
+ * read and write the fp32 master weight, momentum and variance (24), write
+ * the 16-bit weight (2) — apex/TE fused multi-tensor Adam, counted by us. */
+#define PLAN_ADAM_BYTES_PER_PARAM 34
+/* Same in fp32 training: no master copy; read grad twice (8), m, v, weight
+ * read + write (24). */
+#define PLAN_ADAM_BYTES_PER_PARAM_FP32 32
+
+/* ---------------------------------------------------------------- plan_build */
+
+/* Builds one pass of one stage: op lists appended in program order. */
+typedef struct {
+    plan *pl;
+    const cost_model *cm;
+    const commcost_params *cc;
+    commcost_group tp_group;
+    uint32_t base;      /* first step of the pass */
+    int32_t open;       /* open compute step (relative), -1 if none */
+    int32_t prev_last;  /* step of the previous list's last op (relative) */
+    bool seen[PLAN_STREAMS];
+    int stage;
+} pass_builder;
+
+static void pb_start(pass_builder *b, int stage)
+{
+    b->base = b->pl->n_steps;
+    b->open = b->prev_last = -1;
+    memset(b->seen, 0, sizeof b->seen);
+    b->stage = stage;
+}
+
+static plan_step *pb_step(pass_builder *b, int32_t rel)
+{
+    return &b->pl->steps[b->base + (uint32_t)rel];
+}
+
+static int32_t pb_new(pass_builder *b, plan_step *x)
+{
+    uint32_t id;
+    x->root = !b->seen[x->stream];
+    b->seen[x->stream] = true;
+    if (plan_push_step(b->pl, x, &id))
+        return -1;
+    return (int32_t)(id - b->base);
+}
+
+/* Append the ops of one list. cat: category of its compute ops. alloc_bytes
+ * are allocated when its first op starts, free_bytes freed when its last
+ * op ends. Returns TS_OK or TS_ENOMEM. */
+static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_bytes,
+                  int64_t free_bytes)
+{
+    int32_t map[LAYER_MAX_OPS];
+    int64_t comm_ns[LAYER_MAX_OPS];
+    for (int i = 0; i < ops->n; i++) {
+        const layer_op *op = &ops->op[i];
+        int32_t ds[2] = {-1, -1};
+        int nd = 0;
+        for (int k = 0; k < 2; k++) {
+            int d = op->dep[k];
+            int32_t s = d >= 0 && d < i ? map[d] : (k == 0 && i == 0 ? b->prev_last : -1);
+            if (s >= 0 && (nd == 0 || ds[0] != s))
+                ds[nd++] = s;
+        }
+        if (op->kind != LAYER_OP_COMM) {
+            int64_t dur = cost_op_ns(b->cm, op);
+            if (op->overlap >= 0 && op->overlap < i) /* shares the GPU with a running collective */
+                dur = cost_overlap_ns(b->cm, dur, comm_ns[op->overlap]);
+            comm_ns[i] = 0;
+            int32_t ext[2] = {-1, -1};
+            int ne = 0;
+            for (int k = 0; k < nd; k++)
+                if (pb_step(b, ds[k])->stream != PLAN_STREAM_COMPUTE)
+                    ext[ne++] = ds[k];
+            bool merge = b->open >= 0 && pb_step(b, b->open)->cat == cat;
+            for (int k = 0; k < ne && merge; k++) {
+                const plan_step *o = pb_step(b, b->open);
+                merge = o->dep[0] == ext[k] || o->dep[1] == ext[k];
+            }
+            if (merge) {
+                plan_step *o = pb_step(b, b->open);
+                o->dur_ns += dur;
+                o->flops += op->flops;
+                map[i] = b->open;
+            } else {
+                plan_step x = plan_step_init(op->name, PLAN_STREAM_COMPUTE, cat, b->stage, dur);
+                x.flops = op->flops;
+                x.dep[0] = ext[0];
+                x.dep[1] = ext[1];
+                int32_t id = pb_new(b, &x);
+                if (id < 0)
+                    return TS_ENOMEM;
+                b->open = map[i] = id;
+            }
+        } else {
+            commcost_group g = b->tp_group;
+            g.ranks = op->group;
+            if (g.ranks_per_node > g.ranks || g.ranks % g.ranks_per_node)
+                g.ranks_per_node = 1;
+            plan_step x = plan_step_init(op->name, PLAN_STREAM_TP, PLAN_CAT_TP, b->stage,
+                                    commcost_ns(b->cc, op->coll, op->bytes, &g));
+            x.comm_bytes = op->bytes;
+            comm_ns[i] = x.dur_ns;
+            int nx = 0;
+            for (int k = 0; k < nd; k++) {
+                if (ds[k] == b->open)
+                    b->open = -1; /* the collective waits for the open step's end */
+                if (pb_step(b, ds[k])->stream != PLAN_STREAM_TP)
+                    x.dep[nx++] = ds[k];
+            }
+            int32_t id = pb_new(b, &x);
+            if (id < 0)
+                return TS_ENOMEM;
+            map[i] = id;
+        }
+    }
+    if (ops->n > 0) {
+        pb_step(b, map[0])->alloc_bytes += alloc_bytes;
+        pb_step(b, map[ops->n - 1])->free_bytes += free_bytes;
+        b->prev_last = map[ops->n - 1];
+    }
+    return TS_OK;
+}
+
+/* The pass's last step closes gradient bucket k: end the open compute step
+ * there, so later compute does not delay the bucket's reduction. */
+static void pb_close_bucket(pass_builder *b, int k)
+{
+    if (b->prev_last >= 0)
+        pb_step(b, b->prev_last)->dp_bucket = (int16_t)k;
+    b->open = -1;
+}
+
+/* Per-layer memory of one recompute variant. */
+typedef struct {
+    int64_t kept;      /* allocated by F */
+    int64_t by_rc;     /* re-created by R */
+    int64_t free_i;    /* of kept + by_rc: freed when I ends */
+    int64_t free_w;    /* freed when W ends */
+} layer_mem;
+
+static int saved_mem(const layer_saved_list *l, layer_mem *m)
+{
+    memset(m, 0, sizeof *m);
+    for (int i = 0; i < l->n; i++) {
+        const layer_tensor *t = &l->t[i];
+        if (t->kept_after_f)
+            m->kept += t->bytes;
+        else
+            m->by_rc += t->bytes;
+        if (t->free_when == LAYER_FREE_AFTER_I)
+            m->free_i += t->bytes;
+        else
+            m->free_w += t->bytes;
+    }
+    return TS_OK;
+}
+
+typedef struct {
+    const config *c;
+    layer_shape rc, none;          /* recompute as configured; no recompute */
+    layer_ops f, r, b, i, w;       /* layer ops per pass (rc shape) */
+    layer_ops nb, ni, nw;          /* no-recompute B, I, W (layers not recomputed) */
+    layer_ops ef, eb, ei, ew;      /* embedding */
+    layer_ops of, ob, oi, ow;      /* output layer */
+    layer_mem m_rc, m_none, m_emb, m_out;
+    int64_t params_layer;          /* per TP rank */
+    int64_t bucket_params;
+} model_ops;
+
+static int model_ops_build(const config *c, model_ops *mo, ts_err *err)
+{
+    int rc;
+    memset(mo, 0, sizeof *mo);
+    mo->c = c;
+    if ((rc = layer_shape_from_config(c, &mo->rc, err)))
+        return rc;
+    mo->none = mo->rc;
+    mo->none.recompute = RECOMPUTE_NONE;
+    layer_saved_list sl;
+    if ((rc = layer_ops_build(&mo->rc, LAYER_PASS_F, &mo->f, err)) ||
+        (rc = layer_ops_build(&mo->rc, LAYER_PASS_R, &mo->r, err)) ||
+        (rc = layer_ops_build(&mo->rc, LAYER_PASS_B, &mo->b, err)) ||
+        (rc = layer_ops_build(&mo->rc, LAYER_PASS_I, &mo->i, err)) ||
+        (rc = layer_ops_build(&mo->rc, LAYER_PASS_W, &mo->w, err)) ||
+        (rc = layer_ops_build(&mo->none, LAYER_PASS_B, &mo->nb, err)) ||
+        (rc = layer_ops_build(&mo->none, LAYER_PASS_I, &mo->ni, err)) ||
+        (rc = layer_ops_build(&mo->none, LAYER_PASS_W, &mo->nw, err)) ||
+        (rc = layer_embedding_ops(&mo->rc, LAYER_PASS_F, &mo->ef, err)) ||
+        (rc = layer_embedding_ops(&mo->rc, LAYER_PASS_B, &mo->eb, err)) ||
+        (rc = layer_embedding_ops(&mo->rc, LAYER_PASS_I, &mo->ei, err)) ||
+        (rc = layer_embedding_ops(&mo->rc, LAYER_PASS_W, &mo->ew, err)) ||
+        (rc = layer_output_ops(&mo->rc, LAYER_PASS_F, &mo->of, err)) ||
+        (rc = layer_output_ops(&mo->rc, LAYER_PASS_B, &mo->ob, err)) ||
+        (rc = layer_output_ops(&mo->rc, LAYER_PASS_I, &mo->oi, err)) ||
+        (rc = layer_output_ops(&mo->rc, LAYER_PASS_W, &mo->ow, err)))
+        return rc;
+    if ((rc = layer_saved_build(&mo->rc, &sl, err)) || (rc = saved_mem(&sl, &mo->m_rc)) ||
+        (rc = layer_saved_build(&mo->none, &sl, err)) || (rc = saved_mem(&sl, &mo->m_none)) ||
+        (rc = layer_embedding_saved(&mo->rc, &sl, err)) || (rc = saved_mem(&sl, &mo->m_emb)) ||
+        (rc = layer_output_saved(&mo->rc, &sl, err)) || (rc = saved_mem(&sl, &mo->m_out)))
+        return rc;
+    mo->params_layer = flops_params_stage(&c->model, c->par.tp, 1, 0, 0);
+    mo->bucket_params = PLAN_BUCKET_MIN_PARAMS;
+    if (PLAN_BUCKET_PARAMS_PER_DP * c->par.dp > mo->bucket_params)
+        mo->bucket_params = PLAN_BUCKET_PARAMS_PER_DP * c->par.dp;
+    return TS_OK;
+}
+
+/* Which layers of a stage are recomputed, and in which groups (full). */
+typedef struct {
+    int n;          /* layers in the stage */
+    int group;      /* layers per recompute group (full uniform); 1 otherwise */
+    int n_rc;       /* the first n_rc layers are recomputed (block); n otherwise */
+} rc_layout;
+
+static rc_layout layout_of(const config *c, int n)
+{
+    rc_layout L = {n, 1, 0};
+    const parallel_config *P = &c->par;
+    if (P->recompute == RECOMPUTE_SELECTIVE) {
+        L.n_rc = n;
+    } else if (P->recompute == RECOMPUTE_FULL) {
+        int k = P->recompute_num_layers;
+        if (P->recompute_method == RECOMPUTE_METHOD_BLOCK) {
+            L.n_rc = (k <= 0 || k > n) ? n : k;
+        } else {
+            L.n_rc = n;
+            L.group = (k <= 0) ? 1 : (k > n ? n : k);
+        }
+    }
+    return L;
+}
+
+/* Backward-like pass over a stage: kind = PLAN_PASS_B, _I or _W. With
+ * bucket_params (B and W), the parameters of each gradient bucket closed in
+ * it are stored there and their count in *n_buckets. */
+static int build_bwd(pass_builder *b, const model_ops *mo, const rc_layout *L, bool first,
+                     bool last, int kind, int64_t extra_params, int64_t *bucket_params,
+                     int *n_buckets)
+{
+    int rc = TS_OK;
+    int64_t acc = extra_params; /* embedding / output weights: their grads come first or last */
+    int nb = 0;
+    bool buckets = kind != PLAN_PASS_I && bucket_params;
+    const layer_ops *o_out = kind == PLAN_PASS_B ? &mo->ob : kind == PLAN_PASS_I ? &mo->oi : &mo->ow;
+    const layer_ops *o_emb = kind == PLAN_PASS_B ? &mo->eb : kind == PLAN_PASS_I ? &mo->ei : &mo->ew;
+    /* frees by pass: B frees everything, I the I-part, W the W-part */
+#define FREE_OF(m) (kind == PLAN_PASS_B ? (m).free_i + (m).free_w : kind == PLAN_PASS_I ? (m).free_i : (m).free_w)
+    if (last)
+        rc = pb_add(b, o_out, PLAN_CAT_BWD, 0, FREE_OF(mo->m_out));
+    for (int hi = L->n; hi > 0 && rc == TS_OK;) {
+        bool recomputed = hi <= L->n_rc;
+        /* recompute groups are aligned from the stage's first layer (as F keeps them) */
+        int lo = recomputed ? ((hi - 1) / L->group) * L->group : hi - 1;
+        if (recomputed && kind != PLAN_PASS_W)
+            for (int l = lo; l < hi && rc == TS_OK; l++) /* a group's other inputs are re-created too */
+                rc = pb_add(b, &mo->r, PLAN_CAT_RECOMP,
+                            mo->m_rc.by_rc + (l % L->group ? mo->m_rc.kept : 0), 0);
+        for (int l = hi - 1; l >= lo && rc == TS_OK; l--) {
+            const layer_ops *ops;
+            const layer_mem *m = recomputed ? &mo->m_rc : &mo->m_none;
+            if (kind == PLAN_PASS_B)
+                ops = recomputed ? &mo->b : &mo->nb;
+            else if (kind == PLAN_PASS_I)
+                ops = recomputed ? &mo->i : &mo->ni;
+            else
+                ops = recomputed ? &mo->w : &mo->nw;
+            rc = pb_add(b, ops, PLAN_CAT_BWD, 0, FREE_OF(*m));
+            acc += mo->params_layer;
+            if (buckets && acc >= mo->bucket_params) {
+                bucket_params[nb] = acc;
+                pb_close_bucket(b, nb++);
+                acc = 0;
+            }
+        }
+        hi = lo;
+    }
+    if (first && rc == TS_OK)
+        rc = pb_add(b, o_emb, PLAN_CAT_BWD, 0, FREE_OF(mo->m_emb));
+#undef FREE_OF
+    if (buckets && rc == TS_OK && acc > 0) {
+        bucket_params[nb] = acc;
+        pb_close_bucket(b, nb++);
+    }
+    if (n_buckets)
+        *n_buckets = nb;
+    return rc;
+}
+
+static int build_fwd(pass_builder *b, const model_ops *mo, const rc_layout *L, bool first, bool last)
+{
+    int rc = TS_OK;
+    if (first)
+        rc = pb_add(b, &mo->ef, PLAN_CAT_FWD, mo->m_emb.kept, 0);
+    for (int l = 0; l < L->n && rc == TS_OK; l++) {
+        int64_t kept;
+        if (l >= L->n_rc)
+            kept = mo->m_none.kept;
+        else /* full uniform: only a group's first layer keeps its input */
+            kept = (l % L->group == 0) ? mo->m_rc.kept : 0;
+        rc = pb_add(b, &mo->f, PLAN_CAT_FWD, kept, 0);
+    }
+    if (last && rc == TS_OK)
+        rc = pb_add(b, &mo->of, PLAN_CAT_FWD, mo->m_out.kept, 0);
+    return rc;
+}
+
+/* ---------------------------------------------------------------- collapse */
+
+static int push_seg(plan *pl, const plan_seg *g)
+{
+    if (pl->n_segs == pl->cap_segs) {
+        uint32_t nc = pl->cap_segs ? pl->cap_segs * 2 : 256;
+        plan_seg *q = realloc(pl->segs, nc * sizeof *q);
+        if (!q)
+            return TS_ENOMEM;
+        pl->segs = q;
+        pl->cap_segs = nc;
+    }
+    pl->segs[pl->n_segs++] = *g;
+    return TS_OK;
+}
+
+static int push_mem_ev(plan *pl, int64_t offset_ns, int64_t delta)
+{
+    if (delta == 0)
+        return TS_OK;
+    if (pl->n_mem_evs == pl->cap_mem_evs) {
+        uint32_t nc = pl->cap_mem_evs ? pl->cap_mem_evs * 2 : 256;
+        plan_mem_ev *q = realloc(pl->mem_evs, nc * sizeof *q);
+        if (!q)
+            return TS_ENOMEM;
+        pl->mem_evs = q;
+        pl->cap_mem_evs = nc;
+    }
+    pl->mem_evs[pl->n_mem_evs++] = (plan_mem_ev){offset_ns, delta};
+    return TS_OK;
+}
+
+/* Replace steps [base, n_steps) of a pass (compute and TP steps with
+ * relative deps, in program order) by collapsed steps: the ops' timeline is
+ * computed once here (each step starts when its stream is free and its deps
+ * have ended) and kept as segments. split: a new step after each step that
+ * closes a gradient bucket (for the chunk's last backward); otherwise one
+ * step. *out gets the new range. */
+static int collapse(plan *pl, uint32_t base, const plan_step *orig, uint32_t n, const char *name,
+                    int cat, bool split, plan_range *out)
+{
+    int64_t *end_rel = malloc(((size_t)n + 1) * sizeof *end_rel);
+    if (!end_rel)
+        return TS_ENOMEM;
+    int rc = TS_OK;
+    uint32_t first_step = pl->n_steps;
+    uint32_t piece_first = 0;
+    int64_t free_ns[PLAN_STREAMS] = {0};
+    plan_step x = plan_step_init(name, PLAN_STREAM_COMPUTE, cat, orig[0].stage, 0);
+    x.root = true;
+    x.seg_first = pl->n_segs;
+    x.mem_first = pl->n_mem_evs;
+    int64_t compute_ns = 0;
+    (void)base;
+    for (uint32_t i = 0; i < n && rc == TS_OK; i++) {
+        const plan_step *o = &orig[i];
+        int64_t start = free_ns[o->stream];
+        for (int k = 0; k < 2; k++)
+            if (o->dep[k] >= (int32_t)piece_first && end_rel[o->dep[k]] > start)
+                start = end_rel[o->dep[k]];
+        end_rel[i] = start + o->dur_ns;
+        free_ns[o->stream] = end_rel[i];
+        if (end_rel[i] > x.dur_ns)
+            x.dur_ns = end_rel[i];
+        plan_seg g = {o->name, o->stream, o->cat, start, o->dur_ns, o->flops, o->comm_bytes};
+        if (o->stream == PLAN_STREAM_COMPUTE)
+            compute_ns += o->dur_ns;
+        x.flops += o->flops;
+        x.alloc_bytes += o->alloc_bytes;
+        x.free_bytes += o->free_bytes;
+        if ((rc = push_seg(pl, &g)) || (rc = push_mem_ev(pl, start, o->alloc_bytes)) ||
+            (rc = push_mem_ev(pl, end_rel[i], -o->free_bytes)))
+            break;
+        if (i + 1 == n || (split && o->dp_bucket >= 0)) {
+            x.dp_bucket = split ? o->dp_bucket : -1;
+            x.seg_n = pl->n_segs - x.seg_first;
+            x.mem_n = pl->n_mem_evs - x.mem_first;
+            x.tp_exposed_ns = x.dur_ns - compute_ns;
+            /* memory changes in time order (stable insertion sort: few) */
+            plan_mem_ev *ev = pl->mem_evs + x.mem_first;
+            for (uint32_t a = 1; a < x.mem_n; a++) {
+                plan_mem_ev t = ev[a];
+                uint32_t b = a;
+                while (b > 0 && ev[b - 1].offset_ns > t.offset_ns) {
+                    ev[b] = ev[b - 1];
+                    b--;
+                }
+                ev[b] = t;
+            }
+            uint32_t id;
+            if ((rc = plan_push_step(pl, &x, &id)))
+                break;
+            /* next piece: a fresh timeline (every collective of this piece
+             * ended within it) */
+            piece_first = i + 1;
+            memset(free_ns, 0, sizeof free_ns);
+            compute_ns = 0;
+            x = plan_step_init(name, PLAN_STREAM_COMPUTE, cat, orig[0].stage, 0);
+            x.seg_first = pl->n_segs;
+            x.mem_first = pl->n_mem_evs;
+        }
+    }
+    free(end_rel);
+    *out = (plan_range){first_step, pl->n_steps - first_step};
+    return rc;
+}
+
+/* Collapse the pass just built at [base, n_steps) in place (its plain steps
+ * are dropped), and for B/W with buckets also build the split variant. */
+static int collapse_pass(plan *pl, uint32_t base, int k, bool buckets, plan_stage *S)
+{
+    static const char *const names[PLAN_PASSES] = {"F", "B", "I", "W"};
+    uint32_t n = pl->n_steps - base;
+    if (n == 0) {
+        S->pass[k] = (plan_range){base, 0};
+        return TS_OK;
+    }
+    plan_step *orig = malloc(n * sizeof *orig);
+    if (!orig)
+        return TS_ENOMEM;
+    memcpy(orig, pl->steps + base, n * sizeof *orig);
+    pl->n_steps = base;
+    int cat = k == PLAN_PASS_F ? PLAN_CAT_FWD : PLAN_CAT_BWD;
+    int rc = collapse(pl, base, orig, n, names[k], cat, false, &S->pass[k]);
+    if (rc == TS_OK && buckets && (k == PLAN_PASS_B || k == PLAN_PASS_W))
+        rc = collapse(pl, base, orig, n, names[k], cat, true, &S->pass_final[k]);
+    free(orig);
+    return rc;
+}
+
+static int gcd_int(int a, int b)
+{
+    while (b) {
+        int r = a % b;
+        a = b;
+        b = r;
+    }
+    return a;
+}
+
+/* Ranks of a group of n, consecutive-stride in Megatron's rank order
+ * (tensor fastest, then data, then pipeline), that share a node. */
+static int ranks_per_node(int n, int stride, int gpn)
+{
+    if (n <= 1)
+        return 1;
+    if (stride >= gpn || gpn % stride)
+        return 1;
+    return gcd_int(n, gpn / stride);
+}
+
+int plan_build(const config *c, const sched *s, const cost_model *cm, const commcost_params *cc,
+               plan **out, ts_err *err)
+{
+    return plan_build_opts(c, s, cm, cc, NULL, out, err);
+}
+
+int plan_build_opts(const config *c, const sched *s, const cost_model *cm, const commcost_params *cc,
+                    const plan_opts *o, plan **out, ts_err *err)
+{
+    *out = NULL;
+    plan_opts opts = o ? *o : (plan_opts){0};
+    const parallel_config *P = &c->par;
+    if (s->p != P->pp || s->v != (P->vp > 0 ? P->vp : 1))
+        return err_set(err, TS_EINVAL, "plan: schedule has p=%d v=%d but the configuration p=%d v=%d",
+                       s->p, s->v, P->pp, P->vp);
+    model_ops *mo = malloc(sizeof *mo);
+    int64_t *bucket_params = NULL;
+    plan *pl = NULL;
+    int rc = mo ? model_ops_build(c, mo, err) : err_set(err, TS_ENOMEM, "plan: out of memory");
+    if (rc)
+        goto done;
+    if (plan_alloc(s->p, s->v, &pl)) {
+        rc = err_set(err, TS_ENOMEM, "plan: out of memory");
+        goto done;
+    }
+    int gpn = c->cluster.gpus_per_node > 0 ? c->cluster.gpus_per_node : 8;
+    int t = P->tp, d = P->dp > 0 ? P->dp : 1, dt = config_dtype_bytes(c);
+    int grad_bytes = c->model.precision == PREC_FP16 ? 2 : 4; /* bf16 accumulates and reduces in fp32 */
+    pl->d = d;
+    pl->overlap_grad_reduce = P->overlap_grad_reduce;
+    pl->distributed_optimizer = P->distributed_optimizer;
+    pass_builder b = {.pl = pl, .cm = cm, .cc = cc};
+    b.tp_group = (commcost_group){t, t <= gpn ? t : (t % gpn ? 1 : gpn)};
+    commcost_group dp_group = {d, ranks_per_node(d, t, gpn)};
+
+    /* pipeline transfers: b*s*h activations (or their gradient) per micro-batch;
+     * with t > 1 Megatron scatters them over the t ranks' NICs and all-gathers
+     * over NVLink (scatter/gather); with sequence parallelism they are already
+     * sharded */
+    int64_t S = (int64_t)P->micro_batch_size * c->model.seq_length * c->model.hidden_size * dt;
+    bool same_node = (int64_t)t * d < gpn;
+    commcost_group pair = {2, same_node ? 2 : 1};
+    int64_t wire = (t > 1) ? S / t : S;
+    int64_t p2p_ns = commcost_ns(cc, COMM_P2P, wire, &pair);
+    if (t > 1 && !P->sequence_parallel)
+        p2p_ns += commcost_ns(cc, COMM_ALL_GATHER, S, &b.tp_group);
+    if (plan_add_transfers(pl, p2p_ns, wire)) {
+        rc = err_set(err, TS_ENOMEM, "plan: out of memory");
+        goto done;
+    }
+
+    int max_layers = 0;
+    for (int st = 0; st < s->p * s->v; st++)
+        if (s->stages[st].num_layers > max_layers)
+            max_layers = s->stages[st].num_layers;
+    bucket_params = malloc(((size_t)max_layers + 2) * sizeof *bucket_params);
+    if (!bucket_params) {
+        rc = err_set(err, TS_ENOMEM, "plan: out of memory");
+        goto done;
+    }
+    for (int st = 0; st < pl->n_stages && rc == TS_OK; st++) {
+        plan_stage *S_ = &pl->stages[st];
+        int nl = s->stages[st].num_layers;
+        bool first = st == 0, last = st == pl->n_stages - 1;
+        rc_layout L = layout_of(c, nl);
+        S_->params = flops_params_stage(&c->model, t, nl, first, last);
+        int64_t extra = S_->params - (int64_t)nl * mo->params_layer;
+        bool with_buckets = d > 1 && P->overlap_grad_reduce;
+        int nb_b = 0, nb_w = 0;
+        for (int k = 0; k < PLAN_PASSES && rc == TS_OK; k++) {
+            pb_start(&b, st);
+            if (k == PLAN_PASS_F)
+                rc = build_fwd(&b, mo, &L, first, last);
+            else
+                rc = build_bwd(&b, mo, &L, first, last, k, extra,
+                               with_buckets && k != PLAN_PASS_I ? bucket_params : NULL,
+                               k == PLAN_PASS_B ? &nb_b : k == PLAN_PASS_W ? &nb_w : NULL);
+            if (rc == TS_OK && opts.inline_tp)
+                rc = collapse_pass(pl, b.base, k, with_buckets, S_);
+            else
+                S_->pass[k] = (plan_range){b.base, pl->n_steps - b.base};
+            if (rc == TS_ENOMEM)
+                rc = err_set(err, TS_ENOMEM, "plan: out of memory");
+            if (S_->pass[k].n > pl->max_pass_steps)
+                pl->max_pass_steps = S_->pass[k].n;
+            if (S_->pass_final[k].n > pl->max_pass_steps)
+                pl->max_pass_steps = S_->pass_final[k].n;
+        }
+        if (rc)
+            break;
+        if (nb_b != nb_w) {
+            rc = err_set(err, TS_ESTATE, "plan: stage %d has %d gradient buckets in B but %d in W",
+                         st, nb_b, nb_w);
+            break;
+        }
+        if (d > 1) {
+            commcost_coll coll = P->distributed_optimizer ? COMM_REDUCE_SCATTER : COMM_ALL_REDUCE;
+            const char *nm = P->distributed_optimizer ? "dp.reduce-scatter" : "dp.all-reduce";
+            plan_step x = plan_step_init(nm, PLAN_STREAM_DP, PLAN_CAT_DP, st, 0);
+            x.comm_bytes = S_->params * grad_bytes;
+            x.dur_ns = commcost_ns(cc, coll, x.comm_bytes, &dp_group);
+            if (plan_push_step(pl, &x, &S_->dp_whole)) {
+                rc = err_set(err, TS_ENOMEM, "plan: out of memory");
+                break;
+            }
+            S_->n_buckets = nb_b;
+            for (int k = 0; k < nb_b; k++) {
+                x.comm_bytes = bucket_params[k] * grad_bytes;
+                x.dur_ns = commcost_ns(cc, coll, x.comm_bytes, &dp_group);
+                uint32_t id;
+                if (plan_push_step(pl, &x, &id)) {
+                    rc = err_set(err, TS_ENOMEM, "plan: out of memory");
+                    break;
+                }
+                if (k == 0)
+                    S_->dp_bucket0 = id;
+            }
+        }
+    }
+    if (rc)
+        goto done;
+
+    /* the tied word embedding: the first and the last stage hold a copy each
+     * and all-reduce its gradient (V*h/t per rank) before the optimizer */
+    int r_first, r_last, ch0;
+    sched_rank_chunk_of(s, 0, &r_first, &ch0);
+    sched_rank_chunk_of(s, pl->n_stages - 1, &r_last, &ch0);
+    if (r_first != r_last) {
+        int64_t apart = (int64_t)(r_last > r_first ? r_last - r_first : r_first - r_last) * t * d;
+        commcost_group emb_pair = {2, apart < gpn ? 2 : 1};
+        plan_step x = plan_step_init("emb.grad-all-reduce", PLAN_STREAM_DP, PLAN_CAT_DP, -1, 0);
+        x.comm_bytes = (int64_t)c->model.padded_vocab_size / t * c->model.hidden_size * grad_bytes;
+        x.dur_ns = commcost_ns(cc, COMM_ALL_REDUCE, x.comm_bytes, &emb_pair);
+        if (plan_push_step(pl, &x, &pl->emb_allreduce)) {
+            rc = err_set(err, TS_ENOMEM, "plan: out of memory");
+            goto done;
+        }
+    }
+
+    /* per rank: static memory, optimizer step, parameter all-gather */
+    for (int r = 0; r < pl->p; r++) {
+        int64_t params = 0;
+        for (int ch = 0; ch < pl->v; ch++)
+            params += pl->stages[sched_stage_of(s, r, ch)].params;
+        int64_t shard = P->distributed_optimizer ? (params + d - 1) / d : params;
+        bool fp32 = c->model.precision == PREC_FP32;
+        pl->weights_bytes[r] = params * dt;
+        pl->grads_bytes[r] = params * grad_bytes;
+        pl->optim_bytes[r] = shard * (fp32 ? 8 : 12); /* fp32 master + momentum + variance */
+        plan_step x = plan_step_init("optimizer", PLAN_STREAM_COMPUTE, PLAN_CAT_OPTIM, -1,
+                                cost_mem_kind_ns(cm, COST_MEM_ADAM, shard * (fp32 ? PLAN_ADAM_BYTES_PER_PARAM_FP32
+                                                               : PLAN_ADAM_BYTES_PER_PARAM)));
+        if (plan_push_step(pl, &x, &pl->optim[r])) {
+            rc = err_set(err, TS_ENOMEM, "plan: out of memory");
+            goto done;
+        }
+        if (P->distributed_optimizer && d > 1) {
+            x = plan_step_init("dp.param-all-gather", PLAN_STREAM_DP, PLAN_CAT_DP, -1, 0);
+            x.comm_bytes = params * dt;
+            x.dur_ns = commcost_ns(cc, COMM_ALL_GATHER, x.comm_bytes, &dp_group);
+            if (plan_push_step(pl, &x, &pl->param_gather[r])) {
+                rc = err_set(err, TS_ENOMEM, "plan: out of memory");
+                goto done;
+            }
+        }
+    }
+done:
+    free(mo);
+    free(bucket_params);
+    if (rc) {
+        plan_free(pl);
+        return rc;
+    }
+    *out = pl;
+    return TS_OK;
+}
+

@@ -1,0 +1,186 @@
+/* report — text and CSV of a simulation result (see report.h). */
+#include "sim/core/report.h"
+
+#include <inttypes.h>
+
+#include "sim/util/afile.h"
+
+#define GIB 1073741824.0
+
+static const char *recompute_name(config_recompute r)
+{
+    return r == RECOMPUTE_FULL ? "full" : r == RECOMPUTE_SELECTIVE ? "selective" : "none";
+}
+
+static const char *onoff(bool b) { return b ? "on" : "off"; }
+
+/* A duration in the unit that reads best. */
+static void put_time(FILE *f, double ns)
+{
+    if (ns >= 1e9)
+        fprintf(f, "%.3f s", ns * 1e-9);
+    else if (ns >= 1e6)
+        fprintf(f, "%.3f ms", ns * 1e-6);
+    else
+        fprintf(f, "%.3f us", ns * 1e-3);
+}
+
+static double pct(double a, double b) { return b > 0 ? 100.0 * a / b : 0; }
+
+void report_text(const simulate_result *r, FILE *f)
+{
+    double it = (double)r->iteration_ns;
+    fprintf(f, "trainsim simulate: %s on %d x %s\n", r->model, r->gpus, r->gpu);
+    fprintf(f, "  layout: t=%d p=%d d=%d v=%d, micro-batch %d, global batch %d (%d micro-batches per pipeline), schedule %s\n",
+            r->t, r->p, r->d, r->v, r->b, r->B, r->m, sched_kind_name(r->schedule));
+    fprintf(f, "  options: recompute %s, sequence parallel %s, distributed optimizer %s, overlap grad reduce %s\n\n",
+            recompute_name(r->recompute), onoff(r->sequence_parallel), onoff(r->distributed_optimizer),
+            onoff(r->overlap_grad_reduce));
+    fprintf(f, "iteration time          ");
+    put_time(f, it);
+    fprintf(f, "\npipeline bubble         ");
+    put_time(f, r->bubble_ns);
+    fprintf(f, " per GPU (%.2f%% of the iteration; %.2f%% of the rest)\n", 100.0 * r->bubble_fraction,
+            100.0 * r->bubble_over_ideal);
+    fprintf(f, "compute per GPU         forward ");
+    put_time(f, r->cat_ns[PLAN_CAT_FWD]);
+    fprintf(f, ", backward ");
+    put_time(f, r->cat_ns[PLAN_CAT_BWD]);
+    fprintf(f, ", recompute ");
+    put_time(f, r->cat_ns[PLAN_CAT_RECOMP]);
+    fprintf(f, ", optimizer ");
+    put_time(f, r->cat_ns[PLAN_CAT_OPTIM]);
+    fprintf(f, "\nexposed communication   ");
+    for (int k = 0; k < 3; k++) {
+        fprintf(f, "%s%s ", k ? ", " : "", simulate_comm_name(k));
+        put_time(f, r->exposed_ns[k]);
+        fprintf(f, " (%.2f%%)", pct(r->exposed_ns[k], it));
+    }
+    fprintf(f, "\ncommunication per GPU   TP ");
+    put_time(f, r->cat_ns[PLAN_CAT_TP]);
+    fprintf(f, ", PP ");
+    put_time(f, r->cat_ns[PLAN_CAT_PP]);
+    fprintf(f, ", DP ");
+    put_time(f, r->cat_ns[PLAN_CAT_DP]);
+    fprintf(f, " (busy time, overlapped or not)\n");
+    fprintf(f, "throughput              %.0f tokens/s\n", r->tokens_per_s);
+    fprintf(f, "TFLOP/s per GPU         %.1f model (MFU %.1f%%), %.1f hardware (HFU %.1f%%), "
+               "%.1f in Megatron's count with recompute; peak %.1f\n",
+            r->model_tflops_per_gpu, 100.0 * r->mfu, r->hw_tflops_per_gpu, 100.0 * r->hfu,
+            r->megatron_tflops_per_gpu, r->peak_tflops);
+    const simulate_rank *pk = &r->ranks[r->peak_rank];
+    fprintf(f, "memory peak             %.2f GiB of %.2f GiB on rank %d (%s):", (double)r->peak_bytes / GIB,
+            (double)r->hbm_bytes / GIB, r->peak_rank, r->fits ? "fits" : "DOES NOT FIT");
+    for (int k = 0; k < MEM_CATS; k++)
+        fprintf(f, "%s %s %.2f", k ? "," : "", mem_cat_name(k), (double)pk->peak_cat_bytes[k] / GIB);
+    fprintf(f, " GiB\n");
+    if (r->train_tokens > 0)
+        fprintf(f, "to train %.4g tokens    %.2f days on %d GPUs, %.0f GPU-hours\n", r->train_tokens,
+                r->train_s / 86400.0, r->gpus, r->train_gpu_hours);
+    fprintf(f, "\nper rank (ms; memory GiB)\n");
+    fprintf(f, "%5s %12s %12s %10s %10s %10s %10s %9s %5s\n", "rank", "compute", "idle", "exp.TP", "exp.PP",
+            "exp.DP", "recompute", "peak", "fits");
+    for (int i = 0; i < r->p; i++) {
+        const simulate_rank *x = &r->ranks[i];
+        fprintf(f, "%5d %12.3f %12.3f %10.3f %10.3f %10.3f %10.3f %9.2f %5s\n", i, x->busy_ns * 1e-6,
+                x->idle_ns * 1e-6, x->exposed_ns[0] * 1e-6, x->exposed_ns[1] * 1e-6, x->exposed_ns[2] * 1e-6,
+                x->cat_ns[PLAN_CAT_RECOMP] * 1e-6, (double)x->peak_bytes / GIB, x->fits ? "yes" : "NO");
+    }
+    fprintf(f, "\nsimulated %" PRIu64 " tasks, %" PRIu64 " events\n", r->tasks, r->events);
+}
+
+static void row(FILE *f, const char *scope, const char *metric, double v, const char *unit)
+{
+    fprintf(f, "%s,%s,%.6g,%s\n", scope, metric, v, unit);
+}
+
+static void irow(FILE *f, const char *scope, const char *metric, int64_t v, const char *unit)
+{
+    fprintf(f, "%s,%s,%" PRId64 ",%s\n", scope, metric, v, unit);
+}
+
+void report_csv(const simulate_result *r, FILE *f)
+{
+    const char *it = "iteration";
+    fprintf(f, "scope,metric,value,unit\n");
+    fprintf(f, "%s,model,%s,\n%s,gpu,%s,\n%s,schedule,%s,\n", it, r->model, it, r->gpu, it,
+            sched_kind_name(r->schedule));
+    fprintf(f, "%s,recompute,%s,\n", it, recompute_name(r->recompute));
+    irow(f, it, "gpus", r->gpus, "GPUs");
+    irow(f, it, "tp", r->t, "ranks");
+    irow(f, it, "pp", r->p, "ranks");
+    irow(f, it, "dp", r->d, "ranks");
+    irow(f, it, "vp", r->v, "chunks");
+    irow(f, it, "micro_batch", r->b, "sequences");
+    irow(f, it, "global_batch", r->B, "sequences");
+    irow(f, it, "micro_batches", r->m, "micro-batches");
+    irow(f, it, "iteration_time", r->iteration_ns, "ns");
+    row(f, it, "bubble_time", r->bubble_ns, "ns");
+    row(f, it, "bubble_fraction", r->bubble_fraction, "fraction");
+    row(f, it, "bubble_over_ideal", r->bubble_over_ideal, "fraction");
+    for (int k = 0; k < PLAN_CAT_COUNT; k++) {
+        char m[64];
+        snprintf(m, sizeof m, "time_%s", plan_cat_name(k));
+        row(f, it, m, r->cat_ns[k], "ns");
+    }
+    row(f, it, "exposed_tp", r->exposed_ns[0], "ns");
+    row(f, it, "exposed_pp", r->exposed_ns[1], "ns");
+    row(f, it, "exposed_dp", r->exposed_ns[2], "ns");
+    row(f, it, "tokens_per_s", r->tokens_per_s, "tokens/s");
+    row(f, it, "model_flops", r->model_flops, "FLOP");
+    row(f, it, "hardware_flops", r->hw_flops, "FLOP");
+    row(f, it, "model_tflops_per_gpu", r->model_tflops_per_gpu, "TFLOP/s");
+    row(f, it, "hardware_tflops_per_gpu", r->hw_tflops_per_gpu, "TFLOP/s");
+    row(f, it, "megatron_tflops_per_gpu", r->megatron_tflops_per_gpu, "TFLOP/s");
+    row(f, it, "mfu", r->mfu, "fraction");
+    row(f, it, "hfu", r->hfu, "fraction");
+    irow(f, it, "memory_peak", r->peak_bytes, "bytes");
+    irow(f, it, "memory_peak_rank", r->peak_rank, "rank");
+    irow(f, it, "gpu_memory", r->hbm_bytes, "bytes");
+    irow(f, it, "fits", r->fits, "bool");
+    if (r->train_tokens > 0) {
+        row(f, it, "train_tokens", r->train_tokens, "tokens");
+        row(f, it, "train_time", r->train_s, "s");
+        row(f, it, "train_gpu_hours", r->train_gpu_hours, "GPU-hours");
+    }
+    irow(f, it, "tasks", (int64_t)r->tasks, "tasks");
+    irow(f, it, "events", (int64_t)r->events, "events");
+    for (int i = 0; i < r->p; i++) {
+        const simulate_rank *x = &r->ranks[i];
+        char sc[32];
+        snprintf(sc, sizeof sc, "rank %d", i);
+        irow(f, sc, "compute_busy", x->busy_ns, "ns");
+        irow(f, sc, "idle", x->idle_ns, "ns");
+        irow(f, sc, "exposed_tp", x->exposed_ns[0], "ns");
+        irow(f, sc, "exposed_pp", x->exposed_ns[1], "ns");
+        irow(f, sc, "exposed_dp", x->exposed_ns[2], "ns");
+        for (int k = 0; k < PLAN_CAT_COUNT; k++) {
+            char m[64];
+            snprintf(m, sizeof m, "time_%s", plan_cat_name(k));
+            irow(f, sc, m, x->cat_ns[k], "ns");
+        }
+        row(f, sc, "flops", x->flops, "FLOP");
+        irow(f, sc, "memory_peak", x->peak_bytes, "bytes");
+        irow(f, sc, "memory_peak_time", x->peak_t_ns, "ns");
+        for (int k = 0; k < MEM_CATS; k++) {
+            char m[64];
+            snprintf(m, sizeof m, "memory_at_peak_%s", mem_cat_name(k));
+            irow(f, sc, m, x->peak_cat_bytes[k], "bytes");
+        }
+        irow(f, sc, "fits", x->fits, "bool");
+    }
+}
+
+int report_csv_write(const simulate_result *r, const char *path, ts_err *err)
+{
+    afile a;
+    int rc = afile_open(&a, path, err);
+    if (rc)
+        return rc;
+    report_csv(r, a.f);
+    if (ferror(a.f)) {
+        afile_abort(&a);
+        return err_set(err, TS_EIO, "%s: write error", path);
+    }
+    return afile_commit(&a, err);
+}

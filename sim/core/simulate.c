@@ -1,0 +1,303 @@
+/* simulate — one iteration, simulated (see simulate.h). */
+#include "sim/core/simulate.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim/model/calib.h"
+#include "sim/model/commcost.h"
+#include "sim/model/cost.h"
+#include "sim/model/flops.h"
+#include "sim/core/lower.h"
+#include "sim/core/plan_build.h"
+
+/* Engine hooks (called only for tasks that allocate or free memory): the
+ * memory timeline. */
+typedef struct {
+    const plan *pl;
+    mem_tracker *mem;
+} hook_ctx;
+
+static int mem_cat_of(const plan_step *x)
+{
+    return x->cat == PLAN_CAT_PP ? MEM_P2P : MEM_ACTIV;
+}
+
+static void on_start(void *ctx, engine *e, engine_task_id id, const engine_task_info *ti, int64_t now_ns)
+{
+    (void)e;
+    (void)id;
+    hook_ctx *h = ctx;
+    const plan_step *x = &h->pl->steps[ti->tag];
+    int r = ti->rank;
+    if (x->mem_n) { /* a collapsed pass: its changes at their offsets */
+        const plan_mem_ev *ev = h->pl->mem_evs + x->mem_first;
+        for (uint32_t k = 0; k < x->mem_n; k++)
+            mem_add(h->mem, r, MEM_ACTIV, ev[k].delta_bytes, now_ns + ev[k].offset_ns, now_ns);
+    } else if (x->alloc_bytes) {
+        mem_add(h->mem, r, mem_cat_of(x), x->alloc_bytes, now_ns, now_ns);
+    }
+}
+
+static void on_end(void *ctx, engine *e, engine_task_id id, const engine_task_info *ti, int64_t now_ns)
+{
+    (void)e;
+    (void)id;
+    hook_ctx *h = ctx;
+    const plan_step *x = &h->pl->steps[ti->tag];
+    if (x->free_bytes && !x->mem_n)
+        mem_add(h->mem, ti->rank, mem_cat_of(x), -x->free_bytes, now_ns, now_ns);
+}
+
+const char *simulate_comm_name(int i)
+{
+    static const char *const names[3] = {"TP", "PP", "DP"};
+    return i >= 0 && i < 3 ? names[i] : "?";
+}
+
+void simulate_result_free(simulate_result *r)
+{
+    if (!r)
+        return;
+    free(r->ranks);
+    engine_free(r->eng);
+    plan_free(r->pl);
+    mem_free(r->mem);
+    free(r);
+}
+
+static int cost_setup(const config *c, const simulate_opts *o, cost_model **cm, commcost_params *cc,
+                      ts_err *err)
+{
+    cost_params cp;
+    int rc;
+    if (c->cluster.gpu.calibrated_only) {
+        /* every cost from the file (calib.h: calib_device_params) */
+        if (!o->calibration_path)
+            return err_set(err, TS_EINVAL,
+                           "device '%s' has no datasheet or default cost tables: give --calibration FILE "
+                           "(written by trainsim calibrate from trainexec --microbench) with its gemm, memory, "
+                           "launch, p2p and allreduce rows",
+                           c->cluster.gpu.name);
+        calib_set set = {0};
+        if ((rc = calib_read(o->calibration_path, &set, err)))
+            return err_prefix(err, "--calibration: ");
+        rc = calib_device_params(&set, &c->cluster.gpu, c->model.precision, &cp, cc, err);
+        calib_free(&set);
+        if (rc)
+            return err_prefix(err, "--calibration %s: ", o->calibration_path);
+        return cost_model_new(&cp, cm, err);
+    }
+    if ((rc = cost_params_default(&c->cluster.gpu, c->model.precision, &cp, err)))
+        return rc;
+    if (o->calibration_path) {
+        calib_set set = {0};
+        cost_params fitted;
+        if ((rc = calib_read(o->calibration_path, &set, err)))
+            return err_prefix(err, "--calibration: ");
+        rc = calib_fit(&set, &cp, c->model.precision, &fitted, err);
+        calib_free(&set);
+        if (rc)
+            return err_prefix(err, "--calibration %s: ", o->calibration_path);
+        cp = fitted;
+    }
+    if ((rc = cost_model_new(&cp, cm, err)))
+        return rc;
+    return commcost_params_default(&c->cluster.gpu, cc, err);
+}
+
+static double peak_tflops_of(const config *c)
+{
+    switch (c->model.precision) {
+    case PREC_FP16: return c->cluster.gpu.fp16_tflops;
+    case PREC_FP32: return c->cluster.gpu.fp32_tflops;
+    case PREC_BF16:
+    default: return c->cluster.gpu.bf16_tflops;
+    }
+}
+
+/* Fill the result from the finished engine and memory tracker. */
+static void summarize(const config *c, const simulate_opts *o, const engine *e, const plan *pl,
+                      const mem_tracker *mem, simulate_result *R)
+{
+    int p = R->p;
+    uint32_t n = engine_task_count(e), copies = engine_copies(e);
+    for (uint32_t id = 0; id < n; id += copies) { /* time per category and flops, per rank (copy 0 of each task) */
+        int rk = engine_task_rank(e, id);
+        if (rk >= p) /* another replica's rank (a network model's --full mode) */
+            continue;
+        const plan_step *x = &pl->steps[engine_task_tag(e, id)];
+        simulate_rank *X = &R->ranks[rk];
+        X->flops += x->flops;
+        if (!x->seg_n) {
+            X->cat_ns[x->cat] += engine_task_end_ns(e, id) - engine_task_start_ns(e, id);
+            continue;
+        }
+        for (uint32_t k = 0; k < x->seg_n; k++) {
+            const plan_seg *g = &pl->segs[x->seg_first + k];
+            X->cat_ns[g->cat] += g->dur_ns;
+        }
+        /* in a collapsed pass the compute stream "runs" while only its
+         * tensor-parallel collectives do: that time is exposed TP */
+        X->busy_ns -= x->tp_exposed_ns;
+        X->exposed_ns[0] += x->tp_exposed_ns;
+    }
+    R->iteration_ns = engine_makespan_ns(e);
+    R->events = engine_events(e);
+    R->tasks = engine_task_count(e);
+    const unsigned C = 1u << PLAN_STREAM_COMPUTE, T = 1u << PLAN_STREAM_TP, D = 1u << PLAN_STREAM_DP;
+    const unsigned PP = (1u << PLAN_STREAM_PP_SEND) | (1u << PLAN_STREAM_PP_RECV_F) |
+                        (1u << PLAN_STREAM_PP_RECV_B);
+    double flops = 0;
+    R->hbm_bytes = (int64_t)(c->cluster.gpu.hbm_gib * 1073741824.0);
+    R->fits = true;
+    for (int r = 0; r < p; r++) {
+        simulate_rank *X = &R->ranks[r];
+        for (unsigned mask = 0; mask < (1u << PLAN_STREAMS); mask++) {
+            int64_t ns = engine_busy_mask_ns(e, r, mask);
+            if (mask & C)
+                X->busy_ns += ns;
+            else if (mask == 0)
+                X->idle_ns += ns;
+            else if (mask & T)
+                X->exposed_ns[0] += ns;
+            else if (mask & PP)
+                X->exposed_ns[1] += ns;
+            else if (mask & D)
+                X->exposed_ns[2] += ns;
+        }
+        X->peak_bytes = mem_peak_bytes(mem, r);
+        X->peak_t_ns = mem_peak_time_ns(mem, r);
+        for (int k = 0; k < MEM_CATS; k++)
+            X->peak_cat_bytes[k] = mem_peak_cat_bytes(mem, r, k);
+        X->fits = X->peak_bytes <= R->hbm_bytes;
+        R->fits = R->fits && X->fits;
+        if (r == 0 || X->peak_bytes > R->peak_bytes) {
+            R->peak_bytes = X->peak_bytes;
+            R->peak_rank = r;
+        }
+        R->bubble_ns += (double)X->idle_ns / p;
+        for (int k = 0; k < 3; k++)
+            R->exposed_ns[k] += (double)X->exposed_ns[k] / p;
+        for (int k = 0; k < PLAN_CAT_COUNT; k++)
+            R->cat_ns[k] += (double)X->cat_ns[k] / p;
+        flops += X->flops;
+    }
+    double it_s = (double)R->iteration_ns * 1e-9;
+    R->bubble_fraction = R->iteration_ns > 0 ? R->bubble_ns / (double)R->iteration_ns : 0;
+    R->bubble_over_ideal = (double)R->iteration_ns > R->bubble_ns
+                               ? R->bubble_ns / ((double)R->iteration_ns - R->bubble_ns) : 0;
+    const model_config *M = &c->model;
+    R->hw_flops = flops * R->t * R->d;
+    R->model_flops = flops_model_per_iter(M, R->B);
+    R->megatron_flops = flops_closed_full_recompute(R->B, M->seq_length, M->num_layers, M->hidden_size,
+                                                    M->padded_vocab_size);
+    R->peak_tflops = peak_tflops_of(c);
+    if (it_s > 0) {
+        double per_gpu = 1.0 / (it_s * R->gpus * 1e12);
+        R->tokens_per_s = (double)R->B * R->seq / it_s;
+        R->model_tflops_per_gpu = R->model_flops * per_gpu;
+        R->hw_tflops_per_gpu = R->hw_flops * per_gpu;
+        R->megatron_tflops_per_gpu = R->megatron_flops * per_gpu;
+        /* a calibrated-only device has no datasheet peak: MFU/HFU 0 */
+        R->mfu = R->peak_tflops > 0 ? R->model_tflops_per_gpu / R->peak_tflops : 0;
+        R->hfu = R->peak_tflops > 0 ? R->hw_tflops_per_gpu / R->peak_tflops : 0;
+    }
+    if (o->train_tokens > 0 && R->tokens_per_s > 0) {
+        R->train_tokens = o->train_tokens;
+        R->train_s = o->train_tokens / R->tokens_per_s;
+        R->train_gpu_hours = R->train_s * R->gpus / 3600.0;
+    }
+}
+
+int simulate_run(const config *c, const simulate_opts *opts, simulate_result **out, ts_err *err)
+{
+    *out = NULL;
+    simulate_opts o = opts ? *opts : (simulate_opts){0};
+    const parallel_config *P = &c->par;
+    sched *s = NULL;
+    cost_model *cm = NULL;
+    plan *pl = NULL;
+    engine *e = NULL;
+    mem_tracker *mem = NULL;
+    commcost_params cc;
+    int rc;
+    simulate_result *R = calloc(1, sizeof *R);
+    if (!R || !(R->ranks = calloc((size_t)(P->pp > 0 ? P->pp : 1), sizeof *R->ranks))) {
+        free(R);
+        return err_set(err, TS_ENOMEM, "simulate: out of memory");
+    }
+    snprintf(R->model, sizeof R->model, "%s", c->model.name);
+    snprintf(R->gpu, sizeof R->gpu, "%s", c->cluster.gpu.name);
+    R->schedule = P->schedule;
+    R->gpus = c->cluster.gpus;
+    R->t = P->tp;
+    R->p = P->pp;
+    R->d = P->dp > 0 ? P->dp : 1;
+    R->v = P->vp > 0 ? P->vp : 1;
+    R->m = config_num_microbatches(c);
+    R->b = P->micro_batch_size;
+    R->B = P->global_batch_size;
+    R->seq = c->model.seq_length;
+    R->recompute = P->recompute;
+    R->sequence_parallel = P->sequence_parallel;
+    R->distributed_optimizer = P->distributed_optimizer;
+    R->overlap_grad_reduce = P->overlap_grad_reduce;
+
+    /* symmetric ranks with costed TP collectives: collapse passes (a network
+     * model drives each collective as its own task instead) */
+    plan_opts popts = {.inline_tp = o.net == NULL};
+    sched_opts so;
+    sched_opts_default(&so, P->schedule);
+    so.p = R->p;
+    so.m = R->m;
+    so.v = R->v;
+    so.num_layers = c->model.num_layers;
+    so.first_stage_layers = P->first_stage_layers;
+    so.last_stage_layers = P->last_stage_layers;
+    so.with_comm = true;
+    so.with_reduce_optim = true;
+    if ((rc = sched_generate(&so, &s, err)) || (rc = cost_setup(c, &o, &cm, &cc, err)) ||
+        (rc = plan_build_opts(c, s, cm, &cc, &popts, &pl, err)) || (rc = mem_create(R->p, o.keep_trace, &mem, err)))
+        goto done;
+    hook_ctx h = {pl, mem};
+    engine_hooks hooks = {.on_start = on_start, .on_end = on_end, .ctx = &h, .only_marked = true};
+    const simulate_net *net = o.net; /* network model (issue 5), optional */
+    engine_hooks eh = net ? net->hooks(net->ctx, &hooks) : hooks;
+    if ((rc = engine_create(net ? net->n_ranks : R->p, PLAN_STREAMS, &eh, &e, err)) ||
+        (rc = net ? net->lower(net->ctx, pl, s, e, err) : lower_sched(pl, s, e, err)) ||
+        (net && (rc = net->attach(net->ctx, e, pl, s, err))))
+        goto done;
+    for (int r = 0; r < R->p; r++) {
+        mem_add(mem, r, MEM_WEIGHTS, pl->weights_bytes[r], 0, 0);
+        mem_add(mem, r, MEM_GRADS, pl->grads_bytes[r], 0, 0);
+        mem_add(mem, r, MEM_OPTIM, pl->optim_bytes[r], 0, 0);
+    }
+    rc = engine_run(e, err);
+    if (net)
+        rc = net->finish(net->ctx, rc, err);
+    if (rc || (rc = mem_check(mem, err)))
+        goto done;
+    summarize(c, &o, e, pl, mem, R);
+    if (o.keep_trace) {
+        R->eng = e;
+        R->pl = pl;
+        R->mem = mem;
+        e = NULL;
+        pl = NULL;
+        mem = NULL;
+    }
+done:
+    sched_free(s);
+    cost_model_free(cm);
+    plan_free(pl);
+    engine_free(e);
+    mem_free(mem);
+    if (rc) {
+        simulate_result_free(R);
+        return rc;
+    }
+    *out = R;
+    return TS_OK;
+}

@@ -1,0 +1,117 @@
+/* simulate — the simulator's top-level API: one training iteration of a
+ * validated configuration, simulated event by event.
+ *
+ *   config -> schedule IR (sched_generate) -> plan (layer ops, costs)
+ *          -> tasks (lower) -> engine run (+ memory timeline) -> result
+ *
+ * Default mode simulates one pipeline (p ranks): the t ranks of a tensor
+ * group and the d data-parallel replicas are interchangeable, so their
+ * collectives are costed (commcost.h), not simulated rank by rank.
+ *
+ * Ownership: simulate_run returns a result owned by the caller
+ * (simulate_result_free). With opts.keep_trace the result also owns the
+ * engine, plan and memory samples that trace_write() needs.
+ */
+#ifndef TRAINSIM_SIMULATE_H
+#define TRAINSIM_SIMULATE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sim/config/config.h"
+#include "sim/core/engine.h"
+#include "sim/util/err.h"
+#include "sim/core/mem.h"
+#include "sim/core/plan.h"
+#include "sim/sched/sched.h"
+
+/* An optional network model (issue 5; net_simulate.h fills one): instead of
+ * costing communication with commcost, it drives the communication tasks
+ * with flows on the topology graph, and may simulate every rank. Engine
+ * ranks 0..p-1 must be the pipeline ranks of one replica (what the report
+ * describes). */
+typedef struct simulate_net {
+    void *ctx;
+    int n_ranks; /* engine ranks: p, or t*d*p with --full */
+    /* Hooks for engine_create; they call sim_hooks (the memory timeline) for
+     * tasks of ranks < p. */
+    engine_hooks (*hooks)(void *ctx, const engine_hooks *sim_hooks);
+    /* Instead of lower_sched: add the tasks of every simulated rank. */
+    int (*lower)(void *ctx, const plan *pl, const sched *s, engine *e, ts_err *err);
+    /* After lowering, before engine_run. */
+    int (*attach)(void *ctx, engine *e, const plan *pl, const sched *s, ts_err *err);
+    /* After engine_run (run_rc its status): the network's own error first. */
+    int (*finish)(void *ctx, int run_rc, ts_err *err);
+} simulate_net;
+
+typedef struct {
+    const char *calibration_path; /* NULL: the default efficiency tables */
+    double train_tokens;          /* > 0: time and GPU-hours to train this many tokens */
+    bool keep_trace;              /* keep task times and memory samples for trace_write */
+    const simulate_net *net;      /* NULL: communication costed by commcost (closed forms) */
+} simulate_opts;
+
+/* Per pipeline rank (one GPU of each tensor-parallel group / replica). */
+typedef struct {
+    int64_t busy_ns;               /* compute stream busy */
+    int64_t idle_ns;               /* no stream busy: the bubble on this rank */
+    int64_t exposed_ns[3];         /* communication while compute is idle: TP, PP, DP */
+    int64_t cat_ns[PLAN_CAT_COUNT];/* summed task time per category (comm overlapped or not) */
+    double flops;                  /* GEMM flops this GPU executed */
+    int64_t peak_bytes;            /* memory peak */
+    int64_t peak_t_ns;             /* when */
+    int64_t peak_cat_bytes[MEM_CATS]; /* breakdown at the peak */
+    bool fits;                     /* peak <= GPU memory */
+} simulate_rank;
+
+typedef struct {
+    /* what was simulated */
+    char model[CONFIG_NAME_BYTES];
+    char gpu[CONFIG_NAME_BYTES];
+    sched_kind schedule;
+    int gpus, t, p, d, v, m, b, B, seq;
+    config_recompute recompute;
+    bool sequence_parallel, distributed_optimizer, overlap_grad_reduce;
+    /* timeline */
+    int64_t iteration_ns;
+    double bubble_ns;              /* idle time averaged over ranks */
+    double bubble_fraction;        /* bubble_ns / iteration_ns */
+    double bubble_over_ideal;      /* bubble_ns / (iteration_ns - bubble_ns): (p-1)/m for 1F1B */
+    double exposed_ns[3];          /* TP, PP, DP averaged over ranks */
+    double cat_ns[PLAN_CAT_COUNT]; /* averaged over ranks */
+    simulate_rank *ranks;          /* p entries */
+    /* throughput */
+    double tokens_per_s;
+    double model_flops;            /* per iteration, formulas.md model FLOPs (flops.h) */
+    double hw_flops;               /* per iteration, what the simulated GPUs executed */
+    double megatron_flops;         /* 96Bslh^2(1 + s/6h + V/16lh): Megatron Table 1's count */
+    double model_tflops_per_gpu, hw_tflops_per_gpu, megatron_tflops_per_gpu;
+    double peak_tflops;            /* per GPU, datasheet */
+    double mfu, hfu;
+    /* memory */
+    int64_t hbm_bytes;             /* per GPU */
+    int64_t peak_bytes;            /* max over ranks */
+    int peak_rank;
+    bool fits;                     /* every rank fits */
+    /* training time */
+    double train_tokens, train_s, train_gpu_hours;
+    /* simulator */
+    uint64_t events, tasks;
+    /* kept with keep_trace (owned) */
+    engine *eng;
+    plan *pl;
+    mem_tracker *mem;
+} simulate_result;
+
+/* Simulate one iteration of c (already validated: config_validate). *out is
+ * owned by the caller. Errors: TS_EINVAL (shapes the model cannot split,
+ * a calibration file without rows for the GPU), TS_EIO (calibration file),
+ * TS_ENOMEM, TS_ESTATE (an internal inconsistency, reported). */
+int simulate_run(const config *c, const simulate_opts *opts, simulate_result **out, ts_err *err);
+
+void simulate_result_free(simulate_result *r); /* NULL allowed */
+
+/* "TP", "PP", "DP" for exposed_ns[i]. */
+const char *simulate_comm_name(int i);
+
+#endif

@@ -1,0 +1,87 @@
+/* flops — FLOPs per iteration and parameter counts.
+ *
+ * Two kinds of functions:
+ *  - general counts for any shape (GQA, SwiGLU), from the same GEMM shapes
+ *    the layer module lists (layer.h), so the sum of the simulated ops' flops
+ *    equals them by construction (tested);
+ *  - the published closed forms of formulas.md for GPT shapes (a = g,
+ *    ffn = 4h, no SwiGLU), which the general counts reduce to (tested).
+ *
+ * FLOP conventions (formulas.md): matrix multiplications only, 2 flops per
+ * multiply-add. "Model" FLOPs count forward + backward (backward = 2 x forward)
+ * plus the logit layer; "hardware" FLOPs add what recomputation re-runs.
+ */
+#ifndef TRAINSIM_FLOPS_H
+#define TRAINSIM_FLOPS_H
+
+#include <stdint.h>
+
+#include "sim/config/config.h"
+
+/* ---- general counts (any model_config shape) ---------------------------- */
+
+/* Forward GEMM flops of one transformer layer for one sequence of
+ * m->seq_length tokens (whole layer, all TP ranks together). */
+double flops_layer_fwd_per_seq(const model_config *m);
+
+/* Forward GEMM flops of the attention core (QK^T and attention.V) per
+ * sequence: what selective recomputation re-runs. */
+double flops_attn_core_fwd_per_seq(const model_config *m);
+
+/* Logit GEMM forward flops per sequence: 2*s*h*V. */
+double flops_logit_fwd_per_seq(const model_config *m);
+
+/* Model flops per iteration for global_batch sequences:
+ * 3 * (l * layer_fwd + logit_fwd) * B. */
+double flops_model_per_iter(const model_config *m, int64_t global_batch);
+
+/* Hardware flops per iteration: model flops plus l * recomputed forward per
+ * sequence (none: 0; selective: the attention core; full: the whole layer
+ * forward; the logit layer is never recomputed). recompute_layers = how many
+ * of the l layers are recomputed (full with --recompute-num-layers; pass
+ * m->num_layers for all). */
+double flops_hardware_per_iter(const model_config *m, int64_t global_batch,
+                               config_recompute r, int recompute_layers);
+
+/* ---- published closed forms (formulas.md), GPT shapes ------------------- */
+
+/* 72*B*s*l*h^2*(1 + s/(6h) + V/(12*l*h)) */
+double flops_closed_model(int64_t B, int64_t s, int64_t l, int64_t h, int64_t V);
+/* 96*B*s*l*h^2*(1 + s/(6h) + V/(16*l*h)): what Megatron's Table 1 reports */
+double flops_closed_full_recompute(int64_t B, int64_t s, int64_t l, int64_t h, int64_t V);
+/* The selective-recompute hardware FLOPs as formulas.md prints them:
+ * 72*B*s*l*h^2*(1 + s/(3h) + V/(12*l*h)). NOTE: re-running the attention
+ * core (4*b*s^2*h per layer, the ops Korthikanti et al. recompute) gives
+ * 72*B*s*l*h^2*(1 + 2s/(9h) + V/(12*l*h)) instead (flops_closed_selective_ops);
+ * the simulator counts what it runs, i.e. the latter. */
+double flops_closed_selective_published(int64_t B, int64_t s, int64_t l, int64_t h, int64_t V);
+double flops_closed_selective_ops(int64_t B, int64_t s, int64_t l, int64_t h, int64_t V);
+/* Parameters 12*l*h^2*(1 + 13/(12h) + (V + s)/(12*l*h)), i.e. layers, word and
+ * position embeddings (no final LayerNorm, output tied to the embedding). */
+double flops_closed_params(int64_t l, int64_t h, int64_t V, int64_t s);
+
+/* ---- parameter counts --------------------------------------------------- */
+
+typedef struct {
+    int64_t per_layer;      /* one transformer layer (weights, biases, 2 LayerNorms) */
+    int64_t embedding;      /* word (V*h) + learned position (s*h) embeddings */
+    int64_t final_norm;     /* final LayerNorm: 2h */
+    int64_t total;          /* l*per_layer + embedding + final_norm (output tied) */
+    int64_t total_no_embedding; /* total - embedding */
+} flops_params;
+
+/* Whole-model parameter counts (all TP ranks together). For GPT shapes
+ * total = flops_closed_params + 2h (the final LayerNorm). */
+void flops_param_count(const model_config *m, flops_params *out);
+
+/* Parameters held by one tensor-parallel rank of a pipeline stage with
+ * num_layers layers; with_embedding adds the word (V*h/t) and position
+ * (s*h) embeddings (first stage; the last stage holds its tied copy of the
+ * word embedding as well when p > 1: pass with_output), with_output adds the
+ * final LayerNorm and, if !with_embedding, the tied output weight V*h/t.
+ * Column-parallel weights and biases and row-parallel weights are split
+ * over t; LayerNorms and row-parallel biases are replicated. */
+int64_t flops_params_stage(const model_config *m, int t, int num_layers, int with_embedding,
+                           int with_output);
+
+#endif

@@ -1,0 +1,185 @@
+/* layer — what runs: the ops of one transformer layer (and of the embedding
+ * and the output layer) for one micro-batch on one tensor-parallel rank, per
+ * pass, and the activations the forward saves.
+ *
+ * The layer is Megatron-LM's GPT layer (pre-norm):
+ *   x -> LN1 -> [SP all-gather] -> QKV GEMM -> QK^T -> softmax -> dropout
+ *     -> attention.V -> projection GEMM -> all-reduce [SP: reduce-scatter]
+ *     -> dropout + residual -> LN2 -> [SP all-gather] -> FC1 GEMM
+ *     -> GELU (SwiGLU) -> FC2 GEMM -> all-reduce [SP: reduce-scatter]
+ *     -> dropout + residual
+ * with tensor-parallel shard shapes (heads, query groups and the FFN split
+ * over t ranks), grouped-query attention (g query groups: K and V have
+ * g*h/a columns) and SwiGLU (FC1 produces 2*ffn columns: gate and up).
+ *
+ * Ops. Each op is a GEMM (m, n, k, batch: batch times C[m x n] = A[m x k] B[k x n],
+ * flops = 2*m*n*k*batch), a memory-bound element-wise kernel (bytes read +
+ * written), or a tensor-parallel collective (bytes in commcost's convention,
+ * group size t). Only GEMMs carry flops: element-wise work is costed by its
+ * bytes and is not counted by either FLOP convention of formulas.md.
+ *
+ * Order and overlap. Ops are listed in program order. Compute ops (GEMM,
+ * element-wise) run on the rank's compute stream, collectives on its
+ * communication stream. Op i starts once ops dep[0] and dep[1] (indices in
+ * the same list, -1 = none) have finished and its stream is free. Normally
+ * dep[0] = i-1. In the backward, Megatron overlaps the input-gradient
+ * all-reduce of a column-parallel GEMM (QKV, FC1) with that GEMM's
+ * weight-gradient GEMM: the all-reduce and the weight-gradient GEMM both
+ * depend on the input-gradient GEMM, and the next op depends on both. With
+ * sequence parallelism the backward all-gathers the saved (sharded) GEMM
+ * input again, overlapped with the input-gradient GEMM, and reduce-scatters
+ * the input gradient overlapped with the weight-gradient GEMM.
+ *
+ * Passes:
+ *   F  forward
+ *   B  whole backward (input and weight gradients, Megatron order, overlapped)
+ *   I  input-gradient part only (all element-wise backward, input-gradient
+ *      GEMMs, the collectives of the input gradient; nothing overlapped)
+ *   W  weight-gradient GEMMs only (with SP, preceded by the all-gathers of
+ *      the saved sharded inputs they need)
+ *   R  recompute forward, run just before B or I of the same layer:
+ *      selective = the attention core (QK^T, softmax, dropout, attention.V);
+ *      full = the whole forward, collectives included; none = no ops.
+ *
+ * Saved activations. layer_saved_build() lists every tensor the backward needs,
+ * with its bytes, whether the forward keeps it (per recompute mode), whether
+ * the recompute pass re-creates it, and when it may be freed: by the
+ * input-gradient backward (I or B), or only by the weight-gradient backward
+ * (W or B). With no recomputation the kept bytes per layer equal Korthikanti
+ * et al. 2022 Table 2 exactly for 16-bit activations (GPT shapes): sbh(34 +
+ * 5as/h), the TP and TP+SP variants, selective (sbh(10+24/t), 34sbh/t), full
+ * (2sbh; 2sbh/t with SP, where the saved input is the sequence shard).
+ * Tensors of the dtype scale with config_dtype_bytes; dropout masks are 1 byte
+ * per element.
+ *
+ * Everything here is plain values: no heap memory.
+ */
+#ifndef TRAINSIM_LAYER_H
+#define TRAINSIM_LAYER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sim/model/commcost.h"
+#include "sim/config/config.h"
+#include "sim/util/err.h"
+
+/* Shapes of one micro-batch on one tensor-parallel rank. */
+typedef struct {
+    int64_t h;        /* hidden size */
+    int64_t a;        /* attention heads */
+    int64_t g;        /* query groups (= a without GQA) */
+    int64_t ffn;      /* FFN hidden size (per gate for SwiGLU) */
+    bool swiglu;
+    int64_t s;        /* sequence length, tokens */
+    int64_t b;        /* micro-batch size, sequences */
+    int64_t V;        /* padded vocabulary */
+    int t;            /* tensor-parallel size */
+    bool sp;          /* sequence parallelism */
+    int dtype_bytes;  /* 2 (bf16/fp16) or 4 (fp32) */
+    config_recompute recompute;
+} layer_shape;
+
+/* Build the shape from a validated config. TS_EINVAL if a divisibility the
+ * layer needs does not hold (heads % t, groups % t, ffn % t, vocab % t,
+ * h % heads, heads % groups; with SP seq % t), naming the flags. */
+int layer_shape_from_config(const config *c, layer_shape *out, ts_err *err);
+
+/* The same checks for a hand-built shape. */
+int layer_shape_check(const layer_shape *L, ts_err *err);
+
+typedef enum { LAYER_OP_GEMM = 0, LAYER_OP_MEM, LAYER_OP_COMM } layer_op_kind;
+
+typedef enum {
+    LAYER_PASS_F = 0, /* forward */
+    LAYER_PASS_B,     /* whole backward */
+    LAYER_PASS_I,     /* input-gradient backward */
+    LAYER_PASS_W,     /* weight-gradient backward */
+    LAYER_PASS_R,     /* recompute forward (per shape.recompute) */
+    LAYER_PASS_COUNT
+} layer_pass;
+
+typedef struct {
+    const char *name;    /* static, e.g. "qkv", "qkv.dgrad", "attn.softmax", "mlp.ar" */
+    layer_op_kind kind;
+    int64_t m, n, k;     /* GEMM dims */
+    int64_t batch;       /* GEMM batch count (1 for plain GEMMs) */
+    int64_t bytes;       /* MEM: bytes read + written; COMM: S (commcost convention) */
+    commcost_coll coll;  /* COMM only */
+    int group;           /* COMM: ranks in the collective (t) */
+    double flops;        /* GEMM: 2*m*n*k*batch; 0 otherwise */
+    int dep[2];          /* ops of the same list this op waits for; -1 = none */
+    int overlap;         /* compute op: index of the collective that starts with it and
+                            runs alongside (slowing it: cost_overlap_ns); -1 = none */
+} layer_op;
+
+#define LAYER_MAX_OPS 48
+
+typedef struct {
+    int n;
+    layer_op op[LAYER_MAX_OPS];
+} layer_ops;
+
+/* Ops of one transformer layer for pass. Always succeeds for a shape that
+ * passes layer_shape_check (TS_EINVAL otherwise). */
+int layer_ops_build(const layer_shape *L, layer_pass pass, layer_ops *out, ts_err *err);
+
+/* Ops of the input embedding (first stage): word + position lookup, dropout,
+ * the vocabulary-parallel all-reduce (SP: reduce-scatter) forward; the
+ * gradient scatter-add backward (B and W; I has only the SP all-gather).
+ * LAYER_PASS_R gives no ops. */
+int layer_embedding_ops(const layer_shape *L, layer_pass pass, layer_ops *out, ts_err *err);
+
+/* Ops of the output layer and loss (last stage): final LayerNorm, [SP
+ * all-gather], logit GEMM (2bshV/t flops forward, 4bshV/t backward),
+ * vocabulary-parallel cross-entropy (element-wise + two small all-reduces),
+ * backward with the input-gradient all-reduce (SP: reduce-scatter).
+ * LAYER_PASS_R gives no ops (never recomputed). */
+int layer_output_ops(const layer_shape *L, layer_pass pass, layer_ops *out, ts_err *err);
+
+/* Sum of flops / of COMM bytes of a list (helpers for reports and tests). */
+double layer_ops_flops(const layer_ops *ops);
+int64_t layer_ops_comm_bytes(const layer_ops *ops, commcost_coll coll);
+
+/* When a saved tensor may be freed. */
+typedef enum {
+    LAYER_FREE_AFTER_I = 0, /* needed by the input-gradient backward: freed when I (or B) ends */
+    LAYER_FREE_AFTER_W      /* needed only by weight-gradient GEMMs: freed when W (or B) ends */
+} layer_free_when;
+
+typedef struct {
+    const char *name;      /* static, e.g. "ln1.in", "attn.softmax.out" */
+    int64_t bytes;         /* per micro-batch on one TP rank */
+    bool kept_after_f;     /* stored by F under shape.recompute */
+    bool by_recompute;     /* re-created by R (not kept after F but needed) */
+    layer_free_when free_when;
+} layer_tensor;
+
+#define LAYER_MAX_SAVED 24
+
+typedef struct {
+    int n;
+    layer_tensor t[LAYER_MAX_SAVED];
+} layer_saved_list;
+
+/* Tensors saved by one transformer layer's forward for its backward. Every
+ * tensor is either kept_after_f or by_recompute (never both). */
+int layer_saved_build(const layer_shape *L, layer_saved_list *out, ts_err *err);
+
+/* Same for the embedding (dropout mask) and the output layer (final LN
+ * input, logit GEMM input, fp32 logits for the loss: 4sbV/t). */
+int layer_embedding_saved(const layer_shape *L, layer_saved_list *out, ts_err *err);
+int layer_output_saved(const layer_shape *L, layer_saved_list *out, ts_err *err);
+
+/* Sum of bytes kept after F (what stays alive between F and R/B/I). */
+int64_t layer_saved_kept_bytes(const layer_saved_list *l);
+
+/* Korthikanti et al. 2022 Table 2 per-layer activation bytes for the
+ * shape's t, sp and recompute (16-bit activations): the closed form the
+ * tests compare layer_saved_build() with. Exact in integers when t divides the
+ * terms (the Table 2 rows); rounded down otherwise. */
+int64_t layer_korthikanti_bytes(const layer_shape *L);
+
+const char *layer_pass_name(layer_pass p); /* "F", "B", "I", "W", "R" */
+
+#endif

@@ -1,0 +1,168 @@
+/* net_coll — collectives as NCCL runs them, decomposed into phases of
+ * transfers (flows) on a net_graph, and a runner that drives them over
+ * net_flow with per-step latency.
+ *
+ * A plan is a list of phases. A phase waits its latency, then starts all of
+ * its transfers as concurrent flows; it ends when the last flow ends; then
+ * the next phase begins. The transfers of one ring (or one NVLS, tree,
+ * broadcast chain, scatter) move in lockstep in NCCL: chunks advance at the
+ * pace of the slowest hop. They form one bundle, run as a single flow over
+ * all their links (net_flow.h), whose rate is the max-min share of its
+ * tightest link; independent rings of one phase (hierarchical) are separate
+ * bundles. Phase latency = steps x (largest route latency of
+ * its transfers + NET_STEP_OVERHEAD_US).
+ *
+ * NCCL pipelines chunks through a ring, so the n-1 steps of a ring phase
+ * overlap: each phase of a ring is modeled as n concurrent flows (rank i to
+ * rank i+1), each carrying the bytes of all n-1 steps, plus n-1 step
+ * latencies. On an idle uniform fabric this is exactly the closed form
+ * (formulas.md): ring all-reduce of S bytes over n ranks at per-rank
+ * bandwidth B takes 2(n-1) alpha + 2 (n-1)/n S/B.
+ *
+ * Algorithms (bytes S as NCCL counts them: all-reduce and broadcast: the
+ * buffer; all-gather: the output; reduce-scatter: the input):
+ *  - RING all-reduce: reduce-scatter phase + all-gather phase, each n flows
+ *    of (n-1)/n S. All-gather / reduce-scatter: one such phase. Broadcast: a
+ *    pipelined chain from the root, n-1 flows of S, n-1 step latencies.
+ *  - TREE all-reduce: NCCL's double binary tree; each tree carries S/2, up
+ *    (reduce) and down (broadcast) pipelined: one phase with a flow of S/2
+ *    per tree edge per direction, 2 x depth step latencies. Tree A is the
+ *    heap tree over positions 0..n-1 (parent (i-1)/2), tree B the same over
+ *    the positions reversed.
+ *  - HIER all-reduce (group of k GPUs on each of m servers): ring
+ *    reduce-scatter among the k GPUs of each server, then k rings across the
+ *    m servers (local rank j with local rank j, through their own NICs) each
+ *    all-reducing S/k, then ring all-gather inside each server.
+ *  - NVLS all-reduce (one NVLink domain with NVLink SHARP): every GPU sends
+ *    and receives S (n+1)/n bytes through the switch, at efficiency
+ *    NET_NVLS_EFF of the line rate; 2 step latencies.
+ *  - P2P: one flow of S. SCATTER_GATHER p2p: the t GPUs of the source server
+ *    each send S/t to the GPU of the same local rank on the destination
+ *    server (t NICs in parallel), then a ring all-gather of S among the t
+ *    destination GPUs.
+ * NET_ALGO_AUTO picks NVLS for an all-reduce inside one NVLS-capable
+ * domain, HIER for a group spanning servers with several GPUs on each, and
+ * RING otherwise.
+ *
+ * Ownership: a net_sim borrows its graph (must outlive it); it owns its
+ * router, flows and plans. Free with net_sim_free().
+ */
+#ifndef TRAINSIM_NET_COLL_H
+#define TRAINSIM_NET_COLL_H
+
+#include <stdint.h>
+
+#include "sim/util/err.h"
+#include "sim/net/net_flow.h"
+#include "sim/net/net_graph.h"
+#include "sim/net/net_route.h"
+
+/* Software cost of one NCCL step beside link latency, microseconds. An
+ * order-of-magnitude assumption (no published row); 0 keeps the closed-form
+ * test exact on link latency alone. */
+#define NET_STEP_OVERHEAD_US 0.0
+
+typedef enum {
+    NET_COLL_ALLREDUCE = 0,
+    NET_COLL_ALLGATHER,
+    NET_COLL_REDUCE_SCATTER,
+    NET_COLL_BROADCAST,
+    NET_COLL_P2P,            /* gpus[0] -> gpus[1] */
+    NET_COLL_P2P_SCATTER,    /* gpus[0..t-1] (one server) -> gpus[t..2t-1] (another) */
+    NET_COLL_KIND_COUNT
+} net_coll_kind;
+
+typedef enum { NET_ALGO_AUTO = 0, NET_ALGO_RING, NET_ALGO_TREE, NET_ALGO_HIER, NET_ALGO_NVLS } net_coll_algo;
+
+typedef struct {
+    net_coll_kind kind;
+    net_coll_algo algo;
+    const int *gpus;   /* GPU indices (net_graph numbering), in the group's rank order; borrowed */
+    int n;             /* group size (P2P: 2; P2P_SCATTER: 2t) */
+    double bytes;      /* S, see above */
+    int root;          /* BROADCAST: position of the root in gpus */
+    uint64_t flow_key; /* mixed into the ECMP hash of every flow */
+} net_coll_req;
+
+typedef struct {
+    int src, dst;      /* node ids */
+    double bytes;
+    int bundle;        /* transfers of one bundle (contiguous) move in lockstep: one flow */
+    int nlinks;
+    int links[NET_MAX_PATH];
+} net_xfer;
+
+typedef struct {
+    int first, count;  /* transfers x[first .. first+count) */
+    int nbundles;      /* flows the phase starts: bundles b[first_bundle .. +nbundles) */
+    int first_bundle;
+    int64_t lat_ns;
+} net_phase;
+
+/* A bundle as its flow is started: the routes of its transfers
+ * concatenated, and the largest transfer's bytes. */
+typedef struct {
+    int first_link, nlinks; /* links bl[first_link .. first_link+nlinks) */
+    double bytes;
+    net_flow_hint hint;     /* the runner's: its rate on idle links */
+} net_bundle;
+
+typedef struct {
+    net_xfer *x; int nx, capx;
+    net_phase *ph; int nph, capph;
+    net_bundle *b; int nb, capb;   /* every phase's bundles, in order */
+    int *bl; int nbl, capbl;       /* their links */
+    net_coll_algo algo; /* the algorithm used (AUTO resolved) */
+    int cur_bundle;     /* while building */
+    int packed;         /* net_sim's copy for running: ph, b and bl share the header's block
+                           (no transfers); freed with free() alone */
+} net_plan;
+
+/* Build the plan of req into plan (reset first; arrays reused). Errors name
+ * the problem (GPU out of range, NVLS on a group spanning domains, ...). */
+int net_coll_plan(const net_graph *g, net_router *r, const net_coll_req *req, net_plan *plan, ts_err *err);
+/* Free a built plan's arrays (not plan itself); nothing for a packed one. */
+void net_plan_free(net_plan *plan);
+
+/* ------------------------------------------------------------ runner */
+
+typedef struct net_sim net_sim;
+
+/* Called when a collective finishes. */
+typedef void (*net_coll_done_fn)(void *ctx, uint64_t tag, int64_t t_ns);
+
+int net_sim_new(const net_graph *g, net_coll_done_fn done, void *ctx, net_sim **out, ts_err *err);
+void net_sim_free(net_sim *s);
+
+/* Start collective req at now_ns (>= the current time); done(ctx, tag, t)
+ * is called when it ends. */
+int net_sim_start(net_sim *s, int64_t now_ns, const net_coll_req *req, uint64_t tag, ts_err *err);
+
+/* The plan of req, computed on first use and kept by s until
+ * net_sim_free (the same request always gives the same plan): a handle for
+ * net_sim_start_plan, so that a caller who knows its requests repeat can
+ * skip the lookup. */
+int net_sim_plan(net_sim *s, const net_coll_req *req, const net_plan **out, ts_err *err);
+
+/* net_sim_start of the request whose plan net_sim_plan(s, ...) returned. */
+int net_sim_start_plan(net_sim *s, int64_t now_ns, const net_plan *plan, uint64_t tag, ts_err *err);
+
+/* Time of the next internal event (NET_TIME_NEVER if idle). */
+int64_t net_sim_next_ns(net_sim *s);
+
+/* Process every event at or before t_ns (callbacks included). */
+int net_sim_advance(net_sim *s, int64_t t_ns, ts_err *err);
+
+/* Run until no collective is in flight; *end_ns (may be NULL) gets the time
+ * of the last event. */
+int net_sim_run(net_sim *s, int64_t *end_ns, ts_err *err);
+
+int net_sim_in_flight(const net_sim *s);
+net_flow_stats net_sim_flow_stats(const net_sim *s);
+net_router *net_sim_router(net_sim *s);
+
+/* Time of req alone on an idle copy of the fabric, ns (a convenience for
+ * tests and cost tables; builds a private net_sim). */
+int net_coll_time_ns(const net_graph *g, const net_coll_req *req, int64_t *out_ns, ts_err *err);
+
+#endif

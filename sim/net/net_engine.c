@@ -1,0 +1,617 @@
+/* net_engine — see net_engine.h. */
+#include "sim/net/net_engine.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A collective (or send) in flight: the engine tasks it ends. */
+typedef struct {
+    engine_task_id *tasks;
+    int n, cap, need;       /* need: members expected (full mode) */
+    int leader;             /* global rank of the group's first member */
+    uint8_t dim;
+    uint32_t tag;
+    int32_t mb;
+    int used;
+} inst_t;
+
+/* Plans of the requests a group (or a rank's sends) made, by what varies
+ * between them: for a given group the GPUs, flow key and algorithm follow
+ * from the kind and the peer. */
+#define PLAN_CACHE 6
+typedef struct {
+    const net_plan *plan;
+    double bytes;
+    int peer_pp;
+    uint8_t coll;
+} plan_ent;
+typedef struct { plan_ent e[PLAN_CACHE]; int n; } plan_cache;
+
+static const net_plan *cache_find(const plan_cache *c, uint8_t coll, int peer_pp, double bytes)
+{
+    for (int k = 0; k < c->n; k++)
+        if (c->e[k].coll == coll && c->e[k].peer_pp == peer_pp && c->e[k].bytes == bytes) return c->e[k].plan;
+    return NULL;
+}
+
+static void cache_put(plan_cache *c, uint8_t coll, int peer_pp, double bytes, const net_plan *plan)
+{
+    if (c->n < PLAN_CACHE) c->e[c->n++] = (plan_ent){plan, bytes, peer_pp, coll};
+}
+
+/* What the hooks need of an engine rank, computed once. */
+typedef struct {
+    int global, gpu;         /* global rank and its GPU */
+    int tp, dp, pp;          /* its coordinates */
+    int leader[2];           /* per dim (TP, DP): global rank of the group's first member */
+    uint64_t key[2];         /* per dim: ECMP flow key of the group's communicator */
+} rank_info;
+
+/* The collectives of one group that some but not all members have
+ * started (full mode; a handful at a time). */
+typedef struct { uint32_t tag; int32_t mb; int inst; } open_ent;
+typedef struct { open_ent *e; int n, cap; } open_t;
+
+struct net_engine {
+    const net_graph *g;
+    const net_place *pl;
+    net_engine_opts opts;
+    net_step_fn fn;
+    void *fn_ctx;
+    net_sim *sim;
+    engine *e;
+    int n_ranks;
+    double *factor;          /* per engine rank */
+    rank_info *ri;           /* per engine rank */
+    int *rgroup;             /* per engine rank, per dim (TP, DP): index of its group in open[dim]
+                                and gplans[dim] (apart from rank_info: dense, it stays in cache) */
+    int *ggpus[2];           /* per dim (TP, DP): every group's GPUs, in group-rank order */
+    int *goff[2];            /* per dim, per global rank: offset of its group in ggpus[dim] */
+    int *active_comm;        /* per engine rank: driven comm tasks in flight */
+    net_step_desc *desc;     /* per tag */
+    uint8_t *have_desc;
+    uint32_t n_desc;
+    inst_t *inst; int n_inst, cap_inst;
+    int *free_inst; int n_free;
+    open_t *open[2];         /* per dim, per group: pending instances */
+    plan_cache *gplans[2];   /* per dim, per group: its plans */
+    plan_cache *splans;      /* per engine rank: its sends' plans */
+    int64_t *tq; int n_tq, cap_tq; /* pending engine timer times (min-heap) */
+    int *gpus;               /* scratch: group GPUs */
+    int rc;                  /* first hook error */
+    ts_err err;
+    net_engine_stats st;
+};
+
+static void coll_done(void *ctx, uint64_t tag, int64_t t_ns);
+static uint64_t key_hash(int dim, int leader, uint32_t tag, int32_t mb);
+static int global_of(const net_engine *ne, int engine_rank);
+
+/* Fill ne->ri, ne->ggpus and ne->goff (ne->n_ranks and ne->pl set). */
+static int rank_tables(net_engine *ne)
+{
+    const net_place *pl = ne->pl;
+    int n = pl->n_ranks;
+    ne->ri = calloc((size_t)ne->n_ranks, sizeof *ne->ri);
+    ne->rgroup = malloc(sizeof *ne->rgroup * 2 * (size_t)ne->n_ranks);
+    if (!ne->ri || !ne->rgroup) return TS_ENOMEM;
+    for (int dim = 0; dim < 2; dim++) {
+        ne->ggpus[dim] = malloc(sizeof *ne->ggpus[dim] * (size_t)n);
+        ne->goff[dim] = malloc(sizeof *ne->goff[dim] * (size_t)n);
+        if (!ne->ggpus[dim] || !ne->goff[dim]) return TS_ENOMEM;
+        int next = 0;
+        for (int r = 0; r < n; r++) { /* leaders (coordinate 0 along dim) in rank order */
+            int c[NET_DIMS];
+            net_place_coords(pl, r, &c[NET_DIM_TP], &c[NET_DIM_DP], &c[NET_DIM_PP]);
+            if (c[dim] != 0) continue;
+            ne->goff[dim][r] = next;
+            next += net_place_group_gpus(pl, (net_dim)dim, r, ne->ggpus[dim] + next);
+        }
+        for (int r = 0; r < n; r++) {
+            int c[NET_DIMS];
+            net_place_coords(pl, r, &c[NET_DIM_TP], &c[NET_DIM_DP], &c[NET_DIM_PP]);
+            c[dim] = 0;
+            ne->goff[dim][r] = ne->goff[dim][net_place_rank(pl, c[NET_DIM_TP], c[NET_DIM_DP], c[NET_DIM_PP])];
+        }
+    }
+    for (int er = 0; er < ne->n_ranks; er++) {
+        rank_info *ri = &ne->ri[er];
+        ri->global = global_of(ne, er);
+        ri->gpu = pl->gpu_of_rank[ri->global];
+        net_place_coords(pl, ri->global, &ri->tp, &ri->dp, &ri->pp);
+        ri->leader[NET_DIM_TP] = net_place_rank(pl, 0, ri->dp, ri->pp);
+        ri->leader[NET_DIM_DP] = net_place_rank(pl, ri->tp, 0, ri->pp);
+        for (int dim = 0; dim < 2; dim++) {
+            ri->key[dim] = key_hash(dim, ri->leader[dim], 0u, 0);
+            ne->rgroup[2 * er + dim] = ne->goff[dim][ri->global] / pl->size[dim];
+        }
+    }
+    return TS_OK;
+}
+
+static int fail(net_engine *ne, int rc)
+{
+    if (ne->rc == TS_OK && rc != TS_OK) ne->rc = rc;
+    return rc;
+}
+
+int net_engine_new(const net_graph *g, const net_place *pl, const net_engine_opts *opts, net_step_fn fn,
+                   void *fn_ctx, net_engine **out, ts_err *err)
+{
+    int rc;
+    if (!(opts->comm_compute_slowdown >= 0))
+        return err_set(err, TS_EINVAL, "comm/compute slowdown %g must be >= 0", opts->comm_compute_slowdown);
+    net_engine *ne = calloc(1, sizeof *ne);
+    if (!ne) return err_set(err, TS_ENOMEM, "net_engine: out of memory");
+    ne->g = g;
+    ne->pl = pl;
+    ne->opts = *opts;
+    ne->fn = fn;
+    ne->fn_ctx = fn_ctx;
+    ne->n_ranks = opts->full ? pl->n_ranks : pl->size[NET_DIM_PP];
+    int most = pl->size[NET_DIM_TP] > pl->size[NET_DIM_DP] ? pl->size[NET_DIM_TP] : pl->size[NET_DIM_DP];
+    ne->factor = malloc(sizeof *ne->factor * (size_t)ne->n_ranks);
+    ne->active_comm = calloc((size_t)ne->n_ranks, sizeof *ne->active_comm);
+    ne->gpus = malloc(sizeof *ne->gpus * (size_t)(2 * most + 2));
+    ne->open[0] = calloc((size_t)(pl->n_ranks / pl->size[0]), sizeof *ne->open[0]);
+    ne->open[1] = calloc((size_t)(pl->n_ranks / pl->size[1]), sizeof *ne->open[1]);
+    ne->gplans[0] = calloc((size_t)(pl->n_ranks / pl->size[0]), sizeof *ne->gplans[0]);
+    ne->gplans[1] = calloc((size_t)(pl->n_ranks / pl->size[1]), sizeof *ne->gplans[1]);
+    ne->splans = calloc((size_t)ne->n_ranks, sizeof *ne->splans);
+    if (!ne->factor || !ne->active_comm || !ne->gpus || !ne->open[0] || !ne->open[1] || !ne->gplans[0] ||
+        !ne->gplans[1] || !ne->splans) {
+        net_engine_free(ne);
+        return err_set(err, TS_ENOMEM, "net_engine: out of memory");
+    }
+    for (int r = 0; r < ne->n_ranks; r++) ne->factor[r] = 1.0;
+    if (rank_tables(ne)) {
+        net_engine_free(ne);
+        return err_set(err, TS_ENOMEM, "net_engine: out of memory");
+    }
+    if ((rc = net_sim_new(g, coll_done, ne, &ne->sim, err))) {
+        net_engine_free(ne);
+        return rc;
+    }
+    *out = ne;
+    return TS_OK;
+}
+
+void net_engine_free(net_engine *ne)
+{
+    if (!ne) return;
+    for (int i = 0; i < ne->n_inst; i++) free(ne->inst[i].tasks);
+    free(ne->inst);
+    free(ne->free_inst);
+    for (int dim = 0; dim < 2; dim++) {
+        if (ne->open[dim])
+            for (int k = 0; k < ne->pl->n_ranks / ne->pl->size[dim]; k++) free(ne->open[dim][k].e);
+        free(ne->open[dim]);
+        free(ne->gplans[dim]);
+    }
+    free(ne->tq);
+    free(ne->gpus);
+    free(ne->desc);
+    free(ne->have_desc);
+    free(ne->factor);
+    free(ne->ri);
+    free(ne->rgroup);
+    free(ne->splans);
+    for (int dim = 0; dim < 2; dim++) {
+        free(ne->ggpus[dim]);
+        free(ne->goff[dim]);
+    }
+    free(ne->active_comm);
+    net_sim_free(ne->sim);
+    free(ne);
+}
+
+int net_engine_n_ranks(const net_engine *ne) { return ne->n_ranks; }
+
+int net_engine_set_compute_factor(net_engine *ne, int engine_rank, double factor, ts_err *err)
+{
+    if (engine_rank < 0 || engine_rank >= ne->n_ranks)
+        return err_set(err, TS_EINVAL, "rank %d not in 0..%d", engine_rank, ne->n_ranks - 1);
+    if (!(factor > 0)) return err_set(err, TS_EINVAL, "compute factor %g of rank %d must be > 0", factor, engine_rank);
+    if (!ne->opts.full && factor != 1.0)
+        return err_set(err, TS_EINVAL, "a slow rank (rank %d x %g) needs --full: the default mode simulates "
+                                       "interchangeable ranks once", engine_rank, factor);
+    ne->factor[engine_rank] = factor;
+    return TS_OK;
+}
+
+/* get_desc's slow path: grow the table, ask fn, check the answer. */
+static const net_step_desc *fill_desc(net_engine *ne, uint32_t tag, ts_err *err)
+{
+    if (tag >= ne->n_desc) {
+        uint32_t n = ne->n_desc ? ne->n_desc : 256;
+        while (n <= tag) n *= 2;
+        net_step_desc *d = realloc(ne->desc, sizeof *d * n);
+        if (!d) { err_set(err, TS_ENOMEM, "net_engine: out of memory"); return NULL; }
+        ne->desc = d;
+        uint8_t *h = realloc(ne->have_desc, n);
+        if (!h) { err_set(err, TS_ENOMEM, "net_engine: out of memory"); return NULL; }
+        memset(h + ne->n_desc, 0, n - ne->n_desc);
+        ne->have_desc = h;
+        ne->n_desc = n;
+    }
+    if (!ne->have_desc[tag]) {
+        memset(&ne->desc[tag], 0, sizeof ne->desc[tag]);
+        if (ne->fn(ne->fn_ctx, tag, &ne->desc[tag], err)) return NULL;
+        const net_step_desc *d = &ne->desc[tag];
+        if (d->role == NET_STEP_COLL && (d->dim != NET_DIM_TP && d->dim != NET_DIM_DP)) {
+            err_set(err, TS_EINVAL, "net_engine: step %u: collective along dimension %d (valid: tp, dp)", tag, d->dim);
+            return NULL;
+        }
+        if ((d->role == NET_STEP_SEND || (d->role == NET_STEP_COLL && d->coll == NET_COLL_P2P_SCATTER)) &&
+            (d->peer_pp < 0 || d->peer_pp >= ne->pl->size[NET_DIM_PP])) {
+            err_set(err, TS_EINVAL, "net_engine: step %u: send to pipeline rank %d (valid 0..%d)", tag, d->peer_pp,
+                    ne->pl->size[NET_DIM_PP] - 1);
+            return NULL;
+        }
+        ne->have_desc[tag] = 1;
+    }
+    return &ne->desc[tag];
+}
+
+/* The descriptor of tag, asking fn the first time; NULL (err set) on error. */
+static inline const net_step_desc *get_desc(net_engine *ne, uint32_t tag, ts_err *err)
+{
+    return tag < ne->n_desc && ne->have_desc[tag] ? &ne->desc[tag] : fill_desc(ne, tag, err);
+}
+
+int net_engine_attach(net_engine *ne, engine *e, ts_err *err)
+{
+    if (engine_n_ranks(e) != ne->n_ranks)
+        return err_set(err, TS_EINVAL, "net_engine: engine has %d ranks, the %s mode needs %d", engine_n_ranks(e),
+                       ne->opts.full ? "full" : "symmetric", ne->n_ranks);
+    ne->e = e;
+    /* copy 0 of each task (engine_replicate) stands for all its copies,
+     * but for compute whose scaling differs from rank to rank */
+    uint32_t n = engine_task_count(e), C = engine_copies(e);
+    bool scaled = false; /* some rank's compute is scaled */
+    for (int r = 0; r < ne->n_ranks && !scaled; r++) scaled = ne->factor[r] != 1.0;
+    for (uint32_t id = 0; id < n; id += C) {
+        uint32_t tag = engine_task_tag(e, id);
+        const net_step_desc *d = get_desc(ne, tag, err);
+        if (!d) return err->code ? err->code : TS_ESTATE;
+        int rc = TS_OK;
+        bool all = d->role == NET_STEP_COLL || d->role == NET_STEP_SEND ||
+                   (d->role == NET_STEP_COMPUTE && ne->opts.comm_compute_slowdown > 0);
+        if (all) {
+            rc = engine_task_set_external_copies(e, id, err);
+        } else if (d->role == NET_STEP_COMPUTE && scaled) {
+            for (uint32_t c = 0; c < C && !rc; c++)
+                if (ne->factor[engine_task_rank(e, id + c)] != 1.0) rc = engine_task_set_external(e, id + c, err);
+        }
+        if (rc) return rc;
+    }
+    return TS_OK;
+}
+
+/* ------------------------------------------------------------ timers */
+
+static void on_timer(void *ctx, engine *e, int64_t now);
+
+static void tq_push(net_engine *ne, int64_t t)
+{
+    if (ne->n_tq == ne->cap_tq) {
+        int nc = ne->cap_tq ? ne->cap_tq * 2 : 64;
+        int64_t *q = realloc(ne->tq, sizeof *q * (size_t)nc);
+        if (!q) { fail(ne, err_set(&ne->err, TS_ENOMEM, "net_engine: out of memory")); return; }
+        ne->tq = q;
+        ne->cap_tq = nc;
+    }
+    int i = ne->n_tq++;
+    while (i > 0 && ne->tq[(i - 1) / 2] > t) { ne->tq[i] = ne->tq[(i - 1) / 2]; i = (i - 1) / 2; }
+    ne->tq[i] = t;
+}
+
+static void tq_pop(net_engine *ne)
+{
+    int64_t x = ne->tq[--ne->n_tq];
+    int i = 0;
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= ne->n_tq) break;
+        if (c + 1 < ne->n_tq && ne->tq[c + 1] < ne->tq[c]) c++;
+        if (ne->tq[c] >= x) break;
+        ne->tq[i] = ne->tq[c];
+        i = c;
+    }
+    if (ne->n_tq > 0) ne->tq[i] = x;
+}
+
+/* Make sure an engine timer fires at the network's next event. */
+static void schedule(net_engine *ne, engine *e)
+{
+    int64_t t = net_sim_next_ns(ne->sim);
+    if (t == NET_TIME_NEVER) return;
+    if (ne->n_tq > 0 && ne->tq[0] <= t) return;
+    if (fail(ne, engine_timer_at(e, t, on_timer, ne, &ne->err))) return;
+    tq_push(ne, t);
+}
+
+static void on_timer(void *ctx, engine *e, int64_t now)
+{
+    net_engine *ne = ctx;
+    while (ne->n_tq > 0 && ne->tq[0] <= now) tq_pop(ne);
+    if (ne->rc) return;
+    if (fail(ne, net_sim_advance(ne->sim, now, &ne->err))) return;
+    schedule(ne, e);
+}
+
+/* ------------------------------------------------------------ instances */
+
+static int inst_new(net_engine *ne)
+{
+    int i;
+    if (ne->n_free > 0) {
+        i = ne->free_inst[--ne->n_free];
+    } else {
+        if (ne->n_inst == ne->cap_inst) {
+            int nc = ne->cap_inst ? ne->cap_inst * 2 : 64;
+            inst_t *q = realloc(ne->inst, sizeof *q * (size_t)nc);
+            if (!q) return -1;
+            ne->inst = q;
+            memset(ne->inst + ne->cap_inst, 0, sizeof *q * (size_t)(nc - ne->cap_inst));
+            int *f = realloc(ne->free_inst, sizeof *f * (size_t)nc);
+            if (!f) return -1;
+            ne->free_inst = f;
+            ne->cap_inst = nc;
+        }
+        i = ne->n_inst++;
+    }
+    ne->inst[i].n = 0;
+    ne->inst[i].used = 1;
+    return i;
+}
+
+static int inst_add(inst_t *in, engine_task_id id)
+{
+    if (in->n == in->cap) {
+        int nc = in->cap ? in->cap * 2 : 4;
+        engine_task_id *q = realloc(in->tasks, sizeof *q * (size_t)nc);
+        if (!q) return TS_ENOMEM;
+        in->tasks = q;
+        in->cap = nc;
+    }
+    in->tasks[in->n++] = id;
+    return TS_OK;
+}
+
+static uint64_t key_hash(int dim, int leader, uint32_t tag, int32_t mb)
+{
+    uint64_t z = ((uint64_t)(uint32_t)leader << 32 | tag) ^ ((uint64_t)(uint32_t)mb * 0x9E3779B97F4A7C15ull) ^
+                 (uint64_t)dim << 62;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+/* Find (or create) the pending instance of engine rank `rank`'s group's
+ * collective; *op gets the group's open list when the instance waits for
+ * others. */
+static int pending(net_engine *ne, int rank, int dim, uint32_t tag, int32_t mb, int need, open_t **op)
+{
+    open_t *o = NULL;
+    *op = NULL;
+    if (need > 1) {
+        o = &ne->open[dim][ne->rgroup[2 * rank + dim]];
+        for (int k = 0; k < o->n; k++)
+            if (o->e[k].tag == tag && o->e[k].mb == mb) {
+                *op = o;
+                return o->e[k].inst;
+            }
+        if (o->n == o->cap) {
+            int nc = o->cap ? o->cap * 2 : 4;
+            open_ent *q = realloc(o->e, sizeof *q * (size_t)nc);
+            if (!q) return -1;
+            o->e = q;
+            o->cap = nc;
+        }
+    }
+    int i = inst_new(ne);
+    if (i < 0) return -1;
+    inst_t *in = &ne->inst[i];
+    in->dim = (uint8_t)dim;
+    in->leader = ne->ri[rank].leader[dim];
+    in->tag = tag;
+    in->mb = mb;
+    in->need = need;
+    if (o) {
+        o->e[o->n++] = (open_ent){tag, mb, i};
+        *op = o;
+    }
+    return i;
+}
+
+static void coll_done(void *ctx, uint64_t tag, int64_t t_ns)
+{
+    net_engine *ne = ctx;
+    inst_t *in = &ne->inst[(int)tag];
+    for (int k = 0; k < in->n; k++)
+        if (fail(ne, engine_task_finish(ne->e, in->tasks[k], t_ns, &ne->err))) break;
+    in->used = 0;
+    ne->free_inst[ne->n_free++] = (int)tag;
+}
+
+/* ------------------------------------------------------------ hooks */
+
+static int global_of(const net_engine *ne, int engine_rank)
+{
+    int p = ne->pl->size[NET_DIM_PP], t = ne->pl->size[NET_DIM_TP];
+    if (!ne->opts.full) return net_place_rank(ne->pl, 0, 0, engine_rank);
+    int rep = engine_rank / p;
+    return net_place_rank(ne->pl, rep % t, rep / t, engine_rank % p);
+}
+
+int net_engine_rank(const net_engine *ne, int tp, int dp, int pp)
+{
+    if (!ne->opts.full) return tp == 0 && dp == 0 ? pp : -1;
+    return pp + ne->pl->size[NET_DIM_PP] * (tp + ne->pl->size[NET_DIM_TP] * dp);
+}
+
+static void start_coll(net_engine *ne, engine *e, int ii, const net_step_desc *d, int rank, int64_t now)
+{
+    inst_t *in = &ne->inst[ii];
+    int dim = d->dim, peer_pp = d->coll == NET_COLL_P2P_SCATTER ? d->peer_pp : -1;
+    plan_cache *pc = &ne->gplans[dim][ne->rgroup[2 * rank + dim]];
+    const net_plan *plan = cache_find(pc, d->coll, peer_pp, d->bytes);
+    if (!plan) {
+        const rank_info *ri = &ne->ri[rank];
+        int n = ne->pl->size[dim];
+        const int *gpus = ne->ggpus[dim] + ne->goff[dim][ri->global];
+        uint64_t key = ri->key[dim];
+        if (d->coll == NET_COLL_P2P_SCATTER) { /* the peer stage's group receives */
+            int peer = net_place_rank(ne->pl, ri->tp, ri->dp, d->peer_pp);
+            memcpy(ne->gpus, gpus, sizeof *gpus * (size_t)n);
+            memcpy(ne->gpus + n, ne->ggpus[dim] + ne->goff[dim][peer], sizeof *gpus * (size_t)n);
+            gpus = ne->gpus;
+            n *= 2;
+            key = key_hash(in->dim, in->leader, 1u + (uint32_t)d->peer_pp, 0);
+        }
+        /* ECMP key: the communicator (group, and the peer group of a scatter), the same on every call */
+        net_coll_req q = {(net_coll_kind)d->coll, ne->opts.algo, gpus, n, d->bytes, 0, key};
+        if (d->coll != NET_COLL_ALLREDUCE) q.algo = NET_ALGO_AUTO;
+        if (fail(ne, net_sim_plan(ne->sim, &q, &plan, &ne->err))) return;
+        cache_put(pc, d->coll, peer_pp, d->bytes, plan);
+    }
+    ne->st.collectives++;
+    if (fail(ne, net_sim_start_plan(ne->sim, now, plan, (uint64_t)ii, &ne->err))) return;
+    schedule(ne, e);
+}
+
+void net_engine_task_started(net_engine *ne, engine *e, engine_task_id id, const engine_task_info *ti, int64_t now)
+{
+    if (ne->rc || !ti->external) return; /* attach() made external every task it drives */
+    uint32_t tag = ti->tag;
+    int rank = ti->rank;
+    const net_step_desc *d = get_desc(ne, tag, &ne->err);
+    if (!d) { fail(ne, ne->err.code ? ne->err.code : TS_ESTATE); return; }
+    switch (d->role) {
+    case NET_STEP_COMPUTE: {
+        double f = ne->factor[rank];
+        if (ne->opts.comm_compute_slowdown > 0 && ne->active_comm[rank] > 0) f *= 1 + ne->opts.comm_compute_slowdown;
+        fail(ne, engine_task_finish(e, id, now + (int64_t)llround((double)d->dur_ns * f), &ne->err));
+        return;
+    }
+    case NET_STEP_COLL: {
+        if (ne->opts.comm_compute_slowdown > 0) ne->active_comm[rank]++;
+        int need = ne->opts.full ? ne->pl->size[d->dim] : 1;
+        open_t *o;
+        int ii = pending(ne, rank, d->dim, tag, ti->mb, need, &o);
+        if (ii < 0) { fail(ne, err_set(&ne->err, TS_ENOMEM, "net_engine: out of memory")); return; }
+        if (fail(ne, inst_add(&ne->inst[ii], id))) return;
+        if (ne->inst[ii].n < ne->inst[ii].need) return;
+        if (o) /* started: no longer pending */
+            for (int k = 0; k < o->n; k++)
+                if (o->e[k].inst == ii) { o->e[k] = o->e[--o->n]; break; }
+        start_coll(ne, e, ii, d, rank, now);
+        return;
+    }
+    case NET_STEP_SEND: {
+        if (ne->opts.comm_compute_slowdown > 0) ne->active_comm[rank]++;
+        const rank_info *ri = &ne->ri[rank];
+        int global = ri->global;
+        int ii = inst_new(ne);
+        if (ii < 0 || fail(ne, inst_add(&ne->inst[ii], id))) {
+            fail(ne, err_set(&ne->err, TS_ENOMEM, "net_engine: out of memory"));
+            return;
+        }
+        ne->inst[ii].leader = global;
+        const net_plan *plan = cache_find(&ne->splans[rank], NET_COLL_P2P, d->peer_pp, d->bytes);
+        if (!plan) {
+            int pair[2] = {ri->gpu, ne->pl->gpu_of_rank[net_place_rank(ne->pl, ri->tp, ri->dp, d->peer_pp)]};
+            net_coll_req q = {NET_COLL_P2P, NET_ALGO_AUTO, pair, 2, d->bytes, 0,
+                              key_hash(3, global, (uint32_t)d->peer_pp, 0)};
+            if (fail(ne, net_sim_plan(ne->sim, &q, &plan, &ne->err))) return;
+            cache_put(&ne->splans[rank], NET_COLL_P2P, d->peer_pp, d->bytes, plan);
+        }
+        ne->st.p2p++;
+        if (fail(ne, net_sim_start_plan(ne->sim, now, plan, (uint64_t)ii, &ne->err))) return;
+        schedule(ne, e);
+        return;
+    }
+    default:
+        return;
+    }
+}
+
+void net_engine_task_ended(net_engine *ne, engine *e, engine_task_id id, const engine_task_info *ti, int64_t now)
+{
+    (void)e;
+    (void)id;
+    (void)now;
+    /* active_comm is read only with a slowdown; it counts driven (external) comm */
+    if (ne->opts.comm_compute_slowdown == 0 || !ti->external) return;
+    uint32_t tag = ti->tag;
+    int rank = ti->rank;
+    if (tag < ne->n_desc && ne->have_desc[tag]) {
+        uint8_t role = ne->desc[tag].role;
+        if (role == NET_STEP_COLL || role == NET_STEP_SEND) ne->active_comm[rank]--;
+    }
+}
+
+static void on_start(void *ctx, engine *e, engine_task_id id, const engine_task_info *ti, int64_t now)
+{
+    net_engine_task_started(ctx, e, id, ti, now);
+}
+
+static void on_end(void *ctx, engine *e, engine_task_id id, const engine_task_info *ti, int64_t now)
+{
+    net_engine_task_ended(ctx, e, id, ti, now);
+}
+
+engine_hooks net_engine_hooks(net_engine *ne)
+{
+    /* Only the tasks attach() marks (driven communication, scaled compute). */
+    return (engine_hooks){.on_start = on_start, .on_end = on_end, .ctx = ne, .only_marked = true};
+}
+
+int net_engine_error(const net_engine *ne, ts_err *err)
+{
+    if (ne->rc && err) *err = ne->err;
+    return ne->rc;
+}
+
+net_engine_stats net_engine_get_stats(const net_engine *ne)
+{
+    net_engine_stats s = ne->st;
+    s.flows = net_sim_flow_stats(ne->sim);
+    return s;
+}
+
+/* ------------------------------------------------------------ what-if flags */
+
+int net_parse_straggler(const char *s, int n_ranks, int *rank, double *factor, ts_err *err)
+{
+    char tail;
+    if (!s || sscanf(s, "%d:%lf%c", rank, factor, &tail) != 2 || *rank < 0 || *rank >= n_ranks || !(*factor > 0))
+        return err_set(err, TS_EINVAL, "--straggler '%s': expected RANK:FACTOR with RANK in 0..%d and FACTOR > 0 "
+                                       "(2 = compute twice as slow)", s ? s : "", n_ranks - 1);
+    return TS_OK;
+}
+
+int net_parse_degrade(const net_graph *g, const char *s, int *a, int *b, double *factor, ts_err *err)
+{
+    char na[64], nb[64], tail;
+    const char *dash = s ? strchr(s, '-') : NULL, *colon = s ? strrchr(s, ':') : NULL;
+    if (!dash || !colon || colon < dash || dash - s >= 64 || colon - dash - 1 >= 64 ||
+        sscanf(colon + 1, "%lf%c", factor, &tail) != 1 || !(*factor > 0))
+        return err_set(err, TS_EINVAL, "--degrade-link '%s': expected A-B:FACTOR, e.g. nic0.0-sw1.0:0.5 "
+                                       "(FACTOR > 0 scales the link's bandwidth)", s ? s : "");
+    memcpy(na, s, (size_t)(dash - s));
+    na[dash - s] = 0;
+    memcpy(nb, dash + 1, (size_t)(colon - dash - 1));
+    nb[colon - dash - 1] = 0;
+    *a = net_graph_node_by_name(g, na);
+    *b = net_graph_node_by_name(g, nb);
+    if (*a < 0 || *b < 0)
+        return err_set(err, TS_EINVAL, "--degrade-link '%s': no node named '%s' (names: gpu<s>.<k>, nvs<s>, "
+                                       "nic<s>.<k>, sw<level>.<i>)", s, *a < 0 ? na : nb);
+    if (net_graph_find_link(g, *a, *b) < 0)
+        return err_set(err, TS_EINVAL, "--degrade-link '%s': %s and %s are not linked", s, na, nb);
+    return TS_OK;
+}

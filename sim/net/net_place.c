@@ -1,0 +1,99 @@
+/* net_place — see net_place.h. */
+#include "sim/net/net_place.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int dim_of(const char *s, size_t n)
+{
+    if (n == 2 && strncmp(s, "tp", 2) == 0) return NET_DIM_TP;
+    if (n == 2 && strncmp(s, "dp", 2) == 0) return NET_DIM_DP;
+    if (n == 2 && strncmp(s, "pp", 2) == 0) return NET_DIM_PP;
+    return -1;
+}
+
+int net_place_init(net_place *pl, const net_graph *g, int t, int d, int p, const char *order, ts_err *err)
+{
+    memset(pl, 0, sizeof *pl);
+    if (t < 1 || d < 1 || p < 1)
+        return err_set(err, TS_EINVAL, "placement: t %d, d %d, p %d must all be >= 1", t, d, p);
+    if (!order) order = "tp-dp-pp";
+    int seen = 0, k = 0;
+    for (const char *s = order; *s;) {
+        const char *e = strchr(s, '-');
+        size_t n = e ? (size_t)(e - s) : strlen(s);
+        int dim = dim_of(s, n);
+        if (dim < 0 || (seen >> dim & 1) || k >= NET_DIMS)
+            return err_set(err, TS_EINVAL, "placement order '%s': expected a permutation of tp, dp, pp such as tp-dp-pp",
+                           order);
+        seen |= 1 << dim;
+        pl->order[k++] = dim;
+        s = e ? e + 1 : s + n;
+    }
+    if (k != NET_DIMS)
+        return err_set(err, TS_EINVAL, "placement order '%s': expected all three of tp, dp, pp (e.g. tp-dp-pp)", order);
+    pl->size[NET_DIM_TP] = t;
+    pl->size[NET_DIM_DP] = d;
+    pl->size[NET_DIM_PP] = p;
+    long long n = (long long)t * d * p;
+    if (n > g->n_gpus)
+        return err_set(err, TS_EINVAL, "placement: t*d*p = %lld ranks but the topology has %d GPUs", n, g->n_gpus);
+    pl->n_ranks = (int)n;
+    int stride = 1;
+    for (int i = 0; i < NET_DIMS; i++) {
+        pl->stride[pl->order[i]] = stride;
+        stride *= pl->size[pl->order[i]];
+    }
+    pl->gpu_of_rank = malloc(sizeof *pl->gpu_of_rank * (size_t)pl->n_ranks);
+    if (!pl->gpu_of_rank) return err_set(err, TS_ENOMEM, "placement: out of memory");
+    for (int r = 0; r < pl->n_ranks; r++) pl->gpu_of_rank[r] = r;
+    for (int r = 0; r < pl->n_ranks && !pl->tp_spans_servers; r++) {
+        int tp, dp, pp;
+        net_place_coords(pl, r, &tp, &dp, &pp);
+        if (tp != 0) continue;
+        int s0 = g->nodes[g->gpu_node[pl->gpu_of_rank[r]]].server;
+        for (int j = 1; j < t; j++) {
+            int rj = net_place_rank(pl, j, dp, pp);
+            if (g->nodes[g->gpu_node[pl->gpu_of_rank[rj]]].server != s0) {
+                pl->tp_spans_servers = true;
+                snprintf(pl->note, sizeof pl->note,
+                         "tensor group of rank %d spans servers (t = %d, order %s, %d GPUs per server): its "
+                         "all-reduces cross the NICs",
+                         r, t, order, g->gpus_per_server);
+                break;
+            }
+        }
+    }
+    return TS_OK;
+}
+
+void net_place_free(net_place *pl)
+{
+    if (!pl) return;
+    free(pl->gpu_of_rank);
+    pl->gpu_of_rank = NULL;
+}
+
+int net_place_rank(const net_place *pl, int tp, int dp, int pp)
+{
+    return tp * pl->stride[NET_DIM_TP] + dp * pl->stride[NET_DIM_DP] + pp * pl->stride[NET_DIM_PP];
+}
+
+void net_place_coords(const net_place *pl, int rank, int *tp, int *dp, int *pp)
+{
+    *tp = rank / pl->stride[NET_DIM_TP] % pl->size[NET_DIM_TP];
+    *dp = rank / pl->stride[NET_DIM_DP] % pl->size[NET_DIM_DP];
+    *pp = rank / pl->stride[NET_DIM_PP] % pl->size[NET_DIM_PP];
+}
+
+int net_place_group_gpus(const net_place *pl, net_dim dim, int rank, int *gpus)
+{
+    int c[NET_DIMS];
+    net_place_coords(pl, rank, &c[NET_DIM_TP], &c[NET_DIM_DP], &c[NET_DIM_PP]);
+    for (int i = 0; i < pl->size[dim]; i++) {
+        c[dim] = i;
+        gpus[i] = pl->gpu_of_rank[net_place_rank(pl, c[NET_DIM_TP], c[NET_DIM_DP], c[NET_DIM_PP])];
+    }
+    return pl->size[dim];
+}

@@ -1,0 +1,50 @@
+/* net_place — rank placement: global ranks -> GPUs of a net_graph, and
+ * the tensor / data / pipeline groups of each rank.
+ *
+ * A global rank has coordinates (tp, dp, pp). The order string lists the
+ * dimensions innermost first; Megatron-LM's default ("tp-cp-ep-dp-pp"
+ * without context/expert parallelism) is "tp-dp-pp":
+ *   rank = tp + t * (dp + d * pp).
+ * Rank r runs on GPU r (servers filled in order), so with t <= GPUs per
+ * server the t ranks of a tensor group share one NVLink domain. A tensor
+ * group that spans servers is allowed (its all-reduces then cross NICs) but
+ * reported: net_place.tp_spans_servers and net_place.note.
+ *
+ * Ownership: net_place_init allocates gpu_of_rank; net_place_free releases
+ * it (the struct itself is the caller's).
+ */
+#ifndef TRAINSIM_NET_PLACE_H
+#define TRAINSIM_NET_PLACE_H
+
+#include <stdbool.h>
+
+#include "sim/util/err.h"
+#include "sim/net/net_graph.h"
+
+typedef enum { NET_DIM_TP = 0, NET_DIM_DP, NET_DIM_PP, NET_DIMS } net_dim;
+
+typedef struct {
+    int size[NET_DIMS];      /* t, d, p */
+    int order[NET_DIMS];     /* dimensions, innermost first */
+    int stride[NET_DIMS];    /* rank stride of each dimension */
+    int n_ranks;             /* t * d * p */
+    int *gpu_of_rank;        /* n_ranks: GPU index (net_graph numbering) */
+    bool tp_spans_servers;   /* some tensor group is not inside one server */
+    char note[256];          /* human-readable report of the above, "" if none */
+} net_place;
+
+/* Place t*d*p ranks on g with the given order ("tp-dp-pp", "tp-pp-dp", ...;
+ * NULL = "tp-dp-pp"). TS_EINVAL if sizes are < 1, the order is not a
+ * permutation of tp, dp, pp, or there are more ranks than GPUs. */
+int net_place_init(net_place *pl, const net_graph *g, int t, int d, int p, const char *order, ts_err *err);
+void net_place_free(net_place *pl);
+
+/* Global rank of coordinates (tp, dp, pp), and back. */
+int net_place_rank(const net_place *pl, int tp, int dp, int pp);
+void net_place_coords(const net_place *pl, int rank, int *tp, int *dp, int *pp);
+
+/* The group of `rank` along dim: writes the GPU indices of its members, in
+ * group-rank order, into gpus (room for size[dim]) and returns the count. */
+int net_place_group_gpus(const net_place *pl, net_dim dim, int rank, int *gpus);
+
+#endif

@@ -1,0 +1,225 @@
+/* net_route — see net_route.h. */
+#include "sim/net/net_route.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int target;        /* node id the distances lead to */
+    int16_t *dist;     /* per switch index: hops to target, -1 unreachable */
+} dist_entry;
+
+struct net_router {
+    const net_graph *g;
+    int n_switches;
+    int *sw_index;     /* node id -> switch index, -1 for non-switches */
+    int *sw_node;      /* switch index -> node id */
+    dist_entry *cache; /* open addressing by target */
+    int cache_cap, cache_len;
+    int *queue;        /* BFS scratch, n_switches + 1 */
+};
+
+uint64_t net_route_hash(int src, int dst, uint64_t flow_id, int hop)
+{
+    uint64_t z = (uint64_t)(uint32_t)src * 0x9E3779B97F4A7C15ull ^ (uint64_t)(uint32_t)dst * 0xC2B2AE3D27D4EB4Full ^
+                 flow_id * 0x165667B19E3779F9ull ^ (uint64_t)(uint32_t)hop;
+    z += 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+int net_router_new(const net_graph *g, net_router **out, ts_err *err)
+{
+    if (!g->finished) return err_set(err, TS_ESTATE, "net_router_new: graph not finished");
+    net_router *r = calloc(1, sizeof *r);
+    if (!r) return err_set(err, TS_ENOMEM, "net_router: out of memory");
+    r->g = g;
+    r->sw_index = malloc(sizeof *r->sw_index * (size_t)g->n_nodes);
+    r->sw_node = malloc(sizeof *r->sw_node * (size_t)g->n_nodes);
+    r->queue = malloc(sizeof *r->queue * ((size_t)g->n_nodes + 1));
+    r->cache_cap = 64;
+    r->cache = calloc((size_t)r->cache_cap, sizeof *r->cache);
+    if (!r->sw_index || !r->sw_node || !r->queue || !r->cache) {
+        net_router_free(r);
+        return err_set(err, TS_ENOMEM, "net_router: out of memory");
+    }
+    for (int v = 0; v < g->n_nodes; v++) {
+        r->sw_index[v] = -1;
+        if (g->nodes[v].kind == NET_NODE_SWITCH) {
+            r->sw_index[v] = r->n_switches;
+            r->sw_node[r->n_switches++] = v;
+        }
+    }
+    for (int i = 0; i < r->cache_cap; i++) r->cache[i].target = -1;
+    *out = r;
+    return TS_OK;
+}
+
+void net_router_free(net_router *r)
+{
+    if (!r) return;
+    if (r->cache)
+        for (int i = 0; i < r->cache_cap; i++) free(r->cache[i].dist);
+    free(r->cache);
+    free(r->sw_index);
+    free(r->sw_node);
+    free(r->queue);
+    free(r);
+}
+
+/* Does node v have a link to a switch? */
+static int has_switch_link(const net_graph *g, int v)
+{
+    for (int k = g->out_off[v]; k < g->out_off[v + 1]; k++)
+        if (g->nodes[g->links[g->out_link[k]].dst].kind == NET_NODE_SWITCH) return 1;
+    return 0;
+}
+
+/* The node through which v enters the fabric: itself if it has a switch
+ * link, else its NIC (GPUs), else -1. */
+static int attachment(const net_graph *g, int v)
+{
+    if (has_switch_link(g, v)) return v;
+    if (g->nodes[v].kind == NET_NODE_GPU) {
+        int lo = 0, hi = g->n_gpus - 1;
+        while (lo <= hi) {
+            int mid = (lo + hi) / 2;
+            if (g->gpu_node[mid] == v) return net_graph_gpu_nic(g, mid);
+            if (g->gpu_node[mid] < v) lo = mid + 1; else hi = mid - 1;
+        }
+    }
+    return -1;
+}
+
+static int cache_grow(net_router *r)
+{
+    int ncap = r->cache_cap * 2;
+    dist_entry *nc = calloc((size_t)ncap, sizeof *nc);
+    if (!nc) return TS_ENOMEM;
+    for (int i = 0; i < ncap; i++) nc[i].target = -1;
+    for (int i = 0; i < r->cache_cap; i++) {
+        if (r->cache[i].target < 0) continue;
+        int h = (int)(((uint64_t)r->cache[i].target * 0x9E3779B97F4A7C15ull) >> 33) & (ncap - 1);
+        while (nc[h].target >= 0) h = (h + 1) & (ncap - 1);
+        nc[h] = r->cache[i];
+    }
+    free(r->cache);
+    r->cache = nc;
+    r->cache_cap = ncap;
+    return TS_OK;
+}
+
+/* The one switch next to non-switch node t (over a link with a reverse),
+ * or -1 if t has none or several. */
+static int single_switch(const net_router *r, int t)
+{
+    const net_graph *g = r->g;
+    int sw = -1;
+    for (int k = g->out_off[t]; k < g->out_off[t + 1]; k++) {
+        const net_link *l = &g->links[g->out_link[k]];
+        if (r->sw_index[l->dst] < 0 || l->reverse < 0 || l->dst == sw) continue;
+        if (sw >= 0) return -1;
+        sw = l->dst;
+    }
+    return sw;
+}
+
+/* Hop distances from every switch to attachment node t (BFS over switch
+ * nodes; links are bidirectional in every builder, so BFS follows the
+ * reverse of each out-link). A node behind a single switch L (a NIC on its
+ * leaf) gets L's distances, each one less than its own: net_route only
+ * compares the distances of switches (t itself counts 0 and is a neighbour
+ * of L alone), so the shift changes no choice, and the NICs of one leaf
+ * share one search. */
+static const int16_t *dist_to(net_router *r, int t)
+{
+    const net_graph *g = r->g;
+    if (r->sw_index[t] < 0) {
+        int L = single_switch(r, t);
+        if (L >= 0) return dist_to(r, L);
+    }
+    int h = (int)(((uint64_t)t * 0x9E3779B97F4A7C15ull) >> 33) & (r->cache_cap - 1);
+    while (r->cache[h].target >= 0) {
+        if (r->cache[h].target == t) return r->cache[h].dist;
+        h = (h + 1) & (r->cache_cap - 1);
+    }
+    if (2 * (r->cache_len + 1) > r->cache_cap) {
+        if (cache_grow(r)) return NULL;
+        return dist_to(r, t);
+    }
+    int16_t *d = malloc(sizeof *d * (size_t)(r->n_switches ? r->n_switches : 1));
+    if (!d) return NULL;
+    for (int i = 0; i < r->n_switches; i++) d[i] = -1;
+    int head = 0, tail = 0;
+    if (r->sw_index[t] >= 0) { d[r->sw_index[t]] = 0; r->queue[tail++] = r->sw_index[t]; }
+    else for (int k = g->out_off[t]; k < g->out_off[t + 1]; k++) {
+        const net_link *l = &g->links[g->out_link[k]];
+        int s = r->sw_index[l->dst];
+        if (s >= 0 && l->reverse >= 0 && d[s] < 0) { d[s] = 1; r->queue[tail++] = s; }
+    }
+    while (head < tail) {
+        int s = r->queue[head++], v = r->sw_node[s];
+        for (int k = g->out_off[v]; k < g->out_off[v + 1]; k++) {
+            const net_link *l = &g->links[g->out_link[k]];
+            int w = r->sw_index[l->dst];
+            if (w >= 0 && l->reverse >= 0 && d[w] < 0) { d[w] = (int16_t)(d[s] + 1); r->queue[tail++] = w; }
+        }
+    }
+    r->cache[h].target = t;
+    r->cache[h].dist = d;
+    r->cache_len++;
+    return d;
+}
+
+int net_route(net_router *r, int src, int dst, uint64_t flow_id, int *links, ts_err *err)
+{
+    const net_graph *g = r->g;
+    if (src < 0 || dst < 0 || src >= g->n_nodes || dst >= g->n_nodes || src == dst)
+        return err_set(err, TS_EINVAL, "net_route: endpoints %d -> %d must be distinct nodes in 0..%d",
+                       src, dst, g->n_nodes - 1);
+    int direct = net_graph_find_link(g, src, dst);
+    if (direct >= 0) { links[0] = direct; return 1; }
+    /* Shared NVSwitch (or any shared non-switch neighbor such as one NIC). */
+    for (int k = g->out_off[src]; k < g->out_off[src + 1]; k++) {
+        const net_link *l = &g->links[g->out_link[k]];
+        net_node_kind kind = g->nodes[l->dst].kind;
+        if (kind != NET_NODE_NVSWITCH && kind != NET_NODE_NIC) continue;
+        int back = net_graph_find_link(g, l->dst, dst);
+        if (back >= 0) { links[0] = g->out_link[k]; links[1] = back; return 2; }
+    }
+    int a = attachment(g, src), b = attachment(g, dst);
+    char n1[32], n2[32];
+    if (a < 0 || b < 0)
+        return err_set(err, TS_EINVAL, "net_route: no path from %s to %s (no NIC or switch link)",
+                       net_graph_node_name(g, src, n1, sizeof n1), net_graph_node_name(g, dst, n2, sizeof n2));
+    int n = 0, hop = 0;
+    if (a != src) links[n++] = net_graph_find_link(g, src, a);
+    const int16_t *d = dist_to(r, b);
+    if (!d) return err_set(err, TS_ENOMEM, "net_route: out of memory");
+    int v = a;
+    while (v != b) {
+        int best = -1, cands[64], nc = 0;
+        for (int k = g->out_off[v]; k < g->out_off[v + 1]; k++) {
+            int w = g->links[g->out_link[k]].dst, s = r->sw_index[w];
+            int dw = w == b ? 0 : s >= 0 ? d[s] : -1;
+            if (dw < 0) continue;
+            if (best < 0 || dw < best) { best = dw; nc = 0; }
+            if (dw == best && nc < 64) cands[nc++] = g->out_link[k];
+        }
+        if (nc == 0 || n >= NET_MAX_PATH - 1)
+            return err_set(err, TS_EINVAL, "net_route: no path from %s to %s through the fabric",
+                           net_graph_node_name(g, src, n1, sizeof n1), net_graph_node_name(g, dst, n2, sizeof n2));
+        int pick = nc == 1 ? cands[0] : cands[net_route_hash(src, dst, flow_id, hop) % (uint64_t)nc];
+        links[n++] = pick;
+        v = g->links[pick].dst;
+        hop++;
+    }
+    if (b != dst) {
+        int l = net_graph_find_link(g, b, dst);
+        if (l < 0) return err_set(err, TS_ESTATE, "net_route: attachment of %s has no link to it",
+                                  net_graph_node_name(g, dst, n2, sizeof n2));
+        links[n++] = l;
+    }
+    return n;
+}

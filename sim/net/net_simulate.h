@@ -1,0 +1,79 @@
+/* net_simulate — the network model plugged into simulate_run (simulate.h):
+ * communication tasks become flows on the topology graph of the config's
+ * cluster (net_topo.h), in the symmetric mode (one pipeline simulated,
+ * collectives over whole groups) or the full mode (every rank and flow).
+ *
+ *   net_sim_opts no = {0};
+ *   net_sim_opts_register(&no, &table, &err);   // the flags below
+ *   ... parse ...
+ *   net_simulate *ns = NULL;
+ *   if (net_sim_opts_active(&no)) net_simulate_new(&c, &no, &ns, &err);
+ *   simulate_opts so = {..., .net = ns ? net_simulate_hooks(ns) : NULL};
+ *   simulate_run(&c, &so, &r, &err);
+ *   net_simulate_free(ns);
+ *
+ * Flags (units and defaults in --help):
+ *   --network-flows          symmetric mode with flows (default: closed-form commcost)
+ *   --full                   every rank and every flow (implies flows)
+ *   --straggler RANK:FACTOR  global rank RANK computes FACTOR x slower (full)
+ *   --degrade-link A-B:FACTOR  scale one link's bandwidth (both directions; full)
+ *   --mixed-gpus KIND:FIRST-LAST  GPUs FIRST..LAST are KIND: their compute is
+ *                            scaled by (bf16 peak of --gpu) / (bf16 peak of KIND) (full)
+ *   --comm-compute-slowdown S  compute that starts while the rank communicates
+ *                            takes (1 + S) longer (SMs taken by NCCL; default 0 = off)
+ *   --rank-order ORDER       placement order, innermost first (default tp-dp-pp)
+ *
+ * Mapping of plan steps: compute -> compute; tensor-parallel and
+ * data-parallel steps -> collectives of the rank's group (kind from the
+ * step name: all-reduce, all-gather, reduce-scatter); pipeline sends -> a
+ * p2p flow per rank with sequence parallelism or t = 1, else Megatron's
+ * scatter/gather (S/t over each of the t NICs, then an NVLink all-gather).
+ *
+ * Ownership: net_simulate borrows the config (must outlive it) and owns its
+ * graph, placement and net_engine.
+ */
+#ifndef TRAINSIM_NET_SIMULATE_H
+#define TRAINSIM_NET_SIMULATE_H
+
+#include <stdbool.h>
+
+#include "sim/config/config.h"
+#include "sim/util/err.h"
+#include "sim/net/net_engine.h"
+#include "sim/util/opt.h"
+#include "sim/core/simulate.h"
+
+typedef struct {
+    bool flows;
+    bool full;
+    const char *straggler;
+    const char *degrade;
+    const char *mixed_gpus;
+    double comm_compute_slowdown;
+    const char *rank_order;
+} net_sim_opts;
+
+/* Add the flags above (with a "Network" heading) to t; targets in o. */
+int net_sim_opts_register(net_sim_opts *o, opt_table *t, ts_err *err);
+
+/* Does o ask for the network model at all? */
+bool net_sim_opts_active(const net_sim_opts *o);
+
+typedef struct net_simulate net_simulate;
+
+/* Build the graph, placement and engine bridge for config c (validated).
+ * TS_EINVAL for what-ifs without --full, bad flag values (naming the flag),
+ * more ranks than GPUs. */
+int net_simulate_new(const config *c, const net_sim_opts *o, net_simulate **out, ts_err *err);
+void net_simulate_free(net_simulate *ns);
+
+/* What to put in simulate_opts.net (owned by ns). */
+const simulate_net *net_simulate_hooks(net_simulate *ns);
+
+/* After the run: statistics, the graph (nodes, links) and the placement
+ * note ("" if nothing to report). */
+net_engine_stats net_simulate_stats(const net_simulate *ns);
+const net_graph *net_simulate_graph(const net_simulate *ns);
+const char *net_simulate_note(const net_simulate *ns);
+
+#endif

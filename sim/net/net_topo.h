@@ -1,0 +1,36 @@
+/* net_topo — the network graph of a parsed topology (topo.h), in either
+ * form.
+ *
+ * Parametric form -> net_fabric_params:
+ *   servers = ceil(gpus / gpus_per_node) (the run's share of the nodes);
+ *   NVLink: intra_node_gbps at NET_NVLINK_EFF, intra_node_latency_us split
+ *     over the two hops GPU -> NVSwitch -> GPU;
+ *   PCIe GPU <-> NIC: 32 GB/s for nic_gbps <= 25 (Gen4 x16), else 64 (Gen5);
+ *   NICs: nic_gbps at NET_IB_EFF, nic_latency_us to the leaf;
+ *   leaves take switch_ports x o / (1 + o) NIC ports (o = oversubscription,
+ *     the rest are uplinks); every level above has oversubscription o; with
+ *     3 or more levels, level 2 groups switch_ports / 2 leaves (a k-ary fat
+ *     tree's pod); the top level joins all;
+ *   pods > 1: the servers split into that many pods, each its own fabric of
+ *     `levels` levels, joined by one more level at pod_oversubscription.
+ *   NVLS (NVLink SHARP) is on for H100 and H200 GPU kinds.
+ * Link-list form -> net_graph_from_links with the same names and kinds;
+ *   the GPU kind (gpu_kind) decides NVLS.
+ *
+ * Ownership: *out is the caller's (net_graph_free).
+ */
+#ifndef TRAINSIM_NET_TOPO_H
+#define TRAINSIM_NET_TOPO_H
+
+#include "sim/util/err.h"
+#include "sim/net/net_graph.h"
+#include "sim/config/topo.h"
+
+/* gpus: GPUs the run uses (parametric: sizes the cluster; 0 = all nodes).
+ * gpu_kind: for a link list (topo has none); NULL = not NVLS-capable. */
+int net_graph_from_topo(const struct topo *t, int gpus, const char *gpu_kind, net_graph **out, ts_err *err);
+
+/* Fill p from a parametric topology (exposed for tests and the bench). */
+int net_topo_fabric_params(const struct topo *t, int gpus, net_fabric_params *p, int *pods, ts_err *err);
+
+#endif
