@@ -2,8 +2,8 @@
  *
  * A backend is a small vtable: memory (alloc/free/copy to and from the host),
  * one GEMM, and the GPT kernels of kern.h with the same arguments. The CPU
- * backend (backend_cpu.c) runs GEMMs through CBLAS (OpenBLAS) and the kern_*
- * loops; a CUDA backend (exec/cuda/, issue 7) fills the same table with cuBLAS
+ * backend (exec/cpu/backend_cpu.h) runs GEMMs through CBLAS (OpenBLAS) and the kern_*
+ * loops; the CUDA backend (exec/cuda/backend_cuda.h) fills the same table with cuBLAS
  * and kernels/ so that the model (gpt.h) and the runtime never change.
  *
  * Pointers given to or returned by the table are backend memory ("device"

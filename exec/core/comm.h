@@ -1,4 +1,5 @@
-/* comm — the executor's communication interface (MPI now, NCCL later).
+/* comm — the executor's communication interface: MPI (exec/comm_mpi.h), NCCL
+ * (exec/cuda/comm_nccl.h) and the 1-rank local comm below implement it.
  *
  * A comm is a small vtable over three process groups of one rank, laid out
  * as Megatron-LM lays them out (tensor innermost): global rank

@@ -23,7 +23,7 @@ int cmd_simulate(int argc, char **argv)
     double train_tokens = 0;
     const char *csv = NULL, *trace = NULL, *calib = NULL;
     simulate_result *r = NULL;
-    net_sim_opts no;          /* network model flags (issue 5) */
+    net_sim_opts no;          /* network model flags */
     net_simulate *ns = NULL;
     int status = 1, rc;
 

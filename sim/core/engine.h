@@ -2,13 +2,14 @@
  *
  * Time is an integer number of nanoseconds, so runs are deterministic and
  * exact. The engine owns a set of ranks (simulated GPUs); each rank has the
- * same number of streams (lowering uses: compute, tensor-parallel comm,
- * pipeline send, pipeline receive, data-parallel comm). A stream runs its
+ * same number of streams (lowering uses six, plan.h's PLAN_STREAM_*: compute,
+ * tensor-parallel comm, pipeline send, pipeline receive of activations,
+ * pipeline receive of gradients, data-parallel comm). A stream runs its
  * tasks one at a time, in the order they were added (CUDA stream semantics).
  * A task starts when it is at the head of its stream, the stream is idle and
  * every predecessor has finished; it then runs for its duration.
  *
- * Extension points for a flow-level network model (issue 5):
+ * Extension points for a flow-level network model (sim/net):
  *  - an EXTERNAL task has no fixed duration: when it starts, the on_start
  *    hook is called and the task ends when somebody calls engine_task_finish()
  *    (a network model starts a flow there and finishes the task when the flow

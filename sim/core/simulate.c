@@ -263,7 +263,7 @@ int simulate_run(const config *c, const simulate_opts *opts, simulate_result **o
         goto done;
     hook_ctx h = {pl, mem};
     engine_hooks hooks = {.on_start = on_start, .on_end = on_end, .ctx = &h, .only_marked = true};
-    const simulate_net *net = o.net; /* network model (issue 5), optional */
+    const simulate_net *net = o.net; /* network model, optional */
     engine_hooks eh = net ? net->hooks(net->ctx, &hooks) : hooks;
     if ((rc = engine_create(net ? net->n_ranks : R->p, PLAN_STREAMS, &eh, &e, err)) ||
         (rc = net ? net->lower(net->ctx, pl, s, e, err) : lower_sched(pl, s, e, err)) ||

@@ -25,7 +25,7 @@
 #include "sim/core/plan.h"
 #include "sim/sched/sched.h"
 
-/* An optional network model (issue 5; net_simulate.h fills one): instead of
+/* An optional network model (sim/net/net_simulate.h fills one): instead of
  * costing communication with commcost, it drives the communication tasks
  * with flows on the topology graph, and may simulate every rank. Engine
  * ranks 0..p-1 must be the pipeline ranks of one replica (what the report

@@ -41,7 +41,8 @@
  * rows of each kernel kind with >= 2 distinct sizes give that kind's table
  * (cost_params.mem_kind, same formula), which the cost model uses for the
  * layer ops of that kind (cost_mem_kind_of_op).
- * The executor writes the file (issue 6) and `trainsim calibrate` fits it.
+ * The executor writes the file (trainexec --microbench, cudacal) and
+ * `trainsim calibrate` fits it.
  *
  * A calibrated-only device (gpu_spec.calibrated_only, `--gpu cpu`) has no
  * datasheet or default tables: calib_device_params takes everything from the

@@ -33,8 +33,8 @@
  * 5 us per step inside a node, 10 us per step across nodes, the order of
  * magnitude NCCL shows for small messages. They matter only for small
  * messages (the pipeline and TP messages of the calibration rows are >= 25 MB,
- * where 7 steps x 5 us is < 5% of the time); replace them with measured ones
- * (network issue 5 / executor issue 6). */
+ * where 7 steps x 5 us is < 5% of the time). A calibration file's measured
+ * collective rows replace them (calib.h). */
 #define ALPHA_NVLINK_NS 5000.0   /* assumption, see above */
 #define ALPHA_NIC_NS 10000.0     /* assumption, see above */
 

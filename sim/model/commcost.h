@@ -1,8 +1,9 @@
 /* commcost — latency + bandwidth (alpha-beta) time of one collective.
  *
- * The narrow interface the engine uses for communication ops until the
- * network module (sim/net*, issue 5) replaces it with contention-aware flows:
- * a function from (collective, bytes, group description) to nanoseconds.
+ * The narrow interface the engine uses for communication ops when no
+ * network model runs (the network model, sim/net, drives them with
+ * contention-aware flows instead): a function from (collective, bytes, group
+ * description) to nanoseconds.
  *
  * Size convention (S = bytes, as NCCL's tests count it):
  *   all-reduce      S = the buffer reduced (each rank holds S bytes in and out)

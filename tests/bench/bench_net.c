@@ -5,7 +5,7 @@
  *
  *   build/tests/bench/bench_net [--quick] [--runs N]   (N: 1..20, default 3)
  *
- * Cases (issue 5 targets): the 1T-parameter GPT of issue 4 (megatron-1t
+ * Cases (with the speed each should reach): the 1T-parameter GPT (megatron-1t
  * preset: 128 layers, hidden 25600, 160 heads, seq 2048; 3072 A100s, t 8,
  * p 64, d 6, B 3072, b 1, interleaved) in --full (target <= 10 s), and a
  * Llama-3-405B-shaped run on 8192 H100s (llama3-405b preset: 126 layers,

@@ -8,7 +8,7 @@
  * on a shared machine wall_ms also counts time the process waited for a
  * core). events/s uses cpu_ms.
  *
- * Configurations (issue 4 targets): a 1T-parameter GPT (megatron-1t preset:
+ * Configurations (with the speed each should reach): a 1T-parameter GPT (megatron-1t preset:
  * 128 layers, hidden 25600, 160 heads, seq 2048) on 3072 A100s with t=8,
  * p=64, d=6, B=3072, b=1, interleaved (target <= 0.2 s), and GPT-3 175B on
  * 1024 A100s (the built-in default, target <= 50 ms). */
