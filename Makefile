@@ -6,6 +6,9 @@
 #   make test-sanitize  the same tests built with AddressSanitizer + UBSan
 #   make bench        benchmarks (figures, never assertions)
 #   make plots        regenerate experiments/ outputs and plots
+#   make format       reformat every C, CUDA and header file (.clang-format)
+#   make help         this list
+#   make clean        remove build/ and build-san/
 #
 # Required: a C11 compiler, GSL, libcsv, Criterion, OpenBLAS (./install.sh).
 # Detected, never required: MPI (mpicc) for trainexec and the MPI tests;
@@ -46,9 +49,13 @@ ifeq ($(HAVE_MPI),)
 HAVE_CUDA :=
 endif
 
+# Goals that need no library: they run on a machine where nothing is installed.
+NO_LIB_GOALS := clean help format
 REQUIRED_MISSING := $(if $(HAVE_GSL),,GSL) $(if $(HAVE_CSV),,libcsv) $(if $(HAVE_OPENBLAS),,OpenBLAS)
 ifneq ($(strip $(REQUIRED_MISSING)),)
+ifneq ($(filter-out $(NO_LIB_GOALS),$(or $(MAKECMDGOALS),all)),)
 $(error missing required libraries: $(strip $(REQUIRED_MISSING)); run ./install.sh (Debian 12: libgsl-dev libcsv-dev libopenblas-dev))
+endif
 endif
 
 # ---------------------------------------------------------------- sources
@@ -112,7 +119,7 @@ ifeq ($(HAVE_MPI),1)
 TARGETS += $(TRAINSIM_MPI)
 endif
 
-.PHONY: all summary test test-sanitize bench plots clean
+.PHONY: all summary test test-sanitize bench plots clean help format
 all: summary $(TARGETS)
 
 yes = $(if $(1),✓,✗)
@@ -192,5 +199,13 @@ plots: summary $(TARGETS)
 
 clean:
 	rm -rf build build-san
+
+help:
+	@sed -n '/^#   make/s/^#   //p' Makefile
+
+# Every C, CUDA and header file the project owns, in one style.
+FORMAT_SRC = $(shell git ls-files '*.c' '*.h' '*.cu' '*.cuh' 2>/dev/null)
+format:
+	clang-format -i $(FORMAT_SRC)
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -38,6 +38,7 @@
 #include "exec/xout.h"
 #include "exec/cpu/backend_cpu.h"
 #include "sim/sched/sched_comm.h"
+#include "sim/sched/sched_generate.h"
 
 enum { BACKEND_CPU = 0, BACKEND_CUDA };
 static const char *const backend_names[] = {"cpu", "cuda", NULL};

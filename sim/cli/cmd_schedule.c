@@ -13,6 +13,7 @@
 #include "sim/sched/sched_print.h"
 #include "sim/sched/sched_time.h"
 #include "sim/sched/sched_validate.h"
+#include "sim/sched/sched_generate.h"
 
 static const char *const SCHEDULE_NAMES[] = {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", NULL};
 

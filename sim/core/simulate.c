@@ -11,6 +11,7 @@
 #include "sim/model/flops.h"
 #include "sim/core/lower.h"
 #include "sim/core/plan_build.h"
+#include "sim/sched/sched_generate.h"
 
 /* Engine hooks (called only for tasks that allocate or free memory): the
  * memory timeline. */

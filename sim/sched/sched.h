@@ -118,11 +118,6 @@ typedef struct {
 /* Fill o with defaults for kind (p = m = v = 1, even split, comm on). */
 void sched_opts_default(sched_opts *o, sched_kind kind);
 
-/* Generate a schedule. On success *out owns a new sched (free with
- * sched_free). Invalid options give TS_EINVAL with a message naming the
- * option and what would be valid. */
-int sched_generate(const sched_opts *o, sched **out, ts_err *err);
-
 /* Free s and everything it owns. NULL is allowed. */
 void sched_free(sched *s);
 

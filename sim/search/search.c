@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "sim/search/search_bound.h"
-#include "sim/search/search_eval.h"
+#include "sim/sched/sched_generate.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 

@@ -113,6 +113,10 @@ typedef struct {
     size_t counts[SEARCH_STATUS_COUNT];
 } search_set;
 
+/* Messages kept for failed simulations are cut to this many bytes (less the
+ * NUL), so results do not depend on how they travelled (search_mpi.h). */
+#define SEARCH_MSG_BYTES 256
+
 /* Progress callback: done of total simulations finished. Called from worker
  * threads, one call at a time (under a lock). */
 typedef void (*search_progress_fn)(void *user, size_t done, size_t total);

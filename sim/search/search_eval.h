@@ -13,10 +13,6 @@
  * once with distinct configs: must not share mutable state. */
 typedef int (*search_eval_fn)(void *user, const config *c, search_metrics *out, ts_err *err);
 
-/* Messages kept for failed simulations are cut to this many bytes (less the
- * NUL), so results do not depend on how they travelled (search_mpi.h). */
-#define SEARCH_MSG_BYTES 256
-
 typedef struct {
     search_eval_fn eval;          /* NULL = search_eval_simulate (simulate_run) */
     void *eval_user;

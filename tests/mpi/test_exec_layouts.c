@@ -28,6 +28,7 @@
 #include "exec/runtime.h"
 #include "sim/sched/sched.h"
 #include "exec/cpu/backend_cpu.h"
+#include "sim/sched/sched_generate.h"
 
 static const gpt_dims DIMS = {.vocab = 32, .seq = 8, .hidden = 16, .heads = 4, .ffn = 32,
                               .layers = 8, .batch = 2};

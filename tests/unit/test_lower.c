@@ -10,6 +10,7 @@
 #include "sim/core/mem.h"
 #include "sim/core/plan.h"
 #include "sim/sched/sched.h"
+#include "sim/sched/sched_generate.h"
 
 typedef struct {
     const plan *pl;

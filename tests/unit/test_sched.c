@@ -7,6 +7,7 @@
 #include "sim/sched/sched.h"
 #include "sim/sched/sched_validate.h"
 #include "sim/sched/sched_comm.h"
+#include "sim/sched/sched_generate.h"
 
 static sched *gen_opts(sched_opts *o)
 {

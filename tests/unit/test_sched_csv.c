@@ -10,6 +10,7 @@
 #include "sim/sched/sched.h"
 #include "sim/sched/sched_csv.h"
 #include "sim/sched/sched_comm.h"
+#include "sim/sched/sched_generate.h"
 
 static sched *gen(sched_kind k, int p, int m, int v, bool comm, bool reduce)
 {

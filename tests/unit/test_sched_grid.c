@@ -17,6 +17,7 @@
 #include "sim/sched/sched.h"
 #include "sim/sched/sched_time.h"
 #include "sim/sched/sched_validate.h"
+#include "sim/sched/sched_generate.h"
 
 static const int PS[] = {1, 2, 3, 4, 5, 6, 7, 8, 15, 16, 17, 31, 32};
 #define NP (sizeof PS / sizeof PS[0])

@@ -4,6 +4,7 @@
 
 #include "sim/sched/sched.h"
 #include "sim/sched/sched_time.h"
+#include "sim/sched/sched_generate.h"
 
 static sched *gen(sched_kind k, int p, int m, int v, bool comm)
 {

@@ -9,6 +9,7 @@
 #include "sim/sched/sched_build.h"
 #include "sim/sched/sched_csv.h"
 #include "sim/sched/sched_validate.h"
+#include "sim/sched/sched_generate.h"
 
 /* Build a schedule from space-separated token rows, no validation. */
 static sched *mk(int p, int m, int v, sched_placement pl, const char *const *rows)
