@@ -141,7 +141,7 @@ static int add_cluster_flags(flags_state *s, opt_table *t, config *c, ts_err *er
     ADD(.name = "--topology", .type = OPT_STRING, .target = &s->topology, .metavar = "FILE",
         .defval = "built-in: DGX A100 80GB nodes, 3-level HDR fat tree like Selene, sized to --gpus (DGX H100-like "
                   "for --gpu h100/h200)",
-        .help = "cluster topology CSV, parametric or link list (topologies/*.csv; README: Inputs)");
+        .help = "cluster topology CSV, parametric or link list (topologies/*.csv; docs/inputs.md)");
     return TS_OK;
 }
 

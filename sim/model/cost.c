@@ -24,7 +24,7 @@
  * (korthikanti_layer_times.csv) and the three Megatron-LM rows of Narayanan
  * et al. 2021 Table 1 (megatron_calibration.csv), simulated end to end. The
  * fit is a grid search minimising the worst error relative to its tolerance
- * (7% and 5%); README "Cost model and accuracy" has the table and the
+ * (7% and 5%); docs/cost-model.md has the table and the
  * command that reproduces it; tests/unit/test_accuracy.c and
  * test_megatron_rows.c pin the result.
  *

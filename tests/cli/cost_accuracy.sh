@@ -3,7 +3,7 @@
 # command line: the three Megatron-LM rows (../shared/reference/
 # megatron_calibration.csv, Narayanan et al. 2021 Table 1) simulated with the
 # presets megatron-1.7b, -39.1b, -310.1b (micro-batch 1 and 2 chunks: see
-# README "Cost model and accuracy") at fp16, as the 2021 runs used, must come
+# docs/cost-model.md) at fp16, as the 2021 runs used, must come
 # within 5% (the accuracy the cost model is held to) of the published TFLOP/s per GPU in Megatron's
 # count. The published figures are read from the reference file when it is
 # there, else the copy below (same numbers) is used. Ends "N passed, N failed".

@@ -7,8 +7,8 @@
  * accuracy the cost model is held to on the calibration set).
  *
  * Unpublished parameters, stated: micro-batch 1 for every row and, for the
- * interleaved rows, 2 model chunks per pipeline rank. See README "Cost model
- * and accuracy" for why, and for the spread over other choices. */
+ * interleaved rows, 2 model chunks per pipeline rank. See docs/cost-model.md
+ * for why, and for the spread over other choices. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
