@@ -151,6 +151,13 @@ static void test_ops(void)
          GPU->crossentropy_fwd(GPU, losses.g, probs.g, logits.g, gg, N, V));
     cmp("crossentropy_fwd losses", &losses, AT, RT);
     cmp("crossentropy_fwd probs", &probs, 1e-7, RT);
+    /* in place (probs = logits), as gpt_forward calls it: the same losses and probs */
+    pair lin = mk((size_t)N * V, 68, 5.0f), lossin = mk(N, 70, 0.0f);
+    BOTH(CPU->crossentropy_fwd(CPU, lossin.c, lin.c, lin.c, gc_, N, V),
+         GPU->crossentropy_fwd(GPU, lossin.g, lin.g, lin.g, gg, N, V));
+    cmp("crossentropy_fwd in place (probs = logits) losses", &lossin, AT, RT);
+    cmp("crossentropy_fwd in place (probs = logits) probs", &lin, 1e-7, RT);
+    rm(&lin), rm(&lossin);
     BOTH(CPU->crossentropy_bwd(CPU, dlog.c, probs.c, gc_, N, V, 1.0f / N),
          GPU->crossentropy_bwd(GPU, dlog.g, probs.g, gg, N, V, 1.0f / N));
     cmp("crossentropy_bwd (+=)", &dlog, 1e-7, RT);
