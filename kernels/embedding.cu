@@ -155,6 +155,10 @@ __global__ void crossentropy_fwd_kernel(float *losses, float *lse, float *probs,
     for (int v = threadIdx.x; v < V; v += blockDim.x)
         mx = fmaxf(mx, ld(x[v]));
     mx = block_max(mx, red);
+    /* the target's logit is read before block_sum's barrier: probs may be logits (in place,
+     * as gpt_forward calls it) and are written after it */
+    int t = targets[n];
+    float xt = (threadIdx.x == 0 && t >= 0 && t < V) ? ld(x[t]) : 0.0f;
     float s = 0.0f;
     for (int v = threadIdx.x; v < V; v += blockDim.x)
         s += __expf(ld(x[v]) - mx);
@@ -164,10 +168,9 @@ __global__ void crossentropy_fwd_kernel(float *losses, float *lse, float *probs,
         for (int v = threadIdx.x; v < V; v += blockDim.x)
             probs[n * V + v] = __expf(ld(x[v]) - l);
     if (threadIdx.x == 0) {
-        int t = targets[n];
         if (lse)
             lse[n] = l;
-        losses[n] = (t >= 0 && t < V) ? l - ld(x[t]) : NAN;
+        losses[n] = (t >= 0 && t < V) ? l - xt : NAN;
     }
 }
 
