@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/util/grow.h"
 #include "sim/search/search_bound.h"
 #include "sim/search/search_eval.h"
 
@@ -61,14 +62,8 @@ typedef struct {
 
 static int push(cand_vec *cv, const search_cand *c)
 {
-    if (cv->n == cv->cap) {
-        size_t cap = cv->cap ? cv->cap * 2 : 1024;
-        search_cand *nv = realloc(cv->v, cap * sizeof *nv);
-        if (!nv)
-            return TS_ENOMEM;
-        cv->v = nv;
-        cv->cap = cap;
-    }
+    if (cv->n == cv->cap && grow_to((void **)&cv->v, &cv->cap, cv->n + 1, 1024, sizeof *cv->v))
+        return TS_ENOMEM;
     cv->v[cv->n++] = *c;
     return TS_OK;
 }
