@@ -198,7 +198,7 @@ int cmd_calibrate(int argc, char **argv)
         rc = err_set(&err, TS_EINVAL, "%s is required", !in ? "--microbench FILE" : "--output FILE");
     if (rc) {
         fprintf(stderr, "trainsim calibrate: %s (trainsim calibrate --help)\n", err.msg);
-        return 2;
+        return cmd_exit_status(rc);
     }
     groups G = {0};
     calib_set set = {0};

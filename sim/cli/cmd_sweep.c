@@ -166,7 +166,7 @@ int cmd_sweep(int argc, char **argv)
     if (rc) {
         fprintf(stderr, "trainsim sweep: %s\n", err.msg);
         opt_table_free(&t);
-        return 2;
+        return cmd_exit_status(rc);
     }
     bar b = {.tty = isatty(2), .quiet = quiet};
     sweep_opts o = {.input = t.positional[0], .output = out, .threads = threads,
@@ -177,7 +177,7 @@ int cmd_sweep(int argc, char **argv)
     if (rc) {
         fprintf(stderr, "trainsim sweep: %s\n", err.msg);
         opt_table_free(&t);
-        return rc == TS_EINVAL ? 2 : 1;
+        return cmd_exit_status(rc);
     }
     printf("sweep: %zu rows: %zu already in %s, %zu simulated (%zu failed: see the error "
            "column)%s\n", st.rows, st.skipped, out, st.ran, st.failed,
