@@ -103,7 +103,7 @@ typedef struct {
     mem_tracker *mem;
 } simulate_result;
 
-/* Simulate one iteration of c (already validated: config_validate). *out is
+/* Simulate one iteration of c (already resolved: config_resolve). *out is
  * owned by the caller. Errors: TS_EINVAL (shapes the model cannot split,
  * a calibration file without rows for the GPU), TS_EIO (calibration file),
  * TS_ENOMEM, TS_ESTATE (an internal inconsistency, reported). */

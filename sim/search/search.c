@@ -141,7 +141,7 @@ int search_cand_config(const search_set *set, size_t i, config *out, ts_err *err
         return err_set(err, TS_ESTATE, "search: candidate %zu out of range (%zu candidates)", i,
                        set->n);
     fill_config(&set->space, &set->cands[i], out);
-    return config_validate(out, err);
+    return config_resolve(out, err);
 }
 
 /* ----------------------------------------------------------- enumeration */
