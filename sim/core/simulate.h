@@ -51,11 +51,20 @@ typedef struct {
     const simulate_net *net;      /* NULL: communication costed by commcost (closed forms) */
 } simulate_opts;
 
+/* The kinds of communication exposed time is split by: the index of
+ * exposed_ns[] (and of search's exposed_s[]). */
+typedef enum {
+    SIMULATE_COMM_TP,    /* tensor-parallel collectives */
+    SIMULATE_COMM_PP,    /* pipeline sends and receives */
+    SIMULATE_COMM_DP,    /* data-parallel gradient reductions, parameter gathers */
+    SIMULATE_COMM_KINDS
+} simulate_comm;
+
 /* Per pipeline rank (one GPU of each tensor-parallel group / replica). */
 typedef struct {
     int64_t busy_ns;               /* compute stream busy */
     int64_t idle_ns;               /* no stream busy: the bubble on this rank */
-    int64_t exposed_ns[3];         /* communication while compute is idle: TP, PP, DP */
+    int64_t exposed_ns[SIMULATE_COMM_KINDS]; /* communication while compute is idle, per kind */
     int64_t cat_ns[PLAN_CAT_COUNT];/* summed task time per category (comm overlapped or not) */
     double flops;                  /* GEMM flops this GPU executed */
     int64_t peak_bytes;            /* memory peak */
@@ -77,7 +86,7 @@ typedef struct {
     double bubble_ns;              /* idle time averaged over ranks */
     double bubble_fraction;        /* bubble_ns / iteration_ns */
     double bubble_over_ideal;      /* bubble_ns / (iteration_ns - bubble_ns): (p-1)/m for 1F1B */
-    double exposed_ns[3];          /* TP, PP, DP averaged over ranks */
+    double exposed_ns[SIMULATE_COMM_KINDS]; /* per kind, averaged over ranks */
     double cat_ns[PLAN_CAT_COUNT]; /* averaged over ranks */
     simulate_rank *ranks;          /* p entries */
     /* throughput */
@@ -111,7 +120,7 @@ int simulate_run(const config *c, const simulate_opts *opts, simulate_result **o
 
 void simulate_result_free(simulate_result *r); /* NULL allowed */
 
-/* "TP", "PP", "DP" for exposed_ns[i]. */
-const char *simulate_comm_name(int i);
+/* "TP", "PP", "DP" for SIMULATE_COMM_TP, _PP, _DP; "?" for anything else. */
+const char *simulate_comm_name(simulate_comm k);
 
 #endif

@@ -35,6 +35,7 @@
 #include <stdint.h>
 
 #include "sim/config/config.h"
+#include "sim/core/simulate.h"
 #include "sim/util/err.h"
 
 #define SEARCH_MAX_MBS 16
@@ -81,7 +82,7 @@ typedef struct {
     double peak_mem_bytes;    /* largest peak over the ranks, bytes */
     double bubble_fraction;   /* pipeline bubble / iteration time, 0..1 */
     double exposed_comm_s;    /* communication not hidden behind compute, seconds */
-    double exposed_s[3];      /* of which tensor-, pipeline-, data-parallel */
+    double exposed_s[SIMULATE_COMM_KINDS]; /* of which each kind (simulate_comm) */
     double tokens_per_s;      /* training throughput */
 } search_metrics;
 
