@@ -78,7 +78,17 @@ typedef struct {
     char model[CONFIG_NAME_BYTES];
     char gpu[CONFIG_NAME_BYTES];
     sched_kind schedule;
-    int gpus, t, p, d, v, m, b, B, seq;
+    /* the layout, with the letters of the Megatron-LM papers */
+    int gpus;                      /* GPUs in the run (--gpus) */
+    int t;                         /* tensor-parallel size (--tensor-model-parallel-size) */
+    int p;                         /* pipeline stages (--pipeline-model-parallel-size); ranks[] has p */
+    int d;                         /* data-parallel size (--data-parallel-size, else gpus / (t x p)) */
+    int v;                         /* model chunks per pipeline rank: num_layers / (p x
+                                      --num-layers-per-virtual-pipeline-stage), else 1 */
+    int m;                         /* micro-batches per pipeline per iteration: B / (b x d) */
+    int b;                         /* micro-batch, sequences (--micro-batch-size) */
+    int B;                         /* global batch, sequences (--global-batch-size) */
+    int seq;                       /* sequence length, tokens (--seq-length) */
     config_recompute recompute;
     bool sequence_parallel, distributed_optimizer, overlap_grad_reduce;
     /* timeline */
