@@ -1,4 +1,4 @@
-/* grow — growing a dynamic array, the one way every module does it.
+/* grow — growing a dynamic array: a first capacity, then doubling.
  *
  * An array is a pointer, a count the caller keeps, and a capacity in items.
  * Before appending, the caller asks for room for `need` items:
