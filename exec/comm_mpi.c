@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "sim/util/grow.h"
+
 typedef struct {
     MPI_Comm g[COMM_NGROUPS];
     MPI_Request *req;   /* request table; MPI_REQUEST_NULL = free slot */
@@ -63,14 +65,8 @@ static int new_req(mpi_ctx *x, ts_err *err)
     for (int i = 0; i < x->nreq; i++)
         if (x->req[i] == MPI_REQUEST_NULL)
             return i;
-    if (x->nreq == x->capreq) {
-        int cap = x->capreq ? 2 * x->capreq : 64;
-        MPI_Request *r = realloc(x->req, (size_t)cap * sizeof *r);
-        if (!r)
-            return err_set(err, TS_ENOMEM, "MPI comm: out of memory for requests");
-        x->req = r;
-        x->capreq = cap;
-    }
+    if (x->nreq == x->capreq && grow_to_int((void **)&x->req, &x->capreq, x->nreq + 1, 64, sizeof *x->req))
+        return err_set(err, TS_ENOMEM, "MPI comm: out of memory for requests");
     x->req[x->nreq] = MPI_REQUEST_NULL;
     return x->nreq++;
 }

@@ -4,6 +4,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "sim/util/grow.h"
 #include "exec/core/data.h"
 
 enum { DIR_F = 0, DIR_B = 1 };
@@ -77,14 +78,8 @@ static int local_chunk(const runtime *rt, int sid)
 
 static int push_span(runtime *rt, const rt_span *x)
 {
-    if (rt->nsp == rt->capsp) {
-        size_t cap = rt->capsp ? 2 * rt->capsp : 1024;
-        rt_span *n = realloc(rt->sp, cap * sizeof *n);
-        if (!n)
-            return TS_ENOMEM;
-        rt->sp = n;
-        rt->capsp = cap;
-    }
+    if (rt->nsp == rt->capsp && grow_to((void **)&rt->sp, &rt->capsp, rt->nsp + 1, 1024, sizeof *rt->sp))
+        return TS_ENOMEM;
     rt->sp[rt->nsp++] = *x;
     return TS_OK;
 }
@@ -258,14 +253,8 @@ static int do_send(runtime *rt, const sched_action *a, float **slot, int boundar
                                                   "yet, or sent already)"
                                                 : "no input gradient to send",
                          err);
-    if (rt->nps == rt->capps) {
-        size_t cap = rt->capps ? 2 * rt->capps : 64;
-        pending_send *n = realloc(rt->ps, cap * sizeof *n);
-        if (!n)
-            return err_set(err, TS_ENOMEM, "runtime: out of memory");
-        rt->ps = n;
-        rt->capps = cap;
-    }
+    if (rt->nps == rt->capps && grow_to((void **)&rt->ps, &rt->capps, rt->nps + 1, 64, sizeof *rt->ps))
+        return err_set(err, TS_ENOMEM, "runtime: out of memory");
     int req, rc = rt->cm->isend(rt->cm, a->peer, *slot, rt->io, tag_of(rt, a->mb, boundary, dir),
                                 &req, err);
     if (rc)

@@ -81,7 +81,7 @@ static double megatron_worst(void)
         simulate_opts o;
         simulate_result *r;
         memset(&o, 0, sizeof o);
-        if (config_validate(&c, NULL) || simulate_run(&c, &o, &r, NULL)) return INFINITY;
+        if (config_resolve(&c, NULL) || simulate_run(&c, &o, &r, NULL)) return INFINITY;
         worst = fmax(worst, fabs(r->megatron_tflops_per_gpu / R[i].tflops - 1) / 0.05);
         simulate_result_free(r);
         config_free(&c);

@@ -1,8 +1,25 @@
 /* cmd — the trainsim subcommands. Each takes the arguments after its name
  * (argv[0] is the subcommand name), prints its own output and errors, and
- * returns the process exit status: 0 success, 1 run failure, 2 bad usage. */
+ * returns the process exit status (cmd_exit_status below). */
 #ifndef TRAINSIM_CLI_CMD_H
 #define TRAINSIM_CLI_CMD_H
+
+/* The exit status of every subcommand for a library status code:
+ *
+ *   0  TS_OK       success
+ *   2  TS_EINVAL   bad usage or input: a flag, a value, a configuration
+ *                  that cannot run, a bad cell in an input file
+ *   1  any other   the run failed: a file that cannot be opened, read or
+ *                  written (TS_EIO), out of memory (TS_ENOMEM), an internal
+ *                  error (TS_ESTATE), a request this build cannot serve
+ *                  (TS_ENOTSUP)
+ *
+ * A failure with no status code gets the status of its kind: 2 for bad usage
+ * (an unknown command, flags that do not go together), 1 when the run failed
+ * (search: no layout fits). Two failures on bad file contents exit 1 without
+ * asking: schedule --import (a file that does not parse or validate) and
+ * calibrate (bad --microbench samples). */
+int cmd_exit_status(int rc);
 
 /* Each subcommand adds its prototype here and its row to COMMANDS in main.c
  * ("simulate" goes first: it is what runs with no command). */

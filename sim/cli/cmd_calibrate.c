@@ -28,6 +28,7 @@
 #include "sim/model/calib.h"
 #include "sim/cli/cmd.h"
 #include "sim/util/csvio.h"
+#include "sim/util/grow.h"
 #include "sim/util/opt.h"
 
 typedef struct {
@@ -53,14 +54,8 @@ static group *find_or_add(groups *G, const char *kind, const char *kernel, int64
             x->ranks == ranks)
             return x;
     }
-    if (G->n == G->cap) {
-        size_t cap = G->cap ? 2 * G->cap : 64;
-        group *ng = realloc(G->g, cap * sizeof *ng);
-        if (!ng)
-            return NULL;
-        G->g = ng;
-        G->cap = cap;
-    }
+    if (G->n == G->cap && grow_to((void **)&G->g, &G->cap, G->n + 1, 64, sizeof *G->g))
+        return NULL;
     group *x = &G->g[G->n++];
     memset(x, 0, sizeof *x);
     snprintf(x->kind, sizeof x->kind, "%s", kind);
@@ -71,14 +66,8 @@ static group *find_or_add(groups *G, const char *kind, const char *kernel, int64
 
 static int add_sample(group *x, double t)
 {
-    if (x->nt == x->cap) {
-        size_t cap = x->cap ? 2 * x->cap : 8;
-        double *nt = realloc(x->t, cap * sizeof *nt);
-        if (!nt)
-            return TS_ENOMEM;
-        x->t = nt;
-        x->cap = cap;
-    }
+    if (x->nt == x->cap && grow_to((void **)&x->t, &x->cap, x->nt + 1, 8, sizeof *x->t))
+        return TS_ENOMEM;
     x->t[x->nt++] = t;
     return TS_OK;
 }
@@ -209,7 +198,7 @@ int cmd_calibrate(int argc, char **argv)
         rc = err_set(&err, TS_EINVAL, "%s is required", !in ? "--microbench FILE" : "--output FILE");
     if (rc) {
         fprintf(stderr, "trainsim calibrate: %s (trainsim calibrate --help)\n", err.msg);
-        return 2;
+        return cmd_exit_status(rc);
     }
     groups G = {0};
     calib_set set = {0};

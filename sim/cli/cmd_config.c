@@ -13,7 +13,7 @@
 static int fail(const ts_err *e)
 {
     fprintf(stderr, "trainsim config: error: %s\n", e->msg);
-    return e->code == TS_EINVAL ? 2 : 1;
+    return cmd_exit_status(e->code);
 }
 
 static int list_models(ts_err *e)

@@ -134,7 +134,7 @@ int cmd_schedule(int argc, char **argv)
         rc = opt_parse(&t, argc, argv, &err);
     if (rc != TS_OK) {
         fprintf(stderr, "trainsim schedule: %s\n", err.msg);
-        status = 2;
+        status = cmd_exit_status(rc);
         goto out;
     }
     if (t.help_requested) {
@@ -186,20 +186,20 @@ int cmd_schedule(int argc, char **argv)
             rc = sched_validate(s, NULL, &err);
         if (rc != TS_OK) {
             fprintf(stderr, "trainsim schedule: %s\n", err.msg);
-            status = rc == TS_EINVAL ? 2 : 1;
+            status = cmd_exit_status(rc);
             goto out;
         }
     }
     sched_op_times ot = {ms_to_ns(a.tf), ms_to_ns(a.tb), ms_to_ns(a.tw), ms_to_ns(a.tc)};
     if (timed && (rc = sched_time(s, &ot, &tm, &err)) != TS_OK) {
         fprintf(stderr, "trainsim schedule: %s\n", err.msg);
-        status = 1;
+        status = cmd_exit_status(rc);
         goto out;
     }
     if (!a.validate_only && !a.no_timeline) {
         if ((rc = sched_print(s, timed ? &ot : NULL, stdout, &err)) != TS_OK) {
             fprintf(stderr, "trainsim schedule: %s\n", err.msg);
-            status = 1;
+            status = cmd_exit_status(rc);
             goto out;
         }
         printf("\n");
@@ -215,7 +215,7 @@ int cmd_schedule(int argc, char **argv)
     if (a.export_path) {
         if ((rc = sched_csv_save(s, a.export_path, &err)) != TS_OK) {
             fprintf(stderr, "trainsim schedule: %s\n", err.msg);
-            status = 1;
+            status = cmd_exit_status(rc);
             goto out;
         }
         if (!a.validate_only)

@@ -296,10 +296,8 @@ int cmd_search(int argc, char **argv)
     int rc = add_flags(&t, &a, &err);
     if (rc == TS_OK)
         rc = opt_parse(&t, argc, argv, &err);
-    if (rc) {
-        status = 2;
+    if (rc)
         goto out;
-    }
     if (t.help_requested) {
         if (rank == 0)
             opt_help(&t, stdout);
@@ -307,10 +305,8 @@ int cmd_search(int argc, char **argv)
         goto out;
     }
     search_space s;
-    if ((rc = build_space(&a, &s, &tp, &err))) {
-        status = rc == TS_EINVAL ? 2 : 1;
+    if ((rc = build_space(&a, &s, &tp, &err)))
         goto out;
-    }
     double t0 = now_s();
     if ((rc = search_enumerate(&s, &set, &err)))
         goto out;
@@ -352,6 +348,8 @@ int cmd_search(int argc, char **argv)
     }
     status = n_order == 0 ? 1 : 0;
 out:
+    if (rc)
+        status = cmd_exit_status(rc);
     if (status != 0 && err.msg[0] && rank == 0)
         fprintf(stderr, "trainsim search: %s\n", err.msg);
     free(order);

@@ -50,11 +50,12 @@ int cmd_simulate(int argc, char **argv)
                       &err)) ||
         (rc = net_sim_opts_register(&no, &t, &err))) {
         fprintf(stderr, "trainsim simulate: %s\n", err.msg);
+        status = cmd_exit_status(rc);
         goto out;
     }
     if ((rc = opt_parse(&t, argc, argv, &err))) {
         fprintf(stderr, "trainsim simulate: %s\n", err.msg);
-        status = 2;
+        status = cmd_exit_status(rc);
         goto out;
     }
     if (t.help_requested) {
@@ -64,14 +65,14 @@ int cmd_simulate(int argc, char **argv)
     }
     if ((rc = flags_finish(&fs, &t, &err))) {
         fprintf(stderr, "trainsim simulate: %s\n", err.msg);
-        status = 2;
+        status = cmd_exit_status(rc);
         goto out;
     }
     simulate_opts so = {.calibration_path = calib, .train_tokens = train_tokens, .keep_trace = trace != NULL};
     if (net_sim_opts_active(&no)) {
         if ((rc = net_simulate_new(&c, &no, &ns, &err))) {
             fprintf(stderr, "trainsim simulate: %s\n", err.msg);
-            status = rc == TS_EINVAL || rc == TS_EIO ? 2 : 1;
+            status = cmd_exit_status(rc);
             goto out;
         }
         if (net_simulate_note(ns)[0])
@@ -80,7 +81,7 @@ int cmd_simulate(int argc, char **argv)
     }
     if ((rc = simulate_run(&c, &so, &r, &err))) {
         fprintf(stderr, "trainsim simulate: %s\n", err.msg);
-        status = rc == TS_EINVAL || rc == TS_EIO ? 2 : 1;
+        status = cmd_exit_status(rc);
         goto out;
     }
     if (!csv || strcmp(csv, "-") != 0)
@@ -94,6 +95,7 @@ int cmd_simulate(int argc, char **argv)
     }
     if (csv && (rc = report_csv_write(r, csv, &err))) {
         fprintf(stderr, "trainsim simulate: --csv: %s\n", err.msg);
+        status = cmd_exit_status(rc);
         goto out;
     }
     if (trace && r->tasks > 100000) /* a large trace takes seconds to write */
@@ -101,6 +103,7 @@ int cmd_simulate(int argc, char **argv)
                 (unsigned long long)r->tasks, trace);
     if (trace && (rc = trace_write(r, trace, &err))) {
         fprintf(stderr, "trainsim simulate: --trace: %s\n", err.msg);
+        status = cmd_exit_status(rc);
         goto out;
     }
     status = 0;

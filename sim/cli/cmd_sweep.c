@@ -61,16 +61,16 @@ static int eval_row(void *user, int argc, char **argv, char **cells, ts_err *err
     simulate_opts so = {.calibration_path = calibration, .train_tokens = train_tokens};
     rc = simulate_run(&c, &so, &r, err);
     if (rc == TS_OK) {
-        double ex[3];
-        for (int k = 0; k < 3; k++)
+        double ex[SIMULATE_COMM_KINDS];
+        for (int k = 0; k < SIMULATE_COMM_KINDS; k++)
             ex[k] = r->exposed_ns[k] * 1e-9;
         char *v[NRESULTS] = {
             fmt(6, r->iteration_ns * 1e-9), fmt(1, r->tokens_per_s),
             fmt(2, r->model_tflops_per_gpu), fmt(2, r->megatron_tflops_per_gpu),
             fmt(4, r->mfu), fmt(4, r->hfu),
             fmt(3, r->peak_bytes / (1024.0 * 1024.0 * 1024.0)), strdup(r->fits ? "1" : "0"),
-            fmt(4, r->bubble_fraction), fmt(6, ex[0]), fmt(6, ex[1]),
-            fmt(6, ex[2]),
+            fmt(4, r->bubble_fraction), fmt(6, ex[SIMULATE_COMM_TP]), fmt(6, ex[SIMULATE_COMM_PP]),
+            fmt(6, ex[SIMULATE_COMM_DP]),
             train_tokens > 0 ? fmt(3, r->train_s / 86400.0) : strdup(""),
             train_tokens > 0 ? fmt(0, r->train_gpu_hours) : strdup(""),
         };
@@ -166,7 +166,7 @@ int cmd_sweep(int argc, char **argv)
     if (rc) {
         fprintf(stderr, "trainsim sweep: %s\n", err.msg);
         opt_table_free(&t);
-        return 2;
+        return cmd_exit_status(rc);
     }
     bar b = {.tty = isatty(2), .quiet = quiet};
     sweep_opts o = {.input = t.positional[0], .output = out, .threads = threads,
@@ -177,7 +177,7 @@ int cmd_sweep(int argc, char **argv)
     if (rc) {
         fprintf(stderr, "trainsim sweep: %s\n", err.msg);
         opt_table_free(&t);
-        return rc == TS_EINVAL ? 2 : 1;
+        return cmd_exit_status(rc);
     }
     printf("sweep: %zu rows: %zu already in %s, %zu simulated (%zu failed: see the error "
            "column)%s\n", st.rows, st.skipped, out, st.ran, st.failed,

@@ -263,7 +263,7 @@ static int check_parallel(config *c, ts_err *err)
     return TS_OK;
 }
 
-int config_validate(config *c, ts_err *err)
+int config_resolve(config *c, ts_err *err)
 {
     int rc;
     if ((rc = check_model(&c->model, err)) || (rc = check_parallel(c, err)) || (rc = check_tp(c, err)))

@@ -1,6 +1,6 @@
 /* config — one validated description of a training run: model, parallelism,
  * schedule and cluster. Filled from a model preset and Megatron-LM style
- * flags (see flags.h), checked by config_validate().
+ * flags (see flags.h), checked and completed by config_resolve().
  *
  * Ownership: config is a plain value; it owns no heap memory except the
  * topology pointer, which it owns (config_free releases it).
@@ -78,9 +78,13 @@ extern const char *const CONFIG_RECOMPUTE_METHOD_NAMES[];
 extern const char *const CONFIG_PRECISION_NAMES[];
 
 /* Check every cross-field rule (divisibility, ranges, fits of layers to
- * stages, gpus = tp*pp*dp, ...). TS_EINVAL with a message that names the
- * flag(s) and what would be valid. Derives par.dp and par.vp. */
-int config_validate(config *c, ts_err *err);
+ * stages, gpus = tp*pp*dp, ...) and fill the derived fields, so c is then
+ * ready to simulate: par.dp (gpus / (tp*pp) when left 0), par.vp (chunks
+ * per pipeline rank), cluster.gpus_per_node (from the topology, when there
+ * is one), and par.sequence_parallel turned off at tp 1 (as Megatron-LM: a
+ * no-op with one tensor-parallel rank). TS_EINVAL with a message that names
+ * the flag(s) and what would be valid; c may then be partly resolved. */
+int config_resolve(config *c, ts_err *err);
 
 /* Release what c owns (the topology). c itself is not freed. */
 void config_free(config *c);

@@ -329,7 +329,7 @@ int flags_finish(flags_state *s, const opt_table *t, ts_err *err)
         return rc == TS_EINVAL ? err_prefix(err, "--model: ") : rc;
     snprintf(s->preset_source, sizeof s->preset_source, "%s", pm.source);
     resolve_model(s, t, &pm);
-    if ((rc = resolve_layout(s, t, &pm, err)) || (rc = resolve_cluster(s, err)) || (rc = config_validate(c, err))) {
+    if ((rc = resolve_layout(s, t, &pm, err)) || (rc = resolve_cluster(s, err)) || (rc = config_resolve(c, err))) {
         config_free(c);
         return rc;
     }

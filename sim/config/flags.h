@@ -29,7 +29,8 @@
  *     topology, the built-in default (topo_default_for) for the GPU kind,
  *     sized to --gpus; a parametric topology gives the GPU kind unless --gpu
  *     is given, and --gpu must then agree with it;
- *  4. config_validate (divisibility, gpus = t x p x d, ...).
+ *  4. config_resolve (divisibility, gpus = t x p x d, ..., and the derived
+ *     d, v, GPUs per node).
  *
  * Ownership: the state borrows the config and the strings of argv; the
  * config owns the topology after flags_finish (config_free releases it).

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/util/grow.h"
+
 typedef struct {
     int64_t t_ns;
     uint64_t seq;
@@ -93,15 +95,10 @@ static void apply(mem_tracker *m, int rank, const mem_ev *e)
         R->samples[R->n_samples - 1].bytes = R->total;
         return;
     }
-    if (R->n_samples == R->cap_samples) {
-        size_t nc = R->cap_samples ? R->cap_samples * 2 : 256;
-        mem_sample *q = realloc(R->samples, nc * sizeof *q);
-        if (!q) {
-            fail(m, TS_ENOMEM);
-            return;
-        }
-        R->samples = q;
-        R->cap_samples = nc;
+    if (R->n_samples == R->cap_samples &&
+        grow_to((void **)&R->samples, &R->cap_samples, R->n_samples + 1, 256, sizeof *R->samples)) {
+        fail(m, TS_ENOMEM);
+        return;
     }
     R->samples[R->n_samples++] = (mem_sample){e->t_ns, R->total};
 }
@@ -146,15 +143,9 @@ void mem_add(mem_tracker *m, int rank, int cat, int64_t delta_bytes, int64_t t_n
         apply(m, rank, &e);
         return;
     }
-    if (R->n_pend == R->cap_pend) {
-        size_t nc = R->cap_pend ? R->cap_pend * 2 : 64;
-        mem_ev *q = realloc(R->pend, nc * sizeof *q);
-        if (!q) {
-            fail(m, TS_ENOMEM);
-            return;
-        }
-        R->pend = q;
-        R->cap_pend = nc;
+    if (R->n_pend == R->cap_pend && grow_to((void **)&R->pend, &R->cap_pend, R->n_pend + 1, 64, sizeof *R->pend)) {
+        fail(m, TS_ENOMEM);
+        return;
     }
     size_t i = R->n_pend++;
     while (i > 0 && ev_less(&e, &R->pend[(i - 1) / 2])) {

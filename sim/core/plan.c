@@ -4,17 +4,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/util/grow.h"
 
 int plan_push_step(plan *pl, const plan_step *s, uint32_t *out)
 {
-    if (pl->n_steps == pl->cap_steps) {
-        uint32_t nc = pl->cap_steps ? pl->cap_steps * 2 : 256;
-        plan_step *q = realloc(pl->steps, nc * sizeof *q);
-        if (!q)
-            return TS_ENOMEM;
-        pl->steps = q;
-        pl->cap_steps = nc;
-    }
+    if (pl->n_steps == pl->cap_steps &&
+        grow_to((void **)&pl->steps, &pl->cap_steps, (size_t)pl->n_steps + 1, 256, sizeof *pl->steps))
+        return TS_ENOMEM;
     pl->steps[pl->n_steps] = *s;
     *out = pl->n_steps++;
     return TS_OK;

@@ -124,11 +124,14 @@ typedef struct {
     int p, v;
     plan_stage *stages;            /* n_stages */
     plan_step *steps;              /* every step; a task's tag indexes this */
-    uint32_t n_steps, cap_steps;
+    uint32_t n_steps;
+    size_t cap_steps;              /* steps allocated (grow_to) */
     plan_seg *segs;                /* segments of collapsed steps */
-    uint32_t n_segs, cap_segs;
+    uint32_t n_segs;
+    size_t cap_segs;
     plan_mem_ev *mem_evs;          /* memory changes of collapsed steps */
-    uint32_t n_mem_evs, cap_mem_evs;
+    uint32_t n_mem_evs;
+    size_t cap_mem_evs;
     uint32_t *optim;               /* p: optimizer step per rank (PLAN_NO_STEP if none) */
     uint32_t *param_gather;        /* p: parameter all-gather after it (distributed optimizer) */
     uint32_t emb_allreduce;        /* all-reduce of the tied word-embedding gradient between the

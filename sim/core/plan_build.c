@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/util/grow.h"
 #include "sim/model/flops.h"
 #include "sim/model/layer.h"
 
@@ -326,14 +327,9 @@ static int build_fwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
 
 static int push_seg(plan *pl, const plan_seg *g)
 {
-    if (pl->n_segs == pl->cap_segs) {
-        uint32_t nc = pl->cap_segs ? pl->cap_segs * 2 : 256;
-        plan_seg *q = realloc(pl->segs, nc * sizeof *q);
-        if (!q)
-            return TS_ENOMEM;
-        pl->segs = q;
-        pl->cap_segs = nc;
-    }
+    if (pl->n_segs == pl->cap_segs &&
+        grow_to((void **)&pl->segs, &pl->cap_segs, (size_t)pl->n_segs + 1, 256, sizeof *pl->segs))
+        return TS_ENOMEM;
     pl->segs[pl->n_segs++] = *g;
     return TS_OK;
 }
@@ -342,14 +338,9 @@ static int push_mem_ev(plan *pl, int64_t offset_ns, int64_t delta)
 {
     if (delta == 0)
         return TS_OK;
-    if (pl->n_mem_evs == pl->cap_mem_evs) {
-        uint32_t nc = pl->cap_mem_evs ? pl->cap_mem_evs * 2 : 256;
-        plan_mem_ev *q = realloc(pl->mem_evs, nc * sizeof *q);
-        if (!q)
-            return TS_ENOMEM;
-        pl->mem_evs = q;
-        pl->cap_mem_evs = nc;
-    }
+    if (pl->n_mem_evs == pl->cap_mem_evs &&
+        grow_to((void **)&pl->mem_evs, &pl->cap_mem_evs, (size_t)pl->n_mem_evs + 1, 256, sizeof *pl->mem_evs))
+        return TS_ENOMEM;
     pl->mem_evs[pl->n_mem_evs++] = (plan_mem_ev){offset_ns, delta};
     return TS_OK;
 }

@@ -51,8 +51,8 @@ void report_text(const simulate_result *r, FILE *f)
     fprintf(f, ", optimizer ");
     put_time(f, r->cat_ns[PLAN_CAT_OPTIM]);
     fprintf(f, "\nexposed communication   ");
-    for (int k = 0; k < 3; k++) {
-        fprintf(f, "%s%s ", k ? ", " : "", simulate_comm_name(k));
+    for (int k = 0; k < SIMULATE_COMM_KINDS; k++) {
+        fprintf(f, "%s%s ", k ? ", " : "", simulate_comm_name((simulate_comm)k));
         put_time(f, r->exposed_ns[k]);
         fprintf(f, " (%.2f%%)", pct(r->exposed_ns[k], it));
     }
@@ -83,7 +83,8 @@ void report_text(const simulate_result *r, FILE *f)
     for (int i = 0; i < r->p; i++) {
         const simulate_rank *x = &r->ranks[i];
         fprintf(f, "%5d %12.3f %12.3f %10.3f %10.3f %10.3f %10.3f %9.2f %5s\n", i, x->busy_ns * 1e-6,
-                x->idle_ns * 1e-6, x->exposed_ns[0] * 1e-6, x->exposed_ns[1] * 1e-6, x->exposed_ns[2] * 1e-6,
+                x->idle_ns * 1e-6, x->exposed_ns[SIMULATE_COMM_TP] * 1e-6, x->exposed_ns[SIMULATE_COMM_PP] * 1e-6,
+                x->exposed_ns[SIMULATE_COMM_DP] * 1e-6,
                 x->cat_ns[PLAN_CAT_RECOMP] * 1e-6, (double)x->peak_bytes / GIB, x->fits ? "yes" : "NO");
     }
     fprintf(f, "\nsimulated %" PRIu64 " tasks, %" PRIu64 " events\n", r->tasks, r->events);
@@ -123,9 +124,9 @@ void report_csv(const simulate_result *r, FILE *f)
         snprintf(m, sizeof m, "time_%s", plan_cat_name(k));
         row(f, it, m, r->cat_ns[k], "ns");
     }
-    row(f, it, "exposed_tp", r->exposed_ns[0], "ns");
-    row(f, it, "exposed_pp", r->exposed_ns[1], "ns");
-    row(f, it, "exposed_dp", r->exposed_ns[2], "ns");
+    row(f, it, "exposed_tp", r->exposed_ns[SIMULATE_COMM_TP], "ns");
+    row(f, it, "exposed_pp", r->exposed_ns[SIMULATE_COMM_PP], "ns");
+    row(f, it, "exposed_dp", r->exposed_ns[SIMULATE_COMM_DP], "ns");
     row(f, it, "tokens_per_s", r->tokens_per_s, "tokens/s");
     row(f, it, "model_flops", r->model_flops, "FLOP");
     row(f, it, "hardware_flops", r->hw_flops, "FLOP");
@@ -151,9 +152,9 @@ void report_csv(const simulate_result *r, FILE *f)
         snprintf(sc, sizeof sc, "rank %d", i);
         irow(f, sc, "compute_busy", x->busy_ns, "ns");
         irow(f, sc, "idle", x->idle_ns, "ns");
-        irow(f, sc, "exposed_tp", x->exposed_ns[0], "ns");
-        irow(f, sc, "exposed_pp", x->exposed_ns[1], "ns");
-        irow(f, sc, "exposed_dp", x->exposed_ns[2], "ns");
+        irow(f, sc, "exposed_tp", x->exposed_ns[SIMULATE_COMM_TP], "ns");
+        irow(f, sc, "exposed_pp", x->exposed_ns[SIMULATE_COMM_PP], "ns");
+        irow(f, sc, "exposed_dp", x->exposed_ns[SIMULATE_COMM_DP], "ns");
         for (int k = 0; k < PLAN_CAT_COUNT; k++) {
             char m[64];
             snprintf(m, sizeof m, "time_%s", plan_cat_name(k));

@@ -51,10 +51,11 @@ static void on_end(void *ctx, engine *e, engine_task_id id, const engine_task_in
         mem_add(h->mem, ti->rank, mem_cat_of(x), -x->free_bytes, now_ns, now_ns);
 }
 
-const char *simulate_comm_name(int i)
+const char *simulate_comm_name(simulate_comm k)
 {
-    static const char *const names[3] = {"TP", "PP", "DP"};
-    return i >= 0 && i < 3 ? names[i] : "?";
+    static const char *const names[SIMULATE_COMM_KINDS] = {
+        [SIMULATE_COMM_TP] = "TP", [SIMULATE_COMM_PP] = "PP", [SIMULATE_COMM_DP] = "DP"};
+    return (int)k >= 0 && k < SIMULATE_COMM_KINDS ? names[k] : "?";
 }
 
 void simulate_result_free(simulate_result *r)
@@ -142,7 +143,7 @@ static void summarize(const config *c, const simulate_opts *o, const engine *e, 
         /* in a collapsed pass the compute stream "runs" while only its
          * tensor-parallel collectives do: that time is exposed TP */
         X->busy_ns -= x->tp_exposed_ns;
-        X->exposed_ns[0] += x->tp_exposed_ns;
+        X->exposed_ns[SIMULATE_COMM_TP] += x->tp_exposed_ns;
     }
     R->iteration_ns = engine_makespan_ns(e);
     R->events = engine_events(e);
@@ -162,11 +163,11 @@ static void summarize(const config *c, const simulate_opts *o, const engine *e, 
             else if (mask == 0)
                 X->idle_ns += ns;
             else if (mask & T)
-                X->exposed_ns[0] += ns;
+                X->exposed_ns[SIMULATE_COMM_TP] += ns;
             else if (mask & PP)
-                X->exposed_ns[1] += ns;
+                X->exposed_ns[SIMULATE_COMM_PP] += ns;
             else if (mask & D)
-                X->exposed_ns[2] += ns;
+                X->exposed_ns[SIMULATE_COMM_DP] += ns;
         }
         X->peak_bytes = mem_peak_bytes(mem, r);
         X->peak_t_ns = mem_peak_time_ns(mem, r);
@@ -179,7 +180,7 @@ static void summarize(const config *c, const simulate_opts *o, const engine *e, 
             R->peak_rank = r;
         }
         R->bubble_ns += (double)X->idle_ns / p;
-        for (int k = 0; k < 3; k++)
+        for (int k = 0; k < SIMULATE_COMM_KINDS; k++)
             R->exposed_ns[k] += (double)X->exposed_ns[k] / p;
         for (int k = 0; k < PLAN_CAT_COUNT; k++)
             R->cat_ns[k] += (double)X->cat_ns[k] / p;

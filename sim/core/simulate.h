@@ -51,11 +51,20 @@ typedef struct {
     const simulate_net *net;      /* NULL: communication costed by commcost (closed forms) */
 } simulate_opts;
 
+/* The kinds of communication exposed time is split by: the index of
+ * exposed_ns[] (and of search's exposed_s[]). */
+typedef enum {
+    SIMULATE_COMM_TP,    /* tensor-parallel collectives */
+    SIMULATE_COMM_PP,    /* pipeline sends and receives */
+    SIMULATE_COMM_DP,    /* data-parallel gradient reductions, parameter gathers */
+    SIMULATE_COMM_KINDS
+} simulate_comm;
+
 /* Per pipeline rank (one GPU of each tensor-parallel group / replica). */
 typedef struct {
     int64_t busy_ns;               /* compute stream busy */
     int64_t idle_ns;               /* no stream busy: the bubble on this rank */
-    int64_t exposed_ns[3];         /* communication while compute is idle: TP, PP, DP */
+    int64_t exposed_ns[SIMULATE_COMM_KINDS]; /* communication while compute is idle, per kind */
     int64_t cat_ns[PLAN_CAT_COUNT];/* summed task time per category (comm overlapped or not) */
     double flops;                  /* GEMM flops this GPU executed */
     int64_t peak_bytes;            /* memory peak */
@@ -69,7 +78,17 @@ typedef struct {
     char model[CONFIG_NAME_BYTES];
     char gpu[CONFIG_NAME_BYTES];
     sched_kind schedule;
-    int gpus, t, p, d, v, m, b, B, seq;
+    /* the layout, with the letters of the Megatron-LM papers */
+    int gpus;                      /* GPUs in the run (--gpus) */
+    int t;                         /* tensor-parallel size (--tensor-model-parallel-size) */
+    int p;                         /* pipeline stages (--pipeline-model-parallel-size); ranks[] has p */
+    int d;                         /* data-parallel size (--data-parallel-size, else gpus / (t x p)) */
+    int v;                         /* model chunks per pipeline rank: num_layers / (p x
+                                      --num-layers-per-virtual-pipeline-stage), else 1 */
+    int m;                         /* micro-batches per pipeline per iteration: B / (b x d) */
+    int b;                         /* micro-batch, sequences (--micro-batch-size) */
+    int B;                         /* global batch, sequences (--global-batch-size) */
+    int seq;                       /* sequence length, tokens (--seq-length) */
     config_recompute recompute;
     bool sequence_parallel, distributed_optimizer, overlap_grad_reduce;
     /* timeline */
@@ -77,7 +96,7 @@ typedef struct {
     double bubble_ns;              /* idle time averaged over ranks */
     double bubble_fraction;        /* bubble_ns / iteration_ns */
     double bubble_over_ideal;      /* bubble_ns / (iteration_ns - bubble_ns): (p-1)/m for 1F1B */
-    double exposed_ns[3];          /* TP, PP, DP averaged over ranks */
+    double exposed_ns[SIMULATE_COMM_KINDS]; /* per kind, averaged over ranks */
     double cat_ns[PLAN_CAT_COUNT]; /* averaged over ranks */
     simulate_rank *ranks;          /* p entries */
     /* throughput */
@@ -103,7 +122,7 @@ typedef struct {
     mem_tracker *mem;
 } simulate_result;
 
-/* Simulate one iteration of c (already validated: config_validate). *out is
+/* Simulate one iteration of c (already resolved: config_resolve). *out is
  * owned by the caller. Errors: TS_EINVAL (shapes the model cannot split,
  * a calibration file without rows for the GPU), TS_EIO (calibration file),
  * TS_ENOMEM, TS_ESTATE (an internal inconsistency, reported). */
@@ -111,7 +130,7 @@ int simulate_run(const config *c, const simulate_opts *opts, simulate_result **o
 
 void simulate_result_free(simulate_result *r); /* NULL allowed */
 
-/* "TP", "PP", "DP" for exposed_ns[i]. */
-const char *simulate_comm_name(int i);
+/* "TP", "PP", "DP" for SIMULATE_COMM_TP, _PP, _DP; "?" for anything else. */
+const char *simulate_comm_name(simulate_comm k);
 
 #endif

@@ -5,18 +5,15 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/util/grow.h"
+
 /* ------------------------------------------------------------ plans */
 
 static int plan_xfer(const net_graph *g, net_router *r, net_plan *p, int src, int dst, double bytes,
                      uint64_t key, ts_err *err)
 {
-    if (p->nx == p->capx) {
-        int ncap = p->capx ? p->capx * 2 : 16;
-        net_xfer *n = realloc(p->x, sizeof *n * (size_t)ncap);
-        if (!n) return err_set(err, TS_ENOMEM, "net_coll: out of memory");
-        p->x = n;
-        p->capx = ncap;
-    }
+    if (p->nx == p->capx && grow_to_int((void **)&p->x, &p->capx, p->nx + 1, 16, sizeof *p->x))
+        return err_set(err, TS_ENOMEM, "net_coll: out of memory");
     net_xfer *x = &p->x[p->nx];
     x->src = src;
     x->dst = dst;
@@ -32,13 +29,8 @@ static int plan_xfer(const net_graph *g, net_router *r, net_plan *p, int src, in
 
 static int plan_phase_begin(net_plan *p, ts_err *err)
 {
-    if (p->nph == p->capph) {
-        int ncap = p->capph ? p->capph * 2 : 8;
-        net_phase *n = realloc(p->ph, sizeof *n * (size_t)ncap);
-        if (!n) return err_set(err, TS_ENOMEM, "net_coll: out of memory");
-        p->ph = n;
-        p->capph = ncap;
-    }
+    if (p->nph == p->capph && grow_to_int((void **)&p->ph, &p->capph, p->nph + 1, 8, sizeof *p->ph))
+        return err_set(err, TS_ENOMEM, "net_coll: out of memory");
     p->ph[p->nph] = (net_phase){.first = p->nx};
     p->nph++;
     p->cur_bundle = 0;
@@ -263,18 +255,9 @@ static int plan_bundles(net_plan *p, ts_err *err)
     for (int i = 0; i < p->nx; i++) nlinks += p->x[i].nlinks;
     int nb = 0;
     for (int k = 0; k < p->nph; k++) nb += p->ph[k].nbundles;
-    if (nb > p->capb) {
-        net_bundle *n = realloc(p->b, sizeof *n * (size_t)nb);
-        if (!n) return err_set(err, TS_ENOMEM, "net_coll: out of memory");
-        p->b = n;
-        p->capb = nb;
-    }
-    if (nlinks > p->capbl) {
-        int *n = realloc(p->bl, sizeof *n * (size_t)nlinks);
-        if (!n) return err_set(err, TS_ENOMEM, "net_coll: out of memory");
-        p->bl = n;
-        p->capbl = nlinks;
-    }
+    if (grow_to_int((void **)&p->b, &p->capb, nb, 0, sizeof *p->b) ||
+        grow_to_int((void **)&p->bl, &p->capbl, nlinks, 0, sizeof *p->bl))
+        return err_set(err, TS_ENOMEM, "net_coll: out of memory");
     for (int k = 0; k < p->nph; k++) {
         net_phase *ph = &p->ph[k];
         int end = ph->first + ph->count;
@@ -403,13 +386,8 @@ static int tm_before(const timer_t_ *a, const timer_t_ *b)
 
 static int tm_push(net_sim *s, int64_t t, int coll)
 {
-    if (s->ntm == s->captm) {
-        int ncap = s->captm ? s->captm * 2 : 64;
-        timer_t_ *n = realloc(s->tm, sizeof *n * (size_t)ncap);
-        if (!n) return TS_ENOMEM;
-        s->tm = n;
-        s->captm = ncap;
-    }
+    if (s->ntm == s->captm && grow_to_int((void **)&s->tm, &s->captm, s->ntm + 1, 64, sizeof *s->tm))
+        return TS_ENOMEM;
     timer_t_ e = {t, s->seq++, coll};
     int i = s->ntm++;
     while (i > 0 && tm_before(&e, &s->tm[(i - 1) / 2])) { s->tm[i] = s->tm[(i - 1) / 2]; i = (i - 1) / 2; }

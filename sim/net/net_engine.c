@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/util/grow.h"
+
 /* A collective (or send) in flight: the engine tasks it ends. */
 typedef struct {
     engine_task_id *tasks;
@@ -296,12 +298,9 @@ static void on_timer(void *ctx, engine *e, int64_t now);
 
 static void tq_push(net_engine *ne, int64_t t)
 {
-    if (ne->n_tq == ne->cap_tq) {
-        int nc = ne->cap_tq ? ne->cap_tq * 2 : 64;
-        int64_t *q = realloc(ne->tq, sizeof *q * (size_t)nc);
-        if (!q) { fail(ne, err_set(&ne->err, TS_ENOMEM, "net_engine: out of memory")); return; }
-        ne->tq = q;
-        ne->cap_tq = nc;
+    if (ne->n_tq == ne->cap_tq && grow_to_int((void **)&ne->tq, &ne->cap_tq, ne->n_tq + 1, 64, sizeof *ne->tq)) {
+        fail(ne, err_set(&ne->err, TS_ENOMEM, "net_engine: out of memory"));
+        return;
     }
     int i = ne->n_tq++;
     while (i > 0 && ne->tq[(i - 1) / 2] > t) { ne->tq[i] = ne->tq[(i - 1) / 2]; i = (i - 1) / 2; }
@@ -370,13 +369,8 @@ static int inst_new(net_engine *ne)
 
 static int inst_add(inst_t *in, engine_task_id id)
 {
-    if (in->n == in->cap) {
-        int nc = in->cap ? in->cap * 2 : 4;
-        engine_task_id *q = realloc(in->tasks, sizeof *q * (size_t)nc);
-        if (!q) return TS_ENOMEM;
-        in->tasks = q;
-        in->cap = nc;
-    }
+    if (in->n == in->cap && grow_to_int((void **)&in->tasks, &in->cap, in->n + 1, 4, sizeof *in->tasks))
+        return TS_ENOMEM;
     in->tasks[in->n++] = id;
     return TS_OK;
 }
@@ -404,13 +398,7 @@ static int pending(net_engine *ne, int rank, int dim, uint32_t tag, int32_t mb, 
                 *op = o;
                 return o->e[k].inst;
             }
-        if (o->n == o->cap) {
-            int nc = o->cap ? o->cap * 2 : 4;
-            open_ent *q = realloc(o->e, sizeof *q * (size_t)nc);
-            if (!q) return -1;
-            o->e = q;
-            o->cap = nc;
-        }
+        if (o->n == o->cap && grow_to_int((void **)&o->e, &o->cap, o->n + 1, 4, sizeof *o->e)) return -1;
     }
     int i = inst_new(ne);
     if (i < 0) return -1;

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/util/grow.h"
+
 typedef struct {
     int nlinks, cap;        /* links in use / allocated (kept when the slot is reused) */
     int *links;             /* the route; a link may repeat (a bundle crossing it twice) */
@@ -230,13 +232,7 @@ static int lfl_push(net_flows *f, int l, int id)
         H->fl0 = id;
     } else {
         link_t *L = &f->lk[l];
-        if (k - 1 == L->cap) {
-            int ncap = L->cap ? L->cap * 2 : 4;
-            int *n = realloc(L->fl, sizeof *n * (size_t)ncap);
-            if (!n) return TS_ENOMEM;
-            L->fl = n;
-            L->cap = ncap;
-        }
+        if (k - 1 == L->cap && grow_to_int((void **)&L->fl, &L->cap, k, 4, sizeof *L->fl)) return TS_ENOMEM;
         L->fl[k - 1] = id;
     }
     H->n = k + 1;
@@ -283,13 +279,8 @@ static int fh_less(const fill_ent *a, const fill_ent *b)
 
 static int fh_push(net_flows *f, double share, int link, uint32_t ver)
 {
-    if (f->n_fh == f->cap_fh) {
-        int ncap = f->cap_fh ? f->cap_fh * 2 : 256;
-        fill_ent *n = realloc(f->fh, sizeof *n * (size_t)ncap);
-        if (!n) return TS_ENOMEM;
-        f->fh = n;
-        f->cap_fh = ncap;
-    }
+    if (f->n_fh == f->cap_fh && grow_to_int((void **)&f->fh, &f->cap_fh, f->n_fh + 1, 256, sizeof *f->fh))
+        return TS_ENOMEM;
     int i = f->n_fh++;
     fill_ent e = {share, link, ver};
     while (i > 0) {
@@ -410,12 +401,7 @@ static int recompute_dirty(net_flows *f)
         if (F->solo) F->new_rate = solo_rate(f, F->links, F->nlinks);
     }
     /* Progressive filling of the others. */
-    if (nl > f->cap_fh) {
-        fill_ent *q = realloc(f->fh, sizeof *q * (size_t)nl);
-        if (!q) return TS_ENOMEM;
-        f->fh = q;
-        f->cap_fh = nl;
-    }
+    if (nl > f->cap_fh && grow_to_int((void **)&f->fh, &f->cap_fh, nl, 256, sizeof *f->fh)) return TS_ENOMEM;
     /* Links that only one flow uses (most of a bundle's path) keep the
      * share bw / occurrences until that flow is frozen, so only the tightest
      * of them per flow can be the one that freezes it: it alone enters the
@@ -522,14 +508,9 @@ int net_flow_start_hint(net_flows *f, int64_t now_ns, const int *links, int nlin
     memset(F, 0, sizeof *F);
     F->links = keep_links;
     F->cap = keep_cap;
-    if (F->cap < nlinks) {
-        int ncap = F->cap ? F->cap : 8;
-        while (ncap < nlinks) ncap *= 2;
-        int *nl = realloc(F->links, sizeof *nl * 2 * (size_t)ncap); /* links, then pos */
-        if (!nl) return err_set(err, TS_ENOMEM, "net_flows: out of memory");
-        F->links = nl;
-        F->cap = ncap;
-    }
+    /* one block of two ints per slot: the links, then pos */
+    if (F->cap < nlinks && grow_to_int((void **)&F->links, &F->cap, nlinks, 8, 2 * sizeof *F->links))
+        return err_set(err, TS_ENOMEM, "net_flows: out of memory");
     F->pos = F->links + F->cap;
     f->hpos[id] = -1;
     F->active = 1;

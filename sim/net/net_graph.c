@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/util/grow.h"
+
 net_graph *net_graph_new(void)
 {
     net_graph *g = calloc(1, sizeof *g);
@@ -23,28 +25,16 @@ void net_graph_free(net_graph *g)
     free(g);
 }
 
-static int grow(void **p, int *cap, int need, size_t elem)
-{
-    if (need <= *cap) return TS_OK;
-    int ncap = *cap ? *cap : 64;
-    while (ncap < need) ncap *= 2;
-    void *q = realloc(*p, (size_t)ncap * elem);
-    if (!q) return TS_ENOMEM;
-    *p = q;
-    *cap = ncap;
-    return TS_OK;
-}
-
 int net_graph_add_node(net_graph *g, net_node_kind kind, int level, int server,
                        int local, ts_err *err)
 {
     if (g->finished) return err_set(err, TS_ESTATE, "net_graph_add_node: graph already finished");
-    if (grow((void **)&g->nodes, &g->cap_nodes, g->n_nodes + 1, sizeof *g->nodes))
+    if (grow_to_int((void **)&g->nodes, &g->cap_nodes, g->n_nodes + 1, 64, sizeof *g->nodes))
         return err_set(err, TS_ENOMEM, "net_graph: out of memory adding node %d", g->n_nodes);
     int id = g->n_nodes++;
     g->nodes[id] = (net_node){kind, level, server, local};
     if (kind == NET_NODE_GPU) {
-        if (grow((void **)&g->gpu_node, &g->cap_gpus, g->n_gpus + 1, sizeof *g->gpu_node))
+        if (grow_to_int((void **)&g->gpu_node, &g->cap_gpus, g->n_gpus + 1, 64, sizeof *g->gpu_node))
             return err_set(err, TS_ENOMEM, "net_graph: out of memory adding GPU %d", g->n_gpus);
         g->gpu_node[g->n_gpus++] = id;
         if (server + 1 > g->n_servers) g->n_servers = server + 1;
@@ -63,7 +53,7 @@ int net_graph_add_link1(net_graph *g, int a, int b, net_link_kind kind,
         return err_set(err, TS_EINVAL,
                        "net_graph: link %d -> %d: bandwidth %g GB/s must be > 0, efficiency %g in (0, 1], latency %g us >= 0",
                        a, b, line_gbps, eff, lat_us);
-    if (grow((void **)&g->links, &g->cap_links, g->n_links + 1, sizeof *g->links))
+    if (grow_to_int((void **)&g->links, &g->cap_links, g->n_links + 1, 64, sizeof *g->links))
         return err_set(err, TS_ENOMEM, "net_graph: out of memory adding link %d", g->n_links);
     int id = g->n_links++;
     g->links[id] = (net_link){a, b, kind, line_gbps, line_gbps * eff, lat_us, -1};

@@ -3,16 +3,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/util/grow.h"
+
 int sched_list_push(sched_list *l, int kind, int chunk, int mb, int peer, ts_err *err)
 {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? 2 * l->cap : 64;
-        sched_action *a = realloc(l->a, cap * sizeof *a);
-        if (!a)
-            return err_set(err, TS_ENOMEM, "schedule: out of memory for %zu actions", cap);
-        l->a = a;
-        l->cap = cap;
-    }
+    if (l->n == l->cap && grow_to((void **)&l->a, &l->cap, l->n + 1, 64, sizeof *l->a))
+        return err_set(err, TS_ENOMEM, "schedule: out of memory for %zu actions", l->n + 1);
     l->a[l->n++] = (sched_action){.kind = (uint8_t)kind, .chunk = (int16_t)chunk, .mb = mb, .peer = peer};
     return TS_OK;
 }

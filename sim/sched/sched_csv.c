@@ -9,6 +9,7 @@
 
 #include "sim/util/afile.h"
 #include "sim/util/csvio.h"
+#include "sim/util/grow.h"
 #include "sim/sched/sched_build.h"
 #include "sim/sched/sched_validate.h"
 
@@ -135,14 +136,8 @@ typedef struct {
 static prow *cur_row(pstate *P)
 {
     if (!P->row_open) {
-        if (P->nrows == P->cap) {
-            size_t cap = P->cap ? 2 * P->cap : 16;
-            prow *r = realloc(P->rows, cap * sizeof *r);
-            if (!r)
-                return NULL;
-            P->rows = r;
-            P->cap = cap;
-        }
+        if (P->nrows == P->cap && grow_to((void **)&P->rows, &P->cap, P->nrows + 1, 16, sizeof *P->rows))
+            return NULL;
         memset(&P->rows[P->nrows], 0, sizeof P->rows[0]);
         P->rows[P->nrows].line = P->line;
         P->nrows++;
@@ -179,15 +174,9 @@ static void on_field(void *data, size_t len, void *arg)
         P->rc = err_prefix(P->err, "%s:%d:%d: ", P->name, P->line, col);
         return;
     }
-    if (row->n == row->cap) {
-        size_t cap = row->cap ? 2 * row->cap : 64;
-        ptok *q = realloc(row->t, cap * sizeof *q);
-        if (!q) {
-            P->rc = err_set(P->err, TS_ENOMEM, "%s: out of memory", P->name);
-            return;
-        }
-        row->t = q;
-        row->cap = cap;
+    if (row->n == row->cap && grow_to((void **)&row->t, &row->cap, row->n + 1, 64, sizeof *row->t)) {
+        P->rc = err_set(P->err, TS_ENOMEM, "%s: out of memory", P->name);
+        return;
     }
     row->t[row->n++] = t;
 }
@@ -342,14 +331,9 @@ int sched_csv_load(const char *path, sched **out, ts_err *err)
     size_t n = 0, cap = 0;
     int rc = TS_OK;
     for (;;) {
-        if (n == cap) {
-            cap = cap ? 2 * cap : 65536;
-            char *b = realloc(buf, cap);
-            if (!b) {
-                rc = err_set(err, TS_ENOMEM, "%s: out of memory", path);
-                break;
-            }
-            buf = b;
+        if (n == cap && grow_to((void **)&buf, &cap, n + 1, 65536, 1)) {
+            rc = err_set(err, TS_ENOMEM, "%s: out of memory", path);
+            break;
         }
         size_t got = fread(buf + n, 1, cap - n, f);
         n += got;

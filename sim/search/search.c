@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/util/grow.h"
 #include "sim/search/search_bound.h"
 #include "sim/sched/sched_generate.h"
 
@@ -61,14 +62,8 @@ typedef struct {
 
 static int push(cand_vec *cv, const search_cand *c)
 {
-    if (cv->n == cv->cap) {
-        size_t cap = cv->cap ? cv->cap * 2 : 1024;
-        search_cand *nv = realloc(cv->v, cap * sizeof *nv);
-        if (!nv)
-            return TS_ENOMEM;
-        cv->v = nv;
-        cv->cap = cap;
-    }
+    if (cv->n == cv->cap && grow_to((void **)&cv->v, &cv->cap, cv->n + 1, 1024, sizeof *cv->v))
+        return TS_ENOMEM;
     cv->v[cv->n++] = *c;
     return TS_OK;
 }
@@ -146,7 +141,7 @@ int search_cand_config(const search_set *set, size_t i, config *out, ts_err *err
         return err_set(err, TS_ESTATE, "search: candidate %zu out of range (%zu candidates)", i,
                        set->n);
     fill_config(&set->space, &set->cands[i], out);
-    return config_validate(out, err);
+    return config_resolve(out, err);
 }
 
 /* ----------------------------------------------------------- enumeration */

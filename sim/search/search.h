@@ -35,6 +35,7 @@
 #include <stdint.h>
 
 #include "sim/config/config.h"
+#include "sim/core/simulate.h"
 #include "sim/util/err.h"
 
 #define SEARCH_MAX_MBS 16
@@ -67,7 +68,7 @@ typedef enum {
     SEARCH_REJ_BATCH,         /* B not divisible by b*d */
     SEARCH_REJ_MICROBATCHES,  /* interleaved: micro-batches not a multiple of p */
     SEARCH_REJ_MEMORY_BOUND,  /* memory lower bound above the GPU's memory */
-    SEARCH_REJ_CONFIG,        /* config_validate refused it (message kept) */
+    SEARCH_REJ_CONFIG,        /* config_resolve refused it (message kept) */
     SEARCH_REJ_MEMORY_SIM,    /* simulated peak above the GPU's memory */
     SEARCH_REJ_SIM_ERROR,     /* the simulation failed (message kept) */
     SEARCH_STATUS_COUNT
@@ -81,7 +82,7 @@ typedef struct {
     double peak_mem_bytes;    /* largest peak over the ranks, bytes */
     double bubble_fraction;   /* pipeline bubble / iteration time, 0..1 */
     double exposed_comm_s;    /* communication not hidden behind compute, seconds */
-    double exposed_s[3];      /* of which tensor-, pipeline-, data-parallel */
+    double exposed_s[SIMULATE_COMM_KINDS]; /* of which each kind (simulate_comm) */
     double tokens_per_s;      /* training throughput */
 } search_metrics;
 
@@ -132,7 +133,7 @@ int search_enumerate(const search_space *s, search_set **out, ts_err *err);
 
 /* Build the full configuration of candidate i (validated). The cluster's
  * topology pointer is borrowed from the space: never config_free() it.
- * TS_EINVAL with config_validate's message if refused. */
+ * TS_EINVAL with config_resolve's message if refused. */
 int search_cand_config(const search_set *set, size_t i, config *out, ts_err *err);
 
 /* Recount set->counts from the candidates' statuses. */

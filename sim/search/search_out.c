@@ -160,8 +160,8 @@ void search_explain(const search_set *set, size_t winner, FILE *f)
     fprintf(f, "What limits the winner (%s):\n", d);
     fprintf(f, "  pipeline bubble        %5.1f%% of the iteration\n", 100.0 * bubble);
     fprintf(f, "  exposed communication  %5.1f%% of the iteration (%.3f s: TP %.3f, PP %.3f, "
-               "DP %.3f)\n", 100.0 * comm, w->r.exposed_comm_s, w->r.exposed_s[0],
-            w->r.exposed_s[1], w->r.exposed_s[2]);
+               "DP %.3f)\n", 100.0 * comm, w->r.exposed_comm_s, w->r.exposed_s[SIMULATE_COMM_TP],
+            w->r.exposed_s[SIMULATE_COMM_PP], w->r.exposed_s[SIMULATE_COMM_DP]);
     fprintf(f, "  memory                 %5.1f%% of %.0f GiB (peak %.1f GiB)\n", 100.0 * mem,
             set->capacity_bytes / GIB, w->r.peak_mem_bytes / GIB);
 

@@ -20,7 +20,7 @@ int search_eval_simulate(void *user, const config *c, search_metrics *out, ts_er
     out->peak_mem_bytes = (double)r->peak_bytes;
     out->bubble_fraction = r->bubble_fraction;
     out->exposed_comm_s = 0;
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < SIMULATE_COMM_KINDS; k++) {
         out->exposed_s[k] = r->exposed_ns[k] * 1e-9;
         out->exposed_comm_s += out->exposed_s[k];
     }

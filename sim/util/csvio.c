@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/util/grow.h"
+
 /* ---------------------------------------------------------------- reading */
 
 typedef struct {
@@ -14,6 +16,7 @@ typedef struct {
     char **cur;          /* cells of the row being parsed */
     size_t ncur, capcur;
     size_t caprows;
+    size_t capcomments;
     int row_line;        /* line where the current row started (0 = none) */
     int rc;              /* first error, TS_OK if none */
     ts_err *err;
@@ -56,15 +59,9 @@ static void on_field(void *s, size_t len, void *data)
     reader *r = data;
     if (r->rc)
         return;
-    if (r->ncur == r->capcur) {
-        size_t cap = r->capcur ? 2 * r->capcur : 16;
-        char **nc = realloc(r->cur, cap * sizeof *nc);
-        if (!nc) {
-            r->rc = err_set(r->err, TS_ENOMEM, "%s: out of memory", r->t->path);
-            return;
-        }
-        r->cur = nc;
-        r->capcur = cap;
+    if (r->ncur == r->capcur && grow_to((void **)&r->cur, &r->capcur, r->ncur + 1, 16, sizeof *r->cur)) {
+        r->rc = err_set(r->err, TS_ENOMEM, "%s: out of memory", r->t->path);
+        return;
     }
     char *c = dup_n(s ? s : "", s ? len : 0);
     if (!c) {
@@ -115,15 +112,9 @@ static void on_row(int term, void *data)
                             t->path, line, r->ncur, t->header_line, t->ncols, cols);
             return;
         }
-        if (t->nrows == r->caprows) {
-            size_t cap = r->caprows ? 2 * r->caprows : 32;
-            csvio_row *nr = realloc(t->rows, cap * sizeof *nr);
-            if (!nr) {
-                r->rc = err_set(r->err, TS_ENOMEM, "%s: out of memory", t->path);
-                return;
-            }
-            t->rows = nr;
-            r->caprows = cap;
+        if (t->nrows == r->caprows && grow_to((void **)&t->rows, &r->caprows, t->nrows + 1, 32, sizeof *t->rows)) {
+            r->rc = err_set(r->err, TS_ENOMEM, "%s: out of memory", t->path);
+            return;
         }
         t->rows[t->nrows].line = line;
         t->rows[t->nrows].cells = r->cur;
@@ -149,10 +140,8 @@ static int add_comment(reader *r, const char *s, size_t n)
         s++, n--;
     while (n && (s[n - 1] == '\n' || s[n - 1] == '\r' || s[n - 1] == ' '))
         n--;
-    char **nc = realloc(t->comments, (t->ncomments + 1) * sizeof *nc);
-    if (!nc)
+    if (grow_to((void **)&t->comments, &r->capcomments, t->ncomments + 1, 8, sizeof *t->comments))
         return err_set(r->err, TS_ENOMEM, "%s: out of memory", t->path);
-    t->comments = nc;
     if (!(t->comments[t->ncomments] = dup_n(s, n)))
         return err_set(r->err, TS_ENOMEM, "%s: out of memory", t->path);
     t->ncomments++;
@@ -236,14 +225,9 @@ int csvio_read(const char *path, const char *const *required, unsigned flags, cs
     size_t len = 0, cap = 0;
     int rc = TS_OK;
     for (;;) {
-        if (len == cap) {
-            cap = cap ? 2 * cap : 8192;
-            char *nb = realloc(buf, cap);
-            if (!nb) {
-                rc = err_set(err, TS_ENOMEM, "%s: out of memory", path);
-                break;
-            }
-            buf = nb;
+        if (len == cap && grow_to((void **)&buf, &cap, len + 1, 8192, 1)) {
+            rc = err_set(err, TS_ENOMEM, "%s: out of memory", path);
+            break;
         }
         size_t got = fread(buf + len, 1, cap - len, f);
         len += got;

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/util/grow.h"
+
 void opt_table_init(opt_table *t, const char *prog, const char *summary)
 {
     memset(t, 0, sizeof *t);
@@ -78,14 +80,8 @@ static void format_default(opt_entry *e)
 
 static int grow(opt_table *t, ts_err *err)
 {
-    if (t->n < t->cap)
-        return TS_OK;
-    size_t cap = t->cap ? 2 * t->cap : 32;
-    opt_entry *ne = realloc(t->entries, cap * sizeof *ne);
-    if (!ne)
+    if (grow_to((void **)&t->entries, &t->cap, t->n + 1, 32, sizeof *t->entries))
         return err_set(err, TS_ENOMEM, "out of memory registering flags");
-    t->entries = ne;
-    t->cap = cap;
     return TS_OK;
 }
 

@@ -252,20 +252,20 @@ Test(config, flag_level_errors)
     EXPECT_MSG("flag --gpus: 0 is out of range (valid: 1 to 16777216 GPUs)");
 }
 
-Test(config, validate_directly)
+Test(config, resolve_directly)
 {
     cr_assert_eq(run(NULL), TS_OK, "%s", E.msg);
     config c = C;
     c.cluster.topology = NULL; /* C keeps ownership */
     c.par.dp = 0;
     c.model.num_attention_heads = 0;
-    cr_expect_eq(config_validate(&c, &E), TS_EINVAL);
+    cr_expect_eq(config_resolve(&c, &E), TS_EINVAL);
     EXPECT_MSG("--num-attention-heads is 0; it must be at least 1");
     c = C;
     c.cluster.topology = NULL;
     c.par.dp = 0;
     c.par.tp = 4;
-    cr_assert_eq(config_validate(&c, &E), TS_OK, "%s", E.msg);
+    cr_assert_eq(config_resolve(&c, &E), TS_OK, "%s", E.msg);
     cr_expect_eq(c.par.dp, 16);
     c.model.precision = PREC_FP32;
     cr_expect_eq(config_dtype_bytes(&c), 4);

@@ -68,7 +68,7 @@ Test(megatron_rows, achieved_tflops_within_5pct)
         int v = ROWS[i].pp > 1 ? CHOSEN_CHUNKS : 1;
         row_config(i, CHOSEN_MICRO_BATCH, v, &c);
         ts_err e;
-        cr_assert_eq(config_validate(&c, &e), TS_OK, "%s: %s", ROWS[i].params, e.msg);
+        cr_assert_eq(config_resolve(&c, &e), TS_OK, "%s: %s", ROWS[i].params, e.msg);
         simulate_opts o;
         memset(&o, 0, sizeof o);
         simulate_result *r = NULL;

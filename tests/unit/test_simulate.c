@@ -263,8 +263,8 @@ Test(simulate, overlap_grad_reduce_hides_dp)
     x.overlap = true;
     c = make(&x);
     simulate_result *ov = run(&c, false);
-    cr_expect_gt(plain->exposed_ns[2], 0);
-    cr_expect_lt(ov->exposed_ns[2], plain->exposed_ns[2]);
+    cr_expect_gt(plain->exposed_ns[SIMULATE_COMM_DP], 0);
+    cr_expect_lt(ov->exposed_ns[SIMULATE_COMM_DP], plain->exposed_ns[SIMULATE_COMM_DP]);
     cr_expect_leq(ov->iteration_ns, plain->iteration_ns);
     simulate_result_free(plain);
     simulate_result_free(ov);
