@@ -6,6 +6,7 @@
 
 #include "sim/util/grow.h"
 #include "exec/core/data.h"
+#include "sim/sched/sched_dep.h"
 
 enum { DIR_F = 0, DIR_B = 1 };
 
@@ -58,22 +59,6 @@ int64_t rt_now_ns(void)
 void rt_set_origin(runtime *rt, int64_t origin_ns)
 {
     rt->origin = origin_ns;
-}
-
-static int stage_of(const sched *s, int r, int c)
-{
-    if (s->placement == SCHED_PLACE_V)
-        return c == 0 ? r : 2 * s->p - 1 - r;
-    return c * s->p + r;
-}
-
-/* Local chunk running global stage sid on this rank, or -1. */
-static int local_chunk(const runtime *rt, int sid)
-{
-    for (int c = 0; c < rt->v; c++)
-        if (rt->stage_id[c] == sid)
-            return c;
-    return -1;
 }
 
 static int push_span(runtime *rt, const rt_span *x)
@@ -192,7 +177,7 @@ int rt_create(const rt_opts *o, const sched *s, backend *be, comm *cm, runtime *
     for (size_t i = 0; i < nm; i++)
         rt->rq_f[i] = rt->rq_b[i] = -1;
     for (int c = 0; c < rt->v; c++) {
-        int sid = stage_of(s, rt->r, c);
+        int sid = sched_stage_of(s, rt->r, c);
         rt->stage_id[c] = sid;
         const sched_stage *ss = &s->stages[sid];
         int rc = gpt_stage_create(&o->dims, ss->first_layer, ss->num_layers, sid == 0,
@@ -302,18 +287,21 @@ static int wait_input(runtime *rt, const sched_action *a, ts_err *err)
 
 static int do_forward(runtime *rt, const sched_action *a, ts_err *err)
 {
-    int c = a->chunk, sid = rt->stage_id[c];
+    int c = a->chunk;
     size_t k = (size_t)c * rt->m + a->mb;
     gpt_stage *st = rt->st[c];
+    sched_dep in, out;
+    sched_dep_input(rt->s, rt->r, a, &in);
+    sched_dep_output(rt->s, rt->r, a, &out);
     if (rt->acts[k])
         return bad_order(a, rt->r, "forward run twice", err);
-    if (sid > 0 && !rt->in_f[k])
+    if (in.via != SCHED_DEP_NONE && !rt->in_f[k])
         return bad_order(a, rt->r, "forward before its input arrived (missing RECV_F)", err);
     const gpt_dims *d = &rt->o.dims;
     int g = rt->cm->rank[COMM_DP] * rt->m + a->mb;
     data_microbatch(rt->o.seed, rt->cur_iter, rt->m * rt->d, g, d->batch, d->seq, d->vocab,
                     rt->tok, rt->tgt);
-    bool head = sid == rt->nstages - 1;
+    bool head = out.via == SCHED_DEP_NONE; /* the last stage: its output is the loss */
     float *y = NULL;
     int rc;
     if (!head && (rc = be_alloc(rt->be, rt->io, XMEM_BUFFERS, &y, err)))
@@ -326,13 +314,10 @@ static int do_forward(runtime *rt, const sched_action *a, ts_err *err)
     rt->loss_sum += ls;
     be_free(rt->be, rt->in_f[k], rt->io, XMEM_BUFFERS);
     rt->in_f[k] = NULL;
-    if (!head) {
-        int cn = local_chunk(rt, sid + 1);
-        if (cn >= 0)
-            rt->in_f[(size_t)cn * rt->m + a->mb] = y; /* local hand-over (ZB-V) */
-        else
-            rt->out_f[k] = y;
-    }
+    if (out.via == SCHED_DEP_LOCAL)
+        rt->in_f[(size_t)out.peer_chunk * rt->m + a->mb] = y; /* local hand-over (ZB-V) */
+    else if (out.via == SCHED_DEP_REMOTE)
+        rt->out_f[k] = y;
     return TS_OK;
 fail:
     be_free(rt->be, y, rt->io, XMEM_BUFFERS);
@@ -342,20 +327,22 @@ fail:
 /* B (fused) or I (input part) of (mb, chunk). */
 static int do_backward(runtime *rt, const sched_action *a, bool fused, ts_err *err)
 {
-    int c = a->chunk, sid = rt->stage_id[c];
+    int c = a->chunk;
     size_t k = (size_t)c * rt->m + a->mb;
     gpt_stage *st = rt->st[c];
+    sched_dep in, out;
+    sched_dep_input(rt->s, rt->r, a, &in);
+    sched_dep_output(rt->s, rt->r, a, &out);
     if (!rt->acts[k])
         return bad_order(a, rt->r, "backward before forward", err);
-    bool head = sid == rt->nstages - 1;
-    if (!head && !rt->in_b[k])
+    if (in.via != SCHED_DEP_NONE && !rt->in_b[k])
         return bad_order(a, rt->r, "backward before its output gradient arrived "
                                    "(missing RECV_B)", err);
     const gpt_dims *d = &rt->o.dims;
     float scale = 1.0f / ((float)d->batch * d->seq * rt->m * rt->d);
     float *dx = NULL;
     int rc;
-    if (sid > 0 && (rc = be_alloc(rt->be, rt->io, XMEM_BUFFERS, &dx, err)))
+    if (out.via != SCHED_DEP_NONE && (rc = be_alloc(rt->be, rt->io, XMEM_BUFFERS, &dx, err)))
         return rc;
     rc = fused ? gpt_backward(st, rt->acts[k], rt->in_b[k], scale, dx, err)
                : gpt_backward_input(st, rt->acts[k], rt->in_b[k], scale, dx, err);
@@ -369,13 +356,10 @@ static int do_backward(runtime *rt, const sched_action *a, bool fused, ts_err *e
         gpt_acts_free(st, rt->acts[k]);
         rt->acts[k] = NULL;
     }
-    if (sid > 0) {
-        int cp = local_chunk(rt, sid - 1);
-        if (cp >= 0)
-            rt->in_b[(size_t)cp * rt->m + a->mb] = dx;
-        else
-            rt->out_b[k] = dx;
-    }
+    if (out.via == SCHED_DEP_LOCAL)
+        rt->in_b[(size_t)out.peer_chunk * rt->m + a->mb] = dx;
+    else if (out.via == SCHED_DEP_REMOTE)
+        rt->out_b[k] = dx;
     return TS_OK;
 }
 

@@ -211,7 +211,8 @@ static int64_t cpu_now_ns(void)
 }
 
 /* A failure every rank agrees on (all call this collectively with their
- * own status): the lowest failing rank prints its message, all exit 1. */
+ * own status): the lowest failing rank prints its message. Returns 1 if
+ * some rank failed (every rank then exits 1), else 0. */
 static int agree_fail(int rank, int size, int rc, const char *what, const ts_err *e)
 {
     int mine = rc ? rank : size, first = size;
@@ -220,25 +221,63 @@ static int agree_fail(int rank, int size, int rc, const char *what, const ts_err
         return 0;
     if (rank == first)
         fprintf(stderr, "trainexec: %s%s\n", what, e->msg);
-    MPI_Finalize();
     return 1;
 }
 
-int main(int argc, char **argv)
-{
-    MPI_Init(&argc, &argv);
-    int rank, size;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
+/* A step of main: GO_ON, or the exit status the process ends with. */
+enum { GO_ON = -1 };
+
+/* One rank's run: what main's steps share. */
+typedef struct {
+    int rank, size;              /* in MPI_COMM_WORLD */
+    args a;                      /* executor flags */
+    config c;                    /* resolved flags; owns its topology until resolve_config */
+    rt_opts o;                   /* the model and Adam the runtime runs */
+    parallel_config par;         /* layout, copied out of c */
+    model_config mod;            /* model shape, copied out of c */
+    sched *s;                    /* owned */
+    backend *be;                 /* owned */
+    comm *cm;                    /* owned */
+    runtime *rt;                 /* owned */
+    int device;                  /* --backend cuda: this rank's GPU (its index on its node); -1 */
+    int64_t *start;              /* [warmup + iterations] iteration starts, CLOCK_MONOTONIC ns; owned */
+    double sum_ns, sum_compute_ns, sum_cpu_ns; /* over the measured iterations */
     ts_err err;
-    err_clear(&err);
-    args a;
-    defaults(&a);
-    /* Executor defaults for layout flags the command line does not give (the
-     * model presets' layouts are for thousands of GPUs): --gpus = ranks, t = p
-     * = 1, 1f1b, no sequence parallelism, no recomputation, b = 1, B = 8. */
-    char gpus_arg[32];
-    snprintf(gpus_arg, sizeof gpus_arg, "--gpus=%d", size);
+} run;
+
+/* Set up x for this rank with the executor's defaults; nothing owned yet. */
+static void run_init(run *x)
+{
+    memset(x, 0, sizeof *x);
+    MPI_Comm_rank(MPI_COMM_WORLD, &x->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &x->size);
+    err_clear(&x->err);
+    defaults(&x->a);
+    x->device = -1;
+}
+
+/* Free everything x owns (before MPI_Finalize: the comm frees MPI groups). */
+static void run_free(run *x)
+{
+    free(x->start);
+    rt_free(x->rt);
+    sched_free(x->s);
+    if (x->cm)
+        x->cm->destroy(x->cm);
+    if (x->be)
+        x->be->destroy(x->be);
+    config_free(&x->c);
+}
+
+/* argv with the executor's defaults appended for the layout flags it does
+ * not give (the model presets' layouts are for thousands of GPUs): --gpus =
+ * ranks, t = p = 1, 1f1b, no sequence parallelism, no recomputation, b = 1,
+ * B = 8. gpus_arg (gpus_bytes) holds the --gpus flag. Sets *ac; NULL when
+ * out of memory. The caller frees the array (not its strings). */
+static char **with_layout_defaults(int argc, char **argv, int size, char *gpus_arg,
+                                   size_t gpus_bytes, int *ac)
+{
+    snprintf(gpus_arg, gpus_bytes, "--gpus=%d", size);
     static const char *const inject[][3] = {
         {"--gpus", "-n", NULL},
         {"--tensor-model-parallel-size", "-t", "--tensor-model-parallel-size=1"},
@@ -251,13 +290,11 @@ int main(int argc, char **argv)
     };
     size_t ninject = sizeof inject / sizeof inject[0];
     char **av = calloc((size_t)argc + ninject + 1, sizeof *av);
-    if (!av) {
-        MPI_Finalize();
-        return 1;
-    }
-    int ac = 0;
+    if (!av)
+        return NULL;
+    int n = 0;
     for (int i = 0; i < argc; i++)
-        av[ac++] = argv[i];
+        av[n++] = argv[i];
     for (size_t k = 0; k < ninject; k++) {
         bool given = false;
         size_t len = strlen(inject[k][0]);
@@ -267,10 +304,39 @@ int main(int argc, char **argv)
                 (inject[k][1] && !strcmp(argv[i], inject[k][1])))
                 given = true;
         if (!given)
-            av[ac++] = k == 0 ? gpus_arg : (char *)(uintptr_t)inject[k][2];
+            av[n++] = k == 0 ? gpus_arg : (char *)(uintptr_t)inject[k][2];
     }
+    *ac = n;
+    return av;
+}
 
-    config c;
+/* The backend flags this build and mode can honour; TS_ENOTSUP naming the
+ * flag otherwise. */
+static int check_backend(const args *a, ts_err *err)
+{
+#ifndef TRAINSIM_CUDA
+    if (a->backend == BACKEND_CUDA)
+        return err_set(err, TS_ENOTSUP,
+                       "--backend cuda: this trainexec was built without CUDA (make's summary "
+                       "must show '✓ CUDA': nvcc, cuBLASLt, NCCL and MPI); use --backend cpu");
+#endif
+    if (a->microbench && a->backend == BACKEND_CUDA)
+        return err_set(err, TS_ENOTSUP,
+                       "--microbench measures the CPU backend only; for a GPU run "
+                       "build/cudacal sweep (experiments/gpu-calibrate.sh)");
+    return TS_OK;
+}
+
+/* Parse the command line into x->a and, unless --microbench, x->c (resolved
+ * and within what the executor runs). GO_ON; 0 after --help; 1 out of
+ * memory; 2 for a bad command line (rank 0 has said why). */
+static int parse_command_line(run *x, int argc, char **argv)
+{
+    char gpus_arg[32];
+    int ac = 0;
+    char **av = with_layout_defaults(argc, argv, x->size, gpus_arg, sizeof gpus_arg, &ac);
+    if (!av)
+        return 1;
     flags_state fs;
     opt_table t;
     opt_table_init(&t, "trainexec",
@@ -283,255 +349,303 @@ int main(int argc, char **argv)
                    "on the CPU; --backend cuda: fp32 master weights, bf16 GEMMs). The default "
                    "--model is far too large for a CPU: give a shape (--num-layers, "
                    "--hidden-size, ...).");
-    int rc = flags_register(&fs, &t, &c, &err);
+    int code = GO_ON;
+    int rc = flags_register(&fs, &t, &x->c, &x->err);
     if (!rc)
-        rc = add_flags(&t, &a, &err);
+        rc = add_flags(&t, &x->a, &x->err);
     if (!rc)
-        rc = opt_parse(&t, ac, av, &err);
+        rc = opt_parse(&t, ac, av, &x->err);
     if (!rc && t.help_requested) {
-        if (rank == 0)
+        if (x->rank == 0)
             opt_help(&t, stdout);
-        opt_table_free(&t);
-        free(av);
-        MPI_Finalize();
-        return 0;
-    }
-#ifndef TRAINSIM_CUDA
-    if (!rc && a.backend == BACKEND_CUDA)
-        rc = err_set(&err, TS_ENOTSUP,
-                     "--backend cuda: this trainexec was built without CUDA (make's summary "
-                     "must show '✓ CUDA': nvcc, cuBLASLt, NCCL and MPI); use --backend cpu");
-#endif
-    if (!rc && a.microbench && a.backend == BACKEND_CUDA)
-        rc = err_set(&err, TS_ENOTSUP,
-                     "--microbench measures the CPU backend only; for a GPU run "
-                     "build/cudacal sweep (experiments/gpu-calibrate.sh)");
-    if (!rc && a.microbench) {
-        opt_table_free(&t);
-        free(av);
-        rc = microbench_run(MPI_COMM_WORLD, a.microbench, a.threads, rank == 0 ? stdout : NULL,
-                            &err);
-        if (agree_fail(rank, size, rc, "--microbench: ", &err))
-            return 1;
-        MPI_Finalize();
-        return 0;
+        code = 0;
+        goto done;
     }
     if (!rc)
-        rc = flags_finish(&fs, &t, &err);
+        rc = check_backend(&x->a, &x->err);
+    if (!rc && !x->a.microbench)
+        rc = flags_finish(&fs, &t, &x->err);
+    if (!rc && !x->a.microbench)
+        rc = exec_supports(&x->c, &x->err);
+    if (rc) {
+        if (x->rank == 0)
+            fprintf(stderr, "trainexec: %s (trainexec --help)\n", x->err.msg);
+        code = 2;
+    }
+done:
     opt_table_free(&t);
     free(av);
-    if (!rc && (rc = exec_supports(&c, &err)))
-        config_free(&c);
-    if (rc) {
-        if (rank == 0)
-            fprintf(stderr, "trainexec: %s (trainexec --help)\n", err.msg);
-        MPI_Finalize();
-        return 2;
-    }
-    const model_config *mc = &c.model;
-    const parallel_config *pc = &c.par;
-    if (c.cluster.gpus != size) {
-        if (rank == 0)
+    return code;
+}
+
+/* --microbench: sweep and write the CSV instead of training; 0, or 1 if it
+ * failed on some rank. */
+static int run_microbench(run *x)
+{
+    int rc = microbench_run(MPI_COMM_WORLD, x->a.microbench, x->a.threads,
+                            x->rank == 0 ? stdout : NULL, &x->err);
+    return agree_fail(x->rank, x->size, rc, "--microbench: ", &x->err) ? 1 : 0;
+}
+
+/* Copy what the run needs out of x->c (then freed) into x->o, x->par and
+ * x->mod; GO_ON, or 2 when the ranks or the memory do not fit the config
+ * (rank 0 has said why). */
+static int resolve_config(run *x)
+{
+    const model_config *mc = &x->c.model;
+    const parallel_config *pc = &x->c.par;
+    if (x->c.cluster.gpus != x->size) {
+        if (x->rank == 0)
             fprintf(stderr, "trainexec: --gpus %d but mpirun started %d ranks (run mpirun -np %d)\n",
-                    c.cluster.gpus, size, c.cluster.gpus);
-        config_free(&c);
-        MPI_Finalize();
+                    x->c.cluster.gpus, x->size, x->c.cluster.gpus);
         return 2;
     }
-    rt_opts o;
-    rt_opts_default(&o);
-    o.dims = (gpt_dims){.vocab = mc->padded_vocab_size, .seq = mc->seq_length,
-                        .hidden = mc->hidden_size, .heads = mc->num_attention_heads,
-                        .ffn = mc->ffn_hidden_size, .layers = mc->num_layers,
-                        .batch = pc->micro_batch_size};
-    o.sp = pc->sequence_parallel;
-    o.seed = (uint64_t)a.seed;
-    o.lr = (float)a.lr;
-    o.beta1 = (float)a.beta1;
-    o.beta2 = (float)a.beta2;
-    o.eps = (float)a.eps;
-    o.weight_decay = (float)a.wd;
-    o.op_trace = a.op_trace;
-    if (rank == 0 && pc->overlap_grad_reduce)
+    rt_opts *o = &x->o;
+    rt_opts_default(o);
+    o->dims = (gpt_dims){.vocab = mc->padded_vocab_size, .seq = mc->seq_length,
+                         .hidden = mc->hidden_size, .heads = mc->num_attention_heads,
+                         .ffn = mc->ffn_hidden_size, .layers = mc->num_layers,
+                         .batch = pc->micro_batch_size};
+    o->sp = pc->sequence_parallel;
+    o->seed = (uint64_t)x->a.seed;
+    o->lr = (float)x->a.lr;
+    o->beta1 = (float)x->a.beta1;
+    o->beta2 = (float)x->a.beta2;
+    o->eps = (float)x->a.eps;
+    o->weight_decay = (float)x->a.wd;
+    o->op_trace = x->a.op_trace;
+    if (x->rank == 0 && pc->overlap_grad_reduce)
         printf("trainexec: note: --overlap-grad-reduce is not overlapped here: gradients are "
                "reduced at the schedule's REDUCE_GRAD actions\n");
-    int tp = pc->tp, pp = pc->pp, d = pc->dp;
-    parallel_config par = *pc;
-    model_config mod = *mc;
-    config_free(&c); /* everything needed is copied out */
-    double need = min_bytes_per_rank(&o.dims, tp, pp) * size;
-    if (a.backend == BACKEND_CPU && need > 64.0 * 1073741824.0) {
-        if (rank == 0)
+    x->par = *pc;
+    x->mod = *mc;
+    config_free(&x->c); /* everything needed is copied out */
+    double need = min_bytes_per_rank(&o->dims, x->par.tp, x->par.pp) * x->size;
+    if (x->a.backend == BACKEND_CPU && need > 64.0 * 1073741824.0) {
+        if (x->rank == 0)
             fprintf(stderr,
                     "trainexec: %zu parameters need at least %.0f GiB for weights, gradients and "
                     "Adam on %d ranks: too large for the CPU executor; give a smaller shape "
                     "(--num-layers, --hidden-size, --padded-vocab-size, ...)\n",
-                    gpt_num_params(&o.dims), need / 1073741824.0, size);
-        MPI_Finalize();
+                    gpt_num_params(&o->dims), need / 1073741824.0, x->size);
         return 2;
     }
-    sched *s = NULL;
-    backend *be = NULL;
-    comm *cm = NULL;
-    runtime *rt = NULL;
-    rc = gpt_dims_check(&o.dims, tp, o.sp, &err);
+    return GO_ON;
+}
+
+/* x->s: the schedule generated for the layout or read from --schedule-csv;
+ * GO_ON, or 2 for a shape or schedule the run cannot take (rank 0 has said
+ * why). */
+static int build_schedule(run *x)
+{
+    int rc = gpt_dims_check(&x->o.dims, x->par.tp, x->o.sp, &x->err);
     if (!rc)
-        rc = a.schedule_csv ? load_sched_csv(a.schedule_csv, &par, &mod, &s, &err)
-                            : make_sched_of(&par, &mod, &s, &err);
-    if (rc) {
-        sched_free(s);
-        if (rank == 0)
-            fprintf(stderr, "trainexec: %s (trainexec --help)\n", err.msg);
-        MPI_Finalize();
-        return 2;
-    }
-    int device = -1; /* --backend cuda: this rank's GPU (its index on its node) */
+        rc = x->a.schedule_csv ? load_sched_csv(x->a.schedule_csv, &x->par, &x->mod, &x->s, &x->err)
+                               : make_sched_of(&x->par, &x->mod, &x->s, &x->err);
+    if (!rc)
+        return GO_ON;
+    if (x->rank == 0)
+        fprintf(stderr, "trainexec: %s (trainexec --help)\n", x->err.msg);
+    return 2;
+}
+
+/* This rank's backend in x->be (--backend cuda: the GPU of its index on
+ * its node, x->device). TS_* with x->err set. */
+static int create_backend(run *x)
+{
+    int rc;
 #ifdef TRAINSIM_CUDA
-    if (a.backend == BACKEND_CUDA) {
+    if (x->a.backend == BACKEND_CUDA) {
         MPI_Comm node;
-        device = 0;
-        if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL,
+        x->device = 0;
+        if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, x->rank, MPI_INFO_NULL,
                                 &node) == MPI_SUCCESS) {
-            MPI_Comm_rank(node, &device);
+            MPI_Comm_rank(node, &x->device);
             MPI_Comm_free(&node);
         }
-        rc = backend_cuda_create(device, false, &be, &err);
+        rc = backend_cuda_create(x->device, false, &x->be, &x->err);
         if (rc == TS_EINVAL)
-            err_prefix(&err, "rank %d: more ranks on its node than GPUs: ", rank);
+            err_prefix(&x->err, "rank %d: more ranks on its node than GPUs: ", x->rank);
     } else
 #endif
-        rc = backend_cpu_create(a.threads, &be, &err);
+        rc = backend_cpu_create(x->a.threads, &x->be, &x->err);
+    return rc;
+}
+
+/* Backend, communicator and runtime of this rank (collective); GO_ON, or 1
+ * when some rank failed (the first has said why). */
+static int set_up_rank(run *x)
+{
+    int rc = create_backend(x);
     /* every rank has its backend before the (collective) comm is created */
-    if (agree_fail(rank, size, rc, "", &err)) {
-        if (be)
-            be->destroy(be);
-        sched_free(s);
+    if (agree_fail(x->rank, x->size, rc, "", &x->err))
         return 1;
-    }
     ts_err cerr; /* comm creation is collective: every rank calls it */
-    int crc;
+    int crc, tp = x->par.tp, pp = x->par.pp, d = x->par.dp;
 #ifdef TRAINSIM_CUDA
-    if (a.backend == BACKEND_CUDA)
-        crc = comm_nccl_create(MPI_COMM_WORLD, tp, pp, d, backend_cuda_stream(be), &cm, &cerr);
+    if (x->a.backend == BACKEND_CUDA)
+        crc = comm_nccl_create(MPI_COMM_WORLD, tp, pp, d, backend_cuda_stream(x->be), &x->cm, &cerr);
     else
 #endif
-        crc = comm_mpi_create(MPI_COMM_WORLD, tp, pp, d, &cm, &cerr);
+        crc = comm_mpi_create(MPI_COMM_WORLD, tp, pp, d, &x->cm, &cerr);
     if (!rc && crc) {
         rc = crc;
-        err = cerr;
+        x->err = cerr;
     }
     if (!rc)
-        rc = rt_create(&o, s, be, cm, &rt, &err);
-    if (agree_fail(rank, size, rc, "", &err))
-        return 1;
-    if (rank == 0) {
-        char where[96];
-        if (device >= 0)
-            snprintf(where, sizeof where, "fp32 master weights, bf16 GEMMs, cuda (GPU %d on "
-                                          "rank 0)", device);
-        else
-            snprintf(where, sizeof where, "fp32 cpu");
-        printf("trainexec: GPT %zu parameters (L=%d h=%d heads=%d ffn=%d s=%d V=%d), "
-               "t=%d p=%d d=%d v=%d%s, %s, b=%d B=%d m=%d, %d ranks, %s\n",
-               gpt_num_params(&o.dims), o.dims.layers, o.dims.hidden, o.dims.heads, o.dims.ffn,
-               o.dims.seq, o.dims.vocab, tp, pp, d, s->v, o.sp ? " sp" : "",
-               sched_kind_name(s->kind), o.dims.batch, o.dims.batch * d * s->m, s->m, size,
-               where);
-        fflush(stdout);
-    }
-    int total = a.warmup + a.iterations;
-    int64_t *start = calloc((size_t)total, sizeof *start);
-    double sum_ns = 0.0, sum_compute = 0.0, sum_cpu = 0.0;
+        rc = rt_create(&x->o, x->s, x->be, x->cm, &x->rt, &x->err);
+    return agree_fail(x->rank, x->size, rc, "", &x->err) ? 1 : GO_ON;
+}
+
+/* Rank 0: one line saying what runs where. */
+static void print_banner(const run *x)
+{
+    if (x->rank != 0)
+        return;
+    const rt_opts *o = &x->o;
+    const sched *s = x->s;
+    char where[96];
+    if (x->device >= 0)
+        snprintf(where, sizeof where, "fp32 master weights, bf16 GEMMs, cuda (GPU %d on "
+                                      "rank 0)", x->device);
+    else
+        snprintf(where, sizeof where, "fp32 cpu");
+    printf("trainexec: GPT %zu parameters (L=%d h=%d heads=%d ffn=%d s=%d V=%d), "
+           "t=%d p=%d d=%d v=%d%s, %s, b=%d B=%d m=%d, %d ranks, %s\n",
+           gpt_num_params(&o->dims), o->dims.layers, o->dims.hidden, o->dims.heads, o->dims.ffn,
+           o->dims.seq, o->dims.vocab, x->par.tp, x->par.pp, x->par.dp, s->v, o->sp ? " sp" : "",
+           sched_kind_name(s->kind), o->dims.batch, o->dims.batch * x->par.dp * s->m, s->m,
+           x->size, where);
+    fflush(stdout);
+}
+
+/* Run the warm-up and measured iterations, summing the measured ones'
+ * times into x; rank 0 prints each. GO_ON; a failing rank aborts every rank. */
+static int run_iterations(run *x)
+{
+    int total = x->a.warmup + x->a.iterations, rc = TS_OK;
+    x->start = calloc((size_t)total, sizeof *x->start);
     for (int it = 0; it < total && !rc; it++) {
-        if (it == a.warmup) {
-            rt_clear_spans(rt);
-            be_reset_peaks(be);
+        if (it == x->a.warmup) {
+            rt_clear_spans(x->rt);
+            be_reset_peaks(x->be);
         }
         MPI_Barrier(MPI_COMM_WORLD);
-        start[it] = rt_now_ns();
+        x->start[it] = rt_now_ns();
         int64_t cpu0 = cpu_now_ns();
         double loss = 0.0;
-        rc = rt_iteration(rt, it, &loss, &err);
-        be->sync(be);
+        rc = rt_iteration(x->rt, it, &loss, &x->err);
+        x->be->sync(x->be);
 #ifdef TRAINSIM_CUDA
-        if (!rc && a.backend == BACKEND_CUDA && (rc = backend_cuda_status(be, &err)))
-            err_prefix(&err, "iteration %d: ", it);
+        if (!rc && x->a.backend == BACKEND_CUDA && (rc = backend_cuda_status(x->be, &x->err)))
+            err_prefix(&x->err, "iteration %d: ", it);
 #endif
         if (rc) {
             /* the other ranks may be blocked on this one's messages: abort them */
-            fprintf(stderr, "trainexec: rank %d: %s\n", rank, err.msg);
+            fprintf(stderr, "trainexec: rank %d: %s\n", x->rank, x->err.msg);
             fflush(stderr);
             MPI_Abort(MPI_COMM_WORLD, 1);
             return 1;
         }
-        int64_t mine = rt_now_ns() - start[it], slowest = 0, cpu = cpu_now_ns() - cpu0;
+        int64_t mine = rt_now_ns() - x->start[it], slowest = 0, cpu = cpu_now_ns() - cpu0;
         MPI_Allreduce(&mine, &slowest, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
-        if (it >= a.warmup) {
+        if (it >= x->a.warmup) {
             size_t n;
-            const rt_span *sp = rt_spans(rt, &n);
-            sum_ns += (double)slowest;
-            sum_compute += (double)xout_compute_ns(sp, n, it);
-            sum_cpu += (double)cpu;
+            const rt_span *sp = rt_spans(x->rt, &n);
+            x->sum_ns += (double)slowest;
+            x->sum_compute_ns += (double)xout_compute_ns(sp, n, it);
+            x->sum_cpu_ns += (double)cpu;
         }
-        if (rank == 0) {
+        if (x->rank == 0) {
             printf("iteration %d/%d%s: loss %.6f, %.3f ms\n", it + 1, total,
-                   it < a.warmup ? " (warm-up)" : "", loss, slowest / 1e6);
+                   it < x->a.warmup ? " (warm-up)" : "", loss, slowest / 1e6);
             fflush(stdout);
         }
     }
-    /* outputs: spans carry absolute CLOCK_MONOTONIC times; t = 0 is the start
-     * of the last iteration (after its barrier) */
+    return GO_ON;
+}
+
+/* Rank 0: iteration time, bubble and peak memory, overall and per rank
+ * (all: every rank's record). */
+static void print_summary(const run *x, const xout_rank *xr, const xout_rank *all)
+{
+    double mx = 0, mean_bubble = 0;
+    for (int i = 0; i < x->size; i++) {
+        mean_bubble += all[i].iteration_ns - all[i].compute_ns;
+        if (all[i].peak_bytes > mx)
+            mx = (double)all[i].peak_bytes;
+    }
+    mean_bubble /= x->size;
+    printf("iteration time %.3f ms (mean of %d), bubble %.3f ms (%.1f%%, mean over ranks), "
+           "peak memory %.2f MiB (max over ranks)\n",
+           xr->iteration_ns / 1e6, x->a.iterations, mean_bubble / 1e6,
+           100.0 * mean_bubble / xr->iteration_ns, mx / 1048576.0);
+    for (int i = 0; i < x->size; i++)
+        printf("  rank %d (tp %d pp %d dp %d): compute %.3f ms, bubble %.3f ms, CPU %.0f%% "
+               "of the time, peak %.2f MiB (weights %.2f, gradients %.2f, optimizer %.2f, "
+               "activations %.2f, buffers %.2f)\n",
+               i, all[i].tp, all[i].pp, all[i].dp, all[i].compute_ns / 1e6,
+               (all[i].iteration_ns - all[i].compute_ns) / 1e6,
+               100.0 * all[i].cpu_ns / all[i].iteration_ns,
+               all[i].peak_bytes / 1048576.0, all[i].cat_bytes[XMEM_WEIGHTS] / 1048576.0,
+               all[i].cat_bytes[XMEM_GRADS] / 1048576.0,
+               all[i].cat_bytes[XMEM_OPTIM] / 1048576.0,
+               all[i].cat_bytes[XMEM_ACTS] / 1048576.0,
+               all[i].cat_bytes[XMEM_BUFFERS] / 1048576.0);
+}
+
+/* Write the trace, ops and report files (collective) and print the
+ * summary; 0, or 1 when an output failed (every rank has the status; rank
+ * 0 says why). */
+static int write_outputs(run *x)
+{
+    /* spans carry absolute CLOCK_MONOTONIC times; t = 0 is the start of the
+     * last iteration (after its barrier) */
     size_t n;
-    const rt_span *sp = rt_spans(rt, &n);
+    const rt_span *sp = rt_spans(x->rt, &n);
     xout_rank xr;
-    xout_rank_init(&xr, rank, cm, be);
-    xr.iterations = a.iterations;
-    xr.iteration_ns = sum_ns / a.iterations;
-    xr.compute_ns = sum_compute / a.iterations;
-    xr.cpu_ns = sum_cpu / a.iterations;
-    int last = total - 1;
-    rc = xout_write_spans(MPI_COMM_WORLD, cm, sp, n, last, start[last], a.trace, a.ops_csv,
-                          &err);
+    xout_rank_init(&xr, x->rank, x->cm, x->be);
+    xr.iterations = x->a.iterations;
+    xr.iteration_ns = x->sum_ns / x->a.iterations;
+    xr.compute_ns = x->sum_compute_ns / x->a.iterations;
+    xr.cpu_ns = x->sum_cpu_ns / x->a.iterations;
+    int last = x->a.warmup + x->a.iterations - 1;
+    int rc = xout_write_spans(MPI_COMM_WORLD, x->cm, sp, n, last, x->start[last], x->a.trace,
+                              x->a.ops_csv, &x->err);
     xout_rank *all = NULL;
     if (!rc)
-        rc = xout_write_report(MPI_COMM_WORLD, &xr, a.report_csv, &all, &err);
-    if (!rc && rank == 0) {
-        double mx = 0, mean_bubble = 0;
-        for (int i = 0; i < size; i++) {
-            mean_bubble += all[i].iteration_ns - all[i].compute_ns;
-            if (all[i].peak_bytes > mx)
-                mx = (double)all[i].peak_bytes;
-        }
-        mean_bubble /= size;
-        printf("iteration time %.3f ms (mean of %d), bubble %.3f ms (%.1f%%, mean over ranks), "
-               "peak memory %.2f MiB (max over ranks)\n",
-               xr.iteration_ns / 1e6, a.iterations, mean_bubble / 1e6,
-               100.0 * mean_bubble / xr.iteration_ns, mx / 1048576.0);
-        for (int i = 0; i < size; i++)
-            printf("  rank %d (tp %d pp %d dp %d): compute %.3f ms, bubble %.3f ms, CPU %.0f%% "
-                   "of the time, peak %.2f MiB (weights %.2f, gradients %.2f, optimizer %.2f, "
-                   "activations %.2f, buffers %.2f)\n",
-                   i, all[i].tp, all[i].pp, all[i].dp, all[i].compute_ns / 1e6,
-                   (all[i].iteration_ns - all[i].compute_ns) / 1e6,
-                   100.0 * all[i].cpu_ns / all[i].iteration_ns,
-                   all[i].peak_bytes / 1048576.0, all[i].cat_bytes[XMEM_WEIGHTS] / 1048576.0,
-                   all[i].cat_bytes[XMEM_GRADS] / 1048576.0,
-                   all[i].cat_bytes[XMEM_OPTIM] / 1048576.0,
-                   all[i].cat_bytes[XMEM_ACTS] / 1048576.0,
-                   all[i].cat_bytes[XMEM_BUFFERS] / 1048576.0);
-    }
+        rc = xout_write_report(MPI_COMM_WORLD, &xr, x->a.report_csv, &all, &x->err);
+    if (!rc && x->rank == 0)
+        print_summary(x, &xr, all);
     free(all);
-    free(start);
-    rt_free(rt);
-    sched_free(s);
-    cm->destroy(cm);
-    be->destroy(be);
-    if (rc) { /* an output file: every rank has the status (xout agrees) */
-        if (rank == 0)
-            fprintf(stderr, "trainexec: %s\n", err.msg);
-        MPI_Finalize();
-        return 1;
+    if (!rc)
+        return 0;
+    if (x->rank == 0)
+        fprintf(stderr, "trainexec: %s\n", x->err.msg);
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    run x;
+    run_init(&x);
+    int code = parse_command_line(&x, argc, argv);
+    if (code == GO_ON && x.a.microbench)
+        code = run_microbench(&x);
+    if (code == GO_ON)
+        code = resolve_config(&x);
+    if (code == GO_ON)
+        code = build_schedule(&x);
+    if (code == GO_ON)
+        code = set_up_rank(&x);
+    if (code == GO_ON) {
+        print_banner(&x);
+        code = run_iterations(&x);
     }
+    if (code == GO_ON)
+        code = write_outputs(&x);
+    run_free(&x);
     MPI_Finalize();
-    return 0;
+    return code;
 }

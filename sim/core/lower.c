@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/sched/sched_dep.h"
+
 enum { DIR_F = 0, DIR_B = 1 };
 
 typedef struct {
@@ -147,10 +149,23 @@ static int optim(lowering *L, int rank)
     return TS_OK;
 }
 
-/* Whether stage st runs on rank r (its data needs no transfer). */
-static bool local_input(const lowering *L, int r, int st)
+/* The task compute action i of rank r waits for (*in, ENGINE_NO_TASK for
+ * none): the last task of the producing pass when it ran on the rank, else
+ * the RECV that brings its input; TS_EINVAL if neither came before it. */
+static int input_task(lowering *L, int r, size_t i, const sched_action *a, uint32_t *in)
 {
-    return L->rank_of[st] == r;
+    sched_dep d;
+    *in = ENGINE_NO_TASK;
+    if (sched_dep_input(L->s, r, a, &d) == SCHED_DEP_NONE)
+        return TS_OK;
+    if (d.via == SCHED_DEP_LOCAL) /* V placement: same rank */
+        *in = (d.grad ? L->bwd_last : L->fwd_last)[(size_t)d.peer_stage * L->m + a->mb];
+    else
+        *in = L->recv_tab[tab_idx(L, d.grad ? DIR_B : DIR_F, d.stage, a->mb)];
+    if (*in != ENGINE_NO_TASK)
+        return TS_OK;
+    return act_err(L, r, i, a, d.grad ? "no RECV_B (or local backward) of its output gradient before it"
+                                      : "no RECV_F (or local forward) of its input before it");
 }
 
 /* Before the first action of rank r: find each chunk's last backward. */
@@ -195,13 +210,9 @@ static int rank_action(lowering *L, int r, size_t i)
     uint32_t id, last;
     switch ((sched_act_kind)a->kind) {
     case ACT_F: {
-        uint32_t in = ENGINE_NO_TASK;
-        if (st > 0 && local_input(L, r, st - 1))
-            in = L->fwd_last[(size_t)(st - 1) * L->m + a->mb]; /* V placement: same rank */
-        else if (st > 0)
-            in = L->recv_tab[tab_idx(L, DIR_F, st, a->mb)];
-        if (st > 0 && in == ENGINE_NO_TASK)
-            return act_err(L, r, i, a, "no RECV_F (or local forward) of its input before it");
+        uint32_t in;
+        if ((rc = input_task(L, r, i, a, &in)))
+            return rc;
         if ((rc = run_pass(L, r, st, PLAN_PASS_F, a->mb, in, false, &last)))
             return rc;
         L->fwd_last[(size_t)st * L->m + a->mb] = last;
@@ -210,16 +221,10 @@ static int rank_action(lowering *L, int r, size_t i)
     case ACT_B:
     case ACT_I:
     case ACT_W: {
-        uint32_t in = ENGINE_NO_TASK;
+        uint32_t in;
         int k = a->kind == ACT_B ? PLAN_PASS_B : a->kind == ACT_I ? PLAN_PASS_I : PLAN_PASS_W;
-        if (a->kind != ACT_W && st < last_stage) {
-            if (local_input(L, r, st + 1))
-                in = L->bwd_last[(size_t)(st + 1) * L->m + a->mb];
-            else
-                in = L->recv_tab[tab_idx(L, DIR_B, st, a->mb)];
-            if (in == ENGINE_NO_TASK)
-                return act_err(L, r, i, a, "no RECV_B (or local backward) of its output gradient before it");
-        }
+        if ((rc = input_task(L, r, i, a, &in))) /* none for W */
+            return rc;
         bool final = L->final_bwd[base + a->chunk] == i;
         if ((rc = run_pass(L, r, st, k, a->mb, in, final, &last)))
             return rc;

@@ -470,169 +470,230 @@ int plan_build(const config *c, const sched *s, const cost_model *cm, const comm
     return plan_build_opts(c, s, cm, cc, NULL, out, err);
 }
 
+/* What the steps of plan_build_opts share: the inputs and the layout's
+ * sizes and groups. */
+typedef struct {
+    const config *c;
+    const sched *s;
+    const cost_model *cm;
+    const commcost_params *cc;
+    plan_opts opts;
+    int gpn;                 /* GPUs per node */
+    int t, d;                /* tensor- and data-parallel sizes */
+    int dt;                  /* bytes of a weight or activation element */
+    int grad_bytes;          /* bytes of a gradient element */
+    commcost_group dp_group; /* the data-parallel group */
+    ts_err *err;
+} plan_env;
+
+/* Fill E from the inputs of plan_build_opts (o may be NULL: all off). */
+static void plan_env_init(plan_env *E, const config *c, const sched *s, const cost_model *cm,
+                          const commcost_params *cc, const plan_opts *o, ts_err *err)
+{
+    const parallel_config *P = &c->par;
+    *E = (plan_env){.c = c, .s = s, .cm = cm, .cc = cc, .opts = o ? *o : (plan_opts){0}, .err = err};
+    E->gpn = c->cluster.gpus_per_node > 0 ? c->cluster.gpus_per_node : 8;
+    E->t = P->tp;
+    E->d = P->dp > 0 ? P->dp : 1;
+    E->dt = config_dtype_bytes(c);
+    E->grad_bytes = c->model.precision == PREC_FP16 ? 2 : 4; /* bf16 accumulates and reduces in fp32 */
+    E->dp_group = (commcost_group){E->d, ranks_per_node(E->d, E->t, E->gpn)};
+}
+
+/* The pipeline transfers' cost: b*s*h activations (or their gradient) per
+ * micro-batch; with t > 1 Megatron scatters them over the t ranks' NICs and
+ * all-gathers over NVLink (scatter/gather); with sequence parallelism they
+ * are already sharded. */
+static int add_pipeline_transfers(plan *pl, const plan_env *E, const commcost_group *tp_group)
+{
+    const config *c = E->c;
+    int t = E->t;
+    int64_t S = (int64_t)c->par.micro_batch_size * c->model.seq_length * c->model.hidden_size * E->dt;
+    bool same_node = (int64_t)t * E->d < E->gpn;
+    commcost_group pair = {2, same_node ? 2 : 1};
+    int64_t wire = (t > 1) ? S / t : S;
+    int64_t p2p_ns = commcost_ns(E->cc, COMM_P2P, wire, &pair);
+    if (t > 1 && !c->par.sequence_parallel)
+        p2p_ns += commcost_ns(E->cc, COMM_ALL_GATHER, S, tp_group);
+    if (plan_add_transfers(pl, p2p_ns, wire))
+        return err_set(E->err, TS_ENOMEM, "plan: out of memory");
+    return TS_OK;
+}
+
+/* The F, B, I and W passes of stage st; with buckets (bucket_params, room
+ * for num_layers + 2), the parameters of each gradient bucket, and their
+ * count in *n_buckets. */
+static int build_stage_passes(plan *pl, const plan_env *E, pass_builder *b, const model_ops *mo,
+                              int st, int64_t *bucket_params, int *n_buckets)
+{
+    const config *c = E->c;
+    plan_stage *S_ = &pl->stages[st];
+    int nl = E->s->stages[st].num_layers, rc = TS_OK;
+    bool first = st == 0, last = st == pl->n_stages - 1;
+    rc_layout L = layout_of(c, nl);
+    S_->params = flops_params_stage(&c->model, E->t, nl, first, last);
+    int64_t extra = S_->params - (int64_t)nl * mo->params_layer;
+    bool with_buckets = E->d > 1 && c->par.overlap_grad_reduce;
+    int nb_b = 0, nb_w = 0;
+    for (int k = 0; k < PLAN_PASSES && rc == TS_OK; k++) {
+        pb_start(b, st);
+        if (k == PLAN_PASS_F)
+            rc = build_fwd(b, mo, &L, first, last);
+        else
+            rc = build_bwd(b, mo, &L, first, last, k, extra,
+                           with_buckets && k != PLAN_PASS_I ? bucket_params : NULL,
+                           k == PLAN_PASS_B ? &nb_b : k == PLAN_PASS_W ? &nb_w : NULL);
+        if (rc == TS_OK && E->opts.inline_tp)
+            rc = collapse_pass(pl, b->base, k, with_buckets, S_);
+        else
+            S_->pass[k] = (plan_range){b->base, pl->n_steps - b->base};
+        if (rc == TS_ENOMEM)
+            rc = err_set(E->err, TS_ENOMEM, "plan: out of memory");
+        if (S_->pass[k].n > pl->max_pass_steps)
+            pl->max_pass_steps = S_->pass[k].n;
+        if (S_->pass_final[k].n > pl->max_pass_steps)
+            pl->max_pass_steps = S_->pass_final[k].n;
+    }
+    if (rc)
+        return rc;
+    if (nb_b != nb_w)
+        return err_set(E->err, TS_ESTATE, "plan: stage %d has %d gradient buckets in B but %d in W",
+                       st, nb_b, nb_w);
+    *n_buckets = nb_b;
+    return TS_OK;
+}
+
+/* Stage st's data-parallel gradient reduction (d > 1): the whole stage's,
+ * then one per bucket (bucket_params[0 .. n_buckets-1] parameters). */
+static int add_dp_reduction(plan *pl, const plan_env *E, int st, const int64_t *bucket_params,
+                            int n_buckets)
+{
+    const parallel_config *P = &E->c->par;
+    plan_stage *S_ = &pl->stages[st];
+    commcost_coll coll = P->distributed_optimizer ? COMM_REDUCE_SCATTER : COMM_ALL_REDUCE;
+    const char *nm = P->distributed_optimizer ? "dp.reduce-scatter" : "dp.all-reduce";
+    plan_step x = plan_step_init(nm, PLAN_STREAM_DP, PLAN_CAT_DP, st, 0);
+    x.comm_bytes = S_->params * E->grad_bytes;
+    x.dur_ns = commcost_ns(E->cc, coll, x.comm_bytes, &E->dp_group);
+    if (plan_push_step(pl, &x, &S_->dp_whole))
+        return err_set(E->err, TS_ENOMEM, "plan: out of memory");
+    S_->n_buckets = n_buckets;
+    for (int k = 0; k < n_buckets; k++) {
+        x.comm_bytes = bucket_params[k] * E->grad_bytes;
+        x.dur_ns = commcost_ns(E->cc, coll, x.comm_bytes, &E->dp_group);
+        uint32_t id;
+        if (plan_push_step(pl, &x, &id))
+            return err_set(E->err, TS_ENOMEM, "plan: out of memory");
+        if (k == 0)
+            S_->dp_bucket0 = id;
+    }
+    return TS_OK;
+}
+
+/* Every stage's passes and data-parallel reduction. */
+static int build_stages(plan *pl, const plan_env *E, pass_builder *b, const model_ops *mo)
+{
+    const sched *s = E->s;
+    int max_layers = 0, rc = TS_OK;
+    for (int st = 0; st < s->p * s->v; st++)
+        if (s->stages[st].num_layers > max_layers)
+            max_layers = s->stages[st].num_layers;
+    int64_t *bucket_params = malloc(((size_t)max_layers + 2) * sizeof *bucket_params);
+    if (!bucket_params)
+        return err_set(E->err, TS_ENOMEM, "plan: out of memory");
+    for (int st = 0; st < pl->n_stages && rc == TS_OK; st++) {
+        int n_buckets = 0;
+        rc = build_stage_passes(pl, E, b, mo, st, bucket_params, &n_buckets);
+        if (rc == TS_OK && E->d > 1)
+            rc = add_dp_reduction(pl, E, st, bucket_params, n_buckets);
+    }
+    free(bucket_params);
+    return rc;
+}
+
+/* The tied word embedding: the first and the last stage hold a copy each
+ * and all-reduce its gradient (V*h/t per rank) before the optimizer; none
+ * when both stages are on one rank. */
+static int add_emb_allreduce(plan *pl, const plan_env *E)
+{
+    const config *c = E->c;
+    int r_first, r_last, ch0, t = E->t;
+    sched_rank_chunk_of(E->s, 0, &r_first, &ch0);
+    sched_rank_chunk_of(E->s, pl->n_stages - 1, &r_last, &ch0);
+    if (r_first == r_last)
+        return TS_OK;
+    int64_t apart = (int64_t)(r_last > r_first ? r_last - r_first : r_first - r_last) * t * E->d;
+    commcost_group emb_pair = {2, apart < E->gpn ? 2 : 1};
+    plan_step x = plan_step_init("emb.grad-all-reduce", PLAN_STREAM_DP, PLAN_CAT_DP, -1, 0);
+    x.comm_bytes = (int64_t)c->model.padded_vocab_size / t * c->model.hidden_size * E->grad_bytes;
+    x.dur_ns = commcost_ns(E->cc, COMM_ALL_REDUCE, x.comm_bytes, &emb_pair);
+    if (plan_push_step(pl, &x, &pl->emb_allreduce))
+        return err_set(E->err, TS_ENOMEM, "plan: out of memory");
+    return TS_OK;
+}
+
+/* Per rank: static memory, optimizer step, parameter all-gather. */
+static int add_rank_steps(plan *pl, const plan_env *E)
+{
+    const config *c = E->c;
+    const parallel_config *P = &c->par;
+    int d = E->d, dt = E->dt;
+    for (int r = 0; r < pl->p; r++) {
+        int64_t params = 0;
+        for (int ch = 0; ch < pl->v; ch++)
+            params += pl->stages[sched_stage_of(E->s, r, ch)].params;
+        int64_t shard = P->distributed_optimizer ? (params + d - 1) / d : params;
+        bool fp32 = c->model.precision == PREC_FP32;
+        pl->weights_bytes[r] = params * dt;
+        pl->grads_bytes[r] = params * E->grad_bytes;
+        pl->optim_bytes[r] = shard * (fp32 ? 8 : 12); /* fp32 master + momentum + variance */
+        plan_step x = plan_step_init("optimizer", PLAN_STREAM_COMPUTE, PLAN_CAT_OPTIM, -1,
+                                cost_mem_kind_ns(E->cm, COST_MEM_ADAM, shard * (fp32 ? PLAN_ADAM_BYTES_PER_PARAM_FP32
+                                                               : PLAN_ADAM_BYTES_PER_PARAM)));
+        if (plan_push_step(pl, &x, &pl->optim[r]))
+            return err_set(E->err, TS_ENOMEM, "plan: out of memory");
+        if (P->distributed_optimizer && d > 1) {
+            x = plan_step_init("dp.param-all-gather", PLAN_STREAM_DP, PLAN_CAT_DP, -1, 0);
+            x.comm_bytes = params * dt;
+            x.dur_ns = commcost_ns(E->cc, COMM_ALL_GATHER, x.comm_bytes, &E->dp_group);
+            if (plan_push_step(pl, &x, &pl->param_gather[r]))
+                return err_set(E->err, TS_ENOMEM, "plan: out of memory");
+        }
+    }
+    return TS_OK;
+}
+
 int plan_build_opts(const config *c, const sched *s, const cost_model *cm, const commcost_params *cc,
                     const plan_opts *o, plan **out, ts_err *err)
 {
     *out = NULL;
-    plan_opts opts = o ? *o : (plan_opts){0};
     const parallel_config *P = &c->par;
     if (s->p != P->pp || s->v != (P->vp > 0 ? P->vp : 1))
         return err_set(err, TS_EINVAL, "plan: schedule has p=%d v=%d but the configuration p=%d v=%d",
                        s->p, s->v, P->pp, P->vp);
+    plan_env E;
+    plan_env_init(&E, c, s, cm, cc, o, err);
     model_ops *mo = malloc(sizeof *mo);
-    int64_t *bucket_params = NULL;
     plan *pl = NULL;
     int rc = mo ? model_ops_build(c, mo, err) : err_set(err, TS_ENOMEM, "plan: out of memory");
-    if (rc)
-        goto done;
-    if (plan_alloc(s->p, s->v, &pl)) {
+    if (rc == TS_OK && plan_alloc(s->p, s->v, &pl))
         rc = err_set(err, TS_ENOMEM, "plan: out of memory");
-        goto done;
+    if (rc == TS_OK) {
+        pl->d = E.d;
+        pl->overlap_grad_reduce = P->overlap_grad_reduce;
+        pl->distributed_optimizer = P->distributed_optimizer;
+        int t = E.t, gpn = E.gpn;
+        pass_builder b = {.pl = pl, .cm = cm, .cc = cc};
+        b.tp_group = (commcost_group){t, t <= gpn ? t : (t % gpn ? 1 : gpn)};
+        rc = add_pipeline_transfers(pl, &E, &b.tp_group);
+        if (rc == TS_OK)
+            rc = build_stages(pl, &E, &b, mo);
     }
-    int gpn = c->cluster.gpus_per_node > 0 ? c->cluster.gpus_per_node : 8;
-    int t = P->tp, d = P->dp > 0 ? P->dp : 1, dt = config_dtype_bytes(c);
-    int grad_bytes = c->model.precision == PREC_FP16 ? 2 : 4; /* bf16 accumulates and reduces in fp32 */
-    pl->d = d;
-    pl->overlap_grad_reduce = P->overlap_grad_reduce;
-    pl->distributed_optimizer = P->distributed_optimizer;
-    pass_builder b = {.pl = pl, .cm = cm, .cc = cc};
-    b.tp_group = (commcost_group){t, t <= gpn ? t : (t % gpn ? 1 : gpn)};
-    commcost_group dp_group = {d, ranks_per_node(d, t, gpn)};
-
-    /* pipeline transfers: b*s*h activations (or their gradient) per micro-batch;
-     * with t > 1 Megatron scatters them over the t ranks' NICs and all-gathers
-     * over NVLink (scatter/gather); with sequence parallelism they are already
-     * sharded */
-    int64_t S = (int64_t)P->micro_batch_size * c->model.seq_length * c->model.hidden_size * dt;
-    bool same_node = (int64_t)t * d < gpn;
-    commcost_group pair = {2, same_node ? 2 : 1};
-    int64_t wire = (t > 1) ? S / t : S;
-    int64_t p2p_ns = commcost_ns(cc, COMM_P2P, wire, &pair);
-    if (t > 1 && !P->sequence_parallel)
-        p2p_ns += commcost_ns(cc, COMM_ALL_GATHER, S, &b.tp_group);
-    if (plan_add_transfers(pl, p2p_ns, wire)) {
-        rc = err_set(err, TS_ENOMEM, "plan: out of memory");
-        goto done;
-    }
-
-    int max_layers = 0;
-    for (int st = 0; st < s->p * s->v; st++)
-        if (s->stages[st].num_layers > max_layers)
-            max_layers = s->stages[st].num_layers;
-    bucket_params = malloc(((size_t)max_layers + 2) * sizeof *bucket_params);
-    if (!bucket_params) {
-        rc = err_set(err, TS_ENOMEM, "plan: out of memory");
-        goto done;
-    }
-    for (int st = 0; st < pl->n_stages && rc == TS_OK; st++) {
-        plan_stage *S_ = &pl->stages[st];
-        int nl = s->stages[st].num_layers;
-        bool first = st == 0, last = st == pl->n_stages - 1;
-        rc_layout L = layout_of(c, nl);
-        S_->params = flops_params_stage(&c->model, t, nl, first, last);
-        int64_t extra = S_->params - (int64_t)nl * mo->params_layer;
-        bool with_buckets = d > 1 && P->overlap_grad_reduce;
-        int nb_b = 0, nb_w = 0;
-        for (int k = 0; k < PLAN_PASSES && rc == TS_OK; k++) {
-            pb_start(&b, st);
-            if (k == PLAN_PASS_F)
-                rc = build_fwd(&b, mo, &L, first, last);
-            else
-                rc = build_bwd(&b, mo, &L, first, last, k, extra,
-                               with_buckets && k != PLAN_PASS_I ? bucket_params : NULL,
-                               k == PLAN_PASS_B ? &nb_b : k == PLAN_PASS_W ? &nb_w : NULL);
-            if (rc == TS_OK && opts.inline_tp)
-                rc = collapse_pass(pl, b.base, k, with_buckets, S_);
-            else
-                S_->pass[k] = (plan_range){b.base, pl->n_steps - b.base};
-            if (rc == TS_ENOMEM)
-                rc = err_set(err, TS_ENOMEM, "plan: out of memory");
-            if (S_->pass[k].n > pl->max_pass_steps)
-                pl->max_pass_steps = S_->pass[k].n;
-            if (S_->pass_final[k].n > pl->max_pass_steps)
-                pl->max_pass_steps = S_->pass_final[k].n;
-        }
-        if (rc)
-            break;
-        if (nb_b != nb_w) {
-            rc = err_set(err, TS_ESTATE, "plan: stage %d has %d gradient buckets in B but %d in W",
-                         st, nb_b, nb_w);
-            break;
-        }
-        if (d > 1) {
-            commcost_coll coll = P->distributed_optimizer ? COMM_REDUCE_SCATTER : COMM_ALL_REDUCE;
-            const char *nm = P->distributed_optimizer ? "dp.reduce-scatter" : "dp.all-reduce";
-            plan_step x = plan_step_init(nm, PLAN_STREAM_DP, PLAN_CAT_DP, st, 0);
-            x.comm_bytes = S_->params * grad_bytes;
-            x.dur_ns = commcost_ns(cc, coll, x.comm_bytes, &dp_group);
-            if (plan_push_step(pl, &x, &S_->dp_whole)) {
-                rc = err_set(err, TS_ENOMEM, "plan: out of memory");
-                break;
-            }
-            S_->n_buckets = nb_b;
-            for (int k = 0; k < nb_b; k++) {
-                x.comm_bytes = bucket_params[k] * grad_bytes;
-                x.dur_ns = commcost_ns(cc, coll, x.comm_bytes, &dp_group);
-                uint32_t id;
-                if (plan_push_step(pl, &x, &id)) {
-                    rc = err_set(err, TS_ENOMEM, "plan: out of memory");
-                    break;
-                }
-                if (k == 0)
-                    S_->dp_bucket0 = id;
-            }
-        }
-    }
-    if (rc)
-        goto done;
-
-    /* the tied word embedding: the first and the last stage hold a copy each
-     * and all-reduce its gradient (V*h/t per rank) before the optimizer */
-    int r_first, r_last, ch0;
-    sched_rank_chunk_of(s, 0, &r_first, &ch0);
-    sched_rank_chunk_of(s, pl->n_stages - 1, &r_last, &ch0);
-    if (r_first != r_last) {
-        int64_t apart = (int64_t)(r_last > r_first ? r_last - r_first : r_first - r_last) * t * d;
-        commcost_group emb_pair = {2, apart < gpn ? 2 : 1};
-        plan_step x = plan_step_init("emb.grad-all-reduce", PLAN_STREAM_DP, PLAN_CAT_DP, -1, 0);
-        x.comm_bytes = (int64_t)c->model.padded_vocab_size / t * c->model.hidden_size * grad_bytes;
-        x.dur_ns = commcost_ns(cc, COMM_ALL_REDUCE, x.comm_bytes, &emb_pair);
-        if (plan_push_step(pl, &x, &pl->emb_allreduce)) {
-            rc = err_set(err, TS_ENOMEM, "plan: out of memory");
-            goto done;
-        }
-    }
-
-    /* per rank: static memory, optimizer step, parameter all-gather */
-    for (int r = 0; r < pl->p; r++) {
-        int64_t params = 0;
-        for (int ch = 0; ch < pl->v; ch++)
-            params += pl->stages[sched_stage_of(s, r, ch)].params;
-        int64_t shard = P->distributed_optimizer ? (params + d - 1) / d : params;
-        bool fp32 = c->model.precision == PREC_FP32;
-        pl->weights_bytes[r] = params * dt;
-        pl->grads_bytes[r] = params * grad_bytes;
-        pl->optim_bytes[r] = shard * (fp32 ? 8 : 12); /* fp32 master + momentum + variance */
-        plan_step x = plan_step_init("optimizer", PLAN_STREAM_COMPUTE, PLAN_CAT_OPTIM, -1,
-                                cost_mem_kind_ns(cm, COST_MEM_ADAM, shard * (fp32 ? PLAN_ADAM_BYTES_PER_PARAM_FP32
-                                                               : PLAN_ADAM_BYTES_PER_PARAM)));
-        if (plan_push_step(pl, &x, &pl->optim[r])) {
-            rc = err_set(err, TS_ENOMEM, "plan: out of memory");
-            goto done;
-        }
-        if (P->distributed_optimizer && d > 1) {
-            x = plan_step_init("dp.param-all-gather", PLAN_STREAM_DP, PLAN_CAT_DP, -1, 0);
-            x.comm_bytes = params * dt;
-            x.dur_ns = commcost_ns(cc, COMM_ALL_GATHER, x.comm_bytes, &dp_group);
-            if (plan_push_step(pl, &x, &pl->param_gather[r])) {
-                rc = err_set(err, TS_ENOMEM, "plan: out of memory");
-                goto done;
-            }
-        }
-    }
-done:
+    if (rc == TS_OK)
+        rc = add_emb_allreduce(pl, &E);
+    if (rc == TS_OK)
+        rc = add_rank_steps(pl, &E);
     free(mo);
-    free(bucket_params);
     if (rc) {
         plan_free(pl);
         return rc;
@@ -640,4 +701,3 @@ done:
     *out = pl;
     return TS_OK;
 }
-

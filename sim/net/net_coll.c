@@ -101,15 +101,12 @@ static int tree_depth(int n)
     return d > 0 ? d : 1;
 }
 
-static int plan_build(const net_graph *g, net_router *r, const net_coll_req *q, net_plan *p, ts_err *err)
+/* Check request q against g: a known kind, GPUs in range, the group size
+ * the kind needs. */
+static int check_req(const net_graph *g, const net_coll_req *q, ts_err *err)
 {
-    int rc = TS_OK, n = q->n;
-    int *order = NULL;
+    int n = q->n;
     double S = q->bytes;
-    uint64_t key = q->flow_key;
-    p->nx = 0;
-    p->nph = 0;
-    p->algo = q->algo;
     if (q->kind < 0 || q->kind >= NET_COLL_KIND_COUNT)
         return err_set(err, TS_EINVAL, "net_coll: unknown collective kind %d", (int)q->kind);
     if (n < 1 || !q->gpus || !(S >= 0))
@@ -121,33 +118,48 @@ static int plan_build(const net_graph *g, net_router *r, const net_coll_req *q, 
         return err_set(err, TS_EINVAL, "net_coll: p2p needs 2 GPUs (source, destination), got %d", n);
     if (q->kind == NET_COLL_P2P_SCATTER && (n < 2 || n % 2))
         return err_set(err, TS_EINVAL, "net_coll: scatter/gather p2p needs 2t GPUs (t sources, t destinations), got %d", n);
-    if (n == 1 && q->kind != NET_COLL_P2P) return TS_OK; /* nothing to move */
+    return TS_OK;
+}
 
-    switch (q->kind) {
-    case NET_COLL_P2P:
+/* Phases of a p2p (one transfer) or a scatter/gather p2p (t transfers of
+ * 1/t, then a ring all-gather among the t destinations). */
+static int p2p_phases(const net_graph *g, net_router *r, const net_coll_req *q, net_plan *p, ts_err *err)
+{
+    int rc, n = q->n;
+    double S = q->bytes;
+    uint64_t key = q->flow_key;
+    if (q->kind == NET_COLL_P2P) {
         if (q->gpus[0] == q->gpus[1]) return TS_OK;
         if ((rc = plan_phase_begin(p, err))) return rc;
         if ((rc = plan_xfer(g, r, p, g->gpu_node[q->gpus[0]], g->gpu_node[q->gpus[1]], S, key, err))) return rc;
         plan_phase_end(g, p, 1);
         p->algo = NET_ALGO_RING;
         return TS_OK;
-    case NET_COLL_P2P_SCATTER: {
-        int t = n / 2;
-        if ((rc = plan_phase_begin(p, err))) return rc;
-        for (int j = 0; j < t; j++)
-            if (q->gpus[j] != q->gpus[t + j] &&
-                (rc = plan_xfer(g, r, p, g->gpu_node[q->gpus[j]], g->gpu_node[q->gpus[t + j]], S / t, key, err)))
-                return rc;
-        plan_phase_end(g, p, 1);
-        if (t > 1) {
-            if ((rc = plan_phase_begin(p, err))) return rc;
-            if ((rc = ring_flows(g, r, p, q->gpus + t, t, 1, S * (t - 1) / t, key, err))) return rc;
-            plan_phase_end(g, p, t - 1);
-        }
-        p->algo = NET_ALGO_RING;
-        return TS_OK;
     }
-    case NET_COLL_BROADCAST:
+    int t = n / 2;
+    if ((rc = plan_phase_begin(p, err))) return rc;
+    for (int j = 0; j < t; j++)
+        if (q->gpus[j] != q->gpus[t + j] &&
+            (rc = plan_xfer(g, r, p, g->gpu_node[q->gpus[j]], g->gpu_node[q->gpus[t + j]], S / t, key, err)))
+            return rc;
+    plan_phase_end(g, p, 1);
+    if (t > 1) {
+        if ((rc = plan_phase_begin(p, err))) return rc;
+        if ((rc = ring_flows(g, r, p, q->gpus + t, t, 1, S * (t - 1) / t, key, err))) return rc;
+        plan_phase_end(g, p, t - 1);
+    }
+    p->algo = NET_ALGO_RING;
+    return TS_OK;
+}
+
+/* Phases of a broadcast (a chain along the ring from the root), an
+ * all-gather or a reduce-scatter (one ring phase). */
+static int ring_coll_phases(const net_graph *g, net_router *r, const net_coll_req *q, net_plan *p, ts_err *err)
+{
+    int rc, n = q->n;
+    double S = q->bytes;
+    uint64_t key = q->flow_key;
+    if (q->kind == NET_COLL_BROADCAST) {
         if (q->root < 0 || q->root >= n)
             return err_set(err, TS_EINVAL, "net_coll: broadcast root %d not in 0..%d", q->root, n - 1);
         if ((rc = plan_phase_begin(p, err))) return rc;
@@ -158,21 +170,93 @@ static int plan_build(const net_graph *g, net_router *r, const net_coll_req *q, 
         plan_phase_end(g, p, n - 1);
         p->algo = NET_ALGO_RING;
         return TS_OK;
-    case NET_COLL_ALLGATHER:
-    case NET_COLL_REDUCE_SCATTER:
-        if ((rc = plan_phase_begin(p, err))) return rc;
-        if ((rc = ring_flows(g, r, p, q->gpus, n, 1, S * (n - 1) / n, key, err))) return rc;
-        plan_phase_end(g, p, n - 1);
-        p->algo = NET_ALGO_RING;
-        return TS_OK;
-    case NET_COLL_ALLREDUCE:
-        break;
-    default:
-        return err_set(err, TS_EINVAL, "net_coll: unknown collective kind %d", (int)q->kind);
     }
+    if ((rc = plan_phase_begin(p, err))) return rc;
+    if ((rc = ring_flows(g, r, p, q->gpus, n, 1, S * (n - 1) / n, key, err))) return rc;
+    plan_phase_end(g, p, n - 1);
+    p->algo = NET_ALGO_RING;
+    return TS_OK;
+}
 
-    /* All-reduce. */
-    order = malloc(sizeof *order * (size_t)n);
+/* Ring all-reduce: a reduce-scatter then an all-gather phase. */
+static int allreduce_ring(const net_graph *g, net_router *r, const net_coll_req *q, net_plan *p, ts_err *err)
+{
+    int rc, n = q->n;
+    for (int ph = 0; ph < 2; ph++) {
+        if ((rc = plan_phase_begin(p, err))) return rc;
+        if ((rc = ring_flows(g, r, p, q->gpus, n, 1, q->bytes * (n - 1) / n, q->flow_key, err))) return rc;
+        plan_phase_end(g, p, n - 1);
+    }
+    return TS_OK;
+}
+
+/* Tree all-reduce: two binary trees (the second mirrored), each moving half
+ * of the data both ways, in one phase. */
+static int allreduce_tree(const net_graph *g, net_router *r, const net_coll_req *q, net_plan *p, ts_err *err)
+{
+    int rc, n = q->n;
+    if ((rc = plan_phase_begin(p, err))) return rc;
+    for (int tr = 0; tr < 2; tr++)
+        for (int i = 1; i < n; i++) {
+            int c = tr ? n - 1 - i : i, par = tr ? n - 1 - (i - 1) / 2 : (i - 1) / 2;
+            int cn = g->gpu_node[q->gpus[c]], pn = g->gpu_node[q->gpus[par]];
+            if ((rc = plan_xfer(g, r, p, cn, pn, q->bytes / 2, q->flow_key, err))) return rc;
+            if ((rc = plan_xfer(g, r, p, pn, cn, q->bytes / 2, q->flow_key, err))) return rc;
+        }
+    plan_phase_end(g, p, 2 * tree_depth(n));
+    return TS_OK;
+}
+
+/* Hierarchical all-reduce over order (m servers x k local ranks): local
+ * reduce-scatter, cross-server reduce-scatter and all-gather per local
+ * rank, local all-gather. */
+static int allreduce_hier(const net_graph *g, net_router *r, const net_coll_req *q, const int *order, int k,
+                          int m, net_plan *p, ts_err *err)
+{
+    int rc;
+    double S = q->bytes;
+    uint64_t key = q->flow_key;
+    if ((rc = plan_phase_begin(p, err))) return rc;
+    for (int s = 0; s < m; s++)
+        if ((rc = ring_flows(g, r, p, order + s * k, k, 1, S * (k - 1) / k, key, err))) return rc;
+    plan_phase_end(g, p, k - 1);
+    for (int ph = 0; ph < 2; ph++) {
+        if ((rc = plan_phase_begin(p, err))) return rc;
+        for (int j = 0; j < k; j++)
+            if ((rc = ring_flows(g, r, p, order + j, m, k, S / k * (m - 1) / m, key, err))) return rc;
+        plan_phase_end(g, p, m - 1);
+    }
+    if ((rc = plan_phase_begin(p, err))) return rc;
+    for (int s = 0; s < m; s++)
+        if ((rc = ring_flows(g, r, p, order + s * k, k, 1, S * (k - 1) / k, key, err))) return rc;
+    plan_phase_end(g, p, k - 1);
+    return TS_OK;
+}
+
+/* NVLS all-reduce: every GPU sends to and receives from NVSwitch nvs (its
+ * NVLink SHARP reduction), one phase. */
+static int allreduce_nvls(const net_graph *g, net_router *r, const net_coll_req *q, int nvs, net_plan *p,
+                          ts_err *err)
+{
+    int rc, n = q->n;
+    double wire = q->bytes * (n + 1) / n * (NET_NVLINK_EFF / NET_NVLS_EFF);
+    if ((rc = plan_phase_begin(p, err))) return rc;
+    for (int i = 0; i < n; i++) {
+        int gn = g->gpu_node[q->gpus[i]];
+        if ((rc = plan_xfer(g, r, p, gn, nvs, wire, q->flow_key, err))) return rc;
+        if ((rc = plan_xfer(g, r, p, nvs, gn, wire, q->flow_key, err))) return rc;
+    }
+    plan_phase_end(g, p, 2);
+    return TS_OK;
+}
+
+/* Phases of an all-reduce: the requested algorithm (auto: NVLS in one
+ * NVLink SHARP domain, hierarchical across servers of equal share, else
+ * ring) recorded in p->algo. */
+static int allreduce_phases(const net_graph *g, net_router *r, const net_coll_req *q, net_plan *p, ts_err *err)
+{
+    int rc = TS_OK, n = q->n;
+    int *order = malloc(sizeof *order * (size_t)n);
     if (!order) return err_set(err, TS_ENOMEM, "net_coll: out of memory");
     int k, m;
     if ((rc = hier_layout(g, q->gpus, n, order, &k, &m))) { rc = err_set(err, rc, "net_coll: out of memory"); goto out; }
@@ -185,65 +269,48 @@ static int plan_build(const net_graph *g, net_router *r, const net_coll_req *q, 
     if (algo == NET_ALGO_HIER && (k < 1 || m == 1 || k == 1)) algo = NET_ALGO_RING;
     p->algo = algo;
     switch (algo) {
-    case NET_ALGO_RING:
-        for (int ph = 0; ph < 2; ph++) {
-            if ((rc = plan_phase_begin(p, err))) goto out;
-            if ((rc = ring_flows(g, r, p, q->gpus, n, 1, S * (n - 1) / n, key, err))) goto out;
-            plan_phase_end(g, p, n - 1);
-        }
-        break;
-    case NET_ALGO_TREE: {
-        if ((rc = plan_phase_begin(p, err))) goto out;
-        for (int tr = 0; tr < 2; tr++)
-            for (int i = 1; i < n; i++) {
-                int c = tr ? n - 1 - i : i, par = tr ? n - 1 - (i - 1) / 2 : (i - 1) / 2;
-                int cn = g->gpu_node[q->gpus[c]], pn = g->gpu_node[q->gpus[par]];
-                if ((rc = plan_xfer(g, r, p, cn, pn, S / 2, key, err))) goto out;
-                if ((rc = plan_xfer(g, r, p, pn, cn, S / 2, key, err))) goto out;
-            }
-        plan_phase_end(g, p, 2 * tree_depth(n));
-        break;
-    }
-    case NET_ALGO_HIER:
-        /* order is m servers x k local ranks. */
-        if ((rc = plan_phase_begin(p, err))) goto out;
-        for (int s = 0; s < m; s++)
-            if ((rc = ring_flows(g, r, p, order + s * k, k, 1, S * (k - 1) / k, key, err))) goto out;
-        plan_phase_end(g, p, k - 1);
-        for (int ph = 0; ph < 2; ph++) {
-            if ((rc = plan_phase_begin(p, err))) goto out;
-            for (int j = 0; j < k; j++)
-                if ((rc = ring_flows(g, r, p, order + j, m, k, S / k * (m - 1) / m, key, err))) goto out;
-            plan_phase_end(g, p, m - 1);
-        }
-        if ((rc = plan_phase_begin(p, err))) goto out;
-        for (int s = 0; s < m; s++)
-            if ((rc = ring_flows(g, r, p, order + s * k, k, 1, S * (k - 1) / k, key, err))) goto out;
-        plan_phase_end(g, p, k - 1);
-        break;
-    case NET_ALGO_NVLS: {
-        if (!one_domain || !g->nvls) {
+    case NET_ALGO_RING: rc = allreduce_ring(g, r, q, p, err); break;
+    case NET_ALGO_TREE: rc = allreduce_tree(g, r, q, p, err); break;
+    case NET_ALGO_HIER: rc = allreduce_hier(g, r, q, order, k, m, p, err); break;
+    case NET_ALGO_NVLS:
+        if (!one_domain || !g->nvls)
             rc = err_set(err, TS_EINVAL, "net_coll: NVLS all-reduce needs every GPU of the group in one NVLink domain "
                                          "with NVLink SHARP (H100/H200 NVSwitch); use ring or hier");
-            goto out;
-        }
-        double wire = S * (n + 1) / n * (NET_NVLINK_EFF / NET_NVLS_EFF);
-        if ((rc = plan_phase_begin(p, err))) goto out;
-        for (int i = 0; i < n; i++) {
-            int gn = g->gpu_node[q->gpus[i]];
-            if ((rc = plan_xfer(g, r, p, gn, nvs, wire, key, err))) goto out;
-            if ((rc = plan_xfer(g, r, p, nvs, gn, wire, key, err))) goto out;
-        }
-        plan_phase_end(g, p, 2);
+        else
+            rc = allreduce_nvls(g, r, q, nvs, p, err);
         break;
-    }
     default:
         rc = err_set(err, TS_EINVAL, "net_coll: unknown algorithm %d", (int)algo);
-        goto out;
+        break;
     }
 out:
     free(order);
     return rc;
+}
+
+/* Reset p and fill its phases and their transfers for request q
+ * (plan_bundles then groups the transfers into bundles). */
+static int plan_phases(const net_graph *g, net_router *r, const net_coll_req *q, net_plan *p, ts_err *err)
+{
+    p->nx = 0;
+    p->nph = 0;
+    p->algo = q->algo;
+    int rc = check_req(g, q, err);
+    if (rc) return rc;
+    if (q->n == 1 && q->kind != NET_COLL_P2P) return TS_OK; /* nothing to move */
+    switch (q->kind) {
+    case NET_COLL_P2P:
+    case NET_COLL_P2P_SCATTER:
+        return p2p_phases(g, r, q, p, err);
+    case NET_COLL_BROADCAST:
+    case NET_COLL_ALLGATHER:
+    case NET_COLL_REDUCE_SCATTER:
+        return ring_coll_phases(g, r, q, p, err);
+    case NET_COLL_ALLREDUCE:
+        return allreduce_phases(g, r, q, p, err);
+    default:
+        return err_set(err, TS_EINVAL, "net_coll: unknown collective kind %d", (int)q->kind);
+    }
 }
 
 /* Fill p->b and p->bl from the phases' transfers. */
@@ -288,7 +355,7 @@ int net_coll_plan(const net_graph *g, net_router *r, const net_coll_req *q, net_
 {
     p->nb = 0;
     p->nbl = 0;
-    int rc = plan_build(g, r, q, p, err);
+    int rc = plan_phases(g, r, q, p, err);
     return rc ? rc : plan_bundles(p, err);
 }
 

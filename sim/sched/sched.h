@@ -16,7 +16,8 @@
  * stages. The action names the stage on its own rank: SEND_F of stage s pairs
  * with RECV_F of stage s+1 on the peer, SEND_B of stage s with RECV_B of stage
  * s-1. Adjacent stages on the same rank (ZB-V's bottom of the V, p = 1) pass
- * data locally and have no SEND/RECV. SEND and RECV post the transfer (like
+ * data locally and have no SEND/RECV (sched_dep.h: where each F / B / I's
+ * input comes from and its output goes). SEND and RECV post the transfer (like
  * isend/irecv); the op that consumes received data waits for it. Generated
  * schedules put each SEND right after the op producing its data, and their
  * lists follow one global order in which every SEND meets its RECV, so even

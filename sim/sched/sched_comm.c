@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "sim/sched/sched_build.h"
+#include "sim/sched/sched_dep.h"
 
 typedef struct {
     int dir;   /* 0 activations (F), 1 gradient (B) */
@@ -26,50 +27,28 @@ typedef struct {
     int stage; /* producing stage */
 } msg;
 
-/* The remote input the compute action a on rank needs, if any. */
+/* The remote input the compute action a on rank needs, if any (m and *src
+ * are also set for a local one). */
 static bool needs(const sched *s, int rank, const sched_action *a, msg *m, int *src)
 {
-    int S = sched_num_stages(s), st, r, c;
-    if (a->kind == ACT_F) {
-        st = sched_stage_of(s, rank, a->chunk);
-        if (st == 0)
-            return false;
-        sched_rank_chunk_of(s, st - 1, &r, &c);
-        *m = (msg){0, a->mb, st - 1};
-    } else if (a->kind == ACT_B || a->kind == ACT_I) {
-        st = sched_stage_of(s, rank, a->chunk);
-        if (st == S - 1)
-            return false;
-        sched_rank_chunk_of(s, st + 1, &r, &c);
-        *m = (msg){1, a->mb, st + 1};
-    } else {
+    sched_dep d;
+    if (sched_dep_input(s, rank, a, &d) == SCHED_DEP_NONE)
         return false;
-    }
-    *src = r;
-    return r != rank;
+    *m = (msg){d.grad, a->mb, d.peer_stage};
+    *src = d.peer_rank;
+    return d.via == SCHED_DEP_REMOTE;
 }
 
-/* The data the compute action a on rank produces for another rank, if any. */
+/* The data the compute action a on rank produces for another rank, if any
+ * (m and *dst are also set for a local hand-off). */
 static bool produces(const sched *s, int rank, const sched_action *a, msg *m, int *dst)
 {
-    int S = sched_num_stages(s), st, r, c;
-    if (a->kind == ACT_F) {
-        st = sched_stage_of(s, rank, a->chunk);
-        if (st == S - 1)
-            return false;
-        sched_rank_chunk_of(s, st + 1, &r, &c);
-        *m = (msg){0, a->mb, st};
-    } else if (a->kind == ACT_B || a->kind == ACT_I) {
-        st = sched_stage_of(s, rank, a->chunk);
-        if (st == 0)
-            return false;
-        sched_rank_chunk_of(s, st - 1, &r, &c);
-        *m = (msg){1, a->mb, st};
-    } else {
+    sched_dep d;
+    if (sched_dep_output(s, rank, a, &d) == SCHED_DEP_NONE)
         return false;
-    }
-    *dst = r;
-    return r != rank;
+    *m = (msg){d.grad, a->mb, d.stage};
+    *dst = d.peer_rank;
+    return d.via == SCHED_DEP_REMOTE;
 }
 
 /* Append the SEND on src and the RECV on dst for m. */

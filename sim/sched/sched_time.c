@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/sched/sched_dep.h"
+
 void sched_timing_free(sched_timing *out)
 {
     if (!out)
@@ -36,7 +38,6 @@ static bool is_comm(int kind)
 
 typedef struct {
     const sched *s;
-    int S;
     bool comm;
     int64_t dur[ACT_KIND_COUNT], lat;
     int64_t *send_f, *recv_f; /* post times of the transfer of activations into (stage, mb) */
@@ -66,25 +67,18 @@ static void post(tstate *T, int r, const sched_action *a, int64_t t)
  * known. Local inputs are there by program order. */
 static int64_t input_ready(const tstate *T, int r, const sched_action *a)
 {
-    int st = sched_stage_of(T->s, r, a->chunk), pr, pc, src;
-    bool fwd = a->kind == ACT_F;
-    if (fwd && st > 0)
-        src = st - 1;
-    else if ((a->kind == ACT_B || a->kind == ACT_I) && st < T->S - 1)
-        src = st + 1;
-    else
+    sched_dep in;
+    if (sched_dep_input(T->s, r, a, &in) != SCHED_DEP_REMOTE)
         return 0;
-    sched_rank_chunk_of(T->s, src, &pr, &pc);
-    if (pr == r)
-        return 0;
+    bool fwd = !in.grad;
     if (T->comm) {
-        int64_t x = *slot(T, fwd ? T->send_f : T->send_b, st, a->mb);
-        int64_t y = *slot(T, fwd ? T->recv_f : T->recv_b, st, a->mb);
+        int64_t x = *slot(T, fwd ? T->send_f : T->send_b, in.stage, a->mb);
+        int64_t y = *slot(T, fwd ? T->recv_f : T->recv_b, in.stage, a->mb);
         if (x < 0 || y < 0)
             return -1;
         return x + T->lat;
     }
-    int64_t e = *slot(T, fwd ? T->end_f : T->end_bi, src, a->mb);
+    int64_t e = *slot(T, fwd ? T->end_f : T->end_bi, in.peer_stage, a->mb);
     return e < 0 ? -1 : e + T->lat;
 }
 
@@ -96,7 +90,7 @@ int sched_time(const sched *s, const sched_op_times *t, sched_timing *out, ts_er
                        (long long)t->f_ns, (long long)t->b_ns, (long long)t->w_ns, (long long)t->comm_ns);
     int p = s->p, rc = TS_OK;
     size_t cells = (size_t)p * (size_t)s->v * (size_t)s->m;
-    tstate T = {.s = s, .S = p * s->v, .comm = sched_has_comm(s), .lat = t->comm_ns * s->v};
+    tstate T = {.s = s, .comm = sched_has_comm(s), .lat = t->comm_ns * s->v};
     T.dur[ACT_F] = t->f_ns;
     T.dur[ACT_B] = t->b_ns + t->w_ns;
     T.dur[ACT_I] = t->b_ns;

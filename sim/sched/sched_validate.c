@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/sched/sched_dep.h"
+
 enum { FL_F = 1, FL_B = 2, FL_I = 4, FL_W = 8, FL_SF = 16, FL_RF = 32, FL_SB = 64, FL_RB = 128 };
 
 typedef struct {
@@ -91,6 +93,8 @@ static int check_action(vstate *V, int r, size_t i, int *reduced, bool *optim)
     int st = sched_stage_of(s, r, a->chunk);
     uint8_t *f = &V->fl[st * m + (a->mb >= 0 ? a->mb : 0)];
     int kind = a->kind, expect_peer = -1;
+    sched_dep in; /* what an F, B or I waits for */
+    sched_dep_input(s, r, a, &in);
     if (kind == ACT_SEND_F || kind == ACT_RECV_B)
         expect_peer = rank_of(V, st + 1);
     else if (kind == ACT_SEND_B || kind == ACT_RECV_F)
@@ -112,11 +116,10 @@ static int check_action(vstate *V, int r, size_t i, int *reduced, bool *optim)
     case ACT_F: {
         if (*f & FL_F)
             return fail(V, r, i, "second F of micro-batch %d on stage %d", a->mb, st);
-        int src = rank_of(V, st - 1);
-        if (src == r && !(V->fl[(st - 1) * m + a->mb] & FL_F))
-            return fail(V, r, i, "F before the F of stage %d (same rank) that feeds it", st - 1);
-        if (src >= 0 && src != r && V->comm && !(*f & FL_RF))
-            return fail(V, r, i, "F before the RECV_F of its input from rank %d", src);
+        if (in.via == SCHED_DEP_LOCAL && !(V->fl[in.peer_stage * m + a->mb] & FL_F))
+            return fail(V, r, i, "F before the F of stage %d (same rank) that feeds it", in.peer_stage);
+        if (in.via == SCHED_DEP_REMOTE && V->comm && !(*f & FL_RF))
+            return fail(V, r, i, "F before the RECV_F of its input from rank %d", in.peer_rank);
         *f |= FL_F;
         break;
     }
@@ -126,13 +129,12 @@ static int check_action(vstate *V, int r, size_t i, int *reduced, bool *optim)
             return fail(V, r, i, "%s before its F", sched_act_name((sched_act_kind)kind));
         if (*f & (FL_B | FL_I))
             return fail(V, r, i, "second backward (B or I) of micro-batch %d on stage %d", a->mb, st);
-        int src = rank_of(V, st + 1);
-        if (src == r && !(V->fl[(st + 1) * m + a->mb] & (FL_B | FL_I)))
+        if (in.via == SCHED_DEP_LOCAL && !(V->fl[in.peer_stage * m + a->mb] & (FL_B | FL_I)))
             return fail(V, r, i, "%s before the backward of stage %d (same rank) that feeds it",
-                        sched_act_name((sched_act_kind)kind), st + 1);
-        if (src >= 0 && src != r && V->comm && !(*f & FL_RB))
+                        sched_act_name((sched_act_kind)kind), in.peer_stage);
+        if (in.via == SCHED_DEP_REMOTE && V->comm && !(*f & FL_RB))
             return fail(V, r, i, "%s before the RECV_B of its output gradient from rank %d",
-                        sched_act_name((sched_act_kind)kind), src);
+                        sched_act_name((sched_act_kind)kind), in.peer_rank);
         *f |= kind == ACT_B ? FL_B : FL_I;
         break;
     }
@@ -244,11 +246,10 @@ static int execute(vstate *V)
                     pos[r]++;
                 } else if (kind <= ACT_W) {
                     int st = sched_stage_of(s, r, a->chunk);
-                    if (!V->comm && kind == ACT_F && rank_of(V, st - 1) >= 0 &&
-                        !(V->dyn[(st - 1) * m + a->mb] & FL_F))
-                        break;
-                    if (!V->comm && (kind == ACT_B || kind == ACT_I) && rank_of(V, st + 1) >= 0 &&
-                        !(V->dyn[(st + 1) * m + a->mb] & (FL_B | FL_I)))
+                    sched_dep in;
+                    /* compute only: wait for the producer, on any rank */
+                    if (!V->comm && sched_dep_input(s, r, a, &in) != SCHED_DEP_NONE &&
+                        !(V->dyn[in.peer_stage * m + a->mb] & (in.grad ? FL_B | FL_I : FL_F)))
                         break;
                     V->dyn[st * m + a->mb] |= kind == ACT_F ? FL_F : kind == ACT_B ? FL_B
                                               : kind == ACT_I ? FL_I : FL_W;
@@ -269,11 +270,10 @@ static int execute(vstate *V)
             continue;
         const sched_action *a = &s->actions[r][pos[r]];
         if (a->kind <= ACT_W) {
-            int st = sched_stage_of(s, r, a->chunk);
-            int src = rank_of(V, a->kind == ACT_F ? st - 1 : st + 1);
+            sched_dep in; /* only an F, B or I with an input blocks */
+            sched_dep_input(s, r, a, &in);
             rc = fail(V, r, pos[r], "deadlock: waits for the %s of micro-batch %d on stage %d (rank %d), "
-                      "which never runs", a->kind == ACT_F ? "F" : "backward", a->mb,
-                      a->kind == ACT_F ? st - 1 : st + 1, src);
+                      "which never runs", in.grad ? "backward" : "F", a->mb, in.peer_stage, in.peer_rank);
         } else {
             int q = a->peer;
             char tok[SCHED_TOKEN_BYTES] = "its end";
