@@ -6,6 +6,7 @@
 
 #include "sim/sched/sched.h"
 #include "sim/sched/sched_dep.h"
+#include "sim/sched/sched_generate.h"
 
 static sched *gen(sched_kind k, int p, int m, int v, bool comm)
 {
