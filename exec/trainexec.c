@@ -525,6 +525,12 @@ static int run_iterations(run *x)
 {
     int total = x->a.warmup + x->a.iterations, rc = TS_OK;
     x->start = calloc((size_t)total, sizeof *x->start);
+    if (!x->start) {
+        fprintf(stderr, "trainexec: rank %d: out of memory for %d iterations' start times\n", x->rank, total);
+        fflush(stderr);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+        return 1;
+    }
     for (int it = 0; it < total && !rc; it++) {
         if (it == x->a.warmup) {
             rt_clear_spans(x->rt);
