@@ -8,22 +8,16 @@
 #include "sim/sched/sched_validate.h"
 #include "sim/sched/sched_comm.h"
 #include "sim/sched/sched_generate.h"
+#include "tests/unit/sched_fixture.h"
 
 static sched *gen_opts(sched_opts *o)
 {
-    ts_err e;
-    sched *s = NULL;
-    int rc = sched_generate(o, &s, &e);
-    cr_assert_eq(rc, TS_OK, "%s p=%d m=%d v=%d: %s", sched_kind_name(o->kind), o->p, o->m, o->v, e.msg);
-    return s;
+    return sched_fixture_opts(o);
 }
 
 static sched *gen(sched_kind k, int p, int m, int v, bool comm)
 {
-    sched_opts o;
-    sched_opts_default(&o, k);
-    o.p = p, o.m = m, o.v = v, o.with_comm = comm;
-    return gen_opts(&o);
+    return sched_fixture(k, p, m, v, comm, false);
 }
 
 /* The rank's actions as space-separated tokens. */

@@ -11,16 +11,11 @@
 #include "sim/sched/sched_csv.h"
 #include "sim/sched/sched_comm.h"
 #include "sim/sched/sched_generate.h"
+#include "tests/unit/sched_fixture.h"
 
 static sched *gen(sched_kind k, int p, int m, int v, bool comm, bool reduce)
 {
-    sched_opts o;
-    sched_opts_default(&o, k);
-    o.p = p, o.m = m, o.v = v, o.with_comm = comm, o.with_reduce_optim = reduce;
-    sched *s = NULL;
-    ts_err e;
-    cr_assert_eq(sched_generate(&o, &s, &e), TS_OK, "%s", e.msg);
-    return s;
+    return sched_fixture(k, p, m, v, comm, reduce);
 }
 
 /* s as CSV text (caller frees). */

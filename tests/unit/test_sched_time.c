@@ -5,16 +5,11 @@
 #include "sim/sched/sched.h"
 #include "sim/sched/sched_time.h"
 #include "sim/sched/sched_generate.h"
+#include "tests/unit/sched_fixture.h"
 
 static sched *gen(sched_kind k, int p, int m, int v, bool comm)
 {
-    sched_opts o;
-    sched_opts_default(&o, k);
-    o.p = p, o.m = m, o.v = v, o.with_comm = comm;
-    sched *s = NULL;
-    ts_err e;
-    cr_assert_eq(sched_generate(&o, &s, &e), TS_OK, "%s", e.msg);
-    return s;
+    return sched_fixture(k, p, m, v, comm, false);
 }
 
 /* GPipe with latency c: each of the p-1 hops costs c on the way down and on
