@@ -7,11 +7,7 @@
 set -u
 BUILD=${BUILD:-build}
 T=${TRAINSIM:-$BUILD/trainsim}
-pass=0 fail=0
-check() { # NAME CONDITION...
-    local name=$1; shift
-    if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $name"; fi
-}
+. "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # 16 rows of GPT-3 175B layouts on 1024 GPUs (tens of ms each), one bad row.
@@ -95,4 +91,4 @@ printf 'model,no-such-flag\ngpt3-175b,1\n' >"$tmp/badflag.csv"
 "$T" sweep "$tmp/badflag.csv" --out "$tmp/badflag.out.csv" --quiet >/dev/null 2>&1
 check "unknown flag column: row error names it" grep -q 'no-such-flag' "$tmp/badflag.out.csv"
 
-echo "$pass passed, $fail failed"
+finish
