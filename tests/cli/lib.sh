@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # tests/cli/lib.sh — the checks shared by the command-line test scripts.
 #
 # Not a test itself (tests/run.sh skips it): a script sources it first,
