@@ -2,7 +2,8 @@
 # Runs every test of the build in $BUILD and ends with one line
 # "N passed, N failed" (N skipped when GPU tests cannot run).
 #   unit: Criterion programs build/tests/unit/test_*      (each test case counts)
-#   cli:  tests/cli/*.sh, each ending "N passed, N failed" (TRAINSIM, TRAINEXEC, BUILD set)
+#   cli:  tests/cli/*.sh but lib.sh (their shared checks), each ending
+#         "N passed, N failed" (TRAINSIM, TRAINEXEC, BUILD set)
 #   mpi:  build/tests/mpi/test_* under mpirun; the source's "mpirun-np: K" line gives K
 #   gpu:  build/tests/gpu/test_* where a GPU answers; otherwise reported as skipped
 set -u
@@ -72,6 +73,7 @@ echo "== command-line tests"
 for t in tests/cli/*.sh; do
     [ -f "$t" ] || continue
     name=$(basename "$t" .sh); log="$logdir/cli-$name.log"
+    [ "$name" = lib ] && continue   # the scripts' shared checks, not a test
     bash "$t" >"$log" 2>&1; rc=$?
     before=$fail; count_plain "$name" "$log" $rc
     printf '  %-32s %s\n' "$name" "$(grep -E '[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)"

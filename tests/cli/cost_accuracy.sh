@@ -11,7 +11,7 @@ set -u
 T=${TRAINSIM:-build/trainsim}
 REF=../shared/reference/megatron_calibration.csv
 TOL=0.05
-pass=0 fail=0
+. "$(dirname "$0")/lib.sh"
 
 published() { # $1 params_billion -> achieved_tflops_per_gpu
     if [ -r "$REF" ]; then
@@ -27,17 +27,13 @@ for p in 1.7 39.1 310.1; do
     rc=$?
     got=$(awk -F, '$2 == "megatron_tflops_per_gpu" { print $3 }' <<<"$out")
     if [ $rc -ne 0 ] || [ -z "$got" ] || [ -z "$want" ]; then
-        fail=$((fail + 1))
-        echo "FAIL: megatron-${p}b: exit $rc, predicted '$got', published '$want': $out" | head -5
+        bad "megatron-${p}b: exit $rc, predicted '$got', published '$want': $(head -n 5 <<<"$out")"
         continue
     fi
     if awk -v g="$got" -v w="$want" -v t="$TOL" 'BEGIN { e = g / w - 1; exit !(e <= t && e >= -t) }'; then
-        pass=$((pass + 1))
-        printf 'megatron-%sb: %.1f TFLOP/s per GPU predicted, %s published\n' "$p" "$got" "$want"
+        ok "$(printf 'megatron-%sb: %.1f TFLOP/s per GPU predicted, %s published' "$p" "$got" "$want")"
     else
-        fail=$((fail + 1))
-        echo "FAIL: megatron-${p}b: $got TFLOP/s per GPU predicted, $want published (tolerance 5%)"
+        bad "megatron-${p}b: $got TFLOP/s per GPU predicted, $want published (tolerance 5%)"
     fi
 done
-echo "$pass passed, $fail failed"
-[ $fail -eq 0 ]
+finish

@@ -4,33 +4,25 @@
 # message and a non-zero exit (never a crash). Ends "N passed, N failed".
 set -u
 T=${TRAINSIM:-build/trainsim}
-pass=0 fail=0
+. "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-
-# expect_ok "ARGS" "substring of stdout"
-expect_ok() {
-    local out rc
-    out=$($T config $1 2>&1); rc=$?
-    if [ $rc -ne 0 ]; then bad "config $1: exit $rc: $out"; return; fi
-    if ! grep -qF -- "$2" <<<"$out"; then bad "config $1: no '$2' in: $out"; return; fi
-    ok
-}
+# expect_ok "ARGS" "substring of the output": config ARGS exits 0 and prints it
+expect_ok() { expect_output "$2" $T config $1; }
 
 # Subcommands that take the shared flags: config always; simulate once it exists.
 cmds=(config)
 if $T simulate --help >/dev/null 2>&1; then cmds+=(simulate); fi
 
 # expect_err "ARGS" EXIT "substring of stderr": config exits EXIT; every other
-# subcommand in cmds must fail too (non-zero) with the same message.
+# subcommand in cmds must fail too (non-zero, neither a timeout nor a signal)
+# with the same message. One check per subcommand.
 expect_err() {
     local out rc c
-    for c in "${cmds[@]}"; do
+    expect_error "$2" "$3" timeout 60 $T config $1
+    for c in "${cmds[@]:1}"; do
         out=$(timeout 60 $T $c $1 2>&1 >/dev/null); rc=$?
-        if [ $c = config ] && [ $rc -ne "$2" ]; then bad "$c $1: exit $rc, want $2 ($out)"; continue; fi
         if [ $rc -eq 0 ] || [ $rc -ge 124 ]; then bad "$c $1: exit $rc, want a failure ($out)"; continue; fi
         if ! grep -qF -- "$3" <<<"$out"; then bad "$c $1: no '$3' in: $out"; continue; fi
         ok
@@ -119,5 +111,4 @@ if [ $rc -eq 0 ] && grep -qF "gpt3-175b" <<<"$out"; then ok; else bad "config fr
 out=$(TRAINSIM_DATA_DIR=$tmp $T config 2>&1); rc=$?
 if [ $rc -ne 0 ] && grep -qF "models.csv not found: looked in $tmp/models.csv" <<<"$out"; then ok; else bad "TRAINSIM_DATA_DIR: $out"; fi
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -6,9 +6,7 @@ set -u
 TRAINSIM=${TRAINSIM:-build/trainsim}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+. "$(dirname "$0")/lib.sh"
 
 # 32 H100s: t 8, p 2, d 2; the built-in topology's rail leaves hold all 4 servers.
 SMALL=(--model gpt3-175b --num-layers 4 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024
@@ -50,5 +48,4 @@ refused "unknown node in --degrade-link" "no node named 'sw9.9'" --full --degrad
 refused "bad --mixed-gpus" "KIND:FIRST-LAST" --full --mixed-gpus A100-SXM4-80GB
 refused "bad --rank-order" "permutation" --network-flows --rank-order tp-dp-dp
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -5,30 +5,14 @@
 set -u
 T=${TRAINSIM:-build/trainsim}
 G=tests/golden/sched
-pass=0 fail=0
+. "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-ok() { pass=$((pass + 1)); }
-bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
-
-# expect_ok "ARGS" "substring of stdout"
-expect_ok() {
-    local out rc
-    out=$($T schedule $1 2>&1); rc=$?
-    if [ $rc -ne 0 ]; then bad "schedule $1: exit $rc: $out"; return; fi
-    if ! grep -qF -- "$2" <<<"$out"; then bad "schedule $1: no '$2' in: $out"; return; fi
-    ok
-}
-
+# expect_ok "ARGS" "substring of the output": schedule ARGS exits 0 and prints it
+expect_ok() { expect_output "$2" $T schedule $1; }
 # expect_err "ARGS" EXIT "substring of stderr"
-expect_err() {
-    local out rc
-    out=$($T schedule $1 2>&1 >/dev/null); rc=$?
-    if [ $rc -ne "$2" ]; then bad "schedule $1: exit $rc, want $2 ($out)"; return; fi
-    if ! grep -qF -- "$3" <<<"$out"; then bad "schedule $1: no '$3' in: $out"; return; fi
-    ok
-}
+expect_err() { expect_error "$2" "$3" $T schedule $1; }
 
 # --- help lists every flag with unit and default
 expect_ok "--help" "--pipeline-model-parallel-size"
@@ -87,5 +71,4 @@ expect_err "--import $tmp/dl.csv" 1 "dl.csv:1:4: rank 0, action 3 (0SEND_F1): de
 expect_err "--import $tmp/zbv.csv -p 2" 2 "does not go with --import"
 expect_err "--export /nonexistent-dir/x.csv" 1 "nonexistent-dir"
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

@@ -5,11 +5,7 @@
 set -u
 BUILD=${BUILD:-build}
 T=${TRAINSIM:-$BUILD/trainsim}
-pass=0 fail=0
-check() { # NAME CONDITION...
-    local name=$1; shift
-    if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $name"; fi
-}
+. "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 args=(--model megatron-1.7b --gpus 16 --global-batch-size 64 --micro-batch-sizes 1,8
@@ -63,4 +59,4 @@ check "bad --micro-batch-sizes: exit 2" test $? -eq 2
 "$T" search --help >"$tmp/help.out" 2>&1
 check "--help lists --explain and --top" grep -q -- '--explain' "$tmp/help.out"
 
-echo "$pass passed, $fail failed"
+finish

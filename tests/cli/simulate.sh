@@ -9,9 +9,7 @@ TRAINSIM=${TRAINSIM:-build/trainsim}
 G=tests/golden/sim
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-pass=0 fail=0
-ok() { pass=$((pass + 1)); echo "ok   $1"; }
-bad() { fail=$((fail + 1)); echo "FAIL $1"; }
+. "$(dirname "$0")/lib.sh"
 
 # name, then the flags
 golden() {
@@ -85,5 +83,4 @@ else bad "impossible layout: exit $rc"; fi
 if [ $rc -ne 0 ] && grep -q "no/such/dir" "$tmp/e3" && [ ! -e "$tmp/no/such/dir/x.csv" ]; then ok "unwritable --csv: error naming the path"
 else bad "unwritable --csv: exit $rc, $(cat "$tmp/e3")"; fi
 
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish

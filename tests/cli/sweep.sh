@@ -1,17 +1,14 @@
 #!/usr/bin/env bash
-# trainsim sweep: output of a clean run; kill -9 at random moments and
-# restart until done, which must give the clean run's file byte for byte;
-# a torn last line is cut and redone; a finished sweep skips every row; a
-# bad row is recorded with its error; a foreign output header is refused.
+# trainsim sweep: output of a clean run; kill -9 once mid-sweep (made
+# certain, see below), then at random moments, and restart until done,
+# which must give the clean run's file byte for byte; a torn last line is
+# cut and redone; a finished sweep skips every row; a bad row is recorded
+# with its error; a foreign output header is refused.
 # Ends with "N passed, N failed".
 set -u
 BUILD=${BUILD:-build}
 T=${TRAINSIM:-$BUILD/trainsim}
-pass=0 fail=0
-check() { # NAME CONDITION...
-    local name=$1; shift
-    if "$@"; then pass=$((pass + 1)); else fail=$((fail + 1)); echo "FAIL: $name"; fi
-}
+. "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 # 16 rows of GPT-3 175B layouts on 1024 GPUs (tens of ms each), one bad row.
@@ -38,43 +35,130 @@ check "header: key, inputs, status, results, error" \
 check "ok rows" test "$(grep -c ',ok,' "$tmp/clean.csv")" -eq $((rows - 1))
 check "bad row recorded with its error" grep -q ',error,.*tensor-model-parallel' "$tmp/clean.csv"
 
-# Kill -9 once right after the first row is written, then at pseudo-random
-# moments (10% to 60% of the clean run's time after the start) until a run
-# finishes on its own; every restart resumes from what the killed ones wrote.
-seed=7 kills=0 finished=0 midrun=0
-for try in $(seq 1 40); do
-    "$T" sweep "$tmp/in.csv" --out "$tmp/killed.csv" --threads 2 >/dev/null 2>&1 &
-    pid=$!
-    if [ $kills -eq 0 ]; then
-        # First kill: as soon as one row is on disk, so that at least one kill
-        # lands mid-run however fast this machine runs the sweep.
-        while kill -0 "$pid" 2>/dev/null && [ "$(cat "$tmp/killed.csv" 2>/dev/null | wc -l)" -lt 2 ]; do
-            sleep 0.005
+# rows_in CSV: data rows (lines below the header) in CSV; 0 when absent.
+rows_in() {
+    local n=0
+    if [ -f "$1" ]; then n=$(wc -l <"$1"); fi
+    if [ "$n" -gt 0 ]; then n=$((n - 1)); fi
+    echo "$n"
+}
+
+# freeze PID: sends SIGSTOP and waits (10 s at most) until /proc shows every
+# thread of PID stopped ("T"). Status 0: frozen; 1: PID has exited (or did
+# not stop). A thread inside write(2) or fsync(2) finishes it before it stops.
+freeze() {
+    local pid=$1 end=$((SECONDS + 10)) stat line all
+    kill -STOP "$pid" 2>/dev/null || return 1
+    while [ $SECONDS -lt $end ]; do
+        all=1
+        for stat in /proc/"$pid"/task/*/stat; do
+            read -r line 2>/dev/null <"$stat" || { all=0; continue; }
+            line=${line##*) }                  # the state follows "(comm) "
+            case ${line%% *} in
+                T) ;;
+                Z|X) return 1 ;;
+                *) all=0 ;;
+            esac
         done
-    else
-        seed=$(( (seed * 1103515245 + 12345) % 2147483648 ))
-        ms=$(( clean_ms * (10 + seed % 51) / 100 + 20 ))
-        sleep "$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))"
+        [ -d /proc/"$pid" ] || return 1
+        [ $all = 1 ] && return 0
+        sleep 0.001
+    done
+    return 1
+}
+
+# catch_mid_sweep PID ROWS OUT: steps the sweep PID (2 ms running, then
+# frozen while OUT is read) until OUT holds a row. Status 0: PID is frozen
+# and OUT holds 1 to ROWS-1 rows; 1: the sweep got to its end first (PID is
+# then running again, to be waited for). Bounded: 120 s.
+catch_mid_sweep() {
+    local pid=$1 want=$2 out=$3 end=$((SECONDS + 120)) n
+    while [ $SECONDS -lt $end ] && freeze "$pid"; do
+        n=$(rows_in "$out")
+        if [ "$n" -ge 1 ]; then
+            if [ "$n" -lt "$want" ]; then return 0; fi
+            break
+        fi
+        kill -CONT "$pid"
+        sleep 0.002
+    done
+    kill -CONT "$pid" 2>/dev/null
+    return 1
+}
+
+# Kill -9 once mid-sweep (at least one row written, not all), then at
+# pseudo-random moments (10% to 60% of the clean run's time after the start)
+# until a run finishes on its own; every restart resumes from what the killed
+# ones wrote, and the result must be the clean run's file.
+#
+# Why the first kill cannot miss: a kill sent right after seeing a row on
+# disk may arrive after the sweep has written its last row (on a fast disk
+# the whole sweep takes a few tens of ms), and then no kill lands mid-run.
+# So the sweep is frozen (SIGSTOP, every thread stopped) before its output
+# is read, and SIGKILL is sent only while it is frozen with 1 to rows-1 rows
+# on disk. A stopped process writes nothing, and each row is one write(2),
+# so those rows are exactly what the kill leaves: the kill is mid-sweep by
+# construction, whatever the machine's speed or load; done_rows, read again
+# after the process is gone, confirms it. If the sweep ends within one 2 ms
+# step before it can be caught, that attempt is not counted as a kill: the
+# test starts over on a sweep 2, 4, then 8 times as long (the rows repeated,
+# compared with their own clean run). Only if none of them is caught does
+# "at least once mid-run" fail; it never passes without a mid-run kill.
+kill_in=$tmp/in.csv ref=$tmp/clean.csv krows=$rows kill_ms=$clean_ms
+seed=7 kills=0 finished=0 midrun=0
+for mult in 1 2 4 8; do
+    if [ $mult -gt 1 ]; then
+        echo "the sweep ended before it could be caught mid-run: again with $mult times the rows"
+        { head -n 1 "$tmp/in.csv"; for _ in $(seq $mult); do tail -n +2 "$tmp/in.csv"; done; } >"$tmp/kin.csv"
+        kill_in=$tmp/kin.csv ref=$tmp/kclean.csv krows=$((rows * mult))
+        rm -f "$ref"
+        t0=$(date +%s%N)
+        "$T" sweep "$kill_in" --out "$ref" --threads 2 >/dev/null 2>&1
+        kill_ms=$(( ($(date +%s%N) - t0) / 1000000 ))
     fi
-    if kill -9 "$pid" 2>/dev/null; then
+    rm -f "$tmp/killed.csv"
+    "$T" sweep "$kill_in" --out "$tmp/killed.csv" --threads 2 >/dev/null 2>&1 &
+    pid=$!
+    if catch_mid_sweep "$pid" "$krows" "$tmp/killed.csv"; then
+        kill -9 "$pid"
         wait "$pid" 2>/dev/null
-        kills=$((kills + 1))
-        # A kill before the last row was written left the sweep unfinished.
-        done_rows=$(($(cat "$tmp/killed.csv" 2>/dev/null | wc -l) - 1))
-        [ "$done_rows" -lt "$rows" ] && midrun=1
-    else
-        wait "$pid" && finished=1
+        kills=1
+        done_rows=$(rows_in "$tmp/killed.csv")
+        echo "killed mid-sweep with $done_rows of $krows rows written"
+        [ "$done_rows" -ge 1 ] && [ "$done_rows" -lt "$krows" ] && midrun=1
         break
     fi
+    wait "$pid" 2>/dev/null
 done
-[ $finished = 1 ] || "$T" sweep "$tmp/in.csv" --out "$tmp/killed.csv" --threads 2 >/dev/null 2>&1
+if [ $kills -eq 1 ]; then
+    for _ in $(seq 2 40); do
+        "$T" sweep "$kill_in" --out "$tmp/killed.csv" --threads 2 >/dev/null 2>&1 &
+        pid=$!
+        seed=$(( (seed * 1103515245 + 12345) % 2147483648 ))
+        ms=$(( kill_ms * (10 + seed % 51) / 100 + 20 ))
+        sleep "$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))"
+        if kill -9 "$pid" 2>/dev/null; then
+            wait "$pid" 2>/dev/null
+            kills=$((kills + 1))
+            # A kill before the last row was written left the sweep unfinished.
+            done_rows=$(rows_in "$tmp/killed.csv")
+            [ "$done_rows" -lt "$krows" ] && midrun=1
+        else
+            wait "$pid" && finished=1
+            break
+        fi
+    done
+else
+    echo "the sweep was never caught mid-run, even at $krows rows"
+fi
+[ $finished = 1 ] || "$T" sweep "$kill_in" --out "$tmp/killed.csv" --threads 2 >/dev/null 2>&1
 # How many kills land depends on the machine's load; one that left the sweep
 # unfinished is what the resume test needs.
 check "killed $kills times, at least once mid-run" test $kills -ge 1 -a $midrun = 1
-check "after the kills: the clean run's file byte for byte" cmp -s "$tmp/clean.csv" "$tmp/killed.csv"
-"$T" sweep "$tmp/in.csv" --out "$tmp/killed.csv" --threads 2 >"$tmp/last.out" 2>&1
-check "a finished sweep skips every row" grep -q "$rows already in" "$tmp/last.out"
-check "a finished sweep leaves the file as it was" cmp -s "$tmp/clean.csv" "$tmp/killed.csv"
+check "after the kills: the clean run's file byte for byte" cmp -s "$ref" "$tmp/killed.csv"
+"$T" sweep "$kill_in" --out "$tmp/killed.csv" --threads 2 >"$tmp/last.out" 2>&1
+check "a finished sweep skips every row" grep -q "$krows already in" "$tmp/last.out"
+check "a finished sweep leaves the file as it was" cmp -s "$ref" "$tmp/killed.csv"
 
 # A torn last line (as a kill mid-write on a full disk would leave).
 head -n 10 "$tmp/clean.csv" >"$tmp/torn.csv"
@@ -95,4 +179,4 @@ printf 'model,no-such-flag\ngpt3-175b,1\n' >"$tmp/badflag.csv"
 "$T" sweep "$tmp/badflag.csv" --out "$tmp/badflag.out.csv" --quiet >/dev/null 2>&1
 check "unknown flag column: row error names it" grep -q 'no-such-flag' "$tmp/badflag.out.csv"
 
-echo "$pass passed, $fail failed"
+finish

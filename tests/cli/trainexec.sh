@@ -4,72 +4,69 @@
 # Ends with "N passed, N failed". Needs mpirun; says so and counts nothing
 # when trainexec was not built (no MPI).
 set -u
-pass=0 fail=0
-ok()   { pass=$((pass + 1)); echo "ok - $1"; }
-bad()  { fail=$((fail + 1)); echo "FAIL - $1"; }
-check() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
+. "$(dirname "$0")/lib.sh"
 if [ ! -x "${TRAINEXEC:-}" ] || ! command -v mpirun >/dev/null; then
-    echo "trainexec not built (no MPI): skipped"; echo "0 passed, 0 failed"; exit 0
+    echo "trainexec not built (no MPI): skipped"; finish
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 run() { timeout 120 mpirun --oversubscribe -np "$@"; }
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 
 out=$(run 1 "$TRAINEXEC" --help 2>&1)
-check "--help lists flags with units and defaults" \
+check_sh "--help lists flags with units and defaults" \
     '[[ "$out" == *--num-layers* && "$out" == *--schedule* && "$out" == *--microbench* && "$out" == *sequences* ]]'
 
 out=$(run 1 "$TRAINEXEC" --num-layerz 2 2>&1); rc=$?
-check "unknown flag: exit 2 and the nearest name" '[ $rc -eq 2 ] && [[ "$out" == *--num-layers* ]]'
+check_sh "unknown flag: exit 2 and the nearest name" '[ $rc -eq 2 ] && [[ "$out" == *--num-layers* ]]'
 
 small="--num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --padded-vocab-size 64"
 out=$(run 1 "$TRAINEXEC" 2>&1); rc=$?
-check "default preset (175B): exit 2, too large, asks for a shape" \
+check_sh "default preset (175B): exit 2, too large, asks for a shape" \
     '[ $rc -eq 2 ] && [[ "$out" == *"too large"* && "$out" == *--hidden-size* ]]'
 
 out=$(run 1 "$TRAINEXEC" $small --recompute-granularity full 2>&1); rc=$?
-check "recomputation: exit 2, not supported" '[ $rc -eq 2 ] && [[ "$out" == *--recompute-granularity* ]]'
+check_sh "recomputation: exit 2, not supported" '[ $rc -eq 2 ] && [[ "$out" == *--recompute-granularity* ]]'
 
 out=$(run 1 "$TRAINEXEC" --hidden-size 30 --num-attention-heads 8 2>&1); rc=$?
-check "hidden not a multiple of heads: exit 2 naming both flags" \
+check_sh "hidden not a multiple of heads: exit 2 naming both flags" \
     '[ $rc -eq 2 ] && [[ "$out" == *--hidden-size* && "$out" == *--num-attention-heads* ]]'
 
 out=$(run 2 "$TRAINEXEC" $small --pipeline-model-parallel-size 4 2>&1); rc=$?
-check "2 ranks for p=4: exit 2 with the rank rule" '[ $rc -eq 2 ] && [[ "$out" == *"not a multiple"* ]]'
+check_sh "2 ranks for p=4: exit 2 with the rank rule" '[ $rc -eq 2 ] && [[ "$out" == *"not a multiple"* ]]'
 
 out=$(run 2 "$TRAINEXEC" $small --schedule interleaved --pipeline-model-parallel-size 2 \
       --num-layers-per-virtual-pipeline-stage 3 2>&1); rc=$?
-check "interleaved with layers per virtual stage not dividing: exit 2" \
+check_sh "interleaved with layers per virtual stage not dividing: exit 2" \
     '[ $rc -eq 2 ] && [[ "$out" == *--num-layers-per-virtual-pipeline-stage* ]]'
 
 out=$(run 2 "$TRAINEXEC" $small --pipeline-model-parallel-size 2 --global-batch-size 4 \
       --schedule zb-h1 --iterations 2 --warmup 0 --op-trace \
       --trace "$tmp/t.json" --ops-csv "$tmp/ops.csv" --report-csv "$tmp/rep.csv" 2>&1); rc=$?
-check "2-rank zb-h1 run succeeds" '[ $rc -eq 0 ] && [[ "$out" == *"iteration 2/2"* ]]'
-check "trace is JSON with X events on both ranks" \
+check_sh "2-rank zb-h1 run succeeds" '[ $rc -eq 0 ] && [[ "$out" == *"iteration 2/2"* ]]'
+check_sh "trace is JSON with X events on both ranks" \
     'python3 -c "import json,sys; e=json.load(open(\"$tmp/t.json\"))[\"traceEvents\"]; sys.exit(not {x[\"pid\"] for x in e if x[\"ph\"]==\"X\"}=={0,1})"'
-check "ops CSV has I and W actions and GEMM ops" \
+check_sh "ops CSV has I and W actions and GEMM ops" \
     'grep -q ",action,I," "$tmp/ops.csv" && grep -q ",action,W," "$tmp/ops.csv" && grep -q ",op,qkv," "$tmp/ops.csv"'
-check "report has one row per rank and positive peaks" \
+check_sh "report has one row per rank and positive peaks" \
     '[ $(wc -l < "$tmp/rep.csv") -eq 3 ] && awk -F, "NR>1 && \$9 <= 0 {exit 1}" "$tmp/rep.csv"'
 l1=$(echo "$out" | grep -oE 'iteration 1/2: loss [0-9.]+' | awk '{print $4}')
 out2=$(run 1 "$TRAINEXEC" $small --global-batch-size 4 --iterations 1 --warmup 0 2>&1)
 l2=$(echo "$out2" | grep -oE 'iteration 1/1: loss [0-9.]+' | awk '{print $4}')
-check "1-rank and 2-rank pipeline give the same first loss ($l1 vs $l2)" '[ -n "$l1" ] && [ "$l1" = "$l2" ]'
+check_sh "1-rank and 2-rank pipeline give the same first loss ($l1 vs $l2)" '[ -n "$l1" ] && [ "$l1" = "$l2" ]'
 
 out=$(run 2 "$TRAINEXEC" $small -p 2 --iterations 1 --warmup 0 --trace "$tmp/no/such/dir/t.json" 2>&1); rc=$?
-check "unwritable trace path: exit 1 naming the directory, no hang" \
+check_sh "unwritable trace path: exit 1 naming the directory, no hang" \
     '[ $rc -ne 0 ] && [[ "$out" == *"$tmp/no/such/dir"* ]]'
 
 printf '0F0,0F1,0I0,0W0,0I1,0W1\n1F0,1I0,1F1,1I1,1W0,1W1\n' > "$tmp/s.csv"
 out=$(run 2 "$TRAINEXEC" $small -p 2 --schedule-csv "$tmp/s.csv" 2>&1); rc=$?
-check "--schedule-csv with a mismatching global batch: exit 2 naming the batch" \
+check_sh "--schedule-csv with a mismatching global batch: exit 2 naming the batch" \
     '[ $rc -eq 2 ] && [[ "$out" == *"--global-batch-size 2"* ]]'
 out=$(run 2 "$TRAINEXEC" $small -p 2 --schedule-csv "$tmp/s.csv" --global-batch-size 2 \
       --iterations 1 --warmup 0 2>&1)
 l3=$(echo "$out" | grep -oE 'iteration 1/1: loss [0-9.]+' | awk '{print $4}')
 out2=$(run 1 "$TRAINEXEC" $small --global-batch-size 2 --iterations 1 --warmup 0 2>&1)
 l4=$(echo "$out2" | grep -oE 'iteration 1/1: loss [0-9.]+' | awk '{print $4}')
-check "compute-only CSV zero-bubble schedule on 2 ranks = 1 rank ($l3 vs $l4)" '[ -n "$l3" ] && [ "$l3" = "$l4" ]'
+check_sh "compute-only CSV zero-bubble schedule on 2 ranks = 1 rank ($l3 vs $l4)" '[ -n "$l3" ] && [ "$l3" = "$l4" ]'
 
-echo "$pass passed, $fail failed"
+finish

@@ -6,12 +6,9 @@
 # no-GPU cases are skipped (not counted) and a tiny run on the GPU is compared
 # with the CPU's loss instead. Ends "N passed, N failed".
 set -u
-pass=0 fail=0
-ok()   { pass=$((pass + 1)); echo "ok - $1"; }
-bad()  { fail=$((fail + 1)); echo "FAIL - $1"; }
-check() { if eval "$2"; then ok "$1"; else bad "$1"; fi; }
+. "$(dirname "$0")/lib.sh"
 if [ ! -x "${TRAINEXEC:-}" ] || ! command -v mpirun >/dev/null; then
-    echo "trainexec not built (no MPI): skipped"; echo "0 passed, 0 failed"; exit 0
+    echo "trainexec not built (no MPI): skipped"; finish
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 run() { timeout 120 mpirun --oversubscribe -np "$@"; }
@@ -31,35 +28,35 @@ if [ "${HAVE_CUDA:-}" = 1 ] && command -v nvidia-smi >/dev/null 2>&1 && nvidia-s
 fi
 
 out=$(run 1 "$TRAINEXEC" --help 2>&1)
-check "--help lists --backend with cpu|cuda and default cpu" \
+check_sh "--help lists --backend with cpu|cuda and default cpu" \
     '[[ "$out" == *"--backend NAME"* && "$out" == *"[cpu|cuda]"* ]] && grep -A3 -- "--backend NAME" <<<"$out" | grep -q "default: cpu"'
 
 out=$(run 1 "$TRAINEXEC" $small --backend gpu 2>&1); rc=$?
-check "--backend gpu: exit 2 listing cpu|cuda" '[ $rc -eq 2 ] && [[ "$out" == *"cpu|cuda"* ]]'
+check_sh "--backend gpu: exit 2 listing cpu|cuda" '[ $rc -eq 2 ] && [[ "$out" == *"cpu|cuda"* ]]'
 
 out=$(run 1 "$TRAINEXEC" $small --global-batch-size 2 --iterations 1 --warmup 0 2>&1); rc=$?
 l_def=$(first_loss <<<"$out")
 out=$(run 1 "$TRAINEXEC" $small --global-batch-size 2 --iterations 1 --warmup 0 --backend cpu 2>&1); rc=$?
 l_cpu=$(first_loss <<<"$out")
-check "--backend cpu = the default ($l_cpu vs $l_def), exit 0, says fp32 cpu" \
+check_sh "--backend cpu = the default ($l_cpu vs $l_def), exit 0, says fp32 cpu" \
     '[ $rc -eq 0 ] && [ -n "$l_cpu" ] && [ "$l_cpu" = "$l_def" ] && [[ "$out" == *"fp32 cpu"* ]]'
 
 out=$(run 1 "$TRAINEXEC" --microbench "$(mktemp -u)" --backend cuda 2>&1); rc=$?
-check "--microbench --backend cuda: exit 2 (CPU only; names cudacal, or no CUDA build)" \
+check_sh "--microbench --backend cuda: exit 2 (CPU only; names cudacal, or no CUDA build)" \
     '[ $rc -eq 2 ] && [[ "$out" == *cudacal* || "$out" == *"built without CUDA"* ]]'
 
 if [ $have_gpu = 0 ]; then
     out=$(run 1 "$TRAINEXEC" $small --backend cuda --iterations 1 --warmup 0 2>&1); rc=$?
-    check "--backend cuda, 1 rank, no GPU: non-zero exit (rc $rc), no crash, says why" \
+    check_sh "--backend cuda, 1 rank, no GPU: non-zero exit (rc $rc), no crash, says why" \
         'no_crash $rc "$out" && grep -qE "$want" <<<"$out" && [[ "$out" != *"iteration 1"* ]]'
     out=$(run 2 "$TRAINEXEC" $small -p 2 --backend cuda --iterations 1 --warmup 0 2>&1); rc=$?
-    check "--backend cuda, 2 ranks, no GPU: non-zero exit (rc $rc), no hang, one message" \
+    check_sh "--backend cuda, 2 ranks, no GPU: non-zero exit (rc $rc), no hang, one message" \
         'no_crash $rc "$out" && [ "$(grep -cE "$want" <<<"$out")" -eq 1 ]'
 else
     out=$(run 1 "$TRAINEXEC" $small --global-batch-size 2 --iterations 1 --warmup 0 --backend cuda 2>&1); rc=$?
     l_gpu=$(first_loss <<<"$out")
-    check "--backend cuda on a GPU: exit 0, first loss $l_gpu within 2% of the CPU's $l_cpu (bf16 GEMMs)" \
+    check_sh "--backend cuda on a GPU: exit 0, first loss $l_gpu within 2% of the CPU's $l_cpu (bf16 GEMMs)" \
         '[ $rc -eq 0 ] && [ -n "$l_gpu" ] && awk -v a="$l_gpu" -v b="$l_cpu" "BEGIN { d = a - b; if (d < 0) d = -d; exit !(d <= 0.02 * b) }"'
 fi
 
-echo "$pass passed, $fail failed"
+finish
