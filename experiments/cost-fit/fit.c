@@ -10,10 +10,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "config.h"
-#include "cost.h"
-#include "layer.h"
-#include "simulate.h"
+#include "sim/config/config.h"
+#include "sim/core/simulate.h"
+#include "sim/model/cost.h"
+#include "sim/model/layer.h"
 
 static const gpu_spec A100 = {.name = "A100-SXM4-80GB", .bf16_tflops = 312, .fp16_tflops = 312,
                               .fp32_tflops = 19.5, .hbm_gib = 80, .hbm_gbps = 2039,
