@@ -261,6 +261,15 @@ Test(net_topo, parametric_and_link_list)
     cr_assert_eq(net_graph_from_topo(&t, 0, NULL, &g, &e), TS_OK, "%s", e.msg);
     cr_assert_eq(g->n_gpus, 128);
     net_graph_free(g);
+    /* Pods of 4 levels: level 3 joins all of its pod (it used to divide by zero). */
+    t.params.levels = 4;
+    cr_assert_eq(net_topo_fabric_params(&t, 0, &p, &pods, &e), TS_OK, "%s", e.msg);
+    cr_assert_eq(p.levels, 5);
+    cr_assert_eq(p.up[3].group, 1, "one level-2 unit per pod");
+    cr_assert_float_eq(p.up[5].oversub, 4.0, 1e-12);
+    cr_assert_eq(net_graph_from_topo(&t, 0, NULL, &g, &e), TS_OK, "%s", e.msg);
+    cr_assert_eq(g->n_gpus, 128);
+    net_graph_free(g);
     /* Link list. */
     topo_link links[] = {
         {{TOPO_EP_GPU, 0, 0, 0}, {TOPO_EP_NVSWITCH, 0, 0, 0}, TOPO_LINK_NVLINK, 450, 0.5, 2},
