@@ -100,6 +100,9 @@ Test(net_graph, link_list_and_errors)
     net_link_spec bad[] = {{"gpu0.0", "router7", 10, 0, 0}};
     cr_assert_eq(net_graph_from_links(bad, 1, 1, &g, &e), TS_EINVAL);
     cr_assert(strstr(e.msg, "entry 0") && strstr(e.msg, "router7"), "%s", e.msg);
+    net_link_spec big[] = {{"gpu0.0", "nvs4294967296", 10, 0, 0}}; /* not an int: refused, not wrapped */
+    cr_assert_eq(net_graph_from_links(big, 1, 1, &g, &e), TS_EINVAL);
+    cr_assert(strstr(e.msg, "nvs4294967296"), "%s", e.msg);
     net_link_spec gap[] = {{"gpu0.0", "nvs0", 10, 0, 0}, {"gpu0.2", "nvs0", 10, 0, 0}};
     cr_assert_eq(net_graph_from_links(gap, 2, 3, &g, &e), TS_EINVAL);
     cr_assert(strstr(e.msg, "gpu0.1"), "%s", e.msg);
