@@ -328,8 +328,11 @@ int microbench_run(MPI_Comm world, const char *path, int threads, FILE *progress
     MPI_Barrier(world);
     if (!rc)
         rc = bench_msgs(world, &s, progress, err);
-    if (s.f)
-        fclose(s.f);
+    if (s.f) { /* a memory stream: a write or the last flush can run out of memory */
+        int bad = ferror(s.f);
+        if ((fclose(s.f) != 0 || bad) && !rc)
+            rc = err_set(err, TS_ENOMEM, "microbench: out of memory formatting the results");
+    }
     if (rank == 0) {
         if (!rc) {
             fwrite(text, 1, len, a.f);
