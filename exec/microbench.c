@@ -144,7 +144,7 @@ static int bench_gemms(backend *be, sink *s, FILE *progress, ts_err *err)
                     time_gemm(be, &sh[i], pool, C));
         if (progress && (i % 10 == 9 || i == ns - 1)) {
             fprintf(progress, "microbench: gemm %d/%d\n", i + 1, ns);
-            fflush(progress);
+            (void)fflush(progress); /* progress only */
         }
     }
     be_free(be, pool, npool, XMEM_BUFFERS);
@@ -210,7 +210,7 @@ static int bench_mem(backend *be, sink *s, FILE *progress, ts_err *err)
         }
         if (progress) {
             fprintf(progress, "microbench: memory %s\n", MK_NAMES[k]);
-            fflush(progress);
+            (void)fflush(progress); /* progress only */
         }
     }
     /* launch: the smallest call */
@@ -285,7 +285,7 @@ static int bench_msgs(MPI_Comm world, sink *s, FILE *progress, ts_err *err)
         }
         if (progress) {
             fprintf(progress, "microbench: messages of %zu bytes\n", bytes);
-            fflush(progress);
+            (void)fflush(progress); /* progress only */
         }
     }
     free(buf);

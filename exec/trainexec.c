@@ -436,7 +436,7 @@ int main(int argc, char **argv)
                o.dims.seq, o.dims.vocab, tp, pp, d, s->v, o.sp ? " sp" : "",
                sched_kind_name(s->kind), o.dims.batch, o.dims.batch * d * s->m, s->m, size,
                where);
-        fflush(stdout);
+        (void)fflush(stdout); /* show it now */
     }
     int total = a.warmup + a.iterations;
     int64_t *start = calloc((size_t)total, sizeof *start);
@@ -459,7 +459,7 @@ int main(int argc, char **argv)
         if (rc) {
             /* the other ranks may be blocked on this one's messages: abort them */
             fprintf(stderr, "trainexec: rank %d: %s\n", rank, err.msg);
-            fflush(stderr);
+            (void)fflush(stderr); /* before the abort */
             MPI_Abort(MPI_COMM_WORLD, 1);
             return 1;
         }
@@ -475,7 +475,7 @@ int main(int argc, char **argv)
         if (rank == 0) {
             printf("iteration %d/%d%s: loss %.6f, %.3f ms\n", it + 1, total,
                    it < a.warmup ? " (warm-up)" : "", loss, slowest / 1e6);
-            fflush(stdout);
+            (void)fflush(stdout); /* progress */
         }
     }
     /* outputs: spans carry absolute CLOCK_MONOTONIC times; t = 0 is the start

@@ -253,7 +253,7 @@ int csvio_read(const char *path, const char *const *required, unsigned flags, cs
             break;
         }
     }
-    fclose(f);
+    (void)fclose(f); /* read only: nothing to lose */
     if (!rc)
         rc = csvio_read_mem(path, buf ? buf : "", len, required, flags, out, err);
     free(buf);

@@ -65,13 +65,11 @@ static char *slurp(const char *path)
     FILE *f = fopen(path, "rb");
     if (!f)
         return NULL;
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
+    long n = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
+    char *b = n >= 0 && fseek(f, 0, SEEK_SET) == 0 ? malloc((size_t)n + 1) : NULL;
     if (b && fread(b, 1, (size_t)n, f) == (size_t)n)
         b[n] = '\0';
-    fclose(f);
+    (void)fclose(f); /* read only */
     return b;
 }
 

@@ -23,7 +23,7 @@ static const char *tmp_csv(const char *text)
     cr_assert(fd >= 0);
     FILE *f = fdopen(fd, "w");
     fputs(text, f);
-    fclose(f);
+    cr_assert_eq(fclose(f), 0);
     return path;
 }
 
@@ -215,11 +215,12 @@ Test(catalog, model_catalogue_errors)
     cr_assert_not_null(f);
     char text[16384];
     size_t n = fread(text, 1, sizeof text - 1, f);
-    fclose(f);
+    cr_assert_eq(fclose(f), 0);
     text[n] = '\0';
     char *row = strstr(text, "\nmegatron-1.7b,");
     cr_assert_not_null(row);
     char *full = strstr(row, ",full,");
+    cr_assert_not_null(full);
     memcpy(full, ",fuul,", 6);
     p = tmp_csv(text);
     cr_expect_eq(catalog_models_load(p, &c, &E), TS_EINVAL);

@@ -352,7 +352,7 @@ Test(search, csv_lists_every_candidate)
         if (strstr(line, ",batch,"))
             cr_assert_not_null(strstr(line, "not divisible by micro-batch"), "%s", line);
     }
-    fclose(f);
+    cr_assert_eq(fclose(f), 0);
     unlink(path);
     cr_assert_eq(rows, set->n);
     cr_assert_eq(ranked_first, 1);
