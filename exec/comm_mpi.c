@@ -65,6 +65,7 @@ static int new_req(mpi_ctx *x, ts_err *err)
             return i;
     if (x->nreq == x->capreq) {
         int cap = x->capreq ? 2 * x->capreq : 64;
+        /* NOLINTNEXTLINE(bugprone-sizeof-expression): the elements are pointers (MPI_Request) */
         MPI_Request *r = realloc(x->req, (size_t)cap * sizeof *r);
         if (!r)
             return err_set(err, TS_ENOMEM, "MPI comm: out of memory for requests");

@@ -180,8 +180,10 @@ int rt_create(const rt_opts *o, const sched *s, backend *be, comm *cm, runtime *
     rt->d = cm->size[COMM_DP];
     rt->nstages = s->p * s->v;
     size_t nm = (size_t)rt->v * rt->m, N = (size_t)o->dims.batch * o->dims.seq;
+    /* NOLINTNEXTLINE(bugprone-sizeof-expression): the elements are pointers (gpt_stage *) */
     rt->st = calloc((size_t)rt->v, sizeof *rt->st);
     rt->stage_id = calloc((size_t)rt->v, sizeof *rt->stage_id);
+    /* NOLINTNEXTLINE(bugprone-sizeof-expression): the elements are pointers (gpt_acts *) */
     rt->acts = calloc(nm, sizeof *rt->acts);
     rt->in_f = calloc(nm, sizeof *rt->in_f);
     rt->in_b = calloc(nm, sizeof *rt->in_b);
