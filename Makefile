@@ -6,6 +6,11 @@
 #   make test-sanitize  the same tests built with AddressSanitizer + UBSan
 #   make bench        benchmarks (figures, never assertions)
 #   make plots        regenerate experiments/ outputs and plots
+#   make lint         cppcheck + clang-tidy (.clang-tidy) on every .c file, each
+#                     with its build's flags; the include layers
+#                     (tests/lint/layers.sh); the format (.clang-format).
+#                     Fails on any finding (-j2 works; make -k lint lists the
+#                     findings of every file)
 #   make format       reformat every C, CUDA and header file (.clang-format)
 #   make help         this list
 #   make clean        remove build/ and build-san/
@@ -119,7 +124,7 @@ ifeq ($(HAVE_MPI),1)
 TARGETS += $(TRAINSIM_MPI)
 endif
 
-.PHONY: all summary test test-sanitize bench plots clean help format
+.PHONY: all summary test test-sanitize bench plots lint clean help format
 all: summary $(TARGETS)
 
 yes = $(if $(1),✓,✗)
@@ -196,6 +201,92 @@ bench: summary $(TRAINSIM) $(BENCH_BIN)
 
 plots: summary $(TARGETS)
 	@BUILD=$(BUILD) bash experiments/run-all.sh
+
+# ---------------------------------------------------------------- lint
+# Each .c file is checked with the defines and include paths of the build that
+# compiles it, in one of four variants:
+#   c     plain cc: the library, the commands, the CPU executor, unit tests,
+#         benchmarks and experiments/cost-fit/fit.c
+#   mpi   the commands again as build/trainsim-mpi compiles them (TRAINSIM_MPI)
+#   x     the MPI runtime exec/*.c and tests/mpi (mpicc; TRAINSIM_CUDA where
+#         the CUDA headers are present, as a CUDA build compiles them)
+#   cuda  the CUDA host code exec/cuda/, cudacal and tests/gpu (mpicc + CUDA)
+# MPI and CUDA headers are system headers to clang-tidy (-isystem): never
+# reported.
+# clang-tidy needs them to parse a file, so without mpicc (or without the CUDA
+# headers) it skips those variants and says so; cppcheck checks every file
+# anyway (it resolves no system header; --suppress=missingIncludeSystem).
+# kernels/*.cu (CUDA C++) are outside both tools' C checks.
+# One phony target per file and tool, so make -j2 lint runs them side by side;
+# each prints its output in one piece and fails on any finding.
+CPPCHECK   ?= cppcheck
+CLANG_TIDY ?= clang-tidy
+MPI_INC    := $(if $(MPICC),$(patsubst -I%,%,$(filter -I%,$(shell $(MPICC) --showme:compile 2>/dev/null || $(MPICC) -show 2>/dev/null))))
+LINT_CUDA  := $(if $(wildcard $(CUDA_HOME)/include/cublasLt.h),$(if $(wildcard $(CUDA_HOME)/include/nccl.h),1))
+
+LINT_SRC_c    := $(SIM_SRC) $(CLI_SRC) $(XCPU_SRC) $(UNIT_SRC) $(BENCH_SRC) \
+                 $(sort $(wildcard experiments/*/*.c))
+LINT_SRC_mpi  := $(CLI_SRC)
+LINT_SRC_x    := $(sort $(wildcard exec/*.c)) $(MPI_TSRC)
+LINT_SRC_cuda := $(XCUDA_C) $(sort $(wildcard exec/cuda/tools/*.c)) $(GPU_TSRC)
+# Per variant: defines, and system include directories.
+LINT_DEFS_c    := -D_POSIX_C_SOURCE=200809L
+LINT_DEFS_mpi  := $(LINT_DEFS_c) -DTRAINSIM_MPI=1
+LINT_DEFS_x    := $(LINT_DEFS_c) $(if $(LINT_CUDA),-DTRAINSIM_CUDA=1)
+LINT_DEFS_cuda := $(LINT_DEFS_c) -DTRAINSIM_CUDA=1
+LINT_SYS_mpi   := $(MPI_INC)
+LINT_SYS_x     := $(MPI_INC) $(if $(LINT_CUDA),$(CUDA_HOME)/include)
+LINT_SYS_cuda  := $(MPI_INC) $(CUDA_HOME)/include
+# The variants clang-tidy can parse on this machine.
+LINT_TIDY_VARIANTS := c $(if $(MPI_INC),mpi x $(if $(LINT_CUDA),cuda))
+LINT_TIDY_SKIPPED  := $(filter-out $(LINT_TIDY_VARIANTS),c mpi x cuda)
+
+# cppcheck checks the one configuration that -D gives. It reads the MPI
+# headers (plain C) but not CUDA's, which stop any compiler they do not know
+# (#error in crt/host_defines.h); clang-tidy reads those. Not reported:
+# missingIncludeSystem (system headers are left unread on purpose) and
+# varFuncNullUB (NULL ending a variadic list: POSIX defines NULL as
+# (void *)0, so it has the type the callee reads). tests/unit/criterion.cfg
+# tells cppcheck what Criterion's macros mean.
+CPPCHECK_FLAGS := -q --enable=warning,performance,portability --std=c11 \
+                  --error-exitcode=1 --inline-suppr --suppress=missingIncludeSystem \
+                  --suppress=varFuncNullUB --library=posix --template=gcc
+LINT_CPPCHECK_INC_mpi  := $(MPI_INC)
+LINT_CPPCHECK_INC_x    := $(MPI_INC)
+LINT_CPPCHECK_INC_cuda := $(MPI_INC)
+# clang-tidy: the checks are in .clang-tidy; the compiler's own warnings
+# (clang's, beyond gcc's) count as findings too, hence $(WARN) without -Werror.
+TIDY_CFLAGS := $(filter -std=%,$(CSTD)) $(filter-out -Werror,$(WARN))
+
+LINT_CPPCHECK := $(foreach v,c mpi x cuda,$(addprefix lint-cppcheck/$(v)/,$(LINT_SRC_$(v))))
+LINT_TIDY     := $(foreach v,$(LINT_TIDY_VARIANTS),$(addprefix lint-tidy/$(v)/,$(LINT_SRC_$(v))))
+.PHONY: $(LINT_CPPCHECK) $(LINT_TIDY)
+
+# Runs $(1) and prints its output in one piece (no interleaving under -j),
+# less clang's count of the warnings it was told to hide.
+lint_run = out=$$($(1) 2>&1); rc=$$?; out=$$(printf '%s\n' "$$out" | grep -Ev '^[0-9]+ warnings? generated\.$$'); \
+           if [ -n "$$out" ]; then printf '%s\n' "$$out"; fi; exit $$rc
+define lint_rules
+$(filter lint-cppcheck/$(1)/%,$(LINT_CPPCHECK)): lint-cppcheck/$(1)/%: %
+	@$$(call lint_run,$$(CPPCHECK) $$(CPPCHECK_FLAGS) $$(CPPCHECK_LIB) -I. $$(LINT_DEFS_$(1)) $$(addprefix -I,$$(LINT_CPPCHECK_INC_$(1))) $$<)
+$(filter lint-tidy/$(1)/%,$(LINT_TIDY)): lint-tidy/$(1)/%: %
+	@$$(call lint_run,$$(CLANG_TIDY) --quiet $$< -- -I. $$(LINT_DEFS_$(1)) $$(addprefix -isystem,$$(LINT_SYS_$(1))) $$(TIDY_CFLAGS))
+endef
+$(foreach v,c mpi x cuda,$(eval $(call lint_rules,$(v))))
+$(addprefix lint-cppcheck/c/,$(UNIT_SRC)): CPPCHECK_LIB := --library=tests/unit/criterion.cfg
+
+# The architecture: every include goes down the package layers, and no
+# modules include each other in a circle.
+lint-layers:
+	@bash tests/lint/layers.sh
+# The one style: clang-format would change nothing.
+lint-format:
+	@clang-format --dry-run --Werror $(FORMAT_SRC) && echo "lint-format: every file is in .clang-format's style"
+.PHONY: lint-layers lint-format
+
+lint: $(LINT_CPPCHECK) $(LINT_TIDY) lint-layers lint-format
+	@echo "lint: clean: cppcheck on $(words $(LINT_CPPCHECK)), clang-tidy on $(words $(LINT_TIDY)) file checks (variants: $(LINT_TIDY_VARIANTS))"
+	@$(if $(LINT_TIDY_SKIPPED),echo "lint: clang-tidy SKIPPED variants $(LINT_TIDY_SKIPPED): $(if $(MPI_INC),,no mpicc )$(if $(LINT_CUDA),,no CUDA headers in $(CUDA_HOME)/include)",true)
 
 clean:
 	rm -rf build build-san

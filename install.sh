@@ -16,9 +16,10 @@ for a in "$@"; do
     esac
 done
 
-# Build tools and the libraries the project uses (DEVELOPERS.md: dependencies).
+# Build tools and the libraries the project uses (DEVELOPERS.md: dependencies);
+# cppcheck, clang-tidy and clang-format for make lint and the code's format.
 packages=(build-essential pkg-config libgsl-dev libcsv-dev libcriterion-dev libopenblas-dev
-          libopenmpi-dev openmpi-bin gnuplot)
+          libopenmpi-dev openmpi-bin gnuplot cppcheck clang-tidy clang-format)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

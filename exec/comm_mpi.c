@@ -65,6 +65,7 @@ static int new_req(mpi_ctx *x, ts_err *err)
     for (int i = 0; i < x->nreq; i++)
         if (x->req[i] == MPI_REQUEST_NULL)
             return i;
+    /* NOLINTNEXTLINE(bugprone-sizeof-expression): the elements are pointers (MPI_Request) */
     if (x->nreq == x->capreq && grow_to_int((void **)&x->req, &x->capreq, x->nreq + 1, 64, sizeof *x->req))
         return err_set(err, TS_ENOMEM, "MPI comm: out of memory for requests");
     x->req[x->nreq] = MPI_REQUEST_NULL;

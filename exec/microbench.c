@@ -144,7 +144,7 @@ static int bench_gemms(backend *be, sink *s, FILE *progress, ts_err *err)
                     time_gemm(be, &sh[i], pool, C));
         if (progress && (i % 10 == 9 || i == ns - 1)) {
             fprintf(progress, "microbench: gemm %d/%d\n", i + 1, ns);
-            fflush(progress);
+            (void)fflush(progress); /* progress only */
         }
     }
     be_free(be, pool, npool, XMEM_BUFFERS);
@@ -210,7 +210,7 @@ static int bench_mem(backend *be, sink *s, FILE *progress, ts_err *err)
         }
         if (progress) {
             fprintf(progress, "microbench: memory %s\n", MK_NAMES[k]);
-            fflush(progress);
+            (void)fflush(progress); /* progress only */
         }
     }
     /* launch: the smallest call */
@@ -285,7 +285,7 @@ static int bench_msgs(MPI_Comm world, sink *s, FILE *progress, ts_err *err)
         }
         if (progress) {
             fprintf(progress, "microbench: messages of %zu bytes\n", bytes);
-            fflush(progress);
+            (void)fflush(progress); /* progress only */
         }
     }
     free(buf);
@@ -328,8 +328,11 @@ int microbench_run(MPI_Comm world, const char *path, int threads, FILE *progress
     MPI_Barrier(world);
     if (!rc)
         rc = bench_msgs(world, &s, progress, err);
-    if (s.f)
-        fclose(s.f);
+    if (s.f) { /* a memory stream: a write or the last flush can run out of memory */
+        int bad = ferror(s.f);
+        if ((fclose(s.f) != 0 || bad) && !rc)
+            rc = err_set(err, TS_ENOMEM, "microbench: out of memory formatting the results");
+    }
     if (rank == 0) {
         if (!rc) {
             fwrite(text, 1, len, a.f);

@@ -102,7 +102,9 @@ void rt_free(runtime *rt)
     size_t nm = (size_t)rt->v * rt->m;
     for (size_t i = 0; i < rt->nps; i++)
         be_free(rt->be, rt->ps[i].buf, rt->io, XMEM_BUFFERS);
-    for (size_t i = 0; rt->acts && i < nm; i++) {
+    /* all or nothing: rt_create fills these only once every array exists */
+    bool filled = rt->st && rt->acts && rt->in_f && rt->in_b && rt->rq_f && rt->rq_b && rt->out_f && rt->out_b;
+    for (size_t i = 0; filled && i < nm; i++) {
         int c = (int)(i / (size_t)rt->m);
         gpt_acts_free(rt->st[c], rt->acts[i]);
         /* a receive still posted after a failed iteration may yet be written
@@ -158,8 +160,10 @@ int rt_create(const rt_opts *o, const sched *s, backend *be, comm *cm, runtime *
     rt->d = cm->size[COMM_DP];
     rt->nstages = s->p * s->v;
     size_t nm = (size_t)rt->v * rt->m, N = (size_t)o->dims.batch * o->dims.seq;
+    /* NOLINTNEXTLINE(bugprone-sizeof-expression): the elements are pointers (gpt_stage *) */
     rt->st = calloc((size_t)rt->v, sizeof *rt->st);
     rt->stage_id = calloc((size_t)rt->v, sizeof *rt->stage_id);
+    /* NOLINTNEXTLINE(bugprone-sizeof-expression): the elements are pointers (gpt_acts *) */
     rt->acts = calloc(nm, sizeof *rt->acts);
     rt->in_f = calloc(nm, sizeof *rt->in_f);
     rt->in_b = calloc(nm, sizeof *rt->in_b);
@@ -169,13 +173,13 @@ int rt_create(const rt_opts *o, const sched *s, backend *be, comm *cm, runtime *
     rt->out_b = calloc(nm, sizeof *rt->out_b);
     rt->tok = calloc(N, sizeof *rt->tok);
     rt->tgt = calloc(N, sizeof *rt->tgt);
+    for (size_t i = 0; rt->rq_f && rt->rq_b && i < nm; i++) /* before rt_free reads them */
+        rt->rq_f[i] = rt->rq_b[i] = -1;
     if (!rt->st || !rt->stage_id || !rt->acts || !rt->in_f || !rt->in_b || !rt->rq_f || !rt->rq_b ||
         !rt->out_f || !rt->out_b || !rt->tok || !rt->tgt) {
         rt_free(rt);
         return err_set(err, TS_ENOMEM, "runtime: out of memory");
     }
-    for (size_t i = 0; i < nm; i++)
-        rt->rq_f[i] = rt->rq_b[i] = -1;
     for (int c = 0; c < rt->v; c++) {
         int sid = sched_stage_of(s, rt->r, c);
         rt->stage_id[c] = sid;

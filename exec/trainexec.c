@@ -516,7 +516,7 @@ static void print_banner(const run *x)
            o->dims.seq, o->dims.vocab, x->par.tp, x->par.pp, x->par.dp, s->v, o->sp ? " sp" : "",
            sched_kind_name(s->kind), o->dims.batch, o->dims.batch * x->par.dp * s->m, s->m,
            x->size, where);
-    fflush(stdout);
+    (void)fflush(stdout); /* show it now */
 }
 
 /* Run the warm-up and measured iterations, summing the measured ones'
@@ -527,7 +527,7 @@ static int run_iterations(run *x)
     x->start = calloc((size_t)total, sizeof *x->start);
     if (!x->start) {
         fprintf(stderr, "trainexec: rank %d: out of memory for %d iterations' start times\n", x->rank, total);
-        fflush(stderr);
+        (void)fflush(stderr); /* before the abort */
         MPI_Abort(MPI_COMM_WORLD, 1);
         return 1;
     }
@@ -549,7 +549,7 @@ static int run_iterations(run *x)
         if (rc) {
             /* the other ranks may be blocked on this one's messages: abort them */
             fprintf(stderr, "trainexec: rank %d: %s\n", x->rank, x->err.msg);
-            fflush(stderr);
+            (void)fflush(stderr); /* before the abort */
             MPI_Abort(MPI_COMM_WORLD, 1);
             return 1;
         }
@@ -565,7 +565,7 @@ static int run_iterations(run *x)
         if (x->rank == 0) {
             printf("iteration %d/%d%s: loss %.6f, %.3f ms\n", it + 1, total,
                    it < x->a.warmup ? " (warm-up)" : "", loss, slowest / 1e6);
-            fflush(stdout);
+            (void)fflush(stdout); /* progress */
         }
     }
     return GO_ON;

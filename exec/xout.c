@@ -176,7 +176,9 @@ int xout_write_spans(MPI_Comm world, const comm *cm, const rt_span *sp, size_t n
                 rc = csvio_write_row(f, 14, cells, err);
             }
         }
-        fclose(f);
+        int bad = ferror(f); /* a memory stream: a write or the last flush can run out of memory */
+        if ((fclose(f) != 0 || bad) && !rc)
+            rc = err_set(err, TS_ENOMEM, "%s: out of memory formatting the trace", path);
         char *all = NULL;
         int grc = gather_text(world, text ? text : "", text ? len : 0, &all, err);
         free(text);

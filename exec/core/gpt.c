@@ -356,6 +356,7 @@ size_t gpt_cache_layout(const gpt_stage *st, gpt_cache *c, int layers, float *ba
         cur += (cnt);                     \
     } while (0)
     for (int li = 0; li < layers; li++) {
+        /* cppcheck-suppress uninitvar ; TAKE writes through k only when base is set (k is then not &dummy) */
         gpt_lcache dummy, *k = base ? &c->L[li] : &dummy;
         TAKE(k->dqkv, N * 3 * st->Cl);
         TAKE(k->dprojo, N * C);

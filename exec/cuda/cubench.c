@@ -30,6 +30,7 @@ static int time_median(cudaStream_t s, run_fn fn, void *ctx, int reps, double *o
     int rc = TS_OK;
     for (int i = 0; i < CUBENCH_WARMUP && rc == TS_OK; i++)
         rc = fn(ctx, err);
+    /* NOLINTNEXTLINE(bugprone-sizeof-expression): the elements are pointers (cudaEvent_t) */
     cudaEvent_t *ev = calloc(2 * (size_t)reps, sizeof *ev);
     double *t = calloc((size_t)reps, sizeof *t);
     if (!ev || !t) {

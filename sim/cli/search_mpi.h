@@ -98,6 +98,7 @@ static inline int search_mpi_evaluate(search_set *set, MPI_Comm comm, const sear
     rc = TS_OK;
     for (size_t j = 0; j < n_all && rc == TS_OK; j++) {
         const search_mpi_item *it = &all[j];
+        /* NOLINTNEXTLINE(clang-analyzer-core.NullDereference): all is set: all_ok is every rank's ok (MPI_MIN) */
         if (it->index >= set->n) {
             rc = err_set(err, TS_ESTATE, "search: MPI result for candidate %llu of %zu",
                          (unsigned long long)it->index, set->n);

@@ -129,6 +129,7 @@ static int gpu_row(const csvio_table *t, size_t r, catalog_gpus *c, ts_err *err)
             size_t n = strcspn(p, " ");
             char w[CATALOG_ALIAS_BYTES];
             snprintf(w, sizeof w, "%.*s", (int)n, p);
+            /* NOLINTNEXTLINE(clang-analyzer-core.NonNullParamChecker): an array member, never null */
             if (n && (!strcasecmp(c->gpus[j].name, w) || in_list(c->aliases[j], w)))
                 return csvio_errf(t, r, "aliases", err, "'%s' already names %s (line %d)", w, c->gpus[j].name,
                                   t->rows[j].line);

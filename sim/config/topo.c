@@ -355,7 +355,7 @@ static int check_grid(const csvio_table *t, topo *tp, ts_err *err)
             const topo_endpoint *e = s ? &tp->links[i].b : &tp->links[i].a;
             const char *col = s ? "endpoint_b" : "endpoint_a";
             char nm[32];
-            if (e->kind == TOPO_EP_GPU)
+            if (e->kind == TOPO_EP_GPU) /* NOLINTNEXTLINE(clang-analyzer-unix.Malloc): a GPU makes gpn >= 1 */
                 seen[(size_t)e->server * gpn + e->index] = 1;
             else if ((e->kind == TOPO_EP_NIC || e->kind == TOPO_EP_NVSWITCH) && e->server >= servers)
                 rc = csvio_errf(t, i, col, err,

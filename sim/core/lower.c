@@ -119,6 +119,7 @@ static int optim(lowering *L, int rank)
     if (pl->optim[rank] == PLAN_NO_STEP)
         return TS_OK;
     uint32_t id;
+    /* NOLINTNEXTLINE(clang-analyzer-core.UndefinedBinaryOperatorResult): lower_into sets all n_stages */
     int side = rank == L->rank_of[0] ? 0 : rank == L->rank_of[L->n_stages - 1] ? 1 : -1;
     if (pl->emb_allreduce != PLAN_NO_STEP && side >= 0) {
         /* gradients ready: the last reduction, or the embedding chunk's last backward */
@@ -206,6 +207,8 @@ static int rank_action(lowering *L, int r, size_t i)
     if (needs_mb && (a->mb < 0 || a->mb >= L->m))
         return act_err(L, r, i, a, "micro-batch out of range");
     int st = a->kind == ACT_OPTIM ? -1 : sched_stage_of(s, r, a->chunk);
+    /* S is set for every kind but ACT_OPTIM: the chunk was checked above and
+     * sched_stage_of maps a rank and a chunk in range to a stage >= 0. */
     const plan_stage *S = st >= 0 ? &pl->stages[st] : NULL;
     uint32_t id, last;
     switch ((sched_act_kind)a->kind) {
@@ -233,6 +236,7 @@ static int rank_action(lowering *L, int r, size_t i)
         if (final) {
             L->grads_done[base + a->chunk] = last;
             L->buckets_sent[base + a->chunk] = pl->overlap_grad_reduce && pl->d > 1 &&
+                                               /* NOLINTNEXTLINE(clang-analyzer-core.NullDereference): see S */
                                                S->n_buckets > 0 && a->kind != ACT_I;
         }
         break;
@@ -251,6 +255,7 @@ static int rank_action(lowering *L, int r, size_t i)
         size_t k = tab_idx(L, fwd ? DIR_F : DIR_B, to, a->mb);
         if (L->send_tab[k] != ENGINE_NO_TASK)
             return act_err(L, r, i, a, "sent twice");
+        /* NOLINTNEXTLINE(clang-analyzer-core.NullDereference): see S */
         if ((rc = add_task(L, r, fwd ? S->send_f : S->send_b, a->mb, &id)) ||
             (rc = engine_dep_add(L->e, src, id, L->err)))
             return rc;
@@ -270,6 +275,7 @@ static int rank_action(lowering *L, int r, size_t i)
         size_t k = tab_idx(L, fwd ? DIR_F : DIR_B, st, a->mb);
         if (L->recv_tab[k] != ENGINE_NO_TASK)
             return act_err(L, r, i, a, "received twice");
+        /* NOLINTNEXTLINE(clang-analyzer-core.NullDereference): see S */
         if ((rc = add_task(L, r, fwd ? S->recv_f : S->recv_b, a->mb, &id)))
             return rc;
         L->recv_tab[k] = id;

@@ -42,7 +42,7 @@ int layer_shape_check(const layer_shape *L, ts_err *err)
         return err_set(err, TS_EINVAL,
                        "--sequence-parallel: tokens per micro-batch %lld (seq x micro-batch) "
                        "are not a multiple of --tensor-model-parallel-size %d",
-                       (long long)(L->s * L->b), L->t);
+                       (long long)L->s * L->b, L->t);
     if ((int)L->recompute < RECOMPUTE_NONE || (int)L->recompute > RECOMPUTE_FULL)
         return err_set(err, TS_EINVAL, "layer shape: unknown recompute mode %d",
                        (int)L->recompute);

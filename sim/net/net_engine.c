@@ -573,21 +573,33 @@ net_engine_stats net_engine_get_stats(const net_engine *ne)
 
 /* ------------------------------------------------------------ what-if flags */
 
+/* A number that fills all of [s, end of string); false otherwise. strtod
+ * (unlike sscanf) has a defined result out of range. */
+static bool whole_double(const char *s, double *out)
+{
+    char *end;
+    *out = strtod(s, &end);
+    return end != s && !*end;
+}
+
 int net_parse_straggler(const char *s, int n_ranks, int *rank, double *factor, ts_err *err)
 {
-    char tail;
-    if (!s || sscanf(s, "%d:%lf%c", rank, factor, &tail) != 2 || *rank < 0 || *rank >= n_ranks || !(*factor > 0))
+    char *colon = NULL;
+    long r = s ? strtol(s, &colon, 10) : -1; /* LONG_MIN/MAX out of range: refused below */
+    if (!s || colon == s || *colon != ':' || r < 0 || r >= n_ranks || !whole_double(colon + 1, factor) ||
+        !(*factor > 0))
         return err_set(err, TS_EINVAL, "--straggler '%s': expected RANK:FACTOR with RANK in 0..%d and FACTOR > 0 "
                                        "(2 = compute twice as slow)", s ? s : "", n_ranks - 1);
+    *rank = (int)r;
     return TS_OK;
 }
 
 int net_parse_degrade(const net_graph *g, const char *s, int *a, int *b, double *factor, ts_err *err)
 {
-    char na[64], nb[64], tail;
+    char na[64], nb[64];
     const char *dash = s ? strchr(s, '-') : NULL, *colon = s ? strrchr(s, ':') : NULL;
     if (!dash || !colon || colon < dash || dash - s >= 64 || colon - dash - 1 >= 64 ||
-        sscanf(colon + 1, "%lf%c", factor, &tail) != 1 || !(*factor > 0))
+        !whole_double(colon + 1, factor) || !(*factor > 0))
         return err_set(err, TS_EINVAL, "--degrade-link '%s': expected A-B:FACTOR, e.g. nic0.0-sw1.0:0.5 "
                                        "(FACTOR > 0 scales the link's bandwidth)", s ? s : "");
     memcpy(na, s, (size_t)(dash - s));

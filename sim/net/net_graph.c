@@ -1,6 +1,7 @@
 /* net_graph — see net_graph.h. */
 #include "sim/net/net_graph.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -399,6 +400,7 @@ int net_graph_build_fabric(const net_fabric_params *p, net_graph **out, ts_err *
             }
             for (int j = 0; j < nlinks; j++) {
                 int u = grp * lv->switches + (first + j) % lv->switches;
+                /* NOLINTNEXTLINE(clang-analyzer-core.CallAndMessage): grp < ngroups, so u < nupper (all set) */
                 if ((rc = net_graph_add_link2(g, lower[w], upper[u], NET_LINK_FABRIC, line, p->net_eff,
                                               p->switch_lat_us, err)) < 0) { free(up_line); goto fail; }
                 up_line[u] += line;
@@ -446,25 +448,45 @@ int net_graph_build_multipod(const net_fabric_params *base, int pods, int pod_se
 
 typedef struct { net_node_kind kind; int level, server, local, gpu; } parsed_name;
 
+/* s is prefix, a number and, when b is given, '.' and a second number, and
+ * nothing else: sscanf(s, "prefix%d.%d%c") == 2, but a number that does not
+ * fit an int is refused (sscanf's result would be undefined). */
+static bool name_nums(const char *s, const char *prefix, int *a, int *b)
+{
+    size_t n = strlen(prefix);
+    if (strncmp(s, prefix, n)) return false;
+    const char *p = s + n;
+    char *end;
+    long x = strtol(p, &end, 10);
+    if (end == p || x < INT_MIN || x > INT_MAX) return false;
+    *a = (int)x;
+    if (!b) return !*end;
+    if (*end != '.') return false;
+    p = end + 1;
+    x = strtol(p, &end, 10);
+    if (end == p || x < INT_MIN || x > INT_MAX || *end) return false;
+    *b = (int)x;
+    return true;
+}
+
 static int parse_name(const char *s, int gpn, parsed_name *pn)
 {
-    char tail;
     int a, b;
     memset(pn, 0, sizeof *pn);
     pn->gpu = -1;
-    if (sscanf(s, "gpu%d.%d%c", &a, &b, &tail) == 2 && a >= 0 && b >= 0 && b < gpn) {
+    if (name_nums(s, "gpu", &a, &b) && a >= 0 && b >= 0 && b < gpn && a <= (INT_MAX - b) / gpn) {
         *pn = (parsed_name){NET_NODE_GPU, 0, a, b, a * gpn + b};
         return 0;
     }
-    if (sscanf(s, "nvs%d%c", &a, &tail) == 1 && a >= 0) {
+    if (name_nums(s, "nvs", &a, NULL) && a >= 0) {
         *pn = (parsed_name){NET_NODE_NVSWITCH, 0, a, 0, -1};
         return 0;
     }
-    if (sscanf(s, "nic%d.%d%c", &a, &b, &tail) == 2 && a >= 0 && b >= 0) {
+    if (name_nums(s, "nic", &a, &b) && a >= 0 && b >= 0) {
         *pn = (parsed_name){NET_NODE_NIC, 0, a, b, -1};
         return 0;
     }
-    if (sscanf(s, "sw%d.%d%c", &a, &b, &tail) == 2 && a >= 1 && b >= 0) {
+    if (name_nums(s, "sw", &a, &b) && a >= 1 && b >= 0) {
         *pn = (parsed_name){NET_NODE_SWITCH, a, -1, b, -1};
         return 0;
     }

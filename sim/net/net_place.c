@@ -54,7 +54,8 @@ int net_place_init(net_place *pl, const net_graph *g, int t, int d, int p, const
         if (tp != 0) continue;
         int s0 = g->nodes[g->gpu_node[pl->gpu_of_rank[r]]].server;
         for (int j = 1; j < t; j++) {
-            int rj = net_place_rank(pl, j, dp, pp);
+            int rj = net_place_rank(pl, j, dp, pp); /* < n_ranks: j < t, dp < d, pp < p */
+            /* NOLINTNEXTLINE(clang-analyzer-core.uninitialized.ArraySubscript): gpu_of_rank[rj] is set */
             if (g->nodes[g->gpu_node[pl->gpu_of_rank[rj]]].server != s0) {
                 pl->tp_spans_servers = true;
                 snprintf(pl->note, sizeof pl->note,

@@ -191,10 +191,14 @@ static int sn_finish(void *ctx, int run_rc, ts_err *err)
 static int apply_mixed(net_simulate *ns, ts_err *err)
 {
     char kind[CONFIG_NAME_BYTES];
-    int first, last, rc;
+    int rc;
     const char *colon = strrchr(ns->o.mixed_gpus, ':');
-    if (!colon || colon - ns->o.mixed_gpus >= CONFIG_NAME_BYTES ||
-        sscanf(colon + 1, "%d-%d", &first, &last) != 2 || first < 0 || last < first || last >= ns->g->n_gpus)
+    char *dash = NULL, *end = NULL;
+    long first = colon ? strtol(colon + 1, &dash, 10) : -1, last = -1; /* out of range: LONG_MIN/MAX */
+    if (colon && dash != colon + 1 && *dash == '-')
+        last = strtol(dash + 1, &end, 10);
+    if (!colon || colon - ns->o.mixed_gpus >= CONFIG_NAME_BYTES || !end || end == dash + 1 || *end ||
+        first < 0 || last < first || last >= ns->g->n_gpus)
         return err_set(err, TS_EINVAL, "--mixed-gpus '%s': expected KIND:FIRST-LAST with 0 <= FIRST <= LAST <= %d",
                        ns->o.mixed_gpus, ns->g->n_gpus - 1);
     memcpy(kind, ns->o.mixed_gpus, (size_t)(colon - ns->o.mixed_gpus));

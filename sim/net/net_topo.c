@@ -55,7 +55,10 @@ int net_topo_fabric_params(const struct topo *t, int gpus, net_fabric_params *p,
         int sp = servers / np, K = p->nics_per_server > 0 ? p->nics_per_server : 1;
         int units = p->rail_optimized ? ((sp + p->leaf_ports - 1) / p->leaf_ports) * K
                                       : (sp * K + p->leaf_ports - 1) / p->leaf_ports;
-        for (int l = 2; l < p->levels; l++) units = (units + p->up[l].group - 1) / p->up[l].group;
+        for (int l = 2; l < p->levels; l++) {
+            if (!p->up[l].group) p->up[l].group = units; /* "joins all": all of its pod's units */
+            units = (units + p->up[l].group - 1) / p->up[l].group;
+        }
         if (p->levels == 1) {
             return err_set(err, TS_EINVAL, "%s: pods need at least 2 switch levels inside a pod", t->source);
         }

@@ -34,6 +34,7 @@ int sched_build_alloc(sched_kind kind, sched_placement pl, int p, int m, int v,
     s->num_layers = p * v;
     s->stages = calloc((size_t)p * (size_t)v, sizeof *s->stages);
     s->n_actions = calloc((size_t)p, sizeof *s->n_actions);
+    /* NOLINTNEXTLINE(bugprone-sizeof-expression): the elements are pointers (one array per rank) */
     s->actions = calloc((size_t)p, sizeof *s->actions);
     if (!s->stages || !s->n_actions || !s->actions) {
         sched_free(s);

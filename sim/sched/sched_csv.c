@@ -343,7 +343,7 @@ int sched_csv_load(const char *path, sched **out, ts_err *err)
             break;
         }
     }
-    fclose(f);
+    (void)fclose(f); /* read only: nothing to lose */
     if (rc == TS_OK)
         rc = sched_csv_parse(path, buf ? buf : "", n, out, err);
     free(buf);

@@ -72,8 +72,10 @@ int sched_gen_interleaved(const sched_opts *o, sched_list *lists, ts_err *err)
         int f = 0, b = 0;
         /* The backward of virtual micro-batch k runs chunk v-1-chunk[k]. */
         while (f < warm && rc == TS_OK)
+            /* NOLINTNEXTLINE(clang-analyzer-core.CallAndMessage): schedule_table set all total entries */
             rc = sched_list_push(l, ACT_F, chunk[f], mb[f], -1, err), f++;
         while (f < total && rc == TS_OK) {
+            /* NOLINTNEXTLINE(clang-analyzer-core.CallAndMessage): as above */
             rc = sched_list_push(l, ACT_F, chunk[f], mb[f], -1, err);
             f++;
             if (rc == TS_OK)

@@ -110,9 +110,9 @@ void afile_abort(afile *a)
         return;
     }
     if (a->is_stdout) {
-        fflush(stdout);
+        (void)fflush(stdout); /* abandoning the output: errors no longer matter */
     } else {
-        fclose(a->f);
+        (void)fclose(a->f);
         unlink(a->tmp);
     }
     release(a);

@@ -237,7 +237,7 @@ int csvio_read(const char *path, const char *const *required, unsigned flags, cs
             break;
         }
     }
-    fclose(f);
+    (void)fclose(f); /* read only: nothing to lose */
     if (!rc)
         rc = csvio_read_mem(path, buf ? buf : "", len, required, flags, out, err);
     free(buf);
@@ -336,7 +336,7 @@ int csvio_get_int(const csvio_table *t, size_t row, const char *name, long min, 
         max = INT32_MAX;
     int64_t v;
     int rc = csvio_get_int64(t, row, name, min, max, &v, err);
-    if (!rc)
+    if (!rc) /* NOLINTNEXTLINE(clang-analyzer-core.uninitialized.Assign): v is set when rc is TS_OK */
         *out = (int)v;
     return rc;
 }

@@ -131,7 +131,7 @@ int main(int argc, char **argv)
         printf("%-58s %7.2f %7.2f %6.0f %10llu %10.3g %9llu %9llu %10.3g %9.3f %9.3f  %s\n", cases[k].name, full.wall_s,
                full.cpu_s, cases[k].target_s, full.tasks, (double)full.events / full.cpu_s, full.flows, full.updates,
                (double)full.updates / full.cpu_s, sym.iter_s, full.iter_s, each);
-        fflush(stdout);
+        (void)fflush(stdout); /* progress */
     }
     return 0;
 }

@@ -30,8 +30,11 @@ int main(int argc, char **argv)
 {
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int threads = ncpu > 0 ? (int)ncpu : 1;
-    if (argc == 3 && !strcmp(argv[1], "--threads"))
-        threads = atoi(argv[2]);
+    if (argc == 3 && !strcmp(argv[1], "--threads")) {
+        char *end;
+        long v = strtol(argv[2], &end, 10);
+        threads = *end || v > 4096 ? 0 : (int)v; /* not a number, or absurd: refused below */
+    }
     if (threads < 1 || (argc != 1 && argc != 3)) {
         fprintf(stderr, "usage: bench_search [--threads N]\n");
         return 2;

@@ -53,8 +53,11 @@ typedef struct {
 int main(int argc, char **argv)
 {
     int reps = 5;
-    if (argc == 3 && !strcmp(argv[1], "--reps"))
-        reps = atoi(argv[2]);
+    if (argc == 3 && !strcmp(argv[1], "--reps")) {
+        char *end;
+        long v = strtol(argv[2], &end, 10);
+        reps = *end || v > 1000000 ? 0 : (int)v; /* not a number, or absurd: refused below */
+    }
     if (reps < 1) {
         fprintf(stderr, "bench_sim: --reps N needs N >= 1\n");
         return 2;
@@ -94,6 +97,8 @@ int main(int argc, char **argv)
             if (dc < best_cpu)
                 best_cpu = dc;
         }
+        if (!r) /* never: reps >= 1 (checked above); says so to cppcheck */
+            continue;
         printf("%-66s %8.1f %8.1f %9.0f %9llu %11.3g %8.3f\n", b->name, best * 1e3, best_cpu * 1e3,
                b->target_s * 1e3, (unsigned long long)r->tasks, (double)r->events / best_cpu,
                (double)r->iteration_ns * 1e-9);

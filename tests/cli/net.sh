@@ -46,6 +46,7 @@ refused "straggler without --full" "needs --full" --straggler 3:2
 refused "straggler rank out of range" "RANK in 0..31" --full --straggler 32:2
 refused "unknown node in --degrade-link" "no node named 'sw9.9'" --full --degrade-link nic0.0-sw9.9:0.5
 refused "bad --mixed-gpus" "KIND:FIRST-LAST" --full --mixed-gpus A100-SXM4-80GB
+refused "--mixed-gpus past int" "KIND:FIRST-LAST" --full --mixed-gpus A100-SXM4-80GB:4294967304-4294967311
 refused "bad --rank-order" "permutation" --network-flows --rank-order tp-dp-dp
 
 finish

@@ -176,7 +176,7 @@ static void check(bool ok, const char *what, const char *detail)
     else
         nfail++;
     printf("%s - %s%s%s\n", ok ? "ok" : "FAIL", what, detail[0] ? ": " : "", detail);
-    fflush(stdout);
+    (void)fflush(stdout); /* progress */
 }
 
 int main(int argc, char **argv)

@@ -19,7 +19,7 @@ static char *tmpfile_with(const char *text)
     cr_assert_geq(fd, 0);
     FILE *f = fdopen(fd, "w");
     fputs(text, f);
-    fclose(f);
+    cr_assert_eq(fclose(f), 0);
     return path;
 }
 
@@ -74,7 +74,7 @@ Test(calib, write_read_round_trip)
     char buf[4096];
     size_t len = fread(buf, 1, sizeof buf - 1, f);
     buf[len] = 0;
-    fclose(f);
+    cr_assert_eq(fclose(f), 0);
     cr_assert(strstr(buf, "achieved_tflops"), "%s", buf);
     cr_assert(strstr(buf, ",185.5"), "%s", buf); /* 2*8192*2304*6144 / 1.25 ms */
     unlink(path);

@@ -237,6 +237,8 @@ Test(net_engine, whatif_parsers)
     cr_assert(r == 5 && f == 1.5);
     cr_assert_eq(net_parse_straggler("16:2", 16, &r, &f, &err), TS_EINVAL);
     cr_assert(strstr(err.msg, "RANK:FACTOR"), "%s", err.msg);
+    cr_assert_eq(net_parse_straggler("4294967297:2", 16, &r, &f, &err), TS_EINVAL, "not rank 1 (wrapped)");
+    cr_assert_eq(net_parse_straggler("5:1.5x", 16, &r, &f, &err), TS_EINVAL);
     cr_assert_eq(net_parse_degrade(g, "nic1.3-sw1.3:0.5", &a, &b, &f, &err), TS_OK, "%s", err.msg);
     cr_assert_eq(f, 0.5);
     cr_assert_eq(net_parse_degrade(g, "nic1.3-sw9.9:0.5", &a, &b, &f, &err), TS_EINVAL);

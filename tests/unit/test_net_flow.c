@@ -185,7 +185,7 @@ Test(net_flow, incremental_equals_global)
     static int paths[NF][NET_MAX_PATH];
     int plen[NF], ids[NF];
     char alive[NF] = {0};
-    double want[NF];
+    double want[NF] = {0}; /* global_maxmin sets every alive flow's */
     unsigned seed = 12345;
     for (int i = 0; i < NF; i++) {
         seed = seed * 1103515245u + 12345u;

@@ -100,6 +100,9 @@ Test(net_graph, link_list_and_errors)
     net_link_spec bad[] = {{"gpu0.0", "router7", 10, 0, 0}};
     cr_assert_eq(net_graph_from_links(bad, 1, 1, &g, &e), TS_EINVAL);
     cr_assert(strstr(e.msg, "entry 0") && strstr(e.msg, "router7"), "%s", e.msg);
+    net_link_spec big[] = {{"gpu0.0", "nvs4294967296", 10, 0, 0}}; /* not an int: refused, not wrapped */
+    cr_assert_eq(net_graph_from_links(big, 1, 1, &g, &e), TS_EINVAL);
+    cr_assert(strstr(e.msg, "nvs4294967296"), "%s", e.msg);
     net_link_spec gap[] = {{"gpu0.0", "nvs0", 10, 0, 0}, {"gpu0.2", "nvs0", 10, 0, 0}};
     cr_assert_eq(net_graph_from_links(gap, 2, 3, &g, &e), TS_EINVAL);
     cr_assert(strstr(e.msg, "gpu0.1"), "%s", e.msg);
@@ -258,6 +261,15 @@ Test(net_topo, parametric_and_link_list)
     cr_assert_eq(pods, 2);
     cr_assert_eq(p.levels, 3);
     cr_assert_float_eq(p.up[3].oversub, 4.0, 1e-12);
+    cr_assert_eq(net_graph_from_topo(&t, 0, NULL, &g, &e), TS_OK, "%s", e.msg);
+    cr_assert_eq(g->n_gpus, 128);
+    net_graph_free(g);
+    /* Pods of 4 levels: level 3 joins all of its pod (it used to divide by zero). */
+    t.params.levels = 4;
+    cr_assert_eq(net_topo_fabric_params(&t, 0, &p, &pods, &e), TS_OK, "%s", e.msg);
+    cr_assert_eq(p.levels, 5);
+    cr_assert_eq(p.up[3].group, 1, "one level-2 unit per pod");
+    cr_assert_float_eq(p.up[5].oversub, 4.0, 1e-12);
     cr_assert_eq(net_graph_from_topo(&t, 0, NULL, &g, &e), TS_OK, "%s", e.msg);
     cr_assert_eq(g->n_gpus, 128);
     net_graph_free(g);

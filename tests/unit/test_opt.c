@@ -211,7 +211,7 @@ Test(opt, help_flag_and_text)
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     opt_help(&T, f);
-    fclose(f);
+    cr_assert_eq(fclose(f), 0);
     cr_expect(strstr(buf, "usage: trainsim test"), "%s", buf);
     cr_expect(strstr(buf, "Model:"), "%s", buf);
     cr_expect(strstr(buf, "--num-layers INT"), "%s", buf);
@@ -256,7 +256,7 @@ Test(opt, many_flags_keep_their_defaults)
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     opt_help(&T, f);
-    fclose(f);
+    cr_assert_eq(fclose(f), 0);
     cr_expect(strstr(buf, "--flag-0 INT\n"), "%s", buf);
     cr_expect(strstr(buf, "unit: u; default: 100\n"), "%s", buf);
     cr_expect(strstr(buf, "unit: u; default: 139\n"), "%s", buf);

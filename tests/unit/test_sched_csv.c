@@ -25,7 +25,7 @@ static char *to_csv(const sched *s, size_t *len)
     FILE *f = open_memstream(&buf, len);
     ts_err e;
     cr_assert_eq(sched_csv_write(s, f, &e), TS_OK, "%s", e.msg);
-    fclose(f);
+    cr_assert_eq(fclose(f), 0);
     return buf;
 }
 
@@ -181,7 +181,7 @@ Test(sched_csv, golden_files)
         cr_assert_not_null(f, "cannot open %s (run from the repository root)", path);
         static char want[1 << 16];
         size_t nw = fread(want, 1, sizeof want, f);
-        fclose(f);
+        cr_assert_eq(fclose(f), 0);
         sched *s = gen(G[i].k, G[i].p, G[i].m, G[i].v, G[i].comm, G[i].reduce), *t;
         size_t n;
         char *got = to_csv(s, &n);

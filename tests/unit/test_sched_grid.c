@@ -31,6 +31,7 @@ static int ms_for(int p, int *ms)
         int m = cand[i];
         bool dup = m < 1 || m > 256;
         for (int j = 0; j < n && !dup; j++)
+            /* cppcheck-suppress uninitvar ; ms[0..n-1] were written below on earlier rounds */
             dup = ms[j] == m;
         if (!dup)
             ms[n++] = m;

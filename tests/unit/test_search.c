@@ -256,6 +256,7 @@ static search_set *simulated_case(topo **t, int threads, int shard, int nshards)
 
 static bool same_result(const search_cand *a, const search_cand *b)
 {
+    /* NOLINTNEXTLINE(bugprone-suspicious-memory-comparison,cert-exp42-c,cert-flp37-c): bit-identical on purpose */
     return a->status == b->status && !memcmp(&a->r, &b->r, sizeof a->r) &&
            a->mem_bound_bytes == b->mem_bound_bytes;
 }
@@ -352,7 +353,7 @@ Test(search, csv_lists_every_candidate)
         if (strstr(line, ",batch,"))
             cr_assert_not_null(strstr(line, "not divisible by micro-batch"), "%s", line);
     }
-    fclose(f);
+    cr_assert_eq(fclose(f), 0);
     unlink(path);
     cr_assert_eq(rows, set->n);
     cr_assert_eq(ranked_first, 1);

@@ -4,7 +4,6 @@
  * peaks), Megatron's tensor-parallel volume per layer, static memory per
  * parameter; and byte-identical outputs across runs. Configurations are
  * built by hand (GPT shapes, A100 80GB figures from gpus.csv). */
-#define _GNU_SOURCE /* open_memstream */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -231,7 +230,7 @@ static char *render(const simulate_result *r, size_t *n)
     report_csv(r, f);
     ts_err err;
     cr_assert_eq(trace_write_file(r, f, &err), TS_OK, "%s", err.msg);
-    fclose(f);
+    cr_assert_eq(fclose(f), 0);
     return buf;
 }
 

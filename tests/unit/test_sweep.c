@@ -58,20 +58,20 @@ static void write_file(const char *path, const char *text)
     FILE *f = fopen(path, "w");
     cr_assert_not_null(f);
     fputs(text, f);
-    fclose(f);
+    cr_assert_eq(fclose(f), 0);
 }
 
 static char *read_file(const char *path)
 {
     FILE *f = fopen(path, "rb");
     cr_assert_not_null(f, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
+    cr_assert_eq(fseek(f, 0, SEEK_END), 0);
     long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
+    cr_assert(n >= 0 && fseek(f, 0, SEEK_SET) == 0, "cannot size %s", path);
     char *b = malloc((size_t)n + 1);
     cr_assert_eq(fread(b, 1, (size_t)n, f), (size_t)n);
     b[n] = '\0';
-    fclose(f);
+    cr_assert_eq(fclose(f), 0);
     return b;
 }
 
@@ -189,7 +189,7 @@ Test(sweep, resume_after_every_possible_cut)
         write_file(out_path, "");
         FILE *f = fopen(out_path, "w");
         fwrite(full, 1, keep, f);
-        fclose(f);
+        cr_assert_eq(fclose(f), 0);
         cr_assert_eq(run(keep % 3 + 1, &st, &e), TS_OK, "cut at %zu: %s", keep, e.msg);
         bool torn = keep > 0 && full[keep - 1] != '\n';
         cr_assert_eq(st.repaired, torn, "cut at %zu", keep);

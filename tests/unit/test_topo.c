@@ -45,7 +45,7 @@ static int load(const char *text)
     cr_assert(fd >= 0);
     FILE *f = fdopen(fd, "w");
     fputs(text, f);
-    fclose(f);
+    cr_assert_eq(fclose(f), 0);
     topo_free(T);
     T = NULL;
     err_clear(&E);
@@ -315,8 +315,9 @@ Test(topo, damaged_files_fail_cleanly)
         cr_assert_not_null(f);
         static char text[16384];
         size_t n = fread(text, 1, sizeof text - 1, f);
-        fclose(f);
+        cr_assert_eq(fclose(f), 0);
         text[n] = '\0';
+        cr_assert(n > 0, "%s is empty", files[fi]);
         static char buf[16384];
         for (size_t cut = 0; cut < n; cut += 13) {
             memcpy(buf, text, cut);
