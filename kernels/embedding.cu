@@ -40,8 +40,8 @@ static cudaError_t embedding_fwd(S *out, const int32_t *tok, const S *wte, const
     if (n == 0)
         return cudaSuccess;
     unsigned blocks = cuk_blocks(n * C, EMB_THREADS);
-    embedding_fwd_kernel<S><<<blocks > 65535u ? 65535u : blocks, EMB_THREADS, 0, stream>>>(
-        out, tok, wte, wpe, row0, n, T, C, vocab_start, V);
+    unsigned grid = blocks > 65535u ? 65535u : blocks; /* grid-stride loop past it */
+    embedding_fwd_kernel<S><<<grid, EMB_THREADS, 0, stream>>>(out, tok, wte, wpe, row0, n, T, C, vocab_start, V);
     return cuk_status();
 }
 
@@ -118,8 +118,8 @@ static cudaError_t embedding_bwd(float *dwte, float *dwpe, const S *dout, const 
     if (st != cudaSuccess || !dwpe)
         return st;
     unsigned blocks = cuk_blocks((size_t)T * C, EMB_THREADS);
-    embedding_bwd_wpe_kernel<S><<<blocks > 65535u ? 65535u : blocks, EMB_THREADS, 0, stream>>>(
-        dwpe, dout, row0, n, T, C);
+    unsigned wpe_grid = blocks > 65535u ? 65535u : blocks; /* grid-stride loop past it */
+    embedding_bwd_wpe_kernel<S><<<wpe_grid, EMB_THREADS, 0, stream>>>(dwpe, dout, row0, n, T, C);
     return cuk_status();
 }
 
