@@ -8,7 +8,7 @@
 
 typedef struct {
     MPI_Comm g[COMM_NGROUPS];
-    MPI_Request *req;   /* request table; MPI_REQUEST_NULL = free slot */
+    MPI_Request *req; /* request table; MPI_REQUEST_NULL = free slot */
     int nreq, capreq;
 } mpi_ctx;
 
@@ -40,8 +40,7 @@ static int c_all_reduce(comm *c, comm_group g, float *buf, size_t n, ts_err *err
     return rc == MPI_SUCCESS ? TS_OK : mpi_fail(err, rc, GROUP_NAMES[g]);
 }
 
-static int c_all_gather(comm *c, comm_group g, float *out, const float *in, size_t n,
-                        ts_err *err)
+static int c_all_gather(comm *c, comm_group g, float *out, const float *in, size_t n, ts_err *err)
 {
     mpi_ctx *x = c->ctx;
     if (big(n, err))
@@ -50,8 +49,7 @@ static int c_all_gather(comm *c, comm_group g, float *out, const float *in, size
     return rc == MPI_SUCCESS ? TS_OK : mpi_fail(err, rc, "all-gather");
 }
 
-static int c_reduce_scatter(comm *c, comm_group g, float *out, const float *in, size_t n,
-                            ts_err *err)
+static int c_reduce_scatter(comm *c, comm_group g, float *out, const float *in, size_t n, ts_err *err)
 {
     mpi_ctx *x = c->ctx;
     if (big(n, err))
@@ -72,8 +70,7 @@ static int new_req(mpi_ctx *x, ts_err *err)
     return x->nreq++;
 }
 
-static int c_isend(comm *c, int peer, const float *buf, size_t n, int tag, int *req,
-                   ts_err *err)
+static int c_isend(comm *c, int peer, const float *buf, size_t n, int tag, int *req, ts_err *err)
 {
     mpi_ctx *x = c->ctx;
     if (big(n, err))

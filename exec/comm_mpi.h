@@ -24,5 +24,4 @@ int comm_mpi_create(MPI_Comm base, int t, int p, int d, comm **out, ts_err *err)
 /* The MPI communicator of group g (for the runtime's own reductions). */
 MPI_Comm comm_mpi_group(const comm *c, comm_group g);
 
-
 #endif

@@ -4,12 +4,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sim/util/afile.h"
 #include "exec/core/backend.h"
-#include "sim/util/csvio.h"
+#include "exec/cpu/backend_cpu.h"
 #include "exec/cpu/kern.h"
 #include "exec/runtime.h"
-#include "exec/cpu/backend_cpu.h"
+#include "sim/util/afile.h"
+#include "sim/util/csvio.h"
 
 #define REPS 5
 /* Repeat an op until one sample spans COMPUTE_SAMPLE_NS: long enough that
@@ -17,7 +17,7 @@
  * training iteration does (a 0.5 ms sample fits in one scheduler slice and
  * measures the unshared speed). Messages: MSG_SAMPLE_NS. */
 #define COMPUTE_SAMPLE_NS 40000000
-#define MSG_SAMPLE_NS 4000000
+#define MSG_SAMPLE_NS     4000000
 
 typedef struct {
     FILE *f; /* rank 0's memory stream, NULL elsewhere */
@@ -34,8 +34,8 @@ static void cell_int(char *buf, int64_t v)
         buf[0] = '\0';
 }
 
-static void put_row(sink *s, const char *kind, const char *name, int64_t m, int64_t n,
-                    int64_t k, int64_t bytes, int ranks, int rep, double ns)
+static void put_row(sink *s, const char *kind, const char *name, int64_t m, int64_t n, int64_t k, int64_t bytes,
+                    int ranks, int rep, double ns)
 {
     if (!s->f || s->rc)
         return;
@@ -109,7 +109,7 @@ static int gemm_shapes(gemm_shape *out, int cap)
     static const int Ts[] = {64, 128, 256, 512}, hd[] = {32, 64};
     for (size_t a = 0; a < 4; a++)
         for (size_t b = 0; b < 2 && n + 2 <= cap; b++) {
-            out[n++] = (gemm_shape){Ts[a], Ts[a], hd[b], false, true}; /* q k^T */
+            out[n++] = (gemm_shape){Ts[a], Ts[a], hd[b], false, true};  /* q k^T */
             out[n++] = (gemm_shape){Ts[a], hd[b], Ts[a], false, false}; /* att v */
         }
     static const int lv[][3] = {{128, 8192, 384}, {256, 8192, 512}, {128, 8192, 512}, {64, 4096, 512}};
@@ -124,8 +124,7 @@ static int bench_gemms(backend *be, sink *s, FILE *progress, ts_err *err)
     int ns = gemm_shapes(sh, 128);
     size_t maxab = 0, maxc = 0;
     for (int i = 0; i < ns; i++) {
-        size_t ab = (size_t)sh[i].m * sh[i].k + (size_t)sh[i].k * sh[i].n + 16,
-               c = (size_t)sh[i].m * sh[i].n;
+        size_t ab = (size_t)sh[i].m * sh[i].k + (size_t)sh[i].k * sh[i].n + 16, c = (size_t)sh[i].m * sh[i].n;
         maxab = ab > maxab ? ab : maxab;
         maxc = c > maxc ? c : maxc;
     }
@@ -140,8 +139,7 @@ static int bench_gemms(backend *be, sink *s, FILE *progress, ts_err *err)
         pool[i] = (float)(i % 7) * 0.1f;
     for (int i = 0; i < ns; i++) {
         for (int r = 0; r < REPS; r++)
-            put_row(s, "gemm", "gemm", sh[i].m, sh[i].n, sh[i].k, 0, 1, r,
-                    time_gemm(be, &sh[i], pool, C));
+            put_row(s, "gemm", "gemm", sh[i].m, sh[i].n, sh[i].k, 0, 1, r, time_gemm(be, &sh[i], pool, C));
         if (progress && (i % 10 == 9 || i == ns - 1)) {
             fprintf(progress, "microbench: gemm %d/%d\n", i + 1, ns);
             (void)fflush(progress); /* progress only */
@@ -154,16 +152,19 @@ static int bench_gemms(backend *be, sink *s, FILE *progress, ts_err *err)
 
 /* ---------------------------------------------------------------- element-wise */
 enum { MK_GELU = 0, MK_RESID, MK_LN, MK_SOFTMAX, MK_ADAM, MK_COPY, MK_COUNT };
-static const char *const MK_NAMES[MK_COUNT] = {"gelu", "bias_residual", "layernorm",
-                                               "softmax", "adam", "copy"};
+static const char *const MK_NAMES[MK_COUNT] = {"gelu", "bias_residual", "layernorm", "softmax", "adam", "copy"};
 /* bytes read + written per element */
 static const int MK_BYTES[MK_COUNT] = {8, 12, 8, 8, 28, 8};
 
 static void run_mem(backend *be, int kind, size_t n, float **x)
 {
     switch (kind) {
-    case MK_GELU: be->gelu_fwd(be, x[1], x[0], n); break;
-    case MK_RESID: be->bias_residual_fwd(be, x[2], x[0], x[1], NULL, 1, (int)n); break;
+    case MK_GELU:
+        be->gelu_fwd(be, x[1], x[0], n);
+        break;
+    case MK_RESID:
+        be->bias_residual_fwd(be, x[2], x[0], x[1], NULL, 1, (int)n);
+        break;
     case MK_LN: {
         int C = n >= 512 ? 512 : (int)n;
         be->layernorm_fwd(be, x[1], x[2], x[3], x[0], x[4], x[4], n / (size_t)C, C);
@@ -176,8 +177,12 @@ static void run_mem(backend *be, int kind, size_t n, float **x)
         kern_softmax_causal_fwd(x[1], T, 0.125f);
         break;
     }
-    case MK_ADAM: be->adam(be, x[0], x[1], x[2], x[3], n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, 1); break;
-    default: be->copy(be, x[1], x[0], n); break;
+    case MK_ADAM:
+        be->adam(be, x[0], x[1], x[2], x[3], n, 1e-4f, 0.9f, 0.95f, 1e-8f, 0.0f, 1);
+        break;
+    default:
+        be->copy(be, x[1], x[0], n);
+        break;
     }
 }
 
@@ -204,8 +209,7 @@ static int bench_mem(backend *be, sink *s, FILE *progress, ts_err *err)
                     iters++;
                     t1 = rt_now_ns();
                 } while (t1 - t0 < COMPUTE_SAMPLE_NS);
-                put_row(s, "memory", MK_NAMES[k], 0, 0, 0, (int64_t)n * MK_BYTES[k], 1, r,
-                        (double)(t1 - t0) / iters);
+                put_row(s, "memory", MK_NAMES[k], 0, 0, 0, (int64_t)n * MK_BYTES[k], 1, r, (double)(t1 - t0) / iters);
             }
         }
         if (progress) {
@@ -267,8 +271,7 @@ static int bench_msgs(MPI_Comm world, sink *s, FILE *progress, ts_err *err)
                     more = el < MSG_SAMPLE_NS;
                     MPI_Bcast(&more, 1, MPI_INT, 0, world);
                 }
-                put_row(s, "p2p", "sendrecv", 0, 0, 0, (int64_t)bytes, 2, r,
-                        (double)el / iters / 2.0);
+                put_row(s, "p2p", "sendrecv", 0, 0, 0, (int64_t)bytes, 2, r, (double)el / iters / 2.0);
             }
             MPI_Barrier(world);
             int iters = 0, more = 1;
@@ -280,8 +283,7 @@ static int bench_msgs(MPI_Comm world, sink *s, FILE *progress, ts_err *err)
                 more = el < MSG_SAMPLE_NS;
                 MPI_Bcast(&more, 1, MPI_INT, 0, world);
             }
-            put_row(s, "allreduce", "allreduce", 0, 0, 0, (int64_t)bytes, size, r,
-                    (double)el / iters);
+            put_row(s, "allreduce", "allreduce", 0, 0, 0, (int64_t)bytes, size, r, (double)el / iters);
         }
         if (progress) {
             fprintf(progress, "microbench: messages of %zu bytes\n", bytes);

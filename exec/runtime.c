@@ -4,9 +4,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "sim/util/grow.h"
 #include "exec/core/data.h"
 #include "sim/sched/sched_dep.h"
+#include "sim/util/grow.h"
 
 enum { DIR_F = 0, DIR_B = 1 };
 
@@ -21,18 +21,18 @@ struct runtime {
     backend *be;
     comm *cm;
     int r, p, v, m, d, nstages;
-    size_t io;                /* floats of a pipeline tensor */
-    gpt_stage **st;           /* [v] */
-    int *stage_id;            /* [v] */
+    size_t io;      /* floats of a pipeline tensor */
+    gpt_stage **st; /* [v] */
+    int *stage_id;  /* [v] */
     /* per (chunk, mb): index c*m + mb */
     gpt_acts **acts;
-    float **in_f, **in_b;     /* received (or handed over) input / output gradient */
-    int *rq_f, *rq_b;         /* their receive still in flight: request, or -1 */
-    float **out_f, **out_b;   /* produced, waiting for their SEND */
+    float **in_f, **in_b;   /* received (or handed over) input / output gradient */
+    int *rq_f, *rq_b;       /* their receive still in flight: request, or -1 */
+    float **out_f, **out_b; /* produced, waiting for their SEND */
     pending_send *ps;
     size_t nps, capps;
     double loss_sum;
-    int *tok, *tgt;           /* host scratch, B*T */
+    int *tok, *tgt; /* host scratch, B*T */
     rt_span *sp;
     size_t nsp, capsp;
     int64_t origin;
@@ -77,9 +77,15 @@ static void prof_hook(void *ud, const char *op, int layer, bool end)
     rt->be->sync(rt->be);
     int64_t now = rt_now_ns() - rt->origin;
     if (!end) {
-        rt_span x = {.name = op, .is_op = true, .iter = rt->cur_iter, .mb = rt->cur_mb,
-                     .chunk = rt->cur_chunk, .stage = rt->stage_id[rt->cur_chunk],
-                     .layer = layer, .t0_ns = now, .t1_ns = -1};
+        rt_span x = {.name = op,
+                     .is_op = true,
+                     .iter = rt->cur_iter,
+                     .mb = rt->cur_mb,
+                     .chunk = rt->cur_chunk,
+                     .stage = rt->stage_id[rt->cur_chunk],
+                     .layer = layer,
+                     .t0_ns = now,
+                     .t1_ns = -1};
         push_span(rt, &x); /* out of memory only loses a trace record */
         return;
     }
@@ -134,8 +140,7 @@ void rt_free(runtime *rt)
     free(rt);
 }
 
-int rt_create(const rt_opts *o, const sched *s, backend *be, comm *cm, runtime **out,
-              ts_err *err)
+int rt_create(const rt_opts *o, const sched *s, backend *be, comm *cm, runtime **out, ts_err *err)
 {
     *out = NULL;
     if (s->p != cm->size[COMM_PP])
@@ -144,8 +149,8 @@ int rt_create(const rt_opts *o, const sched *s, backend *be, comm *cm, runtime *
                        "is %d",
                        s->p, cm->size[COMM_PP]);
     if (s->num_layers != o->dims.layers)
-        return err_set(err, TS_EINVAL, "schedule splits %d layers but --num-layers is %d",
-                       s->num_layers, o->dims.layers);
+        return err_set(err, TS_EINVAL, "schedule splits %d layers but --num-layers is %d", s->num_layers,
+                       o->dims.layers);
     runtime *rt = calloc(1, sizeof *rt);
     if (!rt)
         return err_set(err, TS_ENOMEM, "runtime: out of memory");
@@ -175,8 +180,8 @@ int rt_create(const rt_opts *o, const sched *s, backend *be, comm *cm, runtime *
     rt->tgt = calloc(N, sizeof *rt->tgt);
     for (size_t i = 0; rt->rq_f && rt->rq_b && i < nm; i++) /* before rt_free reads them */
         rt->rq_f[i] = rt->rq_b[i] = -1;
-    if (!rt->st || !rt->stage_id || !rt->acts || !rt->in_f || !rt->in_b || !rt->rq_f || !rt->rq_b ||
-        !rt->out_f || !rt->out_b || !rt->tok || !rt->tgt) {
+    if (!rt->st || !rt->stage_id || !rt->acts || !rt->in_f || !rt->in_b || !rt->rq_f || !rt->rq_b || !rt->out_f ||
+        !rt->out_b || !rt->tok || !rt->tgt) {
         rt_free(rt);
         return err_set(err, TS_ENOMEM, "runtime: out of memory");
     }
@@ -184,9 +189,8 @@ int rt_create(const rt_opts *o, const sched *s, backend *be, comm *cm, runtime *
         int sid = sched_stage_of(s, rt->r, c);
         rt->stage_id[c] = sid;
         const sched_stage *ss = &s->stages[sid];
-        int rc = gpt_stage_create(&o->dims, ss->first_layer, ss->num_layers, sid == 0,
-                                  sid == rt->nstages - 1, o->sp, o->seed, be, cm, &rt->st[c],
-                                  err);
+        int rc = gpt_stage_create(&o->dims, ss->first_layer, ss->num_layers, sid == 0, sid == rt->nstages - 1, o->sp,
+                                  o->seed, be, cm, &rt->st[c], err);
         if (rc) {
             err_prefix(err, "stage %d (pipeline rank %d, chunk %d): ", sid, rt->r, c);
             rt_free(rt);
@@ -229,23 +233,21 @@ static int reap_sends(runtime *rt, bool all, ts_err *err)
 
 static int bad_order(const sched_action *a, int r, const char *what, ts_err *err)
 {
-    return err_set(err, TS_EINVAL,
-                   "schedule: pipeline rank %d, %s of micro-batch %d chunk %d: %s",
-                   r, sched_act_name((sched_act_kind)a->kind), a->mb, a->chunk, what);
+    return err_set(err, TS_EINVAL, "schedule: pipeline rank %d, %s of micro-batch %d chunk %d: %s", r,
+                   sched_act_name((sched_act_kind)a->kind), a->mb, a->chunk, what);
 }
 
-static int do_send(runtime *rt, const sched_action *a, float **slot, int boundary, int dir,
-                   ts_err *err)
+static int do_send(runtime *rt, const sched_action *a, float **slot, int boundary, int dir, ts_err *err)
 {
     if (!*slot)
-        return bad_order(a, rt->r, dir == DIR_F ? "no forward output to send (F not run "
-                                                  "yet, or sent already)"
-                                                : "no input gradient to send",
+        return bad_order(a, rt->r,
+                         dir == DIR_F ? "no forward output to send (F not run "
+                                        "yet, or sent already)"
+                                      : "no input gradient to send",
                          err);
     if (rt->nps == rt->capps && grow_to((void **)&rt->ps, &rt->capps, rt->nps + 1, 64, sizeof *rt->ps))
         return err_set(err, TS_ENOMEM, "runtime: out of memory");
-    int req, rc = rt->cm->isend(rt->cm, a->peer, *slot, rt->io, tag_of(rt, a->mb, boundary, dir),
-                                &req, err);
+    int req, rc = rt->cm->isend(rt->cm, a->peer, *slot, rt->io, tag_of(rt, a->mb, boundary, dir), &req, err);
     if (rc)
         return rc;
     rt->ps[rt->nps++] = (pending_send){req, *slot};
@@ -255,8 +257,7 @@ static int do_send(runtime *rt, const sched_action *a, float **slot, int boundar
 
 /* RECV_F / RECV_B: post the receive; the action that consumes it waits
  * (wait_input), as the simulator's receive stream lets compute go on. */
-static int do_recv(runtime *rt, const sched_action *a, float **slot, int *req, int boundary, int dir,
-                   ts_err *err)
+static int do_recv(runtime *rt, const sched_action *a, float **slot, int *req, int boundary, int dir, ts_err *err)
 {
     if (*slot)
         return bad_order(a, rt->r, "received twice", err);
@@ -303,8 +304,7 @@ static int do_forward(runtime *rt, const sched_action *a, ts_err *err)
         return bad_order(a, rt->r, "forward before its input arrived (missing RECV_F)", err);
     const gpt_dims *d = &rt->o.dims;
     int g = rt->cm->rank[COMM_DP] * rt->m + a->mb;
-    data_microbatch(rt->o.seed, rt->cur_iter, rt->m * rt->d, g, d->batch, d->seq, d->vocab,
-                    rt->tok, rt->tgt);
+    data_microbatch(rt->o.seed, rt->cur_iter, rt->m * rt->d, g, d->batch, d->seq, d->vocab, rt->tok, rt->tgt);
     bool head = out.via == SCHED_DEP_NONE; /* the last stage: its output is the loss */
     float *y = NULL;
     int rc;
@@ -340,8 +340,10 @@ static int do_backward(runtime *rt, const sched_action *a, bool fused, ts_err *e
     if (!rt->acts[k])
         return bad_order(a, rt->r, "backward before forward", err);
     if (in.via != SCHED_DEP_NONE && !rt->in_b[k])
-        return bad_order(a, rt->r, "backward before its output gradient arrived "
-                                   "(missing RECV_B)", err);
+        return bad_order(a, rt->r,
+                         "backward before its output gradient arrived "
+                         "(missing RECV_B)",
+                         err);
     const gpt_dims *d = &rt->o.dims;
     float scale = 1.0f / ((float)d->batch * d->seq * rt->m * rt->d);
     float *dx = NULL;
@@ -380,8 +382,7 @@ static int do_weight(runtime *rt, const sched_action *a, ts_err *err)
     return TS_OK;
 }
 
-static int run_action(runtime *rt, const sched_action *a, bool *reduced, bool *stepped,
-                      ts_err *err)
+static int run_action(runtime *rt, const sched_action *a, bool *reduced, bool *stepped, ts_err *err)
 {
     int c = a->chunk;
     if (a->kind != ACT_OPTIM && (c < 0 || c >= rt->v))
@@ -393,21 +394,29 @@ static int run_action(runtime *rt, const sched_action *a, bool *reduced, bool *s
     rt->cur_mb = a->mb;
     rt->cur_chunk = c < 0 ? 0 : c;
     switch ((sched_act_kind)a->kind) {
-    case ACT_F: return do_forward(rt, a, err);
-    case ACT_B: return do_backward(rt, a, true, err);
-    case ACT_I: return do_backward(rt, a, false, err);
-    case ACT_W: return do_weight(rt, a, err);
-    case ACT_SEND_F: return do_send(rt, a, &rt->out_f[k], sid, DIR_F, err);
-    case ACT_RECV_F: return do_recv(rt, a, &rt->in_f[k], &rt->rq_f[k], sid - 1, DIR_F, err);
-    case ACT_SEND_B: return do_send(rt, a, &rt->out_b[k], sid - 1, DIR_B, err);
-    case ACT_RECV_B: return do_recv(rt, a, &rt->in_b[k], &rt->rq_b[k], sid, DIR_B, err);
+    case ACT_F:
+        return do_forward(rt, a, err);
+    case ACT_B:
+        return do_backward(rt, a, true, err);
+    case ACT_I:
+        return do_backward(rt, a, false, err);
+    case ACT_W:
+        return do_weight(rt, a, err);
+    case ACT_SEND_F:
+        return do_send(rt, a, &rt->out_f[k], sid, DIR_F, err);
+    case ACT_RECV_F:
+        return do_recv(rt, a, &rt->in_f[k], &rt->rq_f[k], sid - 1, DIR_F, err);
+    case ACT_SEND_B:
+        return do_send(rt, a, &rt->out_b[k], sid - 1, DIR_B, err);
+    case ACT_RECV_B:
+        return do_recv(rt, a, &rt->in_b[k], &rt->rq_b[k], sid, DIR_B, err);
     case ACT_REDUCE_GRAD:
         reduced[c] = true;
         return gpt_stage_reduce_grads(rt->st[c], err);
     case ACT_OPTIM:
         for (int j = 0; j < rt->v; j++)
-            gpt_stage_adam(rt->st[j], rt->o.lr, rt->o.beta1, rt->o.beta2, rt->o.eps,
-                           rt->o.weight_decay, rt->cur_iter + 1);
+            gpt_stage_adam(rt->st[j], rt->o.lr, rt->o.beta1, rt->o.beta2, rt->o.eps, rt->o.weight_decay,
+                           rt->cur_iter + 1);
         *stepped = true;
         return TS_OK;
     default:
@@ -433,10 +442,15 @@ int rt_iteration(runtime *rt, int iter, double *loss, ts_err *err)
         int64_t t0 = rt_now_ns() - rt->origin;
         rc = run_action(rt, a, reduced, &stepped, err);
         rt->be->sync(rt->be);
-        rt_span x = {.name = sched_act_name((sched_act_kind)a->kind), .is_op = false,
-                     .iter = iter, .mb = a->mb, .chunk = a->chunk,
+        rt_span x = {.name = sched_act_name((sched_act_kind)a->kind),
+                     .is_op = false,
+                     .iter = iter,
+                     .mb = a->mb,
+                     .chunk = a->chunk,
                      .stage = a->chunk >= 0 && a->chunk < rt->v ? rt->stage_id[a->chunk] : -1,
-                     .layer = -1, .t0_ns = t0, .t1_ns = rt_now_ns() - rt->origin};
+                     .layer = -1,
+                     .t0_ns = t0,
+                     .t1_ns = rt_now_ns() - rt->origin};
         if (!rc && push_span(rt, &x))
             rc = err_set(err, TS_ENOMEM, "runtime: out of memory for trace spans");
         if (!rc)
@@ -452,15 +466,14 @@ int rt_iteration(runtime *rt, int iter, double *loss, ts_err *err)
             rc = gpt_stage_reduce_grads(rt->st[c], err);
     if (!rc && !stepped)
         for (int j = 0; j < rt->v; j++)
-            gpt_stage_adam(rt->st[j], rt->o.lr, rt->o.beta1, rt->o.beta2, rt->o.eps,
-                           rt->o.weight_decay, iter + 1);
+            gpt_stage_adam(rt->st[j], rt->o.lr, rt->o.beta1, rt->o.beta2, rt->o.eps, rt->o.weight_decay, iter + 1);
     if (!rc)
         rc = reap_sends(rt, true, err);
     for (size_t k = 0; !rc && k < (size_t)rt->v * rt->m; k++)
         if (rt->rq_f[k] >= 0 || rt->rq_b[k] >= 0)
             rc = err_set(err, TS_EINVAL,
-                         "schedule: pipeline rank %d received micro-batch %d of chunk %d but never used it",
-                         rt->r, (int)(k % (size_t)rt->m), (int)(k / (size_t)rt->m));
+                         "schedule: pipeline rank %d received micro-batch %d of chunk %d but never used it", rt->r,
+                         (int)(k % (size_t)rt->m), (int)(k / (size_t)rt->m));
         else if (rt->acts[k] || rt->in_f[k] || rt->in_b[k] || rt->out_f[k] || rt->out_b[k])
             rc = err_set(err, TS_EINVAL,
                          "schedule: pipeline rank %d left micro-batch %d of chunk %d "

@@ -46,10 +46,10 @@
 
 typedef struct {
     gpt_dims dims;
-    bool sp;               /* --sequence-parallel */
-    uint64_t seed;         /* weights and data */
+    bool sp;       /* --sequence-parallel */
+    uint64_t seed; /* weights and data */
     float lr, beta1, beta2, eps, weight_decay;
-    bool op_trace;         /* record op-level spans too */
+    bool op_trace; /* record op-level spans too */
 } rt_opts;
 
 /* Fill o with defaults: seed 1234, lr 1e-4, betas 0.9 / 0.95, eps 1e-8,
@@ -57,8 +57,8 @@ typedef struct {
 void rt_opts_default(rt_opts *o);
 
 typedef struct {
-    const char *name;   /* action token ("F", "SEND_B", ...) or op name ("qkv", ...) */
-    bool is_op;         /* false: an IR action; true: an op inside one */
+    const char *name; /* action token ("F", "SEND_B", ...) or op name ("qkv", ...) */
+    bool is_op;       /* false: an IR action; true: an op inside one */
     int iter;
     int mb, chunk, stage, layer; /* -1 where not applicable */
     int64_t t0_ns, t1_ns;
@@ -68,8 +68,7 @@ typedef struct runtime runtime;
 
 /* Build this rank's stages from s (s->p must equal the comm's pipeline
  * size; s->num_layers the model's layers). */
-int rt_create(const rt_opts *o, const sched *s, backend *be, comm *cm, runtime **out,
-              ts_err *err);
+int rt_create(const rt_opts *o, const sched *s, backend *be, comm *cm, runtime **out, ts_err *err);
 void rt_free(runtime *rt);
 
 /* Clock origin (CLOCK_MONOTONIC ns) of the spans' times. */

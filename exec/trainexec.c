@@ -22,23 +22,23 @@
 #include <string.h>
 #include <time.h>
 
-#include "exec/core/backend.h"
 #include "exec/comm_mpi.h"
+#include "exec/core/backend.h"
 #ifdef TRAINSIM_CUDA
 #include "exec/cuda/backend_cuda.h"
 #include "exec/cuda/comm_nccl.h"
 #endif
+#include "exec/cpu/backend_cpu.h"
+#include "exec/microbench.h"
+#include "exec/runtime.h"
+#include "exec/xout.h"
 #include "sim/config/config.h"
 #include "sim/config/flags.h"
-#include "exec/microbench.h"
-#include "sim/util/opt.h"
-#include "exec/runtime.h"
 #include "sim/sched/sched.h"
-#include "sim/sched/sched_csv.h"
-#include "exec/xout.h"
-#include "exec/cpu/backend_cpu.h"
 #include "sim/sched/sched_comm.h"
+#include "sim/sched/sched_csv.h"
 #include "sim/sched/sched_generate.h"
+#include "sim/util/opt.h"
 
 enum { BACKEND_CPU = 0, BACKEND_CUDA };
 static const char *const backend_names[] = {"cpu", "cuda", NULL};
@@ -55,48 +55,80 @@ static int add_flags(opt_table *t, args *a, ts_err *err)
 {
     const opt_spec specs[] = {
         {.name = "Executor", .type = OPT_SECTION},
-        {.name = "--iterations", .type = OPT_INT, .target = &a->iterations, .min = 1,
-         .max = 1000000, .help = "measured training iterations"},
-        {.name = "--warmup", .type = OPT_INT, .target = &a->warmup, .min = 0, .max = 1000,
+        {.name = "--iterations",
+         .type = OPT_INT,
+         .target = &a->iterations,
+         .min = 1,
+         .max = 1000000,
+         .help = "measured training iterations"},
+        {.name = "--warmup",
+         .type = OPT_INT,
+         .target = &a->warmup,
+         .min = 0,
+         .max = 1000,
          .help = "iterations run before measuring"},
-        {.name = "--seed", .type = OPT_INT64, .target = &a->seed, .min = 0, .max = 9e15,
+        {.name = "--seed",
+         .type = OPT_INT64,
+         .target = &a->seed,
+         .min = 0,
+         .max = 9e15,
          .help = "seed of the weights and the synthetic token stream"},
-        {.name = "--lr", .type = OPT_DOUBLE, .target = &a->lr, .min = 0, .max = 10,
-         .help = "Adam learning rate"},
-        {.name = "--adam-beta1", .type = OPT_DOUBLE, .target = &a->beta1, .min = 0, .max = 1,
-         .help = "Adam beta1"},
-        {.name = "--adam-beta2", .type = OPT_DOUBLE, .target = &a->beta2, .min = 0, .max = 1,
-         .help = "Adam beta2"},
-        {.name = "--adam-eps", .type = OPT_DOUBLE, .target = &a->eps, .min = 0, .max = 1,
-         .help = "Adam epsilon"},
-        {.name = "--weight-decay", .type = OPT_DOUBLE, .target = &a->wd, .min = 0, .max = 1,
+        {.name = "--lr", .type = OPT_DOUBLE, .target = &a->lr, .min = 0, .max = 10, .help = "Adam learning rate"},
+        {.name = "--adam-beta1", .type = OPT_DOUBLE, .target = &a->beta1, .min = 0, .max = 1, .help = "Adam beta1"},
+        {.name = "--adam-beta2", .type = OPT_DOUBLE, .target = &a->beta2, .min = 0, .max = 1, .help = "Adam beta2"},
+        {.name = "--adam-eps", .type = OPT_DOUBLE, .target = &a->eps, .min = 0, .max = 1, .help = "Adam epsilon"},
+        {.name = "--weight-decay",
+         .type = OPT_DOUBLE,
+         .target = &a->wd,
+         .min = 0,
+         .max = 1,
          .help = "AdamW weight decay"},
-        {.name = "--backend", .type = OPT_ENUM, .target = &a->backend,
+        {.name = "--backend",
+         .type = OPT_ENUM,
+         .target = &a->backend,
          .enum_names = backend_names,
          .help = "where the model runs: cpu (fp32, OpenBLAS, MPI) or cuda (one NVIDIA GPU per "
                  "rank: fp32 master weights, bf16 cuBLASLt GEMMs, NCCL; needs a build with CUDA)"},
-        {.name = "--threads", .type = OPT_INT, .target = &a->threads, .min = 0, .max = 1024,
+        {.name = "--threads",
+         .type = OPT_INT,
+         .target = &a->threads,
+         .min = 0,
+         .max = 1024,
          .help = "OpenBLAS threads per rank (0 = OpenBLAS default)"},
-        {.name = "--schedule-csv", .type = OPT_STRING, .target = &a->schedule_csv,
+        {.name = "--schedule-csv",
+         .type = OPT_STRING,
+         .target = &a->schedule_csv,
          .metavar = "FILE",
          .help = "run this schedule (torch.distributed.pipelining action CSV) instead of "
                  "--schedule; its micro-batch count sets the global batch"},
-        {.name = "--trace", .type = OPT_STRING, .target = &a->trace, .metavar = "FILE",
+        {.name = "--trace",
+         .type = OPT_STRING,
+         .target = &a->trace,
+         .metavar = "FILE",
          .help = "Chrome/Perfetto JSON trace of the last iteration"},
-        {.name = "--op-trace", .type = OPT_BOOL, .target = &a->op_trace,
+        {.name = "--op-trace",
+         .type = OPT_BOOL,
+         .target = &a->op_trace,
          .help = "also time every GEMM, kernel and collective (trace and ops CSV)"},
-        {.name = "--ops-csv", .type = OPT_STRING, .target = &a->ops_csv, .metavar = "FILE",
+        {.name = "--ops-csv",
+         .type = OPT_STRING,
+         .target = &a->ops_csv,
+         .metavar = "FILE",
          .help = "per-action (and per-op) start/end CSV of the last iteration"},
-        {.name = "--report-csv", .type = OPT_STRING, .target = &a->report_csv,
-         .metavar = "FILE", .help = "per-rank iteration time, bubble and peak memory CSV"},
-        {.name = "--microbench", .type = OPT_STRING, .target = &a->microbench,
+        {.name = "--report-csv",
+         .type = OPT_STRING,
+         .target = &a->report_csv,
+         .metavar = "FILE",
+         .help = "per-rank iteration time, bubble and peak memory CSV"},
+        {.name = "--microbench",
+         .type = OPT_STRING,
+         .target = &a->microbench,
          .metavar = "FILE",
          .help = "instead of training: sweep GEMMs, element-wise ops and messages, write CSV"},
     };
     int rc = TS_OK;
     for (size_t i = 0; i < sizeof specs / sizeof specs[0] && !rc; i++)
-        rc = specs[i].type == OPT_SECTION ? opt_section(t, specs[i].name, err)
-                                          : opt_add(t, &specs[i], err);
+        rc = specs[i].type == OPT_SECTION ? opt_section(t, specs[i].name, err) : opt_add(t, &specs[i], err);
     return rc;
 }
 
@@ -128,18 +160,15 @@ static int exec_supports(const config *c, ts_err *err)
                        "(give --num-query-groups %d)",
                        m->num_query_groups, m->num_attention_heads);
     if (p->recompute != RECOMPUTE_NONE)
-        return err_set(err, TS_ENOTSUP,
-                       "--recompute-granularity: the executor does not recompute (give none)");
+        return err_set(err, TS_ENOTSUP, "--recompute-granularity: the executor does not recompute (give none)");
     if (p->distributed_optimizer)
-        return err_set(err, TS_ENOTSUP,
-                       "--use-distributed-optimizer: the executor's Adam is not sharded");
+        return err_set(err, TS_ENOTSUP, "--use-distributed-optimizer: the executor's Adam is not sharded");
     return TS_OK;
 }
 
 /* The schedule of the config's layout (with SEND/RECV, REDUCE_GRAD and
  * OPTIM). */
-static int make_sched_of(const parallel_config *p, const model_config *m, sched **out,
-                         ts_err *err)
+static int make_sched_of(const parallel_config *p, const model_config *m, sched **out, ts_err *err)
 {
     sched_opts o;
     sched_opts_default(&o, p->schedule);
@@ -157,8 +186,7 @@ static int make_sched_of(const parallel_config *p, const model_config *m, sched 
 /* An imported schedule for the config's layout: SEND/RECV inserted if the
  * file is compute-only, the model's layers split evenly over its stages
  * (the first L mod S stages one more). */
-static int load_sched_csv(const char *path, const parallel_config *p, const model_config *m,
-                          sched **out, ts_err *err)
+static int load_sched_csv(const char *path, const parallel_config *p, const model_config *m, sched **out, ts_err *err)
 {
     sched *s = NULL;
     int rc = sched_csv_load(path, &s, err);
@@ -173,12 +201,10 @@ static int load_sched_csv(const char *path, const parallel_config *p, const mode
         rc = err_set(err, TS_EINVAL,
                      "--schedule-csv %s has %d micro-batches: give --global-batch-size %ld "
                      "(m x --micro-batch-size %d x data-parallel size %d)",
-                     path, s->m, (long)s->m * p->micro_batch_size * p->dp, p->micro_batch_size,
-                     p->dp);
+                     path, s->m, (long)s->m * p->micro_batch_size * p->dp, p->micro_batch_size, p->dp);
     int S = rc ? 0 : s->p * s->v;
     if (!rc && m->num_layers < S)
-        rc = err_set(err, TS_EINVAL, "--schedule-csv %s has %d stages but --num-layers is %d",
-                     path, S, m->num_layers);
+        rc = err_set(err, TS_EINVAL, "--schedule-csv %s has %d stages but --num-layers is %d", path, S, m->num_layers);
     if (rc) {
         sched_free(s);
         return rc;
@@ -229,18 +255,18 @@ enum { GO_ON = -1 };
 
 /* One rank's run: what main's steps share. */
 typedef struct {
-    int rank, size;              /* in MPI_COMM_WORLD */
-    args a;                      /* executor flags */
-    config c;                    /* resolved flags; owns its topology until resolve_config */
-    rt_opts o;                   /* the model and Adam the runtime runs */
-    parallel_config par;         /* layout, copied out of c */
-    model_config mod;            /* model shape, copied out of c */
-    sched *s;                    /* owned */
-    backend *be;                 /* owned */
-    comm *cm;                    /* owned */
-    runtime *rt;                 /* owned */
-    int device;                  /* --backend cuda: this rank's GPU (its index on its node); -1 */
-    int64_t *start;              /* [warmup + iterations] iteration starts, CLOCK_MONOTONIC ns; owned */
+    int rank, size;                            /* in MPI_COMM_WORLD */
+    args a;                                    /* executor flags */
+    config c;                                  /* resolved flags; owns its topology until resolve_config */
+    rt_opts o;                                 /* the model and Adam the runtime runs */
+    parallel_config par;                       /* layout, copied out of c */
+    model_config mod;                          /* model shape, copied out of c */
+    sched *s;                                  /* owned */
+    backend *be;                               /* owned */
+    comm *cm;                                  /* owned */
+    runtime *rt;                               /* owned */
+    int device;                                /* --backend cuda: this rank's GPU (its index on its node); -1 */
+    int64_t *start;                            /* [warmup + iterations] iteration starts, CLOCK_MONOTONIC ns; owned */
     double sum_ns, sum_compute_ns, sum_cpu_ns; /* over the measured iterations */
     ts_err err;
 } run;
@@ -274,8 +300,7 @@ static void run_free(run *x)
  * ranks, t = p = 1, 1f1b, no sequence parallelism, no recomputation, b = 1,
  * B = 8. gpus_arg (gpus_bytes) holds the --gpus flag. Sets *ac; NULL when
  * out of memory. The caller frees the array (not its strings). */
-static char **with_layout_defaults(int argc, char **argv, int size, char *gpus_arg,
-                                   size_t gpus_bytes, int *ac)
+static char **with_layout_defaults(int argc, char **argv, int size, char *gpus_arg, size_t gpus_bytes, int *ac)
 {
     snprintf(gpus_arg, gpus_bytes, "--gpus=%d", size);
     static const char *const inject[][3] = {
@@ -299,8 +324,7 @@ static char **with_layout_defaults(int argc, char **argv, int size, char *gpus_a
         bool given = false;
         size_t len = strlen(inject[k][0]);
         for (int i = 1; i < argc; i++)
-            if ((!strncmp(argv[i], inject[k][0], len) &&
-                 (argv[i][len] == '\0' || argv[i][len] == '=')) ||
+            if ((!strncmp(argv[i], inject[k][0], len) && (argv[i][len] == '\0' || argv[i][len] == '=')) ||
                 (inject[k][1] && !strcmp(argv[i], inject[k][1])))
                 given = true;
         if (!given)
@@ -341,7 +365,8 @@ static int parse_command_line(run *x, int argc, char **argv)
     opt_table t;
     opt_table_init(&t, "trainexec",
                    "Run training iterations of a GPT model for real (fp32, OpenBLAS, MPI; or "
-                   "--backend cuda on NVIDIA GPUs with NCCL) under a pipeline schedule and measure them: mpirun -np N trainexec [the flags of "
+                   "--backend cuda on NVIDIA GPUs with NCCL) under a pipeline schedule and measure them: mpirun -np N "
+                   "trainexec [the flags of "
                    "trainsim simulate] [executor flags]. Layout flags not given default to "
                    "--gpus N, t = p = 1, --schedule 1f1b, no --sequence-parallel, no "
                    "recomputation, --micro-batch-size 1, --global-batch-size 8 (not to the "
@@ -382,8 +407,7 @@ done:
  * failed on some rank. */
 static int run_microbench(run *x)
 {
-    int rc = microbench_run(MPI_COMM_WORLD, x->a.microbench, x->a.threads,
-                            x->rank == 0 ? stdout : NULL, &x->err);
+    int rc = microbench_run(MPI_COMM_WORLD, x->a.microbench, x->a.threads, x->rank == 0 ? stdout : NULL, &x->err);
     return agree_fail(x->rank, x->size, rc, "--microbench: ", &x->err) ? 1 : 0;
 }
 
@@ -396,15 +420,18 @@ static int resolve_config(run *x)
     const parallel_config *pc = &x->c.par;
     if (x->c.cluster.gpus != x->size) {
         if (x->rank == 0)
-            fprintf(stderr, "trainexec: --gpus %d but mpirun started %d ranks (run mpirun -np %d)\n",
-                    x->c.cluster.gpus, x->size, x->c.cluster.gpus);
+            fprintf(stderr, "trainexec: --gpus %d but mpirun started %d ranks (run mpirun -np %d)\n", x->c.cluster.gpus,
+                    x->size, x->c.cluster.gpus);
         return 2;
     }
     rt_opts *o = &x->o;
     rt_opts_default(o);
-    o->dims = (gpt_dims){.vocab = mc->padded_vocab_size, .seq = mc->seq_length,
-                         .hidden = mc->hidden_size, .heads = mc->num_attention_heads,
-                         .ffn = mc->ffn_hidden_size, .layers = mc->num_layers,
+    o->dims = (gpt_dims){.vocab = mc->padded_vocab_size,
+                         .seq = mc->seq_length,
+                         .hidden = mc->hidden_size,
+                         .heads = mc->num_attention_heads,
+                         .ffn = mc->ffn_hidden_size,
+                         .layers = mc->num_layers,
                          .batch = pc->micro_batch_size};
     o->sp = pc->sequence_parallel;
     o->seed = (uint64_t)x->a.seed;
@@ -458,8 +485,7 @@ static int create_backend(run *x)
     if (x->a.backend == BACKEND_CUDA) {
         MPI_Comm node;
         x->device = 0;
-        if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, x->rank, MPI_INFO_NULL,
-                                &node) == MPI_SUCCESS) {
+        if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, x->rank, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
             MPI_Comm_rank(node, &x->device);
             MPI_Comm_free(&node);
         }
@@ -506,16 +532,17 @@ static void print_banner(const run *x)
     const sched *s = x->s;
     char where[96];
     if (x->device >= 0)
-        snprintf(where, sizeof where, "fp32 master weights, bf16 GEMMs, cuda (GPU %d on "
-                                      "rank 0)", x->device);
+        snprintf(where, sizeof where,
+                 "fp32 master weights, bf16 GEMMs, cuda (GPU %d on "
+                 "rank 0)",
+                 x->device);
     else
         snprintf(where, sizeof where, "fp32 cpu");
     printf("trainexec: GPT %zu parameters (L=%d h=%d heads=%d ffn=%d s=%d V=%d), "
            "t=%d p=%d d=%d v=%d%s, %s, b=%d B=%d m=%d, %d ranks, %s\n",
-           gpt_num_params(&o->dims), o->dims.layers, o->dims.hidden, o->dims.heads, o->dims.ffn,
-           o->dims.seq, o->dims.vocab, x->par.tp, x->par.pp, x->par.dp, s->v, o->sp ? " sp" : "",
-           sched_kind_name(s->kind), o->dims.batch, o->dims.batch * x->par.dp * s->m, s->m,
-           x->size, where);
+           gpt_num_params(&o->dims), o->dims.layers, o->dims.hidden, o->dims.heads, o->dims.ffn, o->dims.seq,
+           o->dims.vocab, x->par.tp, x->par.pp, x->par.dp, s->v, o->sp ? " sp" : "", sched_kind_name(s->kind),
+           o->dims.batch, o->dims.batch * x->par.dp * s->m, s->m, x->size, where);
     (void)fflush(stdout); /* show it now */
 }
 
@@ -563,8 +590,8 @@ static int run_iterations(run *x)
             x->sum_cpu_ns += (double)cpu;
         }
         if (x->rank == 0) {
-            printf("iteration %d/%d%s: loss %.6f, %.3f ms\n", it + 1, total,
-                   it < x->a.warmup ? " (warm-up)" : "", loss, slowest / 1e6);
+            printf("iteration %d/%d%s: loss %.6f, %.3f ms\n", it + 1, total, it < x->a.warmup ? " (warm-up)" : "", loss,
+                   slowest / 1e6);
             (void)fflush(stdout); /* progress */
         }
     }
@@ -584,20 +611,17 @@ static void print_summary(const run *x, const xout_rank *xr, const xout_rank *al
     mean_bubble /= x->size;
     printf("iteration time %.3f ms (mean of %d), bubble %.3f ms (%.1f%%, mean over ranks), "
            "peak memory %.2f MiB (max over ranks)\n",
-           xr->iteration_ns / 1e6, x->a.iterations, mean_bubble / 1e6,
-           100.0 * mean_bubble / xr->iteration_ns, mx / 1048576.0);
+           xr->iteration_ns / 1e6, x->a.iterations, mean_bubble / 1e6, 100.0 * mean_bubble / xr->iteration_ns,
+           mx / 1048576.0);
     for (int i = 0; i < x->size; i++)
         printf("  rank %d (tp %d pp %d dp %d): compute %.3f ms, bubble %.3f ms, CPU %.0f%% "
                "of the time, peak %.2f MiB (weights %.2f, gradients %.2f, optimizer %.2f, "
                "activations %.2f, buffers %.2f)\n",
                i, all[i].tp, all[i].pp, all[i].dp, all[i].compute_ns / 1e6,
-               (all[i].iteration_ns - all[i].compute_ns) / 1e6,
-               100.0 * all[i].cpu_ns / all[i].iteration_ns,
+               (all[i].iteration_ns - all[i].compute_ns) / 1e6, 100.0 * all[i].cpu_ns / all[i].iteration_ns,
                all[i].peak_bytes / 1048576.0, all[i].cat_bytes[XMEM_WEIGHTS] / 1048576.0,
-               all[i].cat_bytes[XMEM_GRADS] / 1048576.0,
-               all[i].cat_bytes[XMEM_OPTIM] / 1048576.0,
-               all[i].cat_bytes[XMEM_ACTS] / 1048576.0,
-               all[i].cat_bytes[XMEM_BUFFERS] / 1048576.0);
+               all[i].cat_bytes[XMEM_GRADS] / 1048576.0, all[i].cat_bytes[XMEM_OPTIM] / 1048576.0,
+               all[i].cat_bytes[XMEM_ACTS] / 1048576.0, all[i].cat_bytes[XMEM_BUFFERS] / 1048576.0);
 }
 
 /* Write the trace, ops and report files (collective) and print the
@@ -616,8 +640,7 @@ static int write_outputs(run *x)
     xr.compute_ns = x->sum_compute_ns / x->a.iterations;
     xr.cpu_ns = x->sum_cpu_ns / x->a.iterations;
     int last = x->a.warmup + x->a.iterations - 1;
-    int rc = xout_write_spans(MPI_COMM_WORLD, x->cm, sp, n, last, x->start[last], x->a.trace,
-                              x->a.ops_csv, &x->err);
+    int rc = xout_write_spans(MPI_COMM_WORLD, x->cm, sp, n, last, x->start[last], x->a.trace, x->a.ops_csv, &x->err);
     xout_rank *all = NULL;
     if (!rc)
         rc = xout_write_report(MPI_COMM_WORLD, &xr, x->a.report_csv, &all, &x->err);

@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/sched/sched.h"
 #include "sim/util/afile.h"
 #include "sim/util/csvio.h"
-#include "sim/sched/sched.h"
 
 enum { ST_COMPUTE = 0, ST_TP, ST_PP_SEND, ST_PP_RECV, ST_DP, ST_COUNT };
 static const char *const STREAM_NAMES[ST_COUNT] = {"compute", "tp", "pp-send", "pp-recv", "dp"};
@@ -25,8 +25,8 @@ void xout_rank_init(xout_rank *r, int rank, const comm *cm, const backend *be)
 
 static bool is_compute_action(const char *name)
 {
-    return !strcmp(name, "F") || !strcmp(name, "B") || !strcmp(name, "I") ||
-           !strcmp(name, "W") || !strcmp(name, "OPTIM") || !strcmp(name, "REDUCE_GRAD");
+    return !strcmp(name, "F") || !strcmp(name, "B") || !strcmp(name, "I") || !strcmp(name, "W") ||
+           !strcmp(name, "OPTIM") || !strcmp(name, "REDUCE_GRAD");
 }
 
 int64_t xout_compute_ns(const rt_span *sp, size_t n, int iter)
@@ -93,8 +93,7 @@ static int gather_text(MPI_Comm world, const char *mine, size_t len, char **all,
 }
 
 /* rank 0: write text to path atomically */
-static int write_file(const char *path, const char *head, const char *body, const char *tail,
-                      ts_err *err)
+static int write_file(const char *path, const char *head, const char *body, const char *tail, ts_err *err)
 {
     afile a;
     int rc = afile_open(&a, path, err);
@@ -115,9 +114,8 @@ static int agree(MPI_Comm world, int rc, ts_err *err)
     return r;
 }
 
-int xout_write_spans(MPI_Comm world, const comm *cm, const rt_span *sp, size_t n, int iter,
-                     int64_t shift_ns, const char *trace_path, const char *ops_path,
-                     ts_err *err)
+int xout_write_spans(MPI_Comm world, const comm *cm, const rt_span *sp, size_t n, int iter, int64_t shift_ns,
+                     const char *trace_path, const char *ops_path, ts_err *err)
 {
     int rank;
     MPI_Comm_rank(world, &rank);
@@ -132,12 +130,14 @@ int xout_write_spans(MPI_Comm world, const comm *cm, const rt_span *sp, size_t n
         if (!f)
             return err_set(err, TS_ENOMEM, "trace: cannot open a memory stream");
         if (pass == 0) {
-            fprintf(f, ",\n{\"ph\": \"M\", \"pid\": %d, \"name\": \"process_name\", \"args\": "
-                       "{\"name\": \"rank %d (tp %d, pp %d, dp %d)\"}}",
+            fprintf(f,
+                    ",\n{\"ph\": \"M\", \"pid\": %d, \"name\": \"process_name\", \"args\": "
+                    "{\"name\": \"rank %d (tp %d, pp %d, dp %d)\"}}",
                     rank, rank, cm->rank[COMM_TP], cm->rank[COMM_PP], cm->rank[COMM_DP]);
             for (int s = 0; s < ST_COUNT; s++)
-                fprintf(f, ",\n{\"ph\": \"M\", \"pid\": %d, \"tid\": %d, \"name\": "
-                           "\"thread_name\", \"args\": {\"name\": \"%s\"}}",
+                fprintf(f,
+                        ",\n{\"ph\": \"M\", \"pid\": %d, \"tid\": %d, \"name\": "
+                        "\"thread_name\", \"args\": {\"name\": \"%s\"}}",
                         rank, s, STREAM_NAMES[s]);
         }
         for (size_t i = 0; i < n && !rc; i++) {
@@ -149,11 +149,11 @@ int xout_write_spans(MPI_Comm world, const comm *cm, const rt_span *sp, size_t n
                 int stream;
                 const char *cat;
                 classify(x, &stream, &cat);
-                fprintf(f, ",\n{\"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"name\": \"%s\", "
-                           "\"cat\": \"%s\", \"ts\": %.3f, \"dur\": %.3f, \"args\": "
-                           "{\"mb\": %d, \"stage\": %d, \"layer\": %d}}",
-                        rank, stream, x->name, cat, t0 / 1e3, (t1 - t0) / 1e3, x->mb, x->stage,
-                        x->layer);
+                fprintf(f,
+                        ",\n{\"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"name\": \"%s\", "
+                        "\"cat\": \"%s\", \"ts\": %.3f, \"dur\": %.3f, \"args\": "
+                        "{\"mb\": %d, \"stage\": %d, \"layer\": %d}}",
+                        rank, stream, x->name, cat, t0 / 1e3, (t1 - t0) / 1e3, x->mb, x->stage, x->layer);
             } else {
                 char c[14][32];
                 snprintf(c[0], 32, "%d", rank);
@@ -203,8 +203,7 @@ int xout_write_spans(MPI_Comm world, const comm *cm, const rt_span *sp, size_t n
     return rc;
 }
 
-int xout_write_report(MPI_Comm world, const xout_rank *r, const char *path, xout_rank **all,
-                      ts_err *err)
+int xout_write_report(MPI_Comm world, const xout_rank *r, const char *path, xout_rank **all, ts_err *err)
 {
     int rank, size;
     MPI_Comm_rank(world, &rank);
@@ -216,10 +215,21 @@ int xout_write_report(MPI_Comm world, const xout_rank *r, const char *path, xout
         afile a = {0};
         rc = afile_open(&a, path, err);
         bool opened = rc == TS_OK;
-        static const char *const head[15] = {
-            "rank", "tp", "pp", "dp", "iterations", "iteration_ns", "compute_ns", "bubble_ns",
-            "peak_bytes", "weights_bytes", "gradients_bytes", "optimizer_bytes",
-            "activations_bytes", "buffers_bytes", "cpu_ns"};
+        static const char *const head[15] = {"rank",
+                                             "tp",
+                                             "pp",
+                                             "dp",
+                                             "iterations",
+                                             "iteration_ns",
+                                             "compute_ns",
+                                             "bubble_ns",
+                                             "peak_bytes",
+                                             "weights_bytes",
+                                             "gradients_bytes",
+                                             "optimizer_bytes",
+                                             "activations_bytes",
+                                             "buffers_bytes",
+                                             "cpu_ns"};
         if (!rc)
             rc = csvio_write_row(a.f, 15, head, err);
         for (int i = 0; i < size && !rc; i++) {

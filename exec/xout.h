@@ -30,17 +30,17 @@
 
 #include "exec/core/backend.h"
 #include "exec/core/comm.h"
-#include "sim/util/err.h"
 #include "exec/runtime.h"
+#include "sim/util/err.h"
 
 typedef struct {
     int rank, tp, pp, dp;
-    int iterations;         /* measured iterations */
-    double iteration_ns;    /* mean, slowest rank */
-    double compute_ns;      /* mean per iteration, this rank */
+    int iterations;      /* measured iterations */
+    double iteration_ns; /* mean, slowest rank */
+    double compute_ns;   /* mean per iteration, this rank */
     int64_t peak_bytes;
     int64_t cat_bytes[XMEM_NCAT];
-    double cpu_ns;          /* mean per iteration: this process's CPU time
+    double cpu_ns; /* mean per iteration: this process's CPU time
                                (CLOCK_PROCESS_CPUTIME_ID; MPI waits spin, so
                                on an idle machine it is close to iteration_ns) */
 } xout_rank;
@@ -55,14 +55,12 @@ int64_t xout_compute_ns(const rt_span *sp, size_t n, int iter);
 /* Collective over world: write the spans of iteration iter, shifted so that
  * t = 0 is origin_ns[iter] (CLOCK_MONOTONIC is machine-wide), to the trace
  * and/or ops CSV (NULL paths are skipped). Every rank gets the status. */
-int xout_write_spans(MPI_Comm world, const comm *cm, const rt_span *sp, size_t n, int iter,
-                     int64_t shift_ns, const char *trace_path, const char *ops_path,
-                     ts_err *err);
+int xout_write_spans(MPI_Comm world, const comm *cm, const rt_span *sp, size_t n, int iter, int64_t shift_ns,
+                     const char *trace_path, const char *ops_path, ts_err *err);
 
 /* Collective over world: gather every rank's r and write the report CSV
  * (path may be NULL: then only *all on rank 0 is filled). On rank 0, *all
  * (may be NULL) receives a malloc'd array of size entries the caller frees. */
-int xout_write_report(MPI_Comm world, const xout_rank *r, const char *path, xout_rank **all,
-                      ts_err *err);
+int xout_write_report(MPI_Comm world, const xout_rank *r, const char *path, xout_rank **all, ts_err *err);
 
 #endif

@@ -14,18 +14,17 @@
  * Contracts in kernels.h. */
 #include "kernels/common.cuh"
 
-#define FA_TILE 32                /* query rows and key rows per tile */
-#define FA_WARPS 8
+#define FA_TILE    32 /* query rows and key rows per tile */
+#define FA_WARPS   8
 #define FA_THREADS (FA_WARPS * CUK_WARP)
-#define FA_ROWS (FA_TILE / FA_WARPS) /* rows per warp */
-#define FA_MAXD 128
-#define FA_PAD (FA_MAXD + 2)      /* 65 words per row: odd, conflict-free */
-#define FA_NX (FA_MAXD / CUK_WARP) /* head-dimension elements per lane */
+#define FA_ROWS    (FA_TILE / FA_WARPS) /* rows per warp */
+#define FA_MAXD    128
+#define FA_PAD     (FA_MAXD + 2)        /* 65 words per row: odd, conflict-free */
+#define FA_NX      (FA_MAXD / CUK_WARP) /* head-dimension elements per lane */
 
 /* Load rows [r0, r0+FA_TILE) of a [T, D] matrix into tile (row stride
  * `stride` halves); rows past T are zero. */
-__device__ __forceinline__ void fa_load(uint16_t *tile, int stride, const uint16_t *src,
-                                        int r0, int T, int D)
+__device__ __forceinline__ void fa_load(uint16_t *tile, int stride, const uint16_t *src, int r0, int T, int D)
 {
     for (int e = threadIdx.x; e < FA_TILE * D; e += FA_THREADS) {
         int r = e / D, d = e % D;
@@ -45,8 +44,8 @@ __device__ __forceinline__ float fa_dot(const uint16_t *a, const uint16_t *b, in
 /* ------------------------------------------------------------ forward */
 
 __global__ void __launch_bounds__(FA_THREADS)
-flash_attn_fwd_kernel(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k,
-                      const uint16_t *v, int T, int D, float scale)
+    flash_attn_fwd_kernel(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k, const uint16_t *v, int T,
+                          int D, float scale)
 {
     __shared__ uint16_t Qs[FA_TILE * FA_MAXD];
     __shared__ uint16_t Ks[FA_TILE * FA_PAD];
@@ -77,8 +76,7 @@ flash_attn_fwd_kernel(uint16_t *out, float *lse, const uint16_t *q, const uint16
             int row = warp * FA_ROWS + r, qi = q0 + row, j = k0 + lane;
             if (qi >= T || k0 > qi)
                 continue; /* warp-uniform */
-            float s = (j <= qi) ? scale * fa_dot(&Qs[row * FA_MAXD], &Ks[lane * FA_PAD], D)
-                                : -INFINITY;
+            float s = (j <= qi) ? scale * fa_dot(&Qs[row * FA_MAXD], &Ks[lane * FA_PAD], D) : -INFINITY;
             float m_new = fmaxf(m[r], warp_max(s));
             float p = (j <= qi) ? __expf(s - m_new) : 0.0f;
             float corr = __expf(m[r] - m_new); /* m = -inf on the first tile: 0 */
@@ -115,14 +113,12 @@ flash_attn_fwd_kernel(uint16_t *out, float *lse, const uint16_t *q, const uint16
 
 static int fa_shape_ok(int B, int H, int T, int D)
 {
-    return B > 0 && H > 0 && T > 0 && D > 0 && D % CUK_WARP == 0 && D <= FA_MAXD &&
-           (long long)B * H <= 65535;
+    return B > 0 && H > 0 && T > 0 && D > 0 && D % CUK_WARP == 0 && D <= FA_MAXD && (long long)B * H <= 65535;
 }
 
-extern "C" cudaError_t cuk_flash_attn_fwd(uint16_t *out, float *lse, const uint16_t *q,
-                                           const uint16_t *k, const uint16_t *v, int B,
-                                           int H, int T, int D, float scale,
-                                           cudaStream_t stream)
+extern "C" cudaError_t cuk_flash_attn_fwd(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k,
+                                          const uint16_t *v, int B, int H, int T, int D, float scale,
+                                          cudaStream_t stream)
 {
     if (!fa_shape_ok(B, H, T, D))
         return cudaErrorInvalidValue;
@@ -135,13 +131,11 @@ extern "C" cudaError_t cuk_flash_attn_fwd(uint16_t *out, float *lse, const uint1
 
 extern "C" size_t cuk_flash_attn_scratch_bytes(int B, int H, int T)
 {
-    return (size_t)(B > 0 ? B : 0) * (size_t)(H > 0 ? H : 0) * (size_t)(T > 0 ? T : 0) *
-           sizeof(float);
+    return (size_t)(B > 0 ? B : 0) * (size_t)(H > 0 ? H : 0) * (size_t)(T > 0 ? T : 0) * sizeof(float);
 }
 
 /* delta[i] = sum_d dout[i,d] * out[i,d] (one warp per row). */
-__global__ void flash_attn_delta_kernel(float *delta, const uint16_t *dout, const uint16_t *out,
-                                        size_t rows, int D)
+__global__ void flash_attn_delta_kernel(float *delta, const uint16_t *dout, const uint16_t *out, size_t rows, int D)
 {
     size_t row = (size_t)blockIdx.x * FA_WARPS + threadIdx.x / CUK_WARP;
     int lane = threadIdx.x % CUK_WARP;
@@ -157,9 +151,8 @@ __global__ void flash_attn_delta_kernel(float *delta, const uint16_t *dout, cons
 
 /* dq for a tile of query rows, looping over key tiles. */
 __global__ void __launch_bounds__(FA_THREADS)
-flash_attn_bwd_dq_kernel(uint16_t *dq, const uint16_t *dout, const float *lse,
-                         const float *delta, const uint16_t *q, const uint16_t *k,
-                         const uint16_t *v, int T, int D, float scale)
+    flash_attn_bwd_dq_kernel(uint16_t *dq, const uint16_t *dout, const float *lse, const float *delta,
+                             const uint16_t *q, const uint16_t *k, const uint16_t *v, int T, int D, float scale)
 {
     __shared__ uint16_t Qs[FA_TILE * FA_MAXD];
     __shared__ uint16_t dOs[FA_TILE * FA_MAXD];
@@ -221,9 +214,8 @@ flash_attn_bwd_dq_kernel(uint16_t *dq, const uint16_t *dout, const float *lse,
 
 /* dk, dv for a tile of key rows, looping over the query tiles that see them. */
 __global__ void __launch_bounds__(FA_THREADS)
-flash_attn_bwd_dkv_kernel(uint16_t *dk, uint16_t *dv, const uint16_t *dout, const float *lse,
-                          const float *delta, const uint16_t *q, const uint16_t *k,
-                          const uint16_t *v, int T, int D, float scale)
+    flash_attn_bwd_dkv_kernel(uint16_t *dk, uint16_t *dv, const uint16_t *dout, const float *lse, const float *delta,
+                              const uint16_t *q, const uint16_t *k, const uint16_t *v, int T, int D, float scale)
 {
     __shared__ uint16_t Ks[FA_TILE * FA_MAXD];
     __shared__ uint16_t Vs[FA_TILE * FA_MAXD];
@@ -295,29 +287,24 @@ flash_attn_bwd_dkv_kernel(uint16_t *dk, uint16_t *dv, const uint16_t *dout, cons
     }
 }
 
-extern "C" cudaError_t cuk_flash_attn_bwd(uint16_t *dq, uint16_t *dk, uint16_t *dv,
-                                           const uint16_t *dout, const uint16_t *out,
-                                           const float *lse, const uint16_t *q,
-                                           const uint16_t *k, const uint16_t *v, int B,
-                                           int H, int T, int D, float scale, void *scratch,
-                                           cudaStream_t stream)
+extern "C" cudaError_t cuk_flash_attn_bwd(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout,
+                                          const uint16_t *out, const float *lse, const uint16_t *q, const uint16_t *k,
+                                          const uint16_t *v, int B, int H, int T, int D, float scale, void *scratch,
+                                          cudaStream_t stream)
 {
     if (!fa_shape_ok(B, H, T, D) || !scratch)
         return cudaErrorInvalidValue;
     float *delta = (float *)scratch;
     size_t rows = (size_t)B * H * T;
-    flash_attn_delta_kernel<<<cuk_blocks(rows, FA_WARPS), FA_THREADS, 0, stream>>>(
-        delta, dout, out, rows, D);
+    flash_attn_delta_kernel<<<cuk_blocks(rows, FA_WARPS), FA_THREADS, 0, stream>>>(delta, dout, out, rows, D);
     cudaError_t st = cuk_status();
     if (st != cudaSuccess)
         return st;
     dim3 grid((unsigned)((T + FA_TILE - 1) / FA_TILE), (unsigned)(B * H));
-    flash_attn_bwd_dq_kernel<<<grid, FA_THREADS, 0, stream>>>(dq, dout, lse, delta, q, k, v, T,
-                                                              D, scale);
+    flash_attn_bwd_dq_kernel<<<grid, FA_THREADS, 0, stream>>>(dq, dout, lse, delta, q, k, v, T, D, scale);
     st = cuk_status();
     if (st != cudaSuccess)
         return st;
-    flash_attn_bwd_dkv_kernel<<<grid, FA_THREADS, 0, stream>>>(dk, dv, dout, lse, delta, q, k,
-                                                               v, T, D, scale);
+    flash_attn_bwd_dkv_kernel<<<grid, FA_THREADS, 0, stream>>>(dk, dv, dout, lse, delta, q, k, v, T, D, scale);
     return cuk_status();
 }

@@ -68,8 +68,7 @@ static inline CUK_HD uint32_t cuk_rand_bits(uint64_t seed, uint64_t i)
 
 /* x[i] = bf16(scale * (2 u - 1)), u = cuk_rand_uniform(seed, i): weights and
  * inputs for benchmarks. */
-cudaError_t cuk_fill_uniform_bf16(uint16_t *x, size_t n, uint64_t seed, float scale,
-                                  cudaStream_t stream);
+cudaError_t cuk_fill_uniform_bf16(uint16_t *x, size_t n, uint64_t seed, float scale, cudaStream_t stream);
 /* An empty kernel (one block of 32 threads): the launch overhead. */
 cudaError_t cuk_noop(cudaStream_t stream);
 
@@ -78,10 +77,8 @@ cudaError_t cuk_noop(cudaStream_t stream);
 /* Layer norm over the last dimension, fp32 statistics.
  * out[n,c] = (inp[n,c] - mean[n]) * rstd[n] * weight[c] + bias[c];
  * mean[n], rstd[n] (fp32, N each) are saved for the backward pass. */
-cudaError_t cuk_layernorm_fwd(uint16_t *out, float *mean, float *rstd,
-                               const uint16_t *inp, const uint16_t *weight,
-                               const uint16_t *bias, int N, int C, float eps,
-                               cudaStream_t stream);
+cudaError_t cuk_layernorm_fwd(uint16_t *out, float *mean, float *rstd, const uint16_t *inp, const uint16_t *weight,
+                              const uint16_t *bias, int N, int C, float eps, cudaStream_t stream);
 
 /* Scratch bytes cuk_layernorm_bwd and cuk_bias_grad need for N x C. */
 size_t cuk_colsum_scratch_bytes(int N, int C);
@@ -90,41 +87,37 @@ size_t cuk_colsum_scratch_bytes(int N, int C);
  * dweight[c], dbias[c] += (fp32 main grads, accumulated; dbias may be NULL);
  * dinp may alias dout. `scratch` holds
  * cuk_colsum_scratch_bytes(N, C) bytes of device memory. */
-cudaError_t cuk_layernorm_bwd(uint16_t *dinp, float *dweight, float *dbias,
-                               const uint16_t *dout, const uint16_t *inp,
-                               const uint16_t *weight, const float *mean,
-                               const float *rstd, int N, int C, void *scratch,
-                               cudaStream_t stream);
+cudaError_t cuk_layernorm_bwd(uint16_t *dinp, float *dweight, float *dbias, const uint16_t *dout, const uint16_t *inp,
+                              const uint16_t *weight, const float *mean, const float *rstd, int N, int C, void *scratch,
+                              cudaStream_t stream);
 
 /* ------------------------------------------------------------ bias, residual, dropout, GELU */
 
 /* dbias[c] += sum_n dout[n,c] (fp32, deterministic two-pass column sum). */
-cudaError_t cuk_bias_grad(float *dbias, const uint16_t *dout, int N, int C,
-                           void *scratch, cudaStream_t stream);
+cudaError_t cuk_bias_grad(float *dbias, const uint16_t *dout, int N, int C, void *scratch, cudaStream_t stream);
 
 /* Megatron's bias-dropout-add: out = residual + dropout(x + bias, p).
  * bias may be NULL (no bias), residual may be NULL (no residual), p in [0,1).
  * When p > 0, mask[n*C+c] (uint8, 1 = kept) is written from
  * cuk_rand_uniform(seed, n*C+c) >= p and kept values are scaled by 1/(1-p);
  * mask may be NULL when p == 0. */
-cudaError_t cuk_bias_dropout_add_fwd(uint16_t *out, uint8_t *mask, const uint16_t *x,
-                                      const uint16_t *bias, const uint16_t *residual,
-                                      float p, uint64_t seed, int N, int C,
-                                      cudaStream_t stream);
+cudaError_t cuk_bias_dropout_add_fwd(uint16_t *out, uint8_t *mask, const uint16_t *x, const uint16_t *bias,
+                                     const uint16_t *residual, float p, uint64_t seed, int N, int C,
+                                     cudaStream_t stream);
 
 /* Dropout backward: dinp[i] = mask[i] ? dout[i] / (1-p) : 0, i < n
  * (dinp may alias dout). mask NULL means p == 0: a copy. */
-cudaError_t cuk_dropout_bwd(uint16_t *dinp, const uint16_t *dout, const uint8_t *mask,
-                             float p, size_t n, cudaStream_t stream);
+cudaError_t cuk_dropout_bwd(uint16_t *dinp, const uint16_t *dout, const uint8_t *mask, float p, size_t n,
+                            cudaStream_t stream);
 
 /* GELU (tanh approximation, as GPT-2/Megatron): out = gelu(inp + bias);
  * bias [C] may be NULL. */
-cudaError_t cuk_bias_gelu_fwd(uint16_t *out, const uint16_t *inp, const uint16_t *bias,
-                               int N, int C, cudaStream_t stream);
+cudaError_t cuk_bias_gelu_fwd(uint16_t *out, const uint16_t *inp, const uint16_t *bias, int N, int C,
+                              cudaStream_t stream);
 /* GELU backward: dinp = dout * gelu'(inp + bias) (dinp may alias dout);
  * bias may be NULL. */
-cudaError_t cuk_bias_gelu_bwd(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp,
-                               const uint16_t *bias, int N, int C, cudaStream_t stream);
+cudaError_t cuk_bias_gelu_bwd(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp, const uint16_t *bias, int N,
+                              int C, cudaStream_t stream);
 
 /* ------------------------------------------------------------ softmax */
 
@@ -132,28 +125,25 @@ cudaError_t cuk_bias_gelu_bwd(uint16_t *dinp, const uint16_t *dout, const uint16
  * score matrices: for each of `batch` matrices and row i,
  * out[i,j] = softmax_j(scale * inp[i,j]) over j <= i, 0 for j > i.
  * inp and out are [batch, T, T] (out may alias inp). */
-cudaError_t cuk_causal_softmax_fwd(uint16_t *out, const uint16_t *inp, float scale,
-                                    int batch, int T, cudaStream_t stream);
+cudaError_t cuk_causal_softmax_fwd(uint16_t *out, const uint16_t *inp, float scale, int batch, int T,
+                                   cudaStream_t stream);
 /* Backward: dinp[i,j] = scale * y[i,j] * (dout[i,j] - sum_k dout[i,k] y[i,k])
  * with y the forward output; 0 above the diagonal (dinp may alias dout). */
-cudaError_t cuk_causal_softmax_bwd(uint16_t *dinp, const uint16_t *dout, const uint16_t *y,
-                                    float scale, int batch, int T, cudaStream_t stream);
+cudaError_t cuk_causal_softmax_bwd(uint16_t *dinp, const uint16_t *dout, const uint16_t *y, float scale, int batch,
+                                   int T, cudaStream_t stream);
 
 /* ------------------------------------------------------------ attention layout */
 
 /* Split a fused QKV projection [B, T, 3, H, D] into q, k, v, each [B, H, T, D]. */
-cudaError_t cuk_qkv_split(uint16_t *q, uint16_t *k, uint16_t *v, const uint16_t *qkv,
-                           int B, int T, int H, int D, cudaStream_t stream);
+cudaError_t cuk_qkv_split(uint16_t *q, uint16_t *k, uint16_t *v, const uint16_t *qkv, int B, int T, int H, int D,
+                          cudaStream_t stream);
 /* Inverse (backward of the split): dqkv [B, T, 3, H, D] from dq, dk, dv. */
-cudaError_t cuk_qkv_merge(uint16_t *dqkv, const uint16_t *dq, const uint16_t *dk,
-                           const uint16_t *dv, int B, int T, int H, int D,
-                           cudaStream_t stream);
+cudaError_t cuk_qkv_merge(uint16_t *dqkv, const uint16_t *dq, const uint16_t *dk, const uint16_t *dv, int B, int T,
+                          int H, int D, cudaStream_t stream);
 /* [B, H, T, D] -> [B, T, H, D] (heads back into the hidden dimension). */
-cudaError_t cuk_bhtd_to_bthd(uint16_t *out, const uint16_t *inp, int B, int H, int T,
-                              int D, cudaStream_t stream);
+cudaError_t cuk_bhtd_to_bthd(uint16_t *out, const uint16_t *inp, int B, int H, int T, int D, cudaStream_t stream);
 /* [B, T, H, D] -> [B, H, T, D] (backward of the above). */
-cudaError_t cuk_bthd_to_bhtd(uint16_t *out, const uint16_t *inp, int B, int H, int T,
-                              int D, cudaStream_t stream);
+cudaError_t cuk_bthd_to_bhtd(uint16_t *out, const uint16_t *inp, int B, int H, int T, int D, cudaStream_t stream);
 
 /* ------------------------------------------------------------ fused attention */
 
@@ -164,21 +154,17 @@ cudaError_t cuk_bthd_to_bhtd(uint16_t *out, const uint16_t *inp, int B, int H, i
  * out = softmax(scale * q k^T, causal) v. D must be a multiple of 32 and
  * <= 128. No attention dropout (Megatron's attention dropout is on the
  * unfused path only). */
-cudaError_t cuk_flash_attn_fwd(uint16_t *out, float *lse, const uint16_t *q,
-                                const uint16_t *k, const uint16_t *v, int B, int H,
-                                int T, int D, float scale, cudaStream_t stream);
+cudaError_t cuk_flash_attn_fwd(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                               int B, int H, int T, int D, float scale, cudaStream_t stream);
 
 /* Scratch bytes cuk_flash_attn_bwd needs (fp32 row terms, B*H*T floats). */
 size_t cuk_flash_attn_scratch_bytes(int B, int H, int T);
 
 /* Backward of cuk_flash_attn_fwd, recomputing the probabilities from lse:
  * dq, dk, dv [B, H, T, D] written (overwritten). */
-cudaError_t cuk_flash_attn_bwd(uint16_t *dq, uint16_t *dk, uint16_t *dv,
-                                const uint16_t *dout, const uint16_t *out,
-                                const float *lse, const uint16_t *q,
-                                const uint16_t *k, const uint16_t *v, int B, int H,
-                                int T, int D, float scale, void *scratch,
-                                cudaStream_t stream);
+cudaError_t cuk_flash_attn_bwd(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout, const uint16_t *out,
+                               const float *lse, const uint16_t *q, const uint16_t *k, const uint16_t *v, int B, int H,
+                               int T, int D, float scale, void *scratch, cudaStream_t stream);
 
 /* ------------------------------------------------------------ embedding */
 
@@ -187,15 +173,13 @@ cudaError_t cuk_flash_attn_bwd(uint16_t *dq, uint16_t *dk, uint16_t *dv,
  * (a vocabulary-parallel embedding: the tensor-parallel all-reduce sums the
  * shards; wpe is added by shard 0 only, pass wpe = NULL on the others).
  * N = B*T tokens, tok int32 [N], wte [V, C], wpe [T, C]. */
-cudaError_t cuk_embedding_fwd(uint16_t *out, const int32_t *tok, const uint16_t *wte,
-                               const uint16_t *wpe, int N, int T, int C,
-                               int vocab_start, int V, cudaStream_t stream);
+cudaError_t cuk_embedding_fwd(uint16_t *out, const int32_t *tok, const uint16_t *wte, const uint16_t *wpe, int N, int T,
+                              int C, int vocab_start, int V, cudaStream_t stream);
 /* dwte[tok - vocab_start, c] += sum of dout rows with that token (fp32, in
  * token order: deterministic); dwpe[t, c] += sum over the batch (fp32).
  * dwpe may be NULL. */
-cudaError_t cuk_embedding_bwd(float *dwte, float *dwpe, const uint16_t *dout,
-                               const int32_t *tok, int N, int T, int C,
-                               int vocab_start, int V, cudaStream_t stream);
+cudaError_t cuk_embedding_bwd(float *dwte, float *dwpe, const uint16_t *dout, const int32_t *tok, int N, int T, int C,
+                              int vocab_start, int V, cudaStream_t stream);
 
 /* ------------------------------------------------------------ cross-entropy */
 
@@ -203,15 +187,13 @@ cudaError_t cuk_embedding_bwd(float *dwte, float *dwpe, const uint16_t *dout,
  * losses[n] = logsumexp(logits[n,:]) - logits[n, targets[n]],
  * lse[n] = logsumexp(logits[n,:]) saved for the backward pass.
  * logits [N, V] bf16, targets int32 [N] in [0, V). */
-cudaError_t cuk_crossentropy_fwd(float *losses, float *lse, const uint16_t *logits,
-                                  const int32_t *targets, int N, int V,
-                                  cudaStream_t stream);
+cudaError_t cuk_crossentropy_fwd(float *losses, float *lse, const uint16_t *logits, const int32_t *targets, int N,
+                                 int V, cudaStream_t stream);
 /* dlogits[n,v] = dloss * (softmax(logits[n,:])[v] - (v == targets[n])),
  * dloss the gradient of each row's loss (1/N for a mean loss). dlogits may
  * alias logits (in place, as llm.c does). */
-cudaError_t cuk_crossentropy_bwd(uint16_t *dlogits, const uint16_t *logits,
-                                  const float *lse, const int32_t *targets, float dloss,
-                                  int N, int V, cudaStream_t stream);
+cudaError_t cuk_crossentropy_bwd(uint16_t *dlogits, const uint16_t *logits, const float *lse, const int32_t *targets,
+                                 float dloss, int N, int V, cudaStream_t stream);
 
 /* ------------------------------------------------------------ optimizer */
 
@@ -220,10 +202,9 @@ cudaError_t cuk_crossentropy_bwd(uint16_t *dlogits, const uint16_t *logits,
  *   master -= lr * (m/(1-b1^step) / (sqrt(v/(1-b2^step)) + eps) + wd * master);
  *   param[i] = bf16(master)  (param may be NULL: no bf16 copy).
  * step counts from 1. */
-cudaError_t cuk_adamw(uint16_t *param, float *master, const float *grad, float *m,
-                       float *v, size_t n, float lr, float beta1, float beta2,
-                       float eps, float weight_decay, int step, float grad_scale,
-                       cudaStream_t stream);
+cudaError_t cuk_adamw(uint16_t *param, float *master, const float *grad, float *m, float *v, size_t n, float lr,
+                      float beta1, float beta2, float eps, float weight_decay, int step, float grad_scale,
+                      cudaStream_t stream);
 
 /* ------------------------------------------------------------ fp32 storage
  * The same kernels on fp32 storage with the exact arguments and semantics of
@@ -235,52 +216,40 @@ cudaError_t cuk_adamw(uint16_t *param, float *master, const float *grad, float *
 
 #define CUK_F32_LN_EPS 1e-5f /* kern.h's LayerNorm epsilon */
 
-cudaError_t cuk_f32_embed_fwd(float *out, const int *tokens, const float *wte,
-                              const float *wpe, size_t row0, size_t n, int T, int C,
-                              cudaStream_t stream);
-cudaError_t cuk_f32_embed_bwd(float *dwte, float *dwpe, const float *dout, const int *tokens,
-                              size_t row0, size_t n, int T, int C, cudaStream_t stream);
-cudaError_t cuk_f32_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
-                                  const float *w, const float *b, size_t N, int C,
-                                  cudaStream_t stream);
-cudaError_t cuk_f32_layernorm_bwd_input(float *dinp, const float *dout, const float *inp,
-                                        const float *w, const float *mean, const float *rstd,
-                                        size_t N, int C, cudaStream_t stream);
-cudaError_t cuk_f32_layernorm_bwd_weight(float *dw, float *db, const float *dout,
-                                         const float *inp, const float *mean,
-                                         const float *rstd, size_t N, int C, void *scratch,
-                                         cudaStream_t stream);
+cudaError_t cuk_f32_embed_fwd(float *out, const int *tokens, const float *wte, const float *wpe, size_t row0, size_t n,
+                              int T, int C, cudaStream_t stream);
+cudaError_t cuk_f32_embed_bwd(float *dwte, float *dwpe, const float *dout, const int *tokens, size_t row0, size_t n,
+                              int T, int C, cudaStream_t stream);
+cudaError_t cuk_f32_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                                  const float *b, size_t N, int C, cudaStream_t stream);
+cudaError_t cuk_f32_layernorm_bwd_input(float *dinp, const float *dout, const float *inp, const float *w,
+                                        const float *mean, const float *rstd, size_t N, int C, cudaStream_t stream);
+cudaError_t cuk_f32_layernorm_bwd_weight(float *dw, float *db, const float *dout, const float *inp, const float *mean,
+                                         const float *rstd, size_t N, int C, void *scratch, cudaStream_t stream);
 cudaError_t cuk_f32_gelu_fwd(float *out, const float *inp, size_t n, cudaStream_t stream);
-cudaError_t cuk_f32_gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n,
-                             cudaStream_t stream);
-cudaError_t cuk_f32_bias_fwd(float *out, const float *bias, size_t N, int OC,
-                             cudaStream_t stream);
-cudaError_t cuk_f32_bias_bwd(float *dbias, const float *dout, size_t N, int OC, void *scratch,
-                             cudaStream_t stream);
-cudaError_t cuk_f32_bias_residual_fwd(float *out, const float *a, const float *b,
-                                      const float *bias, size_t N, int OC, cudaStream_t stream);
+cudaError_t cuk_f32_gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n, cudaStream_t stream);
+cudaError_t cuk_f32_bias_fwd(float *out, const float *bias, size_t N, int OC, cudaStream_t stream);
+cudaError_t cuk_f32_bias_bwd(float *dbias, const float *dout, size_t N, int OC, void *scratch, cudaStream_t stream);
+cudaError_t cuk_f32_bias_residual_fwd(float *out, const float *a, const float *b, const float *bias, size_t N, int OC,
+                                      cudaStream_t stream);
 cudaError_t cuk_f32_add(float *y, const float *x, size_t n, cudaStream_t stream);
 /* kern_softmax_causal_fwd/bwd over `batch` [T, T] blocks (in place for fwd;
  * bwd overwrites dx from y and dy, dx may alias dy). */
-cudaError_t cuk_f32_softmax_causal_fwd(float *x, int batch, int T, float scale,
+cudaError_t cuk_f32_softmax_causal_fwd(float *x, int batch, int T, float scale, cudaStream_t stream);
+cudaError_t cuk_f32_softmax_causal_bwd(float *dx, const float *y, const float *dy, int batch, int T, float scale,
                                        cudaStream_t stream);
-cudaError_t cuk_f32_softmax_causal_bwd(float *dx, const float *y, const float *dy, int batch,
-                                       int T, float scale, cudaStream_t stream);
 /* qkv [B*T, 3*NH*hs] <-> q, k, v [B, NH, T, hs]; merge ACCUMULATES into dqkv. */
-cudaError_t cuk_f32_qkv_split(float *q, float *k, float *v, const float *qkv, int B, int T,
-                              int NH, int hs, cudaStream_t stream);
-cudaError_t cuk_f32_qkv_merge_acc(float *dqkv, const float *dq, const float *dk,
-                                  const float *dv, int B, int T, int NH, int hs,
-                                  cudaStream_t stream);
+cudaError_t cuk_f32_qkv_split(float *q, float *k, float *v, const float *qkv, int B, int T, int NH, int hs,
+                              cudaStream_t stream);
+cudaError_t cuk_f32_qkv_merge_acc(float *dqkv, const float *dq, const float *dk, const float *dv, int B, int T, int NH,
+                                  int hs, cudaStream_t stream);
 /* [B, NH, T, hs] <-> [B, T, NH, hs] (overwrite). */
-cudaError_t cuk_f32_bhtd_to_bthd(float *out, const float *inp, int B, int NH, int T, int hs,
-                                 cudaStream_t stream);
-cudaError_t cuk_f32_bthd_to_bhtd(float *out, const float *inp, int B, int NH, int T, int hs,
-                                 cudaStream_t stream);
-cudaError_t cuk_f32_crossentropy_fwd(float *losses, float *probs, const float *logits,
-                                     const int *targets, size_t N, int V, cudaStream_t stream);
-cudaError_t cuk_f32_crossentropy_bwd(float *dlogits, const float *probs, const int *targets,
-                                     size_t N, int V, float scale, cudaStream_t stream);
+cudaError_t cuk_f32_bhtd_to_bthd(float *out, const float *inp, int B, int NH, int T, int hs, cudaStream_t stream);
+cudaError_t cuk_f32_bthd_to_bhtd(float *out, const float *inp, int B, int NH, int T, int hs, cudaStream_t stream);
+cudaError_t cuk_f32_crossentropy_fwd(float *losses, float *probs, const float *logits, const int *targets, size_t N,
+                                     int V, cudaStream_t stream);
+cudaError_t cuk_f32_crossentropy_bwd(float *dlogits, const float *probs, const int *targets, size_t N, int V,
+                                     float scale, cudaStream_t stream);
 /* kern_adam is cuk_adamw(NULL, p, g, m, v, n, lr, b1, b2, eps, wd, t, 1.0f, stream). */
 
 /* Uniform in [0, 1) from cuk_rand_bits (24 bits of mantissa). */

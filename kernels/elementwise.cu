@@ -3,7 +3,7 @@
  * Contracts in kernels.h. */
 #include "kernels/common.cuh"
 
-#define EW_THREADS 256u
+#define EW_THREADS    256u
 #define EW_MAX_BLOCKS 65535u
 
 static unsigned ew_blocks(size_t n)
@@ -12,9 +12,8 @@ static unsigned ew_blocks(size_t n)
     return b > EW_MAX_BLOCKS ? EW_MAX_BLOCKS : b;
 }
 
-#define GRID_STRIDE(i, n) \
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
-         i += (size_t)gridDim.x * blockDim.x)
+#define GRID_STRIDE(i, n)                                                                                              \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
 
 /* ------------------------------------------------------------ conversions */
 
@@ -33,8 +32,7 @@ __global__ void bf16_accum_f32_kernel(float *acc, const uint16_t *in, size_t n)
     GRID_STRIDE(i, n) acc[i] += bf2f(in[i]);
 }
 
-extern "C" cudaError_t cuk_f32_to_bf16(uint16_t *out, const float *in, size_t n,
-                                        cudaStream_t stream)
+extern "C" cudaError_t cuk_f32_to_bf16(uint16_t *out, const float *in, size_t n, cudaStream_t stream)
 {
     if (n == 0)
         return cudaSuccess;
@@ -42,8 +40,7 @@ extern "C" cudaError_t cuk_f32_to_bf16(uint16_t *out, const float *in, size_t n,
     return cuk_status();
 }
 
-extern "C" cudaError_t cuk_bf16_to_f32(float *out, const uint16_t *in, size_t n,
-                                        cudaStream_t stream)
+extern "C" cudaError_t cuk_bf16_to_f32(float *out, const uint16_t *in, size_t n, cudaStream_t stream)
 {
     if (n == 0)
         return cudaSuccess;
@@ -51,8 +48,7 @@ extern "C" cudaError_t cuk_bf16_to_f32(float *out, const uint16_t *in, size_t n,
     return cuk_status();
 }
 
-extern "C" cudaError_t cuk_bf16_accum_f32(float *acc, const uint16_t *in, size_t n,
-                                           cudaStream_t stream)
+extern "C" cudaError_t cuk_bf16_accum_f32(float *acc, const uint16_t *in, size_t n, cudaStream_t stream)
 {
     if (n == 0)
         return cudaSuccess;
@@ -70,8 +66,7 @@ __global__ void fill_uniform_kernel(uint16_t *x, size_t n, uint64_t seed, float 
     GRID_STRIDE(i, n) x[i] = f2bf(scale * (2.0f * cuk_rand_uniform(seed, i) - 1.0f));
 }
 
-extern "C" cudaError_t cuk_fill_uniform_bf16(uint16_t *x, size_t n, uint64_t seed, float scale,
-                                             cudaStream_t stream)
+extern "C" cudaError_t cuk_fill_uniform_bf16(uint16_t *x, size_t n, uint64_t seed, float scale, cudaStream_t stream)
 {
     if (n == 0)
         return cudaSuccess;
@@ -79,7 +74,9 @@ extern "C" cudaError_t cuk_fill_uniform_bf16(uint16_t *x, size_t n, uint64_t see
     return cuk_status();
 }
 
-__global__ void noop_kernel(void) {}
+__global__ void noop_kernel(void)
+{
+}
 
 extern "C" cudaError_t cuk_noop(cudaStream_t stream)
 {
@@ -90,12 +87,12 @@ extern "C" cudaError_t cuk_noop(cudaStream_t stream)
 /* ------------------------------------------------------------ bias + dropout + residual */
 
 template <typename S>
-__global__ void bias_dropout_add_kernel(S *out, uint8_t *mask, const S *x, const S *bias,
-                                        const S *residual, float p, uint64_t seed, size_t n,
-                                        int C)
+__global__ void bias_dropout_add_kernel(S *out, uint8_t *mask, const S *x, const S *bias, const S *residual, float p,
+                                        uint64_t seed, size_t n, int C)
 {
     float keep_scale = p > 0.0f ? 1.0f / (1.0f - p) : 1.0f;
-    GRID_STRIDE(i, n) {
+    GRID_STRIDE(i, n)
+    {
         float v = ld(x[i]);
         if (bias)
             v += ld(bias[i % (size_t)C]);
@@ -111,41 +108,34 @@ __global__ void bias_dropout_add_kernel(S *out, uint8_t *mask, const S *x, const
 }
 
 template <typename S>
-static cudaError_t bias_dropout_add(S *out, uint8_t *mask, const S *x, const S *bias,
-                                    const S *residual, float p, uint64_t seed, size_t N,
-                                    int C, cudaStream_t stream)
+static cudaError_t bias_dropout_add(S *out, uint8_t *mask, const S *x, const S *bias, const S *residual, float p,
+                                    uint64_t seed, size_t N, int C, cudaStream_t stream)
 {
     if (p < 0.0f || p >= 1.0f || (p > 0.0f && !mask) || C <= 0)
         return cudaErrorInvalidValue;
     size_t n = N * (size_t)C;
     if (n == 0)
         return cudaSuccess;
-    bias_dropout_add_kernel<S><<<ew_blocks(n), EW_THREADS, 0, stream>>>(out, mask, x, bias,
-                                                                        residual, p, seed, n, C);
+    bias_dropout_add_kernel<S><<<ew_blocks(n), EW_THREADS, 0, stream>>>(out, mask, x, bias, residual, p, seed, n, C);
     return cuk_status();
 }
 
-extern "C" cudaError_t cuk_bias_dropout_add_fwd(uint16_t *out, uint8_t *mask,
-                                                const uint16_t *x, const uint16_t *bias,
-                                                const uint16_t *residual, float p,
-                                                uint64_t seed, int N, int C,
+extern "C" cudaError_t cuk_bias_dropout_add_fwd(uint16_t *out, uint8_t *mask, const uint16_t *x, const uint16_t *bias,
+                                                const uint16_t *residual, float p, uint64_t seed, int N, int C,
                                                 cudaStream_t stream)
 {
     if (N < 0)
         return cudaErrorInvalidValue;
-    return bias_dropout_add<uint16_t>(out, mask, x, bias, residual, p, seed, (size_t)N, C,
-                                      stream);
+    return bias_dropout_add<uint16_t>(out, mask, x, bias, residual, p, seed, (size_t)N, C, stream);
 }
 
-extern "C" cudaError_t cuk_f32_bias_residual_fwd(float *out, const float *a, const float *b,
-                                                 const float *bias, size_t N, int OC,
-                                                 cudaStream_t stream)
+extern "C" cudaError_t cuk_f32_bias_residual_fwd(float *out, const float *a, const float *b, const float *bias,
+                                                 size_t N, int OC, cudaStream_t stream)
 {
     return bias_dropout_add<float>(out, NULL, b, bias, a, 0.0f, 0, N, OC, stream);
 }
 
-extern "C" cudaError_t cuk_f32_bias_fwd(float *out, const float *bias, size_t N, int OC,
-                                        cudaStream_t stream)
+extern "C" cudaError_t cuk_f32_bias_fwd(float *out, const float *bias, size_t N, int OC, cudaStream_t stream)
 {
     return bias_dropout_add<float>(out, NULL, out, bias, NULL, 0.0f, 0, N, OC, stream);
 }
@@ -158,17 +148,17 @@ extern "C" cudaError_t cuk_f32_add(float *y, const float *x, size_t n, cudaStrea
     return bias_dropout_add<float>(y, NULL, x, NULL, y, 0.0f, 0, n, 1, stream);
 }
 
-__global__ void dropout_bwd_kernel(uint16_t *dinp, const uint16_t *dout, const uint8_t *mask,
-                                   float keep_scale, size_t n)
+__global__ void dropout_bwd_kernel(uint16_t *dinp, const uint16_t *dout, const uint8_t *mask, float keep_scale,
+                                   size_t n)
 {
-    GRID_STRIDE(i, n) {
+    GRID_STRIDE(i, n)
+    {
         float g = bf2f(dout[i]);
         dinp[i] = f2bf(mask ? (mask[i] ? g * keep_scale : 0.0f) : g);
     }
 }
 
-extern "C" cudaError_t cuk_dropout_bwd(uint16_t *dinp, const uint16_t *dout,
-                                       const uint8_t *mask, float p, size_t n,
+extern "C" cudaError_t cuk_dropout_bwd(uint16_t *dinp, const uint16_t *dout, const uint8_t *mask, float p, size_t n,
                                        cudaStream_t stream)
 {
     if (p < 0.0f || p >= 1.0f)
@@ -199,10 +189,10 @@ __device__ __forceinline__ float gelu_grad_f(float x)
     return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * du;
 }
 
-template <typename S>
-__global__ void bias_gelu_fwd_kernel(S *out, const S *inp, const S *bias, size_t n, int C)
+template <typename S> __global__ void bias_gelu_fwd_kernel(S *out, const S *inp, const S *bias, size_t n, int C)
 {
-    GRID_STRIDE(i, n) {
+    GRID_STRIDE(i, n)
+    {
         float x = ld(inp[i]);
         if (bias)
             x += ld(bias[i % (size_t)C]);
@@ -212,10 +202,10 @@ __global__ void bias_gelu_fwd_kernel(S *out, const S *inp, const S *bias, size_t
 
 /* dinp = (acc ? dinp : 0) + dout * gelu'(inp + bias). */
 template <typename S>
-__global__ void bias_gelu_bwd_kernel(S *dinp, const S *dout, const S *inp, const S *bias,
-                                     size_t n, int C, bool acc)
+__global__ void bias_gelu_bwd_kernel(S *dinp, const S *dout, const S *inp, const S *bias, size_t n, int C, bool acc)
 {
-    GRID_STRIDE(i, n) {
+    GRID_STRIDE(i, n)
+    {
         float x = ld(inp[i]);
         if (bias)
             x += ld(bias[i % (size_t)C]);
@@ -223,8 +213,7 @@ __global__ void bias_gelu_bwd_kernel(S *dinp, const S *dout, const S *inp, const
     }
 }
 
-extern "C" cudaError_t cuk_bias_gelu_fwd(uint16_t *out, const uint16_t *inp,
-                                         const uint16_t *bias, int N, int C,
+extern "C" cudaError_t cuk_bias_gelu_fwd(uint16_t *out, const uint16_t *inp, const uint16_t *bias, int N, int C,
                                          cudaStream_t stream)
 {
     if (C <= 0 || N < 0)
@@ -236,22 +225,19 @@ extern "C" cudaError_t cuk_bias_gelu_fwd(uint16_t *out, const uint16_t *inp,
     return cuk_status();
 }
 
-extern "C" cudaError_t cuk_bias_gelu_bwd(uint16_t *dinp, const uint16_t *dout,
-                                         const uint16_t *inp, const uint16_t *bias, int N,
-                                         int C, cudaStream_t stream)
+extern "C" cudaError_t cuk_bias_gelu_bwd(uint16_t *dinp, const uint16_t *dout, const uint16_t *inp,
+                                         const uint16_t *bias, int N, int C, cudaStream_t stream)
 {
     if (C <= 0 || N < 0)
         return cudaErrorInvalidValue;
     size_t n = (size_t)N * (size_t)C;
     if (n == 0)
         return cudaSuccess;
-    bias_gelu_bwd_kernel<uint16_t><<<ew_blocks(n), EW_THREADS, 0, stream>>>(dinp, dout, inp,
-                                                                            bias, n, C, false);
+    bias_gelu_bwd_kernel<uint16_t><<<ew_blocks(n), EW_THREADS, 0, stream>>>(dinp, dout, inp, bias, n, C, false);
     return cuk_status();
 }
 
-extern "C" cudaError_t cuk_f32_gelu_fwd(float *out, const float *inp, size_t n,
-                                        cudaStream_t stream)
+extern "C" cudaError_t cuk_f32_gelu_fwd(float *out, const float *inp, size_t n, cudaStream_t stream)
 {
     if (n == 0)
         return cudaSuccess;
@@ -259,24 +245,22 @@ extern "C" cudaError_t cuk_f32_gelu_fwd(float *out, const float *inp, size_t n,
     return cuk_status();
 }
 
-extern "C" cudaError_t cuk_f32_gelu_bwd(float *dinp, const float *inp, const float *dout,
-                                        size_t n, cudaStream_t stream)
+extern "C" cudaError_t cuk_f32_gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n, cudaStream_t stream)
 {
     if (n == 0)
         return cudaSuccess;
-    bias_gelu_bwd_kernel<float><<<ew_blocks(n), EW_THREADS, 0, stream>>>(dinp, dout, inp, NULL,
-                                                                         n, 1, true);
+    bias_gelu_bwd_kernel<float><<<ew_blocks(n), EW_THREADS, 0, stream>>>(dinp, dout, inp, NULL, n, 1, true);
     return cuk_status();
 }
 
 /* ------------------------------------------------------------ AdamW */
 
-__global__ void adamw_kernel(uint16_t *param, float *master, const float *grad, float *m,
-                             float *v, size_t n, float lr, float beta1, float beta2,
-                             float eps, float weight_decay, float bc1, float bc2,
+__global__ void adamw_kernel(uint16_t *param, float *master, const float *grad, float *m, float *v, size_t n, float lr,
+                             float beta1, float beta2, float eps, float weight_decay, float bc1, float bc2,
                              float grad_scale)
 {
-    GRID_STRIDE(i, n) {
+    GRID_STRIDE(i, n)
+    {
         float g = grad[i] * grad_scale;
         float mi = beta1 * m[i] + (1.0f - beta1) * g;
         float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
@@ -291,10 +275,9 @@ __global__ void adamw_kernel(uint16_t *param, float *master, const float *grad, 
     }
 }
 
-extern "C" cudaError_t cuk_adamw(uint16_t *param, float *master, const float *grad,
-                                  float *m, float *v, size_t n, float lr, float beta1,
-                                  float beta2, float eps, float weight_decay, int step,
-                                  float grad_scale, cudaStream_t stream)
+extern "C" cudaError_t cuk_adamw(uint16_t *param, float *master, const float *grad, float *m, float *v, size_t n,
+                                 float lr, float beta1, float beta2, float eps, float weight_decay, int step,
+                                 float grad_scale, cudaStream_t stream)
 {
     if (step < 1)
         return cudaErrorInvalidValue;
@@ -302,8 +285,7 @@ extern "C" cudaError_t cuk_adamw(uint16_t *param, float *master, const float *gr
         return cudaSuccess;
     float bc1 = 1.0f - powf(beta1, (float)step);
     float bc2 = 1.0f - powf(beta2, (float)step);
-    adamw_kernel<<<ew_blocks(n), EW_THREADS, 0, stream>>>(param, master, grad, m, v, n, lr,
-                                                          beta1, beta2, eps, weight_decay,
-                                                          bc1, bc2, grad_scale);
+    adamw_kernel<<<ew_blocks(n), EW_THREADS, 0, stream>>>(param, master, grad, m, v, n, lr, beta1, beta2, eps,
+                                                          weight_decay, bc1, bc2, grad_scale);
     return cuk_status();
 }

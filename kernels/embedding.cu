@@ -5,21 +5,19 @@
 
 #include "kernels/common.cuh"
 
-#define EMB_THREADS 256u
+#define EMB_THREADS      256u
 #define EMB_VOCAB_CHUNKS 16 /* parallelism of dwte beyond C: vocabulary slices */
-#define CE_THREADS 512
+#define CE_THREADS       512
 
 /* ------------------------------------------------------------ embedding */
 
 /* Rows [row0, row0 + n) of the token array; output row i = token row0 + i. */
 template <typename S>
-__global__ void embedding_fwd_kernel(S *out, const int32_t *tok, const S *wte, const S *wpe,
-                                     size_t row0, size_t n, int T, int C, int vocab_start,
-                                     int V)
+__global__ void embedding_fwd_kernel(S *out, const int32_t *tok, const S *wte, const S *wpe, size_t row0, size_t n,
+                                     int T, int C, int vocab_start, int V)
 {
     size_t n_el = n * C;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n_el;
-         i += (size_t)gridDim.x * blockDim.x) {
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n_el; i += (size_t)gridDim.x * blockDim.x) {
         size_t row = row0 + i / C;
         int c = (int)(i % C);
         int r = tok[row] - vocab_start;
@@ -31,9 +29,8 @@ __global__ void embedding_fwd_kernel(S *out, const int32_t *tok, const S *wte, c
 }
 
 template <typename S>
-static cudaError_t embedding_fwd(S *out, const int32_t *tok, const S *wte, const S *wpe,
-                                 size_t row0, size_t n, int T, int C, int vocab_start, int V,
-                                 cudaStream_t stream)
+static cudaError_t embedding_fwd(S *out, const int32_t *tok, const S *wte, const S *wpe, size_t row0, size_t n, int T,
+                                 int C, int vocab_start, int V, cudaStream_t stream)
 {
     if (T <= 0 || C <= 0 || V <= 0)
         return cudaErrorInvalidValue;
@@ -45,20 +42,16 @@ static cudaError_t embedding_fwd(S *out, const int32_t *tok, const S *wte, const
     return cuk_status();
 }
 
-extern "C" cudaError_t cuk_embedding_fwd(uint16_t *out, const int32_t *tok,
-                                         const uint16_t *wte, const uint16_t *wpe, int N,
-                                         int T, int C, int vocab_start, int V,
-                                         cudaStream_t stream)
+extern "C" cudaError_t cuk_embedding_fwd(uint16_t *out, const int32_t *tok, const uint16_t *wte, const uint16_t *wpe,
+                                         int N, int T, int C, int vocab_start, int V, cudaStream_t stream)
 {
     if (N <= 0)
         return cudaErrorInvalidValue;
-    return embedding_fwd<uint16_t>(out, tok, wte, wpe, 0, (size_t)N, T, C, vocab_start, V,
-                                   stream);
+    return embedding_fwd<uint16_t>(out, tok, wte, wpe, 0, (size_t)N, T, C, vocab_start, V, stream);
 }
 
-extern "C" cudaError_t cuk_f32_embed_fwd(float *out, const int *tokens, const float *wte,
-                                         const float *wpe, size_t row0, size_t n, int T, int C,
-                                         cudaStream_t stream)
+extern "C" cudaError_t cuk_f32_embed_fwd(float *out, const int *tokens, const float *wte, const float *wpe, size_t row0,
+                                         size_t n, int T, int C, cudaStream_t stream)
 {
     return embedding_fwd<float>(out, tokens, wte, wpe, row0, n, T, C, 0, INT_MAX, stream);
 }
@@ -67,9 +60,8 @@ extern "C" cudaError_t cuk_f32_embed_fwd(float *out, const int *tokens, const fl
  * [lo, lo + per) and walks the tokens in order: each dwte element has one
  * writer, and its additions happen in token order. */
 template <typename S>
-__global__ void embedding_bwd_wte_kernel(float *dwte, const S *dout, const int32_t *tok,
-                                         size_t row0, size_t n, int C, int vocab_start,
-                                         int V, int per)
+__global__ void embedding_bwd_wte_kernel(float *dwte, const S *dout, const int32_t *tok, size_t row0, size_t n, int C,
+                                         int vocab_start, int V, int per)
 {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C)
@@ -84,12 +76,10 @@ __global__ void embedding_bwd_wte_kernel(float *dwte, const S *dout, const int32
 
 /* dwpe[t, c] += sum of the dout rows at position t, in row order. */
 template <typename S>
-__global__ void embedding_bwd_wpe_kernel(float *dwpe, const S *dout, size_t row0, size_t n,
-                                         int T, int C)
+__global__ void embedding_bwd_wpe_kernel(float *dwpe, const S *dout, size_t row0, size_t n, int T, int C)
 {
     size_t n_el = (size_t)T * C;
-    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < n_el;
-         e += (size_t)gridDim.x * blockDim.x) {
+    for (size_t e = (size_t)blockIdx.x * blockDim.x + threadIdx.x; e < n_el; e += (size_t)gridDim.x * blockDim.x) {
         size_t t = e / C, c = e % C;
         /* first row i >= 0 with (row0 + i) % T == t */
         size_t first = (t + T - row0 % T) % T;
@@ -102,9 +92,8 @@ __global__ void embedding_bwd_wpe_kernel(float *dwpe, const S *dout, size_t row0
 }
 
 template <typename S>
-static cudaError_t embedding_bwd(float *dwte, float *dwpe, const S *dout, const int32_t *tok,
-                                 size_t row0, size_t n, int T, int C, int vocab_start, int V,
-                                 int slices, cudaStream_t stream)
+static cudaError_t embedding_bwd(float *dwte, float *dwpe, const S *dout, const int32_t *tok, size_t row0, size_t n,
+                                 int T, int C, int vocab_start, int V, int slices, cudaStream_t stream)
 {
     if (T <= 0 || C <= 0 || V <= 0 || slices <= 0)
         return cudaErrorInvalidValue;
@@ -112,8 +101,7 @@ static cudaError_t embedding_bwd(float *dwte, float *dwpe, const S *dout, const 
         return cudaSuccess;
     int per = (int)(((long long)V + slices - 1) / slices);
     dim3 grid((unsigned)((C + EMB_THREADS - 1) / EMB_THREADS), (unsigned)slices);
-    embedding_bwd_wte_kernel<S><<<grid, EMB_THREADS, 0, stream>>>(dwte, dout, tok, row0, n, C,
-                                                                  vocab_start, V, per);
+    embedding_bwd_wte_kernel<S><<<grid, EMB_THREADS, 0, stream>>>(dwte, dout, tok, row0, n, C, vocab_start, V, per);
     cudaError_t st = cuk_status();
     if (st != cudaSuccess || !dwpe)
         return st;
@@ -123,20 +111,17 @@ static cudaError_t embedding_bwd(float *dwte, float *dwpe, const S *dout, const 
     return cuk_status();
 }
 
-extern "C" cudaError_t cuk_embedding_bwd(float *dwte, float *dwpe, const uint16_t *dout,
-                                         const int32_t *tok, int N, int T, int C,
-                                         int vocab_start, int V, cudaStream_t stream)
+extern "C" cudaError_t cuk_embedding_bwd(float *dwte, float *dwpe, const uint16_t *dout, const int32_t *tok, int N,
+                                         int T, int C, int vocab_start, int V, cudaStream_t stream)
 {
     if (N <= 0)
         return cudaErrorInvalidValue;
-    return embedding_bwd<uint16_t>(dwte, dwpe, dout, tok, 0, (size_t)N, T, C, vocab_start, V,
-                                   EMB_VOCAB_CHUNKS, stream);
+    return embedding_bwd<uint16_t>(dwte, dwpe, dout, tok, 0, (size_t)N, T, C, vocab_start, V, EMB_VOCAB_CHUNKS, stream);
 }
 
 /* The vocabulary size is not an argument of kern_embed_bwd: one slice. */
-extern "C" cudaError_t cuk_f32_embed_bwd(float *dwte, float *dwpe, const float *dout,
-                                         const int *tokens, size_t row0, size_t n, int T,
-                                         int C, cudaStream_t stream)
+extern "C" cudaError_t cuk_f32_embed_bwd(float *dwte, float *dwpe, const float *dout, const int *tokens, size_t row0,
+                                         size_t n, int T, int C, cudaStream_t stream)
 {
     return embedding_bwd<float>(dwte, dwpe, dout, tokens, row0, n, T, C, 0, INT_MAX, 1, stream);
 }
@@ -145,8 +130,8 @@ extern "C" cudaError_t cuk_f32_embed_bwd(float *dwte, float *dwpe, const float *
 
 /* One block per row: lse[n] (and, when probs != NULL, the fp32 softmax). */
 template <typename S>
-__global__ void crossentropy_fwd_kernel(float *losses, float *lse, float *probs,
-                                        const S *logits, const int32_t *targets, int V)
+__global__ void crossentropy_fwd_kernel(float *losses, float *lse, float *probs, const S *logits,
+                                        const int32_t *targets, int V)
 {
     __shared__ float red[CUK_WARP];
     size_t n = blockIdx.x;
@@ -174,33 +159,28 @@ __global__ void crossentropy_fwd_kernel(float *losses, float *lse, float *probs,
     }
 }
 
-extern "C" cudaError_t cuk_crossentropy_fwd(float *losses, float *lse, const uint16_t *logits,
-                                            const int32_t *targets, int N, int V,
-                                            cudaStream_t stream)
+extern "C" cudaError_t cuk_crossentropy_fwd(float *losses, float *lse, const uint16_t *logits, const int32_t *targets,
+                                            int N, int V, cudaStream_t stream)
 {
     if (N <= 0 || V <= 0)
         return cudaErrorInvalidValue;
-    crossentropy_fwd_kernel<uint16_t><<<(unsigned)N, CE_THREADS, 0, stream>>>(
-        losses, lse, NULL, logits, targets, V);
+    crossentropy_fwd_kernel<uint16_t><<<(unsigned)N, CE_THREADS, 0, stream>>>(losses, lse, NULL, logits, targets, V);
     return cuk_status();
 }
 
-extern "C" cudaError_t cuk_f32_crossentropy_fwd(float *losses, float *probs,
-                                                const float *logits, const int *targets,
+extern "C" cudaError_t cuk_f32_crossentropy_fwd(float *losses, float *probs, const float *logits, const int *targets,
                                                 size_t N, int V, cudaStream_t stream)
 {
     if (N == 0)
         return cudaSuccess;
     if (N > 0x7fffffffu || V <= 0)
         return cudaErrorInvalidValue;
-    crossentropy_fwd_kernel<float><<<(unsigned)N, CE_THREADS, 0, stream>>>(
-        losses, NULL, probs, logits, targets, V);
+    crossentropy_fwd_kernel<float><<<(unsigned)N, CE_THREADS, 0, stream>>>(losses, NULL, probs, logits, targets, V);
     return cuk_status();
 }
 
-__global__ void crossentropy_bwd_kernel(uint16_t *dlogits, const uint16_t *logits,
-                                        const float *lse, const int32_t *targets, float dloss,
-                                        int V)
+__global__ void crossentropy_bwd_kernel(uint16_t *dlogits, const uint16_t *logits, const float *lse,
+                                        const int32_t *targets, float dloss, int V)
 {
     size_t n = blockIdx.x;
     const uint16_t *x = logits + n * V;
@@ -213,20 +193,18 @@ __global__ void crossentropy_bwd_kernel(uint16_t *dlogits, const uint16_t *logit
     }
 }
 
-extern "C" cudaError_t cuk_crossentropy_bwd(uint16_t *dlogits, const uint16_t *logits,
-                                            const float *lse, const int32_t *targets,
-                                            float dloss, int N, int V, cudaStream_t stream)
+extern "C" cudaError_t cuk_crossentropy_bwd(uint16_t *dlogits, const uint16_t *logits, const float *lse,
+                                            const int32_t *targets, float dloss, int N, int V, cudaStream_t stream)
 {
     if (N <= 0 || V <= 0)
         return cudaErrorInvalidValue;
-    crossentropy_bwd_kernel<<<(unsigned)N, CE_THREADS, 0, stream>>>(dlogits, logits, lse,
-                                                                   targets, dloss, V);
+    crossentropy_bwd_kernel<<<(unsigned)N, CE_THREADS, 0, stream>>>(dlogits, logits, lse, targets, dloss, V);
     return cuk_status();
 }
 
 /* dlogits += scale * (probs - onehot(target)) (kern_crossentropy_bwd). */
-__global__ void crossentropy_bwd_probs_kernel(float *dlogits, const float *probs,
-                                              const int32_t *targets, float scale, int V)
+__global__ void crossentropy_bwd_probs_kernel(float *dlogits, const float *probs, const int32_t *targets, float scale,
+                                              int V)
 {
     size_t n = blockIdx.x;
     int t = targets[n];
@@ -234,15 +212,13 @@ __global__ void crossentropy_bwd_probs_kernel(float *dlogits, const float *probs
         dlogits[n * V + v] += scale * (probs[n * V + v] - (v == t ? 1.0f : 0.0f));
 }
 
-extern "C" cudaError_t cuk_f32_crossentropy_bwd(float *dlogits, const float *probs,
-                                                const int *targets, size_t N, int V,
+extern "C" cudaError_t cuk_f32_crossentropy_bwd(float *dlogits, const float *probs, const int *targets, size_t N, int V,
                                                 float scale, cudaStream_t stream)
 {
     if (N == 0)
         return cudaSuccess;
     if (N > 0x7fffffffu || V <= 0)
         return cudaErrorInvalidValue;
-    crossentropy_bwd_probs_kernel<<<(unsigned)N, CE_THREADS, 0, stream>>>(dlogits, probs,
-                                                                         targets, scale, V);
+    crossentropy_bwd_probs_kernel<<<(unsigned)N, CE_THREADS, 0, stream>>>(dlogits, probs, targets, scale, V);
     return cuk_status();
 }

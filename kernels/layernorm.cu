@@ -6,16 +6,16 @@
 
 #include "kernels/common.cuh"
 
-#define LN_THREADS 256
+#define LN_THREADS        256
 #define LN_ROWS_PER_BLOCK (LN_THREADS / CUK_WARP)
-#define COLSUM_THREADS 256
-#define COLSUM_CHUNKS 32 /* row chunks of the two-pass column sum */
+#define COLSUM_THREADS    256
+#define COLSUM_CHUNKS     32 /* row chunks of the two-pass column sum */
 
 /* ------------------------------------------------------------ forward */
 
 template <typename S>
-__global__ void layernorm_fwd_kernel(S *out, float *mean, float *rstd, const S *inp,
-                                     const S *weight, const S *bias, int N, int C, float eps)
+__global__ void layernorm_fwd_kernel(S *out, float *mean, float *rstd, const S *inp, const S *weight, const S *bias,
+                                     int N, int C, float eps)
 {
     int lane = threadIdx.x % CUK_WARP;
     int row = blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / CUK_WARP;
@@ -46,29 +46,25 @@ __global__ void layernorm_fwd_kernel(S *out, float *mean, float *rstd, const S *
 }
 
 template <typename S>
-static cudaError_t layernorm_fwd(S *out, float *mean, float *rstd, const S *inp,
-                                 const S *weight, const S *bias, int N, int C, float eps,
-                                 cudaStream_t stream)
+static cudaError_t layernorm_fwd(S *out, float *mean, float *rstd, const S *inp, const S *weight, const S *bias, int N,
+                                 int C, float eps, cudaStream_t stream)
 {
     if (N <= 0 || C <= 0)
         return cudaErrorInvalidValue;
     unsigned blocks = (unsigned)((N + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK);
-    layernorm_fwd_kernel<S><<<blocks, LN_THREADS, 0, stream>>>(out, mean, rstd, inp, weight,
-                                                               bias, N, C, eps);
+    layernorm_fwd_kernel<S><<<blocks, LN_THREADS, 0, stream>>>(out, mean, rstd, inp, weight, bias, N, C, eps);
     return cuk_status();
 }
 
-extern "C" cudaError_t cuk_layernorm_fwd(uint16_t *out, float *mean, float *rstd,
-                                         const uint16_t *inp, const uint16_t *weight,
-                                         const uint16_t *bias, int N, int C, float eps,
+extern "C" cudaError_t cuk_layernorm_fwd(uint16_t *out, float *mean, float *rstd, const uint16_t *inp,
+                                         const uint16_t *weight, const uint16_t *bias, int N, int C, float eps,
                                          cudaStream_t stream)
 {
     return layernorm_fwd<uint16_t>(out, mean, rstd, inp, weight, bias, N, C, eps, stream);
 }
 
-extern "C" cudaError_t cuk_f32_layernorm_fwd(float *out, float *mean, float *rstd,
-                                             const float *inp, const float *w, const float *b,
-                                             size_t N, int C, cudaStream_t stream)
+extern "C" cudaError_t cuk_f32_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                                             const float *b, size_t N, int C, cudaStream_t stream)
 {
     if (N > INT_MAX)
         return cudaErrorInvalidValue;
@@ -87,8 +83,8 @@ size_t cuk_colsum_scratch_bytes(int N, int C)
  * part[y][0][c] = sum dout[n,c] * xhat[n,c] (when inp != NULL),
  * part[y][1][c] = sum dout[n,c]. */
 template <typename S>
-__global__ void colsum_partial_kernel(float *part, const S *dout, const S *inp,
-                                      const float *mean, const float *rstd, int N, int C)
+__global__ void colsum_partial_kernel(float *part, const S *dout, const S *inp, const float *mean, const float *rstd,
+                                      int N, int C)
 {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C)
@@ -125,42 +121,38 @@ __global__ void colsum_final_kernel(float *sum_a, float *sum_b, const float *par
 }
 
 template <typename S>
-static cudaError_t colsum(float *sum_a, float *sum_b, const S *dout, const S *inp, const float *mean, const float *rstd, int N,
-                          int C, void *scratch, cudaStream_t stream)
+static cudaError_t colsum(float *sum_a, float *sum_b, const S *dout, const S *inp, const float *mean, const float *rstd,
+                          int N, int C, void *scratch, cudaStream_t stream)
 {
     dim3 grid((unsigned)((C + COLSUM_THREADS - 1) / COLSUM_THREADS), COLSUM_CHUNKS);
-    colsum_partial_kernel<S><<<grid, COLSUM_THREADS, 0, stream>>>((float *)scratch, dout, inp,
-                                                               mean, rstd, N, C);
+    colsum_partial_kernel<S><<<grid, COLSUM_THREADS, 0, stream>>>((float *)scratch, dout, inp, mean, rstd, N, C);
     cudaError_t st = cuk_status();
     if (st != cudaSuccess)
         return st;
-    colsum_final_kernel<<<grid.x, COLSUM_THREADS, 0, stream>>>(sum_a, sum_b,
-                                                               (const float *)scratch, C);
+    colsum_final_kernel<<<grid.x, COLSUM_THREADS, 0, stream>>>(sum_a, sum_b, (const float *)scratch, C);
     return cuk_status();
 }
 
-extern "C" cudaError_t cuk_bias_grad(float *dbias, const uint16_t *dout, int N, int C,
-                                      void *scratch, cudaStream_t stream)
+extern "C" cudaError_t cuk_bias_grad(float *dbias, const uint16_t *dout, int N, int C, void *scratch,
+                                     cudaStream_t stream)
 {
     if (N <= 0 || C <= 0 || !scratch)
         return cudaErrorInvalidValue;
     return colsum<uint16_t>(NULL, dbias, dout, NULL, NULL, NULL, N, C, scratch, stream);
 }
 
-extern "C" cudaError_t cuk_f32_bias_bwd(float *dbias, const float *dout, size_t N, int OC,
-                                        void *scratch, cudaStream_t stream)
+extern "C" cudaError_t cuk_f32_bias_bwd(float *dbias, const float *dout, size_t N, int OC, void *scratch,
+                                        cudaStream_t stream)
 {
     if (N == 0)
         return cudaSuccess;
     if (N > INT_MAX || OC <= 0 || !scratch)
         return cudaErrorInvalidValue;
-    return colsum<float>(NULL, dbias, dout, (const float *)NULL, NULL, NULL, (int)N, OC,
-                         scratch, stream);
+    return colsum<float>(NULL, dbias, dout, (const float *)NULL, NULL, NULL, (int)N, OC, scratch, stream);
 }
 
-extern "C" cudaError_t cuk_f32_layernorm_bwd_weight(float *dw, float *db, const float *dout,
-                                                    const float *inp, const float *mean,
-                                                    const float *rstd, size_t N, int C,
+extern "C" cudaError_t cuk_f32_layernorm_bwd_weight(float *dw, float *db, const float *dout, const float *inp,
+                                                    const float *mean, const float *rstd, size_t N, int C,
                                                     void *scratch, cudaStream_t stream)
 {
     if (N == 0 || N > INT_MAX || C <= 0 || !scratch || !inp)
@@ -171,9 +163,8 @@ extern "C" cudaError_t cuk_f32_layernorm_bwd_weight(float *dw, float *db, const 
 /* ------------------------------------------------------------ backward */
 
 template <typename S>
-__global__ void layernorm_bwd_dinp_kernel(S *dinp, const S *dout, const S *inp, const S *weight,
-                                          const float *mean, const float *rstd, int N, int C,
-                                          bool acc)
+__global__ void layernorm_bwd_dinp_kernel(S *dinp, const S *dout, const S *inp, const S *weight, const float *mean,
+                                          const float *rstd, int N, int C, bool acc)
 {
     int lane = threadIdx.x % CUK_WARP;
     int row = blockIdx.x * LN_ROWS_PER_BLOCK + threadIdx.x / CUK_WARP;
@@ -197,11 +188,9 @@ __global__ void layernorm_bwd_dinp_kernel(S *dinp, const S *dout, const S *inp, 
     }
 }
 
-extern "C" cudaError_t cuk_layernorm_bwd(uint16_t *dinp, float *dweight, float *dbias,
-                                          const uint16_t *dout, const uint16_t *inp,
-                                          const uint16_t *weight, const float *mean,
-                                          const float *rstd, int N, int C, void *scratch,
-                                          cudaStream_t stream)
+extern "C" cudaError_t cuk_layernorm_bwd(uint16_t *dinp, float *dweight, float *dbias, const uint16_t *dout,
+                                         const uint16_t *inp, const uint16_t *weight, const float *mean,
+                                         const float *rstd, int N, int C, void *scratch, cudaStream_t stream)
 {
     if (N <= 0 || C <= 0 || !scratch)
         return cudaErrorInvalidValue;
@@ -211,22 +200,21 @@ extern "C" cudaError_t cuk_layernorm_bwd(uint16_t *dinp, float *dweight, float *
     if (st != cudaSuccess)
         return st;
     unsigned blocks = (unsigned)((N + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK);
-    layernorm_bwd_dinp_kernel<uint16_t><<<blocks, LN_THREADS, 0, stream>>>(
-        dinp, dout, inp, weight, mean, rstd, N, C, false);
+    layernorm_bwd_dinp_kernel<uint16_t>
+        <<<blocks, LN_THREADS, 0, stream>>>(dinp, dout, inp, weight, mean, rstd, N, C, false);
     return cuk_status();
 }
 
-extern "C" cudaError_t cuk_f32_layernorm_bwd_input(float *dinp, const float *dout,
-                                                   const float *inp, const float *w,
-                                                   const float *mean, const float *rstd,
-                                                   size_t N, int C, cudaStream_t stream)
+extern "C" cudaError_t cuk_f32_layernorm_bwd_input(float *dinp, const float *dout, const float *inp, const float *w,
+                                                   const float *mean, const float *rstd, size_t N, int C,
+                                                   cudaStream_t stream)
 {
     if (N == 0)
         return cudaSuccess;
     if (N > INT_MAX || C <= 0)
         return cudaErrorInvalidValue;
     unsigned blocks = (unsigned)((N + LN_ROWS_PER_BLOCK - 1) / LN_ROWS_PER_BLOCK);
-    layernorm_bwd_dinp_kernel<float><<<blocks, LN_THREADS, 0, stream>>>(
-        dinp, dout, inp, w, mean, rstd, (int)N, C, true);
+    layernorm_bwd_dinp_kernel<float>
+        <<<blocks, LN_THREADS, 0, stream>>>(dinp, dout, inp, w, mean, rstd, (int)N, C, true);
     return cuk_status();
 }

@@ -1,7 +1,6 @@
 #include "exec/core/backend.h"
 
-static const char *const CAT_NAMES[XMEM_NCAT] = {"weights", "gradients", "optimizer",
-                                                  "activations", "buffers"};
+static const char *const CAT_NAMES[XMEM_NCAT] = {"weights", "gradients", "optimizer", "activations", "buffers"};
 
 const char *xmem_cat_name(xmem_cat c)
 {
@@ -15,8 +14,8 @@ int be_alloc(backend *be, size_t n, xmem_cat cat, float **out, ts_err *err)
         return TS_OK;
     float *p = be->alloc(be, n);
     if (!p)
-        return err_set(err, TS_ENOMEM, "%s backend: cannot allocate %zu bytes of %s",
-                       be->name, n * sizeof(float), xmem_cat_name(cat));
+        return err_set(err, TS_ENOMEM, "%s backend: cannot allocate %zu bytes of %s", be->name, n * sizeof(float),
+                       xmem_cat_name(cat));
     size_t bytes = n * sizeof(float);
     be->cur_bytes[cat] += bytes;
     be->cur_total_bytes += bytes;

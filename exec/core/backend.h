@@ -43,8 +43,8 @@ const char *xmem_cat_name(xmem_cat c);
 typedef struct backend backend;
 
 struct backend {
-    const char *name;                   /* "cpu", "cuda" */
-    void *ctx;                          /* the implementation's state */
+    const char *name; /* "cpu", "cuda" */
+    void *ctx;        /* the implementation's state */
 
     /* ---- memory (raw; use be_alloc/be_free, which also count bytes) */
     /* n floats, zero-filled; NULL on failure. */
@@ -62,49 +62,46 @@ struct backend {
     void (*sync)(backend *be);
 
     /* ---- GEMM, row-major: C[M,N] = alpha op(A)[M,K] op(B)[K,N] + beta C */
-    void (*gemm)(backend *be, bool trans_a, bool trans_b, int M, int N, int K, float alpha,
-                 const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc);
+    void (*gemm)(backend *be, bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float *A, int lda,
+                 const float *B, int ldb, float beta, float *C, int ldc);
 
     /* ---- kernels: same arguments and semantics as kern.h */
-    void (*embed_fwd)(backend *be, float *out, const int *tokens, const float *wte,
-                      const float *wpe, size_t row0, size_t n, int T, int C);
-    void (*embed_bwd)(backend *be, float *dwte, float *dwpe, const float *dout,
-                      const int *tokens, size_t row0, size_t n, int T, int C);
-    void (*layernorm_fwd)(backend *be, float *out, float *mean, float *rstd, const float *inp,
-                          const float *w, const float *b, size_t N, int C);
-    void (*layernorm_bwd_input)(backend *be, float *dinp, const float *dout, const float *inp,
-                                const float *w, const float *mean, const float *rstd,
-                                size_t N, int C);
-    void (*layernorm_bwd_weight)(backend *be, float *dw, float *db, const float *dout,
-                                 const float *inp, const float *mean, const float *rstd,
-                                 size_t N, int C);
-    void (*attention_fwd)(backend *be, float *out, float *att, const float *qkv,
+    void (*embed_fwd)(backend *be, float *out, const int *tokens, const float *wte, const float *wpe, size_t row0,
+                      size_t n, int T, int C);
+    void (*embed_bwd)(backend *be, float *dwte, float *dwpe, const float *dout, const int *tokens, size_t row0,
+                      size_t n, int T, int C);
+    void (*layernorm_fwd)(backend *be, float *out, float *mean, float *rstd, const float *inp, const float *w,
+                          const float *b, size_t N, int C);
+    void (*layernorm_bwd_input)(backend *be, float *dinp, const float *dout, const float *inp, const float *w,
+                                const float *mean, const float *rstd, size_t N, int C);
+    void (*layernorm_bwd_weight)(backend *be, float *dw, float *db, const float *dout, const float *inp,
+                                 const float *mean, const float *rstd, size_t N, int C);
+    void (*attention_fwd)(backend *be, float *out, float *att, const float *qkv, int B, int T, int NH, int hs);
+    void (*attention_bwd)(backend *be, float *dqkv, float *datt, const float *dout, const float *qkv, const float *att,
                           int B, int T, int NH, int hs);
-    void (*attention_bwd)(backend *be, float *dqkv, float *datt, const float *dout,
-                          const float *qkv, const float *att, int B, int T, int NH, int hs);
     void (*gelu_fwd)(backend *be, float *out, const float *inp, size_t n);
     void (*gelu_bwd)(backend *be, float *dinp, const float *inp, const float *dout, size_t n);
     void (*bias_fwd)(backend *be, float *out, const float *bias, size_t N, int OC);
     void (*bias_bwd)(backend *be, float *dbias, const float *dout, size_t N, int OC);
-    void (*bias_residual_fwd)(backend *be, float *out, const float *a, const float *b,
-                              const float *bias, size_t N, int OC);
+    void (*bias_residual_fwd)(backend *be, float *out, const float *a, const float *b, const float *bias, size_t N,
+                              int OC);
     void (*add)(backend *be, float *y, const float *x, size_t n);
-    void (*crossentropy_fwd)(backend *be, float *losses, float *probs, const float *logits,
-                             const int *targets, size_t N, int V);
-    void (*crossentropy_bwd)(backend *be, float *dlogits, const float *probs,
-                             const int *targets, size_t N, int V, float scale);
-    void (*adam)(backend *be, float *p, const float *g, float *m, float *v, size_t n,
-                 float lr, float b1, float b2, float eps, float wd, int t);
+    void (*crossentropy_fwd)(backend *be, float *losses, float *probs, const float *logits, const int *targets,
+                             size_t N, int V);
+    void (*crossentropy_bwd)(backend *be, float *dlogits, const float *probs, const int *targets, size_t N, int V,
+                             float scale);
+    void (*adam)(backend *be, float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2,
+                 float eps, float wd, int t);
 
     /* Release the backend (not the tensors: their owners free them first). */
     void (*destroy)(backend *be);
 
     /* ---- accounting, maintained by be_alloc/be_free (bytes) */
     size_t cur_bytes[XMEM_NCAT];
-    size_t peak_bytes[XMEM_NCAT];   /* peak of each category on its own */
+    size_t peak_bytes[XMEM_NCAT]; /* peak of each category on its own */
     size_t cur_total_bytes;
-    size_t peak_total_bytes;        /* peak of the sum */
-    size_t at_peak_bytes[XMEM_NCAT];/* each category's bytes when the sum peaked */
+    size_t peak_total_bytes;         /* peak of the sum */
+    size_t at_peak_bytes[XMEM_NCAT]; /* each category's bytes when the sum peaked */
 };
 
 /* Allocate n floats (zeroed) counted under cat. TS_ENOMEM with the size and

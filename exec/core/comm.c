@@ -9,8 +9,7 @@ static int local_all_reduce(comm *c, comm_group g, float *buf, size_t n, ts_err 
     (void)c, (void)g, (void)buf, (void)n, (void)err;
     return TS_OK;
 }
-static int local_copy(comm *c, comm_group g, float *out, const float *in, size_t n,
-                      ts_err *err)
+static int local_copy(comm *c, comm_group g, float *out, const float *in, size_t n, ts_err *err)
 {
     (void)c, (void)g, (void)err;
     if (n && out != in)
@@ -20,15 +19,12 @@ static int local_copy(comm *c, comm_group g, float *out, const float *in, size_t
 static int local_p2p(comm *c, int peer, float *buf, size_t n, int tag, int *req, ts_err *err)
 {
     (void)c, (void)buf, (void)n, (void)req;
-    return err_set(err, TS_ESTATE, "local comm: no pipeline peer %d (tag %d) in a 1-rank run",
-                   peer, tag);
+    return err_set(err, TS_ESTATE, "local comm: no pipeline peer %d (tag %d) in a 1-rank run", peer, tag);
 }
-static int local_send(comm *c, int peer, const float *buf, size_t n, int tag, int *req,
-                      ts_err *err)
+static int local_send(comm *c, int peer, const float *buf, size_t n, int tag, int *req, ts_err *err)
 {
     (void)c, (void)buf, (void)n, (void)req;
-    return err_set(err, TS_ESTATE, "local comm: no pipeline peer %d (tag %d) in a 1-rank run",
-                   peer, tag);
+    return err_set(err, TS_ESTATE, "local comm: no pipeline peer %d (tag %d) in a 1-rank run", peer, tag);
 }
 static int local_wait(comm *c, int req, ts_err *err)
 {

@@ -30,7 +30,7 @@ typedef enum { COMM_TP = 0, COMM_PP, COMM_DP, COMM_NGROUPS } comm_group;
 typedef struct comm comm;
 
 struct comm {
-    const char *name;  /* "local", "mpi", "nccl" */
+    const char *name; /* "local", "mpi", "nccl" */
     void *ctx;
     int size[COMM_NGROUPS]; /* t, p, d */
     int rank[COMM_NGROUPS]; /* this rank's index in each group */
@@ -38,11 +38,9 @@ struct comm {
     /* buf[0..n) = sum over the group, in place. */
     int (*all_reduce)(comm *c, comm_group g, float *buf, size_t n, ts_err *err);
     /* out[r*n .. (r+1)*n) = in of group rank r (out holds size*n floats). */
-    int (*all_gather)(comm *c, comm_group g, float *out, const float *in, size_t n,
-                      ts_err *err);
+    int (*all_gather)(comm *c, comm_group g, float *out, const float *in, size_t n, ts_err *err);
     /* out[0..n) = sum over the group of in[rank*n .. (rank+1)*n) (in holds size*n). */
-    int (*reduce_scatter)(comm *c, comm_group g, float *out, const float *in, size_t n,
-                          ts_err *err);
+    int (*reduce_scatter)(comm *c, comm_group g, float *out, const float *in, size_t n, ts_err *err);
     /* Pipeline point-to-point to/from pp rank `peer` (same tp, dp), matched by tag
      * (0 <= tag < 2^30). *req receives an id for wait(). */
     int (*isend)(comm *c, int peer, const float *buf, size_t n, int tag, int *req, ts_err *err);

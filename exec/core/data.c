@@ -17,12 +17,10 @@ static int token_at(uint64_t seed, uint64_t s, int k, int V)
     return (int)((start + stride * (uint64_t)k) % (uint64_t)V);
 }
 
-void data_microbatch(uint64_t seed, int it, int mb_per_iter, int g, int B, int T, int V,
-                     int *tokens, int *targets)
+void data_microbatch(uint64_t seed, int it, int mb_per_iter, int g, int B, int T, int V, int *tokens, int *targets)
 {
     for (int b = 0; b < B; b++) {
-        uint64_t s = ((uint64_t)it * (uint64_t)mb_per_iter + (uint64_t)g) * (uint64_t)B +
-                     (uint64_t)b;
+        uint64_t s = ((uint64_t)it * (uint64_t)mb_per_iter + (uint64_t)g) * (uint64_t)B + (uint64_t)b;
         for (int k = 0; k < T; k++) {
             tokens[b * T + k] = token_at(seed, s, k, V);
             targets[b * T + k] = token_at(seed, s, k + 1, V);

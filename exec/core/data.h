@@ -18,7 +18,6 @@
 
 /* Fill tokens[B*T] and targets[B*T] (caller-owned) for global micro-batch g
  * of iteration it with mb_per_iter = m*d micro-batches per iteration. */
-void data_microbatch(uint64_t seed, int it, int mb_per_iter, int g, int B, int T, int V,
-                     int *tokens, int *targets);
+void data_microbatch(uint64_t seed, int it, int mb_per_iter, int g, int B, int T, int V, int *tokens, int *targets);
 
 #endif

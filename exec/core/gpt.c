@@ -13,30 +13,39 @@ typedef enum { SPLIT_NONE = 0, SPLIT_COL, SPLIT_ROW } split_kind;
 typedef struct {
     size_t rows, cols; /* full shape (a vector is rows x 1) */
     split_kind split;
-    int blocks;        /* SPLIT_COL: row blocks split separately (3 for QKV) */
+    int blocks; /* SPLIT_COL: row blocks split separately (3 for QKV) */
 } pshape;
 
 static pshape shape_of(const gpt_dims *d, gpt_pkind k)
 {
     size_t V = d->vocab, T = d->seq, C = d->hidden, F = d->ffn;
     switch (k) {
-    case GP_WTE: return (pshape){V, C, SPLIT_NONE, 1};
-    case GP_WPE: return (pshape){T, C, SPLIT_NONE, 1};
-    case GP_QKVW: return (pshape){3 * C, C, SPLIT_COL, 3};
-    case GP_QKVB: return (pshape){3 * C, 1, SPLIT_COL, 3};
-    case GP_PROJW: return (pshape){C, C, SPLIT_ROW, 1};
-    case GP_FCW: return (pshape){F, C, SPLIT_COL, 1};
-    case GP_FCB: return (pshape){F, 1, SPLIT_COL, 1};
-    case GP_FCPROJW: return (pshape){C, F, SPLIT_ROW, 1};
-    case GP_WOUT: return (pshape){V, C, SPLIT_NONE, 1};
-    default: return (pshape){C, 1, SPLIT_NONE, 1}; /* LayerNorms, row-parallel biases */
+    case GP_WTE:
+        return (pshape){V, C, SPLIT_NONE, 1};
+    case GP_WPE:
+        return (pshape){T, C, SPLIT_NONE, 1};
+    case GP_QKVW:
+        return (pshape){3 * C, C, SPLIT_COL, 3};
+    case GP_QKVB:
+        return (pshape){3 * C, 1, SPLIT_COL, 3};
+    case GP_PROJW:
+        return (pshape){C, C, SPLIT_ROW, 1};
+    case GP_FCW:
+        return (pshape){F, C, SPLIT_COL, 1};
+    case GP_FCB:
+        return (pshape){F, 1, SPLIT_COL, 1};
+    case GP_FCPROJW:
+        return (pshape){C, F, SPLIT_ROW, 1};
+    case GP_WOUT:
+        return (pshape){V, C, SPLIT_NONE, 1};
+    default:
+        return (pshape){C, 1, SPLIT_NONE, 1}; /* LayerNorms, row-parallel biases */
     }
 }
 
 int gpt_dims_check(const gpt_dims *d, int t, bool sp, ts_err *err)
 {
-    if (d->vocab < 2 || d->seq < 1 || d->hidden < 1 || d->heads < 1 || d->ffn < 1 ||
-        d->layers < 1 || d->batch < 1)
+    if (d->vocab < 2 || d->seq < 1 || d->hidden < 1 || d->heads < 1 || d->ffn < 1 || d->layers < 1 || d->batch < 1)
         return err_set(err, TS_EINVAL,
                        "model: every size must be positive (vocab >= 2); got V=%d T=%d C=%d "
                        "heads=%d F=%d L=%d B=%d",
@@ -44,9 +53,8 @@ int gpt_dims_check(const gpt_dims *d, int t, bool sp, ts_err *err)
     if (t < 1)
         return err_set(err, TS_EINVAL, "--tensor-model-parallel-size %d: must be >= 1", t);
     if (d->hidden % d->heads)
-        return err_set(err, TS_EINVAL,
-                       "--hidden-size %d is not a multiple of --num-attention-heads %d",
-                       d->hidden, d->heads);
+        return err_set(err, TS_EINVAL, "--hidden-size %d is not a multiple of --num-attention-heads %d", d->hidden,
+                       d->heads);
     if (d->heads % t || d->ffn % t)
         return err_set(err, TS_EINVAL,
                        "--tensor-model-parallel-size %d must divide --num-attention-heads %d "
@@ -132,12 +140,26 @@ static float init_value(const gpt_dims *d, gpt_pkind k, uint64_t seed, size_t gi
     float u = hash_uniform(seed, gi);
     const float s3 = 1.7320508f;
     switch (k) {
-    case GP_LN1W: case GP_LN2W: case GP_LNFW: return 1.0f + 0.1f * u;
-    case GP_LN1B: case GP_LN2B: case GP_LNFB: return 0.1f * u;
-    case GP_WPE: return 0.01f * s3 * u;
-    case GP_PROJW: case GP_FCPROJW: return 0.02f * s3 / sqrtf(2.0f * d->layers) * u;
-    case GP_QKVB: case GP_PROJB: case GP_FCB: case GP_FCPROJB: return 0.01f * u;
-    default: return 0.02f * s3 * u;
+    case GP_LN1W:
+    case GP_LN2W:
+    case GP_LNFW:
+        return 1.0f + 0.1f * u;
+    case GP_LN1B:
+    case GP_LN2B:
+    case GP_LNFB:
+        return 0.1f * u;
+    case GP_WPE:
+        return 0.01f * s3 * u;
+    case GP_PROJW:
+    case GP_FCPROJW:
+        return 0.02f * s3 / sqrtf(2.0f * d->layers) * u;
+    case GP_QKVB:
+    case GP_PROJB:
+    case GP_FCB:
+    case GP_FCPROJB:
+        return 0.01f * u;
+    default:
+        return 0.02f * s3 * u;
     }
 }
 
@@ -146,8 +168,14 @@ static bool is_tp_partial(gpt_pkind k, bool sp)
     if (!sp)
         return false;
     switch (k) {
-    case GP_LN1W: case GP_LN1B: case GP_LN2W: case GP_LN2B: case GP_LNFW: case GP_LNFB:
-    case GP_WTE: case GP_WPE:
+    case GP_LN1W:
+    case GP_LN1B:
+    case GP_LN2W:
+    case GP_LN2B:
+    case GP_LNFW:
+    case GP_LNFB:
+    case GP_WTE:
+    case GP_WPE:
         return true;
     default:
         return false;
@@ -192,9 +220,8 @@ void gpt_stage_free(gpt_stage *st)
     free(st);
 }
 
-int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool embed,
-                     bool head, bool sp, uint64_t seed, backend *be, comm *cm,
-                     gpt_stage **out, ts_err *err)
+int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool embed, bool head, bool sp, uint64_t seed,
+                     backend *be, comm *cm, gpt_stage **out, ts_err *err)
 {
     *out = NULL;
     int t = cm->size[COMM_TP];
@@ -202,8 +229,8 @@ int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool em
     if (rc)
         return rc;
     if (first_layer < 0 || num_layers < 0 || first_layer + num_layers > d->layers)
-        return err_set(err, TS_EINVAL, "stage layers [%d, %d) outside the model's %d layers",
-                       first_layer, first_layer + num_layers, d->layers);
+        return err_set(err, TS_EINVAL, "stage layers [%d, %d) outside the model's %d layers", first_layer,
+                       first_layer + num_layers, d->layers);
     gpt_stage *st = calloc(1, sizeof *st);
     if (!st)
         return err_set(err, TS_ENOMEM, "gpt stage: out of memory");
@@ -251,10 +278,8 @@ int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool em
         add_tensor(st, GP_WOUT, -1);
     }
     size_t n = st->nparams;
-    if ((rc = be_alloc(be, n, XMEM_WEIGHTS, &st->params, err)) ||
-        (rc = be_alloc(be, n, XMEM_GRADS, &st->grads, err)) ||
-        (rc = be_alloc(be, n, XMEM_OPTIM, &st->m, err)) ||
-        (rc = be_alloc(be, n, XMEM_OPTIM, &st->v, err)))
+    if ((rc = be_alloc(be, n, XMEM_WEIGHTS, &st->params, err)) || (rc = be_alloc(be, n, XMEM_GRADS, &st->grads, err)) ||
+        (rc = be_alloc(be, n, XMEM_OPTIM, &st->m, err)) || (rc = be_alloc(be, n, XMEM_OPTIM, &st->v, err)))
         goto fail;
 
     /* initial values, computed on the host from full-model indices */
@@ -267,8 +292,7 @@ int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool em
         gpt_tensor *tt = &st->tens[i];
         size_t base = gpt_full_offset(d, tt->kind, tt->layer, NULL);
         for (size_t j = 0; j < tt->n; j++)
-            host[tt->offset + j] =
-                init_value(d, tt->kind, seed, base + local_to_full(d, tt->kind, t, st->tr, j));
+            host[tt->offset + j] = init_value(d, tt->kind, seed, base + local_to_full(d, tt->kind, t, st->tr, j));
         float *w = st->params + tt->offset, *g = st->grads + tt->offset;
         if (tt->layer >= 0) {
             int li = tt->layer - first_layer;
@@ -276,11 +300,21 @@ int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool em
             LG(st, li, tt->kind) = g;
         } else {
             switch (tt->kind) {
-            case GP_WTE: st->wte = w, st->gwte = g; break;
-            case GP_WPE: st->wpe = w, st->gwpe = g; break;
-            case GP_LNFW: st->lnfw = w, st->glnfw = g; break;
-            case GP_LNFB: st->lnfb = w, st->glnfb = g; break;
-            default: st->wout = w, st->gwout = g; break;
+            case GP_WTE:
+                st->wte = w, st->gwte = g;
+                break;
+            case GP_WPE:
+                st->wpe = w, st->gwpe = g;
+                break;
+            case GP_LNFW:
+                st->lnfw = w, st->glnfw = g;
+                break;
+            case GP_LNFB:
+                st->lnfb = w, st->glnfb = g;
+                break;
+            default:
+                st->wout = w, st->gwout = g;
+                break;
             }
         }
     }
@@ -349,11 +383,11 @@ size_t gpt_cache_layout(const gpt_stage *st, gpt_cache *c, int layers, float *ba
 {
     size_t cur = 0, N = st->N, Ns = st->Ns, C = st->C;
     size_t nln = Ns * C;
-#define TAKE(ptr, cnt)                    \
-    do {                                  \
-        if (base)                         \
-            (ptr) = base + cur;           \
-        cur += (cnt);                     \
+#define TAKE(ptr, cnt)                                                                                                 \
+    do {                                                                                                               \
+        if (base)                                                                                                      \
+            (ptr) = base + cur;                                                                                        \
+        cur += (cnt);                                                                                                  \
     } while (0)
     for (int li = 0; li < layers; li++) {
         /* cppcheck-suppress uninitvar ; TAKE writes through k only when base is set (k is then not &dummy) */
@@ -468,27 +502,22 @@ int gpt_stage_reduce_grads(gpt_stage *st, ts_err *err)
     if (st->sp && st->t > 1)
         for (int i = 0; i < st->ntens && !rc; i++)
             if (st->tens[i].tp_partial)
-                rc = st->cm->all_reduce(st->cm, COMM_TP, st->grads + st->tens[i].offset,
-                                        st->tens[i].n, err);
+                rc = st->cm->all_reduce(st->cm, COMM_TP, st->grads + st->tens[i].offset, st->tens[i].n, err);
     if (!rc && st->cm->size[COMM_DP] > 1)
         rc = st->cm->all_reduce(st->cm, COMM_DP, st->grads, st->nparams, err);
     return rc;
 }
 
-void gpt_stage_adam(gpt_stage *st, float lr, float b1, float b2, float eps, float wd,
-                    int step)
+void gpt_stage_adam(gpt_stage *st, float lr, float b1, float b2, float eps, float wd, int step)
 {
-    st->be->adam(st->be, st->params, st->grads, st->m, st->v, st->nparams, lr, b1, b2, eps,
-                 wd, step);
+    st->be->adam(st->be, st->params, st->grads, st->m, st->v, st->nparams, lr, b1, b2, eps, wd, step);
 }
 
-int gpt_stage_export(gpt_stage *st, bool grads, bool write_replicated, float *full,
-                     ts_err *err)
+int gpt_stage_export(gpt_stage *st, bool grads, bool write_replicated, float *full, ts_err *err)
 {
     float *host = malloc((st->nparams ? st->nparams : 1) * sizeof(float));
     if (!host)
-        return err_set(err, TS_ENOMEM, "gpt export: out of memory for %zu floats",
-                       st->nparams);
+        return err_set(err, TS_ENOMEM, "gpt export: out of memory for %zu floats", st->nparams);
     st->be->to_host(st->be, host, grads ? st->grads : st->params, st->nparams);
     for (int i = 0; i < st->ntens; i++) {
         gpt_tensor *tt = &st->tens[i];
@@ -497,8 +526,7 @@ int gpt_stage_export(gpt_stage *st, bool grads, bool write_replicated, float *fu
             continue;
         size_t base = gpt_full_offset(&st->d, tt->kind, tt->layer, NULL);
         for (size_t j = 0; j < tt->n; j++)
-            full[base + local_to_full(&st->d, tt->kind, st->t, st->tr, j)] =
-                host[tt->offset + j];
+            full[base + local_to_full(&st->d, tt->kind, st->t, st->tr, j)] = host[tt->offset + j];
     }
     free(host);
     return TS_OK;

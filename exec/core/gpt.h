@@ -66,10 +66,23 @@ typedef struct {
 /* Parameter tensors, in the order of the full model's flat layout:
  * wte, wpe, then per layer ln1w .. fcprojb, then lnfw, lnfb, wout. */
 typedef enum {
-    GP_WTE = 0, GP_WPE,
-    GP_LN1W, GP_LN1B, GP_QKVW, GP_QKVB, GP_PROJW, GP_PROJB,
-    GP_LN2W, GP_LN2B, GP_FCW, GP_FCB, GP_FCPROJW, GP_FCPROJB,
-    GP_LNFW, GP_LNFB, GP_WOUT,
+    GP_WTE = 0,
+    GP_WPE,
+    GP_LN1W,
+    GP_LN1B,
+    GP_QKVW,
+    GP_QKVB,
+    GP_PROJW,
+    GP_PROJB,
+    GP_LN2W,
+    GP_LN2B,
+    GP_FCW,
+    GP_FCB,
+    GP_FCPROJW,
+    GP_FCPROJB,
+    GP_LNFW,
+    GP_LNFB,
+    GP_WOUT,
     GP_NKINDS
 } gpt_pkind;
 #define GP_LAYER_FIRST GP_LN1W
@@ -77,10 +90,10 @@ typedef enum {
 
 typedef struct {
     gpt_pkind kind;
-    int layer;          /* global layer index; -1 outside layers */
-    size_t offset;      /* into the stage's params/grads/m/v, floats */
-    size_t n;           /* local (sharded) element count */
-    bool tp_partial;    /* gradient is a partial sum over COMM_TP (sp only) */
+    int layer;       /* global layer index; -1 outside layers */
+    size_t offset;   /* into the stage's params/grads/m/v, floats */
+    size_t n;        /* local (sharded) element count */
+    bool tp_partial; /* gradient is a partial sum over COMM_TP (sp only) */
 } gpt_tensor;
 
 /* Profiling hook: called around each op (GEMM, kernel, collective) with its
@@ -100,9 +113,8 @@ size_t gpt_num_params(const gpt_dims *d);
 
 /* Create a stage; tensor rank and size come from cm. seed picks the
  * initial weights. */
-int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool embed,
-                     bool head, bool sp, uint64_t seed, backend *be, comm *cm,
-                     gpt_stage **out, ts_err *err);
+int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool embed, bool head, bool sp, uint64_t seed,
+                     backend *be, comm *cm, gpt_stage **out, ts_err *err);
 void gpt_stage_free(gpt_stage *st);
 void gpt_stage_set_prof(gpt_stage *st, gpt_prof_fn fn, void *ud);
 
@@ -123,21 +135,19 @@ void gpt_acts_free(gpt_stage *st, gpt_acts *a);
  * stage); copied. y: stage output (io floats; unused on the last stage).
  * On the last stage *loss_sum (may be NULL) gets the sum of the B*T token
  * losses. */
-int gpt_forward(gpt_stage *st, gpt_acts *a, const int *tokens, const int *targets,
-                const float *x_in, float *y, double *loss_sum, ts_err *err);
+int gpt_forward(gpt_stage *st, gpt_acts *a, const int *tokens, const int *targets, const float *x_in, float *y,
+                double *loss_sum, ts_err *err);
 
 /* Input-gradient part of the backward. dy: gradient w.r.t. the stage output
  * (io floats; NULL on the last stage, whose loss gradient is loss_scale per
  * token loss). dx: gradient w.r.t. the stage input, written (io floats;
  * unused on the first stage). */
-int gpt_backward_input(gpt_stage *st, gpt_acts *a, const float *dy, float loss_scale,
-                       float *dx, ts_err *err);
+int gpt_backward_input(gpt_stage *st, gpt_acts *a, const float *dy, float loss_scale, float *dx, ts_err *err);
 /* Weight-gradient part: grads += what a's saved gradients give. Must follow
  * gpt_backward_input on the same a. */
 int gpt_backward_weight(gpt_stage *st, gpt_acts *a, ts_err *err);
 /* Both, fused (no saved gradients kept). */
-int gpt_backward(gpt_stage *st, gpt_acts *a, const float *dy, float loss_scale, float *dx,
-                 ts_err *err);
+int gpt_backward(gpt_stage *st, gpt_acts *a, const float *dy, float loss_scale, float *dx, ts_err *err);
 
 /* Zero the gradients. */
 void gpt_stage_zero_grads(gpt_stage *st);
@@ -146,8 +156,7 @@ void gpt_stage_zero_grads(gpt_stage *st);
  * scale already divides by the global token count). */
 int gpt_stage_reduce_grads(gpt_stage *st, ts_err *err);
 /* AdamW step `step` (1-based) on every parameter of the stage. */
-void gpt_stage_adam(gpt_stage *st, float lr, float b1, float b2, float eps, float wd,
-                    int step);
+void gpt_stage_adam(gpt_stage *st, float lr, float b1, float b2, float eps, float wd, int step);
 
 /* Global offset of the first element of (kind, layer) in the full model's
  * flat layout and its full element count. */
@@ -155,7 +164,6 @@ size_t gpt_full_offset(const gpt_dims *d, gpt_pkind kind, int layer, size_t *n_f
 /* Write the stage's parameters (grads = false) or gradients (grads = true)
  * into full, a host array of gpt_num_params() floats, at their full-model
  * positions. Replicated tensors are written only if write_replicated. */
-int gpt_stage_export(gpt_stage *st, bool grads, bool write_replicated, float *full,
-                     ts_err *err);
+int gpt_stage_export(gpt_stage *st, bool grads, bool write_replicated, float *full, ts_err *err);
 
 #endif

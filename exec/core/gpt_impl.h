@@ -15,44 +15,44 @@ typedef struct {
     float *atty;                     /* [N, C/t] */
     float *res2;                     /* [Ns, C] */
     float *ln2, *ln2m, *ln2r, *ln2g;
-    float *fch, *fchg;               /* [N, F/t] */
-    float *res3;                     /* [Ns, C]; NULL for the stage's last layer */
+    float *fch, *fchg; /* [N, F/t] */
+    float *res3;       /* [Ns, C]; NULL for the stage's last layer */
 } gpt_lacts;
 
 /* Output gradients a layer's weight gradients need (zero-bubble "W"). */
 typedef struct {
-    float *dqkv;     /* [N, 3C/t] */
-    float *dprojo;   /* [N, C] gradient of the attention output projection */
-    float *dfch;     /* [N, F/t] gradient before GELU */
-    float *dfcprojo; /* [N, C] gradient of the MLP output projection */
+    float *dqkv;        /* [N, 3C/t] */
+    float *dprojo;      /* [N, C] gradient of the attention output projection */
+    float *dfch;        /* [N, F/t] gradient before GELU */
+    float *dfcprojo;    /* [N, C] gradient of the MLP output projection */
     float *dln1, *dln2; /* [Ns, C] gradients of the LayerNorm outputs */
 } gpt_lcache;
 
 typedef struct {
-    gpt_lcache *L;   /* per local layer */
-    float *dlogits;  /* [N, V] (last stage) */
-    float *dlnf;     /* [Ns, C] (last stage) */
-    float *dx0;      /* [Ns, C] gradient of the embedding output (first stage) */
-    float *mem;      /* one allocation holding all of the above */
+    gpt_lcache *L;  /* per local layer */
+    float *dlogits; /* [N, V] (last stage) */
+    float *dlnf;    /* [Ns, C] (last stage) */
+    float *dx0;     /* [Ns, C] gradient of the embedding output (first stage) */
+    float *mem;     /* one allocation holding all of the above */
     size_t nfloats;
 } gpt_cache;
 
 struct gpt_acts {
-    int *tokens, *targets;   /* backend int memory, B*T each */
-    float *in0;              /* [Ns, C] stage input (or embedding output) */
+    int *tokens, *targets; /* backend int memory, B*T each */
+    float *in0;            /* [Ns, C] stage input (or embedding output) */
     gpt_lacts *L;
     float *lnf, *lnfm, *lnfr, *lnfg, *probs, *losses; /* last stage */
     float *mem;
     size_t nfloats;
-    gpt_cache cache;         /* saved by backward_input (split mode) */
+    gpt_cache cache; /* saved by backward_input (split mode) */
     bool have_cache;
 };
 
 struct gpt_stage {
     gpt_dims d;
-    int t, tr;               /* tensor-parallel size and rank */
+    int t, tr; /* tensor-parallel size and rank */
     bool sp;
-    int l0, nl;              /* first global layer, local layer count */
+    int l0, nl; /* first global layer, local layer count */
     bool embed, head;
     backend *be;
     comm *cm;
@@ -65,24 +65,24 @@ struct gpt_stage {
     float *params, *grads, *m, *v;
     gpt_tensor *tens;
     int ntens;
-    float **pw, **pg;        /* per local layer and kind: [li*GP_LAYER_COUNT + k] */
+    float **pw, **pg; /* per local layer and kind: [li*GP_LAYER_COUNT + k] */
     float *wte, *wpe, *lnfw, *lnfb, *wout, *gwte, *gwpe, *glnfw, *glnfb, *gwout;
     /* scratch (buffers) */
-    float *s_part;           /* [N, C] partial sums before a TP reduction */
-    float *s_red;            /* [Ns, C] reduce-scatter output (sp) */
-    float *s_dres;           /* [Ns, C] residual-stream gradient */
-    float *s_dfchg;          /* [N, F/t] */
-    float *s_datty;          /* [N, C/t] */
-    float *s_datt;           /* [B, NH/t, T, T] */
-    float *scratch;          /* one allocation holding the above */
+    float *s_part;  /* [N, C] partial sums before a TP reduction */
+    float *s_red;   /* [Ns, C] reduce-scatter output (sp) */
+    float *s_dres;  /* [Ns, C] residual-stream gradient */
+    float *s_dfchg; /* [N, F/t] */
+    float *s_datty; /* [N, C/t] */
+    float *s_datt;  /* [B, NH/t, T, T] */
+    float *scratch; /* one allocation holding the above */
     size_t scratch_n;
-    gpt_cache fused;         /* one layer's worth, reused by gpt_backward */
+    gpt_cache fused; /* one layer's worth, reused by gpt_backward */
     gpt_prof_fn prof;
     void *prof_ud;
 };
 
-#define LW(st, li, k) ((st)->pw[(size_t)(li) * GP_LAYER_COUNT + ((k) - GP_LAYER_FIRST)])
-#define LG(st, li, k) ((st)->pg[(size_t)(li) * GP_LAYER_COUNT + ((k) - GP_LAYER_FIRST)])
+#define LW(st, li, k) ((st)->pw[(size_t)(li)*GP_LAYER_COUNT + ((k)-GP_LAYER_FIRST)])
+#define LG(st, li, k) ((st)->pg[(size_t)(li)*GP_LAYER_COUNT + ((k)-GP_LAYER_FIRST)])
 
 /* Carve the cache for `layers` layers (+ head, embed parts as the stage
  * needs) from base (NULL: only count). Returns floats needed. */

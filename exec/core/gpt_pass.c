@@ -4,28 +4,28 @@
 
 #include "exec/core/gpt_impl.h"
 
-#define PROF(st, name, layer, end)                              \
-    do {                                                        \
-        if ((st)->prof)                                         \
-            (st)->prof((st)->prof_ud, (name), (layer), (end));  \
+#define PROF(st, name, layer, end)                                                                                     \
+    do {                                                                                                               \
+        if ((st)->prof)                                                                                                \
+            (st)->prof((st)->prof_ud, (name), (layer), (end));                                                         \
     } while (0)
 /* Run stmt as op `name` of `layer`, timed by the profiling hook. */
-#define OP(st, name, layer, stmt)        \
-    do {                                 \
-        PROF(st, name, layer, false);    \
-        stmt;                            \
-        PROF(st, name, layer, true);     \
+#define OP(st, name, layer, stmt)                                                                                      \
+    do {                                                                                                               \
+        PROF(st, name, layer, false);                                                                                  \
+        stmt;                                                                                                          \
+        PROF(st, name, layer, true);                                                                                   \
     } while (0)
-#define CK(expr)              \
-    do {                      \
-        int rc_ = (expr);     \
-        if (rc_)              \
-            return rc_;       \
+#define CK(expr)                                                                                                       \
+    do {                                                                                                               \
+        int rc_ = (expr);                                                                                              \
+        if (rc_)                                                                                                       \
+            return rc_;                                                                                                \
     } while (0)
 
 /* out[N,OC] = inp[N,K] W[OC,K]^T (+ b) */
-static void linear_fwd(gpt_stage *st, float *out, const float *inp, const float *W,
-                       const float *b, size_t N, int OC, int K)
+static void linear_fwd(gpt_stage *st, float *out, const float *inp, const float *W, const float *b, size_t N, int OC,
+                       int K)
 {
     backend *be = st->be;
     be->gemm(be, false, true, (int)N, OC, K, 1.0f, inp, K, W, K, 0.0f, out, OC);
@@ -33,14 +33,13 @@ static void linear_fwd(gpt_stage *st, float *out, const float *inp, const float 
         be->bias_fwd(be, out, b, N, OC);
 }
 /* dinp[N,K] = dout[N,OC] W[OC,K] (overwrites) */
-static void linear_bwd_input(gpt_stage *st, float *dinp, const float *dout, const float *W,
-                             size_t N, int OC, int K)
+static void linear_bwd_input(gpt_stage *st, float *dinp, const float *dout, const float *W, size_t N, int OC, int K)
 {
     st->be->gemm(st->be, false, false, (int)N, K, OC, 1.0f, dout, OC, W, K, 0.0f, dinp, K);
 }
 /* dW[OC,K] += dout^T inp; db[OC] += sum dout */
-static void linear_bwd_weight(gpt_stage *st, float *dW, float *db, const float *dout,
-                              const float *inp, size_t N, int OC, int K)
+static void linear_bwd_weight(gpt_stage *st, float *dW, float *db, const float *dout, const float *inp, size_t N,
+                              int OC, int K)
 {
     backend *be = st->be;
     be->gemm(be, true, false, OC, K, (int)N, 1.0f, dout, OC, inp, K, 1.0f, dW, K);
@@ -52,8 +51,7 @@ static void linear_bwd_weight(gpt_stage *st, float *dW, float *db, const float *
 static int tp_gather(gpt_stage *st, float *full, const float *shard, int layer, ts_err *err)
 {
     int rc;
-    OP(st, "tp_allgather", layer,
-       rc = st->cm->all_gather(st->cm, COMM_TP, full, shard, st->Ns * (size_t)st->C, err));
+    OP(st, "tp_allgather", layer, rc = st->cm->all_gather(st->cm, COMM_TP, full, shard, st->Ns * (size_t)st->C, err));
     return rc;
 }
 /* Megatron "g" forward: sum the [N, C] partial outputs of a row-parallel
@@ -66,31 +64,27 @@ static int tp_reduce(gpt_stage *st, float *partial, float **red, int layer, ts_e
     if (st->t == 1)
         return TS_OK;
     if (st->sp) {
-        OP(st, "tp_reducescatter", layer,
-           rc = st->cm->reduce_scatter(st->cm, COMM_TP, st->s_red, partial, nC, err));
+        OP(st, "tp_reducescatter", layer, rc = st->cm->reduce_scatter(st->cm, COMM_TP, st->s_red, partial, nC, err));
         *red = st->s_red;
     } else {
-        OP(st, "tp_allreduce", layer,
-           rc = st->cm->all_reduce(st->cm, COMM_TP, partial, st->N * (size_t)st->C, err));
+        OP(st, "tp_allreduce", layer, rc = st->cm->all_reduce(st->cm, COMM_TP, partial, st->N * (size_t)st->C, err));
     }
     return rc;
 }
 /* Megatron "f" backward: dout[N, Fin] W[Fin, C] summed over the group into
  * dln ([Ns, C] with sp, else [N, C]). */
-static int tp_bwd_reduce(gpt_stage *st, float *dln, const float *dout, const float *W,
-                         int Fin, const char *name, int layer, ts_err *err)
+static int tp_bwd_reduce(gpt_stage *st, float *dln, const float *dout, const float *W, int Fin, const char *name,
+                         int layer, ts_err *err)
 {
     int rc = TS_OK;
     if (st->sp) {
         OP(st, name, layer, linear_bwd_input(st, st->s_part, dout, W, st->N, Fin, st->C));
         OP(st, "tp_reducescatter", layer,
-           rc = st->cm->reduce_scatter(st->cm, COMM_TP, dln, st->s_part,
-                                       st->Ns * (size_t)st->C, err));
+           rc = st->cm->reduce_scatter(st->cm, COMM_TP, dln, st->s_part, st->Ns * (size_t)st->C, err));
     } else {
         OP(st, name, layer, linear_bwd_input(st, dln, dout, W, st->N, Fin, st->C));
         if (st->t > 1)
-            OP(st, "tp_allreduce", layer,
-               rc = st->cm->all_reduce(st->cm, COMM_TP, dln, st->N * (size_t)st->C, err));
+            OP(st, "tp_allreduce", layer, rc = st->cm->all_reduce(st->cm, COMM_TP, dln, st->N * (size_t)st->C, err));
     }
     return rc;
 }
@@ -104,8 +98,7 @@ static int tp_bwd_gather(gpt_stage *st, float *full, const float *dres, int laye
     return TS_OK;
 }
 
-static int layer_fwd(gpt_stage *st, gpt_acts *a, int li, const float *x, float *out,
-                     ts_err *err)
+static int layer_fwd(gpt_stage *st, gpt_acts *a, int li, const float *x, float *out, ts_err *err)
 {
     backend *be = st->be;
     gpt_lacts *A = &a->L[li];
@@ -113,36 +106,31 @@ static int layer_fwd(gpt_stage *st, gpt_acts *a, int li, const float *x, float *
     size_t N = st->N, Ns = st->Ns;
     float *red;
 
-    OP(st, "ln1", l, be->layernorm_fwd(be, A->ln1, A->ln1m, A->ln1r, x, LW(st, li, GP_LN1W),
-                                       LW(st, li, GP_LN1B), Ns, C));
+    OP(st, "ln1", l,
+       be->layernorm_fwd(be, A->ln1, A->ln1m, A->ln1r, x, LW(st, li, GP_LN1W), LW(st, li, GP_LN1B), Ns, C));
     const float *ln1g = A->ln1;
     if (st->sp) {
         CK(tp_gather(st, A->ln1g, A->ln1, l, err));
         ln1g = A->ln1g;
     }
-    OP(st, "qkv", l, linear_fwd(st, A->qkv, ln1g, LW(st, li, GP_QKVW), LW(st, li, GP_QKVB), N,
-                                3 * Cl, C));
-    OP(st, "attn", l, be->attention_fwd(be, A->atty, A->att, A->qkv, st->B, st->T, st->NHl,
-                                        st->hs));
+    OP(st, "qkv", l, linear_fwd(st, A->qkv, ln1g, LW(st, li, GP_QKVW), LW(st, li, GP_QKVB), N, 3 * Cl, C));
+    OP(st, "attn", l, be->attention_fwd(be, A->atty, A->att, A->qkv, st->B, st->T, st->NHl, st->hs));
     OP(st, "proj", l, linear_fwd(st, st->s_part, A->atty, LW(st, li, GP_PROJW), NULL, N, C, Cl));
     CK(tp_reduce(st, st->s_part, &red, l, err));
-    OP(st, "residual1", l,
-       be->bias_residual_fwd(be, A->res2, x, red, LW(st, li, GP_PROJB), Ns, C));
+    OP(st, "residual1", l, be->bias_residual_fwd(be, A->res2, x, red, LW(st, li, GP_PROJB), Ns, C));
 
-    OP(st, "ln2", l, be->layernorm_fwd(be, A->ln2, A->ln2m, A->ln2r, A->res2,
-                                       LW(st, li, GP_LN2W), LW(st, li, GP_LN2B), Ns, C));
+    OP(st, "ln2", l,
+       be->layernorm_fwd(be, A->ln2, A->ln2m, A->ln2r, A->res2, LW(st, li, GP_LN2W), LW(st, li, GP_LN2B), Ns, C));
     const float *ln2g = A->ln2;
     if (st->sp) {
         CK(tp_gather(st, A->ln2g, A->ln2, l, err));
         ln2g = A->ln2g;
     }
-    OP(st, "fc1", l, linear_fwd(st, A->fch, ln2g, LW(st, li, GP_FCW), LW(st, li, GP_FCB), N,
-                                Fl, C));
+    OP(st, "fc1", l, linear_fwd(st, A->fch, ln2g, LW(st, li, GP_FCW), LW(st, li, GP_FCB), N, Fl, C));
     OP(st, "gelu", l, be->gelu_fwd(be, A->fchg, A->fch, N * Fl));
     OP(st, "fc2", l, linear_fwd(st, st->s_part, A->fchg, LW(st, li, GP_FCPROJW), NULL, N, C, Fl));
     CK(tp_reduce(st, st->s_part, &red, l, err));
-    OP(st, "residual2", l,
-       be->bias_residual_fwd(be, out, A->res2, red, LW(st, li, GP_FCPROJB), Ns, C));
+    OP(st, "residual2", l, be->bias_residual_fwd(be, out, A->res2, red, LW(st, li, GP_FCPROJB), Ns, C));
     return TS_OK;
 }
 
@@ -151,8 +139,8 @@ static const float *layer_input(const gpt_acts *a, int li)
     return li == 0 ? a->in0 : a->L[li - 1].res3;
 }
 
-int gpt_forward(gpt_stage *st, gpt_acts *a, const int *tokens, const int *targets,
-                const float *x_in, float *y, double *loss_sum, ts_err *err)
+int gpt_forward(gpt_stage *st, gpt_acts *a, const int *tokens, const int *targets, const float *x_in, float *y,
+                double *loss_sum, ts_err *err)
 {
     backend *be = st->be;
     size_t N = st->N, Ns = st->Ns, C = st->C;
@@ -161,12 +149,10 @@ int gpt_forward(gpt_stage *st, gpt_acts *a, const int *tokens, const int *target
             return err_set(err, TS_ESTATE, "gpt_forward: first stage needs tokens");
         be->int_to_device(be, a->tokens, tokens, N);
         size_t row0 = st->sp ? (size_t)st->tr * Ns : 0;
-        OP(st, "embed", -1, be->embed_fwd(be, a->in0, a->tokens, st->wte, st->wpe, row0, Ns,
-                                          st->T, st->C));
+        OP(st, "embed", -1, be->embed_fwd(be, a->in0, a->tokens, st->wte, st->wpe, row0, Ns, st->T, st->C));
     } else {
         if (!x_in)
-            return err_set(err, TS_ESTATE, "gpt_forward: stage %d needs an input tensor",
-                           st->l0);
+            return err_set(err, TS_ESTATE, "gpt_forward: stage %d needs an input tensor", st->l0);
         be->copy(be, a->in0, x_in, Ns * C);
     }
     if (st->head) {
@@ -178,8 +164,7 @@ int gpt_forward(gpt_stage *st, gpt_acts *a, const int *tokens, const int *target
         /* the last layer writes y, except on the last stage (lnf's input is saved) */
         float *out = a->L[li].res3 ? a->L[li].res3 : y;
         if (!out)
-            return err_set(err, TS_ESTATE, "gpt_forward: stage %d needs an output buffer",
-                           st->l0);
+            return err_set(err, TS_ESTATE, "gpt_forward: stage %d needs an output buffer", st->l0);
         CK(layer_fwd(st, a, li, layer_input(a, li), out, err));
     }
     if (!st->head) {
@@ -188,16 +173,14 @@ int gpt_forward(gpt_stage *st, gpt_acts *a, const int *tokens, const int *target
         return TS_OK;
     }
     const float *x = layer_input(a, st->nl);
-    OP(st, "lnf", -1, be->layernorm_fwd(be, a->lnf, a->lnfm, a->lnfr, x, st->lnfw, st->lnfb,
-                                        Ns, st->C));
+    OP(st, "lnf", -1, be->layernorm_fwd(be, a->lnf, a->lnfm, a->lnfr, x, st->lnfw, st->lnfb, Ns, st->C));
     const float *lnfg = a->lnf;
     if (st->sp) {
         CK(tp_gather(st, a->lnfg, a->lnf, -1, err));
         lnfg = a->lnfg;
     }
     OP(st, "logits", -1, linear_fwd(st, a->probs, lnfg, st->wout, NULL, N, st->V, st->C));
-    OP(st, "xent", -1, be->crossentropy_fwd(be, a->losses, a->probs, a->probs, a->targets, N,
-                                            st->V));
+    OP(st, "xent", -1, be->crossentropy_fwd(be, a->losses, a->probs, a->probs, a->targets, N, st->V));
     if (loss_sum) {
         float *h = malloc(N * sizeof(float));
         if (!h)
@@ -223,26 +206,21 @@ static int layer_bwd_input(gpt_stage *st, gpt_acts *a, int li, gpt_lcache *K, ts
     float *dres = st->s_dres;
 
     CK(tp_bwd_gather(st, K->dfcprojo, dres, l, err));
-    OP(st, "fc2_bwd_input", l,
-       linear_bwd_input(st, st->s_dfchg, K->dfcprojo, LW(st, li, GP_FCPROJW), N, C, Fl));
+    OP(st, "fc2_bwd_input", l, linear_bwd_input(st, st->s_dfchg, K->dfcprojo, LW(st, li, GP_FCPROJW), N, C, Fl));
     be->zero(be, K->dfch, N * Fl);
     OP(st, "gelu_bwd", l, be->gelu_bwd(be, K->dfch, A->fch, st->s_dfchg, N * Fl));
     CK(tp_bwd_reduce(st, K->dln2, K->dfch, LW(st, li, GP_FCW), Fl, "fc1_bwd_input", l, err));
     OP(st, "ln2_bwd_input", l,
-       be->layernorm_bwd_input(be, dres, K->dln2, A->res2, LW(st, li, GP_LN2W), A->ln2m,
-                               A->ln2r, Ns, C));
+       be->layernorm_bwd_input(be, dres, K->dln2, A->res2, LW(st, li, GP_LN2W), A->ln2m, A->ln2r, Ns, C));
 
     CK(tp_bwd_gather(st, K->dprojo, dres, l, err));
-    OP(st, "proj_bwd_input", l,
-       linear_bwd_input(st, st->s_datty, K->dprojo, LW(st, li, GP_PROJW), N, C, Cl));
+    OP(st, "proj_bwd_input", l, linear_bwd_input(st, st->s_datty, K->dprojo, LW(st, li, GP_PROJW), N, C, Cl));
     be->zero(be, K->dqkv, N * 3 * (size_t)Cl);
-    OP(st, "attn_bwd", l, be->attention_bwd(be, K->dqkv, st->s_datt, st->s_datty, A->qkv,
-                                            A->att, st->B, st->T, st->NHl, st->hs));
-    CK(tp_bwd_reduce(st, K->dln1, K->dqkv, LW(st, li, GP_QKVW), 3 * Cl, "qkv_bwd_input", l,
-                     err));
+    OP(st, "attn_bwd", l,
+       be->attention_bwd(be, K->dqkv, st->s_datt, st->s_datty, A->qkv, A->att, st->B, st->T, st->NHl, st->hs));
+    CK(tp_bwd_reduce(st, K->dln1, K->dqkv, LW(st, li, GP_QKVW), 3 * Cl, "qkv_bwd_input", l, err));
     OP(st, "ln1_bwd_input", l,
-       be->layernorm_bwd_input(be, dres, K->dln1, layer_input(a, li), LW(st, li, GP_LN1W),
-                               A->ln1m, A->ln1r, Ns, C));
+       be->layernorm_bwd_input(be, dres, K->dln1, layer_input(a, li), LW(st, li, GP_LN1W), A->ln1m, A->ln1r, Ns, C));
     return TS_OK;
 }
 
@@ -254,23 +232,19 @@ static void layer_bwd_weight(gpt_stage *st, gpt_acts *a, int li, const gpt_lcach
     size_t N = st->N, Ns = st->Ns;
     const float *ln1g = st->sp ? A->ln1g : A->ln1, *ln2g = st->sp ? A->ln2g : A->ln2;
 
-    OP(st, "fc2_bwd_weight", l, linear_bwd_weight(st, LG(st, li, GP_FCPROJW),
-                                                  LG(st, li, GP_FCPROJB), K->dfcprojo,
-                                                  A->fchg, N, C, Fl));
-    OP(st, "fc1_bwd_weight", l, linear_bwd_weight(st, LG(st, li, GP_FCW), LG(st, li, GP_FCB),
-                                                  K->dfch, ln2g, N, Fl, C));
+    OP(st, "fc2_bwd_weight", l,
+       linear_bwd_weight(st, LG(st, li, GP_FCPROJW), LG(st, li, GP_FCPROJB), K->dfcprojo, A->fchg, N, C, Fl));
+    OP(st, "fc1_bwd_weight", l, linear_bwd_weight(st, LG(st, li, GP_FCW), LG(st, li, GP_FCB), K->dfch, ln2g, N, Fl, C));
     OP(st, "ln2_bwd_weight", l,
-       be->layernorm_bwd_weight(be, LG(st, li, GP_LN2W), LG(st, li, GP_LN2B), K->dln2,
-                                A->res2, A->ln2m, A->ln2r, Ns, C));
-    OP(st, "proj_bwd_weight", l, linear_bwd_weight(st, LG(st, li, GP_PROJW),
-                                                   LG(st, li, GP_PROJB), K->dprojo, A->atty,
-                                                   N, C, Cl));
-    OP(st, "qkv_bwd_weight", l, linear_bwd_weight(st, LG(st, li, GP_QKVW),
-                                                  LG(st, li, GP_QKVB), K->dqkv, ln1g, N,
-                                                  3 * Cl, C));
+       be->layernorm_bwd_weight(be, LG(st, li, GP_LN2W), LG(st, li, GP_LN2B), K->dln2, A->res2, A->ln2m, A->ln2r, Ns,
+                                C));
+    OP(st, "proj_bwd_weight", l,
+       linear_bwd_weight(st, LG(st, li, GP_PROJW), LG(st, li, GP_PROJB), K->dprojo, A->atty, N, C, Cl));
+    OP(st, "qkv_bwd_weight", l,
+       linear_bwd_weight(st, LG(st, li, GP_QKVW), LG(st, li, GP_QKVB), K->dqkv, ln1g, N, 3 * Cl, C));
     OP(st, "ln1_bwd_weight", l,
-       be->layernorm_bwd_weight(be, LG(st, li, GP_LN1W), LG(st, li, GP_LN1B), K->dln1,
-                                layer_input(a, li), A->ln1m, A->ln1r, Ns, C));
+       be->layernorm_bwd_weight(be, LG(st, li, GP_LN1W), LG(st, li, GP_LN1B), K->dln1, layer_input(a, li), A->ln1m,
+                                A->ln1r, Ns, C));
 }
 
 /* Input gradient through the final LayerNorm, output layer and loss:
@@ -280,38 +254,34 @@ static void head_bwd_input(gpt_stage *st, gpt_acts *a, gpt_cache *c, float loss_
     backend *be = st->be;
     size_t N = st->N, Ns = st->Ns, C = st->C;
     be->zero(be, c->dlogits, N * st->V);
-    OP(st, "xent_bwd", -1, be->crossentropy_bwd(be, c->dlogits, a->probs, a->targets, N,
-                                                st->V, loss_scale));
-    OP(st, "logits_bwd_input", -1,
-       linear_bwd_input(st, st->s_part, c->dlogits, st->wout, N, st->V, st->C));
+    OP(st, "xent_bwd", -1, be->crossentropy_bwd(be, c->dlogits, a->probs, a->targets, N, st->V, loss_scale));
+    OP(st, "logits_bwd_input", -1, linear_bwd_input(st, st->s_part, c->dlogits, st->wout, N, st->V, st->C));
     size_t row0 = st->sp ? (size_t)st->tr * Ns : 0;
     be->copy(be, c->dlnf, st->s_part + row0 * C, Ns * C);
     be->zero(be, st->s_dres, Ns * C);
     OP(st, "lnf_bwd_input", -1,
-       be->layernorm_bwd_input(be, st->s_dres, c->dlnf, layer_input(a, st->nl), st->lnfw,
-                               a->lnfm, a->lnfr, Ns, st->C));
+       be->layernorm_bwd_input(be, st->s_dres, c->dlnf, layer_input(a, st->nl), st->lnfw, a->lnfm, a->lnfr, Ns, st->C));
 }
 
 static void head_bwd_weight(gpt_stage *st, gpt_acts *a, const gpt_cache *c)
 {
     const float *lnfg = st->sp ? a->lnfg : a->lnf;
-    OP(st, "logits_bwd_weight", -1,
-       linear_bwd_weight(st, st->gwout, NULL, c->dlogits, lnfg, st->N, st->V, st->C));
+    OP(st, "logits_bwd_weight", -1, linear_bwd_weight(st, st->gwout, NULL, c->dlogits, lnfg, st->N, st->V, st->C));
     OP(st, "lnf_bwd_weight", -1,
-       st->be->layernorm_bwd_weight(st->be, st->glnfw, st->glnfb, c->dlnf,
-                                    layer_input(a, st->nl), a->lnfm, a->lnfr, st->Ns, st->C));
+       st->be->layernorm_bwd_weight(st->be, st->glnfw, st->glnfb, c->dlnf, layer_input(a, st->nl), a->lnfm, a->lnfr,
+                                    st->Ns, st->C));
 }
 
 static void embed_bwd_weight(gpt_stage *st, gpt_acts *a, const gpt_cache *c)
 {
     size_t row0 = st->sp ? (size_t)st->tr * st->Ns : 0;
-    OP(st, "embed_bwd_weight", -1, st->be->embed_bwd(st->be, st->gwte, st->gwpe, c->dx0,
-                                                     a->tokens, row0, st->Ns, st->T, st->C));
+    OP(st, "embed_bwd_weight", -1,
+       st->be->embed_bwd(st->be, st->gwte, st->gwpe, c->dx0, a->tokens, row0, st->Ns, st->T, st->C));
 }
 
 /* Shared driver of the split and fused backward. */
-static int backward_input(gpt_stage *st, gpt_acts *a, const float *dy, float loss_scale,
-                          float *dx, gpt_cache *c, bool fused, ts_err *err)
+static int backward_input(gpt_stage *st, gpt_acts *a, const float *dy, float loss_scale, float *dx, gpt_cache *c,
+                          bool fused, ts_err *err)
 {
     backend *be = st->be;
     size_t nC = st->Ns * (size_t)st->C;
@@ -321,8 +291,7 @@ static int backward_input(gpt_stage *st, gpt_acts *a, const float *dy, float los
             head_bwd_weight(st, a, c);
     } else {
         if (!dy)
-            return err_set(err, TS_ESTATE, "gpt backward: stage %d needs an output gradient",
-                           st->l0);
+            return err_set(err, TS_ESTATE, "gpt backward: stage %d needs an output gradient", st->l0);
         be->copy(be, st->s_dres, dy, nC);
     }
     for (int li = st->nl - 1; li >= 0; li--) {
@@ -337,15 +306,16 @@ static int backward_input(gpt_stage *st, gpt_acts *a, const float *dy, float los
             embed_bwd_weight(st, a, c);
     } else {
         if (!dx)
-            return err_set(err, TS_ESTATE, "gpt backward: stage %d needs an input-gradient "
-                           "buffer", st->l0);
+            return err_set(err, TS_ESTATE,
+                           "gpt backward: stage %d needs an input-gradient "
+                           "buffer",
+                           st->l0);
         be->copy(be, dx, st->s_dres, nC);
     }
     return TS_OK;
 }
 
-int gpt_backward_input(gpt_stage *st, gpt_acts *a, const float *dy, float loss_scale,
-                       float *dx, ts_err *err)
+int gpt_backward_input(gpt_stage *st, gpt_acts *a, const float *dy, float loss_scale, float *dx, ts_err *err)
 {
     if (a->have_cache)
         return err_set(err, TS_ESTATE, "gpt_backward_input: called twice on one micro-batch");
@@ -368,8 +338,7 @@ int gpt_backward_input(gpt_stage *st, gpt_acts *a, const float *dy, float loss_s
 int gpt_backward_weight(gpt_stage *st, gpt_acts *a, ts_err *err)
 {
     if (!a->have_cache)
-        return err_set(err, TS_ESTATE,
-                       "gpt_backward_weight: no saved gradients (run gpt_backward_input first)");
+        return err_set(err, TS_ESTATE, "gpt_backward_weight: no saved gradients (run gpt_backward_input first)");
     gpt_cache *c = &a->cache;
     if (st->head)
         head_bwd_weight(st, a, c);
@@ -385,8 +354,7 @@ int gpt_backward_weight(gpt_stage *st, gpt_acts *a, ts_err *err)
     return TS_OK;
 }
 
-int gpt_backward(gpt_stage *st, gpt_acts *a, const float *dy, float loss_scale, float *dx,
-                 ts_err *err)
+int gpt_backward(gpt_stage *st, gpt_acts *a, const float *dy, float loss_scale, float *dx, ts_err *err)
 {
     return backward_input(st, a, dy, loss_scale, dx, &st->fused, true, err);
 }

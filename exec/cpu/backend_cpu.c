@@ -56,42 +56,41 @@ static void cpu_destroy(backend *be)
     free(be);
 }
 
-static void cpu_gemm(backend *be, bool ta, bool tb, int M, int N, int K, float alpha,
-                     const float *A, int lda, const float *B, int ldb, float beta, float *C,
-                     int ldc)
+static void cpu_gemm(backend *be, bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+                     const float *B, int ldb, float beta, float *C, int ldc)
 {
     (void)be;
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
-                M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda,
+                B, ldb, beta, C, ldc);
 }
 
 /* One-line wrappers: the kern_* function with the backend argument dropped. */
-static void cpu_embed_fwd(backend *be, float *out, const int *tok, const float *wte,
-                          const float *wpe, size_t row0, size_t n, int T, int C)
+static void cpu_embed_fwd(backend *be, float *out, const int *tok, const float *wte, const float *wpe, size_t row0,
+                          size_t n, int T, int C)
 {
     (void)be;
     kern_embed_fwd(out, tok, wte, wpe, row0, n, T, C);
 }
-static void cpu_embed_bwd(backend *be, float *dwte, float *dwpe, const float *dout,
-                          const int *tok, size_t row0, size_t n, int T, int C)
+static void cpu_embed_bwd(backend *be, float *dwte, float *dwpe, const float *dout, const int *tok, size_t row0,
+                          size_t n, int T, int C)
 {
     (void)be;
     kern_embed_bwd(dwte, dwpe, dout, tok, row0, n, T, C);
 }
-static void cpu_ln_fwd(backend *be, float *out, float *mean, float *rstd, const float *inp,
-                       const float *w, const float *b, size_t N, int C)
+static void cpu_ln_fwd(backend *be, float *out, float *mean, float *rstd, const float *inp, const float *w,
+                       const float *b, size_t N, int C)
 {
     (void)be;
     kern_layernorm_fwd(out, mean, rstd, inp, w, b, N, C);
 }
-static void cpu_ln_bwd_i(backend *be, float *dinp, const float *dout, const float *inp,
-                         const float *w, const float *mean, const float *rstd, size_t N, int C)
+static void cpu_ln_bwd_i(backend *be, float *dinp, const float *dout, const float *inp, const float *w,
+                         const float *mean, const float *rstd, size_t N, int C)
 {
     (void)be;
     kern_layernorm_bwd_input(dinp, dout, inp, w, mean, rstd, N, C);
 }
-static void cpu_ln_bwd_w(backend *be, float *dw, float *db, const float *dout,
-                         const float *inp, const float *mean, const float *rstd, size_t N, int C)
+static void cpu_ln_bwd_w(backend *be, float *dw, float *db, const float *dout, const float *inp, const float *mean,
+                         const float *rstd, size_t N, int C)
 {
     (void)be;
     kern_layernorm_bwd_weight(dw, db, dout, inp, mean, rstd, N, C);
@@ -101,8 +100,7 @@ static void cpu_ln_bwd_w(backend *be, float *dw, float *db, const float *dout,
  * results as kern_attention_* (the reference loops) to fp32 rounding, at
  * BLAS speed, and the same op split the simulator costs (two batched GEMMs
  * around a softmax). */
-static void cpu_att_fwd(backend *be, float *out, float *att, const float *qkv, int B, int T,
-                        int NH, int hs)
+static void cpu_att_fwd(backend *be, float *out, float *att, const float *qkv, int B, int T, int NH, int hs)
 {
     (void)be;
     int C = NH * hs, C3 = 3 * C;
@@ -111,15 +109,14 @@ static void cpu_att_fwd(backend *be, float *out, float *att, const float *qkv, i
         for (int h = 0; h < NH; h++) {
             const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
             float *a = att + ((size_t)b * NH + h) * T * T;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, q, C3, q + C,
-                        C3, 0.0f, a, T);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, q, C3, q + C, C3, 0.0f, a, T);
             kern_softmax_causal_fwd(a, T, scale);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T,
-                        q + 2 * C, C3, 0.0f, out + (size_t)b * T * C + (size_t)h * hs, C);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, q + 2 * C, C3, 0.0f,
+                        out + (size_t)b * T * C + (size_t)h * hs, C);
         }
 }
-static void cpu_att_bwd(backend *be, float *dqkv, float *datt, const float *dout,
-                        const float *qkv, const float *att, int B, int T, int NH, int hs)
+static void cpu_att_bwd(backend *be, float *dqkv, float *datt, const float *dout, const float *qkv, const float *att,
+                        int B, int T, int NH, int hs)
 {
     (void)be;
     int C = NH * hs, C3 = 3 * C;
@@ -131,16 +128,12 @@ static void cpu_att_bwd(backend *be, float *dqkv, float *datt, const float *dout
             const float *dy = dout + (size_t)b * T * C + (size_t)h * hs;
             float *da = datt + ((size_t)b * NH + h) * T * T, *dq = dqkv + qo;
             /* datt = dy v^T; dv += att^T dy */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C,
-                        q + 2 * C, C3, 0.0f, da, T);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, dy, C,
-                        1.0f, dq + 2 * C, C3);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, q + 2 * C, C3, 0.0f, da, T);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, dy, C, 1.0f, dq + 2 * C, C3);
             kern_softmax_causal_bwd(da, a, da, T, scale); /* in place, row by row */
             /* dq += ds k; dk += ds^T q */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, da, T, q + C,
-                        C3, 1.0f, dq, C3);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, da, T, q, C3,
-                        1.0f, dq + C, C3);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, da, T, q + C, C3, 1.0f, dq, C3);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, da, T, q, C3, 1.0f, dq + C, C3);
         }
 }
 static void cpu_gelu_fwd(backend *be, float *out, const float *inp, size_t n)
@@ -148,8 +141,7 @@ static void cpu_gelu_fwd(backend *be, float *out, const float *inp, size_t n)
     (void)be;
     kern_gelu_fwd(out, inp, n);
 }
-static void cpu_gelu_bwd(backend *be, float *dinp, const float *inp, const float *dout,
-                         size_t n)
+static void cpu_gelu_bwd(backend *be, float *dinp, const float *inp, const float *dout, size_t n)
 {
     (void)be;
     kern_gelu_bwd(dinp, inp, dout, n);
@@ -164,8 +156,7 @@ static void cpu_bias_bwd(backend *be, float *db, const float *dout, size_t N, in
     (void)be;
     kern_bias_bwd(db, dout, N, OC);
 }
-static void cpu_bias_res(backend *be, float *out, const float *a, const float *b,
-                         const float *bias, size_t N, int OC)
+static void cpu_bias_res(backend *be, float *out, const float *a, const float *b, const float *bias, size_t N, int OC)
 {
     (void)be;
     kern_bias_residual_fwd(out, a, b, bias, N, OC);
@@ -175,20 +166,20 @@ static void cpu_add(backend *be, float *y, const float *x, size_t n)
     (void)be;
     kern_add(y, x, n);
 }
-static void cpu_ce_fwd(backend *be, float *losses, float *probs, const float *logits,
-                       const int *targets, size_t N, int V)
+static void cpu_ce_fwd(backend *be, float *losses, float *probs, const float *logits, const int *targets, size_t N,
+                       int V)
 {
     (void)be;
     kern_crossentropy_fwd(losses, probs, logits, targets, N, V);
 }
-static void cpu_ce_bwd(backend *be, float *dlogits, const float *probs, const int *targets,
-                       size_t N, int V, float scale)
+static void cpu_ce_bwd(backend *be, float *dlogits, const float *probs, const int *targets, size_t N, int V,
+                       float scale)
 {
     (void)be;
     kern_crossentropy_bwd(dlogits, probs, targets, N, V, scale);
 }
-static void cpu_adam(backend *be, float *p, const float *g, float *m, float *v, size_t n,
-                     float lr, float b1, float b2, float eps, float wd, int t)
+static void cpu_adam(backend *be, float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2,
+                     float eps, float wd, int t)
 {
     (void)be;
     kern_adam(p, g, m, v, n, lr, b1, b2, eps, wd, t);

@@ -5,8 +5,8 @@
 
 #define LN_EPS 1e-5f
 
-void kern_embed_fwd(float *out, const int *tokens, const float *wte, const float *wpe,
-                    size_t row0, size_t n, int T, int C)
+void kern_embed_fwd(float *out, const int *tokens, const float *wte, const float *wpe, size_t row0, size_t n, int T,
+                    int C)
 {
     for (size_t i = 0; i < n; i++) {
         size_t row = row0 + i;
@@ -18,8 +18,7 @@ void kern_embed_fwd(float *out, const int *tokens, const float *wte, const float
     }
 }
 
-void kern_embed_bwd(float *dwte, float *dwpe, const float *dout, const int *tokens,
-                    size_t row0, size_t n, int T, int C)
+void kern_embed_bwd(float *dwte, float *dwpe, const float *dout, const int *tokens, size_t row0, size_t n, int T, int C)
 {
     for (size_t i = 0; i < n; i++) {
         size_t row = row0 + i;
@@ -33,8 +32,8 @@ void kern_embed_bwd(float *dwte, float *dwpe, const float *dout, const int *toke
     }
 }
 
-void kern_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
-                        const float *w, const float *b, size_t N, int C)
+void kern_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
+                        size_t N, int C)
 {
     for (size_t n = 0; n < N; n++) {
         const float *x = inp + n * C;
@@ -57,9 +56,8 @@ void kern_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
     }
 }
 
-void kern_layernorm_bwd_input(float *dinp, const float *dout, const float *inp,
-                              const float *w, const float *mean, const float *rstd,
-                              size_t N, int C)
+void kern_layernorm_bwd_input(float *dinp, const float *dout, const float *inp, const float *w, const float *mean,
+                              const float *rstd, size_t N, int C)
 {
     for (size_t n = 0; n < N; n++) {
         const float *x = inp + n * C, *dy = dout + n * C;
@@ -83,8 +81,8 @@ void kern_layernorm_bwd_input(float *dinp, const float *dout, const float *inp,
     }
 }
 
-void kern_layernorm_bwd_weight(float *dw, float *db, const float *dout, const float *inp,
-                               const float *mean, const float *rstd, size_t N, int C)
+void kern_layernorm_bwd_weight(float *dw, float *db, const float *dout, const float *inp, const float *mean,
+                               const float *rstd, size_t N, int C)
 {
     for (size_t n = 0; n < N; n++) {
         const float *x = inp + n * C, *dy = dout + n * C;
@@ -163,8 +161,8 @@ void kern_attention_fwd(float *out, float *att, const float *qkv, int B, int T, 
         }
 }
 
-void kern_attention_bwd(float *dqkv, float *datt, const float *dout, const float *qkv,
-                        const float *att, int B, int T, int NH, int hs)
+void kern_attention_bwd(float *dqkv, float *datt, const float *dout, const float *qkv, const float *att, int B, int T,
+                        int NH, int hs)
 {
     size_t C = (size_t)NH * hs, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
@@ -248,8 +246,7 @@ void kern_gelu_bwd(float *dinp, const float *inp, const float *dout, size_t n)
         float targ = GELU_SCALE * (x + cube);
         float th = fast_tanh(targ);
         float sech2 = 1.0f - th * th;
-        float grad = 0.5f * (1.0f + th) +
-                     0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+        float grad = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
         dinp[i] += grad * dout[i];
     }
 }
@@ -268,8 +265,7 @@ void kern_bias_bwd(float *dbias, const float *dout, size_t N, int OC)
             dbias[o] += dout[n * OC + o];
 }
 
-void kern_bias_residual_fwd(float *out, const float *a, const float *b, const float *bias,
-                            size_t N, int OC)
+void kern_bias_residual_fwd(float *out, const float *a, const float *b, const float *bias, size_t N, int OC)
 {
     for (size_t n = 0; n < N; n++)
         for (int o = 0; o < OC; o++) {
@@ -284,8 +280,7 @@ void kern_add(float *y, const float *x, size_t n)
         y[i] += x[i];
 }
 
-void kern_crossentropy_fwd(float *losses, float *probs, const float *logits,
-                           const int *targets, size_t N, int V)
+void kern_crossentropy_fwd(float *losses, float *probs, const float *logits, const int *targets, size_t N, int V)
 {
     for (size_t n = 0; n < N; n++) {
         const float *l = logits + n * V;
@@ -306,8 +301,7 @@ void kern_crossentropy_fwd(float *losses, float *probs, const float *logits,
     }
 }
 
-void kern_crossentropy_bwd(float *dlogits, const float *probs, const int *targets,
-                           size_t N, int V, float scale)
+void kern_crossentropy_bwd(float *dlogits, const float *probs, const int *targets, size_t N, int V, float scale)
 {
     for (size_t n = 0; n < N; n++) {
         const float *p = probs + n * V;
@@ -317,8 +311,8 @@ void kern_crossentropy_bwd(float *dlogits, const float *probs, const int *target
     }
 }
 
-void kern_adam(float *p, const float *g, float *m, float *v, size_t n, float lr,
-               float b1, float b2, float eps, float wd, int t)
+void kern_adam(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps,
+               float wd, int t)
 {
     float c1 = 1.0f - powf(b1, (float)t), c2 = 1.0f - powf(b2, (float)t);
     for (size_t i = 0; i < n; i++) {

@@ -23,23 +23,22 @@
 /* Token + learned position embedding for rows [row0, row0 + n) of the
  * [B*T] token array: out[i] = wte[tok[row0+i]] + wpe[(row0+i) % T].
  * tokens must be in [0, V); out is [n, C]. */
-void kern_embed_fwd(float *out, const int *tokens, const float *wte, const float *wpe,
-                    size_t row0, size_t n, int T, int C);
+void kern_embed_fwd(float *out, const int *tokens, const float *wte, const float *wpe, size_t row0, size_t n, int T,
+                    int C);
 /* dwte[tok] += dout[i], dwpe[pos] += dout[i] for the same rows. */
-void kern_embed_bwd(float *dwte, float *dwpe, const float *dout, const int *tokens,
-                    size_t row0, size_t n, int T, int C);
+void kern_embed_bwd(float *dwte, float *dwpe, const float *dout, const int *tokens, size_t row0, size_t n, int T,
+                    int C);
 
 /* LayerNorm over the last dimension (eps 1e-5): out = (x - mean) * rstd * w + b.
  * mean, rstd ([N]) are saved for the backward. */
-void kern_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp,
-                        const float *w, const float *b, size_t N, int C);
+void kern_layernorm_fwd(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
+                        size_t N, int C);
 /* Input-gradient part: dinp += d(out)/d(inp)^T dout. */
-void kern_layernorm_bwd_input(float *dinp, const float *dout, const float *inp,
-                              const float *w, const float *mean, const float *rstd,
-                              size_t N, int C);
+void kern_layernorm_bwd_input(float *dinp, const float *dout, const float *inp, const float *w, const float *mean,
+                              const float *rstd, size_t N, int C);
 /* Weight-gradient part: dw += sum_n dout * xhat, db += sum_n dout. */
-void kern_layernorm_bwd_weight(float *dw, float *db, const float *dout, const float *inp,
-                               const float *mean, const float *rstd, size_t N, int C);
+void kern_layernorm_bwd_weight(float *dw, float *db, const float *dout, const float *inp, const float *mean,
+                               const float *rstd, size_t N, int C);
 
 /* Causal multi-head attention core (no projections): from qkv [B*T, 3*NH*hs]
  * computes att = softmax(q k^T / sqrt(hs)) with the causal mask ([B, NH, T, T],
@@ -47,8 +46,8 @@ void kern_layernorm_bwd_weight(float *dw, float *db, const float *dout, const fl
 void kern_attention_fwd(float *out, float *att, const float *qkv, int B, int T, int NH, int hs);
 /* dqkv += gradient through the attention core; datt is scratch [B, NH, T, T]
  * (overwritten). */
-void kern_attention_bwd(float *dqkv, float *datt, const float *dout, const float *qkv,
-                        const float *att, int B, int T, int NH, int hs);
+void kern_attention_bwd(float *dqkv, float *datt, const float *dout, const float *qkv, const float *att, int B, int T,
+                        int NH, int hs);
 
 /* Scaled causal softmax of one [T, T] score block, in place, row by row:
  * row t keeps columns 0..t (others set to 0). Used by kern_attention_fwd;
@@ -69,24 +68,21 @@ void kern_bias_fwd(float *out, const float *bias, size_t N, int OC);
 void kern_bias_bwd(float *dbias, const float *dout, size_t N, int OC);
 /* Bias + residual: out = a + b + bias (broadcast over N rows of OC). bias may
  * be NULL. out may alias a or b. */
-void kern_bias_residual_fwd(float *out, const float *a, const float *b, const float *bias,
-                            size_t N, int OC);
+void kern_bias_residual_fwd(float *out, const float *a, const float *b, const float *bias, size_t N, int OC);
 /* y += x. */
 void kern_add(float *y, const float *x, size_t n);
 
 /* Softmax cross-entropy over V classes: probs = softmax(logits) ([N, V]),
  * losses[n] = -log probs[n, target[n]]. */
-void kern_crossentropy_fwd(float *losses, float *probs, const float *logits,
-                           const int *targets, size_t N, int V);
+void kern_crossentropy_fwd(float *losses, float *probs, const float *logits, const int *targets, size_t N, int V);
 /* dlogits += scale * (probs - onehot(target)); scale is d(loss)/d(losses[n])
  * (1 / tokens averaged over). */
-void kern_crossentropy_bwd(float *dlogits, const float *probs, const int *targets,
-                           size_t N, int V, float scale);
+void kern_crossentropy_bwd(float *dlogits, const float *probs, const int *targets, size_t N, int V, float scale);
 
 /* AdamW step t (1-based) on n parameters, with bias correction:
  * m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
  * p -= lr * (m_hat / (sqrt(v_hat) + eps) + wd * p). */
-void kern_adam(float *p, const float *g, float *m, float *v, size_t n, float lr,
-               float b1, float b2, float eps, float wd, int t);
+void kern_adam(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps,
+               float wd, int t);
 
 #endif

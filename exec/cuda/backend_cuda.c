@@ -6,8 +6,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "kernels/cuk.h"
 #include "exec/cuda/cugemm.h"
+#include "kernels/cuk.h"
 
 typedef struct {
     const char *op;
@@ -44,8 +44,7 @@ static void note(backend *be, cudaError_t st, const char *what)
 {
     cuda_ctx *x = CTX(be);
     if (st != cudaSuccess && x->status == TS_OK)
-        x->status = err_set(&x->err, TS_ESTATE, "cuda backend: %s: %s", what,
-                            cudaGetErrorString(st));
+        x->status = err_set(&x->err, TS_ESTATE, "cuda backend: %s: %s", what, cudaGetErrorString(st));
 }
 
 static void note_rc(backend *be, int rc, const ts_err *e)
@@ -78,16 +77,14 @@ static void cu_free(backend *be, float *p)
 static void cu_to_device(backend *be, float *dst, const float *src, size_t n)
 {
     cudaStream_t s = CTX(be)->stream;
-    note(be, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice, s),
-         "copy to device");
+    note(be, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyHostToDevice, s), "copy to device");
     note(be, cudaStreamSynchronize(s), "copy to device (sync)");
 }
 
 static void cu_to_host(backend *be, float *dst, const float *src, size_t n)
 {
     cudaStream_t s = CTX(be)->stream;
-    note(be, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, s),
-         "copy to host");
+    note(be, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, s), "copy to host");
     note(be, cudaStreamSynchronize(s), "copy to host (sync)");
 }
 
@@ -105,8 +102,7 @@ static void cu_free_int(backend *be, int *p)
 static void cu_int_to_device(backend *be, int *dst, const int *src, size_t n)
 {
     cudaStream_t s = CTX(be)->stream;
-    note(be, cudaMemcpyAsync(dst, src, n * sizeof(int), cudaMemcpyHostToDevice, s),
-         "token copy to device");
+    note(be, cudaMemcpyAsync(dst, src, n * sizeof(int), cudaMemcpyHostToDevice, s), "token copy to device");
     note(be, cudaStreamSynchronize(s), "token copy to device (sync)");
 }
 
@@ -117,9 +113,7 @@ static void cu_zero(backend *be, float *p, size_t n)
 
 static void cu_copy(backend *be, float *dst, const float *src, size_t n)
 {
-    note(be, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice,
-                             CTX(be)->stream),
-         "device copy");
+    note(be, cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, CTX(be)->stream), "device copy");
 }
 
 static void cu_sync(backend *be)
@@ -169,72 +163,89 @@ static void gemm_run(backend *be, const cugemm_args *a)
     note_rc(be, cugemm_run(CTX(be)->gemm, a, CTX(be)->stream, &e), &e);
 }
 
-static void cu_gemm(backend *be, bool ta, bool tb, int M, int N, int K, float alpha,
-                    const float *A, int lda, const float *B, int ldb, float beta, float *C,
-                    int ldc)
+static void cu_gemm(backend *be, bool ta, bool tb, int M, int N, int K, float alpha, const float *A, int lda,
+                    const float *B, int ldb, float beta, float *C, int ldc)
 {
-    cugemm_args a = {.kind = CUGEMM_F32, .trans_a = ta, .trans_b = tb, .M = M, .N = N, .K = K,
-                     .alpha = alpha, .beta = beta, .A = A, .lda = lda, .B = B, .ldb = ldb,
-                     .C = C, .ldc = ldc, .batch = 1};
+    cugemm_args a = {.kind = CUGEMM_F32,
+                     .trans_a = ta,
+                     .trans_b = tb,
+                     .M = M,
+                     .N = N,
+                     .K = K,
+                     .alpha = alpha,
+                     .beta = beta,
+                     .A = A,
+                     .lda = lda,
+                     .B = B,
+                     .ldb = ldb,
+                     .C = C,
+                     .ldc = ldc,
+                     .batch = 1};
     gemm_run(be, &a);
 }
 
 /* Strided-batched row-major GEMM over the B*NH heads. */
-static void bgemm(backend *be, bool ta, bool tb, int M, int N, int K, const float *A, int lda,
-                  long long sa, const float *B, int ldb, long long sb, float *C, int ldc,
-                  long long sc, int batch)
+static void bgemm(backend *be, bool ta, bool tb, int M, int N, int K, const float *A, int lda, long long sa,
+                  const float *B, int ldb, long long sb, float *C, int ldc, long long sc, int batch)
 {
-    cugemm_args a = {.kind = CUGEMM_F32, .trans_a = ta, .trans_b = tb, .M = M, .N = N, .K = K,
-                     .alpha = 1.0f, .beta = 0.0f, .A = A, .lda = lda, .stride_a = sa, .B = B,
-                     .ldb = ldb, .stride_b = sb, .C = C, .ldc = ldc, .stride_c = sc,
+    cugemm_args a = {.kind = CUGEMM_F32,
+                     .trans_a = ta,
+                     .trans_b = tb,
+                     .M = M,
+                     .N = N,
+                     .K = K,
+                     .alpha = 1.0f,
+                     .beta = 0.0f,
+                     .A = A,
+                     .lda = lda,
+                     .stride_a = sa,
+                     .B = B,
+                     .ldb = ldb,
+                     .stride_b = sb,
+                     .C = C,
+                     .ldc = ldc,
+                     .stride_c = sc,
                      .batch = batch};
     gemm_run(be, &a);
 }
 
 /* ------------------------------------------------------------ kernels */
 
-static void cu_embed_fwd(backend *be, float *out, const int *tok, const float *wte,
-                         const float *wpe, size_t row0, size_t n, int T, int C)
+static void cu_embed_fwd(backend *be, float *out, const int *tok, const float *wte, const float *wpe, size_t row0,
+                         size_t n, int T, int C)
 {
     note(be, cuk_f32_embed_fwd(out, tok, wte, wpe, row0, n, T, C, CTX(be)->stream), "embed_fwd");
 }
 
-static void cu_embed_bwd(backend *be, float *dwte, float *dwpe, const float *dout,
-                         const int *tok, size_t row0, size_t n, int T, int C)
+static void cu_embed_bwd(backend *be, float *dwte, float *dwpe, const float *dout, const int *tok, size_t row0,
+                         size_t n, int T, int C)
 {
-    note(be, cuk_f32_embed_bwd(dwte, dwpe, dout, tok, row0, n, T, C, CTX(be)->stream),
-         "embed_bwd");
+    note(be, cuk_f32_embed_bwd(dwte, dwpe, dout, tok, row0, n, T, C, CTX(be)->stream), "embed_bwd");
 }
 
-static void cu_ln_fwd(backend *be, float *out, float *mean, float *rstd, const float *inp,
-                      const float *w, const float *b, size_t N, int C)
+static void cu_ln_fwd(backend *be, float *out, float *mean, float *rstd, const float *inp, const float *w,
+                      const float *b, size_t N, int C)
 {
-    note(be, cuk_f32_layernorm_fwd(out, mean, rstd, inp, w, b, N, C, CTX(be)->stream),
-         "layernorm_fwd");
+    note(be, cuk_f32_layernorm_fwd(out, mean, rstd, inp, w, b, N, C, CTX(be)->stream), "layernorm_fwd");
 }
 
-static void cu_ln_bwd_input(backend *be, float *dinp, const float *dout, const float *inp,
-                            const float *w, const float *mean, const float *rstd, size_t N,
-                            int C)
+static void cu_ln_bwd_input(backend *be, float *dinp, const float *dout, const float *inp, const float *w,
+                            const float *mean, const float *rstd, size_t N, int C)
 {
-    note(be, cuk_f32_layernorm_bwd_input(dinp, dout, inp, w, mean, rstd, N, C, CTX(be)->stream),
-         "layernorm_bwd_input");
+    note(be, cuk_f32_layernorm_bwd_input(dinp, dout, inp, w, mean, rstd, N, C, CTX(be)->stream), "layernorm_bwd_input");
 }
 
-static void cu_ln_bwd_weight(backend *be, float *dw, float *db, const float *dout,
-                             const float *inp, const float *mean, const float *rstd, size_t N,
-                             int C)
+static void cu_ln_bwd_weight(backend *be, float *dw, float *db, const float *dout, const float *inp, const float *mean,
+                             const float *rstd, size_t N, int C)
 {
     void *s = scratch(be, cuk_colsum_scratch_bytes((int)N, C));
     if (!s)
         return;
-    note(be, cuk_f32_layernorm_bwd_weight(dw, db, dout, inp, mean, rstd, N, C, s,
-                                          CTX(be)->stream),
+    note(be, cuk_f32_layernorm_bwd_weight(dw, db, dout, inp, mean, rstd, N, C, s, CTX(be)->stream),
          "layernorm_bwd_weight");
 }
 
-static void cu_att_fwd(backend *be, float *out, float *att, const float *qkv, int B, int T,
-                       int NH, int hs)
+static void cu_att_fwd(backend *be, float *out, float *att, const float *qkv, int B, int T, int NH, int hs)
 {
     cudaStream_t s = CTX(be)->stream;
     size_t per = (size_t)B * NH * T * hs;
@@ -246,28 +257,26 @@ static void cu_att_fwd(backend *be, float *out, float *att, const float *qkv, in
     long long sq = (long long)T * hs, sa = (long long)T * T;
     note(be, cuk_f32_qkv_split(q, k, v, qkv, B, T, NH, hs, s), "attention qkv split");
     bgemm(be, false, true, T, T, hs, q, hs, sq, k, hs, sq, att, T, sa, bh); /* q k^T */
-    note(be, cuk_f32_softmax_causal_fwd(att, bh, T, 1.0f / sqrtf((float)hs), s),
-         "attention softmax");
+    note(be, cuk_f32_softmax_causal_fwd(att, bh, T, 1.0f / sqrtf((float)hs), s), "attention softmax");
     bgemm(be, false, false, T, hs, T, att, T, sa, v, hs, sq, o, hs, sq, bh); /* att v */
     note(be, cuk_f32_bhtd_to_bthd(out, o, B, NH, T, hs, s), "attention output permute");
 }
 
-static void cu_att_bwd(backend *be, float *dqkv, float *datt, const float *dout,
-                       const float *qkv, const float *att, int B, int T, int NH, int hs)
+static void cu_att_bwd(backend *be, float *dqkv, float *datt, const float *dout, const float *qkv, const float *att,
+                       int B, int T, int NH, int hs)
 {
     cudaStream_t s = CTX(be)->stream;
     size_t per = (size_t)B * NH * T * hs;
     float *q = attn_scratch(be, 7 * per);
     if (!q)
         return;
-    float *k = q + per, *v = k + per, *dO = v + per, *dq = dO + per, *dk = dq + per,
-          *dv = dk + per;
+    float *k = q + per, *v = k + per, *dO = v + per, *dq = dO + per, *dk = dq + per, *dv = dk + per;
     int bh = B * NH;
     long long sq = (long long)T * hs, sa = (long long)T * T;
     note(be, cuk_f32_qkv_split(q, k, v, qkv, B, T, NH, hs, s), "attention qkv split");
     note(be, cuk_f32_bthd_to_bhtd(dO, dout, B, NH, T, hs, s), "attention dout permute");
-    bgemm(be, false, true, T, T, hs, dO, hs, sq, v, hs, sq, datt, T, sa, bh);  /* dO v^T */
-    bgemm(be, true, false, T, hs, T, att, T, sa, dO, hs, sq, dv, hs, sq, bh);  /* att^T dO */
+    bgemm(be, false, true, T, T, hs, dO, hs, sq, v, hs, sq, datt, T, sa, bh); /* dO v^T */
+    bgemm(be, true, false, T, hs, T, att, T, sa, dO, hs, sq, dv, hs, sq, bh); /* att^T dO */
     note(be, cuk_f32_softmax_causal_bwd(datt, att, datt, bh, T, 1.0f / sqrtf((float)hs), s),
          "attention softmax backward");
     bgemm(be, false, false, T, hs, T, datt, T, sa, k, hs, sq, dq, hs, sq, bh); /* dS k */
@@ -298,11 +307,10 @@ static void cu_bias_bwd(backend *be, float *dbias, const float *dout, size_t N, 
     note(be, cuk_f32_bias_bwd(dbias, dout, N, OC, s, CTX(be)->stream), "bias_bwd");
 }
 
-static void cu_bias_residual_fwd(backend *be, float *out, const float *a, const float *b,
-                                 const float *bias, size_t N, int OC)
+static void cu_bias_residual_fwd(backend *be, float *out, const float *a, const float *b, const float *bias, size_t N,
+                                 int OC)
 {
-    note(be, cuk_f32_bias_residual_fwd(out, a, b, bias, N, OC, CTX(be)->stream),
-         "bias_residual_fwd");
+    note(be, cuk_f32_bias_residual_fwd(out, a, b, bias, N, OC, CTX(be)->stream), "bias_residual_fwd");
 }
 
 static void cu_add(backend *be, float *y, const float *x, size_t n)
@@ -310,25 +318,21 @@ static void cu_add(backend *be, float *y, const float *x, size_t n)
     note(be, cuk_f32_add(y, x, n, CTX(be)->stream), "add");
 }
 
-static void cu_ce_fwd(backend *be, float *losses, float *probs, const float *logits,
-                      const int *targets, size_t N, int V)
+static void cu_ce_fwd(backend *be, float *losses, float *probs, const float *logits, const int *targets, size_t N,
+                      int V)
 {
-    note(be, cuk_f32_crossentropy_fwd(losses, probs, logits, targets, N, V, CTX(be)->stream),
-         "crossentropy_fwd");
+    note(be, cuk_f32_crossentropy_fwd(losses, probs, logits, targets, N, V, CTX(be)->stream), "crossentropy_fwd");
 }
 
-static void cu_ce_bwd(backend *be, float *dlogits, const float *probs, const int *targets,
-                      size_t N, int V, float scale)
+static void cu_ce_bwd(backend *be, float *dlogits, const float *probs, const int *targets, size_t N, int V, float scale)
 {
-    note(be, cuk_f32_crossentropy_bwd(dlogits, probs, targets, N, V, scale, CTX(be)->stream),
-         "crossentropy_bwd");
+    note(be, cuk_f32_crossentropy_bwd(dlogits, probs, targets, N, V, scale, CTX(be)->stream), "crossentropy_bwd");
 }
 
-static void cu_adam(backend *be, float *p, const float *g, float *m, float *v, size_t n,
-                    float lr, float b1, float b2, float eps, float wd, int t)
+static void cu_adam(backend *be, float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2,
+                    float eps, float wd, int t)
 {
-    note(be, cuk_adamw(NULL, p, g, m, v, n, lr, b1, b2, eps, wd, t, 1.0f, CTX(be)->stream),
-         "adam");
+    note(be, cuk_adamw(NULL, p, g, m, v, n, lr, b1, b2, eps, wd, t, 1.0f, CTX(be)->stream), "adam");
 }
 
 /* ------------------------------------------------------------ profiling */
@@ -348,8 +352,7 @@ void backend_cuda_prof(void *ud, const char *op, int layer, bool end)
         }
         return;
     }
-    if (x->nprof >= BACKEND_CUDA_MAX_PROF || x->nopen >= BACKEND_CUDA_PROF_DEPTH ||
-        x->lost_depth > 0) {
+    if (x->nprof >= BACKEND_CUDA_MAX_PROF || x->nopen >= BACKEND_CUDA_PROF_DEPTH || x->lost_depth > 0) {
         x->prof_dropped++;
         x->lost_depth++;
         return;
@@ -373,27 +376,28 @@ void backend_cuda_prof(void *ud, const char *op, int layer, bool end)
     x->open[x->nopen++] = x->nprof++;
 }
 
-int backend_cuda_prof_collect(backend *be, void (*fn)(void *ud, const backend_cuda_op *op),
-                              void *ud, size_t *dropped, ts_err *err)
+int backend_cuda_prof_collect(backend *be, void (*fn)(void *ud, const backend_cuda_op *op), void *ud, size_t *dropped,
+                              ts_err *err)
 {
     cuda_ctx *x = CTX(be);
     if (x->nopen > 0)
-        return err_set(err, TS_ESTATE, "cuda backend: profiling collect with %d op(s) begun "
-                       "and not ended (innermost '%s')", x->nopen,
-                       x->prof[x->open[x->nopen - 1]].op);
+        return err_set(err, TS_ESTATE,
+                       "cuda backend: profiling collect with %d op(s) begun "
+                       "and not ended (innermost '%s')",
+                       x->nopen, x->prof[x->open[x->nopen - 1]].op);
     cudaError_t st = cudaStreamSynchronize(x->stream);
     if (st != cudaSuccess)
-        return err_set(err, TS_ESTATE, "cuda backend: profiling sync: %s",
-                       cudaGetErrorString(st));
+        return err_set(err, TS_ESTATE, "cuda backend: profiling sync: %s", cudaGetErrorString(st));
     for (size_t i = 0; i < x->nprof; i++) {
         float t0 = 0.0f, dt = 0.0f;
         st = cudaEventElapsedTime(&t0, x->epoch, x->prof[i].begin);
         if (st == cudaSuccess)
             st = cudaEventElapsedTime(&dt, x->prof[i].begin, x->prof[i].end);
         if (st != cudaSuccess)
-            return err_set(err, TS_ESTATE, "cuda backend: op %zu (%s): event time: %s", i,
-                           x->prof[i].op, cudaGetErrorString(st));
-        backend_cuda_op r = {.op = x->prof[i].op, .layer = x->prof[i].layer,
+            return err_set(err, TS_ESTATE, "cuda backend: op %zu (%s): event time: %s", i, x->prof[i].op,
+                           cudaGetErrorString(st));
+        backend_cuda_op r = {.op = x->prof[i].op,
+                             .layer = x->prof[i].layer,
                              .start_ns = (int64_t)llround((double)t0 * 1e6),
                              .dur_ns = (int64_t)llround((double)dt * 1e6)};
         r.start_mono_ns = x->epoch_mono_ns + r.start_ns;
@@ -512,8 +516,7 @@ int backend_cuda_create(int device, bool autotune, backend **out, ts_err *err)
     if (st == cudaSuccess)
         st = cudaEventCreate(&x->epoch);
     if (st != cudaSuccess)
-        rc = err_set(err, TS_ENOTSUP, "cuda backend: stream/event creation: %s",
-                     cudaGetErrorString(st));
+        rc = err_set(err, TS_ENOTSUP, "cuda backend: stream/event creation: %s", cudaGetErrorString(st));
     if (rc == TS_OK)
         rc = cugemm_create(autotune, &x->gemm, err);
     if (rc != TS_OK) {

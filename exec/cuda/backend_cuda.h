@@ -33,8 +33,8 @@
 #include "exec/core/backend.h"
 #include "sim/util/err.h"
 
-#define BACKEND_CUDA_MAX_PROF 65536 /* op events kept between collects */
-#define BACKEND_CUDA_PROF_DEPTH 32  /* ops open at once (nested) */
+#define BACKEND_CUDA_MAX_PROF   65536 /* op events kept between collects */
+#define BACKEND_CUDA_PROF_DEPTH 32    /* ops open at once (nested) */
 
 /* Select `device` (cudaSetDevice) and build the backend. TS_ENOTSUP when no
  * CUDA device answers (message says so), TS_EINVAL for a device index out of
@@ -58,7 +58,7 @@ void backend_cuda_prof(void *ud, const char *op, int layer, bool end);
 typedef struct {
     const char *op;
     int layer;
-    int64_t start_ns;      /* since the first recorded event */
+    int64_t start_ns; /* since the first recorded event */
     int64_t dur_ns;
     int64_t start_mono_ns; /* the GPU start on the host's CLOCK_MONOTONIC (the
                             * first event is recorded on an idle stream right
@@ -70,7 +70,7 @@ typedef struct {
 /* Wait for the stream, then call fn for each op completed since the last
  * collect, in issue order, and forget them. *dropped gets the ops not
  * recorded for lack of room (may be NULL). TS_ESTATE on a CUDA error. */
-int backend_cuda_prof_collect(backend *be, void (*fn)(void *ud, const backend_cuda_op *op),
-                              void *ud, size_t *dropped, ts_err *err);
+int backend_cuda_prof_collect(backend *be, void (*fn)(void *ud, const backend_cuda_op *op), void *ud, size_t *dropped,
+                              ts_err *err);
 
 #endif

@@ -20,7 +20,7 @@ typedef struct {
 } req_slot;
 
 typedef struct {
-    ncclComm_t nc[COMM_NGROUPS];  /* NULL for a group of one rank */
+    ncclComm_t nc[COMM_NGROUPS]; /* NULL for a group of one rank */
     MPI_Comm mpi[COMM_NGROUPS];
     cudaStream_t compute, coll, p2p;
     cudaEvent_t ready, coll_done;
@@ -39,8 +39,8 @@ static nccl_ctx *X(comm *c)
 
 static int nccl_fail(ts_err *err, ncclResult_t r, const char *what, comm_group g)
 {
-    return err_set(err, TS_ESTATE, "NCCL %s on the %s-parallel group failed: %s", what,
-                   GROUP_NAMES[g], ncclGetErrorString(r));
+    return err_set(err, TS_ESTATE, "NCCL %s on the %s-parallel group failed: %s", what, GROUP_NAMES[g],
+                   ncclGetErrorString(r));
 }
 
 static int cuda_fail(ts_err *err, cudaError_t st, const char *what)
@@ -69,8 +69,7 @@ static int join_compute(nccl_ctx *x, ts_err *err)
 static int check_group(comm *c, comm_group g, ts_err *err)
 {
     if ((unsigned)g >= COMM_NGROUPS)
-        return err_set(err, TS_EINVAL, "nccl comm: group %d: valid are 0..%d", (int)g,
-                       COMM_NGROUPS - 1);
+        return err_set(err, TS_EINVAL, "nccl comm: group %d: valid are 0..%d", (int)g, COMM_NGROUPS - 1);
     (void)c;
     return TS_OK;
 }
@@ -90,8 +89,7 @@ static int nc_all_reduce(comm *c, comm_group g, float *buf, size_t n, ts_err *er
 
 /* All-gather (gather = true) or reduce-scatter of n floats: a device copy
  * when the group has one rank, else the NCCL collective on the comm stream. */
-static int gather_or_scatter(comm *c, comm_group g, float *out, const float *in, size_t n,
-                             bool gather, ts_err *err)
+static int gather_or_scatter(comm *c, comm_group g, float *out, const float *in, size_t n, bool gather, ts_err *err)
 {
     const char *what = gather ? "all-gather" : "reduce-scatter";
     int rc = check_group(c, g, err);
@@ -99,10 +97,8 @@ static int gather_or_scatter(comm *c, comm_group g, float *out, const float *in,
         return rc;
     nccl_ctx *x = X(c);
     if (c->size[g] == 1) {
-        cudaError_t st = cudaMemcpyAsync(out, in, n * sizeof(float), cudaMemcpyDeviceToDevice,
-                                         x->compute);
-        return st == cudaSuccess ? TS_OK
-                                 : cuda_fail(err, st, gather ? "all-gather copy" : "reduce-scatter copy");
+        cudaError_t st = cudaMemcpyAsync(out, in, n * sizeof(float), cudaMemcpyDeviceToDevice, x->compute);
+        return st == cudaSuccess ? TS_OK : cuda_fail(err, st, gather ? "all-gather copy" : "reduce-scatter copy");
     }
     rc = after_compute(x, x->coll, err);
     if (rc != TS_OK)
@@ -112,27 +108,25 @@ static int gather_or_scatter(comm *c, comm_group g, float *out, const float *in,
     return r == ncclSuccess ? join_compute(x, err) : nccl_fail(err, r, what, g);
 }
 
-static int nc_all_gather(comm *c, comm_group g, float *out, const float *in, size_t n,
-                         ts_err *err)
+static int nc_all_gather(comm *c, comm_group g, float *out, const float *in, size_t n, ts_err *err)
 {
     return gather_or_scatter(c, g, out, in, n, true, err);
 }
 
-static int nc_reduce_scatter(comm *c, comm_group g, float *out, const float *in, size_t n,
-                             ts_err *err)
+static int nc_reduce_scatter(comm *c, comm_group g, float *out, const float *in, size_t n, ts_err *err)
 {
     return gather_or_scatter(c, g, out, in, n, false, err);
 }
 
-static int queue_p2p(comm *c, bool send, int peer, float *buf, size_t n, int tag, int *req,
-                     ts_err *err)
+static int queue_p2p(comm *c, bool send, int peer, float *buf, size_t n, int tag, int *req, ts_err *err)
 {
     nccl_ctx *x = X(c);
     const char *what = send ? "isend" : "irecv";
     if (peer < 0 || peer >= c->size[COMM_PP] || peer == c->rank[COMM_PP])
-        return err_set(err, TS_EINVAL, "nccl comm %s: peer %d: valid are the other pipeline "
-                       "ranks 0..%d (this rank is %d)", what, peer, c->size[COMM_PP] - 1,
-                       c->rank[COMM_PP]);
+        return err_set(err, TS_EINVAL,
+                       "nccl comm %s: peer %d: valid are the other pipeline "
+                       "ranks 0..%d (this rank is %d)",
+                       what, peer, c->size[COMM_PP] - 1, c->rank[COMM_PP]);
     if (tag < 0 || tag >= 32768)
         return err_set(err, TS_EINVAL, "nccl comm %s: tag %d: valid are 0..32767", what, tag);
     int id = -1;
@@ -140,8 +134,10 @@ static int queue_p2p(comm *c, bool send, int peer, float *buf, size_t n, int tag
         if (!x->req[i].used)
             id = i;
     if (id < 0 || x->nqueued >= COMM_NCCL_MAX_REQ)
-        return err_set(err, TS_ESTATE, "nccl comm %s: more than %d transfers in flight; "
-                       "wait for some first", what, COMM_NCCL_MAX_REQ);
+        return err_set(err, TS_ESTATE,
+                       "nccl comm %s: more than %d transfers in flight; "
+                       "wait for some first",
+                       what, COMM_NCCL_MAX_REQ);
     x->req[id].used = true;
     x->req[id].launched = false;
     x->queue[x->nqueued] = (p2p_op){.send = send, .peer = peer, .buf = buf, .n = n};
@@ -150,8 +146,7 @@ static int queue_p2p(comm *c, bool send, int peer, float *buf, size_t n, int tag
     return TS_OK;
 }
 
-static int nc_isend(comm *c, int peer, const float *buf, size_t n, int tag, int *req,
-                    ts_err *err)
+static int nc_isend(comm *c, int peer, const float *buf, size_t n, int tag, int *req, ts_err *err)
 {
     return queue_p2p(c, true, peer, (float *)(size_t)buf, n, tag, req, err);
 }
@@ -252,8 +247,10 @@ static int make_group(comm *c, MPI_Comm base, comm_group g, int color, ts_err *e
 {
     nccl_ctx *x = X(c);
     if (MPI_Comm_split(base, color, c->rank[g], &x->mpi[g]) != MPI_SUCCESS)
-        return err_set(err, TS_ESTATE, "nccl comm: MPI_Comm_split of the %s-parallel group "
-                       "failed", GROUP_NAMES[g]);
+        return err_set(err, TS_ESTATE,
+                       "nccl comm: MPI_Comm_split of the %s-parallel group "
+                       "failed",
+                       GROUP_NAMES[g]);
     if (c->size[g] == 1)
         return TS_OK;
     struct {
@@ -268,33 +265,38 @@ static int make_group(comm *c, MPI_Comm base, comm_group g, int color, ts_err *e
     }
     /* Broadcast even on failure, so the peers learn it instead of hanging. */
     if (MPI_Bcast(&boot, (int)sizeof boot, MPI_BYTE, 0, x->mpi[g]) != MPI_SUCCESS)
-        return err_set(err, TS_ESTATE, "nccl comm: MPI_Bcast of the %s-parallel unique id "
-                       "failed", GROUP_NAMES[g]);
+        return err_set(err, TS_ESTATE,
+                       "nccl comm: MPI_Bcast of the %s-parallel unique id "
+                       "failed",
+                       GROUP_NAMES[g]);
     if (!boot.ok)
         return c->rank[g] == 0 ? nccl_fail(err, r, "unique id", g)
-                               : err_set(err, TS_ENOTSUP, "nccl comm: rank 0 of the "
+                               : err_set(err, TS_ENOTSUP,
+                                         "nccl comm: rank 0 of the "
                                          "%s-parallel group could not create an NCCL id",
                                          GROUP_NAMES[g]);
     r = ncclCommInitRank(&x->nc[g], c->size[g], boot.id, c->rank[g]);
     if (r != ncclSuccess) {
         x->nc[g] = NULL;
-        return err_set(err, TS_ENOTSUP, "NCCL communicator for the %s-parallel group "
-                       "(%d ranks) could not be created: %s", GROUP_NAMES[g], c->size[g],
-                       ncclGetErrorString(r));
+        return err_set(err, TS_ENOTSUP,
+                       "NCCL communicator for the %s-parallel group "
+                       "(%d ranks) could not be created: %s",
+                       GROUP_NAMES[g], c->size[g], ncclGetErrorString(r));
     }
     return TS_OK;
 }
 
-int comm_nccl_create(MPI_Comm base, int t, int p, int d, cudaStream_t compute, comm **out,
-                     ts_err *err)
+int comm_nccl_create(MPI_Comm base, int t, int p, int d, cudaStream_t compute, comm **out, ts_err *err)
 {
     *out = NULL;
     int size = 0, g = 0;
     MPI_Comm_size(base, &size);
     MPI_Comm_rank(base, &g);
     if (t < 1 || p < 1 || d < 1 || (long long)t * p * d != size)
-        return err_set(err, TS_EINVAL, "nccl comm: t=%d p=%d d=%d: t*p*d must equal the %d "
-                       "MPI ranks", t, p, d, size);
+        return err_set(err, TS_EINVAL,
+                       "nccl comm: t=%d p=%d d=%d: t*p*d must equal the %d "
+                       "MPI ranks",
+                       t, p, d, size);
     comm *c = calloc(1, sizeof *c);
     nccl_ctx *x = calloc(1, sizeof *x);
     if (!c || !x) {

@@ -40,7 +40,6 @@
 /* Collective over base. TS_EINVAL if base's size is not t*p*d, TS_ENOTSUP
  * with NCCL's message when a communicator cannot be created. `compute` is
  * the backend's stream (backend_cuda_stream). */
-int comm_nccl_create(MPI_Comm base, int t, int p, int d, cudaStream_t compute, comm **out,
-                     ts_err *err);
+int comm_nccl_create(MPI_Comm base, int t, int p, int d, cudaStream_t compute, comm **out, ts_err *err);
 
 #endif

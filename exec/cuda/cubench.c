@@ -22,8 +22,7 @@ static double median(double *v, int n)
 /* A timer: `reps` event pairs recorded around runs of fn on stream s. */
 typedef int (*run_fn)(void *ctx, ts_err *err);
 
-static int time_median(cudaStream_t s, run_fn fn, void *ctx, int reps, double *out_ns,
-                       ts_err *err)
+static int time_median(cudaStream_t s, run_fn fn, void *ctx, int reps, double *out_ns, ts_err *err)
 {
     if (reps < 1 || reps > 10000)
         return err_set(err, TS_EINVAL, "cubench: repeats %d: valid are 1..10000", reps);
@@ -83,12 +82,10 @@ static int gemm_once(void *ctx, ts_err *err)
     return cugemm_run(c->g, &c->a, c->s, err);
 }
 
-int cubench_gemm(cugemm *g, cudaStream_t s, int M, int N, int K, int batch, int reps,
-                 double *median_ns, ts_err *err)
+int cubench_gemm(cugemm *g, cudaStream_t s, int M, int N, int K, int batch, int reps, double *median_ns, ts_err *err)
 {
     if (M <= 0 || N <= 0 || K <= 0 || batch <= 0)
-        return err_set(err, TS_EINVAL, "cubench gemm: m=%d n=%d k=%d batch=%d: all must be > 0",
-                       M, N, K, batch);
+        return err_set(err, TS_EINVAL, "cubench gemm: m=%d n=%d k=%d batch=%d: all must be > 0", M, N, K, batch);
     size_t na = (size_t)M * K, nb = (size_t)K * N, nc = (size_t)M * N;
     uint16_t *A = NULL, *B = NULL, *C = NULL;
     cudaError_t st = cudaMalloc((void **)&A, na * batch * 2);
@@ -102,13 +99,25 @@ int cubench_gemm(cugemm *g, cudaStream_t s, int M, int N, int K, int batch, int 
         st = cuk_fill_uniform_bf16(B, nb * batch, 2, 1.0f, s);
     int rc = TS_OK;
     if (st != cudaSuccess)
-        rc = err_set(err, TS_ENOMEM, "cubench gemm m=%d n=%d k=%d batch=%d: %s", M, N, K, batch,
-                     cudaGetErrorString(st));
+        rc =
+            err_set(err, TS_ENOMEM, "cubench gemm m=%d n=%d k=%d batch=%d: %s", M, N, K, batch, cudaGetErrorString(st));
     if (rc == TS_OK) {
-        gemm_ctx c = {g, s,
-                      {.kind = CUGEMM_BF16, .M = M, .N = N, .K = K, .alpha = 1.0f, .A = A,
-                       .lda = K, .stride_a = (long long)na, .B = B, .ldb = N,
-                       .stride_b = (long long)nb, .C = C, .ldc = N, .stride_c = (long long)nc,
+        gemm_ctx c = {g,
+                      s,
+                      {.kind = CUGEMM_BF16,
+                       .M = M,
+                       .N = N,
+                       .K = K,
+                       .alpha = 1.0f,
+                       .A = A,
+                       .lda = K,
+                       .stride_a = (long long)na,
+                       .B = B,
+                       .ldb = N,
+                       .stride_b = (long long)nb,
+                       .C = C,
+                       .ldc = N,
+                       .stride_c = (long long)nc,
                        .batch = batch}};
         rc = time_median(s, gemm_once, &c, reps, median_ns, err);
     }
@@ -130,8 +139,7 @@ static int copy_once(void *ctx, ts_err *err)
 {
     copy_ctx *c = ctx;
     cudaError_t st = cudaMemcpyAsync(c->dst, c->src, c->bytes, cudaMemcpyDeviceToDevice, c->s);
-    return st == cudaSuccess ? TS_OK
-                             : err_set(err, TS_ESTATE, "cubench copy: %s", cudaGetErrorString(st));
+    return st == cudaSuccess ? TS_OK : err_set(err, TS_ESTATE, "cubench copy: %s", cudaGetErrorString(st));
 }
 
 int cubench_memory(cudaStream_t s, size_t bytes, int reps, double *median_ns, ts_err *err)
@@ -142,9 +150,9 @@ int cubench_memory(cudaStream_t s, size_t bytes, int reps, double *median_ns, ts
         st = cudaMalloc(&c.dst, bytes);
     if (st == cudaSuccess)
         st = cudaMemsetAsync(c.src, 0, bytes, s);
-    int rc = st == cudaSuccess ? time_median(s, copy_once, &c, reps, median_ns, err)
-                               : err_set(err, TS_ENOMEM, "cubench memory: %zu bytes: %s", bytes,
-                                         cudaGetErrorString(st));
+    int rc = st == cudaSuccess
+                 ? time_median(s, copy_once, &c, reps, median_ns, err)
+                 : err_set(err, TS_ENOMEM, "cubench memory: %zu bytes: %s", bytes, cudaGetErrorString(st));
     cudaFree(c.src);
     cudaFree(c.dst);
     return rc;
@@ -153,8 +161,7 @@ int cubench_memory(cudaStream_t s, size_t bytes, int reps, double *median_ns, ts
 static int noop_once(void *ctx, ts_err *err)
 {
     cudaError_t st = cuk_noop(*(cudaStream_t *)ctx);
-    return st == cudaSuccess ? TS_OK
-                             : err_set(err, TS_ESTATE, "cubench launch: %s", cudaGetErrorString(st));
+    return st == cudaSuccess ? TS_OK : err_set(err, TS_ESTATE, "cubench launch: %s", cudaGetErrorString(st));
 }
 
 int cubench_launch(cudaStream_t s, int reps, double *median_ns, ts_err *err)
@@ -180,8 +187,8 @@ static int layer_bwd_once(void *ctx, ts_err *err)
     return culayer_backward(((layer_ctx *)ctx)->L, err);
 }
 
-int cubench_layer(const culayer_dims *d, cugemm *g, cudaStream_t s, int reps, double *fwd_ns,
-                  double *bwd_ns, ts_err *err)
+int cubench_layer(const culayer_dims *d, cugemm *g, cudaStream_t s, int reps, double *fwd_ns, double *bwd_ns,
+                  ts_err *err)
 {
     layer_ctx c = {NULL, 1};
     int rc = culayer_create(d, g, s, &c.L, err);
@@ -198,8 +205,7 @@ int cubench_layer(const culayer_dims *d, cugemm *g, cudaStream_t s, int reps, do
 
 /* ------------------------------------------------------------ collectives */
 
-static const char *const COLL_NAMES[] = {"all_reduce", "all_gather", "reduce_scatter",
-                                         "send_recv"};
+static const char *const COLL_NAMES[] = {"all_reduce", "all_gather", "reduce_scatter", "send_recv"};
 
 const char *cubench_coll_name(cubench_coll op)
 {
@@ -255,8 +261,7 @@ static cudaError_t fill_value(float *d, size_t n, float v, cudaStream_t s)
         h[i] = v;
     cudaError_t st = cudaSuccess;
     for (size_t o = 0; o < n && st == cudaSuccess; o += chunk)
-        st = cudaMemcpyAsync(d + o, h, (n - o < chunk ? n - o : chunk) * sizeof *h,
-                             cudaMemcpyHostToDevice, s);
+        st = cudaMemcpyAsync(d + o, h, (n - o < chunk ? n - o : chunk) * sizeof *h, cudaMemcpyHostToDevice, s);
     if (st == cudaSuccess)
         st = cudaStreamSynchronize(s);
     free(h);
@@ -279,15 +284,17 @@ static bool all_equal(const float *d, size_t n, float v)
     return ok;
 }
 
-int cubench_coll_run(comm *c, MPI_Comm world, cudaStream_t compute, cubench_coll op,
-                     size_t bytes, int reps, double *median_ns, bool *correct, ts_err *err)
+int cubench_coll_run(comm *c, MPI_Comm world, cudaStream_t compute, cubench_coll op, size_t bytes, int reps,
+                     double *median_ns, bool *correct, ts_err *err)
 {
     int g = op == CUBENCH_SENDRECV ? c->size[COMM_PP] : c->size[COMM_TP];
     int me = op == CUBENCH_SENDRECV ? c->rank[COMM_PP] : c->rank[COMM_TP];
     size_t n = bytes / sizeof(float);
     if (g < 2 || n < (size_t)g || (op != CUBENCH_ALLREDUCE && op != CUBENCH_SENDRECV && n % g))
-        return err_set(err, TS_EINVAL, "cubench %s: %zu bytes over %d ranks: need >= 2 ranks "
-                       "and a whole number of floats per rank", cubench_coll_name(op), bytes, g);
+        return err_set(err, TS_EINVAL,
+                       "cubench %s: %zu bytes over %d ranks: need >= 2 ranks "
+                       "and a whole number of floats per rank",
+                       cubench_coll_name(op), bytes, g);
     coll_ctx x = {c, op, NULL, NULL, n};
     size_t in_n = op == CUBENCH_ALLGATHER ? n / g : n;
     size_t out_n = op == CUBENCH_REDUCESCATTER ? n / g : n;
@@ -295,13 +302,12 @@ int cubench_coll_run(comm *c, MPI_Comm world, cudaStream_t compute, cubench_coll
     if (st == cudaSuccess)
         st = cudaMalloc((void **)&x.out, out_n * sizeof(float));
     int rc = st == cudaSuccess ? TS_OK
-                               : err_set(err, TS_ENOMEM, "cubench %s: %zu bytes: %s",
-                                         cubench_coll_name(op), bytes, cudaGetErrorString(st));
+                               : err_set(err, TS_ENOMEM, "cubench %s: %zu bytes: %s", cubench_coll_name(op), bytes,
+                                         cudaGetErrorString(st));
     /* correctness run: rank r contributes r + 1 */
     float v = (float)(me + 1);
     if (rc == TS_OK && ((st = fill_value(x.in, in_n, v, compute)) != cudaSuccess ||
-                        (st = fill_value(x.out, out_n, op == CUBENCH_ALLREDUCE ? v : 0.0f,
-                                         compute)) != cudaSuccess))
+                        (st = fill_value(x.out, out_n, op == CUBENCH_ALLREDUCE ? v : 0.0f, compute)) != cudaSuccess))
         rc = err_set(err, TS_ESTATE, "cubench: fill: %s", cudaGetErrorString(st));
     if (rc == TS_OK)
         rc = coll_once(&x, err);

@@ -16,16 +16,15 @@
 #include <mpi.h>
 
 #include "exec/core/comm.h"
-#include "exec/cuda/culayer.h"
 #include "exec/cuda/cugemm.h"
+#include "exec/cuda/culayer.h"
 #include "sim/util/err.h"
 
 #define CUBENCH_WARMUP 3
 
 /* Median time of one bf16 GEMM C[M,N] = A[M,K] B[K,N] (row-major, batch
  * strided copies when batch > 1) over `reps` runs, with the plans of g. */
-int cubench_gemm(cugemm *g, cudaStream_t s, int M, int N, int K, int batch, int reps,
-                 double *median_ns, ts_err *err);
+int cubench_gemm(cugemm *g, cudaStream_t s, int M, int N, int K, int batch, int reps, double *median_ns, ts_err *err);
 
 /* Median time of a device-to-device copy of `bytes` bytes (the kernel reads
  * and writes bytes each: 2 * bytes of traffic). */
@@ -36,15 +35,10 @@ int cubench_launch(cudaStream_t s, int reps, double *median_ns, ts_err *err);
 
 /* Median forward and backward times of one layer shard (each pass timed on
  * its own, `reps` iterations after CUBENCH_WARMUP). */
-int cubench_layer(const culayer_dims *d, cugemm *g, cudaStream_t s, int reps, double *fwd_ns,
-                  double *bwd_ns, ts_err *err);
+int cubench_layer(const culayer_dims *d, cugemm *g, cudaStream_t s, int reps, double *fwd_ns, double *bwd_ns,
+                  ts_err *err);
 
-typedef enum {
-    CUBENCH_ALLREDUCE = 0,
-    CUBENCH_ALLGATHER,
-    CUBENCH_REDUCESCATTER,
-    CUBENCH_SENDRECV
-} cubench_coll;
+typedef enum { CUBENCH_ALLREDUCE = 0, CUBENCH_ALLGATHER, CUBENCH_REDUCESCATTER, CUBENCH_SENDRECV } cubench_coll;
 
 const char *cubench_coll_name(cubench_coll op);
 
@@ -56,8 +50,8 @@ const char *cubench_coll_name(cubench_coll op);
  * every element came out right. Collective over the group's MPI ranks:
  * `world` is the communicator c was built on (the median is agreed over it).
  * compute: the stream c's collectives are ordered with. */
-int cubench_coll_run(comm *c, MPI_Comm world, cudaStream_t compute, cubench_coll op,
-                     size_t bytes, int reps, double *median_ns, bool *correct, ts_err *err);
+int cubench_coll_run(comm *c, MPI_Comm world, cudaStream_t compute, cubench_coll op, size_t bytes, int reps,
+                     double *median_ns, bool *correct, ts_err *err);
 
 /* nccl-tests' bus bandwidth factor for op over n ranks (2(n-1)/n for
  * all-reduce, (n-1)/n for all-gather and reduce-scatter, 1 for send/recv). */

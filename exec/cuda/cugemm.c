@@ -8,7 +8,7 @@
 #include <cublasLt.h>
 
 #define CUGEMM_INIT_SLOTS 256u /* power of two; doubles at 50% load */
-#define CUGEMM_TUNE_RUNS 3
+#define CUGEMM_TUNE_RUNS  3
 
 typedef struct {
     int kind, ta, tb, M, N, K, lda, ldb, ldc, batch, beta_zero, align;
@@ -33,8 +33,7 @@ struct cugemm {
 
 static int lt_fail(ts_err *err, cublasStatus_t st, const char *what)
 {
-    return err_set(err, TS_ESTATE, "cuBLASLt %s failed: %s (status %d)", what,
-                   cublasLtGetStatusString(st), (int)st);
+    return err_set(err, TS_ESTATE, "cuBLASLt %s failed: %s (status %d)", what, cublasLtGetStatusString(st), (int)st);
 }
 
 static int cuda_fail(ts_err *err, cudaError_t st, const char *what)
@@ -53,23 +52,21 @@ int cugemm_create(bool autotune, cugemm **out, ts_err *err)
     g->slots = calloc(g->nslots, sizeof *g->slots);
     if (!g->slots) {
         free(g);
-        return err_set(err, TS_ENOMEM, "cugemm: out of host memory for %u plans",
-                       CUGEMM_INIT_SLOTS);
+        return err_set(err, TS_ENOMEM, "cugemm: out of host memory for %u plans", CUGEMM_INIT_SLOTS);
     }
     cublasStatus_t st = cublasLtCreate(&g->lt);
     if (st != CUBLAS_STATUS_SUCCESS) {
         free(g->slots);
         free(g);
-        return err_set(err, TS_ENOTSUP, "cuBLASLt handle could not be created: %s",
-                       cublasLtGetStatusString(st));
+        return err_set(err, TS_ENOTSUP, "cuBLASLt handle could not be created: %s", cublasLtGetStatusString(st));
     }
     cudaError_t ce = cudaMalloc(&g->workspace, CUGEMM_WORKSPACE_BYTES);
     if (ce != cudaSuccess) {
         cublasLtDestroy(g->lt);
         free(g->slots);
         free(g);
-        return err_set(err, TS_ENOMEM, "cugemm: %u bytes of GPU workspace: %s",
-                       CUGEMM_WORKSPACE_BYTES, cudaGetErrorString(ce));
+        return err_set(err, TS_ENOMEM, "cugemm: %u bytes of GPU workspace: %s", CUGEMM_WORKSPACE_BYTES,
+                       cudaGetErrorString(ce));
     }
     *out = g;
     return TS_OK;
@@ -148,14 +145,13 @@ static int ptr_align(const cugemm_args *a)
     uintptr_t x = (uintptr_t)a->A | (uintptr_t)a->B | (uintptr_t)a->C | 256u;
     if (a->batch > 1) {
         uintptr_t eab = a->kind == CUGEMM_F32 ? 4 : 2, ec = a->kind == CUGEMM_BF16 ? 2 : 4;
-        x |= (uintptr_t)a->stride_a * eab | (uintptr_t)a->stride_b * eab |
-             (uintptr_t)a->stride_c * ec;
+        x |= (uintptr_t)a->stride_a * eab | (uintptr_t)a->stride_b * eab | (uintptr_t)a->stride_c * ec;
     }
     return (int)(x & (~x + 1));
 }
 
-static int layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, int rows, int cols, int ld,
-                  int batch, long long stride, ts_err *err)
+static int layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, int rows, int cols, int ld, int batch, long long stride,
+                  ts_err *err)
 {
     cublasStatus_t st = cublasLtMatrixLayoutCreate(l, t, (uint64_t)rows, (uint64_t)cols, ld);
     if (st != CUBLAS_STATUS_SUCCESS)
@@ -165,8 +161,7 @@ static int layout(cublasLtMatrixLayout_t *l, cudaDataType_t t, int rows, int col
         int64_t s = stride;
         st = cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b, sizeof b);
         if (st == CUBLAS_STATUS_SUCCESS)
-            st = cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
-                                                  &s, sizeof s);
+            st = cublasLtMatrixLayoutSetAttribute(*l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &s, sizeof s);
         if (st != CUBLAS_STATUS_SUCCESS) {
             cublasLtMatrixLayoutDestroy(*l);
             return lt_fail(err, st, "batched layout");
@@ -182,8 +177,7 @@ static int plan_build(cugemm *g, plan *p, const plan_key *k, ts_err *err)
 {
     cudaDataType_t tab = k->kind == CUGEMM_F32 ? CUDA_R_32F : CUDA_R_16BF;
     cudaDataType_t tc = k->kind == CUGEMM_BF16 ? CUDA_R_16BF : CUDA_R_32F;
-    cublasComputeType_t ct =
-        k->kind == CUGEMM_F32 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
+    cublasComputeType_t ct = k->kind == CUGEMM_F32 ? CUBLAS_COMPUTE_32F_FAST_16BF : CUBLAS_COMPUTE_32F;
     memset(p, 0, sizeof *p);
     cublasStatus_t st = cublasLtMatmulDescCreate(&p->desc, ct, CUDA_R_32F);
     if (st != CUBLAS_STATUS_SUCCESS)
@@ -214,8 +208,7 @@ static int plan_build(cugemm *g, plan *p, const plan_key *k, ts_err *err)
     return TS_OK;
 }
 
-static int heuristic(cugemm *g, plan *p, cublasLtMatmulHeuristicResult_t *res, int *nres,
-                     ts_err *err)
+static int heuristic(cugemm *g, plan *p, cublasLtMatmulHeuristicResult_t *res, int *nres, ts_err *err)
 {
     cublasLtMatmulPreference_t pref;
     cublasStatus_t st = cublasLtMatmulPreferenceCreate(&pref);
@@ -223,18 +216,12 @@ static int heuristic(cugemm *g, plan *p, cublasLtMatmulHeuristicResult_t *res, i
         return lt_fail(err, st, "preference");
     uint64_t ws = CUGEMM_WORKSPACE_BYTES;
     uint32_t al = (uint32_t)p->key.align;
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                         sizeof ws);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al,
-                                         sizeof al);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al,
-                                         sizeof al);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al,
-                                         sizeof al);
-    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al,
-                                         sizeof al);
-    st = cublasLtMatmulAlgoGetHeuristic(g->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref,
-                                        CUGEMM_TUNE_ALGOS, res, nres);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &al, sizeof al);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &al, sizeof al);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &al, sizeof al);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &al, sizeof al);
+    st = cublasLtMatmulAlgoGetHeuristic(g->lt, p->desc, p->la, p->lb, p->lc, p->lc, pref, CUGEMM_TUNE_ALGOS, res, nres);
     cublasLtMatmulPreferenceDestroy(pref);
     if (st != CUBLAS_STATUS_SUCCESS)
         return lt_fail(err, st, "heuristic");
@@ -246,17 +233,17 @@ static int heuristic(cugemm *g, plan *p, cublasLtMatmulHeuristicResult_t *res, i
     return TS_OK;
 }
 
-static cublasStatus_t matmul(cugemm *g, const plan *p, const cublasLtMatmulAlgo_t *algo,
-                             const cugemm_args *a, cudaStream_t s)
+static cublasStatus_t matmul(cugemm *g, const plan *p, const cublasLtMatmulAlgo_t *algo, const cugemm_args *a,
+                             cudaStream_t s)
 {
-    return cublasLtMatmul(g->lt, p->desc, &a->alpha, a->B, p->la, a->A, p->lb, &a->beta, a->C,
-                          p->lc, a->C, p->lc, algo, g->workspace, CUGEMM_WORKSPACE_BYTES, s);
+    return cublasLtMatmul(g->lt, p->desc, &a->alpha, a->B, p->la, a->A, p->lb, &a->beta, a->C, p->lc, a->C, p->lc, algo,
+                          g->workspace, CUGEMM_WORKSPACE_BYTES, s);
 }
 
 /* Time the candidates (beta == 0 only: the output is overwritten, so
  * repeated runs are harmless) and return the index of the fastest. */
-static int tune(cugemm *g, const plan *p, const cublasLtMatmulHeuristicResult_t *res, int nres,
-                const cugemm_args *a, cudaStream_t s, ts_err *err)
+static int tune(cugemm *g, const plan *p, const cublasLtMatmulHeuristicResult_t *res, int nres, const cugemm_args *a,
+                cudaStream_t s, ts_err *err)
 {
     cudaEvent_t e0, e1;
     cudaError_t ce = cudaEventCreate(&e0);
@@ -277,8 +264,7 @@ static int tune(cugemm *g, const plan *p, const cublasLtMatmulHeuristicResult_t 
             matmul(g, p, &res[i].algo, a, s);
         cudaEventRecord(e1, s);
         float ms = 0.0f;
-        if (cudaEventSynchronize(e1) != cudaSuccess ||
-            cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess)
+        if (cudaEventSynchronize(e1) != cudaSuccess || cudaEventElapsedTime(&ms, e0, e1) != cudaSuccess)
             continue;
         if (i == 0 || ms < best_ms) {
             best = i;
@@ -293,8 +279,7 @@ static int tune(cugemm *g, const plan *p, const cublasLtMatmulHeuristicResult_t 
 static int check_args(const cugemm_args *a, ts_err *err)
 {
     if (a->M <= 0 || a->N <= 0 || a->K <= 0)
-        return err_set(err, TS_EINVAL, "cugemm: M=%d N=%d K=%d: every dimension must be > 0",
-                       a->M, a->N, a->K);
+        return err_set(err, TS_EINVAL, "cugemm: M=%d N=%d K=%d: every dimension must be > 0", a->M, a->N, a->K);
     if (a->batch < 1)
         return err_set(err, TS_EINVAL, "cugemm: batch=%d: must be >= 1", a->batch);
     int a_cols = a->trans_a ? a->M : a->K, b_cols = a->trans_b ? a->K : a->N;
@@ -304,8 +289,7 @@ static int check_args(const cugemm_args *a, ts_err *err)
                        "lda >= %d, ldb >= %d, ldc >= %d",
                        a->lda, a->ldb, a->ldc, a_cols, b_cols, a->N);
     if (!a->A || !a->B || !a->C)
-        return err_set(err, TS_EINVAL, "cugemm: NULL operand (A %p, B %p, C %p)", a->A, a->B,
-                       a->C);
+        return err_set(err, TS_EINVAL, "cugemm: NULL operand (A %p, B %p, C %p)", a->A, a->B, a->C);
     if ((int)a->kind < CUGEMM_F32 || a->kind > CUGEMM_BF16_F32C)
         return err_set(err, TS_EINVAL, "cugemm: kind %d: valid are 0..2", (int)a->kind);
     return TS_OK;
@@ -358,8 +342,7 @@ int cugemm_run(cugemm *g, const cugemm_args *a, cudaStream_t stream, ts_err *err
         plan_release(p);
         return rc;
     }
-    int pick = (g->autotune && k.beta_zero && nres > 1) ? tune(g, p, res, nres, a, stream, err)
-                                                        : 0;
+    int pick = (g->autotune && k.beta_zero && nres > 1) ? tune(g, p, res, nres, a, stream, err) : 0;
     if (pick < 0) {
         plan_release(p);
         return pick;

@@ -34,7 +34,7 @@
 #include "sim/util/err.h"
 
 #define CUGEMM_WORKSPACE_BYTES (32u << 20)
-#define CUGEMM_TUNE_ALGOS 8
+#define CUGEMM_TUNE_ALGOS      8
 
 typedef enum { CUGEMM_F32 = 0, CUGEMM_BF16, CUGEMM_BF16_F32C } cugemm_kind;
 

@@ -29,12 +29,12 @@
 #include "sim/util/err.h"
 
 typedef struct {
-    int hidden;          /* h, --hidden-size */
-    int heads;           /* --num-attention-heads (whole model) */
-    int ffn;             /* f, --ffn-hidden-size (whole model) */
-    int seq;             /* s, --seq-length */
-    int micro_batch;     /* b, --micro-batch-size */
-    int tp;              /* t, --tensor-model-parallel-size */
+    int hidden;      /* h, --hidden-size */
+    int heads;       /* --num-attention-heads (whole model) */
+    int ffn;         /* f, --ffn-hidden-size (whole model) */
+    int seq;         /* s, --seq-length */
+    int micro_batch; /* b, --micro-batch-size */
+    int tp;          /* t, --tensor-model-parallel-size */
     bool fused_attention;
     float attention_dropout; /* Megatron default 0.1 (unfused path only) */
     float hidden_dropout;    /* Megatron default 0.1 */
@@ -46,8 +46,7 @@ typedef struct culayer culayer;
 /* TS_EINVAL naming the field when heads, hidden or ffn do not divide by t,
  * hidden by heads, or the fused kernel cannot take the head size; TS_ENOMEM
  * with the bytes asked for when the GPU is too small. */
-int culayer_create(const culayer_dims *d, cugemm *g, cudaStream_t stream, culayer **out,
-                   ts_err *err);
+int culayer_create(const culayer_dims *d, cugemm *g, cudaStream_t stream, culayer **out, ts_err *err);
 void culayer_free(culayer *L);
 
 /* Enqueue one forward (seed picks the dropout masks) / one backward (after a
@@ -66,9 +65,18 @@ size_t culayer_bytes(const culayer *L);
 /* Tensors a test can read back (weights [out, in] row-major as llm.c; main
  * grads fp32 of the same shapes; activations [b*s, h]). */
 typedef enum {
-    CULAYER_LN1_W = 0, CULAYER_LN1_B, CULAYER_QKV_W, CULAYER_QKV_B, CULAYER_PROJ_W,
-    CULAYER_PROJ_B, CULAYER_LN2_W, CULAYER_LN2_B, CULAYER_FC1_W, CULAYER_FC1_B,
-    CULAYER_FC2_W, CULAYER_FC2_B, /* then the same twelve as fp32 main grads: */
+    CULAYER_LN1_W = 0,
+    CULAYER_LN1_B,
+    CULAYER_QKV_W,
+    CULAYER_QKV_B,
+    CULAYER_PROJ_W,
+    CULAYER_PROJ_B,
+    CULAYER_LN2_W,
+    CULAYER_LN2_B,
+    CULAYER_FC1_W,
+    CULAYER_FC1_B,
+    CULAYER_FC2_W,
+    CULAYER_FC2_B, /* then the same twelve as fp32 main grads: */
     CULAYER_GRAD0,
     CULAYER_X = CULAYER_GRAD0 + 12, /* the layer input */
     CULAYER_DOUT,                   /* the output gradient fed to the backward */

@@ -15,16 +15,25 @@
 #include "sim/model/cost.h"
 #include "sim/model/layer.h"
 
-static const gpu_spec A100 = {.name = "A100-SXM4-80GB", .bf16_tflops = 312, .fp16_tflops = 312,
-                              .fp32_tflops = 19.5, .hbm_gib = 80, .hbm_gbps = 2039,
+static const gpu_spec A100 = {.name = "A100-SXM4-80GB",
+                              .bf16_tflops = 312,
+                              .fp16_tflops = 312,
+                              .fp32_tflops = 19.5,
+                              .hbm_gib = 80,
+                              .hbm_gbps = 2039,
                               .nvlink_gbps = 300};
 
 static double layer_worst(void)
 {
-    static const struct { bool sp; config_recompute r; double f_ms, b_ms; } K[] = {
-        {false, RECOMPUTE_NONE, 7.7, 11.9}, {true, RECOMPUTE_NONE, 7.2, 11.8},
-        {false, RECOMPUTE_FULL, 7.7, 19.5}, {false, RECOMPUTE_SELECTIVE, 7.7, 13.2},
-        {true, RECOMPUTE_SELECTIVE, 7.2, 13.1}};
+    static const struct {
+        bool sp;
+        config_recompute r;
+        double f_ms, b_ms;
+    } K[] = {{false, RECOMPUTE_NONE, 7.7, 11.9},
+             {true, RECOMPUTE_NONE, 7.2, 11.8},
+             {false, RECOMPUTE_FULL, 7.7, 19.5},
+             {false, RECOMPUTE_SELECTIVE, 7.7, 13.2},
+             {true, RECOMPUTE_SELECTIVE, 7.2, 13.1}};
     cost_params p;
     commcost_params cp;
     cost_model *cm;
@@ -52,9 +61,12 @@ static double layer_worst(void)
 
 static double megatron_worst(void)
 {
-    static const struct { int a, h, l, t, p, gpus, B; double tflops; } R[] = {
-        {24, 2304, 24, 1, 1, 32, 512, 137}, {64, 8192, 48, 8, 2, 512, 1536, 138},
-        {128, 16384, 96, 8, 16, 1920, 2160, 155}};
+    static const struct {
+        int a, h, l, t, p, gpus, B;
+        double tflops;
+    } R[] = {{24, 2304, 24, 1, 1, 32, 512, 137},
+             {64, 8192, 48, 8, 2, 512, 1536, 138},
+             {128, 16384, 96, 8, 16, 1920, 2160, 155}};
     double worst = 0;
     for (int i = 0; i < 3; i++) {
         config c;
@@ -81,7 +93,8 @@ static double megatron_worst(void)
         simulate_opts o;
         simulate_result *r;
         memset(&o, 0, sizeof o);
-        if (config_resolve(&c, NULL) || simulate_run(&c, &o, &r, NULL)) return INFINITY;
+        if (config_resolve(&c, NULL) || simulate_run(&c, &o, &r, NULL))
+            return INFINITY;
         worst = fmax(worst, fabs(r->megatron_tflops_per_gpu / R[i].tflops - 1) / 0.05);
         simulate_result_free(r);
         config_free(&c);

@@ -24,9 +24,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sim/util/afile.h"
-#include "sim/model/calib.h"
 #include "sim/cli/cmd.h"
+#include "sim/model/calib.h"
+#include "sim/util/afile.h"
 #include "sim/util/csvio.h"
 #include "sim/util/grow.h"
 #include "sim/util/opt.h"
@@ -36,7 +36,7 @@ typedef struct {
     char kernel[24]; /* memory: cost_mem_kind name, or "" */
     int64_t m, n, k, bytes;
     int ranks;
-    double *t;      /* samples, ns */
+    double *t; /* samples, ns */
     size_t nt, cap;
 } group;
 
@@ -45,13 +45,13 @@ typedef struct {
     size_t n, cap;
 } groups;
 
-static group *find_or_add(groups *G, const char *kind, const char *kernel, int64_t m,
-                          int64_t n, int64_t k, int64_t bytes, int ranks)
+static group *find_or_add(groups *G, const char *kind, const char *kernel, int64_t m, int64_t n, int64_t k,
+                          int64_t bytes, int ranks)
 {
     for (size_t i = 0; i < G->n; i++) {
         group *x = &G->g[i];
-        if (!strcmp(x->kind, kind) && !strcmp(x->kernel, kernel) && x->m == m && x->n == n && x->k == k && x->bytes == bytes &&
-            x->ranks == ranks)
+        if (!strcmp(x->kind, kind) && !strcmp(x->kernel, kernel) && x->m == m && x->n == n && x->k == k &&
+            x->bytes == bytes && x->ranks == ranks)
             return x;
     }
     if (G->n == G->cap && grow_to((void **)&G->g, &G->cap, G->n + 1, 64, sizeof *G->g))
@@ -78,8 +78,7 @@ static double median(group *x)
     return gsl_stats_median_from_sorted_data(x->t, 1, x->nt);
 }
 
-static int64_t cell_or_zero(const csvio_table *t, size_t r, const char *col, ts_err *err,
-                            int *rc)
+static int64_t cell_or_zero(const csvio_table *t, size_t r, const char *col, ts_err *err, int *rc)
 {
     int64_t v = 0;
     if (!*rc && !csvio_empty(t, r, col))
@@ -100,31 +99,27 @@ static int read_samples(const char *path, groups *G, ts_err *err)
         int ranks = 1;
         if ((rc = csvio_get_str(t, r, "kind", &kind, err)))
             break;
-        if (strcmp(kind, "gemm") && strcmp(kind, "memory") && strcmp(kind, "launch") &&
-            strcmp(kind, "p2p") && strcmp(kind, "allreduce")) {
-            rc = csvio_errf(t, r, "kind", err,
-                            "'%s' is not a sample kind (gemm, memory, launch, p2p, allreduce)",
-                            kind);
+        if (strcmp(kind, "gemm") && strcmp(kind, "memory") && strcmp(kind, "launch") && strcmp(kind, "p2p") &&
+            strcmp(kind, "allreduce")) {
+            rc =
+                csvio_errf(t, r, "kind", err, "'%s' is not a sample kind (gemm, memory, launch, p2p, allreduce)", kind);
             break;
         }
         int64_t m = cell_or_zero(t, r, "m", err, &rc), n = cell_or_zero(t, r, "n", err, &rc),
-                k = cell_or_zero(t, r, "k", err, &rc),
-                bytes = cell_or_zero(t, r, "bytes", err, &rc);
+                k = cell_or_zero(t, r, "k", err, &rc), bytes = cell_or_zero(t, r, "bytes", err, &rc);
         if (!rc)
             rc = csvio_get_int(t, r, "ranks", 1, 1 << 20, &ranks, err);
         if (!rc)
             rc = csvio_get_positive(t, r, "time_ns", &ns, err);
         if (!rc && !strcmp(kind, "gemm") && (!m || !n || !k))
             rc = csvio_errf(t, r, "m", err, "a gemm sample needs m, n and k > 0");
-        if (!rc && (!strcmp(kind, "memory") || !strcmp(kind, "p2p") ||
-                    !strcmp(kind, "allreduce")) && !bytes)
+        if (!rc && (!strcmp(kind, "memory") || !strcmp(kind, "p2p") || !strcmp(kind, "allreduce")) && !bytes)
             rc = csvio_errf(t, r, "bytes", err, "a %s sample needs bytes > 0", kind);
         if (rc)
             break;
         /* an element-wise kind the cost model knows keeps its name */
         const char *name = csvio_cell(t, r, "name");
-        const char *kernel =
-            !strcmp(kind, "memory") && cost_mem_kind_from_name(name) >= 0 ? name : "";
+        const char *kernel = !strcmp(kind, "memory") && cost_mem_kind_from_name(name) >= 0 ? name : "";
         group *x = find_or_add(G, kind, kernel, m, n, k, bytes, ranks);
         if (!x || add_sample(x, ns))
             rc = err_set(err, TS_ENOMEM, "calibrate: out of memory");
@@ -134,8 +129,7 @@ static int read_samples(const char *path, groups *G, ts_err *err)
 }
 
 /* Least-squares alpha + bytes/gbps over the medians of one collective. */
-static int fit_line(groups *G, const char *kind, double *alpha, double *gbps, double *r2,
-                    int *points, int *ranks)
+static int fit_line(groups *G, const char *kind, double *alpha, double *gbps, double *r2, int *points, int *ranks)
 {
     double x[64], y[64];
     int n = 0;
@@ -171,16 +165,34 @@ int cmd_calibrate(int argc, char **argv)
                    "--microbench FILE) and write a calibration CSV for trainsim simulate "
                    "--calibration.");
     const opt_spec specs[] = {
-        {.name = "--microbench", .type = OPT_STRING, .target = &in, .metavar = "FILE",
-         .defval = "required", .help = "samples written by trainexec --microbench"},
-        {.name = "--output", .alias = "-o", .type = OPT_STRING, .target = &out,
-         .metavar = "FILE", .defval = "required", .help = "calibration CSV to write"},
-        {.name = "--gpu", .type = OPT_STRING, .target = &gpu, .metavar = "KIND",
+        {.name = "--microbench",
+         .type = OPT_STRING,
+         .target = &in,
+         .metavar = "FILE",
+         .defval = "required",
+         .help = "samples written by trainexec --microbench"},
+        {.name = "--output",
+         .alias = "-o",
+         .type = OPT_STRING,
+         .target = &out,
+         .metavar = "FILE",
+         .defval = "required",
+         .help = "calibration CSV to write"},
+        {.name = "--gpu",
+         .type = OPT_STRING,
+         .target = &gpu,
+         .metavar = "KIND",
          .help = "device kind named in the rows (as --gpu of trainsim simulate names it)"},
-        {.name = "--dtype", .type = OPT_ENUM, .target = &dtype, .enum_names = DTYPES,
+        {.name = "--dtype",
+         .type = OPT_ENUM,
+         .target = &dtype,
+         .enum_names = DTYPES,
          .help = "precision the rows are filed under (the samples are fp32; a simulator run "
                  "at another precision looks its rows up under that name)"},
-        {.name = "--comm-output", .type = OPT_STRING, .target = &comm_out, .metavar = "FILE",
+        {.name = "--comm-output",
+         .type = OPT_STRING,
+         .target = &comm_out,
+         .metavar = "FILE",
          .help = "also write the fitted latency/bandwidth of p2p and all-reduce (CSV)"},
     };
     int rc = TS_OK;
@@ -232,8 +244,8 @@ int cmd_calibrate(int argc, char **argv)
         rc = err_set(&err, TS_EINVAL, "%s: no gemm, memory or launch samples", in);
     if (!rc) {
         printf("calibration: %zu kernel rows for '%s' (%s) -> %s\n", set.n, gpu, DTYPES[dtype], out);
-        printf("  best GEMM %.1f GFLOP/s, best element-wise %.2f GB/s, launch %.0f ns\n",
-               best_tflops * 1e3, best_gbps, launch);
+        printf("  best GEMM %.1f GFLOP/s, best element-wise %.2f GB/s, launch %.0f ns\n", best_tflops * 1e3, best_gbps,
+               launch);
     }
     afile a = {0};
     if (!rc && comm_out && (rc = afile_open(&a, comm_out, &err)) == TS_OK)
@@ -246,14 +258,17 @@ int cmd_calibrate(int argc, char **argv)
             printf("  %s: %d message sizes, no fit\n", colls[c], pts);
             continue;
         }
-        printf("  %s over %d ranks: latency %.0f ns, bandwidth %.2f GB/s (R^2 %.4f, %d sizes)\n",
-               colls[c], ranks, alpha, gbps, r2, pts);
+        printf("  %s over %d ranks: latency %.0f ns, bandwidth %.2f GB/s (R^2 %.4f, %d sizes)\n", colls[c], ranks,
+               alpha, gbps, r2, pts);
         if (a.f)
             fprintf(a.f, "%s,%d,%.1f,%.4f,%.6f,%d\n", colls[c], ranks, alpha, gbps, r2, pts);
         if (!(gbps > 0))
             continue; /* no usable line: the simulator reports the missing row */
-        calib_row row = {.dtype = (config_precision)dtype, .op = c ? CALIB_ALLREDUCE : CALIB_P2P,
-                         .ranks = ranks, .alpha_ns = alpha, .gbps = gbps};
+        calib_row row = {.dtype = (config_precision)dtype,
+                         .op = c ? CALIB_ALLREDUCE : CALIB_P2P,
+                         .ranks = ranks,
+                         .alpha_ns = alpha,
+                         .gbps = gbps};
         snprintf(row.gpu, sizeof row.gpu, "%s", gpu);
         rc = calib_add(&set, &row, &err);
     }

@@ -3,12 +3,12 @@
  * list the model presets and GPU kinds of the catalogues. */
 #include <stdio.h>
 
+#include "sim/cli/cmd.h"
 #include "sim/config/catalog.h"
 #include "sim/config/catalog_models.h"
-#include "sim/cli/cmd.h"
 #include "sim/config/flags.h"
-#include "sim/util/opt.h"
 #include "sim/config/topo.h"
+#include "sim/util/opt.h"
 
 static int fail(const ts_err *e)
 {
@@ -67,13 +67,21 @@ int cmd_config(int argc, char **argv)
                    "InfiniBand fat tree like Selene), every explicit flag overriding it, and the derived values.\n"
                    "Exit status: 0 valid, 2 invalid flags or inputs, 1 other failure.");
     int rc = flags_register(&fs, &t, &c, &e);
-    if (!rc) rc = opt_section(&t, "This command", &e);
     if (!rc)
-        rc = opt_add(&t, &(opt_spec){.name = "--list-models", .type = OPT_BOOL, .target = &lmodels,
-                                     .help = "list the model presets and exit"}, &e);
+        rc = opt_section(&t, "This command", &e);
     if (!rc)
-        rc = opt_add(&t, &(opt_spec){.name = "--list-gpus", .type = OPT_BOOL, .target = &lgpus,
-                                     .help = "list the GPU catalogue and exit"}, &e);
+        rc = opt_add(&t,
+                     &(opt_spec){.name = "--list-models",
+                                 .type = OPT_BOOL,
+                                 .target = &lmodels,
+                                 .help = "list the model presets and exit"},
+                     &e);
+    if (!rc)
+        rc = opt_add(
+            &t,
+            &(opt_spec){
+                .name = "--list-gpus", .type = OPT_BOOL, .target = &lgpus, .help = "list the GPU catalogue and exit"},
+            &e);
     if (!rc)
         rc = opt_parse(&t, argc, argv, &e);
     if (rc) {

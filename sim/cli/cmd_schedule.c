@@ -7,13 +7,13 @@
 #include <stdlib.h>
 
 #include "sim/cli/cmd.h"
-#include "sim/util/opt.h"
 #include "sim/sched/sched.h"
 #include "sim/sched/sched_csv.h"
+#include "sim/sched/sched_generate.h"
 #include "sim/sched/sched_print.h"
 #include "sim/sched/sched_time.h"
 #include "sim/sched/sched_validate.h"
-#include "sim/sched/sched_generate.h"
+#include "sim/util/opt.h"
 
 static const char *const SCHEDULE_NAMES[] = {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", NULL};
 
@@ -29,49 +29,126 @@ static int add_flags(opt_table *t, sargs *a, ts_err *err)
 {
     const opt_spec specs[] = {
         {.type = OPT_SECTION, .name = "Schedule"},
-        {.name = "--schedule", .type = OPT_ENUM, .target = &a->kind, .enum_names = SCHEDULE_NAMES,
+        {.name = "--schedule",
+         .type = OPT_ENUM,
+         .target = &a->kind,
+         .enum_names = SCHEDULE_NAMES,
          .help = "pipeline schedule: GPipe, 1F1B (PipeDream-Flush), Megatron's interleaved 1F1B, "
                  "zero-bubble ZB-H1, ZB-H2, ZB-V (Qi et al. 2024)"},
-        {.name = "--pipeline-model-parallel-size", .alias = "-p", .type = OPT_INT, .target = &a->p,
-         .min = 1, .max = SCHED_MAX_P, .unit = "ranks", .help = "pipeline ranks p"},
-        {.name = "--num-microbatches", .alias = "-m", .type = OPT_INT, .target = &a->m, .min = 1,
-         .max = SCHED_MAX_M, .unit = "micro-batches", .help = "micro-batches per iteration m"},
-        {.name = "--num-virtual-stages-per-pipeline-rank", .alias = "-v", .type = OPT_INT,
-         .target = &a->v, .min = 1, .max = SCHED_MAX_V, .unit = "chunks", .defval = "1; 2 for interleaved and zb-v",
+        {.name = "--pipeline-model-parallel-size",
+         .alias = "-p",
+         .type = OPT_INT,
+         .target = &a->p,
+         .min = 1,
+         .max = SCHED_MAX_P,
+         .unit = "ranks",
+         .help = "pipeline ranks p"},
+        {.name = "--num-microbatches",
+         .alias = "-m",
+         .type = OPT_INT,
+         .target = &a->m,
+         .min = 1,
+         .max = SCHED_MAX_M,
+         .unit = "micro-batches",
+         .help = "micro-batches per iteration m"},
+        {.name = "--num-virtual-stages-per-pipeline-rank",
+         .alias = "-v",
+         .type = OPT_INT,
+         .target = &a->v,
+         .min = 1,
+         .max = SCHED_MAX_V,
+         .unit = "chunks",
+         .defval = "1; 2 for interleaved and zb-v",
          .help = "model chunks per rank v (interleaved: any; zb-v: 2; others: 1)"},
-        {.name = "--microbatch-group-size-per-virtual-pipeline-stage", .type = OPT_INT, .target = &a->group,
-         .min = 0, .max = SCHED_MAX_M, .unit = "micro-batches", .defval = "0 = p",
+        {.name = "--microbatch-group-size-per-virtual-pipeline-stage",
+         .type = OPT_INT,
+         .target = &a->group,
+         .min = 0,
+         .max = SCHED_MAX_M,
+         .unit = "micro-batches",
+         .defval = "0 = p",
          .help = "interleaved: micro-batches run through a chunk before the next chunk (Megatron-core); "
                  "must lie in [p, m]"},
-        {.name = "--num-layers", .type = OPT_INT, .target = &a->layers, .min = 0, .max = 1000000,
-         .unit = "layers", .defval = "0 = one per stage", .help = "transformer layers, split over the p*v stages"},
-        {.name = "--decoder-first-pipeline-num-layers", .type = OPT_INT, .target = &a->first, .min = 0,
-         .max = 1000000, .unit = "layers", .defval = "0 = even", .help = "layers of the first stage"},
-        {.name = "--decoder-last-pipeline-num-layers", .type = OPT_INT, .target = &a->last, .min = 0,
-         .max = 1000000, .unit = "layers", .defval = "0 = even", .help = "layers of the last stage"},
-        {.name = "--with-reduce-optim", .type = OPT_BOOL, .target = &a->with_reduce_optim,
+        {.name = "--num-layers",
+         .type = OPT_INT,
+         .target = &a->layers,
+         .min = 0,
+         .max = 1000000,
+         .unit = "layers",
+         .defval = "0 = one per stage",
+         .help = "transformer layers, split over the p*v stages"},
+        {.name = "--decoder-first-pipeline-num-layers",
+         .type = OPT_INT,
+         .target = &a->first,
+         .min = 0,
+         .max = 1000000,
+         .unit = "layers",
+         .defval = "0 = even",
+         .help = "layers of the first stage"},
+        {.name = "--decoder-last-pipeline-num-layers",
+         .type = OPT_INT,
+         .target = &a->last,
+         .min = 0,
+         .max = 1000000,
+         .unit = "layers",
+         .defval = "0 = even",
+         .help = "layers of the last stage"},
+        {.name = "--with-reduce-optim",
+         .type = OPT_BOOL,
+         .target = &a->with_reduce_optim,
          .help = "add a REDUCE_GRAD per chunk after its last backward and an OPTIM step at the end"},
-        {.name = "--compute-only", .type = OPT_BOOL, .target = &a->compute_only,
+        {.name = "--compute-only",
+         .type = OPT_BOOL,
+         .target = &a->compute_only,
          .help = "leave out SEND/RECV actions (torch's compute_only format)"},
         {.type = OPT_SECTION, .name = "Timing (schedule only, no model)"},
-        {.name = "--time-f", .type = OPT_DOUBLE, .target = &a->tf, .min = 0, .max = 1e9, .unit = "ms",
+        {.name = "--time-f",
+         .type = OPT_DOUBLE,
+         .target = &a->tf,
+         .min = 0,
+         .max = 1e9,
+         .unit = "ms",
          .help = "forward time of one stage of the v = 1 pipeline (a chunk takes 1/v)"},
-        {.name = "--time-b", .type = OPT_DOUBLE, .target = &a->tb, .min = 0, .max = 1e9, .unit = "ms",
+        {.name = "--time-b",
+         .type = OPT_DOUBLE,
+         .target = &a->tb,
+         .min = 0,
+         .max = 1e9,
+         .unit = "ms",
          .help = "backward input-gradient time (Qi et al.'s T_B); a whole B takes T_B + T_W"},
-        {.name = "--time-w", .type = OPT_DOUBLE, .target = &a->tw, .min = 0, .max = 1e9, .unit = "ms",
+        {.name = "--time-w",
+         .type = OPT_DOUBLE,
+         .target = &a->tw,
+         .min = 0,
+         .max = 1e9,
+         .unit = "ms",
          .help = "backward weight-gradient time T_W"},
-        {.name = "--time-comm", .type = OPT_DOUBLE, .target = &a->tc, .min = 0, .max = 1e9, .unit = "ms",
+        {.name = "--time-comm",
+         .type = OPT_DOUBLE,
+         .target = &a->tc,
+         .min = 0,
+         .max = 1e9,
+         .unit = "ms",
          .help = "latency of one point-to-point send"},
         {.type = OPT_SECTION, .name = "Input and output"},
-        {.name = "--import", .type = OPT_STRING, .target = &a->import_path, .metavar = "FILE.csv",
-         .defval = "none", .help = "read the schedule from a torch.distributed.pipelining CSV instead of "
-                                   "generating it (p, m, v come from the file)"},
-        {.name = "--export", .type = OPT_STRING, .target = &a->export_path, .metavar = "FILE.csv",
-         .defval = "none", .help = "write the schedule as torch.distributed.pipelining CSV (atomically)"},
-        {.name = "--validate-only", .type = OPT_BOOL, .target = &a->validate_only,
+        {.name = "--import",
+         .type = OPT_STRING,
+         .target = &a->import_path,
+         .metavar = "FILE.csv",
+         .defval = "none",
+         .help = "read the schedule from a torch.distributed.pipelining CSV instead of "
+                 "generating it (p, m, v come from the file)"},
+        {.name = "--export",
+         .type = OPT_STRING,
+         .target = &a->export_path,
+         .metavar = "FILE.csv",
+         .defval = "none",
+         .help = "write the schedule as torch.distributed.pipelining CSV (atomically)"},
+        {.name = "--validate-only",
+         .type = OPT_BOOL,
+         .target = &a->validate_only,
          .help = "only validate (and export); print one line"},
-        {.name = "--no-timeline", .type = OPT_BOOL, .target = &a->no_timeline,
-         .help = "do not print the timeline"},
+        {.name = "--no-timeline", .type = OPT_BOOL, .target = &a->no_timeline, .help = "do not print the timeline"},
     };
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
         int rc = specs[i].type == OPT_SECTION ? opt_section(t, specs[i].name, err) : opt_add(t, &specs[i], err);
@@ -92,7 +169,8 @@ static void print_summary(const sched *s, const sargs *a, bool timed, const sche
     for (int r = 0; r < s->p; r++)
         n += s->n_actions[r];
     printf("%s: p=%d m=%d v=%d, %d layers, %zu actions; valid (no deadlock even with blocking "
-           "point-to-point)\n", sched_kind_name(s->kind), s->p, s->m, s->v, s->num_layers, n);
+           "point-to-point)\n",
+           sched_kind_name(s->kind), s->p, s->m, s->v, s->num_layers, n);
     int *peak = malloc((size_t)s->p * sizeof *peak);
     if (peak) {
         sched_peak_inflight(s, peak);
@@ -107,8 +185,7 @@ static void print_summary(const sched *s, const sargs *a, bool timed, const sche
     printf("timing with T_F %g ms, T_B %g ms, T_W %g ms, p2p latency %g ms%s:\n", a->tf, a->tb, a->tw, a->tc,
            s->v > 1 ? " (a chunk takes 1/v)" : "");
     printf("  makespan        %.6f ms (first op start to last op end)\n", sched_ticks_ms(tm, tm->makespan));
-    printf("  longest span    %.6f ms (one rank's first op start to its last op end)\n",
-           sched_ticks_ms(tm, tm->cost));
+    printf("  longest span    %.6f ms (one rank's first op start to its last op end)\n", sched_ticks_ms(tm, tm->cost));
     printf("  ideal           %.6f ms (m*(T_F+T_B+T_W))\n", sched_ticks_ms(tm, tm->ideal));
     printf("  bubble rate     %.6f ((longest span - ideal) / longest span, Qi et al.)\n", tm->bubble_rate);
     printf("  idle per rank   ");
@@ -141,8 +218,8 @@ int cmd_schedule(int argc, char **argv)
         opt_help(&t, stdout);
         goto out;
     }
-    bool timed = opt_was_set(&t, "--time-f") || opt_was_set(&t, "--time-b") ||
-                 opt_was_set(&t, "--time-w") || opt_was_set(&t, "--time-comm");
+    bool timed = opt_was_set(&t, "--time-f") || opt_was_set(&t, "--time-b") || opt_was_set(&t, "--time-w") ||
+                 opt_was_set(&t, "--time-comm");
     if (timed && a.tf + a.tb + a.tw <= 0) {
         fprintf(stderr, "trainsim schedule: --time-f, --time-b and --time-w are all 0; give at least one "
                         "op time > 0 ms\n");
@@ -150,15 +227,22 @@ int cmd_schedule(int argc, char **argv)
         goto out;
     }
     if (a.import_path) {
-        static const char *const GEN_FLAGS[] = {
-            "--schedule", "--pipeline-model-parallel-size", "--num-microbatches",
-            "--num-virtual-stages-per-pipeline-rank", "--microbatch-group-size-per-virtual-pipeline-stage",
-            "--num-layers", "--decoder-first-pipeline-num-layers", "--decoder-last-pipeline-num-layers",
-            "--with-reduce-optim", "--compute-only"};
+        static const char *const GEN_FLAGS[] = {"--schedule",
+                                                "--pipeline-model-parallel-size",
+                                                "--num-microbatches",
+                                                "--num-virtual-stages-per-pipeline-rank",
+                                                "--microbatch-group-size-per-virtual-pipeline-stage",
+                                                "--num-layers",
+                                                "--decoder-first-pipeline-num-layers",
+                                                "--decoder-last-pipeline-num-layers",
+                                                "--with-reduce-optim",
+                                                "--compute-only"};
         for (size_t i = 0; i < sizeof GEN_FLAGS / sizeof GEN_FLAGS[0]; i++)
             if (opt_was_set(&t, GEN_FLAGS[i])) {
-                fprintf(stderr, "trainsim schedule: %s does not go with --import: the schedule comes from "
-                                "the file\n", GEN_FLAGS[i]);
+                fprintf(stderr,
+                        "trainsim schedule: %s does not go with --import: the schedule comes from "
+                        "the file\n",
+                        GEN_FLAGS[i]);
                 status = 2;
                 goto out;
             }
@@ -174,7 +258,8 @@ int cmd_schedule(int argc, char **argv)
         o.p = a.p;
         o.m = a.m;
         o.v = opt_was_set(&t, "--num-virtual-stages-per-pipeline-rank") ? a.v
-              : a.kind == SCHED_INTERLEAVED || a.kind == SCHED_ZB_V ? 2 : 1;
+              : a.kind == SCHED_INTERLEAVED || a.kind == SCHED_ZB_V     ? 2
+                                                                        : 1;
         o.mb_group_size = a.group;
         o.num_layers = a.layers;
         o.first_stage_layers = a.first;

@@ -7,15 +7,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "sim/cli/cmd.h"
 #include "sim/config/catalog.h"
 #include "sim/config/catalog_models.h"
-#include "sim/cli/cmd.h"
-#include "sim/util/opt.h"
+#include "sim/config/topo.h"
+#include "sim/core/simulate.h"
 #include "sim/search/search.h"
 #include "sim/search/search_eval.h"
 #include "sim/search/search_out.h"
-#include "sim/core/simulate.h"
-#include "sim/config/topo.h"
+#include "sim/util/opt.h"
 #ifdef TRAINSIM_MPI
 #include "sim/cli/search_mpi.h"
 #endif
@@ -48,9 +48,8 @@ static void on_progress(void *user, size_t done, size_t total)
     p->last = t;
     p->shown = true;
     double eta = done ? el * (double)(total - done) / (double)done : 0;
-    fprintf(stderr, "%ssearch: simulated %zu/%zu (%.0f%%), %.1f s elapsed, ETA %.1f s%s",
-            p->tty ? "\r" : "", done, total, 100.0 * (double)done / (double)total, el, eta,
-            p->tty && !end ? "" : "\n");
+    fprintf(stderr, "%ssearch: simulated %zu/%zu (%.0f%%), %.1f s elapsed, ETA %.1f s%s", p->tty ? "\r" : "", done,
+            total, 100.0 * (double)done / (double)total, el, eta, p->tty && !end ? "" : "\n");
 }
 
 /* "1,2,4,8" -> ints. */
@@ -62,8 +61,10 @@ static int parse_ints(const char *s, int *out, int cap, int *n, ts_err *err)
         char *end;
         long v = strtol(p, &end, 10);
         if (end == p || v < 1 || v > 1024 || (*end && *end != ','))
-            return err_set(err, TS_EINVAL, "--micro-batch-sizes '%s': expected a comma-separated "
-                                           "list of integers in [1, 1024], e.g. 1,2,4,8", s);
+            return err_set(err, TS_EINVAL,
+                           "--micro-batch-sizes '%s': expected a comma-separated "
+                           "list of integers in [1, 1024], e.g. 1,2,4,8",
+                           s);
         if (*n == cap)
             return err_set(err, TS_EINVAL, "--micro-batch-sizes '%s': at most %d values", s, cap);
         out[(*n)++] = (int)v;
@@ -83,8 +84,10 @@ static int parse_schedules(const char *s, unsigned *mask, ts_err *err)
         if (len > 0) {
             char name[32];
             if (len >= sizeof name)
-                return err_set(err, TS_EINVAL, "--schedules '%s': '%.*s' is not a schedule (valid: "
-                               "gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v)", s, (int)len, p);
+                return err_set(err, TS_EINVAL,
+                               "--schedules '%s': '%.*s' is not a schedule (valid: "
+                               "gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v)",
+                               s, (int)len, p);
             memcpy(name, p, len);
             name[len] = '\0';
             sched_kind k;
@@ -97,8 +100,9 @@ static int parse_schedules(const char *s, unsigned *mask, ts_err *err)
         p += len + 1;
     }
     if (!*mask)
-        return err_set(err, TS_EINVAL, "--schedules is empty (valid: gpipe, 1f1b, interleaved, "
-                                       "zb-h1, zb-h2, zb-v)");
+        return err_set(err, TS_EINVAL,
+                       "--schedules is empty (valid: gpipe, 1f1b, interleaved, "
+                       "zb-h1, zb-h2, zb-v)");
     return TS_OK;
 }
 
@@ -112,56 +116,164 @@ typedef struct {
 static int add_flags(opt_table *t, search_args *a, ts_err *err)
 {
     const opt_spec specs[] = {
-        {.name = "--model", .type = OPT_STRING, .target = &a->model, .metavar = "NAME",
-         .defval = "gpt3-175b", .help = "model preset from topologies/models.csv"},
-        {.name = "--num-layers", .type = OPT_INT, .target = &a->num_layers, .min = 1, .max = 100000,
-         .unit = "layers", .defval = "preset", .help = "override the preset's transformer layers"},
-        {.name = "--hidden-size", .type = OPT_INT, .target = &a->hidden, .min = 1, .max = 1 << 20,
-         .defval = "preset", .help = "override the hidden size"},
-        {.name = "--num-attention-heads", .type = OPT_INT, .target = &a->heads, .min = 1,
-         .max = 1 << 16, .defval = "preset", .help = "override the attention heads"},
-        {.name = "--num-query-groups", .type = OPT_INT, .target = &a->groups, .min = 1,
-         .max = 1 << 16, .defval = "preset", .help = "override the key/value groups (GQA)"},
-        {.name = "--ffn-hidden-size", .type = OPT_INT, .target = &a->ffn, .min = 1, .max = 1 << 22,
-         .defval = "preset", .help = "override the MLP hidden size"},
-        {.name = "--seq-length", .type = OPT_INT, .target = &a->seq, .min = 1, .max = 1 << 22,
-         .unit = "tokens", .defval = "preset", .help = "override the sequence length"},
-        {.name = "--padded-vocab-size", .type = OPT_INT, .target = &a->vocab, .min = 1,
-         .max = 1 << 24, .defval = "preset", .help = "override the padded vocabulary"},
-        {.name = "--gpus", .type = OPT_INT, .target = &a->gpus, .min = 1, .max = 1 << 20,
-         .unit = "GPUs", .defval = "preset", .help = "GPUs the job uses"},
-        {.name = "--global-batch-size", .type = OPT_INT, .target = &a->batch, .min = 1,
-         .max = 1 << 24, .unit = "sequences", .defval = "preset", .help = "sequences per iteration"},
-        {.name = "--gpu", .type = OPT_STRING, .target = &a->gpu, .metavar = "KIND",
-         .defval = "A100-SXM4-80GB (or the topology's)", .help = "GPU kind from topologies/gpus.csv"},
-        {.name = "--topology", .type = OPT_STRING, .target = &a->topology, .metavar = "FILE",
+        {.name = "--model",
+         .type = OPT_STRING,
+         .target = &a->model,
+         .metavar = "NAME",
+         .defval = "gpt3-175b",
+         .help = "model preset from topologies/models.csv"},
+        {.name = "--num-layers",
+         .type = OPT_INT,
+         .target = &a->num_layers,
+         .min = 1,
+         .max = 100000,
+         .unit = "layers",
+         .defval = "preset",
+         .help = "override the preset's transformer layers"},
+        {.name = "--hidden-size",
+         .type = OPT_INT,
+         .target = &a->hidden,
+         .min = 1,
+         .max = 1 << 20,
+         .defval = "preset",
+         .help = "override the hidden size"},
+        {.name = "--num-attention-heads",
+         .type = OPT_INT,
+         .target = &a->heads,
+         .min = 1,
+         .max = 1 << 16,
+         .defval = "preset",
+         .help = "override the attention heads"},
+        {.name = "--num-query-groups",
+         .type = OPT_INT,
+         .target = &a->groups,
+         .min = 1,
+         .max = 1 << 16,
+         .defval = "preset",
+         .help = "override the key/value groups (GQA)"},
+        {.name = "--ffn-hidden-size",
+         .type = OPT_INT,
+         .target = &a->ffn,
+         .min = 1,
+         .max = 1 << 22,
+         .defval = "preset",
+         .help = "override the MLP hidden size"},
+        {.name = "--seq-length",
+         .type = OPT_INT,
+         .target = &a->seq,
+         .min = 1,
+         .max = 1 << 22,
+         .unit = "tokens",
+         .defval = "preset",
+         .help = "override the sequence length"},
+        {.name = "--padded-vocab-size",
+         .type = OPT_INT,
+         .target = &a->vocab,
+         .min = 1,
+         .max = 1 << 24,
+         .defval = "preset",
+         .help = "override the padded vocabulary"},
+        {.name = "--gpus",
+         .type = OPT_INT,
+         .target = &a->gpus,
+         .min = 1,
+         .max = 1 << 20,
+         .unit = "GPUs",
+         .defval = "preset",
+         .help = "GPUs the job uses"},
+        {.name = "--global-batch-size",
+         .type = OPT_INT,
+         .target = &a->batch,
+         .min = 1,
+         .max = 1 << 24,
+         .unit = "sequences",
+         .defval = "preset",
+         .help = "sequences per iteration"},
+        {.name = "--gpu",
+         .type = OPT_STRING,
+         .target = &a->gpu,
+         .metavar = "KIND",
+         .defval = "A100-SXM4-80GB (or the topology's)",
+         .help = "GPU kind from topologies/gpus.csv"},
+        {.name = "--topology",
+         .type = OPT_STRING,
+         .target = &a->topology,
+         .metavar = "FILE",
          .defval = "built-in for the GPU kind (DGX A100 or DGX H100 servers, fat tree)",
          .help = "cluster topology CSV"},
-        {.name = "--calibration", .type = OPT_STRING, .target = &a->calibration,
-         .metavar = "FILE", .defval = "built-in tables", .help = "measured efficiency tables"},
-        {.name = "--top", .type = OPT_INT, .target = &a->top, .min = 1, .max = 1000000,
-         .unit = "configurations", .help = "how many of the best to print"},
-        {.name = "--out", .type = OPT_STRING, .target = &a->out, .metavar = "FILE.csv",
-         .defval = "none", .help = "CSV of every candidate: evaluated or rejected with its reason"},
-        {.name = "--explain", .type = OPT_BOOL, .target = &a->explain,
+        {.name = "--calibration",
+         .type = OPT_STRING,
+         .target = &a->calibration,
+         .metavar = "FILE",
+         .defval = "built-in tables",
+         .help = "measured efficiency tables"},
+        {.name = "--top",
+         .type = OPT_INT,
+         .target = &a->top,
+         .min = 1,
+         .max = 1000000,
+         .unit = "configurations",
+         .help = "how many of the best to print"},
+        {.name = "--out",
+         .type = OPT_STRING,
+         .target = &a->out,
+         .metavar = "FILE.csv",
+         .defval = "none",
+         .help = "CSV of every candidate: evaluated or rejected with its reason"},
+        {.name = "--explain",
+         .type = OPT_BOOL,
+         .target = &a->explain,
          .help = "say what limits the winner (memory, bubble, exposed communication)"},
-        {.name = "--threads", .type = OPT_INT, .target = &a->threads, .min = 1, .max = 1024,
-         .unit = "threads", .defval = "online CPUs", .help = "simulations run at once"},
-        {.name = "--micro-batch-sizes", .type = OPT_STRING, .target = &a->mbs, .metavar = "LIST",
-         .unit = "sequences", .help = "micro-batch sizes tried"},
-        {.name = "--schedules", .type = OPT_STRING, .target = &a->schedules, .metavar = "LIST",
+        {.name = "--threads",
+         .type = OPT_INT,
+         .target = &a->threads,
+         .min = 1,
+         .max = 1024,
+         .unit = "threads",
+         .defval = "online CPUs",
+         .help = "simulations run at once"},
+        {.name = "--micro-batch-sizes",
+         .type = OPT_STRING,
+         .target = &a->mbs,
+         .metavar = "LIST",
+         .unit = "sequences",
+         .help = "micro-batch sizes tried"},
+        {.name = "--schedules",
+         .type = OPT_STRING,
+         .target = &a->schedules,
+         .metavar = "LIST",
          .help = "schedules tried (gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v)"},
-        {.name = "--max-tensor-model-parallel-size", .type = OPT_INT, .target = &a->max_tp,
-         .min = 1, .max = 1024, .help = "largest t tried (powers of 2, at most a node's GPUs)"},
-        {.name = "--max-pipeline-model-parallel-size", .type = OPT_INT, .target = &a->max_pp,
-         .min = 1, .max = 1 << 20, .defval = "GPUs", .help = "largest p tried"},
-        {.name = "--max-virtual-pipeline-stages", .type = OPT_INT, .target = &a->max_vp, .min = 2,
-         .max = 64, .unit = "chunks", .help = "largest interleaving depth v tried"},
-        {.name = "--no-sequence-parallel", .type = OPT_BOOL, .target = &a->no_sp,
+        {.name = "--max-tensor-model-parallel-size",
+         .type = OPT_INT,
+         .target = &a->max_tp,
+         .min = 1,
+         .max = 1024,
+         .help = "largest t tried (powers of 2, at most a node's GPUs)"},
+        {.name = "--max-pipeline-model-parallel-size",
+         .type = OPT_INT,
+         .target = &a->max_pp,
+         .min = 1,
+         .max = 1 << 20,
+         .defval = "GPUs",
+         .help = "largest p tried"},
+        {.name = "--max-virtual-pipeline-stages",
+         .type = OPT_INT,
+         .target = &a->max_vp,
+         .min = 2,
+         .max = 64,
+         .unit = "chunks",
+         .help = "largest interleaving depth v tried"},
+        {.name = "--no-sequence-parallel",
+         .type = OPT_BOOL,
+         .target = &a->no_sp,
          .help = "do not try sequence parallelism"},
-        {.name = "--no-distributed-optimizer", .type = OPT_BOOL, .target = &a->no_distopt,
+        {.name = "--no-distributed-optimizer",
+         .type = OPT_BOOL,
+         .target = &a->no_distopt,
          .help = "do not try the distributed optimizer"},
-        {.name = "--no-recompute-block", .type = OPT_BOOL, .target = &a->no_block,
+        {.name = "--no-recompute-block",
+         .type = OPT_BOOL,
+         .target = &a->no_block,
          .help = "do not try full recomputation of part of each stage's layers (block method)"},
         {.name = "--quiet", .type = OPT_BOOL, .target = &a->quiet, .help = "no progress on stderr"},
     };
@@ -183,16 +295,24 @@ static int build_space(const search_args *a, search_space *s, topo **topo_out, t
     if (rc)
         return err_prefix(err, "--model: ");
     model_config m = preset.model;
-    if (a->num_layers) m.num_layers = a->num_layers;
-    if (a->hidden) m.hidden_size = a->hidden;
-    if (a->heads) m.num_attention_heads = a->heads;
-    if (a->groups) m.num_query_groups = a->groups;
-    else if (a->heads) m.num_query_groups = a->heads;
-    if (a->ffn) m.ffn_hidden_size = a->ffn;
+    if (a->num_layers)
+        m.num_layers = a->num_layers;
+    if (a->hidden)
+        m.hidden_size = a->hidden;
+    if (a->heads)
+        m.num_attention_heads = a->heads;
+    if (a->groups)
+        m.num_query_groups = a->groups;
+    else if (a->heads)
+        m.num_query_groups = a->heads;
+    if (a->ffn)
+        m.ffn_hidden_size = a->ffn;
     else if (a->hidden) /* Megatron-LM's defaults: 4h, SwiGLU 8h/3 down to a multiple of 64 */
         m.ffn_hidden_size = m.swiglu ? 8 * a->hidden / 3 / 64 * 64 : 4 * a->hidden;
-    if (a->seq) m.seq_length = a->seq;
-    if (a->vocab) m.padded_vocab_size = a->vocab;
+    if (a->seq)
+        m.seq_length = a->seq;
+    if (a->vocab)
+        m.padded_vocab_size = a->vocab;
     cluster_config cl;
     memset(&cl, 0, sizeof cl);
     cl.gpus = a->gpus ? a->gpus : preset.gpus;
@@ -215,14 +335,16 @@ static int build_space(const search_args *a, search_space *s, topo **topo_out, t
     cl.gpus_per_node = t->params.gpus_per_node;
     cl.topology = t;
     search_space_default(s, &m, &cl, a->batch ? a->batch : preset.par.global_batch_size);
-    if (a->max_tp) s->max_tp = a->max_tp;
-    if (a->max_pp) s->max_pp = a->max_pp;
-    if (a->max_vp) s->max_vp = a->max_vp;
+    if (a->max_tp)
+        s->max_tp = a->max_tp;
+    if (a->max_pp)
+        s->max_pp = a->max_pp;
+    if (a->max_vp)
+        s->max_vp = a->max_vp;
     s->try_sequence_parallel = !a->no_sp;
     s->try_distributed_optimizer = !a->no_distopt;
     s->try_recompute_block = !a->no_block;
-    if ((a->mbs && (rc = parse_ints(a->mbs, s->micro_batch_sizes, SEARCH_MAX_MBS,
-                                    &s->n_micro_batch_sizes, err))) ||
+    if ((a->mbs && (rc = parse_ints(a->mbs, s->micro_batch_sizes, SEARCH_MAX_MBS, &s->n_micro_batch_sizes, err))) ||
         (a->schedules && (rc = parse_schedules(a->schedules, &s->schedules, err)))) {
         topo_free(t);
         return rc;
@@ -238,29 +360,28 @@ static void print_counts(const search_set *set, double enum_s, double eval_s, FI
     for (int st = SEARCH_REJ_HEADS; st <= SEARCH_REJ_MICROBATCHES; st++)
         structural += k[st];
     size_t simulated = k[SEARCH_SIMULATED] + k[SEARCH_REJ_MEMORY_SIM] + k[SEARCH_REJ_SIM_ERROR];
-    fprintf(f, "%zu candidates: %zu impossible layouts (heads %zu, groups %zu, hidden %zu, "
-               "layers %zu, batch %zu, micro-batches %zu), %zu refused by config, %zu over the "
-               "memory bound; %zu simulated (%zu over memory, %zu failed); %.2f s + %.2f s\n",
-            set->n, structural, k[SEARCH_REJ_HEADS], k[SEARCH_REJ_GROUPS], k[SEARCH_REJ_HIDDEN],
-            k[SEARCH_REJ_LAYERS], k[SEARCH_REJ_BATCH], k[SEARCH_REJ_MICROBATCHES],
-            k[SEARCH_REJ_CONFIG], k[SEARCH_REJ_MEMORY_BOUND], simulated,
-            k[SEARCH_REJ_MEMORY_SIM], k[SEARCH_REJ_SIM_ERROR], enum_s, eval_s);
+    fprintf(f,
+            "%zu candidates: %zu impossible layouts (heads %zu, groups %zu, hidden %zu, "
+            "layers %zu, batch %zu, micro-batches %zu), %zu refused by config, %zu over the "
+            "memory bound; %zu simulated (%zu over memory, %zu failed); %.2f s + %.2f s\n",
+            set->n, structural, k[SEARCH_REJ_HEADS], k[SEARCH_REJ_GROUPS], k[SEARCH_REJ_HIDDEN], k[SEARCH_REJ_LAYERS],
+            k[SEARCH_REJ_BATCH], k[SEARCH_REJ_MICROBATCHES], k[SEARCH_REJ_CONFIG], k[SEARCH_REJ_MEMORY_BOUND],
+            simulated, k[SEARCH_REJ_MEMORY_SIM], k[SEARCH_REJ_SIM_ERROR], enum_s, eval_s);
 }
 
 static void print_top(const search_set *set, const size_t *order, size_t n, int top, FILE *f)
 {
     const search_space *s = &set->space;
-    fprintf(f, "\nBest of %zu layouts that fit: %s on %d x %s, global batch %d\n", n,
-            s->model.name, s->cluster.gpus, s->cluster.gpu.name, s->global_batch_size);
-    fprintf(f, "%4s %11s %11s %6s %9s %7s  %s\n", "rank", "iteration_s", "TFLOP/s/GPU", "MFU",
-            "peak_GiB", "bubble", "layout");
+    fprintf(f, "\nBest of %zu layouts that fit: %s on %d x %s, global batch %d\n", n, s->model.name, s->cluster.gpus,
+            s->cluster.gpu.name, s->global_batch_size);
+    fprintf(f, "%4s %11s %11s %6s %9s %7s  %s\n", "rank", "iteration_s", "TFLOP/s/GPU", "MFU", "peak_GiB", "bubble",
+            "layout");
     for (size_t j = 0; j < n && j < (size_t)top; j++) {
         const search_cand *c = &set->cands[order[j]];
         char d[256];
         search_describe(set, order[j], d, sizeof d);
-        fprintf(f, "%4zu %11.3f %11.1f %5.1f%% %9.1f %6.1f%%  %s\n", j + 1, c->r.iteration_s,
-                c->r.tflops_per_gpu, 100.0 * c->r.mfu, c->r.peak_mem_bytes / GIB,
-                100.0 * c->r.bubble_fraction, d);
+        fprintf(f, "%4zu %11.3f %11.1f %5.1f%% %9.1f %6.1f%%  %s\n", j + 1, c->r.iteration_s, c->r.tflops_per_gpu,
+                100.0 * c->r.mfu, c->r.peak_mem_bytes / GIB, 100.0 * c->r.bubble_fraction, d);
     }
 }
 
@@ -275,8 +396,12 @@ int cmd_search(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
 #endif
-    search_args a = {.model = "gpt3-175b", .top = 10, .max_vp = 8, .max_tp = 8,
-                     .mbs = "1,2,4,8", .schedules = "gpipe,1f1b,interleaved,zb-h1,zb-h2,zb-v"};
+    search_args a = {.model = "gpt3-175b",
+                     .top = 10,
+                     .max_vp = 8,
+                     .max_tp = 8,
+                     .mbs = "1,2,4,8",
+                     .schedules = "gpipe,1f1b,interleaved,zb-h1,zb-h2,zb-v"};
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     a.threads = ncpu > 0 ? (int)ncpu : 1;
     opt_table t;
@@ -313,8 +438,12 @@ int cmd_search(int argc, char **argv)
     double t1 = now_s();
     simulate_opts so = {.calibration_path = a.calibration};
     progress pr = {.start = t1, .tty = isatty(2), .quiet = a.quiet || rank != 0};
-    search_eval_opts eo = {.eval_user = &so, .threads = a.threads, .shard = 0, .nshards = 1,
-                           .progress = on_progress, .progress_user = &pr};
+    search_eval_opts eo = {.eval_user = &so,
+                           .threads = a.threads,
+                           .shard = 0,
+                           .nshards = 1,
+                           .progress = on_progress,
+                           .progress_user = &pr};
 #ifdef TRAINSIM_MPI
     rc = search_mpi_evaluate(set, MPI_COMM_WORLD, &eo, &err);
 #else
@@ -342,8 +471,7 @@ int cmd_search(int argc, char **argv)
         if (a.out) {
             if ((rc = search_write_csv(set, order, n_order, a.out, &err)))
                 goto out;
-            printf("\nwrote %s (%zu rows: every candidate, with the reason of each rejection)\n",
-                   a.out, set->n);
+            printf("\nwrote %s (%zu rows: every candidate, with the reason of each rejection)\n", a.out, set->n);
         }
     }
     status = n_order == 0 ? 1 : 0;

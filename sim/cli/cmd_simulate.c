@@ -6,11 +6,11 @@
 #include "sim/cli/cmd.h"
 #include "sim/config/config.h"
 #include "sim/config/flags.h"
-#include "sim/net/net_simulate.h"
-#include "sim/util/opt.h"
 #include "sim/core/report.h"
 #include "sim/core/simulate.h"
 #include "sim/core/trace.h"
+#include "sim/net/net_simulate.h"
+#include "sim/util/opt.h"
 
 int cmd_simulate(int argc, char **argv)
 {
@@ -23,7 +23,7 @@ int cmd_simulate(int argc, char **argv)
     double train_tokens = 0;
     const char *csv = NULL, *trace = NULL, *calib = NULL;
     simulate_result *r = NULL;
-    net_sim_opts no;          /* network model flags */
+    net_sim_opts no; /* network model flags */
     net_simulate *ns = NULL;
     int status = 1, rc;
 
@@ -31,22 +31,42 @@ int cmd_simulate(int argc, char **argv)
                    "Predict one training iteration (time, pipeline bubble, exposed communication, "
                    "memory per GPU, tokens/s, TFLOP/s, MFU) by simulating it event by event. "
                    "With no flags: GPT-3 175B on 1024 A100 80GB GPUs.");
-    if ((rc = flags_register(&fs, &t, &c, &err)) ||
-        (rc = opt_section(&t, "Simulation and outputs", &err)) ||
-        (rc = opt_add(&t, &(opt_spec){.name = "--train-tokens", .type = OPT_DOUBLE, .target = &train_tokens,
-                                      .min = 0, .max = 1e18, .unit = "tokens", .defval = "0 (not reported)",
-                                      .help = "also report the time and GPU-hours to train this many tokens"},
+    if ((rc = flags_register(&fs, &t, &c, &err)) || (rc = opt_section(&t, "Simulation and outputs", &err)) ||
+        (rc = opt_add(&t,
+                      &(opt_spec){.name = "--train-tokens",
+                                  .type = OPT_DOUBLE,
+                                  .target = &train_tokens,
+                                  .min = 0,
+                                  .max = 1e18,
+                                  .unit = "tokens",
+                                  .defval = "0 (not reported)",
+                                  .help = "also report the time and GPU-hours to train this many tokens"},
                       &err)) ||
-        (rc = opt_add(&t, &(opt_spec){.name = "--csv", .type = OPT_STRING, .target = &csv, .metavar = "FILE",
-                                      .defval = "none", .help = "write the results as CSV (scope,metric,value,unit); - for stdout"},
+        (rc = opt_add(&t,
+                      &(opt_spec){.name = "--csv",
+                                  .type = OPT_STRING,
+                                  .target = &csv,
+                                  .metavar = "FILE",
+                                  .defval = "none",
+                                  .help = "write the results as CSV (scope,metric,value,unit); - for stdout"},
                       &err)) ||
-        (rc = opt_add(&t, &(opt_spec){.name = "--trace", .type = OPT_STRING, .target = &trace,
-                                      .metavar = "FILE.json", .defval = "none",
-                                      .help = "write a Chrome/Perfetto trace (one process per rank, one track per stream, memory counter)"},
-                      &err)) ||
-        (rc = opt_add(&t, &(opt_spec){.name = "--calibration", .type = OPT_STRING, .target = &calib,
-                                      .metavar = "FILE", .defval = "built-in tables",
-                                      .help = "efficiency tables fitted from measured kernel times (calibration CSV)"},
+        (rc = opt_add(
+             &t,
+             &(opt_spec){
+                 .name = "--trace",
+                 .type = OPT_STRING,
+                 .target = &trace,
+                 .metavar = "FILE.json",
+                 .defval = "none",
+                 .help = "write a Chrome/Perfetto trace (one process per rank, one track per stream, memory counter)"},
+             &err)) ||
+        (rc = opt_add(&t,
+                      &(opt_spec){.name = "--calibration",
+                                  .type = OPT_STRING,
+                                  .target = &calib,
+                                  .metavar = "FILE",
+                                  .defval = "built-in tables",
+                                  .help = "efficiency tables fitted from measured kernel times (calibration CSV)"},
                       &err)) ||
         (rc = net_sim_opts_register(&no, &t, &err))) {
         fprintf(stderr, "trainsim simulate: %s\n", err.msg);
@@ -99,8 +119,8 @@ int cmd_simulate(int argc, char **argv)
         goto out;
     }
     if (trace && r->tasks > 100000) /* a large trace takes seconds to write */
-        fprintf(stderr, "trainsim simulate: writing the trace of %llu tasks to %s ...\n",
-                (unsigned long long)r->tasks, trace);
+        fprintf(stderr, "trainsim simulate: writing the trace of %llu tasks to %s ...\n", (unsigned long long)r->tasks,
+                trace);
     if (trace && (rc = trace_write(r, trace, &err))) {
         fprintf(stderr, "trainsim simulate: --trace: %s\n", err.msg);
         status = cmd_exit_status(rc);

@@ -9,14 +9,25 @@
 
 #include "sim/cli/cmd.h"
 #include "sim/config/flags.h"
-#include "sim/util/opt.h"
 #include "sim/core/simulate.h"
 #include "sim/search/sweep.h"
+#include "sim/util/opt.h"
 
 static const char *const RESULT_COLUMNS[] = {
-    "iteration_s", "tokens_per_s", "model_tflops_per_gpu", "megatron_tflops_per_gpu", "mfu",
-    "hfu", "peak_mem_gib", "fits", "bubble_fraction", "exposed_tp_s", "exposed_pp_s",
-    "exposed_dp_s", "train_days", "train_gpu_hours",
+    "iteration_s",
+    "tokens_per_s",
+    "model_tflops_per_gpu",
+    "megatron_tflops_per_gpu",
+    "mfu",
+    "hfu",
+    "peak_mem_gib",
+    "fits",
+    "bubble_fraction",
+    "exposed_tp_s",
+    "exposed_pp_s",
+    "exposed_dp_s",
+    "train_days",
+    "train_gpu_hours",
 };
 #define NRESULTS (sizeof RESULT_COLUMNS / sizeof RESULT_COLUMNS[0])
 
@@ -42,12 +53,19 @@ static int eval_row(void *user, int argc, char **argv, char **cells, ts_err *err
     opt_table_init(&t, "trainsim sweep (row)", "");
     int rc = flags_register(&fs, &t, &c, err);
     if (rc == TS_OK)
-        rc = opt_add(&t, &(opt_spec){.name = "--train-tokens", .type = OPT_DOUBLE,
-                                     .target = &train_tokens, .min = 0, .max = 1e18,
-                                     .help = "tokens to train"}, err);
+        rc = opt_add(&t,
+                     &(opt_spec){.name = "--train-tokens",
+                                 .type = OPT_DOUBLE,
+                                 .target = &train_tokens,
+                                 .min = 0,
+                                 .max = 1e18,
+                                 .help = "tokens to train"},
+                     err);
     if (rc == TS_OK)
-        rc = opt_add(&t, &(opt_spec){.name = "--calibration", .type = OPT_STRING,
-                                     .target = &calibration, .help = "calibration CSV"}, err);
+        rc = opt_add(
+            &t,
+            &(opt_spec){.name = "--calibration", .type = OPT_STRING, .target = &calibration, .help = "calibration CSV"},
+            err);
     if (rc == TS_OK)
         rc = opt_parse(&t, argc, argv, err);
     if (rc == TS_OK && t.help_requested)
@@ -65,11 +83,17 @@ static int eval_row(void *user, int argc, char **argv, char **cells, ts_err *err
         for (int k = 0; k < SIMULATE_COMM_KINDS; k++)
             ex[k] = r->exposed_ns[k] * 1e-9;
         char *v[NRESULTS] = {
-            fmt(6, r->iteration_ns * 1e-9), fmt(1, r->tokens_per_s),
-            fmt(2, r->model_tflops_per_gpu), fmt(2, r->megatron_tflops_per_gpu),
-            fmt(4, r->mfu), fmt(4, r->hfu),
-            fmt(3, r->peak_bytes / (1024.0 * 1024.0 * 1024.0)), strdup(r->fits ? "1" : "0"),
-            fmt(4, r->bubble_fraction), fmt(6, ex[SIMULATE_COMM_TP]), fmt(6, ex[SIMULATE_COMM_PP]),
+            fmt(6, r->iteration_ns * 1e-9),
+            fmt(1, r->tokens_per_s),
+            fmt(2, r->model_tflops_per_gpu),
+            fmt(2, r->megatron_tflops_per_gpu),
+            fmt(4, r->mfu),
+            fmt(4, r->hfu),
+            fmt(3, r->peak_bytes / (1024.0 * 1024.0 * 1024.0)),
+            strdup(r->fits ? "1" : "0"),
+            fmt(4, r->bubble_fraction),
+            fmt(6, ex[SIMULATE_COMM_TP]),
+            fmt(6, ex[SIMULATE_COMM_PP]),
             fmt(6, ex[SIMULATE_COMM_DP]),
             train_tokens > 0 ? fmt(3, r->train_s / 86400.0) : strdup(""),
             train_tokens > 0 ? fmt(0, r->train_gpu_hours) : strdup(""),
@@ -95,7 +119,7 @@ static double now_s(void)
 
 typedef struct {
     double start;
-    size_t first_done;  /* rows done when the run started (skipped) */
+    size_t first_done; /* rows done when the run started (skipped) */
     bool tty, quiet;
 } bar;
 
@@ -117,8 +141,7 @@ static void on_progress(void *user, size_t done, size_t total, size_t skipped)
     for (int i = 0; i < width; i++)
         line[i] = i < fill ? '#' : '.';
     line[width] = '\0';
-    fprintf(stderr, "\rsweep [%s] %zu/%zu rows (%zu resumed) %.0f s, ETA %.0f s ", line, done,
-            total, skipped, el, eta);
+    fprintf(stderr, "\rsweep [%s] %zu/%zu rows (%zu resumed) %.0f s, ETA %.0f s ", line, done, total, skipped, el, eta);
     if (done == total)
         fputc('\n', stderr);
 }
@@ -141,17 +164,28 @@ int cmd_sweep(int argc, char **argv)
     t.max_positional = 1;
     ts_err err;
     err_clear(&err);
-    int rc = opt_add(&t, &(opt_spec){.name = "--out", .type = OPT_STRING, .target = &out,
-                                     .metavar = "RESULTS.csv", .defval = "required",
-                                     .help = "results CSV (appended; created if missing)"}, &err);
-    if (rc == TS_OK)
-        rc = opt_add(&t, &(opt_spec){.name = "--threads", .type = OPT_INT, .target = &threads,
-                                     .min = 1, .max = 1024, .unit = "threads",
-                                     .defval = "online CPUs", .help = "rows simulated at once"},
+    int rc = opt_add(&t,
+                     &(opt_spec){.name = "--out",
+                                 .type = OPT_STRING,
+                                 .target = &out,
+                                 .metavar = "RESULTS.csv",
+                                 .defval = "required",
+                                 .help = "results CSV (appended; created if missing)"},
                      &err);
     if (rc == TS_OK)
-        rc = opt_add(&t, &(opt_spec){.name = "--quiet", .type = OPT_BOOL, .target = &quiet,
-                                     .help = "no progress bar"}, &err);
+        rc = opt_add(&t,
+                     &(opt_spec){.name = "--threads",
+                                 .type = OPT_INT,
+                                 .target = &threads,
+                                 .min = 1,
+                                 .max = 1024,
+                                 .unit = "threads",
+                                 .defval = "online CPUs",
+                                 .help = "rows simulated at once"},
+                     &err);
+    if (rc == TS_OK)
+        rc = opt_add(&t, &(opt_spec){.name = "--quiet", .type = OPT_BOOL, .target = &quiet, .help = "no progress bar"},
+                     &err);
     if (rc == TS_OK)
         rc = opt_parse(&t, argc, argv, &err);
     if (rc == TS_OK && t.help_requested) {
@@ -169,8 +203,8 @@ int cmd_sweep(int argc, char **argv)
         return cmd_exit_status(rc);
     }
     bar b = {.tty = isatty(2), .quiet = quiet};
-    sweep_opts o = {.input = t.positional[0], .output = out, .threads = threads,
-                    .progress = on_progress, .progress_user = &b};
+    sweep_opts o = {
+        .input = t.positional[0], .output = out, .threads = threads, .progress = on_progress, .progress_user = &b};
     sweep_evaluator ev = {NRESULTS, RESULT_COLUMNS, eval_row, NULL};
     sweep_stats st;
     rc = sweep_run(&o, &ev, &st, &err);
@@ -180,7 +214,8 @@ int cmd_sweep(int argc, char **argv)
         return cmd_exit_status(rc);
     }
     printf("sweep: %zu rows: %zu already in %s, %zu simulated (%zu failed: see the error "
-           "column)%s\n", st.rows, st.skipped, out, st.ran, st.failed,
+           "column)%s\n",
+           st.rows, st.skipped, out, st.ran, st.failed,
            st.repaired ? "; a torn last line left by an interrupted run was cut off" : "");
     opt_table_free(&t);
     return 0;

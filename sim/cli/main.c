@@ -38,8 +38,9 @@ static void usage(FILE *f)
     fprintf(f, "usage: trainsim COMMAND [flags]   (trainsim COMMAND --help lists its flags)\n\ncommands:\n");
     for (size_t i = 0; i < NCOMMANDS; i++)
         fprintf(f, "  %-10s %s\n", COMMANDS[i].name, COMMANDS[i].summary);
-    fprintf(f, "\nWith no command or with flags only, trainsim runs '%s'; with no flags it\n"
-               "predicts GPT-3 175B on 1024 A100 80GB GPUs (DGX A100 nodes, HDR InfiniBand fat tree).\n",
+    fprintf(f,
+            "\nWith no command or with flags only, trainsim runs '%s'; with no flags it\n"
+            "predicts GPT-3 175B on 1024 A100 80GB GPUs (DGX A100 nodes, HDR InfiniBand fat tree).\n",
             COMMANDS[0].name);
 }
 

@@ -22,7 +22,6 @@
 #include "sim/search/search.h"
 #include "sim/search/search_eval.h"
 
-
 /* One simulated candidate's outcome as it travels between ranks. */
 typedef struct {
     uint64_t index;
@@ -35,8 +34,7 @@ typedef struct {
  * with an identically enumerated set). o->shard / o->nshards are replaced
  * by the rank and size. On return every rank's set holds every result.
  * The status is agreed: if any rank fails, all return its code. */
-static inline int search_mpi_evaluate(search_set *set, MPI_Comm comm, const search_eval_opts *o,
-                                      ts_err *err)
+static inline int search_mpi_evaluate(search_set *set, MPI_Comm comm, const search_eval_opts *o, ts_err *err)
 {
     int rank = 0, size = 1;
     MPI_Comm_rank(comm, &rank);
@@ -48,14 +46,12 @@ static inline int search_mpi_evaluate(search_set *set, MPI_Comm comm, const sear
     int worst = rc;
     MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MIN, comm); /* TS_E* codes are negative */
     if (worst != TS_OK)
-        return rc != TS_OK ? rc : err_set(err, worst, "search: another MPI rank failed (%s)",
-                                          err_code_name(worst));
+        return rc != TS_OK ? rc : err_set(err, worst, "search: another MPI rank failed (%s)", err_code_name(worst));
 
     /* Pack this rank's slice: every candidate it simulated. */
     size_t mine = 0;
     for (size_t i = (size_t)rank; i < set->n; i += (size_t)size)
-        mine += set->cands[i].status == SEARCH_SIMULATED ||
-                set->cands[i].status == SEARCH_REJ_MEMORY_SIM ||
+        mine += set->cands[i].status == SEARCH_SIMULATED || set->cands[i].status == SEARCH_REJ_MEMORY_SIM ||
                 set->cands[i].status == SEARCH_REJ_SIM_ERROR;
     search_mpi_item *items = calloc(mine ? mine : 1, sizeof *items);
     int *counts = calloc((size_t)size, sizeof *counts), *displs = calloc((size_t)size, sizeof *displs);
@@ -64,8 +60,7 @@ static inline int search_mpi_evaluate(search_set *set, MPI_Comm comm, const sear
     size_t k = 0;
     for (size_t i = (size_t)rank; ok && i < set->n; i += (size_t)size) {
         const search_cand *c = &set->cands[i];
-        if (c->status != SEARCH_SIMULATED && c->status != SEARCH_REJ_MEMORY_SIM &&
-            c->status != SEARCH_REJ_SIM_ERROR)
+        if (c->status != SEARCH_SIMULATED && c->status != SEARCH_REJ_MEMORY_SIM && c->status != SEARCH_REJ_SIM_ERROR)
             continue;
         items[k].index = i;
         items[k].r = c->r;
@@ -100,8 +95,8 @@ static inline int search_mpi_evaluate(search_set *set, MPI_Comm comm, const sear
         const search_mpi_item *it = &all[j];
         /* NOLINTNEXTLINE(clang-analyzer-core.NullDereference): all is set: all_ok is every rank's ok (MPI_MIN) */
         if (it->index >= set->n) {
-            rc = err_set(err, TS_ESTATE, "search: MPI result for candidate %llu of %zu",
-                         (unsigned long long)it->index, set->n);
+            rc = err_set(err, TS_ESTATE, "search: MPI result for candidate %llu of %zu", (unsigned long long)it->index,
+                         set->n);
             break;
         }
         search_cand *c = &set->cands[it->index];

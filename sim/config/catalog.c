@@ -23,8 +23,10 @@ int catalog_find(const char *file, char *buf, size_t cap, ts_err *err)
         snprintf(buf, cap, "%s/%s", env, file);
         if (readable(buf))
             return TS_OK;
-        return err_set(err, TS_EIO, "%s not found: looked in %s (from TRAINSIM_DATA_DIR; unset it to use the "
-                                    "shipped topologies/)", file, buf);
+        return err_set(err, TS_EIO,
+                       "%s not found: looked in %s (from TRAINSIM_DATA_DIR; unset it to use the "
+                       "shipped topologies/)",
+                       file, buf);
     }
     char tried[2 * CATALOG_PATH_BYTES] = "";
     char exe[CATALOG_PATH_BYTES];
@@ -48,8 +50,8 @@ int catalog_find(const char *file, char *buf, size_t cap, ts_err *err)
     snprintf(buf, cap, "topologies/%s", file);
     if (readable(buf))
         return TS_OK;
-    return err_set(err, TS_EIO, "%s not found: looked in %s./%s (set TRAINSIM_DATA_DIR to the folder holding it)",
-                   file, tried, buf);
+    return err_set(err, TS_EIO, "%s not found: looked in %s./%s (set TRAINSIM_DATA_DIR to the folder holding it)", file,
+                   tried, buf);
 }
 
 /* ---------------------------------------------------------------- GPUs */
@@ -86,8 +88,8 @@ const gpu_spec *catalog_gpus_find(const catalog_gpus *c, const char *kind)
     return NULL;
 }
 
-static const char *const GPU_COLS[] = {"gpu", "bf16_tflops", "fp16_tflops", "fp32_tflops", "hbm_gib",
-                                       "hbm_gbps", "nvlink_gbps_per_direction", NULL};
+static const char *const GPU_COLS[] = {
+    "gpu", "bf16_tflops", "fp16_tflops", "fp32_tflops", "hbm_gib", "hbm_gbps", "nvlink_gbps_per_direction", NULL};
 
 static int gpu_row(const csvio_table *t, size_t r, catalog_gpus *c, ts_err *err)
 {

@@ -24,23 +24,23 @@
 
 #include "sim/util/err.h"
 
-#define CATALOG_PATH_BYTES 4096
+#define CATALOG_PATH_BYTES  4096
 #define CATALOG_ALIAS_BYTES 128
-#define CATALOG_NAME_BYTES 64
+#define CATALOG_NAME_BYTES  64
 
 /* One GPU kind, from the catalogue topologies/gpus.csv. */
 typedef struct {
     char name[CATALOG_NAME_BYTES]; /* e.g. "A100-SXM4-80GB" */
-    double bf16_tflops;           /* dense peak, TFLOP/s */
+    double bf16_tflops;            /* dense peak, TFLOP/s */
     double fp16_tflops;
     double fp32_tflops;
-    double hbm_gib;               /* memory, GiB */
-    double hbm_gbps;              /* memory bandwidth, GB/s (1e9 B/s) */
-    double nvlink_gbps;           /* NVLink per GPU per direction, GB/s */
-    double fp8_tflops;            /* dense FP8 peak, TFLOP/s (0 = no FP8 tensor cores) */
-    double tf32_tflops;           /* dense TF32 peak, TFLOP/s */
-    double tdp_w;                 /* board power, W */
-    bool calibrated_only;         /* no datasheet rates (`--gpu cpu`): every cost comes from
+    double hbm_gib;       /* memory, GiB */
+    double hbm_gbps;      /* memory bandwidth, GB/s (1e9 B/s) */
+    double nvlink_gbps;   /* NVLink per GPU per direction, GB/s */
+    double fp8_tflops;    /* dense FP8 peak, TFLOP/s (0 = no FP8 tensor cores) */
+    double tf32_tflops;   /* dense TF32 peak, TFLOP/s */
+    double tdp_w;         /* board power, W */
+    bool calibrated_only; /* no datasheet rates (`--gpu cpu`): every cost comes from
                                      --calibration FILE (calib_device_params); rates above are 0 */
 } gpu_spec;
 
@@ -52,9 +52,9 @@ int catalog_find(const char *file, char *buf, size_t cap, ts_err *err);
 
 typedef struct {
     size_t n;
-    gpu_spec *gpus;                          /* n entries, file order */
-    char (*aliases)[CATALOG_ALIAS_BYTES];    /* n entries: space-separated alias list */
-    char path[CATALOG_PATH_BYTES];           /* where it was read from */
+    gpu_spec *gpus;                       /* n entries, file order */
+    char (*aliases)[CATALOG_ALIAS_BYTES]; /* n entries: space-separated alias list */
+    char path[CATALOG_PATH_BYTES];        /* where it was read from */
 } catalog_gpus;
 
 /* Load a GPU catalogue; path NULL = the shipped gpus.csv. Columns (units):

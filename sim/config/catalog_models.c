@@ -8,12 +8,30 @@
 #include "sim/util/csvio.h"
 #include "sim/util/opt.h"
 
-static const char *const MODEL_COLS[] = {
-    "name", "num_layers", "hidden_size", "num_attention_heads", "num_query_groups", "ffn_hidden_size", "swiglu",
-    "seq_length", "padded_vocab_size", "params_billion", "gpus", "tensor_model_parallel_size",
-    "pipeline_model_parallel_size", "num_layers_per_virtual_pipeline_stage", "decoder_first_pipeline_num_layers",
-    "decoder_last_pipeline_num_layers", "micro_batch_size", "global_batch_size", "sequence_parallel",
-    "recompute_granularity", "use_distributed_optimizer", "schedule", "layout_source", NULL};
+static const char *const MODEL_COLS[] = {"name",
+                                         "num_layers",
+                                         "hidden_size",
+                                         "num_attention_heads",
+                                         "num_query_groups",
+                                         "ffn_hidden_size",
+                                         "swiglu",
+                                         "seq_length",
+                                         "padded_vocab_size",
+                                         "params_billion",
+                                         "gpus",
+                                         "tensor_model_parallel_size",
+                                         "pipeline_model_parallel_size",
+                                         "num_layers_per_virtual_pipeline_stage",
+                                         "decoder_first_pipeline_num_layers",
+                                         "decoder_last_pipeline_num_layers",
+                                         "micro_batch_size",
+                                         "global_batch_size",
+                                         "sequence_parallel",
+                                         "recompute_granularity",
+                                         "use_distributed_optimizer",
+                                         "schedule",
+                                         "layout_source",
+                                         NULL};
 
 void catalog_models_free(catalog_models *c)
 {
@@ -49,8 +67,8 @@ static int model_row(const csvio_table *t, size_t r, catalog_model *m, ts_err *e
         (rc = csvio_get_int(t, r, "gpus", 1, BIG, &m->gpus, err)) ||
         (rc = csvio_get_int(t, r, "tensor_model_parallel_size", 1, BIG, &p->tp, err)) ||
         (rc = csvio_get_int(t, r, "pipeline_model_parallel_size", 1, BIG, &p->pp, err)) ||
-        (rc = csvio_get_int(t, r, "num_layers_per_virtual_pipeline_stage", 0, BIG, &p->layers_per_virtual_stage,
-                            err)) ||
+        (rc =
+             csvio_get_int(t, r, "num_layers_per_virtual_pipeline_stage", 0, BIG, &p->layers_per_virtual_stage, err)) ||
         (rc = csvio_get_int(t, r, "decoder_first_pipeline_num_layers", 0, BIG, &p->first_stage_layers, err)) ||
         (rc = csvio_get_int(t, r, "decoder_last_pipeline_num_layers", 0, BIG, &p->last_stage_layers, err)) ||
         (rc = csvio_get_int(t, r, "micro_batch_size", 1, BIG, &p->micro_batch_size, err)) ||

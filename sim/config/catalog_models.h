@@ -20,19 +20,19 @@
 #define CATALOG_SOURCE_BYTES 512
 
 typedef struct {
-    model_config model;          /* shape; model.name = preset name, precision bf16 */
-    double params_billion;       /* nominal size the source names it by */
-    int gpus;                    /* layout: GPU count */
-    parallel_config par;         /* layout: tp, pp, layers_per_virtual_stage, first/last stage
+    model_config model;                /* shape; model.name = preset name, precision bf16 */
+    double params_billion;             /* nominal size the source names it by */
+    int gpus;                          /* layout: GPU count */
+    parallel_config par;               /* layout: tp, pp, layers_per_virtual_stage, first/last stage
                                   * layers, micro/global batch, sequence parallel, recompute,
                                   * distributed optimizer (dp, vp, schedule left 0) */
-    char schedule[16];           /* layout: schedule name (sched_kind_parse) */
+    char schedule[16];                 /* layout: schedule name (sched_kind_parse) */
     char source[CATALOG_SOURCE_BYTES]; /* layout_source: which values are published */
 } catalog_model;
 
 typedef struct {
     size_t n;
-    catalog_model *models;       /* n entries, file order */
+    catalog_model *models; /* n entries, file order */
     char path[CATALOG_PATH_BYTES];
 } catalog_models;
 

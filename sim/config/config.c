@@ -55,10 +55,16 @@ static void nearby(long x, long d, char *buf, size_t cap)
 
 static int check_model(const model_config *m, ts_err *err)
 {
-    struct { const char *flag; long v; } pos[] = {
-        {"--num-layers", m->num_layers},       {"--hidden-size", m->hidden_size},
-        {"--num-attention-heads", m->num_attention_heads}, {"--ffn-hidden-size", m->ffn_hidden_size},
-        {"--num-query-groups", m->num_query_groups}, {"--seq-length", m->seq_length},
+    struct {
+        const char *flag;
+        long v;
+    } pos[] = {
+        {"--num-layers", m->num_layers},
+        {"--hidden-size", m->hidden_size},
+        {"--num-attention-heads", m->num_attention_heads},
+        {"--ffn-hidden-size", m->ffn_hidden_size},
+        {"--num-query-groups", m->num_query_groups},
+        {"--seq-length", m->seq_length},
         {"--padded-vocab-size", m->padded_vocab_size},
     };
     for (size_t i = 0; i < sizeof pos / sizeof pos[0]; i++)
@@ -87,9 +93,14 @@ static int check_tp(const config *c, ts_err *err)
     const model_config *m = &c->model;
     int t = c->par.tp;
     char buf[160];
-    struct { const char *flag; int v; } div[] = {
-        {"--num-attention-heads", m->num_attention_heads}, {"--num-query-groups", m->num_query_groups},
-        {"--ffn-hidden-size", m->ffn_hidden_size},           {"--padded-vocab-size", m->padded_vocab_size},
+    struct {
+        const char *flag;
+        int v;
+    } div[] = {
+        {"--num-attention-heads", m->num_attention_heads},
+        {"--num-query-groups", m->num_query_groups},
+        {"--ffn-hidden-size", m->ffn_hidden_size},
+        {"--padded-vocab-size", m->padded_vocab_size},
     };
     for (size_t i = 0; i < sizeof div / sizeof div[0]; i++)
         if (div[i].v % t) {
@@ -121,7 +132,8 @@ static int check_layers(config *c, ts_err *err)
         if (uneven)
             return err_set(err, TS_EINVAL,
                            "--decoder-first/last-pipeline-num-layers cannot be combined with --schedule %s "
-                           "(an uneven split is supported for gpipe, 1f1b, zb-h1 and zb-h2)", sn);
+                           "(an uneven split is supported for gpipe, 1f1b, zb-h1 and zb-h2)",
+                           sn);
         if (pp < 2)
             return err_set(err, TS_EINVAL,
                            "--schedule %s needs --pipeline-model-parallel-size >= 2 (got %d; use 1f1b with one stage)",
@@ -131,7 +143,8 @@ static int check_layers(config *c, ts_err *err)
                 nearby(l, 2L * pp, buf, sizeof buf);
                 return err_set(err, TS_EINVAL,
                                "--schedule zb-v runs exactly 2 chunks per pipeline rank: --num-layers %d is not "
-                               "divisible by 2 x --pipeline-model-parallel-size = %d (use %s layers)", l, 2 * pp, buf);
+                               "divisible by 2 x --pipeline-model-parallel-size = %d (use %s layers)",
+                               l, 2 * pp, buf);
             }
             lv = l / (2 * pp);
         }
@@ -139,7 +152,8 @@ static int check_layers(config *c, ts_err *err)
             return err_set(err, TS_EINVAL,
                            "--schedule interleaved needs --num-layers-per-virtual-pipeline-stage (layers per model "
                            "chunk; %d layers over %d ranks: valid values are the divisors of %d that leave at least "
-                           "2 chunks)", l, pp, l % pp ? 0 : l / pp);
+                           "2 chunks)",
+                           l, pp, l % pp ? 0 : l / pp);
         if (l % ((long)pp * lv)) {
             divisors(l % pp ? 0 : l / pp, buf, sizeof buf);
             return err_set(err, TS_EINVAL,
@@ -157,13 +171,15 @@ static int check_layers(config *c, ts_err *err)
         if (p->vp < 2)
             return err_set(err, TS_EINVAL,
                            "--num-layers-per-virtual-pipeline-stage %d gives 1 chunk per pipeline rank; interleaving "
-                           "needs at least 2 (use a smaller value, or --schedule 1f1b)", lv);
+                           "needs at least 2 (use a smaller value, or --schedule 1f1b)",
+                           lv);
         return TS_OK;
     }
     if (lv > 0)
         return err_set(err, TS_EINVAL,
                        "--num-layers-per-virtual-pipeline-stage applies to --schedule interleaved or zb-v only "
-                       "(got --schedule %s)", sn);
+                       "(got --schedule %s)",
+                       sn);
     p->vp = 1;
     if (!uneven) {
         if (l % pp) {
@@ -171,7 +187,8 @@ static int check_layers(config *c, ts_err *err)
             return err_set(err, TS_EINVAL,
                            "--num-layers %d is not divisible by --pipeline-model-parallel-size %d (use %s layers, or "
                            "an uneven split with --decoder-first-pipeline-num-layers / "
-                           "--decoder-last-pipeline-num-layers)", l, pp, buf);
+                           "--decoder-last-pipeline-num-layers)",
+                           l, pp, buf);
         }
         return TS_OK;
     }
@@ -179,12 +196,14 @@ static int check_layers(config *c, ts_err *err)
     int rest = l - p->first_stage_layers - p->last_stage_layers;
     if (pp == 1)
         return err_set(err, TS_EINVAL,
-                       "--decoder-first/last-pipeline-num-layers need --pipeline-model-parallel-size >= 2 (got %d)", pp);
+                       "--decoder-first/last-pipeline-num-layers need --pipeline-model-parallel-size >= 2 (got %d)",
+                       pp);
     if (pp == ends) {
         if (rest != 0)
             return err_set(err, TS_EINVAL,
                            "with 2 pipeline stages the first (%d) and last (%d) stage layers must add up to "
-                           "--num-layers %d", p->first_stage_layers, p->last_stage_layers, l);
+                           "--num-layers %d",
+                           p->first_stage_layers, p->last_stage_layers, l);
         return TS_OK;
     }
     int mid = pp - ends;
@@ -203,8 +222,7 @@ static int check_recompute(const config *c, ts_err *err)
     if (p->recompute_num_layers < 0)
         return err_set(err, TS_EINVAL, "--recompute-num-layers %d must be >= 0", p->recompute_num_layers);
     if (p->recompute_num_layers > 0 && p->recompute != RECOMPUTE_FULL)
-        return err_set(err, TS_EINVAL,
-                       "--recompute-num-layers applies to --recompute-granularity full only (got %s)",
+        return err_set(err, TS_EINVAL, "--recompute-num-layers applies to --recompute-granularity full only (got %s)",
                        CONFIG_RECOMPUTE_NAMES[p->recompute]);
     int per_stage = c->model.num_layers / (p->pp * (p->vp > 0 ? p->vp : 1));
     if (p->first_stage_layers > per_stage)
@@ -229,8 +247,7 @@ static int check_parallel(config *c, ts_err *err)
                        "--tensor-model-parallel-size %d and --pipeline-model-parallel-size %d must be at least 1",
                        p->tp, p->pp);
     if (p->micro_batch_size < 1 || p->global_batch_size < 1)
-        return err_set(err, TS_EINVAL,
-                       "--micro-batch-size %d and --global-batch-size %d must be at least 1 sequence",
+        return err_set(err, TS_EINVAL, "--micro-batch-size %d and --global-batch-size %d must be at least 1 sequence",
                        p->micro_batch_size, p->global_batch_size);
     if (p->first_stage_layers < 0 || p->last_stage_layers < 0 || p->layers_per_virtual_stage < 0)
         return err_set(err, TS_EINVAL, "layer counts per stage must be >= 0 (0 = unset)");
@@ -248,7 +265,8 @@ static int check_parallel(config *c, ts_err *err)
             return err_set(err, TS_EINVAL,
                            "--gpus %d is not a multiple of --tensor-model-parallel-size x "
                            "--pipeline-model-parallel-size = %d x %d = %ld, so no whole data-parallel size d "
-                           "gives gpus = t x p x d (use %s GPUs)", gpus, p->tp, p->pp, tpp, buf);
+                           "gives gpus = t x p x d (use %s GPUs)",
+                           gpus, p->tp, p->pp, tpp, buf);
         }
         p->dp = (int)(gpus / tpp);
     }

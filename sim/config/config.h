@@ -37,32 +37,32 @@ typedef struct {
 
 /* Parallel layout and training step. */
 typedef struct {
-    int micro_batch_size;          /* --micro-batch-size, sequences */
-    int global_batch_size;         /* --global-batch-size, sequences */
-    int tp;                        /* --tensor-model-parallel-size */
-    int pp;                        /* --pipeline-model-parallel-size */
-    int dp;                        /* derived: gpus / (tp*pp) */
-    int vp;                        /* chunks per pipeline rank (1 = not interleaved) */
-    int layers_per_virtual_stage;  /* --num-layers-per-virtual-pipeline-stage (0 = unset) */
-    int first_stage_layers;        /* --decoder-first-pipeline-num-layers (0 = even) */
-    int last_stage_layers;         /* --decoder-last-pipeline-num-layers (0 = even) */
-    bool sequence_parallel;        /* --sequence-parallel */
-    config_recompute recompute;    /* --recompute-granularity none|selective|full */
+    int micro_batch_size;                     /* --micro-batch-size, sequences */
+    int global_batch_size;                    /* --global-batch-size, sequences */
+    int tp;                                   /* --tensor-model-parallel-size */
+    int pp;                                   /* --pipeline-model-parallel-size */
+    int dp;                                   /* derived: gpus / (tp*pp) */
+    int vp;                                   /* chunks per pipeline rank (1 = not interleaved) */
+    int layers_per_virtual_stage;             /* --num-layers-per-virtual-pipeline-stage (0 = unset) */
+    int first_stage_layers;                   /* --decoder-first-pipeline-num-layers (0 = even) */
+    int last_stage_layers;                    /* --decoder-last-pipeline-num-layers (0 = even) */
+    bool sequence_parallel;                   /* --sequence-parallel */
+    config_recompute recompute;               /* --recompute-granularity none|selective|full */
     config_recompute_method recompute_method; /* --recompute-method uniform|block */
-    int recompute_num_layers;      /* --recompute-num-layers (full only; 0 = all) */
-    bool distributed_optimizer;    /* --use-distributed-optimizer */
-    bool overlap_grad_reduce;      /* --overlap-grad-reduce */
-    sched_kind schedule;           /* --schedule */
+    int recompute_num_layers;                 /* --recompute-num-layers (full only; 0 = all) */
+    bool distributed_optimizer;               /* --use-distributed-optimizer */
+    bool overlap_grad_reduce;                 /* --overlap-grad-reduce */
+    sched_kind schedule;                      /* --schedule */
 } parallel_config;
 
-struct topo;                      /* topo.h: parsed cluster topology */
+struct topo; /* topo.h: parsed cluster topology */
 
 /* The cluster the run is placed on. */
 typedef struct {
-    int gpus;                     /* --gpus, total GPUs */
-    int gpus_per_node;            /* from the topology (8 for DGX) */
-    gpu_spec gpu;                 /* --gpu KIND (default A100-SXM4-80GB) */
-    struct topo *topology;        /* --topology FILE, or the built-in Selene-like default; owned */
+    int gpus;              /* --gpus, total GPUs */
+    int gpus_per_node;     /* from the topology (8 for DGX) */
+    gpu_spec gpu;          /* --gpu KIND (default A100-SXM4-80GB) */
+    struct topo *topology; /* --topology FILE, or the built-in Selene-like default; owned */
 } cluster_config;
 
 typedef struct {

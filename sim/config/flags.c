@@ -28,15 +28,15 @@ static void apply_preset(config *c, const catalog_model *pm)
     c->cluster.gpus = pm->gpus;
 }
 
-#define ADD(...)                                                    \
-    do {                                                            \
-        if ((rc = opt_add(t, &(opt_spec){__VA_ARGS__}, err)))       \
-            return rc;                                              \
+#define ADD(...)                                                                                                       \
+    do {                                                                                                               \
+        if ((rc = opt_add(t, &(opt_spec){__VA_ARGS__}, err)))                                                          \
+            return rc;                                                                                                 \
     } while (0)
-#define SECTION(title)                                              \
-    do {                                                            \
-        if ((rc = opt_section(t, title, err)))                      \
-            return rc;                                              \
+#define SECTION(title)                                                                                                 \
+    do {                                                                                                               \
+        if ((rc = opt_section(t, title, err)))                                                                         \
+            return rc;                                                                                                 \
     } while (0)
 
 static int add_model_flags(flags_state *s, opt_table *t, config *c, ts_err *err)
@@ -49,12 +49,12 @@ static int add_model_flags(flags_state *s, opt_table *t, config *c, ts_err *err)
                 "-76.1b, -145.6b, -310.1b, -529.6b, -1t (Narayanan et al. 2021 Table 1); llama2-7b, -13b, -70b; "
                 "llama3-8b, -70b, -405b; bloom-176b. It sets the shape and the starting layout (GPUs, t, p, batch, "
                 "recompute, schedule); every flag below overrides it (trainsim config --list-models)");
-    ADD(.name = "--num-layers", .type = OPT_INT, .target = &m->num_layers, .min = 1, .max = 100000,
-        .unit = "layers", .help = "transformer layers");
+    ADD(.name = "--num-layers", .type = OPT_INT, .target = &m->num_layers, .min = 1, .max = 100000, .unit = "layers",
+        .help = "transformer layers");
     ADD(.name = "--hidden-size", .type = OPT_INT, .target = &m->hidden_size, .min = 1, .max = 1 << 24,
         .unit = "elements", .help = "hidden size h");
-    ADD(.name = "--num-attention-heads", .type = OPT_INT, .target = &m->num_attention_heads, .min = 1,
-        .max = 1 << 20, .unit = "heads", .help = "attention heads a (h must be a multiple of a)");
+    ADD(.name = "--num-attention-heads", .type = OPT_INT, .target = &m->num_attention_heads, .min = 1, .max = 1 << 20,
+        .unit = "heads", .help = "attention heads a (h must be a multiple of a)");
     ADD(.name = "--num-query-groups", .type = OPT_INT, .target = &m->num_query_groups, .min = 1, .max = 1 << 20,
         .unit = "KV groups",
         .help = "key/value head groups of grouped-query attention (= heads: none; given --num-attention-heads "
@@ -65,10 +65,10 @@ static int add_model_flags(flags_state *s, opt_table *t, config *c, ts_err *err)
                 "multiple of 64, as Megatron-LM)");
     ADD(.name = "--swiglu", .type = OPT_BOOL, .target = &m->swiglu,
         .help = "SwiGLU MLP (3 weight matrices) instead of GeLU (2); --swiglu=false turns a preset's off");
-    ADD(.name = "--seq-length", .type = OPT_INT, .target = &m->seq_length, .min = 1, .max = 1 << 24,
-        .unit = "tokens", .help = "sequence length s");
-    ADD(.name = "--padded-vocab-size", .type = OPT_INT, .target = &m->padded_vocab_size, .min = 1,
-        .max = 1 << 26, .unit = "tokens", .help = "vocabulary size V after padding (a multiple of t)");
+    ADD(.name = "--seq-length", .type = OPT_INT, .target = &m->seq_length, .min = 1, .max = 1 << 24, .unit = "tokens",
+        .help = "sequence length s");
+    ADD(.name = "--padded-vocab-size", .type = OPT_INT, .target = &m->padded_vocab_size, .min = 1, .max = 1 << 26,
+        .unit = "tokens", .help = "vocabulary size V after padding (a multiple of t)");
     ADD(.name = "--bf16", .type = OPT_BOOL, .target = &s->bf16, .defval = "on (bf16 unless --fp16/--fp32)",
         .help = "bf16 mixed precision (weights, activations, gradients in 2 bytes; fp32 master weights)");
     ADD(.name = "--fp16", .type = OPT_BOOL, .target = &s->fp16, .help = "fp16 mixed precision (exclusive with --bf16)");
@@ -92,8 +92,8 @@ static int add_parallel_flags(flags_state *s, opt_table *t, config *c, ts_err *e
     ADD(.name = "--pipeline-model-parallel-size", .alias = "-p", .type = OPT_INT, .target = &p->pp, .min = 1,
         .max = 65536, .unit = "GPUs",
         .help = "pipeline-parallel size p (given explicitly, the preset's uneven first/last split is dropped)");
-    ADD(.name = "--data-parallel-size", .alias = "-d", .type = OPT_INT, .target = &s->dp, .min = 1,
-        .max = 1 << 24, .unit = "GPUs", .defval = "derived: gpus / (t x p)",
+    ADD(.name = "--data-parallel-size", .alias = "-d", .type = OPT_INT, .target = &s->dp, .min = 1, .max = 1 << 24,
+        .unit = "GPUs", .defval = "derived: gpus / (t x p)",
         .help = "data-parallel size d; if given, --gpus must equal t x p x d");
     ADD(.name = "--num-layers-per-virtual-pipeline-stage", .type = OPT_INT, .target = &p->layers_per_virtual_stage,
         .min = 1, .max = 100000, .unit = "layers",
@@ -114,8 +114,8 @@ static int add_parallel_flags(flags_state *s, opt_table *t, config *c, ts_err *e
         .enum_names = CONFIG_RECOMPUTE_METHOD_NAMES,
         .help = "full recomputation: uniform (groups of --recompute-num-layers) or block (that many layers per "
                 "stage)");
-    ADD(.name = "--recompute-num-layers", .type = OPT_INT, .target = &p->recompute_num_layers, .min = 0,
-        .max = 100000, .unit = "layers", .help = "layers per recompute group/block for full recomputation (0 = all)");
+    ADD(.name = "--recompute-num-layers", .type = OPT_INT, .target = &p->recompute_num_layers, .min = 0, .max = 100000,
+        .unit = "layers", .help = "layers per recompute group/block for full recomputation (0 = all)");
     ADD(.name = "--use-distributed-optimizer", .type = OPT_BOOL, .target = &p->distributed_optimizer,
         .help = "shard optimizer state over data-parallel ranks (ZeRO-1 like)");
     ADD(.name = "--overlap-grad-reduce", .type = OPT_BOOL, .target = &p->overlap_grad_reduce,
@@ -177,9 +177,9 @@ static void resolve_model(flags_state *s, const opt_table *t, const catalog_mode
     const model_config *q = &pm->model;
     bool set_h = opt_was_set(t, "--hidden-size"), set_sw = opt_was_set(t, "--swiglu");
     bool set_heads = opt_was_set(t, "--num-attention-heads");
-    static const char *const SHAPE[] = {"--num-layers", "--hidden-size", "--num-attention-heads",
-                                        "--num-query-groups", "--ffn-hidden-size", "--swiglu", "--seq-length",
-                                        "--padded-vocab-size", NULL};
+    static const char *const SHAPE[] = {"--num-layers",       "--hidden-size",       "--num-attention-heads",
+                                        "--num-query-groups", "--ffn-hidden-size",   "--swiglu",
+                                        "--seq-length",       "--padded-vocab-size", NULL};
     if (!opt_was_set(t, "--num-layers"))
         m->num_layers = q->num_layers;
     if (!set_h)
@@ -230,8 +230,7 @@ static int resolve_layout(flags_state *s, const opt_table *t, const catalog_mode
     p->recompute = opt_was_set(t, "--recompute-granularity") ? (config_recompute)s->recompute : q->recompute;
     p->recompute_method = (config_recompute_method)s->recompute_method;
     if (opt_was_set(t, "--recompute-method") && p->recompute != RECOMPUTE_FULL) /* as Megatron-LM */
-        return err_set(err, TS_EINVAL,
-                       "--recompute-method applies to --recompute-granularity full only (got %s)",
+        return err_set(err, TS_EINVAL, "--recompute-method applies to --recompute-granularity full only (got %s)",
                        CONFIG_RECOMPUTE_NAMES[p->recompute]);
     if (!opt_was_set(t, "--recompute-num-layers"))
         p->recompute_num_layers = 0;
@@ -244,8 +243,7 @@ static int resolve_layout(flags_state *s, const opt_table *t, const catalog_mode
         return err_prefix(err, "model preset %s (topologies/models.csv), column 'schedule': ", pm->model.name);
     }
     if (!opt_was_set(t, "--num-layers-per-virtual-pipeline-stage"))
-        p->layers_per_virtual_stage =
-            set_sched && p->schedule != SCHED_INTERLEAVED ? 0 : q->layers_per_virtual_stage;
+        p->layers_per_virtual_stage = set_sched && p->schedule != SCHED_INTERLEAVED ? 0 : q->layers_per_virtual_stage;
     if (!opt_was_set(t, "--decoder-first-pipeline-num-layers"))
         p->first_stage_layers = set_pp ? 0 : q->first_stage_layers;
     if (!opt_was_set(t, "--decoder-last-pipeline-num-layers"))
@@ -290,7 +288,8 @@ static int resolve_cluster(flags_state *s, ts_err *err)
             if (s->gpu && strcmp(g.name, tp->params.gpu)) {
                 rc = err_set(err, TS_EINVAL,
                              "--gpu %s conflicts with the topology %s, whose nodes hold %s (drop --gpu, or use a "
-                             "topology of %s nodes)", g.name, tp->source, tp->params.gpu, g.name);
+                             "topology of %s nodes)",
+                             g.name, tp->source, tp->params.gpu, g.name);
                 goto out;
             }
             if ((rc = catalog_gpus_lookup(cat, tp->params.gpu, &g, err)))
@@ -343,8 +342,9 @@ void flags_print(const flags_state *s, FILE *f)
     const parallel_config *p = &c->par;
     const gpu_spec *g = &c->cluster.gpu;
     fprintf(f, "model:                 %s\n", m->name);
-    fprintf(f, "shape:                 %d layers, hidden %d, %d heads, %d query groups, FFN %d (%s), sequence %d "
-               "tokens, vocabulary %d\n",
+    fprintf(f,
+            "shape:                 %d layers, hidden %d, %d heads, %d query groups, FFN %d (%s), sequence %d "
+            "tokens, vocabulary %d\n",
             m->num_layers, m->hidden_size, m->num_attention_heads, m->num_query_groups, m->ffn_hidden_size,
             m->swiglu ? "SwiGLU" : "GeLU", m->seq_length, m->padded_vocab_size);
     fprintf(f, "precision:             %s (%d bytes per element)\n", CONFIG_PRECISION_NAMES[m->precision],
@@ -368,8 +368,9 @@ void flags_print(const flags_state *s, FILE *f)
     fputc('\n', f);
     fprintf(f, "distributed optimizer: %s\n", p->distributed_optimizer ? "on" : "off");
     fprintf(f, "overlap grad reduce:   %s\n", p->overlap_grad_reduce ? "on" : "off");
-    fprintf(f, "gpu:                   %s: %g TFLOP/s bf16, %g TFLOP/s fp16, %g GiB HBM at %g GB/s, NVLink %g GB/s "
-               "per direction\n",
+    fprintf(f,
+            "gpu:                   %s: %g TFLOP/s bf16, %g TFLOP/s fp16, %g GiB HBM at %g GB/s, NVLink %g GB/s "
+            "per direction\n",
             g->name, g->bf16_tflops, g->fp16_tflops, g->hbm_gib, g->hbm_gbps, g->nvlink_gbps);
     if (c->cluster.topology) {
         char d[1024];

@@ -13,14 +13,14 @@ const char *const TOPO_LINK_KIND_NAMES[] = {"nvlink", "pcie", "fabric", NULL};
 
 /* Default figures (documented in topo.h and the shipped CSVs' comment rows). */
 #define DEF_SWITCH_LAT_US 0.13 /* NVIDIA Quantum QM8700 HDR switch: 130 ns port to port */
-#define DEF_PORTS_HDR 40       /* QM8700: 40 x HDR 200 Gb/s ports */
-#define DEF_PORTS_NDR 64       /* QM9700: 64 x NDR 400 Gb/s ports */
+#define DEF_PORTS_HDR     40   /* QM8700: 40 x HDR 200 Gb/s ports */
+#define DEF_PORTS_NDR     64   /* QM9700: 64 x NDR 400 Gb/s ports */
 
 /* Limits that keep every index small (and messages useful). */
-#define MAX_SERVERS 1000000
-#define MAX_LOCAL 4096
+#define MAX_SERVERS      1000000
+#define MAX_LOCAL        4096
 #define MAX_SWITCH_INDEX 10000000
-#define MAX_LEVELS 8
+#define MAX_LEVELS       8
 
 void topo_free(topo *t)
 {
@@ -94,7 +94,8 @@ int topo_endpoint_parse(const char *name, topo_endpoint *out, ts_err *err)
         return err_set(err, TS_EINVAL,
                        "'%s' is not a valid endpoint (expected gpu<server>.<gpu>, nvs<server>, nic<server>.<nic> "
                        "or sw<level 1-%d>.<index>, e.g. gpu0.3, nvs0, nic1.7, sw2.0; servers < %d, GPUs/NICs per "
-                       "server < %d)", name, MAX_LEVELS, MAX_SERVERS, MAX_LOCAL);
+                       "server < %d)",
+                       name, MAX_LEVELS, MAX_SERVERS, MAX_LOCAL);
     *out = e;
     return TS_OK;
 }
@@ -102,10 +103,18 @@ int topo_endpoint_parse(const char *name, topo_endpoint *out, ts_err *err)
 const char *topo_endpoint_name(const topo_endpoint *e, char *buf, size_t cap)
 {
     switch (e->kind) {
-    case TOPO_EP_GPU: snprintf(buf, cap, "gpu%d.%d", e->server, e->index); break;
-    case TOPO_EP_NVSWITCH: snprintf(buf, cap, "nvs%d", e->server); break;
-    case TOPO_EP_NIC: snprintf(buf, cap, "nic%d.%d", e->server, e->index); break;
-    case TOPO_EP_SWITCH: snprintf(buf, cap, "sw%d.%d", e->level, e->index); break;
+    case TOPO_EP_GPU:
+        snprintf(buf, cap, "gpu%d.%d", e->server, e->index);
+        break;
+    case TOPO_EP_NVSWITCH:
+        snprintf(buf, cap, "nvs%d", e->server);
+        break;
+    case TOPO_EP_NIC:
+        snprintf(buf, cap, "nic%d.%d", e->server, e->index);
+        break;
+    case TOPO_EP_SWITCH:
+        snprintf(buf, cap, "sw%d.%d", e->level, e->index);
+        break;
     }
     return buf;
 }
@@ -126,9 +135,9 @@ static uint64_t ep_key(const topo_endpoint *e)
 /* The fabrics a parametric file may name ("custom" is the link list's). */
 static const char *const PARAM_FABRICS[] = {"fat-tree", "rail-optimized", NULL};
 
-static const char *const PARAM_COLS[] = {"nodes", "gpus_per_node", "gpu", "intra_node_gbps",
-                                         "intra_node_latency_us", "nics_per_node", "nic_gbps", "nic_latency_us",
-                                         "fabric", "levels", "oversubscription", NULL};
+static const char *const PARAM_COLS[] = {
+    "nodes",    "gpus_per_node",  "gpu",    "intra_node_gbps", "intra_node_latency_us", "nics_per_node",
+    "nic_gbps", "nic_latency_us", "fabric", "levels",          "oversubscription",      NULL};
 
 static int load_params(const csvio_table *t, topo *tp, ts_err *err)
 {
@@ -319,8 +328,9 @@ static int check_duplicates(const csvio_table *t, const topo *tp, ts_err *err)
             char na[32], nb[32];
             rc = csvio_errf(t, pk[i].row, NULL, err,
                             "duplicate link %s - %s (first at line %d; give one row per pair of endpoints, with the "
-                            "summed bandwidth)", topo_endpoint_name(&l->a, na, sizeof na),
-                            topo_endpoint_name(&l->b, nb, sizeof nb), tp->links[pk[i - 1].row].line);
+                            "summed bandwidth)",
+                            topo_endpoint_name(&l->a, na, sizeof na), topo_endpoint_name(&l->b, nb, sizeof nb),
+                            tp->links[pk[i - 1].row].line);
         }
     free(pk);
     return rc;
@@ -367,7 +377,8 @@ static int check_grid(const csvio_table *t, topo *tp, ts_err *err)
             if (!seen[(size_t)s * gpn + k])
                 rc = err_set(err, TS_EINVAL,
                              "%s: gpu%d.%d is not connected: every server 0..%d must hold gpu<s>.0 .. gpu<s>.%d "
-                             "(give it its links, or renumber the GPUs)", t->path, s, k, servers - 1, gpn - 1);
+                             "(give it its links, or renumber the GPUs)",
+                             t->path, s, k, servers - 1, gpn - 1);
     free(seen);
     tp->params.nodes = servers;
     tp->params.gpus_per_node = gpn;
@@ -486,7 +497,8 @@ int topo_load(const char *path, topo **out, ts_err *err)
                      "%s:%d: not a topology: the header needs the parametric columns (nodes, gpus_per_node, gpu, "
                      "intra_node_gbps, intra_node_latency_us, nics_per_node, nic_gbps, nic_latency_us, fabric, "
                      "levels, oversubscription) or the link-list columns (endpoint_a, endpoint_b, bandwidth_gbps, "
-                     "latency_us, kind)", path, t->header_line);
+                     "latency_us, kind)",
+                     path, t->header_line);
     }
     csvio_free(t);
     if (rc) {
@@ -514,10 +526,10 @@ int topo_default(int gpus, topo **out, ts_err *err)
         .nodes = (gpus + 7) / 8,
         .gpus_per_node = 8,
         .gpu = "A100-SXM4-80GB",
-        .intra_node_gbps = 300,        /* NVLink3, gpus.csv / networks.csv */
-        .intra_node_latency_us = 0.6,  /* see selene-dgx-a100.csv */
+        .intra_node_gbps = 300,       /* NVLink3, gpus.csv / networks.csv */
+        .intra_node_latency_us = 0.6, /* see selene-dgx-a100.csv */
         .nics_per_node = 8,
-        .nic_gbps = 25,                /* HDR 200 Gb/s, networks.csv */
+        .nic_gbps = 25, /* HDR 200 Gb/s, networks.csv */
         .nic_latency_us = 0.6,
         .fabric = TOPO_RAIL_OPTIMIZED,
         .levels = 3,
@@ -542,12 +554,12 @@ int topo_default_for(const gpu_spec *g, int gpus, topo **out, ts_err *err)
     if (g->nvlink_gbps > 300) {
         p->nic_gbps = 50; /* NDR 400 Gb/s, networks.csv */
         p->switch_ports = DEF_PORTS_NDR;
-        snprintf((*out)->description, sizeof (*out)->description,
+        snprintf((*out)->description, sizeof(*out)->description,
                  "DGX H100-like nodes of %s (8 GPUs, NVSwitch %g GB/s, 8 x NDR 400 Gb/s NICs) on a 3-level "
                  "rail-optimized NDR InfiniBand fat tree (figures of topologies/dgx-h100-cluster.csv)",
                  g->name, g->nvlink_gbps);
     } else {
-        snprintf((*out)->description, sizeof (*out)->description,
+        snprintf((*out)->description, sizeof(*out)->description,
                  "DGX A100-like nodes of %s (8 GPUs, NVSwitch %g GB/s, 8 x HDR 200 Gb/s NICs) on a 3-level "
                  "rail-optimized HDR InfiniBand fat tree like Selene (figures of topologies/selene-dgx-a100.csv)",
                  g->name, g->nvlink_gbps);
@@ -559,8 +571,8 @@ void topo_describe(const topo *t, char *buf, size_t cap)
 {
     const topo_params *p = &t->params;
     if (t->form == TOPO_LINK_LIST) {
-        snprintf(buf, cap, "%d nodes x %d GPUs, %d NICs per node, %zu explicit links, %d switch levels (%s)",
-                 p->nodes, p->gpus_per_node, p->nics_per_node, t->n_links, p->levels, t->source);
+        snprintf(buf, cap, "%d nodes x %d GPUs, %d NICs per node, %zu explicit links, %d switch levels (%s)", p->nodes,
+                 p->gpus_per_node, p->nics_per_node, t->n_links, p->levels, t->source);
         return;
     }
     char pods[96] = "";

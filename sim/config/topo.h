@@ -64,43 +64,43 @@ typedef enum { TOPO_EP_GPU = 0, TOPO_EP_NVSWITCH, TOPO_EP_NIC, TOPO_EP_SWITCH } 
 typedef enum { TOPO_LINK_NVLINK = 0, TOPO_LINK_PCIE, TOPO_LINK_FABRIC } topo_link_kind;
 
 /* Names: "fat-tree", "rail-optimized", "custom"; "nvlink", "pcie", "fabric". */
-extern const char *const TOPO_FABRIC_NAMES[];   /* NULL-terminated, by topo_fabric */
+extern const char *const TOPO_FABRIC_NAMES[];    /* NULL-terminated, by topo_fabric */
 extern const char *const TOPO_LINK_KIND_NAMES[]; /* NULL-terminated, by topo_link_kind */
 
 /* The parametric description. For a link list, nodes, gpus_per_node and
  * nics_per_node are derived from the links, fabric is TOPO_FABRIC_CUSTOM and
  * the bandwidth/latency fields are 0. */
 typedef struct {
-    int nodes;                    /* servers */
+    int nodes; /* servers */
     int gpus_per_node;
-    char gpu[CATALOG_NAME_BYTES];  /* catalogue name of the GPU kind ("" for a link list) */
+    char gpu[CATALOG_NAME_BYTES]; /* catalogue name of the GPU kind ("" for a link list) */
     double intra_node_gbps;       /* per GPU per direction, GB/s */
     double intra_node_latency_us;
     int nics_per_node;
-    double nic_gbps;              /* per NIC per direction, GB/s */
+    double nic_gbps; /* per NIC per direction, GB/s */
     double nic_latency_us;
     topo_fabric fabric;
-    int levels;                   /* switch levels above the NICs */
-    double oversubscription;      /* >= 1 */
-    double switch_latency_us;     /* per hop */
-    int switch_ports;             /* radix */
-    int pods;                     /* 0 = one pod */
-    double pod_oversubscription;  /* >= 1 */
+    int levels;                  /* switch levels above the NICs */
+    double oversubscription;     /* >= 1 */
+    double switch_latency_us;    /* per hop */
+    int switch_ports;            /* radix */
+    int pods;                    /* 0 = one pod */
+    double pod_oversubscription; /* >= 1 */
 } topo_params;
 
 typedef struct {
     topo_ep_kind kind;
-    int server;  /* GPU, NVSwitch, NIC: server index; -1 for switches */
-    int index;   /* GPU/NIC: index within the server; switch: index within its level; 0 for NVSwitch */
-    int level;   /* switch level (>= 1); 0 otherwise */
+    int server; /* GPU, NVSwitch, NIC: server index; -1 for switches */
+    int index;  /* GPU/NIC: index within the server; switch: index within its level; 0 for NVSwitch */
+    int level;  /* switch level (>= 1); 0 otherwise */
 } topo_endpoint;
 
 typedef struct {
     topo_endpoint a, b;
     topo_link_kind kind;
-    double bandwidth_gbps;        /* per direction */
+    double bandwidth_gbps; /* per direction */
     double latency_us;
-    int line;                     /* line in the CSV */
+    int line; /* line in the CSV */
 } topo_link;
 
 struct topo {
@@ -108,8 +108,8 @@ struct topo {
     char source[TOPO_TEXT_BYTES];      /* file path, or "built-in default" */
     char description[TOPO_TEXT_BYTES]; /* the first comment row, "" if none */
     topo_params params;
-    size_t n_links;                    /* link list only */
-    topo_link *links;                  /* n_links, file order (owned) */
+    size_t n_links;   /* link list only */
+    topo_link *links; /* n_links, file order (owned) */
 };
 typedef struct topo topo;
 

@@ -10,13 +10,13 @@
  * its 16-bit state word with its predecessor count (bits 0..10), so they sit
  * in bits 11..15 and a task's flags use the same bits. */
 enum {
-    F_JOINED = 1u << 0,   /* ends with its partner (link = partner) */
-    F_JOINER = 1u << 1,   /* another task is joined to this one (link = joiner) */
+    F_JOINED = 1u << 0,    /* ends with its partner (link = partner) */
+    F_JOINER = 1u << 1,    /* another task is joined to this one (link = joiner) */
     F_EXTERNAL = 1u << 11, /* duration decided by engine_task_finish */
-    F_MARKED = 1u << 12,  /* hooks are called for it (engine_hooks.only_marked) */
+    F_MARKED = 1u << 12,   /* hooks are called for it (engine_hooks.only_marked) */
     F_STARTED = 1u << 13,
     F_DONE = 1u << 14,
-    F_ENDING = 1u << 15   /* an end event is queued */
+    F_ENDING = 1u << 15 /* an end event is queued */
 };
 
 #define TIMER_BIT 0x80000000u
@@ -27,16 +27,16 @@ enum {
  * copy c of task index i is the task id i x copies + c, on stream
  * stream + c x copy_streams, of rank sinfo[stream].rank + c x copy_ranks. */
 typedef struct {
-    int64_t dur_ns;     /* fixed duration */
-    uint32_t next;      /* next task in the same stream */
-    uint32_t succ0;     /* first successor (most tasks have at most one) */
-    uint32_t first_edge;/* further successors (edge list) */
+    int64_t dur_ns;      /* fixed duration */
+    uint32_t next;       /* next task in the same stream */
+    uint32_t succ0;      /* first successor (most tasks have at most one) */
+    uint32_t first_edge; /* further successors (edge list) */
     uint32_t tag;
     int32_t mb;
-    uint32_t stream;    /* global stream index rank x spr + k, of copy 0 (see sinfo) */
-    uint32_t link;      /* join partner / joiner */
-    uint16_t npred;     /* predecessors (joins included) */
-    uint16_t flags;     /* static flags */
+    uint32_t stream; /* global stream index rank x spr + k, of copy 0 (see sinfo) */
+    uint32_t link;   /* join partner / joiner */
+    uint16_t npred;  /* predecessors (joins included) */
+    uint16_t flags;  /* static flags */
 } task;
 
 /* The run state of one copy in 16 bits: predecessors not yet satisfied
@@ -96,8 +96,8 @@ typedef struct {
  * in, since whatever ending one of them pushes at that time comes after the
  * rest. Copies in lockstep (the members of a collective, finished together;
  * the compute that follows it) thus take one event through the queue. */
-#define RUN_SHIFT 20                       /* copies < 2^20 (ranks <= 2^20) */
-#define COPY_MASK ((1u << RUN_SHIFT) - 1)
+#define RUN_SHIFT    20 /* copies < 2^20 (ranks <= 2^20) */
+#define COPY_MASK    ((1u << RUN_SHIFT) - 1)
 #define RUN_MORE_MAX ((1u << (32 - RUN_SHIFT)) - 1) /* further copies one event holds */
 typedef struct {
     int64_t t_ns;
@@ -111,9 +111,9 @@ typedef struct {
 } rbucket;
 
 #define RQ_DIGIT_BITS 8
-#define RQ_BUCKETS (64 / RQ_DIGIT_BITS << RQ_DIGIT_BITS) /* 2048 */
-#define RQ_WORDS (RQ_BUCKETS / 64)
-#define NONE UINT32_MAX
+#define RQ_BUCKETS    (64 / RQ_DIGIT_BITS << RQ_DIGIT_BITS) /* 2048 */
+#define RQ_WORDS      (RQ_BUCKETS / 64)
+#define NONE          UINT32_MAX
 
 typedef struct {
     int64_t last_ns; /* time of the last change of mask */
@@ -129,36 +129,36 @@ typedef struct {
 struct engine {
     int n_ranks, spr;
     engine_hooks hooks;
-    uint32_t end_copies;  /* on_end for copies below it (hooks.on_end_copies, 0 -> all) */
+    uint32_t end_copies;   /* on_end for copies below it (hooks.on_end_copies, 0 -> all) */
     uint32_t start_copies; /* on_start for copies below it, external tasks on all (hooks.on_start_copies) */
-    task *tasks;        /* shared by all copies */
+    task *tasks;           /* shared by all copies */
     uint32_t n_tasks, cap_tasks;
-    uint32_t copies;    /* engine_replicate's copies (1 without it) */
+    uint32_t copies;       /* engine_replicate's copies (1 without it) */
     uint32_t copy_streams; /* streams of one copy: the global stream of copy c is s + c x copy_streams */
     uint32_t copy_ranks;   /* ranks of one copy: copy c's rank is copy 0's + c x copy_ranks */
     stream_info *sinfo;    /* per global stream (n_ranks x spr) */
     uint32_t *tails;       /* per global stream: task index of the last task added (while adding) */
-    tstate *state;      /* n_tasks x copies, once replicated or running */
-    ttime *times;       /* n_tasks x keep_times (copy c < keep_times of task index i at
+    tstate *state;         /* n_tasks x copies, once replicated or running */
+    ttime *times;          /* n_tasks x keep_times (copy c < keep_times of task index i at
                            i x keep_times + c), during the run */
-    uint32_t keep_times; /* copies that keep their times (engine_keep_times) */
+    uint32_t keep_times;   /* copies that keep their times (engine_keep_times) */
     edge *edges;
     uint32_t n_edges, cap_edges;
     stream *streams;
-    rbucket rq[RQ_BUCKETS]; /* the event queue (see above) */
-    uint32_t rq_head;     /* next event of bucket 0 */
+    rbucket rq[RQ_BUCKETS];     /* the event queue (see above) */
+    uint32_t rq_head;           /* next event of bucket 0 */
     uint64_t rq_busy[RQ_WORDS]; /* bit k % 64 of word k / 64: bucket k >= 1 is not empty */
-    uint64_t rq_words;    /* bit w: rq_busy[w] is not 0 */
-    int64_t rq_last_ns;   /* `last` of the queue */
+    uint64_t rq_words;          /* bit w: rq_busy[w] is not 0 */
+    int64_t rq_last_ns;         /* `last` of the queue */
     timer *timers;
     uint32_t n_timers, cap_timers, timer_free;
     int64_t now_ns, makespan_ns;
     uint64_t n_events;
-    int64_t *busy_ns;   /* n_ranks x (1 << spr) */
-    uint32_t n_acct;    /* ranks 0..n_acct-1 are accounted (engine_account_ranks) */
-    racct *acct;        /* per rank: busy streams now, since when */
+    int64_t *busy_ns; /* n_ranks x (1 << spr) */
+    uint32_t n_acct;  /* ranks 0..n_acct-1 are accounted (engine_account_ranks) */
+    racct *acct;      /* per rank: busy streams now, since when */
     bool ran;
-    int status;         /* first error inside hooks/finish during run */
+    int status; /* first error inside hooks/finish during run */
     ts_err *run_err;
 };
 
@@ -179,15 +179,14 @@ static int grow(void **p, size_t elem, uint32_t *cap, uint32_t need)
     return TS_OK;
 }
 
-int engine_create(int n_ranks, int streams_per_rank, const engine_hooks *hooks,
-                  engine **out, ts_err *err)
+int engine_create(int n_ranks, int streams_per_rank, const engine_hooks *hooks, engine **out, ts_err *err)
 {
     *out = NULL;
     if (n_ranks < 1 || n_ranks > (1 << 20))
         return err_set(err, TS_EINVAL, "engine: %d ranks; valid: 1..%d", n_ranks, 1 << 20);
     if (streams_per_rank < 1 || streams_per_rank > ENGINE_MAX_STREAMS_PER_RANK)
-        return err_set(err, TS_EINVAL, "engine: %d streams per rank; valid: 1..%d",
-                       streams_per_rank, ENGINE_MAX_STREAMS_PER_RANK);
+        return err_set(err, TS_EINVAL, "engine: %d streams per rank; valid: 1..%d", streams_per_rank,
+                       ENGINE_MAX_STREAMS_PER_RANK);
     engine *e = calloc(1, sizeof *e);
     if (!e)
         return err_set(err, TS_ENOMEM, "engine: out of memory");
@@ -249,27 +248,32 @@ int engine_reserve(engine *e, uint32_t n_tasks, uint32_t n_edges, ts_err *err)
     return TS_OK;
 }
 
-int engine_task_add(engine *e, int rank, int stream_idx, int64_t dur_ns, uint32_t tag,
-                    int32_t mb, engine_task_id *out, ts_err *err)
+int engine_task_add(engine *e, int rank, int stream_idx, int64_t dur_ns, uint32_t tag, int32_t mb, engine_task_id *out,
+                    ts_err *err)
 {
     if (e->ran || e->copies > 1)
         return err_set(err, TS_ESTATE, "engine: task added after engine_%s", e->ran ? "run" : "replicate");
     if (rank < 0 || rank >= e->n_ranks || stream_idx < 0 || stream_idx >= e->spr)
-        return err_set(err, TS_EINVAL, "engine: task on rank %d stream %d; valid: rank 0..%d, stream 0..%d",
-                       rank, stream_idx, e->n_ranks - 1, e->spr - 1);
+        return err_set(err, TS_EINVAL, "engine: task on rank %d stream %d; valid: rank 0..%d, stream 0..%d", rank,
+                       stream_idx, e->n_ranks - 1, e->spr - 1);
     if (dur_ns < 0)
-        return err_set(err, TS_EINVAL, "engine: negative duration %lld ns (tag %u)",
-                       (long long)dur_ns, tag);
+        return err_set(err, TS_EINVAL, "engine: negative duration %lld ns (tag %u)", (long long)dur_ns, tag);
     if (e->n_tasks >= MAX_TASKS)
         return err_set(err, TS_ENOMEM, "engine: more than %u tasks", MAX_TASKS);
-    if (e->n_tasks == e->cap_tasks &&
-        grow((void **)&e->tasks, sizeof *e->tasks, &e->cap_tasks, e->n_tasks + 1))
+    if (e->n_tasks == e->cap_tasks && grow((void **)&e->tasks, sizeof *e->tasks, &e->cap_tasks, e->n_tasks + 1))
         return err_set(err, TS_ENOMEM, "engine: out of memory at %u tasks", e->n_tasks);
     uint32_t id = e->n_tasks++;
     uint32_t s = (uint32_t)rank * (uint32_t)e->spr + (uint32_t)stream_idx;
-    e->tasks[id] = (task){.dur_ns = dur_ns, .next = ENGINE_NO_TASK,
-                          .succ0 = ENGINE_NO_TASK, .first_edge = ENGINE_NO_TASK, .tag = tag, .mb = mb, .stream = s,
-                          .npred = 0, .link = ENGINE_NO_TASK, .flags = 0};
+    e->tasks[id] = (task){.dur_ns = dur_ns,
+                          .next = ENGINE_NO_TASK,
+                          .succ0 = ENGINE_NO_TASK,
+                          .first_edge = ENGINE_NO_TASK,
+                          .tag = tag,
+                          .mb = mb,
+                          .stream = s,
+                          .npred = 0,
+                          .link = ENGINE_NO_TASK,
+                          .flags = 0};
     if (e->tails[s] == ENGINE_NO_TASK)
         e->streams[s] = s_head(id);
     else
@@ -285,15 +289,14 @@ int engine_dep_add(engine *e, engine_task_id before, engine_task_id after, ts_er
     if (e->ran || e->copies > 1)
         return err_set(err, TS_ESTATE, "engine: dependency added after engine_%s", e->ran ? "run" : "replicate");
     if (before >= e->n_tasks || after >= e->n_tasks || before == after)
-        return err_set(err, TS_EINVAL, "engine: dependency %u -> %u; valid: two distinct tasks < %u",
-                       before, after, e->n_tasks);
+        return err_set(err, TS_EINVAL, "engine: dependency %u -> %u; valid: two distinct tasks < %u", before, after,
+                       e->n_tasks);
     if (e->tasks[after].npred == ENGINE_MAX_PRED)
         return err_set(err, TS_EINVAL, "engine: task %u has more than %u predecessors", after, ENGINE_MAX_PRED);
     if (e->tasks[before].succ0 == ENGINE_NO_TASK) {
         e->tasks[before].succ0 = after;
     } else {
-        if (e->n_edges == e->cap_edges &&
-            grow((void **)&e->edges, sizeof *e->edges, &e->cap_edges, e->n_edges + 1))
+        if (e->n_edges == e->cap_edges && grow((void **)&e->edges, sizeof *e->edges, &e->cap_edges, e->n_edges + 1))
             return err_set(err, TS_ENOMEM, "engine: out of memory at %u edges", e->n_edges);
         uint32_t k = e->n_edges++;
         e->edges[k] = (edge){after, e->tasks[before].first_edge};
@@ -392,13 +395,16 @@ int engine_task_mark(engine *e, engine_task_id id, ts_err *err)
     return set_flags(e, id, F_MARKED, "mark", err);
 }
 
-uint32_t engine_copies(const engine *e) { return e->copies; }
+uint32_t engine_copies(const engine *e)
+{
+    return e->copies;
+}
 
 int engine_account_ranks(engine *e, int n_ranks, ts_err *err)
 {
     if (e->ran || n_ranks < 0 || n_ranks > e->n_ranks)
-        return err_set(err, e->ran ? TS_ESTATE : TS_EINVAL,
-                       "engine: account %d ranks; valid: 0..%d, before engine_run", n_ranks, e->n_ranks);
+        return err_set(err, e->ran ? TS_ESTATE : TS_EINVAL, "engine: account %d ranks; valid: 0..%d, before engine_run",
+                       n_ranks, e->n_ranks);
     e->n_acct = (uint32_t)n_ranks;
     return TS_OK;
 }
@@ -666,8 +672,7 @@ int engine_timer_at(engine *e, int64_t at_ns, engine_timer_fn fn, void *ctx, ts_
     if (k != NONE) {
         e->timer_free = e->timers[k].next_free;
     } else {
-        if (e->n_timers >= MAX_TASKS ||
-            grow((void **)&e->timers, sizeof *e->timers, &e->cap_timers, e->n_timers + 1))
+        if (e->n_timers >= MAX_TASKS || grow((void **)&e->timers, sizeof *e->timers, &e->cap_timers, e->n_timers + 1))
             return err_set(err, TS_ENOMEM, "engine: out of memory for timers");
         k = e->n_timers++;
     }
@@ -732,12 +737,30 @@ int engine_run(engine *e, ts_err *err)
 }
 
 /* ---------------------------------------------------------------- queries */
-uint32_t engine_task_count(const engine *e) { return e->n_tasks * e->copies; }
-int engine_n_ranks(const engine *e) { return e->n_ranks; }
-int engine_streams_per_rank(const engine *e) { return e->spr; }
-int64_t engine_now_ns(const engine *e) { return e->now_ns; }
-int64_t engine_makespan_ns(const engine *e) { return e->makespan_ns; }
-uint64_t engine_events(const engine *e) { return e->n_events; }
+uint32_t engine_task_count(const engine *e)
+{
+    return e->n_tasks * e->copies;
+}
+int engine_n_ranks(const engine *e)
+{
+    return e->n_ranks;
+}
+int engine_streams_per_rank(const engine *e)
+{
+    return e->spr;
+}
+int64_t engine_now_ns(const engine *e)
+{
+    return e->now_ns;
+}
+int64_t engine_makespan_ns(const engine *e)
+{
+    return e->makespan_ns;
+}
+uint64_t engine_events(const engine *e)
+{
+    return e->n_events;
+}
 
 /* The kept times of copy id, NULL if it has none. */
 static const ttime *times_of(const engine *e, engine_task_id id)
@@ -758,8 +781,14 @@ int64_t engine_task_end_ns(const engine *e, engine_task_id id)
     return tt ? tt->end_ns : -1;
 }
 
-uint32_t engine_task_tag(const engine *e, engine_task_id id) { return e->tasks[id / e->copies].tag; }
-int32_t engine_task_mb(const engine *e, engine_task_id id) { return e->tasks[id / e->copies].mb; }
+uint32_t engine_task_tag(const engine *e, engine_task_id id)
+{
+    return e->tasks[id / e->copies].tag;
+}
+int32_t engine_task_mb(const engine *e, engine_task_id id)
+{
+    return e->tasks[id / e->copies].mb;
+}
 int engine_task_rank(const engine *e, engine_task_id id)
 {
     uint32_t i = id / e->copies;

@@ -43,7 +43,7 @@
 #include "sim/util/err.h"
 
 #define ENGINE_MAX_STREAMS_PER_RANK 8
-#define ENGINE_MAX_PRED 2047 /* a copy's predecessor count shares 16 bits with its flags */
+#define ENGINE_MAX_PRED             2047 /* a copy's predecessor count shares 16 bits with its flags */
 
 typedef uint32_t engine_task_id;
 #define ENGINE_NO_TASK UINT32_MAX
@@ -53,11 +53,11 @@ typedef struct engine engine;
 /* What a hook learns of the task it is called for (the engine_task_tag,
  * _mb and _rank of the id, without the queries). */
 typedef struct {
-    uint32_t tag;   /* as given to engine_task_add */
-    int32_t mb;     /* as given to engine_task_add */
-    int rank;       /* engine rank of this copy (engine_replicate) */
-    uint32_t copy;  /* engine_replicate's copy (0 without it) */
-    bool external;  /* EXTERNAL: its end is up to engine_task_finish */
+    uint32_t tag;  /* as given to engine_task_add */
+    int32_t mb;    /* as given to engine_task_add */
+    int rank;      /* engine rank of this copy (engine_replicate) */
+    uint32_t copy; /* engine_replicate's copy (0 without it) */
+    bool external; /* EXTERNAL: its end is up to engine_task_finish */
 } engine_task_info;
 
 /* Called when a task starts or ends (now_ns is the simulated time); ti is
@@ -86,8 +86,7 @@ typedef void (*engine_timer_fn)(void *ctx, engine *e, int64_t now_ns);
 /* Create an engine for n_ranks ranks of streams_per_rank streams each
  * (1..ENGINE_MAX_STREAMS_PER_RANK). hooks may be NULL. *out is owned by the
  * caller (engine_free). TS_EINVAL on bad sizes, TS_ENOMEM. */
-int engine_create(int n_ranks, int streams_per_rank, const engine_hooks *hooks,
-                  engine **out, ts_err *err);
+int engine_create(int n_ranks, int streams_per_rank, const engine_hooks *hooks, engine **out, ts_err *err);
 
 /* Free e and everything it owns. NULL is allowed. */
 void engine_free(engine *e);
@@ -97,8 +96,8 @@ int engine_reserve(engine *e, uint32_t n_tasks, uint32_t n_edges, ts_err *err);
 
 /* Append a task of dur_ns (>= 0) to stream `stream` of `rank`. tag and mb are
  * opaque to the engine (given back to hooks and by engine_task_tag/mb). */
-int engine_task_add(engine *e, int rank, int stream, int64_t dur_ns, uint32_t tag,
-                    int32_t mb, engine_task_id *out, ts_err *err);
+int engine_task_add(engine *e, int rank, int stream, int64_t dur_ns, uint32_t tag, int32_t mb, engine_task_id *out,
+                    ts_err *err);
 
 /* Make `after` wait until `before` has finished. Both must exist; a task may
  * not depend on itself; a task waits for ENGINE_MAX_PRED predecessors at most

@@ -14,12 +14,12 @@ typedef struct {
     engine *e;
     ts_err *err;
     int m, n_stages;
-    uint32_t *send_tab;   /* [dir][receiving stage][mb] -> send task */
-    uint32_t *recv_tab;   /* [dir][receiving stage][mb] -> receive task */
-    uint32_t *fwd_last;   /* [stage][mb] -> last task of F */
-    uint32_t *bwd_last;   /* [stage][mb] -> last task of B or I */
-    uint32_t *scratch;    /* task ids of the pass being instantiated */
-    int *rank_of;         /* [stage] rank that runs it */
+    uint32_t *send_tab; /* [dir][receiving stage][mb] -> send task */
+    uint32_t *recv_tab; /* [dir][receiving stage][mb] -> receive task */
+    uint32_t *fwd_last; /* [stage][mb] -> last task of F */
+    uint32_t *bwd_last; /* [stage][mb] -> last task of B or I */
+    uint32_t *scratch;  /* task ids of the pass being instantiated */
+    int *rank_of;       /* [stage] rank that runs it */
     /* per rank (ranks are lowered one action at a time, round robin, so
      * that tasks running at the same simulated time sit close in memory) */
     size_t *final_bwd;    /* [rank*v + chunk] action index of the chunk's last B/W (SIZE_MAX: none) */
@@ -41,8 +41,7 @@ static size_t tab_idx(const lowering *L, int dir, int stage, int mb)
 static int add_task(lowering *L, int rank, uint32_t step, int32_t mb, uint32_t *out)
 {
     const plan_step *x = &L->pl->steps[step];
-    int rc = engine_task_add(L->e, L->rank_map ? L->rank_map[rank] : rank, x->stream, x->dur_ns, step, mb, out,
-                             L->err);
+    int rc = engine_task_add(L->e, L->rank_map ? L->rank_map[rank] : rank, x->stream, x->dur_ns, step, mb, out, L->err);
     if (rc == TS_OK && (x->alloc_bytes || x->free_bytes)) /* the memory timeline needs its hooks */
         rc = engine_task_mark(L->e, *out, L->err);
     return rc;
@@ -52,14 +51,13 @@ static int add_task(lowering *L, int rank, uint32_t step, int32_t mb, uint32_t *
  * for input (ENGINE_NO_TASK: none). final: this is the chunk's last backward,
  * so gradient buckets are issued as they complete (overlap). *last gets the
  * pass's last task (ENGINE_NO_TASK for an empty pass). */
-static int run_pass(lowering *L, int rank, int st, int k, int32_t mb, uint32_t input, bool final,
-                    uint32_t *last)
+static int run_pass(lowering *L, int rank, int st, int k, int32_t mb, uint32_t input, bool final, uint32_t *last)
 {
     const plan *pl = L->pl;
     const plan_stage *S = &pl->stages[st];
     plan_range R = final && S->pass_final[k].n ? S->pass_final[k] : S->pass[k];
-    bool buckets = final && pl->overlap_grad_reduce && pl->d > 1 && S->n_buckets > 0 &&
-                   (k == PLAN_PASS_B || k == PLAN_PASS_W);
+    bool buckets =
+        final && pl->overlap_grad_reduce && pl->d > 1 && S->n_buckets > 0 && (k == PLAN_PASS_B || k == PLAN_PASS_W);
     int next_bucket = 0;
     int rc;
     *last = ENGINE_NO_TASK;
@@ -89,8 +87,8 @@ static int run_pass(lowering *L, int rank, int st, int k, int32_t mb, uint32_t i
 
 static int act_err(lowering *L, int rank, size_t i, const sched_action *a, const char *what)
 {
-    return err_set(L->err, TS_EINVAL, "schedule: rank %d action %zu (%s micro-batch %d chunk %d): %s",
-                   rank, i, sched_act_name((sched_act_kind)a->kind), a->mb, a->chunk, what);
+    return err_set(L->err, TS_EINVAL, "schedule: rank %d action %zu (%s micro-batch %d chunk %d): %s", rank, i,
+                   sched_act_name((sched_act_kind)a->kind), a->mb, a->chunk, what);
 }
 
 static int reduce_chunk(lowering *L, int rank, int chunk)
@@ -105,8 +103,7 @@ static int reduce_chunk(lowering *L, int rank, int chunk)
     uint32_t dp;
     if ((rc = add_task(L, rank, pl->stages[st].dp_whole, -1, &dp)))
         return rc;
-    if (L->grads_done[rc_i] != ENGINE_NO_TASK &&
-        (rc = engine_dep_add(L->e, L->grads_done[rc_i], dp, L->err)))
+    if (L->grads_done[rc_i] != ENGINE_NO_TASK && (rc = engine_dep_add(L->e, L->grads_done[rc_i], dp, L->err)))
         return rc;
     L->last_dp[rank] = dp;
     return TS_OK;
@@ -126,7 +123,8 @@ static int optim(lowering *L, int rank)
         int chunk, r_;
         sched_rank_chunk_of(L->s, side == 0 ? 0 : L->n_stages - 1, &r_, &chunk);
         uint32_t pred = L->last_dp[rank] != ENGINE_NO_TASK
-                            ? L->last_dp[rank] : L->grads_done[(size_t)rank * (size_t)L->s->v + (size_t)chunk];
+                            ? L->last_dp[rank]
+                            : L->grads_done[(size_t)rank * (size_t)L->s->v + (size_t)chunk];
         uint32_t ar;
         if ((rc = add_task(L, rank, pl->emb_allreduce, -1, &ar)))
             return rc;
@@ -142,8 +140,7 @@ static int optim(lowering *L, int rank)
         return rc;
     if (pl->param_gather[rank] != PLAN_NO_STEP) {
         uint32_t ag;
-        if ((rc = add_task(L, rank, pl->param_gather[rank], -1, &ag)) ||
-            (rc = engine_dep_add(L->e, id, ag, L->err)))
+        if ((rc = add_task(L, rank, pl->param_gather[rank], -1, &ag)) || (rc = engine_dep_add(L->e, id, ag, L->err)))
             return rc;
         L->last_dp[rank] = ag;
     }
@@ -165,8 +162,9 @@ static int input_task(lowering *L, int r, size_t i, const sched_action *a, uint3
         *in = L->recv_tab[tab_idx(L, d.grad ? DIR_B : DIR_F, d.stage, a->mb)];
     if (*in != ENGINE_NO_TASK)
         return TS_OK;
-    return act_err(L, r, i, a, d.grad ? "no RECV_B (or local backward) of its output gradient before it"
-                                      : "no RECV_F (or local forward) of its input before it");
+    return act_err(L, r, i, a,
+                   d.grad ? "no RECV_B (or local backward) of its output gradient before it"
+                          : "no RECV_F (or local forward) of its input before it");
 }
 
 /* Before the first action of rank r: find each chunk's last backward. */
@@ -329,11 +327,21 @@ static void count_tasks(const plan *pl, const sched *s, uint64_t *tasks)
                 continue;
             int st = sched_stage_of(s, r, a->chunk);
             switch (a->kind) {
-            case ACT_F: n += pl->stages[st].pass[PLAN_PASS_F].n; break;
-            case ACT_B: n += pl->stages[st].pass[PLAN_PASS_B].n; break;
-            case ACT_I: n += pl->stages[st].pass[PLAN_PASS_I].n; break;
-            case ACT_W: n += pl->stages[st].pass[PLAN_PASS_W].n; break;
-            default: n += 1; break;
+            case ACT_F:
+                n += pl->stages[st].pass[PLAN_PASS_F].n;
+                break;
+            case ACT_B:
+                n += pl->stages[st].pass[PLAN_PASS_B].n;
+                break;
+            case ACT_I:
+                n += pl->stages[st].pass[PLAN_PASS_I].n;
+                break;
+            case ACT_W:
+                n += pl->stages[st].pass[PLAN_PASS_W].n;
+                break;
+            default:
+                n += 1;
+                break;
             }
         }
         n += 2 + (uint64_t)s->v * 8;
@@ -345,10 +353,8 @@ static int lower_into(const plan *pl, const sched *s, engine *e, const int *rank
 
 int lower_sched(const plan *pl, const sched *s, engine *e, ts_err *err)
 {
-    if (engine_n_ranks(e) != s->p || engine_streams_per_rank(e) != PLAN_STREAMS ||
-        engine_task_count(e) != 0)
-        return err_set(err, TS_EINVAL, "lower: engine must be empty with %d ranks of %d streams",
-                       s->p, PLAN_STREAMS);
+    if (engine_n_ranks(e) != s->p || engine_streams_per_rank(e) != PLAN_STREAMS || engine_task_count(e) != 0)
+        return err_set(err, TS_EINVAL, "lower: engine must be empty with %d ranks of %d streams", s->p, PLAN_STREAMS);
     return lower_into(pl, s, e, NULL, err);
 }
 
@@ -366,12 +372,18 @@ int lower_sched_ranks(const plan *pl, const sched *s, engine *e, const int *engi
 static int lower_into(const plan *pl, const sched *s, engine *e, const int *rank_map, ts_err *err)
 {
     if (pl->p != s->p || pl->v != s->v)
-        return err_set(err, TS_EINVAL, "lower: plan for p=%d v=%d, schedule p=%d v=%d", pl->p, pl->v,
-                       s->p, s->v);
+        return err_set(err, TS_EINVAL, "lower: plan for p=%d v=%d, schedule p=%d v=%d", pl->p, pl->v, s->p, s->v);
     if (s->m < 1)
         return err_set(err, TS_EINVAL, "lower: schedule has %d micro-batches", s->m);
-    lowering L = {.pl = pl, .s = s, .e = e, .err = err, .m = s->m, .n_stages = s->p * s->v, .rank_map = rank_map,
-                  .emb_task = {ENGINE_NO_TASK, ENGINE_NO_TASK}, .emb_pred = {ENGINE_NO_TASK, ENGINE_NO_TASK}};
+    lowering L = {.pl = pl,
+                  .s = s,
+                  .e = e,
+                  .err = err,
+                  .m = s->m,
+                  .n_stages = s->p * s->v,
+                  .rank_map = rank_map,
+                  .emb_task = {ENGINE_NO_TASK, ENGINE_NO_TASK},
+                  .emb_pred = {ENGINE_NO_TASK, ENGINE_NO_TASK}};
     size_t tab = 2 * (size_t)L.n_stages * (size_t)L.m, half = tab / 2;
     L.send_tab = malloc(tab * sizeof *L.send_tab);
     L.recv_tab = malloc(tab * sizeof *L.recv_tab);
@@ -389,8 +401,7 @@ static int lower_into(const plan *pl, const sched *s, engine *e, const int *rank
     int rc = TS_OK;
     if (!L.send_tab || !L.recv_tab || !L.fwd_last || !L.bwd_last || !L.scratch || !L.rank_of || !L.final_bwd ||
         !L.grads_done || !L.buckets_sent || !L.reduced || !L.last_dp || !L.optim_seen) {
-        rc = err_set(err, TS_ENOMEM, "lower: out of memory for %d stages x %d micro-batches",
-                     L.n_stages, L.m);
+        rc = err_set(err, TS_ENOMEM, "lower: out of memory for %d stages x %d micro-batches", L.n_stages, L.m);
         goto done;
     }
     for (int st = 0; st < L.n_stages; st++) {
@@ -405,8 +416,7 @@ static int lower_into(const plan *pl, const sched *s, engine *e, const int *rank
     count_tasks(pl, s, &n_tasks);
     n_tasks += engine_task_count(e); /* lower_sched_ranks: earlier replicas */
     if (n_tasks > 0x7fffffffULL) {
-        rc = err_set(err, TS_EINVAL, "lower: %llu tasks exceed the engine's limit",
-                     (unsigned long long)n_tasks);
+        rc = err_set(err, TS_EINVAL, "lower: %llu tasks exceed the engine's limit", (unsigned long long)n_tasks);
         goto done;
     }
     if ((rc = engine_reserve(e, (uint32_t)n_tasks, (uint32_t)(n_tasks + n_tasks / 2), err)))
@@ -440,8 +450,7 @@ static int lower_into(const plan *pl, const sched *s, engine *e, const int *rank
                 if (snd == ENGINE_NO_TASK && rcv == ENGINE_NO_TASK)
                     continue;
                 if (snd == ENGINE_NO_TASK || rcv == ENGINE_NO_TASK) {
-                    rc = err_set(err, TS_EINVAL,
-                                 "schedule: %s of micro-batch %d into stage %d has no matching %s",
+                    rc = err_set(err, TS_EINVAL, "schedule: %s of micro-batch %d into stage %d has no matching %s",
                                  snd == ENGINE_NO_TASK ? (dir == DIR_F ? "RECV_F" : "RECV_B")
                                                        : (dir == DIR_F ? "SEND_F" : "SEND_B"),
                                  mb, st,

@@ -32,9 +32,9 @@
 #define TRAINSIM_LOWER_H
 
 #include "sim/core/engine.h"
-#include "sim/util/err.h"
 #include "sim/core/plan.h"
 #include "sim/sched/sched.h"
+#include "sim/util/err.h"
 
 /* Add the tasks of schedule s, with the steps of plan pl, to engine e, which
  * must have s->p ranks of PLAN_STREAMS streams and no tasks yet. */

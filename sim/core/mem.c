@@ -14,7 +14,7 @@ typedef struct {
 } mem_ev;
 
 typedef struct {
-    mem_ev *pend;            /* future changes: a min-heap on (t_ns, seq) */
+    mem_ev *pend; /* future changes: a min-heap on (t_ns, seq) */
     size_t n_pend, cap_pend;
     uint64_t seq;
     int64_t live[MEM_CATS];
@@ -164,18 +164,32 @@ int mem_check(mem_tracker *m, ts_err *err)
     }
     if (m->status == TS_ESTATE)
         return err_set(err, TS_ESTATE, "mem: rank %d %s fell to %lld bytes at %lld ns (freed more than allocated)",
-                       m->bad_rank, mem_cat_name(m->bad_cat), (long long)m->bad_bytes,
-                       (long long)m->bad_t_ns);
+                       m->bad_rank, mem_cat_name(m->bad_cat), (long long)m->bad_bytes, (long long)m->bad_t_ns);
     if (m->status == TS_ENOMEM)
         return err_set(err, TS_ENOMEM, "mem: out of memory for the memory timeline");
     return TS_OK;
 }
 
-int64_t mem_live_bytes(const mem_tracker *m, int rank, int cat) { return m->r[rank].live[cat]; }
-int64_t mem_peak_bytes(const mem_tracker *m, int rank) { return m->r[rank].peak; }
-int64_t mem_peak_time_ns(const mem_tracker *m, int rank) { return m->r[rank].peak_t_ns; }
-int64_t mem_peak_cat_bytes(const mem_tracker *m, int rank, int cat) { return m->r[rank].at_peak[cat]; }
-int64_t mem_cat_peak_bytes(const mem_tracker *m, int rank, int cat) { return m->r[rank].cat_peak[cat]; }
+int64_t mem_live_bytes(const mem_tracker *m, int rank, int cat)
+{
+    return m->r[rank].live[cat];
+}
+int64_t mem_peak_bytes(const mem_tracker *m, int rank)
+{
+    return m->r[rank].peak;
+}
+int64_t mem_peak_time_ns(const mem_tracker *m, int rank)
+{
+    return m->r[rank].peak_t_ns;
+}
+int64_t mem_peak_cat_bytes(const mem_tracker *m, int rank, int cat)
+{
+    return m->r[rank].at_peak[cat];
+}
+int64_t mem_cat_peak_bytes(const mem_tracker *m, int rank, int cat)
+{
+    return m->r[rank].cat_peak[cat];
+}
 
 const mem_sample *mem_samples(const mem_tracker *m, int rank, size_t *n)
 {
@@ -185,7 +199,6 @@ const mem_sample *mem_samples(const mem_tracker *m, int rank, size_t *n)
 
 const char *mem_cat_name(int cat)
 {
-    static const char *const names[MEM_CATS] = {"weights", "gradients", "optimizer", "activations",
-                                                "p2p-buffers"};
+    static const char *const names[MEM_CATS] = {"weights", "gradients", "optimizer", "activations", "p2p-buffers"};
     return cat >= 0 && cat < MEM_CATS ? names[cat] : "?";
 }

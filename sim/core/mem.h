@@ -21,17 +21,17 @@
 #include "sim/util/err.h"
 
 typedef enum {
-    MEM_WEIGHTS = 0,  /* model weights at the training precision */
-    MEM_GRADS,        /* gradient buffer (fp32 with bf16, as Megatron-LM) */
-    MEM_OPTIM,        /* fp32 master weights + Adam moments (sharded with the distributed optimizer) */
-    MEM_ACTIV,        /* activations saved for the backward (and recomputed ones) */
-    MEM_P2P,          /* pipeline send/receive buffers */
+    MEM_WEIGHTS = 0, /* model weights at the training precision */
+    MEM_GRADS,       /* gradient buffer (fp32 with bf16, as Megatron-LM) */
+    MEM_OPTIM,       /* fp32 master weights + Adam moments (sharded with the distributed optimizer) */
+    MEM_ACTIV,       /* activations saved for the backward (and recomputed ones) */
+    MEM_P2P,         /* pipeline send/receive buffers */
     MEM_CATS
 } mem_cat;
 
 typedef struct {
     int64_t t_ns;
-    int64_t bytes;    /* total live bytes on the rank from t_ns on */
+    int64_t bytes; /* total live bytes on the rank from t_ns on */
 } mem_sample;
 
 typedef struct mem_tracker mem_tracker;

@@ -45,8 +45,7 @@ int plan_alloc(int p, int v, plan **out)
     pl->weights_bytes = calloc((size_t)p, sizeof(int64_t));
     pl->grads_bytes = calloc((size_t)p, sizeof(int64_t));
     pl->optim_bytes = calloc((size_t)p, sizeof(int64_t));
-    if (!pl->stages || !pl->optim || !pl->param_gather || !pl->weights_bytes ||
-        !pl->grads_bytes || !pl->optim_bytes) {
+    if (!pl->stages || !pl->optim || !pl->param_gather || !pl->weights_bytes || !pl->grads_bytes || !pl->optim_bytes) {
         plan_free(pl);
         return TS_ENOMEM;
     }
@@ -106,8 +105,8 @@ int plan_add_transfers(plan *pl, int64_t dur_ns, int64_t bytes)
     return TS_OK;
 }
 
-int plan_uniform(const sched *s, int64_t f_ns, int64_t i_ns, int64_t w_ns, int64_t p2p_ns,
-                 int64_t act_bytes, plan **out, ts_err *err)
+int plan_uniform(const sched *s, int64_t f_ns, int64_t i_ns, int64_t w_ns, int64_t p2p_ns, int64_t act_bytes,
+                 plan **out, ts_err *err)
 {
     *out = NULL;
     if (f_ns < 0 || i_ns < 0 || w_ns < 0 || p2p_ns < 0 || act_bytes < 0)
@@ -119,8 +118,8 @@ int plan_uniform(const sched *s, int64_t f_ns, int64_t i_ns, int64_t w_ns, int64
     const int64_t dur[PLAN_PASSES] = {f_ns, i_ns + w_ns, i_ns, w_ns};
     for (int st = 0; st < pl->n_stages; st++) {
         for (int k = 0; k < PLAN_PASSES; k++) {
-            plan_step x = plan_step_init(names[k], PLAN_STREAM_COMPUTE,
-                                    k == PLAN_PASS_F ? PLAN_CAT_FWD : PLAN_CAT_BWD, st, dur[k]);
+            plan_step x = plan_step_init(names[k], PLAN_STREAM_COMPUTE, k == PLAN_PASS_F ? PLAN_CAT_FWD : PLAN_CAT_BWD,
+                                         st, dur[k]);
             x.root = true;
             if (k == PLAN_PASS_F)
                 x.alloc_bytes = act_bytes;
@@ -144,14 +143,13 @@ int plan_uniform(const sched *s, int64_t f_ns, int64_t i_ns, int64_t w_ns, int64
 
 const char *plan_stream_name(int s)
 {
-    static const char *const names[PLAN_STREAMS] = {"compute", "tp", "pp-send", "pp-recv-fwd", "pp-recv-bwd",
-                                                    "dp"};
+    static const char *const names[PLAN_STREAMS] = {"compute", "tp", "pp-send", "pp-recv-fwd", "pp-recv-bwd", "dp"};
     return s >= 0 && s < PLAN_STREAMS ? names[s] : "?";
 }
 
 const char *plan_cat_name(int c)
 {
     static const char *const names[PLAN_CAT_COUNT] = {"forward", "backward", "recompute", "optimizer",
-                                                      "tp", "pp", "dp"};
+                                                      "tp",      "pp",       "dp"};
     return c >= 0 && c < PLAN_CAT_COUNT ? names[c] : "?";
 }

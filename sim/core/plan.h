@@ -24,11 +24,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "sim/model/commcost.h"
 #include "sim/config/config.h"
+#include "sim/model/commcost.h"
 #include "sim/model/cost.h"
-#include "sim/util/err.h"
 #include "sim/sched/sched.h"
+#include "sim/util/err.h"
 
 /* Streams of every simulated GPU. Each collective group has its own NCCL
  * communicator and stream in Megatron-LM, so TP, PP and DP traffic can
@@ -37,11 +37,11 @@
  * each in micro-batch order. */
 typedef enum {
     PLAN_STREAM_COMPUTE = 0,
-    PLAN_STREAM_TP,      /* tensor-parallel collectives */
-    PLAN_STREAM_PP_SEND, /* pipeline sends */
+    PLAN_STREAM_TP,        /* tensor-parallel collectives */
+    PLAN_STREAM_PP_SEND,   /* pipeline sends */
     PLAN_STREAM_PP_RECV_F, /* pipeline receives of activations (from the previous stage) */
     PLAN_STREAM_PP_RECV_B, /* pipeline receives of gradients (from the next stage) */
-    PLAN_STREAM_DP,      /* data-parallel gradient reduction, parameter all-gather */
+    PLAN_STREAM_DP,        /* data-parallel gradient reduction, parameter all-gather */
     PLAN_STREAMS
 } plan_stream;
 
@@ -62,10 +62,10 @@ typedef enum {
 /* A piece of a collapsed step (see plan_opts.inline_tp): one merged run of
  * compute ops or one collective, at a fixed offset from the step's start. */
 typedef struct {
-    const char *name;      /* static */
-    uint8_t stream;        /* PLAN_STREAM_COMPUTE or PLAN_STREAM_TP: the trace track */
-    uint8_t cat;           /* plan_cat */
-    int64_t offset_ns;     /* from the step's start */
+    const char *name;  /* static */
+    uint8_t stream;    /* PLAN_STREAM_COMPUTE or PLAN_STREAM_TP: the trace track */
+    uint8_t cat;       /* plan_cat */
+    int64_t offset_ns; /* from the step's start */
     int64_t dur_ns;
     double flops;
     int64_t comm_bytes;
@@ -74,22 +74,22 @@ typedef struct {
 /* A memory change at a fixed offset from a step's start. */
 typedef struct {
     int64_t offset_ns;
-    int64_t delta_bytes;   /* > 0 allocation, < 0 free (activations) */
+    int64_t delta_bytes; /* > 0 allocation, < 0 free (activations) */
 } plan_mem_ev;
 
 typedef struct {
-    const char *name;      /* static, e.g. "F", "tp.all-reduce", "send.F" */
-    uint8_t stream;        /* plan_stream */
-    uint8_t cat;           /* plan_cat */
-    bool root;             /* first step of its stream in its pass: waits for the pass's inputs */
-    int16_t dp_bucket;     /* >= 0: bucket of gradients complete when this step ends (overlap) */
-    int32_t stage;         /* pipeline stage (global id) */
-    int32_t dep[2];        /* earlier steps of the same pass (relative index) it waits for; -1 none */
-    int64_t dur_ns;        /* duration on the engine */
-    double flops;          /* GEMM flops one TP rank executes */
-    int64_t comm_bytes;    /* collective size, commcost convention (communication steps) */
-    int64_t alloc_bytes;   /* activation bytes allocated when the step starts */
-    int64_t free_bytes;    /* activation bytes freed when the step ends */
+    const char *name;    /* static, e.g. "F", "tp.all-reduce", "send.F" */
+    uint8_t stream;      /* plan_stream */
+    uint8_t cat;         /* plan_cat */
+    bool root;           /* first step of its stream in its pass: waits for the pass's inputs */
+    int16_t dp_bucket;   /* >= 0: bucket of gradients complete when this step ends (overlap) */
+    int32_t stage;       /* pipeline stage (global id) */
+    int32_t dep[2];      /* earlier steps of the same pass (relative index) it waits for; -1 none */
+    int64_t dur_ns;      /* duration on the engine */
+    double flops;        /* GEMM flops one TP rank executes */
+    int64_t comm_bytes;  /* collective size, commcost convention (communication steps) */
+    int64_t alloc_bytes; /* activation bytes allocated when the step starts */
+    int64_t free_bytes;  /* activation bytes freed when the step ends */
     /* collapsed steps (seg_n > 0): the segments that make them up, the time
      * within them when only tensor-parallel communication runs, and their
      * memory changes (replacing alloc_bytes / free_bytes) */
@@ -107,53 +107,53 @@ typedef struct {
 enum { PLAN_PASS_F = 0, PLAN_PASS_B, PLAN_PASS_I, PLAN_PASS_W, PLAN_PASSES };
 
 typedef struct {
-    plan_range pass[PLAN_PASSES];  /* F, B (whole backward), I, W */
+    plan_range pass[PLAN_PASSES];       /* F, B (whole backward), I, W */
     plan_range pass_final[PLAN_PASSES]; /* B and W split where gradient buckets close,
                                       for the chunk's last backward (n = 0: use pass) */
-    uint32_t send_f, send_b;       /* transfer to the next / previous stage (PLAN_NO_STEP at the ends) */
-    uint32_t recv_f, recv_b;       /* the matching receives on this stage */
-    uint32_t dp_whole;             /* gradient reduction of the whole stage (no overlap) */
-    uint32_t dp_bucket0;           /* first of n_buckets bucket reductions (overlap) */
+    uint32_t send_f, send_b;            /* transfer to the next / previous stage (PLAN_NO_STEP at the ends) */
+    uint32_t recv_f, recv_b;            /* the matching receives on this stage */
+    uint32_t dp_whole;                  /* gradient reduction of the whole stage (no overlap) */
+    uint32_t dp_bucket0;                /* first of n_buckets bucket reductions (overlap) */
     int n_buckets;
-    int64_t params;                /* parameters one TP rank holds for this stage */
-    int64_t p2p_bytes;             /* message per micro-batch to a neighbour stage */
+    int64_t params;    /* parameters one TP rank holds for this stage */
+    int64_t p2p_bytes; /* message per micro-batch to a neighbour stage */
 } plan_stage;
 
 typedef struct {
-    int n_stages;                  /* p * v */
+    int n_stages; /* p * v */
     int p, v;
-    plan_stage *stages;            /* n_stages */
-    plan_step *steps;              /* every step; a task's tag indexes this */
+    plan_stage *stages; /* n_stages */
+    plan_step *steps;   /* every step; a task's tag indexes this */
     uint32_t n_steps;
-    size_t cap_steps;              /* steps allocated (grow_to) */
-    plan_seg *segs;                /* segments of collapsed steps */
+    size_t cap_steps; /* steps allocated (grow_to) */
+    plan_seg *segs;   /* segments of collapsed steps */
     uint32_t n_segs;
     size_t cap_segs;
-    plan_mem_ev *mem_evs;          /* memory changes of collapsed steps */
+    plan_mem_ev *mem_evs; /* memory changes of collapsed steps */
     uint32_t n_mem_evs;
     size_t cap_mem_evs;
-    uint32_t *optim;               /* p: optimizer step per rank (PLAN_NO_STEP if none) */
-    uint32_t *param_gather;        /* p: parameter all-gather after it (distributed optimizer) */
-    uint32_t emb_allreduce;        /* all-reduce of the tied word-embedding gradient between the
+    uint32_t *optim;        /* p: optimizer step per rank (PLAN_NO_STEP if none) */
+    uint32_t *param_gather; /* p: parameter all-gather after it (distributed optimizer) */
+    uint32_t emb_allreduce; /* all-reduce of the tied word-embedding gradient between the
                                       first and the last stage's ranks, before their optimizer
                                       step (Megatron-LM's embedding group); PLAN_NO_STEP if one
                                       rank holds both */
-    int64_t *weights_bytes;        /* p: static memory per rank */
+    int64_t *weights_bytes; /* p: static memory per rank */
     int64_t *grads_bytes;
     int64_t *optim_bytes;
-    int64_t p2p_buffer_bytes;      /* receive buffer held from a receive until its pass starts */
-    int d;                         /* data-parallel size (1: no reduction steps) */
+    int64_t p2p_buffer_bytes; /* receive buffer held from a receive until its pass starts */
+    int d;                    /* data-parallel size (1: no reduction steps) */
     bool overlap_grad_reduce;
     bool distributed_optimizer;
-    uint32_t max_pass_steps;       /* longest pass range (scratch size for lowering) */
+    uint32_t max_pass_steps; /* longest pass range (scratch size for lowering) */
 } plan;
 
 /* A plan for tests of the closed forms: every stage's F, B, I, W is one
  * compute step of f_ns, b_ns (= i_ns + w_ns), i_ns, w_ns, transfers take
  * p2p_ns, no data parallelism, no optimizer; activation alloc at F of
  * act_bytes, freed by B or W. */
-int plan_uniform(const sched *s, int64_t f_ns, int64_t i_ns, int64_t w_ns, int64_t p2p_ns,
-                 int64_t act_bytes, plan **out, ts_err *err);
+int plan_uniform(const sched *s, int64_t f_ns, int64_t i_ns, int64_t w_ns, int64_t p2p_ns, int64_t act_bytes,
+                 plan **out, ts_err *err);
 
 void plan_free(plan *pl); /* NULL allowed */
 

@@ -4,14 +4,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sim/util/grow.h"
 #include "sim/model/flops.h"
 #include "sim/model/layer.h"
+#include "sim/util/grow.h"
 
 /* Megatron-LM's default gradient bucket with --overlap-grad-reduce:
  * max(40M, 1M * dp) parameters (megatron/core/distributed/
  * distributed_data_parallel.py, bucket_size default). */
-#define PLAN_BUCKET_MIN_PARAMS 40000000LL
+#define PLAN_BUCKET_MIN_PARAMS    40000000LL
 #define PLAN_BUCKET_PARAMS_PER_DP 1000000LL
 
 /* Bytes the Adam step moves per parameter of the local shard with mixed
@@ -31,9 +31,9 @@ typedef struct {
     const cost_model *cm;
     const commcost_params *cc;
     commcost_group tp_group;
-    uint32_t base;      /* first step of the pass */
-    int32_t open;       /* open compute step (relative), -1 if none */
-    int32_t prev_last;  /* step of the previous list's last op (relative) */
+    uint32_t base;     /* first step of the pass */
+    int32_t open;      /* open compute step (relative), -1 if none */
+    int32_t prev_last; /* step of the previous list's last op (relative) */
     bool seen[PLAN_STREAMS];
     int stage;
 } pass_builder;
@@ -64,8 +64,7 @@ static int32_t pb_new(pass_builder *b, plan_step *x)
 /* Append the ops of one list. cat: category of its compute ops. alloc_bytes
  * are allocated when its first op starts, free_bytes freed when its last
  * op ends. Returns TS_OK or TS_ENOMEM. */
-static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_bytes,
-                  int64_t free_bytes)
+static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_bytes, int64_t free_bytes)
 {
     int32_t map[LAYER_MAX_OPS];
     int64_t comm_ns[LAYER_MAX_OPS];
@@ -115,7 +114,7 @@ static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_
             if (g.ranks_per_node > g.ranks || g.ranks % g.ranks_per_node)
                 g.ranks_per_node = 1;
             plan_step x = plan_step_init(op->name, PLAN_STREAM_TP, PLAN_CAT_TP, b->stage,
-                                    commcost_ns(b->cc, op->coll, op->bytes, &g));
+                                         commcost_ns(b->cc, op->coll, op->bytes, &g));
             x.comm_bytes = op->bytes;
             comm_ns[i] = x.dur_ns;
             int nx = 0;
@@ -150,10 +149,10 @@ static void pb_close_bucket(pass_builder *b, int k)
 
 /* Per-layer memory of one recompute variant. */
 typedef struct {
-    int64_t kept;      /* allocated by F */
-    int64_t by_rc;     /* re-created by R */
-    int64_t free_i;    /* of kept + by_rc: freed when I ends */
-    int64_t free_w;    /* freed when W ends */
+    int64_t kept;   /* allocated by F */
+    int64_t by_rc;  /* re-created by R */
+    int64_t free_i; /* of kept + by_rc: freed when I ends */
+    int64_t free_w; /* freed when W ends */
 } layer_mem;
 
 static int saved_mem(const layer_saved_list *l, layer_mem *m)
@@ -175,13 +174,13 @@ static int saved_mem(const layer_saved_list *l, layer_mem *m)
 
 typedef struct {
     const config *c;
-    layer_shape rc, none;          /* recompute as configured; no recompute */
-    layer_ops f, r, b, i, w;       /* layer ops per pass (rc shape) */
-    layer_ops nb, ni, nw;          /* no-recompute B, I, W (layers not recomputed) */
-    layer_ops ef, eb, ei, ew;      /* embedding */
-    layer_ops of, ob, oi, ow;      /* output layer */
+    layer_shape rc, none;     /* recompute as configured; no recompute */
+    layer_ops f, r, b, i, w;  /* layer ops per pass (rc shape) */
+    layer_ops nb, ni, nw;     /* no-recompute B, I, W (layers not recomputed) */
+    layer_ops ef, eb, ei, ew; /* embedding */
+    layer_ops of, ob, oi, ow; /* output layer */
     layer_mem m_rc, m_none, m_emb, m_out;
-    int64_t params_layer;          /* per TP rank */
+    int64_t params_layer; /* per TP rank */
     int64_t bucket_params;
 } model_ops;
 
@@ -226,9 +225,9 @@ static int model_ops_build(const config *c, model_ops *mo, ts_err *err)
 
 /* Which layers of a stage are recomputed, and in which groups (full). */
 typedef struct {
-    int n;          /* layers in the stage */
-    int group;      /* layers per recompute group (full uniform); 1 otherwise */
-    int n_rc;       /* the first n_rc layers are recomputed (block); n otherwise */
+    int n;     /* layers in the stage */
+    int group; /* layers per recompute group (full uniform); 1 otherwise */
+    int n_rc;  /* the first n_rc layers are recomputed (block); n otherwise */
 } rc_layout;
 
 static rc_layout layout_of(const config *c, int n)
@@ -252,9 +251,8 @@ static rc_layout layout_of(const config *c, int n)
 /* Backward-like pass over a stage: kind = PLAN_PASS_B, _I or _W. With
  * bucket_params (B and W), the parameters of each gradient bucket closed in
  * it are stored there and their count in *n_buckets. */
-static int build_bwd(pass_builder *b, const model_ops *mo, const rc_layout *L, bool first,
-                     bool last, int kind, int64_t extra_params, int64_t *bucket_params,
-                     int *n_buckets)
+static int build_bwd(pass_builder *b, const model_ops *mo, const rc_layout *L, bool first, bool last, int kind,
+                     int64_t extra_params, int64_t *bucket_params, int *n_buckets)
 {
     int rc = TS_OK;
     int64_t acc = extra_params; /* embedding / output weights: their grads come first or last */
@@ -272,8 +270,7 @@ static int build_bwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
         int lo = recomputed ? ((hi - 1) / L->group) * L->group : hi - 1;
         if (recomputed && kind != PLAN_PASS_W)
             for (int l = lo; l < hi && rc == TS_OK; l++) /* a group's other inputs are re-created too */
-                rc = pb_add(b, &mo->r, PLAN_CAT_RECOMP,
-                            mo->m_rc.by_rc + (l % L->group ? mo->m_rc.kept : 0), 0);
+                rc = pb_add(b, &mo->r, PLAN_CAT_RECOMP, mo->m_rc.by_rc + (l % L->group ? mo->m_rc.kept : 0), 0);
         for (int l = hi - 1; l >= lo && rc == TS_OK; l--) {
             const layer_ops *ops;
             const layer_mem *m = recomputed ? &mo->m_rc : &mo->m_none;
@@ -351,8 +348,8 @@ static int push_mem_ev(plan *pl, int64_t offset_ns, int64_t delta)
  * have ended) and kept as segments. split: a new step after each step that
  * closes a gradient bucket (for the chunk's last backward); otherwise one
  * step. *out gets the new range. */
-static int collapse(plan *pl, uint32_t base, const plan_step *orig, uint32_t n, const char *name,
-                    int cat, bool split, plan_range *out)
+static int collapse(plan *pl, uint32_t base, const plan_step *orig, uint32_t n, const char *name, int cat, bool split,
+                    plan_range *out)
 {
     int64_t *end_rel = malloc(((size_t)n + 1) * sizeof *end_rel);
     if (!end_rel)
@@ -464,8 +461,8 @@ static int ranks_per_node(int n, int stride, int gpn)
     return gcd_int(n, gpn / stride);
 }
 
-int plan_build(const config *c, const sched *s, const cost_model *cm, const commcost_params *cc,
-               plan **out, ts_err *err)
+int plan_build(const config *c, const sched *s, const cost_model *cm, const commcost_params *cc, plan **out,
+               ts_err *err)
 {
     return plan_build_opts(c, s, cm, cc, NULL, out, err);
 }
@@ -487,8 +484,8 @@ typedef struct {
 } plan_env;
 
 /* Fill E from the inputs of plan_build_opts (o may be NULL: all off). */
-static void plan_env_init(plan_env *E, const config *c, const sched *s, const cost_model *cm,
-                          const commcost_params *cc, const plan_opts *o, ts_err *err)
+static void plan_env_init(plan_env *E, const config *c, const sched *s, const cost_model *cm, const commcost_params *cc,
+                          const plan_opts *o, ts_err *err)
 {
     const parallel_config *P = &c->par;
     *E = (plan_env){.c = c, .s = s, .cm = cm, .cc = cc, .opts = o ? *o : (plan_opts){0}, .err = err};
@@ -523,8 +520,8 @@ static int add_pipeline_transfers(plan *pl, const plan_env *E, const commcost_gr
 /* The F, B, I and W passes of stage st; with buckets (bucket_params, room
  * for num_layers + 2), the parameters of each gradient bucket, and their
  * count in *n_buckets. */
-static int build_stage_passes(plan *pl, const plan_env *E, pass_builder *b, const model_ops *mo,
-                              int st, int64_t *bucket_params, int *n_buckets)
+static int build_stage_passes(plan *pl, const plan_env *E, pass_builder *b, const model_ops *mo, int st,
+                              int64_t *bucket_params, int *n_buckets)
 {
     const config *c = E->c;
     plan_stage *S_ = &pl->stages[st];
@@ -540,9 +537,10 @@ static int build_stage_passes(plan *pl, const plan_env *E, pass_builder *b, cons
         if (k == PLAN_PASS_F)
             rc = build_fwd(b, mo, &L, first, last);
         else
-            rc = build_bwd(b, mo, &L, first, last, k, extra,
-                           with_buckets && k != PLAN_PASS_I ? bucket_params : NULL,
-                           k == PLAN_PASS_B ? &nb_b : k == PLAN_PASS_W ? &nb_w : NULL);
+            rc = build_bwd(b, mo, &L, first, last, k, extra, with_buckets && k != PLAN_PASS_I ? bucket_params : NULL,
+                           k == PLAN_PASS_B   ? &nb_b
+                           : k == PLAN_PASS_W ? &nb_w
+                                              : NULL);
         if (rc == TS_OK && E->opts.inline_tp)
             rc = collapse_pass(pl, b->base, k, with_buckets, S_);
         else
@@ -557,16 +555,14 @@ static int build_stage_passes(plan *pl, const plan_env *E, pass_builder *b, cons
     if (rc)
         return rc;
     if (nb_b != nb_w)
-        return err_set(E->err, TS_ESTATE, "plan: stage %d has %d gradient buckets in B but %d in W",
-                       st, nb_b, nb_w);
+        return err_set(E->err, TS_ESTATE, "plan: stage %d has %d gradient buckets in B but %d in W", st, nb_b, nb_w);
     *n_buckets = nb_b;
     return TS_OK;
 }
 
 /* Stage st's data-parallel gradient reduction (d > 1): the whole stage's,
  * then one per bucket (bucket_params[0 .. n_buckets-1] parameters). */
-static int add_dp_reduction(plan *pl, const plan_env *E, int st, const int64_t *bucket_params,
-                            int n_buckets)
+static int add_dp_reduction(plan *pl, const plan_env *E, int st, const int64_t *bucket_params, int n_buckets)
 {
     const parallel_config *P = &E->c->par;
     plan_stage *S_ = &pl->stages[st];
@@ -647,9 +643,10 @@ static int add_rank_steps(plan *pl, const plan_env *E)
         pl->weights_bytes[r] = params * dt;
         pl->grads_bytes[r] = params * E->grad_bytes;
         pl->optim_bytes[r] = shard * (fp32 ? 8 : 12); /* fp32 master + momentum + variance */
-        plan_step x = plan_step_init("optimizer", PLAN_STREAM_COMPUTE, PLAN_CAT_OPTIM, -1,
-                                cost_mem_kind_ns(E->cm, COST_MEM_ADAM, shard * (fp32 ? PLAN_ADAM_BYTES_PER_PARAM_FP32
-                                                               : PLAN_ADAM_BYTES_PER_PARAM)));
+        plan_step x = plan_step_init(
+            "optimizer", PLAN_STREAM_COMPUTE, PLAN_CAT_OPTIM, -1,
+            cost_mem_kind_ns(E->cm, COST_MEM_ADAM,
+                             shard * (fp32 ? PLAN_ADAM_BYTES_PER_PARAM_FP32 : PLAN_ADAM_BYTES_PER_PARAM)));
         if (plan_push_step(pl, &x, &pl->optim[r]))
             return err_set(E->err, TS_ENOMEM, "plan: out of memory");
         if (P->distributed_optimizer && d > 1) {
@@ -669,8 +666,8 @@ int plan_build_opts(const config *c, const sched *s, const cost_model *cm, const
     *out = NULL;
     const parallel_config *P = &c->par;
     if (s->p != P->pp || s->v != (P->vp > 0 ? P->vp : 1))
-        return err_set(err, TS_EINVAL, "plan: schedule has p=%d v=%d but the configuration p=%d v=%d",
-                       s->p, s->v, P->pp, P->vp);
+        return err_set(err, TS_EINVAL, "plan: schedule has p=%d v=%d but the configuration p=%d v=%d", s->p, s->v,
+                       P->pp, P->vp);
     plan_env E;
     plan_env_init(&E, c, s, cm, cc, o, err);
     model_ops *mo = malloc(sizeof *mo);

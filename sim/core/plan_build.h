@@ -28,8 +28,8 @@ typedef struct {
  * symmetric and their collectives are costed, not simulated per rank.
  * *out is owned by the caller (plan_free). TS_EINVAL for shapes layer.h
  * rejects, TS_ENOMEM. */
-int plan_build(const config *c, const sched *s, const cost_model *cm, const commcost_params *cc,
-               plan **out, ts_err *err);
+int plan_build(const config *c, const sched *s, const cost_model *cm, const commcost_params *cc, plan **out,
+               ts_err *err);
 /* The same with options (plan_build: all off). */
 int plan_build_opts(const config *c, const sched *s, const cost_model *cm, const commcost_params *cc,
                     const plan_opts *o, plan **out, ts_err *err);

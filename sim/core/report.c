@@ -12,7 +12,10 @@ static const char *recompute_name(config_recompute r)
     return r == RECOMPUTE_FULL ? "full" : r == RECOMPUTE_SELECTIVE ? "selective" : "none";
 }
 
-static const char *onoff(bool b) { return b ? "on" : "off"; }
+static const char *onoff(bool b)
+{
+    return b ? "on" : "off";
+}
 
 /* A duration in the unit that reads best. */
 static void put_time(FILE *f, double ns)
@@ -25,14 +28,19 @@ static void put_time(FILE *f, double ns)
         fprintf(f, "%.3f us", ns * 1e-3);
 }
 
-static double pct(double a, double b) { return b > 0 ? 100.0 * a / b : 0; }
+static double pct(double a, double b)
+{
+    return b > 0 ? 100.0 * a / b : 0;
+}
 
 void report_text(const simulate_result *r, FILE *f)
 {
     double it = (double)r->iteration_ns;
     fprintf(f, "trainsim simulate: %s on %d x %s\n", r->model, r->gpus, r->gpu);
-    fprintf(f, "  layout: t=%d p=%d d=%d v=%d, micro-batch %d, global batch %d (%d micro-batches per pipeline), schedule %s\n",
-            r->t, r->p, r->d, r->v, r->b, r->B, r->m, sched_kind_name(r->schedule));
+    fprintf(
+        f,
+        "  layout: t=%d p=%d d=%d v=%d, micro-batch %d, global batch %d (%d micro-batches per pipeline), schedule %s\n",
+        r->t, r->p, r->d, r->v, r->b, r->B, r->m, sched_kind_name(r->schedule));
     fprintf(f, "  options: recompute %s, sequence parallel %s, distributed optimizer %s, overlap grad reduce %s\n\n",
             recompute_name(r->recompute), onoff(r->sequence_parallel), onoff(r->distributed_optimizer),
             onoff(r->overlap_grad_reduce));
@@ -64,10 +72,11 @@ void report_text(const simulate_result *r, FILE *f)
     put_time(f, r->cat_ns[PLAN_CAT_DP]);
     fprintf(f, " (busy time, overlapped or not)\n");
     fprintf(f, "throughput              %.0f tokens/s\n", r->tokens_per_s);
-    fprintf(f, "TFLOP/s per GPU         %.1f model (MFU %.1f%%), %.1f hardware (HFU %.1f%%), "
-               "%.1f in Megatron's count with recompute; peak %.1f\n",
-            r->model_tflops_per_gpu, 100.0 * r->mfu, r->hw_tflops_per_gpu, 100.0 * r->hfu,
-            r->megatron_tflops_per_gpu, r->peak_tflops);
+    fprintf(f,
+            "TFLOP/s per GPU         %.1f model (MFU %.1f%%), %.1f hardware (HFU %.1f%%), "
+            "%.1f in Megatron's count with recompute; peak %.1f\n",
+            r->model_tflops_per_gpu, 100.0 * r->mfu, r->hw_tflops_per_gpu, 100.0 * r->hfu, r->megatron_tflops_per_gpu,
+            r->peak_tflops);
     const simulate_rank *pk = &r->ranks[r->peak_rank];
     fprintf(f, "memory peak             %.2f GiB of %.2f GiB on rank %d (%s):", (double)r->peak_bytes / GIB,
             (double)r->hbm_bytes / GIB, r->peak_rank, r->fits ? "fits" : "DOES NOT FIT");
@@ -78,14 +87,14 @@ void report_text(const simulate_result *r, FILE *f)
         fprintf(f, "to train %.4g tokens    %.2f days on %d GPUs, %.0f GPU-hours\n", r->train_tokens,
                 r->train_s / 86400.0, r->gpus, r->train_gpu_hours);
     fprintf(f, "\nper rank (ms; memory GiB)\n");
-    fprintf(f, "%5s %12s %12s %10s %10s %10s %10s %9s %5s\n", "rank", "compute", "idle", "exp.TP", "exp.PP",
-            "exp.DP", "recompute", "peak", "fits");
+    fprintf(f, "%5s %12s %12s %10s %10s %10s %10s %9s %5s\n", "rank", "compute", "idle", "exp.TP", "exp.PP", "exp.DP",
+            "recompute", "peak", "fits");
     for (int i = 0; i < r->p; i++) {
         const simulate_rank *x = &r->ranks[i];
-        fprintf(f, "%5d %12.3f %12.3f %10.3f %10.3f %10.3f %10.3f %9.2f %5s\n", i, x->busy_ns * 1e-6,
-                x->idle_ns * 1e-6, x->exposed_ns[SIMULATE_COMM_TP] * 1e-6, x->exposed_ns[SIMULATE_COMM_PP] * 1e-6,
-                x->exposed_ns[SIMULATE_COMM_DP] * 1e-6,
-                x->cat_ns[PLAN_CAT_RECOMP] * 1e-6, (double)x->peak_bytes / GIB, x->fits ? "yes" : "NO");
+        fprintf(f, "%5d %12.3f %12.3f %10.3f %10.3f %10.3f %10.3f %9.2f %5s\n", i, x->busy_ns * 1e-6, x->idle_ns * 1e-6,
+                x->exposed_ns[SIMULATE_COMM_TP] * 1e-6, x->exposed_ns[SIMULATE_COMM_PP] * 1e-6,
+                x->exposed_ns[SIMULATE_COMM_DP] * 1e-6, x->cat_ns[PLAN_CAT_RECOMP] * 1e-6, (double)x->peak_bytes / GIB,
+                x->fits ? "yes" : "NO");
     }
     fprintf(f, "\nsimulated %" PRIu64 " tasks, %" PRIu64 " events\n", r->tasks, r->events);
 }

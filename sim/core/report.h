@@ -14,8 +14,8 @@
 
 #include <stdio.h>
 
-#include "sim/util/err.h"
 #include "sim/core/simulate.h"
+#include "sim/util/err.h"
 
 /* Write the text report to f. */
 void report_text(const simulate_result *r, FILE *f);

@@ -5,12 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/core/lower.h"
+#include "sim/core/plan_build.h"
 #include "sim/model/calib.h"
 #include "sim/model/commcost.h"
 #include "sim/model/cost.h"
 #include "sim/model/flops.h"
-#include "sim/core/lower.h"
-#include "sim/core/plan_build.h"
 #include "sim/sched/sched_generate.h"
 
 /* Engine hooks (called only for tasks that allocate or free memory): the
@@ -69,8 +69,7 @@ void simulate_result_free(simulate_result *r)
     free(r);
 }
 
-static int cost_setup(const config *c, const simulate_opts *o, cost_model **cm, commcost_params *cc,
-                      ts_err *err)
+static int cost_setup(const config *c, const simulate_opts *o, cost_model **cm, commcost_params *cc, ts_err *err)
 {
     cost_params cp;
     int rc;
@@ -112,16 +111,19 @@ static int cost_setup(const config *c, const simulate_opts *o, cost_model **cm, 
 static double peak_tflops_of(const config *c)
 {
     switch (c->model.precision) {
-    case PREC_FP16: return c->cluster.gpu.fp16_tflops;
-    case PREC_FP32: return c->cluster.gpu.fp32_tflops;
+    case PREC_FP16:
+        return c->cluster.gpu.fp16_tflops;
+    case PREC_FP32:
+        return c->cluster.gpu.fp32_tflops;
     case PREC_BF16:
-    default: return c->cluster.gpu.bf16_tflops;
+    default:
+        return c->cluster.gpu.bf16_tflops;
     }
 }
 
 /* Fill the result from the finished engine and memory tracker. */
-static void summarize(const config *c, const simulate_opts *o, const engine *e, const plan *pl,
-                      const mem_tracker *mem, simulate_result *R)
+static void summarize(const config *c, const simulate_opts *o, const engine *e, const plan *pl, const mem_tracker *mem,
+                      simulate_result *R)
 {
     int p = R->p;
     uint32_t n = engine_task_count(e), copies = engine_copies(e);
@@ -149,8 +151,7 @@ static void summarize(const config *c, const simulate_opts *o, const engine *e, 
     R->events = engine_events(e);
     R->tasks = engine_task_count(e);
     const unsigned C = 1u << PLAN_STREAM_COMPUTE, T = 1u << PLAN_STREAM_TP, D = 1u << PLAN_STREAM_DP;
-    const unsigned PP = (1u << PLAN_STREAM_PP_SEND) | (1u << PLAN_STREAM_PP_RECV_F) |
-                        (1u << PLAN_STREAM_PP_RECV_B);
+    const unsigned PP = (1u << PLAN_STREAM_PP_SEND) | (1u << PLAN_STREAM_PP_RECV_F) | (1u << PLAN_STREAM_PP_RECV_B);
     double flops = 0;
     R->hbm_bytes = (int64_t)(c->cluster.gpu.hbm_gib * 1073741824.0);
     R->fits = true;
@@ -188,13 +189,13 @@ static void summarize(const config *c, const simulate_opts *o, const engine *e, 
     }
     double it_s = (double)R->iteration_ns * 1e-9;
     R->bubble_fraction = R->iteration_ns > 0 ? R->bubble_ns / (double)R->iteration_ns : 0;
-    R->bubble_over_ideal = (double)R->iteration_ns > R->bubble_ns
-                               ? R->bubble_ns / ((double)R->iteration_ns - R->bubble_ns) : 0;
+    R->bubble_over_ideal =
+        (double)R->iteration_ns > R->bubble_ns ? R->bubble_ns / ((double)R->iteration_ns - R->bubble_ns) : 0;
     const model_config *M = &c->model;
     R->hw_flops = flops * R->t * R->d;
     R->model_flops = flops_model_per_iter(M, R->B);
-    R->megatron_flops = flops_closed_full_recompute(R->B, M->seq_length, M->num_layers, M->hidden_size,
-                                                    M->padded_vocab_size);
+    R->megatron_flops =
+        flops_closed_full_recompute(R->B, M->seq_length, M->num_layers, M->hidden_size, M->padded_vocab_size);
     R->peak_tflops = peak_tflops_of(c);
     if (it_s > 0) {
         double per_gpu = 1.0 / (it_s * R->gpus * 1e12);

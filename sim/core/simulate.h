@@ -20,10 +20,10 @@
 
 #include "sim/config/config.h"
 #include "sim/core/engine.h"
-#include "sim/util/err.h"
 #include "sim/core/mem.h"
 #include "sim/core/plan.h"
 #include "sim/sched/sched.h"
+#include "sim/util/err.h"
 
 /* An optional network model (sim/net/net_simulate.h fills one): instead of
  * costing communication with commcost, it drives the communication tasks
@@ -54,23 +54,23 @@ typedef struct {
 /* The kinds of communication exposed time is split by: the index of
  * exposed_ns[] (and of search's exposed_s[]). */
 typedef enum {
-    SIMULATE_COMM_TP,    /* tensor-parallel collectives */
-    SIMULATE_COMM_PP,    /* pipeline sends and receives */
-    SIMULATE_COMM_DP,    /* data-parallel gradient reductions, parameter gathers */
+    SIMULATE_COMM_TP, /* tensor-parallel collectives */
+    SIMULATE_COMM_PP, /* pipeline sends and receives */
+    SIMULATE_COMM_DP, /* data-parallel gradient reductions, parameter gathers */
     SIMULATE_COMM_KINDS
 } simulate_comm;
 
 /* Per pipeline rank (one GPU of each tensor-parallel group / replica). */
 typedef struct {
-    int64_t busy_ns;               /* compute stream busy */
-    int64_t idle_ns;               /* no stream busy: the bubble on this rank */
+    int64_t busy_ns;                         /* compute stream busy */
+    int64_t idle_ns;                         /* no stream busy: the bubble on this rank */
     int64_t exposed_ns[SIMULATE_COMM_KINDS]; /* communication while compute is idle, per kind */
-    int64_t cat_ns[PLAN_CAT_COUNT];/* summed task time per category (comm overlapped or not) */
-    double flops;                  /* GEMM flops this GPU executed */
-    int64_t peak_bytes;            /* memory peak */
-    int64_t peak_t_ns;             /* when */
-    int64_t peak_cat_bytes[MEM_CATS]; /* breakdown at the peak */
-    bool fits;                     /* peak <= GPU memory */
+    int64_t cat_ns[PLAN_CAT_COUNT];          /* summed task time per category (comm overlapped or not) */
+    double flops;                            /* GEMM flops this GPU executed */
+    int64_t peak_bytes;                      /* memory peak */
+    int64_t peak_t_ns;                       /* when */
+    int64_t peak_cat_bytes[MEM_CATS];        /* breakdown at the peak */
+    bool fits;                               /* peak <= GPU memory */
 } simulate_rank;
 
 typedef struct {
@@ -79,39 +79,39 @@ typedef struct {
     char gpu[CONFIG_NAME_BYTES];
     sched_kind schedule;
     /* the layout, with the letters of the Megatron-LM papers */
-    int gpus;                      /* GPUs in the run (--gpus) */
-    int t;                         /* tensor-parallel size (--tensor-model-parallel-size) */
-    int p;                         /* pipeline stages (--pipeline-model-parallel-size); ranks[] has p */
-    int d;                         /* data-parallel size (--data-parallel-size, else gpus / (t x p)) */
-    int v;                         /* model chunks per pipeline rank: num_layers / (p x
+    int gpus; /* GPUs in the run (--gpus) */
+    int t;    /* tensor-parallel size (--tensor-model-parallel-size) */
+    int p;    /* pipeline stages (--pipeline-model-parallel-size); ranks[] has p */
+    int d;    /* data-parallel size (--data-parallel-size, else gpus / (t x p)) */
+    int v;    /* model chunks per pipeline rank: num_layers / (p x
                                       --num-layers-per-virtual-pipeline-stage), else 1 */
-    int m;                         /* micro-batches per pipeline per iteration: B / (b x d) */
-    int b;                         /* micro-batch, sequences (--micro-batch-size) */
-    int B;                         /* global batch, sequences (--global-batch-size) */
-    int seq;                       /* sequence length, tokens (--seq-length) */
+    int m;    /* micro-batches per pipeline per iteration: B / (b x d) */
+    int b;    /* micro-batch, sequences (--micro-batch-size) */
+    int B;    /* global batch, sequences (--global-batch-size) */
+    int seq;  /* sequence length, tokens (--seq-length) */
     config_recompute recompute;
     bool sequence_parallel, distributed_optimizer, overlap_grad_reduce;
     /* timeline */
     int64_t iteration_ns;
-    double bubble_ns;              /* idle time averaged over ranks */
-    double bubble_fraction;        /* bubble_ns / iteration_ns */
-    double bubble_over_ideal;      /* bubble_ns / (iteration_ns - bubble_ns): (p-1)/m for 1F1B */
+    double bubble_ns;                       /* idle time averaged over ranks */
+    double bubble_fraction;                 /* bubble_ns / iteration_ns */
+    double bubble_over_ideal;               /* bubble_ns / (iteration_ns - bubble_ns): (p-1)/m for 1F1B */
     double exposed_ns[SIMULATE_COMM_KINDS]; /* per kind, averaged over ranks */
-    double cat_ns[PLAN_CAT_COUNT]; /* averaged over ranks */
-    simulate_rank *ranks;          /* p entries */
+    double cat_ns[PLAN_CAT_COUNT];          /* averaged over ranks */
+    simulate_rank *ranks;                   /* p entries */
     /* throughput */
     double tokens_per_s;
-    double model_flops;            /* per iteration, formulas.md model FLOPs (flops.h) */
-    double hw_flops;               /* per iteration, what the simulated GPUs executed */
-    double megatron_flops;         /* 96Bslh^2(1 + s/6h + V/16lh): Megatron Table 1's count */
+    double model_flops;    /* per iteration, formulas.md model FLOPs (flops.h) */
+    double hw_flops;       /* per iteration, what the simulated GPUs executed */
+    double megatron_flops; /* 96Bslh^2(1 + s/6h + V/16lh): Megatron Table 1's count */
     double model_tflops_per_gpu, hw_tflops_per_gpu, megatron_tflops_per_gpu;
-    double peak_tflops;            /* per GPU, datasheet */
+    double peak_tflops; /* per GPU, datasheet */
     double mfu, hfu;
     /* memory */
-    int64_t hbm_bytes;             /* per GPU */
-    int64_t peak_bytes;            /* max over ranks */
+    int64_t hbm_bytes;  /* per GPU */
+    int64_t peak_bytes; /* max over ranks */
     int peak_rank;
-    bool fits;                     /* every rank fits */
+    bool fits; /* every rank fits */
     /* training time */
     double train_tokens, train_s, train_gpu_hours;
     /* simulator */

@@ -29,9 +29,13 @@ int trace_write_file(const simulate_result *r, FILE *f, ts_err *err)
         fprintf(f, "%s{\"ph\": \"M\", \"pid\": %d, \"name\": \"process_sort_index\", \"args\": {\"sort_index\": %d}}",
                 sep, rank, rank);
         for (int s = 0; s < PLAN_STREAMS; s++) {
-            fprintf(f, "%s{\"ph\": \"M\", \"pid\": %d, \"tid\": %d, \"name\": \"thread_name\", \"args\": {\"name\": \"%s\"}}",
-                    sep, rank, s, plan_stream_name(s));
-            fprintf(f, "%s{\"ph\": \"M\", \"pid\": %d, \"tid\": %d, \"name\": \"thread_sort_index\", \"args\": {\"sort_index\": %d}}",
+            fprintf(
+                f,
+                "%s{\"ph\": \"M\", \"pid\": %d, \"tid\": %d, \"name\": \"thread_name\", \"args\": {\"name\": \"%s\"}}",
+                sep, rank, s, plan_stream_name(s));
+            fprintf(f,
+                    "%s{\"ph\": \"M\", \"pid\": %d, \"tid\": %d, \"name\": \"thread_sort_index\", \"args\": "
+                    "{\"sort_index\": %d}}",
                     sep, rank, s, s);
         }
     }
@@ -51,14 +55,14 @@ int trace_write_file(const simulate_result *r, FILE *f, ts_err *err)
             int64_t s0 = g ? t0 + g->offset_ns : t0, d = g ? g->dur_ns : t1 - t0;
             if (d <= 0)
                 continue;
-            fprintf(f, "%s{\"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"name\": \"%s\", \"cat\": \"%s\", \"ts\": ",
-                    sep, rank, g ? g->stream : engine_task_stream(e, id), g ? g->name : x->name,
+            fprintf(f, "%s{\"ph\": \"X\", \"pid\": %d, \"tid\": %d, \"name\": \"%s\", \"cat\": \"%s\", \"ts\": ", sep,
+                    rank, g ? g->stream : engine_task_stream(e, id), g ? g->name : x->name,
                     plan_cat_name(g ? g->cat : x->cat));
             put_us(f, s0);
             fprintf(f, ", \"dur\": ");
             put_us(f, d);
-            fprintf(f, ", \"args\": {\"mb\": %d, \"stage\": %d, \"pass\": \"%s\"}}", engine_task_mb(e, id),
-                    x->stage, x->name);
+            fprintf(f, ", \"args\": {\"mb\": %d, \"stage\": %d, \"pass\": \"%s\"}}", engine_task_mb(e, id), x->stage,
+                    x->name);
         }
     }
     for (int rank = 0; rank < r->p; rank++) {

@@ -15,8 +15,8 @@
 
 #include <stdio.h>
 
-#include "sim/util/err.h"
 #include "sim/core/simulate.h"
+#include "sim/util/err.h"
 
 /* Write r's trace to f. r must come from simulate_run with keep_trace
  * (TS_EINVAL otherwise). */

@@ -9,21 +9,25 @@
 #include "sim/util/afile.h"
 #include "sim/util/csvio.h"
 
-static const char *const COLUMNS[] = {"gpu",   "op",      "dtype",           "m",
-                                      "n",     "k",       "batch",           "bytes",
-                                      "time_ns", "achieved_tflops", "achieved_gbps",
-                                      "kernel", "ranks", "alpha_ns", "gbps", NULL};
-#define NCOLS 15
+static const char *const COLUMNS[] = {
+    "gpu",           "op",     "dtype", "m",        "n",    "k", "batch", "bytes", "time_ns", "achieved_tflops",
+    "achieved_gbps", "kernel", "ranks", "alpha_ns", "gbps", NULL};
+#define NCOLS      15
 #define KERNEL_COL 11 /* written only when some row names a kernel */
 
 const char *calib_op_name(calib_op op)
 {
     switch (op) {
-    case CALIB_GEMM: return "gemm";
-    case CALIB_MEMORY: return "memory";
-    case CALIB_LAUNCH: return "launch";
-    case CALIB_P2P: return "p2p";
-    case CALIB_ALLREDUCE: return "allreduce";
+    case CALIB_GEMM:
+        return "gemm";
+    case CALIB_MEMORY:
+        return "memory";
+    case CALIB_LAUNCH:
+        return "launch";
+    case CALIB_P2P:
+        return "p2p";
+    case CALIB_ALLREDUCE:
+        return "allreduce";
     }
     return "?";
 }
@@ -31,9 +35,12 @@ const char *calib_op_name(calib_op op)
 static const char *dtype_name(config_precision p)
 {
     switch (p) {
-    case PREC_BF16: return "bf16";
-    case PREC_FP16: return "fp16";
-    case PREC_FP32: return "fp32";
+    case PREC_BF16:
+        return "bf16";
+    case PREC_FP16:
+        return "fp16";
+    case PREC_FP32:
+        return "fp32";
     }
     return "?";
 }
@@ -41,7 +48,8 @@ static const char *dtype_name(config_precision p)
 int calib_add(calib_set *set, const calib_row *row, ts_err *err)
 {
     calib_row *r = realloc(set->rows, (set->n + 1) * sizeof *r);
-    if (!r) return err_set(err, TS_ENOMEM, "calibration: out of memory");
+    if (!r)
+        return err_set(err, TS_ENOMEM, "calibration: out of memory");
     set->rows = r;
     set->rows[set->n++] = *row;
     return TS_OK;
@@ -49,7 +57,8 @@ int calib_add(calib_set *set, const calib_row *row, ts_err *err)
 
 void calib_free(calib_set *set)
 {
-    if (!set) return;
+    if (!set)
+        return;
     free(set->rows);
     set->rows = NULL;
     set->n = 0;
@@ -60,23 +69,35 @@ static int parse_row(const csvio_table *t, size_t i, calib_row *r, ts_err *err)
     const char *s;
     int rc;
     memset(r, 0, sizeof *r);
-    if ((rc = csvio_get_str(t, i, "gpu", &s, err))) return rc;
+    if ((rc = csvio_get_str(t, i, "gpu", &s, err)))
+        return rc;
     if (strlen(s) >= sizeof r->gpu)
-        return csvio_errf(t, i, "gpu", err, "'%s' is longer than %zu characters", s,
-                          sizeof r->gpu - 1);
+        return csvio_errf(t, i, "gpu", err, "'%s' is longer than %zu characters", s, sizeof r->gpu - 1);
     snprintf(r->gpu, sizeof r->gpu, "%s", s);
-    if ((rc = csvio_get_str(t, i, "op", &s, err))) return rc;
-    if (!strcmp(s, "gemm")) r->op = CALIB_GEMM;
-    else if (!strcmp(s, "memory")) r->op = CALIB_MEMORY;
-    else if (!strcmp(s, "launch")) r->op = CALIB_LAUNCH;
-    else if (!strcmp(s, "p2p")) r->op = CALIB_P2P;
-    else if (!strcmp(s, "allreduce")) r->op = CALIB_ALLREDUCE;
-    else return csvio_errf(t, i, "op", err, "'%s' (expected gemm, memory, launch, p2p or allreduce)", s);
-    if ((rc = csvio_get_str(t, i, "dtype", &s, err))) return rc;
-    if (!strcmp(s, "bf16")) r->dtype = PREC_BF16;
-    else if (!strcmp(s, "fp16")) r->dtype = PREC_FP16;
-    else if (!strcmp(s, "fp32")) r->dtype = PREC_FP32;
-    else return csvio_errf(t, i, "dtype", err, "'%s' (expected bf16, fp16 or fp32)", s);
+    if ((rc = csvio_get_str(t, i, "op", &s, err)))
+        return rc;
+    if (!strcmp(s, "gemm"))
+        r->op = CALIB_GEMM;
+    else if (!strcmp(s, "memory"))
+        r->op = CALIB_MEMORY;
+    else if (!strcmp(s, "launch"))
+        r->op = CALIB_LAUNCH;
+    else if (!strcmp(s, "p2p"))
+        r->op = CALIB_P2P;
+    else if (!strcmp(s, "allreduce"))
+        r->op = CALIB_ALLREDUCE;
+    else
+        return csvio_errf(t, i, "op", err, "'%s' (expected gemm, memory, launch, p2p or allreduce)", s);
+    if ((rc = csvio_get_str(t, i, "dtype", &s, err)))
+        return rc;
+    if (!strcmp(s, "bf16"))
+        r->dtype = PREC_BF16;
+    else if (!strcmp(s, "fp16"))
+        r->dtype = PREC_FP16;
+    else if (!strcmp(s, "fp32"))
+        r->dtype = PREC_FP32;
+    else
+        return csvio_errf(t, i, "dtype", err, "'%s' (expected bf16, fp16 or fp32)", s);
     if (r->op == CALIB_P2P || r->op == CALIB_ALLREDUCE) {
         if ((rc = csvio_get_int(t, i, "ranks", 2, 1 << 20, &r->ranks, err)) ||
             (rc = csvio_get_double(t, i, "alpha_ns", 0, 1e15, &r->alpha_ns, err)) ||
@@ -84,7 +105,8 @@ static int parse_row(const csvio_table *t, size_t i, calib_row *r, ts_err *err)
             return rc;
         return TS_OK;
     }
-    if ((rc = csvio_get_double(t, i, "time_ns", 1e-3, 1e15, &r->time_ns, err))) return rc;
+    if ((rc = csvio_get_double(t, i, "time_ns", 1e-3, 1e15, &r->time_ns, err)))
+        return rc;
     if (r->op == CALIB_GEMM) {
         if ((rc = csvio_get_int64(t, i, "m", 1, INT64_C(1) << 40, &r->m, err)) ||
             (rc = csvio_get_int64(t, i, "n", 1, INT64_C(1) << 40, &r->n, err)) ||
@@ -92,12 +114,14 @@ static int parse_row(const csvio_table *t, size_t i, calib_row *r, ts_err *err)
             (rc = csvio_get_int64(t, i, "batch", 1, INT64_C(1) << 40, &r->batch, err)))
             return rc;
     } else if (r->op == CALIB_MEMORY) {
-        if ((rc = csvio_get_int64(t, i, "bytes", 1, INT64_C(1) << 50, &r->bytes, err))) return rc;
+        if ((rc = csvio_get_int64(t, i, "bytes", 1, INT64_C(1) << 50, &r->bytes, err)))
+            return rc;
         const char *kn = csvio_cell(t, i, "kernel");
         if (kn[0] && cost_mem_kind_from_name(kn) < 0)
             return csvio_errf(t, i, "kernel", err,
                               "'%s' (expected copy, layernorm, softmax, gelu, bias_residual, "
-                              "adam or empty)", kn);
+                              "adam or empty)",
+                              kn);
         snprintf(r->kernel, sizeof r->kernel, "%s", kn);
     }
     return TS_OK;
@@ -109,11 +133,13 @@ int calib_read(const char *path, calib_set *out, ts_err *err)
     csvio_table *t = NULL;
     calib_set set = {0, NULL};
     int rc = csvio_read(path, required, 0, &t, err);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     for (size_t i = 0; i < t->nrows && rc == TS_OK; i++) {
         calib_row r;
         rc = parse_row(t, i, &r, err);
-        if (rc == TS_OK) rc = calib_add(&set, &r, err);
+        if (rc == TS_OK)
+            rc = calib_add(&set, &r, err);
     }
     csvio_free(t);
     if (rc) {
@@ -128,16 +154,20 @@ int calib_write(const char *path, const calib_set *set, ts_err *err)
 {
     afile a;
     int rc = afile_open(&a, path, err);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     rc = csvio_write_comment(a.f, "trainsim calibration: measured kernel times (sim/model/calib.h)", err);
     bool kcol = false;
     for (size_t i = 0; i < set->n; i++)
-        if (set->rows[i].kernel[0]) kcol = true;
+        if (set->rows[i].kernel[0])
+            kcol = true;
     size_t ncols = 0;
     const char *head[NCOLS];
     for (int j = 0; j < NCOLS; j++)
-        if (kcol || j != KERNEL_COL) head[ncols++] = COLUMNS[j];
-    if (!rc) rc = csvio_write_row(a.f, ncols, head, err);
+        if (kcol || j != KERNEL_COL)
+            head[ncols++] = COLUMNS[j];
+    if (!rc)
+        rc = csvio_write_row(a.f, ncols, head, err);
     for (size_t i = 0; i < set->n && rc == TS_OK; i++) {
         const calib_row *r = &set->rows[i];
         char c[NCOLS][64];
@@ -168,7 +198,8 @@ int calib_write(const char *path, const calib_set *set, ts_err *err)
         }
         size_t nc = 0;
         for (int j = 0; j < NCOLS; j++)
-            if (kcol || j != KERNEL_COL) cells[nc++] = c[j];
+            if (kcol || j != KERNEL_COL)
+                cells[nc++] = c[j];
         rc = csvio_write_row(a.f, nc, cells, err);
     }
     if (rc) {
@@ -200,7 +231,8 @@ static int dbl_cmp(const void *a, const void *b)
  * COST_MAX_KNOTS (evenly thinned), write into t if >= 2 remain. */
 static void knots_to_table(knot *k, size_t n, cost_table *t)
 {
-    if (n == 0) return;
+    if (n == 0)
+        return;
     qsort(k, n, sizeof *k, knot_cmp);
     size_t m = 0;
     for (size_t i = 0; i < n;) {
@@ -216,7 +248,8 @@ static void knots_to_table(knot *k, size_t n, cost_table *t)
         m++;
         i = j;
     }
-    if (m < 2) return;
+    if (m < 2)
+        return;
     size_t keep = m < COST_MAX_KNOTS ? m : COST_MAX_KNOTS;
     t->n = (int)keep;
     for (size_t i = 0; i < keep; i++) {
@@ -227,12 +260,12 @@ static void knots_to_table(knot *k, size_t n, cost_table *t)
     }
 }
 
-int calib_fit(const calib_set *set, const cost_params *base, config_precision dtype,
-              cost_params *out, ts_err *err)
+int calib_fit(const calib_set *set, const cost_params *base, config_precision dtype, cost_params *out, ts_err *err)
 {
     size_t n = 0, nl = 0, ng = 0, nm = 0;
     for (size_t i = 0; i < set->n; i++)
-        if (!strcmp(set->rows[i].gpu, base->gpu) && set->rows[i].dtype == dtype) n++;
+        if (!strcmp(set->rows[i].gpu, base->gpu) && set->rows[i].dtype == dtype)
+            n++;
     if (n == 0)
         return err_set(err, TS_EINVAL,
                        "calibration: no rows for GPU '%s' at %s (the file must have rows with "
@@ -258,9 +291,11 @@ int calib_fit(const calib_set *set, const cost_params *base, config_precision dt
     }
     for (size_t i = 0; i < set->n; i++) {
         const calib_row *r = &set->rows[i];
-        if (strcmp(r->gpu, base->gpu) || r->dtype != dtype) continue;
+        if (strcmp(r->gpu, base->gpu) || r->dtype != dtype)
+            continue;
         double busy = r->time_ns - p.launch_ns;
-        if (busy < 0.05 * r->time_ns) busy = 0.05 * r->time_ns; /* launch-dominated kernel */
+        if (busy < 0.05 * r->time_ns)
+            busy = 0.05 * r->time_ns; /* launch-dominated kernel */
         if (r->op == CALIB_GEMM) {
             double f = 2.0 * (double)r->m * (double)r->n * (double)r->k * (double)r->batch;
             g[ng].key = cost_gemm_intensity(r->m, r->n, r->k, p.dtype_bytes);
@@ -281,41 +316,47 @@ int calib_fit(const calib_set *set, const cost_params *base, config_precision dt
                 cost_mem_kind_from_name(r->kernel) != kind)
                 continue;
             double busy = r->time_ns - p.launch_ns;
-            if (busy < 0.05 * r->time_ns) busy = 0.05 * r->time_ns;
+            if (busy < 0.05 * r->time_ns)
+                busy = 0.05 * r->time_ns;
             mk[nk].key = (double)r->bytes;
             mk[nk++].eff = (double)r->bytes / (busy * p.hbm_gbps);
         }
-        if (nk > 0) knots_to_table(mk, nk, &p.mem_kind[kind]);
+        if (nk > 0)
+            knots_to_table(mk, nk, &p.mem_kind[kind]);
     }
     free(launch);
     free(g);
     free(mk);
     int rc = cost_table_check(&p.gemm, "calibrated GEMM", err);
-    if (rc == TS_OK) rc = cost_table_check(&p.mem, "calibrated memory", err);
+    if (rc == TS_OK)
+        rc = cost_table_check(&p.mem, "calibrated memory", err);
     for (int kind = 0; kind < COST_MEM_KINDS && rc == TS_OK; kind++)
         if (p.mem_kind[kind].n != 0)
             rc = cost_table_check(&p.mem_kind[kind], cost_mem_kind_name((cost_mem_kind)kind), err);
-    if (rc == TS_OK) *out = p;
+    if (rc == TS_OK)
+        *out = p;
     return rc;
 }
 
-int calib_load_params(const char *path, const gpu_spec *gpu, config_precision prec,
-                      cost_params *out, ts_err *err)
+int calib_load_params(const char *path, const gpu_spec *gpu, config_precision prec, cost_params *out, ts_err *err)
 {
     cost_params base;
     calib_set set = {0, NULL};
     int rc = cost_params_default(gpu, prec, &base, err);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     rc = calib_read(path, &set, err);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     rc = calib_fit(&set, &base, prec, out, err);
-    if (rc) err_prefix(err, "%s: ", path);
+    if (rc)
+        err_prefix(err, "%s: ", path);
     calib_free(&set);
     return rc;
 }
 
-int calib_device_params(const calib_set *set, const gpu_spec *gpu, config_precision prec,
-                        cost_params *out, commcost_params *link, ts_err *err)
+int calib_device_params(const calib_set *set, const gpu_spec *gpu, config_precision prec, cost_params *out,
+                        commcost_params *link, ts_err *err)
 {
     cost_params base;
     memset(&base, 0, sizeof base);
@@ -328,8 +369,7 @@ int calib_device_params(const calib_set *set, const gpu_spec *gpu, config_precis
      * peaks are the best busy rates and the best kernel fits at efficiency 1 */
     double launch = 0, lv[64];
     for (size_t i = 0; i < set->n && nl < 64; i++)
-        if (!strcmp(set->rows[i].gpu, gpu->name) && set->rows[i].dtype == prec &&
-            set->rows[i].op == CALIB_LAUNCH)
+        if (!strcmp(set->rows[i].gpu, gpu->name) && set->rows[i].dtype == prec && set->rows[i].op == CALIB_LAUNCH)
             lv[nl++] = set->rows[i].time_ns;
     if (nl > 0) {
         qsort(lv, nl, sizeof *lv, dbl_cmp);
@@ -337,31 +377,41 @@ int calib_device_params(const calib_set *set, const gpu_spec *gpu, config_precis
     }
     for (size_t i = 0; i < set->n; i++) {
         const calib_row *r = &set->rows[i];
-        if (strcmp(r->gpu, gpu->name) || r->dtype != prec) continue;
+        if (strcmp(r->gpu, gpu->name) || r->dtype != prec)
+            continue;
         switch (r->op) {
         case CALIB_GEMM: {
             double f = 2.0 * (double)r->m * (double)r->n * (double)r->k * (double)r->batch;
             double busy = r->time_ns - launch;
-            if (busy < 0.05 * r->time_ns) busy = 0.05 * r->time_ns;
+            if (busy < 0.05 * r->time_ns)
+                busy = 0.05 * r->time_ns;
             double tf = f / busy / 1e3;
-            if (tf > base.peak_tflops) base.peak_tflops = tf;
+            if (tf > base.peak_tflops)
+                base.peak_tflops = tf;
             ng++;
             break;
         }
         case CALIB_MEMORY: {
             double busy = r->time_ns - launch;
-            if (busy < 0.05 * r->time_ns) busy = 0.05 * r->time_ns;
+            if (busy < 0.05 * r->time_ns)
+                busy = 0.05 * r->time_ns;
             double gb = (double)r->bytes / busy;
-            if (gb > base.hbm_gbps) base.hbm_gbps = gb;
+            if (gb > base.hbm_gbps)
+                base.hbm_gbps = gb;
             nm++;
             break;
         }
-        case CALIB_LAUNCH: break;
-        case CALIB_P2P: p2p = r; break;
-        case CALIB_ALLREDUCE: ar = r; break;
+        case CALIB_LAUNCH:
+            break;
+        case CALIB_P2P:
+            p2p = r;
+            break;
+        case CALIB_ALLREDUCE:
+            ar = r;
+            break;
         }
     }
-    const char *missing = nl == 0 ? "a launch row"
+    const char *missing = nl == 0  ? "a launch row"
                           : ng < 2 ? "at least 2 gemm rows"
                           : nm < 2 ? "at least 2 memory rows"
                           : !p2p   ? "a p2p row (alpha_ns, gbps)"
@@ -372,10 +422,10 @@ int calib_device_params(const calib_set *set, const gpu_spec *gpu, config_precis
                        "calibration: device '%s' takes all its costs from the file, which lacks "
                        "%s for gpu=%s, dtype=%s (write it with trainsim calibrate --gpu %s "
                        "--dtype %s)",
-                       gpu->name, missing, gpu->name, dtype_name(prec), gpu->name,
-                       dtype_name(prec));
+                       gpu->name, missing, gpu->name, dtype_name(prec), gpu->name, dtype_name(prec));
     int rc = calib_fit(set, &base, prec, out, err);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     memset(link, 0, sizeof *link);
     int n = ar->ranks;
     link->nvlink_alpha_ns = p2p->alpha_ns;

@@ -75,12 +75,12 @@ typedef struct {
     char gpu[CONFIG_NAME_BYTES];
     calib_op op;
     config_precision dtype;
-    int64_t m, n, k, batch;   /* gemm */
-    int64_t bytes;            /* memory */
-    char kernel[24];          /* memory: kernel kind name, "" = generic */
-    double time_ns;           /* > 0 (0 on p2p / allreduce rows) */
-    int ranks;                /* p2p, allreduce */
-    double alpha_ns, gbps;    /* p2p, allreduce */
+    int64_t m, n, k, batch; /* gemm */
+    int64_t bytes;          /* memory */
+    char kernel[24];        /* memory: kernel kind name, "" = generic */
+    double time_ns;         /* > 0 (0 on p2p / allreduce rows) */
+    int ranks;              /* p2p, allreduce */
+    double alpha_ns, gbps;  /* p2p, allreduce */
 } calib_row;
 
 typedef struct {
@@ -103,20 +103,18 @@ void calib_free(calib_set *set); /* frees the rows; set itself is the caller's *
 /* Start from base (usually cost_params_default) and replace launch_ns and
  * the tables with those fitted from the rows of base->gpu at dtype (see
  * above). TS_EINVAL if the set has no row for that gpu and dtype. */
-int calib_fit(const calib_set *set, const cost_params *base, config_precision dtype,
-              cost_params *out, ts_err *err);
+int calib_fit(const calib_set *set, const cost_params *base, config_precision dtype, cost_params *out, ts_err *err);
 
 /* What `--calibration FILE` does: cost_params_default(gpu, prec) as the
  * base (so the GPU kind must have default tables), calib_read(path),
  * calib_fit. Errors name the file. */
-int calib_load_params(const char *path, const gpu_spec *gpu, config_precision prec,
-                      cost_params *out, ts_err *err);
+int calib_load_params(const char *path, const gpu_spec *gpu, config_precision prec, cost_params *out, ts_err *err);
 
 /* What `--calibration FILE` does for a calibrated-only device (see above):
  * compute params and link params entirely from the file's rows for gpu at
  * prec. TS_EINVAL naming what is missing (rows, shapes, link rows). */
-int calib_device_params(const calib_set *set, const gpu_spec *gpu, config_precision prec,
-                        cost_params *out, commcost_params *link, ts_err *err);
+int calib_device_params(const calib_set *set, const gpu_spec *gpu, config_precision prec, cost_params *out,
+                        commcost_params *link, ts_err *err);
 
 const char *calib_op_name(calib_op op);
 

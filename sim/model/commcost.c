@@ -35,8 +35,8 @@
  * messages (the pipeline and TP messages of the calibration rows are >= 25 MB,
  * where 7 steps x 5 us is < 5% of the time). A calibration file's measured
  * collective rows replace them (calib.h). */
-#define ALPHA_NVLINK_NS 5000.0   /* assumption, see above */
-#define ALPHA_NIC_NS 10000.0     /* assumption, see above */
+#define ALPHA_NVLINK_NS 5000.0  /* assumption, see above */
+#define ALPHA_NIC_NS    10000.0 /* assumption, see above */
 
 int commcost_params_default(const gpu_spec *gpu, commcost_params *out, ts_err *err)
 {
@@ -49,10 +49,10 @@ int commcost_params_default(const gpu_spec *gpu, commcost_params *out, ts_err *e
         out->nvlink_p2p_gbps = 240.0;             /* networks.csv, measured effective */
         out->nic_gbps_per_gpu = 2.0 * 12.2;       /* networks.csv: 12.2 per 100 Gb/s, HDR 200 Gb/s */
     } else if (strncmp(gpu->name, "H100", 4) == 0 || strncmp(gpu->name, "H200", 4) == 0) {
-        out->nvlink_allreduce_busbw_gbps = 480.0; /* networks.csv, NVLink SHARP, measured */
-        out->nvlink_busbw_gbps = 370.0;           /* networks.csv, ring, measured */
+        out->nvlink_allreduce_busbw_gbps = 480.0;     /* networks.csv, NVLink SHARP, measured */
+        out->nvlink_busbw_gbps = 370.0;               /* networks.csv, ring, measured */
         out->nvlink_p2p_gbps = 450.0 * 240.0 / 300.0; /* line rate x A100 effective ratio */
-        out->nic_gbps_per_gpu = 47.0;             /* networks.csv, per 400 Gb/s NIC, measured */
+        out->nic_gbps_per_gpu = 47.0;                 /* networks.csv, per 400 Gb/s NIC, measured */
     } else {
         return err_set(err, TS_EINVAL,
                        "no communication defaults for GPU kind '%s' (known: A100*, H100*, "
@@ -67,11 +67,9 @@ int commcost_group_check(commcost_coll coll, const commcost_group *g, ts_err *er
     if ((unsigned)coll >= COMM_COLL_COUNT)
         return err_set(err, TS_EINVAL, "unknown collective %d", (int)coll);
     if (g->ranks < 1)
-        return err_set(err, TS_EINVAL, "%s: group of %d ranks (expected >= 1)",
-                       commcost_coll_name(coll), g->ranks);
+        return err_set(err, TS_EINVAL, "%s: group of %d ranks (expected >= 1)", commcost_coll_name(coll), g->ranks);
     if (g->ranks_per_node < 1 || g->ranks_per_node > g->ranks || g->ranks % g->ranks_per_node)
-        return err_set(err, TS_EINVAL,
-                       "%s: %d ranks per node in a group of %d (expected a divisor of %d)",
+        return err_set(err, TS_EINVAL, "%s: %d ranks per node in a group of %d (expected a divisor of %d)",
                        commcost_coll_name(coll), g->ranks_per_node, g->ranks, g->ranks);
     if (coll == COMM_P2P && g->ranks != 2)
         return err_set(err, TS_EINVAL, "p2p: group of %d ranks (expected 2)", g->ranks);
@@ -82,27 +80,30 @@ int commcost_group_check(commcost_coll coll, const commcost_group *g, ts_err *er
  * bytes/ns) and step latency alpha: the closed forms of formulas.md. */
 static double ring_ns(commcost_coll coll, double S, int n, double beta_gbps, double alpha_ns)
 {
-    if (n <= 1) return 0.0;
+    if (n <= 1)
+        return 0.0;
     double f = (double)(n - 1) / n;
     switch (coll) {
-    case COMM_ALL_REDUCE: return 2.0 * (n - 1) * alpha_ns + 2.0 * f * S / beta_gbps;
+    case COMM_ALL_REDUCE:
+        return 2.0 * (n - 1) * alpha_ns + 2.0 * f * S / beta_gbps;
     case COMM_ALL_GATHER:
-    case COMM_REDUCE_SCATTER: return (n - 1) * alpha_ns + f * S / beta_gbps;
+    case COMM_REDUCE_SCATTER:
+        return (n - 1) * alpha_ns + f * S / beta_gbps;
     case COMM_P2P:
-    default: return alpha_ns + S / beta_gbps;
+    default:
+        return alpha_ns + S / beta_gbps;
     }
 }
 
-int64_t commcost_ns(const commcost_params *p, commcost_coll coll, int64_t bytes,
-                    const commcost_group *g)
+int64_t commcost_ns(const commcost_params *p, commcost_coll coll, int64_t bytes, const commcost_group *g)
 {
-    if (g->ranks <= 1 || bytes <= 0) return 0;
+    if (g->ranks <= 1 || bytes <= 0)
+        return 0;
     double S = (double)bytes;
     int n = g->ranks, k = g->ranks_per_node, N = n / k; /* N nodes */
     double ns;
     if (coll == COMM_P2P) {
-        ns = (k == 2) ? p->nvlink_alpha_ns + S / p->nvlink_p2p_gbps
-                      : p->nic_alpha_ns + S / p->nic_gbps_per_gpu;
+        ns = (k == 2) ? p->nvlink_alpha_ns + S / p->nvlink_p2p_gbps : p->nic_alpha_ns + S / p->nic_gbps_per_gpu;
     } else if (N == 1) {
         double bw = coll == COMM_ALL_REDUCE ? p->nvlink_allreduce_busbw_gbps : p->nvlink_busbw_gbps;
         ns = ring_ns(coll, S, n, bw, p->nvlink_alpha_ns);
@@ -111,28 +112,33 @@ int64_t commcost_ns(const commcost_params *p, commcost_coll coll, int64_t bytes,
          * S/k per rank through its NIC share. */
         double intra_rs = ring_ns(COMM_REDUCE_SCATTER, S, k, p->nvlink_busbw_gbps, p->nvlink_alpha_ns);
         double inter = ring_ns(coll, S / k, N, p->nic_gbps_per_gpu, p->nic_alpha_ns);
-        if (coll == COMM_ALL_REDUCE) ns = intra_rs + inter + intra_rs; /* RS, AR, AG */
-        else ns = intra_rs + inter; /* AG: inter then intra; RS: intra then inter */
+        if (coll == COMM_ALL_REDUCE)
+            ns = intra_rs + inter + intra_rs; /* RS, AR, AG */
+        else
+            ns = intra_rs + inter; /* AG: inter then intra; RS: intra then inter */
     }
     return (int64_t)llround(ns);
 }
 
 double commcost_wire_bytes(commcost_coll coll, int64_t bytes, int ranks)
 {
-    if (ranks <= 1 && coll != COMM_P2P) return 0.0;
+    if (ranks <= 1 && coll != COMM_P2P)
+        return 0.0;
     double S = (double)bytes, f = (double)(ranks - 1) / ranks;
     switch (coll) {
-    case COMM_ALL_REDUCE: return 2.0 * f * S;
+    case COMM_ALL_REDUCE:
+        return 2.0 * f * S;
     case COMM_ALL_GATHER:
-    case COMM_REDUCE_SCATTER: return f * S;
+    case COMM_REDUCE_SCATTER:
+        return f * S;
     case COMM_P2P:
-    default: return S;
+    default:
+        return S;
     }
 }
 
 const char *commcost_coll_name(commcost_coll coll)
 {
-    static const char *const names[COMM_COLL_COUNT] = {"all-reduce", "all-gather",
-                                                       "reduce-scatter", "p2p"};
+    static const char *const names[COMM_COLL_COUNT] = {"all-reduce", "all-gather", "reduce-scatter", "p2p"};
     return (unsigned)coll < COMM_COLL_COUNT ? names[coll] : "?";
 }

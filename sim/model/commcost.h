@@ -34,13 +34,7 @@
 #include "sim/config/config.h"
 #include "sim/util/err.h"
 
-typedef enum {
-    COMM_ALL_REDUCE = 0,
-    COMM_ALL_GATHER,
-    COMM_REDUCE_SCATTER,
-    COMM_P2P,
-    COMM_COLL_COUNT
-} commcost_coll;
+typedef enum { COMM_ALL_REDUCE = 0, COMM_ALL_GATHER, COMM_REDUCE_SCATTER, COMM_P2P, COMM_COLL_COUNT } commcost_coll;
 
 /* Where the ranks of one group sit. */
 typedef struct {
@@ -70,8 +64,7 @@ int commcost_group_check(commcost_coll coll, const commcost_group *g, ts_err *er
 /* Time of one collective of `bytes` (convention above) in ns, rounded to
  * the nearest integer; 0 for n == 1 or bytes == 0. The group must pass
  * commcost_group_check (not re-checked: behaviour is unspecified otherwise). */
-int64_t commcost_ns(const commcost_params *p, commcost_coll coll, int64_t bytes,
-                    const commcost_group *g);
+int64_t commcost_ns(const commcost_params *p, commcost_coll coll, int64_t bytes, const commcost_group *g);
 
 /* Bytes a rank sends over the wire for the collective (ring algorithm,
  * flat): all-reduce 2(n-1)/n*S, all-gather and reduce-scatter (n-1)/n*S,

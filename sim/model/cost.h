@@ -22,50 +22,49 @@
 
 #include <stdint.h>
 
-#include "sim/model/commcost.h"
 #include "sim/config/config.h"
-#include "sim/util/err.h"
+#include "sim/model/commcost.h"
 #include "sim/model/layer.h"
+#include "sim/util/err.h"
 
 #define COST_MAX_KNOTS 32
 
 /* An efficiency table: strictly increasing keys > 0, efficiencies in (0, 1]. */
 typedef struct {
-    int n;                        /* knots, 2..COST_MAX_KNOTS */
-    double key[COST_MAX_KNOTS];   /* GEMM: flops/byte; memory: bytes */
-    double eff[COST_MAX_KNOTS];   /* fraction of peak */
+    int n;                      /* knots, 2..COST_MAX_KNOTS */
+    double key[COST_MAX_KNOTS]; /* GEMM: flops/byte; memory: bytes */
+    double eff[COST_MAX_KNOTS]; /* fraction of peak */
 } cost_table;
 
 /* Element-wise kernel kinds with their own table (names as the
  * microbenchmark and the calibration CSV's kernel column write them). */
 typedef enum {
-    COST_MEM_COPY = 0,   /* "copy": embedding lookup/gradient, dropout */
-    COST_MEM_LAYERNORM,  /* "layernorm": ln1, ln2, final.ln (+ .bwd) */
-    COST_MEM_SOFTMAX,    /* "softmax": attn.softmax, ce (+ .bwd) */
-    COST_MEM_GELU,       /* "gelu": gelu, swiglu (+ .bwd) */
-    COST_MEM_RESIDUAL,   /* "bias_residual": *.dropadd (+ .bwd) */
-    COST_MEM_ADAM,       /* "adam": the optimizer step */
+    COST_MEM_COPY = 0,  /* "copy": embedding lookup/gradient, dropout */
+    COST_MEM_LAYERNORM, /* "layernorm": ln1, ln2, final.ln (+ .bwd) */
+    COST_MEM_SOFTMAX,   /* "softmax": attn.softmax, ce (+ .bwd) */
+    COST_MEM_GELU,      /* "gelu": gelu, swiglu (+ .bwd) */
+    COST_MEM_RESIDUAL,  /* "bias_residual": *.dropadd (+ .bwd) */
+    COST_MEM_ADAM,      /* "adam": the optimizer step */
     COST_MEM_KINDS
 } cost_mem_kind;
 
 typedef struct {
-    char gpu[CONFIG_NAME_BYTES];  /* GPU kind the tables are for */
-    double peak_tflops;           /* dense peak at the run's precision, TFLOP/s */
-    double hbm_gbps;              /* memory bandwidth, GB/s */
-    int dtype_bytes;              /* 2 or 4 */
-    double launch_ns;             /* per-kernel launch overhead */
-    double overlap_slowdown;      /* sigma >= 0: a compute op runs at rate 1/(1+sigma)
+    char gpu[CONFIG_NAME_BYTES]; /* GPU kind the tables are for */
+    double peak_tflops;          /* dense peak at the run's precision, TFLOP/s */
+    double hbm_gbps;             /* memory bandwidth, GB/s */
+    int dtype_bytes;             /* 2 or 4 */
+    double launch_ns;            /* per-kernel launch overhead */
+    double overlap_slowdown;     /* sigma >= 0: a compute op runs at rate 1/(1+sigma)
                                      while a collective runs on the same GPU (NCCL
                                      kernels take SMs and HBM bandwidth) */
-    cost_table gemm;              /* key: arithmetic intensity, flops/byte */
-    cost_table mem;               /* key: bytes read + written */
+    cost_table gemm;             /* key: arithmetic intensity, flops/byte */
+    cost_table mem;              /* key: bytes read + written */
     /* Optional per-kernel memory tables (n = 0: absent, the op uses mem).
      * Element-wise kernels differ a lot on a CPU (GELU's erf costs ~50x a
      * copy per byte), so a calibration that measured each kind fills these;
      * the GPU defaults leave them empty. Same key and peak (hbm_gbps) as mem. */
-    cost_table mem_kind[COST_MEM_KINDS];       /* indexed by cost_mem_kind */
+    cost_table mem_kind[COST_MEM_KINDS]; /* indexed by cost_mem_kind */
 } cost_params;
-
 
 /* Kind of a kernel name ("gelu", "layernorm", ...): -1 if none. */
 int cost_mem_kind_from_name(const char *kernel);
@@ -77,8 +76,7 @@ int cost_mem_kind_of_op(const char *op_name);
 /* Default params for gpu (peaks from gpu_spec, i.e. the datasheet) at
  * precision prec. Tables exist for "A100*", "H100*", "H200*"; another kind
  * gives TS_EINVAL naming those and suggesting --calibration. */
-int cost_params_default(const gpu_spec *gpu, config_precision prec, cost_params *out,
-                        ts_err *err);
+int cost_params_default(const gpu_spec *gpu, config_precision prec, cost_params *out, ts_err *err);
 
 /* Check a table (n, increasing keys, efficiencies in (0,1]); what names the
  * table in the message. */
@@ -133,7 +131,7 @@ typedef struct {
     int64_t exposed_comm_ns; /* makespan - compute_ns (>= 0) */
 } cost_ops_times;
 
-int64_t cost_ops_run_ns(const cost_model *cm, const commcost_params *cp,
-                        const commcost_group *group, const layer_ops *ops, cost_ops_times *out);
+int64_t cost_ops_run_ns(const cost_model *cm, const commcost_params *cp, const commcost_group *group,
+                        const layer_ops *ops, cost_ops_times *out);
 
 #endif

@@ -47,8 +47,7 @@ double flops_model_per_iter(const model_config *m, int64_t global_batch)
     return 3.0 * per_seq * (double)global_batch; /* backward = 2 x forward */
 }
 
-double flops_hardware_per_iter(const model_config *m, int64_t global_batch, config_recompute r,
-                               int recompute_layers)
+double flops_hardware_per_iter(const model_config *m, int64_t global_batch, config_recompute r, int recompute_layers)
 {
     double extra = 0;
     if (r == RECOMPUTE_SELECTIVE)
@@ -67,33 +66,28 @@ static double base(int64_t B, int64_t s, int64_t l, int64_t h)
 
 double flops_closed_model(int64_t B, int64_t s, int64_t l, int64_t h, int64_t V)
 {
-    return 72.0 * base(B, s, l, h) *
-           (1.0 + (double)s / (6.0 * h) + (double)V / (12.0 * (double)l * (double)h));
+    return 72.0 * base(B, s, l, h) * (1.0 + (double)s / (6.0 * h) + (double)V / (12.0 * (double)l * (double)h));
 }
 
 double flops_closed_full_recompute(int64_t B, int64_t s, int64_t l, int64_t h, int64_t V)
 {
-    return 96.0 * base(B, s, l, h) *
-           (1.0 + (double)s / (6.0 * h) + (double)V / (16.0 * (double)l * (double)h));
+    return 96.0 * base(B, s, l, h) * (1.0 + (double)s / (6.0 * h) + (double)V / (16.0 * (double)l * (double)h));
 }
 
 double flops_closed_selective_published(int64_t B, int64_t s, int64_t l, int64_t h, int64_t V)
 {
-    return 72.0 * base(B, s, l, h) *
-           (1.0 + (double)s / (3.0 * h) + (double)V / (12.0 * (double)l * (double)h));
+    return 72.0 * base(B, s, l, h) * (1.0 + (double)s / (3.0 * h) + (double)V / (12.0 * (double)l * (double)h));
 }
 
 double flops_closed_selective_ops(int64_t B, int64_t s, int64_t l, int64_t h, int64_t V)
 {
-    return 72.0 * base(B, s, l, h) *
-           (1.0 + 2.0 * (double)s / (9.0 * h) + (double)V / (12.0 * (double)l * (double)h));
+    return 72.0 * base(B, s, l, h) * (1.0 + 2.0 * (double)s / (9.0 * h) + (double)V / (12.0 * (double)l * (double)h));
 }
 
 double flops_closed_params(int64_t l, int64_t h, int64_t V, int64_t s)
 {
     double dl = (double)l, dh = (double)h;
-    return 12.0 * dl * dh * dh *
-           (1.0 + 13.0 / (12.0 * dh) + (double)(V + s) / (12.0 * dl * dh));
+    return 12.0 * dl * dh * dh * (1.0 + 13.0 / (12.0 * dh) + (double)(V + s) / (12.0 * dl * dh));
 }
 
 /* ---------------------------------------------------------------- parameters */
@@ -102,33 +96,35 @@ void flops_param_count(const model_config *m, flops_params *out)
 {
     int64_t h = m->hidden_size, ffn = m->ffn_hidden_size;
     int64_t qkv = qkv_cols(m), fc1 = fc1_cols(m);
-    out->per_layer = (h * qkv + qkv)    /* QKV weight + bias */
-                     + (h * h + h)      /* projection */
-                     + (h * fc1 + fc1)  /* FC1 */
-                     + (ffn * h + h)    /* FC2 */
-                     + 2 * 2 * h;       /* two LayerNorms (weight + bias) */
+    out->per_layer = (h * qkv + qkv)   /* QKV weight + bias */
+                     + (h * h + h)     /* projection */
+                     + (h * fc1 + fc1) /* FC1 */
+                     + (ffn * h + h)   /* FC2 */
+                     + 2 * 2 * h;      /* two LayerNorms (weight + bias) */
     out->embedding = (int64_t)m->padded_vocab_size * h + (int64_t)m->seq_length * h;
     out->final_norm = 2 * h;
     out->total = (int64_t)m->num_layers * out->per_layer + out->embedding + out->final_norm;
     out->total_no_embedding = out->total - out->embedding;
 }
 
-int64_t flops_params_stage(const model_config *m, int t, int num_layers, int with_embedding,
-                           int with_output)
+int64_t flops_params_stage(const model_config *m, int t, int num_layers, int with_embedding, int with_output)
 {
     int64_t h = m->hidden_size, ffn = m->ffn_hidden_size, V = m->padded_vocab_size;
     int64_t qkv = qkv_cols(m), fc1 = fc1_cols(m);
-    if (t < 1) t = 1;
-    int64_t layer = (h * qkv + qkv) / t          /* column-parallel: weight and bias split */
-                    + h * h / t + h              /* row-parallel: weight split, bias replicated */
-                    + (h * fc1 + fc1) / t        /* column-parallel */
-                    + ffn * h / t + h            /* row-parallel */
-                    + 4 * h;                     /* LayerNorms, replicated */
+    if (t < 1)
+        t = 1;
+    int64_t layer = (h * qkv + qkv) / t   /* column-parallel: weight and bias split */
+                    + h * h / t + h       /* row-parallel: weight split, bias replicated */
+                    + (h * fc1 + fc1) / t /* column-parallel */
+                    + ffn * h / t + h     /* row-parallel */
+                    + 4 * h;              /* LayerNorms, replicated */
     int64_t p = (int64_t)num_layers * layer;
-    if (with_embedding) p += V * h / t + (int64_t)m->seq_length * h;
+    if (with_embedding)
+        p += V * h / t + (int64_t)m->seq_length * h;
     if (with_output) {
         p += 2 * h;
-        if (!with_embedding) p += V * h / t; /* tied copy of the word embedding */
+        if (!with_embedding)
+            p += V * h / t; /* tied copy of the word embedding */
     }
     return p;
 }

@@ -40,8 +40,7 @@ double flops_model_per_iter(const model_config *m, int64_t global_batch);
  * forward; the logit layer is never recomputed). recompute_layers = how many
  * of the l layers are recomputed (full with --recompute-num-layers; pass
  * m->num_layers for all). */
-double flops_hardware_per_iter(const model_config *m, int64_t global_batch,
-                               config_recompute r, int recompute_layers);
+double flops_hardware_per_iter(const model_config *m, int64_t global_batch, config_recompute r, int recompute_layers);
 
 /* ---- published closed forms (formulas.md), GPT shapes ------------------- */
 
@@ -63,10 +62,10 @@ double flops_closed_params(int64_t l, int64_t h, int64_t V, int64_t s);
 /* ---- parameter counts --------------------------------------------------- */
 
 typedef struct {
-    int64_t per_layer;      /* one transformer layer (weights, biases, 2 LayerNorms) */
-    int64_t embedding;      /* word (V*h) + learned position (s*h) embeddings */
-    int64_t final_norm;     /* final LayerNorm: 2h */
-    int64_t total;          /* l*per_layer + embedding + final_norm (output tied) */
+    int64_t per_layer;          /* one transformer layer (weights, biases, 2 LayerNorms) */
+    int64_t embedding;          /* word (V*h) + learned position (s*h) embeddings */
+    int64_t final_norm;         /* final LayerNorm: 2h */
+    int64_t total;              /* l*per_layer + embedding + final_norm (output tied) */
     int64_t total_no_embedding; /* total - embedding */
 } flops_params;
 
@@ -81,7 +80,6 @@ void flops_param_count(const model_config *m, flops_params *out);
  * final LayerNorm and, if !with_embedding, the tied output weight V*h/t.
  * Column-parallel weights and biases and row-parallel weights are split
  * over t; LayerNorms and row-parallel biases are replicated. */
-int64_t flops_params_stage(const model_config *m, int t, int num_layers, int with_embedding,
-                           int with_output);
+int64_t flops_params_stage(const model_config *m, int t, int num_layers, int with_embedding, int with_output);
 
 #endif

@@ -7,23 +7,19 @@
 
 int layer_shape_check(const layer_shape *L, ts_err *err)
 {
-    if (L->h < 1 || L->a < 1 || L->g < 1 || L->ffn < 1 || L->s < 1 || L->b < 1 || L->V < 1 ||
-        L->t < 1)
+    if (L->h < 1 || L->a < 1 || L->g < 1 || L->ffn < 1 || L->s < 1 || L->b < 1 || L->V < 1 || L->t < 1)
         return err_set(err, TS_EINVAL,
                        "layer shape: hidden %lld, heads %lld, query groups %lld, ffn %lld, "
                        "seq %lld, micro-batch %lld, vocab %lld, tp %d: all must be >= 1",
-                       (long long)L->h, (long long)L->a, (long long)L->g, (long long)L->ffn,
-                       (long long)L->s, (long long)L->b, (long long)L->V, L->t);
+                       (long long)L->h, (long long)L->a, (long long)L->g, (long long)L->ffn, (long long)L->s,
+                       (long long)L->b, (long long)L->V, L->t);
     if (L->dtype_bytes != 2 && L->dtype_bytes != 4)
-        return err_set(err, TS_EINVAL, "layer shape: dtype bytes %d (expected 2 or 4)",
-                       L->dtype_bytes);
+        return err_set(err, TS_EINVAL, "layer shape: dtype bytes %d (expected 2 or 4)", L->dtype_bytes);
     if (L->h % L->a)
-        return err_set(err, TS_EINVAL,
-                       "--hidden-size %lld is not a multiple of --num-attention-heads %lld",
+        return err_set(err, TS_EINVAL, "--hidden-size %lld is not a multiple of --num-attention-heads %lld",
                        (long long)L->h, (long long)L->a);
     if (L->a % L->g)
-        return err_set(err, TS_EINVAL,
-                       "--num-attention-heads %lld is not a multiple of --num-query-groups %lld",
+        return err_set(err, TS_EINVAL, "--num-attention-heads %lld is not a multiple of --num-query-groups %lld",
                        (long long)L->a, (long long)L->g);
     if (L->a % L->t || L->g % L->t)
         return err_set(err, TS_EINVAL,
@@ -31,21 +27,18 @@ int layer_shape_check(const layer_shape *L, ts_err *err)
                        "%lld and --num-query-groups %lld",
                        L->t, (long long)L->a, (long long)L->g);
     if (L->ffn % L->t)
-        return err_set(err, TS_EINVAL,
-                       "--tensor-model-parallel-size %d must divide --ffn-hidden-size %lld",
-                       L->t, (long long)L->ffn);
+        return err_set(err, TS_EINVAL, "--tensor-model-parallel-size %d must divide --ffn-hidden-size %lld", L->t,
+                       (long long)L->ffn);
     if (L->V % L->t)
-        return err_set(err, TS_EINVAL,
-                       "--tensor-model-parallel-size %d must divide --padded-vocab-size %lld",
-                       L->t, (long long)L->V);
+        return err_set(err, TS_EINVAL, "--tensor-model-parallel-size %d must divide --padded-vocab-size %lld", L->t,
+                       (long long)L->V);
     if (L->sp && (L->s * L->b) % L->t)
         return err_set(err, TS_EINVAL,
                        "--sequence-parallel: tokens per micro-batch %lld (seq x micro-batch) "
                        "are not a multiple of --tensor-model-parallel-size %d",
                        (long long)L->s * L->b, L->t);
     if ((int)L->recompute < RECOMPUTE_NONE || (int)L->recompute > RECOMPUTE_FULL)
-        return err_set(err, TS_EINVAL, "layer shape: unknown recompute mode %d",
-                       (int)L->recompute);
+        return err_set(err, TS_EINVAL, "layer shape: unknown recompute mode %d", (int)L->recompute);
     return TS_OK;
 }
 
@@ -66,24 +59,25 @@ int layer_shape_from_config(const config *c, layer_shape *out, ts_err *err)
     L.dtype_bytes = c->model.precision == PREC_FP32 ? 4 : 2;
     L.recompute = c->par.recompute;
     int rc = layer_shape_check(&L, err);
-    if (rc == TS_OK) *out = L;
+    if (rc == TS_OK)
+        *out = L;
     return rc;
 }
 
 /* Derived sizes of one TP rank. */
 typedef struct {
-    int64_t T;      /* tokens of the micro-batch: s*b */
-    int64_t Tl;     /* tokens an element-wise op sees: T, or T/t with SP */
-    int64_t d;      /* head dim h/a */
-    int64_t at;     /* heads on this rank */
-    int64_t gt;     /* query groups on this rank */
-    int64_t qkv_n;  /* QKV output columns on this rank: (h + 2*g*d)/t */
-    int64_t ffn_t;  /* FFN columns per gate on this rank */
-    int64_t fc1_n;  /* FC1 output columns (2*ffn_t for SwiGLU) */
-    int64_t Vt;     /* vocabulary shard */
-    int64_t dt;     /* bytes per element */
-    int64_t S;      /* TP collective size: T*h*dt */
-    bool comm;      /* t > 1: collectives exist */
+    int64_t T;     /* tokens of the micro-batch: s*b */
+    int64_t Tl;    /* tokens an element-wise op sees: T, or T/t with SP */
+    int64_t d;     /* head dim h/a */
+    int64_t at;    /* heads on this rank */
+    int64_t gt;    /* query groups on this rank */
+    int64_t qkv_n; /* QKV output columns on this rank: (h + 2*g*d)/t */
+    int64_t ffn_t; /* FFN columns per gate on this rank */
+    int64_t fc1_n; /* FC1 output columns (2*ffn_t for SwiGLU) */
+    int64_t Vt;    /* vocabulary shard */
+    int64_t dt;    /* bytes per element */
+    int64_t S;     /* TP collective size: T*h*dt */
+    bool comm;     /* t > 1: collectives exist */
 } dims;
 
 static dims dims_of(const layer_shape *L)
@@ -164,32 +158,36 @@ static void attn_core_fwd(const layer_shape *L, const dims *D, layer_ops *o)
 {
     int64_t bh = L->b * D->at, P = bh * L->s * L->s; /* score elements */
     bgemm(o, "attn.qk", L->s, L->s, D->d, bh);
-    mem(o, "attn.softmax", 2 * P * D->dt);           /* fused scale-mask-softmax: read + write */
-    mem(o, "attn.dropout", P * (2 * D->dt + 1));     /* read, write, 1-byte mask */
+    mem(o, "attn.softmax", 2 * P * D->dt);       /* fused scale-mask-softmax: read + write */
+    mem(o, "attn.dropout", P * (2 * D->dt + 1)); /* read, write, 1-byte mask */
     bgemm(o, "attn.av", L->s, D->d, L->s, bh);
 }
 
 /* Row-parallel GEMM output reduction: all-reduce, or reduce-scatter with SP. */
-static void tp_reduce(const layer_shape *L, const dims *D, layer_ops *o, const char *ar,
-                      const char *rs)
+static void tp_reduce(const layer_shape *L, const dims *D, layer_ops *o, const char *ar, const char *rs)
 {
-    if (!D->comm) return;
-    if (L->sp) comm(o, rs, COMM_REDUCE_SCATTER, D->S, L->t);
-    else comm(o, ar, COMM_ALL_REDUCE, D->S, L->t);
+    if (!D->comm)
+        return;
+    if (L->sp)
+        comm(o, rs, COMM_REDUCE_SCATTER, D->S, L->t);
+    else
+        comm(o, ar, COMM_ALL_REDUCE, D->S, L->t);
 }
 
 static void layer_fwd(const layer_shape *L, const dims *D, layer_ops *o)
 {
     int64_t h = L->h, E = D->Tl * h; /* elements of an element-wise op */
     mem(o, "ln1", 2 * E * D->dt);
-    if (L->sp && D->comm) comm(o, "ln1.ag", COMM_ALL_GATHER, D->S, L->t);
+    if (L->sp && D->comm)
+        comm(o, "ln1.ag", COMM_ALL_GATHER, D->S, L->t);
     gemm(o, "qkv", D->T, D->qkv_n, h);
     attn_core_fwd(L, D, o);
     gemm(o, "proj", D->T, h, h / L->t);
     tp_reduce(L, D, o, "proj.ar", "proj.rs");
     mem(o, "attn.dropadd", E * (3 * D->dt + 1)); /* bias-dropout-add: 2 reads, write, mask */
     mem(o, "ln2", 2 * E * D->dt);
-    if (L->sp && D->comm) comm(o, "ln2.ag", COMM_ALL_GATHER, D->S, L->t);
+    if (L->sp && D->comm)
+        comm(o, "ln2.ag", COMM_ALL_GATHER, D->S, L->t);
     gemm(o, "fc1", D->T, D->fc1_n, h);
     mem(o, L->swiglu ? "swiglu" : "gelu", D->T * (D->fc1_n + D->ffn_t) * D->dt);
     gemm(o, "fc2", D->T, h, D->ffn_t);
@@ -200,9 +198,9 @@ static void layer_fwd(const layer_shape *L, const dims *D, layer_ops *o)
 /* Column-parallel GEMM backward (QKV or FC1). whole: dgrad, the input-grad
  * collective overlapped with wgrad (SP: re-gather of the input overlapped
  * with dgrad). !whole (I pass): dgrad and the collective only. */
-static void colpar_bwd(const layer_shape *L, const dims *D, layer_ops *o, bool whole,
-                       const char *ag_name, const char *dg_name, const char *ar_name,
-                       const char *rs_name, const char *wg_name, int64_t n_out)
+static void colpar_bwd(const layer_shape *L, const dims *D, layer_ops *o, bool whole, const char *ag_name,
+                       const char *dg_name, const char *ar_name, const char *rs_name, const char *wg_name,
+                       int64_t n_out)
 {
     int64_t h = L->h;
     int prev = o->n - 1, ag = -1;
@@ -215,8 +213,10 @@ static void colpar_bwd(const layer_shape *L, const dims *D, layer_ops *o, bool w
     o->op[dg].overlap = ag;
     int c = -1;
     if (D->comm) {
-        if (L->sp) c = comm(o, rs_name, COMM_REDUCE_SCATTER, D->S, L->t);
-        else c = comm(o, ar_name, COMM_ALL_REDUCE, D->S, L->t);
+        if (L->sp)
+            c = comm(o, rs_name, COMM_REDUCE_SCATTER, D->S, L->t);
+        else
+            c = comm(o, ar_name, COMM_ALL_REDUCE, D->S, L->t);
         deps(o, c, dg, -1);
     }
     if (whole) {
@@ -234,10 +234,13 @@ static void join_last_two(layer_ops *o, int first_of_block)
     int i = o->n - 1; /* the op just pushed */
     int a = -1, b = -1;
     for (int j = i - 1; j >= first_of_block; j--) {
-        if (o->op[j].kind == LAYER_OP_COMM && a < 0 && o->op[j].coll != COMM_ALL_GATHER) a = j;
-        if (o->op[j].kind == LAYER_OP_GEMM && b < 0) b = j;
+        if (o->op[j].kind == LAYER_OP_COMM && a < 0 && o->op[j].coll != COMM_ALL_GATHER)
+            a = j;
+        if (o->op[j].kind == LAYER_OP_GEMM && b < 0)
+            b = j;
     }
-    if (a >= 0 && b >= 0) deps(o, i, a, b);
+    if (a >= 0 && b >= 0)
+        deps(o, i, a, b);
 }
 
 static void layer_bwd(const layer_shape *L, const dims *D, layer_ops *o, bool dgrad, bool wgrad)
@@ -256,27 +259,30 @@ static void layer_bwd(const layer_shape *L, const dims *D, layer_ops *o, bool dg
         deps(o, fc1, fc2, ag);
         int proj = gemm(o, "proj.wgrad", h / L->t, h, D->T);
         deps(o, proj, fc1, -1);
-        if (regather) deps(o, ag = comm(o, "qkv.ag.in", COMM_ALL_GATHER, D->S, L->t), -1, -1);
+        if (regather)
+            deps(o, ag = comm(o, "qkv.ag.in", COMM_ALL_GATHER, D->S, L->t), -1, -1);
         deps(o, gemm(o, "qkv.wgrad", D->qkv_n, h, D->T), proj, ag);
         return;
     }
     /* MLP block */
     mem(o, "mlp.dropadd.bwd", E * (2 * D->dt + 1));
-    if (L->sp && D->comm) comm(o, "fc2.ag.grad", COMM_ALL_GATHER, D->S, L->t);
+    if (L->sp && D->comm)
+        comm(o, "fc2.ag.grad", COMM_ALL_GATHER, D->S, L->t);
     gemm(o, "fc2.dgrad", D->T, D->ffn_t, h);
-    if (whole) gemm(o, "fc2.wgrad", D->ffn_t, h, D->T);
-    mem(o, L->swiglu ? "swiglu.bwd" : "gelu.bwd",
-        D->T * (L->swiglu ? 5 * D->ffn_t : 3 * D->ffn_t) * D->dt);
+    if (whole)
+        gemm(o, "fc2.wgrad", D->ffn_t, h, D->T);
+    mem(o, L->swiglu ? "swiglu.bwd" : "gelu.bwd", D->T * (L->swiglu ? 5 * D->ffn_t : 3 * D->ffn_t) * D->dt);
     blk = o->n;
-    colpar_bwd(L, D, o, whole, "fc1.ag.in", "fc1.dgrad", "fc1.ar", "fc1.rs", "fc1.wgrad",
-               D->fc1_n);
+    colpar_bwd(L, D, o, whole, "fc1.ag.in", "fc1.dgrad", "fc1.ar", "fc1.rs", "fc1.wgrad", D->fc1_n);
     mem(o, "ln2.bwd", 4 * E * D->dt); /* grad in, input, residual grad in, grad out */
     join_last_two(o, blk);
     /* attention block */
     mem(o, "attn.dropadd.bwd", E * (2 * D->dt + 1));
-    if (L->sp && D->comm) comm(o, "proj.ag.grad", COMM_ALL_GATHER, D->S, L->t);
+    if (L->sp && D->comm)
+        comm(o, "proj.ag.grad", COMM_ALL_GATHER, D->S, L->t);
     gemm(o, "proj.dgrad", D->T, h / L->t, h);
-    if (whole) gemm(o, "proj.wgrad", h / L->t, h, D->T);
+    if (whole)
+        gemm(o, "proj.wgrad", h / L->t, h, D->T);
     bgemm(o, "attn.av.dgrad_p", L->s, L->s, D->d, bh);
     bgemm(o, "attn.av.dgrad_v", L->s, D->d, L->s, bh);
     mem(o, "attn.dropout.bwd", P * (2 * D->dt + 1));
@@ -284,8 +290,7 @@ static void layer_bwd(const layer_shape *L, const dims *D, layer_ops *o, bool dg
     bgemm(o, "attn.qk.dgrad_q", L->s, D->d, L->s, bh);
     bgemm(o, "attn.qk.dgrad_k", L->s, D->d, L->s, bh);
     blk = o->n;
-    colpar_bwd(L, D, o, whole, "qkv.ag.in", "qkv.dgrad", "qkv.ar", "qkv.rs", "qkv.wgrad",
-               D->qkv_n);
+    colpar_bwd(L, D, o, whole, "qkv.ag.in", "qkv.dgrad", "qkv.ar", "qkv.rs", "qkv.wgrad", D->qkv_n);
     mem(o, "ln1.bwd", 4 * E * D->dt);
     join_last_two(o, blk);
 }
@@ -293,19 +298,31 @@ static void layer_bwd(const layer_shape *L, const dims *D, layer_ops *o, bool dg
 int layer_ops_build(const layer_shape *L, layer_pass pass, layer_ops *out, ts_err *err)
 {
     int rc = layer_shape_check(L, err);
-    if (rc != TS_OK) return rc;
+    if (rc != TS_OK)
+        return rc;
     dims D = dims_of(L);
     out->n = 0;
     switch (pass) {
-    case LAYER_PASS_F: layer_fwd(L, &D, out); break;
-    case LAYER_PASS_B: layer_bwd(L, &D, out, true, true); break;
-    case LAYER_PASS_I: layer_bwd(L, &D, out, true, false); break;
-    case LAYER_PASS_W: layer_bwd(L, &D, out, false, true); break;
-    case LAYER_PASS_R:
-        if (L->recompute == RECOMPUTE_SELECTIVE) attn_core_fwd(L, &D, out);
-        else if (L->recompute == RECOMPUTE_FULL) layer_fwd(L, &D, out);
+    case LAYER_PASS_F:
+        layer_fwd(L, &D, out);
         break;
-    default: return err_set(err, TS_EINVAL, "layer_ops_build: unknown pass %d", (int)pass);
+    case LAYER_PASS_B:
+        layer_bwd(L, &D, out, true, true);
+        break;
+    case LAYER_PASS_I:
+        layer_bwd(L, &D, out, true, false);
+        break;
+    case LAYER_PASS_W:
+        layer_bwd(L, &D, out, false, true);
+        break;
+    case LAYER_PASS_R:
+        if (L->recompute == RECOMPUTE_SELECTIVE)
+            attn_core_fwd(L, &D, out);
+        else if (L->recompute == RECOMPUTE_FULL)
+            layer_fwd(L, &D, out);
+        break;
+    default:
+        return err_set(err, TS_EINVAL, "layer_ops_build: unknown pass %d", (int)pass);
     }
     return TS_OK;
 }
@@ -313,7 +330,8 @@ int layer_ops_build(const layer_shape *L, layer_pass pass, layer_ops *out, ts_er
 int layer_embedding_ops(const layer_shape *L, layer_pass pass, layer_ops *out, ts_err *err)
 {
     int rc = layer_shape_check(L, err);
-    if (rc != TS_OK) return rc;
+    if (rc != TS_OK)
+        return rc;
     dims D = dims_of(L);
     int64_t E = D.Tl * L->h, full = D.T * L->h;
     out->n = 0;
@@ -329,13 +347,17 @@ int layer_embedding_ops(const layer_shape *L, layer_pass pass, layer_ops *out, t
     case LAYER_PASS_W:
         if (pass != LAYER_PASS_W) {
             mem(out, "emb.dropout.bwd", E * (2 * D.dt + 1));
-            if (L->sp && D.comm) comm(out, "emb.ag.grad", COMM_ALL_GATHER, D.S, L->t);
+            if (L->sp && D.comm)
+                comm(out, "emb.ag.grad", COMM_ALL_GATHER, D.S, L->t);
         }
         /* word scatter-add (read grad, read-modify-write rows) + position sum */
-        if (pass != LAYER_PASS_I) mem(out, "emb.wgrad", 4 * full * D.dt);
+        if (pass != LAYER_PASS_I)
+            mem(out, "emb.wgrad", 4 * full * D.dt);
         break;
-    case LAYER_PASS_R: break;
-    default: return err_set(err, TS_EINVAL, "layer_embedding_ops: unknown pass %d", (int)pass);
+    case LAYER_PASS_R:
+        break;
+    default:
+        return err_set(err, TS_EINVAL, "layer_embedding_ops: unknown pass %d", (int)pass);
     }
     return TS_OK;
 }
@@ -343,14 +365,16 @@ int layer_embedding_ops(const layer_shape *L, layer_pass pass, layer_ops *out, t
 int layer_output_ops(const layer_shape *L, layer_pass pass, layer_ops *out, ts_err *err)
 {
     int rc = layer_shape_check(L, err);
-    if (rc != TS_OK) return rc;
+    if (rc != TS_OK)
+        return rc;
     dims D = dims_of(L);
     int64_t h = L->h, E = D.Tl * h, logits = D.T * D.Vt;
     out->n = 0;
     switch (pass) {
     case LAYER_PASS_F:
         mem(out, "final.ln", 2 * E * D.dt);
-        if (L->sp && D.comm) comm(out, "final.ag", COMM_ALL_GATHER, D.S, L->t);
+        if (L->sp && D.comm)
+            comm(out, "final.ag", COMM_ALL_GATHER, D.S, L->t);
         gemm(out, "logit", D.T, D.Vt, h);
         /* vocabulary-parallel cross-entropy: fp32 cast (read dt, write 4),
          * max (read 4), exp in place (read 4, write 4), sum (read 4) */
@@ -375,8 +399,7 @@ int layer_output_ops(const layer_shape *L, layer_pass pass, layer_ops *out, ts_e
         deps(out, dg, prev, -1);
         out->op[dg].overlap = ag;
         if (D.comm) {
-            c = comm(out, L->sp ? "logit.rs" : "logit.ar",
-                         L->sp ? COMM_REDUCE_SCATTER : COMM_ALL_REDUCE, D.S, L->t);
+            c = comm(out, L->sp ? "logit.rs" : "logit.ar", L->sp ? COMM_REDUCE_SCATTER : COMM_ALL_REDUCE, D.S, L->t);
             deps(out, c, dg, -1);
         }
         if (pass == LAYER_PASS_B) {
@@ -388,16 +411,17 @@ int layer_output_ops(const layer_shape *L, layer_pass pass, layer_ops *out, ts_e
         join_last_two(out, blk);
         break;
     }
-    case LAYER_PASS_W:
-    {
+    case LAYER_PASS_W: {
         int ag = -1;
-        if (L->sp && D.comm) deps(out, ag = comm(out, "final.ag.in", COMM_ALL_GATHER, D.S, L->t), -1, -1);
+        if (L->sp && D.comm)
+            deps(out, ag = comm(out, "final.ag.in", COMM_ALL_GATHER, D.S, L->t), -1, -1);
         int wg = gemm(out, "logit.wgrad", D.Vt, h, D.T);
         deps(out, wg, -1, ag);
-    }
+    } break;
+    case LAYER_PASS_R:
         break;
-    case LAYER_PASS_R: break;
-    default: return err_set(err, TS_EINVAL, "layer_output_ops: unknown pass %d", (int)pass);
+    default:
+        return err_set(err, TS_EINVAL, "layer_output_ops: unknown pass %d", (int)pass);
     }
     return TS_OK;
 }
@@ -405,7 +429,8 @@ int layer_output_ops(const layer_shape *L, layer_pass pass, layer_ops *out, ts_e
 double layer_ops_flops(const layer_ops *ops)
 {
     double f = 0;
-    for (int i = 0; i < ops->n; i++) f += ops->op[i].flops;
+    for (int i = 0; i < ops->n; i++)
+        f += ops->op[i].flops;
     return f;
 }
 
@@ -413,23 +438,30 @@ int64_t layer_ops_comm_bytes(const layer_ops *ops, commcost_coll coll)
 {
     int64_t s = 0;
     for (int i = 0; i < ops->n; i++)
-        if (ops->op[i].kind == LAYER_OP_COMM && ops->op[i].coll == coll) s += ops->op[i].bytes;
+        if (ops->op[i].kind == LAYER_OP_COMM && ops->op[i].coll == coll)
+            s += ops->op[i].bytes;
     return s;
 }
 
 /* ---------------------------------------------------------------- saved tensors */
 
-static void save(layer_saved_list *l, const char *name, int64_t bytes, bool core,
-                 layer_free_when when, config_recompute r, bool is_input)
+static void save(layer_saved_list *l, const char *name, int64_t bytes, bool core, layer_free_when when,
+                 config_recompute r, bool is_input)
 {
     layer_tensor *t = &l->t[l->n++];
     t->name = name;
     t->bytes = bytes;
     t->free_when = when;
     switch (r) {
-    case RECOMPUTE_NONE: t->kept_after_f = true; break;
-    case RECOMPUTE_SELECTIVE: t->kept_after_f = !core; break;
-    case RECOMPUTE_FULL: t->kept_after_f = is_input; break;
+    case RECOMPUTE_NONE:
+        t->kept_after_f = true;
+        break;
+    case RECOMPUTE_SELECTIVE:
+        t->kept_after_f = !core;
+        break;
+    case RECOMPUTE_FULL:
+        t->kept_after_f = is_input;
+        break;
     }
     t->by_recompute = !t->kept_after_f;
 }
@@ -437,7 +469,8 @@ static void save(layer_saved_list *l, const char *name, int64_t bytes, bool core
 int layer_saved_build(const layer_shape *L, layer_saved_list *out, ts_err *err)
 {
     int rc = layer_shape_check(L, err);
-    if (rc != TS_OK) return rc;
+    if (rc != TS_OK)
+        return rc;
     dims D = dims_of(L);
     int64_t E = D.Tl * L->h, dt = D.dt, P = L->b * D.at * L->s * L->s;
     config_recompute r = L->recompute;
@@ -464,7 +497,8 @@ int layer_saved_build(const layer_shape *L, layer_saved_list *out, ts_err *err)
 int layer_embedding_saved(const layer_shape *L, layer_saved_list *out, ts_err *err)
 {
     int rc = layer_shape_check(L, err);
-    if (rc != TS_OK) return rc;
+    if (rc != TS_OK)
+        return rc;
     dims D = dims_of(L);
     out->n = 0;
     save(out, "emb.dropout.mask", D.Tl * L->h, false, LAYER_FREE_AFTER_I, RECOMPUTE_NONE, false);
@@ -474,7 +508,8 @@ int layer_embedding_saved(const layer_shape *L, layer_saved_list *out, ts_err *e
 int layer_output_saved(const layer_shape *L, layer_saved_list *out, ts_err *err)
 {
     int rc = layer_shape_check(L, err);
-    if (rc != TS_OK) return rc;
+    if (rc != TS_OK)
+        return rc;
     dims D = dims_of(L);
     int64_t E = D.Tl * L->h;
     out->n = 0;
@@ -488,7 +523,8 @@ int64_t layer_saved_kept_bytes(const layer_saved_list *l)
 {
     int64_t s = 0;
     for (int i = 0; i < l->n; i++)
-        if (l->t[i].kept_after_f) s += l->t[i].bytes;
+        if (l->t[i].kept_after_f)
+            s += l->t[i].bytes;
     return s;
 }
 
@@ -496,11 +532,14 @@ int64_t layer_korthikanti_bytes(const layer_shape *L)
 {
     int64_t sbh = L->s * L->b * L->h, as2b = L->a * L->s * L->s * L->b, t = L->t;
     switch (L->recompute) {
-    case RECOMPUTE_FULL: return L->sp ? 2 * sbh / t : 2 * sbh;
-    case RECOMPUTE_SELECTIVE: return L->sp ? 34 * sbh / t : 10 * sbh + 24 * sbh / t;
+    case RECOMPUTE_FULL:
+        return L->sp ? 2 * sbh / t : 2 * sbh;
+    case RECOMPUTE_SELECTIVE:
+        return L->sp ? 34 * sbh / t : 10 * sbh + 24 * sbh / t;
     case RECOMPUTE_NONE:
     default:
-        if (L->sp) return (34 * sbh + 5 * as2b) / t;
+        if (L->sp)
+            return (34 * sbh + 5 * as2b) / t;
         return 10 * sbh + 24 * sbh / t + 5 * as2b / t;
     }
 }

@@ -60,23 +60,23 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "sim/model/commcost.h"
 #include "sim/config/config.h"
+#include "sim/model/commcost.h"
 #include "sim/util/err.h"
 
 /* Shapes of one micro-batch on one tensor-parallel rank. */
 typedef struct {
-    int64_t h;        /* hidden size */
-    int64_t a;        /* attention heads */
-    int64_t g;        /* query groups (= a without GQA) */
-    int64_t ffn;      /* FFN hidden size (per gate for SwiGLU) */
+    int64_t h;   /* hidden size */
+    int64_t a;   /* attention heads */
+    int64_t g;   /* query groups (= a without GQA) */
+    int64_t ffn; /* FFN hidden size (per gate for SwiGLU) */
     bool swiglu;
-    int64_t s;        /* sequence length, tokens */
-    int64_t b;        /* micro-batch size, sequences */
-    int64_t V;        /* padded vocabulary */
-    int t;            /* tensor-parallel size */
-    bool sp;          /* sequence parallelism */
-    int dtype_bytes;  /* 2 (bf16/fp16) or 4 (fp32) */
+    int64_t s;       /* sequence length, tokens */
+    int64_t b;       /* micro-batch size, sequences */
+    int64_t V;       /* padded vocabulary */
+    int t;           /* tensor-parallel size */
+    bool sp;         /* sequence parallelism */
+    int dtype_bytes; /* 2 (bf16/fp16) or 4 (fp32) */
     config_recompute recompute;
 } layer_shape;
 
@@ -100,16 +100,16 @@ typedef enum {
 } layer_pass;
 
 typedef struct {
-    const char *name;    /* static, e.g. "qkv", "qkv.dgrad", "attn.softmax", "mlp.ar" */
+    const char *name; /* static, e.g. "qkv", "qkv.dgrad", "attn.softmax", "mlp.ar" */
     layer_op_kind kind;
-    int64_t m, n, k;     /* GEMM dims */
-    int64_t batch;       /* GEMM batch count (1 for plain GEMMs) */
-    int64_t bytes;       /* MEM: bytes read + written; COMM: S (commcost convention) */
-    commcost_coll coll;  /* COMM only */
-    int group;           /* COMM: ranks in the collective (t) */
-    double flops;        /* GEMM: 2*m*n*k*batch; 0 otherwise */
-    int dep[2];          /* ops of the same list this op waits for; -1 = none */
-    int overlap;         /* compute op: index of the collective that starts with it and
+    int64_t m, n, k;    /* GEMM dims */
+    int64_t batch;      /* GEMM batch count (1 for plain GEMMs) */
+    int64_t bytes;      /* MEM: bytes read + written; COMM: S (commcost convention) */
+    commcost_coll coll; /* COMM only */
+    int group;          /* COMM: ranks in the collective (t) */
+    double flops;       /* GEMM: 2*m*n*k*batch; 0 otherwise */
+    int dep[2];         /* ops of the same list this op waits for; -1 = none */
+    int overlap;        /* compute op: index of the collective that starts with it and
                             runs alongside (slowing it: cost_overlap_ns); -1 = none */
 } layer_op;
 
@@ -148,10 +148,10 @@ typedef enum {
 } layer_free_when;
 
 typedef struct {
-    const char *name;      /* static, e.g. "ln1.in", "attn.softmax.out" */
-    int64_t bytes;         /* per micro-batch on one TP rank */
-    bool kept_after_f;     /* stored by F under shape.recompute */
-    bool by_recompute;     /* re-created by R (not kept after F but needed) */
+    const char *name;  /* static, e.g. "ln1.in", "attn.softmax.out" */
+    int64_t bytes;     /* per micro-batch on one TP rank */
+    bool kept_after_f; /* stored by F under shape.recompute */
+    bool by_recompute; /* re-created by R (not kept after F but needed) */
     layer_free_when free_when;
 } layer_tensor;
 

@@ -9,8 +9,8 @@
 
 /* ------------------------------------------------------------ plans */
 
-static int plan_xfer(const net_graph *g, net_router *r, net_plan *p, int src, int dst, double bytes,
-                     uint64_t key, ts_err *err)
+static int plan_xfer(const net_graph *g, net_router *r, net_plan *p, int src, int dst, double bytes, uint64_t key,
+                     ts_err *err)
 {
     if (p->nx == p->capx && grow_to_int((void **)&p->x, &p->capx, p->nx + 1, 16, sizeof *p->x))
         return err_set(err, TS_ENOMEM, "net_coll: out of memory");
@@ -20,7 +20,8 @@ static int plan_xfer(const net_graph *g, net_router *r, net_plan *p, int src, in
     x->bytes = bytes;
     x->bundle = p->cur_bundle;
     int rc = net_route(r, src, dst, key * 0x100000001B3ull + (uint64_t)p->nx, x->links, err);
-    if (rc < 0) return rc;
+    if (rc < 0)
+        return rc;
     x->nlinks = rc;
     (void)g;
     p->nx++;
@@ -47,28 +48,35 @@ static void plan_phase_end(const net_graph *g, net_plan *p, int steps)
     double worst_us = 0;
     for (int i = ph->first; i < p->nx; i++) {
         double us = 0;
-        for (int h = 0; h < p->x[i].nlinks; h++) us += g->links[p->x[i].links[h]].lat_us;
-        if (us > worst_us) worst_us = us;
+        for (int h = 0; h < p->x[i].nlinks; h++)
+            us += g->links[p->x[i].links[h]].lat_us;
+        if (us > worst_us)
+            worst_us = us;
     }
     ph->lat_ns = (int64_t)llround((double)steps * (worst_us + NET_STEP_OVERHEAD_US) * 1000.0);
 }
 
 /* One fused ring phase over gpu indices gs[0..n) (stride apart in gpus):
  * flow i -> i+1 of `bytes`. Does not open or close the phase. */
-static int ring_flows(const net_graph *g, net_router *r, net_plan *p, const int *gs, int n, int stride,
-                      double bytes, uint64_t key, ts_err *err)
+static int ring_flows(const net_graph *g, net_router *r, net_plan *p, const int *gs, int n, int stride, double bytes,
+                      uint64_t key, ts_err *err)
 {
-    if (n < 2) return TS_OK;
+    if (n < 2)
+        return TS_OK;
     for (int i = 0; i < n; i++) {
         int a = g->gpu_node[gs[i * stride]], b = g->gpu_node[gs[((i + 1) % n) * stride]];
         int rc = plan_xfer(g, r, p, a, b, bytes, key, err);
-        if (rc) return rc;
+        if (rc)
+            return rc;
     }
     p->cur_bundle++; /* the next ring of the phase is another bundle */
     return TS_OK;
 }
 
-static int server_of(const net_graph *g, int gpu) { return g->nodes[g->gpu_node[gpu]].server; }
+static int server_of(const net_graph *g, int gpu)
+{
+    return g->nodes[g->gpu_node[gpu]].server;
+}
 
 /* Hierarchical layout: members grouped by server in order of first
  * appearance; *k members on each of *m servers, or -1 if not uniform.
@@ -77,15 +85,23 @@ static int hier_layout(const net_graph *g, const int *gpus, int n, int *order, i
 {
     int nm = 0, kk = -1;
     char *used = calloc((size_t)n, 1);
-    if (!used) return TS_ENOMEM;
+    if (!used)
+        return TS_ENOMEM;
     int pos = 0;
     for (int i = 0; i < n; i++) {
-        if (used[i]) continue;
+        if (used[i])
+            continue;
         int s = server_of(g, gpus[i]), cnt = 0;
         for (int j = i; j < n; j++)
-            if (!used[j] && server_of(g, gpus[j]) == s) { used[j] = 1; order[pos++] = gpus[j]; cnt++; }
-        if (kk < 0) kk = cnt;
-        else if (kk != cnt) kk = -2;
+            if (!used[j] && server_of(g, gpus[j]) == s) {
+                used[j] = 1;
+                order[pos++] = gpus[j];
+                cnt++;
+            }
+        if (kk < 0)
+            kk = cnt;
+        else if (kk != cnt)
+            kk = -2;
         nm++;
     }
     free(used);
@@ -97,7 +113,8 @@ static int hier_layout(const net_graph *g, const int *gpus, int n, int *order, i
 static int tree_depth(int n)
 {
     int d = 0;
-    while ((1 << (d + 1)) <= n) d++;
+    while ((1 << (d + 1)) <= n)
+        d++;
     return d > 0 ? d : 1;
 }
 
@@ -117,7 +134,8 @@ static int check_req(const net_graph *g, const net_coll_req *q, ts_err *err)
     if (q->kind == NET_COLL_P2P && n != 2)
         return err_set(err, TS_EINVAL, "net_coll: p2p needs 2 GPUs (source, destination), got %d", n);
     if (q->kind == NET_COLL_P2P_SCATTER && (n < 2 || n % 2))
-        return err_set(err, TS_EINVAL, "net_coll: scatter/gather p2p needs 2t GPUs (t sources, t destinations), got %d", n);
+        return err_set(err, TS_EINVAL, "net_coll: scatter/gather p2p needs 2t GPUs (t sources, t destinations), got %d",
+                       n);
     return TS_OK;
 }
 
@@ -129,23 +147,29 @@ static int p2p_phases(const net_graph *g, net_router *r, const net_coll_req *q, 
     double S = q->bytes;
     uint64_t key = q->flow_key;
     if (q->kind == NET_COLL_P2P) {
-        if (q->gpus[0] == q->gpus[1]) return TS_OK;
-        if ((rc = plan_phase_begin(p, err))) return rc;
-        if ((rc = plan_xfer(g, r, p, g->gpu_node[q->gpus[0]], g->gpu_node[q->gpus[1]], S, key, err))) return rc;
+        if (q->gpus[0] == q->gpus[1])
+            return TS_OK;
+        if ((rc = plan_phase_begin(p, err)))
+            return rc;
+        if ((rc = plan_xfer(g, r, p, g->gpu_node[q->gpus[0]], g->gpu_node[q->gpus[1]], S, key, err)))
+            return rc;
         plan_phase_end(g, p, 1);
         p->algo = NET_ALGO_RING;
         return TS_OK;
     }
     int t = n / 2;
-    if ((rc = plan_phase_begin(p, err))) return rc;
+    if ((rc = plan_phase_begin(p, err)))
+        return rc;
     for (int j = 0; j < t; j++)
         if (q->gpus[j] != q->gpus[t + j] &&
             (rc = plan_xfer(g, r, p, g->gpu_node[q->gpus[j]], g->gpu_node[q->gpus[t + j]], S / t, key, err)))
             return rc;
     plan_phase_end(g, p, 1);
     if (t > 1) {
-        if ((rc = plan_phase_begin(p, err))) return rc;
-        if ((rc = ring_flows(g, r, p, q->gpus + t, t, 1, S * (t - 1) / t, key, err))) return rc;
+        if ((rc = plan_phase_begin(p, err)))
+            return rc;
+        if ((rc = ring_flows(g, r, p, q->gpus + t, t, 1, S * (t - 1) / t, key, err)))
+            return rc;
         plan_phase_end(g, p, t - 1);
     }
     p->algo = NET_ALGO_RING;
@@ -162,17 +186,21 @@ static int ring_coll_phases(const net_graph *g, net_router *r, const net_coll_re
     if (q->kind == NET_COLL_BROADCAST) {
         if (q->root < 0 || q->root >= n)
             return err_set(err, TS_EINVAL, "net_coll: broadcast root %d not in 0..%d", q->root, n - 1);
-        if ((rc = plan_phase_begin(p, err))) return rc;
+        if ((rc = plan_phase_begin(p, err)))
+            return rc;
         for (int i = 0; i < n - 1; i++) {
             int a = q->gpus[(q->root + i) % n], b = q->gpus[(q->root + i + 1) % n];
-            if ((rc = plan_xfer(g, r, p, g->gpu_node[a], g->gpu_node[b], S, key, err))) return rc;
+            if ((rc = plan_xfer(g, r, p, g->gpu_node[a], g->gpu_node[b], S, key, err)))
+                return rc;
         }
         plan_phase_end(g, p, n - 1);
         p->algo = NET_ALGO_RING;
         return TS_OK;
     }
-    if ((rc = plan_phase_begin(p, err))) return rc;
-    if ((rc = ring_flows(g, r, p, q->gpus, n, 1, S * (n - 1) / n, key, err))) return rc;
+    if ((rc = plan_phase_begin(p, err)))
+        return rc;
+    if ((rc = ring_flows(g, r, p, q->gpus, n, 1, S * (n - 1) / n, key, err)))
+        return rc;
     plan_phase_end(g, p, n - 1);
     p->algo = NET_ALGO_RING;
     return TS_OK;
@@ -183,8 +211,10 @@ static int allreduce_ring(const net_graph *g, net_router *r, const net_coll_req 
 {
     int rc, n = q->n;
     for (int ph = 0; ph < 2; ph++) {
-        if ((rc = plan_phase_begin(p, err))) return rc;
-        if ((rc = ring_flows(g, r, p, q->gpus, n, 1, q->bytes * (n - 1) / n, q->flow_key, err))) return rc;
+        if ((rc = plan_phase_begin(p, err)))
+            return rc;
+        if ((rc = ring_flows(g, r, p, q->gpus, n, 1, q->bytes * (n - 1) / n, q->flow_key, err)))
+            return rc;
         plan_phase_end(g, p, n - 1);
     }
     return TS_OK;
@@ -195,13 +225,16 @@ static int allreduce_ring(const net_graph *g, net_router *r, const net_coll_req 
 static int allreduce_tree(const net_graph *g, net_router *r, const net_coll_req *q, net_plan *p, ts_err *err)
 {
     int rc, n = q->n;
-    if ((rc = plan_phase_begin(p, err))) return rc;
+    if ((rc = plan_phase_begin(p, err)))
+        return rc;
     for (int tr = 0; tr < 2; tr++)
         for (int i = 1; i < n; i++) {
             int c = tr ? n - 1 - i : i, par = tr ? n - 1 - (i - 1) / 2 : (i - 1) / 2;
             int cn = g->gpu_node[q->gpus[c]], pn = g->gpu_node[q->gpus[par]];
-            if ((rc = plan_xfer(g, r, p, cn, pn, q->bytes / 2, q->flow_key, err))) return rc;
-            if ((rc = plan_xfer(g, r, p, pn, cn, q->bytes / 2, q->flow_key, err))) return rc;
+            if ((rc = plan_xfer(g, r, p, cn, pn, q->bytes / 2, q->flow_key, err)))
+                return rc;
+            if ((rc = plan_xfer(g, r, p, pn, cn, q->bytes / 2, q->flow_key, err)))
+                return rc;
         }
     plan_phase_end(g, p, 2 * tree_depth(n));
     return TS_OK;
@@ -210,41 +243,49 @@ static int allreduce_tree(const net_graph *g, net_router *r, const net_coll_req 
 /* Hierarchical all-reduce over order (m servers x k local ranks): local
  * reduce-scatter, cross-server reduce-scatter and all-gather per local
  * rank, local all-gather. */
-static int allreduce_hier(const net_graph *g, net_router *r, const net_coll_req *q, const int *order, int k,
-                          int m, net_plan *p, ts_err *err)
+static int allreduce_hier(const net_graph *g, net_router *r, const net_coll_req *q, const int *order, int k, int m,
+                          net_plan *p, ts_err *err)
 {
     int rc;
     double S = q->bytes;
     uint64_t key = q->flow_key;
-    if ((rc = plan_phase_begin(p, err))) return rc;
+    if ((rc = plan_phase_begin(p, err)))
+        return rc;
     for (int s = 0; s < m; s++)
-        if ((rc = ring_flows(g, r, p, order + s * k, k, 1, S * (k - 1) / k, key, err))) return rc;
+        if ((rc = ring_flows(g, r, p, order + s * k, k, 1, S * (k - 1) / k, key, err)))
+            return rc;
     plan_phase_end(g, p, k - 1);
     for (int ph = 0; ph < 2; ph++) {
-        if ((rc = plan_phase_begin(p, err))) return rc;
+        if ((rc = plan_phase_begin(p, err)))
+            return rc;
         for (int j = 0; j < k; j++)
-            if ((rc = ring_flows(g, r, p, order + j, m, k, S / k * (m - 1) / m, key, err))) return rc;
+            if ((rc = ring_flows(g, r, p, order + j, m, k, S / k * (m - 1) / m, key, err)))
+                return rc;
         plan_phase_end(g, p, m - 1);
     }
-    if ((rc = plan_phase_begin(p, err))) return rc;
+    if ((rc = plan_phase_begin(p, err)))
+        return rc;
     for (int s = 0; s < m; s++)
-        if ((rc = ring_flows(g, r, p, order + s * k, k, 1, S * (k - 1) / k, key, err))) return rc;
+        if ((rc = ring_flows(g, r, p, order + s * k, k, 1, S * (k - 1) / k, key, err)))
+            return rc;
     plan_phase_end(g, p, k - 1);
     return TS_OK;
 }
 
 /* NVLS all-reduce: every GPU sends to and receives from NVSwitch nvs (its
  * NVLink SHARP reduction), one phase. */
-static int allreduce_nvls(const net_graph *g, net_router *r, const net_coll_req *q, int nvs, net_plan *p,
-                          ts_err *err)
+static int allreduce_nvls(const net_graph *g, net_router *r, const net_coll_req *q, int nvs, net_plan *p, ts_err *err)
 {
     int rc, n = q->n;
     double wire = q->bytes * (n + 1) / n * (NET_NVLINK_EFF / NET_NVLS_EFF);
-    if ((rc = plan_phase_begin(p, err))) return rc;
+    if ((rc = plan_phase_begin(p, err)))
+        return rc;
     for (int i = 0; i < n; i++) {
         int gn = g->gpu_node[q->gpus[i]];
-        if ((rc = plan_xfer(g, r, p, gn, nvs, wire, q->flow_key, err))) return rc;
-        if ((rc = plan_xfer(g, r, p, nvs, gn, wire, q->flow_key, err))) return rc;
+        if ((rc = plan_xfer(g, r, p, gn, nvs, wire, q->flow_key, err)))
+            return rc;
+        if ((rc = plan_xfer(g, r, p, nvs, gn, wire, q->flow_key, err)))
+            return rc;
     }
     plan_phase_end(g, p, 2);
     return TS_OK;
@@ -257,25 +298,38 @@ static int allreduce_phases(const net_graph *g, net_router *r, const net_coll_re
 {
     int rc = TS_OK, n = q->n;
     int *order = malloc(sizeof *order * (size_t)n);
-    if (!order) return err_set(err, TS_ENOMEM, "net_coll: out of memory");
+    if (!order)
+        return err_set(err, TS_ENOMEM, "net_coll: out of memory");
     int k, m;
-    if ((rc = hier_layout(g, q->gpus, n, order, &k, &m))) { rc = err_set(err, rc, "net_coll: out of memory"); goto out; }
+    if ((rc = hier_layout(g, q->gpus, n, order, &k, &m))) {
+        rc = err_set(err, rc, "net_coll: out of memory");
+        goto out;
+    }
     int nvs = net_graph_gpu_nvswitch(g, q->gpus[0]);
     int one_domain = nvs >= 0;
-    for (int i = 1; i < n && one_domain; i++) one_domain = net_graph_gpu_nvswitch(g, q->gpus[i]) == nvs;
+    for (int i = 1; i < n && one_domain; i++)
+        one_domain = net_graph_gpu_nvswitch(g, q->gpus[i]) == nvs;
     net_coll_algo algo = q->algo;
     if (algo == NET_ALGO_AUTO)
         algo = one_domain && g->nvls ? NET_ALGO_NVLS : (m > 1 && k > 1) ? NET_ALGO_HIER : NET_ALGO_RING;
-    if (algo == NET_ALGO_HIER && (k < 1 || m == 1 || k == 1)) algo = NET_ALGO_RING;
+    if (algo == NET_ALGO_HIER && (k < 1 || m == 1 || k == 1))
+        algo = NET_ALGO_RING;
     p->algo = algo;
     switch (algo) {
-    case NET_ALGO_RING: rc = allreduce_ring(g, r, q, p, err); break;
-    case NET_ALGO_TREE: rc = allreduce_tree(g, r, q, p, err); break;
-    case NET_ALGO_HIER: rc = allreduce_hier(g, r, q, order, k, m, p, err); break;
+    case NET_ALGO_RING:
+        rc = allreduce_ring(g, r, q, p, err);
+        break;
+    case NET_ALGO_TREE:
+        rc = allreduce_tree(g, r, q, p, err);
+        break;
+    case NET_ALGO_HIER:
+        rc = allreduce_hier(g, r, q, order, k, m, p, err);
+        break;
     case NET_ALGO_NVLS:
         if (!one_domain || !g->nvls)
-            rc = err_set(err, TS_EINVAL, "net_coll: NVLS all-reduce needs every GPU of the group in one NVLink domain "
-                                         "with NVLink SHARP (H100/H200 NVSwitch); use ring or hier");
+            rc = err_set(err, TS_EINVAL,
+                         "net_coll: NVLS all-reduce needs every GPU of the group in one NVLink domain "
+                         "with NVLink SHARP (H100/H200 NVSwitch); use ring or hier");
         else
             rc = allreduce_nvls(g, r, q, nvs, p, err);
         break;
@@ -296,8 +350,10 @@ static int plan_phases(const net_graph *g, net_router *r, const net_coll_req *q,
     p->nph = 0;
     p->algo = q->algo;
     int rc = check_req(g, q, err);
-    if (rc) return rc;
-    if (q->n == 1 && q->kind != NET_COLL_P2P) return TS_OK; /* nothing to move */
+    if (rc)
+        return rc;
+    if (q->n == 1 && q->kind != NET_COLL_P2P)
+        return TS_OK; /* nothing to move */
     switch (q->kind) {
     case NET_COLL_P2P:
     case NET_COLL_P2P_SCATTER:
@@ -319,9 +375,11 @@ static int plan_bundles(net_plan *p, ts_err *err)
     p->nb = 0;
     p->nbl = 0;
     int nlinks = 0;
-    for (int i = 0; i < p->nx; i++) nlinks += p->x[i].nlinks;
+    for (int i = 0; i < p->nx; i++)
+        nlinks += p->x[i].nlinks;
     int nb = 0;
-    for (int k = 0; k < p->nph; k++) nb += p->ph[k].nbundles;
+    for (int k = 0; k < p->nph; k++)
+        nb += p->ph[k].nbundles;
     if (grow_to_int((void **)&p->b, &p->capb, nb, 0, sizeof *p->b) ||
         grow_to_int((void **)&p->bl, &p->capbl, nlinks, 0, sizeof *p->bl))
         return err_set(err, TS_ENOMEM, "net_coll: out of memory");
@@ -331,7 +389,8 @@ static int plan_bundles(net_plan *p, ts_err *err)
         ph->first_bundle = p->nb;
         for (int i = ph->first; i < end;) {
             int bi = p->x[i].bundle;
-            if (p->nb == nb) break;
+            if (p->nb == nb)
+                break;
             net_bundle *b = &p->b[p->nb++];
             b->hint = (net_flow_hint){0, 0};
             b->first_link = p->nbl;
@@ -340,7 +399,8 @@ static int plan_bundles(net_plan *p, ts_err *err)
                 const net_xfer *x = &p->x[i];
                 memcpy(p->bl + p->nbl, x->links, sizeof *x->links * (size_t)x->nlinks);
                 p->nbl += x->nlinks;
-                if (x->bytes > b->bytes) b->bytes = x->bytes;
+                if (x->bytes > b->bytes)
+                    b->bytes = x->bytes;
             }
             b->nlinks = p->nbl - b->first_link;
         }
@@ -361,7 +421,8 @@ int net_coll_plan(const net_graph *g, net_router *r, const net_coll_req *q, net_
 
 void net_plan_free(net_plan *p)
 {
-    if (!p || p->packed) return; /* a packed plan is one block: free() it */
+    if (!p || p->packed)
+        return; /* a packed plan is one block: free() it */
     free(p->x);
     free(p->ph);
     /* The analyzer's double free needs plan_bundles to realloc b or bl to 0
@@ -375,13 +436,17 @@ void net_plan_free(net_plan *p)
 
 typedef struct {
     const net_plan *pp; /* the plan (owned by the cache) */
-    int phase;         /* current phase */
-    int outstanding;   /* flows of the phase not yet finished */
+    int phase;          /* current phase */
+    int outstanding;    /* flows of the phase not yet finished */
     uint64_t tag;
     int active;
 } run_coll;
 
-typedef struct { int64_t t_ns; uint64_t seq; int coll; } timer_t_;
+typedef struct {
+    int64_t t_ns;
+    uint64_t seq;
+    int coll;
+} timer_t_;
 
 /* A planned request: the same group, kind, algorithm, size and flow key
  * (NCCL: the same communicator, so the same connections and routes) always
@@ -395,7 +460,7 @@ typedef struct {
     double bytes;
     uint64_t flow_key;
     int *gpus;
-    net_plan *plan;    /* packed (plan_pack), allocated apart: running collectives point
+    net_plan *plan; /* packed (plan_pack), allocated apart: running collectives point
                           to it across rehashes */
 } plan_entry;
 
@@ -405,13 +470,17 @@ struct net_sim {
     net_flows *f;
     net_coll_done_fn done;
     void *ctx;
-    run_coll *c; int nc, capc;
-    int *freec; int nfree;
-    timer_t_ *tm; int ntm, captm;
+    run_coll *c;
+    int nc, capc;
+    int *freec;
+    int nfree;
+    timer_t_ *tm;
+    int ntm, captm;
     uint64_t seq;
     int in_flight;
-    plan_entry *cache; int cache_cap, cache_len; /* plans by request */
-    int cb_rc;             /* first error inside a callback */
+    plan_entry *cache;
+    int cache_cap, cache_len; /* plans by request */
+    int cb_rc;                /* first error inside a callback */
     ts_err *cb_err;
 };
 
@@ -419,7 +488,8 @@ int net_sim_new(const net_graph *g, net_coll_done_fn done, void *ctx, net_sim **
 {
     int rc;
     net_sim *s = calloc(1, sizeof *s);
-    if (!s) return err_set(err, TS_ENOMEM, "net_sim: out of memory");
+    if (!s)
+        return err_set(err, TS_ENOMEM, "net_sim: out of memory");
     s->g = g;
     s->done = done;
     s->ctx = ctx;
@@ -433,7 +503,8 @@ int net_sim_new(const net_graph *g, net_coll_done_fn done, void *ctx, net_sim **
 
 void net_sim_free(net_sim *s)
 {
-    if (!s) return;
+    if (!s)
+        return;
     for (int i = 0; i < s->cache_cap; i++)
         if (s->cache[i].used) {
             free(s->cache[i].plan); /* packed: one block */
@@ -459,7 +530,10 @@ static int tm_push(net_sim *s, int64_t t, int coll)
         return TS_ENOMEM;
     timer_t_ e = {t, s->seq++, coll};
     int i = s->ntm++;
-    while (i > 0 && tm_before(&e, &s->tm[(i - 1) / 2])) { s->tm[i] = s->tm[(i - 1) / 2]; i = (i - 1) / 2; }
+    while (i > 0 && tm_before(&e, &s->tm[(i - 1) / 2])) {
+        s->tm[i] = s->tm[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
     s->tm[i] = e;
     return TS_OK;
 }
@@ -470,13 +544,17 @@ static timer_t_ tm_pop(net_sim *s)
     int i = 0;
     for (;;) {
         int c = 2 * i + 1;
-        if (c >= s->ntm) break;
-        if (c + 1 < s->ntm && tm_before(&s->tm[c + 1], &s->tm[c])) c++;
-        if (!tm_before(&s->tm[c], &e)) break;
+        if (c >= s->ntm)
+            break;
+        if (c + 1 < s->ntm && tm_before(&s->tm[c + 1], &s->tm[c]))
+            c++;
+        if (!tm_before(&s->tm[c], &e))
+            break;
         s->tm[i] = s->tm[c];
         i = c;
     }
-    if (s->ntm > 0) s->tm[i] = e;
+    if (s->ntm > 0)
+        s->tm[i] = e;
     return top;
 }
 
@@ -487,11 +565,13 @@ static int end_phase(net_sim *s, int ci, int64_t t)
 {
     run_coll *c = &s->c[ci];
     c->phase++;
-    if (c->phase < c->pp->nph) return begin_phase(s, ci, t);
+    if (c->phase < c->pp->nph)
+        return begin_phase(s, ci, t);
     c->active = 0;
     s->freec[s->nfree++] = ci;
     s->in_flight--;
-    if (s->done) s->done(s->ctx, c->tag, t);
+    if (s->done)
+        s->done(s->ctx, c->tag, t);
     return TS_OK;
 }
 
@@ -500,15 +580,17 @@ static int start_flows(net_sim *s, int ci, int64_t t)
 {
     run_coll *c = &s->c[ci];
     const net_phase *ph = &c->pp->ph[c->phase];
-    if (ph->count == 0) return end_phase(s, ci, t);
+    if (ph->count == 0)
+        return end_phase(s, ci, t);
     c->outstanding = ph->nbundles;
     /* the plan is the cache's (allocated, not const): its bundles keep their hints */
     net_plan *p = (net_plan *)c->pp;
     for (int k = ph->first_bundle; k < ph->first_bundle + ph->nbundles; k++) {
         net_bundle *b = &p->b[k];
-        int rc = net_flow_start_hint(s->f, t, p->bl + b->first_link, b->nlinks, b->bytes, (uint64_t)ci, &b->hint,
-                                     s->cb_err);
-        if (rc < 0) return rc;
+        int rc =
+            net_flow_start_hint(s->f, t, p->bl + b->first_link, b->nlinks, b->bytes, (uint64_t)ci, &b->hint, s->cb_err);
+        if (rc < 0)
+            return rc;
     }
     return TS_OK;
 }
@@ -517,7 +599,8 @@ static int begin_phase(net_sim *s, int ci, int64_t t)
 {
     run_coll *c = &s->c[ci];
     int64_t lat = c->pp->ph[c->phase].lat_ns;
-    if (lat == 0) return start_flows(s, ci, t);
+    if (lat == 0)
+        return start_flows(s, ci, t);
     return tm_push(s, t + lat, ci) ? err_set(s->cb_err, TS_ENOMEM, "net_sim: out of memory") : TS_OK;
 }
 
@@ -528,7 +611,8 @@ static void on_flow_done(void *ctx, int flow, uint64_t tag, int64_t t)
     run_coll *c = &s->c[(int)tag];
     if (--c->outstanding == 0) {
         int rc = end_phase(s, (int)tag, t);
-        if (rc && !s->cb_rc) s->cb_rc = rc;
+        if (rc && !s->cb_rc)
+            s->cb_rc = rc;
     }
 }
 
@@ -536,10 +620,12 @@ static uint64_t req_hash(const net_coll_req *q)
 {
     uint64_t h = 1469598103934665603ull, b;
     memcpy(&b, &q->bytes, sizeof b);
-    uint64_t parts[4] = {(uint64_t)q->kind << 32 | (uint64_t)q->algo, (uint64_t)(uint32_t)q->n << 32 | (uint32_t)q->root,
-                         b, q->flow_key};
-    for (int i = 0; i < 4; i++) h = (h ^ parts[i]) * 1099511628211ull;
-    for (int i = 0; i < q->n; i++) h = (h ^ (uint64_t)(uint32_t)q->gpus[i]) * 1099511628211ull;
+    uint64_t parts[4] = {(uint64_t)q->kind << 32 | (uint64_t)q->algo,
+                         (uint64_t)(uint32_t)q->n << 32 | (uint32_t)q->root, b, q->flow_key};
+    for (int i = 0; i < 4; i++)
+        h = (h ^ parts[i]) * 1099511628211ull;
+    for (int i = 0; i < q->n; i++)
+        h = (h ^ (uint64_t)(uint32_t)q->gpus[i]) * 1099511628211ull;
     return h ^ (h >> 29);
 }
 
@@ -559,30 +645,38 @@ static net_plan *plan_pack(const net_plan *p)
     size_t hdr = (sizeof *p + 15) & ~(size_t)15, sph = sizeof *p->ph * (size_t)p->nph,
            sb = sizeof *p->b * (size_t)p->nb, sbl = sizeof *p->bl * (size_t)p->nbl;
     char *m = malloc(hdr + sph + sb + sbl);
-    if (!m) return NULL;
+    if (!m)
+        return NULL;
     net_plan *q = (net_plan *)(void *)m;
     *q = (net_plan){.algo = p->algo, .nph = p->nph, .nb = p->nb, .nbl = p->nbl, .packed = 1};
     q->ph = (net_phase *)(void *)(m + hdr);
     q->b = (net_bundle *)(void *)(m + hdr + sph);
     q->bl = (int *)(void *)(m + hdr + sph + sb);
-    if (sph) memcpy(q->ph, p->ph, sph);
-    if (sb) memcpy(q->b, p->b, sb);
-    if (sbl) memcpy(q->bl, p->bl, sbl);
+    if (sph)
+        memcpy(q->ph, p->ph, sph);
+    if (sb)
+        memcpy(q->b, p->b, sb);
+    if (sbl)
+        memcpy(q->bl, p->bl, sbl);
     return q;
 }
 
 /* The plan of q, from the cache or computed (and cached). */
 static int plan_lookup(net_sim *s, const net_coll_req *q, const net_plan **out, ts_err *err)
 {
-    if (q->n < 1 || !q->gpus) return err_set(err, TS_EINVAL, "net_coll: group of %d GPUs; need >= 1", q->n);
+    if (q->n < 1 || !q->gpus)
+        return err_set(err, TS_EINVAL, "net_coll: group of %d GPUs; need >= 1", q->n);
     if (2 * (s->cache_len + 1) > s->cache_cap) {
         int ncap = s->cache_cap ? s->cache_cap * 2 : 256;
         plan_entry *nc = calloc((size_t)ncap, sizeof *nc);
-        if (!nc) return err_set(err, TS_ENOMEM, "net_sim: out of memory");
+        if (!nc)
+            return err_set(err, TS_ENOMEM, "net_sim: out of memory");
         for (int i = 0; i < s->cache_cap; i++) {
-            if (!s->cache[i].used) continue;
+            if (!s->cache[i].used)
+                continue;
             int h = (int)(s->cache[i].hash & (uint64_t)(ncap - 1));
-            while (nc[h].used) h = (h + 1) & (ncap - 1);
+            while (nc[h].used)
+                h = (h + 1) & (ncap - 1);
             nc[h] = s->cache[i];
         }
         free(s->cache);
@@ -592,7 +686,10 @@ static int plan_lookup(net_sim *s, const net_coll_req *q, const net_plan **out, 
     uint64_t hh = req_hash(q);
     int h = (int)(hh & (uint64_t)(s->cache_cap - 1));
     while (s->cache[h].used) {
-        if (entry_matches(&s->cache[h], hh, q)) { *out = s->cache[h].plan; return TS_OK; }
+        if (entry_matches(&s->cache[h], hh, q)) {
+            *out = s->cache[h].plan;
+            return TS_OK;
+        }
         h = (h + 1) & (s->cache_cap - 1);
     }
     plan_entry *e = &s->cache[h];
@@ -600,7 +697,8 @@ static int plan_lookup(net_sim *s, const net_coll_req *q, const net_plan **out, 
     net_plan built = {0};
     e->gpus = malloc(sizeof *e->gpus * (size_t)q->n);
     int rc = e->gpus ? net_coll_plan(s->g, s->r, q, &built, err) : err_set(err, TS_ENOMEM, "net_sim: out of memory");
-    if (!rc && !(e->plan = plan_pack(&built))) rc = err_set(err, TS_ENOMEM, "net_sim: out of memory");
+    if (!rc && !(e->plan = plan_pack(&built)))
+        rc = err_set(err, TS_ENOMEM, "net_sim: out of memory");
     net_plan_free(&built);
     if (rc) {
         /* NOLINTNEXTLINE(clang-analyzer-unix.Malloc): net_plan_free freed built's arrays just above */
@@ -640,14 +738,16 @@ int net_sim_start(net_sim *s, int64_t now_ns, const net_coll_req *req, uint64_t 
 {
     const net_plan *p;
     int rc = check_start_time(s, now_ns, err); /* before a plan is built for nothing */
-    if (!rc) rc = plan_lookup(s, req, &p, err);
+    if (!rc)
+        rc = plan_lookup(s, req, &p, err);
     return rc ? rc : net_sim_start_plan(s, now_ns, p, tag, err);
 }
 
 int net_sim_start_plan(net_sim *s, int64_t now_ns, const net_plan *plan, uint64_t tag, ts_err *err)
 {
     int rc, ci;
-    if ((rc = check_start_time(s, now_ns, err))) return rc;
+    if ((rc = check_start_time(s, now_ns, err)))
+        return rc;
     if (s->nfree > 0) {
         ci = s->freec[--s->nfree];
     } else {
@@ -655,8 +755,10 @@ int net_sim_start_plan(net_sim *s, int64_t now_ns, const net_plan *plan, uint64_
             int ncap = s->capc ? s->capc * 2 : 16;
             run_coll *n = realloc(s->c, sizeof *n * (size_t)ncap);
             int *fr = n ? realloc(s->freec, sizeof *fr * (size_t)ncap) : NULL;
-            if (n) s->c = n;
-            if (!n || !fr) return err_set(err, TS_ENOMEM, "net_sim: out of memory");
+            if (n)
+                s->c = n;
+            if (!n || !fr)
+                return err_set(err, TS_ENOMEM, "net_sim: out of memory");
             s->freec = fr;
             memset(s->c + s->capc, 0, sizeof *n * (size_t)(ncap - s->capc));
             s->capc = ncap;
@@ -697,19 +799,24 @@ int net_sim_advance(net_sim *s, int64_t t_ns, ts_err *err)
     for (;;) {
         int64_t tf = net_flows_next_ns(s->f), tt = s->ntm ? s->tm[0].t_ns : NET_TIME_NEVER;
         int64_t t = tf < tt ? tf : tt;
-        if (t > t_ns || t == NET_TIME_NEVER) break;
+        if (t > t_ns || t == NET_TIME_NEVER)
+            break;
         if (tt <= tf) {
             /* Bring flows to time tt first (none finishes before it). */
-            if ((rc = net_flows_advance(s->f, tt, on_flow_done, s, err))) break;
+            if ((rc = net_flows_advance(s->f, tt, on_flow_done, s, err)))
+                break;
             while (s->ntm && s->tm[0].t_ns == tt) {
                 timer_t_ e = tm_pop(s);
-                if ((rc = start_flows(s, e.coll, tt))) break;
+                if ((rc = start_flows(s, e.coll, tt)))
+                    break;
             }
         } else {
             rc = net_flows_advance(s->f, tf, on_flow_done, s, err);
         }
-        if (!rc) rc = s->cb_rc;
-        if (rc) break;
+        if (!rc)
+            rc = s->cb_rc;
+        if (rc)
+            break;
     }
     if (!rc && t_ns != NET_TIME_NEVER && t_ns > net_flows_now_ns(s->f))
         rc = net_flows_advance(s->f, t_ns, on_flow_done, s, err);
@@ -723,19 +830,30 @@ int net_sim_run(net_sim *s, int64_t *end_ns, ts_err *err)
     while (s->in_flight > 0) {
         int64_t t = net_sim_next_ns(s);
         if (t == NET_TIME_NEVER)
-            return err_set(err, TS_ESTATE, "net_sim: %d collectives in flight but no event left (a flow with zero rate)",
-                           s->in_flight);
+            return err_set(err, TS_ESTATE,
+                           "net_sim: %d collectives in flight but no event left (a flow with zero rate)", s->in_flight);
         int rc = net_sim_advance(s, t, err);
-        if (rc) return rc;
+        if (rc)
+            return rc;
         last = t;
     }
-    if (end_ns) *end_ns = last;
+    if (end_ns)
+        *end_ns = last;
     return TS_OK;
 }
 
-int net_sim_in_flight(const net_sim *s) { return s->in_flight; }
-net_flow_stats net_sim_flow_stats(const net_sim *s) { return net_flows_stats(s->f); }
-net_router *net_sim_router(net_sim *s) { return s->r; }
+int net_sim_in_flight(const net_sim *s)
+{
+    return s->in_flight;
+}
+net_flow_stats net_sim_flow_stats(const net_sim *s)
+{
+    return net_flows_stats(s->f);
+}
+net_router *net_sim_router(net_sim *s)
+{
+    return s->r;
+}
 
 static void record_end(void *ctx, uint64_t tag, int64_t t)
 {
@@ -748,9 +866,12 @@ int net_coll_time_ns(const net_graph *g, const net_coll_req *req, int64_t *out_n
     net_sim *s = NULL;
     int64_t end = 0;
     int rc = net_sim_new(g, record_end, &end, &s, err);
-    if (!rc) rc = net_sim_start(s, 0, req, 0, err);
-    if (!rc) rc = net_sim_run(s, NULL, err);
-    if (!rc) *out_ns = end;
+    if (!rc)
+        rc = net_sim_start(s, 0, req, 0, err);
+    if (!rc)
+        rc = net_sim_run(s, NULL, err);
+    if (!rc)
+        *out_ns = end;
     net_sim_free(s);
     return rc;
 }

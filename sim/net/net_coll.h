@@ -52,10 +52,10 @@
 
 #include <stdint.h>
 
-#include "sim/util/err.h"
 #include "sim/net/net_flow.h"
 #include "sim/net/net_graph.h"
 #include "sim/net/net_route.h"
+#include "sim/util/err.h"
 
 /* Software cost of one NCCL step beside link latency, microseconds. An
  * order-of-magnitude assumption (no published row); 0 keeps the closed-form
@@ -67,8 +67,8 @@ typedef enum {
     NET_COLL_ALLGATHER,
     NET_COLL_REDUCE_SCATTER,
     NET_COLL_BROADCAST,
-    NET_COLL_P2P,            /* gpus[0] -> gpus[1] */
-    NET_COLL_P2P_SCATTER,    /* gpus[0..t-1] (one server) -> gpus[t..2t-1] (another) */
+    NET_COLL_P2P,         /* gpus[0] -> gpus[1] */
+    NET_COLL_P2P_SCATTER, /* gpus[0..t-1] (one server) -> gpus[t..2t-1] (another) */
     NET_COLL_KIND_COUNT
 } net_coll_kind;
 
@@ -85,16 +85,16 @@ typedef struct {
 } net_coll_req;
 
 typedef struct {
-    int src, dst;      /* node ids */
+    int src, dst; /* node ids */
     double bytes;
-    int bundle;        /* transfers of one bundle (contiguous) move in lockstep: one flow */
+    int bundle; /* transfers of one bundle (contiguous) move in lockstep: one flow */
     int nlinks;
     int links[NET_MAX_PATH];
 } net_xfer;
 
 typedef struct {
-    int first, count;  /* transfers x[first .. first+count) */
-    int nbundles;      /* flows the phase starts: bundles b[first_bundle .. +nbundles) */
+    int first, count; /* transfers x[first .. first+count) */
+    int nbundles;     /* flows the phase starts: bundles b[first_bundle .. +nbundles) */
     int first_bundle;
     int64_t lat_ns;
 } net_phase;
@@ -104,14 +104,18 @@ typedef struct {
 typedef struct {
     int first_link, nlinks; /* links bl[first_link .. first_link+nlinks) */
     double bytes;
-    net_flow_hint hint;     /* the runner's: its rate on idle links */
+    net_flow_hint hint; /* the runner's: its rate on idle links */
 } net_bundle;
 
 typedef struct {
-    net_xfer *x; int nx, capx;
-    net_phase *ph; int nph, capph;
-    net_bundle *b; int nb, capb;   /* every phase's bundles, in order */
-    int *bl; int nbl, capbl;       /* their links */
+    net_xfer *x;
+    int nx, capx;
+    net_phase *ph;
+    int nph, capph;
+    net_bundle *b;
+    int nb, capb; /* every phase's bundles, in order */
+    int *bl;
+    int nbl, capbl;     /* their links */
     net_coll_algo algo; /* the algorithm used (AUTO resolved) */
     int cur_bundle;     /* while building */
     int packed;         /* net_sim's copy for running: ph, b and bl share the header's block

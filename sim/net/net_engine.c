@@ -11,8 +11,8 @@
 /* A collective (or send) in flight: the engine tasks it ends. */
 typedef struct {
     engine_task_id *tasks;
-    int n, cap, need;       /* need: members expected (full mode) */
-    int leader;             /* global rank of the group's first member */
+    int n, cap, need; /* need: members expected (full mode) */
+    int leader;       /* global rank of the group's first member */
     uint8_t dim;
     uint32_t tag;
     int32_t mb;
@@ -29,32 +29,44 @@ typedef struct {
     int peer_pp;
     uint8_t coll;
 } plan_ent;
-typedef struct { plan_ent e[PLAN_CACHE]; int n; } plan_cache;
+typedef struct {
+    plan_ent e[PLAN_CACHE];
+    int n;
+} plan_cache;
 
 static const net_plan *cache_find(const plan_cache *c, uint8_t coll, int peer_pp, double bytes)
 {
     for (int k = 0; k < c->n; k++)
-        if (c->e[k].coll == coll && c->e[k].peer_pp == peer_pp && c->e[k].bytes == bytes) return c->e[k].plan;
+        if (c->e[k].coll == coll && c->e[k].peer_pp == peer_pp && c->e[k].bytes == bytes)
+            return c->e[k].plan;
     return NULL;
 }
 
 static void cache_put(plan_cache *c, uint8_t coll, int peer_pp, double bytes, const net_plan *plan)
 {
-    if (c->n < PLAN_CACHE) c->e[c->n++] = (plan_ent){plan, bytes, peer_pp, coll};
+    if (c->n < PLAN_CACHE)
+        c->e[c->n++] = (plan_ent){plan, bytes, peer_pp, coll};
 }
 
 /* What the hooks need of an engine rank, computed once. */
 typedef struct {
-    int global, gpu;         /* global rank and its GPU */
-    int tp, dp, pp;          /* its coordinates */
-    int leader[2];           /* per dim (TP, DP): global rank of the group's first member */
-    uint64_t key[2];         /* per dim: ECMP flow key of the group's communicator */
+    int global, gpu; /* global rank and its GPU */
+    int tp, dp, pp;  /* its coordinates */
+    int leader[2];   /* per dim (TP, DP): global rank of the group's first member */
+    uint64_t key[2]; /* per dim: ECMP flow key of the group's communicator */
 } rank_info;
 
 /* The collectives of one group that some but not all members have
  * started (full mode; a handful at a time). */
-typedef struct { uint32_t tag; int32_t mb; int inst; } open_ent;
-typedef struct { open_ent *e; int n, cap; } open_t;
+typedef struct {
+    uint32_t tag;
+    int32_t mb;
+    int inst;
+} open_ent;
+typedef struct {
+    open_ent *e;
+    int n, cap;
+} open_t;
 
 struct net_engine {
     const net_graph *g;
@@ -65,24 +77,27 @@ struct net_engine {
     net_sim *sim;
     engine *e;
     int n_ranks;
-    double *factor;          /* per engine rank */
-    rank_info *ri;           /* per engine rank */
-    int *rgroup;             /* per engine rank, per dim (TP, DP): index of its group in open[dim]
+    double *factor;      /* per engine rank */
+    rank_info *ri;       /* per engine rank */
+    int *rgroup;         /* per engine rank, per dim (TP, DP): index of its group in open[dim]
                                 and gplans[dim] (apart from rank_info: dense, it stays in cache) */
-    int *ggpus[2];           /* per dim (TP, DP): every group's GPUs, in group-rank order */
-    int *goff[2];            /* per dim, per global rank: offset of its group in ggpus[dim] */
-    int *active_comm;        /* per engine rank: driven comm tasks in flight */
-    net_step_desc *desc;     /* per tag */
+    int *ggpus[2];       /* per dim (TP, DP): every group's GPUs, in group-rank order */
+    int *goff[2];        /* per dim, per global rank: offset of its group in ggpus[dim] */
+    int *active_comm;    /* per engine rank: driven comm tasks in flight */
+    net_step_desc *desc; /* per tag */
     uint8_t *have_desc;
     uint32_t n_desc;
-    inst_t *inst; int n_inst, cap_inst;
-    int *free_inst; int n_free;
-    open_t *open[2];         /* per dim, per group: pending instances */
-    plan_cache *gplans[2];   /* per dim, per group: its plans */
-    plan_cache *splans;      /* per engine rank: its sends' plans */
-    int64_t *tq; int n_tq, cap_tq; /* pending engine timer times (min-heap) */
-    int *gpus;               /* scratch: group GPUs */
-    int rc;                  /* first hook error */
+    inst_t *inst;
+    int n_inst, cap_inst;
+    int *free_inst;
+    int n_free;
+    open_t *open[2];       /* per dim, per group: pending instances */
+    plan_cache *gplans[2]; /* per dim, per group: its plans */
+    plan_cache *splans;    /* per engine rank: its sends' plans */
+    int64_t *tq;
+    int n_tq, cap_tq; /* pending engine timer times (min-heap) */
+    int *gpus;        /* scratch: group GPUs */
+    int rc;           /* first hook error */
     ts_err err;
     net_engine_stats st;
 };
@@ -98,16 +113,19 @@ static int rank_tables(net_engine *ne)
     int n = pl->n_ranks;
     ne->ri = calloc((size_t)ne->n_ranks, sizeof *ne->ri);
     ne->rgroup = malloc(sizeof *ne->rgroup * 2 * (size_t)ne->n_ranks);
-    if (!ne->ri || !ne->rgroup) return TS_ENOMEM;
+    if (!ne->ri || !ne->rgroup)
+        return TS_ENOMEM;
     for (int dim = 0; dim < 2; dim++) {
         ne->ggpus[dim] = malloc(sizeof *ne->ggpus[dim] * (size_t)n);
         ne->goff[dim] = malloc(sizeof *ne->goff[dim] * (size_t)n);
-        if (!ne->ggpus[dim] || !ne->goff[dim]) return TS_ENOMEM;
+        if (!ne->ggpus[dim] || !ne->goff[dim])
+            return TS_ENOMEM;
         int next = 0;
         for (int r = 0; r < n; r++) { /* leaders (coordinate 0 along dim) in rank order */
             int c[NET_DIMS];
             net_place_coords(pl, r, &c[NET_DIM_TP], &c[NET_DIM_DP], &c[NET_DIM_PP]);
-            if (c[dim] != 0) continue;
+            if (c[dim] != 0)
+                continue;
             ne->goff[dim][r] = next;
             next += net_place_group_gpus(pl, (net_dim)dim, r, ne->ggpus[dim] + next);
         }
@@ -135,18 +153,20 @@ static int rank_tables(net_engine *ne)
 
 static int fail(net_engine *ne, int rc)
 {
-    if (ne->rc == TS_OK && rc != TS_OK) ne->rc = rc;
+    if (ne->rc == TS_OK && rc != TS_OK)
+        ne->rc = rc;
     return rc;
 }
 
-int net_engine_new(const net_graph *g, const net_place *pl, const net_engine_opts *opts, net_step_fn fn,
-                   void *fn_ctx, net_engine **out, ts_err *err)
+int net_engine_new(const net_graph *g, const net_place *pl, const net_engine_opts *opts, net_step_fn fn, void *fn_ctx,
+                   net_engine **out, ts_err *err)
 {
     int rc;
     if (!(opts->comm_compute_slowdown >= 0))
         return err_set(err, TS_EINVAL, "comm/compute slowdown %g must be >= 0", opts->comm_compute_slowdown);
     net_engine *ne = calloc(1, sizeof *ne);
-    if (!ne) return err_set(err, TS_ENOMEM, "net_engine: out of memory");
+    if (!ne)
+        return err_set(err, TS_ENOMEM, "net_engine: out of memory");
     ne->g = g;
     ne->pl = pl;
     ne->opts = *opts;
@@ -167,7 +187,8 @@ int net_engine_new(const net_graph *g, const net_place *pl, const net_engine_opt
         net_engine_free(ne);
         return err_set(err, TS_ENOMEM, "net_engine: out of memory");
     }
-    for (int r = 0; r < ne->n_ranks; r++) ne->factor[r] = 1.0;
+    for (int r = 0; r < ne->n_ranks; r++)
+        ne->factor[r] = 1.0;
     if (rank_tables(ne)) {
         net_engine_free(ne);
         return err_set(err, TS_ENOMEM, "net_engine: out of memory");
@@ -182,13 +203,16 @@ int net_engine_new(const net_graph *g, const net_place *pl, const net_engine_opt
 
 void net_engine_free(net_engine *ne)
 {
-    if (!ne) return;
-    for (int i = 0; i < ne->n_inst; i++) free(ne->inst[i].tasks);
+    if (!ne)
+        return;
+    for (int i = 0; i < ne->n_inst; i++)
+        free(ne->inst[i].tasks);
     free(ne->inst);
     free(ne->free_inst);
     for (int dim = 0; dim < 2; dim++) {
         if (ne->open[dim])
-            for (int k = 0; k < ne->pl->n_ranks / ne->pl->size[dim]; k++) free(ne->open[dim][k].e);
+            for (int k = 0; k < ne->pl->n_ranks / ne->pl->size[dim]; k++)
+                free(ne->open[dim][k].e);
         free(ne->open[dim]);
         free(ne->gplans[dim]);
     }
@@ -209,16 +233,22 @@ void net_engine_free(net_engine *ne)
     free(ne);
 }
 
-int net_engine_n_ranks(const net_engine *ne) { return ne->n_ranks; }
+int net_engine_n_ranks(const net_engine *ne)
+{
+    return ne->n_ranks;
+}
 
 int net_engine_set_compute_factor(net_engine *ne, int engine_rank, double factor, ts_err *err)
 {
     if (engine_rank < 0 || engine_rank >= ne->n_ranks)
         return err_set(err, TS_EINVAL, "rank %d not in 0..%d", engine_rank, ne->n_ranks - 1);
-    if (!(factor > 0)) return err_set(err, TS_EINVAL, "compute factor %g of rank %d must be > 0", factor, engine_rank);
+    if (!(factor > 0))
+        return err_set(err, TS_EINVAL, "compute factor %g of rank %d must be > 0", factor, engine_rank);
     if (!ne->opts.full && factor != 1.0)
-        return err_set(err, TS_EINVAL, "a slow rank (rank %d x %g) needs --full: the default mode simulates "
-                                       "interchangeable ranks once", engine_rank, factor);
+        return err_set(err, TS_EINVAL,
+                       "a slow rank (rank %d x %g) needs --full: the default mode simulates "
+                       "interchangeable ranks once",
+                       engine_rank, factor);
     ne->factor[engine_rank] = factor;
     return TS_OK;
 }
@@ -228,19 +258,27 @@ static const net_step_desc *fill_desc(net_engine *ne, uint32_t tag, ts_err *err)
 {
     if (tag >= ne->n_desc) {
         uint32_t n = ne->n_desc ? ne->n_desc : 256;
-        while (n <= tag) n *= 2;
+        while (n <= tag)
+            n *= 2;
         net_step_desc *d = realloc(ne->desc, sizeof *d * n);
-        if (!d) { err_set(err, TS_ENOMEM, "net_engine: out of memory"); return NULL; }
+        if (!d) {
+            err_set(err, TS_ENOMEM, "net_engine: out of memory");
+            return NULL;
+        }
         ne->desc = d;
         uint8_t *h = realloc(ne->have_desc, n);
-        if (!h) { err_set(err, TS_ENOMEM, "net_engine: out of memory"); return NULL; }
+        if (!h) {
+            err_set(err, TS_ENOMEM, "net_engine: out of memory");
+            return NULL;
+        }
         memset(h + ne->n_desc, 0, n - ne->n_desc);
         ne->have_desc = h;
         ne->n_desc = n;
     }
     if (!ne->have_desc[tag]) {
         memset(&ne->desc[tag], 0, sizeof ne->desc[tag]);
-        if (ne->fn(ne->fn_ctx, tag, &ne->desc[tag], err)) return NULL;
+        if (ne->fn(ne->fn_ctx, tag, &ne->desc[tag], err))
+            return NULL;
         const net_step_desc *d = &ne->desc[tag];
         if (d->role == NET_STEP_COLL && (d->dim != NET_DIM_TP && d->dim != NET_DIM_DP)) {
             err_set(err, TS_EINVAL, "net_engine: step %u: collective along dimension %d (valid: tp, dp)", tag, d->dim);
@@ -273,11 +311,13 @@ int net_engine_attach(net_engine *ne, engine *e, ts_err *err)
      * but for compute whose scaling differs from rank to rank */
     uint32_t n = engine_task_count(e), C = engine_copies(e);
     bool scaled = false; /* some rank's compute is scaled */
-    for (int r = 0; r < ne->n_ranks && !scaled; r++) scaled = ne->factor[r] != 1.0;
+    for (int r = 0; r < ne->n_ranks && !scaled; r++)
+        scaled = ne->factor[r] != 1.0;
     for (uint32_t id = 0; id < n; id += C) {
         uint32_t tag = engine_task_tag(e, id);
         const net_step_desc *d = get_desc(ne, tag, err);
-        if (!d) return err->code ? err->code : TS_ESTATE;
+        if (!d)
+            return err->code ? err->code : TS_ESTATE;
         int rc = TS_OK;
         bool all = d->role == NET_STEP_COLL || d->role == NET_STEP_SEND ||
                    (d->role == NET_STEP_COMPUTE && ne->opts.comm_compute_slowdown > 0);
@@ -285,9 +325,11 @@ int net_engine_attach(net_engine *ne, engine *e, ts_err *err)
             rc = engine_task_set_external_copies(e, id, err);
         } else if (d->role == NET_STEP_COMPUTE && scaled) {
             for (uint32_t c = 0; c < C && !rc; c++)
-                if (ne->factor[engine_task_rank(e, id + c)] != 1.0) rc = engine_task_set_external(e, id + c, err);
+                if (ne->factor[engine_task_rank(e, id + c)] != 1.0)
+                    rc = engine_task_set_external(e, id + c, err);
         }
-        if (rc) return rc;
+        if (rc)
+            return rc;
     }
     return TS_OK;
 }
@@ -303,7 +345,10 @@ static void tq_push(net_engine *ne, int64_t t)
         return;
     }
     int i = ne->n_tq++;
-    while (i > 0 && ne->tq[(i - 1) / 2] > t) { ne->tq[i] = ne->tq[(i - 1) / 2]; i = (i - 1) / 2; }
+    while (i > 0 && ne->tq[(i - 1) / 2] > t) {
+        ne->tq[i] = ne->tq[(i - 1) / 2];
+        i = (i - 1) / 2;
+    }
     ne->tq[i] = t;
 }
 
@@ -313,31 +358,41 @@ static void tq_pop(net_engine *ne)
     int i = 0;
     for (;;) {
         int c = 2 * i + 1;
-        if (c >= ne->n_tq) break;
-        if (c + 1 < ne->n_tq && ne->tq[c + 1] < ne->tq[c]) c++;
-        if (ne->tq[c] >= x) break;
+        if (c >= ne->n_tq)
+            break;
+        if (c + 1 < ne->n_tq && ne->tq[c + 1] < ne->tq[c])
+            c++;
+        if (ne->tq[c] >= x)
+            break;
         ne->tq[i] = ne->tq[c];
         i = c;
     }
-    if (ne->n_tq > 0) ne->tq[i] = x;
+    if (ne->n_tq > 0)
+        ne->tq[i] = x;
 }
 
 /* Make sure an engine timer fires at the network's next event. */
 static void schedule(net_engine *ne, engine *e)
 {
     int64_t t = net_sim_next_ns(ne->sim);
-    if (t == NET_TIME_NEVER) return;
-    if (ne->n_tq > 0 && ne->tq[0] <= t) return;
-    if (fail(ne, engine_timer_at(e, t, on_timer, ne, &ne->err))) return;
+    if (t == NET_TIME_NEVER)
+        return;
+    if (ne->n_tq > 0 && ne->tq[0] <= t)
+        return;
+    if (fail(ne, engine_timer_at(e, t, on_timer, ne, &ne->err)))
+        return;
     tq_push(ne, t);
 }
 
 static void on_timer(void *ctx, engine *e, int64_t now)
 {
     net_engine *ne = ctx;
-    while (ne->n_tq > 0 && ne->tq[0] <= now) tq_pop(ne);
-    if (ne->rc) return;
-    if (fail(ne, net_sim_advance(ne->sim, now, &ne->err))) return;
+    while (ne->n_tq > 0 && ne->tq[0] <= now)
+        tq_pop(ne);
+    if (ne->rc)
+        return;
+    if (fail(ne, net_sim_advance(ne->sim, now, &ne->err)))
+        return;
     schedule(ne, e);
 }
 
@@ -352,11 +407,13 @@ static int inst_new(net_engine *ne)
         if (ne->n_inst == ne->cap_inst) {
             int nc = ne->cap_inst ? ne->cap_inst * 2 : 64;
             inst_t *q = realloc(ne->inst, sizeof *q * (size_t)nc);
-            if (!q) return -1;
+            if (!q)
+                return -1;
             ne->inst = q;
             memset(ne->inst + ne->cap_inst, 0, sizeof *q * (size_t)(nc - ne->cap_inst));
             int *f = realloc(ne->free_inst, sizeof *f * (size_t)nc);
-            if (!f) return -1;
+            if (!f)
+                return -1;
             ne->free_inst = f;
             ne->cap_inst = nc;
         }
@@ -398,10 +455,12 @@ static int pending(net_engine *ne, int rank, int dim, uint32_t tag, int32_t mb, 
                 *op = o;
                 return o->e[k].inst;
             }
-        if (o->n == o->cap && grow_to_int((void **)&o->e, &o->cap, o->n + 1, 4, sizeof *o->e)) return -1;
+        if (o->n == o->cap && grow_to_int((void **)&o->e, &o->cap, o->n + 1, 4, sizeof *o->e))
+            return -1;
     }
     int i = inst_new(ne);
-    if (i < 0) return -1;
+    if (i < 0)
+        return -1;
     inst_t *in = &ne->inst[i];
     in->dim = (uint8_t)dim;
     in->leader = ne->ri[rank].leader[dim];
@@ -420,7 +479,8 @@ static void coll_done(void *ctx, uint64_t tag, int64_t t_ns)
     net_engine *ne = ctx;
     inst_t *in = &ne->inst[(int)tag];
     for (int k = 0; k < in->n; k++)
-        if (fail(ne, engine_task_finish(ne->e, in->tasks[k], t_ns, &ne->err))) break;
+        if (fail(ne, engine_task_finish(ne->e, in->tasks[k], t_ns, &ne->err)))
+            break;
     in->used = 0;
     ne->free_inst[ne->n_free++] = (int)tag;
 }
@@ -430,14 +490,16 @@ static void coll_done(void *ctx, uint64_t tag, int64_t t_ns)
 static int global_of(const net_engine *ne, int engine_rank)
 {
     int p = ne->pl->size[NET_DIM_PP], t = ne->pl->size[NET_DIM_TP];
-    if (!ne->opts.full) return net_place_rank(ne->pl, 0, 0, engine_rank);
+    if (!ne->opts.full)
+        return net_place_rank(ne->pl, 0, 0, engine_rank);
     int rep = engine_rank / p;
     return net_place_rank(ne->pl, rep % t, rep / t, engine_rank % p);
 }
 
 int net_engine_rank(const net_engine *ne, int tp, int dp, int pp)
 {
-    if (!ne->opts.full) return tp == 0 && dp == 0 ? pp : -1;
+    if (!ne->opts.full)
+        return tp == 0 && dp == 0 ? pp : -1;
     return pp + ne->pl->size[NET_DIM_PP] * (tp + ne->pl->size[NET_DIM_TP] * dp);
 }
 
@@ -462,45 +524,63 @@ static void start_coll(net_engine *ne, engine *e, int ii, const net_step_desc *d
         }
         /* ECMP key: the communicator (group, and the peer group of a scatter), the same on every call */
         net_coll_req q = {(net_coll_kind)d->coll, ne->opts.algo, gpus, n, d->bytes, 0, key};
-        if (d->coll != NET_COLL_ALLREDUCE) q.algo = NET_ALGO_AUTO;
-        if (fail(ne, net_sim_plan(ne->sim, &q, &plan, &ne->err))) return;
+        if (d->coll != NET_COLL_ALLREDUCE)
+            q.algo = NET_ALGO_AUTO;
+        if (fail(ne, net_sim_plan(ne->sim, &q, &plan, &ne->err)))
+            return;
         cache_put(pc, d->coll, peer_pp, d->bytes, plan);
     }
     ne->st.collectives++;
-    if (fail(ne, net_sim_start_plan(ne->sim, now, plan, (uint64_t)ii, &ne->err))) return;
+    if (fail(ne, net_sim_start_plan(ne->sim, now, plan, (uint64_t)ii, &ne->err)))
+        return;
     schedule(ne, e);
 }
 
 void net_engine_task_started(net_engine *ne, engine *e, engine_task_id id, const engine_task_info *ti, int64_t now)
 {
-    if (ne->rc || !ti->external) return; /* attach() made external every task it drives */
+    if (ne->rc || !ti->external)
+        return; /* attach() made external every task it drives */
     uint32_t tag = ti->tag;
     int rank = ti->rank;
     const net_step_desc *d = get_desc(ne, tag, &ne->err);
-    if (!d) { fail(ne, ne->err.code ? ne->err.code : TS_ESTATE); return; }
+    if (!d) {
+        fail(ne, ne->err.code ? ne->err.code : TS_ESTATE);
+        return;
+    }
     switch (d->role) {
     case NET_STEP_COMPUTE: {
         double f = ne->factor[rank];
-        if (ne->opts.comm_compute_slowdown > 0 && ne->active_comm[rank] > 0) f *= 1 + ne->opts.comm_compute_slowdown;
+        if (ne->opts.comm_compute_slowdown > 0 && ne->active_comm[rank] > 0)
+            f *= 1 + ne->opts.comm_compute_slowdown;
         fail(ne, engine_task_finish(e, id, now + (int64_t)llround((double)d->dur_ns * f), &ne->err));
         return;
     }
     case NET_STEP_COLL: {
-        if (ne->opts.comm_compute_slowdown > 0) ne->active_comm[rank]++;
+        if (ne->opts.comm_compute_slowdown > 0)
+            ne->active_comm[rank]++;
         int need = ne->opts.full ? ne->pl->size[d->dim] : 1;
         open_t *o;
         int ii = pending(ne, rank, d->dim, tag, ti->mb, need, &o);
-        if (ii < 0) { fail(ne, err_set(&ne->err, TS_ENOMEM, "net_engine: out of memory")); return; }
-        if (fail(ne, inst_add(&ne->inst[ii], id))) return;
-        if (ne->inst[ii].n < ne->inst[ii].need) return;
+        if (ii < 0) {
+            fail(ne, err_set(&ne->err, TS_ENOMEM, "net_engine: out of memory"));
+            return;
+        }
+        if (fail(ne, inst_add(&ne->inst[ii], id)))
+            return;
+        if (ne->inst[ii].n < ne->inst[ii].need)
+            return;
         if (o) /* started: no longer pending */
             for (int k = 0; k < o->n; k++)
-                if (o->e[k].inst == ii) { o->e[k] = o->e[--o->n]; break; }
+                if (o->e[k].inst == ii) {
+                    o->e[k] = o->e[--o->n];
+                    break;
+                }
         start_coll(ne, e, ii, d, rank, now);
         return;
     }
     case NET_STEP_SEND: {
-        if (ne->opts.comm_compute_slowdown > 0) ne->active_comm[rank]++;
+        if (ne->opts.comm_compute_slowdown > 0)
+            ne->active_comm[rank]++;
         const rank_info *ri = &ne->ri[rank];
         int global = ri->global;
         int ii = inst_new(ne);
@@ -512,13 +592,15 @@ void net_engine_task_started(net_engine *ne, engine *e, engine_task_id id, const
         const net_plan *plan = cache_find(&ne->splans[rank], NET_COLL_P2P, d->peer_pp, d->bytes);
         if (!plan) {
             int pair[2] = {ri->gpu, ne->pl->gpu_of_rank[net_place_rank(ne->pl, ri->tp, ri->dp, d->peer_pp)]};
-            net_coll_req q = {NET_COLL_P2P, NET_ALGO_AUTO, pair, 2, d->bytes, 0,
-                              key_hash(3, global, (uint32_t)d->peer_pp, 0)};
-            if (fail(ne, net_sim_plan(ne->sim, &q, &plan, &ne->err))) return;
+            net_coll_req q = {
+                NET_COLL_P2P, NET_ALGO_AUTO, pair, 2, d->bytes, 0, key_hash(3, global, (uint32_t)d->peer_pp, 0)};
+            if (fail(ne, net_sim_plan(ne->sim, &q, &plan, &ne->err)))
+                return;
             cache_put(&ne->splans[rank], NET_COLL_P2P, d->peer_pp, d->bytes, plan);
         }
         ne->st.p2p++;
-        if (fail(ne, net_sim_start_plan(ne->sim, now, plan, (uint64_t)ii, &ne->err))) return;
+        if (fail(ne, net_sim_start_plan(ne->sim, now, plan, (uint64_t)ii, &ne->err)))
+            return;
         schedule(ne, e);
         return;
     }
@@ -533,12 +615,14 @@ void net_engine_task_ended(net_engine *ne, engine *e, engine_task_id id, const e
     (void)id;
     (void)now;
     /* active_comm is read only with a slowdown; it counts driven (external) comm */
-    if (ne->opts.comm_compute_slowdown == 0 || !ti->external) return;
+    if (ne->opts.comm_compute_slowdown == 0 || !ti->external)
+        return;
     uint32_t tag = ti->tag;
     int rank = ti->rank;
     if (tag < ne->n_desc && ne->have_desc[tag]) {
         uint8_t role = ne->desc[tag].role;
-        if (role == NET_STEP_COLL || role == NET_STEP_SEND) ne->active_comm[rank]--;
+        if (role == NET_STEP_COLL || role == NET_STEP_SEND)
+            ne->active_comm[rank]--;
     }
 }
 
@@ -560,7 +644,8 @@ engine_hooks net_engine_hooks(net_engine *ne)
 
 int net_engine_error(const net_engine *ne, ts_err *err)
 {
-    if (ne->rc && err) *err = ne->err;
+    if (ne->rc && err)
+        *err = ne->err;
     return ne->rc;
 }
 
@@ -588,8 +673,10 @@ int net_parse_straggler(const char *s, int n_ranks, int *rank, double *factor, t
     long r = s ? strtol(s, &colon, 10) : -1; /* LONG_MIN/MAX out of range: refused below */
     if (!s || colon == s || *colon != ':' || r < 0 || r >= n_ranks || !whole_double(colon + 1, factor) ||
         !(*factor > 0))
-        return err_set(err, TS_EINVAL, "--straggler '%s': expected RANK:FACTOR with RANK in 0..%d and FACTOR > 0 "
-                                       "(2 = compute twice as slow)", s ? s : "", n_ranks - 1);
+        return err_set(err, TS_EINVAL,
+                       "--straggler '%s': expected RANK:FACTOR with RANK in 0..%d and FACTOR > 0 "
+                       "(2 = compute twice as slow)",
+                       s ? s : "", n_ranks - 1);
     *rank = (int)r;
     return TS_OK;
 }
@@ -600,8 +687,10 @@ int net_parse_degrade(const net_graph *g, const char *s, int *a, int *b, double 
     const char *dash = s ? strchr(s, '-') : NULL, *colon = s ? strrchr(s, ':') : NULL;
     if (!dash || !colon || colon < dash || dash - s >= 64 || colon - dash - 1 >= 64 ||
         !whole_double(colon + 1, factor) || !(*factor > 0))
-        return err_set(err, TS_EINVAL, "--degrade-link '%s': expected A-B:FACTOR, e.g. nic0.0-sw1.0:0.5 "
-                                       "(FACTOR > 0 scales the link's bandwidth)", s ? s : "");
+        return err_set(err, TS_EINVAL,
+                       "--degrade-link '%s': expected A-B:FACTOR, e.g. nic0.0-sw1.0:0.5 "
+                       "(FACTOR > 0 scales the link's bandwidth)",
+                       s ? s : "");
     memcpy(na, s, (size_t)(dash - s));
     na[dash - s] = 0;
     memcpy(nb, dash + 1, (size_t)(colon - dash - 1));
@@ -609,8 +698,10 @@ int net_parse_degrade(const net_graph *g, const char *s, int *a, int *b, double 
     *a = net_graph_node_by_name(g, na);
     *b = net_graph_node_by_name(g, nb);
     if (*a < 0 || *b < 0)
-        return err_set(err, TS_EINVAL, "--degrade-link '%s': no node named '%s' (names: gpu<s>.<k>, nvs<s>, "
-                                       "nic<s>.<k>, sw<level>.<i>)", s, *a < 0 ? na : nb);
+        return err_set(err, TS_EINVAL,
+                       "--degrade-link '%s': no node named '%s' (names: gpu<s>.<k>, nvs<s>, "
+                       "nic<s>.<k>, sw<level>.<i>)",
+                       s, *a < 0 ? na : nb);
     if (net_graph_find_link(g, *a, *b) < 0)
         return err_set(err, TS_EINVAL, "--degrade-link '%s': %s and %s are not linked", s, na, nb);
     return TS_OK;

@@ -48,10 +48,10 @@
 #include <stdint.h>
 
 #include "sim/core/engine.h"
-#include "sim/util/err.h"
 #include "sim/net/net_coll.h"
 #include "sim/net/net_graph.h"
 #include "sim/net/net_place.h"
+#include "sim/util/err.h"
 
 typedef enum {
     NET_STEP_ENGINE = 0, /* leave the task as lowered */
@@ -61,43 +61,42 @@ typedef enum {
 } net_step_role;
 
 typedef struct {
-    uint8_t role;        /* net_step_role */
-    uint8_t coll;        /* COLL: net_coll_kind (ALLREDUCE, ALLGATHER, REDUCE_SCATTER, or
+    uint8_t role;   /* net_step_role */
+    uint8_t coll;   /* COLL: net_coll_kind (ALLREDUCE, ALLGATHER, REDUCE_SCATTER, or
                             P2P_SCATTER: the tensor group sends S/t per rank to the group of
                             pipeline rank peer_pp, which all-gathers) */
-    uint8_t dim;         /* COLL: net_dim (NET_DIM_TP or NET_DIM_DP) */
-    int peer_pp;         /* SEND, P2P_SCATTER: receiving pipeline rank */
-    double bytes;        /* COLL, SEND: size, commcost/NCCL convention */
-    int64_t dur_ns;      /* COMPUTE: duration on the nominal GPU */
+    uint8_t dim;    /* COLL: net_dim (NET_DIM_TP or NET_DIM_DP) */
+    int peer_pp;    /* SEND, P2P_SCATTER: receiving pipeline rank */
+    double bytes;   /* COLL, SEND: size, commcost/NCCL convention */
+    int64_t dur_ns; /* COMPUTE: duration on the nominal GPU */
 } net_step_desc;
 
 /* Describe tag; return TS_OK or a TS_E* code (with err set). */
 typedef int (*net_step_fn)(void *ctx, uint32_t tag, net_step_desc *out, ts_err *err);
 
 typedef struct {
-    bool full;                     /* simulate every rank (see above) */
-    double comm_compute_slowdown;  /* s >= 0; 0 = off */
-    net_coll_algo algo;            /* algorithm for all-reduces (AUTO = NCCL-like choice) */
+    bool full;                    /* simulate every rank (see above) */
+    double comm_compute_slowdown; /* s >= 0; 0 = off */
+    net_coll_algo algo;           /* algorithm for all-reduces (AUTO = NCCL-like choice) */
 } net_engine_opts;
 
 typedef struct {
-    uint64_t collectives;          /* collectives run */
-    uint64_t p2p;                  /* sends run */
+    uint64_t collectives; /* collectives run */
+    uint64_t p2p;         /* sends run */
     net_flow_stats flows;
 } net_engine_stats;
 
 typedef struct net_engine net_engine;
 
-int net_engine_new(const net_graph *g, const net_place *pl, const net_engine_opts *opts, net_step_fn fn,
-                   void *fn_ctx, net_engine **out, ts_err *err);
+int net_engine_new(const net_graph *g, const net_place *pl, const net_engine_opts *opts, net_step_fn fn, void *fn_ctx,
+                   net_engine **out, ts_err *err);
 void net_engine_free(net_engine *ne);
 
 /* Hooks to pass to engine_create (ctx = ne). */
 engine_hooks net_engine_hooks(net_engine *ne);
 
 /* The hooks' bodies, for a caller that chains them with its own hooks. */
-void net_engine_task_started(net_engine *ne, engine *e, engine_task_id id, const engine_task_info *ti,
-                             int64_t now_ns);
+void net_engine_task_started(net_engine *ne, engine *e, engine_task_id id, const engine_task_info *ti, int64_t now_ns);
 void net_engine_task_ended(net_engine *ne, engine *e, engine_task_id id, const engine_task_info *ti, int64_t now_ns);
 
 /* Ranks the engine must have: t*d*p in full mode, p otherwise. */

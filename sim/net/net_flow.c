@@ -8,42 +8,49 @@
 #include "sim/util/grow.h"
 
 typedef struct {
-    int nlinks, cap;        /* links in use / allocated (kept when the slot is reused) */
-    int *links;             /* the route; a link may repeat (a bundle crossing it twice) */
-    int *pos;               /* index of this flow in each link's flow list, per occurrence (links + cap) */
+    int nlinks, cap; /* links in use / allocated (kept when the slot is reused) */
+    int *links;      /* the route; a link may repeat (a bundle crossing it twice) */
+    int *pos;        /* index of this flow in each link's flow list, per occurrence (links + cap) */
     double left_bytes;
-    double rate;            /* GB/s = bytes/ns; 0 until first assigned */
-    double new_rate;        /* scratch of the water-filling (before it: the share of own_link) */
-    int own_link;           /* scratch: its tightest link no other flow uses, -1 if none */
-    int64_t last_ns;        /* time left_bytes was last brought up to date */
+    double rate;     /* GB/s = bytes/ns; 0 until first assigned */
+    double new_rate; /* scratch of the water-filling (before it: the share of own_link) */
+    int own_link;    /* scratch: its tightest link no other flow uses, -1 if none */
+    int64_t last_ns; /* time left_bytes was last brought up to date */
     int64_t done_ns;
     uint64_t tag;
-    uint32_t mark;          /* component epoch */
-    uint32_t fast_gen;      /* == net_flows.gen: started alone, rate set, not yet counted */
+    uint32_t mark;     /* component epoch */
+    uint32_t fast_gen; /* == net_flows.gen: started alone, rate set, not yet counted */
     uint8_t active, frozen;
-    uint8_t may_repeat;     /* may list a link twice (0: known not to, from a start on idle links) */
-    uint8_t solo;           /* scratch: no other flow on any of its links */
+    uint8_t may_repeat; /* may list a link twice (0: known not to, from a start on idle links) */
+    uint8_t solo;       /* scratch: no other flow on any of its links */
 } flow_t;
 
 /* A link's flows: occurrence 0 in the dense hot array (a lone flow on
  * idle links touches only that), the others in the link record. */
 typedef struct {
-    int n;                  /* flow occurrences on the link */
-    int fl0;                /* occurrence 0 (if n > 0) */
+    int n;   /* flow occurrences on the link */
+    int fl0; /* occurrence 0 (if n > 0) */
 } link_hot;
 
 typedef struct {
-    int *fl;                /* occurrences 1 .. n-1 at fl[k - 1]; cap entries */
+    int *fl; /* occurrences 1 .. n-1 at fl[k - 1]; cap entries */
     int cap;
-    uint32_t mark;          /* component epoch */
-    uint32_t ver;           /* water-filling heap version */
+    uint32_t mark; /* component epoch */
+    uint32_t ver;  /* water-filling heap version */
     int unfrozen;
     int dirty;
-    double rem;             /* capacity left in the water-filling, GB/s */
+    double rem; /* capacity left in the water-filling, GB/s */
 } link_t;
 
-typedef struct { double share; int link; uint32_t ver; } fill_ent;
-typedef struct { int64_t t_ns; int id; } done_ent; /* completion heap entry: (done_ns, flow id) */
+typedef struct {
+    double share;
+    int link;
+    uint32_t ver;
+} fill_ent;
+typedef struct {
+    int64_t t_ns;
+    int id;
+} done_ent; /* completion heap entry: (done_ns, flow id) */
 
 struct net_flows {
     const net_graph *g;
@@ -51,19 +58,23 @@ struct net_flows {
     link_t *lk;
     flow_t *fl;
     int n_flows, cap_flows;
-    int *free_ids; int n_free, cap_free;
-    done_ent *heap; int n_heap;    /* completion heap, cap = cap_flows */
-    int *hpos;                     /* per flow: position in the heap, -1 if absent */
-    int *dirty; int n_dirty;       /* dirty link ids, cap = n_links */
-    int *comp_links, *comp_flows;  /* scratch, caps n_links and cap_flows */
-    fill_ent *fh; int n_fh, cap_fh;/* water-filling heap */
+    int *free_ids;
+    int n_free, cap_free;
+    done_ent *heap;
+    int n_heap; /* completion heap, cap = cap_flows */
+    int *hpos;  /* per flow: position in the heap, -1 if absent */
+    int *dirty;
+    int n_dirty;                  /* dirty link ids, cap = n_links */
+    int *comp_links, *comp_flows; /* scratch, caps n_links and cap_flows */
+    fill_ent *fh;
+    int n_fh, cap_fh; /* water-filling heap */
     uint32_t epoch;
-    uint32_t gen;                  /* recomputation generation (starts at 1) */
-    double *bw;                    /* per link: the graph's bw_gbps, dense (solo rates read
+    uint32_t gen;     /* recomputation generation (starts at 1) */
+    double *bw;       /* per link: the graph's bw_gbps, dense (solo rates read
                                       one per link of a bundle) */
-    uint32_t bw_seen;              /* the graph's bw_version that bw holds */
-    uint32_t bw_gen;               /* bumped with each reread of bw: hints of another are stale */
-    int n_fast;                    /* flows started alone since the last recomputation */
+    uint32_t bw_seen; /* the graph's bw_version that bw holds */
+    uint32_t bw_gen;  /* bumped with each reread of bw: hints of another are stale */
+    int n_fast;       /* flows started alone since the last recomputation */
     int64_t now_ns;
     int active;
     net_flow_stats st;
@@ -71,7 +82,10 @@ struct net_flows {
 
 /* ---------------------------------------------------------- completion heap */
 
-static int before(done_ent a, done_ent b) { return a.t_ns < b.t_ns || (a.t_ns == b.t_ns && a.id < b.id); }
+static int before(done_ent a, done_ent b)
+{
+    return a.t_ns < b.t_ns || (a.t_ns == b.t_ns && a.id < b.id);
+}
 
 /* A 4-ary heap: half the depth of a binary one, the children of a node
  * side by side. (done_ns, id) is a total order, so the order of pops does
@@ -81,7 +95,8 @@ static void heap_up(net_flows *f, int i)
     done_ent e = f->heap[i];
     while (i > 0) {
         int p = (i - 1) / 4;
-        if (!before(e, f->heap[p])) break;
+        if (!before(e, f->heap[p]))
+            break;
         f->heap[i] = f->heap[p];
         f->hpos[f->heap[i].id] = i;
         i = p;
@@ -95,11 +110,15 @@ static void heap_down(net_flows *f, int i)
     done_ent e = f->heap[i];
     for (;;) {
         int c = 4 * i + 1, end = c + 4;
-        if (c >= f->n_heap) break;
-        if (end > f->n_heap) end = f->n_heap;
+        if (c >= f->n_heap)
+            break;
+        if (end > f->n_heap)
+            end = f->n_heap;
         for (int k = c + 1; k < end; k++)
-            if (before(f->heap[k], f->heap[c])) c = k;
-        if (!before(f->heap[c], e)) break;
+            if (before(f->heap[k], f->heap[c]))
+                c = k;
+        if (!before(f->heap[c], e))
+            break;
         f->heap[i] = f->heap[c];
         f->hpos[f->heap[i].id] = i;
         i = c;
@@ -126,10 +145,12 @@ static void heap_update(net_flows *f, int id)
 static void heap_remove(net_flows *f, int id)
 {
     int i = f->hpos[id];
-    if (i < 0) return;
+    if (i < 0)
+        return;
     f->hpos[id] = -1;
     done_ent last = f->heap[--f->n_heap];
-    if (i == f->n_heap) return;
+    if (i == f->n_heap)
+        return;
     f->heap[i] = last;
     f->hpos[last.id] = i;
     heap_up(f, i);
@@ -141,16 +162,19 @@ static void heap_remove(net_flows *f, int id)
 /* Copy the graph's link bandwidths (its bw_version) into f->bw. */
 static void bw_reread(net_flows *f)
 {
-    for (int l = 0; l < f->g->n_links; l++) f->bw[l] = f->g->links[l].bw_gbps;
+    for (int l = 0; l < f->g->n_links; l++)
+        f->bw[l] = f->g->links[l].bw_gbps;
     f->bw_seen = f->g->bw_version;
     f->bw_gen++;
 }
 
 int net_flows_new(const net_graph *g, net_flows **out, ts_err *err)
 {
-    if (!g->finished) return err_set(err, TS_ESTATE, "net_flows_new: graph not finished");
+    if (!g->finished)
+        return err_set(err, TS_ESTATE, "net_flows_new: graph not finished");
     net_flows *f = calloc(1, sizeof *f);
-    if (!f) return err_set(err, TS_ENOMEM, "net_flows: out of memory");
+    if (!f)
+        return err_set(err, TS_ENOMEM, "net_flows: out of memory");
     f->g = g;
     f->gen = 1;
     size_t nl = (size_t)(g->n_links ? g->n_links : 1);
@@ -170,13 +194,16 @@ int net_flows_new(const net_graph *g, net_flows **out, ts_err *err)
 
 void net_flows_free(net_flows *f)
 {
-    if (!f) return;
+    if (!f)
+        return;
     if (f->lk)
-        for (int i = 0; i < f->g->n_links; i++) free(f->lk[i].fl);
+        for (int i = 0; i < f->g->n_links; i++)
+            free(f->lk[i].fl);
     free(f->lk);
     free(f->lh);
     free(f->bw);
-    for (int i = 0; i < f->n_flows; i++) free(f->fl[i].links); /* route arrays are kept per slot */
+    for (int i = 0; i < f->n_flows; i++)
+        free(f->fl[i].links); /* route arrays are kept per slot */
     free(f->fl);
     free(f->free_ids);
     free(f->heap);
@@ -190,24 +217,30 @@ void net_flows_free(net_flows *f)
 
 static int alloc_flow(net_flows *f)
 {
-    if (f->n_free > 0) return f->free_ids[--f->n_free];
+    if (f->n_free > 0)
+        return f->free_ids[--f->n_free];
     if (f->n_flows == f->cap_flows) {
         int ncap = f->cap_flows ? f->cap_flows * 2 : 256;
         flow_t *nf = realloc(f->fl, sizeof *nf * (size_t)ncap);
-        if (!nf) return TS_ENOMEM;
+        if (!nf)
+            return TS_ENOMEM;
         memset(nf + f->cap_flows, 0, sizeof *nf * (size_t)(ncap - f->cap_flows));
         f->fl = nf;
         done_ent *nh = realloc(f->heap, sizeof *nh * (size_t)ncap);
-        if (!nh) return TS_ENOMEM;
+        if (!nh)
+            return TS_ENOMEM;
         f->heap = nh;
         int *np = realloc(f->hpos, sizeof *np * (size_t)ncap);
-        if (!np) return TS_ENOMEM;
+        if (!np)
+            return TS_ENOMEM;
         f->hpos = np;
         int *nc = realloc(f->comp_flows, sizeof *nc * (size_t)ncap);
-        if (!nc) return TS_ENOMEM;
+        if (!nc)
+            return TS_ENOMEM;
         f->comp_flows = nc;
         int *fr = realloc(f->free_ids, sizeof *fr * (size_t)ncap);
-        if (!fr) return TS_ENOMEM;
+        if (!fr)
+            return TS_ENOMEM;
         f->free_ids = fr;
         f->cap_flows = ncap;
     }
@@ -215,12 +248,17 @@ static int alloc_flow(net_flows *f)
 }
 
 /* Occurrence k of link l's flow list. */
-static inline int lfl(const net_flows *f, int l, int k) { return k ? f->lk[l].fl[k - 1] : f->lh[l].fl0; }
+static inline int lfl(const net_flows *f, int l, int k)
+{
+    return k ? f->lk[l].fl[k - 1] : f->lh[l].fl0;
+}
 
 static inline void lfl_set(net_flows *f, int l, int k, int id)
 {
-    if (k) f->lk[l].fl[k - 1] = id;
-    else f->lh[l].fl0 = id;
+    if (k)
+        f->lk[l].fl[k - 1] = id;
+    else
+        f->lh[l].fl0 = id;
 }
 
 /* Append flow id to link l's list; its occurrence index, or TS_ENOMEM. */
@@ -232,7 +270,8 @@ static int lfl_push(net_flows *f, int l, int id)
         H->fl0 = id;
     } else {
         link_t *L = &f->lk[l];
-        if (k - 1 == L->cap && grow_to_int((void **)&L->fl, &L->cap, k, 4, sizeof *L->fl)) return TS_ENOMEM;
+        if (k - 1 == L->cap && grow_to_int((void **)&L->fl, &L->cap, k, 4, sizeof *L->fl))
+            return TS_ENOMEM;
         L->fl[k - 1] = id;
     }
     H->n = k + 1;
@@ -241,7 +280,10 @@ static int lfl_push(net_flows *f, int l, int id)
 
 static void mark_dirty(net_flows *f, int l)
 {
-    if (!f->lk[l].dirty) { f->lk[l].dirty = 1; f->dirty[f->n_dirty++] = l; }
+    if (!f->lk[l].dirty) {
+        f->lk[l].dirty = 1;
+        f->dirty[f->n_dirty++] = l;
+    }
 }
 
 /* Is flow id the only flow on every one of its links? */
@@ -251,7 +293,8 @@ static int alone_on_links(const net_flows *f, int id)
     for (int h = 0; h < F->nlinks; h++) {
         int l = F->links[h];
         for (int k = 0; k < f->lh[l].n; k++)
-            if (lfl(f, l, k) != id) return 0;
+            if (lfl(f, l, k) != id)
+                return 0;
     }
     return 1;
 }
@@ -265,7 +308,8 @@ static double solo_rate(const net_flows *f, const int *links, int nlinks)
         int n = f->lh[links[h]].n;
         double bw = f->bw[links[h]];
         double share = n == 1 ? bw : bw / n; /* x / 1 == x: skip the division */
-        if (h == 0 || share < rate) rate = share;
+        if (h == 0 || share < rate)
+            rate = share;
     }
     return rate > 0 ? rate : 0;
 }
@@ -285,7 +329,8 @@ static int fh_push(net_flows *f, double share, int link, uint32_t ver)
     fill_ent e = {share, link, ver};
     while (i > 0) {
         int p = (i - 1) / 2;
-        if (fh_less(&f->fh[p], &e)) break;
+        if (fh_less(&f->fh[p], &e))
+            break;
         f->fh[i] = f->fh[p];
         i = p;
     }
@@ -298,9 +343,12 @@ static void fh_sift_down(net_flows *f, int i, fill_ent e)
 {
     for (;;) {
         int c = 2 * i + 1;
-        if (c >= f->n_fh) break;
-        if (c + 1 < f->n_fh && fh_less(&f->fh[c + 1], &f->fh[c])) c++;
-        if (fh_less(&e, &f->fh[c])) break;
+        if (c >= f->n_fh)
+            break;
+        if (c + 1 < f->n_fh && fh_less(&f->fh[c + 1], &f->fh[c]))
+            c++;
+        if (fh_less(&e, &f->fh[c]))
+            break;
         f->fh[i] = f->fh[c];
         i = c;
     }
@@ -312,23 +360,28 @@ static void fh_sift_down(net_flows *f, int i, fill_ent e)
  * out as if pushed one by one. */
 static void fh_heapify(net_flows *f)
 {
-    for (int i = f->n_fh / 2 - 1; i >= 0; i--) fh_sift_down(f, i, f->fh[i]);
+    for (int i = f->n_fh / 2 - 1; i >= 0; i--)
+        fh_sift_down(f, i, f->fh[i]);
 }
 
 static fill_ent fh_pop(net_flows *f)
 {
     fill_ent top = f->fh[0], e = f->fh[--f->n_fh];
-    if (f->n_fh > 0) fh_sift_down(f, 0, e);
+    if (f->n_fh > 0)
+        fh_sift_down(f, 0, e);
     return top;
 }
 
 static int64_t duration_ns(double bytes, double rate)
 {
-    if (bytes <= 0) return 0;
+    if (bytes <= 0)
+        return 0;
     double x = bytes / rate;
     double c = ceil(x - 1e-9 * x - 1e-9);
-    if (c < 0) c = 0;
-    if (c > 9.0e18) return NET_TIME_NEVER / 2;
+    if (c < 0)
+        c = 0;
+    if (c > 9.0e18)
+        return NET_TIME_NEVER / 2;
     return (int64_t)c;
 }
 
@@ -339,7 +392,8 @@ static void count_recompute(net_flows *f, int n)
 {
     f->st.recomputes++;
     f->st.rate_updates += (uint64_t)n;
-    if ((uint64_t)n > f->st.max_component) f->st.max_component = (uint64_t)n;
+    if ((uint64_t)n > f->st.max_component)
+        f->st.max_component = (uint64_t)n;
 }
 
 /* Recompute the rates of the components of the dirty links at f->now_ns.
@@ -347,7 +401,8 @@ static void count_recompute(net_flows *f, int n)
  * counted (their rates are set). */
 static inline int recompute(net_flows *f)
 {
-    if (f->n_dirty > 0) return recompute_dirty(f);
+    if (f->n_dirty > 0)
+        return recompute_dirty(f);
     if (f->n_fast > 0) {
         f->gen++;
         count_recompute(f, f->n_fast);
@@ -364,7 +419,10 @@ static int recompute_dirty(net_flows *f)
     for (int i = 0; i < f->n_dirty; i++) {
         int l = f->dirty[i];
         f->lk[l].dirty = 0;
-        if (f->lk[l].mark != ep) { f->lk[l].mark = ep; f->comp_links[nl++] = l; }
+        if (f->lk[l].mark != ep) {
+            f->lk[l].mark = ep;
+            f->comp_links[nl++] = l;
+        }
     }
     f->n_dirty = 0;
     /* BFS over links <-> flows. */
@@ -373,13 +431,17 @@ static int recompute_dirty(net_flows *f)
         for (int k = 0; k < f->lh[l].n; k++) {
             int id = lfl(f, l, k);
             flow_t *F = &f->fl[id];
-            if (F->mark == ep) continue;
+            if (F->mark == ep)
+                continue;
             F->mark = ep;
             fast_seen += F->fast_gen == gen;
             f->comp_flows[nf++] = id;
             for (int h = 0; h < F->nlinks; h++) {
                 int l2 = F->links[h];
-                if (f->lk[l2].mark != ep) { f->lk[l2].mark = ep; f->comp_links[nl++] = l2; }
+                if (f->lk[l2].mark != ep) {
+                    f->lk[l2].mark = ep;
+                    f->comp_links[nl++] = l2;
+                }
             }
         }
     }
@@ -387,9 +449,11 @@ static int recompute_dirty(net_flows *f)
      * if their links had been marked dirty: each is a component of its own
      * unless the search above reached it. */
     int counted = nf + n_fast - fast_seen;
-    if (counted == 0) return TS_OK;
+    if (counted == 0)
+        return TS_OK;
     count_recompute(f, counted);
-    if (nf == 0) return TS_OK;
+    if (nf == 0)
+        return TS_OK;
     /* A flow alone on all its links (the common case: a collective on an
      * idle NVSwitch domain) is frozen first at its tightest link's share
      * bw / occurrences, whatever the others do: set it directly, which is
@@ -398,30 +462,36 @@ static int recompute_dirty(net_flows *f)
         flow_t *F = &f->fl[f->comp_flows[fi]];
         F->solo = (uint8_t)alone_on_links(f, f->comp_flows[fi]);
         F->frozen = F->solo;
-        if (F->solo) F->new_rate = solo_rate(f, F->links, F->nlinks);
+        if (F->solo)
+            F->new_rate = solo_rate(f, F->links, F->nlinks);
     }
     /* Progressive filling of the others. */
-    if (nl > f->cap_fh && grow_to_int((void **)&f->fh, &f->cap_fh, nl, 256, sizeof *f->fh)) return TS_ENOMEM;
+    if (nl > f->cap_fh && grow_to_int((void **)&f->fh, &f->cap_fh, nl, 256, sizeof *f->fh))
+        return TS_ENOMEM;
     /* Links that only one flow uses (most of a bundle's path) keep the
      * share bw / occurrences until that flow is frozen, so only the tightest
      * of them per flow can be the one that freezes it: it alone enters the
      * heap, the others could only pop as stale entries. Pops come out in the
      * same order as with every link in the heap, and the rates bit for bit. */
-    for (int fi = 0; fi < nf; fi++) f->fl[f->comp_flows[fi]].own_link = -1;
+    for (int fi = 0; fi < nf; fi++)
+        f->fl[f->comp_flows[fi]].own_link = -1;
     f->n_fh = 0;
     for (int li = 0; li < nl; li++) {
         int l = f->comp_links[li], n = f->lh[l].n;
         link_t *L = &f->lk[l];
-        if (n == 0) continue;
+        if (n == 0)
+            continue;
         int id0 = f->lh[l].fl0;
         flow_t *F0 = &f->fl[id0];
-        if (F0->solo) continue;
+        if (F0->solo)
+            continue;
         L->rem = f->bw[l];
         L->unfrozen = n;
         L->ver++;
         fill_ent e = {L->rem / n, l, L->ver};
         int own = 1;
-        for (int k = 1; k < n && own; k++) own = lfl(f, l, k) == id0;
+        for (int k = 1; k < n && own; k++)
+            own = lfl(f, l, k) == id0;
         if (!own) {
             f->fh[f->n_fh++] = e;
         } else if (F0->own_link < 0 || fh_less(&e, &(fill_ent){F0->new_rate, F0->own_link, 0})) {
@@ -431,18 +501,21 @@ static int recompute_dirty(net_flows *f)
     }
     for (int fi = 0; fi < nf; fi++) {
         const flow_t *F = &f->fl[f->comp_flows[fi]];
-        if (F->own_link >= 0) f->fh[f->n_fh++] = (fill_ent){F->new_rate, F->own_link, f->lk[F->own_link].ver};
+        if (F->own_link >= 0)
+            f->fh[f->n_fh++] = (fill_ent){F->new_rate, F->own_link, f->lk[F->own_link].ver};
     }
     fh_heapify(f);
     while (f->n_fh > 0) {
         fill_ent e = fh_pop(f);
         link_t *L = &f->lk[e.link];
-        if (e.ver != L->ver || L->unfrozen == 0) continue;
+        if (e.ver != L->ver || L->unfrozen == 0)
+            continue;
         double share = L->rem > 0 ? L->rem / L->unfrozen : 0;
         for (int k = 0; k < f->lh[e.link].n; k++) {
             int id = lfl(f, e.link, k);
             flow_t *F = &f->fl[id];
-            if (F->frozen) continue;
+            if (F->frozen)
+                continue;
             F->frozen = 1;
             F->new_rate = share;
             for (int h = 0; h < F->nlinks; h++) {
@@ -460,9 +533,11 @@ static int recompute_dirty(net_flows *f)
     for (int fi = 0; fi < nf; fi++) {
         int id = f->comp_flows[fi];
         flow_t *F = &f->fl[id];
-        if (F->new_rate == F->rate && f->hpos[id] >= 0) continue;
+        if (F->new_rate == F->rate && f->hpos[id] >= 0)
+            continue;
         F->left_bytes -= F->rate * (double)(f->now_ns - F->last_ns);
-        if (F->left_bytes < 0) F->left_bytes = 0;
+        if (F->left_bytes < 0)
+            F->left_bytes = 0;
         F->last_ns = f->now_ns;
         F->rate = F->new_rate;
         F->done_ns = F->rate > 0 ? f->now_ns + duration_ns(F->left_bytes, F->rate) : NET_TIME_NEVER;
@@ -473,8 +548,7 @@ static int recompute_dirty(net_flows *f)
 
 /* ---------------------------------------------------------- API */
 
-int net_flow_start(net_flows *f, int64_t now_ns, const int *links, int nlinks, double bytes,
-                   uint64_t tag, ts_err *err)
+int net_flow_start(net_flows *f, int64_t now_ns, const int *links, int nlinks, double bytes, uint64_t tag, ts_err *err)
 {
     return net_flow_start_hint(f, now_ns, links, nlinks, bytes, tag, NULL, err);
 }
@@ -498,11 +572,13 @@ int net_flow_start_hint(net_flows *f, int64_t now_ns, const int *links, int nlin
         alone &= f->lh[links[h]].n == 0;
     }
     if (now_ns > f->now_ns) {
-        if (recompute(f)) return err_set(err, TS_ENOMEM, "net_flows: out of memory");
+        if (recompute(f))
+            return err_set(err, TS_ENOMEM, "net_flows: out of memory");
         f->now_ns = now_ns;
     }
     int id = alloc_flow(f);
-    if (id < 0) return err_set(err, TS_ENOMEM, "net_flows: out of memory");
+    if (id < 0)
+        return err_set(err, TS_ENOMEM, "net_flows: out of memory");
     flow_t *F = &f->fl[id];
     int *keep_links = F->links, keep_cap = F->cap;
     memset(F, 0, sizeof *F);
@@ -518,7 +594,8 @@ int net_flow_start_hint(net_flows *f, int64_t now_ns, const int *links, int nlin
     F->left_bytes = bytes;
     F->last_ns = now_ns;
     F->mark = f->epoch;
-    if (f->active == 0 && f->bw_seen != f->g->bw_version) bw_reread(f); /* a busy period begins */
+    if (f->active == 0 && f->bw_seen != f->g->bw_version)
+        bw_reread(f); /* a busy period begins */
     f->active++;
     f->st.flows_started++;
     if (bytes == 0) { /* finishes now; takes no bandwidth */
@@ -531,11 +608,13 @@ int net_flow_start_hint(net_flows *f, int64_t now_ns, const int *links, int nlin
     int repeat = !alone; /* on idle links, an occurrence after the first is this flow's own */
     for (int h = 0; h < nlinks; h++) {
         int k = lfl_push(f, links[h], id);
-        if (k < 0) return err_set(err, TS_ENOMEM, "net_flows: out of memory");
+        if (k < 0)
+            return err_set(err, TS_ENOMEM, "net_flows: out of memory");
         F->links[h] = links[h];
         F->pos[h] = k;
         repeat |= k > 0;
-        if (!alone) mark_dirty(f, links[h]);
+        if (!alone)
+            mark_dirty(f, links[h]);
     }
     F->may_repeat = (uint8_t)repeat;
     if (alone) {
@@ -544,7 +623,8 @@ int net_flow_start_hint(net_flows *f, int64_t now_ns, const int *links, int nlin
             rate = hint->rate_gbps;
         } else {
             rate = solo_rate(f, links, nlinks);
-            if (hint) *hint = (net_flow_hint){rate, f->bw_gen};
+            if (hint)
+                *hint = (net_flow_hint){rate, f->bw_gen};
         }
         F->rate = rate > 0 ? rate : 0;
         F->done_ns = F->rate > 0 ? now_ns + duration_ns(bytes, F->rate) : NET_TIME_NEVER;
@@ -563,18 +643,23 @@ static int empty_if_alone(net_flows *f, int id)
 {
     const flow_t *F = &f->fl[id];
     if (F->may_repeat) {
-        if (!alone_on_links(f, id)) return 0;
-        for (int h = 0; h < F->nlinks; h++) f->lh[F->links[h]].n = 0;
+        if (!alone_on_links(f, id))
+            return 0;
+        for (int h = 0; h < F->nlinks; h++)
+            f->lh[F->links[h]].n = 0;
         return 1;
     }
     int h = 0;
     for (; h < F->nlinks; h++) {
         link_hot *H = &f->lh[F->links[h]];
-        if (H->n != 1) break;
+        if (H->n != 1)
+            break;
         H->n = 0;
     }
-    if (h == F->nlinks) return 1;
-    while (h-- > 0) f->lh[F->links[h]].n = 1;
+    if (h == F->nlinks)
+        return 1;
+    while (h-- > 0)
+        f->lh[F->links[h]].n = 1;
     return 0;
 }
 
@@ -595,7 +680,10 @@ static void detach(net_flows *f, int id)
             lfl_set(f, l, p, last);
             flow_t *G = &f->fl[last];
             for (int hh = 0; hh < G->nlinks; hh++)
-                if (G->links[hh] == l && G->pos[hh] == lastpos) { G->pos[hh] = p; break; }
+                if (G->links[hh] == l && G->pos[hh] == lastpos) {
+                    G->pos[hh] = p;
+                    break;
+                }
         }
         mark_dirty(f, l);
     }
@@ -605,17 +693,21 @@ static void detach(net_flows *f, int id)
 
 int64_t net_flows_next_ns(net_flows *f)
 {
-    if (recompute(f)) return NET_TIME_NEVER;
+    if (recompute(f))
+        return NET_TIME_NEVER;
     return f->n_heap ? f->heap[0].t_ns : NET_TIME_NEVER;
 }
 
 int net_flows_advance(net_flows *f, int64_t t_ns, net_flow_done_fn done, void *ctx, ts_err *err)
 {
     for (;;) {
-        if (recompute(f)) return err_set(err, TS_ENOMEM, "net_flows: out of memory");
-        if (f->n_heap == 0) break;
+        if (recompute(f))
+            return err_set(err, TS_ENOMEM, "net_flows: out of memory");
+        if (f->n_heap == 0)
+            break;
         int64_t T = f->heap[0].t_ns;
-        if (T > t_ns || T == NET_TIME_NEVER) break;
+        if (T > t_ns || T == NET_TIME_NEVER)
+            break;
         f->now_ns = T;
         /* Pop every flow finishing at T; report them in flow id order. */
         while (f->n_heap > 0 && f->heap[0].t_ns == T) {
@@ -623,20 +715,33 @@ int net_flows_advance(net_flows *f, int64_t t_ns, net_flow_done_fn done, void *c
             heap_remove(f, id);
             detach(f, id);
             f->free_ids[f->n_free++] = id;
-            if (done) done(ctx, id, f->fl[id].tag, T);
+            if (done)
+                done(ctx, id, f->fl[id].tag, T);
         }
     }
-    if (t_ns > f->now_ns && t_ns != NET_TIME_NEVER) f->now_ns = t_ns;
+    if (t_ns > f->now_ns && t_ns != NET_TIME_NEVER)
+        f->now_ns = t_ns;
     return TS_OK;
 }
 
 double net_flow_rate_gbps(net_flows *f, int flow)
 {
-    if (recompute(f)) return -1;
-    if (flow < 0 || flow >= f->n_flows || !f->fl[flow].active) return -1;
+    if (recompute(f))
+        return -1;
+    if (flow < 0 || flow >= f->n_flows || !f->fl[flow].active)
+        return -1;
     return f->fl[flow].rate;
 }
 
-int net_flows_active(const net_flows *f) { return f->active; }
-int64_t net_flows_now_ns(const net_flows *f) { return f->now_ns; }
-net_flow_stats net_flows_stats(const net_flows *f) { return f->st; }
+int net_flows_active(const net_flows *f)
+{
+    return f->active;
+}
+int64_t net_flows_now_ns(const net_flows *f)
+{
+    return f->now_ns;
+}
+net_flow_stats net_flows_stats(const net_flows *f)
+{
+    return f->st;
+}

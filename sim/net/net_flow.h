@@ -32,9 +32,9 @@
 
 #include <stdint.h>
 
-#include "sim/util/err.h"
 #include "sim/net/net_graph.h"
 #include "sim/net/net_route.h"
+#include "sim/util/err.h"
 
 #define NET_TIME_NEVER INT64_MAX
 
@@ -46,9 +46,9 @@ typedef void (*net_flow_done_fn)(void *ctx, int flow, uint64_t tag, int64_t t_ns
 
 typedef struct {
     uint64_t flows_started;
-    uint64_t recomputes;       /* component recomputations */
-    uint64_t rate_updates;     /* flow rates (re)assigned by recomputations */
-    uint64_t max_component;    /* largest component (flows) recomputed */
+    uint64_t recomputes;    /* component recomputations */
+    uint64_t rate_updates;  /* flow rates (re)assigned by recomputations */
+    uint64_t max_component; /* largest component (flows) recomputed */
 } net_flow_stats;
 
 int net_flows_new(const net_graph *g, net_flows **out, ts_err *err);
@@ -58,14 +58,13 @@ void net_flows_free(net_flows *f);
  * (>= 1 link ids, copied; repeats count once per occurrence). tag is returned in the callback.
  * Returns the flow id (>= 0; ids of finished flows are reused) or a TS_E*
  * code. A flow of 0 bytes finishes at now_ns. */
-int net_flow_start(net_flows *f, int64_t now_ns, const int *links, int nlinks, double bytes,
-                   uint64_t tag, ts_err *err);
+int net_flow_start(net_flows *f, int64_t now_ns, const int *links, int nlinks, double bytes, uint64_t tag, ts_err *err);
 
 /* A lone flow's rate, kept by the caller between starts over the same
  * link list (zero-initialize it; one per distinct list). */
 typedef struct {
     double rate_gbps;
-    uint32_t gen;      /* the bandwidths it was computed with (0: none yet) */
+    uint32_t gen; /* the bandwidths it was computed with (0: none yet) */
 } net_flow_hint;
 
 /* net_flow_start, where a flow that starts on idle links takes its rate

@@ -11,13 +11,15 @@
 net_graph *net_graph_new(void)
 {
     net_graph *g = calloc(1, sizeof *g);
-    if (g) g->gpus_per_server = -1;
+    if (g)
+        g->gpus_per_server = -1;
     return g;
 }
 
 void net_graph_free(net_graph *g)
 {
-    if (!g) return;
+    if (!g)
+        return;
     free(g->nodes);
     free(g->links);
     free(g->out_off);
@@ -26,10 +28,10 @@ void net_graph_free(net_graph *g)
     free(g);
 }
 
-int net_graph_add_node(net_graph *g, net_node_kind kind, int level, int server,
-                       int local, ts_err *err)
+int net_graph_add_node(net_graph *g, net_node_kind kind, int level, int server, int local, ts_err *err)
 {
-    if (g->finished) return err_set(err, TS_ESTATE, "net_graph_add_node: graph already finished");
+    if (g->finished)
+        return err_set(err, TS_ESTATE, "net_graph_add_node: graph already finished");
     if (grow_to_int((void **)&g->nodes, &g->cap_nodes, g->n_nodes + 1, 64, sizeof *g->nodes))
         return err_set(err, TS_ENOMEM, "net_graph: out of memory adding node %d", g->n_nodes);
     int id = g->n_nodes++;
@@ -38,22 +40,25 @@ int net_graph_add_node(net_graph *g, net_node_kind kind, int level, int server,
         if (grow_to_int((void **)&g->gpu_node, &g->cap_gpus, g->n_gpus + 1, 64, sizeof *g->gpu_node))
             return err_set(err, TS_ENOMEM, "net_graph: out of memory adding GPU %d", g->n_gpus);
         g->gpu_node[g->n_gpus++] = id;
-        if (server + 1 > g->n_servers) g->n_servers = server + 1;
+        if (server + 1 > g->n_servers)
+            g->n_servers = server + 1;
     }
     return id;
 }
 
-int net_graph_add_link1(net_graph *g, int a, int b, net_link_kind kind,
-                        double line_gbps, double eff, double lat_us, ts_err *err)
+int net_graph_add_link1(net_graph *g, int a, int b, net_link_kind kind, double line_gbps, double eff, double lat_us,
+                        ts_err *err)
 {
-    if (g->finished) return err_set(err, TS_ESTATE, "net_graph_add_link: graph already finished");
+    if (g->finished)
+        return err_set(err, TS_ESTATE, "net_graph_add_link: graph already finished");
     if (a < 0 || b < 0 || a >= g->n_nodes || b >= g->n_nodes || a == b)
-        return err_set(err, TS_EINVAL, "net_graph: link %d -> %d: endpoints must be two distinct nodes in 0..%d",
-                       a, b, g->n_nodes - 1);
+        return err_set(err, TS_EINVAL, "net_graph: link %d -> %d: endpoints must be two distinct nodes in 0..%d", a, b,
+                       g->n_nodes - 1);
     if (!(line_gbps > 0) || !(eff > 0 && eff <= 1) || !(lat_us >= 0))
-        return err_set(err, TS_EINVAL,
-                       "net_graph: link %d -> %d: bandwidth %g GB/s must be > 0, efficiency %g in (0, 1], latency %g us >= 0",
-                       a, b, line_gbps, eff, lat_us);
+        return err_set(
+            err, TS_EINVAL,
+            "net_graph: link %d -> %d: bandwidth %g GB/s must be > 0, efficiency %g in (0, 1], latency %g us >= 0", a,
+            b, line_gbps, eff, lat_us);
     if (grow_to_int((void **)&g->links, &g->cap_links, g->n_links + 1, 64, sizeof *g->links))
         return err_set(err, TS_ENOMEM, "net_graph: out of memory adding link %d", g->n_links);
     int id = g->n_links++;
@@ -61,13 +66,15 @@ int net_graph_add_link1(net_graph *g, int a, int b, net_link_kind kind,
     return id;
 }
 
-int net_graph_add_link2(net_graph *g, int a, int b, net_link_kind kind,
-                        double line_gbps, double eff, double lat_us, ts_err *err)
+int net_graph_add_link2(net_graph *g, int a, int b, net_link_kind kind, double line_gbps, double eff, double lat_us,
+                        ts_err *err)
 {
     int x = net_graph_add_link1(g, a, b, kind, line_gbps, eff, lat_us, err);
-    if (x < 0) return x;
+    if (x < 0)
+        return x;
     int y = net_graph_add_link1(g, b, a, kind, line_gbps, eff, lat_us, err);
-    if (y < 0) return y;
+    if (y < 0)
+        return y;
     g->links[x].reverse = y;
     g->links[y].reverse = x;
     return x;
@@ -78,8 +85,10 @@ static int cmp_out(const void *pa, const void *pb)
 {
     const net_link *la = &cmp_graph->links[*(const int *)pa];
     const net_link *lb = &cmp_graph->links[*(const int *)pb];
-    if (la->src != lb->src) return la->src < lb->src ? -1 : 1;
-    if (la->dst != lb->dst) return la->dst < lb->dst ? -1 : 1;
+    if (la->src != lb->src)
+        return la->src < lb->src ? -1 : 1;
+    if (la->dst != lb->dst)
+        return la->dst < lb->dst ? -1 : 1;
     return *(const int *)pa < *(const int *)pb ? -1 : 1;
 }
 
@@ -88,17 +97,25 @@ int net_graph_finish(net_graph *g, ts_err *err)
     int rc = TS_OK;
     int *queue = NULL;
     char *seen = NULL;
-    if (g->finished) return TS_OK;
-    if (g->n_gpus == 0) return err_set(err, TS_EINVAL, "net_graph: no GPUs in the topology");
+    if (g->finished)
+        return TS_OK;
+    if (g->n_gpus == 0)
+        return err_set(err, TS_EINVAL, "net_graph: no GPUs in the topology");
     g->out_off = calloc((size_t)g->n_nodes + 1, sizeof *g->out_off);
     g->out_link = malloc((size_t)(g->n_links ? g->n_links : 1) * sizeof *g->out_link);
-    if (!g->out_off || !g->out_link) { rc = err_set(err, TS_ENOMEM, "net_graph: out of memory"); goto out; }
-    for (int i = 0; i < g->n_links; i++) g->out_link[i] = i;
+    if (!g->out_off || !g->out_link) {
+        rc = err_set(err, TS_ENOMEM, "net_graph: out of memory");
+        goto out;
+    }
+    for (int i = 0; i < g->n_links; i++)
+        g->out_link[i] = i;
     cmp_graph = g;
     qsort(g->out_link, (size_t)g->n_links, sizeof *g->out_link, cmp_out);
     cmp_graph = NULL;
-    for (int i = 0; i < g->n_links; i++) g->out_off[g->links[i].src + 1]++;
-    for (int v = 0; v < g->n_nodes; v++) g->out_off[v + 1] += g->out_off[v];
+    for (int i = 0; i < g->n_links; i++)
+        g->out_off[g->links[i].src + 1]++;
+    for (int v = 0; v < g->n_nodes; v++)
+        g->out_off[v + 1] += g->out_off[v];
     for (int i = 1; i < g->n_links; i++) {
         const net_link *p = &g->links[g->out_link[i - 1]], *q = &g->links[g->out_link[i]];
         if (p->src == q->src && p->dst == q->dst) {
@@ -111,7 +128,10 @@ int net_graph_finish(net_graph *g, ts_err *err)
      * when links come in pairs; check both ways by requiring pairs). */
     queue = malloc((size_t)g->n_nodes * sizeof *queue);
     seen = calloc((size_t)g->n_nodes, 1);
-    if (!queue || !seen) { rc = err_set(err, TS_ENOMEM, "net_graph: out of memory"); goto out; }
+    if (!queue || !seen) {
+        rc = err_set(err, TS_ENOMEM, "net_graph: out of memory");
+        goto out;
+    }
     int head = 0, tail = 0;
     queue[tail++] = g->gpu_node[0];
     seen[g->gpu_node[0]] = 1;
@@ -119,7 +139,10 @@ int net_graph_finish(net_graph *g, ts_err *err)
         int v = queue[head++];
         for (int k = g->out_off[v]; k < g->out_off[v + 1]; k++) {
             int w = g->links[g->out_link[k]].dst;
-            if (!seen[w]) { seen[w] = 1; queue[tail++] = w; }
+            if (!seen[w]) {
+                seen[w] = 1;
+                queue[tail++] = w;
+            }
         }
     }
     for (int i = 0; i < g->n_gpus; i++) {
@@ -142,13 +165,18 @@ out:
 
 int net_graph_find_link(const net_graph *g, int a, int b)
 {
-    if (!g->finished || a < 0 || a >= g->n_nodes) return -1;
+    if (!g->finished || a < 0 || a >= g->n_nodes)
+        return -1;
     int lo = g->out_off[a], hi = g->out_off[a + 1];
     while (lo < hi) {
         int mid = (lo + hi) / 2;
         int d = g->links[g->out_link[mid]].dst;
-        if (d == b) return g->out_link[mid];
-        if (d < b) lo = mid + 1; else hi = mid;
+        if (d == b)
+            return g->out_link[mid];
+        if (d < b)
+            lo = mid + 1;
+        else
+            hi = mid;
     }
     return -1;
 }
@@ -162,37 +190,60 @@ int net_graph_scale_link(net_graph *g, int a, int b, double factor, ts_err *err)
     if (x < 0 && y < 0)
         return err_set(err, TS_EINVAL, "no link between %s and %s in the topology",
                        net_graph_node_name(g, a, na, sizeof na), net_graph_node_name(g, b, nb, sizeof nb));
-    if (x >= 0) g->links[x].bw_gbps *= factor;
-    if (y >= 0) g->links[y].bw_gbps *= factor;
+    if (x >= 0)
+        g->links[x].bw_gbps *= factor;
+    if (y >= 0)
+        g->links[y].bw_gbps *= factor;
     g->bw_version++;
     return TS_OK;
 }
 
 static int gpu_neighbor(const net_graph *g, int gpu, net_node_kind kind)
 {
-    if (gpu < 0 || gpu >= g->n_gpus) return -1;
+    if (gpu < 0 || gpu >= g->n_gpus)
+        return -1;
     int v = g->gpu_node[gpu], first = -1;
     for (int k = g->out_off[v]; k < g->out_off[v + 1]; k++) {
         int w = g->links[g->out_link[k]].dst;
-        if (g->nodes[w].kind != kind) continue;
-        if (first < 0) first = w;
-        if (g->nodes[w].local == g->nodes[v].local) return w;
+        if (g->nodes[w].kind != kind)
+            continue;
+        if (first < 0)
+            first = w;
+        if (g->nodes[w].local == g->nodes[v].local)
+            return w;
     }
     return first;
 }
 
-int net_graph_gpu_nic(const net_graph *g, int gpu) { return gpu_neighbor(g, gpu, NET_NODE_NIC); }
-int net_graph_gpu_nvswitch(const net_graph *g, int gpu) { return gpu_neighbor(g, gpu, NET_NODE_NVSWITCH); }
+int net_graph_gpu_nic(const net_graph *g, int gpu)
+{
+    return gpu_neighbor(g, gpu, NET_NODE_NIC);
+}
+int net_graph_gpu_nvswitch(const net_graph *g, int gpu)
+{
+    return gpu_neighbor(g, gpu, NET_NODE_NVSWITCH);
+}
 
 const char *net_graph_node_name(const net_graph *g, int node, char *buf, int cap)
 {
-    if (node < 0 || node >= g->n_nodes) { snprintf(buf, (size_t)cap, "node?%d", node); return buf; }
+    if (node < 0 || node >= g->n_nodes) {
+        snprintf(buf, (size_t)cap, "node?%d", node);
+        return buf;
+    }
     const net_node *n = &g->nodes[node];
     switch (n->kind) {
-    case NET_NODE_GPU: snprintf(buf, (size_t)cap, "gpu%d.%d", n->server, n->local); break;
-    case NET_NODE_NVSWITCH: snprintf(buf, (size_t)cap, "nvs%d", n->server); break;
-    case NET_NODE_NIC: snprintf(buf, (size_t)cap, "nic%d.%d", n->server, n->local); break;
-    case NET_NODE_SWITCH: snprintf(buf, (size_t)cap, "sw%d.%d", n->level, n->local); break;
+    case NET_NODE_GPU:
+        snprintf(buf, (size_t)cap, "gpu%d.%d", n->server, n->local);
+        break;
+    case NET_NODE_NVSWITCH:
+        snprintf(buf, (size_t)cap, "nvs%d", n->server);
+        break;
+    case NET_NODE_NIC:
+        snprintf(buf, (size_t)cap, "nic%d.%d", n->server, n->local);
+        break;
+    case NET_NODE_SWITCH:
+        snprintf(buf, (size_t)cap, "sw%d.%d", n->level, n->local);
+        break;
     }
     return buf;
 }
@@ -201,7 +252,8 @@ int net_graph_node_by_name(const net_graph *g, const char *name)
 {
     char b[32];
     for (int v = 0; v < g->n_nodes; v++)
-        if (strcmp(net_graph_node_name(g, v, b, sizeof b), name) == 0) return v;
+        if (strcmp(net_graph_node_name(g, v, b, sizeof b), name) == 0)
+            return v;
     return -1;
 }
 
@@ -211,7 +263,7 @@ int net_fabric_defaults(net_fabric_params *p, const char *gpu_kind, int servers,
 {
     memset(p, 0, sizeof *p);
     p->servers = servers;
-    p->gpus_per_server = 8;  /* DGX A100 / H100 (networks.csv: 8 compute NICs per node) */
+    p->gpus_per_server = 8; /* DGX A100 / H100 (networks.csv: 8 compute NICs per node) */
     p->nics_per_server = 8;
     p->nvlink_eff = NET_NVLINK_EFF;
     p->net_eff = NET_IB_EFF;
@@ -244,8 +296,9 @@ int net_fabric_defaults(net_fabric_params *p, const char *gpu_kind, int servers,
 static int check_params(const net_fabric_params *p, ts_err *err)
 {
     if (p->servers < 1 || p->gpus_per_server < 1 || p->nics_per_server < 0)
-        return err_set(err, TS_EINVAL, "fabric: servers %d, GPUs per server %d must be >= 1 and NICs per server %d >= 0",
-                       p->servers, p->gpus_per_server, p->nics_per_server);
+        return err_set(err, TS_EINVAL,
+                       "fabric: servers %d, GPUs per server %d must be >= 1 and NICs per server %d >= 0", p->servers,
+                       p->gpus_per_server, p->nics_per_server);
     if (p->servers > 1 && p->nics_per_server < 1)
         return err_set(err, TS_EINVAL, "fabric: %d servers need at least one NIC each", p->servers);
     if (p->levels < 1 || p->levels >= NET_MAX_LEVELS)
@@ -254,9 +307,10 @@ static int check_params(const net_fabric_params *p, ts_err *err)
         return err_set(err, TS_EINVAL, "fabric: leaf_ports %d must be >= 1", p->leaf_ports);
     for (int l = 2; l <= p->levels; l++)
         if (p->up[l].group < 0 || p->up[l].switches < 0 || !(p->up[l].oversub >= 1))
-            return err_set(err, TS_EINVAL,
-                           "fabric level %d: group %d must be >= 0, switches %d >= 0 (0 = auto), oversubscription %g >= 1",
-                           l, p->up[l].group, p->up[l].switches, p->up[l].oversub);
+            return err_set(
+                err, TS_EINVAL,
+                "fabric level %d: group %d must be >= 0, switches %d >= 0 (0 = auto), oversubscription %g >= 1", l,
+                p->up[l].group, p->up[l].switches, p->up[l].oversub);
     return TS_OK;
 }
 
@@ -267,16 +321,23 @@ static int check_switch_paths(const net_graph *g, ts_err *err)
     int *queue = malloc(sizeof *queue * (size_t)g->n_nodes);
     char *seen = calloc((size_t)g->n_nodes, 1);
     int rc = TS_OK, head = 0, tail = 0, leaf0 = -1;
-    if (!queue || !seen) { rc = err_set(err, TS_ENOMEM, "fabric: out of memory"); goto out; }
+    if (!queue || !seen) {
+        rc = err_set(err, TS_ENOMEM, "fabric: out of memory");
+        goto out;
+    }
     for (int v = 0; v < g->n_nodes && leaf0 < 0; v++)
-        if (g->nodes[v].kind == NET_NODE_SWITCH && g->nodes[v].level == 1) leaf0 = v;
+        if (g->nodes[v].kind == NET_NODE_SWITCH && g->nodes[v].level == 1)
+            leaf0 = v;
     queue[tail++] = leaf0;
     seen[leaf0] = 1;
     while (head < tail) {
         int v = queue[head++];
         for (int k = g->out_off[v]; k < g->out_off[v + 1]; k++) {
             int w = g->links[g->out_link[k]].dst;
-            if (!seen[w] && g->nodes[w].kind == NET_NODE_SWITCH) { seen[w] = 1; queue[tail++] = w; }
+            if (!seen[w] && g->nodes[w].kind == NET_NODE_SWITCH) {
+                seen[w] = 1;
+                queue[tail++] = w;
+            }
         }
     }
     for (int v = 0; v < g->n_nodes; v++)
@@ -297,56 +358,71 @@ out:
 int net_graph_build_fabric(const net_fabric_params *p, net_graph **out, ts_err *err)
 {
     int rc = check_params(p, err);
-    if (rc) return rc;
+    if (rc)
+        return rc;
     net_graph *g = net_graph_new();
     int *lower = NULL, *unit = NULL, *upper = NULL, *upunit = NULL;
     double *down_line = NULL;
-    if (!g) return err_set(err, TS_ENOMEM, "fabric: out of memory");
+    if (!g)
+        return err_set(err, TS_ENOMEM, "fabric: out of memory");
     const int S = p->servers, G = p->gpus_per_server, K = p->nics_per_server;
     g->gpus_per_server = G;
     g->nvls = p->nvls;
     /* Servers: GPUs first (so GPU i = server i/G, local i%G), then NVSwitch and NICs. */
     for (int s = 0; s < S; s++)
         for (int i = 0; i < G; i++)
-            if ((rc = net_graph_add_node(g, NET_NODE_GPU, 0, s, i, err)) < 0) goto fail;
+            if ((rc = net_graph_add_node(g, NET_NODE_GPU, 0, s, i, err)) < 0)
+                goto fail;
     int nvs0 = g->n_nodes;
     if (G > 1)
         for (int s = 0; s < S; s++)
-            if ((rc = net_graph_add_node(g, NET_NODE_NVSWITCH, 0, s, 0, err)) < 0) goto fail;
+            if ((rc = net_graph_add_node(g, NET_NODE_NVSWITCH, 0, s, 0, err)) < 0)
+                goto fail;
     int nic0 = g->n_nodes;
     for (int s = 0; s < S; s++)
         for (int k = 0; k < K; k++)
-            if ((rc = net_graph_add_node(g, NET_NODE_NIC, 0, s, k, err)) < 0) goto fail;
+            if ((rc = net_graph_add_node(g, NET_NODE_NIC, 0, s, k, err)) < 0)
+                goto fail;
     for (int s = 0; s < S; s++) {
         for (int i = 0; i < G; i++) {
             int gpu = s * G + i;
-            if (G > 1 && (rc = net_graph_add_link2(g, gpu, nvs0 + s, NET_LINK_NVLINK, p->nvlink_gbps,
-                                                   p->nvlink_eff, p->nvlink_lat_us, err)) < 0) goto fail;
-            if (K > 0 && (rc = net_graph_add_link2(g, gpu, nic0 + s * K + i % K, NET_LINK_PCIE, p->pcie_gbps,
-                                                   1.0, p->pcie_lat_us, err)) < 0) goto fail;
+            if (G > 1 && (rc = net_graph_add_link2(g, gpu, nvs0 + s, NET_LINK_NVLINK, p->nvlink_gbps, p->nvlink_eff,
+                                                   p->nvlink_lat_us, err)) < 0)
+                goto fail;
+            if (K > 0 && (rc = net_graph_add_link2(g, gpu, nic0 + s * K + i % K, NET_LINK_PCIE, p->pcie_gbps, 1.0,
+                                                   p->pcie_lat_us, err)) < 0)
+                goto fail;
         }
     }
-    if (K == 0) goto done;
+    if (K == 0)
+        goto done;
     /* Leaves. */
     int nleaves, ports = S * K;
-    if (p->rail_optimized) nleaves = ((S + p->leaf_ports - 1) / p->leaf_ports) * K;
-    else nleaves = (ports + p->leaf_ports - 1) / p->leaf_ports;
+    if (p->rail_optimized)
+        nleaves = ((S + p->leaf_ports - 1) / p->leaf_ports) * K;
+    else
+        nleaves = (ports + p->leaf_ports - 1) / p->leaf_ports;
     int cap = nleaves > 1 ? nleaves : 1;
     lower = malloc(sizeof *lower * (size_t)cap);
     unit = malloc(sizeof *unit * (size_t)cap);
     down_line = calloc((size_t)g->n_nodes + (size_t)cap * 2 + 64, sizeof *down_line);
-    if (!lower || !unit || !down_line) { rc = err_set(err, TS_ENOMEM, "fabric: out of memory"); goto fail; }
+    if (!lower || !unit || !down_line) {
+        rc = err_set(err, TS_ENOMEM, "fabric: out of memory");
+        goto fail;
+    }
     int leaf0 = g->n_nodes;
     for (int j = 0; j < nleaves; j++) {
-        if ((rc = net_graph_add_node(g, NET_NODE_SWITCH, 1, -1, j, err)) < 0) goto fail;
+        if ((rc = net_graph_add_node(g, NET_NODE_SWITCH, 1, -1, j, err)) < 0)
+            goto fail;
         lower[j] = rc;
         unit[j] = j;
     }
     for (int s = 0; s < S; s++)
         for (int k = 0; k < K; k++) {
             int leaf = p->rail_optimized ? (s / p->leaf_ports) * K + k : (s * K + k) / p->leaf_ports;
-            if ((rc = net_graph_add_link2(g, nic0 + s * K + k, leaf0 + leaf, NET_LINK_FABRIC, p->nic_gbps,
-                                          p->net_eff, p->nic_lat_us, err)) < 0) goto fail;
+            if ((rc = net_graph_add_link2(g, nic0 + s * K + k, leaf0 + leaf, NET_LINK_FABRIC, p->nic_gbps, p->net_eff,
+                                          p->nic_lat_us, err)) < 0)
+                goto fail;
             down_line[leaf] += p->nic_gbps;
         }
     /* Levels 2..L: groups of units under groups of switches. down_line is
@@ -360,22 +436,32 @@ int net_graph_build_fabric(const net_fabric_params *p, net_graph **out, ts_err *
         int unit_max = 1; /* switches in the largest unit (units are consecutive) */
         for (int w = 0, run = 0; w < nlower; w++) {
             run = (w > 0 && unit[w] == unit[w - 1]) ? run + 1 : 1;
-            if (run > unit_max) unit_max = run;
+            if (run > unit_max)
+                unit_max = run;
         }
         if (lvv.switches == 0) { /* auto: as many as the widest uplink, in ports */
             double most = 0;
             for (int w = 0; w < nlower; w++)
-                if (down_line[w] / lv->oversub > most) most = down_line[w] / lv->oversub;
+                if (down_line[w] / lv->oversub > most)
+                    most = down_line[w] / lv->oversub;
             lvv.switches = (int)(most / p->nic_gbps + 0.999999);
-            if (lvv.switches < 1) lvv.switches = 1;
+            if (lvv.switches < 1)
+                lvv.switches = 1;
         }
         int nupper = ngroups * lv->switches;
         upper = malloc(sizeof *upper * (size_t)nupper);
         upunit = malloc(sizeof *upunit * (size_t)nupper);
         double *up_line = calloc((size_t)nupper, sizeof *up_line);
-        if (!upper || !upunit || !up_line) { free(up_line); rc = err_set(err, TS_ENOMEM, "fabric: out of memory"); goto fail; }
+        if (!upper || !upunit || !up_line) {
+            free(up_line);
+            rc = err_set(err, TS_ENOMEM, "fabric: out of memory");
+            goto fail;
+        }
         for (int j = 0; j < nupper; j++) {
-            if ((rc = net_graph_add_node(g, NET_NODE_SWITCH, l, -1, j, err)) < 0) { free(up_line); goto fail; }
+            if ((rc = net_graph_add_node(g, NET_NODE_SWITCH, l, -1, j, err)) < 0) {
+                free(up_line);
+                goto fail;
+            }
             upper[j] = rc;
             upunit[j] = j / lv->switches;
         }
@@ -388,13 +474,15 @@ int net_graph_build_fabric(const net_fabric_params *p, net_graph **out, ts_err *
              * together still reach every upper switch), so one flow on an
              * idle fabric still runs at port rate; else it is spread thin. */
             double up_gbps = down_line[w] / lv->oversub;
-            if (!(up_gbps > 0)) continue;
+            if (!(up_gbps > 0))
+                continue;
             double up_ports = up_gbps / p->nic_gbps;
             int nlinks = lv->switches, first = 0;
             double line = up_gbps / lv->switches;
             if (up_ports < lv->switches && unit_max * (int)(up_ports + 0.5) >= lv->switches) {
                 nlinks = (int)(up_ports + 0.5);
-                if (nlinks < 1) nlinks = 1;
+                if (nlinks < 1)
+                    nlinks = 1;
                 line = up_gbps / nlinks;
                 first = (int)(((long long)w * nlinks) % lv->switches);
             }
@@ -402,30 +490,49 @@ int net_graph_build_fabric(const net_fabric_params *p, net_graph **out, ts_err *
                 int u = grp * lv->switches + (first + j) % lv->switches;
                 /* NOLINTNEXTLINE(clang-analyzer-core.CallAndMessage): grp < ngroups, so u < nupper (all set) */
                 if ((rc = net_graph_add_link2(g, lower[w], upper[u], NET_LINK_FABRIC, line, p->net_eff,
-                                              p->switch_lat_us, err)) < 0) { free(up_line); goto fail; }
+                                              p->switch_lat_us, err)) < 0) {
+                    free(up_line);
+                    goto fail;
+                }
                 up_line[u] += line;
             }
         }
-        free(lower); free(unit); free(down_line);
-        lower = upper; unit = upunit; down_line = up_line;
+        free(lower);
+        free(unit);
+        free(down_line);
+        lower = upper;
+        unit = upunit;
+        down_line = up_line;
         upper = upunit = NULL;
         nlower = nupper;
         nunits = ngroups;
     }
 done:
-    free(lower); free(unit); free(down_line);
-    if ((rc = net_graph_finish(g, err)) != TS_OK) { net_graph_free(g); return rc; }
-    if (K > 0 && (rc = check_switch_paths(g, err)) != TS_OK) { net_graph_free(g); return rc; }
+    free(lower);
+    free(unit);
+    free(down_line);
+    if ((rc = net_graph_finish(g, err)) != TS_OK) {
+        net_graph_free(g);
+        return rc;
+    }
+    if (K > 0 && (rc = check_switch_paths(g, err)) != TS_OK) {
+        net_graph_free(g);
+        return rc;
+    }
     *out = g;
     return TS_OK;
 fail:
-    free(lower); free(unit); free(down_line); free(upper); free(upunit);
+    free(lower);
+    free(unit);
+    free(down_line);
+    free(upper);
+    free(upunit);
     net_graph_free(g);
     return rc;
 }
 
-int net_graph_build_multipod(const net_fabric_params *base, int pods, int pod_servers,
-                             double pod_oversub, net_graph **out, ts_err *err)
+int net_graph_build_multipod(const net_fabric_params *base, int pods, int pod_servers, double pod_oversub,
+                             net_graph **out, ts_err *err)
 {
     if (pods < 1 || pod_servers < 1)
         return err_set(err, TS_EINVAL, "multipod: pods %d and servers per pod %d must be >= 1", pods, pod_servers);
@@ -435,8 +542,8 @@ int net_graph_build_multipod(const net_fabric_params *base, int pods, int pod_se
     int leaves_per_pod = p.rail_optimized ? ((pod_servers + p.leaf_ports - 1) / p.leaf_ports) * K
                                           : (pod_servers * K + p.leaf_ports - 1) / p.leaf_ports;
     if (p.rail_optimized ? pod_servers % p.leaf_ports : (pod_servers * K) % p.leaf_ports)
-        return err_set(err, TS_EINVAL, "multipod: %d servers per pod do not fill whole leaves of %d ports",
-                       pod_servers, p.leaf_ports);
+        return err_set(err, TS_EINVAL, "multipod: %d servers per pod do not fill whole leaves of %d ports", pod_servers,
+                       p.leaf_ports);
     /* Level 2: spines of one pod, full bisection: leaf uplinks = downlinks. */
     p.levels = 3;
     p.up[2] = (net_fabric_level){leaves_per_pod, p.leaf_ports, 1.0};
@@ -446,7 +553,10 @@ int net_graph_build_multipod(const net_fabric_params *base, int pods, int pod_se
 
 /* ------------------------------------------------------------ link list */
 
-typedef struct { net_node_kind kind; int level, server, local, gpu; } parsed_name;
+typedef struct {
+    net_node_kind kind;
+    int level, server, local, gpu;
+} parsed_name;
 
 /* s is prefix, a number and, when b is given, '.' and a second number, and
  * nothing else: sscanf(s, "prefix%d.%d%c") == 2, but a number that does not
@@ -454,17 +564,22 @@ typedef struct { net_node_kind kind; int level, server, local, gpu; } parsed_nam
 static bool name_nums(const char *s, const char *prefix, int *a, int *b)
 {
     size_t n = strlen(prefix);
-    if (strncmp(s, prefix, n)) return false;
+    if (strncmp(s, prefix, n))
+        return false;
     const char *p = s + n;
     char *end;
     long x = strtol(p, &end, 10);
-    if (end == p || x < INT_MIN || x > INT_MAX) return false;
+    if (end == p || x < INT_MIN || x > INT_MAX)
+        return false;
     *a = (int)x;
-    if (!b) return !*end;
-    if (*end != '.') return false;
+    if (!b)
+        return !*end;
+    if (*end != '.')
+        return false;
     p = end + 1;
     x = strtol(p, &end, 10);
-    if (end == p || x < INT_MIN || x > INT_MAX || *end) return false;
+    if (end == p || x < INT_MIN || x > INT_MAX || *end)
+        return false;
     *b = (int)x;
     return true;
 }
@@ -495,7 +610,10 @@ static int parse_name(const char *s, int gpn, parsed_name *pn)
 
 /* Non-GPU nodes are looked up by (kind, level, server, local) in a sorted
  * array built as they are created (linear probing hash). */
-typedef struct { uint64_t key; int id; } name_slot;
+typedef struct {
+    uint64_t key;
+    int id;
+} name_slot;
 
 static uint64_t name_key(const parsed_name *pn)
 {
@@ -503,8 +621,7 @@ static uint64_t name_key(const parsed_name *pn)
            ((uint64_t)(uint32_t)(pn->server + 1) << 24) ^ (uint64_t)(uint32_t)pn->local;
 }
 
-int net_graph_from_links(const net_link_spec *specs, int n, int gpus_per_server,
-                         net_graph **out, ts_err *err)
+int net_graph_from_links(const net_link_spec *specs, int n, int gpus_per_server, net_graph **out, ts_err *err)
 {
     int rc = TS_OK, max_gpu = -1;
     net_graph *g = NULL;
@@ -512,25 +629,33 @@ int net_graph_from_links(const net_link_spec *specs, int n, int gpus_per_server,
     char *gpu_seen = NULL;
     size_t tcap = 16;
     if (n < 1 || gpus_per_server < 1)
-        return err_set(err, TS_EINVAL, "link list: %d links and %d GPUs per server; need >= 1 of each",
-                       n, gpus_per_server);
+        return err_set(err, TS_EINVAL, "link list: %d links and %d GPUs per server; need >= 1 of each", n,
+                       gpus_per_server);
     for (int i = 0; i < n; i++) {
         parsed_name pa, pb;
         if (!specs[i].a || !specs[i].b || parse_name(specs[i].a, gpus_per_server, &pa) ||
             parse_name(specs[i].b, gpus_per_server, &pb))
             return err_set(err, TS_EINVAL,
-                           "link list entry %d: node names '%s', '%s': expected gpu<server>.<k> (k < GPUs per server), nvs<server>, nic<server>.<k> or sw<level>.<i>",
+                           "link list entry %d: node names '%s', '%s': expected gpu<server>.<k> (k < GPUs per server), "
+                           "nvs<server>, nic<server>.<k> or sw<level>.<i>",
                            i, specs[i].a ? specs[i].a : "(null)", specs[i].b ? specs[i].b : "(null)");
-        if (pa.gpu > max_gpu) max_gpu = pa.gpu;
-        if (pb.gpu > max_gpu) max_gpu = pb.gpu;
+        if (pa.gpu > max_gpu)
+            max_gpu = pa.gpu;
+        if (pb.gpu > max_gpu)
+            max_gpu = pb.gpu;
     }
-    if (max_gpu < 0) return err_set(err, TS_EINVAL, "link list: no GPU is named (gpu0.0, gpu0.1, ...)");
+    if (max_gpu < 0)
+        return err_set(err, TS_EINVAL, "link list: no GPU is named (gpu0.0, gpu0.1, ...)");
     max_gpu = (max_gpu / gpus_per_server + 1) * gpus_per_server - 1; /* whole servers */
-    while (tcap < (size_t)n * 4) tcap *= 2;
+    while (tcap < (size_t)n * 4)
+        tcap *= 2;
     g = net_graph_new();
     tab = calloc(tcap, sizeof *tab);
     gpu_seen = calloc((size_t)max_gpu + 1, 1);
-    if (!g || !tab || !gpu_seen) { rc = err_set(err, TS_ENOMEM, "link list: out of memory"); goto out; }
+    if (!g || !tab || !gpu_seen) {
+        rc = err_set(err, TS_ENOMEM, "link list: out of memory");
+        goto out;
+    }
     g->gpus_per_server = gpus_per_server;
     for (int i = 0; i <= max_gpu; i++)
         if ((rc = net_graph_add_node(g, NET_NODE_GPU, 0, i / gpus_per_server, i % gpus_per_server, err)) < 0)
@@ -541,10 +666,15 @@ int net_graph_from_links(const net_link_spec *specs, int n, int gpus_per_server,
         parse_name(specs[i].a, gpus_per_server, &pn[0]);
         parse_name(specs[i].b, gpus_per_server, &pn[1]);
         for (int e = 0; e < 2; e++) {
-            if (pn[e].kind == NET_NODE_GPU) { ends[e] = pn[e].gpu; gpu_seen[pn[e].gpu] = 1; continue; }
+            if (pn[e].kind == NET_NODE_GPU) {
+                ends[e] = pn[e].gpu;
+                gpu_seen[pn[e].gpu] = 1;
+                continue;
+            }
             uint64_t key = name_key(&pn[e]) | 1ull << 63;
             size_t h = (size_t)((key * 0x9E3779B97F4A7C15ull) >> 20) & (tcap - 1);
-            while (tab[h].key && tab[h].key != key) h = (h + 1) & (tcap - 1);
+            while (tab[h].key && tab[h].key != key)
+                h = (h + 1) & (tcap - 1);
             if (!tab[h].key) {
                 if ((rc = net_graph_add_node(g, pn[e].kind, pn[e].level, pn[e].server, pn[e].local, err)) < 0)
                     goto out;
@@ -559,8 +689,10 @@ int net_graph_from_links(const net_link_spec *specs, int n, int gpus_per_server,
             kind = NET_LINK_NVLINK;
         else if (ka == NET_NODE_GPU || kb == NET_NODE_GPU)
             kind = NET_LINK_PCIE;
-        double eff = specs[i].eff > 0 ? specs[i].eff
-                   : kind == NET_LINK_NVLINK ? NET_NVLINK_EFF : kind == NET_LINK_FABRIC ? NET_IB_EFF : 1.0;
+        double eff = specs[i].eff > 0          ? specs[i].eff
+                     : kind == NET_LINK_NVLINK ? NET_NVLINK_EFF
+                     : kind == NET_LINK_FABRIC ? NET_IB_EFF
+                                               : 1.0;
         if ((rc = net_graph_add_link2(g, ends[0], ends[1], kind, specs[i].gbps, eff, specs[i].lat_us, err)) < 0) {
             err_prefix(err, "link list entry %d (%s - %s)", i, specs[i].a, specs[i].b);
             goto out;
@@ -576,7 +708,10 @@ int net_graph_from_links(const net_link_spec *specs, int n, int gpus_per_server,
 out:
     free(tab);
     free(gpu_seen);
-    if (rc < 0) { net_graph_free(g); return rc; }
+    if (rc < 0) {
+        net_graph_free(g);
+        return rc;
+    }
     *out = g;
     return TS_OK;
 }

@@ -45,9 +45,9 @@
 
 typedef enum {
     NET_NODE_GPU = 0,
-    NET_NODE_NVSWITCH,  /* one node per NVLink domain (all NVSwitch chips of a server) */
+    NET_NODE_NVSWITCH, /* one node per NVLink domain (all NVSwitch chips of a server) */
     NET_NODE_NIC,
-    NET_NODE_SWITCH     /* fabric switch; level 1 = leaf/ToR, 2 = spine, 3 = core ... */
+    NET_NODE_SWITCH /* fabric switch; level 1 = leaf/ToR, 2 = spine, 3 = core ... */
 } net_node_kind;
 
 typedef enum {
@@ -58,18 +58,18 @@ typedef enum {
 
 typedef struct {
     net_node_kind kind;
-    int level;   /* switches: 1 leaf, 2 spine, ...; 0 for other kinds */
-    int server;  /* GPU, NIC, NVSwitch: server (host) index; -1 for switches */
-    int local;   /* index within the server (GPU 0..7, NIC 0..7); switch: index within its level */
+    int level;  /* switches: 1 leaf, 2 spine, ...; 0 for other kinds */
+    int server; /* GPU, NIC, NVSwitch: server (host) index; -1 for switches */
+    int local;  /* index within the server (GPU 0..7, NIC 0..7); switch: index within its level */
 } net_node;
 
 typedef struct {
-    int src, dst;        /* node ids; the link carries data src -> dst */
+    int src, dst; /* node ids; the link carries data src -> dst */
     net_link_kind kind;
-    double line_gbps;    /* line rate, GB/s */
-    double bw_gbps;      /* effective payload bandwidth = line x efficiency, GB/s */
-    double lat_us;       /* one-way latency, microseconds */
-    int reverse;         /* id of the link dst -> src, -1 if none */
+    double line_gbps; /* line rate, GB/s */
+    double bw_gbps;   /* effective payload bandwidth = line x efficiency, GB/s */
+    double lat_us;    /* one-way latency, microseconds */
+    int reverse;      /* id of the link dst -> src, -1 if none */
 } net_link;
 
 typedef struct net_graph {
@@ -95,18 +95,17 @@ void net_graph_free(net_graph *g);
 
 /* Add a node; returns its id (>= 0) or TS_ENOMEM. GPUs are numbered in the
  * order they are added. */
-int net_graph_add_node(net_graph *g, net_node_kind kind, int level, int server,
-                       int local, ts_err *err);
+int net_graph_add_node(net_graph *g, net_node_kind kind, int level, int server, int local, ts_err *err);
 
 /* Add a directed link a -> b with line rate line_gbps, efficiency eff in
  * (0, 1] and latency lat_us; returns its id or a TS_E* code. */
-int net_graph_add_link1(net_graph *g, int a, int b, net_link_kind kind,
-                        double line_gbps, double eff, double lat_us, ts_err *err);
+int net_graph_add_link1(net_graph *g, int a, int b, net_link_kind kind, double line_gbps, double eff, double lat_us,
+                        ts_err *err);
 
 /* Add a link in both directions with the same parameters; returns the id of
  * a -> b (b -> a is that id + 1) or a TS_E* code. */
-int net_graph_add_link2(net_graph *g, int a, int b, net_link_kind kind,
-                        double line_gbps, double eff, double lat_us, ts_err *err);
+int net_graph_add_link2(net_graph *g, int a, int b, net_link_kind kind, double line_gbps, double eff, double lat_us,
+                        ts_err *err);
 
 /* Validate (every GPU reachable link-wise, rates > 0) and build adjacency.
  * No nodes or links may be added afterwards. */
@@ -145,29 +144,29 @@ int net_graph_node_by_name(const net_graph *g, const char *name);
  * is at least one port for each, else whole ports to a round-robin subset
  * (so a lone flow still runs at port rate; only the aggregate is cut). */
 typedef struct {
-    int group;        /* units per group, 0 = all */
-    int switches;     /* switches per group (each unit joins each one); 0 = auto:
+    int group;      /* units per group, 0 = all */
+    int switches;   /* switches per group (each unit joins each one); 0 = auto:
                          the uplink ports of the widest switch below */
-    double oversub;   /* downlink : uplink bandwidth of the level below, >= 1 */
+    double oversub; /* downlink : uplink bandwidth of the level below, >= 1 */
 } net_fabric_level;
 
 typedef struct {
-    int servers;              /* hosts */
-    int gpus_per_server;      /* GPUs in one NVLink domain */
-    int nics_per_server;      /* compute NICs (GPU i uses NIC i mod nics) */
-    double nvlink_gbps;       /* NVLink line rate per GPU per direction, GB/s */
-    double nvlink_eff;        /* NET_NVLINK_EFF */
-    double nvlink_lat_us;     /* GPU <-> NVSwitch hop */
-    double pcie_gbps;         /* GPU <-> NIC, per direction, GB/s */
+    int servers;          /* hosts */
+    int gpus_per_server;  /* GPUs in one NVLink domain */
+    int nics_per_server;  /* compute NICs (GPU i uses NIC i mod nics) */
+    double nvlink_gbps;   /* NVLink line rate per GPU per direction, GB/s */
+    double nvlink_eff;    /* NET_NVLINK_EFF */
+    double nvlink_lat_us; /* GPU <-> NVSwitch hop */
+    double pcie_gbps;     /* GPU <-> NIC, per direction, GB/s */
     double pcie_lat_us;
-    double nic_gbps;          /* NIC line rate per direction, GB/s (50 = NDR 400 Gb/s) */
-    double net_eff;           /* NET_IB_EFF */
-    double nic_lat_us;        /* NIC <-> leaf */
-    double switch_lat_us;     /* switch <-> switch hop */
-    bool rail_optimized;      /* leaf k of a rail group joins NIC k of its servers */
-    bool nvls;                /* NVSwitch supports NVLink SHARP (H100, H200) */
-    int leaf_ports;           /* NIC ports per leaf switch */
-    int levels;               /* switch levels above the NICs (>= 1) */
+    double nic_gbps;                     /* NIC line rate per direction, GB/s (50 = NDR 400 Gb/s) */
+    double net_eff;                      /* NET_IB_EFF */
+    double nic_lat_us;                   /* NIC <-> leaf */
+    double switch_lat_us;                /* switch <-> switch hop */
+    bool rail_optimized;                 /* leaf k of a rail group joins NIC k of its servers */
+    bool nvls;                           /* NVSwitch supports NVLink SHARP (H100, H200) */
+    int leaf_ports;                      /* NIC ports per leaf switch */
+    int levels;                          /* switch levels above the NICs (>= 1) */
     net_fabric_level up[NET_MAX_LEVELS]; /* up[l] for l = 2..levels (up[0], up[1] unused) */
 } net_fabric_params;
 
@@ -176,8 +175,7 @@ typedef struct {
  * a 2-level non-blocking rail-optimized fat tree with 32-port leaves and as
  * many spines as a leaf has uplink ports.
  * TS_EINVAL for an unknown kind. */
-int net_fabric_defaults(net_fabric_params *p, const char *gpu_kind, int servers,
-                        ts_err *err);
+int net_fabric_defaults(net_fabric_params *p, const char *gpu_kind, int servers, ts_err *err);
 
 /* Build the graph of p. *out is set on success (caller frees). */
 int net_graph_build_fabric(const net_fabric_params *p, net_graph **out, ts_err *err);
@@ -186,8 +184,8 @@ int net_graph_build_fabric(const net_fabric_params *p, net_graph **out, ts_err *
  * (a 2-level fat tree each), pods joined through a core level at
  * oversubscription pod_oversub (Llama 3: 384-server / 3072-GPU pods, 7).
  * Fills p from base (server and link parameters) and builds. */
-int net_graph_build_multipod(const net_fabric_params *base, int pods, int pod_servers,
-                             double pod_oversub, net_graph **out, ts_err *err);
+int net_graph_build_multipod(const net_fabric_params *base, int pods, int pod_servers, double pod_oversub,
+                             net_graph **out, ts_err *err);
 
 /* ------------------------------------------------------------ link list */
 
@@ -196,14 +194,13 @@ int net_graph_build_multipod(const net_fabric_params *base, int pods, int pod_se
  * "sw<level>.<i>". Node objects are created on first mention. */
 typedef struct {
     const char *a, *b;
-    double gbps;      /* line rate per direction */
-    double eff;       /* efficiency (0 = the class default) */
+    double gbps; /* line rate per direction */
+    double eff;  /* efficiency (0 = the class default) */
     double lat_us;
 } net_link_spec;
 
 /* Build from an explicit list; gpus_per_server gives GPU i's server. Names
  * are validated; an error names the spec index and what was expected. */
-int net_graph_from_links(const net_link_spec *specs, int n, int gpus_per_server,
-                         net_graph **out, ts_err *err);
+int net_graph_from_links(const net_link_spec *specs, int n, int gpus_per_server, net_graph **out, ts_err *err);
 
 #endif

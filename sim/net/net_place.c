@@ -7,9 +7,12 @@
 
 static int dim_of(const char *s, size_t n)
 {
-    if (n == 2 && strncmp(s, "tp", 2) == 0) return NET_DIM_TP;
-    if (n == 2 && strncmp(s, "dp", 2) == 0) return NET_DIM_DP;
-    if (n == 2 && strncmp(s, "pp", 2) == 0) return NET_DIM_PP;
+    if (n == 2 && strncmp(s, "tp", 2) == 0)
+        return NET_DIM_TP;
+    if (n == 2 && strncmp(s, "dp", 2) == 0)
+        return NET_DIM_DP;
+    if (n == 2 && strncmp(s, "pp", 2) == 0)
+        return NET_DIM_PP;
     return -1;
 }
 
@@ -18,15 +21,16 @@ int net_place_init(net_place *pl, const net_graph *g, int t, int d, int p, const
     memset(pl, 0, sizeof *pl);
     if (t < 1 || d < 1 || p < 1)
         return err_set(err, TS_EINVAL, "placement: t %d, d %d, p %d must all be >= 1", t, d, p);
-    if (!order) order = "tp-dp-pp";
+    if (!order)
+        order = "tp-dp-pp";
     int seen = 0, k = 0;
     for (const char *s = order; *s;) {
         const char *e = strchr(s, '-');
         size_t n = e ? (size_t)(e - s) : strlen(s);
         int dim = dim_of(s, n);
         if (dim < 0 || (seen >> dim & 1) || k >= NET_DIMS)
-            return err_set(err, TS_EINVAL, "placement order '%s': expected a permutation of tp, dp, pp such as tp-dp-pp",
-                           order);
+            return err_set(err, TS_EINVAL,
+                           "placement order '%s': expected a permutation of tp, dp, pp such as tp-dp-pp", order);
         seen |= 1 << dim;
         pl->order[k++] = dim;
         s = e ? e + 1 : s + n;
@@ -46,12 +50,15 @@ int net_place_init(net_place *pl, const net_graph *g, int t, int d, int p, const
         stride *= pl->size[pl->order[i]];
     }
     pl->gpu_of_rank = malloc(sizeof *pl->gpu_of_rank * (size_t)pl->n_ranks);
-    if (!pl->gpu_of_rank) return err_set(err, TS_ENOMEM, "placement: out of memory");
-    for (int r = 0; r < pl->n_ranks; r++) pl->gpu_of_rank[r] = r;
+    if (!pl->gpu_of_rank)
+        return err_set(err, TS_ENOMEM, "placement: out of memory");
+    for (int r = 0; r < pl->n_ranks; r++)
+        pl->gpu_of_rank[r] = r;
     for (int r = 0; r < pl->n_ranks && !pl->tp_spans_servers; r++) {
         int tp, dp, pp;
         net_place_coords(pl, r, &tp, &dp, &pp);
-        if (tp != 0) continue;
+        if (tp != 0)
+            continue;
         int s0 = g->nodes[g->gpu_node[pl->gpu_of_rank[r]]].server;
         for (int j = 1; j < t; j++) {
             int rj = net_place_rank(pl, j, dp, pp); /* < n_ranks: j < t, dp < d, pp < p */
@@ -71,7 +78,8 @@ int net_place_init(net_place *pl, const net_graph *g, int t, int d, int p, const
 
 void net_place_free(net_place *pl)
 {
-    if (!pl) return;
+    if (!pl)
+        return;
     free(pl->gpu_of_rank);
     pl->gpu_of_rank = NULL;
 }

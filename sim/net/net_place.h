@@ -18,19 +18,19 @@
 
 #include <stdbool.h>
 
-#include "sim/util/err.h"
 #include "sim/net/net_graph.h"
+#include "sim/util/err.h"
 
 typedef enum { NET_DIM_TP = 0, NET_DIM_DP, NET_DIM_PP, NET_DIMS } net_dim;
 
 typedef struct {
-    int size[NET_DIMS];      /* t, d, p */
-    int order[NET_DIMS];     /* dimensions, innermost first */
-    int stride[NET_DIMS];    /* rank stride of each dimension */
-    int n_ranks;             /* t * d * p */
-    int *gpu_of_rank;        /* n_ranks: GPU index (net_graph numbering) */
-    bool tp_spans_servers;   /* some tensor group is not inside one server */
-    char note[256];          /* human-readable report of the above, "" if none */
+    int size[NET_DIMS];    /* t, d, p */
+    int order[NET_DIMS];   /* dimensions, innermost first */
+    int stride[NET_DIMS];  /* rank stride of each dimension */
+    int n_ranks;           /* t * d * p */
+    int *gpu_of_rank;      /* n_ranks: GPU index (net_graph numbering) */
+    bool tp_spans_servers; /* some tensor group is not inside one server */
+    char note[256];        /* human-readable report of the above, "" if none */
 } net_place;
 
 /* Place t*d*p ranks on g with the given order ("tp-dp-pp", "tp-pp-dp", ...;

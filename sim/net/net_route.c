@@ -5,8 +5,8 @@
 #include <string.h>
 
 typedef struct {
-    int target;        /* node id the distances lead to */
-    int16_t *dist;     /* per switch index: hops to target, -1 unreachable */
+    int target;    /* node id the distances lead to */
+    int16_t *dist; /* per switch index: hops to target, -1 unreachable */
 } dist_entry;
 
 struct net_router {
@@ -16,7 +16,7 @@ struct net_router {
     int *sw_node;      /* switch index -> node id */
     dist_entry *cache; /* open addressing by target */
     int cache_cap, cache_len;
-    int *queue;        /* BFS scratch, n_switches + 1 */
+    int *queue; /* BFS scratch, n_switches + 1 */
 };
 
 uint64_t net_route_hash(int src, int dst, uint64_t flow_id, int hop)
@@ -31,9 +31,11 @@ uint64_t net_route_hash(int src, int dst, uint64_t flow_id, int hop)
 
 int net_router_new(const net_graph *g, net_router **out, ts_err *err)
 {
-    if (!g->finished) return err_set(err, TS_ESTATE, "net_router_new: graph not finished");
+    if (!g->finished)
+        return err_set(err, TS_ESTATE, "net_router_new: graph not finished");
     net_router *r = calloc(1, sizeof *r);
-    if (!r) return err_set(err, TS_ENOMEM, "net_router: out of memory");
+    if (!r)
+        return err_set(err, TS_ENOMEM, "net_router: out of memory");
     r->g = g;
     r->sw_index = malloc(sizeof *r->sw_index * (size_t)g->n_nodes);
     r->sw_node = malloc(sizeof *r->sw_node * (size_t)g->n_nodes);
@@ -51,16 +53,19 @@ int net_router_new(const net_graph *g, net_router **out, ts_err *err)
             r->sw_node[r->n_switches++] = v;
         }
     }
-    for (int i = 0; i < r->cache_cap; i++) r->cache[i].target = -1;
+    for (int i = 0; i < r->cache_cap; i++)
+        r->cache[i].target = -1;
     *out = r;
     return TS_OK;
 }
 
 void net_router_free(net_router *r)
 {
-    if (!r) return;
+    if (!r)
+        return;
     if (r->cache)
-        for (int i = 0; i < r->cache_cap; i++) free(r->cache[i].dist);
+        for (int i = 0; i < r->cache_cap; i++)
+            free(r->cache[i].dist);
     free(r->cache);
     free(r->sw_index);
     free(r->sw_node);
@@ -72,7 +77,8 @@ void net_router_free(net_router *r)
 static int has_switch_link(const net_graph *g, int v)
 {
     for (int k = g->out_off[v]; k < g->out_off[v + 1]; k++)
-        if (g->nodes[g->links[g->out_link[k]].dst].kind == NET_NODE_SWITCH) return 1;
+        if (g->nodes[g->links[g->out_link[k]].dst].kind == NET_NODE_SWITCH)
+            return 1;
     return 0;
 }
 
@@ -80,13 +86,18 @@ static int has_switch_link(const net_graph *g, int v)
  * link, else its NIC (GPUs), else -1. */
 static int attachment(const net_graph *g, int v)
 {
-    if (has_switch_link(g, v)) return v;
+    if (has_switch_link(g, v))
+        return v;
     if (g->nodes[v].kind == NET_NODE_GPU) {
         int lo = 0, hi = g->n_gpus - 1;
         while (lo <= hi) {
             int mid = (lo + hi) / 2;
-            if (g->gpu_node[mid] == v) return net_graph_gpu_nic(g, mid);
-            if (g->gpu_node[mid] < v) lo = mid + 1; else hi = mid - 1;
+            if (g->gpu_node[mid] == v)
+                return net_graph_gpu_nic(g, mid);
+            if (g->gpu_node[mid] < v)
+                lo = mid + 1;
+            else
+                hi = mid - 1;
         }
     }
     return -1;
@@ -96,12 +107,16 @@ static int cache_grow(net_router *r)
 {
     int ncap = r->cache_cap * 2;
     dist_entry *nc = calloc((size_t)ncap, sizeof *nc);
-    if (!nc) return TS_ENOMEM;
-    for (int i = 0; i < ncap; i++) nc[i].target = -1;
+    if (!nc)
+        return TS_ENOMEM;
+    for (int i = 0; i < ncap; i++)
+        nc[i].target = -1;
     for (int i = 0; i < r->cache_cap; i++) {
-        if (r->cache[i].target < 0) continue;
+        if (r->cache[i].target < 0)
+            continue;
         int h = (int)(((uint64_t)r->cache[i].target * 0x9E3779B97F4A7C15ull) >> 33) & (ncap - 1);
-        while (nc[h].target >= 0) h = (h + 1) & (ncap - 1);
+        while (nc[h].target >= 0)
+            h = (h + 1) & (ncap - 1);
         nc[h] = r->cache[i];
     }
     free(r->cache);
@@ -118,8 +133,10 @@ static int single_switch(const net_router *r, int t)
     int sw = -1;
     for (int k = g->out_off[t]; k < g->out_off[t + 1]; k++) {
         const net_link *l = &g->links[g->out_link[k]];
-        if (r->sw_index[l->dst] < 0 || l->reverse < 0 || l->dst == sw) continue;
-        if (sw >= 0) return -1;
+        if (r->sw_index[l->dst] < 0 || l->reverse < 0 || l->dst == sw)
+            continue;
+        if (sw >= 0)
+            return -1;
         sw = l->dst;
     }
     return sw;
@@ -137,33 +154,47 @@ static const int16_t *dist_to(net_router *r, int t)
     const net_graph *g = r->g;
     if (r->sw_index[t] < 0) {
         int L = single_switch(r, t);
-        if (L >= 0) return dist_to(r, L);
+        if (L >= 0)
+            return dist_to(r, L);
     }
     int h = (int)(((uint64_t)t * 0x9E3779B97F4A7C15ull) >> 33) & (r->cache_cap - 1);
     while (r->cache[h].target >= 0) {
-        if (r->cache[h].target == t) return r->cache[h].dist;
+        if (r->cache[h].target == t)
+            return r->cache[h].dist;
         h = (h + 1) & (r->cache_cap - 1);
     }
     if (2 * (r->cache_len + 1) > r->cache_cap) {
-        if (cache_grow(r)) return NULL;
+        if (cache_grow(r))
+            return NULL;
         return dist_to(r, t);
     }
     int16_t *d = malloc(sizeof *d * (size_t)(r->n_switches ? r->n_switches : 1));
-    if (!d) return NULL;
-    for (int i = 0; i < r->n_switches; i++) d[i] = -1;
+    if (!d)
+        return NULL;
+    for (int i = 0; i < r->n_switches; i++)
+        d[i] = -1;
     int head = 0, tail = 0;
-    if (r->sw_index[t] >= 0) { d[r->sw_index[t]] = 0; r->queue[tail++] = r->sw_index[t]; }
-    else for (int k = g->out_off[t]; k < g->out_off[t + 1]; k++) {
-        const net_link *l = &g->links[g->out_link[k]];
-        int s = r->sw_index[l->dst];
-        if (s >= 0 && l->reverse >= 0 && d[s] < 0) { d[s] = 1; r->queue[tail++] = s; }
-    }
+    if (r->sw_index[t] >= 0) {
+        d[r->sw_index[t]] = 0;
+        r->queue[tail++] = r->sw_index[t];
+    } else
+        for (int k = g->out_off[t]; k < g->out_off[t + 1]; k++) {
+            const net_link *l = &g->links[g->out_link[k]];
+            int s = r->sw_index[l->dst];
+            if (s >= 0 && l->reverse >= 0 && d[s] < 0) {
+                d[s] = 1;
+                r->queue[tail++] = s;
+            }
+        }
     while (head < tail) {
         int s = r->queue[head++], v = r->sw_node[s];
         for (int k = g->out_off[v]; k < g->out_off[v + 1]; k++) {
             const net_link *l = &g->links[g->out_link[k]];
             int w = r->sw_index[l->dst];
-            if (w >= 0 && l->reverse >= 0 && d[w] < 0) { d[w] = (int16_t)(d[s] + 1); r->queue[tail++] = w; }
+            if (w >= 0 && l->reverse >= 0 && d[w] < 0) {
+                d[w] = (int16_t)(d[s] + 1);
+                r->queue[tail++] = w;
+            }
         }
     }
     r->cache[h].target = t;
@@ -176,17 +207,25 @@ int net_route(net_router *r, int src, int dst, uint64_t flow_id, int *links, ts_
 {
     const net_graph *g = r->g;
     if (src < 0 || dst < 0 || src >= g->n_nodes || dst >= g->n_nodes || src == dst)
-        return err_set(err, TS_EINVAL, "net_route: endpoints %d -> %d must be distinct nodes in 0..%d",
-                       src, dst, g->n_nodes - 1);
+        return err_set(err, TS_EINVAL, "net_route: endpoints %d -> %d must be distinct nodes in 0..%d", src, dst,
+                       g->n_nodes - 1);
     int direct = net_graph_find_link(g, src, dst);
-    if (direct >= 0) { links[0] = direct; return 1; }
+    if (direct >= 0) {
+        links[0] = direct;
+        return 1;
+    }
     /* Shared NVSwitch (or any shared non-switch neighbor such as one NIC). */
     for (int k = g->out_off[src]; k < g->out_off[src + 1]; k++) {
         const net_link *l = &g->links[g->out_link[k]];
         net_node_kind kind = g->nodes[l->dst].kind;
-        if (kind != NET_NODE_NVSWITCH && kind != NET_NODE_NIC) continue;
+        if (kind != NET_NODE_NVSWITCH && kind != NET_NODE_NIC)
+            continue;
         int back = net_graph_find_link(g, l->dst, dst);
-        if (back >= 0) { links[0] = g->out_link[k]; links[1] = back; return 2; }
+        if (back >= 0) {
+            links[0] = g->out_link[k];
+            links[1] = back;
+            return 2;
+        }
     }
     int a = attachment(g, src), b = attachment(g, dst);
     char n1[32], n2[32];
@@ -194,18 +233,25 @@ int net_route(net_router *r, int src, int dst, uint64_t flow_id, int *links, ts_
         return err_set(err, TS_EINVAL, "net_route: no path from %s to %s (no NIC or switch link)",
                        net_graph_node_name(g, src, n1, sizeof n1), net_graph_node_name(g, dst, n2, sizeof n2));
     int n = 0, hop = 0;
-    if (a != src) links[n++] = net_graph_find_link(g, src, a);
+    if (a != src)
+        links[n++] = net_graph_find_link(g, src, a);
     const int16_t *d = dist_to(r, b);
-    if (!d) return err_set(err, TS_ENOMEM, "net_route: out of memory");
+    if (!d)
+        return err_set(err, TS_ENOMEM, "net_route: out of memory");
     int v = a;
     while (v != b) {
         int best = -1, cands[64], nc = 0;
         for (int k = g->out_off[v]; k < g->out_off[v + 1]; k++) {
             int w = g->links[g->out_link[k]].dst, s = r->sw_index[w];
             int dw = w == b ? 0 : s >= 0 ? d[s] : -1;
-            if (dw < 0) continue;
-            if (best < 0 || dw < best) { best = dw; nc = 0; }
-            if (dw == best && nc < 64) cands[nc++] = g->out_link[k];
+            if (dw < 0)
+                continue;
+            if (best < 0 || dw < best) {
+                best = dw;
+                nc = 0;
+            }
+            if (dw == best && nc < 64)
+                cands[nc++] = g->out_link[k];
         }
         if (nc == 0 || n >= NET_MAX_PATH - 1)
             return err_set(err, TS_EINVAL, "net_route: no path from %s to %s through the fabric",
@@ -217,8 +263,9 @@ int net_route(net_router *r, int src, int dst, uint64_t flow_id, int *links, ts_
     }
     if (b != dst) {
         int l = net_graph_find_link(g, b, dst);
-        if (l < 0) return err_set(err, TS_ESTATE, "net_route: attachment of %s has no link to it",
-                                  net_graph_node_name(g, dst, n2, sizeof n2));
+        if (l < 0)
+            return err_set(err, TS_ESTATE, "net_route: attachment of %s has no link to it",
+                           net_graph_node_name(g, dst, n2, sizeof n2));
         links[n++] = l;
     }
     return n;

@@ -26,8 +26,8 @@
 
 #include <stdint.h>
 
-#include "sim/util/err.h"
 #include "sim/net/net_graph.h"
+#include "sim/util/err.h"
 
 #define NET_MAX_PATH 24 /* links in the longest route (8 levels up and down + endpoints) */
 

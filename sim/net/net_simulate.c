@@ -6,9 +6,9 @@
 #include <string.h>
 
 #include "sim/config/catalog.h"
+#include "sim/config/topo.h"
 #include "sim/core/lower.h"
 #include "sim/net/net_topo.h"
-#include "sim/config/topo.h"
 
 struct net_simulate {
     const config *c;
@@ -29,33 +29,68 @@ int net_sim_opts_register(net_sim_opts *o, opt_table *t, ts_err *err)
     int rc;
     memset(o, 0, sizeof *o);
     if ((rc = opt_section(t, "Network (flows on the topology graph)", err)) ||
-        (rc = opt_add(t, &(opt_spec){.name = "--network-flows", .type = OPT_BOOL, .target = &o->flows,
-                                     .defval = "off (closed-form collectives)",
-                                     .help = "time communication as max-min fair flows on the topology graph, "
-                                             "simulating interchangeable ranks once"}, err)) ||
-        (rc = opt_add(t, &(opt_spec){.name = "--full", .type = OPT_BOOL, .target = &o->full, .defval = "off",
-                                     .help = "simulate every rank and every flow (implies --network-flows); "
-                                             "needed by the what-ifs below"}, err)) ||
-        (rc = opt_add(t, &(opt_spec){.name = "--straggler", .type = OPT_STRING, .target = &o->straggler,
-                                     .metavar = "RANK:FACTOR", .defval = "none",
-                                     .help = "global rank RANK computes FACTOR times slower (--full)"}, err)) ||
-        (rc = opt_add(t, &(opt_spec){.name = "--degrade-link", .type = OPT_STRING, .target = &o->degrade,
-                                     .metavar = "A-B:FACTOR", .defval = "none",
-                                     .help = "scale the bandwidth of the link between nodes A and B (e.g. "
-                                             "nic0.0-sw1.0:0.5) by FACTOR (--full)"}, err)) ||
-        (rc = opt_add(t, &(opt_spec){.name = "--mixed-gpus", .type = OPT_STRING, .target = &o->mixed_gpus,
-                                     .metavar = "KIND:FIRST-LAST", .defval = "none",
-                                     .help = "GPUs FIRST..LAST are of kind KIND: compute scaled by the ratio "
-                                             "of bf16 peaks (--full)"}, err)) ||
-        (rc = opt_add(t, &(opt_spec){.name = "--comm-compute-slowdown", .type = OPT_DOUBLE,
-                                     .target = &o->comm_compute_slowdown, .min = 0, .max = 10, .unit = "fraction",
-                                     .defval = "0 (off)",
-                                     .help = "compute that starts while its GPU communicates takes (1 + this) "
-                                             "longer: the SMs NCCL's kernels occupy (with flows)"}, err)) ||
-        (rc = opt_add(t, &(opt_spec){.name = "--rank-order", .type = OPT_STRING, .target = &o->rank_order,
-                                     .metavar = "ORDER", .defval = "tp-dp-pp",
-                                     .help = "rank placement, innermost dimension first (Megatron-LM: "
-                                             "tp-dp-pp; with flows)"}, err)))
+        (rc = opt_add(t,
+                      &(opt_spec){.name = "--network-flows",
+                                  .type = OPT_BOOL,
+                                  .target = &o->flows,
+                                  .defval = "off (closed-form collectives)",
+                                  .help = "time communication as max-min fair flows on the topology graph, "
+                                          "simulating interchangeable ranks once"},
+                      err)) ||
+        (rc = opt_add(t,
+                      &(opt_spec){.name = "--full",
+                                  .type = OPT_BOOL,
+                                  .target = &o->full,
+                                  .defval = "off",
+                                  .help = "simulate every rank and every flow (implies --network-flows); "
+                                          "needed by the what-ifs below"},
+                      err)) ||
+        (rc = opt_add(t,
+                      &(opt_spec){.name = "--straggler",
+                                  .type = OPT_STRING,
+                                  .target = &o->straggler,
+                                  .metavar = "RANK:FACTOR",
+                                  .defval = "none",
+                                  .help = "global rank RANK computes FACTOR times slower (--full)"},
+                      err)) ||
+        (rc = opt_add(t,
+                      &(opt_spec){.name = "--degrade-link",
+                                  .type = OPT_STRING,
+                                  .target = &o->degrade,
+                                  .metavar = "A-B:FACTOR",
+                                  .defval = "none",
+                                  .help = "scale the bandwidth of the link between nodes A and B (e.g. "
+                                          "nic0.0-sw1.0:0.5) by FACTOR (--full)"},
+                      err)) ||
+        (rc = opt_add(t,
+                      &(opt_spec){.name = "--mixed-gpus",
+                                  .type = OPT_STRING,
+                                  .target = &o->mixed_gpus,
+                                  .metavar = "KIND:FIRST-LAST",
+                                  .defval = "none",
+                                  .help = "GPUs FIRST..LAST are of kind KIND: compute scaled by the ratio "
+                                          "of bf16 peaks (--full)"},
+                      err)) ||
+        (rc = opt_add(t,
+                      &(opt_spec){.name = "--comm-compute-slowdown",
+                                  .type = OPT_DOUBLE,
+                                  .target = &o->comm_compute_slowdown,
+                                  .min = 0,
+                                  .max = 10,
+                                  .unit = "fraction",
+                                  .defval = "0 (off)",
+                                  .help = "compute that starts while its GPU communicates takes (1 + this) "
+                                          "longer: the SMs NCCL's kernels occupy (with flows)"},
+                      err)) ||
+        (rc = opt_add(t,
+                      &(opt_spec){.name = "--rank-order",
+                                  .type = OPT_STRING,
+                                  .target = &o->rank_order,
+                                  .metavar = "ORDER",
+                                  .defval = "tp-dp-pp",
+                                  .help = "rank placement, innermost dimension first (Megatron-LM: "
+                                          "tp-dp-pp; with flows)"},
+                      err)))
         return rc;
     return TS_OK;
 }
@@ -70,8 +105,10 @@ bool net_sim_opts_active(const net_sim_opts *o)
 
 static net_coll_kind coll_of_name(const char *name)
 {
-    if (name && strstr(name, "reduce-scatter")) return NET_COLL_REDUCE_SCATTER;
-    if (name && strstr(name, "all-gather")) return NET_COLL_ALLGATHER;
+    if (name && strstr(name, "reduce-scatter"))
+        return NET_COLL_REDUCE_SCATTER;
+    if (name && strstr(name, "all-gather"))
+        return NET_COLL_ALLGATHER;
     return NET_COLL_ALLREDUCE;
 }
 
@@ -79,7 +116,8 @@ static int describe(void *ctx, uint32_t tag, net_step_desc *d, ts_err *err)
 {
     net_simulate *ns = ctx;
     const plan *pl = ns->plan;
-    if (!pl || tag >= pl->n_steps) return err_set(err, TS_ESTATE, "net_simulate: task tag %u is not a plan step", tag);
+    if (!pl || tag >= pl->n_steps)
+        return err_set(err, TS_ESTATE, "net_simulate: task tag %u is not a plan step", tag);
     const plan_step *x = &pl->steps[tag];
     memset(d, 0, sizeof *d);
     switch (x->stream) {
@@ -124,14 +162,16 @@ static int describe(void *ctx, uint32_t tag, net_step_desc *d, ts_err *err)
 static void on_start(void *ctx, engine *e, engine_task_id id, const engine_task_info *ti, int64_t now)
 {
     net_simulate *ns = ctx;
-    if (ns->sim_hooks.on_start && ti->rank < ns->p) ns->sim_hooks.on_start(ns->sim_hooks.ctx, e, id, ti, now);
+    if (ns->sim_hooks.on_start && ti->rank < ns->p)
+        ns->sim_hooks.on_start(ns->sim_hooks.ctx, e, id, ti, now);
     net_engine_task_started(ns->ne, e, id, ti, now);
 }
 
 static void on_end(void *ctx, engine *e, engine_task_id id, const engine_task_info *ti, int64_t now)
 {
     net_simulate *ns = ctx;
-    if (ns->sim_hooks.on_end && ti->rank < ns->p) ns->sim_hooks.on_end(ns->sim_hooks.ctx, e, id, ti, now);
+    if (ns->sim_hooks.on_end && ti->rank < ns->p)
+        ns->sim_hooks.on_end(ns->sim_hooks.ctx, e, id, ti, now);
     net_engine_task_ended(ns->ne, e, id, ti, now);
 }
 
@@ -143,7 +183,9 @@ static engine_hooks sn_hooks(void *ctx, const engine_hooks *sim_hooks)
      * copy 0, and net_engine's serve external tasks only: the other copies'
      * other tasks need no start hook, and no end hook at all without a
      * slowdown */
-    return (engine_hooks){.on_start = on_start, .on_end = on_end, .ctx = ns,
+    return (engine_hooks){.on_start = on_start,
+                          .on_end = on_end,
+                          .ctx = ns,
                           .only_marked = sim_hooks->only_marked && ns->net_hooks.only_marked,
                           .on_end_copies = ns->o.full && ns->o.comm_compute_slowdown == 0 ? 1 : 0,
                           .on_start_copies = ns->o.full ? 1 : 0};
@@ -154,20 +196,25 @@ static int sn_lower(void *ctx, const plan *pl, const sched *s, engine *e, ts_err
     net_simulate *ns = ctx;
     ns->plan = pl;
     ns->s = s;
-    if (!ns->o.full) return lower_sched(pl, s, e, err);
+    if (!ns->o.full)
+        return lower_sched(pl, s, e, err);
     /* every replica runs the same tasks: lower the pipeline of replica
      * (0, 0) on engine ranks 0..p-1, then copy it to the other replicas
      * (engine rank pp + p (tp + t dp), see net_engine_rank) */
     int t = ns->pl.size[NET_DIM_TP], d = ns->pl.size[NET_DIM_DP], p = ns->p, rc;
     int *map = malloc(sizeof *map * (size_t)p);
-    if (!map) return err_set(err, TS_ENOMEM, "net_simulate: out of memory");
-    for (int pp = 0; pp < p; pp++) map[pp] = net_engine_rank(ns->ne, 0, 0, pp);
+    if (!map)
+        return err_set(err, TS_ENOMEM, "net_simulate: out of memory");
+    for (int pp = 0; pp < p; pp++)
+        map[pp] = net_engine_rank(ns->ne, 0, 0, pp);
     rc = lower_sched_ranks(pl, s, e, map, err);
     free(map);
-    if (!rc) rc = engine_replicate(e, (uint32_t)(t * d), p, err);
+    if (!rc)
+        rc = engine_replicate(e, (uint32_t)(t * d), p, err);
     /* the report and the trace show the ranks of replica (0, 0), copy 0:
      * account and time only them */
-    if (!rc) rc = engine_account_ranks(e, p, err);
+    if (!rc)
+        rc = engine_account_ranks(e, p, err);
     return rc ? rc : engine_keep_times(e, 1, err);
 }
 
@@ -197,22 +244,25 @@ static int apply_mixed(net_simulate *ns, ts_err *err)
     long first = colon ? strtol(colon + 1, &dash, 10) : -1, last = -1; /* out of range: LONG_MIN/MAX */
     if (colon && dash != colon + 1 && *dash == '-')
         last = strtol(dash + 1, &end, 10);
-    if (!colon || colon - ns->o.mixed_gpus >= CONFIG_NAME_BYTES || !end || end == dash + 1 || *end ||
-        first < 0 || last < first || last >= ns->g->n_gpus)
+    if (!colon || colon - ns->o.mixed_gpus >= CONFIG_NAME_BYTES || !end || end == dash + 1 || *end || first < 0 ||
+        last < first || last >= ns->g->n_gpus)
         return err_set(err, TS_EINVAL, "--mixed-gpus '%s': expected KIND:FIRST-LAST with 0 <= FIRST <= LAST <= %d",
                        ns->o.mixed_gpus, ns->g->n_gpus - 1);
     memcpy(kind, ns->o.mixed_gpus, (size_t)(colon - ns->o.mixed_gpus));
     kind[colon - ns->o.mixed_gpus] = 0;
     gpu_spec other;
-    if ((rc = catalog_gpu(kind, &other, err))) return err_prefix(err, "--mixed-gpus");
+    if ((rc = catalog_gpu(kind, &other, err)))
+        return err_prefix(err, "--mixed-gpus");
     if (!(other.bf16_tflops > 0) || !(ns->c->cluster.gpu.bf16_tflops > 0))
         return err_set(err, TS_EINVAL, "--mixed-gpus: no bf16 peak for %s or %s", kind, ns->c->cluster.gpu.name);
     double f = ns->c->cluster.gpu.bf16_tflops / other.bf16_tflops;
     for (int r = 0; r < ns->pl.n_ranks; r++) {
         int gpu = ns->pl.gpu_of_rank[r], tp, dp, pp;
-        if (gpu < first || gpu > last) continue;
+        if (gpu < first || gpu > last)
+            continue;
         net_place_coords(&ns->pl, r, &tp, &dp, &pp);
-        if ((rc = net_engine_set_compute_factor(ns->ne, net_engine_rank(ns->ne, tp, dp, pp), f, err))) return rc;
+        if ((rc = net_engine_set_compute_factor(ns->ne, net_engine_rank(ns->ne, tp, dp, pp), f, err)))
+            return rc;
     }
     return TS_OK;
 }
@@ -223,26 +273,32 @@ int net_simulate_new(const config *c, const net_sim_opts *o, net_simulate **out,
     *out = NULL;
     if (!o->full && (o->straggler || o->degrade || o->mixed_gpus))
         return err_set(err, TS_EINVAL, "--%s needs --full: the default mode simulates interchangeable ranks once",
-                       o->straggler ? "straggler" : o->degrade ? "degrade-link" : "mixed-gpus");
-    if (!c->cluster.topology) return err_set(err, TS_EINVAL, "network model: the config has no topology");
+                       o->straggler ? "straggler"
+                       : o->degrade ? "degrade-link"
+                                    : "mixed-gpus");
+    if (!c->cluster.topology)
+        return err_set(err, TS_EINVAL, "network model: the config has no topology");
     net_simulate *ns = calloc(1, sizeof *ns);
-    if (!ns) return err_set(err, TS_ENOMEM, "net_simulate: out of memory");
+    if (!ns)
+        return err_set(err, TS_ENOMEM, "net_simulate: out of memory");
     ns->c = c;
     ns->o = *o;
     ns->p = c->par.pp;
     if ((rc = net_graph_from_topo(c->cluster.topology, c->cluster.gpus, c->cluster.gpu.name, &ns->g, err)) ||
-        (rc = net_place_init(&ns->pl, ns->g, c->par.tp, c->par.dp > 0 ? c->par.dp : 1, c->par.pp, o->rank_order,
-                             err)))
+        (rc = net_place_init(&ns->pl, ns->g, c->par.tp, c->par.dp > 0 ? c->par.dp : 1, c->par.pp, o->rank_order, err)))
         goto fail;
     net_engine_opts eo = {o->full, o->comm_compute_slowdown, NET_ALGO_AUTO};
-    if ((rc = net_engine_new(ns->g, &ns->pl, &eo, describe, ns, &ns->ne, err))) goto fail;
+    if ((rc = net_engine_new(ns->g, &ns->pl, &eo, describe, ns, &ns->ne, err)))
+        goto fail;
     ns->net_hooks = net_engine_hooks(ns->ne);
     if (o->straggler) {
         int r, tp, dp, pp;
         double f;
-        if ((rc = net_parse_straggler(o->straggler, ns->pl.n_ranks, &r, &f, err))) goto fail;
+        if ((rc = net_parse_straggler(o->straggler, ns->pl.n_ranks, &r, &f, err)))
+            goto fail;
         net_place_coords(&ns->pl, r, &tp, &dp, &pp);
-        if ((rc = net_engine_set_compute_factor(ns->ne, net_engine_rank(ns->ne, tp, dp, pp), f, err))) goto fail;
+        if ((rc = net_engine_set_compute_factor(ns->ne, net_engine_rank(ns->ne, tp, dp, pp), f, err)))
+            goto fail;
     }
     if (o->degrade) {
         int a, b;
@@ -251,7 +307,8 @@ int net_simulate_new(const config *c, const net_sim_opts *o, net_simulate **out,
             (rc = net_graph_scale_link(ns->g, a, b, f, err)))
             goto fail;
     }
-    if (o->mixed_gpus && (rc = apply_mixed(ns, err))) goto fail;
+    if (o->mixed_gpus && (rc = apply_mixed(ns, err)))
+        goto fail;
     ns->hooks = (simulate_net){ns, net_engine_n_ranks(ns->ne), sn_hooks, sn_lower, sn_attach, sn_finish};
     *out = ns;
     return TS_OK;
@@ -262,14 +319,27 @@ fail:
 
 void net_simulate_free(net_simulate *ns)
 {
-    if (!ns) return;
+    if (!ns)
+        return;
     net_engine_free(ns->ne);
     net_place_free(&ns->pl);
     net_graph_free(ns->g);
     free(ns);
 }
 
-const simulate_net *net_simulate_hooks(net_simulate *ns) { return &ns->hooks; }
-net_engine_stats net_simulate_stats(const net_simulate *ns) { return net_engine_get_stats(ns->ne); }
-const net_graph *net_simulate_graph(const net_simulate *ns) { return ns->g; }
-const char *net_simulate_note(const net_simulate *ns) { return ns->pl.note; }
+const simulate_net *net_simulate_hooks(net_simulate *ns)
+{
+    return &ns->hooks;
+}
+net_engine_stats net_simulate_stats(const net_simulate *ns)
+{
+    return net_engine_get_stats(ns->ne);
+}
+const net_graph *net_simulate_graph(const net_simulate *ns)
+{
+    return ns->g;
+}
+const char *net_simulate_note(const net_simulate *ns)
+{
+    return ns->pl.note;
+}

@@ -38,10 +38,10 @@
 #include <stdbool.h>
 
 #include "sim/config/config.h"
-#include "sim/util/err.h"
-#include "sim/net/net_engine.h"
-#include "sim/util/opt.h"
 #include "sim/core/simulate.h"
+#include "sim/net/net_engine.h"
+#include "sim/util/err.h"
+#include "sim/util/opt.h"
 
 typedef struct {
     bool flows;

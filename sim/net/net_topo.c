@@ -21,8 +21,8 @@ int net_topo_fabric_params(const struct topo *t, int gpus, net_fabric_params *p,
                        tp->gpus_per_node);
     int servers = gpus > 0 ? (gpus + tp->gpus_per_node - 1) / tp->gpus_per_node : tp->nodes;
     if (servers > tp->nodes)
-        return err_set(err, TS_EINVAL, "%s: %d GPUs need %d servers but the topology has %d", t->source, gpus,
-                       servers, tp->nodes);
+        return err_set(err, TS_EINVAL, "%s: %d GPUs need %d servers but the topology has %d", t->source, gpus, servers,
+                       tp->nodes);
     double o = tp->oversubscription >= 1 ? tp->oversubscription : 1;
     int ports = tp->switch_ports > 1 ? tp->switch_ports : (tp->nic_gbps <= 25 ? 40 : 64);
     p->servers = servers;
@@ -40,7 +40,8 @@ int net_topo_fabric_params(const struct topo *t, int gpus, net_fabric_params *p,
     p->rail_optimized = tp->fabric == TOPO_RAIL_OPTIMIZED;
     p->nvls = nvls_kind(tp->gpu);
     p->leaf_ports = (int)(ports * o / (1 + o) + 0.5);
-    if (p->leaf_ports < 1) p->leaf_ports = 1;
+    if (p->leaf_ports < 1)
+        p->leaf_ports = 1;
     p->levels = tp->levels >= 1 ? tp->levels : 1;
     if (p->levels + 1 >= NET_MAX_LEVELS)
         return err_set(err, TS_EINVAL, "%s: levels %d; at most %d are supported", t->source, tp->levels,
@@ -56,7 +57,8 @@ int net_topo_fabric_params(const struct topo *t, int gpus, net_fabric_params *p,
         int units = p->rail_optimized ? ((sp + p->leaf_ports - 1) / p->leaf_ports) * K
                                       : (sp * K + p->leaf_ports - 1) / p->leaf_ports;
         for (int l = 2; l < p->levels; l++) {
-            if (!p->up[l].group) p->up[l].group = units; /* "joins all": all of its pod's units */
+            if (!p->up[l].group)
+                p->up[l].group = units; /* "joins all": all of its pod's units */
             units = (units + p->up[l].group - 1) / p->up[l].group;
         }
         if (p->levels == 1) {
@@ -67,7 +69,8 @@ int net_topo_fabric_params(const struct topo *t, int gpus, net_fabric_params *p,
         double po = tp->pod_oversubscription >= 1 ? tp->pod_oversubscription : 1;
         p->up[p->levels] = (net_fabric_level){0, 0, po};
     }
-    if (pods) *pods = np;
+    if (pods)
+        *pods = np;
     return TS_OK;
 }
 
@@ -75,10 +78,18 @@ int net_topo_fabric_params(const struct topo *t, int gpus, net_fabric_params *p,
 static void ep_name(const topo_endpoint *e, char *buf, size_t cap)
 {
     switch (e->kind) {
-    case TOPO_EP_GPU: snprintf(buf, cap, "gpu%d.%d", e->server, e->index); break;
-    case TOPO_EP_NVSWITCH: snprintf(buf, cap, "nvs%d", e->server); break;
-    case TOPO_EP_NIC: snprintf(buf, cap, "nic%d.%d", e->server, e->index); break;
-    default: snprintf(buf, cap, "sw%d.%d", e->level, e->index); break;
+    case TOPO_EP_GPU:
+        snprintf(buf, cap, "gpu%d.%d", e->server, e->index);
+        break;
+    case TOPO_EP_NVSWITCH:
+        snprintf(buf, cap, "nvs%d", e->server);
+        break;
+    case TOPO_EP_NIC:
+        snprintf(buf, cap, "nic%d.%d", e->server, e->index);
+        break;
+    default:
+        snprintf(buf, cap, "sw%d.%d", e->level, e->index);
+        break;
     }
 }
 
@@ -88,8 +99,12 @@ static int from_links(const struct topo *t, const char *gpu_kind, net_graph **ou
     int G = t->params.gpus_per_node;
     size_t n = t->n_links;
     net_link_spec *specs = calloc(n ? n : 1, sizeof *specs);
-    char (*names)[2][32] = calloc(n ? n : 1, sizeof *names);
-    if (!specs || !names) { free(specs); free(names); return err_set(err, TS_ENOMEM, "net_topo: out of memory"); }
+    char(*names)[2][32] = calloc(n ? n : 1, sizeof *names);
+    if (!specs || !names) {
+        free(specs);
+        free(names);
+        return err_set(err, TS_ENOMEM, "net_topo: out of memory");
+    }
     for (size_t i = 0; i < n; i++) {
         const topo_link *l = &t->links[i];
         ep_name(&l->a, names[i][0], sizeof names[i][0]);
@@ -97,8 +112,10 @@ static int from_links(const struct topo *t, const char *gpu_kind, net_graph **ou
         specs[i] = (net_link_spec){names[i][0], names[i][1], l->bandwidth_gbps, 0, l->latency_us};
     }
     rc = net_graph_from_links(specs, (int)n, G > 0 ? G : 1, out, err);
-    if (rc) err_prefix(err, "%s", t->source);
-    else (*out)->nvls = nvls_kind(gpu_kind);
+    if (rc)
+        err_prefix(err, "%s", t->source);
+    else
+        (*out)->nvls = nvls_kind(gpu_kind);
     free(specs);
     free(names);
     return rc;
@@ -106,12 +123,16 @@ static int from_links(const struct topo *t, const char *gpu_kind, net_graph **ou
 
 int net_graph_from_topo(const struct topo *t, int gpus, const char *gpu_kind, net_graph **out, ts_err *err)
 {
-    if (t->form == TOPO_LINK_LIST) return from_links(t, gpu_kind, out, err);
+    if (t->form == TOPO_LINK_LIST)
+        return from_links(t, gpu_kind, out, err);
     net_fabric_params p;
     int rc = net_topo_fabric_params(t, gpus, &p, NULL, err);
-    if (rc) return rc;
-    if (gpu_kind && t->params.gpu[0] == 0) p.nvls = nvls_kind(gpu_kind);
+    if (rc)
+        return rc;
+    if (gpu_kind && t->params.gpu[0] == 0)
+        p.nvls = nvls_kind(gpu_kind);
     rc = net_graph_build_fabric(&p, out, err);
-    if (rc) err_prefix(err, "%s", t->source);
+    if (rc)
+        err_prefix(err, "%s", t->source);
     return rc;
 }

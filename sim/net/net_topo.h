@@ -22,9 +22,9 @@
 #ifndef TRAINSIM_NET_TOPO_H
 #define TRAINSIM_NET_TOPO_H
 
-#include "sim/util/err.h"
-#include "sim/net/net_graph.h"
 #include "sim/config/topo.h"
+#include "sim/net/net_graph.h"
+#include "sim/util/err.h"
 
 /* gpus: GPUs the run uses (parametric: sizes the cluster; 0 = all nodes).
  * gpu_kind: for a link list (topo has none); NULL = not NVLS-capable. */

@@ -34,8 +34,7 @@ int sched_kind_parse(const char *name, sched_kind *out, ts_err *err)
             *out = (sched_kind)k;
             return TS_OK;
         }
-    return err_set(err, TS_EINVAL,
-                   "unknown schedule '%s'; valid: gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v",
+    return err_set(err, TS_EINVAL, "unknown schedule '%s'; valid: gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v",
                    name ? name : "(null)");
 }
 
@@ -75,8 +74,8 @@ size_t sched_action_token(const sched *s, int rank, const sched_action *a, char 
     else if (a->kind == ACT_REDUCE_GRAD)
         n = snprintf(buf, size, "%dREDUCE_GRAD", sched_stage_of(s, rank, a->chunk));
     else
-        n = snprintf(buf, size, "%d%s%d", sched_stage_of(s, rank, a->chunk),
-                     sched_act_name((sched_act_kind)a->kind), (int)a->mb);
+        n = snprintf(buf, size, "%d%s%d", sched_stage_of(s, rank, a->chunk), sched_act_name((sched_act_kind)a->kind),
+                     (int)a->mb);
     return n < 0 ? 0 : (size_t)n;
 }
 

@@ -49,7 +49,7 @@ typedef enum {
     SCHED_ZB_H1,
     SCHED_ZB_H2,
     SCHED_ZB_V,
-    SCHED_CUSTOM,     /* imported from CSV; not produced by a generator */
+    SCHED_CUSTOM, /* imported from CSV; not produced by a generator */
     SCHED_KIND_COUNT
 } sched_kind;
 
@@ -60,24 +60,24 @@ typedef enum {
 
 /* Action kinds. Token letters are those of torch.distributed.pipelining. */
 typedef enum {
-    ACT_F = 0,      /* "F": forward of (mb, chunk) */
-    ACT_B,          /* "B": whole backward (input + weight gradients) */
-    ACT_I,          /* "I": backward, input-gradient part only (zero bubble "B") */
-    ACT_W,          /* "W": backward, weight-gradient part only */
-    ACT_SEND_F,     /* "SEND_F": send activations of (mb, chunk) to peer */
-    ACT_RECV_F,     /* "RECV_F": receive activations of (mb, chunk) from peer */
-    ACT_SEND_B,     /* "SEND_B": send input gradient of (mb, chunk) to peer */
-    ACT_RECV_B,     /* "RECV_B": receive output gradient of (mb, chunk) from peer */
-    ACT_REDUCE_GRAD,/* "REDUCE_GRAD": data-parallel gradient reduction of chunk */
-    ACT_OPTIM,      /* "OPTIM": optimizer step (trainsim extension token) */
+    ACT_F = 0,       /* "F": forward of (mb, chunk) */
+    ACT_B,           /* "B": whole backward (input + weight gradients) */
+    ACT_I,           /* "I": backward, input-gradient part only (zero bubble "B") */
+    ACT_W,           /* "W": backward, weight-gradient part only */
+    ACT_SEND_F,      /* "SEND_F": send activations of (mb, chunk) to peer */
+    ACT_RECV_F,      /* "RECV_F": receive activations of (mb, chunk) from peer */
+    ACT_SEND_B,      /* "SEND_B": send input gradient of (mb, chunk) to peer */
+    ACT_RECV_B,      /* "RECV_B": receive output gradient of (mb, chunk) from peer */
+    ACT_REDUCE_GRAD, /* "REDUCE_GRAD": data-parallel gradient reduction of chunk */
+    ACT_OPTIM,       /* "OPTIM": optimizer step (trainsim extension token) */
     ACT_KIND_COUNT
 } sched_act_kind;
 
 typedef struct {
-    uint8_t kind;    /* sched_act_kind */
-    int16_t chunk;   /* local chunk on this rank, 0..v-1; -1 for OPTIM */
-    int32_t mb;      /* micro-batch 0..m-1; -1 for REDUCE_GRAD and OPTIM */
-    int32_t peer;    /* SEND/RECV: the other pipeline rank; -1 otherwise */
+    uint8_t kind;  /* sched_act_kind */
+    int16_t chunk; /* local chunk on this rank, 0..v-1; -1 for OPTIM */
+    int32_t mb;    /* micro-batch 0..m-1; -1 for REDUCE_GRAD and OPTIM */
+    int32_t peer;  /* SEND/RECV: the other pipeline rank; -1 otherwise */
 } sched_action;
 
 typedef struct {
@@ -88,25 +88,25 @@ typedef struct {
 typedef struct {
     sched_kind kind;
     sched_placement placement;
-    int p;                 /* pipeline ranks */
-    int m;                 /* micro-batches per iteration */
-    int v;                 /* chunks (virtual stages) per rank */
-    int num_layers;        /* transformer layers in the whole model */
-    sched_stage *stages;   /* p*v entries, indexed by global stage id */
-    size_t *n_actions;     /* p entries: actions on rank r */
-    sched_action **actions;/* p arrays: actions[r][0 .. n_actions[r]-1] */
+    int p;                  /* pipeline ranks */
+    int m;                  /* micro-batches per iteration */
+    int v;                  /* chunks (virtual stages) per rank */
+    int num_layers;         /* transformer layers in the whole model */
+    sched_stage *stages;    /* p*v entries, indexed by global stage id */
+    size_t *n_actions;      /* p entries: actions on rank r */
+    sched_action **actions; /* p arrays: actions[r][0 .. n_actions[r]-1] */
 } sched;
 
 /* Options for the generators. */
 typedef struct {
     sched_kind kind;
-    int p, m, v;               /* v must be 1 except INTERLEAVED (>=1) and ZB_V (2) */
-    int num_layers;            /* >= p*v; 0 means one layer per stage */
-    int first_stage_layers;    /* 0 = even split; else layers of stage 0 */
-    int last_stage_layers;     /* 0 = even split; else layers of the last stage */
-    bool with_comm;            /* emit SEND/RECV actions (default true) */
-    bool with_reduce_optim;    /* emit REDUCE_GRAD per chunk + OPTIM at the end */
-    int mb_group_size;         /* INTERLEAVED only: Megatron-core's
+    int p, m, v;            /* v must be 1 except INTERLEAVED (>=1) and ZB_V (2) */
+    int num_layers;         /* >= p*v; 0 means one layer per stage */
+    int first_stage_layers; /* 0 = even split; else layers of stage 0 */
+    int last_stage_layers;  /* 0 = even split; else layers of the last stage */
+    bool with_comm;         /* emit SEND/RECV actions (default true) */
+    bool with_reduce_optim; /* emit REDUCE_GRAD per chunk + OPTIM at the end */
+    int mb_group_size;      /* INTERLEAVED only: Megatron-core's
                                   microbatch_group_size_per_vp_stage, in
                                   [p, m]; 0 = p (Megatron's default) */
 } sched_opts;
@@ -142,8 +142,7 @@ int sched_num_stages(const sched *s);
  * global stage, the last the micro-batch. Returns the token length;
  * SCHED_TOKEN_BYTES always suffices. */
 #define SCHED_TOKEN_BYTES 48
-size_t sched_action_token(const sched *s, int rank, const sched_action *a,
-                          char *buf, size_t size);
+size_t sched_action_token(const sched *s, int rank, const sched_action *a, char *buf, size_t size);
 
 /* True if s has at least one SEND/RECV action (else it is compute only). */
 bool sched_has_comm(const sched *s);

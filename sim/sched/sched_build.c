@@ -19,8 +19,7 @@ void sched_list_free(sched_list *l)
     memset(l, 0, sizeof *l);
 }
 
-int sched_build_alloc(sched_kind kind, sched_placement pl, int p, int m, int v,
-                      sched **out, ts_err *err)
+int sched_build_alloc(sched_kind kind, sched_placement pl, int p, int m, int v, sched **out, ts_err *err)
 {
     *out = NULL;
     sched *s = calloc(1, sizeof *s);
@@ -62,10 +61,10 @@ int sched_build_layers(sched *s, int num_layers, int first, int last, ts_err *er
     if (num_layers < S)
         return err_set(err, TS_EINVAL,
                        "--num-layers %d: fewer layers than the %d pipeline stages (p*v = %d*%d); "
-                       "use at least %d", num_layers, S, s->p, s->v, S);
+                       "use at least %d",
+                       num_layers, S, s->p, s->v, S);
     if (first < 0 || last < 0)
-        return err_set(err, TS_EINVAL, "first/last stage layers must be >= 0 (0 = even split), got %d/%d",
-                       first, last);
+        return err_set(err, TS_EINVAL, "first/last stage layers must be >= 0 (0 = even split), got %d/%d", first, last);
     int *n = calloc((size_t)S, sizeof *n);
     if (!n)
         return err_set(err, TS_ENOMEM, "schedule: out of memory");
@@ -74,7 +73,8 @@ int sched_build_layers(sched *s, int num_layers, int first, int last, ts_err *er
         if ((first && first != num_layers) || (last && last != num_layers)) {
             rc = err_set(err, TS_EINVAL,
                          "with a single pipeline stage, --decoder-first/last-pipeline-num-layers "
-                         "(%d/%d) must be 0 or equal --num-layers %d", first, last, num_layers);
+                         "(%d/%d) must be 0 or equal --num-layers %d",
+                         first, last, num_layers);
             goto out;
         }
         n[0] = num_layers;

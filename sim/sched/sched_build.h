@@ -20,8 +20,7 @@ void sched_list_free(sched_list *l);
 
 /* Allocate an empty sched (stages one layer each, no actions). On success
  * *out owns it (sched_free). */
-int sched_build_alloc(sched_kind kind, sched_placement pl, int p, int m, int v,
-                      sched **out, ts_err *err);
+int sched_build_alloc(sched_kind kind, sched_placement pl, int p, int m, int v, sched **out, ts_err *err);
 
 /* Move rank's list into s (replacing and freeing what s had); l is zeroed. */
 void sched_build_take(sched *s, int rank, sched_list *l);

@@ -22,7 +22,7 @@
 #include "sim/sched/sched_dep.h"
 
 typedef struct {
-    int dir;   /* 0 activations (F), 1 gradient (B) */
+    int dir; /* 0 activations (F), 1 gradient (B) */
     int mb;
     int stage; /* producing stage */
 } msg;

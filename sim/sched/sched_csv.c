@@ -7,11 +7,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/sched/sched_build.h"
+#include "sim/sched/sched_validate.h"
 #include "sim/util/afile.h"
 #include "sim/util/csvio.h"
 #include "sim/util/grow.h"
-#include "sim/sched/sched_build.h"
-#include "sim/sched/sched_validate.h"
 
 int sched_csv_write(const sched *s, FILE *f, ts_err *err)
 {
@@ -72,7 +72,7 @@ int sched_csv_token(const char *tok, int *stage, int *kind, int *mb, ts_err *err
         return err_set(err, TS_EINVAL, "'%s': stage number too large", tok);
     /* Longest kind name first, so that SEND_F is not read as S... */
     static const int ORDER[] = {ACT_REDUCE_GRAD, ACT_SEND_F, ACT_RECV_F, ACT_SEND_B, ACT_RECV_B,
-                                ACT_F, ACT_B, ACT_I, ACT_W};
+                                ACT_F,           ACT_B,      ACT_I,      ACT_W};
     int k = -1;
     size_t kl = 0;
     for (size_t i = 0; i < sizeof ORDER / sizeof ORDER[0]; i++) {
@@ -86,8 +86,7 @@ int sched_csv_token(const char *tok, int *stage, int *kind, int *mb, ts_err *err
     }
     if (k < 0) {
         if (!strncmp(p, "UNSHARD", 7) || !strncmp(p, "RESHARD", 7))
-            return err_set(err, TS_EINVAL, "'%s': FSDP actions (UNSHARD, RESHARD) are not supported; %s",
-                           tok, VALID);
+            return err_set(err, TS_EINVAL, "'%s': FSDP actions (UNSHARD, RESHARD) are not supported; %s", tok, VALID);
         return err_set(err, TS_EINVAL, "'%s': unknown action kind '%s'; %s", tok, p, VALID);
     }
     p += kl;
@@ -126,8 +125,8 @@ typedef struct {
     const char *name;
     ts_err *err;
     int rc;
-    int line;      /* line being fed to libcsv */
-    int col;       /* column of the next field in the current row */
+    int line; /* line being fed to libcsv */
+    int col;  /* column of the next field in the current row */
     prow *rows;
     size_t nrows, cap;
     bool row_open;
@@ -163,8 +162,10 @@ static void on_field(void *data, size_t len, void *arg)
         return; /* torch's idle slot */
     char tok[64];
     if (len >= sizeof tok) {
-        P->rc = err_set(P->err, TS_EINVAL, "%s:%d:%d: token of %zu characters is too long to be an "
-                        "action token (like 0F1)", P->name, P->line, col, len);
+        P->rc = err_set(P->err, TS_EINVAL,
+                        "%s:%d:%d: token of %zu characters is too long to be an "
+                        "action token (like 0F1)",
+                        P->name, P->line, col, len);
         return;
     }
     memcpy(tok, data, len);
@@ -203,8 +204,8 @@ static int tokenise(pstate *P, const char *data, size_t len)
         const char *nl = memchr(data + at, '\n', len - at);
         size_t n = nl ? (size_t)(nl - (data + at)) + 1 : len - at;
         if (csv_parse(&cp, data + at, n, on_field, on_row, P) != n) {
-            P->rc = err_set(P->err, TS_EINVAL, "%s:%d: malformed CSV: %s", P->name, P->line,
-                            csv_strerror(csv_error(&cp)));
+            P->rc =
+                err_set(P->err, TS_EINVAL, "%s:%d: malformed CSV: %s", P->name, P->line, csv_strerror(csv_error(&cp)));
             break;
         }
         at += n;
@@ -212,8 +213,7 @@ static int tokenise(pstate *P, const char *data, size_t len)
             P->line++;
     }
     if (P->rc == TS_OK && csv_fini(&cp, on_field, on_row, P) != 0)
-        P->rc = err_set(P->err, TS_EINVAL, "%s:%d: malformed CSV: %s", P->name, P->line,
-                        csv_strerror(csv_error(&cp)));
+        P->rc = err_set(P->err, TS_EINVAL, "%s:%d: malformed CSV: %s", P->name, P->line, csv_strerror(csv_error(&cp)));
     csv_free(&cp);
     return P->rc;
 }
@@ -224,8 +224,10 @@ static int build(pstate *P, sched **out)
     const char *nm = P->name;
     int p = (int)P->nrows, S = 0, m = 0;
     if (p == 0)
-        return err_set(P->err, TS_EINVAL, "%s: no rows; expected one row of action tokens (like 0F0) "
-                       "per pipeline rank", nm);
+        return err_set(P->err, TS_EINVAL,
+                       "%s: no rows; expected one row of action tokens (like 0F0) "
+                       "per pipeline rank",
+                       nm);
     if (p > SCHED_MAX_P)
         return err_set(P->err, TS_EINVAL, "%s: %d rows = pipeline ranks; at most %d", nm, p, SCHED_MAX_P);
     const ptok *maxst = NULL;
@@ -240,12 +242,12 @@ static int build(pstate *P, sched **out)
     if (S == 0 || m == 0)
         return err_set(P->err, TS_EINVAL, "%s: no action with a stage and a micro-batch (like 0F0)", nm);
     if (S % p != 0 || S / p > SCHED_MAX_V)
-        return err_set(P->err, TS_EINVAL, "%s:%d:%d: stage %d means %d stages over %d rows (ranks); the "
+        return err_set(P->err, TS_EINVAL,
+                       "%s:%d:%d: stage %d means %d stages over %d rows (ranks); the "
                        "stage count must be a multiple of the rank count, at most %d per rank",
                        nm, maxst->line, maxst->col, maxst->stage, S, p, SCHED_MAX_V);
     if (m > SCHED_MAX_M)
-        return err_set(P->err, TS_EINVAL, "%s: micro-batch %d: at most %d micro-batches", nm, m - 1,
-                       SCHED_MAX_M);
+        return err_set(P->err, TS_EINVAL, "%s: micro-batch %d: at most %d micro-batches", nm, m - 1, SCHED_MAX_M);
     int v = S / p;
     sched_placement pl = SCHED_PLACE_LOOP;
     const ptok *bad_loop = NULL, *bad_v = NULL;
@@ -264,7 +266,8 @@ static int build(pstate *P, sched **out)
         pl = SCHED_PLACE_V;
     } else if (bad_loop) {
         int r = bad_row;
-        return err_set(P->err, TS_EINVAL, "%s:%d:%d: stage %d on row %d (rank %d): with %d ranks and %d "
+        return err_set(P->err, TS_EINVAL,
+                       "%s:%d:%d: stage %d on row %d (rank %d): with %d ranks and %d "
                        "stages, rank %d runs stages %d, %d, ... (loop placement, stage = chunk*%d + rank)%s",
                        nm, bad_loop->line, bad_loop->col, bad_loop->stage, r + 1, r, p, S, r, r, r + p, p,
                        v == 2 ? " or its V pair (rank, 2p-1-rank)" : "");
@@ -280,8 +283,9 @@ static int build(pstate *P, sched **out)
             int rank = r, chunk = -1, peer = -1;
             if (t->stage >= 0)
                 sched_rank_chunk_of(s, t->stage, &rank, &chunk);
-            int nb = t->kind == ACT_SEND_F || t->kind == ACT_RECV_B ? t->stage + 1
-                     : t->kind == ACT_SEND_B || t->kind == ACT_RECV_F ? t->stage - 1 : -1;
+            int nb = t->kind == ACT_SEND_F || t->kind == ACT_RECV_B   ? t->stage + 1
+                     : t->kind == ACT_SEND_B || t->kind == ACT_RECV_F ? t->stage - 1
+                                                                      : -1;
             if (nb >= 0 && nb < S) {
                 int c;
                 sched_rank_chunk_of(s, nb, &peer, &c);

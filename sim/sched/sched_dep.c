@@ -3,8 +3,7 @@
 
 /* Fill out for action a on rank, whose data goes to or comes from the
  * stage `step` away from its own (none outside [0, p*v)); returns out->via. */
-static sched_dep_via link_to(const sched *s, int rank, const sched_action *a, int step,
-                             sched_dep *out)
+static sched_dep_via link_to(const sched *s, int rank, const sched_action *a, int step, sched_dep *out)
 {
     *out = (sched_dep){SCHED_DEP_NONE, false, -1, -1, -1, -1};
     if (a->kind != ACT_F && a->kind != ACT_B && a->kind != ACT_I)

@@ -68,12 +68,11 @@ int sched_gen_zb_h2(const sched_opts *o, sched_list *lists, ts_err *err)
                 continue;
             /* Ops take one step, so every rank is free at every step. */
             long long *fe = fend + (size_t)r * m, *ie = iend + (size_t)r * m;
-            bool can_i = ni[r] < nf[r] && fe[ni[r]] <= t &&
-                         (r == p - 1 || (iend[(size_t)(r + 1) * m + ni[r]] >= 0 &&
-                                         iend[(size_t)(r + 1) * m + ni[r]] <= t));
+            bool can_i =
+                ni[r] < nf[r] && fe[ni[r]] <= t &&
+                (r == p - 1 || (iend[(size_t)(r + 1) * m + ni[r]] >= 0 && iend[(size_t)(r + 1) * m + ni[r]] <= t));
             bool can_f = nf[r] < m && nf[r] - nw[r] < limit &&
-                         (r == 0 || (fend[(size_t)(r - 1) * m + nf[r]] >= 0 &&
-                                     fend[(size_t)(r - 1) * m + nf[r]] <= t));
+                         (r == 0 || (fend[(size_t)(r - 1) * m + nf[r]] >= 0 && fend[(size_t)(r - 1) * m + nf[r]] <= t));
             bool can_w = nw[r] < ni[r] && ie[nw[r]] <= t;
             if (can_i) {
                 ie[ni[r]] = t + 1;
@@ -107,11 +106,11 @@ int sched_gen_zb_v(const sched_opts *o, sched_list *lists, ts_err *err)
     for (int r = 0; r < p; r++) {
         sched_list *l = &lists[r];
         int f0 = 0, f1 = 0, b0 = 0, b1 = 0;
-#define PUSH(kind, chunk, mbv)                                                   \
-    do {                                                                         \
-        int mb_ = (mbv);                                                         \
-        if (mb_ < m && sched_list_push(l, (kind), (chunk), mb_, -1, err))        \
-            return TS_ENOMEM;                                                    \
+#define PUSH(kind, chunk, mbv)                                                                                         \
+    do {                                                                                                               \
+        int mb_ = (mbv);                                                                                               \
+        if (mb_ < m && sched_list_push(l, (kind), (chunk), mb_, -1, err))                                              \
+            return TS_ENOMEM;                                                                                          \
     } while (0)
         for (int i = 0; i < 2 * (p - r) - 1; i++)
             PUSH(ACT_F, 0, f0++);

@@ -14,8 +14,10 @@
 static int check_opts(const sched_opts *o, ts_err *err)
 {
     if ((unsigned)o->kind >= SCHED_CUSTOM)
-        return err_set(err, TS_EINVAL, "schedule kind %d cannot be generated; valid: gpipe, 1f1b, "
-                       "interleaved, zb-h1, zb-h2, zb-v", (int)o->kind);
+        return err_set(err, TS_EINVAL,
+                       "schedule kind %d cannot be generated; valid: gpipe, 1f1b, "
+                       "interleaved, zb-h1, zb-h2, zb-v",
+                       (int)o->kind);
     const char *name = sched_kind_name(o->kind);
     if (o->p < 1 || o->p > SCHED_MAX_P)
         return err_set(err, TS_EINVAL, "pipeline size p = %d: must be in [1, %d]", o->p, SCHED_MAX_P);
@@ -23,8 +25,7 @@ static int check_opts(const sched_opts *o, ts_err *err)
         return err_set(err, TS_EINVAL, "micro-batches m = %d: must be in [1, %d]", o->m, SCHED_MAX_M);
     if (o->kind == SCHED_INTERLEAVED) {
         if (o->v < 1 || o->v > SCHED_MAX_V)
-            return err_set(err, TS_EINVAL, "interleaved: chunks per rank v = %d must be in [1, %d]",
-                           o->v, SCHED_MAX_V);
+            return err_set(err, TS_EINVAL, "interleaved: chunks per rank v = %d must be in [1, %d]", o->v, SCHED_MAX_V);
         int g = o->mb_group_size ? o->mb_group_size : o->p;
         /* Megatron-core (schedules.py, forward_backward_pipelining_with_interleaving)
          * raises the same error: group size must lie in [PP, M]. */
@@ -38,8 +39,10 @@ static int check_opts(const sched_opts *o, ts_err *err)
         if (o->v != 2)
             return err_set(err, TS_EINVAL, "zb-v: chunks per rank v = %d; ZB-V runs exactly 2 (V shape)", o->v);
     } else if (o->v != 1) {
-        return err_set(err, TS_EINVAL, "%s: chunks per rank v = %d; only interleaved (v >= 1) and zb-v "
-                       "(v = 2) have more than one chunk, use v = 1", name, o->v);
+        return err_set(err, TS_EINVAL,
+                       "%s: chunks per rank v = %d; only interleaved (v >= 1) and zb-v "
+                       "(v = 2) have more than one chunk, use v = 1",
+                       name, o->v);
     }
     if (o->kind != SCHED_INTERLEAVED && o->mb_group_size != 0)
         return err_set(err, TS_EINVAL, "%s: micro-batch group size is for interleaved only; leave it 0", name);
@@ -93,8 +96,7 @@ static int add_reduce_optim(sched *s, ts_err *err)
 int sched_generate(const sched_opts *o, sched **out, ts_err *err)
 {
     static int (*const GEN[SCHED_CUSTOM])(const sched_opts *, sched_list *, ts_err *) = {
-        sched_gen_gpipe, sched_gen_1f1b, sched_gen_interleaved,
-        sched_gen_zb_h1, sched_gen_zb_h2, sched_gen_zb_v,
+        sched_gen_gpipe, sched_gen_1f1b, sched_gen_interleaved, sched_gen_zb_h1, sched_gen_zb_h2, sched_gen_zb_v,
     };
     *out = NULL;
     int rc = check_opts(o, err);
@@ -102,8 +104,8 @@ int sched_generate(const sched_opts *o, sched **out, ts_err *err)
         return rc;
     sched *s = NULL;
     sched_list *lists = NULL;
-    rc = sched_build_alloc(o->kind, o->kind == SCHED_ZB_V ? SCHED_PLACE_V : SCHED_PLACE_LOOP,
-                           o->p, o->m, o->v, &s, err);
+    rc =
+        sched_build_alloc(o->kind, o->kind == SCHED_ZB_V ? SCHED_PLACE_V : SCHED_PLACE_LOOP, o->p, o->m, o->v, &s, err);
     if (rc != TS_OK)
         return rc;
     rc = sched_build_layers(s, o->num_layers, o->first_stage_layers, o->last_stage_layers, err);
@@ -120,14 +122,15 @@ int sched_generate(const sched_opts *o, sched **out, ts_err *err)
     for (int r = 0; r < o->p; r++)
         sched_build_take(s, r, &lists[r]);
     int g = o->mb_group_size ? o->mb_group_size : o->p;
-    if (o->kind == SCHED_INTERLEAVED && o->v > 1 && o->m % g != 0 &&
-        (rc = sched_validate(s, NULL, err)) != TS_OK) {
+    if (o->kind == SCHED_INTERLEAVED && o->v > 1 && o->m % g != 0 && (rc = sched_validate(s, NULL, err)) != TS_OK) {
         /* Megatron-core accepts m not a multiple of the group size (the
          * last group is smaller), but for some (p, m, v) its warm-up then
          * waits on itself: say so instead of producing a hanging schedule. */
-        err_prefix(err, "interleaved p=%d m=%d v=%d: m is not a multiple of the micro-batch group "
+        err_prefix(err,
+                   "interleaved p=%d m=%d v=%d: m is not a multiple of the micro-batch group "
                    "size %d and Megatron-core's order for it cannot run (use m a multiple of %d, "
-                   "or another group size): ", o->p, o->m, o->v, g, g);
+                   "or another group size): ",
+                   o->p, o->m, o->v, g, g);
         goto fail;
     }
     if (o->with_comm && (rc = sched_add_comm(s, err)) != TS_OK)

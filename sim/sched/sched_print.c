@@ -54,7 +54,8 @@ int sched_print(const sched *s, const sched_op_times *t, FILE *f, ts_err *err)
     int64_t cols = hi / q;
     char *line = NULL;
     if (cols > SCHED_PRINT_MAX_COLS) {
-        rc = err_set(err, TS_EINVAL, "timeline of %lld columns is too wide to print (at most %d); use "
+        rc = err_set(err, TS_EINVAL,
+                     "timeline of %lld columns is too wide to print (at most %d); use "
                      "fewer micro-batches or op times with a larger common divisor",
                      (long long)cols, SCHED_PRINT_MAX_COLS);
         goto out;
@@ -69,7 +70,8 @@ int sched_print(const sched *s, const sched_op_times *t, FILE *f, ts_err *err)
         snprintf(colw, sizeof colw, "%.6g time unit (T_F = T_B = T_W = 1)", (double)q / (double)s->v);
     else
         snprintf(colw, sizeof colw, "%.6g ms", sched_ticks_ms(&tm, q));
-    fprintf(f, "%s schedule, p=%d m=%d v=%d; one column = %s\n"
+    fprintf(f,
+            "%s schedule, p=%d m=%d v=%d; one column = %s\n"
             "F forward, B backward, I input gradient, W weight gradient; number = micro-batch%s; "
             "'.' idle\n",
             sched_kind_name(s->kind), s->p, s->m, s->v, colw, s->v > 1 ? ".chunk" : "");

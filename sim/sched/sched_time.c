@@ -55,11 +55,20 @@ static void post(tstate *T, int r, const sched_action *a, int64_t t)
 {
     int st = sched_stage_of(T->s, r, a->chunk);
     switch (a->kind) {
-    case ACT_SEND_F: *slot(T, T->send_f, st + 1, a->mb) = t; break;
-    case ACT_RECV_F: *slot(T, T->recv_f, st, a->mb) = t; break;
-    case ACT_SEND_B: *slot(T, T->send_b, st - 1, a->mb) = t; break;
-    case ACT_RECV_B: *slot(T, T->recv_b, st, a->mb) = t; break;
-    default: break;
+    case ACT_SEND_F:
+        *slot(T, T->send_f, st + 1, a->mb) = t;
+        break;
+    case ACT_RECV_F:
+        *slot(T, T->recv_f, st, a->mb) = t;
+        break;
+    case ACT_SEND_B:
+        *slot(T, T->send_b, st - 1, a->mb) = t;
+        break;
+    case ACT_RECV_B:
+        *slot(T, T->recv_b, st, a->mb) = t;
+        break;
+    default:
+        break;
     }
 }
 
@@ -112,9 +121,8 @@ int sched_time(const sched *s, const sched_op_times *t, sched_timing *out, ts_er
     out->peak_inflight = calloc((size_t)p, sizeof *out->peak_inflight);
     out->start = calloc((size_t)p, sizeof *out->start);
     out->end = calloc((size_t)p, sizeof *out->end);
-    bool ok = T.send_f && T.recv_f && T.send_b && T.recv_b && T.end_f && T.end_bi && pos && clock &&
-              out->busy && out->idle && out->first && out->last && out->peak_inflight && out->start &&
-              out->end;
+    bool ok = T.send_f && T.recv_f && T.send_b && T.recv_b && T.end_f && T.end_bi && pos && clock && out->busy &&
+              out->idle && out->first && out->last && out->peak_inflight && out->start && out->end;
     for (int r = 0; ok && r < p; r++) {
         out->start[r] = malloc((s->n_actions[r] + 1) * sizeof **out->start);
         out->end[r] = malloc((s->n_actions[r] + 1) * sizeof **out->end);
@@ -167,8 +175,10 @@ int sched_time(const sched *s, const sched_op_times *t, sched_timing *out, ts_er
         if (pos[r] < s->n_actions[r]) {
             char tok[SCHED_TOKEN_BYTES];
             sched_action_token(s, r, &s->actions[r][pos[r]], tok, sizeof tok);
-            rc = err_set(err, TS_EINVAL, "schedule timing: rank %d blocks forever at action %zu (%s); "
-                         "the schedule does not run (check it with sched_validate)", r, pos[r], tok);
+            rc = err_set(err, TS_EINVAL,
+                         "schedule timing: rank %d blocks forever at action %zu (%s); "
+                         "the schedule does not run (check it with sched_validate)",
+                         r, pos[r], tok);
             goto out;
         }
     int64_t lo = -1, hi = 0;

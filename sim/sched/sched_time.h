@@ -35,19 +35,19 @@ typedef struct {
 
 typedef struct {
     int p;
-    int64_t tick_den;     /* ticks per ns (= v) */
-    int64_t makespan;     /* ticks: earliest op start to latest op end */
-    int64_t cost;         /* ticks: the largest per-rank span (Qi et al.) */
-    int64_t ideal;        /* ticks: m*(T_F+T_B+T_W), one rank's work */
-    double bubble_rate;   /* (cost - ideal) / cost; 0 when cost = 0 */
-    int64_t *busy;        /* p, ticks of compute */
-    int64_t *idle;        /* p, ticks: makespan - busy */
-    int64_t *first;       /* p, ticks: start of the rank's first compute op */
-    int64_t *last;        /* p, ticks: end of the rank's last compute op */
-    int *peak_inflight;   /* p, chunk activations (sched_peak_inflight) */
-    int64_t **start;      /* p arrays of n_actions[r]: action start, ticks
+    int64_t tick_den;   /* ticks per ns (= v) */
+    int64_t makespan;   /* ticks: earliest op start to latest op end */
+    int64_t cost;       /* ticks: the largest per-rank span (Qi et al.) */
+    int64_t ideal;      /* ticks: m*(T_F+T_B+T_W), one rank's work */
+    double bubble_rate; /* (cost - ideal) / cost; 0 when cost = 0 */
+    int64_t *busy;      /* p, ticks of compute */
+    int64_t *idle;      /* p, ticks: makespan - busy */
+    int64_t *first;     /* p, ticks: start of the rank's first compute op */
+    int64_t *last;      /* p, ticks: end of the rank's last compute op */
+    int *peak_inflight; /* p, chunk activations (sched_peak_inflight) */
+    int64_t **start;    /* p arrays of n_actions[r]: action start, ticks
                              (a SEND/RECV: when it was posted) */
-    int64_t **end;        /* same: action end */
+    int64_t **end;      /* same: action end */
 } sched_timing;
 
 /* Time s with t. On success out owns its arrays (sched_timing_free).

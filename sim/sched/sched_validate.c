@@ -16,8 +16,8 @@ typedef struct {
     ts_err *err;
     int S;
     bool comm;
-    uint8_t *fl;   /* static scan flags, S*m */
-    uint8_t *dyn;  /* executed flags in the execution phase, S*m */
+    uint8_t *fl;  /* static scan flags, S*m */
+    uint8_t *dyn; /* executed flags in the execution phase, S*m */
 } vstate;
 
 static bool well_formed(const sched *s, const sched_action *a)
@@ -33,8 +33,7 @@ static bool well_formed(const sched *s, const sched_action *a)
     return a->mb >= 0 && a->mb < s->m;
 }
 
-static int fail(vstate *V, int r, size_t i, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
+static int fail(vstate *V, int r, size_t i, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 static int fail(vstate *V, int r, size_t i, const char *fmt, ...)
 {
@@ -76,8 +75,10 @@ static int check_action(vstate *V, int r, size_t i, int *reduced, bool *optim)
     const sched_action *a = &s->actions[r][i];
     int m = s->m;
     if (!well_formed(s, a))
-        return fail(V, r, i, "malformed action: kind in [0, %d), chunk in [0, %d) (-1 for OPTIM), "
-                    "micro-batch in [0, %d) (-1 for REDUCE_GRAD/OPTIM)", ACT_KIND_COUNT, s->v, m);
+        return fail(V, r, i,
+                    "malformed action: kind in [0, %d), chunk in [0, %d) (-1 for OPTIM), "
+                    "micro-batch in [0, %d) (-1 for REDUCE_GRAD/OPTIM)",
+                    ACT_KIND_COUNT, s->v, m);
     if (*optim)
         return fail(V, r, i, "action after OPTIM; the optimizer step must be the rank's last action");
     if (a->kind == ACT_OPTIM) {
@@ -104,11 +105,12 @@ static int check_action(vstate *V, int r, size_t i, int *reduced, bool *optim)
             return fail(V, r, i, "stage %d has no %s stage to talk to", st,
                         kind == ACT_SEND_F || kind == ACT_RECV_B ? "next" : "previous");
         if (expect_peer == r)
-            return fail(V, r, i, "the adjacent stage runs on the same rank %d; data passes locally, "
-                        "remove this action", r);
+            return fail(V, r, i,
+                        "the adjacent stage runs on the same rank %d; data passes locally, "
+                        "remove this action",
+                        r);
         if (a->peer != expect_peer)
-            return fail(V, r, i, "peer %d is wrong: the adjacent stage runs on rank %d", (int)a->peer,
-                        expect_peer);
+            return fail(V, r, i, "peer %d is wrong: the adjacent stage runs on rank %d", (int)a->peer, expect_peer);
     } else if (a->peer != -1) {
         return fail(V, r, i, "peer %d on an action that does not communicate (use -1)", (int)a->peer);
     }
@@ -201,11 +203,9 @@ static int check_complete(vstate *V, int r)
             if ((f & FL_I) && !(f & FL_W))
                 return fail(V, r, n, "no W of micro-batch %d on stage %d after its I", k, st);
             if (V->comm && next >= 0 && next != r && !(f & FL_SF))
-                return fail(V, r, n, "activations of micro-batch %d on stage %d never sent to rank %d",
-                            k, st, next);
+                return fail(V, r, n, "activations of micro-batch %d on stage %d never sent to rank %d", k, st, next);
             if (V->comm && prev >= 0 && prev != r && !(f & FL_SB))
-                return fail(V, r, n, "gradient of micro-batch %d on stage %d never sent to rank %d",
-                            k, st, prev);
+                return fail(V, r, n, "gradient of micro-batch %d on stage %d never sent to rank %d", k, st, prev);
         }
     }
     return TS_OK;
@@ -215,8 +215,10 @@ static int check_complete(vstate *V, int r)
 static bool partners(const vstate *V, int r, const sched_action *a, int q, const sched_action *b)
 {
     static const int PAIR[ACT_KIND_COUNT] = {
-        [ACT_SEND_F] = ACT_RECV_F, [ACT_RECV_F] = ACT_SEND_F,
-        [ACT_SEND_B] = ACT_RECV_B, [ACT_RECV_B] = ACT_SEND_B,
+        [ACT_SEND_F] = ACT_RECV_F,
+        [ACT_RECV_F] = ACT_SEND_F,
+        [ACT_SEND_B] = ACT_RECV_B,
+        [ACT_RECV_B] = ACT_SEND_B,
     };
     if (b->kind != PAIR[a->kind] || b->peer != r || b->mb != a->mb)
         return false;
@@ -251,8 +253,7 @@ static int execute(vstate *V)
                     if (!V->comm && sched_dep_input(s, r, a, &in) != SCHED_DEP_NONE &&
                         !(V->dyn[in.peer_stage * m + a->mb] & (in.grad ? FL_B | FL_I : FL_F)))
                         break;
-                    V->dyn[st * m + a->mb] |= kind == ACT_F ? FL_F : kind == ACT_B ? FL_B
-                                              : kind == ACT_I ? FL_I : FL_W;
+                    V->dyn[st * m + a->mb] |= kind == ACT_F ? FL_F : kind == ACT_B ? FL_B : kind == ACT_I ? FL_I : FL_W;
                     pos[r]++;
                 } else {
                     int q = a->peer;
@@ -272,16 +273,20 @@ static int execute(vstate *V)
         if (a->kind <= ACT_W) {
             sched_dep in; /* only an F, B or I with an input blocks */
             sched_dep_input(s, r, a, &in);
-            rc = fail(V, r, pos[r], "deadlock: waits for the %s of micro-batch %d on stage %d (rank %d), "
-                      "which never runs", in.grad ? "backward" : "F", a->mb, in.peer_stage, in.peer_rank);
+            rc = fail(V, r, pos[r],
+                      "deadlock: waits for the %s of micro-batch %d on stage %d (rank %d), "
+                      "which never runs",
+                      in.grad ? "backward" : "F", a->mb, in.peer_stage, in.peer_rank);
         } else {
             int q = a->peer;
             char tok[SCHED_TOKEN_BYTES] = "its end";
             if (pos[q] < s->n_actions[q])
                 sched_action_token(s, q, &s->actions[q][pos[q]], tok, sizeof tok);
-            rc = fail(V, r, pos[r], "deadlock under blocking point-to-point: waits for rank %d, which "
+            rc = fail(V, r, pos[r],
+                      "deadlock under blocking point-to-point: waits for rank %d, which "
                       "is blocked at action %zu (%s); sends and receives between the two ranks must "
-                      "come in the same order on both", q, pos[q], tok);
+                      "come in the same order on both",
+                      q, pos[q], tok);
         }
     }
     free(pos);
@@ -290,11 +295,12 @@ static int execute(vstate *V)
 
 int sched_validate(const sched *s, sched_vinfo *info, ts_err *err)
 {
-    if (s->p < 1 || s->p > SCHED_MAX_P || s->m < 1 || s->m > SCHED_MAX_M || s->v < 1 ||
-        s->v > SCHED_MAX_V || (s->placement == SCHED_PLACE_V && s->v != 2))
-        return err_set(err, TS_EINVAL, "schedule shape p=%d m=%d v=%d: need p in [1, %d], m in [1, %d], "
-                       "v in [1, %d] (v = 2 for the V placement)", s->p, s->m, s->v, SCHED_MAX_P,
-                       SCHED_MAX_M, SCHED_MAX_V);
+    if (s->p < 1 || s->p > SCHED_MAX_P || s->m < 1 || s->m > SCHED_MAX_M || s->v < 1 || s->v > SCHED_MAX_V ||
+        (s->placement == SCHED_PLACE_V && s->v != 2))
+        return err_set(err, TS_EINVAL,
+                       "schedule shape p=%d m=%d v=%d: need p in [1, %d], m in [1, %d], "
+                       "v in [1, %d] (v = 2 for the V placement)",
+                       s->p, s->m, s->v, SCHED_MAX_P, SCHED_MAX_M, SCHED_MAX_V);
     vstate V = {.s = s, .info = info, .err = err, .S = s->p * s->v, .comm = sched_has_comm(s)};
     if (info) {
         info->bad_rank = -1;

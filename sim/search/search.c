@@ -6,15 +6,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sim/util/grow.h"
-#include "sim/search/search_bound.h"
 #include "sim/sched/sched_generate.h"
+#include "sim/search/search_bound.h"
+#include "sim/util/grow.h"
 
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
 static const char *const STATUS_NAMES[SEARCH_STATUS_COUNT] = {
-    "pending",     "simulated", "heads",        "query-groups", "hidden",        "layers",
-    "batch",       "microbatches", "memory-bound", "config",    "memory-simulated", "sim-error",
+    "pending", "simulated",    "heads",        "query-groups", "hidden",           "layers",
+    "batch",   "microbatches", "memory-bound", "config",       "memory-simulated", "sim-error",
 };
 
 const char *search_status_name(search_status st)
@@ -25,14 +25,17 @@ const char *search_status_name(search_status st)
 const char *search_recompute_name(const search_cand *c)
 {
     switch (c->recompute) {
-    case RECOMPUTE_NONE: return "none";
-    case RECOMPUTE_SELECTIVE: return "selective";
-    default: return c->recompute_method == RECOMPUTE_METHOD_BLOCK ? "full-block" : "full-uniform";
+    case RECOMPUTE_NONE:
+        return "none";
+    case RECOMPUTE_SELECTIVE:
+        return "selective";
+    default:
+        return c->recompute_method == RECOMPUTE_METHOD_BLOCK ? "full-block" : "full-uniform";
     }
 }
 
-void search_space_default(search_space *s, const model_config *model,
-                          const cluster_config *cluster, int global_batch_size)
+void search_space_default(search_space *s, const model_config *model, const cluster_config *cluster,
+                          int global_batch_size)
 {
     memset(s, 0, sizeof *s);
     s->model = *model;
@@ -45,8 +48,8 @@ void search_space_default(search_space *s, const model_config *model,
     for (int i = 0; i < 4; i++)
         s->micro_batch_sizes[i] = mbs[i];
     s->n_micro_batch_sizes = 4;
-    s->schedules = (1u << SCHED_GPIPE) | (1u << SCHED_1F1B) | (1u << SCHED_INTERLEAVED) |
-                   (1u << SCHED_ZB_H1) | (1u << SCHED_ZB_H2) | (1u << SCHED_ZB_V);
+    s->schedules = (1u << SCHED_GPIPE) | (1u << SCHED_1F1B) | (1u << SCHED_INTERLEAVED) | (1u << SCHED_ZB_H1) |
+                   (1u << SCHED_ZB_H2) | (1u << SCHED_ZB_V);
     s->try_sequence_parallel = true;
     s->try_distributed_optimizer = true;
     s->try_recompute_block = true;
@@ -122,8 +125,8 @@ static void fill_config(const search_space *s, const search_cand *c, config *out
     p->pp = c->pp;
     p->dp = c->dp;
     p->vp = c->vp;
-    p->layers_per_virtual_stage = c->vp > 1 && c->schedule == SCHED_INTERLEAVED
-                                      ? s->model.num_layers / (c->pp * c->vp) : 0;
+    p->layers_per_virtual_stage =
+        c->vp > 1 && c->schedule == SCHED_INTERLEAVED ? s->model.num_layers / (c->pp * c->vp) : 0;
     p->first_stage_layers = c->first_stage_layers;
     p->last_stage_layers = c->last_stage_layers;
     p->sequence_parallel = c->sequence_parallel;
@@ -138,8 +141,7 @@ static void fill_config(const search_space *s, const search_cand *c, config *out
 int search_cand_config(const search_set *set, size_t i, config *out, ts_err *err)
 {
     if (i >= set->n)
-        return err_set(err, TS_ESTATE, "search: candidate %zu out of range (%zu candidates)", i,
-                       set->n);
+        return err_set(err, TS_ESTATE, "search: candidate %zu out of range (%zu candidates)", i, set->n);
     fill_config(&set->space, &set->cands[i], out);
     return config_resolve(out, err);
 }
@@ -152,25 +154,27 @@ static int check_space(const search_space *s, ts_err *err)
     if (s->cluster.gpus < 1)
         return err_set(err, TS_EINVAL, "search: --gpus must be >= 1 (got %d)", s->cluster.gpus);
     if (s->global_batch_size < 1)
-        return err_set(err, TS_EINVAL, "search: --global-batch-size must be >= 1 (got %d)",
-                       s->global_batch_size);
+        return err_set(err, TS_EINVAL, "search: --global-batch-size must be >= 1 (got %d)", s->global_batch_size);
     if (m->num_layers < 1 || m->num_attention_heads < 1 || m->hidden_size < 1)
         return err_set(err, TS_EINVAL,
                        "search: the model needs layers, heads and hidden size >= 1 "
-                       "(got %d, %d, %d)", m->num_layers, m->num_attention_heads, m->hidden_size);
+                       "(got %d, %d, %d)",
+                       m->num_layers, m->num_attention_heads, m->hidden_size);
     if (s->n_micro_batch_sizes < 1 || s->n_micro_batch_sizes > SEARCH_MAX_MBS)
-        return err_set(err, TS_EINVAL, "search: between 1 and %d micro-batch sizes (got %d)",
-                       SEARCH_MAX_MBS, s->n_micro_batch_sizes);
+        return err_set(err, TS_EINVAL, "search: between 1 and %d micro-batch sizes (got %d)", SEARCH_MAX_MBS,
+                       s->n_micro_batch_sizes);
     for (int i = 0; i < s->n_micro_batch_sizes; i++)
         if (s->micro_batch_sizes[i] < 1)
-            return err_set(err, TS_EINVAL, "search: micro-batch sizes must be >= 1 (got %d)",
-                           s->micro_batch_sizes[i]);
+            return err_set(err, TS_EINVAL, "search: micro-batch sizes must be >= 1 (got %d)", s->micro_batch_sizes[i]);
     if (!(s->schedules & ((1u << SCHED_CUSTOM) - 1)))
-        return err_set(err, TS_EINVAL, "search: no schedule to try (valid: gpipe, 1f1b, "
-                                       "interleaved, zb-h1, zb-h2, zb-v)");
+        return err_set(err, TS_EINVAL,
+                       "search: no schedule to try (valid: gpipe, 1f1b, "
+                       "interleaved, zb-h1, zb-h2, zb-v)");
     if (s->max_tp < 1 || s->max_pp < 1 || s->max_vp < 2)
-        return err_set(err, TS_EINVAL, "search: need max tp >= 1, max pp >= 1, max vp >= 2 "
-                                       "(got %d, %d, %d)", s->max_tp, s->max_pp, s->max_vp);
+        return err_set(err, TS_EINVAL,
+                       "search: need max tp >= 1, max pp >= 1, max vp >= 2 "
+                       "(got %d, %d, %d)",
+                       s->max_tp, s->max_pp, s->max_vp);
     return TS_OK;
 }
 
@@ -201,7 +205,7 @@ static int recompute_variants(const search_space *s, int Ls, rc_variant out[6])
     return n;
 }
 
-static const sched_kind SCHED_ORDER[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED,
+static const sched_kind SCHED_ORDER[] = {SCHED_GPIPE, SCHED_1F1B,  SCHED_INTERLEAVED,
                                          SCHED_ZB_H1, SCHED_ZB_H2, SCHED_ZB_V};
 
 /* Structural rejection of (tp) against the model shape, or PENDING. */
@@ -268,7 +272,10 @@ static int enumerate(const search_space *s, cand_vec *cv)
                 }
                 for (int vp = vlo; vp <= vhi; vp++) {
                     memset(&c, 0, sizeof c);
-                    c.tp = tp; c.pp = pp; c.dp = dp; c.vp = vp;
+                    c.tp = tp;
+                    c.pp = pp;
+                    c.dp = dp;
+                    c.vp = vp;
                     c.schedule = (uint8_t)sk;
                     int first, last, Ls;
                     if (!split_layers(L, pp, vp, &first, &last, &Ls)) {
@@ -284,7 +291,9 @@ static int enumerate(const search_space *s, cand_vec *cv)
                         c.mbs = b;
                         c.num_microbatches = 0;
                         c.sequence_parallel = 0;
-                        c.recompute = 0; c.recompute_method = 0; c.recompute_num_layers = 0;
+                        c.recompute = 0;
+                        c.recompute_method = 0;
+                        c.recompute_num_layers = 0;
                         c.distributed_optimizer = 0;
                         if (s->global_batch_size % ((long)b * dp)) {
                             c.status = SEARCH_REJ_BATCH;
@@ -329,15 +338,14 @@ static int enumerate(const search_space *s, cand_vec *cv)
  * a one-entry cache spares almost every generation. */
 typedef struct {
     int kind, p, m, v;
-    int *inflight;   /* p entries (owned); NULL before the first use */
-    int rc;          /* the generator's status for this shape */
+    int *inflight; /* p entries (owned); NULL before the first use */
+    int rc;        /* the generator's status for this shape */
     char msg[ERR_MSG_BYTES];
 } inflight_cache;
 
 static int cache_get(inflight_cache *k, const search_cand *c, ts_err *err)
 {
-    if (k->inflight && k->kind == c->schedule && k->p == c->pp && k->m == c->num_microbatches &&
-        k->v == c->vp)
+    if (k->inflight && k->kind == c->schedule && k->p == c->pp && k->m == c->num_microbatches && k->v == c->vp)
         return k->rc;
     free(k->inflight);
     k->inflight = calloc((size_t)c->pp, sizeof *k->inflight);
@@ -499,41 +507,39 @@ void search_reason(const search_set *set, size_t i, char *buf, size_t cap)
     int ffn = m->ffn_hidden_size > 0 ? m->ffn_hidden_size : 4 * m->hidden_size;
     switch ((search_status)c->status) {
     case SEARCH_REJ_HEADS:
-        snprintf(buf, cap, "attention heads %d not divisible by tensor-parallel size %d",
-                 m->num_attention_heads, c->tp);
-        break;
-    case SEARCH_REJ_GROUPS:
-        snprintf(buf, cap, "query groups %d not divisible by tensor-parallel size %d", groups,
+        snprintf(buf, cap, "attention heads %d not divisible by tensor-parallel size %d", m->num_attention_heads,
                  c->tp);
         break;
+    case SEARCH_REJ_GROUPS:
+        snprintf(buf, cap, "query groups %d not divisible by tensor-parallel size %d", groups, c->tp);
+        break;
     case SEARCH_REJ_HIDDEN:
-        snprintf(buf, cap, "hidden size %d or FFN size %d not divisible by tensor-parallel size %d",
-                 m->hidden_size, ffn, c->tp);
+        snprintf(buf, cap, "hidden size %d or FFN size %d not divisible by tensor-parallel size %d", m->hidden_size,
+                 ffn, c->tp);
         break;
     case SEARCH_REJ_LAYERS:
         if (c->vp > 1)
-            snprintf(buf, cap, "%d layers not divisible by %d stages x %d chunks", m->num_layers,
-                     c->pp, c->vp);
+            snprintf(buf, cap, "%d layers not divisible by %d stages x %d chunks", m->num_layers, c->pp, c->vp);
         else
-            snprintf(buf, cap, "%d layers cannot be split over %d pipeline stages",
-                     m->num_layers, c->pp);
+            snprintf(buf, cap, "%d layers cannot be split over %d pipeline stages", m->num_layers, c->pp);
         break;
     case SEARCH_REJ_BATCH:
         snprintf(buf, cap, "global batch %d not divisible by micro-batch %d x data-parallel %d",
                  set->space.global_batch_size, c->mbs, c->dp);
         break;
     case SEARCH_REJ_MICROBATCHES:
-        snprintf(buf, cap, "interleaved schedule needs micro-batches in groups of p (m = %d "
-                           "not a multiple of p = %d), as Megatron-core runs it",
+        snprintf(buf, cap,
+                 "interleaved schedule needs micro-batches in groups of p (m = %d "
+                 "not a multiple of p = %d), as Megatron-core runs it",
                  c->num_microbatches, c->pp);
         break;
     case SEARCH_REJ_MEMORY_BOUND:
-        snprintf(buf, cap, "memory lower bound %.1f GiB > %.1f GiB per GPU",
-                 c->mem_bound_bytes / GIB, set->capacity_bytes / GIB);
+        snprintf(buf, cap, "memory lower bound %.1f GiB > %.1f GiB per GPU", c->mem_bound_bytes / GIB,
+                 set->capacity_bytes / GIB);
         break;
     case SEARCH_REJ_MEMORY_SIM:
-        snprintf(buf, cap, "simulated peak memory %.1f GiB > %.1f GiB per GPU",
-                 c->r.peak_mem_bytes / GIB, set->capacity_bytes / GIB);
+        snprintf(buf, cap, "simulated peak memory %.1f GiB > %.1f GiB per GPU", c->r.peak_mem_bytes / GIB,
+                 set->capacity_bytes / GIB);
         break;
     case SEARCH_REJ_CONFIG:
     case SEARCH_REJ_SIM_ERROR:

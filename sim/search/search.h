@@ -43,74 +43,74 @@
 /* What is searched over. Fixed: model, cluster, global batch. */
 typedef struct {
     model_config model;
-    cluster_config cluster;       /* gpus, gpus_per_node, gpu; topology borrowed */
-    int global_batch_size;        /* B, sequences */
-    int max_tp;                   /* t in powers of 2 up to min(max_tp, gpus_per_node); default 8 */
-    int max_pp;                   /* p: divisors of gpus/t up to max_pp (default: gpus) */
-    int max_vp;                   /* interleaving depths v = 2..max_vp (default 8) */
+    cluster_config cluster;                /* gpus, gpus_per_node, gpu; topology borrowed */
+    int global_batch_size;                 /* B, sequences */
+    int max_tp;                            /* t in powers of 2 up to min(max_tp, gpus_per_node); default 8 */
+    int max_pp;                            /* p: divisors of gpus/t up to max_pp (default: gpus) */
+    int max_vp;                            /* interleaving depths v = 2..max_vp (default 8) */
     int micro_batch_sizes[SEARCH_MAX_MBS]; /* b values tried; default 1, 2, 4, 8 */
     int n_micro_batch_sizes;
-    unsigned schedules;           /* bit (1u << sched_kind) per schedule tried; default all six */
-    bool try_sequence_parallel;   /* also try --sequence-parallel when t > 1 (default true) */
+    unsigned schedules;             /* bit (1u << sched_kind) per schedule tried; default all six */
+    bool try_sequence_parallel;     /* also try --sequence-parallel when t > 1 (default true) */
     bool try_distributed_optimizer; /* also try it when d > 1 (default true) */
-    bool try_recompute_block;     /* full/block with 1/4, 1/2, 3/4 of a chunk's layers (default true) */
-    bool overlap_grad_reduce;     /* set on every candidate (default true) */
+    bool try_recompute_block;       /* full/block with 1/4, 1/2, 3/4 of a chunk's layers (default true) */
+    bool overlap_grad_reduce;       /* set on every candidate (default true) */
 } search_space;
 
 /* Candidate status: pending/simulated, or why it was rejected. */
 typedef enum {
-    SEARCH_PENDING = 0,       /* passed every check; awaits simulation */
-    SEARCH_SIMULATED,         /* simulated and fits in memory */
-    SEARCH_REJ_HEADS,         /* attention heads not divisible by t */
-    SEARCH_REJ_GROUPS,        /* query groups not divisible by t */
-    SEARCH_REJ_HIDDEN,        /* hidden or FFN size not divisible by t */
-    SEARCH_REJ_LAYERS,        /* layers cannot be split over p*v stages */
-    SEARCH_REJ_BATCH,         /* B not divisible by b*d */
-    SEARCH_REJ_MICROBATCHES,  /* interleaved: micro-batches not a multiple of p */
-    SEARCH_REJ_MEMORY_BOUND,  /* memory lower bound above the GPU's memory */
-    SEARCH_REJ_CONFIG,        /* config_resolve refused it (message kept) */
-    SEARCH_REJ_MEMORY_SIM,    /* simulated peak above the GPU's memory */
-    SEARCH_REJ_SIM_ERROR,     /* the simulation failed (message kept) */
+    SEARCH_PENDING = 0,      /* passed every check; awaits simulation */
+    SEARCH_SIMULATED,        /* simulated and fits in memory */
+    SEARCH_REJ_HEADS,        /* attention heads not divisible by t */
+    SEARCH_REJ_GROUPS,       /* query groups not divisible by t */
+    SEARCH_REJ_HIDDEN,       /* hidden or FFN size not divisible by t */
+    SEARCH_REJ_LAYERS,       /* layers cannot be split over p*v stages */
+    SEARCH_REJ_BATCH,        /* B not divisible by b*d */
+    SEARCH_REJ_MICROBATCHES, /* interleaved: micro-batches not a multiple of p */
+    SEARCH_REJ_MEMORY_BOUND, /* memory lower bound above the GPU's memory */
+    SEARCH_REJ_CONFIG,       /* config_resolve refused it (message kept) */
+    SEARCH_REJ_MEMORY_SIM,   /* simulated peak above the GPU's memory */
+    SEARCH_REJ_SIM_ERROR,    /* the simulation failed (message kept) */
     SEARCH_STATUS_COUNT
 } search_status;
 
 /* What the simulation predicted for one candidate. */
 typedef struct {
-    double iteration_s;       /* one training iteration, seconds */
-    double tflops_per_gpu;    /* model FLOPs / time / GPUs, TFLOP/s */
-    double mfu;               /* model FLOPs utilisation, 0..1 */
-    double peak_mem_bytes;    /* largest peak over the ranks, bytes */
-    double bubble_fraction;   /* pipeline bubble / iteration time, 0..1 */
-    double exposed_comm_s;    /* communication not hidden behind compute, seconds */
+    double iteration_s;                    /* one training iteration, seconds */
+    double tflops_per_gpu;                 /* model FLOPs / time / GPUs, TFLOP/s */
+    double mfu;                            /* model FLOPs utilisation, 0..1 */
+    double peak_mem_bytes;                 /* largest peak over the ranks, bytes */
+    double bubble_fraction;                /* pipeline bubble / iteration time, 0..1 */
+    double exposed_comm_s;                 /* communication not hidden behind compute, seconds */
     double exposed_s[SIMULATE_COMM_KINDS]; /* of which each kind (simulate_comm) */
-    double tokens_per_s;      /* training throughput */
+    double tokens_per_s;                   /* training throughput */
 } search_metrics;
 
 /* One point of the space. Plain data (no pointers), so it can be copied and
  * sent between MPI ranks as bytes. */
 typedef struct {
     int32_t tp, pp, dp, vp, mbs;
-    int32_t num_microbatches;      /* m = B / (b*d); 0 when B % (b*d) != 0 */
-    int32_t first_stage_layers;    /* 0 = even split */
-    int32_t last_stage_layers;     /* 0 = even split */
-    int32_t recompute_num_layers;  /* full: 1 for uniform, k for block; 0 otherwise */
-    uint8_t schedule;              /* sched_kind */
+    int32_t num_microbatches;     /* m = B / (b*d); 0 when B % (b*d) != 0 */
+    int32_t first_stage_layers;   /* 0 = even split */
+    int32_t last_stage_layers;    /* 0 = even split */
+    int32_t recompute_num_layers; /* full: 1 for uniform, k for block; 0 otherwise */
+    uint8_t schedule;             /* sched_kind */
     uint8_t sequence_parallel;
-    uint8_t recompute;             /* config_recompute */
-    uint8_t recompute_method;      /* config_recompute_method */
+    uint8_t recompute;        /* config_recompute */
+    uint8_t recompute_method; /* config_recompute_method */
     uint8_t distributed_optimizer;
-    uint8_t status;                /* search_status */
+    uint8_t status; /* search_status */
     uint8_t pad_[2];
-    double mem_bound_bytes;        /* lower bound on the peak (0 if not computed) */
-    search_metrics r;              /* valid when status is SIMULATED or REJ_MEMORY_SIM */
+    double mem_bound_bytes; /* lower bound on the peak (0 if not computed) */
+    search_metrics r;       /* valid when status is SIMULATED or REJ_MEMORY_SIM */
 } search_cand;
 
 typedef struct {
     search_space space;
-    search_cand *cands;            /* n entries, enumeration order; owned */
+    search_cand *cands; /* n entries, enumeration order; owned */
     size_t n;
-    char **msgs;                   /* n entries; msgs[i] (owned) set for REJ_CONFIG / REJ_SIM_ERROR */
-    double capacity_bytes;         /* GPU memory, bytes */
+    char **msgs;           /* n entries; msgs[i] (owned) set for REJ_CONFIG / REJ_SIM_ERROR */
+    double capacity_bytes; /* GPU memory, bytes */
     size_t counts[SEARCH_STATUS_COUNT];
 } search_set;
 
@@ -123,8 +123,8 @@ typedef struct {
 typedef void (*search_progress_fn)(void *user, size_t done, size_t total);
 
 /* Fill s with the default space for a model, cluster (borrowed) and batch. */
-void search_space_default(search_space *s, const model_config *model,
-                          const cluster_config *cluster, int global_batch_size);
+void search_space_default(search_space *s, const model_config *model, const cluster_config *cluster,
+                          int global_batch_size);
 
 /* Enumerate and prune (phase 1). On success *out is a new set (free with
  * search_set_free). TS_EINVAL if the space itself is malformed (no GPUs, no

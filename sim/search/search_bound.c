@@ -6,8 +6,14 @@
 #include "sim/model/flops.h"
 #include "sim/model/layer.h"
 
-static int imin(int a, int b) { return a < b ? a : b; }
-static int imax(int a, int b) { return a > b ? a : b; }
+static int imin(int a, int b)
+{
+    return a < b ? a : b;
+}
+static int imax(int a, int b)
+{
+    return a > b ? a : b;
+}
 
 int search_bound_inflight(const parallel_config *p, int num_microbatches, int rank)
 {
@@ -85,8 +91,7 @@ static int kept(const layer_shape *shape, kept_bytes *k, ts_err *err)
     return TS_OK;
 }
 
-static void bound_rank(const config *c, const kept_bytes *kb, int inflight, int r,
-                       search_bound *b)
+static void bound_rank(const config *c, const kept_bytes *kb, int inflight, int r, search_bound *b)
 {
     const model_config *mo = &c->model;
     const parallel_config *p = &c->par;
@@ -120,7 +125,7 @@ static void bound_rank(const config *c, const kept_bytes *kb, int inflight, int 
     double act = inflight * chunk_bytes;
     if (first) /* the embedding's stash, per in-flight micro-batch of chunk 0 */
         act += (v == 1 ? inflight : 1) * kb->embedding;
-    if (last)  /* the output layer's tensors of the micro-batch being turned around */
+    if (last) /* the output layer's tensors of the micro-batch being turned around */
         act += kb->output;
     b->activations_bytes = act;
     b->total_bytes = b->weights_bytes + b->grads_bytes + b->optimizer_bytes + b->activations_bytes;

@@ -27,8 +27,8 @@
 #define TRAINSIM_SEARCH_BOUND_H
 
 #include "sim/config/config.h"
-#include "sim/util/err.h"
 #include "sim/sched/sched.h"
+#include "sim/util/err.h"
 
 /* Breakdown of the bound for the rank that sets it. Bytes. */
 typedef struct {
@@ -36,10 +36,9 @@ typedef struct {
     double grads_bytes;
     double optimizer_bytes;
     double activations_bytes;
-    double total_bytes;       /* sum of the above */
-    int rank;                 /* pipeline rank that sets the bound */
+    double total_bytes; /* sum of the above */
+    int rank;           /* pipeline rank that sets the bound */
 } search_bound;
-
 
 /* Micro-batch chunks the schedule holds at once at its peak on pipeline
  * rank r, from the closed forms (a lower bound: warm-up forwards before the

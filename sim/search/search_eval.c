@@ -15,10 +15,10 @@ typedef struct {
     search_set *set;
     const search_eval_opts *o;
     search_eval_fn eval;
-    size_t *todo;        /* candidate indices of this shard still pending */
+    size_t *todo; /* candidate indices of this shard still pending */
     size_t n_todo;
-    size_t done;         /* under the pool's lock */
-    ts_err err;          /* message of the first internal failure */
+    size_t done; /* under the pool's lock */
+    ts_err err;  /* message of the first internal failure */
 } eval_state;
 
 /* Simulate candidate i and record the outcome in its slot. */
@@ -40,8 +40,7 @@ static int eval_one(eval_state *st, size_t i)
         c->status = SEARCH_REJ_SIM_ERROR;
         return set->msgs[i] ? TS_OK : TS_ENOMEM;
     }
-    c->status = c->r.peak_mem_bytes > set->capacity_bytes ? SEARCH_REJ_MEMORY_SIM
-                                                           : SEARCH_SIMULATED;
+    c->status = c->r.peak_mem_bytes > set->capacity_bytes ? SEARCH_REJ_MEMORY_SIM : SEARCH_SIMULATED;
     return TS_OK;
 }
 

@@ -14,11 +14,11 @@
 typedef int (*search_eval_fn)(void *user, const config *c, search_metrics *out, ts_err *err);
 
 typedef struct {
-    search_eval_fn eval;          /* NULL = search_eval_simulate (simulate_run) */
+    search_eval_fn eval; /* NULL = search_eval_simulate (simulate_run) */
     void *eval_user;
-    int threads;                  /* worker threads (>= 1) */
-    int shard, nshards;           /* evaluate only candidates with index % nshards == shard */
-    search_progress_fn progress;  /* may be NULL */
+    int threads;                 /* worker threads (>= 1) */
+    int shard, nshards;          /* evaluate only candidates with index % nshards == shard */
+    search_progress_fn progress; /* may be NULL */
     void *progress_user;
 } search_eval_opts;
 

@@ -11,10 +11,30 @@
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
 static const char *const COLUMNS[] = {
-    "index", "status", "reason", "tp", "pp", "dp", "vp", "micro_batch_size", "num_microbatches",
-    "first_stage_layers", "last_stage_layers", "schedule", "sequence_parallel", "recompute",
-    "recompute_num_layers", "distributed_optimizer", "mem_bound_gib", "iteration_s",
-    "tflops_per_gpu", "mfu", "peak_mem_gib", "bubble_fraction", "exposed_comm_s", "rank",
+    "index",
+    "status",
+    "reason",
+    "tp",
+    "pp",
+    "dp",
+    "vp",
+    "micro_batch_size",
+    "num_microbatches",
+    "first_stage_layers",
+    "last_stage_layers",
+    "schedule",
+    "sequence_parallel",
+    "recompute",
+    "recompute_num_layers",
+    "distributed_optimizer",
+    "mem_bound_gib",
+    "iteration_s",
+    "tflops_per_gpu",
+    "mfu",
+    "peak_mem_gib",
+    "bubble_fraction",
+    "exposed_comm_s",
+    "rank",
 };
 #define NCOLS (sizeof COLUMNS / sizeof COLUMNS[0])
 
@@ -30,8 +50,8 @@ void search_describe(const search_set *set, size_t i, char *buf, size_t cap)
     else
         snprintf(rc, sizeof rc, "%s", search_recompute_name(c));
     snprintf(buf, cap, "t=%d p=%d d=%d v=%d b=%d %s%s%s %s%s", c->tp, c->pp, c->dp, c->vp, c->mbs,
-             sched_kind_name((sched_kind)c->schedule), split, c->sequence_parallel ? " sp" : "",
-             rc, c->distributed_optimizer ? " distopt" : "");
+             sched_kind_name((sched_kind)c->schedule), split, c->sequence_parallel ? " sp" : "", rc,
+             c->distributed_optimizer ? " distopt" : "");
 }
 
 /* Format helpers into fixed cells. */
@@ -97,8 +117,7 @@ static int write_rows(const search_set *set, const size_t *rank_of, FILE *f, ts_
     return rc;
 }
 
-int search_write_csv(const search_set *set, const size_t *order, size_t n_order,
-                     const char *path, ts_err *err)
+int search_write_csv(const search_set *set, const size_t *order, size_t n_order, const char *path, ts_err *err)
 {
     size_t *rank_of = calloc(set->n ? set->n : 1, sizeof *rank_of);
     if (!rank_of)
@@ -159,11 +178,13 @@ void search_explain(const search_set *set, size_t winner, FILE *f)
     search_describe(set, winner, d, sizeof d);
     fprintf(f, "What limits the winner (%s):\n", d);
     fprintf(f, "  pipeline bubble        %5.1f%% of the iteration\n", 100.0 * bubble);
-    fprintf(f, "  exposed communication  %5.1f%% of the iteration (%.3f s: TP %.3f, PP %.3f, "
-               "DP %.3f)\n", 100.0 * comm, w->r.exposed_comm_s, w->r.exposed_s[SIMULATE_COMM_TP],
-            w->r.exposed_s[SIMULATE_COMM_PP], w->r.exposed_s[SIMULATE_COMM_DP]);
-    fprintf(f, "  memory                 %5.1f%% of %.0f GiB (peak %.1f GiB)\n", 100.0 * mem,
-            set->capacity_bytes / GIB, w->r.peak_mem_bytes / GIB);
+    fprintf(f,
+            "  exposed communication  %5.1f%% of the iteration (%.3f s: TP %.3f, PP %.3f, "
+            "DP %.3f)\n",
+            100.0 * comm, w->r.exposed_comm_s, w->r.exposed_s[SIMULATE_COMM_TP], w->r.exposed_s[SIMULATE_COMM_PP],
+            w->r.exposed_s[SIMULATE_COMM_DP]);
+    fprintf(f, "  memory                 %5.1f%% of %.0f GiB (peak %.1f GiB)\n", 100.0 * mem, set->capacity_bytes / GIB,
+            w->r.peak_mem_bytes / GIB);
 
     /* Did memory force the winner's choices? Look at its neighbours. */
     enum { F_RECOMPUTE = 1, F_DISTOPT = 2, F_MBS = 4 };
@@ -179,15 +200,12 @@ void search_explain(const search_set *set, size_t winner, FILE *f)
         int kind = 0;
         if (c->mbs == w->mbs && same_sp && c->distributed_optimizer == w->distributed_optimizer &&
             recompute_rank(c) < recompute_rank(w) && recompute_rank(c) <= 1) {
-            what = c->recompute == RECOMPUTE_NONE ? "without recomputation"
-                                                  : "with selective recomputation";
+            what = c->recompute == RECOMPUTE_NONE ? "without recomputation" : "with selective recomputation";
             kind = F_RECOMPUTE;
-        } else if (c->mbs == w->mbs && same_sp && same_rc && !c->distributed_optimizer &&
-                   w->distributed_optimizer) {
+        } else if (c->mbs == w->mbs && same_sp && same_rc && !c->distributed_optimizer && w->distributed_optimizer) {
             what = "without the distributed optimizer";
             kind = F_DISTOPT;
-        } else if (c->mbs > w->mbs && same_sp && same_rc &&
-                   c->distributed_optimizer == w->distributed_optimizer) {
+        } else if (c->mbs > w->mbs && same_sp && same_rc && c->distributed_optimizer == w->distributed_optimizer) {
             what = "with a larger micro-batch";
             kind = F_MBS;
         }
@@ -195,8 +213,8 @@ void search_explain(const search_set *set, size_t winner, FILE *f)
             continue; /* one example of each */
         char cd[256];
         search_describe(set, i, cd, sizeof cd);
-        fprintf(f, "  memory forces it: %s (%s) needs %.1f GiB > %.0f GiB\n", what, cd,
-                need_bytes(c) / GIB, set->capacity_bytes / GIB);
+        fprintf(f, "  memory forces it: %s (%s) needs %.1f GiB > %.0f GiB\n", what, cd, need_bytes(c) / GIB,
+                set->capacity_bytes / GIB);
         forced |= kind;
         shown++;
     }
@@ -207,11 +225,10 @@ void search_explain(const search_set *set, size_t winner, FILE *f)
                  forced & F_RECOMPUTE ? "recomputation" : "",
                  (forced & F_RECOMPUTE) && (forced & (F_DISTOPT | F_MBS)) ? ", " : "",
                  forced & F_DISTOPT ? "the distributed optimizer" : "",
-                 (forced & F_DISTOPT) && (forced & F_MBS) ? ", " : "",
-                 forced & F_MBS ? "a smaller micro-batch" : "", then);
+                 (forced & F_DISTOPT) && (forced & F_MBS) ? ", " : "", forced & F_MBS ? "a smaller micro-batch" : "",
+                 then);
     } else if (bubble < 0.02 && comm < 0.02) {
-        snprintf(main_limit, sizeof main_limit,
-                 "compute: bubble and exposed communication are both under 2%%");
+        snprintf(main_limit, sizeof main_limit, "compute: bubble and exposed communication are both under 2%%");
     } else {
         snprintf(main_limit, sizeof main_limit, "%s", then);
     }

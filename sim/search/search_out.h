@@ -21,13 +21,12 @@
 #include <stddef.h>
 #include <stdio.h>
 
-#include "sim/util/err.h"
 #include "sim/search/search.h"
+#include "sim/util/err.h"
 
 /* Write the CSV to path atomically (afile.h; "-" = stdout). order/n_order
  * is search_rank()'s ranking (for the rank column). TS_EIO on failure. */
-int search_write_csv(const search_set *set, const size_t *order, size_t n_order,
-                     const char *path, ts_err *err);
+int search_write_csv(const search_set *set, const size_t *order, size_t n_order, const char *path, ts_err *err);
 
 /* "t=8 p=16 d=40 v=1 b=1 1f1b sp selective distopt" (+ " split=4/3" when
  * uneven) into buf. */

@@ -11,8 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "sim/util/csvio.h"
 #include "sim/search/pool.h"
+#include "sim/util/csvio.h"
 
 /* ------------------------------------------------------------------ keys */
 
@@ -25,8 +25,7 @@ static uint64_t fnv1a(uint64_t h, const char *s, size_t n)
     return h;
 }
 
-void sweep_row_key(size_t row, size_t ncols, const char *const *header,
-                   const char *const *cells, char *buf)
+void sweep_row_key(size_t row, size_t ncols, const char *const *header, const char *const *cells, char *buf)
 {
     uint64_t h = 14695981039346656037ull;
     for (size_t c = 0; c < ncols; c++) {
@@ -82,8 +81,7 @@ int sweep_repair_tail(const char *path, bool *repaired, ts_err *err)
         while (keep > 0 && buf[keep - 1] != '\n')
             keep--;
         if (ftruncate(fd, (off_t)keep) || fsync(fd))
-            rc = err_set(err, TS_EIO, "%s: cannot cut the torn last line: %s", path,
-                         strerror(errno));
+            rc = err_set(err, TS_EIO, "%s: cannot cut the torn last line: %s", path, strerror(errno));
         else
             *repaired = true;
     }
@@ -102,8 +100,7 @@ static int append_line(int fd, const char *path, const char *buf, size_t n, ts_e
         if (w < 0 && errno == EINTR)
             continue;
         if (w <= 0)
-            return err_set(err, TS_EIO, "%s: write failed: %s", path,
-                           w < 0 ? strerror(errno) : "no progress");
+            return err_set(err, TS_EIO, "%s: write failed: %s", path, w < 0 ? strerror(errno) : "no progress");
         done += (size_t)w;
     }
     if (fsync(fd))
@@ -139,12 +136,12 @@ static int format_line(size_t n, const char *const *cells, char **out, size_t *l
 /* ------------------------------------------------------------- the state */
 
 typedef struct {
-    size_t row;         /* data row index in the input (0-based) */
+    size_t row; /* data row index in the input (0-based) */
     char key[SWEEP_KEY_BYTES];
     bool done;
-    int status;         /* TS_OK or the evaluator's error */
-    char **cells;       /* ev->n result cells (owned) when status == TS_OK */
-    char *msg;          /* error message (owned) otherwise */
+    int status;   /* TS_OK or the evaluator's error */
+    char **cells; /* ev->n result cells (owned) when status == TS_OK */
+    char *msg;    /* error message (owned) otherwise */
 } slot;
 
 typedef struct {
@@ -156,7 +153,7 @@ typedef struct {
     size_t nslots, next, commit;
     size_t total, skipped;
     int fd;
-    int rc;                   /* first fatal error */
+    int rc; /* first fatal error */
     ts_err err;
     size_t failed;
 } sweep_state;
@@ -260,8 +257,7 @@ static int sweep_done(void *ctx, size_t i, int status)
         slot_clear(s, st->ev->n);
         st->commit++;
         if (st->o->progress)
-            st->o->progress(st->o->progress_user, st->skipped + st->commit, st->total,
-                            st->skipped);
+            st->o->progress(st->o->progress_user, st->skipped + st->commit, st->total, st->skipped);
     }
     return st->rc;
 }
@@ -274,8 +270,7 @@ static int cmp_str(const void *a, const void *b)
 }
 
 /* Build the output header: key, inputs, status, results, error. */
-static int make_header(const csvio_table *in, const sweep_evaluator *ev, const char ***out,
-                       size_t *n, ts_err *err)
+static int make_header(const csvio_table *in, const sweep_evaluator *ev, const char ***out, size_t *n, ts_err *err)
 {
     size_t k = 0, total = 1 + in->ncols + 1 + ev->n + 1;
     const char **h = calloc(total, sizeof *h);
@@ -293,7 +288,8 @@ static int make_header(const csvio_table *in, const sweep_evaluator *ev, const c
             if (!strcmp(h[a], h[b])) {
                 int rc = err_set(err, TS_EINVAL,
                                  "%s: column '%s' clashes with an output column (key, status, "
-                                 "error and the result columns are reserved)", in->path, h[a]);
+                                 "error and the result columns are reserved)",
+                                 in->path, h[a]);
                 free(h);
                 return rc;
             }
@@ -304,9 +300,8 @@ static int make_header(const csvio_table *in, const sweep_evaluator *ev, const c
 
 /* Open (or create) the output, repair its tail, check its header, and
  * collect the keys already present (sorted, borrowed from *table). */
-static int open_output(const char *path, const char **header, size_t nh, int *fd_out,
-                       csvio_table **table, const char ***keys, size_t *nkeys, bool *repaired,
-                       ts_err *err)
+static int open_output(const char *path, const char **header, size_t nh, int *fd_out, csvio_table **table,
+                       const char ***keys, size_t *nkeys, bool *repaired, ts_err *err)
 {
     *fd_out = -1;
     *table = NULL;
@@ -323,8 +318,7 @@ static int open_output(const char *path, const char **header, size_t nh, int *fd
     if ((rc = read_all(fd, path, &buf, &len, err)))
         goto fail;
     if (len == 0) { /* new file: the header, as one line */
-        if ((rc = format_line(nh, header, &line, &llen, err)) ||
-            (rc = append_line(fd, path, line, llen, err)))
+        if ((rc = format_line(nh, header, &line, &llen, err)) || (rc = append_line(fd, path, line, llen, err)))
             goto fail;
     } else {
         if ((rc = csvio_read_mem(path, buf, len, NULL, CSVIO_ALLOW_NO_ROWS, table, err)))
@@ -336,7 +330,8 @@ static int open_output(const char *path, const char **header, size_t nh, int *fd
         if (!same) {
             rc = err_set(err, TS_EINVAL,
                          "%s:%d: header differs from this sweep's (written for another input "
-                         "or another trainsim?); use a new --out file", path, t->header_line);
+                         "or another trainsim?); use a new --out file",
+                         path, t->header_line);
             goto fail;
         }
         *keys = malloc((t->nrows ? t->nrows : 1) * sizeof **keys);
@@ -389,14 +384,14 @@ int sweep_run(const sweep_opts *o, const sweep_evaluator *ev, sweep_stats *stats
         const char *h = in->header[c];
         names[c] = strncmp(h, "--", 2) ? h : h + 2;
         if (!names[c][0]) {
-            rc = err_set(err, TS_EINVAL, "%s:%d: column %zu has an empty name (expected a "
-                         "trainsim flag such as tensor-model-parallel-size)", in->path,
-                         in->header_line, c + 1);
+            rc = err_set(err, TS_EINVAL,
+                         "%s:%d: column %zu has an empty name (expected a "
+                         "trainsim flag such as tensor-model-parallel-size)",
+                         in->path, in->header_line, c + 1);
             goto done;
         }
     }
-    if ((rc = open_output(o->output, header, nh, &st.fd, &outt, &keys, &nkeys, &stats->repaired,
-                          err)))
+    if ((rc = open_output(o->output, header, nh, &st.fd, &outt, &keys, &nkeys, &stats->repaired, err)))
         goto done;
 
     st.slots = calloc(in->nrows ? in->nrows : 1, sizeof *st.slots);
@@ -406,8 +401,7 @@ int sweep_run(const sweep_opts *o, const sweep_evaluator *ev, sweep_stats *stats
     }
     for (size_t r = 0; r < in->nrows; r++) {
         char key[SWEEP_KEY_BYTES];
-        sweep_row_key(r + 1, in->ncols, (const char *const *)in->header,
-                      (const char *const *)in->rows[r].cells, key);
+        sweep_row_key(r + 1, in->ncols, (const char *const *)in->header, (const char *const *)in->rows[r].cells, key);
         const char *kp = key;
         if (nkeys && bsearch(&kp, keys, nkeys, sizeof *keys, cmp_str)) {
             stats->skipped++;

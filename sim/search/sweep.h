@@ -39,8 +39,8 @@
  * a message (recorded in the row's error column, not fatal). Called from
  * several threads at once: must not share mutable state. */
 typedef struct {
-    size_t n;                      /* result columns */
-    const char *const *names;      /* their names (borrowed) */
+    size_t n;                 /* result columns */
+    const char *const *names; /* their names (borrowed) */
     int (*eval)(void *user, int argc, char **argv, char **cells, ts_err *err);
     void *user;
 } sweep_evaluator;
@@ -50,19 +50,19 @@ typedef struct {
 typedef void (*sweep_progress_fn)(void *user, size_t done, size_t total, size_t skipped);
 
 typedef struct {
-    const char *input;             /* input CSV path */
-    const char *output;            /* output CSV path (appended; created if missing) */
-    int threads;                   /* >= 1 */
-    sweep_progress_fn progress;    /* may be NULL */
+    const char *input;          /* input CSV path */
+    const char *output;         /* output CSV path (appended; created if missing) */
+    int threads;                /* >= 1 */
+    sweep_progress_fn progress; /* may be NULL */
     void *progress_user;
 } sweep_opts;
 
 typedef struct {
-    size_t rows;                   /* data rows in the input */
-    size_t skipped;                /* already in the output */
-    size_t ran;                    /* evaluated now */
-    size_t failed;                 /* of those, with status "error" */
-    bool repaired;                 /* a torn last line was cut off */
+    size_t rows;    /* data rows in the input */
+    size_t skipped; /* already in the output */
+    size_t ran;     /* evaluated now */
+    size_t failed;  /* of those, with status "error" */
+    bool repaired;  /* a torn last line was cut off */
 } sweep_stats;
 
 /* Run the sweep. TS_EINVAL for a bad input (message with FILE:LINE) or an
@@ -72,8 +72,7 @@ int sweep_run(const sweep_opts *o, const sweep_evaluator *ev, sweep_stats *stats
 /* The key of data row `row` (1-based) with ncols cells under header (buf of
  * at least SWEEP_KEY_BYTES). */
 #define SWEEP_KEY_BYTES 40
-void sweep_row_key(size_t row, size_t ncols, const char *const *header,
-                   const char *const *cells, char *buf);
+void sweep_row_key(size_t row, size_t ncols, const char *const *header, const char *const *cells, char *buf);
 
 /* Repair a torn tail: if the file at path is non-empty and does not end with
  * a newline, truncate it after its last newline (or to empty) and fsync.

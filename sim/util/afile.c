@@ -2,9 +2,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static void release(afile *a)
@@ -40,8 +40,9 @@ int afile_open(afile *a, const char *path, ts_err *err)
     if (fd < 0) {
         int e = errno;
         release(a);
-        return err_set(err, TS_EIO, "%s: cannot create a file in %s%.*s: %s", path, dirlen ? "directory " : "the current directory",
-                       (int)(dirlen ? dirlen - 1 : 0), path, strerror(e));
+        return err_set(err, TS_EIO, "%s: cannot create a file in %s%.*s: %s", path,
+                       dirlen ? "directory " : "the current directory", (int)(dirlen ? dirlen - 1 : 0), path,
+                       strerror(e));
     }
     /* mkstemp makes 0600; outputs are ordinary files (0666 & ~umask). */
     mode_t um = umask(0);

@@ -26,9 +26,9 @@
 #include "sim/util/err.h"
 
 typedef struct {
-    FILE *f;       /* write here */
-    char *path;    /* destination (owned) */
-    char *tmp;     /* temporary path (owned); NULL for stdout */
+    FILE *f;    /* write here */
+    char *path; /* destination (owned) */
+    char *tmp;  /* temporary path (owned); NULL for stdout */
     bool is_stdout;
 } afile;
 

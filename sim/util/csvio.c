@@ -13,12 +13,12 @@
 
 typedef struct {
     csvio_table *t;
-    char **cur;          /* cells of the row being parsed */
+    char **cur; /* cells of the row being parsed */
     size_t ncur, capcur;
     size_t caprows;
     size_t capcomments;
-    int row_line;        /* line where the current row started (0 = none) */
-    int rc;              /* first error, TS_OK if none */
+    int row_line; /* line where the current row started (0 = none) */
+    int rc;       /* first error, TS_OK if none */
     ts_err *err;
 } reader;
 
@@ -96,8 +96,8 @@ static void on_row(int term, void *data)
             }
             for (size_t j = 0; j < i; j++)
                 if (!strcmp(r->cur[i], r->cur[j])) {
-                    r->rc = err_set(r->err, TS_EINVAL, "%s:%d: column '%s' appears twice in the header",
-                                    t->path, line, r->cur[i]);
+                    r->rc = err_set(r->err, TS_EINVAL, "%s:%d: column '%s' appears twice in the header", t->path, line,
+                                    r->cur[i]);
                     return;
                 }
         }
@@ -173,8 +173,10 @@ static int parse_all(reader *r, const char *data, size_t len)
             r->row_line = line;
         }
         if (csv_parse(&p, s, n, on_field, on_row, r) != n && !r->rc)
-            r->rc = err_set(r->err, TS_EINVAL, "%s:%d: malformed CSV (%s; quote a cell that holds commas or quotes, "
-                            "doubling the quotes inside)", r->t->path, line, csv_strerror(csv_error(&p)));
+            r->rc = err_set(r->err, TS_EINVAL,
+                            "%s:%d: malformed CSV (%s; quote a cell that holds commas or quotes, "
+                            "doubling the quotes inside)",
+                            r->t->path, line, csv_strerror(csv_error(&p)));
     }
     if (!r->rc && csv_fini(&p, on_field, on_row, r) != 0 && !r->rc)
         r->rc = err_set(r->err, TS_EINVAL, "%s:%d: malformed CSV at end of file (%s: a quoted cell is not closed)",
@@ -183,8 +185,8 @@ static int parse_all(reader *r, const char *data, size_t len)
     return r->rc;
 }
 
-int csvio_read_mem(const char *name, const char *data, size_t len, const char *const *required,
-                   unsigned flags, csvio_table **out, ts_err *err)
+int csvio_read_mem(const char *name, const char *data, size_t len, const char *const *required, unsigned flags,
+                   csvio_table **out, ts_err *err)
 {
     *out = NULL;
     csvio_table *t = calloc(1, sizeof *t);
@@ -200,8 +202,8 @@ int csvio_read_mem(const char *name, const char *data, size_t len, const char *c
         size_t off = 0;
         for (size_t i = 0; required && required[i] && off < sizeof exp; i++)
             off += (size_t)snprintf(exp + off, sizeof exp - off, "%s%s", i ? ", " : "", required[i]);
-        rc = err_set(err, TS_EINVAL, "%s: empty: no header row%s%s%s", name, off ? " (expected columns: " : "",
-                     exp, off ? ")" : "");
+        rc = err_set(err, TS_EINVAL, "%s: empty: no header row%s%s%s", name, off ? " (expected columns: " : "", exp,
+                     off ? ")" : "");
     }
     if (!rc && t->nrows == 0 && !(flags & CSVIO_ALLOW_NO_ROWS))
         rc = err_set(err, TS_EINVAL, "%s:%d: empty: a header but no data rows", name, t->header_line);
@@ -260,8 +262,8 @@ int csvio_require(const csvio_table *t, const char *name, ts_err *err)
         return TS_OK;
     char cols[600];
     header_list(t, cols, sizeof cols);
-    return err_set(err, TS_EINVAL, "%s:%d: missing column '%s' (the header has: %s)", t->path, t->header_line,
-                   name, cols);
+    return err_set(err, TS_EINVAL, "%s:%d: missing column '%s' (the header has: %s)", t->path, t->header_line, name,
+                   cols);
 }
 
 const char *csvio_cell(const csvio_table *t, size_t row, const char *name)
@@ -393,8 +395,7 @@ int csvio_get_bool(const csvio_table *t, size_t row, const char *name, bool *out
     return csvio_errf(t, row, name, err, "'%s' is not a boolean (expected true or false)", s);
 }
 
-int csvio_get_enum(const csvio_table *t, size_t row, const char *name, const char *const *names, int *out,
-                   ts_err *err)
+int csvio_get_enum(const csvio_table *t, size_t row, const char *name, const char *const *names, int *out, ts_err *err)
 {
     const char *s;
     int rc = csvio_get_str(t, row, name, &s, err);

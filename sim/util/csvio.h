@@ -29,19 +29,19 @@
 #include "sim/util/err.h"
 
 typedef struct {
-    int line;        /* 1-based line number in the file where the row starts */
-    char **cells;    /* ncols cells, NUL-terminated, trimmed */
+    int line;     /* 1-based line number in the file where the row starts */
+    char **cells; /* ncols cells, NUL-terminated, trimmed */
 } csvio_row;
 
 typedef struct {
-    char *path;          /* name used in messages (file path or the given name) */
+    char *path; /* name used in messages (file path or the given name) */
     size_t ncols;
-    char **header;       /* ncols column names */
+    char **header; /* ncols column names */
     int header_line;
     size_t nrows;
-    csvio_row *rows;     /* data rows, file order */
+    csvio_row *rows; /* data rows, file order */
     size_t ncomments;
-    char **comments;     /* comment rows without the leading '#' and spaces */
+    char **comments; /* comment rows without the leading '#' and spaces */
 } csvio_table;
 
 /* Flags for csvio_read. */
@@ -53,12 +53,11 @@ enum { CSVIO_ALLOW_NO_ROWS = 1 }; /* a header with no data rows is not an error 
  * malformed CSV ("FILE:LINE: ..."), duplicate column, row with a wrong cell
  * count, missing required column ("FILE:LINE: missing column 'x' (the header
  * has: ...)"). TS_EIO if the file cannot be read. */
-int csvio_read(const char *path, const char *const *required, unsigned flags, csvio_table **out,
-               ts_err *err);
+int csvio_read(const char *path, const char *const *required, unsigned flags, csvio_table **out, ts_err *err);
 
 /* Same from a memory buffer; name is used in messages in place of a path. */
-int csvio_read_mem(const char *name, const char *data, size_t len, const char *const *required,
-                   unsigned flags, csvio_table **out, ts_err *err);
+int csvio_read_mem(const char *name, const char *data, size_t len, const char *const *required, unsigned flags,
+                   csvio_table **out, ts_err *err);
 
 void csvio_free(csvio_table *t);
 
@@ -78,14 +77,13 @@ bool csvio_empty(const csvio_table *t, size_t row, const char *name);
 int csvio_get_str(const csvio_table *t, size_t row, const char *name, const char **out, ts_err *err);
 
 /* Integer cell in [min, max]. */
-int csvio_get_int(const csvio_table *t, size_t row, const char *name, long min, long max, int *out,
-                  ts_err *err);
-int csvio_get_int64(const csvio_table *t, size_t row, const char *name, int64_t min, int64_t max,
-                    int64_t *out, ts_err *err);
+int csvio_get_int(const csvio_table *t, size_t row, const char *name, long min, long max, int *out, ts_err *err);
+int csvio_get_int64(const csvio_table *t, size_t row, const char *name, int64_t min, int64_t max, int64_t *out,
+                    ts_err *err);
 
 /* Finite number in [min, max]. */
-int csvio_get_double(const csvio_table *t, size_t row, const char *name, double min, double max,
-                     double *out, ts_err *err);
+int csvio_get_double(const csvio_table *t, size_t row, const char *name, double min, double max, double *out,
+                     ts_err *err);
 
 /* Finite number > 0 (bandwidths, rates). */
 int csvio_get_positive(const csvio_table *t, size_t row, const char *name, double *out, ts_err *err);
@@ -95,8 +93,7 @@ int csvio_get_bool(const csvio_table *t, size_t row, const char *name, bool *out
 
 /* One of names (NULL-terminated list): *out is its index. TS_EINVAL
  * "FILE:LINE: column 'c': 'x' is not valid (valid: a, b, c)" otherwise. */
-int csvio_get_enum(const csvio_table *t, size_t row, const char *name, const char *const *names, int *out,
-                   ts_err *err);
+int csvio_get_enum(const csvio_table *t, size_t row, const char *name, const char *const *names, int *out, ts_err *err);
 
 /* Error with the row's location: "FILE:LINE: column 'name': <formatted>". */
 int csvio_errf(const csvio_table *t, size_t row, const char *name, ts_err *err, const char *fmt, ...)

@@ -50,12 +50,19 @@ int err_prefix(ts_err *e, const char *fmt, ...)
 const char *err_code_name(int code)
 {
     switch (code) {
-    case TS_OK: return "ok";
-    case TS_EINVAL: return "invalid input";
-    case TS_EIO: return "I/O error";
-    case TS_ENOMEM: return "out of memory";
-    case TS_ESTATE: return "internal error";
-    case TS_ENOTSUP: return "not supported";
-    default: return "unknown error";
+    case TS_OK:
+        return "ok";
+    case TS_EINVAL:
+        return "invalid input";
+    case TS_EIO:
+        return "I/O error";
+    case TS_ENOMEM:
+        return "out of memory";
+    case TS_ESTATE:
+        return "internal error";
+    case TS_ENOTSUP:
+        return "not supported";
+    default:
+        return "unknown error";
     }
 }

@@ -13,19 +13,19 @@
 #include <stddef.h>
 
 enum {
-    TS_OK      = 0,
-    TS_EINVAL  = -1, /* bad input: flag, CSV cell, configuration */
-    TS_EIO     = -2, /* file could not be opened, read or written */
-    TS_ENOMEM  = -3, /* allocation failed */
-    TS_ESTATE  = -4, /* internal invariant broken (a bug, reported not hidden) */
-    TS_ENOTSUP = -5  /* valid request this build/machine cannot serve */
+    TS_OK = 0,
+    TS_EINVAL = -1, /* bad input: flag, CSV cell, configuration */
+    TS_EIO = -2,    /* file could not be opened, read or written */
+    TS_ENOMEM = -3, /* allocation failed */
+    TS_ESTATE = -4, /* internal invariant broken (a bug, reported not hidden) */
+    TS_ENOTSUP = -5 /* valid request this build/machine cannot serve */
 };
 
 #define ERR_MSG_BYTES 1024
 
 typedef struct {
-    int code;                 /* last TS_E* code set, TS_OK if none */
-    char msg[ERR_MSG_BYTES];  /* NUL-terminated message, "" if none */
+    int code;                /* last TS_E* code set, TS_OK if none */
+    char msg[ERR_MSG_BYTES]; /* NUL-terminated message, "" if none */
 } ts_err;
 
 /* Reset e to "no error". e may be NULL. */
@@ -33,8 +33,7 @@ void err_clear(ts_err *e);
 
 /* Set e's message with printf-style formatting and return code, so callers
  * write `return err_set(e, TS_EINVAL, "...", ...);`. e may be NULL. */
-int err_set(ts_err *e, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+int err_set(ts_err *e, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #ifdef __clang_analyzer__
 /* For clang-tidy's static analyzer only (make lint; compilers never define
@@ -46,8 +45,7 @@ int err_set(ts_err *e, int code, const char *fmt, ...)
 
 /* Prefix e's existing message with a printf-style context ("file.csv: ...")
  * and return e's code. e may be NULL (returns TS_ESTATE then). */
-int err_prefix(ts_err *e, const char *fmt, ...)
-    __attribute__((format(printf, 2, 3)));
+int err_prefix(ts_err *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Short name of a status code ("invalid input", "I/O error", ...). */
 const char *err_code_name(int code);

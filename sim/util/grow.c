@@ -8,8 +8,7 @@
 #include "sim/util/err.h"
 
 /* grow_to with the capacity kept <= max_items. */
-static int grow_capped(void **items, size_t *cap, size_t need, size_t first_cap, size_t elem_bytes,
-                       size_t max_items)
+static int grow_capped(void **items, size_t *cap, size_t need, size_t first_cap, size_t elem_bytes, size_t max_items)
 {
     int rc = TS_OK;
     size_t limit = elem_bytes ? SIZE_MAX / elem_bytes : 0;

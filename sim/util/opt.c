@@ -58,10 +58,18 @@ static void format_default(opt_entry *e)
     char *b = e->defbuf;
     size_t n = sizeof e->defbuf;
     switch (s->type) {
-    case OPT_INT: snprintf(b, n, "%d", *(int *)s->target); break;
-    case OPT_INT64: snprintf(b, n, "%" PRId64, *(int64_t *)s->target); break;
-    case OPT_DOUBLE: snprintf(b, n, "%g", *(double *)s->target); break;
-    case OPT_BOOL: snprintf(b, n, "%s", *(bool *)s->target ? "on" : "off"); break;
+    case OPT_INT:
+        snprintf(b, n, "%d", *(int *)s->target);
+        break;
+    case OPT_INT64:
+        snprintf(b, n, "%" PRId64, *(int64_t *)s->target);
+        break;
+    case OPT_DOUBLE:
+        snprintf(b, n, "%g", *(double *)s->target);
+        break;
+    case OPT_BOOL:
+        snprintf(b, n, "%s", *(bool *)s->target ? "on" : "off");
+        break;
     case OPT_STRING: {
         const char *v = *(const char **)s->target;
         snprintf(b, n, "%s", v ? v : "none");
@@ -74,7 +82,9 @@ static void format_default(opt_entry *e)
         snprintf(b, n, "%s", k >= 0 && k < cnt ? s->enum_names[k] : "none");
         break;
     }
-    case OPT_SECTION: b[0] = '\0'; break;
+    case OPT_SECTION:
+        b[0] = '\0';
+        break;
     }
 }
 
@@ -88,8 +98,7 @@ static int grow(opt_table *t, ts_err *err)
 int opt_add(opt_table *t, const opt_spec *s, ts_err *err)
 {
     if (!s->name || strncmp(s->name, "--", 2) || strlen(s->name) < 3 || strchr(s->name, '='))
-        return err_set(err, TS_ESTATE, "flag spec: name '%s' must look like --word",
-                       s->name ? s->name : "(null)");
+        return err_set(err, TS_ESTATE, "flag spec: name '%s' must look like --word", s->name ? s->name : "(null)");
     if (!s->target)
         return err_set(err, TS_ESTATE, "flag spec %s: no target", s->name);
     if (s->type == OPT_ENUM && (!s->enum_names || !s->enum_names[0]))
@@ -185,8 +194,7 @@ bool opt_was_set(const opt_table *t, const char *name)
 bool opt_target_set(const opt_table *t, const void *ptr)
 {
     for (size_t i = 0; i < t->n; i++)
-        if (t->entries[i].spec.type != OPT_SECTION && t->entries[i].spec.target == ptr &&
-            t->entries[i].set)
+        if (t->entries[i].spec.type != OPT_SECTION && t->entries[i].spec.target == ptr && t->entries[i].set)
             return true;
     return false;
 }
@@ -222,11 +230,10 @@ static int set_value(opt_entry *e, const char *as, const char *text, ts_err *err
         errno = 0;
         long long v = strtoll(text, &end, 10);
         if (end == text || *end || errno == ERANGE || !*text)
-            return err_set(err, TS_EINVAL, "flag %s: '%s' is not an integer (expected an integer%s)", as,
-                           text, rng);
+            return err_set(err, TS_EINVAL, "flag %s: '%s' is not an integer (expected an integer%s)", as, text, rng);
         if (has_range(s) && ((double)v < s->min || (double)v > s->max))
-            return err_set(err, TS_EINVAL, "flag %s: %lld is out of range (valid: %.17g to %.17g%s%s)", as, v,
-                           s->min, s->max, s->unit ? " " : "", s->unit ? s->unit : "");
+            return err_set(err, TS_EINVAL, "flag %s: %lld is out of range (valid: %.17g to %.17g%s%s)", as, v, s->min,
+                           s->max, s->unit ? " " : "", s->unit ? s->unit : "");
         if (s->type == OPT_INT) {
             if (v < INT32_MIN || v > INT32_MAX)
                 return err_set(err, TS_EINVAL, "flag %s: %lld does not fit in a 32-bit integer", as, v);
@@ -242,11 +249,10 @@ static int set_value(opt_entry *e, const char *as, const char *text, ts_err *err
         double v = strtod(text, &end);
         if (end == text || *end || !*text || errno == ERANGE || !isfinite(v) ||
             text[strspn(text, "0123456789+-.eE")]) /* decimal only: no hex, inf, nan */
-            return err_set(err, TS_EINVAL, "flag %s: '%s' is not a finite number (expected a number%s)", as,
-                           text, rng);
+            return err_set(err, TS_EINVAL, "flag %s: '%s' is not a finite number (expected a number%s)", as, text, rng);
         if (has_range(s) && (v < s->min || v > s->max))
-            return err_set(err, TS_EINVAL, "flag %s: %g is out of range (valid: %.17g to %.17g%s%s)", as, v,
-                           s->min, s->max, s->unit ? " " : "", s->unit ? s->unit : "");
+            return err_set(err, TS_EINVAL, "flag %s: %g is out of range (valid: %.17g to %.17g%s%s)", as, v, s->min,
+                           s->max, s->unit ? " " : "", s->unit ? s->unit : "");
         *(double *)s->target = v;
         return TS_OK;
     }
@@ -263,9 +269,8 @@ static int set_value(opt_entry *e, const char *as, const char *text, ts_err *err
                 return TS_OK;
             }
         }
-        return err_set(err, TS_EINVAL,
-                       "flag %s: '%s' is not a switch value (give %s alone, or %s=true|false)", as, text,
-                       s->name, s->name);
+        return err_set(err, TS_EINVAL, "flag %s: '%s' is not a switch value (give %s alone, or %s=true|false)", as,
+                       text, s->name, s->name);
     }
     case OPT_STRING:
         if (!*text)
@@ -283,7 +288,8 @@ static int set_value(opt_entry *e, const char *as, const char *text, ts_err *err
         enum_list(s, names, sizeof names);
         return err_set(err, TS_EINVAL, "flag %s: '%s' is not valid (valid: %s)", as, text, names);
     }
-    case OPT_SECTION: break;
+    case OPT_SECTION:
+        break;
     }
     return err_set(err, TS_ESTATE, "flag %s: bad spec type", as);
 }
@@ -322,8 +328,8 @@ int opt_parse(opt_table *t, int argc, char **argv, ts_err *err)
             snprintf(shown, sizeof shown, "%.*s", (int)(nlen < 100 ? nlen : 100), a);
             const char *near = opt_nearest(t, shown);
             if (near)
-                return err_set(err, TS_EINVAL, "unknown flag '%s'; did you mean %s? (%s --help lists all flags)",
-                               shown, near, t->prog ? t->prog : "--help");
+                return err_set(err, TS_EINVAL, "unknown flag '%s'; did you mean %s? (%s --help lists all flags)", shown,
+                               near, t->prog ? t->prog : "--help");
             return err_set(err, TS_EINVAL, "unknown flag '%s' (%s takes no flags)", shown,
                            t->prog ? t->prog : "this command");
         }
@@ -343,10 +349,10 @@ int opt_parse(opt_table *t, int argc, char **argv, ts_err *err)
                 enum_list(&e->spec, kind, sizeof kind);
             else
                 snprintf(kind, sizeof kind, "%s",
-                         e->spec.metavar                  ? e->spec.metavar
-                         : e->spec.type == OPT_DOUBLE     ? "a number"
-                         : e->spec.type == OPT_STRING     ? "a string"
-                                                          : "an integer");
+                         e->spec.metavar              ? e->spec.metavar
+                         : e->spec.type == OPT_DOUBLE ? "a number"
+                         : e->spec.type == OPT_STRING ? "a string"
+                                                      : "an integer");
             return err_set(err, TS_EINVAL, "flag %s: missing value (expected %s%s%s)", as, kind,
                            e->spec.unit ? ", in " : "", e->spec.unit ? e->spec.unit : "");
         }
@@ -390,11 +396,16 @@ static const char *metavar(const opt_spec *s)
         return s->metavar;
     switch (s->type) {
     case OPT_INT:
-    case OPT_INT64: return "INT";
-    case OPT_DOUBLE: return "NUM";
-    case OPT_STRING: return "STR";
-    case OPT_ENUM: return "NAME";
-    default: return "";
+    case OPT_INT64:
+        return "INT";
+    case OPT_DOUBLE:
+        return "NUM";
+    case OPT_STRING:
+        return "STR";
+    case OPT_ENUM:
+        return "NAME";
+    default:
+        return "";
     }
 }
 

@@ -45,16 +45,16 @@ typedef enum {
 } opt_type;
 
 typedef struct {
-    const char *name;        /* "--num-layers" (must start with "--") */
-    const char *alias;       /* "-p", or NULL */
+    const char *name;  /* "--num-layers" (must start with "--") */
+    const char *alias; /* "-p", or NULL */
     opt_type type;
-    void *target;            /* what the flag sets (see opt_type) */
-    double min, max;         /* inclusive range for numbers; min == max == 0: no range */
+    void *target;                  /* what the flag sets (see opt_type) */
+    double min, max;               /* inclusive range for numbers; min == max == 0: no range */
     const char *const *enum_names; /* OPT_ENUM: NULL-terminated list of names */
-    const char *unit;        /* "sequences", "GB/s", "ms"... shown in help; NULL = none */
-    const char *defval;      /* default shown in help; NULL = the target's value at opt_add */
-    const char *help;        /* one sentence */
-    const char *metavar;     /* value placeholder in help ("FILE"); NULL = from type */
+    const char *unit;              /* "sequences", "GB/s", "ms"... shown in help; NULL = none */
+    const char *defval;            /* default shown in help; NULL = the target's value at opt_add */
+    const char *help;              /* one sentence */
+    const char *metavar;           /* value placeholder in help ("FILE"); NULL = from type */
 } opt_spec;
 
 #define OPT_DEFVAL_BYTES 48
@@ -66,14 +66,14 @@ typedef struct {
 } opt_entry;
 
 typedef struct opt_table {
-    const char *prog;        /* "trainsim simulate" (usage line) */
-    const char *summary;     /* one paragraph printed under the usage line */
-    opt_entry *entries;      /* owned */
+    const char *prog;    /* "trainsim simulate" (usage line) */
+    const char *summary; /* one paragraph printed under the usage line */
+    opt_entry *entries;  /* owned */
     size_t n, cap;
-    bool help_requested;     /* --help or -h was given */
-    int max_positional;      /* how many non-flag arguments are accepted (default 0) */
+    bool help_requested; /* --help or -h was given */
+    int max_positional;  /* how many non-flag arguments are accepted (default 0) */
     int n_positional;
-    char **positional;       /* owned array of pointers into argv */
+    char **positional; /* owned array of pointers into argv */
 } opt_table;
 
 /* Start an empty table. prog and summary are borrowed. */

@@ -24,9 +24,9 @@
 
 #include "sim/config/config.h"
 #include "sim/config/flags.h"
+#include "sim/core/simulate.h"
 #include "sim/net/net_simulate.h"
 #include "sim/util/opt.h"
-#include "sim/core/simulate.h"
 
 static double clock_s(clockid_t id)
 {
@@ -51,11 +51,15 @@ static int run(int argc, char **argv, outcome *o, ts_err *err)
     simulate_result *r = NULL;
     opt_table_init(&t, "bench", "");
     int rc = flags_register(&fs, &t, &c, err);
-    if (!rc) rc = net_sim_opts_register(&no, &t, err);
-    if (!rc) rc = opt_parse(&t, argc, argv, err);
-    if (!rc) rc = flags_finish(&fs, &t, err);
+    if (!rc)
+        rc = net_sim_opts_register(&no, &t, err);
+    if (!rc)
+        rc = opt_parse(&t, argc, argv, err);
+    if (!rc)
+        rc = flags_finish(&fs, &t, err);
     double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
-    if (!rc) rc = net_simulate_new(&c, &no, &ns, err);
+    if (!rc)
+        rc = net_simulate_new(&c, &no, &ns, err);
     if (!rc) {
         simulate_opts so = {.net = net_simulate_hooks(ns)};
         rc = simulate_run(&c, &so, &r, err);
@@ -72,7 +76,8 @@ static int run(int argc, char **argv, outcome *o, ts_err *err)
     }
     simulate_result_free(r);
     net_simulate_free(ns);
-    if (!rc) config_free(&c);
+    if (!rc)
+        config_free(&c);
     opt_table_free(&t);
     return rc;
 }
@@ -93,8 +98,10 @@ int main(int argc, char **argv)
             }
             runs = (int)v;
         } else {
-            fprintf(stderr, "bench_net: unknown argument '%s'\nusage: bench_net [--quick] [--runs N]  (N: 1..20, "
-                            "default 3)\n", argv[i]);
+            fprintf(stderr,
+                    "bench_net: unknown argument '%s'\nusage: bench_net [--quick] [--runs N]  (N: 1..20, "
+                    "default 3)\n",
+                    argv[i]);
             return 2;
         }
     }
@@ -104,7 +111,8 @@ int main(int argc, char **argv)
         char *argv[8];
     } cases[] = {
         {"GPT 1T, 3072 x A100 (t8 p64 d6, interleaved), --full", 10, {"bench", "--model", "megatron-1t", NULL}},
-        {"Llama-3-405B shape, 8192 x H100 (t8 p16 d64), --full", 30,
+        {"Llama-3-405B shape, 8192 x H100 (t8 p16 d64), --full",
+         30,
          {"bench", "--model", "llama3-405b", "--gpu", "H100-SXM5-80GB", NULL}},
         {"GPT-3 175B, 1024 x A100 (t8 p16 d8, interleaved), --full", 0, {"bench", NULL}},
     };
@@ -114,19 +122,29 @@ int main(int argc, char **argv)
     for (size_t k = first; k < last; k++) {
         char *av[12];
         int n = 0;
-        while (cases[k].argv[n]) { av[n] = cases[k].argv[n]; n++; }
+        while (cases[k].argv[n]) {
+            av[n] = cases[k].argv[n];
+            n++;
+        }
         outcome sym, full = {0};
         ts_err err;
         av[n] = "--network-flows";
-        if (run(n + 1, av, &sym, &err)) { fprintf(stderr, "bench_net: %s: %s\n", cases[k].name, err.msg); return 1; }
+        if (run(n + 1, av, &sym, &err)) {
+            fprintf(stderr, "bench_net: %s: %s\n", cases[k].name, err.msg);
+            return 1;
+        }
         av[n] = "--full";
         char each[20 * 12] = "";
         for (int r = 0; r < runs; r++) {
             outcome o;
             fprintf(stderr, "bench_net: %s: run %d of %d ...\n", cases[k].name, r + 1, runs);
-            if (run(n + 1, av, &o, &err)) { fprintf(stderr, "bench_net: %s: %s\n", cases[k].name, err.msg); return 1; }
+            if (run(n + 1, av, &o, &err)) {
+                fprintf(stderr, "bench_net: %s: %s\n", cases[k].name, err.msg);
+                return 1;
+            }
             snprintf(each + strlen(each), sizeof each - strlen(each), "%s%.2f", r ? " " : "", o.cpu_s);
-            if (r == 0 || o.cpu_s < full.cpu_s) full = o;
+            if (r == 0 || o.cpu_s < full.cpu_s)
+                full = o;
         }
         printf("%-58s %7.2f %7.2f %6.0f %10llu %10.3g %9llu %9llu %10.3g %9.3f %9.3f  %s\n", cases[k].name, full.wall_s,
                full.cpu_s, cases[k].target_s, full.tasks, (double)full.events / full.cpu_s, full.flows, full.updates,

@@ -14,10 +14,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "sim/search/search.h"
-#include "sim/search/search_out.h"
 #include "sim/config/topo.h"
+#include "sim/search/search.h"
 #include "sim/search/search_eval.h"
+#include "sim/search/search_out.h"
 
 static double now_s(void)
 {
@@ -99,17 +99,18 @@ int main(int argc, char **argv)
         structural += k[st];
     size_t simulated = k[SEARCH_SIMULATED] + k[SEARCH_REJ_MEMORY_SIM] + k[SEARCH_REJ_SIM_ERROR];
     printf("bench_search: megatron-530b (105 layers, h 20480, 128 heads, s 2048, V 51200) on "
-           "%d A100-SXM4-80GB, B = %d, %d threads\n", gpus, batch, threads);
+           "%d A100-SXM4-80GB, B = %d, %d threads\n",
+           gpus, batch, threads);
     printf("  enumerated %zu: impossible %zu (layers %zu, batch %zu, micro-batches %zu, "
-           "tp %zu), config %zu, memory bound %zu\n", set->n, structural, k[SEARCH_REJ_LAYERS],
-           k[SEARCH_REJ_BATCH], k[SEARCH_REJ_MICROBATCHES],
+           "tp %zu), config %zu, memory bound %zu\n",
+           set->n, structural, k[SEARCH_REJ_LAYERS], k[SEARCH_REJ_BATCH], k[SEARCH_REJ_MICROBATCHES],
            k[SEARCH_REJ_HEADS] + k[SEARCH_REJ_GROUPS] + k[SEARCH_REJ_HIDDEN], k[SEARCH_REJ_CONFIG],
            k[SEARCH_REJ_MEMORY_BOUND]);
-    printf("  simulated %zu on the timeline: %zu fit, %zu over memory, %zu failed\n", simulated,
-           k[SEARCH_SIMULATED], k[SEARCH_REJ_MEMORY_SIM], k[SEARCH_REJ_SIM_ERROR]);
+    printf("  simulated %zu on the timeline: %zu fit, %zu over memory, %zu failed\n", simulated, k[SEARCH_SIMULATED],
+           k[SEARCH_REJ_MEMORY_SIM], k[SEARCH_REJ_SIM_ERROR]);
     printf("  wall time %.2f s (enumerate + prune %.3f s, simulate %.2f s); CPU time %.2f s "
-           "(%.1f ms per simulated candidate)\n", t2 - t0, t1 - t0, t2 - t1, cpu_s,
-           simulated ? 1e3 * cpu_s / (double)simulated : 0.0);
+           "(%.1f ms per simulated candidate)\n",
+           t2 - t0, t1 - t0, t2 - t1, cpu_s, simulated ? 1e3 * cpu_s / (double)simulated : 0.0);
     /* How tight the memory lower bound is on what was simulated. */
     double lo = 1e9, hi = 0;
     size_t above = 0;
@@ -123,15 +124,13 @@ int main(int argc, char **argv)
         above += q > 1.0;
     }
     if (simulated)
-        printf("  memory bound / simulated peak: %.2f .. %.2f (%zu above 1: must be 0)\n", lo, hi,
-               above);
+        printf("  memory bound / simulated peak: %.2f .. %.2f (%zu above 1: must be 0)\n", lo, hi, above);
     if (n > 0) {
         char d[256];
         search_describe(set, order[0], d, sizeof d);
         const search_cand *w = &set->cands[order[0]];
-        printf("  best: %s: %.3f s/iteration, %.1f TFLOP/s per GPU, MFU %.1f%%, peak %.1f GiB\n",
-               d, w->r.iteration_s, w->r.tflops_per_gpu, 100.0 * w->r.mfu,
-               w->r.peak_mem_bytes / (1024.0 * 1024.0 * 1024.0));
+        printf("  best: %s: %.3f s/iteration, %.1f TFLOP/s per GPU, MFU %.1f%%, peak %.1f GiB\n", d, w->r.iteration_s,
+               w->r.tflops_per_gpu, 100.0 * w->r.mfu, w->r.peak_mem_bytes / (1024.0 * 1024.0 * 1024.0));
     }
     free(order);
     search_set_free(set);

@@ -19,8 +19,8 @@
 
 #include "sim/config/config.h"
 #include "sim/config/flags.h"
-#include "sim/util/opt.h"
 #include "sim/core/simulate.h"
+#include "sim/util/opt.h"
 
 static double clock_s(clockid_t id)
 {
@@ -63,12 +63,13 @@ int main(int argc, char **argv)
         return 2;
     }
     bench_case cases[] = {
-        {"GPT 1T, 3072 x A100 (t8 p64 d6 v2, B=3072, b=1, full recompute)", 0.2,
+        {"GPT 1T, 3072 x A100 (t8 p64 d6 v2, B=3072, b=1, full recompute)",
+         0.2,
          {"bench", "--model", "megatron-1t", NULL}},
         {"GPT-3 175B, 1024 x A100 (default: t8 p16 d8 v2, selective, SP)", 0.05, {"bench", NULL}},
     };
-    printf("%-66s %8s %8s %9s %9s %11s %8s\n", "configuration", "wall_ms", "cpu_ms", "target_ms", "tasks",
-           "events/s", "iter_s");
+    printf("%-66s %8s %8s %9s %9s %11s %8s\n", "configuration", "wall_ms", "cpu_ms", "target_ms", "tasks", "events/s",
+           "iter_s");
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         bench_case *b = &cases[k];
         int n = 0;
@@ -99,9 +100,8 @@ int main(int argc, char **argv)
         }
         if (!r) /* never: reps >= 1 (checked above); says so to cppcheck */
             continue;
-        printf("%-66s %8.1f %8.1f %9.0f %9llu %11.3g %8.3f\n", b->name, best * 1e3, best_cpu * 1e3,
-               b->target_s * 1e3, (unsigned long long)r->tasks, (double)r->events / best_cpu,
-               (double)r->iteration_ns * 1e-9);
+        printf("%-66s %8.1f %8.1f %9.0f %9llu %11.3g %8.3f\n", b->name, best * 1e3, best_cpu * 1e3, b->target_s * 1e3,
+               (unsigned long long)r->tasks, (double)r->events / best_cpu, (double)r->iteration_ns * 1e-9);
         simulate_result_free(r);
         config_free(&c);
     }

@@ -25,8 +25,7 @@ static inline void gpu_check_start(const char *prog)
     int n = 0;
     cudaError_t st = cudaGetDeviceCount(&n);
     if (st != cudaSuccess || n == 0) {
-        printf("%s: SKIPPED: no CUDA device (%s)\n", prog,
-               st != cudaSuccess ? cudaGetErrorString(st) : "0 devices");
+        printf("%s: SKIPPED: no CUDA device (%s)\n", prog, st != cudaSuccess ? cudaGetErrorString(st) : "0 devices");
         printf("0 passed, 0 failed\n");
         exit(0);
     }
@@ -51,8 +50,7 @@ static inline void gc_result(int ok, const char *what, const char *detail)
 }
 
 /* Compare n floats. */
-static inline int gc_close(const char *what, const float *got, const float *want, size_t n,
-                           double atol, double rtol)
+static inline int gc_close(const char *what, const float *got, const float *want, size_t n, double atol, double rtol)
 {
     size_t worst = 0;
     double worst_excess = -INFINITY;
@@ -69,21 +67,20 @@ static inline int gc_close(const char *what, const float *got, const float *want
             ok = 0;
     }
     char msg[256];
-    snprintf(msg, sizeof msg, "n=%zu, worst [%zu] got %.6g want %.6g (atol %.1e, rtol %.1e)",
-             n, worst, n ? got[worst] : 0.0, n ? want[worst] : 0.0, atol, rtol);
+    snprintf(msg, sizeof msg, "n=%zu, worst [%zu] got %.6g want %.6g (atol %.1e, rtol %.1e)", n, worst,
+             n ? got[worst] : 0.0, n ? want[worst] : 0.0, atol, rtol);
     gc_result(ok, what, msg);
     return ok;
 }
 
-#define GC_CUDA(expr)                                                                   \
-    do {                                                                                \
-        cudaError_t gc_st_ = (expr);                                                    \
-        if (gc_st_ != cudaSuccess) {                                                    \
-            printf("FAIL %s:%d: %s: %s\n", __FILE__, __LINE__, #expr,                   \
-                   cudaGetErrorString(gc_st_));                                         \
-            gc_fail++;                                                                  \
-            return;                                                                     \
-        }                                                                               \
+#define GC_CUDA(expr)                                                                                                  \
+    do {                                                                                                               \
+        cudaError_t gc_st_ = (expr);                                                                                   \
+        if (gc_st_ != cudaSuccess) {                                                                                   \
+            printf("FAIL %s:%d: %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(gc_st_));                     \
+            gc_fail++;                                                                                                 \
+            return;                                                                                                    \
+        }                                                                                                              \
     } while (0)
 
 /* bf16 <-> float on the host, round to nearest even (as the kernels do). */

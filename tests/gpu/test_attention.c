@@ -16,10 +16,10 @@
 #include <math.h>
 
 #include "exec/core/backend.h"
+#include "exec/cpu/kern.h"
 #include "exec/cuda/backend_cuda.h"
 #include "kernels/cuk.h"
 #include "tests/gpu/gpu_check.h"
-#include "exec/cpu/kern.h"
 
 static cudaStream_t S;
 

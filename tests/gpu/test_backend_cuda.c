@@ -19,11 +19,11 @@
 
 #include "exec/core/backend.h"
 #include "exec/core/comm.h"
-#include "exec/cuda/backend_cuda.h"
 #include "exec/core/data.h"
 #include "exec/core/gpt.h"
-#include "tests/gpu/gpu_check.h"
 #include "exec/cpu/backend_cpu.h"
+#include "exec/cuda/backend_cuda.h"
+#include "tests/gpu/gpu_check.h"
 
 static backend *CPU, *GPU;
 
@@ -169,8 +169,8 @@ static void test_ops(void)
     ts_err e;
     err_clear(&e);
     gc_result(backend_cuda_status(GPU, &e) == TS_OK, "backend status after every op", e.msg);
-    pair *all[] = {&x, &w, &b, &y, &mean, &rstd, &dy, &dx, &dw, &db, &W, &out, &dW, &wte, &wpe,
-                   &dwte, &dwpe, &logits, &probs, &losses, &dlog, &m, &v};
+    pair *all[] = {&x,  &w,   &b,   &y,    &mean, &rstd,   &dy,    &dx,     &dw,   &db, &W, &out,
+                   &dW, &wte, &wpe, &dwte, &dwpe, &logits, &probs, &losses, &dlog, &m,  &v};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         rm(all[i]);
     CPU->free_int(CPU, tc), GPU->free_int(GPU, tg), CPU->free_int(CPU, gc_);
@@ -189,8 +189,7 @@ static void on_op(void *ud, const backend_cuda_op *op)
 /* One micro-batch forward + backward of the same model on both backends. */
 static void test_stage(void)
 {
-    static const gpt_dims D = {.vocab = 64, .seq = 16, .hidden = 64, .heads = 4, .ffn = 256,
-                               .layers = 2, .batch = 2};
+    static const gpt_dims D = {.vocab = 64, .seq = 16, .hidden = 64, .heads = 4, .ffn = 256, .layers = 2, .batch = 2};
     int N = D.batch * D.seq, tok[32], tgt[32];
     data_microbatch(7, 0, 1, 0, D.batch, D.seq, D.vocab, tok, tgt);
     backend *bes[2] = {CPU, GPU};
@@ -222,10 +221,9 @@ static void test_stage(void)
             size_t dropped = 0;
             rc = backend_cuda_prof_collect(GPU, on_op, NULL, &dropped, &e);
             char msg[96];
-            snprintf(msg, sizeof msg, "%d ops timed, %d malformed, %zu dropped", nprof, badprof,
-                     dropped);
-            gc_result(rc == TS_OK && nprof > 20 && badprof == 0 && dropped == 0,
-                      "per-op CUDA event timing of a stage", msg);
+            snprintf(msg, sizeof msg, "%d ops timed, %d malformed, %zu dropped", nprof, badprof, dropped);
+            gc_result(rc == TS_OK && nprof > 20 && badprof == 0 && dropped == 0, "per-op CUDA event timing of a stage",
+                      msg);
         }
         if (rc != TS_OK)
             gc_result(0, i ? "cuda stage" : "cpu stage", e.msg);
@@ -237,8 +235,7 @@ static void test_stage(void)
     }
     char msg[128];
     snprintf(msg, sizeof msg, "cpu %.6f, cuda %.6f", loss[0] / N, loss[1] / N);
-    gc_result(fabs(loss[1] - loss[0]) <= 1e-2 * fabs(loss[0]) && loss[0] > 0,
-              "stage forward loss", msg);
+    gc_result(fabs(loss[1] - loss[0]) <= 1e-2 * fabs(loss[0]) && loss[0] > 0, "stage forward loss", msg);
     double num = 0, den = 0;
     for (size_t i = 0; i < np; i++) {
         num += ((double)grads[1][i] - grads[0][i]) * ((double)grads[1][i] - grads[0][i]);

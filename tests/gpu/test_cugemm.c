@@ -50,20 +50,32 @@ static void run_case(cugemm *g, const gcase *c)
         for (size_t i = 0; i < ncc; i++)
             want[i] = gc_bf2f(gc_f2bf(C0[i]));
     for (int b = 0; b < c->batch; b++) {
-        cblas_sgemm(CblasRowMajor, c->ta ? CblasTrans : CblasNoTrans,
-                    c->tb ? CblasTrans : CblasNoTrans, c->M, c->N, c->K, c->alpha, A + b * sa,
-                    lda, B + b * sb, ldb, c->beta, want + b * sc, ldc);
-        cblas_sgemm(CblasRowMajor, c->ta ? CblasTrans : CblasNoTrans,
-                    c->tb ? CblasTrans : CblasNoTrans, c->M, c->N, c->K, fabsf(c->alpha),
-                    aA + b * sa, lda, aB + b * sb, ldb, 0.0f, R + b * sc, ldc);
+        cblas_sgemm(CblasRowMajor, c->ta ? CblasTrans : CblasNoTrans, c->tb ? CblasTrans : CblasNoTrans, c->M, c->N,
+                    c->K, c->alpha, A + b * sa, lda, B + b * sb, ldb, c->beta, want + b * sc, ldc);
+        cblas_sgemm(CblasRowMajor, c->ta ? CblasTrans : CblasNoTrans, c->tb ? CblasTrans : CblasNoTrans, c->M, c->N,
+                    c->K, fabsf(c->alpha), aA + b * sa, lda, aB + b * sb, ldb, 0.0f, R + b * sc, ldc);
     }
     void *dA = bf_in ? (void *)gc_dev_bf16(A, na) : (void *)gc_dev_f32(A, na);
     void *dB = bf_in ? (void *)gc_dev_bf16(B, nb) : (void *)gc_dev_f32(B, nb);
     void *dC = bf_out ? (void *)gc_dev_bf16(C0, ncc) : (void *)gc_dev_f32(C0, ncc);
-    cugemm_args a = {.kind = c->kind, .trans_a = c->ta, .trans_b = c->tb, .M = c->M, .N = c->N,
-                     .K = c->K, .alpha = c->alpha, .beta = c->beta, .A = dA, .lda = lda,
-                     .stride_a = sa, .B = dB, .ldb = ldb, .stride_b = sb, .C = dC, .ldc = ldc,
-                     .stride_c = sc, .batch = c->batch};
+    cugemm_args a = {.kind = c->kind,
+                     .trans_a = c->ta,
+                     .trans_b = c->tb,
+                     .M = c->M,
+                     .N = c->N,
+                     .K = c->K,
+                     .alpha = c->alpha,
+                     .beta = c->beta,
+                     .A = dA,
+                     .lda = lda,
+                     .stride_a = sa,
+                     .B = dB,
+                     .ldb = ldb,
+                     .stride_b = sb,
+                     .C = dC,
+                     .ldc = ldc,
+                     .stride_c = sc,
+                     .batch = c->batch};
     ts_err e;
     err_clear(&e);
     int rc = cugemm_run(g, &a, S, &e);
@@ -109,8 +121,7 @@ static const gcase CASES[] = {
     {"bf16 NN", CUGEMM_BF16, false, false, 128, 96, 256, 1, 1.0f, 0.0f},
     {"bf16 NT", CUGEMM_BF16, false, true, 128, 96, 256, 1, 1.0f, 0.0f},
     {"bf16 strided batch=4 (att v)", CUGEMM_BF16, false, false, 64, 32, 64, 4, 1.0f, 0.0f},
-    {"bf16 -> fp32 main grad TN beta=1", CUGEMM_BF16_F32C, true, false, 96, 64, 512, 1, 1.0f,
-     1.0f},
+    {"bf16 -> fp32 main grad TN beta=1", CUGEMM_BF16_F32C, true, false, 96, 64, 512, 1, 1.0f, 1.0f},
 };
 
 int main(void)
@@ -137,13 +148,20 @@ int main(void)
         for (size_t i = 0; i < ncases; i++)
             run_case(g, &CASES[i]);
         char msg[160];
-        snprintf(msg, sizeof msg, "plans %zu -> %zu, hits %zu -> %zu", plans, cugemm_plans(g),
-                 hits, cugemm_hits(g));
-        gc_result(cugemm_plans(g) == plans && cugemm_hits(g) == hits + ncases,
-                  "plan cache: second pass all hits", msg);
+        snprintf(msg, sizeof msg, "plans %zu -> %zu, hits %zu -> %zu", plans, cugemm_plans(g), hits, cugemm_hits(g));
+        gc_result(cugemm_plans(g) == plans && cugemm_hits(g) == hits + ncases, "plan cache: second pass all hits", msg);
         /* a bad shape is refused with a message naming it */
-        cugemm_args bad = {.kind = CUGEMM_F32, .M = 0, .N = 4, .K = 4, .lda = 4, .ldb = 4,
-                           .ldc = 4, .batch = 1, .A = g, .B = g, .C = g};
+        cugemm_args bad = {.kind = CUGEMM_F32,
+                           .M = 0,
+                           .N = 4,
+                           .K = 4,
+                           .lda = 4,
+                           .ldb = 4,
+                           .ldc = 4,
+                           .batch = 1,
+                           .A = g,
+                           .B = g,
+                           .C = g};
         int rc = cugemm_run(g, &bad, S, &e);
         gc_result(rc == TS_EINVAL && strstr(e.msg, "M=0") != NULL, "M=0 refused", e.msg);
         cugemm_destroy(g);

@@ -15,9 +15,9 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "exec/cpu/kern.h"
 #include "kernels/cuk.h"
 #include "tests/gpu/gpu_check.h"
-#include "exec/cpu/kern.h"
 
 #define RT_BF 7.8e-3
 #define AT_BF 1e-3

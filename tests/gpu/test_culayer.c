@@ -12,9 +12,9 @@
  * transpose or leading dimension) or a missing op gives O(1). */
 #include <math.h>
 
+#include "exec/cpu/kern.h"
 #include "exec/cuda/culayer.h"
 #include "tests/gpu/gpu_check.h"
-#include "exec/cpu/kern.h"
 
 #include <cblas.h>
 
@@ -23,18 +23,14 @@
 /* out[N,OC] = inp[N,IC] W[OC,IC]^T (+= when acc) */
 static void lin(float *out, const float *inp, const float *W, int N, int OC, int IC, int acc)
 {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, W, IC,
-                acc ? 1.0f : 0.0f, out, OC);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, N, OC, IC, 1.0f, inp, IC, W, IC, acc ? 1.0f : 0.0f, out, OC);
 }
 
 /* dinp[N,IC] = dout W (overwrite); dW[OC,IC] += dout^T inp */
-static void lin_bwd(float *dinp, float *dW, const float *dout, const float *inp, const float *W,
-                    int N, int OC, int IC)
+static void lin_bwd(float *dinp, float *dW, const float *dout, const float *inp, const float *W, int N, int OC, int IC)
 {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, W, IC,
-                0.0f, dinp, IC);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC,
-                1.0f, dW, IC);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, N, IC, OC, 1.0f, dout, OC, W, IC, 0.0f, dinp, IC);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, IC, N, 1.0f, dout, OC, inp, IC, 1.0f, dW, IC);
 }
 
 static void norm_check(const char *what, const float *got, const float *want, size_t n)
@@ -52,8 +48,14 @@ static void norm_check(const char *what, const float *got, const float *want, si
 
 static void run(bool fused)
 {
-    culayer_dims d = {.hidden = 256, .heads = 4, .ffn = 1024, .seq = 64, .micro_batch = 2,
-                      .tp = 2, .fused_attention = fused, .init_scale = 0.2f};
+    culayer_dims d = {.hidden = 256,
+                      .heads = 4,
+                      .ffn = 1024,
+                      .seq = 64,
+                      .micro_batch = 2,
+                      .tp = 2,
+                      .fused_attention = fused,
+                      .init_scale = 0.2f};
     int h = d.hidden, H = d.heads / d.tp, hs = h / d.heads, hl = H * hs, fl = d.ffn / d.tp;
     int B = d.micro_batch, T = d.seq, N = B * T;
     cudaStream_t s;
@@ -77,13 +79,22 @@ static void run(bool fused)
         return;
     }
     /* read everything back */
-    size_t sz[CULAYER_NTENSORS] = {
-        [CULAYER_LN1_W] = h, [CULAYER_LN1_B] = h, [CULAYER_QKV_W] = (size_t)3 * hl * h,
-        [CULAYER_QKV_B] = 3 * hl, [CULAYER_PROJ_W] = (size_t)h * hl, [CULAYER_PROJ_B] = h,
-        [CULAYER_LN2_W] = h, [CULAYER_LN2_B] = h, [CULAYER_FC1_W] = (size_t)fl * h,
-        [CULAYER_FC1_B] = fl, [CULAYER_FC2_W] = (size_t)h * fl, [CULAYER_FC2_B] = h,
-        [CULAYER_X] = (size_t)N * h, [CULAYER_DOUT] = (size_t)N * h,
-        [CULAYER_OUT] = (size_t)N * h, [CULAYER_DX] = (size_t)N * h};
+    size_t sz[CULAYER_NTENSORS] = {[CULAYER_LN1_W] = h,
+                                   [CULAYER_LN1_B] = h,
+                                   [CULAYER_QKV_W] = (size_t)3 * hl * h,
+                                   [CULAYER_QKV_B] = 3 * hl,
+                                   [CULAYER_PROJ_W] = (size_t)h * hl,
+                                   [CULAYER_PROJ_B] = h,
+                                   [CULAYER_LN2_W] = h,
+                                   [CULAYER_LN2_B] = h,
+                                   [CULAYER_FC1_W] = (size_t)fl * h,
+                                   [CULAYER_FC1_B] = fl,
+                                   [CULAYER_FC2_W] = (size_t)h * fl,
+                                   [CULAYER_FC2_B] = h,
+                                   [CULAYER_X] = (size_t)N * h,
+                                   [CULAYER_DOUT] = (size_t)N * h,
+                                   [CULAYER_OUT] = (size_t)N * h,
+                                   [CULAYER_DX] = (size_t)N * h};
     for (int i = 0; i < 12; i++)
         sz[CULAYER_GRAD0 + i] = sz[i];
     float *t[CULAYER_NTENSORS];
@@ -146,18 +157,17 @@ static void run(bool fused)
     snprintf(name, sizeof name, "layer backward dx (%s attention)", fused ? "fused" : "unfused");
     norm_check(name, t[CULAYER_DX], dx, Nh);
     static const char *const GN[12] = {"ln1 w", "ln1 b", "qkv w", "qkv b", "proj w", "proj b",
-                                       "ln2 w", "ln2 b", "fc1 w", "fc1 b", "fc2 w", "fc2 b"};
+                                       "ln2 w", "ln2 b", "fc1 w", "fc1 b", "fc2 w",  "fc2 b"};
     for (int i = 0; i < 12; i++) {
-        snprintf(name, sizeof name, "main grad %s (%s attention)", GN[i],
-                 fused ? "fused" : "unfused");
+        snprintf(name, sizeof name, "main grad %s (%s attention)", GN[i], fused ? "fused" : "unfused");
         norm_check(name, t[CULAYER_GRAD0 + i], gr[i], sz[i]);
     }
     for (int i = 0; i < CULAYER_NTENSORS; i++)
         free(t[i]);
     for (int i = 0; i < 12; i++)
         free(gr[i]);
-    float *all[] = {ln1, m1, r1, qkv, att, attn, x1, ln2, m2, r2, fc1, gl, out, tmp,
-                    dg, dfc1, dln2, dx1, dattn, datt, dqkv, dln1, dx};
+    float *all[] = {ln1, m1,  r1, qkv,  att,  attn, x1,    ln2,  m2,   r2,   fc1, gl,
+                    out, tmp, dg, dfc1, dln2, dx1,  dattn, datt, dqkv, dln1, dx};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         free(all[i]);
     culayer_free(L);
@@ -171,8 +181,7 @@ int main(void)
     run(false);
     run(true);
     /* bad shapes are refused before any allocation */
-    culayer_dims bad = {.hidden = 256, .heads = 3, .ffn = 1024, .seq = 8, .micro_batch = 1,
-                        .tp = 1};
+    culayer_dims bad = {.hidden = 256, .heads = 3, .ffn = 1024, .seq = 8, .micro_batch = 1, .tp = 1};
     culayer *L = NULL;
     ts_err e;
     err_clear(&e);

@@ -21,18 +21,17 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exec/comm_mpi.h"
 #include "exec/core/backend.h"
 #include "exec/core/comm.h"
-#include "exec/comm_mpi.h"
 #include "exec/core/gpt.h"
+#include "exec/cpu/backend_cpu.h"
 #include "exec/runtime.h"
 #include "sim/sched/sched.h"
-#include "exec/cpu/backend_cpu.h"
 #include "sim/sched/sched_generate.h"
 
-static const gpt_dims DIMS = {.vocab = 32, .seq = 8, .hidden = 16, .heads = 4, .ffn = 32,
-                              .layers = 8, .batch = 2};
-#define M 4           /* micro-batches per pipeline */
+static const gpt_dims DIMS = {.vocab = 32, .seq = 8, .hidden = 16, .heads = 4, .ffn = 32, .layers = 8, .batch = 2};
+#define M  4 /* micro-batches per pipeline */
 #define LR 1e-3f
 
 typedef struct {
@@ -110,8 +109,7 @@ static int run_layout(const layout *L, MPI_Comm base, result *r, char *msg, size
     if (bad) {
         snprintf(msg, msz, "%s", err.msg);
         fprintf(stderr, "rank %d: %s\n", brank, err.msg);
-    }
-    else if (anybad)
+    } else if (anybad)
         snprintf(msg, msz, "another rank failed");
     r->loss = loss;
     r->w = w;
@@ -196,13 +194,12 @@ int main(int argc, char **argv)
     MPI_Bcast(&refbad, 1, MPI_INT, 0, MPI_COMM_WORLD);
     check(!refbad, "single-process reference runs", msg);
 
-    static const sched_kind pipe_kinds[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED,
+    static const sched_kind pipe_kinds[] = {SCHED_GPIPE, SCHED_1F1B,  SCHED_INTERLEAVED,
                                             SCHED_ZB_H1, SCHED_ZB_H2, SCHED_ZB_V};
     layout Ls[96];
     int nL = 0;
     /* no pipeline: tensor and data parallelism, sequence parallelism */
-    static const int tpd[][3] = {{1, 1, 1}, {2, 1, 1}, {4, 1, 1}, {1, 1, 2}, {1, 1, 4},
-                                 {2, 1, 2}};
+    static const int tpd[][3] = {{1, 1, 1}, {2, 1, 1}, {4, 1, 1}, {1, 1, 2}, {1, 1, 4}, {2, 1, 2}};
     for (size_t i = 0; i < sizeof tpd / sizeof tpd[0]; i++) {
         Ls[nL++] = (layout){tpd[i][0], 1, tpd[i][2], false, SCHED_1F1B, 1};
         if (tpd[i][0] > 1)
@@ -234,8 +231,8 @@ int main(int argc, char **argv)
         }
         MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
         char what[160], detail[ERR_MSG_BYTES + 256] = "";
-        snprintf(what, sizeof what, "%s t=%d p=%d d=%d v=%d%s", sched_kind_name(L->kind), L->t,
-                 L->p, L->d, L->v, L->sp ? " sp" : "");
+        snprintf(what, sizeof what, "%s t=%d p=%d d=%d v=%d%s", sched_kind_name(L->kind), L->t, L->p, L->d, L->v,
+                 L->sp ? " sp" : "");
         bool ok = !bad;
         if (world_rank == 0 && ok) {
             const result *R = &ref[L->d == 1 ? 0 : L->d == 2 ? 1 : 2];

@@ -11,11 +11,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "sim/search/search.h"
 #include "sim/cli/search_mpi.h"
-#include "sim/search/search_out.h"
 #include "sim/config/topo.h"
+#include "sim/search/search.h"
 #include "sim/search/search_eval.h"
+#include "sim/search/search_out.h"
 
 static int passed, failed;
 
@@ -112,10 +112,8 @@ int main(int argc, char **argv)
         simulated += b->status == SEARCH_SIMULATED;
         bool same = a->status == b->status && a->r.iteration_s == b->r.iteration_s &&
                     a->r.tflops_per_gpu == b->r.tflops_per_gpu && a->r.mfu == b->r.mfu &&
-                    a->r.peak_mem_bytes == b->r.peak_mem_bytes &&
-                    a->r.bubble_fraction == b->r.bubble_fraction &&
-                    a->r.exposed_comm_s == b->r.exposed_comm_s &&
-                    !!split->msgs[i] == !!alone->msgs[i] &&
+                    a->r.peak_mem_bytes == b->r.peak_mem_bytes && a->r.bubble_fraction == b->r.bubble_fraction &&
+                    a->r.exposed_comm_s == b->r.exposed_comm_s && !!split->msgs[i] == !!alone->msgs[i] &&
                     (!split->msgs[i] || !strcmp(split->msgs[i], alone->msgs[i]));
         differ += !same;
     }
@@ -127,9 +125,7 @@ int main(int argc, char **argv)
     size_t *o_split = NULL, *o_alone = NULL, n_split = 0, n_alone = 0;
     search_rank(split, &o_split, &n_split, &e);
     search_rank(alone, &o_alone, &n_alone, &e);
-    check(n_split == n_alone && n_split > 0 &&
-              !memcmp(o_split, o_alone, n_split * sizeof *o_split),
-          "same ranking");
+    check(n_split == n_alone && n_split > 0 && !memcmp(o_split, o_alone, n_split * sizeof *o_split), "same ranking");
     if (rank == 0) {
         char d[] = "/tmp/test_search_mpi.XXXXXX";
         if (mkdtemp(d)) {

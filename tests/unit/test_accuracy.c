@@ -16,8 +16,12 @@
 
 #define LAYER_TIME_TOLERANCE 0.07
 
-static const gpu_spec A100 = {.name = "A100-SXM4-80GB", .bf16_tflops = 312, .fp16_tflops = 312,
-                              .fp32_tflops = 19.5, .hbm_gib = 80, .hbm_gbps = 2039,
+static const gpu_spec A100 = {.name = "A100-SXM4-80GB",
+                              .bf16_tflops = 312,
+                              .fp16_tflops = 312,
+                              .fp32_tflops = 19.5,
+                              .hbm_gib = 80,
+                              .hbm_gbps = 2039,
                               .nvlink_gbps = 300};
 
 /* korthikanti_layer_times.csv, copied: experiment, forward_ms, backward_ms */
@@ -34,8 +38,7 @@ static const struct {
     {"selective recompute + sequence parallelism", true, RECOMPUTE_SELECTIVE, 7.2, 13.1},
 };
 
-static double run_ms(const cost_model *cm, const commcost_params *cp, const layer_shape *L,
-                     layer_pass p)
+static double run_ms(const cost_model *cm, const commcost_params *cp, const layer_shape *L, layer_pass p)
 {
     layer_ops o;
     commcost_group g = {8, 8};
@@ -58,12 +61,11 @@ Test(accuracy, korthikanti_22b_layer_times_within_7pct)
         double ef = f / ROWS[i].forward_ms - 1, eb = b / ROWS[i].backward_ms - 1;
         printf("%-44s forward %5.2f ms (published %4.1f, %+5.1f%%)  backward %5.2f ms (published "
                "%4.1f, %+5.1f%%)\n",
-               ROWS[i].experiment, f, ROWS[i].forward_ms, 100 * ef, b, ROWS[i].backward_ms,
-               100 * eb);
-        cr_expect_leq(fabs(ef), LAYER_TIME_TOLERANCE, "%s forward %.2f ms vs %.1f", ROWS[i].experiment,
-                      f, ROWS[i].forward_ms);
-        cr_expect_leq(fabs(eb), LAYER_TIME_TOLERANCE, "%s backward %.2f ms vs %.1f",
-                      ROWS[i].experiment, b, ROWS[i].backward_ms);
+               ROWS[i].experiment, f, ROWS[i].forward_ms, 100 * ef, b, ROWS[i].backward_ms, 100 * eb);
+        cr_expect_leq(fabs(ef), LAYER_TIME_TOLERANCE, "%s forward %.2f ms vs %.1f", ROWS[i].experiment, f,
+                      ROWS[i].forward_ms);
+        cr_expect_leq(fabs(eb), LAYER_TIME_TOLERANCE, "%s backward %.2f ms vs %.1f", ROWS[i].experiment, b,
+                      ROWS[i].backward_ms);
     }
     cost_model_free(cm);
 }

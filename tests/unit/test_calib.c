@@ -7,8 +7,12 @@
 
 #include "sim/model/calib.h"
 
-static const gpu_spec A100 = {.name = "A100-SXM4-80GB", .bf16_tflops = 312, .fp16_tflops = 312,
-                              .fp32_tflops = 19.5, .hbm_gib = 80, .hbm_gbps = 2039,
+static const gpu_spec A100 = {.name = "A100-SXM4-80GB",
+                              .bf16_tflops = 312,
+                              .fp16_tflops = 312,
+                              .fp32_tflops = 19.5,
+                              .hbm_gib = 80,
+                              .hbm_gbps = 2039,
                               .nvlink_gbps = 300};
 
 static char *tmpfile_with(const char *text)
@@ -131,7 +135,8 @@ Test(calib, fit_recovers_efficiencies)
     cr_assert_eq(calib_fit(&s, &base, PREC_BF16, &p, &e), TS_OK, "%s", e.msg);
     cr_assert_eq(p.launch_ns, 2000.0);
     cr_assert_eq(p.gemm.n, 3);
-    for (int i = 0; i < 3; i++) cr_assert(fabs(p.gemm.eff[i] - eff[i]) < 1e-4, "%g", p.gemm.eff[i]);
+    for (int i = 0; i < 3; i++)
+        cr_assert(fabs(p.gemm.eff[i] - eff[i]) < 1e-4, "%g", p.gemm.eff[i]);
     /* no memory rows: the default memory table is kept */
     cr_assert_eq(p.mem.n, base.mem.n);
     cost_model *cm;
@@ -231,7 +236,8 @@ Test(calib, per_kernel_memory_tables)
 {
     cost_params base;
     cr_assert_eq(cost_params_default(&A100, PREC_BF16, &base, NULL), TS_OK);
-    for (int k = 0; k < COST_MEM_KINDS; k++) cr_assert_eq(base.mem_kind[k].n, 0);
+    for (int k = 0; k < COST_MEM_KINDS; k++)
+        cr_assert_eq(base.mem_kind[k].n, 0);
     calib_set s = {0, NULL};
     calib_row l = gemm_row(0, 0, 0, 1000);
     l.op = CALIB_LAUNCH;
@@ -261,7 +267,8 @@ Test(calib, per_kernel_memory_tables)
     cr_assert_eq(p.mem_kind[COST_MEM_GELU].n, 3);
     cr_assert_eq(p.mem_kind[COST_MEM_COPY].n, 3);
     cr_assert_eq(p.mem_kind[COST_MEM_SOFTMAX].n, 0);
-    for (int i = 0; i < 3; i++) cr_assert(fabs(p.mem_kind[COST_MEM_GELU].eff[i] - 0.1) < 1e-4);
+    for (int i = 0; i < 3; i++)
+        cr_assert(fabs(p.mem_kind[COST_MEM_GELU].eff[i] - 0.1) < 1e-4);
     cost_model *cm;
     cr_assert_eq(cost_model_new(&p, &cm, NULL), TS_OK);
     layer_op gelu = {.name = "gelu.bwd", .kind = LAYER_OP_MEM, .bytes = 1 << 20};

@@ -43,10 +43,18 @@ Test(catalog, gpus_match_reference_figures)
         const gpu_spec *g = catalog_gpus_find(c, name);
         cr_assert_not_null(g, "reference GPU %s missing from the catalogue", name);
         double v;
-        struct { const char *col; double got; } cols[] = {
-            {"bf16_tflops", g->bf16_tflops}, {"fp16_tflops", g->fp16_tflops}, {"tf32_tflops", g->tf32_tflops},
-            {"fp32_tflops", g->fp32_tflops}, {"hbm_gib", g->hbm_gib},         {"hbm_gbps", g->hbm_gbps},
-            {"nvlink_gbps_per_direction", g->nvlink_gbps}, {"tdp_w", g->tdp_w},
+        struct {
+            const char *col;
+            double got;
+        } cols[] = {
+            {"bf16_tflops", g->bf16_tflops},
+            {"fp16_tflops", g->fp16_tflops},
+            {"tf32_tflops", g->tf32_tflops},
+            {"fp32_tflops", g->fp32_tflops},
+            {"hbm_gib", g->hbm_gib},
+            {"hbm_gbps", g->hbm_gbps},
+            {"nvlink_gbps_per_direction", g->nvlink_gbps},
+            {"tdp_w", g->tdp_w},
         };
         for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++) {
             cr_assert_eq(csvio_get_positive(ref, r, cols[i].col, &v, &E), TS_OK, "%s", E.msg);

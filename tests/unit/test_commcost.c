@@ -69,8 +69,10 @@ Test(commcost, monotonic_in_bytes_and_trivial_cases)
     int64_t prev = -1;
     for (int64_t S = 1; S < (1LL << 34); S *= 4) {
         int64_t t = ns(COMM_ALL_REDUCE, S, 64, 8);
-        if (S >= (1 << 20)) cr_assert_gt(t, prev);
-        else cr_assert_geq(t, prev);
+        if (S >= (1 << 20))
+            cr_assert_gt(t, prev);
+        else
+            cr_assert_geq(t, prev);
         prev = t;
     }
     cr_assert_eq(ns(COMM_ALL_REDUCE, 1 << 20, 1, 1), 0);
@@ -88,10 +90,34 @@ Test(commcost, wire_bytes_bus_bandwidth_convention)
 
 Test(commcost, defaults_from_networks_csv)
 {
-    gpu_spec a100 = {.name = "A100-SXM4-80GB", .bf16_tflops = 312, .fp16_tflops = 312, .fp32_tflops = 19.5, .hbm_gib = 80, .hbm_gbps = 2039, .nvlink_gbps = 300};
-    gpu_spec h100 = {.name = "H100-SXM5-80GB", .bf16_tflops = 989.4, .fp16_tflops = 989.4, .fp32_tflops = 66.9, .hbm_gib = 80, .hbm_gbps = 3350, .nvlink_gbps = 450};
-    gpu_spec h200 = {.name = "H200-SXM-141GB", .bf16_tflops = 989.4, .fp16_tflops = 989.4, .fp32_tflops = 66.9, .hbm_gib = 141, .hbm_gbps = 4800, .nvlink_gbps = 450};
-    gpu_spec other = {.name = "V100-SXM2-32GB", .bf16_tflops = 125, .fp16_tflops = 125, .fp32_tflops = 15.7, .hbm_gib = 32, .hbm_gbps = 900, .nvlink_gbps = 150};
+    gpu_spec a100 = {.name = "A100-SXM4-80GB",
+                     .bf16_tflops = 312,
+                     .fp16_tflops = 312,
+                     .fp32_tflops = 19.5,
+                     .hbm_gib = 80,
+                     .hbm_gbps = 2039,
+                     .nvlink_gbps = 300};
+    gpu_spec h100 = {.name = "H100-SXM5-80GB",
+                     .bf16_tflops = 989.4,
+                     .fp16_tflops = 989.4,
+                     .fp32_tflops = 66.9,
+                     .hbm_gib = 80,
+                     .hbm_gbps = 3350,
+                     .nvlink_gbps = 450};
+    gpu_spec h200 = {.name = "H200-SXM-141GB",
+                     .bf16_tflops = 989.4,
+                     .fp16_tflops = 989.4,
+                     .fp32_tflops = 66.9,
+                     .hbm_gib = 141,
+                     .hbm_gbps = 4800,
+                     .nvlink_gbps = 450};
+    gpu_spec other = {.name = "V100-SXM2-32GB",
+                      .bf16_tflops = 125,
+                      .fp16_tflops = 125,
+                      .fp32_tflops = 15.7,
+                      .hbm_gib = 32,
+                      .hbm_gbps = 900,
+                      .nvlink_gbps = 150};
     commcost_params p;
     cr_assert_eq(commcost_params_default(&a100, &p, NULL), TS_OK);
     cr_assert_eq(p.nvlink_allreduce_busbw_gbps, 230.0);

@@ -82,15 +82,15 @@ Test(config, every_preset_validates)
 
 Test(config, explicit_flags_override_preset_in_any_order)
 {
-    cr_assert_eq(run("--micro-batch-size", "2", "--seq-length", "4096", "--model", "megatron-1.7b", NULL), TS_OK,
-                 "%s", E.msg);
+    cr_assert_eq(run("--micro-batch-size", "2", "--seq-length", "4096", "--model", "megatron-1.7b", NULL), TS_OK, "%s",
+                 E.msg);
     cr_expect_eq(C.par.micro_batch_size, 2);
     cr_expect_eq(C.model.seq_length, 4096);
     cr_expect_eq(C.model.num_layers, 24);
     cr_expect_eq(C.cluster.gpus, 32);
     cr_expect_str_eq(C.model.name, "megatron-1.7b (modified)");
-    cr_assert_eq(run("--model", "megatron-1.7b", "--micro-batch-size", "2", "--seq-length", "4096", NULL), TS_OK,
-                 "%s", E.msg);
+    cr_assert_eq(run("--model", "megatron-1.7b", "--micro-batch-size", "2", "--seq-length", "4096", NULL), TS_OK, "%s",
+                 E.msg);
     cr_expect_eq(C.par.micro_batch_size, 2);
     cr_expect_eq(C.model.seq_length, 4096);
     /* a preset's switch turned off explicitly */
@@ -105,9 +105,9 @@ Test(config, megatron_derived_defaults)
                  "%s", E.msg);
     cr_expect_eq(C.model.ffn_hidden_size, 16384);
     cr_expect_eq(C.model.num_query_groups, 32);
-    cr_assert_eq(run("--model", "megatron-1.7b", "--hidden-size", "4096", "--num-attention-heads", "32", "--swiglu",
-                     NULL),
-                 TS_OK, "%s", E.msg);
+    cr_assert_eq(
+        run("--model", "megatron-1.7b", "--hidden-size", "4096", "--num-attention-heads", "32", "--swiglu", NULL),
+        TS_OK, "%s", E.msg);
     cr_expect_eq(C.model.ffn_hidden_size, 10880); /* int(4*4096*2/3 / 64) * 64 */
     cr_expect(C.model.swiglu);
     /* the preset's GQA stays when heads are not changed */
@@ -218,8 +218,8 @@ Test(config, cluster_inputs)
     EXPECT_MSG("--gpu A100-SXM4-80GB conflicts with the topology topologies/dgx-h100-cluster.csv");
     cr_expect_eq(run("--topology", "topologies/selene-dgx-a100.csv", "--gpus", "8192", NULL), TS_EINVAL);
     EXPECT_MSG("--gpus 8192 does not fit the 4480 GPUs of topologies/selene-dgx-a100.csv");
-    cr_assert_eq(run("--topology", "topologies/two-dgx-a100-links.csv", "--gpus", "16", "-p", "2", "--schedule",
-                     "1f1b", "--global-batch-size", "8", NULL),
+    cr_assert_eq(run("--topology", "topologies/two-dgx-a100-links.csv", "--gpus", "16", "-p", "2", "--schedule", "1f1b",
+                     "--global-batch-size", "8", NULL),
                  TS_OK, "%s", E.msg);
     cr_expect_eq(C.cluster.gpus_per_node, 8);
     cr_expect_str_eq(C.cluster.gpu.name, "A100-SXM4-80GB");
@@ -237,9 +237,9 @@ Test(config, flag_level_errors)
     EXPECT_MSG("--recompute-num-layers applies to --recompute-granularity full only (got selective)");
     cr_expect_eq(run("--recompute-method", "block", NULL), TS_EINVAL);
     EXPECT_MSG("--recompute-method applies to --recompute-granularity full only (got selective)");
-    cr_assert_eq(run("--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", "2",
-                     NULL),
-                 TS_OK, "%s", E.msg);
+    cr_assert_eq(
+        run("--recompute-granularity", "full", "--recompute-method", "block", "--recompute-num-layers", "2", NULL),
+        TS_OK, "%s", E.msg);
     cr_expect_eq(C.par.recompute_method, RECOMPUTE_METHOD_BLOCK);
     cr_expect_eq(C.par.recompute_num_layers, 2);
     cr_expect_eq(run("--recompute-granularity", "full", "--recompute-num-layers", "7", NULL), TS_EINVAL);

@@ -7,9 +7,27 @@
 
 #include "sim/model/cost.h"
 
-static const gpu_spec A100 = {.name = "A100-SXM4-80GB", .bf16_tflops = 312, .fp16_tflops = 312, .fp32_tflops = 19.5, .hbm_gib = 80, .hbm_gbps = 2039, .nvlink_gbps = 300};
-static const gpu_spec H100 = {.name = "H100-SXM5-80GB", .bf16_tflops = 989.4, .fp16_tflops = 989.4, .fp32_tflops = 66.9, .hbm_gib = 80, .hbm_gbps = 3350, .nvlink_gbps = 450};
-static const gpu_spec H200 = {.name = "H200-SXM-141GB", .bf16_tflops = 989.4, .fp16_tflops = 989.4, .fp32_tflops = 66.9, .hbm_gib = 141, .hbm_gbps = 4800, .nvlink_gbps = 450};
+static const gpu_spec A100 = {.name = "A100-SXM4-80GB",
+                              .bf16_tflops = 312,
+                              .fp16_tflops = 312,
+                              .fp32_tflops = 19.5,
+                              .hbm_gib = 80,
+                              .hbm_gbps = 2039,
+                              .nvlink_gbps = 300};
+static const gpu_spec H100 = {.name = "H100-SXM5-80GB",
+                              .bf16_tflops = 989.4,
+                              .fp16_tflops = 989.4,
+                              .fp32_tflops = 66.9,
+                              .hbm_gib = 80,
+                              .hbm_gbps = 3350,
+                              .nvlink_gbps = 450};
+static const gpu_spec H200 = {.name = "H200-SXM-141GB",
+                              .bf16_tflops = 989.4,
+                              .fp16_tflops = 989.4,
+                              .fp32_tflops = 66.9,
+                              .hbm_gib = 141,
+                              .hbm_gbps = 4800,
+                              .nvlink_gbps = 450};
 
 static cost_params simple(void)
 {
@@ -123,7 +141,13 @@ Test(cost, defaults_per_gpu)
 Test(cost, errors)
 {
     ts_err e;
-    gpu_spec v = {.name = "V100-SXM2-32GB", .bf16_tflops = 125, .fp16_tflops = 125, .fp32_tflops = 15.7, .hbm_gib = 32, .hbm_gbps = 900, .nvlink_gbps = 150};
+    gpu_spec v = {.name = "V100-SXM2-32GB",
+                  .bf16_tflops = 125,
+                  .fp16_tflops = 125,
+                  .fp32_tflops = 15.7,
+                  .hbm_gib = 32,
+                  .hbm_gbps = 900,
+                  .nvlink_gbps = 150};
     cost_params p;
     cr_assert_eq(cost_params_default(&v, PREC_BF16, &p, &e), TS_EINVAL);
     cr_assert(strstr(e.msg, "--calibration"), "%s", e.msg);
@@ -156,12 +180,23 @@ Test(cost, ops_runner_serial_and_overlap)
     commcost_group g = {8, 8};
     /* dgrad, all-reduce || wgrad, next op waits for both */
     layer_ops o = {0};
-    layer_op gm = {.name = "d", .kind = LAYER_OP_GEMM, .m = 3000, .n = 3000, .k = 3000, .batch = 1,
-                   .dep = {-1, -1}, .overlap = -1};
-    layer_op ar = {.name = "ar", .kind = LAYER_OP_COMM, .batch = 1, .bytes = 800000000,
-                   .coll = COMM_ALL_REDUCE, .group = 8, .dep = {0, -1}, .overlap = -1};
-    layer_op mm = {.name = "m", .kind = LAYER_OP_MEM, .batch = 1, .bytes = 1000000, .dep = {1, 2},
+    layer_op gm = {.name = "d",
+                   .kind = LAYER_OP_GEMM,
+                   .m = 3000,
+                   .n = 3000,
+                   .k = 3000,
+                   .batch = 1,
+                   .dep = {-1, -1},
                    .overlap = -1};
+    layer_op ar = {.name = "ar",
+                   .kind = LAYER_OP_COMM,
+                   .batch = 1,
+                   .bytes = 800000000,
+                   .coll = COMM_ALL_REDUCE,
+                   .group = 8,
+                   .dep = {0, -1},
+                   .overlap = -1};
+    layer_op mm = {.name = "m", .kind = LAYER_OP_MEM, .batch = 1, .bytes = 1000000, .dep = {1, 2}, .overlap = -1};
     o.op[0] = gm;
     o.op[1] = ar;
     o.op[2] = gm;

@@ -107,8 +107,7 @@ Test(csvio, typed_getters_messages)
     bool b;
     const char *s;
     cr_expect_eq(csvio_get_positive(T, 0, "bw_gbps", &d, &E), TS_EINVAL);
-    cr_expect(strstr(E.msg, "t.csv:4: column 'bw_gbps': 'abc' is not a number (expected a number > 0)"), "%s",
-              E.msg);
+    cr_expect(strstr(E.msg, "t.csv:4: column 'bw_gbps': 'abc' is not a number (expected a number > 0)"), "%s", E.msg);
     cr_expect_eq(csvio_get_positive(T, 1, "bw_gbps", &d, &E), TS_EINVAL);
     cr_expect(strstr(E.msg, "t.csv:5: column 'bw_gbps': -25 is out of range (expected a number > 0)"), "%s", E.msg);
     cr_expect_eq(csvio_get_double(T, 2, "bw_gbps", 0, 10, &d, &E), TS_EINVAL);

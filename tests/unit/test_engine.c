@@ -87,7 +87,7 @@ Test(engine, two_streams_overlap)
 {
     engine *e = mk(1, 2, NULL);
     engine_task_id c1 = add(e, 0, 0, 100, 1);
-    engine_task_id m = add(e, 0, 1, 60, 2); /* comm, depends on c1 */
+    engine_task_id m = add(e, 0, 1, 60, 2);  /* comm, depends on c1 */
     engine_task_id c2 = add(e, 0, 0, 50, 3); /* compute, overlaps m */
     engine_task_id c3 = add(e, 0, 0, 10, 4); /* waits for m */
     dep(e, c1, m);
@@ -403,14 +403,14 @@ Test(engine, replicate_external_per_copy_and_for_all)
     cr_assert_eq(engine_replicate(e, 3, 1, &err), TS_OK, "%s", err.msg);
     cr_expect_eq(engine_copies(e), 3);
     /* task a's copies are ids 0, 1, 2; b's are 3, 4, 5 */
-    cr_assert_eq(engine_task_set_external(e, a * 3 + 1, &err), TS_OK, "%s", err.msg); /* a, copy 1 only */
+    cr_assert_eq(engine_task_set_external(e, a * 3 + 1, &err), TS_OK, "%s", err.msg);    /* a, copy 1 only */
     cr_assert_eq(engine_task_set_external_copies(e, b * 3, &err), TS_OK, "%s", err.msg); /* b, every copy */
     run_ok(e);
     cr_expect_eq(c.starts, 4);
-    cr_expect_eq(engine_task_end_ns(e, 0), 10);   /* a copy 0: its own 10 ns */
-    cr_expect_eq(engine_task_end_ns(e, 1), 100);  /* a copy 1: external */
+    cr_expect_eq(engine_task_end_ns(e, 0), 10);  /* a copy 0: its own 10 ns */
+    cr_expect_eq(engine_task_end_ns(e, 1), 100); /* a copy 1: external */
     cr_expect_eq(engine_task_end_ns(e, 2), 10);
-    cr_expect_eq(engine_task_end_ns(e, 3), 110);  /* b: external on every copy */
+    cr_expect_eq(engine_task_end_ns(e, 3), 110); /* b: external on every copy */
     cr_expect_eq(engine_task_end_ns(e, 4), 200);
     cr_expect_eq(engine_task_end_ns(e, 5), 110);
     cr_expect_eq(engine_task_rank(e, 4), 1);
@@ -451,7 +451,8 @@ Test(engine, keep_times_of_the_first_copies_only)
     uint32_t n = engine_task_count(ref);
     for (uint32_t i = 0; i < n; i++)
         for (uint32_t c = 0; c < 3; c++) {
-            int64_t want_s = c < 2 ? engine_task_start_ns(ref, i) : -1, want_e = c < 2 ? engine_task_end_ns(ref, i) : -1;
+            int64_t want_s = c < 2 ? engine_task_start_ns(ref, i) : -1,
+                    want_e = c < 2 ? engine_task_end_ns(ref, i) : -1;
             cr_expect_eq(engine_task_start_ns(e, i * 3 + c), want_s, "task %u copy %u", i, c);
             cr_expect_eq(engine_task_end_ns(e, i * 3 + c), want_e, "task %u copy %u", i, c);
         }
@@ -590,7 +591,7 @@ Test(engine, predecessors_are_limited)
     cr_assert_eq(engine_dep_add(e, one_more, last, &err), TS_EINVAL);
     cr_expect(strstr(err.msg, "2047") != NULL, "%s", err.msg);
     cr_assert_eq(engine_task_join(e, last, one_more, &err), TS_EINVAL);
-    run_ok(e); /* the limit itself runs */
+    run_ok(e);                                                    /* the limit itself runs */
     cr_expect_eq(engine_task_start_ns(e, last), ENGINE_MAX_PRED); /* after the 2047 one-ns tasks before it */
     engine_free(e);
 }

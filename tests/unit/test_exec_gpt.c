@@ -26,8 +26,7 @@
 #include "exec/core/gpt.h"
 #include "exec/cpu/backend_cpu.h"
 
-static const gpt_dims TINY = {.vocab = 11, .seq = 5, .hidden = 8, .heads = 2, .ffn = 12,
-                              .layers = 2, .batch = 2};
+static const gpt_dims TINY = {.vocab = 11, .seq = 5, .hidden = 8, .heads = 2, .ffn = 12, .layers = 2, .batch = 2};
 
 typedef struct {
     backend *be;
@@ -75,9 +74,8 @@ Test(exec_gpt, whole_model_backward_matches_fd)
     ts_err err;
     gpt_stage *st;
     env_init(&e, &TINY);
-    cr_assert_eq(gpt_stage_create(&TINY, 0, TINY.layers, true, true, false, 42, e.be, e.cm, &st,
-                                  &err),
-                 TS_OK, "%s", err.msg);
+    cr_assert_eq(gpt_stage_create(&TINY, 0, TINY.layers, true, true, false, 42, e.be, e.cm, &st, &err), TS_OK, "%s",
+                 err.msg);
     size_t np = gpt_stage_num_params(st);
     cr_assert_eq(np, gpt_num_params(&TINY));
     size_t N = (size_t)TINY.batch * TINY.seq;
@@ -102,8 +100,8 @@ Test(exec_gpt, whole_model_backward_matches_fd)
         double fd = (lp - lm) / (2.0 * h);
         if (fabs(g[i] - fd) > maxerr)
             maxerr = fabs(g[i] - fd);
-        cr_assert(fabs(g[i] - fd) <= 2e-4 + 2e-2 * fabs(fd),
-                  "parameter %zu: gradient %.6g, finite difference %.6g", i, g[i], fd);
+        cr_assert(fabs(g[i] - fd) <= 2e-4 + 2e-2 * fabs(fd), "parameter %zu: gradient %.6g, finite difference %.6g", i,
+                  g[i], fd);
         num += (g[i] - fd) * (g[i] - fd);
         den += fd * fd;
     }
@@ -121,9 +119,7 @@ Test(exec_gpt, split_backward_equals_fused)
     ts_err err;
     gpt_stage *st;
     env_init(&e, &TINY);
-    cr_assert_eq(gpt_stage_create(&TINY, 0, TINY.layers, true, true, false, 42, e.be, e.cm, &st,
-                                  &err),
-                 TS_OK);
+    cr_assert_eq(gpt_stage_create(&TINY, 0, TINY.layers, true, true, false, 42, e.be, e.cm, &st, &err), TS_OK);
     size_t np = gpt_stage_num_params(st), N = (size_t)TINY.batch * TINY.seq;
     float *g1 = malloc(np * 4);
     gpt_acts *a;
@@ -212,7 +208,6 @@ Test(exec_gpt, bad_dims_are_refused)
     d.hidden = 9;
     cr_assert_eq(gpt_stage_create(&d, 0, 1, true, true, false, 1, e.be, e.cm, &st, &err), TS_EINVAL);
     cr_assert(strstr(err.msg, "--num-attention-heads") != NULL, "%s", err.msg);
-    cr_assert_eq(gpt_stage_create(&TINY, 1, 5, true, true, false, 1, e.be, e.cm, &st, &err),
-                 TS_EINVAL);
+    cr_assert_eq(gpt_stage_create(&TINY, 1, 5, true, true, false, 1, e.be, e.cm, &st, &err), TS_EINVAL);
     env_free(&e);
 }

@@ -14,10 +14,10 @@
 #include <string.h>
 
 #include "exec/core/backend.h"
-#include "exec/cpu/kern.h"
 #include "exec/cpu/backend_cpu.h"
+#include "exec/cpu/kern.h"
 
-#define FD_H 1e-2f
+#define FD_H   1e-2f
 #define FD_ABS 1e-3
 #define FD_REL 1e-2
 
@@ -45,8 +45,8 @@ static double probe(const float *out, const float *R, size_t n)
 typedef void (*fwd_fn)(void *ctx);
 
 /* Check analytic gradient g[0..n) of L = probe(out, R) w.r.t. x[0..n). */
-static void check_fd(const char *what, fwd_fn f, void *ctx, float *x, const float *g, size_t n,
-                     const float *out, const float *R, size_t nout)
+static void check_fd(const char *what, fwd_fn f, void *ctx, float *x, const float *g, size_t n, const float *out,
+                     const float *R, size_t nout)
 {
     for (size_t i = 0; i < n; i++) {
         float x0 = x[i];
@@ -58,8 +58,8 @@ static void check_fd(const char *what, fwd_fn f, void *ctx, float *x, const floa
         double lm = probe(out, R, nout);
         x[i] = x0;
         double fd = (lp - lm) / (2.0 * FD_H);
-        cr_assert(fabs(g[i] - fd) <= FD_ABS + FD_REL * fabs(fd),
-                  "%s: gradient[%zu] = %.6g, finite difference %.6g", what, i, g[i], fd);
+        cr_assert(fabs(g[i] - fd) <= FD_ABS + FD_REL * fabs(fd), "%s: gradient[%zu] = %.6g, finite difference %.6g",
+                  what, i, g[i], fd);
     }
     f(ctx);
 }
@@ -237,8 +237,7 @@ Test(exec_kern, embedding_backward_matches_fd)
     c.wte = rvec((size_t)V * c.C, 16, 1.0f);
     c.wpe = rvec((size_t)c.T * c.C, 17, 1.0f);
     c.out = calloc(c.n * c.C, 4);
-    float *R = rvec(c.n * c.C, 18, 1.0f), *dwte = calloc((size_t)V * c.C, 4),
-          *dwpe = calloc((size_t)c.T * c.C, 4);
+    float *R = rvec(c.n * c.C, 18, 1.0f), *dwte = calloc((size_t)V * c.C, 4), *dwpe = calloc((size_t)c.T * c.C, 4);
     em_f(&c);
     kern_embed_bwd(dwte, dwpe, R, c.tok, 0, c.n, c.T, c.C);
     check_fd("embedding dwte", em_f, &c, c.wte, dwte, (size_t)V * c.C, c.out, R, c.n * c.C);
@@ -326,8 +325,7 @@ Test(exec_kern, cpu_backend_gemm_all_transposes)
             for (int k = 0; k < K; k++)
                 for (int j = 0; j < N; j++)
                     Bt[j * K + k] = B[k * N + j];
-            be->gemm(be, ta, tb, M, N, K, 2.0f, ta ? At : A, ta ? M : K, tb ? Bt : B,
-                     tb ? K : N, 1.0f, C, N);
+            be->gemm(be, ta, tb, M, N, K, 2.0f, ta ? At : A, ta ? M : K, tb ? Bt : B, tb ? K : N, 1.0f, C, N);
             for (int i = 0; i < M; i++)
                 for (int j = 0; j < N; j++) {
                     double s = 0;
@@ -356,9 +354,8 @@ Test(exec_kern, cpu_backend_attention_matches_reference_loops)
     size_t C = (size_t)NH * hs, n = (size_t)B * T * 3 * C, nout = (size_t)B * T * C;
     size_t natt = (size_t)B * NH * T * T;
     float *qkv = rvec(n, 30, 1.0f), *dout = rvec(nout, 31, 1.0f);
-    float *o1 = calloc(nout, 4), *o2 = calloc(nout, 4), *a1 = calloc(natt, 4),
-          *a2 = calloc(natt, 4), *d1 = calloc(n, 4), *d2 = calloc(n, 4), *s1 = calloc(natt, 4),
-          *s2 = calloc(natt, 4);
+    float *o1 = calloc(nout, 4), *o2 = calloc(nout, 4), *a1 = calloc(natt, 4), *a2 = calloc(natt, 4),
+          *d1 = calloc(n, 4), *d2 = calloc(n, 4), *s1 = calloc(natt, 4), *s2 = calloc(natt, 4);
     kern_attention_fwd(o1, a1, qkv, B, T, NH, hs);
     be->attention_fwd(be, o2, a2, qkv, B, T, NH, hs);
     for (size_t i = 0; i < nout; i++)

@@ -23,8 +23,7 @@ static model_config gpt(int l, int h, int a, int s, int V)
 }
 
 /* Megatron Table 1 calibration rows + GPT-3 175B */
-static const int ROWS[][4] = {{24, 2304, 24, 512}, {48, 8192, 64, 1536}, {96, 16384, 128, 2160},
-                              {96, 12288, 96, 1536}};
+static const int ROWS[][4] = {{24, 2304, 24, 512}, {48, 8192, 64, 1536}, {96, 16384, 128, 2160}, {96, 12288, 96, 1536}};
 
 #define REL(a, b) (fabs((a) - (b)) <= 1e-12 * fabs(b))
 
@@ -101,8 +100,7 @@ Test(flops, params_closed_form)
         flops_params p;
         flops_param_count(&m, &p);
         double want = flops_closed_params(m.num_layers, m.hidden_size, 51200, 2048);
-        cr_assert(REL((double)p.total - 2.0 * m.hidden_size, want), "%lld vs %.17g",
-                  (long long)p.total, want);
+        cr_assert(REL((double)p.total - 2.0 * m.hidden_size, want), "%lld vs %.17g", (long long)p.total, want);
         cr_assert_eq(p.per_layer, 12LL * m.hidden_size * m.hidden_size + 13LL * m.hidden_size);
         cr_assert_eq(p.total_no_embedding, p.total - p.embedding);
     }
@@ -137,8 +135,7 @@ Test(flops, gqa_swiglu_counts)
     m.ffn_hidden_size = 14336;
     m.swiglu = true;
     double s = 8192, h = 4096, kv = 8 * 128;
-    double want = 2 * s * h * (h + 2 * kv) + 4 * s * s * h + 2 * s * h * h + 2 * s * h * 2 * 14336 +
-                  2 * s * 14336 * h;
+    double want = 2 * s * h * (h + 2 * kv) + 4 * s * s * h + 2 * s * h * h + 2 * s * h * 2 * 14336 + 2 * s * 14336 * h;
     cr_assert(REL(flops_layer_fwd_per_seq(&m), want));
     flops_params p;
     flops_param_count(&m, &p);

@@ -6,13 +6,13 @@
 #include "sim/model/layer.h"
 
 /* GPT shapes of the papers (Narayanan 2021 Table 1, Korthikanti 2022 Table 3). */
-typedef struct { int64_t h, a; } gpt;
-static const gpt MODELS[] = {{2304, 24}, {6144, 64}, {8192, 64}, {12288, 96}, {16384, 128},
-                             {20480, 128}, {25600, 160}};
+typedef struct {
+    int64_t h, a;
+} gpt;
+static const gpt MODELS[] = {{2304, 24}, {6144, 64}, {8192, 64}, {12288, 96}, {16384, 128}, {20480, 128}, {25600, 160}};
 #define NMODELS (sizeof MODELS / sizeof MODELS[0])
 
-static layer_shape shape(int64_t h, int64_t a, int64_t s, int64_t b, int t, bool sp,
-                         config_recompute r)
+static layer_shape shape(int64_t h, int64_t a, int64_t s, int64_t b, int t, bool sp, config_recompute r)
 {
     layer_shape L = {h, a, a, 4 * h, false, s, b, 51200, t, sp, 2, r};
     return L;
@@ -23,11 +23,15 @@ static int64_t table2(const layer_shape *L)
 {
     int64_t s = L->s, b = L->b, h = L->h, a = L->a, t = L->t;
     int64_t sbh = s * b * h;
-    if (L->recompute == RECOMPUTE_FULL) return L->sp ? 2 * sbh / t : 2 * sbh;
-    if (L->recompute == RECOMPUTE_SELECTIVE) return L->sp ? 34 * sbh / t : sbh * 10 + 24 * sbh / t;
-    if (t == 1) return 34 * sbh + 5 * a * s * s * b;            /* sbh(34 + 5as/h) */
-    if (L->sp) return (34 * sbh + 5 * a * s * s * b) / t;        /* sbh(34 + 5as/h)/t */
-    return 10 * sbh + 24 * sbh / t + 5 * a * s * s * b / t;      /* sbh(10 + 24/t + 5as/(ht)) */
+    if (L->recompute == RECOMPUTE_FULL)
+        return L->sp ? 2 * sbh / t : 2 * sbh;
+    if (L->recompute == RECOMPUTE_SELECTIVE)
+        return L->sp ? 34 * sbh / t : sbh * 10 + 24 * sbh / t;
+    if (t == 1)
+        return 34 * sbh + 5 * a * s * s * b; /* sbh(34 + 5as/h) */
+    if (L->sp)
+        return (34 * sbh + 5 * a * s * s * b) / t;          /* sbh(34 + 5as/h)/t */
+    return 10 * sbh + 24 * sbh / t + 5 * a * s * s * b / t; /* sbh(10 + 24/t + 5as/(ht)) */
 }
 
 Test(layer, saved_bytes_equal_korthikanti_table2_every_row)
@@ -40,14 +44,14 @@ Test(layer, saved_bytes_equal_korthikanti_table2_every_row)
             for (int sp = 0; sp < 2; sp++)
                 for (int ri = 0; ri < 3; ri++)
                     for (int64_t b = 1; b <= 4; b *= 2) {
-                        if (sp && tps[ti] == 1) continue;
+                        if (sp && tps[ti] == 1)
+                            continue;
                         layer_shape L = shape(MODELS[m].h, MODELS[m].a, 2048, b, tps[ti], sp, rs[ri]);
                         layer_saved_list l;
                         cr_assert_eq(layer_saved_build(&L, &l, NULL), TS_OK);
                         int64_t got = layer_saved_kept_bytes(&l);
-                        cr_assert_eq(got, table2(&L), "h %lld t %d sp %d r %d b %lld: %lld != %lld",
-                                     (long long)L.h, L.t, sp, ri, (long long)b, (long long)got,
-                                     (long long)table2(&L));
+                        cr_assert_eq(got, table2(&L), "h %lld t %d sp %d r %d b %lld: %lld != %lld", (long long)L.h,
+                                     L.t, sp, ri, (long long)b, (long long)got, (long long)table2(&L));
                         cr_assert_eq(got, layer_korthikanti_bytes(&L));
                         checked++;
                     }
@@ -64,7 +68,10 @@ Test(layer, saved_flags_consistent)
         int w_only = 0;
         for (int i = 0; i < l.n; i++) {
             cr_assert(l.t[i].kept_after_f != l.t[i].by_recompute, "%s", l.t[i].name);
-            if (l.t[i].kept_after_f) kept += l.t[i].bytes; else rec += l.t[i].bytes;
+            if (l.t[i].kept_after_f)
+                kept += l.t[i].bytes;
+            else
+                rec += l.t[i].bytes;
             all += l.t[i].bytes;
             if (l.t[i].free_when == LAYER_FREE_AFTER_W) {
                 w_only++;
@@ -109,7 +116,8 @@ static double wire(const layer_ops *o)
 {
     double w = 0;
     for (int i = 0; i < o->n; i++)
-        if (o->op[i].kind == LAYER_OP_COMM) w += commcost_wire_bytes(o->op[i].coll, o->op[i].bytes, o->op[i].group);
+        if (o->op[i].kind == LAYER_OP_COMM)
+            w += commcost_wire_bytes(o->op[i].coll, o->op[i].bytes, o->op[i].group);
     return w;
 }
 
@@ -130,7 +138,8 @@ Test(layer, megatron_tp_communication_volume)
     cr_assert_eq(wire(&w), 0.0);
     /* group size t everywhere */
     for (int k = 0; k < f.n; k++)
-        if (f.op[k].kind == LAYER_OP_COMM) cr_assert_eq(f.op[k].group, 8);
+        if (f.op[k].kind == LAYER_OP_COMM)
+            cr_assert_eq(f.op[k].group, 8);
     /* recompute: full repeats the forward's all-reduces, selective none */
     L.recompute = RECOMPUTE_FULL;
     cr_assert_eq(layer_ops_build(&L, LAYER_PASS_R, &r, NULL), TS_OK);
@@ -172,7 +181,8 @@ Test(layer, no_collectives_without_tp)
     for (int p = 0; p < LAYER_PASS_COUNT; p++) {
         layer_ops o;
         cr_assert_eq(layer_ops_build(&L, (layer_pass)p, &o, NULL), TS_OK);
-        for (int i = 0; i < o.n; i++) cr_assert_neq(o.op[i].kind, LAYER_OP_COMM, "%s", o.op[i].name);
+        for (int i = 0; i < o.n; i++)
+            cr_assert_neq(o.op[i].kind, LAYER_OP_COMM, "%s", o.op[i].name);
     }
 }
 
@@ -188,8 +198,7 @@ Test(layer, flops_per_pass)
             cr_assert_eq(layer_ops_build(&L, (layer_pass)p, &o[p], NULL), TS_OK);
         cr_assert_float_eq(layer_ops_flops(&o[LAYER_PASS_F]), fwd, fwd * 1e-12);
         cr_assert_float_eq(layer_ops_flops(&o[LAYER_PASS_B]), 2 * fwd, fwd * 1e-12);
-        cr_assert_float_eq(layer_ops_flops(&o[LAYER_PASS_I]) + layer_ops_flops(&o[LAYER_PASS_W]),
-                           2 * fwd, fwd * 1e-12);
+        cr_assert_float_eq(layer_ops_flops(&o[LAYER_PASS_I]) + layer_ops_flops(&o[LAYER_PASS_W]), 2 * fwd, fwd * 1e-12);
         cr_assert_float_eq(layer_ops_flops(&o[LAYER_PASS_W]), 24 * b * s * h * h / t, fwd * 1e-12);
         cr_assert_float_eq(layer_ops_flops(&o[LAYER_PASS_R]), 4 * b * s * s * h / t, fwd * 1e-12);
     }
@@ -203,9 +212,12 @@ Test(layer, gqa_swiglu_shapes)
     cr_assert_eq(layer_ops_build(&L, LAYER_PASS_F, &f, NULL), TS_OK);
     const layer_op *qkv = NULL, *fc1 = NULL, *fc2 = NULL;
     for (int i = 0; i < f.n; i++) {
-        if (!strcmp(f.op[i].name, "qkv")) qkv = &f.op[i];
-        if (!strcmp(f.op[i].name, "fc1")) fc1 = &f.op[i];
-        if (!strcmp(f.op[i].name, "fc2")) fc2 = &f.op[i];
+        if (!strcmp(f.op[i].name, "qkv"))
+            qkv = &f.op[i];
+        if (!strcmp(f.op[i].name, "fc1"))
+            fc1 = &f.op[i];
+        if (!strcmp(f.op[i].name, "fc2"))
+            fc2 = &f.op[i];
     }
     cr_assert(qkv && fc1 && fc2);
     cr_assert_eq(qkv->n, (4096 + 2 * 8 * 128) / 4);
@@ -214,8 +226,10 @@ Test(layer, gqa_swiglu_shapes)
     layer_saved_list l;
     cr_assert_eq(layer_saved_build(&L, &l, NULL), TS_OK);
     for (int i = 0; i < l.n; i++) {
-        if (!strcmp(l.t[i].name, "attn.k")) cr_assert_eq(l.t[i].bytes, 4096LL * 2 * 128 * 2);
-        if (!strcmp(l.t[i].name, "act.in")) cr_assert_eq(l.t[i].bytes, 4096LL * 2 * 3584 * 2);
+        if (!strcmp(l.t[i].name, "attn.k"))
+            cr_assert_eq(l.t[i].bytes, 4096LL * 2 * 128 * 2);
+        if (!strcmp(l.t[i].name, "act.in"))
+            cr_assert_eq(l.t[i].bytes, 4096LL * 2 * 3584 * 2);
     }
 }
 
@@ -230,7 +244,8 @@ Test(layer, deps_point_backwards)
             cr_assert_eq(layer_output_ops(&L, (layer_pass)p, &o[2], NULL), TS_OK);
             for (int k = 0; k < 3; k++)
                 for (int i = 0; i < o[k].n; i++)
-                    for (int d = 0; d < 2; d++) cr_assert_lt(o[k].op[i].dep[d], i);
+                    for (int d = 0; d < 2; d++)
+                        cr_assert_lt(o[k].op[i].dep[d], i);
         }
 }
 
@@ -241,7 +256,8 @@ Test(layer, backward_overlaps_allreduce_with_wgrad)
     cr_assert_eq(layer_ops_build(&L, LAYER_PASS_B, &b, NULL), TS_OK);
     int found = 0;
     for (int i = 0; i < b.n; i++) {
-        if (b.op[i].kind != LAYER_OP_COMM) continue;
+        if (b.op[i].kind != LAYER_OP_COMM)
+            continue;
         /* the all-reduce and the following wgrad both wait only for the dgrad */
         cr_assert(strstr(b.op[i + 1].name, "wgrad"), "%s then %s", b.op[i].name, b.op[i + 1].name);
         cr_assert_eq(b.op[i].dep[0], i - 1);
@@ -342,5 +358,6 @@ Test(layer, embedding_saved_and_sp_sharding)
     cr_assert_eq(l.t[0].bytes, 2048LL * 2 * 8192 / 8);
     cr_assert_eq(layer_output_saved(&L, &l, NULL), TS_OK);
     cr_assert_eq(l.t[0].bytes, 2048LL * 2 * 8192 * 2 / 8); /* final LN input, sharded */
-    for (int i = 0; i < l.n; i++) cr_assert(l.t[i].kept_after_f && !l.t[i].by_recompute);
+    for (int i = 0; i < l.n; i++)
+        cr_assert(l.t[i].kept_after_f && !l.t[i].by_recompute);
 }

@@ -37,14 +37,14 @@ static void on_end(void *c, engine *e, engine_task_id id, const engine_task_info
 
 typedef struct {
     int64_t makespan_ns;
-    int64_t idle_ns[64];      /* per rank */
-    int64_t peak_act[64];     /* per rank, bytes */
-    int64_t span_ns[64];      /* per rank: first compute start to last compute end (Qi et al.) */
+    int64_t idle_ns[64];  /* per rank */
+    int64_t peak_act[64]; /* per rank, bytes */
+    int64_t span_ns[64];  /* per rank: first compute start to last compute end (Qi et al.) */
 } outcome;
 
 /* Simulate kind with p, m, v and uniform times; activation 1 byte per chunk. */
-static void simulate_uniform(sched_kind kind, int p, int m, int v, int64_t f, int64_t i, int64_t w,
-                             int64_t p2p, outcome *out)
+static void simulate_uniform(sched_kind kind, int p, int m, int v, int64_t f, int64_t i, int64_t w, int64_t p2p,
+                             outcome *out)
 {
     memset(out, 0, sizeof *out);
     sched_opts o;
@@ -111,8 +111,8 @@ Test(lower, gpipe_and_1f1b_bubble)
         cr_expect_float_eq(frac, (double)(p - 1) / m, 1e-12);
         /* activations held at peak: GPipe m micro-batches; 1F1B p - r on rank r */
         for (int r = 0; r < p; r++)
-            cr_expect_eq(o.peak_act[r], kinds[k] == SCHED_GPIPE ? m : p - r, "%s rank %d",
-                         sched_kind_name(kinds[k]), r);
+            cr_expect_eq(o.peak_act[r], kinds[k] == SCHED_GPIPE ? m : p - r, "%s rank %d", sched_kind_name(kinds[k]),
+                         r);
     }
 }
 
@@ -180,7 +180,7 @@ Test(lower, zero_bubble_h2)
         for (int r = 0; r < p; r++)
             if (o.span_ns[r] > cost)
                 cost = o.span_ns[r];
-        cr_expect_eq(cost - m * (f + i + w), (p - 1) * (f + i - 2 * w), "T_W %lld: span %lld",
-                     (long long)w, (long long)cost);
+        cr_expect_eq(cost - m * (f + i + w), (p - 1) * (f + i - 2 * w), "T_W %lld: span %lld", (long long)w,
+                     (long long)cost);
     }
 }

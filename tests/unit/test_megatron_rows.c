@@ -18,11 +18,15 @@
 #include "sim/core/simulate.h"
 
 #define MEGATRON_TFLOPS_TOLERANCE 0.05
-#define CHOSEN_MICRO_BATCH 1
-#define CHOSEN_CHUNKS 2
+#define CHOSEN_MICRO_BATCH        1
+#define CHOSEN_CHUNKS             2
 
-static const gpu_spec A100 = {.name = "A100-SXM4-80GB", .bf16_tflops = 312, .fp16_tflops = 312,
-                              .fp32_tflops = 19.5, .hbm_gib = 80, .hbm_gbps = 2039,
+static const gpu_spec A100 = {.name = "A100-SXM4-80GB",
+                              .bf16_tflops = 312,
+                              .fp16_tflops = 312,
+                              .fp32_tflops = 19.5,
+                              .hbm_gib = 80,
+                              .hbm_gbps = 2039,
                               .nvlink_gbps = 300};
 
 /* megatron_calibration.csv, copied */
@@ -76,11 +80,10 @@ Test(megatron_rows, achieved_tflops_within_5pct)
         double got = r->megatron_tflops_per_gpu, want = ROWS[i].tflops_per_gpu;
         printf("%-7s t %d p %d d %d b %d v %d: %.1f TFLOP/s per GPU (published %.0f, %+.1f%%), "
                "iteration %.2f s\n",
-               ROWS[i].params, ROWS[i].tp, ROWS[i].pp, r->d, CHOSEN_MICRO_BATCH, v, got, want,
-               100 * (got / want - 1), (double)r->iteration_ns / 1e9);
+               ROWS[i].params, ROWS[i].tp, ROWS[i].pp, r->d, CHOSEN_MICRO_BATCH, v, got, want, 100 * (got / want - 1),
+               (double)r->iteration_ns / 1e9);
         cr_expect(r->fits, "%s does not fit in 80 GB", ROWS[i].params);
-        cr_expect_leq(fabs(got / want - 1), MEGATRON_TFLOPS_TOLERANCE, "%s: %.1f vs %.0f",
-                      ROWS[i].params, got, want);
+        cr_expect_leq(fabs(got / want - 1), MEGATRON_TFLOPS_TOLERANCE, "%s: %.1f vs %.0f", ROWS[i].params, got, want);
         simulate_result_free(r);
         config_free(&c);
     }

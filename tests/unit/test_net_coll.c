@@ -20,8 +20,7 @@ static net_graph *dgx(const char *kind, int servers)
     return g;
 }
 
-static int64_t coll_ns(const net_graph *g, net_coll_kind kind, net_coll_algo algo, const int *gpus, int n,
-                       double bytes)
+static int64_t coll_ns(const net_graph *g, net_coll_kind kind, net_coll_algo algo, const int *gpus, int n, double bytes)
 {
     net_coll_req q = {kind, algo, gpus, n, bytes, 0, 0};
     int64_t t = -1;
@@ -84,7 +83,8 @@ static double route_us(const net_graph *g, int a, int b)
     int n = net_route(r, g->gpu_node[a], g->gpu_node[b], 0, links, &e);
     cr_assert(n > 0, "%s", e.msg);
     double us = 0;
-    for (int i = 0; i < n; i++) us += g->links[links[i]].lat_us;
+    for (int i = 0; i < n; i++)
+        us += g->links[links[i]].lat_us;
     net_router_free(r);
     return us;
 }
@@ -129,7 +129,8 @@ Test(net_coll, hierarchical_phases)
 {
     net_graph *g = dgx("H100", 2);
     int gpus[16];
-    for (int i = 0; i < 16; i++) gpus[i] = i;
+    for (int i = 0; i < 16; i++)
+        gpus[i] = i;
     double S = 1e9;
     int64_t t = coll_ns(g, NET_COLL_ALLREDUCE, NET_ALGO_HIER, gpus, 16, S);
     double nv = 450 * NET_NVLINK_EFF, ib = 50 * NET_IB_EFF;
@@ -147,7 +148,8 @@ Test(net_coll, scatter_gather_p2p_uses_all_nics)
 {
     net_graph *g = dgx("H100", 2);
     int sg[16];
-    for (int i = 0; i < 16; i++) sg[i] = i;
+    for (int i = 0; i < 16; i++)
+        sg[i] = i;
     double S = 256e6, ib = 50 * NET_IB_EFF, nv = 450 * NET_NVLINK_EFF;
     int64_t t = coll_ns(g, NET_COLL_P2P_SCATTER, NET_ALGO_AUTO, sg, 16, S);
     double want = route_us(g, 0, 8) * 1000 + S / 8 / ib + 7 * route_us(g, 8, 9) * 1000 + 7.0 / 8 * S / nv;
@@ -179,7 +181,8 @@ Test(net_coll, oversubscribed_fat_tree_is_slower_by_the_expected_factor)
         cr_assert_eq(net_sim_new(g, NULL, NULL, &s, &e), TS_OK);
         int groups[8][4];
         for (int j = 0; j < 8; j++) {
-            for (int i = 0; i < n; i++) groups[j][i] = i * 8 + j;
+            for (int i = 0; i < n; i++)
+                groups[j][i] = i * 8 + j;
             net_coll_req q = {NET_COLL_ALLREDUCE, NET_ALGO_RING, groups[j], n, S, 0, (uint64_t)j};
             cr_assert_eq(net_sim_start(s, 0, &q, (uint64_t)j, &e), TS_OK, "%s", e.msg);
         }
@@ -199,7 +202,8 @@ Test(net_coll, tree_allreduce_runs_and_is_deterministic)
 {
     net_graph *g = dgx("A100", 8);
     int gpus[8];
-    for (int i = 0; i < 8; i++) gpus[i] = i * 8;
+    for (int i = 0; i < 8; i++)
+        gpus[i] = i * 8;
     int64_t a = coll_ns(g, NET_COLL_ALLREDUCE, NET_ALGO_TREE, gpus, 8, 1e8);
     int64_t b = coll_ns(g, NET_COLL_ALLREDUCE, NET_ALGO_TREE, gpus, 8, 1e8);
     cr_assert_eq(a, b);

@@ -17,11 +17,14 @@
  * micro-batch (and its send), the data-parallel gradient all-reduce. */
 enum { K_F = 0, K_AR, K_SEND, K_RECV, K_DP, K_KINDS };
 enum { S_COMPUTE = 0, S_TP, S_SEND, S_RECV, S_DP, N_STREAMS };
-#define T_NS 100000
+#define T_NS     100000
 #define AR_BYTES 16e6
 #define DP_BYTES 200e6
 
-typedef struct { int p; double p2p_bytes; } pipe_ctx;
+typedef struct {
+    int p;
+    double p2p_bytes;
+} pipe_ctx;
 
 static int describe(void *ctx, uint32_t tag, net_step_desc *d, ts_err *err)
 {
@@ -29,11 +32,21 @@ static int describe(void *ctx, uint32_t tag, net_step_desc *d, ts_err *err)
     const pipe_ctx *pc = ctx;
     int stage = (int)tag / K_KINDS, kind = (int)tag % K_KINDS;
     switch (kind) {
-    case K_F: *d = (net_step_desc){NET_STEP_COMPUTE, 0, 0, 0, 0, T_NS}; break;
-    case K_AR: *d = (net_step_desc){NET_STEP_COLL, NET_COLL_ALLREDUCE, NET_DIM_TP, 0, AR_BYTES, 0}; break;
-    case K_SEND: *d = (net_step_desc){NET_STEP_SEND, 0, 0, (stage + 1) % pc->p, pc->p2p_bytes, 0}; break;
-    case K_DP: *d = (net_step_desc){NET_STEP_COLL, NET_COLL_ALLREDUCE, NET_DIM_DP, 0, DP_BYTES, 0}; break;
-    default: *d = (net_step_desc){NET_STEP_ENGINE, 0, 0, 0, 0, 0}; break;
+    case K_F:
+        *d = (net_step_desc){NET_STEP_COMPUTE, 0, 0, 0, 0, T_NS};
+        break;
+    case K_AR:
+        *d = (net_step_desc){NET_STEP_COLL, NET_COLL_ALLREDUCE, NET_DIM_TP, 0, AR_BYTES, 0};
+        break;
+    case K_SEND:
+        *d = (net_step_desc){NET_STEP_SEND, 0, 0, (stage + 1) % pc->p, pc->p2p_bytes, 0};
+        break;
+    case K_DP:
+        *d = (net_step_desc){NET_STEP_COLL, NET_COLL_ALLREDUCE, NET_DIM_DP, 0, DP_BYTES, 0};
+        break;
+    default:
+        *d = (net_step_desc){NET_STEP_ENGINE, 0, 0, 0, 0, 0};
+        break;
     }
     return TS_OK;
 }
@@ -53,8 +66,10 @@ static void lower_replica(engine *e, int p, int m, const int *rank_of)
                 cr_assert_eq(engine_task_join(e, r, prev_send[mb], &err), TS_OK, "%s", err.msg);
             }
             cr_assert_eq(engine_task_add(e, R, S_COMPUTE, T_NS, (uint32_t)(pp * K_KINDS + K_F), mb, &f, &err), TS_OK);
-            if (r != ENGINE_NO_TASK) engine_dep_add(e, r, f, &err);
-            if (last_ar != ENGINE_NO_TASK) engine_dep_add(e, last_ar, f, &err);
+            if (r != ENGINE_NO_TASK)
+                engine_dep_add(e, r, f, &err);
+            if (last_ar != ENGINE_NO_TASK)
+                engine_dep_add(e, last_ar, f, &err);
             cr_assert_eq(engine_task_add(e, R, S_TP, 0, (uint32_t)(pp * K_KINDS + K_AR), mb, &ar, &err), TS_OK);
             engine_dep_add(e, f, ar, &err);
             last_ar = ar;
@@ -67,7 +82,8 @@ static void lower_replica(engine *e, int p, int m, const int *rank_of)
         engine_task_id dp;
         cr_assert_eq(engine_task_add(e, R, S_DP, 0, (uint32_t)(pp * K_KINDS + K_DP), -1, &dp, &err), TS_OK);
         engine_dep_add(e, last_ar, dp, &err);
-        if (pp < p - 1) engine_dep_add(e, sends[m - 1], dp, &err);
+        if (pp < p - 1)
+            engine_dep_add(e, sends[m - 1], dp, &err);
         memcpy(prev_send, sends, sizeof sends);
     }
 }
@@ -95,11 +111,13 @@ static run_out run(const net_graph *g, int t, int d, int p, int m, bool full, in
     if (full) {
         for (int dp = 0; dp < d; dp++)
             for (int tp = 0; tp < t; tp++) {
-                for (int pp = 0; pp < p; pp++) rank_of[pp] = net_engine_rank(ne, tp, dp, pp);
+                for (int pp = 0; pp < p; pp++)
+                    rank_of[pp] = net_engine_rank(ne, tp, dp, pp);
                 lower_replica(e, p, m, rank_of);
             }
     } else {
-        for (int pp = 0; pp < p; pp++) rank_of[pp] = pp;
+        for (int pp = 0; pp < p; pp++)
+            rank_of[pp] = pp;
         lower_replica(e, p, m, rank_of);
     }
     if (straggler >= 0) {
@@ -118,7 +136,8 @@ static run_out run(const net_graph *g, int t, int d, int p, int m, bool full, in
     out.makespan_ns = engine_makespan_ns(e);
     for (uint32_t id = 0; id < engine_task_count(e); id++) {
         int R = engine_task_rank(e, id), pp = R < p ? R : -1; /* engine ranks 0..p-1: replica (0, 0) */
-        if (pp >= 0 && engine_task_end_ns(e, id) > out.last_end_ns[pp]) out.last_end_ns[pp] = engine_task_end_ns(e, id);
+        if (pp >= 0 && engine_task_end_ns(e, id) > out.last_end_ns[pp])
+            out.last_end_ns[pp] = engine_task_end_ns(e, id);
     }
     out.st = net_engine_get_stats(ne);
     engine_free(e);
@@ -146,7 +165,8 @@ Test(net_engine, symmetric_and_full_modes_agree_exactly)
     run_out b = run(g, 8, 2, 2, 4, true, -1, 1, 0);
     cr_assert_eq(a.makespan_ns, b.makespan_ns, "symmetric %lld vs full %lld", (long long)a.makespan_ns,
                  (long long)b.makespan_ns);
-    for (int pp = 0; pp < 2; pp++) cr_assert_eq(a.last_end_ns[pp], b.last_end_ns[pp]);
+    for (int pp = 0; pp < 2; pp++)
+        cr_assert_eq(a.last_end_ns[pp], b.last_end_ns[pp]);
     cr_assert(b.st.collectives > a.st.collectives, "full mode runs every group's collectives");
     cr_assert(a.makespan_ns > 4 * T_NS);
     net_graph_free(g);

@@ -35,7 +35,10 @@ static int gpu_link(const net_graph *g, int a, int b)
     return l;
 }
 
-typedef struct { int64_t t[16]; int n; } ends;
+typedef struct {
+    int64_t t[16];
+    int n;
+} ends;
 static void rec(void *ctx, int flow, uint64_t tag, int64_t t)
 {
     (void)flow;
@@ -131,29 +134,42 @@ Test(net_flow, a_link_only_one_flow_uses_can_be_its_bottleneck)
 
 /* Global max-min by the definition (naive progressive filling over all
  * links), to check the incremental component recomputation against. */
-static void global_maxmin(const net_graph *g, int nf, int paths[][NET_MAX_PATH], const int *plen,
-                          const char *alive, double *rate)
+static void global_maxmin(const net_graph *g, int nf, int paths[][NET_MAX_PATH], const int *plen, const char *alive,
+                          double *rate)
 {
     double *rem = malloc(sizeof *rem * (size_t)g->n_links);
     int *cnt = calloc((size_t)g->n_links, sizeof *cnt);
     char *fz = calloc((size_t)nf, 1);
-    for (int l = 0; l < g->n_links; l++) rem[l] = g->links[l].bw_gbps;
+    for (int l = 0; l < g->n_links; l++)
+        rem[l] = g->links[l].bw_gbps;
     for (int i = 0; i < nf; i++)
-        if (alive[i]) for (int h = 0; h < plen[i]; h++) cnt[paths[i][h]]++;
+        if (alive[i])
+            for (int h = 0; h < plen[i]; h++)
+                cnt[paths[i][h]]++;
     for (;;) {
         int best = -1;
         double bs = 0;
         for (int l = 0; l < g->n_links; l++)
-            if (cnt[l] > 0 && (best < 0 || rem[l] / cnt[l] < bs)) { best = l; bs = rem[l] / cnt[l]; }
-        if (best < 0) break;
+            if (cnt[l] > 0 && (best < 0 || rem[l] / cnt[l] < bs)) {
+                best = l;
+                bs = rem[l] / cnt[l];
+            }
+        if (best < 0)
+            break;
         for (int i = 0; i < nf; i++) {
-            if (!alive[i] || fz[i]) continue;
+            if (!alive[i] || fz[i])
+                continue;
             int on = 0;
-            for (int h = 0; h < plen[i]; h++) on |= paths[i][h] == best;
-            if (!on) continue;
+            for (int h = 0; h < plen[i]; h++)
+                on |= paths[i][h] == best;
+            if (!on)
+                continue;
             fz[i] = 1;
             rate[i] = bs;
-            for (int h = 0; h < plen[i]; h++) { rem[paths[i][h]] -= bs; cnt[paths[i][h]]--; }
+            for (int h = 0; h < plen[i]; h++) {
+                rem[paths[i][h]] -= bs;
+                cnt[paths[i][h]]--;
+            }
         }
     }
     free(rem);
@@ -192,7 +208,8 @@ Test(net_flow, incremental_equals_global)
         int a = (int)(seed >> 8) % g->n_gpus;
         seed = seed * 1103515245u + 12345u;
         int b = (int)(seed >> 8) % g->n_gpus;
-        if (a == b) b = (b + 9) % g->n_gpus;
+        if (a == b)
+            b = (b + 9) % g->n_gpus;
         plen[i] = net_route(r, g->gpu_node[a], g->gpu_node[b], (uint64_t)i, paths[i], &e);
         cr_assert(plen[i] > 0, "%s", e.msg);
         ids[i] = net_flow_start(f, (int64_t)i * 100, paths[i], plen[i], 1e5 * (1 + i % 7), (uint64_t)i, &e);
@@ -206,8 +223,8 @@ Test(net_flow, incremental_equals_global)
         for (int k = 0; k <= i; k++)
             if (alive[k])
                 cr_assert_float_eq(net_flow_rate_gbps(f, ids[k]), want[k], 1e-9 * want[k] + 1e-12,
-                                   "flow %d after start %d: %g vs global %g", k, i,
-                                   net_flow_rate_gbps(f, ids[k]), want[k]);
+                                   "flow %d after start %d: %g vs global %g", k, i, net_flow_rate_gbps(f, ids[k]),
+                                   want[k]);
     }
     net_flow_stats st = net_flows_stats(f);
     cr_assert(st.rate_updates > 0 && st.recomputes > 0);

@@ -14,7 +14,8 @@ static int count_kind(const net_graph *g, net_node_kind k, int level)
 {
     int n = 0;
     for (int v = 0; v < g->n_nodes; v++)
-        if (g->nodes[v].kind == k && (level < 0 || g->nodes[v].level == level)) n++;
+        if (g->nodes[v].kind == k && (level < 0 || g->nodes[v].level == level))
+            n++;
     return n;
 }
 
@@ -35,7 +36,8 @@ Test(net_graph, dgx_fabric_shape)
     /* Rail k of servers 0 and 31 share a leaf; of servers 0 and 32 do not. */
     char b[32];
     cr_assert_str_eq(net_graph_node_name(g, net_graph_gpu_nic(g, 3), b, sizeof b), "nic0.3");
-    int nic0 = net_graph_gpu_nic(g, 3), nic31 = net_graph_gpu_nic(g, 31 * 8 + 3), nic32 = net_graph_gpu_nic(g, 32 * 8 + 3);
+    int nic0 = net_graph_gpu_nic(g, 3), nic31 = net_graph_gpu_nic(g, 31 * 8 + 3),
+        nic32 = net_graph_gpu_nic(g, 32 * 8 + 3);
     int leaf = g->links[g->out_link[g->out_off[nic0 + 1] - 1]].dst; /* highest id neighbor: the leaf */
     cr_assert_eq(g->nodes[leaf].kind, NET_NODE_SWITCH);
     cr_assert(net_graph_find_link(g, nic31, leaf) >= 0);
@@ -61,8 +63,10 @@ Test(net_graph, multipod_llama3)
     for (int i = 0; i < g->n_links; i++) {
         const net_link *l = &g->links[i];
         const net_node *a = &g->nodes[l->src], *b = &g->nodes[l->dst];
-        if (a->kind == NET_NODE_SWITCH && b->kind == NET_NODE_SWITCH && a->level == 1 && b->level == 2) down += l->line_gbps;
-        if (a->kind == NET_NODE_SWITCH && b->kind == NET_NODE_SWITCH && a->level == 2 && b->level == 3) up += l->line_gbps;
+        if (a->kind == NET_NODE_SWITCH && b->kind == NET_NODE_SWITCH && a->level == 1 && b->level == 2)
+            down += l->line_gbps;
+        if (a->kind == NET_NODE_SWITCH && b->kind == NET_NODE_SWITCH && a->level == 2 && b->level == 3)
+            up += l->line_gbps;
     }
     cr_assert_float_eq(down / up, 7.0, 0.05 * 7.0, "spine down %g up %g", down, up);
     int pair[2] = {0, 3072};
@@ -76,11 +80,10 @@ Test(net_graph, multipod_llama3)
 Test(net_graph, link_list_and_errors)
 {
     net_link_spec s[] = {
-        {"gpu0.0", "nvs0", 300, 0, 0.5}, {"gpu0.1", "nvs0", 300, 0, 0.5},
-        {"gpu0.0", "nic0.0", 32, 0, 0.5}, {"gpu0.1", "nic0.0", 32, 0, 0.5},
-        {"gpu1.0", "nvs1", 300, 0, 0.5}, {"gpu1.1", "nvs1", 300, 0, 0.5},
-        {"gpu1.0", "nic1.0", 32, 0, 0.5}, {"gpu1.1", "nic1.0", 32, 0, 0.5},
-        {"nic0.0", "sw1.0", 25, 0, 1}, {"nic1.0", "sw1.0", 25, 0, 1},
+        {"gpu0.0", "nvs0", 300, 0, 0.5},  {"gpu0.1", "nvs0", 300, 0, 0.5},  {"gpu0.0", "nic0.0", 32, 0, 0.5},
+        {"gpu0.1", "nic0.0", 32, 0, 0.5}, {"gpu1.0", "nvs1", 300, 0, 0.5},  {"gpu1.1", "nvs1", 300, 0, 0.5},
+        {"gpu1.0", "nic1.0", 32, 0, 0.5}, {"gpu1.1", "nic1.0", 32, 0, 0.5}, {"nic0.0", "sw1.0", 25, 0, 1},
+        {"nic1.0", "sw1.0", 25, 0, 1},
     };
     net_graph *g = NULL;
     ts_err e;
@@ -91,8 +94,9 @@ Test(net_graph, link_list_and_errors)
     cr_assert_eq(g->links[l].kind, NET_LINK_NVLINK);
     cr_assert_float_eq(g->links[l].bw_gbps, 300 * NET_NVLINK_EFF, 1e-9);
     /* Degrade the NIC link of server 1 to half. */
-    cr_assert_eq(net_graph_scale_link(g, net_graph_node_by_name(g, "nic1.0"), net_graph_node_by_name(g, "sw1.0"), 0.5, &e),
-                 TS_OK);
+    cr_assert_eq(
+        net_graph_scale_link(g, net_graph_node_by_name(g, "nic1.0"), net_graph_node_by_name(g, "sw1.0"), 0.5, &e),
+        TS_OK);
     int x = net_graph_find_link(g, net_graph_node_by_name(g, "sw1.0"), net_graph_node_by_name(g, "nic1.0"));
     cr_assert_float_eq(g->links[x].bw_gbps, 25 * NET_IB_EFF * 0.5, 1e-9);
     net_graph_free(g);
@@ -131,7 +135,8 @@ Test(net_route, deterministic_ecmp_spreads)
         int spine = g->links[l1[2]].dst;
         cr_assert_eq(g->nodes[spine].level, 2);
         int s = g->nodes[spine].local % 64;
-        if (!used[s]++) distinct++;
+        if (!used[s]++)
+            distinct++;
     }
     cr_assert(distinct >= 16, "64 flows over %d spines used only %d", count_kind(g, NET_NODE_SWITCH, 2), distinct);
     cr_assert_eq(net_route_hash(1, 2, 3, 4), net_route_hash(1, 2, 3, 4));
@@ -147,14 +152,18 @@ Test(net_route, deterministic_ecmp_spreads)
 static int hops(const net_graph *g, int a, int b)
 {
     int *d = malloc(sizeof *d * (size_t)g->n_nodes), *q = malloc(sizeof *q * (size_t)g->n_nodes), head = 0, tail = 0;
-    for (int v = 0; v < g->n_nodes; v++) d[v] = -1;
+    for (int v = 0; v < g->n_nodes; v++)
+        d[v] = -1;
     d[a] = 0;
     q[tail++] = a;
     while (head < tail && d[b] < 0) {
         int v = q[head++];
         for (int k = g->out_off[v]; k < g->out_off[v + 1]; k++) {
             int w = g->links[g->out_link[k]].dst;
-            if (d[w] < 0) { d[w] = d[v] + 1; q[tail++] = w; }
+            if (d[w] < 0) {
+                d[w] = d[v] + 1;
+                q[tail++] = w;
+            }
         }
     }
     int h = d[b];
@@ -176,12 +185,14 @@ static void check_shortest_routes(const net_graph *g, int pairs)
         int a = g->gpu_node[(seed >> 8) % (unsigned)g->n_gpus];
         seed = seed * 1103515245u + 12345u;
         int b = g->gpu_node[(seed >> 8) % (unsigned)g->n_gpus];
-        if (a == b) continue;
+        if (a == b)
+            continue;
         int l[NET_MAX_PATH], n = net_route(r, a, b, (uint64_t)i, l, &e);
         cr_assert(n > 0, "%s", e.msg);
         cr_assert_eq(g->links[l[0]].src, a);
         cr_assert_eq(g->links[l[n - 1]].dst, b);
-        for (int h = 1; h < n; h++) cr_assert_eq(g->links[l[h]].src, g->links[l[h - 1]].dst, "pair %d hop %d", i, h);
+        for (int h = 1; h < n; h++)
+            cr_assert_eq(g->links[l[h]].src, g->links[l[h - 1]].dst, "pair %d hop %d", i, h);
         cr_assert_eq(n, hops(g, a, b), "pair %d: %d links, shortest %d", i, n, hops(g, a, b));
     }
     net_router_free(r);
@@ -241,10 +252,19 @@ Test(net_topo, parametric_and_link_list)
     memset(&t, 0, sizeof t);
     t.form = TOPO_PARAMETRIC;
     strcpy(t.source, "test");
-    t.params = (topo_params){.nodes = 16, .gpus_per_node = 8, .gpu = "H100-SXM5-80GB", .intra_node_gbps = 450,
-                             .intra_node_latency_us = 1.0, .nics_per_node = 8, .nic_gbps = 50,
-                             .nic_latency_us = 1.0, .fabric = TOPO_RAIL_OPTIMIZED, .levels = 2,
-                             .oversubscription = 2, .switch_latency_us = 0.13, .switch_ports = 64};
+    t.params = (topo_params){.nodes = 16,
+                             .gpus_per_node = 8,
+                             .gpu = "H100-SXM5-80GB",
+                             .intra_node_gbps = 450,
+                             .intra_node_latency_us = 1.0,
+                             .nics_per_node = 8,
+                             .nic_gbps = 50,
+                             .nic_latency_us = 1.0,
+                             .fabric = TOPO_RAIL_OPTIMIZED,
+                             .levels = 2,
+                             .oversubscription = 2,
+                             .switch_latency_us = 0.13,
+                             .switch_ports = 64};
     net_graph *g = NULL;
     ts_err e;
     cr_assert_eq(net_graph_from_topo(&t, 64, NULL, &g, &e), TS_OK, "%s", e.msg);

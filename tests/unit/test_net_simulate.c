@@ -5,18 +5,39 @@
 #include <string.h>
 
 #include "sim/config/flags.h"
+#include "sim/core/simulate.h"
 #include "sim/net/net_simulate.h"
 #include "sim/util/opt.h"
-#include "sim/core/simulate.h"
 
 /* A small GPT on 4 DGX H100 servers: t 8, p 2, d 2, 8 micro-batches, 1F1B.
  * The built-in H100 topology's rail leaves hold all 4 servers, so no two
  * groups share a link. */
-static const char *BASE[] = {"--model", "gpt3-175b", "--num-layers", "4", "--hidden-size", "1024",
-                             "--num-attention-heads", "16", "--seq-length", "1024", "--micro-batch-size", "1",
-                             "--global-batch-size", "16", "--tensor-model-parallel-size", "8",
-                             "--pipeline-model-parallel-size", "2", "--gpus", "32", "--gpu", "H100-SXM5-80GB",
-                             "--schedule", "1f1b", "--recompute-granularity", "none"};
+static const char *BASE[] = {"--model",
+                             "gpt3-175b",
+                             "--num-layers",
+                             "4",
+                             "--hidden-size",
+                             "1024",
+                             "--num-attention-heads",
+                             "16",
+                             "--seq-length",
+                             "1024",
+                             "--micro-batch-size",
+                             "1",
+                             "--global-batch-size",
+                             "16",
+                             "--tensor-model-parallel-size",
+                             "8",
+                             "--pipeline-model-parallel-size",
+                             "2",
+                             "--gpus",
+                             "32",
+                             "--gpu",
+                             "H100-SXM5-80GB",
+                             "--schedule",
+                             "1f1b",
+                             "--recompute-granularity",
+                             "none"};
 #define NBASE (int)(sizeof BASE / sizeof BASE[0])
 
 typedef struct {
@@ -33,8 +54,10 @@ static int run(const char **extra, int n_extra, run_t *out, ts_err *err)
     const char *argv[64];
     int argc = 0, rc;
     argv[argc++] = "simulate";
-    for (int i = 0; i < NBASE; i++) argv[argc++] = BASE[i];
-    for (int i = 0; i < n_extra; i++) argv[argc++] = extra[i];
+    for (int i = 0; i < NBASE; i++)
+        argv[argc++] = BASE[i];
+    for (int i = 0; i < n_extra; i++)
+        argv[argc++] = extra[i];
     opt_table_init(&t, "test", "");
     cr_assert_eq(flags_register(&fs, &t, &c, err), TS_OK, "%s", err->msg);
     cr_assert_eq(net_sim_opts_register(&no, &t, err), TS_OK, "%s", err->msg);
@@ -61,9 +84,10 @@ Test(net_simulate, symmetric_and_full_agree_exactly)
     const char *sym[] = {"--network-flows"}, *full[] = {"--full"};
     cr_assert_eq(run(sym, 1, &a, &err), TS_OK, "%s", err.msg);
     cr_assert_eq(run(full, 1, &b, &err), TS_OK, "%s", err.msg);
-    cr_assert_eq(a.r->iteration_ns, b.r->iteration_ns, "symmetric %lld ns, full %lld ns",
-                 (long long)a.r->iteration_ns, (long long)b.r->iteration_ns);
-    for (int i = 0; i < SIMULATE_COMM_KINDS; i++) cr_assert_float_eq(a.r->exposed_ns[i], b.r->exposed_ns[i], 1e-6);
+    cr_assert_eq(a.r->iteration_ns, b.r->iteration_ns, "symmetric %lld ns, full %lld ns", (long long)a.r->iteration_ns,
+                 (long long)b.r->iteration_ns);
+    for (int i = 0; i < SIMULATE_COMM_KINDS; i++)
+        cr_assert_float_eq(a.r->exposed_ns[i], b.r->exposed_ns[i], 1e-6);
     cr_assert(b.st.collectives > a.st.collectives && b.st.flows.flows_started > a.st.flows.flows_started);
     cr_assert(b.r->tasks > a.r->tasks);
     simulate_result_free(a.r);

@@ -29,31 +29,53 @@ static void setup(void)
     err_clear(&E);
     opt_table_init(&T, "trainsim test", "A table for tests.");
     cr_assert_eq(opt_section(&T, "Model", &E), TS_OK);
-    cr_assert_eq(opt_add(&T, &(opt_spec){.name = "--num-layers", .type = OPT_INT, .target = &V.layers, .min = 1,
-                                         .max = 1000, .unit = "layers", .help = "transformer layers"},
+    cr_assert_eq(opt_add(&T,
+                         &(opt_spec){.name = "--num-layers",
+                                     .type = OPT_INT,
+                                     .target = &V.layers,
+                                     .min = 1,
+                                     .max = 1000,
+                                     .unit = "layers",
+                                     .help = "transformer layers"},
                          &E),
                  TS_OK);
-    cr_assert_eq(opt_add(&T, &(opt_spec){.name = "--train-tokens", .type = OPT_INT64, .target = &V.tokens,
-                                         .min = 0, .max = 1e15, .unit = "tokens", .help = "tokens"},
+    cr_assert_eq(opt_add(&T,
+                         &(opt_spec){.name = "--train-tokens",
+                                     .type = OPT_INT64,
+                                     .target = &V.tokens,
+                                     .min = 0,
+                                     .max = 1e15,
+                                     .unit = "tokens",
+                                     .help = "tokens"},
                          &E),
                  TS_OK);
-    cr_assert_eq(opt_add(&T, &(opt_spec){.name = "--nic-bandwidth", .alias = "-b", .type = OPT_DOUBLE,
-                                         .target = &V.bw, .min = 0.001, .max = 1e4, .unit = "GB/s",
-                                         .help = "NIC bandwidth"},
+    cr_assert_eq(opt_add(&T,
+                         &(opt_spec){.name = "--nic-bandwidth",
+                                     .alias = "-b",
+                                     .type = OPT_DOUBLE,
+                                     .target = &V.bw,
+                                     .min = 0.001,
+                                     .max = 1e4,
+                                     .unit = "GB/s",
+                                     .help = "NIC bandwidth"},
                          &E),
                  TS_OK);
-    cr_assert_eq(opt_add(&T, &(opt_spec){.name = "--swiglu", .type = OPT_BOOL, .target = &V.swiglu,
-                                         .help = "SwiGLU MLP"},
-                         &E),
-                 TS_OK);
-    cr_assert_eq(opt_add(&T, &(opt_spec){.name = "--topology", .type = OPT_STRING, .target = &V.file,
-                                         .metavar = "FILE", .help = "topology CSV"},
-                         &E),
-                 TS_OK);
-    cr_assert_eq(opt_add(&T, &(opt_spec){.name = "--color", .type = OPT_ENUM, .target = &V.color,
-                                         .enum_names = COLORS, .help = "a color"},
-                         &E),
-                 TS_OK);
+    cr_assert_eq(
+        opt_add(&T, &(opt_spec){.name = "--swiglu", .type = OPT_BOOL, .target = &V.swiglu, .help = "SwiGLU MLP"}, &E),
+        TS_OK);
+    cr_assert_eq(
+        opt_add(
+            &T,
+            &(opt_spec){
+                .name = "--topology", .type = OPT_STRING, .target = &V.file, .metavar = "FILE", .help = "topology CSV"},
+            &E),
+        TS_OK);
+    cr_assert_eq(
+        opt_add(&T,
+                &(opt_spec){
+                    .name = "--color", .type = OPT_ENUM, .target = &V.color, .enum_names = COLORS, .help = "a color"},
+                &E),
+        TS_OK);
 }
 
 static void teardown(void)
@@ -70,8 +92,8 @@ TestSuite(opt, .init = setup, .fini = teardown);
 
 Test(opt, parses_both_forms_and_records_set)
 {
-    const char *a[] = {"cmd", "--num-layers", "96", "--nic-bandwidth=12.5", "--swiglu", "--topology", "x.csv",
-                       "--color=blue", "--train-tokens", "300000000000"};
+    const char *a[] = {"cmd",        "--num-layers", "96",           "--nic-bandwidth=12.5", "--swiglu",
+                       "--topology", "x.csv",        "--color=blue", "--train-tokens",       "300000000000"};
     cr_assert_eq(parse(10, a), TS_OK, "%s", E.msg);
     cr_expect_eq(V.layers, 96);
     cr_expect_float_eq(V.bw, 12.5, 1e-12);
@@ -248,8 +270,7 @@ Test(opt, many_flags_keep_their_defaults)
     for (int i = 0; i < 40; i++) {
         many[i] = 100 + i;
         snprintf(names[i], sizeof names[i], "--flag-%d", i);
-        cr_assert_eq(opt_add(&T, &(opt_spec){.name = names[i], .type = OPT_INT, .target = &many[i], .unit = "u"},
-                             &E),
+        cr_assert_eq(opt_add(&T, &(opt_spec){.name = names[i], .type = OPT_INT, .target = &many[i], .unit = "u"}, &E),
                      TS_OK);
     }
     char *buf = NULL;

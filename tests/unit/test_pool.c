@@ -4,15 +4,15 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "sim/util/err.h"
 #include "sim/search/pool.h"
+#include "sim/util/err.h"
 
 typedef struct {
     atomic_int runs[64];
-    int done_calls;      /* only touched under the pool's lock */
-    int in_done;         /* detects concurrent done() calls */
+    int done_calls; /* only touched under the pool's lock */
+    int in_done;    /* detects concurrent done() calls */
     int overlap;
-    size_t fail_at;      /* done() of this item fails; SIZE_MAX for never */
+    size_t fail_at; /* done() of this item fails; SIZE_MAX for never */
 } counter;
 
 static int work(void *ctx, size_t i)

@@ -5,9 +5,9 @@
 #include <string.h>
 
 #include "sim/sched/sched.h"
-#include "sim/sched/sched_validate.h"
 #include "sim/sched/sched_comm.h"
 #include "sim/sched/sched_generate.h"
+#include "sim/sched/sched_validate.h"
 #include "tests/unit/sched_fixture.h"
 
 static sched *gen_opts(sched_opts *o)
@@ -224,8 +224,7 @@ Test(sched, interleaved_as_megatron)
                     size_t first_b = 0;
                     while (x->actions[r][first_b].kind != ACT_B)
                         first_b++;
-                    cr_expect_eq(first_b, (size_t)(warm < m * v ? warm + 1 : m * v), "p=%d m=%d v=%d r=%d", p,
-                                 m, v, r);
+                    cr_expect_eq(first_b, (size_t)(warm < m * v ? warm + 1 : m * v), "p=%d m=%d v=%d r=%d", p, m, v, r);
                 }
                 sched_free(x);
             }
@@ -237,8 +236,9 @@ Test(sched, interleaved_partial_last_group)
     sched *s = gen(SCHED_INTERLEAVED, 4, 6, 2, false);
     /* Groups [0,4) and [4,6): chunk 0 of mb 0-3, chunk 1 of mb 0-3, then
      * chunk 0 of mb 4-5, chunk 1 of mb 4-5. Rank 3 warm-up = 0 + 4. */
-    expect_tokens(s, 3, "3F0 3F1 3F2 3F3 7F0 7B0 7F1 7B1 7F2 7B2 7F3 7B3 3F4 3B0 3F5 3B1 7F4 3B2 7F5 3B3 "
-                        "7B4 7B5 3B4 3B5");
+    expect_tokens(s, 3,
+                  "3F0 3F1 3F2 3F3 7F0 7B0 7F1 7B1 7F2 7B2 7F3 7B3 3F4 3B0 3F5 3B1 7F4 3B2 7F5 3B3 "
+                  "7B4 7B5 3B4 3B5");
     ts_err e;
     cr_expect_eq(sched_validate(s, NULL, &e), TS_OK, "%s", e.msg);
     sched_free(s);
@@ -246,8 +246,7 @@ Test(sched, interleaved_partial_last_group)
     sched_opts_default(&o, SCHED_INTERLEAVED);
     o.p = 8, o.m = 9, o.v = 3;
     cr_assert_eq(gen_err(&o, &e), TS_EINVAL);
-    cr_expect(strstr(e.msg, "m=9") && strstr(e.msg, "cannot run") && strstr(e.msg, "multiple of 8"), "%s",
-              e.msg);
+    cr_expect(strstr(e.msg, "m=9") && strstr(e.msg, "cannot run") && strstr(e.msg, "multiple of 8"), "%s", e.msg);
     o.with_comm = false;
     cr_assert_eq(gen_err(&o, &e), TS_EINVAL);
 }
@@ -280,10 +279,12 @@ Test(sched, zb_h2_warmup)
 Test(sched, zb_v_structure)
 {
     sched *s = gen(SCHED_ZB_V, 2, 4, 2, false);
-    expect_tokens(s, 0, "0F0 0F1 0F2 3F0 3I0 3W0 3F1 3I1 3W1 0F3 0I0 0W0 3F2 3I2 3W2 0I1 0W1 3F3 3I3 3W3 "
-                        "0I2 0W2 0I3 0W3");
-    expect_tokens(s, 1, "1F0 2F0 1F1 2F1 2I0 2W0 1F2 1I0 1W0 2F2 2I1 2W1 1F3 1I1 1W1 2F3 2I2 2W2 1I2 2I3 "
-                        "1I3 1W2 2W3 1W3");
+    expect_tokens(s, 0,
+                  "0F0 0F1 0F2 3F0 3I0 3W0 3F1 3I1 3W1 0F3 0I0 0W0 3F2 3I2 3W2 0I1 0W1 3F3 3I3 3W3 "
+                  "0I2 0W2 0I3 0W3");
+    expect_tokens(s, 1,
+                  "1F0 2F0 1F1 2F1 2I0 2W0 1F2 1I0 1W0 2F2 2I1 2W1 1F3 1I1 1W1 2F3 2I2 2W2 1I2 2I3 "
+                  "1I3 1W2 2W3 1W3");
     sched_free(s);
 }
 

@@ -8,8 +8,8 @@
 #include <unistd.h>
 
 #include "sim/sched/sched.h"
-#include "sim/sched/sched_csv.h"
 #include "sim/sched/sched_comm.h"
+#include "sim/sched/sched_csv.h"
 #include "sim/sched/sched_generate.h"
 #include "tests/unit/sched_fixture.h"
 
@@ -55,9 +55,12 @@ Test(sched_csv, tokens)
     cr_expect(st == 3 && k == ACT_REDUCE_GRAD && mb == -1);
     cr_assert_eq(sched_csv_token("OPTIM", &st, &k, &mb, &e), TS_OK);
     cr_expect(st == -1 && k == ACT_OPTIM);
-    const char *bad[][2] = {{"F1", "does not start with a stage"}, {"0X1", "unknown action kind 'X1'"},
-                            {"0F", "missing micro-batch"}, {"0REDUCE_GRAD3", "takes no micro-batch"},
-                            {"0UNSHARD", "FSDP"}, {"0F1x", "unexpected 'x'"},
+    const char *bad[][2] = {{"F1", "does not start with a stage"},
+                            {"0X1", "unknown action kind 'X1'"},
+                            {"0F", "missing micro-batch"},
+                            {"0REDUCE_GRAD3", "takes no micro-batch"},
+                            {"0UNSHARD", "FSDP"},
+                            {"0F1x", "unexpected 'x'"},
                             {"99999999999F0", "too large"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         cr_expect_eq(sched_csv_token(bad[i][0], &st, &k, &mb, &e), TS_EINVAL, "%s", bad[i][0]);
@@ -136,14 +139,13 @@ Test(sched_csv, round_trip_identity)
                 ts_err e;
                 cr_assert_eq(sched_csv_parse("x.csv", a, n1, &t, &e), TS_OK, "%s", e.msg);
                 char *b = to_csv(t, &n2);
-                cr_expect(n1 == n2 && !memcmp(a, b, n1), "%s p=%d variant %d", sched_kind_name((sched_kind)k),
-                          p, variant);
+                cr_expect(n1 == n2 && !memcmp(a, b, n1), "%s p=%d variant %d", sched_kind_name((sched_kind)k), p,
+                          variant);
                 for (int r = 0; r < p; r++) {
                     cr_assert_eq(s->n_actions[r], t->n_actions[r]);
                     for (size_t i = 0; i < s->n_actions[r]; i++) {
                         const sched_action *x = &s->actions[r][i], *y = &t->actions[r][i];
-                        cr_expect(x->kind == y->kind && x->chunk == y->chunk && x->mb == y->mb &&
-                                  x->peer == y->peer);
+                        cr_expect(x->kind == y->kind && x->chunk == y->chunk && x->mb == y->mb && x->peer == y->peer);
                     }
                 }
                 cr_assert_eq(sched_csv_parse("x.csv", b, n2, &u, &e), TS_OK, "%s", e.msg);
@@ -185,8 +187,7 @@ Test(sched_csv, golden_files)
         sched *s = gen(G[i].k, G[i].p, G[i].m, G[i].v, G[i].comm, G[i].reduce), *t;
         size_t n;
         char *got = to_csv(s, &n);
-        cr_expect(n == nw && !memcmp(got, want, n), "%s differs from the generated schedule:\n%.*s", path,
-                  (int)n, got);
+        cr_expect(n == nw && !memcmp(got, want, n), "%s differs from the generated schedule:\n%.*s", path, (int)n, got);
         ts_err e;
         cr_expect_eq(sched_csv_load(path, &t, &e), TS_OK, "%s", e.msg);
         sched_free(t);

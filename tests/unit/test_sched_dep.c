@@ -20,8 +20,8 @@ static sched_action act(sched_act_kind kind, int chunk, int mb)
 }
 
 /* Expect d to be {via, grad, stage, peer_stage, peer_rank, peer_chunk}. */
-static void expect_dep(const sched_dep *d, sched_dep_via via, bool grad, int stage, int peer_stage,
-                       int peer_rank, int peer_chunk, const char *what)
+static void expect_dep(const sched_dep *d, sched_dep_via via, bool grad, int stage, int peer_stage, int peer_rank,
+                       int peer_chunk, const char *what)
 {
     cr_expect_eq(d->via, via, "%s: via %d, want %d", what, d->via, via);
     cr_expect_eq(d->grad, grad, "%s: grad", what);
@@ -63,8 +63,7 @@ Test(sched_dep, one_f_one_b_neighbours)
 Test(sched_dep, other_kinds_have_none)
 {
     sched *s = gen(SCHED_ZB_H1, 3, 6, 1, true);
-    static const sched_act_kind KINDS[] = {ACT_W, ACT_SEND_F, ACT_RECV_F, ACT_SEND_B, ACT_RECV_B,
-                                           ACT_REDUCE_GRAD};
+    static const sched_act_kind KINDS[] = {ACT_W, ACT_SEND_F, ACT_RECV_F, ACT_SEND_B, ACT_RECV_B, ACT_REDUCE_GRAD};
     sched_dep d;
     for (size_t k = 0; k < sizeof KINDS / sizeof KINDS[0]; k++) {
         sched_action a = act(KINDS[k], 0, KINDS[k] == ACT_REDUCE_GRAD ? -1 : 1);
@@ -151,8 +150,8 @@ Test(sched_dep, zb_v_bottom_is_local)
 static size_t find(const sched *s, int r, size_t from, int kind, int chunk, int mb)
 {
     size_t i = from;
-    while (i < s->n_actions[r] && !(s->actions[r][i].kind == kind && s->actions[r][i].chunk == chunk &&
-                                    s->actions[r][i].mb == mb))
+    while (i < s->n_actions[r] &&
+           !(s->actions[r][i].kind == kind && s->actions[r][i].chunk == chunk && s->actions[r][i].mb == mb))
         i++;
     return i;
 }

@@ -15,9 +15,9 @@
 #include <string.h>
 
 #include "sim/sched/sched.h"
+#include "sim/sched/sched_generate.h"
 #include "sim/sched/sched_time.h"
 #include "sim/sched/sched_validate.h"
-#include "sim/sched/sched_generate.h"
 
 static const int PS[] = {1, 2, 3, 4, 5, 6, 7, 8, 15, 16, 17, 31, 32};
 #define NP (sizeof PS / sizeof PS[0])
@@ -83,8 +83,7 @@ Test(sched_grid, all_generated_schedules_validate)
                         cr_expect(strstr(e.msg, "cannot run") != NULL, "%s", e.msg);
                         continue;
                     }
-                    cr_assert_eq(rc, TS_OK, "%s p=%d m=%d v=%d: %s", sched_kind_name((sched_kind)k), p, m, v,
-                                 e.msg);
+                    cr_assert_eq(rc, TS_OK, "%s p=%d m=%d v=%d: %s", sched_kind_name((sched_kind)k), p, m, v, e.msg);
                     sched_vinfo vi = {0};
                     cr_expect_eq(sched_validate(s, &vi, &e), TS_OK, "%s p=%d m=%d v=%d: %s",
                                  sched_kind_name((sched_kind)k), p, m, v, e.msg);
@@ -109,14 +108,13 @@ Test(sched_grid, gpipe_and_1f1b_idle_and_activations)
                     cr_assert_eq(gen((sched_kind)k, p, m, 1, &s, &e), TS_OK, "%s", e.msg);
                     sched_timing tm;
                     long long idle = idle_ticks(s, f, b, w, &tm);
-                    cr_expect_eq(idle, (long long)(p - 1) * (f + b + w), "%s p=%d m=%d", sched_kind_name(s->kind),
-                                 p, m);
+                    cr_expect_eq(idle, (long long)(p - 1) * (f + b + w), "%s p=%d m=%d", sched_kind_name(s->kind), p,
+                                 m);
                     /* Fraction of ideal time: (p-1)/m. */
                     cr_expect_eq((tm.cost - tm.ideal) * m, (int64_t)(p - 1) * tm.ideal);
                     for (int r = 0; r < p; r++) {
                         int want = k == SCHED_GPIPE ? m : (p - r < m ? p - r : m);
-                        cr_expect_eq(tm.peak_inflight[r], want, "%s p=%d m=%d r=%d", sched_kind_name(s->kind), p,
-                                     m, r);
+                        cr_expect_eq(tm.peak_inflight[r], want, "%s p=%d m=%d r=%d", sched_kind_name(s->kind), p, m, r);
                     }
                     sched_timing_free(&tm);
                     sched_free(s);

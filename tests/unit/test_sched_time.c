@@ -3,8 +3,8 @@
 #include <string.h>
 
 #include "sim/sched/sched.h"
-#include "sim/sched/sched_time.h"
 #include "sim/sched/sched_generate.h"
+#include "sim/sched/sched_time.h"
 #include "tests/unit/sched_fixture.h"
 
 static sched *gen(sched_kind k, int p, int m, int v, bool comm)

@@ -8,8 +8,8 @@
 #include "sim/sched/sched.h"
 #include "sim/sched/sched_build.h"
 #include "sim/sched/sched_csv.h"
-#include "sim/sched/sched_validate.h"
 #include "sim/sched/sched_generate.h"
+#include "sim/sched/sched_validate.h"
 
 /* Build a schedule from space-separated token rows, no validation. */
 static sched *mk(int p, int m, int v, sched_placement pl, const char *const *rows)
@@ -25,8 +25,9 @@ static sched *mk(int p, int m, int v, sched_placement pl, const char *const *row
             cr_assert_eq(sched_csv_token(tok, &st, &kind, &mb, &e), TS_OK, "%s", e.msg);
             if (st >= 0)
                 sched_rank_chunk_of(s, st, &rank, &chunk);
-            int nb = kind == ACT_SEND_F || kind == ACT_RECV_B ? st + 1
-                     : kind == ACT_SEND_B || kind == ACT_RECV_F ? st - 1 : -1;
+            int nb = kind == ACT_SEND_F || kind == ACT_RECV_B   ? st + 1
+                     : kind == ACT_SEND_B || kind == ACT_RECV_F ? st - 1
+                                                                : -1;
             if (nb >= 0 && nb < p * v) {
                 int c;
                 sched_rank_chunk_of(s, nb, &peer, &c);
@@ -62,9 +63,9 @@ static void expect_ok(sched *s)
 
 Test(sched_validate, valid_hand_schedules)
 {
-    expect_ok(mk(2, 2, 1, SCHED_PLACE_LOOP, (const char *[]){
-        "0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1",
-        "1RECV_F0 1F0 1B0 1RECV_F1 1SEND_B0 1F1 1B1 1SEND_B1"}));
+    expect_ok(mk(2, 2, 1, SCHED_PLACE_LOOP,
+                 (const char *[]){"0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1",
+                                  "1RECV_F0 1F0 1B0 1RECV_F1 1SEND_B0 1F1 1B1 1SEND_B1"}));
     /* Compute only: cross-rank dependencies implicit. */
     expect_ok(mk(2, 1, 1, SCHED_PLACE_LOOP, (const char *[]){"0F0 0I0 0W0", "1F0 1I0 1W0"}));
     /* REDUCE_GRAD and OPTIM at their places. */
@@ -109,16 +110,15 @@ Test(sched_validate, missing_work_named_at_the_end)
 
 Test(sched_validate, forward_before_its_receive)
 {
-    expect_bad(mk(2, 1, 1, SCHED_PLACE_LOOP, (const char *[]){
-                   "0F0 0SEND_F0 0RECV_B0 0B0", "1F0 1RECV_F0 1B0 1SEND_B0"}),
-               1, 0, "F before the RECV_F of its input from rank 0");
+    expect_bad(
+        mk(2, 1, 1, SCHED_PLACE_LOOP, (const char *[]){"0F0 0SEND_F0 0RECV_B0 0B0", "1F0 1RECV_F0 1B0 1SEND_B0"}), 1, 0,
+        "F before the RECV_F of its input from rank 0");
 }
 
 Test(sched_validate, send_never_made)
 {
-    expect_bad(mk(2, 1, 1, SCHED_PLACE_LOOP, (const char *[]){
-                   "0F0 0RECV_B0 0B0", "1RECV_F0 1F0 1B0 1SEND_B0"}),
-               0, 3, "never sent to rank 1");
+    expect_bad(mk(2, 1, 1, SCHED_PLACE_LOOP, (const char *[]){"0F0 0RECV_B0 0B0", "1RECV_F0 1F0 1B0 1SEND_B0"}), 0, 3,
+               "never sent to rank 1");
 }
 
 Test(sched_validate, wrong_peer)
@@ -138,18 +138,20 @@ Test(sched_validate, wrong_peer)
  * blocking rendezvous, rank 0's SEND_F0 and rank 1's RECV_F1 wait forever. */
 Test(sched_validate, deadlock_under_blocking_p2p)
 {
-    expect_bad(mk(2, 2, 1, SCHED_PLACE_LOOP, (const char *[]){
-                   "0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1",
-                   "1RECV_F1 1RECV_F0 1F0 1B0 1SEND_B0 1F1 1B1 1SEND_B1"}),
-               0, 1, "rank 0, action 1 (0SEND_F0): deadlock under blocking point-to-point: waits for rank 1, "
-                     "which is blocked at action 0 (1RECV_F1)");
+    expect_bad(mk(2, 2, 1, SCHED_PLACE_LOOP,
+                  (const char *[]){"0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1",
+                                   "1RECV_F1 1RECV_F0 1F0 1B0 1SEND_B0 1F1 1B1 1SEND_B1"}),
+               0, 1,
+               "rank 0, action 1 (0SEND_F0): deadlock under blocking point-to-point: waits for rank 1, "
+               "which is blocked at action 0 (1RECV_F1)");
     /* The classic: both ranks send first (rank 1's gradient, rank 0's next
      * activations) and receive after. */
-    expect_bad(mk(2, 2, 1, SCHED_PLACE_LOOP, (const char *[]){
-                   "0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1",
-                   "1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1"}),
-               0, 3, "(0SEND_F1): deadlock under blocking point-to-point: waits for rank 1, which is "
-                     "blocked at action 3 (1SEND_B0)");
+    expect_bad(mk(2, 2, 1, SCHED_PLACE_LOOP,
+                  (const char *[]){"0F0 0SEND_F0 0F1 0SEND_F1 0RECV_B0 0B0 0RECV_B1 0B1",
+                                   "1RECV_F0 1F0 1B0 1SEND_B0 1RECV_F1 1F1 1B1 1SEND_B1"}),
+               0, 3,
+               "(0SEND_F1): deadlock under blocking point-to-point: waits for rank 1, which is "
+               "blocked at action 3 (1SEND_B0)");
 }
 
 Test(sched_validate, compute_only_dependency_cycle)
@@ -161,9 +163,9 @@ Test(sched_validate, compute_only_dependency_cycle)
 Test(sched_validate, local_transfer_rejected)
 {
     /* ZB-V p=2: stages 1 and 2 are both on rank 1. */
-    expect_bad(mk(2, 1, 2, SCHED_PLACE_V, (const char *[]){
-                   "0F0 0SEND_F0 3RECV_F0 3F0 3I0 3SEND_B0 3W0 0RECV_B0 0I0 0W0",
-                   "1RECV_F0 1F0 1SEND_F0 2F0 2RECV_B0 2I0 1I0 1SEND_B0 2W0 1W0 2SEND_F0 2SEND_B0"}),
+    expect_bad(mk(2, 1, 2, SCHED_PLACE_V,
+                  (const char *[]){"0F0 0SEND_F0 3RECV_F0 3F0 3I0 3SEND_B0 3W0 0RECV_B0 0I0 0W0",
+                                   "1RECV_F0 1F0 1SEND_F0 2F0 2RECV_B0 2I0 1I0 1SEND_B0 2W0 1W0 2SEND_F0 2SEND_B0"}),
                1, 2, "(1SEND_F0): the adjacent stage runs on the same rank 1");
 }
 

@@ -8,11 +8,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "sim/config/topo.h"
 #include "sim/search/search.h"
 #include "sim/search/search_bound.h"
-#include "sim/search/search_out.h"
-#include "sim/config/topo.h"
 #include "sim/search/search_eval.h"
+#include "sim/search/search_out.h"
 
 /* A small GPT: 8 layers, 8 heads, hidden 512, on one 8-GPU node of A100 80GB. */
 static void small_space(search_space *s, int layers, int gpus, int batch)
@@ -206,8 +206,7 @@ Test(search, memory_bound_rejects_with_reason)
         const search_cand *c = &set->cands[i];
         if (c->tp == 1 && c->pp == 1) {
             cr_assert_eq(c->status, SEARCH_REJ_MEMORY_BOUND);
-            cr_assert_gt(c->mem_bound_bytes,
-                         (c->distributed_optimizer ? 132.0 : 384.0) * (1 << 30));
+            cr_assert_gt(c->mem_bound_bytes, (c->distributed_optimizer ? 132.0 : 384.0) * (1 << 30));
             char why[256];
             search_reason(set, i, why, sizeof why);
             cr_assert_not_null(strstr(why, "memory lower bound"), "%s", why);
@@ -257,8 +256,7 @@ static search_set *simulated_case(topo **t, int threads, int shard, int nshards)
 static bool same_result(const search_cand *a, const search_cand *b)
 {
     /* NOLINTNEXTLINE(bugprone-suspicious-memory-comparison,cert-exp42-c,cert-flp37-c): bit-identical on purpose */
-    return a->status == b->status && !memcmp(&a->r, &b->r, sizeof a->r) &&
-           a->mem_bound_bytes == b->mem_bound_bytes;
+    return a->status == b->status && !memcmp(&a->r, &b->r, sizeof a->r) && a->mem_bound_bytes == b->mem_bound_bytes;
 }
 
 /* The bound is a lower bound: never above the simulated peak. */
@@ -271,8 +269,8 @@ Test(search, bound_never_exceeds_simulated_peak)
         const search_cand *c = &set->cands[i];
         if (c->status != SEARCH_SIMULATED && c->status != SEARCH_REJ_MEMORY_SIM)
             continue;
-        cr_assert_leq(c->mem_bound_bytes, c->r.peak_mem_bytes, "candidate %zu: bound %.0f > peak %.0f",
-                      i, c->mem_bound_bytes, c->r.peak_mem_bytes);
+        cr_assert_leq(c->mem_bound_bytes, c->r.peak_mem_bytes, "candidate %zu: bound %.0f > peak %.0f", i,
+                      c->mem_bound_bytes, c->r.peak_mem_bytes);
         checked++;
     }
     cr_assert_gt(checked, 50, "only %zu simulated", checked);

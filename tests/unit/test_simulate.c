@@ -9,17 +9,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "sim/model/commcost.h"
-#include "sim/model/flops.h"
-#include "sim/model/layer.h"
 #include "sim/core/report.h"
 #include "sim/core/simulate.h"
 #include "sim/core/trace.h"
+#include "sim/model/commcost.h"
+#include "sim/model/flops.h"
+#include "sim/model/layer.h"
 
 /* A100-SXM4-80GB, NVIDIA datasheet (../shared/reference/gpus.csv). */
-static const gpu_spec A100 = {.name = "A100-SXM4-80GB", .bf16_tflops = 312, .fp16_tflops = 312,
-                              .fp32_tflops = 19.5, .hbm_gib = 80, .hbm_gbps = 2039, .nvlink_gbps = 300,
-                              .tf32_tflops = 156, .tdp_w = 400};
+static const gpu_spec A100 = {.name = "A100-SXM4-80GB",
+                              .bf16_tflops = 312,
+                              .fp16_tflops = 312,
+                              .fp32_tflops = 19.5,
+                              .hbm_gib = 80,
+                              .hbm_gbps = 2039,
+                              .nvlink_gbps = 300,
+                              .tf32_tflops = 156,
+                              .tdp_w = 400};
 
 typedef struct {
     int l, h, a, s, V, b, B, t, p, d, v;
@@ -67,8 +73,18 @@ static simulate_result *run(const config *c, bool keep)
     return r;
 }
 
-static const spec SMALL = {.l = 8, .h = 1024, .a = 16, .s = 1024, .V = 51200, .b = 1, .B = 16,
-                           .t = 2, .p = 2, .d = 2, .v = 1, .kind = SCHED_1F1B};
+static const spec SMALL = {.l = 8,
+                           .h = 1024,
+                           .a = 16,
+                           .s = 1024,
+                           .V = 51200,
+                           .b = 1,
+                           .B = 16,
+                           .t = 2,
+                           .p = 2,
+                           .d = 2,
+                           .v = 1,
+                           .kind = SCHED_1F1B};
 
 Test(simulate, flops_equal_the_closed_forms)
 {
@@ -79,13 +95,12 @@ Test(simulate, flops_equal_the_closed_forms)
         config c = make(&x);
         simulate_result *r = run(&c, false);
         double model = flops_closed_model(x.B, x.s, x.l, x.h, x.V);
-        double hw = k == 0 ? model
-                  : k == 1 ? flops_closed_selective_ops(x.B, x.s, x.l, x.h, x.V)
-                           : flops_closed_full_recompute(x.B, x.s, x.l, x.h, x.V);
+        double hw = k == 0   ? model
+                    : k == 1 ? flops_closed_selective_ops(x.B, x.s, x.l, x.h, x.V)
+                             : flops_closed_full_recompute(x.B, x.s, x.l, x.h, x.V);
         /* float sums of exact integers: relative 1e-12 */
         cr_expect_float_eq(r->model_flops, model, 1e-12 * model, "mode %d", k);
-        cr_expect_float_eq(r->hw_flops, hw, 1e-12 * hw, "mode %d: simulated %.6e, formula %.6e", k,
-                           r->hw_flops, hw);
+        cr_expect_float_eq(r->hw_flops, hw, 1e-12 * hw, "mode %d: simulated %.6e, formula %.6e", k, r->hw_flops, hw);
         simulate_result_free(r);
     }
 }
@@ -110,8 +125,20 @@ Test(simulate, activations_1f1b_first_stage_holds_p_microbatches)
     /* 1F1B: the first stage holds p micro-batches of its l/p layers, each
      * layer sbh(10 + 24/t + 5as/(ht)) (TP) or sbh(34 + 5as/h)/t (TP+SP) */
     for (int sp = 0; sp < 2; sp++) {
-        spec x = {.l = 8, .h = 1024, .a = 16, .s = 1024, .V = 51200, .b = 2, .B = 16, .t = 2, .p = 4,
-                  .d = 1, .v = 1, .kind = SCHED_1F1B, .rc = RECOMPUTE_NONE, .sp = sp};
+        spec x = {.l = 8,
+                  .h = 1024,
+                  .a = 16,
+                  .s = 1024,
+                  .V = 51200,
+                  .b = 2,
+                  .B = 16,
+                  .t = 2,
+                  .p = 4,
+                  .d = 1,
+                  .v = 1,
+                  .kind = SCHED_1F1B,
+                  .rc = RECOMPUTE_NONE,
+                  .sp = sp};
         config c = make(&x);
         layer_shape L;
         int64_t emb;
@@ -119,8 +146,8 @@ Test(simulate, activations_1f1b_first_stage_holds_p_microbatches)
         simulate_result *r = run(&c, true);
         int64_t per_layer = layer_korthikanti_bytes(&L);
         int64_t expect = (int64_t)x.p * ((int64_t)(x.l / x.p) * per_layer + emb);
-        cr_expect_eq(act_peak(r), expect, "sp=%d: simulated %lld, closed form %lld", sp,
-                     (long long)act_peak(r), (long long)expect);
+        cr_expect_eq(act_peak(r), expect, "sp=%d: simulated %lld, closed form %lld", sp, (long long)act_peak(r),
+                     (long long)expect);
         simulate_result_free(r);
     }
 }
@@ -130,8 +157,19 @@ Test(simulate, activations_interleaved_factor)
     /* interleaved: l layers' worth x (1 + (p-1)/(p v)), i.e. v*p + p - 1
      * chunks of l/(p v) layers on the first rank (plus their small
      * embedding dropout masks) */
-    spec x = {.l = 16, .h = 1024, .a = 16, .s = 1024, .V = 51200, .b = 1, .B = 16, .t = 2, .p = 4,
-              .d = 1, .v = 2, .kind = SCHED_INTERLEAVED, .rc = RECOMPUTE_NONE};
+    spec x = {.l = 16,
+              .h = 1024,
+              .a = 16,
+              .s = 1024,
+              .V = 51200,
+              .b = 1,
+              .B = 16,
+              .t = 2,
+              .p = 4,
+              .d = 1,
+              .v = 2,
+              .kind = SCHED_INTERLEAVED,
+              .rc = RECOMPUTE_NONE};
     config c = make(&x);
     layer_shape L;
     int64_t emb;
@@ -141,8 +179,7 @@ Test(simulate, activations_interleaved_factor)
     int64_t layers = chunks * (x.l / (x.p * x.v));
     int64_t got = act_peak(r), expect = layers * layer_korthikanti_bytes(&L);
     cr_expect_geq(got, expect);
-    cr_expect_leq(got, expect + chunks * emb, "simulated %lld, closed form %lld", (long long)got,
-                  (long long)expect);
+    cr_expect_leq(got, expect + chunks * emb, "simulated %lld, closed form %lld", (long long)got, (long long)expect);
     simulate_result_free(r);
 }
 
@@ -170,8 +207,9 @@ Test(simulate, static_memory_per_parameter)
 static commcost_coll coll_of(const char *name)
 {
     size_t n = strlen(name);
-    return !strcmp(name + n - 2, "ar") ? COMM_ALL_REDUCE
-         : !strcmp(name + n - 2, "rs") ? COMM_REDUCE_SCATTER : COMM_ALL_GATHER;
+    return !strcmp(name + n - 2, "ar")   ? COMM_ALL_REDUCE
+           : !strcmp(name + n - 2, "rs") ? COMM_REDUCE_SCATTER
+                                         : COMM_ALL_GATHER;
 }
 
 /* Wire bytes of the TP collectives of one pass of stage st; *raw gets their
@@ -203,8 +241,19 @@ Test(simulate, tensor_parallel_volume_per_layer)
      * backward; with sequence parallelism the forward's become all-gather +
      * reduce-scatter pairs of the same volume. Stage 1 of 4 has neither the
      * embedding nor the output layer. */
-    spec x = {.l = 8, .h = 1024, .a = 16, .s = 1024, .V = 51200, .b = 2, .B = 16, .t = 4, .p = 4,
-              .d = 1, .v = 1, .kind = SCHED_1F1B, .rc = RECOMPUTE_NONE};
+    spec x = {.l = 8,
+              .h = 1024,
+              .a = 16,
+              .s = 1024,
+              .V = 51200,
+              .b = 2,
+              .B = 16,
+              .t = 4,
+              .p = 4,
+              .d = 1,
+              .v = 1,
+              .kind = SCHED_1F1B,
+              .rc = RECOMPUTE_NONE};
     int64_t S = (int64_t)x.b * x.s * x.h * 2, layers = x.l / x.p, raw;
     config c = make(&x);
     simulate_result *r = run(&c, true);
@@ -236,9 +285,22 @@ static char *render(const simulate_result *r, size_t *n)
 
 Test(simulate, byte_identical_across_runs)
 {
-    spec x = {.l = 16, .h = 1024, .a = 16, .s = 1024, .V = 51200, .b = 1, .B = 32, .t = 2, .p = 4,
-              .d = 2, .v = 2, .kind = SCHED_INTERLEAVED, .rc = RECOMPUTE_SELECTIVE, .sp = true,
-              .distopt = true, .overlap = true};
+    spec x = {.l = 16,
+              .h = 1024,
+              .a = 16,
+              .s = 1024,
+              .V = 51200,
+              .b = 1,
+              .B = 32,
+              .t = 2,
+              .p = 4,
+              .d = 2,
+              .v = 2,
+              .kind = SCHED_INTERLEAVED,
+              .rc = RECOMPUTE_SELECTIVE,
+              .sp = true,
+              .distopt = true,
+              .overlap = true};
     config c = make(&x);
     simulate_result *a = run(&c, true), *b = run(&c, true);
     size_t na, nb;
@@ -271,8 +333,7 @@ Test(simulate, overlap_grad_reduce_hides_dp)
 
 Test(simulate, every_schedule_runs)
 {
-    const sched_kind kinds[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZB_H1, SCHED_ZB_H2,
-                                SCHED_ZB_V};
+    const sched_kind kinds[] = {SCHED_GPIPE, SCHED_1F1B, SCHED_INTERLEAVED, SCHED_ZB_H1, SCHED_ZB_H2, SCHED_ZB_V};
     for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
         spec x = SMALL;
         x.kind = kinds[k];
@@ -281,8 +342,8 @@ Test(simulate, every_schedule_runs)
         config c = make(&x);
         simulate_result *r = run(&c, false);
         cr_expect_gt(r->iteration_ns, 0, "%s", sched_kind_name(kinds[k]));
-        cr_expect_float_eq(r->hw_flops, flops_closed_model(x.B, x.s, x.l, x.h, x.V),
-                           1e-12 * r->hw_flops, "%s", sched_kind_name(kinds[k]));
+        cr_expect_float_eq(r->hw_flops, flops_closed_model(x.B, x.s, x.l, x.h, x.V), 1e-12 * r->hw_flops, "%s",
+                           sched_kind_name(kinds[k]));
         simulate_result_free(r);
     }
 }
@@ -328,8 +389,19 @@ Test(simulate, full_recompute_uniform_groups_memory)
      * the backward re-creates one group at a time, so the activation peak is
      * p*(L/N*in + emb) + N*rest + (N-1)*in, with in the layer input (2sbh),
      * rest the other saved tensors of a layer, L the stage's layers */
-    spec x = {.l = 8, .h = 1024, .a = 16, .s = 1024, .V = 51200, .b = 1, .B = 16, .t = 2, .p = 2,
-              .d = 1, .v = 1, .kind = SCHED_1F1B, .rc = RECOMPUTE_FULL};
+    spec x = {.l = 8,
+              .h = 1024,
+              .a = 16,
+              .s = 1024,
+              .V = 51200,
+              .b = 1,
+              .B = 16,
+              .t = 2,
+              .p = 2,
+              .d = 1,
+              .v = 1,
+              .kind = SCHED_1F1B,
+              .rc = RECOMPUTE_FULL};
     for (int N = 1; N <= 4; N *= 2) {
         config c = make(&x);
         c.par.recompute_method = RECOMPUTE_METHOD_UNIFORM;

@@ -53,15 +53,16 @@ static int load(const char *text)
 }
 
 /* Expect the message to hold "P:line: <rest>". */
-#define EXPECT_AT(line, rest)                                                       \
-    do {                                                                            \
-        char want_[256];                                                            \
-        snprintf(want_, sizeof want_, "%s:%d: %s", P, line, rest);                  \
-        cr_expect(strstr(E.msg, want_), "want '%s'\n got '%s'", want_, E.msg);       \
+#define EXPECT_AT(line, rest)                                                                                          \
+    do {                                                                                                               \
+        char want_[256];                                                                                               \
+        snprintf(want_, sizeof want_, "%s:%d: %s", P, line, rest);                                                     \
+        cr_expect(strstr(E.msg, want_), "want '%s'\n got '%s'", want_, E.msg);                                         \
     } while (0)
 
-#define PHDR "nodes,gpus_per_node,gpu,intra_node_gbps,intra_node_latency_us,nics_per_node,nic_gbps,nic_latency_us," \
-             "fabric,levels,oversubscription\n"
+#define PHDR                                                                                                           \
+    "nodes,gpus_per_node,gpu,intra_node_gbps,intra_node_latency_us,nics_per_node,nic_gbps,nic_latency_us,"             \
+    "fabric,levels,oversubscription\n"
 #define LHDR "endpoint_a,endpoint_b,bandwidth_gbps,latency_us,kind\n"
 
 Test(topo, shipped_selene_and_default_agree)
@@ -219,9 +220,10 @@ Test(topo, parametric_optional_columns)
 }
 
 /* A 2-server, 2-GPU link list; extra rows appended by the tests. */
-#define LBASE LHDR "gpu0.0,nvs0,300,0.3,nvlink\ngpu0.1,nvs0,300,0.3,nvlink\ngpu1.0,nvs1,300,0.3,nvlink\n"  \
-                   "gpu1.1,nvs1,300,0.3,nvlink\ngpu0.0,nic0.0,32,0.5,pcie\ngpu1.0,nic1.0,32,0.5,pcie\n"        \
-                   "nic0.0,sw1.0,25,0.6,fabric\nnic1.0,sw1.0,25,0.6,fabric\n"
+#define LBASE                                                                                                          \
+    LHDR "gpu0.0,nvs0,300,0.3,nvlink\ngpu0.1,nvs0,300,0.3,nvlink\ngpu1.0,nvs1,300,0.3,nvlink\n"                        \
+         "gpu1.1,nvs1,300,0.3,nvlink\ngpu0.0,nic0.0,32,0.5,pcie\ngpu1.0,nic1.0,32,0.5,pcie\n"                          \
+         "nic0.0,sw1.0,25,0.6,fabric\nnic1.0,sw1.0,25,0.6,fabric\n"
 
 Test(topo, link_list_good_base)
 {
@@ -267,8 +269,7 @@ Test(topo, link_list_dangling)
                            "gpu0.0,nic0.0,32,0.5,pcie\ngpu1.0,nic1.0,32,0.5,pcie\n"
                            "nic0.0,sw1.0,25,0.6,fabric\nnic1.0,sw1.0,25,0.6,fabric\n"),
                  TS_EINVAL);
-    cr_expect(strstr(E.msg, "gpu1.1 is not connected: every server 0..1 must hold gpu<s>.0 .. gpu<s>.1"), "%s",
-              E.msg);
+    cr_expect(strstr(E.msg, "gpu1.1 is not connected: every server 0..1 must hold gpu<s>.0 .. gpu<s>.1"), "%s", E.msg);
     /* switches joined only to each other */
     cr_expect_eq(load(LBASE "sw2.0,sw2.1,100,0.1,fabric\n"), TS_EINVAL);
     EXPECT_AT(10, "dangling link: sw2.0 (first named here) is not connected to gpu0.0");

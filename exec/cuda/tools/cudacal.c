@@ -17,12 +17,12 @@
 #include <cuda_runtime_api.h>
 #include <mpi.h>
 
-#include "sim/util/afile.h"
-#include "sim/util/csvio.h"
 #include "exec/cuda/comm_nccl.h"
 #include "exec/cuda/cubench.h"
-#include "exec/cuda/culayer.h"
 #include "exec/cuda/cugemm.h"
+#include "exec/cuda/culayer.h"
+#include "sim/util/afile.h"
+#include "sim/util/csvio.h"
 #include "sim/util/opt.h"
 
 typedef struct {
@@ -52,12 +52,13 @@ static int pick_gpu(args *a, int device, ts_err *e)
     int n = 0;
     cudaError_t st = cudaGetDeviceCount(&n);
     if (st != cudaSuccess || n == 0)
-        return err_set(e, TS_ENOTSUP, "no CUDA device (%s): cudacal measures a GPU and needs "
-                       "one", st != cudaSuccess ? cudaGetErrorString(st) : "0 devices");
+        return err_set(e, TS_ENOTSUP,
+                       "no CUDA device (%s): cudacal measures a GPU and needs "
+                       "one",
+                       st != cudaSuccess ? cudaGetErrorString(st) : "0 devices");
     st = cudaSetDevice(device % n);
     if (st != cudaSuccess)
-        return err_set(e, TS_ENOTSUP, "cudaSetDevice(%d): %s", device % n,
-                       cudaGetErrorString(st));
+        return err_set(e, TS_ENOTSUP, "cudaSetDevice(%d): %s", device % n, cudaGetErrorString(st));
     if (a->gpu) {
         snprintf(gpu_name, sizeof gpu_name, "%s", a->gpu);
     } else {
@@ -101,8 +102,8 @@ static int sweep(const args *a, ts_err *e)
     }
     int hs = h / a->heads;
     int hb = a->mbs * (a->heads / a->tp > 0 ? a->heads / a->tp : 1); /* heads of a shard */
-    sh[ns++] = (shape){a->seq, a->seq, hs, hb}; /* q k^T */
-    sh[ns++] = (shape){a->seq, hs, a->seq, hb}; /* att v */
+    sh[ns++] = (shape){a->seq, a->seq, hs, hb};                      /* q k^T */
+    sh[ns++] = (shape){a->seq, hs, a->seq, hb};                      /* att v */
     for (int sq = 512; sq <= 8192; sq *= 2)
         sh[ns++] = (shape){sq, sq, sq, 1};
     afile out;
@@ -114,9 +115,9 @@ static int sweep(const args *a, ts_err *e)
         cudaStreamDestroy(s);
         return rc;
     }
-    static const char *const HDR[] = {"gpu", "op", "dtype", "m", "n", "k", "batch", "bytes",
-                                      "time_ns", "achieved_tflops", "achieved_gbps",
-                                      "heuristic_ns"};
+    static const char *const HDR[] = {
+        "gpu",           "op",          "dtype", "m", "n", "k", "batch", "bytes", "time_ns", "achieved_tflops",
+        "achieved_gbps", "heuristic_ns"};
     char c[12][48];
     const char *cells[12];
     for (int i = 0; i < 12; i++)
@@ -127,17 +128,17 @@ static int sweep(const args *a, ts_err *e)
         double t_h = 0, t_b = 0;
         rc = cubench_gemm(heur, s, sh[i].m, sh[i].n, sh[i].k, sh[i].batch, a->repeats, &t_h, e);
         if (rc == TS_OK)
-            rc = cubench_gemm(tuned, s, sh[i].m, sh[i].n, sh[i].k, sh[i].batch, a->repeats, &t_b,
-                              e);
+            rc = cubench_gemm(tuned, s, sh[i].m, sh[i].n, sh[i].k, sh[i].batch, a->repeats, &t_b, e);
         if (rc != TS_OK)
             break;
         double best = t_b < t_h ? t_b : t_h;
         double tf = 2.0 * sh[i].m * sh[i].n * (double)sh[i].k * sh[i].batch / best / 1e3;
         if (tf > best_tflops)
             best_tflops = tf;
-        fprintf(stderr, "  gemm %5d x %5d x %5d (batch %3d): %9.1f us, %6.1f TFLOP/s; "
-                "heuristic plan %.3fx the best of %d\n", sh[i].m, sh[i].n, sh[i].k,
-                sh[i].batch, best / 1e3, tf, t_h / best, CUGEMM_TUNE_ALGOS);
+        fprintf(stderr,
+                "  gemm %5d x %5d x %5d (batch %3d): %9.1f us, %6.1f TFLOP/s; "
+                "heuristic plan %.3fx the best of %d\n",
+                sh[i].m, sh[i].n, sh[i].k, sh[i].batch, best / 1e3, tf, t_h / best, CUGEMM_TUNE_ALGOS);
         cells[0] = gpu_name;
         snprintf(c[1], 48, "gemm");
         snprintf(c[2], 48, "bf16");
@@ -208,9 +209,15 @@ static int layer(const args *a, ts_err *e)
         if (rc == TS_OK && tf > gemm_tf)
             gemm_tf = tf;
     }
-    culayer_dims d = {.hidden = a->hidden, .heads = a->heads, .ffn = a->ffn, .seq = a->seq,
-                      .micro_batch = a->mbs, .tp = a->tp, .fused_attention = a->fused,
-                      .attention_dropout = 0.1f, .hidden_dropout = 0.1f};
+    culayer_dims d = {.hidden = a->hidden,
+                      .heads = a->heads,
+                      .ffn = a->ffn,
+                      .seq = a->seq,
+                      .micro_batch = a->mbs,
+                      .tp = a->tp,
+                      .fused_attention = a->fused,
+                      .attention_dropout = 0.1f,
+                      .hidden_dropout = 0.1f};
     double fwd = 0, bwd = 0;
     if (rc == TS_OK)
         rc = cubench_layer(&d, g, s, a->repeats, &fwd, &bwd, e);
@@ -219,14 +226,16 @@ static int layer(const args *a, ts_err *e)
         rc = afile_open(&out, a->out, e);
     if (rc == TS_OK) {
         double flop = culayer_flops(&d), tf = flop / (fwd + bwd) / 1e3;
-        fprintf(stderr, "  layer h=%d heads=%d f=%d s=%d b=%d t=%d (%s attention): forward "
+        fprintf(stderr,
+                "  layer h=%d heads=%d f=%d s=%d b=%d t=%d (%s attention): forward "
                 "%.3f ms, backward %.3f ms, %.1f TFLOP/s = %.1f%% of the %.1f TFLOP/s bf16 "
-                "GEMM rate\n", a->hidden, a->heads, a->ffn, a->seq, a->mbs, a->tp,
-                a->fused ? "fused" : "unfused", fwd / 1e6, bwd / 1e6, tf, 100 * tf / gemm_tf,
-                gemm_tf);
-        static const char *const HDR[] = {"gpu", "hidden", "heads", "ffn", "seq", "micro_batch",
-                                          "tp", "attention", "fwd_ns", "bwd_ns", "model_tflop",
-                                          "achieved_tflops", "gemm_tflops", "fraction_of_gemm"};
+                "GEMM rate\n",
+                a->hidden, a->heads, a->ffn, a->seq, a->mbs, a->tp, a->fused ? "fused" : "unfused", fwd / 1e6,
+                bwd / 1e6, tf, 100 * tf / gemm_tf, gemm_tf);
+        static const char *const HDR[] = {"gpu",         "hidden",          "heads",       "ffn",
+                                          "seq",         "micro_batch",     "tp",          "attention",
+                                          "fwd_ns",      "bwd_ns",          "model_tflop", "achieved_tflops",
+                                          "gemm_tflops", "fraction_of_gemm"};
         char c[14][48];
         const char *cells[14];
         for (int i = 0; i < 14; i++)
@@ -263,8 +272,10 @@ static int layer(const args *a, ts_err *e)
 static int nccl(const args *a, int rank, int size, ts_err *e)
 {
     if (size < 2)
-        return err_set(e, TS_EINVAL, "cudacal nccl: %d MPI rank: run it under mpirun with one "
-                       "rank per GPU (at least 2)", size);
+        return err_set(e, TS_EINVAL,
+                       "cudacal nccl: %d MPI rank: run it under mpirun with one "
+                       "rank per GPU (at least 2)",
+                       size);
     cudaStream_t s;
     if (cudaStreamCreate(&s) != cudaSuccess)
         return err_set(e, TS_ENOTSUP, "cudaStreamCreate failed");
@@ -277,8 +288,8 @@ static int nccl(const args *a, int rank, int size, ts_err *e)
     if (rc == TS_OK && rank == 0) {
         rc = afile_open(&out, a->out, e);
         open = rc == TS_OK;
-        static const char *const HDR[] = {"gpu", "op", "ranks", "bytes", "time_ns",
-                                          "algbw_gbps", "busbw_gbps", "correct"};
+        static const char *const HDR[] = {"gpu",     "op",         "ranks",      "bytes",
+                                          "time_ns", "algbw_gbps", "busbw_gbps", "correct"};
         if (rc == TS_OK)
             rc = row(out.f, 8, HDR, e);
     }
@@ -289,8 +300,7 @@ static int nccl(const args *a, int rank, int size, ts_err *e)
             bool ok = false;
             comm *cm = op == CUBENCH_SENDRECV ? pp : tp;
             int64_t bytes = b / (4 * size) * (4 * size); /* whole floats per rank */
-            rc = cubench_coll_run(cm, MPI_COMM_WORLD, s, (cubench_coll)op, (size_t)bytes,
-                                  a->repeats, &t, &ok, e);
+            rc = cubench_coll_run(cm, MPI_COMM_WORLD, s, (cubench_coll)op, (size_t)bytes, a->repeats, &t, &ok, e);
             if (rc != TS_OK || rank != 0)
                 continue;
             all_ok &= ok;
@@ -319,8 +329,10 @@ static int nccl(const args *a, int rank, int size, ts_err *e)
             afile_abort(&out);
     }
     if (rc == TS_OK && !all_ok)
-        rc = err_set(e, TS_ESTATE, "cudacal nccl: some collectives gave wrong results (see "
-                     "'correct' in %s)", a->out);
+        rc = err_set(e, TS_ESTATE,
+                     "cudacal nccl: some collectives gave wrong results (see "
+                     "'correct' in %s)",
+                     a->out);
     if (pp)
         pp->destroy(pp);
     if (tp)
@@ -334,34 +346,89 @@ static int nccl(const args *a, int rank, int size, ts_err *e)
 static int add_flags(opt_table *t, args *a, ts_err *e)
 {
     const opt_spec specs[] = {
-        {.name = "--out", .type = OPT_STRING, .target = &a->out, .metavar = "FILE",
-         .help = "CSV written (atomically)"},
-        {.name = "--gpu", .type = OPT_STRING, .target = &a->gpu, .metavar = "KIND",
-         .defval = "the device name", .help = "GPU kind written in the gpu column "
-         "(topologies/gpus.csv names, e.g. H100-SXM5-80GB)"},
-        {.name = "--repeats", .type = OPT_INT, .target = &a->repeats, .min = 1, .max = 1000,
-         .unit = "runs", .help = "timed runs per measurement (median reported)"},
-        {.name = "--hidden-size", .type = OPT_INT, .target = &a->hidden, .min = 64,
-         .max = 1 << 17, .unit = "elements", .help = "h of the layer and of the sweep's shapes"},
-        {.name = "--num-attention-heads", .type = OPT_INT, .target = &a->heads, .min = 1,
-         .max = 4096, .unit = "heads", .help = "attention heads of the whole model"},
-        {.name = "--ffn-hidden-size", .type = OPT_INT, .target = &a->ffn, .min = 1,
-         .max = 1 << 20, .unit = "elements", .help = "MLP width of the whole model"},
-        {.name = "--seq-length", .type = OPT_INT, .target = &a->seq, .min = 1, .max = 1 << 20,
-         .unit = "tokens", .help = "sequence length"},
-        {.name = "--micro-batch-size", .type = OPT_INT, .target = &a->mbs, .min = 1,
-         .max = 4096, .unit = "sequences", .help = "micro-batch"},
-        {.name = "--tensor-model-parallel-size", .type = OPT_INT, .target = &a->tp, .min = 1,
-         .max = 1024, .unit = "GPUs", .help = "t: the layer shard is 1/t of the layer"},
-        {.name = "--fused-attention", .type = OPT_BOOL, .target = &a->fused,
+        {.name = "--out", .type = OPT_STRING, .target = &a->out, .metavar = "FILE", .help = "CSV written (atomically)"},
+        {.name = "--gpu",
+         .type = OPT_STRING,
+         .target = &a->gpu,
+         .metavar = "KIND",
+         .defval = "the device name",
+         .help = "GPU kind written in the gpu column "
+                 "(topologies/gpus.csv names, e.g. H100-SXM5-80GB)"},
+        {.name = "--repeats",
+         .type = OPT_INT,
+         .target = &a->repeats,
+         .min = 1,
+         .max = 1000,
+         .unit = "runs",
+         .help = "timed runs per measurement (median reported)"},
+        {.name = "--hidden-size",
+         .type = OPT_INT,
+         .target = &a->hidden,
+         .min = 64,
+         .max = 1 << 17,
+         .unit = "elements",
+         .help = "h of the layer and of the sweep's shapes"},
+        {.name = "--num-attention-heads",
+         .type = OPT_INT,
+         .target = &a->heads,
+         .min = 1,
+         .max = 4096,
+         .unit = "heads",
+         .help = "attention heads of the whole model"},
+        {.name = "--ffn-hidden-size",
+         .type = OPT_INT,
+         .target = &a->ffn,
+         .min = 1,
+         .max = 1 << 20,
+         .unit = "elements",
+         .help = "MLP width of the whole model"},
+        {.name = "--seq-length",
+         .type = OPT_INT,
+         .target = &a->seq,
+         .min = 1,
+         .max = 1 << 20,
+         .unit = "tokens",
+         .help = "sequence length"},
+        {.name = "--micro-batch-size",
+         .type = OPT_INT,
+         .target = &a->mbs,
+         .min = 1,
+         .max = 4096,
+         .unit = "sequences",
+         .help = "micro-batch"},
+        {.name = "--tensor-model-parallel-size",
+         .type = OPT_INT,
+         .target = &a->tp,
+         .min = 1,
+         .max = 1024,
+         .unit = "GPUs",
+         .help = "t: the layer shard is 1/t of the layer"},
+        {.name = "--fused-attention",
+         .type = OPT_BOOL,
+         .target = &a->fused,
          .help = "layer: the fused attention kernel instead of cuBLAS batched GEMMs"},
-        {.name = "--gemm-tflops", .type = OPT_DOUBLE, .target = &a->gemm_tflops, .min = 0,
-         .max = 1e5, .unit = "TFLOP/s", .defval = "measured (4096^3 and 8192^3 bf16 GEMMs)",
+        {.name = "--gemm-tflops",
+         .type = OPT_DOUBLE,
+         .target = &a->gemm_tflops,
+         .min = 0,
+         .max = 1e5,
+         .unit = "TFLOP/s",
+         .defval = "measured (4096^3 and 8192^3 bf16 GEMMs)",
          .help = "layer: the bf16 GEMM rate the layer is compared with"},
-        {.name = "--min-bytes", .type = OPT_INT64, .target = &a->min_bytes, .min = 4096,
-         .max = 1e12, .unit = "bytes", .help = "nccl: smallest message"},
-        {.name = "--max-bytes", .type = OPT_INT64, .target = &a->max_bytes, .min = 4096,
-         .max = 1e12, .unit = "bytes", .help = "nccl: largest message (x4 steps)"},
+        {.name = "--min-bytes",
+         .type = OPT_INT64,
+         .target = &a->min_bytes,
+         .min = 4096,
+         .max = 1e12,
+         .unit = "bytes",
+         .help = "nccl: smallest message"},
+        {.name = "--max-bytes",
+         .type = OPT_INT64,
+         .target = &a->max_bytes,
+         .min = 4096,
+         .max = 1e12,
+         .unit = "bytes",
+         .help = "nccl: largest message (x4 steps)"},
     };
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
         int rc = opt_add(t, &specs[i], e);
@@ -377,8 +444,15 @@ int main(int argc, char **argv)
     int rank = 0, size = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    args a = {.repeats = 20, .hidden = 12288, .heads = 96, .ffn = 4 * 12288, .seq = 2048,
-              .mbs = 1, .tp = 8, .min_bytes = 1 << 20, .max_bytes = (int64_t)1 << 30};
+    args a = {.repeats = 20,
+              .hidden = 12288,
+              .heads = 96,
+              .ffn = 4 * 12288,
+              .seq = 2048,
+              .mbs = 1,
+              .tp = 8,
+              .min_bytes = 1 << 20,
+              .max_bytes = (int64_t)1 << 30};
     ts_err e;
     err_clear(&e);
     opt_table t;
@@ -396,13 +470,11 @@ int main(int argc, char **argv)
             opt_help(&t, stdout);
     } else if (rc == TS_OK) {
         if (!mode || (strcmp(mode, "sweep") && strcmp(mode, "layer") && strcmp(mode, "nccl")))
-            rc = err_set(&e, TS_EINVAL, "mode '%s': valid are sweep, layer, nccl",
-                         mode ? mode : "(none)");
+            rc = err_set(&e, TS_EINVAL, "mode '%s': valid are sweep, layer, nccl", mode ? mode : "(none)");
         else if (!a.out)
             rc = err_set(&e, TS_EINVAL, "--out FILE is required");
         else if (strcmp(mode, "nccl") && size > 1)
-            rc = err_set(&e, TS_EINVAL, "mode %s runs on one GPU: start it without mpirun",
-                         mode);
+            rc = err_set(&e, TS_EINVAL, "mode %s runs on one GPU: start it without mpirun", mode);
         if (rc == TS_OK)
             rc = pick_gpu(&a, rank, &e);
         if (rc == TS_OK && !strcmp(mode, "sweep"))
