@@ -73,6 +73,20 @@ static int ring_flows(const net_graph *g, net_router *r, net_plan *p, const int 
     return TS_OK;
 }
 
+/* A phase of its own holding one ring over gs[0..n) (consecutive in gpus),
+ * each flow of `bytes`, taking n - 1 steps. */
+static int ring_phase(const net_graph *g, net_router *r, net_plan *p, const int *gs, int n, double bytes, uint64_t key,
+                      ts_err *err)
+{
+    int rc = plan_phase_begin(p, err);
+    if (rc)
+        return rc;
+    if ((rc = ring_flows(g, r, p, gs, n, 1, bytes, key, err)))
+        return rc;
+    plan_phase_end(g, p, n - 1);
+    return TS_OK;
+}
+
 static int server_of(const net_graph *g, int gpu)
 {
     return g->nodes[g->gpu_node[gpu]].server;
@@ -165,13 +179,8 @@ static int p2p_phases(const net_graph *g, net_router *r, const net_coll_req *q, 
             (rc = plan_xfer(g, r, p, g->gpu_node[q->gpus[j]], g->gpu_node[q->gpus[t + j]], S / t, key, err)))
             return rc;
     plan_phase_end(g, p, 1);
-    if (t > 1) {
-        if ((rc = plan_phase_begin(p, err)))
-            return rc;
-        if ((rc = ring_flows(g, r, p, q->gpus + t, t, 1, S * (t - 1) / t, key, err)))
-            return rc;
-        plan_phase_end(g, p, t - 1);
-    }
+    if (t > 1 && (rc = ring_phase(g, r, p, q->gpus + t, t, S * (t - 1) / t, key, err)))
+        return rc;
     p->algo = NET_ALGO_RING;
     return TS_OK;
 }
@@ -197,11 +206,8 @@ static int ring_coll_phases(const net_graph *g, net_router *r, const net_coll_re
         p->algo = NET_ALGO_RING;
         return TS_OK;
     }
-    if ((rc = plan_phase_begin(p, err)))
+    if ((rc = ring_phase(g, r, p, q->gpus, n, S * (n - 1) / n, key, err)))
         return rc;
-    if ((rc = ring_flows(g, r, p, q->gpus, n, 1, S * (n - 1) / n, key, err)))
-        return rc;
-    plan_phase_end(g, p, n - 1);
     p->algo = NET_ALGO_RING;
     return TS_OK;
 }
@@ -210,13 +216,9 @@ static int ring_coll_phases(const net_graph *g, net_router *r, const net_coll_re
 static int allreduce_ring(const net_graph *g, net_router *r, const net_coll_req *q, net_plan *p, ts_err *err)
 {
     int rc, n = q->n;
-    for (int ph = 0; ph < 2; ph++) {
-        if ((rc = plan_phase_begin(p, err)))
+    for (int ph = 0; ph < 2; ph++)
+        if ((rc = ring_phase(g, r, p, q->gpus, n, q->bytes * (n - 1) / n, q->flow_key, err)))
             return rc;
-        if ((rc = ring_flows(g, r, p, q->gpus, n, 1, q->bytes * (n - 1) / n, q->flow_key, err)))
-            return rc;
-        plan_phase_end(g, p, n - 1);
-    }
     return TS_OK;
 }
 
