@@ -355,180 +355,219 @@ out:
     return rc;
 }
 
-int net_graph_build_fabric(const net_fabric_params *p, net_graph **out, ts_err *err)
+/* The switches of one fabric level while the levels above it are built: their
+ * node ids, the unit (group of switches joined as one) each belongs to, and the
+ * line rate of the links coming down into each, GB/s. */
+typedef struct {
+    int *node, *unit;
+    double *down_line;
+    int n, nunits;
+} fabric_tier;
+
+static void fabric_tier_free(fabric_tier *t)
 {
-    int rc = check_params(p, err);
-    if (rc)
-        return rc;
-    net_graph *g = net_graph_new();
-    int *lower = NULL, *unit = NULL, *upper = NULL, *upunit = NULL;
-    double *down_line = NULL;
-    if (!g)
-        return err_set(err, TS_ENOMEM, "fabric: out of memory");
+    free(t->node);
+    free(t->unit);
+    free(t->down_line);
+    *t = (fabric_tier){0};
+}
+
+/* Adds the servers: their GPUs (GPU i = server i/G, local i%G), then the
+ * NVSwitches and the NICs, and joins each GPU to its NVSwitch and NIC; the
+ * first NIC's node id goes to *nic0. */
+static int fabric_add_servers(net_graph *g, const net_fabric_params *p, int *nic0, ts_err *err)
+{
     const int S = p->servers, G = p->gpus_per_server, K = p->nics_per_server;
-    g->gpus_per_server = G;
-    g->nvls = p->nvls;
-    /* Servers: GPUs first (so GPU i = server i/G, local i%G), then NVSwitch and NICs. */
+    int rc;
     for (int s = 0; s < S; s++)
         for (int i = 0; i < G; i++)
             if ((rc = net_graph_add_node(g, NET_NODE_GPU, 0, s, i, err)) < 0)
-                goto fail;
+                return rc;
     int nvs0 = g->n_nodes;
     if (G > 1)
         for (int s = 0; s < S; s++)
             if ((rc = net_graph_add_node(g, NET_NODE_NVSWITCH, 0, s, 0, err)) < 0)
-                goto fail;
-    int nic0 = g->n_nodes;
+                return rc;
+    *nic0 = g->n_nodes;
     for (int s = 0; s < S; s++)
         for (int k = 0; k < K; k++)
             if ((rc = net_graph_add_node(g, NET_NODE_NIC, 0, s, k, err)) < 0)
-                goto fail;
+                return rc;
     for (int s = 0; s < S; s++) {
         for (int i = 0; i < G; i++) {
             int gpu = s * G + i;
             if (G > 1 && (rc = net_graph_add_link2(g, gpu, nvs0 + s, NET_LINK_NVLINK, p->nvlink_gbps, p->nvlink_eff,
                                                    p->nvlink_lat_us, err)) < 0)
-                goto fail;
-            if (K > 0 && (rc = net_graph_add_link2(g, gpu, nic0 + s * K + i % K, NET_LINK_PCIE, p->pcie_gbps, 1.0,
+                return rc;
+            if (K > 0 && (rc = net_graph_add_link2(g, gpu, *nic0 + s * K + i % K, NET_LINK_PCIE, p->pcie_gbps, 1.0,
                                                    p->pcie_lat_us, err)) < 0)
-                goto fail;
+                return rc;
         }
     }
-    if (K == 0)
-        goto done;
-    /* Leaves. */
-    int nleaves, ports = S * K;
+    return TS_OK;
+}
+
+/* Adds the leaf switches and joins every NIC to its leaf (rail-optimized: NIC
+ * k of a group of servers to that group's leaf k); *leaves gets the leaves,
+ * each its own unit. The caller frees *leaves, also on failure. */
+static int fabric_add_leaves(net_graph *g, const net_fabric_params *p, int nic0, fabric_tier *leaves, ts_err *err)
+{
+    const int S = p->servers, K = p->nics_per_server;
+    int rc, nleaves, ports = S * K;
     if (p->rail_optimized)
         nleaves = ((S + p->leaf_ports - 1) / p->leaf_ports) * K;
     else
         nleaves = (ports + p->leaf_ports - 1) / p->leaf_ports;
     int cap = nleaves > 1 ? nleaves : 1;
-    lower = malloc(sizeof *lower * (size_t)cap);
-    unit = malloc(sizeof *unit * (size_t)cap);
-    down_line = calloc((size_t)g->n_nodes + (size_t)cap * 2 + 64, sizeof *down_line);
-    if (!lower || !unit || !down_line) {
-        rc = err_set(err, TS_ENOMEM, "fabric: out of memory");
-        goto fail;
-    }
+    leaves->node = malloc(sizeof *leaves->node * (size_t)cap);
+    leaves->unit = malloc(sizeof *leaves->unit * (size_t)cap);
+    leaves->down_line = calloc((size_t)g->n_nodes + (size_t)cap * 2 + 64, sizeof *leaves->down_line);
+    if (!leaves->node || !leaves->unit || !leaves->down_line)
+        return err_set(err, TS_ENOMEM, "fabric: out of memory");
+    leaves->n = leaves->nunits = nleaves;
     int leaf0 = g->n_nodes;
     for (int j = 0; j < nleaves; j++) {
         if ((rc = net_graph_add_node(g, NET_NODE_SWITCH, 1, -1, j, err)) < 0)
-            goto fail;
-        lower[j] = rc;
-        unit[j] = j;
+            return rc;
+        leaves->node[j] = rc;
+        leaves->unit[j] = j;
     }
     for (int s = 0; s < S; s++)
         for (int k = 0; k < K; k++) {
             int leaf = p->rail_optimized ? (s / p->leaf_ports) * K + k : (s * K + k) / p->leaf_ports;
             if ((rc = net_graph_add_link2(g, nic0 + s * K + k, leaf0 + leaf, NET_LINK_FABRIC, p->nic_gbps, p->net_eff,
                                           p->nic_lat_us, err)) < 0)
-                goto fail;
-            down_line[leaf] += p->nic_gbps;
+                return rc;
+            leaves->down_line[leaf] += p->nic_gbps;
         }
-    /* Levels 2..L: groups of units under groups of switches. down_line is
-     * indexed by position in `lower`. */
-    int nlower = nleaves, nunits = nleaves;
-    for (int l = 2; l <= p->levels; l++) {
-        net_fabric_level lvv = p->up[l];
-        const net_fabric_level *lv = &lvv;
-        int gsize = lv->group ? lv->group : nunits;
-        int ngroups = (nunits + gsize - 1) / gsize;
-        int unit_max = 1; /* switches in the largest unit (units are consecutive) */
-        for (int w = 0, run = 0; w < nlower; w++) {
-            run = (w > 0 && unit[w] == unit[w - 1]) ? run + 1 : 1;
-            if (run > unit_max)
-                unit_max = run;
-        }
-        if (lvv.switches == 0) { /* auto: as many as the widest uplink, in ports */
-            double most = 0;
-            for (int w = 0; w < nlower; w++)
-                if (down_line[w] / lv->oversub > most)
-                    most = down_line[w] / lv->oversub;
-            lvv.switches = (int)(most / p->nic_gbps + 0.999999);
-            if (lvv.switches < 1)
-                lvv.switches = 1;
-        }
-        int nupper = ngroups * lv->switches;
-        upper = malloc(sizeof *upper * (size_t)nupper);
-        upunit = malloc(sizeof *upunit * (size_t)nupper);
-        double *up_line = calloc((size_t)nupper, sizeof *up_line);
-        if (!upper || !upunit || !up_line) {
-            free(up_line);
-            rc = err_set(err, TS_ENOMEM, "fabric: out of memory");
-            goto fail;
-        }
-        for (int j = 0; j < nupper; j++) {
-            if ((rc = net_graph_add_node(g, NET_NODE_SWITCH, l, -1, j, err)) < 0) {
-                free(up_line);
-                goto fail;
-            }
-            upper[j] = rc;
-            upunit[j] = j / lv->switches;
-        }
-        for (int w = 0; w < nlower; w++) {
-            int grp = unit[w] / gsize;
-            /* Uplink capacity: downlink / oversub, in ports of the NIC
-             * rate. With at least one port per upper switch of the group it
-             * is spread over all of them; with fewer, the switch takes
-             * whole ports to a round-robin subset (if its unit's switches
-             * together still reach every upper switch), so one flow on an
-             * idle fabric still runs at port rate; else it is spread thin. */
-            double up_gbps = down_line[w] / lv->oversub;
-            if (!(up_gbps > 0))
-                continue;
-            double up_ports = up_gbps / p->nic_gbps;
-            int nlinks = lv->switches, first = 0;
-            double line = up_gbps / lv->switches;
-            if (up_ports < lv->switches && unit_max * (int)(up_ports + 0.5) >= lv->switches) {
-                nlinks = (int)(up_ports + 0.5);
-                if (nlinks < 1)
-                    nlinks = 1;
-                line = up_gbps / nlinks;
-                first = (int)(((long long)w * nlinks) % lv->switches);
-            }
-            for (int j = 0; j < nlinks; j++) {
-                int u = grp * lv->switches + (first + j) % lv->switches;
-                /* NOLINTNEXTLINE(clang-analyzer-core.CallAndMessage): grp < ngroups, so u < nupper (all set) */
-                if ((rc = net_graph_add_link2(g, lower[w], upper[u], NET_LINK_FABRIC, line, p->net_eff,
-                                              p->switch_lat_us, err)) < 0) {
-                    free(up_line);
-                    goto fail;
-                }
-                up_line[u] += line;
-            }
-        }
-        free(lower);
-        free(unit);
-        free(down_line);
-        lower = upper;
-        unit = upunit;
-        down_line = up_line;
-        upper = upunit = NULL;
-        nlower = nupper;
-        nunits = ngroups;
+    return TS_OK;
+}
+
+/* The number of switches in the largest unit of a tier (units are consecutive). */
+static int fabric_widest_unit(const fabric_tier *t)
+{
+    int unit_max = 1;
+    for (int w = 0, run = 0; w < t->n; w++) {
+        run = (w > 0 && t->unit[w] == t->unit[w - 1]) ? run + 1 : 1;
+        if (run > unit_max)
+            unit_max = run;
     }
-done:
-    free(lower);
-    free(unit);
-    free(down_line);
-    if ((rc = net_graph_finish(g, err)) != TS_OK) {
-        net_graph_free(g);
+    return unit_max;
+}
+
+/* Switches per group when a level asks for them automatically: as many as the
+ * widest uplink of the tier below, in ports of the NIC rate (at least 1). */
+static int fabric_auto_switches(const net_fabric_params *p, const net_fabric_level *lv, const fabric_tier *t)
+{
+    double most = 0;
+    for (int w = 0; w < t->n; w++)
+        if (t->down_line[w] / lv->oversub > most)
+            most = t->down_line[w] / lv->oversub;
+    int switches = (int)(most / p->nic_gbps + 0.999999);
+    return switches < 1 ? 1 : switches;
+}
+
+/* Joins switch w of the lower tier to the upper switches of its group grp.
+ * Uplink capacity: downlink / oversub, in ports of the NIC rate. With at
+ * least one port per upper switch of the group it is spread over all of them;
+ * with fewer, the switch takes whole ports to a round-robin subset (if its
+ * unit's switches together still reach every upper switch), so one flow on an
+ * idle fabric still runs at port rate; else it is spread thin. */
+static int fabric_add_uplinks(net_graph *g, const net_fabric_params *p, const net_fabric_level *lv,
+                              const fabric_tier *lower, int w, int grp, int unit_max, fabric_tier *upper, ts_err *err)
+{
+    double up_gbps = lower->down_line[w] / lv->oversub;
+    if (!(up_gbps > 0))
+        return TS_OK;
+    double up_ports = up_gbps / p->nic_gbps;
+    int nlinks = lv->switches, first = 0;
+    double line = up_gbps / lv->switches;
+    if (up_ports < lv->switches && unit_max * (int)(up_ports + 0.5) >= lv->switches) {
+        nlinks = (int)(up_ports + 0.5);
+        if (nlinks < 1)
+            nlinks = 1;
+        line = up_gbps / nlinks;
+        first = (int)(((long long)w * nlinks) % lv->switches);
+    }
+    for (int j = 0; j < nlinks; j++) {
+        int u = grp * lv->switches + (first + j) % lv->switches;
+        int rc = net_graph_add_link2(g, lower->node[w], upper->node[u], NET_LINK_FABRIC, line, p->net_eff,
+                                     p->switch_lat_us, err);
+        if (rc < 0)
+            return rc;
+        upper->down_line[u] += line;
+    }
+    return TS_OK;
+}
+
+/* Adds switch level l (2..levels) above tier *t: groups of its units under
+ * groups of new switches, each lower switch joined to its group's switches;
+ * on success *t becomes the new level (its units are the groups). */
+static int fabric_add_level(net_graph *g, const net_fabric_params *p, int l, fabric_tier *t, ts_err *err)
+{
+    net_fabric_level lv = p->up[l];
+    int gsize = lv.group ? lv.group : t->nunits;
+    int ngroups = (t->nunits + gsize - 1) / gsize;
+    int unit_max = fabric_widest_unit(t);
+    if (lv.switches == 0)
+        lv.switches = fabric_auto_switches(p, &lv, t);
+    int nupper = ngroups * lv.switches, rc = TS_OK;
+    fabric_tier up = {.n = nupper, .nunits = ngroups};
+    up.node = malloc(sizeof *up.node * (size_t)nupper);
+    up.unit = malloc(sizeof *up.unit * (size_t)nupper);
+    up.down_line = calloc((size_t)nupper, sizeof *up.down_line);
+    if (!up.node || !up.unit || !up.down_line) {
+        rc = err_set(err, TS_ENOMEM, "fabric: out of memory");
+        goto out;
+    }
+    for (int j = 0; j < nupper; j++) {
+        if ((rc = net_graph_add_node(g, NET_NODE_SWITCH, l, -1, j, err)) < 0)
+            goto out;
+        up.node[j] = rc;
+        up.unit[j] = j / lv.switches;
+    }
+    rc = TS_OK;
+    for (int w = 0; w < t->n && !rc; w++)
+        rc = fabric_add_uplinks(g, p, &lv, t, w, t->unit[w] / gsize, unit_max, &up, err);
+    if (!rc) { /* the new level becomes the tier; the old one is freed below */
+        fabric_tier old = *t;
+        *t = up;
+        up = old;
+    }
+out:
+    fabric_tier_free(&up);
+    return rc;
+}
+
+int net_graph_build_fabric(const net_fabric_params *p, net_graph **out, ts_err *err)
+{
+    int rc = check_params(p, err);
+    if (rc)
         return rc;
-    }
-    if (K > 0 && (rc = check_switch_paths(g, err)) != TS_OK) {
+    net_graph *g = net_graph_new();
+    fabric_tier tier = {0};
+    if (!g)
+        return err_set(err, TS_ENOMEM, "fabric: out of memory");
+    g->gpus_per_server = p->gpus_per_server;
+    g->nvls = p->nvls;
+    int nic0;
+    const bool fabric = p->nics_per_server > 0; /* servers joined by a switched fabric */
+    rc = fabric_add_servers(g, p, &nic0, err);
+    if (!rc && fabric)
+        rc = fabric_add_leaves(g, p, nic0, &tier, err);
+    for (int l = 2; fabric && l <= p->levels && !rc; l++)
+        rc = fabric_add_level(g, p, l, &tier, err);
+    fabric_tier_free(&tier);
+    if (!rc)
+        rc = net_graph_finish(g, err);
+    if (!rc && fabric)
+        rc = check_switch_paths(g, err);
+    if (rc) {
         net_graph_free(g);
         return rc;
     }
     *out = g;
     return TS_OK;
-fail:
-    free(lower);
-    free(unit);
-    free(down_line);
-    free(upper);
-    free(upunit);
-    net_graph_free(g);
-    return rc;
 }
 
 int net_graph_build_multipod(const net_fabric_params *base, int pods, int pod_servers, double pod_oversub,
