@@ -152,11 +152,18 @@ static int fit_line(groups *G, const char *kind, double *alpha, double *gbps, do
     return TS_OK;
 }
 
-int cmd_calibrate(int argc, char **argv)
+static const char *const DTYPES[] = {"bf16", "fp16", "fp32", NULL};
+
+/* The command's flags. */
+typedef struct {
+    const char *in, *out, *comm_out, *gpu;
+    int dtype; /* index into DTYPES, a config_precision */
+} calibrate_args;
+
+/* Parses the flags into *a; -1 to go on, else the exit status to return
+ * (0 after --help, which it prints; errors are printed here). */
+static int calibrate_parse(int argc, char **argv, calibrate_args *a)
 {
-    const char *in = NULL, *out = NULL, *comm_out = NULL, *gpu = "CPU";
-    int dtype = PREC_FP32;
-    static const char *const DTYPES[] = {"bf16", "fp16", "fp32", NULL};
     ts_err err;
     err_clear(&err);
     opt_table t;
@@ -167,31 +174,31 @@ int cmd_calibrate(int argc, char **argv)
     const opt_spec specs[] = {
         {.name = "--microbench",
          .type = OPT_STRING,
-         .target = &in,
+         .target = &a->in,
          .metavar = "FILE",
          .defval = "required",
          .help = "samples written by trainexec --microbench"},
         {.name = "--output",
          .alias = "-o",
          .type = OPT_STRING,
-         .target = &out,
+         .target = &a->out,
          .metavar = "FILE",
          .defval = "required",
          .help = "calibration CSV to write"},
         {.name = "--gpu",
          .type = OPT_STRING,
-         .target = &gpu,
+         .target = &a->gpu,
          .metavar = "KIND",
          .help = "device kind named in the rows (as --gpu of trainsim simulate names it)"},
         {.name = "--dtype",
          .type = OPT_ENUM,
-         .target = &dtype,
+         .target = &a->dtype,
          .enum_names = DTYPES,
          .help = "precision the rows are filed under (the samples are fp32; a simulator run "
                  "at another precision looks its rows up under that name)"},
         {.name = "--comm-output",
          .type = OPT_STRING,
-         .target = &comm_out,
+         .target = &a->comm_out,
          .metavar = "FILE",
          .help = "also write the fitted latency/bandwidth of p2p and all-reduce (CSV)"},
     };
@@ -206,79 +213,115 @@ int cmd_calibrate(int argc, char **argv)
         return 0;
     }
     opt_table_free(&t);
-    if (!rc && (!in || !out))
-        rc = err_set(&err, TS_EINVAL, "%s is required", !in ? "--microbench FILE" : "--output FILE");
+    if (!rc && (!a->in || !a->out))
+        rc = err_set(&err, TS_EINVAL, "%s is required", !a->in ? "--microbench FILE" : "--output FILE");
     if (rc) {
         fprintf(stderr, "trainsim calibrate: %s (trainsim calibrate --help)\n", err.msg);
         return cmd_exit_status(rc);
     }
-    groups G = {0};
-    calib_set set = {0};
-    rc = read_samples(in, &G, &err);
-    double best_tflops = 0, best_gbps = 0, launch = 0;
-    for (size_t i = 0; i < G.n && !rc; i++) {
-        group *x = &G.g[i];
-        calib_row row = {.dtype = (config_precision)dtype, .batch = 1};
-        snprintf(row.gpu, sizeof row.gpu, "%s", gpu);
+    return -1;
+}
+
+/* The best kernel figures among the samples, for the summary line. */
+typedef struct {
+    double tflops, gbps, launch_ns;
+} kernel_best;
+
+/* Files one calibration row per gemm, memory and launch group (the median of
+ * its samples) into *set and notes the best figures in *best. */
+static int add_kernel_rows(groups *G, const calibrate_args *a, calib_set *set, kernel_best *best, ts_err *err)
+{
+    int rc = TS_OK;
+    for (size_t i = 0; i < G->n && !rc; i++) {
+        group *x = &G->g[i];
+        calib_row row = {.dtype = (config_precision)a->dtype, .batch = 1};
+        snprintf(row.gpu, sizeof row.gpu, "%s", a->gpu);
         row.time_ns = median(x);
         if (!strcmp(x->kind, "gemm")) {
             row.op = CALIB_GEMM;
             row.m = x->m, row.n = x->n, row.k = x->k;
             double tf = 2.0 * x->m * x->n * x->k / row.time_ns / 1e3;
-            best_tflops = tf > best_tflops ? tf : best_tflops;
+            best->tflops = tf > best->tflops ? tf : best->tflops;
         } else if (!strcmp(x->kind, "memory")) {
             row.op = CALIB_MEMORY;
             row.bytes = x->bytes;
             snprintf(row.kernel, sizeof row.kernel, "%s", x->kernel);
             double gb = (double)x->bytes / row.time_ns;
-            best_gbps = gb > best_gbps ? gb : best_gbps;
+            best->gbps = gb > best->gbps ? gb : best->gbps;
         } else if (!strcmp(x->kind, "launch")) {
             row.op = CALIB_LAUNCH;
-            launch = row.time_ns;
+            best->launch_ns = row.time_ns;
         } else {
             continue;
         }
-        rc = calib_add(&set, &row, &err);
+        rc = calib_add(set, &row, err);
     }
-    if (!rc && set.n == 0)
-        rc = err_set(&err, TS_EINVAL, "%s: no gemm, memory or launch samples", in);
-    if (!rc) {
-        printf("calibration: %zu kernel rows for '%s' (%s) -> %s\n", set.n, gpu, DTYPES[dtype], out);
-        printf("  best GEMM %.1f GFLOP/s, best element-wise %.2f GB/s, launch %.0f ns\n", best_tflops * 1e3, best_gbps,
-               launch);
-    }
-    afile a = {0};
-    if (!rc && comm_out && (rc = afile_open(&a, comm_out, &err)) == TS_OK)
-        fputs("coll,ranks,alpha_ns,gbps,r2,points\n", a.f);
+    return rc;
+}
+
+/* Fits the p2p and allreduce lines and prints them; writes them to comm (if
+ * open) and files each usable one as a row of *set. */
+static int add_comm_rows(groups *G, const calibrate_args *a, afile *comm, calib_set *set, ts_err *err)
+{
     static const char *const colls[] = {"p2p", "allreduce"};
+    int rc = TS_OK;
     for (int c = 0; c < 2 && !rc; c++) {
         double alpha, gbps, r2;
         int pts = 0, ranks = 0;
-        if (fit_line(&G, colls[c], &alpha, &gbps, &r2, &pts, &ranks)) {
+        if (fit_line(G, colls[c], &alpha, &gbps, &r2, &pts, &ranks)) {
             printf("  %s: %d message sizes, no fit\n", colls[c], pts);
             continue;
         }
         printf("  %s over %d ranks: latency %.0f ns, bandwidth %.2f GB/s (R^2 %.4f, %d sizes)\n", colls[c], ranks,
                alpha, gbps, r2, pts);
-        if (a.f)
-            fprintf(a.f, "%s,%d,%.1f,%.4f,%.6f,%d\n", colls[c], ranks, alpha, gbps, r2, pts);
+        if (comm->f)
+            fprintf(comm->f, "%s,%d,%.1f,%.4f,%.6f,%d\n", colls[c], ranks, alpha, gbps, r2, pts);
         if (!(gbps > 0))
             continue; /* no usable line: the simulator reports the missing row */
-        calib_row row = {.dtype = (config_precision)dtype,
+        calib_row row = {.dtype = (config_precision)a->dtype,
                          .op = c ? CALIB_ALLREDUCE : CALIB_P2P,
                          .ranks = ranks,
                          .alpha_ns = alpha,
                          .gbps = gbps};
-        snprintf(row.gpu, sizeof row.gpu, "%s", gpu);
-        rc = calib_add(&set, &row, &err);
+        snprintf(row.gpu, sizeof row.gpu, "%s", a->gpu);
+        rc = calib_add(set, &row, err);
     }
+    return rc;
+}
+
+int cmd_calibrate(int argc, char **argv)
+{
+    calibrate_args a = {.gpu = "CPU", .dtype = PREC_FP32};
+    int status = calibrate_parse(argc, argv, &a);
+    if (status >= 0)
+        return status;
+    ts_err err;
+    err_clear(&err);
+    groups G = {0};
+    calib_set set = {0};
+    kernel_best best = {0};
+    afile comm = {0};
+    int rc = read_samples(a.in, &G, &err);
     if (!rc)
-        rc = calib_write(out, &set, &err);
-    if (a.f) {
+        rc = add_kernel_rows(&G, &a, &set, &best, &err);
+    if (!rc && set.n == 0)
+        rc = err_set(&err, TS_EINVAL, "%s: no gemm, memory or launch samples", a.in);
+    if (!rc) {
+        printf("calibration: %zu kernel rows for '%s' (%s) -> %s\n", set.n, a.gpu, DTYPES[a.dtype], a.out);
+        printf("  best GEMM %.1f GFLOP/s, best element-wise %.2f GB/s, launch %.0f ns\n", best.tflops * 1e3, best.gbps,
+               best.launch_ns);
+    }
+    if (!rc && a.comm_out && (rc = afile_open(&comm, a.comm_out, &err)) == TS_OK)
+        fputs("coll,ranks,alpha_ns,gbps,r2,points\n", comm.f);
+    if (!rc)
+        rc = add_comm_rows(&G, &a, &comm, &set, &err);
+    if (!rc)
+        rc = calib_write(a.out, &set, &err);
+    if (comm.f) {
         if (rc)
-            afile_abort(&a);
+            afile_abort(&comm);
         else
-            rc = afile_commit(&a, &err);
+            rc = afile_commit(&comm, &err);
     }
     for (size_t i = 0; i < G.n; i++)
         free(G.g[i].t);
