@@ -194,6 +194,89 @@ static void print_summary(const sched *s, const sargs *a, bool timed, const sche
     printf(" ms (makespan - busy)\n");
 }
 
+/* Reads the schedule of --import into *s (the flags that generate a schedule
+ * do not go with it). Returns the exit status: 0, else 2 or 1 after printing
+ * the error. */
+static int schedule_import(const opt_table *t, const sargs *a, sched **s)
+{
+    static const char *const GEN_FLAGS[] = {"--schedule",
+                                            "--pipeline-model-parallel-size",
+                                            "--num-microbatches",
+                                            "--num-virtual-stages-per-pipeline-rank",
+                                            "--microbatch-group-size-per-virtual-pipeline-stage",
+                                            "--num-layers",
+                                            "--decoder-first-pipeline-num-layers",
+                                            "--decoder-last-pipeline-num-layers",
+                                            "--with-reduce-optim",
+                                            "--compute-only"};
+    for (size_t i = 0; i < sizeof GEN_FLAGS / sizeof GEN_FLAGS[0]; i++)
+        if (opt_was_set(t, GEN_FLAGS[i])) {
+            fprintf(stderr,
+                    "trainsim schedule: %s does not go with --import: the schedule comes from "
+                    "the file\n",
+                    GEN_FLAGS[i]);
+            return 2;
+        }
+    ts_err err;
+    err_clear(&err);
+    if (sched_csv_load(a->import_path, s, &err) != TS_OK) {
+        fprintf(stderr, "trainsim schedule: %s\n", err.msg);
+        return 1;
+    }
+    return 0;
+}
+
+/* Generates the schedule the flags describe into *s and validates it. */
+static int schedule_generate(const opt_table *t, const sargs *a, sched **s, ts_err *err)
+{
+    sched_opts o;
+    sched_opts_default(&o, (sched_kind)a->kind);
+    o.p = a->p;
+    o.m = a->m;
+    o.v = opt_was_set(t, "--num-virtual-stages-per-pipeline-rank") ? a->v
+          : a->kind == SCHED_INTERLEAVED || a->kind == SCHED_ZB_V  ? 2
+                                                                   : 1;
+    o.mb_group_size = a->group;
+    o.num_layers = a->layers;
+    o.first_stage_layers = a->first;
+    o.last_stage_layers = a->last;
+    o.with_comm = !a->compute_only;
+    o.with_reduce_optim = a->with_reduce_optim;
+    int rc = sched_generate(&o, s, err);
+    if (rc == TS_OK)
+        rc = sched_validate(*s, NULL, err);
+    return rc;
+}
+
+/* Prints the timeline (unless --validate-only or --no-timeline), then the
+ * summary or --validate-only's one line, and writes --export. ot: the op
+ * times when the schedule was timed (into *tm), else NULL. */
+static int schedule_outputs(const sched *s, const sargs *a, const sched_op_times *ot, const sched_timing *tm,
+                            ts_err *err)
+{
+    int rc;
+    if (!a->validate_only && !a->no_timeline) {
+        if ((rc = sched_print(s, ot, stdout, err)) != TS_OK)
+            return rc;
+        printf("\n");
+    }
+    if (a->validate_only) {
+        size_t n = 0;
+        for (int r = 0; r < s->p; r++)
+            n += s->n_actions[r];
+        printf("valid: %s p=%d m=%d v=%d, %zu actions\n", sched_kind_name(s->kind), s->p, s->m, s->v, n);
+    } else {
+        print_summary(s, a, ot != NULL, tm);
+    }
+    if (a->export_path) {
+        if ((rc = sched_csv_save(s, a->export_path, err)) != TS_OK)
+            return rc;
+        if (!a->validate_only)
+            printf("wrote %s\n", a->export_path);
+    }
+    return TS_OK;
+}
+
 int cmd_schedule(int argc, char **argv)
 {
     sargs a = {.kind = SCHED_1F1B, .p = 4, .m = 8, .v = 1};
@@ -209,11 +292,8 @@ int cmd_schedule(int argc, char **argv)
     sched_timing tm = {0};
     if (rc == TS_OK)
         rc = opt_parse(&t, argc, argv, &err);
-    if (rc != TS_OK) {
-        fprintf(stderr, "trainsim schedule: %s\n", err.msg);
-        status = cmd_exit_status(rc);
-        goto out;
-    }
+    if (rc != TS_OK)
+        goto finish;
     if (t.help_requested) {
         opt_help(&t, stdout);
         goto out;
@@ -226,85 +306,21 @@ int cmd_schedule(int argc, char **argv)
         status = 2;
         goto out;
     }
-    if (a.import_path) {
-        static const char *const GEN_FLAGS[] = {"--schedule",
-                                                "--pipeline-model-parallel-size",
-                                                "--num-microbatches",
-                                                "--num-virtual-stages-per-pipeline-rank",
-                                                "--microbatch-group-size-per-virtual-pipeline-stage",
-                                                "--num-layers",
-                                                "--decoder-first-pipeline-num-layers",
-                                                "--decoder-last-pipeline-num-layers",
-                                                "--with-reduce-optim",
-                                                "--compute-only"};
-        for (size_t i = 0; i < sizeof GEN_FLAGS / sizeof GEN_FLAGS[0]; i++)
-            if (opt_was_set(&t, GEN_FLAGS[i])) {
-                fprintf(stderr,
-                        "trainsim schedule: %s does not go with --import: the schedule comes from "
-                        "the file\n",
-                        GEN_FLAGS[i]);
-                status = 2;
-                goto out;
-            }
-        rc = sched_csv_load(a.import_path, &s, &err);
-        if (rc != TS_OK) {
-            fprintf(stderr, "trainsim schedule: %s\n", err.msg);
-            status = 1;
-            goto out;
-        }
-    } else {
-        sched_opts o;
-        sched_opts_default(&o, (sched_kind)a.kind);
-        o.p = a.p;
-        o.m = a.m;
-        o.v = opt_was_set(&t, "--num-virtual-stages-per-pipeline-rank") ? a.v
-              : a.kind == SCHED_INTERLEAVED || a.kind == SCHED_ZB_V     ? 2
-                                                                        : 1;
-        o.mb_group_size = a.group;
-        o.num_layers = a.layers;
-        o.first_stage_layers = a.first;
-        o.last_stage_layers = a.last;
-        o.with_comm = !a.compute_only;
-        o.with_reduce_optim = a.with_reduce_optim;
-        rc = sched_generate(&o, &s, &err);
-        if (rc == TS_OK)
-            rc = sched_validate(s, NULL, &err);
-        if (rc != TS_OK) {
-            fprintf(stderr, "trainsim schedule: %s\n", err.msg);
-            status = cmd_exit_status(rc);
-            goto out;
-        }
-    }
+    if (a.import_path)
+        status = schedule_import(&t, &a, &s);
+    else
+        rc = schedule_generate(&t, &a, &s, &err);
+    if (status != 0 || rc != TS_OK)
+        goto finish;
     sched_op_times ot = {ms_to_ns(a.tf), ms_to_ns(a.tb), ms_to_ns(a.tw), ms_to_ns(a.tc)};
-    if (timed && (rc = sched_time(s, &ot, &tm, &err)) != TS_OK) {
+    if (timed)
+        rc = sched_time(s, &ot, &tm, &err);
+    if (rc == TS_OK)
+        rc = schedule_outputs(s, &a, timed ? &ot : NULL, &tm, &err);
+finish: /* the error of a library call, if any, is printed here */
+    if (rc != TS_OK) {
         fprintf(stderr, "trainsim schedule: %s\n", err.msg);
         status = cmd_exit_status(rc);
-        goto out;
-    }
-    if (!a.validate_only && !a.no_timeline) {
-        if ((rc = sched_print(s, timed ? &ot : NULL, stdout, &err)) != TS_OK) {
-            fprintf(stderr, "trainsim schedule: %s\n", err.msg);
-            status = cmd_exit_status(rc);
-            goto out;
-        }
-        printf("\n");
-    }
-    if (a.validate_only) {
-        size_t n = 0;
-        for (int r = 0; r < s->p; r++)
-            n += s->n_actions[r];
-        printf("valid: %s p=%d m=%d v=%d, %zu actions\n", sched_kind_name(s->kind), s->p, s->m, s->v, n);
-    } else {
-        print_summary(s, &a, timed, &tm);
-    }
-    if (a.export_path) {
-        if ((rc = sched_csv_save(s, a.export_path, &err)) != TS_OK) {
-            fprintf(stderr, "trainsim schedule: %s\n", err.msg);
-            status = cmd_exit_status(rc);
-            goto out;
-        }
-        if (!a.validate_only)
-            printf("wrote %s\n", a.export_path);
     }
 out:
     sched_timing_free(&tm);
