@@ -1,6 +1,6 @@
 /* GPU test: the CUDA backend (exec/cuda/backend_cuda) against the CPU
  * backend, op by op through the same table, then a whole GPT stage
- * (exec/cpu/gpt) forward + backward on each, then per-op CUDA-event timing.
+ * (exec/core/gpt) forward + backward on each, then per-op CUDA-event timing.
  *
  * Tolerances (|got - want| <= atol + rtol |want|):
  *   element-wise / norm / loss ops: both fp32; differences are summation

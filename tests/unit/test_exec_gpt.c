@@ -1,4 +1,4 @@
-/* Unit tests for exec/cpu/gpt on one process (t = p = d = 1): the whole
+/* Unit tests for exec/core/gpt on one process (t = p = d = 1): the whole
  * model's backward against finite differences, the zero-bubble split
  * (input + weight gradient) against the fused backward, and a model cut
  * into two pipeline stages against the single stage.
