@@ -14,14 +14,9 @@
 #include "sim/core/simulate.h"
 #include "sim/model/cost.h"
 #include "sim/model/layer.h"
+#include "tests/unit/gpu_specs.h"
 
-static const gpu_spec A100 = {.name = "A100-SXM4-80GB",
-                              .bf16_tflops = 312,
-                              .fp16_tflops = 312,
-                              .fp32_tflops = 19.5,
-                              .hbm_gib = 80,
-                              .hbm_gbps = 2039,
-                              .nvlink_gbps = 300};
+static const gpu_spec A100 = {GPU_SPEC_A100};
 
 static double layer_worst(void)
 {

@@ -13,16 +13,11 @@
 
 #include "sim/model/cost.h"
 #include "sim/model/layer.h"
+#include "tests/unit/gpu_specs.h"
 
 #define LAYER_TIME_TOLERANCE 0.07
 
-static const gpu_spec A100 = {.name = "A100-SXM4-80GB",
-                              .bf16_tflops = 312,
-                              .fp16_tflops = 312,
-                              .fp32_tflops = 19.5,
-                              .hbm_gib = 80,
-                              .hbm_gbps = 2039,
-                              .nvlink_gbps = 300};
+static const gpu_spec A100 = {GPU_SPEC_A100};
 
 /* korthikanti_layer_times.csv, copied: experiment, forward_ms, backward_ms */
 static const struct {

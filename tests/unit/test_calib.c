@@ -6,14 +6,9 @@
 #include <unistd.h>
 
 #include "sim/model/calib.h"
+#include "tests/unit/gpu_specs.h"
 
-static const gpu_spec A100 = {.name = "A100-SXM4-80GB",
-                              .bf16_tflops = 312,
-                              .fp16_tflops = 312,
-                              .fp32_tflops = 19.5,
-                              .hbm_gib = 80,
-                              .hbm_gbps = 2039,
-                              .nvlink_gbps = 300};
+static const gpu_spec A100 = {GPU_SPEC_A100};
 
 static char *tmpfile_with(const char *text)
 {

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "sim/model/commcost.h"
+#include "tests/unit/gpu_specs.h"
 
 static commcost_params P(void)
 {
@@ -90,27 +91,9 @@ Test(commcost, wire_bytes_bus_bandwidth_convention)
 
 Test(commcost, defaults_from_networks_csv)
 {
-    gpu_spec a100 = {.name = "A100-SXM4-80GB",
-                     .bf16_tflops = 312,
-                     .fp16_tflops = 312,
-                     .fp32_tflops = 19.5,
-                     .hbm_gib = 80,
-                     .hbm_gbps = 2039,
-                     .nvlink_gbps = 300};
-    gpu_spec h100 = {.name = "H100-SXM5-80GB",
-                     .bf16_tflops = 989.4,
-                     .fp16_tflops = 989.4,
-                     .fp32_tflops = 66.9,
-                     .hbm_gib = 80,
-                     .hbm_gbps = 3350,
-                     .nvlink_gbps = 450};
-    gpu_spec h200 = {.name = "H200-SXM-141GB",
-                     .bf16_tflops = 989.4,
-                     .fp16_tflops = 989.4,
-                     .fp32_tflops = 66.9,
-                     .hbm_gib = 141,
-                     .hbm_gbps = 4800,
-                     .nvlink_gbps = 450};
+    gpu_spec a100 = {GPU_SPEC_A100};
+    gpu_spec h100 = {GPU_SPEC_H100};
+    gpu_spec h200 = {GPU_SPEC_H200};
     gpu_spec other = {.name = "V100-SXM2-32GB",
                       .bf16_tflops = 125,
                       .fp16_tflops = 125,

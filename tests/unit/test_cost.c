@@ -6,28 +6,11 @@
 #include <string.h>
 
 #include "sim/model/cost.h"
+#include "tests/unit/gpu_specs.h"
 
-static const gpu_spec A100 = {.name = "A100-SXM4-80GB",
-                              .bf16_tflops = 312,
-                              .fp16_tflops = 312,
-                              .fp32_tflops = 19.5,
-                              .hbm_gib = 80,
-                              .hbm_gbps = 2039,
-                              .nvlink_gbps = 300};
-static const gpu_spec H100 = {.name = "H100-SXM5-80GB",
-                              .bf16_tflops = 989.4,
-                              .fp16_tflops = 989.4,
-                              .fp32_tflops = 66.9,
-                              .hbm_gib = 80,
-                              .hbm_gbps = 3350,
-                              .nvlink_gbps = 450};
-static const gpu_spec H200 = {.name = "H200-SXM-141GB",
-                              .bf16_tflops = 989.4,
-                              .fp16_tflops = 989.4,
-                              .fp32_tflops = 66.9,
-                              .hbm_gib = 141,
-                              .hbm_gbps = 4800,
-                              .nvlink_gbps = 450};
+static const gpu_spec A100 = {GPU_SPEC_A100};
+static const gpu_spec H100 = {GPU_SPEC_H100};
+static const gpu_spec H200 = {GPU_SPEC_H200};
 
 static cost_params simple(void)
 {

@@ -16,18 +16,13 @@
 
 #include "sim/config/config.h"
 #include "sim/core/simulate.h"
+#include "tests/unit/gpu_specs.h"
 
 #define MEGATRON_TFLOPS_TOLERANCE 0.05
 #define CHOSEN_MICRO_BATCH        1
 #define CHOSEN_CHUNKS             2
 
-static const gpu_spec A100 = {.name = "A100-SXM4-80GB",
-                              .bf16_tflops = 312,
-                              .fp16_tflops = 312,
-                              .fp32_tflops = 19.5,
-                              .hbm_gib = 80,
-                              .hbm_gbps = 2039,
-                              .nvlink_gbps = 300};
+static const gpu_spec A100 = {GPU_SPEC_A100};
 
 /* megatron_calibration.csv, copied */
 static const struct {

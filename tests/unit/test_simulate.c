@@ -15,17 +15,10 @@
 #include "sim/model/commcost.h"
 #include "sim/model/flops.h"
 #include "sim/model/layer.h"
+#include "tests/unit/gpu_specs.h"
 
 /* A100-SXM4-80GB, NVIDIA datasheet (../shared/reference/gpus.csv). */
-static const gpu_spec A100 = {.name = "A100-SXM4-80GB",
-                              .bf16_tflops = 312,
-                              .fp16_tflops = 312,
-                              .fp32_tflops = 19.5,
-                              .hbm_gib = 80,
-                              .hbm_gbps = 2039,
-                              .nvlink_gbps = 300,
-                              .tf32_tflops = 156,
-                              .tdp_w = 400};
+static const gpu_spec A100 = {GPU_SPEC_A100, .tf32_tflops = 156, .tdp_w = 400};
 
 typedef struct {
     int l, h, a, s, V, b, B, t, p, d, v;
