@@ -74,25 +74,6 @@ int net_topo_fabric_params(const struct topo *t, int gpus, net_fabric_params *p,
     return TS_OK;
 }
 
-/* The endpoint's name in the grammar topo.h and net_graph share. */
-static void ep_name(const topo_endpoint *e, char *buf, size_t cap)
-{
-    switch (e->kind) {
-    case TOPO_EP_GPU:
-        snprintf(buf, cap, "gpu%d.%d", e->server, e->index);
-        break;
-    case TOPO_EP_NVSWITCH:
-        snprintf(buf, cap, "nvs%d", e->server);
-        break;
-    case TOPO_EP_NIC:
-        snprintf(buf, cap, "nic%d.%d", e->server, e->index);
-        break;
-    default:
-        snprintf(buf, cap, "sw%d.%d", e->level, e->index);
-        break;
-    }
-}
-
 static int from_links(const struct topo *t, const char *gpu_kind, net_graph **out, ts_err *err)
 {
     int rc;
@@ -107,8 +88,8 @@ static int from_links(const struct topo *t, const char *gpu_kind, net_graph **ou
     }
     for (size_t i = 0; i < n; i++) {
         const topo_link *l = &t->links[i];
-        ep_name(&l->a, names[i][0], sizeof names[i][0]);
-        ep_name(&l->b, names[i][1], sizeof names[i][1]);
+        topo_endpoint_name(&l->a, names[i][0], sizeof names[i][0]);
+        topo_endpoint_name(&l->b, names[i][1], sizeof names[i][1]);
         specs[i] = (net_link_spec){names[i][0], names[i][1], l->bandwidth_gbps, 0, l->latency_us};
     }
     rc = net_graph_from_links(specs, (int)n, G > 0 ? G : 1, out, err);
