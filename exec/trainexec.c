@@ -258,6 +258,7 @@ typedef struct {
     int rank, size;                            /* in MPI_COMM_WORLD */
     args a;                                    /* executor flags */
     config c;                                  /* resolved flags; owns its topology until resolve_config */
+    flags_state fs;                            /* the parsed arguments the string flags point into; owned */
     rt_opts o;                                 /* the model and Adam the runtime runs */
     parallel_config par;                       /* layout, copied out of c */
     model_config mod;                          /* model shape, copied out of c */
@@ -293,6 +294,7 @@ static void run_free(run *x)
     if (x->be)
         x->be->destroy(x->be);
     config_free(&x->c);
+    flags_release(&x->fs);
 }
 
 /* argv with the executor's defaults appended for the layout flags it does
@@ -361,7 +363,7 @@ static int parse_command_line(run *x, int argc, char **argv)
     char **av = with_layout_defaults(argc, argv, x->size, gpus_arg, sizeof gpus_arg, &ac);
     if (!av)
         return 1;
-    flags_state fs;
+    flags_state *fs = &x->fs;
     opt_table t;
     opt_table_init(&t, "trainexec",
                    "Run training iterations of a GPT model for real (fp32, OpenBLAS, MPI; or "
@@ -375,11 +377,11 @@ static int parse_command_line(run *x, int argc, char **argv)
                    "--model is far too large for a CPU: give a shape (--num-layers, "
                    "--hidden-size, ...).");
     int code = GO_ON;
-    int rc = flags_register(&fs, &t, &x->c, &x->err);
+    int rc = flags_register(fs, &t, &x->c, &x->err);
     if (!rc)
         rc = add_flags(&t, &x->a, &x->err);
     if (!rc)
-        rc = opt_parse(&t, ac, av, &x->err);
+        rc = flags_parse(fs, &t, ac, av, &x->err);
     if (!rc && t.help_requested) {
         if (x->rank == 0)
             opt_help(&t, stdout);
@@ -389,7 +391,7 @@ static int parse_command_line(run *x, int argc, char **argv)
     if (!rc)
         rc = check_backend(&x->a, &x->err);
     if (!rc && !x->a.microbench)
-        rc = flags_finish(&fs, &t, &x->err);
+        rc = flags_finish(fs, &t, &x->err);
     if (!rc && !x->a.microbench)
         rc = exec_supports(&x->c, &x->err);
     if (rc) {

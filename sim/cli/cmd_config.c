@@ -83,13 +83,15 @@ int cmd_config(int argc, char **argv)
                 .name = "--list-gpus", .type = OPT_BOOL, .target = &lgpus, .help = "list the GPU catalogue and exit"},
             &e);
     if (!rc)
-        rc = opt_parse(&t, argc, argv, &e);
+        rc = flags_parse(&fs, &t, argc, argv, &e);
     if (rc) {
+        flags_release(&fs);
         opt_table_free(&t);
         return fail(&e);
     }
     if (t.help_requested) {
         opt_help(&t, stdout);
+        flags_release(&fs);
         opt_table_free(&t);
         return 0;
     }
@@ -97,16 +99,19 @@ int cmd_config(int argc, char **argv)
         int st = lmodels ? list_models(&e) : 0;
         if (!st && lgpus)
             st = list_gpus(&e);
+        flags_release(&fs);
         opt_table_free(&t);
         return st;
     }
     rc = flags_finish(&fs, &t, &e);
     if (rc) {
+        flags_release(&fs);
         opt_table_free(&t);
         return fail(&e);
     }
     flags_print(&fs, stdout);
     config_free(&c);
+    flags_release(&fs);
     opt_table_free(&t);
     return 0;
 }

@@ -67,21 +67,22 @@ static int simulate_add_flags(opt_table *t, flags_state *fs, config *c, simulate
     return TS_OK;
 }
 
-/* Adds and parses the flags and resolves the configuration into *c; after
+/* Adds and parses the flags (string flags then point into *fs, which the
+ * caller releases) and resolves the configuration into *c; after
  * --help, which it prints, *help is true and *c is not resolved. */
-static int simulate_parse(opt_table *t, config *c, simulate_args *a, int argc, char **argv, bool *help, ts_err *err)
+static int simulate_parse(opt_table *t, flags_state *fs, config *c, simulate_args *a, int argc, char **argv,
+                          bool *help, ts_err *err)
 {
-    flags_state fs;
-    int rc = simulate_add_flags(t, &fs, c, a, err);
+    int rc = simulate_add_flags(t, fs, c, a, err);
     if (!rc)
-        rc = opt_parse(t, argc, argv, err);
+        rc = flags_parse(fs, t, argc, argv, err);
     if (!rc && t->help_requested) {
         opt_help(t, stdout);
         *help = true;
         return TS_OK;
     }
     if (!rc)
-        rc = flags_finish(&fs, t, err);
+        rc = flags_finish(fs, t, err);
     return rc;
 }
 
@@ -143,12 +144,14 @@ int cmd_simulate(int argc, char **argv)
     net_simulate *ns = NULL;
     const char *flag = ""; /* the output flag an error is about */
     bool help = false;
+    flags_state fs;
+    memset(&fs, 0, sizeof fs);
 
     opt_table_init(&t, "trainsim simulate",
                    "Predict one training iteration (time, pipeline bubble, exposed communication, "
                    "memory per GPU, tokens/s, TFLOP/s, MFU) by simulating it event by event. "
                    "With no flags: GPT-3 175B on 1024 A100 80GB GPUs.");
-    int rc = simulate_parse(&t, &c, &a, argc, argv, &help, &err);
+    int rc = simulate_parse(&t, &fs, &c, &a, argc, argv, &help, &err);
     if (!rc && !help)
         rc = simulate_iteration(&c, &a, &ns, &r, &err);
     if (!rc && !help)
@@ -158,6 +161,7 @@ int cmd_simulate(int argc, char **argv)
     simulate_result_free(r);
     net_simulate_free(ns);
     config_free(&c);
+    flags_release(&fs);
     opt_table_free(&t);
     return cmd_exit_status(rc);
 }

@@ -67,12 +67,13 @@ static int eval_row(void *user, int argc, char **argv, char **cells, ts_err *err
             &(opt_spec){.name = "--calibration", .type = OPT_STRING, .target = &calibration, .help = "calibration CSV"},
             err);
     if (rc == TS_OK)
-        rc = opt_parse(&t, argc, argv, err);
+        rc = flags_parse(&fs, &t, argc, argv, err);
     if (rc == TS_OK && t.help_requested)
         rc = err_set(err, TS_EINVAL, "a sweep row cannot ask for --help");
     if (rc == TS_OK)
         rc = flags_finish(&fs, &t, err);
     if (rc) {
+        flags_release(&fs);
         opt_table_free(&t);
         return rc;
     }
@@ -106,6 +107,7 @@ static int eval_row(void *user, int argc, char **argv, char **cells, ts_err *err
     }
     simulate_result_free(r);
     config_free(&c);
+    flags_release(&fs);
     opt_table_free(&t);
     return rc;
 }

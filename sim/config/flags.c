@@ -1,6 +1,7 @@
 #include "sim/config/flags.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <unistd.h>
@@ -167,6 +168,28 @@ int flags_register(flags_state *s, opt_table *t, config *c, ts_err *err)
         return rc;
     s->bf16 = false; /* "given" is tracked by the table; the value only matters with --fp16 */
     return TS_OK;
+}
+
+/* ---------------------------------------------------------------- parse */
+
+int flags_parse(flags_state *s, opt_table *t, int argc, char **argv, ts_err *err)
+{
+    flags_release(s);
+    if (argc < 1)
+        return err_set(err, TS_EINVAL, "no command name in the argument vector");
+    char **av = calloc((size_t)argc + 1, sizeof *av);
+    if (!av)
+        return err_set(err, TS_ENOMEM, "out of memory copying %d arguments", argc);
+    for (int i = 0; i < argc; i++)
+        av[i] = argv[i];
+    s->argv_owned = av;
+    return opt_parse(t, argc, av, err);
+}
+
+void flags_release(flags_state *s)
+{
+    free(s->argv_owned);
+    s->argv_owned = NULL;
 }
 
 /* ---------------------------------------------------------------- finish */

@@ -8,11 +8,11 @@
  *   opt_table_init(&t, "trainsim simulate", "...");
  *   flags_register(&fs, &t, &c, &err);      // the shared flags
  *   opt_add(&t, ...);                       // the subcommand's own flags
- *   opt_parse(&t, argc, argv, &err);
+ *   flags_parse(&fs, &t, argc, argv, &err); // not opt_parse: see below
  *   if (t.help_requested) { opt_help(&t, stdout); ... }
  *   flags_finish(&fs, &t, &err);            // c is now complete and validated
  *   ...
- *   config_free(&c); opt_table_free(&t);
+ *   config_free(&c); flags_release(&fs); opt_table_free(&t);
  *
  * Resolution in flags_finish, whatever the order of the flags:
  *  1. the --model preset (topologies/models.csv; default gpt3-175b) gives
@@ -57,6 +57,7 @@ typedef struct {
     bool bf16, fp16, fp32;   /* --bf16, --fp16, --fp32 */
     int dp;                  /* --data-parallel-size, 0 = derived */
     char preset_source[512]; /* the preset's layout_source, after flags_finish */
+    char **argv_owned;       /* the arguments flags_parse built and parsed (NULL-terminated); owned */
 } flags_state;
 
 /* Zero c, load the default preset's values into it (so --help shows them;
@@ -64,6 +65,15 @@ typedef struct {
  * add every shared flag to t under the headings Model, Parallelism, Schedule
  * and Cluster. TS_ENOMEM / TS_ESTATE only. */
 int flags_register(flags_state *s, opt_table *t, config *c, ts_err *err);
+
+/* Parse the command line into t: the arguments flags_parse assembles
+ * (argv[1 ..]) go through opt_parse. String flags then point into an array
+ * s owns, so keep s until their last use and release it with
+ * flags_release. TS_EINVAL with the flag named; TS_ENOMEM. */
+int flags_parse(flags_state *s, opt_table *t, int argc, char **argv, ts_err *err);
+
+/* Free what flags_parse allocated (safe on a state never parsed). */
+void flags_release(flags_state *s);
 
 /* Resolve the config as described above. TS_EINVAL / TS_EIO with a message
  * naming the flag, file:line or what would be valid. On failure the config

@@ -54,7 +54,7 @@ static int run(int argc, char **argv, outcome *o, ts_err *err)
     if (!rc)
         rc = net_sim_opts_register(&no, &t, err);
     if (!rc)
-        rc = opt_parse(&t, argc, argv, err);
+        rc = flags_parse(&fs, &t, argc, argv, err);
     if (!rc)
         rc = flags_finish(&fs, &t, err);
     double t0 = clock_s(CLOCK_MONOTONIC), c0 = clock_s(CLOCK_PROCESS_CPUTIME_ID);
@@ -78,6 +78,7 @@ static int run(int argc, char **argv, outcome *o, ts_err *err)
     net_simulate_free(ns);
     if (!rc)
         config_free(&c);
+    flags_release(&fs);
     opt_table_free(&t);
     return rc;
 }

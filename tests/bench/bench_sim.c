@@ -37,9 +37,10 @@ static int config_from(int argc, char **argv, config *c, ts_err *err)
     opt_table_init(&t, "bench", "");
     int rc = flags_register(&fs, &t, c, err);
     if (!rc)
-        rc = opt_parse(&t, argc, argv, err);
+        rc = flags_parse(&fs, &t, argc, argv, err);
     if (!rc)
         rc = flags_finish(&fs, &t, err);
+    flags_release(&fs);
     opt_table_free(&t);
     return rc;
 }

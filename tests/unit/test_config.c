@@ -35,11 +35,12 @@ static int run(const char *first, ...)
         argv[argc++] = a;
     va_end(ap);
     config_free(&C);
+    flags_release(&S);
     opt_table_free(&T);
     err_clear(&E);
     opt_table_init(&T, "test", NULL);
     cr_assert_eq(flags_register(&S, &T, &C, &E), TS_OK, "%s", E.msg);
-    int rc = opt_parse(&T, argc, (char **)argv, &E);
+    int rc = flags_parse(&S, &T, argc, (char **)argv, &E);
     return rc ? rc : flags_finish(&S, &T, &E);
 }
 

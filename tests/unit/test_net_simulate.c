@@ -61,7 +61,7 @@ static int run(const char **extra, int n_extra, run_t *out, ts_err *err)
     opt_table_init(&t, "test", "");
     cr_assert_eq(flags_register(&fs, &t, &c, err), TS_OK, "%s", err->msg);
     cr_assert_eq(net_sim_opts_register(&no, &t, err), TS_OK, "%s", err->msg);
-    cr_assert_eq(opt_parse(&t, argc, (char **)argv, err), TS_OK, "%s", err->msg);
+    cr_assert_eq(flags_parse(&fs, &t, argc, (char **)argv, err), TS_OK, "%s", err->msg);
     cr_assert_eq(flags_finish(&fs, &t, err), TS_OK, "%s", err->msg);
     net_simulate *ns = NULL;
     memset(out, 0, sizeof *out);
@@ -73,6 +73,7 @@ static int run(const char **extra, int n_extra, run_t *out, ts_err *err)
     }
     net_simulate_free(ns);
     config_free(&c);
+    flags_release(&fs);
     opt_table_free(&t);
     return rc;
 }
