@@ -174,8 +174,8 @@ static int exec_supports(const config *c, ts_err *err)
                        "position row per token of --seq-length %d (learned_absolute, max = seq)",
                        CONFIG_POSITION_NAMES[m->position_embedding], m->max_position_embeddings, m->seq_length);
     if (config_head_size(m) * m->num_attention_heads != m->hidden_size)
-        return err_set(err, TS_ENOTSUP, "--kv-channels %d: the executor's heads are h / a = %d wide",
-                       m->kv_channels, m->hidden_size / m->num_attention_heads);
+        return err_set(err, TS_ENOTSUP, "--kv-channels %d: the executor's heads are h / a = %d wide", m->kv_channels,
+                       m->hidden_size / m->num_attention_heads);
     if (p->recompute != RECOMPUTE_NONE)
         return err_set(err, TS_ENOTSUP, "--recompute-granularity: the executor does not recompute (give none)");
     if (p->distributed_optimizer)

@@ -28,22 +28,22 @@ typedef enum { POS_LEARNED_ABSOLUTE = 0, POS_ROPE, POS_YARN, POS_NONE } config_p
 
 /* Transformer shape (Megatron-LM names in comments). */
 typedef struct {
-    char name[CONFIG_NAME_BYTES];     /* preset name or "custom" */
-    int num_layers;                   /* --num-layers */
-    int hidden_size;                  /* --hidden-size */
-    int num_attention_heads;          /* --num-attention-heads */
-    int kv_channels;                  /* --kv-channels: head size d (Megatron's default h / a) */
-    int ffn_hidden_size;              /* --ffn-hidden-size (default 4h; 8h/3 rounded for SwiGLU presets) */
-    int num_query_groups;             /* --num-query-groups with --group-query-attention (= heads when no GQA) */
-    bool swiglu;                      /* --swiglu */
-    int seq_length;                   /* --seq-length, tokens */
-    int max_position_embeddings;      /* --max-position-embeddings, tokens (learned position table rows) */
-    int vocab_size;                   /* --vocab-size before padding, tokens (0: padded size given directly) */
-    int make_vocab_size_divisible_by; /* --make-vocab-size-divisible-by (the padding multiple is this x t) */
-    int padded_vocab_size;            /* the vocabulary after padding, tokens (derived, or --padded-vocab-size) */
-    bool untie_embeddings;            /* --untie-embeddings-and-output-weights: a separate output weight */
-    bool add_bias_linear;             /* biases in the linear layers (Megatron's default; --disable-bias-linear) */
-    config_norm normalization;        /* --normalization LayerNorm|RMSNorm */
+    char name[CONFIG_NAME_BYTES];       /* preset name or "custom" */
+    int num_layers;                     /* --num-layers */
+    int hidden_size;                    /* --hidden-size */
+    int num_attention_heads;            /* --num-attention-heads */
+    int kv_channels;                    /* --kv-channels: head size d (Megatron's default h / a) */
+    int ffn_hidden_size;                /* --ffn-hidden-size (default 4h; 8h/3 rounded for SwiGLU presets) */
+    int num_query_groups;               /* --num-query-groups with --group-query-attention (= heads when no GQA) */
+    bool swiglu;                        /* --swiglu */
+    int seq_length;                     /* --seq-length, tokens */
+    int max_position_embeddings;        /* --max-position-embeddings, tokens (learned position table rows) */
+    int vocab_size;                     /* --vocab-size before padding, tokens (0: padded size given directly) */
+    int make_vocab_size_divisible_by;   /* --make-vocab-size-divisible-by (the padding multiple is this x t) */
+    int padded_vocab_size;              /* the vocabulary after padding, tokens (derived, or --padded-vocab-size) */
+    bool untie_embeddings;              /* --untie-embeddings-and-output-weights: a separate output weight */
+    bool add_bias_linear;               /* biases in the linear layers (Megatron's default; --disable-bias-linear) */
+    config_norm normalization;          /* --normalization LayerNorm|RMSNorm */
     config_position position_embedding; /* --position-embedding-type */
     config_precision precision;         /* --bf16 / --fp16 (default fp32, as Megatron-LM) */
 } model_config;

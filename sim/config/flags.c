@@ -59,8 +59,7 @@ static int add_model_flags(flags_state *s, opt_table *t, config *c, ts_err *err)
         .unit = "KV groups", .defval = "1 with --group-query-attention; else one per head",
         .help = "key/value head groups (takes effect only with --group-query-attention, as in Megatron-LM)");
     ADD(.name = "--ffn-hidden-size", .type = OPT_INT, .target = &m->ffn_hidden_size, .min = 1, .max = 1 << 26,
-        .unit = "elements", .defval = "4h; SwiGLU: 8h/3 rounded down to a multiple of 64",
-        .help = "MLP hidden size");
+        .unit = "elements", .defval = "4h; SwiGLU: 8h/3 rounded down to a multiple of 64", .help = "MLP hidden size");
     ADD(.name = "--swiglu", .type = OPT_BOOL, .target = &m->swiglu,
         .help = "SwiGLU MLP (3 weight matrices) instead of GeLU (2); --swiglu=false turns a preset's off");
     ADD(.name = "--normalization", .type = OPT_ENUM, .target = &s->normalization, .enum_names = CONFIG_NORM_NAMES,
@@ -76,11 +75,10 @@ static int add_model_flags(flags_state *s, opt_table *t, config *c, ts_err *err)
     ADD(.name = "--max-position-embeddings", .type = OPT_INT, .target = &m->max_position_embeddings, .min = 1,
         .max = 1 << 24, .unit = "tokens", .defval = "--seq-length",
         .help = "rows of the learned position table (at least --seq-length)");
-    ADD(.name = "--vocab-size", .type = OPT_INT, .target = &m->vocab_size, .min = 1, .max = 1 << 26,
-        .unit = "tokens", .defval = "50257 (GPT-2 BPE, pretrain_gpt.py's default tokenizer)",
-        .help = "vocabulary before padding");
-    ADD(.name = "--make-vocab-size-divisible-by", .type = OPT_INT, .target = &m->make_vocab_size_divisible_by,
-        .min = 1, .max = 1 << 20, .unit = "tokens", .defval = "128",
+    ADD(.name = "--vocab-size", .type = OPT_INT, .target = &m->vocab_size, .min = 1, .max = 1 << 26, .unit = "tokens",
+        .defval = "50257 (GPT-2 BPE, pretrain_gpt.py's default tokenizer)", .help = "vocabulary before padding");
+    ADD(.name = "--make-vocab-size-divisible-by", .type = OPT_INT, .target = &m->make_vocab_size_divisible_by, .min = 1,
+        .max = 1 << 20, .unit = "tokens", .defval = "128",
         .help = "the vocabulary is padded to a multiple of this x t");
     ADD(.name = "--padded-vocab-size", .type = OPT_INT, .target = &m->padded_vocab_size, .min = 1, .max = 1 << 26,
         .unit = "tokens", .defval = "derived from --vocab-size",
@@ -104,8 +102,7 @@ static int add_parallel_flags(flags_state *s, opt_table *t, config *c, ts_err *e
     ADD(.name = "--micro-batch-size", .type = OPT_INT, .target = &p->micro_batch_size, .min = 1, .max = 1 << 20,
         .unit = "sequences", .defval = "required", .help = "micro-batch size b");
     ADD(.name = "--global-batch-size", .type = OPT_INT, .target = &p->global_batch_size, .min = 1, .max = 1 << 30,
-        .unit = "sequences", .defval = "b x d",
-        .help = "global batch B per iteration (a multiple of b x d)");
+        .unit = "sequences", .defval = "b x d", .help = "global batch B per iteration (a multiple of b x d)");
     ADD(.name = "--tensor-model-parallel-size", .alias = "-t", .type = OPT_INT, .target = &p->tp, .min = 1,
         .max = 65536, .unit = "GPUs", .defval = "1", .help = "tensor-parallel size t");
     ADD(.name = "--pipeline-model-parallel-size", .alias = "-p", .type = OPT_INT, .target = &p->pp, .min = 1,
@@ -158,7 +155,8 @@ static int add_cluster_flags(flags_state *s, opt_table *t, config *c, ts_err *er
                 "2024; gpipe)");
     SECTION("Cluster");
     ADD(.name = "--gpus", .alias = "-n", .type = OPT_INT, .target = &c->cluster.gpus, .min = 1, .max = 1 << 24,
-        .unit = "GPUs", .defval = "t x p x d (d = 1 unless given)", .help = "GPUs in the run (the launcher's world size)");
+        .unit = "GPUs", .defval = "t x p x d (d = 1 unless given)",
+        .help = "GPUs in the run (the launcher's world size)");
     ADD(.name = "--gpu", .type = OPT_STRING, .target = &s->gpu, .metavar = "KIND",
         .defval = "the topology's, else " DEFAULT_GPU,
         .help = "GPU kind from topologies/gpus.csv: A100-SXM4-40GB, A100-SXM4-80GB, H100-SXM5-80GB, H200-SXM-141GB "
@@ -212,7 +210,7 @@ void flags_release(flags_state *s)
 
 /* Megatron-LM's argument defaults (megatron/training/arguments.py) for the
  * fields it has defaults for; 0 marks a required or derived value. */
-#define MEGATRON_VOCAB 50257 /* GPT2BPETokenizer, pretrain_gpt.py's default tokenizer */
+#define MEGATRON_VOCAB                   50257 /* GPT2BPETokenizer, pretrain_gpt.py's default tokenizer */
 #define MEGATRON_MAKE_VOCAB_DIVISIBLE_BY 128
 
 static void megatron_defaults(config *b)
@@ -265,8 +263,8 @@ static void rule(flags_state *s, flags_field f, const char *fmt, ...)
         }                                                                                                              \
     } while (0)
 
-static const char *const REQUIRED[] = {"--num-layers", "--hidden-size", "--num-attention-heads", "--seq-length",
-                                       "--micro-batch-size", NULL};
+static const char *const REQUIRED[] = {"--num-layers", "--hidden-size",      "--num-attention-heads",
+                                       "--seq-length", "--micro-batch-size", NULL};
 
 /* Megatron-LM's required flags, when no preset gives them. */
 static int check_required(const opt_table *t, ts_err *err)
@@ -280,8 +278,7 @@ static int check_required(const opt_table *t, ts_err *err)
         return err_set(err, TS_EINVAL,
                        "no model: Megatron-LM requires %s (missing: %s); or start from a preset with --model NAME "
                        "(trainsim config --list-models; --model " FLAGS_DEFAULT_MODEL " is the built-in default)",
-                       "--num-layers, --hidden-size, --num-attention-heads, --seq-length and --micro-batch-size",
-                       miss);
+                       "--num-layers, --hidden-size, --num-attention-heads, --seq-length and --micro-batch-size", miss);
     return TS_OK;
 }
 
@@ -393,7 +390,9 @@ static int resolve_model(flags_state *s, const opt_table *t, const config *base,
     bool changed = false;
     for (int i = 0; SHAPE[i]; i++)
         changed |= opt_was_set(t, SHAPE[i]);
-    if (preset)
+    if (basesrc == FLAGS_SRC_BUILTIN)
+        snprintf(m->name, sizeof m->name, "%.40s (built-in default)", q->name);
+    else if (preset)
         snprintf(m->name, sizeof m->name, "%.40s%s", q->name, changed ? " (modified)" : "");
     else
         snprintf(m->name, sizeof m->name, "custom");
@@ -431,8 +430,7 @@ static int resolve_vocab(flags_state *s, const opt_table *t, const config *base,
     } else {
         s->src[FLAGS_F_VOCAB] = FLAGS_SRC_FLAG;
     }
-    int rc = config_pad_vocab(m->vocab_size, m->make_vocab_size_divisible_by, s->c->par.tp, &m->padded_vocab_size,
-                              err);
+    int rc = config_pad_vocab(m->vocab_size, m->make_vocab_size_divisible_by, s->c->par.tp, &m->padded_vocab_size, err);
     if (rc)
         return rc;
     rule(s, FLAGS_F_PADDED, "--vocab-size padded to a multiple of %d x t = %lld", m->make_vocab_size_divisible_by,
@@ -440,8 +438,7 @@ static int resolve_vocab(flags_state *s, const opt_table *t, const config *base,
     return TS_OK;
 }
 
-static int resolve_recompute(flags_state *s, const opt_table *t, const config *base, flags_source basesrc,
-                             ts_err *err)
+static int resolve_recompute(flags_state *s, const opt_table *t, const config *base, flags_source basesrc, ts_err *err)
 {
     parallel_config *p = &s->c->par;
     bool set_g = opt_was_set(t, "--recompute-granularity");
@@ -472,8 +469,7 @@ static int resolve_recompute(flags_state *s, const opt_table *t, const config *b
 }
 
 /* The schedule and its virtual stages. */
-static int resolve_schedule(flags_state *s, const opt_table *t, const config *base, flags_source basesrc,
-                            ts_err *err)
+static int resolve_schedule(flags_state *s, const opt_table *t, const config *base, flags_source basesrc, ts_err *err)
 {
     parallel_config *p = &s->c->par;
     const parallel_config *q = &base->par;
@@ -501,8 +497,7 @@ static int resolve_schedule(flags_state *s, const opt_table *t, const config *ba
         if (basesrc == FLAGS_SRC_MEGATRON)
             s->src[FLAGS_F_VP] = FLAGS_SRC_MEGATRON;
         else
-            rule(s, FLAGS_F_VP, "the preset's interleaving dropped (%s given)",
-                 set_pp ? "-p" : "--schedule");
+            rule(s, FLAGS_F_VP, "the preset's interleaving dropped (%s given)", set_pp ? "-p" : "--schedule");
     } else {
         p->layers_per_virtual_stage = q->layers_per_virtual_stage;
         s->src[FLAGS_F_VP] = basesrc;
@@ -717,48 +712,82 @@ static const char *field_row(const flags_state *s, flags_field f, char *v, size_
         return name;                                                                                                   \
     } while (0)
     switch (f) {
-    case FLAGS_F_LAYERS: ROW_INT("--num-layers", m->num_layers);
-    case FLAGS_F_HIDDEN: ROW_INT("--hidden-size", m->hidden_size);
-    case FLAGS_F_HEADS: ROW_INT("--num-attention-heads", m->num_attention_heads);
-    case FLAGS_F_KV: ROW_INT("--kv-channels", m->kv_channels);
-    case FLAGS_F_GROUPS: ROW_INT("--num-query-groups", m->num_query_groups);
-    case FLAGS_F_FFN: ROW_INT("--ffn-hidden-size", m->ffn_hidden_size);
-    case FLAGS_F_SWIGLU: ROW_STR("--swiglu", m->swiglu ? "on" : "off");
-    case FLAGS_F_SEQ: ROW_INT("--seq-length", m->seq_length);
-    case FLAGS_F_MAXPOS: ROW_INT("--max-position-embeddings", m->max_position_embeddings);
+    case FLAGS_F_LAYERS:
+        ROW_INT("--num-layers", m->num_layers);
+    case FLAGS_F_HIDDEN:
+        ROW_INT("--hidden-size", m->hidden_size);
+    case FLAGS_F_HEADS:
+        ROW_INT("--num-attention-heads", m->num_attention_heads);
+    case FLAGS_F_KV:
+        ROW_INT("--kv-channels", m->kv_channels);
+    case FLAGS_F_GROUPS:
+        ROW_INT("--num-query-groups", m->num_query_groups);
+    case FLAGS_F_FFN:
+        ROW_INT("--ffn-hidden-size", m->ffn_hidden_size);
+    case FLAGS_F_SWIGLU:
+        ROW_STR("--swiglu", m->swiglu ? "on" : "off");
+    case FLAGS_F_SEQ:
+        ROW_INT("--seq-length", m->seq_length);
+    case FLAGS_F_MAXPOS:
+        ROW_INT("--max-position-embeddings", m->max_position_embeddings);
     case FLAGS_F_VOCAB:
         if (m->vocab_size == 0)
             ROW_STR("--vocab-size", "-");
         ROW_INT("--vocab-size", m->vocab_size);
-    case FLAGS_F_MAKEDIV: ROW_INT("--make-vocab-size-divisible-by", m->make_vocab_size_divisible_by);
-    case FLAGS_F_PADDED: ROW_INT("--padded-vocab-size", m->padded_vocab_size);
-    case FLAGS_F_UNTIE: ROW_STR("--untie-embeddings-and-output-weights", m->untie_embeddings ? "on" : "off");
-    case FLAGS_F_BIAS: ROW_STR("--disable-bias-linear", m->add_bias_linear ? "off (biases)" : "on (no biases)");
-    case FLAGS_F_NORM: ROW_STR("--normalization", CONFIG_NORM_NAMES[m->normalization]);
-    case FLAGS_F_POS: ROW_STR("--position-embedding-type", CONFIG_POSITION_NAMES[m->position_embedding]);
-    case FLAGS_F_PREC: ROW_STR("--bf16/--fp16/--fp32", CONFIG_PRECISION_NAMES[m->precision]);
-    case FLAGS_F_MBS: ROW_INT("--micro-batch-size", p->micro_batch_size);
-    case FLAGS_F_GBS: ROW_INT("--global-batch-size", p->global_batch_size);
-    case FLAGS_F_TP: ROW_INT("--tensor-model-parallel-size", p->tp);
-    case FLAGS_F_PP: ROW_INT("--pipeline-model-parallel-size", p->pp);
-    case FLAGS_F_DP: ROW_INT("--data-parallel-size", p->dp);
+    case FLAGS_F_MAKEDIV:
+        ROW_INT("--make-vocab-size-divisible-by", m->make_vocab_size_divisible_by);
+    case FLAGS_F_PADDED:
+        ROW_INT("--padded-vocab-size", m->padded_vocab_size);
+    case FLAGS_F_UNTIE:
+        ROW_STR("--untie-embeddings-and-output-weights", m->untie_embeddings ? "on" : "off");
+    case FLAGS_F_BIAS:
+        ROW_STR("--disable-bias-linear", m->add_bias_linear ? "off (biases)" : "on (no biases)");
+    case FLAGS_F_NORM:
+        ROW_STR("--normalization", CONFIG_NORM_NAMES[m->normalization]);
+    case FLAGS_F_POS:
+        ROW_STR("--position-embedding-type", CONFIG_POSITION_NAMES[m->position_embedding]);
+    case FLAGS_F_PREC:
+        ROW_STR("--bf16/--fp16/--fp32", CONFIG_PRECISION_NAMES[m->precision]);
+    case FLAGS_F_MBS:
+        ROW_INT("--micro-batch-size", p->micro_batch_size);
+    case FLAGS_F_GBS:
+        ROW_INT("--global-batch-size", p->global_batch_size);
+    case FLAGS_F_TP:
+        ROW_INT("--tensor-model-parallel-size", p->tp);
+    case FLAGS_F_PP:
+        ROW_INT("--pipeline-model-parallel-size", p->pp);
+    case FLAGS_F_DP:
+        ROW_INT("--data-parallel-size", p->dp);
     case FLAGS_F_VP:
         if (p->layers_per_virtual_stage == 0)
             ROW_STR("--num-layers-per-virtual-pipeline-stage", "unset");
         ROW_INT("--num-layers-per-virtual-pipeline-stage", p->layers_per_virtual_stage);
-    case FLAGS_F_FIRST: ROW_INT("--decoder-first-pipeline-num-layers", p->first_stage_layers);
-    case FLAGS_F_LAST: ROW_INT("--decoder-last-pipeline-num-layers", p->last_stage_layers);
-    case FLAGS_F_SP: ROW_STR("--sequence-parallel", p->sequence_parallel ? "on" : "off");
-    case FLAGS_F_RECOMPUTE: ROW_STR("--recompute-granularity", CONFIG_RECOMPUTE_NAMES[p->recompute]);
-    case FLAGS_F_RMETHOD: ROW_STR("--recompute-method", CONFIG_RECOMPUTE_METHOD_NAMES[p->recompute_method]);
-    case FLAGS_F_RLAYERS: ROW_INT("--recompute-num-layers", p->recompute_num_layers);
-    case FLAGS_F_DISTOPT: ROW_STR("--use-distributed-optimizer", p->distributed_optimizer ? "on" : "off");
-    case FLAGS_F_OVERLAP: ROW_STR("--overlap-grad-reduce", p->overlap_grad_reduce ? "on" : "off");
-    case FLAGS_F_SCHEDULE: ROW_STR("--schedule", sched_kind_name(p->schedule));
-    case FLAGS_F_GPUS: ROW_INT("--gpus", c->cluster.gpus);
-    case FLAGS_F_GPU: ROW_STR("--gpu", c->cluster.gpu.name);
-    case FLAGS_F_TOPOLOGY: ROW_STR("--topology", s->topology ? s->topology : "built-in default for the GPU kind");
-    case FLAGS_F_COUNT: break;
+    case FLAGS_F_FIRST:
+        ROW_INT("--decoder-first-pipeline-num-layers", p->first_stage_layers);
+    case FLAGS_F_LAST:
+        ROW_INT("--decoder-last-pipeline-num-layers", p->last_stage_layers);
+    case FLAGS_F_SP:
+        ROW_STR("--sequence-parallel", p->sequence_parallel ? "on" : "off");
+    case FLAGS_F_RECOMPUTE:
+        ROW_STR("--recompute-granularity", CONFIG_RECOMPUTE_NAMES[p->recompute]);
+    case FLAGS_F_RMETHOD:
+        ROW_STR("--recompute-method", CONFIG_RECOMPUTE_METHOD_NAMES[p->recompute_method]);
+    case FLAGS_F_RLAYERS:
+        ROW_INT("--recompute-num-layers", p->recompute_num_layers);
+    case FLAGS_F_DISTOPT:
+        ROW_STR("--use-distributed-optimizer", p->distributed_optimizer ? "on" : "off");
+    case FLAGS_F_OVERLAP:
+        ROW_STR("--overlap-grad-reduce", p->overlap_grad_reduce ? "on" : "off");
+    case FLAGS_F_SCHEDULE:
+        ROW_STR("--schedule", sched_kind_name(p->schedule));
+    case FLAGS_F_GPUS:
+        ROW_INT("--gpus", c->cluster.gpus);
+    case FLAGS_F_GPU:
+        ROW_STR("--gpu", c->cluster.gpu.name);
+    case FLAGS_F_TOPOLOGY:
+        ROW_STR("--topology", s->topology ? s->topology : "built-in default for the GPU kind");
+    case FLAGS_F_COUNT:
+        break;
     }
 #undef ROW_INT
 #undef ROW_STR

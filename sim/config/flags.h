@@ -63,12 +63,12 @@
 
 /* Where a resolved value came from (flags_print shows it). */
 typedef enum {
-    FLAGS_SRC_FLAG = 0,  /* given on the command line (or by --megatron-script) */
-    FLAGS_SRC_PRESET,    /* the --model preset */
-    FLAGS_SRC_BUILTIN,   /* the built-in default run (no flag given at all) */
-    FLAGS_SRC_MEGATRON,  /* Megatron-LM's argument default */
-    FLAGS_SRC_DERIVED,   /* computed from other values (the rule is printed) */
-    FLAGS_SRC_TRAINSIM,  /* trainsim's own default: something Megatron-LM has no flag for */
+    FLAGS_SRC_FLAG = 0, /* given on the command line (or by --megatron-script) */
+    FLAGS_SRC_PRESET,   /* the --model preset */
+    FLAGS_SRC_BUILTIN,  /* the built-in default run (no flag given at all) */
+    FLAGS_SRC_MEGATRON, /* Megatron-LM's argument default */
+    FLAGS_SRC_DERIVED,  /* computed from other values (the rule is printed) */
+    FLAGS_SRC_TRAINSIM, /* trainsim's own default: something Megatron-LM has no flag for */
     FLAGS_SRC_COUNT
 } flags_source;
 
@@ -115,26 +115,26 @@ typedef enum {
 #define FLAGS_RULE_BYTES 96
 
 typedef struct {
-    config *c;               /* the config being filled (borrowed) */
-    bool model_given;        /* --model was given (a preset applies) */
-    bool builtin_default;    /* no shared flag was given: the built-in default ran */
-    bool gqa;                /* --group-query-attention */
-    bool disable_bias;       /* --disable-bias-linear */
-    bool recompute_activations; /* --recompute-activations (= selective) */
-    int normalization;          /* --normalization, config_norm */
-    int position;               /* --position-embedding-type, config_position */
-    int vstages;                /* --num-virtual-stages-per-pipeline-rank, 0 = unset */
-    size_t first_entry, end_entry; /* the shared flags' entries in the table */
-    flags_source src[FLAGS_F_COUNT];               /* after flags_finish */
-    char rule[FLAGS_F_COUNT][FLAGS_RULE_BYTES];    /* FLAGS_SRC_DERIVED: the rule; else empty */
-    const char *model;       /* --model */
-    const char *topology;    /* --topology FILE, NULL = built-in default */
-    const char *gpu;         /* --gpu KIND, NULL = from the topology or A100-SXM4-80GB */
-    int schedule;            /* --schedule, index into the schedule names */
-    int recompute;           /* --recompute-granularity, config_recompute */
-    int recompute_method;    /* --recompute-method, config_recompute_method */
-    bool bf16, fp16, fp32;   /* --bf16, --fp16, --fp32 */
-    int dp;                  /* --data-parallel-size, 0 = derived */
+    config *c;                                  /* the config being filled (borrowed) */
+    bool model_given;                           /* --model was given (a preset applies) */
+    bool builtin_default;                       /* no shared flag was given: the built-in default ran */
+    bool gqa;                                   /* --group-query-attention */
+    bool disable_bias;                          /* --disable-bias-linear */
+    bool recompute_activations;                 /* --recompute-activations (= selective) */
+    int normalization;                          /* --normalization, config_norm */
+    int position;                               /* --position-embedding-type, config_position */
+    int vstages;                                /* --num-virtual-stages-per-pipeline-rank, 0 = unset */
+    size_t first_entry, end_entry;              /* the shared flags' entries in the table */
+    flags_source src[FLAGS_F_COUNT];            /* after flags_finish */
+    char rule[FLAGS_F_COUNT][FLAGS_RULE_BYTES]; /* FLAGS_SRC_DERIVED: the rule; else empty */
+    const char *model;                          /* --model */
+    const char *topology;                       /* --topology FILE, NULL = built-in default */
+    const char *gpu;                            /* --gpu KIND, NULL = from the topology or A100-SXM4-80GB */
+    int schedule;                               /* --schedule, index into the schedule names */
+    int recompute;                              /* --recompute-granularity, config_recompute */
+    int recompute_method;                       /* --recompute-method, config_recompute_method */
+    bool bf16, fp16, fp32;                      /* --bf16, --fp16, --fp32 */
+    int dp;                                     /* --data-parallel-size, 0 = derived */
     char preset_source[512]; /* the preset's layout_source, after flags_finish ("" without a preset) */
     char **argv_owned;       /* the arguments flags_parse built and parsed (NULL-terminated); owned */
 } flags_state;

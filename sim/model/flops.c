@@ -117,8 +117,8 @@ void flops_param_count(const model_config *m, flops_params *out)
 {
     int64_t h = m->hidden_size, ffn = m->ffn_hidden_size, ad = attn_width(m);
     int64_t qkv = qkv_cols(m), fc1 = fc1_cols(m), bias = m->add_bias_linear ? 1 : 0;
-    out->per_layer = (h * qkv + bias * qkv) /* QKV weight + bias */
-                     + (ad * h + bias * h)  /* projection */
+    out->per_layer = (h * qkv + bias * qkv)   /* QKV weight + bias */
+                     + (ad * h + bias * h)    /* projection */
                      + (h * fc1 + bias * fc1) /* FC1 */
                      + (ffn * h + bias * h)   /* FC2 */
                      + 2 * norm_params(m);    /* two LayerNorms / RMSNorms */
@@ -135,8 +135,8 @@ int64_t flops_params_stage(const model_config *m, int t, int num_layers, int wit
     int64_t qkv = qkv_cols(m), fc1 = fc1_cols(m), bias = m->add_bias_linear ? 1 : 0;
     if (t < 1)
         t = 1;
-    int64_t layer = (h * qkv + bias * qkv) / t /* column-parallel: weight and bias split */
-                    + ad * h / t + bias * h    /* row-parallel: weight split, bias replicated */
+    int64_t layer = (h * qkv + bias * qkv) / t   /* column-parallel: weight and bias split */
+                    + ad * h / t + bias * h      /* row-parallel: weight split, bias replicated */
                     + (h * fc1 + bias * fc1) / t /* column-parallel */
                     + ffn * h / t + bias * h     /* row-parallel */
                     + 2 * norm_params(m);        /* norms, replicated */
