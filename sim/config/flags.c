@@ -338,12 +338,9 @@ static int resolve_model(flags_state *s, const opt_table *t, const config *base,
     } else if (!gqa) {
         m->num_query_groups = m->num_attention_heads;
         rule(s, FLAGS_F_GROUPS, "one per head (no --group-query-attention)");
-    } else if (preset && q->num_query_groups < q->num_attention_heads && !set_heads) {
-        m->num_query_groups = q->num_query_groups;
-        s->src[FLAGS_F_GROUPS] = basesrc;
     } else if (preset && q->num_query_groups < q->num_attention_heads &&
-               m->num_attention_heads % q->num_query_groups == 0) {
-        m->num_query_groups = q->num_query_groups;
+               (!set_heads || m->num_attention_heads % q->num_query_groups == 0)) {
+        m->num_query_groups = q->num_query_groups; /* the preset's groups, while they divide the heads */
         s->src[FLAGS_F_GROUPS] = basesrc;
     } else {
         m->num_query_groups = 1; /* Megatron-LM's default for --num-query-groups */

@@ -69,4 +69,12 @@ out2=$(run 1 "$TRAINEXEC" $small --global-batch-size 2 --iterations 1 --warmup 0
 l4=$(echo "$out2" | grep -oE 'iteration 1/1: loss [0-9.]+' | awk '{print $4}')
 check_sh "compute-only CSV zero-bubble schedule on 2 ranks = 1 rank ($l3 vs $l4)" '[ -n "$l3" ] && [ "$l3" = "$l4" ]'
 
+# one resolver: trainexec and trainsim config read the same flags as the same layout (Megatron-LM's
+# defaults: 1F1B, global batch = micro-batch x d with d = ranks / (t x p))
+TS=${TRAINSIM:-$(dirname "$TRAINEXEC")/trainsim}
+out=$(run 2 "$TRAINEXEC" $small --iterations 1 --warmup 0 2>&1)
+cfg=$("$TS" config $small --gpus 2 2>&1)
+check_sh "trainexec and trainsim config resolve the same layout (d 2, 1f1b, B = b x d = 2)" \
+    '[[ "$out" == *"t=1 p=1 d=2 v=1, 1f1b, b=1 B=2 m=1"* && "$cfg" == *"t=1 p=1 d=2 v=1 (2 GPUs"* && "$cfg" == *"global batch 2 sequences"* ]]'
+
 finish
