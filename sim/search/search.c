@@ -178,7 +178,7 @@ static int check_space(const search_space *s, ts_err *err)
                        s->max_tp, s->max_pp, s->max_vp);
     if (!(s->memory_margin_bytes >= 0 && s->memory_margin_bytes < s->cluster.gpu.hbm_gib * GIB))
         return err_set(err, TS_EINVAL,
-                       "search: --memory-margin %g GiB out of range (valid: 0 to below the %g GiB of a %s)",
+                       "search: --memory-margin %g GiB out of range (valid: 0 to below the GPU's %g GiB, %s)",
                        s->memory_margin_bytes / GIB, s->cluster.gpu.hbm_gib, s->cluster.gpu.name);
     return TS_OK;
 }
