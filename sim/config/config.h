@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "sim/config/catalog.h"
+#include "sim/config/overheads.h"
 #include "sim/sched/sched.h"
 #include "sim/util/err.h"
 
@@ -70,30 +71,13 @@ typedef struct {
 
 struct topo; /* topo.h: parsed cluster topology */
 
-/* A field of memory_overheads below 0: the default for the GPU kind, which
- * config_resolve fills in (overheads.h). flags_register sets every field to
- * it; a config built by hand with zeros holds no overheads. */
-#define CONFIG_OVERHEAD_DEFAULT (-1.0)
-
-/* Memory a training process holds on each GPU besides its tensors: what
- * PyTorch, cuBLAS and NCCL take. Defaults and sources: overheads.h and
- * docs/simulator.md#memory. */
-typedef struct {
-    double cuda_context_gib;     /* --cuda-context-gib: CUDA context + loaded kernel modules, GiB per GPU */
-    double nccl_buffer_mib;      /* --nccl-buffer-mib: NCCL buffers per channel per peer (Simple + LL128 + LL), MiB */
-    int nccl_channels;           /* --nccl-channels: channels per communicator */
-    double cublas_workspace_mib; /* --cublas-workspace-mib: cuBLAS workspace per GEMM stream, MiB */
-    double allocator_fragmentation; /* --allocator-fragmentation: caching-allocator overhead, fraction of the
-                                       activations + pipeline buffers live */
-} memory_overheads;
-
 /* The cluster the run is placed on. */
 typedef struct {
     int gpus;                   /* --gpus, total GPUs */
     int gpus_per_node;          /* from the topology (8 for DGX) */
     gpu_spec gpu;               /* --gpu KIND (default A100-SXM4-80GB) */
     struct topo *topology;      /* --topology FILE, or the built-in Selene-like default; owned */
-    memory_overheads overheads; /* memory besides tensors per GPU (CONFIG_OVERHEAD_DEFAULT: the GPU's) */
+    memory_overheads overheads; /* memory besides tensors per GPU (OVERHEADS_DEFAULT: the GPU's) */
 } cluster_config;
 
 typedef struct {
@@ -127,7 +111,7 @@ int config_head_size(const model_config *m);
  * per pipeline rank), cluster.gpus_per_node (from the topology, when there
  * is one), and par.sequence_parallel turned off at tp 1 (as Megatron-LM: a
  * no-op with one tensor-parallel rank), cluster.overheads' fields left at
- * CONFIG_OVERHEAD_DEFAULT (from the GPU kind: overheads_default). TS_EINVAL with a message that names
+ * OVERHEADS_DEFAULT (from the GPU kind: overheads_resolve). TS_EINVAL with a message that names
  * the flag(s) and what would be valid; c may then be partly resolved. */
 int config_resolve(config *c, ts_err *err);
 

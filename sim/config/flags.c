@@ -170,14 +170,14 @@ static int add_cluster_flags(flags_state *s, opt_table *t, config *c, ts_err *er
 }
 
 /* Memory besides tensors (config.h memory_overheads, overheads.h): every
- * field starts at CONFIG_OVERHEAD_DEFAULT, which config_resolve replaces by
+ * field starts at OVERHEADS_DEFAULT, which config_resolve replaces by
  * the GPU kind's figure unless the flag is given. */
 int flags_register_memory(opt_table *t, memory_overheads *o, ts_err *err)
 {
     int rc;
-    o->cuda_context_gib = o->nccl_buffer_mib = o->cublas_workspace_mib = CONFIG_OVERHEAD_DEFAULT;
-    o->allocator_fragmentation = CONFIG_OVERHEAD_DEFAULT;
-    o->nccl_channels = (int)CONFIG_OVERHEAD_DEFAULT;
+    o->cuda_context_gib = o->nccl_buffer_mib = o->cublas_workspace_mib = OVERHEADS_DEFAULT;
+    o->allocator_fragmentation = OVERHEADS_DEFAULT;
+    o->nccl_channels = (int)OVERHEADS_DEFAULT;
     SECTION("Memory besides tensors (added to every GPU's peak; docs/simulator.md#memory)");
     ADD(.name = "--cuda-context-gib", .type = OPT_DOUBLE, .target = &o->cuda_context_gib, .min = 0, .max = 1024,
         .unit = "GiB", .defval = "the GPU's (gpus.csv): 0.75 A100, 1.0 H100/H200",

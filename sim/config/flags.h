@@ -147,7 +147,7 @@ int flags_register(flags_state *s, opt_table *t, config *c, ts_err *err);
 /* Add the flags of the memory besides tensors (--cuda-context-gib,
  * --nccl-buffer-mib, --nccl-channels, --cublas-workspace-mib,
  * --allocator-fragmentation) to t, targeting *o, whose fields it sets to
- * CONFIG_OVERHEAD_DEFAULT (config_resolve or overheads_resolve then fill
+ * OVERHEADS_DEFAULT (config_resolve or overheads_resolve then fill
  * the GPU kind's defaults). flags_register calls it; so does trainsim
  * search, which has its own cluster flags, so that every command counts the
  * same overheads. TS_ENOMEM / TS_ESTATE only. */

@@ -58,19 +58,19 @@ int overheads_resolve(memory_overheads *o, const gpu_spec *g, ts_err *err)
     return TS_OK;
 }
 
-unsigned overheads_comms(const parallel_config *p, int rank)
+unsigned overheads_comms(int tp, int pp, int dp, sched_kind schedule, int rank)
 {
     unsigned m = 0;
-    if (p->tp > 1)
+    if (tp > 1)
         m |= 1u << OVERHEADS_COMM_TP;
-    if (p->pp > 1)
+    if (pp > 1)
         m |= 1u << OVERHEADS_COMM_PP;
-    if (p->dp > 1)
+    if (dp > 1)
         m |= 1u << OVERHEADS_COMM_DP;
     /* The tied embedding's gradients are all-reduced between the first and
      * the last stage when they sit on different ranks: ranks 0 and p-1,
      * except under ZB-V, whose V placement puts both on rank 0. */
-    if (p->pp > 1 && p->schedule != SCHED_ZB_V && (rank == 0 || rank == p->pp - 1))
+    if (pp > 1 && schedule != SCHED_ZB_V && (rank == 0 || rank == pp - 1))
         m |= 1u << OVERHEADS_COMM_EMB;
     return m;
 }

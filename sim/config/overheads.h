@@ -29,8 +29,25 @@
 #include <stdint.h>
 
 #include "sim/config/catalog.h"
-#include "sim/config/config.h"
+#include "sim/sched/sched.h"
 #include "sim/util/err.h"
+
+/* A field of memory_overheads below 0: the default for the GPU kind, which
+ * overheads_resolve (called by config_resolve) fills in. flags_register
+ * sets every field to it; a config built by hand with zeros holds no
+ * overheads. */
+#define OVERHEADS_DEFAULT (-1.0)
+
+/* Memory a training process holds on each GPU besides its tensors: what
+ * PyTorch, cuBLAS and NCCL take (cluster_config.overheads, config.h). */
+typedef struct {
+    double cuda_context_gib;     /* --cuda-context-gib: CUDA context + loaded kernel modules, GiB per GPU */
+    double nccl_buffer_mib;      /* --nccl-buffer-mib: NCCL buffers per channel per peer (Simple + LL128 + LL), MiB */
+    int nccl_channels;           /* --nccl-channels: channels per communicator */
+    double cublas_workspace_mib; /* --cublas-workspace-mib: cuBLAS workspace per GEMM stream, MiB */
+    double allocator_fragmentation; /* --allocator-fragmentation: caching-allocator overhead, fraction of the
+                                       activations + pipeline buffers live */
+} memory_overheads;
 
 /* NCCL's buffers per channel per peer connection, bytes, from NCCL's
  * defaults (src/include/device.h, src/init.cc; docs: NCCL_BUFFSIZE):
@@ -79,14 +96,15 @@ const char *overheads_comm_name(overheads_comm k);
  * caching allocator) every figure is 0. */
 void overheads_default(const gpu_spec *g, memory_overheads *out);
 
-/* Replace every field of o below 0 (CONFIG_OVERHEAD_DEFAULT) by g's
+/* Replace every field of o below 0 (OVERHEADS_DEFAULT) by g's
  * default; then TS_EINVAL naming the flag if a field is out of range
  * (valid: >= 0; fragmentation 0..10; channels 0..64, NCCL's maximum). */
 int overheads_resolve(memory_overheads *o, const gpu_spec *g, ts_err *err);
 
-/* Bitmask of the communicators (1u << overheads_comm) pipeline rank r of a
- * resolved layout uses. */
-unsigned overheads_comms(const parallel_config *p, int rank);
+/* Bitmask of the communicators (1u << overheads_comm) that pipeline rank
+ * `rank` of a layout uses: tp, pp, dp the tensor, pipeline and data
+ * parallel sizes, schedule its pipeline schedule. */
+unsigned overheads_comms(int tp, int pp, int dp, sched_kind schedule, int rank);
 
 /* Bytes of each overhead for pipeline rank r (fragmentation excluded: it
  * depends on the live bytes, see overheads_fragmentation_bytes). */

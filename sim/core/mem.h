@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "sim/config/config.h"
+#include "sim/config/overheads.h"
 #include "sim/util/err.h"
 
 typedef enum {

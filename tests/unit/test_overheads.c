@@ -49,7 +49,9 @@ Test(overheads, nccl_buffer_default_is_the_sum_of_nccls_three_protocols)
 Test(overheads, nccl_bytes_are_communicators_x_channels_x_peers_x_buffers)
 {
     parallel_config p = layout(8, 16, 8, SCHED_INTERLEAVED); /* GPT-3 175B's preset layout */
-    unsigned first = overheads_comms(&p, 0), middle = overheads_comms(&p, 5), last = overheads_comms(&p, 15);
+    unsigned first = overheads_comms(p.tp, p.pp, p.dp, p.schedule, 0),
+             middle = overheads_comms(p.tp, p.pp, p.dp, p.schedule, 5),
+             last = overheads_comms(p.tp, p.pp, p.dp, p.schedule, 15);
     cr_expect_eq(first, 0xfu, "rank 0: TP, PP, DP, embedding");
     cr_expect_eq(middle, 0x7u, "a middle rank: TP, PP, DP");
     cr_expect_eq(last, 0xfu, "the last rank holds the embedding group too");
@@ -58,19 +60,20 @@ Test(overheads, nccl_bytes_are_communicators_x_channels_x_peers_x_buffers)
 
     /* ZB-V puts the first and last stage on rank 0: no embedding group */
     parallel_config v = layout(1, 4, 1, SCHED_ZB_V);
-    cr_expect_eq(overheads_comms(&v, 0), 1u << OVERHEADS_COMM_PP);
-    cr_expect_eq(overheads_comms(&v, 3), 1u << OVERHEADS_COMM_PP);
+    cr_expect_eq(overheads_comms(v.tp, v.pp, v.dp, v.schedule, 0), 1u << OVERHEADS_COMM_PP);
+    cr_expect_eq(overheads_comms(v.tp, v.pp, v.dp, v.schedule, 3), 1u << OVERHEADS_COMM_PP);
 
     /* one GPU: no communicator, no buffer */
     parallel_config one = layout(1, 1, 1, SCHED_1F1B);
-    cr_expect_eq(overheads_comms(&one, 0), 0u);
+    cr_expect_eq(overheads_comms(one.tp, one.pp, one.dp, one.schedule, 0), 0u);
     cr_expect_eq(overheads_nccl_bytes(&ON, 0), 0);
 
     /* data parallel only, 32 channels */
     parallel_config dp = layout(1, 1, 64, SCHED_1F1B);
     memory_overheads h = ON;
     h.nccl_channels = 32;
-    cr_expect_eq(overheads_nccl_bytes(&h, overheads_comms(&dp, 0)), 1LL * 32 * 2 * NCCL_SET_BYTES);
+    cr_expect_eq(overheads_nccl_bytes(&h, overheads_comms(dp.tp, dp.pp, dp.dp, dp.schedule, 0)),
+                 1LL * 32 * 2 * NCCL_SET_BYTES);
 }
 
 Test(overheads, context_cublas_and_fragmentation_closed_forms)
@@ -112,7 +115,7 @@ Test(overheads, defaults_per_gpu_kind)
               o.cublas_workspace_mib == 0 && o.allocator_fragmentation == 0);
 }
 
-/* Fields at CONFIG_OVERHEAD_DEFAULT take the GPU's figure; given ones stay;
+/* Fields at OVERHEADS_DEFAULT take the GPU's figure; given ones stay;
  * out of range is an error naming the flag. */
 Test(overheads, resolve_fills_defaults_and_keeps_given_values)
 {
@@ -120,10 +123,10 @@ Test(overheads, resolve_fills_defaults_and_keeps_given_values)
     ts_err e;
     cr_assert_eq(catalog_gpu("H100-SXM5-80GB", &h100, &e), TS_OK, "%s", e.msg);
     memory_overheads o = {.cuda_context_gib = 0,
-                          .nccl_buffer_mib = CONFIG_OVERHEAD_DEFAULT,
-                          .nccl_channels = (int)CONFIG_OVERHEAD_DEFAULT,
+                          .nccl_buffer_mib = OVERHEADS_DEFAULT,
+                          .nccl_channels = (int)OVERHEADS_DEFAULT,
                           .cublas_workspace_mib = 8,
-                          .allocator_fragmentation = CONFIG_OVERHEAD_DEFAULT};
+                          .allocator_fragmentation = OVERHEADS_DEFAULT};
     cr_assert_eq(overheads_resolve(&o, &h100, &e), TS_OK, "%s", e.msg);
     cr_expect_float_eq(o.cuda_context_gib, 0, 1e-12, "given 0 stays 0");
     cr_expect_float_eq(o.nccl_buffer_mib, 9.1875, 1e-12);
