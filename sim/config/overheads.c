@@ -58,7 +58,7 @@ int overheads_resolve(memory_overheads *o, const gpu_spec *g, ts_err *err)
     return TS_OK;
 }
 
-unsigned overheads_comms(int tp, int pp, int dp, sched_kind schedule, int rank)
+unsigned overheads_comms(int tp, int pp, int dp, sched_kind schedule, bool tied, int rank)
 {
     unsigned m = 0;
     if (tp > 1)
@@ -69,8 +69,10 @@ unsigned overheads_comms(int tp, int pp, int dp, sched_kind schedule, int rank)
         m |= 1u << OVERHEADS_COMM_DP;
     /* The tied embedding's gradients are all-reduced between the first and
      * the last stage when they sit on different ranks: ranks 0 and p-1,
-     * except under ZB-V, whose V placement puts both on rank 0. */
-    if (pp > 1 && schedule != SCHED_ZB_V && (rank == 0 || rank == pp - 1))
+     * except under ZB-V, whose V placement puts both on rank 0. Untied,
+     * Megatron-LM skips that all-reduce and NCCL (initialised lazily by
+     * PyTorch) never builds the group's communicator. */
+    if (tied && pp > 1 && schedule != SCHED_ZB_V && (rank == 0 || rank == pp - 1))
         m |= 1u << OVERHEADS_COMM_EMB;
     return m;
 }

@@ -103,8 +103,10 @@ int overheads_resolve(memory_overheads *o, const gpu_spec *g, ts_err *err);
 
 /* Bitmask of the communicators (1u << overheads_comm) that pipeline rank
  * `rank` of a layout uses: tp, pp, dp the tensor, pipeline and data
- * parallel sizes, schedule its pipeline schedule. */
-unsigned overheads_comms(int tp, int pp, int dp, sched_kind schedule, int rank);
+ * parallel sizes, schedule its pipeline schedule, tied whether the word
+ * embedding and the output layer share their weight (no
+ * --untie-embeddings-and-output-weights). */
+unsigned overheads_comms(int tp, int pp, int dp, sched_kind schedule, bool tied, int rank);
 
 /* Bytes of each overhead for pipeline rank r (fragmentation excluded: it
  * depends on the live bytes, see overheads_fragmentation_bytes). */

@@ -280,7 +280,7 @@ int simulate_run(const config *c, const simulate_opts *opts, simulate_result **o
         mem_add(mem, r, MEM_GRADS, pl->grads_bytes[r], 0, 0);
         mem_add(mem, r, MEM_OPTIM, pl->optim_bytes[r], 0, 0);
         /* what PyTorch, cuBLAS and NCCL hold from the start (overheads.h) */
-        R->ranks[r].nccl_comms = overheads_comms(P->tp, P->pp, P->dp, P->schedule, r);
+        R->ranks[r].nccl_comms = overheads_comms(P->tp, P->pp, P->dp, P->schedule, !c->model.untie_embeddings, r);
         mem_add(mem, r, MEM_CUDA_CONTEXT, overheads_cuda_context_bytes(&R->overheads), 0, 0);
         mem_add(mem, r, MEM_NCCL, overheads_nccl_bytes(&R->overheads, R->ranks[r].nccl_comms), 0, 0);
         mem_add(mem, r, MEM_CUBLAS, overheads_cublas_bytes(&R->overheads), 0, 0);

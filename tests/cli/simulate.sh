@@ -76,7 +76,7 @@ else bad "--help misses:$miss"; fi
 # 38.9 GiB of tensors, over 40 GiB with the CUDA context, NCCL buffers,
 # cuBLAS workspace and fragmentation. It says so on its first line, prints
 # the whole report and exits 3.
-"$TRAINSIM" simulate --gpu A100-SXM4-40GB >"$tmp/nofit.txt" 2>"$tmp/nofit.err"; rc=$?
+"$TRAINSIM" simulate --model gpt3-175b --gpu A100-SXM4-40GB >"$tmp/nofit.txt" 2>"$tmp/nofit.err"; rc=$?
 check "does not fit: exit 3" test $rc -eq 3
 check_sh "does not fit: first line says so with the numbers" \
     'head -n 1 "$tmp/nofit.txt" | grep -qE "^DOES NOT FIT: rank 0 needs [0-9.]+ GiB of 40.00 GiB \(activations.*try --recompute-granularity full"'
@@ -85,11 +85,11 @@ check "does not fit: the per-rank table says NO" grep -qE '^ +0 .* NO$' "$tmp/no
 for cat in cuda-context nccl-buffers cublas-workspace allocator-fragmentation; do
     check "breakdown has a $cat line naming its flag" grep -qE "^  $cat +[0-9.]+ GiB .*--" "$tmp/nofit.txt"
 done
-"$TRAINSIM" simulate --gpu A100-SXM4-40GB --csv - >"$tmp/nofit.csv" 2>"$tmp/nofit.err"; rc=$?
+"$TRAINSIM" simulate --model gpt3-175b --gpu A100-SXM4-40GB --csv - >"$tmp/nofit.csv" 2>"$tmp/nofit.err"; rc=$?
 check_sh "does not fit, --csv -: exit 3, CSV on stdout, the line on stderr" \
     '[ $rc -eq 3 ] && head -n 1 "$tmp/nofit.csv" | grep -q "^scope,metric" && grep -q "^iteration,fits,0," "$tmp/nofit.csv" && grep -q "^DOES NOT FIT" "$tmp/nofit.err"'
 # every overhead turned off by its flag: the tensors alone fit, as before
-"$TRAINSIM" simulate --gpu A100-SXM4-40GB --cuda-context-gib 0 --nccl-buffer-mib 0 --cublas-workspace-mib 0 \
+"$TRAINSIM" simulate --model gpt3-175b --gpu A100-SXM4-40GB --cuda-context-gib 0 --nccl-buffer-mib 0 --cublas-workspace-mib 0 \
     --allocator-fragmentation 0 >"$tmp/off.txt" 2>&1; rc=$?
 check_sh "overheads off: exit 0, 38.91 GiB fits" \
     '[ $rc -eq 0 ] && grep -q "^memory peak             38.91 GiB of 40.00 GiB on rank 0 (fits)" "$tmp/off.txt" && ! grep -q "DOES NOT FIT" "$tmp/off.txt"'

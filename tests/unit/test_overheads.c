@@ -49,9 +49,9 @@ Test(overheads, nccl_buffer_default_is_the_sum_of_nccls_three_protocols)
 Test(overheads, nccl_bytes_are_communicators_x_channels_x_peers_x_buffers)
 {
     parallel_config p = layout(8, 16, 8, SCHED_INTERLEAVED); /* GPT-3 175B's preset layout */
-    unsigned first = overheads_comms(p.tp, p.pp, p.dp, p.schedule, 0),
-             middle = overheads_comms(p.tp, p.pp, p.dp, p.schedule, 5),
-             last = overheads_comms(p.tp, p.pp, p.dp, p.schedule, 15);
+    unsigned first = overheads_comms(p.tp, p.pp, p.dp, p.schedule, true, 0),
+             middle = overheads_comms(p.tp, p.pp, p.dp, p.schedule, true, 5),
+             last = overheads_comms(p.tp, p.pp, p.dp, p.schedule, true, 15);
     cr_expect_eq(first, 0xfu, "rank 0: TP, PP, DP, embedding");
     cr_expect_eq(middle, 0x7u, "a middle rank: TP, PP, DP");
     cr_expect_eq(last, 0xfu, "the last rank holds the embedding group too");
@@ -60,19 +60,22 @@ Test(overheads, nccl_bytes_are_communicators_x_channels_x_peers_x_buffers)
 
     /* ZB-V puts the first and last stage on rank 0: no embedding group */
     parallel_config v = layout(1, 4, 1, SCHED_ZB_V);
-    cr_expect_eq(overheads_comms(v.tp, v.pp, v.dp, v.schedule, 0), 1u << OVERHEADS_COMM_PP);
-    cr_expect_eq(overheads_comms(v.tp, v.pp, v.dp, v.schedule, 3), 1u << OVERHEADS_COMM_PP);
+    cr_expect_eq(overheads_comms(v.tp, v.pp, v.dp, v.schedule, true, 0), 1u << OVERHEADS_COMM_PP);
+    cr_expect_eq(overheads_comms(v.tp, v.pp, v.dp, v.schedule, true, 3), 1u << OVERHEADS_COMM_PP);
+
+    /* untied embedding and output weights: no embedding group */
+    cr_expect_eq(overheads_comms(p.tp, p.pp, p.dp, p.schedule, false, 0), 0x7u);
 
     /* one GPU: no communicator, no buffer */
     parallel_config one = layout(1, 1, 1, SCHED_1F1B);
-    cr_expect_eq(overheads_comms(one.tp, one.pp, one.dp, one.schedule, 0), 0u);
+    cr_expect_eq(overheads_comms(one.tp, one.pp, one.dp, one.schedule, true, 0), 0u);
     cr_expect_eq(overheads_nccl_bytes(&ON, 0), 0);
 
     /* data parallel only, 32 channels */
     parallel_config dp = layout(1, 1, 64, SCHED_1F1B);
     memory_overheads h = ON;
     h.nccl_channels = 32;
-    cr_expect_eq(overheads_nccl_bytes(&h, overheads_comms(dp.tp, dp.pp, dp.dp, dp.schedule, 0)),
+    cr_expect_eq(overheads_nccl_bytes(&h, overheads_comms(dp.tp, dp.pp, dp.dp, dp.schedule, true, 0)),
                  1LL * 32 * 2 * NCCL_SET_BYTES);
 }
 
@@ -199,7 +202,7 @@ Test(overheads, gpt3_on_a100_40gb_no_longer_fits)
 {
     config c;
     ts_err e;
-    cr_assert_eq(from_flags(&c, &e, "--gpu", "A100-SXM4-40GB", NULL), TS_OK, "%s", e.msg);
+    cr_assert_eq(from_flags(&c, &e, "--model", "gpt3-175b", "--gpu", "A100-SXM4-40GB", NULL), TS_OK, "%s", e.msg);
     simulate_result *r = NULL;
     cr_assert_eq(simulate_run(&c, NULL, &r, &e), TS_OK, "%s", e.msg);
     const simulate_rank *x = &r->ranks[r->peak_rank];
@@ -223,8 +226,9 @@ Test(overheads, gpt3_on_a100_40gb_no_longer_fits)
     config_free(&c);
 
     /* every overhead off by flag: the tensors alone, which fit */
-    cr_assert_eq(from_flags(&c, &e, "--gpu", "A100-SXM4-40GB", "--cuda-context-gib", "0", "--nccl-buffer-mib", "0",
-                            "--cublas-workspace-mib", "0", "--allocator-fragmentation", "0", NULL),
+    cr_assert_eq(from_flags(&c, &e, "--model", "gpt3-175b", "--gpu", "A100-SXM4-40GB", "--cuda-context-gib", "0",
+                            "--nccl-buffer-mib", "0", "--cublas-workspace-mib", "0", "--allocator-fragmentation", "0",
+                            NULL),
                  TS_OK, "%s", e.msg);
     cr_assert_eq(simulate_run(&c, NULL, &r, &e), TS_OK, "%s", e.msg);
     cr_expect(r->fits);
