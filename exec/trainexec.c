@@ -300,7 +300,8 @@ static void run_free(run *x)
 /* argv with the executor's defaults appended for the layout flags it does
  * not give (the model presets' layouts are for thousands of GPUs): --gpus =
  * ranks, t = p = 1, 1f1b, no sequence parallelism, no recomputation, b = 1,
- * B = 8. gpus_arg (gpus_bytes) holds the --gpus flag. Sets *ac; NULL when
+ * B = 8; with --megatron-script, --gpus = ranks only (the script's layout,
+ * or Megatron-LM's defaults where it gives none, apply: flags_parse). gpus_arg (gpus_bytes) holds the --gpus flag. Sets *ac; NULL when
  * out of memory. The caller frees the array (not its strings). */
 static char **with_layout_defaults(int argc, char **argv, int size, char *gpus_arg, size_t gpus_bytes, int *ac)
 {
@@ -320,8 +321,13 @@ static char **with_layout_defaults(int argc, char **argv, int size, char *gpus_a
     if (!av)
         return NULL;
     int n = 0;
-    for (int i = 0; i < argc; i++)
+    bool script = false; /* a --megatron-script gives the layout (or Megatron-LM's defaults do: flags.h) */
+    for (int i = 0; i < argc; i++) {
         av[n++] = argv[i];
+        script |= i > 0 && !strncmp(argv[i], "--megatron-script", 17) && (!argv[i][17] || argv[i][17] == '=');
+    }
+    if (script)
+        ninject = 1; /* --gpus = ranks only */
     for (size_t k = 0; k < ninject; k++) {
         bool given = false;
         size_t len = strlen(inject[k][0]);
@@ -382,6 +388,8 @@ static int parse_command_line(run *x, int argc, char **argv)
         rc = add_flags(&t, &x->a, &x->err);
     if (!rc)
         rc = flags_parse(fs, &t, ac, av, &x->err);
+    if (x->rank == 0)
+        mscript_write_notes(fs->script, "trainexec", stderr); /* what the script left unresolved, if any */
     if (!rc && t.help_requested) {
         if (x->rank == 0)
             opt_help(&t, stdout);
