@@ -353,6 +353,31 @@ static int build_argv(flags_state *s, const opt_table *t, int argc, char **argv,
     return rc;
 }
 
+/* After opt_parse failed on err: when the flag its message is about
+ * ("unknown flag 'X'", "flag X: ...") comes from the script, not the command
+ * line, say where the script writes it. */
+static int blame_script(const flags_state *s, int argc, char **argv, ts_err *err)
+{
+    const mscript *m = s->script;
+    for (int i = 0; m && err && i < m->argc; i++) {
+        const char *a = m->argv[i];
+        size_t len = strcspn(a, "=");
+        if (!is_flag(a) || m->arg_why[i] || len >= 100)
+            continue;
+        char quoted[112], named[112];
+        snprintf(quoted, sizeof quoted, "flag '%.*s'", (int)len, a);
+        snprintf(named, sizeof named, "flag %.*s", (int)len, a);
+        const char *q = strstr(err->msg, named);
+        bool about = strstr(err->msg, quoted) || (q && (q[strlen(named)] == ':' || q[strlen(named)] == ' '));
+        bool cmdline = false;
+        for (int k = 1; k < argc; k++)
+            cmdline |= strcspn(argv[k], "=") == len && !strncmp(argv[k], a, len);
+        if (about && !cmdline)
+            return err_prefix(err, "--megatron-script %s:%d: ", m->path, m->arg_line[i]);
+    }
+    return err ? err->code : TS_EINVAL;
+}
+
 int flags_parse(flags_state *s, opt_table *t, int argc, char **argv, ts_err *err)
 {
     flags_release(s);
@@ -365,7 +390,8 @@ int flags_parse(flags_state *s, opt_table *t, int argc, char **argv, ts_err *err
     /* s->argv_owned[0 .. n) is the whole vector: script arguments, then the
      * command line. A step that filters Megatron-LM flags goes here, before
      * opt_parse. */
-    return opt_parse(t, n, s->argv_owned, err);
+    rc = opt_parse(t, n, s->argv_owned, err);
+    return rc && s->script ? blame_script(s, argc, argv, err) : rc;
 }
 
 void flags_release(flags_state *s)
