@@ -375,7 +375,7 @@ int mscript_load(const char *path, mscript **out, ts_err *err)
             rc = err_set(err, TS_ENOMEM, "%s: out of memory reading the launch script", path);
     if (!rc && ferror(f))
         rc = err_set(err, TS_EIO, "%s: cannot read the launch script: %s", path, strerror(errno));
-    fclose(f);
+    (void)fclose(f); /* read only: nothing to lose */
     if (!rc)
         rc = mscript_parse(path, b.p ? b.p : "", b.n, out, err);
     free(b.p);

@@ -94,8 +94,8 @@ Test(mscript, gpt3_175b_example_exact)
         "line 65: $MERGE_FILE, from line 20: $4 is an argument of the script, known only when the script runs",
         "line 73: $CHECKPOINT_PATH, from line 17: $1 is an argument of the script, known only when the script runs",
         "line 74: $CHECKPOINT_PATH, from line 17: $1 is an argument of the script, known only when the script runs",
-        "line 76: $TENSORBOARD_LOGS_PATH, from line 18: $2 is an argument of the script, known only when the script "
-        "runs",
+        ("line 76: $TENSORBOARD_LOGS_PATH, from line 18: $2 is an argument of the script, known only when the "
+         "script runs"),
     };
     cr_assert_eq(M->n_unresolved, 6);
     for (size_t i = 0; i < 6; i++)
@@ -348,8 +348,8 @@ static void write_script(char *path, size_t n, const char *text)
     int fd = mkstemp(path);
     cr_assert_geq(fd, 0);
     FILE *f = fdopen(fd, "w");
-    fputs(text, f);
-    fclose(f);
+    cr_assert_geq(fputs(text, f), 0);
+    cr_assert_eq(fclose(f), 0);
 }
 
 Test(mscript_flags, script_then_command_line)
@@ -374,7 +374,7 @@ Test(mscript_flags, command_line_overrides)
 {
     const char *a[] = {"-t",
                        "4",
-                       "--megatron-script=" DIR "gpt3_small.sh",
+                       ("--megatron-script=" DIR "gpt3_small.sh"),
                        "--sequence-parallel=false",
                        "--gpus",
                        "32",
