@@ -83,6 +83,11 @@ int flags_register(flags_state *s, opt_table *t, config *c, ts_err *err);
  * as the flag's type takes: none for a switch unless =v; a flag trainsim
  * does not know keeps the words up to the next flag). --gpus comes from the
  * launcher's nproc_per_node x nnodes unless the command line gives it.
+ * Layout flags neither gives take Megatron-LM's defaults, not the preset's
+ * (t = p = 1; no sequence parallelism, distributed optimizer, gradient-reduce
+ * overlap or recomputation; 1F1B, interleaved with virtual stages; fp32
+ * without --bf16/--fp16), so the script decides the run as it would on a
+ * cluster. A refusal of a flag the script gives names its FILE:LINE.
  * Fatal: a flag trainsim reads whose value in the script is unresolved
  * (FILE:LINE, the flag and why), and an unresolved world size without
  * --gpus on the command line. An unresolved word that is no flag's value
