@@ -254,6 +254,8 @@ static const char *const MEGATRON_DEFAULTS[][2] = {
 static bool given(const opt_table *t, char **av, int from, int to, int argc, char **argv, const char *name)
 {
     const opt_entry *e = entry_of(t, name);
+    if (!e)
+        return true; /* a table without the flag: no default to add */
     for (int i = from; i < to; i++)
         if (is_flag(av[i]) && entry_of(t, av[i]) == e)
             return true;

@@ -2,6 +2,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -194,7 +195,9 @@ static long long ar_atom(arith *a)
     if (c == '-' || c == '+') {
         a->i++;
         long long v = ar_atom(a);
-        return c == '-' ? -v : v;
+        if (c == '-' && v == LLONG_MIN)
+            a->bad = true; /* -LLONG_MIN overflows */
+        return c == '-' && v != LLONG_MIN ? -v : v;
     }
     if (isdigit((unsigned char)c)) {
         char *end;
@@ -252,8 +255,8 @@ static long long ar_prod(arith *a)
         long long r = ar_atom(a), out = 0;
         if (op == '*' && __builtin_mul_overflow(v, r, &out))
             a->bad = true;
-        else if (op != '*' && r == 0)
-            a->bad = !a->why[0];
+        else if (op != '*' && (r == 0 || (r == -1 && v == LLONG_MIN)))
+            a->bad = !a->why[0] || r != 0; /* division by zero (0 from an unresolved name: its why), overflow */
         else if (op != '*')
             out = op == '/' ? v / r : v % r;
         v = out;

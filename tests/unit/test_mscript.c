@@ -216,6 +216,13 @@ Test(mscript, arithmetic)
     expect_args("--a 0 --b 32 --c $((X+1)) --d $((1/0))");
     cr_assert_str_eq(M->arg_why[5], "line 4: X in $(( )) is never assigned");
     cr_assert(strstr(M->arg_why[7], "line 4: $((1/0)) is not simple integer arithmetic"), "%s", M->arg_why[7]);
+    cr_assert_eq(parse("python pretrain_gpt.py $((9223372036854775807 + 1)) $(( -(0 - 9223372036854775807 - 1) )) "
+                       "$(( (0 - 9223372036854775807 - 1) / -1 )) $((3000000000 * 4))\n"),
+                 TS_OK, "%s", E.msg);
+    cr_assert_eq(M->argc, 4);
+    for (int i = 0; i < 3; i++)
+        cr_assert(M->arg_why[i] && strstr(M->arg_why[i], "is not simple integer arithmetic"), "overflow %d", i);
+    cr_assert_str_eq(M->argv[3], "12000000000");
 }
 
 Test(mscript, parameter_defaults)
