@@ -327,8 +327,8 @@ static int script_model(search_args *a, model_config *m, char *gpu, size_t gpu_b
         rc = flags_parse(&fs, &ft, ac, av, err);
     if (!quiet)
         mscript_write_notes(fs.script, "trainsim search", stderr);
-    if (!rc)
-        rc = flags_finish(&fs, &ft, err);
+    if (!rc && (rc = flags_finish(&fs, &ft, err))) /* the script's layout, say, on the GPUs given */
+        err_prefix(err, "--megatron-script %s: ", a->script);
     if (!rc) {
         *m = c.model;
         if (!a->gpus)

@@ -49,6 +49,8 @@ check_sh "search flags override the script" '[[ "$out" == *"on 32 x H100-SXM5-80
 expect_error 2 "--megatron-script $S/gpt3_175b.sh:35: unknown flag '--max-position-embeddings'" \
     $T search --megatron-script $S/gpt3_175b.sh --quiet
 expect_error 1 "cannot open the launch script" $T search --megatron-script "$tmp/none.sh" --quiet
+expect_error 2 "--megatron-script $S/gpt3_small.sh: --gpus 12 is not a multiple of" \
+    $T search --megatron-script $S/gpt3_small.sh --gpus 12 --quiet
 
 # --- sweep: a megatron_script column (underscores stand for dashes)
 {
