@@ -84,6 +84,7 @@ int cmd_config(int argc, char **argv)
             &e);
     if (!rc)
         rc = flags_parse(&fs, &t, argc, argv, &e);
+    mscript_write_notes(fs.script, "trainsim config", stderr); /* what the script left unresolved, if any */
     if (rc) {
         flags_release(&fs);
         opt_table_free(&t);

@@ -194,7 +194,11 @@ static void eval_slot(sweep_state *st, slot *s)
             s->status = err_set(&e, TS_ENOMEM, "out of memory");
             goto out;
         }
-        snprintf(a, need, "--%s=%s", st->names[c], v);
+        int nl = snprintf(a, need, "--%s=", st->names[c]);
+        for (int k = 2; k < nl - 1; k++) /* a column megatron_script is the flag --megatron-script */
+            if (a[k] == '_')
+                a[k] = '-';
+        snprintf(a + nl, need - (size_t)nl, "%s", v);
         argv[argc++] = a;
     }
     s->status = st->ev->eval(st->ev->user, argc, argv, s->cells, &e);

@@ -1,7 +1,8 @@
 /* sweep — run many configurations listed in a CSV, resumably.
  *
  * Input: a CSV (csvio.h) whose header names trainsim flags, with or without
- * the leading "--" ("tensor-model-parallel-size", "--gpus", "model"); each
+ * the leading "--" ("tensor-model-parallel-size", "--gpus", "model"), an
+ * underscore standing for a dash ("megatron_script" is --megatron-script); each
  * data row is one configuration: every non-empty cell becomes "--NAME=VALUE"
  * (switches take true/false), empty cells keep the default.
  *
