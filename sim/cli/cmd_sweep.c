@@ -11,6 +11,7 @@
 #include "sim/config/flags.h"
 #include "sim/core/simulate.h"
 #include "sim/search/sweep.h"
+#include "sim/util/csvio.h"
 #include "sim/util/opt.h"
 
 static const char *const RESULT_COLUMNS[] = {
@@ -31,12 +32,12 @@ static const char *const RESULT_COLUMNS[] = {
 };
 #define NRESULTS (sizeof RESULT_COLUMNS / sizeof RESULT_COLUMNS[0])
 
-/* v with `decimals` digits after the point, in a malloc'ed string. */
-static char *fmt(int decimals, double v)
+/* v as every CSV writer carries numbers (csvio_fmt_double: integers as
+ * integers, others with the digits that round-trip), in a malloc'ed string. */
+static char *fmt(double v)
 {
-    char buf[64];
-    snprintf(buf, sizeof buf, "%.*f", decimals, v);
-    return strdup(buf);
+    char buf[CSVIO_NUM_BYTES];
+    return strdup(csvio_fmt_double(buf, sizeof buf, v));
 }
 
 /* One row: the shared flags (flags.h) plus --train-tokens and
@@ -84,20 +85,20 @@ static int eval_row(void *user, int argc, char **argv, char **cells, ts_err *err
         for (int k = 0; k < SIMULATE_COMM_KINDS; k++)
             ex[k] = r->exposed_ns[k] * 1e-9;
         char *v[NRESULTS] = {
-            fmt(6, r->iteration_ns * 1e-9),
-            fmt(1, r->tokens_per_s),
-            fmt(2, r->model_tflops_per_gpu),
-            fmt(2, r->megatron_tflops_per_gpu),
-            fmt(4, r->mfu),
-            fmt(4, r->hfu),
-            fmt(3, r->peak_bytes / (1024.0 * 1024.0 * 1024.0)),
+            fmt(r->iteration_ns * 1e-9),
+            fmt(r->tokens_per_s),
+            fmt(r->model_tflops_per_gpu),
+            fmt(r->megatron_tflops_per_gpu),
+            fmt(r->mfu),
+            fmt(r->hfu),
+            fmt(r->peak_bytes / (1024.0 * 1024.0 * 1024.0)),
             strdup(r->fits ? "1" : "0"),
-            fmt(4, r->bubble_fraction),
-            fmt(6, ex[SIMULATE_COMM_TP]),
-            fmt(6, ex[SIMULATE_COMM_PP]),
-            fmt(6, ex[SIMULATE_COMM_DP]),
-            train_tokens > 0 ? fmt(3, r->train_s / 86400.0) : strdup(""),
-            train_tokens > 0 ? fmt(0, r->train_gpu_hours) : strdup(""),
+            fmt(r->bubble_fraction),
+            fmt(ex[SIMULATE_COMM_TP]),
+            fmt(ex[SIMULATE_COMM_PP]),
+            fmt(ex[SIMULATE_COMM_DP]),
+            train_tokens > 0 ? fmt(r->train_s / 86400.0) : strdup(""),
+            train_tokens > 0 ? fmt(r->train_gpu_hours) : strdup(""),
         };
         for (size_t i = 0; i < NRESULTS; i++) {
             cells[i] = v[i];
