@@ -394,6 +394,13 @@ int sweep_run(const sweep_opts *o, const sweep_evaluator *ev, sweep_stats *stats
                          in->path, in->header_line, c + 1);
             goto done;
         }
+        ts_err ce;
+        err_clear(&ce);
+        if (ev->check_column && (rc = ev->check_column(ev->user, names[c], &ce)) != TS_OK) {
+            rc =
+                err_set(err, rc, "%s:%d: column %zu '%s': %s", in->path, in->header_line, c + 1, in->header[c], ce.msg);
+            goto done;
+        }
     }
     if ((rc = open_output(o->output, header, nh, &st.fd, &outt, &keys, &nkeys, &stats->repaired, err)))
         goto done;

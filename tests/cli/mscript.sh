@@ -82,7 +82,8 @@ expect_error 1 "--megatron-script $tmp/none.sh: cannot open the launch script" $
 printf 'L=$1\nARGS=(--num-layers $L)\ntorchrun --nproc_per_node 8 pretrain_gpt.py ${ARGS[@]}\n' >"$tmp/unres.sh"
 expect_error 2 "--megatron-script $tmp/unres.sh:2: flag --num-layers takes '\$L', which the script alone does not give" \
     $T config --megatron-script "$tmp/unres.sh"
-expect_output "96 layers" $T config --megatron-script "$tmp/unres.sh" --num-layers 96 --model gpt3-175b
+expect_output "96 layers" $T config --megatron-script "$tmp/unres.sh" --num-layers 96 \
+    --hidden-size 1024 --num-attention-heads 8 --seq-length 512 --micro-batch-size 1
 printf 'A=1\necho $A\n' >"$tmp/nolaunch.sh"
 expect_error 2 "--megatron-script $tmp/nolaunch.sh: no launcher line" $T simulate --megatron-script "$tmp/nolaunch.sh"
 printf 'ARGS=(\n  --num-layers 4\ntorchrun pretrain_gpt.py ${ARGS[@]}\n' >"$tmp/open.sh"
