@@ -46,6 +46,8 @@ typedef struct {
     bool add_bias_linear;               /* biases in the linear layers (Megatron's default; --disable-bias-linear) */
     config_norm normalization;          /* --normalization LayerNorm|RMSNorm */
     config_position position_embedding; /* --position-embedding-type */
+    double attention_dropout;           /* --attention-dropout: probability on the attention scores (0 = none) */
+    double hidden_dropout;              /* --hidden-dropout: probability after each block and the embedding */
     config_precision precision;         /* --bf16 / --fp16 (default fp32, as Megatron-LM) */
 } model_config;
 

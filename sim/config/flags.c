@@ -71,6 +71,12 @@ static int add_model_flags(flags_state *s, opt_table *t, config *c, ts_err *err)
         .enum_names = CONFIG_POSITION_NAMES,
         .help = "learned_absolute: a table of --max-position-embeddings x h on the first stage; rope/yarn: rotary, "
                 "no parameters; none");
+    ADD(.name = "--attention-dropout", .type = OPT_DOUBLE, .target = &m->attention_dropout, .min = 0, .max = 1,
+        .unit = "probability", .defval = "0.1",
+        .help = "dropout on the attention scores (0: no dropout kernel and no s x s mask)");
+    ADD(.name = "--hidden-dropout", .type = OPT_DOUBLE, .target = &m->hidden_dropout, .min = 0, .max = 1,
+        .unit = "probability", .defval = "0.1",
+        .help = "dropout after the attention and MLP blocks and the embedding (0: no masks)");
     ADD(.name = "--seq-length", .type = OPT_INT, .target = &m->seq_length, .min = 1, .max = 1 << 24, .unit = "tokens",
         .defval = "required", .help = "sequence length s");
     ADD(.name = "--max-position-embeddings", .type = OPT_INT, .target = &m->max_position_embeddings, .min = 1,
@@ -408,6 +414,7 @@ void flags_release(flags_state *s)
  * fields it has defaults for; 0 marks a required or derived value. */
 #define MEGATRON_VOCAB                   50257 /* GPT2BPETokenizer, pretrain_gpt.py's default tokenizer */
 #define MEGATRON_MAKE_VOCAB_DIVISIBLE_BY 128
+#define MEGATRON_DROPOUT 0.1 /* --attention-dropout and --hidden-dropout */
 
 static void megatron_defaults(config *b)
 {
@@ -418,6 +425,8 @@ static void megatron_defaults(config *b)
     b->model.add_bias_linear = true;
     b->model.normalization = NORM_LAYERNORM;
     b->model.position_embedding = POS_LEARNED_ABSOLUTE;
+    b->model.attention_dropout = MEGATRON_DROPOUT;
+    b->model.hidden_dropout = MEGATRON_DROPOUT;
     b->model.precision = PREC_FP32;
     b->par.tp = 1;
     b->par.pp = 1;
@@ -430,6 +439,8 @@ static int preset_base(const catalog_model *pm, config *b, ts_err *err)
     megatron_defaults(b);
     b->model = pm->model;
     b->model.make_vocab_size_divisible_by = MEGATRON_MAKE_VOCAB_DIVISIBLE_BY;
+    b->model.attention_dropout = MEGATRON_DROPOUT; /* no preset sets them */
+    b->model.hidden_dropout = MEGATRON_DROPOUT;
     b->par = pm->par;
     b->cluster.gpus = pm->gpus;
     if (sched_kind_parse(pm->schedule, &b->par.schedule, err))
@@ -490,6 +501,12 @@ static int resolve_model(flags_state *s, const opt_table *t, const config *base,
     TAKE(FLAGS_F_HEADS, "--num-attention-heads", m->num_attention_heads, q->num_attention_heads);
     TAKE(FLAGS_F_SWIGLU, "--swiglu", m->swiglu, q->swiglu);
     TAKE(FLAGS_F_SEQ, "--seq-length", m->seq_length, q->seq_length);
+    TAKE(FLAGS_F_ADROP, "--attention-dropout", m->attention_dropout, q->attention_dropout);
+    TAKE(FLAGS_F_HDROP, "--hidden-dropout", m->hidden_dropout, q->hidden_dropout);
+    if (!opt_was_set(t, "--attention-dropout"))
+        s->src[FLAGS_F_ADROP] = FLAGS_SRC_MEGATRON;
+    if (!opt_was_set(t, "--hidden-dropout"))
+        s->src[FLAGS_F_HDROP] = FLAGS_SRC_MEGATRON;
     TAKE(FLAGS_F_UNTIE, "--untie-embeddings-and-output-weights", m->untie_embeddings, q->untie_embeddings);
     TAKE(FLAGS_F_MAKEDIV, "--make-vocab-size-divisible-by", m->make_vocab_size_divisible_by,
          q->make_vocab_size_divisible_by);
@@ -923,6 +940,12 @@ static const char *field_row(const flags_state *s, flags_field f, char *v, size_
         ROW_INT("--seq-length", m->seq_length);
     case FLAGS_F_MAXPOS:
         ROW_INT("--max-position-embeddings", m->max_position_embeddings);
+    case FLAGS_F_ADROP:
+        snprintf(v, cap, "%g", m->attention_dropout);
+        return "--attention-dropout";
+    case FLAGS_F_HDROP:
+        snprintf(v, cap, "%g", m->hidden_dropout);
+        return "--hidden-dropout";
     case FLAGS_F_VOCAB:
         if (m->vocab_size == 0)
             ROW_STR("--vocab-size", "-");

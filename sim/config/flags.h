@@ -85,6 +85,8 @@ typedef enum {
     FLAGS_F_SWIGLU,
     FLAGS_F_SEQ,
     FLAGS_F_MAXPOS,
+    FLAGS_F_ADROP,
+    FLAGS_F_HDROP,
     FLAGS_F_VOCAB,
     FLAGS_F_MAKEDIV,
     FLAGS_F_PADDED,

@@ -50,6 +50,8 @@ int layer_shape_from_config(const config *c, layer_shape *out, ts_err *err)
     L.a = c->model.num_attention_heads;
     L.g = c->model.num_query_groups > 0 ? c->model.num_query_groups : c->model.num_attention_heads;
     L.d = config_head_size(&c->model);
+    L.no_attn_dropout = c->model.attention_dropout <= 0;
+    L.no_hidden_dropout = c->model.hidden_dropout <= 0;
     L.ffn = c->model.ffn_hidden_size;
     L.swiglu = c->model.swiglu;
     L.s = c->model.seq_length;
@@ -162,7 +164,8 @@ static void attn_core_fwd(const layer_shape *L, const dims *D, layer_ops *o)
     int64_t bh = L->b * D->at, P = bh * L->s * L->s; /* score elements */
     bgemm(o, "attn.qk", L->s, L->s, D->d, bh);
     mem(o, "attn.softmax", 2 * P * D->dt);       /* fused scale-mask-softmax: read + write */
-    mem(o, "attn.dropout", P * (2 * D->dt + 1)); /* read, write, 1-byte mask */
+    if (!L->no_attn_dropout)
+        mem(o, "attn.dropout", P * (2 * D->dt + 1)); /* read, write, 1-byte mask */
     bgemm(o, "attn.av", L->s, D->d, L->s, bh);
 }
 
@@ -180,6 +183,7 @@ static void tp_reduce(const layer_shape *L, const dims *D, layer_ops *o, const c
 static void layer_fwd(const layer_shape *L, const dims *D, layer_ops *o)
 {
     int64_t h = L->h, E = D->Tl * h; /* elements of an element-wise op */
+    int64_t mask = L->no_hidden_dropout ? 0 : 1; /* the dropout mask's byte per element */
     mem(o, "ln1", 2 * E * D->dt);
     if (L->sp && D->comm)
         comm(o, "ln1.ag", COMM_ALL_GATHER, D->S, L->t);
@@ -187,7 +191,7 @@ static void layer_fwd(const layer_shape *L, const dims *D, layer_ops *o)
     attn_core_fwd(L, D, o);
     gemm(o, "proj", D->T, h, D->adt);
     tp_reduce(L, D, o, "proj.ar", "proj.rs");
-    mem(o, "attn.dropadd", E * (3 * D->dt + 1)); /* bias-dropout-add: 2 reads, write, mask */
+    mem(o, "attn.dropadd", E * (3 * D->dt + mask)); /* bias-dropout-add: 2 reads, write, mask */
     mem(o, "ln2", 2 * E * D->dt);
     if (L->sp && D->comm)
         comm(o, "ln2.ag", COMM_ALL_GATHER, D->S, L->t);
@@ -195,7 +199,7 @@ static void layer_fwd(const layer_shape *L, const dims *D, layer_ops *o)
     mem(o, L->swiglu ? "swiglu" : "gelu", D->T * (D->fc1_n + D->ffn_t) * D->dt);
     gemm(o, "fc2", D->T, h, D->ffn_t);
     tp_reduce(L, D, o, "fc2.ar", "fc2.rs");
-    mem(o, "mlp.dropadd", E * (3 * D->dt + 1));
+    mem(o, "mlp.dropadd", E * (3 * D->dt + mask));
 }
 
 /* Column-parallel GEMM backward (QKV or FC1). whole: dgrad, the input-grad
@@ -249,6 +253,7 @@ static void join_last_two(layer_ops *o, int first_of_block)
 static void layer_bwd(const layer_shape *L, const dims *D, layer_ops *o, bool dgrad, bool wgrad)
 {
     int64_t h = L->h, E = D->Tl * h, bh = L->b * D->at, P = bh * L->s * L->s;
+    int64_t mask = L->no_hidden_dropout ? 0 : 1; /* the dropout mask's byte per element */
     bool whole = dgrad && wgrad;
     int blk;
     if (!dgrad) { /* W pass: weight-gradient GEMMs only (SP: re-gather the inputs first) */
@@ -268,7 +273,7 @@ static void layer_bwd(const layer_shape *L, const dims *D, layer_ops *o, bool dg
         return;
     }
     /* MLP block */
-    mem(o, "mlp.dropadd.bwd", E * (2 * D->dt + 1));
+    mem(o, "mlp.dropadd.bwd", E * (2 * D->dt + mask));
     if (L->sp && D->comm)
         comm(o, "fc2.ag.grad", COMM_ALL_GATHER, D->S, L->t);
     gemm(o, "fc2.dgrad", D->T, D->ffn_t, h);
@@ -280,7 +285,7 @@ static void layer_bwd(const layer_shape *L, const dims *D, layer_ops *o, bool dg
     mem(o, "ln2.bwd", 4 * E * D->dt); /* grad in, input, residual grad in, grad out */
     join_last_two(o, blk);
     /* attention block */
-    mem(o, "attn.dropadd.bwd", E * (2 * D->dt + 1));
+    mem(o, "attn.dropadd.bwd", E * (2 * D->dt + mask));
     if (L->sp && D->comm)
         comm(o, "proj.ag.grad", COMM_ALL_GATHER, D->S, L->t);
     gemm(o, "proj.dgrad", D->T, D->adt, h);
@@ -288,7 +293,8 @@ static void layer_bwd(const layer_shape *L, const dims *D, layer_ops *o, bool dg
         gemm(o, "proj.wgrad", D->adt, h, D->T);
     bgemm(o, "attn.av.dgrad_p", L->s, L->s, D->d, bh);
     bgemm(o, "attn.av.dgrad_v", L->s, D->d, L->s, bh);
-    mem(o, "attn.dropout.bwd", P * (2 * D->dt + 1));
+    if (!L->no_attn_dropout)
+        mem(o, "attn.dropout.bwd", P * (2 * D->dt + 1));
     mem(o, "attn.softmax.bwd", 3 * P * D->dt);
     bgemm(o, "attn.qk.dgrad_q", L->s, D->d, L->s, bh);
     bgemm(o, "attn.qk.dgrad_k", L->s, D->d, L->s, bh);
@@ -343,13 +349,15 @@ int layer_embedding_ops(const layer_shape *L, layer_pass pass, layer_ops *out, t
         /* vocabulary-parallel lookup: read word and position rows, write the sum */
         mem(out, "emb.lookup", 3 * full * D.dt);
         tp_reduce(L, &D, out, "emb.ar", "emb.rs");
-        mem(out, "emb.dropout", E * (2 * D.dt + 1));
+        if (!L->no_hidden_dropout)
+            mem(out, "emb.dropout", E * (2 * D.dt + 1));
         break;
     case LAYER_PASS_B:
     case LAYER_PASS_I:
     case LAYER_PASS_W:
         if (pass != LAYER_PASS_W) {
-            mem(out, "emb.dropout.bwd", E * (2 * D.dt + 1));
+            if (!L->no_hidden_dropout)
+                mem(out, "emb.dropout.bwd", E * (2 * D.dt + 1));
             if (L->sp && D.comm)
                 comm(out, "emb.ag.grad", COMM_ALL_GATHER, D.S, L->t);
         }
@@ -484,16 +492,20 @@ int layer_saved_build(const layer_shape *L, layer_saved_list *out, ts_err *err)
     save(out, "attn.q", D.T * D.at * D.d * dt, false, I, r, false);
     save(out, "attn.k", D.T * D.gt * D.d * dt, false, I, r, false);
     save(out, "attn.softmax.out", P * dt, true, I, r, false);
-    save(out, "attn.dropout.mask", P, true, I, r, false);
-    save(out, "attn.dropout.out", P * dt, true, I, r, false);
+    if (!L->no_attn_dropout) { /* without it, attention.V reads the softmax output saved above */
+        save(out, "attn.dropout.mask", P, true, I, r, false);
+        save(out, "attn.dropout.out", P * dt, true, I, r, false);
+    }
     save(out, "attn.v", D.T * D.gt * D.d * dt, false, I, r, false);
     save(out, "proj.in", D.T * D.adt * dt, false, W, r, false);
-    save(out, "attn.dropadd.mask", E, false, I, r, false);
+    if (!L->no_hidden_dropout)
+        save(out, "attn.dropadd.mask", E, false, I, r, false);
     save(out, "ln2.in", E * dt, false, I, r, false);
     save(out, "fc1.in", E * dt, false, W, r, false);
     save(out, "act.in", D.T * D.fc1_n * dt, false, I, r, false);
     save(out, "fc2.in", D.T * D.ffn_t * dt, false, W, r, false);
-    save(out, "mlp.dropadd.mask", E, false, I, r, false);
+    if (!L->no_hidden_dropout)
+        save(out, "mlp.dropadd.mask", E, false, I, r, false);
     return TS_OK;
 }
 
@@ -504,7 +516,8 @@ int layer_embedding_saved(const layer_shape *L, layer_saved_list *out, ts_err *e
         return rc;
     dims D = dims_of(L);
     out->n = 0;
-    save(out, "emb.dropout.mask", D.Tl * L->h, false, LAYER_FREE_AFTER_I, RECOMPUTE_NONE, false);
+    if (!L->no_hidden_dropout)
+        save(out, "emb.dropout.mask", D.Tl * L->h, false, LAYER_FREE_AFTER_I, RECOMPUTE_NONE, false);
     return TS_OK;
 }
 

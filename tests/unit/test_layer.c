@@ -14,7 +14,7 @@ static const gpt MODELS[] = {{2304, 24}, {6144, 64}, {8192, 64}, {12288, 96}, {1
 
 static layer_shape shape(int64_t h, int64_t a, int64_t s, int64_t b, int t, bool sp, config_recompute r)
 {
-    layer_shape L = {h, a, a, 0, 4 * h, false, s, b, 51200, t, sp, 2, r};
+    layer_shape L = {h, a, a, 0, false, false, 4 * h, false, s, b, 51200, t, sp, 2, r};
     return L;
 }
 
@@ -207,7 +207,7 @@ Test(layer, flops_per_pass)
 Test(layer, gqa_swiglu_shapes)
 {
     /* LLaMA-3-8B-like: h 4096, 32 heads, 8 groups, ffn 14336, SwiGLU, t 4 */
-    layer_shape L = {4096, 32, 8, 0, 14336, true, 4096, 1, 128256, 4, false, 2, RECOMPUTE_NONE};
+    layer_shape L = {4096, 32, 8, 0, false, false, 14336, true, 4096, 1, 128256, 4, false, 2, RECOMPUTE_NONE};
     layer_ops f;
     cr_assert_eq(layer_ops_build(&L, LAYER_PASS_F, &f, NULL), TS_OK);
     const layer_op *qkv = NULL, *fc1 = NULL, *fc2 = NULL;
@@ -360,4 +360,29 @@ Test(layer, embedding_saved_and_sp_sharding)
     cr_assert_eq(l.t[0].bytes, 2048LL * 2 * 8192 * 2 / 8); /* final LN input, sharded */
     for (int i = 0; i < l.n; i++)
         cr_assert(l.t[i].kept_after_f && !l.t[i].by_recompute);
+}
+
+/* --attention-dropout 0 drops the s x s mask (1 byte) and the dropped-out scores (2 bytes) Korthikanti's 5as/h term
+ * counts; --hidden-dropout 0 the two 1-byte residual masks: sbh(34 + 5as/h) becomes sbh(32 + 2as/h) without both */
+Test(layer, dropout_zero_saves_its_masks)
+{
+    int64_t h = 4096, a = 32, s = 2048, b = 1, sbh = s * b * h, as2b = a * s * s * b;
+    layer_shape L = shape(h, a, s, b, 1, false, RECOMPUTE_NONE);
+    layer_saved_list l;
+    cr_assert_eq(layer_saved_build(&L, &l, NULL), TS_OK);
+    cr_expect_eq(layer_saved_kept_bytes(&l), 34 * sbh + 5 * as2b);
+    L.no_attn_dropout = true;
+    cr_assert_eq(layer_saved_build(&L, &l, NULL), TS_OK);
+    cr_expect_eq(layer_saved_kept_bytes(&l), 34 * sbh + 2 * as2b);
+    L.no_hidden_dropout = true;
+    cr_assert_eq(layer_saved_build(&L, &l, NULL), TS_OK);
+    cr_expect_eq(layer_saved_kept_bytes(&l), 32 * sbh + 2 * as2b);
+    /* and the kernels go: no attn.dropout op, the residual adds move no mask byte */
+    layer_ops o;
+    cr_assert_eq(layer_ops_build(&L, LAYER_PASS_F, &o, NULL), TS_OK);
+    for (int i = 0; i < o.n; i++) {
+        cr_expect_str_neq(o.op[i].name, "attn.dropout");
+        if (!strcmp(o.op[i].name, "attn.dropadd"))
+            cr_expect_eq(o.op[i].bytes, sbh * 3 * 2);
+    }
 }

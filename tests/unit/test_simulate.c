@@ -39,6 +39,7 @@ static config make(const spec *x)
     c.model.ffn_hidden_size = 4 * x->h;
     c.model.seq_length = x->s;
     c.model.padded_vocab_size = x->V;
+    c.model.attention_dropout = c.model.hidden_dropout = 0.1; /* Megatron-LM's default */
     c.model.precision = PREC_BF16;
     c.par.micro_batch_size = x->b;
     c.par.global_batch_size = x->B;
