@@ -59,7 +59,7 @@ int cmd_config(int argc, char **argv)
     config c;
     flags_state fs;
     opt_table t;
-    bool lmodels = false, lgpus = false;
+    bool lmodels = false, lgpus = false, lmegatron = false;
     opt_table_init(&t, "trainsim config",
                    "Check the model, parallelism and cluster flags and print the resolved configuration: the\n"
                    "--model preset (default " FLAGS_DEFAULT_MODEL ": GPT-3 175B on 1024 A100 80GB GPUs, t=8, p=16,\n"
@@ -83,6 +83,14 @@ int cmd_config(int argc, char **argv)
                 .name = "--list-gpus", .type = OPT_BOOL, .target = &lgpus, .help = "list the GPU catalogue and exit"},
             &e);
     if (!rc)
+        rc = opt_add(&t,
+                     &(opt_spec){.name = "--megatron-flags",
+                                 .type = OPT_BOOL,
+                                 .target = &lmegatron,
+                                 .help = "list what trainsim does with every Megatron-LM flag (modelled, ignored, "
+                                         "refused, default-only, with the reason) and exit"},
+                     &e);
+    if (!rc)
         rc = flags_parse(&fs, &t, argc, argv, &e);
     if (rc) {
         flags_release(&fs);
@@ -95,10 +103,13 @@ int cmd_config(int argc, char **argv)
         opt_table_free(&t);
         return 0;
     }
-    if (lmodels || lgpus) {
+    flags_note_ignored(&fs, stderr);
+    if (lmodels || lgpus || lmegatron) {
         int st = lmodels ? list_models(&e) : 0;
         if (!st && lgpus)
             st = list_gpus(&e);
+        if (!st && lmegatron && flags_print_megatron(stdout, &e))
+            st = fail(&e);
         flags_release(&fs);
         opt_table_free(&t);
         return st;

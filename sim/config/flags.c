@@ -8,6 +8,7 @@
 
 #include "sim/config/catalog.h"
 #include "sim/config/catalog_models.h"
+#include "sim/config/megatron_flags.h"
 #include "sim/config/topo.h"
 
 #define DEFAULT_GPU "A100-SXM4-80GB"
@@ -175,21 +176,23 @@ int flags_register(flags_state *s, opt_table *t, config *c, ts_err *err)
 int flags_parse(flags_state *s, opt_table *t, int argc, char **argv, ts_err *err)
 {
     flags_release(s);
-    if (argc < 1)
-        return err_set(err, TS_EINVAL, "no command name in the argument vector");
-    char **av = calloc((size_t)argc + 1, sizeof *av);
-    if (!av)
-        return err_set(err, TS_ENOMEM, "out of memory copying %d arguments", argc);
-    for (int i = 0; i < argc; i++)
-        av[i] = argv[i];
-    s->argv_owned = av;
-    return opt_parse(t, argc, av, err);
+    /* Megatron-LM flags trainsim does not model: ignored ones are dropped
+     * here (and listed), refused ones fail (megatron_flags.h). */
+    mflags_filtered f;
+    int rc = mflags_filter(NULL, t, argc, argv, &f, err);
+    if (rc)
+        return rc;
+    s->argv_owned = f.argv;
+    s->megatron_ignored = f.ignored;
+    return opt_parse(t, f.argc, f.argv, err);
 }
 
 void flags_release(flags_state *s)
 {
     free(s->argv_owned);
     s->argv_owned = NULL;
+    free(s->megatron_ignored);
+    s->megatron_ignored = NULL;
 }
 
 /* ---------------------------------------------------------------- finish */
@@ -403,4 +406,35 @@ void flags_print(const flags_state *s, FILE *f)
             fprintf(f, "topology notes:        %s\n", c->cluster.topology->description);
     }
     fprintf(f, "preset layout source:  %s\n", s->preset_source);
+}
+
+/* ---------------------------------------------------------------- Megatron-LM flags */
+
+const char *flags_ignored(const flags_state *s)
+{
+    return s->megatron_ignored;
+}
+
+void flags_note_ignored(const flags_state *s, FILE *f)
+{
+    if (s->megatron_ignored)
+        fprintf(f, "ignored (cannot change performance): %s\n", s->megatron_ignored);
+}
+
+int flags_print_megatron(FILE *f, ts_err *err)
+{
+    config c;
+    flags_state s;
+    opt_table t;
+    opt_table_init(&t, "trainsim", NULL);
+    mflags_table *mt = NULL;
+    int rc = flags_register(&s, &t, &c, err);
+    if (!rc)
+        rc = mflags_load(NULL, &mt, err);
+    if (!rc)
+        rc = mflags_print(mt, &t, f, err);
+    mflags_free(mt);
+    config_free(&c);
+    opt_table_free(&t);
+    return rc;
 }

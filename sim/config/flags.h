@@ -58,6 +58,8 @@ typedef struct {
     int dp;                  /* --data-parallel-size, 0 = derived */
     char preset_source[512]; /* the preset's layout_source, after flags_finish */
     char **argv_owned;       /* the arguments flags_parse built and parsed (NULL-terminated); owned */
+    char *megatron_ignored;  /* Megatron-LM flags flags_parse dropped as ignored, ", "-separated; NULL if none;
+                                owned (megatron_flags.h) */
 } flags_state;
 
 /* Zero c, load the default preset's values into it (so --help shows them;
@@ -67,9 +69,13 @@ typedef struct {
 int flags_register(flags_state *s, opt_table *t, config *c, ts_err *err);
 
 /* Parse the command line into t: the arguments flags_parse assembles
- * (argv[1 ..]) go through opt_parse. String flags then point into an array
- * s owns, so keep s until their last use and release it with
- * flags_release. TS_EINVAL with the flag named; TS_ENOMEM. */
+ * (argv[1 ..]) go through opt_parse. Megatron-LM flags trainsim does not
+ * model go first through mflags_filter (megatron_flags.h): ignored ones are
+ * dropped and listed (flags_ignored), refused ones are TS_EINVAL naming what
+ * they change. String flags then point into an array s owns, so keep s
+ * until their last use and release it with flags_release. TS_EINVAL with
+ * the flag named; TS_ENOMEM; TS_EIO if the flag list must be read and
+ * cannot be. */
 int flags_parse(flags_state *s, opt_table *t, int argc, char **argv, ts_err *err);
 
 /* Free what flags_parse allocated (safe on a state never parsed). */
@@ -83,5 +89,19 @@ int flags_finish(flags_state *s, const opt_table *t, ts_err *err);
 /* Write the resolved configuration as "key: value" lines (what `trainsim
  * config` prints and what a run records). */
 void flags_print(const flags_state *s, FILE *f);
+
+/* The Megatron-LM flags the last flags_parse dropped as ignored, ", "-
+ * separated ("--lr, --data-path"), or NULL if none. Borrowed from s (valid
+ * until flags_release). */
+const char *flags_ignored(const flags_state *s);
+
+/* Write "ignored (cannot change performance): --lr, --data-path\n" to f
+ * when flags_parse ignored some flags; nothing otherwise. */
+void flags_note_ignored(const flags_state *s, FILE *f);
+
+/* Write to f the treatment of every Megatron-LM flag (mflags_print):
+ * the shared flags as modelled, the rows of the shipped megatron_flags.csv.
+ * TS_EIO / TS_EINVAL reading the file; TS_ENOMEM. */
+int flags_print_megatron(FILE *f, ts_err *err);
 
 #endif
