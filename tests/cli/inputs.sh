@@ -135,6 +135,9 @@ sum=$(awk '{n += $1} END {print n}' RS=', ' <<<"$last")
 check_sh "config --megatron-flags: the counts add up to the rows" '[ "$sum" -eq $(($(wc -l <<<"$out") - 1)) ]'
 check_sh "config --megatron-flags: modelled, refused and ignored rows" \
     '[[ "$out" == *"--num-layers "*modelled* && "$out" == *"--num-experts "*refused*"mixture of experts"* && "$out" == *"--lr "*ignored* ]]'
+doc=$(sed -n '/^<!-- megatron-flags begin -->$/,/^<!-- megatron-flags end -->$/p' docs/inputs.md | sed '1d;$d')
+check_sh "docs/inputs.md: the Megatron flag tables are up to date (bash docs/megatron-flags.sh --update)" \
+    '[ "$doc" = "$(bash docs/megatron-flags.sh "$T")" ]'
 
 # --- the catalogue is found from another directory (via the executable's path)
 abs=$(cd "$(dirname "$T")" && pwd)/$(basename "$T")
