@@ -53,11 +53,11 @@ static int parse_row(const csvio_table *c, size_t r, mflags_entry *e, ts_err *er
         return csvio_errf(c, r, "kind", err, "%s: default-only needs a flag that takes values (value or list), not %s",
                           e->flag, MFLAGS_KIND_NAMES[e->kind]);
     if (e->treatment == MFLAGS_DEFAULT_ONLY && !*e->accepted)
-        return csvio_errf(c, r, "accepted", err, "%s: default-only needs the accepted values ('|'-separated)",
-                          e->flag);
+        return csvio_errf(c, r, "accepted", err, "%s: default-only needs the accepted values ('|'-separated)", e->flag);
     if (e->treatment != MFLAGS_DEFAULT_ONLY && *e->accepted)
-        return csvio_errf(c, r, "accepted", err, "%s: accepted values belong to default-only rows only (this one is %s)",
-                          e->flag, MFLAGS_TREATMENT_NAMES[e->treatment]);
+        return csvio_errf(c, r, "accepted", err,
+                          "%s: accepted values belong to default-only rows only (this one is %s)", e->flag,
+                          MFLAGS_TREATMENT_NAMES[e->treatment]);
     return TS_OK;
 }
 
@@ -90,8 +90,8 @@ int mflags_load(const char *path, mflags_table **out, ts_err *err)
     for (size_t i = 1; i < t->n; i++) {
         const mflags_entry *a = &t->entries[i - 1], *b = &t->entries[i];
         if (!strcmp(a->flag, b->flag)) {
-            rc = err_set(err, TS_EINVAL, "%s:%d: column 'flag': %s listed twice (also line %d; one row per flag)",
-                         path, a->line > b->line ? a->line : b->line, a->flag, a->line < b->line ? a->line : b->line);
+            rc = err_set(err, TS_EINVAL, "%s:%d: column 'flag': %s listed twice (also line %d; one row per flag)", path,
+                         a->line > b->line ? a->line : b->line, a->flag, a->line < b->line ? a->line : b->line);
             goto out;
         }
     }
@@ -211,9 +211,8 @@ static int take_values(const mflags_entry *e, const char *eq, int argc, char **a
     case MFLAGS_STORE_FALSE:
     case MFLAGS_BOOLEAN_OPTIONAL:
         if (eq)
-            return err_set(err, TS_EINVAL,
-                           "%s: takes no value (a Megatron-LM switch; give it as %s alone), not '%s'", e->flag,
-                           e->flag, eq + 1);
+            return err_set(err, TS_EINVAL, "%s: takes no value (a Megatron-LM switch; give it as %s alone), not '%s'",
+                           e->flag, e->flag, eq + 1);
         return TS_OK;
     case MFLAGS_VALUE:
         if (eq)
@@ -254,52 +253,53 @@ static int check_refused(const mflags_entry *e, const char *eq, int first, int n
         for (int k = 0; !eq && k < nvals && off < sizeof given; k++)
             off += (size_t)snprintf(given + off, sizeof given - off, " %s", argv[first + k]);
         accepted_words(e->accepted, words, sizeof words);
-        return err_set(err, TS_EINVAL,
-                       "%s%s: not modelled: %s (Megatron-LM flag; trainsim accepts only %s %s; remove it or see "
-                       MFLAGS_DOC ")",
-                       e->flag, given, e->reason, e->flag, words);
+        return err_set(
+            err, TS_EINVAL,
+            "%s%s: not modelled: %s (Megatron-LM flag; trainsim accepts only %s %s; remove it or see " MFLAGS_DOC ")",
+            e->flag, given, e->reason, e->flag, words);
     }
     return err_set(err, TS_EINVAL, "%s: not modelled: %s (Megatron-LM flag; remove it or see " MFLAGS_DOC ")", e->flag,
                    e->reason);
 }
 
-/* Add e to the ignored rows seen so far (*seen, *nseen of *seen_cap)
- * unless it is there already: a flag given twice is named once. */
-static int note_ignored(const mflags_entry *e, const mflags_entry ***seen, size_t *nseen, size_t *seen_cap)
+/* Add row k of mt to the ignored rows seen so far (*seen, *nseen of
+ * *seen_cap) unless it is there already: a flag given twice is named once. */
+static int note_ignored(size_t k, size_t **seen, size_t *nseen, size_t *seen_cap)
 {
-    for (size_t k = 0; k < *nseen; k++)
-        if ((*seen)[k] == e)
+    for (size_t i = 0; i < *nseen; i++)
+        if ((*seen)[i] == k)
             return TS_OK;
     if (*nseen == *seen_cap && grow_to((void **)seen, seen_cap, *nseen + 1, 16, sizeof **seen))
         return TS_ENOMEM;
-    (*seen)[(*nseen)++] = e;
+    (*seen)[(*nseen)++] = k;
     return TS_OK;
 }
 
-static char *join_names(const mflags_entry *const *seen, size_t n)
+/* The flags of rows seen[0 .. n-1] of mt, ", "-separated; NULL if out of
+ * memory. The caller frees it. */
+static char *join_names(const mflags_table *mt, const size_t *seen, size_t n)
 {
     size_t bytes = 1;
     for (size_t k = 0; k < n; k++)
-        bytes += strlen(seen[k]->flag) + 2;
+        bytes += strlen(mt->entries[seen[k]].flag) + 2;
     char *s = malloc(bytes);
     if (!s)
         return NULL;
     size_t off = 0;
     for (size_t k = 0; k < n; k++)
-        off += (size_t)snprintf(s + off, bytes - off, "%s%s", k ? ", " : "", seen[k]->flag);
+        off += (size_t)snprintf(s + off, bytes - off, "%s%s", k ? ", " : "", mt->entries[seen[k]].flag);
     s[off] = '\0';
     return s;
 }
 
-int mflags_filter(const mflags_table *mt, const opt_table *t, int argc, char **argv, mflags_filtered *out,
-                  ts_err *err)
+int mflags_filter(const mflags_table *mt, const opt_table *t, int argc, char **argv, mflags_filtered *out, ts_err *err)
 {
     memset(out, 0, sizeof *out);
     if (argc < 1)
         return err_set(err, TS_EINVAL, "no command name in the argument vector");
     int rc = TS_OK;
     mflags_table *loaded = NULL;
-    const mflags_entry **seen = NULL;
+    size_t *seen = NULL; /* rows of mt ignored so far, in the order given */
     size_t nseen = 0, seen_cap = 0;
     char **av = calloc((size_t)argc + 1, sizeof *av);
     if (!av)
@@ -339,7 +339,7 @@ int mflags_filter(const mflags_table *mt, const opt_table *t, int argc, char **a
         if ((rc = take_values(e, eq, argc, argv, &i, &first, &nvals, err)))
             goto out;
         if (e->treatment == MFLAGS_IGNORED) {
-            if ((rc = note_ignored(e, &seen, &nseen, &seen_cap))) {
+            if ((rc = note_ignored((size_t)(e - mt->entries), &seen, &nseen, &seen_cap))) {
                 rc = err_set(err, TS_ENOMEM, "out of memory listing ignored flags");
                 goto out;
             }
@@ -348,7 +348,7 @@ int mflags_filter(const mflags_table *mt, const opt_table *t, int argc, char **a
         }
     }
     av[n] = NULL;
-    if (nseen && !(out->ignored = join_names(seen, nseen))) {
+    if (nseen && !(out->ignored = join_names(mt, seen, nseen))) {
         rc = err_set(err, TS_ENOMEM, "out of memory listing ignored flags");
         goto out;
     }

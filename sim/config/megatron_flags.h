@@ -60,10 +60,10 @@ typedef enum {
 } mflags_treatment;
 
 typedef enum {
-    MFLAGS_STORE_TRUE = 0, /* no value */
-    MFLAGS_STORE_FALSE,    /* no value */
-    MFLAGS_VALUE,          /* one value */
-    MFLAGS_LIST,           /* the following arguments up to the next "--..." */
+    MFLAGS_STORE_TRUE = 0,  /* no value */
+    MFLAGS_STORE_FALSE,     /* no value */
+    MFLAGS_VALUE,           /* one value */
+    MFLAGS_LIST,            /* the following arguments up to the next "--..." */
     MFLAGS_BOOLEAN_OPTIONAL /* no value (--x / --no-x) */
 } mflags_kind;
 
@@ -124,8 +124,7 @@ typedef struct {
  * a default-only flag with another value (the accepted values named), a
  * switch given "=value", a value flag without its value. TS_ENOMEM; TS_EIO
  * / TS_EINVAL from loading the file. On failure *out holds nothing. */
-int mflags_filter(const mflags_table *mt, const opt_table *t, int argc, char **argv, mflags_filtered *out,
-                  ts_err *err);
+int mflags_filter(const mflags_table *mt, const opt_table *t, int argc, char **argv, mflags_filtered *out, ts_err *err);
 
 /* Free what mflags_filter allocated in f (safe on a zeroed struct). */
 void mflags_filtered_free(mflags_filtered *f);

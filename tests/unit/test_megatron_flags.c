@@ -83,15 +83,17 @@ Test(megatron_flags, every_reference_flag_and_alias_has_exactly_one_treatment)
             names++;
             bool is_modelled = mflags_in_table(&t, name, strlen(name));
             const mflags_entry *e = mflags_find(mt, name);
-            cr_expect(is_modelled || e, "%s (reference line %d): no treatment: neither in the shared flag table "
-                                        "nor in topologies/megatron_flags.csv", name, ref->rows[r].line);
+            cr_expect(is_modelled || e,
+                      "%s (reference line %d): no treatment: neither in the shared flag table "
+                      "nor in topologies/megatron_flags.csv",
+                      name, ref->rows[r].line);
             cr_expect(!(is_modelled && e), "%s: modelled (shared flag table) and also a row of the file (line %d)",
                       name, e ? e->line : 0);
             modelled += is_modelled;
             if (e) {
                 rows++;
-                cr_expect_str_eq(MFLAGS_KIND_NAMES[e->kind], kind, "%s (line %d): kind %s, the reference says %s",
-                                 name, e->line, MFLAGS_KIND_NAMES[e->kind], kind);
+                cr_expect_str_eq(MFLAGS_KIND_NAMES[e->kind], kind, "%s (line %d): kind %s, the reference says %s", name,
+                                 e->line, MFLAGS_KIND_NAMES[e->kind], kind);
             }
         }
     }
@@ -172,11 +174,21 @@ Test(megatron_flags, default_only_rows_accept_the_reference_default)
 /* The flags the brief names as changing performance are never ignored. */
 Test(megatron_flags, performance_flags_are_refused)
 {
-    static const char *const REFUSED[] = {
-        "--num-experts",          "--fp8-format",        "--context-parallel-size",    "--tp-comm-overlap",
-        "--overlap-param-gather", "--use-torch-fsdp2",   "--cpu-offloading-num-layers", "--attention-backend",
-        "--use-flash-attn",       "--moe-router-topk",   "--expert-model-parallel-size", "--rampup-batch-size",
-        "--optimizer",            "--transformer-impl",  NULL};
+    static const char *const REFUSED[] = {"--num-experts",
+                                          "--fp8-format",
+                                          "--context-parallel-size",
+                                          "--tp-comm-overlap",
+                                          "--overlap-param-gather",
+                                          "--use-torch-fsdp2",
+                                          "--cpu-offloading-num-layers",
+                                          "--attention-backend",
+                                          "--use-flash-attn",
+                                          "--moe-router-topk",
+                                          "--expert-model-parallel-size",
+                                          "--rampup-batch-size",
+                                          "--optimizer",
+                                          "--transformer-impl",
+                                          NULL};
     mflags_table *mt = NULL;
     cr_assert_eq(mflags_load(NULL, &mt, &E), TS_OK, "%s", E.msg);
     for (size_t i = 0; REFUSED[i]; i++) {
@@ -184,8 +196,8 @@ Test(megatron_flags, performance_flags_are_refused)
         cr_assert_not_null(e, "%s not in the file", REFUSED[i]);
         cr_expect_neq(e->treatment, MFLAGS_IGNORED, "%s is ignored but changes performance", REFUSED[i]);
     }
-    static const char *const IGNORED[] = {"--lr", "--data-path", "--log-interval", "--save", "--load", "--seed",
-                                          "--tokenizer-type", "--wandb-project", "--eval-interval", NULL};
+    static const char *const IGNORED[] = {"--lr",   "--data-path",      "--log-interval",  "--save",          "--load",
+                                          "--seed", "--tokenizer-type", "--wandb-project", "--eval-interval", NULL};
     for (size_t i = 0; IGNORED[i]; i++) {
         const mflags_entry *e = mflags_find(mt, IGNORED[i]);
         cr_assert_not_null(e, "%s not in the file", IGNORED[i]);
@@ -384,8 +396,8 @@ Test(megatron_flags, flags_parse_drops_ignored_and_refuses)
     flags_state s;
     config c;
     shared_table(&t, &s, &c);
-    const char *ok[] = {"test", "--lr", "1e-4", "--num-layers", "8", "--data-path", "a", "b", "--log-interval", "10",
-                        NULL};
+    const char *ok[] = {"test", "--lr", "1e-4",           "--num-layers", "8", "--data-path",
+                        "a",    "b",    "--log-interval", "10",           NULL};
     cr_assert_eq(flags_parse(&s, &t, 10, (char **)ok, &E), TS_OK, "%s", E.msg);
     cr_expect_eq(c.model.num_layers, 8);
     cr_expect_str_eq(flags_ignored(&s), "--lr, --data-path, --log-interval");
@@ -415,7 +427,7 @@ Test(megatron_flags, print_lists_every_flag_with_counts)
     size_t len = 0;
     FILE *f = open_memstream(&buf, &len);
     cr_assert_eq(mflags_print(mt, &t, f, &E), TS_OK, "%s", E.msg);
-    fclose(f);
+    cr_assert_eq(fclose(f), 0);
     cr_expect(strstr(buf, "--num-layers"), "%s", buf);
     cr_expect(strstr(buf, " modelled "), "%s", buf);
     cr_expect(!strstr(buf, "shadowed"), "a row the table has is not printed: %s", buf);
@@ -446,7 +458,7 @@ Test(megatron_flags, damaged_files_fail_with_file_line_and_column)
     expect_load_error("--a,ignored,,value,\n", ":3: column 'reason'");
     expect_load_error("--a,default-only,x,value,\n", ":3: column 'accepted': --a: default-only needs the accepted");
     expect_load_error("--a,default-only,x,store_true,1\n", ":3: column 'kind': --a: default-only needs a flag that "
-                                                          "takes values");
+                                                           "takes values");
     expect_load_error("--a,refused,x,value,1\n", ":3: column 'accepted': --a: accepted values belong to default-only");
     mflags_table *mt = NULL;
     cr_expect_eq(mflags_load("/nonexistent/megatron_flags.csv", &mt, &E), TS_EIO);
