@@ -33,10 +33,10 @@ golden default
 golden megatron-1.7b --model megatron-1.7b
 golden small-zb-h1 --num-layers 8 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 \
     --gpus 16 -t 2 -p 4 --micro-batch-size 1 --global-batch-size 32 --schedule zb-h1 \
-    --recompute-granularity none --sequence-parallel=false
+    --recompute-granularity none --sequence-parallel=false --bf16 --padded-vocab-size 51200
 golden small-1f1b-distopt --num-layers 8 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 \
     --gpus 32 -t 2 -p 4 --micro-batch-size 2 --global-batch-size 64 --schedule 1f1b \
-    --recompute-granularity full --use-distributed-optimizer --overlap-grad-reduce --train-tokens 1e9
+    --recompute-granularity full --use-distributed-optimizer --overlap-grad-reduce --train-tokens 1e9 --bf16 --padded-vocab-size 51200 --sequence-parallel
 
 # the same run twice gives the same bytes
 "$TRAINSIM" simulate --model megatron-1.7b --csv "$tmp/a.csv" >"$tmp/a.txt" 2>/dev/null
