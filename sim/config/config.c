@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "sim/config/overheads.h"
 #include "sim/config/topo.h"
 
 const char *const CONFIG_RECOMPUTE_NAMES[] = {"none", "selective", "full", NULL};
@@ -338,6 +339,8 @@ int config_resolve(config *c, ts_err *err)
         c->par.sequence_parallel = false; /* as Megatron-LM: a no-op with one tensor-parallel rank */
     if (!c->cluster.gpu.name[0])
         return err_set(err, TS_EINVAL, "no GPU kind (give --gpu KIND)");
+    if ((rc = overheads_resolve(&c->cluster.overheads, &c->cluster.gpu, err)))
+        return rc;
     if (c->cluster.topology) {
         if ((rc = topo_check_gpus(c->cluster.topology, c->cluster.gpus, err)))
             return rc;

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "sim/config/catalog.h"
+#include "sim/config/overheads.h"
 #include "sim/sched/sched.h"
 #include "sim/util/err.h"
 
@@ -72,10 +73,11 @@ struct topo; /* topo.h: parsed cluster topology */
 
 /* The cluster the run is placed on. */
 typedef struct {
-    int gpus;              /* --gpus, total GPUs */
-    int gpus_per_node;     /* from the topology (8 for DGX) */
-    gpu_spec gpu;          /* --gpu KIND (default A100-SXM4-80GB) */
-    struct topo *topology; /* --topology FILE, or the built-in Selene-like default; owned */
+    int gpus;                   /* --gpus, total GPUs */
+    int gpus_per_node;          /* from the topology (8 for DGX) */
+    gpu_spec gpu;               /* --gpu KIND (default A100-SXM4-80GB) */
+    struct topo *topology;      /* --topology FILE, or the built-in Selene-like default; owned */
+    memory_overheads overheads; /* memory besides tensors per GPU (OVERHEADS_DEFAULT: the GPU's) */
 } cluster_config;
 
 typedef struct {
@@ -108,7 +110,8 @@ int config_head_size(const model_config *m);
  * ready to simulate: par.dp (gpus / (tp*pp) when left 0), par.vp (chunks
  * per pipeline rank), cluster.gpus_per_node (from the topology, when there
  * is one), and par.sequence_parallel turned off at tp 1 (as Megatron-LM: a
- * no-op with one tensor-parallel rank). TS_EINVAL with a message that names
+ * no-op with one tensor-parallel rank), cluster.overheads' fields left at
+ * OVERHEADS_DEFAULT (from the GPU kind: overheads_resolve). TS_EINVAL with a message that names
  * the flag(s) and what would be valid; c may then be partly resolved. */
 int config_resolve(config *c, ts_err *err);
 

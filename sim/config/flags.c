@@ -170,6 +170,34 @@ static int add_cluster_flags(flags_state *s, opt_table *t, config *c, ts_err *er
     return TS_OK;
 }
 
+/* Memory besides tensors (config.h memory_overheads, overheads.h): every
+ * field starts at OVERHEADS_DEFAULT, which config_resolve replaces by
+ * the GPU kind's figure unless the flag is given. */
+int flags_register_memory(opt_table *t, memory_overheads *o, ts_err *err)
+{
+    int rc;
+    o->cuda_context_gib = o->nccl_buffer_mib = o->cublas_workspace_mib = OVERHEADS_DEFAULT;
+    o->allocator_fragmentation = OVERHEADS_DEFAULT;
+    o->nccl_channels = (int)OVERHEADS_DEFAULT;
+    SECTION("Memory besides tensors (added to every GPU's peak; docs/simulator.md#memory)");
+    ADD(.name = "--cuda-context-gib", .type = OPT_DOUBLE, .target = &o->cuda_context_gib, .min = 0, .max = 1024,
+        .unit = "GiB", .defval = "the GPU's (gpus.csv): 0.75 A100, 1.0 H100/H200",
+        .help = "CUDA context and loaded kernel modules (cuBLAS, NCCL, framework) per GPU; a stated estimate");
+    ADD(.name = "--nccl-buffer-mib", .type = OPT_DOUBLE, .target = &o->nccl_buffer_mib, .min = 0, .max = 65536,
+        .unit = "MiB", .defval = "9.1875 (NCCL defaults: Simple 4 + LL128 4.6875 + LL 0.5)",
+        .help = "NCCL buffers per channel per peer; a rank holds communicators x channels x 2 peers of them");
+    ADD(.name = "--nccl-channels", .type = OPT_INT, .target = &o->nccl_channels, .min = 0, .max = 64,
+        .unit = "channels", .defval = "the GPU's (gpus.csv): 16 A100, 32 H100/H200",
+        .help = "NCCL channels per communicator (TP, PP, DP, tied-embedding groups)");
+    ADD(.name = "--cublas-workspace-mib", .type = OPT_DOUBLE, .target = &o->cublas_workspace_mib, .min = 0,
+        .max = 65536, .unit = "MiB", .defval = "the GPU's (gpus.csv): 4 A100, 32 H100/H200",
+        .help = "cuBLAS workspace per GEMM stream (cuBLAS's documented default per architecture)");
+    ADD(.name = "--allocator-fragmentation", .type = OPT_DOUBLE, .target = &o->allocator_fragmentation, .min = 0,
+        .max = 10, .unit = "fraction", .defval = "0.10 (estimate; 0 for --gpu cpu)",
+        .help = "caching-allocator overhead on the activations and pipeline buffers live (0.10 = 10% more)");
+    return TS_OK;
+}
+
 int flags_register(flags_state *s, opt_table *t, config *c, ts_err *err)
 {
     memset(s, 0, sizeof *s);
@@ -179,7 +207,7 @@ int flags_register(flags_state *s, opt_table *t, config *c, ts_err *err)
     s->first_entry = t->n;
     int rc;
     if ((rc = add_model_flags(s, t, c, err)) || (rc = add_parallel_flags(s, t, c, err)) ||
-        (rc = add_cluster_flags(s, t, c, err)))
+        (rc = add_cluster_flags(s, t, c, err)) || (rc = flags_register_memory(t, &c->cluster.overheads, err)))
         return rc;
     s->end_entry = t->n;
     return TS_OK;

@@ -142,9 +142,18 @@ typedef struct {
 } flags_state;
 
 /* Zero c and add every shared flag to t under the headings Model,
- * Parallelism, Schedule and Cluster, with Megatron-LM's defaults shown.
- * TS_ENOMEM / TS_ESTATE only. */
+ * Parallelism, Schedule, Cluster and Memory besides tensors, with
+ * Megatron-LM's defaults shown. TS_ENOMEM / TS_ESTATE only. */
 int flags_register(flags_state *s, opt_table *t, config *c, ts_err *err);
+
+/* Add the flags of the memory besides tensors (--cuda-context-gib,
+ * --nccl-buffer-mib, --nccl-channels, --cublas-workspace-mib,
+ * --allocator-fragmentation) to t, targeting *o, whose fields it sets to
+ * OVERHEADS_DEFAULT (config_resolve or overheads_resolve then fill
+ * the GPU kind's defaults). flags_register calls it; so does trainsim
+ * search, which has its own cluster flags, so that every command counts the
+ * same overheads. TS_ENOMEM / TS_ESTATE only. */
+int flags_register_memory(opt_table *t, memory_overheads *o, ts_err *err);
 
 /* Parse the command line into t: the arguments flags_parse assembles
  * (argv[1 ..]) go through opt_parse. Megatron-LM flags trainsim does not
