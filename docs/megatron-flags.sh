@@ -40,8 +40,7 @@ block() {
                 }
             }
             print "**" counts "** (`trainsim config --megatron-flags`; modelled counts every flag of the shared"
-            print "table, trainsim'"'"'s own `--model --gpu --gpus --topology --schedule --data-parallel-size --fp32`"
-            print "included)."
+            print "flag table, trainsim'"'"'s own such as `--model`, `--gpu` and `--topology` included)."
             print ""
             print "**Modelled**: " modelled "."
             print ""
