@@ -51,7 +51,7 @@ static void put_row(sink *s, const char *kind, const char *name, int64_t m, int6
     cell_int(c[7], bytes);
     snprintf(c[8], 40, "%d", ranks);
     snprintf(c[9], 40, "%d", rep);
-    snprintf(c[10], 40, "%.1f", ns);
+    csvio_fmt_double(c[10], 40, ns);
     for (int i = 0; i < 11; i++)
         cells[i] = c[i];
     s->rc = csvio_write_row(s->f, 11, cells, s->err);

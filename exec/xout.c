@@ -241,13 +241,13 @@ int xout_write_report(MPI_Comm world, const xout_rank *r, const char *path, xout
             snprintf(c[2], 32, "%d", x->pp);
             snprintf(c[3], 32, "%d", x->dp);
             snprintf(c[4], 32, "%d", x->iterations);
-            snprintf(c[5], 32, "%.0f", x->iteration_ns);
-            snprintf(c[6], 32, "%.0f", x->compute_ns);
-            snprintf(c[7], 32, "%.0f", x->iteration_ns - x->compute_ns);
+            csvio_fmt_double(c[5], 32, x->iteration_ns);
+            csvio_fmt_double(c[6], 32, x->compute_ns);
+            csvio_fmt_double(c[7], 32, x->iteration_ns - x->compute_ns);
             snprintf(c[8], 32, "%lld", (long long)x->peak_bytes);
             for (int k = 0; k < XMEM_NCAT; k++)
                 snprintf(c[9 + k], 32, "%lld", (long long)x->cat_bytes[k]);
-            snprintf(c[14], 32, "%.0f", x->cpu_ns);
+            csvio_fmt_double(c[14], 32, x->cpu_ns);
             for (int k = 0; k < 15; k++)
                 cells[k] = c[k];
             rc = csvio_write_row(a.f, 15, cells, err);

@@ -274,8 +274,11 @@ static int add_comm_rows(groups *G, const calibrate_args *a, afile *comm, calib_
         }
         printf("  %s over %d ranks: latency %.0f ns, bandwidth %.2f GB/s (R^2 %.4f, %d sizes)\n", colls[c], ranks,
                alpha, gbps, r2, pts);
-        if (comm->f)
-            fprintf(comm->f, "%s,%d,%.1f,%.4f,%.6f,%d\n", colls[c], ranks, alpha, gbps, r2, pts);
+        if (comm->f) {
+            char na[CSVIO_NUM_BYTES], ng[CSVIO_NUM_BYTES], nr[CSVIO_NUM_BYTES];
+            fprintf(comm->f, "%s,%d,%s,%s,%s,%d\n", colls[c], ranks, csvio_fmt_double(na, sizeof na, alpha),
+                    csvio_fmt_double(ng, sizeof ng, gbps), csvio_fmt_double(nr, sizeof nr, r2), pts);
+        }
         if (!(gbps > 0))
             continue; /* no usable line: the simulator reports the missing row */
         calib_row row = {.dtype = (config_precision)a->dtype,

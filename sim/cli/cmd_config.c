@@ -8,6 +8,8 @@
 #include "sim/config/catalog_models.h"
 #include "sim/config/flags.h"
 #include "sim/config/topo.h"
+#include "sim/net/net_names.h"
+#include "sim/net/net_topo.h"
 #include "sim/util/opt.h"
 
 static int fail(const ts_err *e)
@@ -52,6 +54,36 @@ static int list_gpus(ts_err *e)
     return 0;
 }
 
+/* --list-nodes: the node and link names of the network graph that
+ * --degrade-link works on. With --topology, that file's graph for --gpus GPUs
+ * (all its nodes without --gpus), whatever the model and layout; without,
+ * the built-in topology of the resolved flags, as simulate --full builds it. */
+static int list_nodes(flags_state *fs, const opt_table *t, config *c, ts_err *e)
+{
+    topo *file = NULL;
+    net_graph *g = NULL;
+    const topo *tp = NULL;
+    int gpus = 0, rc;
+    const char *kind = NULL;
+    if (fs->topology) {
+        rc = topo_load(fs->topology, &file, e);
+        tp = file;
+        gpus = opt_was_set(t, "--gpus") ? c->cluster.gpus : 0;
+    } else if ((rc = flags_finish(fs, t, e)) == TS_OK) {
+        tp = c->cluster.topology;
+        gpus = c->cluster.gpus;
+        kind = c->cluster.gpu.name;
+    }
+    if (rc == TS_OK)
+        rc = net_graph_from_topo(tp, gpus, kind, &g, e);
+    if (rc == TS_OK)
+        rc = net_names_list(g, stdout, e);
+    net_graph_free(g);
+    topo_free(file);
+    config_free(c);
+    return rc == TS_OK ? 0 : fail(e);
+}
+
 int cmd_config(int argc, char **argv)
 {
     ts_err e;
@@ -59,7 +91,7 @@ int cmd_config(int argc, char **argv)
     config c;
     flags_state fs;
     opt_table t;
-    bool lmodels = false, lgpus = false, lmegatron = false;
+    bool lmodels = false, lgpus = false, lnodes = false, lmegatron = false;
     opt_table_init(&t, "trainsim config",
                    "Check the model, parallelism and cluster flags and print the resolved configuration: the\n"
                    "--model preset (default " FLAGS_DEFAULT_MODEL ": GPT-3 175B on 1024 A100 80GB GPUs, t=8, p=16,\n"
@@ -84,6 +116,15 @@ int cmd_config(int argc, char **argv)
             &e);
     if (!rc)
         rc = opt_add(&t,
+                     &(opt_spec){.name = "--list-nodes",
+                                 .type = OPT_BOOL,
+                                 .target = &lnodes,
+                                 .help = "list the nodes and links of the network graph (of --topology FILE "
+                                         "for --gpus GPUs, all its nodes without --gpus; else of the built-in "
+                                         "topology): the names --degrade-link takes; and exit"},
+                     &e);
+    if (!rc)
+        rc = opt_add(&t,
                      &(opt_spec){.name = "--megatron-flags",
                                  .type = OPT_BOOL,
                                  .target = &lmegatron,
@@ -92,6 +133,7 @@ int cmd_config(int argc, char **argv)
                      &e);
     if (!rc)
         rc = flags_parse(&fs, &t, argc, argv, &e);
+    mscript_write_notes(fs.script, "trainsim config", stderr); /* what the script left unresolved, if any */
     if (rc) {
         flags_release(&fs);
         opt_table_free(&t);
@@ -104,6 +146,12 @@ int cmd_config(int argc, char **argv)
         return 0;
     }
     flags_note_ignored(&fs, stderr);
+    if (lnodes) {
+        int st = list_nodes(&fs, &t, &c, &e);
+        flags_release(&fs);
+        opt_table_free(&t);
+        return st;
+    }
     if (lmodels || lgpus || lmegatron) {
         int st = lmodels ? list_models(&e) : 0;
         if (!st && lgpus)

@@ -20,6 +20,7 @@ static const char *const SCHEDULE_NAMES[] = {"gpipe", "1f1b", "interleaved", "zb
 typedef struct {
     int kind;
     int p, m, v, group, layers, first, last;
+    int timeline_width;    /* columns */
     double tf, tb, tw, tc; /* ms */
     const char *export_path, *import_path;
     bool validate_only, with_reduce_optim, compute_only, no_timeline;
@@ -149,6 +150,16 @@ static int add_flags(opt_table *t, sargs *a, ts_err *err)
          .target = &a->validate_only,
          .help = "only validate (and export); print one line"},
         {.name = "--no-timeline", .type = OPT_BOOL, .target = &a->no_timeline, .help = "do not print the timeline"},
+        {.name = "--timeline-width",
+         .type = OPT_INT,
+         .target = &a->timeline_width,
+         .min = 1,
+         .max = SCHED_PRINT_MAX_COLS,
+         .unit = "columns",
+         .defval = "120",
+         .help = "the most columns of the timeline: when the exact timeline (one column per common "
+                 "divisor of the op times) is wider, a column becomes a round time (the header "
+                 "names it) and the timeline is scaled to fit"},
     };
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
         int rc = specs[i].type == OPT_SECTION ? opt_section(t, specs[i].name, err) : opt_add(t, &specs[i], err);
@@ -256,7 +267,7 @@ static int schedule_outputs(const sched *s, const sargs *a, const sched_op_times
 {
     int rc;
     if (!a->validate_only && !a->no_timeline) {
-        if ((rc = sched_print(s, ot, stdout, err)) != TS_OK)
+        if ((rc = sched_print(s, ot, a->timeline_width, stdout, err)) != TS_OK)
             return rc;
         printf("\n");
     }
@@ -279,7 +290,7 @@ static int schedule_outputs(const sched *s, const sargs *a, const sched_op_times
 
 int cmd_schedule(int argc, char **argv)
 {
-    sargs a = {.kind = SCHED_1F1B, .p = 4, .m = 8, .v = 1};
+    sargs a = {.kind = SCHED_1F1B, .p = 4, .m = 8, .v = 1, .timeline_width = SCHED_PRINT_DEFAULT_COLS};
     ts_err err;
     err_clear(&err);
     opt_table t;

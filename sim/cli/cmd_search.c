@@ -1,6 +1,7 @@
 /* trainsim search — the fastest layout that fits, for a model, a GPU count
  * and a global batch (search.h). Built with TRAINSIM_MPI (build/trainsim-mpi)
  * it splits the simulations across MPI ranks (search_mpi.h). */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,7 +112,7 @@ static int parse_schedules(const char *s, unsigned *mask, ts_err *err)
 typedef struct {
     memory_overheads overheads; /* --cuda-context-gib ... (flags_register_memory) */
     double margin_gib;          /* --memory-margin */
-    const char *model, *gpu, *topology, *calibration, *out, *mbs, *schedules;
+    const char *model, *gpu, *topology, *calibration, *out, *mbs, *schedules, *script;
     int gpus, batch, top, threads, max_tp, max_pp, max_vp;
     int num_layers, hidden, heads, groups, ffn, seq, vocab;
     bool explain, no_sp, no_distopt, no_block, quiet;
@@ -126,6 +127,14 @@ static int add_flags(opt_table *t, search_args *a, ts_err *err)
          .metavar = "NAME",
          .defval = "gpt3-175b",
          .help = "model preset from topologies/models.csv"},
+        {.name = "--megatron-script",
+         .type = OPT_STRING,
+         .target = &a->script,
+         .metavar = "FILE",
+         .defval = "none",
+         .help = "a Megatron-LM bash launch script: the model, GPU count (nproc_per_node x nnodes), GPU kind and "
+                 "global batch come from it, resolved as trainsim config --megatron-script reads it; the flags "
+                 "here override them"},
         {.name = "--num-layers",
          .type = OPT_INT,
          .target = &a->num_layers,
@@ -299,16 +308,68 @@ static int add_flags(opt_table *t, search_args *a, ts_err *err)
     return flags_register_memory(t, &a->overheads, err);
 }
 
-/* Model, cluster and space from the arguments. *topo_out is owned by the
- * caller (the space borrows it). */
-static int build_space(const search_args *a, search_space *s, topo **topo_out, ts_err *err)
+/* --megatron-script: the model (into *m), and unless the search's flags
+ * give them, the GPU count, global batch and GPU kind (into a; the kind's
+ * name in gpu) of the script, resolved through the shared flags
+ * (flags_parse, flags_finish) with the search's --model, --gpus, --gpu and
+ * --topology. Notes on what the script left unresolved go to stderr unless
+ * quiet. */
+static int script_model(search_args *a, model_config *m, char *gpu, size_t gpu_bytes, bool quiet, ts_err *err)
+{
+    config c;
+    flags_state fs;
+    opt_table ft;
+    opt_table_init(&ft, "trainsim search", "");
+    char gpus[32], *av[12];
+    int ac = 0;
+    av[ac++] = "search";
+    av[ac++] = "--megatron-script";
+    av[ac++] = (char *)(uintptr_t)a->script;
+    const char *pass[][2] = {{"--model", a->model}, {"--gpu", a->gpu}, {"--topology", a->topology}};
+    for (size_t k = 0; k < sizeof pass / sizeof pass[0]; k++)
+        if (pass[k][1]) {
+            av[ac++] = (char *)(uintptr_t)pass[k][0];
+            av[ac++] = (char *)(uintptr_t)pass[k][1];
+        }
+    if (a->gpus) {
+        snprintf(gpus, sizeof gpus, "--gpus=%d", a->gpus);
+        av[ac++] = gpus;
+    }
+    int rc = flags_register(&fs, &ft, &c, err);
+    if (!rc)
+        rc = flags_parse(&fs, &ft, ac, av, err);
+    if (!quiet)
+        mscript_write_notes(fs.script, "trainsim search", stderr);
+    if (!rc && (rc = flags_finish(&fs, &ft, err))) /* the script's layout, say, on the GPUs given */
+        err_prefix(err, "--megatron-script %s: ", a->script);
+    if (!rc) {
+        *m = c.model;
+        if (!a->gpus)
+            a->gpus = c.cluster.gpus;
+        if (!a->batch)
+            a->batch = c.par.global_batch_size;
+        if (!a->gpu && !a->topology) {
+            snprintf(gpu, gpu_bytes, "%s", c.cluster.gpu.name);
+            a->gpu = gpu;
+        }
+        config_free(&c);
+    }
+    flags_release(&fs);
+    opt_table_free(&ft);
+    return rc;
+}
+
+/* Model, cluster and space from the arguments; the model starts from
+ * *base when given (a --megatron-script's), else from the --model preset.
+ * *topo_out is owned by the caller (the space borrows it). */
+static int build_space(const search_args *a, const model_config *base, search_space *s, topo **topo_out, ts_err *err)
 {
     *topo_out = NULL;
     catalog_model preset;
     int rc = catalog_model_preset(a->model, &preset, err);
     if (rc)
         return err_prefix(err, "--model: ");
-    model_config m = preset.model;
+    model_config m = base ? *base : preset.model;
     if (a->num_layers)
         m.num_layers = a->num_layers;
     if (a->hidden)
@@ -449,8 +510,12 @@ int cmd_search(int argc, char **argv)
         status = 0;
         goto out;
     }
+    model_config sm;
+    char script_gpu[64];
+    if (a.script && (rc = script_model(&a, &sm, script_gpu, sizeof script_gpu, rank != 0, &err)))
+        goto out;
     search_space s;
-    if ((rc = build_space(&a, &s, &tp, &err)))
+    if ((rc = build_space(&a, a.script ? &sm : NULL, &s, &tp, &err)))
         goto out;
     double t0 = now_s();
     if ((rc = search_enumerate(&s, &set, &err)))

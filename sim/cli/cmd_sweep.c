@@ -11,6 +11,7 @@
 #include "sim/config/flags.h"
 #include "sim/core/simulate.h"
 #include "sim/search/sweep.h"
+#include "sim/util/csvio.h"
 #include "sim/util/opt.h"
 
 static const char *const RESULT_COLUMNS[] = {
@@ -31,12 +32,75 @@ static const char *const RESULT_COLUMNS[] = {
 };
 #define NRESULTS (sizeof RESULT_COLUMNS / sizeof RESULT_COLUMNS[0])
 
-/* v with `decimals` digits after the point, in a malloc'ed string. */
-static char *fmt(int decimals, double v)
+/* v as every CSV writer carries numbers (csvio_fmt_double: integers as
+ * integers, others with the digits that round-trip), in a malloc'ed string. */
+static char *fmt(double v)
 {
-    char buf[64];
-    snprintf(buf, sizeof buf, "%.*f", decimals, v);
-    return strdup(buf);
+    char buf[CSVIO_NUM_BYTES];
+    return strdup(csvio_fmt_double(buf, sizeof buf, v));
+}
+
+/* The flags a row may set, i.e. the valid input columns: the shared flags
+ * (flags.h) plus --train-tokens and --calibration. The table's targets point
+ * into the struct, so it stays where row_flags_init built it; the caller
+ * frees it with row_flags_free (also after a failed init). */
+typedef struct {
+    config c;
+    flags_state fs;
+    opt_table t;
+    double train_tokens;
+    const char *calibration;
+} row_flags;
+
+static int row_flags_init(row_flags *rf, ts_err *err)
+{
+    rf->train_tokens = 0;
+    rf->calibration = NULL;
+    opt_table_init(&rf->t, "trainsim sweep (row)", "");
+    int rc = flags_register(&rf->fs, &rf->t, &rf->c, err);
+    if (rc == TS_OK)
+        rc = opt_add(&rf->t,
+                     &(opt_spec){.name = "--train-tokens",
+                                 .type = OPT_DOUBLE,
+                                 .target = &rf->train_tokens,
+                                 .min = 0,
+                                 .max = 1e18,
+                                 .help = "tokens to train"},
+                     err);
+    if (rc == TS_OK)
+        rc = opt_add(
+            &rf->t,
+            &(opt_spec){
+                .name = "--calibration", .type = OPT_STRING, .target = &rf->calibration, .help = "calibration CSV"},
+            err);
+    return rc;
+}
+
+static void row_flags_free(row_flags *rf)
+{
+    flags_release(&rf->fs);
+    opt_table_free(&rf->t);
+}
+
+/* An input column (its name without "--") must be a flag a row can set;
+ * checked once per column before any row runs (sweep_evaluator). user: the
+ * row_flags of the sweep. */
+static int check_column(void *user, const char *name, ts_err *err)
+{
+    const row_flags *rf = user;
+    char flag[128];
+    int n = snprintf(flag, sizeof flag, "--%s", name);
+    for (int k = 2; k < n && (size_t)k < sizeof flag; k++) /* as a row's flag: megatron_script = megatron-script */
+        if (flag[k] == '_')
+            flag[k] = '-';
+    if (n > 0 && (size_t)n < sizeof flag && opt_find(&rf->t, flag))
+        return TS_OK;
+    const char *near = opt_nearest(&rf->t, flag);
+    return err_set(err, TS_EINVAL,
+                   "not a flag a row can set; did you mean %s? (a column is a "
+                   "trainsim flag with or without '--': the shared flags of `trainsim config --help`, "
+                   "or train-tokens, calibration)",
+                   near ? near + 2 : "tensor-model-parallel-size");
 }
 
 /* One row: the shared flags (flags.h) plus --train-tokens and
@@ -44,60 +108,40 @@ static char *fmt(int decimals, double v)
 static int eval_row(void *user, int argc, char **argv, char **cells, ts_err *err)
 {
     (void)user;
-    config c;
-    flags_state fs;
-    opt_table t;
-    double train_tokens = 0;
-    const char *calibration = NULL;
+    row_flags rf;
     simulate_result *r = NULL;
-    opt_table_init(&t, "trainsim sweep (row)", "");
-    int rc = flags_register(&fs, &t, &c, err);
+    int rc = row_flags_init(&rf, err);
     if (rc == TS_OK)
-        rc = opt_add(&t,
-                     &(opt_spec){.name = "--train-tokens",
-                                 .type = OPT_DOUBLE,
-                                 .target = &train_tokens,
-                                 .min = 0,
-                                 .max = 1e18,
-                                 .help = "tokens to train"},
-                     err);
-    if (rc == TS_OK)
-        rc = opt_add(
-            &t,
-            &(opt_spec){.name = "--calibration", .type = OPT_STRING, .target = &calibration, .help = "calibration CSV"},
-            err);
-    if (rc == TS_OK)
-        rc = flags_parse(&fs, &t, argc, argv, err);
-    if (rc == TS_OK && t.help_requested)
+        rc = flags_parse(&rf.fs, &rf.t, argc, argv, err);
+    if (rc == TS_OK && rf.t.help_requested)
         rc = err_set(err, TS_EINVAL, "a sweep row cannot ask for --help");
     if (rc == TS_OK)
-        rc = flags_finish(&fs, &t, err);
+        rc = flags_finish(&rf.fs, &rf.t, err);
     if (rc) {
-        flags_release(&fs);
-        opt_table_free(&t);
+        row_flags_free(&rf);
         return rc;
     }
-    simulate_opts so = {.calibration_path = calibration, .train_tokens = train_tokens};
-    rc = simulate_run(&c, &so, &r, err);
+    simulate_opts so = {.calibration_path = rf.calibration, .train_tokens = rf.train_tokens};
+    rc = simulate_run(&rf.c, &so, &r, err);
     if (rc == TS_OK) {
         double ex[SIMULATE_COMM_KINDS];
         for (int k = 0; k < SIMULATE_COMM_KINDS; k++)
             ex[k] = r->exposed_ns[k] * 1e-9;
         char *v[NRESULTS] = {
-            fmt(6, r->iteration_ns * 1e-9),
-            fmt(1, r->tokens_per_s),
-            fmt(2, r->model_tflops_per_gpu),
-            fmt(2, r->megatron_tflops_per_gpu),
-            fmt(4, r->mfu),
-            fmt(4, r->hfu),
-            fmt(3, r->peak_bytes / (1024.0 * 1024.0 * 1024.0)),
+            fmt(r->iteration_ns * 1e-9),
+            fmt(r->tokens_per_s),
+            fmt(r->model_tflops_per_gpu),
+            fmt(r->megatron_tflops_per_gpu),
+            fmt(r->mfu),
+            fmt(r->hfu),
+            fmt(r->peak_bytes / (1024.0 * 1024.0 * 1024.0)),
             strdup(r->fits ? "1" : "0"),
-            fmt(4, r->bubble_fraction),
-            fmt(6, ex[SIMULATE_COMM_TP]),
-            fmt(6, ex[SIMULATE_COMM_PP]),
-            fmt(6, ex[SIMULATE_COMM_DP]),
-            train_tokens > 0 ? fmt(3, r->train_s / 86400.0) : strdup(""),
-            train_tokens > 0 ? fmt(0, r->train_gpu_hours) : strdup(""),
+            fmt(r->bubble_fraction),
+            fmt(ex[SIMULATE_COMM_TP]),
+            fmt(ex[SIMULATE_COMM_PP]),
+            fmt(ex[SIMULATE_COMM_DP]),
+            rf.train_tokens > 0 ? fmt(r->train_s / 86400.0) : strdup(""),
+            rf.train_tokens > 0 ? fmt(r->train_gpu_hours) : strdup(""),
         };
         for (size_t i = 0; i < NRESULTS; i++) {
             cells[i] = v[i];
@@ -106,9 +150,8 @@ static int eval_row(void *user, int argc, char **argv, char **cells, ts_err *err
         }
     }
     simulate_result_free(r);
-    config_free(&c);
-    flags_release(&fs);
-    opt_table_free(&t);
+    config_free(&rf.c);
+    row_flags_free(&rf);
     return rc;
 }
 
@@ -207,9 +250,15 @@ int cmd_sweep(int argc, char **argv)
     bar b = {.tty = isatty(2), .quiet = quiet};
     sweep_opts o = {
         .input = t.positional[0], .output = out, .threads = threads, .progress = on_progress, .progress_user = &b};
-    sweep_evaluator ev = {NRESULTS, RESULT_COLUMNS, eval_row, NULL};
+    /* the valid columns, for check_column (eval_row builds its own table
+     * per row: rows run on several threads) */
+    row_flags cols;
     sweep_stats st;
-    rc = sweep_run(&o, &ev, &st, &err);
+    rc = row_flags_init(&cols, &err);
+    sweep_evaluator ev = {NRESULTS, RESULT_COLUMNS, eval_row, &cols, check_column};
+    if (rc == TS_OK)
+        rc = sweep_run(&o, &ev, &st, &err);
+    row_flags_free(&cols);
     if (rc) {
         fprintf(stderr, "trainsim sweep: %s\n", err.msg);
         opt_table_free(&t);

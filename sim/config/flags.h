@@ -47,8 +47,9 @@
  * (divisibility, gpus = t x p x d, ..., and the derived d, v, GPUs per
  * node). flags_print shows every value with where it came from.
  *
- * Ownership: the state borrows the config and the strings of argv; the
- * config owns the topology after flags_finish (config_free releases it).
+ * Ownership: the state borrows the config and the strings of argv, and
+ * owns the argument array and the --megatron-script it read (flags_release);
+ * the config owns the topology after flags_finish (config_free releases it).
  */
 #ifndef TRAINSIM_FLAGS_H
 #define TRAINSIM_FLAGS_H
@@ -56,6 +57,7 @@
 #include <stdbool.h>
 
 #include "sim/config/config.h"
+#include "sim/config/mscript.h"
 #include "sim/util/err.h"
 #include "sim/util/opt.h"
 
@@ -135,10 +137,13 @@ typedef struct {
     int recompute_method;                       /* --recompute-method, config_recompute_method */
     bool bf16, fp16, fp32;                      /* --bf16, --fp16, --fp32 */
     int dp;                                     /* --data-parallel-size, 0 = derived */
-    char preset_source[512]; /* the preset's layout_source, after flags_finish ("" without a preset) */
-    char **argv_owned;       /* the arguments flags_parse built and parsed (NULL-terminated); owned */
-    char *megatron_ignored;  /* Megatron-LM flags flags_parse dropped as ignored, ", "-separated; NULL if none;
-                                owned (megatron_flags.h) */
+    char preset_source[512];     /* the preset's layout_source, after flags_finish ("" without a preset) */
+    char **argv_owned;           /* the arguments flags_parse built and parsed (NULL-terminated); owned */
+    const char *megatron_script; /* --megatron-script FILE, NULL = none */
+    mscript *script;             /* that script as flags_parse read it (its arguments, notes); owned */
+    char gpus_arg[32];           /* "--gpus=N" from the script's launcher, when flags_parse adds it */
+    char *megatron_ignored;      /* Megatron-LM flags flags_parse dropped as ignored, ", "-separated; NULL if none;
+                                    owned (megatron_flags.h) */
 } flags_state;
 
 /* Zero c and add every shared flag to t under the headings Model,
@@ -156,13 +161,34 @@ int flags_register(flags_state *s, opt_table *t, config *c, ts_err *err);
 int flags_register_memory(opt_table *t, memory_overheads *o, ts_err *err);
 
 /* Parse the command line into t: the arguments flags_parse assembles
- * (argv[1 ..]) go through opt_parse. Megatron-LM flags trainsim does not
- * model go first through mflags_filter (megatron_flags.h): ignored ones are
- * dropped and listed (flags_ignored), refused ones are TS_EINVAL naming what
- * they change. String flags then point into an array s owns, so keep s
- * until their last use and release it with flags_release. TS_EINVAL with
- * the flag named; TS_ENOMEM; TS_EIO if the flag list must be read and
- * cannot be. */
+ * (argv[1 ..]) go through opt_parse. String flags then point into an array
+ * s owns, so keep s until their last use and release it with
+ * flags_release. TS_EINVAL with the flag named; TS_ENOMEM; TS_EIO if the
+ * Megatron-LM flag list must be read and cannot be.
+ *
+ * Megatron-LM flags trainsim does not model (from the command line or the
+ * script) go through mflags_filter (megatron_flags.h) before opt_parse:
+ * ignored ones are dropped and listed (flags_ignored), refused ones are
+ * TS_EINVAL naming what they change.
+ *
+ * --megatron-script FILE (or =FILE) anywhere in argv: the script is read
+ * (mscript.h, never run) and the arguments it passes to pretrain_gpt.py go
+ * first, the command line's after, so a flag on the command line overrides
+ * the script's: the script's copy of it is dropped with its values (as many
+ * as the flag's type takes: none for a switch unless =v; a flag trainsim
+ * does not know keeps the words up to the next flag). --gpus comes from the
+ * launcher's nproc_per_node x nnodes unless the command line gives it.
+ * Layout flags neither gives take Megatron-LM's defaults, not the preset's
+ * (t = p = 1; no sequence parallelism, distributed optimizer, gradient-reduce
+ * overlap or recomputation; 1F1B, interleaved with virtual stages; fp32
+ * without --bf16/--fp16), so the script decides the run as it would on a
+ * cluster. A refusal of a flag the script gives names its FILE:LINE.
+ * Fatal: a flag trainsim reads whose value in the script is unresolved
+ * (FILE:LINE, the flag and why), and an unresolved world size without
+ * --gpus on the command line. An unresolved word that is no flag's value
+ * ("$@") is dropped. What was not resolved is listed in s->script
+ * (mscript_write_notes); commands print it as notes. TS_EIO when the
+ * script cannot be read. */
 int flags_parse(flags_state *s, opt_table *t, int argc, char **argv, ts_err *err);
 
 /* Free what flags_parse allocated (safe on a state never parsed). */

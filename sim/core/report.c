@@ -6,6 +6,7 @@
 #include "sim/config/overheads.h"
 
 #include "sim/util/afile.h"
+#include "sim/util/csvio.h"
 
 #define GIB 1073741824.0
 
@@ -193,9 +194,12 @@ void report_text(const simulate_result *r, FILE *f)
     fprintf(f, "\nsimulated %" PRIu64 " tasks, %" PRIu64 " events\n", r->tasks, r->events);
 }
 
+/* A number that need not be integral: as csvio_fmt_double writes it, so it
+ * reads back exactly. */
 static void row(FILE *f, const char *scope, const char *metric, double v, const char *unit)
 {
-    fprintf(f, "%s,%s,%.6g,%s\n", scope, metric, v, unit);
+    char num[CSVIO_NUM_BYTES];
+    fprintf(f, "%s,%s,%s,%s\n", scope, metric, csvio_fmt_double(num, sizeof num, v), unit);
 }
 
 static void irow(FILE *f, const char *scope, const char *metric, int64_t v, const char *unit)

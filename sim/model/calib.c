@@ -183,18 +183,18 @@ int calib_write(const char *path, const calib_set *set, ts_err *err)
             snprintf(c[5], sizeof c[5], "%lld", (long long)r->k);
             snprintf(c[6], sizeof c[6], "%lld", (long long)r->batch);
             double f = 2.0 * (double)r->m * (double)r->n * (double)r->k * (double)r->batch;
-            snprintf(c[9], sizeof c[9], "%.6g", f / r->time_ns / 1e3);
+            csvio_fmt_double(c[9], sizeof c[9], f / r->time_ns / 1e3);
         } else if (r->op == CALIB_MEMORY) {
             snprintf(c[7], sizeof c[7], "%lld", (long long)r->bytes);
-            snprintf(c[10], sizeof c[10], "%.6g", (double)r->bytes / r->time_ns);
+            csvio_fmt_double(c[10], sizeof c[10], (double)r->bytes / r->time_ns);
             snprintf(c[KERNEL_COL], sizeof c[KERNEL_COL], "%s", r->kernel);
         }
         if (r->op == CALIB_P2P || r->op == CALIB_ALLREDUCE) {
             snprintf(c[12], sizeof c[12], "%d", r->ranks);
-            snprintf(c[13], sizeof c[13], "%.17g", r->alpha_ns);
-            snprintf(c[14], sizeof c[14], "%.17g", r->gbps);
+            csvio_fmt_double(c[13], sizeof c[13], r->alpha_ns);
+            csvio_fmt_double(c[14], sizeof c[14], r->gbps);
         } else {
-            snprintf(c[8], sizeof c[8], "%.17g", r->time_ns);
+            csvio_fmt_double(c[8], sizeof c[8], r->time_ns);
         }
         size_t nc = 0;
         for (int j = 0; j < NCOLS; j++)

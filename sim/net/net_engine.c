@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/net/net_names.h"
 #include "sim/util/grow.h"
 
 /* A collective (or send) in flight: the engine tasks it ends. */
@@ -697,12 +698,17 @@ int net_parse_degrade(const net_graph *g, const char *s, int *a, int *b, double 
     nb[colon - dash - 1] = 0;
     *a = net_graph_node_by_name(g, na);
     *b = net_graph_node_by_name(g, nb);
+    char names[640];
     if (*a < 0 || *b < 0)
         return err_set(err, TS_EINVAL,
-                       "--degrade-link '%s': no node named '%s' (names: gpu<s>.<k>, nvs<s>, "
-                       "nic<s>.<k>, sw<level>.<i>)",
-                       s, *a < 0 ? na : nb);
+                       "--degrade-link '%s': no node named '%s' in this topology (nodes: %s; `trainsim "
+                       "config --list-nodes` with the run's topology and cluster flags lists every node "
+                       "and link)",
+                       s, *a < 0 ? na : nb, net_names_ranges(g, names, sizeof names));
     if (net_graph_find_link(g, *a, *b) < 0)
-        return err_set(err, TS_EINVAL, "--degrade-link '%s': %s and %s are not linked", s, na, nb);
+        return err_set(err, TS_EINVAL,
+                       "--degrade-link '%s': %s and %s are not linked (%s links to: %s; `trainsim config "
+                       "--list-nodes` lists every link)",
+                       s, na, nb, na, net_names_neighbors(g, *a, names, sizeof names));
     return TS_OK;
 }

@@ -22,8 +22,100 @@ static int cell_text(const sched *s, const sched_action *a, char *buf, size_t n)
     return snprintf(buf, n, "%c%d", LETTER[a->kind], (int)a->mb);
 }
 
-int sched_print(const sched *s, const sched_op_times *t, FILE *f, ts_err *err)
+/* The smallest round time per column, in ns (1, 2, 5, 10, 20, 25, 50, 100,
+ * ...: 1, 2, 2.5 or 5 times a power of ten, integral), that is at least
+ * need_ns. Round values make the scale easy to read. */
+static int64_t round_col_ns(int64_t need_ns)
 {
+    for (int64_t p10 = 1; p10 <= INT64_MAX / 50; p10 *= 10) {
+        const int64_t cand[] = {p10, 2 * p10, p10 >= 10 ? p10 / 10 * 25 : 2 * p10, 5 * p10};
+        for (size_t i = 0; i < sizeof cand / sizeof cand[0]; i++)
+            if (cand[i] >= need_ns)
+                return cand[i];
+    }
+    return need_ns;
+}
+
+/* "50 µs": d_ns in the largest unit (ns, µs, ms, s) that keeps it >= 1. */
+static void fmt_ns(char *buf, size_t n, int64_t d_ns)
+{
+    if (d_ns < 1000)
+        snprintf(buf, n, "%lld ns", (long long)d_ns);
+    else if (d_ns < 1000000)
+        snprintf(buf, n, "%.6g µs", (double)d_ns / 1e3);
+    else if (d_ns < 1000000000)
+        snprintf(buf, n, "%.6g ms", (double)d_ns / 1e6);
+    else
+        snprintf(buf, n, "%.6g s", (double)d_ns / 1e9);
+}
+
+/* Rank r's exact line: column c covers ticks [c*q, (c+1)*q), every op
+ * starts and ends on a column boundary. */
+static void line_exact(const sched *s, const sched_timing *tm, int r, int64_t q, int64_t cols, int w, char *line)
+{
+    char buf[48];
+    for (int64_t c = 0; c < cols; c++) {
+        memset(line + c * w, ' ', (size_t)w);
+        line[c * w] = '.';
+    }
+    for (size_t i = 0; i < s->n_actions[r]; i++) {
+        const sched_action *a = &s->actions[r][i];
+        if (a->kind > ACT_W)
+            continue;
+        int64_t c0 = tm->start[r][i] / q, c1 = tm->end[r][i] / q;
+        if (c1 == c0)
+            continue; /* zero-time op */
+        memset(line + c0 * w, ' ', (size_t)((c1 - c0) * w));
+        int n = cell_text(s, a, buf, sizeof buf);
+        memcpy(line + c0 * w, buf, (size_t)n);
+    }
+}
+
+/* Rank r's scaled line: column c covers ticks [c*q, (c+1)*q). It shows the
+ * compute op that overlaps it longest (its label in the first column it
+ * wins, spaces after), or '.' if compute covers less than half of it. A
+ * rank's compute ops run one after another, so one pass over them suffices. */
+static void line_scaled(const sched *s, const sched_timing *tm, int r, int64_t q, int64_t cols, int w, char *line)
+{
+    char buf[48];
+    size_t first = 0, n_act = s->n_actions[r], shown = SIZE_MAX;
+    for (int64_t c = 0; c < cols; c++) {
+        int64_t lo = c * q, hi = lo + q, busy = 0, best_ov = 0;
+        size_t best = SIZE_MAX;
+        while (first < n_act && (s->actions[r][first].kind > ACT_W || tm->end[r][first] <= lo))
+            first++;
+        for (size_t i = first; i < n_act; i++) {
+            if (s->actions[r][i].kind > ACT_W)
+                continue;
+            if (tm->start[r][i] >= hi)
+                break;
+            int64_t a = tm->start[r][i] > lo ? tm->start[r][i] : lo;
+            int64_t b = tm->end[r][i] < hi ? tm->end[r][i] : hi;
+            if (b > a) {
+                busy += b - a;
+                if (b - a > best_ov) {
+                    best_ov = b - a;
+                    best = i;
+                }
+            }
+        }
+        char *cell = line + c * w;
+        memset(cell, ' ', (size_t)w);
+        if (best == SIZE_MAX || 2 * busy < q) {
+            cell[0] = '.';
+        } else if (best != shown) {
+            int n = cell_text(s, &s->actions[r][best], buf, sizeof buf);
+            memcpy(cell, buf, (size_t)n);
+            shown = best;
+        }
+    }
+}
+
+int sched_print(const sched *s, const sched_op_times *t, int width_cols, FILE *f, ts_err *err)
+{
+    if (width_cols < 1 || width_cols > SCHED_PRINT_MAX_COLS)
+        return err_set(err, TS_EINVAL, "timeline width %d columns is out of range [1, %d]", width_cols,
+                       SCHED_PRINT_MAX_COLS);
     sched_op_times unit = {1, 1, 1, 0};
     bool units = !t;
     if (units)
@@ -52,45 +144,41 @@ int sched_print(const sched *s, const sched_op_times *t, FILE *f, ts_err *err)
     }
     w += 1;
     int64_t cols = hi / q;
-    char *line = NULL;
-    if (cols > SCHED_PRINT_MAX_COLS) {
-        rc = err_set(err, TS_EINVAL,
-                     "timeline of %lld columns is too wide to print (at most %d); use "
-                     "fewer micro-batches or op times with a larger common divisor",
-                     (long long)cols, SCHED_PRINT_MAX_COLS);
-        goto out;
+    bool scaled = cols > width_cols;
+    char colw[96];
+    if (scaled) {
+        /* ticks are 1/v ns: a column of d ns is d*v ticks */
+        int64_t need = (hi + width_cols - 1) / width_cols;
+        int64_t d_ns = round_col_ns((need + s->v - 1) / s->v);
+        q = d_ns * s->v;
+        cols = (hi + q - 1) / q;
+        if (units)
+            snprintf(colw, sizeof colw, "%lld time units (T_F = T_B = T_W = 1)", (long long)d_ns);
+        else
+            fmt_ns(colw, sizeof colw, d_ns);
+        size_t n = strlen(colw);
+        snprintf(colw + n, sizeof colw - n, ", scaled to fit %d columns", width_cols);
+    } else if (units) {
+        snprintf(colw, sizeof colw, "%.6g time unit (T_F = T_B = T_W = 1)", (double)q / (double)s->v);
+    } else {
+        snprintf(colw, sizeof colw, "%.6g ms", sched_ticks_ms(&tm, q));
     }
-    line = malloc((size_t)(cols * w) + 1);
+    char *line = malloc((size_t)(cols * w) + 1);
     if (!line) {
         rc = err_set(err, TS_ENOMEM, "timeline: out of memory");
         goto out;
     }
-    char colw[64];
-    if (units)
-        snprintf(colw, sizeof colw, "%.6g time unit (T_F = T_B = T_W = 1)", (double)q / (double)s->v);
-    else
-        snprintf(colw, sizeof colw, "%.6g ms", sched_ticks_ms(&tm, q));
     fprintf(f,
             "%s schedule, p=%d m=%d v=%d; one column = %s\n"
             "F forward, B backward, I input gradient, W weight gradient; number = micro-batch%s; "
-            "'.' idle\n",
-            sched_kind_name(s->kind), s->p, s->m, s->v, colw, s->v > 1 ? ".chunk" : "");
+            "'.' idle%s\n",
+            sched_kind_name(s->kind), s->p, s->m, s->v, colw, s->v > 1 ? ".chunk" : "",
+            scaled ? " for most of the column; a column shows the op that runs longest in it" : "");
     for (int r = 0; r < s->p; r++) {
-        for (int64_t c = 0; c < cols; c++) {
-            memset(line + c * w, ' ', (size_t)w);
-            line[c * w] = '.';
-        }
-        for (size_t i = 0; i < s->n_actions[r]; i++) {
-            const sched_action *a = &s->actions[r][i];
-            if (a->kind > ACT_W)
-                continue;
-            int64_t c0 = tm.start[r][i] / q, c1 = tm.end[r][i] / q;
-            if (c1 == c0)
-                continue; /* zero-time op */
-            memset(line + c0 * w, ' ', (size_t)((c1 - c0) * w));
-            int n = cell_text(s, a, buf, sizeof buf);
-            memcpy(line + c0 * w, buf, (size_t)n);
-        }
+        if (scaled)
+            line_scaled(s, &tm, r, q, cols, w, line);
+        else
+            line_exact(s, &tm, r, q, cols, w, line);
         int64_t len = cols * w;
         while (len > 0 && line[len - 1] == ' ')
             len--;

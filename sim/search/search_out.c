@@ -66,7 +66,7 @@ static void fmt_int(char *b, size_t cap, long v, bool show)
 static void fmt_num(char *b, size_t cap, double v, bool show)
 {
     if (show)
-        snprintf(b, cap, "%.6g", v);
+        csvio_fmt_double(b, cap, v);
     else
         b[0] = '\0';
 }

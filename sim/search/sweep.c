@@ -194,7 +194,11 @@ static void eval_slot(sweep_state *st, slot *s)
             s->status = err_set(&e, TS_ENOMEM, "out of memory");
             goto out;
         }
-        snprintf(a, need, "--%s=%s", st->names[c], v);
+        int nl = snprintf(a, need, "--%s=", st->names[c]);
+        for (int k = 2; k < nl - 1; k++) /* a column megatron_script is the flag --megatron-script */
+            if (a[k] == '_')
+                a[k] = '-';
+        snprintf(a + nl, need - (size_t)nl, "%s", v);
         argv[argc++] = a;
     }
     s->status = st->ev->eval(st->ev->user, argc, argv, s->cells, &e);
@@ -388,6 +392,13 @@ int sweep_run(const sweep_opts *o, const sweep_evaluator *ev, sweep_stats *stats
                          "%s:%d: column %zu has an empty name (expected a "
                          "trainsim flag such as tensor-model-parallel-size)",
                          in->path, in->header_line, c + 1);
+            goto done;
+        }
+        ts_err ce;
+        err_clear(&ce);
+        if (ev->check_column && (rc = ev->check_column(ev->user, names[c], &ce)) != TS_OK) {
+            rc =
+                err_set(err, rc, "%s:%d: column %zu '%s': %s", in->path, in->header_line, c + 1, in->header[c], ce.msg);
             goto done;
         }
     }

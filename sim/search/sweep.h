@@ -1,7 +1,8 @@
 /* sweep — run many configurations listed in a CSV, resumably.
  *
  * Input: a CSV (csvio.h) whose header names trainsim flags, with or without
- * the leading "--" ("tensor-model-parallel-size", "--gpus", "model"); each
+ * the leading "--" ("tensor-model-parallel-size", "--gpus", "model"), an
+ * underscore standing for a dash ("megatron_script" is --megatron-script); each
  * data row is one configuration: every non-empty cell becomes "--NAME=VALUE"
  * (switches take true/false), empty cells keep the default.
  *
@@ -43,6 +44,12 @@ typedef struct {
     const char *const *names; /* their names (borrowed) */
     int (*eval)(void *user, int argc, char **argv, char **cells, ts_err *err);
     void *user;
+    /* Checks an input column's name (without "--") once, before any row
+     * runs, so that a misspelt column stops the sweep at once instead of
+     * failing every row. TS_EINVAL with a message saying what would be
+     * valid (sweep_run adds FILE:LINE and the column). NULL accepts every
+     * name. Called from sweep_run's thread only, with user. */
+    int (*check_column)(void *user, const char *name, ts_err *err);
 } sweep_evaluator;
 
 /* Progress: rows done (skipped ones included) of total, rows skipped as
@@ -65,8 +72,10 @@ typedef struct {
     bool repaired;  /* a torn last line was cut off */
 } sweep_stats;
 
-/* Run the sweep. TS_EINVAL for a bad input (message with FILE:LINE) or an
- * output whose header differs; TS_EIO for read/write failures. */
+/* Run the sweep. TS_EINVAL for a bad input (message with FILE:LINE; an
+ * input column ev->check_column refuses is one, reported before any row
+ * runs or the output is touched) or an output whose header differs; TS_EIO
+ * for read/write failures. */
 int sweep_run(const sweep_opts *o, const sweep_evaluator *ev, sweep_stats *stats, ts_err *err);
 
 /* The key of data row `row` (1-based) with ncols cells under header (buf of

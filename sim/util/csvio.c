@@ -2,6 +2,7 @@
 
 #include <csv.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -458,4 +459,29 @@ int csvio_write_comment(FILE *f, const char *text, ts_err *err)
     return TS_OK;
 fail:
     return err_set(err, TS_EIO, "CSV write failed: %s", strerror(errno));
+}
+
+/* 2^63: integral doubles in [-2^63, 2^63) are exactly int64 values. */
+#define CSVIO_TWO_POW_63 9223372036854775808.0
+
+char *csvio_fmt_double(char *buf, size_t n, double v)
+{
+    if (n == 0)
+        return buf;
+    if (isnan(v)) {
+        snprintf(buf, n, "nan");
+    } else if (isinf(v)) {
+        snprintf(buf, n, "%s", v > 0 ? "inf" : "-inf");
+    } else if (v == trunc(v) && v >= -CSVIO_TWO_POW_63 && v < CSVIO_TWO_POW_63 && !(v == 0 && signbit(v))) {
+        snprintf(buf, n, "%" PRId64, (int64_t)v);
+    } else {
+        /* 17 significant digits always round-trip an IEEE double; fewer
+         * often do and read better (0.1, not 0.10000000000000001) */
+        for (int prec = 15; prec <= 17; prec++) {
+            snprintf(buf, n, "%.*g", prec, v);
+            if (strtod(buf, NULL) == v)
+                break;
+        }
+    }
+    return buf;
 }

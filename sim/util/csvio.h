@@ -13,7 +13,9 @@
  *
  * Writing: csvio_write_row() writes one row; a cell that needs quoting
  * (comma, quote, newline, leading/trailing space, leading '#') goes through
- * libcsv's csv_fwrite, others are written as they are.
+ * libcsv's csv_fwrite, others are written as they are. Numbers go through
+ * csvio_fmt_double(): integers as integers, others with the digits that
+ * round-trip.
  *
  * Ownership: csvio_read*() return a table owned by the caller, freed with
  * csvio_free(); every string in it belongs to it.
@@ -104,5 +106,19 @@ int csvio_write_row(FILE *f, size_t n, const char *const *cells, ts_err *err);
 
 /* Write a comment row "# text" (newlines in text become spaces). */
 int csvio_write_comment(FILE *f, const char *text, ts_err *err);
+
+/* Bytes csvio_fmt_double may write, NUL included ("-2.2250738585072014e-308"
+ * is 25). */
+#define CSVIO_NUM_BYTES 32
+
+/* v as a CSV cell in buf (n >= CSVIO_NUM_BYTES), so that every writer
+ * carries numbers the same way and a reader gets back exactly v:
+ *   - integral values that an int64 holds exactly, as an integer
+ *     ("930431000", "-9223372036854775808"; -0.0 is "-0");
+ *   - other finite values in the shortest of "%.15g", "%.16g", "%.17g" that
+ *     strtod reads back as v ("0.1", "1.2345678901234567e-300");
+ *   - "nan", "inf", "-inf".
+ * Uses the C locale's '.'. Returns buf. */
+char *csvio_fmt_double(char *buf, size_t n, double v);
 
 #endif

@@ -183,6 +183,14 @@ const char *opt_nearest(const opt_table *t, const char *name)
     return best;
 }
 
+const opt_spec *opt_find(const opt_table *t, const char *name)
+{
+    for (size_t i = 0; i < t->n; i++)
+        if (t->entries[i].spec.type != OPT_SECTION && !strcmp(t->entries[i].spec.name, name))
+            return &t->entries[i].spec;
+    return NULL;
+}
+
 bool opt_was_set(const opt_table *t, const char *name)
 {
     for (size_t i = 0; i < t->n; i++)

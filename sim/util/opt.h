@@ -96,6 +96,10 @@ int opt_section(opt_table *t, const char *title, ts_err *err);
  * input; targets already set stay set. */
 int opt_parse(opt_table *t, int argc, char **argv, ts_err *err);
 
+/* The flag with this long name ("--num-layers"; not an alias), or NULL if
+ * the table has none. Borrowed from t. */
+const opt_spec *opt_find(const opt_table *t, const char *name);
+
 /* Whether the flag with this long name was given. false for unknown names. */
 bool opt_was_set(const opt_table *t, const char *name);
 

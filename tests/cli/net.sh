@@ -45,6 +45,34 @@ refused() { # name, expected text, flags...
 refused "straggler without --full" "needs --full" --straggler 3:2
 refused "straggler rank out of range" "RANK in 0..31" --full --straggler 32:2
 refused "unknown node in --degrade-link" "no node named 'sw9.9'" --full --degrade-link nic0.0-sw9.9:0.5
+# the message lists the valid names with this topology's index ranges (4 servers)
+refused "unknown node: valid names and ranges" \
+    "nodes: gpu<s>.<k> with s in 0..3, k in 0..7; nvs<s> with s in 0..3; nic<s>.<k> with s in 0..3, k in 0..7; sw1.<i> with i in 0..7" \
+    --full --degrade-link nic0.0-sw9.9:0.5
+refused "unlinked nodes: what the first links to" "nic0.0 and sw2.0 are not linked (nic0.0 links to: gpu0.0, sw1.0;" \
+    --full --degrade-link nic0.0-sw2.0:0.5
+
+# trainsim config --list-nodes: the names --degrade-link takes
+CFG=("${SMALL[@]}")
+"$TRAINSIM" config "${CFG[@]}" --list-nodes >"$tmp/nodes.txt" 2>"$tmp/nodes.err"
+check "config --list-nodes (built-in topology) exits 0" test $? -eq 0
+check "node rows: 32 GPUs" test "$(grep -c ',gpu$' "$tmp/nodes.txt")" -eq 32
+check "the header names the ranges" grep -qF "# nodes: gpu<s>.<k> with s in 0..3, k in 0..7;" "$tmp/nodes.txt"
+# the first, a middle and the last link listed are accepted by --degrade-link
+links=$(sed -n '/^link,kind/,$p' "$tmp/nodes.txt" | tail -n +2 | cut -d, -f1)
+n=$(wc -l <<<"$links")
+check "links listed" test "$n" -gt 32
+for l in "$(sed -n 1p <<<"$links")" "$(sed -n "$((n / 2))p" <<<"$links")" "$(sed -n "${n}p" <<<"$links")"; do
+    "$TRAINSIM" simulate "${SMALL[@]}" --full --degrade-link "$l:0.5" >/dev/null 2>"$tmp/l.err"
+    check "listed link $l is one --degrade-link takes" test $? -eq 0
+done
+# a link-list file: its own nodes, whatever the model's GPU count (43 nodes, 56 links)
+"$TRAINSIM" config --topology topologies/two-dgx-a100-links.csv --list-nodes >"$tmp/two.txt" 2>&1
+check "config --topology FILE --list-nodes exits 0" test $? -eq 0
+check "link list: 43 nodes, 56 links" test "$(sed -n '/^node,kind/,/^$/p' "$tmp/two.txt" | grep -c ,)" -eq 44 \
+    -a "$(sed -n '/^link,kind/,$p' "$tmp/two.txt" | grep -c ,)" -eq 57
+check "link list: a fabric link with its rate" grep -qx "sw1.0-sw2.0,fabric,50,0.13" "$tmp/two.txt"
+expect_error 1 "nope.csv" "$TRAINSIM" config --topology "$tmp/nope.csv" --list-nodes
 refused "bad --mixed-gpus" "KIND:FIRST-LAST" --full --mixed-gpus A100-SXM4-80GB
 refused "--mixed-gpus past int" "KIND:FIRST-LAST" --full --mixed-gpus A100-SXM4-80GB:4294967304-4294967311
 refused "bad --rank-order" "permutation" --network-flows --rank-order tp-dp-dp

@@ -33,6 +33,24 @@ zb-v_p4_m8 --schedule zb-v -p 4 -m 8
 LIST
 $T schedule --schedule 1f1b -p 4 -m 8 --no-timeline | grep -q "rank 0 |" && bad "--no-timeline printed a timeline" || ok
 
+# --- scaled timelines: op times with no small common divisor (1 ns here) used
+# to exit 2 ("too wide to print"); now a column becomes a round time and the
+# timeline fits --timeline-width columns (default 120)
+out=$($T schedule -p 4 -m 8 --time-f 1.234567 --time-b 2.345678 --time-w 0.9 2>&1); rc=$?
+check_sh "odd op times: exit 0, scale in the header" \
+    '[ $rc -eq 0 ] && [[ "$out" == *"one column = 500 µs, scaled to fit 120 columns"* ]]'
+# 49.28 ms makespan / 500 µs = 99 columns of 3 characters ("F0 ") after "rank 0 | "
+check_sh "odd op times: every rank line within 120 columns" \
+    '[ "$(grep "^rank" <<<"$out" | awk "{ if (length(\$0) > m) m = length(\$0) } END { print m }")" -le $((9 + 120 * 3)) ]'
+check_sh "odd op times: every op kind and the last micro-batch show" \
+    '[[ "$out" == *"F7"* && "$out" == *"B7"* && "$out" == *"bubble rate     0.272727"* ]]'
+expect_ok "-p 4 -m 8 --time-f 1.234567 --time-b 2.345678 --time-w 0.9 --timeline-width 40" "one column = 2 ms, scaled to fit 40 columns"
+# the exact timeline is kept byte for byte while it fits (33 columns here)
+$T schedule -p 4 -m 8 --timeline-width 33 | cmp -s - "$G/timeline_1f1b_p4_m8.txt" && ok || bad "--timeline-width 33 changed the exact 1f1b timeline"
+expect_ok "-p 4 -m 8 --timeline-width 32" "one column = 2 time units (T_F = T_B = T_W = 1), scaled to fit 32 columns"
+expect_ok "-p 4 -m 8 --timeline-width 32" "rank 3 | .  F0 B0 F1 B1 B2 F3 B3 B4 F5 B5 B6 F7 B7"
+expect_ok "--help" "--timeline-width"
+
 # --- timing: closed forms with uniform times
 expect_ok "--schedule 1f1b -p 4 -m 8 --time-f 1 --time-b 1 --time-w 1" "bubble rate     0.272727"
 expect_ok "--schedule gpipe -p 4 -m 8 --time-f 1 --time-b 1 --time-w 1" "longest span    33.000000 ms"
@@ -62,6 +80,7 @@ expect_err "--schedule interleaved -p 8 -m 9 -v 3" 2 "cannot run"
 expect_err "--num-layers 30" 2 "evenly"
 expect_err "--time-f -1" 2 "--time-f"
 expect_err "--time-f 0" 2 "at least one op time"
+expect_err "--timeline-width 0" 2 "valid: 1 to 100000 columns"
 expect_err "--pipline-model-parallel-size 4" 2 "did you mean --pipeline-model-parallel-size"
 expect_err "--import $tmp/nope.csv" 1 "nope.csv: cannot open"
 printf '0F0,0B0\n1F0,1X0\n' >"$tmp/bad.csv"

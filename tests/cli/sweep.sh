@@ -188,8 +188,19 @@ check "fits column: 0, then 1 without the overheads, 1 on 80 GB" \
     test "$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "fits") c = i } NR > 1 { printf "%s", $c }' "$tmp/fit.out.csv")" = 011
 check "a row over memory is status ok, not an error" test "$(grep -c ',ok,' "$tmp/fit.out.csv")" -eq 3
 
-printf 'model,no-such-flag\ngpt3-175b,1\n' >"$tmp/badflag.csv"
-"$T" sweep "$tmp/badflag.csv" --out "$tmp/badflag.out.csv" --quiet >/dev/null 2>&1
-check "unknown flag column: row error names it" grep -q 'no-such-flag' "$tmp/badflag.out.csv"
+# A column that is no flag stops the sweep before any row runs (exit 2), with
+# the column and the nearest valid name; no output is written.
+printf 'model,gpus,tensor-paralel-size\ngpt3-175b,1024,8\ngpt3-175b,1024,4\n' >"$tmp/badflag.csv"
+out=$("$T" sweep "$tmp/badflag.csv" --out "$tmp/badflag.out.csv" --quiet 2>&1); rc=$?
+check_sh "unknown column: exit 2" '[ $rc -eq 2 ]'
+check_sh "unknown column: named with its place" '[[ "$out" == *"badflag.csv:1: column 3 '"'"'tensor-paralel-size'"'"': not a flag a row can set"* ]]'
+check_sh "unknown column: the nearest valid name" '[[ "$out" == *"did you mean tensor-model-parallel-size?"* ]]'
+check "unknown column: no output written" test ! -e "$tmp/badflag.out.csv"
+printf 'model,--gpus,--pipline-model-parallel-size\ngpt3-175b,1024,8\n' >"$tmp/badflag2.csv"
+expect_error 2 "column 3 '--pipline-model-parallel-size': not a flag a row can set; did you mean pipeline-model-parallel-size?" \
+    "$T" sweep "$tmp/badflag2.csv" --out "$tmp/badflag2.out.csv" --quiet
+# train-tokens and calibration are columns too (not shared flags)
+printf 'model,gpus,train-tokens\ngpt3-175b,1024,3e11\n' >"$tmp/own.csv"
+expect_output "1 simulated (0 failed" "$T" sweep "$tmp/own.csv" --out "$tmp/own.out.csv" --quiet
 
 finish

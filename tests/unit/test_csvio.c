@@ -1,6 +1,12 @@
 /* csvio: reading with libcsv (comments, line numbers, quoting), typed getters
- * and their messages, writing; afile: atomic commit and abort. */
+ * and their messages, writing, number formatting (round trip); afile:
+ * atomic commit and abort. */
 #include <criterion/criterion.h>
+#include <float.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -177,4 +183,96 @@ Test(csvio, afile_bad_directory)
     cr_expect(strstr(E.msg, "/nonexistent-dir/out.csv: cannot create a file in directory /nonexistent-dir"), "%s",
               E.msg);
     cr_expect_eq(afile_open(&a, "", &E), TS_EINVAL);
+}
+
+#define P63 9223372036854775808.0 /* 2^63 */
+#define P53 9007199254740992.0    /* 2^53 */
+
+/* The formatted text of v. */
+static const char *fmt(double v)
+{
+    static char buf[CSVIO_NUM_BYTES];
+    return csvio_fmt_double(buf, sizeof buf, v);
+}
+
+/* v's text reads back as exactly v (the sign of zero included), is an
+ * integer (digits only) iff v is integral and fits an int64, else uses the
+ * fewest of 15, 16, 17 significant digits that round-trip. */
+static void expect_round_trip(double v)
+{
+    const char *s = fmt(v);
+    char *end = NULL;
+    double back = strtod(s, &end);
+    cr_expect_eq(*end, '\0', "'%s': trailing text", s);
+    cr_expect(back == v && signbit(back) == signbit(v), "%.17g -> '%s' -> %.17g", v, s, back);
+    bool integral = v == trunc(v) && v >= -P63 && v < P63; /* -0.0 too: "-0" */
+    bool digits = strspn(s + (s[0] == '-'), "0123456789") == strlen(s + (s[0] == '-'));
+    cr_expect_eq(digits, integral, "%.17g -> '%s'", v, s);
+    if (!integral) {
+        char shorter[CSVIO_NUM_BYTES];
+        for (int prec = 15; prec <= 17; prec++) {
+            snprintf(shorter, sizeof shorter, "%.*g", prec, v);
+            if (strtod(shorter, NULL) == v) {
+                cr_expect_str_eq(s, shorter, "%.17g: not the shortest", v);
+                break;
+            }
+        }
+    }
+}
+
+/* splitmix64: a fixed-seed generator, so the sample is the same every run. */
+static uint64_t next_u64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+Test(csvio, fmt_double_examples)
+{
+    cr_expect_str_eq(fmt(930431000.0), "930431000");
+    cr_expect_str_eq(fmt(0.0), "0");
+    cr_expect_str_eq(fmt(-0.0), "-0");
+    cr_expect_str_eq(fmt(-42.0), "-42");
+    cr_expect_str_eq(fmt(0.1), "0.1");
+    cr_expect_str_eq(fmt(0.5), "0.5");
+    cr_expect_str_eq(fmt(1.0 / 3.0), "0.3333333333333333");
+    cr_expect_str_eq(fmt(0.1 + 0.2), "0.30000000000000004"); /* needs 17 */
+    cr_expect_str_eq(fmt(-P63), "-9223372036854775808");
+    cr_expect_str_eq(fmt(P63), "9.223372036854776e+18"); /* one past INT64_MAX */
+    cr_expect_str_eq(fmt(1e300), "1e+300");
+    cr_expect_str_eq(fmt(1e300 * 1.0000000000000002), "1.0000000000000002e+300");
+    cr_expect_str_eq(fmt(2.5e-7), "2.5e-07");
+    cr_expect_str_eq(fmt(NAN), "nan");
+    cr_expect_str_eq(fmt(INFINITY), "inf");
+    cr_expect_str_eq(fmt(-INFINITY), "-inf");
+    /* a short buffer is cut, never overrun */
+    char small[4];
+    cr_expect_str_eq(csvio_fmt_double(small, sizeof small, 123456.0), "123");
+}
+
+Test(csvio, fmt_double_round_trip)
+{
+    const double extremes[] = {
+        DBL_MAX, -DBL_MAX, DBL_MIN,           -DBL_MIN,   DBL_TRUE_MIN, -DBL_TRUE_MIN, DBL_EPSILON, 1 - DBL_EPSILON / 2,
+        P53,     P53 + 2,  -P53 - 2,          P63 - 1024, P63,          -P63,          -P63 - 2048, 0.0,
+        -0.0,    1e-320,   123456789012345.6, 0.1 + 0.2};
+    for (size_t i = 0; i < sizeof extremes / sizeof extremes[0]; i++)
+        expect_round_trip(extremes[i]);
+    uint64_t st = 20240601;
+    for (int i = 0; i < 200000; i++) {
+        /* any bit pattern but NaN and infinity: every exponent and sign */
+        uint64_t bits = next_u64(&st);
+        double v;
+        memcpy(&v, &bits, sizeof v);
+        if (isfinite(v))
+            expect_round_trip(v);
+        /* integers of every size, and values with a few decimals */
+        int64_t k = (int64_t)(next_u64(&st) >> (next_u64(&st) % 64));
+        expect_round_trip((double)k);
+        expect_round_trip(-(double)k);
+        expect_round_trip((double)(k % 1000000) / 1000.0);
+        expect_round_trip((double)(next_u64(&st) >> 11) / P53 * 1e9);
+    }
 }

@@ -263,7 +263,9 @@ Test(net_engine, whatif_parsers)
     cr_assert_eq(f, 0.5);
     cr_assert_eq(net_parse_degrade(g, "nic1.3-sw9.9:0.5", &a, &b, &f, &err), TS_EINVAL);
     cr_assert(strstr(err.msg, "sw9.9"), "%s", err.msg);
+    /* the valid names and their index ranges */
+    cr_assert(strstr(err.msg, "nodes: gpu<s>.<k> with s in 0..1, k in 0..7; nvs<s> with s in 0..1"), "%s", err.msg);
     cr_assert_eq(net_parse_degrade(g, "gpu0.0-gpu1.0:0.5", &a, &b, &f, &err), TS_EINVAL);
-    cr_assert(strstr(err.msg, "not linked"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "not linked (gpu0.0 links to: nvs0, nic0.0;"), "%s", err.msg);
     net_graph_free(g);
 }

@@ -262,6 +262,15 @@ Test(opt, edit_distance)
     cr_expect_str_eq(opt_nearest(&T, "--swiglo"), "--swiglu");
 }
 
+Test(opt, find_by_long_name)
+{
+    const opt_spec *s = opt_find(&T, "--nic-bandwidth");
+    cr_assert_not_null(s);
+    cr_expect_str_eq(s->name, "--nic-bandwidth");
+    cr_expect_null(opt_find(&T, "-b"), "an alias is not a long name");
+    cr_expect_null(opt_find(&T, "--no-such-flag"));
+}
+
 Test(opt, many_flags_keep_their_defaults)
 {
     /* the table grows (realloc) past 32 entries: defaults must survive the move */

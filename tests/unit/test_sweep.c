@@ -33,7 +33,7 @@ static int eval_product(void *user, int argc, char **argv, char **cells, ts_err 
     return TS_OK;
 }
 
-static const sweep_evaluator EV = {1, RES_NAMES, eval_product, NULL};
+static const sweep_evaluator EV = {1, RES_NAMES, eval_product, NULL, NULL};
 
 static char dir[64];
 static char in_path[128], out_path[128];
@@ -270,4 +270,36 @@ Test(sweep, newline_in_a_cell_stays_on_one_line)
         lines += *p == '\n';
     cr_assert_eq(lines, 2, "%s", out);
     free(out);
+}
+
+/* Only x and y are columns of eval_product. */
+static int check_xy(void *user, const char *name, ts_err *err)
+{
+    (void)user;
+    if (!strcmp(name, "x") || !strcmp(name, "y"))
+        return TS_OK;
+    return err_set(err, TS_EINVAL, "not x or y");
+}
+
+/* An unknown column stops the sweep before any row runs: the message has
+ * FILE:LINE, the column's number and name and the checker's words, and the
+ * output is never created. */
+Test(sweep, unknown_column_stops_before_any_row)
+{
+    write_file(in_path, "# comment\nx,--z\n2,3\n");
+    sweep_evaluator ev = EV;
+    ev.check_column = check_xy;
+    sweep_opts o = {.input = in_path, .output = out_path, .threads = 1};
+    sweep_stats st;
+    ts_err e;
+    err_clear(&e);
+    cr_expect_eq(sweep_run(&o, &ev, &st, &e), TS_EINVAL);
+    cr_expect_not_null(strstr(e.msg, "in.csv:2: column 2 '--z': not x or y"), "%s", e.msg);
+    cr_expect_eq(st.ran, 0);
+    cr_expect_neq(access(out_path, F_OK), 0, "the output was created");
+    /* known columns, with or without "--", pass the check */
+    write_file(in_path, "x,--y\n2,3\n");
+    err_clear(&e);
+    cr_expect_eq(sweep_run(&o, &ev, &st, &e), TS_OK, "%s", e.msg);
+    cr_expect_eq(st.ran, 1);
 }

@@ -147,10 +147,10 @@ static int sweep(const args *a, ts_err *e)
         snprintf(c[5], 48, "%d", sh[i].k);
         snprintf(c[6], 48, "%d", sh[i].batch);
         c[7][0] = 0;
-        snprintf(c[8], 48, "%.0f", best);
-        snprintf(c[9], 48, "%.2f", tf);
+        csvio_fmt_double(c[8], 48, best);
+        csvio_fmt_double(c[9], 48, tf);
         c[10][0] = 0;
-        snprintf(c[11], 48, "%.0f", t_h);
+        csvio_fmt_double(c[11], 48, t_h);
         rc = row(out.f, 12, cells, e);
     }
     for (size_t b = (size_t)1 << 20; b <= ((size_t)1 << 30) && rc == TS_OK; b <<= 2) {
@@ -164,8 +164,8 @@ static int sweep(const args *a, ts_err *e)
         snprintf(c[1], 48, "memory");
         snprintf(c[2], 48, "bf16");
         snprintf(c[7], 48, "%zu", 2 * b);
-        snprintf(c[8], 48, "%.0f", t);
-        snprintf(c[10], 48, "%.1f", 2.0 * b / t);
+        csvio_fmt_double(c[8], 48, t);
+        csvio_fmt_double(c[10], 48, 2.0 * b / t);
         rc = row(out.f, 12, cells, e);
     }
     double tl = 0;
@@ -177,7 +177,7 @@ static int sweep(const args *a, ts_err *e)
         cells[0] = gpu_name;
         snprintf(c[1], 48, "launch");
         snprintf(c[2], 48, "bf16");
-        snprintf(c[8], 48, "%.0f", tl);
+        csvio_fmt_double(c[8], 48, tl);
         rc = row(out.f, 12, cells, e);
     }
     if (rc == TS_OK) {
@@ -248,12 +248,12 @@ static int layer(const args *a, ts_err *e)
         snprintf(c[5], 48, "%d", a->mbs);
         snprintf(c[6], 48, "%d", a->tp);
         snprintf(c[7], 48, "%s", a->fused ? "fused" : "unfused");
-        snprintf(c[8], 48, "%.0f", fwd);
-        snprintf(c[9], 48, "%.0f", bwd);
-        snprintf(c[10], 48, "%.4f", flop / 1e12);
-        snprintf(c[11], 48, "%.2f", tf);
-        snprintf(c[12], 48, "%.2f", gemm_tf);
-        snprintf(c[13], 48, "%.4f", tf / gemm_tf);
+        csvio_fmt_double(c[8], 48, fwd);
+        csvio_fmt_double(c[9], 48, bwd);
+        csvio_fmt_double(c[10], 48, flop / 1e12);
+        csvio_fmt_double(c[11], 48, tf);
+        csvio_fmt_double(c[12], 48, gemm_tf);
+        csvio_fmt_double(c[13], 48, tf / gemm_tf);
         rc = row(out.f, 14, HDR, e);
         if (rc == TS_OK)
             rc = row(out.f, 14, cells, e);
@@ -316,9 +316,9 @@ static int nccl(const args *a, int rank, int size, ts_err *e)
             snprintf(c[1], 48, "%s", cubench_coll_name((cubench_coll)op));
             snprintf(c[2], 48, "%d", size);
             snprintf(c[3], 48, "%lld", (long long)bytes);
-            snprintf(c[4], 48, "%.0f", t);
-            snprintf(c[5], 48, "%.2f", alg);
-            snprintf(c[6], 48, "%.2f", bus);
+            csvio_fmt_double(c[4], 48, t);
+            csvio_fmt_double(c[5], 48, alg);
+            csvio_fmt_double(c[6], 48, bus);
             snprintf(c[7], 48, "%s", ok ? "yes" : "no");
             rc = row(out.f, 8, cells, e);
         }
