@@ -386,6 +386,8 @@ static int parse_command_line(run *x, int argc, char **argv)
         rc = flags_parse(fs, &t, ac, av, &x->err);
     if (x->rank == 0)
         mscript_write_notes(fs->script, "trainexec", stderr); /* what the script left unresolved, if any */
+    if (!rc && x->rank == 0)
+        flags_note_ignored(fs, stderr);
     if (!rc && t.help_requested) {
         if (x->rank == 0)
             opt_help(&t, stdout);

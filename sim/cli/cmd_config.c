@@ -91,7 +91,7 @@ int cmd_config(int argc, char **argv)
     config c;
     flags_state fs;
     opt_table t;
-    bool lmodels = false, lgpus = false, lnodes = false;
+    bool lmodels = false, lgpus = false, lnodes = false, lmegatron = false;
     opt_table_init(&t, "trainsim config",
                    "Check the model, parallelism and cluster flags and print the resolved configuration: the\n"
                    "--model preset (default " FLAGS_DEFAULT_MODEL ": GPT-3 175B on 1024 A100 80GB GPUs, t=8, p=16,\n"
@@ -124,6 +124,14 @@ int cmd_config(int argc, char **argv)
                                          "topology): the names --degrade-link takes; and exit"},
                      &e);
     if (!rc)
+        rc = opt_add(&t,
+                     &(opt_spec){.name = "--megatron-flags",
+                                 .type = OPT_BOOL,
+                                 .target = &lmegatron,
+                                 .help = "list what trainsim does with every Megatron-LM flag (modelled, ignored, "
+                                         "refused, default-only, with the reason) and exit"},
+                     &e);
+    if (!rc)
         rc = flags_parse(&fs, &t, argc, argv, &e);
     mscript_write_notes(fs.script, "trainsim config", stderr); /* what the script left unresolved, if any */
     if (rc) {
@@ -137,16 +145,19 @@ int cmd_config(int argc, char **argv)
         opt_table_free(&t);
         return 0;
     }
+    flags_note_ignored(&fs, stderr);
     if (lnodes) {
         int st = list_nodes(&fs, &t, &c, &e);
         flags_release(&fs);
         opt_table_free(&t);
         return st;
     }
-    if (lmodels || lgpus) {
+    if (lmodels || lgpus || lmegatron) {
         int st = lmodels ? list_models(&e) : 0;
         if (!st && lgpus)
             st = list_gpus(&e);
+        if (!st && lmegatron && flags_print_megatron(stdout, &e))
+            st = fail(&e);
         flags_release(&fs);
         opt_table_free(&t);
         return st;

@@ -340,6 +340,8 @@ static int script_model(search_args *a, model_config *m, char *gpu, size_t gpu_b
         rc = flags_parse(&fs, &ft, ac, av, err);
     if (!quiet)
         mscript_write_notes(fs.script, "trainsim search", stderr);
+    if (!rc && !quiet)
+        flags_note_ignored(&fs, stderr);           /* the script's Megatron-LM flags that cannot change performance */
     if (!rc && (rc = flags_finish(&fs, &ft, err))) /* the script's layout, say, on the GPUs given */
         err_prefix(err, "--megatron-script %s: ", a->script);
     if (!rc) {

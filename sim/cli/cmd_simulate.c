@@ -77,6 +77,8 @@ static int simulate_parse(opt_table *t, flags_state *fs, config *c, simulate_arg
     if (!rc)
         rc = flags_parse(fs, t, argc, argv, err);
     mscript_write_notes(fs->script, "trainsim simulate", stderr); /* what the script left unresolved, if any */
+    if (!rc)
+        flags_note_ignored(fs, stderr);
     if (!rc && t->help_requested) {
         opt_help(t, stdout);
         *help = true;

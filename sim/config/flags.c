@@ -10,6 +10,7 @@
 
 #include "sim/config/catalog.h"
 #include "sim/config/catalog_models.h"
+#include "sim/config/megatron_flags.h"
 #include "sim/config/topo.h"
 
 #define DEFAULT_GPU "A100-SXM4-80GB"
@@ -359,7 +360,7 @@ static int build_argv(flags_state *s, const opt_table *t, int argc, char **argv,
     return rc;
 }
 
-/* After opt_parse failed on err: when the flag its message is about
+/* After opt_parse or mflags_filter failed on err: when the flag its message is about
  * ("unknown flag 'X'", "flag X: ...") comes from the script, not the command
  * line, say where the script writes it. */
 static int blame_script(const flags_state *s, int argc, char **argv, ts_err *err)
@@ -375,6 +376,8 @@ static int blame_script(const flags_state *s, int argc, char **argv, ts_err *err
         snprintf(named, sizeof named, "flag %.*s", (int)len, a);
         const char *q = strstr(err->msg, named);
         bool about = strstr(err->msg, quoted) || (q && (q[strlen(named)] == ':' || q[strlen(named)] == ' '));
+        /* mflags_filter's messages start with the flag: "--num-experts: not modelled: ..." */
+        about |= !strncmp(err->msg, a, len) && (err->msg[len] == ':' || err->msg[len] == ' ' || err->msg[len] == '=');
         bool cmdline = false;
         for (int k = 1; k < argc; k++)
             cmdline |= strcspn(argv[k], "=") == len && !strncmp(argv[k], a, len);
@@ -394,9 +397,16 @@ int flags_parse(flags_state *s, opt_table *t, int argc, char **argv, ts_err *err
     if (rc)
         return rc;
     /* s->argv_owned[0 .. n) is the whole vector: script arguments, then the
-     * command line. A step that filters Megatron-LM flags goes here, before
-     * opt_parse. */
-    rc = opt_parse(t, n, s->argv_owned, err);
+     * command line. Megatron-LM flags trainsim does not model: ignored ones
+     * are dropped here (and listed), refused ones fail (megatron_flags.h). */
+    mflags_filtered f;
+    rc = mflags_filter(NULL, t, n, s->argv_owned, &f, err);
+    if (rc)
+        return s->script ? blame_script(s, argc, argv, err) : rc;
+    free(s->argv_owned); /* the same strings, fewer of them */
+    s->argv_owned = f.argv;
+    s->megatron_ignored = f.ignored;
+    rc = opt_parse(t, f.argc, s->argv_owned, err);
     return rc && s->script ? blame_script(s, argc, argv, err) : rc;
 }
 
@@ -406,6 +416,8 @@ void flags_release(flags_state *s)
     s->argv_owned = NULL;
     mscript_free(s->script);
     s->script = NULL;
+    free(s->megatron_ignored);
+    s->megatron_ignored = NULL;
 }
 
 /* ---------------------------------------------------------------- finish */
@@ -1079,4 +1091,35 @@ void flags_print(const flags_state *s, FILE *f)
             snprintf(who, sizeof who, "%s", src);
         fprintf(f, "  %-40s %-22s %s\n", name, v, who);
     }
+}
+
+/* ---------------------------------------------------------------- Megatron-LM flags */
+
+const char *flags_ignored(const flags_state *s)
+{
+    return s->megatron_ignored;
+}
+
+void flags_note_ignored(const flags_state *s, FILE *f)
+{
+    if (s->megatron_ignored)
+        fprintf(f, "ignored (cannot change performance): %s\n", s->megatron_ignored);
+}
+
+int flags_print_megatron(FILE *f, ts_err *err)
+{
+    config c;
+    flags_state s;
+    opt_table t;
+    opt_table_init(&t, "trainsim", NULL);
+    mflags_table *mt = NULL;
+    int rc = flags_register(&s, &t, &c, err);
+    if (!rc)
+        rc = mflags_load(NULL, &mt, err);
+    if (!rc)
+        rc = mflags_print(mt, &t, f, err);
+    mflags_free(mt);
+    config_free(&c);
+    opt_table_free(&t);
+    return rc;
 }

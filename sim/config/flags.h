@@ -144,6 +144,8 @@ typedef struct {
     const char *megatron_script; /* --megatron-script FILE, NULL = none */
     mscript *script;             /* that script as flags_parse read it (its arguments, notes); owned */
     char gpus_arg[32];           /* "--gpus=N" from the script's launcher, when flags_parse adds it */
+    char *megatron_ignored;      /* Megatron-LM flags flags_parse dropped as ignored, ", "-separated; NULL if none;
+                                    owned (megatron_flags.h) */
 } flags_state;
 
 /* Zero c and add every shared flag to t under the headings Model,
@@ -163,7 +165,13 @@ int flags_register_memory(opt_table *t, memory_overheads *o, ts_err *err);
 /* Parse the command line into t: the arguments flags_parse assembles
  * (argv[1 ..]) go through opt_parse. String flags then point into an array
  * s owns, so keep s until their last use and release it with
- * flags_release. TS_EINVAL with the flag named; TS_ENOMEM.
+ * flags_release. TS_EINVAL with the flag named; TS_ENOMEM; TS_EIO if the
+ * Megatron-LM flag list must be read and cannot be.
+ *
+ * Megatron-LM flags trainsim does not model (from the command line or the
+ * script) go through mflags_filter (megatron_flags.h) before opt_parse:
+ * ignored ones are dropped and listed (flags_ignored), refused ones are
+ * TS_EINVAL naming what they change.
  *
  * --megatron-script FILE (or =FILE) anywhere in argv: the script is read
  * (mscript.h, never run) and the arguments it passes to pretrain_gpt.py go
@@ -196,5 +204,19 @@ int flags_finish(flags_state *s, const opt_table *t, ts_err *err);
 /* Write the resolved configuration as "key: value" lines, then every value
  * with its source (what `trainsim config` prints). */
 void flags_print(const flags_state *s, FILE *f);
+
+/* The Megatron-LM flags the last flags_parse dropped as ignored, ", "-
+ * separated ("--lr, --data-path"), or NULL if none. Borrowed from s (valid
+ * until flags_release). */
+const char *flags_ignored(const flags_state *s);
+
+/* Write "ignored (cannot change performance): --lr, --data-path\n" to f
+ * when flags_parse ignored some flags; nothing otherwise. */
+void flags_note_ignored(const flags_state *s, FILE *f);
+
+/* Write to f the treatment of every Megatron-LM flag (mflags_print):
+ * the shared flags as modelled, the rows of the shipped megatron_flags.csv.
+ * TS_EIO / TS_EINVAL reading the file; TS_ENOMEM. */
+int flags_print_megatron(FILE *f, ts_err *err);
 
 #endif

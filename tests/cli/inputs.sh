@@ -104,6 +104,41 @@ printf 'endpoint_a,endpoint_b,bandwidth_gbps,latency_us,kind\ngpu0.0,gpu0.1,300,
 expect_err "--model gpt3-175b --topology $tmp/dangle.csv --gpus 2" 2 "$tmp/dangle.csv:5: dangling link: sw3.0 (first named here) is not connected"
 expect_err "--model gpt3-175b --topology $tmp/missing.csv" 1 "$tmp/missing.csv: cannot open"
 
+# --- Megatron-LM flags trainsim does not model (topologies/megatron_flags.csv)
+# ignored: dropped with their values, named on one stderr line, the output unchanged
+base=$($T config --model gpt3-175b 2>/dev/null)
+out=$($T config --model gpt3-175b --lr 1e-4 --data-path x --log-interval 10 2>"$tmp/err"); rc=$?
+check_sh "ignored flags: exit 0, the same configuration" '[ $rc -eq 0 ] && [ "$out" = "$base" ]'
+check_sh "ignored flags: one stderr line naming them" \
+    '[ "$(cat "$tmp/err")" = "ignored (cannot change performance): --lr, --data-path, --log-interval" ]'
+expect_ok "--model gpt3-175b --data-path 0.3 a -0.7 b --lr=1e-4 --num-layers 192" "shape:                 192 layers"
+expect_output "ignored (cannot change performance): --lr, --save" $T simulate --model megatron-1.7b --lr 1 --save ckpt
+# refused: exit 2 naming what the flag changes, through every subcommand
+expect_err "--num-experts 8" 2 "--num-experts: not modelled: mixture of experts (Megatron-LM flag; remove it or see docs/inputs.md#megatron-flags)"
+expect_err "--fp8-format hybrid" 2 "--fp8-format: not modelled: FP8 training"
+expect_err "--lr 1e-4 --tp-comm-overlap" 2 "--tp-comm-overlap: not modelled: tensor-parallel communication overlap"
+expect_err "--use-cpu-initialization=1" 2 "--use-cpu-initialization: takes no value"
+expect_err "--lr" 2 "--lr: missing value"
+# default-only: silent at Megatron's default, refused at any other value
+out=$($T config --model gpt3-175b --context-parallel-size 1 --expert-model-parallel-size=1 2>&1 >/dev/null); rc=$?
+check_sh "default-only flags at their default: exit 0, nothing said" '[ $rc -eq 0 ] && [ -z "$out" ]'
+expect_err "--context-parallel-size 2" 2 "--context-parallel-size 2: not modelled: context parallelism (Megatron-LM flag; trainsim accepts only --context-parallel-size 1"
+expect_err "--attention-backend auto" 2 "trainsim accepts only --attention-backend unfused or local"
+# neither modelled nor in the file: the unknown-flag error as before
+expect_err "--max-positon-embeddings 2048" 2 "unknown flag '--max-positon-embeddings'"
+# the whole table: one line per flag, then the counts, which add up
+out=$($T config --megatron-flags); rc=$?
+last=$(tail -n 1 <<<"$out")
+check_sh "config --megatron-flags: exit 0 and the count line" \
+    '[ $rc -eq 0 ] && [[ "$last" =~ ^[0-9]+\ modelled,\ [0-9]+\ refused,\ [0-9]+\ ignored,\ [0-9]+\ default-only$ ]]'
+sum=$(awk '{n += $1} END {print n}' RS=', ' <<<"$last")
+check_sh "config --megatron-flags: the counts add up to the rows" '[ "$sum" -eq $(($(wc -l <<<"$out") - 1)) ]'
+check_sh "config --megatron-flags: modelled, refused and ignored rows" \
+    '[[ "$out" == *"--num-layers "*modelled* && "$out" == *"--num-experts "*refused*"mixture of experts"* && "$out" == *"--lr "*ignored* ]]'
+doc=$(sed -n '/^<!-- megatron-flags begin -->$/,/^<!-- megatron-flags end -->$/p' docs/inputs.md | sed '1d;$d')
+check_sh "docs/inputs.md: the Megatron flag tables are up to date (bash docs/megatron-flags.sh --update)" \
+    '[ "$doc" = "$(bash docs/megatron-flags.sh "$T")" ]'
+
 # --- the catalogue is found from another directory (via the executable's path)
 abs=$(cd "$(dirname "$T")" && pwd)/$(basename "$T")
 out=$(cd "$tmp" && "$abs" config 2>&1); rc=$?

@@ -46,7 +46,7 @@ check_sh "search: 16 GPUs and batch 32 from the script" \
     '[[ "$out" == *"gpt3-175b (modified) on 16 x A100-SXM4-80GB, global batch 32"* ]]'
 out=$($T search --megatron-script $S/gpt3_small.sh --gpus 32 --gpu h100 --global-batch-size 64 --quiet --top 1 2>&1)
 check_sh "search flags override the script" '[[ "$out" == *"on 32 x H100-SXM5-80GB, global batch 64"* ]]'
-expect_error 2 "--megatron-script $S/gpt3_175b.sh:35: unknown flag '--max-position-embeddings'" \
+expect_error 2 "--megatron-script $S/gpt3_175b.sh:36: --attention-backend auto: not modelled" \
     $T search --megatron-script $S/gpt3_175b.sh --quiet
 expect_error 1 "cannot open the launch script" $T search --megatron-script "$tmp/none.sh" --quiet
 expect_error 2 "--megatron-script $S/gpt3_small.sh: --gpus 12 is not a multiple of" \
@@ -61,16 +61,17 @@ expect_error 2 "--megatron-script $S/gpt3_small.sh: --gpus 12 is not a multiple 
 } >"$tmp/in.csv"
 $T sweep "$tmp/in.csv" --out "$tmp/out.csv" --threads 2 >/dev/null 2>&1
 check "sweep: two script rows ok" test "$(grep -c ',ok,' "$tmp/out.csv")" -eq 2
-check "sweep: the full example refused in its row" grep -q 'gpt3_175b.sh,,,error,.*max-position-embeddings' "$tmp/out.csv"
+check "sweep: the full example refused in its row" grep -q 'gpt3_175b.sh,,,error,.*attention-backend auto: not modelled' "$tmp/out.csv"
 check_sh "sweep: the row's override changed the result" \
     '[ "$(grep ",ok," "$tmp/out.csv" | cut -d, -f6 | sort -u | wc -l)" -eq 2 ]'
 
-# --- the example scripts: refused today for the Megatron-LM flags trainsim does not know
-expect_error 2 "--megatron-script $S/gpt3_175b.sh:35: unknown flag '--max-position-embeddings'" \
+# --- the example scripts: refused today for the Megatron-LM flags trainsim does not model
+# (megatron_flags.csv: flash/fused attention, dropout 0)
+expect_error 2 "--megatron-script $S/gpt3_175b.sh:36: --attention-backend auto: not modelled" \
     $T config --megatron-script $S/gpt3_175b.sh --gpus 1024
-expect_error 2 "--megatron-script $S/llama3_8b.sh:53: unknown flag '--use-mcore-models'" \
+expect_error 2 "--megatron-script $S/llama3_8b.sh:66: --attention-dropout 0.0: not modelled" \
     $T simulate --megatron-script $S/llama3_8b.sh
-expect_error 2 "--megatron-script $S/mixtral_8x7b.sh:30: unknown flag '--use-mcore-models'" \
+expect_error 2 "--megatron-script $S/mixtral_8x7b.sh:39: --attention-dropout 0.0: not modelled" \
     $T config --megatron-script $S/mixtral_8x7b.sh
 expect_error 2 "unknown flag '--bogus'; did you mean" $T config --megatron-script $S/gpt3_small.sh --bogus
 $T config --megatron-script $S/mixtral_8x7b.sh >/dev/null 2>"$tmp/err"
