@@ -314,6 +314,9 @@ int mflags_filter(const mflags_table *mt, const opt_table *t, int argc, char **a
         mt = loaded;
     }
     bool pass_rest = false;
+    int refused = 0;            /* refused flags met: the first's message, then the others named */
+    char more[1024] = "";       /* "; also not modelled: --x (reason), ..." */
+    size_t more_len = 0;
     for (int i = 1; i < argc; i++) {
         char *a = argv[i];
         if (pass_rest || !is_long_flag(a)) {
@@ -343,9 +346,23 @@ int mflags_filter(const mflags_table *mt, const opt_table *t, int argc, char **a
                 rc = err_set(err, TS_ENOMEM, "out of memory listing ignored flags");
                 goto out;
             }
-        } else if ((rc = check_refused(e, eq, first, nvals, argv, err))) {
-            goto out;
+        } else if (refused == 0) {
+            refused += check_refused(e, eq, first, nvals, argv, err) != TS_OK;
+        } else {
+            ts_err other;
+            err_clear(&other);
+            if (check_refused(e, eq, first, nvals, argv, &other) != TS_OK && more_len < sizeof more) {
+                more_len += (size_t)snprintf(more + more_len, sizeof more - more_len, "%s%s (%s)",
+                                             refused == 1 ? "; also not modelled: " : ", ", e->flag, e->reason);
+                refused++;
+            }
         }
+    }
+    if (refused) { /* every refusal at once, so a launch script is fixed in one pass */
+        char first_msg[ERR_MSG_BYTES];
+        snprintf(first_msg, sizeof first_msg, "%s", err ? err->msg : "");
+        rc = err_set(err, TS_EINVAL, "%s%s", first_msg, more);
+        goto out;
     }
     av[n] = NULL;
     if (nseen && !(out->ignored = join_names(mt, seen, nseen))) {
