@@ -70,8 +70,8 @@ static int simulate_add_flags(opt_table *t, flags_state *fs, config *c, simulate
 /* Adds and parses the flags (string flags then point into *fs, which the
  * caller releases) and resolves the configuration into *c; after
  * --help, which it prints, *help is true and *c is not resolved. */
-static int simulate_parse(opt_table *t, flags_state *fs, config *c, simulate_args *a, int argc, char **argv,
-                          bool *help, ts_err *err)
+static int simulate_parse(opt_table *t, flags_state *fs, config *c, simulate_args *a, int argc, char **argv, bool *help,
+                          ts_err *err)
 {
     int rc = simulate_add_flags(t, fs, c, a, err);
     if (!rc)
