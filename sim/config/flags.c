@@ -124,6 +124,69 @@ static int add_parallel_flags(flags_state *s, opt_table *t, config *c, ts_err *e
     return TS_OK;
 }
 
+/* Megatron-core's ways of splitting the layers unevenly over the virtual
+ * stages (all reduce to par.layout, see config.h). */
+static int add_layout_flags(flags_state *s, opt_table *t, config *c, ts_err *err)
+{
+    int rc;
+    parallel_config *p = &c->par;
+    ADD(.name = "--pipeline-model-parallel-layout", .type = OPT_STRING, .target = &s->pipeline_layout,
+        .metavar = "LAYOUT",
+        .help = "Megatron-core layout of the virtual stages: E embedding, t transformer layer, L loss, | stage "
+                "boundary, *N repeat, ( ) group; stages listed chunk-major (chunk 0 of ranks 0..p-1, then chunk 1 "
+                "...), a multiple of p of them (v = stages / p), layers summing to --num-layers; e.g. Llama 3 "
+                "405B at p 16: 'Et*3|(t*4|)*30t*3L' (docs/schedules.md)");
+    ADD(.name = "--num-virtual-stages-per-pipeline-rank", .type = OPT_INT, .target = &p->virtual_stages_per_rank,
+        .min = 1, .max = SCHED_MAX_V, .unit = "chunks",
+        .help = "chunks per pipeline rank v for interleaved (needed with --decoder-first/last-pipeline-num-layers, "
+                "as Megatron-core); 0 = unset");
+    ADD(.name = "--account-for-embedding-in-pipeline-split", .type = OPT_BOOL, .target = &p->account_for_embedding,
+        .help = "count the embedding as one layer of the split: the first virtual stage gets one transformer layer "
+                "fewer ((layers + 1 [+ 1]) must split evenly over p x v)");
+    ADD(.name = "--account-for-loss-in-pipeline-split", .type = OPT_BOOL, .target = &p->account_for_loss,
+        .help = "count the loss as one layer of the split: the last virtual stage gets one transformer layer fewer");
+    return TS_OK;
+}
+
+/* --pipeline-model-parallel-layout into par.layout; a layout is the whole
+ * split, so it drops the preset's (not explicitly given) split flags, as
+ * --num-virtual-stages-per-pipeline-rank drops the preset's layers per
+ * virtual stage. */
+static int resolve_pipeline_layout(flags_state *s, const opt_table *t, ts_err *err)
+{
+    parallel_config *p = &s->c->par;
+    if (opt_was_set(t, "--num-virtual-stages-per-pipeline-rank") &&
+        !opt_was_set(t, "--num-layers-per-virtual-pipeline-stage"))
+        p->layers_per_virtual_stage = 0; /* the preset's chunk size gives way to the chunk count */
+    p->layout_given = s->pipeline_layout != NULL;
+    if (!p->layout_given)
+        return TS_OK;
+    if (!opt_was_set(t, "--decoder-first-pipeline-num-layers"))
+        p->first_stage_layers = 0;
+    if (!opt_was_set(t, "--decoder-last-pipeline-num-layers"))
+        p->last_stage_layers = 0;
+    if (!opt_was_set(t, "--num-layers-per-virtual-pipeline-stage"))
+        p->layers_per_virtual_stage = 0;
+    int rc = sched_layout_parse(s->pipeline_layout, &p->layout, err);
+    return rc ? err_prefix(err, "--pipeline-model-parallel-layout: ") : TS_OK;
+}
+
+/* The layout line of flags_print: layers per virtual stage, compactly,
+ * for the splits the "uneven split" line does not describe. */
+static void print_layout(const parallel_config *p, FILE *f)
+{
+    const sched_layout *l = &p->layout;
+    if (l->n_stages < 1 || !(p->layout_given || p->account_for_embedding || p->account_for_loss ||
+                             (p->vp > 1 && !sched_layout_is_even(l))))
+        return;
+    char buf[256];
+    size_t n = sched_layout_format(l, buf, sizeof buf);
+    fprintf(f,
+            "layers per stage:      %s%s (%d virtual stages, stage c x p + r is chunk c of rank r; embedding on "
+            "stage %d, loss on stage %d)\n",
+            buf, n >= sizeof buf ? " ..." : "", l->n_stages, l->emb_stage, l->loss_stage);
+}
+
 static int add_cluster_flags(flags_state *s, opt_table *t, config *c, ts_err *err)
 {
     int rc;
@@ -164,7 +227,7 @@ int flags_register(flags_state *s, opt_table *t, config *c, ts_err *err)
     s->bf16 = true;
     int rc;
     if ((rc = add_model_flags(s, t, c, err)) || (rc = add_parallel_flags(s, t, c, err)) ||
-        (rc = add_cluster_flags(s, t, c, err)))
+        (rc = add_layout_flags(s, t, c, err)) || (rc = add_cluster_flags(s, t, c, err)))
         return rc;
     s->bf16 = false; /* "given" is tracked by the table; the value only matters with --fp16 */
     return TS_OK;
@@ -273,7 +336,7 @@ static int resolve_layout(flags_state *s, const opt_table *t, const catalog_mode
         p->last_stage_layers = set_pp ? 0 : q->last_stage_layers;
     p->dp = opt_was_set(t, "--data-parallel-size") ? s->dp : 0;
     p->vp = 0;
-    return TS_OK;
+    return resolve_pipeline_layout(s, t, err);
 }
 
 static int resolve_cluster(flags_state *s, ts_err *err)
@@ -380,9 +443,12 @@ void flags_print(const flags_state *s, FILE *f)
     fprintf(f, "batch:                 micro-batch %d, global batch %d sequences, %d micro-batches per pipeline\n",
             p->micro_batch_size, p->global_batch_size, config_num_microbatches(c));
     fprintf(f, "schedule:              %s", sched_kind_name(p->schedule));
-    if (p->vp > 1)
+    if (p->vp > 1 && sched_layout_is_even(&p->layout))
         fprintf(f, " (%d chunks per rank, %d layers each)", p->vp, m->num_layers / (p->pp * p->vp));
+    else if (p->vp > 1)
+        fprintf(f, " (%d chunks per rank)", p->vp);
     fputc('\n', f);
+    print_layout(p, f);
     fprintf(f, "sequence parallel:     %s\n", p->sequence_parallel ? "on" : "off");
     fprintf(f, "recompute:             %s", CONFIG_RECOMPUTE_NAMES[p->recompute]);
     if (p->recompute == RECOMPUTE_FULL)

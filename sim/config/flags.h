@@ -47,17 +47,18 @@
 #define FLAGS_DEFAULT_MODEL "gpt3-175b"
 
 typedef struct {
-    config *c;               /* the config being filled (borrowed) */
-    const char *model;       /* --model */
-    const char *topology;    /* --topology FILE, NULL = built-in default */
-    const char *gpu;         /* --gpu KIND, NULL = from the topology or A100-SXM4-80GB */
-    int schedule;            /* --schedule, index into the schedule names */
-    int recompute;           /* --recompute-granularity, config_recompute */
-    int recompute_method;    /* --recompute-method, config_recompute_method */
-    bool bf16, fp16, fp32;   /* --bf16, --fp16, --fp32 */
-    int dp;                  /* --data-parallel-size, 0 = derived */
-    char preset_source[512]; /* the preset's layout_source, after flags_finish */
-    char **argv_owned;       /* the arguments flags_parse built and parsed (NULL-terminated); owned */
+    config *c;                   /* the config being filled (borrowed) */
+    const char *model;           /* --model */
+    const char *topology;        /* --topology FILE, NULL = built-in default */
+    const char *gpu;             /* --gpu KIND, NULL = from the topology or A100-SXM4-80GB */
+    int schedule;                /* --schedule, index into the schedule names */
+    int recompute;               /* --recompute-granularity, config_recompute */
+    int recompute_method;        /* --recompute-method, config_recompute_method */
+    bool bf16, fp16, fp32;       /* --bf16, --fp16, --fp32 */
+    int dp;                      /* --data-parallel-size, 0 = derived */
+    const char *pipeline_layout; /* --pipeline-model-parallel-layout, NULL = not given */
+    char preset_source[512];     /* the preset's layout_source, after flags_finish */
+    char **argv_owned;           /* the arguments flags_parse built and parsed (NULL-terminated); owned */
 } flags_state;
 
 /* Zero c, load the default preset's values into it (so --help shows them;

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define MAX_DEPTH 32
+#define MAX_DEPTH  32
 #define MAX_REPEAT 1000000
 /* Atoms expanded, in all: bounds the work of repeated empty groups. */
 #define MAX_WORK 10000000L
@@ -92,7 +92,8 @@ static int parse_atom(lparse *P)
         break;
     }
     case 'm':
-        return fail_at(P, at, "multi-token prediction layers (m) are not modelled by trainsim; use E, t, L, |, ( ), *N");
+        return fail_at(P, at,
+                       "multi-token prediction layers (m) are not modelled by trainsim; use E, t, L, |, ( ), *N");
     case ')':
         return fail_at(P, at, "')' without a matching '('");
     case '*':
@@ -285,9 +286,7 @@ int sched_layout_account(sched_layout *out, int p, int v, int num_layers, bool e
                        emb && loss ? "the embedding and the loss"
                        : emb       ? "the embedding"
                                    : "the loss",
-                       total, S, p, v,
-                       emb && loss ? "each" : "it",
-                       lo, hi);
+                       total, S, p, v, emb && loss ? "each" : "it", lo, hi);
     }
     int k = (int)(total / S);
     out->n_stages = S;

@@ -43,11 +43,11 @@
 #define SCHED_LAYOUT_MAX_LAYERS 1000000
 
 typedef struct {
-    int n_stages;                         /* virtual stages (p x v); 0 = none yet */
-    int num_layers;                       /* sum of layers[0 .. n_stages-1] */
-    int emb_stage;                        /* stage holding the embedding: 0 */
-    int loss_stage;                       /* stage holding the output layer and loss: n_stages-1 */
-    int layers[SCHED_LAYOUT_MAX_STAGES];  /* transformer layers of each virtual stage, model order */
+    int n_stages;                        /* virtual stages (p x v); 0 = none yet */
+    int num_layers;                      /* sum of layers[0 .. n_stages-1] */
+    int emb_stage;                       /* stage holding the embedding: 0 */
+    int loss_stage;                      /* stage holding the output layer and loss: n_stages-1 */
+    int layers[SCHED_LAYOUT_MAX_STAGES]; /* transformer layers of each virtual stage, model order */
 } sched_layout;
 
 /* Parse a Megatron-core pipeline layout string into out:
