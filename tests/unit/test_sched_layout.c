@@ -91,8 +91,8 @@ Test(sched_layout, errors_name_the_position)
     parse_fails("E((((t*1000)*1000)*1000)*1000)L", "more than 1000000 transformer layers");
     parse_fails("E((()*1000000)*1000000)L", "more than 10^7 items");
     char deep[80] = "E";
-    for (int i = 0; i < 33; i++)
-        strcat(deep, "(");
+    memset(deep + 1, '(', 33); /* E then 33 '(' */
+    deep[34] = '\0';
     parse_fails(deep, "nested more than 32 deep");
 }
 
