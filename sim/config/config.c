@@ -286,6 +286,9 @@ static int check_layers(config *c, ts_err *err)
                 return err_set(err, TS_EINVAL,
                                "give one of --num-virtual-stages-per-pipeline-rank and "
                                "--num-layers-per-virtual-pipeline-stage");
+            int rc = check_chunks(p, vs, "--num-virtual-stages-per-pipeline-rank", err);
+            if (rc)
+                return rc;
             if (l % ((long)pp * vs)) {
                 nearby(l, (long)pp * vs, buf, sizeof buf);
                 return err_set(err, TS_EINVAL,

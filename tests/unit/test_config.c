@@ -192,6 +192,15 @@ Test(config, first_last_with_interleaving)
     EXPECT_MSG("--schedule interleaved with --decoder-first/last-pipeline-num-layers needs the chunks per rank");
     cr_expect_eq(run("--schedule", "zb-v", "--decoder-first-pipeline-num-layers", "4", NULL), TS_EINVAL);
     EXPECT_MSG("cannot be combined with --schedule zb-v");
+    /* the even split by chunk count */
+    cr_assert_eq(run("--num-virtual-stages-per-pipeline-rank", "3", NULL), TS_OK, "%s", E.msg);
+    cr_expect_eq(C.par.vp, 3);
+    cr_expect_eq(C.par.layout.layers[47], 2);
+    cr_expect_eq(run("--num-virtual-stages-per-pipeline-rank", "1", NULL), TS_EINVAL);
+    EXPECT_MSG("--schedule interleaved needs at least 2 chunks per pipeline rank; "
+               "--num-virtual-stages-per-pipeline-rank gives 1");
+    cr_expect_eq(run("--schedule", "1f1b", "--num-virtual-stages-per-pipeline-rank", "2", NULL), TS_EINVAL);
+    EXPECT_MSG("applies to --schedule interleaved or zb-v only");
 }
 
 /* --account-for-embedding/loss-in-pipeline-split: the embedding / loss
