@@ -235,30 +235,29 @@ static int schedule_import(const opt_table *t, const sargs *a, sched **s)
     return 0;
 }
 
-/* --pipeline-model-parallel-layout: the layers of each stage into o (its
- * stage_layers point into the static layout, valid until the next call)
- * and v = stages / p; the flags it replaces must be unset, -v and
- * --num-layers must agree with it. */
-static int layout_opts(const opt_table *t, const sargs *a, sched_opts *o, ts_err *err)
+/* --pipeline-model-parallel-layout: the layers of each stage into lay, and
+ * o borrowing them (o->stage_layers points into lay, so lay must outlive
+ * o's use) with v = stages / p; the flags it replaces must be unset, -v
+ * and --num-layers must agree with it. */
+static int layout_opts(const opt_table *t, const sargs *a, sched_layout *lay, sched_opts *o, ts_err *err)
 {
-    static sched_layout lay;
-    int v = 0, rc = sched_layout_parse(a->layout, &lay, err);
+    int v = 0, rc = sched_layout_parse(a->layout, lay, err);
     if (rc)
         return err_prefix(err, "--pipeline-model-parallel-layout: ");
     if (a->first || a->last)
         return err_set(err, TS_EINVAL,
                        "--pipeline-model-parallel-layout gives every stage's layers: drop "
                        "--decoder-first/last-pipeline-num-layers");
-    if ((rc = sched_layout_check(&lay, o->p, a->layers ? a->layers : lay.num_layers, &v, err)))
+    if ((rc = sched_layout_check(lay, o->p, a->layers ? a->layers : lay->num_layers, &v, err)))
         return err_prefix(err, "--pipeline-model-parallel-layout: ");
     if (opt_was_set(t, "--num-virtual-stages-per-pipeline-rank") && a->v != v)
         return err_set(err, TS_EINVAL,
                        "--pipeline-model-parallel-layout lists %d stages = %d per rank at p %d, but "
                        "--num-virtual-stages-per-pipeline-rank is %d (drop it, or make them agree)",
-                       lay.n_stages, v, o->p, a->v);
+                       lay->n_stages, v, o->p, a->v);
     o->v = v;
-    o->num_layers = lay.num_layers;
-    o->stage_layers = lay.layers;
+    o->num_layers = lay->num_layers;
+    o->stage_layers = lay->layers;
     return TS_OK;
 }
 
@@ -278,7 +277,8 @@ static int schedule_generate(const opt_table *t, const sargs *a, sched **s, ts_e
     o.last_stage_layers = a->last;
     o.with_comm = !a->compute_only;
     o.with_reduce_optim = a->with_reduce_optim;
-    int rc = a->layout ? layout_opts(t, a, &o, err) : TS_OK;
+    sched_layout lay; /* o.stage_layers borrows it until sched_generate returns */
+    int rc = a->layout ? layout_opts(t, a, &lay, &o, err) : TS_OK;
     if (rc == TS_OK)
         rc = sched_generate(&o, s, err);
     if (rc == TS_OK)
