@@ -159,6 +159,23 @@ static int exec_supports(const config *c, ts_err *err)
                        "--num-query-groups %d: the executor has no grouped-query attention "
                        "(give --num-query-groups %d)",
                        m->num_query_groups, m->num_attention_heads);
+    if (m->normalization != NORM_LAYERNORM)
+        return err_set(err, TS_ENOTSUP, "--normalization %s: the executor's layers use LayerNorm only",
+                       CONFIG_NORM_NAMES[m->normalization]);
+    if (!m->add_bias_linear)
+        return err_set(err, TS_ENOTSUP, "--disable-bias-linear: the executor's linear layers have biases");
+    if (m->untie_embeddings)
+        return err_set(err, TS_ENOTSUP,
+                       "--untie-embeddings-and-output-weights: the executor ties the output weight to the "
+                       "word embedding");
+    if (m->position_embedding != POS_LEARNED_ABSOLUTE || m->max_position_embeddings != m->seq_length)
+        return err_set(err, TS_ENOTSUP,
+                       "--position-embedding-type %s, --max-position-embeddings %d: the executor learns one "
+                       "position row per token of --seq-length %d (learned_absolute, max = seq)",
+                       CONFIG_POSITION_NAMES[m->position_embedding], m->max_position_embeddings, m->seq_length);
+    if (config_head_size(m) * m->num_attention_heads != m->hidden_size)
+        return err_set(err, TS_ENOTSUP, "--kv-channels %d: the executor's heads are h / a = %d wide", m->kv_channels,
+                       m->hidden_size / m->num_attention_heads);
     if (p->recompute != RECOMPUTE_NONE)
         return err_set(err, TS_ENOTSUP, "--recompute-granularity: the executor does not recompute (give none)");
     if (p->distributed_optimizer)
@@ -300,41 +317,26 @@ static void run_free(run *x)
     flags_release(&x->fs);
 }
 
-/* argv with the executor's defaults appended for the layout flags it does
- * not give (the model presets' layouts are for thousands of GPUs): --gpus =
- * ranks, t = p = 1, 1f1b, no sequence parallelism, no recomputation, b = 1,
- * B = 8. gpus_arg (gpus_bytes) holds the --gpus flag. Sets *ac; NULL when
- * out of memory. The caller frees the array (not its strings). */
-static char **with_layout_defaults(int argc, char **argv, int size, char *gpus_arg, size_t gpus_bytes, int *ac)
+/* argv with --gpus = ranks appended when the command line does not give
+ * it: the launcher's world size, as Megatron-LM takes it. Every other value
+ * resolves as in trainsim (flags.h: the same resolver, Megatron-LM's
+ * defaults). gpus_arg (gpus_bytes) holds the flag. Sets *ac; NULL when out
+ * of memory. The caller frees the array (not its strings). */
+static char **with_world_size(int argc, char **argv, int size, char *gpus_arg, size_t gpus_bytes, int *ac)
 {
     snprintf(gpus_arg, gpus_bytes, "--gpus=%d", size);
-    static const char *const inject[][3] = {
-        {"--gpus", "-n", NULL},
-        {"--tensor-model-parallel-size", "-t", "--tensor-model-parallel-size=1"},
-        {"--pipeline-model-parallel-size", "-p", "--pipeline-model-parallel-size=1"},
-        {"--sequence-parallel", NULL, "--sequence-parallel=false"},
-        {"--recompute-granularity", NULL, "--recompute-granularity=none"},
-        {"--schedule", NULL, "--schedule=1f1b"},
-        {"--micro-batch-size", NULL, "--micro-batch-size=1"},
-        {"--global-batch-size", NULL, "--global-batch-size=8"},
-    };
-    size_t ninject = sizeof inject / sizeof inject[0];
-    char **av = calloc((size_t)argc + ninject + 1, sizeof *av);
+    char **av = calloc((size_t)argc + 2, sizeof *av);
     if (!av)
         return NULL;
     int n = 0;
-    for (int i = 0; i < argc; i++)
+    bool given = false;
+    for (int i = 0; i < argc; i++) {
         av[n++] = argv[i];
-    for (size_t k = 0; k < ninject; k++) {
-        bool given = false;
-        size_t len = strlen(inject[k][0]);
-        for (int i = 1; i < argc; i++)
-            if ((!strncmp(argv[i], inject[k][0], len) && (argv[i][len] == '\0' || argv[i][len] == '=')) ||
-                (inject[k][1] && !strcmp(argv[i], inject[k][1])))
-                given = true;
-        if (!given)
-            av[n++] = k == 0 ? gpus_arg : (char *)(uintptr_t)inject[k][2];
+        if (i > 0 && (!strcmp(argv[i], "-n") || !strcmp(argv[i], "--gpus") || !strncmp(argv[i], "--gpus=", 7)))
+            given = true;
     }
+    if (!given)
+        av[n++] = gpus_arg;
     *ac = n;
     return av;
 }
@@ -363,7 +365,7 @@ static int parse_command_line(run *x, int argc, char **argv)
 {
     char gpus_arg[32];
     int ac = 0;
-    char **av = with_layout_defaults(argc, argv, x->size, gpus_arg, sizeof gpus_arg, &ac);
+    char **av = with_world_size(argc, argv, x->size, gpus_arg, sizeof gpus_arg, &ac);
     if (!av)
         return 1;
     flags_state *fs = &x->fs;
@@ -372,13 +374,13 @@ static int parse_command_line(run *x, int argc, char **argv)
                    "Run training iterations of a GPT model for real (fp32, OpenBLAS, MPI; or "
                    "--backend cuda on NVIDIA GPUs with NCCL) under a pipeline schedule and measure them: mpirun -np N "
                    "trainexec [the flags of "
-                   "trainsim simulate] [executor flags]. Layout flags not given default to "
-                   "--gpus N, t = p = 1, --schedule 1f1b, no --sequence-parallel, no "
-                   "recomputation, --micro-batch-size 1, --global-batch-size 8 (not to the "
-                   "preset's). The GPU kind and precision flags are accepted and ignored (fp32 "
-                   "on the CPU; --backend cuda: fp32 master weights, bf16 GEMMs). The default "
-                   "--model is far too large for a CPU: give a shape (--num-layers, "
-                   "--hidden-size, ...).");
+                   "trainsim simulate] [executor flags]. The flags resolve exactly as trainsim's "
+                   "(Megatron-LM's defaults: t = p = 1, 1F1B, no sequence parallelism, no "
+                   "recomputation, global batch = micro-batch x d), with --gpus = the ranks "
+                   "mpirun started. Give the shape Megatron-LM requires (--num-layers, "
+                   "--hidden-size, --num-attention-heads, --seq-length, --micro-batch-size). "
+                   "The GPU kind and precision flags are accepted and ignored (fp32 on the CPU; "
+                   "--backend cuda: fp32 master weights, bf16 GEMMs).");
     int code = GO_ON;
     int rc = flags_register(fs, &t, &x->c, &x->err);
     if (!rc)

@@ -70,7 +70,7 @@ echo "== 3/4 the executor on the GPU (trainexec --backend cuda) -> $OUT/exec-$KI
 if [ -x "$BUILD/trainexec" ]; then
     "$MPIRUN" -np 1 "$BUILD/trainexec" --backend cuda --num-layers 4 --hidden-size 1024 \
         --num-attention-heads 16 --seq-length 1024 --padded-vocab-size 51200 \
-        --global-batch-size 8 --iterations 5 --warmup 2 --op-trace \
+        --micro-batch-size 1 --global-batch-size 8 --iterations 5 --warmup 2 --op-trace \
         --report-csv "$OUT/exec-$KIND-report.csv" --ops-csv "$OUT/exec-$KIND-ops.csv"
 else
     echo "   skipped: $BUILD/trainexec was not built (needs MPI)"

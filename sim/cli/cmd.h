@@ -4,6 +4,13 @@
 #ifndef TRAINSIM_CLI_CMD_H
 #define TRAINSIM_CLI_CMD_H
 
+/* trainsim simulate's status when the simulated run does not fit in the
+ * GPU's memory (its peak, overheads included, above the HBM of some rank):
+ * the report is printed in full, its first line saying so. Distinct from
+ * 1 and 2 so that scripts can tell "ran, but would run out of memory" from
+ * a failure or bad input. */
+#define CMD_EXIT_DOES_NOT_FIT 3
+
 /* The exit status of every subcommand for a library status code:
  *
  *   0  TS_OK       success
@@ -13,6 +20,8 @@
  *                  written (TS_EIO), out of memory (TS_ENOMEM), an internal
  *                  error (TS_ESTATE), a request this build cannot serve
  *                  (TS_ENOTSUP)
+ *
+ *   3  (simulate only) the run does not fit in memory: CMD_EXIT_DOES_NOT_FIT
  *
  * A failure with no status code gets the status of its kind: 2 for bad usage
  * (an unknown command, flags that do not go together), 1 when the run failed

@@ -10,6 +10,8 @@
 #include "sim/cli/cmd.h"
 #include "sim/config/catalog.h"
 #include "sim/config/catalog_models.h"
+#include "sim/config/flags.h"
+#include "sim/config/overheads.h"
 #include "sim/config/topo.h"
 #include "sim/core/simulate.h"
 #include "sim/search/search.h"
@@ -107,6 +109,8 @@ static int parse_schedules(const char *s, unsigned *mask, ts_err *err)
 }
 
 typedef struct {
+    memory_overheads overheads; /* --cuda-context-gib ... (flags_register_memory) */
+    double margin_gib;          /* --memory-margin */
     const char *model, *gpu, *topology, *calibration, *out, *mbs, *schedules;
     int gpus, batch, top, threads, max_tp, max_pp, max_vp;
     int num_layers, hidden, heads, groups, ffn, seq, vocab;
@@ -276,13 +280,23 @@ static int add_flags(opt_table *t, search_args *a, ts_err *err)
          .target = &a->no_block,
          .help = "do not try full recomputation of part of each stage's layers (block method)"},
         {.name = "--quiet", .type = OPT_BOOL, .target = &a->quiet, .help = "no progress on stderr"},
+        {.name = "--memory-margin",
+         .type = OPT_DOUBLE,
+         .target = &a->margin_gib,
+         .min = 0,
+         .max = 1024,
+         .unit = "GiB",
+         .help = "memory kept free on every GPU on top of the modelled peak (overheads included): a candidate whose "
+                 "peak + margin exceeds the GPU's memory is rejected. It covers what the model leaves out (op "
+                 "temporaries, fragmentation above the estimate); docs/search.md"},
     };
+    a->margin_gib = SEARCH_MEMORY_MARGIN_GIB;
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
         int rc = opt_add(t, &specs[i], err);
         if (rc)
             return rc;
     }
-    return TS_OK;
+    return flags_register_memory(t, &a->overheads, err);
 }
 
 /* Model, cluster and space from the arguments. *topo_out is owned by the
@@ -334,7 +348,13 @@ static int build_space(const search_args *a, search_space *s, topo **topo_out, t
     }
     cl.gpus_per_node = t->params.gpus_per_node;
     cl.topology = t;
+    cl.overheads = a->overheads; /* the GPU's defaults unless a flag is given, as every command */
+    if ((rc = overheads_resolve(&cl.overheads, &cl.gpu, err))) {
+        topo_free(t);
+        return rc;
+    }
     search_space_default(s, &m, &cl, a->batch ? a->batch : preset.par.global_batch_size);
+    s->memory_margin_bytes = a->margin_gib * GIB;
     if (a->max_tp)
         s->max_tp = a->max_tp;
     if (a->max_pp)

@@ -112,6 +112,8 @@ static int simulate_outputs(const simulate_result *r, const net_simulate *ns, co
     const bool text = !a->csv || strcmp(a->csv, "-") != 0;
     if (text)
         report_text(r, stdout);
+    else /* stdout carries the CSV: say it on stderr */
+        report_fit_line(r, stderr);
     if (ns && text) {
         net_engine_stats st = net_simulate_stats(ns);
         printf("network (%s): %llu collectives, %llu p2p, %llu flows, %llu flow-rate updates\n",
@@ -158,10 +160,12 @@ int cmd_simulate(int argc, char **argv)
         rc = simulate_outputs(r, ns, &a, &flag, &err);
     if (rc)
         fprintf(stderr, "trainsim simulate: %s%s\n", flag, err.msg);
+    /* a run that does not fit is reported in full, then exits with its own status */
+    int status = rc || help || !r || r->fits ? cmd_exit_status(rc) : CMD_EXIT_DOES_NOT_FIT;
     simulate_result_free(r);
     net_simulate_free(ns);
     config_free(&c);
     flags_release(&fs);
     opt_table_free(&t);
-    return cmd_exit_status(rc);
+    return status;
 }

@@ -120,6 +120,15 @@ static int gpu_row(const csvio_table *t, size_t r, catalog_gpus *c, ts_err *err)
         return rc;
     if (!csvio_empty(t, r, "tdp_w") && (rc = csvio_get_positive(t, r, "tdp_w", &g->tdp_w, err)))
         return rc;
+    if (!csvio_empty(t, r, "cuda_context_gib") &&
+        (rc = csvio_get_positive(t, r, "cuda_context_gib", &g->cuda_context_gib, err)))
+        return rc;
+    if (!csvio_empty(t, r, "cublas_workspace_mib") &&
+        (rc = csvio_get_positive(t, r, "cublas_workspace_mib", &g->cublas_workspace_mib, err)))
+        return rc;
+    if (!csvio_empty(t, r, "nccl_channels") &&
+        (rc = csvio_get_int(t, r, "nccl_channels", 1, 64, &g->nccl_channels, err)))
+        return rc;
     /* every name and alias must be unique */
     for (size_t j = 0; j < r; j++) {
         const char *clash = NULL;

@@ -34,13 +34,17 @@ typedef struct {
     double bf16_tflops;            /* dense peak, TFLOP/s */
     double fp16_tflops;
     double fp32_tflops;
-    double hbm_gib;       /* memory, GiB */
-    double hbm_gbps;      /* memory bandwidth, GB/s (1e9 B/s) */
-    double nvlink_gbps;   /* NVLink per GPU per direction, GB/s */
-    double fp8_tflops;    /* dense FP8 peak, TFLOP/s (0 = no FP8 tensor cores) */
-    double tf32_tflops;   /* dense TF32 peak, TFLOP/s */
-    double tdp_w;         /* board power, W */
-    bool calibrated_only; /* no datasheet rates (`--gpu cpu`): every cost comes from
+    double hbm_gib;     /* memory, GiB */
+    double hbm_gbps;    /* memory bandwidth, GB/s (1e9 B/s) */
+    double nvlink_gbps; /* NVLink per GPU per direction, GB/s */
+    double fp8_tflops;  /* dense FP8 peak, TFLOP/s (0 = no FP8 tensor cores) */
+    double tf32_tflops; /* dense TF32 peak, TFLOP/s */
+    double tdp_w;       /* board power, W */
+    /* Memory besides tensors (overheads.h; sources in gpus.csv's comments): */
+    double cuda_context_gib;     /* CUDA context + loaded kernel modules per process, GiB */
+    double cublas_workspace_mib; /* cuBLAS default workspace per handle/stream, MiB */
+    int nccl_channels;           /* NCCL channels per communicator */
+    bool calibrated_only;        /* no datasheet rates (`--gpu cpu`): every cost comes from
                                      --calibration FILE (calib_device_params); rates above are 0 */
 } gpu_spec;
 
@@ -60,7 +64,8 @@ typedef struct {
 /* Load a GPU catalogue; path NULL = the shipped gpus.csv. Columns (units):
  * gpu, aliases, bf16_tflops, fp16_tflops, fp8_tflops (may be empty),
  * tf32_tflops, fp32_tflops (TFLOP/s), hbm_gib (GiB), hbm_gbps (GB/s),
- * nvlink_gbps_per_direction (GB/s), tdp_w (W). Messages name file:line and
+ * nvlink_gbps_per_direction (GB/s), tdp_w (W); cuda_context_gib (GiB),
+ * cublas_workspace_mib (MiB), nccl_channels (may be empty: 0). Messages name file:line and
  * column; duplicate names/aliases are errors. */
 int catalog_gpus_load(const char *path, catalog_gpus **out, ts_err *err);
 void catalog_gpus_free(catalog_gpus *c);

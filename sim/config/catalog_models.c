@@ -17,6 +17,10 @@ static const char *const MODEL_COLS[] = {"name",
                                          "swiglu",
                                          "seq_length",
                                          "padded_vocab_size",
+                                         "untie_embeddings_and_output_weights",
+                                         "normalization",
+                                         "disable_bias_linear",
+                                         "position_embedding_type",
                                          "params_billion",
                                          "gpus",
                                          "tensor_model_parallel_size",
@@ -46,7 +50,8 @@ static int model_row(const csvio_table *t, size_t r, catalog_model *m, ts_err *e
     model_config *mc = &m->model;
     parallel_config *p = &m->par;
     const char *name, *sched_name, *src;
-    int rc, rec = 0;
+    int rc, rec = 0, norm = 0, pos = 0;
+    bool no_bias = false;
     const long BIG = 1L << 30;
     if ((rc = csvio_get_str(t, r, "name", &name, err)))
         return rc;
@@ -63,6 +68,10 @@ static int model_row(const csvio_table *t, size_t r, catalog_model *m, ts_err *e
         (rc = csvio_get_bool(t, r, "swiglu", &mc->swiglu, err)) ||
         (rc = csvio_get_int(t, r, "seq_length", 1, BIG, &mc->seq_length, err)) ||
         (rc = csvio_get_int(t, r, "padded_vocab_size", 1, BIG, &mc->padded_vocab_size, err)) ||
+        (rc = csvio_get_bool(t, r, "untie_embeddings_and_output_weights", &mc->untie_embeddings, err)) ||
+        (rc = csvio_get_enum(t, r, "normalization", CONFIG_NORM_NAMES, &norm, err)) ||
+        (rc = csvio_get_bool(t, r, "disable_bias_linear", &no_bias, err)) ||
+        (rc = csvio_get_enum(t, r, "position_embedding_type", CONFIG_POSITION_NAMES, &pos, err)) ||
         (rc = csvio_get_positive(t, r, "params_billion", &m->params_billion, err)) ||
         (rc = csvio_get_int(t, r, "gpus", 1, BIG, &m->gpus, err)) ||
         (rc = csvio_get_int(t, r, "tensor_model_parallel_size", 1, BIG, &p->tp, err)) ||
@@ -80,6 +89,12 @@ static int model_row(const csvio_table *t, size_t r, catalog_model *m, ts_err *e
         (rc = csvio_get_str(t, r, "layout_source", &src, err)))
         return rc;
     p->recompute = (config_recompute)rec;
+    mc->normalization = (config_norm)norm;
+    mc->position_embedding = (config_position)pos;
+    mc->add_bias_linear = !no_bias;
+    mc->kv_channels = mc->hidden_size / mc->num_attention_heads;
+    mc->max_position_embeddings = mc->seq_length;
+    mc->vocab_size = 0; /* the preset gives the padded size */
     if (strlen(sched_name) >= sizeof m->schedule)
         return csvio_errf(t, r, "schedule", err, "'%s' is too long", sched_name);
     snprintf(m->schedule, sizeof m->schedule, "%s", sched_name);

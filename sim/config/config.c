@@ -1,13 +1,42 @@
 #include "sim/config/config.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "sim/config/overheads.h"
 #include "sim/config/topo.h"
 
 const char *const CONFIG_RECOMPUTE_NAMES[] = {"none", "selective", "full", NULL};
 const char *const CONFIG_RECOMPUTE_METHOD_NAMES[] = {"uniform", "block", NULL};
 const char *const CONFIG_PRECISION_NAMES[] = {"bf16", "fp16", "fp32", NULL};
+const char *const CONFIG_NORM_NAMES[] = {"LayerNorm", "RMSNorm", NULL};
+const char *const CONFIG_POSITION_NAMES[] = {"learned_absolute", "rope", "yarn", "none", NULL};
+
+int config_pad_vocab(int vocab, int divisible_by, int t, int *padded, ts_err *err)
+{
+    if (vocab < 1 || divisible_by < 1 || t < 1)
+        return err_set(err, TS_EINVAL,
+                       "vocabulary padding needs --vocab-size (%d), --make-vocab-size-divisible-by (%d) and "
+                       "--tensor-model-parallel-size (%d) all >= 1",
+                       vocab, divisible_by, t);
+    long long multiple = (long long)divisible_by * t;
+    long long p = ((long long)vocab + multiple - 1) / multiple * multiple;
+    if (p > INT_MAX)
+        return err_set(err, TS_EINVAL,
+                       "--vocab-size %d padded to a multiple of %lld (--make-vocab-size-divisible-by x t) is %lld, "
+                       "past %d",
+                       vocab, multiple, p, INT_MAX);
+    *padded = (int)p;
+    return TS_OK;
+}
+
+int config_head_size(const model_config *m)
+{
+    if (m->kv_channels > 0)
+        return m->kv_channels;
+    return m->num_attention_heads > 0 ? m->hidden_size / m->num_attention_heads : 0;
+}
 
 void config_free(config *c)
 {
@@ -71,7 +100,16 @@ static int check_model(const model_config *m, ts_err *err)
         if (pos[i].v < 1)
             return err_set(err, TS_EINVAL, "%s is %ld; it must be at least 1", pos[i].flag, pos[i].v);
     char buf[160];
-    if (m->hidden_size % m->num_attention_heads) {
+    if (m->kv_channels < 0 || m->max_position_embeddings < 0)
+        return err_set(err, TS_EINVAL, "--kv-channels %d and --max-position-embeddings %d must be >= 1 (0 = derived)",
+                       m->kv_channels, m->max_position_embeddings);
+    if (m->position_embedding == POS_LEARNED_ABSOLUTE && m->max_position_embeddings > 0 &&
+        m->max_position_embeddings < m->seq_length)
+        return err_set(err, TS_EINVAL,
+                       "--max-position-embeddings %d is less than --seq-length %d (the learned position table needs "
+                       "a row per position: give at least %d)",
+                       m->max_position_embeddings, m->seq_length, m->seq_length);
+    if (m->kv_channels == 0 && m->hidden_size % m->num_attention_heads) {
         nearby(m->hidden_size, m->num_attention_heads, buf, sizeof buf);
         return err_set(err, TS_EINVAL,
                        "--hidden-size %d is not divisible by --num-attention-heads %d (the head size must be a "
@@ -487,6 +525,8 @@ int config_resolve(config *c, ts_err *err)
         c->par.sequence_parallel = false; /* as Megatron-LM: a no-op with one tensor-parallel rank */
     if (!c->cluster.gpu.name[0])
         return err_set(err, TS_EINVAL, "no GPU kind (give --gpu KIND)");
+    if ((rc = overheads_resolve(&c->cluster.overheads, &c->cluster.gpu, err)))
+        return rc;
     if (c->cluster.topology) {
         if ((rc = topo_check_gpus(c->cluster.topology, c->cluster.gpus, err)))
             return rc;

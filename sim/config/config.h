@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "sim/config/catalog.h"
+#include "sim/config/overheads.h"
 #include "sim/sched/sched.h"
 #include "sim/sched/sched_layout.h"
 #include "sim/util/err.h"
@@ -23,19 +24,32 @@
 typedef enum { PREC_BF16 = 0, PREC_FP16, PREC_FP32 } config_precision;
 typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } config_recompute;
 typedef enum { RECOMPUTE_METHOD_UNIFORM = 0, RECOMPUTE_METHOD_BLOCK } config_recompute_method;
+typedef enum { NORM_LAYERNORM = 0, NORM_RMSNORM } config_norm;
+/* Position embeddings: a learned table of max_position_embeddings x h
+ * (parameters on the first stage), rotary (rope, and yarn, its rescaled
+ * form: no parameters, an element-wise rotation of q and k), or none. */
+typedef enum { POS_LEARNED_ABSOLUTE = 0, POS_ROPE, POS_YARN, POS_NONE } config_position;
 
 /* Transformer shape (Megatron-LM names in comments). */
 typedef struct {
-    char name[CONFIG_NAME_BYTES]; /* preset name or "custom" */
-    int num_layers;               /* --num-layers */
-    int hidden_size;              /* --hidden-size */
-    int num_attention_heads;      /* --num-attention-heads */
-    int ffn_hidden_size;          /* --ffn-hidden-size (default 4h; 8h/3 rounded for SwiGLU presets) */
-    int num_query_groups;         /* --num-query-groups (= heads when no GQA) */
-    bool swiglu;                  /* --swiglu */
-    int seq_length;               /* --seq-length, tokens */
-    int padded_vocab_size;        /* --padded-vocab-size */
-    config_precision precision;   /* --bf16 / --fp16 / --fp32 (default bf16) */
+    char name[CONFIG_NAME_BYTES];       /* preset name or "custom" */
+    int num_layers;                     /* --num-layers */
+    int hidden_size;                    /* --hidden-size */
+    int num_attention_heads;            /* --num-attention-heads */
+    int kv_channels;                    /* --kv-channels: head size d (Megatron's default h / a) */
+    int ffn_hidden_size;                /* --ffn-hidden-size (default 4h; 8h/3 rounded for SwiGLU presets) */
+    int num_query_groups;               /* --num-query-groups with --group-query-attention (= heads when no GQA) */
+    bool swiglu;                        /* --swiglu */
+    int seq_length;                     /* --seq-length, tokens */
+    int max_position_embeddings;        /* --max-position-embeddings, tokens (learned position table rows) */
+    int vocab_size;                     /* --vocab-size before padding, tokens (0: padded size given directly) */
+    int make_vocab_size_divisible_by;   /* --make-vocab-size-divisible-by (the padding multiple is this x t) */
+    int padded_vocab_size;              /* the vocabulary after padding, tokens (derived, or --padded-vocab-size) */
+    bool untie_embeddings;              /* --untie-embeddings-and-output-weights: a separate output weight */
+    bool add_bias_linear;               /* biases in the linear layers (Megatron's default; --disable-bias-linear) */
+    config_norm normalization;          /* --normalization LayerNorm|RMSNorm */
+    config_position position_embedding; /* --position-embedding-type */
+    config_precision precision;         /* --bf16 / --fp16 (default fp32, as Megatron-LM) */
 } model_config;
 
 /* Parallel layout and training step. */
@@ -74,10 +88,11 @@ struct topo; /* topo.h: parsed cluster topology */
 
 /* The cluster the run is placed on. */
 typedef struct {
-    int gpus;              /* --gpus, total GPUs */
-    int gpus_per_node;     /* from the topology (8 for DGX) */
-    gpu_spec gpu;          /* --gpu KIND (default A100-SXM4-80GB) */
-    struct topo *topology; /* --topology FILE, or the built-in Selene-like default; owned */
+    int gpus;                   /* --gpus, total GPUs */
+    int gpus_per_node;          /* from the topology (8 for DGX) */
+    gpu_spec gpu;               /* --gpu KIND (default A100-SXM4-80GB) */
+    struct topo *topology;      /* --topology FILE, or the built-in Selene-like default; owned */
+    memory_overheads overheads; /* memory besides tensors per GPU (OVERHEADS_DEFAULT: the GPU's) */
 } cluster_config;
 
 typedef struct {
@@ -91,15 +106,29 @@ typedef struct {
 extern const char *const CONFIG_RECOMPUTE_NAMES[];
 extern const char *const CONFIG_RECOMPUTE_METHOD_NAMES[];
 extern const char *const CONFIG_PRECISION_NAMES[];
+/* Megatron-LM's spellings: "LayerNorm", "RMSNorm"; "learned_absolute",
+ * "rope", "yarn", "none". */
+extern const char *const CONFIG_NORM_NAMES[];
+extern const char *const CONFIG_POSITION_NAMES[];
+
+/* Megatron-LM's padding of the vocabulary: the smallest multiple of
+ * divisible_by x t that is >= vocab (megatron/training/tokenizer's
+ * _vocab_size_with_padding). TS_EINVAL if an operand is < 1 or the result
+ * passes INT_MAX. */
+int config_pad_vocab(int vocab, int divisible_by, int t, int *padded, ts_err *err);
+
+/* Head size d: kv_channels, or h / a when it is 0. */
+int config_head_size(const model_config *m);
 
 /* Check every cross-field rule (divisibility, ranges, fits of layers to
  * stages, gpus = tp*pp*dp, ...) and fill the derived fields, so c is then
  * ready to simulate: par.dp (gpus / (tp*pp) when left 0), par.vp (chunks
  * per pipeline rank), cluster.gpus_per_node (from the topology, when there
  * is one), par.layout (layers per virtual stage; checked against p,
- * --num-layers and the schedule when it was given as a layout string), and
- * par.sequence_parallel turned off at tp 1 (as Megatron-LM: a
- * no-op with one tensor-parallel rank). TS_EINVAL with a message that names
+ * --num-layers and the schedule when it was given as a layout string),
+ * par.sequence_parallel turned off at tp 1 (as Megatron-LM: a no-op with
+ * one tensor-parallel rank), cluster.overheads' fields left at
+ * OVERHEADS_DEFAULT (from the GPU kind: overheads_resolve). TS_EINVAL with a message that names
  * the flag(s) and what would be valid; c may then be partly resolved. */
 int config_resolve(config *c, ts_err *err);
 

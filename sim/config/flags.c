@@ -1,5 +1,6 @@
 #include "sim/config/flags.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,13 +23,6 @@ static void fill_sched_names(void)
     SCHED_NAMES[SCHED_CUSTOM] = NULL;
 }
 
-static void apply_preset(config *c, const catalog_model *pm)
-{
-    c->model = pm->model;
-    c->par = pm->par;
-    c->cluster.gpus = pm->gpus;
-}
-
 #define ADD(...)                                                                                                       \
     do {                                                                                                               \
         if ((rc = opt_add(t, &(opt_spec){__VA_ARGS__}, err)))                                                          \
@@ -44,38 +38,59 @@ static int add_model_flags(flags_state *s, opt_table *t, config *c, ts_err *err)
 {
     int rc;
     model_config *m = &c->model;
-    SECTION("Model (defaults shown are those of the default preset, " FLAGS_DEFAULT_MODEL ")");
+    SECTION("Model (defaults are Megatron-LM's; --model NAME starts from a preset instead)");
     ADD(.name = "--model", .type = OPT_STRING, .target = &s->model, .metavar = "NAME",
+        .defval = "none: Megatron-LM's defaults (no flag at all: the built-in default, " FLAGS_DEFAULT_MODEL ")",
         .help = "model preset from topologies/models.csv: gpt3-175b; megatron-1.7b, -3.6b, -7.5b, -18.4b, -39.1b, "
                 "-76.1b, -145.6b, -310.1b, -529.6b, -1t (Narayanan et al. 2021 Table 1); llama2-7b, -13b, -70b; "
                 "llama3-8b, -70b, -405b; bloom-176b. It sets the shape and the starting layout (GPUs, t, p, batch, "
                 "recompute, schedule); every flag below overrides it (trainsim config --list-models)");
     ADD(.name = "--num-layers", .type = OPT_INT, .target = &m->num_layers, .min = 1, .max = 100000, .unit = "layers",
-        .help = "transformer layers");
+        .defval = "required", .help = "transformer layers");
     ADD(.name = "--hidden-size", .type = OPT_INT, .target = &m->hidden_size, .min = 1, .max = 1 << 24,
-        .unit = "elements", .help = "hidden size h");
+        .unit = "elements", .defval = "required", .help = "hidden size h");
     ADD(.name = "--num-attention-heads", .type = OPT_INT, .target = &m->num_attention_heads, .min = 1, .max = 1 << 20,
-        .unit = "heads", .help = "attention heads a (h must be a multiple of a)");
+        .unit = "heads", .defval = "required", .help = "attention heads a");
+    ADD(.name = "--kv-channels", .type = OPT_INT, .target = &m->kv_channels, .min = 1, .max = 1 << 20,
+        .unit = "elements", .defval = "h / a", .help = "head size d (query, key and value projections are a x d wide)");
+    ADD(.name = "--group-query-attention", .type = OPT_BOOL, .target = &s->gqa,
+        .help = "grouped-query attention: --num-query-groups key/value heads");
     ADD(.name = "--num-query-groups", .type = OPT_INT, .target = &m->num_query_groups, .min = 1, .max = 1 << 20,
-        .unit = "KV groups",
-        .help = "key/value head groups of grouped-query attention (= heads: none; given --num-attention-heads "
-                "alone, it follows it)");
+        .unit = "KV groups", .defval = "1 with --group-query-attention; else one per head",
+        .help = "key/value head groups (takes effect only with --group-query-attention, as in Megatron-LM)");
     ADD(.name = "--ffn-hidden-size", .type = OPT_INT, .target = &m->ffn_hidden_size, .min = 1, .max = 1 << 26,
-        .unit = "elements",
-        .help = "MLP hidden size (given --hidden-size or --swiglu alone: 4h, SwiGLU 8h/3 rounded down to a "
-                "multiple of 64, as Megatron-LM)");
+        .unit = "elements", .defval = "4h; SwiGLU: 8h/3 rounded down to a multiple of 64", .help = "MLP hidden size");
     ADD(.name = "--swiglu", .type = OPT_BOOL, .target = &m->swiglu,
         .help = "SwiGLU MLP (3 weight matrices) instead of GeLU (2); --swiglu=false turns a preset's off");
+    ADD(.name = "--normalization", .type = OPT_ENUM, .target = &s->normalization, .enum_names = CONFIG_NORM_NAMES,
+        .help = "normalization layer (RMSNorm has a weight and no bias)");
+    ADD(.name = "--disable-bias-linear", .type = OPT_BOOL, .target = &s->disable_bias,
+        .help = "no biases in the linear layers (Megatron-LM adds them by default)");
+    ADD(.name = "--position-embedding-type", .type = OPT_ENUM, .target = &s->position,
+        .enum_names = CONFIG_POSITION_NAMES,
+        .help = "learned_absolute: a table of --max-position-embeddings x h on the first stage; rope/yarn: rotary, "
+                "no parameters; none");
     ADD(.name = "--seq-length", .type = OPT_INT, .target = &m->seq_length, .min = 1, .max = 1 << 24, .unit = "tokens",
-        .help = "sequence length s");
+        .defval = "required", .help = "sequence length s");
+    ADD(.name = "--max-position-embeddings", .type = OPT_INT, .target = &m->max_position_embeddings, .min = 1,
+        .max = 1 << 24, .unit = "tokens", .defval = "--seq-length",
+        .help = "rows of the learned position table (at least --seq-length)");
+    ADD(.name = "--vocab-size", .type = OPT_INT, .target = &m->vocab_size, .min = 1, .max = 1 << 26, .unit = "tokens",
+        .defval = "50257 (GPT-2 BPE, pretrain_gpt.py's default tokenizer)", .help = "vocabulary before padding");
+    ADD(.name = "--make-vocab-size-divisible-by", .type = OPT_INT, .target = &m->make_vocab_size_divisible_by, .min = 1,
+        .max = 1 << 20, .unit = "tokens", .defval = "128",
+        .help = "the vocabulary is padded to a multiple of this x t");
     ADD(.name = "--padded-vocab-size", .type = OPT_INT, .target = &m->padded_vocab_size, .min = 1, .max = 1 << 26,
-        .unit = "tokens", .help = "vocabulary size V after padding (a multiple of t)");
-    ADD(.name = "--bf16", .type = OPT_BOOL, .target = &s->bf16, .defval = "on (bf16 unless --fp16/--fp32)",
+        .unit = "tokens", .defval = "derived from --vocab-size",
+        .help = "the vocabulary after padding, given directly (a multiple of t; excludes --vocab-size)");
+    ADD(.name = "--untie-embeddings-and-output-weights", .type = OPT_BOOL, .target = &m->untie_embeddings,
+        .help = "a separate output weight (V x h) instead of sharing the input embedding's");
+    ADD(.name = "--bf16", .type = OPT_BOOL, .target = &s->bf16,
         .help = "bf16 mixed precision (weights, activations, gradients in 2 bytes; fp32 master weights)");
     ADD(.name = "--fp16", .type = OPT_BOOL, .target = &s->fp16, .help = "fp16 mixed precision (exclusive with --bf16)");
     ADD(.name = "--fp32", .type = OPT_BOOL, .target = &s->fp32,
-        .help = "fp32 training, no mixed precision (weights, activations, gradients in 4 bytes, no "
-                "master copy; exclusive with --bf16 and --fp16)");
+        .help = "fp32 training, Megatron-LM's default without --bf16/--fp16 (weights, activations, gradients in 4 "
+                "bytes, no master copy)");
     return TS_OK;
 }
 
@@ -85,32 +100,38 @@ static int add_parallel_flags(flags_state *s, opt_table *t, config *c, ts_err *e
     parallel_config *p = &c->par;
     SECTION("Parallelism and batch");
     ADD(.name = "--micro-batch-size", .type = OPT_INT, .target = &p->micro_batch_size, .min = 1, .max = 1 << 20,
-        .unit = "sequences", .help = "micro-batch size b");
+        .unit = "sequences", .defval = "required", .help = "micro-batch size b");
     ADD(.name = "--global-batch-size", .type = OPT_INT, .target = &p->global_batch_size, .min = 1, .max = 1 << 30,
-        .unit = "sequences", .help = "global batch B per iteration (a multiple of b x d)");
+        .unit = "sequences", .defval = "b x d", .help = "global batch B per iteration (a multiple of b x d)");
     ADD(.name = "--tensor-model-parallel-size", .alias = "-t", .type = OPT_INT, .target = &p->tp, .min = 1,
-        .max = 65536, .unit = "GPUs", .help = "tensor-parallel size t");
+        .max = 65536, .unit = "GPUs", .defval = "1", .help = "tensor-parallel size t");
     ADD(.name = "--pipeline-model-parallel-size", .alias = "-p", .type = OPT_INT, .target = &p->pp, .min = 1,
-        .max = 65536, .unit = "GPUs",
-        .help = "pipeline-parallel size p (given explicitly, the preset's uneven first/last split is dropped)");
+        .max = 65536, .unit = "GPUs", .defval = "1",
+        .help = "pipeline-parallel size p (with --model, given explicitly, it drops the preset's interleaving and "
+                "uneven split)");
     ADD(.name = "--data-parallel-size", .alias = "-d", .type = OPT_INT, .target = &s->dp, .min = 1, .max = 1 << 24,
         .unit = "GPUs", .defval = "derived: gpus / (t x p)",
         .help = "data-parallel size d; if given, --gpus must equal t x p x d");
     ADD(.name = "--num-layers-per-virtual-pipeline-stage", .type = OPT_INT, .target = &p->layers_per_virtual_stage,
-        .min = 1, .max = 100000, .unit = "layers",
-        .help = "layers per model chunk for --schedule interleaved (v = layers / (p x this)); zb-v: optional, "
-                "must give v = 2; 0 = unset");
+        .min = 1, .max = 100000, .unit = "layers", .defval = "unset",
+        .help = "layers per model chunk: interleaved 1F1B with v = layers / (p x this) chunks per rank; zb-v: "
+                "optional, must give v = 2");
+    ADD(.name = "--num-virtual-stages-per-pipeline-rank", .type = OPT_INT, .target = &s->vstages, .min = 1,
+        .max = 100000, .unit = "chunks", .defval = "unset",
+        .help = "model chunks v per pipeline rank: interleaved 1F1B (excludes "
+                "--num-layers-per-virtual-pipeline-stage)");
     ADD(.name = "--decoder-first-pipeline-num-layers", .type = OPT_INT, .target = &p->first_stage_layers, .min = 1,
-        .max = 100000, .unit = "layers",
-        .help = "layers on the first pipeline stage (uneven split; the other stages share the rest evenly); 0 = "
-                "even split");
+        .max = 100000, .unit = "layers", .defval = "even split",
+        .help = "layers on the first pipeline stage (uneven split; the other stages share the rest evenly)");
     ADD(.name = "--decoder-last-pipeline-num-layers", .type = OPT_INT, .target = &p->last_stage_layers, .min = 1,
-        .max = 100000, .unit = "layers", .help = "layers on the last pipeline stage (uneven split); 0 = even split");
+        .max = 100000, .unit = "layers", .defval = "even split", .help = "layers on the last pipeline stage");
     ADD(.name = "--sequence-parallel", .type = OPT_BOOL, .target = &p->sequence_parallel,
         .help = "sequence parallelism (Korthikanti et al. 2022; no effect with t = 1); --sequence-parallel=false "
                 "turns a preset's off");
     ADD(.name = "--recompute-granularity", .type = OPT_ENUM, .target = &s->recompute,
         .enum_names = CONFIG_RECOMPUTE_NAMES, .help = "activation recomputation");
+    ADD(.name = "--recompute-activations", .type = OPT_BOOL, .target = &s->recompute_activations,
+        .help = "selective recomputation (Megatron-LM's shorthand for --recompute-granularity selective)");
     ADD(.name = "--recompute-method", .type = OPT_ENUM, .target = &s->recompute_method,
         .enum_names = CONFIG_RECOMPUTE_METHOD_NAMES,
         .help = "full recomputation: uniform (groups of --recompute-num-layers) or block (that many layers per "
@@ -136,39 +157,12 @@ static int add_layout_flags(flags_state *s, opt_table *t, config *c, ts_err *err
                 "boundary, *N repeat, ( ) group; stages listed chunk-major (chunk 0 of ranks 0..p-1, then chunk 1 "
                 "...), a multiple of p of them (v = stages / p), layers summing to --num-layers; e.g. Llama 3 "
                 "405B at p 16: 'Et*3|(t*4|)*30t*3L' (docs/schedules.md)");
-    ADD(.name = "--num-virtual-stages-per-pipeline-rank", .type = OPT_INT, .target = &p->virtual_stages_per_rank,
-        .min = 1, .max = SCHED_MAX_V, .unit = "chunks",
-        .help = "chunks per pipeline rank v for interleaved (needed with --decoder-first/last-pipeline-num-layers, "
-                "as Megatron-core); 0 = unset");
     ADD(.name = "--account-for-embedding-in-pipeline-split", .type = OPT_BOOL, .target = &p->account_for_embedding,
         .help = "count the embedding as one layer of the split: the first virtual stage gets one transformer layer "
                 "fewer ((layers + 1 [+ 1]) must split evenly over p x v)");
     ADD(.name = "--account-for-loss-in-pipeline-split", .type = OPT_BOOL, .target = &p->account_for_loss,
         .help = "count the loss as one layer of the split: the last virtual stage gets one transformer layer fewer");
     return TS_OK;
-}
-
-/* --pipeline-model-parallel-layout into par.layout; a layout is the whole
- * split, so it drops the preset's (not explicitly given) split flags, as
- * --num-virtual-stages-per-pipeline-rank drops the preset's layers per
- * virtual stage. */
-static int resolve_pipeline_layout(flags_state *s, const opt_table *t, ts_err *err)
-{
-    parallel_config *p = &s->c->par;
-    if (opt_was_set(t, "--num-virtual-stages-per-pipeline-rank") &&
-        !opt_was_set(t, "--num-layers-per-virtual-pipeline-stage"))
-        p->layers_per_virtual_stage = 0; /* the preset's chunk size gives way to the chunk count */
-    p->layout_given = s->pipeline_layout != NULL;
-    if (!p->layout_given)
-        return TS_OK;
-    if (!opt_was_set(t, "--decoder-first-pipeline-num-layers"))
-        p->first_stage_layers = 0;
-    if (!opt_was_set(t, "--decoder-last-pipeline-num-layers"))
-        p->last_stage_layers = 0;
-    if (!opt_was_set(t, "--num-layers-per-virtual-pipeline-stage"))
-        p->layers_per_virtual_stage = 0;
-    int rc = sched_layout_parse(s->pipeline_layout, &p->layout, err);
-    return rc ? err_prefix(err, "--pipeline-model-parallel-layout: ") : TS_OK;
 }
 
 /* The layout line of flags_print: layers per virtual stage, compactly,
@@ -192,11 +186,13 @@ static int add_cluster_flags(flags_state *s, opt_table *t, config *c, ts_err *er
     int rc;
     SECTION("Schedule");
     ADD(.name = "--schedule", .type = OPT_ENUM, .target = &s->schedule, .enum_names = SCHED_NAMES,
+        .defval = "1f1b; interleaved with a virtual-pipeline flag",
         .help = "pipeline schedule (interleaved = Megatron's interleaved 1F1B; zb-* = zero bubble, Qi et al. "
-                "2024)");
+                "2024; gpipe)");
     SECTION("Cluster");
     ADD(.name = "--gpus", .alias = "-n", .type = OPT_INT, .target = &c->cluster.gpus, .min = 1, .max = 1 << 24,
-        .unit = "GPUs", .help = "GPUs in the run");
+        .unit = "GPUs", .defval = "t x p x d (d = 1 unless given)",
+        .help = "GPUs in the run (the launcher's world size)");
     ADD(.name = "--gpu", .type = OPT_STRING, .target = &s->gpu, .metavar = "KIND",
         .defval = "the topology's, else " DEFAULT_GPU,
         .help = "GPU kind from topologies/gpus.csv: A100-SXM4-40GB, A100-SXM4-80GB, H100-SXM5-80GB, H200-SXM-141GB "
@@ -209,27 +205,47 @@ static int add_cluster_flags(flags_state *s, opt_table *t, config *c, ts_err *er
     return TS_OK;
 }
 
+/* Memory besides tensors (config.h memory_overheads, overheads.h): every
+ * field starts at OVERHEADS_DEFAULT, which config_resolve replaces by
+ * the GPU kind's figure unless the flag is given. */
+int flags_register_memory(opt_table *t, memory_overheads *o, ts_err *err)
+{
+    int rc;
+    o->cuda_context_gib = o->nccl_buffer_mib = o->cublas_workspace_mib = OVERHEADS_DEFAULT;
+    o->allocator_fragmentation = OVERHEADS_DEFAULT;
+    o->nccl_channels = (int)OVERHEADS_DEFAULT;
+    SECTION("Memory besides tensors (added to every GPU's peak; docs/simulator.md#memory)");
+    ADD(.name = "--cuda-context-gib", .type = OPT_DOUBLE, .target = &o->cuda_context_gib, .min = 0, .max = 1024,
+        .unit = "GiB", .defval = "the GPU's (gpus.csv): 0.75 A100, 1.0 H100/H200",
+        .help = "CUDA context and loaded kernel modules (cuBLAS, NCCL, framework) per GPU; a stated estimate");
+    ADD(.name = "--nccl-buffer-mib", .type = OPT_DOUBLE, .target = &o->nccl_buffer_mib, .min = 0, .max = 65536,
+        .unit = "MiB", .defval = "9.1875 (NCCL defaults: Simple 4 + LL128 4.6875 + LL 0.5)",
+        .help = "NCCL buffers per channel per peer; a rank holds communicators x channels x 2 peers of them");
+    ADD(.name = "--nccl-channels", .type = OPT_INT, .target = &o->nccl_channels, .min = 0, .max = 64,
+        .unit = "channels", .defval = "the GPU's (gpus.csv): 16 A100, 32 H100/H200",
+        .help = "NCCL channels per communicator (TP, PP, DP, tied-embedding groups)");
+    ADD(.name = "--cublas-workspace-mib", .type = OPT_DOUBLE, .target = &o->cublas_workspace_mib, .min = 0,
+        .max = 65536, .unit = "MiB", .defval = "the GPU's (gpus.csv): 4 A100, 32 H100/H200",
+        .help = "cuBLAS workspace per GEMM stream (cuBLAS's documented default per architecture)");
+    ADD(.name = "--allocator-fragmentation", .type = OPT_DOUBLE, .target = &o->allocator_fragmentation, .min = 0,
+        .max = 10, .unit = "fraction", .defval = "0.10 (estimate; 0 for --gpu cpu)",
+        .help = "caching-allocator overhead on the activations and pipeline buffers live (0.10 = 10% more)");
+    return TS_OK;
+}
+
 int flags_register(flags_state *s, opt_table *t, config *c, ts_err *err)
 {
     memset(s, 0, sizeof *s);
     memset(c, 0, sizeof *c);
     s->c = c;
-    s->model = FLAGS_DEFAULT_MODEL;
     fill_sched_names();
-    catalog_model pm;
-    if (catalog_model_preset(FLAGS_DEFAULT_MODEL, &pm, NULL) == TS_OK) {
-        apply_preset(c, &pm);
-        s->recompute = (int)pm.par.recompute;
-        sched_kind k;
-        if (sched_kind_parse(pm.schedule, &k, NULL) == TS_OK)
-            s->schedule = (int)k;
-    }
-    s->bf16 = true;
+    s->first_entry = t->n;
     int rc;
     if ((rc = add_model_flags(s, t, c, err)) || (rc = add_parallel_flags(s, t, c, err)) ||
-        (rc = add_layout_flags(s, t, c, err)) || (rc = add_cluster_flags(s, t, c, err)))
+        (rc = add_layout_flags(s, t, c, err)) || (rc = add_cluster_flags(s, t, c, err)) ||
+        (rc = flags_register_memory(t, &c->cluster.overheads, err)))
         return rc;
-    s->bf16 = false; /* "given" is tracked by the table; the value only matters with --fp16 */
+    s->end_entry = t->n;
     return TS_OK;
 }
 
@@ -257,85 +273,403 @@ void flags_release(flags_state *s)
 
 /* ---------------------------------------------------------------- finish */
 
-static void resolve_model(flags_state *s, const opt_table *t, const catalog_model *pm)
+/* Megatron-LM's argument defaults (megatron/training/arguments.py) for the
+ * fields it has defaults for; 0 marks a required or derived value. */
+#define MEGATRON_VOCAB                   50257 /* GPT2BPETokenizer, pretrain_gpt.py's default tokenizer */
+#define MEGATRON_MAKE_VOCAB_DIVISIBLE_BY 128
+
+static void megatron_defaults(config *b)
+{
+    memset(b, 0, sizeof *b);
+    snprintf(b->model.name, sizeof b->model.name, "custom");
+    b->model.vocab_size = MEGATRON_VOCAB;
+    b->model.make_vocab_size_divisible_by = MEGATRON_MAKE_VOCAB_DIVISIBLE_BY;
+    b->model.add_bias_linear = true;
+    b->model.normalization = NORM_LAYERNORM;
+    b->model.position_embedding = POS_LEARNED_ABSOLUTE;
+    b->model.precision = PREC_FP32;
+    b->par.tp = 1;
+    b->par.pp = 1;
+    b->par.schedule = SCHED_1F1B;
+}
+
+/* A preset over Megatron-LM's defaults: what models.csv gives. */
+static int preset_base(const catalog_model *pm, config *b, ts_err *err)
+{
+    megatron_defaults(b);
+    b->model = pm->model;
+    b->model.make_vocab_size_divisible_by = MEGATRON_MAKE_VOCAB_DIVISIBLE_BY;
+    b->par = pm->par;
+    b->cluster.gpus = pm->gpus;
+    if (sched_kind_parse(pm->schedule, &b->par.schedule, err))
+        return err_prefix(err, "model preset %s (topologies/models.csv), column 'schedule': ", pm->model.name);
+    return TS_OK;
+}
+
+static void rule(flags_state *s, flags_field f, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void rule(flags_state *s, flags_field f, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->rule[f], sizeof s->rule[f], fmt, ap);
+    va_end(ap);
+    s->src[f] = FLAGS_SRC_DERIVED;
+}
+
+/* The field's flag was given: keep its value. Otherwise take the base's
+ * and record where it came from. */
+#define TAKE(F, flag, dst, base)                                                                                       \
+    do {                                                                                                               \
+        if (opt_was_set(t, flag)) {                                                                                    \
+            s->src[F] = FLAGS_SRC_FLAG;                                                                                \
+        } else {                                                                                                       \
+            (dst) = (base);                                                                                            \
+            s->src[F] = basesrc;                                                                                       \
+        }                                                                                                              \
+    } while (0)
+
+static const char *const REQUIRED[] = {"--num-layers", "--hidden-size",      "--num-attention-heads",
+                                       "--seq-length", "--micro-batch-size", NULL};
+
+/* Megatron-LM's required flags, when no preset gives them. */
+static int check_required(const opt_table *t, ts_err *err)
+{
+    char miss[256] = "";
+    size_t off = 0;
+    for (int i = 0; REQUIRED[i]; i++)
+        if (!opt_was_set(t, REQUIRED[i]) && off < sizeof miss)
+            off += (size_t)snprintf(miss + off, sizeof miss - off, "%s%s", off ? ", " : "", REQUIRED[i]);
+    if (off)
+        return err_set(err, TS_EINVAL,
+                       "no model: Megatron-LM requires %s (missing: %s); or start from a preset with --model NAME "
+                       "(trainsim config --list-models; --model " FLAGS_DEFAULT_MODEL " is the built-in default)",
+                       "--num-layers, --hidden-size, --num-attention-heads, --seq-length and --micro-batch-size", miss);
+    return TS_OK;
+}
+
+static int resolve_model(flags_state *s, const opt_table *t, const config *base, flags_source basesrc, ts_err *err)
 {
     model_config *m = &s->c->model;
-    const model_config *q = &pm->model;
+    const model_config *q = &base->model;
+    bool preset = basesrc != FLAGS_SRC_MEGATRON;
     bool set_h = opt_was_set(t, "--hidden-size"), set_sw = opt_was_set(t, "--swiglu");
     bool set_heads = opt_was_set(t, "--num-attention-heads");
-    static const char *const SHAPE[] = {"--num-layers",       "--hidden-size",       "--num-attention-heads",
-                                        "--num-query-groups", "--ffn-hidden-size",   "--swiglu",
-                                        "--seq-length",       "--padded-vocab-size", NULL};
-    if (!opt_was_set(t, "--num-layers"))
-        m->num_layers = q->num_layers;
-    if (!set_h)
-        m->hidden_size = q->hidden_size;
-    if (!set_heads)
-        m->num_attention_heads = q->num_attention_heads;
-    if (!set_sw)
-        m->swiglu = q->swiglu;
-    if (!opt_was_set(t, "--seq-length"))
-        m->seq_length = q->seq_length;
-    if (!opt_was_set(t, "--padded-vocab-size"))
-        m->padded_vocab_size = q->padded_vocab_size;
-    if (!opt_was_set(t, "--ffn-hidden-size")) {
-        if (set_h || set_sw) /* Megatron-LM's default (arguments.py) */
-            m->ffn_hidden_size = m->swiglu ? (int)((4.0 * m->hidden_size * 2 / 3) / 64) * 64 : 4 * m->hidden_size;
-        else
-            m->ffn_hidden_size = q->ffn_hidden_size;
+    TAKE(FLAGS_F_LAYERS, "--num-layers", m->num_layers, q->num_layers);
+    TAKE(FLAGS_F_HIDDEN, "--hidden-size", m->hidden_size, q->hidden_size);
+    TAKE(FLAGS_F_HEADS, "--num-attention-heads", m->num_attention_heads, q->num_attention_heads);
+    TAKE(FLAGS_F_SWIGLU, "--swiglu", m->swiglu, q->swiglu);
+    TAKE(FLAGS_F_SEQ, "--seq-length", m->seq_length, q->seq_length);
+    TAKE(FLAGS_F_UNTIE, "--untie-embeddings-and-output-weights", m->untie_embeddings, q->untie_embeddings);
+    TAKE(FLAGS_F_MAKEDIV, "--make-vocab-size-divisible-by", m->make_vocab_size_divisible_by,
+         q->make_vocab_size_divisible_by);
+    if (!opt_was_set(t, "--make-vocab-size-divisible-by"))
+        s->src[FLAGS_F_MAKEDIV] = FLAGS_SRC_MEGATRON; /* no preset sets it */
+    if (opt_was_set(t, "--normalization")) {
+        m->normalization = (config_norm)s->normalization;
+        s->src[FLAGS_F_NORM] = FLAGS_SRC_FLAG;
+    } else {
+        m->normalization = q->normalization;
+        s->src[FLAGS_F_NORM] = basesrc;
     }
-    if (!opt_was_set(t, "--num-query-groups"))
-        m->num_query_groups = set_heads ? m->num_attention_heads : q->num_query_groups;
+    if (opt_was_set(t, "--position-embedding-type")) {
+        m->position_embedding = (config_position)s->position;
+        s->src[FLAGS_F_POS] = FLAGS_SRC_FLAG;
+    } else {
+        m->position_embedding = q->position_embedding;
+        s->src[FLAGS_F_POS] = basesrc;
+    }
+    m->add_bias_linear = opt_was_set(t, "--disable-bias-linear") ? !s->disable_bias : q->add_bias_linear;
+    s->src[FLAGS_F_BIAS] = opt_was_set(t, "--disable-bias-linear") ? FLAGS_SRC_FLAG : basesrc;
+
+    /* --kv-channels: Megatron-LM derives h / a */
+    if (opt_was_set(t, "--kv-channels")) {
+        s->src[FLAGS_F_KV] = FLAGS_SRC_FLAG;
+    } else {
+        m->kv_channels = m->num_attention_heads > 0 && m->hidden_size % m->num_attention_heads == 0
+                             ? m->hidden_size / m->num_attention_heads
+                             : 0;
+        rule(s, FLAGS_F_KV, "h / a");
+    }
+    /* grouped-query attention: a GQA preset counts as --group-query-attention */
+    bool gqa = s->gqa || (preset && !opt_was_set(t, "--group-query-attention") && q->num_query_groups > 0 &&
+                          q->num_query_groups < q->num_attention_heads);
+    if (opt_was_set(t, "--num-query-groups")) {
+        if (!gqa)
+            return err_set(err, TS_EINVAL,
+                           "--num-query-groups %d takes effect only with --group-query-attention (Megatron-LM "
+                           "ignores it otherwise): add --group-query-attention, or drop --num-query-groups",
+                           m->num_query_groups);
+        s->src[FLAGS_F_GROUPS] = FLAGS_SRC_FLAG;
+    } else if (!gqa) {
+        m->num_query_groups = m->num_attention_heads;
+        rule(s, FLAGS_F_GROUPS, "one per head (no --group-query-attention)");
+    } else if (preset && q->num_query_groups < q->num_attention_heads &&
+               (!set_heads || m->num_attention_heads % q->num_query_groups == 0)) {
+        m->num_query_groups = q->num_query_groups; /* the preset's groups, while they divide the heads */
+        s->src[FLAGS_F_GROUPS] = basesrc;
+    } else {
+        m->num_query_groups = 1; /* Megatron-LM's default for --num-query-groups */
+        s->src[FLAGS_F_GROUPS] = FLAGS_SRC_MEGATRON;
+    }
+    /* --ffn-hidden-size: the preset's, unless h or the MLP kind changed */
+    if (opt_was_set(t, "--ffn-hidden-size")) {
+        s->src[FLAGS_F_FFN] = FLAGS_SRC_FLAG;
+    } else if (preset && !set_h && !set_sw) {
+        m->ffn_hidden_size = q->ffn_hidden_size;
+        s->src[FLAGS_F_FFN] = basesrc;
+    } else if (m->swiglu) { /* Megatron-LM's rule (arguments.py) */
+        m->ffn_hidden_size = (int)((4.0 * m->hidden_size * 2 / 3) / 64) * 64;
+        rule(s, FLAGS_F_FFN, "SwiGLU: 8h/3 rounded down to a multiple of 64");
+    } else {
+        m->ffn_hidden_size = 4 * m->hidden_size;
+        rule(s, FLAGS_F_FFN, "4h");
+    }
+    if (opt_was_set(t, "--max-position-embeddings")) {
+        s->src[FLAGS_F_MAXPOS] = FLAGS_SRC_FLAG;
+    } else {
+        m->max_position_embeddings = m->seq_length;
+        rule(s, FLAGS_F_MAXPOS, "= --seq-length (the smallest table Megatron-LM accepts)");
+    }
+    m->precision = s->fp32 ? PREC_FP32 : s->fp16 ? PREC_FP16 : s->bf16 ? PREC_BF16 : q->precision;
+    s->src[FLAGS_F_PREC] = s->fp32 || s->fp16 || s->bf16 ? FLAGS_SRC_FLAG : basesrc;
+
+    static const char *const SHAPE[] = {"--num-layers",
+                                        "--hidden-size",
+                                        "--num-attention-heads",
+                                        "--kv-channels",
+                                        "--num-query-groups",
+                                        "--group-query-attention",
+                                        "--ffn-hidden-size",
+                                        "--swiglu",
+                                        "--seq-length",
+                                        "--vocab-size",
+                                        "--padded-vocab-size",
+                                        "--untie-embeddings-and-output-weights",
+                                        "--disable-bias-linear",
+                                        "--normalization",
+                                        "--position-embedding-type",
+                                        NULL};
     bool changed = false;
     for (int i = 0; SHAPE[i]; i++)
         changed |= opt_was_set(t, SHAPE[i]);
-    snprintf(m->name, sizeof m->name, "%.40s%s", q->name, changed ? " (modified)" : "");
-    m->precision = s->fp32 ? PREC_FP32 : s->fp16 ? PREC_FP16 : PREC_BF16;
+    if (basesrc == FLAGS_SRC_BUILTIN)
+        snprintf(m->name, sizeof m->name, "%.40s (built-in default)", q->name);
+    else if (preset)
+        snprintf(m->name, sizeof m->name, "%.40s%s", q->name, changed ? " (modified)" : "");
+    else
+        snprintf(m->name, sizeof m->name, "custom");
+    return TS_OK;
 }
 
-static int resolve_layout(flags_state *s, const opt_table *t, const catalog_model *pm, ts_err *err)
+/* The vocabulary, once t is known: --padded-vocab-size as given, or the
+ * preset's padded size, or --vocab-size padded as Megatron-LM pads it. */
+static int resolve_vocab(flags_state *s, const opt_table *t, const config *base, flags_source basesrc, ts_err *err)
+{
+    model_config *m = &s->c->model;
+    bool set_v = opt_was_set(t, "--vocab-size"), set_pv = opt_was_set(t, "--padded-vocab-size");
+    if (set_v && set_pv)
+        return err_set(err, TS_EINVAL,
+                       "--vocab-size and --padded-vocab-size exclude each other (give the tokenizer's size with "
+                       "--vocab-size, padded as Megatron-LM pads it, or the padded size itself)");
+    if (set_pv) {
+        m->vocab_size = 0;
+        s->src[FLAGS_F_PADDED] = FLAGS_SRC_FLAG;
+        s->src[FLAGS_F_VOCAB] = FLAGS_SRC_FLAG;
+        snprintf(s->rule[FLAGS_F_VOCAB], sizeof s->rule[FLAGS_F_VOCAB], "(not used: --padded-vocab-size given)");
+        return TS_OK;
+    }
+    if (!set_v && base->model.vocab_size == 0) { /* a preset with a published padded size */
+        m->vocab_size = 0;
+        m->padded_vocab_size = base->model.padded_vocab_size;
+        s->src[FLAGS_F_PADDED] = basesrc;
+        s->src[FLAGS_F_VOCAB] = basesrc;
+        snprintf(s->rule[FLAGS_F_VOCAB], sizeof s->rule[FLAGS_F_VOCAB], "(the preset gives the padded size)");
+        return TS_OK;
+    }
+    if (!set_v) {
+        m->vocab_size = base->model.vocab_size;
+        s->src[FLAGS_F_VOCAB] = basesrc;
+    } else {
+        s->src[FLAGS_F_VOCAB] = FLAGS_SRC_FLAG;
+    }
+    int rc = config_pad_vocab(m->vocab_size, m->make_vocab_size_divisible_by, s->c->par.tp, &m->padded_vocab_size, err);
+    if (rc)
+        return rc;
+    rule(s, FLAGS_F_PADDED, "--vocab-size padded to a multiple of %d x t = %lld", m->make_vocab_size_divisible_by,
+         (long long)m->make_vocab_size_divisible_by * s->c->par.tp);
+    return TS_OK;
+}
+
+static int resolve_recompute(flags_state *s, const opt_table *t, const config *base, flags_source basesrc, ts_err *err)
 {
     parallel_config *p = &s->c->par;
-    const parallel_config *q = &pm->par;
-    int rc;
-    if (!opt_was_set(t, "--tensor-model-parallel-size"))
-        p->tp = q->tp;
-    bool set_pp = opt_was_set(t, "--pipeline-model-parallel-size");
-    if (!set_pp)
-        p->pp = q->pp;
-    if (!opt_was_set(t, "--micro-batch-size"))
-        p->micro_batch_size = q->micro_batch_size;
-    if (!opt_was_set(t, "--global-batch-size"))
-        p->global_batch_size = q->global_batch_size;
-    if (!opt_was_set(t, "--sequence-parallel"))
-        p->sequence_parallel = q->sequence_parallel;
-    if (!opt_was_set(t, "--use-distributed-optimizer"))
-        p->distributed_optimizer = q->distributed_optimizer;
-    if (!opt_was_set(t, "--gpus"))
-        s->c->cluster.gpus = pm->gpus;
-    p->recompute = opt_was_set(t, "--recompute-granularity") ? (config_recompute)s->recompute : q->recompute;
+    bool set_g = opt_was_set(t, "--recompute-granularity");
+    if (s->recompute_activations) {
+        if (set_g && s->recompute != RECOMPUTE_SELECTIVE)
+            return err_set(err, TS_EINVAL,
+                           "--recompute-activations means --recompute-granularity selective; it conflicts with "
+                           "--recompute-granularity %s (give one)",
+                           CONFIG_RECOMPUTE_NAMES[s->recompute]);
+        p->recompute = RECOMPUTE_SELECTIVE;
+        s->src[FLAGS_F_RECOMPUTE] = FLAGS_SRC_FLAG;
+    } else if (set_g) {
+        p->recompute = (config_recompute)s->recompute;
+        s->src[FLAGS_F_RECOMPUTE] = FLAGS_SRC_FLAG;
+    } else {
+        p->recompute = base->par.recompute;
+        s->src[FLAGS_F_RECOMPUTE] = basesrc;
+    }
     p->recompute_method = (config_recompute_method)s->recompute_method;
+    s->src[FLAGS_F_RMETHOD] = opt_was_set(t, "--recompute-method") ? FLAGS_SRC_FLAG : FLAGS_SRC_MEGATRON;
     if (opt_was_set(t, "--recompute-method") && p->recompute != RECOMPUTE_FULL) /* as Megatron-LM */
         return err_set(err, TS_EINVAL, "--recompute-method applies to --recompute-granularity full only (got %s)",
                        CONFIG_RECOMPUTE_NAMES[p->recompute]);
     if (!opt_was_set(t, "--recompute-num-layers"))
         p->recompute_num_layers = 0;
-    if (!opt_was_set(t, "--overlap-grad-reduce"))
-        p->overlap_grad_reduce = false;
+    s->src[FLAGS_F_RLAYERS] = opt_was_set(t, "--recompute-num-layers") ? FLAGS_SRC_FLAG : FLAGS_SRC_MEGATRON;
+    return TS_OK;
+}
+
+/* --pipeline-model-parallel-layout into par.layout. A layout is the whole
+ * split, so it drops the preset's (not explicitly given) first/last split
+ * and interleaving, and without --schedule more stages than p mean
+ * interleaved 1F1B (Megatron-core takes v from the layout); the
+ * account-for flags and an explicit virtual-pipeline flag drop the
+ * preset's first/last split too (it was chosen for the preset's chunks). */
+static int resolve_pipeline_layout(flags_state *s, const opt_table *t, ts_err *err)
+{
+    parallel_config *p = &s->c->par;
+    p->layout_given = s->pipeline_layout != NULL;
+    bool chunks = opt_was_set(t, "--num-virtual-stages-per-pipeline-rank") ||
+                  opt_was_set(t, "--num-layers-per-virtual-pipeline-stage");
+    if (p->layout_given || p->account_for_embedding || p->account_for_loss || chunks) {
+        if (!opt_was_set(t, "--decoder-first-pipeline-num-layers"))
+            p->first_stage_layers = 0;
+        if (!opt_was_set(t, "--decoder-last-pipeline-num-layers"))
+            p->last_stage_layers = 0;
+    }
+    if (!p->layout_given)
+        return TS_OK;
+    if (!opt_was_set(t, "--num-layers-per-virtual-pipeline-stage"))
+        p->layers_per_virtual_stage = 0;
+    int rc = sched_layout_parse(s->pipeline_layout, &p->layout, err);
+    if (rc)
+        return err_prefix(err, "--pipeline-model-parallel-layout: ");
+    if (!opt_was_set(t, "--schedule") && p->layout.n_stages > p->pp) {
+        p->schedule = SCHED_INTERLEAVED;
+        rule(s, FLAGS_F_SCHEDULE, "interleaved 1F1B (the layout lists more stages than p)");
+    }
+    return TS_OK;
+}
+
+/* The schedule and its virtual stages. */
+static int resolve_schedule(flags_state *s, const opt_table *t, const config *base, flags_source basesrc, ts_err *err)
+{
+    parallel_config *p = &s->c->par;
+    const parallel_config *q = &base->par;
+    bool set_pp = opt_was_set(t, "--pipeline-model-parallel-size") && basesrc != FLAGS_SRC_MEGATRON && p->pp != q->pp;
+    bool set_lv = opt_was_set(t, "--num-layers-per-virtual-pipeline-stage");
+    bool set_vs = opt_was_set(t, "--num-virtual-stages-per-pipeline-rank");
     bool set_sched = opt_was_set(t, "--schedule");
+    if (set_lv && set_vs) /* Megatron-LM asserts the same */
+        return err_set(err, TS_EINVAL,
+                       "--num-layers-per-virtual-pipeline-stage and --num-virtual-stages-per-pipeline-rank exclude "
+                       "each other (give one)");
+    /* an uneven split (first/last, account-for, layout string) keeps the
+     * chunk count for config_resolve; an even one becomes layers per chunk */
+    bool uneven = opt_was_set(t, "--decoder-first-pipeline-num-layers") ||
+                  opt_was_set(t, "--decoder-last-pipeline-num-layers") ||
+                  opt_was_set(t, "--account-for-embedding-in-pipeline-split") ||
+                  opt_was_set(t, "--account-for-loss-in-pipeline-split") || s->pipeline_layout;
+    p->virtual_stages_per_rank = set_vs && uneven ? s->vstages : 0;
+    if (set_vs && !uneven) {
+        long per = (long)p->pp * s->vstages;
+        if (s->c->model.num_layers % per)
+            return err_set(err, TS_EINVAL,
+                           "--num-virtual-stages-per-pipeline-rank %d: --num-layers %d is not divisible by p x v = "
+                           "%d x %d = %ld",
+                           s->vstages, s->c->model.num_layers, p->pp, s->vstages, per);
+        p->layers_per_virtual_stage = (int)(s->c->model.num_layers / per);
+    }
+    if (set_lv || set_vs) {
+        s->src[FLAGS_F_VP] = FLAGS_SRC_FLAG;
+    } else if (set_pp || (set_sched && s->schedule != SCHED_INTERLEAVED) || basesrc == FLAGS_SRC_MEGATRON) {
+        p->layers_per_virtual_stage = 0;
+        if (basesrc == FLAGS_SRC_MEGATRON)
+            s->src[FLAGS_F_VP] = FLAGS_SRC_MEGATRON;
+        else
+            rule(s, FLAGS_F_VP, "the preset's interleaving dropped (%s given)", set_pp ? "-p" : "--schedule");
+    } else {
+        p->layers_per_virtual_stage = q->layers_per_virtual_stage;
+        s->src[FLAGS_F_VP] = basesrc;
+    }
     if (set_sched) {
         p->schedule = (sched_kind)s->schedule;
-    } else if ((rc = sched_kind_parse(pm->schedule, &p->schedule, err))) {
-        return err_prefix(err, "model preset %s (topologies/models.csv), column 'schedule': ", pm->model.name);
+        s->src[FLAGS_F_SCHEDULE] = FLAGS_SRC_FLAG;
+    } else if (set_lv || set_vs) {
+        p->schedule = SCHED_INTERLEAVED;
+        rule(s, FLAGS_F_SCHEDULE, "interleaved 1F1B (a virtual-pipeline flag is given)");
+    } else if (basesrc == FLAGS_SRC_MEGATRON || (set_pp && q->schedule == SCHED_INTERLEAVED)) {
+        p->schedule = SCHED_1F1B;
+        s->src[FLAGS_F_SCHEDULE] = FLAGS_SRC_MEGATRON;
+    } else {
+        p->schedule = q->schedule;
+        s->src[FLAGS_F_SCHEDULE] = basesrc;
     }
-    if (!opt_was_set(t, "--num-layers-per-virtual-pipeline-stage"))
-        p->layers_per_virtual_stage = set_sched && p->schedule != SCHED_INTERLEAVED ? 0 : q->layers_per_virtual_stage;
-    if (!opt_was_set(t, "--decoder-first-pipeline-num-layers"))
+    bool set_first = opt_was_set(t, "--decoder-first-pipeline-num-layers");
+    bool set_last = opt_was_set(t, "--decoder-last-pipeline-num-layers");
+    if (!set_first)
         p->first_stage_layers = set_pp ? 0 : q->first_stage_layers;
-    if (!opt_was_set(t, "--decoder-last-pipeline-num-layers"))
+    if (!set_last)
         p->last_stage_layers = set_pp ? 0 : q->last_stage_layers;
+    s->src[FLAGS_F_FIRST] = set_first ? FLAGS_SRC_FLAG : set_pp ? FLAGS_SRC_MEGATRON : basesrc;
+    s->src[FLAGS_F_LAST] = set_last ? FLAGS_SRC_FLAG : set_pp ? FLAGS_SRC_MEGATRON : basesrc;
+    return TS_OK;
+}
+
+static int resolve_layout(flags_state *s, const opt_table *t, const config *base, flags_source basesrc, ts_err *err)
+{
+    parallel_config *p = &s->c->par;
+    const parallel_config *q = &base->par;
+    int rc;
+    TAKE(FLAGS_F_TP, "--tensor-model-parallel-size", p->tp, q->tp);
+    TAKE(FLAGS_F_PP, "--pipeline-model-parallel-size", p->pp, q->pp);
+    TAKE(FLAGS_F_MBS, "--micro-batch-size", p->micro_batch_size, q->micro_batch_size);
+    TAKE(FLAGS_F_SP, "--sequence-parallel", p->sequence_parallel, q->sequence_parallel);
+    TAKE(FLAGS_F_DISTOPT, "--use-distributed-optimizer", p->distributed_optimizer, q->distributed_optimizer);
+    TAKE(FLAGS_F_OVERLAP, "--overlap-grad-reduce", p->overlap_grad_reduce, false);
+    if (!opt_was_set(t, "--overlap-grad-reduce"))
+        s->src[FLAGS_F_OVERLAP] = FLAGS_SRC_MEGATRON;
+    if ((rc = resolve_recompute(s, t, base, basesrc, err)) || (rc = resolve_schedule(s, t, base, basesrc, err)))
+        return rc;
     p->dp = opt_was_set(t, "--data-parallel-size") ? s->dp : 0;
     p->vp = 0;
+    /* GPUs: the preset's, or t x p x d (the smallest world the layout runs on) */
+    if (opt_was_set(t, "--gpus")) {
+        s->src[FLAGS_F_GPUS] = FLAGS_SRC_FLAG;
+    } else if (basesrc != FLAGS_SRC_MEGATRON) {
+        s->c->cluster.gpus = base->cluster.gpus;
+        s->src[FLAGS_F_GPUS] = basesrc;
+    } else {
+        long g = (long)p->tp * p->pp * (p->dp > 0 ? p->dp : 1);
+        if (g > (1L << 24))
+            return err_set(err, TS_EINVAL, "t x p x d = %ld GPUs is past the limit of %d", g, 1 << 24);
+        s->c->cluster.gpus = (int)g;
+        rule(s, FLAGS_F_GPUS, "t x p x d (no --gpus; d = %d)", p->dp > 0 ? p->dp : 1);
+    }
+    s->src[FLAGS_F_DP] = opt_was_set(t, "--data-parallel-size") ? FLAGS_SRC_FLAG : FLAGS_SRC_DERIVED;
+    if (!opt_was_set(t, "--data-parallel-size"))
+        snprintf(s->rule[FLAGS_F_DP], sizeof s->rule[FLAGS_F_DP], "gpus / (t x p)");
+    /* global batch: the preset's, or Megatron-LM's b x d (once d is known) */
+    if (opt_was_set(t, "--global-batch-size")) {
+        s->src[FLAGS_F_GBS] = FLAGS_SRC_FLAG;
+    } else if (basesrc != FLAGS_SRC_MEGATRON) {
+        p->global_batch_size = q->global_batch_size;
+        s->src[FLAGS_F_GBS] = basesrc;
+    } else {
+        p->global_batch_size = 0; /* filled after config_resolve's d */
+        rule(s, FLAGS_F_GBS, "micro-batch x d (Megatron-LM's default)");
+    }
     return resolve_pipeline_layout(s, t, err);
 }
 
@@ -400,25 +734,166 @@ out:
     return rc;
 }
 
+/* Whether any of the shared flags was given. */
+static bool any_shared_flag(const flags_state *s, const opt_table *t)
+{
+    for (size_t i = s->first_entry; i < s->end_entry && i < t->n; i++)
+        if (t->entries[i].set)
+            return true;
+    return false;
+}
+
 int flags_finish(flags_state *s, const opt_table *t, ts_err *err)
 {
     config *c = s->c;
     c->cluster.topology = NULL;
+    s->preset_source[0] = '\0';
     if (s->bf16 && s->fp16)
-        return err_set(err, TS_EINVAL, "--bf16 and --fp16 exclude each other (give one; bf16 is the default)");
-    if (s->fp32 && (s->fp16 || (s->bf16 && opt_was_set(t, "--bf16"))))
-        return err_set(err, TS_EINVAL, "--fp32 excludes --bf16 and --fp16 (give one; bf16 is the default)");
-    catalog_model pm;
-    int rc = catalog_model_preset(s->model, &pm, err);
-    if (rc)
-        return rc == TS_EINVAL ? err_prefix(err, "--model: ") : rc;
-    snprintf(s->preset_source, sizeof s->preset_source, "%s", pm.source);
-    resolve_model(s, t, &pm);
-    if ((rc = resolve_layout(s, t, &pm, err)) || (rc = resolve_cluster(s, err)) || (rc = config_resolve(c, err))) {
+        return err_set(err, TS_EINVAL, "--bf16 and --fp16 exclude each other (give one)");
+    if (s->fp32 && (s->fp16 || s->bf16))
+        return err_set(err, TS_EINVAL, "--fp32 excludes --bf16 and --fp16 (give one)");
+    s->model_given = opt_was_set(t, "--model");
+    s->builtin_default = !any_shared_flag(s, t);
+    config base;
+    flags_source basesrc = FLAGS_SRC_MEGATRON;
+    int rc;
+    if (s->model_given || s->builtin_default) {
+        catalog_model pm;
+        rc = catalog_model_preset(s->model_given ? s->model : FLAGS_DEFAULT_MODEL, &pm, err);
+        if (rc)
+            return rc == TS_EINVAL ? err_prefix(err, "--model: ") : rc;
+        if ((rc = preset_base(&pm, &base, err)))
+            return rc;
+        snprintf(s->preset_source, sizeof s->preset_source, "%s", pm.source);
+        basesrc = s->model_given ? FLAGS_SRC_PRESET : FLAGS_SRC_BUILTIN;
+    } else {
+        megatron_defaults(&base);
+        if ((rc = check_required(t, err)))
+            return rc;
+    }
+    if ((rc = resolve_model(s, t, &base, basesrc, err)) || (rc = resolve_layout(s, t, &base, basesrc, err)) ||
+        (rc = resolve_vocab(s, t, &base, basesrc, err)))
+        return rc;
+    parallel_config *p = &c->par;
+    if (p->global_batch_size == 0) { /* Megatron-LM: b x d */
+        long tpp = (long)p->tp * p->pp;
+        long d = p->dp > 0 ? p->dp : (c->cluster.gpus % tpp ? 1 : c->cluster.gpus / tpp);
+        long gbs = (long)p->micro_batch_size * d;
+        if (gbs > (1L << 30))
+            return err_set(err, TS_EINVAL, "--global-batch-size b x d = %ld is past the limit of %d sequences", gbs,
+                           1 << 30);
+        p->global_batch_size = (int)gbs;
+    }
+    s->src[FLAGS_F_GPU] = s->gpu ? FLAGS_SRC_FLAG : FLAGS_SRC_TRAINSIM;
+    s->src[FLAGS_F_TOPOLOGY] = s->topology ? FLAGS_SRC_FLAG : FLAGS_SRC_TRAINSIM;
+    if ((rc = resolve_cluster(s, err)) || (rc = config_resolve(c, err))) {
         config_free(c);
         return rc;
     }
     return TS_OK;
+}
+
+static const char *const SOURCE_NAMES[FLAGS_SRC_COUNT] = {
+    "flag", "preset", "built-in default", "Megatron-LM default", "derived", "trainsim default"};
+
+/* The row's flag and value, for flags_print. */
+static const char *field_row(const flags_state *s, flags_field f, char *v, size_t cap)
+{
+    const config *c = s->c;
+    const model_config *m = &c->model;
+    const parallel_config *p = &c->par;
+#define ROW_INT(name, x)                                                                                               \
+    do {                                                                                                               \
+        snprintf(v, cap, "%d", (int)(x));                                                                              \
+        return name;                                                                                                   \
+    } while (0)
+#define ROW_STR(name, x)                                                                                               \
+    do {                                                                                                               \
+        snprintf(v, cap, "%s", (x));                                                                                   \
+        return name;                                                                                                   \
+    } while (0)
+    switch (f) {
+    case FLAGS_F_LAYERS:
+        ROW_INT("--num-layers", m->num_layers);
+    case FLAGS_F_HIDDEN:
+        ROW_INT("--hidden-size", m->hidden_size);
+    case FLAGS_F_HEADS:
+        ROW_INT("--num-attention-heads", m->num_attention_heads);
+    case FLAGS_F_KV:
+        ROW_INT("--kv-channels", m->kv_channels);
+    case FLAGS_F_GROUPS:
+        ROW_INT("--num-query-groups", m->num_query_groups);
+    case FLAGS_F_FFN:
+        ROW_INT("--ffn-hidden-size", m->ffn_hidden_size);
+    case FLAGS_F_SWIGLU:
+        ROW_STR("--swiglu", m->swiglu ? "on" : "off");
+    case FLAGS_F_SEQ:
+        ROW_INT("--seq-length", m->seq_length);
+    case FLAGS_F_MAXPOS:
+        ROW_INT("--max-position-embeddings", m->max_position_embeddings);
+    case FLAGS_F_VOCAB:
+        if (m->vocab_size == 0)
+            ROW_STR("--vocab-size", "-");
+        ROW_INT("--vocab-size", m->vocab_size);
+    case FLAGS_F_MAKEDIV:
+        ROW_INT("--make-vocab-size-divisible-by", m->make_vocab_size_divisible_by);
+    case FLAGS_F_PADDED:
+        ROW_INT("--padded-vocab-size", m->padded_vocab_size);
+    case FLAGS_F_UNTIE:
+        ROW_STR("--untie-embeddings-and-output-weights", m->untie_embeddings ? "on" : "off");
+    case FLAGS_F_BIAS:
+        ROW_STR("--disable-bias-linear", m->add_bias_linear ? "off (biases)" : "on (no biases)");
+    case FLAGS_F_NORM:
+        ROW_STR("--normalization", CONFIG_NORM_NAMES[m->normalization]);
+    case FLAGS_F_POS:
+        ROW_STR("--position-embedding-type", CONFIG_POSITION_NAMES[m->position_embedding]);
+    case FLAGS_F_PREC:
+        ROW_STR("--bf16/--fp16/--fp32", CONFIG_PRECISION_NAMES[m->precision]);
+    case FLAGS_F_MBS:
+        ROW_INT("--micro-batch-size", p->micro_batch_size);
+    case FLAGS_F_GBS:
+        ROW_INT("--global-batch-size", p->global_batch_size);
+    case FLAGS_F_TP:
+        ROW_INT("--tensor-model-parallel-size", p->tp);
+    case FLAGS_F_PP:
+        ROW_INT("--pipeline-model-parallel-size", p->pp);
+    case FLAGS_F_DP:
+        ROW_INT("--data-parallel-size", p->dp);
+    case FLAGS_F_VP:
+        if (p->layers_per_virtual_stage == 0)
+            ROW_STR("--num-layers-per-virtual-pipeline-stage", "unset");
+        ROW_INT("--num-layers-per-virtual-pipeline-stage", p->layers_per_virtual_stage);
+    case FLAGS_F_FIRST:
+        ROW_INT("--decoder-first-pipeline-num-layers", p->first_stage_layers);
+    case FLAGS_F_LAST:
+        ROW_INT("--decoder-last-pipeline-num-layers", p->last_stage_layers);
+    case FLAGS_F_SP:
+        ROW_STR("--sequence-parallel", p->sequence_parallel ? "on" : "off");
+    case FLAGS_F_RECOMPUTE:
+        ROW_STR("--recompute-granularity", CONFIG_RECOMPUTE_NAMES[p->recompute]);
+    case FLAGS_F_RMETHOD:
+        ROW_STR("--recompute-method", CONFIG_RECOMPUTE_METHOD_NAMES[p->recompute_method]);
+    case FLAGS_F_RLAYERS:
+        ROW_INT("--recompute-num-layers", p->recompute_num_layers);
+    case FLAGS_F_DISTOPT:
+        ROW_STR("--use-distributed-optimizer", p->distributed_optimizer ? "on" : "off");
+    case FLAGS_F_OVERLAP:
+        ROW_STR("--overlap-grad-reduce", p->overlap_grad_reduce ? "on" : "off");
+    case FLAGS_F_SCHEDULE:
+        ROW_STR("--schedule", sched_kind_name(p->schedule));
+    case FLAGS_F_GPUS:
+        ROW_INT("--gpus", c->cluster.gpus);
+    case FLAGS_F_GPU:
+        ROW_STR("--gpu", c->cluster.gpu.name);
+    case FLAGS_F_TOPOLOGY:
+        ROW_STR("--topology", s->topology ? s->topology : "built-in default for the GPU kind");
+    case FLAGS_F_COUNT:
+        break;
+    }
+#undef ROW_INT
+#undef ROW_STR
+    v[0] = '\0';
+    return "?";
 }
 
 void flags_print(const flags_state *s, FILE *f)
@@ -427,12 +902,20 @@ void flags_print(const flags_state *s, FILE *f)
     const model_config *m = &c->model;
     const parallel_config *p = &c->par;
     const gpu_spec *g = &c->cluster.gpu;
+    if (s->builtin_default)
+        fprintf(f, "built-in default:      no flag given, so the preset %s (--model %s) on its layout\n",
+                FLAGS_DEFAULT_MODEL, FLAGS_DEFAULT_MODEL);
     fprintf(f, "model:                 %s\n", m->name);
     fprintf(f,
-            "shape:                 %d layers, hidden %d, %d heads, %d query groups, FFN %d (%s), sequence %d "
+            "shape:                 %d layers, hidden %d, %d heads of %d, %d query groups, FFN %d (%s), sequence %d "
             "tokens, vocabulary %d\n",
-            m->num_layers, m->hidden_size, m->num_attention_heads, m->num_query_groups, m->ffn_hidden_size,
-            m->swiglu ? "SwiGLU" : "GeLU", m->seq_length, m->padded_vocab_size);
+            m->num_layers, m->hidden_size, m->num_attention_heads, config_head_size(m), m->num_query_groups,
+            m->ffn_hidden_size, m->swiglu ? "SwiGLU" : "GeLU", m->seq_length, m->padded_vocab_size);
+    fprintf(f, "layers:                %s, %s, %s position embeddings, %s embeddings\n",
+            CONFIG_NORM_NAMES[m->normalization], m->add_bias_linear ? "biases" : "no biases",
+            CONFIG_POSITION_NAMES[m->position_embedding], m->untie_embeddings ? "untied" : "tied");
+    fprintf(f, "attention:             unfused softmax, s x s scores kept (Megatron-LM's --attention-backend auto "
+               "would run flash attention, which is not modelled yet)\n");
     fprintf(f, "precision:             %s (%d bytes per element)\n", CONFIG_PRECISION_NAMES[m->precision],
             config_dtype_bytes(c));
     fprintf(f, "parallelism:           t=%d p=%d d=%d v=%d (%d GPUs = %d x %d x %d)\n", p->tp, p->pp, p->dp, p->vp,
@@ -468,5 +951,20 @@ void flags_print(const flags_state *s, FILE *f)
         if (c->cluster.topology->description[0])
             fprintf(f, "topology notes:        %s\n", c->cluster.topology->description);
     }
-    fprintf(f, "preset layout source:  %s\n", s->preset_source);
+    if (s->preset_source[0])
+        fprintf(f, "preset layout source:  %s\n", s->preset_source);
+    fprintf(f, "\nwhere each value came from:\n");
+    for (int i = 0; i < FLAGS_F_COUNT; i++) {
+        char v[96];
+        const char *name = field_row(s, (flags_field)i, v, sizeof v);
+        const char *src = SOURCE_NAMES[s->src[i]];
+        char who[160];
+        if (s->src[i] == FLAGS_SRC_PRESET || s->src[i] == FLAGS_SRC_BUILTIN)
+            snprintf(who, sizeof who, "%s %s", src, s->model_given ? s->model : FLAGS_DEFAULT_MODEL);
+        else if (s->rule[i][0])
+            snprintf(who, sizeof who, "%s: %s", src, s->rule[i]);
+        else
+            snprintf(who, sizeof who, "%s", src);
+        fprintf(f, "  %-40s %-22s %s\n", name, v, who);
+    }
 }

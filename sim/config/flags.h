@@ -14,23 +14,38 @@
  *   ...
  *   config_free(&c); flags_release(&fs); opt_table_free(&t);
  *
- * Resolution in flags_finish, whatever the order of the flags:
- *  1. the --model preset (topologies/models.csv; default gpt3-175b) gives
- *     the shape and a starting layout (GPUs, t, p, virtual stages, batch,
- *     sequence parallel, recompute, distributed optimizer, schedule);
- *  2. every flag given explicitly overrides its field. Megatron-LM's derived
- *     defaults apply to what the user changed: --hidden-size without
- *     --ffn-hidden-size gives 4h (SwiGLU: 8h/3 rounded down to a multiple of
- *     64); --num-attention-heads without --num-query-groups gives no GQA;
- *     --pipeline-model-parallel-size drops the preset's uneven first/last
- *     stage split; a --schedule other than interleaved drops the preset's
- *     --num-layers-per-virtual-pipeline-stage;
- *  3. the cluster: --gpu KIND (catalogue) and --topology FILE; without a
- *     topology, the built-in default (topo_default_for) for the GPU kind,
- *     sized to --gpus; a parametric topology gives the GPU kind unless --gpu
- *     is given, and --gpu must then agree with it;
- *  4. config_resolve (divisibility, gpus = t x p x d, ..., and the derived
- *     d, v, GPUs per node).
+ * Resolution in flags_finish, whatever the order of the flags: every
+ * field takes the first of
+ *  1. its flag, given explicitly;
+ *  2. with --model NAME only, the preset (topologies/models.csv): shape and
+ *     starting layout (GPUs, t, p, virtual stages, batch, sequence
+ *     parallelism, recomputation, distributed optimizer, schedule). A preset
+ *     is never applied behind the user's back: without --model nothing
+ *     comes from one, except when no shared flag at all is given, which
+ *     runs the built-in default (FLAGS_DEFAULT_MODEL, named as such);
+ *  3. Megatron-LM's own argument default (megatron/training/arguments.py):
+ *     t = p = 1, 1F1B (interleaved when a virtual-pipeline flag is given),
+ *     no sequence parallelism, no recomputation, fp32, tied embeddings,
+ *     biases, LayerNorm, learned absolute positions, GPT-2's vocabulary
+ *     (50257, pretrain_gpt.py's default tokenizer) padded to a multiple of
+ *     --make-vocab-size-divisible-by (128) x t;
+ *  4. Megatron-LM's derived values: --ffn-hidden-size 4h (SwiGLU: 8h/3
+ *     rounded down to a multiple of 64), --kv-channels h / a, one query
+ *     group per head (--num-query-groups takes effect only with
+ *     --group-query-attention, whose default is 1 group), the padded
+ *     vocabulary, --global-batch-size = micro-batch x d; and trainsim's:
+ *     --gpus t x p x d (d = 1 when not given), --max-position-embeddings =
+ *     --seq-length.
+ * Without --model, Megatron-LM's required flags must be given
+ * (--num-layers, --hidden-size, --num-attention-heads, --seq-length,
+ * --micro-batch-size). With a preset, an explicit -p drops the preset's
+ * interleaving and uneven split, and a --schedule other than interleaved
+ * its virtual stages. The cluster: --gpu KIND (catalogue) and --topology
+ * FILE; without a topology, the built-in default (topo_default_for) for the
+ * GPU kind, sized to --gpus; a parametric topology gives the GPU kind unless
+ * --gpu is given, and --gpu must then agree with it. Then config_resolve
+ * (divisibility, gpus = t x p x d, ..., and the derived d, v, GPUs per
+ * node). flags_print shows every value with where it came from.
  *
  * Ownership: the state borrows the config and the strings of argv; the
  * config owns the topology after flags_finish (config_free releases it).
@@ -46,26 +61,98 @@
 
 #define FLAGS_DEFAULT_MODEL "gpt3-175b"
 
+/* Where a resolved value came from (flags_print shows it). */
+typedef enum {
+    FLAGS_SRC_FLAG = 0, /* given on the command line (or by --megatron-script) */
+    FLAGS_SRC_PRESET,   /* the --model preset */
+    FLAGS_SRC_BUILTIN,  /* the built-in default run (no flag given at all) */
+    FLAGS_SRC_MEGATRON, /* Megatron-LM's argument default */
+    FLAGS_SRC_DERIVED,  /* computed from other values (the rule is printed) */
+    FLAGS_SRC_TRAINSIM, /* trainsim's own default: something Megatron-LM has no flag for */
+    FLAGS_SRC_COUNT
+} flags_source;
+
+/* The resolved values flags_print lists, one per row. */
+typedef enum {
+    FLAGS_F_LAYERS = 0,
+    FLAGS_F_HIDDEN,
+    FLAGS_F_HEADS,
+    FLAGS_F_KV,
+    FLAGS_F_GROUPS,
+    FLAGS_F_FFN,
+    FLAGS_F_SWIGLU,
+    FLAGS_F_SEQ,
+    FLAGS_F_MAXPOS,
+    FLAGS_F_VOCAB,
+    FLAGS_F_MAKEDIV,
+    FLAGS_F_PADDED,
+    FLAGS_F_UNTIE,
+    FLAGS_F_BIAS,
+    FLAGS_F_NORM,
+    FLAGS_F_POS,
+    FLAGS_F_PREC,
+    FLAGS_F_MBS,
+    FLAGS_F_GBS,
+    FLAGS_F_TP,
+    FLAGS_F_PP,
+    FLAGS_F_DP,
+    FLAGS_F_VP,
+    FLAGS_F_FIRST,
+    FLAGS_F_LAST,
+    FLAGS_F_SP,
+    FLAGS_F_RECOMPUTE,
+    FLAGS_F_RMETHOD,
+    FLAGS_F_RLAYERS,
+    FLAGS_F_DISTOPT,
+    FLAGS_F_OVERLAP,
+    FLAGS_F_SCHEDULE,
+    FLAGS_F_GPUS,
+    FLAGS_F_GPU,
+    FLAGS_F_TOPOLOGY,
+    FLAGS_F_COUNT
+} flags_field;
+
+#define FLAGS_RULE_BYTES 96
+
 typedef struct {
-    config *c;                   /* the config being filled (borrowed) */
-    const char *model;           /* --model */
-    const char *topology;        /* --topology FILE, NULL = built-in default */
-    const char *gpu;             /* --gpu KIND, NULL = from the topology or A100-SXM4-80GB */
-    int schedule;                /* --schedule, index into the schedule names */
-    int recompute;               /* --recompute-granularity, config_recompute */
-    int recompute_method;        /* --recompute-method, config_recompute_method */
-    bool bf16, fp16, fp32;       /* --bf16, --fp16, --fp32 */
-    int dp;                      /* --data-parallel-size, 0 = derived */
-    const char *pipeline_layout; /* --pipeline-model-parallel-layout, NULL = not given */
-    char preset_source[512];     /* the preset's layout_source, after flags_finish */
-    char **argv_owned;           /* the arguments flags_parse built and parsed (NULL-terminated); owned */
+    config *c;                                  /* the config being filled (borrowed) */
+    bool model_given;                           /* --model was given (a preset applies) */
+    bool builtin_default;                       /* no shared flag was given: the built-in default ran */
+    bool gqa;                                   /* --group-query-attention */
+    bool disable_bias;                          /* --disable-bias-linear */
+    bool recompute_activations;                 /* --recompute-activations (= selective) */
+    int normalization;                          /* --normalization, config_norm */
+    int position;                               /* --position-embedding-type, config_position */
+    int vstages;                                /* --num-virtual-stages-per-pipeline-rank, 0 = unset */
+    const char *pipeline_layout;                /* --pipeline-model-parallel-layout, NULL = not given */
+    size_t first_entry, end_entry;              /* the shared flags' entries in the table */
+    flags_source src[FLAGS_F_COUNT];            /* after flags_finish */
+    char rule[FLAGS_F_COUNT][FLAGS_RULE_BYTES]; /* FLAGS_SRC_DERIVED: the rule; else empty */
+    const char *model;                          /* --model */
+    const char *topology;                       /* --topology FILE, NULL = built-in default */
+    const char *gpu;                            /* --gpu KIND, NULL = from the topology or A100-SXM4-80GB */
+    int schedule;                               /* --schedule, index into the schedule names */
+    int recompute;                              /* --recompute-granularity, config_recompute */
+    int recompute_method;                       /* --recompute-method, config_recompute_method */
+    bool bf16, fp16, fp32;                      /* --bf16, --fp16, --fp32 */
+    int dp;                                     /* --data-parallel-size, 0 = derived */
+    char preset_source[512]; /* the preset's layout_source, after flags_finish ("" without a preset) */
+    char **argv_owned;       /* the arguments flags_parse built and parsed (NULL-terminated); owned */
 } flags_state;
 
-/* Zero c, load the default preset's values into it (so --help shows them;
- * if the catalogue cannot be read the error surfaces in flags_finish), and
- * add every shared flag to t under the headings Model, Parallelism, Schedule
- * and Cluster. TS_ENOMEM / TS_ESTATE only. */
+/* Zero c and add every shared flag to t under the headings Model,
+ * Parallelism, Schedule, Cluster and Memory besides tensors, with
+ * Megatron-LM's defaults shown. TS_ENOMEM / TS_ESTATE only. */
 int flags_register(flags_state *s, opt_table *t, config *c, ts_err *err);
+
+/* Add the flags of the memory besides tensors (--cuda-context-gib,
+ * --nccl-buffer-mib, --nccl-channels, --cublas-workspace-mib,
+ * --allocator-fragmentation) to t, targeting *o, whose fields it sets to
+ * OVERHEADS_DEFAULT (config_resolve or overheads_resolve then fill
+ * the GPU kind's defaults). flags_register calls it; so does trainsim
+ * search, which has its own cluster flags, so that every command counts the
+ * same overheads. TS_ENOMEM / TS_ESTATE only. */
+int flags_register_memory(opt_table *t, memory_overheads *o, ts_err *err);
 
 /* Parse the command line into t: the arguments flags_parse assembles
  * (argv[1 ..]) go through opt_parse. String flags then point into an array
@@ -81,8 +168,8 @@ void flags_release(flags_state *s);
  * owns nothing (no topology). */
 int flags_finish(flags_state *s, const opt_table *t, ts_err *err);
 
-/* Write the resolved configuration as "key: value" lines (what `trainsim
- * config` prints and what a run records). */
+/* Write the resolved configuration as "key: value" lines, then every value
+ * with its source (what `trainsim config` prints). */
 void flags_print(const flags_state *s, FILE *f);
 
 #endif

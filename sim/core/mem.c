@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/config/overheads.h"
 #include "sim/util/grow.h"
 
 typedef struct {
@@ -29,6 +30,7 @@ struct mem_tracker {
     int n_ranks;
     bool keep_samples;
     bool done;
+    memory_overheads ov; /* zero unless mem_set_overheads: no fragmentation */
     rank_mem *r;
     int status;
     int bad_rank, bad_cat;
@@ -69,12 +71,24 @@ static void fail(mem_tracker *m, int code)
         m->status = code;
 }
 
+void mem_set_overheads(mem_tracker *m, const memory_overheads *o)
+{
+    m->ov = *o;
+}
+
 /* Apply one change now. */
 static void apply(mem_tracker *m, int rank, const mem_ev *e)
 {
     rank_mem *R = &m->r[rank];
     R->live[e->cat] += e->delta;
     R->total += e->delta;
+    if (e->cat == MEM_ACTIV || e->cat == MEM_P2P) { /* the fragmentation follows them */
+        int64_t frag = overheads_fragmentation_bytes(&m->ov, R->live[MEM_ACTIV] + R->live[MEM_P2P]);
+        R->total += frag - R->live[MEM_FRAG];
+        R->live[MEM_FRAG] = frag;
+        if (frag > R->cat_peak[MEM_FRAG])
+            R->cat_peak[MEM_FRAG] = frag;
+    }
     if (R->live[e->cat] < 0 && m->status == TS_OK) {
         m->status = TS_ESTATE;
         m->bad_rank = rank;
@@ -134,7 +148,7 @@ static void flush(mem_tracker *m, int rank, int64_t t_ns)
 
 void mem_add(mem_tracker *m, int rank, int cat, int64_t delta_bytes, int64_t t_ns, int64_t now_ns)
 {
-    if (delta_bytes == 0 || rank < 0 || rank >= m->n_ranks || cat < 0 || cat >= MEM_CATS || m->done)
+    if (delta_bytes == 0 || rank < 0 || rank >= m->n_ranks || cat < 0 || cat >= MEM_CATS || cat == MEM_FRAG || m->done)
         return;
     rank_mem *R = &m->r[rank];
     flush(m, rank, now_ns);
@@ -199,6 +213,8 @@ const mem_sample *mem_samples(const mem_tracker *m, int rank, size_t *n)
 
 const char *mem_cat_name(int cat)
 {
-    static const char *const names[MEM_CATS] = {"weights", "gradients", "optimizer", "activations", "p2p-buffers"};
+    static const char *const names[MEM_CATS] = {"weights",      "gradients",        "optimizer",
+                                                "activations",  "p2p-buffers",      "cuda-context",
+                                                "nccl-buffers", "cublas-workspace", "allocator-fragmentation"};
     return cat >= 0 && cat < MEM_CATS ? names[cat] : "?";
 }

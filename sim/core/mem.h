@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sim/config/overheads.h"
 #include "sim/util/err.h"
 
 typedef enum {
@@ -26,6 +27,11 @@ typedef enum {
     MEM_OPTIM,       /* fp32 master weights + Adam moments (sharded with the distributed optimizer) */
     MEM_ACTIV,       /* activations saved for the backward (and recomputed ones) */
     MEM_P2P,         /* pipeline send/receive buffers */
+    /* Memory besides tensors (sim/config/overheads.h): */
+    MEM_CUDA_CONTEXT, /* CUDA context and loaded kernel modules */
+    MEM_NCCL,         /* NCCL communicator buffers */
+    MEM_CUBLAS,       /* cuBLAS workspaces */
+    MEM_FRAG,         /* caching-allocator fragmentation: follows MEM_ACTIV + MEM_P2P (mem_set_overheads) */
     MEM_CATS
 } mem_cat;
 
@@ -40,6 +46,13 @@ typedef struct mem_tracker mem_tracker;
  * change (for traces). TS_EINVAL, TS_ENOMEM. */
 int mem_create(int n_ranks, bool keep_samples, mem_tracker **out, ts_err *err);
 void mem_free(mem_tracker *m); /* NULL allowed */
+
+/* Make MEM_FRAG follow the activations and pipeline buffers on every
+ * rank: after each change it holds
+ * overheads_fragmentation_bytes(o, live MEM_ACTIV + live MEM_P2P), so the
+ * peak and the samples include it. Call before the first mem_add; MEM_FRAG
+ * is never added directly (mem_add ignores it). */
+void mem_set_overheads(mem_tracker *m, const memory_overheads *o);
 
 /* Record delta_bytes (negative: free) of category cat on rank at t_ns, the
  * simulated time being now_ns <= t_ns (now_ns must not decrease between
@@ -64,7 +77,9 @@ int64_t mem_cat_peak_bytes(const mem_tracker *m, int rank, int cat);
 /* Samples of rank (borrowed; empty unless keep_samples). */
 const mem_sample *mem_samples(const mem_tracker *m, int rank, size_t *n);
 
-/* "weights", "gradients", "optimizer", "activations", "p2p-buffers" */
+/* "weights", "gradients", "optimizer", "activations", "p2p-buffers",
+ * "cuda-context", "nccl-buffers", "cublas-workspace",
+ * "allocator-fragmentation" */
 const char *mem_cat_name(int cat);
 
 #endif

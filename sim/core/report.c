@@ -3,6 +3,8 @@
 
 #include <inttypes.h>
 
+#include "sim/config/overheads.h"
+
 #include "sim/util/afile.h"
 
 #define GIB 1073741824.0
@@ -33,9 +35,106 @@ static double pct(double a, double b)
     return b > 0 ? 100.0 * a / b : 0;
 }
 
+/* What one memory category is and where its figure comes from, for the
+ * text report's breakdown (docs/simulator.md#memory). */
+static void memory_source(const simulate_result *r, const simulate_rank *x, int cat, char *buf, size_t cap)
+{
+    const memory_overheads *o = &r->overheads;
+    switch (cat) {
+    case MEM_WEIGHTS:
+        snprintf(buf, cap, "model weights of the rank's layers");
+        break;
+    case MEM_GRADS:
+        snprintf(buf, cap, "gradient buffer (fp32 with bf16, as Megatron-LM)");
+        break;
+    case MEM_OPTIM:
+        snprintf(buf, cap, "fp32 master weights + Adam moments%s", r->distributed_optimizer ? ", 1/d each" : "");
+        break;
+    case MEM_ACTIV:
+        snprintf(buf, cap, "saved for the backward (Korthikanti et al. 2022), recomputed ones");
+        break;
+    case MEM_P2P:
+        snprintf(buf, cap, "pipeline send/receive buffers");
+        break;
+    case MEM_CUDA_CONTEXT:
+        snprintf(buf, cap, "CUDA context + kernel modules, %.2f GiB per GPU (estimate; --cuda-context-gib)",
+                 o->cuda_context_gib);
+        break;
+    case MEM_NCCL: {
+        char names[64] = "";
+        int n = 0;
+        size_t off = 0;
+        for (int k = 0; k < OVERHEADS_COMMS; k++)
+            if (x->nccl_comms >> k & 1u) {
+                off += (size_t)snprintf(names + off, sizeof names - off, "%s%s", n ? ", " : "",
+                                        overheads_comm_name((overheads_comm)k));
+                n++;
+            }
+        snprintf(buf, cap,
+                 "%d communicator%s%s%s%s x %d channels x %d peers x %.4g MiB (NCCL defaults; --nccl-channels, "
+                 "--nccl-buffer-mib)",
+                 n, n == 1 ? "" : "s", n ? " (" : "", names, n ? ")" : "", o->nccl_channels, OVERHEADS_NCCL_PEERS,
+                 o->nccl_buffer_mib);
+        break;
+    }
+    case MEM_CUBLAS:
+        snprintf(buf, cap, "%d GEMM stream x %.4g MiB (cuBLAS default; --cublas-workspace-mib)", OVERHEADS_GEMM_STREAMS,
+                 o->cublas_workspace_mib);
+        break;
+    case MEM_FRAG:
+        snprintf(buf, cap,
+                 "%.3g%% of activations + p2p buffers (caching allocator, estimate; --allocator-fragmentation)",
+                 100.0 * o->allocator_fragmentation);
+        break;
+    default:
+        snprintf(buf, cap, "?");
+        break;
+    }
+}
+
+/* The memory peak, then one line per category at the peak rank's peak. */
+static void report_memory(const simulate_result *r, FILE *f)
+{
+    const simulate_rank *pk = &r->ranks[r->peak_rank];
+    fprintf(f, "memory peak             %.2f GiB of %.2f GiB on rank %d (%s), at the peak:\n",
+            (double)r->peak_bytes / GIB, (double)r->hbm_bytes / GIB, r->peak_rank, r->fits ? "fits" : "DOES NOT FIT");
+    for (int k = 0; k < MEM_CATS; k++) {
+        char src[256];
+        memory_source(r, pk, k, src, sizeof src);
+        fprintf(f, "  %-23s %7.2f GiB  %s\n", mem_cat_name(k), (double)pk->peak_cat_bytes[k] / GIB, src);
+    }
+}
+
+void report_fit_line(const simulate_result *r, FILE *f)
+{
+    if (r->fits)
+        return;
+    const simulate_rank *pk = &r->ranks[r->peak_rank];
+    double act = (double)(pk->peak_cat_bytes[MEM_ACTIV] + pk->peak_cat_bytes[MEM_P2P] + pk->peak_cat_bytes[MEM_FRAG]);
+    double state =
+        (double)(pk->peak_cat_bytes[MEM_WEIGHTS] + pk->peak_cat_bytes[MEM_GRADS] + pk->peak_cat_bytes[MEM_OPTIM]);
+    double other = (double)pk->peak_bytes - act - state;
+    fprintf(f,
+            "DOES NOT FIT: rank %d needs %.2f GiB of %.2f GiB (activations and buffers %.2f GiB, weights + gradients + "
+            "optimizer %.2f GiB, CUDA/NCCL/cuBLAS %.2f GiB: try ",
+            r->peak_rank, (double)r->peak_bytes / GIB, (double)r->hbm_bytes / GIB, act / GIB, state / GIB, other / GIB);
+    if (r->recompute == RECOMPUTE_NONE)
+        fprintf(f, "--recompute-granularity selective|full, ");
+    else if (r->recompute == RECOMPUTE_SELECTIVE)
+        fprintf(f, "--recompute-granularity full, ");
+    if (!r->sequence_parallel && r->t > 1)
+        fprintf(f, "--sequence-parallel, ");
+    if (!r->distributed_optimizer && r->d > 1)
+        fprintf(f, "--use-distributed-optimizer, ");
+    if (r->b > 1)
+        fprintf(f, "a smaller --micro-batch-size, ");
+    fprintf(f, "more pipeline stages or tensor parallelism, or trainsim search)\n");
+}
+
 void report_text(const simulate_result *r, FILE *f)
 {
     double it = (double)r->iteration_ns;
+    report_fit_line(r, f);
     fprintf(f, "trainsim simulate: %s on %d x %s\n", r->model, r->gpus, r->gpu);
     fprintf(
         f,
@@ -77,12 +176,7 @@ void report_text(const simulate_result *r, FILE *f)
             "%.1f in Megatron's count with recompute; peak %.1f\n",
             r->model_tflops_per_gpu, 100.0 * r->mfu, r->hw_tflops_per_gpu, 100.0 * r->hfu, r->megatron_tflops_per_gpu,
             r->peak_tflops);
-    const simulate_rank *pk = &r->ranks[r->peak_rank];
-    fprintf(f, "memory peak             %.2f GiB of %.2f GiB on rank %d (%s):", (double)r->peak_bytes / GIB,
-            (double)r->hbm_bytes / GIB, r->peak_rank, r->fits ? "fits" : "DOES NOT FIT");
-    for (int k = 0; k < MEM_CATS; k++)
-        fprintf(f, "%s %s %.2f", k ? "," : "", mem_cat_name(k), (double)pk->peak_cat_bytes[k] / GIB);
-    fprintf(f, " GiB\n");
+    report_memory(r, f);
     if (r->train_tokens > 0)
         fprintf(f, "to train %.4g tokens    %.2f days on %d GPUs, %.0f GPU-hours\n", r->train_tokens,
                 r->train_s / 86400.0, r->gpus, r->train_gpu_hours);

@@ -1,8 +1,8 @@
 /* report — a simulation result as text (for people) and as CSV (for tools).
  *
- * Text: iteration time, bubble, compute split, exposed communication,
+ * Text: a first line saying so when the run does not fit, iteration time, bubble, compute split, exposed communication,
  * throughput (tokens/s, TFLOP/s per GPU, MFU, HFU), memory peak with its
- * breakdown and fit, training time for --train-tokens, and a per-rank table.
+ * breakdown (one line per category with its source) and fit, training time for --train-tokens, and a per-rank table.
  * CSV: long format, one value per row, header "scope,metric,value,unit",
  * scope "iteration" or "rank N"; numbers printed with fixed precision so the
  * same result gives the same bytes.
@@ -17,7 +17,13 @@
 #include "sim/core/simulate.h"
 #include "sim/util/err.h"
 
-/* Write the text report to f. */
+/* If the run does not fit in the GPU's memory, write one line to f:
+ * "DOES NOT FIT: rank R needs X GiB of Y GiB (...: try ...)" with what
+ * takes the memory and what would lower it; nothing if it fits. */
+void report_fit_line(const simulate_result *r, FILE *f);
+
+/* Write the text report to f; its first line is report_fit_line's when the
+ * run does not fit. */
 void report_text(const simulate_result *r, FILE *f);
 
 /* Write the CSV to f. */

@@ -71,6 +71,7 @@ typedef struct {
     int64_t peak_t_ns;                       /* when */
     int64_t peak_cat_bytes[MEM_CATS];        /* breakdown at the peak */
     bool fits;                               /* peak <= GPU memory */
+    unsigned nccl_comms;                     /* NCCL communicators held (1u << overheads_comm) */
 } simulate_rank;
 
 typedef struct {
@@ -111,7 +112,8 @@ typedef struct {
     int64_t hbm_bytes;  /* per GPU */
     int64_t peak_bytes; /* max over ranks */
     int peak_rank;
-    bool fits; /* every rank fits */
+    bool fits;                  /* every rank fits */
+    memory_overheads overheads; /* the figures behind the memory besides tensors (overheads.h) */
     /* training time */
     double train_tokens, train_s, train_gpu_hours;
     /* simulator */

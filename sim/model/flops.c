@@ -7,11 +7,32 @@ static int64_t groups(const model_config *m)
     return m->num_query_groups > 0 ? m->num_query_groups : m->num_attention_heads;
 }
 
-/* Output columns of the QKV GEMM: h + 2*g*(h/a). */
+/* Attention width a*d: the query heads times the head size (= h unless
+ * --kv-channels says otherwise). */
+static int64_t attn_width(const model_config *m)
+{
+    return (int64_t)m->num_attention_heads * config_head_size(m);
+}
+
+/* Output columns of the QKV GEMM: a*d + 2*g*d. */
 static int64_t qkv_cols(const model_config *m)
 {
-    int64_t h = m->hidden_size, a = m->num_attention_heads;
-    return h + 2 * groups(m) * (h / a);
+    return attn_width(m) + 2 * groups(m) * config_head_size(m);
+}
+
+/* Parameters of one normalization layer: LayerNorm's weight and bias, or
+ * RMSNorm's weight. */
+static int64_t norm_params(const model_config *m)
+{
+    return (m->normalization == NORM_RMSNORM ? 1 : 2) * (int64_t)m->hidden_size;
+}
+
+/* Rows of the learned position table (0 for rotary or no positions). */
+static int64_t position_rows(const model_config *m)
+{
+    if (m->position_embedding != POS_LEARNED_ABSOLUTE)
+        return 0;
+    return m->max_position_embeddings > 0 ? m->max_position_embeddings : m->seq_length;
 }
 
 /* Output columns of FC1: ffn, or 2*ffn (gate and up) with SwiGLU. */
@@ -22,16 +43,16 @@ static int64_t fc1_cols(const model_config *m)
 
 double flops_attn_core_fwd_per_seq(const model_config *m)
 {
-    double s = m->seq_length, h = m->hidden_size;
-    /* QK^T: a heads of s x s x (h/a); attention.V the same: 2*2*s*s*h */
-    return 4.0 * s * s * h;
+    double s = m->seq_length, ad = (double)attn_width(m);
+    /* QK^T: a heads of s x s x d; attention.V the same: 2*2*s*s*a*d */
+    return 4.0 * s * s * ad;
 }
 
 double flops_layer_fwd_per_seq(const model_config *m)
 {
     double s = m->seq_length, h = m->hidden_size, ffn = m->ffn_hidden_size;
     double qkv = 2.0 * s * h * (double)qkv_cols(m);
-    double proj = 2.0 * s * h * h;
+    double proj = 2.0 * s * (double)attn_width(m) * h;
     double mlp = 2.0 * s * h * (double)fc1_cols(m) + 2.0 * s * ffn * h;
     return qkv + flops_attn_core_fwd_per_seq(m) + proj + mlp;
 }
@@ -94,37 +115,38 @@ double flops_closed_params(int64_t l, int64_t h, int64_t V, int64_t s)
 
 void flops_param_count(const model_config *m, flops_params *out)
 {
-    int64_t h = m->hidden_size, ffn = m->ffn_hidden_size;
-    int64_t qkv = qkv_cols(m), fc1 = fc1_cols(m);
-    out->per_layer = (h * qkv + qkv)   /* QKV weight + bias */
-                     + (h * h + h)     /* projection */
-                     + (h * fc1 + fc1) /* FC1 */
-                     + (ffn * h + h)   /* FC2 */
-                     + 2 * 2 * h;      /* two LayerNorms (weight + bias) */
-    out->embedding = (int64_t)m->padded_vocab_size * h + (int64_t)m->seq_length * h;
-    out->final_norm = 2 * h;
-    out->total = (int64_t)m->num_layers * out->per_layer + out->embedding + out->final_norm;
-    out->total_no_embedding = out->total - out->embedding;
+    int64_t h = m->hidden_size, ffn = m->ffn_hidden_size, ad = attn_width(m);
+    int64_t qkv = qkv_cols(m), fc1 = fc1_cols(m), bias = m->add_bias_linear ? 1 : 0;
+    out->per_layer = (h * qkv + bias * qkv)   /* QKV weight + bias */
+                     + (ad * h + bias * h)    /* projection */
+                     + (h * fc1 + bias * fc1) /* FC1 */
+                     + (ffn * h + bias * h)   /* FC2 */
+                     + 2 * norm_params(m);    /* two LayerNorms / RMSNorms */
+    out->embedding = (int64_t)m->padded_vocab_size * h + position_rows(m) * h;
+    out->final_norm = norm_params(m);
+    out->output = m->untie_embeddings ? (int64_t)m->padded_vocab_size * h : 0;
+    out->total = (int64_t)m->num_layers * out->per_layer + out->embedding + out->final_norm + out->output;
+    out->total_no_embedding = out->total - out->embedding - out->output;
 }
 
 int64_t flops_params_stage(const model_config *m, int t, int num_layers, int with_embedding, int with_output)
 {
-    int64_t h = m->hidden_size, ffn = m->ffn_hidden_size, V = m->padded_vocab_size;
-    int64_t qkv = qkv_cols(m), fc1 = fc1_cols(m);
+    int64_t h = m->hidden_size, ffn = m->ffn_hidden_size, V = m->padded_vocab_size, ad = attn_width(m);
+    int64_t qkv = qkv_cols(m), fc1 = fc1_cols(m), bias = m->add_bias_linear ? 1 : 0;
     if (t < 1)
         t = 1;
-    int64_t layer = (h * qkv + qkv) / t   /* column-parallel: weight and bias split */
-                    + h * h / t + h       /* row-parallel: weight split, bias replicated */
-                    + (h * fc1 + fc1) / t /* column-parallel */
-                    + ffn * h / t + h     /* row-parallel */
-                    + 4 * h;              /* LayerNorms, replicated */
+    int64_t layer = (h * qkv + bias * qkv) / t   /* column-parallel: weight and bias split */
+                    + ad * h / t + bias * h      /* row-parallel: weight split, bias replicated */
+                    + (h * fc1 + bias * fc1) / t /* column-parallel */
+                    + ffn * h / t + bias * h     /* row-parallel */
+                    + 2 * norm_params(m);        /* norms, replicated */
     int64_t p = (int64_t)num_layers * layer;
     if (with_embedding)
-        p += V * h / t + (int64_t)m->seq_length * h;
+        p += V * h / t + position_rows(m) * h;
     if (with_output) {
-        p += 2 * h;
-        if (!with_embedding)
-            p += V * h / t; /* tied copy of the word embedding */
+        p += norm_params(m);
+        if (m->untie_embeddings || !with_embedding)
+            p += V * h / t; /* the output weight: its own, or the tied copy of the word embedding */
     }
     return p;
 }

@@ -62,22 +62,26 @@ double flops_closed_params(int64_t l, int64_t h, int64_t V, int64_t s);
 /* ---- parameter counts --------------------------------------------------- */
 
 typedef struct {
-    int64_t per_layer;          /* one transformer layer (weights, biases, 2 LayerNorms) */
-    int64_t embedding;          /* word (V*h) + learned position (s*h) embeddings */
-    int64_t final_norm;         /* final LayerNorm: 2h */
-    int64_t total;              /* l*per_layer + embedding + final_norm (output tied) */
-    int64_t total_no_embedding; /* total - embedding */
+    int64_t per_layer;          /* one transformer layer (weights, biases unless disabled, 2 norms) */
+    int64_t embedding;          /* word (V*h) + learned position (max_position_embeddings*h) embeddings */
+    int64_t final_norm;         /* final norm: 2h (LayerNorm) or h (RMSNorm) */
+    int64_t output;             /* untied output weight V*h; 0 when tied to the word embedding */
+    int64_t total;              /* l*per_layer + embedding + final_norm + output */
+    int64_t total_no_embedding; /* total - embedding - output */
 } flops_params;
 
 /* Whole-model parameter counts (all TP ranks together). For GPT shapes
- * total = flops_closed_params + 2h (the final LayerNorm). */
+ * (tied, biases, LayerNorm, learned positions of s rows, d = h/a)
+ * total = flops_closed_params + 2h (the final LayerNorm). The attention
+ * width is a*d (--kv-channels), which is h unless d is set otherwise. */
 void flops_param_count(const model_config *m, flops_params *out);
 
 /* Parameters held by one tensor-parallel rank of a pipeline stage with
- * num_layers layers; with_embedding adds the word (V*h/t) and position
- * (s*h) embeddings (first stage; the last stage holds its tied copy of the
- * word embedding as well when p > 1: pass with_output), with_output adds the
- * final LayerNorm and, if !with_embedding, the tied output weight V*h/t.
+ * num_layers layers; with_embedding adds the word (V*h/t) and learned
+ * position (rows*h) embeddings (first stage; the last stage holds its tied
+ * copy of the word embedding as well when p > 1: pass with_output),
+ * with_output adds the final norm and the output weight V*h/t: the untied
+ * one always, the tied copy only when !with_embedding.
  * Column-parallel weights and biases and row-parallel weights are split
  * over t; LayerNorms and row-parallel biases are replicated. */
 int64_t flops_params_stage(const model_config *m, int t, int num_layers, int with_embedding, int with_output);

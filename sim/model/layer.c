@@ -15,7 +15,7 @@ int layer_shape_check(const layer_shape *L, ts_err *err)
                        (long long)L->b, (long long)L->V, L->t);
     if (L->dtype_bytes != 2 && L->dtype_bytes != 4)
         return err_set(err, TS_EINVAL, "layer shape: dtype bytes %d (expected 2 or 4)", L->dtype_bytes);
-    if (L->h % L->a)
+    if (L->d == 0 && L->h % L->a)
         return err_set(err, TS_EINVAL, "--hidden-size %lld is not a multiple of --num-attention-heads %lld",
                        (long long)L->h, (long long)L->a);
     if (L->a % L->g)
@@ -49,6 +49,7 @@ int layer_shape_from_config(const config *c, layer_shape *out, ts_err *err)
     L.h = c->model.hidden_size;
     L.a = c->model.num_attention_heads;
     L.g = c->model.num_query_groups > 0 ? c->model.num_query_groups : c->model.num_attention_heads;
+    L.d = config_head_size(&c->model);
     L.ffn = c->model.ffn_hidden_size;
     L.swiglu = c->model.swiglu;
     L.s = c->model.seq_length;
@@ -68,7 +69,8 @@ int layer_shape_from_config(const config *c, layer_shape *out, ts_err *err)
 typedef struct {
     int64_t T;     /* tokens of the micro-batch: s*b */
     int64_t Tl;    /* tokens an element-wise op sees: T, or T/t with SP */
-    int64_t d;     /* head dim h/a */
+    int64_t d;     /* head size d (--kv-channels, default h/a) */
+    int64_t adt;   /* attention width on this rank: a*d/t (proj's input columns) */
     int64_t at;    /* heads on this rank */
     int64_t gt;    /* query groups on this rank */
     int64_t qkv_n; /* QKV output columns on this rank: (h + 2*g*d)/t */
@@ -85,10 +87,11 @@ static dims dims_of(const layer_shape *L)
     dims D;
     D.T = L->s * L->b;
     D.Tl = L->sp ? D.T / L->t : D.T;
-    D.d = L->h / L->a;
+    D.d = L->d > 0 ? L->d : L->h / L->a;
     D.at = L->a / L->t;
     D.gt = L->g / L->t;
-    D.qkv_n = (L->h + 2 * L->g * D.d) / L->t;
+    D.adt = L->a * D.d / L->t;
+    D.qkv_n = (L->a * D.d + 2 * L->g * D.d) / L->t;
     D.ffn_t = L->ffn / L->t;
     D.fc1_n = (L->swiglu ? 2 : 1) * D.ffn_t;
     D.Vt = L->V / L->t;
@@ -182,7 +185,7 @@ static void layer_fwd(const layer_shape *L, const dims *D, layer_ops *o)
         comm(o, "ln1.ag", COMM_ALL_GATHER, D->S, L->t);
     gemm(o, "qkv", D->T, D->qkv_n, h);
     attn_core_fwd(L, D, o);
-    gemm(o, "proj", D->T, h, h / L->t);
+    gemm(o, "proj", D->T, h, D->adt);
     tp_reduce(L, D, o, "proj.ar", "proj.rs");
     mem(o, "attn.dropadd", E * (3 * D->dt + 1)); /* bias-dropout-add: 2 reads, write, mask */
     mem(o, "ln2", 2 * E * D->dt);
@@ -257,7 +260,7 @@ static void layer_bwd(const layer_shape *L, const dims *D, layer_ops *o, bool dg
         }
         int fc1 = gemm(o, "fc1.wgrad", D->fc1_n, h, D->T);
         deps(o, fc1, fc2, ag);
-        int proj = gemm(o, "proj.wgrad", h / L->t, h, D->T);
+        int proj = gemm(o, "proj.wgrad", D->adt, h, D->T);
         deps(o, proj, fc1, -1);
         if (regather)
             deps(o, ag = comm(o, "qkv.ag.in", COMM_ALL_GATHER, D->S, L->t), -1, -1);
@@ -280,9 +283,9 @@ static void layer_bwd(const layer_shape *L, const dims *D, layer_ops *o, bool dg
     mem(o, "attn.dropadd.bwd", E * (2 * D->dt + 1));
     if (L->sp && D->comm)
         comm(o, "proj.ag.grad", COMM_ALL_GATHER, D->S, L->t);
-    gemm(o, "proj.dgrad", D->T, h / L->t, h);
+    gemm(o, "proj.dgrad", D->T, D->adt, h);
     if (whole)
-        gemm(o, "proj.wgrad", h / L->t, h, D->T);
+        gemm(o, "proj.wgrad", D->adt, h, D->T);
     bgemm(o, "attn.av.dgrad_p", L->s, L->s, D->d, bh);
     bgemm(o, "attn.av.dgrad_v", L->s, D->d, L->s, bh);
     mem(o, "attn.dropout.bwd", P * (2 * D->dt + 1));
@@ -484,7 +487,7 @@ int layer_saved_build(const layer_shape *L, layer_saved_list *out, ts_err *err)
     save(out, "attn.dropout.mask", P, true, I, r, false);
     save(out, "attn.dropout.out", P * dt, true, I, r, false);
     save(out, "attn.v", D.T * D.gt * D.d * dt, false, I, r, false);
-    save(out, "proj.in", D.T * (L->h / L->t) * dt, false, W, r, false);
+    save(out, "proj.in", D.T * D.adt * dt, false, W, r, false);
     save(out, "attn.dropadd.mask", E, false, I, r, false);
     save(out, "ln2.in", E * dt, false, I, r, false);
     save(out, "fc1.in", E * dt, false, W, r, false);

@@ -69,6 +69,7 @@ typedef struct {
     int64_t h;   /* hidden size */
     int64_t a;   /* attention heads */
     int64_t g;   /* query groups (= a without GQA) */
+    int64_t d;   /* head size (--kv-channels); 0 = h / a */
     int64_t ffn; /* FFN hidden size (per gate for SwiGLU) */
     bool swiglu;
     int64_t s;       /* sequence length, tokens */

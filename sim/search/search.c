@@ -54,6 +54,7 @@ void search_space_default(search_space *s, const model_config *model, const clus
     s->try_distributed_optimizer = true;
     s->try_recompute_block = true;
     s->overlap_grad_reduce = true;
+    s->memory_margin_bytes = SEARCH_MEMORY_MARGIN_GIB * GIB;
 }
 
 /* ---------------------------------------------------------------- growth */
@@ -193,6 +194,10 @@ static int check_space(const search_space *s, ts_err *err)
                        "search: need max tp >= 1, max pp >= 1, max vp >= 2 "
                        "(got %d, %d, %d)",
                        s->max_tp, s->max_pp, s->max_vp);
+    if (!(s->memory_margin_bytes >= 0 && s->memory_margin_bytes < s->cluster.gpu.hbm_gib * GIB))
+        return err_set(err, TS_EINVAL,
+                       "search: --memory-margin %g GiB out of range (valid: 0 to below the GPU's %g GiB, %s)",
+                       s->memory_margin_bytes / GIB, s->cluster.gpu.hbm_gib, s->cluster.gpu.name);
     return TS_OK;
 }
 
@@ -426,7 +431,7 @@ static int prune(search_set *set, ts_err *err)
             continue;
         }
         c->mem_bound_bytes = b.total_bytes;
-        if (b.total_bytes > set->capacity_bytes)
+        if (b.total_bytes > set->usable_bytes)
             c->status = SEARCH_REJ_MEMORY_BOUND;
     }
     free(cache.inflight);
@@ -452,6 +457,7 @@ int search_enumerate(const search_space *s, search_set **out, ts_err *err)
         return err_set(err, TS_ENOMEM, "search: out of memory");
     set->space = *s;
     set->capacity_bytes = s->cluster.gpu.hbm_gib * GIB;
+    set->usable_bytes = set->capacity_bytes - s->memory_margin_bytes;
     cand_vec cv = {0};
     if ((rc = enumerate(s, &cv))) {
         free(cv.v);
@@ -556,12 +562,12 @@ void search_reason(const search_set *set, size_t i, char *buf, size_t cap)
                  c->num_microbatches, c->pp);
         break;
     case SEARCH_REJ_MEMORY_BOUND:
-        snprintf(buf, cap, "memory lower bound %.1f GiB > %.1f GiB per GPU", c->mem_bound_bytes / GIB,
-                 set->capacity_bytes / GIB);
+        snprintf(buf, cap, "memory lower bound %.1f GiB + margin %.1f GiB > %.1f GiB per GPU", c->mem_bound_bytes / GIB,
+                 set->space.memory_margin_bytes / GIB, set->capacity_bytes / GIB);
         break;
     case SEARCH_REJ_MEMORY_SIM:
-        snprintf(buf, cap, "simulated peak memory %.1f GiB > %.1f GiB per GPU", c->r.peak_mem_bytes / GIB,
-                 set->capacity_bytes / GIB);
+        snprintf(buf, cap, "simulated peak memory %.1f GiB + margin %.1f GiB > %.1f GiB per GPU",
+                 c->r.peak_mem_bytes / GIB, set->space.memory_margin_bytes / GIB, set->capacity_bytes / GIB);
         break;
     case SEARCH_REJ_CONFIG:
     case SEARCH_REJ_SIM_ERROR:

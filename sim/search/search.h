@@ -55,7 +55,20 @@ typedef struct {
     bool try_distributed_optimizer; /* also try it when d > 1 (default true) */
     bool try_recompute_block;       /* full/block with 1/4, 1/2, 3/4 of a chunk's layers (default true) */
     bool overlap_grad_reduce;       /* set on every candidate (default true) */
+    double memory_margin_bytes;     /* kept free on top of the modelled peak: a candidate fits when
+                                       peak + margin <= GPU memory (default SEARCH_MEMORY_MARGIN_GIB) */
 } search_space;
+
+/* Memory the search keeps free on every GPU beyond the modelled peak
+ * (which already holds the CUDA context, NCCL buffers, cuBLAS workspace and
+ * fragmentation: overheads.h), GiB. It covers what the model leaves out:
+ * an op's temporaries (the output layer's fp32 logits and softmax in the
+ * loss, GEMM outputs before the inputs are freed), a layer's recompute or
+ * gradient buffers that overlap a transfer, fragmentation above the
+ * estimate, another process on the GPU. 2 GiB is 2.5% of an 80 GB GPU, 5% of
+ * a 40 GB one: a layout that needs the last few percent of HBM is one that a
+ * real run may lose to an OOM. --memory-margin overrides it. */
+#define SEARCH_MEMORY_MARGIN_GIB 2.0
 
 /* Candidate status: pending/simulated, or why it was rejected. */
 typedef enum {
@@ -67,9 +80,9 @@ typedef enum {
     SEARCH_REJ_LAYERS,       /* layers cannot be split over p*v stages */
     SEARCH_REJ_BATCH,        /* B not divisible by b*d */
     SEARCH_REJ_MICROBATCHES, /* interleaved: micro-batches not a multiple of p */
-    SEARCH_REJ_MEMORY_BOUND, /* memory lower bound above the GPU's memory */
+    SEARCH_REJ_MEMORY_BOUND, /* memory lower bound + margin above the GPU's memory */
     SEARCH_REJ_CONFIG,       /* config_resolve refused it (message kept) */
-    SEARCH_REJ_MEMORY_SIM,   /* simulated peak above the GPU's memory */
+    SEARCH_REJ_MEMORY_SIM,   /* simulated peak + margin above the GPU's memory */
     SEARCH_REJ_SIM_ERROR,    /* the simulation failed (message kept) */
     SEARCH_STATUS_COUNT
 } search_status;
@@ -117,6 +130,7 @@ typedef struct {
     size_t n;
     char **msgs;           /* n entries; msgs[i] (owned) set for REJ_CONFIG / REJ_SIM_ERROR */
     double capacity_bytes; /* GPU memory, bytes */
+    double usable_bytes;   /* capacity_bytes - space.memory_margin_bytes: what a candidate may use */
     size_t counts[SEARCH_STATUS_COUNT];
 } search_set;
 

@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 
+#include "sim/config/overheads.h"
 #include "sim/model/flops.h"
 #include "sim/model/layer.h"
 
@@ -139,7 +140,15 @@ static void bound_rank(const config *c, const kept_bytes *kb, int inflight, int 
     if (last) /* the output layer's tensors of the micro-batch being turned around */
         act += kb->output;
     b->activations_bytes = act;
-    b->total_bytes = b->weights_bytes + b->grads_bytes + b->optimizer_bytes + b->activations_bytes;
+    /* What PyTorch, cuBLAS and NCCL hold besides tensors, as the simulator
+     * adds it (overheads.h); the fragmentation on the activations floor only
+     * (no pipeline buffers), floored as the memory timeline floors it. */
+    const memory_overheads *o = &c->cluster.overheads;
+    b->overheads_bytes =
+        (double)(overheads_cuda_context_bytes(o) +
+                 overheads_nccl_bytes(o, overheads_comms(p->tp, p->pp, p->dp, p->schedule, !mo->untie_embeddings, r)) +
+                 overheads_cublas_bytes(o) + overheads_fragmentation_bytes(o, (int64_t)act));
+    b->total_bytes = b->weights_bytes + b->grads_bytes + b->optimizer_bytes + b->activations_bytes + b->overheads_bytes;
     b->rank = r;
 }
 

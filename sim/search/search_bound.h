@@ -15,9 +15,15 @@
  *   the bytes a chunk's layers keep per micro-batch (layer_saved_build under
  *   the recomputation mode: Korthikanti et al. 2022 Table 2; with block
  *   recomputation k layers keep only their input), plus the embedding's or
- *   output layer's saved tensors on the first / last rank.
+ *   output layer's saved tensors on the first / last rank,
+ * plus
+ *   the memory besides tensors the simulator adds (sim/config/overheads.h):
+ *   CUDA context, the NCCL buffers of the rank's communicators, cuBLAS
+ *   workspace, and the allocator's fragmentation on the activation floor
+ *   (the simulator applies it to the activations and pipeline buffers
+ *   live, which at the peak hold at least that floor).
  * Transient buffers (recomputed activations, gradients in flight,
- * communication buffers) are left out: they only add to the real peak.
+ * pipeline buffers) are left out: they only add to the real peak.
  *
  * Every term is a quantity the real run must hold, so the bound never
  * exceeds the simulated peak (tests/unit/test_search.c checks that on
@@ -36,8 +42,9 @@ typedef struct {
     double grads_bytes;
     double optimizer_bytes;
     double activations_bytes;
-    double total_bytes; /* sum of the above */
-    int rank;           /* pipeline rank that sets the bound */
+    double overheads_bytes; /* CUDA context, NCCL buffers, cuBLAS workspace, fragmentation */
+    double total_bytes;     /* sum of the above */
+    int rank;               /* pipeline rank that sets the bound */
 } search_bound;
 
 /* Micro-batch chunks the schedule holds at once at its peak on pipeline

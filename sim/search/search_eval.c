@@ -40,7 +40,7 @@ static int eval_one(eval_state *st, size_t i)
         c->status = SEARCH_REJ_SIM_ERROR;
         return set->msgs[i] ? TS_OK : TS_ENOMEM;
     }
-    c->status = c->r.peak_mem_bytes > set->capacity_bytes ? SEARCH_REJ_MEMORY_SIM : SEARCH_SIMULATED;
+    c->status = c->r.peak_mem_bytes > set->usable_bytes ? SEARCH_REJ_MEMORY_SIM : SEARCH_SIMULATED;
     return TS_OK;
 }
 

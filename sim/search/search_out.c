@@ -194,8 +194,8 @@ void search_explain(const search_set *set, size_t winner, FILE *f)
             "DP %.3f)\n",
             100.0 * comm, w->r.exposed_comm_s, w->r.exposed_s[SIMULATE_COMM_TP], w->r.exposed_s[SIMULATE_COMM_PP],
             w->r.exposed_s[SIMULATE_COMM_DP]);
-    fprintf(f, "  memory                 %5.1f%% of %.0f GiB (peak %.1f GiB)\n", 100.0 * mem, set->capacity_bytes / GIB,
-            w->r.peak_mem_bytes / GIB);
+    fprintf(f, "  memory                 %5.1f%% of %.0f GiB (peak %.1f GiB; %.1f GiB kept free by --memory-margin)\n",
+            100.0 * mem, set->capacity_bytes / GIB, w->r.peak_mem_bytes / GIB, set->space.memory_margin_bytes / GIB);
 
     /* Did memory force the winner's choices? Look at its neighbours. */
     enum { F_RECOMPUTE = 1, F_DISTOPT = 2, F_MBS = 4 };
@@ -224,8 +224,8 @@ void search_explain(const search_set *set, size_t winner, FILE *f)
             continue; /* one example of each */
         char cd[256];
         search_describe(set, i, cd, sizeof cd);
-        fprintf(f, "  memory forces it: %s (%s) needs %.1f GiB > %.0f GiB\n", what, cd, need_bytes(c) / GIB,
-                set->capacity_bytes / GIB);
+        fprintf(f, "  memory forces it: %s (%s) needs %.1f GiB + %.1f GiB margin > %.0f GiB\n", what, cd,
+                need_bytes(c) / GIB, set->space.memory_margin_bytes / GIB, set->capacity_bytes / GIB);
         forced |= kind;
         shown++;
     }

@@ -35,7 +35,7 @@ check_sh "p2p fit: latency 1000 ns, 2.00 GB/s" \
 
 out=$("$TRAINSIM" simulate --num-layers 4 --hidden-size 512 --num-attention-heads 8 --seq-length 64 \
       --padded-vocab-size 4096 --gpus 2 -t 1 -p 2 --micro-batch-size 1 --global-batch-size 4 \
-      --schedule 1f1b --recompute-granularity none --sequence-parallel=false \
+      --schedule 1f1b --recompute-granularity none --sequence-parallel=false --bf16 \
       --gpu A100-SXM4-80GB --calibration "$tmp/cal.csv" 2>&1); rc=$?
 check_sh "trainsim simulate reads the calibration" '[ $rc -eq 0 ] && [[ "$out" == *"iteration time"* ]]'
 
@@ -62,7 +62,7 @@ check_sh "--gpu cpu --fp32 with a full calibration simulates" \
     '[ $rc -eq 0 ] && [[ "$out" == *"iteration time"* ]]'
 out=$("$TRAINSIM" "${CPUSIM[@]}" --fp32 --bf16 --calibration "$tmp/cpu.csv" 2>&1); rc=$?
 check_sh "--fp32 with --bf16: error" '[ $rc -ne 0 ] && [[ "$out" == *"--fp32 excludes"* ]]'
-out=$("$TRAINSIM" "${CPUSIM[@]}" --calibration "$tmp/cpu.csv" 2>&1); rc=$?
+out=$("$TRAINSIM" "${CPUSIM[@]}" --bf16 --calibration "$tmp/cpu.csv" 2>&1); rc=$?
 check_sh "--gpu cpu at bf16 with fp32-only rows: error naming dtype" '[ $rc -ne 0 ] && [[ "$out" == *"dtype=bf16"* ]]'
 
 printf 'kind,m,n,k,bytes,ranks,time_ns\nwarp,1,1,1,,1,5\n' >"$tmp/bad.csv"

@@ -8,14 +8,14 @@ T=${TRAINSIM:-build/trainsim}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# expect_ok "ARGS" "substring of the output": config ARGS exits 0 and prints it
+# expect_ok "--model gpt3-175b ARGS" "substring of the output": config ARGS exits 0 and prints it
 expect_ok() { expect_output "$2" $T config $1; }
 
 # Subcommands that take the shared flags: config always; simulate once it exists.
 cmds=(config)
 if $T simulate --help >/dev/null 2>&1; then cmds+=(simulate); fi
 
-# expect_err "ARGS" EXIT "substring of stderr": config exits EXIT; every other
+# expect_err "--model gpt3-175b ARGS" EXIT "substring of stderr": config exits EXIT; every other
 # subcommand in cmds must fail too (non-zero, neither a timeout nor a signal)
 # with the same message. One check per subcommand.
 expect_err() {
@@ -36,7 +36,7 @@ expect_ok "" "128 nodes x 8 A100-SXM4-80GB"
 expect_ok "--model megatron-39.1b" "t=8 p=2 d=32 v=2 (512 GPUs"
 expect_ok "--model llama3-405b" "uneven split:          first stage 7 layers, last stage 7 layers"
 expect_ok "--global-batch-size 512 --model megatron-1.7b" "global batch 512 sequences, 16 micro-batches"
-expect_ok "--topology topologies/dgx-h200-cluster.csv" "H200-SXM-141GB"
+expect_ok "--model gpt3-175b --topology topologies/dgx-h200-cluster.csv" "H200-SXM-141GB"
 expect_ok "--list-models" "bloom-176b"
 expect_ok "--list-gpus" "H100-SXM5-80GB"
 
@@ -61,48 +61,48 @@ n_flags=$(grep -cE '^  (-[a-z], )?--' <<<"$help")
 n_units=$(grep -cE '^      unit: .*; default: ' <<<"$help")
 # every flag but --help itself has a unit/default line
 if [ "$n_units" -eq $((n_flags - 1)) ]; then ok; else bad "--help: $n_flags flags but $n_units unit/default lines"; fi
-if grep -qF "unit: sequences; default: 1536" <<<"$help"; then ok; else bad "--help: global batch unit/default"; fi
+if grep -qF "unit: sequences; default: b x d" <<<"$help"; then ok; else bad "--help: global batch unit/default"; fi
 if grep -qF "[gpipe|1f1b|interleaved|zb-h1|zb-h2|zb-v]" <<<"$help"; then ok; else bad "--help: schedule names"; fi
 
 # --- bad flags
 expect_err "--num-layer 4" 2 "unknown flag '--num-layer'; did you mean --num-layers?"
 expect_err "--hidden-size" 2 "flag --hidden-size: missing value"
-expect_err "--hidden-size 12k" 2 "flag --hidden-size: '12k' is not an integer"
-expect_err "--micro-batch-size 0" 2 "flag --micro-batch-size: 0 is out of range (valid: 1 to"
-expect_err "--schedule 2f2b" 2 "valid: gpipe|1f1b|interleaved|zb-h1|zb-h2|zb-v"
-expect_err "--gpus 8 --gpus 16" 2 "flag --gpus given twice"
+expect_err "--model gpt3-175b --hidden-size 12k" 2 "flag --hidden-size: '12k' is not an integer"
+expect_err "--model gpt3-175b --micro-batch-size 0" 2 "flag --micro-batch-size: 0 is out of range (valid: 1 to"
+expect_err "--model gpt3-175b --schedule 2f2b" 2 "valid: gpipe|1f1b|interleaved|zb-h1|zb-h2|zb-v"
+expect_err "--model gpt3-175b --gpus 8 --gpus 16" 2 "flag --gpus given twice"
 expect_err "stray" 2 "unexpected argument 'stray'"
 
 # --- bad configurations
-expect_err "--hidden-size 1000" 2 "--hidden-size 1000 is not divisible by --num-attention-heads 96"
+expect_err "--model gpt3-175b --hidden-size 1000" 2 "--hidden-size 1000 is not divisible by --num-attention-heads 96"
 expect_err "--model llama2-13b -t 16 --gpus 128" 2 "--num-attention-heads 40 is not divisible by --tensor-model-parallel-size 16"
 expect_err "--model llama2-70b -t 16 -p 2" 2 "--num-query-groups 8 is not divisible by --tensor-model-parallel-size 16"
-expect_err "--num-layers 90 --schedule 1f1b" 2 "--num-layers 90 is not divisible by --pipeline-model-parallel-size 16"
-expect_err "--num-layers-per-virtual-pipeline-stage 5" 2 "= 16 x 5 = 80"
-expect_err "--global-batch-size 1540" 2 "--global-batch-size 1540 is not divisible by --micro-batch-size x data-parallel size"
-expect_err "--gpus 1000" 2 "--gpus 1000 is not a multiple of"
-expect_err "-d 4" 2 "--gpus 1024 != t x p x d = 8 x 16 x 4 = 512"
-expect_err "--schedule zb-v --num-layers-per-virtual-pipeline-stage 2" 2 "zb-v runs exactly 2 chunks"
-expect_err "--gpu B200" 2 "unknown GPU kind 'B200' (valid: A100-SXM4-40GB, A100-SXM4-80GB, H100-SXM5-80GB, H200-SXM-141GB"
+expect_err "--model gpt3-175b --num-layers 90 --schedule 1f1b" 2 "--num-layers 90 is not divisible by --pipeline-model-parallel-size 16"
+expect_err "--model gpt3-175b --num-layers-per-virtual-pipeline-stage 5" 2 "= 16 x 5 = 80"
+expect_err "--model gpt3-175b --global-batch-size 1540" 2 "--global-batch-size 1540 is not divisible by --micro-batch-size x data-parallel size"
+expect_err "--model gpt3-175b --gpus 1000" 2 "--gpus 1000 is not a multiple of"
+expect_err "--model gpt3-175b -d 4" 2 "--gpus 1024 != t x p x d = 8 x 16 x 4 = 512"
+expect_err "--model gpt3-175b --schedule zb-v --num-layers-per-virtual-pipeline-stage 2" 2 "zb-v runs exactly 2 chunks"
+expect_err "--model gpt3-175b --gpu B200" 2 "unknown GPU kind 'B200' (valid: A100-SXM4-40GB, A100-SXM4-80GB, H100-SXM5-80GB, H200-SXM-141GB"
 expect_err "--model llama-7b" 2 "unknown model 'llama-7b'; nearest: llama2-7b"
 
 # --- bad topology files (file:line and column)
 hdr="nodes,gpus_per_node,gpu,intra_node_gbps,intra_node_latency_us,nics_per_node,nic_gbps,nic_latency_us,fabric,levels,oversubscription"
 printf '# test\n%s\n16,8,a100,300,0.6,8,-25,0.6,fat-tree,2,1\n' "$hdr" >"$tmp/neg.csv"
-expect_err "--topology $tmp/neg.csv --gpus 128" 2 "$tmp/neg.csv:3: column 'nic_gbps': -25 is out of range (expected a number > 0)"
+expect_err "--model gpt3-175b --topology $tmp/neg.csv --gpus 128" 2 "$tmp/neg.csv:3: column 'nic_gbps': -25 is out of range (expected a number > 0)"
 printf '%s\n16,8,a100,300,0.6,8,abc,0.6,fat-tree,2,1\n' "$hdr" >"$tmp/nan.csv"
-expect_err "--topology $tmp/nan.csv --gpus 128" 2 "$tmp/nan.csv:2: column 'nic_gbps': 'abc' is not a number"
+expect_err "--model gpt3-175b --topology $tmp/nan.csv --gpus 128" 2 "$tmp/nan.csv:2: column 'nic_gbps': 'abc' is not a number"
 printf '%s\n16,8,MI300X,300,0.6,8,25,0.6,fat-tree,2,1\n' "$hdr" >"$tmp/gpu.csv"
-expect_err "--topology $tmp/gpu.csv --gpus 128" 2 "$tmp/gpu.csv:2: column 'gpu': unknown GPU kind 'MI300X'"
+expect_err "--model gpt3-175b --topology $tmp/gpu.csv --gpus 128" 2 "$tmp/gpu.csv:2: column 'gpu': unknown GPU kind 'MI300X'"
 printf 'nodes,gpus_per_node\n16,8\n' >"$tmp/col.csv"
-expect_err "--topology $tmp/col.csv" 2 "$tmp/col.csv:1: missing column 'gpu'"
+expect_err "--model gpt3-175b --topology $tmp/col.csv" 2 "$tmp/col.csv:1: missing column 'gpu'"
 : >"$tmp/empty.csv"
-expect_err "--topology $tmp/empty.csv" 2 "$tmp/empty.csv: empty: no header row"
+expect_err "--model gpt3-175b --topology $tmp/empty.csv" 2 "$tmp/empty.csv: empty: no header row"
 printf 'endpoint_a,endpoint_b,bandwidth_gbps,latency_us,kind\ngpu0.0,gpu0.1,300,0.3,nvlink\ngpu0.1,gpu0.0,300,0.3,nvlink\n' >"$tmp/dup.csv"
-expect_err "--topology $tmp/dup.csv --gpus 2" 2 "$tmp/dup.csv:3: duplicate link gpu0.1 - gpu0.0 (first at line 2"
+expect_err "--model gpt3-175b --topology $tmp/dup.csv --gpus 2" 2 "$tmp/dup.csv:3: duplicate link gpu0.1 - gpu0.0 (first at line 2"
 printf 'endpoint_a,endpoint_b,bandwidth_gbps,latency_us,kind\ngpu0.0,gpu0.1,300,0.3,nvlink\ngpu0.1,sw1.0,25,0.3,fabric\nsw1.0,sw2.0,25,0.3,fabric\nsw3.0,sw3.1,25,0.3,fabric\n' >"$tmp/dangle.csv"
-expect_err "--topology $tmp/dangle.csv --gpus 2" 2 "$tmp/dangle.csv:5: dangling link: sw3.0 (first named here) is not connected"
-expect_err "--topology $tmp/missing.csv" 1 "$tmp/missing.csv: cannot open"
+expect_err "--model gpt3-175b --topology $tmp/dangle.csv --gpus 2" 2 "$tmp/dangle.csv:5: dangling link: sw3.0 (first named here) is not connected"
+expect_err "--model gpt3-175b --topology $tmp/missing.csv" 1 "$tmp/missing.csv: cannot open"
 
 # --- the catalogue is found from another directory (via the executable's path)
 abs=$(cd "$(dirname "$T")" && pwd)/$(basename "$T")

@@ -58,5 +58,24 @@ check "unknown --model: names the flag" grep -q -- '--model' "$tmp/bad2.out"
 check "bad --micro-batch-sizes: exit 2" test $? -eq 2
 "$T" search --help >"$tmp/help.out" 2>&1
 check "--help lists --explain and --top" grep -q -- '--explain' "$tmp/help.out"
+check "--help documents --memory-margin and the overhead flags" \
+    grep -q -- '--memory-margin' "$tmp/help.out" && grep -q -- '--cuda-context-gib' "$tmp/help.out"
+
+# --memory-margin: kept free on top of the modelled peak. A larger margin
+# rejects more layouts for memory, each reason naming it, and every layout
+# left fits with the margin to spare.
+fits_count() { sed -nE 's/.* ([0-9]+) simulated \(([0-9]+) over memory.*/\1 \2/p' "$1" | awk '{print $1 - $2}'; }
+"$T" search "${args[@]}" --threads 2 --memory-margin 0 --out "$tmp/m0.csv" >"$tmp/m0.out" 2>&1
+check "--memory-margin 0: exit 0" test $? -eq 0
+"$T" search "${args[@]}" --threads 2 --memory-margin 70 --out "$tmp/m70.csv" >"$tmp/m70.out" 2>&1
+check "--memory-margin 70: exit 0" test $? -eq 0
+check_sh "a larger margin leaves fewer layouts" '[ "$(fits_count "$tmp/m70.out")" -lt "$(fits_count "$tmp/m0.out")" ]'
+check "rejections name the margin" grep -q 'memory lower bound [0-9.]* GiB + margin 70.0 GiB > 80.0 GiB per GPU' "$tmp/m70.csv"
+check "what fits leaves the margin free" \
+    awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "peak_mem_gib") c = i }
+             NR > 1 && $2 == "simulated" && $c + 70 > 80 { bad = 1 } END { exit bad }' "$tmp/m70.csv"
+check "the default margin (2 GiB) is in the reasons" grep -q 'margin 2.0 GiB' "$tmp/t1.csv"
+"$T" search "${args[@]}" --memory-margin 80 >"$tmp/m80.out" 2>&1; rc=$?
+check_sh "a margin of the whole GPU: exit 2 naming the flag" '[ $rc -eq 2 ] && grep -q -- "--memory-margin" "$tmp/m80.out"'
 
 finish

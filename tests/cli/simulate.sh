@@ -33,10 +33,10 @@ golden default
 golden megatron-1.7b --model megatron-1.7b
 golden small-zb-h1 --num-layers 8 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 \
     --gpus 16 -t 2 -p 4 --micro-batch-size 1 --global-batch-size 32 --schedule zb-h1 \
-    --recompute-granularity none --sequence-parallel=false
+    --recompute-granularity none --sequence-parallel=false --bf16 --padded-vocab-size 51200
 golden small-1f1b-distopt --num-layers 8 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 \
     --gpus 32 -t 2 -p 4 --micro-batch-size 2 --global-batch-size 64 --schedule 1f1b \
-    --recompute-granularity full --use-distributed-optimizer --overlap-grad-reduce --train-tokens 1e9
+    --recompute-granularity full --use-distributed-optimizer --overlap-grad-reduce --train-tokens 1e9 --bf16 --padded-vocab-size 51200 --sequence-parallel
 
 # the same run twice gives the same bytes
 "$TRAINSIM" simulate --model megatron-1.7b --csv "$tmp/a.csv" >"$tmp/a.txt" 2>/dev/null
@@ -71,6 +71,36 @@ for f in --train-tokens --csv --trace --calibration --num-layers --tensor-model-
 done
 if [ -z "$miss" ] && grep -q "unit:" "$tmp/help.txt" && grep -q "default:" "$tmp/help.txt"; then ok "--help lists flags with units and defaults"
 else bad "--help misses:$miss"; fi
+
+# A run that does not fit: GPT-3 175B's default layout on 40 GB A100s holds
+# 38.9 GiB of tensors, over 40 GiB with the CUDA context, NCCL buffers,
+# cuBLAS workspace and fragmentation. It says so on its first line, prints
+# the whole report and exits 3.
+"$TRAINSIM" simulate --model gpt3-175b --gpu A100-SXM4-40GB >"$tmp/nofit.txt" 2>"$tmp/nofit.err"; rc=$?
+check "does not fit: exit 3" test $rc -eq 3
+check_sh "does not fit: first line says so with the numbers" \
+    'head -n 1 "$tmp/nofit.txt" | grep -qE "^DOES NOT FIT: rank 0 needs [0-9.]+ GiB of 40.00 GiB \(activations.*try --recompute-granularity full"'
+check "does not fit: the report follows" grep -q '^iteration time' "$tmp/nofit.txt"
+check "does not fit: the per-rank table says NO" grep -qE '^ +0 .* NO$' "$tmp/nofit.txt"
+for cat in cuda-context nccl-buffers cublas-workspace allocator-fragmentation; do
+    check "breakdown has a $cat line naming its flag" grep -qE "^  $cat +[0-9.]+ GiB .*--" "$tmp/nofit.txt"
+done
+"$TRAINSIM" simulate --model gpt3-175b --gpu A100-SXM4-40GB --csv - >"$tmp/nofit.csv" 2>"$tmp/nofit.err"; rc=$?
+check_sh "does not fit, --csv -: exit 3, CSV on stdout, the line on stderr" \
+    '[ $rc -eq 3 ] && head -n 1 "$tmp/nofit.csv" | grep -q "^scope,metric" && grep -q "^iteration,fits,0," "$tmp/nofit.csv" && grep -q "^DOES NOT FIT" "$tmp/nofit.err"'
+# every overhead turned off by its flag: the tensors alone fit, as before
+"$TRAINSIM" simulate --model gpt3-175b --gpu A100-SXM4-40GB --cuda-context-gib 0 --nccl-buffer-mib 0 --cublas-workspace-mib 0 \
+    --allocator-fragmentation 0 >"$tmp/off.txt" 2>&1; rc=$?
+check_sh "overheads off: exit 0, 38.91 GiB fits" \
+    '[ $rc -eq 0 ] && grep -q "^memory peak             38.91 GiB of 40.00 GiB on rank 0 (fits)" "$tmp/off.txt" && ! grep -q "DOES NOT FIT" "$tmp/off.txt"'
+# the flags change the line they name: 8 channels halve the NCCL buffers
+"$TRAINSIM" simulate --model megatron-1.7b --nccl-channels 8 >"$tmp/ch8.txt" 2>&1
+check "--nccl-channels 8 shows in the breakdown" grep -qE '^  nccl-buffers .* x 8 channels x 2 peers' "$tmp/ch8.txt"
+for f in --cuda-context-gib --nccl-buffer-mib --nccl-channels --cublas-workspace-mib --allocator-fragmentation; do
+    check "--help documents $f" grep -q -- "$f" "$tmp/help.txt"
+done
+"$TRAINSIM" simulate --allocator-fragmentation -1 >/dev/null 2>"$tmp/e4"; rc=$?
+check_sh "negative --allocator-fragmentation: exit 2 naming it" '[ $rc -eq 2 ] && grep -q -- "--allocator-fragmentation" "$tmp/e4"'
 
 # errors: a bad flag, an impossible layout, an unwritable output
 "$TRAINSIM" simulate --num-layerz 8 >/dev/null 2>"$tmp/e1"; rc=$?

@@ -175,6 +175,19 @@ check "foreign header: exit 2" test $? -eq 2
 check "foreign header: says so" grep -q 'header differs' "$tmp/other.out"
 "$T" sweep "$tmp/in.csv" >"$tmp/noout.out" 2>&1
 check "missing --out: exit 2" test $? -eq 2
+# A row that does not fit in memory is recorded with fits = 0 and the sweep
+# goes on to the next row and exits 0 (GPT-3 175B's default layout holds
+# 38.9 GiB of tensors: over 40 GiB on an A100 40GB with the overheads, fits
+# without them, and on 80 GB).
+printf 'model,gpu,cuda-context-gib,nccl-buffer-mib,cublas-workspace-mib,allocator-fragmentation\n' >"$tmp/fit.csv"
+printf 'gpt3-175b,A100-SXM4-40GB,,,,\ngpt3-175b,A100-SXM4-40GB,0,0,0,0\ngpt3-175b,A100-SXM4-80GB,,,,\n' >>"$tmp/fit.csv"
+"$T" sweep "$tmp/fit.csv" --out "$tmp/fit.out.csv" --quiet >/dev/null 2>&1
+check "a row over memory: sweep exits 0" test $? -eq 0
+check "a row over memory: every row done" test "$(wc -l <"$tmp/fit.out.csv")" -eq 4
+check "fits column: 0, then 1 without the overheads, 1 on 80 GB" \
+    test "$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "fits") c = i } NR > 1 { printf "%s", $c }' "$tmp/fit.out.csv")" = 011
+check "a row over memory is status ok, not an error" test "$(grep -c ',ok,' "$tmp/fit.out.csv")" -eq 3
+
 printf 'model,no-such-flag\ngpt3-175b,1\n' >"$tmp/badflag.csv"
 "$T" sweep "$tmp/badflag.csv" --out "$tmp/badflag.out.csv" --quiet >/dev/null 2>&1
 check "unknown flag column: row error names it" grep -q 'no-such-flag' "$tmp/badflag.out.csv"

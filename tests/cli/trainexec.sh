@@ -19,15 +19,15 @@ check_sh "--help lists flags with units and defaults" \
 out=$(run 1 "$TRAINEXEC" --num-layerz 2 2>&1); rc=$?
 check_sh "unknown flag: exit 2 and the nearest name" '[ $rc -eq 2 ] && [[ "$out" == *--num-layers* ]]'
 
-small="--num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --padded-vocab-size 64"
+small="--num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --padded-vocab-size 64 --micro-batch-size 1"
 out=$(run 1 "$TRAINEXEC" 2>&1); rc=$?
-check_sh "default preset (175B): exit 2, too large, asks for a shape" \
-    '[ $rc -eq 2 ] && [[ "$out" == *"too large"* && "$out" == *--hidden-size* ]]'
+check_sh "no shape: exit 2 naming the flags Megatron-LM requires" \
+    '[ $rc -eq 2 ] && [[ "$out" == *"Megatron-LM requires"* && "$out" == *"missing: --num-layers"* ]]'
 
 out=$(run 1 "$TRAINEXEC" $small --recompute-granularity full 2>&1); rc=$?
 check_sh "recomputation: exit 2, not supported" '[ $rc -eq 2 ] && [[ "$out" == *--recompute-granularity* ]]'
 
-out=$(run 1 "$TRAINEXEC" --hidden-size 30 --num-attention-heads 8 2>&1); rc=$?
+out=$(run 1 "$TRAINEXEC" --num-layers 4 --seq-length 16 --micro-batch-size 1 --hidden-size 30 --num-attention-heads 8 2>&1); rc=$?
 check_sh "hidden not a multiple of heads: exit 2 naming both flags" \
     '[ $rc -eq 2 ] && [[ "$out" == *--hidden-size* && "$out" == *--num-attention-heads* ]]'
 
@@ -76,5 +76,13 @@ l3=$(echo "$out" | grep -oE 'iteration 1/1: loss [0-9.]+' | awk '{print $4}')
 out2=$(run 1 "$TRAINEXEC" $small --global-batch-size 2 --iterations 1 --warmup 0 2>&1)
 l4=$(echo "$out2" | grep -oE 'iteration 1/1: loss [0-9.]+' | awk '{print $4}')
 check_sh "compute-only CSV zero-bubble schedule on 2 ranks = 1 rank ($l3 vs $l4)" '[ -n "$l3" ] && [ "$l3" = "$l4" ]'
+
+# one resolver: trainexec and trainsim config read the same flags as the same layout (Megatron-LM's
+# defaults: 1F1B, global batch = micro-batch x d with d = ranks / (t x p))
+TS=${TRAINSIM:-$(dirname "$TRAINEXEC")/trainsim}
+out=$(run 2 "$TRAINEXEC" $small --iterations 1 --warmup 0 2>&1)
+cfg=$("$TS" config $small --gpus 2 2>&1)
+check_sh "trainexec and trainsim config resolve the same layout (d 2, 1f1b, B = b x d = 2)" \
+    '[[ "$out" == *"t=1 p=1 d=2 v=1, 1f1b, b=1 B=2 m=1"* && "$cfg" == *"t=1 p=1 d=2 v=1 (2 GPUs"* && "$cfg" == *"global batch 2 sequences"* ]]'
 
 finish

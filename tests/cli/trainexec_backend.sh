@@ -12,7 +12,7 @@ if [ ! -x "${TRAINEXEC:-}" ] || ! command -v mpirun >/dev/null; then
 fi
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 run() { timeout 120 mpirun --oversubscribe -np "$@"; }
-small="--num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --padded-vocab-size 64"
+small="--num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --padded-vocab-size 64 --micro-batch-size 1"
 first_loss() { grep -oE 'iteration 1/1: loss [0-9.]+' | awk '{print $4}'; }
 # no crash: exit below 128 (not a signal), no sanitizer / signal report
 no_crash() { [ "$1" -gt 0 ] && [ "$1" -lt 124 ] && ! grep -qE 'Segmentation|signal|Sanitizer|core dumped' <<<"$2"; }

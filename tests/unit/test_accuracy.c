@@ -50,7 +50,7 @@ Test(accuracy, korthikanti_22b_layer_times_within_7pct)
     cr_assert_eq(commcost_params_default(&A100, &cp, NULL), TS_OK);
     cr_assert_eq(cost_model_new(&p, &cm, NULL), TS_OK);
     for (size_t i = 0; i < sizeof ROWS / sizeof ROWS[0]; i++) {
-        layer_shape L = {6144, 64, 64, 4 * 6144, false, 2048, 4, 51200, 8, ROWS[i].sp, 2, ROWS[i].r};
+        layer_shape L = {6144, 64, 64, 0, 4 * 6144, false, 2048, 4, 51200, 8, ROWS[i].sp, 2, ROWS[i].r};
         double f = run_ms(cm, &cp, &L, LAYER_PASS_F);
         double b = run_ms(cm, &cp, &L, LAYER_PASS_R) + run_ms(cm, &cp, &L, LAYER_PASS_B);
         double ef = f / ROWS[i].forward_ms - 1, eb = b / ROWS[i].backward_ms - 1;
@@ -74,7 +74,7 @@ Test(accuracy, recompute_overheads_ordered_like_table4)
     cr_assert_eq(cost_params_default(&A100, PREC_BF16, &p, NULL), TS_OK);
     cr_assert_eq(commcost_params_default(&A100, &cp, NULL), TS_OK);
     cr_assert_eq(cost_model_new(&p, &cm, NULL), TS_OK);
-    layer_shape L = {6144, 64, 64, 4 * 6144, false, 2048, 4, 51200, 8, false, 2, RECOMPUTE_SELECTIVE};
+    layer_shape L = {6144, 64, 64, 0, 4 * 6144, false, 2048, 4, 51200, 8, false, 2, RECOMPUTE_SELECTIVE};
     double sel = run_ms(cm, &cp, &L, LAYER_PASS_R);
     L.recompute = RECOMPUTE_FULL;
     double full = run_ms(cm, &cp, &L, LAYER_PASS_R);

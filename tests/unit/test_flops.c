@@ -19,6 +19,7 @@ static model_config gpt(int l, int h, int a, int s, int V)
     m.ffn_hidden_size = 4 * h;
     m.seq_length = s;
     m.padded_vocab_size = V;
+    m.add_bias_linear = true; /* GPT-2 style: biases, LayerNorm, learned positions, tied output */
     return m;
 }
 
@@ -72,7 +73,7 @@ Test(flops, ops_of_all_layers_sum_to_model_flops)
     model_config m = gpt(48, 8192, 64, 2048, 51200);
     int t = 8, b = 2;
     int64_t B = 1536;
-    layer_shape L = {8192, 64, 64, 4 * 8192, false, 2048, b, 51200, t, true, 2, RECOMPUTE_FULL};
+    layer_shape L = {8192, 64, 64, 0, 4 * 8192, false, 2048, b, 51200, t, true, 2, RECOMPUTE_FULL};
     layer_ops o;
     double per_mb_rank = 0, recompute = 0;
     for (int p = LAYER_PASS_F; p <= LAYER_PASS_B; p++) {
@@ -141,4 +142,50 @@ Test(flops, gqa_swiglu_counts)
     flops_param_count(&m, &p);
     int64_t H = 4096, qkv = 4096 + 2 * 1024;
     cr_assert_eq(p.per_layer, H * qkv + qkv + H * H + H + H * 2 * 14336 + 2 * 14336 + 14336 * H + H + 4 * H);
+}
+
+Test(flops, llama_layer_kinds_counts)
+{
+    /* Llama-style: RMSNorm (weight only), no biases, rotary positions (no table), untied output weight */
+    model_config m = gpt(32, 4096, 32, 4096, 32000);
+    m.ffn_hidden_size = 11008;
+    m.swiglu = true;
+    m.add_bias_linear = false;
+    m.normalization = NORM_RMSNORM;
+    m.position_embedding = POS_ROPE;
+    m.untie_embeddings = true;
+    flops_params p;
+    flops_param_count(&m, &p);
+    int64_t H = 4096, F = 11008, V = 32000;
+    cr_assert_eq(p.per_layer, 4 * H * H + 3 * H * F + 2 * H);
+    cr_assert_eq(p.embedding, V * H);
+    cr_assert_eq(p.output, V * H);
+    cr_assert_eq(p.final_norm, H);
+    /* Llama 2 7B: 6.74e9 parameters (Touvron et al. 2023, the released checkpoint) */
+    cr_assert_eq(p.total, 32 * (4 * H * H + 3 * H * F + 2 * H) + 2 * V * H + H);
+    cr_assert(p.total > 6.73e9 && p.total < 6.75e9, "%lld", (long long)p.total);
+    /* on p = 2 stages: the untied output weight sits on the last stage only, so the stages add up exactly */
+    int64_t s0 = flops_params_stage(&m, 1, 16, 1, 0), s1 = flops_params_stage(&m, 1, 16, 0, 1);
+    cr_assert_eq(s0 + s1, p.total);
+    cr_assert_eq(flops_params_stage(&m, 1, 32, 1, 1), p.total);
+}
+
+Test(flops, kv_channels_set_attention_width)
+{
+    /* a*d != h: QKV is h x (a+2g)d, the projection (a*d) x h, attention scores a heads of s x s x d */
+    model_config m = gpt(2, 1024, 8, 512, 1024);
+    m.kv_channels = 256; /* a*d = 2048 = 2h */
+    double s = 512, h = 1024, ad = 2048;
+    double want = 2 * s * h * (3 * ad) + 4 * s * s * ad + 2 * s * ad * h + 2 * s * h * 4 * h + 2 * s * 4 * h * h;
+    cr_assert(REL(flops_layer_fwd_per_seq(&m), want));
+    flops_params p;
+    flops_param_count(&m, &p);
+    int64_t H = 1024, AD = 2048;
+    cr_assert_eq(p.per_layer, H * 3 * AD + 3 * AD + AD * H + H + H * 4 * H + 4 * H + 4 * H * H + H + 4 * H);
+    /* the simulated ops add up to the same FLOPs */
+    layer_shape L = {1024, 8, 8, 256, 4 * 1024, false, 512, 1, 1024, 1, false, 2, RECOMPUTE_NONE};
+    layer_ops o;
+    cr_assert_eq(layer_ops_build(&L, LAYER_PASS_F, &o, NULL), TS_OK);
+    cr_assert(REL(layer_ops_flops(&o), flops_layer_fwd_per_seq(&m)), "%.17g vs %.17g", layer_ops_flops(&o),
+              flops_layer_fwd_per_seq(&m));
 }

@@ -14,7 +14,7 @@ static const gpt MODELS[] = {{2304, 24}, {6144, 64}, {8192, 64}, {12288, 96}, {1
 
 static layer_shape shape(int64_t h, int64_t a, int64_t s, int64_t b, int t, bool sp, config_recompute r)
 {
-    layer_shape L = {h, a, a, 4 * h, false, s, b, 51200, t, sp, 2, r};
+    layer_shape L = {h, a, a, 0, 4 * h, false, s, b, 51200, t, sp, 2, r};
     return L;
 }
 
@@ -207,7 +207,7 @@ Test(layer, flops_per_pass)
 Test(layer, gqa_swiglu_shapes)
 {
     /* LLaMA-3-8B-like: h 4096, 32 heads, 8 groups, ffn 14336, SwiGLU, t 4 */
-    layer_shape L = {4096, 32, 8, 14336, true, 4096, 1, 128256, 4, false, 2, RECOMPUTE_NONE};
+    layer_shape L = {4096, 32, 8, 0, 14336, true, 4096, 1, 128256, 4, false, 2, RECOMPUTE_NONE};
     layer_ops f;
     cr_assert_eq(layer_ops_build(&L, LAYER_PASS_F, &f, NULL), TS_OK);
     const layer_op *qkv = NULL, *fc1 = NULL, *fc2 = NULL;

@@ -46,6 +46,7 @@ static void row_config(size_t i, int b, int v, config *c)
     c->model.ffn_hidden_size = 4 * ROWS[i].hidden;
     c->model.seq_length = 2048;
     c->model.padded_vocab_size = 51200;
+    c->model.add_bias_linear = true; /* GPT-2 style layers */
     c->model.precision = PREC_FP16;
     c->par.micro_batch_size = b;
     c->par.global_batch_size = ROWS[i].global_batch;

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "sim/config/overheads.h"
 #include "sim/config/topo.h"
 #include "sim/search/search.h"
 #include "sim/search/search_bound.h"
@@ -27,6 +28,7 @@ static void small_space(search_space *s, int layers, int gpus, int batch)
     m.ffn_hidden_size = 2048;
     m.seq_length = 512;
     m.padded_vocab_size = 1024;
+    m.add_bias_linear = true; /* GPT-2 style layers */
     m.precision = PREC_BF16;
     cluster_config cl;
     memset(&cl, 0, sizeof cl);
@@ -39,6 +41,13 @@ static void small_space(search_space *s, int layers, int gpus, int batch)
     cl.gpu.hbm_gib = 80;
     cl.gpu.hbm_gbps = 2039;
     cl.gpu.nvlink_gbps = 300;
+    /* the memory besides tensors, as the A100 defaults (overheads.h), so the
+     * bound and the simulated peak both count it */
+    cl.overheads = (memory_overheads){.cuda_context_gib = 0.75,
+                                      .nccl_buffer_mib = OVERHEADS_NCCL_BUFFER_MIB,
+                                      .nccl_channels = 16,
+                                      .cublas_workspace_mib = 4,
+                                      .allocator_fragmentation = 0.10};
     search_space_default(s, &m, &cl, batch);
 }
 
