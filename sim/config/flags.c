@@ -542,16 +542,26 @@ static int resolve_pipeline_layout(flags_state *s, const opt_table *t, ts_err *e
     p->layout_given = s->pipeline_layout != NULL;
     bool chunks = opt_was_set(t, "--num-virtual-stages-per-pipeline-rank") ||
                   opt_was_set(t, "--num-layers-per-virtual-pipeline-stage");
-    if (p->layout_given || p->account_for_embedding || p->account_for_loss || chunks) {
-        if (!opt_was_set(t, "--decoder-first-pipeline-num-layers"))
+    const char *why = p->layout_given                                   ? "--pipeline-model-parallel-layout"
+                      : p->account_for_embedding || p->account_for_loss ? "an account-for flag"
+                                                                        : "a virtual-pipeline flag";
+    if ((p->layout_given || p->account_for_embedding || p->account_for_loss || chunks) &&
+        (p->first_stage_layers || p->last_stage_layers)) {
+        if (!opt_was_set(t, "--decoder-first-pipeline-num-layers")) {
             p->first_stage_layers = 0;
-        if (!opt_was_set(t, "--decoder-last-pipeline-num-layers"))
+            rule(s, FLAGS_F_FIRST, "the preset's uneven split dropped (%s given)", why);
+        }
+        if (!opt_was_set(t, "--decoder-last-pipeline-num-layers")) {
             p->last_stage_layers = 0;
+            rule(s, FLAGS_F_LAST, "the preset's uneven split dropped (%s given)", why);
+        }
+    }
+    if (p->layout_given && !opt_was_set(t, "--num-layers-per-virtual-pipeline-stage") && p->layers_per_virtual_stage) {
+        p->layers_per_virtual_stage = 0;
+        rule(s, FLAGS_F_VP, "the preset's interleaving dropped (%s given)", why);
     }
     if (!p->layout_given)
         return TS_OK;
-    if (!opt_was_set(t, "--num-layers-per-virtual-pipeline-stage"))
-        p->layers_per_virtual_stage = 0;
     int rc = sched_layout_parse(s->pipeline_layout, &p->layout, err);
     if (rc)
         return err_prefix(err, "--pipeline-model-parallel-layout: ");
