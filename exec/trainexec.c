@@ -195,6 +195,9 @@ static int make_sched_of(const parallel_config *p, const model_config *m, sched 
     o.num_layers = m->num_layers;
     o.first_stage_layers = p->first_stage_layers;
     o.last_stage_layers = p->last_stage_layers;
+    /* the config's layers per virtual stage (layout string, account-for,
+     * first/last with interleaving): each rank builds its stages from it */
+    o.stage_layers = p->layout.n_stages == o.p * o.v ? p->layout.layers : NULL;
     o.with_comm = true;
     o.with_reduce_optim = true;
     return sched_generate(&o, out, err);

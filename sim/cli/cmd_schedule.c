@@ -10,6 +10,7 @@
 #include "sim/sched/sched.h"
 #include "sim/sched/sched_csv.h"
 #include "sim/sched/sched_generate.h"
+#include "sim/sched/sched_layout.h"
 #include "sim/sched/sched_print.h"
 #include "sim/sched/sched_time.h"
 #include "sim/sched/sched_validate.h"
@@ -23,6 +24,7 @@ typedef struct {
     int timeline_width;    /* columns */
     double tf, tb, tw, tc; /* ms */
     const char *export_path, *import_path;
+    const char *layout; /* --pipeline-model-parallel-layout, NULL = not given */
     bool validate_only, with_reduce_optim, compute_only, no_timeline;
 } sargs;
 
@@ -94,6 +96,12 @@ static int add_flags(opt_table *t, sargs *a, ts_err *err)
          .unit = "layers",
          .defval = "0 = even",
          .help = "layers of the last stage"},
+        {.name = "--pipeline-model-parallel-layout",
+         .type = OPT_STRING,
+         .target = &a->layout,
+         .metavar = "LAYOUT",
+         .help = "Megatron-core layout of the p*v stages (E embedding, t layer, L loss, | stage boundary, *N "
+                 "repeat, ( ) group; chunk-major); sets v = stages / p and the layers of each stage"},
         {.name = "--with-reduce-optim",
          .type = OPT_BOOL,
          .target = &a->with_reduce_optim,
@@ -218,6 +226,7 @@ static int schedule_import(const opt_table *t, const sargs *a, sched **s)
                                             "--num-layers",
                                             "--decoder-first-pipeline-num-layers",
                                             "--decoder-last-pipeline-num-layers",
+                                            "--pipeline-model-parallel-layout",
                                             "--with-reduce-optim",
                                             "--compute-only"};
     for (size_t i = 0; i < sizeof GEN_FLAGS / sizeof GEN_FLAGS[0]; i++)
@@ -237,6 +246,32 @@ static int schedule_import(const opt_table *t, const sargs *a, sched **s)
     return 0;
 }
 
+/* --pipeline-model-parallel-layout: the layers of each stage into lay, and
+ * o borrowing them (o->stage_layers points into lay, so lay must outlive
+ * o's use) with v = stages / p; the flags it replaces must be unset, -v
+ * and --num-layers must agree with it. */
+static int layout_opts(const opt_table *t, const sargs *a, sched_layout *lay, sched_opts *o, ts_err *err)
+{
+    int v = 0, rc = sched_layout_parse(a->layout, lay, err);
+    if (rc)
+        return err_prefix(err, "--pipeline-model-parallel-layout: ");
+    if (a->first || a->last)
+        return err_set(err, TS_EINVAL,
+                       "--pipeline-model-parallel-layout gives every stage's layers: drop "
+                       "--decoder-first/last-pipeline-num-layers");
+    if ((rc = sched_layout_check(lay, o->p, a->layers ? a->layers : lay->num_layers, &v, err)))
+        return err_prefix(err, "--pipeline-model-parallel-layout: ");
+    if (opt_was_set(t, "--num-virtual-stages-per-pipeline-rank") && a->v != v)
+        return err_set(err, TS_EINVAL,
+                       "--pipeline-model-parallel-layout lists %d stages = %d per rank at p %d, but "
+                       "--num-virtual-stages-per-pipeline-rank is %d (drop it, or make them agree)",
+                       lay->n_stages, v, o->p, a->v);
+    o->v = v;
+    o->num_layers = lay->num_layers;
+    o->stage_layers = lay->layers;
+    return TS_OK;
+}
+
 /* Generates the schedule the flags describe into *s and validates it. */
 static int schedule_generate(const opt_table *t, const sargs *a, sched **s, ts_err *err)
 {
@@ -253,7 +288,10 @@ static int schedule_generate(const opt_table *t, const sargs *a, sched **s, ts_e
     o.last_stage_layers = a->last;
     o.with_comm = !a->compute_only;
     o.with_reduce_optim = a->with_reduce_optim;
-    int rc = sched_generate(&o, s, err);
+    sched_layout lay; /* o.stage_layers borrows it until sched_generate returns */
+    int rc = a->layout ? layout_opts(t, a, &lay, &o, err) : TS_OK;
+    if (rc == TS_OK)
+        rc = sched_generate(&o, s, err);
     if (rc == TS_OK)
         rc = sched_validate(*s, NULL, err);
     return rc;

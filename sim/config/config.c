@@ -158,6 +158,139 @@ static int check_tp(const config *c, ts_err *err)
     return TS_OK;
 }
 
+static bool has_chunks(sched_kind k)
+{
+    return k == SCHED_INTERLEAVED || k == SCHED_ZB_V;
+}
+
+/* The chunks per rank v of a schedule: interleaved >= 2, zb-v exactly 2,
+ * the others 1. what names where v came from. */
+static int check_chunks(const parallel_config *p, int v, const char *what, ts_err *err)
+{
+    const char *sn = sched_kind_name(p->schedule);
+    if (has_chunks(p->schedule) && p->pp < 2)
+        return err_set(err, TS_EINVAL,
+                       "--schedule %s needs --pipeline-model-parallel-size >= 2 (got %d; use 1f1b with one stage)", sn,
+                       p->pp);
+    if (p->schedule == SCHED_ZB_V && v != 2)
+        return err_set(err, TS_EINVAL, "--schedule zb-v runs exactly 2 chunks per pipeline rank; %s gives %d", what, v);
+    if (p->schedule == SCHED_INTERLEAVED && v < 2)
+        return err_set(err, TS_EINVAL,
+                       "--schedule interleaved needs at least 2 chunks per pipeline rank; %s gives %d (or use "
+                       "--schedule 1f1b)",
+                       what, v);
+    if (!has_chunks(p->schedule) && v != 1)
+        return err_set(err, TS_EINVAL,
+                       "--schedule %s runs one chunk per pipeline rank; %s gives %d (use --schedule interleaved)", sn,
+                       what, v);
+    return TS_OK;
+}
+
+/* --pipeline-model-parallel-layout (parsed into p->layout by flags_finish):
+ * it must fit p, --num-layers and the schedule; it is the whole split, so
+ * the other split flags must be unset. Derives vp. */
+static int check_layout_given(config *c, ts_err *err)
+{
+    parallel_config *p = &c->par;
+    if (p->first_stage_layers || p->last_stage_layers || p->account_for_embedding || p->account_for_loss ||
+        p->layers_per_virtual_stage || p->virtual_stages_per_rank)
+        return err_set(err, TS_EINVAL,
+                       "--pipeline-model-parallel-layout gives the whole split: drop --decoder-first/last-pipeline-"
+                       "num-layers, --account-for-embedding/loss-in-pipeline-split, "
+                       "--num-layers-per-virtual-pipeline-stage and --num-virtual-stages-per-pipeline-rank");
+    int v = 0, rc = sched_layout_check(&p->layout, p->pp, c->model.num_layers, &v, err);
+    if (rc)
+        return err_prefix(err, "--pipeline-model-parallel-layout: ");
+    const sched_layout *l = &p->layout;
+    for (int i = 0; i < l->n_stages; i++)
+        if (l->layers[i] == 0 && i != l->emb_stage && i != l->loss_stage)
+            return err_set(err, TS_EINVAL,
+                           "--pipeline-model-parallel-layout: stage %d is empty (no t, E or L); Megatron-core "
+                           "accepts empty stages but trainsim does not model them: give it at least one t",
+                           i);
+    char what[96];
+    snprintf(what, sizeof what, "the layout's %d stages over p = %d", l->n_stages, p->pp);
+    if ((rc = check_chunks(p, v, what, err)))
+        return rc;
+    p->vp = v;
+    return TS_OK;
+}
+
+/* Chunks per rank from --num-virtual-stages-per-pipeline-rank or
+ * --num-layers-per-virtual-pipeline-stage (of split_layers layers: with
+ * the account-for flags the embedding and loss count, as Megatron-LM's
+ * arguments.py) for the uneven forms; 1 without interleaving. */
+static int uneven_chunks(config *c, long split_layers, const char *form, ts_err *err)
+{
+    parallel_config *p = &c->par;
+    int vs = p->virtual_stages_per_rank, lv = p->layers_per_virtual_stage, v = 1;
+    if (vs && lv)
+        return err_set(err, TS_EINVAL,
+                       "give one of --num-virtual-stages-per-pipeline-rank and --num-layers-per-virtual-pipeline-"
+                       "stage");
+    if (vs)
+        v = vs;
+    else if (lv && (split_layers % ((long)p->pp * lv) || split_layers < (long)p->pp * lv))
+        return err_set(err, TS_EINVAL,
+                       "%s: %ld layers to split are not divisible by --pipeline-model-parallel-size x "
+                       "--num-layers-per-virtual-pipeline-stage = %d x %d (give --num-virtual-stages-per-pipeline-"
+                       "rank instead)",
+                       form, split_layers, p->pp, lv);
+    else if (lv)
+        v = (int)(split_layers / ((long)p->pp * lv));
+    else if (p->schedule == SCHED_ZB_V)
+        v = 2;
+    else if (p->schedule == SCHED_INTERLEAVED)
+        return err_set(err, TS_EINVAL,
+                       "--schedule interleaved with %s needs the chunks per rank: give "
+                       "--num-virtual-stages-per-pipeline-rank (as Megatron-core for uneven splits)",
+                       form);
+    char what[160];
+    snprintf(what, sizeof what, "%s with %s",
+             vs   ? "--num-virtual-stages-per-pipeline-rank"
+             : lv ? "--num-layers-per-virtual-pipeline-stage"
+                  : "the default",
+             form);
+    int rc = check_chunks(p, v, what, err);
+    if (rc == TS_OK)
+        p->vp = v;
+    return rc;
+}
+
+/* --account-for-embedding/loss-in-pipeline-split: vp here, the split in
+ * fill_layout. Megatron-core refuses them with first/last stage counts. */
+static int check_account(config *c, ts_err *err)
+{
+    parallel_config *p = &c->par;
+    if (p->first_stage_layers || p->last_stage_layers)
+        return err_set(err, TS_EINVAL,
+                       "--account-for-embedding/loss-in-pipeline-split and --decoder-first/last-pipeline-num-layers "
+                       "exclude each other (both set the first/last stage's share; give one)");
+    long total = (long)c->model.num_layers + p->account_for_embedding + p->account_for_loss;
+    return uneven_chunks(c, total, "--account-for-embedding/loss-in-pipeline-split", err);
+}
+
+/* --decoder-first/last-pipeline-num-layers with interleaving: as
+ * Megatron-core, the chunks per rank come from
+ * --num-virtual-stages-per-pipeline-rank; ZB-V's V placement puts the
+ * first and last stage on rank 0, which Megatron's rank-level split does
+ * not describe. */
+static int check_uneven_chunks(config *c, ts_err *err)
+{
+    parallel_config *p = &c->par;
+    if (p->schedule == SCHED_ZB_V)
+        return err_set(err, TS_EINVAL,
+                       "--decoder-first/last-pipeline-num-layers cannot be combined with --schedule zb-v (its V "
+                       "placement holds the first and the last stage on rank 0); give a "
+                       "--pipeline-model-parallel-layout instead");
+    if (p->layers_per_virtual_stage)
+        return err_set(err, TS_EINVAL,
+                       "--decoder-first/last-pipeline-num-layers with --schedule interleaved: give the chunks per "
+                       "rank with --num-virtual-stages-per-pipeline-rank, not "
+                       "--num-layers-per-virtual-pipeline-stage (chunks differ in size; as Megatron-core)");
+    return uneven_chunks(c, c->model.num_layers, "--decoder-first/last-pipeline-num-layers", err);
+}
+
 /* Layers to stages: derives vp; checks the schedule's chunk rules. */
 static int check_layers(config *c, ts_err *err)
 {
@@ -166,16 +299,45 @@ static int check_layers(config *c, ts_err *err)
     const char *sn = sched_kind_name(p->schedule);
     bool uneven = p->first_stage_layers > 0 || p->last_stage_layers > 0;
     char buf[160];
-    if (p->schedule == SCHED_INTERLEAVED || p->schedule == SCHED_ZB_V) {
-        if (uneven)
-            return err_set(err, TS_EINVAL,
-                           "--decoder-first/last-pipeline-num-layers cannot be combined with --schedule %s "
-                           "(an uneven split is supported for gpipe, 1f1b, zb-h1 and zb-h2)",
-                           sn);
+    if (p->virtual_stages_per_rank < 0)
+        return err_set(err, TS_EINVAL, "--num-virtual-stages-per-pipeline-rank %d must be >= 1 (0 = unset)",
+                       p->virtual_stages_per_rank);
+    if (p->layout_given)
+        return check_layout_given(c, err);
+    if (p->account_for_embedding || p->account_for_loss)
+        return check_account(c, err);
+    if (has_chunks(p->schedule) && uneven)
+        return check_uneven_chunks(c, err);
+    if (p->virtual_stages_per_rank && !has_chunks(p->schedule))
+        return err_set(err, TS_EINVAL,
+                       "--num-virtual-stages-per-pipeline-rank applies to --schedule interleaved or zb-v only (got "
+                       "--schedule %s)",
+                       sn);
+    if (has_chunks(p->schedule)) {
         if (pp < 2)
             return err_set(err, TS_EINVAL,
                            "--schedule %s needs --pipeline-model-parallel-size >= 2 (got %d; use 1f1b with one stage)",
                            sn, pp);
+        if (p->virtual_stages_per_rank) { /* the even split in v chunks per rank */
+            int vs = p->virtual_stages_per_rank;
+            if (lv)
+                return err_set(err, TS_EINVAL,
+                               "give one of --num-virtual-stages-per-pipeline-rank and "
+                               "--num-layers-per-virtual-pipeline-stage");
+            int rc = check_chunks(p, vs, "--num-virtual-stages-per-pipeline-rank", err);
+            if (rc)
+                return rc;
+            if (l % ((long)pp * vs)) {
+                nearby(l, (long)pp * vs, buf, sizeof buf);
+                return err_set(err, TS_EINVAL,
+                               "--num-layers %d is not divisible by --pipeline-model-parallel-size x "
+                               "--num-virtual-stages-per-pipeline-rank = %d x %d (use %s layers, or an uneven "
+                               "split: --account-for-embedding/loss-in-pipeline-split, "
+                               "--decoder-first/last-pipeline-num-layers or --pipeline-model-parallel-layout)",
+                               l, pp, vs, buf);
+            }
+            lv = l / (pp * vs);
+        }
         if (p->schedule == SCHED_ZB_V && lv == 0) {
             if (l % (2 * pp)) {
                 nearby(l, 2L * pp, buf, sizeof buf);
@@ -254,6 +416,29 @@ static int check_layers(config *c, ts_err *err)
     return TS_OK;
 }
 
+/* par.layout from the flags that were not a layout string (vp known). */
+static int fill_layout(config *c, ts_err *err)
+{
+    parallel_config *p = &c->par;
+    int l = c->model.num_layers, v = p->vp > 0 ? p->vp : 1;
+    if (p->layout_given)
+        return TS_OK;
+    if ((long)p->pp * v > SCHED_LAYOUT_MAX_STAGES)
+        return err_set(err, TS_EINVAL, "p x v = %d x %d virtual pipeline stages: at most %d", p->pp, v,
+                       SCHED_LAYOUT_MAX_STAGES);
+    if (p->schedule == SCHED_CUSTOM && l % (p->pp * v)) {
+        memset(&p->layout, 0, sizeof p->layout); /* the schedule file's own split */
+        return TS_OK;
+    }
+    if (p->schedule == SCHED_CUSTOM)
+        return sched_layout_even(&p->layout, p->pp * v, l, err);
+    if (p->account_for_embedding || p->account_for_loss)
+        return sched_layout_account(&p->layout, p->pp, v, l, p->account_for_embedding, p->account_for_loss, err);
+    if (p->first_stage_layers || p->last_stage_layers)
+        return sched_layout_first_last(&p->layout, p->pp, v, l, p->first_stage_layers, p->last_stage_layers, err);
+    return sched_layout_even(&p->layout, p->pp * v, l, err);
+}
+
 static int check_recompute(const config *c, ts_err *err)
 {
     const parallel_config *p = &c->par;
@@ -263,10 +448,8 @@ static int check_recompute(const config *c, ts_err *err)
         return err_set(err, TS_EINVAL, "--recompute-num-layers applies to --recompute-granularity full only (got %s)",
                        CONFIG_RECOMPUTE_NAMES[p->recompute]);
     int per_stage = c->model.num_layers / (p->pp * (p->vp > 0 ? p->vp : 1));
-    if (p->first_stage_layers > per_stage)
-        per_stage = p->first_stage_layers;
-    if (p->last_stage_layers > per_stage)
-        per_stage = p->last_stage_layers;
+    if (p->layout.n_stages > 0)
+        per_stage = sched_layout_max_layers(&p->layout);
     if (p->recompute_num_layers > per_stage)
         return err_set(err, TS_EINVAL,
                        "--recompute-num-layers %d exceeds the %d layers of a pipeline stage (use 1..%d, or 0 for all)",
@@ -326,14 +509,17 @@ int config_resolve(config *c, ts_err *err)
         return rc;
     if (c->par.schedule < 0 || c->par.schedule >= SCHED_KIND_COUNT)
         return err_set(err, TS_EINVAL, "schedule kind %d is not valid", (int)c->par.schedule);
-    if (c->par.schedule == SCHED_CUSTOM) {
+    if (c->par.schedule == SCHED_CUSTOM && c->par.layout_given) {
+        if ((rc = sched_layout_check(&c->par.layout, c->par.pp, c->model.num_layers, &c->par.vp, err)))
+            return err_prefix(err, "--pipeline-model-parallel-layout: ");
+    } else if (c->par.schedule == SCHED_CUSTOM) {
         c->par.vp = c->par.layers_per_virtual_stage > 0
                         ? c->model.num_layers / (c->par.pp * c->par.layers_per_virtual_stage)
                         : 1;
     } else if ((rc = check_layers(c, err))) {
         return rc;
     }
-    if ((rc = check_recompute(c, err)))
+    if ((rc = fill_layout(c, err)) || (rc = check_recompute(c, err)))
         return rc;
     if (c->par.tp == 1)
         c->par.sequence_parallel = false; /* as Megatron-LM: a no-op with one tensor-parallel rank */

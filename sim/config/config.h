@@ -3,7 +3,9 @@
  * flags (see flags.h), checked and completed by config_resolve().
  *
  * Ownership: config is a plain value; it owns no heap memory except the
- * topology pointer, which it owns (config_free releases it).
+ * topology pointer, which it owns (config_free releases it). The layer
+ * layout (par.layout) is a fixed-capacity array inside the value, so a
+ * copy of a config carries its own.
  */
 #ifndef TRAINSIM_CONFIG_H
 #define TRAINSIM_CONFIG_H
@@ -14,6 +16,7 @@
 #include "sim/config/catalog.h"
 #include "sim/config/overheads.h"
 #include "sim/sched/sched.h"
+#include "sim/sched/sched_layout.h"
 #include "sim/util/err.h"
 
 #define CONFIG_NAME_BYTES 64
@@ -53,15 +56,27 @@ typedef struct {
 
 /* Parallel layout and training step. */
 typedef struct {
-    int micro_batch_size;                     /* --micro-batch-size, sequences */
-    int global_batch_size;                    /* --global-batch-size, sequences */
-    int tp;                                   /* --tensor-model-parallel-size */
-    int pp;                                   /* --pipeline-model-parallel-size */
-    int dp;                                   /* derived: gpus / (tp*pp) */
-    int vp;                                   /* chunks per pipeline rank (1 = not interleaved) */
-    int layers_per_virtual_stage;             /* --num-layers-per-virtual-pipeline-stage (0 = unset) */
-    int first_stage_layers;                   /* --decoder-first-pipeline-num-layers (0 = even) */
-    int last_stage_layers;                    /* --decoder-last-pipeline-num-layers (0 = even) */
+    int micro_batch_size;         /* --micro-batch-size, sequences */
+    int global_batch_size;        /* --global-batch-size, sequences */
+    int tp;                       /* --tensor-model-parallel-size */
+    int pp;                       /* --pipeline-model-parallel-size */
+    int dp;                       /* derived: gpus / (tp*pp) */
+    int vp;                       /* chunks per pipeline rank (1 = not interleaved) */
+    int layers_per_virtual_stage; /* --num-layers-per-virtual-pipeline-stage (0 = unset) */
+    int first_stage_layers;       /* --decoder-first-pipeline-num-layers (0 = even) */
+    int last_stage_layers;        /* --decoder-last-pipeline-num-layers (0 = even) */
+    int virtual_stages_per_rank;  /* --num-virtual-stages-per-pipeline-rank (0 = unset) */
+    bool account_for_embedding;   /* --account-for-embedding-in-pipeline-split */
+    bool account_for_loss;        /* --account-for-loss-in-pipeline-split */
+    bool layout_given;            /* layout came from --pipeline-model-parallel-layout */
+    /* Transformer layers of each of the p x v virtual stages (model order,
+     * chunk-major: stage c*p + r is chunk c of rank r; sched_layout.h):
+     * the one split the schedule, the simulator, the search and the
+     * executor use. Parsed by flags_finish when layout_given; otherwise
+     * config_resolve fills it from the even, first/last or account-for
+     * flags. n_stages = 0 only for --schedule custom whose layers do not
+     * split evenly (the schedule file's own split applies). */
+    sched_layout layout;
     bool sequence_parallel;                   /* --sequence-parallel */
     config_recompute recompute;               /* --recompute-granularity none|selective|full */
     config_recompute_method recompute_method; /* --recompute-method uniform|block */
@@ -111,8 +126,10 @@ int config_head_size(const model_config *m);
  * stages, gpus = tp*pp*dp, ...) and fill the derived fields, so c is then
  * ready to simulate: par.dp (gpus / (tp*pp) when left 0), par.vp (chunks
  * per pipeline rank), cluster.gpus_per_node (from the topology, when there
- * is one), and par.sequence_parallel turned off at tp 1 (as Megatron-LM: a
- * no-op with one tensor-parallel rank), cluster.overheads' fields left at
+ * is one), par.layout (layers per virtual stage; checked against p,
+ * --num-layers and the schedule when it was given as a layout string),
+ * par.sequence_parallel turned off at tp 1 (as Megatron-LM: a no-op with
+ * one tensor-parallel rank), cluster.overheads' fields left at
  * OVERHEADS_DEFAULT (from the GPU kind: overheads_resolve). TS_EINVAL with a message that names
  * the flag(s) and what would be valid; c may then be partly resolved. */
 int config_resolve(config *c, ts_err *err);

@@ -153,6 +153,42 @@ static int add_parallel_flags(flags_state *s, opt_table *t, config *c, ts_err *e
     return TS_OK;
 }
 
+/* Megatron-core's ways of splitting the layers unevenly over the virtual
+ * stages (all reduce to par.layout, see config.h). */
+static int add_layout_flags(flags_state *s, opt_table *t, config *c, ts_err *err)
+{
+    int rc;
+    parallel_config *p = &c->par;
+    ADD(.name = "--pipeline-model-parallel-layout", .type = OPT_STRING, .target = &s->pipeline_layout,
+        .metavar = "LAYOUT",
+        .help = "Megatron-core layout of the virtual stages: E embedding, t transformer layer, L loss, | stage "
+                "boundary, *N repeat, ( ) group; stages listed chunk-major (chunk 0 of ranks 0..p-1, then chunk 1 "
+                "...), a multiple of p of them (v = stages / p), layers summing to --num-layers; e.g. Llama 3 "
+                "405B at p 16: 'Et*3|(t*4|)*30t*3L' (docs/schedules.md)");
+    ADD(.name = "--account-for-embedding-in-pipeline-split", .type = OPT_BOOL, .target = &p->account_for_embedding,
+        .help = "count the embedding as one layer of the split: the first virtual stage gets one transformer layer "
+                "fewer ((layers + 1 [+ 1]) must split evenly over p x v)");
+    ADD(.name = "--account-for-loss-in-pipeline-split", .type = OPT_BOOL, .target = &p->account_for_loss,
+        .help = "count the loss as one layer of the split: the last virtual stage gets one transformer layer fewer");
+    return TS_OK;
+}
+
+/* The layout line of flags_print: layers per virtual stage, compactly,
+ * for the splits the "uneven split" line does not describe. */
+static void print_layout(const parallel_config *p, FILE *f)
+{
+    const sched_layout *l = &p->layout;
+    if (l->n_stages < 1 || !(p->layout_given || p->account_for_embedding || p->account_for_loss ||
+                             (p->vp > 1 && !sched_layout_is_even(l))))
+        return;
+    char buf[256];
+    size_t n = sched_layout_format(l, buf, sizeof buf);
+    fprintf(f,
+            "layers per stage:      %s%s (%d virtual stages, stage c x p + r is chunk c of rank r; embedding on "
+            "stage %d, loss on stage %d)\n",
+            buf, n >= sizeof buf ? " ..." : "", l->n_stages, l->emb_stage, l->loss_stage);
+}
+
 static int add_cluster_flags(flags_state *s, opt_table *t, config *c, ts_err *err)
 {
     int rc;
@@ -219,7 +255,8 @@ int flags_register(flags_state *s, opt_table *t, config *c, ts_err *err)
     s->first_entry = t->n;
     int rc;
     if ((rc = add_model_flags(s, t, c, err)) || (rc = add_parallel_flags(s, t, c, err)) ||
-        (rc = add_cluster_flags(s, t, c, err)) || (rc = flags_register_memory(t, &c->cluster.overheads, err)))
+        (rc = add_layout_flags(s, t, c, err)) || (rc = add_cluster_flags(s, t, c, err)) ||
+        (rc = flags_register_memory(t, &c->cluster.overheads, err)))
         return rc;
     s->end_entry = t->n;
     return TS_OK;
@@ -690,6 +727,48 @@ static int resolve_recompute(flags_state *s, const opt_table *t, const config *b
     return TS_OK;
 }
 
+/* --pipeline-model-parallel-layout into par.layout. A layout is the whole
+ * split, so it drops the preset's (not explicitly given) first/last split
+ * and interleaving, and without --schedule more stages than p mean
+ * interleaved 1F1B (Megatron-core takes v from the layout); the
+ * account-for flags and an explicit virtual-pipeline flag drop the
+ * preset's first/last split too (it was chosen for the preset's chunks). */
+static int resolve_pipeline_layout(flags_state *s, const opt_table *t, ts_err *err)
+{
+    parallel_config *p = &s->c->par;
+    p->layout_given = s->pipeline_layout != NULL;
+    bool chunks = opt_was_set(t, "--num-virtual-stages-per-pipeline-rank") ||
+                  opt_was_set(t, "--num-layers-per-virtual-pipeline-stage");
+    const char *why = p->layout_given                                   ? "--pipeline-model-parallel-layout"
+                      : p->account_for_embedding || p->account_for_loss ? "an account-for flag"
+                                                                        : "a virtual-pipeline flag";
+    if ((p->layout_given || p->account_for_embedding || p->account_for_loss || chunks) &&
+        (p->first_stage_layers || p->last_stage_layers)) {
+        if (!opt_was_set(t, "--decoder-first-pipeline-num-layers")) {
+            p->first_stage_layers = 0;
+            rule(s, FLAGS_F_FIRST, "the preset's uneven split dropped (%s given)", why);
+        }
+        if (!opt_was_set(t, "--decoder-last-pipeline-num-layers")) {
+            p->last_stage_layers = 0;
+            rule(s, FLAGS_F_LAST, "the preset's uneven split dropped (%s given)", why);
+        }
+    }
+    if (p->layout_given && !opt_was_set(t, "--num-layers-per-virtual-pipeline-stage") && p->layers_per_virtual_stage) {
+        p->layers_per_virtual_stage = 0;
+        rule(s, FLAGS_F_VP, "the preset's interleaving dropped (%s given)", why);
+    }
+    if (!p->layout_given)
+        return TS_OK;
+    int rc = sched_layout_parse(s->pipeline_layout, &p->layout, err);
+    if (rc)
+        return err_prefix(err, "--pipeline-model-parallel-layout: ");
+    if (!opt_was_set(t, "--schedule") && p->layout.n_stages > p->pp) {
+        p->schedule = SCHED_INTERLEAVED;
+        rule(s, FLAGS_F_SCHEDULE, "interleaved 1F1B (the layout lists more stages than p)");
+    }
+    return TS_OK;
+}
+
 /* The schedule and its virtual stages. */
 static int resolve_schedule(flags_state *s, const opt_table *t, const config *base, flags_source basesrc, ts_err *err)
 {
@@ -703,7 +782,14 @@ static int resolve_schedule(flags_state *s, const opt_table *t, const config *ba
         return err_set(err, TS_EINVAL,
                        "--num-layers-per-virtual-pipeline-stage and --num-virtual-stages-per-pipeline-rank exclude "
                        "each other (give one)");
-    if (set_vs) {
+    /* an uneven split (first/last, account-for, layout string) keeps the
+     * chunk count for config_resolve; an even one becomes layers per chunk */
+    bool uneven = opt_was_set(t, "--decoder-first-pipeline-num-layers") ||
+                  opt_was_set(t, "--decoder-last-pipeline-num-layers") ||
+                  opt_was_set(t, "--account-for-embedding-in-pipeline-split") ||
+                  opt_was_set(t, "--account-for-loss-in-pipeline-split") || s->pipeline_layout;
+    p->virtual_stages_per_rank = set_vs && uneven ? s->vstages : 0;
+    if (set_vs && !uneven) {
         long per = (long)p->pp * s->vstages;
         if (s->c->model.num_layers % per)
             return err_set(err, TS_EINVAL,
@@ -791,7 +877,7 @@ static int resolve_layout(flags_state *s, const opt_table *t, const config *base
         p->global_batch_size = 0; /* filled after config_resolve's d */
         rule(s, FLAGS_F_GBS, "micro-batch x d (Megatron-LM's default)");
     }
-    return TS_OK;
+    return resolve_pipeline_layout(s, t, err);
 }
 
 static int resolve_cluster(flags_state *s, ts_err *err)
@@ -1053,9 +1139,12 @@ void flags_print(const flags_state *s, FILE *f)
     fprintf(f, "batch:                 micro-batch %d, global batch %d sequences, %d micro-batches per pipeline\n",
             p->micro_batch_size, p->global_batch_size, config_num_microbatches(c));
     fprintf(f, "schedule:              %s", sched_kind_name(p->schedule));
-    if (p->vp > 1)
+    if (p->vp > 1 && sched_layout_is_even(&p->layout))
         fprintf(f, " (%d chunks per rank, %d layers each)", p->vp, m->num_layers / (p->pp * p->vp));
+    else if (p->vp > 1)
+        fprintf(f, " (%d chunks per rank)", p->vp);
     fputc('\n', f);
+    print_layout(p, f);
     fprintf(f, "sequence parallel:     %s\n", p->sequence_parallel ? "on" : "off");
     fprintf(f, "recompute:             %s", CONFIG_RECOMPUTE_NAMES[p->recompute]);
     if (p->recompute == RECOMPUTE_FULL)

@@ -128,6 +128,7 @@ typedef struct {
     int normalization;                          /* --normalization, config_norm */
     int position;                               /* --position-embedding-type, config_position */
     int vstages;                                /* --num-virtual-stages-per-pipeline-rank, 0 = unset */
+    const char *pipeline_layout;                /* --pipeline-model-parallel-layout, NULL = not given */
     size_t first_entry, end_entry;              /* the shared flags' entries in the table */
     flags_source src[FLAGS_F_COUNT];            /* after flags_finish */
     char rule[FLAGS_F_COUNT][FLAGS_RULE_BYTES]; /* FLAGS_SRC_DERIVED: the rule; else empty */

@@ -260,6 +260,9 @@ int simulate_run(const config *c, const simulate_opts *opts, simulate_result **o
     so.num_layers = c->model.num_layers;
     so.first_stage_layers = P->first_stage_layers;
     so.last_stage_layers = P->last_stage_layers;
+    /* the config's layers per virtual stage (first/last and account-for
+     * splits, layout strings); the even split gives the same stages */
+    so.stage_layers = P->layout.n_stages == so.p * so.v ? P->layout.layers : NULL;
     so.with_comm = true;
     so.with_reduce_optim = true;
     if ((rc = sched_generate(&so, &s, err)) || (rc = cost_setup(c, &o, &cm, &cc, err)) ||

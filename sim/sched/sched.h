@@ -82,7 +82,8 @@ typedef struct {
 
 typedef struct {
     int first_layer; /* first transformer layer of this stage (0-based) */
-    int num_layers;  /* may differ between stages (uneven split) */
+    int num_layers;  /* may differ between stages (uneven split); may be 0 (a layout string's
+                        stage with the embedding or the loss only) */
 } sched_stage;
 
 typedef struct {
@@ -100,13 +101,17 @@ typedef struct {
 /* Options for the generators. */
 typedef struct {
     sched_kind kind;
-    int p, m, v;            /* v must be 1 except INTERLEAVED (>=1) and ZB_V (2) */
-    int num_layers;         /* >= p*v; 0 means one layer per stage */
-    int first_stage_layers; /* 0 = even split; else layers of stage 0 */
-    int last_stage_layers;  /* 0 = even split; else layers of the last stage */
-    bool with_comm;         /* emit SEND/RECV actions (default true) */
-    bool with_reduce_optim; /* emit REDUCE_GRAD per chunk + OPTIM at the end */
-    int mb_group_size;      /* INTERLEAVED only: Megatron-core's
+    int p, m, v;             /* v must be 1 except INTERLEAVED (>=1) and ZB_V (2) */
+    int num_layers;          /* >= p*v; 0 means one layer per stage */
+    int first_stage_layers;  /* 0 = even split; else layers of stage 0 */
+    int last_stage_layers;   /* 0 = even split; else layers of the last stage */
+    const int *stage_layers; /* NULL: the split above; else p*v layer counts, one per
+                                global stage (sched_layout.h), which override
+                                num_layers / first / last; borrowed, read during
+                                sched_generate only. A stage may hold 0 layers. */
+    bool with_comm;          /* emit SEND/RECV actions (default true) */
+    bool with_reduce_optim;  /* emit REDUCE_GRAD per chunk + OPTIM at the end */
+    int mb_group_size;       /* INTERLEAVED only: Megatron-core's
                                   microbatch_group_size_per_vp_stage, in
                                   [p, m]; 0 = p (Megatron's default) */
 } sched_opts;

@@ -1,5 +1,6 @@
 #include "sim/sched/sched_build.h"
 
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -105,4 +106,26 @@ int sched_build_layers(sched *s, int num_layers, int first, int last, ts_err *er
 out:
     free(n);
     return rc;
+}
+
+int sched_build_layers_from(sched *s, const int *n, int num_layers, ts_err *err)
+{
+    int S = s->p * s->v;
+    long sum = 0;
+    for (int i = 0; i < S; i++) {
+        if (n[i] < 0)
+            return err_set(err, TS_EINVAL, "stage %d: %d layers; a stage holds >= 0 layers", i, n[i]);
+        sum += n[i];
+    }
+    if (sum < 1 || sum > INT_MAX || (num_layers && sum != num_layers))
+        return err_set(err, TS_EINVAL,
+                       "the %d stages' layer counts sum to %ld; they must sum to --num-layers %d (and to at least 1)",
+                       S, sum, num_layers);
+    int at = 0;
+    for (int i = 0; i < S; i++) {
+        s->stages[i] = (sched_stage){.first_layer = at, .num_layers = n[i]};
+        at += n[i];
+    }
+    s->num_layers = at;
+    return TS_OK;
 }

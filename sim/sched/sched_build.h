@@ -31,4 +31,9 @@ void sched_build_take(sched *s, int rank, sched_list *l);
  * possible. */
 int sched_build_layers(sched *s, int num_layers, int first, int last, ts_err *err);
 
+/* Set s's stages from per-stage layer counts n[0 .. p*v-1] (each >= 0,
+ * summing to at least 1; and to num_layers unless that is 0). TS_EINVAL
+ * naming the stage or the sum otherwise. */
+int sched_build_layers_from(sched *s, const int *n, int num_layers, ts_err *err);
+
 #endif

@@ -108,7 +108,8 @@ int sched_generate(const sched_opts *o, sched **out, ts_err *err)
         sched_build_alloc(o->kind, o->kind == SCHED_ZB_V ? SCHED_PLACE_V : SCHED_PLACE_LOOP, o->p, o->m, o->v, &s, err);
     if (rc != TS_OK)
         return rc;
-    rc = sched_build_layers(s, o->num_layers, o->first_stage_layers, o->last_stage_layers, err);
+    rc = o->stage_layers ? sched_build_layers_from(s, o->stage_layers, o->num_layers, err)
+                         : sched_build_layers(s, o->num_layers, o->first_stage_layers, o->last_stage_layers, err);
     if (rc != TS_OK)
         goto fail;
     lists = calloc((size_t)o->p, sizeof *lists);

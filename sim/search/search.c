@@ -75,18 +75,32 @@ static int push(cand_vec *cv, const search_cand *c)
 /* ---------------------------------------------------------------- splits */
 
 /* Split of num_layers over pp stages of vp chunks each. Even when pp*vp
- * divides the layers; otherwise (vp == 1 only) Megatron's uneven split:
- * first/last stage layers with the middle stages even. Chooses the middle
- * count k minimising the largest stage, ties to the larger k. Returns false
- * if no split exists. *chunk_layers = layers of a middle chunk. */
-static bool split_layers(int L, int pp, int vp, int *first, int *last, int *chunk_layers)
+ * divides the layers. Otherwise, with chunks (vp > 1), Megatron-core's
+ * account-for split: the embedding and the loss (or the embedding alone)
+ * count as a layer, so L + 2 (L + 1) must divide over pp*vp chunks of at
+ * least 2 layers, and *account gets the SEARCH_ACCOUNT_* bits (Llama 3
+ * 405B: 126 + 2 over 16 x 2 chunks). With vp == 1, Megatron's uneven
+ * split: first/last stage layers with the middle stages even; chooses the
+ * middle count k minimising the largest stage, ties to the larger k.
+ * Returns false if no split exists. *chunk_layers = layers of a middle
+ * chunk. */
+static bool split_layers(int L, int pp, int vp, int *first, int *last, int *chunk_layers, int *account)
 {
-    *first = *last = 0;
+    *first = *last = *account = 0;
     if (L % (pp * vp) == 0) {
         *chunk_layers = L / (pp * vp);
         return true;
     }
-    if (vp != 1 || pp > L)
+    if (vp > 1) {
+        for (int extra = 2; extra >= 1; extra--)
+            if ((L + extra) % (pp * vp) == 0 && (L + extra) / (pp * vp) >= 2) {
+                *account = extra == 2 ? SEARCH_ACCOUNT_EMBEDDING | SEARCH_ACCOUNT_LOSS : SEARCH_ACCOUNT_EMBEDDING;
+                *chunk_layers = (L + extra) / (pp * vp);
+                return true;
+            }
+        return false;
+    }
+    if (pp > L)
         return false;
     if (pp == 2) { /* first stage takes the odd layer; the output layer is on the last */
         *first = (L + 1) / 2;
@@ -127,7 +141,11 @@ static void fill_config(const search_space *s, const search_cand *c, config *out
     p->dp = c->dp;
     p->vp = c->vp;
     p->layers_per_virtual_stage =
-        c->vp > 1 && c->schedule == SCHED_INTERLEAVED ? s->model.num_layers / (c->pp * c->vp) : 0;
+        c->vp > 1 && c->schedule == SCHED_INTERLEAVED && !c->account_split ? s->model.num_layers / (c->pp * c->vp) : 0;
+    /* the account-for split gives the chunks per rank by count (as Megatron-core) */
+    p->virtual_stages_per_rank = c->account_split && c->schedule == SCHED_INTERLEAVED ? c->vp : 0;
+    p->account_for_embedding = (c->account_split & SEARCH_ACCOUNT_EMBEDDING) != 0;
+    p->account_for_loss = (c->account_split & SEARCH_ACCOUNT_LOSS) != 0;
     p->first_stage_layers = c->first_stage_layers;
     p->last_stage_layers = c->last_stage_layers;
     p->sequence_parallel = c->sequence_parallel;
@@ -282,8 +300,8 @@ static int enumerate(const search_space *s, cand_vec *cv)
                     c.dp = dp;
                     c.vp = vp;
                     c.schedule = (uint8_t)sk;
-                    int first, last, Ls;
-                    if (!split_layers(L, pp, vp, &first, &last, &Ls)) {
+                    int first, last, Ls, account;
+                    if (!split_layers(L, pp, vp, &first, &last, &Ls, &account)) {
                         c.status = SEARCH_REJ_LAYERS;
                         if (push(cv, &c))
                             return TS_ENOMEM;
@@ -291,6 +309,7 @@ static int enumerate(const search_space *s, cand_vec *cv)
                     }
                     c.first_stage_layers = first;
                     c.last_stage_layers = last;
+                    c.account_split = (uint8_t)account;
                     for (int bi = 0; bi < s->n_micro_batch_sizes; bi++) {
                         int b = s->micro_batch_sizes[bi];
                         c.mbs = b;
@@ -525,7 +544,10 @@ void search_reason(const search_set *set, size_t i, char *buf, size_t cap)
         break;
     case SEARCH_REJ_LAYERS:
         if (c->vp > 1)
-            snprintf(buf, cap, "%d layers not divisible by %d stages x %d chunks", m->num_layers, c->pp, c->vp);
+            snprintf(buf, cap,
+                     "%d layers not divisible by %d stages x %d chunks (nor with the embedding and loss counted as "
+                     "layers)",
+                     m->num_layers, c->pp, c->vp);
         else
             snprintf(buf, cap, "%d layers cannot be split over %d pipeline stages", m->num_layers, c->pp);
         break;

@@ -51,11 +51,22 @@ void search_bound_inflight_sched(const sched *s, int *out)
     }
 }
 
-/* Transformer layers held by pipeline rank r (all its chunks). */
+/* Transformer layers held by pipeline rank r (all its chunks): from the
+ * config's layers per virtual stage when it has them (loop placement:
+ * stage c*p + r; ZB-V's V: stages r and 2p-1-r). */
 static int rank_layers(const parallel_config *p, int num_layers, int r)
 {
     if (p->pp == 1)
         return num_layers;
+    int v = p->vp > 0 ? p->vp : 1;
+    if (p->layout.n_stages == p->pp * v) {
+        int n = 0;
+        for (int c = 0; c < v; c++) {
+            int st = p->schedule == SCHED_ZB_V && c == 1 ? 2 * p->pp - 1 - r : c * p->pp + r;
+            n += p->layout.layers[st];
+        }
+        return n;
+    }
     int first = p->first_stage_layers, last = p->last_stage_layers;
     if (first > 0 && r == 0)
         return first;

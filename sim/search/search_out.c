@@ -22,6 +22,7 @@ static const char *const COLUMNS[] = {
     "num_microbatches",
     "first_stage_layers",
     "last_stage_layers",
+    "account_split",
     "schedule",
     "sequence_parallel",
     "recompute",
@@ -38,12 +39,21 @@ static const char *const COLUMNS[] = {
 };
 #define NCOLS (sizeof COLUMNS / sizeof COLUMNS[0])
 
+/* "embedding", "loss", "embedding+loss" for SEARCH_ACCOUNT_* bits; "" for none. */
+static const char *account_name(unsigned bits)
+{
+    static const char *const NAMES[] = {"", "embedding", "loss", "embedding+loss"};
+    return NAMES[bits & 3u];
+}
+
 void search_describe(const search_set *set, size_t i, char *buf, size_t cap)
 {
     const search_cand *c = &set->cands[i];
     char split[32] = "";
     if (c->first_stage_layers || c->last_stage_layers)
         snprintf(split, sizeof split, " split=%d/%d", c->first_stage_layers, c->last_stage_layers);
+    else if (c->account_split)
+        snprintf(split, sizeof split, " split=account-%s", account_name(c->account_split));
     char rc[32];
     if (c->recompute == RECOMPUTE_FULL && c->recompute_method == RECOMPUTE_METHOD_BLOCK)
         snprintf(rc, sizeof rc, "full-block:%d", c->recompute_num_layers);
@@ -96,6 +106,7 @@ static int write_rows(const search_set *set, const size_t *rank_of, FILE *f, ts_
         fmt_int(cell[k], 64, c->num_microbatches, c->num_microbatches > 0), k++;
         fmt_int(cell[k], 64, c->first_stage_layers, has_pp), k++;
         fmt_int(cell[k], 64, c->last_stage_layers, has_pp), k++;
+        snprintf(cell[k], 64, "%s", account_name(c->account_split)), k++;
         snprintf(cell[k], 64, "%s", has_pp ? sched_kind_name((sched_kind)c->schedule) : ""), k++;
         fmt_int(cell[k], 64, c->sequence_parallel, full), k++;
         snprintf(cell[k], 64, "%s", full ? search_recompute_name(c) : ""), k++;
@@ -144,7 +155,7 @@ int search_write_csv(const search_set *set, const size_t *order, size_t n_order,
 static bool same_layout(const search_cand *a, const search_cand *b)
 {
     return a->tp == b->tp && a->pp == b->pp && a->vp == b->vp && a->schedule == b->schedule &&
-           a->first_stage_layers == b->first_stage_layers;
+           a->first_stage_layers == b->first_stage_layers && a->account_split == b->account_split;
 }
 
 static bool rejected_for_memory(const search_cand *c)

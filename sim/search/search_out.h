@@ -5,11 +5,13 @@
  * CSV columns (one row per candidate, enumeration order; fields a rejection
  * left undecided are empty):
  *   index, status, reason, tp, pp, dp, vp, micro_batch_size, num_microbatches,
- *   first_stage_layers, last_stage_layers, schedule, sequence_parallel,
+ *   first_stage_layers, last_stage_layers, account_split, schedule, sequence_parallel,
  *   recompute, recompute_num_layers, distributed_optimizer, mem_bound_gib,
  *   iteration_s, tflops_per_gpu, mfu, peak_mem_gib, bubble_fraction,
  *   exposed_comm_s, rank
- * where rank is the 1-based position among the simulated candidates that
+ * where account_split is empty, embedding, loss or embedding+loss (the
+ * account-for split of interleaved candidates whose layers do not divide
+ * p x v, search.h) and rank is the 1-based position among the simulated candidates that
  * fit (empty otherwise). Numbers use %.6g, so the file is the same byte for
  * byte on every run, thread count and MPI rank count.
  *

@@ -63,6 +63,14 @@ out2=$(run 1 "$TRAINEXEC" $small --global-batch-size 4 --iterations 1 --warmup 0
 l2=$(echo "$out2" | grep -oE 'iteration 1/1: loss [0-9.]+' | awk '{print $4}')
 check_sh "1-rank and 2-rank pipeline give the same first loss ($l1 vs $l2)" '[ -n "$l1" ] && [ "$l1" = "$l2" ]'
 
+# an uneven pipeline layout (a stage with the embedding only, then 2, 1, 1
+# layers; interleaved, v = 2 from the stage count) computes the same loss
+out=$(run 2 "$TRAINEXEC" $small -p 2 --global-batch-size 4 --schedule interleaved \
+      --pipeline-model-parallel-layout 'E|t*2|t|tL' --iterations 1 --warmup 0 2>&1); rc=$?
+l3=$(echo "$out" | grep -oE 'iteration 1/1: loss [0-9.]+' | awk '{print $4}')
+check_sh "2-rank interleaved run of layout E|t*2|t|tL gives the 1-rank loss ($l3 vs $l2)" \
+    '[ $rc -eq 0 ] && [ -n "$l3" ] && [ "$l3" = "$l2" ]'
+
 out=$(run 2 "$TRAINEXEC" $small -p 2 --iterations 1 --warmup 0 --trace "$tmp/no/such/dir/t.json" 2>&1); rc=$?
 check_sh "unwritable trace path: exit 1 naming the directory, no hang" \
     '[ $rc -ne 0 ] && [[ "$out" == *"$tmp/no/such/dir"* ]]'

@@ -1,7 +1,9 @@
 /* MPI test of the executor: one training iteration of a small GPT under every
  * pipeline schedule and many (t, p, d) layouts (with and without sequence
- * parallelism) on 1-4 ranks gives the same loss, the same gradients and the
- * same updated weights as the single-process run of the same global batch.
+ * parallelism, and uneven layer splits from Megatron-core layout strings,
+ * including a stage with the embedding only) on 1-4 ranks gives the same
+ * loss, the same gradients and the same updated weights as the
+ * single-process run of the same global batch.
  *
  * mpirun-np: 4
  *
@@ -29,6 +31,7 @@
 #include "exec/runtime.h"
 #include "sim/sched/sched.h"
 #include "sim/sched/sched_generate.h"
+#include "sim/sched/sched_layout.h"
 
 static const gpt_dims DIMS = {.vocab = 32, .seq = 8, .hidden = 16, .heads = 4, .ffn = 32, .layers = 8, .batch = 2};
 #define M  4 /* micro-batches per pipeline */
@@ -39,6 +42,7 @@ typedef struct {
     bool sp;
     sched_kind kind;
     int v;
+    const char *split; /* Megatron-core layout string of the p*v stages; NULL = even split */
 } layout;
 
 typedef struct {
@@ -81,6 +85,13 @@ static int run_layout(const layout *L, MPI_Comm base, result *r, char *msg, size
     so.num_layers = DIMS.layers;
     so.with_comm = true;
     so.with_reduce_optim = true;
+    sched_layout lay;
+    int v = 0;
+    if (!rc && L->split && !(rc = sched_layout_parse(L->split, &lay, &err)) &&
+        !(rc = sched_layout_check(&lay, L->p, DIMS.layers, &v, &err)))
+        so.stage_layers = lay.layers;
+    if (!rc && L->split && v != L->v)
+        rc = err_set(&err, TS_EINVAL, "layout '%s' gives v = %d, the test says %d", L->split, v, L->v);
     if (!rc)
         rc = sched_generate(&so, &s, &err);
     rt_opts o;
@@ -201,19 +212,28 @@ int main(int argc, char **argv)
     /* no pipeline: tensor and data parallelism, sequence parallelism */
     static const int tpd[][3] = {{1, 1, 1}, {2, 1, 1}, {4, 1, 1}, {1, 1, 2}, {1, 1, 4}, {2, 1, 2}};
     for (size_t i = 0; i < sizeof tpd / sizeof tpd[0]; i++) {
-        Ls[nL++] = (layout){tpd[i][0], 1, tpd[i][2], false, SCHED_1F1B, 1};
+        Ls[nL++] = (layout){tpd[i][0], 1, tpd[i][2], false, SCHED_1F1B, 1, NULL};
         if (tpd[i][0] > 1)
-            Ls[nL++] = (layout){tpd[i][0], 1, tpd[i][2], true, SCHED_1F1B, 1};
+            Ls[nL++] = (layout){tpd[i][0], 1, tpd[i][2], true, SCHED_1F1B, 1, NULL};
     }
     /* every schedule on p = 2 (alone, with t = 2, with t = 2 + sp, with d = 2) and p = 4 */
     for (size_t k = 0; k < sizeof pipe_kinds / sizeof pipe_kinds[0]; k++) {
         int v = pipe_kinds[k] == SCHED_INTERLEAVED || pipe_kinds[k] == SCHED_ZB_V ? 2 : 1;
-        Ls[nL++] = (layout){1, 2, 1, false, pipe_kinds[k], v};
-        Ls[nL++] = (layout){2, 2, 1, false, pipe_kinds[k], v};
-        Ls[nL++] = (layout){2, 2, 1, true, pipe_kinds[k], v};
-        Ls[nL++] = (layout){1, 2, 2, false, pipe_kinds[k], v};
-        Ls[nL++] = (layout){1, 4, 1, false, pipe_kinds[k], v};
+        Ls[nL++] = (layout){1, 2, 1, false, pipe_kinds[k], v, NULL};
+        Ls[nL++] = (layout){2, 2, 1, false, pipe_kinds[k], v, NULL};
+        Ls[nL++] = (layout){2, 2, 1, true, pipe_kinds[k], v, NULL};
+        Ls[nL++] = (layout){1, 2, 2, false, pipe_kinds[k], v, NULL};
+        Ls[nL++] = (layout){1, 4, 1, false, pipe_kinds[k], v, NULL};
     }
+    /* uneven splits from layout strings: stages of 1-3 layers, a stage
+     * with the embedding only, ZB-V's V placement, with t = 2 and d = 2 */
+    Ls[nL++] = (layout){1, 2, 1, false, SCHED_INTERLEAVED, 2, "Et|t*3|t*3|tL"};
+    Ls[nL++] = (layout){2, 2, 1, true, SCHED_INTERLEAVED, 2, "Et*3|t|t*3|tL"};
+    Ls[nL++] = (layout){1, 2, 2, false, SCHED_INTERLEAVED, 2, "Et|(t*2|)*2t*3L"};
+    Ls[nL++] = (layout){1, 4, 1, false, SCHED_1F1B, 1, "E|t*3|t*3|t*2L"};
+    Ls[nL++] = (layout){1, 4, 1, false, SCHED_INTERLEAVED, 2, "E|(t|)*6t*2L"};
+    Ls[nL++] = (layout){1, 2, 1, false, SCHED_ZB_V, 2, "Et*2|t*3|t*2|tL"};
+    Ls[nL++] = (layout){1, 2, 1, false, SCHED_ZB_H2, 1, "Et*5|t*3L"};
 
     for (int li = 0; li < nL && !refbad; li++) {
         const layout *L = &Ls[li];
@@ -231,8 +251,8 @@ int main(int argc, char **argv)
         }
         MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
         char what[160], detail[ERR_MSG_BYTES + 256] = "";
-        snprintf(what, sizeof what, "%s t=%d p=%d d=%d v=%d%s", sched_kind_name(L->kind), L->t, L->p, L->d, L->v,
-                 L->sp ? " sp" : "");
+        snprintf(what, sizeof what, "%s t=%d p=%d d=%d v=%d%s%s%s", sched_kind_name(L->kind), L->t, L->p, L->d, L->v,
+                 L->sp ? " sp" : "", L->split ? " layout " : "", L->split ? L->split : "");
         bool ok = !bad;
         if (world_rank == 0 && ok) {
             const result *R = &ref[L->d == 1 ? 0 : L->d == 2 ? 1 : 2];

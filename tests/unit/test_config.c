@@ -165,8 +165,118 @@ Test(config, layers_not_divisible_by_stages)
                      "--decoder-first-pipeline-num-layers", "4", NULL),
                  TS_EINVAL);
     EXPECT_MSG("leaves 91 layers, not divisible over the other 15 pipeline stages");
+    /* with interleaving Megatron-core wants the chunks per rank, not layers per chunk */
     cr_expect_eq(run("--model", "gpt3-175b", "--decoder-first-pipeline-num-layers", "4", NULL), TS_EINVAL);
-    EXPECT_MSG("cannot be combined with --schedule interleaved");
+    EXPECT_MSG("give the chunks per rank with --num-virtual-stages-per-pipeline-rank, not "
+               "--num-layers-per-virtual-pipeline-stage");
+}
+
+/* --decoder-first/last-pipeline-num-layers with interleaving, as
+ * Megatron-core: whole ranks, each rank's layers even over its chunks. */
+Test(config, first_last_with_interleaving)
+{
+    /* 94 layers, p 16, v 2: rank 0 holds 4 (2 per chunk), rank 15 holds 6
+     * (3 per chunk), the 14 others 6 (3 per chunk). */
+    cr_assert_eq(run("--model", "gpt3-175b", "--num-layers", "94", "--num-virtual-stages-per-pipeline-rank", "2",
+                     "--decoder-first-pipeline-num-layers", "4", "--decoder-last-pipeline-num-layers", "6", NULL),
+                 TS_OK, "%s", E.msg);
+    cr_expect_eq(C.par.vp, 2);
+    cr_assert_eq(C.par.layout.n_stages, 32);
+    cr_expect_eq(C.par.layout.layers[0], 2);
+    cr_expect_eq(C.par.layout.layers[16], 2);
+    cr_expect_eq(C.par.layout.layers[1], 3);
+    cr_expect_eq(C.par.layout.layers[31], 3);
+    cr_expect_eq(run("--model", "gpt3-175b", "--num-layers", "94", "--num-virtual-stages-per-pipeline-rank", "2",
+                     "--decoder-first-pipeline-num-layers", "3", "--decoder-last-pipeline-num-layers", "7", NULL),
+                 TS_EINVAL);
+    EXPECT_MSG("must be multiples of the 2 chunks per pipeline rank");
+    cr_expect_eq(run("--model", "llama3-405b", "--schedule", "interleaved", NULL), TS_EINVAL);
+    EXPECT_MSG("--schedule interleaved with --decoder-first/last-pipeline-num-layers needs the chunks per rank");
+    cr_expect_eq(run("--model", "gpt3-175b", "--schedule", "zb-v", "--decoder-first-pipeline-num-layers", "4", NULL),
+                 TS_EINVAL);
+    EXPECT_MSG("cannot be combined with --schedule zb-v");
+    /* the even split by chunk count */
+    cr_assert_eq(run("--model", "gpt3-175b", "--num-virtual-stages-per-pipeline-rank", "3", NULL), TS_OK, "%s", E.msg);
+    cr_expect_eq(C.par.vp, 3);
+    cr_expect_eq(C.par.layout.layers[47], 2);
+    cr_expect_eq(run("--model", "gpt3-175b", "--num-virtual-stages-per-pipeline-rank", "1", NULL), TS_EINVAL);
+    EXPECT_MSG("gives 1 chunk per pipeline rank");
+    cr_expect_eq(run("--model", "gpt3-175b", "--schedule", "1f1b", "--num-virtual-stages-per-pipeline-rank", "2", NULL),
+                 TS_EINVAL);
+    EXPECT_MSG("applies to --schedule interleaved or zb-v only");
+}
+
+/* --account-for-embedding/loss-in-pipeline-split: the embedding / loss
+ * count as a layer, the first / last stage holds one layer fewer. */
+Test(config, account_for_embedding_and_loss)
+{
+    cr_assert_eq(run("--model", "llama3-405b", "-p", "16", "--schedule", "interleaved",
+                     "--num-virtual-stages-per-pipeline-rank", "2", "--account-for-embedding-in-pipeline-split",
+                     "--account-for-loss-in-pipeline-split", NULL),
+                 TS_OK, "%s", E.msg);
+    cr_expect_eq(C.par.vp, 2);
+    cr_expect_eq(C.par.layout.layers[0], 3);
+    cr_expect_eq(C.par.layout.layers[1], 4);
+    cr_expect_eq(C.par.layout.layers[31], 3);
+    /* Megatron-LM's arguments.py: layers per chunk counts the embedding and loss */
+    cr_assert_eq(run("--model", "llama3-405b", "-p", "16", "--schedule", "interleaved",
+                     "--num-layers-per-virtual-pipeline-stage", "4", "--account-for-embedding-in-pipeline-split",
+                     "--account-for-loss-in-pipeline-split", NULL),
+                 TS_OK, "%s", E.msg);
+    cr_expect_eq(C.par.vp, 2);
+    cr_assert_eq(run("--model", "llama3-405b", "-p", "16", "--schedule", "1f1b",
+                     "--account-for-embedding-in-pipeline-split", "--num-layers", "127", NULL),
+                 TS_OK, "%s", E.msg);
+    cr_expect_eq(C.par.layout.layers[0], 7);
+    cr_expect_eq(C.par.layout.layers[15], 8);
+    cr_expect_eq(run("--model", "llama3-405b", "-p", "16", "--schedule", "1f1b",
+                     "--account-for-embedding-in-pipeline-split", NULL),
+                 TS_EINVAL);
+    EXPECT_MSG("--num-layers 126 plus the embedding (127) is not divisible by the 16 virtual pipeline stages");
+    cr_expect_eq(run("--model", "llama3-405b", "--account-for-loss-in-pipeline-split",
+                     "--decoder-first-pipeline-num-layers", "7", NULL),
+                 TS_EINVAL);
+    EXPECT_MSG("exclude each other");
+}
+
+/* --pipeline-model-parallel-layout: Llama 3 405B's published layout. */
+Test(config, layout_string)
+{
+    const char *lay = "Et*3|(t*4|)*30t*3L";
+    /* the preset's first/last split (7/7) is dropped by the layout */
+    cr_assert_eq(
+        run("--model", "llama3-405b", "--schedule", "interleaved", "--pipeline-model-parallel-layout", lay, NULL),
+        TS_OK, "%s", E.msg);
+    cr_expect(C.par.layout_given);
+    cr_expect_eq(C.par.vp, 2);
+    cr_expect_eq(C.par.first_stage_layers, 0);
+    cr_expect_eq(C.par.layout.n_stages, 32);
+    cr_expect_eq(C.par.layout.layers[0], 3);
+    cr_expect_eq(C.par.layout.layers[17], 4);
+    cr_expect_eq(run("--model", "llama3-405b", "--schedule", "1f1b", "--pipeline-model-parallel-layout", lay, NULL),
+                 TS_EINVAL);
+    EXPECT_MSG("--schedule 1f1b runs one chunk per pipeline rank; the layout's 32 stages over p = 16 gives 2");
+    cr_expect_eq(run("--model", "llama3-405b", "--schedule", "interleaved", "-p", "8",
+                     "--pipeline-model-parallel-layout", "Et*3|(t*4|)*30t*3L", NULL),
+                 TS_OK, "%s", E.msg);
+    cr_expect_eq(C.par.vp, 4);
+    cr_expect_eq(run("--model", "llama3-405b", "--schedule", "interleaved", "--num-layers", "128",
+                     "--pipeline-model-parallel-layout", lay, NULL),
+                 TS_EINVAL);
+    EXPECT_MSG("its stages hold 126 transformer layers (t) but --num-layers is 128");
+    cr_expect_eq(run("--model", "llama3-405b", "--schedule", "interleaved", "--pipeline-model-parallel-layout",
+                     "Et*3|(t*4|*30t*3L", NULL),
+                 TS_EINVAL);
+    EXPECT_MSG("--pipeline-model-parallel-layout: pipeline layout 'Et*3|(t*4|*30t*3L', position 6 ('('): this '(' "
+               "is never closed");
+    cr_expect_eq(run("--model", "llama3-405b", "--schedule", "interleaved", "--pipeline-model-parallel-layout", lay,
+                     "--decoder-first-pipeline-num-layers", "6", NULL),
+                 TS_EINVAL);
+    EXPECT_MSG("gives the whole split");
+    cr_expect_eq(run("--model", "llama3-405b", "--schedule", "interleaved", "-p", "2", "--gpus", "16",
+                     "--global-batch-size", "16", "--pipeline-model-parallel-layout", "Et*62||t*63|tL", NULL),
+                 TS_EINVAL);
+    EXPECT_MSG("stage 1 is empty");
 }
 
 Test(config, schedule_chunk_rules)

@@ -7,6 +7,7 @@
 #include "sim/sched/sched.h"
 #include "sim/sched/sched_comm.h"
 #include "sim/sched/sched_generate.h"
+#include "sim/sched/sched_layout.h"
 #include "sim/sched/sched_validate.h"
 #include "tests/unit/sched_fixture.h"
 
@@ -172,6 +173,39 @@ Test(sched, layer_split_even_and_uneven)
     o.num_layers = 3;
     cr_assert_eq(gen_err(&o, &e), TS_EINVAL);
     cr_expect(strstr(e.msg, "fewer layers than the 4"), "%s", e.msg);
+}
+
+/* Llama 3 405B's published layout (126 layers, p 16, v 2, one layer fewer
+ * on the first and last stage) drives the interleaved schedule: it
+ * validates, and every stage holds the layout's layers in model order. */
+Test(sched, layout_string_llama3_405b_interleaved)
+{
+    sched_layout lay;
+    ts_err e;
+    int v = 0;
+    cr_assert_eq(sched_layout_parse("Et*3|(t*4|)*30t*3L", &lay, &e), TS_OK, "%s", e.msg);
+    cr_assert_eq(sched_layout_check(&lay, 16, 126, &v, &e), TS_OK, "%s", e.msg);
+    sched_opts o;
+    sched_opts_default(&o, SCHED_INTERLEAVED);
+    o.p = 16, o.m = 32, o.v = v, o.num_layers = 126, o.stage_layers = lay.layers;
+    o.with_reduce_optim = true;
+    sched *s = gen_opts(&o);
+    cr_assert_eq(sched_validate(s, NULL, &e), TS_OK, "%s", e.msg);
+    cr_expect_eq(s->num_layers, 126);
+    int at = 0;
+    for (int st = 0; st < 32; st++) {
+        cr_expect_eq(s->stages[st].num_layers, st == 0 || st == 31 ? 3 : 4, "stage %d", st);
+        cr_expect_eq(s->stages[st].first_layer, at, "stage %d", st);
+        at += s->stages[st].num_layers;
+    }
+    /* chunk-major: rank 0 runs stages 0 and 16, rank 15 stages 15 and 31 */
+    cr_expect_eq(sched_stage_of(s, 0, 1), 16);
+    cr_expect_eq(sched_stage_of(s, 15, 1), 31);
+    sched_free(s);
+    /* the counts must add up to --num-layers */
+    o.num_layers = 128;
+    cr_assert_eq(gen_err(&o, &e), TS_EINVAL);
+    cr_expect(strstr(e.msg, "sum to 126; they must sum to --num-layers 128"), "%s", e.msg);
 }
 
 Test(sched, gpipe_all_forwards_then_backwards)

@@ -113,12 +113,14 @@ Test(search, counts_with_batch_rejections)
 /* 6 layers on 8 GPUs, t = 1 only (max_tp 1), B = 8, b = 1, 1F1B and
  * interleaved with v in 2..3, no sp (t=1), no block recompute:
  *   p=1: 1F1B only, d=8: 3 recompute x 2 distopt = 6
- *   p=2: 1F1B even (6/2): 6; interleaved v=2: 6 % 4 -> layers rejection;
+ *   p=2: 1F1B even (6/2): 6; interleaved v=2: 6 % 4, but 6 + 2 = 8 splits
+ *        with the embedding and loss counted as layers (1 2 2 1) -> 6;
  *        v=3: 6 % 6 = 0, m = 8/(1*4) = 2 >= p -> 6
  *   p=4: 1F1B uneven split (first 1, middle 2+2, last 1): d=2 -> 6;
- *        interleaved v=2, v=3 -> 2 layers rejections
+ *        interleaved v=2 (6 + 2 = 8 chunks of 1: too small), v=3 -> 2
+ *        layers rejections
  *   p=8: p > layers: 1F1B rejected, interleaved v=2, v=3 rejected -> 3
- * pending 6+6+6+6 = 24, layers rejections 1 + 2 + 3 = 6. */
+ * pending 6+6+6+6+6 = 30, layers rejections 2 + 3 = 5. */
 Test(search, counts_uneven_and_interleaved)
 {
     search_space s;
@@ -129,12 +131,26 @@ Test(search, counts_uneven_and_interleaved)
     s.schedules = (1u << SCHED_1F1B) | (1u << SCHED_INTERLEAVED);
     s.try_recompute_block = false;
     search_set *set = enumerate_ok(&s);
-    cr_assert_eq(set->counts[SEARCH_PENDING], 24, "pending %zu", set->counts[SEARCH_PENDING]);
-    cr_assert_eq(set->counts[SEARCH_REJ_LAYERS], 6);
-    cr_assert_eq(set->n, 30);
-    bool saw_uneven = false;
+    cr_assert_eq(set->counts[SEARCH_PENDING], 30, "pending %zu", set->counts[SEARCH_PENDING]);
+    cr_assert_eq(set->counts[SEARCH_REJ_LAYERS], 5);
+    cr_assert_eq(set->n, 35);
+    bool saw_uneven = false, saw_account = false;
     for (size_t i = 0; i < set->n; i++) {
         const search_cand *c = &set->cands[i];
+        if (c->pp == 2 && c->vp == 2 && c->status == SEARCH_PENDING) {
+            cr_assert_eq(c->account_split, SEARCH_ACCOUNT_EMBEDDING | SEARCH_ACCOUNT_LOSS);
+            config cfg;
+            ts_err e;
+            cr_assert_eq(search_cand_config(set, i, &cfg, &e), TS_OK, "%s", e.msg);
+            int want[] = {1, 2, 2, 1};
+            cr_assert_eq(cfg.par.layout.n_stages, 4);
+            for (int st = 0; st < 4; st++)
+                cr_expect_eq(cfg.par.layout.layers[st], want[st], "stage %d", st);
+            char d[160];
+            search_describe(set, i, d, sizeof d);
+            cr_expect(strstr(d, "interleaved split=account-embedding+loss"), "%s", d);
+            saw_account = true;
+        }
         if (c->pp == 4 && c->status == SEARCH_PENDING) {
             cr_assert_eq(c->first_stage_layers, 1);
             cr_assert_eq(c->last_stage_layers, 1);
@@ -147,6 +163,7 @@ Test(search, counts_uneven_and_interleaved)
         }
     }
     cr_assert(saw_uneven);
+    cr_assert(saw_account);
     search_set_free(set);
 }
 

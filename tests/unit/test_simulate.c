@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/core/plan.h"
 #include "sim/core/report.h"
 #include "sim/core/simulate.h"
 #include "sim/core/trace.h"
@@ -417,4 +418,38 @@ Test(simulate, full_recompute_uniform_groups_memory)
         cr_expect_eq(mem_live_bytes(r->mem, 0, MEM_ACTIV), 0);
         simulate_result_free(r);
     }
+}
+
+/* Sum of the step durations of stage st's pass k. */
+static int64_t pass_ns(const plan *pl, int st, int k)
+{
+    int64_t ns = 0;
+    const plan_range *r = &pl->stages[st].pass[k];
+    for (uint32_t i = r->first; i < r->first + r->n; i++)
+        ns += pl->steps[i].dur_ns;
+    return ns;
+}
+
+/* An uneven split from a layout string: each stage's compute follows its
+ * layer count (middle stages exactly proportional), and the rank holding
+ * more layers computes longer. */
+Test(simulate, stage_compute_follows_the_layout)
+{
+    spec x = SMALL;
+    x.l = 14, x.p = 2, x.v = 2, x.d = 1, x.B = 8, x.kind = SCHED_INTERLEAVED;
+    config c = make(&x);
+    ts_err e;
+    cr_assert_eq(sched_layout_parse("Et*2|t*5|t*4|t*3L", &c.par.layout, &e), TS_OK, "%s", e.msg);
+    simulate_result *r = run(&c, true);
+    const plan *pl = r->pl;
+    cr_assert_eq(pl->n_stages, 4);
+    for (int k = PLAN_PASS_F; k <= PLAN_PASS_B; k++) {
+        int64_t s1 = pass_ns(pl, 1, k), s2 = pass_ns(pl, 2, k);
+        cr_expect_eq(s1 * 4, s2 * 5, "pass %d: stage 1 (5 layers) %lld ns, stage 2 (4 layers) %lld ns", k,
+                     (long long)s1, (long long)s2);
+    }
+    /* rank 0: stages 0 and 2 (2 + 4 layers and the embedding); rank 1:
+     * stages 1 and 3 (5 + 3 layers and the output layer) */
+    cr_expect_gt(r->ranks[1].busy_ns, r->ranks[0].busy_ns);
+    simulate_result_free(r);
 }
