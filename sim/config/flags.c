@@ -463,7 +463,7 @@ void flags_release(flags_state *s)
  * fields it has defaults for; 0 marks a required or derived value. */
 #define MEGATRON_VOCAB                   50257 /* GPT2BPETokenizer, pretrain_gpt.py's default tokenizer */
 #define MEGATRON_MAKE_VOCAB_DIVISIBLE_BY 128
-#define MEGATRON_DROPOUT 0.1 /* --attention-dropout and --hidden-dropout */
+#define MEGATRON_DROPOUT                 0.1 /* --attention-dropout and --hidden-dropout */
 
 static void megatron_defaults(config *b)
 {

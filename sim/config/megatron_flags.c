@@ -314,8 +314,8 @@ int mflags_filter(const mflags_table *mt, const opt_table *t, int argc, char **a
         mt = loaded;
     }
     bool pass_rest = false;
-    int refused = 0;            /* refused flags met: the first's message, then the others named */
-    char more[1024] = "";       /* "; also not modelled: --x (reason), ..." */
+    int refused = 0;      /* refused flags met: the first's message, then the others named */
+    char more[1024] = ""; /* "; also not modelled: --x (reason), ..." */
     size_t more_len = 0;
     for (int i = 1; i < argc; i++) {
         char *a = argv[i];

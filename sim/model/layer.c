@@ -163,7 +163,7 @@ static void attn_core_fwd(const layer_shape *L, const dims *D, layer_ops *o)
 {
     int64_t bh = L->b * D->at, P = bh * L->s * L->s; /* score elements */
     bgemm(o, "attn.qk", L->s, L->s, D->d, bh);
-    mem(o, "attn.softmax", 2 * P * D->dt);       /* fused scale-mask-softmax: read + write */
+    mem(o, "attn.softmax", 2 * P * D->dt); /* fused scale-mask-softmax: read + write */
     if (!L->no_attn_dropout)
         mem(o, "attn.dropout", P * (2 * D->dt + 1)); /* read, write, 1-byte mask */
     bgemm(o, "attn.av", L->s, D->d, L->s, bh);
@@ -182,7 +182,7 @@ static void tp_reduce(const layer_shape *L, const dims *D, layer_ops *o, const c
 
 static void layer_fwd(const layer_shape *L, const dims *D, layer_ops *o)
 {
-    int64_t h = L->h, E = D->Tl * h; /* elements of an element-wise op */
+    int64_t h = L->h, E = D->Tl * h;             /* elements of an element-wise op */
     int64_t mask = L->no_hidden_dropout ? 0 : 1; /* the dropout mask's byte per element */
     mem(o, "ln1", 2 * E * D->dt);
     if (L->sp && D->comm)

@@ -66,13 +66,13 @@
 
 /* Shapes of one micro-batch on one tensor-parallel rank. */
 typedef struct {
-    int64_t h;   /* hidden size */
-    int64_t a;   /* attention heads */
-    int64_t g;   /* query groups (= a without GQA) */
-    int64_t d;   /* head size (--kv-channels); 0 = h / a */
+    int64_t h;              /* hidden size */
+    int64_t a;              /* attention heads */
+    int64_t g;              /* query groups (= a without GQA) */
+    int64_t d;              /* head size (--kv-channels); 0 = h / a */
     bool no_attn_dropout;   /* --attention-dropout 0: no dropout kernel or mask on the scores */
     bool no_hidden_dropout; /* --hidden-dropout 0: the residual adds keep no mask; no embedding dropout */
-    int64_t ffn; /* FFN hidden size (per gate for SwiGLU) */
+    int64_t ffn;            /* FFN hidden size (per gate for SwiGLU) */
     bool swiglu;
     int64_t s;       /* sequence length, tokens */
     int64_t b;       /* micro-batch size, sequences */

@@ -49,7 +49,7 @@ int main(int argc, char **argv)
     m.ffn_hidden_size = 4 * 20480;
     m.seq_length = 2048;
     m.padded_vocab_size = 51200;
-    m.add_bias_linear = true; /* GPT-2 style layers */
+    m.add_bias_linear = true;                     /* GPT-2 style layers */
     m.attention_dropout = m.hidden_dropout = 0.1; /* Megatron-LM's default */
     m.precision = PREC_BF16;
     const int gpus = 5120, batch = 2520;

@@ -4,8 +4,9 @@
 # a sweep column and trainexec; command-line flags override the script's;
 # notes on what the script left unresolved; refusals with file:line.
 # tests/data/scripts/gpt3_small.sh holds only flags trainsim knows; the full
-# example scripts hold Megatron-LM flags trainsim refuses today (checked as
-# refusals). Ends with "N passed, N failed".
+# example scripts are refused for the Megatron-LM flags trainsim does not model,
+# and resolve field by field as Megatron-LM would without them. Ends with
+# "N passed, N failed".
 set -u
 BUILD=${BUILD:-build}
 T=${TRAINSIM:-$BUILD/trainsim}
@@ -65,14 +66,54 @@ check "sweep: the full example refused in its row" grep -q 'gpt3_175b.sh,,,error
 check_sh "sweep: the row's override changed the result" \
     '[ "$(grep ",ok," "$tmp/out.csv" | cut -d, -f6 | sort -u | wc -l)" -eq 2 ]'
 
-# --- the example scripts: refused today for the Megatron-LM flags trainsim does not model
-# (megatron_flags.csv: flash/fused attention, dropout 0)
+# --- the example scripts as Megatron-LM's examples write them: every flag trainsim does not
+# model is named at once, with the first one's file:line
 expect_error 2 "--megatron-script $S/gpt3_175b.sh:36: --attention-backend auto: not modelled" \
     $T config --megatron-script $S/gpt3_175b.sh --gpus 1024
-expect_error 2 "--megatron-script $S/llama3_8b.sh:66: --attention-dropout 0.0: not modelled" \
+expect_error 2 "also not modelled: --rampup-batch-size" $T config --megatron-script $S/gpt3_175b.sh --gpus 1024
+expect_error 2 "--megatron-script $S/llama3_8b.sh:70: --attention-backend fused: not modelled" \
     $T simulate --megatron-script $S/llama3_8b.sh
-expect_error 2 "--megatron-script $S/mixtral_8x7b.sh:39: --attention-dropout 0.0: not modelled" \
-    $T config --megatron-script $S/mixtral_8x7b.sh
+expect_error 2 "--cross-entropy-loss-fusion (cross-entropy fusion), --manual-gc" \
+    $T simulate --megatron-script $S/llama3_8b.sh
+expect_error 2 "--num-experts (mixture of experts)" $T config --megatron-script $S/mixtral_8x7b.sh
+
+# --- the same scripts less those flags resolve to exactly what Megatron-LM runs, field by
+# field (config's "where each value came from" table: value and source)
+field() { # OUT FLAG VALUE SOURCE-PREFIX
+    if grep -qE -- "^  $2 +$3( \([^)]*\))? +$4" <<<"$1"; then ok; else bad "$2: want '$3' from '$4' in: $(grep -- "^  $2 " <<<"$1")"; fi
+}
+grep -v -- '--attention-backend\|--rampup-batch-size' $S/gpt3_175b.sh >"$tmp/gpt3.sh"
+out=$($T config --megatron-script "$tmp/gpt3.sh" --gpus 1024 2>/dev/null); rc=$?
+check "gpt3_175b.sh less the unmodelled flags: config exits 0" test $rc -eq 0
+for f in "--num-layers 96 flag" "--hidden-size 12288 flag" "--num-attention-heads 96 flag" \
+         "--kv-channels 128 derived" "--num-query-groups 96 derived" "--ffn-hidden-size 49152 derived" \
+         "--swiglu off Megatron-LM" "--seq-length 2048 flag" "--max-position-embeddings 2048 flag" \
+         "--attention-dropout 0.1 Megatron-LM" "--hidden-dropout 0.1 Megatron-LM" "--vocab-size 50257 Megatron-LM" \
+         "--padded-vocab-size 51200 derived" "--untie-embeddings-and-output-weights off Megatron-LM" \
+         "--disable-bias-linear off Megatron-LM" "--normalization LayerNorm Megatron-LM" \
+         "--position-embedding-type learned_absolute Megatron-LM" "--bf16/--fp16/--fp32 fp16 flag" \
+         "--micro-batch-size 1 flag" "--global-batch-size 1536 flag" "--tensor-model-parallel-size 8 flag" \
+         "--pipeline-model-parallel-size 16 flag" "--data-parallel-size 8 derived" \
+         "--sequence-parallel off Megatron-LM" "--recompute-granularity none Megatron-LM" \
+         "--use-distributed-optimizer off Megatron-LM" "--overlap-grad-reduce off Megatron-LM" \
+         "--schedule 1f1b Megatron-LM" "--gpus 1024 flag"; do
+    read -r fl v src <<<"$f"; field "$out" "$fl" "$v" "$src"
+done
+grep -v -- '--attention-backend\|--cross-entropy-loss-fusion\|--manual-gc\|--empty-unused-memory-level\|--overlap-param-gather\|--no-create-attention-mask-in-dataloader' \
+    $S/llama3_8b.sh >"$tmp/llama3.sh"
+out=$($T config --megatron-script "$tmp/llama3.sh" 2>/dev/null); rc=$?
+check "llama3_8b.sh less the unmodelled flags: config exits 0" test $rc -eq 0
+for f in "--num-layers 32 flag" "--hidden-size 4096 flag" "--num-attention-heads 32 flag" "--kv-channels 128 flag" \
+         "--num-query-groups 8 flag" "--ffn-hidden-size 14336 flag" "--swiglu on flag" "--seq-length 8192 flag" \
+         "--attention-dropout 0 flag" "--hidden-dropout 0 flag" "--vocab-size 128256 flag" \
+         "--padded-vocab-size 128256 derived" "--untie-embeddings-and-output-weights on flag" \
+         "--disable-bias-linear on flag" "--normalization RMSNorm flag" "--position-embedding-type rope flag" \
+         "--bf16/--fp16/--fp32 bf16 flag" "--micro-batch-size 1 flag" "--global-batch-size 128 flag" \
+         "--tensor-model-parallel-size 1 flag" "--pipeline-model-parallel-size 1 flag" "--data-parallel-size 8 derived" \
+         "--sequence-parallel off" "--recompute-granularity none Megatron-LM" "--use-distributed-optimizer on flag" \
+         "--overlap-grad-reduce on flag" "--schedule 1f1b Megatron-LM" "--gpus 8 flag"; do
+    read -r fl v src <<<"$f"; field "$out" "$fl" "$v" "${src:-}"
+done
 expect_error 2 "unknown flag '--bogus'; did you mean" $T config --megatron-script $S/gpt3_small.sh --bogus
 $T config --megatron-script $S/mixtral_8x7b.sh >/dev/null 2>"$tmp/err"
 check "mixtral: the skipped 'if' block is noted" \

@@ -41,7 +41,7 @@ static void space(search_space *s, topo *t)
     m.ffn_hidden_size = 4096;
     m.seq_length = 1024;
     m.padded_vocab_size = 32768;
-    m.add_bias_linear = true; /* GPT-2 style layers */
+    m.add_bias_linear = true;                     /* GPT-2 style layers */
     m.attention_dropout = m.hidden_dropout = 0.1; /* Megatron-LM's default */
     m.precision = PREC_BF16;
     cluster_config cl;

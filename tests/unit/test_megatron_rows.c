@@ -46,7 +46,7 @@ static void row_config(size_t i, int b, int v, config *c)
     c->model.ffn_hidden_size = 4 * ROWS[i].hidden;
     c->model.seq_length = 2048;
     c->model.padded_vocab_size = 51200;
-    c->model.add_bias_linear = true; /* GPT-2 style layers */
+    c->model.add_bias_linear = true;                            /* GPT-2 style layers */
     c->model.attention_dropout = c->model.hidden_dropout = 0.1; /* Megatron-LM's default */
     c->model.precision = PREC_FP16;
     c->par.micro_batch_size = b;

@@ -28,7 +28,7 @@ static void small_space(search_space *s, int layers, int gpus, int batch)
     m.ffn_hidden_size = 2048;
     m.seq_length = 512;
     m.padded_vocab_size = 1024;
-    m.add_bias_linear = true; /* GPT-2 style layers */
+    m.add_bias_linear = true;                     /* GPT-2 style layers */
     m.attention_dropout = m.hidden_dropout = 0.1; /* Megatron-LM's default */
     m.precision = PREC_BF16;
     cluster_config cl;
