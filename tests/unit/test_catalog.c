@@ -11,21 +11,9 @@
 #include "sim/config/catalog.h"
 #include "sim/config/catalog_models.h"
 #include "sim/util/csvio.h"
+#include "tests/unit/tmp_csv.h"
 
 static ts_err E;
-
-/* Write text to a fresh temporary file; returns its path (static buffer). */
-static const char *tmp_csv(const char *text)
-{
-    static char path[64];
-    snprintf(path, sizeof path, "/tmp/test_catalogXXXXXX");
-    int fd = mkstemp(path);
-    cr_assert(fd >= 0);
-    FILE *f = fdopen(fd, "w");
-    fputs(text, f);
-    cr_assert_eq(fclose(f), 0);
-    return path;
-}
 
 Test(catalog, gpus_match_reference_figures)
 {

@@ -15,23 +15,11 @@
 #include "sim/config/flags.h"
 #include "sim/config/megatron_flags.h"
 #include "sim/util/csvio.h"
+#include "tests/unit/tmp_csv.h"
 
 #define REFERENCE "../shared/reference/megatron_arguments.csv"
 
 static ts_err E;
-
-/* Write text to a fresh temporary file; returns its path (static buffer). */
-static const char *tmp_csv(const char *text)
-{
-    static char path[64];
-    snprintf(path, sizeof path, "/tmp/test_mflagsXXXXXX");
-    int fd = mkstemp(path);
-    cr_assert(fd >= 0);
-    FILE *f = fdopen(fd, "w");
-    fputs(text, f);
-    cr_assert_eq(fclose(f), 0);
-    return path;
-}
 
 /* ------------------------------------------------ the shipped file against the reference */
 
