@@ -25,9 +25,9 @@
  *
  * A failure with no status code gets the status of its kind: 2 for bad usage
  * (an unknown command, flags that do not go together), 1 when the run failed
- * (search: no layout fits). Two failures on bad file contents exit 1 without
- * asking: schedule --import (a file that does not parse or validate) and
- * calibrate (bad --microbench samples). */
+ * (search: no layout fits). Every malformed input file is bad input (2), the
+ * schedule of --import and calibrate's --microbench samples included; a file
+ * that cannot be read is a failure (1). */
 int cmd_exit_status(int rc);
 
 /* Each subcommand adds its prototype here and its row to COMMANDS in main.c

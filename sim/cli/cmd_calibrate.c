@@ -330,9 +330,7 @@ int cmd_calibrate(int argc, char **argv)
         free(G.g[i].t);
     free(G.g);
     calib_free(&set);
-    if (rc) {
+    if (rc)
         fprintf(stderr, "trainsim calibrate: %s\n", err.msg);
-        return 1;
-    }
-    return 0;
+    return cmd_exit_status(rc);
 }

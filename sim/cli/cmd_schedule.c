@@ -214,9 +214,10 @@ static void print_summary(const sched *s, const sargs *a, bool timed, const sche
 }
 
 /* Reads the schedule of --import into *s (the flags that generate a schedule
- * do not go with it). Returns the exit status: 0, else 2 or 1 after printing
- * the error. */
-static int schedule_import(const opt_table *t, const sargs *a, sched **s)
+ * do not go with it). Returns a status code: TS_EINVAL for a generating flag
+ * or a file that does not parse or validate, TS_EIO for one that cannot be
+ * read; the message in *err. */
+static int schedule_import(const opt_table *t, const sargs *a, sched **s, ts_err *err)
 {
     static const char *const GEN_FLAGS[] = {"--schedule",
                                             "--pipeline-model-parallel-size",
@@ -230,20 +231,10 @@ static int schedule_import(const opt_table *t, const sargs *a, sched **s)
                                             "--with-reduce-optim",
                                             "--compute-only"};
     for (size_t i = 0; i < sizeof GEN_FLAGS / sizeof GEN_FLAGS[0]; i++)
-        if (opt_was_set(t, GEN_FLAGS[i])) {
-            fprintf(stderr,
-                    "trainsim schedule: %s does not go with --import: the schedule comes from "
-                    "the file\n",
-                    GEN_FLAGS[i]);
-            return 2;
-        }
-    ts_err err;
-    err_clear(&err);
-    if (sched_csv_load(a->import_path, s, &err) != TS_OK) {
-        fprintf(stderr, "trainsim schedule: %s\n", err.msg);
-        return 1;
-    }
-    return 0;
+        if (opt_was_set(t, GEN_FLAGS[i]))
+            return err_set(err, TS_EINVAL, "%s does not go with --import: the schedule comes from the file",
+                           GEN_FLAGS[i]);
+    return sched_csv_load(a->import_path, s, err);
 }
 
 /* --pipeline-model-parallel-layout: the layers of each stage into lay, and
@@ -350,16 +341,14 @@ int cmd_schedule(int argc, char **argv)
     bool timed = opt_was_set(&t, "--time-f") || opt_was_set(&t, "--time-b") || opt_was_set(&t, "--time-w") ||
                  opt_was_set(&t, "--time-comm");
     if (timed && a.tf + a.tb + a.tw <= 0) {
-        fprintf(stderr, "trainsim schedule: --time-f, --time-b and --time-w are all 0; give at least one "
-                        "op time > 0 ms\n");
-        status = 2;
-        goto out;
+        rc = err_set(&err, TS_EINVAL, "--time-f, --time-b and --time-w are all 0; give at least one op time > 0 ms");
+        goto finish;
     }
     if (a.import_path)
-        status = schedule_import(&t, &a, &s);
+        rc = schedule_import(&t, &a, &s, &err);
     else
         rc = schedule_generate(&t, &a, &s, &err);
-    if (status != 0 || rc != TS_OK)
+    if (rc != TS_OK)
         goto finish;
     sched_op_times ot = {ms_to_ns(a.tf), ms_to_ns(a.tb), ms_to_ns(a.tw), ms_to_ns(a.tc)};
     if (timed)

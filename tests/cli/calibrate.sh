@@ -67,8 +67,8 @@ check_sh "--gpu cpu at bf16 with fp32-only rows: error naming dtype" '[ $rc -ne 
 
 printf 'kind,m,n,k,bytes,ranks,time_ns\nwarp,1,1,1,,1,5\n' >"$tmp/bad.csv"
 out=$("$TRAINSIM" calibrate --microbench "$tmp/bad.csv" -o "$tmp/x.csv" 2>&1); rc=$?
-check_sh "unknown sample kind: exit 1 with file:line and the valid kinds" \
-    '[ $rc -eq 1 ] && [[ "$out" == *"bad.csv:2"* && "$out" == *allreduce* ]]'
+check_sh "unknown sample kind: exit 2 with file:line and the valid kinds" \
+    '[ $rc -eq 2 ] && [[ "$out" == *"bad.csv:2"* && "$out" == *allreduce* ]]'
 out=$("$TRAINSIM" calibrate -o "$tmp/x.csv" 2>&1); rc=$?
 check_sh "missing --microbench: exit 2" '[ $rc -eq 2 ] && [[ "$out" == *--microbench* ]]'
 check_sh "nothing written on failure" '[ ! -e "$tmp/x.csv" ]'
