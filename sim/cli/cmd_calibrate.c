@@ -216,7 +216,9 @@ static int calibrate_parse(int argc, char **argv, calibrate_args *a)
     if (!rc && (!a->in || !a->out))
         rc = err_set(&err, TS_EINVAL, "%s is required", !a->in ? "--microbench FILE" : "--output FILE");
     if (rc) {
-        fprintf(stderr, "trainsim calibrate: %s (trainsim calibrate --help)\n", err.msg);
+        /* opt's own messages already point at --help */
+        fprintf(stderr, "trainsim calibrate: %s%s\n", err.msg,
+                strstr(err.msg, "--help") ? "" : " (trainsim calibrate --help)");
         return cmd_exit_status(rc);
     }
     return -1;
