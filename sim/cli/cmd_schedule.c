@@ -23,6 +23,7 @@ typedef struct {
     int p, m, v, group, layers, first, last;
     int timeline_width;    /* columns */
     double tf, tb, tw, tc; /* ms */
+    double max_memory_gib; /* --max-memory */
     const char *export_path, *import_path;
     const char *layout; /* --pipeline-model-parallel-layout, NULL = not given */
     bool validate_only, with_reduce_optim, compute_only, no_timeline;
@@ -157,6 +158,15 @@ static int add_flags(opt_table *t, sargs *a, ts_err *err)
          .type = OPT_BOOL,
          .target = &a->validate_only,
          .help = "only validate (and export); print one line"},
+        {.name = "--max-memory",
+         .type = OPT_DOUBLE,
+         .target = &a->max_memory_gib,
+         .min = 0.001,
+         .max = 1e5,
+         .unit = "GiB",
+         .defval = "4",
+         .help = "refuse to generate a schedule whose estimated memory (its actions and their "
+                 "validation) exceeds this"},
         {.name = "--no-timeline", .type = OPT_BOOL, .target = &a->no_timeline, .help = "do not print the timeline"},
         {.name = "--timeline-width",
          .type = OPT_INT,
@@ -263,9 +273,26 @@ static int layout_opts(const opt_table *t, const sargs *a, sched_layout *lay, sc
     return TS_OK;
 }
 
-/* Generates the schedule the flags describe into *s and validates it. */
+/* Memory of a generated schedule per (stage, micro-batch) pair: up to 7 actions
+ * (F, B, W and, with communication, two sends and two receives) of about 48 bytes
+ * each, counting the action itself and what validation and timing keep per action
+ * (measured: 20 to 36 bytes per action at p = 64, m = 4096). */
+#define SCHED_EST_BYTES_PER_PAIR (7.0 * 48.0)
+
+/* Generates the schedule the flags describe into *s and validates it, unless its
+ * estimated memory exceeds --max-memory: refused at once, with the figure. */
 static int schedule_generate(const opt_table *t, const sargs *a, sched **s, ts_err *err)
 {
+    int v_est = opt_was_set(t, "--num-virtual-stages-per-pipeline-rank") ? a->v
+                : a->kind == SCHED_INTERLEAVED || a->kind == SCHED_ZB_V  ? 2
+                                                                         : 1;
+    double est_gib = (double)a->p * a->m * v_est * SCHED_EST_BYTES_PER_PAIR / 1073741824.0;
+    if (est_gib > a->max_memory_gib)
+        return err_set(err, TS_EINVAL,
+                       "-p %d -m %d -v %d: the schedule has about %.0f million actions and would need "
+                       "about %.1f GiB, over --max-memory %g GiB; use fewer pipeline ranks or "
+                       "micro-batches, or raise --max-memory",
+                       a->p, a->m, v_est, (double)a->p * a->m * v_est * 7 / 1e6, est_gib, a->max_memory_gib);
     sched_opts o;
     sched_opts_default(&o, (sched_kind)a->kind);
     o.p = a->p;
@@ -319,7 +346,8 @@ static int schedule_outputs(const sched *s, const sargs *a, const sched_op_times
 
 int cmd_schedule(int argc, char **argv)
 {
-    sargs a = {.kind = SCHED_1F1B, .p = 4, .m = 8, .v = 1, .timeline_width = SCHED_PRINT_DEFAULT_COLS};
+    sargs a = {
+        .kind = SCHED_1F1B, .p = 4, .m = 8, .v = 1, .max_memory_gib = 4, .timeline_width = SCHED_PRINT_DEFAULT_COLS};
     ts_err err;
     err_clear(&err);
     opt_table t;

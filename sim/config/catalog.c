@@ -106,25 +106,28 @@ static int gpu_row(const csvio_table *t, size_t r, catalog_gpus *c, ts_err *err)
     if (strlen(al) >= CATALOG_ALIAS_BYTES)
         return csvio_errf(t, r, "aliases", err, "too long (at most %d characters)", CATALOG_ALIAS_BYTES - 1);
     snprintf(c->aliases[r], CATALOG_ALIAS_BYTES, "%s", al);
-    if ((rc = csvio_get_positive(t, r, "bf16_tflops", &g->bf16_tflops, err)) ||
-        (rc = csvio_get_positive(t, r, "fp16_tflops", &g->fp16_tflops, err)) ||
-        (rc = csvio_get_positive(t, r, "fp32_tflops", &g->fp32_tflops, err)) ||
-        (rc = csvio_get_positive(t, r, "hbm_gib", &g->hbm_gib, err)) ||
-        (rc = csvio_get_positive(t, r, "hbm_gbps", &g->hbm_gbps, err)) ||
-        (rc = csvio_get_positive(t, r, "nvlink_gbps_per_direction", &g->nvlink_gbps, err)))
+    if ((rc = csvio_get_positive_max(t, r, "bf16_tflops", CATALOG_MAX_TFLOPS, &g->bf16_tflops, err)) ||
+        (rc = csvio_get_positive_max(t, r, "fp16_tflops", CATALOG_MAX_TFLOPS, &g->fp16_tflops, err)) ||
+        (rc = csvio_get_positive_max(t, r, "fp32_tflops", CATALOG_MAX_TFLOPS, &g->fp32_tflops, err)) ||
+        (rc = csvio_get_positive_max(t, r, "hbm_gib", CATALOG_MAX_HBM_GIB, &g->hbm_gib, err)) ||
+        (rc = csvio_get_double(t, r, "hbm_gbps", CATALOG_MIN_GBPS, CATALOG_MAX_GBPS, &g->hbm_gbps, err)) ||
+        (rc = csvio_get_double(t, r, "nvlink_gbps_per_direction", CATALOG_MIN_GBPS, CATALOG_MAX_GBPS, &g->nvlink_gbps,
+                               err)))
         return rc;
     /* optional columns: an empty cell (or no column) means "none" (0) */
-    if (!csvio_empty(t, r, "fp8_tflops") && (rc = csvio_get_positive(t, r, "fp8_tflops", &g->fp8_tflops, err)))
+    if (!csvio_empty(t, r, "fp8_tflops") &&
+        (rc = csvio_get_positive_max(t, r, "fp8_tflops", CATALOG_MAX_TFLOPS, &g->fp8_tflops, err)))
         return rc;
-    if (!csvio_empty(t, r, "tf32_tflops") && (rc = csvio_get_positive(t, r, "tf32_tflops", &g->tf32_tflops, err)))
+    if (!csvio_empty(t, r, "tf32_tflops") &&
+        (rc = csvio_get_positive_max(t, r, "tf32_tflops", CATALOG_MAX_TFLOPS, &g->tf32_tflops, err)))
         return rc;
-    if (!csvio_empty(t, r, "tdp_w") && (rc = csvio_get_positive(t, r, "tdp_w", &g->tdp_w, err)))
+    if (!csvio_empty(t, r, "tdp_w") && (rc = csvio_get_positive_max(t, r, "tdp_w", 1e6, &g->tdp_w, err)))
         return rc;
     if (!csvio_empty(t, r, "cuda_context_gib") &&
-        (rc = csvio_get_positive(t, r, "cuda_context_gib", &g->cuda_context_gib, err)))
+        (rc = csvio_get_positive_max(t, r, "cuda_context_gib", CATALOG_MAX_HBM_GIB, &g->cuda_context_gib, err)))
         return rc;
     if (!csvio_empty(t, r, "cublas_workspace_mib") &&
-        (rc = csvio_get_positive(t, r, "cublas_workspace_mib", &g->cublas_workspace_mib, err)))
+        (rc = csvio_get_positive_max(t, r, "cublas_workspace_mib", 1e6, &g->cublas_workspace_mib, err)))
         return rc;
     if (!csvio_empty(t, r, "nccl_channels") &&
         (rc = csvio_get_int(t, r, "nccl_channels", 1, 64, &g->nccl_channels, err)))

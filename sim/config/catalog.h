@@ -28,6 +28,15 @@
 #define CATALOG_ALIAS_BYTES 128
 #define CATALOG_NAME_BYTES  64
 
+/* Physical ranges of the GPU catalogue's columns, wide enough for any real or planned
+ * GPU and narrow enough that every derived size (bytes) and time (ns) stays inside
+ * int64 and finite doubles: TFLOP/s in (0, 1e6], HBM and context GiB in (0, 1e5],
+ * HBM and NVLink bandwidths in [1e-3, 1e6] GB/s, TDP and cuBLAS workspace MiB in (0, 1e6]. */
+#define CATALOG_MAX_TFLOPS  1e6
+#define CATALOG_MAX_HBM_GIB 1e5
+#define CATALOG_MIN_GBPS    1e-3
+#define CATALOG_MAX_GBPS    1e6
+
 /* One GPU kind, from the catalogue topologies/gpus.csv. */
 typedef struct {
     char name[CATALOG_NAME_BYTES]; /* e.g. "A100-SXM4-80GB" */

@@ -161,10 +161,10 @@ static int load_params(const csvio_table *t, topo *tp, ts_err *err)
     if (rc)
         return err_prefix(err, "%s:%d: column 'gpu': ", t->path, t->rows[0].line);
     snprintf(p->gpu, sizeof p->gpu, "%s", g.name);
-    if ((rc = csvio_get_positive(t, 0, "intra_node_gbps", &p->intra_node_gbps, err)) ||
+    if ((rc = csvio_get_double(t, 0, "intra_node_gbps", TOPO_MIN_GBPS, TOPO_MAX_GBPS, &p->intra_node_gbps, err)) ||
         (rc = csvio_get_double(t, 0, "intra_node_latency_us", 0, 1e6, &p->intra_node_latency_us, err)) ||
         (rc = csvio_get_int(t, 0, "nics_per_node", 0, MAX_LOCAL, &p->nics_per_node, err)) ||
-        (rc = csvio_get_positive(t, 0, "nic_gbps", &p->nic_gbps, err)) ||
+        (rc = csvio_get_double(t, 0, "nic_gbps", TOPO_MIN_GBPS, TOPO_MAX_GBPS, &p->nic_gbps, err)) ||
         (rc = csvio_get_double(t, 0, "nic_latency_us", 0, 1e6, &p->nic_latency_us, err)) ||
         (rc = csvio_get_enum(t, 0, "fabric", PARAM_FABRICS, &fabric, err)) ||
         (rc = csvio_get_int(t, 0, "levels", 1, MAX_LEVELS, &p->levels, err)) ||
@@ -297,7 +297,7 @@ static int parse_links(const csvio_table *t, topo *tp, ts_err *err)
             return rc;
         if (topo_endpoint_parse(b, &l->b, err))
             return err_prefix(err, "%s:%d: column 'endpoint_b': ", t->path, l->line);
-        if ((rc = csvio_get_positive(t, r, "bandwidth_gbps", &l->bandwidth_gbps, err)) ||
+        if ((rc = csvio_get_double(t, r, "bandwidth_gbps", TOPO_MIN_GBPS, TOPO_MAX_GBPS, &l->bandwidth_gbps, err)) ||
             (rc = csvio_get_double(t, r, "latency_us", 0, 1e6, &l->latency_us, err)) ||
             (rc = csvio_get_enum(t, r, "kind", TOPO_LINK_KIND_NAMES, &kind, err)))
             return rc;

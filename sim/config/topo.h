@@ -58,6 +58,12 @@
 
 #define TOPO_TEXT_BYTES 1024
 
+/* Link bandwidths (GB/s per direction) are accepted in [TOPO_MIN_GBPS, TOPO_MAX_GBPS]:
+ * 1 MB/s up to 1 PB/s covers every real link, and keeps transfer times finite and, for
+ * realistic message sizes, inside int64 ns (the engine refuses any that is not). */
+#define TOPO_MIN_GBPS 1e-3
+#define TOPO_MAX_GBPS 1e6
+
 typedef enum { TOPO_PARAMETRIC = 0, TOPO_LINK_LIST } topo_form;
 typedef enum { TOPO_FAT_TREE = 0, TOPO_RAIL_OPTIMIZED, TOPO_FABRIC_CUSTOM } topo_fabric;
 typedef enum { TOPO_EP_GPU = 0, TOPO_EP_NVSWITCH, TOPO_EP_NIC, TOPO_EP_SWITCH } topo_ep_kind;

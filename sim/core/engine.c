@@ -1,6 +1,8 @@
 /* engine — discrete-event core (see engine.h). */
 #include "sim/core/engine.h"
 
+#include "sim/util/ckd.h"
+
 #include <stdlib.h>
 #include <string.h>
 
@@ -258,6 +260,11 @@ int engine_task_add(engine *e, int rank, int stream_idx, int64_t dur_ns, uint32_
                        stream_idx, e->n_ranks - 1, e->spr - 1);
     if (dur_ns < 0)
         return err_set(err, TS_EINVAL, "engine: negative duration %lld ns (tag %u)", (long long)dur_ns, tag);
+    if (dur_ns > CKD_MAX_NS)
+        return err_set(err, TS_EINVAL,
+                       "engine: task (tag %u, micro-batch %d) lasts past 2^62 ns (146 years); valid "
+                       "durations are 0 to 2^62 ns (check the bandwidths and TFLOP/s of the inputs)",
+                       tag, (int)mb);
     if (e->n_tasks >= MAX_TASKS)
         return err_set(err, TS_ENOMEM, "engine: more than %u tasks", MAX_TASKS);
     if (e->n_tasks == e->cap_tasks && grow((void **)&e->tasks, sizeof *e->tasks, &e->cap_tasks, e->n_tasks + 1))
@@ -593,7 +600,12 @@ static __attribute__((noinline)) void start(engine *e, uint32_t i, uint32_t s, u
         if (e->state[t->link * C + c] & F_DONE)
             push_end(e, i, c, id, e->now_ns);
     } else if (!(f & F_EXTERNAL)) {
-        push_end(e, i, c, id, t->dur_ns <= INT64_MAX - e->now_ns ? e->now_ns + t->dur_ns : -1 /* overflow */);
+        if (t->dur_ns > CKD_MAX_NS - e->now_ns)
+            fail(e, TS_EINVAL,
+                 "a task would end past 2^62 ns (146 years of simulated time); check the bandwidths, "
+                 "TFLOP/s and --straggler factors against the ranges of docs/inputs.md");
+        else
+            push_end(e, i, c, id, e->now_ns + t->dur_ns);
     }
     if (f & F_JOINER) {
         uint32_t j = t->link * C + c;
@@ -659,6 +671,12 @@ int engine_task_finish(engine *e, engine_task_id id, int64_t at_ns, ts_err *err)
     if (at_ns < e->now_ns)
         return err_set(err, TS_EINVAL, "engine: finish of task %u at %lld ns, before now (%lld ns)", id,
                        (long long)at_ns, (long long)e->now_ns);
+    if (at_ns > CKD_MAX_NS)
+        return err_set(err, TS_EINVAL,
+                       "engine: task %u (tag %u, micro-batch %d) would end past 2^62 ns (146 years of "
+                       "simulated time); such a duration comes from an extreme bandwidth, "
+                       "--degrade-link or --straggler factor (see docs/inputs.md for the valid ranges)",
+                       id, e->tasks[i].tag, (int)e->tasks[i].mb);
     push_end(e, i, c, id, at_ns);
     return e->status == TS_OK ? TS_OK : err_set(err, e->status, "engine: task %u: no room for its end event", id);
 }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "sim/config/overheads.h"
+#include "sim/util/ckd.h"
 #include "sim/util/grow.h"
 
 typedef struct {
@@ -80,8 +81,20 @@ void mem_set_overheads(mem_tracker *m, const memory_overheads *o)
 static void apply(mem_tracker *m, int rank, const mem_ev *e)
 {
     rank_mem *R = &m->r[rank];
-    R->live[e->cat] += e->delta;
-    R->total += e->delta;
+    /* A rank's bytes stay within 2^62: past it a sum would wrap negative. */
+    int64_t live, total;
+    if (ckd_add_i64(&live, R->live[e->cat], e->delta) || ckd_add_i64(&total, R->total, e->delta) ||
+        live > CKD_MAX_BYTES || total > CKD_MAX_BYTES) {
+        if (m->status == TS_OK) {
+            m->status = TS_EINVAL;
+            m->bad_rank = rank;
+            m->bad_cat = e->cat;
+            m->bad_t_ns = e->t_ns;
+        }
+        return;
+    }
+    R->live[e->cat] = live;
+    R->total = total;
     if (e->cat == MEM_ACTIV || e->cat == MEM_P2P) { /* the fragmentation follows them */
         int64_t frag = overheads_fragmentation_bytes(&m->ov, R->live[MEM_ACTIV] + R->live[MEM_P2P]);
         R->total += frag - R->live[MEM_FRAG];
@@ -179,6 +192,12 @@ int mem_check(mem_tracker *m, ts_err *err)
     if (m->status == TS_ESTATE)
         return err_set(err, TS_ESTATE, "mem: rank %d %s fell to %lld bytes at %lld ns (freed more than allocated)",
                        m->bad_rank, mem_cat_name(m->bad_cat), (long long)m->bad_bytes, (long long)m->bad_t_ns);
+    if (m->status == TS_EINVAL)
+        return err_set(err, TS_EINVAL,
+                       "mem: rank %d's memory (%s) would pass 2^62 bytes (4 EiB) at %lld ns; the "
+                       "activations are too large to count: reduce --seq-length, --micro-batch-size "
+                       "or --num-layers per pipeline stage",
+                       m->bad_rank, mem_cat_name(m->bad_cat), (long long)m->bad_t_ns);
     if (m->status == TS_ENOMEM)
         return err_set(err, TS_ENOMEM, "mem: out of memory for the memory timeline");
     return TS_OK;

@@ -1,7 +1,10 @@
 /* layer — ops and saved activations of a Megatron-LM GPT layer (layer.h). */
 #include "sim/model/layer.h"
 
+#include <math.h>
 #include <string.h>
+
+#include "sim/util/ckd.h"
 
 /* ---------------------------------------------------------------- shape */
 
@@ -39,6 +42,34 @@ int layer_shape_check(const layer_shape *L, ts_err *err)
                        (long long)L->s * L->b, L->t);
     if ((int)L->recompute < RECOMPUTE_NONE || (int)L->recompute > RECOMPUTE_FULL)
         return err_set(err, TS_EINVAL, "layer shape: unknown recompute mode %d", (int)L->recompute);
+    return layer_shape_check_size(L, err);
+}
+
+/* The sizes of one layer, in double (exact to 2^53, then within a relative
+ * 1e-16): every int64 product of this module is a term of one of these sums,
+ * so when they stay within CKD_MAX_BYTES (2^62) no int64 product overflows.
+ * Bytes of a 2-byte element; fp32 doubles them. */
+int layer_shape_check_size(const layer_shape *L, ts_err *err)
+{
+    double s = (double)L->s, b = (double)L->b, h = (double)L->h, a = (double)L->a, dt = L->dtype_bytes;
+    double d = L->d > 0 ? (double)L->d : h / a, g = (double)L->g;
+    double wide = fmax(fmax(h, a * d + 2 * g * d), fmax((L->swiglu ? 2.0 : 1.0) * (double)L->ffn, (double)L->V));
+    /* Korthikanti et al.'s activations of one layer (34 sbh + 5 a s^2 b bytes at 2 bytes
+     * an element, no tensor parallelism: it bounds every rank's share, the attention
+     * scores included) and the widest tensor of the layer (fp32 logits and their
+     * gradient), in bytes. */
+    double act = (34.0 * s * b * h + 5.0 * a * s * s * b) * dt / 2;
+    double widest = s * b * wide * 4 * 2;
+    double worst = fmax(act, widest);
+    if (!(worst <= (double)CKD_MAX_BYTES))
+        return err_set(err, TS_EINVAL,
+                       "--seq-length %lld, --micro-batch-size %lld, --num-attention-heads %lld, "
+                       "--hidden-size %lld: one layer's activations would take %.3g bytes, past 2^62 "
+                       "(%.3g, the int64 bytes the simulator counts in); valid shapes keep "
+                       "34 s b h + 5 a s^2 b bytes (twice that in fp32) and the widest tensor within "
+                       "2^62: reduce the sequence length or the micro-batch size",
+                       (long long)L->s, (long long)L->b, (long long)L->a, (long long)L->h, worst,
+                       (double)CKD_MAX_BYTES);
     return TS_OK;
 }
 

@@ -91,6 +91,11 @@ int layer_shape_from_config(const config *c, layer_shape *out, ts_err *err);
 /* The same checks for a hand-built shape. */
 int layer_shape_check(const layer_shape *L, ts_err *err);
 
+/* TS_EINVAL, naming the flags, when one layer's activations or widest tensor
+ * would pass 2^62 bytes (CKD_MAX_BYTES): past it int64 byte counts wrap. Called
+ * by layer_shape_check. */
+int layer_shape_check_size(const layer_shape *L, ts_err *err);
+
 typedef enum { LAYER_OP_GEMM = 0, LAYER_OP_MEM, LAYER_OP_COMM } layer_op_kind;
 
 typedef enum {

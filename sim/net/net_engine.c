@@ -1,6 +1,8 @@
 /* net_engine — see net_engine.h. */
 #include "sim/net/net_engine.h"
 
+#include "sim/util/ckd.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -553,7 +555,7 @@ void net_engine_task_started(net_engine *ne, engine *e, engine_task_id id, const
         double f = ne->factor[rank];
         if (ne->opts.comm_compute_slowdown > 0 && ne->active_comm[rank] > 0)
             f *= 1 + ne->opts.comm_compute_slowdown;
-        fail(ne, engine_task_finish(e, id, now + (int64_t)llround((double)d->dur_ns * f), &ne->err));
+        fail(ne, engine_task_finish(e, id, ckd_add_ns(now, ckd_ns((double)d->dur_ns * f)), &ne->err));
         return;
     }
     case NET_STEP_COLL: {
@@ -673,11 +675,11 @@ int net_parse_straggler(const char *s, int n_ranks, int *rank, double *factor, t
     char *colon = NULL;
     long r = s ? strtol(s, &colon, 10) : -1; /* LONG_MIN/MAX out of range: refused below */
     if (!s || colon == s || *colon != ':' || r < 0 || r >= n_ranks || !whole_double(colon + 1, factor) ||
-        !(*factor > 0))
+        !(*factor >= NET_STRAGGLER_MIN && *factor <= NET_STRAGGLER_MAX))
         return err_set(err, TS_EINVAL,
-                       "--straggler '%s': expected RANK:FACTOR with RANK in 0..%d and FACTOR > 0 "
+                       "--straggler '%s': expected RANK:FACTOR with RANK in 0..%d and FACTOR in [%g, %g] "
                        "(2 = compute twice as slow)",
-                       s ? s : "", n_ranks - 1);
+                       s ? s : "", n_ranks - 1, NET_STRAGGLER_MIN, NET_STRAGGLER_MAX);
     *rank = (int)r;
     return TS_OK;
 }
@@ -687,11 +689,11 @@ int net_parse_degrade(const net_graph *g, const char *s, int *a, int *b, double 
     char na[64], nb[64];
     const char *dash = s ? strchr(s, '-') : NULL, *colon = s ? strrchr(s, ':') : NULL;
     if (!dash || !colon || colon < dash || dash - s >= 64 || colon - dash - 1 >= 64 ||
-        !whole_double(colon + 1, factor) || !(*factor > 0))
+        !whole_double(colon + 1, factor) || !(*factor >= NET_DEGRADE_MIN && *factor <= NET_DEGRADE_MAX))
         return err_set(err, TS_EINVAL,
                        "--degrade-link '%s': expected A-B:FACTOR, e.g. nic0.0-sw1.0:0.5 "
-                       "(FACTOR > 0 scales the link's bandwidth)",
-                       s ? s : "");
+                       "(FACTOR in [%g, %g] scales the link's bandwidth)",
+                       s ? s : "", NET_DEGRADE_MIN, NET_DEGRADE_MAX);
     memcpy(na, s, (size_t)(dash - s));
     na[dash - s] = 0;
     memcpy(nb, dash + 1, (size_t)(colon - dash - 1));

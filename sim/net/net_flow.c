@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/util/ckd.h"
 #include "sim/util/grow.h"
 
 typedef struct {
@@ -380,8 +381,11 @@ static int64_t duration_ns(double bytes, double rate)
     double c = ceil(x - 1e-9 * x - 1e-9);
     if (c < 0)
         c = 0;
-    if (c > 9.0e18)
-        return NET_TIME_NEVER / 2;
+    /* Past the engine's horizon (2^62 ns): one ns beyond it, which the engine refuses
+     * when the flow's task finishes, and which added to any time before the horizon
+     * still fits an int64. */
+    if (c > (double)CKD_MAX_NS)
+        return CKD_MAX_NS + 1;
     return (int64_t)c;
 }
 

@@ -4,6 +4,7 @@
 #include <csv.h>
 #include <errno.h>
 #include <limits.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -63,13 +64,15 @@ int sched_csv_token(const char *tok, int *stage, int *kind, int *mb, ts_err *err
         return TS_OK;
     }
     const char *p = tok;
-    long st = 0;
+    /* Numbers are read as int64 and refused past INT_MAX - 1, so that the stage and
+     * micro-batch counts (number + 1) still fit an int. */
+    int64_t st = 0;
     if (*p < '0' || *p > '9')
         return err_set(err, TS_EINVAL, "'%s' does not start with a stage number; %s", tok, VALID);
-    while (*p >= '0' && *p <= '9' && st <= INT_MAX / 10)
+    while (*p >= '0' && *p <= '9' && st <= INT_MAX)
         st = st * 10 + (*p++ - '0');
-    if (*p >= '0' && *p <= '9')
-        return err_set(err, TS_EINVAL, "'%s': stage number too large", tok);
+    if (st > INT_MAX - 1 || (*p >= '0' && *p <= '9'))
+        return err_set(err, TS_EINVAL, "'%s': stage number too large; valid stages are 0 to %d", tok, INT_MAX - 1);
     /* Longest kind name first, so that SEND_F is not read as S... */
     static const int ORDER[] = {ACT_REDUCE_GRAD, ACT_SEND_F, ACT_RECV_F, ACT_SEND_B, ACT_RECV_B,
                                 ACT_F,           ACT_B,      ACT_I,      ACT_W};
@@ -90,7 +93,7 @@ int sched_csv_token(const char *tok, int *stage, int *kind, int *mb, ts_err *err
         return err_set(err, TS_EINVAL, "'%s': unknown action kind '%s'; %s", tok, p, VALID);
     }
     p += kl;
-    long m = -1;
+    int64_t m = -1;
     if (k == ACT_REDUCE_GRAD) {
         if (*p)
             return err_set(err, TS_EINVAL, "'%s': REDUCE_GRAD takes no micro-batch; %s", tok, VALID);
@@ -99,8 +102,11 @@ int sched_csv_token(const char *tok, int *stage, int *kind, int *mb, ts_err *err
             return err_set(err, TS_EINVAL, "'%s': missing micro-batch number after %s; %s", tok,
                            sched_act_name((sched_act_kind)k), VALID);
         m = 0;
-        while (*p >= '0' && *p <= '9' && m <= INT_MAX / 10)
+        while (*p >= '0' && *p <= '9' && m <= INT_MAX)
             m = m * 10 + (*p++ - '0');
+        if (m > INT_MAX - 1 || (*p >= '0' && *p <= '9'))
+            return err_set(err, TS_EINVAL, "'%s': micro-batch number too large; valid micro-batches are 0 to %d", tok,
+                           INT_MAX - 1);
         if (*p)
             return err_set(err, TS_EINVAL, "'%s': unexpected '%s' after the micro-batch; %s", tok, p, VALID);
     }

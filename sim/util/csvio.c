@@ -348,7 +348,9 @@ static int get_num(const csvio_table *t, size_t row, const char *name, double mi
                    double *out, ts_err *err)
 {
     char expect[96];
-    if (positive)
+    if (positive && max > 0)
+        snprintf(expect, sizeof expect, "a number in (0, %g]", max);
+    else if (positive)
         snprintf(expect, sizeof expect, "a number > 0");
     else
         snprintf(expect, sizeof expect, "a number in [%g, %g]", min, max);
@@ -362,7 +364,7 @@ static int get_num(const csvio_table *t, size_t row, const char *name, double mi
     if (end == s || *end || errno == ERANGE || !isfinite(v) ||
         s[strspn(s, "0123456789+-.eE")]) /* decimal only: no hex, inf, nan */
         return csvio_errf(t, row, name, err, "'%s' is not a number (expected %s)", s, expect);
-    if (positive ? !(v > 0) : (v < min || v > max))
+    if (positive ? !(v > 0) || (max > 0 && v > max) : (v < min || v > max))
         return csvio_errf(t, row, name, err, "%s is out of range (expected %s)", s, expect);
     *out = v;
     return TS_OK;
@@ -377,6 +379,11 @@ int csvio_get_double(const csvio_table *t, size_t row, const char *name, double 
 int csvio_get_positive(const csvio_table *t, size_t row, const char *name, double *out, ts_err *err)
 {
     return get_num(t, row, name, 0, 0, true, out, err);
+}
+
+int csvio_get_positive_max(const csvio_table *t, size_t row, const char *name, double max, double *out, ts_err *err)
+{
+    return get_num(t, row, name, 0, max, true, out, err);
 }
 
 int csvio_get_bool(const csvio_table *t, size_t row, const char *name, bool *out, ts_err *err)

@@ -90,6 +90,10 @@ int csvio_get_double(const csvio_table *t, size_t row, const char *name, double 
 /* Finite number > 0 (bandwidths, rates). */
 int csvio_get_positive(const csvio_table *t, size_t row, const char *name, double *out, ts_err *err);
 
+/* Finite number in (0, max] (max > 0): physical quantities with a bound that keeps
+ * every derived time and size inside int64 ns / bytes. */
+int csvio_get_positive_max(const csvio_table *t, size_t row, const char *name, double max, double *out, ts_err *err);
+
 /* true|false|yes|no|1|0 (case-sensitive, lower case). */
 int csvio_get_bool(const csvio_table *t, size_t row, const char *name, bool *out, ts_err *err);
 

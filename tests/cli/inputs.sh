@@ -89,7 +89,7 @@ expect_err "--model llama-7b" 2 "unknown model 'llama-7b'; nearest: llama2-7b"
 # --- bad topology files (file:line and column)
 hdr="nodes,gpus_per_node,gpu,intra_node_gbps,intra_node_latency_us,nics_per_node,nic_gbps,nic_latency_us,fabric,levels,oversubscription"
 printf '# test\n%s\n16,8,a100,300,0.6,8,-25,0.6,fat-tree,2,1\n' "$hdr" >"$tmp/neg.csv"
-expect_err "--model gpt3-175b --topology $tmp/neg.csv --gpus 128" 2 "$tmp/neg.csv:3: column 'nic_gbps': -25 is out of range (expected a number > 0)"
+expect_err "--model gpt3-175b --topology $tmp/neg.csv --gpus 128" 2 "$tmp/neg.csv:3: column 'nic_gbps': -25 is out of range (expected a number in [0.001, 1e+06])"
 printf '%s\n16,8,a100,300,0.6,8,abc,0.6,fat-tree,2,1\n' "$hdr" >"$tmp/nan.csv"
 expect_err "--model gpt3-175b --topology $tmp/nan.csv --gpus 128" 2 "$tmp/nan.csv:2: column 'nic_gbps': 'abc' is not a number"
 printf '%s\n16,8,MI300X,300,0.6,8,25,0.6,fat-tree,2,1\n' "$hdr" >"$tmp/gpu.csv"
@@ -138,6 +138,20 @@ check_sh "config --megatron-flags: modelled, refused and ignored rows" \
 doc=$(sed -n '/^<!-- megatron-flags begin -->$/,/^<!-- megatron-flags end -->$/p' docs/inputs.md | sed '1d;$d')
 check_sh "docs/inputs.md: the Megatron flag tables are up to date (bash docs/megatron-flags.sh --update)" \
     '[ "$doc" = "$(bash docs/megatron-flags.sh "$T")" ]'
+
+# --- numbers that stay in range
+# --seq-length 2^24 x 128 heads x micro-batch 128: one layer's activations pass 2^62
+# bytes; refused naming the flags (they wrapped to a negative size before)
+big=(--seq-length 16777216 --max-position-embeddings 16777216 --num-attention-heads 128 --hidden-size 16384
+     --micro-batch-size 128 --global-batch-size 128 --num-layers 2 --gpus 8 --tensor-model-parallel-size 8)
+expect_error 2 "--seq-length 16777216, --micro-batch-size 128, --num-attention-heads 128, --hidden-size 16384: one layer's activations would take" \
+    timeout 60 $T simulate "${big[@]}"
+# a GPU catalogue's hbm_gib of 1e30 is out of its physical range (it printed a negative size)
+mkdir -p "$tmp/data" && cp topologies/*.csv "$tmp/data/"
+awk -F, -v OFS=, '/^#/ || NR == 1 {print; next} !done && $1 != "gpu" {for (i = 1; i <= NF; i++) if (hc == i) $i = "1e30"; done = 1} $1 == "gpu" {for (i = 1; i <= NF; i++) if ($i == "hbm_gib") hc = i} {print}' \
+    topologies/gpus.csv >"$tmp/data/gpus.csv"
+expect_error 2 "column 'hbm_gib': 1e30 is out of range (expected a number in (0, 100000])" \
+    env TRAINSIM_DATA_DIR="$tmp/data" $T config --list-gpus
 
 # --- the catalogue is found from another directory (via the executable's path)
 abs=$(cd "$(dirname "$T")" && pwd)/$(basename "$T")

@@ -77,4 +77,14 @@ refused "bad --mixed-gpus" "KIND:FIRST-LAST" --full --mixed-gpus A100-SXM4-80GB
 refused "--mixed-gpus past int" "KIND:FIRST-LAST" --full --mixed-gpus A100-SXM4-80GB:4294967304-4294967311
 refused "bad --rank-order" "permutation" --network-flows --rank-order tp-dp-dp
 
+# factors and bandwidths that would push times past int64 ns are refused at input
+refused "--straggler 1e12" "FACTOR in \\[0.001, 1000\\]" --full --straggler 8:1e12
+refused "--degrade-link 1e-300" "FACTOR in \\[1e-06, 1000\\]" --full --degrade-link nic1.0-sw1.0:1e-300
+sed 's/^sw1.0,sw2.0,50,/sw1.0,sw2.0,1e-300,/' topologies/two-dgx-a100-links.csv >"$tmp/slow.csv"
+grep -q '^sw1.0,sw2.0,1e-300,' "$tmp/slow.csv" && ok "topology with a 1e-300 GB/s link written" || bad "sed found no sw1.0,sw2.0 row"
+expect_error 2 "column 'bandwidth_gbps': 1e-300 is out of range (expected a number in [0.001, 1e+06])" \
+    "$TRAINSIM" simulate --model gpt3-175b --num-layers 4 --hidden-size 1024 --num-attention-heads 16 \
+    --seq-length 1024 --micro-batch-size 1 --global-batch-size 16 --tensor-model-parallel-size 8 \
+    --pipeline-model-parallel-size 2 --gpus 16 --gpu A100-SXM4-80GB --topology "$tmp/slow.csv" --full
+
 finish

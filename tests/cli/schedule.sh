@@ -90,4 +90,19 @@ expect_err "--import $tmp/dl.csv" 2 "dl.csv:1:4: rank 0, action 3 (0SEND_F1): de
 expect_err "--import $tmp/zbv.csv -p 2" 2 "does not go with --import"
 expect_err "--export /nonexistent-dir/x.csv" 1 "nonexistent-dir"
 
+# --- numbers that stay in range
+# p x m inside the flags' ranges but past --max-memory: refused at once with the estimate
+expect_err "-p 1024 -m 65536" 2 "-p 1024 -m 65536 -v 1: the schedule has about 470 million actions and would need about 21.0 GiB, over --max-memory 4 GiB"
+expect_err "-p 64 -m 4096 --schedule zb-v --max-memory 0.1" 2 "over --max-memory 0.1 GiB"
+expect_ok "--help" "--max-memory"
+# schedule-CSV numbers of 2^31 and above are refused with the row and column, never wrapped
+printf '0F0,0F2147483648\n' >"$tmp/big.csv"
+out=$(timeout 60 $T schedule --import "$tmp/big.csv" 2>&1 >/dev/null); rc=$?
+if [ $rc -ne 0 ] && [ $rc -lt 124 ] && grep -qF "big.csv:1:2: '0F2147483648': micro-batch number too large; valid micro-batches are 0 to 2147483646" <<<"$out"
+then ok; else bad "import of micro-batch 2^31: exit $rc, $out"; fi
+printf '0F0\n2147483648F0\n' >"$tmp/bigst.csv"
+out=$(timeout 60 $T schedule --import "$tmp/bigst.csv" 2>&1 >/dev/null); rc=$?
+if [ $rc -ne 0 ] && [ $rc -lt 124 ] && grep -qF "bigst.csv:2:1: '2147483648F0': stage number too large" <<<"$out"
+then ok; else bad "import of stage 2^31: exit $rc, $out"; fi
+
 finish

@@ -93,11 +93,32 @@ Test(catalog, gpu_catalogue_errors)
     cr_expect_eq(catalog_gpus_load(p, &c, &E), TS_EINVAL);
     cr_expect(strstr(E.msg, ":1: missing column 'fp16_tflops'"), "%s", E.msg);
     unlink(p);
+    /* physical ranges: sizes and rates that would leave int64 bytes / ns are refused */
+    snprintf(text, sizeof text, "%sX1,312,312,19.5,1e30,2000,300\n", hdr);
+    p = tmp_csv(text);
+    cr_expect_eq(catalog_gpus_load(p, &c, &E), TS_EINVAL);
+    cr_expect(strstr(E.msg, ":2: column 'hbm_gib': 1e30 is out of range (expected a number in (0, 100000])"), "%s",
+              E.msg);
+    unlink(p);
+    snprintf(text, sizeof text, "%sX1,1e7,312,19.5,80,2000,300\n", hdr);
+    p = tmp_csv(text);
+    cr_expect_eq(catalog_gpus_load(p, &c, &E), TS_EINVAL);
+    cr_expect(strstr(E.msg, ":2: column 'bf16_tflops': 1e7 is out of range (expected a number in (0, 1e+06])"), "%s",
+              E.msg);
+    unlink(p);
+    snprintf(text, sizeof text, "%sX1,312,312,19.5,80,1e-300,300\n", hdr);
+    p = tmp_csv(text);
+    cr_expect_eq(catalog_gpus_load(p, &c, &E), TS_EINVAL);
+    cr_expect(strstr(E.msg, ":2: column 'hbm_gbps': 1e-300 is out of range (expected a number in [0.001, 1e+06])"),
+              "%s", E.msg);
+    unlink(p);
     snprintf(text, sizeof text, "%sX1,312,312,19.5,80,2000,-300\n", hdr);
     p = tmp_csv(text);
     cr_expect_eq(catalog_gpus_load(p, &c, &E), TS_EINVAL);
-    cr_expect(strstr(E.msg, ":2: column 'nvlink_gbps_per_direction': -300 is out of range (expected a number > 0)"),
-              "%s", E.msg);
+    cr_expect(
+        strstr(E.msg,
+               ":2: column 'nvlink_gbps_per_direction': -300 is out of range (expected a number in [0.001, 1e+06])"),
+        "%s", E.msg);
     unlink(p);
     snprintf(text, sizeof text, "gpu,aliases,%sX1,x,1,1,1,1,1,1\nX2,x,1,1,1,1,1,1\n",
              "bf16_tflops,fp16_tflops,fp32_tflops,hbm_gib,hbm_gbps,nvlink_gbps_per_direction\n");

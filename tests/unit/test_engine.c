@@ -622,10 +622,22 @@ Test(engine, end_time_overflow_is_an_error)
 {
     engine *e = mk(1, 1, NULL);
     add(e, 0, 0, 5, 1);
-    add(e, 0, 0, INT64_MAX - 2, 2); /* starts at 5: ends past 2^63 ns */
+    add(e, 0, 0, ((int64_t)1 << 62) - 2, 2); /* starts at 5: ends past the 2^62 ns horizon */
     ts_err err;
     cr_expect_eq(engine_run(e, &err), TS_EINVAL);
-    cr_expect(strstr(err.msg, "overflows") != NULL, "%s", err.msg);
+    cr_expect(strstr(err.msg, "past 2^62 ns") != NULL, "%s", err.msg);
+    engine_free(e);
+}
+
+Test(engine, durations_past_the_horizon_are_refused)
+{
+    /* a duration past 2^62 ns is an error naming the task, never a wrapped time */
+    engine *e = mk(1, 1, NULL);
+    engine_task_id id;
+    ts_err err;
+    cr_expect_eq(engine_task_add(e, 0, 0, ((int64_t)1 << 62) + 1, 7, 3, &id, &err), TS_EINVAL);
+    cr_expect(strstr(err.msg, "tag 7, micro-batch 3") && strstr(err.msg, "2^62"), "%s", err.msg);
+    cr_expect_eq(engine_task_add(e, 0, 0, INT64_MAX, 7, 3, &id, &err), TS_EINVAL);
     engine_free(e);
 }
 

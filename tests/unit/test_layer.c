@@ -58,6 +58,36 @@ Test(layer, saved_bytes_equal_korthikanti_table2_every_row)
     cr_assert_gt(checked, 300);
 }
 
+Test(layer, long_sequences_exact_or_refused)
+{
+    /* --seq-length 2^24 with 128 heads (h 16384, t 8): micro-batch 8 fits int64
+     * bytes and must equal Korthikanti's closed form, computed here in double
+     * (exact: every term is below 2^53 times a power of two); micro-batch 128
+     * would take 2^65 bytes and is refused naming the flags. */
+    const int64_t S = (int64_t)1 << 24;
+    for (int sp = 0; sp < 2; sp++) {
+        layer_shape L = shape(16384, 128, S, 8, 8, sp, RECOMPUTE_NONE);
+        ts_err e;
+        cr_assert_eq(layer_shape_check(&L, &e), TS_OK, "%s", e.msg);
+        double s = (double)S, b = 8, h = 16384, a = 128, t = 8;
+        double want =
+            sp ? (34 * s * b * h + 5 * a * s * s * b) / t : 10 * s * b * h + 24 * s * b * h / t + 5 * a * s * s * b / t;
+        layer_saved_list l;
+        cr_assert_eq(layer_saved_build(&L, &l, &e), TS_OK, "%s", e.msg);
+        cr_expect_eq((double)layer_saved_kept_bytes(&l), want, "sp %d: %lld != %.0f", sp,
+                     (long long)layer_saved_kept_bytes(&l), want);
+        cr_expect_eq((double)layer_korthikanti_bytes(&L), want);
+    }
+    layer_shape L = shape(16384, 128, S, 128, 8, false, RECOMPUTE_NONE);
+    ts_err e;
+    cr_expect_eq(layer_shape_check(&L, &e), TS_EINVAL);
+    cr_expect(strstr(e.msg, "--seq-length 16777216, --micro-batch-size 128, --num-attention-heads 128") &&
+                  strstr(e.msg, "past 2^62"),
+              "%s", e.msg);
+    layer_saved_list l;
+    cr_expect_eq(layer_saved_build(&L, &l, &e), TS_EINVAL);
+}
+
 Test(layer, saved_flags_consistent)
 {
     for (int r = RECOMPUTE_NONE; r <= RECOMPUTE_FULL; r++) {

@@ -85,6 +85,20 @@ Test(sched_csv, errors_name_file_line_column)
 }
 
 /* torch writes idle slots of its compute-only format as empty cells. */
+Test(sched_csv, numbers_past_int_max_are_refused_with_row_and_column)
+{
+    /* read as int64: 2^31 and above never wrap to a negative stage or micro-batch */
+    expect_parse_error("0F0,0F2147483648\n", "x.csv:1:2: '0F2147483648': micro-batch number too large; valid "
+                                             "micro-batches are 0 to 2147483646");
+    expect_parse_error("0F0,0F2147483647\n", "x.csv:1:2: '0F2147483647': micro-batch number too large");
+    expect_parse_error("0F0\n2147483648F0\n", "x.csv:2:1: '2147483648F0': stage number too large; valid "
+                                              "stages are 0 to 2147483646");
+    expect_parse_error("0F99999999999999999999999\n", "x.csv:1:1: '0F99999999999999999999999': micro-batch "
+                                                      "number too large");
+    /* the largest accepted numbers reach the range checks, not an overflow */
+    expect_parse_error("0F2147483646\n", "at most 65536 micro-batches");
+}
+
 Test(sched_csv, torch_compute_only_with_idle_cells)
 {
     sched *s;

@@ -170,13 +170,13 @@ Test(topo, parametric_missing_column)
 Test(topo, parametric_non_number_and_bad_bandwidth)
 {
     cr_expect_eq(load(PHDR "4,8,a100,300,0.6,8,fast,0.6,fat-tree,2,1\n"), TS_EINVAL);
-    EXPECT_AT(2, "column 'nic_gbps': 'fast' is not a number (expected a number > 0)");
+    EXPECT_AT(2, "column 'nic_gbps': 'fast' is not a number (expected a number in [0.001, 1e+06])");
     cr_expect_eq(load(PHDR "4,8,a100,300,0.6,8,25x,0.6,fat-tree,2,1\n"), TS_EINVAL);
     EXPECT_AT(2, "column 'nic_gbps': '25x' is not a number");
     cr_expect_eq(load(PHDR "4,8,a100,-300,0.6,8,25,0.6,fat-tree,2,1\n"), TS_EINVAL);
-    EXPECT_AT(2, "column 'intra_node_gbps': -300 is out of range (expected a number > 0)");
+    EXPECT_AT(2, "column 'intra_node_gbps': -300 is out of range (expected a number in [0.001, 1e+06])");
     cr_expect_eq(load(PHDR "4,8,a100,300,0.6,8,0,0.6,fat-tree,2,1\n"), TS_EINVAL);
-    EXPECT_AT(2, "column 'nic_gbps': 0 is out of range (expected a number > 0)");
+    EXPECT_AT(2, "column 'nic_gbps': 0 is out of range (expected a number in [0.001, 1e+06])");
     cr_expect_eq(load(PHDR "4,8,a100,300,-1,8,25,0.6,fat-tree,2,1\n"), TS_EINVAL);
     EXPECT_AT(2, "column 'intra_node_latency_us': -1 is out of range");
     cr_expect_eq(load(PHDR "4.5,8,a100,300,0.6,8,25,0.6,fat-tree,2,1\n"), TS_EINVAL);
@@ -241,7 +241,12 @@ Test(topo, link_list_missing_column_and_numbers)
     cr_expect_eq(load(LBASE "sw1.0,sw2.0,lots,0.1,fabric\n"), TS_EINVAL);
     EXPECT_AT(10, "column 'bandwidth_gbps': 'lots' is not a number");
     cr_expect_eq(load(LBASE "sw1.0,sw2.0,-50,0.1,fabric\n"), TS_EINVAL);
-    EXPECT_AT(10, "column 'bandwidth_gbps': -50 is out of range (expected a number > 0)");
+    EXPECT_AT(10, "column 'bandwidth_gbps': -50 is out of range (expected a number in [0.001, 1e+06])");
+    /* bandwidths that would make transfer times leave int64 ns are refused */
+    cr_expect_eq(load(LBASE "sw1.0,sw2.0,1e-300,0.1,fabric\n"), TS_EINVAL);
+    EXPECT_AT(10, "column 'bandwidth_gbps': 1e-300 is out of range (expected a number in [0.001, 1e+06])");
+    cr_expect_eq(load(LBASE "sw1.0,sw2.0,1e7,0.1,fabric\n"), TS_EINVAL);
+    EXPECT_AT(10, "column 'bandwidth_gbps': 1e7 is out of range");
     cr_expect_eq(load(LBASE "sw1.0,sw2.0,50,soon,fabric\n"), TS_EINVAL);
     EXPECT_AT(10, "column 'latency_us': 'soon' is not a number");
     cr_expect_eq(load(LBASE "sw1.0,sw2.0,50,0.1,ethernet\n"), TS_EINVAL);
