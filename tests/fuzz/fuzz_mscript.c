@@ -14,7 +14,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FILE *f = fopen("/dev/null", "w");
         if (f) {
             mscript_write_notes(m, "trainsim", f);
-            fclose(f);
+            (void)fclose(f);
         }
         mscript_free(m);
     }

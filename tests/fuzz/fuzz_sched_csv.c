@@ -19,7 +19,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FILE *f = fopen("/dev/null", "w");
         if (f) {
             (void)sched_csv_write(s, f, &e);
-            fclose(f);
+            (void)fclose(f);
         }
         sched_free(s);
     }

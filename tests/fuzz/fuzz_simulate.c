@@ -39,7 +39,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             FILE *f = fopen("/dev/null", "w");
             if (f) {
                 flags_print(&fs, f);
-                fclose(f);
+                (void)fclose(f);
             }
             simulate_opts so;
             memset(&so, 0, sizeof so);

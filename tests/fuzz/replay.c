@@ -34,7 +34,7 @@ static int replay_read(const char *path, uint8_t **data, size_t *size)
         cap *= 2;
     }
     int bad = ferror(f);
-    fclose(f);
+    (void)fclose(f);
     if (!buf || bad) {
         free(buf);
         return -1;
