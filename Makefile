@@ -12,8 +12,14 @@
 #                     Fails on any finding (-j2 works; make -k lint lists the
 #                     findings of every file)
 #   make format       reformat every C, CUDA and header file (.clang-format)
+#   make fuzz         build the libFuzzer harnesses (tests/fuzz/) with clang into
+#                     build-fuzz/ and run each FUZZ_SECONDS (60) on a copy of its
+#                     corpus (FUZZ_UPDATE=1 grows tests/fuzz/corpus/ instead);
+#                     prints runs, cov/ft and crashes per harness, fails on a
+#                     crash with the reproducer's path (docs/fuzzing.md)
+#   make fuzz-ci      the short campaign CI runs: 30 s per harness
 #   make help         this list
-#   make clean        remove build/ and build-san/
+#   make clean        remove build/, build-san/ and build-fuzz/
 #
 # Required: a C11 compiler, GSL, libcsv, Criterion, OpenBLAS (./install.sh).
 # Detected, never required: MPI (mpicc) for trainexec and the MPI tests;
@@ -83,6 +89,9 @@ UNIT_SRC  := $(sort $(wildcard tests/unit/test_*.c))
 MPI_TSRC  := $(sort $(wildcard tests/mpi/test_*.c))
 GPU_TSRC  := $(sort $(wildcard tests/gpu/test_*.c))
 BENCH_SRC := $(sort $(wildcard tests/bench/bench_*.c))
+# Fuzz harnesses: tests/fuzz/fuzz_<target>.c, each one LLVMFuzzerTestOneInput.
+FUZZ_SRC  := $(sort $(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_NAMES := $(patsubst tests/fuzz/%.c,%,$(FUZZ_SRC))
 
 obj = $(patsubst %.c,$(BUILD)/%.o,$(1))
 SIM_OBJ  := $(call obj,$(SIM_SRC))
@@ -98,6 +107,9 @@ TRAINEXEC := $(BUILD)/trainexec
 UNIT_BIN  := $(patsubst tests/unit/%.c,$(BUILD)/tests/unit/%,$(UNIT_SRC))
 MPI_TBIN  := $(patsubst tests/mpi/%.c,$(BUILD)/tests/mpi/%,$(MPI_TSRC))
 BENCH_BIN := $(patsubst tests/bench/%.c,$(BUILD)/tests/bench/%,$(BENCH_SRC))
+# The harnesses linked with tests/fuzz/replay.c (a main() feeding them files)
+# by the ordinary compiler: make test replays the saved inputs with them.
+FUZZ_REPLAY_BIN := $(patsubst tests/fuzz/%.c,$(BUILD)/tests/fuzz/%,$(FUZZ_SRC))
 
 TARGETS := $(TRAINSIM)
 ifeq ($(HAVE_MPI)$(if $(wildcard exec/trainexec.c),1),11)
@@ -186,8 +198,12 @@ $(BUILD)/tests/bench/%: tests/bench/%.c $(LIBSIM)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) $< $(LIBSIM) $(LIBS_SIM) -o $@
 
+$(BUILD)/tests/fuzz/%: tests/fuzz/%.c tests/fuzz/replay.c $(LIBSIM)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) $(CFLAGS) $(LDFLAGS) $< tests/fuzz/replay.c $(LIBSIM) $(LIBS_SIM) -o $@
+
 # ---------------------------------------------------------------- tests
-TEST_BINS := $(TARGETS) $(if $(HAVE_CRITERION),$(UNIT_BIN)) $(if $(HAVE_MPI),$(MPI_TBIN))
+TEST_BINS := $(TARGETS) $(if $(HAVE_CRITERION),$(UNIT_BIN)) $(if $(HAVE_MPI),$(MPI_TBIN)) $(FUZZ_REPLAY_BIN)
 test: summary $(TEST_BINS)
 	@BUILD=$(BUILD) HAVE_MPI=$(HAVE_MPI) HAVE_CUDA=$(HAVE_CUDA) HAVE_CRITERION=$(HAVE_CRITERION) \
 	  MPIRUN="$(MPIRUN)" SANITIZE="$(if $(SAN),1)" bash tests/run.sh
@@ -199,6 +215,26 @@ test-sanitize:
 bench: summary $(TRAINSIM) $(BENCH_BIN)
 	@BUILD=$(BUILD) bash tests/bench/run.sh
 
+# ---------------------------------------------------------------- fuzzing
+# The library is built again with clang and -fsanitize=fuzzer-no-link (plus
+# ASan and UBSan) into build-fuzz/, by this Makefile; each harness is linked
+# with -fsanitize=fuzzer, libFuzzer's main(). tests/fuzz/run.sh runs them.
+FUZZ_CC      ?= $(shell command -v clang-14 2>/dev/null || command -v clang 2>/dev/null)
+FUZZ_BUILD   := build-fuzz
+FUZZ_SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+FUZZ_SECONDS ?= 60
+FUZZ_BIN     := $(addprefix $(FUZZ_BUILD)/,$(FUZZ_NAMES))
+.PHONY: fuzz fuzz-ci fuzz-build
+fuzz-build:
+	@test -n "$(FUZZ_CC)" || { echo "make fuzz: no clang found (./install.sh installs it)" >&2; exit 1; }
+	$(MAKE) BUILD=$(FUZZ_BUILD) CC=$(FUZZ_CC) OPT="-O1 -g" SAN="$(FUZZ_SAN) -fsanitize=fuzzer-no-link" $(FUZZ_BIN)
+$(FUZZ_BIN): $(FUZZ_BUILD)/%: tests/fuzz/%.c $(wildcard tests/fuzz/*.h) $(FUZZ_BUILD)/libtrainsim.a
+	$(FUZZ_CC) $(CPPFLAGS) $(CSTD) $(WARN) -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer $< $(FUZZ_BUILD)/libtrainsim.a $(LIBS_SIM) -o $@
+fuzz: fuzz-build
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_UPDATE=$(FUZZ_UPDATE) FUZZ_BUILD=$(FUZZ_BUILD) bash tests/fuzz/run.sh $(FUZZ_NAMES)
+fuzz-ci:
+	$(MAKE) fuzz FUZZ_SECONDS=30
+
 plots: summary $(TARGETS)
 	@BUILD=$(BUILD) bash experiments/run-all.sh
 
@@ -206,7 +242,8 @@ plots: summary $(TARGETS)
 # Each .c file is checked with the defines and include paths of the build that
 # compiles it, in one of four variants:
 #   c     plain cc: the library, the commands, the CPU executor, unit tests,
-#         benchmarks and experiments/cost-fit/fit.c
+#         benchmarks, the fuzz harnesses (as make test builds them, with
+#         tests/fuzz/replay.c) and experiments/cost-fit/fit.c
 #   mpi   the commands again as build/trainsim-mpi compiles them (TRAINSIM_MPI)
 #   x     the MPI runtime exec/*.c and tests/mpi (mpicc; TRAINSIM_CUDA where
 #         the CUDA headers are present, as a CUDA build compiles them)
@@ -225,7 +262,7 @@ MPI_INC    := $(if $(MPICC),$(patsubst -I%,%,$(filter -I%,$(shell $(MPICC) --sho
 LINT_CUDA  := $(if $(wildcard $(CUDA_HOME)/include/cublasLt.h),$(if $(wildcard $(CUDA_HOME)/include/nccl.h),1))
 
 LINT_SRC_c    := $(SIM_SRC) $(CLI_SRC) $(XCPU_SRC) $(UNIT_SRC) $(BENCH_SRC) \
-                 $(sort $(wildcard experiments/*/*.c))
+                 $(FUZZ_SRC) tests/fuzz/replay.c $(sort $(wildcard experiments/*/*.c))
 LINT_SRC_mpi  := $(CLI_SRC)
 LINT_SRC_x    := $(sort $(wildcard exec/*.c)) $(MPI_TSRC)
 LINT_SRC_cuda := $(XCUDA_C) $(sort $(wildcard exec/cuda/tools/*.c)) $(GPU_TSRC)
@@ -289,7 +326,7 @@ lint: $(LINT_CPPCHECK) $(LINT_TIDY) lint-layers lint-format
 	@$(if $(LINT_TIDY_SKIPPED),echo "lint: clang-tidy SKIPPED variants $(LINT_TIDY_SKIPPED): $(if $(MPI_INC),,no mpicc )$(if $(LINT_CUDA),,no CUDA headers in $(CUDA_HOME)/include)",true)
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-fuzz
 
 help:
 	@sed -n '/^#   make/s/^#   //p' Makefile

@@ -17,9 +17,10 @@ for a in "$@"; do
 done
 
 # Build tools and the libraries the project uses (DEVELOPERS.md: dependencies);
-# cppcheck, clang-tidy and clang-format for make lint and the code's format.
+# cppcheck, clang-tidy and clang-format for make lint and the code's format;
+# clang (with libFuzzer) for make fuzz.
 packages=(build-essential pkg-config libgsl-dev libcsv-dev libcriterion-dev libopenblas-dev
-          libopenmpi-dev openmpi-bin gnuplot cppcheck clang-tidy clang-format)
+          libopenmpi-dev openmpi-bin gnuplot cppcheck clang-tidy clang-format clang)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

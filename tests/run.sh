@@ -6,6 +6,9 @@
 #         "N passed, N failed" (TRAINSIM, TRAINEXEC, BUILD set)
 #   mpi:  build/tests/mpi/test_* under mpirun; the source's "mpirun-np: K" line gives K
 #   gpu:  build/tests/gpu/test_* where a GPU answers; otherwise reported as skipped
+#   fuzz: build/tests/fuzz/fuzz_* (the fuzz harnesses with tests/fuzz/replay.c)
+#         on every input under tests/fuzz/regressions/<target>/ and
+#         tests/fuzz/corpus/<target>/: a crash found once stays fixed
 set -u
 BUILD=${BUILD:-build}
 export BUILD TRAINSIM="$PWD/$BUILD/trainsim" TRAINEXEC="$PWD/$BUILD/trainexec"
@@ -110,6 +113,20 @@ else
     skip=$((skip + n))
     echo "== GPU tests SKIPPED ($n programs): $( [ "${HAVE_CUDA:-}" = 1 ] && echo 'no GPU answers nvidia-smi on this machine' || echo 'built without CUDA')"
 fi
+
+echo "== fuzz regressions and seed corpora (tests/fuzz, replayed without libFuzzer)"
+for t in "$BUILD"/tests/fuzz/fuzz_*; do
+    [ -x "$t" ] || continue
+    name=$(basename "$t"); target=${name#fuzz_}; log="$logdir/fuzz-$name.log"
+    files=()
+    for d in "tests/fuzz/regressions/$target" "tests/fuzz/corpus/$target"; do
+        [ -d "$d" ] && while IFS= read -r f; do files+=("$f"); done < <(find "$d" -type f | sort)
+    done
+    TRAINSIM_DATA_DIR="$PWD/topologies" timeout 600 "$t" "${files[@]}" >"$log" 2>&1; rc=$?
+    before=$fail; count_plain "$name" "$log" $rc
+    printf '  %-32s %s\n' "$name" "$(grep -E '[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)"
+    if [ $fail -ne $before ]; then tail -n 30 "$log"; fi
+done
 
 if [ ${#failed_names[@]} -gt 0 ]; then echo "failing: ${failed_names[*]}"; fi
 if [ $skip -gt 0 ]; then
