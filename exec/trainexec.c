@@ -656,6 +656,7 @@ static int agree_start(run *x, int code)
             differ++;
     }
     int result = GO_ON;
+    char list[512] = ""; /* rank 0's list of ranks: one write, so another rank's line cannot split it */
     if (failed == x->size && helped == x->size)
         result = 0; /* --help on every rank */
     else if (failed == x->size && same_msg == x->size) {
@@ -667,25 +668,28 @@ static int agree_start(run *x, int code)
         if (code != GO_ON && code != 0)
             fprintf(stderr, "trainexec: rank %d: %s\n", x->rank, x->err.msg);
         if (x->rank == 0) {
-            fprintf(stderr, "trainexec: %d of %d ranks failed to start (ranks", failed, x->size);
-            for (int r = 0; r < x->size; r++)
+            size_t n = 0;
+            for (int r = 0; r < x->size && n < sizeof list; r++)
                 if (all[r].code != GO_ON)
-                    fprintf(stderr, " %d%s", r, all[r].code == 0 ? " (--help)" : "");
-            fprintf(stderr, "); each says why above; every rank stops\n");
+                    n += (size_t)snprintf(list + n, sizeof list - n, " %d%s", r, all[r].code == 0 ? " (--help)" : "");
+            fprintf(stderr,
+                    "trainexec: %d of %d ranks failed to start (ranks%s); each says why above; every rank stops\n",
+                    failed, x->size, list);
         }
         result = worst > 0 ? worst : 2;
     } else if (differ) {
         if (mine.hash != all[0].hash)
             fprintf(stderr, "trainexec: rank %d: configuration differs from rank 0's: %s\n", x->rank, x->canon);
         if (x->rank == 0) {
-            fprintf(stderr,
-                    "trainexec: rank 0: configuration %s\ntrainexec: %d of %d ranks resolved a different "
-                    "configuration or schedule (ranks",
-                    x->canon, differ, x->size);
-            for (int r = 0; r < x->size; r++)
+            size_t n = 0;
+            for (int r = 0; r < x->size && n < sizeof list; r++)
                 if (all[r].hash != all[0].hash)
-                    fprintf(stderr, " %d", r);
-            fprintf(stderr, "): give every rank the same model, parallel, schedule and executor flags\n");
+                    n += (size_t)snprintf(list + n, sizeof list - n, " %d", r);
+            fprintf(stderr, "trainexec: rank 0: configuration %s\n", x->canon);
+            fprintf(stderr,
+                    "trainexec: %d of %d ranks resolved a different configuration or schedule (ranks%s): give "
+                    "every rank the same model, parallel, schedule and executor flags\n",
+                    differ, x->size, list);
         }
         result = 2;
     }
