@@ -138,6 +138,13 @@ out=$(run 2 "$TRAINEXEC" $small --lr 10 --iterations 20 2>&1); rc=$?; el=$(since
 check_sh "--lr 10: the loss stops being finite, the run stops naming iteration and rank, exit 1 in ${el} s < ${BOUND_S} s" \
     '[ $rc -ne 0 ] && within "$el" && [[ "$out" == *"rank 0: iteration "*"not finite: training diverged"* && "$out" != *"iteration 21/21"* ]]'
 
+# the watchdog counts waits, not compute: a 1-rank iteration of about 0.6 s computes far past --timeout 0.05
+out=$(run 1 "$TRAINEXEC" --num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 128 \
+      --padded-vocab-size 4096 --micro-batch-size 2 --iterations 1 --warmup 0 --timeout 0.05 2>&1); rc=$?
+ms=$(echo "$out" | grep -oE 'iteration 1/1: loss [0-9.]+, [0-9.]+ ms' | awk '{print $5}')
+check_sh "--timeout 0.05 does not fire during a ${ms} ms iteration of compute" \
+    '[ $rc -eq 0 ] && [ -n "$ms" ] && awk -v m="$ms" "BEGIN { exit !(m > 50) }" && [[ "$out" != *"no progress"* ]]'
+
 out=$(run 1 "$TRAINEXEC" --help 2>&1)
 check_sh "--help lists --timeout (s, auto rule), --divergence-factor and --pid-file" \
     '[[ "$out" == *--timeout* && "$out" == *"10 x that iteration"* && "$out" == *--divergence-factor* && "$out" == *--pid-file* ]]'
