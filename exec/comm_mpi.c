@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "exec/watchdog.h"
 #include "sim/util/grow.h"
 
 typedef struct {
@@ -36,7 +37,9 @@ static int c_all_reduce(comm *c, comm_group g, float *buf, size_t n, ts_err *err
         return TS_OK;
     if (big(n, err))
         return TS_ENOTSUP;
+    wd_wait_begin(g == COMM_TP ? "tensor all-reduce" : g == COMM_PP ? "pipeline all-reduce" : "data all-reduce");
     int rc = MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, x->g[g]);
+    wd_wait_end();
     return rc == MPI_SUCCESS ? TS_OK : mpi_fail(err, rc, GROUP_NAMES[g]);
 }
 
@@ -45,7 +48,9 @@ static int c_all_gather(comm *c, comm_group g, float *out, const float *in, size
     mpi_ctx *x = c->ctx;
     if (big(n, err))
         return TS_ENOTSUP;
+    wd_wait_begin("all-gather");
     int rc = MPI_Allgather(in, (int)n, MPI_FLOAT, out, (int)n, MPI_FLOAT, x->g[g]);
+    wd_wait_end();
     return rc == MPI_SUCCESS ? TS_OK : mpi_fail(err, rc, "all-gather");
 }
 
@@ -54,7 +59,9 @@ static int c_reduce_scatter(comm *c, comm_group g, float *out, const float *in, 
     mpi_ctx *x = c->ctx;
     if (big(n, err))
         return TS_ENOTSUP;
+    wd_wait_begin("reduce-scatter");
     int rc = MPI_Reduce_scatter_block(in, out, (int)n, MPI_FLOAT, MPI_SUM, x->g[g]);
+    wd_wait_end();
     return rc == MPI_SUCCESS ? TS_OK : mpi_fail(err, rc, "reduce-scatter");
 }
 
@@ -118,12 +125,13 @@ static int c_wait(comm *c, int req, ts_err *err)
     mpi_ctx *x = c->ctx;
     if (req < 0 || req >= x->nreq)
         return err_set(err, TS_ESTATE, "MPI comm: no request %d", req);
+    wd_wait_begin("pipeline send/receive wait");
     for (;;) {
         int done = 0, rc = MPI_Test(&x->req[req], &done, MPI_STATUS_IGNORE);
-        if (rc != MPI_SUCCESS)
-            return mpi_fail(err, rc, "wait");
-        if (done)
-            return TS_OK;
+        if (rc != MPI_SUCCESS || done) {
+            wd_wait_end();
+            return rc != MPI_SUCCESS ? mpi_fail(err, rc, "wait") : TS_OK;
+        }
         struct timespec ts = {0, WAIT_POLL_NS};
         nanosleep(&ts, NULL);
     }
@@ -143,7 +151,9 @@ static int c_wait_all(comm *c, ts_err *err)
     mpi_ctx *x = c->ctx;
     if (x->nreq == 0)
         return TS_OK;
+    wd_wait_begin("pipeline wait-all");
     int rc = MPI_Waitall(x->nreq, x->req, MPI_STATUSES_IGNORE);
+    wd_wait_end();
     return rc == MPI_SUCCESS ? TS_OK : mpi_fail(err, rc, "wait-all");
 }
 

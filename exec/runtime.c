@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "exec/core/data.h"
+#include "exec/watchdog.h"
 #include "sim/sched/sched_dep.h"
 #include "sim/util/grow.h"
 
@@ -436,6 +437,7 @@ int rt_iteration(runtime *rt, int iter, double *loss, ts_err *err)
     const sched_action *acts = rt->s->actions[rt->r];
     for (size_t i = 0; i < n && !rc; i++) {
         const sched_action *a = &acts[i];
+        wd_action(sched_act_name((sched_act_kind)a->kind), iter, a->mb); /* named if a wait times out */
         if ((rc = wait_input(rt, a, err)))
             break;
         rt->be->sync(rt->be);
@@ -460,6 +462,7 @@ int rt_iteration(runtime *rt, int iter, double *loss, ts_err *err)
         err_prefix(err, "iteration %d: ", iter);
         return rc;
     }
+    wd_action("end of iteration", iter, -1);
     /* what the schedule left out */
     for (int c = 0; c < rt->v && !rc; c++)
         if (!reduced[c])

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "exec/comm_mpi.h"
 #include "exec/core/backend.h"
@@ -31,6 +32,7 @@
 #include "exec/cpu/backend_cpu.h"
 #include "exec/microbench.h"
 #include "exec/runtime.h"
+#include "exec/watchdog.h"
 #include "exec/xout.h"
 #include "sim/config/config.h"
 #include "sim/config/flags.h"
@@ -47,7 +49,9 @@ typedef struct {
     int iterations, warmup, threads, backend;
     int64_t seed;
     double lr, beta1, beta2, eps, wd;
-    const char *trace, *ops_csv, *report_csv, *microbench, *schedule_csv;
+    double timeout_s;         /* watchdog; < 0: the automatic rule (auto_timeout_s) */
+    double divergence_factor; /* stop when the loss exceeds this times its first value; 0 = off */
+    const char *trace, *ops_csv, *report_csv, *microbench, *schedule_csv, *pid_file;
     bool op_trace;
 } args;
 
@@ -120,6 +124,29 @@ static int add_flags(opt_table *t, args *a, ts_err *err)
          .target = &a->report_csv,
          .metavar = "FILE",
          .help = "per-rank iteration time, bubble and peak memory CSV"},
+        {.name = "--timeout",
+         .type = OPT_DOUBLE,
+         .target = &a->timeout_s,
+         .min = -1,
+         .max = 604800,
+         .unit = "s",
+         .defval = "-1 = auto",
+         .help = "watchdog: a rank that waits this long in one communication (a stuck or dead peer) "
+                 "names itself and the operation and aborts the job; -1 = 600 s until the first "
+                 "iteration ends, then max(60 s, 10 x that iteration); 0 = off"},
+        {.name = "--divergence-factor",
+         .type = OPT_DOUBLE,
+         .target = &a->divergence_factor,
+         .min = 0,
+         .max = 1e9,
+         .unit = "ratio",
+         .help = "stop with an error when the loss exceeds this times its first iteration's value "
+                 "(a loss that is not finite always stops the run); 0 = off"},
+        {.name = "--pid-file",
+         .type = OPT_STRING,
+         .target = &a->pid_file,
+         .metavar = "FILE",
+         .help = "each rank r writes its process id to FILE.r (to signal one rank)"},
         {.name = "--microbench",
          .type = OPT_STRING,
          .target = &a->microbench,
@@ -144,6 +171,8 @@ static void defaults(args *a)
     a->beta1 = 0.9;
     a->beta2 = 0.95;
     a->eps = 1e-8;
+    a->timeout_s = -1;
+    a->divergence_factor = 10;
 }
 
 /* What the executor runs of a validated config; TS_ENOTSUP naming the flag
@@ -210,6 +239,8 @@ static int load_sched_csv(const char *path, const parallel_config *p, const mode
 {
     sched *s = NULL;
     int rc = sched_csv_load(path, &s, err);
+    if (rc)
+        err_prefix(err, "--schedule-csv: ");
     if (!rc)
         rc = sched_add_comm(s, err);
     if (!rc && s->p != p->pp)
@@ -262,12 +293,33 @@ static int64_t cpu_now_ns(void)
 static int agree_fail(int rank, int size, int rc, const char *what, const ts_err *e)
 {
     int mine = rc ? rank : size, first = size;
+    wd_wait_begin("agreement on a status");
     MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    wd_wait_end();
     if (first == size)
         return 0;
     if (rank == first)
         fprintf(stderr, "trainexec: %s%s\n", what, e->msg);
     return 1;
+}
+
+/* Append the pointer to --help to a command-line error message. */
+static void add_help_hint(ts_err *e)
+{
+    size_t n = strlen(e->msg);
+    snprintf(e->msg + n, sizeof e->msg - n, " (trainexec --help)");
+}
+
+/* FNV-1a, 64 bits, of n bytes continuing from h (start: FNV_OFFSET). */
+#define FNV_OFFSET 14695981039346656037ULL
+static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *b = p;
+    for (size_t i = 0; i < n; i++) {
+        h ^= b[i];
+        h *= 1099511628211ULL;
+    }
+    return h;
 }
 
 /* A step of main: GO_ON, or the exit status the process ends with. */
@@ -288,7 +340,9 @@ typedef struct {
     runtime *rt;                               /* owned */
     int device;                                /* --backend cuda: this rank's GPU (its index on its node); -1 */
     int64_t *start;                            /* [warmup + iterations] iteration starts, CLOCK_MONOTONIC ns; owned */
+    char canon[1024];                          /* canonical text of what the ranks must agree on */
     double sum_ns, sum_compute_ns, sum_cpu_ns; /* over the measured iterations */
+    double first_loss;                         /* of iteration 0, for --divergence-factor */
     ts_err err;
 } run;
 
@@ -360,7 +414,7 @@ static int check_backend(const args *a, ts_err *err)
 
 /* Parse the command line into x->a and, unless --microbench, x->c (resolved
  * and within what the executor runs). GO_ON; 0 after --help; 1 out of
- * memory; 2 for a bad command line (rank 0 has said why). */
+ * memory; 2 for a bad command line (x->err says why; agree_start prints). */
 static int parse_command_line(run *x, int argc, char **argv)
 {
     char gpus_arg[32];
@@ -404,8 +458,7 @@ static int parse_command_line(run *x, int argc, char **argv)
     if (!rc && !x->a.microbench)
         rc = exec_supports(&x->c, &x->err);
     if (rc) {
-        if (x->rank == 0)
-            fprintf(stderr, "trainexec: %s (trainexec --help)\n", x->err.msg);
+        add_help_hint(&x->err);
         code = 2;
     }
 done:
@@ -424,15 +477,14 @@ static int run_microbench(run *x)
 
 /* Copy what the run needs out of x->c (then freed) into x->o, x->par and
  * x->mod; GO_ON, or 2 when the ranks or the memory do not fit the config
- * (rank 0 has said why). */
+ * (x->err says why). */
 static int resolve_config(run *x)
 {
     const model_config *mc = &x->c.model;
     const parallel_config *pc = &x->c.par;
     if (x->c.cluster.gpus != x->size) {
-        if (x->rank == 0)
-            fprintf(stderr, "trainexec: --gpus %d but mpirun started %d ranks (run mpirun -np %d)\n", x->c.cluster.gpus,
-                    x->size, x->c.cluster.gpus);
+        err_set(&x->err, TS_EINVAL, "--gpus %d but mpirun started %d ranks (run mpirun -np %d)", x->c.cluster.gpus,
+                x->size, x->c.cluster.gpus);
         return 2;
     }
     rt_opts *o = &x->o;
@@ -460,19 +512,18 @@ static int resolve_config(run *x)
     config_free(&x->c); /* everything needed is copied out */
     double need = min_bytes_per_rank(&o->dims, x->par.tp, x->par.pp) * x->size;
     if (x->a.backend == BACKEND_CPU && need > 64.0 * 1073741824.0) {
-        if (x->rank == 0)
-            fprintf(stderr,
-                    "trainexec: %zu parameters need at least %.0f GiB for weights, gradients and "
-                    "Adam on %d ranks: too large for the CPU executor; give a smaller shape "
-                    "(--num-layers, --hidden-size, --padded-vocab-size, ...)\n",
-                    gpt_num_params(&o->dims), need / 1073741824.0, x->size);
+        err_set(&x->err, TS_EINVAL,
+                "%zu parameters need at least %.0f GiB for weights, gradients and "
+                "Adam on %d ranks: too large for the CPU executor; give a smaller shape "
+                "(--num-layers, --hidden-size, --padded-vocab-size, ...)",
+                gpt_num_params(&o->dims), need / 1073741824.0, x->size);
         return 2;
     }
     return GO_ON;
 }
 
 /* x->s: the schedule generated for the layout or read from --schedule-csv;
- * GO_ON, or 2 for a shape or schedule the run cannot take (rank 0 has said
+ * GO_ON, or 2 for a shape or schedule the run cannot take (x->err says
  * why). */
 static int build_schedule(run *x)
 {
@@ -482,8 +533,7 @@ static int build_schedule(run *x)
                                : make_sched_of(&x->par, &x->mod, &x->s, &x->err);
     if (!rc)
         return GO_ON;
-    if (x->rank == 0)
-        fprintf(stderr, "trainexec: %s (trainexec --help)\n", x->err.msg);
+    add_help_hint(&x->err);
     return 2;
 }
 
@@ -534,6 +584,138 @@ static int set_up_rank(run *x)
     return agree_fail(x->rank, x->size, rc, "", &x->err) ? 1 : GO_ON;
 }
 
+/* x->canon: a canonical text of the resolved configuration and the
+ * executor flags every rank must share (the model, the layout, the
+ * schedule, Adam, the iteration counts, the divergence rule; not output
+ * paths, threads or the watchdog's timeout, which may differ per rank),
+ * and its hash with the schedule's actions folded in. Only called on a
+ * rank whose start-up succeeded. */
+static uint64_t config_hash(run *x)
+{
+    const args *a = &x->a;
+    int n = snprintf(x->canon, sizeof x->canon,
+                     "backend=%s iterations=%d warmup=%d seed=%lld lr=%.17g betas=%.17g,%.17g eps=%.17g wd=%.17g "
+                     "divergence=%.17g op_trace=%d microbench=%d",
+                     backend_names[a->backend], a->iterations, a->warmup, (long long)a->seed, a->lr, a->beta1, a->beta2,
+                     a->eps, a->wd, a->divergence_factor, (int)a->op_trace, a->microbench != NULL);
+    if (!a->microbench && x->s) {
+        const gpt_dims *d = &x->o.dims;
+        const sched *sc = x->s;
+        n += snprintf(x->canon + n, sizeof x->canon - (size_t)n,
+                      " L=%d h=%d heads=%d ffn=%d s=%d V=%d b=%d sp=%d t=%d p=%d d=%d schedule=%s v=%d m=%d", d->layers,
+                      d->hidden, d->heads, d->ffn, d->seq, d->vocab, d->batch, (int)x->o.sp, x->par.tp, x->par.pp,
+                      x->par.dp, sched_kind_name(sc->kind), sc->v, sc->m);
+        for (int i = 0; i < sc->p * sc->v && n < (int)sizeof x->canon; i++)
+            n += snprintf(x->canon + n, sizeof x->canon - (size_t)n, "%s%d+%d",
+                          i ? "," : " stages=", sc->stages[i].first_layer, sc->stages[i].num_layers);
+    }
+    uint64_t h = fnv1a(FNV_OFFSET, x->canon, strlen(x->canon));
+    for (int r = 0; !a->microbench && x->s && r < x->s->p; r++)
+        for (size_t i = 0; i < x->s->n_actions[r]; i++) {
+            const sched_action *ac = &x->s->actions[r][i];
+            int v[3] = {ac->kind, ac->chunk, ac->mb};
+            h = fnv1a(h, v, sizeof v);
+        }
+    return h;
+}
+
+/* The first collective of the run, reached by every rank whatever
+ * happened before it (code: this rank's start-up outcome, GO_ON or an exit
+ * status with x->err set). The ranks exchange their status and
+ * configuration hash; a failing rank prints its message (once when every
+ * rank failed alike), a rank whose configuration differs from rank 0's
+ * prints it, and rank 0 names the ranks that failed or disagree. Returns
+ * GO_ON when every rank goes on with one configuration, else the status
+ * every rank exits with (the largest, or 2). */
+static int agree_start(run *x, int code)
+{
+    typedef struct {
+        int64_t code;            /* GO_ON or the exit status */
+        uint64_t hash, msg_hash; /* configuration (GO_ON) / error message (failed) */
+    } st;
+    st mine = {.code = code, .hash = code == GO_ON ? config_hash(x) : 0};
+    mine.msg_hash = fnv1a(FNV_OFFSET, x->err.msg, strlen(x->err.msg));
+    st *all = calloc((size_t)x->size, sizeof *all);
+    if (!all) {
+        fprintf(stderr, "trainexec: rank %d: out of memory for the start-up agreement\n", x->rank);
+        (void)fflush(stderr); /* before the abort: a peer waiting in the gather cannot be told otherwise */
+        MPI_Abort(MPI_COMM_WORLD, 1);
+        return 1;
+    }
+    wd_wait_begin("start-up agreement on status and configuration");
+    MPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, MPI_COMM_WORLD);
+    wd_wait_end();
+    int failed = 0, same_msg = 0, differ = 0, worst = GO_ON, helped = 0;
+    for (int r = 0; r < x->size; r++) {
+        if (all[r].code != GO_ON) {
+            failed++;
+            same_msg += all[r].msg_hash == all[0].msg_hash && all[0].code != GO_ON;
+            helped += all[r].code == 0;
+            worst = (int)all[r].code > worst ? (int)all[r].code : worst;
+        } else if (all[0].code == GO_ON && all[r].hash != all[0].hash)
+            differ++;
+    }
+    int result = GO_ON;
+    char list[512] = ""; /* rank 0's list of ranks: one write, so another rank's line cannot split it */
+    if (failed == x->size && helped == x->size)
+        result = 0; /* --help on every rank */
+    else if (failed == x->size && same_msg == x->size) {
+        /* the common case: one command line, the same error on every rank */
+        if (x->rank == 0)
+            fprintf(stderr, "trainexec: %s\n", x->err.msg);
+        result = worst;
+    } else if (failed) {
+        if (code != GO_ON && code != 0)
+            fprintf(stderr, "trainexec: rank %d: %s\n", x->rank, x->err.msg);
+        if (x->rank == 0) {
+            size_t n = 0;
+            for (int r = 0; r < x->size && n < sizeof list; r++)
+                if (all[r].code != GO_ON)
+                    n += (size_t)snprintf(list + n, sizeof list - n, " %d%s", r, all[r].code == 0 ? " (--help)" : "");
+            fprintf(stderr,
+                    "trainexec: %d of %d ranks failed to start (ranks%s); each says why above; every rank stops\n",
+                    failed, x->size, list);
+        }
+        result = worst > 0 ? worst : 2;
+    } else if (differ) {
+        if (mine.hash != all[0].hash)
+            fprintf(stderr, "trainexec: rank %d: configuration differs from rank 0's: %s\n", x->rank, x->canon);
+        if (x->rank == 0) {
+            size_t n = 0;
+            for (int r = 0; r < x->size && n < sizeof list; r++)
+                if (all[r].hash != all[0].hash)
+                    n += (size_t)snprintf(list + n, sizeof list - n, " %d", r);
+            fprintf(stderr, "trainexec: rank 0: configuration %s\n", x->canon);
+            fprintf(stderr,
+                    "trainexec: %d of %d ranks resolved a different configuration or schedule (ranks%s): give "
+                    "every rank the same model, parallel, schedule and executor flags\n",
+                    differ, x->size, list);
+        }
+        result = 2;
+    }
+    free(all);
+    return result;
+}
+
+/* --pid-file FILE: write this rank's process id to FILE.rank (a temporary
+ * file renamed into place, so a reader never sees half a number). 0, or 1
+ * with x->err set. */
+static int write_pid_file(run *x)
+{
+    char path[4096], tmp[4200];
+    snprintf(path, sizeof path, "%s.%d", x->a.pid_file, x->rank);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    int ok = f && fprintf(f, "%ld\n", (long)getpid()) > 0;
+    ok = f && fclose(f) == 0 && ok;
+    ok = ok && rename(tmp, path) == 0;
+    if (ok)
+        return 0;
+    err_set(&x->err, TS_EIO, "--pid-file %s: cannot write %s (does its directory exist and is it writable?)",
+            x->a.pid_file, path);
+    return 1;
+}
+
 /* Rank 0: one line saying what runs where. */
 static void print_banner(const run *x)
 {
@@ -557,6 +739,37 @@ static void print_banner(const run *x)
     (void)fflush(stdout); /* show it now */
 }
 
+/* Automatic watchdog timeout (--timeout -1): AUTO_TIMEOUT_START_S through
+ * start-up and the first iteration (whose length is unknown), then
+ * max(AUTO_TIMEOUT_MIN_S, AUTO_TIMEOUT_ITERS x the first iteration): a
+ * wait that long is no pipeline bubble or slow peer but a stuck one. */
+#define AUTO_TIMEOUT_START_S 600.0
+#define AUTO_TIMEOUT_MIN_S   60.0
+#define AUTO_TIMEOUT_ITERS   10.0
+
+/* Whether iteration it's loss (the global-batch mean, the same on every
+ * rank) ends the run: not finite, or above --divergence-factor times the
+ * first iteration's. Collective, so every rank stops together; the lowest
+ * rank that saw it says so. */
+static bool diverged(run *x, int it, int total, double loss)
+{
+    int rc = TS_OK;
+    double f = x->a.divergence_factor;
+    if (!isfinite(loss))
+        rc = err_set(&x->err, TS_EINVAL,
+                     "iteration %d/%d: loss %g is not finite: training diverged (lower --lr, now %g)", it + 1, total,
+                     loss, x->a.lr);
+    else if (f > 0 && it > 0 && x->first_loss > 0 && loss > f * x->first_loss)
+        rc = err_set(&x->err, TS_EINVAL,
+                     "iteration %d/%d: loss %g exceeds --divergence-factor %g x the first loss %g: training "
+                     "diverged (lower --lr, now %g; --divergence-factor 0 turns the check off)",
+                     it + 1, total, loss, f, x->first_loss, x->a.lr);
+    char what[32];
+    snprintf(what, sizeof what, "rank %d: ", x->rank);
+    wd_action("divergence check", it, -1);
+    return agree_fail(x->rank, x->size, rc, what, &x->err) != 0;
+}
+
 /* Run the warm-up and measured iterations, summing the measured ones'
  * times into x; rank 0 prints each. GO_ON; a failing rank aborts every rank. */
 static int run_iterations(run *x)
@@ -574,7 +787,10 @@ static int run_iterations(run *x)
             rt_clear_spans(x->rt);
             be_reset_peaks(x->be);
         }
+        wd_action("barrier before the iteration", it, -1);
+        wd_wait_begin("barrier");
         MPI_Barrier(MPI_COMM_WORLD);
+        wd_wait_end();
         x->start[it] = rt_now_ns();
         int64_t cpu0 = cpu_now_ns();
         double loss = 0.0;
@@ -592,7 +808,12 @@ static int run_iterations(run *x)
             return 1;
         }
         int64_t mine = rt_now_ns() - x->start[it], slowest = 0, cpu = cpu_now_ns() - cpu0;
+        wd_action("iteration time reduction", it, -1);
+        wd_wait_begin("all-reduce of the iteration time");
         MPI_Allreduce(&mine, &slowest, 1, MPI_INT64_T, MPI_MAX, MPI_COMM_WORLD);
+        wd_wait_end();
+        if (it == 0 && x->a.timeout_s < 0) /* the automatic rule, from the first iteration's time */
+            wd_set_timeout(fmax(AUTO_TIMEOUT_MIN_S, AUTO_TIMEOUT_ITERS * (double)slowest / 1e9));
         if (it >= x->a.warmup) {
             size_t n;
             const rt_span *sp = rt_spans(x->rt, &n);
@@ -605,6 +826,10 @@ static int run_iterations(run *x)
                    slowest / 1e6);
             (void)fflush(stdout); /* progress */
         }
+        if (it == 0)
+            x->first_loss = loss;
+        if (diverged(x, it, total, loss))
+            return 1;
     }
     return GO_ON;
 }
@@ -670,13 +895,22 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     run x;
     run_init(&x);
+    /* every rank checks its own inputs (no collective may come first: a
+     * rank that failed would never reach it), then all agree */
     int code = parse_command_line(&x, argc, argv);
+    if (code == GO_ON && x.a.pid_file && write_pid_file(&x))
+        code = 2;
+    if (code == GO_ON && !x.a.microbench)
+        code = resolve_config(&x);
+    if (code == GO_ON && !x.a.microbench)
+        code = build_schedule(&x);
+    double timeout = x.a.timeout_s < 0 ? AUTO_TIMEOUT_START_S : x.a.timeout_s;
+    if (wd_start(x.rank, timeout) && x.a.timeout_s != 0)
+        fprintf(stderr, "trainexec: rank %d: note: no watchdog thread could be started: --timeout has no effect\n",
+                x.rank);
+    code = agree_start(&x, code);
     if (code == GO_ON && x.a.microbench)
         code = run_microbench(&x);
-    if (code == GO_ON)
-        code = resolve_config(&x);
-    if (code == GO_ON)
-        code = build_schedule(&x);
     if (code == GO_ON)
         code = set_up_rank(&x);
     if (code == GO_ON) {
@@ -685,6 +919,7 @@ int main(int argc, char **argv)
     }
     if (code == GO_ON)
         code = write_outputs(&x);
+    wd_stop();
     run_free(&x);
     MPI_Finalize();
     return code;

@@ -86,6 +86,69 @@ out2=$(run 1 "$TRAINEXEC" $small --global-batch-size 2 --iterations 1 --warmup 0
 l4=$(echo "$out2" | grep -oE 'iteration 1/1: loss [0-9.]+' | awk '{print $4}')
 check_sh "compute-only CSV zero-bubble schedule on 2 ranks = 1 rank ($l3 vs $l4)" '[ -n "$l3" ] && [ "$l3" = "$l4" ]'
 
+# Failure handling: every case must end (non-zero) within BOUND_S seconds, not hang. The bound is
+# generous against mpirun's start-up (1-3 s on the 2-core reference machine) and the watchdog's 2 s.
+BOUND_S=30
+# elapsed seconds since $1 (an $EPOCHREALTIME)
+since() { awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }'; }
+within() { awk -v e="$1" -v b="$BOUND_S" 'BEGIN { exit !(e < b) }'; }
+mpmd() { timeout 120 mpirun --oversubscribe "$@"; }
+shape="--hidden-size 32 --num-attention-heads 4 --seq-length 16 --padded-vocab-size 64 --micro-batch-size 1"
+
+t0=$EPOCHREALTIME
+out=$(mpmd -np 1 "$TRAINEXEC" $small : -np 1 "$TRAINEXEC" $small --bogus-flag 2>&1); rc=$?; el=$(since "$t0")
+check_sh "a bad flag on rank 1 only: rank 1 names it, rank 0 names rank 1, exit non-zero in ${el} s < ${BOUND_S} s" \
+    '[ $rc -ne 0 ] && within "$el" && [[ "$out" == *"rank 1: unknown flag '"'"'--bogus-flag'"'"'"* && "$out" == *"failed to start (ranks 1)"* ]]'
+
+t0=$EPOCHREALTIME
+out=$(mpmd -np 1 "$TRAINEXEC" $small -p 2 --global-batch-size 2 --schedule-csv "$tmp/s.csv" : \
+      -np 1 "$TRAINEXEC" $small -p 2 --global-batch-size 2 --schedule-csv "$tmp/missing.csv" 2>&1); rc=$?; el=$(since "$t0")
+check_sh "--schedule-csv missing on rank 1 only: rank 1 names the file, exit non-zero in ${el} s < ${BOUND_S} s" \
+    '[ $rc -ne 0 ] && within "$el" && [[ "$out" == *"rank 1: --schedule-csv: $tmp/missing.csv"* && "$out" == *"(ranks 1)"* ]]'
+
+t0=$EPOCHREALTIME
+out=$(mpmd -np 1 "$TRAINEXEC" $shape --num-layers 4 -p 2 --global-batch-size 4 : \
+      -np 1 "$TRAINEXEC" $shape --num-layers 2 -p 2 --global-batch-size 4 2>&1); rc=$?; el=$(since "$t0")
+check_sh "--num-layers 4 on rank 0, 2 on rank 1: both configurations shown, exit non-zero in ${el} s < ${BOUND_S} s, no iteration" \
+    '[ $rc -ne 0 ] && within "$el" && [[ "$out" == *"rank 1: configuration differs from rank 0'"'"'s: "*"L=2 "* && "$out" == *"rank 0: configuration "*"L=4 "* && "$out" == *"configuration or schedule (ranks 1)"* && "$out" != *iteration\ 1/* ]]'
+
+t0=$EPOCHREALTIME
+out=$(mpmd -np 1 "$TRAINEXEC" --num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --padded-vocab-size 64 --micro-batch-size 1 : \
+      -np 1 "$TRAINEXEC" --num-layers 4 --hidden-size 64 --num-attention-heads 4 --seq-length 16 --padded-vocab-size 64 --micro-batch-size 1 2>&1); rc=$?; el=$(since "$t0")
+check_sh "--hidden-size 32 on rank 0, 64 on rank 1: refused before any collective, exit non-zero in ${el} s < ${BOUND_S} s" \
+    '[ $rc -ne 0 ] && within "$el" && [[ "$out" == *"rank 1: configuration differs"*"h=64 "* && "$out" != *corrupted* ]]'
+
+# a rank alive but stuck: SIGSTOP rank 1 mid-run; rank 0's watchdog (--timeout 2) names itself and the wait
+mpmd -np 2 "$TRAINEXEC" $small -p 2 --global-batch-size 4 --iterations 1000000 --warmup 0 --timeout 2 \
+    --pid-file "$tmp/pid" >"$tmp/stop.out" 2>&1 &
+job=$!
+for _ in $(seq 300); do [ -s "$tmp/pid.1" ] && break; sleep 0.1; done
+sleep 1
+stopped=$(cat "$tmp/pid.1" 2>/dev/null)
+t0=$EPOCHREALTIME # the bound counts from the stop, not from mpirun's start-up
+[ -n "$stopped" ] && kill -STOP "$stopped"
+wait "$job"; rc=$?; el=$(since "$t0")
+[ -n "$stopped" ] && kill -KILL "$stopped" 2>/dev/null # only if mpirun left it behind
+out=$(cat "$tmp/stop.out")
+check_sh "SIGSTOP of rank 1 with --timeout 2: rank 0 names the wait, the job aborts ${el} s after the stop < ${BOUND_S} s" \
+    '[ -n "$stopped" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && within "$el" && [[ "$out" == *"rank 0: no progress for"*"waiting in "*"--timeout 2.0 s"* ]]'
+
+t0=$EPOCHREALTIME
+out=$(run 2 "$TRAINEXEC" $small --lr 10 --iterations 20 2>&1); rc=$?; el=$(since "$t0")
+check_sh "--lr 10: the loss stops being finite, the run stops naming iteration and rank, exit 1 in ${el} s < ${BOUND_S} s" \
+    '[ $rc -ne 0 ] && within "$el" && [[ "$out" == *"rank 0: iteration "*"not finite: training diverged"* && "$out" != *"iteration 21/21"* ]]'
+
+# the watchdog counts waits, not compute: a 1-rank iteration of about 0.6 s computes far past --timeout 0.05
+out=$(run 1 "$TRAINEXEC" --num-layers 2 --hidden-size 256 --num-attention-heads 4 --seq-length 128 \
+      --padded-vocab-size 4096 --micro-batch-size 2 --iterations 1 --warmup 0 --timeout 0.05 2>&1); rc=$?
+ms=$(echo "$out" | grep -oE 'iteration 1/1: loss [0-9.]+, [0-9.]+ ms' | awk '{print $5}')
+check_sh "--timeout 0.05 does not fire during a ${ms} ms iteration of compute" \
+    '[ $rc -eq 0 ] && [ -n "$ms" ] && awk -v m="$ms" "BEGIN { exit !(m > 50) }" && [[ "$out" != *"no progress"* ]]'
+
+out=$(run 1 "$TRAINEXEC" --help 2>&1)
+check_sh "--help lists --timeout (s, auto rule), --divergence-factor and --pid-file" \
+    '[[ "$out" == *--timeout* && "$out" == *"10 x that iteration"* && "$out" == *--divergence-factor* && "$out" == *--pid-file* ]]'
+
 # one resolver: trainexec and trainsim config read the same flags as the same layout (Megatron-LM's
 # defaults: 1F1B, global batch = micro-batch x d with d = ranks / (t x p))
 TS=${TRAINSIM:-$(dirname "$TRAINEXEC")/trainsim}
