@@ -123,6 +123,11 @@ int afile_install_signal_handlers(void)
         for (size_t j = 0; j < sizeof sigs / sizeof sigs[0]; j++)
             sigaddset(&sa.sa_mask, sigs[j]); /* one handler run at a time */
         sa.sa_flags = SA_NODEFER;          /* so the re-raise takes effect at once */
+        struct sigaction was;
+        if (sigaction(sigs[i], NULL, &was) != 0)
+            return TS_EIO;
+        if (was.sa_handler == SIG_IGN)
+            continue; /* ignored on entry (nohup, a background job): stays ignored */
         if (sigaction(sigs[i], &sa, NULL) != 0)
             return TS_EIO;
     }

@@ -54,7 +54,9 @@ void afile_abort(afile *a);
 /* Install, once per process, handlers for SIGINT, SIGTERM and SIGHUP that
  * unlink every live temporary (async-signal-safe calls only) and then
  * re-raise the signal with its default action, so the process still dies
- * of that signal (exit status 128+N in a shell). Call it from main before
+ * of that signal (exit status 128+N in a shell). A signal ignored on entry
+ * (nohup; background jobs of a shell without job control) stays ignored.
+ * Call it from main before
  * any afile_open. TS_EIO if sigaction fails. */
 int afile_install_signal_handlers(void);
 
