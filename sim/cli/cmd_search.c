@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include "sim/cli/cmd.h"
-#include "sim/util/afile.h"
 #include "sim/config/catalog.h"
 #include "sim/config/catalog_models.h"
 #include "sim/config/flags.h"
@@ -19,6 +18,7 @@
 #include "sim/search/search.h"
 #include "sim/search/search_eval.h"
 #include "sim/search/search_out.h"
+#include "sim/util/afile.h"
 #include "sim/util/opt.h"
 #ifdef TRAINSIM_MPI
 #include "sim/cli/search_mpi.h"

@@ -10,8 +10,8 @@
 #include "sim/core/report.h"
 #include "sim/core/simulate.h"
 #include "sim/core/trace.h"
-#include "sim/util/afile.h"
 #include "sim/net/net_simulate.h"
+#include "sim/util/afile.h"
 #include "sim/util/opt.h"
 
 /* The command's own flags, beside the shared Megatron-LM set (flags.h). */

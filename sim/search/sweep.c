@@ -443,8 +443,8 @@ static int open_output(const char *path, const char **header, size_t nh, int *fd
                 if (strcmp(t->rows[r].cells[0], (*keys)[k]))
                     continue;
                 if (used < sizeof lines - 16)
-                    used += (size_t)snprintf(lines + used, sizeof lines - used, "%s%d", count ? ", " : "",
-                                             t->rows[r].line);
+                    used +=
+                        (size_t)snprintf(lines + used, sizeof lines - used, "%s%d", count ? ", " : "", t->rows[r].line);
                 count++;
             }
             rc = err_set(err, TS_EINVAL,

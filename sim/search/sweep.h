@@ -72,11 +72,11 @@ typedef struct {
 } sweep_opts;
 
 typedef struct {
-    size_t rows;    /* data rows in the input */
-    size_t skipped; /* already in the output */
-    size_t ran;     /* evaluated now */
-    size_t failed;  /* of those, with status "error" */
-    bool repaired;  /* a torn last line was cut off */
+    size_t rows;         /* data rows in the input */
+    size_t skipped;      /* already in the output */
+    size_t ran;          /* evaluated now */
+    size_t failed;       /* of those, with status "error" */
+    bool repaired;       /* a torn last line was cut off */
     long stale_lock_pid; /* a lock left by a dead sweep of this PID was taken over; 0 if none */
 } sweep_stats;
 

@@ -122,7 +122,7 @@ int afile_install_signal_handlers(void)
         sigemptyset(&sa.sa_mask);
         for (size_t j = 0; j < sizeof sigs / sizeof sigs[0]; j++)
             sigaddset(&sa.sa_mask, sigs[j]); /* one handler run at a time */
-        sa.sa_flags = SA_NODEFER;          /* so the re-raise takes effect at once */
+        sa.sa_flags = SA_NODEFER;            /* so the re-raise takes effect at once */
         struct sigaction was;
         if (sigaction(sigs[i], NULL, &was) != 0)
             return TS_EIO;
@@ -185,8 +185,7 @@ static int dir_error(const char *flag, const char *path, int e, ts_err *err)
     const char *slash = strrchr(path, '/');
     size_t dirlen = slash ? (size_t)(slash - path) + 1 : 0;
     return err_set(err, TS_EIO, "%s%s%s: cannot create a file in %s%.*s: %s", flag ? flag : "", flag ? " " : "", path,
-                   dirlen ? "directory " : "the current directory", (int)(dirlen ? dirlen - 1 : 0), path,
-                   strerror(e));
+                   dirlen ? "directory " : "the current directory", (int)(dirlen ? dirlen - 1 : 0), path, strerror(e));
 }
 
 int afile_check_writable(const char *path, const char *flag, ts_err *err)
@@ -235,11 +234,6 @@ int afile_open(afile *a, const char *path, ts_err *err)
         a->is_stdout = true;
         return TS_OK;
     }
-    const char *slash = strrchr(path, '/');
-    size_t dirlen = slash ? (size_t)(slash - path) + 1 : 0;
-    size_t n = strlen(path);
-    (void)n;
-    (void)dirlen;
     a->path = strdup(path);
     if (!a->path) {
         release(a);

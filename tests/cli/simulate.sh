@@ -120,24 +120,24 @@ check_sh "unwritable --trace: exit 1 naming the flag, before the report" \
 
 # SIGINT and SIGTERM while a large trace (about 80 MB, seconds) is written:
 # the process dies of the signal and leaves no temporary beside the output.
-# Job control (set -m): a background job of a script ignores SIGINT otherwise.
+# A background job of a script starts with SIGINT ignored (and the script
+# itself may have started so): env --default-signal gives the command the
+# default dispositions, as a foreground command at a terminal has them.
 mkdir "$tmp/sig"
-set -m
 for i in 1 2 3 4 5 6 7 8 9 10; do
     if [ $((i % 2)) -eq 1 ]; then sig=INT; num=2; else sig=TERM; num=15; fi
-    "$TRAINSIM" simulate --full --trace "$tmp/sig/big.json" >/dev/null 2>"$tmp/sig.err" &
+    env --default-signal=INT,TERM "$TRAINSIM" simulate --full --trace "$tmp/sig/big.json" >/dev/null 2>"$tmp/sig.err" &
     pid=$!
     # wait for the "writing the trace" note: the temporary exists from then on
     for _ in $(seq 200); do grep -q "writing the trace" "$tmp/sig.err" && break; sleep 0.05; done
     sleep "0.$((i * 3 % 5))"
     kill -s $sig $pid
-    { wait $pid; } 2>/dev/null; rc=$?
+    wait $pid; rc=$?
     left=$(find "$tmp/sig" -name '.*' -type f | wc -l)
     if [ $rc -eq $((128 + num)) ] && [ "$left" -eq 0 ]; then ok "SIG$sig #$i while writing the trace: status $rc, no temporary left"
     else bad "SIG$sig #$i while writing the trace: status $rc (want $((128 + num))), $left temporaries left: $(ls -a "$tmp/sig")"; fi
     rm -f "$tmp/sig/big.json"
 done
-set +m
 
 # a temporary left by a dead writer (PID in its name, older than this run)
 # is removed by the next run writing that output; a live one is kept

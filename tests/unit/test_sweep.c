@@ -3,10 +3,10 @@
  * small pure function of the flags (x*y), so every expected output line can
  * be written down by hand; tests/cli/sweep.sh kills the real command. */
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
