@@ -66,9 +66,9 @@ static int lock_take(const char *out, char **lock_path, int *fd_out, long *stale
             char text[64] = "";
             ssize_t got = pread(fd, text, sizeof text - 1, 0);
             text[got > 0 ? got : 0] = '\0';
-            long pid = 0;
-            long long started = 0;
-            (void)sscanf(text, "%ld %lld", &pid, &started);
+            char *end;
+            long pid = strtol(text, &end, 10);
+            long long started = strtoll(end, NULL, 10);
             struct flock q = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
             if (fcntl(fd, F_GETLK, &q) == 0 && q.l_type != F_UNLCK)
                 pid = (long)q.l_pid; /* the kernel's word over the file's */
@@ -90,8 +90,8 @@ static int lock_take(const char *out, char **lock_path, int *fd_out, long *stale
         char text[64] = "";
         ssize_t got = pread(fd, text, sizeof text - 1, 0);
         text[got > 0 ? got : 0] = '\0';
-        long pid = 0;
-        if (sscanf(text, "%ld", &pid) == 1 && pid > 0)
+        long pid = strtol(text, NULL, 10);
+        if (pid > 0)
             *stale_pid = pid; /* left by a sweep that died: taken over */
         char mine[64];
         int len = snprintf(mine, sizeof mine, "%ld %lld\n", (long)getpid(), (long long)time(NULL));

@@ -155,6 +155,7 @@ int afile_clean_stale(const char *path, long long started)
         return 0;
     int removed = 0;
     struct dirent *de;
+    /* cppcheck-suppress readdirCalled ; d is this call's own stream (readdir_r is deprecated) */
     while ((de = readdir(d))) {
         const char *nm = de->d_name;
         if (strncmp(nm, prefix, (size_t)np))
