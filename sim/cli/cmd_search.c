@@ -18,6 +18,7 @@
 #include "sim/search/search.h"
 #include "sim/search/search_eval.h"
 #include "sim/search/search_out.h"
+#include "sim/util/afile.h"
 #include "sim/util/opt.h"
 #ifdef TRAINSIM_MPI
 #include "sim/cli/search_mpi.h"
@@ -512,6 +513,9 @@ int cmd_search(int argc, char **argv)
         status = 0;
         goto out;
     }
+    /* --out is checked before the search, which may take minutes */
+    if (a.out && (rc = afile_check_writable(a.out, "--out", &err)))
+        goto out;
     model_config sm;
     char script_gpu[64];
     if (a.script && (rc = script_model(&a, &sm, script_gpu, sizeof script_gpu, rank != 0, &err)))

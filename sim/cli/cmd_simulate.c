@@ -11,6 +11,7 @@
 #include "sim/core/simulate.h"
 #include "sim/core/trace.h"
 #include "sim/net/net_simulate.h"
+#include "sim/util/afile.h"
 #include "sim/util/opt.h"
 
 /* The command's own flags, beside the shared Megatron-LM set (flags.h). */
@@ -157,6 +158,11 @@ int cmd_simulate(int argc, char **argv)
                    "memory per GPU, tokens/s, TFLOP/s, MFU) by simulating it event by event. "
                    "With no flags: GPT-3 175B on 1024 A100 80GB GPUs.");
     int rc = simulate_parse(&t, &fs, &c, &a, argc, argv, &help, &err);
+    /* output paths are checked before the simulation, not after it */
+    if (!rc && !help && a.csv)
+        rc = afile_check_writable(a.csv, "--csv", &err);
+    if (!rc && !help && a.trace)
+        rc = afile_check_writable(a.trace, "--trace", &err);
     if (!rc && !help)
         rc = simulate_iteration(&c, &a, &ns, &r, &err);
     if (!rc && !help)

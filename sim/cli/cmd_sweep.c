@@ -264,6 +264,9 @@ int cmd_sweep(int argc, char **argv)
         opt_table_free(&t);
         return cmd_exit_status(rc);
     }
+    if (st.stale_lock_pid)
+        fprintf(stderr, "trainsim sweep: note: took over %s.lock, left by sweep PID %ld, which is no longer running\n",
+                out, st.stale_lock_pid);
     printf("sweep: %zu rows: %zu already in %s, %zu simulated (%zu failed: see the error "
            "column)%s\n",
            st.rows, st.skipped, out, st.ran, st.failed,

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "sim/cli/cmd.h"
+#include "sim/util/afile.h"
 
 #define TRAINSIM_VERSION "0.1.0"
 
@@ -46,6 +47,13 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    /* Every command writes its outputs through afile: on SIGINT, SIGTERM or
+     * SIGHUP the handlers remove the temporaries, then the process dies of
+     * the signal as it would have. */
+    if (afile_install_signal_handlers() != TS_OK) {
+        fprintf(stderr, "trainsim: cannot install the signal handlers that remove temporary files\n");
+        return 1;
+    }
     if (argc < 2)
         return COMMANDS[0].run(1, (char *[]){(char *)COMMANDS[0].name, NULL});
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {

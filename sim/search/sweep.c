@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "sim/search/pool.h"
@@ -33,6 +34,91 @@ void sweep_row_key(size_t row, size_t ncols, const char *const *header, const ch
         h = fnv1a(h, cells[c], strlen(cells[c]) + 1);
     }
     snprintf(buf, SWEEP_KEY_BYTES, "%zu-%016" PRIx64, row, h);
+}
+
+/* ------------------------------------------------------------------ lock */
+
+/* Lock file "OUT.lock": an fcntl write lock on it is held for the whole
+ * sweep (released by the kernel when the process ends, however it ends);
+ * its text "PID START\n" names the holder for the refusal message and is
+ * left in place only by a process that died. A clean end removes it while
+ * still holding the lock; a taker therefore checks, once locked, that the
+ * path still names the file it locked, and tries again otherwise. */
+static int lock_take(const char *out, char **lock_path, int *fd_out, long *stale_pid, ts_err *err)
+{
+    *fd_out = -1;
+    *stale_pid = 0;
+    size_t n = strlen(out) + 6;
+    char *lp = malloc(n);
+    if (!lp)
+        return err_set(err, TS_ENOMEM, "sweep: out of memory");
+    snprintf(lp, n, "%s.lock", out);
+    int rc = TS_OK;
+    for (int attempt = 0; attempt < 100; attempt++) {
+        int fd = open(lp, O_RDWR | O_CREAT, 0644);
+        if (fd < 0) {
+            rc = err_set(err, TS_EIO, "--out %s: cannot create the lock file %s: %s", out, lp, strerror(errno));
+            break;
+        }
+        struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+        if (fcntl(fd, F_SETLK, &fl) != 0) {
+            int e = errno;
+            char text[64] = "";
+            ssize_t got = pread(fd, text, sizeof text - 1, 0);
+            text[got > 0 ? got : 0] = '\0';
+            char *end;
+            long pid = strtol(text, &end, 10);
+            long long started = strtoll(end, NULL, 10);
+            struct flock q = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = 0, .l_len = 0};
+            if (fcntl(fd, F_GETLK, &q) == 0 && q.l_type != F_UNLCK)
+                pid = (long)q.l_pid; /* the kernel's word over the file's */
+            close(fd);
+            if (e == EACCES || e == EAGAIN)
+                rc = err_set(err, TS_EIO,
+                             "--out %s: another trainsim sweep (PID %ld, started %lld s after the epoch) is writing "
+                             "it (lock %s); wait for it to end, or give another --out",
+                             out, pid, started, lp);
+            else
+                rc = err_set(err, TS_EIO, "--out %s: cannot lock %s: %s", out, lp, strerror(e));
+            break;
+        }
+        struct stat a, b;
+        if (fstat(fd, &a) != 0 || stat(lp, &b) != 0 || a.st_ino != b.st_ino || a.st_dev != b.st_dev) {
+            close(fd); /* removed by the holder as it ended: lock the new one */
+            continue;
+        }
+        char text[64] = "";
+        ssize_t got = pread(fd, text, sizeof text - 1, 0);
+        text[got > 0 ? got : 0] = '\0';
+        long pid = strtol(text, NULL, 10);
+        if (pid > 0)
+            *stale_pid = pid; /* left by a sweep that died: taken over */
+        char mine[64];
+        int len = snprintf(mine, sizeof mine, "%ld %lld\n", (long)getpid(), (long long)time(NULL));
+        if (ftruncate(fd, 0) != 0 || pwrite(fd, mine, (size_t)len, 0) != len) {
+            rc = err_set(err, TS_EIO, "--out %s: cannot write the lock file %s: %s", out, lp, strerror(errno));
+            close(fd);
+            break;
+        }
+        *fd_out = fd;
+        *lock_path = lp;
+        return TS_OK;
+    }
+    if (rc == TS_OK)
+        rc = err_set(err, TS_EIO, "--out %s: the lock file %s keeps being replaced; try again", out, lp);
+    free(lp);
+    return rc;
+}
+
+/* Removes the lock file (still locked, so no one else holds it) and
+ * releases the lock. */
+static void lock_drop(char *lock_path, int fd)
+{
+    if (fd < 0)
+        return;
+    unlink(lock_path);
+    close(fd);
+    free(lock_path);
 }
 
 /* ------------------------------------------------------------ file tail */
@@ -347,6 +433,26 @@ static int open_output(const char *path, const char **header, size_t nh, int *fd
             (*keys)[r] = t->rows[r].cells[0];
         *nkeys = t->nrows;
         qsort(*keys, *nkeys, sizeof **keys, cmp_str);
+        for (size_t k = 1; k < *nkeys; k++) {
+            if (strcmp((*keys)[k - 1], (*keys)[k]))
+                continue;
+            /* a row written twice (say, by two sweeps at once): name its lines */
+            char lines[256] = "";
+            size_t used = 0, count = 0;
+            for (size_t r = 0; r < t->nrows; r++) {
+                if (strcmp(t->rows[r].cells[0], (*keys)[k]))
+                    continue;
+                if (used < sizeof lines - 16)
+                    used +=
+                        (size_t)snprintf(lines + used, sizeof lines - used, "%s%d", count ? ", " : "", t->rows[r].line);
+                count++;
+            }
+            rc = err_set(err, TS_EINVAL,
+                         "%s: key %s appears %zu times (lines %s): rows written twice; keep one line per key "
+                         "(or give a new --out) and resume",
+                         path, (*keys)[k], count, lines);
+            goto fail;
+        }
     }
     free(buf);
     free(line);
@@ -374,6 +480,8 @@ int sweep_run(const sweep_opts *o, const sweep_evaluator *ev, sweep_stats *stats
     sweep_state st;
     memset(&st, 0, sizeof st);
     st.fd = -1;
+    char *lock_path = NULL;
+    int lock_fd = -1;
     int rc = csvio_read(o->input, NULL, 0, &in, err);
     if (rc)
         return rc;
@@ -402,6 +510,8 @@ int sweep_run(const sweep_opts *o, const sweep_evaluator *ev, sweep_stats *stats
             goto done;
         }
     }
+    if ((rc = lock_take(o->output, &lock_path, &lock_fd, &stats->stale_lock_pid, err)))
+        goto done;
     if ((rc = open_output(o->output, header, nh, &st.fd, &outt, &keys, &nkeys, &stats->repaired, err)))
         goto done;
 
@@ -447,6 +557,7 @@ done:
     free(st.slots);
     if (st.fd >= 0)
         close(st.fd);
+    lock_drop(lock_path, lock_fd);
     free(keys);
     csvio_free(outt);
     free(names);

@@ -21,6 +21,13 @@
  * neither loses nor duplicates a row, and the finished file is byte for byte
  * the one an uninterrupted run writes (tests/cli/sweep.sh).
  *
+ * Locking: the sweep holds an exclusive lock (fcntl) on "OUT.lock" from
+ * before it reads the output until it ends, the file holding "PID START".
+ * A second sweep on the same --out refuses at once (TS_EIO naming the
+ * holder's PID); a lock file left by a sweep that died is taken over
+ * (stats->stale_lock_pid). A resume whose output holds a key twice (rows
+ * written twice) stops with TS_EINVAL naming the key and its lines.
+ *
  * Rows are evaluated by worker threads and committed in input order, so the
  * output does not depend on the thread count.
  *
@@ -65,11 +72,12 @@ typedef struct {
 } sweep_opts;
 
 typedef struct {
-    size_t rows;    /* data rows in the input */
-    size_t skipped; /* already in the output */
-    size_t ran;     /* evaluated now */
-    size_t failed;  /* of those, with status "error" */
-    bool repaired;  /* a torn last line was cut off */
+    size_t rows;         /* data rows in the input */
+    size_t skipped;      /* already in the output */
+    size_t ran;          /* evaluated now */
+    size_t failed;       /* of those, with status "error" */
+    bool repaired;       /* a torn last line was cut off */
+    long stale_lock_pid; /* a lock left by a dead sweep of this PID was taken over; 0 if none */
 } sweep_stats;
 
 /* Run the sweep. TS_EINVAL for a bad input (message with FILE:LINE; an

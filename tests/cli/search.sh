@@ -78,4 +78,15 @@ check "the default margin (2 GiB) is in the reasons" grep -q 'margin 2.0 GiB' "$
 "$T" search "${args[@]}" --memory-margin 80 >"$tmp/m80.out" 2>&1; rc=$?
 check_sh "a margin of the whole GPU: exit 2 naming the flag" '[ $rc -eq 2 ] && grep -q -- "--memory-margin" "$tmp/m80.out"'
 
+# --out in a directory that cannot be written: refused before the search
+# runs (no candidate count, no table printed). Root writes into a mode-555
+# directory, so then a path under a regular file stands for it.
+mkdir "$tmp/ro" && chmod 555 "$tmp/ro"
+ro="$tmp/ro"
+if touch "$ro/probe" 2>/dev/null; then rm -f "$ro/probe"; : >"$tmp/plain"; ro="$tmp/plain"; fi
+"$T" search "${args[@]}" --out "$ro/t.csv" >"$tmp/ro.out" 2>&1; rc=$?
+check_sh "--out unwritable: exit 1 naming the flag and the path, before the search" \
+    '[ $rc -eq 1 ] && grep -q -- "--out $ro/t.csv: cannot create a file" "$tmp/ro.out" && ! grep -q "candidates" "$tmp/ro.out"'
+chmod 755 "$tmp/ro"
+
 finish

@@ -113,4 +113,39 @@ else bad "impossible layout: exit $rc"; fi
 if [ $rc -ne 0 ] && grep -q "no/such/dir" "$tmp/e3" && [ ! -e "$tmp/no/such/dir/x.csv" ]; then ok "unwritable --csv: error naming the path"
 else bad "unwritable --csv: exit $rc, $(cat "$tmp/e3")"; fi
 
+# --csv and --trace are checked before the simulation: nothing on stdout
+"$TRAINSIM" simulate --model megatron-1.7b --trace "$tmp/no/such/dir/t.json" >"$tmp/o4" 2>"$tmp/e4"; rc=$?
+check_sh "unwritable --trace: exit 1 naming the flag, before the report" \
+    '[ $rc -eq 1 ] && grep -q -- "--trace $tmp/no/such/dir/t.json" "$tmp/e4" && ! [ -s "$tmp/o4" ]'
+
+# SIGINT and SIGTERM while a large trace (about 80 MB, seconds) is written:
+# the process dies of the signal and leaves no temporary beside the output.
+# A background job of a script starts with SIGINT ignored (and the script
+# itself may have started so): env --default-signal gives the command the
+# default dispositions, as a foreground command at a terminal has them.
+mkdir "$tmp/sig"
+for i in 1 2 3 4 5 6 7 8 9 10; do
+    if [ $((i % 2)) -eq 1 ]; then sig=INT; num=2; else sig=TERM; num=15; fi
+    env --default-signal=INT,TERM "$TRAINSIM" simulate --full --trace "$tmp/sig/big.json" >/dev/null 2>"$tmp/sig.err" &
+    pid=$!
+    # wait for the "writing the trace" note: the temporary exists from then on
+    for _ in $(seq 200); do grep -q "writing the trace" "$tmp/sig.err" && break; sleep 0.05; done
+    sleep "0.$((i * 3 % 5))"
+    kill -s $sig $pid
+    wait $pid; rc=$?
+    left=$(find "$tmp/sig" -name '.*' -type f | wc -l)
+    if [ $rc -eq $((128 + num)) ] && [ "$left" -eq 0 ]; then ok "SIG$sig #$i while writing the trace: status $rc, no temporary left"
+    else bad "SIG$sig #$i while writing the trace: status $rc (want $((128 + num))), $left temporaries left: $(ls -a "$tmp/sig")"; fi
+    rm -f "$tmp/sig/big.json"
+done
+
+# a temporary left by a dead writer (PID in its name, older than this run)
+# is removed by the next run writing that output; a live one is kept
+dead=$( (sh -c 'echo $$') ); live=$$
+: >"$tmp/sig/.r.csv.$dead.abcdef"; touch -d '1 hour ago' "$tmp/sig/.r.csv.$dead.abcdef"
+: >"$tmp/sig/.r.csv.$live.ghijkl"; touch -d '1 hour ago' "$tmp/sig/.r.csv.$live.ghijkl"
+"$TRAINSIM" simulate --model megatron-1.7b --csv "$tmp/sig/r.csv" >/dev/null 2>&1
+check_sh "a dead writer's temporary is cleaned, a live one's kept" \
+    '[ -s "$tmp/sig/r.csv" ] && ! [ -e "$tmp/sig/.r.csv.$dead.abcdef" ] && [ -e "$tmp/sig/.r.csv.$live.ghijkl" ]'
+
 finish

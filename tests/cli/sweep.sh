@@ -203,4 +203,34 @@ expect_error 2 "column 3 '--pipline-model-parallel-size': not a flag a row can s
 printf 'model,gpus,train-tokens\ngpt3-175b,1024,3e11\n' >"$tmp/own.csv"
 expect_output "1 simulated (0 failed" "$T" sweep "$tmp/own.csv" --out "$tmp/own.out.csv" --quiet
 
+# Two sweeps on one --out: the second refuses at once naming the first's
+# PID (the first is stopped with SIGSTOP while it holds the lock).
+{
+    echo "model,gpus,tensor-model-parallel-size,pipeline-model-parallel-size,micro-batch-size"
+    for i in $(seq 40); do echo "gpt3-175b,1024,8,$((i % 2 ? 8 : 16)),$((i % 4 + 1))"; done
+} >"$tmp/long.csv"
+"$T" sweep "$tmp/long.csv" --out "$tmp/lk.csv" --threads 1 --quiet >/dev/null 2>&1 &
+first=$!
+for _ in $(seq 200); do [ -s "$tmp/lk.csv.lock" ] && break; sleep 0.02; done
+kill -STOP $first
+"$T" sweep "$tmp/long.csv" --out "$tmp/lk.csv" --quiet >"$tmp/lk.out" 2>&1; rc=$?
+kill -CONT $first
+wait $first; rc1=$?
+check_sh "a second sweep on one --out: exit 1 naming the holder's PID" \
+    '[ $rc -eq 1 ] && grep -q "another trainsim sweep (PID $first" "$tmp/lk.out"'
+check_sh "the first sweep finishes alone: every row once, lock removed" \
+    '[ $rc1 -eq 0 ] && [ "$(wc -l <"$tmp/lk.csv")" -eq 41 ] && ! [ -e "$tmp/lk.csv.lock" ]'
+
+# a lock file left by a sweep that died is taken over with a note
+dead=$( (sh -c 'echo $$') )
+echo "$dead 1" >"$tmp/own.out.csv.lock"
+expect_output "left by sweep PID $dead, which is no longer running" "$T" sweep "$tmp/own.csv" --out "$tmp/own.out.csv" --quiet
+
+# a row written twice (the result of two sweeps at once) stops a resume,
+# naming the key and its lines
+cp "$tmp/clean.csv" "$tmp/dup.csv"
+sed -n 3p "$tmp/clean.csv" >>"$tmp/dup.csv"
+key=$(sed -n 3p "$tmp/clean.csv" | cut -d, -f1)
+expect_error 2 "key $key appears 2 times (lines 3, $((rows + 2)))" "$T" sweep "$tmp/in.csv" --out "$tmp/dup.csv" --quiet
+
 finish

@@ -3,9 +3,11 @@
  * small pure function of the flags (x*y), so every expected output line can
  * be written down by hand; tests/cli/sweep.sh kills the real command. */
 #include <criterion/criterion.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "sim/search/sweep.h"
@@ -302,4 +304,63 @@ Test(sweep, unknown_column_stops_before_any_row)
     err_clear(&e);
     cr_expect_eq(sweep_run(&o, &ev, &st, &e), TS_OK, "%s", e.msg);
     cr_expect_eq(st.ran, 1);
+}
+
+Test(sweep, duplicate_key_on_resume_names_key_and_lines)
+{
+    write_file(in_path, INPUT);
+    sweep_stats st;
+    ts_err e;
+    cr_assert_eq(run(1, &st, &e), TS_OK, "%s", e.msg);
+    /* line 2 (the first row) written again at the end, as two sweeps at once would */
+    char *text = read_file(out_path);
+    char *l2 = strchr(text, '\n') + 1;
+    char *l3 = strchr(l2, '\n') + 1;
+    FILE *f = fopen(out_path, "a");
+    cr_assert_not_null(f);
+    fwrite(l2, 1, (size_t)(l3 - l2), f);
+    cr_assert_eq(fclose(f), 0);
+    char key[SWEEP_KEY_BYTES];
+    snprintf(key, sizeof key, "%.*s", (int)(strchr(l2, ',') - l2), l2);
+    free(text);
+    cr_assert_eq(run(1, &st, &e), TS_EINVAL);
+    cr_assert(strstr(e.msg, key) && strstr(e.msg, "2 times (lines 2, 7)"), "%s", e.msg);
+}
+
+Test(sweep, a_second_sweep_on_one_output_is_refused_naming_the_holder)
+{
+    write_file(in_path, INPUT);
+    char lock[160];
+    snprintf(lock, sizeof lock, "%s.lock", out_path);
+    int ready[2], done[2];
+    cr_assert_eq(pipe(ready), 0);
+    cr_assert_eq(pipe(done), 0);
+    pid_t c = fork();
+    if (c == 0) { /* holds the lock as a running sweep would, until told */
+        int fd = open(lock, O_RDWR | O_CREAT, 0644);
+        struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET};
+        if (fd < 0 || fcntl(fd, F_SETLK, &fl) != 0)
+            _exit(1);
+        dprintf(fd, "%ld 1\n", (long)getpid());
+        char b = 0;
+        (void)!write(ready[1], &b, 1);
+        (void)!read(done[0], &b, 1);
+        _exit(0);
+    }
+    char b;
+    cr_assert_eq(read(ready[0], &b, 1), 1);
+    sweep_stats st;
+    ts_err e;
+    int rc = run(1, &st, &e);
+    cr_assert_eq(write(done[1], &b, 1), 1);
+    waitpid(c, NULL, 0);
+    char want[64];
+    snprintf(want, sizeof want, "(PID %ld,", (long)c);
+    cr_assert_eq(rc, TS_EIO);
+    cr_assert(strstr(e.msg, want) && strstr(e.msg, "another trainsim sweep"), "%s", e.msg);
+    cr_assert_neq(access(out_path, F_OK), 0, "the output is not touched");
+    /* the holder gone, its lock file is taken over and removed at the end */
+    cr_assert_eq(run(1, &st, &e), TS_OK, "%s", e.msg);
+    cr_assert_eq(st.stale_lock_pid, (long)c);
+    cr_assert_neq(access(lock, F_OK), 0);
 }
