@@ -40,6 +40,7 @@
 #include "sim/sched/sched_comm.h"
 #include "sim/sched/sched_csv.h"
 #include "sim/sched/sched_generate.h"
+#include "sim/util/afile.h"
 #include "sim/util/opt.h"
 
 enum { BACKEND_CPU = 0, BACKEND_CUDA };
@@ -893,6 +894,10 @@ static int write_outputs(run *x)
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
+    /* outputs go through afile: on SIGINT/SIGTERM/SIGHUP its handlers remove
+     * this rank's temporaries before the process dies of the signal */
+    if (afile_install_signal_handlers() != TS_OK)
+        fprintf(stderr, "trainexec: note: cannot install the handlers that remove temporary files on a signal\n");
     run x;
     run_init(&x);
     /* every rank checks its own inputs (no collective may come first: a

@@ -215,6 +215,10 @@ static int calibrate_parse(int argc, char **argv, calibrate_args *a)
     opt_table_free(&t);
     if (!rc && (!a->in || !a->out))
         rc = err_set(&err, TS_EINVAL, "%s is required", !a->in ? "--microbench FILE" : "--output FILE");
+    if (!rc) /* the outputs can be written, before the fit */
+        rc = afile_check_writable(a->out, "--output", &err);
+    if (!rc && a->comm_out)
+        rc = afile_check_writable(a->comm_out, "--comm-output", &err);
     if (rc) {
         /* opt's own messages already point at --help */
         fprintf(stderr, "trainsim calibrate: %s%s\n", err.msg,
