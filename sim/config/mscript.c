@@ -127,7 +127,9 @@ static int in_block(mparser *p, const mscript_lex_cmd *c)
         if (!k)
             continue;
         char name[128];
-        snprintf(name, sizeof name, "%.*s", (int)(k < 100 ? k : 100), t);
+        if (k > 100) /* a name this long is noted by its first 100 characters */
+            k = 100;
+        snprintf(name, sizeof name, "%.*s", (int)k, t);
         bool known = false;
         for (const char *q = p->block_names.p; q && (q = strstr(q, name)); q += k)
             known |= (q == p->block_names.p || q[-1] == ' ') && (!q[k] || q[k] == ',');
