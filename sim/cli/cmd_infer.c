@@ -60,18 +60,48 @@ static bool arg_given(int argc, char **argv, const char *name, const char *alias
     return false;
 }
 
+/* The value of a flag in argv ("--x V", "--x=V", alias "-x V"), or NULL. */
+static const char *arg_value(int argc, char **argv, const char *name, const char *alias)
+{
+    size_t n = strlen(name);
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--"))
+            break;
+        if (!strncmp(argv[i], name, n) && argv[i][n] == '=')
+            return argv[i] + n + 1;
+        if ((!strcmp(argv[i], name) || (alias && !strcmp(argv[i], alias))) && i + 1 < argc)
+            return argv[i + 1];
+    }
+    return NULL;
+}
+
+static long arg_long(int argc, char **argv, const char *name, const char *alias, long dflt)
+{
+    const char *v = arg_value(argc, argv, name, alias);
+    char *end;
+    long x = v ? strtol(v, &end, 10) : dflt;
+    return v && (end == v || *end || x < 1 || x > (1L << 24)) ? dflt : x;
+}
+
+/* Room for the arguments infer_argv adds. */
+typedef struct {
+    char **v; /* owned */
+    char gpus[48], gbs[48];
+} infer_argbuf;
+
 /* The arguments with inference's defaults for the training layout flags a
- * preset would otherwise set (t = p = 1, one sequence per micro-batch) and,
- * with no model flag at all, GPT-3 175B on t = 8. *out is owned by the
- * caller (free). */
-static int infer_argv(int argc, char **argv, int *out_argc, char ***out, ts_err *err)
+ * preset would otherwise set (t = p = 1, one sequence per micro-batch, the
+ * GPUs dflt_gpus (0: t x p) and the global batch one sequence per replica) and, with no
+ * model flag at all, GPT-3 175B on t = 8. Values the flags' own checks
+ * refuse are left to them. b->v is owned by the caller (free). */
+static int infer_argv(int argc, char **argv, long dflt_gpus, int *out_argc, infer_argbuf *b, ts_err *err)
 {
     static char mdl[] = "--model=" FLAGS_DEFAULT_MODEL, t1[] = "--tensor-model-parallel-size=1",
                 t8[] = "--tensor-model-parallel-size=8", p1[] = "--pipeline-model-parallel-size=1",
                 b1[] = "--micro-batch-size=1";
     if (argc > MAX_ARGS)
         return err_set(err, TS_EINVAL, "more than %d arguments", MAX_ARGS);
-    char **v = calloc((size_t)argc + 6, sizeof *v);
+    char **v = calloc((size_t)argc + 8, sizeof *v);
     if (!v)
         return err_set(err, TS_ENOMEM, "out of memory");
     int n = 0;
@@ -80,11 +110,15 @@ static int infer_argv(int argc, char **argv, int *out_argc, char ***out, ts_err 
     bool script = arg_given(argc, argv, "--megatron-script", NULL);
     bool model = arg_given(argc, argv, "--model", NULL), custom = arg_given(argc, argv, "--num-layers", NULL);
     bool t_given = arg_given(argc, argv, "--tensor-model-parallel-size", "-t");
+    long t = arg_long(argc, argv, "--tensor-model-parallel-size", "-t", 1);
+    long p = arg_long(argc, argv, "--pipeline-model-parallel-size", "-p", 1);
     if (!help && !script) {
         if (!model && !custom) {
             v[n++] = mdl;
-            if (!t_given)
+            if (!t_given) {
                 v[n++] = t8;
+                t = 8;
+            }
             t_given = true;
         }
         if (!t_given)
@@ -93,12 +127,22 @@ static int infer_argv(int argc, char **argv, int *out_argc, char ***out, ts_err 
             v[n++] = p1;
         if (!arg_given(argc, argv, "--micro-batch-size", NULL))
             v[n++] = b1;
+        long gpus = arg_long(argc, argv, "--gpus", NULL, dflt_gpus > 0 ? dflt_gpus : t * p);
+        if (!arg_given(argc, argv, "--gpus", NULL)) {
+            snprintf(b->gpus, sizeof b->gpus, "--gpus=%ld", gpus);
+            v[n++] = b->gpus;
+        }
+        if (!arg_given(argc, argv, "--global-batch-size", NULL)) {
+            long d = gpus % (t * p) == 0 ? gpus / (t * p) : 1;
+            snprintf(b->gbs, sizeof b->gbs, "--global-batch-size=%ld", d);
+            v[n++] = b->gbs;
+        }
     }
     for (int i = 1; i < argc; i++)
         v[n++] = argv[i];
     v[n] = NULL;
     *out_argc = n;
-    *out = v;
+    b->v = v;
     return TS_OK;
 }
 
@@ -252,10 +296,10 @@ static int add_search(opt_table *t, infer_args *a, ts_err *err)
 
 /* Parse; *help true after --help (printed). */
 static int parse(opt_table *t, flags_state *fs, config *c, infer_args *a, int argc, char **argv, bool *help,
-                 char ***owned, ts_err *err)
+                 infer_argbuf *owned, ts_err *err)
 {
     int ac = 0;
-    int rc = infer_argv(argc, argv, &ac, owned, err);
+    int rc = infer_argv(argc, argv, a->search ? 8 : 0, &ac, owned, err);
     if (!rc)
         rc = flags_register(fs, t, c, err);
     if (!rc)
@@ -263,7 +307,7 @@ static int parse(opt_table *t, flags_state *fs, config *c, infer_args *a, int ar
     if (!rc)
         rc = a->search ? add_search(t, a, err) : add_infer(t, a, err);
     if (!rc)
-        rc = flags_parse(fs, t, ac, *owned, err);
+        rc = flags_parse(fs, t, ac, owned->v, err);
     mscript_write_notes(fs->script, t->prog, stderr);
     if (!rc)
         flags_note_ignored(fs, stderr);
@@ -432,10 +476,9 @@ static int write_stream(const config *c, const infer_model *m, const infer_args 
     return afile_commit(&f, err);
 }
 
-static int run_infer(config *c, flags_state *fs, const opt_table *t, infer_args *a, bool *fits, ts_err *err)
+static int run_infer(config *c, infer_args *a, bool *fits, ts_err *err)
 {
-    int tp = c->par.tp * c->par.pp;
-    int gpus = opt_was_set(t, "--gpus") || fs->script ? c->cluster.gpus : tp;
+    int gpus = c->cluster.gpus;
     infer_prec pr = prec_of(c, a);
     infer_params ip = infer_params_default();
     infer_model *m = NULL;
@@ -482,20 +525,21 @@ int cmd_infer(int argc, char **argv)
     err_clear(&err);
     flags_state fs;
     memset(&fs, 0, sizeof fs);
-    char **owned = NULL;
+    infer_argbuf owned;
+    memset(&owned, 0, sizeof owned);
     bool help = false, fits = true;
     int rc = parse(&t, &fs, &c, &a, argc, argv, &help, &owned, &err);
     if (!rc && !help && a.csv)
         rc = afile_check_writable(a.csv, "--csv", &err);
     if (!rc && !help)
-        rc = run_infer(&c, &fs, &t, &a, &fits, &err);
+        rc = run_infer(&c, &a, &fits, &err);
     if (rc)
         fprintf(stderr, "trainsim infer: %s\n", err.msg);
     int status = rc || help || fits ? cmd_exit_status(rc) : CMD_EXIT_DOES_NOT_FIT;
     config_free(&c);
     flags_release(&fs);
     opt_table_free(&t);
-    free(owned);
+    free(owned.v);
     return status;
 }
 
@@ -567,12 +611,12 @@ static int search_write(const char *path, const infer_cand *v, size_t n, ts_err 
     return afile_commit(&f, err);
 }
 
-static int search_run(config *c, flags_state *fs, const opt_table *t, const infer_args *a, size_t *kept, ts_err *err)
+static int search_run(config *c, const opt_table *t, const infer_args *a, size_t *kept, ts_err *err)
 {
     infer_search_in in;
     memset(&in, 0, sizeof in);
     in.base = c;
-    in.gpus = opt_was_set(t, "--gpus") || fs->script ? c->cluster.gpus : 8;
+    in.gpus = c->cluster.gpus;
     in.input_len = a->in_len;
     in.output_len = a->out_len;
     in.max_tp =
@@ -633,14 +677,15 @@ int cmd_search_inference(int argc, char **argv)
     err_clear(&err);
     flags_state fs;
     memset(&fs, 0, sizeof fs);
-    char **owned = NULL;
+    infer_argbuf owned;
+    memset(&owned, 0, sizeof owned);
     bool help = false;
     size_t kept = 0;
     int rc = parse(&t, &fs, &c, &a, argc, argv, &help, &owned, &err);
     if (!rc && !help && a.out)
         rc = afile_check_writable(a.out, "--out", &err);
     if (!rc && !help)
-        rc = search_run(&c, &fs, &t, &a, &kept, &err);
+        rc = search_run(&c, &t, &a, &kept, &err);
     if (rc)
         fprintf(stderr, "trainsim search --inference: %s\n", err.msg);
     else if (!help && !kept)
@@ -649,6 +694,6 @@ int cmd_search_inference(int argc, char **argv)
     config_free(&c);
     flags_release(&fs);
     opt_table_free(&t);
-    free(owned);
+    free(owned.v);
     return status;
 }
