@@ -230,7 +230,8 @@ static int add_infer(opt_table *t, infer_args *a, ts_err *err)
          .min = 1,
          .max = 1 << 24,
          .unit = "tokens",
-         .help = "token budget of a continuous-batching step (chunked prefill; vLLM's default)"},
+         .help = "token budget of a continuous-batching step (chunked prefill; 2048 is an assumption: vLLM V1's "
+                 "API-server figure)"},
     };
     int rc = TS_OK;
     for (size_t i = 0; !rc && i < sizeof specs / sizeof specs[0]; i++)
