@@ -357,7 +357,7 @@ static void csv_head(FILE *f, const config *c, const infer_model *m, const char 
     row(f, "gpus", gpus, "GPUs");
     row(f, "tp", L->t, "ranks");
     row(f, "pp", L->p, "ranks");
-    row(f, "replicas", gpus / (L->t * L->p), "replicas");
+    row(f, "replicas", (double)(gpus / (L->t * L->p)), "replicas");
     row(f, "batch_size", (double)a->batch, "sequences");
     row(f, "input_len", (double)a->in_len, "tokens");
     row(f, "output_len", (double)a->out_len, "tokens");
