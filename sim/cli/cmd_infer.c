@@ -357,7 +357,8 @@ static void csv_head(FILE *f, const config *c, const infer_model *m, const char 
     row(f, "gpus", gpus, "GPUs");
     row(f, "tp", L->t, "ranks");
     row(f, "pp", L->p, "ranks");
-    row(f, "replicas", (double)(gpus / (L->t * L->p)), "replicas");
+    int replicas = gpus / (L->t * L->p);
+    row(f, "replicas", replicas, "replicas");
     row(f, "batch_size", (double)a->batch, "sequences");
     row(f, "input_len", (double)a->in_len, "tokens");
     row(f, "output_len", (double)a->out_len, "tokens");
