@@ -11,7 +11,7 @@
 #include "sim/util/ckd.h"
 
 typedef struct {
-    int64_t arrival_ns, first_ns, end_ns;
+    int64_t arrival_ns, admit_ns, first_ns, end_ns;
     int64_t prefilled, generated, step_n; /* step_n: tokens in the current step */
 } req;
 
@@ -157,6 +157,7 @@ int infer_stream_run(infer_model *m, const infer_stream_in *in, infer_stream_res
         /* admit in arrival order while there is room */
         while (next < in->num_requests && r[next].arrival_ns <= now && nrun < in->max_seqs &&
                kv_used + per_req <= out->kv_capacity_tokens) {
+            r[next].admit_ns = now;
             run[nrun++] = next++;
             kv_used += per_req;
         }
@@ -198,6 +199,11 @@ int infer_stream_run(infer_model *m, const infer_stream_in *in, infer_stream_res
     }
     out->makespan_ns = now;
     out->mean_running = busy_ns > 0 ? busy_area / busy_ns : 0;
+    out->mean_in_batch = now > 0 ? busy_area / (double)now : 0;
+    double service = 0;
+    for (size_t i = 0; i < n; i++)
+        service += (double)(r[i].end_ns - r[i].admit_ns);
+    out->mean_service_ns = service / (double)n;
     for (size_t i = 0; i < n; i++)
         v[i] = (double)(r[i].first_ns - r[i].arrival_ns);
     out->ttft = dist_of(v, n);

@@ -55,6 +55,8 @@ typedef struct {
     int64_t makespan_ns;        /* when the last request ended */
     int64_t steps;              /* steps run */
     double mean_running;        /* time-averaged sequences running while busy */
+    double mean_in_batch;       /* time-averaged sequences running over [0, makespan] (Little's L) */
+    double mean_service_ns;     /* mean time from admission to the end (Little's W) */
     int64_t kv_capacity_tokens; /* KV-cache tokens that fit per replica */
     int64_t peak_kv_tokens;     /* the most reserved at once */
     int replicas;

@@ -317,6 +317,12 @@ Test(infer, stream_load)
             cr_assert_lt(r.mean_running, 32);
         }
     }
+    /* Little's law on the running set, L = lambda W: the time-averaged
+     * sequences running equal the completion rate times the mean time from
+     * admission to the end (every request admitted once, removed once) */
+    double lambda = 300.0 / (double)r.makespan_ns;
+    cr_assert_float_eq(r.mean_in_batch, lambda * r.mean_service_ns, 1e-6 * r.mean_in_batch, "%g vs %g", r.mean_in_batch,
+                       lambda * r.mean_service_ns);
     /* saturated (128/s is past what one GPU serves): queues build, TTFT is
      * seconds, the batch is full */
     cr_assert_gt(r.ttft.mean_ns, 1e9);
