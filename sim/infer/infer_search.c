@@ -101,6 +101,12 @@ int infer_search_run(const infer_search_in *in, infer_cand **out, size_t *n, siz
                 continue;
             c.par.tp = t;
             c.par.pp = p;
+            /* Megatron-LM pads the vocabulary to a multiple of divisible_by x t */
+            if (c.model.vocab_size > 0 && config_pad_vocab(c.model.vocab_size, c.model.make_vocab_size_divisible_by, t,
+                                                           &c.model.padded_vocab_size, NULL)) {
+                (*skipped)++;
+                continue;
+            }
             rc = run_layout(in, &c, &v, n, &cap, skipped, err);
         }
     if (rc) {
