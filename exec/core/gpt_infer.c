@@ -19,7 +19,7 @@ struct gpt_kv {
     size_t cache_n;   /* floats */
     float *scratch;   /* the step's buffers below; XMEM_BUFFERS */
     size_t scratch_n;
-    float *x, *ln, *mean, *rstd, *qkv, *atty, *part, *fch, *fchg, *att, *last, *lnf, *logits;
+    float *x, *ln, *mean, *rstd, *qkv, *atty, *part, *fch, *fchg, *att, *last, *lnf, *logits, *lnf_stats;
     int *tokens; /* [B * max_new], backend int memory */
 };
 
@@ -91,21 +91,23 @@ int gpt_kv_create(gpt_stage *st, int max_new, gpt_kv **out, ts_err *err)
         gpt_kv_free(st, kv);
         return rc;
     }
+    /* GEMM operands first (their offsets are multiples of the feature
+     * widths, as the GPU GEMMs' alignment wants), small vectors last */
     float *p = kv->scratch;
     kv->x = p, p += N * C;
     kv->ln = p, p += N * C;
     kv->part = p, p += N * C;
-    kv->mean = p, p += N;
-    kv->rstd = p, p += N;
     kv->qkv = p, p += N * 3 * st->Cl;
     kv->atty = p, p += N * st->Cl;
     kv->fch = p, p += N * st->Fl;
     kv->fchg = p, p += N * st->Fl;
-    kv->att = p, p += natt;
     kv->last = p, p += B * C;
     kv->lnf = p, p += B * C;
-    p += 2 * B; /* the final LayerNorm's mean and rstd (after lnf) */
-    kv->logits = p;
+    kv->logits = p, p += B * (size_t)st->V;
+    kv->att = p, p += natt;
+    kv->mean = p, p += N;
+    kv->rstd = p, p += N;
+    kv->lnf_stats = p; /* the final LayerNorm's mean [B] and rstd [B] */
     *out = kv;
     return TS_OK;
 }
@@ -200,7 +202,7 @@ int gpt_infer_step(gpt_stage *st, gpt_kv *kv, const int *tokens, int n, float *l
     /* the head on each sequence's last new row */
     for (int b = 0; b < st->B; b++)
         be->copy(be, kv->last + (size_t)b * C, kv->x + ((size_t)b * n + (size_t)n - 1) * C, C);
-    float *lnfm = kv->lnf + (size_t)st->B * C, *lnfr = lnfm + st->B;
+    float *lnfm = kv->lnf_stats, *lnfr = lnfm + st->B;
     OP(st, "lnf", -1, be->layernorm_fwd(be, kv->lnf, lnfm, lnfr, kv->last, st->lnfw, st->lnfb, st->B, st->C));
     OP(st, "logits", -1, linear(st, kv->logits, kv->lnf, st->wout, NULL, st->B, st->V, st->C));
     kv->len += n;
