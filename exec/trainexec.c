@@ -463,7 +463,7 @@ static void run_free(run *x)
 static char **with_world_size(int argc, char **argv, int size, char *gpus_arg, size_t gpus_bytes, int *ac)
 {
     snprintf(gpus_arg, gpus_bytes, "--gpus=%d", size);
-    char **av = calloc((size_t)argc + 2, sizeof *av);
+    char **av = calloc((size_t)argc + 3, sizeof *av); /* + --gpus, --micro-batch-size (inference_batch), NULL */
     if (!av)
         return NULL;
     int n = 0;
@@ -477,6 +477,30 @@ static char **with_world_size(int argc, char **argv, int size, char *gpus_arg, s
         av[n++] = gpus_arg;
     *ac = n;
     return av;
+}
+
+/* With --inference, --batch-size B stands for --micro-batch-size B (the
+ * sequences decoded together), which the flag resolution requires: append
+ * "--micro-batch-size=B" (mb_arg holds it) to av (room for one more
+ * pointer) when --micro-batch-size is not given. *ac grows by one then. */
+static void inference_batch(char **av, int *ac, char *mb_arg, size_t mb_bytes)
+{
+    bool inference = false, micro = false;
+    const char *b = NULL;
+    for (int i = 1; i < *ac; i++) {
+        if (!strcmp(av[i], "--"))
+            break;
+        inference = inference || !strcmp(av[i], "--inference");
+        micro = micro || !strcmp(av[i], "--micro-batch-size") || !strncmp(av[i], "--micro-batch-size=", 19);
+        if (!strcmp(av[i], "--batch-size") && i + 1 < *ac)
+            b = av[i + 1];
+        else if (!strncmp(av[i], "--batch-size=", 13))
+            b = av[i] + 13;
+    }
+    if (!inference || micro || !b)
+        return;
+    snprintf(mb_arg, mb_bytes, "--micro-batch-size=%s", b);
+    av[(*ac)++] = mb_arg;
 }
 
 /* The backend flags this build and mode can honour; TS_ENOTSUP naming the
@@ -506,6 +530,8 @@ static int parse_command_line(run *x, int argc, char **argv)
     char **av = with_world_size(argc, argv, x->size, gpus_arg, sizeof gpus_arg, &ac);
     if (!av)
         return 1;
+    char mb_arg[64];
+    inference_batch(av, &ac, mb_arg, sizeof mb_arg);
     flags_state *fs = &x->fs;
     opt_table t;
     opt_table_init(&t, "trainexec",

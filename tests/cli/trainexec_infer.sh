@@ -21,7 +21,8 @@ check_sh "--help lists the inference flags with units" \
 
 # L=2, h=64, 4 heads, s=32, V=128
 m="--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 32 --padded-vocab-size 128 --micro-batch-size 2"
-out=$(run 1 "$TRAINEXEC" $m --inference --batch-size 4 --input-len 8 --output-len 16 --iterations 2 --warmup 1 \
+# (--batch-size stands for --micro-batch-size, which is then not needed)
+out=$(run 1 "$TRAINEXEC" ${m% --micro-batch-size 2} --inference --batch-size 4 --input-len 8 --output-len 16 --iterations 2 --warmup 1 \
       --output "$tmp/inf.csv" --decode-samples "$tmp/dec.csv" 2>&1); rc=$?
 check_sh "1 rank: exit 0, prefill and decode step times printed" \
     '[ $rc -eq 0 ] && [[ "$out" == *"prefill"* && "$out" == *"decode step mean"* && "$out" == *"tokens/s"* ]]'
