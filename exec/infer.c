@@ -52,6 +52,109 @@ static void prof_hook(void *ud, const char *op, int layer, bool end)
         }
 }
 
+void infer_args_default(infer_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->input_len = 8;
+    a->output_len = 8;
+}
+
+int infer_add_flags(opt_table *t, infer_args *a, ts_err *err)
+{
+    const opt_spec specs[] = {
+        {.name = "Inference", .type = OPT_SECTION},
+        {.name = "--inference",
+         .type = OPT_BOOL,
+         .target = &a->inference,
+         .help = "instead of training: greedy decoding with a KV cache, each iteration a prefill of "
+                 "--input-len tokens then --output-len decode steps for --batch-size sequences "
+                 "(tensor parallel across ranks; pipeline parallel not implemented); prints prefill and "
+                 "decode step times and tokens/s"},
+        {.name = "--batch-size",
+         .type = OPT_INT,
+         .target = &a->batch_size,
+         .min = 1,
+         .max = 1 << 20,
+         .unit = "sequences",
+         .defval = "--micro-batch-size",
+         .help = "--inference: sequences decoded together (refused without --inference: Megatron-LM's old name of "
+                 "--micro-batch-size)"},
+        {.name = "--input-len",
+         .type = OPT_INT,
+         .target = &a->input_len,
+         .min = 1,
+         .max = 1 << 24,
+         .unit = "tokens",
+         .defval = "8",
+         .help = "--inference: prompt tokens per sequence (the prefill)"},
+        {.name = "--output-len",
+         .type = OPT_INT,
+         .target = &a->output_len,
+         .min = 1,
+         .max = 1 << 24,
+         .unit = "tokens",
+         .defval = "8",
+         .help = "--inference: decode steps (one token per sequence each); --input-len + --output-len <= "
+                 "--seq-length"},
+        {.name = "--output",
+         .type = OPT_STRING,
+         .target = &a->output,
+         .metavar = "FILE",
+         .help = "--inference: CSV of the prefill time, decode step mean/p50/p99 and tokens/s"},
+        {.name = "--decode-samples",
+         .type = OPT_STRING,
+         .target = &a->samples,
+         .metavar = "FILE",
+         .help = "--inference: per-op decode times in the sample format trainsim calibrate --decode reads"},
+    };
+    int rc = TS_OK;
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0] && !rc; i++)
+        rc = specs[i].type == OPT_SECTION ? opt_section(t, specs[i].name, err) : opt_add(t, &specs[i], err);
+    return rc;
+}
+
+int infer_check_flags(const infer_args *a, const char *training_flag, ts_err *err)
+{
+    if (!a->inference) {
+        const char *only = a->batch_size ? "--batch-size"
+                           : a->output   ? "--output"
+                           : a->samples  ? "--decode-samples"
+                                         : NULL;
+        if (only)
+            return err_set(err, TS_EINVAL, "%s is an --inference flag%s", only,
+                           a->batch_size ? " (for training give --micro-batch-size: --batch-size is Megatron-LM's "
+                                           "old name of it)"
+                                         : "");
+        return TS_OK;
+    }
+    if (training_flag)
+        return err_set(err, TS_EINVAL,
+                       "--inference with %s: that is a training (or --microbench) flag; --inference writes --output "
+                       "and --decode-samples",
+                       training_flag);
+    return TS_OK;
+}
+
+void infer_batch_arg(char **av, int *ac, char *buf, size_t bytes)
+{
+    bool inference = false, micro = false;
+    const char *b = NULL;
+    for (int i = 1; i < *ac; i++) {
+        if (!strcmp(av[i], "--"))
+            break;
+        inference = inference || !strcmp(av[i], "--inference");
+        micro = micro || !strcmp(av[i], "--micro-batch-size") || !strncmp(av[i], "--micro-batch-size=", 19);
+        if (!strcmp(av[i], "--batch-size") && i + 1 < *ac)
+            b = av[i + 1];
+        else if (!strncmp(av[i], "--batch-size=", 13))
+            b = av[i] + 13;
+    }
+    if (!inference || micro || !b)
+        return;
+    snprintf(buf, bytes, "--micro-batch-size=%s", b);
+    av[(*ac)++] = buf;
+}
+
 int infer_check(const infer_opts *o, int tp, int pp, ts_err *err)
 {
     (void)tp;

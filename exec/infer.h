@@ -46,6 +46,31 @@
 #include "exec/core/comm.h"
 #include "exec/core/gpt.h"
 #include "sim/util/err.h"
+#include "sim/util/opt.h"
+
+/* The command-line flags of --inference (added to trainexec's table). */
+typedef struct {
+    bool inference;
+    int batch_size;            /* --batch-size; 0 = --micro-batch-size */
+    int input_len, output_len; /* --input-len, --output-len */
+    const char *output;        /* --output */
+    const char *samples;       /* --decode-samples */
+} infer_args;
+
+/* Defaults: off, I = O = 8. */
+void infer_args_default(infer_args *a);
+/* Add the "Inference" section of flags to t, writing into a (which must
+ * outlive the parse). */
+int infer_add_flags(opt_table *t, infer_args *a, ts_err *err);
+/* The combinations allowed: the --inference flags need --inference;
+ * --inference takes no training flag (training_flag: the first one given,
+ * or NULL). TS_EINVAL naming the flag. */
+int infer_check_flags(const infer_args *a, const char *training_flag, ts_err *err);
+/* With --inference, --batch-size B stands for --micro-batch-size B (the
+ * sequences decoded together), which the flag resolution requires: appends
+ * "--micro-batch-size=B" (held in buf) to av, which has room for one more
+ * pointer, when --micro-batch-size is not given; *ac grows by one then. */
+void infer_batch_arg(char **av, int *ac, char *buf, size_t bytes);
 
 typedef struct {
     gpt_dims dims; /* batch: sequences decoded together (B) */

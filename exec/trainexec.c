@@ -55,11 +55,7 @@ typedef struct {
     double divergence_factor; /* stop when the loss exceeds this times its first value; 0 = off */
     const char *trace, *ops_csv, *report_csv, *microbench, *schedule_csv, *pid_file;
     bool op_trace;
-    /* --inference (exec/infer.h) */
-    bool inference;
-    int batch_size; /* 0: --micro-batch-size */
-    int input_len, output_len;
-    const char *infer_output, *decode_samples;
+    infer_args inf; /* --inference and its flags (exec/infer.h) */
 } args;
 
 static int add_flags(opt_table *t, args *a, ts_err *err)
@@ -159,55 +155,11 @@ static int add_flags(opt_table *t, args *a, ts_err *err)
          .target = &a->microbench,
          .metavar = "FILE",
          .help = "instead of training: sweep GEMMs, element-wise ops and messages, write CSV"},
-        {.name = "Inference", .type = OPT_SECTION},
-        {.name = "--inference",
-         .type = OPT_BOOL,
-         .target = &a->inference,
-         .help = "instead of training: greedy decoding with a KV cache, each iteration a prefill of "
-                 "--input-len tokens then --output-len decode steps for --batch-size sequences "
-                 "(tensor parallel across ranks; pipeline parallel not implemented); prints prefill and "
-                 "decode step times and tokens/s"},
-        {.name = "--batch-size",
-         .type = OPT_INT,
-         .target = &a->batch_size,
-         .min = 1,
-         .max = 1 << 20,
-         .unit = "sequences",
-         .defval = "--micro-batch-size",
-         .help = "--inference: sequences decoded together (refused without --inference: Megatron-LM's old name of "
-                 "--micro-batch-size)"},
-        {.name = "--input-len",
-         .type = OPT_INT,
-         .target = &a->input_len,
-         .min = 1,
-         .max = 1 << 24,
-         .unit = "tokens",
-         .defval = "8",
-         .help = "--inference: prompt tokens per sequence (the prefill)"},
-        {.name = "--output-len",
-         .type = OPT_INT,
-         .target = &a->output_len,
-         .min = 1,
-         .max = 1 << 24,
-         .unit = "tokens",
-         .defval = "8",
-         .help = "--inference: decode steps (one token per sequence each); --input-len + --output-len <= "
-                 "--seq-length"},
-        {.name = "--output",
-         .type = OPT_STRING,
-         .target = &a->infer_output,
-         .metavar = "FILE",
-         .help = "--inference: CSV of the prefill time, decode step mean/p50/p99 and tokens/s"},
-        {.name = "--decode-samples",
-         .type = OPT_STRING,
-         .target = &a->decode_samples,
-         .metavar = "FILE",
-         .help = "--inference: per-op decode times in the sample format trainsim calibrate --decode reads"},
     };
     int rc = TS_OK;
     for (size_t i = 0; i < sizeof specs / sizeof specs[0] && !rc; i++)
         rc = specs[i].type == OPT_SECTION ? opt_section(t, specs[i].name, err) : opt_add(t, &specs[i], err);
-    return rc;
+    return rc ? rc : infer_add_flags(t, &a->inf, err);
 }
 
 static void defaults(args *a)
@@ -224,26 +176,13 @@ static void defaults(args *a)
     a->eps = 1e-8;
     a->timeout_s = -1;
     a->divergence_factor = 10;
-    a->input_len = 8;
-    a->output_len = 8;
+    infer_args_default(&a->inf);
 }
 
-/* The flag combinations --inference (and its flags) allow; TS_EINVAL naming
- * the flag otherwise. */
+/* The flag combinations --inference (exec/infer.h) allows with the
+ * training flags; TS_EINVAL naming the flag otherwise. */
 static int check_inference_flags(const args *a, ts_err *err)
 {
-    if (!a->inference) {
-        const char *only = a->batch_size       ? "--batch-size"
-                           : a->infer_output   ? "--output"
-                           : a->decode_samples ? "--decode-samples"
-                                               : NULL;
-        if (only)
-            return err_set(err, TS_EINVAL, "%s is an --inference flag%s", only,
-                           a->batch_size ? " (for training give --micro-batch-size: --batch-size is Megatron-LM's "
-                                           "old name of it)"
-                                         : "");
-        return TS_OK;
-    }
     const char *train = a->microbench     ? "--microbench"
                         : a->schedule_csv ? "--schedule-csv"
                         : a->trace        ? "--trace"
@@ -251,12 +190,7 @@ static int check_inference_flags(const args *a, ts_err *err)
                         : a->report_csv   ? "--report-csv"
                         : a->op_trace     ? "--op-trace"
                                           : NULL;
-    if (train)
-        return err_set(err, TS_EINVAL,
-                       "--inference with %s: that is a training (or --microbench) flag; --inference writes --output "
-                       "and --decode-samples",
-                       train);
-    return TS_OK;
+    return infer_check_flags(&a->inf, train, err);
 }
 
 /* What the executor runs of a validated config; TS_ENOTSUP naming the flag
@@ -463,7 +397,7 @@ static void run_free(run *x)
 static char **with_world_size(int argc, char **argv, int size, char *gpus_arg, size_t gpus_bytes, int *ac)
 {
     snprintf(gpus_arg, gpus_bytes, "--gpus=%d", size);
-    char **av = calloc((size_t)argc + 3, sizeof *av); /* + --gpus, --micro-batch-size (inference_batch), NULL */
+    char **av = calloc((size_t)argc + 3, sizeof *av); /* + --gpus, --micro-batch-size (infer_batch_arg), NULL */
     if (!av)
         return NULL;
     int n = 0;
@@ -477,30 +411,6 @@ static char **with_world_size(int argc, char **argv, int size, char *gpus_arg, s
         av[n++] = gpus_arg;
     *ac = n;
     return av;
-}
-
-/* With --inference, --batch-size B stands for --micro-batch-size B (the
- * sequences decoded together), which the flag resolution requires: append
- * "--micro-batch-size=B" (mb_arg holds it) to av (room for one more
- * pointer) when --micro-batch-size is not given. *ac grows by one then. */
-static void inference_batch(char **av, int *ac, char *mb_arg, size_t mb_bytes)
-{
-    bool inference = false, micro = false;
-    const char *b = NULL;
-    for (int i = 1; i < *ac; i++) {
-        if (!strcmp(av[i], "--"))
-            break;
-        inference = inference || !strcmp(av[i], "--inference");
-        micro = micro || !strcmp(av[i], "--micro-batch-size") || !strncmp(av[i], "--micro-batch-size=", 19);
-        if (!strcmp(av[i], "--batch-size") && i + 1 < *ac)
-            b = av[i + 1];
-        else if (!strncmp(av[i], "--batch-size=", 13))
-            b = av[i] + 13;
-    }
-    if (!inference || micro || !b)
-        return;
-    snprintf(mb_arg, mb_bytes, "--micro-batch-size=%s", b);
-    av[(*ac)++] = mb_arg;
 }
 
 /* The backend flags this build and mode can honour; TS_ENOTSUP naming the
@@ -531,7 +441,7 @@ static int parse_command_line(run *x, int argc, char **argv)
     if (!av)
         return 1;
     char mb_arg[64];
-    inference_batch(av, &ac, mb_arg, sizeof mb_arg);
+    infer_batch_arg(av, &ac, mb_arg, sizeof mb_arg);
     flags_state *fs = &x->fs;
     opt_table t;
     opt_table_init(&t, "trainexec",
@@ -619,8 +529,8 @@ static int resolve_config(run *x)
     if (x->rank == 0 && pc->overlap_grad_reduce)
         printf("trainexec: note: --overlap-grad-reduce is not overlapped here: gradients are "
                "reduced at the schedule's REDUCE_GRAD actions\n");
-    if (x->a.inference && x->a.batch_size)
-        o->dims.batch = x->a.batch_size;
+    if (x->a.inf.inference && x->a.inf.batch_size)
+        o->dims.batch = x->a.inf.batch_size;
     x->par = *pc;
     x->mod = *mc;
     config_free(&x->c); /* everything needed is copied out */
@@ -723,12 +633,12 @@ static uint64_t config_hash(run *x)
             n += snprintf(x->canon + n, sizeof x->canon - (size_t)n, "%s%d+%d",
                           i ? "," : " stages=", sc->stages[i].first_layer, sc->stages[i].num_layers);
     }
-    if (a->inference) {
+    if (a->inf.inference) {
         const gpt_dims *d = &x->o.dims;
         n += snprintf(x->canon + n, sizeof x->canon - (size_t)n,
                       " inference L=%d h=%d heads=%d ffn=%d s=%d V=%d B=%d I=%d O=%d t=%d p=%d d=%d", d->layers,
-                      d->hidden, d->heads, d->ffn, d->seq, d->vocab, d->batch, a->input_len, a->output_len, x->par.tp,
-                      x->par.pp, x->par.dp);
+                      d->hidden, d->heads, d->ffn, d->seq, d->vocab, d->batch, a->inf.input_len, a->inf.output_len,
+                      x->par.tp, x->par.pp, x->par.dp);
     }
     uint64_t h = fnv1a(FNV_OFFSET, x->canon, strlen(x->canon));
     for (int r = 0; !a->microbench && x->s && r < x->s->p; r++)
@@ -1017,12 +927,12 @@ static infer_opts inference_opts(const run *x)
     return (infer_opts){.dims = x->o.dims,
                         .sp = x->o.sp,
                         .seed = x->o.seed,
-                        .input_len = x->a.input_len,
-                        .output_len = x->a.output_len,
+                        .input_len = x->a.inf.input_len,
+                        .output_len = x->a.inf.output_len,
                         .warmup = x->a.warmup,
                         .iterations = x->a.iterations,
-                        .output = x->a.infer_output,
-                        .samples = x->a.decode_samples,
+                        .output = x->a.inf.output,
+                        .samples = x->a.inf.samples,
                         .backend_name = backend_names[x->a.backend]};
 }
 
@@ -1081,7 +991,7 @@ int main(int argc, char **argv)
         code = 2;
     if (code == GO_ON && !x.a.microbench)
         code = resolve_config(&x);
-    if (code == GO_ON && x.a.inference)
+    if (code == GO_ON && x.a.inf.inference)
         code = check_inference(&x);
     else if (code == GO_ON && !x.a.microbench)
         code = build_schedule(&x);
@@ -1094,7 +1004,7 @@ int main(int argc, char **argv)
         code = run_microbench(&x);
     if (code == GO_ON)
         code = set_up_rank(&x);
-    if (code == GO_ON && x.a.inference)
+    if (code == GO_ON && x.a.inf.inference)
         code = run_inference(&x);
     if (code == GO_ON) {
         print_banner(&x);
