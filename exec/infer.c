@@ -289,7 +289,8 @@ static int report(const infer_opts *o, const comm *cm, int size, const times *tm
                 "(%zu steps)\n",
                 pre / 1e6, d * B, o->input_len, R, mean / 1e6, p50 / 1e6, p99 / 1e6, ns);
         fprintf(progress,
-                "decode %.1f tokens/s, end to end %.1f tokens/s; KV cache %.2f MiB on rank 0 (%zu bytes per token), "
+                "decode %.1f tokens/s, end to end %.1f tokens/s; KV cache %.2f MiB on rank 0 (%zu bytes per token per "
+                "rank), "
                 "peak memory %.2f MiB on rank 0\n",
                 dec_tps, tps, kv_bytes / 1048576.0, gpt_kv_bytes_per_token(&o->dims) / (size_t)cm->size[COMM_TP],
                 peak / 1048576.0);
