@@ -51,6 +51,9 @@ if [ -x "${TRAINSIM:-}" ]; then
         'grep -q "^decode_hbm_efficiency," "$tmp/fit.csv" && grep -q "^decode_launch_overhead_ns," "$tmp/fit.csv"'
     expect_error 2 "--decode-output" "$TRAINSIM" calibrate --decode "$tmp/dec.csv"
     expect_error 2 "reference bandwidth" "$TRAINSIM" calibrate --decode "$tmp/dec.csv" --decode-output "$tmp/f2.csv"
+    printf 'kind,name,bytes,time_ns\ngemm,x,10,5\n' >"$tmp/bad.csv"
+    expect_error 2 "not a decode sample" "$TRAINSIM" calibrate --decode "$tmp/bad.csv" --decode-output "$tmp/f3.csv" --gpu H100
+    check_sh "a refused fit writes no --decode-output" '[ ! -e "$tmp/f2.csv" ] && [ ! -e "$tmp/f3.csv" ]'
 fi
 
 out=$(run 2 "$TRAINEXEC" $m --inference --tensor-model-parallel-size 2 --batch-size 4 --input-len 8 --output-len 4 \
