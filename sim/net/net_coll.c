@@ -274,6 +274,32 @@ static int allreduce_hier(const net_graph *g, net_router *r, const net_coll_req 
     return TS_OK;
 }
 
+/* NCCL's ring through all n = m x k GPUs of order (m servers x k local
+ * ranks) with k channels, channel j leaving each server through local rank
+ * j's NIC. Every GPU sends passes x (n-1)/n x S over all channels: the
+ * (k-1)/k of it whose next hop is in the server over NVLink (one ring
+ * bundle per server), the 1/k whose next hop is the next server through
+ * its NIC (one ring bundle per local rank across the servers); all at once
+ * (the ring is pipelined), passes x (n-1) step latencies. */
+static int pipe_phase(const net_graph *g, net_router *r, const net_coll_req *q, const int *order, int k, int m,
+                      net_plan *p, ts_err *err)
+{
+    int rc, n = k * m;
+    double passes = q->kind == NET_COLL_ALLREDUCE ? 2.0 : 1.0, wire = passes * q->bytes * (n - 1) / n;
+    uint64_t key = q->flow_key;
+    if ((rc = plan_phase_begin(p, err)))
+        return rc;
+    for (int s = 0; s < m; s++)
+        if ((rc = ring_flows(g, r, p, order + s * k, k, 1, wire * (k - 1) / k, key, err)))
+            return rc;
+    for (int j = 0; j < k; j++)
+        if ((rc = ring_flows(g, r, p, order + j, m, k, wire / k, key, err)))
+            return rc;
+    plan_phase_end(g, p, (int)passes * (n - 1));
+    p->algo = NET_ALGO_PIPE;
+    return TS_OK;
+}
+
 /* NVLS all-reduce: every GPU sends to and receives from NVSwitch nvs (its
  * NVLink SHARP reduction), one phase. */
 static int allreduce_nvls(const net_graph *g, net_router *r, const net_coll_req *q, int nvs, net_plan *p, ts_err *err)
@@ -313,8 +339,8 @@ static int allreduce_phases(const net_graph *g, net_router *r, const net_coll_re
         one_domain = net_graph_gpu_nvswitch(g, q->gpus[i]) == nvs;
     net_coll_algo algo = q->algo;
     if (algo == NET_ALGO_AUTO)
-        algo = one_domain && g->nvls ? NET_ALGO_NVLS : (m > 1 && k > 1) ? NET_ALGO_HIER : NET_ALGO_RING;
-    if (algo == NET_ALGO_HIER && (k < 1 || m == 1 || k == 1))
+        algo = one_domain && g->nvls ? NET_ALGO_NVLS : (m > 1 && k > 1) ? NET_ALGO_PIPE : NET_ALGO_RING;
+    if ((algo == NET_ALGO_HIER || algo == NET_ALGO_PIPE) && (k < 1 || m == 1 || k == 1))
         algo = NET_ALGO_RING;
     p->algo = algo;
     switch (algo) {
@@ -326,6 +352,9 @@ static int allreduce_phases(const net_graph *g, net_router *r, const net_coll_re
         break;
     case NET_ALGO_HIER:
         rc = allreduce_hier(g, r, q, order, k, m, p, err);
+        break;
+    case NET_ALGO_PIPE:
+        rc = pipe_phase(g, r, q, order, k, m, p, err);
         break;
     case NET_ALGO_NVLS:
         if (!one_domain || !g->nvls)
@@ -340,6 +369,27 @@ static int allreduce_phases(const net_graph *g, net_router *r, const net_coll_re
         break;
     }
 out:
+    free(order);
+    return rc;
+}
+
+/* All-gather or reduce-scatter: NCCL's pipelined ring (PIPE) across
+ * servers with several GPUs of the group on each, else one ring; TREE,
+ * HIER and NVLS are all-reduce only and fall back to the ring. */
+static int gather_phases(const net_graph *g, net_router *r, const net_coll_req *q, net_plan *p, ts_err *err)
+{
+    if (q->algo != NET_ALGO_AUTO && q->algo != NET_ALGO_PIPE)
+        return ring_coll_phases(g, r, q, p, err);
+    int rc, n = q->n, k, m;
+    int *order = malloc(sizeof *order * (size_t)n);
+    if (!order)
+        return err_set(err, TS_ENOMEM, "net_coll: out of memory");
+    if ((rc = hier_layout(g, q->gpus, n, order, &k, &m)))
+        rc = err_set(err, rc, "net_coll: out of memory");
+    else if (k > 1 && m > 1)
+        rc = pipe_phase(g, r, q, order, k, m, p, err);
+    else
+        rc = ring_coll_phases(g, r, q, p, err);
     free(order);
     return rc;
 }
@@ -361,9 +411,10 @@ static int plan_phases(const net_graph *g, net_router *r, const net_coll_req *q,
     case NET_COLL_P2P_SCATTER:
         return p2p_phases(g, r, q, p, err);
     case NET_COLL_BROADCAST:
+        return ring_coll_phases(g, r, q, p, err);
     case NET_COLL_ALLGATHER:
     case NET_COLL_REDUCE_SCATTER:
-        return ring_coll_phases(g, r, q, p, err);
+        return gather_phases(g, r, q, p, err);
     case NET_COLL_ALLREDUCE:
         return allreduce_phases(g, r, q, p, err);
     default:

@@ -273,6 +273,23 @@ Test(commcost_nccl, agrees_with_flows_on_an_idle_nonblocking_fabric)
         cr_assert(fabs(closed / (double)flow_ns - 1) < 0.02, "%s: closed %g ns, flows %lld ns",
                   commcost_coll_name(cases[i].coll), closed, (long long)flow_ns);
     }
+    /* 4 and 8 GPUs per node on 8 nodes: NCCL's ring over k NICs (flows:
+     * PIPE), min(NVLink, k x 47 GB/s): the bandwidth terms within 2%; the
+     * totals within 6%, as NCCL's 2(n-1) step latencies (0.9 ms for 64
+     * ranks), which the flows carry only as link latency, are 4% of 4 GiB */
+    for (int k = 4; k <= 8; k += 4) {
+        int many[64];
+        for (int i = 0; i < 8 * k; i++)
+            many[i] = 8 * (i / k) + i % k;
+        net_coll_req q = {NET_COLL_ALLREDUCE, NET_ALGO_AUTO, many, 8 * k, 4 * S, 0, 1};
+        int64_t flow_ns = 0;
+        cr_assert_eq(net_coll_time_ns(g, &q, &flow_ns, NULL), TS_OK);
+        commcost_choice c = choose(&p, COMM_ALL_REDUCE, 4 * S, 8 * k, k);
+        double bw_part = c.time_ns - c.lat_ns;
+        cr_assert(fabs(bw_part / (double)flow_ns - 1) < 0.02, "k=%d: closed %g ns (latency %g), flows %lld ns", k,
+                  c.time_ns, c.lat_ns, (long long)flow_ns);
+        cr_assert(c.time_ns > (double)flow_ns && c.time_ns < 1.06 * (double)flow_ns);
+    }
     net_graph_free(g);
     topo_free(t);
 }
