@@ -138,8 +138,8 @@ static int print_network(FILE *f, const config *c, ts_err *e)
     fprintf(f,
             "  default mode uses:     NVLink ring busbw %.1f GB/s, all-reduce busbw %.1f GB/s%s; %d NICs x %g GB/s "
             "per node = %.2f GB/s achievable per GPU; NIC-to-NIC latency %.2f us in a leaf\n",
-            cp.nvlink_busbw_gbps, cp.nvlink_allreduce_busbw_gbps, cp.nvls ? " (NVLink SHARP)" : "",
-            cp.nics_per_node, cp.nic_gbps, cp.nic_gbps_per_gpu, cp.lat_leaf_us);
+            cp.nvlink_busbw_gbps, cp.nvlink_allreduce_busbw_gbps, cp.nvls ? " (NVLink SHARP)" : "", cp.nics_per_node,
+            cp.nic_gbps, cp.nic_gbps_per_gpu, cp.lat_leaf_us);
     for (int i = 0; i < cp.tiers; i++)
         fprintf(f,
                 "  fabric block %d:        %g nodes, uplinks %g:1 (cumulative), %.2f us across; limits a group "

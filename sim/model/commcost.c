@@ -182,8 +182,8 @@ int commcost_params_topo(const gpu_spec *gpu, const topo *t, int gpus, commcost_
      * drive their own groups at the same time */
     out->nic_gbps_per_gpu = tp->nics_per_node * nic * nic_eff(nic) / gpn;
     if (!(out->nic_gbps_per_gpu > 0))
-        return err_set(err, TS_EINVAL, "%s: no inter-node bandwidth (NICs %d x %g GB/s)", t->source,
-                       tp->nics_per_node, nic);
+        return err_set(err, TS_EINVAL, "%s: no inter-node bandwidth (NICs %d x %g GB/s)", t->source, tp->nics_per_node,
+                       nic);
     int servers = gpus > 0 ? (gpus + gpn - 1) / gpn : tp->nodes;
     if (t->form == TOPO_PARAMETRIC)
         parametric_fabric(tp, servers, out);
@@ -251,14 +251,14 @@ static const double TREE_CORR[COMMCOST_PROTO_COUNT][23] = {
     {1, 1, 1, 1, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1, 1, 1, 1},
     {1, 1, 1, 1, 1, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1, 1},
     {.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9}};
-#define RING_LL_FACTOR    0.5   /* section 3.2 step 4: Ring LL */
-#define RING_LL128_FACTOR 0.92  /* Ring LL128 */
-#define TREE_AR_FACTOR    0.92  /* Tree AllReduce */
-#define TREE_LL_DIV       3.8   /* Tree LL */
-#define PAT_FACTOR        0.75  /* PAT */
-#define RING_PLATEAU      1.4   /* section 2, Ring plateau (minimum CC >= 80) */
-#define PAT_PER_RANK_US   2.8   /* section 2, PAT linear term */
-#define PAT_LOG_DIV       3.5   /* PAT log term divisor */
+#define RING_LL_FACTOR    0.5  /* section 3.2 step 4: Ring LL */
+#define RING_LL128_FACTOR 0.92 /* Ring LL128 */
+#define TREE_AR_FACTOR    0.92 /* Tree AllReduce */
+#define TREE_LL_DIV       3.8  /* Tree LL */
+#define PAT_FACTOR        0.75 /* PAT */
+#define RING_PLATEAU      1.4  /* section 2, Ring plateau (minimum CC >= 80) */
+#define PAT_PER_RANK_US   2.8  /* section 2, PAT linear term */
+#define PAT_LOG_DIV       3.5  /* PAT log term divisor */
 
 static const char *const ALGO_NAMES[COMMCOST_ALGO_COUNT] = {"tree", "ring", "nvls", "pat"};
 static const char *const PROTO_NAMES[COMMCOST_PROTO_COUNT] = {"LL", "LL128", "Simple"};
@@ -343,7 +343,8 @@ static double nccl_eval(const commcost_params *p, commcost_coll coll, int64_t by
      * two per NIC the group's ranks use across nodes (channel duplication) */
     double nch = p->nvlink_link_gbps > 0 ? floor(intra / p->nvlink_link_gbps + 0.5) : 8;
     if (N > 1) {
-        double nics = p->nics_per_node > 0 && p->gpus_per_node > 0 ? (double)k * p->nics_per_node / p->gpus_per_node : k;
+        double nics =
+            p->nics_per_node > 0 && p->gpus_per_node > 0 ? (double)k * p->nics_per_node / p->gpus_per_node : k;
         nch = 2.0 * (nics > 1 ? nics : 1);
     }
     if (nch < 1)
@@ -369,8 +370,8 @@ static double nccl_eval(const commcost_params *p, commcost_coll coll, int64_t by
     /* algorithm bandwidth (step 5) */
     double nsteps = ar ? 2.0 * (n - 1) : (double)(n - 1);
     double algbw = algo == COMMCOST_ALGO_RING || (algo == COMMCOST_ALGO_NVLS && ar) ? bw * n / nsteps
-                   : algo == COMMCOST_ALGO_TREE                                    ? bw * 0.5
-                                                                                   : bw;
+                   : algo == COMMCOST_ALGO_TREE                                     ? bw * 0.5
+                                                                                    : bw;
     /* ---- latency (section 3.3), us ---- */
     double base = BASE_LAT_US[algo][proto], intra_lat = HW_NVLINK_US[algo][proto];
     commcost_algo a_net = k == 1 ? COMMCOST_ALGO_TREE : algo;
@@ -483,8 +484,8 @@ int64_t commcost_ns(const commcost_params *p, commcost_coll coll, int64_t bytes,
         if (k == 2)
             ns = p->nvlink_alpha_ns + S / p->nvlink_p2p_gbps;
         else /* across nodes: the fabric's path latency on top in the NCCL model */
-            ns = p->nic_alpha_ns + (p->model == COMMCOST_NCCL ? p->lat_leaf_us * 1000.0 : 0.0) +
-                 S / p->nic_gbps_per_gpu;
+            ns =
+                p->nic_alpha_ns + (p->model == COMMCOST_NCCL ? p->lat_leaf_us * 1000.0 : 0.0) + S / p->nic_gbps_per_gpu;
     } else if (p->model != COMMCOST_NCCL) {
         ns = alpha_beta_ns(p, coll, S, n, k);
     } else {

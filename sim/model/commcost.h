@@ -22,7 +22,26 @@
  * only their half). The inter-node part is bounded by the per-GPU NIC share
  * (nics_per_node * achievable_per_nic / gpus_per_node), since the other
  * groups of the node (e.g. the t data-parallel groups of a tensor-parallel
- * node) use the node's other NICs at the same time.
+ * node) use the node's other NICs at the same time. These alpha-beta forms
+ * are the model of a calibration file's rows (model COMMCOST_ALPHA_BETA).
+ *
+ * The default (model COMMCOST_NCCL, commcost_params_default / _topo) is
+ * NCCL's own tuning model (../shared/reference/nccl_tuning.md): for each
+ * call the time of every algorithm NCCL could run (tree and ring
+ * all-reduce; ring all-gather / reduce-scatter; NVLS inside one NVLink SHARP
+ * node; PAT with one GPU per node) with each protocol (LL, LL128, Simple),
+ * latency + bytes / algorithm bandwidth, the fastest kept in NCCL's scan
+ * order. Bus bandwidth: inside a node the measured ring or NVLS figure;
+ * across nodes, NCCL's ring being pipelined through NVLink and the NICs,
+ * min(NVLink ring, k x NIC share x fabric factor), then NCCL's protocol
+ * factors and caps. The fabric factor (commcost_net_factor) is the
+ * tightest min(1, B / o) over the blocks of B nodes the group spans beyond
+ * (leaf, level-2 group, pod; o their cumulative uplink oversubscription):
+ * a ring visits consecutive nodes, so a block sends one channel's traffic
+ * out while its NICs inject B times that. Latencies: NCCL's base and
+ * per-step tables, with the topology's NIC-to-NIC path latency as NCCL's
+ * latencyInter. A group's nodes are taken as consecutive; contention
+ * between groups is not modelled (the network model's flows do that).
  *
  * Every default constant cites its source in commcost.c.
  */
@@ -64,15 +83,15 @@ typedef struct {
     double nic_alpha_ns;                /* latency per step across nodes */
     /* ---- NCCL model ---- */
     commcost_model model;
-    int cc;             /* NCCL's compute-capability row: 1 Ampere, 2 Hopper */
-    int amd_cpu;        /* the host CPU is AMD (picks NCCL's LL row and network overhead) */
-    int nvls;           /* NVLink SHARP in the node (the all-reduce busbw above is NVLS's) */
-    int gpus_per_node;  /* GPUs of one NVLink domain */
-    int nics_per_node;  /* compute NICs per node */
-    double nic_gbps;    /* per NIC line rate, GB/s per direction */
-    double nvlink_link_gbps; /* per NVLink link as NCCL's search counts it (channels) */
-    double lat_leaf_us; /* NIC-to-NIC path latency inside one leaf block, us */
-    int tiers;          /* fabric boundaries a group can cross (0 = non-blocking single block) */
+    int cc;                                  /* NCCL's compute-capability row: 1 Ampere, 2 Hopper */
+    int amd_cpu;                             /* the host CPU is AMD (picks NCCL's LL row and network overhead) */
+    int nvls;                                /* NVLink SHARP in the node (the all-reduce busbw above is NVLS's) */
+    int gpus_per_node;                       /* GPUs of one NVLink domain */
+    int nics_per_node;                       /* compute NICs per node */
+    double nic_gbps;                         /* per NIC line rate, GB/s per direction */
+    double nvlink_link_gbps;                 /* per NVLink link as NCCL's search counts it (channels) */
+    double lat_leaf_us;                      /* NIC-to-NIC path latency inside one leaf block, us */
+    int tiers;                               /* fabric boundaries a group can cross (0 = non-blocking single block) */
     double tier_nodes[COMMCOST_MAX_TIERS];   /* nodes under one block of this tier */
     double tier_oversub[COMMCOST_MAX_TIERS]; /* cumulative oversubscription of its uplinks */
     double tier_lat_us[COMMCOST_MAX_TIERS];  /* NIC-to-NIC path latency crossing it, us */
@@ -80,15 +99,26 @@ typedef struct {
 
 /* An NCCL algorithm and protocol (nccl_tuning.md section 1 numbering is not
  * kept: these are the ones modelled). */
-typedef enum { COMMCOST_ALGO_TREE = 0, COMMCOST_ALGO_RING, COMMCOST_ALGO_NVLS, COMMCOST_ALGO_PAT, COMMCOST_ALGO_COUNT } commcost_algo;
-typedef enum { COMMCOST_PROTO_LL = 0, COMMCOST_PROTO_LL128, COMMCOST_PROTO_SIMPLE, COMMCOST_PROTO_COUNT } commcost_proto;
+typedef enum {
+    COMMCOST_ALGO_TREE = 0,
+    COMMCOST_ALGO_RING,
+    COMMCOST_ALGO_NVLS,
+    COMMCOST_ALGO_PAT,
+    COMMCOST_ALGO_COUNT
+} commcost_algo;
+typedef enum {
+    COMMCOST_PROTO_LL = 0,
+    COMMCOST_PROTO_LL128,
+    COMMCOST_PROTO_SIMPLE,
+    COMMCOST_PROTO_COUNT
+} commcost_proto;
 
 /* What the NCCL model chose for one call. */
 typedef struct {
     commcost_algo algo;
     commcost_proto proto;
-    double time_ns;   /* NCCL's time: latency + bytes / algorithm bandwidth */
-    double lat_ns;    /* its latency part */
+    double time_ns;    /* NCCL's time: latency + bytes / algorithm bandwidth */
+    double lat_ns;     /* its latency part */
     double busbw_gbps; /* the bus bandwidth of the choice (nccl-tests convention) */
     double net_factor; /* the fabric's factor on the NIC share for this group (1 = none) */
 } commcost_choice;

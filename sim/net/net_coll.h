@@ -84,7 +84,14 @@ typedef enum {
     NET_COLL_KIND_COUNT
 } net_coll_kind;
 
-typedef enum { NET_ALGO_AUTO = 0, NET_ALGO_RING, NET_ALGO_TREE, NET_ALGO_HIER, NET_ALGO_NVLS, NET_ALGO_PIPE } net_coll_algo;
+typedef enum {
+    NET_ALGO_AUTO = 0,
+    NET_ALGO_RING,
+    NET_ALGO_TREE,
+    NET_ALGO_HIER,
+    NET_ALGO_NVLS,
+    NET_ALGO_PIPE
+} net_coll_algo;
 
 typedef struct {
     net_coll_kind kind;

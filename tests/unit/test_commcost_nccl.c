@@ -147,10 +147,8 @@ Test(commcost_nccl, tree_wins_small_multinode_allreduce)
     cr_assert_eq(c.algo, COMMCOST_ALGO_RING);
     /* not available: tree for all-gather, NVLS on A100, PAT with 8 per node */
     commcost_group g = {64, 8};
-    cr_assert_lt(commcost_nccl_time_ns(&p, COMM_ALL_GATHER, 1 << 20, &g, COMMCOST_ALGO_TREE, COMMCOST_PROTO_SIMPLE),
-                 0);
-    cr_assert_lt(commcost_nccl_time_ns(&p, COMM_ALL_REDUCE, 1 << 20, &g, COMMCOST_ALGO_NVLS, COMMCOST_PROTO_SIMPLE),
-                 0);
+    cr_assert_lt(commcost_nccl_time_ns(&p, COMM_ALL_GATHER, 1 << 20, &g, COMMCOST_ALGO_TREE, COMMCOST_PROTO_SIMPLE), 0);
+    cr_assert_lt(commcost_nccl_time_ns(&p, COMM_ALL_REDUCE, 1 << 20, &g, COMMCOST_ALGO_NVLS, COMMCOST_PROTO_SIMPLE), 0);
     cr_assert_lt(commcost_nccl_time_ns(&p, COMM_ALL_GATHER, 1 << 20, &g, COMMCOST_ALGO_PAT, COMMCOST_PROTO_SIMPLE), 0);
 }
 
