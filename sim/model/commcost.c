@@ -125,8 +125,10 @@ static void parametric_fabric(const topo_params *tp, int servers, commcost_param
     p->lat_leaf_us = path_lat_us(tp, 1);
     if (L >= 2)
         add_tier(p, leaf_nodes, o, path_lat_us(tp, 2));
-    if (L >= 3)
-        add_tier(p, (double)leaf_ports * (ports / 2) / K, o * o, path_lat_us(tp, 3));
+    if (L >= 3) {
+        int group_leaves = ports / 2; /* a level-2 group: ports/2 leaves */
+        add_tier(p, (double)leaf_ports * group_leaves / K, o * o, path_lat_us(tp, 3));
+    }
     if (tp->pods > 1 && servers >= tp->pods) {
         double po = tp->pod_oversubscription >= 1 ? tp->pod_oversubscription : 1;
         add_tier(p, (double)servers / tp->pods, pow(o, L - 1) * po, path_lat_us(tp, L + 1));
