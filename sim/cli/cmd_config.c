@@ -120,16 +120,19 @@ static void print_group(FILE *f, const char *name, const commcost_params *cp, in
 
 /* The network lines: which mode and topology a simulation uses, and what
  * the default mode takes from the topology. */
-static int print_network(FILE *f, const config *c, ts_err *e)
+static int print_network(FILE *f, const config *c)
 {
     const topo *t = c->cluster.topology;
     if (!t)
         return TS_OK;
     commcost_params cp;
-    int rc = commcost_params_topo(&c->cluster.gpu, t, c->cluster.gpus, &cp, e);
-    if (rc)
-        return rc;
+    ts_err none;
     fprintf(f, "\nnetwork (trainsim simulate):\n");
+    if (commcost_params_topo(&c->cluster.gpu, t, c->cluster.gpus, &cp, &none)) {
+        /* a kind without defaults (e.g. CPU) takes its costs from --calibration */
+        fprintf(f, "  default mode:          collectives from --calibration (%s)\n", none.msg);
+        return TS_OK;
+    }
     fprintf(f, "  topology used:         %s (every mode)\n", t->source);
     fprintf(f, "  default mode:          closed-form NCCL cost model (algorithm and protocol picked per message "
                "size as NCCL's tuning model does) over this topology\n");
@@ -289,7 +292,7 @@ int cmd_config(int argc, char **argv)
                                 : err_set(&e, TS_EINVAL, "--nccl-table needs a GPU cluster (not --gpu cpu)");
     } else {
         flags_print(&fs, stdout);
-        rc = print_network(stdout, &c, &e);
+        rc = print_network(stdout, &c);
     }
     config_free(&c);
     if (rc) {

@@ -27,6 +27,8 @@ check_sh "config gives the leaf block and its factor (4.5 nodes, 8:1: 0.56)" \
     '[[ "$out" == *"4.5 nodes, uplinks 8:1 (cumulative)"*"to 0.56 of its NIC share"* ]]'
 check_sh "config gives the data-parallel group's choice" \
     '[[ "$out" == *"data-parallel group:   32 ranks, 8 per node on 4 nodes: a 1 GiB all-reduce runs ring/Simple"* ]]'
+expect_output "collectives from --calibration" "$T" config --gpu cpu --gpus 2 --model megatron-1.7b
+expect_error 2 "no communication defaults for GPU kind 'CPU'" "$T" config --gpu cpu --gpus 2 --model megatron-1.7b --nccl-table
 
 # --nccl-table: LL for 1 KiB in a node, Simple at 4 GiB at 229-230 GB/s
 "$T" config --model megatron-1.7b --nccl-table >"$tmp/table.csv" 2>&1
