@@ -62,7 +62,7 @@ int net_graph_add_link1(net_graph *g, int a, int b, net_link_kind kind, double l
     if (grow_to_int((void **)&g->links, &g->cap_links, g->n_links + 1, 64, sizeof *g->links))
         return err_set(err, TS_ENOMEM, "net_graph: out of memory adding link %d", g->n_links);
     int id = g->n_links++;
-    g->links[id] = (net_link){a, b, kind, line_gbps, line_gbps * eff, lat_us, -1};
+    g->links[id] = (net_link){a, b, kind, line_gbps, line_gbps * eff, lat_us, -1, false};
     return id;
 }
 
@@ -195,6 +195,20 @@ int net_graph_scale_link(net_graph *g, int a, int b, double factor, ts_err *err)
     if (y >= 0)
         g->links[y].bw_gbps *= factor;
     g->bw_version++;
+    return TS_OK;
+}
+
+int net_graph_fail_link(net_graph *g, int a, int b, ts_err *err)
+{
+    char na[32], nb[32];
+    int x = net_graph_find_link(g, a, b), y = net_graph_find_link(g, b, a);
+    if (x < 0 && y < 0)
+        return err_set(err, TS_EINVAL, "no link between %s and %s in the topology",
+                       net_graph_node_name(g, a, na, sizeof na), net_graph_node_name(g, b, nb, sizeof nb));
+    if (x >= 0)
+        g->links[x].down = true;
+    if (y >= 0)
+        g->links[y].down = true;
     return TS_OK;
 }
 
@@ -438,8 +452,11 @@ static int fabric_add_leaves(net_graph *g, const net_fabric_params *p, int nic0,
             if ((rc = net_graph_add_link2(g, nic0 + s * K + k, leaf0 + leaf, NET_LINK_FABRIC, p->nic_gbps, p->net_eff,
                                           p->nic_lat_us, err)) < 0)
                 return rc;
-            leaves->down_line[leaf] += p->nic_gbps;
         }
+    /* The design, not the population: every leaf has leaf_ports NIC ports
+     * (cabled or not), so a partly filled leaf has a full leaf's uplinks. */
+    for (int j = 0; j < nleaves; j++)
+        leaves->down_line[j] = p->leaf_ports * p->nic_gbps;
     return TS_OK;
 }
 
@@ -495,7 +512,6 @@ static int fabric_add_uplinks(net_graph *g, const net_fabric_params *p, const ne
                                      p->switch_lat_us, err);
         if (rc < 0)
             return rc;
-        upper->down_line[u] += line;
     }
     return TS_OK;
 }
@@ -529,6 +545,15 @@ static int fabric_add_level(net_graph *g, const net_fabric_params *p, int l, fab
     rc = TS_OK;
     for (int w = 0; w < t->n && !rc; w++)
         rc = fabric_add_uplinks(g, p, &lv, t, w, t->unit[w] / gsize, unit_max, &up, err);
+    /* Design downlink of an upper switch: the uplinks of a full group
+     * (gsize units of unit_max switches) shared by its switches, whether or
+     * not the group is filled. */
+    double most = 0;
+    for (int w = 0; w < t->n; w++)
+        if (t->down_line[w] > most)
+            most = t->down_line[w];
+    for (int j = 0; j < nupper; j++)
+        up.down_line[j] = (double)gsize * unit_max * (most / lv.oversub) / lv.switches;
     if (!rc) { /* the new level becomes the tier; the old one is freed below */
         fabric_tier old = *t;
         *t = up;

@@ -70,6 +70,7 @@ typedef struct {
     double bw_gbps;   /* effective payload bandwidth = line x efficiency, GB/s */
     double lat_us;    /* one-way latency, microseconds */
     int reverse;      /* id of the link dst -> src, -1 if none */
+    bool down;        /* failed (net_graph_fail_link): routes avoid it */
 } net_link;
 
 typedef struct net_graph {
@@ -117,6 +118,11 @@ int net_graph_find_link(const net_graph *g, int a, int b);
 /* Scale the effective bandwidth of the links a -> b and b -> a by factor
  * (> 0; < 1 degrades). TS_EINVAL if there is no such link. */
 int net_graph_scale_link(net_graph *g, int a, int b, double factor, ts_err *err);
+
+/* Mark the links a -> b and b -> a failed: routes (net_route.h) no longer
+ * use them. TS_EINVAL if there is no such link. Call before routers are
+ * made (a router caches distances). */
+int net_graph_fail_link(net_graph *g, int a, int b, ts_err *err);
 
 /* Node id of the NIC used by GPU gpu (the NIC joined to it by a PCIe link;
  * with several, the one with the same local index, else the first); -1 if

@@ -39,15 +39,24 @@ int net_topo_fabric_params(const struct topo *t, int gpus, net_fabric_params *p,
     p->switch_lat_us = tp->switch_latency_us;
     p->rail_optimized = tp->fabric == TOPO_RAIL_OPTIMIZED;
     p->nvls = nvls_kind(tp->gpu);
-    p->leaf_ports = (int)(ports * o / (1 + o) + 0.5);
-    if (p->leaf_ports < 1)
-        p->leaf_ports = 1;
     p->levels = tp->levels >= 1 ? tp->levels : 1;
     if (p->levels + 1 >= NET_MAX_LEVELS)
         return err_set(err, TS_EINVAL, "%s: levels %d; at most %d are supported", t->source, tp->levels,
                        NET_MAX_LEVELS - 2);
+    /* Whole ports: a switch below the top has `down` ports down and
+     * ports - down up; the ratio of the two is the level's oversubscription
+     * (o rounded to whole ports). */
+    int down = p->levels == 1 ? ports : (int)(ports * o / (1 + o) + 0.5);
+    if (down > ports - 1 && p->levels > 1)
+        down = ports - 1;
+    if (down < 1)
+        down = 1;
+    double ow = p->levels > 1 ? (double)down / (ports - down) : 1;
+    if (ow < 1)
+        ow = 1;
+    p->leaf_ports = down;
     for (int l = 2; l <= p->levels; l++)
-        p->up[l] = (net_fabric_level){(l == 2 && p->levels >= 3) ? ports / 2 : 0, 0, o};
+        p->up[l] = (net_fabric_level){(l == 2 && p->levels >= 3) ? down : 0, 0, ow};
     int np = tp->pods > 1 ? tp->pods : 1;
     if (np > 1) {
         if (servers % np)
