@@ -421,17 +421,29 @@ static int fabric_add_servers(net_graph *g, const net_fabric_params *p, int *nic
     return TS_OK;
 }
 
+/* The leaf of NIC k of server s: pods of sp servers hold lpp leaves each;
+ * inside a pod, rail-optimized leaf k of a group of leaf_ports servers
+ * takes NIC k of each, else NICs fill leaves in order. */
+static int fabric_leaf_of(const net_fabric_params *p, int sp, int lpp, int s, int k)
+{
+    int K = p->nics_per_server, ls = s % sp;
+    int in_pod = p->rail_optimized ? (ls / p->leaf_ports) * K + k : (ls * K + k) / p->leaf_ports;
+    return (s / sp) * lpp + in_pod;
+}
+
 /* Adds the leaf switches and joins every NIC to its leaf (rail-optimized: NIC
  * k of a group of servers to that group's leaf k); *leaves gets the leaves,
  * each its own unit. The caller frees *leaves, also on failure. */
 static int fabric_add_leaves(net_graph *g, const net_fabric_params *p, int nic0, fabric_tier *leaves, ts_err *err)
 {
-    const int S = p->servers, K = p->nics_per_server;
-    int rc, nleaves, ports = S * K;
-    if (p->rail_optimized)
-        nleaves = ((S + p->leaf_ports - 1) / p->leaf_ports) * K;
-    else
-        nleaves = (ports + p->leaf_ports - 1) / p->leaf_ports;
+    const int S = p->servers, K = p->nics_per_server, sp = p->pod_servers > 0 ? p->pod_servers : S;
+    const int lpp = p->rail_optimized ? ((sp + p->leaf_ports - 1) / p->leaf_ports) * K
+                                      : (sp * K + p->leaf_ports - 1) / p->leaf_ports;
+    int rc, nleaves = 0;
+    for (int s = 0; s < S; s++)
+        for (int k = 0; k < K; k++)
+            if (fabric_leaf_of(p, sp, lpp, s, k) + 1 > nleaves)
+                nleaves = fabric_leaf_of(p, sp, lpp, s, k) + 1;
     int cap = nleaves > 1 ? nleaves : 1;
     leaves->node = malloc(sizeof *leaves->node * (size_t)cap);
     leaves->unit = malloc(sizeof *leaves->unit * (size_t)cap);
@@ -448,7 +460,7 @@ static int fabric_add_leaves(net_graph *g, const net_fabric_params *p, int nic0,
     }
     for (int s = 0; s < S; s++)
         for (int k = 0; k < K; k++) {
-            int leaf = p->rail_optimized ? (s / p->leaf_ports) * K + k : (s * K + k) / p->leaf_ports;
+            int leaf = fabric_leaf_of(p, sp, lpp, s, k);
             if ((rc = net_graph_add_link2(g, nic0 + s * K + k, leaf0 + leaf, NET_LINK_FABRIC, p->nic_gbps, p->net_eff,
                                           p->nic_lat_us, err)) < 0)
                 return rc;

@@ -172,6 +172,7 @@ typedef struct {
     bool rail_optimized;                 /* leaf k of a rail group joins NIC k of its servers */
     bool nvls;                           /* NVSwitch supports NVLink SHARP (H100, H200) */
     int leaf_ports;                      /* NIC ports per leaf switch */
+    int pod_servers;                     /* servers per pod: leaves hold one pod's NICs; 0 = one pod */
     int levels;                          /* switch levels above the NICs (>= 1) */
     net_fabric_level up[NET_MAX_LEVELS]; /* up[l] for l = 2..levels (up[0], up[1] unused) */
 } net_fabric_params;

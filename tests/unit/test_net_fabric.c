@@ -218,3 +218,49 @@ Test(net_fabric, failed_link_reroutes_and_a_cut_is_refused)
     net_graph_free(g);
     cr_assert(before > 0);
 }
+
+/* Count the nodes of a kind (switches: of one level). */
+static int count_nodes(const net_graph *g, net_node_kind k, int level)
+{
+    int n = 0;
+    for (int v = 0; v < g->n_nodes; v++)
+        n += g->nodes[v].kind == k && (k != NET_NODE_SWITCH || g->nodes[v].level == level);
+    return n;
+}
+
+/* The shipped Blackwell and Llama 3 files load and build as documented in
+ * their comment rows (run from the repository root). */
+Test(net_fabric, shipped_blackwell_and_llama3_topologies)
+{
+    topo *t = NULL;
+    net_graph *g = NULL;
+    ts_err e;
+    cr_assert_eq(topo_load("topologies/gb200-nvl72.csv", &t, &e), TS_OK, "%s", e.msg);
+    cr_assert_eq(t->params.gpus_per_node, 72, "one NVLink domain per rack");
+    cr_assert_eq(net_graph_from_topo(t, 144, NULL, &g, &e), TS_OK, "%s", e.msg);
+    cr_assert_eq(g->n_gpus, 144);
+    cr_assert_eq(count_nodes(g, NET_NODE_NVSWITCH, 0), 2, "2 racks, one NVLink domain each");
+    cr_assert(net_graph_gpu_nvswitch(g, 0) == net_graph_gpu_nvswitch(g, 71), "GPUs 0 and 71 share a domain");
+    cr_assert(net_graph_gpu_nvswitch(g, 0) != net_graph_gpu_nvswitch(g, 72));
+    cr_assert(g->nvls);
+    net_graph_free(g);
+    topo_free(t);
+    cr_assert_eq(topo_load("topologies/dgx-b200-superpod.csv", &t, &e), TS_OK, "%s", e.msg);
+    cr_assert_eq(topo_gpu_capacity(t), 1024);
+    cr_assert_eq(net_graph_from_topo(t, 0, NULL, &g, &e), TS_OK, "%s", e.msg);
+    /* 4 units of 32 nodes x 8 rails = 32 leaves, each with 32 uplinks: 32 spines. */
+    cr_assert_eq(count_nodes(g, NET_NODE_SWITCH, 1), 32);
+    cr_assert_eq(count_nodes(g, NET_NODE_SWITCH, 2), 32);
+    net_graph_free(g);
+    topo_free(t);
+    cr_assert_eq(topo_load("topologies/llama3-24k-h100.csv", &t, &e), TS_OK, "%s", e.msg);
+    cr_assert_eq(topo_gpu_capacity(t), 24576);
+    net_fabric_params p;
+    int pods = 0;
+    /* 8192 GPUs (Llama 3 405B's run) fill 2 pods of 3072 and part of a third. */
+    cr_assert_eq(net_topo_fabric_params(t, 8192, &p, &pods, &e), TS_OK, "%s", e.msg);
+    cr_assert_eq(pods, 3);
+    cr_assert_eq(p.pod_servers, 384);
+    cr_assert_float_eq(p.up[p.levels].oversub, 7.0, 1e-12);
+    topo_free(t);
+}

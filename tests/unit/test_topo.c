@@ -187,9 +187,9 @@ Test(topo, parametric_non_number_and_bad_bandwidth)
 
 Test(topo, parametric_unknown_gpu_fabric_and_rows)
 {
-    cr_expect_eq(load("# x\n" PHDR "4,8,B200,300,0.6,8,25,0.6,fat-tree,2,1\n"), TS_EINVAL);
-    EXPECT_AT(3, "column 'gpu': unknown GPU kind 'B200' (valid: A100-SXM4-40GB, A100-SXM4-80GB, H100-SXM5-80GB, "
-                 "H200-SXM-141GB");
+    cr_expect_eq(load("# x\n" PHDR "4,8,X100,300,0.6,8,25,0.6,fat-tree,2,1\n"), TS_EINVAL);
+    EXPECT_AT(3, "column 'gpu': unknown GPU kind 'X100' (valid: A100-SXM4-40GB, A100-SXM4-80GB, H100-SXM5-80GB, "
+                 "H200-SXM-141GB, B200-SXM-180GB, GB200-186GB");
     cr_expect_eq(load(PHDR "4,8,a100,300,0.6,8,25,0.6,dragonfly,2,1\n"), TS_EINVAL);
     EXPECT_AT(2, "column 'fabric': 'dragonfly' is not valid (valid: fat-tree, rail-optimized)");
     cr_expect_eq(load(PHDR "4,8,a100,300,0.6,8,25,0.6,fat-tree,2,1\n4,8,a100,300,0.6,8,25,0.6,fat-tree,2,1\n"),
