@@ -1,6 +1,7 @@
 /* net_route — see net_route.h. */
 #include "sim/net/net_route.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -353,4 +354,111 @@ int net_route_check_gpus(const net_graph *g, ts_err *err)
     }
     net_router_free(r);
     return rc;
+}
+
+/* The node named by s[0..n) (copied, NUL-terminated); -1 if none. */
+static int node_named(const net_graph *g, const char *s, size_t n, char *buf, size_t cap)
+{
+    if (n >= cap)
+        n = cap - 1;
+    memcpy(buf, s, n);
+    buf[n] = 0;
+    return net_graph_node_by_name(g, buf);
+}
+
+static int fail_links(net_graph *g, const char *spec, ts_err *err)
+{
+    const char *p = spec;
+    while (*p) {
+        size_t len = strcspn(p, ",");
+        size_t cut = strcspn(p, ":-");
+        char na[64], nb[64];
+        if (cut >= len)
+            return err_set(err, TS_EINVAL,
+                           "--fail-link '%s': expected A:B (two node names, e.g. sw1.0:sw2.3; several separated "
+                           "by commas; `trainsim topology FILE --list-links` lists them)",
+                           spec);
+        int a = node_named(g, p, cut, na, sizeof na), b = node_named(g, p + cut + 1, len - cut - 1, nb, sizeof nb);
+        if (a < 0 || b < 0)
+            return err_set(err, TS_EINVAL,
+                           "--fail-link '%s': no node named '%s' in this topology (`trainsim topology FILE "
+                           "--list-nodes` lists them)",
+                           spec, a < 0 ? na : nb);
+        if (net_graph_fail_link(g, a, b, err))
+            return err_prefix(err, "--fail-link '%s': ", spec);
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    return TS_OK;
+}
+
+/* Servers that lose a GPU when node v fails (v itself a GPU, or linked to
+ * GPUs that have no other NIC or NVSwitch); -1 if none, else the first. */
+static int lost_server(const net_graph *g, int v)
+{
+    const net_node *n = &g->nodes[v];
+    if (n->kind == NET_NODE_GPU || n->kind == NET_NODE_NIC || n->kind == NET_NODE_NVSWITCH)
+        return n->server;
+    return -1;
+}
+
+static int fail_nodes(net_graph *g, const char *spec, int tp, int pp, ts_err *err)
+{
+    const char *p = spec;
+    int lost = 0, first_lost = -1;
+    while (*p) {
+        size_t len = strcspn(p, ",");
+        char nm[64];
+        int v = node_named(g, p, len, nm, sizeof nm);
+        if (v < 0)
+            return err_set(err, TS_EINVAL,
+                           "--fail-node '%s': no node named '%s' in this topology (`trainsim topology FILE "
+                           "--list-nodes` lists them)",
+                           spec, nm);
+        for (int k = g->out_off[v]; k < g->out_off[v + 1]; k++) {
+            net_link *l = &g->links[g->out_link[k]];
+            l->down = true;
+            if (l->reverse >= 0)
+                g->links[l->reverse].down = true;
+        }
+        int s = lost_server(g, v);
+        if (s >= 0) {
+            lost++;
+            if (first_lost < 0)
+                first_lost = s;
+        }
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    if (lost) {
+        int G = g->gpus_per_server > 0 ? g->gpus_per_server : 1, S = g->n_servers;
+        int left = (S - lost) * G, tpp = (tp > 0 ? tp : 1) * (pp > 0 ? pp : 1);
+        int d = left / tpp;
+        if (d < 1)
+            return err_set(err, TS_EINVAL,
+                           "--fail-node '%s': server %d loses GPUs, and the %d GPUs of the other servers cannot hold "
+                           "one replica of tp x pp = %d",
+                           spec, first_lost, left, tpp);
+        return err_set(err, TS_EINVAL,
+                       "--fail-node '%s': server %d loses GPUs (trainsim does not run a job around a broken "
+                       "server); shrink the job as a user would: run on the other servers with --gpus %d "
+                       "(data-parallel size %d with tp %d x pp %d; a global batch divisible by %d)",
+                       spec, first_lost, d * tpp, d, tp, pp, d);
+    }
+    return TS_OK;
+}
+
+int net_route_apply_failures(net_graph *g, const char *links, const char *nodes, int tp, int pp, ts_err *err)
+{
+    int rc;
+    if (links && (rc = fail_links(g, links, err)))
+        return rc;
+    if (nodes && (rc = fail_nodes(g, nodes, tp, pp, err)))
+        return rc;
+    if ((links || nodes) && (rc = net_route_check_gpus(g, err)))
+        return err_prefix(err, "%s%s%s%s: ", links ? "--fail-link " : "", links ? links : "",
+                          nodes ? (links ? ", --fail-node " : "--fail-node ") : "", nodes ? nodes : "");
+    return TS_OK;
 }

@@ -55,6 +55,18 @@ int net_route(net_router *r, int src, int dst, uint64_t flow_id, int *links, ts_
  * ("gpu0.3 cannot reach gpu1.3 ...") otherwise. */
 int net_route_check_gpus(const net_graph *g, ts_err *err);
 
+/* Apply --fail-link and --fail-node to g (before any router is made):
+ *   links: "A:B" or "A-B" (node names as net_graph_node_name writes them),
+ *          several separated by commas; both directions fail;
+ *   nodes: node names, comma-separated; every link of the node fails.
+ * Either may be NULL. Then every GPU must still reach the others
+ * (net_route_check_gpus): a cut that disconnects GPUs is TS_EINVAL naming
+ * a pair; a failed node that takes GPUs with it (a GPU, its NIC, its
+ * NVSwitch) is TS_EINVAL saying how to shrink the job (run on the servers
+ * left: --gpus (servers - lost) x GPUs per server, data-parallel size that
+ * divided by tp x pp). tp, pp: the run's tensor and pipeline sizes. */
+int net_route_apply_failures(net_graph *g, const char *links, const char *nodes, int tp, int pp, ts_err *err);
+
 /* The ECMP hash above (exposed for tests and documentation). */
 uint64_t net_route_hash(int src, int dst, uint64_t flow_id, int hop);
 
