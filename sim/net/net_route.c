@@ -333,8 +333,9 @@ int net_route_check_gpus(const net_graph *g, ts_err *err)
         return rc;
     int n = g->n_gpus, G = g->gpus_per_server > 0 ? g->gpus_per_server : 1;
     for (int i = 0; i < n && !rc; i++) {
-        int peers[2] = {(i + G) % n, (i / G) * G + (i % G + 1) % G};
-        for (int k = 0; k < 2 && !rc; k++) {
+        int next = ((i / G + 1) * G) % n; /* the next server's first GPU */
+        int peers[3] = {(i + G) % n, (i / G) * G + (i % G + 1) % G, next + (i % G + 1) % G};
+        for (int k = 0; k < 3 && !rc; k++) {
             int j = peers[k];
             if (j == i || j >= n)
                 continue;

@@ -49,8 +49,9 @@ void net_router_free(net_router *r);
  * TS_E* code (TS_EINVAL if dst cannot be reached). */
 int net_route(net_router *r, int src, int dst, uint64_t flow_id, int *links, ts_err *err);
 
-/* Check that routes join every GPU of g to the same GPU of the next server
- * and to the next GPU of its server, both ways (with failed links, see
+/* Check that routes join every GPU of g to the same GPU of the next server,
+ * to the next GPU of its server and to the next GPU of the next server
+ * (another rail), both ways (with failed links, see
  * net_graph_fail_link). TS_EINVAL naming the first pair with no route
  * ("gpu0.3 cannot reach gpu1.3 ...") otherwise. */
 int net_route_check_gpus(const net_graph *g, ts_err *err);
