@@ -541,8 +541,8 @@ static int fabric_add_level(net_graph *g, const net_fabric_params *p, int l, fab
         lv.switches = fabric_auto_switches(p, &lv, t);
     int nupper = ngroups * lv.switches, rc = TS_OK;
     fabric_tier up = {.n = nupper, .nunits = ngroups};
-    up.node = malloc(sizeof *up.node * (size_t)nupper);
-    up.unit = malloc(sizeof *up.unit * (size_t)nupper);
+    up.node = calloc((size_t)nupper, sizeof *up.node);
+    up.unit = calloc((size_t)nupper, sizeof *up.unit);
     up.down_line = calloc((size_t)nupper, sizeof *up.down_line);
     if (!up.node || !up.unit || !up.down_line) {
         rc = err_set(err, TS_ENOMEM, "fabric: out of memory");
