@@ -144,11 +144,15 @@ int net_graph_node_by_name(const net_graph *g, const char *name);
  * in groups: `group` units of level l-1 (for l = 2: leaves) under one group
  * of `switches` level-l switches, every unit switch linked to every switch of
  * its group; 0 groups all units together (the top). The uplinks of a level
- * l-1 switch carry its downlink bandwidth divided by `oversub` (1 = full
- * bisection, 2 = 2:1, 7 = 1:7 as between Llama 3's pods), counted in ports
- * of the NIC rate: spread evenly over all switches of the group when there
- * is at least one port for each, else whole ports to a round-robin subset
- * (so a lone flow still runs at port rate; only the aggregate is cut). */
+ * l-1 switch carry its DESIGN downlink bandwidth divided by `oversub` (1 =
+ * full bisection, 2 = 2:1, 7 = 1:7 as between Llama 3's pods): a leaf's
+ * design downlink is leaf_ports NIC ports, an upper switch's the uplinks of
+ * a full group shared by the group's switches, whether or not the run
+ * populates them (a partly filled leaf, group or pod has a full one's
+ * uplinks). Counted in ports of the NIC rate: spread evenly over all
+ * switches of the group when there is at least one port for each, else
+ * whole ports to a round-robin subset (so a lone flow still runs at port
+ * rate; only the aggregate is cut). */
 typedef struct {
     int group;      /* units per group, 0 = all */
     int switches;   /* switches per group (each unit joins each one); 0 = auto:

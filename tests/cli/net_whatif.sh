@@ -7,6 +7,7 @@
 #    optimizer's two rings within 2%:
 #      (gradient + weight bytes) x (n - 1) / n / (25 GB/s x 47/50)
 #    (HDR 25 GB/s, NCCL's 47 of 50 GB/s: ../shared/reference/networks.csv);
+#    the same for llama3-8b (t = 2) on the H100 cluster at 256 and 264 GPUs;
 #  - more oversubscription is slower by the leaf's port ratio: the flat ring's
 #    one cross-rail flow per server crosses the leaf uplinks, so with 40-port
 #    leaves at 2:1 (27 down, 13 up) 27 flows share 13 uplinks (3 on the
@@ -62,6 +63,13 @@ for mode in --network-flows --full; do
         within "$got" "$want" 0.98 1.02 && ok "$m: $n GPUs DP $got s = $(ratio "$got" "$want") x the NIC closed form" \
             || bad "$m: $n GPUs DP $got s vs NIC closed form $want s (ratio $(ratio "$got" "$want"))"
     done
+
+    # -------- no cliff at 256 -> 264 GPUs on the H100 cluster (32-node units): llama3-8b, t = 2
+    run "$tmp/c.$m" --model llama3-8b --gpus 256 --global-batch-size 512 --topology topologies/dgx-h100-cluster.csv $mode &&
+    run "$tmp/d.$m" --model llama3-8b --gpus 264 --global-batch-size 528 --topology topologies/dgx-h100-cluster.csv $mode &&
+        { c=$(dp_s "$tmp/c.$m"); d=$(dp_s "$tmp/d.$m")
+          within "$d" "$c" 0.99 1.01 && ok "$m: H100 cluster 264 vs 256 GPUs (llama3-8b), DP ratio $(ratio "$d" "$c") (no cliff)" \
+            || bad "$m: H100 DP 256 GPUs $c s, 264 GPUs $d s (ratio $(ratio "$d" "$c"))"; }
 
     # -------- oversubscription: 1:1, 2:1, 4:1 on 40-port rail-optimized leaves
     for o in 1 2 4; do
