@@ -54,4 +54,8 @@ int cmd_search_inference(int argc, char **argv);
  * pipeline schedule (cmd_schedule.c). */
 int cmd_schedule(int argc, char **argv);
 
+/* trainsim topology: validate, summarise, list, route and draw a topology
+ * file (cmd_topology.c). */
+int cmd_topology(int argc, char **argv);
+
 #endif
