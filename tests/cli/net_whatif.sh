@@ -4,16 +4,24 @@
 #  - no cliff: Megatron 1.7B's data-parallel time on the shipped Selene
 #    topology at 320 and 328 GPUs (a third 20-node unit with one node) agrees
 #    within 1%, and both are the NIC-rate closed form of the distributed
-#    optimizer's two rings within 2%:
-#      (gradient + weight bytes) x (n - 1) / n / (25 GB/s x 47/50)
+#    optimizer's two rings within 3%. NCCL pipelines its ring over the
+#    node's 8 NICs (one channel per NIC, PIPE in net_coll.h), so each node
+#    moves its share through all 8 rails at once:
+#      (gradient + weight bytes) x (n - 1) / n / (8 x 25 GB/s x 47/50)
 #    (HDR 25 GB/s, NCCL's 47 of 50 GB/s: ../shared/reference/networks.csv);
-#    the same for llama3-8b (t = 2) on the H100 cluster at 256 and 264 GPUs;
-#  - more oversubscription is slower by the leaf's port ratio: the flat ring's
-#    one cross-rail flow per server crosses the leaf uplinks, so with 40-port
-#    leaves at 2:1 (27 down, 13 up) 27 flows share 13 uplinks (3 on the
-#    busiest) and at 4:1 (32 down, 8 up) 4 share each: 3x and 4x the 1:1 time;
-#  - a NIC link degraded to half, half the NICs' rate, half of a leaf's
-#    uplinks failed: 2x each; half the NICs (the hierarchical all-reduce:
+#    the closed form leaves out the 2 (n - 1) step latencies, about 1.6 us
+#    each here, hence 3% and not 1%;
+#    the same no-cliff check for llama3-8b (t = 2) on the H100 cluster at
+#    256 and 264 GPUs;
+#  - oversubscription does not slow a ring: channel c of the pipelined ring
+#    goes from NIC c of a node to NIC c of the next, so on a rail-optimized
+#    fabric it stays on rail c's leaf and crosses the uplinks once per
+#    20-node unit, one flow per uplink whatever the ratio: 1:1, 2:1 and 4:1
+#    agree within 1%, and so does failing half of a leaf's uplinks (the
+#    unit tests in test_net_fabric.c show that traffic which does cross the
+#    uplinks slows by the port ratio);
+#  - half the NICs' rate and a NIC link degraded to half: 2x (within 5%,
+#    the latencies again); half the NICs (the hierarchical all-reduce:
 #    2 cross-server rings per NIC): its cross-server part 2x (the closed form
 #    2 (m - 1)/m x S/8 / NIC rate added); a failed spine: slower, at most 2x;
 #  - golden summaries of a --network-flows and a --full run of a small case.
@@ -58,9 +66,9 @@ for mode in --network-flows --full; do
     for x in a:320 b:328; do
         f=$tmp/${x%%:*}.$m n=${x#*:}
         want=$(awk -v g="$(gib "$f" gradients)" -v w="$(gib "$f" weights)" -v n="$n" \
-            'BEGIN { printf "%.9g", (g + w) * 1073741824 * (n - 1) / n / (25e9 * 47 / 50) }')
+            'BEGIN { printf "%.9g", (g + w) * 1073741824 * (n - 1) / n / (8 * 25e9 * 47 / 50) }')
         got=$(dp_s "$f")
-        within "$got" "$want" 0.98 1.02 && ok "$m: $n GPUs DP $got s = $(ratio "$got" "$want") x the NIC closed form" \
+        within "$got" "$want" 0.99 1.03 && ok "$m: $n GPUs DP $got s = $(ratio "$got" "$want") x the NIC closed form" \
             || bad "$m: $n GPUs DP $got s vs NIC closed form $want s (ratio $(ratio "$got" "$want"))"
     done
 
@@ -77,10 +85,10 @@ for mode in --network-flows --full; do
         run "$tmp/o$o.$m" "${M17[@]}" --gpus 320 --global-batch-size 640 --topology "$tmp/o$o.csv" $mode
     done
     o1=$(dp_s "$tmp/o1.$m"); o2=$(dp_s "$tmp/o2.$m"); o4=$(dp_s "$tmp/o4.$m")
-    within "$o2" "$o1" 2.9 3.1 && ok "$m: 2:1 leaves (27 down, 13 up): DP x$(ratio "$o2" "$o1") (3 flows per uplink)" \
-        || bad "$m: 2:1 DP $o2 s vs 1:1 $o1 s: x$(ratio "$o2" "$o1"), want 3"
-    within "$o4" "$o1" 3.9 4.1 && ok "$m: 4:1 leaves (32 down, 8 up): DP x$(ratio "$o4" "$o1") (4 flows per uplink)" \
-        || bad "$m: 4:1 DP $o4 s vs 1:1 $o1 s: x$(ratio "$o4" "$o1"), want 4"
+    within "$o2" "$o1" 0.99 1.01 && ok "$m: 2:1 leaves (27 down, 13 up): DP x$(ratio "$o2" "$o1") (the ring stays on its rail)" \
+        || bad "$m: 2:1 DP $o2 s vs 1:1 $o1 s: x$(ratio "$o2" "$o1"), want 1 (one flow per uplink)"
+    within "$o4" "$o1" 0.99 1.01 && ok "$m: 4:1 leaves (32 down, 8 up): DP x$(ratio "$o4" "$o1") (the ring stays on its rail)" \
+        || bad "$m: 4:1 DP $o4 s vs 1:1 $o1 s: x$(ratio "$o4" "$o1"), want 1 (one flow per uplink)"
 
     # -------- slower NICs (12.5 GB/s): 2x
     topo "$tmp/slow.csv" 560 rail-optimized 2 1 40 8 12.5
@@ -99,11 +107,11 @@ for mode in --network-flows --full; do
           within "$h4" "$want" 0.98 1.02 && ok "$m: 4 NICs per server instead of 8: DP x$(ratio "$h4" "$h8") (cross-server part doubled: $(ratio "$h4" "$want") x its closed form)" \
             || bad "$m: 4 NICs DP $h4 s vs 8 NICs $h8 s, want $want s (its cross-server part doubled)"; }
 
-    # -------- half of leaf sw1.7's 20 uplinks failed: its 20 cross-rail flows on 10 uplinks, 2x
+    # -------- half of leaf sw1.7's 20 uplinks failed: rail 7's one cross-unit flow still has an uplink
     fails=$(for k in 0 1 2 3 4 5 6 7 8 9; do printf 'sw1.7:sw2.%d,' $k; done); fails=${fails%,}
     run "$tmp/f.$m" "${M17[@]}" --gpus 320 --global-batch-size 640 --topology "$tmp/o1.csv" $mode --fail-link "$fails" &&
-        { f=$(dp_s "$tmp/f.$m"); within "$f" "$o1" 1.95 2.05 && ok "$m: 10 of 20 uplinks of sw1.7 failed: DP x$(ratio "$f" "$o1")" \
-            || bad "$m: 10 uplinks failed DP $f s vs $o1 s: x$(ratio "$f" "$o1"), want 2"; }
+        { f=$(dp_s "$tmp/f.$m"); within "$f" "$o1" 1.0 1.01 && ok "$m: 10 of 20 uplinks of sw1.7 failed: DP x$(ratio "$f" "$o1") (rerouted, one flow per uplink)" \
+            || bad "$m: 10 uplinks failed DP $f s vs $o1 s: x$(ratio "$f" "$o1"), want 1"; }
     # -------- a failed spine: 19 spines for 20 flows per leaf: slower, at most 2x
     run "$tmp/fs.$m" "${M17[@]}" --gpus 320 --global-batch-size 640 --topology "$tmp/o1.csv" $mode --fail-node sw2.0 &&
         { f=$(dp_s "$tmp/fs.$m"); within "$f" "$o1" 1.0 2.05 && ok "$m: spine sw2.0 failed: DP x$(ratio "$f" "$o1")" \
