@@ -133,6 +133,20 @@ out=$(cat "$tmp/stop.out")
 check_sh "SIGSTOP of rank 1 with --timeout 2: rank 0 names the wait, the job aborts ${el} s after the stop < ${BOUND_S} s" \
     '[ -n "$stopped" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && within "$el" && [[ "$out" == *"rank 0: no progress for"*"waiting in "*"--timeout 2.0 s"* ]]'
 
+# the same in --microbench: SIGSTOP rank 1 once the message sweep has begun (rank 0 printed its first
+# "messages of" line); rank 0 waits in a ping-pong or collective and its watchdog aborts the job
+mpmd -np 2 "$TRAINEXEC" --microbench "$tmp/mb-stop.csv" --timeout 2 --pid-file "$tmp/mbpid" >"$tmp/mbstop.out" 2>&1 &
+job=$!
+for _ in $(seq 1200); do grep -q "microbench: messages of" "$tmp/mbstop.out" 2>/dev/null && break; sleep 0.1; done
+stopped=$(cat "$tmp/mbpid.1" 2>/dev/null)
+t0=$EPOCHREALTIME
+[ -n "$stopped" ] && kill -STOP "$stopped"
+wait "$job"; rc=$?; el=$(since "$t0")
+[ -n "$stopped" ] && kill -KILL "$stopped" 2>/dev/null # only if mpirun left it behind
+out=$(cat "$tmp/mbstop.out")
+check_sh "--microbench, SIGSTOP of rank 1 in the message sweep with --timeout 2: rank 0's watchdog aborts ${el} s after the stop < ${BOUND_S} s, no CSV" \
+    '[ -n "$stopped" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && within "$el" && [[ "$out" == *"rank 0: no progress for"*"waiting in microbench "*"--timeout 2.0 s"* ]] && [ ! -e "$tmp/mb-stop.csv" ]'
+
 t0=$EPOCHREALTIME
 out=$(run 2 "$TRAINEXEC" $small --lr 10 --iterations 20 2>&1); rc=$?; el=$(since "$t0")
 check_sh "--lr 10: the loss stops being finite, the run stops naming iteration and rank, exit 1 in ${el} s < ${BOUND_S} s" \
