@@ -103,7 +103,7 @@ static bool param_count(const model_config *m, int64_t *out)
     return !o;
 }
 
-static int check_model(const model_config *m, ts_err *err)
+int config_check_model(const model_config *m, ts_err *err)
 {
     struct {
         const char *flag;
@@ -541,7 +541,7 @@ static int check_parallel(config *c, ts_err *err)
 int config_resolve(config *c, ts_err *err)
 {
     int rc;
-    if ((rc = check_model(&c->model, err)) || (rc = check_parallel(c, err)) || (rc = check_tp(c, err)))
+    if ((rc = config_check_model(&c->model, err)) || (rc = check_parallel(c, err)) || (rc = check_tp(c, err)))
         return rc;
     if (c->par.schedule < 0 || c->par.schedule >= SCHED_KIND_COUNT)
         return err_set(err, TS_EINVAL, "schedule kind %d is not valid", (int)c->par.schedule);

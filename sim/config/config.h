@@ -126,6 +126,13 @@ int config_pad_vocab(int vocab, int divisible_by, int t, int *padded, ts_err *er
  * few such terms, so 2^56 x 64 bytes stays inside CKD_MAX_BYTES = 2^62. */
 #define CONFIG_MAX_PARAMS ((int64_t)1 << 56)
 
+/* The model shape's own rules, the first part of config_resolve (which
+ * search applies to its shape too): every size >= 1, hidden size divisible
+ * by the heads (unless --kv-channels is given), query groups dividing the
+ * heads, the learned position table at least --seq-length long, at most
+ * CONFIG_MAX_PARAMS parameters. TS_EINVAL naming the flags. */
+int config_check_model(const model_config *m, ts_err *err);
+
 /* Head size d: kv_channels, or h / a when it is 0. */
 int config_head_size(const model_config *m);
 
