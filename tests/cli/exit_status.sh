@@ -63,6 +63,8 @@ check_sh "simulate: calibration out of range: FILE:LINE, column and range named"
 # 100000 layers of h = 2^24: the parameter count passes int64 (it used to reach the engine, exit 1)
 BIG=(--num-layers 100000 --hidden-size 16777216 --num-attention-heads 1 --seq-length 1 --ffn-hidden-size 67108864)
 status simulate "parameter count past int64" 2 "$T" simulate "${BIG[@]}" --micro-batch-size 1 --gpus 1
+check_sh "simulate: parameter count past int64: said so, naming the flags" \
+    'grep -q "more than 9.2e18 (past int64) parameters (--num-layers 100000, --hidden-size 16777216" "$tmp/out.txt"'
 status simulate "unreadable calibration" 1 "$T" simulate "${M[@]}" --calibration "$tmp/none.csv"
 status simulate "unwritable --csv" 1 "$T" simulate "${M[@]}" --csv "$nodir/x.csv"
 status simulate "unwritable --trace" 1 "$T" simulate "${M[@]}" --trace "$nodir/x.json"
@@ -97,7 +99,10 @@ status search "unreadable calibration" 1 "$T" search "${S[@]}" --calibration "$t
 status search "hidden size 100 not divisible by 3 heads" 2 "$T" search "${S[@]}" --hidden-size 100 --num-attention-heads 3
 check_sh "search: hidden size not divisible: the message names both flags" \
     'grep -q "hidden-size 100 is not divisible by --num-attention-heads 3" "$tmp/out.txt"'
-status search "parameter count past int64" 2 "$T" search "${S[@]}" "${BIG[@]}"
+# 100000 layers of h = 2^20 (search's largest): about 1.3e18 parameters, past the 2^56 bound
+status search "parameter count over 2^56" 2 "$T" search "${S[@]}" --num-layers 100000 --hidden-size 1048576 \
+    --num-attention-heads 1 --seq-length 1
+check_sh "search: parameter count over 2^56: said so" 'grep -q "parameters (--num-layers 100000.*at most 2^56" "$tmp/out.txt"'
 status search "unreadable topology" 1 "$T" search "${S[@]}" --topology "$tmp/none.csv"
 status search "unwritable --out" 1 "$T" search "${S[@]}" --out "$nodir/x.csv"
 status search "no layout fits: megatron-1t on 8 GPUs without model parallelism" 1 \
