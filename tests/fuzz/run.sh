@@ -16,6 +16,8 @@
 # inputs in the same order; a time-bounded run stops wherever the time ends,
 # and FUZZ_RUNS=N (-runs=N, the "runs" count printed) replays exactly the
 # first N inputs of a campaign. Each harness's line ends with that command.
+# Exact only with address-space randomisation off (below; said in the
+# first line).
 set -u
 cd "$(dirname "$0")/../.."
 FUZZ_BUILD=${FUZZ_BUILD:-build-fuzz}
@@ -27,6 +29,12 @@ FUZZ_RUNS=${FUZZ_RUNS:-}
 case $FUZZ_SEED in '' | *[!0-9]*) echo "run.sh: FUZZ_SEED must be a number (got '$FUZZ_SEED')" >&2; exit 2 ;; esac
 case $FUZZ_RUNS in *[!0-9]*) echo "run.sh: FUZZ_RUNS must be a number (got '$FUZZ_RUNS')" >&2; exit 2 ;; esac
 . tests/fuzz/seeds.sh
+# Address-space randomisation off where the system allows it (setarch -R):
+# libFuzzer takes the operands of the code's comparisons, pointers included,
+# as mutation material, so with random addresses the same seed does not
+# give the same inputs (fuzz_mscript diverged within 3000 inputs).
+FUZZ_NORAND=
+if setarch "$(uname -m)" -R true 2>/dev/null; then FUZZ_NORAND="setarch $(uname -m) -R"; fi
 # The shipped catalogues (GPUs, Megatron-LM flags) wherever the binaries are.
 export TRAINSIM_DATA_DIR="$PWD/topologies"
 work=$(mktemp -d)
@@ -39,7 +47,9 @@ run_one() { # $1 harness name: fuzz the copy of its corpus, log to $work/NAME.lo
     local f
     while IFS= read -r f; do cp "$f" "$corpus/$(echo "$f" | tr / _)"; done < <(fuzz_seed_files "$target")
     # Every 10 s the status line; -print_final_stats for the run count.
-    "$FUZZ_BUILD/$name" "$corpus" -seed="$FUZZ_SEED" ${FUZZ_RUNS:+-runs="$FUZZ_RUNS"} \
+    # -reload=0: one process per harness, and the periodic (timed) re-read of
+    # the corpus directory would make the inputs differ from run to run
+    $FUZZ_NORAND "$FUZZ_BUILD/$name" "$corpus" -seed="$FUZZ_SEED" ${FUZZ_RUNS:+-runs="$FUZZ_RUNS"} -reload=0 \
         -max_total_time="$FUZZ_SECONDS" -timeout=10 -rss_limit_mb=2048 \
         -max_len=4096 -print_final_stats=1 -artifact_prefix="$crashes/" >"$work/$name.log" 2>&1
     echo $? >"$work/$name.rc"
@@ -55,9 +65,9 @@ run_one() { # $1 harness name: fuzz the copy of its corpus, log to $work/NAME.lo
     fi
 }
 export -f run_one fuzz_seed_files fuzz_repo_seed_files
-export FUZZ_BUILD FUZZ_SECONDS FUZZ_UPDATE FUZZ_SEED FUZZ_RUNS work
+export FUZZ_BUILD FUZZ_SECONDS FUZZ_UPDATE FUZZ_SEED FUZZ_RUNS FUZZ_NORAND work
 
-echo "== fuzzing: ${FUZZ_SECONDS} s per harness${FUZZ_RUNS:+ or $FUZZ_RUNS inputs}, $FUZZ_JOBS at a time ($# harnesses), seed $FUZZ_SEED"
+echo "== fuzzing: ${FUZZ_SECONDS} s per harness${FUZZ_RUNS:+ or $FUZZ_RUNS inputs}, $FUZZ_JOBS at a time ($# harnesses), seed $FUZZ_SEED, fixed addresses: $([ -n "$FUZZ_NORAND" ] && echo yes || echo "no (setarch -R refused: not exactly reproducible)")"
 printf '%s\n' "$@" | xargs -P "$FUZZ_JOBS" -I{} bash -c 'run_one {}'
 
 failed=0
