@@ -555,6 +555,7 @@ int cmd_search(int argc, char **argv)
     if (a.script && (rc = script_model(&a, &sm, script_gpu, sizeof script_gpu, rank != 0, &err)))
         goto out;
     search_space s;
+    memset(&s, 0, sizeof s); /* every field set by build_space on success; zero for the analyzer */
     if ((rc = build_space(&a, a.script ? &sm : NULL, &s, &tp, &err)))
         goto out;
     if (a.calibration && (rc = check_calibration(&s, a.calibration, &err)))
