@@ -18,6 +18,8 @@
 #                     prints runs, cov/ft and crashes per harness, fails on a
 #                     crash with the reproducer's path (docs/fuzzing.md)
 #   make fuzz-ci      the short campaign CI runs: 30 s per harness
+#                     (libFuzzer's seed FUZZ_SEED, default 1, printed;
+#                     FUZZ_RUNS=N replays exactly N inputs: docs/fuzzing.md)
 #   make help         this list
 #   make clean        remove build/, build-san/ and build-fuzz/
 #
@@ -223,6 +225,7 @@ FUZZ_CC      ?= $(shell command -v clang-14 2>/dev/null || command -v clang 2>/d
 FUZZ_BUILD   := build-fuzz
 FUZZ_SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 FUZZ_SECONDS ?= 60
+FUZZ_SEED    ?= 1
 FUZZ_BIN     := $(addprefix $(FUZZ_BUILD)/,$(FUZZ_NAMES))
 .PHONY: fuzz fuzz-ci fuzz-build
 fuzz-build:
@@ -231,7 +234,8 @@ fuzz-build:
 $(FUZZ_BIN): $(FUZZ_BUILD)/%: tests/fuzz/%.c $(wildcard tests/fuzz/*.h) $(FUZZ_BUILD)/libtrainsim.a
 	$(FUZZ_CC) $(CPPFLAGS) $(CSTD) $(WARN) -O1 -g $(FUZZ_SAN) -fsanitize=fuzzer $< $(FUZZ_BUILD)/libtrainsim.a $(LIBS_SIM) -o $@
 fuzz: fuzz-build
-	@FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_UPDATE=$(FUZZ_UPDATE) FUZZ_BUILD=$(FUZZ_BUILD) bash tests/fuzz/run.sh $(FUZZ_NAMES)
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_UPDATE=$(FUZZ_UPDATE) FUZZ_BUILD=$(FUZZ_BUILD) FUZZ_SEED=$(FUZZ_SEED) \
+	  FUZZ_RUNS=$(FUZZ_RUNS) bash tests/fuzz/run.sh $(FUZZ_NAMES)
 fuzz-ci:
 	$(MAKE) fuzz FUZZ_SECONDS=30
 

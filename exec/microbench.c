@@ -8,6 +8,7 @@
 #include "exec/cpu/backend_cpu.h"
 #include "exec/cpu/kern.h"
 #include "exec/runtime.h"
+#include "exec/watchdog.h"
 #include "sim/util/afile.h"
 #include "sim/util/csvio.h"
 
@@ -254,11 +255,14 @@ static int bench_msgs(MPI_Comm world, sink *s, FILE *progress, ts_err *err)
         int n = (int)(bytes / sizeof(float));
         for (int r = 0; r < REPS; r++) {
             if (size >= 2) {
+                wd_wait_begin("microbench barrier");
                 MPI_Barrier(world);
+                wd_wait_end();
                 int iters = 0;
                 int64_t t0 = rt_now_ns(), el = 0;
                 int more = 1;
                 while (more) {
+                    wd_wait_begin("microbench p2p send/receive");
                     if (rank == 0) {
                         MPI_Send(buf, n, MPI_FLOAT, 1, 7, world);
                         MPI_Recv(buf2, n, MPI_FLOAT, 1, 7, world, MPI_STATUS_IGNORE);
@@ -266,22 +270,31 @@ static int bench_msgs(MPI_Comm world, sink *s, FILE *progress, ts_err *err)
                         MPI_Recv(buf2, n, MPI_FLOAT, 0, 7, world, MPI_STATUS_IGNORE);
                         MPI_Send(buf, n, MPI_FLOAT, 0, 7, world);
                     }
+                    wd_wait_end();
                     iters++;
                     el = rt_now_ns() - t0;
                     more = el < MSG_SAMPLE_NS;
+                    wd_wait_begin("microbench broadcast");
                     MPI_Bcast(&more, 1, MPI_INT, 0, world);
+                    wd_wait_end();
                 }
                 put_row(s, "p2p", "sendrecv", 0, 0, 0, (int64_t)bytes, 2, r, (double)el / iters / 2.0);
             }
+            wd_wait_begin("microbench barrier");
             MPI_Barrier(world);
+            wd_wait_end();
             int iters = 0, more = 1;
             int64_t t0 = rt_now_ns(), el = 0;
             while (more) {
+                wd_wait_begin("microbench all-reduce");
                 MPI_Allreduce(MPI_IN_PLACE, buf, n, MPI_FLOAT, MPI_SUM, world);
+                wd_wait_end();
                 iters++;
                 el = rt_now_ns() - t0;
                 more = el < MSG_SAMPLE_NS;
+                wd_wait_begin("microbench broadcast");
                 MPI_Bcast(&more, 1, MPI_INT, 0, world);
+                wd_wait_end();
             }
             put_row(s, "allreduce", "allreduce", 0, 0, 0, (int64_t)bytes, size, r, (double)el / iters);
         }
@@ -309,7 +322,10 @@ int microbench_run(MPI_Comm world, const char *path, int threads, FILE *progress
     if (!rc && rank == 0)
         rc = afile_open(&a, path, err);
     int anyrc = rc;
+    wd_action("microbench start-up", -1, -1);
+    wd_wait_begin("microbench start-up agreement");
     MPI_Allreduce(MPI_IN_PLACE, &anyrc, 1, MPI_INT, MPI_MIN, world);
+    wd_wait_end();
     if (anyrc) {
         if (be)
             be->destroy(be);
@@ -323,11 +339,20 @@ int microbench_run(MPI_Comm world, const char *path, int threads, FILE *progress
         else
             fputs("kind,name,dtype,m,n,k,batch,bytes,ranks,rep,time_ns\n", s.f);
     }
+    wd_action("microbench GEMMs and memory kernels", -1, -1);
     if (!rc)
         rc = bench_gemms(be, &s, progress, err);
     if (!rc)
         rc = bench_mem(be, &s, progress, err);
-    MPI_Barrier(world);
+    /* the message sweep is collective: every rank runs it, or none does (a
+     * rank that failed above would otherwise leave its peers waiting) */
+    int msgrc = rc;
+    wd_action("microbench messages", -1, -1);
+    wd_wait_begin("microbench agreement before the messages");
+    MPI_Allreduce(MPI_IN_PLACE, &msgrc, 1, MPI_INT, MPI_MIN, world);
+    wd_wait_end();
+    if (!rc && msgrc)
+        rc = err_set(err, TS_EIO, "microbench: another rank failed in the GEMM or memory sweep");
     if (!rc)
         rc = bench_msgs(world, &s, progress, err);
     if (s.f) { /* a memory stream: a write or the last flush can run out of memory */

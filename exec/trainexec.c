@@ -328,6 +328,15 @@ static void add_help_hint(ts_err *e)
     snprintf(e->msg + n, sizeof e->msg - n, " (trainexec --help)");
 }
 
+/* The exit status of a start-up error, as trainsim's (README's table): 1
+ * for a file that cannot be read or written (TS_EIO) or no memory, 2 for
+ * anything else (a bad flag or value, a malformed file, a layout or flag
+ * combination this build or mode cannot run). */
+static int start_status(int rc)
+{
+    return rc == TS_EIO || rc == TS_ENOMEM || rc == TS_ESTATE ? 1 : 2;
+}
+
 /* FNV-1a, 64 bits, of n bytes continuing from h (start: FNV_OFFSET). */
 #define FNV_OFFSET 14695981039346656037ULL
 static uint64_t fnv1a(uint64_t h, const void *p, size_t n)
@@ -432,7 +441,8 @@ static int check_backend(const args *a, ts_err *err)
 
 /* Parse the command line into x->a and, unless --microbench, x->c (resolved
  * and within what the executor runs). GO_ON; 0 after --help; 1 out of
- * memory; 2 for a bad command line (x->err says why; agree_start prints). */
+ * memory or an input file that cannot be read (--topology, --megatron-script);
+ * 2 for a bad command line (x->err says why; agree_start prints). */
 static int parse_command_line(run *x, int argc, char **argv)
 {
     char gpus_arg[32];
@@ -480,8 +490,9 @@ static int parse_command_line(run *x, int argc, char **argv)
     if (!rc && !x->a.microbench)
         rc = exec_supports(&x->c, &x->err);
     if (rc) {
-        add_help_hint(&x->err);
-        code = 2;
+        code = start_status(rc);
+        if (code == 2)
+            add_help_hint(&x->err);
     }
 done:
     opt_table_free(&t);
@@ -547,8 +558,8 @@ static int resolve_config(run *x)
 }
 
 /* x->s: the schedule generated for the layout or read from --schedule-csv;
- * GO_ON, or 2 for a shape or schedule the run cannot take (x->err says
- * why). */
+ * GO_ON, 2 for a shape or schedule the run cannot take, 1 for a
+ * --schedule-csv that cannot be read (x->err says why). */
 static int build_schedule(run *x)
 {
     int rc = gpt_dims_check(&x->o.dims, x->par.tp, x->o.sp, &x->err);
@@ -557,8 +568,9 @@ static int build_schedule(run *x)
                                : make_sched_of(&x->par, &x->mod, &x->s, &x->err);
     if (!rc)
         return GO_ON;
-    add_help_hint(&x->err);
-    return 2;
+    if (start_status(rc) == 2)
+        add_help_hint(&x->err);
+    return start_status(rc);
 }
 
 /* This rank's backend in x->be (--backend cuda: the GPU of its index on
@@ -745,6 +757,18 @@ static int write_pid_file(run *x)
     err_set(&x->err, TS_EIO, "--pid-file %s: cannot write %s (does its directory exist and is it writable?)",
             x->a.pid_file, path);
     return 1;
+}
+
+/* Rank 0, which writes every output: the output paths can be written,
+ * checked before the run (afile_check_writable). GO_ON, or 1 with x->err. */
+static int check_outputs(run *x)
+{
+    const char *flag[] = {"--trace", "--ops-csv", "--report-csv", "--microbench"};
+    const char *path[] = {x->a.trace, x->a.ops_csv, x->a.report_csv, x->a.microbench};
+    for (int i = 0; i < 4 && x->rank == 0; i++)
+        if (path[i] && afile_check_writable(path[i], flag[i], &x->err) != TS_OK)
+            return 1;
+    return GO_ON;
 }
 
 /* Rank 0: one line saying what runs where. */
@@ -988,7 +1012,9 @@ int main(int argc, char **argv)
      * rank that failed would never reach it), then all agree */
     int code = parse_command_line(&x, argc, argv);
     if (code == GO_ON && x.a.pid_file && write_pid_file(&x))
-        code = 2;
+        code = 1;
+    if (code == GO_ON)
+        code = check_outputs(&x);
     if (code == GO_ON && !x.a.microbench)
         code = resolve_config(&x);
     if (code == GO_ON && x.a.inf.inference)

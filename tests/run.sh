@@ -7,8 +7,9 @@
 #   mpi:  build/tests/mpi/test_* under mpirun; the source's "mpirun-np: K" line gives K
 #   gpu:  build/tests/gpu/test_* where a GPU answers; otherwise reported as skipped
 #   fuzz: build/tests/fuzz/fuzz_* (the fuzz harnesses with tests/fuzz/replay.c)
-#         on every input under tests/fuzz/regressions/<target>/ and
-#         tests/fuzz/corpus/<target>/: a crash found once stays fixed
+#         on every input under tests/fuzz/regressions/<target>/ and its seeds
+#         (tests/fuzz/corpus/<target>/ and the repository files
+#         tests/fuzz/seeds.txt names): a crash found once stays fixed
 set -u
 BUILD=${BUILD:-build}
 export BUILD TRAINSIM="$PWD/$BUILD/trainsim" TRAINEXEC="$PWD/$BUILD/trainexec"
@@ -115,13 +116,14 @@ else
 fi
 
 echo "== fuzz regressions and seed corpora (tests/fuzz, replayed without libFuzzer)"
+. tests/fuzz/seeds.sh
 for t in "$BUILD"/tests/fuzz/fuzz_*; do
     [ -x "$t" ] || continue
     name=$(basename "$t"); target=${name#fuzz_}; log="$logdir/fuzz-$name.log"
     files=()
-    for d in "tests/fuzz/regressions/$target" "tests/fuzz/corpus/$target"; do
-        [ -d "$d" ] && while IFS= read -r f; do files+=("$f"); done < <(find "$d" -type f | sort)
-    done
+    [ -d "tests/fuzz/regressions/$target" ] &&
+        while IFS= read -r f; do files+=("$f"); done < <(find "tests/fuzz/regressions/$target" -type f | sort)
+    while IFS= read -r f; do files+=("$f"); done < <(fuzz_seed_files "$target") # tests/fuzz/seeds.sh
     TRAINSIM_DATA_DIR="$PWD/topologies" timeout 600 "$t" "${files[@]}" >"$log" 2>&1; rc=$?
     before=$fail; count_plain "$name" "$log" $rc
     printf '  %-32s %s\n' "$name" "$(grep -E '[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)"

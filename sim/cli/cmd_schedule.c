@@ -14,6 +14,7 @@
 #include "sim/sched/sched_print.h"
 #include "sim/sched/sched_time.h"
 #include "sim/sched/sched_validate.h"
+#include "sim/util/afile.h"
 #include "sim/util/opt.h"
 
 static const char *const SCHEDULE_NAMES[] = {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", NULL};
@@ -368,6 +369,10 @@ int cmd_schedule(int argc, char **argv)
     }
     bool timed = opt_was_set(&t, "--time-f") || opt_was_set(&t, "--time-b") || opt_was_set(&t, "--time-w") ||
                  opt_was_set(&t, "--time-comm");
+    /* --export's path is checked before the schedule is built (minutes for
+     * the largest ones) and printed, so an unwritable path fails at once. */
+    if (a.export_path && (rc = afile_check_writable(a.export_path, "--export", &err)) != TS_OK)
+        goto finish;
     if (timed && a.tf + a.tb + a.tw <= 0) {
         rc = err_set(&err, TS_EINVAL, "--time-f, --time-b and --time-w are all 0; give at least one op time > 0 ms");
         goto finish;

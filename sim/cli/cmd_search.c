@@ -15,6 +15,7 @@
 #include "sim/config/overheads.h"
 #include "sim/config/topo.h"
 #include "sim/core/simulate.h"
+#include "sim/model/calib.h"
 #include "sim/search/search.h"
 #include "sim/search/search_eval.h"
 #include "sim/search/search_out.h"
@@ -391,6 +392,15 @@ static int build_space(const search_args *a, const model_config *base, search_sp
         m.seq_length = a->seq;
     if (a->vocab)
         m.padded_vocab_size = a->vocab;
+    /* derived as flags_finish derives them (Megatron-LM's rules): the head
+     * size h / a, the learned position table of --seq-length rows */
+    if (a->hidden || a->heads)
+        m.kv_channels = m.hidden_size % m.num_attention_heads == 0 ? m.hidden_size / m.num_attention_heads : 0;
+    if (a->seq)
+        m.max_position_embeddings = m.seq_length;
+    /* the shape rules simulate applies (hidden size divisible by the heads, ...) */
+    if ((rc = config_check_model(&m, err)))
+        return rc;
     cluster_config cl;
     memset(&cl, 0, sizeof cl);
     cl.gpus = a->gpus ? a->gpus : preset.gpus;
@@ -435,6 +445,30 @@ static int build_space(const search_args *a, const model_config *base, search_sp
     }
     *topo_out = t;
     return TS_OK;
+}
+
+/* --calibration read and fitted once, before the search, as every
+ * candidate's simulation would (simulate.c), so a malformed file (2) or an
+ * unreadable one (1) is the search's error and not every candidate's. */
+static int check_calibration(const search_space *s, const char *path, ts_err *err)
+{
+    const gpu_spec *gpu = &s->cluster.gpu;
+    cost_params cp;
+    commcost_params link;
+    calib_set set = {0, NULL};
+    int rc;
+    if (!gpu->calibrated_only) {
+        if ((rc = calib_load_params(path, gpu, s->model.precision, &cp, err)))
+            err_prefix(err, "--calibration: ");
+        return rc;
+    }
+    if ((rc = calib_read(path, &set, err)))
+        return err_prefix(err, "--calibration: ");
+    rc = calib_device_params(&set, gpu, s->model.precision, &cp, &link, err);
+    calib_free(&set);
+    if (rc)
+        err_prefix(err, "--calibration %s: ", path);
+    return rc;
 }
 
 static void print_counts(const search_set *set, double enum_s, double eval_s, FILE *f)
@@ -524,7 +558,10 @@ int cmd_search(int argc, char **argv)
     if (a.script && (rc = script_model(&a, &sm, script_gpu, sizeof script_gpu, rank != 0, &err)))
         goto out;
     search_space s;
+    memset(&s, 0, sizeof s); /* every field set by build_space on success; zero for the analyzer */
     if ((rc = build_space(&a, a.script ? &sm : NULL, &s, &tp, &err)))
+        goto out;
+    if (a.calibration && (rc = check_calibration(&s, a.calibration, &err)))
         goto out;
     double t0 = now_s();
     if ((rc = search_enumerate(&s, &set, &err)))

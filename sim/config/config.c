@@ -6,6 +6,7 @@
 
 #include "sim/config/overheads.h"
 #include "sim/config/topo.h"
+#include "sim/util/ckd.h"
 
 const char *const CONFIG_RECOMPUTE_NAMES[] = {"none", "selective", "full", NULL};
 const char *const CONFIG_RECOMPUTE_METHOD_NAMES[] = {"uniform", "block", NULL};
@@ -82,7 +83,27 @@ static void nearby(long x, long d, char *buf, size_t cap)
         snprintf(buf, cap, "%ld", hi);
 }
 
-static int check_model(const model_config *m, ts_err *err)
+/* The parameter count of flops_param_count (untied output weight and biases
+ * counted whether or not the model has them: an upper bound), with checked
+ * arithmetic: false when it passes int64, else *out. */
+static bool param_count(const model_config *m, int64_t *out)
+{
+    int64_t h = m->hidden_size, d = config_head_size(m), V = m->padded_vocab_size;
+    int64_t pos = m->max_position_embeddings > m->seq_length ? m->max_position_embeddings : m->seq_length;
+    int64_t ffn = (m->swiglu ? 2 : 1) * (int64_t)m->ffn_hidden_size, ad, gd, qkv, t1, t2, t3, layer, all, emb;
+    bool o = ckd_mul_i64(&ad, m->num_attention_heads, d) || ckd_mul_i64(&gd, 2 * (int64_t)m->num_query_groups, d) ||
+             ckd_add_i64(&qkv, ad, gd) || ckd_mul_i64(&t1, h + 1, qkv) ||  /* QKV weight and bias */
+             ckd_mul_i64(&t2, ad + 1, h) ||                                /* projection weight and bias */
+             ckd_mul_i64(&t3, h + 1, ffn + (int64_t)m->ffn_hidden_size) || /* FC1 and FC2, weights and biases */
+             ckd_add_i64(&layer, t1, t2) || ckd_add_i64(&layer, layer, t3) || ckd_add_i64(&layer, layer, 4 * h) ||
+             ckd_mul_i64(&all, m->num_layers, layer) || ckd_add_i64(&emb, 2 * V, pos) || /* word, output, position */
+             ckd_mul_i64(&emb, emb, h) || ckd_add_i64(&all, all, emb) || ckd_add_i64(&all, all, 2 * h);
+    if (!o)
+        *out = all;
+    return !o;
+}
+
+int config_check_model(const model_config *m, ts_err *err)
 {
     struct {
         const char *flag;
@@ -122,6 +143,21 @@ static int check_model(const model_config *m, ts_err *err)
                        "--num-query-groups %d does not divide --num-attention-heads %d (valid: %s; equal to the "
                        "head count means no grouped-query attention)",
                        m->num_query_groups, m->num_attention_heads, buf);
+    }
+    int64_t params = 0;
+    bool fits = param_count(m, &params);
+    if (!fits || params > CONFIG_MAX_PARAMS) {
+        char count[64];
+        if (fits)
+            snprintf(count, sizeof count, "%lld", (long long)params);
+        else
+            snprintf(count, sizeof count, "more than 9.2e18 (past int64)");
+        return err_set(err, TS_EINVAL,
+                       "the model has %s parameters (--num-layers %d, --hidden-size %d, --ffn-hidden-size %d, "
+                       "--padded-vocab-size %d, %d heads of %d): at most 2^56 = %lld are accepted, so that every "
+                       "size in bytes stays inside int64; make the shape smaller",
+                       count, m->num_layers, m->hidden_size, m->ffn_hidden_size, m->padded_vocab_size,
+                       m->num_attention_heads, config_head_size(m), (long long)CONFIG_MAX_PARAMS);
     }
     return TS_OK;
 }
@@ -505,7 +541,7 @@ static int check_parallel(config *c, ts_err *err)
 int config_resolve(config *c, ts_err *err)
 {
     int rc;
-    if ((rc = check_model(&c->model, err)) || (rc = check_parallel(c, err)) || (rc = check_tp(c, err)))
+    if ((rc = config_check_model(&c->model, err)) || (rc = check_parallel(c, err)) || (rc = check_tp(c, err)))
         return rc;
     if (c->par.schedule < 0 || c->par.schedule >= SCHED_KIND_COUNT)
         return err_set(err, TS_EINVAL, "schedule kind %d is not valid", (int)c->par.schedule);

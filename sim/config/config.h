@@ -119,6 +119,20 @@ extern const char *const CONFIG_POSITION_NAMES[];
  * passes INT_MAX. */
 int config_pad_vocab(int vocab, int divisible_by, int t, int *padded, ts_err *err);
 
+/* The most parameters a model may have: 2^56 (7.2e16, about 40 000 times
+ * the largest published dense model, GPT-4-class 1.8e12). The memory model
+ * multiplies a parameter count by at most 20 bytes (bf16 weights and
+ * gradients, fp32 master weights and gradients, two Adam moments) and adds a
+ * few such terms, so 2^56 x 64 bytes stays inside CKD_MAX_BYTES = 2^62. */
+#define CONFIG_MAX_PARAMS ((int64_t)1 << 56)
+
+/* The model shape's own rules, the first part of config_resolve (which
+ * search applies to its shape too): every size >= 1, hidden size divisible
+ * by the heads (unless --kv-channels is given), query groups dividing the
+ * heads, the learned position table at least --seq-length long, at most
+ * CONFIG_MAX_PARAMS parameters. TS_EINVAL naming the flags. */
+int config_check_model(const model_config *m, ts_err *err);
+
 /* Head size d: kv_channels, or h / a when it is 0. */
 int config_head_size(const model_config *m);
 
@@ -130,7 +144,9 @@ int config_head_size(const model_config *m);
  * --num-layers and the schedule when it was given as a layout string),
  * par.sequence_parallel turned off at tp 1 (as Megatron-LM: a no-op with
  * one tensor-parallel rank), cluster.overheads' fields left at
- * OVERHEADS_DEFAULT (from the GPU kind: overheads_resolve). TS_EINVAL with a message that names
+ * OVERHEADS_DEFAULT (from the GPU kind: overheads_resolve). A model of more
+ * than CONFIG_MAX_PARAMS parameters (counted with checked arithmetic, as
+ * flops_param_count counts them) is refused. TS_EINVAL with a message that names
  * the flag(s) and what would be valid; c may then be partly resolved. */
 int config_resolve(config *c, ts_err *err);
 

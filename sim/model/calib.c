@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/config/catalog.h"
 #include "sim/util/afile.h"
 #include "sim/util/csvio.h"
 
@@ -99,23 +100,37 @@ static int parse_row(const csvio_table *t, size_t i, calib_row *r, ts_err *err)
     else
         return csvio_errf(t, i, "dtype", err, "'%s' (expected bf16, fp16 or fp32)", s);
     if (r->op == CALIB_P2P || r->op == CALIB_ALLREDUCE) {
-        if ((rc = csvio_get_int(t, i, "ranks", 2, 1 << 20, &r->ranks, err)) ||
-            (rc = csvio_get_double(t, i, "alpha_ns", 0, 1e15, &r->alpha_ns, err)) ||
-            (rc = csvio_get_positive(t, i, "gbps", &r->gbps, err)))
+        if ((rc = csvio_get_int(t, i, "ranks", 2, CALIB_MAX_RANKS, &r->ranks, err)) ||
+            (rc = csvio_get_double(t, i, "alpha_ns", 0, CALIB_MAX_TIME_NS, &r->alpha_ns, err)) ||
+            (rc = csvio_get_double(t, i, "gbps", CATALOG_MIN_GBPS, CATALOG_MAX_GBPS, &r->gbps, err)))
             return rc;
         return TS_OK;
     }
-    if ((rc = csvio_get_double(t, i, "time_ns", 1e-3, 1e15, &r->time_ns, err)))
+    if ((rc = csvio_get_double(t, i, "time_ns", CALIB_MIN_TIME_NS, CALIB_MAX_TIME_NS, &r->time_ns, err)))
         return rc;
     if (r->op == CALIB_GEMM) {
-        if ((rc = csvio_get_int64(t, i, "m", 1, INT64_C(1) << 40, &r->m, err)) ||
-            (rc = csvio_get_int64(t, i, "n", 1, INT64_C(1) << 40, &r->n, err)) ||
-            (rc = csvio_get_int64(t, i, "k", 1, INT64_C(1) << 40, &r->k, err)) ||
-            (rc = csvio_get_int64(t, i, "batch", 1, INT64_C(1) << 40, &r->batch, err)))
+        if ((rc = csvio_get_int64(t, i, "m", 1, CALIB_MAX_DIM, &r->m, err)) ||
+            (rc = csvio_get_int64(t, i, "n", 1, CALIB_MAX_DIM, &r->n, err)) ||
+            (rc = csvio_get_int64(t, i, "k", 1, CALIB_MAX_DIM, &r->k, err)) ||
+            (rc = csvio_get_int64(t, i, "batch", 1, CALIB_MAX_DIM, &r->batch, err)))
             return rc;
+        /* Dimensions <= 2^24 keep the FLOP count (< 2^98) a finite double. */
+        double tflops = 2.0 * (double)r->m * (double)r->n * (double)r->k * (double)r->batch / r->time_ns / 1e3;
+        if (tflops > CATALOG_MAX_TFLOPS)
+            return csvio_errf(t, i, "time_ns", err,
+                              "%g ns for a %lld x %lld x %lld (batch %lld) GEMM is %g TFLOP/s, faster than "
+                              "any GPU (the catalogue's range is (0, %g] TFLOP/s): a measurement error",
+                              r->time_ns, (long long)r->m, (long long)r->n, (long long)r->k, (long long)r->batch,
+                              tflops, CATALOG_MAX_TFLOPS);
     } else if (r->op == CALIB_MEMORY) {
-        if ((rc = csvio_get_int64(t, i, "bytes", 1, INT64_C(1) << 50, &r->bytes, err)))
+        if ((rc = csvio_get_int64(t, i, "bytes", 1, CALIB_MAX_BYTES, &r->bytes, err)))
             return rc;
+        double gbps = (double)r->bytes / r->time_ns;
+        if (gbps > CATALOG_MAX_GBPS)
+            return csvio_errf(t, i, "time_ns", err,
+                              "%g ns for %lld bytes is %g GB/s, faster than any memory (the catalogue's "
+                              "range is [%g, %g] GB/s): a measurement error",
+                              r->time_ns, (long long)r->bytes, gbps, CATALOG_MIN_GBPS, CATALOG_MAX_GBPS);
         const char *kn = csvio_cell(t, i, "kernel");
         if (kn[0] && cost_mem_kind_from_name(kn) < 0)
             return csvio_errf(t, i, "kernel", err,

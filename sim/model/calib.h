@@ -69,6 +69,27 @@
 #include "sim/model/cost.h"
 #include "sim/util/err.h"
 
+/* Ranges calib_read accepts; a value outside them is refused with FILE:LINE,
+ * the column and the range. They are wide enough for any measurement of one
+ * GPU and keep every derived quantity (FLOP counts, rates, fitted
+ * efficiencies, cost times in int64 ns) finite:
+ *   time_ns, alpha_ns  [1e-3, 1e12] ns (alpha_ns from 0): no kernel or
+ *                      collective step of a calibration run takes 1000 s
+ *   m, n, k, batch     [1, 2^24]: above every GEMM dimension of the models of
+ *                      topologies/models.csv (vocabularies and micro-batch
+ *                      tokens are below 2^20), and 2*m*n*k*batch < 2^98
+ *   bytes              [1, 2^50] (1 PiB, 10 000 times the largest HBM)
+ *   ranks              [2, 2^20]
+ *   gbps               [CATALOG_MIN_GBPS, CATALOG_MAX_GBPS] GB/s (catalog.h)
+ * and a row's achieved rate (2*m*n*k*batch / time_ns, bytes / time_ns) must
+ * not exceed CATALOG_MAX_TFLOPS TFLOP/s or CATALOG_MAX_GBPS GB/s, the
+ * catalogue's bounds for any GPU: a faster row is a measurement error. */
+#define CALIB_MIN_TIME_NS 1e-3
+#define CALIB_MAX_TIME_NS 1e12
+#define CALIB_MAX_DIM     (INT64_C(1) << 24)
+#define CALIB_MAX_BYTES   (INT64_C(1) << 50)
+#define CALIB_MAX_RANKS   (1L << 20)
+
 typedef enum { CALIB_GEMM = 0, CALIB_MEMORY, CALIB_LAUNCH, CALIB_P2P, CALIB_ALLREDUCE } calib_op;
 
 typedef struct {
@@ -89,7 +110,8 @@ typedef struct {
 } calib_set;
 
 /* Read path. TS_EIO if unreadable; TS_EINVAL with "FILE:LINE: column 'x':
- * ..." for a bad cell (unknown op/dtype, missing dims, non-positive time). */
+ * ..." for a bad cell (unknown op/dtype, missing dims, a value outside the
+ * ranges above, NaN or infinity, an achieved rate above the catalogue's). */
 int calib_read(const char *path, calib_set *out, ts_err *err);
 
 /* Write set to path atomically (temporary file, then rename). */

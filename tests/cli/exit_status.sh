@@ -2,8 +2,10 @@
 # The exit statuses of the README's table, one case of each status every
 # command can produce: 0 success; 2 bad input (unknown flag, value out of
 # range, inconsistent layout, malformed CSV: topology, calibration, schedule
-# import, calibration samples, sweep input); 1 failure (an input file that
-# cannot be read, an output that cannot be written, search: no layout fits);
+# import, calibration samples, sweep input; a calibration value out of its
+# range; a model of more than 2^56 parameters); 1 failure (an input file that
+# cannot be read, an output that cannot be written, checked before the work,
+# search: no layout fits);
 # 3 simulate: the run does not fit in memory. trainexec runs under mpirun
 # when it was built. Every check names the command, the case, the status
 # expected and the status got. Ends with "N passed, N failed".
@@ -30,6 +32,7 @@ status() {
 topo_header="nodes,gpus_per_node,gpu,intra_node_gbps,intra_node_latency_us,nics_per_node,nic_gbps,nic_latency_us,fabric,levels,oversubscription,switch_latency_us,switch_ports,pods,pod_oversubscription"
 printf '%s\n1,8,H100-SXM5-80GB,450,0.6,8,abc,0.6,rail-optimized,3,1,0.13,64,,\n' "$topo_header" >"$tmp/bad-topo.csv"
 printf 'gpu,dtype,op\n"CPU,fp32\n' >"$tmp/bad-calib.csv"          # a quoted cell never closed
+printf 'gpu,op,dtype,ranks,alpha_ns,gbps,time_ns\nCPU,p2p,fp32,2,5,1e300,\n' >"$tmp/range-calib.csv" # gbps past 1e6
 printf '0F0,0B0\n1F0,1X0\n' >"$tmp/bad-sched.csv"                 # unknown action kind
 printf '0F0,0SEND_F0,0F1,0SEND_F1,0RECV_B0,0B0,0RECV_B1,0B1\n1RECV_F0,1F0,1B0,1SEND_B0,1RECV_F1,1F1,1B1,1SEND_B1\n' \
     >"$tmp/deadlock-sched.csv"                                    # parses, does not validate
@@ -54,6 +57,14 @@ status simulate "inconsistent layout: --gpus 8 != 2 x 2 x 3" 2 "$T" simulate "${
 status simulate "malformed topology CSV" 2 "$T" simulate "${M[@]}" --topology "$tmp/bad-topo.csv"
 status simulate "malformed calibration CSV" 2 "$T" simulate "${M[@]}" --calibration "$tmp/bad-calib.csv"
 status simulate "unreadable topology" 1 "$T" simulate "${M[@]}" --topology "$tmp/none.csv"
+status simulate "calibration value out of range: gbps 1e300" 2 "$T" simulate "${M[@]}" --calibration "$tmp/range-calib.csv"
+check_sh "simulate: calibration out of range: FILE:LINE, column and range named" \
+    'grep -q "range-calib.csv:2: column .gbps.: 1e300 is out of range (expected a number in \[0.001, 1e+06\])" "$tmp/out.txt"'
+# 100000 layers of h = 2^24: the parameter count passes int64 (it used to reach the engine, exit 1)
+BIG=(--num-layers 100000 --hidden-size 16777216 --num-attention-heads 1 --seq-length 1 --ffn-hidden-size 67108864)
+status simulate "parameter count past int64" 2 "$T" simulate "${BIG[@]}" --micro-batch-size 1 --gpus 1
+check_sh "simulate: parameter count past int64: said so, naming the flags" \
+    'grep -q "more than 9.2e18 (past int64) parameters (--num-layers 100000, --hidden-size 16777216" "$tmp/out.txt"'
 status simulate "unreadable calibration" 1 "$T" simulate "${M[@]}" --calibration "$tmp/none.csv"
 status simulate "unwritable --csv" 1 "$T" simulate "${M[@]}" --csv "$nodir/x.csv"
 status simulate "unwritable --trace" 1 "$T" simulate "${M[@]}" --trace "$nodir/x.json"
@@ -71,6 +82,8 @@ status schedule "--import of a malformed CSV" 2 "$T" schedule --import "$tmp/bad
 status schedule "--import of a schedule that deadlocks" 2 "$T" schedule --import "$tmp/deadlock-sched.csv"
 status schedule "--import of an unreadable file" 1 "$T" schedule --import "$tmp/none.csv"
 status schedule "unwritable --export" 1 "$T" schedule -p 2 -m 4 --export "$nodir/x.csv"
+check_sh "schedule: unwritable --export refused before the schedule is built (no timeline printed)" \
+    '[ "$(wc -l <"$tmp/out.txt")" -eq 1 ] && grep -q "^trainsim schedule: --export $nodir/x.csv: cannot create" "$tmp/out.txt"'
 
 # --- search (restricted to one layout family: quick)
 S=(--model megatron-1.7b --gpus 8 --top 1 --quiet --max-tensor-model-parallel-size 1
@@ -80,6 +93,16 @@ status search "unknown flag --topz" 2 "$T" search "${S[@]}" --topz 1
 status search "out of range: --memory-margin -1" 2 "$T" search "${S[@]}" --memory-margin -1
 status search "bad list value: --schedules 1f1b,bogus" 2 "$T" search --model megatron-1.7b --gpus 8 --schedules 1f1b,bogus
 status search "malformed topology CSV" 2 "$T" search "${S[@]}" --topology "$tmp/bad-topo.csv"
+status search "malformed calibration CSV" 2 "$T" search "${S[@]}" --calibration "$tmp/bad-calib.csv"
+status search "calibration value out of range" 2 "$T" search "${S[@]}" --calibration "$tmp/range-calib.csv"
+status search "unreadable calibration" 1 "$T" search "${S[@]}" --calibration "$tmp/none.csv"
+status search "hidden size 100 not divisible by 3 heads" 2 "$T" search "${S[@]}" --hidden-size 100 --num-attention-heads 3
+check_sh "search: hidden size not divisible: the message names both flags" \
+    'grep -q "hidden-size 100 is not divisible by --num-attention-heads 3" "$tmp/out.txt"'
+# 100000 layers of h = 2^20 (search's largest): about 1.3e18 parameters, past the 2^56 bound
+status search "parameter count over 2^56" 2 "$T" search "${S[@]}" --num-layers 100000 --hidden-size 1048576 \
+    --num-attention-heads 1 --seq-length 1
+check_sh "search: parameter count over 2^56: said so" 'grep -q "parameters (--num-layers 100000.*at most 2^56" "$tmp/out.txt"'
 status search "unreadable topology" 1 "$T" search "${S[@]}" --topology "$tmp/none.csv"
 status search "unwritable --out" 1 "$T" search "${S[@]}" --out "$nodir/x.csv"
 status search "no layout fits: megatron-1t on 8 GPUs without model parallelism" 1 \
@@ -132,8 +155,17 @@ if [ -x "${TRAINEXEC:-}" ] && command -v mpirun >/dev/null; then
     status trainexec "inconsistent layout: p 4 on 2 ranks" 2 mp 2 "$TRAINEXEC" "${X[@]}" -p 4
     status trainexec "malformed --schedule-csv" 2 mp 2 "$TRAINEXEC" "${X[@]}" -p 2 --schedule-csv "$tmp/bad-sched.csv"
     status trainexec "malformed topology CSV" 2 mp 1 "$TRAINEXEC" "${X[@]}" --topology "$tmp/bad-topo.csv"
+    status trainexec "unreadable --topology" 1 mp 1 "$TRAINEXEC" "${X[@]}" --topology "$tmp/none.csv"
+    status trainexec "unreadable --schedule-csv" 1 mp 2 "$TRAINEXEC" "${X[@]}" -p 2 --schedule-csv "$tmp/none.csv"
+    status trainexec "unreadable --megatron-script" 1 mp 1 "$TRAINEXEC" "${X[@]}" --megatron-script "$tmp/none.sh"
     status trainexec "unwritable --trace" 1 mp 1 "$TRAINEXEC" "${X[@]}" --trace "$nodir/t.json"
-    status trainexec "unwritable --report-csv" 1 mp 1 "$TRAINEXEC" "${X[@]}" --report-csv "$nodir/r.csv"
+    check_sh "trainexec: unwritable --trace refused before the run (no iteration)" \
+        '! grep -q "iteration 1/1" "$tmp/out.txt" && grep -q -- "--trace $nodir/t.json: cannot create" "$tmp/out.txt"'
+    status trainexec "unwritable --report-csv" 1 mp 2 "$TRAINEXEC" "${X[@]}" --report-csv "$nodir/r.csv"
+    check_sh "trainexec: unwritable --report-csv refused before the run (no iteration)" '! grep -q "iteration 1/1" "$tmp/out.txt"'
+    status trainexec "unwritable --ops-csv" 1 mp 1 "$TRAINEXEC" "${X[@]}" --ops-csv "$nodir/o.csv"
+    status trainexec "unwritable --pid-file" 1 mp 1 "$TRAINEXEC" "${X[@]}" --pid-file "$nodir/pid"
+    status trainexec "unwritable --microbench" 1 mp 1 "$TRAINEXEC" --microbench "$nodir/mb.csv"
 else
     echo "trainexec not built (no MPI): its statuses skipped"
 fi

@@ -118,20 +118,38 @@ out=$(mpmd -np 1 "$TRAINEXEC" --num-layers 4 --hidden-size 32 --num-attention-he
 check_sh "--hidden-size 32 on rank 0, 64 on rank 1: refused before any collective, exit non-zero in ${el} s < ${BOUND_S} s" \
     '[ $rc -ne 0 ] && within "$el" && [[ "$out" == *"rank 1: configuration differs"*"h=64 "* && "$out" != *corrupted* ]]'
 
-# a rank alive but stuck: SIGSTOP rank 1 mid-run; rank 0's watchdog (--timeout 2) names itself and the wait
-mpmd -np 2 "$TRAINEXEC" $small -p 2 --global-batch-size 4 --iterations 1000000 --warmup 0 --timeout 2 \
-    --pid-file "$tmp/pid" >"$tmp/stop.out" 2>&1 &
-job=$!
-for _ in $(seq 300); do [ -s "$tmp/pid.1" ] && break; sleep 0.1; done
-sleep 1
-stopped=$(cat "$tmp/pid.1" 2>/dev/null)
-t0=$EPOCHREALTIME # the bound counts from the stop, not from mpirun's start-up
-[ -n "$stopped" ] && kill -STOP "$stopped"
-wait "$job"; rc=$?; el=$(since "$t0")
-[ -n "$stopped" ] && kill -KILL "$stopped" 2>/dev/null # only if mpirun left it behind
-out=$(cat "$tmp/stop.out")
+# stop_rank1 PIDFILE READY OUTFILE CMD...: runs CMD in the background (its output in OUTFILE),
+# waits until the shell text READY holds (at most 120 s), SIGSTOPs rank 1 (the pid in PIDFILE.1)
+# and waits for the job. Sets stopped (the pid), rc, el (seconds from the stop to the job's end:
+# the bound counts from the stop, not from mpirun's start-up) and out.
+stop_rank1() {
+    local pidfile=$1 ready=$2 outfile=$3 job t0
+    shift 3
+    "$@" >"$outfile" 2>&1 &
+    job=$!
+    for _ in $(seq 1200); do eval "$ready" && break; sleep 0.1; done
+    stopped=$(cat "$pidfile.1" 2>/dev/null)
+    t0=$EPOCHREALTIME
+    [ -n "$stopped" ] && kill -STOP "$stopped"
+    wait "$job"; rc=$?; el=$(since "$t0")
+    [ -n "$stopped" ] && kill -KILL "$stopped" 2>/dev/null # only if mpirun left it behind
+    out=$(cat "$outfile")
+}
+
+# a rank alive but stuck: SIGSTOP rank 1 mid-run (1 s after its pid file appears); rank 0's
+# watchdog (--timeout 2) names itself and the wait
+stop_rank1 "$tmp/pid" '[ -s "$tmp/pid.1" ] && sleep 1' "$tmp/stop.out" \
+    mpmd -np 2 "$TRAINEXEC" $small -p 2 --global-batch-size 4 --iterations 1000000 --warmup 0 --timeout 2 \
+    --pid-file "$tmp/pid"
 check_sh "SIGSTOP of rank 1 with --timeout 2: rank 0 names the wait, the job aborts ${el} s after the stop < ${BOUND_S} s" \
     '[ -n "$stopped" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && within "$el" && [[ "$out" == *"rank 0: no progress for"*"waiting in "*"--timeout 2.0 s"* ]]'
+
+# the same in --microbench: SIGSTOP rank 1 once the message sweep has begun (rank 0 printed its first
+# "messages of" line); rank 0 waits in a ping-pong or collective and its watchdog aborts the job
+stop_rank1 "$tmp/mbpid" 'grep -q "microbench: messages of" "$tmp/mbstop.out" 2>/dev/null' "$tmp/mbstop.out" \
+    mpmd -np 2 "$TRAINEXEC" --microbench "$tmp/mb-stop.csv" --timeout 2 --pid-file "$tmp/mbpid"
+check_sh "--microbench, SIGSTOP of rank 1 in the message sweep with --timeout 2: rank 0's watchdog aborts ${el} s after the stop < ${BOUND_S} s, no CSV" \
+    '[ -n "$stopped" ] && [ $rc -ne 0 ] && [ $rc -ne 124 ] && within "$el" && [[ "$out" == *"rank 0: no progress for"*"waiting in microbench "*"--timeout 2.0 s"* ]] && [ ! -e "$tmp/mb-stop.csv" ]'
 
 t0=$EPOCHREALTIME
 out=$(run 2 "$TRAINEXEC" $small --lr 10 --iterations 20 2>&1); rc=$?; el=$(since "$t0")

@@ -56,6 +56,20 @@ static inline void fuzz_temp_remove(const char *path)
     unlink(path);
 }
 
+/* The body of a harness whose API reads a path: an input over
+ * FUZZ_MAX_INPUT_BYTES is skipped, any other goes to a temporary file that
+ * reader(path) reads and that is removed after it. Returns 0, libFuzzer's
+ * value for every input. */
+static inline int fuzz_on_temp_file(const uint8_t *data, size_t size, void (*reader)(const char *path))
+{
+    char path[256];
+    if (size > FUZZ_MAX_INPUT_BYTES || fuzz_temp_file(data, size, path, sizeof path) != 0)
+        return 0;
+    reader(path);
+    fuzz_temp_remove(path);
+    return 0;
+}
+
 /* A NUL-terminated copy of data (malloc'ed; NULL when out of memory). */
 static inline char *fuzz_strdup(const uint8_t *data, size_t size)
 {

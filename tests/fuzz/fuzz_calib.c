@@ -11,20 +11,12 @@
 #include "sim/model/cost.h"
 #include "tests/fuzz/fuzz.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+/* The shipped catalogue is read once: a GPU with default tables. */
+static gpu_spec a100;
+static int have_a100 = -1;
+
+static void read_calib(const char *path)
 {
-    /* The shipped catalogue is read once: a GPU with default tables. */
-    static gpu_spec a100;
-    static int have_a100 = -1;
-    if (have_a100 < 0) {
-        ts_err e = {0};
-        have_a100 = catalog_gpu("A100-SXM4-80GB", &a100, &e) == TS_OK;
-    }
-    if (size > FUZZ_MAX_INPUT_BYTES)
-        return 0;
-    char path[256];
-    if (fuzz_temp_file(data, size, path, sizeof path) != 0)
-        return 0;
     calib_set set = {0};
     ts_err err = {0};
     if (calib_read(path, &set, &err) == TS_OK && set.n > 0 && have_a100) {
@@ -44,6 +36,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
     }
     calib_free(&set);
-    fuzz_temp_remove(path);
-    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (have_a100 < 0) {
+        ts_err e = {0};
+        have_a100 = catalog_gpu("A100-SXM4-80GB", &a100, &e) == TS_OK;
+    }
+    return fuzz_on_temp_file(data, size, read_calib);
 }

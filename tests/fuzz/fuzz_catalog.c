@@ -4,13 +4,8 @@
 #include "sim/config/catalog.h"
 #include "tests/fuzz/fuzz.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+static void read_catalog(const char *path)
 {
-    if (size > FUZZ_MAX_INPUT_BYTES)
-        return 0;
-    char path[256];
-    if (fuzz_temp_file(data, size, path, sizeof path) != 0)
-        return 0;
     catalog_gpus *c = NULL;
     ts_err err = {0};
     if (catalog_gpus_load(path, &c, &err) == TS_OK) {
@@ -23,6 +18,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         (void)catalog_gpus_find(c, "no-such-gpu");
         catalog_gpus_free(c);
     }
-    fuzz_temp_remove(path);
-    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    return fuzz_on_temp_file(data, size, read_catalog);
 }

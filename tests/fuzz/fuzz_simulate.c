@@ -5,10 +5,7 @@
  * configuration is resolved (the built-in topology grows with --gpus), and a
  * resolved one with more GPUs, layers or micro-batches than the caps below is
  * not simulated. The built-in default (no flag: 1024 GPUs) is refused so. */
-#include "sim/config/config.h"
-#include "sim/config/flags.h"
 #include "sim/core/simulate.h"
-#include "sim/util/opt.h"
 #include "tests/fuzz/fuzz_argv.h"
 
 #define FUZZ_SIM_MAX_GPUS         64
@@ -17,39 +14,27 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    int argc = 0;
-    char **argv = NULL, *words = NULL;
-    if (fuzz_argv_split(data, size, &argc, &argv, &words) != 0)
-        return 0;
-    config c;
-    memset(&c, 0, sizeof c);
-    flags_state fs;
-    memset(&fs, 0, sizeof fs);
-    opt_table t;
-    opt_table_init(&t, "trainsim fuzz", "fuzz harness");
-    ts_err err = {0};
+    fuzz_cmdline x;
     simulate_result *r = NULL;
-    if (flags_register(&fs, &t, &c, &err) == TS_OK && flags_parse(&fs, &t, argc, argv, &err) == TS_OK &&
-        c.cluster.gpus >= 1 && c.cluster.gpus <= FUZZ_SIM_MAX_GPUS && flags_finish(&fs, &t, &err) == TS_OK) {
-        const parallel_config *par = &c.par;
+    config *c = &x.c;
+    if (fuzz_cmdline_parse(&x, data, size) == 0 && c->cluster.gpus >= 1 && c->cluster.gpus <= FUZZ_SIM_MAX_GPUS &&
+        flags_finish(&x.fs, &x.t, &x.err) == TS_OK) {
+        const parallel_config *par = &c->par;
         long dp = par->dp > 0 ? par->dp : 1, b = par->micro_batch_size > 0 ? par->micro_batch_size : 1;
         long m = par->global_batch_size / (b * dp);
-        if (c.cluster.gpus <= FUZZ_SIM_MAX_GPUS && c.model.num_layers <= FUZZ_SIM_MAX_LAYERS &&
+        if (c->cluster.gpus <= FUZZ_SIM_MAX_GPUS && c->model.num_layers <= FUZZ_SIM_MAX_LAYERS &&
             m <= FUZZ_SIM_MAX_MICROBATCHES) {
             FILE *f = fopen("/dev/null", "w");
             if (f) {
-                flags_print(&fs, f);
+                flags_print(&x.fs, f);
                 (void)fclose(f);
             }
             simulate_opts so;
             memset(&so, 0, sizeof so);
-            (void)simulate_run(&c, &so, &r, &err);
+            (void)simulate_run(c, &so, &r, &x.err);
         }
     }
     simulate_result_free(r);
-    config_free(&c);
-    flags_release(&fs);
-    opt_table_free(&t);
-    fuzz_argv_free(argv, words);
+    fuzz_cmdline_free(&x);
     return 0;
 }

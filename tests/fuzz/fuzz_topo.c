@@ -5,13 +5,8 @@
 #include "sim/config/topo.h"
 #include "tests/fuzz/fuzz.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+static void read_topo(const char *path)
 {
-    if (size > FUZZ_MAX_INPUT_BYTES)
-        return 0;
-    char path[256];
-    if (fuzz_temp_file(data, size, path, sizeof path) != 0)
-        return 0;
     topo *t = NULL;
     ts_err err = {0};
     if (topo_load(path, &t, &err) == TS_OK) {
@@ -24,6 +19,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         (void)topo_check_gpus(t, 1024, &e);
         topo_free(t);
     }
-    fuzz_temp_remove(path);
-    return 0;
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    return fuzz_on_temp_file(data, size, read_topo);
 }

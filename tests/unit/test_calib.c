@@ -103,6 +103,73 @@ Test(calib, errors_name_line_and_column)
     cr_assert_eq(calib_read("/nonexistent/calib.csv", &s, &e), TS_EIO);
 }
 
+/* A value outside calib.h's ranges is refused with FILE:LINE, the column and
+ * the range; the bounds themselves are accepted. */
+static void expect_refused(const char *csv, const char *line, const char *col, const char *range)
+{
+    ts_err e;
+    calib_set s = {0, NULL};
+    const char *p = tmpfile_with(csv);
+    int rc = calib_read(p, &s, &e);
+    unlink(p);
+    cr_assert_eq(rc, TS_EINVAL, "accepted: %s", csv);
+    cr_assert(strstr(e.msg, line) && strstr(e.msg, col) && strstr(e.msg, range), "%s: %s", csv, e.msg);
+}
+
+static void expect_accepted(const char *csv)
+{
+    ts_err e;
+    calib_set s = {0, NULL};
+    const char *p = tmpfile_with(csv);
+    int rc = calib_read(p, &s, &e);
+    unlink(p);
+    cr_assert_eq(rc, TS_OK, "%s: %s", csv, e.msg);
+    cr_assert_eq(s.n, 1);
+    calib_free(&s);
+}
+
+#define GEMM_HEAD "gpu,op,dtype,m,n,k,batch,bytes,time_ns\n# comment\n"
+#define MEM_HEAD  "gpu,op,dtype,bytes,time_ns\n"
+#define LINK_HEAD "gpu,op,dtype,ranks,alpha_ns,gbps,time_ns\n"
+
+Test(calib, values_outside_physical_ranges_refused)
+{
+    /* non-finite and negative times */
+    expect_refused(GEMM_HEAD "CPU,gemm,fp32,64,64,64,1,,nan\n", ":3:", "'time_ns'", "[0.001, 1e+12]");
+    expect_refused(GEMM_HEAD "CPU,gemm,fp32,64,64,64,1,,inf\n", ":3:", "'time_ns'", "[0.001, 1e+12]");
+    expect_refused(MEM_HEAD "CPU,memory,fp32,4096,-5\n", ":2:", "'time_ns'", "[0.001, 1e+12]");
+    /* a kernel of more than 1000 s; the bound itself is accepted */
+    expect_refused(MEM_HEAD "CPU,memory,fp32,4096,1.0001e12\n", ":2:", "'time_ns'", "[0.001, 1e+12]");
+    expect_accepted(MEM_HEAD "CPU,memory,fp32,4096,1e12\n");
+    /* GEMM dimensions above 2^24 */
+    expect_refused(GEMM_HEAD "CPU,gemm,fp32,16777217,64,64,1,,1e6\n", ":3:", "'m'", "[1, 16777216]");
+    expect_refused(GEMM_HEAD "CPU,gemm,fp32,64,64,64,16777217,,1e6\n", ":3:", "'batch'", "[1, 16777216]");
+    expect_refused(GEMM_HEAD "CPU,gemm,fp32,64,64,0,1,,1e6\n", ":3:", "'k'", "[1, 16777216]");
+    /* bytes above 2^50 */
+    expect_refused(MEM_HEAD "CPU,memory,fp32,1125899906842625,1e9\n", ":2:", "'bytes'", "[1, 1125899906842624]");
+    /* link rows: bandwidth in the catalogue's range, latency >= 0, finite */
+    expect_refused(LINK_HEAD "CPU,p2p,fp32,2,5,1e300,\n", ":2:", "'gbps'", "[0.001, 1e+06]");
+    expect_refused(LINK_HEAD "CPU,p2p,fp32,2,5,0,\n", ":2:", "'gbps'", "[0.001, 1e+06]");
+    expect_refused(LINK_HEAD "CPU,allreduce,fp32,2,-1,10,\n", ":2:", "'alpha_ns'", "[0, 1e+12]");
+    expect_refused(LINK_HEAD "CPU,allreduce,fp32,2,nan,10,\n", ":2:", "'alpha_ns'", "[0, 1e+12]");
+    expect_refused(LINK_HEAD "CPU,allreduce,fp32,1,5,10,\n", ":2:", "'ranks'", "[2, 1048576]");
+    expect_accepted(LINK_HEAD "CPU,allreduce,fp32,2,0,1e6,\n");
+}
+
+Test(calib, rows_faster_than_any_gpu_refused)
+{
+    /* 2 * 2^24^3 FLOP in 1 ms = 9.4e9 TFLOP/s > 1e6 */
+    expect_refused(GEMM_HEAD "CPU,gemm,fp32,16777216,16777216,16777216,1,,1e6\n", ":3:", "'time_ns'",
+                   "(0, 1e+06] TFLOP/s");
+    /* 2 * 1000^3 FLOP in 2 ns = 1e6 TFLOP/s: the bound, accepted; in 1.99 ns: refused */
+    expect_accepted(GEMM_HEAD "CPU,gemm,fp32,1000,1000,1000,1,,2\n");
+    expect_refused(GEMM_HEAD "CPU,gemm,fp32,1000,1000,1000,1,,1.99\n", ":3:", "1.00503e+06 TFLOP/s",
+                   "(0, 1e+06] TFLOP/s");
+    /* 1e9 bytes in 1000 ns = 1e6 GB/s: accepted; in 999 ns: refused */
+    expect_accepted(MEM_HEAD "CPU,memory,fp32,1000000000,1000\n");
+    expect_refused(MEM_HEAD "CPU,memory,fp32,1000000000,999\n", ":2:", "'time_ns'", "[0.001, 1e+06] GB/s");
+}
+
 Test(calib, fit_recovers_efficiencies)
 {
     cost_params base;

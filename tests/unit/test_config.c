@@ -137,6 +137,33 @@ Test(config, hidden_not_divisible_by_heads)
     EXPECT_MSG("960 or 1056");
 }
 
+/* The parameter count is bounded by 2^56 (config.h), counted with checked
+ * arithmetic: h = 2^20, one head, FFN 4h, vocabulary 50304, s = 1 has
+ * (h+1)*12h + 4h parameters a layer (biases counted) and (2V + s)*h + 2h
+ * outside the layers: 5461 layers are 72053393110073344 <= 2^56, 5462 are
+ * 72066587266383872 > 2^56; 100000 layers of h = 2^24 pass int64. */
+Test(config, parameter_count_bounded)
+{
+    cr_assert_eq(run("--num-layers", "5461", "--hidden-size", "1048576", "--num-attention-heads", "1", "--seq-length",
+                     "1", "--micro-batch-size", "1", "--gpus", "1", NULL),
+                 TS_OK, "%s", E.msg);
+    cr_assert_eq(run("--num-layers", "5462", "--hidden-size", "1048576", "--num-attention-heads", "1", "--seq-length",
+                     "1", "--micro-batch-size", "1", "--gpus", "1", NULL),
+                 TS_EINVAL);
+    EXPECT_MSG("the model has 72066587266383872 parameters (--num-layers 5462, --hidden-size 1048576");
+    EXPECT_MSG("at most 2^56 = 72057594037927936");
+    cr_assert_eq(run("--num-layers", "100000", "--hidden-size", "16777216", "--num-attention-heads", "1",
+                     "--ffn-hidden-size", "67108864", "--seq-length", "1", "--micro-batch-size", "1", "--gpus", "1",
+                     NULL),
+                 TS_EINVAL);
+    EXPECT_MSG("more than 9.2e18 (past int64) parameters");
+    /* heads x head size past 2^40: the attention width alone overflows h x (a x d) */
+    cr_assert_eq(run("--num-layers", "1", "--hidden-size", "16777216", "--num-attention-heads", "1048576",
+                     "--kv-channels", "1048576", "--seq-length", "1", "--micro-batch-size", "1", "--gpus", "1", NULL),
+                 TS_EINVAL);
+    EXPECT_MSG("past int64");
+}
+
 Test(config, heads_and_groups_not_divisible_by_tp)
 {
     cr_expect_eq(run("--model", "llama2-13b", "-t", "16", "--gpus", "128", NULL), TS_EINVAL);
