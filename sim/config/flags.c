@@ -458,17 +458,27 @@ static int take_recompute_modules(flags_state *s, int *n, ts_err *err)
             return err_set(err, TS_EINVAL, "--recompute-modules: needs one or more of core_attn, mlp, layernorm");
         unsigned bits = 0;
         for (int j = first; j < end; j++) {
-            const char *name = j == i ? a[i] + fl + 1 : a[j];
-            int k = 0;
-            while (CONFIG_RC_MODULE_NAMES[k] && strcmp(CONFIG_RC_MODULE_NAMES[k], name))
-                k++;
-            if (!CONFIG_RC_MODULE_NAMES[k])
-                return err_set(err, TS_EINVAL,
-                               "--recompute-modules: unknown module '%s' (valid: core_attn, mlp, layernorm, moe, "
-                               "moe_act, mla_up_proj, shared_experts)",
-                               name);
-            bits |= 1u << k;
+            /* one argument may hold several names, space- or comma-separated (a sweep cell) */
+            const char *arg = j == i ? a[i] + fl + 1 : a[j];
+            for (const char *name = arg; *name;) {
+                size_t len = strcspn(name, " ,");
+                int k = 0;
+                while (CONFIG_RC_MODULE_NAMES[k] &&
+                       (strlen(CONFIG_RC_MODULE_NAMES[k]) != len || strncmp(CONFIG_RC_MODULE_NAMES[k], name, len)))
+                    k++;
+                if (len && !CONFIG_RC_MODULE_NAMES[k])
+                    return err_set(err, TS_EINVAL,
+                                   "--recompute-modules: unknown module '%.*s' (valid: core_attn, mlp, layernorm, moe, "
+                                   "moe_act, mla_up_proj, shared_experts)",
+                                   (int)len, name);
+                if (len)
+                    bits |= 1u << k;
+                name += len;
+                name += strspn(name, " ,");
+            }
         }
+        if (!bits)
+            return err_set(err, TS_EINVAL, "--recompute-modules: needs one or more of core_attn, mlp, layernorm");
         s->rc_modules = bits;
         int keep = first + 1; /* drop the values after the first */
         memmove(&a[keep], &a[end], (size_t)(*n - end + 1) * sizeof *a);

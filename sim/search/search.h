@@ -171,7 +171,8 @@ void search_reason(const search_set *set, size_t i, char *buf, size_t cap);
 const char *search_status_name(search_status st);
 
 /* Name of a candidate's recomputation ("none", "selective", "full-uniform",
- * "full-block"). */
+ * "full-block"; "selective-mlp+layernorm" for the mlp and layernorm
+ * modules, "selective-modules" for another set). */
 const char *search_recompute_name(const search_cand *c);
 
 void search_set_free(search_set *set);

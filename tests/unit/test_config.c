@@ -533,6 +533,9 @@ Test(config, attention_backend_and_recompute_modules)
     cr_assert_eq(run(GPT3_FLAGS, "--recompute-activations", "--recompute-modules=layernorm", "mlp", NULL), TS_OK, "%s",
                  E.msg);
     cr_expect_eq(C.par.recompute_modules, CONFIG_RC_LAYERNORM | CONFIG_RC_MLP);
+    cr_assert_eq(run(GPT3_FLAGS, "--recompute-activations", "--recompute-modules", "mlp,core_attn layernorm", NULL),
+                 TS_OK, "%s", E.msg); /* one argument, several names (a sweep cell) */
+    cr_expect_eq(C.par.recompute_modules, CONFIG_RC_LAYERNORM | CONFIG_RC_MLP | CONFIG_RC_CORE_ATTN);
     cr_expect_eq(run(GPT3_FLAGS, "--recompute-activations", "--recompute-modules=core_attn", "mlp",
                      "--recompute-modules", "layernorm", NULL),
                  TS_EINVAL);
