@@ -50,7 +50,8 @@ double flops_attn_core_fwd_per_seq(const model_config *m)
 
 double flops_attn_core_fwd_causal_per_seq(const model_config *m)
 {
-    double s = m->seq_length, half = (double)((m->seq_length + 1) / 2), ad = (double)attn_width(m);
+    int64_t half_rows = ((int64_t)m->seq_length + 1) / 2; /* ceil(s/2): the kernel's lower half */
+    double s = m->seq_length, half = (double)half_rows, ad = (double)attn_width(m);
     return 4.0 * s * half * ad;
 }
 
