@@ -71,9 +71,9 @@ endif
 
 # ---------------------------------------------------------------- sources
 # Library: sim/<package>/*.c, every package but the commands; packages, lowest
-# first (each uses only those before it): util sched config model core net search.
+# first (each uses only those before it): util sched config model core net infer search.
 # Commands: sim/cli/*.c -> trainsim.
-SIM_PKGS  := util sched config model core net search
+SIM_PKGS  := util sched config model core net infer search
 SIM_SRC   := $(sort $(foreach p,$(SIM_PKGS),$(wildcard sim/$(p)/*.c)))
 CLI_SRC   := $(sort $(wildcard sim/cli/*.c))
 # Executor, no MPI: the backend-neutral model and interfaces (exec/core/*.c)

@@ -19,7 +19,7 @@ done
 # Build tools and the libraries the project uses (DEVELOPERS.md: dependencies);
 # cppcheck, clang-tidy and clang-format for make lint and the code's format;
 # clang (with libFuzzer) for make fuzz.
-packages=(build-essential pkg-config libgsl-dev libcsv-dev libcriterion-dev libopenblas-dev
+packages=(build-essential pkg-config libgsl-dev libcsv-dev libcriterion-dev libopenblas-dev graphviz
           libopenmpi-dev openmpi-bin gnuplot cppcheck clang-tidy clang-format clang)
 missing=()
 for p in "${packages[@]}"; do

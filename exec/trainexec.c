@@ -25,6 +25,7 @@
 
 #include "exec/comm_mpi.h"
 #include "exec/core/backend.h"
+#include "exec/infer.h"
 #ifdef TRAINSIM_CUDA
 #include "exec/cuda/backend_cuda.h"
 #include "exec/cuda/comm_nccl.h"
@@ -54,6 +55,7 @@ typedef struct {
     double divergence_factor; /* stop when the loss exceeds this times its first value; 0 = off */
     const char *trace, *ops_csv, *report_csv, *microbench, *schedule_csv, *pid_file;
     bool op_trace;
+    infer_args inf; /* --inference and its flags (exec/infer.h) */
 } args;
 
 static int add_flags(opt_table *t, args *a, ts_err *err)
@@ -157,7 +159,7 @@ static int add_flags(opt_table *t, args *a, ts_err *err)
     int rc = TS_OK;
     for (size_t i = 0; i < sizeof specs / sizeof specs[0] && !rc; i++)
         rc = specs[i].type == OPT_SECTION ? opt_section(t, specs[i].name, err) : opt_add(t, &specs[i], err);
-    return rc;
+    return rc ? rc : infer_add_flags(t, &a->inf, err);
 }
 
 static void defaults(args *a)
@@ -174,6 +176,21 @@ static void defaults(args *a)
     a->eps = 1e-8;
     a->timeout_s = -1;
     a->divergence_factor = 10;
+    infer_args_default(&a->inf);
+}
+
+/* The flag combinations --inference (exec/infer.h) allows with the
+ * training flags; TS_EINVAL naming the flag otherwise. */
+static int check_inference_flags(const args *a, ts_err *err)
+{
+    const char *train = a->microbench     ? "--microbench"
+                        : a->schedule_csv ? "--schedule-csv"
+                        : a->trace        ? "--trace"
+                        : a->ops_csv      ? "--ops-csv"
+                        : a->report_csv   ? "--report-csv"
+                        : a->op_trace     ? "--op-trace"
+                                          : NULL;
+    return infer_check_flags(&a->inf, train, err);
 }
 
 /* What the executor runs of a validated config; TS_ENOTSUP naming the flag
@@ -380,7 +397,7 @@ static void run_free(run *x)
 static char **with_world_size(int argc, char **argv, int size, char *gpus_arg, size_t gpus_bytes, int *ac)
 {
     snprintf(gpus_arg, gpus_bytes, "--gpus=%d", size);
-    char **av = calloc((size_t)argc + 2, sizeof *av);
+    char **av = calloc((size_t)argc + 3, sizeof *av); /* + --gpus, --micro-batch-size (infer_batch_arg), NULL */
     if (!av)
         return NULL;
     int n = 0;
@@ -423,6 +440,8 @@ static int parse_command_line(run *x, int argc, char **argv)
     char **av = with_world_size(argc, argv, x->size, gpus_arg, sizeof gpus_arg, &ac);
     if (!av)
         return 1;
+    char mb_arg[64];
+    infer_batch_arg(av, &ac, mb_arg, sizeof mb_arg);
     flags_state *fs = &x->fs;
     opt_table t;
     opt_table_init(&t, "trainexec",
@@ -454,6 +473,8 @@ static int parse_command_line(run *x, int argc, char **argv)
     }
     if (!rc)
         rc = check_backend(&x->a, &x->err);
+    if (!rc)
+        rc = check_inference_flags(&x->a, &x->err);
     if (!rc && !x->a.microbench)
         rc = flags_finish(fs, &t, &x->err);
     if (!rc && !x->a.microbench)
@@ -508,6 +529,8 @@ static int resolve_config(run *x)
     if (x->rank == 0 && pc->overlap_grad_reduce)
         printf("trainexec: note: --overlap-grad-reduce is not overlapped here: gradients are "
                "reduced at the schedule's REDUCE_GRAD actions\n");
+    if (x->a.inf.inference && x->a.inf.batch_size)
+        o->dims.batch = x->a.inf.batch_size;
     x->par = *pc;
     x->mod = *mc;
     config_free(&x->c); /* everything needed is copied out */
@@ -580,7 +603,7 @@ static int set_up_rank(run *x)
         rc = crc;
         x->err = cerr;
     }
-    if (!rc)
+    if (!rc && x->s) /* --inference runs no schedule */
         rc = rt_create(&x->o, x->s, x->be, x->cm, &x->rt, &x->err);
     return agree_fail(x->rank, x->size, rc, "", &x->err) ? 1 : GO_ON;
 }
@@ -609,6 +632,13 @@ static uint64_t config_hash(run *x)
         for (int i = 0; i < sc->p * sc->v && n < (int)sizeof x->canon; i++)
             n += snprintf(x->canon + n, sizeof x->canon - (size_t)n, "%s%d+%d",
                           i ? "," : " stages=", sc->stages[i].first_layer, sc->stages[i].num_layers);
+    }
+    if (a->inf.inference) {
+        const gpt_dims *d = &x->o.dims;
+        n += snprintf(x->canon + n, sizeof x->canon - (size_t)n,
+                      " inference L=%d h=%d heads=%d ffn=%d s=%d V=%d B=%d I=%d O=%d t=%d p=%d d=%d", d->layers,
+                      d->hidden, d->heads, d->ffn, d->seq, d->vocab, d->batch, a->inf.input_len, a->inf.output_len,
+                      x->par.tp, x->par.pp, x->par.dp);
     }
     uint64_t h = fnv1a(FNV_OFFSET, x->canon, strlen(x->canon));
     for (int r = 0; !a->microbench && x->s && r < x->s->p; r++)
@@ -891,6 +921,60 @@ static int write_outputs(run *x)
     return 1;
 }
 
+/* --inference: the options of exec/infer.h from the resolved flags. */
+static infer_opts inference_opts(const run *x)
+{
+    return (infer_opts){.dims = x->o.dims,
+                        .sp = x->o.sp,
+                        .seed = x->o.seed,
+                        .input_len = x->a.inf.input_len,
+                        .output_len = x->a.inf.output_len,
+                        .warmup = x->a.warmup,
+                        .iterations = x->a.iterations,
+                        .output = x->a.inf.output,
+                        .samples = x->a.inf.samples,
+                        .backend_name = backend_names[x->a.backend]};
+}
+
+/* --inference, before the start-up agreement: what the run can take; GO_ON
+ * or 2 (x->err says why). */
+static int check_inference(run *x)
+{
+    infer_opts o = inference_opts(x);
+    int rc = gpt_dims_check(&o.dims, x->par.tp, o.sp, &x->err);
+    if (!rc)
+        rc = infer_check(&o, x->par.tp, x->par.pp, &x->err);
+    if (!rc && o.output)
+        rc = afile_check_writable(o.output, "--output", &x->err);
+    if (!rc && o.samples)
+        rc = afile_check_writable(o.samples, "--decode-samples", &x->err);
+    if (!rc)
+        return GO_ON;
+    add_help_hint(&x->err);
+    return 2;
+}
+
+/* --inference: decode and write the outputs; 0, or 1 when some rank failed
+ * (rank 0 says why). */
+static int run_inference(run *x)
+{
+    infer_opts o = inference_opts(x);
+    if (x->rank == 0) {
+        printf("trainexec: inference, GPT %zu parameters (L=%d h=%d heads=%d ffn=%d s=%d V=%d), t=%d d=%d, "
+               "B=%d, prompt %d tokens, %d decode steps, %d ranks, %s\n",
+               gpt_num_params(&o.dims), o.dims.layers, o.dims.hidden, o.dims.heads, o.dims.ffn, o.dims.seq,
+               o.dims.vocab, x->par.tp, x->par.dp, o.dims.batch, o.input_len, o.output_len, x->size,
+               x->device >= 0 ? "cuda" : "fp32 cpu");
+        (void)fflush(stdout);
+    }
+    int rc = infer_run(MPI_COMM_WORLD, &o, x->be, x->cm, x->rank == 0 ? stdout : NULL, &x->err);
+#ifdef TRAINSIM_CUDA
+    if (!rc && x->a.backend == BACKEND_CUDA)
+        rc = backend_cuda_status(x->be, &x->err);
+#endif
+    return agree_fail(x->rank, x->size, rc, "--inference: ", &x->err) ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
@@ -907,7 +991,9 @@ int main(int argc, char **argv)
         code = 2;
     if (code == GO_ON && !x.a.microbench)
         code = resolve_config(&x);
-    if (code == GO_ON && !x.a.microbench)
+    if (code == GO_ON && x.a.inf.inference)
+        code = check_inference(&x);
+    else if (code == GO_ON && !x.a.microbench)
         code = build_schedule(&x);
     double timeout = x.a.timeout_s < 0 ? AUTO_TIMEOUT_START_S : x.a.timeout_s;
     if (wd_start(x.rank, timeout) && x.a.timeout_s != 0)
@@ -918,6 +1004,8 @@ int main(int argc, char **argv)
         code = run_microbench(&x);
     if (code == GO_ON)
         code = set_up_rank(&x);
+    if (code == GO_ON && x.a.inf.inference)
+        code = run_inference(&x);
     if (code == GO_ON) {
         print_banner(&x);
         code = run_iterations(&x);

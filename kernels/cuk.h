@@ -250,6 +250,15 @@ cudaError_t cuk_f32_crossentropy_fwd(float *losses, float *probs, const float *l
                                      int V, cudaStream_t stream);
 cudaError_t cuk_f32_crossentropy_bwd(float *dlogits, const float *probs, const int *targets, size_t N, int V,
                                      float scale, cudaStream_t stream);
+/* Inference with a KV cache (kvcache.cu): kern_embed_pos_fwd, kern_kv_append
+ * and kern_attention_kv_fwd; caches kc, vc [B, NH, Tmax, hs]; att scratch
+ * [B, NH, n, Tmax]. */
+cudaError_t cuk_f32_embed_pos_fwd(float *out, const int *tokens, const float *wte, const float *wpe, int B, int n,
+                                  int pos0, int C, cudaStream_t stream);
+cudaError_t cuk_f32_kv_append(float *kc, float *vc, const float *qkv, int B, int n, int pos0, int Tmax, int NH, int hs,
+                              cudaStream_t stream);
+cudaError_t cuk_f32_attention_kv_fwd(float *out, float *att, const float *qkv, const float *kc, const float *vc, int B,
+                                     int n, int pos0, int Tmax, int NH, int hs, cudaStream_t stream);
 /* kern_adam is cuk_adamw(NULL, p, g, m, v, n, lr, b1, b2, eps, wd, t, 1.0f, stream). */
 
 /* Uniform in [0, 1) from cuk_rand_bits (24 bits of mantissa). */

@@ -92,6 +92,14 @@ struct backend {
                              float scale);
     void (*adam)(backend *be, float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2,
                  float eps, float wd, int t);
+    /* inference with a KV cache (kern.h's kern_embed_pos_fwd, kern_kv_append,
+     * kern_attention_kv_fwd) */
+    void (*embed_pos_fwd)(backend *be, float *out, const int *tokens, const float *wte, const float *wpe, int B, int n,
+                          int pos0, int C);
+    void (*kv_append)(backend *be, float *kc, float *vc, const float *qkv, int B, int n, int pos0, int Tmax, int NH,
+                      int hs);
+    void (*attention_kv_fwd)(backend *be, float *out, float *att, const float *qkv, const float *kc, const float *vc,
+                             int B, int n, int pos0, int Tmax, int NH, int hs);
 
     /* Release the backend (not the tensors: their owners free them first). */
     void (*destroy)(backend *be);

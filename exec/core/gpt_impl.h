@@ -1,6 +1,7 @@
 /* gpt_impl — the private layout of gpt_stage and gpt_acts, shared by gpt.c
- * (parameters, sharding, optimizer) and gpt_pass.c (forward and backward).
- * Not a contract: include only from those two files. */
+ * (parameters, sharding, optimizer), gpt_pass.c (forward and backward) and
+ * gpt_infer.c (inference with a KV cache). Not a contract: include only from
+ * those three files. */
 #ifndef TRAINSIM_EXEC_GPT_IMPL_H
 #define TRAINSIM_EXEC_GPT_IMPL_H
 

@@ -178,6 +178,24 @@ static void cpu_ce_bwd(backend *be, float *dlogits, const float *probs, const in
     (void)be;
     kern_crossentropy_bwd(dlogits, probs, targets, N, V, scale);
 }
+static void cpu_embed_pos_fwd(backend *be, float *out, const int *tok, const float *wte, const float *wpe, int B, int n,
+                              int pos0, int C)
+{
+    (void)be;
+    kern_embed_pos_fwd(out, tok, wte, wpe, B, n, pos0, C);
+}
+static void cpu_kv_append(backend *be, float *kc, float *vc, const float *qkv, int B, int n, int pos0, int Tmax, int NH,
+                          int hs)
+{
+    (void)be;
+    kern_kv_append(kc, vc, qkv, B, n, pos0, Tmax, NH, hs);
+}
+static void cpu_att_kv_fwd(backend *be, float *out, float *att, const float *qkv, const float *kc, const float *vc,
+                           int B, int n, int pos0, int Tmax, int NH, int hs)
+{
+    (void)be;
+    kern_attention_kv_fwd(out, att, qkv, kc, vc, B, n, pos0, Tmax, NH, hs);
+}
 static void cpu_adam(backend *be, float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2,
                      float eps, float wd, int t)
 {
@@ -221,6 +239,9 @@ int backend_cpu_create(int threads, backend **out, ts_err *err)
     be->crossentropy_fwd = cpu_ce_fwd;
     be->crossentropy_bwd = cpu_ce_bwd;
     be->adam = cpu_adam;
+    be->embed_pos_fwd = cpu_embed_pos_fwd;
+    be->kv_append = cpu_kv_append;
+    be->attention_kv_fwd = cpu_att_kv_fwd;
     be->destroy = cpu_destroy;
     *out = be;
     return TS_OK;

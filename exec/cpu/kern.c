@@ -322,3 +322,73 @@ void kern_adam(float *p, const float *g, float *m, float *v, size_t n, float lr,
         p[i] -= lr * (mh / (sqrtf(vh) + eps) + wd * p[i]);
     }
 }
+
+void kern_embed_pos_fwd(float *out, const int *tokens, const float *wte, const float *wpe, int B, int n, int pos0,
+                        int C)
+{
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < n; i++) {
+            size_t row = (size_t)b * n + i;
+            const float *e = wte + (size_t)tokens[row] * C;
+            const float *p = wpe + (size_t)(pos0 + i) * C;
+            float *o = out + row * C;
+            for (int c = 0; c < C; c++)
+                o[c] = e[c] + p[c];
+        }
+}
+
+void kern_kv_append(float *kc, float *vc, const float *qkv, int B, int n, int pos0, int Tmax, int NH, int hs)
+{
+    size_t C = (size_t)NH * hs, C3 = 3 * C;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int i = 0; i < n; i++) {
+                const float *row = qkv + ((size_t)b * n + i) * C3 + (size_t)h * hs;
+                size_t dst = (((size_t)b * NH + h) * Tmax + (size_t)(pos0 + i)) * hs;
+                memcpy(kc + dst, row + C, sizeof(float) * hs);
+                memcpy(vc + dst, row + 2 * C, sizeof(float) * hs);
+            }
+}
+
+void kern_attention_kv_fwd(float *out, float *att, const float *qkv, const float *kc, const float *vc, int B, int n,
+                           int pos0, int Tmax, int NH, int hs)
+{
+    size_t C = (size_t)NH * hs, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            const float *K = kc + ((size_t)b * NH + h) * Tmax * hs, *V = vc + ((size_t)b * NH + h) * Tmax * hs;
+            for (int i = 0; i < n; i++) {
+                int len = pos0 + i + 1;
+                const float *q = qkv + ((size_t)b * n + i) * C3 + (size_t)h * hs;
+                float *a = att + (((size_t)b * NH + h) * n + i) * Tmax;
+                /* kern_softmax_causal_fwd's row, on the len visible positions */
+                float mx = -INFINITY;
+                for (int j = 0; j < len; j++) {
+                    const float *k = K + (size_t)j * hs;
+                    float dot = 0.0f;
+                    for (int x = 0; x < hs; x++)
+                        dot += q[x] * k[x];
+                    a[j] = dot;
+                    if (dot * scale > mx)
+                        mx = dot * scale;
+                }
+                float sum = 0.0f;
+                for (int j = 0; j < len; j++) {
+                    a[j] = expf(a[j] * scale - mx);
+                    sum += a[j];
+                }
+                float inv = 1.0f / sum;
+                for (int j = 0; j < len; j++)
+                    a[j] *= inv;
+                float *o = out + ((size_t)b * n + i) * C + (size_t)h * hs;
+                memset(o, 0, sizeof(float) * hs);
+                for (int j = 0; j < len; j++) {
+                    const float *v = V + (size_t)j * hs;
+                    float w = a[j];
+                    for (int x = 0; x < hs; x++)
+                        o[x] += w * v[x];
+                }
+            }
+        }
+}

@@ -85,4 +85,25 @@ void kern_crossentropy_bwd(float *dlogits, const float *probs, const int *target
 void kern_adam(float *p, const float *g, float *m, float *v, size_t n, float lr, float b1, float b2, float eps,
                float wd, int t);
 
+/* ---- inference with a KV cache. A layer's cache holds K and V of the B
+ * sequences in flight: kc, vc [B, NH, Tmax, hs] (per sequence and head, one
+ * row per position), so one step appends n rows per (sequence, head). New
+ * tokens are [B*n] (row b*n + i: sequence b, position pos0 + i). */
+
+/* Embedding of n new tokens per sequence at positions pos0 .. pos0 + n - 1:
+ * out[b*n + i] = wte[tokens[b*n + i]] + wpe[pos0 + i] ([B*n, C]). */
+void kern_embed_pos_fwd(float *out, const int *tokens, const float *wte, const float *wpe, int B, int n, int pos0,
+                        int C);
+/* Copy k and v of the n new rows of qkv ([B*n, 3*NH*hs], kern_attention_fwd's
+ * layout) into the cache at positions pos0 .. pos0 + n - 1 (pos0 + n <= Tmax). */
+void kern_kv_append(float *kc, float *vc, const float *qkv, int B, int n, int pos0, int Tmax, int NH, int hs);
+/* Causal attention of the n new queries of qkv over the cache (after their
+ * append): query i of sequence b sees cache positions 0 .. pos0 + i;
+ * out [B*n, NH*hs] = softmax(q k^T / sqrt(hs)) v, with the operations of
+ * kern_attention_fwd in the same order (so a query's output matches the
+ * full forward's to fp32 rounding). att: scratch [B, NH, n, Tmax]
+ * (overwritten). */
+void kern_attention_kv_fwd(float *out, float *att, const float *qkv, const float *kc, const float *vc, int B, int n,
+                           int pos0, int Tmax, int NH, int hs);
+
 #endif

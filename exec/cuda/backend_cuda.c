@@ -217,6 +217,25 @@ static void cu_embed_fwd(backend *be, float *out, const int *tok, const float *w
     note(be, cuk_f32_embed_fwd(out, tok, wte, wpe, row0, n, T, C, CTX(be)->stream), "embed_fwd");
 }
 
+static void cu_embed_pos_fwd(backend *be, float *out, const int *tok, const float *wte, const float *wpe, int B, int n,
+                             int pos0, int C)
+{
+    note(be, cuk_f32_embed_pos_fwd(out, tok, wte, wpe, B, n, pos0, C, CTX(be)->stream), "embed_pos_fwd");
+}
+
+static void cu_kv_append(backend *be, float *kc, float *vc, const float *qkv, int B, int n, int pos0, int Tmax, int NH,
+                         int hs)
+{
+    note(be, cuk_f32_kv_append(kc, vc, qkv, B, n, pos0, Tmax, NH, hs, CTX(be)->stream), "kv_append");
+}
+
+static void cu_att_kv_fwd(backend *be, float *out, float *att, const float *qkv, const float *kc, const float *vc,
+                          int B, int n, int pos0, int Tmax, int NH, int hs)
+{
+    note(be, cuk_f32_attention_kv_fwd(out, att, qkv, kc, vc, B, n, pos0, Tmax, NH, hs, CTX(be)->stream),
+         "attention_kv_fwd");
+}
+
 static void cu_embed_bwd(backend *be, float *dwte, float *dwpe, const float *dout, const int *tok, size_t row0,
                          size_t n, int T, int C)
 {
@@ -472,6 +491,9 @@ static void fill_table(backend *be)
     be->layernorm_bwd_input = cu_ln_bwd_input;
     be->layernorm_bwd_weight = cu_ln_bwd_weight;
     be->attention_fwd = cu_att_fwd;
+    be->embed_pos_fwd = cu_embed_pos_fwd;
+    be->kv_append = cu_kv_append;
+    be->attention_kv_fwd = cu_att_kv_fwd;
     be->attention_bwd = cu_att_bwd;
     be->gelu_fwd = cu_gelu_fwd;
     be->gelu_bwd = cu_gelu_bwd;

@@ -45,8 +45,17 @@ int cmd_search(int argc, char **argv);
 /* sweep: simulate every row of a CSV, resumably (cmd_sweep.c) */
 int cmd_sweep(int argc, char **argv);
 
+/* trainsim infer: one inference workload, static batch or request stream
+ * (cmd_infer.c); search --inference dispatches to cmd_search_inference. */
+int cmd_infer(int argc, char **argv);
+int cmd_search_inference(int argc, char **argv);
+
 /* trainsim schedule: generate/import, validate, print, time and export a
  * pipeline schedule (cmd_schedule.c). */
 int cmd_schedule(int argc, char **argv);
+
+/* trainsim topology: validate, summarise, list, route and draw a topology
+ * file (cmd_topology.c). */
+int cmd_topology(int argc, char **argv);
 
 #endif

@@ -16,6 +16,15 @@
  *     (ranks, alpha_ns, gbps; sim/model/calib.h), which a calibrated-only device
  *     (`trainsim simulate --gpu cpu`) takes its link costs from, and with
  *     --comm-output also as a CSV (coll,ranks,alpha_ns,gbps,r2,points).
+ *   decode (--decode FILE, the per-op decode samples of trainexec --inference
+ *     --decode-samples): a least-squares line time_ns = launch + bytes / gbps
+ *     over the medians of each (op, bytes) group (gsl_fit_linear, as for the
+ *     collectives): decode_launch_overhead_ns = the intercept (the fixed cost
+ *     of one kernel), decode_hbm_efficiency = gbps / the reference bandwidth
+ *     (the --gpu kind's datasheet HBM bandwidth, topologies/gpus.csv; for a
+ *     calibrated-only device such as cpu, the best element-wise rate of
+ *     --microbench FILE, as calib.h takes hbm_gbps for it). Printed and
+ *     written to --decode-output FILE (quantity,value rows).
  */
 #include <gsl/gsl_fit.h>
 #include <gsl/gsl_sort.h>
@@ -23,8 +32,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "sim/cli/cmd.h"
+#include "sim/config/catalog.h"
 #include "sim/model/calib.h"
 #include "sim/util/afile.h"
 #include "sim/util/csvio.h"
@@ -157,7 +168,8 @@ static const char *const DTYPES[] = {"bf16", "fp16", "fp32", NULL};
 /* The command's flags. */
 typedef struct {
     const char *in, *out, *comm_out, *gpu;
-    int dtype; /* index into DTYPES, a config_precision */
+    const char *decode, *decode_out; /* decode samples and the fit's CSV */
+    int dtype;                       /* index into DTYPES, a config_precision */
 } calibrate_args;
 
 /* Parses the flags into *a; -1 to go on, else the exit status to return
@@ -201,6 +213,18 @@ static int calibrate_parse(int argc, char **argv, calibrate_args *a)
          .target = &a->comm_out,
          .metavar = "FILE",
          .help = "also write the fitted latency/bandwidth of p2p and all-reduce (CSV)"},
+        {.name = "--decode",
+         .type = OPT_STRING,
+         .target = &a->decode,
+         .metavar = "FILE",
+         .help = "per-op decode samples (trainexec --inference --decode-samples FILE): fit "
+                 "decode_hbm_efficiency and decode_launch_overhead_ns (--microbench and --output "
+                 "are then optional)"},
+        {.name = "--decode-output",
+         .type = OPT_STRING,
+         .target = &a->decode_out,
+         .metavar = "FILE",
+         .help = "with --decode: CSV of the fitted decode constants (quantity,value)"},
     };
     int rc = TS_OK;
     for (size_t i = 0; i < sizeof specs / sizeof specs[0] && !rc; i++)
@@ -213,10 +237,20 @@ static int calibrate_parse(int argc, char **argv, calibrate_args *a)
         return 0;
     }
     opt_table_free(&t);
-    if (!rc && (!a->in || !a->out))
+    if (!rc && !a->decode && (!a->in || !a->out))
         rc = err_set(&err, TS_EINVAL, "%s is required", !a->in ? "--microbench FILE" : "--output FILE");
-    if (!rc) /* the outputs can be written, before the fit */
+    if (!rc && a->decode && a->in && !a->out)
+        rc = err_set(&err, TS_EINVAL, "--output FILE is required with --microbench");
+    if (!rc && a->decode && !a->decode_out)
+        rc = err_set(&err, TS_EINVAL, "--decode needs --decode-output FILE (where the fitted constants go)");
+    if (!rc && a->comm_out && !a->in)
+        rc = err_set(&err, TS_EINVAL, "--comm-output needs --microbench FILE (the message samples to fit)");
+    if (!rc && a->decode_out && !a->decode)
+        rc = err_set(&err, TS_EINVAL, "--decode-output needs --decode FILE (the samples to fit)");
+    if (!rc && a->out) /* the outputs can be written, before the fit */
         rc = afile_check_writable(a->out, "--output", &err);
+    if (!rc && a->decode_out)
+        rc = afile_check_writable(a->decode_out, "--decode-output", &err);
     if (!rc && a->comm_out)
         rc = afile_check_writable(a->comm_out, "--comm-output", &err);
     if (rc) {
@@ -298,6 +332,123 @@ static int add_comm_rows(groups *G, const calibrate_args *a, afile *comm, calib_
     return rc;
 }
 
+/* The per-op decode samples of `path` into G: one group per (op, bytes),
+ * kind "decode", the op's name in kernel. */
+static int read_decode(const char *path, groups *G, ts_err *err)
+{
+    static const char *const req[] = {"kind", "name", "bytes", "time_ns", NULL};
+    csvio_table *t;
+    int rc = csvio_read(path, req, 0, &t, err);
+    if (rc)
+        return rc;
+    for (size_t r = 0; r < t->nrows && !rc; r++) {
+        const char *kind, *name;
+        int64_t bytes = 0;
+        double ns;
+        if ((rc = csvio_get_str(t, r, "kind", &kind, err)))
+            break;
+        if (strcmp(kind, "decode")) {
+            rc = csvio_errf(t, r, "kind", err,
+                            "'%s' is not a decode sample (kind decode; trainexec --inference "
+                            "--decode-samples writes them)",
+                            kind);
+            break;
+        }
+        if (!(rc = csvio_get_str(t, r, "name", &name, err)) &&
+            !(rc = csvio_get_int64(t, r, "bytes", 1, INT64_MAX, &bytes, err)))
+            rc = csvio_get_positive(t, r, "time_ns", &ns, err);
+        if (rc)
+            break;
+        group *x = find_or_add(G, "decode", name, 0, 0, 0, bytes, 1);
+        if (!x || add_sample(x, ns))
+            rc = err_set(err, TS_ENOMEM, "calibrate: out of memory");
+    }
+    csvio_free(t);
+    return rc;
+}
+
+/* The reference bandwidth decode_hbm_efficiency divides by: the --gpu kind's
+ * datasheet HBM bandwidth, or for cpu (calibrated-only) the best
+ * element-wise rate of the microbenchmark samples (0 when none were read). */
+static int reference_gbps(const calibrate_args *a, double best_mem_gbps, double *out, ts_err *err)
+{
+    if (!strcasecmp(a->gpu, "cpu")) {
+        if (!(best_mem_gbps > 0))
+            return err_set(err, TS_EINVAL,
+                           "--decode with --gpu %s: decode_hbm_efficiency needs a reference bandwidth: give "
+                           "--microbench FILE (its best element-wise rate is the calibrated-only device's HBM "
+                           "bandwidth) or --gpu KIND of topologies/gpus.csv (its datasheet HBM bandwidth)",
+                           a->gpu);
+        *out = best_mem_gbps;
+        return TS_OK;
+    }
+    gpu_spec g;
+    int rc = catalog_gpu(a->gpu, &g, err);
+    if (rc) {
+        err_prefix(err, "--gpu: ");
+        return rc;
+    }
+    *out = g.hbm_gbps;
+    return TS_OK;
+}
+
+/* --decode: fit the decode line, print it and write --decode-output. */
+static int calibrate_decode(const calibrate_args *a, double best_mem_gbps, ts_err *err)
+{
+    groups D = {0};
+    double *x = NULL, *y = NULL, ref = 0;
+    int rc = reference_gbps(a, best_mem_gbps, &ref, err);
+    if (!rc)
+        rc = read_decode(a->decode, &D, err);
+    if (!rc && D.n < 2)
+        rc =
+            err_set(err, TS_EINVAL, "%s: %zu distinct (op, bytes) decode samples; the line needs >= 2", a->decode, D.n);
+    if (!rc && (!(x = malloc(D.n * sizeof *x)) || !(y = malloc(D.n * sizeof *y))))
+        rc = err_set(err, TS_ENOMEM, "calibrate: out of memory");
+    double alpha = 0, gbps = 0, r2 = 0;
+    if (!rc) {
+        for (size_t i = 0; i < D.n; i++) {
+            x[i] = (double)D.g[i].bytes;
+            y[i] = median(&D.g[i]);
+        }
+        double c0, c1, cov00, cov01, cov11, sumsq;
+        gsl_fit_linear(x, 1, y, 1, D.n, &c0, &c1, &cov00, &cov01, &cov11, &sumsq);
+        double tss = gsl_stats_tss(y, 1, D.n);
+        alpha = c0 > 0 ? c0 : 0.0;
+        gbps = c1 > 0 ? 1.0 / c1 : 0.0; /* bytes per ns = GB/s */
+        r2 = tss > 0 ? 1.0 - sumsq / tss : 1.0;
+        if (!(gbps > 0))
+            rc = err_set(err, TS_EINVAL,
+                         "%s: the decode op times do not grow with their bytes (slope %g ns/byte): no bandwidth "
+                         "to fit",
+                         a->decode, c1);
+    }
+    if (!rc) {
+        printf("decode: %zu (op, bytes) groups from %s: launch %.0f ns, %.2f GB/s (R^2 %.4f) = %.4f of %.1f GB/s\n",
+               D.n, a->decode, alpha, gbps, r2, gbps / ref, ref);
+        printf("  decode_hbm_efficiency %.6g, decode_launch_overhead_ns %.6g -> %s\n", gbps / ref, alpha,
+               a->decode_out);
+        afile f = {0};
+        rc = afile_open(&f, a->decode_out, err);
+        if (!rc) {
+            char v[6][CSVIO_NUM_BYTES];
+            fprintf(f.f,
+                    "quantity,value\ndecode_hbm_efficiency,%s\ndecode_launch_overhead_ns,%s\ndecode_gbps,%s\n"
+                    "reference_gbps,%s\nr2,%s\npoints,%zu\n",
+                    csvio_fmt_double(v[0], sizeof v[0], gbps / ref), csvio_fmt_double(v[1], sizeof v[1], alpha),
+                    csvio_fmt_double(v[2], sizeof v[2], gbps), csvio_fmt_double(v[3], sizeof v[3], ref),
+                    csvio_fmt_double(v[4], sizeof v[4], r2), D.n);
+            rc = afile_commit(&f, err);
+        }
+    }
+    for (size_t i = 0; i < D.n; i++)
+        free(D.g[i].t);
+    free(D.g);
+    free(x);
+    free(y);
+    return rc;
+}
+
 int cmd_calibrate(int argc, char **argv)
 {
     calibrate_args a = {.gpu = "CPU", .dtype = PREC_FP32};
@@ -310,22 +461,24 @@ int cmd_calibrate(int argc, char **argv)
     calib_set set = {0};
     kernel_best best = {0};
     afile comm = {0};
-    int rc = read_samples(a.in, &G, &err);
-    if (!rc)
+    int rc = a.in ? read_samples(a.in, &G, &err) : TS_OK;
+    if (!rc && a.in)
         rc = add_kernel_rows(&G, &a, &set, &best, &err);
-    if (!rc && set.n == 0)
+    if (!rc && a.in && set.n == 0)
         rc = err_set(&err, TS_EINVAL, "%s: no gemm, memory or launch samples", a.in);
-    if (!rc) {
+    if (!rc && a.in) {
         printf("calibration: %zu kernel rows for '%s' (%s) -> %s\n", set.n, a.gpu, DTYPES[a.dtype], a.out);
         printf("  best GEMM %.1f GFLOP/s, best element-wise %.2f GB/s, launch %.0f ns\n", best.tflops * 1e3, best.gbps,
                best.launch_ns);
     }
     if (!rc && a.comm_out && (rc = afile_open(&comm, a.comm_out, &err)) == TS_OK)
         fputs("coll,ranks,alpha_ns,gbps,r2,points\n", comm.f);
-    if (!rc)
+    if (!rc && a.in)
         rc = add_comm_rows(&G, &a, &comm, &set, &err);
-    if (!rc)
+    if (!rc && a.in)
         rc = calib_write(a.out, &set, &err);
+    if (!rc && a.decode)
+        rc = calibrate_decode(&a, best.gbps, &err);
     if (comm.f) {
         if (rc)
             afile_abort(&comm);

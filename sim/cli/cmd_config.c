@@ -1,6 +1,7 @@
 /* trainsim config — validate the model, parallelism and cluster flags and
  * print the resolved configuration (preset + overrides + derived values);
  * list the model presets and GPU kinds of the catalogues. */
+#include <math.h>
 #include <stdio.h>
 
 #include "sim/cli/cmd.h"
@@ -8,6 +9,7 @@
 #include "sim/config/catalog_models.h"
 #include "sim/config/flags.h"
 #include "sim/config/topo.h"
+#include "sim/model/commcost.h"
 #include "sim/net/net_names.h"
 #include "sim/net/net_topo.h"
 #include "sim/util/opt.h"
@@ -84,6 +86,113 @@ static int list_nodes(flags_state *fs, const opt_table *t, config *c, ts_err *e)
     return rc == TS_OK ? 0 : fail(e);
 }
 
+/* Ranks of a group of n ranks stride apart on each node of gpn GPUs (as
+ * the plan builder places them: Megatron's order, tensor innermost). */
+static int group_ranks_per_node(int n, int stride, int gpn)
+{
+    if (n <= 1 || stride >= gpn || gpn % stride)
+        return 1;
+    int a = n, b = gpn / stride;
+    while (b) {
+        int r = a % b;
+        a = b;
+        b = r;
+    }
+    return a;
+}
+
+static void print_group(FILE *f, const char *name, const commcost_params *cp, int n, int k)
+{
+    if (n <= 1) {
+        fprintf(f, "  %-22s 1 rank: no communication\n", name);
+        return;
+    }
+    commcost_group g = {n, k};
+    commcost_choice ch;
+    int64_t S = (int64_t)1 << 30;
+    commcost_nccl_choose(cp, COMM_ALL_REDUCE, S, &g, &ch, NULL);
+    fprintf(f,
+            "  %-22s %d ranks, %d per node on %d node%s: a 1 GiB all-reduce runs %s/%s, %.3f ms, busbw %.1f GB/s "
+            "(fabric factor %.2f)\n",
+            name, n, k, n / k, n / k > 1 ? "s" : "", commcost_algo_name(ch.algo), commcost_proto_name(ch.proto),
+            ch.time_ns / 1e6, ch.busbw_gbps, ch.net_factor);
+}
+
+/* The network lines: which mode and topology a simulation uses, and what
+ * the default mode takes from the topology. */
+static int print_network(FILE *f, const config *c)
+{
+    const topo *t = c->cluster.topology;
+    if (!t)
+        return TS_OK;
+    commcost_params cp;
+    ts_err none;
+    fprintf(f, "\nnetwork (trainsim simulate):\n");
+    if (commcost_params_topo(&c->cluster.gpu, t, c->cluster.gpus, &cp, &none)) {
+        /* a kind without defaults (e.g. CPU) takes its costs from --calibration */
+        fprintf(f, "  default mode:          collectives from --calibration (%s)\n", none.msg);
+        return TS_OK;
+    }
+    fprintf(f, "  topology used:         %s (every mode)\n", t->source);
+    fprintf(f, "  default mode:          closed-form NCCL cost model (algorithm and protocol picked per message "
+               "size as NCCL's tuning model does) over this topology\n");
+    fprintf(f, "  --network-flows:       flows on this topology's graph for one pipeline; --full: every rank's "
+               "flows (contention, ECMP)\n");
+    fprintf(f,
+            "  default mode uses:     NVLink ring busbw %.1f GB/s, all-reduce busbw %.1f GB/s%s; %d NICs x %g GB/s "
+            "per node = %.2f GB/s achievable per GPU; NIC-to-NIC latency %.2f us in a leaf\n",
+            cp.nvlink_busbw_gbps, cp.nvlink_allreduce_busbw_gbps, cp.nvls ? " (NVLink SHARP)" : "", cp.nics_per_node,
+            cp.nic_gbps, cp.nic_gbps_per_gpu, cp.lat_leaf_us);
+    for (int i = 0; i < cp.tiers; i++)
+        fprintf(f,
+                "  fabric block %d:        %g nodes, uplinks %g:1 (cumulative), %.2f us across; limits a group "
+                "spanning more nodes to %.2f of its NIC share\n",
+                i + 1, cp.tier_nodes[i], cp.tier_oversub[i], cp.tier_lat_us[i],
+                fmin(1.0, (cp.tier_nodes[i] > 1 ? cp.tier_nodes[i] : 1) / cp.tier_oversub[i]));
+    if (t->form == TOPO_LINK_LIST)
+        fprintf(f, "  link list:             NVLink and NIC rates from the links; switch levels and "
+                   "oversubscription only in the flow modes\n");
+    fprintf(f, "  default mode ignores:  contention between groups and ECMP collisions, CollNet/SHARP in "
+               "switches (use --network-flows or --full for the first two)\n");
+    int gpn = c->cluster.gpus_per_node > 0 ? c->cluster.gpus_per_node : 1, tp = c->par.tp, dp = c->par.dp;
+    print_group(f, "tensor-parallel group:", &cp, tp, tp <= gpn ? tp : (tp % gpn ? 1 : gpn));
+    print_group(f, "data-parallel group:", &cp, dp, group_ranks_per_node(dp, tp, gpn));
+    return TS_OK;
+}
+
+/* --nccl-table: NCCL's choice and time per collective and message size for
+ * the data-parallel group and a full node (nccl-tests columns). */
+static int print_nccl_table(FILE *f, const config *c, ts_err *e)
+{
+    commcost_params cp;
+    int rc = commcost_params_topo(&c->cluster.gpu, c->cluster.topology, c->cluster.gpus, &cp, e);
+    if (rc)
+        return rc;
+    int gpn = c->cluster.gpus_per_node > 0 ? c->cluster.gpus_per_node : 1;
+    int dp = c->par.dp, k = group_ranks_per_node(dp, c->par.tp, gpn);
+    struct {
+        const char *name;
+        int n, k;
+    } groups[2] = {{"node", gpn, gpn}, {"data-parallel", dp, k}};
+    static const commcost_coll colls[3] = {COMM_ALL_REDUCE, COMM_ALL_GATHER, COMM_REDUCE_SCATTER};
+    fprintf(f, "group,ranks,ranks_per_node,collective,bytes,algorithm,protocol,time_us,algbw_gbps,busbw_gbps\n");
+    for (int gi = 0; gi < 2; gi++) {
+        if (groups[gi].n <= 1)
+            continue;
+        commcost_group g = {groups[gi].n, groups[gi].k};
+        for (int ci = 0; ci < 3; ci++)
+            for (int64_t S = 1024; S <= ((int64_t)1 << 32); S *= 4) {
+                commcost_choice ch;
+                if ((rc = commcost_nccl_choose(&cp, colls[ci], S, &g, &ch, e)))
+                    return rc;
+                fprintf(f, "%s,%d,%d,%s,%lld,%s,%s,%.2f,%.2f,%.2f\n", groups[gi].name, g.ranks, g.ranks_per_node,
+                        commcost_coll_name(colls[ci]), (long long)S, commcost_algo_name(ch.algo),
+                        commcost_proto_name(ch.proto), ch.time_ns / 1e3, (double)S / ch.time_ns, ch.busbw_gbps);
+            }
+    }
+    return TS_OK;
+}
+
 int cmd_config(int argc, char **argv)
 {
     ts_err e;
@@ -91,7 +200,7 @@ int cmd_config(int argc, char **argv)
     config c;
     flags_state fs;
     opt_table t;
-    bool lmodels = false, lgpus = false, lnodes = false, lmegatron = false;
+    bool lmodels = false, lgpus = false, lnodes = false, lmegatron = false, nccl_table = false;
     opt_table_init(&t, "trainsim config",
                    "Check the model, parallelism and cluster flags and print the resolved configuration: the\n"
                    "--model preset (default " FLAGS_DEFAULT_MODEL ": GPT-3 175B on 1024 A100 80GB GPUs, t=8, p=16,\n"
@@ -132,6 +241,16 @@ int cmd_config(int argc, char **argv)
                                          "refused, default-only, with the reason) and exit"},
                      &e);
     if (!rc)
+        rc = opt_add(&t,
+                     &(opt_spec){.name = "--nccl-table",
+                                 .type = OPT_BOOL,
+                                 .target = &nccl_table,
+                                 .help = "print, as CSV, the collective the default mode costs for a full node "
+                                         "and the data-parallel group, 1 KiB to 4 GiB: NCCL's algorithm and "
+                                         "protocol, time (us), algbw and busbw (GB/s, nccl-tests convention); "
+                                         "and exit"},
+                     &e);
+    if (!rc)
         rc = flags_parse(&fs, &t, argc, argv, &e);
     mscript_write_notes(fs.script, "trainsim config", stderr); /* what the script left unresolved, if any */
     if (rc) {
@@ -168,8 +287,19 @@ int cmd_config(int argc, char **argv)
         opt_table_free(&t);
         return fail(&e);
     }
-    flags_print(&fs, stdout);
+    if (nccl_table) {
+        rc = c.cluster.topology ? print_nccl_table(stdout, &c, &e)
+                                : err_set(&e, TS_EINVAL, "--nccl-table needs a GPU cluster (not --gpu cpu)");
+    } else {
+        flags_print(&fs, stdout);
+        rc = print_network(stdout, &c);
+    }
     config_free(&c);
+    if (rc) {
+        flags_release(&fs);
+        opt_table_free(&t);
+        return fail(&e);
+    }
     flags_release(&fs);
     opt_table_free(&t);
     return 0;

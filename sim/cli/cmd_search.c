@@ -484,6 +484,9 @@ static void print_top(const search_set *set, const size_t *order, size_t n, int 
 
 int cmd_search(int argc, char **argv)
 {
+    for (int i = 1; i < argc && strcmp(argv[i], "--"); i++)
+        if (!strcmp(argv[i], "--inference")) /* inference deployments: cmd_infer.c */
+            return cmd_search_inference(argc, argv);
     int rank = 0, size = 1;
 #ifdef TRAINSIM_MPI
     int inited = 0;

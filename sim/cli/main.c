@@ -31,6 +31,8 @@ static const command COMMANDS[] = {
     {"calibrate", cmd_calibrate, "fit the cost model to trainexec --microbench samples"},
     {"search", cmd_search, "find the fastest layout that fits for a model, GPU count and batch"},
     {"sweep", cmd_sweep, "simulate every row of a CSV (resumable), appending to --out"},
+    {"infer", cmd_infer, "predict an inference workload: static batch or request stream (TTFT, TPOT, tokens/s)"},
+    {"topology", cmd_topology, "validate, summarise, list, route and draw a topology file"},
 };
 #define NCOMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])
 

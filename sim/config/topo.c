@@ -441,6 +441,114 @@ out:
     return rc;
 }
 
+/* Missing cables in a file that is otherwise consistent: every GPU has as
+ * many NVLink and PCIe links as the GPU with the most; every NIC named has
+ * a fabric link when any NIC has one; the switches are joined to each
+ * other over switch-switch links (routes do not pass through servers). */
+static int check_cabling(const csvio_table *t, const topo *tp, ts_err *err)
+{
+    const int S = tp->params.nodes, G = tp->params.gpus_per_node, K = tp->params.nics_per_node;
+    size_t ng = (size_t)S * (size_t)G, nn = (size_t)S * (size_t)(K > 0 ? K : 1), n = tp->n_links;
+    int *nv = calloc(ng, sizeof *nv), *pc = calloc(ng, sizeof *pc);
+    unsigned char *nic_named = calloc(nn, 1), *nic_fab = calloc(nn, 1);
+    uint64_t *sw = malloc((2 * n + 1) * sizeof *sw);
+    ep_node *v = calloc(2 * n + 1, sizeof *v);
+    int rc = TS_OK, nvmax = 0, pcmax = 0;
+    size_t nvrow = 0, pcrow = 0, fabrow = (size_t)-1, nsw = 0, k = 0;
+    char na[32], nb[32], nc[32];
+    if (!nv || !pc || !nic_named || !nic_fab || !sw || !v) {
+        rc = err_set(err, TS_ENOMEM, "%s: out of memory", t->path);
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++)
+        for (int e = 0; e < 2; e++) {
+            const topo_link *l = &tp->links[i];
+            const topo_endpoint *x = e ? &l->b : &l->a, *y = e ? &l->a : &l->b;
+            if (x->kind == TOPO_EP_GPU) {
+                size_t gi = (size_t)x->server * G + x->index;
+                if (l->kind == TOPO_LINK_NVLINK && ++nv[gi] > nvmax) {
+                    nvmax = nv[gi];
+                    nvrow = i;
+                }
+                if (l->kind == TOPO_LINK_PCIE && ++pc[gi] > pcmax) {
+                    pcmax = pc[gi];
+                    pcrow = i;
+                }
+            } else if (x->kind == TOPO_EP_NIC && x->server < S && x->index < K) {
+                size_t ni = (size_t)x->server * K + x->index;
+                nic_named[ni] = 1;
+                if (y->kind == TOPO_EP_SWITCH) {
+                    nic_fab[ni] = 1;
+                    if (fabrow == (size_t)-1)
+                        fabrow = i;
+                }
+            } else if (x->kind == TOPO_EP_SWITCH) {
+                sw[nsw++] = ep_key(x);
+            }
+        }
+    for (size_t gi = 0; gi < ng && !rc; gi++) {
+        const topo_endpoint ge = {.kind = TOPO_EP_GPU, .server = (int)(gi / (size_t)G), .index = (int)(gi % (size_t)G)};
+        const topo_link *ref = nv[gi] < nvmax ? &tp->links[nvrow] : pc[gi] < pcmax ? &tp->links[pcrow] : NULL;
+        if (ref)
+            rc = err_set(err, TS_EINVAL,
+                         "%s: %s has %d %s links where other GPUs have %d (e.g. %s - %s, line %d): a missing cable? "
+                         "give every GPU the same links",
+                         t->path, topo_endpoint_name(&ge, na, sizeof na), nv[gi] < nvmax ? nv[gi] : pc[gi],
+                         nv[gi] < nvmax ? "nvlink" : "pcie", nv[gi] < nvmax ? nvmax : pcmax,
+                         topo_endpoint_name(&ref->a, nb, sizeof nb), topo_endpoint_name(&ref->b, nc, sizeof nc),
+                         ref->line);
+    }
+    for (size_t ni = 0; ni < nn && !rc && fabrow != (size_t)-1 && K > 0; ni++)
+        if (nic_named[ni] && !nic_fab[ni]) {
+            const topo_endpoint ne = {
+                .kind = TOPO_EP_NIC, .server = (int)(ni / (size_t)K), .index = (int)(ni % (size_t)K)};
+            rc = err_set(err, TS_EINVAL,
+                         "%s: %s has no fabric link to a switch, where other NICs have one (e.g. line %d): a missing "
+                         "cable?",
+                         t->path, topo_endpoint_name(&ne, na, sizeof na), tp->links[fabrow].line);
+        }
+    if (rc || nsw == 0)
+        goto out;
+    qsort(sw, nsw, sizeof *sw, cmp_u64);
+    for (size_t i = 0; i < nsw; i++)
+        if (!k || sw[i] != v[k - 1].key) {
+            v[k] = (ep_node){.key = sw[i], .row = (size_t)-1, .parent = (int)k};
+            k++;
+        }
+    for (size_t i = 0; i < n; i++) {
+        const topo_link *l = &tp->links[i];
+        if (l->a.kind != TOPO_EP_SWITCH || l->b.kind != TOPO_EP_SWITCH)
+            continue;
+        int a = find_root(v, ep_index(v, k, ep_key(&l->a))), b = find_root(v, ep_index(v, k, ep_key(&l->b)));
+        if (a != b)
+            v[a].parent = b;
+    }
+    for (size_t i = 1; i < k && !rc; i++)
+        if (find_root(v, (int)i) != find_root(v, 0)) {
+            topo_endpoint x = {0}, y = {0};
+            for (size_t j = 0; j < n; j++)
+                for (int e = 0; e < 2; e++) {
+                    const topo_endpoint *q = e ? &tp->links[j].b : &tp->links[j].a;
+                    if (q->kind == TOPO_EP_SWITCH && ep_key(q) == v[i].key)
+                        x = *q;
+                    if (q->kind == TOPO_EP_SWITCH && ep_key(q) == v[0].key)
+                        y = *q;
+                }
+            rc = err_set(err, TS_EINVAL,
+                         "%s: %s and %s are not joined by switch-to-switch links (routes cross the fabric over "
+                         "switches only): a missing cable?",
+                         t->path, topo_endpoint_name(&y, na, sizeof na), topo_endpoint_name(&x, nb, sizeof nb));
+        }
+out:
+    free(nv);
+    free(pc);
+    free(nic_named);
+    free(nic_fab);
+    free(sw);
+    free(v);
+    return rc;
+}
+
 static int load_links(const csvio_table *t, topo *tp, ts_err *err)
 {
     int rc;
@@ -449,7 +557,7 @@ static int load_links(const csvio_table *t, topo *tp, ts_err *err)
     tp->params.oversubscription = 1;
     tp->params.pod_oversubscription = 1;
     if ((rc = parse_links(t, tp, err)) || (rc = check_duplicates(t, tp, err)) || (rc = check_grid(t, tp, err)) ||
-        (rc = check_connected(t, tp, err)))
+        (rc = check_connected(t, tp, err)) || (rc = check_cabling(t, tp, err)))
         return rc;
     int maxlevel = 0;
     for (size_t i = 0; i < tp->n_links; i++) {

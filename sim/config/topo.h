@@ -31,7 +31,11 @@
  *     pcie (GPU-NIC, same server) or fabric (NIC-switch, switch-switch). A link
  *     is undirected: bandwidth_gbps per direction. Every server must hold the
  *     same GPUs gpu<s>.0 .. gpu<s>.<G-1>, servers numbered 0..S-1, and every
- *     endpoint must be connected to the GPUs. The GPU kind comes from --gpu.
+ *     endpoint must be connected to the GPUs. No cable may be missing: every
+ *     GPU has as many nvlink and pcie links as the GPU with the most, every
+ *     NIC named has a fabric link when any NIC has one, and the switches are
+ *     joined to each other by switch-switch links (routes cross the fabric
+ *     over switches only). The GPU kind comes from --gpu.
  *
  * The form is chosen by the header: a file with an endpoint_a column is a
  * link list. Comment rows ('#') document the source of the figures.
@@ -40,7 +44,8 @@
  * file, non-number, zero or negative bandwidth, negative latency, unknown
  * fabric or link kind, duplicate link, dangling link (an endpoint name that
  * does not follow the grammar, a GPU missing from a server, an endpoint not
- * connected to the GPUs, a NIC without a PCIe link to a GPU), unknown GPU
+ * connected to the GPUs, a NIC without a PCIe link to a GPU), a missing
+ * cable (the endpoint that lacks it, and a row that has one), unknown GPU
  * kind (valid kinds listed).
  *
  * Ownership: topo_load/topo_default return a topo owned by the caller (free

@@ -106,6 +106,8 @@ static int cost_setup(const config *c, const simulate_opts *o, cost_model **cm, 
     }
     if ((rc = cost_model_new(&cp, cm, err)))
         return rc;
+    if (c->cluster.topology) /* the collectives see the topology given (or the kind's default cluster) */
+        return commcost_params_topo(&c->cluster.gpu, c->cluster.topology, c->cluster.gpus, cc, err);
     return commcost_params_default(&c->cluster.gpu, cc, err);
 }
 

@@ -212,16 +212,6 @@ static int ring_coll_phases(const net_graph *g, net_router *r, const net_coll_re
     return TS_OK;
 }
 
-/* Ring all-reduce: a reduce-scatter then an all-gather phase. */
-static int allreduce_ring(const net_graph *g, net_router *r, const net_coll_req *q, net_plan *p, ts_err *err)
-{
-    int rc, n = q->n;
-    for (int ph = 0; ph < 2; ph++)
-        if ((rc = ring_phase(g, r, p, q->gpus, n, q->bytes * (n - 1) / n, q->flow_key, err)))
-            return rc;
-    return TS_OK;
-}
-
 /* Tree all-reduce: two binary trees (the second mirrored), each moving half
  * of the data both ways, in one phase. */
 static int allreduce_tree(const net_graph *g, net_router *r, const net_coll_req *q, net_plan *p, ts_err *err)
@@ -274,6 +264,26 @@ static int allreduce_hier(const net_graph *g, net_router *r, const net_coll_req 
     return TS_OK;
 }
 
+/* NCCL's pipelined ring over order (m servers x k local ranks), k channels
+ * on k NICs (net_coll.h, PIPE): NVLink and NIC ring bundles in one phase. */
+static int pipe_phase(const net_graph *g, net_router *r, const net_coll_req *q, const int *order, int k, int m,
+                      net_plan *p, ts_err *err)
+{
+    int rc, n = k * m;
+    double passes = q->kind == NET_COLL_ALLREDUCE ? 2.0 : 1.0, wire = passes * q->bytes * (n - 1) / n;
+    if ((rc = plan_phase_begin(p, err)))
+        return rc;
+    for (int s = 0; s < m; s++)
+        if ((rc = ring_flows(g, r, p, order + s * k, k, 1, wire * (k - 1) / k, q->flow_key, err)))
+            return rc;
+    for (int j = 0; j < k; j++)
+        if ((rc = ring_flows(g, r, p, order + j, m, k, wire / k, q->flow_key, err)))
+            return rc;
+    plan_phase_end(g, p, (int)passes * (n - 1));
+    p->algo = NET_ALGO_PIPE;
+    return TS_OK;
+}
+
 /* NVLS all-reduce: every GPU sends to and receives from NVSwitch nvs (its
  * NVLink SHARP reduction), one phase. */
 static int allreduce_nvls(const net_graph *g, net_router *r, const net_coll_req *q, int nvs, net_plan *p, ts_err *err)
@@ -293,10 +303,11 @@ static int allreduce_nvls(const net_graph *g, net_router *r, const net_coll_req 
     return TS_OK;
 }
 
-/* Phases of an all-reduce: the requested algorithm (auto: NVLS in one
- * NVLink SHARP domain, hierarchical across servers of equal share, else
- * ring) recorded in p->algo. */
-static int allreduce_phases(const net_graph *g, net_router *r, const net_coll_req *q, net_plan *p, ts_err *err)
+/* Phases of an all-reduce, all-gather or reduce-scatter: the requested
+ * algorithm (auto: NVLS for an all-reduce in one NVLink SHARP domain, PIPE
+ * across servers of equal share, else ring) recorded in p->algo; the
+ * all-reduce-only ones (tree, hier, NVLS) run the others as a ring. */
+static int grouped_phases(const net_graph *g, net_router *r, const net_coll_req *q, net_plan *p, ts_err *err)
 {
     int rc = TS_OK, n = q->n;
     int *order = malloc(sizeof *order * (size_t)n);
@@ -312,20 +323,27 @@ static int allreduce_phases(const net_graph *g, net_router *r, const net_coll_re
     for (int i = 1; i < n && one_domain; i++)
         one_domain = net_graph_gpu_nvswitch(g, q->gpus[i]) == nvs;
     net_coll_algo algo = q->algo;
+    int ar = q->kind == NET_COLL_ALLREDUCE;
     if (algo == NET_ALGO_AUTO)
-        algo = one_domain && g->nvls ? NET_ALGO_NVLS : (m > 1 && k > 1) ? NET_ALGO_HIER : NET_ALGO_RING;
-    if (algo == NET_ALGO_HIER && (k < 1 || m == 1 || k == 1))
+        algo = ar && one_domain && g->nvls ? NET_ALGO_NVLS : (m > 1 && k > 1) ? NET_ALGO_PIPE : NET_ALGO_RING;
+    if ((algo == NET_ALGO_HIER || algo == NET_ALGO_PIPE) && (k < 1 || m == 1 || k == 1))
+        algo = NET_ALGO_RING;
+    if (!ar && algo != NET_ALGO_PIPE)
         algo = NET_ALGO_RING;
     p->algo = algo;
     switch (algo) {
     case NET_ALGO_RING:
-        rc = allreduce_ring(g, r, q, p, err);
+        for (int ph = 0; ph < (ar ? 2 : 1) && !rc; ph++) /* all-reduce: reduce-scatter + all-gather */
+            rc = ring_phase(g, r, p, q->gpus, n, q->bytes * (n - 1) / n, q->flow_key, err);
         break;
     case NET_ALGO_TREE:
         rc = allreduce_tree(g, r, q, p, err);
         break;
     case NET_ALGO_HIER:
         rc = allreduce_hier(g, r, q, order, k, m, p, err);
+        break;
+    case NET_ALGO_PIPE:
+        rc = pipe_phase(g, r, q, order, k, m, p, err);
         break;
     case NET_ALGO_NVLS:
         if (!one_domain || !g->nvls)
@@ -361,11 +379,11 @@ static int plan_phases(const net_graph *g, net_router *r, const net_coll_req *q,
     case NET_COLL_P2P_SCATTER:
         return p2p_phases(g, r, q, p, err);
     case NET_COLL_BROADCAST:
+        return ring_coll_phases(g, r, q, p, err);
     case NET_COLL_ALLGATHER:
     case NET_COLL_REDUCE_SCATTER:
-        return ring_coll_phases(g, r, q, p, err);
     case NET_COLL_ALLREDUCE:
-        return allreduce_phases(g, r, q, p, err);
+        return grouped_phases(g, r, q, p, err);
     default:
         return err_set(err, TS_EINVAL, "net_coll: unknown collective kind %d", (int)q->kind);
     }

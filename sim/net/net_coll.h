@@ -40,9 +40,21 @@
  *    each send S/t to the GPU of the same local rank on the destination
  *    server (t NICs in parallel), then a ring all-gather of S among the t
  *    destination GPUs.
+ *  - PIPE (all-reduce, all-gather, reduce-scatter of a group of k GPUs on
+ *    each of m servers, k > 1, m > 1): NCCL's ring through all n = k m
+ *    GPUs with k channels, channel j leaving every server through local
+ *    rank j's NIC, pipelined. Every GPU sends W = (n-1)/n S (all-reduce
+ *    2(n-1)/n S) over all channels: (k-1)/k W over NVLink (a ring bundle
+ *    per server), W/k through its NIC (a ring bundle per local rank across
+ *    the servers), all in ONE phase, n-1 (all-reduce 2(n-1)) step
+ *    latencies. Its bandwidth is NCCL's ring bus bandwidth, min(NVLink,
+ *    k NICs), which the default mode (sim/model/commcost) uses.
  * NET_ALGO_AUTO picks NVLS for an all-reduce inside one NVLS-capable
- * domain, HIER for a group spanning servers with several GPUs on each, and
- * RING otherwise.
+ * domain, PIPE for a group spanning servers with several GPUs on each, and
+ * RING otherwise (a collective on one GPU per server, or inside one
+ * server). It does not pick by message size: NCCL's tree and protocols
+ * (LL, LL128), which the default mode chooses per size, are not modelled
+ * as flows; TREE and HIER run only when asked for.
  *
  * Ownership: a net_sim borrows its graph (must outlive it); it owns its
  * router, flows and plans. Free with net_sim_free().
@@ -72,7 +84,14 @@ typedef enum {
     NET_COLL_KIND_COUNT
 } net_coll_kind;
 
-typedef enum { NET_ALGO_AUTO = 0, NET_ALGO_RING, NET_ALGO_TREE, NET_ALGO_HIER, NET_ALGO_NVLS } net_coll_algo;
+typedef enum {
+    NET_ALGO_AUTO = 0,
+    NET_ALGO_RING,
+    NET_ALGO_TREE,
+    NET_ALGO_HIER,
+    NET_ALGO_NVLS,
+    NET_ALGO_PIPE
+} net_coll_algo;
 
 typedef struct {
     net_coll_kind kind;

@@ -62,7 +62,7 @@ int net_graph_add_link1(net_graph *g, int a, int b, net_link_kind kind, double l
     if (grow_to_int((void **)&g->links, &g->cap_links, g->n_links + 1, 64, sizeof *g->links))
         return err_set(err, TS_ENOMEM, "net_graph: out of memory adding link %d", g->n_links);
     int id = g->n_links++;
-    g->links[id] = (net_link){a, b, kind, line_gbps, line_gbps * eff, lat_us, -1};
+    g->links[id] = (net_link){a, b, kind, line_gbps, line_gbps * eff, lat_us, -1, false};
     return id;
 }
 
@@ -195,6 +195,20 @@ int net_graph_scale_link(net_graph *g, int a, int b, double factor, ts_err *err)
     if (y >= 0)
         g->links[y].bw_gbps *= factor;
     g->bw_version++;
+    return TS_OK;
+}
+
+int net_graph_fail_link(net_graph *g, int a, int b, ts_err *err)
+{
+    char na[32], nb[32];
+    int x = net_graph_find_link(g, a, b), y = net_graph_find_link(g, b, a);
+    if (x < 0 && y < 0)
+        return err_set(err, TS_EINVAL, "no link between %s and %s in the topology",
+                       net_graph_node_name(g, a, na, sizeof na), net_graph_node_name(g, b, nb, sizeof nb));
+    if (x >= 0)
+        g->links[x].down = true;
+    if (y >= 0)
+        g->links[y].down = true;
     return TS_OK;
 }
 
@@ -407,17 +421,29 @@ static int fabric_add_servers(net_graph *g, const net_fabric_params *p, int *nic
     return TS_OK;
 }
 
+/* The leaf of NIC k of server s: pods of sp servers hold lpp leaves each;
+ * inside a pod, rail-optimized leaf k of a group of leaf_ports servers
+ * takes NIC k of each, else NICs fill leaves in order. */
+static int fabric_leaf_of(const net_fabric_params *p, int sp, int lpp, int s, int k)
+{
+    int K = p->nics_per_server, ls = s % sp;
+    int in_pod = p->rail_optimized ? (ls / p->leaf_ports) * K + k : (ls * K + k) / p->leaf_ports;
+    return (s / sp) * lpp + in_pod;
+}
+
 /* Adds the leaf switches and joins every NIC to its leaf (rail-optimized: NIC
  * k of a group of servers to that group's leaf k); *leaves gets the leaves,
  * each its own unit. The caller frees *leaves, also on failure. */
 static int fabric_add_leaves(net_graph *g, const net_fabric_params *p, int nic0, fabric_tier *leaves, ts_err *err)
 {
-    const int S = p->servers, K = p->nics_per_server;
-    int rc, nleaves, ports = S * K;
-    if (p->rail_optimized)
-        nleaves = ((S + p->leaf_ports - 1) / p->leaf_ports) * K;
-    else
-        nleaves = (ports + p->leaf_ports - 1) / p->leaf_ports;
+    const int S = p->servers, K = p->nics_per_server, sp = p->pod_servers > 0 ? p->pod_servers : S;
+    const int lpp = p->rail_optimized ? ((sp + p->leaf_ports - 1) / p->leaf_ports) * K
+                                      : (sp * K + p->leaf_ports - 1) / p->leaf_ports;
+    int rc, nleaves = 0;
+    for (int s = 0; s < S; s++)
+        for (int k = 0; k < K; k++)
+            if (fabric_leaf_of(p, sp, lpp, s, k) + 1 > nleaves)
+                nleaves = fabric_leaf_of(p, sp, lpp, s, k) + 1;
     int cap = nleaves > 1 ? nleaves : 1;
     leaves->node = malloc(sizeof *leaves->node * (size_t)cap);
     leaves->unit = malloc(sizeof *leaves->unit * (size_t)cap);
@@ -434,12 +460,15 @@ static int fabric_add_leaves(net_graph *g, const net_fabric_params *p, int nic0,
     }
     for (int s = 0; s < S; s++)
         for (int k = 0; k < K; k++) {
-            int leaf = p->rail_optimized ? (s / p->leaf_ports) * K + k : (s * K + k) / p->leaf_ports;
+            int leaf = fabric_leaf_of(p, sp, lpp, s, k);
             if ((rc = net_graph_add_link2(g, nic0 + s * K + k, leaf0 + leaf, NET_LINK_FABRIC, p->nic_gbps, p->net_eff,
                                           p->nic_lat_us, err)) < 0)
                 return rc;
-            leaves->down_line[leaf] += p->nic_gbps;
         }
+    /* The design, not the population: every leaf has leaf_ports NIC ports
+     * (cabled or not), so a partly filled leaf has a full leaf's uplinks. */
+    for (int j = 0; j < nleaves; j++)
+        leaves->down_line[j] = p->leaf_ports * p->nic_gbps;
     return TS_OK;
 }
 
@@ -495,7 +524,6 @@ static int fabric_add_uplinks(net_graph *g, const net_fabric_params *p, const ne
                                      p->switch_lat_us, err);
         if (rc < 0)
             return rc;
-        upper->down_line[u] += line;
     }
     return TS_OK;
 }
@@ -513,8 +541,8 @@ static int fabric_add_level(net_graph *g, const net_fabric_params *p, int l, fab
         lv.switches = fabric_auto_switches(p, &lv, t);
     int nupper = ngroups * lv.switches, rc = TS_OK;
     fabric_tier up = {.n = nupper, .nunits = ngroups};
-    up.node = malloc(sizeof *up.node * (size_t)nupper);
-    up.unit = malloc(sizeof *up.unit * (size_t)nupper);
+    up.node = calloc((size_t)nupper, sizeof *up.node);
+    up.unit = calloc((size_t)nupper, sizeof *up.unit);
     up.down_line = calloc((size_t)nupper, sizeof *up.down_line);
     if (!up.node || !up.unit || !up.down_line) {
         rc = err_set(err, TS_ENOMEM, "fabric: out of memory");
@@ -529,6 +557,15 @@ static int fabric_add_level(net_graph *g, const net_fabric_params *p, int l, fab
     rc = TS_OK;
     for (int w = 0; w < t->n && !rc; w++)
         rc = fabric_add_uplinks(g, p, &lv, t, w, t->unit[w] / gsize, unit_max, &up, err);
+    /* Design downlink of an upper switch: the uplinks of a full group
+     * (gsize units of unit_max switches) shared by its switches, whether or
+     * not the group is filled. */
+    double most = 0;
+    for (int w = 0; w < t->n; w++)
+        if (t->down_line[w] > most)
+            most = t->down_line[w];
+    for (int j = 0; j < nupper; j++)
+        up.down_line[j] = (double)gsize * unit_max * (most / lv.oversub) / lv.switches;
     if (!rc) { /* the new level becomes the tier; the old one is freed below */
         fabric_tier old = *t;
         *t = up;

@@ -70,6 +70,7 @@ typedef struct {
     double bw_gbps;   /* effective payload bandwidth = line x efficiency, GB/s */
     double lat_us;    /* one-way latency, microseconds */
     int reverse;      /* id of the link dst -> src, -1 if none */
+    bool down;        /* failed (net_graph_fail_link): routes avoid it */
 } net_link;
 
 typedef struct net_graph {
@@ -118,6 +119,11 @@ int net_graph_find_link(const net_graph *g, int a, int b);
  * (> 0; < 1 degrades). TS_EINVAL if there is no such link. */
 int net_graph_scale_link(net_graph *g, int a, int b, double factor, ts_err *err);
 
+/* Mark the links a -> b and b -> a failed: routes (net_route.h) no longer
+ * use them. TS_EINVAL if there is no such link. Call before routers are
+ * made (a router caches distances). */
+int net_graph_fail_link(net_graph *g, int a, int b, ts_err *err);
+
 /* Node id of the NIC used by GPU gpu (the NIC joined to it by a PCIe link;
  * with several, the one with the same local index, else the first); -1 if
  * none. Node id of its NVLink domain switch, -1 if none. */
@@ -138,11 +144,15 @@ int net_graph_node_by_name(const net_graph *g, const char *name);
  * in groups: `group` units of level l-1 (for l = 2: leaves) under one group
  * of `switches` level-l switches, every unit switch linked to every switch of
  * its group; 0 groups all units together (the top). The uplinks of a level
- * l-1 switch carry its downlink bandwidth divided by `oversub` (1 = full
- * bisection, 2 = 2:1, 7 = 1:7 as between Llama 3's pods), counted in ports
- * of the NIC rate: spread evenly over all switches of the group when there
- * is at least one port for each, else whole ports to a round-robin subset
- * (so a lone flow still runs at port rate; only the aggregate is cut). */
+ * l-1 switch carry its DESIGN downlink bandwidth divided by `oversub` (1 =
+ * full bisection, 2 = 2:1, 7 = 1:7 as between Llama 3's pods): a leaf's
+ * design downlink is leaf_ports NIC ports, an upper switch's the uplinks of
+ * a full group shared by the group's switches, whether or not the run
+ * populates them (a partly filled leaf, group or pod has a full one's
+ * uplinks). Counted in ports of the NIC rate: spread evenly over all
+ * switches of the group when there is at least one port for each, else
+ * whole ports to a round-robin subset (so a lone flow still runs at port
+ * rate; only the aggregate is cut). */
 typedef struct {
     int group;      /* units per group, 0 = all */
     int switches;   /* switches per group (each unit joins each one); 0 = auto:
@@ -166,6 +176,7 @@ typedef struct {
     bool rail_optimized;                 /* leaf k of a rail group joins NIC k of its servers */
     bool nvls;                           /* NVSwitch supports NVLink SHARP (H100, H200) */
     int leaf_ports;                      /* NIC ports per leaf switch */
+    int pod_servers;                     /* servers per pod: leaves hold one pod's NICs; 0 = one pod */
     int levels;                          /* switch levels above the NICs (>= 1) */
     net_fabric_level up[NET_MAX_LEVELS]; /* up[l] for l = 2..levels (up[0], up[1] unused) */
 } net_fabric_params;

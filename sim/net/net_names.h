@@ -14,6 +14,7 @@
 #include <stdio.h>
 
 #include "sim/net/net_graph.h"
+#include "sim/net/net_route.h"
 #include "sim/util/err.h"
 
 /* The node names of g with their index ranges, e.g.
@@ -36,5 +37,28 @@ const char *net_names_neighbors(const net_graph *g, int v, char *buf, size_t cap
  *                  row; numbers as csvio_fmt_double writes them)
  * The graph must be finished. TS_EIO on a write error. */
 int net_names_list(const net_graph *g, FILE *f, ts_err *err);
+
+/* A summary of g for `trainsim topology`: GPUs, servers and NVLink
+ * domains, NICs, switches and links per level, each switch level's
+ * aggregate downlink and uplink line rate and their ratio (the
+ * oversubscription as built), and the bisection bandwidth estimate of a
+ * tree: half the smallest of the total NIC rate and each level's total
+ * uplink rate (GB/s per direction). TS_EIO on a write error. */
+int net_names_summary(const net_graph *g, FILE *f, ts_err *err);
+
+/* Print the route from node a to node b (net_route.h, flow 0): one line
+ * per hop "A -> B  kind  line GB/s  latency us", then the end-to-end
+ * latency and the narrowest line rate. TS_EINVAL if there is no route. */
+int net_names_route(const net_graph *g, int a, int b, FILE *f, ts_err *err);
+
+/* Write g as a Graphviz graph (undirected edges, one per linked pair,
+ * labelled with line GB/s). Large graphs are collapsed so the drawing stays
+ * readable: with more than NET_NAMES_DOT_NODES nodes each server (its GPUs,
+ * NVSwitch and NICs) is one box; with more than NET_NAMES_DOT_NODES
+ * switches too, all servers are one box and each switch level one box
+ * (labelled with the counts); parallel edges between two boxes are merged,
+ * labelled with their count and summed GB/s. The title says which. TS_EIO on a write error, TS_ENOMEM. */
+#define NET_NAMES_DOT_NODES 300
+int net_names_dot(const net_graph *g, const char *title, FILE *f, ts_err *err);
 
 #endif

@@ -1,6 +1,7 @@
 /* net_route — see net_route.h. */
 #include "sim/net/net_route.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,7 +17,8 @@ struct net_router {
     int *sw_node;      /* switch index -> node id */
     dist_entry *cache; /* open addressing by target */
     int cache_cap, cache_len;
-    int *queue; /* BFS scratch, n_switches + 1 */
+    int *queue;     /* BFS scratch, n_switches + 1 */
+    uint64_t ports; /* most non-switch neighbours of any switch (a full leaf's ports) */
 };
 
 uint64_t net_route_hash(int src, int dst, uint64_t flow_id, int hop)
@@ -55,6 +57,15 @@ int net_router_new(const net_graph *g, net_router **out, ts_err *err)
     }
     for (int i = 0; i < r->cache_cap; i++)
         r->cache[i].target = -1;
+    r->ports = 1;
+    for (int i = 0; i < r->n_switches; i++) {
+        int v = r->sw_node[i];
+        uint64_t c = 0;
+        for (int k = g->out_off[v]; k < g->out_off[v + 1]; k++)
+            c += r->sw_index[g->links[g->out_link[k]].dst] < 0;
+        if (c > r->ports)
+            r->ports = c;
+    }
     *out = r;
     return TS_OK;
 }
@@ -133,7 +144,7 @@ static int single_switch(const net_router *r, int t)
     int sw = -1;
     for (int k = g->out_off[t]; k < g->out_off[t + 1]; k++) {
         const net_link *l = &g->links[g->out_link[k]];
-        if (r->sw_index[l->dst] < 0 || l->reverse < 0 || l->dst == sw)
+        if (r->sw_index[l->dst] < 0 || l->reverse < 0 || l->down || l->dst == sw)
             continue;
         if (sw >= 0)
             return -1;
@@ -181,7 +192,7 @@ static const int16_t *dist_to(net_router *r, int t)
         for (int k = g->out_off[t]; k < g->out_off[t + 1]; k++) {
             const net_link *l = &g->links[g->out_link[k]];
             int s = r->sw_index[l->dst];
-            if (s >= 0 && l->reverse >= 0 && d[s] < 0) {
+            if (s >= 0 && l->reverse >= 0 && !l->down && d[s] < 0) {
                 d[s] = 1;
                 r->queue[tail++] = s;
             }
@@ -191,7 +202,7 @@ static const int16_t *dist_to(net_router *r, int t)
         for (int k = g->out_off[v]; k < g->out_off[v + 1]; k++) {
             const net_link *l = &g->links[g->out_link[k]];
             int w = r->sw_index[l->dst];
-            if (w >= 0 && l->reverse >= 0 && d[w] < 0) {
+            if (w >= 0 && l->reverse >= 0 && !l->down && d[w] < 0) {
                 d[w] = (int16_t)(d[s] + 1);
                 r->queue[tail++] = w;
             }
@@ -203,14 +214,39 @@ static const int16_t *dist_to(net_router *r, int t)
     return d;
 }
 
+/* The destination's key for destination-mod-k routing: attachment t's
+ * position among the non-switch neighbours of its one switch L (ports in
+ * node id order), plus L's index within its level times L's count of such
+ * ports; a switch's own index; t itself when t has several switches. */
+static uint64_t dest_key(const net_router *r, int t)
+{
+    const net_graph *g = r->g;
+    if (r->sw_index[t] >= 0)
+        return (uint64_t)g->nodes[t].local;
+    int L = single_switch(r, t);
+    if (L < 0)
+        return (uint64_t)t;
+    uint64_t pos = 0, ports = 0;
+    for (int k = g->out_off[L]; k < g->out_off[L + 1]; k++) {
+        int w = g->links[g->out_link[k]].dst;
+        if (r->sw_index[w] >= 0)
+            continue;
+        if (w == t)
+            pos = ports;
+        ports++;
+    }
+    return (uint64_t)g->nodes[L].local * r->ports + pos;
+}
+
 int net_route(net_router *r, int src, int dst, uint64_t flow_id, int *links, ts_err *err)
 {
+    (void)flow_id;
     const net_graph *g = r->g;
     if (src < 0 || dst < 0 || src >= g->n_nodes || dst >= g->n_nodes || src == dst)
         return err_set(err, TS_EINVAL, "net_route: endpoints %d -> %d must be distinct nodes in 0..%d", src, dst,
                        g->n_nodes - 1);
     int direct = net_graph_find_link(g, src, dst);
-    if (direct >= 0) {
+    if (direct >= 0 && !g->links[direct].down) {
         links[0] = direct;
         return 1;
     }
@@ -218,10 +254,10 @@ int net_route(net_router *r, int src, int dst, uint64_t flow_id, int *links, ts_
     for (int k = g->out_off[src]; k < g->out_off[src + 1]; k++) {
         const net_link *l = &g->links[g->out_link[k]];
         net_node_kind kind = g->nodes[l->dst].kind;
-        if (kind != NET_NODE_NVSWITCH && kind != NET_NODE_NIC)
+        if ((kind != NET_NODE_NVSWITCH && kind != NET_NODE_NIC) || l->down)
             continue;
         int back = net_graph_find_link(g, l->dst, dst);
-        if (back >= 0) {
+        if (back >= 0 && !g->links[back].down) {
             links[0] = g->out_link[k];
             links[1] = back;
             return 2;
@@ -232,19 +268,24 @@ int net_route(net_router *r, int src, int dst, uint64_t flow_id, int *links, ts_
     if (a < 0 || b < 0)
         return err_set(err, TS_EINVAL, "net_route: no path from %s to %s (no NIC or switch link)",
                        net_graph_node_name(g, src, n1, sizeof n1), net_graph_node_name(g, dst, n2, sizeof n2));
-    int n = 0, hop = 0;
+    int n = 0;
     if (a != src)
         links[n++] = net_graph_find_link(g, src, a);
     const int16_t *d = dist_to(r, b);
     if (!d)
         return err_set(err, TS_ENOMEM, "net_route: out of memory");
+    uint64_t key = dest_key(r, b), div[NET_MAX_LEVELS + 2];
+    for (int i = 0; i < NET_MAX_LEVELS + 2; i++)
+        div[i] = 0;
+    div[0] = 1;
     int v = a;
     while (v != b) {
         int best = -1, cands[64], nc = 0;
         for (int k = g->out_off[v]; k < g->out_off[v + 1]; k++) {
-            int w = g->links[g->out_link[k]].dst, s = r->sw_index[w];
+            const net_link *l = &g->links[g->out_link[k]];
+            int w = l->dst, s = r->sw_index[w];
             int dw = w == b ? 0 : s >= 0 ? d[s] : -1;
-            if (dw < 0)
+            if (dw < 0 || l->down)
                 continue;
             if (best < 0 || dw < best) {
                 best = dw;
@@ -256,10 +297,23 @@ int net_route(net_router *r, int src, int dst, uint64_t flow_id, int *links, ts_
         if (nc == 0 || n >= NET_MAX_PATH - 1)
             return err_set(err, TS_EINVAL, "net_route: no path from %s to %s through the fabric",
                            net_graph_node_name(g, src, n1, sizeof n1), net_graph_node_name(g, dst, n2, sizeof n2));
-        int pick = nc == 1 ? cands[0] : cands[net_route_hash(src, dst, flow_id, hop) % (uint64_t)nc];
+        int pick = cands[0];
+        if (nc > 1) {
+            /* Destination-mod-k: the digit of the hop between levels m and
+             * m+1 (up) or m+1 and m (down) picks among the candidates. */
+            int lv = g->nodes[v].level, lw = g->nodes[g->links[cands[0]].dst].level;
+            int m = lw > lv ? lv : lw - 1;
+            if (m < 0)
+                m = 0;
+            if (m > NET_MAX_LEVELS)
+                m = NET_MAX_LEVELS;
+            uint64_t dv = div[m] ? div[m] : 1;
+            pick = cands[(key / dv) % (uint64_t)nc];
+            if (lw > lv && !div[m + 1])
+                div[m + 1] = dv * (uint64_t)nc;
+        }
         links[n++] = pick;
         v = g->links[pick].dst;
-        hop++;
     }
     if (b != dst) {
         int l = net_graph_find_link(g, b, dst);
@@ -269,4 +323,143 @@ int net_route(net_router *r, int src, int dst, uint64_t flow_id, int *links, ts_
         links[n++] = l;
     }
     return n;
+}
+
+int net_route_check_gpus(const net_graph *g, ts_err *err)
+{
+    net_router *r = NULL;
+    int rc = net_router_new(g, &r, err);
+    if (rc)
+        return rc;
+    int n = g->n_gpus, G = g->gpus_per_server > 0 ? g->gpus_per_server : 1;
+    for (int i = 0; i < n && !rc; i++) {
+        int next = ((i / G + 1) * G) % n; /* the next server's first GPU */
+        int peers[3] = {(i + G) % n, (i / G) * G + (i % G + 1) % G, next + (i % G + 1) % G};
+        for (int k = 0; k < 3 && !rc; k++) {
+            int j = peers[k];
+            if (j == i || j >= n)
+                continue;
+            for (int dir = 0; dir < 2 && !rc; dir++) {
+                int a = dir ? j : i, b = dir ? i : j, l[NET_MAX_PATH];
+                ts_err e2;
+                if (net_route(r, g->gpu_node[a], g->gpu_node[b], 0, l, &e2) < 0) {
+                    char na[32], nb[32];
+                    rc = err_set(err, TS_EINVAL,
+                                 "%s cannot reach %s: the failed links or nodes disconnect them (fail fewer links, "
+                                 "or run on GPUs that stay connected)",
+                                 net_graph_node_name(g, g->gpu_node[a], na, sizeof na),
+                                 net_graph_node_name(g, g->gpu_node[b], nb, sizeof nb));
+                }
+            }
+        }
+    }
+    net_router_free(r);
+    return rc;
+}
+
+/* The node named by s[0..n) (copied, NUL-terminated); -1 if none. */
+static int node_named(const net_graph *g, const char *s, size_t n, char *buf, size_t cap)
+{
+    if (n >= cap)
+        n = cap - 1;
+    memcpy(buf, s, n);
+    buf[n] = 0;
+    return net_graph_node_by_name(g, buf);
+}
+
+static int fail_links(net_graph *g, const char *spec, ts_err *err)
+{
+    const char *p = spec;
+    while (*p) {
+        size_t len = strcspn(p, ",");
+        size_t cut = strcspn(p, ":-");
+        char na[64], nb[64];
+        if (cut >= len)
+            return err_set(err, TS_EINVAL,
+                           "--fail-link '%s': expected A:B (two node names, e.g. sw1.0:sw2.3; several separated "
+                           "by commas; `trainsim topology FILE --list-links` lists them)",
+                           spec);
+        int a = node_named(g, p, cut, na, sizeof na), b = node_named(g, p + cut + 1, len - cut - 1, nb, sizeof nb);
+        if (a < 0 || b < 0)
+            return err_set(err, TS_EINVAL,
+                           "--fail-link '%s': no node named '%s' in this topology (`trainsim topology FILE "
+                           "--list-nodes` lists them)",
+                           spec, a < 0 ? na : nb);
+        if (net_graph_fail_link(g, a, b, err))
+            return err_prefix(err, "--fail-link '%s': ", spec);
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    return TS_OK;
+}
+
+/* Servers that lose a GPU when node v fails (v itself a GPU, or linked to
+ * GPUs that have no other NIC or NVSwitch); -1 if none, else the first. */
+static int lost_server(const net_graph *g, int v)
+{
+    const net_node *n = &g->nodes[v];
+    if (n->kind == NET_NODE_GPU || n->kind == NET_NODE_NIC || n->kind == NET_NODE_NVSWITCH)
+        return n->server;
+    return -1;
+}
+
+static int fail_nodes(net_graph *g, const char *spec, int tp, int pp, ts_err *err)
+{
+    const char *p = spec;
+    int lost = 0, first_lost = -1;
+    while (*p) {
+        size_t len = strcspn(p, ",");
+        char nm[64];
+        int v = node_named(g, p, len, nm, sizeof nm);
+        if (v < 0)
+            return err_set(err, TS_EINVAL,
+                           "--fail-node '%s': no node named '%s' in this topology (`trainsim topology FILE "
+                           "--list-nodes` lists them)",
+                           spec, nm);
+        for (int k = g->out_off[v]; k < g->out_off[v + 1]; k++) {
+            net_link *l = &g->links[g->out_link[k]];
+            l->down = true;
+            if (l->reverse >= 0)
+                g->links[l->reverse].down = true;
+        }
+        int s = lost_server(g, v);
+        if (s >= 0) {
+            lost++;
+            if (first_lost < 0)
+                first_lost = s;
+        }
+        p += len;
+        if (*p == ',')
+            p++;
+    }
+    if (lost) {
+        int G = g->gpus_per_server > 0 ? g->gpus_per_server : 1, S = g->n_servers;
+        int left = (S - lost) * G, tpp = (tp > 0 ? tp : 1) * (pp > 0 ? pp : 1);
+        int d = left / tpp;
+        if (d < 1)
+            return err_set(err, TS_EINVAL,
+                           "--fail-node '%s': server %d loses GPUs, and the %d GPUs of the other servers cannot hold "
+                           "one replica of tp x pp = %d",
+                           spec, first_lost, left, tpp);
+        return err_set(err, TS_EINVAL,
+                       "--fail-node '%s': server %d loses GPUs (trainsim does not run a job around a broken "
+                       "server); shrink the job as a user would: run on the other servers with --gpus %d "
+                       "(data-parallel size %d with tp %d x pp %d; a global batch divisible by %d)",
+                       spec, first_lost, d * tpp, d, tp, pp, d);
+    }
+    return TS_OK;
+}
+
+int net_route_apply_failures(net_graph *g, const char *links, const char *nodes, int tp, int pp, ts_err *err)
+{
+    int rc;
+    if (links && (rc = fail_links(g, links, err)))
+        return rc;
+    if (nodes && (rc = fail_nodes(g, nodes, tp, pp, err)))
+        return rc;
+    if ((links || nodes) && (rc = net_route_check_gpus(g, err)))
+        return err_prefix(err, "%s%s%s%s: ", links ? "--fail-link " : "", links ? links : "",
+                          nodes ? (links ? ", --fail-node " : "--fail-node ") : "", nodes ? nodes : "");
+    return TS_OK;
 }

@@ -63,6 +63,25 @@ int net_sim_opts_register(net_sim_opts *o, opt_table *t, ts_err *err)
                                           "nic0.0-sw1.0:0.5) by FACTOR (--full)"},
                       err)) ||
         (rc = opt_add(t,
+                      &(opt_spec){.name = "--fail-link",
+                                  .type = OPT_STRING,
+                                  .target = &o->fail_link,
+                                  .metavar = "A:B[,C:D...]",
+                                  .defval = "none",
+                                  .help = "the links between nodes A and B (e.g. sw1.0:sw2.3) are down: routes "
+                                          "use the remaining equal-cost paths; a cut that disconnects GPUs is "
+                                          "an error (with flows)"},
+                      err)) ||
+        (rc = opt_add(t,
+                      &(opt_spec){.name = "--fail-node",
+                                  .type = OPT_STRING,
+                                  .target = &o->fail_node,
+                                  .metavar = "NODE[,NODE...]",
+                                  .defval = "none",
+                                  .help = "the node (e.g. sw2.3) is down with all its links; losing a GPU, NIC or "
+                                          "NVSwitch is an error that says how to shrink the job (with flows)"},
+                      err)) ||
+        (rc = opt_add(t,
                       &(opt_spec){.name = "--mixed-gpus",
                                   .type = OPT_STRING,
                                   .target = &o->mixed_gpus,
@@ -97,8 +116,8 @@ int net_sim_opts_register(net_sim_opts *o, opt_table *t, ts_err *err)
 
 bool net_sim_opts_active(const net_sim_opts *o)
 {
-    return o->flows || o->full || o->straggler || o->degrade || o->mixed_gpus || o->comm_compute_slowdown > 0 ||
-           o->rank_order;
+    return o->flows || o->full || o->straggler || o->degrade || o->fail_link || o->fail_node || o->mixed_gpus ||
+           o->comm_compute_slowdown > 0 || o->rank_order;
 }
 
 /* ------------------------------------------------------------ steps */
@@ -285,6 +304,7 @@ int net_simulate_new(const config *c, const net_sim_opts *o, net_simulate **out,
     ns->o = *o;
     ns->p = c->par.pp;
     if ((rc = net_graph_from_topo(c->cluster.topology, c->cluster.gpus, c->cluster.gpu.name, &ns->g, err)) ||
+        (rc = net_route_apply_failures(ns->g, o->fail_link, o->fail_node, c->par.tp, c->par.pp, err)) ||
         (rc = net_place_init(&ns->pl, ns->g, c->par.tp, c->par.dp > 0 ? c->par.dp : 1, c->par.pp, o->rank_order, err)))
         goto fail;
     net_engine_opts eo = {o->full, o->comm_compute_slowdown, NET_ALGO_AUTO};

@@ -17,6 +17,9 @@
  *   --full                   every rank and every flow (implies flows)
  *   --straggler RANK:FACTOR  global rank RANK computes FACTOR x slower (full)
  *   --degrade-link A-B:FACTOR  scale one link's bandwidth (both directions; full)
+ *   --fail-link A:B[,C:D...]  links that are down: routes avoid them (flows, full)
+ *   --fail-node N[,M...]  nodes that are down (a switch: routed around;
+ *                            a GPU, NIC or NVSwitch: an error saying how to shrink the job)
  *   --mixed-gpus KIND:FIRST-LAST  GPUs FIRST..LAST are KIND: their compute is
  *                            scaled by (bf16 peak of --gpu) / (bf16 peak of KIND) (full)
  *   --comm-compute-slowdown S  compute that starts while the rank communicates
@@ -48,6 +51,8 @@ typedef struct {
     bool full;
     const char *straggler;
     const char *degrade;
+    const char *fail_link;
+    const char *fail_node;
     const char *mixed_gpus;
     double comm_compute_slowdown;
     const char *rank_order;

@@ -7,7 +7,8 @@
 
 static bool nvls_kind(const char *kind)
 {
-    return kind && (strncmp(kind, "H100", 4) == 0 || strncmp(kind, "H200", 4) == 0);
+    return kind && (strncmp(kind, "H100", 4) == 0 || strncmp(kind, "H200", 4) == 0 || strncmp(kind, "B200", 4) == 0 ||
+                    strncmp(kind, "GB200", 5) == 0);
 }
 
 int net_topo_fabric_params(const struct topo *t, int gpus, net_fabric_params *p, int *pods, ts_err *err)
@@ -39,35 +40,46 @@ int net_topo_fabric_params(const struct topo *t, int gpus, net_fabric_params *p,
     p->switch_lat_us = tp->switch_latency_us;
     p->rail_optimized = tp->fabric == TOPO_RAIL_OPTIMIZED;
     p->nvls = nvls_kind(tp->gpu);
-    p->leaf_ports = (int)(ports * o / (1 + o) + 0.5);
-    if (p->leaf_ports < 1)
-        p->leaf_ports = 1;
     p->levels = tp->levels >= 1 ? tp->levels : 1;
     if (p->levels + 1 >= NET_MAX_LEVELS)
         return err_set(err, TS_EINVAL, "%s: levels %d; at most %d are supported", t->source, tp->levels,
                        NET_MAX_LEVELS - 2);
+    /* Whole ports: a switch below the top has `down` ports down and
+     * ports - down up; the ratio of the two is the level's oversubscription
+     * (o rounded to whole ports). */
+    int down = p->levels == 1 ? ports : (int)(ports * o / (1 + o) + 0.5);
+    if (down > ports - 1 && p->levels > 1)
+        down = ports - 1;
+    if (down < 1)
+        down = 1;
+    double ow = p->levels > 1 ? (double)down / (ports - down) : 1;
+    if (ow < 1)
+        ow = 1;
+    p->leaf_ports = down;
     for (int l = 2; l <= p->levels; l++)
-        p->up[l] = (net_fabric_level){(l == 2 && p->levels >= 3) ? ports / 2 : 0, 0, o};
+        p->up[l] = (net_fabric_level){(l == 2 && p->levels >= 3) ? down : 0, 0, ow};
     int np = tp->pods > 1 ? tp->pods : 1;
     if (np > 1) {
-        if (servers % np)
-            return err_set(err, TS_EINVAL, "%s: %d servers do not split into %d equal pods", t->source, servers, np);
-        /* Units of the pod's top level per pod. */
-        int sp = servers / np, K = p->nics_per_server > 0 ? p->nics_per_server : 1;
+        if (tp->nodes % np)
+            return err_set(err, TS_EINVAL, "%s: %d nodes do not split into %d equal pods", t->source, tp->nodes, np);
+        if (p->levels == 1)
+            return err_set(err, TS_EINVAL, "%s: pods need at least 2 switch levels inside a pod", t->source);
+        /* Pods by the design (nodes / pods servers each); the run fills
+         * them in order, the last one perhaps partly. */
+        int sp = tp->nodes / np, K = p->nics_per_server > 0 ? p->nics_per_server : 1;
+        p->pod_servers = sp;
         int units = p->rail_optimized ? ((sp + p->leaf_ports - 1) / p->leaf_ports) * K
-                                      : (sp * K + p->leaf_ports - 1) / p->leaf_ports;
+                                      : (int)(((long)sp * K + p->leaf_ports - 1) / p->leaf_ports);
         for (int l = 2; l < p->levels; l++) {
             if (!p->up[l].group)
                 p->up[l].group = units; /* "joins all": all of its pod's units */
             units = (units + p->up[l].group - 1) / p->up[l].group;
         }
-        if (p->levels == 1) {
-            return err_set(err, TS_EINVAL, "%s: pods need at least 2 switch levels inside a pod", t->source);
-        }
         p->up[p->levels].group = units;
         p->levels++;
         double po = tp->pod_oversubscription >= 1 ? tp->pod_oversubscription : 1;
         p->up[p->levels] = (net_fabric_level){0, 0, po};
+        np = (servers + sp - 1) / sp;
     }
     if (pods)
         *pods = np;

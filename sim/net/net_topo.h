@@ -7,13 +7,19 @@
  *     over the two hops GPU -> NVSwitch -> GPU;
  *   PCIe GPU <-> NIC: 32 GB/s for nic_gbps <= 25 (Gen4 x16), else 64 (Gen5);
  *   NICs: nic_gbps at NET_IB_EFF, nic_latency_us to the leaf;
- *   leaves take switch_ports x o / (1 + o) NIC ports (o = oversubscription,
- *     the rest are uplinks); every level above has oversubscription o; with
- *     3 or more levels, level 2 groups switch_ports / 2 leaves (a k-ary fat
- *     tree's pod); the top level joins all;
- *   pods > 1: the servers split into that many pods, each its own fabric of
- *     `levels` levels, joined by one more level at pod_oversubscription.
- *   NVLS (NVLink SHARP) is on for H100 and H200 GPU kinds.
+ *   leaves take down = round(switch_ports x o / (1 + o)) NIC ports (o =
+ *     oversubscription) and switch_ports - down uplinks, whole ports; every
+ *     level above has that down:up ratio; with 3 or more levels, level 2
+ *     groups `down` leaves (a k-ary fat tree's pod at 1:1); the top level
+ *     joins all; with 1 level the one switch level takes switch_ports;
+ *   pods > 1: the nodes split into that many pods (nodes / pods each, a
+ *     whole number of leaves), each its own fabric of `levels` levels,
+ *     joined by one more level at pod_oversubscription; a run fills pods
+ *     in order (the last one perhaps partly) and *pods is the number it uses.
+ *   Every switch is built as designed (switch_ports, oversubscription),
+ *     populated or not: see net_graph.h.
+ *   NVLS (NVLink SHARP) is on for H100, H200, B200 and GB200 GPU kinds (the
+ *     NVSwitch generations with SHARP; NET_NVLS_EFF is the H100 figure).
  * Link-list form -> net_graph_from_links with the same names and kinds;
  *   the GPU kind (gpu_kind) decides NVLS.
  *

@@ -4,9 +4,9 @@
 # know each other. Prints each violation as file:line and exits 1 if any.
 #
 # Simulator packages, lowest first; a package may include its own headers
-# and those of the packages before it (sim/net and sim/search sit side by
-# side: neither includes the other):
-#   util < sched < config < model < core < {net, search} < cli
+# and those of the packages before it (sim/net, sim/infer and sim/search
+# sit side by side: none includes another):
+#   util < sched < config < model < core < {net, infer, search} < cli
 # Executor: exec/core (backend-neutral model and interfaces) may use
 # sim/util; exec/cpu and exec/cuda may use exec/core (and kernels/ for
 # CUDA); exec/ (the MPI runtime and trainexec) may use all of exec/ and the
@@ -17,7 +17,7 @@ cd "$(dirname "$0")/../.."
 rank() { # package -> its layer; sibling packages share a layer
     case "$1" in
     sim/util) echo 0 ;; sim/sched) echo 1 ;; sim/config) echo 2 ;; sim/model) echo 3 ;;
-    sim/core) echo 4 ;; sim/net | sim/search) echo 5 ;; sim/cli) echo 6 ;;
+    sim/core) echo 4 ;; sim/net | sim/infer | sim/search) echo 5 ;; sim/cli) echo 6 ;;
     *) echo -1 ;;
     esac
 }

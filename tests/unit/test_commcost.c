@@ -9,7 +9,12 @@
 
 static commcost_params P(void)
 {
-    commcost_params p = {200.0, 100.0, 150.0, 2000.0, 20.0, 8000.0};
+    commcost_params p = {.nvlink_allreduce_busbw_gbps = 200.0,
+                         .nvlink_busbw_gbps = 100.0,
+                         .nvlink_p2p_gbps = 150.0,
+                         .nvlink_alpha_ns = 2000.0,
+                         .nic_gbps_per_gpu = 20.0,
+                         .nic_alpha_ns = 8000.0};
     return p;
 }
 

@@ -159,7 +159,8 @@ Test(cost, ops_runner_serial_and_overlap)
     p.overlap_slowdown = 0;
     cost_model *cm;
     cr_assert_eq(cost_model_new(&p, &cm, NULL), TS_OK);
-    commcost_params cp = {100, 100, 100, 0, 10, 0};
+    commcost_params cp = {
+        .nvlink_allreduce_busbw_gbps = 100, .nvlink_busbw_gbps = 100, .nvlink_p2p_gbps = 100, .nic_gbps_per_gpu = 10};
     commcost_group g = {8, 8};
     /* dgrad, all-reduce || wgrad, next op waits for both */
     layer_ops o = {0};

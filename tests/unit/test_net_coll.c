@@ -137,8 +137,34 @@ Test(net_coll, hierarchical_phases)
     double a_nv = route_us(g, 0, 1) * 1000, a_ib = route_us(g, 0, 8) * 1000;
     double want = 2 * (7 * a_nv + 7.0 / 8 * S / nv) + 2 * (1 * a_ib + 0.5 * (S / 8) / ib);
     cr_assert(t >= want - 1e-6 && t <= want + 4 * PHASE_ROUND_NS, "hier %lld vs %.1f", (long long)t, want);
-    /* AUTO picks HIER for a group spanning servers with several GPUs on each. */
-    cr_assert_eq(coll_ns(g, NET_COLL_ALLREDUCE, NET_ALGO_AUTO, gpus, 16, S), t);
+    net_graph_free(g);
+}
+
+/* NCCL's pipelined ring (PIPE) of 16 GPUs on 2 servers, 8 channels on 8
+ * NICs: each GPU sends W = 2 x 15/16 S, 7/8 of it over NVLink and 1/8
+ * through its NIC at the same time; 30 step latencies. AUTO picks it for a
+ * group spanning servers with several GPUs on each, for all-reduce,
+ * all-gather and reduce-scatter; it beats the sequential HIER phases. */
+Test(net_coll, pipelined_ring_across_servers)
+{
+    net_graph *g = dgx("H100", 2);
+    int gpus[16];
+    for (int i = 0; i < 16; i++)
+        gpus[i] = i;
+    double S = 1e9, nv = 450 * NET_NVLINK_EFF, ib = 50 * NET_IB_EFF;
+    double a_ib = route_us(g, 0, 8) * 1000;
+    for (int ar = 1; ar >= 0; ar--) {
+        net_coll_kind kind = ar ? NET_COLL_ALLREDUCE : NET_COLL_ALLGATHER;
+        double W = (ar ? 2.0 : 1.0) * S * 15 / 16;
+        double want = (ar ? 30 : 15) * a_ib + fmax(W * 7 / 8 / nv, W / 8 / ib);
+        int64_t t = coll_ns(g, kind, NET_ALGO_PIPE, gpus, 16, S);
+        cr_assert(t >= want - 1e-6 && t <= want + 2 * PHASE_ROUND_NS, "pipe %lld vs %.1f", (long long)t, want);
+        cr_assert_eq(coll_ns(g, kind, NET_ALGO_AUTO, gpus, 16, S), t);
+        if (ar)
+            cr_assert_lt(t, coll_ns(g, kind, NET_ALGO_HIER, gpus, 16, S));
+    }
+    cr_assert_eq(coll_ns(g, NET_COLL_REDUCE_SCATTER, NET_ALGO_AUTO, gpus, 16, S),
+                 coll_ns(g, NET_COLL_ALLGATHER, NET_ALGO_AUTO, gpus, 16, S));
     net_graph_free(g);
 }
 

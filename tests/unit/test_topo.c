@@ -187,9 +187,9 @@ Test(topo, parametric_non_number_and_bad_bandwidth)
 
 Test(topo, parametric_unknown_gpu_fabric_and_rows)
 {
-    cr_expect_eq(load("# x\n" PHDR "4,8,B200,300,0.6,8,25,0.6,fat-tree,2,1\n"), TS_EINVAL);
-    EXPECT_AT(3, "column 'gpu': unknown GPU kind 'B200' (valid: A100-SXM4-40GB, A100-SXM4-80GB, H100-SXM5-80GB, "
-                 "H200-SXM-141GB");
+    cr_expect_eq(load("# x\n" PHDR "4,8,X100,300,0.6,8,25,0.6,fat-tree,2,1\n"), TS_EINVAL);
+    EXPECT_AT(3, "column 'gpu': unknown GPU kind 'X100' (valid: A100-SXM4-40GB, A100-SXM4-80GB, H100-SXM5-80GB, "
+                 "H200-SXM-141GB, B200-SXM-180GB, GB200-186GB");
     cr_expect_eq(load(PHDR "4,8,a100,300,0.6,8,25,0.6,dragonfly,2,1\n"), TS_EINVAL);
     EXPECT_AT(2, "column 'fabric': 'dragonfly' is not valid (valid: fat-tree, rail-optimized)");
     cr_expect_eq(load(PHDR "4,8,a100,300,0.6,8,25,0.6,fat-tree,2,1\n4,8,a100,300,0.6,8,25,0.6,fat-tree,2,1\n"),
@@ -223,7 +223,8 @@ Test(topo, parametric_optional_columns)
 #define LBASE                                                                                                          \
     LHDR "gpu0.0,nvs0,300,0.3,nvlink\ngpu0.1,nvs0,300,0.3,nvlink\ngpu1.0,nvs1,300,0.3,nvlink\n"                        \
          "gpu1.1,nvs1,300,0.3,nvlink\ngpu0.0,nic0.0,32,0.5,pcie\ngpu1.0,nic1.0,32,0.5,pcie\n"                          \
-         "nic0.0,sw1.0,25,0.6,fabric\nnic1.0,sw1.0,25,0.6,fabric\n"
+         "nic0.0,sw1.0,25,0.6,fabric\nnic1.0,sw1.0,25,0.6,fabric\n"                                                    \
+         "gpu0.1,nic0.0,32,0.5,pcie\ngpu1.1,nic1.0,32,0.5,pcie\n"
 
 Test(topo, link_list_good_base)
 {
@@ -239,24 +240,24 @@ Test(topo, link_list_missing_column_and_numbers)
     cr_expect_eq(load("endpoint_a,endpoint_b,bandwidth_gbps,kind\ngpu0.0,nvs0,300,nvlink\n"), TS_EINVAL);
     EXPECT_AT(1, "missing column 'latency_us'");
     cr_expect_eq(load(LBASE "sw1.0,sw2.0,lots,0.1,fabric\n"), TS_EINVAL);
-    EXPECT_AT(10, "column 'bandwidth_gbps': 'lots' is not a number");
+    EXPECT_AT(12, "column 'bandwidth_gbps': 'lots' is not a number");
     cr_expect_eq(load(LBASE "sw1.0,sw2.0,-50,0.1,fabric\n"), TS_EINVAL);
-    EXPECT_AT(10, "column 'bandwidth_gbps': -50 is out of range (expected a number in [0.001, 1e+06])");
+    EXPECT_AT(12, "column 'bandwidth_gbps': -50 is out of range (expected a number in [0.001, 1e+06])");
     /* bandwidths that would make transfer times leave int64 ns are refused */
     cr_expect_eq(load(LBASE "sw1.0,sw2.0,1e-300,0.1,fabric\n"), TS_EINVAL);
-    EXPECT_AT(10, "column 'bandwidth_gbps': 1e-300 is out of range (expected a number in [0.001, 1e+06])");
+    EXPECT_AT(12, "column 'bandwidth_gbps': 1e-300 is out of range (expected a number in [0.001, 1e+06])");
     cr_expect_eq(load(LBASE "sw1.0,sw2.0,1e7,0.1,fabric\n"), TS_EINVAL);
-    EXPECT_AT(10, "column 'bandwidth_gbps': 1e7 is out of range");
+    EXPECT_AT(12, "column 'bandwidth_gbps': 1e7 is out of range");
     cr_expect_eq(load(LBASE "sw1.0,sw2.0,50,soon,fabric\n"), TS_EINVAL);
-    EXPECT_AT(10, "column 'latency_us': 'soon' is not a number");
+    EXPECT_AT(12, "column 'latency_us': 'soon' is not a number");
     cr_expect_eq(load(LBASE "sw1.0,sw2.0,50,0.1,ethernet\n"), TS_EINVAL);
-    EXPECT_AT(10, "column 'kind': 'ethernet' is not valid (valid: nvlink, pcie, fabric)");
+    EXPECT_AT(12, "column 'kind': 'ethernet' is not valid (valid: nvlink, pcie, fabric)");
 }
 
 Test(topo, link_list_duplicate_link)
 {
     cr_expect_eq(load(LBASE "sw1.0,nic1.0,25,0.6,fabric\n"), TS_EINVAL);
-    EXPECT_AT(10, "duplicate link sw1.0 - nic1.0 (first at line 9");
+    EXPECT_AT(12, "duplicate link sw1.0 - nic1.0 (first at line 9");
     cr_expect_eq(load(LHDR "gpu0.0,gpu0.1,300,0.3,nvlink\ngpu0.0,gpu0.1,300,0.3,nvlink\n"), TS_EINVAL);
     EXPECT_AT(3, "duplicate link gpu0.0 - gpu0.1 (first at line 2");
 }
@@ -265,10 +266,10 @@ Test(topo, link_list_dangling)
 {
     /* endpoint not declared: not a name of the grammar */
     cr_expect_eq(load(LBASE "nic1.0,leaf7,25,0.6,fabric\n"), TS_EINVAL);
-    EXPECT_AT(10, "column 'endpoint_b': 'leaf7' is not a valid endpoint");
+    EXPECT_AT(12, "column 'endpoint_b': 'leaf7' is not a valid endpoint");
     /* a server without GPUs */
     cr_expect_eq(load(LBASE "nic2.0,sw1.0,25,0.6,fabric\n"), TS_EINVAL);
-    EXPECT_AT(10, "column 'endpoint_a': nic2.0 is a dangling link end: server 2 holds no GPU");
+    EXPECT_AT(12, "column 'endpoint_a': nic2.0 is a dangling link end: server 2 holds no GPU");
     /* a GPU slot missing: gpu1.1 absent while gpu0.1 exists */
     cr_expect_eq(load(LHDR "gpu0.0,nvs0,300,0.3,nvlink\ngpu0.1,nvs0,300,0.3,nvlink\ngpu1.0,nvs1,300,0.3,nvlink\n"
                            "gpu0.0,nic0.0,32,0.5,pcie\ngpu1.0,nic1.0,32,0.5,pcie\n"
@@ -277,25 +278,50 @@ Test(topo, link_list_dangling)
     cr_expect(strstr(E.msg, "gpu1.1 is not connected: every server 0..1 must hold gpu<s>.0 .. gpu<s>.1"), "%s", E.msg);
     /* switches joined only to each other */
     cr_expect_eq(load(LBASE "sw2.0,sw2.1,100,0.1,fabric\n"), TS_EINVAL);
-    EXPECT_AT(10, "dangling link: sw2.0 (first named here) is not connected to gpu0.0");
+    EXPECT_AT(12, "dangling link: sw2.0 (first named here) is not connected to gpu0.0");
     /* two servers with no path between them */
     cr_expect_eq(load(LHDR "gpu0.0,nvs0,300,0.3,nvlink\ngpu1.0,nvs1,300,0.3,nvlink\n"), TS_EINVAL);
     EXPECT_AT(3, "dangling link: gpu1.0 (first named here) is not connected");
     /* a NIC with a fabric link but no PCIe link to its GPUs */
     cr_expect_eq(load(LBASE "nic0.1,sw1.0,25,0.6,fabric\n"), TS_EINVAL);
-    EXPECT_AT(10, "dangling link: nic0.1 (first named here) has no pcie link to a GPU of server 0");
+    EXPECT_AT(12, "dangling link: nic0.1 (first named here) has no pcie link to a GPU of server 0");
+}
+
+/* A cable missing from an otherwise consistent file names its endpoints. */
+Test(topo, link_list_missing_cable)
+{
+    /* gpu1.1 without its NVLink (gpu0.1 has one) */
+    cr_expect_eq(load(LHDR "gpu0.0,nvs0,300,0.3,nvlink\ngpu0.1,nvs0,300,0.3,nvlink\ngpu1.0,nvs1,300,0.3,nvlink\n"
+                           "gpu0.0,nic0.0,32,0.5,pcie\ngpu1.0,nic1.0,32,0.5,pcie\ngpu0.1,nic0.0,32,0.5,pcie\n"
+                           "gpu1.1,nic1.0,32,0.5,pcie\nnic0.0,sw1.0,25,0.6,fabric\nnic1.0,sw1.0,25,0.6,fabric\n"),
+                 TS_EINVAL);
+    cr_expect(strstr(E.msg, "gpu1.1 has 0 nvlink links where other GPUs have 1 (e.g. gpu0.0 - nvs0, line 2): a "
+                            "missing cable?"),
+              "%s", E.msg);
+    /* nic1.1 named (PCIe) but not cabled to a switch */
+    cr_expect_eq(load(LHDR "gpu0.0,nic0.0,32,0.5,pcie\ngpu1.0,nic1.0,32,0.5,pcie\ngpu0.0,nic0.1,32,0.5,pcie\n"
+                           "gpu1.0,nic1.1,32,0.5,pcie\nnic0.0,sw1.0,25,0.6,fabric\nnic1.0,sw1.0,25,0.6,fabric\n"
+                           "nic0.1,sw1.1,25,0.6,fabric\nsw1.0,sw2.0,50,0.1,fabric\nsw1.1,sw2.0,50,0.1,fabric\n"),
+                 TS_EINVAL);
+    cr_expect(strstr(E.msg, "nic1.1 has no fabric link to a switch"), "%s", E.msg);
+    /* leaf sw1.1 without its uplink: joined to sw1.0 only through the servers */
+    cr_expect_eq(load(LHDR "gpu0.0,nic0.0,32,0.5,pcie\ngpu1.0,nic1.0,32,0.5,pcie\ngpu0.0,nic0.1,32,0.5,pcie\n"
+                           "gpu1.0,nic1.1,32,0.5,pcie\nnic0.0,sw1.0,25,0.6,fabric\nnic1.0,sw1.0,25,0.6,fabric\n"
+                           "nic0.1,sw1.1,25,0.6,fabric\nnic1.1,sw1.1,25,0.6,fabric\nsw1.0,sw2.0,50,0.1,fabric\n"),
+                 TS_EINVAL);
+    cr_expect(strstr(E.msg, "sw1.1 are not joined by switch-to-switch links"), "%s", E.msg);
 }
 
 Test(topo, link_list_kind_rules)
 {
     cr_expect_eq(load(LBASE "gpu0.1,nic1.0,32,0.5,pcie\n"), TS_EINVAL);
-    EXPECT_AT(10, "column 'kind': a pcie link joins a GPU and a NIC of the same server (got gpu0.1 - nic1.0)");
+    EXPECT_AT(12, "column 'kind': a pcie link joins a GPU and a NIC of the same server (got gpu0.1 - nic1.0)");
     cr_expect_eq(load(LBASE "gpu0.1,sw1.0,25,0.5,nvlink\n"), TS_EINVAL);
-    EXPECT_AT(10, "column 'kind': a nvlink link joins");
+    EXPECT_AT(12, "column 'kind': a nvlink link joins");
     cr_expect_eq(load(LBASE "nvs0,sw1.0,25,0.5,fabric\n"), TS_EINVAL);
-    EXPECT_AT(10, "column 'kind': a fabric link joins");
+    EXPECT_AT(12, "column 'kind': a fabric link joins");
     cr_expect_eq(load(LBASE "sw1.0,sw1.0,25,0.5,fabric\n"), TS_EINVAL);
-    EXPECT_AT(10, "column 'endpoint_b': 'sw1.0' links to itself");
+    EXPECT_AT(12, "column 'endpoint_b': 'sw1.0' links to itself");
 }
 
 Test(topo, describe)
