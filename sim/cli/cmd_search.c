@@ -118,6 +118,7 @@ typedef struct {
     int gpus, batch, top, threads, max_tp, max_pp, max_vp;
     int num_layers, hidden, heads, groups, ffn, seq, vocab;
     bool explain, no_sp, no_distopt, no_block, quiet;
+    int attention_backend; /* --attention-backend, config_attn_backend (auto: resolved for the GPU) */
 } search_args;
 
 static int add_flags(opt_table *t, search_args *a, ts_err *err)
@@ -181,6 +182,13 @@ static int add_flags(opt_table *t, search_args *a, ts_err *err)
          .unit = "tokens",
          .defval = "preset",
          .help = "override the sequence length"},
+        {.name = "--attention-backend",
+         .type = OPT_ENUM,
+         .target = &a->attention_backend,
+         .enum_names = CONFIG_ATTN_BACKEND_NAMES,
+         .defval = "auto",
+         .help = "attention kernels (as trainsim simulate): auto = flash with bf16/fp16 on Ampere or later; with "
+                 "flash/fused, selective recomputation re-runs mlp and layernorm instead of core_attn"},
         {.name = "--padded-vocab-size",
          .type = OPT_INT,
          .target = &a->vocab,
@@ -422,6 +430,11 @@ static int build_space(const search_args *a, const model_config *base, search_sp
     }
     cl.gpus_per_node = t->params.gpus_per_node;
     cl.topology = t;
+    /* the attention kernels: a script's (resolved) unless --attention-backend is given */
+    if (!base || a->attention_backend != ATTN_BACKEND_AUTO)
+        m.attention_backend = (config_attn_backend)a->attention_backend;
+    if (m.attention_backend == ATTN_BACKEND_AUTO)
+        m.attention_backend = config_attn_auto(&cl.gpu, m.precision);
     cl.overheads = a->overheads; /* the GPU's defaults unless a flag is given, as every command */
     if ((rc = overheads_resolve(&cl.overheads, &cl.gpu, err))) {
         topo_free(t);
@@ -522,6 +535,7 @@ int cmd_search(int argc, char **argv)
                      .max_vp = 8,
                      .max_tp = 8,
                      .mbs = "1,2,4,8",
+                     .attention_backend = ATTN_BACKEND_AUTO,
                      .schedules = "gpipe,1f1b,interleaved,zb-h1,zb-h2,zb-v"};
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     a.threads = ncpu > 0 ? (int)ncpu : 1;

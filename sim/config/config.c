@@ -13,6 +13,21 @@ const char *const CONFIG_RECOMPUTE_METHOD_NAMES[] = {"uniform", "block", NULL};
 const char *const CONFIG_PRECISION_NAMES[] = {"bf16", "fp16", "fp32", NULL};
 const char *const CONFIG_NORM_NAMES[] = {"LayerNorm", "RMSNorm", NULL};
 const char *const CONFIG_POSITION_NAMES[] = {"learned_absolute", "rope", "yarn", "none", NULL};
+const char *const CONFIG_ATTN_BACKEND_NAMES[] = {"unfused", "flash", "fused", "local", "auto", NULL};
+const char *const CONFIG_RC_MODULE_NAMES[] = {"core_attn", "mlp",         "layernorm",      "moe",
+                                              "moe_act",   "mla_up_proj", "shared_experts", NULL};
+
+bool config_attn_is_flash(config_attn_backend b)
+{
+    return b == ATTN_BACKEND_FLASH || b == ATTN_BACKEND_FUSED;
+}
+
+config_attn_backend config_attn_auto(const gpu_spec *g, config_precision p)
+{
+    if (p != PREC_FP32 && !g->calibrated_only && g->bf16_tflops > 0)
+        return ATTN_BACKEND_FLASH;
+    return ATTN_BACKEND_UNFUSED;
+}
 
 int config_pad_vocab(int vocab, int divisible_by, int t, int *padded, ts_err *err)
 {
@@ -475,9 +490,41 @@ static int fill_layout(config *c, ts_err *err)
     return sched_layout_even(&p->layout, p->pp * v, l, err);
 }
 
+/* Resolve auto; flash and fused need 16-bit activations on a GPU that
+ * runs them (Transformer Engine refuses fp32 inputs). */
+static int check_attention(config *c, ts_err *err)
+{
+    model_config *m = &c->model;
+    if ((int)m->attention_backend < ATTN_BACKEND_UNFUSED || (int)m->attention_backend > ATTN_BACKEND_AUTO)
+        return err_set(err, TS_EINVAL, "--attention-backend: unknown backend %d", (int)m->attention_backend);
+    if (m->attention_backend == ATTN_BACKEND_AUTO)
+        m->attention_backend = config_attn_auto(&c->cluster.gpu, m->precision);
+    if (config_attn_is_flash(m->attention_backend) &&
+        config_attn_auto(&c->cluster.gpu, m->precision) != ATTN_BACKEND_FLASH)
+        return err_set(err, TS_EINVAL,
+                       "--attention-backend %s needs --bf16 or --fp16 on a GPU with bf16 tensor cores (Ampere or "
+                       "later); got %s on %s: use --attention-backend unfused (or auto)",
+                       CONFIG_ATTN_BACKEND_NAMES[m->attention_backend], CONFIG_PRECISION_NAMES[m->precision],
+                       c->cluster.gpu.name[0] ? c->cluster.gpu.name : "an unnamed GPU");
+    return TS_OK;
+}
+
 static int check_recompute(const config *c, ts_err *err)
 {
     const parallel_config *p = &c->par;
+    unsigned dense = CONFIG_RC_CORE_ATTN | CONFIG_RC_MLP | CONFIG_RC_LAYERNORM;
+    if (p->recompute_modules & ~dense) {
+        for (int i = 0; CONFIG_RC_MODULE_NAMES[i]; i++)
+            if (p->recompute_modules & ~dense & (1u << i))
+                return err_set(err, TS_EINVAL,
+                               "--recompute-modules %s needs %s, not modelled (dense models: core_attn, mlp, "
+                               "layernorm)",
+                               CONFIG_RC_MODULE_NAMES[i], (1u << i) == CONFIG_RC_MLA_UP_PROJ ? "MLA" : "MoE");
+        return err_set(err, TS_EINVAL, "--recompute-modules: unknown module bits 0x%x", p->recompute_modules);
+    }
+    if (p->recompute_modules && p->recompute != RECOMPUTE_SELECTIVE)
+        return err_set(err, TS_EINVAL, "--recompute-modules applies to --recompute-granularity selective only (got %s)",
+                       CONFIG_RECOMPUTE_NAMES[p->recompute]);
     if (p->recompute_num_layers < 0)
         return err_set(err, TS_EINVAL, "--recompute-num-layers %d must be >= 0", p->recompute_num_layers);
     if (p->recompute_num_layers > 0 && p->recompute != RECOMPUTE_FULL)
@@ -555,7 +602,7 @@ int config_resolve(config *c, ts_err *err)
     } else if ((rc = check_layers(c, err))) {
         return rc;
     }
-    if ((rc = fill_layout(c, err)) || (rc = check_recompute(c, err)))
+    if ((rc = fill_layout(c, err)) || (rc = check_recompute(c, err)) || (rc = check_attention(c, err)))
         return rc;
     if (c->par.tp == 1)
         c->par.sequence_parallel = false; /* as Megatron-LM: a no-op with one tensor-parallel rank */

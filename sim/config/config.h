@@ -25,6 +25,31 @@ typedef enum { PREC_BF16 = 0, PREC_FP16, PREC_FP32 } config_precision;
 typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } config_recompute;
 typedef enum { RECOMPUTE_METHOD_UNIFORM = 0, RECOMPUTE_METHOD_BLOCK } config_recompute_method;
 typedef enum { NORM_LAYERNORM = 0, NORM_RMSNORM } config_norm;
+/* Attention kernels (--attention-backend, Megatron-core's AttnBackend).
+ * unfused and local run the softmax on a stored s x s score matrix
+ * (Megatron's own kernels); flash and fused (Transformer Engine's
+ * FlashAttention-2 and cuDNN fused attention) keep no scores: the simulator
+ * costs them the same. auto is what Transformer Engine picks on the GPU:
+ * flash with 16-bit activations on a GPU with bf16 tensor cores (Ampere and
+ * later), the unfused kernels otherwise; config_resolve replaces it with the
+ * backend it picks. 0 = unfused, so a config built by hand runs Megatron's
+ * kernels of 2021-22 unless it says otherwise. */
+typedef enum {
+    ATTN_BACKEND_UNFUSED = 0,
+    ATTN_BACKEND_FLASH,
+    ATTN_BACKEND_FUSED,
+    ATTN_BACKEND_LOCAL,
+    ATTN_BACKEND_AUTO
+} config_attn_backend;
+/* Modules of selective recomputation (--recompute-modules, bits). */
+#define CONFIG_RC_CORE_ATTN      0x01u               /* the attention core: scores, softmax, dropout, attention.V */
+#define CONFIG_RC_MLP            0x02u               /* the MLP: FC1, activation, FC2 */
+#define CONFIG_RC_LAYERNORM      0x04u               /* the two norms' outputs */
+#define CONFIG_RC_MOE            0x08u               /* needs MoE: not modelled */
+#define CONFIG_RC_MOE_ACT        0x10u               /* needs MoE: not modelled */
+#define CONFIG_RC_MLA_UP_PROJ    0x20u               /* needs MLA: not modelled */
+#define CONFIG_RC_SHARED_EXPERTS 0x40u               /* needs MoE: not modelled */
+#define CONFIG_RC_DEFAULT        CONFIG_RC_CORE_ATTN /* Megatron-core's default */
 /* Position embeddings: a learned table of max_position_embeddings x h
  * (parameters on the first stage), rotary (rope, and yarn, its rescaled
  * form: no parameters, an element-wise rotation of q and k), or none. */
@@ -32,26 +57,27 @@ typedef enum { POS_LEARNED_ABSOLUTE = 0, POS_ROPE, POS_YARN, POS_NONE } config_p
 
 /* Transformer shape (Megatron-LM names in comments). */
 typedef struct {
-    char name[CONFIG_NAME_BYTES];       /* preset name or "custom" */
-    int num_layers;                     /* --num-layers */
-    int hidden_size;                    /* --hidden-size */
-    int num_attention_heads;            /* --num-attention-heads */
-    int kv_channels;                    /* --kv-channels: head size d (Megatron's default h / a) */
-    int ffn_hidden_size;                /* --ffn-hidden-size (default 4h; 8h/3 rounded for SwiGLU presets) */
-    int num_query_groups;               /* --num-query-groups with --group-query-attention (= heads when no GQA) */
-    bool swiglu;                        /* --swiglu */
-    int seq_length;                     /* --seq-length, tokens */
-    int max_position_embeddings;        /* --max-position-embeddings, tokens (learned position table rows) */
-    int vocab_size;                     /* --vocab-size before padding, tokens (0: padded size given directly) */
-    int make_vocab_size_divisible_by;   /* --make-vocab-size-divisible-by (the padding multiple is this x t) */
-    int padded_vocab_size;              /* the vocabulary after padding, tokens (derived, or --padded-vocab-size) */
-    bool untie_embeddings;              /* --untie-embeddings-and-output-weights: a separate output weight */
-    bool add_bias_linear;               /* biases in the linear layers (Megatron's default; --disable-bias-linear) */
-    config_norm normalization;          /* --normalization LayerNorm|RMSNorm */
-    config_position position_embedding; /* --position-embedding-type */
-    double attention_dropout;           /* --attention-dropout: probability on the attention scores (0 = none) */
-    double hidden_dropout;              /* --hidden-dropout: probability after each block and the embedding */
-    config_precision precision;         /* --bf16 / --fp16 (default fp32, as Megatron-LM) */
+    char name[CONFIG_NAME_BYTES];          /* preset name or "custom" */
+    int num_layers;                        /* --num-layers */
+    int hidden_size;                       /* --hidden-size */
+    int num_attention_heads;               /* --num-attention-heads */
+    int kv_channels;                       /* --kv-channels: head size d (Megatron's default h / a) */
+    int ffn_hidden_size;                   /* --ffn-hidden-size (default 4h; 8h/3 rounded for SwiGLU presets) */
+    int num_query_groups;                  /* --num-query-groups with --group-query-attention (= heads when no GQA) */
+    bool swiglu;                           /* --swiglu */
+    int seq_length;                        /* --seq-length, tokens */
+    int max_position_embeddings;           /* --max-position-embeddings, tokens (learned position table rows) */
+    int vocab_size;                        /* --vocab-size before padding, tokens (0: padded size given directly) */
+    int make_vocab_size_divisible_by;      /* --make-vocab-size-divisible-by (the padding multiple is this x t) */
+    int padded_vocab_size;                 /* the vocabulary after padding, tokens (derived, or --padded-vocab-size) */
+    bool untie_embeddings;                 /* --untie-embeddings-and-output-weights: a separate output weight */
+    bool add_bias_linear;                  /* biases in the linear layers (Megatron's default; --disable-bias-linear) */
+    config_norm normalization;             /* --normalization LayerNorm|RMSNorm */
+    config_position position_embedding;    /* --position-embedding-type */
+    double attention_dropout;              /* --attention-dropout: probability on the attention scores (0 = none) */
+    double hidden_dropout;                 /* --hidden-dropout: probability after each block and the embedding */
+    config_precision precision;            /* --bf16 / --fp16 (default fp32, as Megatron-LM) */
+    config_attn_backend attention_backend; /* --attention-backend, never auto after config_resolve */
 } model_config;
 
 /* Parallel layout and training step. */
@@ -81,6 +107,7 @@ typedef struct {
     config_recompute recompute;               /* --recompute-granularity none|selective|full */
     config_recompute_method recompute_method; /* --recompute-method uniform|block */
     int recompute_num_layers;                 /* --recompute-num-layers (full only; 0 = all) */
+    unsigned recompute_modules;               /* --recompute-modules, CONFIG_RC_* bits (selective; 0 = default) */
     bool distributed_optimizer;               /* --use-distributed-optimizer */
     bool overlap_grad_reduce;                 /* --overlap-grad-reduce */
     sched_kind schedule;                      /* --schedule */
@@ -112,6 +139,21 @@ extern const char *const CONFIG_PRECISION_NAMES[];
  * "rope", "yarn", "none". */
 extern const char *const CONFIG_NORM_NAMES[];
 extern const char *const CONFIG_POSITION_NAMES[];
+/* "unfused", "flash", "fused", "local", "auto" (config_attn_backend order);
+ * "core_attn", "mlp", "layernorm", "moe", "moe_act", "mla_up_proj",
+ * "shared_experts" (bit i = 1 << i). */
+extern const char *const CONFIG_ATTN_BACKEND_NAMES[];
+extern const char *const CONFIG_RC_MODULE_NAMES[];
+
+/* Whether the backend keeps no s x s scores (flash or fused). */
+bool config_attn_is_flash(config_attn_backend b);
+
+/* The backend auto stands for on this GPU at this precision (Transformer
+ * Engine's choice): flash with bf16/fp16 on a GPU with a bf16 peak (bf16
+ * tensor cores came with Ampere, sm80, the first that FlashAttention-2 and
+ * cuDNN fused attention run on), unfused otherwise (fp32 activations, or
+ * the calibrated-only CPU device). */
+config_attn_backend config_attn_auto(const gpu_spec *g, config_precision p);
 
 /* Megatron-LM's padding of the vocabulary: the smallest multiple of
  * divisible_by x t that is >= vocab (megatron/training/tokenizer's

@@ -78,6 +78,14 @@ static int add_model_flags(flags_state *s, opt_table *t, config *c, ts_err *err)
     ADD(.name = "--hidden-dropout", .type = OPT_DOUBLE, .target = &m->hidden_dropout, .min = 0, .max = 1,
         .unit = "probability", .defval = "0.1",
         .help = "dropout after the attention and MLP blocks and the embedding (0: no masks)");
+    s->attention_backend = ATTN_BACKEND_AUTO;
+    ADD(.name = "--attention-backend", .type = OPT_ENUM, .target = &s->attention_backend,
+        .enum_names = CONFIG_ATTN_BACKEND_NAMES, .defval = "auto",
+        .help = "attention kernels: unfused/local keep the s x s scores (Korthikanti et al. 2022); flash/fused "
+                "keep none (FlashAttention-2, causal: half the score FLOPs; scores recomputed in the backward); "
+                "auto: flash with --bf16/--fp16 on Ampere or later, unfused otherwise (Transformer Engine's pick)");
+    ADD(.name = "--use-flash-attn", .type = OPT_BOOL, .target = &s->use_flash_attn,
+        .help = "flash attention: the same as --attention-backend flash");
     ADD(.name = "--seq-length", .type = OPT_INT, .target = &m->seq_length, .min = 1, .max = 1 << 24, .unit = "tokens",
         .defval = "required", .help = "sequence length s");
     ADD(.name = "--max-position-embeddings", .type = OPT_INT, .target = &m->max_position_embeddings, .min = 1,
@@ -146,6 +154,11 @@ static int add_parallel_flags(flags_state *s, opt_table *t, config *c, ts_err *e
                 "stage)");
     ADD(.name = "--recompute-num-layers", .type = OPT_INT, .target = &p->recompute_num_layers, .min = 0, .max = 100000,
         .unit = "layers", .help = "layers per recompute group/block for full recomputation (0 = all)");
+    ADD(.name = "--recompute-modules", .type = OPT_STRING, .target = &s->recompute_modules, .metavar = "MODULE...",
+        .defval = "core_attn",
+        .help = "selective recomputation: the modules re-run in the backward, one or more of core_attn (scores, "
+                "softmax, dropout, attention.V), mlp (FC1, activation, FC2), layernorm (the norms' outputs); moe, "
+                "moe_act, mla_up_proj, shared_experts need MoE/MLA and are refused");
     ADD(.name = "--use-distributed-optimizer", .type = OPT_BOOL, .target = &p->distributed_optimizer,
         .help = "shard optimizer state over data-parallel ranks (ZeRO-1 like)");
     ADD(.name = "--overlap-grad-reduce", .type = OPT_BOOL, .target = &p->overlap_grad_reduce,
@@ -424,6 +437,56 @@ static int blame_script(const flags_state *s, int argc, char **argv, ts_err *err
     return err ? err->code : TS_EINVAL;
 }
 
+/* --recompute-modules takes a list, as Megatron-LM (nargs='*'): every
+ * argument up to the next one starting with --. Its names go into
+ * s->rc_modules; the list is cut to its first value in s->argv_owned, so
+ * opt_parse sees one --recompute-modules VALUE (and refuses the flag given
+ * twice, as every flag). */
+static int take_recompute_modules(flags_state *s, int *n, ts_err *err)
+{
+    static const char FLAG[] = "--recompute-modules";
+    char **a = s->argv_owned;
+    for (int i = 1; i < *n; i++) {
+        size_t fl = sizeof FLAG - 1;
+        if (strncmp(a[i], FLAG, fl) || (a[i][fl] != '\0' && a[i][fl] != '='))
+            continue;
+        int first = a[i][fl] == '=' ? i : i + 1; /* the argument holding the first value */
+        int end = i + 1;
+        while (end < *n && strncmp(a[end], "--", 2))
+            end++;
+        if (first >= end)
+            return err_set(err, TS_EINVAL, "--recompute-modules: needs one or more of core_attn, mlp, layernorm");
+        unsigned bits = 0;
+        for (int j = first; j < end; j++) {
+            /* one argument may hold several names, space- or comma-separated (a sweep cell) */
+            const char *arg = j == i ? a[i] + fl + 1 : a[j];
+            for (const char *name = arg; *name;) {
+                size_t len = strcspn(name, " ,");
+                int k = 0;
+                while (CONFIG_RC_MODULE_NAMES[k] &&
+                       (strlen(CONFIG_RC_MODULE_NAMES[k]) != len || strncmp(CONFIG_RC_MODULE_NAMES[k], name, len)))
+                    k++;
+                if (len && !CONFIG_RC_MODULE_NAMES[k])
+                    return err_set(err, TS_EINVAL,
+                                   "--recompute-modules: unknown module '%.*s' (valid: core_attn, mlp, layernorm, moe, "
+                                   "moe_act, mla_up_proj, shared_experts)",
+                                   (int)len, name);
+                if (len)
+                    bits |= 1u << k;
+                name += len;
+                name += strspn(name, " ,");
+            }
+        }
+        if (!bits)
+            return err_set(err, TS_EINVAL, "--recompute-modules: needs one or more of core_attn, mlp, layernorm");
+        s->rc_modules = bits;
+        int keep = first + 1; /* drop the values after the first */
+        memmove(&a[keep], &a[end], (size_t)(*n - end + 1) * sizeof *a);
+        *n -= end - keep;
+    }
+    return TS_OK;
+}
+
 int flags_parse(flags_state *s, opt_table *t, int argc, char **argv, ts_err *err)
 {
     flags_release(s);
@@ -433,6 +496,8 @@ int flags_parse(flags_state *s, opt_table *t, int argc, char **argv, ts_err *err
     int rc = build_argv(s, t, argc, argv, &n, err);
     if (rc)
         return rc;
+    if ((rc = take_recompute_modules(s, &n, err)))
+        return s->script ? blame_script(s, argc, argv, err) : rc;
     /* s->argv_owned[0 .. n) is the whole vector: script arguments, then the
      * command line. Megatron-LM flags trainsim does not model: ignored ones
      * are dropped here (and listed), refused ones fail (megatron_flags.h). */
@@ -477,6 +542,7 @@ static void megatron_defaults(config *b)
     b->model.attention_dropout = MEGATRON_DROPOUT;
     b->model.hidden_dropout = MEGATRON_DROPOUT;
     b->model.precision = PREC_FP32;
+    b->model.attention_backend = ATTN_BACKEND_AUTO;
     b->par.tp = 1;
     b->par.pp = 1;
     b->par.schedule = SCHED_1F1B;
@@ -490,6 +556,7 @@ static int preset_base(const catalog_model *pm, config *b, ts_err *err)
     b->model.make_vocab_size_divisible_by = MEGATRON_MAKE_VOCAB_DIVISIBLE_BY;
     b->model.attention_dropout = MEGATRON_DROPOUT; /* no preset sets them */
     b->model.hidden_dropout = MEGATRON_DROPOUT;
+    b->model.attention_backend = ATTN_BACKEND_AUTO; /* no preset sets it: Megatron-LM's default */
     b->par = pm->par;
     b->cluster.gpus = pm->gpus;
     if (sched_kind_parse(pm->schedule, &b->par.schedule, err))
@@ -724,6 +791,24 @@ static int resolve_recompute(flags_state *s, const opt_table *t, const config *b
     if (!opt_was_set(t, "--recompute-num-layers"))
         p->recompute_num_layers = 0;
     s->src[FLAGS_F_RLAYERS] = opt_was_set(t, "--recompute-num-layers") ? FLAGS_SRC_FLAG : FLAGS_SRC_MEGATRON;
+    p->recompute_modules = opt_was_set(t, "--recompute-modules") ? s->rc_modules : 0;
+    s->src[FLAGS_F_RMODULES] = opt_was_set(t, "--recompute-modules") ? FLAGS_SRC_FLAG : FLAGS_SRC_MEGATRON;
+    return TS_OK;
+}
+
+/* --attention-backend and --use-flash-attn; auto is resolved by
+ * config_resolve, once the GPU and the precision are known. */
+static int resolve_attention(flags_state *s, const opt_table *t, ts_err *err)
+{
+    model_config *m = &s->c->model;
+    bool set_b = opt_was_set(t, "--attention-backend");
+    if (s->use_flash_attn && set_b && s->attention_backend != ATTN_BACKEND_FLASH)
+        return err_set(err, TS_EINVAL,
+                       "--use-flash-attn means --attention-backend flash; it conflicts with "
+                       "--attention-backend %s (give one)",
+                       CONFIG_ATTN_BACKEND_NAMES[s->attention_backend]);
+    m->attention_backend = s->use_flash_attn ? ATTN_BACKEND_FLASH : (config_attn_backend)s->attention_backend;
+    s->src[FLAGS_F_ATTN] = set_b || s->use_flash_attn ? FLAGS_SRC_FLAG : FLAGS_SRC_MEGATRON;
     return TS_OK;
 }
 
@@ -847,7 +932,8 @@ static int resolve_layout(flags_state *s, const opt_table *t, const config *base
     TAKE(FLAGS_F_OVERLAP, "--overlap-grad-reduce", p->overlap_grad_reduce, false);
     if (!opt_was_set(t, "--overlap-grad-reduce"))
         s->src[FLAGS_F_OVERLAP] = FLAGS_SRC_MEGATRON;
-    if ((rc = resolve_recompute(s, t, base, basesrc, err)) || (rc = resolve_schedule(s, t, base, basesrc, err)))
+    if ((rc = resolve_recompute(s, t, base, basesrc, err)) || (rc = resolve_attention(s, t, err)) ||
+        (rc = resolve_schedule(s, t, base, basesrc, err)))
         return rc;
     p->dp = opt_was_set(t, "--data-parallel-size") ? s->dp : 0;
     p->vp = 0;
@@ -997,6 +1083,10 @@ int flags_finish(flags_state *s, const opt_table *t, ts_err *err)
         config_free(c);
         return rc;
     }
+    if (s->attention_backend == ATTN_BACKEND_AUTO && !s->use_flash_attn)
+        rule(s, FLAGS_F_ATTN, "auto (%s): Transformer Engine's pick for %s on %s",
+             opt_was_set(t, "--attention-backend") ? "given" : "Megatron-LM's default",
+             CONFIG_PRECISION_NAMES[c->model.precision], c->cluster.gpu.name);
     return TS_OK;
 }
 
@@ -1100,6 +1190,17 @@ static const char *field_row(const flags_state *s, flags_field f, char *v, size_
         ROW_STR("--gpu", c->cluster.gpu.name);
     case FLAGS_F_TOPOLOGY:
         ROW_STR("--topology", s->topology ? s->topology : "built-in default for the GPU kind");
+    case FLAGS_F_ATTN:
+        ROW_STR("--attention-backend", CONFIG_ATTN_BACKEND_NAMES[m->attention_backend]);
+    case FLAGS_F_RMODULES: {
+        size_t n = 0;
+        unsigned bits = p->recompute_modules ? p->recompute_modules : CONFIG_RC_DEFAULT;
+        v[0] = '\0';
+        for (int i = 0; CONFIG_RC_MODULE_NAMES[i]; i++)
+            if (bits & (1u << i) && n < cap)
+                n += (size_t)snprintf(v + n, cap - n, "%s%s", n ? " " : "", CONFIG_RC_MODULE_NAMES[i]);
+        return "--recompute-modules";
+    }
     case FLAGS_F_COUNT:
         break;
     }
@@ -1127,8 +1228,14 @@ void flags_print(const flags_state *s, FILE *f)
     fprintf(f, "layers:                %s, %s, %s position embeddings, %s embeddings\n",
             CONFIG_NORM_NAMES[m->normalization], m->add_bias_linear ? "biases" : "no biases",
             CONFIG_POSITION_NAMES[m->position_embedding], m->untie_embeddings ? "untied" : "tied");
-    fprintf(f, "attention:             unfused softmax, s x s scores kept (Megatron-LM's --attention-backend auto "
-               "would run flash attention, which is not modelled yet)\n");
+    if (config_attn_is_flash(m->attention_backend))
+        fprintf(f,
+                "attention:             %s: no s x s scores kept (log-sum-exp only), causal half of the score "
+                "FLOPs, scores recomputed in the backward\n",
+                CONFIG_ATTN_BACKEND_NAMES[m->attention_backend]);
+    else
+        fprintf(f, "attention:             %s: softmax on stored s x s scores\n",
+                CONFIG_ATTN_BACKEND_NAMES[m->attention_backend]);
     fprintf(f, "precision:             %s (%d bytes per element)\n", CONFIG_PRECISION_NAMES[m->precision],
             config_dtype_bytes(c));
     fprintf(f, "parallelism:           t=%d p=%d d=%d v=%d (%d GPUs = %d x %d x %d)\n", p->tp, p->pp, p->dp, p->vp,
@@ -1150,6 +1257,11 @@ void flags_print(const flags_state *s, FILE *f)
     if (p->recompute == RECOMPUTE_FULL)
         fprintf(f, " (method %s, %d layers; 0 = all)", CONFIG_RECOMPUTE_METHOD_NAMES[p->recompute_method],
                 p->recompute_num_layers);
+    if (p->recompute == RECOMPUTE_SELECTIVE) {
+        char mods[FLAGS_RULE_BYTES];
+        field_row(s, FLAGS_F_RMODULES, mods, sizeof mods);
+        fprintf(f, " (modules %s)", mods);
+    }
     fputc('\n', f);
     fprintf(f, "distributed optimizer: %s\n", p->distributed_optimizer ? "on" : "off");
     fprintf(f, "overlap grad reduce:   %s\n", p->overlap_grad_reduce ? "on" : "off");

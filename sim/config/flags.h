@@ -113,6 +113,8 @@ typedef enum {
     FLAGS_F_GPUS,
     FLAGS_F_GPU,
     FLAGS_F_TOPOLOGY,
+    FLAGS_F_ATTN,
+    FLAGS_F_RMODULES,
     FLAGS_F_COUNT
 } flags_field;
 
@@ -140,13 +142,17 @@ typedef struct {
     int recompute_method;                       /* --recompute-method, config_recompute_method */
     bool bf16, fp16, fp32;                      /* --bf16, --fp16, --fp32 */
     int dp;                                     /* --data-parallel-size, 0 = derived */
-    char preset_source[512];     /* the preset's layout_source, after flags_finish ("" without a preset) */
-    char **argv_owned;           /* the arguments flags_parse built and parsed (NULL-terminated); owned */
-    const char *megatron_script; /* --megatron-script FILE, NULL = none */
-    mscript *script;             /* that script as flags_parse read it (its arguments, notes); owned */
-    char gpus_arg[32];           /* "--gpus=N" from the script's launcher, when flags_parse adds it */
-    char *megatron_ignored;      /* Megatron-LM flags flags_parse dropped as ignored, ", "-separated; NULL if none;
+    char preset_source[512];       /* the preset's layout_source, after flags_finish ("" without a preset) */
+    char **argv_owned;             /* the arguments flags_parse built and parsed (NULL-terminated); owned */
+    const char *megatron_script;   /* --megatron-script FILE, NULL = none */
+    mscript *script;               /* that script as flags_parse read it (its arguments, notes); owned */
+    char gpus_arg[32];             /* "--gpus=N" from the script's launcher, when flags_parse adds it */
+    char *megatron_ignored;        /* Megatron-LM flags flags_parse dropped as ignored, ", "-separated; NULL if none;
                                     owned (megatron_flags.h) */
+    int attention_backend;         /* --attention-backend, config_attn_backend */
+    bool use_flash_attn;           /* --use-flash-attn (= --attention-backend flash) */
+    const char *recompute_modules; /* --recompute-modules' first value (flags_parse reads the whole list) */
+    unsigned rc_modules;           /* --recompute-modules as CONFIG_RC_* bits; 0 = not given */
 } flags_state;
 
 /* Zero c and add every shared flag to t under the headings Model,

@@ -177,6 +177,10 @@ void report_text(const simulate_result *r, FILE *f)
             "%.1f in Megatron's count with recompute; peak %.1f\n",
             r->model_tflops_per_gpu, 100.0 * r->mfu, r->hw_tflops_per_gpu, 100.0 * r->hfu, r->megatron_tflops_per_gpu,
             r->peak_tflops);
+    fprintf(f,
+            "MFU conventions         %.1f%% counting the full s x s attention scores (Megatron's, above), %.1f%% "
+            "counting their causal half (NeMo's)\n",
+            100.0 * r->mfu, 100.0 * r->mfu_causal);
     report_memory(r, f);
     if (r->train_tokens > 0)
         fprintf(f, "to train %.4g tokens    %.2f days on %d GPUs, %.0f GPU-hours\n", r->train_tokens,
@@ -242,6 +246,8 @@ void report_csv(const simulate_result *r, FILE *f)
     row(f, it, "megatron_tflops_per_gpu", r->megatron_tflops_per_gpu, "TFLOP/s");
     row(f, it, "mfu", r->mfu, "fraction");
     row(f, it, "hfu", r->hfu, "fraction");
+    row(f, it, "model_flops_causal", r->model_flops_causal, "FLOP");
+    row(f, it, "mfu_causal", r->mfu_causal, "fraction");
     irow(f, it, "memory_peak", r->peak_bytes, "bytes");
     irow(f, it, "memory_peak_rank", r->peak_rank, "rank");
     irow(f, it, "gpu_memory", r->hbm_bytes, "bytes");

@@ -197,6 +197,7 @@ static void summarize(const config *c, const simulate_opts *o, const engine *e, 
     const model_config *M = &c->model;
     R->hw_flops = flops * R->t * R->d;
     R->model_flops = flops_model_per_iter(M, R->B);
+    R->model_flops_causal = flops_model_per_iter_causal(M, R->B);
     R->megatron_flops =
         flops_closed_full_recompute(R->B, M->seq_length, M->num_layers, M->hidden_size, M->padded_vocab_size);
     R->peak_tflops = peak_tflops_of(c);
@@ -209,6 +210,7 @@ static void summarize(const config *c, const simulate_opts *o, const engine *e, 
         /* a calibrated-only device has no datasheet peak: MFU/HFU 0 */
         R->mfu = R->peak_tflops > 0 ? R->model_tflops_per_gpu / R->peak_tflops : 0;
         R->hfu = R->peak_tflops > 0 ? R->hw_tflops_per_gpu / R->peak_tflops : 0;
+        R->mfu_causal = R->peak_tflops > 0 ? R->model_flops_causal * per_gpu / R->peak_tflops : 0;
     }
     if (o->train_tokens > 0 && R->tokens_per_s > 0) {
         R->train_tokens = o->train_tokens;

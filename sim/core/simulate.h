@@ -108,6 +108,8 @@ typedef struct {
     double model_tflops_per_gpu, hw_tflops_per_gpu, megatron_tflops_per_gpu;
     double peak_tflops; /* per GPU, datasheet */
     double mfu, hfu;
+    double model_flops_causal; /* per iteration, the attention scores' causal half counted (flops.h) */
+    double mfu_causal;         /* model_flops_causal's MFU (NeMo's convention); mfu counts the full s x s */
     /* memory */
     int64_t hbm_bytes;  /* per GPU */
     int64_t peak_bytes; /* max over ranks */

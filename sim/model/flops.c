@@ -48,6 +48,20 @@ double flops_attn_core_fwd_per_seq(const model_config *m)
     return 4.0 * s * s * ad;
 }
 
+double flops_attn_core_fwd_causal_per_seq(const model_config *m)
+{
+    int64_t half_rows = ((int64_t)m->seq_length + 1) / 2; /* ceil(s/2): the kernel's lower half */
+    double s = m->seq_length, half = (double)half_rows, ad = (double)attn_width(m);
+    return 4.0 * s * half * ad;
+}
+
+/* FC1 and FC2 forward flops per sequence (what mlp recomputation re-runs). */
+static double mlp_fwd_per_seq(const model_config *m)
+{
+    double s = m->seq_length, h = m->hidden_size, ffn = m->ffn_hidden_size;
+    return 2.0 * s * h * (double)fc1_cols(m) + 2.0 * s * ffn * h;
+}
+
 double flops_layer_fwd_per_seq(const model_config *m)
 {
     double s = m->seq_length, h = m->hidden_size, ffn = m->ffn_hidden_size;
@@ -68,14 +82,34 @@ double flops_model_per_iter(const model_config *m, int64_t global_batch)
     return 3.0 * per_seq * (double)global_batch; /* backward = 2 x forward */
 }
 
+double flops_model_per_iter_causal(const model_config *m, int64_t global_batch)
+{
+    double diff = flops_attn_core_fwd_per_seq(m) - flops_attn_core_fwd_causal_per_seq(m);
+    return flops_model_per_iter(m, global_batch) - 3.0 * m->num_layers * diff * (double)global_batch;
+}
+
+double flops_hardware_per_iter_modules(const model_config *m, int64_t global_batch, config_recompute r,
+                                       unsigned modules, int recompute_layers)
+{
+    bool flash = config_attn_is_flash(m->attention_backend);
+    double full = flops_attn_core_fwd_per_seq(m), causal = flops_attn_core_fwd_causal_per_seq(m);
+    double core = flash ? causal : full;                         /* attention forward as run */
+    double layer_fwd = flops_layer_fwd_per_seq(m) - full + core; /* a layer's forward as run */
+    double layer = 3.0 * (layer_fwd - core) + (flash ? 3.5 : 3.0) * core;
+    double extra = 0;
+    unsigned mods = modules ? modules : CONFIG_RC_DEFAULT;
+    if (r == RECOMPUTE_SELECTIVE)
+        extra =
+            m->num_layers * ((mods & CONFIG_RC_CORE_ATTN ? core : 0) + (mods & CONFIG_RC_MLP ? mlp_fwd_per_seq(m) : 0));
+    else if (r == RECOMPUTE_FULL)
+        extra = recompute_layers * layer_fwd;
+    double per_seq = m->num_layers * layer + 3.0 * flops_logit_fwd_per_seq(m) + extra;
+    return per_seq * (double)global_batch;
+}
+
 double flops_hardware_per_iter(const model_config *m, int64_t global_batch, config_recompute r, int recompute_layers)
 {
-    double extra = 0;
-    if (r == RECOMPUTE_SELECTIVE)
-        extra = m->num_layers * flops_attn_core_fwd_per_seq(m);
-    else if (r == RECOMPUTE_FULL)
-        extra = recompute_layers * flops_layer_fwd_per_seq(m);
-    return flops_model_per_iter(m, global_batch) + extra * (double)global_batch;
+    return flops_hardware_per_iter_modules(m, global_batch, r, 0, recompute_layers);
 }
 
 /* ---------------------------------------------------------------- closed forms */

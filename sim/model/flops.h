@@ -10,6 +10,17 @@
  * FLOP conventions (formulas.md): matrix multiplications only, 2 flops per
  * multiply-add. "Model" FLOPs count forward + backward (backward = 2 x forward)
  * plus the logit layer; "hardware" FLOPs add what recomputation re-runs.
+ * Two conventions for the attention scores (QK^T and attention.V):
+ *  - Megatron's (formulas.md, Narayanan et al. 2021): the full s x s
+ *    product, 4*s^2*a*d forward flops per sequence and layer, whatever the
+ *    kernel; flops_model_per_iter;
+ *  - causal (NeMo's performance tables, FlashAttention's papers): the lower
+ *    half a causal kernel computes, 4*s*ceil(s/2)*a*d (2*s^2*a*d for even
+ *    s); flops_model_per_iter_causal.
+ * Hardware FLOPs are what the kernels execute: unfused attention runs the
+ * full products (backward 2x forward); flash/fused (m->attention_backend)
+ * runs the causal half forward and 2.5x that in the backward
+ * (FlashAttention-2: five GEMMs of the forward's two, QK^T recomputed).
  */
 #ifndef TRAINSIM_FLOPS_H
 #define TRAINSIM_FLOPS_H
@@ -28,6 +39,9 @@ double flops_layer_fwd_per_seq(const model_config *m);
  * sequence: what selective recomputation re-runs. */
 double flops_attn_core_fwd_per_seq(const model_config *m);
 
+/* The causal half of it: 4*s*ceil(s/2)*a*d (what flash attention runs). */
+double flops_attn_core_fwd_causal_per_seq(const model_config *m);
+
 /* Logit GEMM forward flops per sequence: 2*s*h*V. */
 double flops_logit_fwd_per_seq(const model_config *m);
 
@@ -35,12 +49,29 @@ double flops_logit_fwd_per_seq(const model_config *m);
  * 3 * (l * layer_fwd + logit_fwd) * B. */
 double flops_model_per_iter(const model_config *m, int64_t global_batch);
 
+/* Model flops in the causal convention: the attention core counted by its
+ * causal half (flops_model_per_iter less 3 * l * (full - causal) per
+ * sequence). */
+double flops_model_per_iter_causal(const model_config *m, int64_t global_batch);
+
+/* Hardware flops per iteration with the attention kernels of
+ * m->attention_backend and the selective modules (CONFIG_RC_* bits; 0 =
+ * core_attn): per sequence and layer, unfused 3 x (GEMMs) plus the
+ * recomputed forward; flash the non-attention GEMMs x 3 plus 3.5 x the causal
+ * attention forward (1 forward + 2.5 backward), plus the recomputed forward
+ * (its attention core at the causal half). Selective: core_attn adds the
+ * attention core, mlp FC1 and FC2, layernorm no GEMM. */
+double flops_hardware_per_iter_modules(const model_config *m, int64_t global_batch, config_recompute r,
+                                       unsigned modules, int recompute_layers);
+
 /* Hardware flops per iteration: model flops plus l * recomputed forward per
  * sequence (none: 0; selective: the attention core; full: the whole layer
  * forward; the logit layer is never recomputed). recompute_layers = how many
  * of the l layers are recomputed (full with --recompute-num-layers; pass
  * m->num_layers for all). */
 double flops_hardware_per_iter(const model_config *m, int64_t global_batch, config_recompute r, int recompute_layers);
+/* (With flash attention it is flops_hardware_per_iter_modules with the
+ * default module: the same call.) */
 
 /* ---- published closed forms (formulas.md), GPT shapes ------------------- */
 

@@ -42,6 +42,16 @@ int layer_shape_check(const layer_shape *L, ts_err *err)
                        (long long)L->s * L->b, L->t);
     if ((int)L->recompute < RECOMPUTE_NONE || (int)L->recompute > RECOMPUTE_FULL)
         return err_set(err, TS_EINVAL, "layer shape: unknown recompute mode %d", (int)L->recompute);
+    if ((int)L->attn < ATTN_BACKEND_UNFUSED || (int)L->attn >= ATTN_BACKEND_AUTO)
+        return err_set(err, TS_EINVAL,
+                       "layer shape: attention backend %d (expected unfused, flash, fused or local; auto is "
+                       "resolved by config_resolve)",
+                       (int)L->attn);
+    if (L->rc_modules & ~(CONFIG_RC_CORE_ATTN | CONFIG_RC_MLP | CONFIG_RC_LAYERNORM))
+        return err_set(err, TS_EINVAL,
+                       "layer shape: recompute modules 0x%x: only core_attn, mlp and layernorm are modelled "
+                       "(the others need MoE/MLA)",
+                       L->rc_modules);
     return layer_shape_check_size(L, err);
 }
 
@@ -92,6 +102,8 @@ int layer_shape_from_config(const config *c, layer_shape *out, ts_err *err)
     L.sp = c->par.sequence_parallel && c->par.tp > 1;
     L.dtype_bytes = c->model.precision == PREC_FP32 ? 4 : 2;
     L.recompute = c->par.recompute;
+    L.attn = c->model.attention_backend;
+    L.rc_modules = c->par.recompute_modules;
     int rc = layer_shape_check(&L, err);
     if (rc == TS_OK)
         *out = L;
@@ -132,6 +144,17 @@ static dims dims_of(const layer_shape *L)
     D.S = D.T * L->h * D.dt;
     D.comm = L->t > 1;
     return D;
+}
+
+static bool is_flash(const layer_shape *L)
+{
+    return config_attn_is_flash(L->attn);
+}
+
+/* The selective-recompute modules of the shape (the default when none given). */
+static unsigned rc_modules_of(const layer_shape *L)
+{
+    return L->rc_modules ? L->rc_modules : CONFIG_RC_DEFAULT;
 }
 
 /* ---------------------------------------------------------------- op lists */
@@ -189,10 +212,17 @@ static void deps(layer_ops *o, int i, int d0, int d1)
     o->op[i].dep[1] = d1;
 }
 
-/* The forward attention core: QK^T, softmax, dropout, attention.V. */
+/* The forward attention core: QK^T, softmax, dropout, attention.V; with
+ * flash, the kernel's two GEMMs over the causal lower half (s x ceil(s/2)). */
 static void attn_core_fwd(const layer_shape *L, const dims *D, layer_ops *o)
 {
     int64_t bh = L->b * D->at, P = bh * L->s * L->s; /* score elements */
+    if (is_flash(L)) {
+        int64_t half = (L->s + 1) / 2;
+        bgemm(o, "attn.flash.qk", L->s, half, D->d, bh);
+        bgemm(o, "attn.flash.av", L->s, D->d, half, bh);
+        return;
+    }
     bgemm(o, "attn.qk", L->s, L->s, D->d, bh);
     mem(o, "attn.softmax", 2 * P * D->dt); /* fused scale-mask-softmax: read + write */
     if (!L->no_attn_dropout)
@@ -211,6 +241,34 @@ static void tp_reduce(const layer_shape *L, const dims *D, layer_ops *o, const c
         comm(o, ar, COMM_ALL_REDUCE, D->S, L->t);
 }
 
+/* The MLP module's forward: [SP all-gather], FC1, activation, FC2, its
+ * reduction. */
+static void mlp_fwd(const layer_shape *L, const dims *D, layer_ops *o)
+{
+    int64_t h = L->h;
+    if (L->sp && D->comm)
+        comm(o, "ln2.ag", COMM_ALL_GATHER, D->S, L->t);
+    gemm(o, "fc1", D->T, D->fc1_n, h);
+    mem(o, L->swiglu ? "swiglu" : "gelu", D->T * (D->fc1_n + D->ffn_t) * D->dt);
+    gemm(o, "fc2", D->T, h, D->ffn_t);
+    tp_reduce(L, D, o, "fc2.ar", "fc2.rs");
+}
+
+/* Selective recomputation: each module's forward, in program order. */
+static void selective_fwd(const layer_shape *L, const dims *D, layer_ops *o)
+{
+    unsigned mods = rc_modules_of(L);
+    int64_t E = D->Tl * L->h;
+    if (mods & CONFIG_RC_LAYERNORM)
+        mem(o, "ln1", 2 * E * D->dt);
+    if (mods & CONFIG_RC_CORE_ATTN)
+        attn_core_fwd(L, D, o);
+    if (mods & CONFIG_RC_LAYERNORM)
+        mem(o, "ln2", 2 * E * D->dt);
+    if (mods & CONFIG_RC_MLP)
+        mlp_fwd(L, D, o);
+}
+
 static void layer_fwd(const layer_shape *L, const dims *D, layer_ops *o)
 {
     int64_t h = L->h, E = D->Tl * h;             /* elements of an element-wise op */
@@ -224,12 +282,7 @@ static void layer_fwd(const layer_shape *L, const dims *D, layer_ops *o)
     tp_reduce(L, D, o, "proj.ar", "proj.rs");
     mem(o, "attn.dropadd", E * (3 * D->dt + mask)); /* bias-dropout-add: 2 reads, write, mask */
     mem(o, "ln2", 2 * E * D->dt);
-    if (L->sp && D->comm)
-        comm(o, "ln2.ag", COMM_ALL_GATHER, D->S, L->t);
-    gemm(o, "fc1", D->T, D->fc1_n, h);
-    mem(o, L->swiglu ? "swiglu" : "gelu", D->T * (D->fc1_n + D->ffn_t) * D->dt);
-    gemm(o, "fc2", D->T, h, D->ffn_t);
-    tp_reduce(L, D, o, "fc2.ar", "fc2.rs");
+    mlp_fwd(L, D, o);
     mem(o, "mlp.dropadd", E * (3 * D->dt + mask));
 }
 
@@ -322,13 +375,23 @@ static void layer_bwd(const layer_shape *L, const dims *D, layer_ops *o, bool dg
     gemm(o, "proj.dgrad", D->T, D->adt, h);
     if (whole)
         gemm(o, "proj.wgrad", D->adt, h, D->T);
-    bgemm(o, "attn.av.dgrad_p", L->s, L->s, D->d, bh);
-    bgemm(o, "attn.av.dgrad_v", L->s, D->d, L->s, bh);
-    if (!L->no_attn_dropout)
-        mem(o, "attn.dropout.bwd", P * (2 * D->dt + 1));
-    mem(o, "attn.softmax.bwd", 3 * P * D->dt);
-    bgemm(o, "attn.qk.dgrad_q", L->s, D->d, L->s, bh);
-    bgemm(o, "attn.qk.dgrad_k", L->s, D->d, L->s, bh);
+    if (is_flash(L)) { /* FlashAttention-2 backward: rowsum(dO o O), then five causal-half GEMMs */
+        int64_t half = (L->s + 1) / 2;
+        mem(o, "attn.flash.bwd.pre", 2 * D->T * D->adt * D->dt + bh * L->s * 4);
+        bgemm(o, "attn.flash.qk.re", L->s, half, D->d, bh);
+        bgemm(o, "attn.flash.dgrad_v", L->s, D->d, half, bh);
+        bgemm(o, "attn.flash.dgrad_p", L->s, half, D->d, bh);
+        bgemm(o, "attn.flash.dgrad_q", L->s, D->d, half, bh);
+        bgemm(o, "attn.flash.dgrad_k", L->s, D->d, half, bh);
+    } else {
+        bgemm(o, "attn.av.dgrad_p", L->s, L->s, D->d, bh);
+        bgemm(o, "attn.av.dgrad_v", L->s, D->d, L->s, bh);
+        if (!L->no_attn_dropout)
+            mem(o, "attn.dropout.bwd", P * (2 * D->dt + 1));
+        mem(o, "attn.softmax.bwd", 3 * P * D->dt);
+        bgemm(o, "attn.qk.dgrad_q", L->s, D->d, L->s, bh);
+        bgemm(o, "attn.qk.dgrad_k", L->s, D->d, L->s, bh);
+    }
     blk = o->n;
     colpar_bwd(L, D, o, whole, "qkv.ag.in", "qkv.dgrad", "qkv.ar", "qkv.rs", "qkv.wgrad", D->qkv_n);
     mem(o, "ln1.bwd", 4 * E * D->dt);
@@ -357,7 +420,7 @@ int layer_ops_build(const layer_shape *L, layer_pass pass, layer_ops *out, ts_er
         break;
     case LAYER_PASS_R:
         if (L->recompute == RECOMPUTE_SELECTIVE)
-            attn_core_fwd(L, &D, out);
+            selective_fwd(L, &D, out);
         else if (L->recompute == RECOMPUTE_FULL)
             layer_fwd(L, &D, out);
         break;
@@ -487,8 +550,10 @@ int64_t layer_ops_comm_bytes(const layer_ops *ops, commcost_coll coll)
 
 /* ---------------------------------------------------------------- saved tensors */
 
-static void save(layer_saved_list *l, const char *name, int64_t bytes, bool core, layer_free_when when,
-                 config_recompute r, bool is_input)
+/* module: the CONFIG_RC_* module whose selective recomputation re-creates
+ * the tensor (0: none does); mods: the shape's selective modules. */
+static void save(layer_saved_list *l, const char *name, int64_t bytes, unsigned module, layer_free_when when,
+                 config_recompute r, unsigned mods, bool is_input)
 {
     layer_tensor *t = &l->t[l->n++];
     t->name = name;
@@ -499,7 +564,7 @@ static void save(layer_saved_list *l, const char *name, int64_t bytes, bool core
         t->kept_after_f = true;
         break;
     case RECOMPUTE_SELECTIVE:
-        t->kept_after_f = !core;
+        t->kept_after_f = !(module & mods);
         break;
     case RECOMPUTE_FULL:
         t->kept_after_f = is_input;
@@ -516,27 +581,33 @@ int layer_saved_build(const layer_shape *L, layer_saved_list *out, ts_err *err)
     dims D = dims_of(L);
     int64_t E = D.Tl * L->h, dt = D.dt, P = L->b * D.at * L->s * L->s;
     config_recompute r = L->recompute;
+    unsigned m = rc_modules_of(L);
+    const unsigned CORE = CONFIG_RC_CORE_ATTN, MLP = CONFIG_RC_MLP, NORM = CONFIG_RC_LAYERNORM;
     layer_free_when I = LAYER_FREE_AFTER_I, W = LAYER_FREE_AFTER_W;
     out->n = 0;
-    save(out, "ln1.in", E * dt, false, I, r, true); /* the layer input */
-    save(out, "qkv.in", E * dt, false, W, r, false);
-    save(out, "attn.q", D.T * D.at * D.d * dt, false, I, r, false);
-    save(out, "attn.k", D.T * D.gt * D.d * dt, false, I, r, false);
-    save(out, "attn.softmax.out", P * dt, true, I, r, false);
-    if (!L->no_attn_dropout) { /* without it, attention.V reads the softmax output saved above */
-        save(out, "attn.dropout.mask", P, true, I, r, false);
-        save(out, "attn.dropout.out", P * dt, true, I, r, false);
+    save(out, "ln1.in", E * dt, 0, I, r, m, true); /* the layer input */
+    save(out, "qkv.in", E * dt, NORM, W, r, m, false);
+    save(out, "attn.q", D.T * D.at * D.d * dt, 0, I, r, m, false);
+    save(out, "attn.k", D.T * D.gt * D.d * dt, 0, I, r, m, false);
+    if (is_flash(L)) { /* the log-sum-exp of each score row, fp32 */
+        save(out, "attn.lse", L->b * D.at * L->s * 4, CORE, I, r, m, false);
+    } else {
+        save(out, "attn.softmax.out", P * dt, CORE, I, r, m, false);
+        if (!L->no_attn_dropout) { /* without it, attention.V reads the softmax output saved above */
+            save(out, "attn.dropout.mask", P, CORE, I, r, m, false);
+            save(out, "attn.dropout.out", P * dt, CORE, I, r, m, false);
+        }
     }
-    save(out, "attn.v", D.T * D.gt * D.d * dt, false, I, r, false);
-    save(out, "proj.in", D.T * D.adt * dt, false, W, r, false);
+    save(out, "attn.v", D.T * D.gt * D.d * dt, 0, I, r, m, false);
+    save(out, "proj.in", D.T * D.adt * dt, 0, W, r, m, false); /* flash: also the kernel's output O */
     if (!L->no_hidden_dropout)
-        save(out, "attn.dropadd.mask", E, false, I, r, false);
-    save(out, "ln2.in", E * dt, false, I, r, false);
-    save(out, "fc1.in", E * dt, false, W, r, false);
-    save(out, "act.in", D.T * D.fc1_n * dt, false, I, r, false);
-    save(out, "fc2.in", D.T * D.ffn_t * dt, false, W, r, false);
+        save(out, "attn.dropadd.mask", E, 0, I, r, m, false);
+    save(out, "ln2.in", E * dt, 0, I, r, m, false);
+    save(out, "fc1.in", E * dt, NORM, W, r, m, false);
+    save(out, "act.in", D.T * D.fc1_n * dt, MLP, I, r, m, false);
+    save(out, "fc2.in", D.T * D.ffn_t * dt, MLP, W, r, m, false);
     if (!L->no_hidden_dropout)
-        save(out, "mlp.dropadd.mask", E, false, I, r, false);
+        save(out, "mlp.dropadd.mask", E, 0, I, r, m, false);
     return TS_OK;
 }
 
@@ -548,7 +619,7 @@ int layer_embedding_saved(const layer_shape *L, layer_saved_list *out, ts_err *e
     dims D = dims_of(L);
     out->n = 0;
     if (!L->no_hidden_dropout)
-        save(out, "emb.dropout.mask", D.Tl * L->h, false, LAYER_FREE_AFTER_I, RECOMPUTE_NONE, false);
+        save(out, "emb.dropout.mask", D.Tl * L->h, 0, LAYER_FREE_AFTER_I, RECOMPUTE_NONE, 0, false);
     return TS_OK;
 }
 
@@ -560,9 +631,9 @@ int layer_output_saved(const layer_shape *L, layer_saved_list *out, ts_err *err)
     dims D = dims_of(L);
     int64_t E = D.Tl * L->h;
     out->n = 0;
-    save(out, "final.ln.in", E * D.dt, false, LAYER_FREE_AFTER_I, RECOMPUTE_NONE, false);
-    save(out, "logit.in", E * D.dt, false, LAYER_FREE_AFTER_W, RECOMPUTE_NONE, false);
-    save(out, "ce.logits", D.T * D.Vt * 4, false, LAYER_FREE_AFTER_I, RECOMPUTE_NONE, false);
+    save(out, "final.ln.in", E * D.dt, 0, LAYER_FREE_AFTER_I, RECOMPUTE_NONE, 0, false);
+    save(out, "logit.in", E * D.dt, 0, LAYER_FREE_AFTER_W, RECOMPUTE_NONE, 0, false);
+    save(out, "ce.logits", D.T * D.Vt * 4, 0, LAYER_FREE_AFTER_I, RECOMPUTE_NONE, 0, false);
     return TS_OK;
 }
 
@@ -589,6 +660,14 @@ int64_t layer_korthikanti_bytes(const layer_shape *L)
             return (34 * sbh + 5 * as2b) / t;
         return 10 * sbh + 24 * sbh / t + 5 * as2b / t;
     }
+}
+
+int64_t layer_flash_bytes(const layer_shape *L)
+{
+    int64_t sbh = L->s * L->b * L->h, asb = L->a * L->s * L->b, t = L->t;
+    if (L->sp)
+        return (34 * sbh + 4 * asb) / t;
+    return 10 * sbh + 24 * sbh / t + 4 * asb / t;
 }
 
 const char *layer_pass_name(layer_pass p)

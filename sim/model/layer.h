@@ -38,8 +38,25 @@
  *   W  weight-gradient GEMMs only (with SP, preceded by the all-gathers of
  *      the saved sharded inputs they need)
  *   R  recompute forward, run just before B or I of the same layer:
- *      selective = the attention core (QK^T, softmax, dropout, attention.V);
+ *      selective = the forward of each module of shape.rc_modules, in
+ *      program order: layernorm (ln1, ln2), core_attn (the attention core:
+ *      QK^T, softmax, dropout, attention.V; the flash kernel's forward),
+ *      mlp (FC1 with its SP all-gather, activation, FC2 with its all-reduce
+ *      or reduce-scatter: Megatron-core re-runs the whole MLP module);
  *      full = the whole forward, collectives included; none = no ops.
+ *
+ * Attention kernels (shape.attn). unfused/local: QK^T, a memory-bound
+ * softmax and dropout over stored s x s scores, attention.V; backward:
+ * the four GEMMs of the two products and the element-wise backward.
+ * flash/fused (FlashAttention-2, Dao 2023; cuDNN's fused attention runs
+ * the same algorithm): one fused kernel that keeps no scores and, causal,
+ * skips the blocks above the diagonal: forward = QK^T and attention.V over
+ * the lower half (GEMMs of s x ceil(s/2) x d: 2*s^2*d flops per head for
+ * even s, half the unfused 4*s^2*d); backward = five such GEMMs (QK^T
+ * recomputed, dV, dP, dQ, dK: 2.5x the forward's flops) after an
+ * element-wise pass over dO and O (rowsum(dO o O): read 2 T a d/t
+ * elements, write b a s/t fp32). Softmax and dropout run inside the
+ * kernel (Philox dropout: no mask).
  *
  * Saved activations. layer_saved_build() lists every tensor the backward needs,
  * with its bytes, whether the forward keeps it (per recompute mode), whether
@@ -50,7 +67,16 @@
  * 5as/h), the TP and TP+SP variants, selective (sbh(10+24/t), 34sbh/t), full
  * (2sbh; 2sbh/t with SP, where the saved input is the sequence shard).
  * Tensors of the dtype scale with config_dtype_bytes; dropout masks are 1 byte
- * per element.
+ * per element. With flash/fused attention the scores, the softmax output and
+ * the dropout mask and output are not stored; the kernel saves the
+ * log-sum-exp of each score row (fp32, s per head: 4*a*s*b bytes) with q,
+ * k, v and its output (the projection's input): 16-bit, no TP,
+ * sbh(34 + 4a/h); with TP 10sbh + 24sbh/t + 4asb/t; with SP
+ * (34sbh + 4asb)/t (layer_flash_bytes). Selective recomputation drops the
+ * tensors its modules re-create: core_attn the scores' tensors (flash: the
+ * log-sum-exp), mlp FC1's output and the activation's output (act.in,
+ * fc2.in: 8sbh/t + 8sbh/t for GPT shapes), layernorm the norms' outputs
+ * (qkv.in, fc1.in: 2sbh each, /t with SP).
  *
  * Everything here is plain values: no heap memory.
  */
@@ -81,6 +107,9 @@ typedef struct {
     bool sp;         /* sequence parallelism */
     int dtype_bytes; /* 2 (bf16/fp16) or 4 (fp32) */
     config_recompute recompute;
+    config_attn_backend attn; /* attention kernels (never auto); 0 = unfused */
+    unsigned rc_modules;      /* selective: CONFIG_RC_* bits recomputed (dense: core_attn, mlp,
+                                 layernorm); 0 = CONFIG_RC_DEFAULT (core_attn) */
 } layer_shape;
 
 /* Build the shape from a validated config. TS_EINVAL if a divisibility the
@@ -187,6 +216,13 @@ int64_t layer_saved_kept_bytes(const layer_saved_list *l);
  * tests compare layer_saved_build() with. Exact in integers when t divides the
  * terms (the Table 2 rows); rounded down otherwise. */
 int64_t layer_korthikanti_bytes(const layer_shape *L);
+
+/* The flash/fused closed form for the shape's t and sp with no
+ * recomputation (16-bit activations, GPT shapes: a = g, d = h/a, ffn = 4h,
+ * both dropouts on): sbh(34 + 4a/h) at t = 1, 10sbh + 24sbh/t + 4asb/t
+ * with TP, (34sbh + 4asb)/t with SP. The tests compare layer_saved_build()
+ * with it. */
+int64_t layer_flash_bytes(const layer_shape *L);
 
 const char *layer_pass_name(layer_pass p); /* "F", "B", "I", "W", "R" */
 

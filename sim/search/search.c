@@ -28,7 +28,9 @@ const char *search_recompute_name(const search_cand *c)
     case RECOMPUTE_NONE:
         return "none";
     case RECOMPUTE_SELECTIVE:
-        return "selective";
+        if (c->recompute_modules == (CONFIG_RC_MLP | CONFIG_RC_LAYERNORM))
+            return "selective-mlp+layernorm";
+        return c->recompute_modules && c->recompute_modules != CONFIG_RC_CORE_ATTN ? "selective-modules" : "selective";
     default:
         return c->recompute_method == RECOMPUTE_METHOD_BLOCK ? "full-block" : "full-uniform";
     }
@@ -152,6 +154,7 @@ static void fill_config(const search_space *s, const search_cand *c, config *out
     p->recompute = (config_recompute)c->recompute;
     p->recompute_method = (config_recompute_method)c->recompute_method;
     p->recompute_num_layers = c->recompute_num_layers;
+    p->recompute_modules = c->recompute_modules;
     p->distributed_optimizer = c->distributed_optimizer;
     p->overlap_grad_reduce = s->overlap_grad_reduce;
     p->schedule = (sched_kind)c->schedule;
@@ -203,18 +206,24 @@ static int check_space(const search_space *s, ts_err *err)
 
 /* Recomputation variants for chunks of Ls layers: none, selective,
  * full/uniform (every layer's input kept), full/block with k in
- * {Ls/4, Ls/2, 3Ls/4} (distinct, 1 <= k < Ls). Returns the count. */
+ * {Ls/4, Ls/2, 3Ls/4} (distinct, 1 <= k < Ls). Returns the count.
+ * Selective is Megatron-core's default core_attn with unfused attention
+ * (it drops the s x s scores); with flash/fused attention, which keeps no
+ * scores (core_attn would drop only the log-sum-exp, a 4as/h-th of sbh),
+ * it is mlp and layernorm: FC1's and the activation's outputs and the
+ * norms' outputs, the largest tensors left. */
 typedef struct {
-    uint8_t recompute, method;
+    uint8_t recompute, method, modules;
     int32_t layers;
 } rc_variant;
 
 static int recompute_variants(const search_space *s, int Ls, rc_variant out[6])
 {
     int n = 0;
-    out[n++] = (rc_variant){RECOMPUTE_NONE, RECOMPUTE_METHOD_UNIFORM, 0};
-    out[n++] = (rc_variant){RECOMPUTE_SELECTIVE, RECOMPUTE_METHOD_UNIFORM, 0};
-    out[n++] = (rc_variant){RECOMPUTE_FULL, RECOMPUTE_METHOD_UNIFORM, 1};
+    uint8_t sel = config_attn_is_flash(s->model.attention_backend) ? CONFIG_RC_MLP | CONFIG_RC_LAYERNORM : 0;
+    out[n++] = (rc_variant){RECOMPUTE_NONE, RECOMPUTE_METHOD_UNIFORM, 0, 0};
+    out[n++] = (rc_variant){RECOMPUTE_SELECTIVE, RECOMPUTE_METHOD_UNIFORM, sel, 0};
+    out[n++] = (rc_variant){RECOMPUTE_FULL, RECOMPUTE_METHOD_UNIFORM, 0, 1};
     if (!s->try_recompute_block)
         return n;
     int prev = 0;
@@ -222,7 +231,7 @@ static int recompute_variants(const search_space *s, int Ls, rc_variant out[6])
         int k = Ls * q / 4;
         if (k < 1 || k >= Ls || k == prev)
             continue;
-        out[n++] = (rc_variant){RECOMPUTE_FULL, RECOMPUTE_METHOD_BLOCK, k};
+        out[n++] = (rc_variant){RECOMPUTE_FULL, RECOMPUTE_METHOD_BLOCK, 0, k};
         prev = k;
     }
     return n;
@@ -318,6 +327,7 @@ static int enumerate(const search_space *s, cand_vec *cv)
                         c.recompute = 0;
                         c.recompute_method = 0;
                         c.recompute_num_layers = 0;
+                        c.recompute_modules = 0;
                         c.distributed_optimizer = 0;
                         if (s->global_batch_size % ((long)b * dp)) {
                             c.status = SEARCH_REJ_BATCH;
@@ -344,6 +354,7 @@ static int enumerate(const search_space *s, cand_vec *cv)
                                     c.recompute = rv[r].recompute;
                                     c.recompute_method = rv[r].method;
                                     c.recompute_num_layers = rv[r].layers;
+                                    c.recompute_modules = rv[r].modules;
                                     c.distributed_optimizer = (uint8_t)dopt;
                                     c.status = SEARCH_PENDING;
                                     if (push(cv, &c))

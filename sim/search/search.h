@@ -112,13 +112,13 @@ typedef struct {
     uint8_t recompute;        /* config_recompute */
     uint8_t recompute_method; /* config_recompute_method */
     uint8_t distributed_optimizer;
-    uint8_t status;        /* search_status */
-    uint8_t account_split; /* interleaved/zb-v layers not dividing p*v: SEARCH_ACCOUNT_* bits, the
+    uint8_t status;            /* search_status */
+    uint8_t account_split;     /* interleaved/zb-v layers not dividing p*v: SEARCH_ACCOUNT_* bits, the
                               embedding / loss counted as a layer of the split (Megatron-core's
                               --account-for-embedding/loss-in-pipeline-split); 0 = none */
-    uint8_t pad_[1];
-    double mem_bound_bytes; /* lower bound on the peak (0 if not computed) */
-    search_metrics r;       /* valid when status is SIMULATED or REJ_MEMORY_SIM */
+    uint8_t recompute_modules; /* selective: CONFIG_RC_* bits (0 = Megatron-core's default, core_attn) */
+    double mem_bound_bytes;    /* lower bound on the peak (0 if not computed) */
+    search_metrics r;          /* valid when status is SIMULATED or REJ_MEMORY_SIM */
 } search_cand;
 
 #define SEARCH_ACCOUNT_EMBEDDING 1u /* search_cand.account_split: the first stage holds one layer fewer */
@@ -171,7 +171,8 @@ void search_reason(const search_set *set, size_t i, char *buf, size_t cap);
 const char *search_status_name(search_status st);
 
 /* Name of a candidate's recomputation ("none", "selective", "full-uniform",
- * "full-block"). */
+ * "full-block"; "selective-mlp+layernorm" for the mlp and layernorm
+ * modules, "selective-modules" for another set). */
 const char *search_recompute_name(const search_cand *c);
 
 void search_set_free(search_set *set);

@@ -205,7 +205,8 @@ void search_explain(const search_set *set, size_t winner, FILE *f)
         if (!rejected_for_memory(c) || !same_layout(c, w))
             continue;
         bool same_rc = c->recompute == w->recompute && c->recompute_method == w->recompute_method &&
-                       c->recompute_num_layers == w->recompute_num_layers;
+                       c->recompute_num_layers == w->recompute_num_layers &&
+                       c->recompute_modules == w->recompute_modules;
         bool same_sp = c->sequence_parallel == w->sequence_parallel;
         const char *what = NULL;
         int kind = 0;

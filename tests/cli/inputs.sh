@@ -123,7 +123,12 @@ expect_err "--lr" 2 "--lr: missing value"
 out=$($T config --model gpt3-175b --context-parallel-size 1 --expert-model-parallel-size=1 2>&1 >/dev/null); rc=$?
 check_sh "default-only flags at their default: exit 0, nothing said" '[ $rc -eq 0 ] && [ -z "$out" ]'
 expect_err "--context-parallel-size 2" 2 "--context-parallel-size 2: not modelled: context parallelism (Megatron-LM flag; trainsim accepts only --context-parallel-size 1"
-expect_err "--attention-backend auto" 2 "trainsim accepts only --attention-backend unfused or local"
+expect_err "--model gpt3-175b --attention-backend sdpa" 2 "--attention-backend"
+expect_err "--model gpt3-175b --attention-backend flash --fp32" 2 "--attention-backend flash needs --bf16 or --fp16"
+expect_err "--model gpt3-175b --use-flash-attn --attention-backend unfused" 2 "--use-flash-attn means --attention-backend flash"
+expect_err "--model gpt3-175b --recompute-granularity selective --recompute-modules moe" 2 "--recompute-modules moe needs MoE, not modelled"
+expect_err "--model gpt3-175b --recompute-granularity selective --recompute-modules core_attn bogus" 2 "unknown module 'bogus'"
+expect_err "--model gpt3-175b --recompute-granularity full --recompute-modules mlp" 2 "--recompute-modules applies to --recompute-granularity selective only"
 # neither modelled nor in the file: the unknown-flag error as before
 expect_err "--max-positon-embeddings 2048" 2 "unknown flag '--max-positon-embeddings'"
 # the whole table: one line per flag, then the counts, which add up

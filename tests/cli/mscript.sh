@@ -47,7 +47,7 @@ check_sh "search: 16 GPUs and batch 32 from the script" \
     '[[ "$out" == *"gpt3-175b (modified) on 16 x A100-SXM4-80GB, global batch 32"* ]]'
 out=$($T search --megatron-script $S/gpt3_small.sh --gpus 32 --gpu h100 --global-batch-size 64 --quiet --top 1 2>&1)
 check_sh "search flags override the script" '[[ "$out" == *"on 32 x H100-SXM5-80GB, global batch 64"* ]]'
-expect_error 2 "--megatron-script $S/gpt3_175b.sh:36: --attention-backend auto: not modelled" \
+expect_error 2 "--megatron-script $S/gpt3_175b.sh:42: --rampup-batch-size: not modelled" \
     $T search --megatron-script $S/gpt3_175b.sh --quiet
 expect_error 1 "cannot open the launch script" $T search --megatron-script "$tmp/none.sh" --quiet
 expect_error 2 "--megatron-script $S/gpt3_small.sh: --gpus 12 is not a multiple of" \
@@ -62,18 +62,17 @@ expect_error 2 "--megatron-script $S/gpt3_small.sh: --gpus 12 is not a multiple 
 } >"$tmp/in.csv"
 $T sweep "$tmp/in.csv" --out "$tmp/out.csv" --threads 2 >/dev/null 2>&1
 check "sweep: two script rows ok" test "$(grep -c ',ok,' "$tmp/out.csv")" -eq 2
-check "sweep: the full example refused in its row" grep -q 'gpt3_175b.sh,,,error,.*attention-backend auto: not modelled' "$tmp/out.csv"
+check "sweep: the full example refused in its row" grep -q 'gpt3_175b.sh,,,error,.*rampup-batch-size: not modelled' "$tmp/out.csv"
 check_sh "sweep: the row's override changed the result" \
     '[ "$(grep ",ok," "$tmp/out.csv" | cut -d, -f6 | sort -u | wc -l)" -eq 2 ]'
 
 # --- the example scripts as Megatron-LM's examples write them: every flag trainsim does not
 # model is named at once, with the first one's file:line
-expect_error 2 "--megatron-script $S/gpt3_175b.sh:36: --attention-backend auto: not modelled" \
+expect_error 2 "--megatron-script $S/gpt3_175b.sh:42: --rampup-batch-size: not modelled" \
     $T config --megatron-script $S/gpt3_175b.sh --gpus 1024
-expect_error 2 "also not modelled: --rampup-batch-size" $T config --megatron-script $S/gpt3_175b.sh --gpus 1024
-expect_error 2 "--megatron-script $S/llama3_8b.sh:70: --attention-backend fused: not modelled" \
+expect_error 2 "--megatron-script $S/llama3_8b.sh:90: --cross-entropy-loss-fusion: not modelled" \
     $T simulate --megatron-script $S/llama3_8b.sh
-expect_error 2 "--cross-entropy-loss-fusion (cross-entropy fusion), --manual-gc" \
+expect_error 2 "also not modelled: --manual-gc" \
     $T simulate --megatron-script $S/llama3_8b.sh
 expect_error 2 "--num-experts (mixture of experts)" $T config --megatron-script $S/mixtral_8x7b.sh
 
@@ -82,7 +81,7 @@ expect_error 2 "--num-experts (mixture of experts)" $T config --megatron-script 
 field() { # OUT FLAG VALUE SOURCE-PREFIX
     if grep -qE -- "^  $2 +$3( \([^)]*\))? +$4" <<<"$1"; then ok; else bad "$2: want '$3' from '$4' in: $(grep -- "^  $2 " <<<"$1")"; fi
 }
-grep -v -- '--attention-backend\|--rampup-batch-size' $S/gpt3_175b.sh >"$tmp/gpt3.sh"
+grep -v -- '--rampup-batch-size' $S/gpt3_175b.sh >"$tmp/gpt3.sh"
 out=$($T config --megatron-script "$tmp/gpt3.sh" --gpus 1024 2>/dev/null); rc=$?
 check "gpt3_175b.sh less the unmodelled flags: config exits 0" test $rc -eq 0
 for f in "--num-layers 96 flag" "--hidden-size 12288 flag" "--num-attention-heads 96 flag" \
@@ -96,10 +95,11 @@ for f in "--num-layers 96 flag" "--hidden-size 12288 flag" "--num-attention-head
          "--pipeline-model-parallel-size 16 flag" "--data-parallel-size 8 derived" \
          "--sequence-parallel off Megatron-LM" "--recompute-granularity none Megatron-LM" \
          "--use-distributed-optimizer off Megatron-LM" "--overlap-grad-reduce off Megatron-LM" \
-         "--schedule 1f1b Megatron-LM" "--gpus 1024 flag"; do
+         "--schedule 1f1b Megatron-LM" "--gpus 1024 flag" "--attention-backend flash derived" \
+         "--recompute-modules core_attn Megatron-LM"; do
     read -r fl v src <<<"$f"; field "$out" "$fl" "$v" "$src"
 done
-grep -v -- '--attention-backend\|--cross-entropy-loss-fusion\|--manual-gc\|--empty-unused-memory-level\|--overlap-param-gather\|--no-create-attention-mask-in-dataloader' \
+grep -v -- '--cross-entropy-loss-fusion\|--manual-gc\|--empty-unused-memory-level\|--overlap-param-gather\|--no-create-attention-mask-in-dataloader' \
     $S/llama3_8b.sh >"$tmp/llama3.sh"
 out=$($T config --megatron-script "$tmp/llama3.sh" 2>/dev/null); rc=$?
 check "llama3_8b.sh less the unmodelled flags: config exits 0" test $rc -eq 0
@@ -108,6 +108,7 @@ for f in "--num-layers 32 flag" "--hidden-size 4096 flag" "--num-attention-heads
          "--attention-dropout 0 flag" "--hidden-dropout 0 flag" "--vocab-size 128256 flag" \
          "--padded-vocab-size 128256 derived" "--untie-embeddings-and-output-weights on flag" \
          "--disable-bias-linear on flag" "--normalization RMSNorm flag" "--position-embedding-type rope flag" \
+         "--attention-backend fused flag" \
          "--bf16/--fp16/--fp32 bf16 flag" "--micro-batch-size 1 flag" "--global-batch-size 128 flag" \
          "--tensor-model-parallel-size 1 flag" "--pipeline-model-parallel-size 1 flag" "--data-parallel-size 8 derived" \
          "--sequence-parallel off" "--recompute-granularity none Megatron-LM" "--use-distributed-optimizer on flag" \

@@ -8,9 +8,10 @@ T=${TRAINSIM:-$BUILD/trainsim}
 . "$(dirname "$0")/lib.sh"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# unfused attention (s x s scores kept): micro-batch 8 goes over memory, so some layouts are rejected
 args=(--model megatron-1.7b --gpus 16 --global-batch-size 64 --micro-batch-sizes 1,8
       --schedules 1f1b,interleaved --max-virtual-pipeline-stages 3
-      --max-tensor-model-parallel-size 2 --no-recompute-block --quiet)
+      --max-tensor-model-parallel-size 2 --no-recompute-block --quiet --attention-backend unfused)
 
 "$T" search "${args[@]}" --threads 1 --top 5 --explain --out "$tmp/t1.csv" >"$tmp/t1.out" 2>"$tmp/t1.err"
 rc=$?
@@ -89,4 +90,16 @@ check_sh "--out unwritable: exit 1 naming the flag and the path, before the sear
     '[ $rc -eq 1 ] && grep -q -- "--out $ro/t.csv: cannot create a file" "$tmp/ro.out" && ! grep -q "candidates" "$tmp/ro.out"'
 chmod 755 "$tmp/ro"
 
+# flash attention (the default for bf16 on A100) keeps no s x s scores: the memory pruning and the
+# "without recomputation it needs" advice use its activations, and its selective variant re-runs
+# mlp and layernorm (core_attn would drop only the log-sum-exp)
+"$T" search --model llama3-8b --gpus 64 --quiet --top 3 --explain --max-tensor-model-parallel-size 2 \
+    --max-pipeline-model-parallel-size 2 --schedules 1f1b --out "$tmp/fl.csv" >"$tmp/fl.out" 2>&1
+check "flash search: exit 0" test $? -eq 0
+check "flash search: selective re-runs mlp and layernorm" grep -q 'selective-mlp+layernorm' "$tmp/fl.csv"
+"$T" search --model llama3-8b --gpus 64 --quiet --top 3 --explain --max-tensor-model-parallel-size 2 \
+    --max-pipeline-model-parallel-size 2 --schedules 1f1b --attention-backend unfused --out "$tmp/un.csv" >"$tmp/un.out" 2>&1
+check "unfused search: selective is core_attn" grep -q ',selective,' "$tmp/un.csv"
+check_sh "flash keeps fewer layouts over memory than unfused" \
+    '[ "$(grep -c "memory" "$tmp/fl.csv")" -lt "$(grep -c "memory" "$tmp/un.csv")" ]'
 finish

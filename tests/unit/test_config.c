@@ -527,3 +527,54 @@ Test(config, preset_layout_dropped_by_explicit_pipeline_size)
     cr_assert_eq(run("--model", "llama2-70b", "-p", "4", NULL), TS_OK, "%s", E.msg);
     cr_expect_eq(C.par.schedule, SCHED_INTERLEAVED);
 }
+
+/* --attention-backend: auto is Transformer Engine's pick for the GPU and
+ * precision; --use-flash-attn is flash; --recompute-modules takes a list. */
+Test(config, attention_backend_and_recompute_modules)
+{
+    cr_assert_eq(run(GPT3_FLAGS, NULL), TS_OK, "%s", E.msg); /* fp16 on the default A100 */
+    cr_expect_eq(C.model.attention_backend, ATTN_BACKEND_FLASH);
+    cr_expect_eq(S.src[FLAGS_F_ATTN], FLAGS_SRC_DERIVED);
+    cr_assert_eq(run(GPT3_FLAGS, "--fp32", NULL), TS_EINVAL); /* --fp16 and --fp32 */
+    cr_assert_eq(run("--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "32",
+                     "--micro-batch-size", "1", NULL),
+                 TS_OK, "%s", E.msg); /* Megatron's default precision, fp32: TE runs unfused attention */
+    cr_expect_eq(C.model.attention_backend, ATTN_BACKEND_UNFUSED);
+    cr_assert_eq(run(GPT3_FLAGS, "--attention-backend", "unfused", NULL), TS_OK, "%s", E.msg);
+    cr_expect_eq(C.model.attention_backend, ATTN_BACKEND_UNFUSED);
+    cr_expect_eq(S.src[FLAGS_F_ATTN], FLAGS_SRC_FLAG);
+    cr_assert_eq(run(GPT3_FLAGS, "--attention-backend", "fused", NULL), TS_OK, "%s", E.msg);
+    cr_expect_eq(C.model.attention_backend, ATTN_BACKEND_FUSED);
+    cr_assert_eq(run(GPT3_FLAGS, "--use-flash-attn", NULL), TS_OK, "%s", E.msg);
+    cr_expect_eq(C.model.attention_backend, ATTN_BACKEND_FLASH);
+    cr_expect_eq(run(GPT3_FLAGS, "--use-flash-attn", "--attention-backend", "local", NULL), TS_EINVAL);
+    EXPECT_MSG("--use-flash-attn means --attention-backend flash");
+    cr_expect_eq(run(GPT3_FLAGS, "--gpu", "cpu", "--attention-backend", "flash", NULL), TS_EINVAL);
+    EXPECT_MSG("--attention-backend flash needs --bf16 or --fp16 on a GPU with bf16 tensor cores");
+    /* the list, up to the next flag; given twice, refused as every flag */
+    cr_assert_eq(run(GPT3_FLAGS, "--recompute-granularity", "selective", "--recompute-modules", "mlp", "layernorm",
+                     "--recompute-num-layers", "0", NULL),
+                 TS_OK, "%s", E.msg);
+    cr_expect_eq(C.par.recompute_modules, CONFIG_RC_MLP | CONFIG_RC_LAYERNORM);
+    cr_expect_eq(C.par.recompute_num_layers, 0);
+    cr_assert_eq(run(GPT3_FLAGS, "--recompute-activations", "--recompute-modules=layernorm", "mlp", NULL), TS_OK, "%s",
+                 E.msg);
+    cr_expect_eq(C.par.recompute_modules, CONFIG_RC_LAYERNORM | CONFIG_RC_MLP);
+    cr_assert_eq(run(GPT3_FLAGS, "--recompute-activations", "--recompute-modules", "mlp,core_attn layernorm", NULL),
+                 TS_OK, "%s", E.msg); /* one argument, several names (a sweep cell) */
+    cr_expect_eq(C.par.recompute_modules, CONFIG_RC_LAYERNORM | CONFIG_RC_MLP | CONFIG_RC_CORE_ATTN);
+    cr_expect_eq(run(GPT3_FLAGS, "--recompute-activations", "--recompute-modules=core_attn", "mlp",
+                     "--recompute-modules", "layernorm", NULL),
+                 TS_EINVAL);
+    EXPECT_MSG("flag --recompute-modules given twice");
+    cr_assert_eq(run(GPT3_FLAGS, "--recompute-activations", NULL), TS_OK, "%s", E.msg);
+    cr_expect_eq(C.par.recompute_modules, 0u); /* Megatron-core's default, core_attn */
+    cr_expect_eq(run(GPT3_FLAGS, "--recompute-activations", "--recompute-modules", "shared_experts", NULL), TS_EINVAL);
+    EXPECT_MSG("--recompute-modules shared_experts needs MoE, not modelled");
+    cr_expect_eq(run(GPT3_FLAGS, "--recompute-activations", "--recompute-modules", "mla_up_proj", NULL), TS_EINVAL);
+    EXPECT_MSG("needs MLA, not modelled");
+    cr_expect_eq(run(GPT3_FLAGS, "--recompute-activations", "--recompute-modules", "--fp16", NULL), TS_EINVAL);
+    EXPECT_MSG("--recompute-modules: needs one or more of core_attn, mlp, layernorm");
+    cr_expect_eq(run(GPT3_FLAGS, "--recompute-modules", "mlp", NULL), TS_EINVAL);
+    EXPECT_MSG("--recompute-modules applies to --recompute-granularity selective only (got none)");
+}

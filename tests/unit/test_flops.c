@@ -74,7 +74,9 @@ Test(flops, ops_of_all_layers_sum_to_model_flops)
     model_config m = gpt(48, 8192, 64, 2048, 51200);
     int t = 8, b = 2;
     int64_t B = 1536;
-    layer_shape L = {8192, 64, 64, 0, false, false, 4 * 8192, false, 2048, b, 51200, t, true, 2, RECOMPUTE_FULL};
+    layer_shape L = {8192, 64, 64,    0, false, false, 4 * 8192,       false,
+                     2048, b,  51200, t, true,  2,     RECOMPUTE_FULL, ATTN_BACKEND_UNFUSED,
+                     0};
     layer_ops o;
     double per_mb_rank = 0, recompute = 0;
     for (int p = LAYER_PASS_F; p <= LAYER_PASS_B; p++) {
@@ -184,9 +186,96 @@ Test(flops, kv_channels_set_attention_width)
     int64_t H = 1024, AD = 2048;
     cr_assert_eq(p.per_layer, H * 3 * AD + 3 * AD + AD * H + H + H * 4 * H + 4 * H + 4 * H * H + H + 4 * H);
     /* the simulated ops add up to the same FLOPs */
-    layer_shape L = {1024, 8, 8, 256, false, false, 4 * 1024, false, 512, 1, 1024, 1, false, 2, RECOMPUTE_NONE};
+    layer_shape L = {1024, 8, 8,    256, false, false, 4 * 1024,       false,
+                     512,  1, 1024, 1,   false, 2,     RECOMPUTE_NONE, ATTN_BACKEND_UNFUSED,
+                     0};
     layer_ops o;
     cr_assert_eq(layer_ops_build(&L, LAYER_PASS_F, &o, NULL), TS_OK);
     cr_assert(REL(layer_ops_flops(&o), flops_layer_fwd_per_seq(&m)), "%.17g vs %.17g", layer_ops_flops(&o),
               flops_layer_fwd_per_seq(&m));
+}
+
+/* ------------------------------------------------ flash attention, causal convention */
+
+Test(flops, causal_model_flops_halve_the_attention_term)
+{
+    for (int i = 0; i < 4; i++) {
+        model_config m = gpt(ROWS[i][0], ROWS[i][1], ROWS[i][2], 2048, 51200);
+        double B = ROWS[i][3], s = 2048, l = ROWS[i][0], h = ROWS[i][1], V = 51200;
+        /* 72 B s l h^2 (1 + s/(12h) + V/(12lh)): formulas.md's s/(6h) halved */
+        double want = 72.0 * B * s * l * h * h * (1.0 + s / (12.0 * h) + V / (12.0 * l * h));
+        double got = flops_model_per_iter_causal(&m, ROWS[i][3]);
+        cr_assert(REL(got, want), "row %d: %.17g vs %.17g", i, got, want);
+        cr_assert_lt(got, flops_model_per_iter(&m, ROWS[i][3]));
+        /* independent of the kernels: a convention, not what runs */
+        m.attention_backend = ATTN_BACKEND_FLASH;
+        cr_assert(REL(flops_model_per_iter_causal(&m, ROWS[i][3]), want));
+    }
+}
+
+Test(flops, flash_hardware_flops_closed_forms)
+{
+    for (int i = 0; i < 4; i++) {
+        model_config m = gpt(ROWS[i][0], ROWS[i][1], ROWS[i][2], 2048, 51200);
+        m.attention_backend = ATTN_BACKEND_FLASH;
+        int64_t Bi = ROWS[i][3];
+        double B = Bi, s = 2048, l = ROWS[i][0], h = ROWS[i][1], V = 51200;
+        /* attention per layer and sequence: 2 s^2 h forward + 2.5 x that backward = 7 s^2 h
+         * (unfused: 12 s^2 h): 72 B s l h^2 (1 + 7s/(72h) + V/(12lh)) */
+        double none = 72.0 * B * s * l * h * h * (1.0 + 7.0 * s / (72.0 * h) + V / (12.0 * l * h));
+        cr_assert(REL(flops_hardware_per_iter(&m, Bi, RECOMPUTE_NONE, 0), none), "row %d", i);
+        /* selective core_attn: + the flash forward, 2 B s^2 h l */
+        double core = 2.0 * B * s * s * h * l;
+        cr_assert(REL(flops_hardware_per_iter(&m, Bi, RECOMPUTE_SELECTIVE, 0), none + core));
+        /* selective mlp: + FC1 and FC2, 16 B s h^2 l; layernorm adds no GEMM */
+        double mlp = 16.0 * B * s * h * h * l;
+        cr_assert(
+            REL(flops_hardware_per_iter_modules(&m, Bi, RECOMPUTE_SELECTIVE, CONFIG_RC_MLP | CONFIG_RC_LAYERNORM, 0),
+                none + mlp));
+        /* full: + the whole forward as run, 24 B s h^2 l + 2 B s^2 h l */
+        cr_assert(REL(flops_hardware_per_iter(&m, Bi, RECOMPUTE_FULL, (int)l), none + mlp * 24 / 16 + core));
+    }
+}
+
+/* The simulated ops sum to the hardware count, for each kernel and module set. */
+Test(flops, flash_and_modules_ops_sum_to_hardware_flops)
+{
+    model_config m = gpt(48, 8192, 64, 2048, 51200);
+    int t = 8, b = 2;
+    int64_t B = 1536;
+    const unsigned mods[] = {0, CONFIG_RC_MLP, CONFIG_RC_LAYERNORM, CONFIG_RC_CORE_ATTN | CONFIG_RC_MLP};
+    for (int fl = 0; fl < 2; fl++)
+        for (int k = 0; k < 4; k++) {
+            m.attention_backend = fl ? ATTN_BACKEND_FLASH : ATTN_BACKEND_UNFUSED;
+            layer_shape L = {8192,
+                             64,
+                             64,
+                             0,
+                             false,
+                             false,
+                             4 * 8192,
+                             false,
+                             2048,
+                             b,
+                             51200,
+                             t,
+                             true,
+                             2,
+                             RECOMPUTE_SELECTIVE,
+                             m.attention_backend,
+                             mods[k]};
+            layer_ops o;
+            double per_mb_rank = 0;
+            for (int p = LAYER_PASS_F; p <= LAYER_PASS_B; p++) {
+                cr_assert_eq(layer_ops_build(&L, (layer_pass)p, &o, NULL), TS_OK);
+                per_mb_rank += m.num_layers * layer_ops_flops(&o);
+                cr_assert_eq(layer_output_ops(&L, (layer_pass)p, &o, NULL), TS_OK);
+                per_mb_rank += layer_ops_flops(&o);
+            }
+            cr_assert_eq(layer_ops_build(&L, LAYER_PASS_R, &o, NULL), TS_OK);
+            per_mb_rank += m.num_layers * layer_ops_flops(&o);
+            double hw = per_mb_rank * t * ((double)B / b);
+            double want = flops_hardware_per_iter_modules(&m, B, RECOMPUTE_SELECTIVE, mods[k], 0);
+            cr_assert(fabs(hw - want) <= 1e-9 * want, "flash %d modules %u: %.17g vs %.17g", fl, mods[k], hw, want);
+        }
 }

@@ -1,5 +1,7 @@
 /* Tests for layer: ops per pass, TP communication volume (Megatron), FLOPs
- * per layer, saved activations against Korthikanti et al. 2022 Table 2. */
+ * per layer, saved activations against Korthikanti et al. 2022 Table 2 (unfused
+ * attention) and the flash closed form sbh(34 + 4a/h), selective recompute
+ * modules. */
 #include <criterion/criterion.h>
 #include <string.h>
 
@@ -14,7 +16,7 @@ static const gpt MODELS[] = {{2304, 24}, {6144, 64}, {8192, 64}, {12288, 96}, {1
 
 static layer_shape shape(int64_t h, int64_t a, int64_t s, int64_t b, int t, bool sp, config_recompute r)
 {
-    layer_shape L = {h, a, a, 0, false, false, 4 * h, false, s, b, 51200, t, sp, 2, r};
+    layer_shape L = {h, a, a, 0, false, false, 4 * h, false, s, b, 51200, t, sp, 2, r, ATTN_BACKEND_UNFUSED, 0};
     return L;
 }
 
@@ -237,7 +239,9 @@ Test(layer, flops_per_pass)
 Test(layer, gqa_swiglu_shapes)
 {
     /* LLaMA-3-8B-like: h 4096, 32 heads, 8 groups, ffn 14336, SwiGLU, t 4 */
-    layer_shape L = {4096, 32, 8, 0, false, false, 14336, true, 4096, 1, 128256, 4, false, 2, RECOMPUTE_NONE};
+    layer_shape L = {4096, 32, 8,      0, false, false, 14336,          true,
+                     4096, 1,  128256, 4, false, 2,     RECOMPUTE_NONE, ATTN_BACKEND_UNFUSED,
+                     0};
     layer_ops f;
     cr_assert_eq(layer_ops_build(&L, LAYER_PASS_F, &f, NULL), TS_OK);
     const layer_op *qkv = NULL, *fc1 = NULL, *fc2 = NULL;
@@ -415,4 +419,209 @@ Test(layer, dropout_zero_saves_its_masks)
         if (!strcmp(o.op[i].name, "attn.dropadd"))
             cr_expect_eq(o.op[i].bytes, sbh * 3 * 2);
     }
+}
+
+/* ------------------------------------------------ flash attention, recompute modules */
+
+static layer_shape flash_shape(int64_t h, int64_t a, int64_t s, int64_t b, int t, bool sp, config_recompute r)
+{
+    layer_shape L = shape(h, a, s, b, t, sp, r);
+    L.attn = ATTN_BACKEND_FLASH;
+    return L;
+}
+
+/* The flash closed form, written out here: Korthikanti's 34 sbh (every
+ * tensor but the s x s ones) plus the fp32 log-sum-exp, 4 bytes per score
+ * row: 4asb. */
+static int64_t flash_form(const layer_shape *L)
+{
+    int64_t s = L->s, b = L->b, h = L->h, a = L->a, t = L->t, sbh = s * b * h, asb = a * s * b;
+    if (t == 1)
+        return 34 * sbh + 4 * asb; /* sbh(34 + 4a/h) */
+    if (L->sp)
+        return (34 * sbh + 4 * asb) / t;
+    return 10 * sbh + 24 * sbh / t + 4 * asb / t;
+}
+
+Test(layer, flash_saved_bytes_equal_closed_form_every_row)
+{
+    const int tps[] = {1, 2, 4, 8};
+    int checked = 0;
+    for (size_t m = 0; m < NMODELS; m++)
+        for (int ti = 0; ti < 4; ti++)
+            for (int sp = 0; sp < 2; sp++)
+                for (int64_t b = 1; b <= 4; b *= 2) {
+                    if (sp && tps[ti] == 1)
+                        continue;
+                    for (int fused = 0; fused < 2; fused++) {
+                        layer_shape L = flash_shape(MODELS[m].h, MODELS[m].a, 2048, b, tps[ti], sp, RECOMPUTE_NONE);
+                        if (fused)
+                            L.attn = ATTN_BACKEND_FUSED; /* costed as flash */
+                        layer_saved_list l;
+                        cr_assert_eq(layer_saved_build(&L, &l, NULL), TS_OK);
+                        int64_t got = layer_saved_kept_bytes(&l);
+                        cr_assert_eq(got, flash_form(&L), "h %lld t %d sp %d b %lld: %lld != %lld", (long long)L.h, L.t,
+                                     sp, (long long)b, (long long)got, (long long)flash_form(&L));
+                        cr_assert_eq(got, layer_flash_bytes(&L));
+                        /* the unfused layer keeps 5as^2b/t more, less the log-sum-exp */
+                        layer_shape U = L;
+                        U.attn = ATTN_BACKEND_UNFUSED;
+                        cr_assert_eq(layer_korthikanti_bytes(&U) - got,
+                                     (5 * L.a * L.s * L.s * L.b - 4 * L.a * L.s * L.b) / L.t);
+                        /* selective core_attn drops the log-sum-exp: Korthikanti's selective row */
+                        L.recompute = RECOMPUTE_SELECTIVE;
+                        cr_assert_eq(layer_saved_build(&L, &l, NULL), TS_OK);
+                        cr_assert_eq(layer_saved_kept_bytes(&l), table2(&L));
+                        /* full: the layer input only, whatever the kernels */
+                        L.recompute = RECOMPUTE_FULL;
+                        cr_assert_eq(layer_saved_build(&L, &l, NULL), TS_OK);
+                        cr_assert_eq(layer_saved_kept_bytes(&l), table2(&L));
+                        checked++;
+                    }
+                }
+    cr_assert_eq(checked, 7 * 7 * 3 * 2); /* models x (t, sp) x b x (flash, fused) */
+}
+
+Test(layer, flash_keeps_no_score_tensors_or_ops)
+{
+    layer_shape L = flash_shape(6144, 64, 8192, 2, 8, true, RECOMPUTE_NONE);
+    layer_saved_list l;
+    cr_assert_eq(layer_saved_build(&L, &l, NULL), TS_OK);
+    int lse = 0;
+    for (int i = 0; i < l.n; i++) {
+        cr_assert_null(strstr(l.t[i].name, "softmax"), "%s", l.t[i].name);
+        cr_assert_null(strstr(l.t[i].name, "dropout"), "%s", l.t[i].name);
+        if (!strcmp(l.t[i].name, "attn.lse")) {
+            cr_assert_eq(l.t[i].bytes, 4 * 2 * (64 / 8) * 8192); /* fp32 x b x a/t x s */
+            lse++;
+        }
+    }
+    cr_assert_eq(lse, 1);
+    for (int p = 0; p < LAYER_PASS_COUNT; p++) {
+        layer_ops o;
+        cr_assert_eq(layer_ops_build(&L, (layer_pass)p, &o, NULL), TS_OK);
+        for (int i = 0; i < o.n; i++) {
+            cr_assert_null(strstr(o.op[i].name, "attn.softmax"), "%s", o.op[i].name);
+            cr_assert_null(strstr(o.op[i].name, "attn.dropout"), "%s", o.op[i].name);
+            if (o.op[i].kind == LAYER_OP_MEM) /* no element-wise op touches s x s elements */
+                cr_assert_lt(o.op[i].bytes, L.b * (L.a / L.t) * L.s * L.s, "%s", o.op[i].name);
+        }
+    }
+}
+
+Test(layer, flash_flops_causal_half_and_backward_2_5x)
+{
+    for (size_t m = 0; m < NMODELS; m++) {
+        int t = 8;
+        layer_shape U = shape(MODELS[m].h, MODELS[m].a, 2048, 2, t, m % 2, RECOMPUTE_SELECTIVE);
+        layer_shape L = U;
+        L.attn = ATTN_BACKEND_FLASH;
+        double b = L.b, s = L.s, h = L.h;
+        double gemms = 24 * b * s * h * h / t, attn = 4 * b * s * s * h / t; /* formulas.md, unfused forward */
+        layer_ops o[LAYER_PASS_COUNT];
+        for (int p = 0; p < LAYER_PASS_COUNT; p++)
+            cr_assert_eq(layer_ops_build(&L, (layer_pass)p, &o[p], NULL), TS_OK);
+        /* forward: the causal half of QK^T and attention.V */
+        cr_assert_float_eq(layer_ops_flops(&o[LAYER_PASS_F]), gemms + attn / 2, gemms * 1e-12);
+        /* backward: 2x the GEMMs, 2.5x the flash forward (five GEMMs of its two) */
+        cr_assert_float_eq(layer_ops_flops(&o[LAYER_PASS_B]), 2 * gemms + 2.5 * attn / 2, gemms * 1e-12);
+        cr_assert_float_eq(layer_ops_flops(&o[LAYER_PASS_I]) + layer_ops_flops(&o[LAYER_PASS_W]),
+                           layer_ops_flops(&o[LAYER_PASS_B]), gemms * 1e-12);
+        cr_assert_float_eq(layer_ops_flops(&o[LAYER_PASS_W]), gemms, gemms * 1e-12);
+        /* selective core_attn re-runs the flash forward */
+        cr_assert_float_eq(layer_ops_flops(&o[LAYER_PASS_R]), attn / 2, gemms * 1e-12);
+        /* against unfused: forward attn/2 less, backward 0.75 attn less */
+        layer_ops uf, ub;
+        cr_assert_eq(layer_ops_build(&U, LAYER_PASS_F, &uf, NULL), TS_OK);
+        cr_assert_eq(layer_ops_build(&U, LAYER_PASS_B, &ub, NULL), TS_OK);
+        cr_assert_float_eq(layer_ops_flops(&uf) - layer_ops_flops(&o[LAYER_PASS_F]), attn / 2, gemms * 1e-12);
+        cr_assert_float_eq(layer_ops_flops(&ub) - layer_ops_flops(&o[LAYER_PASS_B]), 0.75 * attn, gemms * 1e-12);
+    }
+}
+
+Test(layer, selective_modules_memory_and_ops)
+{
+    for (int fl = 0; fl < 2; fl++)
+        for (int sp = 0; sp < 2; sp++) {
+            int t = 4;
+            layer_shape N = shape(6144, 64, 2048, 2, t, sp, RECOMPUTE_NONE);
+            N.attn = fl ? ATTN_BACKEND_FLASH : ATTN_BACKEND_UNFUSED;
+            int64_t sbh = N.s * N.b * N.h, norm = sp ? 2 * sbh / t : 2 * sbh; /* a norm's output */
+            int64_t none = fl ? flash_form(&N) : table2(&N);
+            int64_t core = fl ? 4 * N.a * N.s * N.b / t : 5 * N.a * N.s * N.s * N.b / t;
+            layer_shape L = N;
+            L.recompute = RECOMPUTE_SELECTIVE;
+            layer_saved_list l;
+            layer_ops o;
+            double gemms = 24.0 * N.b * N.s * N.h * N.h / t;
+            /* mlp: FC1's output (4h columns) and GeLU's output, 8sbh/t each, recomputed by FC1 and FC2 */
+            L.rc_modules = CONFIG_RC_MLP;
+            cr_assert_eq(layer_saved_build(&L, &l, NULL), TS_OK);
+            cr_assert_eq(layer_saved_kept_bytes(&l), none - 16 * sbh / t);
+            cr_assert_eq(layer_ops_build(&L, LAYER_PASS_R, &o, NULL), TS_OK);
+            cr_assert_float_eq(layer_ops_flops(&o), gemms * 16 / 24, gemms * 1e-12); /* FC1 + FC2 */
+            cr_assert_eq(layer_ops_comm_bytes(&o, sp ? COMM_REDUCE_SCATTER : COMM_ALL_REDUCE),
+                         N.s * N.b * N.h * 2); /* FC2's reduction re-run with the module */
+            /* layernorm: the two norms' outputs, no GEMM */
+            L.rc_modules = CONFIG_RC_LAYERNORM;
+            cr_assert_eq(layer_saved_build(&L, &l, NULL), TS_OK);
+            cr_assert_eq(layer_saved_kept_bytes(&l), none - 2 * norm);
+            cr_assert_eq(layer_ops_build(&L, LAYER_PASS_R, &o, NULL), TS_OK);
+            cr_assert_eq(o.n, 2);
+            cr_assert_float_eq(layer_ops_flops(&o), 0, 1e-9);
+            /* all three */
+            L.rc_modules = CONFIG_RC_CORE_ATTN | CONFIG_RC_MLP | CONFIG_RC_LAYERNORM;
+            cr_assert_eq(layer_saved_build(&L, &l, NULL), TS_OK);
+            cr_assert_eq(layer_saved_kept_bytes(&l), none - core - 16 * sbh / t - 2 * norm);
+            if (fl && sp) /* flash + SP: 14 sbh / t (34 - 16 - 4) */
+                cr_assert_eq(layer_saved_kept_bytes(&l), 14 * sbh / t);
+            /* default (0) is core_attn */
+            L.rc_modules = 0;
+            cr_assert_eq(layer_saved_build(&L, &l, NULL), TS_OK);
+            cr_assert_eq(layer_saved_kept_bytes(&l), none - core);
+            /* every tensor is kept or re-created, never both */
+            for (int i = 0; i < l.n; i++)
+                cr_assert(l.t[i].kept_after_f != l.t[i].by_recompute, "%s", l.t[i].name);
+        }
+    layer_shape B = shape(6144, 64, 2048, 2, 4, false, RECOMPUTE_SELECTIVE);
+    B.rc_modules = CONFIG_RC_MOE;
+    layer_saved_list l;
+    ts_err e;
+    cr_assert_eq(layer_saved_build(&B, &l, &e), TS_EINVAL);
+    cr_assert(strstr(e.msg, "need MoE/MLA"), "%s", e.msg);
+    B.rc_modules = 0;
+    B.attn = ATTN_BACKEND_AUTO;
+    cr_assert_eq(layer_saved_build(&B, &l, &e), TS_EINVAL);
+    cr_assert(strstr(e.msg, "auto is resolved by config_resolve"), "%s", e.msg);
+}
+
+/* Llama-3-8B at seq 8192, its preset layout (t 2, SP, micro-batch 1), no
+ * recomputation: per layer, in MiB (T = 8192 tokens, T/2 = 4096 on a rank
+ * with SP; a/t = 16 heads, g/t = 4 groups of 128; FFN 14336 per gate):
+ *   ln1.in, qkv.in, ln2.in, fc1.in  4 x 4096 x 4096 x 2       = 4 x 32
+ *   q 8192 x 16 x 128 x 2 = 32; k, v 8192 x 4 x 128 x 2       = 32 + 2 x 8
+ *   proj.in 8192 x 2048 x 2                                   = 32
+ *   act.in 8192 x 14336 x 2 (gate and up, of 7168 each)       = 224
+ *   fc2.in 8192 x 7168 x 2                                    = 112
+ *   two dropout masks 4096 x 4096 x 1                         = 2 x 16
+ *   flash: log-sum-exp 16 x 8192 x 4                          = 0.5
+ * = 576.5 MiB; 32 layers: 18.02 GiB. Unfused adds the scores: softmax
+ * output, dropout mask and output, 16 x 8192^2 x (2 + 1 + 2) = 5 GiB a
+ * layer (160 GiB), less the log-sum-exp: 178.0 GiB. */
+Test(layer, llama3_8b_seq8192_activations_drop_with_flash)
+{
+    layer_shape L = {
+        4096, 32, 8, 0, false, false, 14336, true, 8192, 1, 128256, 2, true, 2, RECOMPUTE_NONE, ATTN_BACKEND_FLASH, 0};
+    const int64_t MiB = 1 << 20, layers = 32;
+    layer_saved_list l;
+    cr_assert_eq(layer_saved_build(&L, &l, NULL), TS_OK);
+    int64_t flash = layer_saved_kept_bytes(&l);
+    cr_assert_eq(flash * 2, 1153 * MiB, "%lld", (long long)flash); /* 576.5 MiB */
+    L.attn = ATTN_BACKEND_UNFUSED;
+    cr_assert_eq(layer_saved_build(&L, &l, NULL), TS_OK);
+    int64_t unfused = layer_saved_kept_bytes(&l);
+    cr_assert_eq(unfused, 576 * MiB + 5 * 1024 * MiB, "%lld", (long long)unfused);
+    double gib = 1024.0 * MiB;
+    cr_assert_float_eq(layers * flash / gib, 18.015625, 1e-9);
+    cr_assert_float_eq(layers * unfused / gib, 178.0, 1e-9);
 }

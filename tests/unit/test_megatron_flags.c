@@ -123,7 +123,7 @@ static void default_as_argument(const char *def, char *buf, size_t cap)
  * but for the rows whose accepted value is what trainsim models instead. */
 Test(megatron_flags, default_only_rows_accept_the_reference_default)
 {
-    static const char *const MODELLED_VALUE[] = {"--attention-backend", "--recompute-modules", NULL};
+    static const char *const MODELLED_VALUE[] = {NULL};
     csvio_table *ref = load_reference();
     mflags_table *mt = NULL;
     cr_assert_eq(mflags_load(NULL, &mt, &E), TS_OK, "%s", E.msg);
@@ -169,8 +169,7 @@ Test(megatron_flags, performance_flags_are_refused)
                                           "--overlap-param-gather",
                                           "--use-torch-fsdp2",
                                           "--cpu-offloading-num-layers",
-                                          "--attention-backend",
-                                          "--use-flash-attn",
+                                          "--flash-attention-version",
                                           "--moe-router-topk",
                                           "--expert-model-parallel-size",
                                           "--rampup-batch-size",

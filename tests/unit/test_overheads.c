@@ -207,7 +207,8 @@ Test(overheads, gpt3_on_a100_40gb_no_longer_fits)
     cr_assert_eq(simulate_run(&c, NULL, &r, &e), TS_OK, "%s", e.msg);
     const simulate_rank *x = &r->ranks[r->peak_rank];
     double tensors_gib = (double)tensor_bytes(x) / GIB;
-    cr_expect(tensors_gib > 38.8 && tensors_gib < 39.0, "tensors %.2f GiB (38.91 before the overheads)", tensors_gib);
+    /* 38.68 GiB with flash attention (Megatron's default for bf16 on A100; 38.91 unfused) */
+    cr_expect(tensors_gib > 38.6 && tensors_gib < 38.8, "tensors %.2f GiB (38.68 before the overheads)", tensors_gib);
     cr_expect_not(r->fits, "peak %.2f GiB of %.2f", (double)r->peak_bytes / GIB, (double)r->hbm_bytes / GIB);
     cr_expect_gt(r->peak_bytes, r->hbm_bytes);
 
