@@ -659,6 +659,16 @@ net_engine_stats net_engine_get_stats(const net_engine *ne)
     return s;
 }
 
+int net_engine_track_links(net_engine *ne, ts_err *err)
+{
+    return net_flows_track_links(net_sim_flows(ne->sim), err);
+}
+
+net_link_usage net_engine_link_usage(const net_engine *ne, int l)
+{
+    return net_flows_link_usage(net_sim_flows(ne->sim), l);
+}
+
 /* ------------------------------------------------------------ what-if flags */
 
 /* A number that fills all of [s, end of string); false otherwise. strtod

@@ -79,6 +79,9 @@ struct net_flows {
     int64_t now_ns;
     int active;
     net_flow_stats st;
+    /* per link, with net_flows_track_links (else NULL) */
+    double *u_bytes, *u_peak;
+    int64_t *u_busy, *u_since; /* busy time of closed periods; start of the open one */
 };
 
 /* ---------------------------------------------------------- completion heap */
@@ -213,6 +216,10 @@ void net_flows_free(net_flows *f)
     free(f->comp_links);
     free(f->comp_flows);
     free(f->fh);
+    free(f->u_bytes);
+    free(f->u_peak);
+    free(f->u_busy);
+    free(f->u_since);
     free(f);
 }
 
@@ -269,6 +276,8 @@ static int lfl_push(net_flows *f, int l, int id)
     int k = H->n;
     if (k == 0) {
         H->fl0 = id;
+        if (f->u_since)
+            f->u_since[l] = f->now_ns; /* the link becomes busy */
     } else {
         link_t *L = &f->lk[l];
         if (k - 1 == L->cap && grow_to_int((void **)&L->fl, &L->cap, k, 4, sizeof *L->fl))
@@ -313,6 +322,14 @@ static double solo_rate(const net_flows *f, const int *links, int nlinks)
             rate = share;
     }
     return rate > 0 ? rate : 0;
+}
+
+/* Link l carries rate_gbps now: keep the largest utilisation. */
+static void peak_note(net_flows *f, int l, double rate_gbps)
+{
+    double u = f->bw[l] > 0 ? rate_gbps / f->bw[l] : 0;
+    if (u > f->u_peak[l])
+        f->u_peak[l] = u;
 }
 
 /* ---------------------------------------------------------- water-filling */
@@ -547,6 +564,14 @@ static int recompute_dirty(net_flows *f)
         F->done_ns = F->rate > 0 ? f->now_ns + duration_ns(F->left_bytes, F->rate) : NET_TIME_NEVER;
         heap_update(f, id);
     }
+    if (f->u_peak)
+        for (int li = 0; li < nl; li++) {
+            int l = f->comp_links[li];
+            double sum = 0;
+            for (int k = 0; k < f->lh[l].n; k++)
+                sum += f->fl[lfl(f, l, k)].rate;
+            peak_note(f, l, sum);
+        }
     return TS_OK;
 }
 
@@ -616,6 +641,8 @@ int net_flow_start_hint(net_flows *f, int64_t now_ns, const int *links, int nlin
             return err_set(err, TS_ENOMEM, "net_flows: out of memory");
         F->links[h] = links[h];
         F->pos[h] = k;
+        if (f->u_bytes)
+            f->u_bytes[links[h]] += bytes;
         repeat |= k > 0;
         if (!alone)
             mark_dirty(f, links[h]);
@@ -635,8 +662,18 @@ int net_flow_start_hint(net_flows *f, int64_t now_ns, const int *links, int nlin
         F->fast_gen = f->gen;
         f->n_fast++;
         heap_update(f, id);
+        if (f->u_peak)
+            for (int h = 0; h < nlinks; h++)
+                peak_note(f, links[h], f->lh[links[h]].n * F->rate);
     }
     return id;
+}
+
+/* Link l has just become idle: close its busy period. */
+static inline void busy_end(net_flows *f, int l)
+{
+    if (f->u_busy)
+        f->u_busy[l] += f->now_ns - f->u_since[l];
 }
 
 /* Empty flow id's links if it is alone on them: 1 if it was, 0 (nothing
@@ -649,8 +686,11 @@ static int empty_if_alone(net_flows *f, int id)
     if (F->may_repeat) {
         if (!alone_on_links(f, id))
             return 0;
-        for (int h = 0; h < F->nlinks; h++)
+        for (int h = 0; h < F->nlinks; h++) {
+            if (f->lh[F->links[h]].n > 0)
+                busy_end(f, F->links[h]);
             f->lh[F->links[h]].n = 0;
+        }
         return 1;
     }
     int h = 0;
@@ -660,8 +700,11 @@ static int empty_if_alone(net_flows *f, int id)
             break;
         H->n = 0;
     }
-    if (h == F->nlinks)
+    if (h == F->nlinks) {
+        for (h = 0; h < F->nlinks; h++)
+            busy_end(f, F->links[h]);
         return 1;
+    }
     while (h-- > 0)
         f->lh[F->links[h]].n = 1;
     return 0;
@@ -689,6 +732,8 @@ static void detach(net_flows *f, int id)
                     break;
                 }
         }
+        if (lastpos == 0)
+            busy_end(f, l);
         mark_dirty(f, l);
     }
     F->active = 0;
@@ -735,6 +780,40 @@ double net_flow_rate_gbps(net_flows *f, int flow)
     if (flow < 0 || flow >= f->n_flows || !f->fl[flow].active)
         return -1;
     return f->fl[flow].rate;
+}
+
+int net_flows_track_links(net_flows *f, ts_err *err)
+{
+    if (f->st.flows_started > 0)
+        return err_set(err, TS_ESTATE, "net_flows_track_links: flows have already started");
+    if (f->u_bytes)
+        return TS_OK;
+    size_t nl = (size_t)(f->g->n_links ? f->g->n_links : 1);
+    f->u_bytes = calloc(nl, sizeof *f->u_bytes);
+    f->u_peak = calloc(nl, sizeof *f->u_peak);
+    f->u_busy = calloc(nl, sizeof *f->u_busy);
+    f->u_since = calloc(nl, sizeof *f->u_since);
+    if (!f->u_bytes || !f->u_peak || !f->u_busy || !f->u_since) {
+        free(f->u_bytes);
+        free(f->u_peak);
+        free(f->u_busy);
+        free(f->u_since);
+        f->u_bytes = f->u_peak = NULL;
+        f->u_busy = f->u_since = NULL;
+        return err_set(err, TS_ENOMEM, "net_flows: out of memory for the per-link usage of %d links", f->g->n_links);
+    }
+    return TS_OK;
+}
+
+net_link_usage net_flows_link_usage(const net_flows *f, int l)
+{
+    net_link_usage u = {0, 0, 0};
+    if (!f->u_bytes || l < 0 || l >= f->g->n_links)
+        return u;
+    u.bytes = f->u_bytes[l];
+    u.busy_ns = f->u_busy[l] + (f->lh[l].n > 0 ? f->now_ns - f->u_since[l] : 0);
+    u.peak_util = f->u_peak[l];
+    return u;
 }
 
 int net_flows_active(const net_flows *f)
