@@ -784,10 +784,10 @@ double net_flow_rate_gbps(net_flows *f, int flow)
 
 int net_flows_track_links(net_flows *f, ts_err *err)
 {
-    if (f->st.flows_started > 0)
-        return err_set(err, TS_ESTATE, "net_flows_track_links: flows have already started");
     if (f->u_bytes)
         return TS_OK;
+    if (f->st.flows_started > 0)
+        return err_set(err, TS_ESTATE, "net_flows_track_links: flows have already started");
     size_t nl = (size_t)(f->g->n_links ? f->g->n_links : 1);
     f->u_bytes = calloc(nl, sizeof *f->u_bytes);
     f->u_peak = calloc(nl, sizeof *f->u_peak);

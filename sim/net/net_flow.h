@@ -101,8 +101,8 @@ typedef struct {
     double peak_util;
 } net_link_usage;
 
-/* Start keeping per-link usage. TS_ESTATE once a flow has started,
- * TS_ENOMEM. */
+/* Start keeping per-link usage (nothing if already kept). TS_ESTATE once
+ * a flow has started, TS_ENOMEM. */
 int net_flows_track_links(net_flows *f, ts_err *err);
 
 /* Usage of link l (zeros if not tracked or l is out of range). */
