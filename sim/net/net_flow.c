@@ -13,10 +13,11 @@ typedef struct {
     int *links;      /* the route; a link may repeat (a bundle crossing it twice) */
     int *pos;        /* index of this flow in each link's flow list, per occurrence (links + cap) */
     double left_bytes;
-    double rate;     /* GB/s = bytes/ns; 0 until first assigned */
-    double new_rate; /* scratch of the water-filling (before it: the share of own_link) */
-    int own_link;    /* scratch: its tightest link no other flow uses, -1 if none */
-    int64_t last_ns; /* time left_bytes was last brought up to date */
+    double rate;      /* GB/s = bytes/ns; 0 until first assigned */
+    double new_rate;  /* scratch of the water-filling (before it: the share of own_link) */
+    int own_link;     /* scratch: its tightest link no other flow uses, -1 if none */
+    int sh_off, sh_n; /* scratch: its occurrences of shared links, net_flows.sh[sh_off ..] */
+    int64_t last_ns;  /* time left_bytes was last brought up to date */
     int64_t done_ns;
     uint64_t tag;
     uint32_t mark;     /* component epoch */
@@ -29,19 +30,24 @@ typedef struct {
 /* A link's flows: occurrence 0 in the dense hot array (a lone flow on
  * idle links touches only that), the others in the link record. */
 typedef struct {
-    int n;   /* flow occurrences on the link */
-    int fl0; /* occurrence 0 (if n > 0) */
+    int n;         /* flow occurrences on the link */
+    int fl0;       /* occurrence 0 (if n > 0) */
+    uint32_t mark; /* component epoch (beside n: the search reads both) */
 } link_hot;
 
 typedef struct {
     int *fl; /* occurrences 1 .. n-1 at fl[k - 1]; cap entries */
     int cap;
-    uint32_t mark; /* component epoch */
-    uint32_t ver;  /* water-filling heap version */
-    int unfrozen;
     int dirty;
-    double rem; /* capacity left in the water-filling, GB/s */
 } link_t;
+
+/* A link's state in the water-filling, dense (16 bytes: the filling
+ * touches every link of every flow it freezes). */
+typedef struct {
+    double rem; /* capacity left, GB/s */
+    int unfrozen;
+    uint32_t ver; /* heap version */
+} link_fill;
 
 typedef struct {
     double share;
@@ -57,6 +63,7 @@ struct net_flows {
     const net_graph *g;
     link_hot *lh;
     link_t *lk;
+    link_fill *lf;
     flow_t *fl;
     int n_flows, cap_flows;
     int *free_ids;
@@ -69,6 +76,8 @@ struct net_flows {
     int *comp_links, *comp_flows; /* scratch, caps n_links and cap_flows */
     fill_ent *fh;
     int n_fh, cap_fh; /* water-filling heap */
+    int *sh;
+    int cap_sh; /* scratch: the component's flows' shared-link occurrences */
     uint32_t epoch;
     uint32_t gen;     /* recomputation generation (starts at 1) */
     double *bw;       /* per link: the graph's bw_gbps, dense (solo rates read
@@ -185,9 +194,10 @@ int net_flows_new(const net_graph *g, net_flows **out, ts_err *err)
     f->lh = calloc(nl, sizeof *f->lh);
     f->bw = malloc(nl * sizeof *f->bw);
     f->lk = calloc(nl, sizeof *f->lk);
+    f->lf = calloc(nl, sizeof *f->lf);
     f->dirty = malloc(nl * sizeof *f->dirty);
     f->comp_links = malloc(nl * sizeof *f->comp_links);
-    if (!f->lh || !f->lk || !f->dirty || !f->comp_links || !f->bw) {
+    if (!f->lh || !f->lk || !f->lf || !f->dirty || !f->comp_links || !f->bw) {
         net_flows_free(f);
         return err_set(err, TS_ENOMEM, "net_flows: out of memory");
     }
@@ -204,6 +214,7 @@ void net_flows_free(net_flows *f)
         for (int i = 0; i < f->g->n_links; i++)
             free(f->lk[i].fl);
     free(f->lk);
+    free(f->lf);
     free(f->lh);
     free(f->bw);
     for (int i = 0; i < f->n_flows; i++)
@@ -216,6 +227,7 @@ void net_flows_free(net_flows *f)
     free(f->comp_links);
     free(f->comp_flows);
     free(f->fh);
+    free(f->sh);
     free(f->u_bytes);
     free(f->u_peak);
     free(f->u_busy);
@@ -346,7 +358,7 @@ static int fh_push(net_flows *f, double share, int link, uint32_t ver)
     int i = f->n_fh++;
     fill_ent e = {share, link, ver};
     while (i > 0) {
-        int p = (i - 1) / 2;
+        int p = (i - 1) / 4;
         if (fh_less(&f->fh[p], &e))
             break;
         f->fh[i] = f->fh[p];
@@ -356,15 +368,21 @@ static int fh_push(net_flows *f, double share, int link, uint32_t ver)
     return TS_OK;
 }
 
-/* Put e at position i of the heap and sift it down. */
+/* Put e at position i of the heap and sift it down. The water-filling heap
+ * is 4-ary like the completion heap: four 16-byte children share a cache
+ * line, and pops (the order (share, link) is total, see fh_heapify) come
+ * out in the same order whatever the arity. */
 static void fh_sift_down(net_flows *f, int i, fill_ent e)
 {
     for (;;) {
-        int c = 2 * i + 1;
+        int c = 4 * i + 1, end = c + 4;
         if (c >= f->n_fh)
             break;
-        if (c + 1 < f->n_fh && fh_less(&f->fh[c + 1], &f->fh[c]))
-            c++;
+        if (end > f->n_fh)
+            end = f->n_fh;
+        for (int k = c + 1; k < end; k++)
+            if (fh_less(&f->fh[k], &f->fh[c]))
+                c = k;
         if (fh_less(&e, &f->fh[c]))
             break;
         f->fh[i] = f->fh[c];
@@ -378,7 +396,7 @@ static void fh_sift_down(net_flows *f, int i, fill_ent e)
  * out as if pushed one by one. */
 static void fh_heapify(net_flows *f)
 {
-    for (int i = f->n_fh / 2 - 1; i >= 0; i--)
+    for (int i = f->n_fh > 1 ? (f->n_fh - 2) / 4 : -1; i >= 0; i--)
         fh_sift_down(f, i, f->fh[i]);
 }
 
@@ -435,18 +453,23 @@ static inline int recompute(net_flows *f)
 static int recompute_dirty(net_flows *f)
 {
     uint32_t ep = ++f->epoch, gen = f->gen++;
-    int nl = 0, nf = 0, fast_seen = 0, n_fast = f->n_fast;
+    int nl = 0, nf = 0, fast_seen = 0, n_fast = f->n_fast, nsh = 0;
     f->n_fast = 0;
     for (int i = 0; i < f->n_dirty; i++) {
         int l = f->dirty[i];
         f->lk[l].dirty = 0;
-        if (f->lk[l].mark != ep) {
-            f->lk[l].mark = ep;
+        if (f->lh[l].mark != ep) {
+            f->lh[l].mark = ep;
             f->comp_links[nl++] = l;
         }
     }
     f->n_dirty = 0;
-    /* BFS over links <-> flows. */
+    /* BFS over links <-> flows. A link that only the flow reaching it uses
+     * (n == 1: most of a bundle's path) leads nowhere else: it stays out of
+     * comp_links and is seen only here, as a candidate for the flow's
+     * tightest own link (share bw / 1; see below). The flow's occurrences of
+     * the other links go to its shared list sh[sh_off .. +sh_n), in route
+     * order: the filling below touches only those. */
     for (int li = 0; li < nl; li++) {
         int l = f->comp_links[li];
         for (int k = 0; k < f->lh[l].n; k++) {
@@ -457,13 +480,28 @@ static int recompute_dirty(net_flows *f)
             F->mark = ep;
             fast_seen += F->fast_gen == gen;
             f->comp_flows[nf++] = id;
+            if (nsh + F->nlinks > f->cap_sh &&
+                grow_to_int((void **)&f->sh, &f->cap_sh, nsh + F->nlinks, 1024, sizeof *f->sh))
+                return TS_ENOMEM;
+            F->own_link = -1;
+            F->sh_off = nsh;
             for (int h = 0; h < F->nlinks; h++) {
                 int l2 = F->links[h];
-                if (f->lk[l2].mark != ep) {
-                    f->lk[l2].mark = ep;
+                link_hot *H = &f->lh[l2];
+                if (H->n == 1) {
+                    if (F->own_link < 0 || f->bw[l2] < F->new_rate || (f->bw[l2] == F->new_rate && l2 < F->own_link)) {
+                        F->own_link = l2;
+                        F->new_rate = f->bw[l2];
+                    }
+                    continue;
+                }
+                f->sh[nsh++] = l2;
+                if (H->mark != ep) {
+                    H->mark = ep;
                     f->comp_links[nl++] = l2;
                 }
             }
+            F->sh_n = nsh - F->sh_off;
         }
     }
     /* The flows started alone since the last call (net_flow_start) count as
@@ -478,34 +516,35 @@ static int recompute_dirty(net_flows *f)
     /* A flow alone on all its links (the common case: a collective on an
      * idle NVSwitch domain) is frozen first at its tightest link's share
      * bw / occurrences, whatever the others do: set it directly, which is
-     * what the filling below would compute, bit for bit. */
+     * what the filling below would compute, bit for bit. Without a shared
+     * link it is alone; with one, only a flow listing a link twice can
+     * still be (its own occurrences). */
     for (int fi = 0; fi < nf; fi++) {
         flow_t *F = &f->fl[f->comp_flows[fi]];
-        F->solo = (uint8_t)alone_on_links(f, f->comp_flows[fi]);
+        F->solo = (uint8_t)(F->sh_n == 0 || (F->may_repeat && alone_on_links(f, f->comp_flows[fi])));
         F->frozen = F->solo;
         if (F->solo)
             F->new_rate = solo_rate(f, F->links, F->nlinks);
     }
     /* Progressive filling of the others. */
-    if (nl > f->cap_fh && grow_to_int((void **)&f->fh, &f->cap_fh, nl, 256, sizeof *f->fh))
+    if (nl + nf > f->cap_fh && grow_to_int((void **)&f->fh, &f->cap_fh, nl + nf, 256, sizeof *f->fh))
         return TS_ENOMEM;
-    /* Links that only one flow uses (most of a bundle's path) keep the
-     * share bw / occurrences until that flow is frozen, so only the tightest
-     * of them per flow can be the one that freezes it: it alone enters the
-     * heap, the others could only pop as stale entries. Pops come out in the
-     * same order as with every link in the heap, and the rates bit for bit. */
-    for (int fi = 0; fi < nf; fi++)
-        f->fl[f->comp_flows[fi]].own_link = -1;
+    /* Links that only one flow uses keep the share bw / occurrences until
+     * that flow is frozen, so only the tightest of them per flow can be the
+     * one that freezes it: it alone enters the heap, the others could only
+     * pop as stale entries; nor does freezing a flow need to update them
+     * (nothing reads them again). Pops come out in the same order as with
+     * every link in the heap, and the rates bit for bit. */
     f->n_fh = 0;
     for (int li = 0; li < nl; li++) {
         int l = f->comp_links[li], n = f->lh[l].n;
-        link_t *L = &f->lk[l];
-        if (n == 0)
+        if (n <= 1) /* empty, or a dirty link of one flow: its candidate is set */
             continue;
         int id0 = f->lh[l].fl0;
         flow_t *F0 = &f->fl[id0];
         if (F0->solo)
             continue;
+        link_fill *L = &f->lf[l];
         L->rem = f->bw[l];
         L->unfrozen = n;
         L->ver++;
@@ -522,13 +561,20 @@ static int recompute_dirty(net_flows *f)
     }
     for (int fi = 0; fi < nf; fi++) {
         const flow_t *F = &f->fl[f->comp_flows[fi]];
-        if (F->own_link >= 0)
-            f->fh[f->n_fh++] = (fill_ent){F->new_rate, F->own_link, f->lk[F->own_link].ver};
+        if (F->solo || F->own_link < 0)
+            continue;
+        link_fill *L = &f->lf[F->own_link];
+        if (f->lh[F->own_link].n == 1) { /* not set above */
+            L->rem = f->bw[F->own_link];
+            L->unfrozen = 1;
+            L->ver++;
+        }
+        f->fh[f->n_fh++] = (fill_ent){F->new_rate, F->own_link, L->ver};
     }
     fh_heapify(f);
     while (f->n_fh > 0) {
         fill_ent e = fh_pop(f);
-        link_t *L = &f->lk[e.link];
+        link_fill *L = &f->lf[e.link];
         if (e.ver != L->ver || L->unfrozen == 0)
             continue;
         double share = L->rem > 0 ? L->rem / L->unfrozen : 0;
@@ -539,13 +585,14 @@ static int recompute_dirty(net_flows *f)
                 continue;
             F->frozen = 1;
             F->new_rate = share;
-            for (int h = 0; h < F->nlinks; h++) {
-                link_t *L2 = &f->lk[F->links[h]];
+            const int *sh = f->sh + F->sh_off;
+            for (int h = 0; h < F->sh_n; h++) {
+                link_fill *L2 = &f->lf[sh[h]];
                 L2->rem -= share;
                 L2->unfrozen--;
                 L2->ver++;
                 if (L2 != L && L2->unfrozen > 0 &&
-                    fh_push(f, (L2->rem > 0 ? L2->rem : 0) / L2->unfrozen, F->links[h], L2->ver))
+                    fh_push(f, (L2->rem > 0 ? L2->rem : 0) / L2->unfrozen, sh[h], L2->ver))
                     return TS_ENOMEM;
             }
         }
@@ -564,14 +611,21 @@ static int recompute_dirty(net_flows *f)
         F->done_ns = F->rate > 0 ? f->now_ns + duration_ns(F->left_bytes, F->rate) : NET_TIME_NEVER;
         heap_update(f, id);
     }
-    if (f->u_peak)
-        for (int li = 0; li < nl; li++) {
+    if (f->u_peak) {
+        for (int li = 0; li < nl; li++) { /* the shared links (and the dirty ones) */
             int l = f->comp_links[li];
             double sum = 0;
             for (int k = 0; k < f->lh[l].n; k++)
                 sum += f->fl[lfl(f, l, k)].rate;
             peak_note(f, l, sum);
         }
+        for (int fi = 0; fi < nf; fi++) { /* the links of one flow occurrence */
+            const flow_t *F = &f->fl[f->comp_flows[fi]];
+            for (int h = 0; h < F->nlinks; h++)
+                if (f->lh[F->links[h]].n == 1)
+                    peak_note(f, F->links[h], F->rate);
+        }
+    }
     return TS_OK;
 }
 
