@@ -30,9 +30,8 @@ typedef struct {
 /* A link's flows: occurrence 0 in the dense hot array (a lone flow on
  * idle links touches only that), the others in the link record. */
 typedef struct {
-    int n;         /* flow occurrences on the link */
-    int fl0;       /* occurrence 0 (if n > 0) */
-    uint32_t mark; /* component epoch (beside n: the search reads both) */
+    int n;   /* flow occurrences on the link */
+    int fl0; /* occurrence 0 (if n > 0) */
 } link_hot;
 
 typedef struct {
@@ -64,6 +63,7 @@ struct net_flows {
     link_hot *lh;
     link_t *lk;
     link_fill *lf;
+    uint32_t *lmark; /* per link: component epoch (apart: lh stays 8 bytes a link) */
     flow_t *fl;
     int n_flows, cap_flows;
     int *free_ids;
@@ -195,9 +195,10 @@ int net_flows_new(const net_graph *g, net_flows **out, ts_err *err)
     f->bw = malloc(nl * sizeof *f->bw);
     f->lk = calloc(nl, sizeof *f->lk);
     f->lf = calloc(nl, sizeof *f->lf);
+    f->lmark = calloc(nl, sizeof *f->lmark);
     f->dirty = malloc(nl * sizeof *f->dirty);
     f->comp_links = malloc(nl * sizeof *f->comp_links);
-    if (!f->lh || !f->lk || !f->lf || !f->dirty || !f->comp_links || !f->bw) {
+    if (!f->lh || !f->lk || !f->lf || !f->lmark || !f->dirty || !f->comp_links || !f->bw) {
         net_flows_free(f);
         return err_set(err, TS_ENOMEM, "net_flows: out of memory");
     }
@@ -215,6 +216,7 @@ void net_flows_free(net_flows *f)
             free(f->lk[i].fl);
     free(f->lk);
     free(f->lf);
+    free(f->lmark);
     free(f->lh);
     free(f->bw);
     for (int i = 0; i < f->n_flows; i++)
@@ -458,8 +460,8 @@ static int recompute_dirty(net_flows *f)
     for (int i = 0; i < f->n_dirty; i++) {
         int l = f->dirty[i];
         f->lk[l].dirty = 0;
-        if (f->lh[l].mark != ep) {
-            f->lh[l].mark = ep;
+        if (f->lmark[l] != ep) {
+            f->lmark[l] = ep;
             f->comp_links[nl++] = l;
         }
     }
@@ -487,8 +489,7 @@ static int recompute_dirty(net_flows *f)
             F->sh_off = nsh;
             for (int h = 0; h < F->nlinks; h++) {
                 int l2 = F->links[h];
-                link_hot *H = &f->lh[l2];
-                if (H->n == 1) {
+                if (f->lh[l2].n == 1) {
                     if (F->own_link < 0 || f->bw[l2] < F->new_rate || (f->bw[l2] == F->new_rate && l2 < F->own_link)) {
                         F->own_link = l2;
                         F->new_rate = f->bw[l2];
@@ -496,8 +497,8 @@ static int recompute_dirty(net_flows *f)
                     continue;
                 }
                 f->sh[nsh++] = l2;
-                if (H->mark != ep) {
-                    H->mark = ep;
+                if (f->lmark[l2] != ep) {
+                    f->lmark[l2] = ep;
                     f->comp_links[nl++] = l2;
                 }
             }
