@@ -490,9 +490,10 @@ static int recompute_dirty(net_flows *f)
             for (int h = 0; h < F->nlinks; h++) {
                 int l2 = F->links[h];
                 if (f->lh[l2].n == 1) {
-                    if (F->own_link < 0 || f->bw[l2] < F->new_rate || (f->bw[l2] == F->new_rate && l2 < F->own_link)) {
+                    fill_ent e = {f->bw[l2], l2, 0}; /* share bw / 1 */
+                    if (F->own_link < 0 || fh_less(&e, &(fill_ent){F->new_rate, F->own_link, 0})) {
                         F->own_link = l2;
-                        F->new_rate = f->bw[l2];
+                        F->new_rate = e.share;
                     }
                     continue;
                 }
