@@ -134,6 +134,8 @@ static int simulate_outputs(const simulate_result *r, const net_simulate *ns, co
                 a->trace);
     if (a->trace && (rc = trace_write(r, a->trace, err)))
         *flag = "--trace: ";
+    if (!rc && ns && a->no.link_report)
+        rc = net_simulate_link_report(ns, a->no.link_report, text ? stdout : stderr, err);
     return rc;
 }
 
@@ -163,6 +165,8 @@ int cmd_simulate(int argc, char **argv)
         rc = afile_check_writable(a.csv, "--csv", &err);
     if (!rc && !help && a.trace)
         rc = afile_check_writable(a.trace, "--trace", &err);
+    if (!rc && !help && a.no.link_report)
+        rc = afile_check_writable(a.no.link_report, "--link-report", &err);
     if (!rc && !help)
         rc = simulate_iteration(&c, &a, &ns, &r, &err);
     if (!rc && !help)

@@ -874,6 +874,10 @@ net_router *net_sim_router(net_sim *s)
 {
     return s->r;
 }
+net_flows *net_sim_flows(net_sim *s)
+{
+    return s->f;
+}
 
 static void record_end(void *ctx, uint64_t tag, int64_t t)
 {

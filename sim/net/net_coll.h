@@ -183,6 +183,8 @@ int net_sim_run(net_sim *s, int64_t *end_ns, ts_err *err);
 int net_sim_in_flight(const net_sim *s);
 net_flow_stats net_sim_flow_stats(const net_sim *s);
 net_router *net_sim_router(net_sim *s);
+/* The flows s runs its collectives on (owned by s). */
+net_flows *net_sim_flows(net_sim *s);
 
 /* Time of req alone on an idle copy of the fabric, ns (a convenience for
  * tests and cost tables; builds a private net_sim). */

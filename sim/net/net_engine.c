@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "sim/net/net_names.h"
+#include "sim/net/net_rdv.h"
 #include "sim/util/grow.h"
 
 /* A collective (or send) in flight: the engine tasks it ends. */
@@ -24,7 +25,10 @@ typedef struct {
 
 /* Plans of the requests a group (or a rank's sends) made, by what varies
  * between them: for a given group the GPUs, flow key and algorithm follow
- * from the kind and the peer. */
+ * from the kind and the peer. Kept per group (per sending rank), indexed
+ * by it: the groups' starts come in group order, so the lookups walk these
+ * caches nearly in memory order (a hash table over all of them measured
+ * slower: each lookup a cache miss). */
 #define PLAN_CACHE 6
 typedef struct {
     const net_plan *plan;
@@ -59,18 +63,6 @@ typedef struct {
     uint64_t key[2]; /* per dim: ECMP flow key of the group's communicator */
 } rank_info;
 
-/* The collectives of one group that some but not all members have
- * started (full mode; a handful at a time). */
-typedef struct {
-    uint32_t tag;
-    int32_t mb;
-    int inst;
-} open_ent;
-typedef struct {
-    open_ent *e;
-    int n, cap;
-} open_t;
-
 struct net_engine {
     const net_graph *g;
     const net_place *pl;
@@ -94,7 +86,8 @@ struct net_engine {
     int n_inst, cap_inst;
     int *free_inst;
     int n_free;
-    open_t *open[2];       /* per dim, per group: pending instances */
+    net_rdv open;          /* (group, dim, tag, micro-batch) -> the instance some but not
+                      all members have started (full mode) */
     plan_cache *gplans[2]; /* per dim, per group: its plans */
     plan_cache *splans;    /* per engine rank: its sends' plans */
     int64_t *tq;
@@ -180,13 +173,11 @@ int net_engine_new(const net_graph *g, const net_place *pl, const net_engine_opt
     ne->factor = malloc(sizeof *ne->factor * (size_t)ne->n_ranks);
     ne->active_comm = calloc((size_t)ne->n_ranks, sizeof *ne->active_comm);
     ne->gpus = malloc(sizeof *ne->gpus * (size_t)(2 * most + 2));
-    ne->open[0] = calloc((size_t)(pl->n_ranks / pl->size[0]), sizeof *ne->open[0]);
-    ne->open[1] = calloc((size_t)(pl->n_ranks / pl->size[1]), sizeof *ne->open[1]);
     ne->gplans[0] = calloc((size_t)(pl->n_ranks / pl->size[0]), sizeof *ne->gplans[0]);
     ne->gplans[1] = calloc((size_t)(pl->n_ranks / pl->size[1]), sizeof *ne->gplans[1]);
     ne->splans = calloc((size_t)ne->n_ranks, sizeof *ne->splans);
-    if (!ne->factor || !ne->active_comm || !ne->gpus || !ne->open[0] || !ne->open[1] || !ne->gplans[0] ||
-        !ne->gplans[1] || !ne->splans) {
+    net_rdv_init(&ne->open);
+    if (!ne->factor || !ne->active_comm || !ne->gpus || !ne->gplans[0] || !ne->gplans[1] || !ne->splans) {
         net_engine_free(ne);
         return err_set(err, TS_ENOMEM, "net_engine: out of memory");
     }
@@ -212,13 +203,10 @@ void net_engine_free(net_engine *ne)
         free(ne->inst[i].tasks);
     free(ne->inst);
     free(ne->free_inst);
-    for (int dim = 0; dim < 2; dim++) {
-        if (ne->open[dim])
-            for (int k = 0; k < ne->pl->n_ranks / ne->pl->size[dim]; k++)
-                free(ne->open[dim][k].e);
-        free(ne->open[dim]);
-        free(ne->gplans[dim]);
-    }
+    net_rdv_free(&ne->open);
+    free(ne->gplans[0]);
+    free(ne->gplans[1]);
+    free(ne->splans);
     free(ne->tq);
     free(ne->gpus);
     free(ne->desc);
@@ -226,7 +214,6 @@ void net_engine_free(net_engine *ne)
     free(ne->factor);
     free(ne->ri);
     free(ne->rgroup);
-    free(ne->splans);
     for (int dim = 0; dim < 2; dim++) {
         free(ne->ggpus[dim]);
         free(ne->goff[dim]);
@@ -445,21 +432,15 @@ static uint64_t key_hash(int dim, int leader, uint32_t tag, int32_t mb)
 }
 
 /* Find (or create) the pending instance of engine rank `rank`'s group's
- * collective; *op gets the group's open list when the instance waits for
- * others. */
-static int pending(net_engine *ne, int rank, int dim, uint32_t tag, int32_t mb, int need, open_t **op)
+ * collective; *open gets its rendezvous key when it waits for others
+ * (need > 1), to remove once every member has joined. */
+static int pending(net_engine *ne, int rank, int dim, uint32_t tag, int32_t mb, int need, net_rdv_key *open)
 {
-    open_t *o = NULL;
-    *op = NULL;
+    net_rdv_slot *sl = NULL;
     if (need > 1) {
-        o = &ne->open[dim][ne->rgroup[2 * rank + dim]];
-        for (int k = 0; k < o->n; k++)
-            if (o->e[k].tag == tag && o->e[k].mb == mb) {
-                *op = o;
-                return o->e[k].inst;
-            }
-        if (o->n == o->cap && grow_to_int((void **)&o->e, &o->cap, o->n + 1, 4, sizeof *o->e))
-            return -1;
+        *open = (net_rdv_key){(uint64_t)(uint32_t)(2 * ne->rgroup[2 * rank + dim] + dim) << 32 | tag, (uint32_t)mb};
+        if ((sl = net_rdv_find(&ne->open, *open)))
+            return (int)sl->v.i;
     }
     int i = inst_new(ne);
     if (i < 0)
@@ -470,9 +451,10 @@ static int pending(net_engine *ne, int rank, int dim, uint32_t tag, int32_t mb, 
     in->tag = tag;
     in->mb = mb;
     in->need = need;
-    if (o) {
-        o->e[o->n++] = (open_ent){tag, mb, i};
-        *op = o;
+    if (need > 1) {
+        if (net_rdv_put(&ne->open, *open, &sl))
+            return -1;
+        sl->v.i = i;
     }
     return i;
 }
@@ -562,8 +544,8 @@ void net_engine_task_started(net_engine *ne, engine *e, engine_task_id id, const
         if (ne->opts.comm_compute_slowdown > 0)
             ne->active_comm[rank]++;
         int need = ne->opts.full ? ne->pl->size[d->dim] : 1;
-        open_t *o;
-        int ii = pending(ne, rank, d->dim, tag, ti->mb, need, &o);
+        net_rdv_key open;
+        int ii = pending(ne, rank, d->dim, tag, ti->mb, need, &open);
         if (ii < 0) {
             fail(ne, err_set(&ne->err, TS_ENOMEM, "net_engine: out of memory"));
             return;
@@ -572,12 +554,8 @@ void net_engine_task_started(net_engine *ne, engine *e, engine_task_id id, const
             return;
         if (ne->inst[ii].n < ne->inst[ii].need)
             return;
-        if (o) /* started: no longer pending */
-            for (int k = 0; k < o->n; k++)
-                if (o->e[k].inst == ii) {
-                    o->e[k] = o->e[--o->n];
-                    break;
-                }
+        if (need > 1) /* started: no longer pending */
+            net_rdv_remove(&ne->open, net_rdv_find(&ne->open, open));
         start_coll(ne, e, ii, d, rank, now);
         return;
     }
@@ -657,6 +635,16 @@ net_engine_stats net_engine_get_stats(const net_engine *ne)
     net_engine_stats s = ne->st;
     s.flows = net_sim_flow_stats(ne->sim);
     return s;
+}
+
+int net_engine_track_links(net_engine *ne, ts_err *err)
+{
+    return net_flows_track_links(net_sim_flows(ne->sim), err);
+}
+
+net_link_usage net_engine_link_usage(const net_engine *ne, int l)
+{
+    return net_flows_link_usage(net_sim_flows(ne->sim), l);
 }
 
 /* ------------------------------------------------------------ what-if flags */

@@ -118,6 +118,13 @@ int net_engine_error(const net_engine *ne, ts_err *err);
 
 net_engine_stats net_engine_get_stats(const net_engine *ne);
 
+/* Keep per-link usage (net_flow.h) from the first flow on: call before
+ * engine_run. TS_ENOMEM. */
+int net_engine_track_links(net_engine *ne, ts_err *err);
+
+/* Usage of link l (zeros unless tracked). */
+net_link_usage net_engine_link_usage(const net_engine *ne, int l);
+
 /* Accepted factors: a straggler computes 1000x slower at most (or faster, down to
  * 1/1000), a link keeps at least a millionth of its bandwidth and at most 1000x it.
  * Beyond these, times leave any meaningful range and soon int64 ns. */

@@ -13,10 +13,11 @@ typedef struct {
     int *links;      /* the route; a link may repeat (a bundle crossing it twice) */
     int *pos;        /* index of this flow in each link's flow list, per occurrence (links + cap) */
     double left_bytes;
-    double rate;     /* GB/s = bytes/ns; 0 until first assigned */
-    double new_rate; /* scratch of the water-filling (before it: the share of own_link) */
-    int own_link;    /* scratch: its tightest link no other flow uses, -1 if none */
-    int64_t last_ns; /* time left_bytes was last brought up to date */
+    double rate;      /* GB/s = bytes/ns; 0 until first assigned */
+    double new_rate;  /* scratch of the water-filling (before it: the share of own_link) */
+    int own_link;     /* scratch: its tightest link no other flow uses, -1 if none */
+    int sh_off, sh_n; /* scratch: its occurrences of shared links, net_flows.sh[sh_off ..] */
+    int64_t last_ns;  /* time left_bytes was last brought up to date */
     int64_t done_ns;
     uint64_t tag;
     uint32_t mark;     /* component epoch */
@@ -36,12 +37,16 @@ typedef struct {
 typedef struct {
     int *fl; /* occurrences 1 .. n-1 at fl[k - 1]; cap entries */
     int cap;
-    uint32_t mark; /* component epoch */
-    uint32_t ver;  /* water-filling heap version */
-    int unfrozen;
     int dirty;
-    double rem; /* capacity left in the water-filling, GB/s */
 } link_t;
+
+/* A link's state in the water-filling, dense (16 bytes: the filling
+ * touches every link of every flow it freezes). */
+typedef struct {
+    double rem; /* capacity left, GB/s */
+    int unfrozen;
+    uint32_t ver; /* heap version */
+} link_fill;
 
 typedef struct {
     double share;
@@ -57,6 +62,8 @@ struct net_flows {
     const net_graph *g;
     link_hot *lh;
     link_t *lk;
+    link_fill *lf;
+    uint32_t *lmark; /* per link: component epoch (apart: lh stays 8 bytes a link) */
     flow_t *fl;
     int n_flows, cap_flows;
     int *free_ids;
@@ -69,6 +76,8 @@ struct net_flows {
     int *comp_links, *comp_flows; /* scratch, caps n_links and cap_flows */
     fill_ent *fh;
     int n_fh, cap_fh; /* water-filling heap */
+    int *sh;
+    int cap_sh; /* scratch: the component's flows' shared-link occurrences */
     uint32_t epoch;
     uint32_t gen;     /* recomputation generation (starts at 1) */
     double *bw;       /* per link: the graph's bw_gbps, dense (solo rates read
@@ -79,6 +88,9 @@ struct net_flows {
     int64_t now_ns;
     int active;
     net_flow_stats st;
+    /* per link, with net_flows_track_links (else NULL) */
+    double *u_bytes, *u_peak;
+    int64_t *u_busy, *u_since; /* busy time of closed periods; start of the open one */
 };
 
 /* ---------------------------------------------------------- completion heap */
@@ -182,9 +194,11 @@ int net_flows_new(const net_graph *g, net_flows **out, ts_err *err)
     f->lh = calloc(nl, sizeof *f->lh);
     f->bw = malloc(nl * sizeof *f->bw);
     f->lk = calloc(nl, sizeof *f->lk);
+    f->lf = calloc(nl, sizeof *f->lf);
+    f->lmark = calloc(nl, sizeof *f->lmark);
     f->dirty = malloc(nl * sizeof *f->dirty);
     f->comp_links = malloc(nl * sizeof *f->comp_links);
-    if (!f->lh || !f->lk || !f->dirty || !f->comp_links || !f->bw) {
+    if (!f->lh || !f->lk || !f->lf || !f->lmark || !f->dirty || !f->comp_links || !f->bw) {
         net_flows_free(f);
         return err_set(err, TS_ENOMEM, "net_flows: out of memory");
     }
@@ -201,6 +215,8 @@ void net_flows_free(net_flows *f)
         for (int i = 0; i < f->g->n_links; i++)
             free(f->lk[i].fl);
     free(f->lk);
+    free(f->lf);
+    free(f->lmark);
     free(f->lh);
     free(f->bw);
     for (int i = 0; i < f->n_flows; i++)
@@ -213,6 +229,11 @@ void net_flows_free(net_flows *f)
     free(f->comp_links);
     free(f->comp_flows);
     free(f->fh);
+    free(f->sh);
+    free(f->u_bytes);
+    free(f->u_peak);
+    free(f->u_busy);
+    free(f->u_since);
     free(f);
 }
 
@@ -269,6 +290,8 @@ static int lfl_push(net_flows *f, int l, int id)
     int k = H->n;
     if (k == 0) {
         H->fl0 = id;
+        if (f->u_since)
+            f->u_since[l] = f->now_ns; /* the link becomes busy */
     } else {
         link_t *L = &f->lk[l];
         if (k - 1 == L->cap && grow_to_int((void **)&L->fl, &L->cap, k, 4, sizeof *L->fl))
@@ -315,6 +338,14 @@ static double solo_rate(const net_flows *f, const int *links, int nlinks)
     return rate > 0 ? rate : 0;
 }
 
+/* Link l carries rate_gbps now: keep the largest utilisation. */
+static void peak_note(net_flows *f, int l, double rate_gbps)
+{
+    double u = f->bw[l] > 0 ? rate_gbps / f->bw[l] : 0;
+    if (u > f->u_peak[l])
+        f->u_peak[l] = u;
+}
+
 /* ---------------------------------------------------------- water-filling */
 
 static int fh_less(const fill_ent *a, const fill_ent *b)
@@ -329,7 +360,7 @@ static int fh_push(net_flows *f, double share, int link, uint32_t ver)
     int i = f->n_fh++;
     fill_ent e = {share, link, ver};
     while (i > 0) {
-        int p = (i - 1) / 2;
+        int p = (i - 1) / 4;
         if (fh_less(&f->fh[p], &e))
             break;
         f->fh[i] = f->fh[p];
@@ -339,15 +370,21 @@ static int fh_push(net_flows *f, double share, int link, uint32_t ver)
     return TS_OK;
 }
 
-/* Put e at position i of the heap and sift it down. */
+/* Put e at position i of the heap and sift it down. The water-filling heap
+ * is 4-ary like the completion heap: four 16-byte children share a cache
+ * line, and pops (the order (share, link) is total, see fh_heapify) come
+ * out in the same order whatever the arity. */
 static void fh_sift_down(net_flows *f, int i, fill_ent e)
 {
     for (;;) {
-        int c = 2 * i + 1;
+        int c = 4 * i + 1, end = c + 4;
         if (c >= f->n_fh)
             break;
-        if (c + 1 < f->n_fh && fh_less(&f->fh[c + 1], &f->fh[c]))
-            c++;
+        if (end > f->n_fh)
+            end = f->n_fh;
+        for (int k = c + 1; k < end; k++)
+            if (fh_less(&f->fh[k], &f->fh[c]))
+                c = k;
         if (fh_less(&e, &f->fh[c]))
             break;
         f->fh[i] = f->fh[c];
@@ -361,7 +398,7 @@ static void fh_sift_down(net_flows *f, int i, fill_ent e)
  * out as if pushed one by one. */
 static void fh_heapify(net_flows *f)
 {
-    for (int i = f->n_fh / 2 - 1; i >= 0; i--)
+    for (int i = f->n_fh > 1 ? (f->n_fh - 2) / 4 : -1; i >= 0; i--)
         fh_sift_down(f, i, f->fh[i]);
 }
 
@@ -418,18 +455,23 @@ static inline int recompute(net_flows *f)
 static int recompute_dirty(net_flows *f)
 {
     uint32_t ep = ++f->epoch, gen = f->gen++;
-    int nl = 0, nf = 0, fast_seen = 0, n_fast = f->n_fast;
+    int nl = 0, nf = 0, fast_seen = 0, n_fast = f->n_fast, nsh = 0;
     f->n_fast = 0;
     for (int i = 0; i < f->n_dirty; i++) {
         int l = f->dirty[i];
         f->lk[l].dirty = 0;
-        if (f->lk[l].mark != ep) {
-            f->lk[l].mark = ep;
+        if (f->lmark[l] != ep) {
+            f->lmark[l] = ep;
             f->comp_links[nl++] = l;
         }
     }
     f->n_dirty = 0;
-    /* BFS over links <-> flows. */
+    /* BFS over links <-> flows. A link that only the flow reaching it uses
+     * (n == 1: most of a bundle's path) leads nowhere else: it stays out of
+     * comp_links and is seen only here, as a candidate for the flow's
+     * tightest own link (share bw / 1; see below). The flow's occurrences of
+     * the other links go to its shared list sh[sh_off .. +sh_n), in route
+     * order: the filling below touches only those. */
     for (int li = 0; li < nl; li++) {
         int l = f->comp_links[li];
         for (int k = 0; k < f->lh[l].n; k++) {
@@ -440,13 +482,28 @@ static int recompute_dirty(net_flows *f)
             F->mark = ep;
             fast_seen += F->fast_gen == gen;
             f->comp_flows[nf++] = id;
+            if (nsh + F->nlinks > f->cap_sh &&
+                grow_to_int((void **)&f->sh, &f->cap_sh, nsh + F->nlinks, 1024, sizeof *f->sh))
+                return TS_ENOMEM;
+            F->own_link = -1;
+            F->sh_off = nsh;
             for (int h = 0; h < F->nlinks; h++) {
                 int l2 = F->links[h];
-                if (f->lk[l2].mark != ep) {
-                    f->lk[l2].mark = ep;
+                if (f->lh[l2].n == 1) {
+                    fill_ent e = {f->bw[l2], l2, 0}; /* share bw / 1 */
+                    if (F->own_link < 0 || fh_less(&e, &(fill_ent){F->new_rate, F->own_link, 0})) {
+                        F->own_link = l2;
+                        F->new_rate = e.share;
+                    }
+                    continue;
+                }
+                f->sh[nsh++] = l2;
+                if (f->lmark[l2] != ep) {
+                    f->lmark[l2] = ep;
                     f->comp_links[nl++] = l2;
                 }
             }
+            F->sh_n = nsh - F->sh_off;
         }
     }
     /* The flows started alone since the last call (net_flow_start) count as
@@ -461,34 +518,35 @@ static int recompute_dirty(net_flows *f)
     /* A flow alone on all its links (the common case: a collective on an
      * idle NVSwitch domain) is frozen first at its tightest link's share
      * bw / occurrences, whatever the others do: set it directly, which is
-     * what the filling below would compute, bit for bit. */
+     * what the filling below would compute, bit for bit. Without a shared
+     * link it is alone; with one, only a flow listing a link twice can
+     * still be (its own occurrences). */
     for (int fi = 0; fi < nf; fi++) {
         flow_t *F = &f->fl[f->comp_flows[fi]];
-        F->solo = (uint8_t)alone_on_links(f, f->comp_flows[fi]);
+        F->solo = (uint8_t)(F->sh_n == 0 || (F->may_repeat && alone_on_links(f, f->comp_flows[fi])));
         F->frozen = F->solo;
         if (F->solo)
             F->new_rate = solo_rate(f, F->links, F->nlinks);
     }
     /* Progressive filling of the others. */
-    if (nl > f->cap_fh && grow_to_int((void **)&f->fh, &f->cap_fh, nl, 256, sizeof *f->fh))
+    if (nl + nf > f->cap_fh && grow_to_int((void **)&f->fh, &f->cap_fh, nl + nf, 256, sizeof *f->fh))
         return TS_ENOMEM;
-    /* Links that only one flow uses (most of a bundle's path) keep the
-     * share bw / occurrences until that flow is frozen, so only the tightest
-     * of them per flow can be the one that freezes it: it alone enters the
-     * heap, the others could only pop as stale entries. Pops come out in the
-     * same order as with every link in the heap, and the rates bit for bit. */
-    for (int fi = 0; fi < nf; fi++)
-        f->fl[f->comp_flows[fi]].own_link = -1;
+    /* Links that only one flow uses keep the share bw / occurrences until
+     * that flow is frozen, so only the tightest of them per flow can be the
+     * one that freezes it: it alone enters the heap, the others could only
+     * pop as stale entries; nor does freezing a flow need to update them
+     * (nothing reads them again). Pops come out in the same order as with
+     * every link in the heap, and the rates bit for bit. */
     f->n_fh = 0;
     for (int li = 0; li < nl; li++) {
         int l = f->comp_links[li], n = f->lh[l].n;
-        link_t *L = &f->lk[l];
-        if (n == 0)
+        if (n <= 1) /* empty, or a dirty link of one flow: its candidate is set */
             continue;
         int id0 = f->lh[l].fl0;
         flow_t *F0 = &f->fl[id0];
         if (F0->solo)
             continue;
+        link_fill *L = &f->lf[l];
         L->rem = f->bw[l];
         L->unfrozen = n;
         L->ver++;
@@ -505,13 +563,20 @@ static int recompute_dirty(net_flows *f)
     }
     for (int fi = 0; fi < nf; fi++) {
         const flow_t *F = &f->fl[f->comp_flows[fi]];
-        if (F->own_link >= 0)
-            f->fh[f->n_fh++] = (fill_ent){F->new_rate, F->own_link, f->lk[F->own_link].ver};
+        if (F->solo || F->own_link < 0)
+            continue;
+        link_fill *L = &f->lf[F->own_link];
+        if (f->lh[F->own_link].n == 1) { /* not set above */
+            L->rem = f->bw[F->own_link];
+            L->unfrozen = 1;
+            L->ver++;
+        }
+        f->fh[f->n_fh++] = (fill_ent){F->new_rate, F->own_link, L->ver};
     }
     fh_heapify(f);
     while (f->n_fh > 0) {
         fill_ent e = fh_pop(f);
-        link_t *L = &f->lk[e.link];
+        link_fill *L = &f->lf[e.link];
         if (e.ver != L->ver || L->unfrozen == 0)
             continue;
         double share = L->rem > 0 ? L->rem / L->unfrozen : 0;
@@ -522,13 +587,14 @@ static int recompute_dirty(net_flows *f)
                 continue;
             F->frozen = 1;
             F->new_rate = share;
-            for (int h = 0; h < F->nlinks; h++) {
-                link_t *L2 = &f->lk[F->links[h]];
+            const int *sh = f->sh + F->sh_off;
+            for (int h = 0; h < F->sh_n; h++) {
+                link_fill *L2 = &f->lf[sh[h]];
                 L2->rem -= share;
                 L2->unfrozen--;
                 L2->ver++;
                 if (L2 != L && L2->unfrozen > 0 &&
-                    fh_push(f, (L2->rem > 0 ? L2->rem : 0) / L2->unfrozen, F->links[h], L2->ver))
+                    fh_push(f, (L2->rem > 0 ? L2->rem : 0) / L2->unfrozen, sh[h], L2->ver))
                     return TS_ENOMEM;
             }
         }
@@ -546,6 +612,21 @@ static int recompute_dirty(net_flows *f)
         F->rate = F->new_rate;
         F->done_ns = F->rate > 0 ? f->now_ns + duration_ns(F->left_bytes, F->rate) : NET_TIME_NEVER;
         heap_update(f, id);
+    }
+    if (f->u_peak) {
+        for (int li = 0; li < nl; li++) { /* the shared links (and the dirty ones) */
+            int l = f->comp_links[li];
+            double sum = 0;
+            for (int k = 0; k < f->lh[l].n; k++)
+                sum += f->fl[lfl(f, l, k)].rate;
+            peak_note(f, l, sum);
+        }
+        for (int fi = 0; fi < nf; fi++) { /* the links of one flow occurrence */
+            const flow_t *F = &f->fl[f->comp_flows[fi]];
+            for (int h = 0; h < F->nlinks; h++)
+                if (f->lh[F->links[h]].n == 1)
+                    peak_note(f, F->links[h], F->rate);
+        }
     }
     return TS_OK;
 }
@@ -616,6 +697,8 @@ int net_flow_start_hint(net_flows *f, int64_t now_ns, const int *links, int nlin
             return err_set(err, TS_ENOMEM, "net_flows: out of memory");
         F->links[h] = links[h];
         F->pos[h] = k;
+        if (f->u_bytes)
+            f->u_bytes[links[h]] += bytes;
         repeat |= k > 0;
         if (!alone)
             mark_dirty(f, links[h]);
@@ -635,8 +718,18 @@ int net_flow_start_hint(net_flows *f, int64_t now_ns, const int *links, int nlin
         F->fast_gen = f->gen;
         f->n_fast++;
         heap_update(f, id);
+        if (f->u_peak)
+            for (int h = 0; h < nlinks; h++)
+                peak_note(f, links[h], f->lh[links[h]].n * F->rate);
     }
     return id;
+}
+
+/* Link l has just become idle: close its busy period. */
+static inline void busy_end(net_flows *f, int l)
+{
+    if (f->u_busy)
+        f->u_busy[l] += f->now_ns - f->u_since[l];
 }
 
 /* Empty flow id's links if it is alone on them: 1 if it was, 0 (nothing
@@ -649,8 +742,11 @@ static int empty_if_alone(net_flows *f, int id)
     if (F->may_repeat) {
         if (!alone_on_links(f, id))
             return 0;
-        for (int h = 0; h < F->nlinks; h++)
+        for (int h = 0; h < F->nlinks; h++) {
+            if (f->lh[F->links[h]].n > 0)
+                busy_end(f, F->links[h]);
             f->lh[F->links[h]].n = 0;
+        }
         return 1;
     }
     int h = 0;
@@ -660,8 +756,11 @@ static int empty_if_alone(net_flows *f, int id)
             break;
         H->n = 0;
     }
-    if (h == F->nlinks)
+    if (h == F->nlinks) {
+        for (h = 0; h < F->nlinks; h++)
+            busy_end(f, F->links[h]);
         return 1;
+    }
     while (h-- > 0)
         f->lh[F->links[h]].n = 1;
     return 0;
@@ -689,6 +788,8 @@ static void detach(net_flows *f, int id)
                     break;
                 }
         }
+        if (lastpos == 0)
+            busy_end(f, l);
         mark_dirty(f, l);
     }
     F->active = 0;
@@ -735,6 +836,40 @@ double net_flow_rate_gbps(net_flows *f, int flow)
     if (flow < 0 || flow >= f->n_flows || !f->fl[flow].active)
         return -1;
     return f->fl[flow].rate;
+}
+
+int net_flows_track_links(net_flows *f, ts_err *err)
+{
+    if (f->u_bytes)
+        return TS_OK;
+    if (f->st.flows_started > 0)
+        return err_set(err, TS_ESTATE, "net_flows_track_links: flows have already started");
+    size_t nl = (size_t)(f->g->n_links ? f->g->n_links : 1);
+    f->u_bytes = calloc(nl, sizeof *f->u_bytes);
+    f->u_peak = calloc(nl, sizeof *f->u_peak);
+    f->u_busy = calloc(nl, sizeof *f->u_busy);
+    f->u_since = calloc(nl, sizeof *f->u_since);
+    if (!f->u_bytes || !f->u_peak || !f->u_busy || !f->u_since) {
+        free(f->u_bytes);
+        free(f->u_peak);
+        free(f->u_busy);
+        free(f->u_since);
+        f->u_bytes = f->u_peak = NULL;
+        f->u_busy = f->u_since = NULL;
+        return err_set(err, TS_ENOMEM, "net_flows: out of memory for the per-link usage of %d links", f->g->n_links);
+    }
+    return TS_OK;
+}
+
+net_link_usage net_flows_link_usage(const net_flows *f, int l)
+{
+    net_link_usage u = {0, 0, 0};
+    if (!f->u_bytes || l < 0 || l >= f->g->n_links)
+        return u;
+    u.bytes = f->u_bytes[l];
+    u.busy_ns = f->u_busy[l] + (f->lh[l].n > 0 ? f->now_ns - f->u_since[l] : 0);
+    u.peak_util = f->u_peak[l];
+    return u;
 }
 
 int net_flows_active(const net_flows *f)

@@ -88,6 +88,26 @@ int net_flows_advance(net_flows *f, int64_t t_ns, net_flow_done_fn done, void *c
  * if the flow is not active. */
 double net_flow_rate_gbps(net_flows *f, int flow);
 
+/* Per-link usage, kept once net_flows_track_links() is called (before the
+ * first start): bytes carried (a flow's bytes once per occurrence of the
+ * link in its list, counted when the flow starts), busy time (ns during
+ * which at least one flow was on the link, up to the current time) and
+ * peak utilisation (the largest sum of the rates of the link's flow
+ * occurrences divided by the link's bandwidth, over every instant rates
+ * changed; 1 = saturated). */
+typedef struct {
+    double bytes;
+    int64_t busy_ns;
+    double peak_util;
+} net_link_usage;
+
+/* Start keeping per-link usage (nothing if already kept). TS_ESTATE once
+ * a flow has started, TS_ENOMEM. */
+int net_flows_track_links(net_flows *f, ts_err *err);
+
+/* Usage of link l (zeros if not tracked or l is out of range). */
+net_link_usage net_flows_link_usage(const net_flows *f, int l);
+
 int net_flows_active(const net_flows *f);
 int64_t net_flows_now_ns(const net_flows *f);
 net_flow_stats net_flows_stats(const net_flows *f);

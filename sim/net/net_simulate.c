@@ -8,7 +8,10 @@
 #include "sim/config/catalog.h"
 #include "sim/config/topo.h"
 #include "sim/core/lower.h"
+#include "sim/net/net_names.h"
 #include "sim/net/net_topo.h"
+#include "sim/util/afile.h"
+#include "sim/util/csvio.h"
 
 struct net_simulate {
     const config *c;
@@ -109,6 +112,15 @@ int net_sim_opts_register(net_sim_opts *o, opt_table *t, ts_err *err)
                                   .defval = "tp-dp-pp",
                                   .help = "rank placement, innermost dimension first (Megatron-LM: "
                                           "tp-dp-pp; with flows)"},
+                      err)) ||
+        (rc = opt_add(t,
+                      &(opt_spec){.name = "--link-report",
+                                  .type = OPT_STRING,
+                                  .target = &o->link_report,
+                                  .metavar = "FILE.csv",
+                                  .defval = "none",
+                                  .help = "write per-link bytes, busy time (ns) and peak utilisation as CSV "
+                                          "and print the ten hottest links (with --network-flows or --full)"},
                       err)))
         return rc;
     return TS_OK;
@@ -117,7 +129,7 @@ int net_sim_opts_register(net_sim_opts *o, opt_table *t, ts_err *err)
 bool net_sim_opts_active(const net_sim_opts *o)
 {
     return o->flows || o->full || o->straggler || o->degrade || o->fail_link || o->fail_node || o->mixed_gpus ||
-           o->comm_compute_slowdown > 0 || o->rank_order;
+           o->comm_compute_slowdown > 0 || o->rank_order || o->link_report;
 }
 
 /* ------------------------------------------------------------ steps */
@@ -295,6 +307,9 @@ int net_simulate_new(const config *c, const net_sim_opts *o, net_simulate **out,
                        o->straggler ? "straggler"
                        : o->degrade ? "degrade-link"
                                     : "mixed-gpus");
+    if (o->link_report && !o->flows && !o->full)
+        return err_set(err, TS_EINVAL,
+                       "--link-report needs --network-flows or --full: the closed-form model has no links");
     if (!c->cluster.topology)
         return err_set(err, TS_EINVAL, "network model: the config has no topology");
     net_simulate *ns = calloc(1, sizeof *ns);
@@ -311,6 +326,8 @@ int net_simulate_new(const config *c, const net_sim_opts *o, net_simulate **out,
     if ((rc = net_engine_new(ns->g, &ns->pl, &eo, describe, ns, &ns->ne, err)))
         goto fail;
     ns->net_hooks = net_engine_hooks(ns->ne);
+    if (o->link_report && (rc = net_engine_track_links(ns->ne, err)))
+        goto fail;
     if (o->straggler) {
         int r, tp, dp, pp;
         double f;
@@ -362,4 +379,79 @@ const net_graph *net_simulate_graph(const net_simulate *ns)
 const char *net_simulate_note(const net_simulate *ns)
 {
     return ns->pl.note;
+}
+
+/* ------------------------------------------------------------ link report */
+
+#define LINK_REPORT_TOP 10
+
+/* Is link a hotter than link b (see net_simulate_link_report)? */
+static bool hotter(const net_link_usage *ua, int a, const net_link_usage *ub, int b)
+{
+    if (ua->peak_util != ub->peak_util)
+        return ua->peak_util > ub->peak_util;
+    if (ua->busy_ns != ub->busy_ns)
+        return ua->busy_ns > ub->busy_ns;
+    if (ua->bytes != ub->bytes)
+        return ua->bytes > ub->bytes;
+    return a < b;
+}
+
+int net_simulate_link_report(const net_simulate *ns, const char *path, FILE *top, ts_err *err)
+{
+    const net_graph *g = ns->g;
+    afile af = {0};
+    int rc = afile_open(&af, path, err);
+    if (rc)
+        return err_prefix(err, "--link-report");
+    static const char *const head[] = {"link", "bw_gbps", "bytes", "busy_ns", "peak_utilisation"};
+    int best[LINK_REPORT_TOP], n_best = 0, used = 0;
+    net_link_usage best_u[LINK_REPORT_TOP];
+    rc = csvio_write_row(af.f, 5, head, err);
+    for (int l = 0; l < g->n_links && !rc; l++) {
+        net_link_usage u = net_engine_link_usage(ns->ne, l);
+        char name[80], a[32], b[32], bw[CSVIO_NUM_BYTES], by[CSVIO_NUM_BYTES], busy[24], pk[CSVIO_NUM_BYTES];
+        (void)snprintf(name, sizeof name, "%s-%s", net_graph_node_name(g, g->links[l].src, a, sizeof a),
+                       net_graph_node_name(g, g->links[l].dst, b, sizeof b));
+        (void)snprintf(busy, sizeof busy, "%lld", (long long)u.busy_ns);
+        const char *cells[] = {name, csvio_fmt_double(bw, sizeof bw, g->links[l].bw_gbps),
+                               csvio_fmt_double(by, sizeof by, u.bytes), busy,
+                               csvio_fmt_double(pk, sizeof pk, u.peak_util)};
+        rc = csvio_write_row(af.f, 5, cells, err);
+        if (!(u.bytes > 0))
+            continue;
+        used++;
+        /* keep the hottest, in order: insert into best[] */
+        int i = n_best < LINK_REPORT_TOP ? n_best++ : LINK_REPORT_TOP;
+        if (i == LINK_REPORT_TOP && !hotter(&u, l, &best_u[i - 1], best[i - 1]))
+            continue;
+        if (i == LINK_REPORT_TOP)
+            i--;
+        while (i > 0 && hotter(&u, l, &best_u[i - 1], best[i - 1])) {
+            best[i] = best[i - 1];
+            best_u[i] = best_u[i - 1];
+            i--;
+        }
+        best[i] = l;
+        best_u[i] = u;
+    }
+    if (rc) {
+        afile_abort(&af);
+        return err_prefix(err, "--link-report %s", path);
+    }
+    if ((rc = afile_commit(&af, err)))
+        return rc;
+    if (!top)
+        return TS_OK;
+    fprintf(top, "hottest links (%d of %d links carried traffic; link report in %s):\n", used, g->n_links, path);
+    fprintf(top, "  %-26s %10s %12s %16s %14s\n", "link", "peak util", "busy ms", "GB carried", "bw GB/s");
+    for (int k = 0; k < n_best; k++) {
+        char a[32], b[32], name[80];
+        const net_link *L = &g->links[best[k]];
+        (void)snprintf(name, sizeof name, "%s-%s", net_graph_node_name(g, L->src, a, sizeof a),
+                       net_graph_node_name(g, L->dst, b, sizeof b));
+        fprintf(top, "  %-26s %10.4f %12.3f %16.3f %14.2f\n", name, best_u[k].peak_util,
+                (double)best_u[k].busy_ns * 1e-6, best_u[k].bytes * 1e-9, L->bw_gbps);
+    }
+    return TS_OK;
 }

@@ -25,6 +25,9 @@
  *   --comm-compute-slowdown S  compute that starts while the rank communicates
  *                            takes (1 + S) longer (SMs taken by NCCL; default 0 = off)
  *   --rank-order ORDER       placement order, innermost first (default tp-dp-pp)
+ *   --link-report FILE.csv   per-link bytes, busy time and peak utilisation
+ *                            (with --network-flows or --full; see
+ *                            net_simulate_link_report)
  *
  * Mapping of plan steps: compute -> compute; tensor-parallel and
  * data-parallel steps -> collectives of the rank's group (kind from the
@@ -39,6 +42,7 @@
 #define TRAINSIM_NET_SIMULATE_H
 
 #include <stdbool.h>
+#include <stdio.h>
 
 #include "sim/config/config.h"
 #include "sim/core/simulate.h"
@@ -56,6 +60,7 @@ typedef struct {
     const char *mixed_gpus;
     double comm_compute_slowdown;
     const char *rank_order;
+    const char *link_report; /* --link-report FILE.csv, NULL if none */
 } net_sim_opts;
 
 /* Add the flags above (with a "Network" heading) to t; targets in o. */
@@ -80,5 +85,18 @@ const simulate_net *net_simulate_hooks(net_simulate *ns);
 net_engine_stats net_simulate_stats(const net_simulate *ns);
 const net_graph *net_simulate_graph(const net_simulate *ns);
 const char *net_simulate_note(const net_simulate *ns);
+
+/* After the run, with --link-report: write path (atomically, sim/util/afile;
+ * "-" = stdout) as CSV, one row per directed link in link id order:
+ *   link,bw_gbps,bytes,busy_ns,peak_utilisation
+ * (link "A-B" carries data A -> B, node names as --degrade-link takes
+ * them; bw_gbps the effective bandwidth the flows shared, after
+ * --degrade-link), then print the ten hottest links (highest peak
+ * utilisation, then longest busy time, then most bytes, then lowest id)
+ * to top (NULL: not printed). In the symmetric mode the figures cover the
+ * flows simulated (the collectives of replica (0, 0)'s groups, over their
+ * whole groups, and its pipeline's sends), not the whole cluster's.
+ * TS_EIO naming the path on a write error. */
+int net_simulate_link_report(const net_simulate *ns, const char *path, FILE *top, ts_err *err);
 
 #endif

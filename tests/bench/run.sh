@@ -7,5 +7,5 @@ echo "== simulator speed (best of 5, one core)"
 OPENBLAS_NUM_THREADS=1 "$BUILD"/tests/bench/bench_sim --reps 5
 echo "== search speed: Megatron 530B on 5120 A100 80GB, B = 2520, whole space (target <= 10 s)"
 OPENBLAS_NUM_THREADS=1 "$BUILD"/tests/bench/bench_search
-echo "== network model speed: --full, every rank and flow (best of 3 runs, one core; BENCH_NET_ARGS=\"--quick\" or \"--runs N\")"
+echo "== network model speed: --full, every rank and flow (best of 2 runs, one core; BENCH_NET_ARGS=\"--quick\", \"--full-scale\" (8192 to 131072 GPUs, ~10 min) or \"--runs N\")"
 OPENBLAS_NUM_THREADS=1 "$BUILD"/tests/bench/bench_net ${BENCH_NET_ARGS:-}

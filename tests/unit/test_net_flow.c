@@ -296,3 +296,55 @@ Test(net_flow, hint_reused_until_a_bandwidth_changes)
     net_flows_free(f);
     net_graph_free(g);
 }
+
+Test(net_flow, link_usage_bytes_busy_and_peak)
+{
+    net_graph *g = line3();
+    net_flows *f = flows_on(g);
+    ts_err e;
+    cr_assert_eq(net_flows_track_links(f, &e), TS_OK, "%s", e.msg);
+    int l01 = gpu_link(g, 0, 1), l12 = gpu_link(g, 1, 2), l10 = gpu_link(g, 1, 0);
+    int path[2] = {l01, l12};
+    /* A (2e6 bytes on 0->1) alone at 100 GB/s for 10 us, then B (1e6 bytes
+     * on 0->1->2) joins: both at 50 (0->1 saturated, 1->2 at 50 of 200).
+     * Each has 1e6 bytes left at 10000 ns: both end at 30000 ns. */
+    cr_assert(net_flow_start(f, 0, &l01, 1, 2e6, 0, &e) >= 0);
+    cr_assert_eq(net_flows_advance(f, 10000, NULL, NULL, &e), TS_OK);
+    cr_assert(net_flow_start(f, 10000, path, 2, 1e6, 1, &e) >= 0);
+    /* mid-run: the busy time runs up to the current time */
+    cr_assert_eq(net_flows_advance(f, 20000, NULL, NULL, &e), TS_OK);
+    cr_assert_eq(net_flows_link_usage(f, l12).busy_ns, 10000);
+    ends en = {0};
+    cr_assert_eq(net_flows_advance(f, NET_TIME_NEVER, rec, &en, &e), TS_OK);
+    cr_assert_eq(en.t[0], 30000);
+    cr_assert_eq(en.t[1], 30000);
+    net_link_usage u01 = net_flows_link_usage(f, l01), u12 = net_flows_link_usage(f, l12),
+                   u10 = net_flows_link_usage(f, l10);
+    cr_assert_float_eq(u01.bytes, 3e6, 1e-6);
+    cr_assert_float_eq(u12.bytes, 1e6, 1e-6);
+    cr_assert_eq(u01.busy_ns, 30000);
+    cr_assert_eq(u12.busy_ns, 20000);
+    cr_assert_float_eq(u01.peak_util, 1.0, 1e-12);
+    cr_assert_float_eq(u12.peak_util, 0.25, 1e-12);
+    cr_assert(u10.bytes == 0 && u10.busy_ns == 0 && u10.peak_util == 0);
+    /* idle gaps are not busy: a third flow after a 5 us pause */
+    cr_assert(net_flow_start(f, 35000, &l01, 1, 1e6, 2, &e) >= 0);
+    cr_assert_eq(net_flows_advance(f, NET_TIME_NEVER, rec, &en, &e), TS_OK);
+    cr_assert_eq(net_flows_link_usage(f, l01).busy_ns, 30000 + 10000);
+    cr_assert_eq(net_flows_track_links(f, &e), TS_OK); /* already on: no-op */
+    net_flows_free(f);
+    net_graph_free(g);
+}
+
+Test(net_flow, link_usage_refused_after_start_and_zero_untracked)
+{
+    net_graph *g = line3();
+    net_flows *f = flows_on(g);
+    ts_err e;
+    int l01 = gpu_link(g, 0, 1);
+    cr_assert(net_flow_start(f, 0, &l01, 1, 1e6, 0, &e) >= 0);
+    cr_assert_eq(net_flows_track_links(f, &e), TS_ESTATE);
+    cr_assert(net_flows_link_usage(f, l01).bytes == 0);
+    net_flows_free(f);
+    net_graph_free(g);
+}
