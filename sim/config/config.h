@@ -83,6 +83,9 @@ typedef struct {
     int recompute_num_layers;                 /* --recompute-num-layers (full only; 0 = all) */
     bool distributed_optimizer;               /* --use-distributed-optimizer */
     bool overlap_grad_reduce;                 /* --overlap-grad-reduce */
+    int64_t ddp_bucket_params;                /* --ddp-bucket-size, parameters (0: max(40M, 1M x d)) */
+    bool overlap_param_gather;                /* --overlap-param-gather (needs the two above on) */
+    bool tp_comm_overlap;                     /* --tp-comm-overlap: userbuffers GEMM/collective overlap */
     sched_kind schedule;                      /* --schedule */
 } parallel_config;
 

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/core/overlap.h"
 #include "sim/model/flops.h"
 #include "sim/model/layer.h"
 #include "sim/util/grow.h"
@@ -36,6 +37,9 @@ typedef struct {
     int32_t prev_last; /* step of the previous list's last op (relative) */
     bool seen[PLAN_STREAMS];
     int stage;
+    bool tpo; /* --tp-comm-overlap: userbuffers closed forms (overlap.h) */
+    bool ub;  /* the list being added is a transformer layer's (tpo applies) */
+    int sms;  /* the GPU's SMs (overlap_gpu_sms; 0 unknown) */
 } pass_builder;
 
 static void pb_start(pass_builder *b, int stage)
@@ -61,6 +65,31 @@ static int32_t pb_new(pass_builder *b, plan_step *x)
     return (int32_t)(id - b->base);
 }
 
+/* --tp-comm-overlap: does op i of ops (a collective) run pipelined with a
+ * neighbouring GEMM (overlap.h)? Returns the GEMM's index or -1. An
+ * all-gather pairs with the next op when that GEMM waits for it (and is not
+ * a bulk overlap); a reduce-scatter in a forward list (F or R) with the GEMM
+ * it waits for, when no later op runs beside it (bulk). */
+static int ub_partner(const pass_builder *b, const layer_ops *ops, int i, int cat)
+{
+    const layer_op *op = &ops->op[i];
+    if (!b->tpo || !b->ub || op->kind != LAYER_OP_COMM)
+        return -1;
+    if (op->coll == COMM_ALL_GATHER && i + 1 < ops->n) {
+        const layer_op *g = &ops->op[i + 1];
+        if (g->kind == LAYER_OP_GEMM && g->overlap != i && (g->dep[0] == i || g->dep[1] == i))
+            return i + 1;
+    }
+    if (op->coll == COMM_REDUCE_SCATTER && (cat == PLAN_CAT_FWD || cat == PLAN_CAT_RECOMP) && i > 0 &&
+        op->dep[0] == i - 1 && ops->op[i - 1].kind == LAYER_OP_GEMM) {
+        for (int j = i + 1; j < ops->n; j++)
+            if (ops->op[j].overlap == i)
+                return -1;
+        return i - 1;
+    }
+    return -1;
+}
+
 /* Append the ops of one list. cat: category of its compute ops. alloc_bytes
  * are allocated when its first op starts, free_bytes freed when its last
  * op ends. Returns TS_OK or TS_ENOMEM. */
@@ -68,6 +97,7 @@ static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_
 {
     int32_t map[LAYER_MAX_OPS];
     int64_t comm_ns[LAYER_MAX_OPS];
+    int64_t gemm_ns[LAYER_MAX_OPS];
     for (int i = 0; i < ops->n; i++) {
         const layer_op *op = &ops->op[i];
         int32_t ds[2] = {-1, -1};
@@ -82,7 +112,11 @@ static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_
             int64_t dur = cost_op_ns(b->cm, op);
             if (op->overlap >= 0 && op->overlap < i) /* shares the GPU with a running collective */
                 dur = cost_overlap_ns(b->cm, dur, comm_ns[op->overlap]);
+            if (i + 1 < ops->n && ub_partner(b, ops, i + 1, cat) == i &&
+                ops->op[i + 1].coll == COMM_REDUCE_SCATTER) /* pipeline method: 16 SMs communicate */
+                dur = overlap_sm_slowed_ns(dur, b->sms, OVERLAP_PIPELINE_SMS);
             comm_ns[i] = 0;
+            gemm_ns[i] = dur;
             int32_t ext[2] = {-1, -1};
             int ne = 0;
             for (int k = 0; k < nd; k++)
@@ -116,6 +150,12 @@ static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_
             plan_step x = plan_step_init(op->name, PLAN_STREAM_TP, PLAN_CAT_TP, b->stage,
                                          commcost_ns(b->cc, op->coll, op->bytes, &g));
             x.comm_bytes = op->bytes;
+            gemm_ns[i] = 0;
+            int gp = ub_partner(b, ops, i, cat);
+            if (gp > i) /* ring exchange: t chunks by the copy engines, the GEMM keeps its SMs */
+                x.dur_ns = overlap_chunked_exposed_ns(x.dur_ns, cost_op_ns(b->cm, &ops->op[gp]), op->group);
+            else if (gp >= 0) /* pipeline: 4 chunks behind the GEMM (already slowed) */
+                x.dur_ns = overlap_chunked_exposed_ns(x.dur_ns, gemm_ns[gp], OVERLAP_PIPELINE_SPLITS);
             comm_ns[i] = x.dur_ns;
             int nx = 0;
             for (int k = 0; k < nd; k++) {
@@ -136,6 +176,16 @@ static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_
         b->prev_last = map[ops->n - 1];
     }
     return TS_OK;
+}
+
+/* pb_add for a transformer layer's list: the one --tp-comm-overlap applies
+ * to (Transformer Engine layers; the embedding and output layer are not). */
+static int pb_add_layer(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_bytes, int64_t free_bytes)
+{
+    b->ub = true;
+    int rc = pb_add(b, ops, cat, alloc_bytes, free_bytes);
+    b->ub = false;
+    return rc;
 }
 
 /* The pass's last step closes gradient bucket k: end the open compute step
@@ -220,6 +270,8 @@ static int model_ops_build(const config *c, model_ops *mo, ts_err *err)
     mo->bucket_params = PLAN_BUCKET_MIN_PARAMS;
     if (PLAN_BUCKET_PARAMS_PER_DP * c->par.dp > mo->bucket_params)
         mo->bucket_params = PLAN_BUCKET_PARAMS_PER_DP * c->par.dp;
+    if (c->par.ddp_bucket_params > 0) /* --ddp-bucket-size */
+        mo->bucket_params = c->par.ddp_bucket_params;
     return TS_OK;
 }
 
@@ -270,7 +322,7 @@ static int build_bwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
         int lo = recomputed ? ((hi - 1) / L->group) * L->group : hi - 1;
         if (recomputed && kind != PLAN_PASS_W)
             for (int l = lo; l < hi && rc == TS_OK; l++) /* a group's other inputs are re-created too */
-                rc = pb_add(b, &mo->r, PLAN_CAT_RECOMP, mo->m_rc.by_rc + (l % L->group ? mo->m_rc.kept : 0), 0);
+                rc = pb_add_layer(b, &mo->r, PLAN_CAT_RECOMP, mo->m_rc.by_rc + (l % L->group ? mo->m_rc.kept : 0), 0);
         for (int l = hi - 1; l >= lo && rc == TS_OK; l--) {
             const layer_ops *ops;
             const layer_mem *m = recomputed ? &mo->m_rc : &mo->m_none;
@@ -280,7 +332,7 @@ static int build_bwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
                 ops = recomputed ? &mo->i : &mo->ni;
             else
                 ops = recomputed ? &mo->w : &mo->nw;
-            rc = pb_add(b, ops, PLAN_CAT_BWD, 0, FREE_OF(*m));
+            rc = pb_add_layer(b, ops, PLAN_CAT_BWD, 0, FREE_OF(*m));
             acc += mo->params_layer;
             if (buckets && acc >= mo->bucket_params) {
                 bucket_params[nb] = acc;
@@ -313,7 +365,7 @@ static int build_fwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
             kept = mo->m_none.kept;
         else /* full uniform: only a group's first layer keeps its input */
             kept = (l % L->group == 0) ? mo->m_rc.kept : 0;
-        rc = pb_add(b, &mo->f, PLAN_CAT_FWD, kept, 0);
+        rc = pb_add_layer(b, &mo->f, PLAN_CAT_FWD, kept, 0);
     }
     if (last && rc == TS_OK)
         rc = pb_add(b, &mo->of, PLAN_CAT_FWD, mo->m_out.kept, 0);
@@ -680,7 +732,11 @@ int plan_build_opts(const config *c, const sched *s, const cost_model *cm, const
         pl->overlap_grad_reduce = P->overlap_grad_reduce;
         pl->distributed_optimizer = P->distributed_optimizer;
         int t = E.t, gpn = E.gpn;
-        pass_builder b = {.pl = pl, .cm = cm, .cc = cc};
+        pass_builder b = {.pl = pl,
+                          .cm = cm,
+                          .cc = cc,
+                          .tpo = P->tp_comm_overlap && P->sequence_parallel && E.t > 1,
+                          .sms = overlap_gpu_sms(c->cluster.gpu.name)};
         b.tp_group = (commcost_group){t, t <= gpn ? t : (t % gpn ? 1 : gpn)};
         rc = add_pipeline_transfers(pl, &E, &b.tp_group);
         if (rc == TS_OK)
