@@ -704,6 +704,14 @@ static int add_rank_steps(plan *pl, const plan_env *E)
         if (P->distributed_optimizer && d > 1) {
             x = plan_step_init("dp.param-all-gather", PLAN_STREAM_DP, PLAN_CAT_DP, -1, 0);
             x.comm_bytes = params * dt;
+            const plan_stage *S0 = &pl->stages[sched_stage_of(E->s, r, 0)];
+            if (P->overlap_param_gather && S0->n_buckets > 0) {
+                /* --overlap-param-gather: the gathers run behind the next
+                 * forward; the one it waits for is the bucket of the rank's
+                 * first layers, the last one its backward closed */
+                x.name = "dp.param-all-gather.first-bucket";
+                x.comm_bytes = pl->steps[S0->dp_bucket0 + (uint32_t)S0->n_buckets - 1].comm_bytes / E->grad_bytes * dt;
+            }
             x.dur_ns = commcost_ns(E->cc, COMM_ALL_GATHER, x.comm_bytes, &E->dp_group);
             if (plan_push_step(pl, &x, &pl->param_gather[r]))
                 return err_set(E->err, TS_ENOMEM, "plan: out of memory");
