@@ -502,6 +502,17 @@ static int check_parallel(config *c, ts_err *err)
     return TS_OK;
 }
 
+const char *const CONFIG_SHARDING_NAMES[] = {"no_shard", "optim", "optim_grads", "optim_grads_params", NULL};
+
+config_sharding config_fsdp_sharding(const parallel_config *p)
+{
+    if (p->torch_fsdp2)
+        return SHARD_OPTIM_GRADS_PARAMS;
+    if (p->megatron_fsdp)
+        return (config_sharding)p->dp_sharding;
+    return SHARD_NO_SHARD;
+}
+
 /* Megatron-LM's preconditions of the overlap flags (arguments.py asserts). */
 static int check_overlap(config *c, ts_err *err)
 {
@@ -517,6 +528,10 @@ static int check_overlap(config *c, ts_err *err)
                        p->tp);
     if (p->tp == 1)
         p->tp_comm_overlap = false; /* no tensor-parallel communication to overlap */
+    if (p->torch_fsdp2 && p->megatron_fsdp)
+        return err_set(err, TS_EINVAL, "--use-torch-fsdp2 and --use-megatron-fsdp exclude each other (give one)");
+    if (p->dp_sharding < SHARD_NO_SHARD || p->dp_sharding > SHARD_OPTIM_GRADS_PARAMS)
+        return err_set(err, TS_EINVAL, "--data-parallel-sharding-strategy %d is not valid", (int)p->dp_sharding);
     return TS_OK;
 }
 

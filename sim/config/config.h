@@ -25,6 +25,11 @@ typedef enum { PREC_BF16 = 0, PREC_FP16, PREC_FP32 } config_precision;
 typedef enum { RECOMPUTE_NONE = 0, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } config_recompute;
 typedef enum { RECOMPUTE_METHOD_UNIFORM = 0, RECOMPUTE_METHOD_BLOCK } config_recompute_method;
 typedef enum { NORM_LAYERNORM = 0, NORM_RMSNORM } config_norm;
+/* What fully sharded data parallelism shards over the data-parallel group
+ * (Megatron-FSDP's --data-parallel-sharding-strategy; torch FSDP2 is
+ * SHARD_OPTIM_GRADS_PARAMS): nothing, the optimizer state (ZeRO-1), also
+ * the gradients (ZeRO-2), also the parameters (ZeRO-3). */
+typedef enum { SHARD_NO_SHARD = 0, SHARD_OPTIM, SHARD_OPTIM_GRADS, SHARD_OPTIM_GRADS_PARAMS } config_sharding;
 /* Position embeddings: a learned table of max_position_embeddings x h
  * (parameters on the first stage), rotary (rope, and yarn, its rescaled
  * form: no parameters, an element-wise rotation of q and k), or none. */
@@ -86,6 +91,9 @@ typedef struct {
     int64_t ddp_bucket_params;                /* --ddp-bucket-size, parameters (0: max(40M, 1M x d)) */
     bool overlap_param_gather;                /* --overlap-param-gather (needs the two above on) */
     bool tp_comm_overlap;                     /* --tp-comm-overlap: userbuffers GEMM/collective overlap */
+    bool torch_fsdp2;                         /* --use-torch-fsdp2 (shards optimizer, gradients, parameters) */
+    bool megatron_fsdp;                       /* --use-megatron-fsdp */
+    int dp_sharding;                          /* config_sharding: --data-parallel-sharding-strategy (Megatron-FSDP) */
     sched_kind schedule;                      /* --schedule */
 } parallel_config;
 
@@ -111,6 +119,12 @@ typedef struct {
 extern const char *const CONFIG_RECOMPUTE_NAMES[];
 extern const char *const CONFIG_RECOMPUTE_METHOD_NAMES[];
 extern const char *const CONFIG_PRECISION_NAMES[];
+/* "no_shard", "optim", "optim_grads", "optim_grads_params" (Megatron-LM's). */
+extern const char *const CONFIG_SHARDING_NAMES[];
+/* The sharding a resolved configuration runs with: dp_sharding under
+ * Megatron-FSDP, SHARD_OPTIM_GRADS_PARAMS under torch FSDP2, SHARD_NO_SHARD
+ * without FSDP (the distributed optimizer is separate: par.distributed_optimizer). */
+config_sharding config_fsdp_sharding(const parallel_config *p);
 /* Megatron-LM's spellings: "LayerNorm", "RMSNorm"; "learned_absolute",
  * "rope", "yarn", "none". */
 extern const char *const CONFIG_NORM_NAMES[];

@@ -159,6 +159,17 @@ static int add_parallel_flags(flags_state *s, opt_table *t, config *c, ts_err *e
     ADD(.name = "--tp-comm-overlap", .type = OPT_BOOL, .target = &p->tp_comm_overlap,
         .help = "Transformer Engine userbuffers: sequence-parallel all-gathers and reduce-scatters split into "
                 "chunks pipelined with their GEMMs (needs --sequence-parallel at t > 1; docs/cost-model.md)");
+    ADD(.name = "--use-torch-fsdp2", .type = OPT_BOOL, .target = &p->torch_fsdp2,
+        .help = "PyTorch FSDP2: optimizer state, gradients and parameters sharded over the data-parallel group; "
+                "per-layer parameter all-gathers in forward and again in backward, per-layer gradient "
+                "reduce-scatters (docs/simulator.md)");
+    ADD(.name = "--use-megatron-fsdp", .type = OPT_BOOL, .target = &p->megatron_fsdp,
+        .help = "Megatron-FSDP, sharding per --data-parallel-sharding-strategy");
+    p->dp_sharding = SHARD_OPTIM_GRADS_PARAMS; /* Megatron-LM's default */
+    ADD(.name = "--data-parallel-sharding-strategy", .type = OPT_ENUM, .target = &p->dp_sharding,
+        .enum_names = CONFIG_SHARDING_NAMES,
+        .help = "with --use-megatron-fsdp: what is sharded over the data-parallel group (optimizer state; + "
+                "gradients; + parameters)");
     return TS_OK;
 }
 

@@ -272,6 +272,8 @@ static int model_ops_build(const config *c, model_ops *mo, ts_err *err)
         mo->bucket_params = PLAN_BUCKET_PARAMS_PER_DP * c->par.dp;
     if (c->par.ddp_bucket_params > 0) /* --ddp-bucket-size */
         mo->bucket_params = c->par.ddp_bucket_params;
+    if (c->par.torch_fsdp2 || c->par.megatron_fsdp) /* FSDP: one unit (bucket) per transformer layer */
+        mo->bucket_params = mo->params_layer;
     return TS_OK;
 }
 
@@ -532,6 +534,8 @@ typedef struct {
     int dt;                  /* bytes of a weight or activation element */
     int grad_bytes;          /* bytes of a gradient element */
     commcost_group dp_group; /* the data-parallel group */
+    bool fsdp;               /* --use-torch-fsdp2 or --use-megatron-fsdp */
+    config_sharding shard;   /* what FSDP shards (config_fsdp_sharding) */
     ts_err *err;
 } plan_env;
 
@@ -547,6 +551,8 @@ static void plan_env_init(plan_env *E, const config *c, const sched *s, const co
     E->dt = config_dtype_bytes(c);
     E->grad_bytes = c->model.precision == PREC_FP16 ? 2 : 4; /* bf16 accumulates and reduces in fp32 */
     E->dp_group = (commcost_group){E->d, ranks_per_node(E->d, E->t, E->gpn)};
+    E->fsdp = P->torch_fsdp2 || P->megatron_fsdp;
+    E->shard = config_fsdp_sharding(P);
 }
 
 /* The pipeline transfers' cost: b*s*h activations (or their gradient) per
@@ -572,6 +578,41 @@ static int add_pipeline_transfers(plan *pl, const plan_env *E, const commcost_gr
 /* The F, B, I and W passes of stage st; with buckets (bucket_params, room
  * for num_layers + 2), the parameters of each gradient bucket, and their
  * count in *n_buckets. */
+/* FSDP with sharded parameters: each pass that uses the weights (F, B, I)
+ * all-gathers every unit's parameters (each transformer layer, and the
+ * embedding or output layer's when the stage has them) over the
+ * data-parallel group before that unit runs, prefetching the next unit's
+ * while the current one computes (again in the backward: the parameters
+ * were resharded after the forward). The engine cannot split a pass into
+ * per-layer waits, so the plan keeps the closed form (overlap.h) with the
+ * stage's gather c split into n equal units beside the pass's compute g:
+ * exposed = (c + (n-1) max(0, c - g)) / n, one DP-stream step per pass. */
+static int add_fsdp_gathers(plan *pl, const plan_env *E, int st, int n_layers, bool has_extra)
+{
+    plan_stage *S_ = &pl->stages[st];
+    int units = n_layers + (has_extra ? 1 : 0);
+    if (units < 1)
+        return TS_OK;
+    int64_t bytes = S_->params * E->dt;
+    int64_t c_ns = commcost_ns(E->cc, COMM_ALL_GATHER, bytes, &E->dp_group);
+    static const int passes[] = {PLAN_PASS_F, PLAN_PASS_B, PLAN_PASS_I};
+    for (size_t i = 0; i < sizeof passes / sizeof *passes; i++) {
+        int k = passes[i];
+        int64_t g_ns = 0;
+        for (uint32_t j = 0; j < S_->pass[k].n; j++) {
+            const plan_step *x = &pl->steps[S_->pass[k].first + j];
+            if (x->stream == PLAN_STREAM_COMPUTE)
+                g_ns += x->dur_ns;
+        }
+        plan_step x = plan_step_init("fsdp.param-all-gather", PLAN_STREAM_DP, PLAN_CAT_DP, st,
+                                     overlap_chunked_exposed_ns(c_ns, g_ns, units));
+        x.comm_bytes = bytes;
+        if (plan_push_step(pl, &x, &S_->fsdp_gather[k]))
+            return err_set(E->err, TS_ENOMEM, "plan: out of memory");
+    }
+    return TS_OK;
+}
+
 static int build_stage_passes(plan *pl, const plan_env *E, pass_builder *b, const model_ops *mo, int st,
                               int64_t *bucket_params, int *n_buckets)
 {
@@ -582,7 +623,7 @@ static int build_stage_passes(plan *pl, const plan_env *E, pass_builder *b, cons
     rc_layout L = layout_of(c, nl);
     S_->params = flops_params_stage(&c->model, E->t, nl, first, last);
     int64_t extra = S_->params - (int64_t)nl * mo->params_layer;
-    bool with_buckets = E->d > 1 && c->par.overlap_grad_reduce;
+    bool with_buckets = E->d > 1 && (c->par.overlap_grad_reduce || E->fsdp);
     int nb_b = 0, nb_w = 0;
     for (int k = 0; k < PLAN_PASSES && rc == TS_OK; k++) {
         pb_start(b, st);
@@ -608,6 +649,8 @@ static int build_stage_passes(plan *pl, const plan_env *E, pass_builder *b, cons
         return rc;
     if (nb_b != nb_w)
         return err_set(E->err, TS_ESTATE, "plan: stage %d has %d gradient buckets in B but %d in W", st, nb_b, nb_w);
+    if (E->shard == SHARD_OPTIM_GRADS_PARAMS && E->d > 1 && (rc = add_fsdp_gathers(pl, E, st, nl, extra > 0)))
+        return rc;
     *n_buckets = nb_b;
     return TS_OK;
 }
@@ -618,8 +661,9 @@ static int add_dp_reduction(plan *pl, const plan_env *E, int st, const int64_t *
 {
     const parallel_config *P = &E->c->par;
     plan_stage *S_ = &pl->stages[st];
-    commcost_coll coll = P->distributed_optimizer ? COMM_REDUCE_SCATTER : COMM_ALL_REDUCE;
-    const char *nm = P->distributed_optimizer ? "dp.reduce-scatter" : "dp.all-reduce";
+    bool rs = P->distributed_optimizer || E->shard >= SHARD_OPTIM;
+    commcost_coll coll = rs ? COMM_REDUCE_SCATTER : COMM_ALL_REDUCE;
+    const char *nm = rs ? "dp.reduce-scatter" : "dp.all-reduce";
     plan_step x = plan_step_init(nm, PLAN_STREAM_DP, PLAN_CAT_DP, st, 0);
     x.comm_bytes = S_->params * E->grad_bytes;
     x.dur_ns = commcost_ns(E->cc, coll, x.comm_bytes, &E->dp_group);
@@ -690,10 +734,28 @@ static int add_rank_steps(plan *pl, const plan_env *E)
         int64_t params = 0;
         for (int ch = 0; ch < pl->v; ch++)
             params += pl->stages[sched_stage_of(E->s, r, ch)].params;
-        int64_t shard = P->distributed_optimizer ? (params + d - 1) / d : params;
+        int64_t per_rank = (params + d - 1) / d;
+        int64_t shard = P->distributed_optimizer || E->shard >= SHARD_OPTIM ? per_rank : params;
         bool fp32 = c->model.precision == PREC_FP32;
         pl->weights_bytes[r] = params * dt;
-        pl->grads_bytes[r] = params * E->grad_bytes;
+        pl->grads_bytes[r] = (E->shard >= SHARD_OPTIM_GRADS ? per_rank : params) * E->grad_bytes;
+        if (E->shard == SHARD_OPTIM_GRADS_PARAMS) {
+            /* the shard, plus the gathered unit being computed and the one
+             * prefetched: two of the rank's largest units (a layer, or the
+             * embedding / output layer of its first or last stage) */
+            int64_t unit = 0;
+            for (int ch = 0; ch < pl->v; ch++) {
+                int st = sched_stage_of(E->s, r, ch);
+                int nl = E->s->stages[st].num_layers;
+                int64_t layer = flops_params_stage(&c->model, E->t, 1, 0, 0);
+                int64_t extra = pl->stages[st].params - (int64_t)nl * layer;
+                if (nl > 0 && layer > unit)
+                    unit = layer;
+                if (extra > unit)
+                    unit = extra;
+            }
+            pl->weights_bytes[r] = (per_rank + 2 * unit) * dt;
+        }
         pl->optim_bytes[r] = shard * (fp32 ? 8 : 12); /* fp32 master + momentum + variance */
         plan_step x = plan_step_init(
             "optimizer", PLAN_STREAM_COMPUTE, PLAN_CAT_OPTIM, -1,
@@ -701,7 +763,7 @@ static int add_rank_steps(plan *pl, const plan_env *E)
                              shard * (fp32 ? PLAN_ADAM_BYTES_PER_PARAM_FP32 : PLAN_ADAM_BYTES_PER_PARAM)));
         if (plan_push_step(pl, &x, &pl->optim[r]))
             return err_set(E->err, TS_ENOMEM, "plan: out of memory");
-        if (P->distributed_optimizer && d > 1) {
+        if ((P->distributed_optimizer || E->shard >= SHARD_OPTIM) && E->shard != SHARD_OPTIM_GRADS_PARAMS && d > 1) {
             x = plan_step_init("dp.param-all-gather", PLAN_STREAM_DP, PLAN_CAT_DP, -1, 0);
             x.comm_bytes = params * dt;
             const plan_stage *S0 = &pl->stages[sched_stage_of(E->s, r, 0)];
@@ -737,8 +799,8 @@ int plan_build_opts(const config *c, const sched *s, const cost_model *cm, const
         rc = err_set(err, TS_ENOMEM, "plan: out of memory");
     if (rc == TS_OK) {
         pl->d = E.d;
-        pl->overlap_grad_reduce = P->overlap_grad_reduce;
-        pl->distributed_optimizer = P->distributed_optimizer;
+        pl->overlap_grad_reduce = P->overlap_grad_reduce || E.fsdp; /* FSDP reduces per unit during the backward */
+        pl->distributed_optimizer = P->distributed_optimizer || E.shard >= SHARD_OPTIM;
         int t = E.t, gpn = E.gpn;
         pass_builder b = {.pl = pl,
                           .cm = cm,

@@ -167,7 +167,7 @@ Test(megatron_flags, performance_flags_are_refused)
                                           "--context-parallel-size",
                                           "--tp-comm-overlap-cfg",
                                           "--overlap-param-gather-with-optimizer-step",
-                                          "--use-torch-fsdp2",
+                                          "--torch-fsdp2-no-reshard-after-forward",
                                           "--cpu-offloading-num-layers",
                                           "--attention-backend",
                                           "--use-flash-attn",
