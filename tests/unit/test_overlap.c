@@ -11,6 +11,7 @@
 #include "sim/core/overlap.h"
 #include "sim/core/plan_build.h"
 #include "sim/core/simulate.h"
+#include "sim/model/flops.h"
 #include "sim/model/layer.h"
 #include "sim/sched/sched_generate.h"
 #include "tests/unit/gpu_specs.h"
@@ -302,6 +303,85 @@ Test(overlap, grad_reduce_exposes_the_last_bucket)
     cr_assert_eq(simulate_run(&c, &o, &r, &err), TS_OK, "%s", err.msg);
     cr_expect_eq(r->ranks[0].exposed_ns[SIMULATE_COMM_DP], last, "%lld vs %lld (buckets %d)",
                  (long long)r->ranks[0].exposed_ns[SIMULATE_COMM_DP], (long long)last, S->n_buckets);
+    simulate_result_free(r);
+    unbuild(&b);
+}
+
+/* ---------------------------------------------------------------- FSDP */
+
+/* Static memory per rank: parameters, gradients and optimizer state
+ * divided by the sharding group d as the strategy says, plus (parameters
+ * sharded) the gathered buffers of two units: the one computing and the one
+ * prefetched, the largest unit here being the tied embedding (V·h > 12h²+13h). */
+Test(overlap, fsdp_memory_closed_form)
+{
+    static const struct {
+        bool torch;
+        config_sharding s;
+        int w, g, o; /* 1: divided by d */
+    } rows[] = {{true, SHARD_OPTIM_GRADS_PARAMS, 1, 1, 1},
+                {false, SHARD_OPTIM_GRADS_PARAMS, 1, 1, 1},
+                {false, SHARD_OPTIM_GRADS, 0, 1, 1},
+                {false, SHARD_OPTIM, 0, 0, 1},
+                {false, SHARD_NO_SHARD, 0, 0, 0}};
+    for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+        config c = make(1, 1, 8, false);
+        c.par.torch_fsdp2 = rows[i].torch;
+        c.par.megatron_fsdp = !rows[i].torch;
+        c.par.dp_sharding = rows[i].s;
+        built b;
+        build(&c, &b);
+        int64_t P = b.pl->stages[0].params, per = (P + 7) / 8;
+        int64_t layer = flops_params_stage(&c.model, 1, 1, false, false), extra = P - 8 * layer;
+        cr_assert_gt(extra, layer);
+        cr_expect_eq(b.pl->weights_bytes[0], rows[i].w ? (per + 2 * extra) * 2 : P * 2, "row %zu", i);
+        cr_expect_eq(b.pl->grads_bytes[0], (rows[i].g ? per : P) * 4, "row %zu", i);
+        cr_expect_eq(b.pl->optim_bytes[0], (rows[i].o ? per : P) * 12, "row %zu", i);
+        /* gradients reduced per unit during the backward; after the step
+         * the parameters are gathered whole only when they are not sharded */
+        cr_expect_eq(b.pl->stages[0].n_buckets, 8, "one bucket per layer (the extra weights ride with the first)");
+        cr_expect_eq(b.pl->param_gather[0] != PLAN_NO_STEP, rows[i].s == SHARD_OPTIM || rows[i].s == SHARD_OPTIM_GRADS);
+        cr_expect_eq(b.pl->stages[0].fsdp_gather[PLAN_PASS_F] != PLAN_NO_STEP, rows[i].w == 1);
+        unbuild(&b);
+    }
+}
+
+/* Parameters sharded: each of F, B and I waits for the exposed part of its
+ * per-unit gathers, (c + (n-1) max(0, c - g)) / n over n units (8 layers
+ * and the embedding/output weights), c the stage's gather and g the pass's
+ * compute; W uses no weights and gathers nothing. */
+Test(overlap, fsdp_gather_closed_form)
+{
+    config c = make(1, 1, 8, false);
+    c.par.torch_fsdp2 = true;
+    built b;
+    build(&c, &b);
+    const plan_stage *S = &b.pl->stages[0];
+    commcost_group g8 = {8, 8};
+    int64_t cg = commcost_ns(&b.cc, COMM_ALL_GATHER, S->params * 2, &g8);
+    int passes[] = {PLAN_PASS_F, PLAN_PASS_B, PLAN_PASS_I};
+    for (int i = 0; i < 3; i++) {
+        int k = passes[i];
+        int64_t g = 0;
+        for (uint32_t j = 0; j < S->pass[k].n; j++)
+            if (b.pl->steps[S->pass[k].first + j].stream == PLAN_STREAM_COMPUTE)
+                g += b.pl->steps[S->pass[k].first + j].dur_ns;
+        cr_assert_neq(S->fsdp_gather[k], PLAN_NO_STEP);
+        const plan_step *x = &b.pl->steps[S->fsdp_gather[k]];
+        cr_expect_eq(x->dur_ns, overlap_chunked_exposed_ns(cg, g, 9), "pass %d", k);
+        cr_expect_geq(x->dur_ns * 9, cg, "at least the first unit's gather");
+        cr_expect_lt(x->dur_ns, cg);
+        cr_expect_eq(x->stream, PLAN_STREAM_DP);
+    }
+    cr_expect_eq(S->fsdp_gather[PLAN_PASS_W], PLAN_NO_STEP);
+    /* in the simulated iteration every pass of every micro-batch waits for
+     * its gather: 4 micro-batches x (F + B) of them are exposed at least */
+    simulate_opts o = {0};
+    simulate_result *r = NULL;
+    ts_err err;
+    cr_assert_eq(simulate_run(&c, &o, &r, &err), TS_OK, "%s", err.msg);
+    int64_t per_mb = b.pl->steps[S->fsdp_gather[PLAN_PASS_F]].dur_ns + b.pl->steps[S->fsdp_gather[PLAN_PASS_B]].dur_ns;
+    cr_expect_geq(r->ranks[0].exposed_ns[SIMULATE_COMM_DP], 4 * per_mb);
     simulate_result_free(r);
     unbuild(&b);
 }
