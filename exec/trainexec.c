@@ -227,6 +227,10 @@ static int exec_supports(const config *c, ts_err *err)
         return err_set(err, TS_ENOTSUP, "--recompute-granularity: the executor does not recompute (give none)");
     if (p->distributed_optimizer)
         return err_set(err, TS_ENOTSUP, "--use-distributed-optimizer: the executor's Adam is not sharded");
+    if (p->torch_fsdp2 || p->megatron_fsdp)
+        return err_set(err, TS_ENOTSUP,
+                       "--use-torch-fsdp2, --use-megatron-fsdp: the executor shards no parameters, "
+                       "gradients or optimizer state");
     return TS_OK;
 }
 
@@ -540,6 +544,9 @@ static int resolve_config(run *x)
     if (x->rank == 0 && pc->overlap_grad_reduce)
         printf("trainexec: note: --overlap-grad-reduce is not overlapped here: gradients are "
                "reduced at the schedule's REDUCE_GRAD actions\n");
+    if (x->rank == 0 && pc->tp_comm_overlap)
+        printf("trainexec: note: --tp-comm-overlap is not overlapped here: tensor-parallel collectives run whole "
+               "between the GEMMs\n");
     if (x->a.inf.inference && x->a.inf.batch_size)
         o->dims.batch = x->a.inf.batch_size;
     x->par = *pc;

@@ -585,6 +585,39 @@ static int check_parallel(config *c, ts_err *err)
     return TS_OK;
 }
 
+const char *const CONFIG_SHARDING_NAMES[] = {"no_shard", "optim", "optim_grads", "optim_grads_params", NULL};
+
+config_sharding config_fsdp_sharding(const parallel_config *p)
+{
+    if (p->torch_fsdp2)
+        return SHARD_OPTIM_GRADS_PARAMS;
+    if (p->megatron_fsdp)
+        return (config_sharding)p->dp_sharding;
+    return SHARD_NO_SHARD;
+}
+
+/* Megatron-LM's preconditions of the overlap flags (arguments.py asserts). */
+static int check_overlap(config *c, ts_err *err)
+{
+    parallel_config *p = &c->par;
+    if (p->overlap_param_gather && !(p->distributed_optimizer && p->overlap_grad_reduce))
+        return err_set(err, TS_EINVAL,
+                       "--overlap-param-gather needs --use-distributed-optimizer and --overlap-grad-reduce "
+                       "(Megatron-LM's preconditions)");
+    if (p->tp_comm_overlap && p->tp > 1 && !p->sequence_parallel)
+        return err_set(err, TS_EINVAL,
+                       "--tp-comm-overlap needs --sequence-parallel at t = %d (Megatron-LM overlaps "
+                       "only the sequence-parallel all-gathers and reduce-scatters)",
+                       p->tp);
+    if (p->tp == 1)
+        p->tp_comm_overlap = false; /* no tensor-parallel communication to overlap */
+    if (p->torch_fsdp2 && p->megatron_fsdp)
+        return err_set(err, TS_EINVAL, "--use-torch-fsdp2 and --use-megatron-fsdp exclude each other (give one)");
+    if (p->dp_sharding < SHARD_NO_SHARD || p->dp_sharding > SHARD_OPTIM_GRADS_PARAMS)
+        return err_set(err, TS_EINVAL, "--data-parallel-sharding-strategy %d is not valid", (int)p->dp_sharding);
+    return TS_OK;
+}
+
 int config_resolve(config *c, ts_err *err)
 {
     int rc;
@@ -606,6 +639,8 @@ int config_resolve(config *c, ts_err *err)
         return rc;
     if (c->par.tp == 1)
         c->par.sequence_parallel = false; /* as Megatron-LM: a no-op with one tensor-parallel rank */
+    if ((rc = check_overlap(c, err)))
+        return rc;
     if (!c->cluster.gpu.name[0])
         return err_set(err, TS_EINVAL, "no GPU kind (give --gpu KIND)");
     if ((rc = overheads_resolve(&c->cluster.overheads, &c->cluster.gpu, err)))

@@ -50,6 +50,11 @@ typedef enum {
 #define CONFIG_RC_MLA_UP_PROJ    0x20u               /* needs MLA: not modelled */
 #define CONFIG_RC_SHARED_EXPERTS 0x40u               /* needs MoE: not modelled */
 #define CONFIG_RC_DEFAULT        CONFIG_RC_CORE_ATTN /* Megatron-core's default */
+/* What fully sharded data parallelism shards over the data-parallel group
+ * (Megatron-FSDP's --data-parallel-sharding-strategy; torch FSDP2 is
+ * SHARD_OPTIM_GRADS_PARAMS): nothing, the optimizer state (ZeRO-1), also
+ * the gradients (ZeRO-2), also the parameters (ZeRO-3). */
+typedef enum { SHARD_NO_SHARD = 0, SHARD_OPTIM, SHARD_OPTIM_GRADS, SHARD_OPTIM_GRADS_PARAMS } config_sharding;
 /* Position embeddings: a learned table of max_position_embeddings x h
  * (parameters on the first stage), rotary (rope, and yarn, its rescaled
  * form: no parameters, an element-wise rotation of q and k), or none. */
@@ -110,6 +115,12 @@ typedef struct {
     unsigned recompute_modules;               /* --recompute-modules, CONFIG_RC_* bits (selective; 0 = default) */
     bool distributed_optimizer;               /* --use-distributed-optimizer */
     bool overlap_grad_reduce;                 /* --overlap-grad-reduce */
+    int64_t ddp_bucket_params;                /* --ddp-bucket-size, parameters (0: max(40M, 1M x d)) */
+    bool overlap_param_gather;                /* --overlap-param-gather (needs the two above on) */
+    bool tp_comm_overlap;                     /* --tp-comm-overlap: userbuffers GEMM/collective overlap */
+    bool torch_fsdp2;                         /* --use-torch-fsdp2 (shards optimizer, gradients, parameters) */
+    bool megatron_fsdp;                       /* --use-megatron-fsdp */
+    int dp_sharding;                          /* config_sharding: --data-parallel-sharding-strategy (Megatron-FSDP) */
     sched_kind schedule;                      /* --schedule */
 } parallel_config;
 
@@ -135,6 +146,12 @@ typedef struct {
 extern const char *const CONFIG_RECOMPUTE_NAMES[];
 extern const char *const CONFIG_RECOMPUTE_METHOD_NAMES[];
 extern const char *const CONFIG_PRECISION_NAMES[];
+/* "no_shard", "optim", "optim_grads", "optim_grads_params" (Megatron-LM's). */
+extern const char *const CONFIG_SHARDING_NAMES[];
+/* The sharding a resolved configuration runs with: dp_sharding under
+ * Megatron-FSDP, SHARD_OPTIM_GRADS_PARAMS under torch FSDP2, SHARD_NO_SHARD
+ * without FSDP (the distributed optimizer is separate: par.distributed_optimizer). */
+config_sharding config_fsdp_sharding(const parallel_config *p);
 /* Megatron-LM's spellings: "LayerNorm", "RMSNorm"; "learned_absolute",
  * "rope", "yarn", "none". */
 extern const char *const CONFIG_NORM_NAMES[];

@@ -163,6 +163,26 @@ static int add_parallel_flags(flags_state *s, opt_table *t, config *c, ts_err *e
         .help = "shard optimizer state over data-parallel ranks (ZeRO-1 like)");
     ADD(.name = "--overlap-grad-reduce", .type = OPT_BOOL, .target = &p->overlap_grad_reduce,
         .help = "overlap the data-parallel gradient reduction with the backward pass");
+    ADD(.name = "--ddp-bucket-size", .type = OPT_INT64, .target = &p->ddp_bucket_params, .min = 1, .max = 1e15,
+        .unit = "parameters", .defval = "max(40M, 1M x d)",
+        .help = "gradient bucket size with --overlap-grad-reduce (and --overlap-param-gather)");
+    ADD(.name = "--overlap-param-gather", .type = OPT_BOOL, .target = &p->overlap_param_gather,
+        .help = "all-gather updated parameters in buckets, each waited for at its first forward use (needs "
+                "--use-distributed-optimizer and --overlap-grad-reduce); exposed: the first bucket's gather");
+    ADD(.name = "--tp-comm-overlap", .type = OPT_BOOL, .target = &p->tp_comm_overlap,
+        .help = "Transformer Engine userbuffers: sequence-parallel all-gathers and reduce-scatters split into "
+                "chunks pipelined with their GEMMs (needs --sequence-parallel at t > 1; docs/cost-model.md)");
+    ADD(.name = "--use-torch-fsdp2", .type = OPT_BOOL, .target = &p->torch_fsdp2,
+        .help = "PyTorch FSDP2: optimizer state, gradients and parameters sharded over the data-parallel group; "
+                "per-layer parameter all-gathers in forward and again in backward, per-layer gradient "
+                "reduce-scatters (docs/simulator.md)");
+    ADD(.name = "--use-megatron-fsdp", .type = OPT_BOOL, .target = &p->megatron_fsdp,
+        .help = "Megatron-FSDP, sharding per --data-parallel-sharding-strategy");
+    p->dp_sharding = SHARD_OPTIM_GRADS_PARAMS; /* Megatron-LM's default */
+    ADD(.name = "--data-parallel-sharding-strategy", .type = OPT_ENUM, .target = &p->dp_sharding,
+        .enum_names = CONFIG_SHARDING_NAMES,
+        .help = "with --use-megatron-fsdp: what is sharded over the data-parallel group (optimizer state; + "
+                "gradients; + parameters)");
     return TS_OK;
 }
 

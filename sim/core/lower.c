@@ -27,6 +27,7 @@ typedef struct {
     bool *buckets_sent;   /* [rank*v + chunk] its buckets were issued during the backward */
     bool *reduced;        /* [rank*v + chunk] REDUCE_GRAD seen */
     uint32_t *last_dp;    /* [rank] last task on the rank's DP stream */
+    uint32_t *last_comp;  /* [rank] last task on the rank's compute stream (FSDP gathers wait for it) */
     uint32_t emb_task[2]; /* embedding-gradient all-reduce on the first / last stage's rank */
     uint32_t emb_pred[2]; /* what each waits for locally (gradients ready) */
     bool *optim_seen;     /* [rank] */
@@ -44,6 +45,8 @@ static int add_task(lowering *L, int rank, uint32_t step, int32_t mb, uint32_t *
     int rc = engine_task_add(L->e, L->rank_map ? L->rank_map[rank] : rank, x->stream, x->dur_ns, step, mb, out, L->err);
     if (rc == TS_OK && (x->alloc_bytes || x->free_bytes)) /* the memory timeline needs its hooks */
         rc = engine_task_mark(L->e, *out, L->err);
+    if (rc == TS_OK && x->stream == PLAN_STREAM_COMPUTE)
+        L->last_comp[rank] = *out;
     return rc;
 }
 
@@ -60,7 +63,20 @@ static int run_pass(lowering *L, int rank, int st, int k, int32_t mb, uint32_t i
         final && pl->overlap_grad_reduce && pl->d > 1 && S->n_buckets > 0 && (k == PLAN_PASS_B || k == PLAN_PASS_W);
     int next_bucket = 0;
     int rc;
+    uint32_t gather = ENGINE_NO_TASK;
     *last = ENGINE_NO_TASK;
+    if (S->fsdp_gather[k] != PLAN_NO_STEP && R.n > 0) {
+        /* FSDP: the exposed part of the pass's parameter gathers, after the
+         * rank's previous compute, before the pass's first ops */
+        uint32_t prev = L->last_comp[rank], ag;
+        if ((rc = add_task(L, rank, S->fsdp_gather[k], mb, &ag)) ||
+            (prev != ENGINE_NO_TASK && (rc = engine_dep_add(L->e, prev, ag, L->err))))
+            return rc;
+        if (input == ENGINE_NO_TASK)
+            input = ag;
+        else
+            gather = ag;
+    }
     for (uint32_t i = 0; i < R.n; i++) {
         uint32_t step = R.first + i;
         const plan_step *x = &pl->steps[step];
@@ -72,6 +88,8 @@ static int run_pass(lowering *L, int rank, int st, int k, int32_t mb, uint32_t i
             if (x->dep[j] >= 0 && (rc = engine_dep_add(L->e, L->scratch[x->dep[j]], id, L->err)))
                 return rc;
         if (x->root && input != ENGINE_NO_TASK && (rc = engine_dep_add(L->e, input, id, L->err)))
+            return rc;
+        if (x->root && gather != ENGINE_NO_TASK && (rc = engine_dep_add(L->e, gather, id, L->err)))
             return rc;
         for (; buckets && next_bucket <= x->dp_bucket; next_bucket++) {
             uint32_t dp;
@@ -174,6 +192,7 @@ static void rank_prepare(lowering *L, int r)
     size_t n = L->s->n_actions[r], base = (size_t)r * (size_t)L->s->v;
     int v = L->s->v;
     L->last_dp[r] = ENGINE_NO_TASK;
+    L->last_comp[r] = ENGINE_NO_TASK;
     L->optim_seen[r] = false;
     for (int c = 0; c < v; c++) {
         L->final_bwd[base + c] = SIZE_MAX;
@@ -344,7 +363,7 @@ static void count_tasks(const plan *pl, const sched *s, uint64_t *tasks)
                 break;
             }
         }
-        n += 2 + (uint64_t)s->v * 8;
+        n += 2 + (uint64_t)s->v * 8 + s->n_actions[r]; /* + FSDP gathers, one per pass at most */
     }
     *tasks = n;
 }
@@ -397,10 +416,11 @@ static int lower_into(const plan *pl, const sched *s, engine *e, const int *rank
     L.buckets_sent = malloc(pv * sizeof *L.buckets_sent);
     L.reduced = malloc(pv * sizeof *L.reduced);
     L.last_dp = malloc((size_t)s->p * sizeof *L.last_dp);
+    L.last_comp = malloc((size_t)s->p * sizeof *L.last_comp);
     L.optim_seen = malloc((size_t)s->p * sizeof *L.optim_seen);
     int rc = TS_OK;
     if (!L.send_tab || !L.recv_tab || !L.fwd_last || !L.bwd_last || !L.scratch || !L.rank_of || !L.final_bwd ||
-        !L.grads_done || !L.buckets_sent || !L.reduced || !L.last_dp || !L.optim_seen) {
+        !L.grads_done || !L.buckets_sent || !L.reduced || !L.last_dp || !L.last_comp || !L.optim_seen) {
         rc = err_set(err, TS_ENOMEM, "lower: out of memory for %d stages x %d micro-batches", L.n_stages, L.m);
         goto done;
     }
@@ -471,6 +491,7 @@ done:
     free(L.buckets_sent);
     free(L.reduced);
     free(L.last_dp);
+    free(L.last_comp);
     free(L.optim_seen);
     return rc;
 }

@@ -6,7 +6,10 @@
  *                        waits for the receive of its input (RECV_F for F,
  *                        RECV_B for B and I, except on the last stage), or,
  *                        when the neighbour stage is on the same rank (ZB-V's
- *                        V placement), for that stage's pass directly;
+ *                        V placement), for that stage's pass directly; with
+ *                        FSDP's sharded parameters F, B and I first run their
+ *                        exposed parameter gather (plan_stage.fsdp_gather) on
+ *                        the DP stream after the rank's previous compute;
  *   SEND_F/SEND_B        one transfer task on the pipeline-send stream after
  *                        the pass that produced the data;
  *   RECV_F/RECV_B        a task on the pipeline-receive stream joined to the

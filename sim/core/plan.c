@@ -56,6 +56,8 @@ int plan_alloc(int p, int v, plan **out)
         plan_stage *st = &pl->stages[i];
         st->send_f = st->send_b = st->recv_f = st->recv_b = PLAN_NO_STEP;
         st->dp_whole = st->dp_bucket0 = PLAN_NO_STEP;
+        for (int k = 0; k < PLAN_PASSES; k++)
+            st->fsdp_gather[k] = PLAN_NO_STEP;
     }
     *out = pl;
     return TS_OK;

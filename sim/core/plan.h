@@ -115,8 +115,10 @@ typedef struct {
     uint32_t dp_whole;                  /* gradient reduction of the whole stage (no overlap) */
     uint32_t dp_bucket0;                /* first of n_buckets bucket reductions (overlap) */
     int n_buckets;
-    int64_t params;    /* parameters one TP rank holds for this stage */
-    int64_t p2p_bytes; /* message per micro-batch to a neighbour stage */
+    uint32_t fsdp_gather[PLAN_PASSES]; /* FSDP with sharded parameters: the exposed part of the pass's
+                                          per-layer parameter all-gathers (PLAN_NO_STEP: none) */
+    int64_t params;                    /* parameters one TP rank holds for this stage */
+    int64_t p2p_bytes;                 /* message per micro-batch to a neighbour stage */
 } plan_stage;
 
 typedef struct {

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/core/overlap.h"
 #include "sim/model/flops.h"
 #include "sim/model/layer.h"
 #include "sim/util/grow.h"
@@ -36,6 +37,9 @@ typedef struct {
     int32_t prev_last; /* step of the previous list's last op (relative) */
     bool seen[PLAN_STREAMS];
     int stage;
+    bool tpo; /* --tp-comm-overlap: userbuffers closed forms (overlap.h) */
+    bool ub;  /* the list being added is a transformer layer's (tpo applies) */
+    int sms;  /* the GPU's SMs (overlap_gpu_sms; 0 unknown) */
 } pass_builder;
 
 static void pb_start(pass_builder *b, int stage)
@@ -61,6 +65,31 @@ static int32_t pb_new(pass_builder *b, plan_step *x)
     return (int32_t)(id - b->base);
 }
 
+/* --tp-comm-overlap: does op i of ops (a collective) run pipelined with a
+ * neighbouring GEMM (overlap.h)? Returns the GEMM's index or -1. An
+ * all-gather pairs with the next op when that GEMM waits for it (and is not
+ * a bulk overlap); a reduce-scatter in a forward list (F or R) with the GEMM
+ * it waits for, when no later op runs beside it (bulk). */
+static int ub_partner(const pass_builder *b, const layer_ops *ops, int i, int cat)
+{
+    const layer_op *op = &ops->op[i];
+    if (!b->tpo || !b->ub || op->kind != LAYER_OP_COMM)
+        return -1;
+    if (op->coll == COMM_ALL_GATHER && i + 1 < ops->n) {
+        const layer_op *g = &ops->op[i + 1];
+        if (g->kind == LAYER_OP_GEMM && g->overlap != i && (g->dep[0] == i || g->dep[1] == i))
+            return i + 1;
+    }
+    if (op->coll == COMM_REDUCE_SCATTER && (cat == PLAN_CAT_FWD || cat == PLAN_CAT_RECOMP) && i > 0 &&
+        op->dep[0] == i - 1 && ops->op[i - 1].kind == LAYER_OP_GEMM) {
+        for (int j = i + 1; j < ops->n; j++)
+            if (ops->op[j].overlap == i)
+                return -1;
+        return i - 1;
+    }
+    return -1;
+}
+
 /* Append the ops of one list. cat: category of its compute ops. alloc_bytes
  * are allocated when its first op starts, free_bytes freed when its last
  * op ends. Returns TS_OK or TS_ENOMEM. */
@@ -68,6 +97,7 @@ static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_
 {
     int32_t map[LAYER_MAX_OPS];
     int64_t comm_ns[LAYER_MAX_OPS];
+    int64_t gemm_ns[LAYER_MAX_OPS];
     for (int i = 0; i < ops->n; i++) {
         const layer_op *op = &ops->op[i];
         int32_t ds[2] = {-1, -1};
@@ -82,7 +112,11 @@ static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_
             int64_t dur = cost_op_ns(b->cm, op);
             if (op->overlap >= 0 && op->overlap < i) /* shares the GPU with a running collective */
                 dur = cost_overlap_ns(b->cm, dur, comm_ns[op->overlap]);
+            if (i + 1 < ops->n && ub_partner(b, ops, i + 1, cat) == i &&
+                ops->op[i + 1].coll == COMM_REDUCE_SCATTER) /* pipeline method: 16 SMs communicate */
+                dur = overlap_sm_slowed_ns(dur, b->sms, OVERLAP_PIPELINE_SMS);
             comm_ns[i] = 0;
+            gemm_ns[i] = dur;
             int32_t ext[2] = {-1, -1};
             int ne = 0;
             for (int k = 0; k < nd; k++)
@@ -116,6 +150,12 @@ static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_
             plan_step x = plan_step_init(op->name, PLAN_STREAM_TP, PLAN_CAT_TP, b->stage,
                                          commcost_ns(b->cc, op->coll, op->bytes, &g));
             x.comm_bytes = op->bytes;
+            gemm_ns[i] = 0;
+            int gp = ub_partner(b, ops, i, cat);
+            if (gp > i) /* ring exchange: t chunks by the copy engines, the GEMM keeps its SMs */
+                x.dur_ns = overlap_chunked_exposed_ns(x.dur_ns, cost_op_ns(b->cm, &ops->op[gp]), op->group);
+            else if (gp >= 0) /* pipeline: 4 chunks behind the GEMM (already slowed) */
+                x.dur_ns = overlap_chunked_exposed_ns(x.dur_ns, gemm_ns[gp], OVERLAP_PIPELINE_SPLITS);
             comm_ns[i] = x.dur_ns;
             int nx = 0;
             for (int k = 0; k < nd; k++) {
@@ -136,6 +176,16 @@ static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_
         b->prev_last = map[ops->n - 1];
     }
     return TS_OK;
+}
+
+/* pb_add for a transformer layer's list: the one --tp-comm-overlap applies
+ * to (Transformer Engine layers; the embedding and output layer are not). */
+static int pb_add_layer(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_bytes, int64_t free_bytes)
+{
+    b->ub = true;
+    int rc = pb_add(b, ops, cat, alloc_bytes, free_bytes);
+    b->ub = false;
+    return rc;
 }
 
 /* The pass's last step closes gradient bucket k: end the open compute step
@@ -220,6 +270,10 @@ static int model_ops_build(const config *c, model_ops *mo, ts_err *err)
     mo->bucket_params = PLAN_BUCKET_MIN_PARAMS;
     if (PLAN_BUCKET_PARAMS_PER_DP * c->par.dp > mo->bucket_params)
         mo->bucket_params = PLAN_BUCKET_PARAMS_PER_DP * c->par.dp;
+    if (c->par.ddp_bucket_params > 0) /* --ddp-bucket-size */
+        mo->bucket_params = c->par.ddp_bucket_params;
+    if (c->par.torch_fsdp2 || c->par.megatron_fsdp) /* FSDP: one unit (bucket) per transformer layer */
+        mo->bucket_params = mo->params_layer;
     return TS_OK;
 }
 
@@ -270,7 +324,7 @@ static int build_bwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
         int lo = recomputed ? ((hi - 1) / L->group) * L->group : hi - 1;
         if (recomputed && kind != PLAN_PASS_W)
             for (int l = lo; l < hi && rc == TS_OK; l++) /* a group's other inputs are re-created too */
-                rc = pb_add(b, &mo->r, PLAN_CAT_RECOMP, mo->m_rc.by_rc + (l % L->group ? mo->m_rc.kept : 0), 0);
+                rc = pb_add_layer(b, &mo->r, PLAN_CAT_RECOMP, mo->m_rc.by_rc + (l % L->group ? mo->m_rc.kept : 0), 0);
         for (int l = hi - 1; l >= lo && rc == TS_OK; l--) {
             const layer_ops *ops;
             const layer_mem *m = recomputed ? &mo->m_rc : &mo->m_none;
@@ -280,7 +334,7 @@ static int build_bwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
                 ops = recomputed ? &mo->i : &mo->ni;
             else
                 ops = recomputed ? &mo->w : &mo->nw;
-            rc = pb_add(b, ops, PLAN_CAT_BWD, 0, FREE_OF(*m));
+            rc = pb_add_layer(b, ops, PLAN_CAT_BWD, 0, FREE_OF(*m));
             acc += mo->params_layer;
             if (buckets && acc >= mo->bucket_params) {
                 bucket_params[nb] = acc;
@@ -313,7 +367,7 @@ static int build_fwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
             kept = mo->m_none.kept;
         else /* full uniform: only a group's first layer keeps its input */
             kept = (l % L->group == 0) ? mo->m_rc.kept : 0;
-        rc = pb_add(b, &mo->f, PLAN_CAT_FWD, kept, 0);
+        rc = pb_add_layer(b, &mo->f, PLAN_CAT_FWD, kept, 0);
     }
     if (last && rc == TS_OK)
         rc = pb_add(b, &mo->of, PLAN_CAT_FWD, mo->m_out.kept, 0);
@@ -480,6 +534,8 @@ typedef struct {
     int dt;                  /* bytes of a weight or activation element */
     int grad_bytes;          /* bytes of a gradient element */
     commcost_group dp_group; /* the data-parallel group */
+    bool fsdp;               /* --use-torch-fsdp2 or --use-megatron-fsdp */
+    config_sharding shard;   /* what FSDP shards (config_fsdp_sharding) */
     ts_err *err;
 } plan_env;
 
@@ -495,6 +551,8 @@ static void plan_env_init(plan_env *E, const config *c, const sched *s, const co
     E->dt = config_dtype_bytes(c);
     E->grad_bytes = c->model.precision == PREC_FP16 ? 2 : 4; /* bf16 accumulates and reduces in fp32 */
     E->dp_group = (commcost_group){E->d, ranks_per_node(E->d, E->t, E->gpn)};
+    E->fsdp = P->torch_fsdp2 || P->megatron_fsdp;
+    E->shard = config_fsdp_sharding(P);
 }
 
 /* The pipeline transfers' cost: b*s*h activations (or their gradient) per
@@ -520,6 +578,41 @@ static int add_pipeline_transfers(plan *pl, const plan_env *E, const commcost_gr
 /* The F, B, I and W passes of stage st; with buckets (bucket_params, room
  * for num_layers + 2), the parameters of each gradient bucket, and their
  * count in *n_buckets. */
+/* FSDP with sharded parameters: each pass that uses the weights (F, B, I)
+ * all-gathers every unit's parameters (each transformer layer, and the
+ * embedding or output layer's when the stage has them) over the
+ * data-parallel group before that unit runs, prefetching the next unit's
+ * while the current one computes (again in the backward: the parameters
+ * were resharded after the forward). The engine cannot split a pass into
+ * per-layer waits, so the plan keeps the closed form (overlap.h) with the
+ * stage's gather c split into n equal units beside the pass's compute g:
+ * exposed = (c + (n-1) max(0, c - g)) / n, one DP-stream step per pass. */
+static int add_fsdp_gathers(plan *pl, const plan_env *E, int st, int n_layers, bool has_extra)
+{
+    plan_stage *S_ = &pl->stages[st];
+    int units = n_layers + (has_extra ? 1 : 0);
+    if (units < 1)
+        return TS_OK;
+    int64_t bytes = S_->params * E->dt;
+    int64_t c_ns = commcost_ns(E->cc, COMM_ALL_GATHER, bytes, &E->dp_group);
+    static const int passes[] = {PLAN_PASS_F, PLAN_PASS_B, PLAN_PASS_I};
+    for (size_t i = 0; i < sizeof passes / sizeof *passes; i++) {
+        int k = passes[i];
+        int64_t g_ns = 0;
+        for (uint32_t j = 0; j < S_->pass[k].n; j++) {
+            const plan_step *x = &pl->steps[S_->pass[k].first + j];
+            if (x->stream == PLAN_STREAM_COMPUTE)
+                g_ns += x->dur_ns;
+        }
+        plan_step x = plan_step_init("fsdp.param-all-gather", PLAN_STREAM_DP, PLAN_CAT_DP, st,
+                                     overlap_chunked_exposed_ns(c_ns, g_ns, units));
+        x.comm_bytes = bytes;
+        if (plan_push_step(pl, &x, &S_->fsdp_gather[k]))
+            return err_set(E->err, TS_ENOMEM, "plan: out of memory");
+    }
+    return TS_OK;
+}
+
 static int build_stage_passes(plan *pl, const plan_env *E, pass_builder *b, const model_ops *mo, int st,
                               int64_t *bucket_params, int *n_buckets)
 {
@@ -530,7 +623,7 @@ static int build_stage_passes(plan *pl, const plan_env *E, pass_builder *b, cons
     rc_layout L = layout_of(c, nl);
     S_->params = flops_params_stage(&c->model, E->t, nl, first, last);
     int64_t extra = S_->params - (int64_t)nl * mo->params_layer;
-    bool with_buckets = E->d > 1 && c->par.overlap_grad_reduce;
+    bool with_buckets = E->d > 1 && (c->par.overlap_grad_reduce || E->fsdp);
     int nb_b = 0, nb_w = 0;
     for (int k = 0; k < PLAN_PASSES && rc == TS_OK; k++) {
         pb_start(b, st);
@@ -556,6 +649,8 @@ static int build_stage_passes(plan *pl, const plan_env *E, pass_builder *b, cons
         return rc;
     if (nb_b != nb_w)
         return err_set(E->err, TS_ESTATE, "plan: stage %d has %d gradient buckets in B but %d in W", st, nb_b, nb_w);
+    if (E->shard == SHARD_OPTIM_GRADS_PARAMS && E->d > 1 && (rc = add_fsdp_gathers(pl, E, st, nl, extra > 0)))
+        return rc;
     *n_buckets = nb_b;
     return TS_OK;
 }
@@ -566,8 +661,9 @@ static int add_dp_reduction(plan *pl, const plan_env *E, int st, const int64_t *
 {
     const parallel_config *P = &E->c->par;
     plan_stage *S_ = &pl->stages[st];
-    commcost_coll coll = P->distributed_optimizer ? COMM_REDUCE_SCATTER : COMM_ALL_REDUCE;
-    const char *nm = P->distributed_optimizer ? "dp.reduce-scatter" : "dp.all-reduce";
+    bool rs = P->distributed_optimizer || E->shard >= SHARD_OPTIM;
+    commcost_coll coll = rs ? COMM_REDUCE_SCATTER : COMM_ALL_REDUCE;
+    const char *nm = rs ? "dp.reduce-scatter" : "dp.all-reduce";
     plan_step x = plan_step_init(nm, PLAN_STREAM_DP, PLAN_CAT_DP, st, 0);
     x.comm_bytes = S_->params * E->grad_bytes;
     x.dur_ns = commcost_ns(E->cc, coll, x.comm_bytes, &E->dp_group);
@@ -638,10 +734,28 @@ static int add_rank_steps(plan *pl, const plan_env *E)
         int64_t params = 0;
         for (int ch = 0; ch < pl->v; ch++)
             params += pl->stages[sched_stage_of(E->s, r, ch)].params;
-        int64_t shard = P->distributed_optimizer ? (params + d - 1) / d : params;
+        int64_t per_rank = (params + d - 1) / d;
+        int64_t shard = P->distributed_optimizer || E->shard >= SHARD_OPTIM ? per_rank : params;
         bool fp32 = c->model.precision == PREC_FP32;
         pl->weights_bytes[r] = params * dt;
-        pl->grads_bytes[r] = params * E->grad_bytes;
+        pl->grads_bytes[r] = (E->shard >= SHARD_OPTIM_GRADS ? per_rank : params) * E->grad_bytes;
+        if (E->shard == SHARD_OPTIM_GRADS_PARAMS) {
+            /* the shard, plus the gathered unit being computed and the one
+             * prefetched: two of the rank's largest units (a layer, or the
+             * embedding / output layer of its first or last stage) */
+            int64_t unit = 0;
+            for (int ch = 0; ch < pl->v; ch++) {
+                int st = sched_stage_of(E->s, r, ch);
+                int nl = E->s->stages[st].num_layers;
+                int64_t layer = flops_params_stage(&c->model, E->t, 1, 0, 0);
+                int64_t extra = pl->stages[st].params - (int64_t)nl * layer;
+                if (nl > 0 && layer > unit)
+                    unit = layer;
+                if (extra > unit)
+                    unit = extra;
+            }
+            pl->weights_bytes[r] = (per_rank + 2 * unit) * dt;
+        }
         pl->optim_bytes[r] = shard * (fp32 ? 8 : 12); /* fp32 master + momentum + variance */
         plan_step x = plan_step_init(
             "optimizer", PLAN_STREAM_COMPUTE, PLAN_CAT_OPTIM, -1,
@@ -649,9 +763,17 @@ static int add_rank_steps(plan *pl, const plan_env *E)
                              shard * (fp32 ? PLAN_ADAM_BYTES_PER_PARAM_FP32 : PLAN_ADAM_BYTES_PER_PARAM)));
         if (plan_push_step(pl, &x, &pl->optim[r]))
             return err_set(E->err, TS_ENOMEM, "plan: out of memory");
-        if (P->distributed_optimizer && d > 1) {
+        if ((P->distributed_optimizer || E->shard >= SHARD_OPTIM) && E->shard != SHARD_OPTIM_GRADS_PARAMS && d > 1) {
             x = plan_step_init("dp.param-all-gather", PLAN_STREAM_DP, PLAN_CAT_DP, -1, 0);
             x.comm_bytes = params * dt;
+            const plan_stage *S0 = &pl->stages[sched_stage_of(E->s, r, 0)];
+            if (P->overlap_param_gather && S0->n_buckets > 0) {
+                /* --overlap-param-gather: the gathers run behind the next
+                 * forward; the one it waits for is the bucket of the rank's
+                 * first layers, the last one its backward closed */
+                x.name = "dp.param-all-gather.first-bucket";
+                x.comm_bytes = pl->steps[S0->dp_bucket0 + (uint32_t)S0->n_buckets - 1].comm_bytes / E->grad_bytes * dt;
+            }
             x.dur_ns = commcost_ns(E->cc, COMM_ALL_GATHER, x.comm_bytes, &E->dp_group);
             if (plan_push_step(pl, &x, &pl->param_gather[r]))
                 return err_set(E->err, TS_ENOMEM, "plan: out of memory");
@@ -677,10 +799,14 @@ int plan_build_opts(const config *c, const sched *s, const cost_model *cm, const
         rc = err_set(err, TS_ENOMEM, "plan: out of memory");
     if (rc == TS_OK) {
         pl->d = E.d;
-        pl->overlap_grad_reduce = P->overlap_grad_reduce;
-        pl->distributed_optimizer = P->distributed_optimizer;
+        pl->overlap_grad_reduce = P->overlap_grad_reduce || E.fsdp; /* FSDP reduces per unit during the backward */
+        pl->distributed_optimizer = P->distributed_optimizer || E.shard >= SHARD_OPTIM;
         int t = E.t, gpn = E.gpn;
-        pass_builder b = {.pl = pl, .cm = cm, .cc = cc};
+        pass_builder b = {.pl = pl,
+                          .cm = cm,
+                          .cc = cc,
+                          .tpo = P->tp_comm_overlap && P->sequence_parallel && E.t > 1,
+                          .sms = overlap_gpu_sms(c->cluster.gpu.name)};
         b.tp_group = (commcost_group){t, t <= gpn ? t : (t % gpn ? 1 : gpn)};
         rc = add_pipeline_transfers(pl, &E, &b.tp_group);
         if (rc == TS_OK)

@@ -116,7 +116,7 @@ expect_output "ignored (cannot change performance): --lr, --save" $T simulate --
 # refused: exit 2 naming what the flag changes, through every subcommand
 expect_err "--num-experts 8" 2 "--num-experts: not modelled: mixture of experts (Megatron-LM flag; remove it or see docs/inputs.md#megatron-flags)"
 expect_err "--fp8-format hybrid" 2 "--fp8-format: not modelled: FP8 training"
-expect_err "--lr 1e-4 --tp-comm-overlap" 2 "--tp-comm-overlap: not modelled: tensor-parallel communication overlap"
+expect_err "--lr 1e-4 --tp-comm-overlap-rs-dgrad" 2 "--tp-comm-overlap-rs-dgrad: not modelled: tensor-parallel communication overlap"
 expect_err "--use-cpu-initialization=1" 2 "--use-cpu-initialization: takes no value"
 expect_err "--lr" 2 "--lr: missing value"
 # default-only: silent at Megatron's default, refused at any other value

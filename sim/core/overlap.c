@@ -1,0 +1,34 @@
+/* overlap — closed forms of overlapped communication (see overlap.h). */
+#include "sim/core/overlap.h"
+
+#include <string.h>
+
+int64_t overlap_chunked_exposed_ns(int64_t comm_ns, int64_t gemm_ns, int n)
+{
+    if (comm_ns <= 0)
+        return 0;
+    if (n < 1)
+        n = 1;
+    int64_t extra = comm_ns > gemm_ns ? comm_ns - gemm_ns : 0;
+    /* comm_ns and gemm_ns are task times (< 2^62 / n in practice); n <= 65536 */
+    return (comm_ns + (int64_t)(n - 1) * extra + n - 1) / n;
+}
+
+int64_t overlap_sm_slowed_ns(int64_t gemm_ns, int sms, int comm_sms)
+{
+    if (sms <= 0 || comm_sms <= 0 || comm_sms >= sms || gemm_ns <= 0)
+        return gemm_ns;
+    double slowed = (double)gemm_ns * (double)sms / (double)(sms - comm_sms);
+    return (int64_t)(slowed + 0.5);
+}
+
+int overlap_gpu_sms(const char *gpu_name)
+{
+    if (!gpu_name)
+        return 0;
+    if (!strncmp(gpu_name, "A100", 4))
+        return 108;
+    if (!strncmp(gpu_name, "H100-SXM", 8) || !strncmp(gpu_name, "H200", 4))
+        return 132;
+    return 0;
+}
