@@ -24,7 +24,9 @@
  *     (the --gpu kind's datasheet HBM bandwidth, topologies/gpus.csv; for a
  *     calibrated-only device such as cpu, the best element-wise rate of
  *     --microbench FILE, as calib.h takes hbm_gbps for it). Printed and
- *     written to --decode-output FILE (quantity,value rows).
+ *     written to --decode-output FILE (quantity,value rows, with the device
+ *     kind as gpu; sim/infer/infer_calib.h), which trainsim infer and search
+ *     --inference read with --decode-calibration FILE.
  */
 #include <gsl/gsl_fit.h>
 #include <gsl/gsl_sort.h>
@@ -369,10 +371,13 @@ static int read_decode(const char *path, groups *G, ts_err *err)
 
 /* The reference bandwidth decode_hbm_efficiency divides by: the --gpu kind's
  * datasheet HBM bandwidth, or for cpu (calibrated-only) the best
- * element-wise rate of the microbenchmark samples (0 when none were read). */
-static int reference_gbps(const calibrate_args *a, double best_mem_gbps, double *out, ts_err *err)
+ * element-wise rate of the microbenchmark samples (0 when none were read);
+ * kind gets the device's name as the simulator's --gpu resolves it. */
+static int reference_gbps(const calibrate_args *a, double best_mem_gbps, double *out, char *kind, size_t kind_n,
+                          ts_err *err)
 {
     if (!strcasecmp(a->gpu, "cpu")) {
+        snprintf(kind, kind_n, "CPU"); /* as --gpu cpu names the device */
         if (!(best_mem_gbps > 0))
             return err_set(err, TS_EINVAL,
                            "--decode with --gpu %s: decode_hbm_efficiency needs a reference bandwidth: give "
@@ -389,6 +394,7 @@ static int reference_gbps(const calibrate_args *a, double best_mem_gbps, double 
         return rc;
     }
     *out = g.hbm_gbps;
+    snprintf(kind, kind_n, "%s", g.name);
     return TS_OK;
 }
 
@@ -397,7 +403,8 @@ static int calibrate_decode(const calibrate_args *a, double best_mem_gbps, ts_er
 {
     groups D = {0};
     double *x = NULL, *y = NULL, ref = 0;
-    int rc = reference_gbps(a, best_mem_gbps, &ref, err);
+    char kind[CONFIG_NAME_BYTES] = "";
+    int rc = reference_gbps(a, best_mem_gbps, &ref, kind, sizeof kind, err);
     if (!rc)
         rc = read_decode(a->decode, &D, err);
     if (!rc && D.n < 2)
@@ -433,9 +440,9 @@ static int calibrate_decode(const calibrate_args *a, double best_mem_gbps, ts_er
         if (!rc) {
             char v[6][CSVIO_NUM_BYTES];
             fprintf(f.f,
-                    "quantity,value\ndecode_hbm_efficiency,%s\ndecode_launch_overhead_ns,%s\ndecode_gbps,%s\n"
+                    "quantity,value\ngpu,%s\ndecode_hbm_efficiency,%s\ndecode_launch_overhead_ns,%s\ndecode_gbps,%s\n"
                     "reference_gbps,%s\nr2,%s\npoints,%zu\n",
-                    csvio_fmt_double(v[0], sizeof v[0], gbps / ref), csvio_fmt_double(v[1], sizeof v[1], alpha),
+                    kind, csvio_fmt_double(v[0], sizeof v[0], gbps / ref), csvio_fmt_double(v[1], sizeof v[1], alpha),
                     csvio_fmt_double(v[2], sizeof v[2], gbps), csvio_fmt_double(v[3], sizeof v[3], ref),
                     csvio_fmt_double(v[4], sizeof v[4], r2), D.n);
             rc = afile_commit(&f, err);
