@@ -9,11 +9,11 @@
 #include "sim/util/csvio.h"
 
 /* The quantities, in the order calibrate writes them. */
-enum { Q_GPU = 0, Q_EFF, Q_LAUNCH, Q_GBPS, Q_REF, Q_R2, Q_POINTS, Q_COUNT };
+enum { Q_GPU = 0, Q_EFF, Q_LAUNCH, Q_GBPS, Q_REF, Q_R2, Q_POINTS, Q_BATCH, Q_COUNT };
 static const char *const QUANTITIES[] = {
-    "gpu", "decode_hbm_efficiency", "decode_launch_overhead_ns", "decode_gbps", "reference_gbps", "r2", "points", NULL};
+    "gpu", "decode_hbm_efficiency", "decode_launch_overhead_ns", "decode_gbps", "reference_gbps", "r2", "points", "batch", NULL};
 #define VALID_QUANTITIES                                                                                               \
-    "gpu, decode_hbm_efficiency, decode_launch_overhead_ns, decode_gbps, reference_gbps, r2, points"
+    "gpu, decode_hbm_efficiency, decode_launch_overhead_ns, decode_gbps, reference_gbps, r2, points, batch"
 
 /* Largest decode_hbm_efficiency accepted (infer_calib.h). */
 #define MAX_EFFICIENCY 4.0
@@ -44,8 +44,10 @@ static int read_value(const csvio_table *t, size_t r, int q, infer_calib *k, ts_
         return csvio_get_positive_max(t, r, "value", 1e7, &k->reference_gbps, err);
     case Q_R2:
         return csvio_get_double(t, r, "value", -1e9, 1.0, &k->r2, err);
-    default:
+    case Q_POINTS:
         return csvio_get_int64(t, r, "value", 2, INT64_MAX, &k->points, err);
+    default:
+        return csvio_get_int64(t, r, "value", 1, INT64_MAX, &k->batch, err);
     }
 }
 
@@ -57,7 +59,7 @@ int infer_calib_read(const char *path, infer_calib *out, ts_err *err)
     csvio_table *t = NULL;
     int rc = csvio_read(path, req, 0, &t, err);
     if (rc)
-        return rc;
+        return err_prefix(err, "--decode-calibration: ");
     int line[Q_COUNT] = {0};
     for (size_t r = 0; r < t->nrows && !rc; r++) {
         int q;
@@ -101,5 +103,6 @@ int infer_calib_apply(const infer_calib *k, const char *path, const gpu_spec *gp
     ip->launch_ns = k->launch_ns;
     ip->mem_eff = k->decode_gbps / hbm_gbps;
     ip->decode_line = true;
+    ip->decode_rows = (double)k->batch;
     return TS_OK;
 }

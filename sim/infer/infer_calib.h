@@ -18,6 +18,8 @@
  *   reference_gbps             the bandwidth the efficiency divides by, GB/s, > 0
  *   r2                         the fit's R^2, optional, in [-1e9, 1]
  *   points                     (op, bytes) groups of the fit, optional, >= 2
+ *   batch                      sequences the measured decode steps ran (per
+ *                              replica), optional, >= 1
  * decode_hbm_efficiency must equal decode_gbps / reference_gbps within
  * 0.1% (a file edited in one place only is refused).
  *
@@ -25,8 +27,9 @@
  * naming both); launch_ns = decode_launch_overhead_ns and mem_eff =
  * decode_gbps / the model's HBM bandwidth, so the model's memory-bound
  * kernels run at the measured decode bandwidth whatever reference the fit
- * used, and decode_line (infer_cost.h: a decode step's GEMMs are bounded
- * by the fitted bandwidth and the GEMM curve's plateau). gemm_eff is left
+ * used, decode_line and decode_rows = batch (infer_cost.h: a decode step
+ * of at most batch rows costs its GEMMs by the fitted line alone, a larger
+ * one bounds them by the GEMM curve's plateau too). gemm_eff is left
  * as it was (the decode samples do not determine a compute efficiency).
  *
  * Ownership: plain values; nothing allocated survives a call.
@@ -50,6 +53,7 @@ typedef struct {
     double reference_gbps; /* GB/s */
     double r2;             /* NAN when absent */
     int64_t points;        /* 0 when absent */
+    int64_t batch;         /* 0 when absent */
 } infer_calib;
 
 /* Read path into *out. TS_EIO if unreadable; TS_EINVAL with "FILE:LINE:

@@ -86,7 +86,7 @@ void infer_prec_name(const infer_prec *p, char *buf, size_t n)
 infer_params infer_params_default(void)
 {
     return (infer_params){
-        .launch_ns = -1, .mem_eff = 0, .gemm_eff = 0, .decode_line = false, .cost = NULL, .link = NULL};
+        .launch_ns = -1, .mem_eff = 0, .gemm_eff = 0, .decode_line = false, .decode_rows = 0, .cost = NULL, .link = NULL};
 }
 
 infer_step infer_step_prefill(int64_t b, int64_t in)
@@ -264,7 +264,10 @@ static double gemm_ns(const infer_model *m, double rows, double n, double k, dou
         return 0;
     int64_t M = (int64_t)ceil(rows), N = (int64_t)ceil(n), K = (int64_t)ceil(k);
     double comp;
-    if (m->in_decode && m->ip.decode_line && !(m->ip.gemm_eff > 0)) /* see infer_params.decode_line */
+    bool line = m->in_decode && m->ip.decode_line && !(m->ip.gemm_eff > 0); /* see infer_params.decode_line */
+    if (line && rows <= m->ip.decode_rows)
+        comp = 0;
+    else if (line)
         comp = 2.0 * (double)M * (double)N * (double)K / (cost_model_params(m->cm)->peak_tflops * 1e3 * m->plateau_eff);
     else if (m->ip.gemm_eff > 0)
         comp = 2.0 * (double)M * (double)N * (double)K / (cost_model_params(m->cm)->peak_tflops * 1e3 * m->ip.gemm_eff);

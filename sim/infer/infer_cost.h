@@ -94,21 +94,25 @@ typedef struct {
     double launch_ns; /* per kernel; < 0: the cost model's launch_ns */
     double mem_eff;   /* achievable fraction of HBM bandwidth; 0: cost_mem_eff's curve */
     double gemm_eff;  /* achievable fraction of the GEMM peak; 0: cost_gemm_eff's curve */
-    /* launch_ns and mem_eff were fitted on measured decode steps (a decode
-     * calibration): in a pure decode step a GEMM takes launch +
-     * max(flops at the curve's plateau efficiency, bytes at mem_eff). The
-     * curve's low-intensity knots are memory-bound times of the kernel
-     * calibration's shapes; the fitted bandwidth already holds the decode
-     * GEMMs' memory time, and only a GEMM compute-bound at full efficiency
-     * may exceed it. Prefill and mixed steps keep the curve. */
+    /* launch_ns and mem_eff were fitted on measured decode steps of up to
+     * decode_rows sequences (a decode calibration). In a pure decode step a
+     * GEMM of at most decode_rows rows takes launch + bytes at mem_eff:
+     * the fitted line, which measured those GEMMs, their compute included.
+     * A larger one (or any, when decode_rows is 0) takes launch + max(flops
+     * at the GEMM curve's plateau efficiency, bytes at mem_eff): the
+     * curve's low-intensity knots are memory-bound times of other shapes,
+     * which the fitted bandwidth replaces, and only a GEMM compute-bound at
+     * full efficiency may take longer. Prefill and mixed steps keep the
+     * curve. */
     bool decode_line;
+    double decode_rows;
     /* Borrowed, copied by infer_model_new; NULL: the GPU kind's defaults
      * (required for a calibrated-only device). */
     const cost_params *cost;
     const commcost_params *link;
 } infer_params;
 
-/* Defaults: launch_ns -1, mem_eff 0, gemm_eff 0, decode_line false, cost and link NULL. */
+/* Defaults: launch_ns -1, mem_eff 0, gemm_eff 0, decode_line false, decode_rows 0, cost and link NULL. */
 infer_params infer_params_default(void);
 
 /* What one step runs on the whole replica (all sequences of the step). */
