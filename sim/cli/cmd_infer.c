@@ -403,7 +403,7 @@ static int load_consts(const config *c, const infer_args *a, infer_prec pr, infe
     }
     if (a->calib) {
         k->ip.cost = &k->cost;
-        k->tables_src = k->launch_src = a->calib;
+        k->tables_src = k->launch_src = k->mem_src = a->calib;
     }
     if (a->decode_calib) {
         infer_calib dc;

@@ -10,8 +10,15 @@
 
 /* The quantities, in the order calibrate writes them. */
 enum { Q_GPU = 0, Q_EFF, Q_LAUNCH, Q_GBPS, Q_REF, Q_R2, Q_POINTS, Q_BATCH, Q_COUNT };
-static const char *const QUANTITIES[] = {
-    "gpu", "decode_hbm_efficiency", "decode_launch_overhead_ns", "decode_gbps", "reference_gbps", "r2", "points", "batch", NULL};
+static const char *const QUANTITIES[] = {"gpu",
+                                         "decode_hbm_efficiency",
+                                         "decode_launch_overhead_ns",
+                                         "decode_gbps",
+                                         "reference_gbps",
+                                         "r2",
+                                         "points",
+                                         "batch",
+                                         NULL};
 #define VALID_QUANTITIES                                                                                               \
     "gpu, decode_hbm_efficiency, decode_launch_overhead_ns, decode_gbps, reference_gbps, r2, points, batch"
 

@@ -85,8 +85,13 @@ void infer_prec_name(const infer_prec *p, char *buf, size_t n)
 
 infer_params infer_params_default(void)
 {
-    return (infer_params){
-        .launch_ns = -1, .mem_eff = 0, .gemm_eff = 0, .decode_line = false, .decode_rows = 0, .cost = NULL, .link = NULL};
+    return (infer_params){.launch_ns = -1,
+                          .mem_eff = 0,
+                          .gemm_eff = 0,
+                          .decode_line = false,
+                          .decode_rows = 0,
+                          .cost = NULL,
+                          .link = NULL};
 }
 
 infer_step infer_step_prefill(int64_t b, int64_t in)
