@@ -665,15 +665,17 @@ static int parse_batches(const char *s, infer_search_in *in, ts_err *err)
 }
 
 /* The precisions tried: the one the flags name when --fp8-format,
- * --weight-quant or --kv-cache-dtype is given; otherwise 16-bit, weight-only
+ * --weight-quant or --kv-cache-dtype is given, or on a calibrated-only
+ * device (fp32); otherwise 16-bit, weight-only
  * int8 and int4, and FP8 (weights, activations, KV cache) on GPUs with it. */
 static void search_precs(const config *c, const opt_table *t, const infer_args *a, infer_search_in *in)
 {
     infer_prec base = prec_of(c, a);
     in->n_precs = 0;
     in->precs[in->n_precs++] = base;
-    if (opt_was_set(t, "--fp8-format") || opt_was_set(t, "--weight-quant") || opt_was_set(t, "--kv-cache-dtype"))
-        return;
+    if (c->cluster.gpu.calibrated_only || opt_was_set(t, "--fp8-format") || opt_was_set(t, "--weight-quant") ||
+        opt_was_set(t, "--kv-cache-dtype"))
+        return; /* a calibrated-only device runs fp32 only */
     in->precs[in->n_precs++] = (infer_prec){base.act, INFER_INT8, base.kv};
     in->precs[in->n_precs++] = (infer_prec){base.act, INFER_INT4, base.kv};
     if (c->cluster.gpu.fp8_tflops > 0)

@@ -97,6 +97,10 @@ expect_error 2 "fitted for device 'CPU', not for --gpu 'A100-SXM4-80GB'" "$T" in
     --output-len 16 --decode-calibration "$tmp/fit.csv"
 "$T" infer "${tiny[@]}" --gpu cpu --fp32 --gpus 2 --calibration "$tmp/cpu.csv" --decode-calibration "$tmp/fit.csv" \
     --batch-size 4 --input-len 8 --output-len 16 --csv "$tmp/pred.csv" >/dev/null 2>&1
+out=$("$T" search --inference "${tiny[@]}" --gpu cpu --fp32 --gpus 2 --calibration "$tmp/cpu.csv" \
+      --decode-calibration "$tmp/fit.csv" --input-len 8 --output-len 16 --batch-sizes 4 2>&1); rc=$?
+check_sh "search --inference --gpu cpu: fp32 layouts only, the files' constants" \
+    '[ $rc -eq 0 ] && [[ "$out" == *"HBM efficiency ($tmp/fit.csv)"* && "$out" == *fp32* && "$out" != *int4* && "$out" != *skipped* ]]'
 meas=$(cell "$tmp/inf.csv" decode_step_p50_ns); pred=$(v "$tmp/pred.csv" tpot)
 echo "round trip: measured decode step p50 ${meas} ns, predicted TPOT ${pred} ns"
 # stated tolerance: 25% (measured -7% on a shared 2-core machine; the
