@@ -103,8 +103,10 @@ check_sh "search --inference --gpu cpu: fp32 layouts only, the files' constants"
     '[ $rc -eq 0 ] && [[ "$out" == *"HBM efficiency ($tmp/fit.csv)"* && "$out" == *fp32* && "$out" != *int4* && "$out" != *skipped* ]]'
 meas=$(cell "$tmp/inf.csv" decode_step_p50_ns); pred=$(v "$tmp/pred.csv" tpot)
 echo "round trip: measured decode step p50 ${meas} ns, predicted TPOT ${pred} ns"
-# stated tolerance: 25% (measured -7% on a shared 2-core machine; the
-# decode steps' p50 against the mean of the predicted steps)
-check_sh "predicted TPOT within 25% of the measured decode step (p50)" \
-    'awk -v p="$pred" -v m="$meas" "BEGIN { r = p / m; exit !(m > 0 && r > 0.75 && r < 1.25) }"'
+# stated tolerance: 35%. Measured on a shared 2-core machine: -5% to -22%
+# over five runs (the microbenchmarks and the decode steps run at different
+# moments of the other work's load); without --decode-calibration the same
+# prediction is about 4x the measured step
+check_sh "predicted TPOT within 35% of the measured decode step (p50)" \
+    'awk -v p="$pred" -v m="$meas" "BEGIN { r = p / m; exit !(m > 0 && r > 0.65 && r < 1.35) }"'
 finish
