@@ -18,13 +18,18 @@
  *     --comm-output also as a CSV (coll,ranks,alpha_ns,gbps,r2,points).
  *   decode (--decode FILE, the per-op decode samples of trainexec --inference
  *     --decode-samples): a least-squares line time_ns = launch + bytes / gbps
- *     over the medians of each (op, bytes) group (gsl_fit_linear, as for the
- *     collectives): decode_launch_overhead_ns = the intercept (the fixed cost
+ *     over the medians of each (op, bytes) group, each weighted by its
+ *     sample count (gsl_fit_wlinear: the op sizes count as often as the
+ *     measured steps ran them, so the line's sum over a step's ops matches
+ *     the measured steps): decode_launch_overhead_ns = the intercept (the fixed cost
  *     of one kernel), decode_hbm_efficiency = gbps / the reference bandwidth
  *     (the --gpu kind's datasheet HBM bandwidth, topologies/gpus.csv; for a
  *     calibrated-only device such as cpu, the best element-wise rate of
  *     --microbench FILE, as calib.h takes hbm_gbps for it). Printed and
- *     written to --decode-output FILE (quantity,value rows).
+ *     written to --decode-output FILE (quantity,value rows, with the device
+ *     kind as gpu and the most sequences a sampled step decoded as batch
+ *     when the samples have an m column; sim/infer/infer_calib.h), which trainsim infer and search
+ *     --inference read with --decode-calibration FILE.
  */
 #include <gsl/gsl_fit.h>
 #include <gsl/gsl_sort.h>
@@ -332,8 +337,8 @@ static int add_comm_rows(groups *G, const calibrate_args *a, afile *comm, calib_
     return rc;
 }
 
-/* The per-op decode samples of `path` into G: one group per (op, bytes),
- * kind "decode", the op's name in kernel. */
+/* The per-op decode samples of `path` into G: one group per (op, bytes,
+ * sequences m), kind "decode", the op's name in kernel. */
 static int read_decode(const char *path, groups *G, ts_err *err)
 {
     static const char *const req[] = {"kind", "name", "bytes", "time_ns", NULL};
@@ -359,7 +364,11 @@ static int read_decode(const char *path, groups *G, ts_err *err)
             rc = csvio_get_positive(t, r, "time_ns", &ns, err);
         if (rc)
             break;
-        group *x = find_or_add(G, "decode", name, 0, 0, 0, bytes, 1);
+        int64_t seqs = 0; /* m: the sequences the step decoded (optional column) */
+        if (csvio_col(t, "m") >= 0 && !csvio_empty(t, r, "m") &&
+            (rc = csvio_get_int64(t, r, "m", 1, INT64_MAX, &seqs, err)))
+            break;
+        group *x = find_or_add(G, "decode", name, seqs, 0, 0, bytes, 1);
         if (!x || add_sample(x, ns))
             rc = err_set(err, TS_ENOMEM, "calibrate: out of memory");
     }
@@ -369,10 +378,13 @@ static int read_decode(const char *path, groups *G, ts_err *err)
 
 /* The reference bandwidth decode_hbm_efficiency divides by: the --gpu kind's
  * datasheet HBM bandwidth, or for cpu (calibrated-only) the best
- * element-wise rate of the microbenchmark samples (0 when none were read). */
-static int reference_gbps(const calibrate_args *a, double best_mem_gbps, double *out, ts_err *err)
+ * element-wise rate of the microbenchmark samples (0 when none were read);
+ * kind gets the device's name as the simulator's --gpu resolves it. */
+static int reference_gbps(const calibrate_args *a, double best_mem_gbps, double *out, char *kind, size_t kind_n,
+                          ts_err *err)
 {
     if (!strcasecmp(a->gpu, "cpu")) {
+        snprintf(kind, kind_n, "CPU"); /* as --gpu cpu names the device */
         if (!(best_mem_gbps > 0))
             return err_set(err, TS_EINVAL,
                            "--decode with --gpu %s: decode_hbm_efficiency needs a reference bandwidth: give "
@@ -389,6 +401,7 @@ static int reference_gbps(const calibrate_args *a, double best_mem_gbps, double 
         return rc;
     }
     *out = g.hbm_gbps;
+    snprintf(kind, kind_n, "%s", g.name);
     return TS_OK;
 }
 
@@ -396,24 +409,31 @@ static int reference_gbps(const calibrate_args *a, double best_mem_gbps, double 
 static int calibrate_decode(const calibrate_args *a, double best_mem_gbps, ts_err *err)
 {
     groups D = {0};
-    double *x = NULL, *y = NULL, ref = 0;
-    int rc = reference_gbps(a, best_mem_gbps, &ref, err);
+    double *x = NULL, *y = NULL, *w = NULL, ref = 0;
+    char kind[CONFIG_NAME_BYTES] = "";
+    int rc = reference_gbps(a, best_mem_gbps, &ref, kind, sizeof kind, err);
     if (!rc)
         rc = read_decode(a->decode, &D, err);
     if (!rc && D.n < 2)
         rc =
             err_set(err, TS_EINVAL, "%s: %zu distinct (op, bytes) decode samples; the line needs >= 2", a->decode, D.n);
-    if (!rc && (!(x = malloc(D.n * sizeof *x)) || !(y = malloc(D.n * sizeof *y))))
+    if (!rc && (!(x = malloc(D.n * sizeof *x)) || !(y = malloc(D.n * sizeof *y)) || !(w = malloc(D.n * sizeof *w))))
         rc = err_set(err, TS_ENOMEM, "calibrate: out of memory");
     double alpha = 0, gbps = 0, r2 = 0;
+    int64_t seqs = 0; /* the most sequences a measured step decoded */
     if (!rc) {
+        /* each group weighs its sample count: as often as the steps ran the
+         * op at that size, so the line predicts the measured steps' total
+         * (an attention size runs in few steps, a GEMM in every one) */
         for (size_t i = 0; i < D.n; i++) {
             x[i] = (double)D.g[i].bytes;
             y[i] = median(&D.g[i]);
+            w[i] = (double)D.g[i].nt;
+            seqs = D.g[i].m > seqs ? D.g[i].m : seqs;
         }
         double c0, c1, cov00, cov01, cov11, sumsq;
-        gsl_fit_linear(x, 1, y, 1, D.n, &c0, &c1, &cov00, &cov01, &cov11, &sumsq);
-        double tss = gsl_stats_tss(y, 1, D.n);
+        gsl_fit_wlinear(x, 1, w, 1, y, 1, D.n, &c0, &c1, &cov00, &cov01, &cov11, &sumsq);
+        double tss = gsl_stats_wtss(w, 1, y, 1, D.n);
         alpha = c0 > 0 ? c0 : 0.0;
         gbps = c1 > 0 ? 1.0 / c1 : 0.0; /* bytes per ns = GB/s */
         r2 = tss > 0 ? 1.0 - sumsq / tss : 1.0;
@@ -433,11 +453,13 @@ static int calibrate_decode(const calibrate_args *a, double best_mem_gbps, ts_er
         if (!rc) {
             char v[6][CSVIO_NUM_BYTES];
             fprintf(f.f,
-                    "quantity,value\ndecode_hbm_efficiency,%s\ndecode_launch_overhead_ns,%s\ndecode_gbps,%s\n"
+                    "quantity,value\ngpu,%s\ndecode_hbm_efficiency,%s\ndecode_launch_overhead_ns,%s\ndecode_gbps,%s\n"
                     "reference_gbps,%s\nr2,%s\npoints,%zu\n",
-                    csvio_fmt_double(v[0], sizeof v[0], gbps / ref), csvio_fmt_double(v[1], sizeof v[1], alpha),
+                    kind, csvio_fmt_double(v[0], sizeof v[0], gbps / ref), csvio_fmt_double(v[1], sizeof v[1], alpha),
                     csvio_fmt_double(v[2], sizeof v[2], gbps), csvio_fmt_double(v[3], sizeof v[3], ref),
                     csvio_fmt_double(v[4], sizeof v[4], r2), D.n);
+            if (seqs > 0)
+                fprintf(f.f, "batch,%lld\n", (long long)seqs);
             rc = afile_commit(&f, err);
         }
     }
@@ -446,6 +468,7 @@ static int calibrate_decode(const calibrate_args *a, double best_mem_gbps, ts_er
     free(D.g);
     free(x);
     free(y);
+    free(w);
     return rc;
 }
 

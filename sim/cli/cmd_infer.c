@@ -11,11 +11,13 @@
 #include "sim/cli/cmd.h"
 #include "sim/config/config.h"
 #include "sim/config/flags.h"
+#include "sim/infer/infer_calib.h"
 #include "sim/infer/infer_cost.h"
 #include "sim/infer/infer_kv.h"
 #include "sim/infer/infer_search.h"
 #include "sim/infer/infer_static.h"
 #include "sim/infer/infer_stream.h"
+#include "sim/model/calib.h"
 #include "sim/util/afile.h"
 #include "sim/util/csvio.h"
 #include "sim/util/opt.h"
@@ -36,6 +38,8 @@ typedef struct {
     int64_t in_len; /* --input-len */
     int64_t out_len;
     const char *csv;
+    const char *calib;        /* --calibration: kernel calibration CSV (calib.h) */
+    const char *decode_calib; /* --decode-calibration: decode fit (infer_calib.h) */
     /* stream mode */
     double rate;
     int64_t num_requests, seed, max_num_tokens;
@@ -186,6 +190,20 @@ static int add_common(opt_table *t, infer_args *a, ts_err *err)
          .metavar = "FILE",
          .defval = "none",
          .help = "write the results as CSV (scope,metric,value,unit); - for stdout"},
+        {.name = "--calibration",
+         .type = OPT_STRING,
+         .target = &a->calib,
+         .metavar = "FILE",
+         .defval = "none (the GPU kind's default tables)",
+         .help = "kernel calibration CSV (trainsim calibrate --output): efficiency tables and launch overhead "
+                 "fitted from measured kernels; required with --gpu cpu (with its link rows)"},
+        {.name = "--decode-calibration",
+         .type = OPT_STRING,
+         .target = &a->decode_calib,
+         .metavar = "FILE",
+         .defval = "none",
+         .help = "decode calibration CSV (trainsim calibrate --decode-output): launch overhead (ns) and HBM "
+                 "bandwidth (GB/s) fitted from measured decode steps; its gpu must be --gpu"},
     };
     int rc = opt_section(t, "Inference", err);
     for (size_t i = 0; !rc && i < sizeof specs / sizeof specs[0]; i++)
@@ -319,8 +337,10 @@ static int parse(opt_table *t, flags_state *fs, config *c, infer_args *a, int ar
     }
     if (!rc)
         rc = flags_finish(fs, t, err);
-    if (!rc && fs->fp32)
-        rc = err_set(err, TS_EINVAL, "--fp32: fp32 inference is not modelled (valid: --fp16, --bf16, --fp8-format)");
+    if (!rc && fs->fp32 && !c->cluster.gpu.calibrated_only)
+        rc = err_set(err, TS_EINVAL,
+                     "--fp32: fp32 inference is not modelled on a GPU (valid: --fp16, --bf16, --fp8-format; "
+                     "--fp32 only with --gpu cpu, the CPU executor's precision)");
     if (!rc && a->in_len + a->out_len > c->model.seq_length)
         rc = err_set(err, TS_EINVAL,
                      "--input-len %lld + --output-len %lld: more than the model's context window --seq-length %d",
@@ -331,11 +351,82 @@ static int parse(opt_table *t, flags_state *fs, config *c, infer_args *a, int ar
 static infer_prec prec_of(const config *c, const infer_args *a)
 {
     infer_prec p;
+    if (c->model.precision == PREC_FP32 && !a->fp8 && !a->wq && !a->kv)
+        return (infer_prec){INFER_FP32, INFER_FP32, INFER_FP32};
     p.act = a->fp8 ? INFER_FP8 : c->model.precision == PREC_BF16 ? INFER_BF16 : INFER_FP16;
     p.weight = a->wq == 1 ? INFER_INT8 : a->wq == 2 ? INFER_INT4 : p.act;
     static const infer_dtype kv[] = {INFER_FP16, INFER_FP16, INFER_BF16, INFER_FP8, INFER_INT8};
     p.kv = a->kv ? kv[a->kv] : p.act;
     return p;
+}
+
+/* ------------------------------------------------------------ constants */
+
+/* The model's constants and where they came from. */
+typedef struct {
+    infer_params ip;
+    cost_params cost; /* valid when ip.cost points at it */
+    commcost_params link;
+    const char *tables_src; /* kernel tables, peaks, launch default */
+    const char *launch_src; /* launch overhead per kernel */
+    const char *mem_src;    /* HBM efficiency */
+} infer_consts;
+
+/* --calibration and --decode-calibration into *k (see the flags' help). */
+static int load_consts(const config *c, const infer_args *a, infer_prec pr, infer_consts *k, ts_err *err)
+{
+    const gpu_spec *gpu = &c->cluster.gpu;
+    memset(k, 0, sizeof *k);
+    k->ip = infer_params_default();
+    k->tables_src = k->launch_src = "cost model default";
+    k->mem_src = "cost model default";
+    int rc = TS_OK;
+    if (gpu->calibrated_only) {
+        if (!a->calib)
+            return err_set(err, TS_EINVAL,
+                           "device '%s' has no datasheet or default cost tables: give --calibration FILE "
+                           "(written by trainsim calibrate from trainexec --microbench) with its gemm, memory, "
+                           "launch, p2p and allreduce rows",
+                           gpu->name);
+        calib_set set = {0, NULL};
+        if ((rc = calib_read(a->calib, &set, err)))
+            return err_prefix(err, "--calibration: ");
+        rc = calib_device_params(&set, gpu, PREC_FP32, &k->cost, &k->link, err);
+        calib_free(&set);
+        if (rc)
+            return err_prefix(err, "--calibration %s: ", a->calib);
+        k->ip.link = &k->link;
+    } else if (a->calib) {
+        config_precision cp = pr.act == INFER_BF16 ? PREC_BF16 : PREC_FP16;
+        if ((rc = calib_load_params(a->calib, gpu, cp, &k->cost, err)))
+            return err_prefix(err, "--calibration: ");
+    }
+    if (a->calib) {
+        k->ip.cost = &k->cost;
+        k->tables_src = k->launch_src = k->mem_src = a->calib;
+    }
+    if (a->decode_calib) {
+        infer_calib dc;
+        double hbm = k->ip.cost ? k->cost.hbm_gbps : gpu->hbm_gbps;
+        if (!(rc = infer_calib_read(a->decode_calib, &dc, err)))
+            rc = infer_calib_apply(&dc, a->decode_calib, gpu, hbm, &k->ip, err);
+        if (rc)
+            return rc;
+        k->launch_src = k->mem_src = a->decode_calib;
+    }
+    return TS_OK;
+}
+
+/* The line saying which constants came from which file. */
+static void text_consts(const infer_model *m, const infer_consts *k)
+{
+    printf("constants: launch %.0f ns per kernel (%s); HBM efficiency ", infer_model_layout(m)->launch_ns,
+           k->launch_src);
+    if (k->ip.mem_eff > 0)
+        printf("%.4f", k->ip.mem_eff);
+    else
+        printf("per kernel size");
+    printf(" (%s); GEMM efficiency and peaks (%s)\n", k->mem_src, k->tables_src);
 }
 
 /* ------------------------------------------------------------ reports */
@@ -482,9 +573,11 @@ static int run_infer(config *c, infer_args *a, bool *fits, ts_err *err)
 {
     int gpus = c->cluster.gpus;
     infer_prec pr = prec_of(c, a);
-    infer_params ip = infer_params_default();
+    infer_consts k;
     infer_model *m = NULL;
-    int rc = infer_model_new(c, &pr, &ip, &m, err);
+    int rc = load_consts(c, a, pr, &k, err);
+    if (!rc)
+        rc = infer_model_new(c, &pr, &k.ip, &m, err);
     if (!rc && a->rate > 0) {
         infer_stream_in in = {.request_rate = a->rate,
                               .num_requests = a->num_requests,
@@ -507,6 +600,8 @@ static int run_infer(config *c, infer_args *a, bool *fits, ts_err *err)
             rc = write_static(c, m, a, gpus, &r, err);
         }
     }
+    if (!rc && (!a->csv || strcmp(a->csv, "-") != 0))
+        text_consts(m, &k);
     infer_model_free(m);
     return rc;
 }
@@ -570,15 +665,17 @@ static int parse_batches(const char *s, infer_search_in *in, ts_err *err)
 }
 
 /* The precisions tried: the one the flags name when --fp8-format,
- * --weight-quant or --kv-cache-dtype is given; otherwise 16-bit, weight-only
+ * --weight-quant or --kv-cache-dtype is given, or on a calibrated-only
+ * device (fp32); otherwise 16-bit, weight-only
  * int8 and int4, and FP8 (weights, activations, KV cache) on GPUs with it. */
 static void search_precs(const config *c, const opt_table *t, const infer_args *a, infer_search_in *in)
 {
     infer_prec base = prec_of(c, a);
     in->n_precs = 0;
     in->precs[in->n_precs++] = base;
-    if (opt_was_set(t, "--fp8-format") || opt_was_set(t, "--weight-quant") || opt_was_set(t, "--kv-cache-dtype"))
-        return;
+    if (c->cluster.gpu.calibrated_only || opt_was_set(t, "--fp8-format") || opt_was_set(t, "--weight-quant") ||
+        opt_was_set(t, "--kv-cache-dtype"))
+        return; /* a calibrated-only device runs fp32 only */
     in->precs[in->n_precs++] = (infer_prec){base.act, INFER_INT8, base.kv};
     in->precs[in->n_precs++] = (infer_prec){base.act, INFER_INT4, base.kv};
     if (c->cluster.gpu.fp8_tflops > 0)
@@ -630,6 +727,13 @@ static int search_run(config *c, const opt_table *t, const infer_args *a, size_t
     if (rc)
         return rc;
     search_precs(c, t, a, &in);
+    infer_consts k;
+    if ((rc = load_consts(c, a, in.precs[0], &k, err)))
+        return rc;
+    in.params = &k.ip;
+    if (a->calib || a->decode_calib)
+        printf("constants: launch per kernel (%s); HBM efficiency (%s); GEMM efficiency and peaks (%s)\n", k.launch_src,
+               k.mem_src, k.tables_src);
     infer_cand *v = NULL;
     size_t n = 0, skipped = 0;
     rc = infer_search_run(&in, &v, &n, &skipped, err);

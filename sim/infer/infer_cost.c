@@ -19,7 +19,7 @@
  * model's curve, used for the attention kernels' compute bound in decode. */
 #define PLATEAU_DIM 16384
 
-const char *const INFER_DTYPE_NAMES[] = {"fp16", "bf16", "fp8", "int8", "int4", NULL};
+const char *const INFER_DTYPE_NAMES[] = {"fp16", "bf16", "fp8", "int8", "int4", "fp32", NULL};
 
 int infer_dtype_bits(infer_dtype d)
 {
@@ -32,6 +32,8 @@ int infer_dtype_bits(infer_dtype d)
         return 8;
     case INFER_INT4:
         return 4;
+    case INFER_FP32:
+        return 32;
     default:
         return 16;
     }
@@ -39,6 +41,19 @@ int infer_dtype_bits(infer_dtype d)
 
 int infer_prec_check(const infer_prec *p, const gpu_spec *gpu, ts_err *err)
 {
+    bool fp32 = p->act == INFER_FP32 || p->weight == INFER_FP32 || p->kv == INFER_FP32;
+    if (gpu->calibrated_only && (p->act != INFER_FP32 || p->weight != INFER_FP32 || p->kv != INFER_FP32))
+        return err_set(err, TS_EINVAL,
+                       "device '%s' (calibrated only) runs inference in fp32 only, as the CPU executor does: "
+                       "give --fp32 and no --fp8-format, --weight-quant or --kv-cache-dtype",
+                       gpu->name);
+    if (gpu->calibrated_only)
+        return TS_OK;
+    if (fp32)
+        return err_set(err, TS_EINVAL,
+                       "fp32 inference on GPU '%s' is not modelled (valid: fp16, bf16, fp8; fp32 only on "
+                       "--gpu cpu, the CPU executor's precision)",
+                       gpu->name);
     if (p->act != INFER_FP16 && p->act != INFER_BF16 && p->act != INFER_FP8)
         return err_set(err, TS_EINVAL, "activations in %s: not modelled (valid: fp16, bf16, fp8 with --fp8-format)",
                        INFER_DTYPE_NAMES[p->act]);
@@ -70,7 +85,13 @@ void infer_prec_name(const infer_prec *p, char *buf, size_t n)
 
 infer_params infer_params_default(void)
 {
-    return (infer_params){.launch_ns = -1, .mem_eff = 0, .gemm_eff = 0};
+    return (infer_params){.launch_ns = -1,
+                          .mem_eff = 0,
+                          .gemm_eff = 0,
+                          .decode_line = false,
+                          .decode_rows = 0,
+                          .cost = NULL,
+                          .link = NULL};
 }
 
 infer_step infer_step_prefill(int64_t b, int64_t in)
@@ -100,6 +121,7 @@ struct infer_model {
     double ab, wb, kvb; /* bytes per element: activations, weights, KV cache */
     double h, a_rank, d, ffn1, ffn2, vocab_rank;
     double plateau_eff; /* the GEMM curve's plateau */
+    bool in_decode;     /* evaluating a pure decode step (infer_stage_ns) */
     bool rope;
 };
 
@@ -154,16 +176,30 @@ int infer_model_new(const config *c, const infer_prec *pr, const infer_params *i
     m->c.cluster.topology = NULL;
     m->pr = *pr;
     m->ip = *ip;
+    m->ip.cost = NULL; /* copied into cp and m->cc below, not kept */
+    m->ip.link = NULL;
     const gpu_spec *gpu = &c->cluster.gpu;
     cost_params cp;
-    rc = cost_params_default(gpu, pr->act == INFER_BF16 ? PREC_BF16 : PREC_FP16, &cp, err);
+    memset(&cp, 0, sizeof cp);
+    if (ip->cost)
+        cp = *ip->cost;
+    else if (gpu->calibrated_only)
+        rc = err_set(err, TS_EINVAL,
+                     "device '%s' has no datasheet or default cost tables: give --calibration FILE (written by "
+                     "trainsim calibrate from trainexec --microbench) with its gemm, memory, launch, p2p and "
+                     "allreduce rows",
+                     gpu->name);
+    else
+        rc = cost_params_default(gpu, pr->act == INFER_BF16 ? PREC_BF16 : PREC_FP16, &cp, err);
     if (!rc && pr->act == INFER_FP8)
         cp.peak_tflops = gpu->fp8_tflops; /* dtype_bytes stays 2: the curve's intensity key */
     if (!rc && ip->launch_ns >= 0)
         cp.launch_ns = ip->launch_ns;
     if (!rc)
         rc = cost_model_new(&cp, &m->cm, err);
-    if (!rc)
+    if (!rc && ip->link)
+        m->cc = *ip->link;
+    else if (!rc)
         rc = commcost_params_default(gpu, &m->cc, err);
     if (rc) {
         infer_model_free(m);
@@ -233,7 +269,12 @@ static double gemm_ns(const infer_model *m, double rows, double n, double k, dou
         return 0;
     int64_t M = (int64_t)ceil(rows), N = (int64_t)ceil(n), K = (int64_t)ceil(k);
     double comp;
-    if (m->ip.gemm_eff > 0)
+    bool line = m->in_decode && m->ip.decode_line && !(m->ip.gemm_eff > 0); /* see infer_params.decode_line */
+    if (line && rows <= m->ip.decode_rows)
+        comp = 0;
+    else if (line)
+        comp = 2.0 * (double)M * (double)N * (double)K / (cost_model_params(m->cm)->peak_tflops * 1e3 * m->plateau_eff);
+    else if (m->ip.gemm_eff > 0)
         comp = 2.0 * (double)M * (double)N * (double)K / (cost_model_params(m->cm)->peak_tflops * 1e3 * m->ip.gemm_eff);
     else
         comp = (double)cost_gemm_ns(m->cm, M, N, K, 1) - m->lay.launch_ns;
@@ -298,11 +339,14 @@ int64_t infer_stage_ns(infer_model *m, int stage, const infer_step *s)
 {
     if (!(s->tokens > 0) || stage < 0 || stage >= m->lay.p)
         return 0;
+    m->in_decode = s->dec_seqs > 0 && s->dec_seqs >= s->tokens;
     double ns = m->lay.layers[stage] * layer_ns(m, s);
     if (stage == 0) /* embedding lookup (vocabulary-parallel: an all-reduce at t > 1) */
         ns += elem_ns(m, 2 * s->tokens * m->h * m->ab) + allreduce_ns(m, s->tokens);
-    if (stage == m->lay.p - 1 && s->logits > 0) /* final norm, logits (16-bit weights) */
-        ns += elem_ns(m, 2 * s->logits * m->h * m->ab) + gemm_ns(m, s->logits, m->vocab_rank, m->h, 2.0);
+    if (stage == m->lay.p - 1 && s->logits > 0) /* final norm, logits (16-bit weights, fp32 in fp32) */
+        ns += elem_ns(m, 2 * s->logits * m->h * m->ab) +
+              gemm_ns(m, s->logits, m->vocab_rank, m->h, m->pr.act == INFER_FP32 ? 4.0 : 2.0);
+    m->in_decode = false;
     return ckd_ns(ns);
 }
 

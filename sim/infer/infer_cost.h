@@ -32,7 +32,12 @@
  *
  * Constants (infer_params): the launch overhead per kernel (default the
  * cost model's, cost.c), and two efficiency overrides (0 = the cost model's
- * curves). A measured decode-step calibration may later set them.
+ * curves); a decode calibration (infer_calib.h, trainsim infer
+ * --decode-calibration) sets launch_ns and mem_eff from measured decode
+ * steps. The cost and link parameters default to the GPU kind's tables
+ * (cost_params_default, commcost_params_default); a kernel calibration
+ * (--calibration, calib.h) replaces them, and a calibrated-only device
+ * (`--gpu cpu`) has no other source.
  *
  * Ownership: infer_model_new returns a model owned by the caller
  * (infer_model_free); it borrows nothing from its arguments. Evaluating a
@@ -49,23 +54,35 @@
 #include "sim/util/err.h"
 
 /* Element types of inference tensors. */
-typedef enum { INFER_FP16 = 0, INFER_BF16, INFER_FP8, INFER_INT8, INFER_INT4, INFER_DTYPE_COUNT } infer_dtype;
+/* INFER_FP32 is the CPU executor's precision: only on a calibrated-only
+ * device (`--gpu cpu`), whose tables are fitted from fp32 samples. */
+typedef enum {
+    INFER_FP16 = 0,
+    INFER_BF16,
+    INFER_FP8,
+    INFER_INT8,
+    INFER_INT4,
+    INFER_FP32,
+    INFER_DTYPE_COUNT
+} infer_dtype;
 
-/* NULL-terminated names, indexed by infer_dtype: "fp16" "bf16" "fp8" "int8" "int4". */
+/* NULL-terminated names, indexed by infer_dtype: "fp16" "bf16" "fp8" "int8" "int4" "fp32". */
 extern const char *const INFER_DTYPE_NAMES[];
 
-/* Bits per element: 16, 16, 8, 8, 4. */
+/* Bits per element: 16, 16, 8, 8, 4, 32. */
 int infer_dtype_bits(infer_dtype d);
 
 /* Precision of one deployment. */
 typedef struct {
-    infer_dtype act;    /* activations and GEMM compute: fp16, bf16 or fp8 */
+    infer_dtype act;    /* activations and GEMM compute: fp16, bf16 or fp8 (fp32: calibrated-only device) */
     infer_dtype weight; /* weights of the transformer layers: act, int8/int4 (weight-only), or fp8 with act fp8 */
     infer_dtype kv;     /* KV cache: fp16, bf16, fp8 or int8 */
 } infer_prec;
 
 /* Check a precision against a GPU: the combinations above; FP8 (act, weight
- * or KV cache) only on a GPU with FP8 tensor cores (gpu.fp8_tflops > 0).
+ * or KV cache) only on a GPU with FP8 tensor cores (gpu.fp8_tflops > 0);
+ * a calibrated-only device runs fp32 throughout (act, weights, KV cache)
+ * and nothing else, a GPU kind never fp32.
  * TS_EINVAL naming the flag and the GPU. */
 int infer_prec_check(const infer_prec *p, const gpu_spec *gpu, ts_err *err);
 
@@ -77,9 +94,25 @@ typedef struct {
     double launch_ns; /* per kernel; < 0: the cost model's launch_ns */
     double mem_eff;   /* achievable fraction of HBM bandwidth; 0: cost_mem_eff's curve */
     double gemm_eff;  /* achievable fraction of the GEMM peak; 0: cost_gemm_eff's curve */
+    /* launch_ns and mem_eff were fitted on measured decode steps of up to
+     * decode_rows sequences (a decode calibration). In a pure decode step a
+     * GEMM of at most decode_rows rows takes launch + bytes at mem_eff:
+     * the fitted line, which measured those GEMMs, their compute included.
+     * A larger one (or any, when decode_rows is 0) takes launch + max(flops
+     * at the GEMM curve's plateau efficiency, bytes at mem_eff): the
+     * curve's low-intensity knots are memory-bound times of other shapes,
+     * which the fitted bandwidth replaces, and only a GEMM compute-bound at
+     * full efficiency may take longer. Prefill and mixed steps keep the
+     * curve. */
+    bool decode_line;
+    double decode_rows;
+    /* Borrowed, copied by infer_model_new; NULL: the GPU kind's defaults
+     * (required for a calibrated-only device). */
+    const cost_params *cost;
+    const commcost_params *link;
 } infer_params;
 
-/* Defaults: launch_ns -1, mem_eff 0, gemm_eff 0. */
+/* Defaults: launch_ns -1, mem_eff 0, gemm_eff 0, decode_line false, decode_rows 0, cost and link NULL. */
 infer_params infer_params_default(void);
 
 /* What one step runs on the whole replica (all sequences of the step). */

@@ -50,7 +50,7 @@ static int push(infer_cand **v, size_t *n, size_t *cap, const infer_cand *c, ts_
 static int run_layout(const infer_search_in *in, config *c, infer_cand **v, size_t *n, size_t *cap, size_t *skipped,
                       ts_err *err)
 {
-    infer_params ip = infer_params_default();
+    infer_params ip = in->params ? *in->params : infer_params_default();
     int rc = TS_OK;
     for (int k = 0; !rc && k < in->n_precs; k++) {
         infer_model *m = NULL;

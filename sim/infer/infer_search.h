@@ -31,6 +31,7 @@ typedef struct {
     infer_prec precs[INFER_SEARCH_MAX_LIST];
     int n_precs;
     double max_ttft_ns, max_tpot_ns; /* 0: no limit */
+    const infer_params *params;      /* borrowed; NULL: infer_params_default() */
 } infer_search_in;
 
 typedef struct {

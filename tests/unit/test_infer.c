@@ -7,6 +7,7 @@
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdarg.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "sim/config/flags.h"
@@ -136,6 +137,40 @@ Test(infer, decode_batch1_is_memory_bound)
     cr_assert_geq((double)ns, lo);
     cr_assert_lt((double)ns, lo * 1.03, "%lld ns vs %.0f", (long long)ns, lo);
     infer_model_free(m);
+}
+
+/* A decode calibration's rule (infer_params.decode_line): a decode step of
+ * at most decode_rows rows costs its GEMMs by the fitted bandwidth alone,
+ * exactly as with no compute bound at all; beyond, a GEMM compute-bound at
+ * the curve's plateau takes longer; at 4 rows the plateau bound never
+ * binds (memory-bound), so the two rules agree. */
+Test(infer, decode_line_bounds_gemms)
+{
+    cfg(LLAMA7B("32"), "--fp16", NULL);
+    infer_params line = {.launch_ns = 0, .mem_eff = 0.5, .decode_line = true, .decode_rows = 512};
+    infer_params plat = line, free_compute = {.launch_ns = 0, .mem_eff = 0.5, .gemm_eff = 1e9};
+    plat.decode_rows = 0;
+    infer_model *a = model(FP16, line), *b = model(FP16, plat), *d = model(FP16, free_compute);
+    infer_step big = infer_step_decode(512, 256), small = infer_step_decode(4, 256);
+    int64_t ta = infer_step_time(a, &big, 1).step_ns, tb = infer_step_time(b, &big, 1).step_ns;
+    int64_t td = infer_step_time(d, &big, 1).step_ns;
+    cr_assert_lt(llabs(ta - td), 2, "within the measured rows: %lld ns, memory only %lld ns", (long long)ta,
+                 (long long)td);
+    /* 512 rows of fp16 GEMMs: 2 x 512 flops per 2 weight bytes, above the
+     * A100's 312 TFLOP/s / (0.5 x 2039 GB/s) = 306 flops per byte */
+    cr_assert_gt((double)tb, 1.1 * (double)ta, "beyond them: %lld ns vs %lld ns", (long long)tb, (long long)ta);
+    int64_t sa = infer_step_time(a, &small, 1).step_ns, sb = infer_step_time(b, &small, 1).step_ns;
+    cr_assert_lt(llabs(sa - sb), 2, "4 rows: %lld vs %lld ns", (long long)sa, (long long)sb);
+    /* a prefill keeps the curve: the rule changes nothing there */
+    infer_params nol = line;
+    nol.decode_line = false;
+    infer_model *c = model(FP16, nol);
+    infer_step pre = infer_step_prefill(4, 128);
+    cr_assert_eq(infer_step_time(a, &pre, 1).step_ns, infer_step_time(c, &pre, 1).step_ns);
+    infer_model_free(a);
+    infer_model_free(b);
+    infer_model_free(c);
+    infer_model_free(d);
 }
 
 Test(infer, prefill_flops_bound)
