@@ -16,7 +16,7 @@
 #include "sim/sched/sched_validate.h"
 #include "sim/util/opt.h"
 
-static const char *const SCHEDULE_NAMES[] = {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", NULL};
+static const char *const SCHEDULE_NAMES[] = {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "dualpipev", NULL};
 
 typedef struct {
     int kind;
@@ -62,8 +62,8 @@ static int add_flags(opt_table *t, sargs *a, ts_err *err)
          .min = 1,
          .max = SCHED_MAX_V,
          .unit = "chunks",
-         .defval = "1; 2 for interleaved and zb-v",
-         .help = "model chunks per rank v (interleaved: any; zb-v: 2; others: 1)"},
+         .defval = "1; 2 for interleaved, zb-v and dualpipev",
+         .help = "model chunks per rank v (interleaved: any; zb-v, dualpipev: 2; others: 1)"},
         {.name = "--microbatch-group-size-per-virtual-pipeline-stage",
          .type = OPT_INT,
          .target = &a->group,
@@ -284,7 +284,7 @@ static int layout_opts(const opt_table *t, const sargs *a, sched_layout *lay, sc
 static int schedule_generate(const opt_table *t, const sargs *a, sched **s, ts_err *err)
 {
     int v_est = opt_was_set(t, "--num-virtual-stages-per-pipeline-rank") ? a->v
-                : a->kind == SCHED_INTERLEAVED || a->kind == SCHED_ZB_V  ? 2
+                : a->kind == SCHED_INTERLEAVED || sched_kind_is_v((sched_kind)a->kind) ? 2
                                                                          : 1;
     double est_gib = (double)a->p * a->m * v_est * SCHED_EST_BYTES_PER_PAIR / 1073741824.0;
     if (est_gib > a->max_memory_gib)
@@ -298,7 +298,7 @@ static int schedule_generate(const opt_table *t, const sargs *a, sched **s, ts_e
     o.p = a->p;
     o.m = a->m;
     o.v = opt_was_set(t, "--num-virtual-stages-per-pipeline-rank") ? a->v
-          : a->kind == SCHED_INTERLEAVED || a->kind == SCHED_ZB_V  ? 2
+          : a->kind == SCHED_INTERLEAVED || sched_kind_is_v((sched_kind)a->kind) ? 2
                                                                    : 1;
     o.mb_group_size = a->group;
     o.num_layers = a->layers;

@@ -7,6 +7,7 @@
 #include "sim/sched/sched_build.h"
 #include "sim/sched/sched_comm.h"
 #include "sim/sched/sched_gen.h"
+#include "sim/sched/sched_gen_dual.h"
 #include "sim/sched/sched_gen_zb.h"
 #include "sim/sched/sched_validate.h"
 
@@ -16,7 +17,7 @@ static int check_opts(const sched_opts *o, ts_err *err)
     if ((unsigned)o->kind >= SCHED_CUSTOM)
         return err_set(err, TS_EINVAL,
                        "schedule kind %d cannot be generated; valid: gpipe, 1f1b, "
-                       "interleaved, zb-h1, zb-h2, zb-v",
+                       "interleaved, zb-h1, zb-h2, zb-v, dualpipev",
                        (int)o->kind);
     const char *name = sched_kind_name(o->kind);
     if (o->p < 1 || o->p > SCHED_MAX_P)
@@ -35,12 +36,19 @@ static int check_opts(const sched_opts *o, ts_err *err)
                            "must be in [p, m] = [%d, %d], as in Megatron-core; with v > 1 use m >= p "
                            "(m = %d, p = %d)",
                            g, o->mb_group_size ? "" : ", default p", o->p, o->m, o->m, o->p);
-    } else if (o->kind == SCHED_ZB_V) {
+    } else if (sched_kind_is_v(o->kind)) {
         if (o->v != 2)
-            return err_set(err, TS_EINVAL, "zb-v: chunks per rank v = %d; ZB-V runs exactly 2 (V shape)", o->v);
+            return err_set(err, TS_EINVAL, "%s: chunks per rank v = %d; it runs exactly 2 (V shape)", name, o->v);
+        /* dualpipev.py (DualPipeV.step) asserts num_chunks >= num_ranks * 2:
+         * its main step runs m - 2p + r + 1 >= 1 times on every rank r. */
+        if (o->kind == SCHED_DUALPIPEV && o->m < 2 * o->p)
+            return err_set(err, TS_EINVAL,
+                           "dualpipev: micro-batches m = %d with p = %d ranks; DualPipeV needs m >= 2p = %d (as "
+                           "deepseek-ai/DualPipe's dualpipev.py)",
+                           o->m, o->p, 2 * o->p);
     } else if (o->v != 1) {
         return err_set(err, TS_EINVAL,
-                       "%s: chunks per rank v = %d; only interleaved (v >= 1) and zb-v "
+                       "%s: chunks per rank v = %d; only interleaved (v >= 1), zb-v and dualpipev "
                        "(v = 2) have more than one chunk, use v = 1",
                        name, o->v);
     }
@@ -72,6 +80,8 @@ static int add_reduce_optim(sched *s, ts_err *err)
                 last[a[i].chunk] = i;
         for (size_t i = 0; i < n && rc == TS_OK; i++) {
             rc = sched_list_push(&l, a[i].kind, a[i].chunk, a[i].mb, a[i].peer, err);
+            if (rc == TS_OK)
+                l.a[l.n - 1].overlap = a[i].overlap;
             int c = a[i].kind == ACT_B || a[i].kind == ACT_W ? a[i].chunk : -1;
             if (c < 0 || last[c] != i || rc != TS_OK)
                 continue;
@@ -96,7 +106,7 @@ static int add_reduce_optim(sched *s, ts_err *err)
 int sched_generate(const sched_opts *o, sched **out, ts_err *err)
 {
     static int (*const GEN[SCHED_CUSTOM])(const sched_opts *, sched_list *, ts_err *) = {
-        sched_gen_gpipe, sched_gen_1f1b, sched_gen_interleaved, sched_gen_zb_h1, sched_gen_zb_h2, sched_gen_zb_v,
+        sched_gen_gpipe, sched_gen_1f1b, sched_gen_interleaved, sched_gen_zb_h1, sched_gen_zb_h2, sched_gen_zb_v, sched_gen_dualpipev,
     };
     *out = NULL;
     int rc = check_opts(o, err);
@@ -105,7 +115,7 @@ int sched_generate(const sched_opts *o, sched **out, ts_err *err)
     sched *s = NULL;
     sched_list *lists = NULL;
     rc =
-        sched_build_alloc(o->kind, o->kind == SCHED_ZB_V ? SCHED_PLACE_V : SCHED_PLACE_LOOP, o->p, o->m, o->v, &s, err);
+        sched_build_alloc(o->kind, sched_kind_is_v(o->kind) ? SCHED_PLACE_V : SCHED_PLACE_LOOP, o->p, o->m, o->v, &s, err);
     if (rc != TS_OK)
         return rc;
     rc = o->stage_layers ? sched_build_layers_from(s, o->stage_layers, o->num_layers, err)
