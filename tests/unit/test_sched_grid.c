@@ -68,12 +68,17 @@ Test(sched_grid, all_generated_schedules_validate)
         for (int j = 0; j < nm; j++)
             for (int k = 0; k < SCHED_CUSTOM; k++)
                 for (int v = 1; v <= 4; v++) {
-                    if ((k != SCHED_INTERLEAVED && v > 1 && k != SCHED_ZB_V) || (k == SCHED_ZB_V && v != 2))
+                    if ((k != SCHED_INTERLEAVED && v > 1 && !sched_kind_is_v((sched_kind)k)) ||
+                        (sched_kind_is_v((sched_kind)k) && v != 2))
                         continue;
                     int m = ms[j];
                     sched *s = NULL;
                     ts_err e;
                     int rc = gen((sched_kind)k, p, m, v, &s, &e);
+                    if (k == SCHED_DUALPIPEV && m < 2 * p) {
+                        cr_expect_eq(rc, TS_EINVAL, "dualpipev p=%d m=%d: DualPipeV needs m >= 2p", p, m);
+                        continue;
+                    }
                     if (k == SCHED_INTERLEAVED && v > 1 && m < p) {
                         cr_expect_eq(rc, TS_EINVAL, "interleaved p=%d m=%d: Megatron rejects m < p", p, m);
                         continue;
