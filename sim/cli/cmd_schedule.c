@@ -23,6 +23,7 @@ typedef struct {
     int p, m, v, group, layers, first, last;
     int timeline_width;    /* columns */
     double tf, tb, tw, tc; /* ms */
+    double ta_f, ta_b;     /* ms: exposed all-to-all of a forward / backward (EP) */
     double max_memory_gib; /* --max-memory */
     const char *export_path, *import_path;
     const char *layout; /* --pipeline-model-parallel-layout, NULL = not given */
@@ -38,7 +39,7 @@ static int add_flags(opt_table *t, sargs *a, ts_err *err)
          .target = &a->kind,
          .enum_names = SCHEDULE_NAMES,
          .help = "pipeline schedule: GPipe, 1F1B (PipeDream-Flush), Megatron's interleaved 1F1B, "
-                 "zero-bubble ZB-H1, ZB-H2, ZB-V (Qi et al. 2024)"},
+                 "zero-bubble ZB-H1, ZB-H2, ZB-V (Qi et al. 2024), DeepSeek-V3's DualPipeV (m >= 2p)"},
         {.name = "--pipeline-model-parallel-size",
          .alias = "-p",
          .type = OPT_INT,
@@ -140,6 +141,21 @@ static int add_flags(opt_table *t, sargs *a, ts_err *err)
          .max = 1e9,
          .unit = "ms",
          .help = "latency of one point-to-point send"},
+        {.name = "--time-a2a-f",
+         .type = OPT_DOUBLE,
+         .target = &a->ta_f,
+         .min = 0,
+         .max = 1e9,
+         .unit = "ms",
+         .help = "expert-parallel all-to-all after each forward of a stage (a chunk takes 1/v); hidden inside "
+                 "dualpipev's overlapped F&B pairs, paid in full elsewhere (the timeline leaves it out)"},
+        {.name = "--time-a2a-b",
+         .type = OPT_DOUBLE,
+         .target = &a->ta_b,
+         .min = 0,
+         .max = 1e9,
+         .unit = "ms",
+         .help = "expert-parallel all-to-all after each backward (B or I) of a stage, as --time-a2a-f"},
         {.type = OPT_SECTION, .name = "Input and output"},
         {.name = "--import",
          .type = OPT_STRING,
@@ -213,6 +229,10 @@ static void print_summary(const sched *s, const sargs *a, bool timed, const sche
         return;
     printf("timing with T_F %g ms, T_B %g ms, T_W %g ms, p2p latency %g ms%s:\n", a->tf, a->tb, a->tw, a->tc,
            s->v > 1 ? " (a chunk takes 1/v)" : "");
+    if (a->ta_f > 0 || a->ta_b > 0)
+        printf("  all-to-all      %g ms after F, %g ms after B (hidden in F&B pairs: max of compute and "
+               "communication)\n",
+               a->ta_f, a->ta_b);
     printf("  makespan        %.6f ms (first op start to last op end)\n", sched_ticks_ms(tm, tm->makespan));
     printf("  longest span    %.6f ms (one rank's first op start to its last op end)\n", sched_ticks_ms(tm, tm->cost));
     printf("  ideal           %.6f ms (m*(T_F+T_B+T_W))\n", sched_ticks_ms(tm, tm->ideal));
@@ -367,7 +387,8 @@ int cmd_schedule(int argc, char **argv)
         goto out;
     }
     bool timed = opt_was_set(&t, "--time-f") || opt_was_set(&t, "--time-b") || opt_was_set(&t, "--time-w") ||
-                 opt_was_set(&t, "--time-comm");
+                 opt_was_set(&t, "--time-comm") || opt_was_set(&t, "--time-a2a-f") ||
+                 opt_was_set(&t, "--time-a2a-b");
     if (timed && a.tf + a.tb + a.tw <= 0) {
         rc = err_set(&err, TS_EINVAL, "--time-f, --time-b and --time-w are all 0; give at least one op time > 0 ms");
         goto finish;
@@ -379,8 +400,9 @@ int cmd_schedule(int argc, char **argv)
     if (rc != TS_OK)
         goto finish;
     sched_op_times ot = {ms_to_ns(a.tf), ms_to_ns(a.tb), ms_to_ns(a.tw), ms_to_ns(a.tc)};
+    sched_ep_times ep = {ms_to_ns(a.ta_f), ms_to_ns(a.ta_b)};
     if (timed)
-        rc = sched_time(s, &ot, &tm, &err);
+        rc = sched_time_ep(s, &ot, &ep, &tm, &err);
     if (rc == TS_OK)
         rc = schedule_outputs(s, &a, timed ? &ot : NULL, &tm, &err);
 finish: /* the error of a library call, if any, is printed here */

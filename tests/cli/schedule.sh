@@ -65,6 +65,11 @@ expect_ok "--schedule dualpipev -p 4 -m 8 --time-f 1 --time-b 1 --time-w 1" "lon
 expect_ok "--schedule dualpipev -p 4 -m 8" "peak activations in flight per rank (micro-batch chunks): 9 9 9 9"
 expect_ok "--schedule dualpipev -p 2 -m 4 --validate-only --export $tmp/dpv.csv" "valid: dualpipev p=2 m=4 v=2"
 cmp -s "$tmp/dpv.csv" "$G/dualpipev_p2_m4.csv" && ok || bad "exported dualpipev CSV differs from $G/dualpipev_p2_m4.csv"
+# all-to-all of 1 ms after every F and B of a stage (0.5 ms per chunk op): hidden
+# inside dualpipev's F&B pairs, paid in full by zb-v
+expect_ok "--schedule dualpipev -p 4 -m 16 --time-f 1 --time-b 1 --time-w 0.5 --time-a2a-f 1 --time-a2a-b 1" "longest span    54.250000 ms"
+expect_ok "--schedule zb-v -p 4 -m 16 --time-f 1 --time-b 1 --time-w 0.5 --time-a2a-f 1 --time-a2a-b 1" "longest span    76.500000 ms"
+expect_ok "--help" "--time-a2a-f"
 expect_err "--schedule dualpipev -p 4 -m 6" 2 "DualPipeV needs m >= 2p = 8"
 expect_err "--schedule dualpipev -p 4 -m 8 -v 3" 2 "dualpipev: chunks per rank v = 3; it runs exactly 2"
 out=$($T simulate --model megatron-7.5b --num-layers 32 -p 4 -t 2 --schedule dualpipev --global-batch-size 128 \
