@@ -16,7 +16,8 @@
 #include "sim/sched/sched_validate.h"
 #include "sim/util/opt.h"
 
-static const char *const SCHEDULE_NAMES[] = {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "dualpipev", NULL};
+static const char *const SCHEDULE_NAMES[] = {"gpipe", "1f1b", "interleaved", "zb-h1",
+                                             "zb-h2", "zb-v", "dualpipev",   NULL};
 
 typedef struct {
     int kind;
@@ -303,9 +304,9 @@ static int layout_opts(const opt_table *t, const sargs *a, sched_layout *lay, sc
  * estimated memory exceeds --max-memory: refused at once, with the figure. */
 static int schedule_generate(const opt_table *t, const sargs *a, sched **s, ts_err *err)
 {
-    int v_est = opt_was_set(t, "--num-virtual-stages-per-pipeline-rank") ? a->v
+    int v_est = opt_was_set(t, "--num-virtual-stages-per-pipeline-rank")               ? a->v
                 : a->kind == SCHED_INTERLEAVED || sched_kind_is_v((sched_kind)a->kind) ? 2
-                                                                         : 1;
+                                                                                       : 1;
     double est_gib = (double)a->p * a->m * v_est * SCHED_EST_BYTES_PER_PAIR / 1073741824.0;
     if (est_gib > a->max_memory_gib)
         return err_set(err, TS_EINVAL,
@@ -317,9 +318,9 @@ static int schedule_generate(const opt_table *t, const sargs *a, sched **s, ts_e
     sched_opts_default(&o, (sched_kind)a->kind);
     o.p = a->p;
     o.m = a->m;
-    o.v = opt_was_set(t, "--num-virtual-stages-per-pipeline-rank") ? a->v
+    o.v = opt_was_set(t, "--num-virtual-stages-per-pipeline-rank")               ? a->v
           : a->kind == SCHED_INTERLEAVED || sched_kind_is_v((sched_kind)a->kind) ? 2
-                                                                   : 1;
+                                                                                 : 1;
     o.mb_group_size = a->group;
     o.num_layers = a->layers;
     o.first_stage_layers = a->first;
@@ -387,8 +388,7 @@ int cmd_schedule(int argc, char **argv)
         goto out;
     }
     bool timed = opt_was_set(&t, "--time-f") || opt_was_set(&t, "--time-b") || opt_was_set(&t, "--time-w") ||
-                 opt_was_set(&t, "--time-comm") || opt_was_set(&t, "--time-a2a-f") ||
-                 opt_was_set(&t, "--time-a2a-b");
+                 opt_was_set(&t, "--time-comm") || opt_was_set(&t, "--time-a2a-f") || opt_was_set(&t, "--time-a2a-b");
     if (timed && a.tf + a.tb + a.tw <= 0) {
         rc = err_set(&err, TS_EINVAL, "--time-f, --time-b and --time-w are all 0; give at least one op time > 0 ms");
         goto finish;

@@ -173,7 +173,8 @@ static int check_chunks(const parallel_config *p, int v, const char *what, ts_er
                        "--schedule %s needs --pipeline-model-parallel-size >= 2 (got %d; use 1f1b with one stage)", sn,
                        p->pp);
     if (sched_kind_is_v(p->schedule) && v != 2)
-        return err_set(err, TS_EINVAL, "--schedule %s runs exactly 2 chunks per pipeline rank; %s gives %d", sn, what, v);
+        return err_set(err, TS_EINVAL, "--schedule %s runs exactly 2 chunks per pipeline rank; %s gives %d", sn, what,
+                       v);
     if (p->schedule == SCHED_INTERLEAVED && v < 2)
         return err_set(err, TS_EINVAL,
                        "--schedule interleaved needs at least 2 chunks per pipeline rank; %s gives %d (or use "

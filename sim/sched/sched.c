@@ -34,7 +34,8 @@ int sched_kind_parse(const char *name, sched_kind *out, ts_err *err)
             *out = (sched_kind)k;
             return TS_OK;
         }
-    return err_set(err, TS_EINVAL, "unknown schedule '%s'; valid: gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, dualpipev",
+    return err_set(err, TS_EINVAL,
+                   "unknown schedule '%s'; valid: gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, dualpipev",
                    name ? name : "(null)");
 }
 

@@ -51,7 +51,7 @@ typedef enum {
     SCHED_ZB_H2,
     SCHED_ZB_V,
     SCHED_DUALPIPEV, /* DeepSeek's DualPipeV: V placement, overlapped F&B pairs */
-    SCHED_CUSTOM, /* imported from CSV; not produced by a generator */
+    SCHED_CUSTOM,    /* imported from CSV; not produced by a generator */
     SCHED_KIND_COUNT
 } sched_kind;
 
@@ -80,9 +80,9 @@ typedef struct {
     uint8_t overlap; /* 1 on an F that runs together with the next compute
                         action of its rank (a B of another micro-batch):
                         DualPipe's overlapped "F&B" chunk; 0 otherwise */
-    int16_t chunk; /* local chunk on this rank, 0..v-1; -1 for OPTIM */
-    int32_t mb;    /* micro-batch 0..m-1; -1 for REDUCE_GRAD and OPTIM */
-    int32_t peer;  /* SEND/RECV: the other pipeline rank; -1 otherwise */
+    int16_t chunk;   /* local chunk on this rank, 0..v-1; -1 for OPTIM */
+    int32_t mb;      /* micro-batch 0..m-1; -1 for REDUCE_GRAD and OPTIM */
+    int32_t peer;    /* SEND/RECV: the other pipeline rank; -1 otherwise */
 } sched_action;
 
 typedef struct {

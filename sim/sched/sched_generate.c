@@ -106,7 +106,8 @@ static int add_reduce_optim(sched *s, ts_err *err)
 int sched_generate(const sched_opts *o, sched **out, ts_err *err)
 {
     static int (*const GEN[SCHED_CUSTOM])(const sched_opts *, sched_list *, ts_err *) = {
-        sched_gen_gpipe, sched_gen_1f1b, sched_gen_interleaved, sched_gen_zb_h1, sched_gen_zb_h2, sched_gen_zb_v, sched_gen_dualpipev,
+        sched_gen_gpipe, sched_gen_1f1b, sched_gen_interleaved, sched_gen_zb_h1,
+        sched_gen_zb_h2, sched_gen_zb_v, sched_gen_dualpipev,
     };
     *out = NULL;
     int rc = check_opts(o, err);
@@ -114,8 +115,8 @@ int sched_generate(const sched_opts *o, sched **out, ts_err *err)
         return rc;
     sched *s = NULL;
     sched_list *lists = NULL;
-    rc =
-        sched_build_alloc(o->kind, sched_kind_is_v(o->kind) ? SCHED_PLACE_V : SCHED_PLACE_LOOP, o->p, o->m, o->v, &s, err);
+    rc = sched_build_alloc(o->kind, sched_kind_is_v(o->kind) ? SCHED_PLACE_V : SCHED_PLACE_LOOP, o->p, o->m, o->v, &s,
+                           err);
     if (rc != TS_OK)
         return rc;
     rc = o->stage_layers ? sched_build_layers_from(s, o->stage_layers, o->num_layers, err)
