@@ -16,8 +16,8 @@
 #include "sim/sched/sched_validate.h"
 #include "sim/util/opt.h"
 
-static const char *const SCHEDULE_NAMES[] = {"gpipe", "1f1b", "interleaved", "zb-h1",
-                                             "zb-h2", "zb-v", "dualpipev",   NULL};
+static const char *const SCHEDULE_NAMES[] = {"gpipe", "1f1b",      "interleaved", "zb-h1", "zb-h2",
+                                             "zb-v",  "dualpipev", "dualpipe",    NULL};
 
 typedef struct {
     int kind;
@@ -214,9 +214,10 @@ static void print_summary(const sched *s, const sargs *a, bool timed, const sche
     size_t n = 0;
     for (int r = 0; r < s->p; r++)
         n += s->n_actions[r];
-    printf("%s: p=%d m=%d v=%d, %d layers, %zu actions; valid (no deadlock even with blocking "
+    printf("%s: p=%d m=%d%s v=%d, %d layers, %zu actions; valid (no deadlock even with blocking "
            "point-to-point)\n",
-           sched_kind_name(s->kind), s->p, s->m, s->v, s->num_layers, n);
+           sched_kind_name(s->kind), s->p, s->placement == SCHED_PLACE_DUAL ? 2 * s->m : s->m,
+           s->placement == SCHED_PLACE_DUAL ? " (half each way, 2 model copies)" : "", s->v, s->num_layers, n);
     int *peak = malloc((size_t)s->p * sizeof *peak);
     if (peak) {
         sched_peak_inflight(s, peak);
@@ -304,9 +305,9 @@ static int layout_opts(const opt_table *t, const sargs *a, sched_layout *lay, sc
  * estimated memory exceeds --max-memory: refused at once, with the figure. */
 static int schedule_generate(const opt_table *t, const sargs *a, sched **s, ts_err *err)
 {
-    int v_est = opt_was_set(t, "--num-virtual-stages-per-pipeline-rank")               ? a->v
-                : a->kind == SCHED_INTERLEAVED || sched_kind_is_v((sched_kind)a->kind) ? 2
-                                                                                       : 1;
+    int v_est = opt_was_set(t, "--num-virtual-stages-per-pipeline-rank") ? a->v
+                : a->kind == SCHED_INTERLEAVED || a->kind == SCHED_DUALPIPE || sched_kind_is_v((sched_kind)a->kind) ? 2
+                                                                                                                    : 1;
     double est_gib = (double)a->p * a->m * v_est * SCHED_EST_BYTES_PER_PAIR / 1073741824.0;
     if (est_gib > a->max_memory_gib)
         return err_set(err, TS_EINVAL,
@@ -318,9 +319,9 @@ static int schedule_generate(const opt_table *t, const sargs *a, sched **s, ts_e
     sched_opts_default(&o, (sched_kind)a->kind);
     o.p = a->p;
     o.m = a->m;
-    o.v = opt_was_set(t, "--num-virtual-stages-per-pipeline-rank")               ? a->v
-          : a->kind == SCHED_INTERLEAVED || sched_kind_is_v((sched_kind)a->kind) ? 2
-                                                                                 : 1;
+    o.v = opt_was_set(t, "--num-virtual-stages-per-pipeline-rank")                                            ? a->v
+          : a->kind == SCHED_INTERLEAVED || a->kind == SCHED_DUALPIPE || sched_kind_is_v((sched_kind)a->kind) ? 2
+                                                                                                              : 1;
     o.mb_group_size = a->group;
     o.num_layers = a->layers;
     o.first_stage_layers = a->first;
@@ -352,9 +353,15 @@ static int schedule_outputs(const sched *s, const sargs *a, const sched_op_times
         size_t n = 0;
         for (int r = 0; r < s->p; r++)
             n += s->n_actions[r];
-        printf("valid: %s p=%d m=%d v=%d, %zu actions\n", sched_kind_name(s->kind), s->p, s->m, s->v, n);
+        printf("valid: %s p=%d m=%d v=%d, %zu actions\n", sched_kind_name(s->kind), s->p,
+               s->placement == SCHED_PLACE_DUAL ? 2 * s->m : s->m, s->v, n);
     } else {
         print_summary(s, a, ot != NULL, tm);
+    }
+    if (a->export_path && s->placement == SCHED_PLACE_DUAL) {
+        return err_set(err, TS_EINVAL,
+                       "--export: torch's schedule CSV has one chain of stages; DualPipe's two model copies "
+                       "do not fit it (export dualpipev instead)");
     }
     if (a->export_path) {
         if ((rc = sched_csv_save(s, a->export_path, err)) != TS_OK)

@@ -507,6 +507,12 @@ static int check_parallel(config *c, ts_err *err)
 int config_resolve(config *c, ts_err *err)
 {
     int rc;
+    /* The simulator's lowering, memory model and the executor know one chain
+     * of stages and one model copy; DualPipe has two. */
+    if (c->par.schedule == SCHED_DUALPIPE)
+        return err_set(err, TS_EINVAL,
+                       "--schedule dualpipe (two model copies) is not modelled by simulate, search or trainexec; "
+                       "time it with trainsim schedule --schedule dualpipe, or use --schedule dualpipev");
     if ((rc = check_model(&c->model, err)) || (rc = check_parallel(c, err)) || (rc = check_tp(c, err)))
         return rc;
     if (c->par.schedule < 0 || c->par.schedule >= SCHED_KIND_COUNT)

@@ -51,13 +51,18 @@ typedef enum {
     SCHED_ZB_H2,
     SCHED_ZB_V,
     SCHED_DUALPIPEV, /* DeepSeek's DualPipeV: V placement, overlapped F&B pairs */
+    SCHED_DUALPIPE,  /* DeepSeek's DualPipe: two model copies, dual placement (schedule only) */
     SCHED_CUSTOM,    /* imported from CSV; not produced by a generator */
     SCHED_KIND_COUNT
 } sched_kind;
 
 typedef enum {
     SCHED_PLACE_LOOP = 0, /* stage = chunk*p + rank */
-    SCHED_PLACE_V         /* chunk 0: stage = rank; chunk 1: stage = 2p-1-rank */
+    SCHED_PLACE_V,        /* chunk 0: stage = rank; chunk 1: stage = 2p-1-rank */
+    SCHED_PLACE_DUAL      /* DualPipe: stages as V, but two model copies: stages 0..p-1
+                             (copy 0, ranks 0 -> p-1) and p..2p-1 (copy 1, ranks p-1 -> 0)
+                             are two pipelines, each stage a whole stage of a p-stage
+                             split, and m counts the micro-batches of one copy */
 } sched_placement;
 
 /* Action kinds. Token letters are those of torch.distributed.pipelining. */
@@ -137,7 +142,8 @@ int sched_stage_of(const sched *s, int rank, int chunk);
 /* Rank and local chunk that run global stage id. */
 void sched_rank_chunk_of(const sched *s, int stage, int *rank, int *chunk);
 
-/* Names: "gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "dualpipev". */
+/* Names: "gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "dualpipev",
+ * "dualpipe". */
 const char *sched_kind_name(sched_kind k);
 /* Parse a name; TS_EINVAL with the list of valid names if unknown. */
 int sched_kind_parse(const char *name, sched_kind *out, ts_err *err);

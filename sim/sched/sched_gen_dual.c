@@ -1,5 +1,5 @@
-/* sched_gen_dual — DualPipeV, after deepseek-ai/DualPipe's dualpipev.py
- * (DualPipeV.step). Compute actions only; F&B pairs carry the overlap
+/* sched_gen_dual — DualPipeV and DualPipe, after deepseek-ai/DualPipe's
+ * dualpipev.py (DualPipeV.step) and dualpipe.py (DualPipe.step). Compute actions only; F&B pairs carry the overlap
  * mark of sched.h. */
 #include "sim/sched/sched_gen_dual.h"
 
@@ -12,13 +12,15 @@
 typedef struct {
     sched_list *l;
     ts_err *err;
+    int swap; /* chunk = phase ^ swap (dualpipe.py's second half of the ranks) */
     int f[2], b[2];
     int *wq_chunk, *wq_mb; /* 2m entries each, owned by the caller */
     int wq_head, wq_tail;
 } dstate;
 
-static int fwd(dstate *d, int c, bool overlap)
+static int fwd(dstate *d, int ph, bool overlap)
 {
+    int c = ph ^ d->swap;
     if (sched_list_push(d->l, ACT_F, c, d->f[c]++, -1, d->err))
         return TS_ENOMEM;
     d->l->a[d->l->n - 1].overlap = overlap ? 1 : 0;
@@ -27,8 +29,9 @@ static int fwd(dstate *d, int c, bool overlap)
 
 /* _backward_chunk(c, enable_zb): a whole B, or with zb the input-gradient
  * part I now and its W queued. */
-static int bwd(dstate *d, int c, bool zb)
+static int bwd(dstate *d, int ph, bool zb)
 {
+    int c = ph ^ d->swap;
     int mb = d->b[c]++;
     if (!zb)
         return sched_list_push(d->l, ACT_B, c, mb, -1, d->err);
@@ -52,16 +55,18 @@ static int fb(dstate *d, int c0, int c1)
 }
 
 /* The eight steps of DualPipeV.step for rank r (p ranks, m >= 2p chunks of
- * micro-batches). Chunk 0 is stage r (phase 0 of dualpipev.py), chunk 1
- * stage 2p-1-r (phase 1); rank p-1 is the bottom of the V. */
-static int gen_rank(dstate *d, int p, int m, int r)
+ * micro-batches). Phase 0 of dualpipev.py is stage r, phase 1 stage
+ * 2p-1-r; rank p-1 is the bottom of the V (`last`). DualPipe.step is the
+ * same with p = half the ranks, m = the micro-batches of one direction,
+ * r = the rank's distance to the nearer end, `last` = a middle rank, and
+ * the phases swapped on the second half of the ranks (d->swap). */
+static int gen_rank(dstate *d, int p, int m, int r, bool last)
 {
 #define DO(x)                                                                                                          \
     do {                                                                                                               \
         if ((x) != TS_OK)                                                                                              \
             return TS_ENOMEM;                                                                                          \
     } while (0)
-    bool last = r == p - 1;
     for (int i = 0; i < 2 * (p - r - 1); i++) /* step 1: nF0 */
         DO(fwd(d, 0, false));
     for (int i = 0; i < r + 1; i++) { /* step 2: nF0F1 */
@@ -107,7 +112,7 @@ static int gen_rank(dstate *d, int p, int m, int r)
     return TS_OK;
 }
 
-int sched_gen_dualpipev(const sched_opts *o, sched_list *lists, ts_err *err)
+static int gen_dual(const sched_opts *o, bool dual, sched_list *lists, ts_err *err)
 {
     int p = o->p, m = o->m, rc = TS_OK;
     int *wq_chunk = malloc(2 * (size_t)m * sizeof *wq_chunk), *wq_mb = malloc(2 * (size_t)m * sizeof *wq_mb);
@@ -117,13 +122,31 @@ int sched_gen_dualpipev(const sched_opts *o, sched_list *lists, ts_err *err)
     }
     for (int r = 0; r < p && rc == TS_OK; r++) {
         dstate d = {.l = &lists[r], .err = err, .wq_chunk = wq_chunk, .wq_mb = wq_mb};
-        rc = gen_rank(&d, p, m, r);
+        if (dual) {
+            /* DualPipe.step: half_rank = min(r, p-1-r), phases swapped on
+             * ranks >= p/2, m/2 micro-batches each way */
+            int h = r < p - 1 - r ? r : p - 1 - r;
+            d.swap = r >= p / 2;
+            rc = gen_rank(&d, p / 2, m / 2, h, h == p / 2 - 1);
+        } else {
+            rc = gen_rank(&d, p, m, r, r == p - 1);
+        }
         if (rc == TS_OK && d.wq_head != d.wq_tail)
-            rc = err_set(err, TS_EINVAL, "dualpipev: rank %d leaves %d weight-gradient passes unrun (internal error)",
-                         r, d.wq_tail - d.wq_head);
+            rc = err_set(err, TS_EINVAL, "%s: rank %d leaves %d weight-gradient passes unrun (internal error)",
+                         dual ? "dualpipe" : "dualpipev", r, d.wq_tail - d.wq_head);
     }
 out:
     free(wq_chunk);
     free(wq_mb);
     return rc;
+}
+
+int sched_gen_dualpipev(const sched_opts *o, sched_list *lists, ts_err *err)
+{
+    return gen_dual(o, false, lists, err);
+}
+
+int sched_gen_dualpipe(const sched_opts *o, sched_list *lists, ts_err *err)
+{
+    return gen_dual(o, true, lists, err);
 }

@@ -193,10 +193,11 @@ int sched_print(const sched *s, const sched_op_times *t, int width_cols, FILE *f
         goto out;
     }
     fprintf(f,
-            "%s schedule, p=%d m=%d v=%d; one column = %s\n"
+            "%s schedule, p=%d m=%d%s v=%d; one column = %s\n"
             "F forward, B backward, I input gradient, W weight gradient; number = micro-batch%s; "
             "'.' idle%s\n%s",
-            sched_kind_name(s->kind), s->p, s->m, s->v, colw, s->v > 1 ? ".chunk" : "",
+            sched_kind_name(s->kind), s->p, s->placement == SCHED_PLACE_DUAL ? 2 * s->m : s->m,
+            s->placement == SCHED_PLACE_DUAL ? " (half each way)" : "", s->v, colw, s->v > 1 ? ".chunk" : "",
             scaled ? " for most of the column; a column shows the op that runs longest in it" : "",
             pairs ? "F ... &B: an F and a B of another micro-batch run overlapped over the whole span (DualPipe's "
                     "F&B)\n"

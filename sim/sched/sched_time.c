@@ -136,8 +136,13 @@ int sched_time_ep(const sched *s, const sched_op_times *t, const sched_ep_times 
     memcpy(T.comp, T.dur, sizeof T.comp);
     T.xcomm[ACT_F] = af;
     T.xcomm[ACT_B] = T.xcomm[ACT_I] = ab;
-    for (int k = ACT_F; k <= ACT_W; k++)
-        T.dur[k] += T.xcomm[k];
+    /* DualPipe's chunks are whole stages of a p-stage split: v ticks per ns */
+    int64_t scale = s->placement == SCHED_PLACE_DUAL ? s->v : 1;
+    for (int k = ACT_F; k <= ACT_W; k++) {
+        T.comp[k] *= scale;
+        T.xcomm[k] *= scale;
+        T.dur[k] = T.comp[k] + T.xcomm[k];
+    }
     T.send_f = malloc(cells * sizeof *T.send_f);
     T.recv_f = malloc(cells * sizeof *T.recv_f);
     T.send_b = malloc(cells * sizeof *T.send_b);
@@ -254,7 +259,7 @@ int sched_time_ep(const sched *s, const sched_op_times *t, const sched_ep_times 
     for (int r = 0; r < p; r++)
         out->idle[r] = out->makespan - out->busy[r];
     /* m*v chunk ops of T ticks each = m*T ns. */
-    out->ideal = (int64_t)s->m * s->v * (t->f_ns + t->b_ns + t->w_ns);
+    out->ideal = (int64_t)s->m * s->v * (t->f_ns + t->b_ns + t->w_ns) * scale;
     out->bubble_rate = out->cost > 0 ? (double)(out->cost - out->ideal) / (double)out->cost : 0.0;
 out:
     free(T.send_f);

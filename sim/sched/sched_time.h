@@ -21,6 +21,10 @@
  * exposed communication (expert-parallel all-to-all) after its compute;
  * sched_time() has none, so a pair then takes T_F + T_B + T_W.
  *
+ * DualPipe (SCHED_PLACE_DUAL): each chunk is a whole stage of its model
+ * copy's p-stage split, so its ops take T_F, T_B, T_W in full; "ideal" is
+ * then 2m(T_F+T_B+T_W) with m the micro-batches of one copy.
+ *
  * Time is integer: 1 tick = 1/v ns (tick_den = v), so that a chunk's share
  * of an op is exact; same inputs, same numbers.
  *

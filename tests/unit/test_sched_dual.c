@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "sim/sched/sched.h"
+#include "sim/sched/sched_dep.h"
 #include "sim/sched/sched_generate.h"
 #include "sim/sched/sched_time.h"
 #include "sim/sched/sched_validate.h"
@@ -210,4 +211,94 @@ Test(sched_dual, refuses_what_dualpipev_py_refuses)
     cr_expect_eq(sched_kind_parse("dualpipev", &k, &e), TS_OK);
     cr_expect_eq(k, SCHED_DUALPIPEV);
     cr_expect(sched_kind_is_v(k));
+}
+
+/* DualPipe (two model copies, dualpipe.py): bubble (PP/2-1)(F&B + B - 3W)
+ * with PP = p stages per copy and whole-stage op times (each a chunk of v
+ * = 2 ticks per ns), parameters 2x (both copies' stage on every rank),
+ * activations PP + 1 = p + 1 chunks on every rank. */
+Test(sched_dual, dualpipe_closed_forms)
+{
+    int n = 0;
+    for (int p = 2; p <= 16; p += 2)
+        for (int mi = 0; mi < 3; mi++) {
+            int m = (int[]){2 * p, 2 * p + 2, 4 * p}[mi];
+            sched *s = sched_fixture(SCHED_DUALPIPE, p, m, 2, true, false);
+            cr_expect_eq(s->placement, SCHED_PLACE_DUAL);
+            cr_expect_eq(s->m, m / 2);
+            ts_err e;
+            cr_expect_eq(sched_validate(s, NULL, &e), TS_OK, "p=%d m=%d: %s", p, m, e.msg);
+            for (size_t ti = 0; ti < NT; ti++) {
+                int64_t f = TIMES[ti][0], b = TIMES[ti][1], w = TIMES[ti][2];
+                sched_op_times t = {f, b, w, 0};
+                sched_timing tm;
+                cr_assert_eq(sched_time(s, &t, &tm, &e), TS_OK, "%s", e.msg);
+                /* ticks of 1/2 ns: a whole-stage op of T ns is 2T ticks */
+                int64_t F = 2 * f, B = 2 * (b + w), W = 2 * w, FB = F + B;
+                cr_expect_eq(tm.ideal, (int64_t)m * (F + B), "p=%d m=%d", p, m);
+                cr_expect_eq(tm.cost - tm.ideal, (int64_t)(p / 2 - 1) * (FB + B - 3 * W), "p=%d m=%d T=%zu", p, m, ti);
+                for (int r = 0; r < p; r++) {
+                    cr_expect_eq(tm.busy[r], tm.ideal);
+                    cr_expect_eq(tm.peak_inflight[r], p + 1, "p=%d m=%d r=%d", p, m, r);
+                }
+                sched_timing_free(&tm);
+                n++;
+            }
+            /* both copies' stage k hold the same layers: 2x parameters */
+            for (int k = 0; k < p; k++)
+                cr_expect_eq(s->stages[k].first_layer, s->stages[p + k].first_layer);
+            sched_free(s);
+        }
+    cr_expect_eq(n, 8 * 3 * (int)NT);
+}
+
+/* The copies are two pipelines: stage p-1 (copy 0's last, on rank p-1)
+ * hands nothing to stage p (copy 1's first, also on rank p-1), and copy 1
+ * is fed from rank p-1 as copy 0 is from rank 0. */
+Test(sched_dual, dualpipe_copies_do_not_chain)
+{
+    int p = 4;
+    sched *s = sched_fixture(SCHED_DUALPIPE, p, 8, 2, true, false);
+    for (int r = 0; r < p; r++)
+        for (size_t i = 0; i < s->n_actions[r]; i++) {
+            const sched_action *a = &s->actions[r][i];
+            if (a->kind != ACT_F)
+                continue;
+            int st = sched_stage_of(s, r, a->chunk);
+            sched_dep d;
+            sched_dep_via in = sched_dep_input(s, r, a, &d), out = sched_dep_output(s, r, a, &d);
+            cr_expect_eq(in == SCHED_DEP_NONE, st == 0 || st == p, "stage %d", st);
+            cr_expect_eq(out == SCHED_DEP_NONE, st == p - 1 || st == 2 * p - 1, "stage %d", st);
+            cr_expect_neq(in, SCHED_DEP_LOCAL);
+        }
+    /* rank p-1 starts with copy 1's forwards, rank 0 with copy 0's */
+    cr_expect_eq(s->actions[0][0].kind, ACT_F);
+    cr_expect_eq(sched_stage_of(s, 0, s->actions[0][0].chunk), 0);
+    cr_expect_eq(s->actions[p - 1][0].kind, ACT_F);
+    cr_expect_eq(sched_stage_of(s, p - 1, s->actions[p - 1][0].chunk), p);
+    sched_free(s);
+}
+
+static void expect_dual_refused(int p, int m, int v, int layers, const char *what)
+{
+    sched_opts o;
+    sched_opts_default(&o, SCHED_DUALPIPE);
+    o.p = p;
+    o.m = m;
+    o.v = v;
+    o.num_layers = layers;
+    sched *s = NULL;
+    ts_err e;
+    cr_expect_eq(sched_generate(&o, &s, &e), TS_EINVAL, "p=%d m=%d v=%d", p, m, v);
+    cr_expect_null(s);
+    cr_expect(strstr(e.msg, what) != NULL, "%s", e.msg);
+}
+
+Test(sched_dual, dualpipe_refuses_what_dualpipe_py_refuses)
+{
+    expect_dual_refused(3, 8, 2, 0, "p even, m even and m >= 2p");
+    expect_dual_refused(4, 9, 2, 0, "e.g. p = 4, m = 10");
+    expect_dual_refused(4, 6, 2, 0, "e.g. p = 4, m = 8");
+    expect_dual_refused(4, 8, 1, 0, "exactly 2");
+    expect_dual_refused(4, 8, 2, 6, "multiple of 4");
 }
