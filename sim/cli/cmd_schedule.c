@@ -40,7 +40,8 @@ static int add_flags(opt_table *t, sargs *a, ts_err *err)
          .target = &a->kind,
          .enum_names = SCHEDULE_NAMES,
          .help = "pipeline schedule: GPipe, 1F1B (PipeDream-Flush), Megatron's interleaved 1F1B, "
-                 "zero-bubble ZB-H1, ZB-H2, ZB-V (Qi et al. 2024), DeepSeek-V3's DualPipeV (m >= 2p)"},
+                 "zero-bubble ZB-H1, ZB-H2, ZB-V (Qi et al. 2024), DeepSeek-V3's DualPipeV (m >= 2p) and DualPipe (p, "
+                 "m even, m >= 2p)"},
         {.name = "--pipeline-model-parallel-size",
          .alias = "-p",
          .type = OPT_INT,
