@@ -17,13 +17,15 @@
 #include "sim/util/afile.h"
 #include "sim/util/opt.h"
 
-static const char *const SCHEDULE_NAMES[] = {"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", NULL};
+static const char *const SCHEDULE_NAMES[] = {"gpipe", "1f1b",      "interleaved", "zb-h1", "zb-h2",
+                                             "zb-v",  "dualpipev", "dualpipe",    NULL};
 
 typedef struct {
     int kind;
     int p, m, v, group, layers, first, last;
     int timeline_width;    /* columns */
     double tf, tb, tw, tc; /* ms */
+    double ta_f, ta_b;     /* ms: exposed all-to-all of a forward / backward (EP) */
     double max_memory_gib; /* --max-memory */
     const char *export_path, *import_path;
     const char *layout; /* --pipeline-model-parallel-layout, NULL = not given */
@@ -39,7 +41,8 @@ static int add_flags(opt_table *t, sargs *a, ts_err *err)
          .target = &a->kind,
          .enum_names = SCHEDULE_NAMES,
          .help = "pipeline schedule: GPipe, 1F1B (PipeDream-Flush), Megatron's interleaved 1F1B, "
-                 "zero-bubble ZB-H1, ZB-H2, ZB-V (Qi et al. 2024)"},
+                 "zero-bubble ZB-H1, ZB-H2, ZB-V (Qi et al. 2024), DeepSeek-V3's DualPipeV (m >= 2p) and DualPipe (p, "
+                 "m even, m >= 2p)"},
         {.name = "--pipeline-model-parallel-size",
          .alias = "-p",
          .type = OPT_INT,
@@ -63,8 +66,8 @@ static int add_flags(opt_table *t, sargs *a, ts_err *err)
          .min = 1,
          .max = SCHED_MAX_V,
          .unit = "chunks",
-         .defval = "1; 2 for interleaved and zb-v",
-         .help = "model chunks per rank v (interleaved: any; zb-v: 2; others: 1)"},
+         .defval = "1; 2 for interleaved, zb-v and dualpipev",
+         .help = "model chunks per rank v (interleaved: any; zb-v, dualpipev: 2; others: 1)"},
         {.name = "--microbatch-group-size-per-virtual-pipeline-stage",
          .type = OPT_INT,
          .target = &a->group,
@@ -141,6 +144,21 @@ static int add_flags(opt_table *t, sargs *a, ts_err *err)
          .max = 1e9,
          .unit = "ms",
          .help = "latency of one point-to-point send"},
+        {.name = "--time-a2a-f",
+         .type = OPT_DOUBLE,
+         .target = &a->ta_f,
+         .min = 0,
+         .max = 1e9,
+         .unit = "ms",
+         .help = "expert-parallel all-to-all after each forward of a stage (a chunk takes 1/v); hidden inside "
+                 "dualpipev's overlapped F&B pairs, paid in full elsewhere (the timeline leaves it out)"},
+        {.name = "--time-a2a-b",
+         .type = OPT_DOUBLE,
+         .target = &a->ta_b,
+         .min = 0,
+         .max = 1e9,
+         .unit = "ms",
+         .help = "expert-parallel all-to-all after each backward (B or I) of a stage, as --time-a2a-f"},
         {.type = OPT_SECTION, .name = "Input and output"},
         {.name = "--import",
          .type = OPT_STRING,
@@ -198,9 +216,10 @@ static void print_summary(const sched *s, const sargs *a, bool timed, const sche
     size_t n = 0;
     for (int r = 0; r < s->p; r++)
         n += s->n_actions[r];
-    printf("%s: p=%d m=%d v=%d, %d layers, %zu actions; valid (no deadlock even with blocking "
+    printf("%s: p=%d m=%d%s v=%d, %d layers, %zu actions; valid (no deadlock even with blocking "
            "point-to-point)\n",
-           sched_kind_name(s->kind), s->p, s->m, s->v, s->num_layers, n);
+           sched_kind_name(s->kind), s->p, s->placement == SCHED_PLACE_DUAL ? 2 * s->m : s->m,
+           s->placement == SCHED_PLACE_DUAL ? " (half each way, 2 model copies)" : "", s->v, s->num_layers, n);
     int *peak = malloc((size_t)s->p * sizeof *peak);
     if (peak) {
         sched_peak_inflight(s, peak);
@@ -214,6 +233,10 @@ static void print_summary(const sched *s, const sargs *a, bool timed, const sche
         return;
     printf("timing with T_F %g ms, T_B %g ms, T_W %g ms, p2p latency %g ms%s:\n", a->tf, a->tb, a->tw, a->tc,
            s->v > 1 ? " (a chunk takes 1/v)" : "");
+    if (a->ta_f > 0 || a->ta_b > 0)
+        printf("  all-to-all      %g ms after F, %g ms after B (hidden in F&B pairs: max of compute and "
+               "communication)\n",
+               a->ta_f, a->ta_b);
     printf("  makespan        %.6f ms (first op start to last op end)\n", sched_ticks_ms(tm, tm->makespan));
     printf("  longest span    %.6f ms (one rank's first op start to its last op end)\n", sched_ticks_ms(tm, tm->cost));
     printf("  ideal           %.6f ms (m*(T_F+T_B+T_W))\n", sched_ticks_ms(tm, tm->ideal));
@@ -285,8 +308,8 @@ static int layout_opts(const opt_table *t, const sargs *a, sched_layout *lay, sc
 static int schedule_generate(const opt_table *t, const sargs *a, sched **s, ts_err *err)
 {
     int v_est = opt_was_set(t, "--num-virtual-stages-per-pipeline-rank") ? a->v
-                : a->kind == SCHED_INTERLEAVED || a->kind == SCHED_ZB_V  ? 2
-                                                                         : 1;
+                : a->kind == SCHED_INTERLEAVED || a->kind == SCHED_DUALPIPE || sched_kind_is_v((sched_kind)a->kind) ? 2
+                                                                                                                    : 1;
     double est_gib = (double)a->p * a->m * v_est * SCHED_EST_BYTES_PER_PAIR / 1073741824.0;
     if (est_gib > a->max_memory_gib)
         return err_set(err, TS_EINVAL,
@@ -298,9 +321,9 @@ static int schedule_generate(const opt_table *t, const sargs *a, sched **s, ts_e
     sched_opts_default(&o, (sched_kind)a->kind);
     o.p = a->p;
     o.m = a->m;
-    o.v = opt_was_set(t, "--num-virtual-stages-per-pipeline-rank") ? a->v
-          : a->kind == SCHED_INTERLEAVED || a->kind == SCHED_ZB_V  ? 2
-                                                                   : 1;
+    o.v = opt_was_set(t, "--num-virtual-stages-per-pipeline-rank")                                            ? a->v
+          : a->kind == SCHED_INTERLEAVED || a->kind == SCHED_DUALPIPE || sched_kind_is_v((sched_kind)a->kind) ? 2
+                                                                                                              : 1;
     o.mb_group_size = a->group;
     o.num_layers = a->layers;
     o.first_stage_layers = a->first;
@@ -332,9 +355,15 @@ static int schedule_outputs(const sched *s, const sargs *a, const sched_op_times
         size_t n = 0;
         for (int r = 0; r < s->p; r++)
             n += s->n_actions[r];
-        printf("valid: %s p=%d m=%d v=%d, %zu actions\n", sched_kind_name(s->kind), s->p, s->m, s->v, n);
+        printf("valid: %s p=%d m=%d v=%d, %zu actions\n", sched_kind_name(s->kind), s->p,
+               s->placement == SCHED_PLACE_DUAL ? 2 * s->m : s->m, s->v, n);
     } else {
         print_summary(s, a, ot != NULL, tm);
+    }
+    if (a->export_path && s->placement == SCHED_PLACE_DUAL) {
+        return err_set(err, TS_EINVAL,
+                       "--export: torch's schedule CSV has one chain of stages; DualPipe's two model copies "
+                       "do not fit it (export dualpipev instead)");
     }
     if (a->export_path) {
         if ((rc = sched_csv_save(s, a->export_path, err)) != TS_OK)
@@ -368,7 +397,7 @@ int cmd_schedule(int argc, char **argv)
         goto out;
     }
     bool timed = opt_was_set(&t, "--time-f") || opt_was_set(&t, "--time-b") || opt_was_set(&t, "--time-w") ||
-                 opt_was_set(&t, "--time-comm");
+                 opt_was_set(&t, "--time-comm") || opt_was_set(&t, "--time-a2a-f") || opt_was_set(&t, "--time-a2a-b");
     /* --export's path is checked before the schedule is built (minutes for
      * the largest ones) and printed, so an unwritable path fails at once. */
     if (a.export_path && (rc = afile_check_writable(a.export_path, "--export", &err)) != TS_OK)
@@ -384,8 +413,9 @@ int cmd_schedule(int argc, char **argv)
     if (rc != TS_OK)
         goto finish;
     sched_op_times ot = {ms_to_ns(a.tf), ms_to_ns(a.tb), ms_to_ns(a.tw), ms_to_ns(a.tc)};
+    sched_ep_times ep = {ms_to_ns(a.ta_f), ms_to_ns(a.ta_b)};
     if (timed)
-        rc = sched_time(s, &ot, &tm, &err);
+        rc = sched_time_ep(s, &ot, &ep, &tm, &err);
     if (rc == TS_OK)
         rc = schedule_outputs(s, &a, timed ? &ot : NULL, &tm, &err);
 finish: /* the error of a library call, if any, is printed here */

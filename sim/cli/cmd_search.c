@@ -98,6 +98,11 @@ static int parse_schedules(const char *s, unsigned *mask, ts_err *err)
             sched_kind k;
             if (sched_kind_parse(name, &k, err) || k == SCHED_CUSTOM)
                 return err_prefix(err, "--schedules '%s': ", s);
+            if (k == SCHED_DUALPIPEV || k == SCHED_DUALPIPE)
+                return err_set(err, TS_EINVAL,
+                               "--schedules '%s': %s is not searched (its m >= 2p rule and placement "
+                               "bounds are not in the search); simulate dualpipev with --schedule dualpipev",
+                               s, sched_kind_name(k));
             *mask |= 1u << k;
         }
         if (!p[len])

@@ -211,7 +211,7 @@ static int check_tp(const config *c, ts_err *err)
 
 static bool has_chunks(sched_kind k)
 {
-    return k == SCHED_INTERLEAVED || k == SCHED_ZB_V;
+    return k == SCHED_INTERLEAVED || sched_kind_is_v(k);
 }
 
 /* The chunks per rank v of a schedule: interleaved >= 2, zb-v exactly 2,
@@ -223,8 +223,9 @@ static int check_chunks(const parallel_config *p, int v, const char *what, ts_er
         return err_set(err, TS_EINVAL,
                        "--schedule %s needs --pipeline-model-parallel-size >= 2 (got %d; use 1f1b with one stage)", sn,
                        p->pp);
-    if (p->schedule == SCHED_ZB_V && v != 2)
-        return err_set(err, TS_EINVAL, "--schedule zb-v runs exactly 2 chunks per pipeline rank; %s gives %d", what, v);
+    if (sched_kind_is_v(p->schedule) && v != 2)
+        return err_set(err, TS_EINVAL, "--schedule %s runs exactly 2 chunks per pipeline rank; %s gives %d", sn, what,
+                       v);
     if (p->schedule == SCHED_INTERLEAVED && v < 2)
         return err_set(err, TS_EINVAL,
                        "--schedule interleaved needs at least 2 chunks per pipeline rank; %s gives %d (or use "
@@ -289,7 +290,7 @@ static int uneven_chunks(config *c, long split_layers, const char *form, ts_err 
                        form, split_layers, p->pp, lv);
     else if (lv)
         v = (int)(split_layers / ((long)p->pp * lv));
-    else if (p->schedule == SCHED_ZB_V)
+    else if (sched_kind_is_v(p->schedule))
         v = 2;
     else if (p->schedule == SCHED_INTERLEAVED)
         return err_set(err, TS_EINVAL,
@@ -329,11 +330,12 @@ static int check_account(config *c, ts_err *err)
 static int check_uneven_chunks(config *c, ts_err *err)
 {
     parallel_config *p = &c->par;
-    if (p->schedule == SCHED_ZB_V)
+    if (sched_kind_is_v(p->schedule))
         return err_set(err, TS_EINVAL,
-                       "--decoder-first/last-pipeline-num-layers cannot be combined with --schedule zb-v (its V "
+                       "--decoder-first/last-pipeline-num-layers cannot be combined with --schedule %s (its V "
                        "placement holds the first and the last stage on rank 0); give a "
-                       "--pipeline-model-parallel-layout instead");
+                       "--pipeline-model-parallel-layout instead",
+                       sched_kind_name(p->schedule));
     if (p->layers_per_virtual_stage)
         return err_set(err, TS_EINVAL,
                        "--decoder-first/last-pipeline-num-layers with --schedule interleaved: give the chunks per "
@@ -389,13 +391,13 @@ static int check_layers(config *c, ts_err *err)
             }
             lv = l / (pp * vs);
         }
-        if (p->schedule == SCHED_ZB_V && lv == 0) {
+        if (sched_kind_is_v(p->schedule) && lv == 0) {
             if (l % (2 * pp)) {
                 nearby(l, 2L * pp, buf, sizeof buf);
                 return err_set(err, TS_EINVAL,
-                               "--schedule zb-v runs exactly 2 chunks per pipeline rank: --num-layers %d is not "
+                               "--schedule %s runs exactly 2 chunks per pipeline rank: --num-layers %d is not "
                                "divisible by 2 x --pipeline-model-parallel-size = %d (use %s layers)",
-                               l, 2 * pp, buf);
+                               sched_kind_name(p->schedule), l, 2 * pp, buf);
             }
             lv = l / (2 * pp);
         }
@@ -414,11 +416,11 @@ static int check_layers(config *c, ts_err *err)
                            l, pp, lv, (long)pp * lv, l % pp ? "none: --num-layers is not a multiple of p" : buf);
         }
         p->vp = l / (pp * lv);
-        if (p->schedule == SCHED_ZB_V && p->vp != 2)
+        if (sched_kind_is_v(p->schedule) && p->vp != 2)
             return err_set(err, TS_EINVAL,
-                           "--schedule zb-v runs exactly 2 chunks per pipeline rank; "
+                           "--schedule %s runs exactly 2 chunks per pipeline rank; "
                            "--num-layers-per-virtual-pipeline-stage %d gives %d (use %d, or leave it unset)",
-                           lv, p->vp, l % (2 * pp) ? 0 : l / (2 * pp));
+                           sched_kind_name(p->schedule), lv, p->vp, l % (2 * pp) ? 0 : l / (2 * pp));
         if (p->vp < 2)
             return err_set(err, TS_EINVAL,
                            "--num-layers-per-virtual-pipeline-stage %d gives 1 chunk per pipeline rank; interleaving "
@@ -621,6 +623,12 @@ static int check_overlap(config *c, ts_err *err)
 int config_resolve(config *c, ts_err *err)
 {
     int rc;
+    /* The simulator's lowering, memory model and the executor know one chain
+     * of stages and one model copy; DualPipe has two. */
+    if (c->par.schedule == SCHED_DUALPIPE)
+        return err_set(err, TS_EINVAL,
+                       "--schedule dualpipe (two model copies) is not modelled by simulate, search or trainexec; "
+                       "time it with trainsim schedule --schedule dualpipe, or use --schedule dualpipev");
     if ((rc = config_check_model(&c->model, err)) || (rc = check_parallel(c, err)) || (rc = check_tp(c, err)))
         return rc;
     if (c->par.schedule < 0 || c->par.schedule >= SCHED_KIND_COUNT)

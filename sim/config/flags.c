@@ -229,7 +229,8 @@ static int add_cluster_flags(flags_state *s, opt_table *t, config *c, ts_err *er
     ADD(.name = "--schedule", .type = OPT_ENUM, .target = &s->schedule, .enum_names = SCHED_NAMES,
         .defval = "1f1b; interleaved with a virtual-pipeline flag",
         .help = "pipeline schedule (interleaved = Megatron's interleaved 1F1B; zb-* = zero bubble, Qi et al. "
-                "2024; gpipe)");
+                "2024; gpipe; dualpipev = DeepSeek-V3's DualPipeV, V placement, m >= 2p; dualpipe: trainsim schedule "
+                "only)");
     SECTION("Cluster");
     ADD(.name = "--gpus", .alias = "-n", .type = OPT_INT, .target = &c->cluster.gpus, .min = 1, .max = 1 << 24,
         .unit = "GPUs", .defval = "t x p x d (d = 1 unless given)",

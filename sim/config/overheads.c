@@ -69,10 +69,10 @@ unsigned overheads_comms(int tp, int pp, int dp, sched_kind schedule, bool tied,
         m |= 1u << OVERHEADS_COMM_DP;
     /* The tied embedding's gradients are all-reduced between the first and
      * the last stage when they sit on different ranks: ranks 0 and p-1,
-     * except under ZB-V, whose V placement puts both on rank 0. Untied,
+     * except under ZB-V and DualPipeV, whose V placement puts both on rank 0. Untied,
      * Megatron-LM skips that all-reduce and NCCL (initialised lazily by
      * PyTorch) never builds the group's communicator. */
-    if (tied && pp > 1 && schedule != SCHED_ZB_V && (rank == 0 || rank == pp - 1))
+    if (tied && pp > 1 && !sched_kind_is_v(schedule) && (rank == 0 || rank == pp - 1))
         m |= 1u << OVERHEADS_COMM_EMB;
     return m;
 }

@@ -6,7 +6,7 @@
 #include <string.h>
 
 static const char *const KIND_NAMES[SCHED_KIND_COUNT] = {
-    "gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "custom",
+    "gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "dualpipev", "dualpipe", "custom",
 };
 
 static const char *const ACT_NAMES[ACT_KIND_COUNT] = {
@@ -18,7 +18,7 @@ void sched_opts_default(sched_opts *o, sched_kind kind)
     memset(o, 0, sizeof *o);
     o->kind = kind;
     o->p = o->m = 1;
-    o->v = kind == SCHED_ZB_V ? 2 : 1;
+    o->v = sched_kind_is_v(kind) || kind == SCHED_DUALPIPE ? 2 : 1;
     o->with_comm = true;
 }
 
@@ -34,13 +34,19 @@ int sched_kind_parse(const char *name, sched_kind *out, ts_err *err)
             *out = (sched_kind)k;
             return TS_OK;
         }
-    return err_set(err, TS_EINVAL, "unknown schedule '%s'; valid: gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v",
+    return err_set(err, TS_EINVAL,
+                   "unknown schedule '%s'; valid: gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v, dualpipev, dualpipe",
                    name ? name : "(null)");
 }
 
 const char *sched_act_name(sched_act_kind k)
 {
     return (unsigned)k < ACT_KIND_COUNT ? ACT_NAMES[k] : "?";
+}
+
+bool sched_kind_is_v(sched_kind k)
+{
+    return k == SCHED_ZB_V || k == SCHED_DUALPIPEV;
 }
 
 int sched_num_stages(const sched *s)
@@ -50,14 +56,14 @@ int sched_num_stages(const sched *s)
 
 int sched_stage_of(const sched *s, int rank, int chunk)
 {
-    if (s->placement == SCHED_PLACE_V)
+    if (s->placement != SCHED_PLACE_LOOP)
         return chunk == 0 ? rank : 2 * s->p - 1 - rank;
     return chunk * s->p + rank;
 }
 
 void sched_rank_chunk_of(const sched *s, int stage, int *rank, int *chunk)
 {
-    if (s->placement == SCHED_PLACE_V) {
+    if (s->placement != SCHED_PLACE_LOOP) {
         *chunk = stage < s->p ? 0 : 1;
         *rank = stage < s->p ? stage : 2 * s->p - 1 - stage;
     } else {

@@ -8,7 +8,8 @@
  * Stages: the model's layers are split into p*v stages (virtual stages). The
  * stage a rank runs for a local chunk c is sched_stage_of(): loop placement
  * (GPipe, 1F1B, interleaved, ZB-H1/H2) puts stage c*p + r on rank r; the V
- * placement of ZB-V puts stage r (c = 0) and stage 2p-1-r (c = 1) on rank r.
+ * placement of ZB-V and DualPipeV puts stage r (c = 0) and stage 2p-1-r
+ * (c = 1) on rank r.
  * Stage 0 holds the embedding, stage p*v-1 the output layer and the loss.
  *
  * Communication: a SEND/RECV pair moves the activations (SEND_F/RECV_F) or
@@ -49,13 +50,19 @@ typedef enum {
     SCHED_ZB_H1,
     SCHED_ZB_H2,
     SCHED_ZB_V,
-    SCHED_CUSTOM, /* imported from CSV; not produced by a generator */
+    SCHED_DUALPIPEV, /* DeepSeek's DualPipeV: V placement, overlapped F&B pairs */
+    SCHED_DUALPIPE,  /* DeepSeek's DualPipe: two model copies, dual placement (schedule only) */
+    SCHED_CUSTOM,    /* imported from CSV; not produced by a generator */
     SCHED_KIND_COUNT
 } sched_kind;
 
 typedef enum {
     SCHED_PLACE_LOOP = 0, /* stage = chunk*p + rank */
-    SCHED_PLACE_V         /* chunk 0: stage = rank; chunk 1: stage = 2p-1-rank */
+    SCHED_PLACE_V,        /* chunk 0: stage = rank; chunk 1: stage = 2p-1-rank */
+    SCHED_PLACE_DUAL      /* DualPipe: stages as V, but two model copies: stages 0..p-1
+                             (copy 0, ranks 0 -> p-1) and p..2p-1 (copy 1, ranks p-1 -> 0)
+                             are two pipelines, each stage a whole stage of a p-stage
+                             split, and m counts the micro-batches of one copy */
 } sched_placement;
 
 /* Action kinds. Token letters are those of torch.distributed.pipelining. */
@@ -74,10 +81,13 @@ typedef enum {
 } sched_act_kind;
 
 typedef struct {
-    uint8_t kind;  /* sched_act_kind */
-    int16_t chunk; /* local chunk on this rank, 0..v-1; -1 for OPTIM */
-    int32_t mb;    /* micro-batch 0..m-1; -1 for REDUCE_GRAD and OPTIM */
-    int32_t peer;  /* SEND/RECV: the other pipeline rank; -1 otherwise */
+    uint8_t kind;    /* sched_act_kind */
+    uint8_t overlap; /* 1 on an F that runs together with the next compute
+                        action of its rank (a B of another micro-batch):
+                        DualPipe's overlapped "F&B" chunk; 0 otherwise */
+    int16_t chunk;   /* local chunk on this rank, 0..v-1; -1 for OPTIM */
+    int32_t mb;      /* micro-batch 0..m-1; -1 for REDUCE_GRAD and OPTIM */
+    int32_t peer;    /* SEND/RECV: the other pipeline rank; -1 otherwise */
 } sched_action;
 
 typedef struct {
@@ -101,7 +111,7 @@ typedef struct {
 /* Options for the generators. */
 typedef struct {
     sched_kind kind;
-    int p, m, v;             /* v must be 1 except INTERLEAVED (>=1) and ZB_V (2) */
+    int p, m, v;             /* v must be 1 except INTERLEAVED (>=1), ZB_V and DUALPIPEV (2) */
     int num_layers;          /* >= p*v; 0 means one layer per stage */
     int first_stage_layers;  /* 0 = even split; else layers of stage 0 */
     int last_stage_layers;   /* 0 = even split; else layers of the last stage */
@@ -132,12 +142,16 @@ int sched_stage_of(const sched *s, int rank, int chunk);
 /* Rank and local chunk that run global stage id. */
 void sched_rank_chunk_of(const sched *s, int stage, int *rank, int *chunk);
 
-/* Names: "gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v". */
+/* Names: "gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v", "dualpipev",
+ * "dualpipe". */
 const char *sched_kind_name(sched_kind k);
 /* Parse a name; TS_EINVAL with the list of valid names if unknown. */
 int sched_kind_parse(const char *name, sched_kind *out, ts_err *err);
 /* Token letters of an action kind: "F", "B", "I", "W", "SEND_F", ... */
 const char *sched_act_name(sched_act_kind k);
+
+/* True for the kinds with the V placement (zb-v, dualpipev). */
+bool sched_kind_is_v(sched_kind k);
 
 /* Number of global stages, p*v. */
 int sched_num_stages(const sched *s);

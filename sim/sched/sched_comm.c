@@ -91,6 +91,8 @@ int sched_add_comm(sched *s, ts_err *err)
             if (needs(s, r, a, &m, &peer) && !placed[KEY(m)])
                 continue;
             rc = sched_list_push(&out[r], a->kind, a->chunk, a->mb, a->peer, err);
+            if (rc == TS_OK)
+                out[r].a[out[r].n - 1].overlap = a->overlap;
             if (rc == TS_OK && produces(s, r, a, &m, &peer)) {
                 rc = transfer(s, out, r, peer, m, err);
                 placed[KEY(m)] = true;

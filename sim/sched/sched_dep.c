@@ -13,6 +13,9 @@ static sched_dep_via link_to(const sched *s, int rank, const sched_action *a, in
     int peer = out->stage + step;
     if (peer < 0 || peer >= sched_num_stages(s))
         return SCHED_DEP_NONE;
+    /* DualPipe: stage p-1 ends copy 0 (the loss), stage p starts copy 1 (tokens) */
+    if (s->placement == SCHED_PLACE_DUAL && (out->stage < s->p) != (peer < s->p))
+        return SCHED_DEP_NONE;
     out->peer_stage = peer;
     sched_rank_chunk_of(s, peer, &out->peer_rank, &out->peer_chunk);
     out->via = out->peer_rank == rank ? SCHED_DEP_LOCAL : SCHED_DEP_REMOTE;

@@ -7,6 +7,7 @@
 #include "sim/sched/sched_build.h"
 #include "sim/sched/sched_comm.h"
 #include "sim/sched/sched_gen.h"
+#include "sim/sched/sched_gen_dual.h"
 #include "sim/sched/sched_gen_zb.h"
 #include "sim/sched/sched_validate.h"
 
@@ -16,7 +17,7 @@ static int check_opts(const sched_opts *o, ts_err *err)
     if ((unsigned)o->kind >= SCHED_CUSTOM)
         return err_set(err, TS_EINVAL,
                        "schedule kind %d cannot be generated; valid: gpipe, 1f1b, "
-                       "interleaved, zb-h1, zb-h2, zb-v",
+                       "interleaved, zb-h1, zb-h2, zb-v, dualpipev, dualpipe",
                        (int)o->kind);
     const char *name = sched_kind_name(o->kind);
     if (o->p < 1 || o->p > SCHED_MAX_P)
@@ -35,12 +36,36 @@ static int check_opts(const sched_opts *o, ts_err *err)
                            "must be in [p, m] = [%d, %d], as in Megatron-core; with v > 1 use m >= p "
                            "(m = %d, p = %d)",
                            g, o->mb_group_size ? "" : ", default p", o->p, o->m, o->m, o->p);
-    } else if (o->kind == SCHED_ZB_V) {
+    } else if (sched_kind_is_v(o->kind)) {
         if (o->v != 2)
-            return err_set(err, TS_EINVAL, "zb-v: chunks per rank v = %d; ZB-V runs exactly 2 (V shape)", o->v);
+            return err_set(err, TS_EINVAL, "%s: chunks per rank v = %d; it runs exactly 2 (V shape)", name, o->v);
+        /* dualpipev.py (DualPipeV.step) asserts num_chunks >= num_ranks * 2:
+         * its main step runs m - 2p + r + 1 >= 1 times on every rank r. */
+        if (o->kind == SCHED_DUALPIPEV && o->m < 2 * o->p)
+            return err_set(err, TS_EINVAL,
+                           "dualpipev: micro-batches m = %d with p = %d ranks; DualPipeV needs m >= 2p = %d (as "
+                           "deepseek-ai/DualPipe's dualpipev.py)",
+                           o->m, o->p, 2 * o->p);
+    } else if (o->kind == SCHED_DUALPIPE) {
+        /* dualpipe.py (DualPipe.step) asserts num_ranks % 2 == 0 and
+         * num_chunks % 2 == 0 and num_chunks >= num_ranks * 2. */
+        if (o->v != 2)
+            return err_set(err, TS_EINVAL, "dualpipe: chunks per rank v = %d; it runs exactly 2 (one per model copy)",
+                           o->v);
+        if (o->p % 2 != 0 || o->m % 2 != 0 || o->m < 2 * o->p)
+            return err_set(err, TS_EINVAL,
+                           "dualpipe: p = %d ranks, m = %d micro-batches; DualPipe needs p even, m even and m >= 2p "
+                           "(as deepseek-ai/DualPipe's dualpipe.py; e.g. p = %d, m = %d)",
+                           o->p, o->m, o->p + o->p % 2,
+                           2 * (o->p + o->p % 2) > o->m + o->m % 2 ? 2 * (o->p + o->p % 2) : o->m + o->m % 2);
+        if (o->first_stage_layers || o->last_stage_layers || o->stage_layers || (o->num_layers % o->p))
+            return err_set(err, TS_EINVAL,
+                           "dualpipe: only an even split of the layers over the p = %d stages of each model copy "
+                           "(--num-layers a multiple of %d, no first/last stage counts or layout); got %d layers",
+                           o->p, o->p, o->num_layers);
     } else if (o->v != 1) {
         return err_set(err, TS_EINVAL,
-                       "%s: chunks per rank v = %d; only interleaved (v >= 1) and zb-v "
+                       "%s: chunks per rank v = %d; only interleaved (v >= 1), zb-v and dualpipev "
                        "(v = 2) have more than one chunk, use v = 1",
                        name, o->v);
     }
@@ -72,6 +97,8 @@ static int add_reduce_optim(sched *s, ts_err *err)
                 last[a[i].chunk] = i;
         for (size_t i = 0; i < n && rc == TS_OK; i++) {
             rc = sched_list_push(&l, a[i].kind, a[i].chunk, a[i].mb, a[i].peer, err);
+            if (rc == TS_OK)
+                l.a[l.n - 1].overlap = a[i].overlap;
             int c = a[i].kind == ACT_B || a[i].kind == ACT_W ? a[i].chunk : -1;
             if (c < 0 || last[c] != i || rc != TS_OK)
                 continue;
@@ -93,10 +120,23 @@ static int add_reduce_optim(sched *s, ts_err *err)
     return rc;
 }
 
+/* DualPipe's stages: each copy splits num_layers (0 = p) evenly over its p
+ * stages; copy 1's k-th stage is global stage p + k (on rank p-1-k), so
+ * stages k and p + k hold the same layers [k*n, (k+1)*n). */
+static int dual_layers(sched *s, int num_layers)
+{
+    int p = s->p, n = num_layers ? num_layers / p : 1;
+    for (int k = 0; k < p; k++)
+        s->stages[k] = s->stages[p + k] = (sched_stage){.first_layer = k * n, .num_layers = n};
+    s->num_layers = n * p;
+    return TS_OK;
+}
+
 int sched_generate(const sched_opts *o, sched **out, ts_err *err)
 {
     static int (*const GEN[SCHED_CUSTOM])(const sched_opts *, sched_list *, ts_err *) = {
-        sched_gen_gpipe, sched_gen_1f1b, sched_gen_interleaved, sched_gen_zb_h1, sched_gen_zb_h2, sched_gen_zb_v,
+        sched_gen_gpipe, sched_gen_1f1b, sched_gen_interleaved, sched_gen_zb_h1,
+        sched_gen_zb_h2, sched_gen_zb_v, sched_gen_dualpipev,   sched_gen_dualpipe,
     };
     *out = NULL;
     int rc = check_opts(o, err);
@@ -104,12 +144,14 @@ int sched_generate(const sched_opts *o, sched **out, ts_err *err)
         return rc;
     sched *s = NULL;
     sched_list *lists = NULL;
-    rc =
-        sched_build_alloc(o->kind, o->kind == SCHED_ZB_V ? SCHED_PLACE_V : SCHED_PLACE_LOOP, o->p, o->m, o->v, &s, err);
+    bool dual = o->kind == SCHED_DUALPIPE;
+    sched_placement pl = dual ? SCHED_PLACE_DUAL : sched_kind_is_v(o->kind) ? SCHED_PLACE_V : SCHED_PLACE_LOOP;
+    rc = sched_build_alloc(o->kind, pl, o->p, dual ? o->m / 2 : o->m, o->v, &s, err);
     if (rc != TS_OK)
         return rc;
-    rc = o->stage_layers ? sched_build_layers_from(s, o->stage_layers, o->num_layers, err)
-                         : sched_build_layers(s, o->num_layers, o->first_stage_layers, o->last_stage_layers, err);
+    rc = dual              ? dual_layers(s, o->num_layers)
+         : o->stage_layers ? sched_build_layers_from(s, o->stage_layers, o->num_layers, err)
+                           : sched_build_layers(s, o->num_layers, o->first_stage_layers, o->last_stage_layers, err);
     if (rc != TS_OK)
         goto fail;
     lists = calloc((size_t)o->p, sizeof *lists);

@@ -14,12 +14,24 @@ static int64_t gcd64(int64_t a, int64_t b)
     return a;
 }
 
-static int cell_text(const sched *s, const sched_action *a, char *buf, size_t n)
+/* paired: a is the second op of an overlapped F&B pair ("&B3.1"). */
+static int cell_text(const sched *s, const sched_action *a, bool paired, char *buf, size_t n)
 {
     static const char LETTER[] = {'F', 'B', 'I', 'W'};
+    const char *amp = paired ? "&" : "";
     if (s->v > 1)
-        return snprintf(buf, n, "%c%d.%d", LETTER[a->kind], (int)a->mb, a->chunk);
-    return snprintf(buf, n, "%c%d", LETTER[a->kind], (int)a->mb);
+        return snprintf(buf, n, "%s%c%d.%d", amp, LETTER[a->kind], (int)a->mb, a->chunk);
+    return snprintf(buf, n, "%s%c%d", amp, LETTER[a->kind], (int)a->mb);
+}
+
+/* True if compute action i of rank r is the second op of an overlapped
+ * pair: the compute action before it is an F marked overlap. */
+static bool is_paired(const sched *s, int r, size_t i)
+{
+    while (i-- > 0)
+        if (s->actions[r][i].kind <= ACT_W)
+            return s->actions[r][i].overlap != 0;
+    return false;
 }
 
 /* The smallest round time per column, in ns (1, 2, 5, 10, 20, 25, 50, 100,
@@ -65,8 +77,17 @@ static void line_exact(const sched *s, const sched_timing *tm, int r, int64_t q,
         int64_t c0 = tm->start[r][i] / q, c1 = tm->end[r][i] / q;
         if (c1 == c0)
             continue; /* zero-time op */
-        memset(line + c0 * w, ' ', (size_t)((c1 - c0) * w));
-        int n = cell_text(s, a, buf, sizeof buf);
+        bool paired = is_paired(s, r, i);
+        if (paired) {
+            /* The pair's B shares the F's span: its label goes one column
+             * after the F's, when the span has room. */
+            if (c1 - c0 < 2)
+                continue;
+            c0++;
+        } else {
+            memset(line + c0 * w, ' ', (size_t)((c1 - c0) * w));
+        }
+        int n = cell_text(s, a, paired, buf, sizeof buf);
         memcpy(line + c0 * w, buf, (size_t)n);
     }
 }
@@ -104,7 +125,7 @@ static void line_scaled(const sched *s, const sched_timing *tm, int r, int64_t q
         if (best == SIZE_MAX || 2 * busy < q) {
             cell[0] = '.';
         } else if (best != shown) {
-            int n = cell_text(s, &s->actions[r][best], buf, sizeof buf);
+            int n = cell_text(s, &s->actions[r][best], is_paired(s, r, best), buf, sizeof buf);
             memcpy(cell, buf, (size_t)n);
             shown = best;
         }
@@ -131,13 +152,16 @@ int sched_print(const sched *s, const sched_op_times *t, int width_cols, FILE *f
         q = 1;
     int64_t hi = 0;
     int w = 0;
+    bool pairs = false;
     char buf[48];
     for (int r = 0; r < s->p; r++) {
         if (tm.last[r] > hi)
             hi = tm.last[r];
         for (size_t i = 0; i < s->n_actions[r]; i++)
             if (s->actions[r][i].kind <= ACT_W) {
-                int n = cell_text(s, &s->actions[r][i], buf, sizeof buf);
+                bool paired = is_paired(s, r, i);
+                int n = cell_text(s, &s->actions[r][i], paired, buf, sizeof buf);
+                pairs |= paired;
                 if (n > w)
                     w = n;
             }
@@ -169,11 +193,15 @@ int sched_print(const sched *s, const sched_op_times *t, int width_cols, FILE *f
         goto out;
     }
     fprintf(f,
-            "%s schedule, p=%d m=%d v=%d; one column = %s\n"
+            "%s schedule, p=%d m=%d%s v=%d; one column = %s\n"
             "F forward, B backward, I input gradient, W weight gradient; number = micro-batch%s; "
-            "'.' idle%s\n",
-            sched_kind_name(s->kind), s->p, s->m, s->v, colw, s->v > 1 ? ".chunk" : "",
-            scaled ? " for most of the column; a column shows the op that runs longest in it" : "");
+            "'.' idle%s\n%s",
+            sched_kind_name(s->kind), s->p, s->placement == SCHED_PLACE_DUAL ? 2 * s->m : s->m,
+            s->placement == SCHED_PLACE_DUAL ? " (half each way)" : "", s->v, colw, s->v > 1 ? ".chunk" : "",
+            scaled ? " for most of the column; a column shows the op that runs longest in it" : "",
+            pairs ? "F ... &B: an F and a B of another micro-batch run overlapped over the whole span (DualPipe's "
+                    "F&B)\n"
+                  : "");
     for (int r = 0; r < s->p; r++) {
         if (scaled)
             line_scaled(s, &tm, r, q, cols, w, line);

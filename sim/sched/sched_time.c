@@ -40,6 +40,7 @@ typedef struct {
     const sched *s;
     bool comm;
     int64_t dur[ACT_KIND_COUNT], lat;
+    int64_t comp[ACT_KIND_COUNT], xcomm[ACT_KIND_COUNT]; /* compute / exposed comm of a paired op */
     int64_t *send_f, *recv_f; /* post times of the transfer of activations into (stage, mb) */
     int64_t *send_b, *recv_b; /* same for the gradient into (stage, mb) */
     int64_t *end_f, *end_bi;  /* end of F / of B or I of (stage, mb) */
@@ -91,12 +92,40 @@ static int64_t input_ready(const tstate *T, int r, const sched_action *a)
     return e < 0 ? -1 : e + T->lat;
 }
 
+/* Index of the next compute action after i on rank r (n_actions[r] if none). */
+static size_t next_compute(const sched *s, int r, size_t i)
+{
+    size_t j = i + 1;
+    while (j < s->n_actions[r] && s->actions[r][j].kind > ACT_W)
+        j++;
+    return j;
+}
+
+/* Record the end of compute action a (stage, mb) for the compute-only readers. */
+static void mark_end(tstate *T, int r, const sched_action *a, int64_t e)
+{
+    int stg = sched_stage_of(T->s, r, a->chunk);
+    if (a->kind == ACT_F)
+        *slot(T, T->end_f, stg, a->mb) = e;
+    else if (a->kind != ACT_W)
+        *slot(T, T->end_bi, stg, a->mb) = e;
+}
+
 int sched_time(const sched *s, const sched_op_times *t, sched_timing *out, ts_err *err)
+{
+    return sched_time_ep(s, t, NULL, out, err);
+}
+
+int sched_time_ep(const sched *s, const sched_op_times *t, const sched_ep_times *ep, sched_timing *out, ts_err *err)
 {
     memset(out, 0, sizeof *out);
     if (t->f_ns < 0 || t->b_ns < 0 || t->w_ns < 0 || t->comm_ns < 0)
         return err_set(err, TS_EINVAL, "op times must be >= 0 ns (got F %lld, B %lld, W %lld, comm %lld)",
                        (long long)t->f_ns, (long long)t->b_ns, (long long)t->w_ns, (long long)t->comm_ns);
+    int64_t af = ep ? ep->a2a_f_ns : 0, ab = ep ? ep->a2a_b_ns : 0;
+    if (af < 0 || ab < 0)
+        return err_set(err, TS_EINVAL, "all-to-all times must be >= 0 ns (got F %lld, B %lld)", (long long)af,
+                       (long long)ab);
     int p = s->p, rc = TS_OK;
     size_t cells = (size_t)p * (size_t)s->v * (size_t)s->m;
     tstate T = {.s = s, .comm = sched_has_comm(s), .lat = t->comm_ns * s->v};
@@ -104,6 +133,16 @@ int sched_time(const sched *s, const sched_op_times *t, sched_timing *out, ts_er
     T.dur[ACT_B] = t->b_ns + t->w_ns;
     T.dur[ACT_I] = t->b_ns;
     T.dur[ACT_W] = t->w_ns;
+    memcpy(T.comp, T.dur, sizeof T.comp);
+    T.xcomm[ACT_F] = af;
+    T.xcomm[ACT_B] = T.xcomm[ACT_I] = ab;
+    /* DualPipe's chunks are whole stages of a p-stage split: v ticks per ns */
+    int64_t scale = s->placement == SCHED_PLACE_DUAL ? s->v : 1;
+    for (int k = ACT_F; k <= ACT_W; k++) {
+        T.comp[k] *= scale;
+        T.xcomm[k] *= scale;
+        T.dur[k] = T.comp[k] + T.xcomm[k];
+    }
     T.send_f = malloc(cells * sizeof *T.send_f);
     T.recv_f = malloc(cells * sizeof *T.recv_f);
     T.send_b = malloc(cells * sizeof *T.send_b);
@@ -141,12 +180,40 @@ int sched_time(const sched *s, const sched_op_times *t, sched_timing *out, ts_er
         progress = false;
         for (int r = 0; r < p; r++)
             while (pos[r] < s->n_actions[r]) {
-                size_t i = pos[r];
+                size_t i = pos[r], j;
                 const sched_action *a = &s->actions[r][i];
                 if (is_comm(a->kind)) {
                     post(&T, r, a, clock[r]);
                     out->start[r][i] = out->end[r][i] = clock[r];
                     pos[r]++;
+                } else if (a->overlap && (j = next_compute(s, r, i)) < s->n_actions[r]) {
+                    /* An F&B pair: post the RECVs between the two (posting
+                     * ahead changes no time), start when both inputs are
+                     * there, end together; SENDs between go at the end. */
+                    const sched_action *b = &s->actions[r][j];
+                    for (size_t k = i + 1; k < j; k++)
+                        if (s->actions[r][k].kind == ACT_RECV_F || s->actions[r][k].kind == ACT_RECV_B)
+                            post(&T, r, &s->actions[r][k], clock[r]);
+                    int64_t ra = input_ready(&T, r, a), rb = input_ready(&T, r, b);
+                    if (ra < 0 || rb < 0)
+                        break;
+                    int64_t st = clock[r] > ra ? clock[r] : ra;
+                    st = st > rb ? st : rb;
+                    int64_t cp = T.comp[a->kind] + T.comp[b->kind], cm = T.xcomm[a->kind] + T.xcomm[b->kind];
+                    int64_t en = st + (cp > cm ? cp : cm);
+                    out->start[r][i] = out->start[r][j] = st;
+                    out->end[r][i] = out->end[r][j] = en;
+                    for (size_t k = i + 1; k < j; k++) {
+                        post(&T, r, &s->actions[r][k], en);
+                        out->start[r][k] = out->end[r][k] = en;
+                    }
+                    mark_end(&T, r, a, en);
+                    mark_end(&T, r, b, en);
+                    out->busy[r] += en - st;
+                    if (out->first[r] < 0)
+                        out->first[r] = st;
+                    out->last[r] = clock[r] = en;
+                    pos[r] = j + 1;
                 } else {
                     int64_t ready = input_ready(&T, r, a);
                     if (ready < 0)
@@ -156,11 +223,7 @@ int sched_time(const sched *s, const sched_op_times *t, sched_timing *out, ts_er
                     out->start[r][i] = st;
                     out->end[r][i] = clock[r] = st + d;
                     if (a->kind <= ACT_W) {
-                        int stg = sched_stage_of(s, r, a->chunk);
-                        if (a->kind == ACT_F)
-                            *slot(&T, T.end_f, stg, a->mb) = clock[r];
-                        else if (a->kind != ACT_W)
-                            *slot(&T, T.end_bi, stg, a->mb) = clock[r];
+                        mark_end(&T, r, a, clock[r]);
                         out->busy[r] += d;
                         if (out->first[r] < 0)
                             out->first[r] = st;
@@ -196,7 +259,7 @@ int sched_time(const sched *s, const sched_op_times *t, sched_timing *out, ts_er
     for (int r = 0; r < p; r++)
         out->idle[r] = out->makespan - out->busy[r];
     /* m*v chunk ops of T ticks each = m*T ns. */
-    out->ideal = (int64_t)s->m * s->v * (t->f_ns + t->b_ns + t->w_ns);
+    out->ideal = (int64_t)s->m * s->v * (t->f_ns + t->b_ns + t->w_ns) * scale;
     out->bubble_rate = out->cost > 0 ? (double)(out->cost - out->ideal) / (double)out->cost : 0.0;
 out:
     free(T.send_f);

@@ -11,6 +11,20 @@
  * starts once it has arrived (and, in program order, after the RECV). A
  * compute-only schedule waits for the remote producer's end + comm_ns.
  *
+ * Overlapped pairs (DualPipe's F&B, an F marked `overlap` and the next
+ * compute action of its rank): both start together once both inputs have
+ * arrived, and both end after max(compute of the two, exposed
+ * communication of the two) (DeepSeek-V3 report, section 3.2.1: one
+ * micro-batch's computation hides the other's all-to-all and PP
+ * communication). Sends between the two are posted at the pair's end.
+ * With sched_time_ep() each unpaired F / B / I op also carries its own
+ * exposed communication (expert-parallel all-to-all) after its compute;
+ * sched_time() has none, so a pair then takes T_F + T_B + T_W.
+ *
+ * DualPipe (SCHED_PLACE_DUAL): each chunk is a whole stage of its model
+ * copy's p-stage split, so its ops take T_F, T_B, T_W in full; "ideal" is
+ * then 2m(T_F+T_B+T_W) with m the micro-batches of one copy.
+ *
  * Time is integer: 1 tick = 1/v ns (tick_den = v), so that a chunk's share
  * of an op is exact; same inputs, same numbers.
  *
@@ -54,6 +68,19 @@ typedef struct {
  * TS_EINVAL if a time is negative, or if s cannot run (validate it first:
  * the message then names a blocked action). */
 int sched_time(const sched *s, const sched_op_times *t, sched_timing *out, ts_err *err);
+
+/* Exposed communication of one chunk op, in ns of the non-interleaved stage
+ * (scaled by 1/v like the op times): the expert-parallel all-to-all of a
+ * forward (dispatch + combine) and of a backward's input-gradient part.
+ * W has none. */
+typedef struct {
+    int64_t a2a_f_ns;
+    int64_t a2a_b_ns;
+} sched_ep_times;
+
+/* As sched_time(), with ep's communication after every unpaired F, B and I
+ * and hidden in overlapped pairs as described above. ep NULL = none. */
+int sched_time_ep(const sched *s, const sched_op_times *t, const sched_ep_times *ep, sched_timing *out, ts_err *err);
 
 /* Free out's arrays and zero it. NULL allowed. */
 void sched_timing_free(sched_timing *out);

@@ -296,10 +296,10 @@ static int execute(vstate *V)
 int sched_validate(const sched *s, sched_vinfo *info, ts_err *err)
 {
     if (s->p < 1 || s->p > SCHED_MAX_P || s->m < 1 || s->m > SCHED_MAX_M || s->v < 1 || s->v > SCHED_MAX_V ||
-        (s->placement == SCHED_PLACE_V && s->v != 2))
+        (s->placement != SCHED_PLACE_LOOP && s->v != 2))
         return err_set(err, TS_EINVAL,
                        "schedule shape p=%d m=%d v=%d: need p in [1, %d], m in [1, %d], "
-                       "v in [1, %d] (v = 2 for the V placement)",
+                       "v in [1, %d] (v = 2 for the V and DualPipe placements)",
                        s->p, s->m, s->v, SCHED_MAX_P, SCHED_MAX_M, SCHED_MAX_V);
     vstate V = {.s = s, .info = info, .err = err, .S = s->p * s->v, .comm = sched_has_comm(s)};
     if (info) {

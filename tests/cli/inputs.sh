@@ -62,7 +62,7 @@ n_units=$(grep -cE '^      unit: .*; default: ' <<<"$help")
 # every flag but --help itself has a unit/default line
 if [ "$n_units" -eq $((n_flags - 1)) ]; then ok; else bad "--help: $n_flags flags but $n_units unit/default lines"; fi
 if grep -qF "unit: sequences; default: b x d" <<<"$help"; then ok; else bad "--help: global batch unit/default"; fi
-if grep -qF "[gpipe|1f1b|interleaved|zb-h1|zb-h2|zb-v]" <<<"$help"; then ok; else bad "--help: schedule names"; fi
+if grep -qF "[gpipe|1f1b|interleaved|zb-h1|zb-h2|zb-v|dualpipev|dualpipe]" <<<"$help"; then ok; else bad "--help: schedule names"; fi
 
 # --- bad flags
 expect_err "--num-layer 4" 2 "unknown flag '--num-layer'; did you mean --num-layers?"

@@ -30,6 +30,8 @@ interleaved_p4_m8_v2 --schedule interleaved -p 4 -m 8 -v 2
 1f1b_p4_m8 --schedule 1f1b -p 4 -m 8
 zb-h2_p4_m8 --schedule zb-h2 -p 4 -m 8
 zb-v_p4_m8 --schedule zb-v -p 4 -m 8
+dualpipev_p4_m8 --schedule dualpipev -p 4 -m 8
+dualpipe_p4_m8 --schedule dualpipe -p 4 -m 8
 LIST
 $T schedule --schedule 1f1b -p 4 -m 8 --no-timeline | grep -q "rank 0 |" && bad "--no-timeline printed a timeline" || ok
 
@@ -58,6 +60,33 @@ expect_ok "--schedule interleaved -p 4 -m 8 -v 2 --time-f 1 --time-b 1 --time-w 
 expect_ok "--schedule zb-h1 -p 4 -m 8 --time-f 1 --time-b 1 --time-w 1" "longest span    27.000000 ms"
 expect_ok "--schedule zb-h2 -p 4 -m 8 --time-f 1 --time-b 1 --time-w 1" "bubble rate     0.000000"
 expect_ok "--schedule zb-v -p 4 -m 8 --time-f 1 --time-b 1 --time-w 1" "bubble rate     0.000000"
+# DualPipeV: bubble (PP/2-1)(F&B+B-3W) with PP = 8 stages and chunk times
+# F = B = W = 0.5 ms: 3 x (1.5 + 1 - 1.5) = 3 ms over the ideal 24 ms
+expect_ok "--schedule dualpipev -p 4 -m 8 --time-f 1 --time-b 1 --time-w 1" "longest span    27.000000 ms"
+expect_ok "--schedule dualpipev -p 4 -m 8" "peak activations in flight per rank (micro-batch chunks): 9 9 9 9"
+expect_ok "--schedule dualpipev -p 2 -m 4 --validate-only --export $tmp/dpv.csv" "valid: dualpipev p=2 m=4 v=2"
+cmp -s "$tmp/dpv.csv" "$G/dualpipev_p2_m4.csv" && ok || bad "exported dualpipev CSV differs from $G/dualpipev_p2_m4.csv"
+# all-to-all of 1 ms after every F and B of a stage (0.5 ms per chunk op): hidden
+# inside dualpipev's F&B pairs, paid in full by zb-v
+expect_ok "--schedule dualpipev -p 4 -m 16 --time-f 1 --time-b 1 --time-w 0.5 --time-a2a-f 1 --time-a2a-b 1" "longest span    54.250000 ms"
+expect_ok "--schedule zb-v -p 4 -m 16 --time-f 1 --time-b 1 --time-w 0.5 --time-a2a-f 1 --time-a2a-b 1" "longest span    76.500000 ms"
+expect_ok "--help" "--time-a2a-f"
+# DualPipe (two copies): bubble (PP/2-1)(F&B+B-3W) = 1 x (3 + 2 - 3) = 2 ms at p = 4
+expect_ok "--schedule dualpipe -p 4 -m 8 --time-f 1 --time-b 1 --time-w 1" "longest span    26.000000 ms"
+expect_ok "--schedule dualpipe -p 4 -m 8" "peak activations in flight per rank (micro-batch chunks): 5 5 5 5"
+expect_err "--schedule dualpipe -p 3 -m 8" 2 "DualPipe needs p even, m even and m >= 2p"
+expect_err "--schedule dualpipe -p 4 -m 8 --export $tmp/dp.csv" 2 "DualPipe's two model copies do not fit it"
+out=$($T simulate --model megatron-7.5b --num-layers 32 -p 4 --schedule dualpipe 2>&1); rc=$?
+check_sh "simulate --schedule dualpipe: not modelled, exit 2" '[ $rc -eq 2 ] && [[ "$out" == *"is not modelled by simulate"* ]]'
+expect_err "--schedule dualpipev -p 4 -m 6" 2 "DualPipeV needs m >= 2p = 8"
+expect_err "--schedule dualpipev -p 4 -m 8 -v 3" 2 "dualpipev: chunks per rank v = 3; it runs exactly 2"
+out=$($T simulate --model megatron-7.5b --num-layers 32 -p 4 -t 2 --schedule dualpipev --global-batch-size 128 \
+    --micro-batch-size 1 2>&1); rc=$?
+check_sh "simulate --schedule dualpipev runs (8 micro-batches, v = 2)" \
+    '[ $rc -eq 0 ] && [[ "$out" == *"v=2, micro-batch 1, global batch 128 (8 micro-batches per pipeline), schedule dualpipev"* ]]'
+out=$($T simulate --model megatron-7.5b --num-layers 32 -p 4 -t 2 --schedule dualpipev --global-batch-size 64 \
+    --micro-batch-size 1 2>&1); rc=$?
+check_sh "simulate --schedule dualpipev with m = 4 < 2p: exit 2" '[ $rc -eq 2 ] && [[ "$out" == *"m >= 2p = 8"* ]]'
 expect_ok "--schedule gpipe -p 4 -m 8 --time-f 1 --time-b 1 --time-w 1 --time-comm 0.5" "longest span    36.000000 ms"
 expect_ok "--schedule 1f1b -p 4 -m 8" "peak activations in flight per rank (micro-batch chunks): 4 3 2 1"
 expect_ok "--schedule interleaved -p 4 -m 8" "peak activations in flight per rank (micro-batch chunks): 11 9 7 5"

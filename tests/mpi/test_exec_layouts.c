@@ -234,6 +234,10 @@ int main(int argc, char **argv)
     Ls[nL++] = (layout){1, 4, 1, false, SCHED_INTERLEAVED, 2, "E|(t|)*6t*2L"};
     Ls[nL++] = (layout){1, 2, 1, false, SCHED_ZB_V, 2, "Et*2|t*3|t*2|tL"};
     Ls[nL++] = (layout){1, 2, 1, false, SCHED_ZB_H2, 1, "Et*5|t*3L"};
+    /* DualPipeV (V placement, F&B pairs run back to back): m = 4 = 2p at p = 2 */
+    Ls[nL++] = (layout){1, 2, 1, false, SCHED_DUALPIPEV, 2, NULL};
+    Ls[nL++] = (layout){2, 2, 1, true, SCHED_DUALPIPEV, 2, NULL};
+    Ls[nL++] = (layout){1, 2, 2, false, SCHED_DUALPIPEV, 2, NULL};
 
     for (int li = 0; li < nL && !refbad; li++) {
         const layout *L = &Ls[li];

@@ -328,7 +328,7 @@ Test(config, schedule_chunk_rules)
     cr_expect_eq(run("--model", "gpt3-175b", "--num-layers-per-virtual-pipeline-stage", "6", NULL), TS_EINVAL);
     EXPECT_MSG("gives 1 chunk per pipeline rank");
     cr_expect_eq(run("--model", "gpt3-175b", "--schedule", "zb-x", NULL), TS_EINVAL);
-    EXPECT_MSG("--schedule: 'zb-x' is not valid (valid: gpipe|1f1b|interleaved|zb-h1|zb-h2|zb-v)");
+    EXPECT_MSG("--schedule: 'zb-x' is not valid (valid: gpipe|1f1b|interleaved|zb-h1|zb-h2|zb-v|dualpipev|dualpipe)");
 }
 
 Test(config, batch_and_gpu_count)

@@ -68,12 +68,19 @@ Test(sched_grid, all_generated_schedules_validate)
         for (int j = 0; j < nm; j++)
             for (int k = 0; k < SCHED_CUSTOM; k++)
                 for (int v = 1; v <= 4; v++) {
-                    if ((k != SCHED_INTERLEAVED && v > 1 && k != SCHED_ZB_V) || (k == SCHED_ZB_V && v != 2))
+                    if (k == SCHED_DUALPIPE) /* p, m even: test_sched_dual.c */
+                        continue;
+                    if ((k != SCHED_INTERLEAVED && v > 1 && !sched_kind_is_v((sched_kind)k)) ||
+                        (sched_kind_is_v((sched_kind)k) && v != 2))
                         continue;
                     int m = ms[j];
                     sched *s = NULL;
                     ts_err e;
                     int rc = gen((sched_kind)k, p, m, v, &s, &e);
+                    if (k == SCHED_DUALPIPEV && m < 2 * p) {
+                        cr_expect_eq(rc, TS_EINVAL, "dualpipev p=%d m=%d: DualPipeV needs m >= 2p", p, m);
+                        continue;
+                    }
                     if (k == SCHED_INTERLEAVED && v > 1 && m < p) {
                         cr_expect_eq(rc, TS_EINVAL, "interleaved p=%d m=%d: Megatron rejects m < p", p, m);
                         continue;
@@ -218,4 +225,38 @@ Test(sched_grid, zb_h1_third_of_1f1b)
         sched_free(a);
         sched_free(b);
     }
+}
+
+/* DualPipeV over the grid (m >= 2p): bubble (p-1)(F&B + B - 3W) in chunk
+ * ticks, F&B = T_F + T_B + T_W, B = T_B + T_W, at the times with
+ * T_F = T_B >= T_W; 2p + 1 chunk activations on every rank. */
+Test(sched_grid, dualpipev_bubble_and_activations)
+{
+    int n = 0;
+    for (size_t a = 0; a < NP; a++) {
+        int p = PS[a], ms[16], nm = ms_for(p, ms);
+        for (int j = 0; j < nm; j++) {
+            int m = ms[j];
+            if (m < 2 * p)
+                continue;
+            for (size_t ti = 0; ti < NT; ti++) {
+                int64_t f = TIMES[ti][0], b = TIMES[ti][1], w = TIMES[ti][2];
+                if (f != b || w > f)
+                    continue;
+                sched *s;
+                ts_err e;
+                cr_assert_eq(gen(SCHED_DUALPIPEV, p, m, 2, &s, &e), TS_OK, "%s", e.msg);
+                sched_timing tm;
+                (void)idle_ticks(s, f, b, w, &tm);
+                cr_expect_eq(tm.cost - tm.ideal, (int64_t)(p - 1) * ((f + b + w) + (b + w) - 3 * w), "p=%d m=%d T=%zu",
+                             p, m, ti);
+                for (int r = 0; r < p; r++)
+                    cr_expect_eq(tm.peak_inflight[r], 2 * p + 1, "p=%d m=%d r=%d", p, m, r);
+                sched_timing_free(&tm);
+                sched_free(s);
+                n++;
+            }
+        }
+    }
+    cr_expect_eq(n, 89 * 2); /* 89 (p, m) with m >= 2p, 2 time sets */
 }
