@@ -84,6 +84,10 @@ typedef struct {
     bool distributed_optimizer;               /* --use-distributed-optimizer */
     bool overlap_grad_reduce;                 /* --overlap-grad-reduce */
     sched_kind schedule;                      /* --schedule */
+    bool sync_tp_allreduce;                   /* --no-async-tensor-model-parallel-allreduce: the
+                                                 backward's TP all-reduce is not overlapped with
+                                                 the weight-gradient GEMM (Megatron-LM before the
+                                                 async all-reduce, e.g. the 2021 runs) */
 } parallel_config;
 
 struct topo; /* topo.h: parsed cluster topology */

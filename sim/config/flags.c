@@ -150,6 +150,9 @@ static int add_parallel_flags(flags_state *s, opt_table *t, config *c, ts_err *e
         .help = "shard optimizer state over data-parallel ranks (ZeRO-1 like)");
     ADD(.name = "--overlap-grad-reduce", .type = OPT_BOOL, .target = &p->overlap_grad_reduce,
         .help = "overlap the data-parallel gradient reduction with the backward pass");
+    ADD(.name = "--no-async-tensor-model-parallel-allreduce", .type = OPT_BOOL, .target = &p->sync_tp_allreduce,
+        .help = "Megatron-LM 2021-2023 flag (removed since; the 2021 code had no other behaviour): the backward's "
+                "tensor-parallel input-gradient all-reduce runs after, not beside, the weight-gradient GEMM");
     return TS_OK;
 }
 
@@ -847,6 +850,8 @@ static int resolve_layout(flags_state *s, const opt_table *t, const config *base
     TAKE(FLAGS_F_OVERLAP, "--overlap-grad-reduce", p->overlap_grad_reduce, false);
     if (!opt_was_set(t, "--overlap-grad-reduce"))
         s->src[FLAGS_F_OVERLAP] = FLAGS_SRC_MEGATRON;
+    if (!opt_was_set(t, "--no-async-tensor-model-parallel-allreduce"))
+        p->sync_tp_allreduce = q->sync_tp_allreduce;
     if ((rc = resolve_recompute(s, t, base, basesrc, err)) || (rc = resolve_schedule(s, t, base, basesrc, err)))
         return rc;
     p->dp = opt_was_set(t, "--data-parallel-size") ? s->dp : 0;
