@@ -23,7 +23,9 @@
  * GEMM_KLOOP_OVERHEAD_STEPS steps; inside the loop an SM reaches
  * GEMM_PEAK_FRAC of its share of the datasheet peak. The time is the best
  * over the architecture's tile shapes (cuBLAS's heuristics pick among
- * several), and never below the time to move A, B and C through HBM at the
+ * several); a GEMM with fewer tiles than SMs splits its K loop over
+ * floor(SMs / tiles) of them (split-K, as cuBLAS and CUTLASS do for such
+ * shapes; the reduction of the partial sums is not costed), and never below the time to move A, B and C through HBM at the
  * memory-op efficiency. Big GEMMs thus gain efficiency with size (longer K
  * loops amortise the prologue, more waves shrink the partial last one),
  * and thin or small ones are slow for their own reason: attention GEMMs
@@ -326,8 +328,13 @@ static double tiles_busy_ns(const cost_model *cm, int64_t m, int64_t n, int64_t 
     for (int i = 0; i < t->ntiles; i++) {
         const cost_tile *T = &t->tile[i];
         double tiles = ceil(dm / T->tm) * ceil(dn / T->tn) * db;
-        double waves = ceil(tiles / t->sms);
-        double steps = ceil(dk / T->tk) + t->kloop_overhead_steps;
+        double ksteps = ceil(dk / T->tk);
+        /* split-K: fewer tiles than SMs split the K loop over the idle SMs */
+        double split = tiles < t->sms ? fmin(floor(t->sms / tiles), ksteps) : 1.0;
+        if (split < 1)
+            split = 1;
+        double waves = ceil(tiles * split / t->sms);
+        double steps = ceil(ksteps / split) + t->kloop_overhead_steps;
         double step_ns = 2.0 * T->tm * T->tn * T->tk / sm_flops_per_ns;
         double ns = waves * steps * step_ns;
         if (ns < best)

@@ -3,8 +3,10 @@
  *   GEMM (tile model, the default tables; cost_gemm_tiles.sms > 0):
  *     launch_ns + max(compute, memory), compute = the best over the
  *     architecture's tile shapes (tm x tn x tk) of
- *       waves * (ceil(k/tk) + kloop_overhead_steps) * step_ns,
- *       waves   = ceil(ceil(m/tm) * ceil(n/tn) * batch / sms)  (last wave partial),
+ *       waves * (ceil(ceil(k/tk) / split) + kloop_overhead_steps) * step_ns,
+ *       tiles   = ceil(m/tm) * ceil(n/tn) * batch,
+ *       split   = tiles < sms ? min(floor(sms/tiles), ceil(k/tk)) : 1   (split-K),
+ *       waves   = ceil(tiles * split / sms)  (the last wave partial),
  *       step_ns = 2*tm*tn*tk / (peak_tflops*1e3/sms * peak_frac),
  *     memory = dtype_bytes*(m*k + k*n + m*n)*batch / (hbm_gbps * eff_mem(bytes)).
  *   GEMM (table, a calibration's; sms = 0):
