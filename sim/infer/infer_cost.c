@@ -236,7 +236,7 @@ static double gemm_ns(const infer_model *m, double rows, double n, double k, dou
     if (m->ip.gemm_eff > 0)
         comp = 2.0 * (double)M * (double)N * (double)K / (cost_model_params(m->cm)->peak_tflops * 1e3 * m->ip.gemm_eff);
     else
-        comp = (double)cost_gemm_ns(m->cm, M, N, K, 1) - m->lay.launch_ns;
+        comp = (double)cost_gemm_compute_ns(m->cm, M, N, K, 1) - m->lay.launch_ns;
     double bytes = (double)N * (double)K * wbytes + ((double)M * (double)K + (double)M * (double)N) * m->ab;
     return m->lay.launch_ns + fmax(comp, hbm_ns(m, bytes));
 }

@@ -2,6 +2,7 @@
 #include "sim/model/cost.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,10 +30,11 @@
  * memory-op efficiency. Big GEMMs thus gain efficiency with size (longer K
  * loops amortise the prologue, more waves shrink the partial last one),
  * and thin or small ones are slow for their own reason: attention GEMMs
- * with k = head size run 2-4 K steps beside 2 steps of overhead and are
- * bound by writing their m x n output, grouped expert GEMMs leave a
- * partial wave, a decode GEMM with m = 1 fills 1/tm of each tile and is
- * bound by reading its weights.
+ * with k = head size run 2 K steps beside the overhead, grouped expert
+ * GEMMs leave a partial wave, a decode GEMM with m = 1 is bound by reading
+ * its weights. An m or n below the tile's costs its 16-row multiple (the
+ * tensor cores' MMA is m16n8k16 on Ampere and Hopper; cuBLAS has small-M
+ * kernels), not the whole tile.
  *
  * Tile shapes (tm x tn x tk), per architecture:
  *  - Ampere (sm80): CUTLASS 2.x's default 16-bit tensor-op threadblock
@@ -78,7 +80,7 @@
 #define A100_I_HALF               40.0  /* the gemm table's half point, flops/byte */
 #define GEMM_PEAK_FRAC            0.69  /* fitted, see above */
 #define GEMM_KLOOP_OVERHEAD_STEPS 1.0   /* fitted, K steps per tile */
-#define A100_E_MEM                0.95  /* fitted */
+#define A100_E_MEM                0.90  /* fitted */
 #define A100_B_HALF               2.0e6 /* fitted, bytes */
 #define A100_OVERLAP_SLOWDOWN     0.4   /* fitted (Korthikanti backward times), see cost.h */
 #endif
@@ -318,8 +320,9 @@ double cost_mem_eff(const cost_model *cm, int64_t bytes)
     return curve_eval(&cm->mem, (double)bytes);
 }
 
-/* Busy time (ns, no launch) of a batch of GEMMs by the tile model. */
-static double tiles_busy_ns(const cost_model *cm, int64_t m, int64_t n, int64_t k, int64_t batch)
+/* Busy time (ns, no launch) of a batch of GEMMs by the tile model; with_memory:
+ * at least the HBM time of A, B and C. */
+static double tiles_busy_ns(const cost_model *cm, int64_t m, int64_t n, int64_t k, int64_t batch, bool with_memory)
 {
     const cost_gemm_tiles *t = &cm->p.tiles;
     double dm = (double)m, dn = (double)n, dk = (double)k, db = (double)batch;
@@ -335,14 +338,29 @@ static double tiles_busy_ns(const cost_model *cm, int64_t m, int64_t n, int64_t 
             split = 1;
         double waves = ceil(tiles * split / t->sms);
         double steps = ceil(ksteps / split) + t->kloop_overhead_steps;
-        double step_ns = 2.0 * T->tm * T->tn * T->tk / sm_flops_per_ns;
+        /* a dimension below the tile runs the tensor cores on 16-row slices
+         * (the MMA instruction's m16, cuBLAS's small-M kernels) */
+        double tm = fmin(T->tm, 16 * ceil(dm / 16)), tn = fmin(T->tn, 16 * ceil(dn / 16));
+        double step_ns = 2.0 * tm * tn * T->tk / sm_flops_per_ns;
         double ns = waves * steps * step_ns;
         if (ns < best)
             best = ns;
     }
+    if (!with_memory)
+        return best;
     double bytes = (double)cm->p.dtype_bytes * (dm * dk + dk * dn + dm * dn) * db;
     double mem_ns = bytes / (cm->p.hbm_gbps * curve_eval(&cm->mem, bytes));
     return best > mem_ns ? best : mem_ns;
+}
+
+int64_t cost_gemm_compute_ns(const cost_model *cm, int64_t m, int64_t n, int64_t k, int64_t batch)
+{
+    double flops = 2.0 * (double)m * (double)n * (double)k * (double)batch;
+    double ns = cm->p.launch_ns;
+    if (flops > 0)
+        ns += cm->p.tiles.sms > 0 ? tiles_busy_ns(cm, m, n, k, batch, false)
+                                  : flops / (cm->p.peak_tflops * 1e3 * cost_gemm_eff(cm, m, n, k));
+    return (int64_t)llround(ns);
 }
 
 double cost_gemm_eff_batch(const cost_model *cm, int64_t m, int64_t n, int64_t k, int64_t batch)
@@ -352,7 +370,7 @@ double cost_gemm_eff_batch(const cost_model *cm, int64_t m, int64_t n, int64_t k
     double flops = 2.0 * (double)m * (double)n * (double)k * (double)batch;
     if (!(flops > 0))
         return cm->p.tiles.peak_frac;
-    return flops / (tiles_busy_ns(cm, m, n, k, batch) * cm->p.peak_tflops * 1e3);
+    return flops / (tiles_busy_ns(cm, m, n, k, batch, true) * cm->p.peak_tflops * 1e3);
 }
 
 double cost_gemm_eff(const cost_model *cm, int64_t m, int64_t n, int64_t k)
@@ -365,7 +383,7 @@ int64_t cost_gemm_ns(const cost_model *cm, int64_t m, int64_t n, int64_t k, int6
     double flops = 2.0 * (double)m * (double)n * (double)k * (double)batch;
     double ns = cm->p.launch_ns;
     if (flops > 0)
-        ns += cm->p.tiles.sms > 0 ? tiles_busy_ns(cm, m, n, k, batch)
+        ns += cm->p.tiles.sms > 0 ? tiles_busy_ns(cm, m, n, k, batch, true)
                                   : flops / (cm->p.peak_tflops * 1e3 * cost_gemm_eff(cm, m, n, k));
     return (int64_t)llround(ns);
 }

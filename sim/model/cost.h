@@ -7,7 +7,8 @@
  *       tiles   = ceil(m/tm) * ceil(n/tn) * batch,
  *       split   = tiles < sms ? min(floor(sms/tiles), ceil(k/tk)) : 1   (split-K),
  *       waves   = ceil(tiles * split / sms)  (the last wave partial),
- *       step_ns = 2*tm*tn*tk / (peak_tflops*1e3/sms * peak_frac),
+ *       step_ns = 2*tm'*tn'*tk / (peak_tflops*1e3/sms * peak_frac),
+ *       tm' = min(tm, m rounded up to 16), tn' likewise,
  *     memory = dtype_bytes*(m*k + k*n + m*n)*batch / (hbm_gbps * eff_mem(bytes)).
  *   GEMM (table, a calibration's; sms = 0):
  *     launch_ns + flops / (peak_tflops * eff_gemm(intensity))
@@ -136,6 +137,9 @@ double cost_mem_eff(const cost_model *cm, int64_t bytes);
 /* Times in ns (>= launch_ns; rounded to nearest). Dims/bytes >= 0. */
 int64_t cost_gemm_ns(const cost_model *cm, int64_t m, int64_t n, int64_t k, int64_t batch);
 int64_t cost_mem_ns(const cost_model *cm, int64_t bytes);
+/* cost_gemm_ns without the tile model's memory floor (for a caller that
+ * takes the max with its own memory time); the table model: the same. */
+int64_t cost_gemm_compute_ns(const cost_model *cm, int64_t m, int64_t n, int64_t k, int64_t batch);
 /* Like cost_mem_ns with the table of kind when the params have one
  * (kind < 0 or an empty table: the generic one). */
 int64_t cost_mem_kind_ns(const cost_model *cm, int kind, int64_t bytes);
