@@ -78,9 +78,9 @@
 #ifndef A100_E_GEMM                     /* overridable (-D) only to re-run the fit */
 #define A100_E_GEMM               0.68  /* the gemm table's saturation (unused, see above) */
 #define A100_I_HALF               40.0  /* the gemm table's half point, flops/byte */
-#define GEMM_PEAK_FRAC            0.69  /* fitted, see above */
-#define GEMM_KLOOP_OVERHEAD_STEPS 1.0   /* fitted, K steps per tile */
-#define A100_E_MEM                0.90  /* fitted */
+#define GEMM_PEAK_FRAC            0.70  /* fitted, see above */
+#define GEMM_KLOOP_OVERHEAD_STEPS 0.55  /* fitted, K steps per tile */
+#define A100_E_MEM                0.80  /* fitted */
 #define A100_B_HALF               2.0e6 /* fitted, bytes */
 #define A100_OVERLAP_SLOWDOWN     0.4   /* fitted (Korthikanti backward times), see cost.h */
 #endif
