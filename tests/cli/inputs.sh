@@ -83,7 +83,7 @@ expect_err "--model gpt3-175b --global-batch-size 1540" 2 "--global-batch-size 1
 expect_err "--model gpt3-175b --gpus 1000" 2 "--gpus 1000 is not a multiple of"
 expect_err "--model gpt3-175b -d 4" 2 "--gpus 1024 != t x p x d = 8 x 16 x 4 = 512"
 expect_err "--model gpt3-175b --schedule zb-v --num-layers-per-virtual-pipeline-stage 2" 2 "zb-v runs exactly 2 chunks"
-expect_err "--model gpt3-175b --gpu B200" 2 "unknown GPU kind 'B200' (valid: A100-SXM4-40GB, A100-SXM4-80GB, H100-SXM5-80GB, H200-SXM-141GB"
+expect_err "--model gpt3-175b --gpu V100" 2 "unknown GPU kind 'V100' (valid: A100-SXM4-40GB, A100-SXM4-80GB, H100-SXM5-80GB, H200-SXM-141GB"
 expect_err "--model llama-7b" 2 "unknown model 'llama-7b'; nearest: llama2-7b"
 
 # --- bad topology files (file:line and column)

@@ -187,8 +187,8 @@ Test(topo, parametric_non_number_and_bad_bandwidth)
 
 Test(topo, parametric_unknown_gpu_fabric_and_rows)
 {
-    cr_expect_eq(load("# x\n" PHDR "4,8,B200,300,0.6,8,25,0.6,fat-tree,2,1\n"), TS_EINVAL);
-    EXPECT_AT(3, "column 'gpu': unknown GPU kind 'B200' (valid: A100-SXM4-40GB, A100-SXM4-80GB, H100-SXM5-80GB, "
+    cr_expect_eq(load("# x\n" PHDR "4,8,V100,300,0.6,8,25,0.6,fat-tree,2,1\n"), TS_EINVAL);
+    EXPECT_AT(3, "column 'gpu': unknown GPU kind 'V100' (valid: A100-SXM4-40GB, A100-SXM4-80GB, H100-SXM5-80GB, "
                  "H200-SXM-141GB");
     cr_expect_eq(load(PHDR "4,8,a100,300,0.6,8,25,0.6,dragonfly,2,1\n"), TS_EINVAL);
     EXPECT_AT(2, "column 'fabric': 'dragonfly' is not valid (valid: fat-tree, rail-optimized)");
