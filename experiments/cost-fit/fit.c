@@ -5,7 +5,10 @@
  *  - Narayanan et al. 2021 Table 1, three Megatron rows (tolerance 5%),
  *    simulated end to end with micro-batch 1 and 2 chunks (interleaved rows).
  * Built and run by run.sh once per grid point, with the A100 constants of
- * sim/model/cost.c overridden by -D. Prints one line: "worst W layer L megatron M". */
+ * sim/model/cost.c overridden by -D. Prints one line: "worst W layer L megatron M";
+ * with FIT_VERBOSE set, one line per row before it (run.sh reads the layer
+ * lines; it takes the Megatron rows from `trainsim simulate` with the presets,
+ * which set bias and dropout as this file's hand-built configs do not). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
