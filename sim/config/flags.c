@@ -151,7 +151,8 @@ static int add_parallel_flags(flags_state *s, opt_table *t, config *c, ts_err *e
     ADD(.name = "--overlap-grad-reduce", .type = OPT_BOOL, .target = &p->overlap_grad_reduce,
         .help = "overlap the data-parallel gradient reduction with the backward pass");
     ADD(.name = "--no-async-tensor-model-parallel-allreduce", .type = OPT_BOOL, .target = &p->sync_tp_allreduce,
-        .help = "Megatron-LM 2021-2023 flag (removed since; the 2021 code had no other behaviour): the backward's "
+        .help = "a flag of Megatron-LM 2022-2023 releases (removed since; the 2021 code had only this behaviour): the "
+                "backward's "
                 "tensor-parallel input-gradient all-reduce runs after, not beside, the weight-gradient GEMM");
     return TS_OK;
 }

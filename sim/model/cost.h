@@ -20,7 +20,7 @@
  * interpolated with GSL (Steffen's monotone cubic in log10 of the key;
  * linear for 2 knots; clamped to the end values outside the table).
  *
- * Default tables for A100, H100, H200 (cost_params_default) cite their
+ * Default params for A100, H100, H200, B200, GB200 (cost_params_default) cite their
  * sources in cost.c; a calibration CSV (calib.h) gives measured ones.
  * Collectives are not costed here: see commcost.h.
  *
@@ -70,8 +70,8 @@ typedef struct {
 /* The tile model of a GEMM (see the top of this file). sms = 0: off (the
  * gemm table is used, as a calibration's measured curve). */
 typedef struct {
-    int sms;                     /* streaming multiprocessors (datasheet) */
-    int ntiles;                  /* 1..COST_MAX_TILES */
+    int sms;    /* streaming multiprocessors (datasheet) */
+    int ntiles; /* 1..COST_MAX_TILES */
     cost_tile tile[COST_MAX_TILES];
     double peak_frac;            /* fraction of the SM's peak in the K loop, (0, 1] */
     double kloop_overhead_steps; /* prologue + epilogue of a tile, in K steps, >= 0 */

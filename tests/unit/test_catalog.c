@@ -77,10 +77,14 @@ Test(catalog, blackwell_match_reference_figures)
             const char *col;
             double got;
         } cols[] = {
-            {"bf16_tflops", g->bf16_tflops}, {"fp16_tflops", g->fp16_tflops},
-            {"fp8_tflops", g->fp8_tflops},   {"fp4_tflops", g->fp4_tflops},
-            {"hbm_gib", g->hbm_gib},         {"hbm_gbps", g->hbm_gbps},
-            {"nvlink_gbps_per_direction", g->nvlink_gbps}, {"tdp_w", g->tdp_w},
+            {"bf16_tflops", g->bf16_tflops},
+            {"fp16_tflops", g->fp16_tflops},
+            {"fp8_tflops", g->fp8_tflops},
+            {"fp4_tflops", g->fp4_tflops},
+            {"hbm_gib", g->hbm_gib},
+            {"hbm_gbps", g->hbm_gbps},
+            {"nvlink_gbps_per_direction", g->nvlink_gbps},
+            {"tdp_w", g->tdp_w},
         };
         for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++) {
             cr_assert_eq(csvio_get_positive(ref, r, cols[i].col, &v, &E), TS_OK, "%s", E.msg);

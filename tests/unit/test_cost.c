@@ -292,8 +292,13 @@ Test(cost, gemm_tiles_memory_bound)
 /* Blackwell: defaults exist (derived, cost.c), 148 SMs, faster than H100. */
 Test(cost, blackwell_defaults)
 {
-    gpu_spec b = {.name = "B200-SXM-180GB", .bf16_tflops = 2250, .fp16_tflops = 2250, .fp32_tflops = 75,
-                  .hbm_gib = 180, .hbm_gbps = 8000, .nvlink_gbps = 900};
+    gpu_spec b = {.name = "B200-SXM-180GB",
+                  .bf16_tflops = 2250,
+                  .fp16_tflops = 2250,
+                  .fp32_tflops = 75,
+                  .hbm_gib = 180,
+                  .hbm_gbps = 8000,
+                  .nvlink_gbps = 900};
     cost_params pb, ph;
     cost_model *mb, *mh;
     cr_assert_eq(cost_params_default(&b, PREC_BF16, &pb, NULL), TS_OK);
