@@ -5,9 +5,13 @@
  *  - Narayanan et al. 2021 Table 1, three Megatron rows (tolerance 5%),
  *    simulated end to end with micro-batch 1 and 2 chunks (interleaved rows).
  * Built and run by run.sh once per grid point, with the A100 constants of
- * sim/model/cost.c overridden by -D. Prints one line: "worst W layer L megatron M". */
+ * sim/model/cost.c overridden by -D. Prints one line: "worst W layer L megatron M";
+ * with FIT_VERBOSE set, one line per row before it (run.sh reads the layer
+ * lines; it takes the Megatron rows from `trainsim simulate` with the presets,
+ * which set bias and dropout as this file's hand-built configs do not). */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "sim/config/config.h"
@@ -49,6 +53,9 @@ static double layer_worst(void)
         b = (double)cost_ops_run_ns(cm, &cp, &g, &o, NULL) / 1e6;
         layer_ops_build(&L, LAYER_PASS_B, &o, NULL);
         b += (double)cost_ops_run_ns(cm, &cp, &g, &o, NULL) / 1e6;
+        if (getenv("FIT_VERBOSE"))
+            printf("layer %d: f %.2f vs %.1f (%+.1f%%) b %.2f vs %.1f (%+.1f%%)\n", i, f, K[i].f_ms,
+                   100 * (f / K[i].f_ms - 1), b, K[i].b_ms, 100 * (b / K[i].b_ms - 1));
         worst = fmax(worst, fabs(f / K[i].f_ms - 1) / 0.07);
         worst = fmax(worst, fabs(b / K[i].b_ms - 1) / 0.07);
     }
@@ -84,6 +91,7 @@ static double megatron_worst(void)
         c.par.schedule = v > 1 ? SCHED_INTERLEAVED : SCHED_1F1B;
         c.par.layers_per_virtual_stage = v > 1 ? R[i].l / (R[i].p * v) : 0;
         c.par.recompute = RECOMPUTE_FULL;
+        c.par.sync_tp_allreduce = true; /* the 2021 code: see docs/cost-model.md */
         c.cluster.gpus = R[i].gpus;
         c.cluster.gpus_per_node = 8;
         c.cluster.gpu = A100;
@@ -93,6 +101,9 @@ static double megatron_worst(void)
         if (config_resolve(&c, NULL) || simulate_run(&c, &o, &r, NULL))
             return INFINITY;
         worst = fmax(worst, fabs(r->megatron_tflops_per_gpu / R[i].tflops - 1) / 0.05);
+        if (getenv("FIT_VERBOSE"))
+            printf("megatron %d: %.1f vs %.0f (%+.1f%%)\n", i, r->megatron_tflops_per_gpu, R[i].tflops,
+                   100 * (r->megatron_tflops_per_gpu / R[i].tflops - 1));
         simulate_result_free(r);
         config_free(&c);
     }

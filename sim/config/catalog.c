@@ -132,6 +132,11 @@ static int gpu_row(const csvio_table *t, size_t r, catalog_gpus *c, ts_err *err)
     if (!csvio_empty(t, r, "nccl_channels") &&
         (rc = csvio_get_int(t, r, "nccl_channels", 1, 64, &g->nccl_channels, err)))
         return rc;
+    if (!csvio_empty(t, r, "fp4_tflops") &&
+        (rc = csvio_get_positive_max(t, r, "fp4_tflops", CATALOG_MAX_TFLOPS, &g->fp4_tflops, err)))
+        return rc;
+    if (!csvio_empty(t, r, "sms") && (rc = csvio_get_int(t, r, "sms", 1, 1024, &g->sms, err)))
+        return rc;
     /* every name and alias must be unique */
     for (size_t j = 0; j < r; j++) {
         const char *clash = NULL;

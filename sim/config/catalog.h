@@ -49,6 +49,9 @@ typedef struct {
     double fp8_tflops;  /* dense FP8 peak, TFLOP/s (0 = no FP8 tensor cores) */
     double tf32_tflops; /* dense TF32 peak, TFLOP/s */
     double tdp_w;       /* board power, W */
+    double fp4_tflops;  /* dense FP4 peak, TFLOP/s (0 = no FP4 tensor cores) */
+    int sms;            /* streaming multiprocessors (0 = not given: the cost model's
+                           per-architecture count, sim/model/cost.c) */
     /* Memory besides tensors (overheads.h; sources in gpus.csv's comments): */
     double cuda_context_gib;     /* CUDA context + loaded kernel modules per process, GiB */
     double cublas_workspace_mib; /* cuBLAS default workspace per handle/stream, MiB */
@@ -74,7 +77,8 @@ typedef struct {
  * gpu, aliases, bf16_tflops, fp16_tflops, fp8_tflops (may be empty),
  * tf32_tflops, fp32_tflops (TFLOP/s), hbm_gib (GiB), hbm_gbps (GB/s),
  * nvlink_gbps_per_direction (GB/s), tdp_w (W); cuda_context_gib (GiB),
- * cublas_workspace_mib (MiB), nccl_channels (may be empty: 0). Messages name file:line and
+ * cublas_workspace_mib (MiB), nccl_channels (may be empty: 0); fp4_tflops
+ * (TFLOP/s) and sms (1..1024), each may be empty or absent: 0. Messages name file:line and
  * column; duplicate names/aliases are errors. */
 int catalog_gpus_load(const char *path, catalog_gpus **out, ts_err *err);
 void catalog_gpus_free(catalog_gpus *c);

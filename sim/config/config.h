@@ -122,6 +122,10 @@ typedef struct {
     bool megatron_fsdp;                       /* --use-megatron-fsdp */
     int dp_sharding;                          /* config_sharding: --data-parallel-sharding-strategy (Megatron-FSDP) */
     sched_kind schedule;                      /* --schedule */
+    bool sync_tp_allreduce;                   /* --no-async-tensor-model-parallel-allreduce: the
+                                                 backward's TP all-reduce is not overlapped with
+                                                 the weight-gradient GEMM (Megatron-LM before the
+                                                 async all-reduce, e.g. the 2021 runs) */
 } parallel_config;
 
 struct topo; /* topo.h: parsed cluster topology */

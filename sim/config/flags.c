@@ -183,6 +183,10 @@ static int add_parallel_flags(flags_state *s, opt_table *t, config *c, ts_err *e
         .enum_names = CONFIG_SHARDING_NAMES,
         .help = "with --use-megatron-fsdp: what is sharded over the data-parallel group (optimizer state; + "
                 "gradients; + parameters)");
+    ADD(.name = "--no-async-tensor-model-parallel-allreduce", .type = OPT_BOOL, .target = &p->sync_tp_allreduce,
+        .help = "a flag of Megatron-LM 2022-2023 releases (removed since; the 2021 code had only this behaviour): the "
+                "backward's "
+                "tensor-parallel input-gradient all-reduce runs after, not beside, the weight-gradient GEMM");
     return TS_OK;
 }
 
@@ -953,6 +957,8 @@ static int resolve_layout(flags_state *s, const opt_table *t, const config *base
     TAKE(FLAGS_F_OVERLAP, "--overlap-grad-reduce", p->overlap_grad_reduce, false);
     if (!opt_was_set(t, "--overlap-grad-reduce"))
         s->src[FLAGS_F_OVERLAP] = FLAGS_SRC_MEGATRON;
+    if (!opt_was_set(t, "--no-async-tensor-model-parallel-allreduce"))
+        p->sync_tp_allreduce = q->sync_tp_allreduce;
     if ((rc = resolve_recompute(s, t, base, basesrc, err)) || (rc = resolve_attention(s, t, err)) ||
         (rc = resolve_schedule(s, t, base, basesrc, err)))
         return rc;

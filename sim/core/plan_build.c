@@ -234,6 +234,22 @@ typedef struct {
     int64_t bucket_params;
 } model_ops;
 
+/* --no-async-tensor-model-parallel-allreduce: a weight-gradient GEMM that
+ * layer.h overlaps with the input-gradient all-reduce waits for it instead
+ * (the all-reduce runs alone, the GEMM is not slowed by it). */
+static void sync_tp_allreduce(layer_ops *o)
+{
+    for (int i = 0; i < o->n; i++) {
+        layer_op *op = &o->op[i];
+        int c = op->overlap;
+        if (op->kind == LAYER_OP_GEMM && c >= 0 && c < i && o->op[c].kind == LAYER_OP_COMM &&
+            o->op[c].coll == COMM_ALL_REDUCE) {
+            op->dep[1] = c;
+            op->overlap = -1;
+        }
+    }
+}
+
 static int model_ops_build(const config *c, model_ops *mo, ts_err *err)
 {
     int rc;
@@ -261,6 +277,12 @@ static int model_ops_build(const config *c, model_ops *mo, ts_err *err)
         (rc = layer_output_ops(&mo->rc, LAYER_PASS_I, &mo->oi, err)) ||
         (rc = layer_output_ops(&mo->rc, LAYER_PASS_W, &mo->ow, err)))
         return rc;
+    if (c->par.sync_tp_allreduce) {
+        sync_tp_allreduce(&mo->b);
+        sync_tp_allreduce(&mo->nb);
+        sync_tp_allreduce(&mo->eb);
+        sync_tp_allreduce(&mo->ob);
+    }
     if ((rc = layer_saved_build(&mo->rc, &sl, err)) || (rc = saved_mem(&sl, &mo->m_rc)) ||
         (rc = layer_saved_build(&mo->none, &sl, err)) || (rc = saved_mem(&sl, &mo->m_none)) ||
         (rc = layer_embedding_saved(&mo->rc, &sl, err)) || (rc = saved_mem(&sl, &mo->m_emb)) ||

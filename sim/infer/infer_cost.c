@@ -277,7 +277,7 @@ static double gemm_ns(const infer_model *m, double rows, double n, double k, dou
     else if (m->ip.gemm_eff > 0)
         comp = 2.0 * (double)M * (double)N * (double)K / (cost_model_params(m->cm)->peak_tflops * 1e3 * m->ip.gemm_eff);
     else
-        comp = (double)cost_gemm_ns(m->cm, M, N, K, 1) - m->lay.launch_ns;
+        comp = (double)cost_gemm_compute_ns(m->cm, M, N, K, 1) - m->lay.launch_ns;
     double bytes = (double)N * (double)K * wbytes + ((double)M * (double)K + (double)M * (double)N) * m->ab;
     return m->lay.launch_ns + fmax(comp, hbm_ns(m, bytes));
 }
@@ -295,8 +295,10 @@ static double attn_ns(const infer_model *m, const infer_step *s)
     if (s->pre_pairs > 0) {
         double flops = 4.0 * s->pre_pairs * m->a_rank * m->d;
         int64_t n = (int64_t)ceil(s->pre_chunk_len > 1 ? s->pre_chunk_len : 1);
-        double eff = m->ip.gemm_eff > 0 ? m->ip.gemm_eff : cost_gemm_eff(m->cm, n, n, (int64_t)m->d);
         double new_tok = s->tokens - s->dec_seqs;
+        /* the attention GEMMs of every prefill chunk and head run as one batch */
+        int64_t batch = (int64_t)fmax(1.0, ceil(new_tok / (double)n) * m->a_rank);
+        double eff = m->ip.gemm_eff > 0 ? m->ip.gemm_eff : cost_gemm_eff_batch(m->cm, n, n, (int64_t)m->d, batch);
         double bytes = s->pre_keys * 2 * kvh * m->d * m->kvb + new_tok * 2 * m->a_rank * m->d * m->ab;
         ns += m->lay.launch_ns + fmax(flops / (peak * eff), hbm_ns(m, bytes));
     }

@@ -2,6 +2,7 @@
 #include "sim/model/cost.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,44 +12,95 @@
 
 /* ---------------------------------------------------------------- defaults
  *
- * Peaks: gpu_spec (topologies/gpus.csv = ../shared/reference/gpus.csv, NVIDIA
- * datasheets): A100 312 TFLOP/s bf16 and 2039 GB/s (80 GB); H100 989.4 and
- * 3350; H200 989.4 and 4800.
+ * Peaks: gpu_spec (topologies/gpus.csv = ../shared/reference/gpus.csv and
+ * gpus_blackwell.csv, NVIDIA datasheets): A100 312 TFLOP/s bf16 and 2039
+ * GB/s (80 GB); H100 989.4 and 3350; H200 989.4 and 4800; B200 2250 and
+ * 8000; GB200 2500 and 8000. SM counts: gpus.csv's sms column (sources
+ * there); ARCHS below when a gpu_spec has none.
  *
- * Efficiency curves. The tables are sampled from two saturating curves,
- *   GEMM:    eff(I) = E_gemm * I / (I + I_half)      (I = flops per byte)
- *   memory:  eff(B) = E_mem  * B / (B + B_half)      (B = bytes moved)
- * whose four A100 parameters and the overlap slowdown (cost.h) were fitted
- * to the calibration set and nothing else: the five per-layer forward and
- * backward times of Korthikanti et al. 2022 Table 4
- * (korthikanti_layer_times.csv) and the three Megatron-LM rows of Narayanan
- * et al. 2021 Table 1 (megatron_calibration.csv), simulated end to end. The
- * fit is a grid search minimising the worst error relative to its tolerance
- * (7% and 5%); docs/cost-model.md has the table and the
- * command that reproduces it; tests/unit/test_accuracy.c and
- * test_megatron_rows.c pin the result.
+ * GEMMs: the tile model (cost.h). A GEMM's output tiles are spread over the
+ * SMs in waves; each tile runs its K loop (ceil(k/tk) steps) plus a prologue
+ * and epilogue (pipeline fill, the C tile's write) worth
+ * GEMM_KLOOP_OVERHEAD_STEPS steps; inside the loop an SM reaches
+ * GEMM_PEAK_FRAC of its share of the datasheet peak. The time is the best
+ * over the architecture's tile shapes (cuBLAS's heuristics pick among
+ * several); a GEMM with fewer tiles than SMs splits its K loop over
+ * floor(SMs / tiles) of them (split-K, as cuBLAS and CUTLASS do for such
+ * shapes; the reduction of the partial sums is not costed), and never below the time to move A, B and C through HBM at the
+ * memory-op efficiency. Big GEMMs thus gain efficiency with size (longer K
+ * loops amortise the prologue, more waves shrink the partial last one),
+ * and thin or small ones are slow for their own reason: attention GEMMs
+ * with k = head size run 2 K steps beside the overhead, grouped expert
+ * GEMMs leave a partial wave, a decode GEMM with m = 1 is bound by reading
+ * its weights. An m or n below the tile's costs its 16-row multiple (the
+ * tensor cores' MMA is m16n8k16 on Ampere and Hopper; cuBLAS has small-M
+ * kernels), not the whole tile.
  *
- * H100 and H200: no calibration rows are published in the reference set.
- * Their curves are the A100's with the intensity axis scaled by the ratio
- * of ridge points (peak / HBM bandwidth, datasheet): a GEMM of intensity I on
- * the H100 behaves like one of intensity I * ridge_A100 / ridge_H100 on the
- * A100 (the roofline argument), and the same saturation E_gemm and E_mem.
- * That is a derivation, not a measurement: `--calibration` replaces it.
+ * Tile shapes (tm x tn x tk), per architecture:
+ *  - Ampere (sm80): CUTLASS 2.x's default 16-bit tensor-op threadblock
+ *    shapes for sm80, 128x256x64 and 256x128x64, and cuBLAS's common
+ *    128x128x64 (the shapes in its sm80 kernel names, e.g.
+ *    ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3).
+ *  - Hopper (sm90): CUTLASS 3.x's default warp-specialised tile for 16-bit
+ *    inputs, 256x128x64 (2 consumer warp groups), with 128x256x64 and
+ *    128x128x64 (the shapes of cuBLAS's sm90 kernel names, e.g.
+ *    sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize256x128x64).
+ *  - Blackwell (sm100): ASSUMED the Hopper shapes (no Blackwell kernel list
+ *    in the reference set); a calibration CSV replaces the whole model.
+ *
+ * Memory-bound ops: eff(B) = E_mem * B / (B + B_half) (B = bytes moved).
+ *
+ * Fitted constants: GEMM_PEAK_FRAC, GEMM_KLOOP_OVERHEAD_STEPS, E_mem,
+ * B_half and the overlap slowdown (cost.h), fitted to the A100 calibration
+ * set and nothing else: the per-layer forward and backward times of
+ * Korthikanti et al. 2022 Table 4 (korthikanti_layer_times.csv) and the
+ * three Megatron-LM rows of Narayanan et al. 2021 Table 1
+ * (megatron_calibration.csv), simulated end to end. The fit is a grid
+ * search minimising the worst error relative to its tolerance
+ * (experiments/cost-fit/run.sh); docs/cost-model.md has the table;
+ * tests/unit/test_accuracy.c and tests/cli/cost_accuracy.sh pin the result.
+ *
+ * H100, H200, B200, GB200: no calibration rows are published in the
+ * reference set. The tile model carries over with the A100's fraction of
+ * peak and K-loop overhead (the same kernel structure, SM counts and tile
+ * shapes of the architecture); the memory-op curve is the A100's. That is
+ * a derivation, not a measurement: `--calibration` replaces it.
+ *
+ * The gemm table (keyed on intensity) of the defaults is the A100's fitted
+ * curve before the tile model, kept for reference only: with the tile model
+ * on it is not used; a calibration replaces it and turns the tile model off.
  *
  * Launch overhead: 4 us per kernel. ASSUMPTION (not in the reference set):
  * the gap between back-to-back kernels of an eager PyTorch/Megatron step on
  * a busy stream is a few microseconds; a calibration CSV's launch rows
  * replace it.
  */
-#ifndef A100_E_GEMM                 /* overridable (-D) only to re-run the fit */
-#define A100_E_GEMM           0.68  /* fitted, see above */
-#define A100_I_HALF           40.0  /* fitted, flops/byte */
-#define A100_E_MEM            0.80  /* fitted */
-#define A100_B_HALF           2.0e6 /* fitted, bytes */
-#define A100_OVERLAP_SLOWDOWN 0.5   /* fitted (Korthikanti backward times), see cost.h */
+#ifndef A100_E_GEMM                     /* overridable (-D) only to re-run the fit */
+#define A100_E_GEMM               0.68  /* the gemm table's saturation (unused, see above) */
+#define A100_I_HALF               40.0  /* the gemm table's half point, flops/byte */
+#define GEMM_PEAK_FRAC            0.70  /* fitted, see above */
+#define GEMM_KLOOP_OVERHEAD_STEPS 0.55  /* fitted, K steps per tile */
+#define A100_E_MEM                0.80  /* fitted */
+#define A100_B_HALF               2.0e6 /* fitted, bytes */
+#define A100_OVERLAP_SLOWDOWN     0.4   /* fitted (Korthikanti backward times), see cost.h */
 #endif
 #define A100_RIDGE (312.0 / 2039.0 * 1e3) /* gpus.csv: flops per byte at the ridge */
 #define LAUNCH_NS  4000.0                 /* assumption, see above */
+
+/* Architectures with default tables: name prefix, SMs (datasheets, when the
+ * gpu_spec has none), tile shapes (see above). */
+static const struct {
+    const char *prefix;
+    int sms;
+    int ntiles;
+    cost_tile tile[COST_MAX_TILES];
+} ARCHS[] = {
+    {"A100", 108, 3, {{128, 256, 64}, {256, 128, 64}, {128, 128, 64}}},
+    {"H100", 132, 3, {{256, 128, 64}, {128, 256, 64}, {128, 128, 64}}},
+    {"H200", 132, 3, {{256, 128, 64}, {128, 256, 64}, {128, 128, 64}}},
+    {"B200", 148, 3, {{256, 128, 64}, {128, 256, 64}, {128, 128, 64}}},
+    {"GB200", 148, 3, {{256, 128, 64}, {128, 256, 64}, {128, 128, 64}}},
+};
 
 /* Knots of the sampled tables: log-spaced. */
 static void sample_curve(cost_table *t, double lo, double hi, int n, double emax, double half, double key_scale)
@@ -86,23 +138,26 @@ int cost_params_default(const gpu_spec *gpu, config_precision prec, cost_params 
     if (!(out->peak_tflops > 0) || !(out->hbm_gbps > 0))
         return err_set(err, TS_EINVAL, "GPU '%s': peak %.6g TFLOP/s and HBM %.6g GB/s must be > 0", gpu->name,
                        out->peak_tflops, out->hbm_gbps);
-    double scale;
-    if (strncmp(gpu->name, "A100", 4) == 0) {
-        scale = 1.0;
-    } else if (strncmp(gpu->name, "H100", 4) == 0 || strncmp(gpu->name, "H200", 4) == 0) {
-        /* roofline transfer of the A100 curve (see above) */
-        double ridge = gpu->bf16_tflops / gpu->hbm_gbps * 1e3;
-        scale = A100_RIDGE / ridge;
-    } else {
+    int a = -1;
+    for (int i = 0; i < (int)(sizeof ARCHS / sizeof ARCHS[0]) && a < 0; i++)
+        if (strncmp(gpu->name, ARCHS[i].prefix, strlen(ARCHS[i].prefix)) == 0)
+            a = i;
+    if (a < 0)
         return err_set(err, TS_EINVAL,
-                       "no default cost tables for GPU kind '%s' (known: A100*, H100*, H200*); "
+                       "no default cost tables for GPU kind '%s' (known: A100*, H100*, H200*, B200*, GB200*); "
                        "give measured ones with --calibration FILE",
                        gpu->name);
-    }
+    /* the reference curve: roofline transfer of the A100's (see above) */
+    double scale = A100_RIDGE / (gpu->bf16_tflops / gpu->hbm_gbps * 1e3);
     out->launch_ns = LAUNCH_NS;
     out->overlap_slowdown = A100_OVERLAP_SLOWDOWN;
     sample_curve(&out->gemm, 1.0, 1e5, 26, A100_E_GEMM, A100_I_HALF, scale);
     sample_curve(&out->mem, 1e3, 1e11, 25, A100_E_MEM, A100_B_HALF, 1.0);
+    out->tiles.sms = gpu->sms > 0 ? gpu->sms : ARCHS[a].sms;
+    out->tiles.ntiles = ARCHS[a].ntiles;
+    memcpy(out->tiles.tile, ARCHS[a].tile, sizeof out->tiles.tile);
+    out->tiles.peak_frac = GEMM_PEAK_FRAC;
+    out->tiles.kloop_overhead_steps = GEMM_KLOOP_OVERHEAD_STEPS;
     return TS_OK;
 }
 
@@ -121,6 +176,24 @@ int cost_table_check(const cost_table *t, const char *what, ts_err *err)
         if (!(t->eff[i] > 0 && t->eff[i] <= 1))
             return err_set(err, TS_EINVAL, "%s table: knot %d efficiency %.6g (expected (0, 1])", what, i, t->eff[i]);
     }
+    return TS_OK;
+}
+
+static int cost_tiles_check(const cost_gemm_tiles *t, ts_err *err)
+{
+    if (t->sms == 0)
+        return TS_OK;
+    if (t->sms < 0 || t->sms > 1024 || t->ntiles < 1 || t->ntiles > COST_MAX_TILES || !(t->peak_frac > 0) ||
+        t->peak_frac > 1 || !(t->kloop_overhead_steps >= 0) || t->kloop_overhead_steps > 1e6)
+        return err_set(err, TS_EINVAL,
+                       "GEMM tile model: %d SMs (expected 0..1024), %d tile shapes (1..%d), fraction of peak "
+                       "%.6g ((0, 1]), K-loop overhead %.6g steps ([0, 1e6])",
+                       t->sms, t->ntiles, COST_MAX_TILES, t->peak_frac, t->kloop_overhead_steps);
+    for (int i = 0; i < t->ntiles; i++)
+        if (t->tile[i].tm < 1 || t->tile[i].tn < 1 || t->tile[i].tk < 1 || t->tile[i].tm > 4096 ||
+            t->tile[i].tn > 4096 || t->tile[i].tk > 4096)
+            return err_set(err, TS_EINVAL, "GEMM tile model: tile %d is %dx%dx%d (each 1..4096)", i, t->tile[i].tm,
+                           t->tile[i].tn, t->tile[i].tk);
     return TS_OK;
 }
 
@@ -191,6 +264,8 @@ int cost_model_new(const cost_params *p, cost_model **out, ts_err *err)
                        p->gpu, p->peak_tflops, p->hbm_gbps, p->launch_ns, p->overlap_slowdown, p->dtype_bytes);
     if ((rc = cost_table_check(&p->gemm, "GEMM", err)) != TS_OK)
         return rc;
+    if ((rc = cost_tiles_check(&p->tiles, err)) != TS_OK)
+        return rc;
     if ((rc = cost_table_check(&p->mem, "memory", err)) != TS_OK)
         return rc;
     for (int k = 0; k < COST_MEM_KINDS; k++)
@@ -240,14 +315,67 @@ double cost_gemm_intensity(int64_t m, int64_t n, int64_t k, int dtype_bytes)
     return bytes > 0 ? 2.0 * dm * dn * dk / bytes : 0.0;
 }
 
-double cost_gemm_eff(const cost_model *cm, int64_t m, int64_t n, int64_t k)
-{
-    return curve_eval(&cm->gemm, cost_gemm_intensity(m, n, k, cm->p.dtype_bytes));
-}
-
 double cost_mem_eff(const cost_model *cm, int64_t bytes)
 {
     return curve_eval(&cm->mem, (double)bytes);
+}
+
+/* Busy time (ns, no launch) of a batch of GEMMs by the tile model; with_memory:
+ * at least the HBM time of A, B and C. */
+static double tiles_busy_ns(const cost_model *cm, int64_t m, int64_t n, int64_t k, int64_t batch, bool with_memory)
+{
+    const cost_gemm_tiles *t = &cm->p.tiles;
+    double dm = (double)m, dn = (double)n, dk = (double)k, db = (double)batch;
+    double sm_flops_per_ns = cm->p.peak_tflops * 1e3 / t->sms * t->peak_frac;
+    double best = INFINITY;
+    for (int i = 0; i < t->ntiles; i++) {
+        const cost_tile *T = &t->tile[i];
+        double tiles = ceil(dm / T->tm) * ceil(dn / T->tn) * db;
+        double ksteps = ceil(dk / T->tk);
+        /* split-K: fewer tiles than SMs split the K loop over the idle SMs */
+        double split = tiles < t->sms ? fmin(floor(t->sms / tiles), ksteps) : 1.0;
+        if (split < 1)
+            split = 1;
+        double waves = ceil(tiles * split / t->sms);
+        double steps = ceil(ksteps / split) + t->kloop_overhead_steps;
+        /* a dimension below the tile runs the tensor cores on 16-row slices
+         * (the MMA instruction's m16, cuBLAS's small-M kernels) */
+        double tm = fmin(T->tm, 16 * ceil(dm / 16)), tn = fmin(T->tn, 16 * ceil(dn / 16));
+        double step_ns = 2.0 * tm * tn * T->tk / sm_flops_per_ns;
+        double ns = waves * steps * step_ns;
+        if (ns < best)
+            best = ns;
+    }
+    if (!with_memory)
+        return best;
+    double bytes = (double)cm->p.dtype_bytes * (dm * dk + dk * dn + dm * dn) * db;
+    double mem_ns = bytes / (cm->p.hbm_gbps * curve_eval(&cm->mem, bytes));
+    return best > mem_ns ? best : mem_ns;
+}
+
+int64_t cost_gemm_compute_ns(const cost_model *cm, int64_t m, int64_t n, int64_t k, int64_t batch)
+{
+    double flops = 2.0 * (double)m * (double)n * (double)k * (double)batch;
+    double ns = cm->p.launch_ns;
+    if (flops > 0)
+        ns += cm->p.tiles.sms > 0 ? tiles_busy_ns(cm, m, n, k, batch, false)
+                                  : flops / (cm->p.peak_tflops * 1e3 * cost_gemm_eff(cm, m, n, k));
+    return (int64_t)llround(ns);
+}
+
+double cost_gemm_eff_batch(const cost_model *cm, int64_t m, int64_t n, int64_t k, int64_t batch)
+{
+    if (cm->p.tiles.sms <= 0)
+        return curve_eval(&cm->gemm, cost_gemm_intensity(m, n, k, cm->p.dtype_bytes));
+    double flops = 2.0 * (double)m * (double)n * (double)k * (double)batch;
+    if (!(flops > 0))
+        return cm->p.tiles.peak_frac;
+    return flops / (tiles_busy_ns(cm, m, n, k, batch, true) * cm->p.peak_tflops * 1e3);
+}
+
+double cost_gemm_eff(const cost_model *cm, int64_t m, int64_t n, int64_t k)
+{
+    return cost_gemm_eff_batch(cm, m, n, k, 1);
 }
 
 int64_t cost_gemm_ns(const cost_model *cm, int64_t m, int64_t n, int64_t k, int64_t batch)
@@ -255,7 +383,8 @@ int64_t cost_gemm_ns(const cost_model *cm, int64_t m, int64_t n, int64_t k, int6
     double flops = 2.0 * (double)m * (double)n * (double)k * (double)batch;
     double ns = cm->p.launch_ns;
     if (flops > 0)
-        ns += flops / (cm->p.peak_tflops * 1e3 * cost_gemm_eff(cm, m, n, k));
+        ns += cm->p.tiles.sms > 0 ? tiles_busy_ns(cm, m, n, k, batch, true)
+                                  : flops / (cm->p.peak_tflops * 1e3 * cost_gemm_eff(cm, m, n, k));
     return (int64_t)llround(ns);
 }
 

@@ -1,6 +1,17 @@
 /* cost — how long one compute op takes on one GPU kind, in integer ns.
  *
- *   GEMM:     launch_ns + flops / (peak_tflops * eff_gemm(intensity))
+ *   GEMM (tile model, the default tables; cost_gemm_tiles.sms > 0):
+ *     launch_ns + max(compute, memory), compute = the best over the
+ *     architecture's tile shapes (tm x tn x tk) of
+ *       waves * (ceil(ceil(k/tk) / split) + kloop_overhead_steps) * step_ns,
+ *       tiles   = ceil(m/tm) * ceil(n/tn) * batch,
+ *       split   = tiles < sms ? min(floor(sms/tiles), ceil(k/tk)) : 1   (split-K),
+ *       waves   = ceil(tiles * split / sms)  (the last wave partial),
+ *       step_ns = 2*tm'*tn'*tk / (peak_tflops*1e3/sms * peak_frac),
+ *       tm' = min(tm, m rounded up to 16), tn' likewise,
+ *     memory = dtype_bytes*(m*k + k*n + m*n)*batch / (hbm_gbps * eff_mem(bytes)).
+ *   GEMM (table, a calibration's; sms = 0):
+ *     launch_ns + flops / (peak_tflops * eff_gemm(intensity))
  *   memory:   launch_ns + bytes / (hbm_gbps * eff_mem(bytes))
  * where intensity = 2*m*n*k / (dtype_bytes * (m*k + k*n + m*n)) flops per
  * byte of one GEMM of the batch (the roofline key: it falls for thin GEMMs,
@@ -9,7 +20,7 @@
  * interpolated with GSL (Steffen's monotone cubic in log10 of the key;
  * linear for 2 knots; clamped to the end values outside the table).
  *
- * Default tables for A100, H100, H200 (cost_params_default) cite their
+ * Default params for A100, H100, H200, B200, GB200 (cost_params_default) cite their
  * sources in cost.c; a calibration CSV (calib.h) gives measured ones.
  * Collectives are not costed here: see commcost.h.
  *
@@ -48,6 +59,24 @@ typedef enum {
     COST_MEM_KINDS
 } cost_mem_kind;
 
+/* A thread-block tile of a tensor-core GEMM kernel: output tm x tn, tk of
+ * the inner dimension per main-loop step. */
+typedef struct {
+    int tm, tn, tk;
+} cost_tile;
+
+#define COST_MAX_TILES 4
+
+/* The tile model of a GEMM (see the top of this file). sms = 0: off (the
+ * gemm table is used, as a calibration's measured curve). */
+typedef struct {
+    int sms;    /* streaming multiprocessors (datasheet) */
+    int ntiles; /* 1..COST_MAX_TILES */
+    cost_tile tile[COST_MAX_TILES];
+    double peak_frac;            /* fraction of the SM's peak in the K loop, (0, 1] */
+    double kloop_overhead_steps; /* prologue + epilogue of a tile, in K steps, >= 0 */
+} cost_gemm_tiles;
+
 typedef struct {
     char gpu[CONFIG_NAME_BYTES]; /* GPU kind the tables are for */
     double peak_tflops;          /* dense peak at the run's precision, TFLOP/s */
@@ -57,6 +86,7 @@ typedef struct {
     double overlap_slowdown;     /* sigma >= 0: a compute op runs at rate 1/(1+sigma)
                                      while a collective runs on the same GPU (NCCL
                                      kernels take SMs and HBM bandwidth) */
+    cost_gemm_tiles tiles;       /* GEMM tile model; sms 0: use the gemm table */
     cost_table gemm;             /* key: arithmetic intensity, flops/byte */
     cost_table mem;              /* key: bytes read + written */
     /* Optional per-kernel memory tables (n = 0: absent, the op uses mem).
@@ -74,8 +104,10 @@ const char *cost_mem_kind_name(cost_mem_kind k);
 int cost_mem_kind_of_op(const char *op_name);
 
 /* Default params for gpu (peaks from gpu_spec, i.e. the datasheet) at
- * precision prec. Tables exist for "A100*", "H100*", "H200*"; another kind
- * gives TS_EINVAL naming those and suggesting --calibration. */
+ * precision prec. Tables exist for "A100*", "H100*", "H200*", "B200*",
+ * "GB200*"; another kind gives TS_EINVAL naming those and suggesting
+ * --calibration. The SM count is gpu->sms, or the architecture's (cost.c)
+ * when that is 0. */
 int cost_params_default(const gpu_spec *gpu, config_precision prec, cost_params *out, ts_err *err);
 
 /* Check a table (n, increasing keys, efficiencies in (0,1]); what names the
@@ -94,13 +126,20 @@ const cost_params *cost_model_params(const cost_model *cm);
 /* Arithmetic intensity of one GEMM, flops/byte (batch does not change it). */
 double cost_gemm_intensity(int64_t m, int64_t n, int64_t k, int dtype_bytes);
 
-/* Interpolated efficiencies (fraction of peak). */
+/* Efficiencies (fraction of peak). cost_gemm_eff: flops / (busy time x
+ * peak) of one GEMM (batch 1), from the tile model when it is on, else the
+ * gemm table at the GEMM's intensity. cost_gemm_eff_batch: the same for a
+ * batch of GEMMs (the tile model packs the batch's tiles into waves). */
+double cost_gemm_eff_batch(const cost_model *cm, int64_t m, int64_t n, int64_t k, int64_t batch);
 double cost_gemm_eff(const cost_model *cm, int64_t m, int64_t n, int64_t k);
 double cost_mem_eff(const cost_model *cm, int64_t bytes);
 
 /* Times in ns (>= launch_ns; rounded to nearest). Dims/bytes >= 0. */
 int64_t cost_gemm_ns(const cost_model *cm, int64_t m, int64_t n, int64_t k, int64_t batch);
 int64_t cost_mem_ns(const cost_model *cm, int64_t bytes);
+/* cost_gemm_ns without the tile model's memory floor (for a caller that
+ * takes the max with its own memory time); the table model: the same. */
+int64_t cost_gemm_compute_ns(const cost_model *cm, int64_t m, int64_t n, int64_t k, int64_t batch);
 /* Like cost_mem_ns with the table of kind when the params have one
  * (kind < 0 or an empty table: the generic one). */
 int64_t cost_mem_kind_ns(const cost_model *cm, int kind, int64_t bytes);

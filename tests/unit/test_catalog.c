@@ -69,9 +69,60 @@ Test(catalog, gpus_match_reference_figures)
             cr_expect_eq(g->fp8_tflops, 0.0, "%s has no FP8", name);
         else /* NOLINTNEXTLINE(cert-err34-c): a bad reference cell reads 0 and fails the check */
             cr_expect_float_eq(g->fp8_tflops, atof(csvio_cell(ref, r, "fp8_tflops")), 1e-9);
+        cr_expect_eq(g->fp4_tflops, 0.0, "%s has no FP4", name);
     }
     csvio_free(ref);
     catalog_gpus_free(c);
+}
+
+Test(catalog, blackwell_match_reference_figures)
+{
+    catalog_gpus *c = NULL;
+    cr_assert_eq(catalog_gpus_load(NULL, &c, &E), TS_OK, "%s", E.msg);
+    csvio_table *ref = NULL;
+    if (csvio_read("../shared/reference/gpus_blackwell.csv", NULL, 0, &ref, &E) != TS_OK) {
+        catalog_gpus_free(c);
+        cr_skip_test("../shared/reference/gpus_blackwell.csv not beside the checkout: %s", E.msg);
+    }
+    cr_assert_eq(ref->nrows, 2);
+    for (size_t r = 0; r < ref->nrows; r++) {
+        const char *name = csvio_cell(ref, r, "gpu");
+        const gpu_spec *g = catalog_gpus_find(c, name);
+        cr_assert_not_null(g, "reference GPU %s missing from the catalogue", name);
+        double v;
+        struct {
+            const char *col;
+            double got;
+        } cols[] = {
+            {"bf16_tflops", g->bf16_tflops},
+            {"fp16_tflops", g->fp16_tflops},
+            {"fp8_tflops", g->fp8_tflops},
+            {"fp4_tflops", g->fp4_tflops},
+            {"hbm_gib", g->hbm_gib},
+            {"hbm_gbps", g->hbm_gbps},
+            {"nvlink_gbps_per_direction", g->nvlink_gbps},
+            {"tdp_w", g->tdp_w},
+        };
+        for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++) {
+            cr_assert_eq(csvio_get_positive(ref, r, cols[i].col, &v, &E), TS_OK, "%s", E.msg);
+            cr_expect_float_eq(cols[i].got, v, 1e-9, "%s %s: %g vs reference %g", name, cols[i].col, cols[i].got, v);
+        }
+        cr_expect_eq(g->sms, 148, "%s: %d SMs", name, g->sms);
+    }
+    csvio_free(ref);
+    catalog_gpus_free(c);
+}
+
+Test(catalog, sm_counts_from_datasheets)
+{
+    gpu_spec g;
+    cr_assert_eq(catalog_gpu("a100", &g, &E), TS_OK, "%s", E.msg);
+    cr_expect_eq(g.sms, 108);
+    cr_assert_eq(catalog_gpu("h100", &g, &E), TS_OK, "%s", E.msg);
+    cr_expect_eq(g.sms, 132);
+    cr_assert_eq(catalog_gpu("b200", &g, &E), TS_OK, "%s", E.msg);
+    cr_expect_eq(g.sms, 148);
+    cr_expect_float_eq(g.fp4_tflops, 9000, 1e-9);
 }
 
 Test(catalog, gpu_aliases_any_case)

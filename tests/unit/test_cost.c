@@ -220,3 +220,101 @@ Test(cost, ops_runner_serial_and_overlap)
     cr_assert_eq(cost_overlap_ns(cm, tg, 0), tg);
     cost_model_free(cm);
 }
+
+/* The tile model against its closed form (cost.h): the A100's defaults,
+ * 108 SMs, tiles 128x256x64, 256x128x64 and 128x128x64. */
+Test(cost, gemm_tiles_closed_form)
+{
+    cost_params p;
+    cost_model *a;
+    cr_assert_eq(cost_params_default(&A100, PREC_BF16, &p, NULL), TS_OK);
+    cr_assert_eq(p.tiles.sms, 108);
+    cr_assert_eq(cost_model_new(&p, &a, NULL), TS_OK);
+    double pf = p.tiles.peak_frac, ov = p.tiles.kloop_overhead_steps;
+    cr_assert(pf > 0.5 && pf < 1 && ov >= 0);
+    /* one full wave (108 tiles of 128x256), K loop 100 steps: peak_frac x
+     * 100 / (100 + overhead) of the peak */
+    double full = pf * 100 / (100 + ov);
+    cr_expect_float_eq(cost_gemm_eff(a, 128 * 108, 256, 6400), full, 1e-9);
+    /* one more tile row: 109 big tiles need 2 waves; the 128x128 tiles
+     * (218, 3 waves of half-time tiles) do it in 1.5 big-tile waves */
+    cr_expect_float_eq(cost_gemm_eff(a, 128 * 109, 256, 6400), full * (109.0 / 108) / 1.5, 1e-9);
+    /* a 10x shorter K loop pays the prologue/epilogue 10x more */
+    cr_expect_float_eq(cost_gemm_eff(a, 128 * 108, 256, 640), pf * 10 / (10 + ov), 1e-9);
+    cr_expect_lt(cost_gemm_eff(a, 128 * 108, 256, 640), full);
+    /* time = launch + busy */
+    double flops = 2.0 * 128 * 108 * 256 * 6400;
+    cr_expect_eq(cost_gemm_ns(a, 128 * 108, 256, 6400, 1), llround(p.launch_ns + flops / (312e3 * full)));
+    /* a batch packs its tiles into waves: 27 GEMMs of four 128x256 tiles each
+     * take one wave, like the single big GEMM above (same flops) */
+    cr_expect_float_eq(cost_gemm_eff_batch(a, 256, 512, 6400, 27), full, 1e-9);
+    /* split-K: 27 tiles of 128x256 (m 128, n 6912) split their 100 K steps 4
+     * ways over 108 SMs: ceil(100/4) + overhead steps instead of 100 +
+     * overhead; or 54 tiles of 128x128 split 2 ways, (50 + overhead) half
+     * steps: the faster of the two */
+    double split_steps = fmin(25 + ov, (50 + ov) / 2);
+    double step_ns = 2.0 * 128 * 256 * 64 / (312e3 / 108 * pf);
+    cr_expect_eq(cost_gemm_compute_ns(a, 128, 27 * 256, 6400, 1), llround(p.launch_ns + split_steps * step_ns));
+    cr_expect_lt(split_steps, (100 + ov) / 3);
+    cost_model_free(a);
+}
+
+/* Thin and small GEMMs: a decode GEMM with m = 1 is bound by reading its
+ * weights (the bytes of A, B and C at the memory-op rate); attention's QK^T
+ * with head size 128 runs 2 K steps beside the prologue/epilogue. */
+Test(cost, gemm_tiles_memory_bound)
+{
+    cost_params p;
+    cost_model *a;
+    cr_assert_eq(cost_params_default(&A100, PREC_BF16, &p, NULL), TS_OK);
+    cr_assert_eq(cost_model_new(&p, &a, NULL), TS_OK);
+    /* decode: 1 x 8192 times 8192 x 8192 */
+    double bytes = 2.0 * (8192.0 * 8192 + 8192 + 8192);
+    double want = p.launch_ns + bytes / (p.hbm_gbps * cost_mem_eff(a, (int64_t)bytes));
+    cr_expect_eq(cost_gemm_ns(a, 1, 8192, 8192, 1), llround(want));
+    cr_expect_lt(cost_gemm_eff(a, 1, 8192, 8192), 0.01);
+    /* attention QK^T, s 2048, head size 128, 32 heads: 8192 tiles of
+     * 128x128 in 76 waves (75.85 full), 2 K steps + the overhead each */
+    double ov = p.tiles.kloop_overhead_steps;
+    cr_expect_float_eq(cost_gemm_eff_batch(a, 2048, 2048, 128, 32),
+                       p.tiles.peak_frac * 2 / (2 + ov) * (8192.0 / 108) / 76, 1e-9);
+    cr_expect_lt(cost_gemm_eff_batch(a, 2048, 2048, 128, 32), 0.8 * p.tiles.peak_frac);
+    /* efficiency grows with hidden size (square-ish MLP GEMMs of b s = 8192
+     * rows, t = 8) the way published runs do */
+    double e_small = cost_gemm_eff(a, 8192, 4 * 2304 / 8, 2304), e_mid = cost_gemm_eff(a, 8192, 4 * 6144 / 8, 6144),
+           e_big = cost_gemm_eff(a, 8192, 4 * 16384 / 8, 16384);
+    cr_expect_lt(e_small, e_mid);
+    cr_expect_lt(e_mid, e_big);
+    cr_expect_lt(e_big, p.tiles.peak_frac);
+    cost_model_free(a);
+}
+
+/* Blackwell: defaults exist (derived, cost.c), 148 SMs, faster than H100. */
+Test(cost, blackwell_defaults)
+{
+    gpu_spec b = {.name = "B200-SXM-180GB",
+                  .bf16_tflops = 2250,
+                  .fp16_tflops = 2250,
+                  .fp32_tflops = 75,
+                  .hbm_gib = 180,
+                  .hbm_gbps = 8000,
+                  .nvlink_gbps = 900};
+    cost_params pb, ph;
+    cost_model *mb, *mh;
+    cr_assert_eq(cost_params_default(&b, PREC_BF16, &pb, NULL), TS_OK);
+    cr_assert_eq(pb.tiles.sms, 148);
+    cr_assert_eq(cost_params_default(&H100, PREC_BF16, &ph, NULL), TS_OK);
+    cr_assert_eq(ph.tiles.sms, 132);
+    cr_assert_eq(cost_model_new(&pb, &mb, NULL), TS_OK);
+    cr_assert_eq(cost_model_new(&ph, &mh, NULL), TS_OK);
+    /* a big GEMM: ~2250/989.4 faster (same fraction of peak, more SMs) */
+    double r = (double)(cost_gemm_ns(mh, 8192, 8192, 8192, 1) - (int64_t)ph.launch_ns) /
+               (double)(cost_gemm_ns(mb, 8192, 8192, 8192, 1) - (int64_t)pb.launch_ns);
+    cr_expect(r > 0.8 * 2250 / 989.4 && r < 1.25 * 2250 / 989.4, "B200/H100 speed-up %.3f", r);
+    cost_model_free(mb);
+    cost_model_free(mh);
+    /* a gpu_spec's own SM count wins over the architecture's */
+    b.sms = 100;
+    cr_assert_eq(cost_params_default(&b, PREC_BF16, &pb, NULL), TS_OK);
+    cr_expect_eq(pb.tiles.sms, 100);
+}

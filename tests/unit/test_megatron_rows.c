@@ -3,8 +3,10 @@
  * Table 1, Selene DGX A100 80GB): the simulated iteration (simulate_run:
  * schedule, layer ops, cost model, collectives, event by event) gives
  * achieved TFLOP/s per GPU in Megatron's convention (96*B*s*l*h^2*(1 + s/(6h)
- * + V/(16*l*h)), full recomputation), within 5% of the published figure (the
- * accuracy the cost model is held to on the calibration set).
+ * + V/(16*l*h)), full recomputation), within 3% of the published figure (the
+ * accuracy the cost model is held to on the calibration set). As in the 2021
+ * code, the backward's tensor-parallel all-reduce is not overlapped with the
+ * weight-gradient GEMM (--no-async-tensor-model-parallel-allreduce).
  *
  * The attention is unfused (softmax on stored s x s scores, set explicitly
  * in row_config): Megatron-LM of 2021 had no flash attention.
@@ -21,7 +23,7 @@
 #include "sim/core/simulate.h"
 #include "tests/unit/gpu_specs.h"
 
-#define MEGATRON_TFLOPS_TOLERANCE 0.05
+#define MEGATRON_TFLOPS_TOLERANCE 0.03
 #define CHOSEN_MICRO_BATCH        1
 #define CHOSEN_CHUNKS             2
 
@@ -61,12 +63,13 @@ static void row_config(size_t i, int b, int v, config *c)
     c->par.layers_per_virtual_stage = v > 1 ? ROWS[i].layers / (ROWS[i].pp * v) : 0;
     c->par.recompute = RECOMPUTE_FULL;
     c->par.recompute_method = RECOMPUTE_METHOD_UNIFORM;
+    c->par.sync_tp_allreduce = true; /* the 2021 code: no async TP all-reduce */
     c->cluster.gpus = ROWS[i].gpus;
     c->cluster.gpus_per_node = 8; /* DGX A100 */
     c->cluster.gpu = A100;
 }
 
-Test(megatron_rows, achieved_tflops_within_5pct)
+Test(megatron_rows, achieved_tflops_within_3pct)
 {
     for (size_t i = 0; i < sizeof ROWS / sizeof ROWS[0]; i++) {
         config c;
