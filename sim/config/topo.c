@@ -659,7 +659,27 @@ int topo_default_for(const gpu_spec *g, int gpus, topo **out, ts_err *err)
     topo_params *p = &(*out)->params;
     snprintf(p->gpu, sizeof p->gpu, "%s", g->name);
     p->intra_node_gbps = g->nvlink_gbps;
-    if (g->nvlink_gbps > 300) {
+    if (strncmp(g->name, "GB200", 5) == 0) {
+        /* GB200 NVL72: a rack is one NVLink domain of 72 GPUs, one 400 Gb/s
+         * NIC per GPU (topologies/gb200-nvl72.csv). */
+        p->gpus_per_node = 72;
+        p->nodes = (gpus + 71) / 72;
+        p->nics_per_node = 72;
+        p->nic_gbps = 50;
+        p->levels = 2;
+        p->switch_ports = DEF_PORTS_NDR;
+        snprintf((*out)->description, sizeof(*out)->description,
+                 "GB200 NVL72 racks of %s (72 GPUs in one NVLink domain, %g GB/s, one NDR 400 Gb/s NIC per GPU) on "
+                 "a 2-level rail-optimized NDR InfiniBand fat tree (figures of topologies/gb200-nvl72.csv)",
+                 g->name, g->nvlink_gbps);
+    } else if (strncmp(g->name, "B200", 4) == 0) {
+        p->nic_gbps = 50; /* DGX B200: 8 x ConnectX-7 400 Gb/s (topologies/dgx-b200-superpod.csv) */
+        p->switch_ports = DEF_PORTS_NDR;
+        snprintf((*out)->description, sizeof(*out)->description,
+                 "DGX B200-like nodes of %s (8 GPUs, NVSwitch %g GB/s, 8 x NDR 400 Gb/s NICs) on a 3-level "
+                 "rail-optimized NDR InfiniBand fat tree (figures of topologies/dgx-b200-superpod.csv)",
+                 g->name, g->nvlink_gbps);
+    } else if (g->nvlink_gbps > 300) {
         p->nic_gbps = 50; /* NDR 400 Gb/s, networks.csv */
         p->switch_ports = DEF_PORTS_NDR;
         snprintf((*out)->description, sizeof(*out)->description,

@@ -28,6 +28,13 @@
  *    node, 8"), "NCCL achievable per 400 Gb/s NIC, 47 GB/s": 47 GB/s per GPU.
  * H200 (gpus.csv: same NVLink4 450 GB/s as H100; HGX H200 nodes carry the same
  *    8 x 400 Gb/s NICs as DGX H100): the H100 figures.
+ * B200 and GB200 (Blackwell): NO measurement in the reference set. DERIVED,
+ *    stated as such: the H100's measured bus bandwidths scaled by the NVLink
+ *    line rates, NVLink 5 900 GB/s over NVLink 4 450 GB/s (gpus.csv), i.e.
+ *    960 GB/s NVLS all-reduce, 740 GB/s ring, p2p 900 x 240/300; the NIC as
+ *    DGX H100 (8 x ConnectX-7 400 Gb/s on DGX B200; one per GPU on GB200
+ *    NVL72): 47 GB/s; NCCL's Blackwell rows of nccl_tuning.md (CC index 3,
+ *    NVLink per link SM100 40.1 GB/s, NVLS on NVSwitch gen 4).
  *
  * Latencies (alpha): NOT in the reference set. ASSUMPTION, stated as such:
  * 5 us per step inside a node, 10 us per step across nodes, the order of
@@ -61,10 +68,19 @@ static int kind_defaults(const gpu_spec *gpu, commcost_params *out, ts_err *err)
         out->amd_cpu = 0;                             /* DGX H100: 2 x Intel Xeon 8480C (DGX H100 datasheet) */
         out->nvls = 1;                                /* NVSwitch gen 3 carries NVLink SHARP */
         out->nvlink_link_gbps = 20.6;                 /* nccl_tuning.md: NVLink per link SM90, 20.6 */
+    } else if (strncmp(gpu->name, "B200", 4) == 0 || strncmp(gpu->name, "GB200", 5) == 0) {
+        out->nvlink_allreduce_busbw_gbps = 480.0 * 900.0 / 450.0; /* derived: H100 measured x NVLink 5/4 */
+        out->nvlink_busbw_gbps = 370.0 * 900.0 / 450.0;           /* derived, as above */
+        out->nvlink_p2p_gbps = 900.0 * 240.0 / 300.0;             /* line rate x A100 effective ratio */
+        out->nic_gbps_per_gpu = 47.0;                             /* networks.csv, per 400 Gb/s NIC */
+        out->cc = 3;                                              /* Blackwell (SM100) */
+        out->amd_cpu = 0;          /* DGX B200: Intel Xeon 8570; GB200: Grace (Arm), not AMD */
+        out->nvls = 1;             /* NVSwitch gen 4 carries NVLink SHARP */
+        out->nvlink_link_gbps = 40.1; /* nccl_tuning.md: NVLink per link SM100, 40.1 */
     } else {
         return err_set(err, TS_EINVAL,
                        "no communication defaults for GPU kind '%s' (known: A100*, H100*, "
-                       "H200*)",
+                       "H200*, B200*, GB200*)",
                        gpu->name);
     }
     return TS_OK;

@@ -47,4 +47,15 @@ check_sh "non-blocking fat tree and rail-optimized: within 0.1% (path latency on
 check_sh "8:1 leaves of 4.5 nodes slower than 1:1 ($t8 s > $t1 s)" 'awk -v a="$t8" -v b="$t1" "BEGIN{exit !(a > b)}"'
 check_sh "one 3 GB/s NIC per node far slower than eight 25 GB/s ($t3 s > 2 x $t1 s)" \
     'awk -v a="$t3" -v b="$t1" "BEGIN{exit !(a > 2 * b)}"'
+# Blackwell: the derived defaults (commcost.c: the H100's measured bus
+# bandwidths x NVLink 5 / NVLink 4 = 2): a B200 node's 4 GiB all-reduce runs
+# NVLS at NVLS's 960 GB/s ceiling within 1%; GB200's default cluster is NVL72
+# racks, 72 GPUs in one NVLink domain
+"$T" config --gpu b200 --model megatron-1.7b --nccl-table >"$tmp/b200.csv" 2>&1
+bw=$(awk -F, '$1=="node" && $4=="all-reduce" && $5==4294967296 && $6=="nvls" {print $10}' "$tmp/b200.csv")
+check_sh "B200 node all-reduce of 4 GiB: NVLS busbw $bw in [950, 960]" \
+    'awk -v b="$bw" "BEGIN{exit !(b >= 950 && b <= 960)}"'
+check_sh "GB200's default topology: racks of 72 GPUs" \
+    '"$T" config --gpu gb200 --gpus 144 --model llama3-8b --global-batch-size 288 2>&1 | grep -q "^topology: *2 nodes x 72 GB200-186GB"'
+
 finish
