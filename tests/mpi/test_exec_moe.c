@@ -26,6 +26,7 @@
  */
 #include <math.h>
 #include <mpi.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +80,7 @@ typedef struct {
 
 typedef struct {
     double loss[ITERS];
+    long dropped;        /* assignments lost to capacity, all ranks and iterations */
     float *wr, *w1, *w2; /* full layer (valid on comm rank 0) */
 } result;
 
@@ -116,6 +118,7 @@ static int run(const setup *S, MPI_Comm comm, const float *x, const float *tg, r
                 ls += 0.5 * d * d / Nglob;
                 dout[i] = (float)(d / Nglob);
             }
+            res->dropped += (long)L->dropped;
             rc = moe_backward(L, &xc, sv, dout, dx, &err);
             moe_saved_free(sv);
         }
@@ -124,6 +127,8 @@ static int run(const setup *S, MPI_Comm comm, const float *x, const float *tg, r
         size_t nr = (size_t)S->rc.num_experts * (size_t)S->C;
         MPI_Allreduce(MPI_IN_PLACE, L->gwr, (int)nr, MPI_FLOAT, MPI_SUM, comm);
         MPI_Allreduce(MPI_IN_PLACE, &ls, 1, MPI_DOUBLE, MPI_SUM, comm);
+        if (it == ITERS - 1)
+            MPI_Allreduce(MPI_IN_PLACE, &res->dropped, 1, MPI_LONG, MPI_SUM, comm);
         res->loss[it] = ls;
         moe_layer_sgd(L, LR);
     }
@@ -211,9 +216,12 @@ static void exactness(const char *name, const setup *S, const float *x, const fl
                     dl = fmax(dl, fabs(r.loss[i] - ref.loss[i]) / fabs(ref.loss[i]));
                 double dw = fmax(maxdiff(r.wr, ref.wr, E * (size_t)S->C),
                                  fmax(maxdiff(r.w1, ref.w1, ne), maxdiff(r.w2, ref.w2, ne)));
-                snprintf(w, sizeof w, "%s ep=%d: losses %.6f %.6f %.6f, max rel loss diff %.2e, max weight diff %.2e",
-                         name, ep, r.loss[0], r.loss[1], r.loss[2], dl, dw);
-                check(dl <= 1e-5 && dw <= 1e-6, w);
+                snprintf(w, sizeof w,
+                         "%s ep=%d: losses %.6f %.6f %.6f, max rel loss diff %.2e, max weight diff %.2e, %ld dropped "
+                         "(reference %ld)",
+                         name, ep, r.loss[0], r.loss[1], r.loss[2], dl, dw, r.dropped, ref.dropped);
+                bool drops = S->rc.capacity_factor > 0.0;
+                check(dl <= 1e-5 && dw <= 1e-6 && r.dropped == ref.dropped && (r.dropped > 0) == drops, w);
             }
         }
         free_result(&r);
