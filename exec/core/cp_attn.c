@@ -41,8 +41,9 @@ int cp_attn_fwd(const cp_ring *ring, float *out, float *lse, const float *qkv, i
     int Tl = T / cp, C = NH * hs, C3 = 3 * C;
     size_t nkv = (size_t)B * (size_t)Tl * 2 * (size_t)C;
     float *buf = malloc(2 * nkv * sizeof(float));
-    double *mx = malloc((size_t)B * NH * Tl * sizeof(double)), *sum = malloc((size_t)B * NH * Tl * sizeof(double));
-    double *acc = calloc((size_t)B * Tl * C, sizeof(double));
+    size_t nst = (size_t)B * (size_t)NH * (size_t)Tl;
+    double *mx = calloc(nst, sizeof(double)), *sum = calloc(nst, sizeof(double));
+    double *acc = calloc((size_t)B * (size_t)Tl * (size_t)C, sizeof(double));
     if (!buf || !mx || !sum || !acc) {
         rc = err_set(err, TS_ENOMEM, "cp_attn_fwd: out of memory");
         goto done;
@@ -50,7 +51,7 @@ int cp_attn_fwd(const cp_ring *ring, float *out, float *lse, const float *qkv, i
     float *cur = buf, *nxt = buf + nkv; /* [B*Tl, 2C]: k | v */
     for (size_t row = 0; row < (size_t)B * Tl; row++)
         memcpy(cur + row * 2 * C, qkv + row * C3 + C, 2 * (size_t)C * sizeof(float));
-    for (size_t i = 0; i < (size_t)B * NH * Tl; i++) {
+    for (size_t i = 0; i < nst; i++) {
         mx[i] = -INFINITY;
         sum[i] = 0.0;
     }
@@ -112,7 +113,7 @@ int cp_attn_bwd(const cp_ring *ring, float *dqkv, const float *dout, const float
     int Tl = T / cp, C = NH * hs, C3 = 3 * C;
     size_t rows = (size_t)B * Tl, nkv = rows * 4 * (size_t)C; /* k | v | dk | dv */
     float *buf = calloc(2 * nkv, sizeof(float));
-    double *D = malloc(rows * NH * sizeof(double));
+    double *D = calloc(rows * (size_t)NH, sizeof(double));
     if (!buf || !D) {
         rc = err_set(err, TS_ENOMEM, "cp_attn_bwd: out of memory");
         goto done;

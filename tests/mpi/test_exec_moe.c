@@ -207,7 +207,7 @@ static void exactness(const char *name, const setup *S, const float *x, const fl
         MPI_Allreduce(&lrc, &anybad, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
         char w[1400];
         if (world_rank == 0) {
-            if (anybad || lrc) {
+            if (anybad || lrc || !r.wr || !r.w1 || !r.w2 || !ref.wr || !ref.w1 || !ref.w2) {
                 snprintf(w, sizeof w, "%s ep=%d ran (%s)", name, ep, msg);
                 check(0, w);
             } else {
