@@ -8,6 +8,8 @@
 
 /* Per-token scratch of the router backward (Megatron presets use k <= 8). */
 #define MOE_MAX_TOPK 64
+/* Per-token scratch of the auxiliary loss's backward (DeepSeek-V3: 256). */
+#define MOE_MAX_EXPERTS 1024
 
 struct moe_saved {
     size_t n, nk, nsend, nrecv;
@@ -81,6 +83,9 @@ int moe_layer_create(const moe_route_cfg *rc, int C, int F, int ep, int er, uint
     if (rc->topk > MOE_MAX_TOPK)
         return err_set(err, TS_EINVAL, "--moe-router-topk %d: the executor supports at most %d", rc->topk,
                        MOE_MAX_TOPK);
+    if (rc->num_experts > MOE_MAX_EXPERTS)
+        return err_set(err, TS_EINVAL, "--num-experts %d: the executor supports at most %d", rc->num_experts,
+                       MOE_MAX_EXPERTS);
     if (C < 1 || F < 1 || er < 0 || er >= ep)
         return err_set(err, TS_EINVAL, "moe layer: hidden %d, ffn %d, ep rank %d of %d (valid: >= 1, >= 1, [0, ep))", C,
                        F, er, ep);
@@ -200,6 +205,62 @@ static void expert_order(moe_layer *L, moe_saved *s)
     s->eoff[El] = p;
 }
 
+/* Auxiliary loss of the routed tokens (see moe.h); 0 when aux_coeff <= 0. */
+static double aux_fwd(const moe_layer *L, const moe_saved *s)
+{
+    int E = L->rc.num_experts;
+    if (!(L->aux_coeff > 0.0) || s->n == 0)
+        return 0.0;
+    double tot = 0.0;
+    for (int e = 0; e < E; e++) {
+        size_t c = 0;
+        for (size_t i = 0; i < s->nk; i++)
+            c += s->idx[i] == e;
+        double ps = 0.0;
+        for (size_t t = 0; t < s->n; t++) {
+            const float *lg = s->logits + t * (size_t)E;
+            double m = lg[0], z = 0.0;
+            for (int f = 1; f < E; f++)
+                m = fmax(m, lg[f]);
+            for (int f = 0; f < E; f++)
+                z += exp((double)lg[f] - m);
+            ps += exp((double)lg[e] - m) / z;
+        }
+        tot += (double)c * ps;
+    }
+    return L->aux_coeff * E / ((double)L->rc.topk * (double)s->n * (double)s->n) * tot;
+}
+
+/* dlog[n, E] += gradient of the auxiliary loss w.r.t. the logits. */
+static void aux_bwd(const moe_layer *L, const moe_saved *s, float *dlog)
+{
+    int E = L->rc.num_experts;
+    if (!(L->aux_coeff > 0.0) || s->n == 0 || E > MOE_MAX_EXPERTS)
+        return;
+    double a = L->aux_coeff * E / ((double)L->rc.topk * (double)s->n * (double)s->n), dP[MOE_MAX_EXPERTS],
+           P[MOE_MAX_EXPERTS];
+    for (int e = 0; e < E; e++) {
+        size_t c = 0;
+        for (size_t i = 0; i < s->nk; i++)
+            c += s->idx[i] == e;
+        dP[e] = a * (double)c;
+    }
+    for (size_t t = 0; t < s->n; t++) {
+        const float *lg = s->logits + t * (size_t)E;
+        double m = lg[0], z = 0.0, dot = 0.0;
+        for (int f = 1; f < E; f++)
+            m = fmax(m, lg[f]);
+        for (int f = 0; f < E; f++)
+            z += P[f] = exp((double)lg[f] - m);
+        for (int f = 0; f < E; f++) {
+            P[f] /= z;
+            dot += P[f] * dP[f];
+        }
+        for (int f = 0; f < E; f++)
+            dlog[t * (size_t)E + (size_t)f] += (float)(P[f] * (dP[f] - dot));
+    }
+}
+
 #define ALLOC(p, cnt)                                                                                                  \
     do {                                                                                                               \
         size_t c_ = (cnt);                                                                                             \
@@ -242,6 +303,7 @@ int moe_forward(moe_layer *L, const moe_xchg *xc, const float *x, size_t n, floa
         be->gemm(be, false, true, (int)n, E, C, 1.0f, x, C, L->wr, C, 0.0f, s->logits, E);
     if ((rc = plan(L, xc, s, err)))
         goto done;
+    L->aux_loss = aux_fwd(L, s);
     size_t nr = s->nrecv, nb = s->nsend > nr ? s->nsend : nr;
     ALLOC(s->eorder, nr);
     ALLOC(s->xe, nr * (size_t)C);
@@ -373,6 +435,7 @@ int moe_backward(moe_layer *L, const moe_xchg *xc, moe_saved *s, const float *do
             dlog[t * (size_t)E + (size_t)id[j]] = (float)(sm[j] * (gj - G));
         }
     }
+    aux_bwd(L, s, dlog);
     if (n) {
         be->gemm(be, true, false, E, C, (int)n, 1.0f, dlog, E, s->x, C, 1.0f, L->gwr, C);
         be->gemm(be, false, false, (int)n, C, E, 1.0f, dlog, E, L->wr, C, 1.0f, dx, C);

@@ -9,6 +9,14 @@
  * Backward: through the combine (dw), the experts (dW1, dW2, dx) and the
  * router's softmax (dWr, and dX += dlogits Wr).
  *
+ * Auxiliary load-balancing loss (Megatron-core's switch_load_balancing_loss_
+ * func, "aux_loss"), when aux_coeff > 0: with P = softmax over all E logits
+ * and c_e the (token, slot) assignments of expert e before capacity,
+ *   aux = coeff * E / (k n^2) * sum_e c_e * sum_n P[n, e]
+ * for the n tokens routed together; moe_forward stores it in aux_loss and
+ * moe_backward adds its gradient (through P only, c_e being counts), so the
+ * loss differentiated is sum(dout . out) + aux_loss.
+ *
  * Expert parallelism: the ep ranks of the exchange each route their own n
  * tokens (EP is folded into data parallelism, as Megatron-core does: the
  * expert layer's EP group is made of data-parallel replicas), and rank r
@@ -59,6 +67,9 @@ typedef struct {
     float *wr, *gwr; /* [E, C] router */
     float *w1, *gw1; /* [El, F, C] */
     float *w2, *gw2; /* [El, C, F] */
+    /* auxiliary load-balancing loss (--moe-aux-loss-coeff; 0 = none) */
+    double aux_coeff;
+    double aux_loss; /* of the last forward, this rank's tokens */
     /* statistics of the last forward on this rank */
     int *tok_per_expert;  /* [El] rows each local expert received */
     size_t dropped;       /* assignments this rank's tokens lost to capacity */

@@ -1,7 +1,8 @@
 /* MPI test of the executor's MoE layer with expert parallelism: a few SGD
  * iterations of one MoE layer (exec/core/moe.h) on ep = 1, 2, 4 ranks give
  * the single-process run's losses and weights, dropless, with capacity
- * dropping and with forced balance; then the per-rank expert token counts
+ * dropping, with forced balance, with a skewed router and with the
+ * auxiliary load-balancing loss; then the per-rank expert token counts
  * and expert GEMM times of a skewed router against forced balance.
  *
  * mpirun-np: 4
@@ -76,6 +77,7 @@ typedef struct {
     int C, F, n;
     moe_route_cfg rc;
     float skew; /* added to router row 0, column 0 */
+    double aux; /* auxiliary loss coefficient */
 } setup;
 
 typedef struct {
@@ -102,8 +104,10 @@ static int run(const setup *S, MPI_Comm comm, const float *x, const float *tg, r
     int rc = backend_cpu_create(1, &be, &err);
     if (!rc)
         rc = moe_layer_create(&S->rc, S->C, S->F, ep, er, 7, be, &L, &err);
-    if (!rc)
+    if (!rc) {
         L->wr[0] += S->skew; /* the router is replicated: every rank */
+        L->aux_coeff = S->aux;
+    }
     double Nglob = (double)G * S->n;
     for (int it = 0; it < ITERS && !rc; it++) {
         double ls = 0.0;
@@ -119,6 +123,7 @@ static int run(const setup *S, MPI_Comm comm, const float *x, const float *tg, r
                 dout[i] = (float)(d / Nglob);
             }
             res->dropped += (long)L->dropped;
+            ls += L->aux_loss; /* per group, as Megatron's is per local batch */
             rc = moe_backward(L, &xc, sv, dout, dx, &err);
             moe_saved_free(sv);
         }
@@ -292,6 +297,9 @@ int main(int argc, char **argv)
     S.rc.force_balance = false;
     S.skew = 2.0f;
     exactness("skewed router", &S, x, tg);
+    S.aux = 0.01;
+    exactness("skewed router + aux loss 0.01", &S, x, tg);
+    S.aux = 0.0;
 
     setup B = {.C = 128, .F = 256, .n = 512, .rc = {.num_experts = 8, .topk = 2, .capacity_factor = 0.0}, .skew = 4.0f};
     make_data(x, tg, rows, B.C);

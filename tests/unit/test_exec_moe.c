@@ -1,6 +1,7 @@
 /* Unit test of the executor's MoE layer (exec/core/moe.h) on one rank: the
  * backward (router, experts, input) against central finite differences of
- * L = sum(R . out) for a fixed random R, dropless and with capacity dropping.
+ * L = sum(R . out) (+ the auxiliary load-balancing loss, coefficient 0.5, in
+ * one case) for a fixed random R, dropless and with capacity dropping.
  *
  * Tolerance: L sums 96 fp32 products of magnitude <= ~1, rounding to ~1e-6
  * absolute; with h = 2e-3 the central difference carries ~1e-6 / 4e-3 =
@@ -37,13 +38,13 @@ static double loss(moe_layer *L, const float *x, const float *R)
     ts_err e;
     cr_assert_eq(moe_forward(L, &xc, x, NT, out, &s, &e), TS_OK, "%s", e.msg);
     moe_saved_free(s);
-    double l = 0.0;
+    double l = L->aux_loss;
     for (int i = 0; i < NT * CC; i++)
         l += (double)R[i] * out[i];
     return l;
 }
 
-static void fd_check(double cf)
+static void fd_check(double cf, double aux)
 {
     backend *be = NULL;
     ts_err e;
@@ -51,6 +52,7 @@ static void fd_check(double cf)
     moe_route_cfg rc = {.num_experts = 4, .topk = 2, .capacity_factor = cf};
     moe_layer *L = NULL;
     cr_assert_eq(moe_layer_create(&rc, CC, FF, 1, 0, 3, be, &L, &e), TS_OK, "%s", e.msg);
+    L->aux_coeff = aux;
     float x[NT * CC], R[NT * CC], out[NT * CC], dx[NT * CC];
     unsigned s = 77;
     for (int i = 0; i < NT * CC; i++) {
@@ -78,6 +80,8 @@ static void fd_check(double cf)
     cr_assert_eq(moe_forward(L, &xc, x, NT, out, &sv, &e), TS_OK);
     cr_assert_eq(moe_backward(L, &xc, sv, R, dx, &e), TS_OK);
     moe_saved_free(sv);
+    if (aux > 0) /* closed form bound: aux >= coeff (equality at perfect balance) */
+        cr_assert_geq(L->aux_loss, aux * (1.0 - 1e-6), "aux loss %g below its minimum %g", L->aux_loss, aux);
     if (cf > 0)
         cr_assert_gt(L->dropped, 0, "capacity %g dropped nothing: the test would not cover dropping", cf);
     const float h = 2e-3f;
@@ -116,10 +120,15 @@ static void fd_check(double cf)
 
 Test(exec_moe, backward_matches_finite_differences_dropless)
 {
-    fd_check(0.0);
+    fd_check(0.0, 0.0);
 }
 
 Test(exec_moe, backward_matches_finite_differences_capacity)
 {
-    fd_check(1.0);
+    fd_check(1.0, 0.0);
+}
+
+Test(exec_moe, backward_matches_finite_differences_aux_loss)
+{
+    fd_check(0.0, 0.5);
 }
