@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "exec/core/cp_split.h"
+#include "sim/util/ckd.h"
 
 /* Visit the admitted (query row, key row) pairs of rank r's queries against
  * the keys of rank src: local row indices and their global positions. */
@@ -38,6 +39,10 @@ int cp_attn_fwd(const cp_ring *ring, float *out, float *lse, const float *qkv, i
     int cp = ring->size, r = ring->rank, rc = cp_split_check(T, cp, err);
     if (rc)
         return rc;
+    int64_t big; /* the largest buffer: B * Tl rows of 4C floats, twice, in doubles at most */
+    if (ckd_mul_i64(&big, (int64_t)B * NH, (int64_t)T) || ckd_mul_i64(&big, big, (int64_t)hs * 8) ||
+        ckd_mul_i64(&big, big, (int64_t)sizeof(double)) || big > CKD_MAX_BYTES)
+        return err_set(err, TS_EINVAL, "cp attention: B %d x T %d x NH %d x hs %d overflows", B, T, NH, hs);
     int Tl = T / cp, C = NH * hs, C3 = 3 * C;
     size_t nkv = (size_t)B * (size_t)Tl * 2 * (size_t)C;
     float *buf = malloc(2 * nkv * sizeof(float));
@@ -110,6 +115,10 @@ int cp_attn_bwd(const cp_ring *ring, float *dqkv, const float *dout, const float
     int cp = ring->size, r = ring->rank, rc = cp_split_check(T, cp, err);
     if (rc)
         return rc;
+    int64_t big; /* the largest buffer: B * Tl rows of 4C floats, twice, in doubles at most */
+    if (ckd_mul_i64(&big, (int64_t)B * NH, (int64_t)T) || ckd_mul_i64(&big, big, (int64_t)hs * 8) ||
+        ckd_mul_i64(&big, big, (int64_t)sizeof(double)) || big > CKD_MAX_BYTES)
+        return err_set(err, TS_EINVAL, "cp attention: B %d x T %d x NH %d x hs %d overflows", B, T, NH, hs);
     int Tl = T / cp, C = NH * hs, C3 = 3 * C;
     size_t rows = (size_t)B * Tl, nkv = rows * 4 * (size_t)C; /* k | v | dk | dv */
     float *buf = calloc(2 * nkv, sizeof(float));

@@ -1,6 +1,8 @@
 /* moe — MoE MLP layer: router, dispatch, experts, combine, and backward. */
 #include "exec/core/moe.h"
 
+#include "sim/util/ckd.h"
+
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -277,6 +279,14 @@ int moe_forward(moe_layer *L, const moe_xchg *xc, const float *x, size_t n, floa
     if (xc->size != ep || xc->rank != L->er)
         return err_set(err, TS_ESTATE, "moe_forward: exchange of %d ranks (rank %d), layer built for ep %d rank %d",
                        xc->size, xc->rank, ep, L->er);
+    /* every buffer is at most ep * n * k rows of max(C, F, E) floats */
+    int64_t big;
+    int wmax = C > F ? C : F;
+    wmax = wmax > E ? wmax : E;
+    if (ckd_mul_i64(&big, (int64_t)n, (int64_t)ep * k) || ckd_mul_i64(&big, big, (int64_t)wmax) ||
+        ckd_mul_i64(&big, big, (int64_t)sizeof(double)) || big > CKD_MAX_BYTES)
+        return err_set(err, TS_EINVAL, "moe_forward: %zu tokens x ep %d x top-%d x width %d floats overflow", n, ep, k,
+                       wmax);
     moe_saved *s = calloc(1, sizeof *s);
     if (!s)
         return err_set(err, TS_ENOMEM, "moe_forward: out of memory");
