@@ -3,10 +3,14 @@
 
 #include <stdlib.h>
 
+#include "exec/watchdog.h"
+
 static int mpi_ints(void *ud, const int *send, int *recv, int per, ts_err *err)
 {
     moe_mpi_ctx *c = ud;
+    wd_wait_begin("MoE all-to-all of expert counts");
     int e = MPI_Alltoall(send, per, MPI_INT, recv, per, MPI_INT, c->comm);
+    wd_wait_end();
     return e == MPI_SUCCESS ? TS_OK : err_set(err, TS_ESTATE, "moe all-to-all of counts: MPI error %d", e);
 }
 
@@ -34,7 +38,9 @@ static int mpi_rows(void *ud, const float *send, const int *send_rows, float *re
         so += s;
         ro += q;
     }
+    wd_wait_begin("MoE all-to-all of token rows");
     int e = MPI_Alltoallv(send, sc, sd, MPI_FLOAT, recv, rcn, rd, MPI_FLOAT, c->comm);
+    wd_wait_end();
     if (e != MPI_SUCCESS)
         rc = err_set(err, TS_ESTATE, "moe all-to-all of rows: MPI error %d", e);
 done:
