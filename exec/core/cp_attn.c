@@ -1,0 +1,180 @@
+/* cp_attn — ring attention with the causal load-balanced split. */
+#include "exec/core/cp_attn.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/core/cp_split.h"
+#include "sim/util/ckd.h"
+
+/* Visit the admitted (query row, key row) pairs of rank r's queries against
+ * the keys of rank src: local row indices and their global positions. */
+typedef struct {
+    int T, cp, r, src, Tl, cs;
+} blockset;
+
+static int admitted(const blockset *bs, int qi, int ki)
+{
+    cp_mask m = cp_block(cp_chunk(bs->cp, bs->r, qi / bs->cs), cp_chunk(bs->cp, bs->src, ki / bs->cs));
+    if (m == CP_SKIP)
+        return 0;
+    if (m == CP_FULL)
+        return 1;
+    return cp_global_pos(bs->T, bs->cp, bs->src, ki) <= cp_global_pos(bs->T, bs->cp, bs->r, qi);
+}
+
+static int ring_step(const cp_ring *ring, float **cur, float **nxt, size_t n, ts_err *err)
+{
+    int rc = ring->sendrecv(ring->ud, *cur, *nxt, n, err);
+    float *t = *cur;
+    *cur = *nxt;
+    *nxt = t;
+    return rc;
+}
+
+int cp_attn_fwd(const cp_ring *ring, float *out, float *lse, const float *qkv, int B, int T, int NH, int hs,
+                ts_err *err)
+{
+    int cp = ring->size, r = ring->rank, rc = cp_split_check(T, cp, err);
+    if (rc)
+        return rc;
+    int64_t big; /* the largest buffer: B * Tl rows of 4C floats, twice, in doubles at most */
+    if (ckd_mul_i64(&big, (int64_t)B * NH, (int64_t)T) || ckd_mul_i64(&big, big, (int64_t)hs * 8) ||
+        ckd_mul_i64(&big, big, (int64_t)sizeof(double)) || big > CKD_MAX_BYTES)
+        return err_set(err, TS_EINVAL, "cp attention: B %d x T %d x NH %d x hs %d overflows", B, T, NH, hs);
+    int Tl = T / cp, C = NH * hs, C3 = 3 * C;
+    size_t nkv = (size_t)B * (size_t)Tl * 2 * (size_t)C;
+    float *buf = malloc(2 * nkv * sizeof(float));
+    size_t nst = (size_t)B * (size_t)NH * (size_t)Tl;
+    double *mx = calloc(nst, sizeof(double)), *sum = calloc(nst, sizeof(double));
+    double *acc = calloc((size_t)B * (size_t)Tl * (size_t)C, sizeof(double));
+    if (!buf || !mx || !sum || !acc) {
+        rc = err_set(err, TS_ENOMEM, "cp_attn_fwd: out of memory");
+        goto done;
+    }
+    float *cur = buf, *nxt = buf + nkv; /* [B*Tl, 2C]: k | v */
+    for (size_t row = 0; row < (size_t)B * Tl; row++)
+        memcpy(cur + row * 2 * C, qkv + row * C3 + C, 2 * (size_t)C * sizeof(float));
+    for (size_t i = 0; i < nst; i++) {
+        mx[i] = -INFINITY;
+        sum[i] = 0.0;
+    }
+    double scale = 1.0 / sqrt((double)hs);
+    for (int step = 0; step < cp; step++) {
+        blockset bs = {T, cp, r, cp_ring_src(cp, r, step), Tl, T / (2 * cp)};
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < NH; h++)
+                for (int qi = 0; qi < Tl; qi++) {
+                    const float *q = qkv + ((size_t)b * Tl + qi) * C3 + (size_t)h * hs;
+                    size_t st = ((size_t)b * NH + h) * Tl + qi;
+                    double *o = acc + ((size_t)b * Tl + qi) * C + (size_t)h * hs;
+                    for (int ki = 0; ki < Tl; ki++) {
+                        if (!admitted(&bs, qi, ki))
+                            continue;
+                        const float *k = cur + ((size_t)b * Tl + ki) * 2 * C + (size_t)h * hs, *v = k + C;
+                        double s = 0.0;
+                        for (int d = 0; d < hs; d++)
+                            s += (double)q[d] * k[d];
+                        s *= scale;
+                        if (s > mx[st]) { /* online softmax: rescale what was summed */
+                            double f = exp(mx[st] - s);
+                            sum[st] *= f;
+                            for (int d = 0; d < hs; d++)
+                                o[d] *= f;
+                            mx[st] = s;
+                        }
+                        double p = exp(s - mx[st]);
+                        sum[st] += p;
+                        for (int d = 0; d < hs; d++)
+                            o[d] += p * v[d];
+                    }
+                }
+        if (step + 1 < cp && (rc = ring_step(ring, &cur, &nxt, nkv, err)))
+            goto done;
+    }
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int qi = 0; qi < Tl; qi++) {
+                size_t st = ((size_t)b * NH + h) * Tl + qi, o = ((size_t)b * Tl + qi) * C + (size_t)h * hs;
+                for (int d = 0; d < hs; d++)
+                    out[o + d] = (float)(acc[o + d] / sum[st]);
+                lse[st] = (float)(mx[st] + log(sum[st]));
+            }
+done:
+    free(buf);
+    free(mx);
+    free(sum);
+    free(acc);
+    return rc;
+}
+
+int cp_attn_bwd(const cp_ring *ring, float *dqkv, const float *dout, const float *out, const float *lse,
+                const float *qkv, int B, int T, int NH, int hs, ts_err *err)
+{
+    int cp = ring->size, r = ring->rank, rc = cp_split_check(T, cp, err);
+    if (rc)
+        return rc;
+    int64_t big; /* the largest buffer: B * Tl rows of 4C floats, twice, in doubles at most */
+    if (ckd_mul_i64(&big, (int64_t)B * NH, (int64_t)T) || ckd_mul_i64(&big, big, (int64_t)hs * 8) ||
+        ckd_mul_i64(&big, big, (int64_t)sizeof(double)) || big > CKD_MAX_BYTES)
+        return err_set(err, TS_EINVAL, "cp attention: B %d x T %d x NH %d x hs %d overflows", B, T, NH, hs);
+    int Tl = T / cp, C = NH * hs, C3 = 3 * C;
+    size_t rows = (size_t)B * Tl, nkv = rows * 4 * (size_t)C; /* k | v | dk | dv */
+    float *buf = calloc(2 * nkv, sizeof(float));
+    double *D = calloc(rows * (size_t)NH, sizeof(double));
+    if (!buf || !D) {
+        rc = err_set(err, TS_ENOMEM, "cp_attn_bwd: out of memory");
+        goto done;
+    }
+    float *cur = buf, *nxt = buf + nkv;
+    for (size_t row = 0; row < rows; row++)
+        memcpy(cur + row * 4 * C, qkv + row * C3 + C, 2 * (size_t)C * sizeof(float));
+    for (size_t row = 0; row < rows; row++)
+        for (int h = 0; h < NH; h++) {
+            double s = 0.0;
+            for (int d = 0; d < hs; d++)
+                s += (double)dout[row * C + (size_t)h * hs + d] * out[row * C + (size_t)h * hs + d];
+            D[row * NH + h] = s;
+        }
+    double scale = 1.0 / sqrt((double)hs);
+    for (int step = 0; step < cp; step++) {
+        blockset bs = {T, cp, r, cp_ring_src(cp, r, step), Tl, T / (2 * cp)};
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < NH; h++)
+                for (int qi = 0; qi < Tl; qi++) {
+                    size_t qrow = (size_t)b * Tl + qi;
+                    const float *q = qkv + qrow * C3 + (size_t)h * hs, *dO = dout + qrow * C + (size_t)h * hs;
+                    float *dq = dqkv + qrow * C3 + (size_t)h * hs;
+                    double L = lse[((size_t)b * NH + h) * Tl + qi], Di = D[qrow * NH + h];
+                    for (int ki = 0; ki < Tl; ki++) {
+                        if (!admitted(&bs, qi, ki))
+                            continue;
+                        float *kr = cur + ((size_t)b * Tl + ki) * 4 * C + (size_t)h * hs;
+                        const float *k = kr, *v = kr + C;
+                        float *dk = kr + 2 * C, *dv = kr + 3 * C;
+                        double s = 0.0, dp = 0.0;
+                        for (int d = 0; d < hs; d++) {
+                            s += (double)q[d] * k[d];
+                            dp += (double)dO[d] * v[d];
+                        }
+                        double p = exp(s * scale - L), ds = p * (dp - Di) * scale;
+                        for (int d = 0; d < hs; d++) {
+                            dv[d] += (float)(p * dO[d]);
+                            dq[d] += (float)(ds * k[d]);
+                            dk[d] += (float)(ds * q[d]);
+                        }
+                    }
+                }
+        /* cp hops in all: the last one brings dK, dV home */
+        if (cp > 1 && (rc = ring_step(ring, &cur, &nxt, nkv, err)))
+            goto done;
+    }
+    for (size_t row = 0; row < rows; row++)
+        for (int c = 0; c < 2 * C; c++)
+            dqkv[row * C3 + C + c] += cur[row * 4 * C + 2 * C + c];
+done:
+    free(buf);
+    free(D);
+    return rc;
+}

@@ -1,0 +1,97 @@
+/* moe — one mixture-of-experts MLP layer with expert parallelism, fp32.
+ *
+ * Layer (Megatron-core's MoE MLP without shared experts): router logits
+ * X Wr^T [n, E] (no bias); routing by moe_route.h (top-k, softmax over the
+ * k logits, capacity and token dropping, forced balance); each kept (token,
+ * slot) row of X is dispatched to its expert, which computes
+ * y = W2_e gelu(W1_e x) (W1_e [F, C], W2_e [C, F], no biases, GELU tanh as
+ * kern.h); the rows come back and are combined: out[n] = sum_j w_nj y_nj.
+ * Backward: through the combine (dw), the experts (dW1, dW2, dx) and the
+ * router's softmax (dWr, and dX += dlogits Wr).
+ *
+ * Auxiliary load-balancing loss (Megatron-core's switch_load_balancing_loss_
+ * func, "aux_loss"), when aux_coeff > 0: with P = softmax over all E logits
+ * and c_e the (token, slot) assignments of expert e before capacity,
+ *   aux = coeff * E / (k n^2) * sum_e c_e * sum_n P[n, e]
+ * for the n tokens routed together; moe_forward stores it in aux_loss and
+ * moe_backward adds its gradient (through P only, c_e being counts), so the
+ * loss differentiated is sum(dout . out) + aux_loss.
+ *
+ * Expert parallelism: the ep ranks of the exchange each route their own n
+ * tokens (EP is folded into data parallelism, as Megatron-core does: the
+ * expert layer's EP group is made of data-parallel replicas), and rank r
+ * owns experts [r*E/ep, (r+1)*E/ep). Rows travel by two all-to-alls per
+ * direction: per-expert counts, then the rows (the dispatch and its reverse,
+ * the combine; the backward reuses both with gradients). The capacity is
+ * per rank's n tokens, as Megatron's is per local batch. The router's
+ * weights are replicated: their gradients must be summed over the EP group
+ * by the caller; the expert weights are unique to their rank.
+ *
+ * Exchange: moe_xchg abstracts the all-to-all (exec/moe_mpi.h gives the MPI
+ * one; moe_xchg_local() the one-rank identity). The layer runs on host
+ * memory through the backend's GEMM and GELU kernels: the CPU backend only
+ * (a CUDA twin would stage through device memory: not done).
+ *
+ * Ownership: moe_layer_create allocates the layer (weights, gradients),
+ * released by moe_layer_free; moe_forward allocates the saved state *saved,
+ * released by moe_saved_free. Inputs are borrowed.
+ */
+#ifndef TRAINSIM_EXEC_MOE_H
+#define TRAINSIM_EXEC_MOE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "exec/core/backend.h"
+#include "exec/core/moe_route.h"
+#include "sim/util/err.h"
+
+typedef struct {
+    int size, rank; /* ep, this rank */
+    void *ud;
+    /* recv[s*per + i] = what rank s sent as send[rank*per + i] */
+    int (*ints)(void *ud, const int *send, int *recv, int per, ts_err *err);
+    /* rows of `width` floats: send_rows[d] rows to rank d (consecutive in
+     * send, by d), recv_rows[s] rows from rank s (consecutive by s) */
+    int (*rows)(void *ud, const float *send, const int *send_rows, float *recv, const int *recv_rows, int width,
+                ts_err *err);
+} moe_xchg;
+
+/* The one-rank exchange (copies). */
+moe_xchg moe_xchg_local(void);
+
+typedef struct {
+    moe_route_cfg rc;
+    int C, F, ep, er, El; /* hidden, expert ffn, EP size and rank, local experts */
+    backend *be;
+    float *wr, *gwr; /* [E, C] router */
+    float *w1, *gw1; /* [El, F, C] */
+    float *w2, *gw2; /* [El, C, F] */
+    /* auxiliary load-balancing loss (--moe-aux-loss-coeff; 0 = none) */
+    double aux_coeff;
+    double aux_loss; /* of the last forward, this rank's tokens */
+    /* statistics of the last forward on this rank */
+    int *tok_per_expert;  /* [El] rows each local expert received */
+    size_t dropped;       /* assignments this rank's tokens lost to capacity */
+    double expert_gemm_s; /* seconds in expert GEMMs (forward + backward), accumulated */
+} moe_layer;
+
+typedef struct moe_saved moe_saved;
+
+/* Weights: every element from its index in the full (ep = 1) layer and seed
+ * (uniform in [-a, a], a = 1/sqrt(fan-in)), so EP shards are slices of the
+ * same layer. Checks rc against ep (moe_route_check). */
+int moe_layer_create(const moe_route_cfg *rc, int C, int F, int ep, int er, uint64_t seed, backend *be, moe_layer **out,
+                     ts_err *err);
+void moe_layer_free(moe_layer *L);
+
+/* out[n, C] = layer(x[n, C]); collective over xc. */
+int moe_forward(moe_layer *L, const moe_xchg *xc, const float *x, size_t n, float *out, moe_saved **saved, ts_err *err);
+/* Gradients += those of sum(dout . out); dx[n, C] overwritten. Collective. */
+int moe_backward(moe_layer *L, const moe_xchg *xc, moe_saved *s, const float *dout, float *dx, ts_err *err);
+void moe_saved_free(moe_saved *s);
+
+/* Plain SGD on every local weight, then zero the gradients. */
+void moe_layer_sgd(moe_layer *L, float lr);
+
+#endif

@@ -1,0 +1,23 @@
+/* moe_mpi — the MoE layer's all-to-all exchange (exec/core/moe.h) over MPI:
+ * MPI_Alltoall for the per-expert counts, MPI_Alltoallv (MPI_FLOAT) for the
+ * token rows, on an expert-parallel communicator (borrowed; on the CUDA
+ * backend the same exchange would go through NCCL send/recv groups: not
+ * done).
+ *
+ * Ownership: the returned moe_xchg holds a pointer to *ctx, which the caller
+ * owns and keeps alive while the exchange is used; no allocation. */
+#ifndef TRAINSIM_EXEC_MOE_MPI_H
+#define TRAINSIM_EXEC_MOE_MPI_H
+
+#include <mpi.h>
+
+#include "exec/core/moe.h"
+
+typedef struct {
+    MPI_Comm comm;
+} moe_mpi_ctx;
+
+/* Exchange over ctx->comm (size = ep, rank = expert-parallel rank). */
+moe_xchg moe_mpi_xchg(moe_mpi_ctx *ctx);
+
+#endif
