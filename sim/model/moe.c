@@ -1,6 +1,8 @@
 /* moe — closed forms of a mixture-of-experts model (moe.h). */
 #include "sim/model/moe.h"
 
+#include <math.h>
+
 #include "sim/model/flops.h"
 
 bool moe_layer_is_moe(const moe_config *e, int layer)
@@ -73,6 +75,22 @@ int64_t moe_a2a_send_bytes(int64_t tokens, int topk, int64_t h, int dtype_bytes,
         return 0;
     return tokens * topk * h * dtype_bytes / ep * (ep - 1) +
            tokens * topk * h * dtype_bytes % ep * (ep - 1) / ep; /* floor(X (ep-1) / ep) without overflow */
+}
+
+int64_t moe_a2a_ns(const commcost_params *p, int64_t send_bytes, const commcost_group *g)
+{
+    int n = g->ranks, k = g->ranks_per_node < 1 ? 1 : g->ranks_per_node;
+    if (n <= 1 || send_bytes <= 0)
+        return 0;
+    if (k > n)
+        k = n;
+    int nodes = n / k;
+    double S = (double)send_bytes, intra = S * (k - 1) / (n - 1), inter = S * (n - k) / (n - 1);
+    double t_nv = p->nvlink_busbw_gbps > 0 ? intra / p->nvlink_busbw_gbps : 0; /* GB/s = B/ns */
+    double net = p->nic_gbps_per_gpu * commcost_net_factor(p, nodes);
+    double t_net = inter > 0 && net > 0 ? inter / net : 0;
+    double alpha = nodes > 1 ? p->nic_alpha_ns : p->nvlink_alpha_ns;
+    return (int64_t)llround(alpha + (t_nv > t_net ? t_nv : t_net));
 }
 
 int moe_ep_group_nodes(int etp, int ep, int gpus_per_node)

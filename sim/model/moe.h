@@ -30,6 +30,7 @@
 #include <stdint.h>
 
 #include "sim/config/config.h"
+#include "sim/model/commcost.h"
 
 typedef struct {
     int64_t attention;    /* one layer's attention (MLA or q/k/v/projection) with biases */
@@ -63,6 +64,24 @@ double moe_block_fwd_flops_per_token(const model_config *m, const moe_config *e)
  * share 1/ep of which stays on the rank, under balanced routing), rounded
  * down. 0 for ep <= 1. */
 int64_t moe_a2a_send_bytes(int64_t tokens, int topk, int64_t h, int dtype_bytes, int ep);
+
+/* Time of one all-to-all of the alltoall dispatcher, ns (rounded to the
+ * nearest integer): NCCL runs it as n - 1 point-to-point sends per rank in
+ * one group call, all in flight at once. Each rank sends send_bytes
+ * (moe_a2a_send_bytes), spread evenly over its n - 1 peers: (k - 1) / (n -
+ * 1) of them to the k - 1 peers in its node over NVLink, (n - k) / (n - 1)
+ * to the peers in the other nodes through its share of the node's NICs
+ * times the fabric factor of the N = n / k consecutive nodes
+ * (commcost_net_factor). The two parts run concurrently:
+ *   time = alpha + max(S (k-1)/(n-1) / B_nvlink, S (n-k)/(n-1) / (B_nic f))
+ * with alpha one step's latency (NVLink inside a node, the NIC's across
+ * nodes: the sends overlap, so their latencies do too) and B_nvlink the
+ * node's all-gather bus bandwidth (nvlink_busbw_gbps: a rank's NVLink
+ * ports carry the same per-rank bytes as in a ring all-gather; an
+ * approximation: no measured all-to-all figure is in ../shared/reference).
+ * 0 for n <= 1 or send_bytes <= 0. g must pass commcost_group_check for an
+ * all-gather (n % k == 0). */
+int64_t moe_a2a_ns(const commcost_params *p, int64_t send_bytes, const commcost_group *g);
 
 /* Nodes one expert-parallel group spans. Megatron-core folds expert ranks
  * tp-ep-dp-pp innermost first (etp, then ep): a group is ep ranks at a

@@ -207,3 +207,26 @@ Test(moe, capacity_caps_and_counts_drops)
     cr_expect_float_eq(moe_rank_load_factor(l, 4, 4, 1.25, &dropped), 13.0 / (23.0 / 4), 1e-12); /* kept 13, 10, 0, 0 */
     cr_expect_float_eq(dropped, 17.0, 1e-12); /* capacity ceil(12.5) = 13 */
 }
+
+/* All-to-all time against its closed form, on hand-set alpha-beta params:
+ * inside a node only NVLink carries it; across nodes the NIC share does
+ * (it is the slower), and more ranks per node move bytes off the NICs. */
+Test(moe, a2a_time_closed_form)
+{
+    commcost_params p;
+    memset(&p, 0, sizeof p);
+    p.model = COMMCOST_ALPHA_BETA;
+    p.nvlink_busbw_gbps = 360;
+    p.nvlink_alpha_ns = 5000;
+    p.nic_gbps_per_gpu = 47;
+    p.nic_alpha_ns = 10000;
+    int64_t S = 1LL << 30;
+    commcost_group g1 = {8, 8}, g8 = {64, 8}, g4 = {64, 4}, one = {1, 1};
+    cr_expect_eq(moe_a2a_ns(&p, S, &g1), llround(5000 + (double)S / 360));
+    cr_expect_eq(moe_a2a_ns(&p, S, &g8), llround(10000 + (double)S * 56 / 63 / 47));
+    cr_expect_eq(moe_a2a_ns(&p, S, &g4), llround(10000 + (double)S * 60 / 63 / 47));
+    cr_expect_lt(moe_a2a_ns(&p, S, &g8), moe_a2a_ns(&p, S, &g4));
+    cr_expect_gt(moe_a2a_ns(&p, S, &g8), 5 * moe_a2a_ns(&p, S, &g1)); /* the NIC share is ~8x below NVLink */
+    cr_expect_eq(moe_a2a_ns(&p, S, &one), 0);
+    cr_expect_eq(moe_a2a_ns(&p, 0, &g8), 0);
+}
