@@ -128,3 +128,32 @@ double moe_rank_load_factor(const double *load, int n, int ep, double capacity_f
         return 0;
     return max_rank / (kept_total / ranks);
 }
+
+/* splitmix64 (Steele, Lea and Flood 2014): the permutation's random source. */
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+void moe_expert_loads_zipf(int n, double routed_tokens, double skew, uint64_t seed, double *out)
+{
+    if (n <= 0)
+        return;
+    double sum = 0;
+    for (int j = 0; j < n; j++)
+        sum += skew == 0 ? 1.0 : pow(j + 1.0, -skew);
+    for (int i = 0; i < n; i++)
+        out[i] = (double)i; /* popularity rank of expert i, shuffled below */
+    uint64_t x = seed;
+    for (int i = n - 1; i > 0; i--) {
+        int j = (int)(splitmix64(&x) % (uint64_t)(i + 1));
+        double t = out[i];
+        out[i] = out[j];
+        out[j] = t;
+    }
+    for (int i = 0; i < n; i++)
+        out[i] = routed_tokens * (skew == 0 ? 1.0 : pow(out[i] + 1.0, -skew)) / sum;
+}

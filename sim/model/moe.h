@@ -90,6 +90,18 @@ int64_t moe_a2a_ns(const commcost_params *p, int64_t send_bytes, const commcost_
  * in one. gpus_per_node < 1 counts as 1. */
 int moe_ep_group_nodes(int etp, int ep, int gpus_per_node);
 
+/* The default routing-skew model: per-expert token counts of one MoE layer
+ * when routing is not forced to balance. Expert popularity follows Zipf's
+ * law with exponent skew (the j-th most popular expert gets a share
+ * proportional to (j+1)^-skew), and which expert is the j-th most popular
+ * is a uniformly random permutation drawn from seed (splitmix64 and
+ * Fisher-Yates), so heavy experts land on arbitrary expert-parallel ranks.
+ * skew 0 is forced balance exactly: every expert gets routed_tokens / n.
+ * The distribution is an assumption stated here, not fitted to published
+ * routing statistics. Deterministic: the same (n, skew, seed) gives the same
+ * loads, byte for byte. out[0..n-1] sums to routed_tokens (up to rounding). */
+void moe_expert_loads_zipf(int n, double routed_tokens, double skew, uint64_t seed, double *out);
+
 /* The busiest expert-parallel rank's routed tokens against the mean, from
  * the tokens each of the E experts receives (load[i] >= 0, E = n, n a
  * multiple of ep; rank r holds experts r*n/ep .. (r+1)*n/ep - 1, as

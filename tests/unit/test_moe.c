@@ -230,3 +230,37 @@ Test(moe, a2a_time_closed_form)
     cr_expect_eq(moe_a2a_ns(&p, S, &one), 0);
     cr_expect_eq(moe_a2a_ns(&p, 0, &g8), 0);
 }
+
+/* skew 0 is forced balance exactly; more skew never lowers the busiest
+ * rank's load (DeepSeek-V3's 256 experts over ep 8, 16, 64); the loads sum
+ * to the routed tokens; the same seed gives the same loads. */
+Test(moe, zipf_skew_model)
+{
+    double l[256], l2[256];
+    moe_expert_loads_zipf(256, 4096.0 * 8, 0, 7, l);
+    for (int i = 0; i < 256; i++)
+        cr_expect_float_eq(l[i], 128.0, 1e-12);
+    cr_expect_float_eq(moe_rank_load_factor(l, 256, 8, 0, NULL), 1.0, 1e-12);
+    int eps[3] = {8, 16, 64};
+    for (int e = 0; e < 3; e++) {
+        double prev = 1.0;
+        for (int s = 1; s <= 12; s++) {
+            moe_expert_loads_zipf(256, 4096.0 * 8, 0.1 * s, 1, l);
+            double sum = 0;
+            for (int i = 0; i < 256; i++)
+                sum += l[i];
+            cr_expect_float_eq(sum, 4096.0 * 8, 1e-6);
+            double f = moe_rank_load_factor(l, 256, eps[e], 0, NULL);
+            cr_expect_geq(f, prev - 1e-12, "ep %d skew %.1f: %.6f < %.6f", eps[e], 0.1 * s, f, prev);
+            cr_expect_gt(f, 1.0);
+            prev = f;
+        }
+    }
+    moe_expert_loads_zipf(256, 1000, 0.8, 42, l);
+    moe_expert_loads_zipf(256, 1000, 0.8, 42, l2);
+    cr_expect_arr_eq(l, l2, sizeof l);
+    moe_expert_loads_zipf(256, 1000, 0.8, 43, l2);
+    cr_expect_arr_neq(l, l2, sizeof l);
+    /* finer EP sees more of the skew: one expert per rank at ep 256 */
+    cr_expect_gt(moe_rank_load_factor(l, 256, 256, 0, NULL), moe_rank_load_factor(l, 256, 8, 0, NULL));
+}
