@@ -103,6 +103,8 @@ Test(moe, qwen3_235b_params)
     moe_params p;
     moe_param_count(&m, &e, &p);
     cr_expect_eq(p.attention, 4096LL * (8192 + 1024) + 8192LL * 4096);
+    cr_expect_eq(p.total, 235093610496LL); /* docs/moe.md */
+    cr_expect_eq(p.active, 22190739456LL);
     cr_expect(fabs(p.total / 235e9 - 1) < 0.005, "total %lld", (long long)p.total);
     cr_expect(fabs(p.active / 22e9 - 1) < 0.015, "active %lld", (long long)p.active);
 }
@@ -263,4 +265,22 @@ Test(moe, zipf_skew_model)
     cr_expect_arr_neq(l, l2, sizeof l);
     /* finer EP sees more of the skew: one expert per rank at ep 256 */
     cr_expect_gt(moe_rank_load_factor(l, 256, 256, 0, NULL), moe_rank_load_factor(l, 256, 8, 0, NULL));
+}
+
+/* The figures docs/moe.md gives: DeepSeek-V3's 256 experts, 32768 routed
+ * tokens, seed 1. */
+Test(moe, zipf_figures)
+{
+    static const double skew[3] = {0.3, 0.6, 1.0};
+    static const double want[3][5] = {
+        {1.070, 1.206, 1.788, 1.344, 7.0}, {1.235, 1.607, 3.966, 1.633, 23.5}, {1.907, 3.192, 11.281, 2.464, 50.5}};
+    double l[256], dropped;
+    for (int s = 0; s < 3; s++) {
+        moe_expert_loads_zipf(256, 32768, skew[s], 1, l);
+        cr_expect(fabs(moe_rank_load_factor(l, 256, 8, 0, NULL) - want[s][0]) < 1e-3);
+        cr_expect(fabs(moe_rank_load_factor(l, 256, 16, 0, NULL) - want[s][1]) < 1e-3);
+        cr_expect(fabs(moe_rank_load_factor(l, 256, 64, 0, NULL) - want[s][2]) < 1e-3);
+        cr_expect(fabs(moe_rank_load_factor(l, 256, 64, 1.25, &dropped) - want[s][3]) < 1e-3);
+        cr_expect(fabs(100 * dropped / 32768 - want[s][4]) < 0.1);
+    }
 }
