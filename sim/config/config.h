@@ -139,10 +139,47 @@ typedef struct {
     memory_overheads overheads; /* memory besides tensors per GPU (OVERHEADS_DEFAULT: the GPU's) */
 } cluster_config;
 
+/* Mixture of experts (Megatron-core's MoE flags; num_experts = 0: a dense
+ * model, every other field then unused) and multi-latent attention (MLA,
+ * DeepSeek-V2/V3: mla = false, the other mla_ fields unused). Expert
+ * layout as Megatron-core folds it: the experts of a pipeline stage over
+ * etp x ep x edp ranks (edp = gpus / (pp x etp x ep)), the same pipeline
+ * stages as the dense part. Filled by moe_flags_finish (moe_flags.h). */
+typedef enum { MOE_DISPATCH_ALLGATHER = 0, MOE_DISPATCH_ALLTOALL, MOE_DISPATCH_FLEX } config_moe_dispatcher;
+typedef enum { MOE_DROP_PROBS = 0, MOE_DROP_POSITION } config_moe_drop;
+typedef struct {
+    int num_experts;             /* --num-experts (0 = dense) */
+    int topk;                    /* --moe-router-topk (Megatron's default 2) */
+    int ffn_hidden_size;         /* --moe-ffn-hidden-size, per expert (default --ffn-hidden-size) */
+    int shared_ffn_hidden_size;  /* --moe-shared-expert-intermediate-size (0 = no shared expert) */
+    int layer_freq;              /* --moe-layer-freq N: layer i (from 0) is MoE when i % N == 0 */
+    int first_dense_layers;      /* --moe-layer-freq "([0]*K+[1]*M)": the first K layers dense (else 0) */
+    int router_num_groups;       /* --moe-router-num-groups (0 = no group-limited routing) */
+    int router_group_topk;       /* --moe-router-group-topk (0 = unset) */
+    double capacity_factor;      /* --moe-expert-capacity-factor (0 = dropless) */
+    bool pad_to_capacity;        /* --moe-pad-expert-input-to-capacity */
+    int drop_policy;             /* --moe-token-drop-policy, config_moe_drop */
+    bool force_load_balancing;   /* --moe-router-force-load-balancing */
+    int dispatcher;              /* --moe-token-dispatcher-type, config_moe_dispatcher */
+    bool enable_deepep;          /* --moe-enable-deepep (flex dispatcher with DeepEP) */
+    bool grouped_gemm;           /* --moe-grouped-gemm */
+    bool permute_fusion;         /* --moe-permute-fusion */
+    int ep;                      /* --expert-model-parallel-size */
+    int etp;                     /* --expert-tensor-parallel-size (resolved: default t) */
+    int edp;                     /* derived: gpus / (pp x etp x ep) */
+    bool mla;                    /* --multi-latent-attention */
+    int mla_q_lora_rank;         /* --q-lora-rank (0 = no query compression) */
+    int mla_kv_lora_rank;        /* --kv-lora-rank */
+    int mla_qk_head_dim;         /* --qk-head-dim (the non-rotary part of a query/key head) */
+    int mla_qk_pos_emb_head_dim; /* --qk-pos-emb-head-dim (the rotary part) */
+    int mla_v_head_dim;          /* --v-head-dim */
+} moe_config;
+
 typedef struct {
     model_config model;
     parallel_config par;
     cluster_config cluster;
+    moe_config moe; /* mixture of experts and MLA (dense: num_experts = 0, mla = false) */
 } config;
 
 /* NULL-terminated name lists, indexed by the enums: "none", "selective",

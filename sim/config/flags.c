@@ -11,6 +11,7 @@
 #include "sim/config/catalog.h"
 #include "sim/config/catalog_models.h"
 #include "sim/config/megatron_flags.h"
+#include "sim/config/moe_flags.h"
 #include "sim/config/topo.h"
 
 #define DEFAULT_GPU "A100-SXM4-80GB"
@@ -295,6 +296,8 @@ int flags_register(flags_state *s, opt_table *t, config *c, ts_err *err)
     if ((rc = add_model_flags(s, t, c, err)) || (rc = add_parallel_flags(s, t, c, err)) ||
         (rc = add_layout_flags(s, t, c, err)) || (rc = add_cluster_flags(s, t, c, err)) ||
         (rc = flags_register_memory(t, &c->cluster.overheads, err)))
+        return rc;
+    if ((rc = moe_flags_register(&s->moe, t, c, err))) /* mixture of experts, MLA (moe_flags.h) */
         return rc;
     s->end_entry = t->n;
     return TS_OK;
@@ -1106,7 +1109,8 @@ int flags_finish(flags_state *s, const opt_table *t, ts_err *err)
     }
     s->src[FLAGS_F_GPU] = s->gpu ? FLAGS_SRC_FLAG : FLAGS_SRC_TRAINSIM;
     s->src[FLAGS_F_TOPOLOGY] = s->topology ? FLAGS_SRC_FLAG : FLAGS_SRC_TRAINSIM;
-    if ((rc = resolve_cluster(s, err)) || (rc = config_resolve(c, err))) {
+    if ((rc = resolve_cluster(s, err)) || (rc = config_resolve(c, err)) ||
+        (rc = moe_flags_finish(&s->moe, t, c, err))) {
         config_free(c);
         return rc;
     }

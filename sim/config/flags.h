@@ -57,6 +57,7 @@
 #include <stdbool.h>
 
 #include "sim/config/config.h"
+#include "sim/config/moe_flags.h"
 #include "sim/config/mscript.h"
 #include "sim/util/err.h"
 #include "sim/util/opt.h"
@@ -153,6 +154,7 @@ typedef struct {
     bool use_flash_attn;           /* --use-flash-attn (= --attention-backend flash) */
     const char *recompute_modules; /* --recompute-modules' first value (flags_parse reads the whole list) */
     unsigned rc_modules;           /* --recompute-modules as CONFIG_RC_* bits; 0 = not given */
+    moe_flags_state moe;           /* the MoE flags' own state (moe_flags.h) */
 } flags_state;
 
 /* Zero c and add every shared flag to t under the headings Model,

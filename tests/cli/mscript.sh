@@ -74,7 +74,7 @@ expect_error 2 "--megatron-script $S/llama3_8b.sh:90: --cross-entropy-loss-fusio
     $T simulate --megatron-script $S/llama3_8b.sh
 expect_error 2 "also not modelled: --manual-gc" \
     $T simulate --megatron-script $S/llama3_8b.sh
-expect_error 2 "--num-experts (mixture of experts)" $T config --megatron-script $S/mixtral_8x7b.sh
+expect_error 2 "--moe-aux-loss-coeff (mixture of experts)" $T config --megatron-script $S/mixtral_8x7b.sh
 
 # --- the same scripts less those flags resolve to exactly what Megatron-LM runs, field by
 # field (config's "where each value came from" table: value and source)

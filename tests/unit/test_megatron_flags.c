@@ -162,7 +162,7 @@ Test(megatron_flags, default_only_rows_accept_the_reference_default)
 /* The flags the brief names as changing performance are never ignored. */
 Test(megatron_flags, performance_flags_are_refused)
 {
-    static const char *const REFUSED[] = {"--num-experts",
+    static const char *const REFUSED[] = {"--moe-router-pre-softmax",
                                           "--fp8-format",
                                           "--context-parallel-size",
                                           "--tp-comm-overlap-cfg",
@@ -170,8 +170,8 @@ Test(megatron_flags, performance_flags_are_refused)
                                           "--torch-fsdp2-no-reshard-after-forward",
                                           "--cpu-offloading-num-layers",
                                           "--flash-attention-version",
-                                          "--moe-router-topk",
-                                          "--expert-model-parallel-size",
+                                          "--moe-router-topk-scaling-factor",
+                                          "--moe-shared-expert-overlap",
                                           "--rampup-batch-size",
                                           "--optimizer",
                                           "--transformer-impl",
@@ -393,9 +393,9 @@ Test(megatron_flags, flags_parse_drops_ignored_and_refuses)
     config_free(&c);
     opt_table_free(&t);
     shared_table(&t, &s, &c);
-    const char *bad[] = {"test", "--num-experts", "8", NULL};
-    cr_expect_eq(flags_parse(&s, &t, 3, (char **)bad, &E), TS_EINVAL);
-    cr_expect(strstr(E.msg, "--num-experts: not modelled: mixture of experts"), "%s", E.msg);
+    const char *bad[] = {"test", "--moe-router-pre-softmax", NULL};
+    cr_expect_eq(flags_parse(&s, &t, 2, (char **)bad, &E), TS_EINVAL);
+    cr_expect(strstr(E.msg, "--moe-router-pre-softmax: not modelled: mixture of experts"), "%s", E.msg);
     flags_release(&s);
     config_free(&c);
     opt_table_free(&t);

@@ -1,0 +1,255 @@
+/* moe_flags — MoE and MLA flags and Megatron-core's rules on them
+ * (moe_flags.h). */
+#include "sim/config/moe_flags.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *const MOE_DISPATCHER_NAMES[] = {"allgather", "alltoall", "flex", NULL};
+const char *const MOE_DROP_POLICY_NAMES[] = {"probs", "position", NULL};
+
+#define ADD(...)                                                                                                       \
+    do {                                                                                                               \
+        if ((rc = opt_add(t, &(opt_spec){__VA_ARGS__}, err)))                                                          \
+            return rc;                                                                                                 \
+    } while (0)
+
+int moe_flags_register(moe_flags_state *s, opt_table *t, config *c, ts_err *err)
+{
+    int rc;
+    moe_config *e = &c->moe;
+    memset(s, 0, sizeof *s);
+    memset(e, 0, sizeof *e);
+    /* Megatron-LM's defaults (../shared/reference/megatron_arguments.csv) */
+    e->topk = 2;
+    e->layer_freq = 1;
+    e->ep = 1;
+    e->mla_kv_lora_rank = 32;
+    e->mla_qk_head_dim = 128;
+    e->mla_qk_pos_emb_head_dim = 64;
+    e->mla_v_head_dim = 128;
+    if ((rc = opt_section(t, "Mixture of experts and multi-latent attention (validated; not yet simulated)", err)))
+        return rc;
+    ADD(.name = "--num-experts", .type = OPT_INT, .target = &e->num_experts, .min = 1, .max = 1 << 20,
+        .unit = "experts", .defval = "none (dense)", .help = "routed experts per MoE layer");
+    ADD(.name = "--moe-router-topk", .type = OPT_INT, .target = &e->topk, .min = 1, .max = 1 << 20, .unit = "experts",
+        .defval = "2", .help = "experts each token is routed to");
+    ADD(.name = "--moe-ffn-hidden-size", .type = OPT_INT, .target = &e->ffn_hidden_size, .min = 1, .max = 1 << 26,
+        .unit = "elements", .defval = "--ffn-hidden-size", .help = "FFN hidden size of one routed expert");
+    ADD(.name = "--moe-shared-expert-intermediate-size", .type = OPT_INT, .target = &e->shared_ffn_hidden_size,
+        .min = 1, .max = 1 << 26, .unit = "elements", .defval = "none",
+        .help = "FFN hidden size of the shared experts together (every token goes through them)");
+    ADD(.name = "--moe-layer-freq", .type = OPT_STRING, .target = &s->layer_freq, .metavar = "N|PATTERN", .defval = "1",
+        .help = "N: layers 0, N, 2N, ... are MoE; ([0]*K+[1]*M): the first K layers dense, the rest MoE");
+    ADD(.name = "--moe-router-num-groups", .type = OPT_INT, .target = &e->router_num_groups, .min = 1, .max = 1 << 20,
+        .unit = "groups", .defval = "none",
+        .help = "group-limited routing: expert groups (one per node or device group)");
+    ADD(.name = "--moe-router-group-topk", .type = OPT_INT, .target = &e->router_group_topk, .min = 1, .max = 1 << 20,
+        .unit = "groups", .defval = "none", .help = "groups each token may be routed to");
+    ADD(.name = "--moe-expert-capacity-factor", .type = OPT_DOUBLE, .target = &e->capacity_factor, .min = 1e-6,
+        .max = 1e6, .unit = "x mean load", .defval = "none (dropless)",
+        .help = "capacity of an expert as a multiple of the mean tokens per expert (tokens past it are dropped)");
+    ADD(.name = "--moe-pad-expert-input-to-capacity", .type = OPT_BOOL, .target = &e->pad_to_capacity,
+        .help = "pad every expert's input to its capacity (needs --moe-expert-capacity-factor)");
+    ADD(.name = "--moe-token-drop-policy", .type = OPT_ENUM, .target = &e->drop_policy,
+        .enum_names = MOE_DROP_POLICY_NAMES, .defval = "probs",
+        .help = "which tokens an over-capacity expert drops: lowest router probabilities, or latest positions");
+    ADD(.name = "--moe-router-force-load-balancing", .type = OPT_BOOL, .target = &e->force_load_balancing,
+        .help = "route tokens evenly over the experts (benchmarking)");
+    ADD(.name = "--moe-token-dispatcher-type", .type = OPT_ENUM, .target = &e->dispatcher,
+        .enum_names = MOE_DISPATCHER_NAMES, .defval = "allgather",
+        .help = "token dispatch: all-gather/reduce-scatter, all-to-all, or flex (DeepEP)");
+    ADD(.name = "--moe-enable-deepep", .type = OPT_BOOL, .target = &e->enable_deepep,
+        .help = "DeepEP kernels for the flex dispatcher (needs --moe-token-dispatcher-type flex)");
+    ADD(.name = "--moe-grouped-gemm", .type = OPT_BOOL, .target = &e->grouped_gemm,
+        .help = "one grouped GEMM over the local experts instead of one GEMM per expert");
+    ADD(.name = "--moe-permute-fusion", .type = OPT_BOOL, .target = &e->permute_fusion,
+        .help = "fused permute/unpermute kernels");
+    ADD(.name = "--expert-model-parallel-size", .type = OPT_INT, .target = &e->ep, .min = 1, .max = 1 << 20,
+        .unit = "GPUs", .defval = "1", .help = "expert-parallel size ep (experts split over ep ranks)");
+    ADD(.name = "--expert-tensor-parallel-size", .type = OPT_INT, .target = &e->etp, .min = 1, .max = 65536,
+        .unit = "GPUs", .defval = "t", .help = "tensor-parallel size inside each expert");
+    ADD(.name = "--multi-latent-attention", .type = OPT_BOOL, .target = &e->mla,
+        .help = "multi-latent attention (DeepSeek-V2/V3: low-rank compressed queries, keys and values)");
+    ADD(.name = "--q-lora-rank", .type = OPT_INT, .target = &e->mla_q_lora_rank, .min = 1, .max = 1 << 24,
+        .unit = "elements", .defval = "none (queries uncompressed)", .help = "MLA: query compression rank");
+    ADD(.name = "--kv-lora-rank", .type = OPT_INT, .target = &e->mla_kv_lora_rank, .min = 1, .max = 1 << 24,
+        .unit = "elements", .defval = "32", .help = "MLA: key/value compression rank");
+    ADD(.name = "--qk-head-dim", .type = OPT_INT, .target = &e->mla_qk_head_dim, .min = 1, .max = 1 << 20,
+        .unit = "elements", .defval = "128", .help = "MLA: non-rotary query/key head size");
+    ADD(.name = "--qk-pos-emb-head-dim", .type = OPT_INT, .target = &e->mla_qk_pos_emb_head_dim, .min = 1,
+        .max = 1 << 20, .unit = "elements", .defval = "64", .help = "MLA: rotary query/key head size");
+    ADD(.name = "--v-head-dim", .type = OPT_INT, .target = &e->mla_v_head_dim, .min = 1, .max = 1 << 20,
+        .unit = "elements", .defval = "128", .help = "MLA: value head size");
+    return TS_OK;
+}
+
+/* A non-negative decimal integer filling [p, end), or -1. */
+static long parse_count(const char *p, const char *end)
+{
+    if (p >= end || end - p > 9)
+        return -1;
+    long v = 0;
+    for (; p < end; p++) {
+        if (*p < '0' || *p > '9')
+            return -1;
+        v = v * 10 + (*p - '0');
+    }
+    return v;
+}
+
+int moe_flags_parse_layer_freq(const char *v, int num_layers, int *freq, int *first_dense, ts_err *err)
+{
+    size_t n = strlen(v);
+    long f = parse_count(v, v + n);
+    if (f >= 1 && f <= INT_MAX) {
+        *freq = (int)f;
+        *first_dense = 0;
+        return TS_OK;
+    }
+    /* "([0]*K+[1]*M)" (spaces not accepted) */
+    const char *a = "([0]*", *b = "+[1]*";
+    if (n > 12 && strncmp(v, a, 5) == 0 && v[n - 1] == ')') {
+        const char *plus = strstr(v + 5, b);
+        if (plus) {
+            long k = parse_count(v + 5, plus), m = parse_count(plus + 5, v + n - 1);
+            if (k >= 0 && m >= 1) {
+                if (k + m != num_layers)
+                    return err_set(err, TS_EINVAL,
+                                   "--moe-layer-freq %s: the pattern has %ld layers, --num-layers is %d (give K + "
+                                   "M = %d)",
+                                   v, k + m, num_layers, num_layers);
+                *freq = 1;
+                *first_dense = (int)k;
+                return TS_OK;
+            }
+        }
+    }
+    return err_set(err, TS_EINVAL,
+                   "--moe-layer-freq %s: not modelled (valid: an integer N >= 1, every N-th layer MoE, or "
+                   "\"([0]*K+[1]*M)\", the first K layers dense)",
+                   v);
+}
+
+static int check_routing(const moe_config *e, const opt_table *t, ts_err *err)
+{
+    if (e->topk > e->num_experts)
+        return err_set(err, TS_EINVAL, "--moe-router-topk %d is more than --num-experts %d (valid: 1 to %d)", e->topk,
+                       e->num_experts, e->num_experts);
+    bool ng = opt_was_set(t, "--moe-router-num-groups"), gk = opt_was_set(t, "--moe-router-group-topk");
+    if (ng != gk)
+        return err_set(err, TS_EINVAL, "%s needs %s (group-limited routing takes both)",
+                       ng ? "--moe-router-num-groups" : "--moe-router-group-topk",
+                       ng ? "--moe-router-group-topk" : "--moe-router-num-groups");
+    if (ng) {
+        if (e->num_experts % e->router_num_groups)
+            return err_set(err, TS_EINVAL,
+                           "--num-experts %d is not a multiple of --moe-router-num-groups %d (give a divisor of %d)",
+                           e->num_experts, e->router_num_groups, e->num_experts);
+        if (e->router_group_topk > e->router_num_groups)
+            return err_set(err, TS_EINVAL, "--moe-router-group-topk %d is more than --moe-router-num-groups %d",
+                           e->router_group_topk, e->router_num_groups);
+        long reach = (long)e->router_group_topk * (e->num_experts / e->router_num_groups);
+        if (e->topk > reach)
+            return err_set(err, TS_EINVAL,
+                           "--moe-router-topk %d is more than the %ld experts of --moe-router-group-topk %d groups "
+                           "(valid: at most %ld)",
+                           e->topk, reach, e->router_group_topk, reach);
+    }
+    if (opt_was_set(t, "--moe-expert-capacity-factor") && e->dispatcher != MOE_DISPATCH_ALLTOALL)
+        return err_set(err, TS_EINVAL,
+                       "--moe-expert-capacity-factor works only with --moe-token-dispatcher-type alltoall (given: %s)",
+                       MOE_DISPATCHER_NAMES[e->dispatcher]);
+    if (e->pad_to_capacity && !opt_was_set(t, "--moe-expert-capacity-factor"))
+        return err_set(err, TS_EINVAL, "--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor");
+    if (e->enable_deepep && e->dispatcher != MOE_DISPATCH_FLEX)
+        return err_set(err, TS_EINVAL,
+                       "--moe-enable-deepep works only with --moe-token-dispatcher-type flex (given: %s)",
+                       MOE_DISPATCHER_NAMES[e->dispatcher]);
+    return TS_OK;
+}
+
+static int check_layout(moe_config *e, const config *c, ts_err *err)
+{
+    const parallel_config *p = &c->par;
+    if (e->num_experts % e->ep)
+        return err_set(err, TS_EINVAL,
+                       "--num-experts %d is not a multiple of --expert-model-parallel-size %d (give a divisor of %d)",
+                       e->num_experts, e->ep, e->num_experts);
+    long per_stage = (long)e->etp * e->ep * p->pp;
+    if (c->cluster.gpus % per_stage)
+        return err_set(err, TS_EINVAL,
+                       "--gpus %d is not a multiple of p x expert-tensor-parallel x expert-model-parallel = %d x %d "
+                       "x %d = %ld (Megatron-core folds the experts of each pipeline stage over etp x ep x edp ranks)",
+                       c->cluster.gpus, p->pp, e->etp, e->ep, per_stage);
+    e->edp = (int)(c->cluster.gpus / per_stage);
+    if (p->tp > 1 && e->ep > 1 && !p->sequence_parallel)
+        return err_set(err, TS_EINVAL,
+                       "--expert-model-parallel-size %d with --tensor-model-parallel-size %d needs "
+                       "--sequence-parallel (Megatron-core's rule)",
+                       e->ep, p->tp);
+    return TS_OK;
+}
+
+static int check_mla(const moe_config *e, const opt_table *t, ts_err *err)
+{
+    static const char *const MLA_FLAGS[] = {"--q-lora-rank", "--kv-lora-rank", "--qk-head-dim", "--qk-pos-emb-head-dim",
+                                            "--v-head-dim"};
+    if (e->mla)
+        return TS_OK;
+    for (size_t i = 0; i < sizeof MLA_FLAGS / sizeof MLA_FLAGS[0]; i++)
+        if (opt_was_set(t, MLA_FLAGS[i]))
+            return err_set(err, TS_EINVAL, "%s needs --multi-latent-attention", MLA_FLAGS[i]);
+    return TS_OK;
+}
+
+int moe_flags_finish(const moe_flags_state *s, const opt_table *t, config *c, ts_err *err)
+{
+    moe_config *e = &c->moe;
+    int rc;
+    if ((rc = check_mla(e, t, err)))
+        return rc;
+    if (e->num_experts == 0) {
+        static const char *const NEED[] = {"--moe-router-topk",
+                                           "--moe-ffn-hidden-size",
+                                           "--moe-shared-expert-intermediate-size",
+                                           "--moe-layer-freq",
+                                           "--moe-router-num-groups",
+                                           "--moe-router-group-topk",
+                                           "--moe-expert-capacity-factor",
+                                           "--moe-pad-expert-input-to-capacity",
+                                           "--moe-router-force-load-balancing",
+                                           "--moe-enable-deepep",
+                                           "--expert-tensor-parallel-size"};
+        if (e->ep > 1)
+            return err_set(err, TS_EINVAL,
+                           "--expert-model-parallel-size %d needs --num-experts (a dense model has "
+                           "no experts to split)",
+                           e->ep);
+        for (size_t i = 0; i < sizeof NEED / sizeof NEED[0]; i++)
+            if (opt_was_set(t, NEED[i]))
+                return err_set(err, TS_EINVAL, "%s needs --num-experts", NEED[i]);
+        e->etp = c->par.tp;
+        e->edp = c->par.dp;
+        if (e->mla)
+            return err_set(err, TS_EINVAL,
+                           "--multi-latent-attention: not modelled by the simulator's layer ops yet (remove it)");
+        return TS_OK;
+    }
+    if (e->ffn_hidden_size == 0)
+        e->ffn_hidden_size = c->model.ffn_hidden_size;
+    if (e->etp == 0)
+        e->etp = c->par.tp;
+    if (s->layer_freq && (rc = moe_flags_parse_layer_freq(s->layer_freq, c->model.num_layers, &e->layer_freq,
+                                                          &e->first_dense_layers, err)))
+        return rc;
+    if ((rc = check_routing(e, t, err)) || (rc = check_layout(e, c, err)))
+        return rc;
+    return err_set(err, TS_EINVAL,
+                   "--num-experts: not modelled: mixture of experts layers (the layout is valid: ep %d x etp %d x "
+                   "edp %d per pipeline stage, top-%d of %d experts; the layer ops, dispatch and imbalance are not "
+                   "simulated yet)",
+                   e->ep, e->etp, e->edp, e->topk, e->num_experts);
+}

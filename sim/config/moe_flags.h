@@ -1,0 +1,63 @@
+/* moe_flags — Megatron-LM's mixture-of-experts and multi-latent attention
+ * flags in the shared flag table, and Megatron-core's rules on them.
+ *
+ * moe_flags_register adds the flags (names and defaults from
+ * ../shared/reference/megatron_arguments.csv) to the table flags_register
+ * builds, writing into c->moe and into s; moe_flags_finish, once the dense
+ * layout is resolved (t, p, d, --gpus, sequence parallelism), fills the
+ * derived fields (etp default t, edp, expert FFN default --ffn-hidden-size)
+ * and enforces the rules Megatron-LM enforces (validate_args and
+ * TransformerConfig), each as TS_EINVAL naming the flags and what would be
+ * valid:
+ *   - --expert-model-parallel-size > 1 needs --num-experts;
+ *   - --num-experts a multiple of --expert-model-parallel-size;
+ *   - --gpus a multiple of p x etp x ep (the expert layout of each stage);
+ *   - t > 1 with ep > 1 needs --sequence-parallel;
+ *   - 1 <= --moe-router-topk <= --num-experts;
+ *   - group-limited routing: both --moe-router-num-groups and
+ *     --moe-router-group-topk, experts a multiple of the groups, group top-k
+ *     <= groups, top-k <= group top-k x experts per group;
+ *   - --moe-expert-capacity-factor only with the alltoall dispatcher;
+ *     --moe-pad-expert-input-to-capacity only with a capacity factor;
+ *   - --moe-enable-deepep only with --moe-token-dispatcher-type flex;
+ *   - --moe-layer-freq: an integer N >= 1, or the pattern "([0]*K+[1]*M)"
+ *     (K dense layers first) with K + M = --num-layers; other Python list
+ *     expressions are refused (not modelled);
+ *   - multi-latent attention: --kv-lora-rank, --qk-head-dim,
+ *     --qk-pos-emb-head-dim, --v-head-dim >= 1.
+ * A valid MoE or MLA configuration is then refused as not modelled by the
+ * simulator's layer ops (TS_EINVAL): the message gives the layout the rules
+ * accepted. Parameter and FLOP closed forms live in sim/model/moe.h.
+ */
+#ifndef TRAINSIM_MOE_FLAGS_H
+#define TRAINSIM_MOE_FLAGS_H
+
+#include "sim/config/config.h"
+#include "sim/util/err.h"
+#include "sim/util/opt.h"
+
+/* What the MoE flags set besides c->moe (plain values; layer_freq points
+ * into the parsed argv, borrowed). */
+typedef struct {
+    const char *layer_freq; /* --moe-layer-freq as given; NULL = 1 */
+} moe_flags_state;
+
+/* Add the MoE and MLA flags to t, with c->moe at Megatron-LM's defaults.
+ * TS_ENOMEM. */
+int moe_flags_register(moe_flags_state *s, opt_table *t, config *c, ts_err *err);
+
+/* Resolve and check c->moe against c's resolved dense layout (see above).
+ * TS_EINVAL naming the flags. */
+int moe_flags_finish(const moe_flags_state *s, const opt_table *t, config *c, ts_err *err);
+
+/* Megatron's --moe-layer-freq: "N" (N >= 1) or "([0]*K+[1]*M)" for a model
+ * of num_layers layers; sets *freq and *first_dense. TS_EINVAL naming the
+ * value. */
+int moe_flags_parse_layer_freq(const char *v, int num_layers, int *freq, int *first_dense, ts_err *err);
+
+/* "allgather", "alltoall", "flex" (config_moe_dispatcher order); "probs",
+ * "position" (config_moe_drop order); NULL-terminated. */
+extern const char *const MOE_DISPATCHER_NAMES[];
+extern const char *const MOE_DROP_POLICY_NAMES[];
+
+#endif

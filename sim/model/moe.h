@@ -1,0 +1,115 @@
+/* moe — closed forms of a mixture-of-experts model: parameter counts
+ * (total and activated per token), forward FLOPs per token of the MoE
+ * block, the token dispatcher's all-to-all volume, where an expert-parallel
+ * group sits, and the load of the busiest expert-parallel rank.
+ *
+ * Shapes are Megatron-core's (megatron/core/transformer/moe): a MoE layer
+ * replaces the MLP by a router (a bias-free h x E linear layer, softmax and
+ * top-k in fp32), E routed experts of FFN size f_e (each an MLP of the
+ * model's activation: SwiGLU has 3 h x f_e matrices, GeLU 2) and optional
+ * shared experts of FFN size f_s that every token goes through. The norms,
+ * the attention and the embeddings are those of the dense layer (flops.h).
+ * Multi-latent attention (DeepSeek-V2 section 2.1, Megatron-core's
+ * MLASelfAttention) replaces q, k, v and the projection by:
+ *   q: h x q_lora, an RMSNorm of q_lora, q_lora x a(d_qk + d_rope)
+ *      (without query compression, q_lora = 0: h x a(d_qk + d_rope));
+ *   kv: h x (kv_lora + d_rope), an RMSNorm of kv_lora,
+ *       kv_lora x a(d_qk + d_v);
+ *   output: a d_v x h.
+ * Layer i (from 0) is a MoE layer when i >= first_dense_layers and
+ * (i - first_dense_layers) % layer_freq == 0 (Megatron's --moe-layer-freq N
+ * makes layers 0, N, 2N, ... MoE; the pattern "([0]*K+[1]*M)" makes the
+ * first K dense).
+ *
+ * Everything here is plain values: no heap memory.
+ */
+#ifndef TRAINSIM_MOE_H
+#define TRAINSIM_MOE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sim/config/config.h"
+#include "sim/model/commcost.h"
+
+typedef struct {
+    int64_t attention;    /* one layer's attention (MLA or q/k/v/projection) with biases */
+    int64_t dense_mlp;    /* one dense layer's MLP with biases */
+    int64_t expert;       /* one routed expert with biases */
+    int64_t shared;       /* the shared experts of one MoE layer (0 without) */
+    int64_t router;       /* one MoE layer's router: h x E */
+    int moe_layers;       /* layers that are MoE */
+    int64_t total;        /* every parameter, embeddings and output included */
+    int64_t active;       /* what one token uses: top-k experts of each MoE layer, not all E */
+    int64_t expert_total; /* every routed expert of every MoE layer: what EP x EDP shards */
+} moe_params;
+
+/* Whether layer i (0-based) is a MoE layer (see above). Dense model
+ * (e->num_experts == 0): never. */
+bool moe_layer_is_moe(const moe_config *e, int layer);
+
+/* Parameter counts of m with e's experts (e->num_experts may be 0: then
+ * total equals flops_param_count's). Sizes multiply in int64 (a model within
+ * CONFIG_MAX_PARAMS stays far from overflow). */
+void moe_param_count(const model_config *m, const moe_config *e, moe_params *out);
+
+/* Forward GEMM flops per token of one MoE block: the router 2hE, top-k
+ * routed experts 2k x (params of an expert's weights), the shared experts
+ * 2 x their weights. Element-wise work (softmax, top-k, permutation) is
+ * costed by bytes and not counted (the FLOP convention of formulas.md). */
+double moe_block_fwd_flops_per_token(const model_config *m, const moe_config *e);
+
+/* Bytes one rank sends in one all-to-all of the alltoall dispatcher:
+ * tokens x topk x h x dtype_bytes x (ep - 1) / ep (its routed copies, the
+ * share 1/ep of which stays on the rank, under balanced routing), rounded
+ * down. 0 for ep <= 1. */
+int64_t moe_a2a_send_bytes(int64_t tokens, int topk, int64_t h, int dtype_bytes, int ep);
+
+/* Time of one all-to-all of the alltoall dispatcher, ns (rounded to the
+ * nearest integer): NCCL runs it as n - 1 point-to-point sends per rank in
+ * one group call, all in flight at once. Each rank sends send_bytes
+ * (moe_a2a_send_bytes), spread evenly over its n - 1 peers: (k - 1) / (n -
+ * 1) of them to the k - 1 peers in its node over NVLink, (n - k) / (n - 1)
+ * to the peers in the other nodes through its share of the node's NICs
+ * times the fabric factor of the N = n / k consecutive nodes
+ * (commcost_net_factor). The two parts run concurrently:
+ *   time = alpha + max(S (k-1)/(n-1) / B_nvlink, S (n-k)/(n-1) / (B_nic f))
+ * with alpha one step's latency (NVLink inside a node, the NIC's across
+ * nodes: the sends overlap, so their latencies do too) and B_nvlink the
+ * node's all-gather bus bandwidth (nvlink_busbw_gbps: a rank's NVLink
+ * ports carry the same per-rank bytes as in a ring all-gather; an
+ * approximation: no measured all-to-all figure is in ../shared/reference).
+ * 0 for n <= 1 or send_bytes <= 0. g must pass commcost_group_check for an
+ * all-gather (n % k == 0). */
+int64_t moe_a2a_ns(const commcost_params *p, int64_t send_bytes, const commcost_group *g);
+
+/* Nodes one expert-parallel group spans. Megatron-core folds expert ranks
+ * tp-ep-dp-pp innermost first (etp, then ep): a group is ep ranks at a
+ * stride of etp, so it covers etp x ep consecutive ranks: ceil(etp x ep /
+ * gpus_per_node) nodes when that many ranks fill whole nodes, 1 when they fit
+ * in one. gpus_per_node < 1 counts as 1. */
+int moe_ep_group_nodes(int etp, int ep, int gpus_per_node);
+
+/* The default routing-skew model: per-expert token counts of one MoE layer
+ * when routing is not forced to balance. Expert popularity follows Zipf's
+ * law with exponent skew (the j-th most popular expert gets a share
+ * proportional to (j+1)^-skew), and which expert is the j-th most popular
+ * is a uniformly random permutation drawn from seed (splitmix64 and
+ * Fisher-Yates), so heavy experts land on arbitrary expert-parallel ranks.
+ * skew 0 is forced balance exactly: every expert gets routed_tokens / n.
+ * The distribution is an assumption stated here, not fitted to published
+ * routing statistics. Deterministic: the same (n, skew, seed) gives the same
+ * loads, byte for byte. out[0..n-1] sums to routed_tokens (up to rounding). */
+void moe_expert_loads_zipf(int n, double routed_tokens, double skew, uint64_t seed, double *out);
+
+/* The busiest expert-parallel rank's routed tokens against the mean, from
+ * the tokens each of the E experts receives (load[i] >= 0, E = n, n a
+ * multiple of ep; rank r holds experts r*n/ep .. (r+1)*n/ep - 1, as
+ * Megatron-core places them). capacity_factor > 0 caps each expert at
+ * ceil(capacity_factor x mean tokens per expert) (counting the dropped
+ * tokens into *dropped when not NULL); 0 = dropless. Returns max/mean of
+ * the ranks' kept tokens (1 when every rank gets the same; 0 when no token
+ * is routed). */
+double moe_rank_load_factor(const double *load, int n, int ep, double capacity_factor, double *dropped);
+
+#endif

@@ -1,0 +1,286 @@
+/* moe: parameter counts against published totals and hand-computed closed
+ * forms, the dispatcher's all-to-all volume, EP group placement, and the
+ * busiest rank's load under skew and capacity. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "sim/model/flops.h"
+#include "sim/model/moe.h"
+
+/* A bias-free RMSNorm SwiGLU model with untied rotary embeddings. */
+static model_config shape(int layers, int h, int heads, int groups, int d, int ffn, int vocab)
+{
+    model_config m;
+    memset(&m, 0, sizeof m);
+    m.num_layers = layers;
+    m.hidden_size = h;
+    m.num_attention_heads = heads;
+    m.num_query_groups = groups;
+    m.kv_channels = d;
+    m.ffn_hidden_size = ffn;
+    m.swiglu = true;
+    m.seq_length = 4096;
+    m.padded_vocab_size = vocab;
+    m.untie_embeddings = true;
+    m.normalization = NORM_RMSNORM;
+    m.position_embedding = POS_ROPE;
+    return m;
+}
+
+static moe_config experts(int n, int topk, int ffn)
+{
+    moe_config e;
+    memset(&e, 0, sizeof e);
+    e.num_experts = n;
+    e.topk = topk;
+    e.ffn_hidden_size = ffn;
+    e.layer_freq = 1;
+    e.ep = e.etp = e.edp = 1;
+    return e;
+}
+
+/* Mixtral 8x7B (Mistral AI's config.json): 46.7B total, 12.9B active (its
+ * announcement). By hand: attention 4096(4096 + 2 x 8 x 128) + 4096^2 =
+ * 41 943 040, norms 8192, router 32 768, expert 3 x 4096 x 14336 =
+ * 176 160 768; outside the layers 2 x 32000 x 4096 + 4096. */
+Test(moe, mixtral_8x7b_params)
+{
+    model_config m = shape(32, 4096, 32, 8, 128, 14336, 32000);
+    moe_config e = experts(8, 2, 14336);
+    moe_params p;
+    moe_param_count(&m, &e, &p);
+    cr_expect_eq(p.attention, 41943040);
+    cr_expect_eq(p.expert, 176160768);
+    cr_expect_eq(p.router, 32768);
+    cr_expect_eq(p.moe_layers, 32);
+    int64_t layer = 41943040 + 8192 + 32768, outside = 2LL * 32000 * 4096 + 4096;
+    cr_expect_eq(p.total, 32 * (layer + 8 * 176160768LL) + outside);
+    cr_expect_eq(p.active, 32 * (layer + 2 * 176160768LL) + outside);
+    cr_expect_eq(p.expert_total, 32 * 8 * 176160768LL);
+    cr_expect(fabs(p.total / 46.7e9 - 1) < 0.002, "total %lld", (long long)p.total);
+    cr_expect(fabs(p.active / 12.9e9 - 1) < 0.002, "active %lld", (long long)p.active);
+}
+
+/* DeepSeek-V3 (its config.json: 61 layers, the first 3 dense of FFN 18432,
+ * 256 routed experts of 2048 + 1 shared, top-8, MLA q_lora 1536, kv_lora
+ * 512, d_qk 128, d_rope 64, d_v 128, 128 heads, vocabulary 129280): 671B
+ * total, 37B activated (DeepSeek-V3 technical report, without the MTP
+ * module). MLA by hand: q 7168 x 1536 + 1536 + 1536 x 128 x 192, kv 7168 x
+ * 576 + 512 + 512 x 128 x 256, output 128 x 128 x 7168. */
+Test(moe, deepseek_v3_params)
+{
+    model_config m = shape(61, 7168, 128, 128, 128, 18432, 129280);
+    moe_config e = experts(256, 8, 2048);
+    e.shared_ffn_hidden_size = 2048;
+    e.first_dense_layers = 3;
+    e.mla = true;
+    e.mla_q_lora_rank = 1536;
+    e.mla_kv_lora_rank = 512;
+    e.mla_qk_head_dim = 128;
+    e.mla_qk_pos_emb_head_dim = 64;
+    e.mla_v_head_dim = 128;
+    moe_params p;
+    moe_param_count(&m, &e, &p);
+    int64_t q = 7168LL * 1536 + 1536 + 1536LL * 128 * 192, kv = 7168LL * 576 + 512 + 512LL * 128 * 256;
+    cr_expect_eq(p.attention, q + kv + 128LL * 128 * 7168);
+    cr_expect_eq(p.moe_layers, 58);
+    cr_expect_eq(p.expert, 3LL * 7168 * 2048);
+    cr_expect_eq(p.shared, 3LL * 7168 * 2048);
+    cr_log_info("deepseek-v3: total %lld, active %lld", (long long)p.total, (long long)p.active);
+    cr_expect(fabs(p.total / 671e9 - 1) < 0.005, "total %lld", (long long)p.total);
+    cr_expect(fabs(p.active / 37e9 - 1) < 0.02, "active %lld", (long long)p.active);
+    cr_expect_gt(p.total, 17 * p.active); /* under 6% of the parameters are active */
+}
+
+/* Qwen3-235B-A22B (its config.json: 94 layers, h 4096, 64 heads of 128, 4
+ * KV groups, 128 experts of 1536, top-8, vocabulary 151936, untied): 235B
+ * total, 22B activated (the name; Qwen3 technical report). */
+Test(moe, qwen3_235b_params)
+{
+    model_config m = shape(94, 4096, 64, 4, 128, 12288, 151936);
+    moe_config e = experts(128, 8, 1536);
+    moe_params p;
+    moe_param_count(&m, &e, &p);
+    cr_expect_eq(p.attention, 4096LL * (8192 + 1024) + 8192LL * 4096);
+    cr_expect_eq(p.total, 235093610496LL); /* docs/moe.md */
+    cr_expect_eq(p.active, 22190739456LL);
+    cr_expect(fabs(p.total / 235e9 - 1) < 0.005, "total %lld", (long long)p.total);
+    cr_expect(fabs(p.active / 22e9 - 1) < 0.015, "active %lld", (long long)p.active);
+}
+
+Test(moe, dense_model_matches_flops_param_count)
+{
+    model_config m = shape(24, 2048, 16, 16, 0, 5504, 50304);
+    m.add_bias_linear = true;
+    m.normalization = NORM_LAYERNORM;
+    moe_config e = experts(0, 2, 0);
+    moe_params p;
+    flops_params fp;
+    moe_param_count(&m, &e, &p);
+    flops_param_count(&m, &fp);
+    cr_expect_eq(p.total, fp.total);
+    cr_expect_eq(p.active, fp.total);
+    cr_expect_eq(p.moe_layers, 0);
+    /* E experts of the dense FFN, top-1: the same active count, E x the MLPs in total */
+    e = experts(4, 1, 0);
+    moe_param_count(&m, &e, &p);
+    cr_expect_eq(p.active, fp.total + 24LL * 2048 * 4);
+    cr_expect_eq(p.total - p.active, 24LL * 3 * p.dense_mlp);
+}
+
+Test(moe, layer_freq)
+{
+    moe_config e = experts(8, 2, 0);
+    e.layer_freq = 2;
+    cr_expect(moe_layer_is_moe(&e, 0) && !moe_layer_is_moe(&e, 1) && moe_layer_is_moe(&e, 2));
+    e.layer_freq = 1;
+    e.first_dense_layers = 3;
+    cr_expect(!moe_layer_is_moe(&e, 2) && moe_layer_is_moe(&e, 3) && moe_layer_is_moe(&e, 60));
+    e.num_experts = 0;
+    cr_expect(!moe_layer_is_moe(&e, 5));
+}
+
+/* Forward flops per token of the block: router 2hE + k x 2 x 3 h f_e +
+ * 2 x 3 h f_s; twice the active MoE-block parameters plus nothing else. */
+Test(moe, block_flops_per_token)
+{
+    model_config m = shape(32, 4096, 32, 8, 128, 14336, 32000);
+    moe_config e = experts(8, 2, 14336);
+    cr_expect_float_eq(moe_block_fwd_flops_per_token(&m, &e), 2.0 * 4096 * 8 + 2.0 * 2 * 3 * 4096 * 14336, 1e-3);
+    e.shared_ffn_hidden_size = 1024;
+    cr_expect_float_eq(moe_block_fwd_flops_per_token(&m, &e),
+                       2.0 * 4096 * 8 + 2.0 * 2 * 3 * 4096 * 14336 + 2.0 * 3 * 4096 * 1024, 1e-3);
+    moe_params p;
+    e.shared_ffn_hidden_size = 0;
+    moe_param_count(&m, &e, &p);
+    cr_expect_float_eq(moe_block_fwd_flops_per_token(&m, &e), 2.0 * (p.router + 2 * p.expert), 1e-3);
+}
+
+/* tokens x topk x h x bytes x (ep - 1) / ep */
+Test(moe, a2a_volume)
+{
+    cr_expect_eq(moe_a2a_send_bytes(4096, 8, 7168, 2, 8), 4096LL * 8 * 7168 * 2 * 7 / 8);
+    cr_expect_eq(moe_a2a_send_bytes(4096, 2, 4096, 2, 1), 0);
+    cr_expect_eq(moe_a2a_send_bytes(3, 1, 1, 1, 2), 1);                                  /* floor(3/2) */
+    cr_expect_eq(moe_a2a_send_bytes(4096, 8, 7168, 1, 64), 4096LL * 8 * 7168 * 63 / 64); /* FP8 dispatch */
+    cr_expect_lt(moe_a2a_send_bytes(4096, 8, 7168, 2, 8), moe_a2a_send_bytes(4096, 8, 7168, 2, 64));
+}
+
+Test(moe, ep_group_nodes)
+{
+    cr_expect_eq(moe_ep_group_nodes(1, 8, 8), 1);
+    cr_expect_eq(moe_ep_group_nodes(2, 4, 8), 1);
+    cr_expect_eq(moe_ep_group_nodes(1, 64, 8), 8);
+    cr_expect_eq(moe_ep_group_nodes(2, 8, 8), 2);
+    cr_expect_eq(moe_ep_group_nodes(1, 64, 72), 1); /* a GB200 NVL72 rack */
+}
+
+Test(moe, balanced_load_is_one_and_skew_never_lowers_it)
+{
+    double even[8] = {10, 10, 10, 10, 10, 10, 10, 10}, dropped = -1;
+    cr_expect_float_eq(moe_rank_load_factor(even, 8, 4, 0, &dropped), 1.0, 1e-12);
+    cr_expect_float_eq(dropped, 0.0, 1e-12);
+    double prev = 1.0;
+    for (int s = 1; s <= 8; s++) { /* move s tokens from the last expert to the first, more each time */
+        double l[8] = {10, 10, 10, 10, 10, 10, 10, 10};
+        l[0] += s;
+        l[7] -= s;
+        double f = moe_rank_load_factor(l, 8, 4, 0, NULL);
+        cr_expect_float_eq(f, (20.0 + s) / 20.0, 1e-12); /* the busiest rank: experts 0 and 1 */
+        cr_expect_geq(f, prev);
+        prev = f;
+    }
+    /* skew inside one rank costs nothing at that EP */
+    double inside[8] = {15, 5, 10, 10, 10, 10, 10, 10};
+    cr_expect_float_eq(moe_rank_load_factor(inside, 8, 4, 0, NULL), 1.0, 1e-12);
+    cr_expect_float_eq(moe_rank_load_factor(inside, 8, 8, 0, NULL), 1.5, 1e-12);
+}
+
+/* Capacity 1.0 x mean = 10: expert 0's 30 tokens are cut to 10 (20 dropped). */
+Test(moe, capacity_caps_and_counts_drops)
+{
+    double l[4] = {30, 10, 0, 0}, dropped = 0;
+    cr_expect_float_eq(moe_rank_load_factor(l, 4, 4, 0, &dropped), 3.0, 1e-12);
+    cr_expect_float_eq(dropped, 0.0, 1e-12);
+    double f = moe_rank_load_factor(l, 4, 4, 1.0, &dropped);
+    cr_expect_float_eq(dropped, 20.0, 1e-12);
+    cr_expect_float_eq(f, 2.0, 1e-12); /* kept 10, 10, 0, 0: max 10 over mean 5 */
+    cr_expect_float_eq(moe_rank_load_factor(l, 4, 4, 1.25, &dropped), 13.0 / (23.0 / 4), 1e-12); /* kept 13, 10, 0, 0 */
+    cr_expect_float_eq(dropped, 17.0, 1e-12); /* capacity ceil(12.5) = 13 */
+}
+
+/* All-to-all time against its closed form, on hand-set alpha-beta params:
+ * inside a node only NVLink carries it; across nodes the NIC share does
+ * (it is the slower), and more ranks per node move bytes off the NICs. */
+Test(moe, a2a_time_closed_form)
+{
+    commcost_params p;
+    memset(&p, 0, sizeof p);
+    p.model = COMMCOST_ALPHA_BETA;
+    p.nvlink_busbw_gbps = 360;
+    p.nvlink_alpha_ns = 5000;
+    p.nic_gbps_per_gpu = 47;
+    p.nic_alpha_ns = 10000;
+    int64_t S = 1LL << 30;
+    commcost_group g1 = {8, 8}, g8 = {64, 8}, g4 = {64, 4}, one = {1, 1};
+    cr_expect_eq(moe_a2a_ns(&p, S, &g1), llround(5000 + (double)S / 360));
+    cr_expect_eq(moe_a2a_ns(&p, S, &g8), llround(10000 + (double)S * 56 / 63 / 47));
+    cr_expect_eq(moe_a2a_ns(&p, S, &g4), llround(10000 + (double)S * 60 / 63 / 47));
+    cr_expect_lt(moe_a2a_ns(&p, S, &g8), moe_a2a_ns(&p, S, &g4));
+    cr_expect_gt(moe_a2a_ns(&p, S, &g8), 5 * moe_a2a_ns(&p, S, &g1)); /* the NIC share is ~8x below NVLink */
+    cr_expect_eq(moe_a2a_ns(&p, S, &one), 0);
+    cr_expect_eq(moe_a2a_ns(&p, 0, &g8), 0);
+}
+
+/* skew 0 is forced balance exactly; more skew never lowers the busiest
+ * rank's load (DeepSeek-V3's 256 experts over ep 8, 16, 64); the loads sum
+ * to the routed tokens; the same seed gives the same loads. */
+Test(moe, zipf_skew_model)
+{
+    double l[256], l2[256];
+    moe_expert_loads_zipf(256, 4096.0 * 8, 0, 7, l);
+    for (int i = 0; i < 256; i++)
+        cr_expect_float_eq(l[i], 128.0, 1e-12);
+    cr_expect_float_eq(moe_rank_load_factor(l, 256, 8, 0, NULL), 1.0, 1e-12);
+    int eps[3] = {8, 16, 64};
+    for (int e = 0; e < 3; e++) {
+        double prev = 1.0;
+        for (int s = 1; s <= 12; s++) {
+            moe_expert_loads_zipf(256, 4096.0 * 8, 0.1 * s, 1, l);
+            double sum = 0;
+            for (int i = 0; i < 256; i++)
+                sum += l[i];
+            cr_expect_float_eq(sum, 4096.0 * 8, 1e-6);
+            double f = moe_rank_load_factor(l, 256, eps[e], 0, NULL);
+            cr_expect_geq(f, prev - 1e-12, "ep %d skew %.1f: %.6f < %.6f", eps[e], 0.1 * s, f, prev);
+            cr_expect_gt(f, 1.0);
+            prev = f;
+        }
+    }
+    moe_expert_loads_zipf(256, 1000, 0.8, 42, l);
+    moe_expert_loads_zipf(256, 1000, 0.8, 42, l2);
+    cr_expect_arr_eq(l, l2, sizeof l);
+    moe_expert_loads_zipf(256, 1000, 0.8, 43, l2);
+    cr_expect_arr_neq(l, l2, sizeof l);
+    /* finer EP sees more of the skew: one expert per rank at ep 256 */
+    cr_expect_gt(moe_rank_load_factor(l, 256, 256, 0, NULL), moe_rank_load_factor(l, 256, 8, 0, NULL));
+}
+
+/* The figures docs/moe.md gives: DeepSeek-V3's 256 experts, 32768 routed
+ * tokens, seed 1. */
+Test(moe, zipf_figures)
+{
+    static const double skew[3] = {0.3, 0.6, 1.0};
+    static const double want[3][5] = {
+        {1.070, 1.206, 1.788, 1.344, 7.0}, {1.235, 1.607, 3.966, 1.633, 23.5}, {1.907, 3.192, 11.281, 2.464, 50.5}};
+    double l[256], dropped;
+    for (int s = 0; s < 3; s++) {
+        moe_expert_loads_zipf(256, 32768, skew[s], 1, l);
+        cr_expect(fabs(moe_rank_load_factor(l, 256, 8, 0, NULL) - want[s][0]) < 1e-3);
+        cr_expect(fabs(moe_rank_load_factor(l, 256, 16, 0, NULL) - want[s][1]) < 1e-3);
+        cr_expect(fabs(moe_rank_load_factor(l, 256, 64, 0, NULL) - want[s][2]) < 1e-3);
+        cr_expect(fabs(moe_rank_load_factor(l, 256, 64, 1.25, &dropped) - want[s][3]) < 1e-3);
+        cr_expect(fabs(100 * dropped / 32768 - want[s][4]) < 0.1);
+    }
+}
