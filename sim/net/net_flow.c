@@ -35,7 +35,11 @@ int net_flows_new(const net_graph *g, net_flows **out, ts_err *err)
     f->lmark = calloc(nl, sizeof *f->lmark);
     f->dirty = malloc(nl * sizeof *f->dirty);
     f->comp_links = malloc(nl * sizeof *f->comp_links);
-    if (!f->lh || !f->lk || !f->lf || !f->lmark || !f->dirty || !f->comp_links || !f->bw) {
+    f->lsat = calloc(nl, sizeof *f->lsat);
+    f->lout = calloc(nl, sizeof *f->lout);
+    f->bnd_links = malloc(nl * sizeof *f->bnd_links);
+    if (!f->lh || !f->lk || !f->lf || !f->lmark || !f->dirty || !f->comp_links || !f->bw || !f->lsat || !f->lout ||
+        !f->bnd_links) {
         net_flows_free(f);
         return err_set(err, TS_ENOMEM, "net_flows: out of memory");
     }
@@ -64,6 +68,9 @@ void net_flows_free(net_flows *f)
     free(f->hpos);
     free(f->dirty);
     free(f->comp_links);
+    free(f->lsat);
+    free(f->lout);
+    free(f->bnd_links);
     free(f->comp_flows);
     free(f->fh);
     free(f->sh);
@@ -185,6 +192,7 @@ int net_flow_start_hint(net_flows *f, int64_t now_ns, const int *links, int nlin
     int *keep_links = F->links, keep_cap = F->cap;
     memset(F, 0, sizeof *F);
     F->links = keep_links;
+    F->bott = F->new_bott = -1;
     F->cap = keep_cap;
     /* one block of two ints per slot: the links, then pos */
     if (F->cap < nlinks && grow_to_int((void **)&F->links, &F->cap, nlinks, 8, 2 * sizeof *F->links))
@@ -286,6 +294,10 @@ static int empty_if_alone(net_flows *f, int id)
 static void detach(net_flows *f, int id)
 {
     flow_t *F = &f->fl[id];
+    if (F->bott >= 0) { /* it no longer holds its bottleneck */
+        f->lsat[F->bott]--;
+        F->bott = -1;
+    }
     /* Alone on all its links: they become empty and no other rate changes,
      * so they need no recomputation. */
     if (empty_if_alone(f, id)) {

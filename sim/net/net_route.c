@@ -19,6 +19,14 @@ struct net_router {
     int cache_cap, cache_len;
     int *queue;     /* BFS scratch, n_switches + 1 */
     uint64_t ports; /* most non-switch neighbours of any switch (a full leaf's ports) */
+    /* Per switch index, its out-links to switches that have a reverse
+     * and are up (what the distance search follows; failures are applied
+     * before a router is made), adj[adj_off[i] .. adj_off[i+1]): the
+     * search then skips the NIC ports of every leaf. */
+    int *adj_off;
+    struct {
+        int link, sw;
+    } * adj;
 };
 
 uint64_t net_route_hash(int src, int dst, uint64_t flow_id, int hop)
@@ -66,6 +74,30 @@ int net_router_new(const net_graph *g, net_router **out, ts_err *err)
         if (c > r->ports)
             r->ports = c;
     }
+    r->adj_off = malloc(sizeof *r->adj_off * ((size_t)r->n_switches + 1));
+    size_t n_adj = 0;
+    for (int i = 0; r->adj_off && i < r->n_switches; i++)
+        for (int k = g->out_off[r->sw_node[i]]; k < g->out_off[r->sw_node[i] + 1]; k++) {
+            const net_link *l = &g->links[g->out_link[k]];
+            n_adj += r->sw_index[l->dst] >= 0 && l->reverse >= 0 && !l->down;
+        }
+    r->adj = malloc(sizeof *r->adj * (n_adj ? n_adj : 1));
+    if (!r->adj_off || !r->adj) {
+        net_router_free(r);
+        return err_set(err, TS_ENOMEM, "net_router: out of memory");
+    }
+    n_adj = 0;
+    for (int i = 0; i < r->n_switches; i++) {
+        r->adj_off[i] = (int)n_adj;
+        for (int k = g->out_off[r->sw_node[i]]; k < g->out_off[r->sw_node[i] + 1]; k++) {
+            const net_link *l = &g->links[g->out_link[k]];
+            if (r->sw_index[l->dst] >= 0 && l->reverse >= 0 && !l->down) {
+                r->adj[n_adj].link = g->out_link[k];
+                r->adj[n_adj++].sw = r->sw_index[l->dst];
+            }
+        }
+    }
+    r->adj_off[r->n_switches] = (int)n_adj;
     *out = r;
     return TS_OK;
 }
@@ -78,6 +110,8 @@ void net_router_free(net_router *r)
         for (int i = 0; i < r->cache_cap; i++)
             free(r->cache[i].dist);
     free(r->cache);
+    free(r->adj_off);
+    free(r->adj);
     free(r->sw_index);
     free(r->sw_node);
     free(r->queue);
@@ -198,11 +232,10 @@ static const int16_t *dist_to(net_router *r, int t)
             }
         }
     while (head < tail) {
-        int s = r->queue[head++], v = r->sw_node[s];
-        for (int k = g->out_off[v]; k < g->out_off[v + 1]; k++) {
-            const net_link *l = &g->links[g->out_link[k]];
-            int w = r->sw_index[l->dst];
-            if (w >= 0 && l->reverse >= 0 && !l->down && d[w] < 0) {
+        int s = r->queue[head++];
+        for (int k = r->adj_off[s]; k < r->adj_off[s + 1]; k++) {
+            int w = r->adj[k].sw;
+            if (d[w] < 0) {
                 d[w] = (int16_t)(d[s] + 1);
                 r->queue[tail++] = w;
             }

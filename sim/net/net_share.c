@@ -211,20 +211,28 @@ void net_share_count_recompute(net_flows *f, int n)
         f->st.max_component = (uint64_t)n;
 }
 
-int net_share_recompute_dirty(net_flows *f)
+/* One pass of the filling over the component of the seed links (f->dirty,
+ * f->n_dirty of them), cut at unsaturated links: from a flow the search
+ * goes on through a shared link only if the link is a seed or the
+ * bottleneck of some flow (lsat > 0). The other shared links are the
+ * boundary: their flows outside the component keep their rates, which the
+ * filling subtracts from the link's capacity. A flow outside the component
+ * is frozen at a link all of whose flows are outside (else the search would
+ * have crossed it), so its rate, and how it was reached, does not change.
+ * The cut is right if no boundary link freezes a flow of the component: if
+ * one does, it is made a seed and the pass returns 1 (to be run again);
+ * else the rates are applied and it returns 0. TS_ENOMEM on failure. */
+static int share_pass(net_flows *f, uint32_t gen, int n_fast)
 {
-    uint32_t ep = ++f->epoch, gen = f->gen++;
-    int nl = 0, nf = 0, fast_seen = 0, n_fast = f->n_fast, nsh = 0;
-    f->n_fast = 0;
+    uint32_t ep = ++f->epoch;
+    int nl = 0, nb = 0, nf = 0, fast_seen = 0, nsh = 0;
     for (int i = 0; i < f->n_dirty; i++) {
         int l = f->dirty[i];
-        f->lk[l].dirty = 0;
         if (f->lmark[l] != ep) {
             f->lmark[l] = ep;
             f->comp_links[nl++] = l;
         }
     }
-    f->n_dirty = 0;
     /* BFS over links <-> flows. A link that only the flow reaching it uses
      * (n == 1: most of a bundle's path) leads nowhere else: it stays out of
      * comp_links and is seen only here, as a candidate for the flow's
@@ -245,6 +253,7 @@ int net_share_recompute_dirty(net_flows *f)
                 grow_to_int((void **)&f->sh, &f->cap_sh, nsh + F->nlinks, 1024, sizeof *f->sh))
                 return TS_ENOMEM;
             F->own_link = -1;
+            F->new_bott = -1;
             F->sh_off = nsh;
             for (int h = 0; h < F->nlinks; h++) {
                 int l2 = F->links[h];
@@ -259,7 +268,10 @@ int net_share_recompute_dirty(net_flows *f)
                 f->sh[nsh++] = l2;
                 if (f->lmark[l2] != ep) {
                     f->lmark[l2] = ep;
-                    f->comp_links[nl++] = l2;
+                    if (f->lsat[l2] > 0)
+                        f->comp_links[nl++] = l2;
+                    else
+                        f->bnd_links[nb++] = l2;
                 }
             }
             F->sh_n = nsh - F->sh_off;
@@ -268,12 +280,9 @@ int net_share_recompute_dirty(net_flows *f)
     /* The flows started alone since the last call (net_flow_start) count as
      * if their links had been marked dirty: each is a component of its own
      * unless the search above reached it. */
-    int counted = nf + n_fast - fast_seen;
-    if (counted == 0)
-        return TS_OK;
-    net_share_count_recompute(f, counted);
+    f->pass_counted = nf + n_fast - fast_seen;
     if (nf == 0)
-        return TS_OK;
+        return 0;
     /* A flow alone on all its links (the common case: a collective on an
      * idle NVSwitch domain) is frozen first at its tightest link's share
      * bw / occurrences, whatever the others do: set it directly, which is
@@ -288,7 +297,7 @@ int net_share_recompute_dirty(net_flows *f)
             F->new_rate = net_share_solo_rate(f, F->links, F->nlinks);
     }
     /* Progressive filling of the others. */
-    if (nl + nf > f->cap_fh && grow_to_int((void **)&f->fh, &f->cap_fh, nl + nf, 256, sizeof *f->fh))
+    if (nl + nb + nf > f->cap_fh && grow_to_int((void **)&f->fh, &f->cap_fh, nl + nb + nf, 256, sizeof *f->fh))
         return TS_ENOMEM;
     /* Links that only one flow uses keep the share bw / occurrences until
      * that flow is frozen, so only the tightest of them per flow can be the
@@ -297,15 +306,36 @@ int net_share_recompute_dirty(net_flows *f)
      * (nothing reads them again). Pops come out in the same order as with
      * every link in the heap, and the rates bit for bit. */
     f->n_fh = 0;
-    for (int li = 0; li < nl; li++) {
-        int l = f->comp_links[li], n = f->lh[l].n;
+    for (int li = 0; li < nl + nb; li++) {
+        int l = li < nl ? f->comp_links[li] : f->bnd_links[li - nl], n = f->lh[l].n;
         if (n <= 1) /* empty, or a dirty link of one flow: its candidate is set */
             continue;
+        link_fill *L = &f->lf[l];
+        if (li >= nl) { /* boundary: the flows outside keep their rates */
+            double out = 0;
+            int nin = 0, nout = 0;
+            for (int k = 0; k < n; k++) {
+                const flow_t *G = &f->fl[lfl(f, l, k)];
+                if (G->mark == ep) {
+                    nin++;
+                } else {
+                    out += G->rate;
+                    nout++;
+                }
+            }
+            if (nout > 0) {
+                f->lout[l] = ep;
+                L->rem = f->bw[l] - out;
+                L->unfrozen = nin;
+                L->ver++;
+                f->fh[f->n_fh++] = (fill_ent){(L->rem > 0 ? L->rem : 0) / nin, l, L->ver};
+                continue;
+            }
+        }
         int id0 = f->lh[l].fl0;
         flow_t *F0 = &f->fl[id0];
         if (F0->solo)
             continue;
-        link_fill *L = &f->lf[l];
         L->rem = f->bw[l];
         L->unfrozen = n;
         L->ver++;
@@ -338,6 +368,11 @@ int net_share_recompute_dirty(net_flows *f)
         link_fill *L = &f->lf[e.link];
         if (e.ver != L->ver || L->unfrozen == 0)
             continue;
+        if (f->lout[e.link] == ep) { /* a boundary link would freeze: cut it no more */
+            f->lk[e.link].dirty = 1;
+            f->dirty[f->n_dirty++] = e.link;
+            return 1;
+        }
         double share = L->rem > 0 ? L->rem / L->unfrozen : 0;
         for (int k = 0; k < f->lh[e.link].n; k++) {
             int id = lfl(f, e.link, k);
@@ -346,6 +381,7 @@ int net_share_recompute_dirty(net_flows *f)
                 continue;
             F->frozen = 1;
             F->new_rate = share;
+            F->new_bott = e.link;
             const int *sh = f->sh + F->sh_off;
             for (int h = 0; h < F->sh_n; h++) {
                 link_fill *L2 = &f->lf[sh[h]];
@@ -362,6 +398,13 @@ int net_share_recompute_dirty(net_flows *f)
     for (int fi = 0; fi < nf; fi++) {
         int id = f->comp_flows[fi];
         flow_t *F = &f->fl[id];
+        if (F->bott != F->new_bott) {
+            if (F->bott >= 0)
+                f->lsat[F->bott]--;
+            if (F->new_bott >= 0)
+                f->lsat[F->new_bott]++;
+            F->bott = F->new_bott;
+        }
         if (F->new_rate == F->rate && f->hpos[id] >= 0)
             continue;
         F->left_bytes -= F->rate * (double)(f->now_ns - F->last_ns);
@@ -373,8 +416,8 @@ int net_share_recompute_dirty(net_flows *f)
         net_share_heap_update(f, id);
     }
     if (f->u_peak) {
-        for (int li = 0; li < nl; li++) { /* the shared links (and the dirty ones) */
-            int l = f->comp_links[li];
+        for (int li = 0; li < nl + nb; li++) { /* the shared links (and the dirty ones) */
+            int l = li < nl ? f->comp_links[li] : f->bnd_links[li - nl];
             double sum = 0;
             for (int k = 0; k < f->lh[l].n; k++)
                 sum += f->fl[lfl(f, l, k)].rate;
@@ -387,5 +430,22 @@ int net_share_recompute_dirty(net_flows *f)
                     net_share_peak_note(f, F->links[h], F->rate);
         }
     }
+    return 0;
+}
+
+int net_share_recompute_dirty(net_flows *f)
+{
+    uint32_t gen = f->gen++;
+    int n_fast = f->n_fast, rc;
+    f->n_fast = 0;
+    while ((rc = share_pass(f, gen, n_fast)) == 1)
+        f->st.recompute_retries++;
+    for (int i = 0; i < f->n_dirty; i++)
+        f->lk[f->dirty[i]].dirty = 0;
+    f->n_dirty = 0;
+    if (rc)
+        return rc;
+    if (f->pass_counted > 0)
+        net_share_count_recompute(f, f->pass_counted);
     return TS_OK;
 }

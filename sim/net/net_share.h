@@ -21,11 +21,12 @@ typedef struct {
     int *links;      /* the route; a link may repeat (a bundle crossing it twice) */
     int *pos;        /* index of this flow in each link's flow list, per occurrence (links + cap) */
     double left_bytes;
-    double rate;      /* GB/s = bytes/ns; 0 until first assigned */
-    double new_rate;  /* scratch of the water-filling (before it: the share of own_link) */
-    int own_link;     /* scratch: its tightest link no other flow uses, -1 if none */
-    int sh_off, sh_n; /* scratch: its occurrences of shared links, net_flows.sh[sh_off ..] */
-    int64_t last_ns;  /* time left_bytes was last brought up to date */
+    double rate;        /* GB/s = bytes/ns; 0 until first assigned */
+    double new_rate;    /* scratch of the water-filling (before it: the share of own_link) */
+    int bott, new_bott; /* link that froze it in the last filling, -1 if none (solo); scratch of the filling */
+    int own_link;       /* scratch: its tightest link no other flow uses, -1 if none */
+    int sh_off, sh_n;   /* scratch: its occurrences of shared links, net_flows.sh[sh_off ..] */
+    int64_t last_ns;    /* time left_bytes was last brought up to date */
     int64_t done_ns;
     uint64_t tag;
     uint32_t mark;     /* component epoch */
@@ -71,7 +72,11 @@ struct net_flows {
     link_hot *lh;
     link_t *lk;
     link_fill *lf;
-    uint32_t *lmark; /* per link: component epoch (apart: lh stays 8 bytes a link) */
+    int *lsat;        /* per link: flows whose bott it is (> 0: saturated, the search crosses it) */
+    uint32_t *lout;   /* per link: epoch of a pass in which it is a boundary link with flows outside */
+    int *bnd_links;   /* scratch: a pass's boundary links, cap n_links */
+    int pass_counted; /* scratch: the flows a pass (re)assigned */
+    uint32_t *lmark;  /* per link: component epoch (apart: lh stays 8 bytes a link) */
     flow_t *fl;
     int n_flows, cap_flows;
     int *free_ids;
