@@ -411,5 +411,6 @@ int64_t net_flows_now_ns(const net_flows *f)
 }
 net_flow_stats net_flows_stats(const net_flows *f)
 {
-    return f->st;
+    return (net_flow_stats){f->st.flows_started, f->st.recomputes, f->st.rate_updates, f->st.max_component,
+                            f->st.recompute_retries};
 }

@@ -412,7 +412,7 @@ static int share_pass(net_flows *f, uint32_t gen, int n_fast)
             F->left_bytes = 0;
         F->last_ns = f->now_ns;
         F->rate = F->new_rate;
-        F->done_ns = F->rate > 0 ? f->now_ns + net_share_duration_ns(F->left_bytes, F->rate) : NET_TIME_NEVER;
+        F->done_ns = F->rate > 0 ? f->now_ns + net_share_duration_ns(F->left_bytes, F->rate) : NET_SHARE_NEVER_NS;
         net_share_heap_update(f, id);
     }
     if (f->u_peak) {

@@ -14,7 +14,19 @@
 
 #include <stdint.h>
 
-#include "sim/net/net_flow.h"
+#include "sim/net/net_graph.h"
+
+/* The same type as net_flow.h's (this header may not include it: net_flow
+ * is the module above). */
+typedef struct net_flows net_flows;
+
+/* A flow that never ends: net_flow.h's NET_TIME_NEVER. */
+#define NET_SHARE_NEVER_NS INT64_MAX
+
+/* The counters behind net_flow_stats (see there), in the same order. */
+typedef struct {
+    uint64_t flows_started, recomputes, rate_updates, max_component, recompute_retries;
+} net_share_stats;
 
 typedef struct {
     int nlinks, cap; /* links in use / allocated (kept when the slot is reused) */
@@ -100,7 +112,7 @@ struct net_flows {
     int n_fast;       /* flows started alone since the last recomputation */
     int64_t now_ns;
     int active;
-    net_flow_stats st;
+    net_share_stats st;
     /* per link, with net_flows_track_links (else NULL) */
     double *u_bytes, *u_peak;
     int64_t *u_busy, *u_since; /* busy time of closed periods; start of the open one */
