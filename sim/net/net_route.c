@@ -24,6 +24,8 @@ struct net_router {
      * before a router is made), adj[adj_off[i] .. adj_off[i+1]): the
      * search then skips the NIC ports of every leaf. */
     int *adj_off;
+    int *
+        twin; /* open addressing by the adjacency list: a switch whose distances are cached, -1 empty; 2 x n_switches */
     struct {
         int link, sw;
     } * adj;
@@ -98,6 +100,13 @@ int net_router_new(const net_graph *g, net_router **out, ts_err *err)
         }
     }
     r->adj_off[r->n_switches] = (int)n_adj;
+    r->twin = malloc(sizeof *r->twin * (2 * (size_t)r->n_switches + 1));
+    if (!r->twin) {
+        net_router_free(r);
+        return err_set(err, TS_ENOMEM, "net_router: out of memory");
+    }
+    for (int i = 0; i < 2 * r->n_switches + 1; i++)
+        r->twin[i] = -1;
     *out = r;
     return TS_OK;
 }
@@ -111,6 +120,7 @@ void net_router_free(net_router *r)
             free(r->cache[i].dist);
     free(r->cache);
     free(r->adj_off);
+    free(r->twin);
     free(r->adj);
     free(r->sw_index);
     free(r->sw_node);
@@ -187,6 +197,39 @@ static int single_switch(const net_router *r, int t)
     return sw;
 }
 
+/* Do switches a and b have the same list of switch links (same order)? */
+static int same_adj(const net_router *r, int a, int b)
+{
+    int n = r->adj_off[a + 1] - r->adj_off[a];
+    if (n != r->adj_off[b + 1] - r->adj_off[b])
+        return 0;
+    for (int k = 0; k < n; k++)
+        if (r->adj[r->adj_off[a] + k].sw != r->adj[r->adj_off[b] + k].sw)
+            return 0;
+    return 1;
+}
+
+/* A switch with the same (non-empty) switch neighbours as switch index s
+ * whose distances were searched before, or -1 (then s is registered as the
+ * one to copy from, as its distances are about to be searched). */
+static int twin_of(net_router *r, int s)
+{
+    int n = r->adj_off[s + 1] - r->adj_off[s];
+    if (n == 0)
+        return -1;
+    uint64_t hsh = 0xCBF29CE484222325ull;
+    for (int k = 0; k < n; k++)
+        hsh = (hsh ^ (uint64_t)(uint32_t)r->adj[r->adj_off[s] + k].sw) * 0x100000001B3ull;
+    int cap = 2 * r->n_switches + 1, h = (int)(hsh % (uint64_t)cap);
+    while (r->twin[h] >= 0) {
+        if (same_adj(r, r->twin[h], s))
+            return r->twin[h] == s ? -1 : r->twin[h];
+        h = h + 1 == cap ? 0 : h + 1;
+    }
+    r->twin[h] = s;
+    return -1;
+}
+
 /* Hop distances from every switch to attachment node t (BFS over switch
  * nodes; links are bidirectional in every builder, so BFS follows the
  * reverse of each out-link). A node behind a single switch L (a NIC on its
@@ -216,6 +259,25 @@ static const int16_t *dist_to(net_router *r, int t)
     int16_t *d = malloc(sizeof *d * (size_t)(r->n_switches ? r->n_switches : 1));
     if (!d)
         return NULL;
+    /* A switch with the same switch neighbours N as one searched before
+     * (the leaves of a rail under the same spines): every other switch w
+     * reaches either only through N, so both have w's distance 1 + min over
+     * N; each is 2 from the other (through N) and 0 from itself. */
+    int tw = r->sw_index[t] >= 0 ? twin_of(r, r->sw_index[t]) : -1;
+    if (tw >= 0) {
+        const int16_t *dt = dist_to(r, r->sw_node[tw]);
+        if (!dt) {
+            free(d);
+            return NULL;
+        }
+        memcpy(d, dt, sizeof *d * (size_t)r->n_switches);
+        d[tw] = 2;
+        d[r->sw_index[t]] = 0;
+        r->cache[h].target = t;
+        r->cache[h].dist = d;
+        r->cache_len++;
+        return d;
+    }
     for (int i = 0; i < r->n_switches; i++)
         d[i] = -1;
     int head = 0, tail = 0;
