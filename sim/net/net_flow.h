@@ -46,9 +46,10 @@ typedef void (*net_flow_done_fn)(void *ctx, int flow, uint64_t tag, int64_t t_ns
 
 typedef struct {
     uint64_t flows_started;
-    uint64_t recomputes;    /* component recomputations */
-    uint64_t rate_updates;  /* flow rates (re)assigned by recomputations */
-    uint64_t max_component; /* largest component (flows) recomputed */
+    uint64_t recomputes;        /* component recomputations */
+    uint64_t rate_updates;      /* flow rates (re)assigned by recomputations */
+    uint64_t max_component;     /* largest component (flows) recomputed */
+    uint64_t recompute_retries; /* passes run again after a boundary link turned out saturated */
 } net_flow_stats;
 
 int net_flows_new(const net_graph *g, net_flows **out, ts_err *err);

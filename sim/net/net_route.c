@@ -19,6 +19,16 @@ struct net_router {
     int cache_cap, cache_len;
     int *queue;     /* BFS scratch, n_switches + 1 */
     uint64_t ports; /* most non-switch neighbours of any switch (a full leaf's ports) */
+    /* Per switch index, its out-links to switches that have a reverse
+     * and are up (what the distance search follows; failures are applied
+     * before a router is made), adj[adj_off[i] .. adj_off[i+1]): the
+     * search then skips the NIC ports of every leaf. */
+    int *adj_off;
+    int *
+        twin; /* open addressing by the adjacency list: a switch whose distances are cached, -1 empty; 2 x n_switches */
+    struct {
+        int link, sw;
+    } * adj;
 };
 
 uint64_t net_route_hash(int src, int dst, uint64_t flow_id, int hop)
@@ -66,6 +76,37 @@ int net_router_new(const net_graph *g, net_router **out, ts_err *err)
         if (c > r->ports)
             r->ports = c;
     }
+    r->adj_off = malloc(sizeof *r->adj_off * ((size_t)r->n_switches + 1));
+    size_t n_adj = 0;
+    for (int i = 0; r->adj_off && i < r->n_switches; i++)
+        for (int k = g->out_off[r->sw_node[i]]; k < g->out_off[r->sw_node[i] + 1]; k++) {
+            const net_link *l = &g->links[g->out_link[k]];
+            n_adj += r->sw_index[l->dst] >= 0 && l->reverse >= 0 && !l->down;
+        }
+    r->adj = malloc(sizeof *r->adj * (n_adj ? n_adj : 1));
+    if (!r->adj_off || !r->adj) {
+        net_router_free(r);
+        return err_set(err, TS_ENOMEM, "net_router: out of memory");
+    }
+    n_adj = 0;
+    for (int i = 0; i < r->n_switches; i++) {
+        r->adj_off[i] = (int)n_adj;
+        for (int k = g->out_off[r->sw_node[i]]; k < g->out_off[r->sw_node[i] + 1]; k++) {
+            const net_link *l = &g->links[g->out_link[k]];
+            if (r->sw_index[l->dst] >= 0 && l->reverse >= 0 && !l->down) {
+                r->adj[n_adj].link = g->out_link[k];
+                r->adj[n_adj++].sw = r->sw_index[l->dst];
+            }
+        }
+    }
+    r->adj_off[r->n_switches] = (int)n_adj;
+    r->twin = malloc(sizeof *r->twin * (2 * (size_t)r->n_switches + 1));
+    if (!r->twin) {
+        net_router_free(r);
+        return err_set(err, TS_ENOMEM, "net_router: out of memory");
+    }
+    for (int i = 0; i < 2 * r->n_switches + 1; i++)
+        r->twin[i] = -1;
     *out = r;
     return TS_OK;
 }
@@ -78,6 +119,9 @@ void net_router_free(net_router *r)
         for (int i = 0; i < r->cache_cap; i++)
             free(r->cache[i].dist);
     free(r->cache);
+    free(r->adj_off);
+    free(r->twin);
+    free(r->adj);
     free(r->sw_index);
     free(r->sw_node);
     free(r->queue);
@@ -153,6 +197,39 @@ static int single_switch(const net_router *r, int t)
     return sw;
 }
 
+/* Do switches a and b have the same list of switch links (same order)? */
+static int same_adj(const net_router *r, int a, int b)
+{
+    int n = r->adj_off[a + 1] - r->adj_off[a];
+    if (n != r->adj_off[b + 1] - r->adj_off[b])
+        return 0;
+    for (int k = 0; k < n; k++)
+        if (r->adj[r->adj_off[a] + k].sw != r->adj[r->adj_off[b] + k].sw)
+            return 0;
+    return 1;
+}
+
+/* A switch with the same (non-empty) switch neighbours as switch index s
+ * whose distances were searched before, or -1 (then s is registered as the
+ * one to copy from, as its distances are about to be searched). */
+static int twin_of(net_router *r, int s)
+{
+    int n = r->adj_off[s + 1] - r->adj_off[s];
+    if (n == 0)
+        return -1;
+    uint64_t hsh = 0xCBF29CE484222325ull;
+    for (int k = 0; k < n; k++)
+        hsh = (hsh ^ (uint64_t)(uint32_t)r->adj[r->adj_off[s] + k].sw) * 0x100000001B3ull;
+    int cap = 2 * r->n_switches + 1, h = (int)(hsh % (uint64_t)cap);
+    while (r->twin[h] >= 0) {
+        if (same_adj(r, r->twin[h], s))
+            return r->twin[h] == s ? -1 : r->twin[h];
+        h = h + 1 == cap ? 0 : h + 1;
+    }
+    r->twin[h] = s;
+    return -1;
+}
+
 /* Hop distances from every switch to attachment node t (BFS over switch
  * nodes; links are bidirectional in every builder, so BFS follows the
  * reverse of each out-link). A node behind a single switch L (a NIC on its
@@ -182,6 +259,25 @@ static const int16_t *dist_to(net_router *r, int t)
     int16_t *d = malloc(sizeof *d * (size_t)(r->n_switches ? r->n_switches : 1));
     if (!d)
         return NULL;
+    /* A switch with the same switch neighbours N as one searched before
+     * (the leaves of a rail under the same spines): every other switch w
+     * reaches either only through N, so both have w's distance 1 + min over
+     * N; each is 2 from the other (through N) and 0 from itself. */
+    int tw = r->sw_index[t] >= 0 ? twin_of(r, r->sw_index[t]) : -1;
+    if (tw >= 0) {
+        const int16_t *dt = dist_to(r, r->sw_node[tw]);
+        if (!dt) {
+            free(d);
+            return NULL;
+        }
+        memcpy(d, dt, sizeof *d * (size_t)r->n_switches);
+        d[tw] = 2;
+        d[r->sw_index[t]] = 0;
+        r->cache[h].target = t;
+        r->cache[h].dist = d;
+        r->cache_len++;
+        return d;
+    }
     for (int i = 0; i < r->n_switches; i++)
         d[i] = -1;
     int head = 0, tail = 0;
@@ -198,11 +294,10 @@ static const int16_t *dist_to(net_router *r, int t)
             }
         }
     while (head < tail) {
-        int s = r->queue[head++], v = r->sw_node[s];
-        for (int k = g->out_off[v]; k < g->out_off[v + 1]; k++) {
-            const net_link *l = &g->links[g->out_link[k]];
-            int w = r->sw_index[l->dst];
-            if (w >= 0 && l->reverse >= 0 && !l->down && d[w] < 0) {
+        int s = r->queue[head++];
+        for (int k = r->adj_off[s]; k < r->adj_off[s + 1]; k++) {
+            int w = r->adj[k].sw;
+            if (d[w] < 0) {
                 d[w] = (int16_t)(d[s] + 1);
                 r->queue[tail++] = w;
             }

@@ -348,3 +348,63 @@ Test(net_flow, link_usage_refused_after_start_and_zero_untracked)
     net_flows_free(f);
     net_graph_free(g);
 }
+
+/* Three links X (gpu0 -> gpu1, 100 GB/s), Y (gpu1 -> gpu2, 70) and C
+ * (gpu2 -> gpu3, c_gbps); flows list them freely. A runs over X and C, B over Y and C, E
+ * over X alone and ends first (50e3 bytes at 50 GB/s: at 1000 ns). Before
+ * that: X is the bottleneck of A and E (50 each), Y of B (70); C carries
+ * 120 and is nobody's bottleneck. */
+static void cut_case(double c_gbps, double *a_rate, double *b_rate, net_flow_stats *before, net_flow_stats *after)
+{
+    net_link_spec s[] = {
+        {"gpu0.0", "gpu1.0", 100, 1, 0}, {"gpu1.0", "gpu2.0", 70, 1, 0}, {"gpu2.0", "gpu3.0", c_gbps, 1, 0}};
+    net_graph *g = NULL;
+    ts_err e;
+    cr_assert_eq(net_graph_from_links(s, 3, 1, &g, &e), TS_OK, "%s", e.msg);
+    net_flows *f = flows_on(g);
+    int X = gpu_link(g, 0, 1), Y = gpu_link(g, 1, 2), C = gpu_link(g, 2, 3);
+    int la[] = {X, C}, lb[] = {Y, C};
+    int a = net_flow_start(f, 0, la, 2, 1e9, 0, &e);
+    int b = net_flow_start(f, 0, lb, 2, 1e9, 1, &e);
+    int x = net_flow_start(f, 0, &X, 1, 50e3, 2, &e);
+    cr_assert(a >= 0 && b >= 0 && x >= 0);
+    cr_assert_float_eq(net_flow_rate_gbps(f, a), 50.0, 1e-12);
+    cr_assert_float_eq(net_flow_rate_gbps(f, b), 70.0, 1e-12);
+    cr_assert_float_eq(net_flow_rate_gbps(f, x), 50.0, 1e-12);
+    *before = net_flows_stats(f);
+    cr_assert_eq(net_flows_advance(f, 1000, NULL, NULL, &e), TS_OK);
+    cr_assert_eq(net_flows_active(f), 2, "E has ended at 1000 ns");
+    *a_rate = net_flow_rate_gbps(f, a);
+    *b_rate = net_flow_rate_gbps(f, b);
+    *after = net_flows_stats(f);
+    net_flows_free(f);
+    net_graph_free(g);
+}
+
+Test(net_flow, an_unsaturated_link_cuts_the_recomputation)
+{
+    /* C at 200: when E ends, A takes all of X (100) and C still has room
+     * (170 < 200), so B keeps 70 and is not recomputed: one rate update. */
+    double ra, rb;
+    net_flow_stats s0, s1;
+    cut_case(200, &ra, &rb, &s0, &s1);
+    cr_assert_float_eq(ra, 100.0, 1e-12);
+    cr_assert_float_eq(rb, 70.0, 1e-12);
+    cr_assert_eq(s1.rate_updates - s0.rate_updates, 1, "only A recomputed, got %llu",
+                 (unsigned long long)(s1.rate_updates - s0.rate_updates));
+    cr_assert_eq(s1.recompute_retries, 0);
+}
+
+Test(net_flow, a_boundary_link_that_saturates_pulls_its_flows_in)
+{
+    /* C at 130: when E ends, A would take 100 but C cannot carry 100 + 70:
+     * C becomes the bottleneck of both, 65 each (B drops from 70), which
+     * needs B recomputed although only X changed. */
+    double ra, rb;
+    net_flow_stats s0, s1;
+    cut_case(130, &ra, &rb, &s0, &s1);
+    cr_assert_float_eq(ra, 65.0, 1e-12);
+    cr_assert_float_eq(rb, 65.0, 1e-12);
+    cr_assert_eq(s1.rate_updates - s0.rate_updates, 2);
+    cr_assert_geq(s1.recompute_retries, 1, "the pass cut at C must have been run again");
+}
