@@ -243,6 +243,7 @@ int simulate_run(const config *c, const simulate_opts *opts, simulate_result **o
     R->t = P->tp;
     R->p = P->pp;
     R->d = P->dp > 0 ? P->dp : 1;
+    R->cp = config_cp(c);
     R->v = P->vp > 0 ? P->vp : 1;
     R->m = config_num_microbatches(c);
     R->b = P->micro_batch_size;

@@ -527,6 +527,6 @@ double commcost_wire_bytes(commcost_coll coll, int64_t bytes, int ranks)
 const char *commcost_coll_name(commcost_coll coll)
 {
     static const char *const names[COMM_COLL_COUNT] = {"all-reduce", "all-gather", "reduce-scatter", "p2p",
-                                                          "all-to-all"};
+                                                       "all-to-all"};
     return (unsigned)coll < COMM_COLL_COUNT ? names[coll] : "?";
 }

@@ -164,7 +164,6 @@ Test(megatron_flags, performance_flags_are_refused)
 {
     static const char *const REFUSED[] = {"--num-experts",
                                           "--fp8-format",
-                                          "--context-parallel-size",
                                           "--tp-comm-overlap",
                                           "--overlap-param-gather",
                                           "--use-torch-fsdp2",
