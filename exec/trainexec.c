@@ -227,6 +227,10 @@ static int exec_supports(const config *c, ts_err *err)
         return err_set(err, TS_ENOTSUP, "--recompute-granularity: the executor does not recompute (give none)");
     if (p->distributed_optimizer)
         return err_set(err, TS_ENOTSUP, "--use-distributed-optimizer: the executor's Adam is not sharded");
+    if (config_cp(c) > 1)
+        return err_set(err, TS_ENOTSUP,
+                       "--context-parallel-size %d: the executor has no context-parallel attention (give 1)",
+                       config_cp(c));
     return TS_OK;
 }
 
