@@ -15,7 +15,8 @@ double cp_attn_flops(const layer_shape *L, bool bwd)
 {
     int cp = L->cp > 1 ? L->cp : 1;
     double S = (double)L->s * cp;
-    double f = 2.0 * (double)L->s * S * (double)head_size(L) * (double)L->b * (double)(L->a / L->t);
+    int64_t heads = L->a / L->t; /* heads of a tensor-parallel rank (t divides a) */
+    double f = 2.0 * (double)L->s * S * (double)head_size(L) * (double)L->b * (double)heads;
     return bwd ? 2.5 * f : f;
 }
 
