@@ -62,6 +62,11 @@ if "$TRAINSIM" simulate "${S[@]}" --context-parallel-size 4 --csv "$tmp/cp.csv" 
     fi
 else bad "small-cp4: exit $? ($(head -c 300 "$tmp/cp.err"))"; fi
 
+# dense gradients are reduced over d x cp: d = 1 here, yet the cp 4 run has a reduction
+dp_busy=$(awk '/^communication per GPU/ {for (i = 1; i <= NF; i++) if ($i == "DP") {print $(i + 1); exit}}' "$tmp/cp.txt")
+check_sh "d 1 x cp 4: the gradient reduction over the 4 cp ranks takes time ($dp_busy)" \
+    "awk -v x=$dp_busy 'BEGIN{exit !(x > 0)}'"
+
 # activations: cp 4 keeps about a quarter of cp 1's (same t, d x 4)
 act() { awk '/^  activations/ {print $2; exit}' "$1"; }
 "$TRAINSIM" simulate "${S[@]}" >"$tmp/cp1.txt" 2>&1
