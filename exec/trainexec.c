@@ -231,6 +231,10 @@ static int exec_supports(const config *c, ts_err *err)
         return err_set(err, TS_ENOTSUP,
                        "--use-torch-fsdp2, --use-megatron-fsdp: the executor shards no parameters, "
                        "gradients or optimizer state");
+    if (config_cp(c) > 1)
+        return err_set(err, TS_ENOTSUP,
+                       "--context-parallel-size %d: the executor has no context-parallel attention (give 1)",
+                       config_cp(c));
     return TS_OK;
 }
 

@@ -337,6 +337,11 @@ static int parse(opt_table *t, flags_state *fs, config *c, infer_args *a, int ar
     }
     if (!rc)
         rc = flags_finish(fs, t, err);
+    if (!rc && config_cp(c) > 1)
+        rc = err_set(err, TS_EINVAL,
+                     "--context-parallel-size %d: not modelled for inference (context parallelism is a training "
+                     "layout here; give 1)",
+                     config_cp(c));
     if (!rc && fs->fp32 && !c->cluster.gpu.calibrated_only)
         rc = err_set(err, TS_EINVAL,
                      "--fp32: fp32 inference is not modelled on a GPU (valid: --fp16, --bf16, --fp8-format; "

@@ -124,6 +124,7 @@ typedef struct {
     int num_layers, hidden, heads, groups, ffn, seq, vocab;
     bool explain, no_sp, no_distopt, no_block, quiet;
     int attention_backend; /* --attention-backend, config_attn_backend (auto: resolved for the GPU) */
+    int max_cp;            /* --max-context-parallel-size, 0 = not given (1) */
 } search_args;
 
 static int add_flags(opt_table *t, search_args *a, ts_err *err)
@@ -291,6 +292,15 @@ static int add_flags(opt_table *t, search_args *a, ts_err *err)
          .max = 64,
          .unit = "chunks",
          .help = "largest interleaving depth v tried"},
+        {.name = "--max-context-parallel-size",
+         .type = OPT_INT,
+         .target = &a->max_cp,
+         .min = 1,
+         .max = 65536,
+         .unit = "GPUs",
+         .defval = "1",
+         .help = "largest context-parallel size cp tried (powers of 2 dividing the GPUs; p2p ring; needs flash "
+                 "or fused attention and seq divisible by 2cp)"},
         {.name = "--no-sequence-parallel",
          .type = OPT_BOOL,
          .target = &a->no_sp,
@@ -453,6 +463,8 @@ static int build_space(const search_args *a, const model_config *base, search_sp
         s->max_pp = a->max_pp;
     if (a->max_vp)
         s->max_vp = a->max_vp;
+    if (a->max_cp)
+        s->max_cp = a->max_cp;
     s->try_sequence_parallel = !a->no_sp;
     s->try_distributed_optimizer = !a->no_distopt;
     s->try_recompute_block = !a->no_block;

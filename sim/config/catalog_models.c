@@ -89,6 +89,10 @@ static int model_row(const csvio_table *t, size_t r, catalog_model *m, ts_err *e
         (rc = csvio_get_str(t, r, "layout_source", &src, err)))
         return rc;
     p->recompute = (config_recompute)rec;
+    /* optional column: context_parallel_size (empty or absent = 1) */
+    if (csvio_col(t, "context_parallel_size") >= 0 && !csvio_empty(t, r, "context_parallel_size") &&
+        (rc = csvio_get_int(t, r, "context_parallel_size", 1, 65536, &p->cp, err)))
+        return rc;
     mc->normalization = (config_norm)norm;
     mc->position_embedding = (config_position)pos;
     mc->add_bias_linear = !no_bias;

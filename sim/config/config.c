@@ -14,6 +14,12 @@ const char *const CONFIG_PRECISION_NAMES[] = {"bf16", "fp16", "fp32", NULL};
 const char *const CONFIG_NORM_NAMES[] = {"LayerNorm", "RMSNorm", NULL};
 const char *const CONFIG_POSITION_NAMES[] = {"learned_absolute", "rope", "yarn", "none", NULL};
 const char *const CONFIG_ATTN_BACKEND_NAMES[] = {"unfused", "flash", "fused", "local", "auto", NULL};
+const char *const CONFIG_CP_COMM_NAMES[] = {"p2p", "all_gather", "a2a", "a2a+p2p", NULL};
+
+int config_cp(const config *c)
+{
+    return c->par.cp > 1 ? c->par.cp : 1;
+}
 const char *const CONFIG_RC_MODULE_NAMES[] = {"core_attn", "mlp",         "layernorm",      "moe",
                                               "moe_act",   "mla_up_proj", "shared_experts", NULL};
 
@@ -557,8 +563,23 @@ static int check_parallel(config *c, ts_err *err)
                        p->micro_batch_size, p->global_batch_size);
     if (p->first_stage_layers < 0 || p->last_stage_layers < 0 || p->layers_per_virtual_stage < 0)
         return err_set(err, TS_EINVAL, "layer counts per stage must be >= 0 (0 = unset)");
-    long tpp = (long)p->tp * p->pp;
+    if (p->cp < 0 || p->cp > 65536)
+        return err_set(err, TS_EINVAL, "--context-parallel-size %d: must be in [1, 65536]", p->cp);
+    int cp = config_cp(c);
+    long tpp = (long)p->tp * p->pp * cp;
     char buf[160];
+    if (cp > 1 && p->dp > 0 && tpp * p->dp != gpus)
+        return err_set(err, TS_EINVAL,
+                       "--gpus %d != t x cp x p x d = %d x %d x %d x %d = %ld (set --gpus %ld, or leave "
+                       "--data-parallel-size unset to derive d = gpus / (t x cp x p))",
+                       gpus, p->tp, cp, p->pp, p->dp, tpp * p->dp, tpp * p->dp);
+    if (cp > 1 && p->dp <= 0 && gpus % tpp) {
+        nearby(gpus, tpp, buf, sizeof buf);
+        return err_set(err, TS_EINVAL,
+                       "--gpus %d is not a multiple of t x cp x p = %d x %d x %d = %ld (the context-parallel "
+                       "ranks are part of the world: use %s GPUs)",
+                       gpus, p->tp, cp, p->pp, tpp, buf);
+    }
     if (p->dp > 0) {
         if (tpp * p->dp != gpus)
             return err_set(err, TS_EINVAL,
@@ -620,6 +641,65 @@ static int check_overlap(config *c, ts_err *err)
     return TS_OK;
 }
 
+/* ---- context parallelism: Megatron-core's rules (cp.h has the costs) ---- */
+
+/* The a2a and ring sizes of the comm type (a2a: the whole cp; p2p and
+ * all_gather: 1 and cp; a2a+p2p: the hierarchical sizes). */
+static void cp_levels(const parallel_config *p, int cp, int *a2a, int *ring)
+{
+    *a2a = p->cp_comm == CP_COMM_A2A ? cp : p->cp_comm == CP_COMM_A2A_P2P ? p->cp_a2a : 1;
+    *ring = p->cp_comm == CP_COMM_A2A ? 1 : p->cp_comm == CP_COMM_A2A_P2P ? p->cp_p2p : cp;
+}
+
+static int check_cp(config *c, ts_err *err)
+{
+    parallel_config *p = &c->par;
+    const model_config *m = &c->model;
+    int cp = config_cp(c), a2a, ring;
+    char buf[160];
+    if ((int)p->cp_comm < CP_COMM_P2P || (int)p->cp_comm > CP_COMM_A2A_P2P)
+        return err_set(err, TS_EINVAL, "--cp-comm-type %d: valid: p2p, all_gather, a2a, a2a+p2p", (int)p->cp_comm);
+    bool hier = p->cp_a2a > 0 || p->cp_p2p > 0;
+    if (hier && p->cp_comm != CP_COMM_A2A_P2P)
+        return err_set(err, TS_EINVAL,
+                       "--hierarchical-context-parallel-sizes is given with --cp-comm-type %s: it applies to "
+                       "a2a+p2p only (remove it, or use --cp-comm-type a2a+p2p)",
+                       CONFIG_CP_COMM_NAMES[p->cp_comm]);
+    if (p->cp_comm == CP_COMM_A2A_P2P && (p->cp_a2a < 1 || p->cp_p2p < 1 || (long)p->cp_a2a * p->cp_p2p != cp))
+        return err_set(err, TS_EINVAL,
+                       "--cp-comm-type a2a+p2p needs --hierarchical-context-parallel-sizes A P with A x P = "
+                       "--context-parallel-size %d (A: the all-to-all level, P: the ring level; got %d x %d)",
+                       cp, p->cp_a2a, p->cp_p2p);
+    if (cp == 1)
+        return TS_OK;
+    if (!config_attn_is_flash(m->attention_backend))
+        return err_set(err, TS_EINVAL,
+                       "--context-parallel-size %d needs --attention-backend flash or fused (Transformer "
+                       "Engine's context-parallel attention; the %s kernels have no context-parallel form)",
+                       cp, CONFIG_ATTN_BACKEND_NAMES[m->attention_backend]);
+    if (m->seq_length % (2 * cp)) {
+        nearby(m->seq_length, 2 * cp, buf, sizeof buf);
+        return err_set(err, TS_EINVAL,
+                       "--seq-length %d is not divisible by 2 x --context-parallel-size = %d (the sequence "
+                       "is cut into 2 x cp chunks, two per rank, for the causal load balance; use %s tokens)",
+                       m->seq_length, 2 * cp, buf);
+    }
+    if (p->sequence_parallel && p->tp > 1 && (m->seq_length / cp) % p->tp)
+        return err_set(err, TS_EINVAL,
+                       "--sequence-parallel: the %d tokens per context-parallel rank (--seq-length %d / "
+                       "--context-parallel-size %d) are not divisible by --tensor-model-parallel-size %d",
+                       m->seq_length / cp, m->seq_length, cp, p->tp);
+    cp_levels(p, cp, &a2a, &ring);
+    int groups = m->num_query_groups > 0 ? m->num_query_groups : m->num_attention_heads;
+    if (a2a > 1 && ((m->num_attention_heads / p->tp) % a2a || (groups / p->tp) % a2a))
+        return err_set(err, TS_EINVAL,
+                       "--cp-comm-type %s: the all-to-all splits each tensor-parallel rank's heads over %d "
+                       "ranks, but --num-attention-heads %d / t %d and --num-query-groups %d / t must both be "
+                       "divisible by %d (use p2p or all_gather, or an all-to-all size dividing both)",
+                       CONFIG_CP_COMM_NAMES[p->cp_comm], a2a, m->num_attention_heads, p->tp, groups, a2a);
+    return TS_OK;
+}
+
 int config_resolve(config *c, ts_err *err)
 {
     int rc;
@@ -643,7 +723,8 @@ int config_resolve(config *c, ts_err *err)
     } else if ((rc = check_layers(c, err))) {
         return rc;
     }
-    if ((rc = fill_layout(c, err)) || (rc = check_recompute(c, err)) || (rc = check_attention(c, err)))
+    if ((rc = fill_layout(c, err)) || (rc = check_recompute(c, err)) || (rc = check_attention(c, err)) ||
+        (rc = check_cp(c, err)))
         return rc;
     if (c->par.tp == 1)
         c->par.sequence_parallel = false; /* as Megatron-LM: a no-op with one tensor-parallel rank */

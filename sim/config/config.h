@@ -55,6 +55,12 @@ typedef enum {
  * SHARD_OPTIM_GRADS_PARAMS): nothing, the optimizer state (ZeRO-1), also
  * the gradients (ZeRO-2), also the parameters (ZeRO-3). */
 typedef enum { SHARD_NO_SHARD = 0, SHARD_OPTIM, SHARD_OPTIM_GRADS, SHARD_OPTIM_GRADS_PARAMS } config_sharding;
+/* --cp-comm-type (Megatron-core's names): p2p = a ring passing K,V blocks;
+ * all_gather = K,V gathered before attention; a2a = Ulysses all-to-alls of
+ * q,k,v and the output (heads split over cp); a2a+p2p = a2a inside the
+ * first level of --hierarchical-context-parallel-sizes, a ring over the
+ * second. */
+typedef enum { CP_COMM_P2P = 0, CP_COMM_ALL_GATHER, CP_COMM_A2A, CP_COMM_A2A_P2P } config_cp_comm;
 /* Position embeddings: a learned table of max_position_embeddings x h
  * (parameters on the first stage), rotary (rope, and yarn, its rescaled
  * form: no parameters, an element-wise rotation of q and k), or none. */
@@ -126,6 +132,13 @@ typedef struct {
                                                  backward's TP all-reduce is not overlapped with
                                                  the weight-gradient GEMM (Megatron-LM before the
                                                  async all-reduce, e.g. the 2021 runs) */
+    /* ---- context parallelism (sim/model/cp.h): the sequence split over cp
+     * ranks; the world is t x cp x d x p with ranks ordered tp fastest, then
+     * cp, then dp, then pp (Megatron-core's default order tp-cp-ep-dp-pp) ---- */
+    int cp;                 /* --context-parallel-size (0 or 1: none) */
+    config_cp_comm cp_comm; /* --cp-comm-type */
+    int cp_a2a;             /* --hierarchical-context-parallel-sizes' first (a2a) level, a2a+p2p only; 0 = unset */
+    int cp_p2p;             /* its second (p2p ring) level; cp_a2a x cp_p2p = cp */
 } parallel_config;
 
 struct topo; /* topo.h: parsed cluster topology */
@@ -202,6 +215,12 @@ extern const char *const CONFIG_POSITION_NAMES[];
  * "shared_experts" (bit i = 1 << i). */
 extern const char *const CONFIG_ATTN_BACKEND_NAMES[];
 extern const char *const CONFIG_RC_MODULE_NAMES[];
+
+/* "p2p", "all_gather", "a2a", "a2a+p2p" (config_cp_comm order). */
+extern const char *const CONFIG_CP_COMM_NAMES[];
+
+/* The context-parallel size: par.cp, 1 when it is 0 (a config built by hand). */
+int config_cp(const config *c);
 
 /* Whether the backend keeps no s x s scores (flash or fused). */
 bool config_attn_is_flash(config_attn_backend b);

@@ -188,6 +188,19 @@ static int add_parallel_flags(flags_state *s, opt_table *t, config *c, ts_err *e
         .help = "a flag of Megatron-LM 2022-2023 releases (removed since; the 2021 code had only this behaviour): the "
                 "backward's "
                 "tensor-parallel input-gradient all-reduce runs after, not beside, the weight-gradient GEMM");
+    /* context parallelism (sim/model/cp.h) */
+    ADD(.name = "--context-parallel-size", .type = OPT_INT, .target = &p->cp, .min = 1, .max = 65536, .unit = "GPUs",
+        .defval = "1",
+        .help = "context-parallel size cp: the sequence split over cp ranks (2 chunks of s/(2cp) tokens each, "
+                "causally balanced); the world is t x cp x d x p; needs flash or fused attention");
+    ADD(.name = "--cp-comm-type", .type = OPT_ENUM, .target = &s->cp_comm, .enum_names = CONFIG_CP_COMM_NAMES,
+        .defval = "p2p",
+        .help = "how context-parallel ranks exchange keys and values: p2p (a ring overlapped with the attention "
+                "blocks), all_gather (gathered before attention), a2a (all-to-alls of q,k,v and the output), "
+                "a2a+p2p (a2a inside the first hierarchical level, a ring over the second)");
+    ADD(.name = "--hierarchical-context-parallel-sizes", .type = OPT_STRING, .target = &s->hcp, .metavar = "A P",
+        .unit = "GPUs", .defval = "unset",
+        .help = "a2a+p2p only: the all-to-all size A and the ring size P, A x P = cp");
     return TS_OK;
 }
 
@@ -515,6 +528,54 @@ static int take_recompute_modules(flags_state *s, int *n, ts_err *err)
     return TS_OK;
 }
 
+/* --hierarchical-context-parallel-sizes takes a list of sizes (Megatron-LM:
+ * nargs='+'), cut like --recompute-modules to its first value for
+ * opt_parse. Two levels are modelled (a2a+p2p's all-to-all and ring). */
+static int take_hcp(flags_state *s, int *n, ts_err *err)
+{
+    static const char FLAG[] = "--hierarchical-context-parallel-sizes";
+    char **a = s->argv_owned;
+    for (int i = 1; i < *n; i++) {
+        size_t fl = sizeof FLAG - 1;
+        if (strncmp(a[i], FLAG, fl) || (a[i][fl] != '\0' && a[i][fl] != '='))
+            continue;
+        int first = a[i][fl] == '=' ? i : i + 1;
+        int end = i + 1;
+        while (end < *n && strncmp(a[end], "--", 2))
+            end++;
+        int v[3], nv = 0;
+        for (int j = first; j < end; j++) {
+            const char *arg = j == i ? a[i] + fl + 1 : a[j];
+            for (const char *q = arg; *q;) {
+                size_t len = strcspn(q, " ,");
+                if (len) {
+                    char *e = NULL;
+                    long x = strtol(q, &e, 10);
+                    if (e != q + len || x < 1 || x > 65536)
+                        return err_set(err, TS_EINVAL, "%s: '%.*s' is not a size in [1, 65536]", FLAG, (int)len, q);
+                    if (nv == 2)
+                        return err_set(err, TS_EINVAL,
+                                       "%s: more than two sizes: two levels are modelled (the all-to-all size and "
+                                       "the ring size of a2a+p2p)",
+                                       FLAG);
+                    v[nv++] = (int)x;
+                }
+                q += len;
+                q += strspn(q, " ,");
+            }
+        }
+        if (nv != 2)
+            return err_set(err, TS_EINVAL, "%s: needs two sizes, the all-to-all size and the ring size (e.g. 2 8)",
+                           FLAG);
+        s->hcp_a2a = v[0];
+        s->hcp_p2p = v[1];
+        int keep = first + 1;
+        memmove(&a[keep], &a[end], (size_t)(*n - end + 1) * sizeof *a);
+        *n -= end - keep;
+    }
+    return TS_OK;
+}
+
 int flags_parse(flags_state *s, opt_table *t, int argc, char **argv, ts_err *err)
 {
     flags_release(s);
@@ -524,7 +585,7 @@ int flags_parse(flags_state *s, opt_table *t, int argc, char **argv, ts_err *err
     int rc = build_argv(s, t, argc, argv, &n, err);
     if (rc)
         return rc;
-    if ((rc = take_recompute_modules(s, &n, err)))
+    if ((rc = take_recompute_modules(s, &n, err)) || (rc = take_hcp(s, &n, err)))
         return s->script ? blame_script(s, argc, argv, err) : rc;
     /* s->argv_owned[0 .. n) is the whole vector: script arguments, then the
      * command line. Megatron-LM flags trainsim does not model: ignored ones
@@ -967,6 +1028,17 @@ static int resolve_layout(flags_state *s, const opt_table *t, const config *base
         return rc;
     p->dp = opt_was_set(t, "--data-parallel-size") ? s->dp : 0;
     p->vp = 0;
+    /* context parallelism: the flags, else the preset's */
+    if (!opt_was_set(t, "--context-parallel-size"))
+        p->cp = q->cp;
+    p->cp_comm = opt_was_set(t, "--cp-comm-type") ? (config_cp_comm)s->cp_comm : q->cp_comm;
+    if (opt_was_set(t, "--hierarchical-context-parallel-sizes")) {
+        p->cp_a2a = s->hcp_a2a;
+        p->cp_p2p = s->hcp_p2p;
+    } else {
+        p->cp_a2a = q->cp_a2a;
+        p->cp_p2p = q->cp_p2p;
+    }
     /* GPUs: the preset's, or t x p x d (the smallest world the layout runs on) */
     if (opt_was_set(t, "--gpus")) {
         s->src[FLAGS_F_GPUS] = FLAGS_SRC_FLAG;
@@ -974,7 +1046,7 @@ static int resolve_layout(flags_state *s, const opt_table *t, const config *base
         s->c->cluster.gpus = base->cluster.gpus;
         s->src[FLAGS_F_GPUS] = basesrc;
     } else {
-        long g = (long)p->tp * p->pp * (p->dp > 0 ? p->dp : 1);
+        long g = (long)p->tp * p->pp * (p->dp > 0 ? p->dp : 1) * (p->cp > 1 ? p->cp : 1);
         if (g > (1L << 24))
             return err_set(err, TS_EINVAL, "t x p x d = %ld GPUs is past the limit of %d", g, 1 << 24);
         s->c->cluster.gpus = (int)g;
@@ -1099,7 +1171,7 @@ int flags_finish(flags_state *s, const opt_table *t, ts_err *err)
         return rc;
     parallel_config *p = &c->par;
     if (p->global_batch_size == 0) { /* Megatron-LM: b x d */
-        long tpp = (long)p->tp * p->pp;
+        long tpp = (long)p->tp * p->pp * config_cp(c);
         long d = p->dp > 0 ? p->dp : (c->cluster.gpus % tpp ? 1 : c->cluster.gpus / tpp);
         long gbs = (long)p->micro_batch_size * d;
         if (gbs > (1L << 30))
@@ -1271,6 +1343,13 @@ void flags_print(const flags_state *s, FILE *f)
             config_dtype_bytes(c));
     fprintf(f, "parallelism:           t=%d p=%d d=%d v=%d (%d GPUs = %d x %d x %d)\n", p->tp, p->pp, p->dp, p->vp,
             c->cluster.gpus, p->tp, p->pp, p->dp);
+    if (config_cp(c) > 1) {
+        fprintf(f, "context parallel:      cp=%d, %s", p->cp, CONFIG_CP_COMM_NAMES[p->cp_comm]);
+        if (p->cp_comm == CP_COMM_A2A_P2P)
+            fprintf(f, " (all-to-all over %d, ring over %d)", p->cp_a2a, p->cp_p2p);
+        fprintf(f, "; %d tokens per rank; world = t x cp x d x p = %d x %d x %d x %d\n", c->model.seq_length / p->cp,
+                p->tp, p->cp, p->dp, p->pp);
+    }
     if (p->first_stage_layers || p->last_stage_layers)
         fprintf(f, "uneven split:          first stage %d layers, last stage %d layers (0 = even share)\n",
                 p->first_stage_layers, p->last_stage_layers);

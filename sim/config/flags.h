@@ -155,6 +155,11 @@ typedef struct {
     const char *recompute_modules; /* --recompute-modules' first value (flags_parse reads the whole list) */
     unsigned rc_modules;           /* --recompute-modules as CONFIG_RC_* bits; 0 = not given */
     moe_flags_state moe;           /* the MoE flags' own state (moe_flags.h) */
+    /* context parallelism */
+    int cp_comm;     /* --cp-comm-type, config_cp_comm */
+    const char *hcp; /* --hierarchical-context-parallel-sizes' first value (flags_parse reads the list) */
+    int hcp_a2a;     /* its first level (0 = not given) */
+    int hcp_p2p;     /* its second level */
 } flags_state;
 
 /* Zero c and add every shared flag to t under the headings Model,

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "sim/core/overlap.h"
+#include "sim/model/cp.h"
 #include "sim/model/flops.h"
 #include "sim/model/layer.h"
 #include "sim/util/grow.h"
@@ -40,7 +41,10 @@ typedef struct {
     bool tpo; /* --tp-comm-overlap: userbuffers closed forms (overlap.h) */
     bool ub;  /* the list being added is a transformer layer's (tpo applies) */
     int sms;  /* the GPU's SMs (overlap_gpu_sms; 0 unknown) */
+    int gpn; /* GPUs per node (context-parallel groups' placement) */
 } pass_builder;
+
+static int ranks_per_node(int n, int stride, int gpn);
 
 static void pb_start(pass_builder *b, int stage)
 {
@@ -147,6 +151,13 @@ static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_
             g.ranks = op->group;
             if (g.ranks_per_node > g.ranks || g.ranks % g.ranks_per_node)
                 g.ranks_per_node = 1;
+            if (op->stride > 0) { /* a context-parallel group: span ranks, stride apart */
+                int k = ranks_per_node(op->span, op->stride, b->gpn > 0 ? b->gpn : 8);
+                if (op->coll == COMM_P2P) /* a ring step: on NVLink only if the whole ring is in a node */
+                    g = (commcost_group){2, k == op->span ? 2 : 1};
+                else
+                    g = (commcost_group){op->group, k};
+            }
             plan_step x = plan_step_init(op->name, PLAN_STREAM_TP, PLAN_CAT_TP, b->stage,
                                          commcost_ns(b->cc, op->coll, op->bytes, &g));
             x.comm_bytes = op->bytes;
@@ -232,6 +243,7 @@ typedef struct {
     layer_mem m_rc, m_none, m_emb, m_out;
     int64_t params_layer; /* per TP rank */
     int64_t bucket_params;
+    int64_t cp_tf, cp_tb; /* context parallelism's transient buffers of a layer's forward / backward (cp.h) */
 } model_ops;
 
 /* --no-async-tensor-model-parallel-allreduce: a weight-gradient GEMM that
@@ -288,6 +300,8 @@ static int model_ops_build(const config *c, model_ops *mo, ts_err *err)
         (rc = layer_embedding_saved(&mo->rc, &sl, err)) || (rc = saved_mem(&sl, &mo->m_emb)) ||
         (rc = layer_output_saved(&mo->rc, &sl, err)) || (rc = saved_mem(&sl, &mo->m_out)))
         return rc;
+    mo->cp_tf = cp_transient_bytes(&mo->rc, false);
+    mo->cp_tb = cp_transient_bytes(&mo->rc, true);
     mo->params_layer = flops_params_stage(&c->model, c->par.tp, 1, 0, 0);
     mo->bucket_params = PLAN_BUCKET_MIN_PARAMS;
     if (PLAN_BUCKET_PARAMS_PER_DP * c->par.dp > mo->bucket_params)
@@ -346,7 +360,9 @@ static int build_bwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
         int lo = recomputed ? ((hi - 1) / L->group) * L->group : hi - 1;
         if (recomputed && kind != PLAN_PASS_W)
             for (int l = lo; l < hi && rc == TS_OK; l++) /* a group's other inputs are re-created too */
-                rc = pb_add_layer(b, &mo->r, PLAN_CAT_RECOMP, mo->m_rc.by_rc + (l % L->group ? mo->m_rc.kept : 0), 0);
+                rc = pb_add_layer(b, &mo->r, PLAN_CAT_RECOMP,
+                            mo->m_rc.by_rc + (l % L->group ? mo->m_rc.kept : 0) + (mo->r.n ? mo->cp_tf : 0),
+                            mo->r.n ? mo->cp_tf : 0);
         for (int l = hi - 1; l >= lo && rc == TS_OK; l--) {
             const layer_ops *ops;
             const layer_mem *m = recomputed ? &mo->m_rc : &mo->m_none;
@@ -356,7 +372,8 @@ static int build_bwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
                 ops = recomputed ? &mo->i : &mo->ni;
             else
                 ops = recomputed ? &mo->w : &mo->nw;
-            rc = pb_add_layer(b, ops, PLAN_CAT_BWD, 0, FREE_OF(*m));
+            int64_t tb = kind == PLAN_PASS_W ? 0 : mo->cp_tb; /* the exchange runs in B and I */
+            rc = pb_add_layer(b, ops, PLAN_CAT_BWD, tb, FREE_OF(*m) + tb);
             acc += mo->params_layer;
             if (buckets && acc >= mo->bucket_params) {
                 bucket_params[nb] = acc;
@@ -389,7 +406,7 @@ static int build_fwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
             kept = mo->m_none.kept;
         else /* full uniform: only a group's first layer keeps its input */
             kept = (l % L->group == 0) ? mo->m_rc.kept : 0;
-        rc = pb_add_layer(b, &mo->f, PLAN_CAT_FWD, kept, 0);
+        rc = pb_add_layer(b, &mo->f, PLAN_CAT_FWD, kept + mo->cp_tf, mo->cp_tf);
     }
     if (last && rc == TS_OK)
         rc = pb_add(b, &mo->of, PLAN_CAT_FWD, mo->m_out.kept, 0);
@@ -570,6 +587,7 @@ static void plan_env_init(plan_env *E, const config *c, const sched *s, const co
     E->gpn = c->cluster.gpus_per_node > 0 ? c->cluster.gpus_per_node : 8;
     E->t = P->tp;
     E->d = P->dp > 0 ? P->dp : 1;
+    E->d *= config_cp(c); /* dense gradients are reduced (and the optimizer sharded) over d x cp */
     E->dt = config_dtype_bytes(c);
     E->grad_bytes = c->model.precision == PREC_FP16 ? 2 : 4; /* bf16 accumulates and reduces in fp32 */
     E->dp_group = (commcost_group){E->d, ranks_per_node(E->d, E->t, E->gpn)};
@@ -585,7 +603,7 @@ static int add_pipeline_transfers(plan *pl, const plan_env *E, const commcost_gr
 {
     const config *c = E->c;
     int t = E->t;
-    int64_t S = (int64_t)c->par.micro_batch_size * c->model.seq_length * c->model.hidden_size * E->dt;
+    int64_t S = (int64_t)c->par.micro_batch_size * (c->model.seq_length / config_cp(c)) * c->model.hidden_size * E->dt;
     bool same_node = (int64_t)t * E->d < E->gpn;
     commcost_group pair = {2, same_node ? 2 : 1};
     int64_t wire = (t > 1) ? S / t : S;
@@ -827,6 +845,7 @@ int plan_build_opts(const config *c, const sched *s, const cost_model *cm, const
         pass_builder b = {.pl = pl,
                           .cm = cm,
                           .cc = cc,
+                          .gpn = gpn,
                           .tpo = P->tp_comm_overlap && P->sequence_parallel && E.t > 1,
                           .sms = overlap_gpu_sms(c->cluster.gpu.name)};
         b.tp_group = (commcost_group){t, t <= gpn ? t : (t % gpn ? 1 : gpn)};

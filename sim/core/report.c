@@ -141,6 +141,9 @@ void report_text(const simulate_result *r, FILE *f)
         f,
         "  layout: t=%d p=%d d=%d v=%d, micro-batch %d, global batch %d (%d micro-batches per pipeline), schedule %s\n",
         r->t, r->p, r->d, r->v, r->b, r->B, r->m, sched_kind_name(r->schedule));
+    if (r->cp > 1) /* the exchange's exposed time is counted with TP's below */
+        fprintf(f, "  context parallel: cp=%d (world t x cp x d x p; its K,V exchange counts as TP communication)\n",
+                r->cp);
     fprintf(f, "  options: recompute %s, sequence parallel %s, distributed optimizer %s, overlap grad reduce %s\n\n",
             recompute_name(r->recompute), onoff(r->sequence_parallel), onoff(r->distributed_optimizer),
             onoff(r->overlap_grad_reduce));
@@ -223,6 +226,8 @@ void report_csv(const simulate_result *r, FILE *f)
     irow(f, it, "pp", r->p, "ranks");
     irow(f, it, "dp", r->d, "ranks");
     irow(f, it, "vp", r->v, "chunks");
+    if (r->cp > 1)
+        irow(f, it, "cp", r->cp, "ranks");
     irow(f, it, "micro_batch", r->b, "sequences");
     irow(f, it, "global_batch", r->B, "sequences");
     irow(f, it, "micro_batches", r->m, "micro-batches");

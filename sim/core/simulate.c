@@ -195,7 +195,7 @@ static void summarize(const config *c, const simulate_opts *o, const engine *e, 
     R->bubble_over_ideal =
         (double)R->iteration_ns > R->bubble_ns ? R->bubble_ns / ((double)R->iteration_ns - R->bubble_ns) : 0;
     const model_config *M = &c->model;
-    R->hw_flops = flops * R->t * R->d;
+    R->hw_flops = flops * R->t * R->d * config_cp(c); /* every context-parallel rank does its 1/cp */
     R->model_flops = flops_model_per_iter(M, R->B);
     R->model_flops_causal = flops_model_per_iter_causal(M, R->B);
     R->megatron_flops =
@@ -243,6 +243,7 @@ int simulate_run(const config *c, const simulate_opts *opts, simulate_result **o
     R->t = P->tp;
     R->p = P->pp;
     R->d = P->dp > 0 ? P->dp : 1;
+    R->cp = config_cp(c);
     R->v = P->vp > 0 ? P->vp : 1;
     R->m = config_num_microbatches(c);
     R->b = P->micro_batch_size;

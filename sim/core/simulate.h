@@ -124,6 +124,7 @@ typedef struct {
     engine *eng;
     plan *pl;
     mem_tracker *mem;
+    int cp; /* context-parallel size (1: none); the world is t x cp x d x p */
 } simulate_result;
 
 /* Simulate one iteration of c (already resolved: config_resolve). *out is

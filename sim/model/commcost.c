@@ -237,6 +237,8 @@ static double ring_ns(commcost_coll coll, double S, int n, double beta_gbps, dou
     case COMM_ALL_GATHER:
     case COMM_REDUCE_SCATTER:
         return (n - 1) * alpha_ns + f * S / beta_gbps;
+    case COMM_ALL_TO_ALL:
+        return (n - 1) * (alpha_ns + S / n / beta_gbps);
     case COMM_P2P:
     default:
         return alpha_ns + S / beta_gbps;
@@ -457,7 +459,7 @@ int commcost_nccl_choose(const commcost_params *p, commcost_coll coll, int64_t b
                          commcost_choice *out, ts_err *err)
 {
     memset(out, 0, sizeof *out);
-    if (coll == COMM_P2P || (unsigned)coll >= COMM_COLL_COUNT)
+    if (coll == COMM_P2P || coll == COMM_ALL_TO_ALL || (unsigned)coll >= COMM_COLL_COUNT)
         return err_set(err, TS_EINVAL, "%s: NCCL's tuning model covers all-reduce, all-gather and reduce-scatter",
                        commcost_coll_name(coll));
     int n = g->ranks, k = g->ranks_per_node;
@@ -498,7 +500,13 @@ int64_t commcost_ns(const commcost_params *p, commcost_coll coll, int64_t bytes,
     double S = (double)bytes;
     int n = g->ranks, k = g->ranks_per_node;
     double ns;
-    if (coll == COMM_P2P) {
+    if (coll == COMM_ALL_TO_ALL) { /* (n-1) p2p sends of S/n (commcost.h) */
+        double piece = S / n;
+        double one = k == n ? p->nvlink_alpha_ns + piece / p->nvlink_p2p_gbps
+                            : p->nic_alpha_ns + (p->model == COMMCOST_NCCL ? p->lat_leaf_us * 1000.0 : 0.0) +
+                                  piece / p->nic_gbps_per_gpu;
+        ns = (n - 1) * one;
+    } else if (coll == COMM_P2P) {
         if (k == 2)
             ns = p->nvlink_alpha_ns + S / p->nvlink_p2p_gbps;
         else /* across nodes: the fabric's path latency on top in the NCCL model */
@@ -524,6 +532,7 @@ double commcost_wire_bytes(commcost_coll coll, int64_t bytes, int ranks)
         return 2.0 * f * S;
     case COMM_ALL_GATHER:
     case COMM_REDUCE_SCATTER:
+    case COMM_ALL_TO_ALL:
         return f * S;
     case COMM_P2P:
     default:
@@ -533,6 +542,7 @@ double commcost_wire_bytes(commcost_coll coll, int64_t bytes, int ranks)
 
 const char *commcost_coll_name(commcost_coll coll)
 {
-    static const char *const names[COMM_COLL_COUNT] = {"all-reduce", "all-gather", "reduce-scatter", "p2p"};
+    static const char *const names[COMM_COLL_COUNT] = {"all-reduce", "all-gather", "reduce-scatter", "p2p",
+                                                       "all-to-all"};
     return (unsigned)coll < COMM_COLL_COUNT ? names[coll] : "?";
 }

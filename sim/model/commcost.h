@@ -54,7 +54,19 @@
 #include "sim/config/topo.h"
 #include "sim/util/err.h"
 
-typedef enum { COMM_ALL_REDUCE = 0, COMM_ALL_GATHER, COMM_REDUCE_SCATTER, COMM_P2P, COMM_COLL_COUNT } commcost_coll;
+/* COMM_ALL_TO_ALL: S = the bytes each rank sends in total (S/n to each
+ * peer, its own share included); time = (n-1) p2p sends of S/n one after
+ * the other (NCCL's all-to-all is n-1 grouped sends and receives: the
+ * rank's link carries them in turn), each over NVLink when the whole group
+ * is inside one node, else through the rank's NIC share. */
+typedef enum {
+    COMM_ALL_REDUCE = 0,
+    COMM_ALL_GATHER,
+    COMM_REDUCE_SCATTER,
+    COMM_P2P,
+    COMM_ALL_TO_ALL,
+    COMM_COLL_COUNT
+} commcost_coll;
 
 /* Where the ranks of one group sit. */
 typedef struct {

@@ -52,6 +52,22 @@ int layer_shape_check(const layer_shape *L, ts_err *err)
                        "layer shape: recompute modules 0x%x: only core_attn, mlp and layernorm are modelled "
                        "(the others need MoE/MLA)",
                        L->rc_modules);
+    if (L->cp > 1) {
+        int ca = L->cp_a2a > 0 ? L->cp_a2a : 1, cr = L->cp_ring > 0 ? L->cp_ring : 1;
+        if ((int64_t)ca * cr != L->cp)
+            return err_set(err, TS_EINVAL, "layer shape: context-parallel levels %d x %d != --context-parallel-size %d",
+                           ca, cr, L->cp);
+        if (!config_attn_is_flash(L->attn))
+            return err_set(err, TS_EINVAL,
+                           "--context-parallel-size %d needs --attention-backend flash or fused (Transformer "
+                           "Engine's context-parallel attention)",
+                           L->cp);
+        if ((L->a / L->t) % ca || (L->g / L->t) % ca)
+            return err_set(err, TS_EINVAL,
+                           "--cp-comm-type a2a: the heads (%lld) and query groups (%lld) of a tensor-parallel rank "
+                           "must be divisible by the all-to-all size %d",
+                           (long long)(L->a / L->t), (long long)(L->g / L->t), ca);
+    }
     return layer_shape_check_size(L, err);
 }
 
@@ -104,6 +120,14 @@ int layer_shape_from_config(const config *c, layer_shape *out, ts_err *err)
     L.recompute = c->par.recompute;
     L.attn = c->model.attention_backend;
     L.rc_modules = c->par.recompute_modules;
+    int cp = config_cp(c);
+    if (cp > 1) { /* the rank's s/cp tokens (config_resolve checked seq % 2cp) */
+        L.s = c->model.seq_length / cp;
+        L.cp = cp;
+        L.cp_a2a = c->par.cp_comm == CP_COMM_A2A ? cp : c->par.cp_comm == CP_COMM_A2A_P2P ? c->par.cp_a2a : 1;
+        L.cp_ring = cp / L.cp_a2a;
+        L.cp_gather = c->par.cp_comm == CP_COMM_ALL_GATHER;
+    }
     int rc = layer_shape_check(&L, err);
     if (rc == TS_OK)
         *out = L;
@@ -206,6 +230,15 @@ static int comm(layer_ops *o, const char *name, commcost_coll coll, int64_t byte
     return i;
 }
 
+/* A collective of the context-parallel group: span ranks, stride apart. */
+static int cp_comm(layer_ops *o, const char *name, commcost_coll coll, int64_t bytes, int span, int stride)
+{
+    int i = comm(o, name, coll, bytes, coll == COMM_P2P ? 2 : span);
+    o->op[i].stride = stride;
+    o->op[i].span = span;
+    return i;
+}
+
 static void deps(layer_ops *o, int i, int d0, int d1)
 {
     o->op[i].dep[0] = d0;
@@ -214,9 +247,15 @@ static void deps(layer_ops *o, int i, int d0, int d1)
 
 /* The forward attention core: QK^T, softmax, dropout, attention.V; with
  * flash, the kernel's two GEMMs over the causal lower half (s x ceil(s/2)). */
+static void cp_attn(const layer_shape *L, const dims *D, layer_ops *o, bool bwd);
+
 static void attn_core_fwd(const layer_shape *L, const dims *D, layer_ops *o)
 {
     int64_t bh = L->b * D->at, P = bh * L->s * L->s; /* score elements */
+    if (L->cp > 1) {
+        cp_attn(L, D, o, false);
+        return;
+    }
     if (is_flash(L)) {
         int64_t half = (L->s + 1) / 2;
         bgemm(o, "attn.flash.qk", L->s, half, D->d, bh);
@@ -375,7 +414,10 @@ static void layer_bwd(const layer_shape *L, const dims *D, layer_ops *o, bool dg
     gemm(o, "proj.dgrad", D->T, D->adt, h);
     if (whole)
         gemm(o, "proj.wgrad", D->adt, h, D->T);
-    if (is_flash(L)) { /* FlashAttention-2 backward: rowsum(dO o O), then five causal-half GEMMs */
+    if (L->cp > 1) {
+        mem(o, "attn.flash.bwd.pre", 2 * D->T * D->adt * D->dt + bh * L->s * 4);
+        cp_attn(L, D, o, true);
+    } else if (is_flash(L)) { /* FlashAttention-2 backward: rowsum(dO o O), then five causal-half GEMMs */
         int64_t half = (L->s + 1) / 2;
         mem(o, "attn.flash.bwd.pre", 2 * D->T * D->adt * D->dt + bh * L->s * 4);
         bgemm(o, "attn.flash.qk.re", L->s, half, D->d, bh);
@@ -396,6 +438,58 @@ static void layer_bwd(const layer_shape *L, const dims *D, layer_ops *o, bool dg
     colpar_bwd(L, D, o, whole, "qkv.ag.in", "qkv.dgrad", "qkv.ar", "qkv.rs", "qkv.wgrad", D->qkv_n);
     mem(o, "ln1.bwd", 4 * E * D->dt);
     join_last_two(o, blk);
+}
+
+/* The flash kernel under context parallelism (cp.h has the closed forms).
+ * ca = all-to-all level, cr = ring level, s = this rank's tokens, S = s x cp
+ * the full sequence. The attention sees s x ca queries of at/ca heads
+ * (after the all-to-all) against the S keys, causally balanced: S/2 keys
+ * per query on average, so its GEMMs are (s ca) x (S/2) x d, batch
+ * b at/ca, two products forward (QK^T, attention.V), five backward;
+ * 1/cp of the causal total on every rank. K,V of one ring block: kv =
+ * 2 T g/t d bytes (T = s b; GQA: g query groups).
+ *   p2p: cr-1 steps, each passing one block (backward: K,V and dK,dV,
+ *        2 kv); the first step is exposed, the other cr-2 run alongside
+ *        the first cr-1 of the cr blocks of attention work, the last block
+ *        waits for them: exposed = step + max(0, (cr-2) step - (cr-1) block).
+ *   all_gather: K,V all-gathered (cr kv bytes) before the kernel, exposed;
+ *        the backward gathers them again and reduce-scatters dK,dV.
+ *   a2a: all-to-all of q,k,v before (T (at + 2 gt) d bytes sent) and of the
+ *        output after (T at d); the backward all-to-alls dO before and
+ *        dq,dk,dv after. */
+static void cp_attn(const layer_shape *L, const dims *D, layer_ops *o, bool bwd)
+{
+    int ca = L->cp_a2a > 0 ? L->cp_a2a : 1, cr = L->cp_ring > 0 ? L->cp_ring : 1;
+    int64_t q = L->s * ca, Sfull = L->s * L->cp, half = Sfull / 2;
+    int64_t bh = L->b * D->at / ca, npass = bwd ? 5 : 2;
+    int64_t kv = 2 * D->T * D->gt * D->d * D->dt;
+    int64_t qkv_b = D->T * (D->at + 2 * D->gt) * D->d * D->dt, out_b = D->T * D->at * D->d * D->dt;
+    int st_a2a = L->t, st_ring = L->t * ca;
+    if (ca > 1)
+        cp_comm(o, bwd ? "cp.a2a.dout" : "cp.a2a.qkv", COMM_ALL_TO_ALL, bwd ? out_b : qkv_b, ca, st_a2a);
+    const char *gname = bwd ? "attn.flash.cp.bwd" : "attn.flash.cp";
+    if (cr > 1 && !L->cp_gather) {
+        int64_t step = bwd ? 2 * kv : kv;
+        int first = cp_comm(o, bwd ? "cp.kv.p2p.bwd" : "cp.kv.p2p", COMM_P2P, step, cr, st_ring);
+        int ring = -1;
+        if (cr > 2)
+            deps(o, ring = cp_comm(o, bwd ? "cp.kv.ring.bwd" : "cp.kv.ring", COMM_P2P, (cr - 2) * step, cr, st_ring),
+                 first, -1);
+        int g = bgemm(o, gname, q, half / cr * (cr - 1), D->d, bh * npass);
+        deps(o, g, first, -1);
+        o->op[g].overlap = ring;
+        deps(o, bgemm(o, bwd ? "attn.flash.cp.bwd.last" : "attn.flash.cp.last", q, half / cr, D->d, bh * npass), g,
+             ring);
+    } else if (cr > 1) {
+        cp_comm(o, bwd ? "cp.kv.ag.bwd" : "cp.kv.ag", COMM_ALL_GATHER, (int64_t)cr * kv, cr, st_ring);
+        bgemm(o, gname, q, half, D->d, bh * npass);
+        if (bwd)
+            cp_comm(o, "cp.dkv.rs", COMM_REDUCE_SCATTER, (int64_t)cr * kv, cr, st_ring);
+    } else {
+        bgemm(o, gname, q, half, D->d, bh * npass);
+    }
+    if (ca > 1)
+        cp_comm(o, bwd ? "cp.a2a.dqkv" : "cp.a2a.out", COMM_ALL_TO_ALL, bwd ? qkv_b : out_b, ca, st_a2a);
 }
 
 int layer_ops_build(const layer_shape *L, layer_pass pass, layer_ops *out, ts_err *err)

@@ -110,6 +110,14 @@ typedef struct {
     config_attn_backend attn; /* attention kernels (never auto); 0 = unfused */
     unsigned rc_modules;      /* selective: CONFIG_RC_* bits recomputed (dense: core_attn, mlp,
                                  layernorm); 0 = CONFIG_RC_DEFAULT (core_attn) */
+    /* Context parallelism (cp.h): with cp > 1, s above is the s_full/cp
+     * tokens of one rank (two chunks of s_full/(2cp), one from each end of
+     * the sequence), every GEMM and element-wise op runs on them, and the
+     * flash kernel attends to the full sequence through the exchange. */
+    int cp;         /* context-parallel size (0 or 1: none) */
+    int cp_a2a;     /* all-to-all level: q,k,v re-split from sequence to heads over it (1: none) */
+    int cp_ring;    /* ring / gather level: K,V blocks passed (p2p) or gathered over it (1: none) */
+    bool cp_gather; /* the ring level all-gathers K,V (all_gather) instead of passing them (p2p) */
 } layer_shape;
 
 /* Build the shape from a validated config. TS_EINVAL if a divisibility the
@@ -148,9 +156,12 @@ typedef struct {
     int dep[2];         /* ops of the same list this op waits for; -1 = none */
     int overlap;        /* compute op: index of the collective that starts with it and
                             runs alongside (slowing it: cost_overlap_ns); -1 = none */
+    /* COMM ops of a context-parallel group (0: the tensor-parallel group): */
+    int stride; /* ranks between two neighbours of the group (t, or t x a2a level) */
+    int span;   /* ranks of the whole group (for p2p: the ring the pair belongs to) */
 } layer_op;
 
-#define LAYER_MAX_OPS 48
+#define LAYER_MAX_OPS 56
 
 typedef struct {
     int n;

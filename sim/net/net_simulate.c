@@ -312,6 +312,11 @@ int net_simulate_new(const config *c, const net_sim_opts *o, net_simulate **out,
                        "--link-report needs --network-flows or --full: the closed-form model has no links");
     if (!c->cluster.topology)
         return err_set(err, TS_EINVAL, "network model: the config has no topology");
+    if (config_cp(c) > 1) /* the placement has no context-parallel dimension */
+        return err_set(err, TS_EINVAL,
+                       "--context-parallel-size %d: not modelled with the network model (--network-flows, "
+                       "--full): its placement has no context-parallel dimension; simulate without them",
+                       config_cp(c));
     net_simulate *ns = calloc(1, sizeof *ns);
     if (!ns)
         return err_set(err, TS_ENOMEM, "net_simulate: out of memory");

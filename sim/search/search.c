@@ -46,6 +46,7 @@ void search_space_default(search_space *s, const model_config *model, const clus
     s->max_tp = 8;
     s->max_pp = cluster->gpus; /* no limit: p > layers is rejected with its reason */
     s->max_vp = 8;
+    s->max_cp = 1;
     static const int mbs[] = {1, 2, 4, 8};
     for (int i = 0; i < 4; i++)
         s->micro_batch_sizes[i] = mbs[i];
@@ -158,6 +159,8 @@ static void fill_config(const search_space *s, const search_cand *c, config *out
     p->distributed_optimizer = c->distributed_optimizer;
     p->overlap_grad_reduce = s->overlap_grad_reduce;
     p->schedule = (sched_kind)c->schedule;
+    p->cp = c->cp > 1 ? c->cp : 1;
+    p->cp_comm = CP_COMM_P2P;
 }
 
 int search_cand_config(const search_set *set, size_t i, config *out, ts_err *err)
@@ -265,10 +268,11 @@ static int no_pipeline_kind(unsigned mask)
     return -1;
 }
 
-static int enumerate(const search_space *s, cand_vec *cv)
+/* The candidates of one context-parallel size: t, p, d over gpus / cp. */
+static int enumerate_cp(const search_space *s, cand_vec *cv, int cp)
 {
     const model_config *m = &s->model;
-    int G = s->cluster.gpus, L = m->num_layers;
+    int G = s->cluster.gpus / cp, L = m->num_layers;
     int gpn = s->cluster.gpus_per_node > 0 ? s->cluster.gpus_per_node : G;
     int max_tp = s->max_tp < gpn ? s->max_tp : gpn;
     for (int tp = 1; tp <= max_tp && tp <= G; tp *= 2) {
@@ -277,6 +281,7 @@ static int enumerate(const search_space *s, cand_vec *cv)
         search_cand c;
         memset(&c, 0, sizeof c);
         c.tp = tp;
+        c.cp = cp;
         search_status ts = tp_status(m, tp);
         if (ts != SEARCH_PENDING) { /* one row per rejected t */
             c.status = (uint8_t)ts;
@@ -305,6 +310,7 @@ static int enumerate(const search_space *s, cand_vec *cv)
                 for (int vp = vlo; vp <= vhi; vp++) {
                     memset(&c, 0, sizeof c);
                     c.tp = tp;
+                    c.cp = cp;
                     c.pp = pp;
                     c.dp = dp;
                     c.vp = vp;
@@ -366,6 +372,18 @@ static int enumerate(const search_space *s, cand_vec *cv)
         }
     }
     return TS_OK;
+}
+
+/* cp = 1, 2, 4, ... up to max_cp, dividing the GPUs; the rules CP needs
+ * (flash attention, seq % 2cp, ...) are config_resolve's, so a refused cp
+ * shows as a refused configuration with its reason. */
+static int enumerate(const search_space *s, cand_vec *cv)
+{
+    int rc = TS_OK, max_cp = s->max_cp > 1 ? s->max_cp : 1; /* 0: a space built by hand, no CP */
+    for (int cp = 1; cp <= max_cp && rc == TS_OK; cp *= 2)
+        if (s->cluster.gpus % cp == 0)
+            rc = enumerate_cp(s, cv, cp);
+    return rc;
 }
 
 /* In-flight micro-batch chunks per rank of one schedule shape, counted on

@@ -57,6 +57,8 @@ typedef struct {
     bool overlap_grad_reduce;       /* set on every candidate (default true) */
     double memory_margin_bytes;     /* kept free on top of the modelled peak: a candidate fits when
                                        peak + margin <= GPU memory (default SEARCH_MEMORY_MARGIN_GIB) */
+    int max_cp; /* context-parallel sizes cp in 1, 2, 4, ... up to max_cp dividing the GPUs (p2p ring;
+                   default 1: none); the world is t x cp x d x p */
 } search_space;
 
 /* Memory the search keeps free on every GPU beyond the modelled peak
@@ -119,6 +121,7 @@ typedef struct {
     uint8_t recompute_modules; /* selective: CONFIG_RC_* bits (0 = Megatron-core's default, core_attn) */
     double mem_bound_bytes;    /* lower bound on the peak (0 if not computed) */
     search_metrics r;          /* valid when status is SIMULATED or REJ_MEMORY_SIM */
+    int32_t cp;                /* context-parallel size (0 or 1: none) */
 } search_cand;
 
 #define SEARCH_ACCOUNT_EMBEDDING 1u /* search_cand.account_split: the first stage holds one layer fewer */

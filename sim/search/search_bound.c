@@ -119,8 +119,9 @@ static void bound_rank(const config *c, const kept_bytes *kb, int inflight, int 
      * gradients in fp32), 16-bit only with fp16. */
     double wb = fp32 ? 4.0 : 2.0, ob = fp32 ? 8.0 : 12.0;
     double gb = mo->precision == PREC_FP16 ? 2.0 : 4.0;
-    if (p->distributed_optimizer && p->dp > 1)
-        ob /= p->dp;
+    int dcp = p->dp * (p->cp > 1 ? p->cp : 1); /* the optimizer is sharded over d x cp */
+    if (p->distributed_optimizer && dcp > 1)
+        ob /= dcp;
     b->weights_bytes = params * wb;
     b->grads_bytes = params * gb;
     b->optimizer_bytes = params * ob;

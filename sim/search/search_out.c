@@ -59,9 +59,12 @@ void search_describe(const search_set *set, size_t i, char *buf, size_t cap)
         snprintf(rc, sizeof rc, "full-block:%d", c->recompute_num_layers);
     else
         snprintf(rc, sizeof rc, "%s", search_recompute_name(c));
-    snprintf(buf, cap, "t=%d p=%d d=%d v=%d b=%d %s%s%s %s%s", c->tp, c->pp, c->dp, c->vp, c->mbs,
+    char cps[24] = "";
+    if (c->cp > 1)
+        snprintf(cps, sizeof cps, " cp=%d", (int)c->cp);
+    snprintf(buf, cap, "t=%d p=%d d=%d v=%d b=%d %s%s%s %s%s%s", c->tp, c->pp, c->dp, c->vp, c->mbs,
              sched_kind_name((sched_kind)c->schedule), split, c->sequence_parallel ? " sp" : "", rc,
-             c->distributed_optimizer ? " distopt" : "");
+             c->distributed_optimizer ? " distopt" : "", cps);
 }
 
 /* Format helpers into fixed cells. */

@@ -122,7 +122,7 @@ expect_err "--lr" 2 "--lr: missing value"
 # default-only: silent at Megatron's default, refused at any other value
 out=$($T config --model gpt3-175b --context-parallel-size 1 --expert-model-parallel-size=1 2>&1 >/dev/null); rc=$?
 check_sh "default-only flags at their default: exit 0, nothing said" '[ $rc -eq 0 ] && [ -z "$out" ]'
-expect_err "--context-parallel-size 2" 2 "--context-parallel-size 2: not modelled: context parallelism (Megatron-LM flag; trainsim accepts only --context-parallel-size 1"
+expect_err "--expert-model-parallel-size 2" 2 "--expert-model-parallel-size 2: not modelled: mixture of experts (Megatron-LM flag; trainsim accepts only --expert-model-parallel-size 1"
 expect_err "--model gpt3-175b --attention-backend sdpa" 2 "--attention-backend"
 expect_err "--model gpt3-175b --attention-backend flash --fp32" 2 "--attention-backend flash needs --bf16 or --fp16"
 expect_err "--model gpt3-175b --use-flash-attn --attention-backend unfused" 2 "--use-flash-attn means --attention-backend flash"

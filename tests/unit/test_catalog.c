@@ -226,7 +226,7 @@ Test(catalog, model_presets_have_their_published_sizes)
 {
     catalog_models *c = NULL;
     cr_assert_eq(catalog_models_load(NULL, &c, &E), TS_OK, "%s", E.msg);
-    cr_assert_eq(c->n, 18);
+    cr_assert_eq(c->n, 19);
     for (size_t i = 0; i < c->n; i++) {
         const catalog_model *m = &c->models[i];
         double b = params(&m->model) / 1e9;

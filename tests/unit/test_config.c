@@ -76,7 +76,7 @@ Test(config, every_preset_validates)
         const catalog_model *m = &c->models[i];
         cr_expect_eq(run("--model", m->model.name, NULL), TS_OK, "%s: %s", m->model.name, E.msg);
         cr_expect_eq(C.cluster.gpus, m->gpus);
-        cr_expect_eq(C.par.tp * C.par.pp * C.par.dp, m->gpus, "%s", m->model.name);
+        cr_expect_eq(C.par.tp * C.par.pp * C.par.dp * config_cp(&C), m->gpus, "%s", m->model.name);
     }
     catalog_models_free(c);
 }

@@ -164,7 +164,6 @@ Test(megatron_flags, performance_flags_are_refused)
 {
     static const char *const REFUSED[] = {"--moe-router-pre-softmax",
                                           "--fp8-format",
-                                          "--context-parallel-size",
                                           "--tp-comm-overlap-cfg",
                                           "--overlap-param-gather-with-optimizer-step",
                                           "--torch-fsdp2-no-reshard-after-forward",
