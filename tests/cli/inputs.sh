@@ -120,9 +120,9 @@ expect_err "--lr 1e-4 --tp-comm-overlap-rs-dgrad" 2 "--tp-comm-overlap-rs-dgrad:
 expect_err "--use-cpu-initialization=1" 2 "--use-cpu-initialization: takes no value"
 expect_err "--lr" 2 "--lr: missing value"
 # default-only: silent at Megatron's default, refused at any other value
-out=$($T config --model gpt3-175b --context-parallel-size 1 --expert-model-parallel-size=1 2>&1 >/dev/null); rc=$?
+out=$($T config --model gpt3-175b --cpu-offloading-num-layers 0 --cuda-graph-impl=none 2>&1 >/dev/null); rc=$?
 check_sh "default-only flags at their default: exit 0, nothing said" '[ $rc -eq 0 ] && [ -z "$out" ]'
-expect_err "--expert-model-parallel-size 2" 2 "--expert-model-parallel-size 2: not modelled: mixture of experts (Megatron-LM flag; trainsim accepts only --expert-model-parallel-size 1"
+expect_err "--cpu-offloading-num-layers 2" 2 "--cpu-offloading-num-layers 2: not modelled: activation or weight offloading to CPU (Megatron-LM flag; trainsim accepts only --cpu-offloading-num-layers 0"
 expect_err "--model gpt3-175b --attention-backend sdpa" 2 "--attention-backend"
 expect_err "--model gpt3-175b --attention-backend flash --fp32" 2 "--attention-backend flash needs --bf16 or --fp16"
 expect_err "--model gpt3-175b --use-flash-attn --attention-backend unfused" 2 "--use-flash-attn means --attention-backend flash"
