@@ -148,6 +148,9 @@ typedef struct {
     int dep[2];         /* ops of the same list this op waits for; -1 = none */
     int overlap;        /* compute op: index of the collective that starts with it and
                             runs alongside (slowing it: cost_overlap_ns); -1 = none */
+    bool a2a;           /* COMM: the MoE dispatcher's all-to-all over the expert-parallel group
+                           (group = EP; bytes = what one rank sends, moe_a2a_send_bytes; time
+                           from moe_a2a_ns, not commcost_ns; coll is COMM_P2P) */
 } layer_op;
 
 #define LAYER_MAX_OPS 48

@@ -2,6 +2,7 @@
 #include "sim/model/moe.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "sim/model/flops.h"
 
@@ -156,4 +157,185 @@ void moe_expert_loads_zipf(int n, double routed_tokens, double skew, uint64_t se
     }
     for (int i = 0; i < n; i++)
         out[i] = routed_tokens * (skew == 0 ? 1.0 : pow(out[i] + 1.0, -skew)) / sum;
+}
+
+/* ------------------------------------------------------- MoE block ops */
+
+/* Most ops one MoE block lists (the backward with shared experts and
+ * all-to-alls: 17); moe_block_ops checks the room first. */
+#define MOE_BLOCK_MAX_OPS 17
+
+/* Appends one op (dep[0] = the previous op); -1 when the list is full. */
+static int moe_push(layer_ops *o, const char *name, layer_op_kind kind)
+{
+    if (o->n >= LAYER_MAX_OPS)
+        return -1;
+    int i = o->n++;
+    layer_op *op = &o->op[i];
+    memset(op, 0, sizeof *op);
+    op->name = name;
+    op->kind = kind;
+    op->batch = 1;
+    op->dep[0] = i - 1;
+    op->dep[1] = -1;
+    op->overlap = -1;
+    return i;
+}
+
+static void moe_gemm(layer_ops *o, const char *name, int64_t m, int64_t n, int64_t k, int64_t batch)
+{
+    int i = moe_push(o, name, LAYER_OP_GEMM);
+    if (i < 0)
+        return;
+    layer_op *op = &o->op[i];
+    op->m = m;
+    op->n = n;
+    op->k = k;
+    op->batch = batch;
+    op->flops = 2.0 * (double)m * (double)n * (double)k * (double)batch;
+}
+
+static void moe_mem(layer_ops *o, const char *name, int64_t bytes)
+{
+    int i = moe_push(o, name, LAYER_OP_MEM);
+    if (i >= 0)
+        o->op[i].bytes = bytes;
+}
+
+static void moe_a2a(layer_ops *o, const char *name, int64_t bytes, int ep)
+{
+    if (ep <= 1)
+        return;
+    int i = moe_push(o, name, LAYER_OP_COMM);
+    if (i < 0)
+        return;
+    o->op[i].coll = COMM_P2P;
+    o->op[i].a2a = true;
+    o->op[i].bytes = bytes;
+    o->op[i].group = ep;
+}
+
+/* Shapes of one MoE block on one rank (moe.h, moe_block_ops). */
+typedef struct {
+    int64_t T, k, h, E, el, m, fe, fc1e, fs, fc1s, dt, a2a, R;
+    int ep;
+} moe_dims;
+
+static void moe_block_fwd(const moe_dims *D, layer_ops *o)
+{
+    moe_gemm(o, "moe.router", D->T, D->E, D->h, 1);
+    moe_mem(o, "moe.topk", D->T * D->E * 4 * 2 + D->T * D->k * (4 + 8));
+    moe_mem(o, "moe.permute", (D->T + D->T * D->k) * D->h * D->dt);
+    moe_a2a(o, "moe.a2a.dispatch", D->a2a, D->ep);
+    moe_gemm(o, "moe.fc1", D->m, D->fc1e, D->h, D->el);
+    moe_mem(o, "moe.act", D->m * D->el * (D->fc1e + D->fe) * D->dt);
+    moe_gemm(o, "moe.fc2", D->m, D->h, D->fe, D->el);
+    moe_a2a(o, "moe.a2a.combine", D->a2a, D->ep);
+    moe_mem(o, "moe.unpermute", (D->T * D->k + D->T) * D->h * D->dt + D->T * D->k * 4);
+    if (D->fs > 0) {
+        moe_gemm(o, "moe.shared.fc1", D->T, D->fc1s, D->h, 1);
+        moe_mem(o, "moe.shared.act", D->T * (D->fc1s + D->fs) * D->dt);
+        moe_gemm(o, "moe.shared.fc2", D->T, D->h, D->fs, 1);
+    }
+}
+
+static void moe_block_bwd(const moe_dims *D, layer_ops *o, bool dgrad, bool wgrad)
+{
+    if (D->fs > 0) {
+        if (dgrad)
+            moe_gemm(o, "moe.shared.fc2.dgrad", D->T, D->fs, D->h, 1);
+        if (wgrad)
+            moe_gemm(o, "moe.shared.fc2.wgrad", D->fs, D->h, D->T, 1);
+        if (dgrad)
+            moe_mem(o, "moe.shared.act.bwd", D->T * (D->fc1s + D->fs) * D->dt);
+        if (dgrad)
+            moe_gemm(o, "moe.shared.fc1.dgrad", D->T, D->h, D->fc1s, 1);
+        if (wgrad)
+            moe_gemm(o, "moe.shared.fc1.wgrad", D->h, D->fc1s, D->T, 1);
+    }
+    if (dgrad) {
+        moe_mem(o, "moe.unpermute.bwd", (D->T * D->k + D->T) * D->h * D->dt + D->T * D->k * 4);
+        moe_a2a(o, "moe.a2a.combine.bwd", D->a2a, D->ep);
+        moe_gemm(o, "moe.fc2.dgrad", D->m, D->fe, D->h, D->el);
+    }
+    if (wgrad)
+        moe_gemm(o, "moe.fc2.wgrad", D->fe, D->h, D->m, D->el);
+    if (dgrad) {
+        moe_mem(o, "moe.act.bwd", D->m * D->el * (D->fc1e + D->fe) * D->dt);
+        moe_gemm(o, "moe.fc1.dgrad", D->m, D->h, D->fc1e, D->el);
+    }
+    if (wgrad)
+        moe_gemm(o, "moe.fc1.wgrad", D->h, D->fc1e, D->m, D->el);
+    if (dgrad) {
+        moe_a2a(o, "moe.a2a.dispatch.bwd", D->a2a, D->ep);
+        moe_mem(o, "moe.permute.bwd", (D->T + D->T * D->k) * D->h * D->dt);
+        moe_mem(o, "moe.topk.bwd", D->T * D->E * 4 * 2 + D->T * D->k * (4 + 8));
+        moe_gemm(o, "moe.router.dgrad", D->T, D->h, D->E, 1);
+    }
+    if (wgrad)
+        moe_gemm(o, "moe.router.wgrad", D->h, D->E, D->T, 1);
+}
+
+int moe_block_ops(const layer_shape *L, const moe_config *e, double load_factor, layer_pass pass, layer_ops *out,
+                  ts_err *err)
+{
+    if (e->num_experts < 1 || e->topk < 1)
+        return err_set(err, TS_EINVAL, "moe_block_ops: --num-experts %d, --moe-router-topk %d: need both >= 1",
+                       e->num_experts, e->topk);
+    int ep = e->ep > 0 ? e->ep : 1;
+    if (e->num_experts % ep != 0)
+        return err_set(err, TS_EINVAL,
+                       "moe_block_ops: --num-experts %d is not a multiple of "
+                       "--expert-model-parallel-size %d",
+                       e->num_experts, ep);
+    if (e->etp > 1)
+        return err_set(err, TS_EINVAL,
+                       "--expert-tensor-parallel-size %d: not modelled: the MoE block's ops "
+                       "with expert tensor parallelism (give 1)",
+                       e->etp);
+    if (!(load_factor >= 1.0))
+        return err_set(err, TS_EINVAL,
+                       "moe_block_ops: load factor %g: the busiest rank's load over the mean "
+                       "is at least 1",
+                       load_factor);
+    moe_dims D;
+    memset(&D, 0, sizeof D);
+    D.T = L->b * L->s / (L->sp && L->t > 1 ? L->t : 1);
+    D.k = e->topk;
+    D.h = L->h;
+    D.E = e->num_experts;
+    D.ep = ep;
+    D.el = D.E / ep;
+    D.R = (int64_t)ceil((double)(D.T * D.k) * load_factor - 1e-9);
+    D.m = (D.R + D.el - 1) / D.el;
+    D.fe = e->ffn_hidden_size > 0 ? e->ffn_hidden_size : L->ffn;
+    D.fc1e = (L->swiglu ? 2 : 1) * D.fe;
+    D.fs = e->shared_ffn_hidden_size;
+    D.fc1s = (L->swiglu ? 2 : 1) * D.fs;
+    D.dt = L->dtype_bytes;
+    D.a2a = moe_a2a_send_bytes(D.T, e->topk, L->h, L->dtype_bytes, ep);
+    if (out->n < 0 || out->n > LAYER_MAX_OPS - MOE_BLOCK_MAX_OPS)
+        return err_set(err, TS_EINVAL, "moe_block_ops: %d ops already listed; the block needs room for %d of %d",
+                       out->n, MOE_BLOCK_MAX_OPS, LAYER_MAX_OPS);
+    switch (pass) {
+    case LAYER_PASS_F:
+        moe_block_fwd(&D, out);
+        break;
+    case LAYER_PASS_B:
+        moe_block_bwd(&D, out, true, true);
+        break;
+    case LAYER_PASS_I:
+        moe_block_bwd(&D, out, true, false);
+        break;
+    case LAYER_PASS_W:
+        moe_block_bwd(&D, out, false, true);
+        break;
+    case LAYER_PASS_R:
+        if (L->recompute == RECOMPUTE_FULL)
+            moe_block_fwd(&D, out);
+        break;
+    default:
+        return err_set(err, TS_EINVAL, "moe_block_ops: unknown pass %d", (int)pass);
+    }
+    return TS_OK;
 }

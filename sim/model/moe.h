@@ -31,6 +31,8 @@
 
 #include "sim/config/config.h"
 #include "sim/model/commcost.h"
+#include "sim/model/layer.h"
+#include "sim/util/err.h"
 
 typedef struct {
     int64_t attention;    /* one layer's attention (MLA or q/k/v/projection) with biases */
@@ -111,5 +113,34 @@ void moe_expert_loads_zipf(int n, double routed_tokens, double skew, uint64_t se
  * the ranks' kept tokens (1 when every rank gets the same; 0 when no token
  * is routed). */
 double moe_rank_load_factor(const double *load, int n, int ep, double capacity_factor, double *dropped);
+
+/* Appends to out the ops of one MoE block (what replaces the MLP of a MoE
+ * layer: after LN2) for pass, on one rank, for one micro-batch of shape L
+ * (alltoall dispatcher). Tokens this rank routes: T = b s (b s / t with
+ * sequence parallelism). The busiest expert-parallel rank receives
+ * R = T k x load_factor routed tokens (load_factor: moe_rank_load_factor;
+ * 1 = balance) and runs its E/ep local experts as a batch of E/ep GEMMs of
+ * m = ceil(R / (E/ep)) rows (thin GEMMs for many experts). Forward:
+ *   moe.router (T x E x h), moe.topk (fp32 softmax read + write of T x E,
+ *   top-k probs and indices T k (4 + 8) bytes), moe.permute (read T h,
+ *   write T k h), moe.a2a.dispatch, moe.fc1 (m x gate/up f_e x h, batch
+ *   E/ep), moe.act, moe.fc2 (m x h x f_e), moe.a2a.combine, moe.unpermute
+ *   (read T k h and the probs, write T h), then the shared experts
+ *   moe.shared.fc1 / .act / .fc2 on T tokens (f_s unsplit) when f_s > 0.
+ * The all-to-alls (ep > 1) are COMM ops with a2a = true, group ep, bytes
+ * moe_a2a_send_bytes(T, k, h, dtype, ep) (at balance: the busiest rank's
+ * extra receive is not in the volume). Backward: each GEMM's input
+ * gradient (same flops) and weight gradient (same flops: 2x the forward in
+ * all), the element-wise backward of each memory-bound op (same bytes),
+ * the two all-to-alls again in reverse order. Pass I has the input
+ * gradients only, W the weight gradients only, R the forward when
+ * recompute is full (else nothing). With load_factor 1, t = 1, E/ep
+ * dividing T k: the forward's flops are moe_block_fwd_flops_per_token x T.
+ * TS_EINVAL for expert tensor parallelism (e->etp > 1: not modelled),
+ * num_experts < 1, ep not dividing the experts, load_factor < 1 (the
+ * busiest rank never has less than the mean), or more ops than
+ * LAYER_MAX_OPS. */
+int moe_block_ops(const layer_shape *L, const moe_config *e, double load_factor, layer_pass pass, layer_ops *out,
+                  ts_err *err);
 
 #endif

@@ -284,3 +284,137 @@ Test(moe, zipf_figures)
         cr_expect(fabs(100 * dropped / 32768 - want[s][4]) < 0.1);
     }
 }
+
+/* ---------------------------------------------------- MoE block ops */
+
+static layer_shape moe_shape(int64_t h, int64_t ffn, int64_t s, int64_t b)
+{
+    layer_shape L;
+    memset(&L, 0, sizeof L);
+    L.h = h;
+    L.a = 32;
+    L.g = 8;
+    L.ffn = ffn;
+    L.swiglu = true;
+    L.s = s;
+    L.b = b;
+    L.V = 32000;
+    L.t = 1;
+    L.dtype_bytes = 2;
+    return L;
+}
+
+static moe_config moe_of(int E, int k, int ffn, int shared, int ep)
+{
+    moe_config e;
+    memset(&e, 0, sizeof e);
+    e.num_experts = E;
+    e.topk = k;
+    e.ffn_hidden_size = ffn;
+    e.shared_ffn_hidden_size = shared;
+    e.ep = ep;
+    e.etp = 1;
+    e.dispatcher = MOE_DISPATCH_ALLTOALL;
+    return e;
+}
+
+static double block_flops(const layer_shape *L, const moe_config *e, double lf, layer_pass pass)
+{
+    layer_ops o;
+    o.n = 0;
+    ts_err err;
+    cr_assert_eq(moe_block_ops(L, e, lf, pass, &o, &err), TS_OK);
+    return layer_ops_flops(&o);
+}
+
+/* Balanced load: the forward's flops are the closed form per token x the
+ * rank's tokens (Mixtral 8x7B's block, EP 8; a 256-expert block with a
+ * shared expert, EP 8); the backward is twice the forward, I + W = B. */
+Test(moe_ops, flops_closed_form)
+{
+    model_config m = shape(32, 4096, 32, 8, 128, 14336, 32000);
+    layer_shape L = moe_shape(4096, 14336, 4096, 1);
+    moe_config e = moe_of(8, 2, 14336, 0, 8);
+    double T = 4096, f = block_flops(&L, &e, 1.0, LAYER_PASS_F);
+    double want = moe_block_fwd_flops_per_token(&m, &e) * T;
+    cr_assert(fabs(f - want) <= 1e-12 * want, "fwd %.17g want %.17g", f, want);
+    cr_assert_float_eq(want, T * (2.0 * 4096 * 8 + 2.0 * 2 * 3 * 4096 * 14336), 1.0);
+    double B = block_flops(&L, &e, 1.0, LAYER_PASS_B);
+    cr_assert(fabs(B - 2 * f) <= 1e-12 * f);
+    double I = block_flops(&L, &e, 1.0, LAYER_PASS_I), W = block_flops(&L, &e, 1.0, LAYER_PASS_W);
+    cr_assert(fabs(I + W - B) <= 1e-12 * B);
+    cr_assert(I > 0.45 * B && I < 0.55 * B, "I %.3g of B %.3g", I, B);
+
+    model_config m2 = shape(61, 7168, 128, 128, 128, 18432, 129280);
+    layer_shape L2 = moe_shape(7168, 18432, 4096, 1);
+    moe_config e2 = moe_of(256, 8, 2048, 2048, 8);
+    double f2 = block_flops(&L2, &e2, 1.0, LAYER_PASS_F), w2 = moe_block_fwd_flops_per_token(&m2, &e2) * 4096;
+    cr_assert(fabs(f2 - w2) <= 1e-12 * w2, "fwd %.17g want %.17g", f2, w2);
+    cr_assert_eq(block_flops(&L2, &e2, 1.0, LAYER_PASS_R), 0.0); /* no recomputation */
+    L2.recompute = RECOMPUTE_FULL;
+    cr_assert(fabs(block_flops(&L2, &e2, 1.0, LAYER_PASS_R) - w2) <= 1e-12 * w2);
+}
+
+/* The expert GEMMs run at the busiest rank's count: m = ceil(T k lf / (E/ep))
+ * rows per local expert, batch E/ep; more load never fewer flops. */
+Test(moe_ops, busiest_rank_shapes)
+{
+    layer_shape L = moe_shape(7168, 18432, 4096, 1);
+    moe_config e = moe_of(256, 8, 2048, 0, 8);
+    layer_ops o;
+    o.n = 0;
+    ts_err err;
+    cr_assert_eq(moe_block_ops(&L, &e, 1.5, LAYER_PASS_F, &o, &err), TS_OK);
+    int fc1 = -1;
+    for (int i = 0; i < o.n; i++)
+        if (strcmp(o.op[i].name, "moe.fc1") == 0)
+            fc1 = i;
+    cr_assert_geq(fc1, 0);
+    cr_assert_eq(o.op[fc1].m, 4096 * 8 * 3 / 2 / 32); /* 1536 rows per local expert */
+    cr_assert_eq(o.op[fc1].batch, 32);
+    cr_assert_eq(o.op[fc1].n, 2 * 2048);
+    cr_assert_eq(o.op[fc1].k, 7168);
+    double prev = 0;
+    for (double lf = 1.0; lf <= 3.0; lf += 0.25) {
+        double f = block_flops(&L, &e, lf, LAYER_PASS_F);
+        cr_assert_geq(f, prev);
+        prev = f;
+    }
+    cr_assert_eq(moe_block_ops(&L, &e, 0.9, LAYER_PASS_F, &o, &err), TS_EINVAL);
+    e.etp = 2;
+    o.n = 0;
+    cr_assert_eq(moe_block_ops(&L, &e, 1.0, LAYER_PASS_F, &o, &err), TS_EINVAL);
+    cr_assert(strstr(err.msg, "--expert-tensor-parallel-size") != NULL, "%s", err.msg);
+}
+
+/* Two all-to-alls forward, two backward, on the EP group, each carrying
+ * moe_a2a_send_bytes; none with EP 1. */
+Test(moe_ops, all_to_alls)
+{
+    layer_shape L = moe_shape(4096, 14336, 4096, 1);
+    moe_config e = moe_of(8, 2, 14336, 0, 8);
+    int64_t S = moe_a2a_send_bytes(4096, 2, 4096, 2, 8);
+    cr_assert_eq(S, (int64_t)4096 * 2 * 4096 * 2 * 7 / 8);
+    layer_pass passes[] = {LAYER_PASS_F, LAYER_PASS_B};
+    for (int p = 0; p < 2; p++) {
+        layer_ops o;
+        o.n = 0;
+        ts_err err;
+        cr_assert_eq(moe_block_ops(&L, &e, 1.0, passes[p], &o, &err), TS_OK);
+        int n = 0;
+        for (int i = 0; i < o.n; i++)
+            if (o.op[i].kind == LAYER_OP_COMM) {
+                cr_assert(o.op[i].a2a);
+                cr_assert_eq(o.op[i].group, 8);
+                cr_assert_eq(o.op[i].bytes, S);
+                n++;
+            }
+        cr_assert_eq(n, 2);
+    }
+    e.ep = 1;
+    layer_ops o;
+    o.n = 0;
+    ts_err err;
+    cr_assert_eq(moe_block_ops(&L, &e, 1.0, LAYER_PASS_B, &o, &err), TS_OK);
+    cr_assert_eq(layer_ops_comm_bytes(&o, COMM_P2P), 0);
+}
