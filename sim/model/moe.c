@@ -339,3 +339,25 @@ int moe_block_ops(const layer_shape *L, const moe_config *e, double load_factor,
     }
     return TS_OK;
 }
+
+void moe_layer_rank_params(const model_config *m, const moe_config *e, int tp, int pp, int gpus, moe_rank_params *out)
+{
+    moe_params P;
+    moe_param_count(m, e, &P);
+    int ep = e->ep > 0 ? e->ep : 1, etp = e->etp > 0 ? e->etp : 1, t = tp > 0 ? tp : 1, p = pp > 0 ? pp : 1;
+    int64_t nw = m->normalization == NORM_RMSNORM ? 1 : 2;
+    int64_t norms = 2 * nw * m->hidden_size;
+    out->expert = (int64_t)(e->num_experts / ep) * P.expert / etp;
+    out->dense = P.attention / t + norms + P.router + P.shared / t;
+    out->expert_dp = gpus / (p * etp * ep);
+    out->dense_dp = gpus / (p * t);
+}
+
+int64_t moe_block_saved_bytes(const layer_shape *L, const moe_config *e, double load_factor)
+{
+    int64_t T = L->b * L->s / (L->sp && L->t > 1 ? L->t : 1), k = e->topk, E = e->num_experts;
+    int64_t R = (int64_t)ceil((double)(T * k) * (load_factor < 1 ? 1 : load_factor) - 1e-9);
+    int64_t fe = e->ffn_hidden_size > 0 ? e->ffn_hidden_size : L->ffn, fc1e = (L->swiglu ? 2 : 1) * fe;
+    int64_t fs = e->shared_ffn_hidden_size, fc1s = (L->swiglu ? 2 : 1) * fs, dt = L->dtype_bytes;
+    return 2 * 4 * T * E + T * k * (4 + 8) + 2 * R * L->h * dt + R * (fc1e + fe) * dt + T * (fc1s + fs) * dt;
+}

@@ -143,4 +143,32 @@ double moe_rank_load_factor(const double *load, int n, int ep, double capacity_f
 int moe_block_ops(const layer_shape *L, const moe_config *e, double load_factor, layer_pass pass, layer_ops *out,
                   ts_err *err);
 
+/* One MoE layer's parameters held by one rank, and the groups their
+ * gradients are reduced over (Megatron-core's layout: the routed experts
+ * sharded over ep x etp, the rest of the layer over the tensor-parallel
+ * ranks). */
+typedef struct {
+    int64_t expert; /* routed experts on this rank: E / ep experts, each / etp */
+    int64_t dense;  /* attention / t, norms, router (replicated), shared experts / t */
+    int expert_dp;  /* ranks the expert gradients are reduced over: edp = gpus / (pp x etp x ep) */
+    int dense_dp;   /* ranks the dense gradients are reduced over: d */
+} moe_rank_params;
+
+/* Parameters of one MoE layer on one rank for tp-way tensor parallelism,
+ * pp pipeline stages and gpus ranks (e->ep, e->etp >= 1; the experts a
+ * multiple of ep). The norms and the router are replicated; the attention
+ * and shared experts split over tp (rounded down when tp does not divide);
+ * the experts over ep (whole experts) and etp (their FFN columns). */
+void moe_layer_rank_params(const model_config *m, const moe_config *e, int tp, int pp, int gpus, moe_rank_params *out);
+
+/* Bytes the MoE block of one layer saves for its backward, one micro-batch
+ * on the busiest EP rank (no recomputation; the block's input, LN2's
+ * output, is counted by the dense layer): router logits and probabilities
+ * (fp32, 2 x 4 T E), the top-k probabilities and indices (T k (4 + 8)),
+ * the permuted tokens and the expert outputs (R h each), the expert FC1
+ * output and activation output (R (fc1 + f_e)), the shared experts' FC1
+ * and activation outputs (T (fc1_s + f_s)); dtype bytes per element. T and
+ * R as in moe_block_ops (R = ceil(T k load_factor)). */
+int64_t moe_block_saved_bytes(const layer_shape *L, const moe_config *e, double load_factor);
+
 #endif

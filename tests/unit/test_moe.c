@@ -418,3 +418,39 @@ Test(moe_ops, all_to_alls)
     cr_assert_eq(moe_block_ops(&L, &e, 1.0, LAYER_PASS_B, &o, &err), TS_OK);
     cr_assert_eq(layer_ops_comm_bytes(&o, COMM_P2P), 0);
 }
+
+/* Per-rank parameters of a Mixtral 8x7B MoE layer with EP 8, t 1, 64 GPUs:
+ * one whole expert (3 h f_e, bias-free) and the replicated rest; expert
+ * gradients reduced over 64 / 8 = 8 ranks, dense over 64. With ETP 2 the
+ * expert halves. */
+Test(moe_ops, rank_params)
+{
+    model_config m = shape(32, 4096, 32, 8, 128, 14336, 32000);
+    moe_config e = moe_of(8, 2, 14336, 0, 8);
+    moe_rank_params r;
+    moe_layer_rank_params(&m, &e, 1, 1, 64, &r);
+    cr_assert_eq(r.expert, (int64_t)3 * 4096 * 14336);
+    int64_t attn = (int64_t)4096 * (4096 + 2 * 1024) + (int64_t)4096 * 4096; /* q, k, v (GQA 8), proj */
+    cr_assert_eq(r.dense, attn + 2 * 4096 + 4096 * 8, "dense %lld", (long long)r.dense);
+    cr_assert_eq(r.expert_dp, 8);
+    cr_assert_eq(r.dense_dp, 64);
+    e.etp = 2;
+    e.ep = 4;
+    moe_layer_rank_params(&m, &e, 2, 2, 64, &r);
+    cr_assert_eq(r.expert, (int64_t)2 * 3 * 4096 * 14336 / 2);
+    cr_assert_eq(r.expert_dp, 4);
+    cr_assert_eq(r.dense_dp, 16);
+}
+
+/* Saved bytes of the MoE block: the closed form for Mixtral's block, and
+ * more load never less memory (the busiest rank's intermediates grow). */
+Test(moe_ops, saved_bytes)
+{
+    layer_shape L = moe_shape(4096, 14336, 4096, 1);
+    moe_config e = moe_of(8, 2, 14336, 0, 8);
+    int64_t T = 4096, R = T * 2;
+    int64_t want = 8 * T * 8 + T * 2 * 12 + 2 * R * 4096 * 2 + R * 3 * 14336 * 2;
+    cr_assert_eq(moe_block_saved_bytes(&L, &e, 1.0), want);
+    cr_assert_gt(moe_block_saved_bytes(&L, &e, 1.5), want);
+    cr_assert_eq(moe_block_saved_bytes(&L, &e, 2.0) - want, R * (2 * 4096 + 3 * 14336) * 2);
+}
