@@ -2,6 +2,7 @@
 #include "sim/model/moe.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "sim/model/flops.h"
@@ -360,4 +361,52 @@ int64_t moe_block_saved_bytes(const layer_shape *L, const moe_config *e, double 
     int64_t fe = e->ffn_hidden_size > 0 ? e->ffn_hidden_size : L->ffn, fc1e = (L->swiglu ? 2 : 1) * fe;
     int64_t fs = e->shared_ffn_hidden_size, fc1s = (L->swiglu ? 2 : 1) * fs, dt = L->dtype_bytes;
     return 2 * 4 * T * E + T * k * (4 + 8) + 2 * R * L->h * dt + R * (fc1e + fe) * dt + T * (fc1s + fs) * dt;
+}
+
+/* Compute time of one MoE block's F + B at load factor lf (moe.h). */
+static int block_compute_ns(const cost_model *cm, const layer_shape *L, const moe_config *e, double lf, int64_t *ns,
+                            ts_err *err)
+{
+    layer_pass passes[2] = {LAYER_PASS_F, LAYER_PASS_B};
+    *ns = 0;
+    for (int p = 0; p < 2; p++) {
+        layer_ops o;
+        o.n = 0;
+        int rc = moe_block_ops(L, e, lf, passes[p], &o, err);
+        if (rc != TS_OK)
+            return rc;
+        for (int i = 0; i < o.n; i++)
+            *ns += cost_op_ns(cm, &o.op[i]);
+    }
+    return TS_OK;
+}
+
+int moe_block_imbalance_ns(const cost_model *cm, const layer_shape *L, const moe_config *e, double skew, uint64_t seed,
+                           double *load_factor, int64_t *extra_ns, ts_err *err)
+{
+    *extra_ns = 0;
+    if (load_factor)
+        *load_factor = 1;
+    if (!(skew >= 0))
+        return err_set(err, TS_EINVAL, "--moe-imbalance %g: the routing skew is a Zipf exponent >= 0 (0 = balance)",
+                       skew);
+    int64_t base = 0, skewed = 0;
+    int rc = block_compute_ns(cm, L, e, 1.0, &base, err);
+    if (rc != TS_OK || skew == 0 || e->force_load_balancing)
+        return rc;
+    double *load = malloc((size_t)e->num_experts * sizeof *load);
+    if (!load)
+        return err_set(err, TS_ENOMEM, "moe_block_imbalance_ns: loads of %d experts", e->num_experts);
+    int64_t T = L->b * L->s / (L->sp && L->t > 1 ? L->t : 1);
+    moe_expert_loads_zipf(e->num_experts, (double)(T * e->topk), skew, seed, load);
+    double lf = moe_rank_load_factor(load, e->num_experts, e->ep > 0 ? e->ep : 1, e->capacity_factor, NULL);
+    free(load);
+    if (lf < 1)
+        lf = 1;
+    if ((rc = block_compute_ns(cm, L, e, lf, &skewed, err)) != TS_OK)
+        return rc;
+    if (load_factor)
+        *load_factor = lf;
+    *extra_ns = skewed - base;
+    return TS_OK;
 }

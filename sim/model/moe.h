@@ -31,6 +31,7 @@
 
 #include "sim/config/config.h"
 #include "sim/model/commcost.h"
+#include "sim/model/cost.h"
 #include "sim/model/layer.h"
 #include "sim/util/err.h"
 
@@ -170,5 +171,19 @@ void moe_layer_rank_params(const model_config *m, const moe_config *e, int tp, i
  * and activation outputs (T (fc1_s + f_s)); dtype bytes per element. T and
  * R as in moe_block_ops (R = ceil(T k load_factor)). */
 int64_t moe_block_saved_bytes(const layer_shape *L, const moe_config *e, double load_factor);
+
+/* What routing skew costs one MoE block, for one micro-batch, forward plus
+ * backward on the busiest EP rank: the compute ops of moe_block_ops (F and
+ * B) costed by cm (cost_op_ns, so thin expert GEMMs are slow) at the load
+ * factor of moe_expert_loads_zipf(E, T k, skew, seed) and
+ * moe_rank_load_factor (e->capacity_factor applied), minus the same at
+ * forced balance (load factor 1). The all-to-alls are left out: their
+ * volume is the balanced one in moe_block_ops, the same in both runs.
+ * *load_factor (may be NULL) gets the busiest rank's tokens over the mean.
+ * skew 0 or e->force_load_balancing: 0 ns and factor 1. TS_EINVAL as
+ * moe_block_ops, or for skew < 0; TS_ENOMEM if the per-expert loads cannot
+ * be allocated (freed before return). */
+int moe_block_imbalance_ns(const cost_model *cm, const layer_shape *L, const moe_config *e, double skew, uint64_t seed,
+                           double *load_factor, int64_t *extra_ns, ts_err *err);
 
 #endif

@@ -7,6 +7,7 @@
 
 #include "sim/model/flops.h"
 #include "sim/model/moe.h"
+#include "tests/unit/gpu_specs.h"
 
 /* A bias-free RMSNorm SwiGLU model with untied rotary embeddings. */
 static model_config shape(int layers, int h, int heads, int groups, int d, int ffn, int vocab)
@@ -453,4 +454,48 @@ Test(moe_ops, saved_bytes)
     cr_assert_eq(moe_block_saved_bytes(&L, &e, 1.0), want);
     cr_assert_gt(moe_block_saved_bytes(&L, &e, 1.5), want);
     cr_assert_eq(moe_block_saved_bytes(&L, &e, 2.0) - want, R * (2 * 4096 + 3 * 14336) * 2);
+}
+
+/* The imbalance's cost: 0 at skew 0 and under forced balance; more skew
+ * never faster; at a load factor lf the extra time of Mixtral's block on an
+ * H100 is between 0.5 and 1.1 x (lf - 1) x the balanced block (the expert
+ * GEMMs, most of the block, grow with lf; the router and top-k do not). */
+Test(moe_ops, imbalance_monotone)
+{
+    static const gpu_spec H100 = {GPU_SPEC_H100};
+    cost_params cp;
+    cost_model *cm = NULL;
+    ts_err err;
+    cr_assert_eq(cost_params_default(&H100, PREC_BF16, &cp, &err), TS_OK);
+    cr_assert_eq(cost_model_new(&cp, &cm, &err), TS_OK);
+    layer_shape L = moe_shape(4096, 14336, 4096, 1);
+    moe_config e = moe_of(8, 2, 14336, 0, 8);
+    double lf = 0;
+    int64_t extra = -1, prev = 0, base = 0;
+    cr_assert_eq(moe_block_imbalance_ns(cm, &L, &e, 0, 1, &lf, &extra, &err), TS_OK);
+    cr_assert_eq(extra, 0);
+    cr_assert_eq(lf, 1.0);
+    for (int p = 0; p < 2; p++) {
+        layer_ops o;
+        o.n = 0;
+        cr_assert_eq(moe_block_ops(&L, &e, 1.0, p == 0 ? LAYER_PASS_F : LAYER_PASS_B, &o, &err), TS_OK);
+        for (int i = 0; i < o.n; i++)
+            base += cost_op_ns(cm, &o.op[i]);
+    }
+    cr_assert_gt(base, 0);
+    double skews[] = {0.2, 0.5, 1.0, 1.5, 2.0};
+    for (int i = 0; i < 5; i++) {
+        cr_assert_eq(moe_block_imbalance_ns(cm, &L, &e, skews[i], 1, &lf, &extra, &err), TS_OK);
+        cr_assert_geq(extra, prev, "skew %g: %lld < %lld", skews[i], (long long)extra, (long long)prev);
+        cr_assert_gt(lf, 1.0);
+        cr_assert_geq((double)extra, 0.5 * (lf - 1) * (double)base, "skew %g lf %g extra %lld base %lld", skews[i], lf,
+                      (long long)extra, (long long)base);
+        cr_assert_leq((double)extra, 1.1 * (lf - 1) * (double)base);
+        prev = extra;
+    }
+    e.force_load_balancing = true;
+    cr_assert_eq(moe_block_imbalance_ns(cm, &L, &e, 1.0, 1, &lf, &extra, &err), TS_OK);
+    cr_assert_eq(extra, 0);
+    cr_assert_eq(moe_block_imbalance_ns(cm, &L, &e, -1, 1, &lf, &extra, &err), TS_EINVAL);
+    cost_model_free(cm);
 }
