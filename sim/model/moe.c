@@ -394,7 +394,7 @@ int moe_block_imbalance_ns(const cost_model *cm, const layer_shape *L, const moe
     int rc = block_compute_ns(cm, L, e, 1.0, &base, err);
     if (rc != TS_OK || skew == 0 || e->force_load_balancing)
         return rc;
-    double *load = malloc((size_t)e->num_experts * sizeof *load);
+    double *load = calloc((size_t)e->num_experts, sizeof *load);
     if (!load)
         return err_set(err, TS_ENOMEM, "moe_block_imbalance_ns: loads of %d experts", e->num_experts);
     int64_t T = L->b * L->s / (L->sp && L->t > 1 ? L->t : 1);
