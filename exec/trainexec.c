@@ -235,6 +235,16 @@ static int exec_supports(const config *c, ts_err *err)
         return err_set(err, TS_ENOTSUP,
                        "--context-parallel-size %d: the executor has no context-parallel attention (give 1)",
                        config_cp(c));
+    if (c->moe.num_experts > 1)
+        return err_set(err, TS_ENOTSUP,
+                       "--num-experts %d: the executor has no mixture-of-experts layers (dense "
+                       "models only)",
+                       c->moe.num_experts);
+    if (c->moe.ep > 1)
+        return err_set(err, TS_ENOTSUP,
+                       "--expert-model-parallel-size %d: the executor has no expert parallelism "
+                       "(give 1)",
+                       c->moe.ep);
     return TS_OK;
 }
 

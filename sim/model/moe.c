@@ -2,6 +2,8 @@
 #include "sim/model/moe.h"
 
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "sim/model/flops.h"
 
@@ -156,4 +158,255 @@ void moe_expert_loads_zipf(int n, double routed_tokens, double skew, uint64_t se
     }
     for (int i = 0; i < n; i++)
         out[i] = routed_tokens * (skew == 0 ? 1.0 : pow(out[i] + 1.0, -skew)) / sum;
+}
+
+/* ------------------------------------------------------- MoE block ops */
+
+/* Most ops one MoE block lists (the backward with shared experts and
+ * all-to-alls: 17); moe_block_ops checks the room first. */
+#define MOE_BLOCK_MAX_OPS 17
+
+/* Appends one op (dep[0] = the previous op); -1 when the list is full. */
+static int moe_push(layer_ops *o, const char *name, layer_op_kind kind)
+{
+    if (o->n >= LAYER_MAX_OPS)
+        return -1;
+    int i = o->n++;
+    layer_op *op = &o->op[i];
+    memset(op, 0, sizeof *op);
+    op->name = name;
+    op->kind = kind;
+    op->batch = 1;
+    op->dep[0] = i - 1;
+    op->dep[1] = -1;
+    op->overlap = -1;
+    return i;
+}
+
+static void moe_gemm(layer_ops *o, const char *name, int64_t m, int64_t n, int64_t k, int64_t batch)
+{
+    int i = moe_push(o, name, LAYER_OP_GEMM);
+    if (i < 0)
+        return;
+    layer_op *op = &o->op[i];
+    op->m = m;
+    op->n = n;
+    op->k = k;
+    op->batch = batch;
+    op->flops = 2.0 * (double)m * (double)n * (double)k * (double)batch;
+}
+
+static void moe_mem(layer_ops *o, const char *name, int64_t bytes)
+{
+    int i = moe_push(o, name, LAYER_OP_MEM);
+    if (i >= 0)
+        o->op[i].bytes = bytes;
+}
+
+static void moe_a2a(layer_ops *o, const char *name, int64_t bytes, int ep)
+{
+    if (ep <= 1)
+        return;
+    int i = moe_push(o, name, LAYER_OP_COMM);
+    if (i < 0)
+        return;
+    o->op[i].coll = COMM_P2P;
+    o->op[i].a2a = true;
+    o->op[i].bytes = bytes;
+    o->op[i].group = ep;
+}
+
+/* Shapes of one MoE block on one rank (moe.h, moe_block_ops). */
+typedef struct {
+    int64_t T, k, h, E, el, m, fe, fc1e, fs, fc1s, dt, a2a, R;
+    int ep;
+} moe_dims;
+
+static void moe_block_fwd(const moe_dims *D, layer_ops *o)
+{
+    moe_gemm(o, "moe.router", D->T, D->E, D->h, 1);
+    moe_mem(o, "moe.topk", D->T * D->E * 4 * 2 + D->T * D->k * (4 + 8));
+    moe_mem(o, "moe.permute", (D->T + D->T * D->k) * D->h * D->dt);
+    moe_a2a(o, "moe.a2a.dispatch", D->a2a, D->ep);
+    moe_gemm(o, "moe.fc1", D->m, D->fc1e, D->h, D->el);
+    moe_mem(o, "moe.act", D->m * D->el * (D->fc1e + D->fe) * D->dt);
+    moe_gemm(o, "moe.fc2", D->m, D->h, D->fe, D->el);
+    moe_a2a(o, "moe.a2a.combine", D->a2a, D->ep);
+    moe_mem(o, "moe.unpermute", (D->T * D->k + D->T) * D->h * D->dt + D->T * D->k * 4);
+    if (D->fs > 0) {
+        moe_gemm(o, "moe.shared.fc1", D->T, D->fc1s, D->h, 1);
+        moe_mem(o, "moe.shared.act", D->T * (D->fc1s + D->fs) * D->dt);
+        moe_gemm(o, "moe.shared.fc2", D->T, D->h, D->fs, 1);
+    }
+}
+
+static void moe_block_bwd(const moe_dims *D, layer_ops *o, bool dgrad, bool wgrad)
+{
+    if (D->fs > 0) {
+        if (dgrad)
+            moe_gemm(o, "moe.shared.fc2.dgrad", D->T, D->fs, D->h, 1);
+        if (wgrad)
+            moe_gemm(o, "moe.shared.fc2.wgrad", D->fs, D->h, D->T, 1);
+        if (dgrad)
+            moe_mem(o, "moe.shared.act.bwd", D->T * (D->fc1s + D->fs) * D->dt);
+        if (dgrad)
+            moe_gemm(o, "moe.shared.fc1.dgrad", D->T, D->h, D->fc1s, 1);
+        if (wgrad)
+            moe_gemm(o, "moe.shared.fc1.wgrad", D->h, D->fc1s, D->T, 1);
+    }
+    if (dgrad) {
+        moe_mem(o, "moe.unpermute.bwd", (D->T * D->k + D->T) * D->h * D->dt + D->T * D->k * 4);
+        moe_a2a(o, "moe.a2a.combine.bwd", D->a2a, D->ep);
+        moe_gemm(o, "moe.fc2.dgrad", D->m, D->fe, D->h, D->el);
+    }
+    if (wgrad)
+        moe_gemm(o, "moe.fc2.wgrad", D->fe, D->h, D->m, D->el);
+    if (dgrad) {
+        moe_mem(o, "moe.act.bwd", D->m * D->el * (D->fc1e + D->fe) * D->dt);
+        moe_gemm(o, "moe.fc1.dgrad", D->m, D->h, D->fc1e, D->el);
+    }
+    if (wgrad)
+        moe_gemm(o, "moe.fc1.wgrad", D->h, D->fc1e, D->m, D->el);
+    if (dgrad) {
+        moe_a2a(o, "moe.a2a.dispatch.bwd", D->a2a, D->ep);
+        moe_mem(o, "moe.permute.bwd", (D->T + D->T * D->k) * D->h * D->dt);
+        moe_mem(o, "moe.topk.bwd", D->T * D->E * 4 * 2 + D->T * D->k * (4 + 8));
+        moe_gemm(o, "moe.router.dgrad", D->T, D->h, D->E, 1);
+    }
+    if (wgrad)
+        moe_gemm(o, "moe.router.wgrad", D->h, D->E, D->T, 1);
+}
+
+int moe_block_ops(const layer_shape *L, const moe_config *e, double load_factor, layer_pass pass, layer_ops *out,
+                  ts_err *err)
+{
+    if (e->num_experts < 1 || e->topk < 1)
+        return err_set(err, TS_EINVAL, "moe_block_ops: --num-experts %d, --moe-router-topk %d: need both >= 1",
+                       e->num_experts, e->topk);
+    int ep = e->ep > 0 ? e->ep : 1;
+    if (e->num_experts % ep != 0)
+        return err_set(err, TS_EINVAL,
+                       "moe_block_ops: --num-experts %d is not a multiple of "
+                       "--expert-model-parallel-size %d",
+                       e->num_experts, ep);
+    if (e->etp > 1)
+        return err_set(err, TS_EINVAL,
+                       "--expert-tensor-parallel-size %d: not modelled: the MoE block's ops "
+                       "with expert tensor parallelism (give 1)",
+                       e->etp);
+    if (!(load_factor >= 1.0))
+        return err_set(err, TS_EINVAL,
+                       "moe_block_ops: load factor %g: the busiest rank's load over the mean "
+                       "is at least 1",
+                       load_factor);
+    moe_dims D;
+    memset(&D, 0, sizeof D);
+    D.T = L->b * L->s / (L->sp && L->t > 1 ? L->t : 1);
+    D.k = e->topk;
+    D.h = L->h;
+    D.E = e->num_experts;
+    D.ep = ep;
+    D.el = D.E / ep;
+    D.R = (int64_t)ceil((double)(D.T * D.k) * load_factor - 1e-9);
+    D.m = (D.R + D.el - 1) / D.el;
+    D.fe = e->ffn_hidden_size > 0 ? e->ffn_hidden_size : L->ffn;
+    D.fc1e = (L->swiglu ? 2 : 1) * D.fe;
+    D.fs = e->shared_ffn_hidden_size;
+    D.fc1s = (L->swiglu ? 2 : 1) * D.fs;
+    D.dt = L->dtype_bytes;
+    D.a2a = moe_a2a_send_bytes(D.T, e->topk, L->h, L->dtype_bytes, ep);
+    if (out->n < 0 || out->n > LAYER_MAX_OPS - MOE_BLOCK_MAX_OPS)
+        return err_set(err, TS_EINVAL, "moe_block_ops: %d ops already listed; the block needs room for %d of %d",
+                       out->n, MOE_BLOCK_MAX_OPS, LAYER_MAX_OPS);
+    switch (pass) {
+    case LAYER_PASS_F:
+        moe_block_fwd(&D, out);
+        break;
+    case LAYER_PASS_B:
+        moe_block_bwd(&D, out, true, true);
+        break;
+    case LAYER_PASS_I:
+        moe_block_bwd(&D, out, true, false);
+        break;
+    case LAYER_PASS_W:
+        moe_block_bwd(&D, out, false, true);
+        break;
+    case LAYER_PASS_R:
+        if (L->recompute == RECOMPUTE_FULL)
+            moe_block_fwd(&D, out);
+        break;
+    default:
+        return err_set(err, TS_EINVAL, "moe_block_ops: unknown pass %d", (int)pass);
+    }
+    return TS_OK;
+}
+
+void moe_layer_rank_params(const model_config *m, const moe_config *e, int tp, int pp, int gpus, moe_rank_params *out)
+{
+    moe_params P;
+    moe_param_count(m, e, &P);
+    int ep = e->ep > 0 ? e->ep : 1, etp = e->etp > 0 ? e->etp : 1, t = tp > 0 ? tp : 1, p = pp > 0 ? pp : 1;
+    int64_t nw = m->normalization == NORM_RMSNORM ? 1 : 2;
+    int64_t norms = 2 * nw * m->hidden_size;
+    out->expert = (int64_t)(e->num_experts / ep) * P.expert / etp;
+    out->dense = P.attention / t + norms + P.router + P.shared / t;
+    out->expert_dp = gpus / (p * etp * ep);
+    out->dense_dp = gpus / (p * t);
+}
+
+int64_t moe_block_saved_bytes(const layer_shape *L, const moe_config *e, double load_factor)
+{
+    int64_t T = L->b * L->s / (L->sp && L->t > 1 ? L->t : 1), k = e->topk, E = e->num_experts;
+    int64_t R = (int64_t)ceil((double)(T * k) * (load_factor < 1 ? 1 : load_factor) - 1e-9);
+    int64_t fe = e->ffn_hidden_size > 0 ? e->ffn_hidden_size : L->ffn, fc1e = (L->swiglu ? 2 : 1) * fe;
+    int64_t fs = e->shared_ffn_hidden_size, fc1s = (L->swiglu ? 2 : 1) * fs, dt = L->dtype_bytes;
+    return 2 * 4 * T * E + T * k * (4 + 8) + 2 * R * L->h * dt + R * (fc1e + fe) * dt + T * (fc1s + fs) * dt;
+}
+
+/* Compute time of one MoE block's F + B at load factor lf (moe.h). */
+static int block_compute_ns(const cost_model *cm, const layer_shape *L, const moe_config *e, double lf, int64_t *ns,
+                            ts_err *err)
+{
+    layer_pass passes[2] = {LAYER_PASS_F, LAYER_PASS_B};
+    *ns = 0;
+    for (int p = 0; p < 2; p++) {
+        layer_ops o;
+        o.n = 0;
+        int rc = moe_block_ops(L, e, lf, passes[p], &o, err);
+        if (rc != TS_OK)
+            return rc;
+        for (int i = 0; i < o.n; i++)
+            *ns += cost_op_ns(cm, &o.op[i]);
+    }
+    return TS_OK;
+}
+
+int moe_block_imbalance_ns(const cost_model *cm, const layer_shape *L, const moe_config *e, double skew, uint64_t seed,
+                           double *load_factor, int64_t *extra_ns, ts_err *err)
+{
+    *extra_ns = 0;
+    if (load_factor)
+        *load_factor = 1;
+    if (!(skew >= 0))
+        return err_set(err, TS_EINVAL, "--moe-imbalance %g: the routing skew is a Zipf exponent >= 0 (0 = balance)",
+                       skew);
+    int64_t base = 0, skewed = 0;
+    int rc = block_compute_ns(cm, L, e, 1.0, &base, err);
+    if (rc != TS_OK || skew == 0 || e->force_load_balancing)
+        return rc;
+    double *load = calloc((size_t)e->num_experts, sizeof *load);
+    if (!load)
+        return err_set(err, TS_ENOMEM, "moe_block_imbalance_ns: loads of %d experts", e->num_experts);
+    int64_t T = L->b * L->s / (L->sp && L->t > 1 ? L->t : 1);
+    moe_expert_loads_zipf(e->num_experts, (double)(T * e->topk), skew, seed, load);
+    double lf = moe_rank_load_factor(load, e->num_experts, e->ep > 0 ? e->ep : 1, e->capacity_factor, NULL);
+    free(load);
+    if (lf < 1)
+        lf = 1;
+    if ((rc = block_compute_ns(cm, L, e, lf, &skewed, err)) != TS_OK)
+        return rc;
+    if (load_factor)
+        *load_factor = lf;
+    *extra_ns = skewed - base;
+    return TS_OK;
 }

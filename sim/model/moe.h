@@ -31,6 +31,9 @@
 
 #include "sim/config/config.h"
 #include "sim/model/commcost.h"
+#include "sim/model/cost.h"
+#include "sim/model/layer.h"
+#include "sim/util/err.h"
 
 typedef struct {
     int64_t attention;    /* one layer's attention (MLA or q/k/v/projection) with biases */
@@ -111,5 +114,76 @@ void moe_expert_loads_zipf(int n, double routed_tokens, double skew, uint64_t se
  * the ranks' kept tokens (1 when every rank gets the same; 0 when no token
  * is routed). */
 double moe_rank_load_factor(const double *load, int n, int ep, double capacity_factor, double *dropped);
+
+/* Appends to out the ops of one MoE block (what replaces the MLP of a MoE
+ * layer: after LN2) for pass, on one rank, for one micro-batch of shape L
+ * (alltoall dispatcher). Tokens this rank routes: T = b s (b s / t with
+ * sequence parallelism). The busiest expert-parallel rank receives
+ * R = T k x load_factor routed tokens (load_factor: moe_rank_load_factor;
+ * 1 = balance) and runs its E/ep local experts as a batch of E/ep GEMMs of
+ * m = ceil(R / (E/ep)) rows (thin GEMMs for many experts). Forward:
+ *   moe.router (T x E x h), moe.topk (fp32 softmax read + write of T x E,
+ *   top-k probs and indices T k (4 + 8) bytes), moe.permute (read T h,
+ *   write T k h), moe.a2a.dispatch, moe.fc1 (m x gate/up f_e x h, batch
+ *   E/ep), moe.act, moe.fc2 (m x h x f_e), moe.a2a.combine, moe.unpermute
+ *   (read T k h and the probs, write T h), then the shared experts
+ *   moe.shared.fc1 / .act / .fc2 on T tokens (f_s unsplit) when f_s > 0.
+ * The all-to-alls (ep > 1) are COMM ops with a2a = true, group ep, bytes
+ * moe_a2a_send_bytes(T, k, h, dtype, ep) (at balance: the busiest rank's
+ * extra receive is not in the volume). Backward: each GEMM's input
+ * gradient (same flops) and weight gradient (same flops: 2x the forward in
+ * all), the element-wise backward of each memory-bound op (same bytes),
+ * the two all-to-alls again in reverse order. Pass I has the input
+ * gradients only, W the weight gradients only, R the forward when
+ * recompute is full (else nothing). With load_factor 1, t = 1, E/ep
+ * dividing T k: the forward's flops are moe_block_fwd_flops_per_token x T.
+ * TS_EINVAL for expert tensor parallelism (e->etp > 1: not modelled),
+ * num_experts < 1, ep not dividing the experts, load_factor < 1 (the
+ * busiest rank never has less than the mean), or more ops than
+ * LAYER_MAX_OPS. */
+int moe_block_ops(const layer_shape *L, const moe_config *e, double load_factor, layer_pass pass, layer_ops *out,
+                  ts_err *err);
+
+/* One MoE layer's parameters held by one rank, and the groups their
+ * gradients are reduced over (Megatron-core's layout: the routed experts
+ * sharded over ep x etp, the rest of the layer over the tensor-parallel
+ * ranks). */
+typedef struct {
+    int64_t expert; /* routed experts on this rank: E / ep experts, each / etp */
+    int64_t dense;  /* attention / t, norms, router (replicated), shared experts / t */
+    int expert_dp;  /* ranks the expert gradients are reduced over: edp = gpus / (pp x etp x ep) */
+    int dense_dp;   /* ranks the dense gradients are reduced over: d */
+} moe_rank_params;
+
+/* Parameters of one MoE layer on one rank for tp-way tensor parallelism,
+ * pp pipeline stages and gpus ranks (e->ep, e->etp >= 1; the experts a
+ * multiple of ep). The norms and the router are replicated; the attention
+ * and shared experts split over tp (rounded down when tp does not divide);
+ * the experts over ep (whole experts) and etp (their FFN columns). */
+void moe_layer_rank_params(const model_config *m, const moe_config *e, int tp, int pp, int gpus, moe_rank_params *out);
+
+/* Bytes the MoE block of one layer saves for its backward, one micro-batch
+ * on the busiest EP rank (no recomputation; the block's input, LN2's
+ * output, is counted by the dense layer): router logits and probabilities
+ * (fp32, 2 x 4 T E), the top-k probabilities and indices (T k (4 + 8)),
+ * the permuted tokens and the expert outputs (R h each), the expert FC1
+ * output and activation output (R (fc1 + f_e)), the shared experts' FC1
+ * and activation outputs (T (fc1_s + f_s)); dtype bytes per element. T and
+ * R as in moe_block_ops (R = ceil(T k load_factor)). */
+int64_t moe_block_saved_bytes(const layer_shape *L, const moe_config *e, double load_factor);
+
+/* What routing skew costs one MoE block, for one micro-batch, forward plus
+ * backward on the busiest EP rank: the compute ops of moe_block_ops (F and
+ * B) costed by cm (cost_op_ns, so thin expert GEMMs are slow) at the load
+ * factor of moe_expert_loads_zipf(E, T k, skew, seed) and
+ * moe_rank_load_factor (e->capacity_factor applied), minus the same at
+ * forced balance (load factor 1). The all-to-alls are left out: their
+ * volume is the balanced one in moe_block_ops, the same in both runs.
+ * *load_factor (may be NULL) gets the busiest rank's tokens over the mean.
+ * skew 0 or e->force_load_balancing: 0 ns and factor 1. TS_EINVAL as
+ * moe_block_ops, or for skew < 0; TS_ENOMEM if the per-expert loads cannot
+ * be allocated (freed before return). */
+int moe_block_imbalance_ns(const cost_model *cm, const layer_shape *L, const moe_config *e, double skew, uint64_t seed,
+                           double *load_factor, int64_t *extra_ns, ts_err *err);
 
 #endif

@@ -7,6 +7,7 @@
 
 #include "sim/model/flops.h"
 #include "sim/model/moe.h"
+#include "tests/unit/gpu_specs.h"
 
 /* A bias-free RMSNorm SwiGLU model with untied rotary embeddings. */
 static model_config shape(int layers, int h, int heads, int groups, int d, int ffn, int vocab)
@@ -283,4 +284,218 @@ Test(moe, zipf_figures)
         cr_expect(fabs(moe_rank_load_factor(l, 256, 64, 1.25, &dropped) - want[s][3]) < 1e-3);
         cr_expect(fabs(100 * dropped / 32768 - want[s][4]) < 0.1);
     }
+}
+
+/* ---------------------------------------------------- MoE block ops */
+
+static layer_shape moe_shape(int64_t h, int64_t ffn, int64_t s, int64_t b)
+{
+    layer_shape L;
+    memset(&L, 0, sizeof L);
+    L.h = h;
+    L.a = 32;
+    L.g = 8;
+    L.ffn = ffn;
+    L.swiglu = true;
+    L.s = s;
+    L.b = b;
+    L.V = 32000;
+    L.t = 1;
+    L.dtype_bytes = 2;
+    return L;
+}
+
+static moe_config moe_of(int E, int k, int ffn, int shared, int ep)
+{
+    moe_config e;
+    memset(&e, 0, sizeof e);
+    e.num_experts = E;
+    e.topk = k;
+    e.ffn_hidden_size = ffn;
+    e.shared_ffn_hidden_size = shared;
+    e.ep = ep;
+    e.etp = 1;
+    e.dispatcher = MOE_DISPATCH_ALLTOALL;
+    return e;
+}
+
+static double block_flops(const layer_shape *L, const moe_config *e, double lf, layer_pass pass)
+{
+    layer_ops o;
+    o.n = 0;
+    ts_err err;
+    cr_assert_eq(moe_block_ops(L, e, lf, pass, &o, &err), TS_OK);
+    return layer_ops_flops(&o);
+}
+
+/* Balanced load: the forward's flops are the closed form per token x the
+ * rank's tokens (Mixtral 8x7B's block, EP 8; a 256-expert block with a
+ * shared expert, EP 8); the backward is twice the forward, I + W = B. */
+Test(moe_ops, flops_closed_form)
+{
+    model_config m = shape(32, 4096, 32, 8, 128, 14336, 32000);
+    layer_shape L = moe_shape(4096, 14336, 4096, 1);
+    moe_config e = moe_of(8, 2, 14336, 0, 8);
+    double T = 4096, f = block_flops(&L, &e, 1.0, LAYER_PASS_F);
+    double want = moe_block_fwd_flops_per_token(&m, &e) * T;
+    cr_assert(fabs(f - want) <= 1e-12 * want, "fwd %.17g want %.17g", f, want);
+    cr_assert_float_eq(want, T * (2.0 * 4096 * 8 + 2.0 * 2 * 3 * 4096 * 14336), 1.0);
+    double B = block_flops(&L, &e, 1.0, LAYER_PASS_B);
+    cr_assert(fabs(B - 2 * f) <= 1e-12 * f);
+    double I = block_flops(&L, &e, 1.0, LAYER_PASS_I), W = block_flops(&L, &e, 1.0, LAYER_PASS_W);
+    cr_assert(fabs(I + W - B) <= 1e-12 * B);
+    cr_assert(I > 0.45 * B && I < 0.55 * B, "I %.3g of B %.3g", I, B);
+
+    model_config m2 = shape(61, 7168, 128, 128, 128, 18432, 129280);
+    layer_shape L2 = moe_shape(7168, 18432, 4096, 1);
+    moe_config e2 = moe_of(256, 8, 2048, 2048, 8);
+    double f2 = block_flops(&L2, &e2, 1.0, LAYER_PASS_F), w2 = moe_block_fwd_flops_per_token(&m2, &e2) * 4096;
+    cr_assert(fabs(f2 - w2) <= 1e-12 * w2, "fwd %.17g want %.17g", f2, w2);
+    cr_assert_eq(block_flops(&L2, &e2, 1.0, LAYER_PASS_R), 0.0); /* no recomputation */
+    L2.recompute = RECOMPUTE_FULL;
+    cr_assert(fabs(block_flops(&L2, &e2, 1.0, LAYER_PASS_R) - w2) <= 1e-12 * w2);
+}
+
+/* The expert GEMMs run at the busiest rank's count: m = ceil(T k lf / (E/ep))
+ * rows per local expert, batch E/ep; more load never fewer flops. */
+Test(moe_ops, busiest_rank_shapes)
+{
+    layer_shape L = moe_shape(7168, 18432, 4096, 1);
+    moe_config e = moe_of(256, 8, 2048, 0, 8);
+    layer_ops o;
+    o.n = 0;
+    ts_err err;
+    cr_assert_eq(moe_block_ops(&L, &e, 1.5, LAYER_PASS_F, &o, &err), TS_OK);
+    int fc1 = -1;
+    for (int i = 0; i < o.n; i++)
+        if (strcmp(o.op[i].name, "moe.fc1") == 0)
+            fc1 = i;
+    cr_assert_geq(fc1, 0);
+    cr_assert_eq(o.op[fc1].m, 4096 * 8 * 3 / 2 / 32); /* 1536 rows per local expert */
+    cr_assert_eq(o.op[fc1].batch, 32);
+    cr_assert_eq(o.op[fc1].n, 2 * 2048);
+    cr_assert_eq(o.op[fc1].k, 7168);
+    double prev = 0;
+    for (int q = 0; q <= 8; q++) {
+        double f = block_flops(&L, &e, 1.0 + 0.25 * q, LAYER_PASS_F);
+        cr_assert_geq(f, prev);
+        prev = f;
+    }
+    cr_assert_eq(moe_block_ops(&L, &e, 0.9, LAYER_PASS_F, &o, &err), TS_EINVAL);
+    e.etp = 2;
+    o.n = 0;
+    cr_assert_eq(moe_block_ops(&L, &e, 1.0, LAYER_PASS_F, &o, &err), TS_EINVAL);
+    cr_assert(strstr(err.msg, "--expert-tensor-parallel-size") != NULL, "%s", err.msg);
+}
+
+/* Two all-to-alls forward, two backward, on the EP group, each carrying
+ * moe_a2a_send_bytes; none with EP 1. */
+Test(moe_ops, all_to_alls)
+{
+    layer_shape L = moe_shape(4096, 14336, 4096, 1);
+    moe_config e = moe_of(8, 2, 14336, 0, 8);
+    int64_t S = moe_a2a_send_bytes(4096, 2, 4096, 2, 8);
+    cr_assert_eq(S, (int64_t)4096 * 2 * 4096 * 2 * 7 / 8);
+    layer_pass passes[] = {LAYER_PASS_F, LAYER_PASS_B};
+    for (int p = 0; p < 2; p++) {
+        layer_ops o;
+        o.n = 0;
+        ts_err err;
+        cr_assert_eq(moe_block_ops(&L, &e, 1.0, passes[p], &o, &err), TS_OK);
+        int n = 0;
+        for (int i = 0; i < o.n; i++)
+            if (o.op[i].kind == LAYER_OP_COMM) {
+                cr_assert(o.op[i].a2a);
+                cr_assert_eq(o.op[i].group, 8);
+                cr_assert_eq(o.op[i].bytes, S);
+                n++;
+            }
+        cr_assert_eq(n, 2);
+    }
+    e.ep = 1;
+    layer_ops o;
+    o.n = 0;
+    ts_err err;
+    cr_assert_eq(moe_block_ops(&L, &e, 1.0, LAYER_PASS_B, &o, &err), TS_OK);
+    cr_assert_eq(layer_ops_comm_bytes(&o, COMM_P2P), 0);
+}
+
+/* Per-rank parameters of a Mixtral 8x7B MoE layer with EP 8, t 1, 64 GPUs:
+ * one whole expert (3 h f_e, bias-free) and the replicated rest; expert
+ * gradients reduced over 64 / 8 = 8 ranks, dense over 64. With ETP 2 the
+ * expert halves. */
+Test(moe_ops, rank_params)
+{
+    model_config m = shape(32, 4096, 32, 8, 128, 14336, 32000);
+    moe_config e = moe_of(8, 2, 14336, 0, 8);
+    moe_rank_params r;
+    moe_layer_rank_params(&m, &e, 1, 1, 64, &r);
+    cr_assert_eq(r.expert, (int64_t)3 * 4096 * 14336);
+    int64_t attn = (int64_t)4096 * (4096 + 2 * 1024) + (int64_t)4096 * 4096; /* q, k, v (GQA 8), proj */
+    cr_assert_eq(r.dense, attn + 2 * 4096 + 4096 * 8, "dense %lld", (long long)r.dense);
+    cr_assert_eq(r.expert_dp, 8);
+    cr_assert_eq(r.dense_dp, 64);
+    e.etp = 2;
+    e.ep = 4;
+    moe_layer_rank_params(&m, &e, 2, 2, 64, &r);
+    cr_assert_eq(r.expert, (int64_t)2 * 3 * 4096 * 14336 / 2);
+    cr_assert_eq(r.expert_dp, 4);
+    cr_assert_eq(r.dense_dp, 16);
+}
+
+/* Saved bytes of the MoE block: the closed form for Mixtral's block, and
+ * more load never less memory (the busiest rank's intermediates grow). */
+Test(moe_ops, saved_bytes)
+{
+    layer_shape L = moe_shape(4096, 14336, 4096, 1);
+    moe_config e = moe_of(8, 2, 14336, 0, 8);
+    int64_t T = 4096, R = T * 2;
+    int64_t want = 8 * T * 8 + T * 2 * 12 + 2 * R * 4096 * 2 + R * 3 * 14336 * 2;
+    cr_assert_eq(moe_block_saved_bytes(&L, &e, 1.0), want);
+    cr_assert_gt(moe_block_saved_bytes(&L, &e, 1.5), want);
+    cr_assert_eq(moe_block_saved_bytes(&L, &e, 2.0) - want, R * (2 * 4096 + 3 * 14336) * 2);
+}
+
+/* The imbalance's cost: 0 at skew 0 and under forced balance; more skew
+ * never faster; at a load factor lf the extra time of Mixtral's block on an
+ * H100 is between 0.5 and 1.1 x (lf - 1) x the balanced block (the expert
+ * GEMMs, most of the block, grow with lf; the router and top-k do not). */
+Test(moe_ops, imbalance_monotone)
+{
+    static const gpu_spec H100 = {GPU_SPEC_H100};
+    cost_params cp;
+    cost_model *cm = NULL;
+    ts_err err;
+    cr_assert_eq(cost_params_default(&H100, PREC_BF16, &cp, &err), TS_OK);
+    cr_assert_eq(cost_model_new(&cp, &cm, &err), TS_OK);
+    layer_shape L = moe_shape(4096, 14336, 4096, 1);
+    moe_config e = moe_of(8, 2, 14336, 0, 8);
+    double lf = 0;
+    int64_t extra = -1, prev = 0, base = 0;
+    cr_assert_eq(moe_block_imbalance_ns(cm, &L, &e, 0, 1, &lf, &extra, &err), TS_OK);
+    cr_assert_eq(extra, 0);
+    cr_assert_eq(lf, 1.0);
+    for (int p = 0; p < 2; p++) {
+        layer_ops o;
+        o.n = 0;
+        cr_assert_eq(moe_block_ops(&L, &e, 1.0, p == 0 ? LAYER_PASS_F : LAYER_PASS_B, &o, &err), TS_OK);
+        for (int i = 0; i < o.n; i++)
+            base += cost_op_ns(cm, &o.op[i]);
+    }
+    cr_assert_gt(base, 0);
+    double skews[] = {0.2, 0.5, 1.0, 1.5, 2.0};
+    for (int i = 0; i < 5; i++) {
+        cr_assert_eq(moe_block_imbalance_ns(cm, &L, &e, skews[i], 1, &lf, &extra, &err), TS_OK);
+        cr_assert_geq(extra, prev, "skew %g: %lld < %lld", skews[i], (long long)extra, (long long)prev);
+        cr_assert_gt(lf, 1.0);
+        cr_assert_geq((double)extra, 0.5 * (lf - 1) * (double)base, "skew %g lf %g extra %lld base %lld", skews[i], lf,
+                      (long long)extra, (long long)base);
+        cr_assert_leq((double)extra, 1.1 * (lf - 1) * (double)base);
+        prev = extra;
+    }
+    e.force_load_balancing = true;
+    cr_assert_eq(moe_block_imbalance_ns(cm, &L, &e, 1.0, 1, &lf, &extra, &err), TS_OK);
+    cr_assert_eq(extra, 0);
+    cr_assert_eq(moe_block_imbalance_ns(cm, &L, &e, -1, 1, &lf, &extra, &err), TS_EINVAL);
+    cost_model_free(cm);
 }
