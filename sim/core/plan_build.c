@@ -41,7 +41,7 @@ typedef struct {
     bool tpo; /* --tp-comm-overlap: userbuffers closed forms (overlap.h) */
     bool ub;  /* the list being added is a transformer layer's (tpo applies) */
     int sms;  /* the GPU's SMs (overlap_gpu_sms; 0 unknown) */
-    int gpn; /* GPUs per node (context-parallel groups' placement) */
+    int gpn;  /* GPUs per node (context-parallel groups' placement) */
 } pass_builder;
 
 static int ranks_per_node(int n, int stride, int gpn);
@@ -361,8 +361,8 @@ static int build_bwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
         if (recomputed && kind != PLAN_PASS_W)
             for (int l = lo; l < hi && rc == TS_OK; l++) /* a group's other inputs are re-created too */
                 rc = pb_add_layer(b, &mo->r, PLAN_CAT_RECOMP,
-                            mo->m_rc.by_rc + (l % L->group ? mo->m_rc.kept : 0) + (mo->r.n ? mo->cp_tf : 0),
-                            mo->r.n ? mo->cp_tf : 0);
+                                  mo->m_rc.by_rc + (l % L->group ? mo->m_rc.kept : 0) + (mo->r.n ? mo->cp_tf : 0),
+                                  mo->r.n ? mo->cp_tf : 0);
         for (int l = hi - 1; l >= lo && rc == TS_OK; l--) {
             const layer_ops *ops;
             const layer_mem *m = recomputed ? &mo->m_rc : &mo->m_none;

@@ -74,8 +74,8 @@ static int kind_defaults(const gpu_spec *gpu, commcost_params *out, ts_err *err)
         out->nvlink_p2p_gbps = 900.0 * 240.0 / 300.0;             /* line rate x A100 effective ratio */
         out->nic_gbps_per_gpu = 47.0;                             /* networks.csv, per 400 Gb/s NIC */
         out->cc = 3;                                              /* Blackwell (SM100) */
-        out->amd_cpu = 0;          /* DGX B200: Intel Xeon 8570; GB200: Grace (Arm), not AMD */
-        out->nvls = 1;             /* NVSwitch gen 4 carries NVLink SHARP */
+        out->amd_cpu = 0;             /* DGX B200: Intel Xeon 8570; GB200: Grace (Arm), not AMD */
+        out->nvls = 1;                /* NVSwitch gen 4 carries NVLink SHARP */
         out->nvlink_link_gbps = 40.1; /* nccl_tuning.md: NVLink per link SM100, 40.1 */
     } else {
         return err_set(err, TS_EINVAL,

@@ -159,7 +159,7 @@ typedef struct {
     /* COMM ops of a context-parallel group (0: the tensor-parallel group): */
     int stride; /* ranks between two neighbours of the group (t, or t x a2a level) */
     int span;   /* ranks of the whole group (for p2p: the ring the pair belongs to) */
-    bool a2a;           /* COMM: the MoE dispatcher's all-to-all over the expert-parallel group
+    bool a2a;   /* COMM: the MoE dispatcher's all-to-all over the expert-parallel group
                            (group = EP; bytes = what one rank sends, moe_a2a_send_bytes; time
                            from moe_a2a_ns, not commcost_ns; coll is COMM_P2P) */
 } layer_op;
