@@ -432,15 +432,21 @@ static uint64_t key_hash(int dim, int leader, uint32_t tag, int32_t mb)
 }
 
 /* Find (or create) the pending instance of engine rank `rank`'s group's
- * collective; *open gets its rendezvous key when it waits for others
- * (need > 1), to remove once every member has joined. */
-static int pending(net_engine *ne, int rank, int dim, uint32_t tag, int32_t mb, int need, net_rdv_key *open)
+ * collective; *open gets its rendezvous slot when it waits for others
+ * (need > 1; else NULL), to remove once every member has joined, with no
+ * put or remove on the table in between (the slot stays valid until then,
+ * and a second lookup is saved). */
+static int pending(net_engine *ne, int rank, int dim, uint32_t tag, int32_t mb, int need, net_rdv_slot **open)
 {
     net_rdv_slot *sl = NULL;
+    net_rdv_key k;
+    *open = NULL;
     if (need > 1) {
-        *open = (net_rdv_key){(uint64_t)(uint32_t)(2 * ne->rgroup[2 * rank + dim] + dim) << 32 | tag, (uint32_t)mb};
-        if ((sl = net_rdv_find(&ne->open, *open)))
+        k = (net_rdv_key){(uint64_t)(uint32_t)(2 * ne->rgroup[2 * rank + dim] + dim) << 32 | tag, (uint32_t)mb};
+        if ((sl = net_rdv_find(&ne->open, k))) {
+            *open = sl;
             return (int)sl->v.i;
+        }
     }
     int i = inst_new(ne);
     if (i < 0)
@@ -452,9 +458,10 @@ static int pending(net_engine *ne, int rank, int dim, uint32_t tag, int32_t mb, 
     in->mb = mb;
     in->need = need;
     if (need > 1) {
-        if (net_rdv_put(&ne->open, *open, &sl))
+        if (net_rdv_put(&ne->open, k, &sl))
             return -1;
         sl->v.i = i;
+        *open = sl;
     }
     return i;
 }
@@ -544,7 +551,7 @@ void net_engine_task_started(net_engine *ne, engine *e, engine_task_id id, const
         if (ne->opts.comm_compute_slowdown > 0)
             ne->active_comm[rank]++;
         int need = ne->opts.full ? ne->pl->size[d->dim] : 1;
-        net_rdv_key open;
+        net_rdv_slot *open;
         int ii = pending(ne, rank, d->dim, tag, ti->mb, need, &open);
         if (ii < 0) {
             fail(ne, err_set(&ne->err, TS_ENOMEM, "net_engine: out of memory"));
@@ -555,7 +562,7 @@ void net_engine_task_started(net_engine *ne, engine *e, engine_task_id id, const
         if (ne->inst[ii].n < ne->inst[ii].need)
             return;
         if (need > 1) /* started: no longer pending */
-            net_rdv_remove(&ne->open, net_rdv_find(&ne->open, open));
+            net_rdv_remove(&ne->open, open);
         start_coll(ne, e, ii, d, rank, now);
         return;
     }
