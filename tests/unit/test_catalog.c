@@ -26,23 +26,6 @@ Test(catalog, gpus_match_reference_figures)
         cr_skip_test("../shared/reference/gpus.csv not beside the checkout: %s", E.msg);
     }
     cr_assert_eq(ref->nrows + 2, c->n);
-    csvio_table *bw = NULL;
-    if (csvio_read("../shared/reference/gpus_blackwell.csv", NULL, 0, &bw, &E) == TS_OK) {
-        const char *bcols[] = {
-            "bf16_tflops", "fp16_tflops", "fp8_tflops", "hbm_gib", "hbm_gbps", "nvlink_gbps_per_direction", "tdp_w"};
-        for (size_t r = 0; r < bw->nrows; r++) {
-            const gpu_spec *g = catalog_gpus_find(c, csvio_cell(bw, r, "gpu"));
-            cr_assert_not_null(g, "Blackwell GPU %s missing from the catalogue", csvio_cell(bw, r, "gpu"));
-            double got[] = {g->bf16_tflops, g->fp16_tflops, g->fp8_tflops, g->hbm_gib,
-                            g->hbm_gbps,    g->nvlink_gbps, g->tdp_w};
-            for (size_t i = 0; i < sizeof bcols / sizeof *bcols; i++) {
-                double v;
-                cr_assert_eq(csvio_get_positive(bw, r, bcols[i], &v, &E), TS_OK, "%s", E.msg);
-                cr_expect_float_eq(got[i], v, 1e-9, "%s %s: %g vs reference %g", g->name, bcols[i], got[i], v);
-            }
-        }
-        csvio_free(bw);
-    }
     for (size_t r = 0; r < ref->nrows; r++) {
         const char *name = csvio_cell(ref, r, "gpu");
         const gpu_spec *g = catalog_gpus_find(c, name);
