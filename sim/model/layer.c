@@ -183,7 +183,7 @@ static unsigned rc_modules_of(const layer_shape *L)
 
 /* ---------------------------------------------------------------- op lists */
 
-static int push(layer_ops *o, const char *name, layer_op_kind kind)
+int layer_ops_push(layer_ops *o, const char *name, layer_op_kind kind)
 {
     int i = o->n++;
     layer_op *op = &o->op[i];
@@ -197,9 +197,9 @@ static int push(layer_ops *o, const char *name, layer_op_kind kind)
     return i;
 }
 
-static int bgemm(layer_ops *o, const char *name, int64_t m, int64_t n, int64_t k, int64_t batch)
+int layer_ops_gemm(layer_ops *o, const char *name, int64_t m, int64_t n, int64_t k, int64_t batch)
 {
-    int i = push(o, name, LAYER_OP_GEMM);
+    int i = layer_ops_push(o, name, LAYER_OP_GEMM);
     layer_op *op = &o->op[i];
     op->m = m;
     op->n = n;
@@ -211,19 +211,19 @@ static int bgemm(layer_ops *o, const char *name, int64_t m, int64_t n, int64_t k
 
 static int gemm(layer_ops *o, const char *name, int64_t m, int64_t n, int64_t k)
 {
-    return bgemm(o, name, m, n, k, 1);
+    return layer_ops_gemm(o, name, m, n, k, 1);
 }
 
-static int mem(layer_ops *o, const char *name, int64_t bytes)
+int layer_ops_mem(layer_ops *o, const char *name, int64_t bytes)
 {
-    int i = push(o, name, LAYER_OP_MEM);
+    int i = layer_ops_push(o, name, LAYER_OP_MEM);
     o->op[i].bytes = bytes;
     return i;
 }
 
 static int comm(layer_ops *o, const char *name, commcost_coll coll, int64_t bytes, int group)
 {
-    int i = push(o, name, LAYER_OP_COMM);
+    int i = layer_ops_push(o, name, LAYER_OP_COMM);
     o->op[i].coll = coll;
     o->op[i].bytes = bytes;
     o->op[i].group = group;
@@ -258,15 +258,15 @@ static void attn_core_fwd(const layer_shape *L, const dims *D, layer_ops *o)
     }
     if (is_flash(L)) {
         int64_t half = (L->s + 1) / 2;
-        bgemm(o, "attn.flash.qk", L->s, half, D->d, bh);
-        bgemm(o, "attn.flash.av", L->s, D->d, half, bh);
+        layer_ops_gemm(o, "attn.flash.qk", L->s, half, D->d, bh);
+        layer_ops_gemm(o, "attn.flash.av", L->s, D->d, half, bh);
         return;
     }
-    bgemm(o, "attn.qk", L->s, L->s, D->d, bh);
-    mem(o, "attn.softmax", 2 * P * D->dt); /* fused scale-mask-softmax: read + write */
+    layer_ops_gemm(o, "attn.qk", L->s, L->s, D->d, bh);
+    layer_ops_mem(o, "attn.softmax", 2 * P * D->dt); /* fused scale-mask-softmax: read + write */
     if (!L->no_attn_dropout)
-        mem(o, "attn.dropout", P * (2 * D->dt + 1)); /* read, write, 1-byte mask */
-    bgemm(o, "attn.av", L->s, D->d, L->s, bh);
+        layer_ops_mem(o, "attn.dropout", P * (2 * D->dt + 1)); /* read, write, 1-byte mask */
+    layer_ops_gemm(o, "attn.av", L->s, D->d, L->s, bh);
 }
 
 /* Row-parallel GEMM output reduction: all-reduce, or reduce-scatter with SP. */
@@ -288,7 +288,7 @@ static void mlp_fwd(const layer_shape *L, const dims *D, layer_ops *o)
     if (L->sp && D->comm)
         comm(o, "ln2.ag", COMM_ALL_GATHER, D->S, L->t);
     gemm(o, "fc1", D->T, D->fc1_n, h);
-    mem(o, L->swiglu ? "swiglu" : "gelu", D->T * (D->fc1_n + D->ffn_t) * D->dt);
+    layer_ops_mem(o, L->swiglu ? "swiglu" : "gelu", D->T * (D->fc1_n + D->ffn_t) * D->dt);
     gemm(o, "fc2", D->T, h, D->ffn_t);
     tp_reduce(L, D, o, "fc2.ar", "fc2.rs");
 }
@@ -299,11 +299,11 @@ static void selective_fwd(const layer_shape *L, const dims *D, layer_ops *o)
     unsigned mods = rc_modules_of(L);
     int64_t E = D->Tl * L->h;
     if (mods & CONFIG_RC_LAYERNORM)
-        mem(o, "ln1", 2 * E * D->dt);
+        layer_ops_mem(o, "ln1", 2 * E * D->dt);
     if (mods & CONFIG_RC_CORE_ATTN)
         attn_core_fwd(L, D, o);
     if (mods & CONFIG_RC_LAYERNORM)
-        mem(o, "ln2", 2 * E * D->dt);
+        layer_ops_mem(o, "ln2", 2 * E * D->dt);
     if (mods & CONFIG_RC_MLP)
         mlp_fwd(L, D, o);
 }
@@ -312,17 +312,17 @@ static void layer_fwd(const layer_shape *L, const dims *D, layer_ops *o)
 {
     int64_t h = L->h, E = D->Tl * h;             /* elements of an element-wise op */
     int64_t mask = L->no_hidden_dropout ? 0 : 1; /* the dropout mask's byte per element */
-    mem(o, "ln1", 2 * E * D->dt);
+    layer_ops_mem(o, "ln1", 2 * E * D->dt);
     if (L->sp && D->comm)
         comm(o, "ln1.ag", COMM_ALL_GATHER, D->S, L->t);
     gemm(o, "qkv", D->T, D->qkv_n, h);
     attn_core_fwd(L, D, o);
     gemm(o, "proj", D->T, h, D->adt);
     tp_reduce(L, D, o, "proj.ar", "proj.rs");
-    mem(o, "attn.dropadd", E * (3 * D->dt + mask)); /* bias-dropout-add: 2 reads, write, mask */
-    mem(o, "ln2", 2 * E * D->dt);
+    layer_ops_mem(o, "attn.dropadd", E * (3 * D->dt + mask)); /* bias-dropout-add: 2 reads, write, mask */
+    layer_ops_mem(o, "ln2", 2 * E * D->dt);
     mlp_fwd(L, D, o);
-    mem(o, "mlp.dropadd", E * (3 * D->dt + mask));
+    layer_ops_mem(o, "mlp.dropadd", E * (3 * D->dt + mask));
 }
 
 /* Column-parallel GEMM backward (QKV or FC1). whole: dgrad, the input-grad
@@ -396,47 +396,47 @@ static void layer_bwd(const layer_shape *L, const dims *D, layer_ops *o, bool dg
         return;
     }
     /* MLP block */
-    mem(o, "mlp.dropadd.bwd", E * (2 * D->dt + mask));
+    layer_ops_mem(o, "mlp.dropadd.bwd", E * (2 * D->dt + mask));
     if (L->sp && D->comm)
         comm(o, "fc2.ag.grad", COMM_ALL_GATHER, D->S, L->t);
     gemm(o, "fc2.dgrad", D->T, D->ffn_t, h);
     if (whole)
         gemm(o, "fc2.wgrad", D->ffn_t, h, D->T);
-    mem(o, L->swiglu ? "swiglu.bwd" : "gelu.bwd", D->T * (L->swiglu ? 5 * D->ffn_t : 3 * D->ffn_t) * D->dt);
+    layer_ops_mem(o, L->swiglu ? "swiglu.bwd" : "gelu.bwd", D->T * (L->swiglu ? 5 * D->ffn_t : 3 * D->ffn_t) * D->dt);
     blk = o->n;
     colpar_bwd(L, D, o, whole, "fc1.ag.in", "fc1.dgrad", "fc1.ar", "fc1.rs", "fc1.wgrad", D->fc1_n);
-    mem(o, "ln2.bwd", 4 * E * D->dt); /* grad in, input, residual grad in, grad out */
+    layer_ops_mem(o, "ln2.bwd", 4 * E * D->dt); /* grad in, input, residual grad in, grad out */
     join_last_two(o, blk);
     /* attention block */
-    mem(o, "attn.dropadd.bwd", E * (2 * D->dt + mask));
+    layer_ops_mem(o, "attn.dropadd.bwd", E * (2 * D->dt + mask));
     if (L->sp && D->comm)
         comm(o, "proj.ag.grad", COMM_ALL_GATHER, D->S, L->t);
     gemm(o, "proj.dgrad", D->T, D->adt, h);
     if (whole)
         gemm(o, "proj.wgrad", D->adt, h, D->T);
     if (L->cp > 1) {
-        mem(o, "attn.flash.bwd.pre", 2 * D->T * D->adt * D->dt + bh * L->s * 4);
+        layer_ops_mem(o, "attn.flash.bwd.pre", 2 * D->T * D->adt * D->dt + bh * L->s * 4);
         cp_attn(L, D, o, true);
     } else if (is_flash(L)) { /* FlashAttention-2 backward: rowsum(dO o O), then five causal-half GEMMs */
         int64_t half = (L->s + 1) / 2;
-        mem(o, "attn.flash.bwd.pre", 2 * D->T * D->adt * D->dt + bh * L->s * 4);
-        bgemm(o, "attn.flash.qk.re", L->s, half, D->d, bh);
-        bgemm(o, "attn.flash.dgrad_v", L->s, D->d, half, bh);
-        bgemm(o, "attn.flash.dgrad_p", L->s, half, D->d, bh);
-        bgemm(o, "attn.flash.dgrad_q", L->s, D->d, half, bh);
-        bgemm(o, "attn.flash.dgrad_k", L->s, D->d, half, bh);
+        layer_ops_mem(o, "attn.flash.bwd.pre", 2 * D->T * D->adt * D->dt + bh * L->s * 4);
+        layer_ops_gemm(o, "attn.flash.qk.re", L->s, half, D->d, bh);
+        layer_ops_gemm(o, "attn.flash.dgrad_v", L->s, D->d, half, bh);
+        layer_ops_gemm(o, "attn.flash.dgrad_p", L->s, half, D->d, bh);
+        layer_ops_gemm(o, "attn.flash.dgrad_q", L->s, D->d, half, bh);
+        layer_ops_gemm(o, "attn.flash.dgrad_k", L->s, D->d, half, bh);
     } else {
-        bgemm(o, "attn.av.dgrad_p", L->s, L->s, D->d, bh);
-        bgemm(o, "attn.av.dgrad_v", L->s, D->d, L->s, bh);
+        layer_ops_gemm(o, "attn.av.dgrad_p", L->s, L->s, D->d, bh);
+        layer_ops_gemm(o, "attn.av.dgrad_v", L->s, D->d, L->s, bh);
         if (!L->no_attn_dropout)
-            mem(o, "attn.dropout.bwd", P * (2 * D->dt + 1));
-        mem(o, "attn.softmax.bwd", 3 * P * D->dt);
-        bgemm(o, "attn.qk.dgrad_q", L->s, D->d, L->s, bh);
-        bgemm(o, "attn.qk.dgrad_k", L->s, D->d, L->s, bh);
+            layer_ops_mem(o, "attn.dropout.bwd", P * (2 * D->dt + 1));
+        layer_ops_mem(o, "attn.softmax.bwd", 3 * P * D->dt);
+        layer_ops_gemm(o, "attn.qk.dgrad_q", L->s, D->d, L->s, bh);
+        layer_ops_gemm(o, "attn.qk.dgrad_k", L->s, D->d, L->s, bh);
     }
     blk = o->n;
     colpar_bwd(L, D, o, whole, "qkv.ag.in", "qkv.dgrad", "qkv.ar", "qkv.rs", "qkv.wgrad", D->qkv_n);
-    mem(o, "ln1.bwd", 4 * E * D->dt);
+    layer_ops_mem(o, "ln1.bwd", 4 * E * D->dt);
     join_last_two(o, blk);
 }
 
@@ -475,18 +475,19 @@ static void cp_attn(const layer_shape *L, const dims *D, layer_ops *o, bool bwd)
         if (cr > 2)
             deps(o, ring = cp_comm(o, bwd ? "cp.kv.ring.bwd" : "cp.kv.ring", COMM_P2P, (cr - 2) * step, cr, st_ring),
                  first, -1);
-        int g = bgemm(o, gname, q, half / cr * (cr - 1), D->d, bh * npass);
+        int g = layer_ops_gemm(o, gname, q, half / cr * (cr - 1), D->d, bh * npass);
         deps(o, g, first, -1);
         o->op[g].overlap = ring;
-        deps(o, bgemm(o, bwd ? "attn.flash.cp.bwd.last" : "attn.flash.cp.last", q, half / cr, D->d, bh * npass), g,
-             ring);
+        deps(o,
+             layer_ops_gemm(o, bwd ? "attn.flash.cp.bwd.last" : "attn.flash.cp.last", q, half / cr, D->d, bh * npass),
+             g, ring);
     } else if (cr > 1) {
         cp_comm(o, bwd ? "cp.kv.ag.bwd" : "cp.kv.ag", COMM_ALL_GATHER, (int64_t)cr * kv, cr, st_ring);
-        bgemm(o, gname, q, half, D->d, bh * npass);
+        layer_ops_gemm(o, gname, q, half, D->d, bh * npass);
         if (bwd)
             cp_comm(o, "cp.dkv.rs", COMM_REDUCE_SCATTER, (int64_t)cr * kv, cr, st_ring);
     } else {
-        bgemm(o, gname, q, half, D->d, bh * npass);
+        layer_ops_gemm(o, gname, q, half, D->d, bh * npass);
     }
     if (ca > 1)
         cp_comm(o, bwd ? "cp.a2a.dqkv" : "cp.a2a.out", COMM_ALL_TO_ALL, bwd ? qkv_b : out_b, ca, st_a2a);
@@ -535,23 +536,23 @@ int layer_embedding_ops(const layer_shape *L, layer_pass pass, layer_ops *out, t
     switch (pass) {
     case LAYER_PASS_F:
         /* vocabulary-parallel lookup: read word and position rows, write the sum */
-        mem(out, "emb.lookup", 3 * full * D.dt);
+        layer_ops_mem(out, "emb.lookup", 3 * full * D.dt);
         tp_reduce(L, &D, out, "emb.ar", "emb.rs");
         if (!L->no_hidden_dropout)
-            mem(out, "emb.dropout", E * (2 * D.dt + 1));
+            layer_ops_mem(out, "emb.dropout", E * (2 * D.dt + 1));
         break;
     case LAYER_PASS_B:
     case LAYER_PASS_I:
     case LAYER_PASS_W:
         if (pass != LAYER_PASS_W) {
             if (!L->no_hidden_dropout)
-                mem(out, "emb.dropout.bwd", E * (2 * D.dt + 1));
+                layer_ops_mem(out, "emb.dropout.bwd", E * (2 * D.dt + 1));
             if (L->sp && D.comm)
                 comm(out, "emb.ag.grad", COMM_ALL_GATHER, D.S, L->t);
         }
         /* word scatter-add (read grad, read-modify-write rows) + position sum */
         if (pass != LAYER_PASS_I)
-            mem(out, "emb.wgrad", 4 * full * D.dt);
+            layer_ops_mem(out, "emb.wgrad", 4 * full * D.dt);
         break;
     case LAYER_PASS_R:
         break;
@@ -571,13 +572,13 @@ int layer_output_ops(const layer_shape *L, layer_pass pass, layer_ops *out, ts_e
     out->n = 0;
     switch (pass) {
     case LAYER_PASS_F:
-        mem(out, "final.ln", 2 * E * D.dt);
+        layer_ops_mem(out, "final.ln", 2 * E * D.dt);
         if (L->sp && D.comm)
             comm(out, "final.ag", COMM_ALL_GATHER, D.S, L->t);
         gemm(out, "logit", D.T, D.Vt, h);
         /* vocabulary-parallel cross-entropy: fp32 cast (read dt, write 4),
          * max (read 4), exp in place (read 4, write 4), sum (read 4) */
-        mem(out, "ce", logits * (D.dt + 16));
+        layer_ops_mem(out, "ce", logits * (D.dt + 16));
         if (D.comm) {
             comm(out, "ce.max.ar", COMM_ALL_REDUCE, D.T * 4, L->t);
             comm(out, "ce.target.ar", COMM_ALL_REDUCE, D.T * 4, L->t);
@@ -587,7 +588,7 @@ int layer_output_ops(const layer_shape *L, layer_pass pass, layer_ops *out, ts_e
     case LAYER_PASS_B:
     case LAYER_PASS_I: {
         /* softmax - one-hot in fp32 (read 4, write 4), cast (read 4, write dt) */
-        mem(out, "ce.bwd", logits * (12 + D.dt));
+        layer_ops_mem(out, "ce.bwd", logits * (12 + D.dt));
         int blk = out->n;
         int prev = out->n - 1, ag = -1;
         if (pass == LAYER_PASS_B && L->sp && D.comm) {
@@ -606,7 +607,7 @@ int layer_output_ops(const layer_shape *L, layer_pass pass, layer_ops *out, ts_e
             deps(out, wg, dg, ag);
             out->op[wg].overlap = c;
         }
-        mem(out, "final.ln.bwd", 3 * E * D.dt);
+        layer_ops_mem(out, "final.ln.bwd", 3 * E * D.dt);
         join_last_two(out, blk);
         break;
     }

@@ -171,6 +171,17 @@ typedef struct {
     layer_op op[LAYER_MAX_OPS];
 } layer_ops;
 
+/* Op-list builders, shared by the layer's lists and the MoE block's
+ * (moe.h). Each appends one op to o, named name (a static string), with
+ * dep[0] = the previous op, no second dependency and no overlap, and returns
+ * its index. The caller guarantees room: o->n < LAYER_MAX_OPS.
+ *   layer_ops_push  an op of kind, every other field zero (batch 1)
+ *   layer_ops_gemm  a GEMM m x n x k, batch times, 2mnk x batch flops
+ *   layer_ops_mem   a memory-bound op moving bytes */
+int layer_ops_push(layer_ops *o, const char *name, layer_op_kind kind);
+int layer_ops_gemm(layer_ops *o, const char *name, int64_t m, int64_t n, int64_t k, int64_t batch);
+int layer_ops_mem(layer_ops *o, const char *name, int64_t bytes);
+
 /* Ops of one transformer layer for pass. Always succeeds for a shape that
  * passes layer_shape_check (TS_EINVAL otherwise). */
 int layer_ops_build(const layer_shape *L, layer_pass pass, layer_ops *out, ts_err *err);

@@ -166,50 +166,11 @@ void moe_expert_loads_zipf(int n, double routed_tokens, double skew, uint64_t se
  * all-to-alls: 17); moe_block_ops checks the room first. */
 #define MOE_BLOCK_MAX_OPS 17
 
-/* Appends one op (dep[0] = the previous op); -1 when the list is full. */
-static int moe_push(layer_ops *o, const char *name, layer_op_kind kind)
-{
-    if (o->n >= LAYER_MAX_OPS)
-        return -1;
-    int i = o->n++;
-    layer_op *op = &o->op[i];
-    memset(op, 0, sizeof *op);
-    op->name = name;
-    op->kind = kind;
-    op->batch = 1;
-    op->dep[0] = i - 1;
-    op->dep[1] = -1;
-    op->overlap = -1;
-    return i;
-}
-
-static void moe_gemm(layer_ops *o, const char *name, int64_t m, int64_t n, int64_t k, int64_t batch)
-{
-    int i = moe_push(o, name, LAYER_OP_GEMM);
-    if (i < 0)
-        return;
-    layer_op *op = &o->op[i];
-    op->m = m;
-    op->n = n;
-    op->k = k;
-    op->batch = batch;
-    op->flops = 2.0 * (double)m * (double)n * (double)k * (double)batch;
-}
-
-static void moe_mem(layer_ops *o, const char *name, int64_t bytes)
-{
-    int i = moe_push(o, name, LAYER_OP_MEM);
-    if (i >= 0)
-        o->op[i].bytes = bytes;
-}
-
 static void moe_a2a(layer_ops *o, const char *name, int64_t bytes, int ep)
 {
     if (ep <= 1)
         return;
-    int i = moe_push(o, name, LAYER_OP_COMM);
-    if (i < 0)
-        return;
+    int i = layer_ops_push(o, name, LAYER_OP_COMM);
     o->op[i].coll = COMM_P2P;
     o->op[i].a2a = true;
     o->op[i].bytes = bytes;
@@ -224,19 +185,19 @@ typedef struct {
 
 static void moe_block_fwd(const moe_dims *D, layer_ops *o)
 {
-    moe_gemm(o, "moe.router", D->T, D->E, D->h, 1);
-    moe_mem(o, "moe.topk", D->T * D->E * 4 * 2 + D->T * D->k * (4 + 8));
-    moe_mem(o, "moe.permute", (D->T + D->T * D->k) * D->h * D->dt);
+    layer_ops_gemm(o, "moe.router", D->T, D->E, D->h, 1);
+    layer_ops_mem(o, "moe.topk", D->T * D->E * 4 * 2 + D->T * D->k * (4 + 8));
+    layer_ops_mem(o, "moe.permute", (D->T + D->T * D->k) * D->h * D->dt);
     moe_a2a(o, "moe.a2a.dispatch", D->a2a, D->ep);
-    moe_gemm(o, "moe.fc1", D->m, D->fc1e, D->h, D->el);
-    moe_mem(o, "moe.act", D->m * D->el * (D->fc1e + D->fe) * D->dt);
-    moe_gemm(o, "moe.fc2", D->m, D->h, D->fe, D->el);
+    layer_ops_gemm(o, "moe.fc1", D->m, D->fc1e, D->h, D->el);
+    layer_ops_mem(o, "moe.act", D->m * D->el * (D->fc1e + D->fe) * D->dt);
+    layer_ops_gemm(o, "moe.fc2", D->m, D->h, D->fe, D->el);
     moe_a2a(o, "moe.a2a.combine", D->a2a, D->ep);
-    moe_mem(o, "moe.unpermute", (D->T * D->k + D->T) * D->h * D->dt + D->T * D->k * 4);
+    layer_ops_mem(o, "moe.unpermute", (D->T * D->k + D->T) * D->h * D->dt + D->T * D->k * 4);
     if (D->fs > 0) {
-        moe_gemm(o, "moe.shared.fc1", D->T, D->fc1s, D->h, 1);
-        moe_mem(o, "moe.shared.act", D->T * (D->fc1s + D->fs) * D->dt);
-        moe_gemm(o, "moe.shared.fc2", D->T, D->h, D->fs, 1);
+        layer_ops_gemm(o, "moe.shared.fc1", D->T, D->fc1s, D->h, 1);
+        layer_ops_mem(o, "moe.shared.act", D->T * (D->fc1s + D->fs) * D->dt);
+        layer_ops_gemm(o, "moe.shared.fc2", D->T, D->h, D->fs, 1);
     }
 }
 
@@ -244,37 +205,37 @@ static void moe_block_bwd(const moe_dims *D, layer_ops *o, bool dgrad, bool wgra
 {
     if (D->fs > 0) {
         if (dgrad)
-            moe_gemm(o, "moe.shared.fc2.dgrad", D->T, D->fs, D->h, 1);
+            layer_ops_gemm(o, "moe.shared.fc2.dgrad", D->T, D->fs, D->h, 1);
         if (wgrad)
-            moe_gemm(o, "moe.shared.fc2.wgrad", D->fs, D->h, D->T, 1);
+            layer_ops_gemm(o, "moe.shared.fc2.wgrad", D->fs, D->h, D->T, 1);
         if (dgrad)
-            moe_mem(o, "moe.shared.act.bwd", D->T * (D->fc1s + D->fs) * D->dt);
+            layer_ops_mem(o, "moe.shared.act.bwd", D->T * (D->fc1s + D->fs) * D->dt);
         if (dgrad)
-            moe_gemm(o, "moe.shared.fc1.dgrad", D->T, D->h, D->fc1s, 1);
+            layer_ops_gemm(o, "moe.shared.fc1.dgrad", D->T, D->h, D->fc1s, 1);
         if (wgrad)
-            moe_gemm(o, "moe.shared.fc1.wgrad", D->h, D->fc1s, D->T, 1);
+            layer_ops_gemm(o, "moe.shared.fc1.wgrad", D->h, D->fc1s, D->T, 1);
     }
     if (dgrad) {
-        moe_mem(o, "moe.unpermute.bwd", (D->T * D->k + D->T) * D->h * D->dt + D->T * D->k * 4);
+        layer_ops_mem(o, "moe.unpermute.bwd", (D->T * D->k + D->T) * D->h * D->dt + D->T * D->k * 4);
         moe_a2a(o, "moe.a2a.combine.bwd", D->a2a, D->ep);
-        moe_gemm(o, "moe.fc2.dgrad", D->m, D->fe, D->h, D->el);
+        layer_ops_gemm(o, "moe.fc2.dgrad", D->m, D->fe, D->h, D->el);
     }
     if (wgrad)
-        moe_gemm(o, "moe.fc2.wgrad", D->fe, D->h, D->m, D->el);
+        layer_ops_gemm(o, "moe.fc2.wgrad", D->fe, D->h, D->m, D->el);
     if (dgrad) {
-        moe_mem(o, "moe.act.bwd", D->m * D->el * (D->fc1e + D->fe) * D->dt);
-        moe_gemm(o, "moe.fc1.dgrad", D->m, D->h, D->fc1e, D->el);
+        layer_ops_mem(o, "moe.act.bwd", D->m * D->el * (D->fc1e + D->fe) * D->dt);
+        layer_ops_gemm(o, "moe.fc1.dgrad", D->m, D->h, D->fc1e, D->el);
     }
     if (wgrad)
-        moe_gemm(o, "moe.fc1.wgrad", D->h, D->fc1e, D->m, D->el);
+        layer_ops_gemm(o, "moe.fc1.wgrad", D->h, D->fc1e, D->m, D->el);
     if (dgrad) {
         moe_a2a(o, "moe.a2a.dispatch.bwd", D->a2a, D->ep);
-        moe_mem(o, "moe.permute.bwd", (D->T + D->T * D->k) * D->h * D->dt);
-        moe_mem(o, "moe.topk.bwd", D->T * D->E * 4 * 2 + D->T * D->k * (4 + 8));
-        moe_gemm(o, "moe.router.dgrad", D->T, D->h, D->E, 1);
+        layer_ops_mem(o, "moe.permute.bwd", (D->T + D->T * D->k) * D->h * D->dt);
+        layer_ops_mem(o, "moe.topk.bwd", D->T * D->E * 4 * 2 + D->T * D->k * (4 + 8));
+        layer_ops_gemm(o, "moe.router.dgrad", D->T, D->h, D->E, 1);
     }
     if (wgrad)
-        moe_gemm(o, "moe.router.wgrad", D->h, D->E, D->T, 1);
+        layer_ops_gemm(o, "moe.router.wgrad", D->h, D->E, D->T, 1);
 }
 
 int moe_block_ops(const layer_shape *L, const moe_config *e, double load_factor, layer_pass pass, layer_ops *out,
