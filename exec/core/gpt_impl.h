@@ -82,6 +82,20 @@ struct gpt_stage {
     void *prof_ud;
 };
 
+/* Call the stage's profiling hook (if any) at the start or end of op name. */
+#define PROF(st, name, layer, end)                                                                                     \
+    do {                                                                                                               \
+        if ((st)->prof)                                                                                                \
+            (st)->prof((st)->prof_ud, (name), (layer), (end));                                                         \
+    } while (0)
+/* Run stmt as op `name` of `layer`, timed by the profiling hook. */
+#define OP(st, name, layer, stmt)                                                                                      \
+    do {                                                                                                               \
+        PROF(st, name, layer, false);                                                                                  \
+        stmt;                                                                                                          \
+        PROF(st, name, layer, true);                                                                                   \
+    } while (0)
+
 #define LW(st, li, k) ((st)->pw[(size_t)(li)*GP_LAYER_COUNT + ((k)-GP_LAYER_FIRST)])
 #define LG(st, li, k) ((st)->pg[(size_t)(li)*GP_LAYER_COUNT + ((k)-GP_LAYER_FIRST)])
 

@@ -23,19 +23,6 @@ struct gpt_kv {
     int *tokens; /* [B * max_new], backend int memory */
 };
 
-#define PROF(st, name, layer, end)                                                                                     \
-    do {                                                                                                               \
-        if ((st)->prof)                                                                                                \
-            (st)->prof((st)->prof_ud, (name), (layer), (end));                                                         \
-    } while (0)
-/* Run stmt as op `name` of `layer`, timed by the profiling hook. */
-#define OP(st, name, layer, stmt)                                                                                      \
-    do {                                                                                                               \
-        PROF(st, name, layer, false);                                                                                  \
-        stmt;                                                                                                          \
-        PROF(st, name, layer, true);                                                                                   \
-    } while (0)
-
 size_t gpt_kv_bytes_per_token(const gpt_dims *d)
 {
     return 2u * (size_t)d->layers * (size_t)d->hidden * sizeof(float); /* heads x head_dim = hidden */

@@ -4,18 +4,6 @@
 
 #include "exec/core/gpt_impl.h"
 
-#define PROF(st, name, layer, end)                                                                                     \
-    do {                                                                                                               \
-        if ((st)->prof)                                                                                                \
-            (st)->prof((st)->prof_ud, (name), (layer), (end));                                                         \
-    } while (0)
-/* Run stmt as op `name` of `layer`, timed by the profiling hook. */
-#define OP(st, name, layer, stmt)                                                                                      \
-    do {                                                                                                               \
-        PROF(st, name, layer, false);                                                                                  \
-        stmt;                                                                                                          \
-        PROF(st, name, layer, true);                                                                                   \
-    } while (0)
 #define CK(expr)                                                                                                       \
     do {                                                                                                               \
         int rc_ = (expr);                                                                                              \
