@@ -185,29 +185,21 @@ static int p2p_phases(const net_graph *g, net_router *r, const net_coll_req *q, 
     return TS_OK;
 }
 
-/* Phases of a broadcast (a chain along the ring from the root), an
- * all-gather or a reduce-scatter (one ring phase). */
-static int ring_coll_phases(const net_graph *g, net_router *r, const net_coll_req *q, net_plan *p, ts_err *err)
+/* Phases of a broadcast: a chain along the ring from the root, one phase.
+ * (All-gather and reduce-scatter run with the all-reduce: grouped_phases.) */
+static int broadcast_phases(const net_graph *g, net_router *r, const net_coll_req *q, net_plan *p, ts_err *err)
 {
     int rc, n = q->n;
-    double S = q->bytes;
-    uint64_t key = q->flow_key;
-    if (q->kind == NET_COLL_BROADCAST) {
-        if (q->root < 0 || q->root >= n)
-            return err_set(err, TS_EINVAL, "net_coll: broadcast root %d not in 0..%d", q->root, n - 1);
-        if ((rc = plan_phase_begin(p, err)))
-            return rc;
-        for (int i = 0; i < n - 1; i++) {
-            int a = q->gpus[(q->root + i) % n], b = q->gpus[(q->root + i + 1) % n];
-            if ((rc = plan_xfer(g, r, p, g->gpu_node[a], g->gpu_node[b], S, key, err)))
-                return rc;
-        }
-        plan_phase_end(g, p, n - 1);
-        p->algo = NET_ALGO_RING;
-        return TS_OK;
-    }
-    if ((rc = ring_phase(g, r, p, q->gpus, n, S * (n - 1) / n, key, err)))
+    if (q->root < 0 || q->root >= n)
+        return err_set(err, TS_EINVAL, "net_coll: broadcast root %d not in 0..%d", q->root, n - 1);
+    if ((rc = plan_phase_begin(p, err)))
         return rc;
+    for (int i = 0; i < n - 1; i++) {
+        int a = q->gpus[(q->root + i) % n], b = q->gpus[(q->root + i + 1) % n];
+        if ((rc = plan_xfer(g, r, p, g->gpu_node[a], g->gpu_node[b], q->bytes, q->flow_key, err)))
+            return rc;
+    }
+    plan_phase_end(g, p, n - 1);
     p->algo = NET_ALGO_RING;
     return TS_OK;
 }
@@ -379,7 +371,7 @@ static int plan_phases(const net_graph *g, net_router *r, const net_coll_req *q,
     case NET_COLL_P2P_SCATTER:
         return p2p_phases(g, r, q, p, err);
     case NET_COLL_BROADCAST:
-        return ring_coll_phases(g, r, q, p, err);
+        return broadcast_phases(g, r, q, p, err);
     case NET_COLL_ALLGATHER:
     case NET_COLL_REDUCE_SCATTER:
     case NET_COLL_ALLREDUCE:
