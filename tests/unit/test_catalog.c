@@ -15,6 +15,22 @@
 
 static ts_err E;
 
+/* A catalogue figure next to the reference file's column of the same name. */
+typedef struct {
+    const char *col;
+    double got;
+} ref_col;
+
+/* Expect each cols[i].got to equal row r's cell cols[i].col of ref. */
+static void expect_reference(const csvio_table *ref, size_t r, const char *name, const ref_col *cols, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        double v;
+        cr_assert_eq(csvio_get_positive(ref, r, cols[i].col, &v, &E), TS_OK, "%s", E.msg);
+        cr_expect_float_eq(cols[i].got, v, 1e-9, "%s %s: %g vs reference %g", name, cols[i].col, cols[i].got, v);
+    }
+}
+
 Test(catalog, gpus_match_reference_figures)
 {
     catalog_gpus *c = NULL;
@@ -30,11 +46,7 @@ Test(catalog, gpus_match_reference_figures)
         const char *name = csvio_cell(ref, r, "gpu");
         const gpu_spec *g = catalog_gpus_find(c, name);
         cr_assert_not_null(g, "reference GPU %s missing from the catalogue", name);
-        double v;
-        struct {
-            const char *col;
-            double got;
-        } cols[] = {
+        const ref_col cols[] = {
             {"bf16_tflops", g->bf16_tflops},
             {"fp16_tflops", g->fp16_tflops},
             {"tf32_tflops", g->tf32_tflops},
@@ -44,10 +56,7 @@ Test(catalog, gpus_match_reference_figures)
             {"nvlink_gbps_per_direction", g->nvlink_gbps},
             {"tdp_w", g->tdp_w},
         };
-        for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++) {
-            cr_assert_eq(csvio_get_positive(ref, r, cols[i].col, &v, &E), TS_OK, "%s", E.msg);
-            cr_expect_float_eq(cols[i].got, v, 1e-9, "%s %s: %g vs reference %g", name, cols[i].col, cols[i].got, v);
-        }
+        expect_reference(ref, r, name, cols, sizeof cols / sizeof cols[0]);
         if (csvio_empty(ref, r, "fp8_tflops"))
             cr_expect_eq(g->fp8_tflops, 0.0, "%s has no FP8", name);
         else /* NOLINTNEXTLINE(cert-err34-c): a bad reference cell reads 0 and fails the check */
@@ -72,11 +81,7 @@ Test(catalog, blackwell_match_reference_figures)
         const char *name = csvio_cell(ref, r, "gpu");
         const gpu_spec *g = catalog_gpus_find(c, name);
         cr_assert_not_null(g, "reference GPU %s missing from the catalogue", name);
-        double v;
-        struct {
-            const char *col;
-            double got;
-        } cols[] = {
+        const ref_col cols[] = {
             {"bf16_tflops", g->bf16_tflops},
             {"fp16_tflops", g->fp16_tflops},
             {"fp8_tflops", g->fp8_tflops},
@@ -86,10 +91,7 @@ Test(catalog, blackwell_match_reference_figures)
             {"nvlink_gbps_per_direction", g->nvlink_gbps},
             {"tdp_w", g->tdp_w},
         };
-        for (size_t i = 0; i < sizeof cols / sizeof cols[0]; i++) {
-            cr_assert_eq(csvio_get_positive(ref, r, cols[i].col, &v, &E), TS_OK, "%s", E.msg);
-            cr_expect_float_eq(cols[i].got, v, 1e-9, "%s %s: %g vs reference %g", name, cols[i].col, cols[i].got, v);
-        }
+        expect_reference(ref, r, name, cols, sizeof cols / sizeof cols[0]);
         cr_expect_eq(g->sms, 148, "%s: %d SMs", name, g->sms);
     }
     csvio_free(ref);
