@@ -438,12 +438,19 @@ int rt_iteration(runtime *rt, int iter, double *loss, ts_err *err)
     for (size_t i = 0; i < n && !rc; i++) {
         const sched_action *a = &acts[i];
         wd_action(sched_act_name((sched_act_kind)a->kind), iter, a->mb); /* named if a wait times out */
-        if ((rc = wait_input(rt, a, err)))
+        if (rt->o.watch_device)
+            wd_wait_begin("the action's GPU work and NCCL collectives (device sync)");
+        if ((rc = wait_input(rt, a, err))) {
+            if (rt->o.watch_device)
+                wd_wait_end();
             break;
+        }
         rt->be->sync(rt->be);
         int64_t t0 = rt_now_ns() - rt->origin;
         rc = run_action(rt, a, reduced, &stepped, err);
         rt->be->sync(rt->be);
+        if (rt->o.watch_device)
+            wd_wait_end();
         rt_span x = {.name = sched_act_name((sched_act_kind)a->kind),
                      .is_op = false,
                      .iter = iter,
@@ -463,6 +470,8 @@ int rt_iteration(runtime *rt, int iter, double *loss, ts_err *err)
         return rc;
     }
     wd_action("end of iteration", iter, -1);
+    if (rt->o.watch_device)
+        wd_wait_begin("the iteration's last GPU work and NCCL collectives (device sync)");
     /* what the schedule left out */
     for (int c = 0; c < rt->v && !rc; c++)
         if (!reduced[c])
@@ -472,6 +481,10 @@ int rt_iteration(runtime *rt, int iter, double *loss, ts_err *err)
             gpt_stage_adam(rt->st[j], rt->o.lr, rt->o.beta1, rt->o.beta2, rt->o.eps, rt->o.weight_decay, iter + 1);
     if (!rc)
         rc = reap_sends(rt, true, err);
+    if (rt->o.watch_device) {
+        rt->be->sync(rt->be);
+        wd_wait_end();
+    }
     for (size_t k = 0; !rc && k < (size_t)rt->v * rt->m; k++)
         if (rt->rq_f[k] >= 0 || rt->rq_b[k] >= 0)
             rc = err_set(err, TS_EINVAL,

@@ -50,6 +50,12 @@ typedef struct {
     uint64_t seed; /* weights and data */
     float lr, beta1, beta2, eps, weight_decay;
     bool op_trace; /* record op-level spans too */
+    /* The backend runs asynchronously and its collectives block no host
+     * call (CUDA with NCCL): each action is then watched whole, from its
+     * input wait to the device sync after it, so a peer stuck in a
+     * collective turns into a watchdog error naming the action (the MPI
+     * backend's blocking calls are watched where they block instead). */
+    bool watch_device;
 } rt_opts;
 
 /* Fill o with defaults: seed 1234, lr 1e-4, betas 0.9 / 0.95, eps 1e-8,

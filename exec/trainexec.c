@@ -555,6 +555,7 @@ static int resolve_config(run *x)
     o->eps = (float)x->a.eps;
     o->weight_decay = (float)x->a.wd;
     o->op_trace = x->a.op_trace;
+    o->watch_device = x->a.backend == BACKEND_CUDA;
     if (x->rank == 0 && pc->overlap_grad_reduce)
         printf("trainexec: note: --overlap-grad-reduce is not overlapped here: gradients are "
                "reduced at the schedule's REDUCE_GRAD actions\n");
