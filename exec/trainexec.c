@@ -34,6 +34,7 @@
 #include "exec/microbench.h"
 #include "exec/runtime.h"
 #include "exec/watchdog.h"
+#include "exec/xargs.h"
 #include "exec/xout.h"
 #include "sim/config/config.h"
 #include "sim/config/flags.h"
@@ -43,155 +44,6 @@
 #include "sim/sched/sched_generate.h"
 #include "sim/util/afile.h"
 #include "sim/util/opt.h"
-
-enum { BACKEND_CPU = 0, BACKEND_CUDA };
-static const char *const backend_names[] = {"cpu", "cuda", NULL};
-
-typedef struct {
-    int iterations, warmup, threads, backend;
-    int64_t seed;
-    double lr, beta1, beta2, eps, wd;
-    double timeout_s;         /* watchdog; < 0: the automatic rule (auto_timeout_s) */
-    double divergence_factor; /* stop when the loss exceeds this times its first value; 0 = off */
-    const char *trace, *ops_csv, *report_csv, *microbench, *schedule_csv, *pid_file;
-    bool op_trace;
-    infer_args inf; /* --inference and its flags (exec/infer.h) */
-} args;
-
-static int add_flags(opt_table *t, args *a, ts_err *err)
-{
-    const opt_spec specs[] = {
-        {.name = "Executor", .type = OPT_SECTION},
-        {.name = "--iterations",
-         .type = OPT_INT,
-         .target = &a->iterations,
-         .min = 1,
-         .max = 1000000,
-         .help = "measured training iterations"},
-        {.name = "--warmup",
-         .type = OPT_INT,
-         .target = &a->warmup,
-         .min = 0,
-         .max = 1000,
-         .help = "iterations run before measuring"},
-        {.name = "--seed",
-         .type = OPT_INT64,
-         .target = &a->seed,
-         .min = 0,
-         .max = 9e15,
-         .help = "seed of the weights and the synthetic token stream"},
-        {.name = "--lr", .type = OPT_DOUBLE, .target = &a->lr, .min = 0, .max = 10, .help = "Adam learning rate"},
-        {.name = "--adam-beta1", .type = OPT_DOUBLE, .target = &a->beta1, .min = 0, .max = 1, .help = "Adam beta1"},
-        {.name = "--adam-beta2", .type = OPT_DOUBLE, .target = &a->beta2, .min = 0, .max = 1, .help = "Adam beta2"},
-        {.name = "--adam-eps", .type = OPT_DOUBLE, .target = &a->eps, .min = 0, .max = 1, .help = "Adam epsilon"},
-        {.name = "--weight-decay",
-         .type = OPT_DOUBLE,
-         .target = &a->wd,
-         .min = 0,
-         .max = 1,
-         .help = "AdamW weight decay"},
-        {.name = "--backend",
-         .type = OPT_ENUM,
-         .target = &a->backend,
-         .enum_names = backend_names,
-         .help = "where the model runs: cpu (fp32, OpenBLAS, MPI) or cuda (one NVIDIA GPU per "
-                 "rank: fp32 master weights, bf16 cuBLASLt GEMMs, NCCL; needs a build with CUDA)"},
-        {.name = "--threads",
-         .type = OPT_INT,
-         .target = &a->threads,
-         .min = 0,
-         .max = 1024,
-         .help = "OpenBLAS threads per rank (0 = OpenBLAS default)"},
-        {.name = "--schedule-csv",
-         .type = OPT_STRING,
-         .target = &a->schedule_csv,
-         .metavar = "FILE",
-         .help = "run this schedule (torch.distributed.pipelining action CSV) instead of "
-                 "--schedule; its micro-batch count sets the global batch"},
-        {.name = "--trace",
-         .type = OPT_STRING,
-         .target = &a->trace,
-         .metavar = "FILE",
-         .help = "Chrome/Perfetto JSON trace of the last iteration"},
-        {.name = "--op-trace",
-         .type = OPT_BOOL,
-         .target = &a->op_trace,
-         .help = "also time every GEMM, kernel and collective (trace and ops CSV)"},
-        {.name = "--ops-csv",
-         .type = OPT_STRING,
-         .target = &a->ops_csv,
-         .metavar = "FILE",
-         .help = "per-action (and per-op) start/end CSV of the last iteration"},
-        {.name = "--report-csv",
-         .type = OPT_STRING,
-         .target = &a->report_csv,
-         .metavar = "FILE",
-         .help = "per-rank iteration time, bubble and peak memory CSV"},
-        {.name = "--timeout",
-         .type = OPT_DOUBLE,
-         .target = &a->timeout_s,
-         .min = -1,
-         .max = 604800,
-         .unit = "s",
-         .defval = "-1 = auto",
-         .help = "watchdog: a rank that waits this long in one communication (a stuck or dead peer) "
-                 "names itself and the operation and aborts the job; -1 = 600 s until the first "
-                 "iteration ends, then max(60 s, 10 x that iteration); 0 = off"},
-        {.name = "--divergence-factor",
-         .type = OPT_DOUBLE,
-         .target = &a->divergence_factor,
-         .min = 0,
-         .max = 1e9,
-         .unit = "ratio",
-         .help = "stop with an error when the loss exceeds this times its first iteration's value "
-                 "(a loss that is not finite always stops the run); 0 = off"},
-        {.name = "--pid-file",
-         .type = OPT_STRING,
-         .target = &a->pid_file,
-         .metavar = "FILE",
-         .help = "each rank r writes its process id to FILE.r (to signal one rank)"},
-        {.name = "--microbench",
-         .type = OPT_STRING,
-         .target = &a->microbench,
-         .metavar = "FILE",
-         .help = "instead of training: sweep GEMMs, element-wise ops and messages, write CSV"},
-    };
-    int rc = TS_OK;
-    for (size_t i = 0; i < sizeof specs / sizeof specs[0] && !rc; i++)
-        rc = specs[i].type == OPT_SECTION ? opt_section(t, specs[i].name, err) : opt_add(t, &specs[i], err);
-    return rc ? rc : infer_add_flags(t, &a->inf, err);
-}
-
-static void defaults(args *a)
-{
-    memset(a, 0, sizeof *a);
-    a->iterations = 3;
-    a->warmup = 1;
-    a->threads = 1;
-    a->backend = BACKEND_CPU;
-    a->seed = 1234;
-    a->lr = 1e-4;
-    a->beta1 = 0.9;
-    a->beta2 = 0.95;
-    a->eps = 1e-8;
-    a->timeout_s = -1;
-    a->divergence_factor = 10;
-    infer_args_default(&a->inf);
-}
-
-/* The flag combinations --inference (exec/infer.h) allows with the
- * training flags; TS_EINVAL naming the flag otherwise. */
-static int check_inference_flags(const args *a, ts_err *err)
-{
-    const char *train = a->microbench     ? "--microbench"
-                        : a->schedule_csv ? "--schedule-csv"
-                        : a->trace        ? "--trace"
-                        : a->ops_csv      ? "--ops-csv"
-                        : a->report_csv   ? "--report-csv"
-                        : a->op_trace     ? "--op-trace"
-                                          : NULL;
-    return infer_check_flags(&a->inf, train, err);
-}
 
 /* What the executor runs of a validated config; TS_ENOTSUP naming the flag
  * for what it does not implement. */
@@ -373,7 +225,7 @@ enum { GO_ON = -1 };
 /* One rank's run: what main's steps share. */
 typedef struct {
     int rank, size;                            /* in MPI_COMM_WORLD */
-    args a;                                    /* executor flags */
+    xargs a;                                   /* executor flags */
     config c;                                  /* resolved flags; owns its topology until resolve_config */
     flags_state fs;                            /* the parsed arguments the string flags point into; owned */
     rt_opts o;                                 /* the model and Adam the runtime runs */
@@ -398,7 +250,7 @@ static void run_init(run *x)
     MPI_Comm_rank(MPI_COMM_WORLD, &x->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &x->size);
     err_clear(&x->err);
-    defaults(&x->a);
+    xargs_defaults(&x->a);
     x->device = -1;
 }
 
@@ -440,23 +292,6 @@ static char **with_world_size(int argc, char **argv, int size, char *gpus_arg, s
     return av;
 }
 
-/* The backend flags this build and mode can honour; TS_ENOTSUP naming the
- * flag otherwise. */
-static int check_backend(const args *a, ts_err *err)
-{
-#ifndef TRAINSIM_CUDA
-    if (a->backend == BACKEND_CUDA)
-        return err_set(err, TS_ENOTSUP,
-                       "--backend cuda: this trainexec was built without CUDA (make's summary "
-                       "must show '✓ CUDA': nvcc, cuBLASLt, NCCL and MPI); use --backend cpu");
-#endif
-    if (a->microbench && a->backend == BACKEND_CUDA)
-        return err_set(err, TS_ENOTSUP,
-                       "--microbench measures the CPU backend only; for a GPU run "
-                       "build/cudacal sweep (experiments/gpu-calibrate.sh)");
-    return TS_OK;
-}
-
 /* Parse the command line into x->a and, unless --microbench, x->c (resolved
  * and within what the executor runs). GO_ON; 0 after --help; 1 out of
  * memory or an input file that cannot be read (--topology, --megatron-script);
@@ -486,7 +321,7 @@ static int parse_command_line(run *x, int argc, char **argv)
     int code = GO_ON;
     int rc = flags_register(fs, &t, &x->c, &x->err);
     if (!rc)
-        rc = add_flags(&t, &x->a, &x->err);
+        rc = xargs_add_flags(&t, &x->a, &x->err);
     if (!rc)
         rc = flags_parse(fs, &t, ac, av, &x->err);
     if (x->rank == 0)
@@ -500,9 +335,9 @@ static int parse_command_line(run *x, int argc, char **argv)
         goto done;
     }
     if (!rc)
-        rc = check_backend(&x->a, &x->err);
+        rc = xargs_check_backend(&x->a, &x->err);
     if (!rc)
-        rc = check_inference_flags(&x->a, &x->err);
+        rc = xargs_check_inference(&x->a, &x->err);
     if (!rc && !x->a.microbench)
         rc = flags_finish(fs, &t, &x->err);
     if (!rc && !x->a.microbench)
@@ -555,7 +390,7 @@ static int resolve_config(run *x)
     o->eps = (float)x->a.eps;
     o->weight_decay = (float)x->a.wd;
     o->op_trace = x->a.op_trace;
-    o->watch_device = x->a.backend == BACKEND_CUDA;
+    o->watch_device = x->a.backend == XARGS_BACKEND_CUDA;
     if (x->rank == 0 && pc->overlap_grad_reduce)
         printf("trainexec: note: --overlap-grad-reduce is not overlapped here: gradients are "
                "reduced at the schedule's REDUCE_GRAD actions\n");
@@ -568,7 +403,7 @@ static int resolve_config(run *x)
     x->mod = *mc;
     config_free(&x->c); /* everything needed is copied out */
     double need = min_bytes_per_rank(&o->dims, x->par.tp, x->par.pp) * x->size;
-    if (x->a.backend == BACKEND_CPU && need > 64.0 * 1073741824.0) {
+    if (x->a.backend == XARGS_BACKEND_CPU && need > 64.0 * 1073741824.0) {
         err_set(&x->err, TS_EINVAL,
                 "%zu parameters need at least %.0f GiB for weights, gradients and "
                 "Adam on %d ranks: too large for the CPU executor; give a smaller shape "
@@ -601,7 +436,7 @@ static int create_backend(run *x)
 {
     int rc;
 #ifdef TRAINSIM_CUDA
-    if (x->a.backend == BACKEND_CUDA) {
+    if (x->a.backend == XARGS_BACKEND_CUDA) {
         MPI_Comm node;
         x->device = 0;
         if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, x->rank, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
@@ -628,7 +463,7 @@ static int set_up_rank(run *x)
     ts_err cerr; /* comm creation is collective: every rank calls it */
     int crc, tp = x->par.tp, pp = x->par.pp, d = x->par.dp;
 #ifdef TRAINSIM_CUDA
-    if (x->a.backend == BACKEND_CUDA)
+    if (x->a.backend == XARGS_BACKEND_CUDA)
         crc = comm_nccl_create(MPI_COMM_WORLD, tp, pp, d, backend_cuda_stream(x->be), &x->cm, &cerr);
     else
 #endif
@@ -650,11 +485,11 @@ static int set_up_rank(run *x)
  * rank whose start-up succeeded. */
 static uint64_t config_hash(run *x)
 {
-    const args *a = &x->a;
+    const xargs *a = &x->a;
     int n = snprintf(x->canon, sizeof x->canon,
                      "backend=%s iterations=%d warmup=%d seed=%lld lr=%.17g betas=%.17g,%.17g eps=%.17g wd=%.17g "
                      "divergence=%.17g op_trace=%d microbench=%d",
-                     backend_names[a->backend], a->iterations, a->warmup, (long long)a->seed, a->lr, a->beta1, a->beta2,
+                     XARGS_BACKEND_NAMES[a->backend], a->iterations, a->warmup, (long long)a->seed, a->lr, a->beta1, a->beta2,
                      a->eps, a->wd, a->divergence_factor, (int)a->op_trace, a->microbench != NULL);
     if (!a->microbench && x->s) {
         const gpt_dims *d = &x->o.dims;
@@ -874,7 +709,7 @@ static int run_iterations(run *x)
         rc = rt_iteration(x->rt, it, &loss, &x->err);
         x->be->sync(x->be);
 #ifdef TRAINSIM_CUDA
-        if (!rc && x->a.backend == BACKEND_CUDA && (rc = backend_cuda_status(x->be, &x->err)))
+        if (!rc && x->a.backend == XARGS_BACKEND_CUDA && (rc = backend_cuda_status(x->be, &x->err)))
             err_prefix(&x->err, "iteration %d: ", it);
 #endif
         if (rc) {
@@ -979,7 +814,7 @@ static infer_opts inference_opts(const run *x)
                         .iterations = x->a.iterations,
                         .output = x->a.inf.output,
                         .samples = x->a.inf.samples,
-                        .backend_name = backend_names[x->a.backend]};
+                        .backend_name = XARGS_BACKEND_NAMES[x->a.backend]};
 }
 
 /* --inference, before the start-up agreement: what the run can take; GO_ON
@@ -1015,7 +850,7 @@ static int run_inference(run *x)
     }
     int rc = infer_run(MPI_COMM_WORLD, &o, x->be, x->cm, x->rank == 0 ? stdout : NULL, &x->err);
 #ifdef TRAINSIM_CUDA
-    if (!rc && x->a.backend == BACKEND_CUDA)
+    if (!rc && x->a.backend == XARGS_BACKEND_CUDA)
         rc = backend_cuda_status(x->be, &x->err);
 #endif
     return agree_fail(x->rank, x->size, rc, "--inference: ", &x->err) ? 1 : 0;
