@@ -713,3 +713,8 @@ void topo_describe(const topo *t, char *buf, size_t cap)
              p->nic_gbps, p->nic_latency_us, p->levels, TOPO_FABRIC_NAMES[p->fabric], p->oversubscription,
              p->switch_ports, p->switch_latency_us, pods, t->source);
 }
+
+double topo_nic_eff(double nic_gbps)
+{
+    return nic_gbps <= 25.0 ? 12.2 / 12.5 : 47.0 / 50.0;
+}

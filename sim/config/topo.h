@@ -165,4 +165,12 @@ int topo_gpu_index(const topo *t, const topo_endpoint *e);
  * 8 x 25 GB/s NICs, 3-level rail-optimized fat tree 1:1"). */
 void topo_describe(const topo *t, char *buf, size_t cap);
 
+/* Achievable fraction of a NIC's line rate under NCCL
+ * (../shared/reference/networks.csv): 12.2 GB/s per 100 Gb/s (12.5 GB/s)
+ * NIC up to HDR rates (nic_gbps <= 25), 47 of 50 GB/s for a 400 Gb/s NIC
+ * above. The one rule for NCCL's model (sim/model/commcost) and the flow
+ * modes' fabric links (sim/net), so that both move a large message at the
+ * same rate. */
+double topo_nic_eff(double nic_gbps);
+
 #endif

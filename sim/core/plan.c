@@ -27,6 +27,7 @@ plan_step plan_step_init(const char *name, int stream, int cat, int stage, int64
     s.stage = stage;
     s.dep[0] = s.dep[1] = -1;
     s.dur_ns = dur_ns;
+    s.comm_bw_factor = 1.0;
     return s;
 }
 

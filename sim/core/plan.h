@@ -78,16 +78,22 @@ typedef struct {
 } plan_mem_ev;
 
 typedef struct {
-    const char *name;    /* static, e.g. "F", "tp.all-reduce", "send.F" */
-    uint8_t stream;      /* plan_stream */
-    uint8_t cat;         /* plan_cat */
-    bool root;           /* first step of its stream in its pass: waits for the pass's inputs */
-    int16_t dp_bucket;   /* >= 0: bucket of gradients complete when this step ends (overlap) */
-    int32_t stage;       /* pipeline stage (global id) */
-    int32_t dep[2];      /* earlier steps of the same pass (relative index) it waits for; -1 none */
-    int64_t dur_ns;      /* duration on the engine */
-    double flops;        /* GEMM flops one TP rank executes */
-    int64_t comm_bytes;  /* collective size, commcost convention (communication steps) */
+    const char *name;   /* static, e.g. "F", "tp.all-reduce", "send.F" */
+    uint8_t stream;     /* plan_stream */
+    uint8_t cat;        /* plan_cat */
+    uint8_t comm_coll;  /* communication steps: commcost_coll (COMM_ALL_REDUCE where unset) */
+    bool root;          /* first step of its stream in its pass: waits for the pass's inputs */
+    int16_t dp_bucket;  /* >= 0: bucket of gradients complete when this step ends (overlap) */
+    int32_t stage;      /* pipeline stage (global id) */
+    int32_t dep[2];     /* earlier steps of the same pass (relative index) it waits for; -1 none */
+    int64_t dur_ns;     /* duration on the engine */
+    double flops;       /* GEMM flops one TP rank executes */
+    int64_t comm_bytes; /* collective size, commcost convention (communication steps) */
+    /* NCCL's terms for the flow modes (commcost_flow_terms; 1 and 0 where unset):
+     * the per-byte slowdown of this size's protocol, by which they scale
+     * comm_bytes, and the latency of NCCL's choice, ns */
+    double comm_bw_factor;
+    int64_t comm_lat_ns;
     int64_t alloc_bytes; /* activation bytes allocated when the step starts */
     int64_t free_bytes;  /* activation bytes freed when the step ends */
     /* collapsed steps (seg_n > 0): the segments that make them up, the time

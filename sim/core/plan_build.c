@@ -161,6 +161,8 @@ static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_
             plan_step x = plan_step_init(op->name, PLAN_STREAM_TP, PLAN_CAT_TP, b->stage,
                                          commcost_ns(b->cc, op->coll, op->bytes, &g));
             x.comm_bytes = op->bytes;
+            x.comm_coll = (uint8_t)op->coll;
+            commcost_flow_terms(b->cc, op->coll, op->bytes, &g, &x.comm_bw_factor, &x.comm_lat_ns);
             gemm_ns[i] = 0;
             int gp = ub_partner(b, ops, i, cat);
             if (gp > i) /* ring exchange: t chunks by the copy engines, the GEMM keeps its SMs */
@@ -647,6 +649,7 @@ static int add_fsdp_gathers(plan *pl, const plan_env *E, int st, int n_layers, b
         plan_step x = plan_step_init("fsdp.param-all-gather", PLAN_STREAM_DP, PLAN_CAT_DP, st,
                                      overlap_chunked_exposed_ns(c_ns, g_ns, units));
         x.comm_bytes = bytes;
+        x.comm_coll = COMM_ALL_GATHER;
         if (plan_push_step(pl, &x, &S_->fsdp_gather[k]))
             return err_set(E->err, TS_ENOMEM, "plan: out of memory");
     }
@@ -705,14 +708,17 @@ static int add_dp_reduction(plan *pl, const plan_env *E, int st, const int64_t *
     commcost_coll coll = rs ? COMM_REDUCE_SCATTER : COMM_ALL_REDUCE;
     const char *nm = rs ? "dp.reduce-scatter" : "dp.all-reduce";
     plan_step x = plan_step_init(nm, PLAN_STREAM_DP, PLAN_CAT_DP, st, 0);
+    x.comm_coll = (uint8_t)coll;
     x.comm_bytes = S_->params * E->grad_bytes;
     x.dur_ns = commcost_ns(E->cc, coll, x.comm_bytes, &E->dp_group);
+    commcost_flow_terms(E->cc, coll, x.comm_bytes, &E->dp_group, &x.comm_bw_factor, &x.comm_lat_ns);
     if (plan_push_step(pl, &x, &S_->dp_whole))
         return err_set(E->err, TS_ENOMEM, "plan: out of memory");
     S_->n_buckets = n_buckets;
     for (int k = 0; k < n_buckets; k++) {
         x.comm_bytes = bucket_params[k] * E->grad_bytes;
         x.dur_ns = commcost_ns(E->cc, coll, x.comm_bytes, &E->dp_group);
+        commcost_flow_terms(E->cc, coll, x.comm_bytes, &E->dp_group, &x.comm_bw_factor, &x.comm_lat_ns);
         uint32_t id;
         if (plan_push_step(pl, &x, &id))
             return err_set(E->err, TS_ENOMEM, "plan: out of memory");
@@ -805,6 +811,7 @@ static int add_rank_steps(plan *pl, const plan_env *E)
             return err_set(E->err, TS_ENOMEM, "plan: out of memory");
         if ((P->distributed_optimizer || E->shard >= SHARD_OPTIM) && E->shard != SHARD_OPTIM_GRADS_PARAMS && d > 1) {
             x = plan_step_init("dp.param-all-gather", PLAN_STREAM_DP, PLAN_CAT_DP, -1, 0);
+            x.comm_coll = COMM_ALL_GATHER;
             x.comm_bytes = params * dt;
             const plan_stage *S0 = &pl->stages[sched_stage_of(E->s, r, 0)];
             if (P->overlap_param_gather && S0->n_buckets > 0) {
@@ -815,6 +822,7 @@ static int add_rank_steps(plan *pl, const plan_env *E)
                 x.comm_bytes = pl->steps[S0->dp_bucket0 + (uint32_t)S0->n_buckets - 1].comm_bytes / E->grad_bytes * dt;
             }
             x.dur_ns = commcost_ns(E->cc, COMM_ALL_GATHER, x.comm_bytes, &E->dp_group);
+            commcost_flow_terms(E->cc, COMM_ALL_GATHER, x.comm_bytes, &E->dp_group, &x.comm_bw_factor, &x.comm_lat_ns);
             if (plan_push_step(pl, &x, &pl->param_gather[r]))
                 return err_set(E->err, TS_ENOMEM, "plan: out of memory");
         }

@@ -99,14 +99,6 @@ int commcost_params_default(const gpu_spec *gpu, commcost_params *out, ts_err *e
     return rc;
 }
 
-/* Achievable fraction of a NIC's line rate under NCCL (networks.csv): 12.2
- * GB/s per 100 Gb/s (12.5 GB/s) NIC up to HDR rates, 47 of 50 GB/s for a 400
- * Gb/s NIC above. */
-static double nic_eff(double nic_gbps)
-{
-    return nic_gbps <= 25.0 ? 12.2 / 12.5 : 47.0 / 50.0;
-}
-
 /* Path latency NIC to NIC through 2h - 1 switches (up to level h), us. */
 static double path_lat_us(const topo_params *tp, int h)
 {
@@ -198,7 +190,7 @@ int commcost_params_topo(const gpu_spec *gpu, const topo *t, int gpus, commcost_
     out->nic_gbps = nic;
     /* every GPU's share of its node's NICs: the other GPUs of the node
      * drive their own groups at the same time */
-    out->nic_gbps_per_gpu = tp->nics_per_node * nic * nic_eff(nic) / gpn;
+    out->nic_gbps_per_gpu = tp->nics_per_node * nic * topo_nic_eff(nic) / gpn;
     if (!(out->nic_gbps_per_gpu > 0))
         return err_set(err, TS_EINVAL, "%s: no inter-node bandwidth (NICs %d x %g GB/s)", t->source, tp->nics_per_node,
                        nic);
@@ -491,6 +483,29 @@ int commcost_nccl_choose(const commcost_params *p, commcost_coll coll, int64_t b
     double f = coll == COMM_ALL_REDUCE ? 2.0 * (n - 1) / n : (double)(n - 1) / n;
     out->busbw_gbps = out->time_ns > 0 ? (double)bytes / out->time_ns * f : 0;
     return TS_OK;
+}
+
+void commcost_flow_terms(const commcost_params *p, commcost_coll coll, int64_t bytes, const commcost_group *g,
+                         double *bw_factor, int64_t *lat_ns)
+{
+    *bw_factor = 1.0;
+    *lat_ns = 0;
+    if (p->model != COMMCOST_NCCL || bytes <= 0 || g->ranks <= 1 || coll == COMM_P2P || coll == COMM_ALL_TO_ALL ||
+        (unsigned)coll >= COMM_COLL_COUNT)
+        return;
+    commcost_choice at;
+    ts_err e;
+    if (commcost_nccl_choose(p, coll, bytes, g, &at, &e) != TS_OK || !(at.time_ns > 0))
+        return;
+    /* what the flows run (net_coll.h, NET_ALGO_AUTO): NVLS for an all-reduce
+     * inside one NVLink SHARP node, a ring otherwise, at Simple's rate */
+    commcost_algo flows = coll == COMM_ALL_REDUCE && p->nvls && g->ranks == g->ranks_per_node ? COMMCOST_ALGO_NVLS
+                                                                                                : COMMCOST_ALGO_RING;
+    double lat, bw;
+    double ref = nccl_eval(p, coll, bytes, g, flows, COMMCOST_PROTO_SIMPLE, &lat, &bw);
+    if (ref > lat && at.time_ns > at.lat_ns)
+        *bw_factor = (at.time_ns - at.lat_ns) / (ref - lat);
+    *lat_ns = (int64_t)llround(at.lat_ns);
 }
 
 int64_t commcost_ns(const commcost_params *p, commcost_coll coll, int64_t bytes, const commcost_group *g)

@@ -170,6 +170,23 @@ int commcost_nccl_choose(const commcost_params *p, commcost_coll coll, int64_t b
 double commcost_nccl_time_ns(const commcost_params *p, commcost_coll coll, int64_t bytes, const commcost_group *g,
                              commcost_algo algo, commcost_proto proto);
 
+/* NCCL's terms of one collective for the flow modes, whose links run at
+ * Simple's rates and whose steps cost only the links' latency.
+ * *lat_ns: the latency of commcost_nccl_choose's choice (NCCL's base and
+ * per-step latencies). *bw_factor: the choice's time per byte over that of
+ * the algorithm the flows run (net_coll.h: NVLS for an all-reduce inside
+ * one NVLink SHARP node, a ring otherwise) with the Simple protocol, both
+ * at this size and latency left out: above 1 where NCCL picks LL or LL128
+ * (fewer payload bytes per second than Simple) or a slower algorithm,
+ * below 1 where its tree beats the ring. A flow mode that scales the bytes
+ * by *bw_factor and waits *lat_ns instead of its links' latencies takes the
+ * default mode's time on an uncontended fabric, up to the difference of
+ * the two models' Simple rates. *bw_factor 1 and *lat_ns 0 for p2p,
+ * all-to-all, a group of one rank, the alpha-beta model, or where no
+ * choice is made. */
+void commcost_flow_terms(const commcost_params *p, commcost_coll coll, int64_t bytes, const commcost_group *g,
+                         double *bw_factor, int64_t *lat_ns);
+
 /* The fabric's factor (0, 1] on the per-GPU NIC share for a group spanning
  * `nodes` consecutive nodes (1 for the alpha-beta model). */
 double commcost_net_factor(const commcost_params *p, int nodes);

@@ -452,6 +452,8 @@ typedef struct {
     int outstanding;    /* flows of the phase not yet finished */
     uint64_t tag;
     int active;
+    double lat_scale;  /* factor on each phase's latency */
+    int64_t lat_first; /* waited before the first phase besides (a plan without latencies) */
 } run_coll;
 
 typedef struct {
@@ -611,6 +613,10 @@ static int begin_phase(net_sim *s, int ci, int64_t t)
 {
     run_coll *c = &s->c[ci];
     int64_t lat = c->pp->ph[c->phase].lat_ns;
+    if (c->lat_scale != 1.0)
+        lat = (int64_t)llround((double)lat * c->lat_scale);
+    if (c->phase == 0)
+        lat += c->lat_first;
     if (lat == 0)
         return start_flows(s, ci, t);
     return tm_push(s, t + lat, ci) ? err_set(s->cb_err, TS_ENOMEM, "net_sim: out of memory") : TS_OK;
@@ -752,10 +758,18 @@ int net_sim_start(net_sim *s, int64_t now_ns, const net_coll_req *req, uint64_t 
     int rc = check_start_time(s, now_ns, err); /* before a plan is built for nothing */
     if (!rc)
         rc = plan_lookup(s, req, &p, err);
-    return rc ? rc : net_sim_start_plan(s, now_ns, p, tag, err);
+    return rc ? rc : net_sim_start_plan(s, now_ns, p, -1, tag, err);
 }
 
-int net_sim_start_plan(net_sim *s, int64_t now_ns, const net_plan *plan, uint64_t tag, ts_err *err)
+int64_t net_plan_lat_ns(const net_plan *plan)
+{
+    int64_t lat = 0;
+    for (int i = 0; i < plan->nph; i++)
+        lat += plan->ph[i].lat_ns;
+    return lat;
+}
+
+int net_sim_start_plan(net_sim *s, int64_t now_ns, const net_plan *plan, int64_t lat_ns, uint64_t tag, ts_err *err)
 {
     int rc, ci;
     if ((rc = check_start_time(s, now_ns, err)))
@@ -783,6 +797,9 @@ int net_sim_start_plan(net_sim *s, int64_t now_ns, const net_plan *plan, uint64_
     c->outstanding = 0;
     c->tag = tag;
     c->active = 1;
+    int64_t own = net_plan_lat_ns(plan);
+    c->lat_scale = lat_ns >= 0 && own > 0 ? (double)lat_ns / (double)own : 1.0;
+    c->lat_first = lat_ns >= 0 && own == 0 ? lat_ns : 0;
     s->in_flight++;
     s->cb_err = err;
     s->cb_rc = TS_OK;

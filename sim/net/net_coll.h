@@ -54,7 +54,9 @@
  * RING otherwise (a collective on one GPU per server, or inside one
  * server). It does not pick by message size: NCCL's tree and protocols
  * (LL, LL128), which the default mode chooses per size, are not modelled
- * as flows; TREE and HIER run only when asked for.
+ * as flows; TREE and HIER run only when asked for. A caller that wants
+ * NCCL's time on an idle fabric scales the bytes by commcost_flow_terms'
+ * factor and passes its latency to net_sim_start_plan (net_engine does).
  *
  * Ownership: a net_sim borrows its graph (must outlive it); it owns its
  * router, flows and plans. Free with net_sim_free().
@@ -167,8 +169,16 @@ int net_sim_start(net_sim *s, int64_t now_ns, const net_coll_req *req, uint64_t 
  * skip the lookup. */
 int net_sim_plan(net_sim *s, const net_coll_req *req, const net_plan **out, ts_err *err);
 
-/* net_sim_start of the request whose plan net_sim_plan(s, ...) returned. */
-int net_sim_start_plan(net_sim *s, int64_t now_ns, const net_plan *plan, uint64_t tag, ts_err *err);
+/* net_sim_start of the request whose plan net_sim_plan(s, ...) returned.
+ * lat_ns < 0: the phases wait their own latencies (the links'); lat_ns >= 0:
+ * the collective's latency in total (NCCL's model of it, net_engine),
+ * spread over the phases in proportion to theirs, or waited before the
+ * first one when the plan has none. */
+int net_sim_start_plan(net_sim *s, int64_t now_ns, const net_plan *plan, int64_t lat_ns, uint64_t tag, ts_err *err);
+
+/* The latency of plan's phases together, ns: what a collective takes on an
+ * idle fabric beyond its bytes' time. */
+int64_t net_plan_lat_ns(const net_plan *plan);
 
 /* Time of the next internal event (NET_TIME_NEVER if idle). */
 int64_t net_sim_next_ns(net_sim *s);

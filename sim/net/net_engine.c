@@ -523,7 +523,7 @@ static void start_coll(net_engine *ne, engine *e, int ii, const net_step_desc *d
         cache_put(pc, d->coll, peer_pp, d->bytes, plan);
     }
     ne->st.collectives++;
-    if (fail(ne, net_sim_start_plan(ne->sim, now, plan, (uint64_t)ii, &ne->err)))
+    if (fail(ne, net_sim_start_plan(ne->sim, now, plan, d->lat_ns > 0 ? d->lat_ns : -1, (uint64_t)ii, &ne->err)))
         return;
     schedule(ne, e);
 }
@@ -587,7 +587,7 @@ void net_engine_task_started(net_engine *ne, engine *e, engine_task_id id, const
             cache_put(&ne->splans[rank], NET_COLL_P2P, d->peer_pp, d->bytes, plan);
         }
         ne->st.p2p++;
-        if (fail(ne, net_sim_start_plan(ne->sim, now, plan, (uint64_t)ii, &ne->err)))
+        if (fail(ne, net_sim_start_plan(ne->sim, now, plan, -1, (uint64_t)ii, &ne->err)))
             return;
         schedule(ne, e);
         return;

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/config/topo.h"
 #include "sim/util/grow.h"
 
 net_graph *net_graph_new(void)
@@ -280,7 +281,6 @@ int net_fabric_defaults(net_fabric_params *p, const char *gpu_kind, int servers,
     p->gpus_per_server = 8; /* DGX A100 / H100 (networks.csv: 8 compute NICs per node) */
     p->nics_per_server = 8;
     p->nvlink_eff = NET_NVLINK_EFF;
-    p->net_eff = NET_IB_EFF;
     /* Latencies are order-of-magnitude assumptions (not fitted, no published
      * row): they matter only for small messages. */
     p->nvlink_lat_us = 0.5;
@@ -304,6 +304,7 @@ int net_fabric_defaults(net_fabric_params *p, const char *gpu_kind, int servers,
         return err_set(err, TS_EINVAL, "unknown GPU kind '%s' for the network defaults; valid: A100*, H100*, H200*",
                        gpu_kind);
     }
+    p->net_eff = topo_nic_eff(p->nic_gbps);
     return TS_OK;
 }
 
@@ -767,7 +768,7 @@ int net_graph_from_links(const net_link_spec *specs, int n, int gpus_per_server,
             kind = NET_LINK_PCIE;
         double eff = specs[i].eff > 0          ? specs[i].eff
                      : kind == NET_LINK_NVLINK ? NET_NVLINK_EFF
-                     : kind == NET_LINK_FABRIC ? NET_IB_EFF
+                     : kind == NET_LINK_FABRIC ? topo_nic_eff(specs[i].gbps)
                                                : 1.0;
         if ((rc = net_graph_add_link2(g, ends[0], ends[1], kind, specs[i].gbps, eff, specs[i].lat_us, err)) < 0) {
             err_prefix(err, "link list entry %d (%s - %s)", i, specs[i].a, specs[i].b);

@@ -8,7 +8,7 @@
  * Every link stores its line rate and its effective payload bandwidth
  * (line rate x protocol efficiency of its class); flows (net_flow.h) share
  * the effective bandwidth. Default efficiencies (NET_NVLINK_EFF,
- * NET_IB_EFF) cite ../shared/reference/networks.csv.
+ * the NIC efficiency, topo_nic_eff) cite ../shared/reference/networks.csv.
  *
  * Building: net_graph_new(), then nodes and links, then net_graph_finish()
  * (validates and builds the adjacency). Builders for parametric fabrics
@@ -37,9 +37,6 @@
  * Fitted to the one published row, H100 NVLS bus bandwidth 480 GB/s
  * (networks.csv): eff = 480/700. */
 #define NET_NVLS_EFF (480.0 / 700.0)
-/* InfiniBand payload efficiency: NCCL reaches 47 GB/s on a 400 Gb/s (50 GB/s)
- * NIC (networks.csv, "NCCL achievable per 400 Gb/s NIC"). */
-#define NET_IB_EFF (47.0 / 50.0)
 
 #define NET_MAX_LEVELS 8
 
@@ -170,7 +167,7 @@ typedef struct {
     double pcie_gbps;     /* GPU <-> NIC, per direction, GB/s */
     double pcie_lat_us;
     double nic_gbps;                     /* NIC line rate per direction, GB/s (50 = NDR 400 Gb/s) */
-    double net_eff;                      /* NET_IB_EFF */
+    double net_eff;                      /* fabric links' payload efficiency: topo_nic_eff(nic_gbps) */
     double nic_lat_us;                   /* NIC <-> leaf */
     double switch_lat_us;                /* switch <-> switch hop */
     bool rail_optimized;                 /* leaf k of a rail group joins NIC k of its servers */

@@ -134,13 +134,17 @@ bool net_sim_opts_active(const net_sim_opts *o)
 
 /* ------------------------------------------------------------ steps */
 
-static net_coll_kind coll_of_name(const char *name)
+/* The flow model's kind of a plan step's collective (commcost_coll). */
+static net_coll_kind coll_of_step(const plan_step *x)
 {
-    if (name && strstr(name, "reduce-scatter"))
-        return NET_COLL_REDUCE_SCATTER;
-    if (name && strstr(name, "all-gather"))
+    switch (x->comm_coll) {
+    case COMM_ALL_GATHER:
         return NET_COLL_ALLGATHER;
-    return NET_COLL_ALLREDUCE;
+    case COMM_REDUCE_SCATTER:
+        return NET_COLL_REDUCE_SCATTER;
+    default:
+        return NET_COLL_ALLREDUCE;
+    }
 }
 
 static int describe(void *ctx, uint32_t tag, net_step_desc *d, ts_err *err)
@@ -159,9 +163,11 @@ static int describe(void *ctx, uint32_t tag, net_step_desc *d, ts_err *err)
     case PLAN_STREAM_TP:
     case PLAN_STREAM_DP:
         d->role = NET_STEP_COLL;
-        d->coll = (uint8_t)coll_of_name(x->name);
+        d->coll = (uint8_t)coll_of_step(x);
         d->dim = x->stream == PLAN_STREAM_TP ? NET_DIM_TP : NET_DIM_DP;
-        d->bytes = (double)x->comm_bytes;
+        /* the links run at large-message rates: NCCL's protocol for this size by its bytes */
+        d->bytes = (double)x->comm_bytes * x->comm_bw_factor;
+        d->lat_ns = x->comm_lat_ns;
         break;
     case PLAN_STREAM_PP_SEND: {
         int st = x->stage, to = pl->stages[st].send_f == tag ? st + 1 : st - 1, rank, chunk;

@@ -35,7 +35,7 @@ int net_topo_fabric_params(const struct topo *t, int gpus, net_fabric_params *p,
     p->pcie_gbps = tp->nic_gbps <= 25 ? 32 : 64; /* PCIe Gen4 / Gen5 x16, datasheets */
     p->pcie_lat_us = 0;                          /* counted in nic_latency_us */
     p->nic_gbps = tp->nic_gbps;
-    p->net_eff = NET_IB_EFF;
+    p->net_eff = topo_nic_eff(tp->nic_gbps);
     p->nic_lat_us = tp->nic_latency_us;
     p->switch_lat_us = tp->switch_latency_us;
     p->rail_optimized = tp->fabric == TOPO_RAIL_OPTIMIZED;

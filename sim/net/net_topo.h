@@ -6,7 +6,7 @@
  *   NVLink: intra_node_gbps at NET_NVLINK_EFF, intra_node_latency_us split
  *     over the two hops GPU -> NVSwitch -> GPU;
  *   PCIe GPU <-> NIC: 32 GB/s for nic_gbps <= 25 (Gen4 x16), else 64 (Gen5);
- *   NICs: nic_gbps at NET_IB_EFF, nic_latency_us to the leaf;
+ *   NICs: nic_gbps at topo_nic_eff(nic_gbps), nic_latency_us to the leaf;
  *   leaves take down = round(switch_ports x o / (1 + o)) NIC ports (o =
  *     oversubscription) and switch_ports - down uplinks, whole ports; every
  *     level above has that down:up ratio; with 3 or more levels, level 2

@@ -3,6 +3,7 @@
 #include <criterion/criterion.h>
 #include <math.h>
 
+#include "sim/config/topo.h"
 #include "sim/net/net_coll.h"
 #include "sim/net/net_graph.h"
 
@@ -91,13 +92,13 @@ static double route_us(const net_graph *g, int a, int b)
 
 /* formulas.md: ring all-reduce 2(n-1) alpha + 2 (n-1)/n S/B; reduce-scatter
  * and all-gather (n-1) alpha + (n-1)/n S/B. Data-parallel group of 4: GPU 0
- * of 4 servers, one rail leaf; B = NIC 50 GB/s x NET_IB_EFF. */
+ * of 4 servers, one rail leaf; B = NIC 50 GB/s x topo_nic_eff(50). */
 Test(net_coll, ring_matches_closed_form_on_idle_fabric)
 {
     net_graph *g = dgx("H100", 4);
     int gpus[4] = {0, 8, 16, 24};
     const int n = 4;
-    double S = 1e9, beta = 50.0 * NET_IB_EFF, alpha_ns = route_us(g, 0, 8) * 1000.0;
+    double S = 1e9, beta = 50.0 * topo_nic_eff(50), alpha_ns = route_us(g, 0, 8) * 1000.0;
     cr_assert_float_eq(alpha_ns, 3000.0, 1e-9, "GPU-NIC 0.5 + NIC-leaf 1.0, twice");
     double ar = 2 * (n - 1) * alpha_ns + 2.0 * (n - 1) / n * S / beta;
     double ag = (n - 1) * alpha_ns + (double)(n - 1) / n * S / beta;
@@ -133,7 +134,7 @@ Test(net_coll, hierarchical_phases)
         gpus[i] = i;
     double S = 1e9;
     int64_t t = coll_ns(g, NET_COLL_ALLREDUCE, NET_ALGO_HIER, gpus, 16, S);
-    double nv = 450 * NET_NVLINK_EFF, ib = 50 * NET_IB_EFF;
+    double nv = 450 * NET_NVLINK_EFF, ib = 50 * topo_nic_eff(50);
     double a_nv = route_us(g, 0, 1) * 1000, a_ib = route_us(g, 0, 8) * 1000;
     double want = 2 * (7 * a_nv + 7.0 / 8 * S / nv) + 2 * (1 * a_ib + 0.5 * (S / 8) / ib);
     cr_assert(t >= want - 1e-6 && t <= want + 4 * PHASE_ROUND_NS, "hier %lld vs %.1f", (long long)t, want);
@@ -151,7 +152,7 @@ Test(net_coll, pipelined_ring_across_servers)
     int gpus[16];
     for (int i = 0; i < 16; i++)
         gpus[i] = i;
-    double S = 1e9, nv = 450 * NET_NVLINK_EFF, ib = 50 * NET_IB_EFF;
+    double S = 1e9, nv = 450 * NET_NVLINK_EFF, ib = 50 * topo_nic_eff(50);
     double a_ib = route_us(g, 0, 8) * 1000;
     for (int ar = 1; ar >= 0; ar--) {
         net_coll_kind kind = ar ? NET_COLL_ALLREDUCE : NET_COLL_ALLGATHER;
@@ -176,7 +177,7 @@ Test(net_coll, scatter_gather_p2p_uses_all_nics)
     int sg[16];
     for (int i = 0; i < 16; i++)
         sg[i] = i;
-    double S = 256e6, ib = 50 * NET_IB_EFF, nv = 450 * NET_NVLINK_EFF;
+    double S = 256e6, ib = 50 * topo_nic_eff(50), nv = 450 * NET_NVLINK_EFF;
     int64_t t = coll_ns(g, NET_COLL_P2P_SCATTER, NET_ALGO_AUTO, sg, 16, S);
     double want = route_us(g, 0, 8) * 1000 + S / 8 / ib + 7 * route_us(g, 8, 9) * 1000 + 7.0 / 8 * S / nv;
     cr_assert(t >= want - 1e-6 && t <= want + 2 * PHASE_ROUND_NS, "%lld vs %.1f", (long long)t, want);
@@ -214,7 +215,7 @@ Test(net_coll, oversubscribed_fat_tree_is_slower_by_the_expected_factor)
         }
         cr_assert_eq(net_sim_run(s, &t[k], &e), TS_OK, "%s", e.msg);
         double alpha = route_us(g, 0, 8) * 1000;
-        double beta = 50 * NET_IB_EFF / (k == 0 ? 1 : 2);
+        double beta = 50 * topo_nic_eff(50) / (k == 0 ? 1 : 2);
         double want = 2 * (n - 1) * alpha + 2.0 * (n - 1) / n * S / beta;
         cr_assert(t[k] >= want - 1e-6 && t[k] <= want + 2 * PHASE_ROUND_NS, "oversub %d: %lld vs %.1f", k + 1,
                   (long long)t[k], want);
@@ -235,7 +236,7 @@ Test(net_coll, tree_allreduce_runs_and_is_deterministic)
     cr_assert_eq(a, b);
     /* Each GPU sends at most S (S/2 up + S/2 down per tree, two trees;
      * interior nodes send to two children): between S/B and 2S/B. */
-    double B = 25 * NET_IB_EFF;
+    double B = 25 * topo_nic_eff(25);
     cr_assert(a > 1e8 / B && a < 2 * 1e8 / B + 1e5, "tree %lld ns", (long long)a);
     net_graph_free(g);
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/config/topo.h"
 #include "sim/net/net_flow.h"
 #include "sim/net/net_graph.h"
 #include "sim/net/net_route.h"
@@ -115,11 +116,11 @@ static int64_t cross_rail_ring_ns(const struct topo *t, int gpus, double bytes)
     return ns;
 }
 
-/* 1 GB per flow at the NIC's payload rate 25 x NET_IB_EFF GB/s (= bytes/ns). */
+/* 1 GB per flow at the NIC's payload rate 25 x topo_nic_eff(25) GB/s (= bytes/ns). */
 #define BYTES 1e9
 static double nic_ns(void)
 {
-    return BYTES / (25 * NET_IB_EFF);
+    return BYTES / (25 * topo_nic_eff(25));
 }
 
 Test(net_fabric, dp_ring_at_nic_rate_without_cliffs)
@@ -148,7 +149,7 @@ Test(net_fabric, dp_ring_at_nic_rate_without_cliffs)
     selene(&t, 1024, TOPO_RAIL_OPTIMIZED, 3, 1, 64);
     t.params.nic_gbps = 50;
     for (int gpus = 256; gpus <= 264; gpus += 8) {
-        double a = (double)cross_rail_ring_ns(&t, gpus, BYTES) / (BYTES / (50 * NET_IB_EFF));
+        double a = (double)cross_rail_ring_ns(&t, gpus, BYTES) / (BYTES / (50 * topo_nic_eff(50)));
         cr_assert(a >= 0.999 && a < 1.01, "H100 %d GPUs: %.4f x the NIC closed form", gpus, a);
     }
 }

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/config/topo.h"
 #include "sim/net/net_coll.h"
 #include "sim/net/net_graph.h"
 #include "sim/net/net_place.h"
@@ -73,7 +74,7 @@ Test(net_graph, multipod_llama3)
     net_coll_req q = {NET_COLL_P2P, NET_ALGO_AUTO, pair, 2, 1e9, 0, 0};
     int64_t t;
     cr_assert_eq(net_coll_time_ns(g, &q, &t, &e), TS_OK, "%s", e.msg);
-    cr_assert(1e9 / (double)t > 0.97 * 50 * NET_IB_EFF, "%g GB/s", 1e9 / (double)t);
+    cr_assert(1e9 / (double)t > 0.97 * 50 * topo_nic_eff(50), "%g GB/s", 1e9 / (double)t);
     net_graph_free(g);
 }
 
@@ -98,7 +99,7 @@ Test(net_graph, link_list_and_errors)
         net_graph_scale_link(g, net_graph_node_by_name(g, "nic1.0"), net_graph_node_by_name(g, "sw1.0"), 0.5, &e),
         TS_OK);
     int x = net_graph_find_link(g, net_graph_node_by_name(g, "sw1.0"), net_graph_node_by_name(g, "nic1.0"));
-    cr_assert_float_eq(g->links[x].bw_gbps, 25 * NET_IB_EFF * 0.5, 1e-9);
+    cr_assert_float_eq(g->links[x].bw_gbps, 25 * topo_nic_eff(25) * 0.5, 1e-9);
     net_graph_free(g);
     g = NULL;
     net_link_spec bad[] = {{"gpu0.0", "router7", 10, 0, 0}};
