@@ -68,9 +68,9 @@ typedef struct {
     uint8_t dim;    /* COLL: net_dim (NET_DIM_TP or NET_DIM_DP) */
     int peer_pp;    /* SEND, P2P_SCATTER: receiving pipeline rank */
     double bytes;   /* COLL, SEND: size, commcost/NCCL convention */
+    int64_t dur_ns; /* COMPUTE: duration on the nominal GPU */
     int64_t lat_ns; /* COLL: NCCL's latency of the collective, which replaces the links' (0: the
                        links' alone; net_sim_start_plan) */
-    int64_t dur_ns; /* COMPUTE: duration on the nominal GPU */
 } net_step_desc;
 
 /* Describe tag; return TS_OK or a TS_E* code (with err set). */

@@ -33,19 +33,19 @@ static int describe(void *ctx, uint32_t tag, net_step_desc *d, ts_err *err)
     int stage = (int)tag / K_KINDS, kind = (int)tag % K_KINDS;
     switch (kind) {
     case K_F:
-        *d = (net_step_desc){NET_STEP_COMPUTE, 0, 0, 0, 0, T_NS};
+        *d = (net_step_desc){.role = NET_STEP_COMPUTE, .dur_ns = T_NS};
         break;
     case K_AR:
-        *d = (net_step_desc){NET_STEP_COLL, NET_COLL_ALLREDUCE, NET_DIM_TP, 0, AR_BYTES, 0};
+        *d = (net_step_desc){.role = NET_STEP_COLL, .coll = NET_COLL_ALLREDUCE, .dim = NET_DIM_TP, .bytes = AR_BYTES};
         break;
     case K_SEND:
-        *d = (net_step_desc){NET_STEP_SEND, 0, 0, (stage + 1) % pc->p, pc->p2p_bytes, 0};
+        *d = (net_step_desc){.role = NET_STEP_SEND, .peer_pp = (stage + 1) % pc->p, .bytes = pc->p2p_bytes};
         break;
     case K_DP:
-        *d = (net_step_desc){NET_STEP_COLL, NET_COLL_ALLREDUCE, NET_DIM_DP, 0, DP_BYTES, 0};
+        *d = (net_step_desc){.role = NET_STEP_COLL, .coll = NET_COLL_ALLREDUCE, .dim = NET_DIM_DP, .bytes = DP_BYTES};
         break;
     default:
-        *d = (net_step_desc){NET_STEP_ENGINE, 0, 0, 0, 0, 0};
+        *d = (net_step_desc){.role = NET_STEP_ENGINE};
         break;
     }
     return TS_OK;
