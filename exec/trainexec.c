@@ -489,8 +489,8 @@ static uint64_t config_hash(run *x)
     int n = snprintf(x->canon, sizeof x->canon,
                      "backend=%s iterations=%d warmup=%d seed=%lld lr=%.17g betas=%.17g,%.17g eps=%.17g wd=%.17g "
                      "divergence=%.17g op_trace=%d microbench=%d",
-                     XARGS_BACKEND_NAMES[a->backend], a->iterations, a->warmup, (long long)a->seed, a->lr, a->beta1, a->beta2,
-                     a->eps, a->wd, a->divergence_factor, (int)a->op_trace, a->microbench != NULL);
+                     XARGS_BACKEND_NAMES[a->backend], a->iterations, a->warmup, (long long)a->seed, a->lr, a->beta1,
+                     a->beta2, a->eps, a->wd, a->divergence_factor, (int)a->op_trace, a->microbench != NULL);
     if (!a->microbench && x->s) {
         const gpt_dims *d = &x->o.dims;
         const sched *sc = x->s;

@@ -499,8 +499,8 @@ void commcost_flow_terms(const commcost_params *p, commcost_coll coll, int64_t b
         return;
     /* what the flows run (net_coll.h, NET_ALGO_AUTO): NVLS for an all-reduce
      * inside one NVLink SHARP node, a ring otherwise, at Simple's rate */
-    commcost_algo flows = coll == COMM_ALL_REDUCE && p->nvls && g->ranks == g->ranks_per_node ? COMMCOST_ALGO_NVLS
-                                                                                                : COMMCOST_ALGO_RING;
+    commcost_algo flows =
+        coll == COMM_ALL_REDUCE && p->nvls && g->ranks == g->ranks_per_node ? COMMCOST_ALGO_NVLS : COMMCOST_ALGO_RING;
     double lat, bw;
     double ref = nccl_eval(p, coll, bytes, g, flows, COMMCOST_PROTO_SIMPLE, &lat, &bw);
     if (ref > lat && at.time_ns > at.lat_ns)
