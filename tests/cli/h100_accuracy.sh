@@ -7,7 +7,7 @@
 # --overlap-grad-reduce --overlap-param-gather, --tp-comm-overlap, flash
 # attention, the default) and sequence parallelism (Megatron-Core's
 # requirement for --tp-comm-overlap). Micro-batch size and interleaving were
-# not published: micro-batch 1 and, for the two pipelined rows, 7 and 3
+# not published: micro-batch 1 and, for the two pipelined rows, 6 and 2
 # layers per model chunk (docs/cost-model.md says why). Each row's model
 # TFLOP/s per GPU (Megatron's convention: full s x s attention scores, no
 # recomputation, the source's) must come within H100_ROW_TOLERANCE of the
@@ -52,7 +52,7 @@ row() { # NAME then the row's own flags
 row "GPT 7.1B" --num-layers 30 --hidden-size 4096 --num-attention-heads 32 --ffn-hidden-size 16384 \
     --gpus 96 -t 2 -p 1 --global-batch-size 192
 row "GPT 70B" --num-layers 84 --hidden-size 8192 --num-attention-heads 64 --ffn-hidden-size 32768 \
-    --gpus 768 -t 8 -p 2 --num-layers-per-virtual-pipeline-stage 7 --global-batch-size 384
+    --gpus 768 -t 8 -p 2 --num-layers-per-virtual-pipeline-stage 6 --global-batch-size 384
 row "GPT 314B" --num-layers 96 --hidden-size 16384 --num-attention-heads 128 --ffn-hidden-size 65536 \
-    --gpus 3072 -t 8 -p 8 --num-layers-per-virtual-pipeline-stage 3 --global-batch-size 1536
+    --gpus 3072 -t 8 -p 8 --num-layers-per-virtual-pipeline-stage 2 --global-batch-size 1536
 finish
