@@ -7,6 +7,7 @@
 #include "sim/core/overlap.h"
 #include "sim/model/cp.h"
 #include "sim/model/flops.h"
+#include "sim/model/fp8.h"
 #include "sim/model/layer.h"
 #include "sim/util/grow.h"
 
@@ -629,23 +630,13 @@ static int add_pipeline_transfers(plan *pl, const plan_env *E, const commcost_gr
  * per-layer waits, so the plan keeps the closed form (overlap.h) with the
  * stage's gather c split into n equal units beside the pass's compute g:
  * exposed = (c + (n-1) max(0, c - g)) / n, one DP-stream step per pass. */
-/* Bytes of an all-gather of params parameters of which extra (embedding,
- * output layer) are not the layers': with --fp8-param-gather the layers'
- * parameters travel in FP8 (1 byte), the rest at the run's precision. */
-static int64_t fp8_gather_bytes(const plan_env *E, int64_t params, int64_t extra)
-{
-    if (!E->c->model.fp8_param_gather || extra < 0 || extra > params)
-        return params * E->dt;
-    return (params - extra) + extra * E->dt;
-}
-
 static int add_fsdp_gathers(plan *pl, const plan_env *E, int st, int n_layers, bool has_extra)
 {
     plan_stage *S_ = &pl->stages[st];
     int units = n_layers + (has_extra ? 1 : 0);
     if (units < 1)
         return TS_OK;
-    int64_t bytes = fp8_gather_bytes(E, S_->params, S_->params - (int64_t)n_layers * E->params_layer);
+    int64_t bytes = fp8_gather_bytes(&E->c->model, E->dt, S_->params, S_->params - (int64_t)n_layers * E->params_layer);
     int64_t c_ns = commcost_ns(E->cc, COMM_ALL_GATHER, bytes, &E->dp_group);
     static const int passes[] = {PLAN_PASS_F, PLAN_PASS_B, PLAN_PASS_I};
     for (size_t i = 0; i < sizeof passes / sizeof *passes; i++) {
@@ -776,25 +767,6 @@ static int add_emb_allreduce(plan *pl, const plan_env *E)
     return TS_OK;
 }
 
-/* The FP8 weight copies Transformer Engine keeps for the layers' linear
- * weights (layer_params of them on the rank; the FSDP-gathered units hold
- * gathered of them): the FP8 weight and the transpose Hopper's backward GEMM
- * reads, 2 bytes per parameter (MXFP8: row- and column-wise copies with a
- * 1-byte scale per 32, 2 + 1/16). With --fp8-param-gather the FP8 weight is
- * the parameter itself: the 16-bit copy is not kept (dt bytes less). FSDP
- * (full sharding) keeps the copies of the gathered units only. */
-static int64_t fp8_weight_copy_bytes(const plan_env *E, int64_t layer_params, int64_t gathered)
-{
-    const model_config *m = &E->c->model;
-    if (m->fp8_format == FP8_FORMAT_NONE)
-        return 0;
-    int64_t n = E->shard == SHARD_OPTIM_GRADS_PARAMS ? gathered : layer_params;
-    int64_t copy = m->fp8_recipe == FP8_RECIPE_MXFP8 ? 2 * n + n / 16 : 2 * n;
-    if (m->fp8_param_gather && E->shard != SHARD_OPTIM_GRADS_PARAMS)
-        copy -= n * E->dt;
-    return copy;
-}
-
 /* Parameters of the two transformer layers FSDP holds gathered on rank r
  * (the one computing and the one prefetched); 0 when the rank has none. */
 static int64_t unit_layer_params(const plan_env *E, int r, const plan *pl)
@@ -839,7 +811,8 @@ static int add_rank_steps(plan *pl, const plan_env *E)
             }
             pl->weights_bytes[r] = (per_rank + 2 * unit) * dt;
         }
-        pl->weights_bytes[r] += fp8_weight_copy_bytes(E, layer_params, unit_layer_params(E, r, pl));
+        pl->weights_bytes[r] += fp8_weight_copy_bytes(&c->model, E->shard == SHARD_OPTIM_GRADS_PARAMS, dt, layer_params,
+                                                      unit_layer_params(E, r, pl));
         pl->optim_bytes[r] = shard * (fp32 ? 8 : 12); /* fp32 master + momentum + variance */
         int64_t optim_ns = cost_mem_kind_ns(
             E->cm, COST_MEM_ADAM, shard * (fp32 ? PLAN_ADAM_BYTES_PER_PARAM_FP32 : PLAN_ADAM_BYTES_PER_PARAM));
@@ -850,7 +823,7 @@ static int add_rank_steps(plan *pl, const plan_env *E)
             return err_set(E->err, TS_ENOMEM, "plan: out of memory");
         if ((P->distributed_optimizer || E->shard >= SHARD_OPTIM) && E->shard != SHARD_OPTIM_GRADS_PARAMS && d > 1) {
             x = plan_step_init("dp.param-all-gather", PLAN_STREAM_DP, PLAN_CAT_DP, -1, 0);
-            x.comm_bytes = fp8_gather_bytes(E, params, params - layer_params);
+            x.comm_bytes = fp8_gather_bytes(&c->model, dt, params, params - layer_params);
             const plan_stage *S0 = &pl->stages[sched_stage_of(E->s, r, 0)];
             if (P->overlap_param_gather && S0->n_buckets > 0) {
                 /* --overlap-param-gather: the gathers run behind the next

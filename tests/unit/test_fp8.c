@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "sim/model/cost.h"
+#include "sim/model/fp8.h"
 #include "sim/model/layer.h"
 #include "tests/unit/gpu_specs.h"
 
@@ -166,4 +167,23 @@ Test(fp8, flash_gemms_have_no_hbm_floor)
     op.name = "attn.qk";
     cr_assert_gt(cost_op_ns(cm, &op), cost_gemm_compute_ns(cm, 8192, 4096, 128, 32));
     cost_model_free(cm);
+}
+
+Test(fp8, weight_copies_and_gather_bytes)
+{
+    model_config m;
+    memset(&m, 0, sizeof m);
+    const int64_t L = 1000000, G = 64000, P = L + 4096;         /* layers' params, FSDP-gathered, all */
+    cr_assert_eq(fp8_weight_copy_bytes(&m, false, 2, L, G), 0); /* no FP8 */
+    cr_assert_eq(fp8_gather_bytes(&m, 2, P, P - L), 2 * P);     /* no FP8: 16-bit */
+    m.fp8_format = FP8_FORMAT_HYBRID;
+    cr_assert_eq(fp8_weight_copy_bytes(&m, false, 2, L, G), 2 * L); /* FP8 weight + transpose */
+    cr_assert_eq(fp8_weight_copy_bytes(&m, true, 2, L, G), 2 * G);  /* FSDP: the gathered layers only */
+    m.fp8_recipe = FP8_RECIPE_MXFP8;
+    cr_assert_eq(fp8_weight_copy_bytes(&m, false, 2, L, G), 2 * L + L / 16);
+    m.fp8_recipe = FP8_RECIPE_DELAYED;
+    cr_assert_eq(fp8_gather_bytes(&m, 2, P, P - L), 2 * P); /* FP8 compute alone gathers 16-bit */
+    m.fp8_param_gather = true;
+    cr_assert_eq(fp8_weight_copy_bytes(&m, false, 2, L, G), 0);       /* the FP8 weight is the parameter */
+    cr_assert_eq(fp8_gather_bytes(&m, 2, P, P - L), L + 2 * (P - L)); /* layers at 1 byte */
 }
