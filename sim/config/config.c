@@ -541,6 +541,11 @@ static int check_fp8(const config *c, ts_err *err)
                        "--fp8-format %s: %s has no FP8 tensor cores (no fp8_tflops in the GPU catalogue); FP8 "
                        "training needs Hopper or later (e.g. --gpu H100-SXM5-80GB)",
                        CONFIG_FP8_FORMAT_NAMES[m->fp8_format], gpu);
+    if (m->fp8_param_gather && !c->par.distributed_optimizer && !c->par.torch_fsdp2 && !c->par.megatron_fsdp)
+        return err_set(
+            err, TS_EINVAL,
+            "--fp8-param-gather needs a parameter all-gather to make FP8: give "
+            "--use-distributed-optimizer, --use-torch-fsdp2 or --use-megatron-fsdp (as Megatron-LM asserts)");
     if (m->precision == PREC_FP32)
         return err_set(err, TS_EINVAL,
                        "--fp8-format %s needs --bf16 or --fp16 (Transformer Engine runs FP8 GEMMs inside 16-bit "

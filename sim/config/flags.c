@@ -1365,6 +1365,10 @@ void flags_print(const flags_state *s, FILE *f)
                 CONFIG_ATTN_BACKEND_NAMES[m->attention_backend]);
     fprintf(f, "precision:             %s (%d bytes per element)\n", CONFIG_PRECISION_NAMES[m->precision],
             config_dtype_bytes(c));
+    if (m->fp8_format != FP8_FORMAT_NONE)
+        fprintf(f, "fp8:                   %s, %s recipe: the layers' linear GEMMs in FP8 (%.1f TFLOP/s peak)%s\n",
+                CONFIG_FP8_FORMAT_NAMES[m->fp8_format], CONFIG_FP8_RECIPE_NAMES[m->fp8_recipe],
+                c->cluster.gpu.fp8_tflops, m->fp8_param_gather ? ", parameters kept and all-gathered in FP8" : "");
     fprintf(f, "parallelism:           t=%d p=%d d=%d v=%d (%d GPUs = %d x %d x %d)\n", p->tp, p->pp, p->dp, p->vp,
             c->cluster.gpus, p->tp, p->pp, p->dp);
     if (config_cp(c) > 1) {

@@ -74,6 +74,11 @@ expect_error 2 "needs --bf16 or --fp16" $T simulate --model llama3-8b --gpu h100
 expect_error 2 "--fp8-recipe: " $T simulate --model llama3-8b --gpu h100 --fp8-format e4m3 --fp8-recipe fast
 expect_error 2 "training flags, not modelled for inference" $T infer --model llama3-8b --gpu h100 \
     --fp8-format e4m3 --fp8-param-gather
+expect_error 2 "--fp8-param-gather needs a parameter all-gather" $T simulate --model llama3-8b --gpu h100 \
+    --fp8-format e4m3 --fp8-param-gather --use-distributed-optimizer=false
+# trainsim config says what FP8 does
+expect_output "fp8:                   hybrid, tensorwise recipe: the layers' linear GEMMs in FP8 (1978.9 TFLOP/s peak)" \
+    $T config "${ROW[@]}" "${FP8[@]}"
 # --help: every new flag with its unit and default
 help=$($T simulate --help 2>&1)
 for f in --fp8-format --fp8-recipe --fp8-param-gather; do
