@@ -20,6 +20,11 @@
  * interpolated with GSL (Steffen's monotone cubic in log10 of the key;
  * linear for 2 knots; clamped to the end values outside the table).
  *
+ * FP8 GEMMs (layer_op.fp8, cost_gemm_fp8_ns): the tile model with the FP8
+ * tiles (fp8_tiles) at the FP8 peak, 1-byte A and B and a 16-bit C for the
+ * HBM floor. The flash kernel's GEMMs (ops named attn.flash*) have no HBM
+ * floor: the s x s tiles stay on chip (cost_op_ns).
+ *
  * Default params for A100, H100, H200, B200, GB200 (cost_params_default) cite their
  * sources in cost.c; a calibration CSV (calib.h) gives measured ones.
  * Collectives are not costed here: see commcost.h.
