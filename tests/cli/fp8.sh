@@ -76,6 +76,13 @@ expect_error 2 "training flags, not modelled for inference" $T infer --model lla
     --fp8-format e4m3 --fp8-param-gather
 expect_error 2 "--fp8-param-gather needs a parameter all-gather" $T simulate --model llama3-8b --gpu h100 \
     --fp8-format e4m3 --fp8-param-gather --use-distributed-optimizer=false
+# trainsim search takes --fp8-format and --fp8-recipe: its best FP8 layout beats its best bf16 one
+S=(--model llama3-8b --gpu H100-SXM5-80GB --gpus 8 --global-batch-size 128 --top 1 --quiet)
+s8=$($T search "${S[@]}" --fp8-format hybrid --fp8-recipe tensorwise 2>&1 | awk '$1 == 1 { print $2 }')
+s16=$($T search "${S[@]}" 2>&1 | awk '$1 == 1 { print $2 }')
+check_sh "search: best FP8 layout faster than best bf16 ($s8 vs $s16 s)" \
+    '[ -n "$s8" ] && [ -n "$s16" ] && awk -v a="$s8" -v b="$s16" "BEGIN { exit !(a < b) }"'
+expect_error 2 "A100-SXM4-80GB has no FP8 tensor cores" $T search --model llama3-8b --gpus 8 --fp8-format e4m3
 # trainsim config says what FP8 does
 expect_output "fp8:                   hybrid, tensorwise recipe: the layers' linear GEMMs in FP8 (1978.9 TFLOP/s peak)" \
     $T config "${ROW[@]}" "${FP8[@]}"
