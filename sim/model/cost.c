@@ -61,8 +61,8 @@
  * tests/unit/test_accuracy.c and tests/cli/cost_accuracy.sh pin the result.
  *
  * H100 and H200: the fraction of peak and K-loop overhead are fitted to the
- * H100 rows (below, H100_*); the memory-op curve and the overlap slowdown
- * are the A100's. B200, GB200: no calibration rows are published in the
+ * H100 rows (below, H100_*; experiments/cost-fit/h100.sh re-runs the fit);
+ * the memory-op curve and the overlap slowdown are the A100's. B200, GB200: no calibration rows are published in the
  * reference set. The tile model carries over from the H100 (its fitted
  * fractions of peak and K-loop overhead: the nearest calibrated generation,
  * also a power-limited board; their own SM counts and tile shapes); the
@@ -116,7 +116,7 @@
  * TFLOP/s dense, datasheet), fitted to row (b) of
  * h100_training_calibration.csv (Llama 3 8B, FP8 current scaling, FSDP, 8
  * H100s; tests/cli/fp8_accuracy.sh): with the bf16 fraction (0.565) the row
- * comes out -7.4%, 0.66 gives +0.2%. One row, one constant: it absorbs
+ * comes out -7.5%, 0.66 gives +0.05%. One row, one constant: it absorbs
  * whatever differs between the bf16 rows' 2024 software (Megatron-Core
  * r0.8) and this row's 2025 software (the 25.11 container) as well as FP8
  * itself; the row cannot separate them (docs/cost-model.md). */
