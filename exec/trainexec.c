@@ -75,6 +75,9 @@ static int exec_supports(const config *c, ts_err *err)
     if (config_head_size(m) * m->num_attention_heads != m->hidden_size)
         return err_set(err, TS_ENOTSUP, "--kv-channels %d: the executor's heads are h / a = %d wide", m->kv_channels,
                        m->hidden_size / m->num_attention_heads);
+    if (m->fp8_format != FP8_FORMAT_NONE)
+        return err_set(err, TS_ENOTSUP, "--fp8-format %s: the executor's GEMMs run at the run's precision, no FP8",
+                       CONFIG_FP8_FORMAT_NAMES[m->fp8_format]);
     if (p->recompute != RECOMPUTE_NONE)
         return err_set(err, TS_ENOTSUP, "--recompute-granularity: the executor does not recompute (give none)");
     if (p->distributed_optimizer)

@@ -42,9 +42,29 @@ static double layer_worst(void)
         cost_model_new(&p, &cm, NULL))
         return INFINITY;
     for (int i = 0; i < 5; i++) {
-        layer_shape L = {6144, 64, 64,    0, false,   false, 4 * 6144, false,
-                         2048, 4,  51200, 8, K[i].sp, 2,     K[i].r,   ATTN_BACKEND_UNFUSED,
-                         0,    0,  0,     0, false};
+        layer_shape L = {6144,
+                         64,
+                         64,
+                         0,
+                         false,
+                         false,
+                         4 * 6144,
+                         false,
+                         2048,
+                         4,
+                         51200,
+                         8,
+                         K[i].sp,
+                         2,
+                         K[i].r,
+                         ATTN_BACKEND_UNFUSED,
+                         0,
+                         0,
+                         0,
+                         0,
+                         false,
+                         FP8_FORMAT_NONE,
+                         FP8_RECIPE_DELAYED};
         layer_ops o;
         double f, b;
         layer_ops_build(&L, LAYER_PASS_F, &o, NULL);

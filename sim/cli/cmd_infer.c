@@ -25,13 +25,12 @@
 #define GIB      (1024.0 * 1024.0 * 1024.0)
 #define MAX_ARGS 4096
 
-static const char *const FP8_NAMES[] = {"none", "e4m3", "hybrid", NULL};
 static const char *const WQ_NAMES[] = {"none", "int8", "int4", NULL};
 static const char *const KV_NAMES[] = {"auto", "fp16", "bf16", "fp8", "int8", NULL};
 
 /* The flags infer and search --inference share beside the model's. */
 typedef struct {
-    int fp8;        /* index into FP8_NAMES */
+    int fp8;        /* config_fp8_format (the shared --fp8-format) */
     int wq;         /* index into WQ_NAMES */
     int kv;         /* index into KV_NAMES */
     int64_t batch;  /* --batch-size */
@@ -167,12 +166,6 @@ static int add_common(opt_table *t, infer_args *a, ts_err *err)
          .max = 1 << 24,
          .unit = "tokens",
          .help = "generated tokens per request (the first comes from the prefill)"},
-        {.name = "--fp8-format",
-         .type = OPT_ENUM,
-         .target = &a->fp8,
-         .enum_names = FP8_NAMES,
-         .help = "FP8 weights and activations (GEMMs at the GPU's FP8 peak; refused on GPUs without FP8); "
-                 "the KV cache follows unless --kv-cache-dtype"},
         {.name = "--weight-quant",
          .type = OPT_ENUM,
          .target = &a->wq,
@@ -337,6 +330,15 @@ static int parse(opt_table *t, flags_state *fs, config *c, infer_args *a, int ar
     }
     if (!rc)
         rc = flags_finish(fs, t, err);
+    /* --fp8-format is the shared flag (flags.c): FP8 weights and activations,
+     * GEMMs at the GPU's FP8 peak, the KV cache following unless
+     * --kv-cache-dtype; the training-only FP8 flags are refused */
+    if (!rc)
+        a->fp8 = (int)c->model.fp8_format;
+    if (!rc && (c->model.fp8_param_gather || opt_was_set(t, "--fp8-recipe")))
+        rc = err_set(err, TS_EINVAL,
+                     "--fp8-recipe / --fp8-param-gather: training flags, not modelled for inference (give "
+                     "--fp8-format alone)");
     if (!rc && config_cp(c) > 1)
         rc = err_set(err, TS_EINVAL,
                      "--context-parallel-size %d: not modelled for inference (context parallelism is a training "

@@ -25,6 +25,9 @@
 #include "sim/cli/search_mpi.h"
 #endif
 
+/* --fp8-format's values (Megatron-LM's choices); index i is config_fp8_format i + 1 */
+static const char *const FP8_FORMATS[] = {"e4m3", "hybrid", NULL};
+
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
 static double now_s(void)
@@ -124,6 +127,8 @@ typedef struct {
     int num_layers, hidden, heads, groups, ffn, seq, vocab;
     bool explain, no_sp, no_distopt, no_block, quiet;
     int attention_backend; /* --attention-backend, config_attn_backend (auto: resolved for the GPU) */
+    int fp8_format;        /* --fp8-format: index into FP8_FORMATS, -1 = not given (a script's, else none) */
+    int fp8_recipe;        /* --fp8-recipe, config_fp8_recipe */
     int max_cp;            /* --max-context-parallel-size, 0 = not given (1) */
 } search_args;
 
@@ -195,6 +200,18 @@ static int add_flags(opt_table *t, search_args *a, ts_err *err)
          .defval = "auto",
          .help = "attention kernels (as trainsim simulate): auto = flash with bf16/fp16 on Ampere or later; with "
                  "flash/fused, selective recomputation re-runs mlp and layernorm instead of core_attn"},
+        {.name = "--fp8-format",
+         .type = OPT_ENUM,
+         .target = &a->fp8_format,
+         .enum_names = FP8_FORMATS,
+         .defval = "none (a script's when given)",
+         .help = "FP8 GEMMs in the transformer layers, as trainsim simulate (needs a GPU with FP8 tensor cores)"},
+        {.name = "--fp8-recipe",
+         .type = OPT_ENUM,
+         .target = &a->fp8_recipe,
+         .enum_names = CONFIG_FP8_RECIPE_NAMES,
+         .defval = "delayed",
+         .help = "FP8 scaling recipe, as trainsim simulate"},
         {.name = "--padded-vocab-size",
          .type = OPT_INT,
          .target = &a->vocab,
@@ -450,6 +467,18 @@ static int build_space(const search_args *a, const model_config *base, search_sp
         m.attention_backend = (config_attn_backend)a->attention_backend;
     if (m.attention_backend == ATTN_BACKEND_AUTO)
         m.attention_backend = config_attn_auto(&cl.gpu, m.precision);
+    if (a->fp8_format >= 0) { /* --fp8-format given: it and --fp8-recipe replace a script's */
+        m.fp8_format = (config_fp8_format)(a->fp8_format + 1);
+        m.fp8_recipe = (config_fp8_recipe)a->fp8_recipe;
+        m.fp8_param_gather = false;
+    }
+    if (m.fp8_format != FP8_FORMAT_NONE && !(cl.gpu.fp8_tflops > 0)) {
+        topo_free(t);
+        return err_set(err, TS_EINVAL,
+                       "--fp8-format %s: %s has no FP8 tensor cores (no fp8_tflops in the GPU catalogue); FP8 "
+                       "training needs Hopper or later",
+                       CONFIG_FP8_FORMAT_NAMES[m.fp8_format], cl.gpu.name);
+    }
     cl.overheads = a->overheads; /* the GPU's defaults unless a flag is given, as every command */
     if ((rc = overheads_resolve(&cl.overheads, &cl.gpu, err))) {
         topo_free(t);
@@ -553,6 +582,7 @@ int cmd_search(int argc, char **argv)
                      .max_tp = 8,
                      .mbs = "1,2,4,8",
                      .attention_backend = ATTN_BACKEND_AUTO,
+                     .fp8_format = -1,
                      .schedules = "gpipe,1f1b,interleaved,zb-h1,zb-h2,zb-v"};
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     a.threads = ncpu > 0 ? (int)ncpu : 1;

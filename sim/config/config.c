@@ -15,6 +15,8 @@ const char *const CONFIG_NORM_NAMES[] = {"LayerNorm", "RMSNorm", NULL};
 const char *const CONFIG_POSITION_NAMES[] = {"learned_absolute", "rope", "yarn", "none", NULL};
 const char *const CONFIG_ATTN_BACKEND_NAMES[] = {"unfused", "flash", "fused", "local", "auto", NULL};
 const char *const CONFIG_CP_COMM_NAMES[] = {"p2p", "all_gather", "a2a", "a2a+p2p", NULL};
+const char *const CONFIG_FP8_FORMAT_NAMES[] = {"none", "e4m3", "hybrid", NULL};
+const char *const CONFIG_FP8_RECIPE_NAMES[] = {"delayed", "tensorwise", "blockwise", "mxfp8", NULL};
 
 int config_cp(const config *c)
 {
@@ -517,6 +519,48 @@ static int check_attention(config *c, ts_err *err)
     return TS_OK;
 }
 
+/* FP8 needs FP8 tensor cores (gpus.csv's fp8_tflops), 16-bit activations
+ * around the FP8 GEMMs (Transformer Engine's FP8 autocast runs under bf16 or
+ * fp16), and MXFP8 Blackwell's block-scaled tensor cores (sm100; Hopper's
+ * FP8 MMA takes one scale per tensor). --fp8-param-gather needs FP8. */
+static int check_fp8(const config *c, ts_err *err)
+{
+    const model_config *m = &c->model;
+    const char *gpu = c->cluster.gpu.name[0] ? c->cluster.gpu.name : "an unnamed GPU";
+    if ((int)m->fp8_format < FP8_FORMAT_NONE || (int)m->fp8_format > FP8_FORMAT_HYBRID ||
+        (int)m->fp8_recipe < FP8_RECIPE_DELAYED || (int)m->fp8_recipe > FP8_RECIPE_MXFP8)
+        return err_set(err, TS_EINVAL, "--fp8-format %d / --fp8-recipe %d: unknown value", (int)m->fp8_format,
+                       (int)m->fp8_recipe);
+    if (m->fp8_format == FP8_FORMAT_NONE) {
+        if (m->fp8_param_gather)
+            return err_set(err, TS_EINVAL, "--fp8-param-gather needs FP8 training: give --fp8-format e4m3|hybrid");
+        return TS_OK;
+    }
+    if (!(c->cluster.gpu.fp8_tflops > 0))
+        return err_set(err, TS_EINVAL,
+                       "--fp8-format %s: %s has no FP8 tensor cores (no fp8_tflops in the GPU catalogue); FP8 "
+                       "training needs Hopper or later (e.g. --gpu H100-SXM5-80GB)",
+                       CONFIG_FP8_FORMAT_NAMES[m->fp8_format], gpu);
+    if (m->fp8_param_gather && !c->par.distributed_optimizer && !c->par.torch_fsdp2 && !c->par.megatron_fsdp)
+        return err_set(
+            err, TS_EINVAL,
+            "--fp8-param-gather needs a parameter all-gather to make FP8: give "
+            "--use-distributed-optimizer, --use-torch-fsdp2 or --use-megatron-fsdp (as Megatron-LM asserts)");
+    if (m->precision == PREC_FP32)
+        return err_set(err, TS_EINVAL,
+                       "--fp8-format %s needs --bf16 or --fp16 (Transformer Engine runs FP8 GEMMs inside 16-bit "
+                       "training); got fp32",
+                       CONFIG_FP8_FORMAT_NAMES[m->fp8_format]);
+    /* Blackwell = the catalogue's GPUs with FP4 tensor cores: the block-scaled
+     * MMA (MXFP8, MXFP4, NVFP4) came with them (gpus_blackwell.csv) */
+    if (m->fp8_recipe == FP8_RECIPE_MXFP8 && !(c->cluster.gpu.fp4_tflops > 0))
+        return err_set(err, TS_EINVAL,
+                       "--fp8-recipe mxfp8 needs Blackwell's block-scaled tensor cores; %s has none: use "
+                       "delayed, tensorwise or blockwise (or --gpu B200-SXM-180GB)",
+                       gpu);
+    return TS_OK;
+}
+
 static int check_recompute(const config *c, ts_err *err)
 {
     const parallel_config *p = &c->par;
@@ -724,7 +768,7 @@ int config_resolve(config *c, ts_err *err)
         return rc;
     }
     if ((rc = fill_layout(c, err)) || (rc = check_recompute(c, err)) || (rc = check_attention(c, err)) ||
-        (rc = check_cp(c, err)))
+        (rc = check_cp(c, err)) || (rc = check_fp8(c, err)))
         return rc;
     if (c->par.tp == 1)
         c->par.sequence_parallel = false; /* as Megatron-LM: a no-op with one tensor-parallel rank */

@@ -41,6 +41,21 @@ typedef enum {
     ATTN_BACKEND_LOCAL,
     ATTN_BACKEND_AUTO
 } config_attn_backend;
+/* FP8 training (Transformer Engine, Megatron-core's --fp8-format,
+ * --fp8-recipe): FP8_FORMAT_NONE = bf16/fp16 GEMMs. e4m3 and hybrid (e4m3
+ * forward, e5m2 gradients) cost the same: one byte per element either way.
+ * Recipes (how scales are found): delayed (amax history of earlier steps,
+ * found in the cast kernel), tensorwise (current scaling: an amax pass over
+ * the tensor before its cast), blockwise (a scale per 1x128 / 128x128 block,
+ * found in the cast kernel), mxfp8 (an e8m0 scale per 32 elements; Blackwell
+ * tensor cores only). */
+typedef enum { FP8_FORMAT_NONE = 0, FP8_FORMAT_E4M3, FP8_FORMAT_HYBRID } config_fp8_format;
+typedef enum {
+    FP8_RECIPE_DELAYED = 0,
+    FP8_RECIPE_TENSORWISE,
+    FP8_RECIPE_BLOCKWISE,
+    FP8_RECIPE_MXFP8
+} config_fp8_recipe;
 /* Modules of selective recomputation (--recompute-modules, bits). */
 #define CONFIG_RC_CORE_ATTN      0x01u               /* the attention core: scores, softmax, dropout, attention.V */
 #define CONFIG_RC_MLP            0x02u               /* the MLP: FC1, activation, FC2 */
@@ -89,6 +104,9 @@ typedef struct {
     double hidden_dropout;                 /* --hidden-dropout: probability after each block and the embedding */
     config_precision precision;            /* --bf16 / --fp16 (default fp32, as Megatron-LM) */
     config_attn_backend attention_backend; /* --attention-backend, never auto after config_resolve */
+    config_fp8_format fp8_format;          /* --fp8-format (FP8_FORMAT_NONE: no FP8 GEMMs) */
+    config_fp8_recipe fp8_recipe;          /* --fp8-recipe (Megatron's default delayed) */
+    bool fp8_param_gather;                 /* --fp8-param-gather: parameters kept and all-gathered in FP8 */
 } model_config;
 
 /* Parallel layout and training step. */
@@ -215,6 +233,10 @@ extern const char *const CONFIG_POSITION_NAMES[];
  * "shared_experts" (bit i = 1 << i). */
 extern const char *const CONFIG_ATTN_BACKEND_NAMES[];
 extern const char *const CONFIG_RC_MODULE_NAMES[];
+/* "none", "e4m3", "hybrid" (config_fp8_format order); "delayed",
+ * "tensorwise", "blockwise", "mxfp8" (config_fp8_recipe order). */
+extern const char *const CONFIG_FP8_FORMAT_NAMES[];
+extern const char *const CONFIG_FP8_RECIPE_NAMES[];
 
 /* "p2p", "all_gather", "a2a", "a2a+p2p" (config_cp_comm order). */
 extern const char *const CONFIG_CP_COMM_NAMES[];

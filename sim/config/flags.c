@@ -18,6 +18,8 @@
 
 /* The schedule names, from sched.h (generated kinds only, not "custom"). */
 static const char *SCHED_NAMES[SCHED_CUSTOM + 1];
+/* --fp8-format's values (Megatron-LM's choices); index i is config_fp8_format i + 1 */
+static const char *const FP8_FORMATS[] = {"e4m3", "hybrid", NULL};
 
 static void fill_sched_names(void)
 {
@@ -87,6 +89,20 @@ static int add_model_flags(flags_state *s, opt_table *t, config *c, ts_err *err)
                 "auto: flash with --bf16/--fp16 on Ampere or later, unfused otherwise (Transformer Engine's pick)");
     ADD(.name = "--use-flash-attn", .type = OPT_BOOL, .target = &s->use_flash_attn,
         .help = "flash attention: the same as --attention-backend flash");
+    s->fp8_format = -1;
+    ADD(.name = "--fp8-format", .type = OPT_ENUM, .target = &s->fp8_format, .enum_names = FP8_FORMATS,
+        .defval = "none (bf16/fp16 GEMMs)",
+        .help = "FP8 GEMMs in the transformer layers (Transformer Engine): e4m3 everywhere, or hybrid (e4m3 "
+                "forward, e5m2 gradients; costed the same: 1 byte per element); needs a GPU with FP8 tensor cores");
+    s->fp8_recipe = FP8_RECIPE_DELAYED;
+    ADD(.name = "--fp8-recipe", .type = OPT_ENUM, .target = &s->fp8_recipe, .enum_names = CONFIG_FP8_RECIPE_NAMES,
+        .defval = "delayed",
+        .help = "FP8 scaling: delayed (amax history; cast + transpose kernels), tensorwise (current scaling: an "
+                "amax pass before each cast), blockwise (1x128/128x128 block scales), mxfp8 (32-element block "
+                "scales, no transposes; Blackwell only)");
+    ADD(.name = "--fp8-param-gather", .type = OPT_BOOL, .target = &m->fp8_param_gather,
+        .help = "keep the parameters in FP8 (no 16-bit copy) and all-gather them in FP8: half the bytes of the "
+                "distributed optimizer's or FSDP's parameter all-gather");
     ADD(.name = "--seq-length", .type = OPT_INT, .target = &m->seq_length, .min = 1, .max = 1 << 24, .unit = "tokens",
         .defval = "required", .help = "sequence length s");
     ADD(.name = "--max-position-embeddings", .type = OPT_INT, .target = &m->max_position_embeddings, .min = 1,
@@ -897,6 +913,8 @@ static int resolve_attention(flags_state *s, const opt_table *t, ts_err *err)
                        "--attention-backend %s (give one)",
                        CONFIG_ATTN_BACKEND_NAMES[s->attention_backend]);
     m->attention_backend = s->use_flash_attn ? ATTN_BACKEND_FLASH : (config_attn_backend)s->attention_backend;
+    m->fp8_format = s->fp8_format < 0 ? FP8_FORMAT_NONE : (config_fp8_format)(s->fp8_format + 1);
+    m->fp8_recipe = (config_fp8_recipe)s->fp8_recipe;
     s->src[FLAGS_F_ATTN] = set_b || s->use_flash_attn ? FLAGS_SRC_FLAG : FLAGS_SRC_MEGATRON;
     return TS_OK;
 }
@@ -1186,6 +1204,12 @@ int flags_finish(flags_state *s, const opt_table *t, ts_err *err)
         config_free(c);
         return rc;
     }
+    if (c->model.fp8_format != FP8_FORMAT_NONE && (c->moe.num_experts > 0 || c->moe.mla)) {
+        config_free(c);
+        return err_set(err, TS_EINVAL,
+                       "--fp8-format with MoE or MLA layers is not modelled (FP8 covers the dense layers' "
+                       "GEMMs); drop --fp8-format or the MoE/MLA flags");
+    }
     if (s->attention_backend == ATTN_BACKEND_AUTO && !s->use_flash_attn)
         rule(s, FLAGS_F_ATTN, "auto (%s): Transformer Engine's pick for %s on %s",
              opt_was_set(t, "--attention-backend") ? "given" : "Megatron-LM's default",
@@ -1341,6 +1365,10 @@ void flags_print(const flags_state *s, FILE *f)
                 CONFIG_ATTN_BACKEND_NAMES[m->attention_backend]);
     fprintf(f, "precision:             %s (%d bytes per element)\n", CONFIG_PRECISION_NAMES[m->precision],
             config_dtype_bytes(c));
+    if (m->fp8_format != FP8_FORMAT_NONE)
+        fprintf(f, "fp8:                   %s, %s recipe: the layers' linear GEMMs in FP8 (%.1f TFLOP/s peak)%s\n",
+                CONFIG_FP8_FORMAT_NAMES[m->fp8_format], CONFIG_FP8_RECIPE_NAMES[m->fp8_recipe],
+                c->cluster.gpu.fp8_tflops, m->fp8_param_gather ? ", parameters kept and all-gathered in FP8" : "");
     fprintf(f, "parallelism:           t=%d p=%d d=%d v=%d (%d GPUs = %d x %d x %d)\n", p->tp, p->pp, p->dp, p->vp,
             c->cluster.gpus, p->tp, p->pp, p->dp);
     if (config_cp(c) > 1) {

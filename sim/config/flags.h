@@ -152,6 +152,8 @@ typedef struct {
                                     owned (megatron_flags.h) */
     int attention_backend;         /* --attention-backend, config_attn_backend */
     bool use_flash_attn;           /* --use-flash-attn (= --attention-backend flash) */
+    int fp8_format;                /* --fp8-format: index into flags.c's FP8_FORMATS (-1 = not given) */
+    int fp8_recipe;                /* --fp8-recipe, config_fp8_recipe */
     const char *recompute_modules; /* --recompute-modules' first value (flags_parse reads the whole list) */
     unsigned rc_modules;           /* --recompute-modules as CONFIG_RC_* bits; 0 = not given */
     moe_flags_state moe;           /* the MoE flags' own state (moe_flags.h) */

@@ -7,6 +7,7 @@
 #include "sim/core/overlap.h"
 #include "sim/model/cp.h"
 #include "sim/model/flops.h"
+#include "sim/model/fp8.h"
 #include "sim/model/layer.h"
 #include "sim/util/grow.h"
 
@@ -577,6 +578,7 @@ typedef struct {
     commcost_group dp_group; /* the data-parallel group */
     bool fsdp;               /* --use-torch-fsdp2 or --use-megatron-fsdp */
     config_sharding shard;   /* what FSDP shards (config_fsdp_sharding) */
+    int64_t params_layer;    /* parameters of one transformer layer per TP rank */
     ts_err *err;
 } plan_env;
 
@@ -595,6 +597,7 @@ static void plan_env_init(plan_env *E, const config *c, const sched *s, const co
     E->dp_group = (commcost_group){E->d, ranks_per_node(E->d, E->t, E->gpn)};
     E->fsdp = P->torch_fsdp2 || P->megatron_fsdp;
     E->shard = config_fsdp_sharding(P);
+    E->params_layer = flops_params_stage(&c->model, P->tp, 1, 0, 0);
 }
 
 /* The pipeline transfers' cost: b*s*h activations (or their gradient) per
@@ -635,7 +638,7 @@ static int add_fsdp_gathers(plan *pl, const plan_env *E, int st, int n_layers, b
     int units = n_layers + (has_extra ? 1 : 0);
     if (units < 1)
         return TS_OK;
-    int64_t bytes = S_->params * E->dt;
+    int64_t bytes = fp8_gather_bytes(&E->c->model, E->dt, S_->params, S_->params - (int64_t)n_layers * E->params_layer);
     int64_t c_ns = commcost_ns(E->cc, COMM_ALL_GATHER, bytes, &E->dp_group);
     static const int passes[] = {PLAN_PASS_F, PLAN_PASS_B, PLAN_PASS_I};
     for (size_t i = 0; i < sizeof passes / sizeof *passes; i++) {
@@ -770,6 +773,16 @@ static int add_emb_allreduce(plan *pl, const plan_env *E)
     return TS_OK;
 }
 
+/* Parameters of the two transformer layers FSDP holds gathered on rank r
+ * (the one computing and the one prefetched); 0 when the rank has none. */
+static int64_t unit_layer_params(const plan_env *E, int r, const plan *pl)
+{
+    for (int ch = 0; ch < pl->v; ch++)
+        if (E->s->stages[sched_stage_of(E->s, r, ch)].num_layers > 0)
+            return 2 * E->params_layer;
+    return 0;
+}
+
 /* Per rank: static memory, optimizer step, parameter all-gather. */
 static int add_rank_steps(plan *pl, const plan_env *E)
 {
@@ -780,7 +793,9 @@ static int add_rank_steps(plan *pl, const plan_env *E)
         int64_t params = 0;
         for (int ch = 0; ch < pl->v; ch++)
             params += pl->stages[sched_stage_of(E->s, r, ch)].params;
-        int64_t per_rank = (params + d - 1) / d;
+        int64_t per_rank = (params + d - 1) / d, layer_params = 0;
+        for (int ch = 0; ch < pl->v; ch++)
+            layer_params += (int64_t)E->s->stages[sched_stage_of(E->s, r, ch)].num_layers * E->params_layer;
         int64_t shard = P->distributed_optimizer || E->shard >= SHARD_OPTIM ? per_rank : params;
         bool fp32 = c->model.precision == PREC_FP32;
         pl->weights_bytes[r] = params * dt;
@@ -802,24 +817,28 @@ static int add_rank_steps(plan *pl, const plan_env *E)
             }
             pl->weights_bytes[r] = (per_rank + 2 * unit) * dt;
         }
+        pl->weights_bytes[r] += fp8_weight_copy_bytes(&c->model, E->shard == SHARD_OPTIM_GRADS_PARAMS, dt, layer_params,
+                                                      unit_layer_params(E, r, pl));
         pl->optim_bytes[r] = shard * (fp32 ? 8 : 12); /* fp32 master + momentum + variance */
-        plan_step x = plan_step_init(
-            "optimizer", PLAN_STREAM_COMPUTE, PLAN_CAT_OPTIM, -1,
-            cost_mem_kind_ns(E->cm, COST_MEM_ADAM,
-                             shard * (fp32 ? PLAN_ADAM_BYTES_PER_PARAM_FP32 : PLAN_ADAM_BYTES_PER_PARAM)));
+        int64_t optim_ns = cost_mem_kind_ns(
+            E->cm, COST_MEM_ADAM, shard * (fp32 ? PLAN_ADAM_BYTES_PER_PARAM_FP32 : PLAN_ADAM_BYTES_PER_PARAM));
+        if (c->model.fp8_format != FP8_FORMAT_NONE) /* the layers' weights cast to FP8 once per iteration */
+            optim_ns += cost_mem_ns(E->cm, layer_fp8_cast_bytes(c->model.fp8_recipe, layer_params));
+        plan_step x = plan_step_init("optimizer", PLAN_STREAM_COMPUTE, PLAN_CAT_OPTIM, -1, optim_ns);
         if (plan_push_step(pl, &x, &pl->optim[r]))
             return err_set(E->err, TS_ENOMEM, "plan: out of memory");
         if ((P->distributed_optimizer || E->shard >= SHARD_OPTIM) && E->shard != SHARD_OPTIM_GRADS_PARAMS && d > 1) {
             x = plan_step_init("dp.param-all-gather", PLAN_STREAM_DP, PLAN_CAT_DP, -1, 0);
             x.comm_coll = COMM_ALL_GATHER;
-            x.comm_bytes = params * dt;
+            x.comm_bytes = fp8_gather_bytes(&c->model, dt, params, params - layer_params);
             const plan_stage *S0 = &pl->stages[sched_stage_of(E->s, r, 0)];
             if (P->overlap_param_gather && S0->n_buckets > 0) {
                 /* --overlap-param-gather: the gathers run behind the next
                  * forward; the one it waits for is the bucket of the rank's
                  * first layers, the last one its backward closed */
                 x.name = "dp.param-all-gather.first-bucket";
-                x.comm_bytes = pl->steps[S0->dp_bucket0 + (uint32_t)S0->n_buckets - 1].comm_bytes / E->grad_bytes * dt;
+                x.comm_bytes = pl->steps[S0->dp_bucket0 + (uint32_t)S0->n_buckets - 1].comm_bytes / E->grad_bytes *
+                               (c->model.fp8_param_gather ? 1 : dt); /* --fp8-param-gather: FP8 (the bucket's layers) */
             }
             x.dur_ns = commcost_ns(E->cc, COMM_ALL_GATHER, x.comm_bytes, &E->dp_group);
             commcost_flow_terms(E->cc, COMM_ALL_GATHER, x.comm_bytes, &E->dp_group, &x.comm_bw_factor, &x.comm_lat_ns);

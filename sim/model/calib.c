@@ -322,6 +322,7 @@ int calib_fit(const calib_set *set, const cost_params *base, config_precision dt
     }
     knots_to_table(g, ng, &p.gemm);
     p.tiles.sms = 0; /* the measured curve replaces the tile model (cost.h) */
+    p.fp8_tiles.sms = 0;
     knots_to_table(mk, nm, &p.mem);
     /* per-kind tables from the rows naming a kernel (mk is free again) */
     for (int kind = 0; kind < COST_MEM_KINDS; kind++) {

@@ -60,11 +60,14 @@
  * (experiments/cost-fit/run.sh); docs/cost-model.md has the table;
  * tests/unit/test_accuracy.c and tests/cli/cost_accuracy.sh pin the result.
  *
- * H100, H200, B200, GB200: no calibration rows are published in the
- * reference set. The tile model carries over with the A100's fraction of
- * peak and K-loop overhead (the same kernel structure, SM counts and tile
- * shapes of the architecture); the memory-op curve is the A100's. That is
- * a derivation, not a measurement: `--calibration` replaces it.
+ * H100 and H200: the fraction of peak and K-loop overhead are fitted to the
+ * H100 rows (below, H100_*; experiments/cost-fit/h100.sh re-runs the fit);
+ * the memory-op curve and the overlap slowdown are the A100's. B200, GB200: no calibration rows are published in the
+ * reference set. The tile model carries over from the H100 (its fitted
+ * fractions of peak and K-loop overhead: the nearest calibrated generation,
+ * also a power-limited board; their own SM counts and tile shapes); the
+ * memory-op curve is the A100's. That is a derivation, not a measurement:
+ * `--calibration` replaces it.
  *
  * The gemm table (keyed on intensity) of the defaults is the A100's fitted
  * curve before the tile model, kept for reference only: with the tile model
@@ -84,6 +87,42 @@
 #define A100_B_HALF               2.0e6 /* fitted, bytes */
 #define A100_OVERLAP_SLOWDOWN     0.4   /* fitted (Korthikanti backward times), see cost.h */
 #endif
+/* Hopper (H100, H200): fitted to the three dense bf16 rows (a) of
+ * ../shared/reference/h100_training_calibration.csv (Megatron-Core r0.8 weak
+ * scaling, GPT 7.1B, 70B, 314B), simulated end to end with the flags the
+ * source lists (tests/cli/h100_accuracy.sh, docs/cost-model.md has the table
+ * and the interleaving chosen for the two pipelined rows). Physically:
+ *  - H100_PEAK_FRAC: the fraction of the datasheet's per-SM tensor peak a
+ *    K-loop step reaches. The datasheet's 989.4 TFLOP/s is the tensor rate at
+ *    the boost clock; under a sustained tensor-core load at the 700 W board
+ *    limit an H100 SXM5 runs below it (an interpretation: the reference set
+ *    has no clock measurements), so the A100's 0.70 over-states it. Fitted:
+ *    0.565 (0.81 of the A100's). The row without pipelining (7.1B, p 1)
+ *    measures it directly; with the A100's 0.70 it comes out +26% and the two
+ *    pipelined rows looked right only because plain 1F1B over-stated their
+ *    bubbles (12.5% and 22% of the ideal time).
+ *  - H100_KLOOP_OVERHEAD_STEPS: the A100's fitted prologue + epilogue held as
+ *    a time, not as a step count: 0.55 steps of an A100 128x256x64 step at
+ *    0.70 of 312/108 TFLOP/s per SM is 1.14 us, which is 1.15 steps of an
+ *    H100 256x128x64 step at 0.565 of 989.4/132 (pipeline fill and the C
+ *    tile's write are latency-bound).
+ *  - the overlap slowdown stays the A100's fit (no H100 per-layer times). */
+#ifndef H100_PEAK_FRAC                                  /* overridable (-D) only to re-run the H100 fit */
+#define H100_PEAK_FRAC            0.565                 /* fitted to h100_training_calibration.csv rows (a) */
+#define H100_KLOOP_OVERHEAD_STEPS 1.15                  /* the A100 fit's 1.14 us per tile, in H100 K steps */
+#define H100_OVERLAP_SLOWDOWN     A100_OVERLAP_SLOWDOWN /* carried over (A100 fit) */
+#endif
+/* H100_FP8_PEAK_FRAC: the FP8 tiles' fraction of the FP8 peak (1978.9
+ * TFLOP/s dense, datasheet), fitted to row (b) of
+ * h100_training_calibration.csv (Llama 3 8B, FP8 current scaling, FSDP, 8
+ * H100s; tests/cli/fp8_accuracy.sh): with the bf16 fraction (0.565) the row
+ * comes out -7.5%, 0.66 gives +0.05%. One row, one constant: it absorbs
+ * whatever differs between the bf16 rows' 2024 software (Megatron-Core
+ * r0.8) and this row's 2025 software (the 25.11 container) as well as FP8
+ * itself; the row cannot separate them (docs/cost-model.md). */
+#ifndef H100_FP8_PEAK_FRAC
+#define H100_FP8_PEAK_FRAC 0.66 /* fitted to h100_training_calibration.csv row (b) */
+#endif
 #define A100_RIDGE (312.0 / 2039.0 * 1e3) /* gpus.csv: flops per byte at the ridge */
 #define LAUNCH_NS  4000.0                 /* assumption, see above */
 
@@ -94,12 +133,49 @@ static const struct {
     int sms;
     int ntiles;
     cost_tile tile[COST_MAX_TILES];
+    double peak_frac, kloop_overhead_steps, overlap_slowdown;
+    double fp8_peak_frac; /* FP8 tiles' fraction of the FP8 peak (0: no FP8 tensor cores) */
 } ARCHS[] = {
-    {"A100", 108, 3, {{128, 256, 64}, {256, 128, 64}, {128, 128, 64}}},
-    {"H100", 132, 3, {{256, 128, 64}, {128, 256, 64}, {128, 128, 64}}},
-    {"H200", 132, 3, {{256, 128, 64}, {128, 256, 64}, {128, 128, 64}}},
-    {"B200", 148, 3, {{256, 128, 64}, {128, 256, 64}, {128, 128, 64}}},
-    {"GB200", 148, 3, {{256, 128, 64}, {128, 256, 64}, {128, 128, 64}}},
+    {"A100",
+     108,
+     3,
+     {{128, 256, 64}, {256, 128, 64}, {128, 128, 64}},
+     GEMM_PEAK_FRAC,
+     GEMM_KLOOP_OVERHEAD_STEPS,
+     A100_OVERLAP_SLOWDOWN,
+     0},
+    {"H100",
+     132,
+     3,
+     {{256, 128, 64}, {128, 256, 64}, {128, 128, 64}},
+     H100_PEAK_FRAC,
+     H100_KLOOP_OVERHEAD_STEPS,
+     H100_OVERLAP_SLOWDOWN,
+     H100_FP8_PEAK_FRAC},
+    {"H200",
+     132,
+     3,
+     {{256, 128, 64}, {128, 256, 64}, {128, 128, 64}},
+     H100_PEAK_FRAC,
+     H100_KLOOP_OVERHEAD_STEPS,
+     H100_OVERLAP_SLOWDOWN,
+     H100_FP8_PEAK_FRAC},
+    {"B200",
+     148,
+     3,
+     {{256, 128, 64}, {128, 256, 64}, {128, 128, 64}},
+     H100_PEAK_FRAC,
+     H100_KLOOP_OVERHEAD_STEPS,
+     H100_OVERLAP_SLOWDOWN,
+     H100_FP8_PEAK_FRAC},
+    {"GB200",
+     148,
+     3,
+     {{256, 128, 64}, {128, 256, 64}, {128, 128, 64}},
+     H100_PEAK_FRAC,
+     H100_KLOOP_OVERHEAD_STEPS,
+     H100_OVERLAP_SLOWDOWN,
+     H100_FP8_PEAK_FRAC},
 };
 
 /* Knots of the sampled tables: log-spaced. */
@@ -150,14 +226,24 @@ int cost_params_default(const gpu_spec *gpu, config_precision prec, cost_params 
     /* the reference curve: roofline transfer of the A100's (see above) */
     double scale = A100_RIDGE / (gpu->bf16_tflops / gpu->hbm_gbps * 1e3);
     out->launch_ns = LAUNCH_NS;
-    out->overlap_slowdown = A100_OVERLAP_SLOWDOWN;
+    out->overlap_slowdown = ARCHS[a].overlap_slowdown;
     sample_curve(&out->gemm, 1.0, 1e5, 26, A100_E_GEMM, A100_I_HALF, scale);
     sample_curve(&out->mem, 1e3, 1e11, 25, A100_E_MEM, A100_B_HALF, 1.0);
     out->tiles.sms = gpu->sms > 0 ? gpu->sms : ARCHS[a].sms;
     out->tiles.ntiles = ARCHS[a].ntiles;
     memcpy(out->tiles.tile, ARCHS[a].tile, sizeof out->tiles.tile);
-    out->tiles.peak_frac = GEMM_PEAK_FRAC;
-    out->tiles.kloop_overhead_steps = GEMM_KLOOP_OVERHEAD_STEPS;
+    out->tiles.peak_frac = ARCHS[a].peak_frac;
+    out->tiles.kloop_overhead_steps = ARCHS[a].kloop_overhead_steps;
+    /* FP8: the 16-bit tiles with tk doubled (the same 128 bytes of K per
+     * step: CUTLASS 3.x's sm90 FP8 tiles are 128x128x128 and 128x256x128,
+     * cuBLAS's sm90 e4m3 kernel names ..._tilesize128x128x128), the same
+     * K-loop overhead in steps (so a step's overhead is the same time as
+     * the 16-bit one's: both move the same bytes) and FP8_PEAK_FRAC */
+    out->fp8_peak_tflops = gpu->fp8_tflops;
+    out->fp8_tiles = out->tiles;
+    for (int i = 0; i < out->fp8_tiles.ntiles; i++)
+        out->fp8_tiles.tile[i].tk *= 2;
+    out->fp8_tiles.peak_frac = ARCHS[a].fp8_peak_frac;
     return TS_OK;
 }
 
@@ -266,6 +352,10 @@ int cost_model_new(const cost_params *p, cost_model **out, ts_err *err)
         return rc;
     if ((rc = cost_tiles_check(&p->tiles, err)) != TS_OK)
         return rc;
+    if (p->fp8_peak_tflops < 0 || (p->fp8_peak_tflops > 0 && (rc = cost_tiles_check(&p->fp8_tiles, err)) != TS_OK))
+        return p->fp8_peak_tflops < 0 ? err_set(err, TS_EINVAL, "cost params for '%s': FP8 peak %.6g TFLOP/s (>= 0)",
+                                                p->gpu, p->fp8_peak_tflops)
+                                      : rc;
     if ((rc = cost_table_check(&p->mem, "memory", err)) != TS_OK)
         return rc;
     for (int k = 0; k < COST_MEM_KINDS; k++)
@@ -320,13 +410,14 @@ double cost_mem_eff(const cost_model *cm, int64_t bytes)
     return curve_eval(&cm->mem, (double)bytes);
 }
 
-/* Busy time (ns, no launch) of a batch of GEMMs by the tile model; with_memory:
- * at least the HBM time of A, B and C. */
-static double tiles_busy_ns(const cost_model *cm, int64_t m, int64_t n, int64_t k, int64_t batch, bool with_memory)
+/* Busy time (ns, no launch) of a batch of GEMMs by tile model t at peak
+ * TFLOP/s; with_memory: at least the HBM time of A and B (ab_bytes per
+ * element) and C (c_bytes). */
+static double tiles_busy_at(const cost_model *cm, const cost_gemm_tiles *t, double peak, double ab_bytes,
+                            double c_bytes, int64_t m, int64_t n, int64_t k, int64_t batch, bool with_memory)
 {
-    const cost_gemm_tiles *t = &cm->p.tiles;
     double dm = (double)m, dn = (double)n, dk = (double)k, db = (double)batch;
-    double sm_flops_per_ns = cm->p.peak_tflops * 1e3 / t->sms * t->peak_frac;
+    double sm_flops_per_ns = peak * 1e3 / t->sms * t->peak_frac;
     double best = INFINITY;
     for (int i = 0; i < t->ntiles; i++) {
         const cost_tile *T = &t->tile[i];
@@ -348,9 +439,42 @@ static double tiles_busy_ns(const cost_model *cm, int64_t m, int64_t n, int64_t 
     }
     if (!with_memory)
         return best;
-    double bytes = (double)cm->p.dtype_bytes * (dm * dk + dk * dn + dm * dn) * db;
+    double bytes = (ab_bytes * (dm * dk + dk * dn) + c_bytes * dm * dn) * db;
     double mem_ns = bytes / (cm->p.hbm_gbps * curve_eval(&cm->mem, bytes));
     return best > mem_ns ? best : mem_ns;
+}
+
+static double tiles_busy_ns(const cost_model *cm, int64_t m, int64_t n, int64_t k, int64_t batch, bool with_memory)
+{
+    double b = (double)cm->p.dtype_bytes;
+    return tiles_busy_at(cm, &cm->p.tiles, cm->p.peak_tflops, b, b, m, n, k, batch, with_memory);
+}
+
+/* FP8 busy time: 1-byte A and B, 16-bit C. */
+static double fp8_busy_ns(const cost_model *cm, int64_t m, int64_t n, int64_t k, int64_t batch)
+{
+    double flops = 2.0 * (double)m * (double)n * (double)k * (double)batch;
+    if (!(flops > 0))
+        return 0;
+    if (cm->p.fp8_tiles.sms > 0)
+        return tiles_busy_at(cm, &cm->p.fp8_tiles, cm->p.fp8_peak_tflops, 1.0, 2.0, m, n, k, batch, true);
+    return flops /
+           (cm->p.fp8_peak_tflops * 1e3 * curve_eval(&cm->gemm, cost_gemm_intensity(m, n, k, cm->p.dtype_bytes)));
+}
+
+int64_t cost_gemm_fp8_ns(const cost_model *cm, int64_t m, int64_t n, int64_t k, int64_t batch)
+{
+    if (!(cm->p.fp8_peak_tflops > 0))
+        return cost_gemm_ns(cm, m, n, k, batch);
+    return (int64_t)llround(cm->p.launch_ns + fp8_busy_ns(cm, m, n, k, batch));
+}
+
+double cost_gemm_fp8_eff(const cost_model *cm, int64_t m, int64_t n, int64_t k, int64_t batch)
+{
+    double flops = 2.0 * (double)m * (double)n * (double)k * (double)batch;
+    if (!(cm->p.fp8_peak_tflops > 0) || !(flops > 0))
+        return 0;
+    return flops / (fp8_busy_ns(cm, m, n, k, batch) * cm->p.fp8_peak_tflops * 1e3);
 }
 
 int64_t cost_gemm_compute_ns(const cost_model *cm, int64_t m, int64_t n, int64_t k, int64_t batch)
@@ -445,6 +569,12 @@ int64_t cost_op_ns(const cost_model *cm, const layer_op *op)
 {
     switch (op->kind) {
     case LAYER_OP_GEMM:
+        if (op->fp8)
+            return cost_gemm_fp8_ns(cm, op->m, op->n, op->k, op->batch);
+        /* the flash kernel's GEMMs keep the s x s tiles on chip (QK^T and
+         * P never go to HBM): no HBM floor on them */
+        if (op->name && !strncmp(op->name, "attn.flash", 10))
+            return cost_gemm_compute_ns(cm, op->m, op->n, op->k, op->batch);
         return cost_gemm_ns(cm, op->m, op->n, op->k, op->batch);
     case LAYER_OP_MEM:
         return cost_mem_kind_ns(cm, cost_mem_kind_of_op(op->name), op->bytes);

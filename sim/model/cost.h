@@ -20,6 +20,11 @@
  * interpolated with GSL (Steffen's monotone cubic in log10 of the key;
  * linear for 2 knots; clamped to the end values outside the table).
  *
+ * FP8 GEMMs (layer_op.fp8, cost_gemm_fp8_ns): the tile model with the FP8
+ * tiles (fp8_tiles) at the FP8 peak, 1-byte A and B and a 16-bit C for the
+ * HBM floor. The flash kernel's GEMMs (ops named attn.flash*) have no HBM
+ * floor: the s x s tiles stay on chip (cost_op_ns).
+ *
  * Default params for A100, H100, H200, B200, GB200 (cost_params_default) cite their
  * sources in cost.c; a calibration CSV (calib.h) gives measured ones.
  * Collectives are not costed here: see commcost.h.
@@ -87,8 +92,14 @@ typedef struct {
                                      while a collective runs on the same GPU (NCCL
                                      kernels take SMs and HBM bandwidth) */
     cost_gemm_tiles tiles;       /* GEMM tile model; sms 0: use the gemm table */
-    cost_table gemm;             /* key: arithmetic intensity, flops/byte */
-    cost_table mem;              /* key: bytes read + written */
+    /* FP8 GEMMs (layer_op.fp8): the GPU's dense FP8 peak (0: none) and their
+     * own tile model (8-bit tiles: tk twice the 16-bit one for the same bytes
+     * per step). Operands A and B are 1 byte, C 16-bit. fp8_tiles.sms 0 (a
+     * calibration's model): the gemm table at the FP8 peak. */
+    double fp8_peak_tflops;
+    cost_gemm_tiles fp8_tiles;
+    cost_table gemm; /* key: arithmetic intensity, flops/byte */
+    cost_table mem;  /* key: bytes read + written */
     /* Optional per-kernel memory tables (n = 0: absent, the op uses mem).
      * Element-wise kernels differ a lot on a CPU (GELU's erf costs ~50x a
      * copy per byte), so a calibration that measured each kind fills these;
@@ -134,6 +145,12 @@ double cost_gemm_eff_batch(const cost_model *cm, int64_t m, int64_t n, int64_t k
 double cost_gemm_eff(const cost_model *cm, int64_t m, int64_t n, int64_t k);
 double cost_mem_eff(const cost_model *cm, int64_t bytes);
 
+/* An FP8 GEMM's time (ns, with launch) by the FP8 tile model; its
+ * efficiency (flops / (busy time x FP8 peak)). TS-free: a model without an
+ * FP8 peak costs it as cost_gemm_ns (callers refuse FP8 there, config.c). */
+int64_t cost_gemm_fp8_ns(const cost_model *cm, int64_t m, int64_t n, int64_t k, int64_t batch);
+double cost_gemm_fp8_eff(const cost_model *cm, int64_t m, int64_t n, int64_t k, int64_t batch);
+
 /* Times in ns (>= launch_ns; rounded to nearest). Dims/bytes >= 0. */
 int64_t cost_gemm_ns(const cost_model *cm, int64_t m, int64_t n, int64_t k, int64_t batch);
 int64_t cost_mem_ns(const cost_model *cm, int64_t bytes);
@@ -144,8 +161,9 @@ int64_t cost_gemm_compute_ns(const cost_model *cm, int64_t m, int64_t n, int64_t
  * (kind < 0 or an empty table: the generic one). */
 int64_t cost_mem_kind_ns(const cost_model *cm, int kind, int64_t bytes);
 
-/* Time of a compute op of layer.h (GEMM or MEM: cost_mem_kind_ns with
- * cost_mem_kind_of_op(name)); 0 for a COMM op, whose time is commcost_ns(). */
+/* Time of a compute op of layer.h (GEMM: cost_gemm_fp8_ns when op->fp8,
+ * else cost_gemm_ns; MEM: cost_mem_kind_ns with cost_mem_kind_of_op(name));
+ * 0 for a COMM op, whose time is commcost_ns(). */
 int64_t cost_op_ns(const cost_model *cm, const layer_op *op);
 
 /* Duration of a compute op of isolated duration compute_ns that starts

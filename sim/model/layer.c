@@ -18,6 +18,10 @@ int layer_shape_check(const layer_shape *L, ts_err *err)
                        (long long)L->b, (long long)L->V, L->t);
     if (L->dtype_bytes != 2 && L->dtype_bytes != 4)
         return err_set(err, TS_EINVAL, "layer shape: dtype bytes %d (expected 2 or 4)", L->dtype_bytes);
+    if ((int)L->fp8 < FP8_FORMAT_NONE || (int)L->fp8 > FP8_FORMAT_HYBRID || (int)L->fp8_recipe < FP8_RECIPE_DELAYED ||
+        (int)L->fp8_recipe > FP8_RECIPE_MXFP8)
+        return err_set(err, TS_EINVAL, "layer shape: FP8 format %d (expected 0..2), recipe %d (expected 0..3)",
+                       (int)L->fp8, (int)L->fp8_recipe);
     if (L->d == 0 && L->h % L->a)
         return err_set(err, TS_EINVAL, "--hidden-size %lld is not a multiple of --num-attention-heads %lld",
                        (long long)L->h, (long long)L->a);
@@ -120,6 +124,8 @@ int layer_shape_from_config(const config *c, layer_shape *out, ts_err *err)
     L.recompute = c->par.recompute;
     L.attn = c->model.attention_backend;
     L.rc_modules = c->par.recompute_modules;
+    L.fp8 = c->model.fp8_format;
+    L.fp8_recipe = c->model.fp8_recipe;
     int cp = config_cp(c);
     if (cp > 1) { /* the rank's s/cp tokens (config_resolve checked seq % 2cp) */
         L.s = c->model.seq_length / cp;
@@ -493,6 +499,64 @@ static void cp_attn(const layer_shape *L, const dims *D, layer_ops *o, bool bwd)
         cp_comm(o, bwd ? "cp.a2a.dqkv" : "cp.a2a.out", COMM_ALL_TO_ALL, bwd ? qkv_b : out_b, ca, st_a2a);
 }
 
+int64_t layer_fp8_cast_bytes(config_fp8_recipe r, int64_t elems)
+{
+    switch (r) {
+    case FP8_RECIPE_TENSORWISE:
+        return 6 * elems;
+    case FP8_RECIPE_BLOCKWISE:
+    case FP8_RECIPE_MXFP8:
+        return 4 * elems + elems / 16;
+    case FP8_RECIPE_DELAYED:
+    default:
+        return 4 * elems;
+    }
+}
+
+/* The FP8 linear GEMMs and the cast each needs: a forward GEMM casts its
+ * input (m x k), a dgrad GEMM its output gradient (its m x k: the incoming
+ * gradient); the weight's cast is once per iteration (plan_build.c), the
+ * wgrad GEMM reads the copies those casts wrote. */
+static const struct {
+    const char *gemm, *cast;
+} FP8_CASTS[] = {
+    {"qkv", "qkv.fp8.cast"},
+    {"proj", "proj.fp8.cast"},
+    {"fc1", "fc1.fp8.cast"},
+    {"fc2", "fc2.fp8.cast"},
+    {"qkv.dgrad", "qkv.dgrad.fp8.cast"},
+    {"proj.dgrad", "proj.dgrad.fp8.cast"},
+    {"fc1.dgrad", "fc1.dgrad.fp8.cast"},
+    {"fc2.dgrad", "fc2.dgrad.fp8.cast"},
+};
+
+/* Mark the linear GEMMs of o as FP8 and append the casts (after the list's
+ * ops, each waiting for the op before it: the compute stream runs them in
+ * order, so the pass's time grows by theirs). */
+static void fp8_ops(const layer_shape *L, layer_ops *o)
+{
+    int n = o->n;
+    for (int i = 0; i < n; i++) {
+        layer_op *op = &o->op[i];
+        if (op->kind != LAYER_OP_GEMM || op->batch != 1)
+            continue;
+        for (size_t j = 0; j < sizeof FP8_CASTS / sizeof FP8_CASTS[0]; j++) {
+            bool wgrad = strncmp(op->name, FP8_CASTS[j].gemm, strlen(FP8_CASTS[j].gemm)) == 0 &&
+                         !strcmp(op->name + strlen(FP8_CASTS[j].gemm), ".wgrad") && j < 4;
+            if (wgrad) {
+                op->fp8 = true;
+                break;
+            }
+            if (strcmp(op->name, FP8_CASTS[j].gemm) != 0)
+                continue;
+            op->fp8 = true;
+            int64_t m = op->m, k = op->k;
+            layer_ops_mem(o, FP8_CASTS[j].cast, layer_fp8_cast_bytes(L->fp8_recipe, m * k));
+            break;
+        }
+    }
+}
+
 int layer_ops_build(const layer_shape *L, layer_pass pass, layer_ops *out, ts_err *err)
 {
     int rc = layer_shape_check(L, err);
@@ -522,6 +586,8 @@ int layer_ops_build(const layer_shape *L, layer_pass pass, layer_ops *out, ts_er
     default:
         return err_set(err, TS_EINVAL, "layer_ops_build: unknown pass %d", (int)pass);
     }
+    if (L->fp8 != FP8_FORMAT_NONE)
+        fp8_ops(L, out);
     return TS_OK;
 }
 
@@ -680,8 +746,13 @@ int layer_saved_build(const layer_shape *L, layer_saved_list *out, ts_err *err)
     const unsigned CORE = CONFIG_RC_CORE_ATTN, MLP = CONFIG_RC_MLP, NORM = CONFIG_RC_LAYERNORM;
     layer_free_when I = LAYER_FREE_AFTER_I, W = LAYER_FREE_AFTER_W;
     out->n = 0;
+    /* FP8: the linear layers keep the FP8 copy of their input the cast wrote
+     * for the weight gradient (1 byte), not the 16-bit one (Transformer
+     * Engine); flash attention's backward still needs O in 16 bits, so proj
+     * keeps both */
+    int64_t wt = L->fp8 != FP8_FORMAT_NONE ? 1 : dt;
     save(out, "ln1.in", E * dt, 0, I, r, m, true); /* the layer input */
-    save(out, "qkv.in", E * dt, NORM, W, r, m, false);
+    save(out, "qkv.in", E * wt, NORM, W, r, m, false);
     save(out, "attn.q", D.T * D.at * D.d * dt, 0, I, r, m, false);
     save(out, "attn.k", D.T * D.gt * D.d * dt, 0, I, r, m, false);
     if (is_flash(L)) { /* the log-sum-exp of each score row, fp32 */
@@ -694,13 +765,18 @@ int layer_saved_build(const layer_shape *L, layer_saved_list *out, ts_err *err)
         }
     }
     save(out, "attn.v", D.T * D.gt * D.d * dt, 0, I, r, m, false);
-    save(out, "proj.in", D.T * D.adt * dt, 0, W, r, m, false); /* flash: also the kernel's output O */
+    if (L->fp8 != FP8_FORMAT_NONE && is_flash(L)) {
+        save(out, "proj.in", D.T * D.adt * dt, 0, I, r, m, false); /* the kernel's output O */
+        save(out, "proj.in.fp8", D.T * D.adt, 0, W, r, m, false);
+    } else {
+        save(out, "proj.in", D.T * D.adt * wt, 0, W, r, m, false); /* flash: also the kernel's output O */
+    }
     if (!L->no_hidden_dropout)
         save(out, "attn.dropadd.mask", E, 0, I, r, m, false);
     save(out, "ln2.in", E * dt, 0, I, r, m, false);
-    save(out, "fc1.in", E * dt, NORM, W, r, m, false);
+    save(out, "fc1.in", E * wt, NORM, W, r, m, false);
     save(out, "act.in", D.T * D.fc1_n * dt, MLP, I, r, m, false);
-    save(out, "fc2.in", D.T * D.ffn_t * dt, MLP, W, r, m, false);
+    save(out, "fc2.in", D.T * D.ffn_t * wt, MLP, W, r, m, false);
     if (!L->no_hidden_dropout)
         save(out, "mlp.dropadd.mask", E, 0, I, r, m, false);
     return TS_OK;

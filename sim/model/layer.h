@@ -118,6 +118,13 @@ typedef struct {
     int cp_a2a;     /* all-to-all level: q,k,v re-split from sequence to heads over it (1: none) */
     int cp_ring;    /* ring / gather level: K,V blocks passed (p2p) or gathered over it (1: none) */
     bool cp_gather; /* the ring level all-gathers K,V (all_gather) instead of passing them (p2p) */
+    /* FP8 (config.h): with fp8 != FP8_FORMAT_NONE the four linear layers'
+     * GEMMs (qkv, proj, fc1, fc2 and their dgrad / wgrad) run in FP8
+     * (layer_op.fp8) and each pass adds the recipe's casts as memory-bound
+     * ops (layer_fp8_cast_bytes); attention and the output layer stay 16-bit
+     * (Transformer Engine's defaults). */
+    config_fp8_format fp8;
+    config_fp8_recipe fp8_recipe;
 } layer_shape;
 
 /* Build the shape from a validated config. TS_EINVAL if a divisibility the
@@ -159,12 +166,13 @@ typedef struct {
     /* COMM ops of a context-parallel group (0: the tensor-parallel group): */
     int stride; /* ranks between two neighbours of the group (t, or t x a2a level) */
     int span;   /* ranks of the whole group (for p2p: the ring the pair belongs to) */
+    bool fp8;   /* GEMM: runs on the FP8 tensor cores (cost.h: FP8 peak and tiles) */
     bool a2a;   /* COMM: the MoE dispatcher's all-to-all over the expert-parallel group
                            (group = EP; bytes = what one rank sends, moe_a2a_send_bytes; time
                            from moe_a2a_ns, not commcost_ns; coll is COMM_P2P) */
 } layer_op;
 
-#define LAYER_MAX_OPS 56
+#define LAYER_MAX_OPS 64
 
 typedef struct {
     int n;
@@ -181,6 +189,22 @@ typedef struct {
 int layer_ops_push(layer_ops *o, const char *name, layer_op_kind kind);
 int layer_ops_gemm(layer_ops *o, const char *name, int64_t m, int64_t n, int64_t k, int64_t batch);
 int layer_ops_mem(layer_ops *o, const char *name, int64_t bytes);
+
+/* Bytes one FP8 cast kernel moves for elems 16-bit elements under recipe r:
+ * it reads the 16-bit tensor (2 B) and writes the FP8 copy the forward GEMM
+ * reads and the one the backward GEMM reads (Hopper's FP8 MMA takes K-major
+ * operands only, so that one is the transpose; MXFP8 writes a row-wise and a
+ * column-wise copy): 4 B per element; plus
+ *   delayed     nothing (the amax of this step is found in the same kernel and
+ *               used for the next step's scale)
+ *   tensorwise  2 B: a pass reading the tensor for its amax before the cast
+ *               (current scaling)
+ *   blockwise   2 x 4 B per 128 elements: an fp32 scale per 1x128 block of
+ *               each copy
+ *   mxfp8       2 x 1 B per 32 elements: an e8m0 scale per 32-element block
+ *               of each copy
+ * i.e. 4, 6, 4.0625, 4.0625 B per element (rounded down). */
+int64_t layer_fp8_cast_bytes(config_fp8_recipe r, int64_t elems);
 
 /* Ops of one transformer layer for pass. Always succeeds for a shape that
  * passes layer_shape_check (TS_EINVAL otherwise). */

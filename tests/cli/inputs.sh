@@ -115,7 +115,7 @@ expect_ok "--model gpt3-175b --data-path 0.3 a -0.7 b --lr=1e-4 --num-layers 192
 expect_output "ignored (cannot change performance): --lr, --save" $T simulate --model megatron-1.7b --lr 1 --save ckpt
 # refused: exit 2 naming what the flag changes, through every subcommand
 expect_err "--moe-router-pre-softmax" 2 "--moe-router-pre-softmax: not modelled: mixture of experts (Megatron-LM flag; remove it or see docs/inputs.md#megatron-flags)"
-expect_err "--fp8-format hybrid" 2 "--fp8-format: not modelled: FP8 training"
+expect_err "--fp8-output-proj" 2 "--fp8-output-proj: not modelled: FP8 training"
 expect_err "--lr 1e-4 --tp-comm-overlap-rs-dgrad" 2 "--tp-comm-overlap-rs-dgrad: not modelled: tensor-parallel communication overlap"
 expect_err "--use-cpu-initialization=1" 2 "--use-cpu-initialization: takes no value"
 expect_err "--lr" 2 "--lr: missing value"

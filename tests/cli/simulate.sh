@@ -143,7 +143,7 @@ for i in 1 2 3 4 5 6 7 8 9 10; do
     pid=$!
     # wait for the "writing the trace" note: the temporary exists from then on
     for _ in $(seq 200); do grep -q "writing the trace" "$tmp/sig.err" && break; sleep 0.05; done
-    sleep "0.$((i * 3 % 5))"
+    sleep "0.0$((i * 3 % 5))" # 0 to 40 ms into the write, which takes a few hundred ms
     kill -s $sig $pid
     wait $pid; rc=$?
     left=$(find "$tmp/sig" -name '.*' -type f | wc -l)

@@ -163,7 +163,7 @@ Test(megatron_flags, default_only_rows_accept_the_reference_default)
 Test(megatron_flags, performance_flags_are_refused)
 {
     static const char *const REFUSED[] = {"--moe-router-pre-softmax",
-                                          "--fp8-format",
+                                          "--fp8-output-proj",
                                           "--tp-comm-overlap-cfg",
                                           "--overlap-param-gather-with-optimizer-step",
                                           "--torch-fsdp2-no-reshard-after-forward",

@@ -1,0 +1,32 @@
+/* fp8 — the bytes FP8 training (config.h: --fp8-format, --fp8-recipe,
+ * --fp8-param-gather) adds to or saves from a rank's weights and parameter
+ * all-gathers, as Transformer Engine keeps them under Megatron-core
+ * (docs/cost-model.md#fp8-training). The casts of a layer's passes are
+ * layer ops (layer.h: layer_fp8_cast_bytes). Plain functions of their
+ * arguments: no state, no allocation.
+ */
+#ifndef TRAINSIM_FP8_H
+#define TRAINSIM_FP8_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sim/config/config.h"
+
+/* Extra weight bytes for layer_params parameters of the transformer layers
+ * on a rank: the FP8 weight and the transpose Hopper's backward GEMM reads,
+ * 2 bytes per parameter (MXFP8: row- and column-wise copies with an e8m0
+ * scale per 32 elements, 2 + 1/16). With --fp8-param-gather the FP8 weight
+ * is the parameter: its dt-byte 16-bit copy is not kept (subtracted). Under
+ * full FSDP sharding (fsdp_full) only the gathered parameters (the layers
+ * being computed and prefetched) have copies, and the shard stays as it is.
+ * 0 without FP8. */
+int64_t fp8_weight_copy_bytes(const model_config *m, bool fsdp_full, int dt, int64_t layer_params, int64_t gathered);
+
+/* Bytes of an all-gather of params parameters, extra of them not the
+ * layers' (embedding, output layer; 0 <= extra <= params): with
+ * --fp8-param-gather the layers' parameters travel in FP8 (1 byte), the
+ * rest at dt bytes; without it all at dt. */
+int64_t fp8_gather_bytes(const model_config *m, int dt, int64_t params, int64_t extra);
+
+#endif
