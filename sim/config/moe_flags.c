@@ -30,7 +30,9 @@ int moe_flags_register(moe_flags_state *s, opt_table *t, config *c, ts_err *err)
     e->mla_qk_head_dim = 128;
     e->mla_qk_pos_emb_head_dim = 64;
     e->mla_v_head_dim = 128;
-    if ((rc = opt_section(t, "Mixture of experts and multi-latent attention (validated; not yet simulated)", err)))
+    e->routing_skew = MOE_ROUTING_SKEW_DEFAULT;
+    if ((rc = opt_section(t, "Mixture of experts (alltoall dispatcher, ETP 1) and multi-latent attention (refused)",
+                          err)))
         return rc;
     ADD(.name = "--num-experts", .type = OPT_INT, .target = &e->num_experts, .min = 1, .max = 1 << 20,
         .unit = "experts", .defval = "none (dense)", .help = "routed experts per MoE layer");
@@ -58,6 +60,11 @@ int moe_flags_register(moe_flags_state *s, opt_table *t, config *c, ts_err *err)
         .help = "which tokens an over-capacity expert drops: lowest router probabilities, or latest positions");
     ADD(.name = "--moe-router-force-load-balancing", .type = OPT_BOOL, .target = &e->force_load_balancing,
         .help = "route tokens evenly over the experts (benchmarking)");
+    ADD(.name = "--moe-routing-skew", .type = OPT_DOUBLE, .target = &e->routing_skew, .min = 0, .max = 100,
+        .unit = "Zipf exponent", .defval = "0.3",
+        .help = "trainsim's routing model when balance is not forced: expert popularity follows Zipf's law with "
+                "this exponent over a fixed random order of the experts (0 = balance; the default is an "
+                "assumption, not fitted: docs/moe.md)");
     ADD(.name = "--moe-token-dispatcher-type", .type = OPT_ENUM, .target = &e->dispatcher,
         .enum_names = MOE_DISPATCHER_NAMES, .defval = "allgather",
         .help = "token dispatch: all-gather/reduce-scatter, all-to-all, or flex (DeepEP)");
@@ -205,6 +212,42 @@ static int check_mla(const moe_config *e, const opt_table *t, ts_err *err)
     return TS_OK;
 }
 
+/* A valid MoE configuration the simulator's MoE layer ops do not cover
+ * yet: TS_EINVAL naming the flag and what is modelled. */
+static int check_modelled(const moe_config *e, const config *c, ts_err *err)
+{
+    if (e->dispatcher != MOE_DISPATCH_ALLTOALL)
+        return err_set(err, TS_EINVAL,
+                       "--moe-token-dispatcher-type %s%s: not modelled (the MoE block is simulated with the alltoall "
+                       "dispatcher: give --moe-token-dispatcher-type alltoall)",
+                       MOE_DISPATCHER_NAMES[e->dispatcher], e->enable_deepep ? " --moe-enable-deepep" : "");
+    if (e->etp > 1)
+        return err_set(err, TS_EINVAL,
+                       "--expert-tensor-parallel-size %d: not modelled (expert tensor parallelism; its default is "
+                       "--tensor-model-parallel-size: give --expert-tensor-parallel-size 1)",
+                       e->etp);
+    if (e->mla)
+        return err_set(err, TS_EINVAL,
+                       "--multi-latent-attention: not modelled by the simulator's layer ops yet (remove it)");
+    if (e->router_num_groups > 0)
+        return err_set(err, TS_EINVAL,
+                       "--moe-router-num-groups %d: not modelled (group-limited routing's dispatch volume; remove "
+                       "--moe-router-num-groups and --moe-router-group-topk)",
+                       e->router_num_groups);
+    if (e->capacity_factor > 0 && e->capacity_factor < 1)
+        return err_set(err, TS_EINVAL,
+                       "--moe-expert-capacity-factor %g: not modelled below 1 (the busiest rank is costed at no "
+                       "less than the mean load; give 1 or more)",
+                       e->capacity_factor);
+    if (config_cp(c) > 1)
+        return err_set(err, TS_EINVAL, "--context-parallel-size %d with --num-experts: not modelled together (give 1)",
+                       config_cp(c));
+    if (c->par.torch_fsdp2 || c->par.megatron_fsdp)
+        return err_set(err, TS_EINVAL, "%s with --num-experts: not modelled (expert sharding under FSDP; remove it)",
+                       c->par.torch_fsdp2 ? "--use-torch-fsdp2" : "--use-megatron-fsdp");
+    return TS_OK;
+}
+
 int moe_flags_finish(const moe_flags_state *s, const opt_table *t, config *c, ts_err *err)
 {
     moe_config *e = &c->moe;
@@ -233,6 +276,12 @@ int moe_flags_finish(const moe_flags_state *s, const opt_table *t, config *c, ts
                 return err_set(err, TS_EINVAL, "%s needs --num-experts", NEED[i]);
         e->etp = c->par.tp;
         e->edp = c->par.dp;
+        if (opt_was_set(t, "--moe-routing-skew"))
+            return err_set(err, TS_EINVAL, "--moe-routing-skew needs --num-experts");
+        if (c->par.recompute_modules & CONFIG_RC_MOE_ACT)
+            return err_set(err, TS_EINVAL,
+                           "--recompute-modules moe_act needs --num-experts (valid for a dense model: core_attn, mlp, "
+                           "layernorm)");
         if (e->mla)
             return err_set(err, TS_EINVAL,
                            "--multi-latent-attention: not modelled by the simulator's layer ops yet (remove it)");
@@ -247,9 +296,5 @@ int moe_flags_finish(const moe_flags_state *s, const opt_table *t, config *c, ts
         return rc;
     if ((rc = check_routing(e, t, err)) || (rc = check_layout(e, c, err)))
         return rc;
-    return err_set(err, TS_EINVAL,
-                   "--num-experts: not modelled: mixture of experts layers (the layout is valid: ep %d x etp %d x "
-                   "edp %d per pipeline stage, top-%d of %d experts; the layer ops, dispatch and imbalance are not "
-                   "simulated yet)",
-                   e->ep, e->etp, e->edp, e->topk, e->num_experts);
+    return check_modelled(e, c, err);
 }

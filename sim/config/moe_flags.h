@@ -25,9 +25,14 @@
  *     expressions are refused (not modelled);
  *   - multi-latent attention: --kv-lora-rank, --qk-head-dim,
  *     --qk-pos-emb-head-dim, --v-head-dim >= 1.
- * A valid MoE or MLA configuration is then refused as not modelled by the
- * simulator's layer ops (TS_EINVAL): the message gives the layout the rules
- * accepted. Parameter and FLOP closed forms live in sim/model/moe.h.
+ * A valid configuration is then refused (TS_EINVAL naming the flag) where
+ * the simulator does not model it: a dispatcher other than alltoall (flex,
+ * DeepEP, allgather), --expert-tensor-parallel-size > 1, multi-latent
+ * attention, group-limited routing, a capacity factor below 1, context
+ * parallelism or FSDP with experts. --moe-routing-skew (trainsim's own,
+ * default MOE_ROUTING_SKEW_DEFAULT) sets the routing model's Zipf exponent;
+ * it and --recompute-modules moe_act need --num-experts. Parameter and FLOP
+ * closed forms live in sim/model/moe.h.
  */
 #ifndef TRAINSIM_MOE_FLAGS_H
 #define TRAINSIM_MOE_FLAGS_H
@@ -35,6 +40,14 @@
 #include "sim/config/config.h"
 #include "sim/util/err.h"
 #include "sim/util/opt.h"
+
+/* --moe-routing-skew's default: an assumption, not a fit. A router trained
+ * with an auxiliary load-balancing loss keeps the experts near balance but
+ * not at it; no measured per-expert load is in ../shared/reference, so the
+ * default is a mild Zipf exponent: with it DeepSeek-V3's 256 experts give
+ * the busiest of 8 EP ranks 1.07x the mean tokens, of 64 ranks 1.79x
+ * (docs/moe.md). */
+#define MOE_ROUTING_SKEW_DEFAULT 0.3
 
 /* What the MoE flags set besides c->moe (plain values; layer_freq points
  * into the parsed argv, borrowed). */

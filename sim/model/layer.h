@@ -118,6 +118,12 @@ typedef struct {
     int cp_a2a;     /* all-to-all level: q,k,v re-split from sequence to heads over it (1: none) */
     int cp_ring;    /* ring / gather level: K,V blocks passed (p2p) or gathered over it (1: none) */
     bool cp_gather; /* the ring level all-gathers K,V (all_gather) instead of passing them (p2p) */
+    /* A mixture-of-experts layer (moe.h): the MLP's FC1, activation, FC2 and
+     * their collectives are left out of every pass and of the saved tensors
+     * (act.in, fc2.in); LN2, its output fc1.in (the MoE block's input) and
+     * the residual add stay. The MoE block's ops (moe_block_ops) are added
+     * by the caller. */
+    bool no_mlp;
 } layer_shape;
 
 /* Build the shape from a validated config. TS_EINVAL if a divisibility the

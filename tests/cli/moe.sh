@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Mixture-of-experts flags (sim/config/moe_flags.h): Megatron-core's layout
 # and routing rules answered with exit 2 and a message naming the flags and
-# what would be valid; a valid MoE layout is refused as not yet simulated.
+# what would be valid; what the simulator does not model refused naming the
+# flag; MoE runs simulated (sim/core/plan_moe.h) and checked against each
+# other and the closed forms.
 # Ends "N passed, N failed".
 set -u
 T=${TRAINSIM:-build/trainsim}
@@ -37,11 +39,24 @@ expect_error 2 "--expert-model-parallel-size 2 needs --num-experts" $T simulate 
 expect_error 2 "--moe-router-topk needs --num-experts" $T simulate $M --moe-router-topk 2
 expect_error 2 "--q-lora-rank needs --multi-latent-attention" $T simulate $M --q-lora-rank 1536
 expect_error 2 "--multi-latent-attention: not modelled" $T simulate $M --multi-latent-attention
-# a valid layout: accepted by the rules, then refused as not simulated, with the layout it resolved
-moe "--num-experts: not modelled: mixture of experts layers (the layout is valid: ep 8 x etp 2 x edp 4 per pipeline stage, top-2 of 8 experts" \
+# valid layouts the simulator does not model: exit 2 naming the flag
+A="--moe-token-dispatcher-type alltoall"
+moe "--moe-token-dispatcher-type allgather: not modelled (the MoE block is simulated with the alltoall dispatcher" \
     --expert-model-parallel-size 8 -t 2 --sequence-parallel
-moe "ep 4 x etp 1 x edp 16" --expert-model-parallel-size 4 --moe-layer-freq '([0]*1+[1]*31)' \
-    --moe-token-dispatcher-type flex --moe-enable-deepep
+moe "--moe-token-dispatcher-type flex --moe-enable-deepep: not modelled" --expert-model-parallel-size 4 \
+    --moe-layer-freq '([0]*1+[1]*31)' --moe-token-dispatcher-type flex --moe-enable-deepep
+moe "--expert-tensor-parallel-size 2: not modelled (expert tensor parallelism; its default is --tensor-model-parallel-size: give --expert-tensor-parallel-size 1)" \
+    --expert-model-parallel-size 8 -t 2 --sequence-parallel $A
+moe "--moe-router-num-groups 2: not modelled" --moe-router-num-groups 2 --moe-router-group-topk 1 $A
+moe "--moe-expert-capacity-factor 0.5: not modelled below 1" --moe-expert-capacity-factor 0.5 $A
+moe "--context-parallel-size 2 with --num-experts: not modelled together" --context-parallel-size 2 $A \
+    --use-flash-attn
+moe "--use-torch-fsdp2 with --num-experts: not modelled" --use-torch-fsdp2 $A
+moe "--overlap-moe-expert-parallel-comm" --overlap-moe-expert-parallel-comm $A
+moe "--moe-routing-skew" --moe-routing-skew -1 $A
+expect_error 2 "--moe-routing-skew needs --num-experts" $T simulate $M --moe-routing-skew 0.5
+expect_error 2 "--recompute-modules moe_act: not modelled without --num-experts" $T simulate $M \
+    --recompute-granularity selective --recompute-modules moe_act
 # help: every MoE flag with its default
 h=$($T simulate --help 2>&1)
 check_sh "help lists --num-experts and --expert-tensor-parallel-size with defaults" \

@@ -55,7 +55,7 @@ Test(accuracy, korthikanti_22b_layer_times_within_5pct)
     for (size_t i = 0; i < sizeof ROWS / sizeof ROWS[0]; i++) {
         layer_shape L = {6144, 64, 64,    0, false,      false, 4 * 6144,  false,
                          2048, 4,  51200, 8, ROWS[i].sp, 2,     ROWS[i].r, ATTN_BACKEND_UNFUSED,
-                         0,    0,  0,     0, false};
+                         0,    0,  0,     0, false,      false};
         double f = run_ms(cm, &cp, &L, LAYER_PASS_F);
         double b = run_ms(cm, &cp, &L, LAYER_PASS_R) + run_ms(cm, &cp, &L, LAYER_PASS_B);
         double ef = f / ROWS[i].forward_ms - 1, eb = b / ROWS[i].backward_ms - 1;
@@ -99,6 +99,7 @@ Test(accuracy, recompute_overheads_ordered_like_table4)
                      0,
                      0,
                      0,
+                     false,
                      false};
     double sel = run_ms(cm, &cp, &L, LAYER_PASS_R);
     L.recompute = RECOMPUTE_FULL;

@@ -76,7 +76,7 @@ Test(flops, ops_of_all_layers_sum_to_model_flops)
     int64_t B = 1536;
     layer_shape L = {8192, 64, 64,    0, false, false, 4 * 8192,       false,
                      2048, b,  51200, t, true,  2,     RECOMPUTE_FULL, ATTN_BACKEND_UNFUSED,
-                     0,    0,  0,     0, false};
+                     0,    0,  0,     0, false, false};
     layer_ops o;
     double per_mb_rank = 0, recompute = 0;
     for (int p = LAYER_PASS_F; p <= LAYER_PASS_B; p++) {
@@ -188,7 +188,7 @@ Test(flops, kv_channels_set_attention_width)
     /* the simulated ops add up to the same FLOPs */
     layer_shape L = {1024, 8, 8,    256, false, false, 4 * 1024,       false,
                      512,  1, 1024, 1,   false, 2,     RECOMPUTE_NONE, ATTN_BACKEND_UNFUSED,
-                     0,    0, 0,    0,   false};
+                     0,    0, 0,    0,   false, false};
     layer_ops o;
     cr_assert_eq(layer_ops_build(&L, LAYER_PASS_F, &o, NULL), TS_OK);
     cr_assert(REL(layer_ops_flops(&o), flops_layer_fwd_per_seq(&m)), "%.17g vs %.17g", layer_ops_flops(&o),
@@ -267,6 +267,7 @@ Test(flops, flash_and_modules_ops_sum_to_hardware_flops)
                              0,
                              0,
                              0,
+                             false,
                              false};
             layer_ops o;
             double per_mb_rank = 0;

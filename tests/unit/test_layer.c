@@ -17,7 +17,7 @@ static const gpt MODELS[] = {{2304, 24}, {6144, 64}, {8192, 64}, {12288, 96}, {1
 static layer_shape shape(int64_t h, int64_t a, int64_t s, int64_t b, int t, bool sp, config_recompute r)
 {
     layer_shape L = {h, a, a, 0, false, false, 4 * h, false, s, b, 51200, t, sp, 2, r, ATTN_BACKEND_UNFUSED,
-                     0, 0, 0, 0, false};
+                     0, 0, 0, 0, false, false};
     return L;
 }
 
@@ -242,7 +242,7 @@ Test(layer, gqa_swiglu_shapes)
     /* LLaMA-3-8B-like: h 4096, 32 heads, 8 groups, ffn 14336, SwiGLU, t 4 */
     layer_shape L = {4096, 32, 8,      0, false, false, 14336,          true,
                      4096, 1,  128256, 4, false, 2,     RECOMPUTE_NONE, ATTN_BACKEND_UNFUSED,
-                     0,    0,  0,      0, false};
+                     0,    0,  0,      0, false, false};
     layer_ops f;
     cr_assert_eq(layer_ops_build(&L, LAYER_PASS_F, &f, NULL), TS_OK);
     const layer_op *qkv = NULL, *fc1 = NULL, *fc2 = NULL;
@@ -589,7 +589,7 @@ Test(layer, selective_modules_memory_and_ops)
     layer_saved_list l;
     ts_err e;
     cr_assert_eq(layer_saved_build(&B, &l, &e), TS_EINVAL);
-    cr_assert(strstr(e.msg, "need MoE/MLA"), "%s", e.msg);
+    cr_assert(strstr(e.msg, "moe, mla_up_proj and shared_experts are not"), "%s", e.msg);
     B.rc_modules = 0;
     B.attn = ATTN_BACKEND_AUTO;
     cr_assert_eq(layer_saved_build(&B, &l, &e), TS_EINVAL);
@@ -613,7 +613,7 @@ Test(layer, llama3_8b_seq8192_activations_drop_with_flash)
 {
     layer_shape L = {4096, 32, 8,      0, false, false, 14336,          true,
                      8192, 1,  128256, 2, true,  2,     RECOMPUTE_NONE, ATTN_BACKEND_FLASH,
-                     0,    0,  0,      0, false};
+                     0,    0,  0,      0, false, false};
     const int64_t MiB = 1 << 20, layers = 32;
     layer_saved_list l;
     cr_assert_eq(layer_saved_build(&L, &l, NULL), TS_OK);
