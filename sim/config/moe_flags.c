@@ -93,6 +93,36 @@ int moe_flags_register(moe_flags_state *s, opt_table *t, config *c, ts_err *err)
     return TS_OK;
 }
 
+void moe_flags_take(const moe_flags_state *s, const opt_table *t, const moe_config *base, config *c)
+{
+    moe_config *e = &c->moe;
+#define MOE_TAKE(flag, field)                                                                                          \
+    do {                                                                                                               \
+        if (!opt_was_set(t, flag))                                                                                     \
+            e->field = base->field;                                                                                    \
+    } while (0)
+    MOE_TAKE("--num-experts", num_experts);
+    MOE_TAKE("--moe-router-topk", topk);
+    MOE_TAKE("--moe-ffn-hidden-size", ffn_hidden_size);
+    MOE_TAKE("--moe-shared-expert-intermediate-size", shared_ffn_hidden_size);
+    MOE_TAKE("--moe-router-num-groups", router_num_groups);
+    MOE_TAKE("--moe-router-group-topk", router_group_topk);
+    MOE_TAKE("--expert-model-parallel-size", ep);
+    MOE_TAKE("--expert-tensor-parallel-size", etp);
+    MOE_TAKE("--moe-token-dispatcher-type", dispatcher);
+    MOE_TAKE("--multi-latent-attention", mla);
+    MOE_TAKE("--q-lora-rank", mla_q_lora_rank);
+    MOE_TAKE("--kv-lora-rank", mla_kv_lora_rank);
+    MOE_TAKE("--qk-head-dim", mla_qk_head_dim);
+    MOE_TAKE("--qk-pos-emb-head-dim", mla_qk_pos_emb_head_dim);
+    MOE_TAKE("--v-head-dim", mla_v_head_dim);
+#undef MOE_TAKE
+    if (!s->layer_freq) {
+        e->layer_freq = base->layer_freq > 0 ? base->layer_freq : 1;
+        e->first_dense_layers = base->first_dense_layers;
+    }
+}
+
 /* A non-negative decimal integer filling [p, end), or -1. */
 static long parse_count(const char *p, const char *end)
 {

@@ -59,6 +59,11 @@ typedef struct {
  * TS_ENOMEM. */
 int moe_flags_register(moe_flags_state *s, opt_table *t, config *c, ts_err *err);
 
+/* A model preset's experts and MLA (base: catalog_models.h's moe) into
+ * c->moe for every flag of them not given (--moe-layer-freq: the preset's
+ * parsed layer_freq and first_dense_layers). Before moe_flags_finish. */
+void moe_flags_take(const moe_flags_state *s, const opt_table *t, const moe_config *base, config *c);
+
 /* Resolve and check c->moe against c's resolved dense layout (see above).
  * TS_EINVAL naming the flags. */
 int moe_flags_finish(const moe_flags_state *s, const opt_table *t, config *c, ts_err *err);
