@@ -246,11 +246,12 @@ static int check_mla(const moe_config *e, const opt_table *t, ts_err *err)
  * yet: TS_EINVAL naming the flag and what is modelled. */
 static int check_modelled(const moe_config *e, const config *c, ts_err *err)
 {
-    if (e->dispatcher != MOE_DISPATCH_ALLTOALL)
+    if (e->dispatcher == MOE_DISPATCH_ALLGATHER || (e->dispatcher == MOE_DISPATCH_FLEX && !e->enable_deepep))
         return err_set(err, TS_EINVAL,
                        "--moe-token-dispatcher-type %s%s: not modelled (the MoE block is simulated with the alltoall "
-                       "dispatcher: give --moe-token-dispatcher-type alltoall)",
-                       MOE_DISPATCHER_NAMES[e->dispatcher], e->enable_deepep ? " --moe-enable-deepep" : "");
+                       "dispatcher, or flex with --moe-enable-deepep: give one of them)",
+                       MOE_DISPATCHER_NAMES[e->dispatcher],
+                       e->dispatcher == MOE_DISPATCH_FLEX ? " without DeepEP" : "");
     if (e->etp > 1)
         return err_set(err, TS_EINVAL,
                        "--expert-tensor-parallel-size %d: not modelled (expert tensor parallelism; its default is "

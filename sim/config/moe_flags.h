@@ -26,8 +26,8 @@
  *   - multi-latent attention: --kv-lora-rank, --qk-head-dim,
  *     --qk-pos-emb-head-dim, --v-head-dim >= 1.
  * A valid configuration is then refused (TS_EINVAL naming the flag) where
- * the simulator does not model it: a dispatcher other than alltoall (flex,
- * DeepEP, allgather), --expert-tensor-parallel-size > 1, multi-latent
+ * the simulator does not model it: the allgather dispatcher, flex without
+ * --moe-enable-deepep, --expert-tensor-parallel-size > 1, multi-latent
  * attention, group-limited routing, a capacity factor below 1, context
  * parallelism or FSDP with experts. --moe-routing-skew (trainsim's own,
  * default MOE_ROUTING_SKEW_DEFAULT) sets the routing model's Zipf exponent;

@@ -41,11 +41,11 @@ typedef struct {
     int32_t prev_last; /* step of the previous list's last op (relative) */
     bool seen[PLAN_STREAMS];
     int stage;
-    bool tpo;                /* --tp-comm-overlap: userbuffers closed forms (overlap.h) */
-    bool ub;                 /* the list being added is a transformer layer's (tpo applies) */
-    int sms;                 /* the GPU's SMs (overlap_gpu_sms; 0 unknown) */
-    int gpn;                 /* GPUs per node (context-parallel groups' placement) */
-    commcost_group ep_group; /* MoE: the expert-parallel group the all-to-alls run over */
+    bool tpo;       /* --tp-comm-overlap: userbuffers closed forms (overlap.h) */
+    bool ub;        /* the list being added is a transformer layer's (tpo applies) */
+    int sms;        /* the GPU's SMs (overlap_gpu_sms; 0 unknown) */
+    int gpn;        /* GPUs per node (context-parallel groups' placement) */
+    int64_t a2a_ns; /* MoE: one all-to-all over the expert-parallel group (plan_moe.h) */
 } pass_builder;
 
 static int ranks_per_node(int n, int stride, int gpn);
@@ -166,7 +166,7 @@ static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_
                                          commcost_ns(b->cc, op->coll, op->bytes, &g));
             if (op->a2a) { /* the MoE dispatcher's all-to-all over the expert-parallel group (moe.h) */
                 x.cat = PLAN_CAT_EP;
-                x.dur_ns = moe_a2a_ns(b->cc, op->bytes, &b->ep_group);
+                x.dur_ns = b->a2a_ns;
             }
             x.comm_bytes = op->bytes;
             gemm_ns[i] = 0;
@@ -246,7 +246,7 @@ static void sync_tp_allreduce(layer_ops *o)
     }
 }
 
-static int model_ops_build(const config *c, int gpn, model_ops *mo, ts_err *err)
+static int model_ops_build(const config *c, int gpn, const commcost_params *cc, model_ops *mo, ts_err *err)
 {
     int rc;
     memset(mo, 0, sizeof *mo);
@@ -284,7 +284,7 @@ static int model_ops_build(const config *c, int gpn, model_ops *mo, ts_err *err)
         (rc = layer_embedding_saved(&mo->rc, &sl, err)) || (plan_layer_mem_of(&sl, &mo->m_emb), 0) ||
         (rc = layer_output_saved(&mo->rc, &sl, err)) || (plan_layer_mem_of(&sl, &mo->m_out), 0))
         return rc;
-    if ((rc = plan_moe_build(c, &mo->rc, gpn, &mo->moe, err)))
+    if ((rc = plan_moe_build(c, &mo->rc, gpn, cc, &mo->moe, err)))
         return rc;
     mo->cp_tf = cp_transient_bytes(&mo->rc, false);
     mo->cp_tb = cp_transient_bytes(&mo->rc, true);
@@ -768,7 +768,7 @@ int plan_build_opts(const config *c, const sched *s, const cost_model *cm, const
     plan_env_init(&E, c, s, cm, cc, o, err);
     model_ops *mo = malloc(sizeof *mo);
     plan *pl = NULL;
-    int rc = mo ? model_ops_build(c, E.gpn, mo, err) : err_set(err, TS_ENOMEM, "plan: out of memory");
+    int rc = mo ? model_ops_build(c, E.gpn, cc, mo, err) : err_set(err, TS_ENOMEM, "plan: out of memory");
     if (rc == TS_OK && mo->moe.on) {
         E.edp = mo->moe.edp;
         E.edp_group = mo->moe.edp_group;
@@ -798,7 +798,7 @@ int plan_build_opts(const config *c, const sched *s, const cost_model *cm, const
                           .tpo = P->tp_comm_overlap && P->sequence_parallel && E.t > 1,
                           .sms = overlap_gpu_sms(c->cluster.gpu.name)};
         b.tp_group = (commcost_group){t, t <= gpn ? t : (t % gpn ? 1 : gpn)};
-        b.ep_group = mo->moe.ep_group;
+        b.a2a_ns = mo->moe.a2a_ns;
         rc = add_pipeline_transfers(pl, &E, &b.tp_group);
         if (rc == TS_OK)
             rc = build_stages(pl, &E, &b, mo);

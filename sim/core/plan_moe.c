@@ -104,7 +104,8 @@ static int routing(const layer_shape *L, const moe_config *e, double *lf, double
     return TS_OK;
 }
 
-int plan_moe_build(const config *c, const layer_shape *rc_shape, int gpn, plan_moe *mo, ts_err *err)
+int plan_moe_build(const config *c, const layer_shape *rc_shape, int gpn, const commcost_params *cc, plan_moe *mo,
+                   ts_err *err)
 {
     memset(mo, 0, sizeof *mo);
     const moe_config *e = &c->moe;
@@ -148,5 +149,10 @@ int plan_moe_build(const config *c, const layer_shape *rc_shape, int gpn, plan_m
     int etp = e->etp > 0 ? e->etp : 1, ep = e->ep > 0 ? e->ep : 1;
     mo->ep_group = group_at(ep, etp, gpn);
     mo->edp_group = group_at(mo->edp, etp * ep, gpn);
+    int64_t T = L.b * L.s / (L.sp && L.t > 1 ? L.t : 1);
+    if (e->dispatcher == MOE_DISPATCH_FLEX && e->enable_deepep)
+        mo->a2a_ns = moe_deepep_ns(cc, T, e->topk, L.h, L.dtype_bytes, e->num_experts, &mo->ep_group);
+    else
+        mo->a2a_ns = moe_a2a_ns(cc, moe_a2a_send_bytes(T, e->topk, L.h, L.dtype_bytes, ep), &mo->ep_group);
     return TS_OK;
 }

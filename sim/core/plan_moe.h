@@ -8,7 +8,8 @@
  * GEMMs, combine all-to-all, unpermute, shared experts). Forward and
  * recompute: the layer's ops, then the block's; backward (B, I, W): the
  * block's, then the layer's. Costs are the ops' (cost.h); the all-to-alls
- * (layer_op.a2a) take moe_a2a_ns on the expert-parallel group.
+ * (layer_op.a2a) take moe_a2a_ns on the expert-parallel group with the
+ * alltoall dispatcher, moe_deepep_ns with the flex one and DeepEP.
  *
  * Routing: with --moe-router-force-load-balancing every EP rank receives
  * the mean load (load factor 1); otherwise the per-expert loads follow
@@ -61,15 +62,19 @@ typedef struct {
                                  router, shared experts / t) */
     int64_t params_expert;    /* its routed experts on a rank: E / ep experts (etp 1) */
     commcost_group ep_group;  /* the all-to-all's ranks and those of them in one node */
+    int64_t a2a_ns;           /* one dispatch or combine: moe_a2a_ns (alltoall) or moe_deepep_ns (flex
+                                 with DeepEP) */
     commcost_group edp_group; /* the expert gradients' reduction group */
     int edp;
 } plan_moe;
 
 /* Fill mo for config c (resolved: moe_flags_finish accepted it) from the
- * layer shape rc (recompute as configured), gpn GPUs per node. Dense model:
+ * layer shape rc (recompute as configured), gpn GPUs per node, the
+ * collective costs cc. Dense model:
  * mo->on false and nothing else set. TS_EINVAL when the block's ops do not
  * fit (LAYER_MAX_OPS) or moe.h refuses the shape, TS_ENOMEM for the routing
  * model's per-expert loads (freed before return). */
-int plan_moe_build(const config *c, const layer_shape *rc, int gpn, plan_moe *mo, ts_err *err);
+int plan_moe_build(const config *c, const layer_shape *rc, int gpn, const commcost_params *cc, plan_moe *mo,
+                   ts_err *err);
 
 #endif

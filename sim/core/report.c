@@ -137,8 +137,8 @@ static void report_moe(const simulate_result *r, FILE *f)
 {
     if (!r->moe_experts)
         return;
-    fprintf(f, "mixture of experts      %d experts, top-%d, %d of %d layers MoE; ep %d, edp %d (alltoall dispatcher)\n",
-            r->moe_experts, r->moe_topk, r->moe_layers, r->num_layers, r->moe_ep, r->moe_edp);
+    fprintf(f, "mixture of experts      %d experts, top-%d, %d of %d layers MoE; ep %d, edp %d (%s dispatcher)\n",
+            r->moe_experts, r->moe_topk, r->moe_layers, r->num_layers, r->moe_ep, r->moe_edp, r->moe_dispatcher);
     if (r->moe_forced_balance)
         fprintf(f, "routing                 forced balance (busiest EP rank %.3fx the mean tokens)\n",
                 r->moe_load_factor);

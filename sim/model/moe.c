@@ -108,6 +108,39 @@ int64_t moe_a2a_ns(const commcost_params *p, int64_t send_bytes, const commcost_
     return (int64_t)llround(alpha + (t_nv > t_net ? t_nv : t_net));
 }
 
+double moe_deepep_remote_nodes(int num_experts, int topk, int nodes)
+{
+    if (nodes <= 1 || num_experts <= 0 || topk <= 0 || num_experts % nodes)
+        return 0;
+    /* P(no chosen expert in a given node): topk draws without replacement
+     * from E experts, none among that node's E / nodes */
+    double miss = 1;
+    int other = num_experts - num_experts / nodes;
+    for (int i = 0; i < topk; i++)
+        miss *= other - i > 0 ? (double)(other - i) / (num_experts - i) : 0;
+    return (nodes - 1) * (1 - miss);
+}
+
+int64_t moe_deepep_ns(const commcost_params *p, int64_t tokens, int topk, int64_t h, int dtype_bytes, int num_experts,
+                      const commcost_group *g)
+{
+    int n = g->ranks, k = g->ranks_per_node < 1 ? 1 : g->ranks_per_node;
+    if (n <= 1 || tokens <= 0)
+        return 0;
+    if (k > n)
+        k = n;
+    int nodes = n / k;
+    double row = (double)h * dtype_bytes;
+    if (nodes == 1) /* DeepEP's intranode kernels: an NVLink all-to-all */
+        return moe_a2a_ns(p, moe_a2a_send_bytes(tokens, topk, h, dtype_bytes, n), g);
+    double rdma = (double)tokens * row * moe_deepep_remote_nodes(num_experts, topk, nodes);
+    double nvl = (double)tokens * topk * row * (k - 1) / k;
+    double t_nv = p->nvlink_busbw_gbps > 0 ? nvl / p->nvlink_busbw_gbps : 0; /* GB/s = B/ns */
+    double net = p->nic_gbps_per_gpu * commcost_net_factor(p, nodes);
+    double t_net = rdma > 0 && net > 0 ? rdma / net : 0;
+    return (int64_t)llround(p->nic_alpha_ns + (t_nv > t_net ? t_nv : t_net));
+}
+
 int moe_ep_group_nodes(int etp, int ep, int gpus_per_node)
 {
     int64_t span = (int64_t)etp * ep, g = gpus_per_node < 1 ? 1 : gpus_per_node;

@@ -94,6 +94,26 @@ int64_t moe_a2a_send_bytes(int64_t tokens, int topk, int64_t h, int dtype_bytes,
  * all-gather (n % k == 0). */
 int64_t moe_a2a_ns(const commcost_params *p, int64_t send_bytes, const commcost_group *g);
 
+/* DeepEP (the flex dispatcher with --moe-enable-deepep; DeepEP's README,
+ * github.com/deepseek-ai/DeepEP: internode kernels send a token once over
+ * RDMA to each remote node holding one of its experts, to the GPU of the
+ * same index there, which forwards it over NVLink to the GPUs of its
+ * experts). moe_deepep_remote_nodes: the remote nodes a token goes to on
+ * average, its top-k experts drawn uniformly without replacement from E
+ * experts spread evenly over nodes nodes: (nodes - 1) (1 - C(E - E/nodes,
+ * k) / C(E, k)); 0 for one node or E not a multiple of nodes.
+ * moe_deepep_ns: one dispatch (or combine) of tokens routed tokens of one
+ * rank over the EP group g (ranks, ranks_per_node as moe_a2a_ns), ns:
+ *   one node: moe_a2a_ns of moe_a2a_send_bytes (the intranode kernels);
+ *   else alpha_NIC + max(T k h b (k_n - 1)/k_n / B_nvlink,
+ *                         T h b remote_nodes / (B_NIC-share x fabric factor))
+ * with k_n the ranks per node: the NVLink forwarding and the RDMA sends
+ * overlap (DeepEP pipelines them). Balanced routing; the kernels' SM use
+ * and any overlap with compute are not modelled. */
+double moe_deepep_remote_nodes(int num_experts, int topk, int nodes);
+int64_t moe_deepep_ns(const commcost_params *p, int64_t tokens, int topk, int64_t h, int dtype_bytes, int num_experts,
+                      const commcost_group *g);
+
 /* Nodes one expert-parallel group spans. Megatron-core folds expert ranks
  * tp-ep-dp-pp innermost first (etp, then ep): a group is ep ranks at a
  * stride of etp, so it covers etp x ep consecutive ranks: ceil(etp x ep /
