@@ -257,14 +257,6 @@ static int check_modelled(const moe_config *e, const config *c, ts_err *err)
                        "--expert-tensor-parallel-size %d: not modelled (expert tensor parallelism; its default is "
                        "--tensor-model-parallel-size: give --expert-tensor-parallel-size 1)",
                        e->etp);
-    if (e->mla)
-        return err_set(err, TS_EINVAL,
-                       "--multi-latent-attention: not modelled by the simulator's layer ops yet (remove it)");
-    if (e->router_num_groups > 0)
-        return err_set(err, TS_EINVAL,
-                       "--moe-router-num-groups %d: not modelled (group-limited routing's dispatch volume; remove "
-                       "--moe-router-num-groups and --moe-router-group-topk)",
-                       e->router_num_groups);
     if (e->capacity_factor > 0 && e->capacity_factor < 1)
         return err_set(err, TS_EINVAL,
                        "--moe-expert-capacity-factor %g: not modelled below 1 (the busiest rank is costed at no "

@@ -27,9 +27,10 @@
  *     --qk-pos-emb-head-dim, --v-head-dim >= 1.
  * A valid configuration is then refused (TS_EINVAL naming the flag) where
  * the simulator does not model it: the allgather dispatcher, flex without
- * --moe-enable-deepep, --expert-tensor-parallel-size > 1, multi-latent
- * attention, group-limited routing, a capacity factor below 1, context
- * parallelism or FSDP with experts. --moe-routing-skew (trainsim's own,
+ * --moe-enable-deepep, --expert-tensor-parallel-size > 1, a capacity
+ * factor below 1, context parallelism or FSDP with experts; multi-latent
+ * attention without experts (with them, and group-limited routing, the
+ * simulator's plan refuses them: sim/core/plan_moe.h). --moe-routing-skew (trainsim's own,
  * default MOE_ROUTING_SKEW_DEFAULT) sets the routing model's Zipf exponent;
  * it and --recompute-modules moe_act need --num-experts. Parameter and FLOP
  * closed forms live in sim/model/moe.h.

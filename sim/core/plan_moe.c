@@ -111,6 +111,15 @@ int plan_moe_build(const config *c, const layer_shape *rc_shape, int gpn, const 
     const moe_config *e = &c->moe;
     if (e->num_experts <= 0)
         return TS_OK;
+    /* accepted by the flags (a preset or trainsim config shows them), not simulated */
+    if (e->mla)
+        return err_set(err, TS_EINVAL,
+                       "--multi-latent-attention: not modelled by the simulator's layer ops yet (remove it)");
+    if (e->router_num_groups > 0)
+        return err_set(err, TS_EINVAL,
+                       "--moe-router-num-groups %d: not modelled (group-limited routing's dispatch volume; remove "
+                       "--moe-router-num-groups and --moe-router-group-topk)",
+                       e->router_num_groups);
     mo->on = true;
     layer_shape L = *rc_shape, N;
     L.no_mlp = true;

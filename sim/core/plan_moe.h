@@ -70,7 +70,8 @@ typedef struct {
 
 /* Fill mo for config c (resolved: moe_flags_finish accepted it) from the
  * layer shape rc (recompute as configured), gpn GPUs per node, the
- * collective costs cc. Dense model:
+ * collective costs cc. TS_EINVAL naming the flag for multi-latent attention
+ * and group-limited routing (the flags accept them: not simulated). Dense model:
  * mo->on false and nothing else set. TS_EINVAL when the block's ops do not
  * fit (LAYER_MAX_OPS) or moe.h refuses the shape, TS_ENOMEM for the routing
  * model's per-expert loads (freed before return). */

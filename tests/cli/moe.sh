@@ -47,13 +47,17 @@ moe "--moe-token-dispatcher-type flex without DeepEP: not modelled" --expert-mod
     --moe-layer-freq '([0]*1+[1]*31)' --moe-token-dispatcher-type flex
 moe "--expert-tensor-parallel-size 2: not modelled (expert tensor parallelism; its default is --tensor-model-parallel-size: give --expert-tensor-parallel-size 1)" \
     --expert-model-parallel-size 8 -t 2 --sequence-parallel $A
-moe "--moe-router-num-groups 2: not modelled" --moe-router-num-groups 2 --moe-router-group-topk 1 $A
 moe "--moe-expert-capacity-factor 0.5: not modelled below 1" --moe-expert-capacity-factor 0.5 $A
 moe "--context-parallel-size 2 with --num-experts: not modelled together" --context-parallel-size 2 $A \
     --use-flash-attn
 moe "--use-torch-fsdp2 with --num-experts: not modelled" --use-torch-fsdp2 $A
 moe "--overlap-moe-expert-parallel-comm" --overlap-moe-expert-parallel-comm $A
 moe "--moe-routing-skew" --moe-routing-skew -1 $A
+expect_error 2 "--multi-latent-attention: not modelled" $T simulate --model deepseek-v3 --gpu H100-SXM5-80GB
+expect_error 2 "--moe-router-num-groups 2: not modelled" $T simulate $M $A --moe-router-num-groups 2 \
+    --moe-router-group-topk 1
+expect_output "deepseek-v3" $T config --model deepseek-v3
+expect_error 2 "a mixture of experts is not modelled by search" $T search --model qwen3-30b-a3b
 expect_error 2 "--moe-routing-skew needs --num-experts" $T simulate $M --moe-routing-skew 0.5
 expect_error 2 "--recompute-modules moe_act: not modelled without --num-experts" $T simulate $M \
     --recompute-granularity selective --recompute-modules moe_act
