@@ -54,7 +54,7 @@ moe "--use-torch-fsdp2 with --num-experts: not modelled" --use-torch-fsdp2 $A
 moe "--overlap-moe-expert-parallel-comm" --overlap-moe-expert-parallel-comm $A
 moe "--moe-routing-skew" --moe-routing-skew -1 $A
 expect_error 2 "--multi-latent-attention: not modelled" $T simulate --model deepseek-v3 --gpu H100-SXM5-80GB
-expect_error 2 "--moe-router-num-groups 2: not modelled" $T simulate $M $A --moe-router-num-groups 2 \
+expect_error 2 "--moe-router-num-groups 2: not modelled" $T simulate $M $A --num-experts 8 --moe-router-num-groups 2 \
     --moe-router-group-topk 1
 expect_output "deepseek-v3" $T config --model deepseek-v3
 expect_error 2 "a mixture of experts is not modelled by search" $T search --model qwen3-30b-a3b
