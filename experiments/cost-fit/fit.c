@@ -44,7 +44,7 @@ static double layer_worst(void)
     for (int i = 0; i < 5; i++) {
         layer_shape L = {6144, 64, 64,    0, false,   false, 4 * 6144, false,
                          2048, 4,  51200, 8, K[i].sp, 2,     K[i].r,   ATTN_BACKEND_UNFUSED,
-                         0,    0,  0,     0, false};
+                         0,    0,  0,     0, false,   false};
         layer_ops o;
         double f, b;
         layer_ops_build(&L, LAYER_PASS_F, &o, NULL);

@@ -103,11 +103,11 @@ Test(plan_moe, layer_of_mixtral, .fini = fini)
     cr_assert_eq(mo.ep_group.ranks_per_node, 8);
     cr_assert_eq(mo.a2a_ns, moe_a2a_ns(&cc, moe_a2a_send_bytes(4096, 2, 4096, 2, 8), &mo.ep_group));
     /* every op's dependencies point back into its own list */
-    const layer_ops *lists[] = {&mo.f, &mo.r, &mo.b, &mo.i, &mo.w, &mo.nb, &mo.ni, &mo.nw};
-    for (size_t k = 0; k < sizeof lists / sizeof *lists; k++)
+    const layer_ops *lists[8] = {&mo.f, &mo.r, &mo.b, &mo.i, &mo.w, &mo.nb, &mo.ni, &mo.nw};
+    for (int k = 0; k < 8; k++)
         for (int i = 0; i < lists[k]->n; i++)
             for (int d = 0; d < 2; d++)
-                cr_assert_lt(lists[k]->op[i].dep[d], i, "list %zu op %d (%s)", k, i, lists[k]->op[i].name);
+                cr_assert_lt(lists[k]->op[i].dep[d], i, "list %d op %d (%s)", k, i, lists[k]->op[i].name);
 }
 
 /* Skew: the busiest rank above the mean, and so more saved bytes; EP 4 on
