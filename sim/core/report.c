@@ -203,11 +203,15 @@ void report_text(const simulate_result *r, FILE *f)
     fprintf(f, " (busy time, overlapped or not)\n");
     report_moe(r, f);
     fprintf(f, "throughput              %.0f tokens/s\n", r->tokens_per_s);
-    fprintf(f,
-            "TFLOP/s per GPU         %.1f model (MFU %.1f%%), %.1f hardware (HFU %.1f%%), "
-            "%.1f in Megatron's count with recompute; peak %.1f\n",
-            r->model_tflops_per_gpu, 100.0 * r->mfu, r->hw_tflops_per_gpu, 100.0 * r->hfu, r->megatron_tflops_per_gpu,
-            r->peak_tflops);
+    if (r->moe_experts) /* the Megatron closed form (96Bslh^2 ...) is a dense GPT's: not shown */
+        fprintf(f, "TFLOP/s per GPU         %.1f model (MFU %.1f%%), %.1f hardware (HFU %.1f%%); peak %.1f\n",
+                r->model_tflops_per_gpu, 100.0 * r->mfu, r->hw_tflops_per_gpu, 100.0 * r->hfu, r->peak_tflops);
+    else
+        fprintf(f,
+                "TFLOP/s per GPU         %.1f model (MFU %.1f%%), %.1f hardware (HFU %.1f%%), "
+                "%.1f in Megatron's count with recompute; peak %.1f\n",
+                r->model_tflops_per_gpu, 100.0 * r->mfu, r->hw_tflops_per_gpu, 100.0 * r->hfu,
+                r->megatron_tflops_per_gpu, r->peak_tflops);
     fprintf(f,
             "MFU conventions         %.1f%% counting the full s x s attention scores (Megatron's, above), %.1f%% "
             "counting their causal half (NeMo's)\n",
@@ -217,14 +221,18 @@ void report_text(const simulate_result *r, FILE *f)
         fprintf(f, "to train %.4g tokens    %.2f days on %d GPUs, %.0f GPU-hours\n", r->train_tokens,
                 r->train_s / 86400.0, r->gpus, r->train_gpu_hours);
     fprintf(f, "\nper rank (ms; memory GiB)\n");
-    fprintf(f, "%5s %12s %12s %10s %10s %10s %10s %9s %5s\n", "rank", "compute", "idle", "exp.TP", "exp.PP", "exp.DP",
-            "recompute", "peak", "fits");
+    bool ep = r->moe_experts > 0; /* MoE: the exposed all-to-all time too */
+    fprintf(f, "%5s %12s %12s %10s %10s %10s%s %10s %9s %5s\n", "rank", "compute", "idle", "exp.TP", "exp.PP", "exp.DP",
+            ep ? "     exp.EP" : "", "recompute", "peak", "fits");
     for (int i = 0; i < r->p; i++) {
         const simulate_rank *x = &r->ranks[i];
-        fprintf(f, "%5d %12.3f %12.3f %10.3f %10.3f %10.3f %10.3f %9.2f %5s\n", i, x->busy_ns * 1e-6, x->idle_ns * 1e-6,
-                x->exposed_ns[SIMULATE_COMM_TP] * 1e-6, x->exposed_ns[SIMULATE_COMM_PP] * 1e-6,
-                x->exposed_ns[SIMULATE_COMM_DP] * 1e-6, x->cat_ns[PLAN_CAT_RECOMP] * 1e-6, (double)x->peak_bytes / GIB,
-                x->fits ? "yes" : "NO");
+        char epc[16] = "";
+        if (ep)
+            snprintf(epc, sizeof epc, " %10.3f", x->exposed_ns[SIMULATE_COMM_EP] * 1e-6);
+        fprintf(f, "%5d %12.3f %12.3f %10.3f %10.3f %10.3f%s %10.3f %9.2f %5s\n", i, x->busy_ns * 1e-6,
+                x->idle_ns * 1e-6, x->exposed_ns[SIMULATE_COMM_TP] * 1e-6, x->exposed_ns[SIMULATE_COMM_PP] * 1e-6,
+                x->exposed_ns[SIMULATE_COMM_DP] * 1e-6, epc, x->cat_ns[PLAN_CAT_RECOMP] * 1e-6,
+                (double)x->peak_bytes / GIB, x->fits ? "yes" : "NO");
     }
     fprintf(f, "\nsimulated %" PRIu64 " tasks, %" PRIu64 " events\n", r->tasks, r->events);
 }
