@@ -151,6 +151,7 @@ typedef struct {
     int d;                    /* data-parallel size (1: no reduction steps) */
     int edp;                  /* expert-data-parallel size: ranks the expert gradients are reduced over */
     double moe_load_factor;   /* MoE: the busiest EP rank's routed tokens over the mean (1: balance; 0: dense) */
+    double moe_dropped;       /* MoE: fraction of the routed tokens over an expert's capacity (dropped) */
     bool overlap_grad_reduce;
     bool distributed_optimizer;
     uint32_t max_pass_steps; /* longest pass range (scratch size for lowering) */

@@ -788,6 +788,7 @@ int plan_build_opts(const config *c, const sched *s, const cost_model *cm, const
         pl->d = E.d;
         pl->edp = E.edp;
         pl->moe_load_factor = mo->moe.on ? mo->moe.load_factor : 0;
+        pl->moe_dropped = mo->moe.on ? mo->moe.dropped : 0;
         pl->overlap_grad_reduce = P->overlap_grad_reduce || E.fsdp; /* FSDP reduces per unit during the backward */
         pl->distributed_optimizer = P->distributed_optimizer || E.shard >= SHARD_OPTIM;
         int t = E.t, gpn = E.gpn;

@@ -95,8 +95,11 @@ static int routing(const layer_shape *L, const moe_config *e, double *lf, double
         int64_t T = L->b * L->s / (L->sp && L->t > 1 ? L->t : 1);
         double routed = (double)T * e->topk, drop = 0;
         moe_expert_loads_zipf(e->num_experts, routed, e->routing_skew, PLAN_MOE_ROUTING_SEED, load);
+        /* moe_rank_load_factor is over the mean of the kept tokens: over the
+         * mean routed (what moe_block_ops multiplies) it is (1 - dropped) of that */
         *lf = moe_rank_load_factor(load, e->num_experts, e->ep, e->capacity_factor, &drop);
         *dropped = routed > 0 ? drop / routed : 0;
+        *lf *= 1 - *dropped;
         free(load);
     }
     if (*lf < 1)

@@ -53,7 +53,7 @@ void plan_layer_mem_of(const layer_saved_list *l, plan_layer_mem *m);
 
 typedef struct {
     bool on;                 /* the model has MoE layers (c->moe.num_experts > 0) */
-    double load_factor;      /* the busiest EP rank's routed tokens over the mean (>= 1) */
+    double load_factor;      /* the busiest EP rank's kept tokens over the mean routed tokens of a rank (>= 1) */
     double dropped;          /* fraction of the routed tokens over capacity (dropped), 0 dropless */
     layer_ops f, r, b, i, w; /* one MoE layer's ops, recompute as configured */
     layer_ops nb, ni, nw;    /* the same backward without recomputation */

@@ -143,8 +143,12 @@ static void report_moe(const simulate_result *r, FILE *f)
         fprintf(f, "routing                 forced balance (busiest EP rank %.3fx the mean tokens)\n",
                 r->moe_load_factor);
     else
-        fprintf(f, "routing                 Zipf skew %g (--moe-routing-skew): busiest EP rank %.3fx the mean tokens\n",
-                r->moe_skew, r->moe_load_factor);
+        fprintf(f,
+                "routing                 Zipf skew %g (--moe-routing-skew): busiest EP rank %.3fx the mean tokens%s\n",
+                r->moe_skew, r->moe_load_factor, r->moe_dropped > 0 ? "," : "");
+    if (r->moe_dropped > 0)
+        fprintf(f, "                        %.2f%% of the routed tokens dropped at --moe-expert-capacity-factor\n",
+                100.0 * r->moe_dropped);
     fprintf(f, "imbalance cost          ");
     put_time(f, (double)r->moe_imbalance_ns);
     fprintf(f, " per iteration (%.2f%%) against forced balance (",
@@ -291,6 +295,7 @@ void report_csv(const simulate_result *r, FILE *f)
         irow(f, it, "moe_forced_balance", r->moe_forced_balance, "bool");
         row(f, it, "moe_routing_skew", r->moe_forced_balance ? 0 : r->moe_skew, "Zipf exponent");
         row(f, it, "moe_load_factor", r->moe_load_factor, "x mean");
+        row(f, it, "moe_dropped", r->moe_dropped, "fraction");
         irow(f, it, "moe_balanced_iteration_time", r->moe_balanced_ns, "ns");
         irow(f, it, "moe_imbalance_time", r->moe_imbalance_ns, "ns");
     }

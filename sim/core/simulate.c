@@ -246,6 +246,7 @@ static int moe_summary(const config *c, const simulate_opts *o, const plan *pl, 
     R->moe_dispatcher = e->dispatcher == MOE_DISPATCH_FLEX ? "flex with DeepEP" : "alltoall";
     R->moe_skew = e->routing_skew;
     R->moe_load_factor = pl->moe_load_factor;
+    R->moe_dropped = pl->moe_dropped;
     R->moe_balanced_ns = R->iteration_ns;
     if (e->force_load_balancing || e->routing_skew <= 0 || e->pad_to_capacity)
         return TS_OK;

@@ -131,6 +131,7 @@ typedef struct {
     bool moe_forced_balance;    /* --moe-router-force-load-balancing */
     const char *moe_dispatcher; /* static: "alltoall" or "flex with DeepEP" */
     double moe_skew;            /* --moe-routing-skew (unused under forced balance) */
+    double moe_dropped;         /* fraction of the routed tokens dropped at capacity (0: dropless) */
     double moe_load_factor;     /* the busiest EP rank's routed tokens over the mean */
     int64_t moe_balanced_ns;    /* the same run's iteration under forced balance (= iteration_ns when
                                      balance is forced or the skew is 0) */

@@ -91,6 +91,13 @@ check_sh "the busiest of 8 EP ranks gets more than the mean at skew 0.3 (load fa
     'awk -v x="$lf" "BEGIN { exit !(x > 1.05 && x < 3) }"'
 check_sh "forced balance: load factor 1, no imbalance cost" \
     '[ "$(val bal iteration moe_load_factor)" = 1 ] && [ "$(val bal iteration moe_imbalance_time)" = 0 ]'
+# a capacity factor caps the busiest rank (1.25 x the mean, up to the ceiling of a capacity) and drops tokens
+csv cap $S --gpus 8 --num-experts 8 --expert-model-parallel-size 8 --moe-expert-capacity-factor 1.25
+lfc=$(val cap iteration moe_load_factor); dr=$(val cap iteration moe_dropped)
+check_sh "capacity 1.25: busiest rank at most 1.26x the mean ($lfc), tokens dropped ($dr)" \
+    'awk -v x="$lfc" -v d="$dr" "BEGIN { exit !(x > 1.2 && x <= 1.26 && d > 0 && d < 0.5) }"'
+check_sh "capacity 1.25 runs faster than dropless at the same skew" \
+    '[ "$(val cap iteration iteration_time)" -lt "$it_s" ] && [ "$(val skew iteration moe_dropped)" = 0 ]'
 grep -q "^imbalance cost .* against forced balance" "$tmp/skew.txt" && ok "the text report gives the imbalance cost" ||
     bad "no imbalance cost line in the text report"
 # an EP group across nodes is slower than one inside a node: one expert of the same size per rank, forced
