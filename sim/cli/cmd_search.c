@@ -386,6 +386,11 @@ static int script_model(search_args *a, model_config *m, char *gpu, size_t gpu_b
         flags_note_ignored(&fs, stderr);           /* the script's Megatron-LM flags that cannot change performance */
     if (!rc && (rc = flags_finish(&fs, &ft, err))) /* the script's layout, say, on the GPUs given */
         err_prefix(err, "--megatron-script %s: ", a->script);
+    if (!rc && c.moe.num_experts > 0) /* the search's space has no expert dimension: never search it as dense */
+        rc = err_set(err, TS_EINVAL,
+                     "--megatron-script %s: --num-experts %d: not modelled by search (EP is not a search dimension; "
+                     "simulate the layout with trainsim simulate)",
+                     a->script, c.moe.num_experts);
     if (!rc) {
         *m = c.model;
         if (!a->gpus)
@@ -413,6 +418,11 @@ static int build_space(const search_args *a, const model_config *base, search_sp
     int rc = catalog_model_preset(a->model, &preset, err);
     if (rc)
         return err_prefix(err, "--model: ");
+    if (!base && preset.moe.num_experts > 0)
+        return err_set(err, TS_EINVAL,
+                       "--model %s: a mixture of experts is not modelled by search (EP is not a search dimension; "
+                       "simulate a layout with trainsim simulate --model %s)",
+                       a->model, a->model);
     model_config m = base ? *base : preset.model;
     if (a->num_layers)
         m.num_layers = a->num_layers;

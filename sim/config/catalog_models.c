@@ -5,6 +5,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "sim/config/moe_flags.h"
 #include "sim/util/csvio.h"
 #include "sim/util/opt.h"
 
@@ -43,6 +44,63 @@ void catalog_models_free(catalog_models *c)
         return;
     free(c->models);
     free(c);
+}
+
+/* An optional integer column: absent or empty leaves *out. */
+static int opt_int(const csvio_table *t, size_t r, const char *col, long min, long max, int *out, ts_err *err)
+{
+    if (csvio_col(t, col) < 0 || csvio_empty(t, r, col))
+        return TS_OK;
+    return csvio_get_int(t, r, col, min, max, out, err);
+}
+
+/* The optional MoE and MLA columns (catalog_models.h) over Megatron-LM's
+ * defaults (moe_flags.c). */
+static int moe_cols(const csvio_table *t, size_t r, catalog_model *m, ts_err *err)
+{
+    moe_config *e = &m->moe;
+    const long BIG = 1L << 26;
+    int rc, disp = MOE_DISPATCH_ALLGATHER;
+    e->topk = 2;
+    e->layer_freq = 1;
+    e->ep = 1;
+    e->mla_kv_lora_rank = 32;
+    e->mla_qk_head_dim = 128;
+    e->mla_qk_pos_emb_head_dim = 64;
+    e->mla_v_head_dim = 128;
+    e->routing_skew = MOE_ROUTING_SKEW_DEFAULT;
+    if ((rc = opt_int(t, r, "kv_channels", 1, BIG, &m->model.kv_channels, err)) ||
+        (rc = opt_int(t, r, "num_experts", 1, BIG, &e->num_experts, err)) ||
+        (rc = opt_int(t, r, "moe_router_topk", 1, BIG, &e->topk, err)) ||
+        (rc = opt_int(t, r, "moe_ffn_hidden_size", 1, BIG, &e->ffn_hidden_size, err)) ||
+        (rc = opt_int(t, r, "moe_shared_expert_intermediate_size", 1, BIG, &e->shared_ffn_hidden_size, err)) ||
+        (rc = opt_int(t, r, "moe_router_num_groups", 1, BIG, &e->router_num_groups, err)) ||
+        (rc = opt_int(t, r, "moe_router_group_topk", 1, BIG, &e->router_group_topk, err)) ||
+        (rc = opt_int(t, r, "expert_model_parallel_size", 1, BIG, &e->ep, err)) ||
+        (rc = opt_int(t, r, "expert_tensor_parallel_size", 1, BIG, &e->etp, err)) ||
+        (rc = opt_int(t, r, "q_lora_rank", 1, BIG, &e->mla_q_lora_rank, err)) ||
+        (rc = opt_int(t, r, "kv_lora_rank", 1, BIG, &e->mla_kv_lora_rank, err)) ||
+        (rc = opt_int(t, r, "qk_head_dim", 1, BIG, &e->mla_qk_head_dim, err)) ||
+        (rc = opt_int(t, r, "qk_pos_emb_head_dim", 1, BIG, &e->mla_qk_pos_emb_head_dim, err)) ||
+        (rc = opt_int(t, r, "v_head_dim", 1, BIG, &e->mla_v_head_dim, err)))
+        return rc;
+    if (csvio_col(t, "multi_latent_attention") >= 0 && !csvio_empty(t, r, "multi_latent_attention") &&
+        (rc = csvio_get_bool(t, r, "multi_latent_attention", &e->mla, err)))
+        return rc;
+    if (csvio_col(t, "moe_token_dispatcher_type") >= 0 && !csvio_empty(t, r, "moe_token_dispatcher_type")) {
+        if ((rc = csvio_get_enum(t, r, "moe_token_dispatcher_type", MOE_DISPATCHER_NAMES, &disp, err)))
+            return rc;
+        e->dispatcher = disp;
+    }
+    if (csvio_col(t, "moe_layer_freq") >= 0 && !csvio_empty(t, r, "moe_layer_freq")) {
+        const char *v;
+        if ((rc = csvio_get_str(t, r, "moe_layer_freq", &v, err)))
+            return rc;
+        ts_err pe;
+        if (moe_flags_parse_layer_freq(v, m->model.num_layers, &e->layer_freq, &e->first_dense_layers, &pe))
+            return csvio_errf(t, r, "moe_layer_freq", err, "%s", pe.msg);
+    }
+    return TS_OK;
 }
 
 static int model_row(const csvio_table *t, size_t r, catalog_model *m, ts_err *err)
@@ -98,6 +156,8 @@ static int model_row(const csvio_table *t, size_t r, catalog_model *m, ts_err *e
     mc->add_bias_linear = !no_bias;
     mc->kv_channels = mc->hidden_size / mc->num_attention_heads;
     mc->max_position_embeddings = mc->seq_length;
+    if ((rc = moe_cols(t, r, m, err)))
+        return rc;
     mc->vocab_size = 0; /* the preset gives the padded size */
     if (strlen(sched_name) >= sizeof m->schedule)
         return csvio_errf(t, r, "schedule", err, "'%s' is too long", sched_name);

@@ -28,6 +28,17 @@ typedef struct {
                                   * distributed optimizer (dp, vp, schedule left 0) */
     char schedule[16];                 /* layout: schedule name (sched_kind_parse) */
     char source[CATALOG_SOURCE_BYTES]; /* layout_source: which values are published */
+    /* optional columns (absent or empty: Megatron-LM's default): kv_channels
+     * (0 = h / a), the MoE shape and layout (num_experts, moe_router_topk,
+     * moe_ffn_hidden_size, moe_shared_expert_intermediate_size,
+     * moe_layer_freq as Megatron's N or "([0]*K+[1]*M)", moe_router_num_groups,
+     * moe_router_group_topk, expert_model_parallel_size,
+     * expert_tensor_parallel_size, moe_token_dispatcher_type) and MLA's
+     * (multi_latent_attention, q_lora_rank, kv_lora_rank, qk_head_dim,
+     * qk_pos_emb_head_dim, v_head_dim): moe.num_experts 0 for a dense
+     * preset. moe.layer_freq / first_dense_layers are parsed; moe.etp 0 =
+     * unset (t). */
+    moe_config moe;
 } catalog_model;
 
 typedef struct {

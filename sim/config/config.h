@@ -61,7 +61,7 @@ typedef enum {
 #define CONFIG_RC_MLP            0x02u               /* the MLP: FC1, activation, FC2 */
 #define CONFIG_RC_LAYERNORM      0x04u               /* the two norms' outputs */
 #define CONFIG_RC_MOE            0x08u               /* needs MoE: not modelled */
-#define CONFIG_RC_MOE_ACT        0x10u               /* needs MoE: not modelled */
+#define CONFIG_RC_MOE_ACT        0x10u               /* the routed experts' activation (MoE models) */
 #define CONFIG_RC_MLA_UP_PROJ    0x20u               /* needs MLA: not modelled */
 #define CONFIG_RC_SHARED_EXPERTS 0x40u               /* needs MoE: not modelled */
 #define CONFIG_RC_DEFAULT        CONFIG_RC_CORE_ATTN /* Megatron-core's default */
@@ -191,6 +191,7 @@ typedef struct {
     bool pad_to_capacity;        /* --moe-pad-expert-input-to-capacity */
     int drop_policy;             /* --moe-token-drop-policy, config_moe_drop */
     bool force_load_balancing;   /* --moe-router-force-load-balancing */
+    double routing_skew;         /* --moe-routing-skew (trainsim's): Zipf exponent of expert popularity (moe.h) */
     int dispatcher;              /* --moe-token-dispatcher-type, config_moe_dispatcher */
     bool enable_deepep;          /* --moe-enable-deepep (flex dispatcher with DeepEP) */
     bool grouped_gemm;           /* --moe-grouped-gemm */

@@ -46,10 +46,12 @@ static int add_model_flags(flags_state *s, opt_table *t, config *c, ts_err *err)
     SECTION("Model (defaults are Megatron-LM's; --model NAME starts from a preset instead)");
     ADD(.name = "--model", .type = OPT_STRING, .target = &s->model, .metavar = "NAME",
         .defval = "none: Megatron-LM's defaults (no flag at all: the built-in default, " FLAGS_DEFAULT_MODEL ")",
-        .help = "model preset from topologies/models.csv: gpt3-175b; megatron-1.7b, -3.6b, -7.5b, -18.4b, -39.1b, "
-                "-76.1b, -145.6b, -310.1b, -529.6b, -1t (Narayanan et al. 2021 Table 1); llama2-7b, -13b, -70b; "
-                "llama3-8b, -70b, -405b; bloom-176b. It sets the shape and the starting layout (GPUs, t, p, batch, "
-                "recompute, schedule); every flag below overrides it (trainsim config --list-models)");
+        .help =
+            "model preset from topologies/models.csv: gpt3-175b; megatron-1.7b, -3.6b, -7.5b, -18.4b, -39.1b, "
+            "-76.1b, -145.6b, -310.1b, -529.6b, -1t (Narayanan et al. 2021 Table 1); llama2-7b, -13b, -70b; "
+            "llama3-8b, -70b, -405b, -405b-128k; bloom-176b; mixtures of experts mixtral-8x7b, -8x22b, deepseek-v3, "
+            "qwen3-235b-a22b, qwen3-30b-a3b. It sets the shape and the starting layout (GPUs, t, p, batch, "
+            "recompute, schedule); every flag below overrides it (trainsim config --list-models)");
     ADD(.name = "--num-layers", .type = OPT_INT, .target = &m->num_layers, .min = 1, .max = 100000, .unit = "layers",
         .defval = "required", .help = "transformer layers");
     ADD(.name = "--hidden-size", .type = OPT_INT, .target = &m->hidden_size, .min = 1, .max = 1 << 24,
@@ -174,8 +176,8 @@ static int add_parallel_flags(flags_state *s, opt_table *t, config *c, ts_err *e
     ADD(.name = "--recompute-modules", .type = OPT_STRING, .target = &s->recompute_modules, .metavar = "MODULE...",
         .defval = "core_attn",
         .help = "selective recomputation: the modules re-run in the backward, one or more of core_attn (scores, "
-                "softmax, dropout, attention.V), mlp (FC1, activation, FC2), layernorm (the norms' outputs); moe, "
-                "moe_act, mla_up_proj, shared_experts need MoE/MLA and are refused");
+                "softmax, dropout, attention.V), mlp (FC1, activation, FC2), layernorm (the norms' outputs), moe_act "
+                "(the routed experts' activation; MoE models); moe, mla_up_proj, shared_experts are refused");
     ADD(.name = "--use-distributed-optimizer", .type = OPT_BOOL, .target = &p->distributed_optimizer,
         .help = "shard optimizer state over data-parallel ranks (ZeRO-1 like)");
     ADD(.name = "--overlap-grad-reduce", .type = OPT_BOOL, .target = &p->overlap_grad_reduce,
@@ -663,6 +665,7 @@ static int preset_base(const catalog_model *pm, config *b, ts_err *err)
     b->model.hidden_dropout = MEGATRON_DROPOUT;
     b->model.attention_backend = ATTN_BACKEND_AUTO; /* no preset sets it: Megatron-LM's default */
     b->par = pm->par;
+    b->moe = pm->moe;
     b->cluster.gpus = pm->gpus;
     if (sched_kind_parse(pm->schedule, &b->par.schedule, err))
         return err_prefix(err, "model preset %s (topologies/models.csv), column 'schedule': ", pm->model.name);
@@ -753,6 +756,10 @@ static int resolve_model(flags_state *s, const opt_table *t, const config *base,
     /* --kv-channels: Megatron-LM derives h / a */
     if (opt_was_set(t, "--kv-channels")) {
         s->src[FLAGS_F_KV] = FLAGS_SRC_FLAG;
+    } else if (preset && !set_h && !set_heads && q->kv_channels > 0 && q->num_attention_heads > 0 &&
+               q->kv_channels != q->hidden_size / q->num_attention_heads) {
+        m->kv_channels = q->kv_channels; /* the preset's head size (models.csv kv_channels) */
+        s->src[FLAGS_F_KV] = basesrc;
     } else {
         m->kv_channels = m->num_attention_heads > 0 && m->hidden_size % m->num_attention_heads == 0
                              ? m->hidden_size / m->num_attention_heads
@@ -1187,6 +1194,8 @@ int flags_finish(flags_state *s, const opt_table *t, ts_err *err)
     if ((rc = resolve_model(s, t, &base, basesrc, err)) || (rc = resolve_layout(s, t, &base, basesrc, err)) ||
         (rc = resolve_vocab(s, t, &base, basesrc, err)))
         return rc;
+    if (basesrc != FLAGS_SRC_MEGATRON) /* the preset's experts and MLA, where no flag overrides them */
+        moe_flags_take(&s->moe, t, &base.moe, c);
     parallel_config *p = &c->par;
     if (p->global_batch_size == 0) { /* Megatron-LM: b x d */
         long tpp = (long)p->tp * p->pp * config_cp(c);

@@ -30,7 +30,9 @@ int moe_flags_register(moe_flags_state *s, opt_table *t, config *c, ts_err *err)
     e->mla_qk_head_dim = 128;
     e->mla_qk_pos_emb_head_dim = 64;
     e->mla_v_head_dim = 128;
-    if ((rc = opt_section(t, "Mixture of experts and multi-latent attention (validated; not yet simulated)", err)))
+    e->routing_skew = MOE_ROUTING_SKEW_DEFAULT;
+    if ((rc = opt_section(t, "Mixture of experts (alltoall dispatcher, ETP 1) and multi-latent attention (refused)",
+                          err)))
         return rc;
     ADD(.name = "--num-experts", .type = OPT_INT, .target = &e->num_experts, .min = 1, .max = 1 << 20,
         .unit = "experts", .defval = "none (dense)", .help = "routed experts per MoE layer");
@@ -58,6 +60,11 @@ int moe_flags_register(moe_flags_state *s, opt_table *t, config *c, ts_err *err)
         .help = "which tokens an over-capacity expert drops: lowest router probabilities, or latest positions");
     ADD(.name = "--moe-router-force-load-balancing", .type = OPT_BOOL, .target = &e->force_load_balancing,
         .help = "route tokens evenly over the experts (benchmarking)");
+    ADD(.name = "--moe-routing-skew", .type = OPT_DOUBLE, .target = &e->routing_skew, .min = 0, .max = 100,
+        .unit = "Zipf exponent", .defval = "0.3",
+        .help = "trainsim's routing model when balance is not forced: expert popularity follows Zipf's law with "
+                "this exponent over a fixed random order of the experts (0 = balance; the default is an "
+                "assumption, not fitted: docs/moe.md)");
     ADD(.name = "--moe-token-dispatcher-type", .type = OPT_ENUM, .target = &e->dispatcher,
         .enum_names = MOE_DISPATCHER_NAMES, .defval = "allgather",
         .help = "token dispatch: all-gather/reduce-scatter, all-to-all, or flex (DeepEP)");
@@ -84,6 +91,36 @@ int moe_flags_register(moe_flags_state *s, opt_table *t, config *c, ts_err *err)
     ADD(.name = "--v-head-dim", .type = OPT_INT, .target = &e->mla_v_head_dim, .min = 1, .max = 1 << 20,
         .unit = "elements", .defval = "128", .help = "MLA: value head size");
     return TS_OK;
+}
+
+void moe_flags_take(const moe_flags_state *s, const opt_table *t, const moe_config *base, config *c)
+{
+    moe_config *e = &c->moe;
+#define MOE_TAKE(flag, field)                                                                                          \
+    do {                                                                                                               \
+        if (!opt_was_set(t, flag))                                                                                     \
+            e->field = base->field;                                                                                    \
+    } while (0)
+    MOE_TAKE("--num-experts", num_experts);
+    MOE_TAKE("--moe-router-topk", topk);
+    MOE_TAKE("--moe-ffn-hidden-size", ffn_hidden_size);
+    MOE_TAKE("--moe-shared-expert-intermediate-size", shared_ffn_hidden_size);
+    MOE_TAKE("--moe-router-num-groups", router_num_groups);
+    MOE_TAKE("--moe-router-group-topk", router_group_topk);
+    MOE_TAKE("--expert-model-parallel-size", ep);
+    MOE_TAKE("--expert-tensor-parallel-size", etp);
+    MOE_TAKE("--moe-token-dispatcher-type", dispatcher);
+    MOE_TAKE("--multi-latent-attention", mla);
+    MOE_TAKE("--q-lora-rank", mla_q_lora_rank);
+    MOE_TAKE("--kv-lora-rank", mla_kv_lora_rank);
+    MOE_TAKE("--qk-head-dim", mla_qk_head_dim);
+    MOE_TAKE("--qk-pos-emb-head-dim", mla_qk_pos_emb_head_dim);
+    MOE_TAKE("--v-head-dim", mla_v_head_dim);
+#undef MOE_TAKE
+    if (!s->layer_freq) {
+        e->layer_freq = base->layer_freq > 0 ? base->layer_freq : 1;
+        e->first_dense_layers = base->first_dense_layers;
+    }
 }
 
 /* A non-negative decimal integer filling [p, end), or -1. */
@@ -205,6 +242,35 @@ static int check_mla(const moe_config *e, const opt_table *t, ts_err *err)
     return TS_OK;
 }
 
+/* A valid MoE configuration the simulator's MoE layer ops do not cover
+ * yet: TS_EINVAL naming the flag and what is modelled. */
+static int check_modelled(const moe_config *e, const config *c, ts_err *err)
+{
+    if (e->dispatcher == MOE_DISPATCH_ALLGATHER || (e->dispatcher == MOE_DISPATCH_FLEX && !e->enable_deepep))
+        return err_set(err, TS_EINVAL,
+                       "--moe-token-dispatcher-type %s%s: not modelled (the MoE block is simulated with the alltoall "
+                       "dispatcher, or flex with --moe-enable-deepep: give one of them)",
+                       MOE_DISPATCHER_NAMES[e->dispatcher],
+                       e->dispatcher == MOE_DISPATCH_FLEX ? " without DeepEP" : "");
+    if (e->etp > 1)
+        return err_set(err, TS_EINVAL,
+                       "--expert-tensor-parallel-size %d: not modelled (expert tensor parallelism; its default is "
+                       "--tensor-model-parallel-size: give --expert-tensor-parallel-size 1)",
+                       e->etp);
+    if (e->capacity_factor > 0 && e->capacity_factor < 1)
+        return err_set(err, TS_EINVAL,
+                       "--moe-expert-capacity-factor %g: not modelled below 1 (the busiest rank is costed at no "
+                       "less than the mean load; give 1 or more)",
+                       e->capacity_factor);
+    if (config_cp(c) > 1)
+        return err_set(err, TS_EINVAL, "--context-parallel-size %d with --num-experts: not modelled together (give 1)",
+                       config_cp(c));
+    if (c->par.torch_fsdp2 || c->par.megatron_fsdp)
+        return err_set(err, TS_EINVAL, "%s with --num-experts: not modelled (expert sharding under FSDP; remove it)",
+                       c->par.torch_fsdp2 ? "--use-torch-fsdp2" : "--use-megatron-fsdp");
+    return TS_OK;
+}
+
 int moe_flags_finish(const moe_flags_state *s, const opt_table *t, config *c, ts_err *err)
 {
     moe_config *e = &c->moe;
@@ -233,6 +299,12 @@ int moe_flags_finish(const moe_flags_state *s, const opt_table *t, config *c, ts
                 return err_set(err, TS_EINVAL, "%s needs --num-experts", NEED[i]);
         e->etp = c->par.tp;
         e->edp = c->par.dp;
+        if (opt_was_set(t, "--moe-routing-skew"))
+            return err_set(err, TS_EINVAL, "--moe-routing-skew needs --num-experts");
+        if (c->par.recompute_modules & CONFIG_RC_MOE_ACT)
+            return err_set(err, TS_EINVAL,
+                           "--recompute-modules moe_act needs --num-experts (valid for a dense model: core_attn, mlp, "
+                           "layernorm)");
         if (e->mla)
             return err_set(err, TS_EINVAL,
                            "--multi-latent-attention: not modelled by the simulator's layer ops yet (remove it)");
@@ -247,9 +319,5 @@ int moe_flags_finish(const moe_flags_state *s, const opt_table *t, config *c, ts
         return rc;
     if ((rc = check_routing(e, t, err)) || (rc = check_layout(e, c, err)))
         return rc;
-    return err_set(err, TS_EINVAL,
-                   "--num-experts: not modelled: mixture of experts layers (the layout is valid: ep %d x etp %d x "
-                   "edp %d per pipeline stage, top-%d of %d experts; the layer ops, dispatch and imbalance are not "
-                   "simulated yet)",
-                   e->ep, e->etp, e->edp, e->topk, e->num_experts);
+    return check_modelled(e, c, err);
 }

@@ -25,9 +25,15 @@
  *     expressions are refused (not modelled);
  *   - multi-latent attention: --kv-lora-rank, --qk-head-dim,
  *     --qk-pos-emb-head-dim, --v-head-dim >= 1.
- * A valid MoE or MLA configuration is then refused as not modelled by the
- * simulator's layer ops (TS_EINVAL): the message gives the layout the rules
- * accepted. Parameter and FLOP closed forms live in sim/model/moe.h.
+ * A valid configuration is then refused (TS_EINVAL naming the flag) where
+ * the simulator does not model it: the allgather dispatcher, flex without
+ * --moe-enable-deepep, --expert-tensor-parallel-size > 1, a capacity
+ * factor below 1, context parallelism or FSDP with experts; multi-latent
+ * attention without experts (with them, and group-limited routing, the
+ * simulator's plan refuses them: sim/core/plan_moe.h). --moe-routing-skew (trainsim's own,
+ * default MOE_ROUTING_SKEW_DEFAULT) sets the routing model's Zipf exponent;
+ * it and --recompute-modules moe_act need --num-experts. Parameter and FLOP
+ * closed forms live in sim/model/moe.h.
  */
 #ifndef TRAINSIM_MOE_FLAGS_H
 #define TRAINSIM_MOE_FLAGS_H
@@ -35,6 +41,14 @@
 #include "sim/config/config.h"
 #include "sim/util/err.h"
 #include "sim/util/opt.h"
+
+/* --moe-routing-skew's default: an assumption, not a fit. A router trained
+ * with an auxiliary load-balancing loss keeps the experts near balance but
+ * not at it; no measured per-expert load is in ../shared/reference, so the
+ * default is a mild Zipf exponent: with it DeepSeek-V3's 256 experts give
+ * the busiest of 8 EP ranks 1.07x the mean tokens, of 64 ranks 1.79x
+ * (docs/moe.md). */
+#define MOE_ROUTING_SKEW_DEFAULT 0.3
 
 /* What the MoE flags set besides c->moe (plain values; layer_freq points
  * into the parsed argv, borrowed). */
@@ -45,6 +59,11 @@ typedef struct {
 /* Add the MoE and MLA flags to t, with c->moe at Megatron-LM's defaults.
  * TS_ENOMEM. */
 int moe_flags_register(moe_flags_state *s, opt_table *t, config *c, ts_err *err);
+
+/* A model preset's experts and MLA (base: catalog_models.h's moe) into
+ * c->moe for every flag of them not given (--moe-layer-freq: the preset's
+ * parsed layer_freq and first_dense_layers). Before moe_flags_finish. */
+void moe_flags_take(const moe_flags_state *s, const opt_table *t, const moe_config *base, config *c);
 
 /* Resolve and check c->moe against c's resolved dense layout (see above).
  * TS_EINVAL naming the flags. */

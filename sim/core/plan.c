@@ -40,6 +40,7 @@ int plan_alloc(int p, int v, plan **out)
     pl->v = v;
     pl->n_stages = p * v;
     pl->d = 1;
+    pl->edp = 1;
     pl->stages = calloc((size_t)pl->n_stages, sizeof *pl->stages);
     pl->optim = malloc((size_t)p * sizeof *pl->optim);
     pl->param_gather = malloc((size_t)p * sizeof *pl->param_gather);
@@ -153,6 +154,6 @@ const char *plan_stream_name(int s)
 const char *plan_cat_name(int c)
 {
     static const char *const names[PLAN_CAT_COUNT] = {"forward", "backward", "recompute", "optimizer",
-                                                      "tp",      "pp",       "dp"};
+                                                      "tp",      "pp",       "dp",        "ep"};
     return c >= 0 && c < PLAN_CAT_COUNT ? names[c] : "?";
 }

@@ -54,6 +54,7 @@ typedef enum {
     PLAN_CAT_TP,      /* tensor-parallel communication */
     PLAN_CAT_PP,      /* pipeline communication */
     PLAN_CAT_DP,      /* data-parallel communication */
+    PLAN_CAT_EP,      /* expert-parallel communication: the MoE dispatcher's all-to-alls (on the TP stream) */
     PLAN_CAT_COUNT
 } plan_cat;
 
@@ -101,6 +102,7 @@ typedef struct {
      * memory changes (replacing alloc_bytes / free_bytes) */
     uint32_t seg_first, seg_n;
     int64_t tp_exposed_ns;
+    int64_t ep_exposed_ns; /* of tp_exposed_ns, the MoE all-to-alls' part (report: exposed EP) */
     uint32_t mem_first, mem_n;
 } plan_step;
 
@@ -123,7 +125,9 @@ typedef struct {
     int n_buckets;
     uint32_t fsdp_gather[PLAN_PASSES]; /* FSDP with sharded parameters: the exposed part of the pass's
                                           per-layer parameter all-gathers (PLAN_NO_STEP: none) */
-    int64_t params;                    /* parameters one TP rank holds for this stage */
+    int64_t params;                    /* parameters one TP rank holds for this stage (experts included) */
+    int64_t expert_params;             /* of params, the routed experts' (reduced over the expert-data-parallel
+                                          group, sharded over it by the distributed optimizer) */
     int64_t p2p_bytes;                 /* message per micro-batch to a neighbour stage */
 } plan_stage;
 
@@ -151,6 +155,9 @@ typedef struct {
     int64_t *optim_bytes;
     int64_t p2p_buffer_bytes; /* receive buffer held from a receive until its pass starts */
     int d;                    /* data-parallel size (1: no reduction steps) */
+    int edp;                  /* expert-data-parallel size: ranks the expert gradients are reduced over */
+    double moe_load_factor;   /* MoE: the busiest EP rank's routed tokens over the mean (1: balance; 0: dense) */
+    double moe_dropped;       /* MoE: fraction of the routed tokens over an expert's capacity (dropped) */
     bool overlap_grad_reduce;
     bool distributed_optimizer;
     uint32_t max_pass_steps; /* longest pass range (scratch size for lowering) */

@@ -5,10 +5,13 @@
 #include <string.h>
 
 #include "sim/core/overlap.h"
+#include "sim/core/plan_collapse.h"
+#include "sim/core/plan_moe.h"
 #include "sim/model/cp.h"
 #include "sim/model/flops.h"
 #include "sim/model/fp8.h"
 #include "sim/model/layer.h"
+#include "sim/model/moe.h"
 #include "sim/util/grow.h"
 
 /* Megatron-LM's default gradient bucket with --overlap-grad-reduce:
@@ -39,10 +42,11 @@ typedef struct {
     int32_t prev_last; /* step of the previous list's last op (relative) */
     bool seen[PLAN_STREAMS];
     int stage;
-    bool tpo; /* --tp-comm-overlap: userbuffers closed forms (overlap.h) */
-    bool ub;  /* the list being added is a transformer layer's (tpo applies) */
-    int sms;  /* the GPU's SMs (overlap_gpu_sms; 0 unknown) */
-    int gpn;  /* GPUs per node (context-parallel groups' placement) */
+    bool tpo;       /* --tp-comm-overlap: userbuffers closed forms (overlap.h) */
+    bool ub;        /* the list being added is a transformer layer's (tpo applies) */
+    int sms;        /* the GPU's SMs (overlap_gpu_sms; 0 unknown) */
+    int gpn;        /* GPUs per node (context-parallel groups' placement) */
+    int64_t a2a_ns; /* MoE: one all-to-all over the expert-parallel group (plan_moe.h) */
 } pass_builder;
 
 static int ranks_per_node(int n, int stride, int gpn);
@@ -161,6 +165,10 @@ static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_
             }
             plan_step x = plan_step_init(op->name, PLAN_STREAM_TP, PLAN_CAT_TP, b->stage,
                                          commcost_ns(b->cc, op->coll, op->bytes, &g));
+            if (op->a2a) { /* the MoE dispatcher's all-to-all over the expert-parallel group (moe.h) */
+                x.cat = PLAN_CAT_EP;
+                x.dur_ns = b->a2a_ns;
+            }
             x.comm_bytes = op->bytes;
             x.comm_coll = (uint8_t)op->coll;
             commcost_flow_terms(b->cc, op->coll, op->bytes, &g, &x.comm_bw_factor, &x.comm_lat_ns);
@@ -211,31 +219,6 @@ static void pb_close_bucket(pass_builder *b, int k)
     b->open = -1;
 }
 
-/* Per-layer memory of one recompute variant. */
-typedef struct {
-    int64_t kept;   /* allocated by F */
-    int64_t by_rc;  /* re-created by R */
-    int64_t free_i; /* of kept + by_rc: freed when I ends */
-    int64_t free_w; /* freed when W ends */
-} layer_mem;
-
-static int saved_mem(const layer_saved_list *l, layer_mem *m)
-{
-    memset(m, 0, sizeof *m);
-    for (int i = 0; i < l->n; i++) {
-        const layer_tensor *t = &l->t[i];
-        if (t->kept_after_f)
-            m->kept += t->bytes;
-        else
-            m->by_rc += t->bytes;
-        if (t->free_when == LAYER_FREE_AFTER_I)
-            m->free_i += t->bytes;
-        else
-            m->free_w += t->bytes;
-    }
-    return TS_OK;
-}
-
 typedef struct {
     const config *c;
     layer_shape rc, none;     /* recompute as configured; no recompute */
@@ -243,7 +226,8 @@ typedef struct {
     layer_ops nb, ni, nw;     /* no-recompute B, I, W (layers not recomputed) */
     layer_ops ef, eb, ei, ew; /* embedding */
     layer_ops of, ob, oi, ow; /* output layer */
-    layer_mem m_rc, m_none, m_emb, m_out;
+    plan_layer_mem m_rc, m_none, m_emb, m_out;
+    plan_moe moe;         /* the MoE layers' ops, memory and parameters (mo->moe.on: the model has some) */
     int64_t params_layer; /* per TP rank */
     int64_t bucket_params;
     int64_t cp_tf, cp_tb; /* context parallelism's transient buffers of a layer's forward / backward (cp.h) */
@@ -265,7 +249,7 @@ static void sync_tp_allreduce(layer_ops *o)
     }
 }
 
-static int model_ops_build(const config *c, model_ops *mo, ts_err *err)
+static int model_ops_build(const config *c, int gpn, const commcost_params *cc, model_ops *mo, ts_err *err)
 {
     int rc;
     memset(mo, 0, sizeof *mo);
@@ -298,10 +282,12 @@ static int model_ops_build(const config *c, model_ops *mo, ts_err *err)
         sync_tp_allreduce(&mo->eb);
         sync_tp_allreduce(&mo->ob);
     }
-    if ((rc = layer_saved_build(&mo->rc, &sl, err)) || (rc = saved_mem(&sl, &mo->m_rc)) ||
-        (rc = layer_saved_build(&mo->none, &sl, err)) || (rc = saved_mem(&sl, &mo->m_none)) ||
-        (rc = layer_embedding_saved(&mo->rc, &sl, err)) || (rc = saved_mem(&sl, &mo->m_emb)) ||
-        (rc = layer_output_saved(&mo->rc, &sl, err)) || (rc = saved_mem(&sl, &mo->m_out)))
+    if ((rc = layer_saved_build(&mo->rc, &sl, err)) || (plan_layer_mem_of(&sl, &mo->m_rc), 0) ||
+        (rc = layer_saved_build(&mo->none, &sl, err)) || (plan_layer_mem_of(&sl, &mo->m_none), 0) ||
+        (rc = layer_embedding_saved(&mo->rc, &sl, err)) || (plan_layer_mem_of(&sl, &mo->m_emb), 0) ||
+        (rc = layer_output_saved(&mo->rc, &sl, err)) || (plan_layer_mem_of(&sl, &mo->m_out), 0))
+        return rc;
+    if ((rc = plan_moe_build(c, &mo->rc, gpn, cc, &mo->moe, err)))
         return rc;
     mo->cp_tf = cp_transient_bytes(&mo->rc, false);
     mo->cp_tb = cp_transient_bytes(&mo->rc, true);
@@ -321,11 +307,12 @@ typedef struct {
     int n;     /* layers in the stage */
     int group; /* layers per recompute group (full uniform); 1 otherwise */
     int n_rc;  /* the first n_rc layers are recomputed (block); n otherwise */
+    int first; /* the stage's first layer in the model (0-based): which layers are MoE */
 } rc_layout;
 
-static rc_layout layout_of(const config *c, int n)
+static rc_layout layout_of(const config *c, int n, int first)
 {
-    rc_layout L = {n, 1, 0};
+    rc_layout L = {n, 1, 0, first};
     const parallel_config *P = &c->par;
     if (P->recompute == RECOMPUTE_SELECTIVE) {
         L.n_rc = n;
@@ -341,14 +328,43 @@ static rc_layout layout_of(const config *c, int n)
     return L;
 }
 
+/* The op lists and memory of layer l of the stage: the MoE layer's or the
+ * dense layer's. */
+typedef struct {
+    const layer_ops *f, *r, *b, *i, *w, *nb, *ni, *nw;
+    const plan_layer_mem *m_rc, *m_none;
+    int64_t params, expert_params;
+} layer_kind;
+
+static layer_kind kind_of(const model_ops *mo, const rc_layout *L, int l)
+{
+    const plan_moe *e = &mo->moe;
+    if (e->on && moe_layer_is_moe(&mo->c->moe, L->first + l))
+        return (layer_kind){&e->f,
+                            &e->r,
+                            &e->b,
+                            &e->i,
+                            &e->w,
+                            &e->nb,
+                            &e->ni,
+                            &e->nw,
+                            &e->m_rc,
+                            &e->m_none,
+                            e->params_dense + e->params_expert,
+                            e->params_expert};
+    return (layer_kind){&mo->f,  &mo->r,  &mo->b,    &mo->i,      &mo->w,           &mo->nb,
+                        &mo->ni, &mo->nw, &mo->m_rc, &mo->m_none, mo->params_layer, 0};
+}
+
 /* Backward-like pass over a stage: kind = PLAN_PASS_B, _I or _W. With
  * bucket_params (B and W), the parameters of each gradient bucket closed in
  * it are stored there and their count in *n_buckets. */
 static int build_bwd(pass_builder *b, const model_ops *mo, const rc_layout *L, bool first, bool last, int kind,
-                     int64_t extra_params, int64_t *bucket_params, int *n_buckets)
+                     int64_t extra_params, int64_t *bucket_params, int64_t *bucket_expert, int *n_buckets)
 {
     int rc = TS_OK;
     int64_t acc = extra_params; /* embedding / output weights: their grads come first or last */
+    int64_t acc_e = 0;          /* of acc, the routed experts' */
     int nb = 0;
     bool buckets = kind != PLAN_PASS_I && bucket_params;
     const layer_ops *o_out = kind == PLAN_PASS_B ? &mo->ob : kind == PLAN_PASS_I ? &mo->oi : &mo->ow;
@@ -362,26 +378,30 @@ static int build_bwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
         /* recompute groups are aligned from the stage's first layer (as F keeps them) */
         int lo = recomputed ? ((hi - 1) / L->group) * L->group : hi - 1;
         if (recomputed && kind != PLAN_PASS_W)
-            for (int l = lo; l < hi && rc == TS_OK; l++) /* a group's other inputs are re-created too */
-                rc = pb_add_layer(b, &mo->r, PLAN_CAT_RECOMP,
-                                  mo->m_rc.by_rc + (l % L->group ? mo->m_rc.kept : 0) + (mo->r.n ? mo->cp_tf : 0),
-                                  mo->r.n ? mo->cp_tf : 0);
+            for (int l = lo; l < hi && rc == TS_OK; l++) { /* a group's other inputs are re-created too */
+                layer_kind K = kind_of(mo, L, l);
+                int64_t cp = K.r->n ? mo->cp_tf : 0;
+                rc = pb_add_layer(b, K.r, PLAN_CAT_RECOMP, K.m_rc->by_rc + (l % L->group ? K.m_rc->kept : 0) + cp, cp);
+            }
         for (int l = hi - 1; l >= lo && rc == TS_OK; l--) {
+            layer_kind K = kind_of(mo, L, l);
             const layer_ops *ops;
-            const layer_mem *m = recomputed ? &mo->m_rc : &mo->m_none;
+            const plan_layer_mem *m = recomputed ? K.m_rc : K.m_none;
             if (kind == PLAN_PASS_B)
-                ops = recomputed ? &mo->b : &mo->nb;
+                ops = recomputed ? K.b : K.nb;
             else if (kind == PLAN_PASS_I)
-                ops = recomputed ? &mo->i : &mo->ni;
+                ops = recomputed ? K.i : K.ni;
             else
-                ops = recomputed ? &mo->w : &mo->nw;
+                ops = recomputed ? K.w : K.nw;
             int64_t tb = kind == PLAN_PASS_W ? 0 : mo->cp_tb; /* the exchange runs in B and I */
             rc = pb_add_layer(b, ops, PLAN_CAT_BWD, tb, FREE_OF(*m) + tb);
-            acc += mo->params_layer;
+            acc += K.params;
+            acc_e += K.expert_params;
             if (buckets && acc >= mo->bucket_params) {
                 bucket_params[nb] = acc;
+                bucket_expert[nb] = acc_e;
                 pb_close_bucket(b, nb++);
-                acc = 0;
+                acc = acc_e = 0;
             }
         }
         hi = lo;
@@ -391,6 +411,7 @@ static int build_bwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
 #undef FREE_OF
     if (buckets && rc == TS_OK && acc > 0) {
         bucket_params[nb] = acc;
+        bucket_expert[nb] = acc_e;
         pb_close_bucket(b, nb++);
     }
     if (n_buckets)
@@ -404,135 +425,16 @@ static int build_fwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
     if (first)
         rc = pb_add(b, &mo->ef, PLAN_CAT_FWD, mo->m_emb.kept, 0);
     for (int l = 0; l < L->n && rc == TS_OK; l++) {
+        layer_kind K = kind_of(mo, L, l);
         int64_t kept;
         if (l >= L->n_rc)
-            kept = mo->m_none.kept;
+            kept = K.m_none->kept;
         else /* full uniform: only a group's first layer keeps its input */
-            kept = (l % L->group == 0) ? mo->m_rc.kept : 0;
-        rc = pb_add_layer(b, &mo->f, PLAN_CAT_FWD, kept + mo->cp_tf, mo->cp_tf);
+            kept = (l % L->group == 0) ? K.m_rc->kept : 0;
+        rc = pb_add_layer(b, K.f, PLAN_CAT_FWD, kept + mo->cp_tf, mo->cp_tf);
     }
     if (last && rc == TS_OK)
         rc = pb_add(b, &mo->of, PLAN_CAT_FWD, mo->m_out.kept, 0);
-    return rc;
-}
-
-/* ---------------------------------------------------------------- collapse */
-
-static int push_seg(plan *pl, const plan_seg *g)
-{
-    if (pl->n_segs == pl->cap_segs &&
-        grow_to((void **)&pl->segs, &pl->cap_segs, (size_t)pl->n_segs + 1, 256, sizeof *pl->segs))
-        return TS_ENOMEM;
-    pl->segs[pl->n_segs++] = *g;
-    return TS_OK;
-}
-
-static int push_mem_ev(plan *pl, int64_t offset_ns, int64_t delta)
-{
-    if (delta == 0)
-        return TS_OK;
-    if (pl->n_mem_evs == pl->cap_mem_evs &&
-        grow_to((void **)&pl->mem_evs, &pl->cap_mem_evs, (size_t)pl->n_mem_evs + 1, 256, sizeof *pl->mem_evs))
-        return TS_ENOMEM;
-    pl->mem_evs[pl->n_mem_evs++] = (plan_mem_ev){offset_ns, delta};
-    return TS_OK;
-}
-
-/* Replace steps [base, n_steps) of a pass (compute and TP steps with
- * relative deps, in program order) by collapsed steps: the ops' timeline is
- * computed once here (each step starts when its stream is free and its deps
- * have ended) and kept as segments. split: a new step after each step that
- * closes a gradient bucket (for the chunk's last backward); otherwise one
- * step. *out gets the new range. */
-static int collapse(plan *pl, uint32_t base, const plan_step *orig, uint32_t n, const char *name, int cat, bool split,
-                    plan_range *out)
-{
-    int64_t *end_rel = malloc(((size_t)n + 1) * sizeof *end_rel);
-    if (!end_rel)
-        return TS_ENOMEM;
-    int rc = TS_OK;
-    uint32_t first_step = pl->n_steps;
-    uint32_t piece_first = 0;
-    int64_t free_ns[PLAN_STREAMS] = {0};
-    plan_step x = plan_step_init(name, PLAN_STREAM_COMPUTE, cat, orig[0].stage, 0);
-    x.root = true;
-    x.seg_first = pl->n_segs;
-    x.mem_first = pl->n_mem_evs;
-    int64_t compute_ns = 0;
-    (void)base;
-    for (uint32_t i = 0; i < n && rc == TS_OK; i++) {
-        const plan_step *o = &orig[i];
-        int64_t start = free_ns[o->stream];
-        for (int k = 0; k < 2; k++)
-            if (o->dep[k] >= (int32_t)piece_first && end_rel[o->dep[k]] > start)
-                start = end_rel[o->dep[k]];
-        end_rel[i] = start + o->dur_ns;
-        free_ns[o->stream] = end_rel[i];
-        if (end_rel[i] > x.dur_ns)
-            x.dur_ns = end_rel[i];
-        plan_seg g = {o->name, o->stream, o->cat, start, o->dur_ns, o->flops, o->comm_bytes};
-        if (o->stream == PLAN_STREAM_COMPUTE)
-            compute_ns += o->dur_ns;
-        x.flops += o->flops;
-        x.alloc_bytes += o->alloc_bytes;
-        x.free_bytes += o->free_bytes;
-        if ((rc = push_seg(pl, &g)) || (rc = push_mem_ev(pl, start, o->alloc_bytes)) ||
-            (rc = push_mem_ev(pl, end_rel[i], -o->free_bytes)))
-            break;
-        if (i + 1 == n || (split && o->dp_bucket >= 0)) {
-            x.dp_bucket = split ? o->dp_bucket : -1;
-            x.seg_n = pl->n_segs - x.seg_first;
-            x.mem_n = pl->n_mem_evs - x.mem_first;
-            x.tp_exposed_ns = x.dur_ns - compute_ns;
-            /* memory changes in time order (stable insertion sort: few) */
-            plan_mem_ev *ev = pl->mem_evs + x.mem_first;
-            for (uint32_t a = 1; a < x.mem_n; a++) {
-                plan_mem_ev t = ev[a];
-                uint32_t b = a;
-                while (b > 0 && ev[b - 1].offset_ns > t.offset_ns) {
-                    ev[b] = ev[b - 1];
-                    b--;
-                }
-                ev[b] = t;
-            }
-            uint32_t id;
-            if ((rc = plan_push_step(pl, &x, &id)))
-                break;
-            /* next piece: a fresh timeline (every collective of this piece
-             * ended within it) */
-            piece_first = i + 1;
-            memset(free_ns, 0, sizeof free_ns);
-            compute_ns = 0;
-            x = plan_step_init(name, PLAN_STREAM_COMPUTE, cat, orig[0].stage, 0);
-            x.seg_first = pl->n_segs;
-            x.mem_first = pl->n_mem_evs;
-        }
-    }
-    free(end_rel);
-    *out = (plan_range){first_step, pl->n_steps - first_step};
-    return rc;
-}
-
-/* Collapse the pass just built at [base, n_steps) in place (its plain steps
- * are dropped), and for B/W with buckets also build the split variant. */
-static int collapse_pass(plan *pl, uint32_t base, int k, bool buckets, plan_stage *S)
-{
-    static const char *const names[PLAN_PASSES] = {"F", "B", "I", "W"};
-    uint32_t n = pl->n_steps - base;
-    if (n == 0) {
-        S->pass[k] = (plan_range){base, 0};
-        return TS_OK;
-    }
-    plan_step *orig = malloc(n * sizeof *orig);
-    if (!orig)
-        return TS_ENOMEM;
-    memcpy(orig, pl->steps + base, n * sizeof *orig);
-    pl->n_steps = base;
-    int cat = k == PLAN_PASS_F ? PLAN_CAT_FWD : PLAN_CAT_BWD;
-    int rc = collapse(pl, base, orig, n, names[k], cat, false, &S->pass[k]);
-    if (rc == TS_OK && buckets && (k == PLAN_PASS_B || k == PLAN_PASS_W))
-        rc = collapse(pl, base, orig, n, names[k], cat, true, &S->pass_final[k]);
-    free(orig);
     return rc;
 }
 
@@ -571,14 +473,16 @@ typedef struct {
     const cost_model *cm;
     const commcost_params *cc;
     plan_opts opts;
-    int gpn;                 /* GPUs per node */
-    int t, d;                /* tensor- and data-parallel sizes */
-    int dt;                  /* bytes of a weight or activation element */
-    int grad_bytes;          /* bytes of a gradient element */
-    commcost_group dp_group; /* the data-parallel group */
-    bool fsdp;               /* --use-torch-fsdp2 or --use-megatron-fsdp */
-    config_sharding shard;   /* what FSDP shards (config_fsdp_sharding) */
-    int64_t params_layer;    /* parameters of one transformer layer per TP rank */
+    int gpn;                  /* GPUs per node */
+    int t, d;                 /* tensor- and data-parallel sizes */
+    int dt;                   /* bytes of a weight or activation element */
+    int grad_bytes;           /* bytes of a gradient element */
+    commcost_group dp_group;  /* the data-parallel group */
+    int edp;                  /* expert-data-parallel size (MoE; 1 otherwise) */
+    commcost_group edp_group; /* the expert gradients' reduction group */
+    bool fsdp;                /* --use-torch-fsdp2 or --use-megatron-fsdp */
+    config_sharding shard;    /* what FSDP shards (config_fsdp_sharding) */
+    int64_t params_layer;     /* parameters of one transformer layer per TP rank */
     ts_err *err;
 } plan_env;
 
@@ -595,6 +499,8 @@ static void plan_env_init(plan_env *E, const config *c, const sched *s, const co
     E->dt = config_dtype_bytes(c);
     E->grad_bytes = c->model.precision == PREC_FP16 ? 2 : 4; /* bf16 accumulates and reduces in fp32 */
     E->dp_group = (commcost_group){E->d, ranks_per_node(E->d, E->t, E->gpn)};
+    E->edp = 1;
+    E->edp_group = (commcost_group){1, 1};
     E->fsdp = P->torch_fsdp2 || P->megatron_fsdp;
     E->shard = config_fsdp_sharding(P);
     E->params_layer = flops_params_stage(&c->model, P->tp, 1, 0, 0);
@@ -660,15 +566,20 @@ static int add_fsdp_gathers(plan *pl, const plan_env *E, int st, int n_layers, b
 }
 
 static int build_stage_passes(plan *pl, const plan_env *E, pass_builder *b, const model_ops *mo, int st,
-                              int64_t *bucket_params, int *n_buckets)
+                              int64_t *bucket_params, int64_t *bucket_expert, int *n_buckets)
 {
     const config *c = E->c;
     plan_stage *S_ = &pl->stages[st];
     int nl = E->s->stages[st].num_layers, rc = TS_OK;
     bool first = st == 0, last = st == pl->n_stages - 1;
-    rc_layout L = layout_of(c, nl);
+    rc_layout L = layout_of(c, nl, E->s->stages[st].first_layer);
     S_->params = flops_params_stage(&c->model, E->t, nl, first, last);
     int64_t extra = S_->params - (int64_t)nl * mo->params_layer;
+    for (int l = 0; l < nl; l++) { /* MoE layers: their rank's share instead of a dense layer's */
+        layer_kind K = kind_of(mo, &L, l);
+        S_->params += K.params - mo->params_layer;
+        S_->expert_params += K.expert_params;
+    }
     bool with_buckets = E->d > 1 && (c->par.overlap_grad_reduce || E->fsdp);
     int nb_b = 0, nb_w = 0;
     for (int k = 0; k < PLAN_PASSES && rc == TS_OK; k++) {
@@ -677,11 +588,12 @@ static int build_stage_passes(plan *pl, const plan_env *E, pass_builder *b, cons
             rc = build_fwd(b, mo, &L, first, last);
         else
             rc = build_bwd(b, mo, &L, first, last, k, extra, with_buckets && k != PLAN_PASS_I ? bucket_params : NULL,
+                           bucket_expert,
                            k == PLAN_PASS_B   ? &nb_b
                            : k == PLAN_PASS_W ? &nb_w
                                               : NULL);
         if (rc == TS_OK && E->opts.inline_tp)
-            rc = collapse_pass(pl, b->base, k, with_buckets, S_);
+            rc = plan_collapse_pass(pl, b->base, k, with_buckets, S_);
         else
             S_->pass[k] = (plan_range){b->base, pl->n_steps - b->base};
         if (rc == TS_ENOMEM)
@@ -701,9 +613,23 @@ static int build_stage_passes(plan *pl, const plan_env *E, pass_builder *b, cons
     return TS_OK;
 }
 
+/* One gradient reduction of params parameters, expert of them routed
+ * experts': the rest over the data-parallel group (d x cp), the experts'
+ * over the expert-data-parallel group (none when edp is 1), one after the
+ * other on the DP stream. */
+static int64_t grad_reduce_ns(const plan_env *E, commcost_coll coll, int64_t params, int64_t expert)
+{
+    int64_t ns = commcost_ns(E->cc, coll, (params - expert) * E->grad_bytes, &E->dp_group);
+    if (expert > 0 && E->edp > 1)
+        ns += commcost_ns(E->cc, coll, expert * E->grad_bytes, &E->edp_group);
+    return ns;
+}
+
 /* Stage st's data-parallel gradient reduction (d > 1): the whole stage's,
- * then one per bucket (bucket_params[0 .. n_buckets-1] parameters). */
-static int add_dp_reduction(plan *pl, const plan_env *E, int st, const int64_t *bucket_params, int n_buckets)
+ * then one per bucket (bucket_params[0 .. n_buckets-1] parameters, of which
+ * bucket_expert[k] the routed experts'). */
+static int add_dp_reduction(plan *pl, const plan_env *E, int st, const int64_t *bucket_params,
+                            const int64_t *bucket_expert, int n_buckets)
 {
     const parallel_config *P = &E->c->par;
     plan_stage *S_ = &pl->stages[st];
@@ -713,14 +639,14 @@ static int add_dp_reduction(plan *pl, const plan_env *E, int st, const int64_t *
     plan_step x = plan_step_init(nm, PLAN_STREAM_DP, PLAN_CAT_DP, st, 0);
     x.comm_coll = (uint8_t)coll;
     x.comm_bytes = S_->params * E->grad_bytes;
-    x.dur_ns = commcost_ns(E->cc, coll, x.comm_bytes, &E->dp_group);
+    x.dur_ns = grad_reduce_ns(E, coll, S_->params, S_->expert_params);
     commcost_flow_terms(E->cc, coll, x.comm_bytes, &E->dp_group, &x.comm_bw_factor, &x.comm_lat_ns);
     if (plan_push_step(pl, &x, &S_->dp_whole))
         return err_set(E->err, TS_ENOMEM, "plan: out of memory");
     S_->n_buckets = n_buckets;
     for (int k = 0; k < n_buckets; k++) {
         x.comm_bytes = bucket_params[k] * E->grad_bytes;
-        x.dur_ns = commcost_ns(E->cc, coll, x.comm_bytes, &E->dp_group);
+        x.dur_ns = grad_reduce_ns(E, coll, bucket_params[k], bucket_expert[k]);
         commcost_flow_terms(E->cc, coll, x.comm_bytes, &E->dp_group, &x.comm_bw_factor, &x.comm_lat_ns);
         uint32_t id;
         if (plan_push_step(pl, &x, &id))
@@ -739,14 +665,15 @@ static int build_stages(plan *pl, const plan_env *E, pass_builder *b, const mode
     for (int st = 0; st < s->p * s->v; st++)
         if (s->stages[st].num_layers > max_layers)
             max_layers = s->stages[st].num_layers;
-    int64_t *bucket_params = malloc(((size_t)max_layers + 2) * sizeof *bucket_params);
+    size_t nb_max = (size_t)max_layers + 2;
+    int64_t *bucket_params = malloc(2 * nb_max * sizeof *bucket_params); /* then the experts' share of each */
     if (!bucket_params)
         return err_set(E->err, TS_ENOMEM, "plan: out of memory");
     for (int st = 0; st < pl->n_stages && rc == TS_OK; st++) {
         int n_buckets = 0;
-        rc = build_stage_passes(pl, E, b, mo, st, bucket_params, &n_buckets);
+        rc = build_stage_passes(pl, E, b, mo, st, bucket_params, bucket_params + nb_max, &n_buckets);
         if (rc == TS_OK && E->d > 1)
-            rc = add_dp_reduction(pl, E, st, bucket_params, n_buckets);
+            rc = add_dp_reduction(pl, E, st, bucket_params, bucket_params + nb_max, n_buckets);
     }
     free(bucket_params);
     return rc;
@@ -790,10 +717,13 @@ static int add_rank_steps(plan *pl, const plan_env *E)
     const parallel_config *P = &c->par;
     int d = E->d, dt = E->dt;
     for (int r = 0; r < pl->p; r++) {
-        int64_t params = 0;
-        for (int ch = 0; ch < pl->v; ch++)
+        int64_t params = 0, expert = 0;
+        for (int ch = 0; ch < pl->v; ch++) {
             params += pl->stages[sched_stage_of(E->s, r, ch)].params;
-        int64_t per_rank = (params + d - 1) / d, layer_params = 0;
+            expert += pl->stages[sched_stage_of(E->s, r, ch)].expert_params;
+        }
+        /* the distributed optimizer shards the dense part over d, the experts over edp */
+        int64_t per_rank = (params - expert + d - 1) / d + (expert + E->edp - 1) / E->edp, layer_params = 0;
         for (int ch = 0; ch < pl->v; ch++)
             layer_params += (int64_t)E->s->stages[sched_stage_of(E->s, r, ch)].num_layers * E->params_layer;
         int64_t shard = P->distributed_optimizer || E->shard >= SHARD_OPTIM ? per_rank : params;
@@ -842,6 +772,10 @@ static int add_rank_steps(plan *pl, const plan_env *E)
             }
             x.dur_ns = commcost_ns(E->cc, COMM_ALL_GATHER, x.comm_bytes, &E->dp_group);
             commcost_flow_terms(E->cc, COMM_ALL_GATHER, x.comm_bytes, &E->dp_group, &x.comm_bw_factor, &x.comm_lat_ns);
+            if (expert > 0 && E->edp > 1 && !P->overlap_param_gather) { /* the experts over edp instead */
+                x.dur_ns = commcost_ns(E->cc, COMM_ALL_GATHER, (params - expert) * dt, &E->dp_group) +
+                           commcost_ns(E->cc, COMM_ALL_GATHER, expert * dt, &E->edp_group);
+            }
             if (plan_push_step(pl, &x, &pl->param_gather[r]))
                 return err_set(E->err, TS_ENOMEM, "plan: out of memory");
         }
@@ -861,11 +795,27 @@ int plan_build_opts(const config *c, const sched *s, const cost_model *cm, const
     plan_env_init(&E, c, s, cm, cc, o, err);
     model_ops *mo = malloc(sizeof *mo);
     plan *pl = NULL;
-    int rc = mo ? model_ops_build(c, mo, err) : err_set(err, TS_ENOMEM, "plan: out of memory");
+    int rc = mo ? model_ops_build(c, E.gpn, cc, mo, err) : err_set(err, TS_ENOMEM, "plan: out of memory");
+    if (rc == TS_OK && mo->moe.on) {
+        E.edp = mo->moe.edp;
+        E.edp_group = mo->moe.edp_group;
+        if (E.d <= 1 && E.edp > 1)
+            rc = err_set(err, TS_EINVAL,
+                         "plan: expert-data-parallel size %d with data-parallel size 1: not modelled (the gradient "
+                         "reduction runs only with d > 1; give --expert-model-parallel-size %d)",
+                         E.edp, c->par.tp);
+        if (rc == TS_OK && o && !o->inline_tp)
+            rc = err_set(err, TS_EINVAL,
+                         "--num-experts with a network model: not modelled (the all-to-alls are costed in closed "
+                         "form only; drop the network option)");
+    }
     if (rc == TS_OK && plan_alloc(s->p, s->v, &pl))
         rc = err_set(err, TS_ENOMEM, "plan: out of memory");
     if (rc == TS_OK) {
         pl->d = E.d;
+        pl->edp = E.edp;
+        pl->moe_load_factor = mo->moe.on ? mo->moe.load_factor : 0;
+        pl->moe_dropped = mo->moe.on ? mo->moe.dropped : 0;
         pl->overlap_grad_reduce = P->overlap_grad_reduce || E.fsdp; /* FSDP reduces per unit during the backward */
         pl->distributed_optimizer = P->distributed_optimizer || E.shard >= SHARD_OPTIM;
         int t = E.t, gpn = E.gpn;
@@ -876,6 +826,7 @@ int plan_build_opts(const config *c, const sched *s, const cost_model *cm, const
                           .tpo = P->tp_comm_overlap && P->sequence_parallel && E.t > 1,
                           .sms = overlap_gpu_sms(c->cluster.gpu.name)};
         b.tp_group = (commcost_group){t, t <= gpn ? t : (t % gpn ? 1 : gpn)};
+        b.a2a_ns = mo->moe.a2a_ns;
         rc = add_pipeline_transfers(pl, &E, &b.tp_group);
         if (rc == TS_OK)
             rc = build_stages(pl, &E, &b, mo);

@@ -132,6 +132,31 @@ void report_fit_line(const simulate_result *r, FILE *f)
     fprintf(f, "more pipeline stages or tensor parallelism, or trainsim search)\n");
 }
 
+/* The MoE lines of the text report (dense: none). */
+static void report_moe(const simulate_result *r, FILE *f)
+{
+    if (!r->moe_experts)
+        return;
+    fprintf(f, "mixture of experts      %d experts, top-%d, %d of %d layers MoE; ep %d, edp %d (%s dispatcher)\n",
+            r->moe_experts, r->moe_topk, r->moe_layers, r->num_layers, r->moe_ep, r->moe_edp, r->moe_dispatcher);
+    if (r->moe_forced_balance)
+        fprintf(f, "routing                 forced balance (busiest EP rank %.3fx the mean tokens)\n",
+                r->moe_load_factor);
+    else
+        fprintf(f,
+                "routing                 Zipf skew %g (--moe-routing-skew): busiest EP rank %.3fx the mean tokens%s\n",
+                r->moe_skew, r->moe_load_factor, r->moe_dropped > 0 ? "," : "");
+    if (r->moe_dropped > 0)
+        fprintf(f, "                        %.2f%% of the routed tokens dropped at --moe-expert-capacity-factor\n",
+                100.0 * r->moe_dropped);
+    fprintf(f, "imbalance cost          ");
+    put_time(f, (double)r->moe_imbalance_ns);
+    fprintf(f, " per iteration (%.2f%%) against forced balance (",
+            pct((double)r->moe_imbalance_ns, (double)r->moe_balanced_ns));
+    put_time(f, (double)r->moe_balanced_ns);
+    fprintf(f, ")\n");
+}
+
 void report_text(const simulate_result *r, FILE *f)
 {
     double it = (double)r->iteration_ns;
@@ -163,6 +188,8 @@ void report_text(const simulate_result *r, FILE *f)
     put_time(f, r->cat_ns[PLAN_CAT_OPTIM]);
     fprintf(f, "\nexposed communication   ");
     for (int k = 0; k < SIMULATE_COMM_KINDS; k++) {
+        if (k == SIMULATE_COMM_EP && !r->moe_experts)
+            continue;
         fprintf(f, "%s%s ", k ? ", " : "", simulate_comm_name((simulate_comm)k));
         put_time(f, r->exposed_ns[k]);
         fprintf(f, " (%.2f%%)", pct(r->exposed_ns[k], it));
@@ -173,13 +200,22 @@ void report_text(const simulate_result *r, FILE *f)
     put_time(f, r->cat_ns[PLAN_CAT_PP]);
     fprintf(f, ", DP ");
     put_time(f, r->cat_ns[PLAN_CAT_DP]);
+    if (r->moe_experts) {
+        fprintf(f, ", EP ");
+        put_time(f, r->cat_ns[PLAN_CAT_EP]);
+    }
     fprintf(f, " (busy time, overlapped or not)\n");
+    report_moe(r, f);
     fprintf(f, "throughput              %.0f tokens/s\n", r->tokens_per_s);
-    fprintf(f,
-            "TFLOP/s per GPU         %.1f model (MFU %.1f%%), %.1f hardware (HFU %.1f%%), "
-            "%.1f in Megatron's count with recompute; peak %.1f\n",
-            r->model_tflops_per_gpu, 100.0 * r->mfu, r->hw_tflops_per_gpu, 100.0 * r->hfu, r->megatron_tflops_per_gpu,
-            r->peak_tflops);
+    if (r->moe_experts) /* the Megatron closed form (96Bslh^2 ...) is a dense GPT's: not shown */
+        fprintf(f, "TFLOP/s per GPU         %.1f model (MFU %.1f%%), %.1f hardware (HFU %.1f%%); peak %.1f\n",
+                r->model_tflops_per_gpu, 100.0 * r->mfu, r->hw_tflops_per_gpu, 100.0 * r->hfu, r->peak_tflops);
+    else
+        fprintf(f,
+                "TFLOP/s per GPU         %.1f model (MFU %.1f%%), %.1f hardware (HFU %.1f%%), "
+                "%.1f in Megatron's count with recompute; peak %.1f\n",
+                r->model_tflops_per_gpu, 100.0 * r->mfu, r->hw_tflops_per_gpu, 100.0 * r->hfu,
+                r->megatron_tflops_per_gpu, r->peak_tflops);
     fprintf(f,
             "MFU conventions         %.1f%% counting the full s x s attention scores (Megatron's, above), %.1f%% "
             "counting their causal half (NeMo's)\n",
@@ -189,14 +225,18 @@ void report_text(const simulate_result *r, FILE *f)
         fprintf(f, "to train %.4g tokens    %.2f days on %d GPUs, %.0f GPU-hours\n", r->train_tokens,
                 r->train_s / 86400.0, r->gpus, r->train_gpu_hours);
     fprintf(f, "\nper rank (ms; memory GiB)\n");
-    fprintf(f, "%5s %12s %12s %10s %10s %10s %10s %9s %5s\n", "rank", "compute", "idle", "exp.TP", "exp.PP", "exp.DP",
-            "recompute", "peak", "fits");
+    bool ep = r->moe_experts > 0; /* MoE: the exposed all-to-all time too */
+    fprintf(f, "%5s %12s %12s %10s %10s %10s%s %10s %9s %5s\n", "rank", "compute", "idle", "exp.TP", "exp.PP", "exp.DP",
+            ep ? "     exp.EP" : "", "recompute", "peak", "fits");
     for (int i = 0; i < r->p; i++) {
         const simulate_rank *x = &r->ranks[i];
-        fprintf(f, "%5d %12.3f %12.3f %10.3f %10.3f %10.3f %10.3f %9.2f %5s\n", i, x->busy_ns * 1e-6, x->idle_ns * 1e-6,
-                x->exposed_ns[SIMULATE_COMM_TP] * 1e-6, x->exposed_ns[SIMULATE_COMM_PP] * 1e-6,
-                x->exposed_ns[SIMULATE_COMM_DP] * 1e-6, x->cat_ns[PLAN_CAT_RECOMP] * 1e-6, (double)x->peak_bytes / GIB,
-                x->fits ? "yes" : "NO");
+        char epc[16] = "";
+        if (ep)
+            snprintf(epc, sizeof epc, " %10.3f", x->exposed_ns[SIMULATE_COMM_EP] * 1e-6);
+        fprintf(f, "%5d %12.3f %12.3f %10.3f %10.3f %10.3f%s %10.3f %9.2f %5s\n", i, x->busy_ns * 1e-6,
+                x->idle_ns * 1e-6, x->exposed_ns[SIMULATE_COMM_TP] * 1e-6, x->exposed_ns[SIMULATE_COMM_PP] * 1e-6,
+                x->exposed_ns[SIMULATE_COMM_DP] * 1e-6, epc, x->cat_ns[PLAN_CAT_RECOMP] * 1e-6,
+                (double)x->peak_bytes / GIB, x->fits ? "yes" : "NO");
     }
     fprintf(f, "\nsimulated %" PRIu64 " tasks, %" PRIu64 " events\n", r->tasks, r->events);
 }
@@ -237,12 +277,28 @@ void report_csv(const simulate_result *r, FILE *f)
     row(f, it, "bubble_over_ideal", r->bubble_over_ideal, "fraction");
     for (int k = 0; k < PLAN_CAT_COUNT; k++) {
         char m[64];
+        if (k == PLAN_CAT_EP && !r->moe_experts)
+            continue;
         snprintf(m, sizeof m, "time_%s", plan_cat_name(k));
         row(f, it, m, r->cat_ns[k], "ns");
     }
     row(f, it, "exposed_tp", r->exposed_ns[SIMULATE_COMM_TP], "ns");
     row(f, it, "exposed_pp", r->exposed_ns[SIMULATE_COMM_PP], "ns");
     row(f, it, "exposed_dp", r->exposed_ns[SIMULATE_COMM_DP], "ns");
+    if (r->moe_experts) {
+        row(f, it, "exposed_ep", r->exposed_ns[SIMULATE_COMM_EP], "ns");
+        irow(f, it, "moe_experts", r->moe_experts, "experts");
+        irow(f, it, "moe_topk", r->moe_topk, "experts");
+        irow(f, it, "moe_layers", r->moe_layers, "layers");
+        irow(f, it, "ep", r->moe_ep, "ranks");
+        irow(f, it, "edp", r->moe_edp, "ranks");
+        irow(f, it, "moe_forced_balance", r->moe_forced_balance, "bool");
+        row(f, it, "moe_routing_skew", r->moe_forced_balance ? 0 : r->moe_skew, "Zipf exponent");
+        row(f, it, "moe_load_factor", r->moe_load_factor, "x mean");
+        row(f, it, "moe_dropped", r->moe_dropped, "fraction");
+        irow(f, it, "moe_balanced_iteration_time", r->moe_balanced_ns, "ns");
+        irow(f, it, "moe_imbalance_time", r->moe_imbalance_ns, "ns");
+    }
     row(f, it, "tokens_per_s", r->tokens_per_s, "tokens/s");
     row(f, it, "model_flops", r->model_flops, "FLOP");
     row(f, it, "hardware_flops", r->hw_flops, "FLOP");
@@ -273,8 +329,12 @@ void report_csv(const simulate_result *r, FILE *f)
         irow(f, sc, "exposed_tp", x->exposed_ns[SIMULATE_COMM_TP], "ns");
         irow(f, sc, "exposed_pp", x->exposed_ns[SIMULATE_COMM_PP], "ns");
         irow(f, sc, "exposed_dp", x->exposed_ns[SIMULATE_COMM_DP], "ns");
+        if (r->moe_experts)
+            irow(f, sc, "exposed_ep", x->exposed_ns[SIMULATE_COMM_EP], "ns");
         for (int k = 0; k < PLAN_CAT_COUNT; k++) {
             char m[64];
+            if (k == PLAN_CAT_EP && !r->moe_experts)
+                continue;
             snprintf(m, sizeof m, "time_%s", plan_cat_name(k));
             irow(f, sc, m, x->cat_ns[k], "ns");
         }

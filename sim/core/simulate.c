@@ -12,6 +12,7 @@
 #include "sim/model/commcost.h"
 #include "sim/model/cost.h"
 #include "sim/model/flops.h"
+#include "sim/model/moe.h"
 #include "sim/sched/sched_generate.h"
 
 /* Engine hooks (called only for tasks that allocate or free memory): the
@@ -55,7 +56,7 @@ static void on_end(void *ctx, engine *e, engine_task_id id, const engine_task_in
 const char *simulate_comm_name(simulate_comm k)
 {
     static const char *const names[SIMULATE_COMM_KINDS] = {
-        [SIMULATE_COMM_TP] = "TP", [SIMULATE_COMM_PP] = "PP", [SIMULATE_COMM_DP] = "DP"};
+        [SIMULATE_COMM_TP] = "TP", [SIMULATE_COMM_PP] = "PP", [SIMULATE_COMM_DP] = "DP", [SIMULATE_COMM_EP] = "EP"};
     return (int)k >= 0 && k < SIMULATE_COMM_KINDS ? names[k] : "?";
 }
 
@@ -148,7 +149,8 @@ static void summarize(const config *c, const simulate_opts *o, const engine *e, 
         /* in a collapsed pass the compute stream "runs" while only its
          * tensor-parallel collectives do: that time is exposed TP */
         X->busy_ns -= x->tp_exposed_ns;
-        X->exposed_ns[SIMULATE_COMM_TP] += x->tp_exposed_ns;
+        X->exposed_ns[SIMULATE_COMM_TP] += x->tp_exposed_ns - x->ep_exposed_ns;
+        X->exposed_ns[SIMULATE_COMM_EP] += x->ep_exposed_ns;
     }
     R->iteration_ns = engine_makespan_ns(e);
     R->events = engine_events(e);
@@ -198,6 +200,11 @@ static void summarize(const config *c, const simulate_opts *o, const engine *e, 
     R->hw_flops = flops * R->t * R->d * config_cp(c); /* every context-parallel rank does its 1/cp */
     R->model_flops = flops_model_per_iter(M, R->B);
     R->model_flops_causal = flops_model_per_iter_causal(M, R->B);
+    if (c->moe.num_experts > 0) { /* the MoE blocks' FLOPs instead of the dense MLPs' (moe.h) */
+        double moe = moe_model_flops_per_iter(M, &c->moe, R->B);
+        R->model_flops_causal += moe - R->model_flops;
+        R->model_flops = moe;
+    }
     R->megatron_flops =
         flops_closed_full_recompute(R->B, M->seq_length, M->num_layers, M->hidden_size, M->padded_vocab_size);
     R->peak_tflops = peak_tflops_of(c);
@@ -217,6 +224,47 @@ static void summarize(const config *c, const simulate_opts *o, const engine *e, 
         R->train_s = o->train_tokens / R->tokens_per_s;
         R->train_gpu_hours = R->train_s * R->gpus / 3600.0;
     }
+}
+
+/* The MoE fields of R (dense: nothing). Unless balance is forced (or the
+ * skew is 0), the same configuration is simulated again under
+ * --moe-router-force-load-balancing: the difference of the two iterations
+ * is the routing imbalance's cost. */
+static int moe_summary(const config *c, const simulate_opts *o, const plan *pl, simulate_result *R, ts_err *err)
+{
+    const moe_config *e = &c->moe;
+    if (e->num_experts <= 0)
+        return TS_OK;
+    R->moe_experts = e->num_experts;
+    R->num_layers = c->model.num_layers;
+    R->moe_topk = e->topk;
+    R->moe_ep = e->ep;
+    R->moe_edp = pl->edp;
+    for (int l = 0; l < c->model.num_layers; l++)
+        R->moe_layers += moe_layer_is_moe(e, l);
+    R->moe_forced_balance = e->force_load_balancing;
+    R->moe_dispatcher = e->dispatcher == MOE_DISPATCH_FLEX ? "flex with DeepEP" : "alltoall";
+    R->moe_skew = e->routing_skew;
+    R->moe_load_factor = pl->moe_load_factor;
+    R->moe_dropped = pl->moe_dropped;
+    R->moe_balanced_ns = R->iteration_ns;
+    if (e->force_load_balancing || e->routing_skew <= 0 || e->pad_to_capacity)
+        return TS_OK;
+    config *cb = malloc(sizeof *cb);
+    if (!cb)
+        return err_set(err, TS_ENOMEM, "simulate: out of memory");
+    *cb = *c;
+    cb->moe.force_load_balancing = true;
+    simulate_opts ob = {.calibration_path = o->calibration_path, .net = o->net};
+    simulate_result *B = NULL;
+    int rc = simulate_run(cb, &ob, &B, err);
+    free(cb);
+    if (rc == TS_OK) {
+        R->moe_balanced_ns = B->iteration_ns;
+        R->moe_imbalance_ns = R->iteration_ns - B->iteration_ns;
+    }
+    simulate_result_free(B);
+    return rc;
 }
 
 int simulate_run(const config *c, const simulate_opts *opts, simulate_result **out, ts_err *err)
@@ -299,6 +347,8 @@ int simulate_run(const config *c, const simulate_opts *opts, simulate_result **o
     if (rc || (rc = mem_check(mem, err)))
         goto done;
     summarize(c, &o, e, pl, mem, R);
+    if ((rc = moe_summary(c, &o, pl, R, err)))
+        goto done;
     if (o.keep_trace) {
         R->eng = e;
         R->pl = pl;

@@ -57,6 +57,7 @@ typedef enum {
     SIMULATE_COMM_TP, /* tensor-parallel collectives */
     SIMULATE_COMM_PP, /* pipeline sends and receives */
     SIMULATE_COMM_DP, /* data-parallel gradient reductions, parameter gathers */
+    SIMULATE_COMM_EP, /* the MoE dispatcher's all-to-alls over the expert-parallel group (0 for dense) */
     SIMULATE_COMM_KINDS
 } simulate_comm;
 
@@ -125,6 +126,16 @@ typedef struct {
     plan *pl;
     mem_tracker *mem;
     int cp; /* context-parallel size (1: none); the world is t x cp x d x p */
+    /* mixture of experts (moe_experts 0: dense, the rest unset) */
+    int moe_experts, moe_topk, moe_ep, moe_edp, moe_layers, num_layers;
+    bool moe_forced_balance;    /* --moe-router-force-load-balancing */
+    const char *moe_dispatcher; /* static: "alltoall" or "flex with DeepEP" */
+    double moe_skew;            /* --moe-routing-skew (unused under forced balance) */
+    double moe_dropped;         /* fraction of the routed tokens dropped at capacity (0: dropless) */
+    double moe_load_factor;     /* the busiest EP rank's routed tokens over the mean */
+    int64_t moe_balanced_ns;    /* the same run's iteration under forced balance (= iteration_ns when
+                                     balance is forced or the skew is 0) */
+    int64_t moe_imbalance_ns;   /* iteration_ns - moe_balanced_ns: what the routing skew costs */
 } simulate_result;
 
 /* Simulate one iteration of c (already resolved: config_resolve). *out is
@@ -135,7 +146,7 @@ int simulate_run(const config *c, const simulate_opts *opts, simulate_result **o
 
 void simulate_result_free(simulate_result *r); /* NULL allowed */
 
-/* "TP", "PP", "DP" for SIMULATE_COMM_TP, _PP, _DP; "?" for anything else. */
+/* "TP", "PP", "DP", "EP" for SIMULATE_COMM_TP, _PP, _DP, _EP; "?" for anything else. */
 const char *simulate_comm_name(simulate_comm k);
 
 #endif

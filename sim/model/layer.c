@@ -51,10 +51,11 @@ int layer_shape_check(const layer_shape *L, ts_err *err)
                        "layer shape: attention backend %d (expected unfused, flash, fused or local; auto is "
                        "resolved by config_resolve)",
                        (int)L->attn);
-    if (L->rc_modules & ~(CONFIG_RC_CORE_ATTN | CONFIG_RC_MLP | CONFIG_RC_LAYERNORM))
+    /* moe_act is the MoE block's (moe.h): the dense ops ignore it */
+    if (L->rc_modules & ~(CONFIG_RC_CORE_ATTN | CONFIG_RC_MLP | CONFIG_RC_LAYERNORM | CONFIG_RC_MOE_ACT))
         return err_set(err, TS_EINVAL,
-                       "layer shape: recompute modules 0x%x: only core_attn, mlp and layernorm are modelled "
-                       "(the others need MoE/MLA)",
+                       "layer shape: recompute modules 0x%x: only core_attn, mlp, layernorm and moe_act are modelled "
+                       "(moe, mla_up_proj and shared_experts are not)",
                        L->rc_modules);
     if (L->cp > 1) {
         int ca = L->cp_a2a > 0 ? L->cp_a2a : 1, cr = L->cp_ring > 0 ? L->cp_ring : 1;
@@ -291,6 +292,8 @@ static void tp_reduce(const layer_shape *L, const dims *D, layer_ops *o, const c
 static void mlp_fwd(const layer_shape *L, const dims *D, layer_ops *o)
 {
     int64_t h = L->h;
+    if (L->no_mlp) /* a MoE layer: the caller adds the MoE block */
+        return;
     if (L->sp && D->comm)
         comm(o, "ln2.ag", COMM_ALL_GATHER, D->S, L->t);
     gemm(o, "fc1", D->T, D->fc1_n, h);
@@ -387,15 +390,20 @@ static void layer_bwd(const layer_shape *L, const dims *D, layer_ops *o, bool dg
     int blk;
     if (!dgrad) { /* W pass: weight-gradient GEMMs only (SP: re-gather the inputs first) */
         bool regather = L->sp && D->comm;
-        int fc2 = gemm(o, "fc2.wgrad", D->ffn_t, h, D->T), ag = -1;
-        if (regather) {
-            deps(o, ag = comm(o, "fc1.ag.in", COMM_ALL_GATHER, D->S, L->t), -1, -1);
-            o->op[fc2].overlap = ag; /* both start when the W pass starts */
+        int ag = -1, proj;
+        if (L->no_mlp) {
+            proj = gemm(o, "proj.wgrad", D->adt, h, D->T);
+        } else {
+            int fc2 = gemm(o, "fc2.wgrad", D->ffn_t, h, D->T);
+            if (regather) {
+                deps(o, ag = comm(o, "fc1.ag.in", COMM_ALL_GATHER, D->S, L->t), -1, -1);
+                o->op[fc2].overlap = ag; /* both start when the W pass starts */
+            }
+            int fc1 = gemm(o, "fc1.wgrad", D->fc1_n, h, D->T);
+            deps(o, fc1, fc2, ag);
+            proj = gemm(o, "proj.wgrad", D->adt, h, D->T);
+            deps(o, proj, fc1, -1);
         }
-        int fc1 = gemm(o, "fc1.wgrad", D->fc1_n, h, D->T);
-        deps(o, fc1, fc2, ag);
-        int proj = gemm(o, "proj.wgrad", D->adt, h, D->T);
-        deps(o, proj, fc1, -1);
         if (regather)
             deps(o, ag = comm(o, "qkv.ag.in", COMM_ALL_GATHER, D->S, L->t), -1, -1);
         deps(o, gemm(o, "qkv.wgrad", D->qkv_n, h, D->T), proj, ag);
@@ -403,16 +411,21 @@ static void layer_bwd(const layer_shape *L, const dims *D, layer_ops *o, bool dg
     }
     /* MLP block */
     layer_ops_mem(o, "mlp.dropadd.bwd", E * (2 * D->dt + mask));
-    if (L->sp && D->comm)
-        comm(o, "fc2.ag.grad", COMM_ALL_GATHER, D->S, L->t);
-    gemm(o, "fc2.dgrad", D->T, D->ffn_t, h);
-    if (whole)
-        gemm(o, "fc2.wgrad", D->ffn_t, h, D->T);
-    layer_ops_mem(o, L->swiglu ? "swiglu.bwd" : "gelu.bwd", D->T * (L->swiglu ? 5 * D->ffn_t : 3 * D->ffn_t) * D->dt);
-    blk = o->n;
-    colpar_bwd(L, D, o, whole, "fc1.ag.in", "fc1.dgrad", "fc1.ar", "fc1.rs", "fc1.wgrad", D->fc1_n);
-    layer_ops_mem(o, "ln2.bwd", 4 * E * D->dt); /* grad in, input, residual grad in, grad out */
-    join_last_two(o, blk);
+    if (L->no_mlp) { /* a MoE layer: the caller's MoE block backward ran first */
+        layer_ops_mem(o, "ln2.bwd", 4 * E * D->dt);
+    } else {
+        if (L->sp && D->comm)
+            comm(o, "fc2.ag.grad", COMM_ALL_GATHER, D->S, L->t);
+        gemm(o, "fc2.dgrad", D->T, D->ffn_t, h);
+        if (whole)
+            gemm(o, "fc2.wgrad", D->ffn_t, h, D->T);
+        layer_ops_mem(o, L->swiglu ? "swiglu.bwd" : "gelu.bwd",
+                      D->T * (L->swiglu ? 5 * D->ffn_t : 3 * D->ffn_t) * D->dt);
+        blk = o->n;
+        colpar_bwd(L, D, o, whole, "fc1.ag.in", "fc1.dgrad", "fc1.ar", "fc1.rs", "fc1.wgrad", D->fc1_n);
+        layer_ops_mem(o, "ln2.bwd", 4 * E * D->dt); /* grad in, input, residual grad in, grad out */
+        join_last_two(o, blk);
+    }
     /* attention block */
     layer_ops_mem(o, "attn.dropadd.bwd", E * (2 * D->dt + mask));
     if (L->sp && D->comm)
@@ -775,8 +788,10 @@ int layer_saved_build(const layer_shape *L, layer_saved_list *out, ts_err *err)
         save(out, "attn.dropadd.mask", E, 0, I, r, m, false);
     save(out, "ln2.in", E * dt, 0, I, r, m, false);
     save(out, "fc1.in", E * wt, NORM, W, r, m, false);
-    save(out, "act.in", D.T * D.fc1_n * dt, MLP, I, r, m, false);
-    save(out, "fc2.in", D.T * D.ffn_t * wt, MLP, W, r, m, false);
+    if (!L->no_mlp) { /* a MoE layer's block saves its own (moe_block_saved_bytes) */
+        save(out, "act.in", D.T * D.fc1_n * dt, MLP, I, r, m, false);
+        save(out, "fc2.in", D.T * D.ffn_t * wt, MLP, W, r, m, false);
+    }
     if (!L->no_hidden_dropout)
         save(out, "mlp.dropadd.mask", E, 0, I, r, m, false);
     return TS_OK;

@@ -125,6 +125,12 @@ typedef struct {
      * (Transformer Engine's defaults). */
     config_fp8_format fp8;
     config_fp8_recipe fp8_recipe;
+    /* A mixture-of-experts layer (moe.h): the MLP's FC1, activation, FC2 and
+     * their collectives are left out of every pass and of the saved tensors
+     * (act.in, fc2.in); LN2, its output fc1.in (the MoE block's input) and
+     * the residual add stay. The MoE block's ops (moe_block_ops) are added
+     * by the caller. */
+    bool no_mlp;
 } layer_shape;
 
 /* Build the shape from a validated config. TS_EINVAL if a divisibility the

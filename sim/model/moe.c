@@ -71,6 +71,19 @@ double moe_block_fwd_flops_per_token(const model_config *m, const moe_config *e)
     return 2.0 * h * e->num_experts + 2.0 * e->topk * g * h * fe + 2.0 * g * h * e->shared_ffn_hidden_size;
 }
 
+double moe_model_flops_per_iter(const model_config *m, const moe_config *e, int64_t global_batch)
+{
+    double dense = flops_model_per_iter(m, global_batch);
+    if (e->num_experts <= 0)
+        return dense;
+    double s = m->seq_length, h = m->hidden_size, g = m->swiglu ? 3 : 2;
+    double mlp = 2.0 * s * g * h * m->ffn_hidden_size; /* one dense MLP's forward per sequence */
+    int n = 0;
+    for (int l = 0; l < m->num_layers; l++)
+        n += moe_layer_is_moe(e, l);
+    return dense + 3.0 * n * (s * moe_block_fwd_flops_per_token(m, e) - mlp) * (double)global_batch;
+}
+
 int64_t moe_a2a_send_bytes(int64_t tokens, int topk, int64_t h, int dtype_bytes, int ep)
 {
     if (ep <= 1)
@@ -93,6 +106,39 @@ int64_t moe_a2a_ns(const commcost_params *p, int64_t send_bytes, const commcost_
     double t_net = inter > 0 && net > 0 ? inter / net : 0;
     double alpha = nodes > 1 ? p->nic_alpha_ns : p->nvlink_alpha_ns;
     return (int64_t)llround(alpha + (t_nv > t_net ? t_nv : t_net));
+}
+
+double moe_deepep_remote_nodes(int num_experts, int topk, int nodes)
+{
+    if (nodes <= 1 || num_experts <= 0 || topk <= 0 || num_experts % nodes)
+        return 0;
+    /* P(no chosen expert in a given node): topk draws without replacement
+     * from E experts, none among that node's E / nodes */
+    double miss = 1;
+    int other = num_experts - num_experts / nodes;
+    for (int i = 0; i < topk; i++)
+        miss *= other - i > 0 ? (double)(other - i) / (num_experts - i) : 0;
+    return (nodes - 1) * (1 - miss);
+}
+
+int64_t moe_deepep_ns(const commcost_params *p, int64_t tokens, int topk, int64_t h, int dtype_bytes, int num_experts,
+                      const commcost_group *g)
+{
+    int n = g->ranks, k = g->ranks_per_node < 1 ? 1 : g->ranks_per_node;
+    if (n <= 1 || tokens <= 0)
+        return 0;
+    if (k > n)
+        k = n;
+    int nodes = n / k;
+    double row = (double)h * dtype_bytes;
+    if (nodes == 1) /* DeepEP's intranode kernels: an NVLink all-to-all */
+        return moe_a2a_ns(p, moe_a2a_send_bytes(tokens, topk, h, dtype_bytes, n), g);
+    double rdma = (double)tokens * row * moe_deepep_remote_nodes(num_experts, topk, nodes);
+    double nvl = (double)tokens * topk * row * (k - 1) / k;
+    double t_nv = p->nvlink_busbw_gbps > 0 ? nvl / p->nvlink_busbw_gbps : 0; /* GB/s = B/ns */
+    double net = p->nic_gbps_per_gpu * commcost_net_factor(p, nodes);
+    double t_net = rdma > 0 && net > 0 ? rdma / net : 0;
+    return (int64_t)llround(p->nic_alpha_ns + (t_nv > t_net ? t_nv : t_net));
 }
 
 int moe_ep_group_nodes(int etp, int ep, int gpus_per_node)
@@ -295,6 +341,8 @@ int moe_block_ops(const layer_shape *L, const moe_config *e, double load_factor,
     case LAYER_PASS_R:
         if (L->recompute == RECOMPUTE_FULL)
             moe_block_fwd(&D, out);
+        else if (L->recompute == RECOMPUTE_SELECTIVE && (L->rc_modules & CONFIG_RC_MOE_ACT))
+            layer_ops_mem(out, "moe.act", D.m * D.el * (D.fc1e + D.fe) * D.dt);
         break;
     default:
         return err_set(err, TS_EINVAL, "moe_block_ops: unknown pass %d", (int)pass);
@@ -322,6 +370,26 @@ int64_t moe_block_saved_bytes(const layer_shape *L, const moe_config *e, double 
     int64_t fe = e->ffn_hidden_size > 0 ? e->ffn_hidden_size : L->ffn, fc1e = (L->swiglu ? 2 : 1) * fe;
     int64_t fs = e->shared_ffn_hidden_size, fc1s = (L->swiglu ? 2 : 1) * fs, dt = L->dtype_bytes;
     return 2 * 4 * T * E + T * k * (4 + 8) + 2 * R * L->h * dt + R * (fc1e + fe) * dt + T * (fc1s + fs) * dt;
+}
+
+void moe_block_mem_of(const layer_shape *L, const moe_config *e, double load_factor, moe_block_mem *out)
+{
+    int64_t T = L->b * L->s / (L->sp && L->t > 1 ? L->t : 1), k = e->topk, E = e->num_experts;
+    int64_t R = (int64_t)ceil((double)(T * k) * (load_factor < 1 ? 1 : load_factor) - 1e-9);
+    int64_t fe = e->ffn_hidden_size > 0 ? e->ffn_hidden_size : L->ffn, fc1e = (L->swiglu ? 2 : 1) * fe;
+    int64_t fs = e->shared_ffn_hidden_size, fc1s = (L->swiglu ? 2 : 1) * fs, dt = L->dtype_bytes;
+    int64_t act = R * fe * dt; /* the expert activation's output: FC2's input */
+    out->free_w = R * L->h * dt + act + T * fs * dt;
+    out->free_i = 2 * 4 * T * E + T * k * (4 + 8) + R * L->h * dt + R * fc1e * dt + T * fc1s * dt;
+    out->kept = out->free_w + out->free_i;
+    out->by_rc = 0;
+    if (L->recompute == RECOMPUTE_FULL) {
+        out->by_rc = out->kept;
+        out->kept = 0;
+    } else if (L->recompute == RECOMPUTE_SELECTIVE && (L->rc_modules & CONFIG_RC_MOE_ACT)) {
+        out->by_rc = act;
+        out->kept -= act;
+    }
 }
 
 /* Compute time of one MoE block's F + B at load factor lf (moe.h). */

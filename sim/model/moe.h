@@ -62,6 +62,14 @@ void moe_param_count(const model_config *m, const moe_config *e, moe_params *out
  * costed by bytes and not counted (the FLOP convention of formulas.md). */
 double moe_block_fwd_flops_per_token(const model_config *m, const moe_config *e);
 
+/* Model FLOPs of one iteration of global_batch sequences (forward + 2x
+ * backward, no recomputation, formulas.md's convention): flops_model_per_iter
+ * with each MoE layer's dense MLP replaced by its MoE block
+ * (moe_block_fwd_flops_per_token per token: router, top-k experts, shared
+ * experts), as Megatron-LM's num_floating_point_operations counts a MoE
+ * model. Dense model: flops_model_per_iter. */
+double moe_model_flops_per_iter(const model_config *m, const moe_config *e, int64_t global_batch);
+
 /* Bytes one rank sends in one all-to-all of the alltoall dispatcher:
  * tokens x topk x h x dtype_bytes x (ep - 1) / ep (its routed copies, the
  * share 1/ep of which stays on the rank, under balanced routing), rounded
@@ -85,6 +93,26 @@ int64_t moe_a2a_send_bytes(int64_t tokens, int topk, int64_t h, int dtype_bytes,
  * 0 for n <= 1 or send_bytes <= 0. g must pass commcost_group_check for an
  * all-gather (n % k == 0). */
 int64_t moe_a2a_ns(const commcost_params *p, int64_t send_bytes, const commcost_group *g);
+
+/* DeepEP (the flex dispatcher with --moe-enable-deepep; DeepEP's README,
+ * github.com/deepseek-ai/DeepEP: internode kernels send a token once over
+ * RDMA to each remote node holding one of its experts, to the GPU of the
+ * same index there, which forwards it over NVLink to the GPUs of its
+ * experts). moe_deepep_remote_nodes: the remote nodes a token goes to on
+ * average, its top-k experts drawn uniformly without replacement from E
+ * experts spread evenly over nodes nodes: (nodes - 1) (1 - C(E - E/nodes,
+ * k) / C(E, k)); 0 for one node or E not a multiple of nodes.
+ * moe_deepep_ns: one dispatch (or combine) of tokens routed tokens of one
+ * rank over the EP group g (ranks, ranks_per_node as moe_a2a_ns), ns:
+ *   one node: moe_a2a_ns of moe_a2a_send_bytes (the intranode kernels);
+ *   else alpha_NIC + max(T k h b (k_n - 1)/k_n / B_nvlink,
+ *                         T h b remote_nodes / (B_NIC-share x fabric factor))
+ * with k_n the ranks per node: the NVLink forwarding and the RDMA sends
+ * overlap (DeepEP pipelines them). Balanced routing; the kernels' SM use
+ * and any overlap with compute are not modelled. */
+double moe_deepep_remote_nodes(int num_experts, int topk, int nodes);
+int64_t moe_deepep_ns(const commcost_params *p, int64_t tokens, int topk, int64_t h, int dtype_bytes, int num_experts,
+                      const commcost_group *g);
 
 /* Nodes one expert-parallel group spans. Megatron-core folds expert ranks
  * tp-ep-dp-pp innermost first (etp, then ep): a group is ep ranks at a
@@ -135,7 +163,8 @@ double moe_rank_load_factor(const double *load, int n, int ep, double capacity_f
  * all), the element-wise backward of each memory-bound op (same bytes),
  * the two all-to-alls again in reverse order. Pass I has the input
  * gradients only, W the weight gradients only, R the forward when
- * recompute is full (else nothing). With load_factor 1, t = 1, E/ep
+ * recompute is full, the routed experts' activation (moe.act) when it is
+ * selective with moe_act in L->rc_modules, else nothing. With load_factor 1, t = 1, E/ep
  * dividing T k: the forward's flops are moe_block_fwd_flops_per_token x T.
  * TS_EINVAL for expert tensor parallelism (e->etp > 1: not modelled),
  * num_experts < 1, ep not dividing the experts, load_factor < 1 (the
@@ -171,6 +200,21 @@ void moe_layer_rank_params(const model_config *m, const moe_config *e, int tp, i
  * and activation outputs (T (fc1_s + f_s)); dtype bytes per element. T and
  * R as in moe_block_ops (R = ceil(T k load_factor)). */
 int64_t moe_block_saved_bytes(const layer_shape *L, const moe_config *e, double load_factor);
+
+/* moe_block_saved_bytes split for the memory timeline of one MoE layer:
+ * kept (stored by the forward), by_rc (re-created by the recompute pass),
+ * and of their sum what the input-gradient backward frees (free_i: router
+ * logits and probabilities, top-k, expert outputs, FC1 outputs, shared FC1
+ * outputs) and what only the weight gradients need (free_w: the permuted
+ * tokens, FC1's input; the activation outputs, FC2's input; the shared
+ * activation output). No recomputation: all kept; full: all by_rc;
+ * selective with moe_act (CONFIG_RC_MOE_ACT in L->rc_modules): the routed
+ * experts' activation output (R f_e) by_rc, the rest kept.
+ * kept + by_rc = free_i + free_w = moe_block_saved_bytes. */
+typedef struct {
+    int64_t kept, by_rc, free_i, free_w;
+} moe_block_mem;
+void moe_block_mem_of(const layer_shape *L, const moe_config *e, double load_factor, moe_block_mem *out);
 
 /* What routing skew costs one MoE block, for one micro-batch, forward plus
  * backward on the busiest EP rank: the compute ops of moe_block_ops (F and

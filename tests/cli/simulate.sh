@@ -37,6 +37,8 @@ golden small-zb-h1 --num-layers 8 --hidden-size 1024 --num-attention-heads 16 --
 golden small-1f1b-distopt --num-layers 8 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 \
     --gpus 32 -t 2 -p 4 --micro-batch-size 2 --global-batch-size 64 --schedule 1f1b \
     --recompute-granularity full --use-distributed-optimizer --overlap-grad-reduce --train-tokens 1e9 --bf16 --padded-vocab-size 51200 --sequence-parallel
+# a mixture of experts: Mixtral 8x7B's preset (EP 8 inside a node, alltoall dispatcher, Zipf skew 0.3)
+golden mixtral-8x7b --model mixtral-8x7b --gpu H100-SXM5-80GB
 
 # the same run twice gives the same bytes
 "$TRAINSIM" simulate --model megatron-1.7b --csv "$tmp/a.csv" >"$tmp/a.txt" 2>/dev/null

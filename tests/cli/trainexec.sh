@@ -33,9 +33,9 @@ out=$(run 1 "$TRAINEXEC" 2>&1); rc=$?
 check_sh "no shape: exit 2 naming the flags Megatron-LM requires" \
     '[ $rc -eq 2 ] && [[ "$out" == *"Megatron-LM requires"* && "$out" == *"missing: --num-layers"* ]]'
 
-out=$(run 1 "$TRAINEXEC" $small --num-experts 8 --moe-router-topk 2 2>&1); rc=$?
+out=$(run 1 "$TRAINEXEC" $small --num-experts 8 --moe-router-topk 2 --moe-token-dispatcher-type alltoall 2>&1); rc=$?
 check_sh "mixture of experts: exit 2 naming --num-experts" '[ $rc -eq 2 ] && [[ "$out" == *--num-experts* ]]'
-out=$(run 2 "$TRAINEXEC" $small --num-experts 2 --expert-model-parallel-size 2 2>&1); rc=$?
+out=$(run 2 "$TRAINEXEC" $small --num-experts 2 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall 2>&1); rc=$?
 check_sh "expert parallelism: exit 2 naming --num-experts" '[ $rc -eq 2 ] && [[ "$out" == *--num-experts* ]]'
 out=$(run 1 "$TRAINEXEC" $small --bf16 --gpu H100-SXM5-80GB --fp8-format e4m3 2>&1); rc=$?
 check_sh "FP8: exit 2 naming --fp8-format" '[ $rc -eq 2 ] && [[ "$out" == *"--fp8-format e4m3: the executor"* ]]'

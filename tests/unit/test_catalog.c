@@ -10,6 +10,7 @@
 
 #include "sim/config/catalog.h"
 #include "sim/config/catalog_models.h"
+#include "sim/model/moe.h"
 #include "sim/util/csvio.h"
 #include "tests/unit/tmp_csv.h"
 
@@ -211,10 +212,15 @@ Test(catalog, model_presets_have_their_published_sizes)
 {
     catalog_models *c = NULL;
     cr_assert_eq(catalog_models_load(NULL, &c, &E), TS_OK, "%s", E.msg);
-    cr_assert_eq(c->n, 19);
+    cr_assert_eq(c->n, 24);
     for (size_t i = 0; i < c->n; i++) {
         const catalog_model *m = &c->models[i];
         double b = params(&m->model) / 1e9;
+        if (m->moe.num_experts > 0) { /* every expert counted (moe.h) */
+            moe_params mp;
+            moe_param_count(&m->model, &m->moe, &mp);
+            b = (double)mp.total / 1e9;
+        }
         /* named sizes are rounded (7B is 6.7B); 5% covers that and the small terms the formulas drop */
         cr_expect(fabs(b - m->params_billion) / m->params_billion < 0.05, "%s: %.2fB parameters, named %.1fB",
                   m->model.name, b, m->params_billion);
@@ -233,6 +239,28 @@ Test(catalog, model_presets_have_their_published_sizes)
     cr_assert_not_null(l);
     cr_expect_eq(l->model.num_query_groups, 8);
     cr_expect_eq(l->par.first_stage_layers, 7);
+    /* the MoE presets: their released config.json shapes */
+    const catalog_model *q = catalog_models_find(c, "qwen3-235b-a22b");
+    cr_assert_not_null(q);
+    cr_expect_eq(q->model.kv_channels, 128);
+    cr_expect_eq(q->moe.num_experts, 128);
+    cr_expect_eq(q->moe.topk, 8);
+    cr_expect_eq(q->moe.ffn_hidden_size, 1536);
+    cr_expect_eq(q->moe.ep, 32);
+    cr_expect_eq(q->moe.etp, 1);
+    const catalog_model *d = catalog_models_find(c, "deepseek-v3");
+    cr_assert_not_null(d);
+    cr_expect_eq(d->moe.first_dense_layers, 3);
+    cr_expect_eq(d->moe.shared_ffn_hidden_size, 2048);
+    cr_expect(d->moe.mla);
+    cr_expect_eq(d->moe.mla_kv_lora_rank, 512);
+    cr_expect_eq(d->moe.router_num_groups, 8);
+    const catalog_model *x = catalog_models_find(c, "mixtral-8x7b");
+    cr_assert_not_null(x);
+    cr_expect_eq(x->moe.num_experts, 8);
+    cr_expect_eq(x->moe.topk, 2);
+    cr_expect_eq(x->moe.dispatcher, MOE_DISPATCH_ALLTOALL);
+    cr_expect_eq(g->moe.num_experts, 0); /* dense presets have none */
     catalog_models_free(c);
 }
 

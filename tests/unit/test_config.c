@@ -570,9 +570,11 @@ Test(config, attention_backend_and_recompute_modules)
     cr_assert_eq(run(GPT3_FLAGS, "--recompute-activations", NULL), TS_OK, "%s", E.msg);
     cr_expect_eq(C.par.recompute_modules, 0u); /* Megatron-core's default, core_attn */
     cr_expect_eq(run(GPT3_FLAGS, "--recompute-activations", "--recompute-modules", "shared_experts", NULL), TS_EINVAL);
-    EXPECT_MSG("--recompute-modules shared_experts needs MoE, not modelled");
+    EXPECT_MSG("--recompute-modules shared_experts: not modelled (valid: core_attn, mlp, layernorm; moe_act with");
     cr_expect_eq(run(GPT3_FLAGS, "--recompute-activations", "--recompute-modules", "mla_up_proj", NULL), TS_EINVAL);
-    EXPECT_MSG("needs MLA, not modelled");
+    EXPECT_MSG("--recompute-modules mla_up_proj: not modelled");
+    cr_expect_eq(run(GPT3_FLAGS, "--recompute-activations", "--recompute-modules", "moe_act", NULL), TS_EINVAL);
+    EXPECT_MSG("--recompute-modules moe_act: not modelled without --num-experts");
     cr_expect_eq(run(GPT3_FLAGS, "--recompute-activations", "--recompute-modules", "--fp16", NULL), TS_EINVAL);
     EXPECT_MSG("--recompute-modules: needs one or more of core_attn, mlp, layernorm");
     cr_expect_eq(run(GPT3_FLAGS, "--recompute-modules", "mlp", NULL), TS_EINVAL);

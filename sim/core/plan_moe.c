@@ -1,0 +1,170 @@
+/* plan_moe — a mixture-of-experts layer in the plan (plan_moe.h). */
+#include "sim/core/plan_moe.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "sim/model/moe.h"
+
+void plan_layer_mem_of(const layer_saved_list *l, plan_layer_mem *m)
+{
+    memset(m, 0, sizeof *m);
+    for (int i = 0; i < l->n; i++) {
+        const layer_tensor *t = &l->t[i];
+        if (t->kept_after_f)
+            m->kept += t->bytes;
+        else
+            m->by_rc += t->bytes;
+        if (t->free_when == LAYER_FREE_AFTER_I)
+            m->free_i += t->bytes;
+        else
+            m->free_w += t->bytes;
+    }
+}
+
+/* Append src to dst: indices shifted, src's first op waiting for dst's last.
+ * TS_EINVAL when dst has no room. */
+static int ops_append(layer_ops *dst, const layer_ops *src, ts_err *err)
+{
+    int off = dst->n;
+    if (off + src->n > LAYER_MAX_OPS)
+        return err_set(err, TS_EINVAL, "MoE layer: %d + %d ops are more than LAYER_MAX_OPS %d", off, src->n,
+                       LAYER_MAX_OPS);
+    for (int i = 0; i < src->n; i++) {
+        layer_op op = src->op[i];
+        for (int k = 0; k < 2; k++)
+            if (op.dep[k] >= 0)
+                op.dep[k] += off;
+        if (i == 0 && op.dep[0] < 0 && off > 0)
+            op.dep[0] = off - 1;
+        if (op.overlap >= 0)
+            op.overlap += off;
+        dst->op[dst->n++] = op;
+    }
+    return TS_OK;
+}
+
+/* One pass of a MoE layer: the dense layer's ops without the MLP (L has
+ * no_mlp) and the block's, in the order of plan_moe.h. */
+static int moe_layer_pass(const layer_shape *L, const moe_config *e, double lf, layer_pass pass, layer_ops *out,
+                          ts_err *err)
+{
+    layer_ops dense;
+    int rc = layer_ops_build(L, pass, &dense, err);
+    if (rc)
+        return rc;
+    out->n = 0;
+    bool fwd = pass == LAYER_PASS_F || pass == LAYER_PASS_R;
+    if (fwd && (rc = ops_append(out, &dense, err)))
+        return rc;
+    if ((rc = moe_block_ops(L, e, lf, pass, out, err)))
+        return rc;
+    return fwd ? TS_OK : ops_append(out, &dense, err);
+}
+
+static int gcd_of(int a, int b)
+{
+    while (b) {
+        int r = a % b;
+        a = b;
+        b = r;
+    }
+    return a;
+}
+
+/* n ranks at a stride in rank order: how many share a node of gpn. */
+static commcost_group group_at(int n, int stride, int gpn)
+{
+    int k = 1;
+    if (n > 1 && stride < gpn && gpn % stride == 0)
+        k = gcd_of(n, gpn / stride);
+    return (commcost_group){n, k};
+}
+
+/* The routing model (plan_moe.h): *lf and *dropped. */
+static int routing(const layer_shape *L, const moe_config *e, double *lf, double *dropped, ts_err *err)
+{
+    *lf = 1;
+    *dropped = 0;
+    if (e->pad_to_capacity) { /* every expert runs its capacity, whatever the routing */
+        *lf = e->capacity_factor;
+    } else if (!e->force_load_balancing && e->routing_skew > 0) {
+        double *load = calloc((size_t)e->num_experts, sizeof *load);
+        if (!load)
+            return err_set(err, TS_ENOMEM, "MoE routing: loads of %d experts", e->num_experts);
+        int64_t T = L->b * L->s / (L->sp && L->t > 1 ? L->t : 1);
+        double routed = (double)T * e->topk, drop = 0;
+        moe_expert_loads_zipf(e->num_experts, routed, e->routing_skew, PLAN_MOE_ROUTING_SEED, load);
+        /* moe_rank_load_factor is over the mean of the kept tokens: over the
+         * mean routed (what moe_block_ops multiplies) it is (1 - dropped) of that */
+        *lf = moe_rank_load_factor(load, e->num_experts, e->ep, e->capacity_factor, &drop);
+        *dropped = routed > 0 ? drop / routed : 0;
+        *lf *= 1 - *dropped;
+        free(load);
+    }
+    if (*lf < 1)
+        *lf = 1;
+    return TS_OK;
+}
+
+int plan_moe_build(const config *c, const layer_shape *rc_shape, int gpn, const commcost_params *cc, plan_moe *mo,
+                   ts_err *err)
+{
+    memset(mo, 0, sizeof *mo);
+    const moe_config *e = &c->moe;
+    if (e->num_experts <= 0)
+        return TS_OK;
+    /* accepted by the flags (a preset or trainsim config shows them), not simulated */
+    if (e->mla)
+        return err_set(err, TS_EINVAL,
+                       "--multi-latent-attention: not modelled by the simulator's layer ops yet (remove it)");
+    if (e->router_num_groups > 0)
+        return err_set(err, TS_EINVAL,
+                       "--moe-router-num-groups %d: not modelled (group-limited routing's dispatch volume; remove "
+                       "--moe-router-num-groups and --moe-router-group-topk)",
+                       e->router_num_groups);
+    mo->on = true;
+    layer_shape L = *rc_shape, N;
+    L.no_mlp = true;
+    N = L;
+    N.recompute = RECOMPUTE_NONE;
+    int rc = routing(&L, e, &mo->load_factor, &mo->dropped, err);
+    double lf = mo->load_factor;
+    if (rc || (rc = moe_layer_pass(&L, e, lf, LAYER_PASS_F, &mo->f, err)) ||
+        (rc = moe_layer_pass(&L, e, lf, LAYER_PASS_R, &mo->r, err)) ||
+        (rc = moe_layer_pass(&L, e, lf, LAYER_PASS_B, &mo->b, err)) ||
+        (rc = moe_layer_pass(&L, e, lf, LAYER_PASS_I, &mo->i, err)) ||
+        (rc = moe_layer_pass(&L, e, lf, LAYER_PASS_W, &mo->w, err)) ||
+        (rc = moe_layer_pass(&N, e, lf, LAYER_PASS_B, &mo->nb, err)) ||
+        (rc = moe_layer_pass(&N, e, lf, LAYER_PASS_I, &mo->ni, err)) ||
+        (rc = moe_layer_pass(&N, e, lf, LAYER_PASS_W, &mo->nw, err)))
+        return rc;
+    layer_saved_list sl;
+    const layer_shape *shapes[2] = {&L, &N};
+    plan_layer_mem *mems[2] = {&mo->m_rc, &mo->m_none};
+    for (int k = 0; k < 2; k++) {
+        if ((rc = layer_saved_build(shapes[k], &sl, err)))
+            return rc;
+        plan_layer_mem_of(&sl, mems[k]);
+        moe_block_mem blk;
+        moe_block_mem_of(shapes[k], e, lf, &blk);
+        mems[k]->kept += blk.kept;
+        mems[k]->by_rc += blk.by_rc;
+        mems[k]->free_i += blk.free_i;
+        mems[k]->free_w += blk.free_w;
+    }
+    moe_rank_params P;
+    moe_layer_rank_params(&c->model, e, c->par.tp, c->par.pp, c->cluster.gpus, &P);
+    mo->params_dense = P.dense;
+    mo->params_expert = P.expert;
+    mo->edp = P.expert_dp > 0 ? P.expert_dp : 1;
+    int etp = e->etp > 0 ? e->etp : 1, ep = e->ep > 0 ? e->ep : 1;
+    mo->ep_group = group_at(ep, etp, gpn);
+    mo->edp_group = group_at(mo->edp, etp * ep, gpn);
+    int64_t T = L.b * L.s / (L.sp && L.t > 1 ? L.t : 1);
+    if (e->dispatcher == MOE_DISPATCH_FLEX && e->enable_deepep)
+        mo->a2a_ns = moe_deepep_ns(cc, T, e->topk, L.h, L.dtype_bytes, e->num_experts, &mo->ep_group);
+    else
+        mo->a2a_ns = moe_a2a_ns(cc, moe_a2a_send_bytes(T, e->topk, L.h, L.dtype_bytes, ep), &mo->ep_group);
+    return TS_OK;
+}

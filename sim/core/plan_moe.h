@@ -1,0 +1,81 @@
+/* plan_moe — what a mixture-of-experts layer adds to the plan (plan_build.h):
+ * its op lists per pass, its saved-activation memory, its parameters on one
+ * rank and the expert-parallel and expert-data-parallel groups.
+ *
+ * A MoE layer is the dense layer without its MLP (layer_shape.no_mlp: LN2,
+ * its output and the residual add stay) plus the MoE block of moe.h
+ * (router, top-k, permute, dispatch all-to-all, the local experts' grouped
+ * GEMMs, combine all-to-all, unpermute, shared experts). Forward and
+ * recompute: the layer's ops, then the block's; backward (B, I, W): the
+ * block's, then the layer's. Costs are the ops' (cost.h); the all-to-alls
+ * (layer_op.a2a) take moe_a2a_ns on the expert-parallel group with the
+ * alltoall dispatcher, moe_deepep_ns with the flex one and DeepEP.
+ *
+ * Routing: with --moe-router-force-load-balancing every EP rank receives
+ * the mean load (load factor 1); otherwise the per-expert loads follow
+ * moe_expert_loads_zipf with exponent --moe-routing-skew and seed
+ * PLAN_MOE_ROUTING_SEED, the busiest EP rank's share over the mean
+ * (moe_rank_load_factor, the capacity factor capping each expert) sizes
+ * the expert GEMMs and saved activations of every MoE layer (the same
+ * routing in each layer: an assumption). With
+ * --moe-pad-expert-input-to-capacity every expert runs its capacity: the
+ * load factor is the capacity factor.
+ *
+ * Layout (Megatron-core): the experts of a stage are folded ETP x EP x EDP,
+ * innermost first, so an EP group is ep ranks at a stride of etp and an EDP
+ * group edp ranks at a stride of etp x ep; the dense part keeps t x d.
+ *
+ * Plain values: no heap memory.
+ */
+#ifndef TRAINSIM_PLAN_MOE_H
+#define TRAINSIM_PLAN_MOE_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "sim/config/config.h"
+#include "sim/model/commcost.h"
+#include "sim/model/layer.h"
+#include "sim/util/err.h"
+
+/* The routing model's seed (moe_expert_loads_zipf): fixed so that runs are
+ * deterministic; which experts are popular is arbitrary, not measured. */
+#define PLAN_MOE_ROUTING_SEED 1u
+
+/* One layer's saved activations in the memory timeline: kept by F,
+ * re-created by R, and of their sum what I frees and what only W needs. */
+typedef struct {
+    int64_t kept, by_rc, free_i, free_w;
+} plan_layer_mem;
+
+/* Sum a saved-tensor list into m. */
+void plan_layer_mem_of(const layer_saved_list *l, plan_layer_mem *m);
+
+typedef struct {
+    bool on;                 /* the model has MoE layers (c->moe.num_experts > 0) */
+    double load_factor;      /* the busiest EP rank's kept tokens over the mean routed tokens of a rank (>= 1) */
+    double dropped;          /* fraction of the routed tokens over capacity (dropped), 0 dropless */
+    layer_ops f, r, b, i, w; /* one MoE layer's ops, recompute as configured */
+    layer_ops nb, ni, nw;    /* the same backward without recomputation */
+    plan_layer_mem m_rc, m_none;
+    int64_t params_dense;     /* one MoE layer's non-expert parameters on a rank (attention / t, norms,
+                                 router, shared experts / t) */
+    int64_t params_expert;    /* its routed experts on a rank: E / ep experts (etp 1) */
+    commcost_group ep_group;  /* the all-to-all's ranks and those of them in one node */
+    int64_t a2a_ns;           /* one dispatch or combine: moe_a2a_ns (alltoall) or moe_deepep_ns (flex
+                                 with DeepEP) */
+    commcost_group edp_group; /* the expert gradients' reduction group */
+    int edp;
+} plan_moe;
+
+/* Fill mo for config c (resolved: moe_flags_finish accepted it) from the
+ * layer shape rc (recompute as configured), gpn GPUs per node, the
+ * collective costs cc. TS_EINVAL naming the flag for multi-latent attention
+ * and group-limited routing (the flags accept them: not simulated). Dense model:
+ * mo->on false and nothing else set. TS_EINVAL when the block's ops do not
+ * fit (LAYER_MAX_OPS) or moe.h refuses the shape, TS_ENOMEM for the routing
+ * model's per-expert loads (freed before return). */
+int plan_moe_build(const config *c, const layer_shape *rc, int gpn, const commcost_params *cc, plan_moe *mo,
+                   ts_err *err);
+
+#endif
