@@ -213,7 +213,7 @@ void report_text(const simulate_result *r, FILE *f)
     else
         fprintf(f,
                 "TFLOP/s per GPU         %.1f model (MFU %.1f%%), %.1f hardware (HFU %.1f%%), "
-                "%.1f in Megatron's count with recompute; peak %.1f\n",
+                "%.1f in Narayanan et al.'s count (a recomputed forward counted, run or not); peak %.1f\n",
                 r->model_tflops_per_gpu, 100.0 * r->mfu, r->hw_tflops_per_gpu, 100.0 * r->hfu,
                 r->megatron_tflops_per_gpu, r->peak_tflops);
     fprintf(f,
