@@ -11,35 +11,61 @@
 typedef enum { SPLIT_NONE = 0, SPLIT_COL, SPLIT_ROW } split_kind;
 
 typedef struct {
-    size_t rows, cols; /* full shape (a vector is rows x 1) */
+    size_t rows, cols; /* full shape (a vector is rows x 1); 0 rows: absent */
     split_kind split;
-    int blocks; /* SPLIT_COL: row blocks split separately (3 for QKV) */
+    int blocks;      /* SPLIT_COL: row blocks split separately (3 for QKV) */
+    size_t brows[3]; /* SPLIT_COL: rows of each block (they sum to rows) */
 } pshape;
+
+static pshape col_split(size_t b0, size_t b1, size_t b2, size_t cols)
+{
+    int nb = b2 ? 3 : b1 ? 2 : 1;
+    return (pshape){b0 + b1 + b2, cols, SPLIT_COL, nb, {b0, b1, b2}};
+}
+
+int gpt_dims_groups(const gpt_dims *d)
+{
+    return d->groups > 0 ? d->groups : d->heads;
+}
+
+bool gpt_dims_llama(const gpt_dims *d)
+{
+    return gpt_dims_groups(d) != d->heads || d->rmsnorm || d->swiglu || d->no_bias || d->rope;
+}
 
 static pshape shape_of(const gpt_dims *d, gpt_pkind k)
 {
     size_t V = d->vocab, T = d->seq, C = d->hidden, F = d->ffn;
+    size_t hs = (size_t)d->hidden / (size_t)d->heads, kv = (size_t)gpt_dims_groups(d) * hs;
+    size_t bias = d->no_bias ? 0 : 1, normb = d->rmsnorm ? 0 : C;
     switch (k) {
     case GP_WTE:
-        return (pshape){V, C, SPLIT_NONE, 1};
+        return (pshape){V, C, SPLIT_NONE, 1, {0}};
     case GP_WPE:
-        return (pshape){T, C, SPLIT_NONE, 1};
+        return (pshape){d->rope ? 0 : T, C, SPLIT_NONE, 1, {0}};
     case GP_QKVW:
-        return (pshape){3 * C, C, SPLIT_COL, 3};
+        return col_split(C, kv, kv, C);
     case GP_QKVB:
-        return (pshape){3 * C, 1, SPLIT_COL, 3};
+        return col_split(bias * C, bias * kv, bias * kv, 1);
     case GP_PROJW:
-        return (pshape){C, C, SPLIT_ROW, 1};
+        return (pshape){C, C, SPLIT_ROW, 1, {0}};
     case GP_FCW:
-        return (pshape){F, C, SPLIT_COL, 1};
+        return d->swiglu ? col_split(F, F, 0, C) : col_split(F, 0, 0, C);
     case GP_FCB:
-        return (pshape){F, 1, SPLIT_COL, 1};
+        return d->swiglu ? col_split(bias * F, bias * F, 0, 1) : col_split(bias * F, 0, 0, 1);
     case GP_FCPROJW:
-        return (pshape){C, F, SPLIT_ROW, 1};
+        return (pshape){C, F, SPLIT_ROW, 1, {0}};
     case GP_WOUT:
-        return (pshape){V, C, SPLIT_NONE, 1};
+        return (pshape){V, C, SPLIT_NONE, 1, {0}};
+    case GP_PROJB:
+    case GP_FCPROJB:
+        return (pshape){bias * C, 1, SPLIT_NONE, 1, {0}};
+    case GP_LN1B:
+    case GP_LN2B:
+    case GP_LNFB:
+        return (pshape){normb, 1, SPLIT_NONE, 1, {0}};
     default:
-        return (pshape){C, 1, SPLIT_NONE, 1}; /* LayerNorms, row-parallel biases */
+        return (pshape){C, 1, SPLIT_NONE, 1, {0}}; /* norm weights */
     }
 }
 
@@ -60,6 +86,17 @@ int gpt_dims_check(const gpt_dims *d, int t, bool sp, ts_err *err)
                        "--tensor-model-parallel-size %d must divide --num-attention-heads %d "
                        "and --ffn-hidden-size %d",
                        t, d->heads, d->ffn);
+    int G = gpt_dims_groups(d);
+    if (G < 1 || d->heads % G || G % t)
+        return err_set(err, TS_EINVAL,
+                       "--num-query-groups %d must divide --num-attention-heads %d and be a multiple of "
+                       "--tensor-model-parallel-size %d",
+                       G, d->heads, t);
+    if (d->rope && (d->hidden / d->heads) % 2)
+        return err_set(err, TS_EINVAL,
+                       "--position-embedding-type rope: the head size %d (--hidden-size %d / --num-attention-heads "
+                       "%d) must be even",
+                       d->hidden / d->heads, d->hidden, d->heads);
     if (sp && ((size_t)d->batch * d->seq) % (size_t)t)
         return err_set(err, TS_EINVAL,
                        "--sequence-parallel: micro-batch tokens %d x %d must be a multiple of "
@@ -115,10 +152,15 @@ static size_t local_to_full(const gpt_dims *d, gpt_pkind k, int t, int tr, size_
         size_t lc = s.cols / t, r = i / lc, c = i % lc;
         return r * s.cols + (size_t)tr * lc + c;
     }
-    size_t block_rows = s.rows / s.blocks, lrows = block_rows / t;
-    size_t lr = i / s.cols, c = i % s.cols;
-    size_t blk = lr / lrows, within = lr % lrows;
-    return (blk * block_rows + (size_t)tr * lrows + within) * s.cols + c;
+    size_t lr = i / s.cols, c = i % s.cols, full0 = 0;
+    for (int b = 0; b < s.blocks; b++) {
+        size_t lrows = s.brows[b] / (size_t)t;
+        if (lr < lrows)
+            return (full0 + (size_t)tr * lrows + lr) * s.cols + c;
+        lr -= lrows;
+        full0 += s.brows[b];
+    }
+    return SIZE_MAX; /* not reached: i is below the local size */
 }
 
 /* splitmix64 of (seed, index) -> uniform in [-1, 1). */
@@ -186,6 +228,8 @@ static void add_tensor(gpt_stage *st, gpt_pkind k, int layer)
 {
     pshape s = shape_of(&st->d, k);
     size_t n = s.rows * s.cols / (s.split == SPLIT_NONE ? 1 : (size_t)st->t);
+    if (n == 0)
+        return; /* absent in this architecture (bias, position table): its pointers stay NULL */
     gpt_tensor *tt = &st->tens[st->ntens++];
     tt->kind = k;
     tt->layer = layer;
@@ -220,6 +264,25 @@ void gpt_stage_free(gpt_stage *st)
     free(st);
 }
 
+/* The backend has the kernels the architecture needs (TS_ENOTSUP naming
+ * the flag otherwise). */
+static int backend_check(const gpt_dims *d, const backend *be, ts_err *err)
+{
+    const char *flag = NULL;
+    if (d->rmsnorm && !(be->rmsnorm_fwd && be->rmsnorm_bwd_input && be->rmsnorm_bwd_weight))
+        flag = "--normalization RMSNorm";
+    else if (d->swiglu && !(be->swiglu_fwd && be->swiglu_bwd))
+        flag = "--swiglu";
+    else if (d->rope && !(be->rope_fwd && be->rope_bwd))
+        flag = "--position-embedding-type rope";
+    else if (gpt_dims_groups(d) != d->heads && !(be->attention_gqa_fwd && be->attention_gqa_bwd))
+        flag = "--group-query-attention --num-query-groups";
+    if (flag)
+        return err_set(err, TS_ENOTSUP, "%s: the %s backend has no kernel for it (run with the cpu backend)", flag,
+                       be->name);
+    return TS_OK;
+}
+
 int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool embed, bool head, bool sp, uint64_t seed,
                      backend *be, comm *cm, gpt_stage **out, ts_err *err)
 {
@@ -227,6 +290,8 @@ int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool em
     int t = cm->size[COMM_TP];
     int rc = gpt_dims_check(d, t, sp, err);
     if (rc)
+        return rc;
+    if ((rc = backend_check(d, be, err)))
         return rc;
     if (first_layer < 0 || num_layers < 0 || first_layer + num_layers > d->layers)
         return err_set(err, TS_EINVAL, "stage layers [%d, %d) outside the model's %d layers", first_layer,
@@ -253,6 +318,9 @@ int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool em
     st->Fl = d->ffn / t;
     st->NHl = d->heads / t;
     st->hs = d->hidden / d->heads;
+    st->NKVl = gpt_dims_groups(d) / t;
+    st->Wl = (st->NHl + 2 * st->NKVl) * st->hs;
+    st->Fu = d->swiglu ? 2 * st->Fl : st->Fl;
     st->V = d->vocab;
     st->N = (size_t)d->batch * d->seq;
     st->Ns = st->sp ? st->N / t : st->N;
@@ -392,9 +460,9 @@ size_t gpt_cache_layout(const gpt_stage *st, gpt_cache *c, int layers, float *ba
     for (int li = 0; li < layers; li++) {
         /* cppcheck-suppress uninitvar ; TAKE writes through k only when base is set (k is then not &dummy) */
         gpt_lcache dummy, *k = base ? &c->L[li] : &dummy;
-        TAKE(k->dqkv, N * 3 * st->Cl);
+        TAKE(k->dqkv, N * st->Wl);
         TAKE(k->dprojo, N * C);
-        TAKE(k->dfch, N * st->Fl);
+        TAKE(k->dfch, N * st->Fu);
         TAKE(k->dfcprojo, N * C);
         TAKE(k->dln1, st->sp ? nln : N * C);
         TAKE(k->dln2, st->sp ? nln : N * C);
@@ -428,27 +496,27 @@ int gpt_acts_create(gpt_stage *st, gpt_acts **out, ts_err *err)
         for (int li = 0; li < st->nl; li++) {
             gpt_lacts *A = &L[li];
             TAKE(A->ln1, Ns * C);
-            TAKE(A->ln1m, Ns);
+            TAKE(A->ln1m, st->d.rmsnorm ? 0 : Ns);
             TAKE(A->ln1r, Ns);
             if (st->sp)
                 TAKE(A->ln1g, N * C);
-            TAKE(A->qkv, N * 3 * st->Cl);
+            TAKE(A->qkv, N * st->Wl);
             TAKE(A->att, natt);
             TAKE(A->atty, N * st->Cl);
             TAKE(A->res2, Ns * C);
             TAKE(A->ln2, Ns * C);
-            TAKE(A->ln2m, Ns);
+            TAKE(A->ln2m, st->d.rmsnorm ? 0 : Ns);
             TAKE(A->ln2r, Ns);
             if (st->sp)
                 TAKE(A->ln2g, N * C);
-            TAKE(A->fch, N * st->Fl);
+            TAKE(A->fch, N * st->Fu);
             TAKE(A->fchg, N * st->Fl);
             if (li + 1 < st->nl || st->head)
                 TAKE(A->res3, Ns * C);
         }
         if (st->head) {
             TAKE(a->lnf, Ns * C);
-            TAKE(a->lnfm, Ns);
+            TAKE(a->lnfm, st->d.rmsnorm ? 0 : Ns);
             TAKE(a->lnfr, Ns);
             if (st->sp)
                 TAKE(a->lnfg, N * C);

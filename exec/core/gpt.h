@@ -6,6 +6,14 @@
  * residual); final LayerNorm; an UNTIED output layer [V, C] (no bias) and
  * softmax cross-entropy, averaged over tokens. No dropout.
  *
+ * Llama-architecture options (gpt_dims, Megatron-LM semantics): RMSNorm for
+ * every norm; SwiGLU MLP (FC1 [2F, C] holding the gate rows then the up
+ * rows, out = silu(gate) * up, FC2 [C, F]); no linear biases; grouped-query
+ * attention (QKV [(NH + 2G) hs, C]: the NH query heads, then G key heads,
+ * then G value heads; query head h uses key/value head h / (NH/G)); rotary
+ * position embeddings (no wpe; q and k rotated after the QKV projection,
+ * base 10000, Megatron's default --rotary-base).
+ *
  * A stage holds layers [first_layer, first_layer + num_layers) and, on the
  * first stage, the embedding, on the last, the final LayerNorm, the output
  * layer and the loss. The whole model on one process is one stage with both.
@@ -13,7 +21,11 @@
  * Tensor parallelism (Megatron-LM's splits) is expressed here, over the
  * comm's COMM_TP group of t ranks:
  *   QKV [3C, C] and FC1 [F, C]: column-parallel (rows split; QKV per head:
- *     rank r holds heads r*NH/t .. (r+1)*NH/t - 1 of q, k and v);
+ *     rank r holds heads r*NH/t .. (r+1)*NH/t - 1 of q, k and v; with
+ *     grouped-query attention, as Megatron-core, query groups r*G/t ..
+ *     (r+1)*G/t - 1 with their query heads; SwiGLU's FC1 per half: rank r
+ *     holds rows r*F/t .. of the gate and of the up projection, so its
+ *     local [2F/t, C] is its gate rows then its up rows, as Megatron's);
  *   attention output [C, C] and FC2 [C, F]: row-parallel (columns split),
  *     their partial outputs summed by an all-reduce (Megatron's "g"), their
  *     biases applied once after the sum; the backward all-reduces the input
@@ -53,6 +65,9 @@
 #include "exec/core/comm.h"
 #include "sim/util/err.h"
 
+/* Rotary base: Megatron-LM's --rotary-base default (megatron_arguments.csv). */
+#define GPT_ROPE_BASE 10000.0f
+
 typedef struct {
     int vocab;  /* V, --padded-vocab-size */
     int seq;    /* T, --seq-length */
@@ -61,6 +76,12 @@ typedef struct {
     int ffn;    /* F, --ffn-hidden-size */
     int layers; /* L, --num-layers (whole model) */
     int batch;  /* B, --micro-batch-size (sequences per micro-batch) */
+    /* Llama-architecture options; all zero is the GPT model above. */
+    int groups;   /* G, --num-query-groups (0 or heads: multi-head attention) */
+    bool rmsnorm; /* --normalization RMSNorm: the norms have a weight and no bias */
+    bool swiglu;  /* --swiglu: FC1 is [2F, C] (gate | up), silu(gate) * up */
+    bool no_bias; /* --disable-bias-linear: no QKV, projection, FC1, FC2 biases */
+    bool rope;    /* --position-embedding-type rope: no wpe; q, k rotated */
 } gpt_dims;
 
 /* Parameter tensors, in the order of the full model's flat layout:
@@ -105,8 +126,15 @@ typedef struct gpt_stage gpt_stage;
 typedef struct gpt_acts gpt_acts;
 
 /* Check dims against t (and sp): heads, hidden, ffn divisible by t; hidden
- * divisible by heads; with sp, batch*seq divisible by t. */
+ * divisible by heads; with sp, batch*seq divisible by t; groups dividing
+ * heads and divisible by t; an even head size with rope. */
 int gpt_dims_check(const gpt_dims *d, int t, bool sp, ts_err *err);
+
+/* Query groups G (heads when d->groups is 0). */
+int gpt_dims_groups(const gpt_dims *d);
+/* Whether any Llama-architecture option is set (then the model needs the
+ * backend's Llama kernels; KV-cache inference does not run it). */
+bool gpt_dims_llama(const gpt_dims *d);
 
 /* Parameters of the full (t = 1) model. */
 size_t gpt_num_params(const gpt_dims *d);

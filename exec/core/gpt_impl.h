@@ -11,20 +11,20 @@
  * sp, else N; "g" tensors are the all-gathered [N, C] copies (sp only). */
 typedef struct {
     float *ln1, *ln1m, *ln1r, *ln1g; /* [Ns,C], [Ns], [Ns], [N,C] */
-    float *qkv;                      /* [N, 3C/t] */
+    float *qkv;                      /* [N, Wl] (q and k rotated with rope) */
     float *att;                      /* [B, NH/t, T, T] */
     float *atty;                     /* [N, C/t] */
     float *res2;                     /* [Ns, C] */
     float *ln2, *ln2m, *ln2r, *ln2g;
-    float *fch, *fchg; /* [N, F/t] */
+    float *fch, *fchg; /* [N, Fu], [N, F/t] */
     float *res3;       /* [Ns, C]; NULL for the stage's last layer */
 } gpt_lacts;
 
 /* Output gradients a layer's weight gradients need (zero-bubble "W"). */
 typedef struct {
-    float *dqkv;        /* [N, 3C/t] */
+    float *dqkv;        /* [N, Wl] */
     float *dprojo;      /* [N, C] gradient of the attention output projection */
-    float *dfch;        /* [N, F/t] gradient before GELU */
+    float *dfch;        /* [N, Fu] gradient before GELU / SwiGLU */
     float *dfcprojo;    /* [N, C] gradient of the MLP output projection */
     float *dln1, *dln2; /* [Ns, C] gradients of the LayerNorm outputs */
 } gpt_lcache;
@@ -60,6 +60,9 @@ struct gpt_stage {
     uint64_t seed;
     /* derived sizes */
     int B, T, C, Cl, F, Fl, NHl, hs, V;
+    int NKVl; /* local key/value heads (= NHl without grouped-query attention) */
+    int Wl;   /* local QKV width (NHl + 2 NKVl) hs */
+    int Fu;   /* local FC1 width: 2 Fl with SwiGLU, else Fl */
     size_t N, Ns;
     /* parameters: one buffer each, carved into tensors */
     size_t nparams;

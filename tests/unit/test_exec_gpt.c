@@ -27,6 +27,20 @@
 #include "exec/cpu/backend_cpu.h"
 
 static const gpt_dims TINY = {.vocab = 11, .seq = 5, .hidden = 8, .heads = 2, .ffn = 12, .layers = 2, .batch = 2};
+/* Llama-architecture layers: RMSNorm, SwiGLU, no biases, grouped-query
+ * attention (4 heads of 4 in 2 groups), rope; same tokens as TINY. */
+static const gpt_dims LLAMA = {.vocab = 11,
+                               .seq = 5,
+                               .hidden = 16,
+                               .heads = 4,
+                               .ffn = 12,
+                               .layers = 2,
+                               .batch = 2,
+                               .groups = 2,
+                               .rmsnorm = true,
+                               .swiglu = true,
+                               .no_bias = true,
+                               .rope = true};
 
 typedef struct {
     backend *be;
@@ -68,17 +82,16 @@ Test(exec_gpt, parameter_count_and_layout)
     cr_assert_eq(gpt_full_offset(&TINY, GP_WOUT, -1, &n), 88u + 40 + 2 * 532 + 16);
 }
 
-Test(exec_gpt, whole_model_backward_matches_fd)
+static void backward_matches_fd(const gpt_dims *d)
 {
     env e;
     ts_err err;
     gpt_stage *st;
-    env_init(&e, &TINY);
-    cr_assert_eq(gpt_stage_create(&TINY, 0, TINY.layers, true, true, false, 42, e.be, e.cm, &st, &err), TS_OK, "%s",
-                 err.msg);
+    env_init(&e, d);
+    cr_assert_eq(gpt_stage_create(d, 0, d->layers, true, true, false, 42, e.be, e.cm, &st, &err), TS_OK, "%s", err.msg);
     size_t np = gpt_stage_num_params(st);
-    cr_assert_eq(np, gpt_num_params(&TINY));
-    size_t N = (size_t)TINY.batch * TINY.seq;
+    cr_assert_eq(np, gpt_num_params(d));
+    size_t N = (size_t)d->batch * d->seq;
     gpt_acts *a;
     cr_assert_eq(gpt_acts_create(st, &a, &err), TS_OK);
     cr_assert_eq(gpt_forward(st, a, e.tok, e.tgt, NULL, NULL, NULL, &err), TS_OK, "%s", err.msg);
@@ -112,15 +125,23 @@ Test(exec_gpt, whole_model_backward_matches_fd)
     gpt_stage_free(st);
     env_free(&e);
 }
+Test(exec_gpt, whole_model_backward_matches_fd)
+{
+    backward_matches_fd(&TINY);
+}
+Test(exec_gpt, llama_backward_matches_fd)
+{
+    backward_matches_fd(&LLAMA);
+}
 
-Test(exec_gpt, split_backward_equals_fused)
+static void split_equals_fused(const gpt_dims *d)
 {
     env e;
     ts_err err;
     gpt_stage *st;
-    env_init(&e, &TINY);
-    cr_assert_eq(gpt_stage_create(&TINY, 0, TINY.layers, true, true, false, 42, e.be, e.cm, &st, &err), TS_OK);
-    size_t np = gpt_stage_num_params(st), N = (size_t)TINY.batch * TINY.seq;
+    env_init(&e, d);
+    cr_assert_eq(gpt_stage_create(d, 0, d->layers, true, true, false, 42, e.be, e.cm, &st, &err), TS_OK);
+    size_t np = gpt_stage_num_params(st), N = (size_t)d->batch * d->seq;
     float *g1 = malloc(np * 4);
     gpt_acts *a;
     gpt_stage_zero_grads(st);
@@ -146,10 +167,18 @@ Test(exec_gpt, split_backward_equals_fused)
     gpt_stage_free(st);
     env_free(&e);
 }
-
-Test(exec_gpt, two_stages_equal_one)
+Test(exec_gpt, split_backward_equals_fused)
 {
-    gpt_dims d = TINY;
+    split_equals_fused(&TINY);
+}
+Test(exec_gpt, llama_split_backward_equals_fused)
+{
+    split_equals_fused(&LLAMA);
+}
+
+static void two_stages(const gpt_dims *base)
+{
+    gpt_dims d = *base;
     d.layers = 3;
     env e;
     ts_err err;
@@ -195,6 +224,62 @@ Test(exec_gpt, two_stages_equal_one)
     free(dy);
     free(full1);
     free(full2);
+    env_free(&e);
+}
+Test(exec_gpt, two_stages_equal_one)
+{
+    two_stages(&TINY);
+}
+Test(exec_gpt, llama_two_stages_equal_one)
+{
+    two_stages(&LLAMA);
+}
+
+Test(exec_gpt, llama_parameter_count_and_layout)
+{
+    /* no wpe, no biases, RMSNorm weights only; per layer ln1w 16 + qkv (16 + 2*8) x 16 = 512 + proj 256 +
+     * ln2w 16 + fc1 (2*12) x 16 = 384 + fc2 16 x 12 = 192 */
+    cr_assert_eq(gpt_num_params(&LLAMA), 176u + 2 * 1376 + 16 + 176);
+    size_t n;
+    cr_assert_eq(gpt_full_offset(&LLAMA, GP_WPE, -1, &n), 176u);
+    cr_assert_eq(n, 0u);
+    cr_assert_eq(gpt_full_offset(&LLAMA, GP_FCW, 1, &n), 176u + 1376 + 16 + 512 + 256 + 16);
+    cr_assert_eq(n, 384u);
+    cr_assert_eq(gpt_full_offset(&LLAMA, GP_QKVB, 0, &n), 176u + 16 + 512);
+    cr_assert_eq(n, 0u);
+    env e;
+    ts_err err;
+    gpt_stage *st;
+    env_init(&e, &LLAMA);
+    cr_assert_eq(gpt_stage_create(&LLAMA, 0, 2, true, true, false, 1, e.be, e.cm, &st, &err), TS_OK, "%s", err.msg);
+    int nt;
+    const gpt_tensor *tt = gpt_stage_tensors(st, &nt);
+    cr_assert_eq(nt, 1 + 2 * 6 + 2, "absent tensors are not listed");
+    for (int i = 0; i < nt; i++)
+        cr_assert(tt[i].n > 0);
+    gpt_stage_free(st);
+    env_free(&e);
+}
+
+Test(exec_gpt, llama_bad_dims_are_refused)
+{
+    env e;
+    ts_err err;
+    gpt_stage *st;
+    env_init(&e, &LLAMA);
+    gpt_dims d = LLAMA;
+    d.groups = 3;
+    cr_assert_eq(gpt_stage_create(&d, 0, 1, true, true, false, 1, e.be, e.cm, &st, &err), TS_EINVAL);
+    cr_assert(strstr(err.msg, "--num-query-groups 3") != NULL, "%s", err.msg);
+    d = LLAMA;
+    d.hidden = 12; /* head size 3 */
+    cr_assert_eq(gpt_stage_create(&d, 0, 1, true, true, false, 1, e.be, e.cm, &st, &err), TS_EINVAL);
+    cr_assert(strstr(err.msg, "even") != NULL, "%s", err.msg);
+    /* a backend without the kernels is refused with the flag named */
+    backend nok = *e.be;
+    nok.swiglu_fwd = NULL;
+    cr_assert_eq(gpt_stage_create(&LLAMA, 0, 1, true, true, false, 1, &nok, e.cm, &st, &err), TS_ENOTSUP);
+    cr_assert(strstr(err.msg, "--swiglu") != NULL, "%s", err.msg);
     env_free(&e);
 }
 
