@@ -195,30 +195,42 @@ static int check_inference_flags(const args *a, ts_err *err)
 
 /* What the executor runs of a validated config; TS_ENOTSUP naming the flag
  * for what it does not implement. */
-static int exec_supports(const config *c, ts_err *err)
+/* The first Llama-architecture flag the model uses (the CPU backend's
+ * training runs them), or NULL. */
+static const char *llama_flag(const model_config *m)
+{
+    if (m->swiglu)
+        return "--swiglu";
+    if (m->num_query_groups != m->num_attention_heads)
+        return "--group-query-attention --num-query-groups";
+    if (m->normalization == NORM_RMSNORM)
+        return "--normalization RMSNorm";
+    if (!m->add_bias_linear)
+        return "--disable-bias-linear";
+    if (m->position_embedding == POS_ROPE)
+        return "--position-embedding-type rope";
+    return NULL;
+}
+
+static int exec_supports(const config *c, const args *a, ts_err *err)
 {
     const model_config *m = &c->model;
     const parallel_config *p = &c->par;
-    if (m->swiglu)
-        return err_set(err, TS_ENOTSUP, "--swiglu: the executor's MLP is GELU only");
-    if (m->num_query_groups != m->num_attention_heads)
+    const char *llama = llama_flag(m);
+    if (llama && a->backend == BACKEND_CUDA)
         return err_set(err, TS_ENOTSUP,
-                       "--num-query-groups %d: the executor has no grouped-query attention "
-                       "(give --num-query-groups %d)",
-                       m->num_query_groups, m->num_attention_heads);
-    if (m->normalization != NORM_LAYERNORM)
-        return err_set(err, TS_ENOTSUP, "--normalization %s: the executor's layers use LayerNorm only",
-                       CONFIG_NORM_NAMES[m->normalization]);
-    if (!m->add_bias_linear)
-        return err_set(err, TS_ENOTSUP, "--disable-bias-linear: the executor's linear layers have biases");
-    if (m->untie_embeddings)
+                       "%s: the cuda backend has no kernel for it (Llama-architecture layers run on --backend cpu)",
+                       llama);
+    if (llama && a->inf.inference)
         return err_set(err, TS_ENOTSUP,
-                       "--untie-embeddings-and-output-weights: the executor ties the output weight to the "
-                       "word embedding");
-    if (m->position_embedding != POS_LEARNED_ABSOLUTE || m->max_position_embeddings != m->seq_length)
+                       "%s with --inference: the KV-cache inference runs the GPT layers only (train without "
+                       "--inference)",
+                       llama);
+    if (m->position_embedding != POS_ROPE &&
+        (m->position_embedding != POS_LEARNED_ABSOLUTE || m->max_position_embeddings != m->seq_length))
         return err_set(err, TS_ENOTSUP,
                        "--position-embedding-type %s, --max-position-embeddings %d: the executor learns one "
-                       "position row per token of --seq-length %d (learned_absolute, max = seq)",
+                       "position row per token of --seq-length %d (learned_absolute, max = seq) or uses rope",
                        CONFIG_POSITION_NAMES[m->position_embedding], m->max_position_embeddings, m->seq_length);
     if (config_head_size(m) * m->num_attention_heads != m->hidden_size)
         return err_set(err, TS_ENOTSUP, "--kv-channels %d: the executor's heads are h / a = %d wide", m->kv_channels,
@@ -506,7 +518,7 @@ static int parse_command_line(run *x, int argc, char **argv)
     if (!rc && !x->a.microbench)
         rc = flags_finish(fs, &t, &x->err);
     if (!rc && !x->a.microbench)
-        rc = exec_supports(&x->c, &x->err);
+        rc = exec_supports(&x->c, &x->a, &x->err);
     if (rc) {
         code = start_status(rc);
         if (code == 2)
@@ -546,7 +558,12 @@ static int resolve_config(run *x)
                          .heads = mc->num_attention_heads,
                          .ffn = mc->ffn_hidden_size,
                          .layers = mc->num_layers,
-                         .batch = pc->micro_batch_size};
+                         .batch = pc->micro_batch_size,
+                         .groups = mc->num_query_groups,
+                         .rmsnorm = mc->normalization == NORM_RMSNORM,
+                         .swiglu = mc->swiglu,
+                         .no_bias = !mc->add_bias_linear,
+                         .rope = mc->position_embedding == POS_ROPE};
     o->sp = pc->sequence_parallel;
     o->seed = (uint64_t)x->a.seed;
     o->lr = (float)x->a.lr;
@@ -641,6 +658,17 @@ static int set_up_rank(run *x)
     return agree_fail(x->rank, x->size, rc, "", &x->err) ? 1 : GO_ON;
 }
 
+/* The Llama-architecture options of d as text ("" for the GPT layers):
+ * " [groups=G RMSNorm SwiGLU no-bias rope]", the parts in use. */
+static void arch_text(const gpt_dims *d, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    if (!gpt_dims_llama(d))
+        return;
+    (void)snprintf(buf, size, " [groups=%d%s%s%s%s]", gpt_dims_groups(d), d->rmsnorm ? " RMSNorm" : "",
+                   d->swiglu ? " SwiGLU" : "", d->no_bias ? " no-bias" : "", d->rope ? " rope" : "");
+}
+
 /* x->canon: a canonical text of the resolved configuration and the
  * executor flags every rank must share (the model, the layout, the
  * schedule, Adam, the iteration counts, the divergence rule; not output
@@ -658,10 +686,12 @@ static uint64_t config_hash(run *x)
     if (!a->microbench && x->s) {
         const gpt_dims *d = &x->o.dims;
         const sched *sc = x->s;
+        char arch[96];
+        arch_text(d, arch, sizeof arch);
         n += snprintf(x->canon + n, sizeof x->canon - (size_t)n,
-                      " L=%d h=%d heads=%d ffn=%d s=%d V=%d b=%d sp=%d t=%d p=%d d=%d schedule=%s v=%d m=%d", d->layers,
-                      d->hidden, d->heads, d->ffn, d->seq, d->vocab, d->batch, (int)x->o.sp, x->par.tp, x->par.pp,
-                      x->par.dp, sched_kind_name(sc->kind), sc->v, sc->m);
+                      " L=%d h=%d heads=%d ffn=%d s=%d V=%d b=%d sp=%d t=%d p=%d d=%d schedule=%s v=%d m=%d%s",
+                      d->layers, d->hidden, d->heads, d->ffn, d->seq, d->vocab, d->batch, (int)x->o.sp, x->par.tp,
+                      x->par.pp, x->par.dp, sched_kind_name(sc->kind), sc->v, sc->m, arch);
         for (int i = 0; i < sc->p * sc->v && n < (int)sizeof x->canon; i++)
             n += snprintf(x->canon + n, sizeof x->canon - (size_t)n, "%s%d+%d",
                           i ? "," : " stages=", sc->stages[i].first_layer, sc->stages[i].num_layers);
@@ -807,10 +837,12 @@ static void print_banner(const run *x)
                  x->device);
     else
         snprintf(where, sizeof where, "fp32 cpu");
-    printf("trainexec: GPT %zu parameters (L=%d h=%d heads=%d ffn=%d s=%d V=%d), "
+    char arch[96];
+    arch_text(&o->dims, arch, sizeof arch);
+    printf("trainexec: GPT %zu parameters (L=%d h=%d heads=%d ffn=%d s=%d V=%d%s), "
            "t=%d p=%d d=%d v=%d%s, %s, b=%d B=%d m=%d, %d ranks, %s\n",
            gpt_num_params(&o->dims), o->dims.layers, o->dims.hidden, o->dims.heads, o->dims.ffn, o->dims.seq,
-           o->dims.vocab, x->par.tp, x->par.pp, x->par.dp, s->v, o->sp ? " sp" : "", sched_kind_name(s->kind),
+           o->dims.vocab, arch, x->par.tp, x->par.pp, x->par.dp, s->v, o->sp ? " sp" : "", sched_kind_name(s->kind),
            o->dims.batch, o->dims.batch * x->par.dp * s->m, s->m, x->size, where);
     (void)fflush(stdout); /* show it now */
 }
