@@ -3,7 +3,10 @@
  * parallelism, and uneven layer splits from Megatron-core layout strings,
  * including a stage with the embedding only) on 1-4 ranks gives the same
  * loss, the same gradients and the same updated weights as the
- * single-process run of the same global batch.
+ * single-process run of the same global batch. Every layout runs twice: with
+ * the GPT layers and with Llama-architecture layers (RMSNorm, SwiGLU, no
+ * biases, grouped-query attention with 4 query groups of 2 heads, rope;
+ * the output layer is untied in both).
  *
  * mpirun-np: 4
  *
@@ -33,8 +36,22 @@
 #include "sim/sched/sched_generate.h"
 #include "sim/sched/sched_layout.h"
 
-static const gpt_dims DIMS = {.vocab = 32, .seq = 8, .hidden = 16, .heads = 4, .ffn = 32, .layers = 8, .batch = 2};
-#define M  4 /* micro-batches per pipeline */
+static const gpt_dims GPT_DIMS = {.vocab = 32, .seq = 8, .hidden = 16, .heads = 4, .ffn = 32, .layers = 8, .batch = 2};
+/* t = 4 splits the 4 groups one per rank (2 query heads each) */
+static const gpt_dims LLAMA_DIMS = {.vocab = 32,
+                                    .seq = 8,
+                                    .hidden = 32,
+                                    .heads = 8,
+                                    .ffn = 32,
+                                    .layers = 8,
+                                    .batch = 2,
+                                    .groups = 4,
+                                    .rmsnorm = true,
+                                    .swiglu = true,
+                                    .no_bias = true,
+                                    .rope = true};
+static gpt_dims DIMS; /* the model of the pass under way */
+#define M  4          /* micro-batches per pipeline */
 #define LR 1e-3f
 
 typedef struct {
@@ -188,11 +205,9 @@ static void check(bool ok, const char *what, const char *detail)
     (void)fflush(stdout); /* progress */
 }
 
-int main(int argc, char **argv)
+/* Every layout of Ls against the single-process references, for DIMS. */
+static void run_pass(const layout *Ls, int nL, const char *model)
 {
-    MPI_Init(&argc, &argv);
-    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
     size_t np = gpt_num_params(&DIMS);
     char msg[ERR_MSG_BYTES + 64] = "";
 
@@ -203,8 +218,66 @@ int main(int argc, char **argv)
         for (int i = 0; i < 3 && !refbad; i++)
             refbad = run_reference(M << i, &ref[i], msg, sizeof msg);
     MPI_Bcast(&refbad, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    check(!refbad, "single-process reference runs", msg);
+    char rwhat[64];
+    snprintf(rwhat, sizeof rwhat, "%s: single-process reference runs", model);
+    check(!refbad, rwhat, msg);
 
+    for (int li = 0; li < nL && !refbad; li++) {
+        const layout *L = &Ls[li];
+        int n = L->t * L->p * L->d;
+        if (n > world_size)
+            continue;
+        MPI_Comm sub;
+        MPI_Comm_split(MPI_COMM_WORLD, world_rank < n ? 0 : MPI_UNDEFINED, world_rank, &sub);
+        result r = {0};
+        int bad = 0;
+        msg[0] = '\0';
+        if (sub != MPI_COMM_NULL) {
+            bad = run_layout(L, sub, &r, msg, sizeof msg);
+            MPI_Comm_free(&sub);
+        }
+        MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        char what[192], detail[ERR_MSG_BYTES + 256] = "";
+        snprintf(what, sizeof what, "%s: %s t=%d p=%d d=%d v=%d%s%s%s", model, sched_kind_name(L->kind), L->t, L->p,
+                 L->d, L->v, L->sp ? " sp" : "", L->split ? " layout " : "", L->split ? L->split : "");
+        bool ok = !bad;
+        if (world_rank == 0 && ok) {
+            const result *R = &ref[L->d == 1 ? 0 : L->d == 2 ? 1 : 2];
+            double dl = fabs(r.loss - R->loss) / fabs(R->loss);
+            double gmax = 0, dgmax = 0, num = 0, den = 0, dwmax = 0;
+            for (size_t i = 0; i < np; i++) {
+                double dg = fabs((double)r.g[i] - R->g[i]);
+                gmax = fmax(gmax, fabs(R->g[i]));
+                dgmax = fmax(dgmax, dg);
+                num += dg * dg;
+                den += (double)R->g[i] * R->g[i];
+                dwmax = fmax(dwmax, fabs((double)r.w[i] - R->w[i]));
+            }
+            double grel = sqrt(num / den);
+            ok = dl <= 1e-5 && grel <= 1e-4 && dgmax <= 1e-4 * gmax && dwmax <= LR * 1e-2;
+            snprintf(detail, sizeof detail,
+                     "loss %.7f (ref %.7f, rel %.1e), grad rel %.1e, max |dg|/max|g| %.1e, "
+                     "max |dw| %.1e",
+                     r.loss, R->loss, dl, grel, dgmax / gmax, dwmax);
+        } else if (world_rank == 0) {
+            snprintf(detail, sizeof detail, "%s", msg);
+        }
+        check(ok, what, detail);
+        free(r.w);
+        free(r.g);
+        MPI_Barrier(MPI_COMM_WORLD);
+    }
+    for (int i = 0; i < 3; i++) {
+        free(ref[i].w);
+        free(ref[i].g);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
     static const sched_kind pipe_kinds[] = {SCHED_GPIPE, SCHED_1F1B,  SCHED_INTERLEAVED,
                                             SCHED_ZB_H1, SCHED_ZB_H2, SCHED_ZB_V};
     layout Ls[96];
@@ -239,55 +312,10 @@ int main(int argc, char **argv)
     Ls[nL++] = (layout){2, 2, 1, true, SCHED_DUALPIPEV, 2, NULL};
     Ls[nL++] = (layout){1, 2, 2, false, SCHED_DUALPIPEV, 2, NULL};
 
-    for (int li = 0; li < nL && !refbad; li++) {
-        const layout *L = &Ls[li];
-        int n = L->t * L->p * L->d;
-        if (n > world_size)
-            continue;
-        MPI_Comm sub;
-        MPI_Comm_split(MPI_COMM_WORLD, world_rank < n ? 0 : MPI_UNDEFINED, world_rank, &sub);
-        result r = {0};
-        int bad = 0;
-        msg[0] = '\0';
-        if (sub != MPI_COMM_NULL) {
-            bad = run_layout(L, sub, &r, msg, sizeof msg);
-            MPI_Comm_free(&sub);
-        }
-        MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
-        char what[160], detail[ERR_MSG_BYTES + 256] = "";
-        snprintf(what, sizeof what, "%s t=%d p=%d d=%d v=%d%s%s%s", sched_kind_name(L->kind), L->t, L->p, L->d, L->v,
-                 L->sp ? " sp" : "", L->split ? " layout " : "", L->split ? L->split : "");
-        bool ok = !bad;
-        if (world_rank == 0 && ok) {
-            const result *R = &ref[L->d == 1 ? 0 : L->d == 2 ? 1 : 2];
-            double dl = fabs(r.loss - R->loss) / fabs(R->loss);
-            double gmax = 0, dgmax = 0, num = 0, den = 0, dwmax = 0;
-            for (size_t i = 0; i < np; i++) {
-                double dg = fabs((double)r.g[i] - R->g[i]);
-                gmax = fmax(gmax, fabs(R->g[i]));
-                dgmax = fmax(dgmax, dg);
-                num += dg * dg;
-                den += (double)R->g[i] * R->g[i];
-                dwmax = fmax(dwmax, fabs((double)r.w[i] - R->w[i]));
-            }
-            double grel = sqrt(num / den);
-            ok = dl <= 1e-5 && grel <= 1e-4 && dgmax <= 1e-4 * gmax && dwmax <= LR * 1e-2;
-            snprintf(detail, sizeof detail,
-                     "loss %.7f (ref %.7f, rel %.1e), grad rel %.1e, max |dg|/max|g| %.1e, "
-                     "max |dw| %.1e",
-                     r.loss, R->loss, dl, grel, dgmax / gmax, dwmax);
-        } else if (world_rank == 0) {
-            snprintf(detail, sizeof detail, "%s", msg);
-        }
-        check(ok, what, detail);
-        free(r.w);
-        free(r.g);
-        MPI_Barrier(MPI_COMM_WORLD);
-    }
-    for (int i = 0; i < 3; i++) {
-        free(ref[i].w);
-        free(ref[i].g);
-    }
+    DIMS = GPT_DIMS;
+    run_pass(Ls, nL, "gpt");
+    DIMS = LLAMA_DIMS;
+    run_pass(Ls, nL, "llama");
     if (world_rank == 0)
         printf("%d passed, %d failed\n", npass, nfail);
     MPI_Finalize();
