@@ -41,6 +41,18 @@ check_sh "expert parallelism: exit 2 naming --num-experts" '[ $rc -eq 2 ] && [[ 
 out=$(run 1 "$TRAINEXEC" $small --recompute-granularity full 2>&1); rc=$?
 check_sh "recomputation: exit 2, not supported" '[ $rc -eq 2 ] && [[ "$out" == *--recompute-granularity* ]]'
 
+llama="--swiglu --group-query-attention --num-query-groups 2 --normalization RMSNorm --disable-bias-linear \
+       --position-embedding-type rope --untie-embeddings-and-output-weights"
+out=$(run 2 "$TRAINEXEC" $small $llama --tensor-model-parallel-size 2 --iterations 2 --warmup 0 2>&1); rc=$?
+check_sh "Llama-architecture layers (t=2): run, the header names them" \
+    '[ $rc -eq 0 ] && [[ "$out" == *"[groups=2 RMSNorm SwiGLU no-bias rope]"* && "$out" == *"iteration 2/2"* ]]'
+out=$(run 1 "$TRAINEXEC" $small $llama --backend cuda 2>&1); rc=$?
+check_sh "Llama-architecture layers on --backend cuda: exit 2 naming the flag" \
+    '[ $rc -eq 2 ] && [[ "$out" == *"--swiglu: the cuda backend has no kernel"* ]]'
+out=$(run 4 "$TRAINEXEC" $small --num-query-groups 2 --group-query-attention --tensor-model-parallel-size 4 \
+      2>&1); rc=$?
+check_sh "query groups not a multiple of t: exit 2" '[ $rc -eq 2 ] && [[ "$out" == *"--num-query-groups"* ]]'
+
 out=$(run 1 "$TRAINEXEC" --num-layers 4 --seq-length 16 --micro-batch-size 1 --hidden-size 30 --num-attention-heads 8 2>&1); rc=$?
 check_sh "hidden not a multiple of heads: exit 2 naming both flags" \
     '[ $rc -eq 2 ] && [[ "$out" == *--hidden-size* && "$out" == *--num-attention-heads* ]]'
