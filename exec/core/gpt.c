@@ -258,6 +258,7 @@ void gpt_stage_free(gpt_stage *st)
     be_free(be, st->scratch, st->scratch_n, XMEM_BUFFERS);
     be_free(be, st->fused.mem, st->fused.nfloats, XMEM_BUFFERS);
     free(st->fused.L);
+    gpt_rc_free(st);
     free(st->tens);
     free(st->pw);
     free(st->pg);
@@ -412,6 +413,8 @@ int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool em
     if ((rc = be_alloc(be, st->fused.nfloats, XMEM_BUFFERS, &st->fused.mem, err)))
         goto fail;
     gpt_cache_layout(st, &st->fused, num_layers > 0 ? 1 : 0, st->fused.mem);
+    if ((rc = gpt_rc_setup(st, err)))
+        goto fail;
     *out = st;
     return TS_OK;
 fail:
@@ -488,31 +491,17 @@ int gpt_acts_create(gpt_stage *st, gpt_acts **out, ts_err *err)
     }
     a->L = L;
     size_t N = st->N, Ns = st->Ns, C = st->C;
-    size_t natt = (size_t)st->B * st->NHl * st->T * st->T;
     for (int pass = 0; pass < 2; pass++) {
         float *base = a->mem;
         size_t cur = 0;
         TAKE(a->in0, Ns * C);
         for (int li = 0; li < st->nl; li++) {
-            gpt_lacts *A = &L[li];
-            TAKE(A->ln1, Ns * C);
-            TAKE(A->ln1m, st->d.rmsnorm ? 0 : Ns);
-            TAKE(A->ln1r, Ns);
-            if (st->sp)
-                TAKE(A->ln1g, N * C);
-            TAKE(A->qkv, N * st->Wl);
-            TAKE(A->att, natt);
-            TAKE(A->atty, N * st->Cl);
-            TAKE(A->res2, Ns * C);
-            TAKE(A->ln2, Ns * C);
-            TAKE(A->ln2m, st->d.rmsnorm ? 0 : Ns);
-            TAKE(A->ln2r, Ns);
-            if (st->sp)
-                TAKE(A->ln2g, N * C);
-            TAKE(A->fch, N * st->Fu);
-            TAKE(A->fchg, N * st->Fl);
-            if (li + 1 < st->nl || st->head)
-                TAKE(A->res3, Ns * C);
+            bool res3 = li + 1 < st->nl || st->head;
+            if (st->rc_lo[li] < 0) {
+                cur += gpt_lacts_carve(st, &L[li], base ? base + cur : NULL, res3);
+            } else if (res3 && li == st->rc_hi[li] - 1) {
+                TAKE(L[li].res3, Ns * C); /* a recompute group keeps its output only (the next one's input) */
+            }
         }
         if (st->head) {
             TAKE(a->lnf, Ns * C);
@@ -550,6 +539,7 @@ void gpt_acts_free(gpt_stage *st, gpt_acts *a)
         return;
     if (a->have_cache)
         free_cache_mem(st, &a->cache);
+    be_free(st->be, a->rc_mem, a->rc_n, XMEM_ACTS);
     be_free(st->be, a->mem, a->nfloats, XMEM_ACTS);
     if (a->tokens)
         st->be->free_int(st->be, a->tokens);

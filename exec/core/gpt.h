@@ -82,7 +82,16 @@ typedef struct {
     bool swiglu;  /* --swiglu: FC1 is [2F, C] (gate | up), silu(gate) * up */
     bool no_bias; /* --disable-bias-linear: no QKV, projection, FC1, FC2 biases */
     bool rope;    /* --position-embedding-type rope: no wpe; q, k rotated */
+    /* Full recomputation (--recompute-granularity full), per stage: a
+     * recomputed layer keeps only its group's input (the previous layer's
+     * output) through the forward; the backward reruns the group's forward
+     * and then goes back through it. */
+    int recompute;        /* GPT_RC_NONE, GPT_RC_UNIFORM, GPT_RC_BLOCK (--recompute-method) */
+    int recompute_layers; /* --recompute-num-layers: uniform, layers per group from the stage's first (0: 1);
+                             block, the stage's first so many layers, each alone (0: all) */
 } gpt_dims;
+
+enum { GPT_RC_NONE = 0, GPT_RC_UNIFORM, GPT_RC_BLOCK };
 
 /* Parameter tensors, in the order of the full model's flat layout:
  * wte, wpe, then per layer ln1w .. fcprojb, then lnfw, lnfb, wout. */

@@ -47,6 +47,8 @@ struct gpt_acts {
     size_t nfloats;
     gpt_cache cache; /* saved by backward_input (split mode) */
     bool have_cache;
+    float *rc_mem; /* split mode: the recomputed layers' activations, rerun by backward_input, kept for W */
+    size_t rc_n;
 };
 
 struct gpt_stage {
@@ -81,6 +83,12 @@ struct gpt_stage {
     float *scratch; /* one allocation holding the above */
     size_t scratch_n;
     gpt_cache fused; /* one layer's worth, reused by gpt_backward */
+    /* full recomputation (gpt_recomp.c) */
+    int *rc_lo, *rc_hi; /* per local layer: its recompute group [lo, hi); -1, -1 when its activations are kept */
+    int n_rc;           /* recomputed layers: always the stage's first n_rc */
+    size_t rc_slot;     /* floats of one layer's activations (with its output) */
+    float *rc_ws;       /* one group's activations: the forward's and the fused backward's */
+    size_t rc_ws_n;
     gpt_prof_fn prof;
     void *prof_ud;
 };
@@ -101,6 +109,18 @@ struct gpt_stage {
 
 #define LW(st, li, k) ((st)->pw[(size_t)(li)*GP_LAYER_COUNT + ((k)-GP_LAYER_FIRST)])
 #define LG(st, li, k) ((st)->pg[(size_t)(li)*GP_LAYER_COUNT + ((k)-GP_LAYER_FIRST)])
+
+/* Carve one layer's activations (with its output res3 if res3) from base;
+ * base NULL: only count. Returns the floats taken. */
+size_t gpt_lacts_carve(const gpt_stage *st, gpt_lacts *A, float *base, bool res3);
+/* Full recomputation: the groups of st->d's method over the stage's layers
+ * and the group workspace (counted as activations). */
+int gpt_rc_setup(gpt_stage *st, ts_err *err);
+void gpt_rc_free(gpt_stage *st);
+/* Point the activations of the recompute group starting at local layer lo
+ * into base (group slots of st->rc_slot floats); the group's last output
+ * (its checkpoint, per micro-batch) keeps its place. */
+void gpt_rc_bind(const gpt_stage *st, gpt_acts *a, int lo, float *base);
 
 /* Carve the cache for `layers` layers (+ head, embed parts as the stage
  * needs) from base (NULL: only count). Returns floats needed. */

@@ -213,6 +213,8 @@ int gpt_forward(gpt_stage *st, gpt_acts *a, const int *tokens, const int *target
         be->int_to_device(be, a->targets, targets, N);
     }
     for (int li = 0; li < st->nl; li++) {
+        if (st->rc_lo[li] == li) /* a recompute group runs in the stage's workspace */
+            gpt_rc_bind(st, a, li, st->rc_ws);
         /* the last layer writes y, except on the last stage (lnf's input is saved) */
         float *out = a->L[li].res3 ? a->L[li].res3 : y;
         if (!out)
@@ -329,6 +331,23 @@ static void embed_bwd_weight(gpt_stage *st, gpt_acts *a, const gpt_cache *c)
        st->be->embed_bwd(st->be, st->gwte, st->gwpe, c->dx0, a->tokens, row0, st->Ns, st->T, st->C));
 }
 
+/* Full recomputation: rerun the forward of the group ending at local layer
+ * li (from its saved input) with its activations in base. The group's
+ * last output is rewritten where it is kept (the same values) or into its
+ * slot when the stage's output buffer held it. */
+static int recompute_group(gpt_stage *st, gpt_acts *a, int li, float *base, ts_err *err)
+{
+    int lo = st->rc_lo[li];
+    gpt_rc_bind(st, a, lo, base);
+    for (int l = lo; l <= li; l++) {
+        float *out = a->L[l].res3;
+        if (!out) /* slot l's output place: its last Ns x C floats */
+            out = base + (size_t)(l - lo + 1) * st->rc_slot - st->Ns * (size_t)st->C;
+        CK(layer_fwd(st, a, l, layer_input(a, l), out, err));
+    }
+    return TS_OK;
+}
+
 /* Shared driver of the split and fused backward. */
 static int backward_input(gpt_stage *st, gpt_acts *a, const float *dy, float loss_scale, float *dx, gpt_cache *c,
                           bool fused, ts_err *err)
@@ -346,6 +365,8 @@ static int backward_input(gpt_stage *st, gpt_acts *a, const float *dy, float los
     }
     for (int li = st->nl - 1; li >= 0; li--) {
         gpt_lcache *K = fused ? &c->L[0] : &c->L[li];
+        if (st->rc_lo[li] >= 0 && li == st->rc_hi[li] - 1) /* split: kept in a->rc_mem until W */
+            CK(recompute_group(st, a, li, fused ? st->rc_ws : a->rc_mem + (size_t)st->rc_lo[li] * st->rc_slot, err));
         CK(layer_bwd_input(st, a, li, K, err));
         if (fused)
             layer_bwd_weight(st, a, li, K);
@@ -375,7 +396,13 @@ int gpt_backward_input(gpt_stage *st, gpt_acts *a, const float *dy, float loss_s
     if (!c->L)
         return err_set(err, TS_ENOMEM, "gpt_backward_input: out of memory");
     int rc = be_alloc(st->be, c->nfloats, XMEM_ACTS, &c->mem, err);
+    if (!rc) {
+        a->rc_n = (size_t)st->n_rc * st->rc_slot;
+        rc = be_alloc(st->be, a->rc_n, XMEM_ACTS, &a->rc_mem, err);
+    }
     if (rc) {
+        be_free(st->be, c->mem, c->nfloats, XMEM_ACTS);
+        c->mem = NULL;
         free(c->L);
         c->L = NULL;
         return rc;
@@ -397,6 +424,8 @@ int gpt_backward_weight(gpt_stage *st, gpt_acts *a, ts_err *err)
     if (st->embed)
         embed_bwd_weight(st, a, c);
     be_free(st->be, c->mem, c->nfloats, XMEM_ACTS);
+    be_free(st->be, a->rc_mem, a->rc_n, XMEM_ACTS);
+    a->rc_mem = NULL;
     free(c->L);
     c->L = NULL;
     c->mem = NULL;

@@ -6,7 +6,9 @@
  * single-process run of the same global batch. Every layout runs twice: with
  * the GPT layers and with Llama-architecture layers (RMSNorm, SwiGLU, no
  * biases, grouped-query attention with 4 query groups of 2 heads, rope;
- * the output layer is untied in both).
+ * the output layer is untied in both), then with full recomputation (uniform
+ * groups of 2 layers on the Llama layers, block of 1 on the GPT layers)
+ * against the references without it.
  *
  * mpirun-np: 4
  *
@@ -211,12 +213,15 @@ static void run_pass(const layout *Ls, int nL, const char *model)
     size_t np = gpt_num_params(&DIMS);
     char msg[ERR_MSG_BYTES + 64] = "";
 
-    /* references for d = 1, 2, 4 (m*d micro-batches), on rank 0 */
+    /* references for d = 1, 2, 4 (m*d micro-batches), on rank 0, without recomputation */
     result ref[3] = {{0}};
     int refbad = 0;
+    gpt_dims run_dims = DIMS;
+    DIMS.recompute = GPT_RC_NONE;
     if (world_rank == 0)
         for (int i = 0; i < 3 && !refbad; i++)
             refbad = run_reference(M << i, &ref[i], msg, sizeof msg);
+    DIMS = run_dims;
     MPI_Bcast(&refbad, 1, MPI_INT, 0, MPI_COMM_WORLD);
     char rwhat[64];
     snprintf(rwhat, sizeof rwhat, "%s: single-process reference runs", model);
@@ -316,6 +321,15 @@ int main(int argc, char **argv)
     run_pass(Ls, nL, "gpt");
     DIMS = LLAMA_DIMS;
     run_pass(Ls, nL, "llama");
+    /* full recomputation: the layouts against the same references (no recomputation there) */
+    DIMS = LLAMA_DIMS;
+    DIMS.recompute = GPT_RC_UNIFORM;
+    DIMS.recompute_layers = 2;
+    run_pass(Ls, nL, "llama recompute uniform 2");
+    DIMS = GPT_DIMS;
+    DIMS.recompute = GPT_RC_BLOCK;
+    DIMS.recompute_layers = 1;
+    run_pass(Ls, nL, "gpt recompute block 1");
     if (world_rank == 0)
         printf("%d passed, %d failed\n", npass, nfail);
     MPI_Finalize();

@@ -296,3 +296,72 @@ Test(exec_gpt, bad_dims_are_refused)
     cr_assert_eq(gpt_stage_create(&TINY, 1, 5, true, true, false, 1, e.be, e.cm, &st, &err), TS_EINVAL);
     env_free(&e);
 }
+
+/* Full recomputation reruns the same operations on the same inputs: the
+ * loss and gradients are bitwise those without it (fused and split
+ * backward), and a micro-batch keeps fewer activations. */
+static void recompute_equals_plain(const gpt_dims *base, int method, int layers)
+{
+    gpt_dims d = *base, r = *base;
+    d.layers = r.layers = 3;
+    r.recompute = method;
+    r.recompute_layers = layers;
+    env e;
+    ts_err err;
+    env_init(&e, &d);
+    size_t N = (size_t)d.batch * d.seq, np = gpt_num_params(&d);
+    gpt_stage *plain, *rc;
+    cr_assert_eq(gpt_stage_create(&d, 0, 3, true, true, false, 3, e.be, e.cm, &plain, &err), TS_OK, "%s", err.msg);
+    cr_assert_eq(gpt_stage_create(&r, 0, 3, true, true, false, 3, e.be, e.cm, &rc, &err), TS_OK, "%s", err.msg);
+    for (int split = 0; split < 2; split++) {
+        double l1, l2;
+        gpt_acts *a1, *a2;
+        gpt_stage_zero_grads(plain);
+        gpt_stage_zero_grads(rc);
+        size_t before = e.be->cur_bytes[XMEM_ACTS];
+        cr_assert_eq(gpt_acts_create(plain, &a1, &err), TS_OK);
+        size_t plain_acts = e.be->cur_bytes[XMEM_ACTS] - before;
+        cr_assert_eq(gpt_acts_create(rc, &a2, &err), TS_OK);
+        size_t rc_acts = e.be->cur_bytes[XMEM_ACTS] - before - plain_acts;
+        cr_assert_lt(rc_acts, plain_acts, "recomputation keeps %zu bytes of activations, none %zu", rc_acts,
+                     plain_acts);
+        /* two forwards of the recomputed stage in a row: the second must not disturb the first's checkpoints */
+        gpt_acts *a3;
+        cr_assert_eq(gpt_acts_create(rc, &a3, &err), TS_OK);
+        cr_assert_eq(gpt_forward(plain, a1, e.tok, e.tgt, NULL, NULL, &l1, &err), TS_OK);
+        cr_assert_eq(gpt_forward(rc, a2, e.tok, e.tgt, NULL, NULL, &l2, &err), TS_OK, "%s", err.msg);
+        cr_assert_eq(gpt_forward(rc, a3, e.tgt, e.tok, NULL, NULL, NULL, &err), TS_OK, "%s", err.msg);
+        cr_assert_eq(l1, l2);
+        if (split) {
+            cr_assert_eq(gpt_backward_input(plain, a1, NULL, 1.0f / N, NULL, &err), TS_OK);
+            cr_assert_eq(gpt_backward_input(rc, a2, NULL, 1.0f / N, NULL, &err), TS_OK, "%s", err.msg);
+            /* another micro-batch's forward between I and W */
+            cr_assert_eq(gpt_forward(rc, a3, e.tok, e.tgt, NULL, NULL, NULL, &err), TS_OK);
+            cr_assert_eq(gpt_backward_weight(plain, a1, &err), TS_OK);
+            cr_assert_eq(gpt_backward_weight(rc, a2, &err), TS_OK, "%s", err.msg);
+        } else {
+            cr_assert_eq(gpt_backward(plain, a1, NULL, 1.0f / N, NULL, &err), TS_OK);
+            cr_assert_eq(gpt_backward(rc, a2, NULL, 1.0f / N, NULL, &err), TS_OK, "%s", err.msg);
+        }
+        cr_assert_eq(memcmp(gpt_stage_grads(plain), gpt_stage_grads(rc), np * 4), 0,
+                     "gradients differ with recomputation (method %d, %d layers, split %d)", method, layers, split);
+        gpt_acts_free(plain, a1);
+        gpt_acts_free(rc, a2);
+        gpt_acts_free(rc, a3);
+        cr_assert_eq(e.be->cur_bytes[XMEM_ACTS], before, "activations leaked");
+    }
+    gpt_stage_free(plain);
+    gpt_stage_free(rc);
+    env_free(&e);
+}
+Test(exec_gpt, recompute_uniform_equals_plain)
+{
+    recompute_equals_plain(&TINY, GPT_RC_UNIFORM, 1);
+    recompute_equals_plain(&TINY, GPT_RC_UNIFORM, 2);
+    recompute_equals_plain(&LLAMA, GPT_RC_UNIFORM, 3);
+}
+Test(exec_gpt, recompute_block_equals_plain)
+{
+    recompute_equals_plain(&TINY, GPT_RC_BLOCK, 2);
+    recompute_equals_plain(&LLAMA, GPT_RC_BLOCK, 0);
+}
