@@ -235,8 +235,13 @@ static int exec_supports(const config *c, const args *a, ts_err *err)
     if (config_head_size(m) * m->num_attention_heads != m->hidden_size)
         return err_set(err, TS_ENOTSUP, "--kv-channels %d: the executor's heads are h / a = %d wide", m->kv_channels,
                        m->hidden_size / m->num_attention_heads);
-    if (p->recompute != RECOMPUTE_NONE)
-        return err_set(err, TS_ENOTSUP, "--recompute-granularity: the executor does not recompute (give none)");
+    if (p->recompute == RECOMPUTE_SELECTIVE)
+        return err_set(err, TS_ENOTSUP,
+                       "--recompute-granularity selective: the executor recomputes whole layers only (give full "
+                       "with --recompute-method uniform|block, or none)");
+    if (p->recompute == RECOMPUTE_FULL && a->inf.inference)
+        return err_set(err, TS_ENOTSUP,
+                       "--recompute-granularity full with --inference: inference keeps no activations");
     if (p->distributed_optimizer)
         return err_set(err, TS_ENOTSUP, "--use-distributed-optimizer: the executor's Adam is not sharded");
     if (p->torch_fsdp2 || p->megatron_fsdp)
@@ -563,7 +568,11 @@ static int resolve_config(run *x)
                          .rmsnorm = mc->normalization == NORM_RMSNORM,
                          .swiglu = mc->swiglu,
                          .no_bias = !mc->add_bias_linear,
-                         .rope = mc->position_embedding == POS_ROPE};
+                         .rope = mc->position_embedding == POS_ROPE,
+                         .recompute = pc->recompute != RECOMPUTE_FULL                  ? GPT_RC_NONE
+                                      : pc->recompute_method == RECOMPUTE_METHOD_BLOCK ? GPT_RC_BLOCK
+                                                                                       : GPT_RC_UNIFORM,
+                         .recompute_layers = pc->recompute_num_layers};
     o->sp = pc->sequence_parallel;
     o->seed = (uint64_t)x->a.seed;
     o->lr = (float)x->a.lr;
@@ -667,6 +676,16 @@ static void arch_text(const gpt_dims *d, char *buf, size_t size)
         return;
     (void)snprintf(buf, size, " [groups=%d%s%s%s%s]", gpt_dims_groups(d), d->rmsnorm ? " RMSNorm" : "",
                    d->swiglu ? " SwiGLU" : "", d->no_bias ? " no-bias" : "", d->rope ? " rope" : "");
+}
+
+/* The recomputation of d as text ("" for none): " recompute full uniform
+ * 2" (--recompute-num-layers as given). */
+static void recompute_text(const gpt_dims *d, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    if (d->recompute != GPT_RC_NONE)
+        (void)snprintf(buf, size, ", recompute full %s %d", d->recompute == GPT_RC_BLOCK ? "block" : "uniform",
+                       d->recompute_layers);
 }
 
 /* x->canon: a canonical text of the resolved configuration and the
@@ -837,13 +856,14 @@ static void print_banner(const run *x)
                  x->device);
     else
         snprintf(where, sizeof where, "fp32 cpu");
-    char arch[96];
+    char arch[96], rcs[64];
     arch_text(&o->dims, arch, sizeof arch);
+    recompute_text(&o->dims, rcs, sizeof rcs);
     printf("trainexec: GPT %zu parameters (L=%d h=%d heads=%d ffn=%d s=%d V=%d%s), "
-           "t=%d p=%d d=%d v=%d%s, %s, b=%d B=%d m=%d, %d ranks, %s\n",
+           "t=%d p=%d d=%d v=%d%s, %s%s, b=%d B=%d m=%d, %d ranks, %s\n",
            gpt_num_params(&o->dims), o->dims.layers, o->dims.hidden, o->dims.heads, o->dims.ffn, o->dims.seq,
            o->dims.vocab, arch, x->par.tp, x->par.pp, x->par.dp, s->v, o->sp ? " sp" : "", sched_kind_name(s->kind),
-           o->dims.batch, o->dims.batch * x->par.dp * s->m, s->m, x->size, where);
+           rcs, o->dims.batch, o->dims.batch * x->par.dp * s->m, s->m, x->size, where);
     (void)fflush(stdout); /* show it now */
 }
 

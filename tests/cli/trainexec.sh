@@ -38,8 +38,13 @@ check_sh "mixture of experts: exit 2 naming --num-experts" '[ $rc -eq 2 ] && [[ 
 out=$(run 2 "$TRAINEXEC" $small --num-experts 2 --expert-model-parallel-size 2 2>&1); rc=$?
 check_sh "expert parallelism: exit 2 naming --num-experts" '[ $rc -eq 2 ] && [[ "$out" == *--num-experts* ]]'
 
-out=$(run 1 "$TRAINEXEC" $small --recompute-granularity full 2>&1); rc=$?
-check_sh "recomputation: exit 2, not supported" '[ $rc -eq 2 ] && [[ "$out" == *--recompute-granularity* ]]'
+out=$(run 1 "$TRAINEXEC" $small --recompute-granularity selective 2>&1); rc=$?
+check_sh "selective recomputation: exit 2, not supported" \
+    '[ $rc -eq 2 ] && [[ "$out" == *"--recompute-granularity selective"* ]]'
+out=$(run 2 "$TRAINEXEC" $small --recompute-granularity full --recompute-method block --recompute-num-layers 1 \
+      --pipeline-model-parallel-size 2 --global-batch-size 4 --iterations 2 --warmup 0 2>&1); rc=$?
+check_sh "full recomputation (block, p=2): runs, the header says so" \
+    '[ $rc -eq 0 ] && [[ "$out" == *"recompute full block 1"* && "$out" == *"iteration 2/2"* ]]'
 
 llama="--swiglu --group-query-attention --num-query-groups 2 --normalization RMSNorm --disable-bias-linear \
        --position-embedding-type rope --untie-embeddings-and-output-weights"
