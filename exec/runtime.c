@@ -414,12 +414,14 @@ static int run_action(runtime *rt, const sched_action *a, bool *reduced, bool *s
     case ACT_REDUCE_GRAD:
         reduced[c] = true;
         return gpt_stage_reduce_grads(rt->st[c], err);
-    case ACT_OPTIM:
-        for (int j = 0; j < rt->v; j++)
-            gpt_stage_adam(rt->st[j], rt->o.lr, rt->o.beta1, rt->o.beta2, rt->o.eps, rt->o.weight_decay,
-                           rt->cur_iter + 1);
+    case ACT_OPTIM: {
+        int rc = TS_OK;
+        for (int j = 0; j < rt->v && !rc; j++)
+            rc = gpt_stage_adam(rt->st[j], rt->o.lr, rt->o.beta1, rt->o.beta2, rt->o.eps, rt->o.weight_decay,
+                                rt->cur_iter + 1, err);
         *stepped = true;
-        return TS_OK;
+        return rc;
+    }
     default:
         return bad_order(a, rt->r, "unknown action kind", err);
     }
@@ -467,9 +469,9 @@ int rt_iteration(runtime *rt, int iter, double *loss, ts_err *err)
     for (int c = 0; c < rt->v && !rc; c++)
         if (!reduced[c])
             rc = gpt_stage_reduce_grads(rt->st[c], err);
-    if (!rc && !stepped)
-        for (int j = 0; j < rt->v; j++)
-            gpt_stage_adam(rt->st[j], rt->o.lr, rt->o.beta1, rt->o.beta2, rt->o.eps, rt->o.weight_decay, iter + 1);
+    for (int j = 0; j < rt->v && !rc && !stepped; j++)
+        rc =
+            gpt_stage_adam(rt->st[j], rt->o.lr, rt->o.beta1, rt->o.beta2, rt->o.eps, rt->o.weight_decay, iter + 1, err);
     if (!rc)
         rc = reap_sends(rt, true, err);
     for (size_t k = 0; !rc && k < (size_t)rt->v * rt->m; k++)

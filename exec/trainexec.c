@@ -242,8 +242,6 @@ static int exec_supports(const config *c, const args *a, ts_err *err)
     if (p->recompute == RECOMPUTE_FULL && a->inf.inference)
         return err_set(err, TS_ENOTSUP,
                        "--recompute-granularity full with --inference: inference keeps no activations");
-    if (p->distributed_optimizer)
-        return err_set(err, TS_ENOTSUP, "--use-distributed-optimizer: the executor's Adam is not sharded");
     if (p->torch_fsdp2 || p->megatron_fsdp)
         return err_set(err, TS_ENOTSUP,
                        "--use-torch-fsdp2, --use-megatron-fsdp: the executor shards no parameters, "
@@ -572,7 +570,8 @@ static int resolve_config(run *x)
                          .recompute = pc->recompute != RECOMPUTE_FULL                  ? GPT_RC_NONE
                                       : pc->recompute_method == RECOMPUTE_METHOD_BLOCK ? GPT_RC_BLOCK
                                                                                        : GPT_RC_UNIFORM,
-                         .recompute_layers = pc->recompute_num_layers};
+                         .recompute_layers = pc->recompute_num_layers,
+                         .dist_optim = pc->distributed_optimizer};
     o->sp = pc->sequence_parallel;
     o->seed = (uint64_t)x->a.seed;
     o->lr = (float)x->a.lr;
@@ -678,14 +677,19 @@ static void arch_text(const gpt_dims *d, char *buf, size_t size)
                    d->swiglu ? " SwiGLU" : "", d->no_bias ? " no-bias" : "", d->rope ? " rope" : "");
 }
 
-/* The recomputation of d as text ("" for none): " recompute full uniform
- * 2" (--recompute-num-layers as given). */
+/* The recomputation and optimizer of d as text ("" for none): ", recompute
+ * full uniform 2" (--recompute-num-layers as given), ", distributed
+ * optimizer". */
 static void recompute_text(const gpt_dims *d, char *buf, size_t size)
 {
     buf[0] = '\0';
     if (d->recompute != GPT_RC_NONE)
         (void)snprintf(buf, size, ", recompute full %s %d", d->recompute == GPT_RC_BLOCK ? "block" : "uniform",
                        d->recompute_layers);
+    if (d->dist_optim) {
+        size_t n = strlen(buf);
+        (void)snprintf(buf + n, size - n, ", distributed optimizer");
+    }
 }
 
 /* x->canon: a canonical text of the resolved configuration and the

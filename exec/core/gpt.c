@@ -251,10 +251,11 @@ void gpt_stage_free(gpt_stage *st)
     if (!st)
         return;
     backend *be = st->be;
-    be_free(be, st->params, st->nparams, XMEM_WEIGHTS);
-    be_free(be, st->grads, st->nparams, XMEM_GRADS);
-    be_free(be, st->m, st->nparams, XMEM_OPTIM);
-    be_free(be, st->v, st->nparams, XMEM_OPTIM);
+    be_free(be, st->params, st->npad, XMEM_WEIGHTS);
+    be_free(be, st->grads, st->npad, XMEM_GRADS);
+    be_free(be, st->m, st->shard, XMEM_OPTIM);
+    be_free(be, st->v, st->shard, XMEM_OPTIM);
+    be_free(be, st->gshard, st->shard, XMEM_BUFFERS);
     be_free(be, st->scratch, st->scratch_n, XMEM_BUFFERS);
     be_free(be, st->fused.mem, st->fused.nfloats, XMEM_BUFFERS);
     free(st->fused.L);
@@ -346,9 +347,14 @@ int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool em
         add_tensor(st, GP_LNFB, -1);
         add_tensor(st, GP_WOUT, -1);
     }
-    size_t n = st->nparams;
-    if ((rc = be_alloc(be, n, XMEM_WEIGHTS, &st->params, err)) || (rc = be_alloc(be, n, XMEM_GRADS, &st->grads, err)) ||
-        (rc = be_alloc(be, n, XMEM_OPTIM, &st->m, err)) || (rc = be_alloc(be, n, XMEM_OPTIM, &st->v, err)))
+    size_t n = st->nparams, dp = (size_t)cm->size[COMM_DP];
+    st->shard = d->dist_optim ? (n + dp - 1) / dp : n;
+    st->npad = d->dist_optim ? st->shard * dp : n;
+    if ((rc = be_alloc(be, st->npad, XMEM_WEIGHTS, &st->params, err)) ||
+        (rc = be_alloc(be, st->npad, XMEM_GRADS, &st->grads, err)) ||
+        (rc = be_alloc(be, st->shard, XMEM_OPTIM, &st->m, err)) ||
+        (rc = be_alloc(be, st->shard, XMEM_OPTIM, &st->v, err)) ||
+        (d->dist_optim && dp > 1 && (rc = be_alloc(be, st->shard, XMEM_BUFFERS, &st->gshard, err))))
         goto fail;
 
     /* initial values, computed on the host from full-model indices */
@@ -554,6 +560,15 @@ void gpt_stage_zero_grads(gpt_stage *st)
     st->be->zero(st->be, st->grads, st->nparams);
 }
 
+void gpt_stage_grad_shard(const gpt_stage *st, size_t *lo, size_t *hi)
+{
+    size_t q = st->d.dist_optim ? (size_t)st->cm->rank[COMM_DP] : 0;
+    *lo = q * st->shard;
+    *hi = *lo + st->shard < st->nparams ? *lo + st->shard : st->nparams;
+    if (*lo > *hi)
+        *lo = *hi; /* a shard wholly in the padding */
+}
+
 int gpt_stage_reduce_grads(gpt_stage *st, ts_err *err)
 {
     int rc = TS_OK;
@@ -561,17 +576,37 @@ int gpt_stage_reduce_grads(gpt_stage *st, ts_err *err)
         for (int i = 0; i < st->ntens && !rc; i++)
             if (st->tens[i].tp_partial)
                 rc = st->cm->all_reduce(st->cm, COMM_TP, st->grads + st->tens[i].offset, st->tens[i].n, err);
-    if (!rc && st->cm->size[COMM_DP] > 1)
-        rc = st->cm->all_reduce(st->cm, COMM_DP, st->grads, st->nparams, err);
+    if (rc || st->cm->size[COMM_DP] == 1)
+        return rc;
+    if (!st->d.dist_optim)
+        return st->cm->all_reduce(st->cm, COMM_DP, st->grads, st->nparams, err);
+    /* Megatron's distributed optimizer: each rank gets the sum of its shard */
+    rc = st->cm->reduce_scatter(st->cm, COMM_DP, st->gshard, st->grads, st->shard, err);
+    if (!rc)
+        st->be->copy(st->be, st->grads + (size_t)st->cm->rank[COMM_DP] * st->shard, st->gshard, st->shard);
     return rc;
 }
 
-void gpt_stage_adam(gpt_stage *st, float lr, float b1, float b2, float eps, float wd, int step)
+int gpt_stage_adam(gpt_stage *st, float lr, float b1, float b2, float eps, float wd, int step, ts_err *err)
 {
-    st->be->adam(st->be, st->params, st->grads, st->m, st->v, st->nparams, lr, b1, b2, eps, wd, step);
+    size_t lo, hi;
+    gpt_stage_grad_shard(st, &lo, &hi);
+    if (hi > lo)
+        st->be->adam(st->be, st->params + lo, st->grads + lo, st->m, st->v, hi - lo, lr, b1, b2, eps, wd, step);
+    if (!st->d.dist_optim || st->cm->size[COMM_DP] == 1)
+        return TS_OK;
+    size_t q0 = (size_t)st->cm->rank[COMM_DP] * st->shard;
+    st->be->copy(st->be, st->gshard, st->params + q0, st->shard);
+    return st->cm->all_gather(st->cm, COMM_DP, st->params, st->gshard, st->shard, err);
 }
 
 int gpt_stage_export(gpt_stage *st, bool grads, bool write_replicated, float *full, ts_err *err)
+{
+    return gpt_stage_export_range(st, grads, write_replicated, 0, st->nparams, full, err);
+}
+
+int gpt_stage_export_range(gpt_stage *st, bool grads, bool write_replicated, size_t lo, size_t hi, float *full,
+                           ts_err *err)
 {
     float *host = malloc((st->nparams ? st->nparams : 1) * sizeof(float));
     if (!host)
@@ -584,7 +619,8 @@ int gpt_stage_export(gpt_stage *st, bool grads, bool write_replicated, float *fu
             continue;
         size_t base = gpt_full_offset(&st->d, tt->kind, tt->layer, NULL);
         for (size_t j = 0; j < tt->n; j++)
-            full[base + local_to_full(&st->d, tt->kind, st->t, st->tr, j)] = host[tt->offset + j];
+            if (tt->offset + j >= lo && tt->offset + j < hi)
+                full[base + local_to_full(&st->d, tt->kind, st->t, st->tr, j)] = host[tt->offset + j];
     }
     free(host);
     return TS_OK;

@@ -87,6 +87,8 @@ typedef struct {
      * output) through the forward; the backward reruns the group's forward
      * and then goes back through it. */
     int recompute;        /* GPT_RC_NONE, GPT_RC_UNIFORM, GPT_RC_BLOCK (--recompute-method) */
+    bool dist_optim;      /* --use-distributed-optimizer: gradients reduce-scattered over COMM_DP, Adam on
+                             this rank's shard (its moments only), parameters all-gathered */
     int recompute_layers; /* --recompute-num-layers: uniform, layers per group from the stage's first (0: 1);
                              block, the stage's first so many layers, each alone (0: all) */
 } gpt_dims;
@@ -190,10 +192,19 @@ int gpt_backward(gpt_stage *st, gpt_acts *a, const float *dy, float loss_scale, 
 void gpt_stage_zero_grads(gpt_stage *st);
 /* With sp: all-reduce the tp_partial gradients over COMM_TP. Then, if the
  * comm has d > 1, all-reduce every gradient over COMM_DP (sum; the loss
- * scale already divides by the global token count). */
+ * scale already divides by the global token count); with dist_optim,
+ * reduce-scatter them instead: only this rank's shard (gpt_stage_grad_shard)
+ * holds the sum afterwards. */
 int gpt_stage_reduce_grads(gpt_stage *st, ts_err *err);
-/* AdamW step `step` (1-based) on every parameter of the stage. */
-void gpt_stage_adam(gpt_stage *st, float lr, float b1, float b2, float eps, float wd, int step);
+/* AdamW step `step` (1-based) on every parameter of the stage; with
+ * dist_optim, on this rank's shard, then the parameters all-gathered over
+ * COMM_DP. */
+int gpt_stage_adam(gpt_stage *st, float lr, float b1, float b2, float eps, float wd, int step, ts_err *err);
+/* The range [*lo, *hi) of the stage's flat parameters whose gradients this
+ * rank holds reduced and updates: all of them, or its COMM_DP shard (the
+ * flat buffer padded to d equal shards; rank q holds shard q) with
+ * dist_optim. */
+void gpt_stage_grad_shard(const gpt_stage *st, size_t *lo, size_t *hi);
 
 /* Global offset of the first element of (kind, layer) in the full model's
  * flat layout and its full element count. */
@@ -202,5 +213,8 @@ size_t gpt_full_offset(const gpt_dims *d, gpt_pkind kind, int layer, size_t *n_f
  * into full, a host array of gpt_num_params() floats, at their full-model
  * positions. Replicated tensors are written only if write_replicated. */
 int gpt_stage_export(gpt_stage *st, bool grads, bool write_replicated, float *full, ts_err *err);
+/* The same for the stage's flat elements [lo, hi) only. */
+int gpt_stage_export_range(gpt_stage *st, bool grads, bool write_replicated, size_t lo, size_t hi, float *full,
+                           ts_err *err);
 
 #endif

@@ -68,6 +68,8 @@ struct gpt_stage {
     size_t N, Ns;
     /* parameters: one buffer each, carved into tensors */
     size_t nparams;
+    size_t shard, npad; /* optimizer shard (nparams with no dist_optim) and the padded buffers' size (d x shard) */
+    float *gshard;      /* [shard] reduce-scatter / all-gather staging (dist_optim, d > 1) */
     float *params, *grads, *m, *v;
     gpt_tensor *tens;
     int ntens;

@@ -8,7 +8,10 @@
  * biases, grouped-query attention with 4 query groups of 2 heads, rope;
  * the output layer is untied in both), then with full recomputation (uniform
  * groups of 2 layers on the Llama layers, block of 1 on the GPT layers)
- * against the references without it.
+ * against the references without it, then with the distributed optimizer
+ * (gradients reduce-scattered, Adam on each data-parallel rank's shard,
+ * parameters all-gathered; each rank's reduced shard of the gradients is
+ * what is compared).
  *
  * mpirun-np: 4
  *
@@ -120,13 +123,18 @@ static int run_layout(const layout *L, MPI_Comm base, result *r, char *msg, size
     double loss = 0.0;
     if (!rc)
         rc = rt_iteration(rt, 0, &loss, &err);
-    if (!rc && cm->rank[COMM_DP] == 0)
-        for (int c = 0; c < rt_num_chunks(rt) && !rc; c++) {
-            bool repl = cm->rank[COMM_TP] == 0;
-            rc = gpt_stage_export(rt_chunk(rt, c), false, repl, w, &err);
-            if (!rc)
-                rc = gpt_stage_export(rt_chunk(rt, c), true, repl, g, &err);
-        }
+    /* weights from data-parallel rank 0; gradients from there too, or with
+     * the distributed optimizer each data-parallel rank's reduced shard */
+    for (int c = 0; !rc && rt && c < rt_num_chunks(rt); c++) {
+        gpt_stage *st = rt_chunk(rt, c);
+        bool repl = cm->rank[COMM_TP] == 0;
+        size_t lo, hi;
+        gpt_stage_grad_shard(st, &lo, &hi);
+        if (cm->rank[COMM_DP] == 0)
+            rc = gpt_stage_export(st, false, repl, w, &err);
+        if (!rc && (cm->rank[COMM_DP] == 0 || DIMS.dist_optim))
+            rc = gpt_stage_export_range(st, true, repl, lo, hi, g, &err);
+    }
     /* agree on failure before the reductions */
     int bad = rc != 0, anybad;
     MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, base);
@@ -218,6 +226,7 @@ static void run_pass(const layout *Ls, int nL, const char *model)
     int refbad = 0;
     gpt_dims run_dims = DIMS;
     DIMS.recompute = GPT_RC_NONE;
+    DIMS.dist_optim = false;
     if (world_rank == 0)
         for (int i = 0; i < 3 && !refbad; i++)
             refbad = run_reference(M << i, &ref[i], msg, sizeof msg);
@@ -330,6 +339,13 @@ int main(int argc, char **argv)
     DIMS.recompute = GPT_RC_BLOCK;
     DIMS.recompute_layers = 1;
     run_pass(Ls, nL, "gpt recompute block 1");
+    /* the distributed optimizer (Adam sharded over d; the layouts with d = 1 run it unsharded) */
+    DIMS = LLAMA_DIMS;
+    DIMS.dist_optim = true;
+    run_pass(Ls, nL, "llama distributed optimizer");
+    DIMS = GPT_DIMS;
+    DIMS.dist_optim = true;
+    run_pass(Ls, nL, "gpt distributed optimizer");
     if (world_rank == 0)
         printf("%d passed, %d failed\n", npass, nfail);
     MPI_Finalize();
