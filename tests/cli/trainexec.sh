@@ -59,7 +59,7 @@ out=$(run 4 "$TRAINEXEC" $small --num-query-groups 2 --group-query-attention --t
 check_sh "query groups not a multiple of t: exit 2" '[ $rc -eq 2 ] && [[ "$out" == *"--num-query-groups"* ]]'
 
 out=$(run 2 "$TRAINEXEC" $small --use-distributed-optimizer --global-batch-size 2 --iterations 2 --warmup 0 2>&1); rc=$?
-check_sh "distributed optimizer (d=2): runs, Adam state halved" \
+check_sh "distributed optimizer (d=2): runs, the header says so" \
     '[ $rc -eq 0 ] && [[ "$out" == *"distributed optimizer"* && "$out" == *"iteration 2/2"* ]]'
 
 out=$(run 1 "$TRAINEXEC" --num-layers 4 --seq-length 16 --micro-batch-size 1 --hidden-size 30 --num-attention-heads 8 2>&1); rc=$?
