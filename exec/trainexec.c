@@ -235,6 +235,12 @@ static int exec_supports(const config *c, const args *a, ts_err *err)
     if (config_head_size(m) * m->num_attention_heads != m->hidden_size)
         return err_set(err, TS_ENOTSUP, "--kv-channels %d: the executor's heads are h / a = %d wide", m->kv_channels,
                        m->hidden_size / m->num_attention_heads);
+    if (p->distributed_optimizer && !m->untie_embeddings && p->pp > 1 && p->dp > 1)
+        return err_set(err, TS_ENOTSUP,
+                       "--use-distributed-optimizer with the output layer tied to the word embedding and "
+                       "--pipeline-model-parallel-size %d: the executor sums the two copies' gradients after the "
+                       "reduce-scatter has sharded them (give --untie-embeddings-and-output-weights)",
+                       p->pp);
     if (p->recompute == RECOMPUTE_SELECTIVE)
         return err_set(err, TS_ENOTSUP,
                        "--recompute-granularity selective: the executor recomputes whole layers only (give full "
@@ -571,7 +577,8 @@ static int resolve_config(run *x)
                                       : pc->recompute_method == RECOMPUTE_METHOD_BLOCK ? GPT_RC_BLOCK
                                                                                        : GPT_RC_UNIFORM,
                          .recompute_layers = pc->recompute_num_layers,
-                         .dist_optim = pc->distributed_optimizer};
+                         .dist_optim = pc->distributed_optimizer,
+                         .tie_embed = !mc->untie_embeddings};
     o->sp = pc->sequence_parallel;
     o->seed = (uint64_t)x->a.seed;
     o->lr = (float)x->a.lr;
@@ -666,15 +673,20 @@ static int set_up_rank(run *x)
     return agree_fail(x->rank, x->size, rc, "", &x->err) ? 1 : GO_ON;
 }
 
-/* The Llama-architecture options of d as text ("" for the GPT layers):
- * " [groups=G RMSNorm SwiGLU no-bias rope]", the parts in use. */
+/* The Llama-architecture options of d as text ("" for the GPT layers with
+ * the tied output layer): " [groups=G RMSNorm SwiGLU no-bias rope untied]",
+ * the parts in use. */
 static void arch_text(const gpt_dims *d, char *buf, size_t size)
 {
     buf[0] = '\0';
-    if (!gpt_dims_llama(d))
+    if (!gpt_dims_llama(d)) {
+        if (!d->tie_embed)
+            (void)snprintf(buf, size, " [untied]");
         return;
-    (void)snprintf(buf, size, " [groups=%d%s%s%s%s]", gpt_dims_groups(d), d->rmsnorm ? " RMSNorm" : "",
-                   d->swiglu ? " SwiGLU" : "", d->no_bias ? " no-bias" : "", d->rope ? " rope" : "");
+    }
+    (void)snprintf(buf, size, " [groups=%d%s%s%s%s%s]", gpt_dims_groups(d), d->rmsnorm ? " RMSNorm" : "",
+                   d->swiglu ? " SwiGLU" : "", d->no_bias ? " no-bias" : "", d->rope ? " rope" : "",
+                   d->tie_embed ? "" : " untied");
 }
 
 /* The recomputation and optimizer of d as text ("" for none): ", recompute

@@ -56,7 +56,7 @@ static pshape shape_of(const gpt_dims *d, gpt_pkind k)
     case GP_FCPROJW:
         return (pshape){C, F, SPLIT_ROW, 1, {0}};
     case GP_WOUT:
-        return (pshape){V, C, SPLIT_NONE, 1, {0}};
+        return (pshape){d->tie_embed ? 0 : V, C, SPLIT_NONE, 1, {0}};
     case GP_PROJB:
     case GP_FCPROJB:
         return (pshape){bias * C, 1, SPLIT_NONE, 1, {0}};
@@ -228,6 +228,9 @@ static void add_tensor(gpt_stage *st, gpt_pkind k, int layer)
 {
     pshape s = shape_of(&st->d, k);
     size_t n = s.rows * s.cols / (s.split == SPLIT_NONE ? 1 : (size_t)st->t);
+    bool copy = k == GP_WOUT && st->d.tie_embed && !st->embed; /* the last stage's copy of wte */
+    if (copy)
+        n = (size_t)st->d.vocab * (size_t)st->d.hidden;
     if (n == 0)
         return; /* absent in this architecture (bias, position table): its pointers stay NULL */
     gpt_tensor *tt = &st->tens[st->ntens++];
@@ -236,6 +239,7 @@ static void add_tensor(gpt_stage *st, gpt_pkind k, int layer)
     tt->offset = st->nparams;
     tt->n = n;
     tt->tp_partial = is_tp_partial(k, st->sp);
+    tt->copy = copy;
     st->nparams += n;
 }
 
@@ -365,9 +369,10 @@ int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool em
     }
     for (int i = 0; i < st->ntens; i++) {
         gpt_tensor *tt = &st->tens[i];
-        size_t base = gpt_full_offset(d, tt->kind, tt->layer, NULL);
+        gpt_pkind ik = tt->copy ? GP_WTE : tt->kind; /* a copy starts as what it copies */
+        size_t base = gpt_full_offset(d, ik, tt->layer, NULL);
         for (size_t j = 0; j < tt->n; j++)
-            host[tt->offset + j] = init_value(d, tt->kind, seed, base + local_to_full(d, tt->kind, t, st->tr, j));
+            host[tt->offset + j] = init_value(d, ik, seed, base + local_to_full(d, ik, t, st->tr, j));
         float *w = st->params + tt->offset, *g = st->grads + tt->offset;
         if (tt->layer >= 0) {
             int li = tt->layer - first_layer;
@@ -393,6 +398,8 @@ int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool em
             }
         }
     }
+    if (d->tie_embed && embed && head) /* one stage: the output layer is the embedding itself */
+        st->wout = st->wte, st->gwout = st->gwte;
     be->to_device(be, st->params, host, n);
     free(host);
 
@@ -560,6 +567,14 @@ void gpt_stage_zero_grads(gpt_stage *st)
     st->be->zero(st->be, st->grads, st->nparams);
 }
 
+float *gpt_stage_tied_grad(gpt_stage *st, size_t *n)
+{
+    *n = (size_t)st->d.vocab * (size_t)st->d.hidden;
+    if (!st->d.tie_embed || st->embed == st->head)
+        return NULL;
+    return st->embed ? st->gwte : st->gwout;
+}
+
 void gpt_stage_grad_shard(const gpt_stage *st, size_t *lo, size_t *hi)
 {
     size_t q = st->d.dist_optim ? (size_t)st->cm->rank[COMM_DP] : 0;
@@ -615,7 +630,7 @@ int gpt_stage_export_range(gpt_stage *st, bool grads, bool write_replicated, siz
     for (int i = 0; i < st->ntens; i++) {
         gpt_tensor *tt = &st->tens[i];
         pshape s = shape_of(&st->d, tt->kind);
-        if ((s.split == SPLIT_NONE || st->t == 1) && !write_replicated)
+        if (tt->copy || ((s.split == SPLIT_NONE || st->t == 1) && !write_replicated))
             continue;
         size_t base = gpt_full_offset(&st->d, tt->kind, tt->layer, NULL);
         for (size_t j = 0; j < tt->n; j++)

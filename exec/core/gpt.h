@@ -77,11 +77,14 @@ typedef struct {
     int layers; /* L, --num-layers (whole model) */
     int batch;  /* B, --micro-batch-size (sequences per micro-batch) */
     /* Llama-architecture options; all zero is the GPT model above. */
-    int groups;   /* G, --num-query-groups (0 or heads: multi-head attention) */
-    bool rmsnorm; /* --normalization RMSNorm: the norms have a weight and no bias */
-    bool swiglu;  /* --swiglu: FC1 is [2F, C] (gate | up), silu(gate) * up */
-    bool no_bias; /* --disable-bias-linear: no QKV, projection, FC1, FC2 biases */
-    bool rope;    /* --position-embedding-type rope: no wpe; q, k rotated */
+    int groups;     /* G, --num-query-groups (0 or heads: multi-head attention) */
+    bool rmsnorm;   /* --normalization RMSNorm: the norms have a weight and no bias */
+    bool swiglu;    /* --swiglu: FC1 is [2F, C] (gate | up), silu(gate) * up */
+    bool no_bias;   /* --disable-bias-linear: no QKV, projection, FC1, FC2 biases */
+    bool rope;      /* --position-embedding-type rope: no wpe; q, k rotated */
+    bool tie_embed; /* the output layer is the word embedding (Megatron's default; false:
+                       --untie-embeddings-and-output-weights). A last stage without the
+                       embedding holds a copy (gpt_stage_tied_grad) */
     /* Full recomputation (--recompute-granularity full), per stage: a
      * recomputed layer keeps only its group's input (the previous layer's
      * output) through the forward; the backward reruns the group's forward
@@ -126,6 +129,7 @@ typedef struct {
     size_t offset;   /* into the stage's params/grads/m/v, floats */
     size_t n;        /* local (sharded) element count */
     bool tp_partial; /* gradient is a partial sum over COMM_TP (sp only) */
+    bool copy;       /* the last stage's copy of the tied word embedding (not exported) */
 } gpt_tensor;
 
 /* Profiling hook: called around each op (GEMM, kernel, collective) with its
@@ -187,6 +191,13 @@ int gpt_backward_input(gpt_stage *st, gpt_acts *a, const float *dy, float loss_s
 int gpt_backward_weight(gpt_stage *st, gpt_acts *a, ts_err *err);
 /* Both, fused (no saved gradients kept). */
 int gpt_backward(gpt_stage *st, gpt_acts *a, const float *dy, float loss_scale, float *dx, ts_err *err);
+
+/* Tied word embedding split over stages: the gradient of this stage's
+ * part of it (the first stage's wte, or the last stage's copy; *n = V*C
+ * floats), which the runtime sums between the two stages before the
+ * optimizer (Megatron's embedding all-reduce); NULL when the stage holds
+ * neither or both (nothing to sum) or the output layer is untied. */
+float *gpt_stage_tied_grad(gpt_stage *st, size_t *n);
 
 /* Zero the gradients. */
 void gpt_stage_zero_grads(gpt_stage *st);

@@ -319,7 +319,11 @@ static void head_bwd_input(gpt_stage *st, gpt_acts *a, gpt_cache *c, float loss_
 static void head_bwd_weight(gpt_stage *st, gpt_acts *a, const gpt_cache *c)
 {
     const float *lnfg = st->sp ? a->lnfg : a->lnf;
-    OP(st, "logits_bwd_weight", -1, linear_bwd_weight(st, st->gwout, NULL, c->dlogits, lnfg, st->N, st->V, st->C));
+    /* tied on one stage with sp: wte's gradient is a partial sum over the tensor ranks (its
+     * embedding rows), the output layer's full on each: only tensor rank 0 adds it */
+    bool skip = st->d.tie_embed && st->embed && st->sp && st->tr != 0;
+    if (!skip)
+        OP(st, "logits_bwd_weight", -1, linear_bwd_weight(st, st->gwout, NULL, c->dlogits, lnfg, st->N, st->V, st->C));
     OP(st, "lnf_bwd_weight", -1,
        norm_bwd_weight(st, st->glnfw, st->glnfb, c->dlnf, layer_input(a, st->nl), a->lnfm, a->lnfr, st->Ns));
 }

@@ -50,7 +50,7 @@ llama="--swiglu --group-query-attention --num-query-groups 2 --normalization RMS
        --position-embedding-type rope --untie-embeddings-and-output-weights"
 out=$(run 2 "$TRAINEXEC" $small $llama --tensor-model-parallel-size 2 --iterations 2 --warmup 0 2>&1); rc=$?
 check_sh "Llama-architecture layers (t=2): run, the header names them" \
-    '[ $rc -eq 0 ] && [[ "$out" == *"[groups=2 RMSNorm SwiGLU no-bias rope]"* && "$out" == *"iteration 2/2"* ]]'
+    '[ $rc -eq 0 ] && [[ "$out" == *"[groups=2 RMSNorm SwiGLU no-bias rope untied]"* && "$out" == *"iteration 2/2"* ]]'
 out=$(run 1 "$TRAINEXEC" $small $llama --backend cuda 2>&1); rc=$?
 check_sh "Llama-architecture layers on --backend cuda: exit 2 naming the flag" \
     '[ $rc -eq 2 ] && [[ "$out" == *"--swiglu: the cuda backend has no kernel"* ]]'
@@ -61,6 +61,10 @@ check_sh "query groups not a multiple of t: exit 2" '[ $rc -eq 2 ] && [[ "$out" 
 out=$(run 2 "$TRAINEXEC" $small --use-distributed-optimizer --global-batch-size 2 --iterations 2 --warmup 0 2>&1); rc=$?
 check_sh "distributed optimizer (d=2): runs, the header says so" \
     '[ $rc -eq 0 ] && [[ "$out" == *"distributed optimizer"* && "$out" == *"iteration 2/2"* ]]'
+
+out=$(run 4 "$TRAINEXEC" $small --use-distributed-optimizer --pipeline-model-parallel-size 2 2>&1); rc=$?
+check_sh "distributed optimizer with the tied output layer on p=2, d=2: exit 2 naming the untie flag" \
+    '[ $rc -eq 2 ] && [[ "$out" == *"--untie-embeddings-and-output-weights"* ]]'
 
 out=$(run 1 "$TRAINEXEC" --num-layers 4 --seq-length 16 --micro-batch-size 1 --hidden-size 30 --num-attention-heads 8 2>&1); rc=$?
 check_sh "hidden not a multiple of heads: exit 2 naming both flags" \

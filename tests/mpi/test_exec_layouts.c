@@ -227,7 +227,7 @@ static void run_pass(const layout *Ls, int nL, const char *model)
     int refbad = 0;
     gpt_dims run_dims = DIMS;
     DIMS.recompute = GPT_RC_NONE;
-    DIMS.dist_optim = false;
+    DIMS.dist_optim = false; /* (tie_embed stays: it changes the model) */
     if (me == 0)
         for (int i = 0; i < 3 && !refbad; i++)
             refbad = run_reference(M << i, &ref[i], msg, sizeof msg);
@@ -350,6 +350,16 @@ int main(int argc, char **argv)
     DIMS = GPT_DIMS;
     DIMS.dist_optim = true;
     run_pass(Ls, nL, "gpt distributed optimizer");
+    /* the output layer tied to the word embedding (Megatron's default): the first and last
+     * stages' copies summed before Adam */
+    DIMS = GPT_DIMS;
+    DIMS.tie_embed = true;
+    run_pass(Ls, nL, "gpt tied");
+    DIMS = LLAMA_DIMS;
+    DIMS.tie_embed = true;
+    DIMS.recompute = GPT_RC_UNIFORM;
+    DIMS.recompute_layers = 1;
+    run_pass(Ls, nL, "llama tied recompute uniform 1");
     if (world_rank == 0)
         printf("%d passed, %d failed\n", npass, nfail);
     MPI_Finalize();

@@ -133,6 +133,43 @@ Test(exec_gpt, llama_backward_matches_fd)
 {
     backward_matches_fd(&LLAMA);
 }
+/* the output layer tied to the word embedding: no wout parameters, the embedding's gradient
+ * gets both uses */
+Test(exec_gpt, tied_backward_matches_fd)
+{
+    gpt_dims d = TINY, l = LLAMA;
+    d.tie_embed = l.tie_embed = true;
+    cr_assert_eq(gpt_num_params(&d), gpt_num_params(&TINY) - 88u);
+    backward_matches_fd(&d);
+    backward_matches_fd(&l);
+}
+Test(exec_gpt, tied_last_stage_holds_a_copy)
+{
+    gpt_dims d = TINY;
+    d.tie_embed = true;
+    env e;
+    ts_err err;
+    env_init(&e, &d);
+    gpt_stage *s0, *s1, *one;
+    cr_assert_eq(gpt_stage_create(&d, 0, 1, true, false, false, 5, e.be, e.cm, &s0, &err), TS_OK);
+    cr_assert_eq(gpt_stage_create(&d, 1, 1, false, true, false, 5, e.be, e.cm, &s1, &err), TS_OK);
+    cr_assert_eq(gpt_stage_create(&d, 0, 2, true, true, false, 5, e.be, e.cm, &one, &err), TS_OK);
+    size_t n0, n1, n2;
+    float *g0 = gpt_stage_tied_grad(s0, &n0), *g1 = gpt_stage_tied_grad(s1, &n1);
+    cr_assert(g0 && g1 && n0 == 88 && n1 == 88);
+    cr_assert_null(gpt_stage_tied_grad(one, &n2), "one stage: nothing to sum");
+    /* the copy starts equal to the embedding and is not exported */
+    int nt;
+    const gpt_tensor *tt = gpt_stage_tensors(s1, &nt);
+    cr_assert(tt[nt - 1].copy);
+    const float *w0 = gpt_stage_params(s0), *w1 = gpt_stage_params(s1) + tt[nt - 1].offset;
+    for (int i = 0; i < 88; i++)
+        cr_assert_eq(w0[i], w1[i]);
+    gpt_stage_free(s0);
+    gpt_stage_free(s1);
+    gpt_stage_free(one);
+    env_free(&e);
+}
 
 static void split_equals_fused(const gpt_dims *d)
 {
