@@ -34,6 +34,7 @@
 #include "exec/microbench.h"
 #include "exec/runtime.h"
 #include "exec/watchdog.h"
+#include "exec/xconfig.h"
 #include "exec/xout.h"
 #include "sim/config/config.h"
 #include "sim/config/flags.h"
@@ -191,82 +192,6 @@ static int check_inference_flags(const args *a, ts_err *err)
                         : a->op_trace     ? "--op-trace"
                                           : NULL;
     return infer_check_flags(&a->inf, train, err);
-}
-
-/* What the executor runs of a validated config; TS_ENOTSUP naming the flag
- * for what it does not implement. */
-/* The first Llama-architecture flag the model uses (the CPU backend's
- * training runs them), or NULL. */
-static const char *llama_flag(const model_config *m)
-{
-    if (m->swiglu)
-        return "--swiglu";
-    if (m->num_query_groups != m->num_attention_heads)
-        return "--group-query-attention --num-query-groups";
-    if (m->normalization == NORM_RMSNORM)
-        return "--normalization RMSNorm";
-    if (!m->add_bias_linear)
-        return "--disable-bias-linear";
-    if (m->position_embedding == POS_ROPE)
-        return "--position-embedding-type rope";
-    return NULL;
-}
-
-static int exec_supports(const config *c, const args *a, ts_err *err)
-{
-    const model_config *m = &c->model;
-    const parallel_config *p = &c->par;
-    const char *llama = llama_flag(m);
-    if (llama && a->backend == BACKEND_CUDA)
-        return err_set(err, TS_ENOTSUP,
-                       "%s: the cuda backend has no kernel for it (Llama-architecture layers run on --backend cpu)",
-                       llama);
-    if (llama && a->inf.inference)
-        return err_set(err, TS_ENOTSUP,
-                       "%s with --inference: the KV-cache inference runs the GPT layers only (train without "
-                       "--inference)",
-                       llama);
-    if (m->position_embedding != POS_ROPE &&
-        (m->position_embedding != POS_LEARNED_ABSOLUTE || m->max_position_embeddings != m->seq_length))
-        return err_set(err, TS_ENOTSUP,
-                       "--position-embedding-type %s, --max-position-embeddings %d: the executor learns one "
-                       "position row per token of --seq-length %d (learned_absolute, max = seq) or uses rope",
-                       CONFIG_POSITION_NAMES[m->position_embedding], m->max_position_embeddings, m->seq_length);
-    if (config_head_size(m) * m->num_attention_heads != m->hidden_size)
-        return err_set(err, TS_ENOTSUP, "--kv-channels %d: the executor's heads are h / a = %d wide", m->kv_channels,
-                       m->hidden_size / m->num_attention_heads);
-    if (p->distributed_optimizer && !m->untie_embeddings && p->pp > 1 && p->dp > 1)
-        return err_set(err, TS_ENOTSUP,
-                       "--use-distributed-optimizer with the output layer tied to the word embedding and "
-                       "--pipeline-model-parallel-size %d: the executor sums the two copies' gradients after the "
-                       "reduce-scatter has sharded them (give --untie-embeddings-and-output-weights)",
-                       p->pp);
-    if (p->recompute == RECOMPUTE_SELECTIVE)
-        return err_set(err, TS_ENOTSUP,
-                       "--recompute-granularity selective: the executor recomputes whole layers only (give full "
-                       "with --recompute-method uniform|block, or none)");
-    if (p->recompute == RECOMPUTE_FULL && a->inf.inference)
-        return err_set(err, TS_ENOTSUP,
-                       "--recompute-granularity full with --inference: inference keeps no activations");
-    if (p->torch_fsdp2 || p->megatron_fsdp)
-        return err_set(err, TS_ENOTSUP,
-                       "--use-torch-fsdp2, --use-megatron-fsdp: the executor shards no parameters, "
-                       "gradients or optimizer state");
-    if (config_cp(c) > 1)
-        return err_set(err, TS_ENOTSUP,
-                       "--context-parallel-size %d: the executor has no context-parallel attention (give 1)",
-                       config_cp(c));
-    if (c->moe.num_experts > 1)
-        return err_set(err, TS_ENOTSUP,
-                       "--num-experts %d: the executor has no mixture-of-experts layers (dense "
-                       "models only)",
-                       c->moe.num_experts);
-    if (c->moe.ep > 1)
-        return err_set(err, TS_ENOTSUP,
-                       "--expert-model-parallel-size %d: the executor has no expert parallelism "
-                       "(give 1)",
-                       c->moe.ep);
-    return TS_OK;
 }
 
 /* The schedule of the config's layout (with SEND/RECV, REDUCE_GRAD and
@@ -527,7 +452,7 @@ static int parse_command_line(run *x, int argc, char **argv)
     if (!rc && !x->a.microbench)
         rc = flags_finish(fs, &t, &x->err);
     if (!rc && !x->a.microbench)
-        rc = exec_supports(&x->c, &x->a, &x->err);
+        rc = xconfig_supports(&x->c, x->a.backend == BACKEND_CUDA, x->a.inf.inference, &x->err);
     if (rc) {
         code = start_status(rc);
         if (code == 2)
@@ -561,24 +486,7 @@ static int resolve_config(run *x)
     }
     rt_opts *o = &x->o;
     rt_opts_default(o);
-    o->dims = (gpt_dims){.vocab = mc->padded_vocab_size,
-                         .seq = mc->seq_length,
-                         .hidden = mc->hidden_size,
-                         .heads = mc->num_attention_heads,
-                         .ffn = mc->ffn_hidden_size,
-                         .layers = mc->num_layers,
-                         .batch = pc->micro_batch_size,
-                         .groups = mc->num_query_groups,
-                         .rmsnorm = mc->normalization == NORM_RMSNORM,
-                         .swiglu = mc->swiglu,
-                         .no_bias = !mc->add_bias_linear,
-                         .rope = mc->position_embedding == POS_ROPE,
-                         .recompute = pc->recompute != RECOMPUTE_FULL                  ? GPT_RC_NONE
-                                      : pc->recompute_method == RECOMPUTE_METHOD_BLOCK ? GPT_RC_BLOCK
-                                                                                       : GPT_RC_UNIFORM,
-                         .recompute_layers = pc->recompute_num_layers,
-                         .dist_optim = pc->distributed_optimizer,
-                         .tie_embed = !mc->untie_embeddings};
+    o->dims = xconfig_dims(mc, pc);
     o->sp = pc->sequence_parallel;
     o->seed = (uint64_t)x->a.seed;
     o->lr = (float)x->a.lr;
@@ -673,37 +581,6 @@ static int set_up_rank(run *x)
     return agree_fail(x->rank, x->size, rc, "", &x->err) ? 1 : GO_ON;
 }
 
-/* The Llama-architecture options of d as text ("" for the GPT layers with
- * the tied output layer): " [groups=G RMSNorm SwiGLU no-bias rope untied]",
- * the parts in use. */
-static void arch_text(const gpt_dims *d, char *buf, size_t size)
-{
-    buf[0] = '\0';
-    if (!gpt_dims_llama(d)) {
-        if (!d->tie_embed)
-            (void)snprintf(buf, size, " [untied]");
-        return;
-    }
-    (void)snprintf(buf, size, " [groups=%d%s%s%s%s%s]", gpt_dims_groups(d), d->rmsnorm ? " RMSNorm" : "",
-                   d->swiglu ? " SwiGLU" : "", d->no_bias ? " no-bias" : "", d->rope ? " rope" : "",
-                   d->tie_embed ? "" : " untied");
-}
-
-/* The recomputation and optimizer of d as text ("" for none): ", recompute
- * full uniform 2" (--recompute-num-layers as given), ", distributed
- * optimizer". */
-static void recompute_text(const gpt_dims *d, char *buf, size_t size)
-{
-    buf[0] = '\0';
-    if (d->recompute != GPT_RC_NONE)
-        (void)snprintf(buf, size, ", recompute full %s %d", d->recompute == GPT_RC_BLOCK ? "block" : "uniform",
-                       d->recompute_layers);
-    if (d->dist_optim) {
-        size_t n = strlen(buf);
-        (void)snprintf(buf + n, size - n, ", distributed optimizer");
-    }
-}
-
 /* x->canon: a canonical text of the resolved configuration and the
  * executor flags every rank must share (the model, the layout, the
  * schedule, Adam, the iteration counts, the divergence rule; not output
@@ -722,7 +599,7 @@ static uint64_t config_hash(run *x)
         const gpt_dims *d = &x->o.dims;
         const sched *sc = x->s;
         char arch[96];
-        arch_text(d, arch, sizeof arch);
+        xconfig_arch_text(d, arch, sizeof arch);
         n += snprintf(x->canon + n, sizeof x->canon - (size_t)n,
                       " L=%d h=%d heads=%d ffn=%d s=%d V=%d b=%d sp=%d t=%d p=%d d=%d schedule=%s v=%d m=%d%s",
                       d->layers, d->hidden, d->heads, d->ffn, d->seq, d->vocab, d->batch, (int)x->o.sp, x->par.tp,
@@ -873,8 +750,8 @@ static void print_banner(const run *x)
     else
         snprintf(where, sizeof where, "fp32 cpu");
     char arch[96], rcs[64];
-    arch_text(&o->dims, arch, sizeof arch);
-    recompute_text(&o->dims, rcs, sizeof rcs);
+    xconfig_arch_text(&o->dims, arch, sizeof arch);
+    xconfig_mode_text(&o->dims, rcs, sizeof rcs);
     printf("trainexec: GPT %zu parameters (L=%d h=%d heads=%d ffn=%d s=%d V=%d%s), "
            "t=%d p=%d d=%d v=%d%s, %s%s, b=%d B=%d m=%d, %d ranks, %s\n",
            gpt_num_params(&o->dims), o->dims.layers, o->dims.hidden, o->dims.heads, o->dims.ffn, o->dims.seq,
