@@ -50,13 +50,12 @@ int xconfig_supports(const config *c, bool cuda, bool inference, ts_err *err)
                        "--pipeline-model-parallel-size %d: the executor sums the two copies' gradients after the "
                        "reduce-scatter has sharded them (give --untie-embeddings-and-output-weights)",
                        p->pp);
-    if (p->recompute == RECOMPUTE_SELECTIVE)
+    if (p->recompute == RECOMPUTE_SELECTIVE && p->recompute_modules && p->recompute_modules != CONFIG_RC_CORE_ATTN)
         return err_set(err, TS_ENOTSUP,
-                       "--recompute-granularity selective: the executor recomputes whole layers only (give full "
-                       "with --recompute-method uniform|block, or none)");
-    if (p->recompute == RECOMPUTE_FULL && inference)
-        return err_set(err, TS_ENOTSUP,
-                       "--recompute-granularity full with --inference: inference keeps no activations");
+                       "--recompute-modules: the executor recomputes the attention core only (core_attn, "
+                       "Megatron-core's default), or whole layers with --recompute-granularity full");
+    if (p->recompute != RECOMPUTE_NONE && inference)
+        return err_set(err, TS_ENOTSUP, "--recompute-granularity with --inference: inference keeps no activations");
     if (p->torch_fsdp2 || p->megatron_fsdp)
         return err_set(err, TS_ENOTSUP,
                        "--use-torch-fsdp2, --use-megatron-fsdp: the executor shards no parameters or "
@@ -97,6 +96,10 @@ void xconfig_mode_text(const gpt_dims *d, char *buf, size_t size)
     if (d->recompute != GPT_RC_NONE)
         (void)snprintf(buf, size, ", recompute full %s %d", d->recompute == GPT_RC_BLOCK ? "block" : "uniform",
                        d->recompute_layers);
+    if (d->recompute_attn) {
+        size_t n = strlen(buf);
+        (void)snprintf(buf + n, size - n, ", recompute selective core_attn");
+    }
     if (d->dist_optim) {
         size_t n = strlen(buf);
         (void)snprintf(buf + n, size - n, ", distributed optimizer");
@@ -121,6 +124,7 @@ gpt_dims xconfig_dims(const model_config *mc, const parallel_config *pc)
                                    : pc->recompute_method == RECOMPUTE_METHOD_BLOCK ? GPT_RC_BLOCK
                                                                                     : GPT_RC_UNIFORM,
                       .recompute_layers = pc->recompute_num_layers,
+                      .recompute_attn = pc->recompute == RECOMPUTE_SELECTIVE,
                       .dist_optim = pc->distributed_optimizer,
                       .tie_embed = !mc->untie_embeddings};
 }

@@ -25,8 +25,8 @@ gpt_dims xconfig_dims(const model_config *mc, const parallel_config *pc);
  * untied]" with the parts in use. */
 void xconfig_arch_text(const gpt_dims *d, char *buf, size_t size);
 /* The recomputation and optimizer of d as text ("" for neither): ",
- * recompute full uniform 2" (--recompute-num-layers as given), ",
- * distributed optimizer". */
+ * recompute full uniform 2" (--recompute-num-layers as given), ", recompute
+ * selective core_attn", ", distributed optimizer". */
 void xconfig_mode_text(const gpt_dims *d, char *buf, size_t size);
 
 #endif

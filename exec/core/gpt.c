@@ -406,7 +406,7 @@ int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool em
     /* scratch */
     size_t N = st->N, Ns = st->Ns, C = st->C;
     size_t natt = (size_t)st->B * st->NHl * st->T * st->T;
-    st->scratch_n = N * C + Ns * C + Ns * C + N * st->Fl + N * st->Cl + natt;
+    st->scratch_n = N * C + Ns * C + Ns * C + N * st->Fl + N * st->Cl + natt + (d->recompute_attn ? natt : 0);
     if ((rc = be_alloc(be, st->scratch_n, XMEM_BUFFERS, &st->scratch, err)))
         goto fail;
     float *p = st->scratch;
@@ -415,7 +415,8 @@ int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool em
     st->s_dres = p, p += Ns * C;
     st->s_dfchg = p, p += N * st->Fl;
     st->s_datty = p, p += N * st->Cl;
-    st->s_datt = p;
+    st->s_datt = p, p += natt;
+    st->s_att = d->recompute_attn ? p : NULL;
     /* the fused backward's one-layer cache */
     st->fused.nfloats = gpt_cache_layout(st, &st->fused, num_layers > 0 ? 1 : 0, NULL);
     st->fused.L = calloc(1, sizeof *st->fused.L);

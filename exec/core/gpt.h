@@ -90,6 +90,8 @@ typedef struct {
      * output) through the forward; the backward reruns the group's forward
      * and then goes back through it. */
     int recompute;        /* GPT_RC_NONE, GPT_RC_UNIFORM, GPT_RC_BLOCK (--recompute-method) */
+    bool recompute_attn;  /* --recompute-granularity selective (core_attn): the attention scores are not kept
+                             per micro-batch; the backward recomputes them from the saved q, k */
     bool dist_optim;      /* --use-distributed-optimizer: gradients reduce-scattered over COMM_DP, Adam on
                              this rank's shard (its moments only), parameters all-gathered */
     int recompute_layers; /* --recompute-num-layers: uniform, layers per group from the stage's first (0: 1);

@@ -82,6 +82,7 @@ struct gpt_stage {
     float *s_dfchg; /* [N, F/t] */
     float *s_datty; /* [N, C/t] */
     float *s_datt;  /* [B, NH/t, T, T] */
+    float *s_att;   /* [B, NH/t, T, T] the scores of every layer (recompute_attn) */
     float *scratch; /* one allocation holding the above */
     size_t scratch_n;
     gpt_cache fused; /* one layer's worth, reused by gpt_backward */

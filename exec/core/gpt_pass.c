@@ -267,6 +267,8 @@ static int layer_bwd_input(gpt_stage *st, gpt_acts *a, int li, gpt_lcache *K, ts
     OP(st, "ln2_bwd_input", l, norm_bwd_input(st, dres, K->dln2, A->res2, LW(st, li, GP_LN2W), A->ln2m, A->ln2r, Ns));
 
     CK(tp_bwd_gather(st, K->dprojo, dres, l, err));
+    if (st->d.recompute_attn) /* selective: the scores again from the saved q, k (the output is discarded) */
+        OP(st, "attn_recompute", l, attn_fwd(st, st->s_datty, A->att, A->qkv));
     OP(st, "proj_bwd_input", l, linear_bwd_input(st, st->s_datty, K->dprojo, LW(st, li, GP_PROJW), N, C, Cl));
     be->zero(be, K->dqkv, N * (size_t)st->Wl);
     OP(st, "attn_bwd", l, attn_bwd(st, K->dqkv, st->s_datty, A->qkv, A->att));

@@ -25,7 +25,10 @@ size_t gpt_lacts_carve(const gpt_stage *st, gpt_lacts *A, float *base, bool res3
     if (st->sp)
         TAKE(A->ln1g, N * C);
     TAKE(A->qkv, N * st->Wl);
-    TAKE(A->att, natt);
+    if (!st->d.recompute_attn)
+        TAKE(A->att, natt);
+    else if (base)
+        A->att = st->s_att; /* scores recomputed in the backward: one stage-wide buffer */
     TAKE(A->atty, N * st->Cl);
     TAKE(A->res2, Ns * C);
     TAKE(A->ln2, Ns * C);

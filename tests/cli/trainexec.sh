@@ -38,9 +38,12 @@ check_sh "mixture of experts: exit 2 naming --num-experts" '[ $rc -eq 2 ] && [[ 
 out=$(run 2 "$TRAINEXEC" $small --num-experts 2 --expert-model-parallel-size 2 2>&1); rc=$?
 check_sh "expert parallelism: exit 2 naming --num-experts" '[ $rc -eq 2 ] && [[ "$out" == *--num-experts* ]]'
 
-out=$(run 1 "$TRAINEXEC" $small --recompute-granularity selective 2>&1); rc=$?
-check_sh "selective recomputation: exit 2, not supported" \
-    '[ $rc -eq 2 ] && [[ "$out" == *"--recompute-granularity selective"* ]]'
+out=$(run 1 "$TRAINEXEC" $small --recompute-granularity selective --recompute-modules mlp 2>&1); rc=$?
+check_sh "selective recomputation of the MLP: exit 2, not supported" \
+    '[ $rc -eq 2 ] && [[ "$out" == *"--recompute-modules"* ]]'
+out=$(run 1 "$TRAINEXEC" $small --recompute-granularity selective --iterations 2 --warmup 0 2>&1); rc=$?
+check_sh "selective recomputation (core_attn): runs, the header says so" \
+    '[ $rc -eq 0 ] && [[ "$out" == *"recompute selective core_attn"* && "$out" == *"iteration 2/2"* ]]'
 out=$(run 2 "$TRAINEXEC" $small --recompute-granularity full --recompute-method block --recompute-num-layers 1 \
       --pipeline-model-parallel-size 2 --global-batch-size 4 --iterations 2 --warmup 0 2>&1); rc=$?
 check_sh "full recomputation (block, p=2): runs, the header says so" \

@@ -227,6 +227,7 @@ static void run_pass(const layout *Ls, int nL, const char *model)
     int refbad = 0;
     gpt_dims run_dims = DIMS;
     DIMS.recompute = GPT_RC_NONE;
+    DIMS.recompute_attn = false;
     DIMS.dist_optim = false; /* (tie_embed stays: it changes the model) */
     if (me == 0)
         for (int i = 0; i < 3 && !refbad; i++)
@@ -360,6 +361,9 @@ int main(int argc, char **argv)
     DIMS.recompute = GPT_RC_UNIFORM;
     DIMS.recompute_layers = 1;
     run_pass(Ls, nL, "llama tied recompute uniform 1");
+    DIMS = LLAMA_DIMS;
+    DIMS.recompute_attn = true;
+    run_pass(Ls, nL, "llama recompute selective core_attn");
     if (world_rank == 0)
         printf("%d passed, %d failed\n", npass, nfail);
     MPI_Finalize();

@@ -337,12 +337,13 @@ Test(exec_gpt, bad_dims_are_refused)
 /* Full recomputation reruns the same operations on the same inputs: the
  * loss and gradients are bitwise those without it (fused and split
  * backward), and a micro-batch keeps fewer activations. */
-static void recompute_equals_plain(const gpt_dims *base, int method, int layers)
+static void recompute_equals_plain(const gpt_dims *base, int method, int layers, bool attn)
 {
     gpt_dims d = *base, r = *base;
     d.layers = r.layers = 3;
     r.recompute = method;
     r.recompute_layers = layers;
+    r.recompute_attn = attn;
     env e;
     ts_err err;
     env_init(&e, &d);
@@ -393,12 +394,19 @@ static void recompute_equals_plain(const gpt_dims *base, int method, int layers)
 }
 Test(exec_gpt, recompute_uniform_equals_plain)
 {
-    recompute_equals_plain(&TINY, GPT_RC_UNIFORM, 1);
-    recompute_equals_plain(&TINY, GPT_RC_UNIFORM, 2);
-    recompute_equals_plain(&LLAMA, GPT_RC_UNIFORM, 3);
+    recompute_equals_plain(&TINY, GPT_RC_UNIFORM, 1, false);
+    recompute_equals_plain(&TINY, GPT_RC_UNIFORM, 2, false);
+    recompute_equals_plain(&LLAMA, GPT_RC_UNIFORM, 3, false);
 }
 Test(exec_gpt, recompute_block_equals_plain)
 {
-    recompute_equals_plain(&TINY, GPT_RC_BLOCK, 2);
-    recompute_equals_plain(&LLAMA, GPT_RC_BLOCK, 0);
+    recompute_equals_plain(&TINY, GPT_RC_BLOCK, 2, false);
+    recompute_equals_plain(&LLAMA, GPT_RC_BLOCK, 0, false);
+}
+/* selective recomputation of the attention core (Megatron's core_attn), alone and under full */
+Test(exec_gpt, recompute_attention_scores_equals_plain)
+{
+    recompute_equals_plain(&TINY, GPT_RC_NONE, 0, true);
+    recompute_equals_plain(&LLAMA, GPT_RC_NONE, 0, true);
+    recompute_equals_plain(&LLAMA, GPT_RC_UNIFORM, 2, true);
 }
