@@ -199,7 +199,7 @@ int gpt_backward(gpt_stage *st, gpt_acts *a, const float *dy, float loss_scale, 
  * floats), which the runtime sums between the two stages before the
  * optimizer (Megatron's embedding all-reduce); NULL when the stage holds
  * neither or both (nothing to sum) or the output layer is untied. */
-float *gpt_stage_tied_grad(gpt_stage *st, size_t *n);
+float *gpt_stage_tied_grad(gpt_stage *st, size_t *n); /* borrowed: the stage's gradient buffer */
 
 /* Zero the gradients. */
 void gpt_stage_zero_grads(gpt_stage *st);

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "exec/core/gpt_impl.h"
+#include "sim/util/ckd.h"
 
 size_t gpt_lacts_carve(const gpt_stage *st, gpt_lacts *A, float *base, bool res3)
 {
@@ -66,6 +67,11 @@ int gpt_rc_setup(gpt_stage *st, ts_err *err)
     }
     gpt_lacts dummy;
     st->rc_slot = gpt_lacts_carve(st, &dummy, NULL, true);
+    int64_t bytes; /* what the split backward keeps per micro-batch: every recomputed layer */
+    if (ckd_mul_i64(&bytes, (int64_t)st->n_rc, (int64_t)st->rc_slot) ||
+        ckd_mul_i64(&bytes, bytes, (int64_t)sizeof(float)) || bytes > CKD_MAX_BYTES)
+        return err_set(err, TS_EINVAL, "recomputation: %d layers of %zu floats of activations overflow the byte count",
+                       st->n_rc, st->rc_slot);
     st->rc_ws_n = st->n_rc ? (size_t)(group < st->n_rc ? group : st->n_rc) * st->rc_slot : 0;
     return be_alloc(st->be, st->rc_ws_n, XMEM_ACTS, &st->rc_ws, err);
 }
