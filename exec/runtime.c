@@ -152,6 +152,12 @@ int rt_create(const rt_opts *o, const sched *s, backend *be, comm *cm, runtime *
     if (s->num_layers != o->dims.layers)
         return err_set(err, TS_EINVAL, "schedule splits %d layers but --num-layers is %d", s->num_layers,
                        o->dims.layers);
+    if (o->dims.tie_embed && o->dims.dist_optim && s->p * s->v > 1 && cm->size[COMM_DP] > 1)
+        return err_set(err, TS_ENOTSUP,
+                       "--use-distributed-optimizer with the output layer tied to the embedding on %d pipeline "
+                       "stages: the executor sums the two copies' gradients after the reduce-scatter has sharded "
+                       "them (give --untie-embeddings-and-output-weights)",
+                       s->p * s->v);
     runtime *rt = calloc(1, sizeof *rt);
     if (!rt)
         return err_set(err, TS_ENOMEM, "runtime: out of memory");
@@ -209,6 +215,53 @@ int rt_create(const rt_opts *o, const sched *s, backend *be, comm *cm, runtime *
 static int tag_of(const runtime *rt, int mb, int boundary, int dir)
 {
     return (mb * rt->nstages + boundary) * 2 + dir;
+}
+
+/* Tied word embedding (Megatron's default) with the embedding and the output
+ * layer on different stages: before Adam, each of the two gets the sum of
+ * both gradients (Megatron's embedding-group all-reduce). On one rank (V
+ * placement) an add; across pipeline ranks an exchange between the two
+ * (tag past every micro-batch tag): each adds the other's gradient to its
+ * own, a + b = b + a bitwise, so both copies stay equal. */
+static int sync_tied(runtime *rt, ts_err *err)
+{
+    size_t n = 0;
+    float *ge = NULL, *gh = NULL;
+    for (int c = 0; c < rt->v; c++) {
+        float *g = gpt_stage_tied_grad(rt->st[c], &n);
+        if (g && rt->stage_id[c] == 0)
+            ge = g;
+        else if (g)
+            gh = g;
+    }
+    if (!ge && !gh)
+        return TS_OK;
+    backend *be = rt->be;
+    if (ge && gh) {
+        be->add(be, ge, gh, n);
+        be->copy(be, gh, ge, n);
+        return TS_OK;
+    }
+    int peer = -1;
+    for (int r = 0; r < rt->p && peer < 0; r++)
+        for (int c = 0; c < rt->v; c++)
+            if (sched_stage_of(rt->s, r, c) == (ge ? rt->nstages - 1 : 0))
+                peer = r;
+    float *mine = ge ? ge : gh, *other = NULL;
+    int rc = be_alloc(be, n, XMEM_BUFFERS, &other, err), rs = -1, rr = -1, tag = 2 * rt->m * rt->nstages;
+    be->sync(be);
+    if (!rc)
+        rc = rt->cm->irecv(rt->cm, peer, other, n, tag, &rr, err);
+    if (!rc)
+        rc = rt->cm->isend(rt->cm, peer, mine, n, tag, &rs, err);
+    if (!rc)
+        rc = rt->cm->wait(rt->cm, rr, err);
+    if (!rc)
+        rc = rt->cm->wait(rt->cm, rs, err);
+    if (!rc)
+        be->add(be, mine, other, n);
+    be_free(be, other, n, XMEM_BUFFERS);
+    return rc;
 }
 
 /* Release every finished send's buffer (wait for all if `all`). */
@@ -414,12 +467,14 @@ static int run_action(runtime *rt, const sched_action *a, bool *reduced, bool *s
     case ACT_REDUCE_GRAD:
         reduced[c] = true;
         return gpt_stage_reduce_grads(rt->st[c], err);
-    case ACT_OPTIM:
-        for (int j = 0; j < rt->v; j++)
-            gpt_stage_adam(rt->st[j], rt->o.lr, rt->o.beta1, rt->o.beta2, rt->o.eps, rt->o.weight_decay,
-                           rt->cur_iter + 1);
+    case ACT_OPTIM: {
+        int rc = sync_tied(rt, err);
+        for (int j = 0; j < rt->v && !rc; j++)
+            rc = gpt_stage_adam(rt->st[j], rt->o.lr, rt->o.beta1, rt->o.beta2, rt->o.eps, rt->o.weight_decay,
+                                rt->cur_iter + 1, err);
         *stepped = true;
-        return TS_OK;
+        return rc;
+    }
     default:
         return bad_order(a, rt->r, "unknown action kind", err);
     }
@@ -477,8 +532,10 @@ int rt_iteration(runtime *rt, int iter, double *loss, ts_err *err)
         if (!reduced[c])
             rc = gpt_stage_reduce_grads(rt->st[c], err);
     if (!rc && !stepped)
-        for (int j = 0; j < rt->v; j++)
-            gpt_stage_adam(rt->st[j], rt->o.lr, rt->o.beta1, rt->o.beta2, rt->o.eps, rt->o.weight_decay, iter + 1);
+        rc = sync_tied(rt, err);
+    for (int j = 0; j < rt->v && !rc && !stepped; j++)
+        rc =
+            gpt_stage_adam(rt->st[j], rt->o.lr, rt->o.beta1, rt->o.beta2, rt->o.eps, rt->o.weight_decay, iter + 1, err);
     if (!rc)
         rc = reap_sends(rt, true, err);
     if (rt->o.watch_device) {

@@ -35,6 +35,7 @@
 #include "exec/runtime.h"
 #include "exec/watchdog.h"
 #include "exec/xargs.h"
+#include "exec/xconfig.h"
 #include "exec/xout.h"
 #include "sim/config/config.h"
 #include "sim/config/flags.h"
@@ -44,64 +45,6 @@
 #include "sim/sched/sched_generate.h"
 #include "sim/util/afile.h"
 #include "sim/util/opt.h"
-
-/* What the executor runs of a validated config; TS_ENOTSUP naming the flag
- * for what it does not implement. */
-static int exec_supports(const config *c, ts_err *err)
-{
-    const model_config *m = &c->model;
-    const parallel_config *p = &c->par;
-    if (m->swiglu)
-        return err_set(err, TS_ENOTSUP, "--swiglu: the executor's MLP is GELU only");
-    if (m->num_query_groups != m->num_attention_heads)
-        return err_set(err, TS_ENOTSUP,
-                       "--num-query-groups %d: the executor has no grouped-query attention "
-                       "(give --num-query-groups %d)",
-                       m->num_query_groups, m->num_attention_heads);
-    if (m->normalization != NORM_LAYERNORM)
-        return err_set(err, TS_ENOTSUP, "--normalization %s: the executor's layers use LayerNorm only",
-                       CONFIG_NORM_NAMES[m->normalization]);
-    if (!m->add_bias_linear)
-        return err_set(err, TS_ENOTSUP, "--disable-bias-linear: the executor's linear layers have biases");
-    if (m->untie_embeddings)
-        return err_set(err, TS_ENOTSUP,
-                       "--untie-embeddings-and-output-weights: the executor ties the output weight to the "
-                       "word embedding");
-    if (m->position_embedding != POS_LEARNED_ABSOLUTE || m->max_position_embeddings != m->seq_length)
-        return err_set(err, TS_ENOTSUP,
-                       "--position-embedding-type %s, --max-position-embeddings %d: the executor learns one "
-                       "position row per token of --seq-length %d (learned_absolute, max = seq)",
-                       CONFIG_POSITION_NAMES[m->position_embedding], m->max_position_embeddings, m->seq_length);
-    if (config_head_size(m) * m->num_attention_heads != m->hidden_size)
-        return err_set(err, TS_ENOTSUP, "--kv-channels %d: the executor's heads are h / a = %d wide", m->kv_channels,
-                       m->hidden_size / m->num_attention_heads);
-    if (m->fp8_format != FP8_FORMAT_NONE)
-        return err_set(err, TS_ENOTSUP, "--fp8-format %s: the executor's GEMMs run at the run's precision, no FP8",
-                       CONFIG_FP8_FORMAT_NAMES[m->fp8_format]);
-    if (p->recompute != RECOMPUTE_NONE)
-        return err_set(err, TS_ENOTSUP, "--recompute-granularity: the executor does not recompute (give none)");
-    if (p->distributed_optimizer)
-        return err_set(err, TS_ENOTSUP, "--use-distributed-optimizer: the executor's Adam is not sharded");
-    if (p->torch_fsdp2 || p->megatron_fsdp)
-        return err_set(err, TS_ENOTSUP,
-                       "--use-torch-fsdp2, --use-megatron-fsdp: the executor shards no parameters, "
-                       "gradients or optimizer state");
-    if (config_cp(c) > 1)
-        return err_set(err, TS_ENOTSUP,
-                       "--context-parallel-size %d: the executor has no context-parallel attention (give 1)",
-                       config_cp(c));
-    if (c->moe.num_experts > 1)
-        return err_set(err, TS_ENOTSUP,
-                       "--num-experts %d: the executor has no mixture-of-experts layers (dense "
-                       "models only)",
-                       c->moe.num_experts);
-    if (c->moe.ep > 1)
-        return err_set(err, TS_ENOTSUP,
-                       "--expert-model-parallel-size %d: the executor has no expert parallelism "
-                       "(give 1)",
-                       c->moe.ep);
-    return TS_OK;
-}
 
 /* The schedule of the config's layout (with SEND/RECV, REDUCE_GRAD and
  * OPTIM). */
@@ -344,7 +287,7 @@ static int parse_command_line(run *x, int argc, char **argv)
     if (!rc && !x->a.microbench)
         rc = flags_finish(fs, &t, &x->err);
     if (!rc && !x->a.microbench)
-        rc = exec_supports(&x->c, &x->err);
+        rc = xconfig_supports(&x->c, x->a.backend == XARGS_BACKEND_CUDA, x->a.inf.inference, &x->err);
     if (rc) {
         code = start_status(rc);
         if (code == 2)
@@ -378,13 +321,7 @@ static int resolve_config(run *x)
     }
     rt_opts *o = &x->o;
     rt_opts_default(o);
-    o->dims = (gpt_dims){.vocab = mc->padded_vocab_size,
-                         .seq = mc->seq_length,
-                         .hidden = mc->hidden_size,
-                         .heads = mc->num_attention_heads,
-                         .ffn = mc->ffn_hidden_size,
-                         .layers = mc->num_layers,
-                         .batch = pc->micro_batch_size};
+    o->dims = xconfig_dims(mc, pc);
     o->sp = pc->sequence_parallel;
     o->seed = (uint64_t)x->a.seed;
     o->lr = (float)x->a.lr;
@@ -497,10 +434,12 @@ static uint64_t config_hash(run *x)
     if (!a->microbench && x->s) {
         const gpt_dims *d = &x->o.dims;
         const sched *sc = x->s;
+        char arch[96];
+        xconfig_arch_text(d, arch, sizeof arch);
         n += snprintf(x->canon + n, sizeof x->canon - (size_t)n,
-                      " L=%d h=%d heads=%d ffn=%d s=%d V=%d b=%d sp=%d t=%d p=%d d=%d schedule=%s v=%d m=%d", d->layers,
-                      d->hidden, d->heads, d->ffn, d->seq, d->vocab, d->batch, (int)x->o.sp, x->par.tp, x->par.pp,
-                      x->par.dp, sched_kind_name(sc->kind), sc->v, sc->m);
+                      " L=%d h=%d heads=%d ffn=%d s=%d V=%d b=%d sp=%d t=%d p=%d d=%d schedule=%s v=%d m=%d%s",
+                      d->layers, d->hidden, d->heads, d->ffn, d->seq, d->vocab, d->batch, (int)x->o.sp, x->par.tp,
+                      x->par.pp, x->par.dp, sched_kind_name(sc->kind), sc->v, sc->m, arch);
         for (int i = 0; i < sc->p * sc->v && n < (int)sizeof x->canon; i++)
             n += snprintf(x->canon + n, sizeof x->canon - (size_t)n, "%s%d+%d",
                           i ? "," : " stages=", sc->stages[i].first_layer, sc->stages[i].num_layers);
@@ -646,11 +585,14 @@ static void print_banner(const run *x)
                  x->device);
     else
         snprintf(where, sizeof where, "fp32 cpu");
-    printf("trainexec: GPT %zu parameters (L=%d h=%d heads=%d ffn=%d s=%d V=%d), "
-           "t=%d p=%d d=%d v=%d%s, %s, b=%d B=%d m=%d, %d ranks, %s\n",
+    char arch[96], rcs[64];
+    xconfig_arch_text(&o->dims, arch, sizeof arch);
+    xconfig_mode_text(&o->dims, rcs, sizeof rcs);
+    printf("trainexec: GPT %zu parameters (L=%d h=%d heads=%d ffn=%d s=%d V=%d%s), "
+           "t=%d p=%d d=%d v=%d%s, %s%s, b=%d B=%d m=%d, %d ranks, %s\n",
            gpt_num_params(&o->dims), o->dims.layers, o->dims.hidden, o->dims.heads, o->dims.ffn, o->dims.seq,
-           o->dims.vocab, x->par.tp, x->par.pp, x->par.dp, s->v, o->sp ? " sp" : "", sched_kind_name(s->kind),
-           o->dims.batch, o->dims.batch * x->par.dp * s->m, s->m, x->size, where);
+           o->dims.vocab, arch, x->par.tp, x->par.pp, x->par.dp, s->v, o->sp ? " sp" : "", sched_kind_name(s->kind),
+           rcs, o->dims.batch, o->dims.batch * x->par.dp * s->m, s->m, x->size, where);
     (void)fflush(stdout); /* show it now */
 }
 

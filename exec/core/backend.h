@@ -101,6 +101,23 @@ struct backend {
     void (*attention_kv_fwd)(backend *be, float *out, float *att, const float *qkv, const float *kc, const float *vc,
                              int B, int n, int pos0, int Tmax, int NH, int hs);
 
+    /* Llama-architecture kernels (kern_llama.h's, same arguments). A
+     * backend without them leaves them NULL; gpt_stage_create then refuses
+     * a model that needs them. */
+    void (*rmsnorm_fwd)(backend *be, float *out, float *rstd, const float *inp, const float *w, size_t N, int C);
+    void (*rmsnorm_bwd_input)(backend *be, float *dinp, const float *dout, const float *inp, const float *w,
+                              const float *rstd, size_t N, int C);
+    void (*rmsnorm_bwd_weight)(backend *be, float *dw, const float *dout, const float *inp, const float *rstd, size_t N,
+                               int C);
+    void (*swiglu_fwd)(backend *be, float *out, const float *inp, size_t N, int F);
+    void (*swiglu_bwd)(backend *be, float *dinp, const float *inp, const float *dout, size_t N, int F);
+    void (*rope_fwd)(backend *be, float *qkv, size_t N, int T, int NH, int NKV, int hs, float base);
+    void (*rope_bwd)(backend *be, float *dqkv, size_t N, int T, int NH, int NKV, int hs, float base);
+    void (*attention_gqa_fwd)(backend *be, float *out, float *att, const float *qkv, int B, int T, int NH, int NKV,
+                              int hs);
+    void (*attention_gqa_bwd)(backend *be, float *dqkv, float *datt, const float *dout, const float *qkv,
+                              const float *att, int B, int T, int NH, int NKV, int hs);
+
     /* Release the backend (not the tensors: their owners free them first). */
     void (*destroy)(backend *be);
 

@@ -11,35 +11,61 @@
 typedef enum { SPLIT_NONE = 0, SPLIT_COL, SPLIT_ROW } split_kind;
 
 typedef struct {
-    size_t rows, cols; /* full shape (a vector is rows x 1) */
+    size_t rows, cols; /* full shape (a vector is rows x 1); 0 rows: absent */
     split_kind split;
-    int blocks; /* SPLIT_COL: row blocks split separately (3 for QKV) */
+    int blocks;      /* SPLIT_COL: row blocks split separately (3 for QKV) */
+    size_t brows[3]; /* SPLIT_COL: rows of each block (they sum to rows) */
 } pshape;
+
+static pshape col_split(size_t b0, size_t b1, size_t b2, size_t cols)
+{
+    int nb = b2 ? 3 : b1 ? 2 : 1;
+    return (pshape){b0 + b1 + b2, cols, SPLIT_COL, nb, {b0, b1, b2}};
+}
+
+int gpt_dims_groups(const gpt_dims *d)
+{
+    return d->groups > 0 ? d->groups : d->heads;
+}
+
+bool gpt_dims_llama(const gpt_dims *d)
+{
+    return gpt_dims_groups(d) != d->heads || d->rmsnorm || d->swiglu || d->no_bias || d->rope;
+}
 
 static pshape shape_of(const gpt_dims *d, gpt_pkind k)
 {
     size_t V = d->vocab, T = d->seq, C = d->hidden, F = d->ffn;
+    size_t hs = (size_t)d->hidden / (size_t)d->heads, kv = (size_t)gpt_dims_groups(d) * hs;
+    size_t bias = d->no_bias ? 0 : 1, normb = d->rmsnorm ? 0 : C;
     switch (k) {
     case GP_WTE:
-        return (pshape){V, C, SPLIT_NONE, 1};
+        return (pshape){V, C, SPLIT_NONE, 1, {0}};
     case GP_WPE:
-        return (pshape){T, C, SPLIT_NONE, 1};
+        return (pshape){d->rope ? 0 : T, C, SPLIT_NONE, 1, {0}};
     case GP_QKVW:
-        return (pshape){3 * C, C, SPLIT_COL, 3};
+        return col_split(C, kv, kv, C);
     case GP_QKVB:
-        return (pshape){3 * C, 1, SPLIT_COL, 3};
+        return col_split(bias * C, bias * kv, bias * kv, 1);
     case GP_PROJW:
-        return (pshape){C, C, SPLIT_ROW, 1};
+        return (pshape){C, C, SPLIT_ROW, 1, {0}};
     case GP_FCW:
-        return (pshape){F, C, SPLIT_COL, 1};
+        return d->swiglu ? col_split(F, F, 0, C) : col_split(F, 0, 0, C);
     case GP_FCB:
-        return (pshape){F, 1, SPLIT_COL, 1};
+        return d->swiglu ? col_split(bias * F, bias * F, 0, 1) : col_split(bias * F, 0, 0, 1);
     case GP_FCPROJW:
-        return (pshape){C, F, SPLIT_ROW, 1};
+        return (pshape){C, F, SPLIT_ROW, 1, {0}};
     case GP_WOUT:
-        return (pshape){V, C, SPLIT_NONE, 1};
+        return (pshape){d->tie_embed ? 0 : V, C, SPLIT_NONE, 1, {0}};
+    case GP_PROJB:
+    case GP_FCPROJB:
+        return (pshape){bias * C, 1, SPLIT_NONE, 1, {0}};
+    case GP_LN1B:
+    case GP_LN2B:
+    case GP_LNFB:
+        return (pshape){normb, 1, SPLIT_NONE, 1, {0}};
     default:
-        return (pshape){C, 1, SPLIT_NONE, 1}; /* LayerNorms, row-parallel biases */
+        return (pshape){C, 1, SPLIT_NONE, 1, {0}}; /* norm weights */
     }
 }
 
@@ -60,6 +86,17 @@ int gpt_dims_check(const gpt_dims *d, int t, bool sp, ts_err *err)
                        "--tensor-model-parallel-size %d must divide --num-attention-heads %d "
                        "and --ffn-hidden-size %d",
                        t, d->heads, d->ffn);
+    int G = gpt_dims_groups(d);
+    if (G < 1 || d->heads % G || G % t)
+        return err_set(err, TS_EINVAL,
+                       "--num-query-groups %d must divide --num-attention-heads %d and be a multiple of "
+                       "--tensor-model-parallel-size %d",
+                       G, d->heads, t);
+    if (d->rope && (d->hidden / d->heads) % 2)
+        return err_set(err, TS_EINVAL,
+                       "--position-embedding-type rope: the head size %d (--hidden-size %d / --num-attention-heads "
+                       "%d) must be even",
+                       d->hidden / d->heads, d->hidden, d->heads);
     if (sp && ((size_t)d->batch * d->seq) % (size_t)t)
         return err_set(err, TS_EINVAL,
                        "--sequence-parallel: micro-batch tokens %d x %d must be a multiple of "
@@ -115,10 +152,15 @@ static size_t local_to_full(const gpt_dims *d, gpt_pkind k, int t, int tr, size_
         size_t lc = s.cols / t, r = i / lc, c = i % lc;
         return r * s.cols + (size_t)tr * lc + c;
     }
-    size_t block_rows = s.rows / s.blocks, lrows = block_rows / t;
-    size_t lr = i / s.cols, c = i % s.cols;
-    size_t blk = lr / lrows, within = lr % lrows;
-    return (blk * block_rows + (size_t)tr * lrows + within) * s.cols + c;
+    size_t lr = i / s.cols, c = i % s.cols, full0 = 0;
+    for (int b = 0; b < s.blocks; b++) {
+        size_t lrows = s.brows[b] / (size_t)t;
+        if (lr < lrows)
+            return (full0 + (size_t)tr * lrows + lr) * s.cols + c;
+        lr -= lrows;
+        full0 += s.brows[b];
+    }
+    return SIZE_MAX; /* not reached: i is below the local size */
 }
 
 /* splitmix64 of (seed, index) -> uniform in [-1, 1). */
@@ -186,12 +228,18 @@ static void add_tensor(gpt_stage *st, gpt_pkind k, int layer)
 {
     pshape s = shape_of(&st->d, k);
     size_t n = s.rows * s.cols / (s.split == SPLIT_NONE ? 1 : (size_t)st->t);
+    bool copy = k == GP_WOUT && st->d.tie_embed && !st->embed; /* the last stage's copy of wte */
+    if (copy)
+        n = (size_t)st->d.vocab * (size_t)st->d.hidden;
+    if (n == 0)
+        return; /* absent in this architecture (bias, position table): its pointers stay NULL */
     gpt_tensor *tt = &st->tens[st->ntens++];
     tt->kind = k;
     tt->layer = layer;
     tt->offset = st->nparams;
     tt->n = n;
     tt->tp_partial = is_tp_partial(k, st->sp);
+    tt->copy = copy;
     st->nparams += n;
 }
 
@@ -207,17 +255,38 @@ void gpt_stage_free(gpt_stage *st)
     if (!st)
         return;
     backend *be = st->be;
-    be_free(be, st->params, st->nparams, XMEM_WEIGHTS);
-    be_free(be, st->grads, st->nparams, XMEM_GRADS);
-    be_free(be, st->m, st->nparams, XMEM_OPTIM);
-    be_free(be, st->v, st->nparams, XMEM_OPTIM);
+    be_free(be, st->params, st->npad, XMEM_WEIGHTS);
+    be_free(be, st->grads, st->npad, XMEM_GRADS);
+    be_free(be, st->m, st->shard, XMEM_OPTIM);
+    be_free(be, st->v, st->shard, XMEM_OPTIM);
+    be_free(be, st->gshard, st->shard, XMEM_BUFFERS);
     be_free(be, st->scratch, st->scratch_n, XMEM_BUFFERS);
     be_free(be, st->fused.mem, st->fused.nfloats, XMEM_BUFFERS);
     free(st->fused.L);
+    gpt_rc_free(st);
     free(st->tens);
     free(st->pw);
     free(st->pg);
     free(st);
+}
+
+/* The backend has the kernels the architecture needs (TS_ENOTSUP naming
+ * the flag otherwise). */
+static int backend_check(const gpt_dims *d, const backend *be, ts_err *err)
+{
+    const char *flag = NULL;
+    if (d->rmsnorm && !(be->rmsnorm_fwd && be->rmsnorm_bwd_input && be->rmsnorm_bwd_weight))
+        flag = "--normalization RMSNorm";
+    else if (d->swiglu && !(be->swiglu_fwd && be->swiglu_bwd))
+        flag = "--swiglu";
+    else if (d->rope && !(be->rope_fwd && be->rope_bwd))
+        flag = "--position-embedding-type rope";
+    else if (gpt_dims_groups(d) != d->heads && !(be->attention_gqa_fwd && be->attention_gqa_bwd))
+        flag = "--group-query-attention --num-query-groups";
+    if (flag)
+        return err_set(err, TS_ENOTSUP, "%s: the %s backend has no kernel for it (run with the cpu backend)", flag,
+                       be->name);
+    return TS_OK;
 }
 
 int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool embed, bool head, bool sp, uint64_t seed,
@@ -227,6 +296,8 @@ int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool em
     int t = cm->size[COMM_TP];
     int rc = gpt_dims_check(d, t, sp, err);
     if (rc)
+        return rc;
+    if ((rc = backend_check(d, be, err)))
         return rc;
     if (first_layer < 0 || num_layers < 0 || first_layer + num_layers > d->layers)
         return err_set(err, TS_EINVAL, "stage layers [%d, %d) outside the model's %d layers", first_layer,
@@ -253,6 +324,9 @@ int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool em
     st->Fl = d->ffn / t;
     st->NHl = d->heads / t;
     st->hs = d->hidden / d->heads;
+    st->NKVl = gpt_dims_groups(d) / t;
+    st->Wl = (st->NHl + 2 * st->NKVl) * st->hs;
+    st->Fu = d->swiglu ? 2 * st->Fl : st->Fl;
     st->V = d->vocab;
     st->N = (size_t)d->batch * d->seq;
     st->Ns = st->sp ? st->N / t : st->N;
@@ -277,9 +351,14 @@ int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool em
         add_tensor(st, GP_LNFB, -1);
         add_tensor(st, GP_WOUT, -1);
     }
-    size_t n = st->nparams;
-    if ((rc = be_alloc(be, n, XMEM_WEIGHTS, &st->params, err)) || (rc = be_alloc(be, n, XMEM_GRADS, &st->grads, err)) ||
-        (rc = be_alloc(be, n, XMEM_OPTIM, &st->m, err)) || (rc = be_alloc(be, n, XMEM_OPTIM, &st->v, err)))
+    size_t n = st->nparams, dp = (size_t)cm->size[COMM_DP];
+    st->shard = d->dist_optim ? (n + dp - 1) / dp : n;
+    st->npad = d->dist_optim ? st->shard * dp : n;
+    if ((rc = be_alloc(be, st->npad, XMEM_WEIGHTS, &st->params, err)) ||
+        (rc = be_alloc(be, st->npad, XMEM_GRADS, &st->grads, err)) ||
+        (rc = be_alloc(be, st->shard, XMEM_OPTIM, &st->m, err)) ||
+        (rc = be_alloc(be, st->shard, XMEM_OPTIM, &st->v, err)) ||
+        (d->dist_optim && dp > 1 && (rc = be_alloc(be, st->shard, XMEM_BUFFERS, &st->gshard, err))))
         goto fail;
 
     /* initial values, computed on the host from full-model indices */
@@ -290,9 +369,10 @@ int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool em
     }
     for (int i = 0; i < st->ntens; i++) {
         gpt_tensor *tt = &st->tens[i];
-        size_t base = gpt_full_offset(d, tt->kind, tt->layer, NULL);
+        gpt_pkind ik = tt->copy ? GP_WTE : tt->kind; /* a copy starts as what it copies */
+        size_t base = gpt_full_offset(d, ik, tt->layer, NULL);
         for (size_t j = 0; j < tt->n; j++)
-            host[tt->offset + j] = init_value(d, tt->kind, seed, base + local_to_full(d, tt->kind, t, st->tr, j));
+            host[tt->offset + j] = init_value(d, ik, seed, base + local_to_full(d, ik, t, st->tr, j));
         float *w = st->params + tt->offset, *g = st->grads + tt->offset;
         if (tt->layer >= 0) {
             int li = tt->layer - first_layer;
@@ -318,13 +398,15 @@ int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool em
             }
         }
     }
+    if (d->tie_embed && embed && head) /* one stage: the output layer is the embedding itself */
+        st->wout = st->wte, st->gwout = st->gwte;
     be->to_device(be, st->params, host, n);
     free(host);
 
     /* scratch */
     size_t N = st->N, Ns = st->Ns, C = st->C;
     size_t natt = (size_t)st->B * st->NHl * st->T * st->T;
-    st->scratch_n = N * C + Ns * C + Ns * C + N * st->Fl + N * st->Cl + natt;
+    st->scratch_n = N * C + Ns * C + Ns * C + N * st->Fl + N * st->Cl + natt + (d->recompute_attn ? natt : 0);
     if ((rc = be_alloc(be, st->scratch_n, XMEM_BUFFERS, &st->scratch, err)))
         goto fail;
     float *p = st->scratch;
@@ -333,7 +415,8 @@ int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool em
     st->s_dres = p, p += Ns * C;
     st->s_dfchg = p, p += N * st->Fl;
     st->s_datty = p, p += N * st->Cl;
-    st->s_datt = p;
+    st->s_datt = p, p += natt;
+    st->s_att = d->recompute_attn ? p : NULL;
     /* the fused backward's one-layer cache */
     st->fused.nfloats = gpt_cache_layout(st, &st->fused, num_layers > 0 ? 1 : 0, NULL);
     st->fused.L = calloc(1, sizeof *st->fused.L);
@@ -344,6 +427,8 @@ int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool em
     if ((rc = be_alloc(be, st->fused.nfloats, XMEM_BUFFERS, &st->fused.mem, err)))
         goto fail;
     gpt_cache_layout(st, &st->fused, num_layers > 0 ? 1 : 0, st->fused.mem);
+    if ((rc = gpt_rc_setup(st, err)))
+        goto fail;
     *out = st;
     return TS_OK;
 fail:
@@ -392,9 +477,9 @@ size_t gpt_cache_layout(const gpt_stage *st, gpt_cache *c, int layers, float *ba
     for (int li = 0; li < layers; li++) {
         /* cppcheck-suppress uninitvar ; TAKE writes through k only when base is set (k is then not &dummy) */
         gpt_lcache dummy, *k = base ? &c->L[li] : &dummy;
-        TAKE(k->dqkv, N * 3 * st->Cl);
+        TAKE(k->dqkv, N * st->Wl);
         TAKE(k->dprojo, N * C);
-        TAKE(k->dfch, N * st->Fl);
+        TAKE(k->dfch, N * st->Fu);
         TAKE(k->dfcprojo, N * C);
         TAKE(k->dln1, st->sp ? nln : N * C);
         TAKE(k->dln2, st->sp ? nln : N * C);
@@ -420,35 +505,21 @@ int gpt_acts_create(gpt_stage *st, gpt_acts **out, ts_err *err)
     }
     a->L = L;
     size_t N = st->N, Ns = st->Ns, C = st->C;
-    size_t natt = (size_t)st->B * st->NHl * st->T * st->T;
     for (int pass = 0; pass < 2; pass++) {
         float *base = a->mem;
         size_t cur = 0;
         TAKE(a->in0, Ns * C);
         for (int li = 0; li < st->nl; li++) {
-            gpt_lacts *A = &L[li];
-            TAKE(A->ln1, Ns * C);
-            TAKE(A->ln1m, Ns);
-            TAKE(A->ln1r, Ns);
-            if (st->sp)
-                TAKE(A->ln1g, N * C);
-            TAKE(A->qkv, N * 3 * st->Cl);
-            TAKE(A->att, natt);
-            TAKE(A->atty, N * st->Cl);
-            TAKE(A->res2, Ns * C);
-            TAKE(A->ln2, Ns * C);
-            TAKE(A->ln2m, Ns);
-            TAKE(A->ln2r, Ns);
-            if (st->sp)
-                TAKE(A->ln2g, N * C);
-            TAKE(A->fch, N * st->Fl);
-            TAKE(A->fchg, N * st->Fl);
-            if (li + 1 < st->nl || st->head)
-                TAKE(A->res3, Ns * C);
+            bool res3 = li + 1 < st->nl || st->head;
+            if (st->rc_lo[li] < 0) {
+                cur += gpt_lacts_carve(st, &L[li], base ? base + cur : NULL, res3);
+            } else if (res3 && li == st->rc_hi[li] - 1) {
+                TAKE(L[li].res3, Ns * C); /* a recompute group keeps its output only (the next one's input) */
+            }
         }
         if (st->head) {
             TAKE(a->lnf, Ns * C);
-            TAKE(a->lnfm, Ns);
+            TAKE(a->lnfm, st->d.rmsnorm ? 0 : Ns);
             TAKE(a->lnfr, Ns);
             if (st->sp)
                 TAKE(a->lnfg, N * C);
@@ -482,6 +553,7 @@ void gpt_acts_free(gpt_stage *st, gpt_acts *a)
         return;
     if (a->have_cache)
         free_cache_mem(st, &a->cache);
+    be_free(st->be, a->rc_mem, a->rc_n, XMEM_ACTS);
     be_free(st->be, a->mem, a->nfloats, XMEM_ACTS);
     if (a->tokens)
         st->be->free_int(st->be, a->tokens);
@@ -496,6 +568,23 @@ void gpt_stage_zero_grads(gpt_stage *st)
     st->be->zero(st->be, st->grads, st->nparams);
 }
 
+float *gpt_stage_tied_grad(gpt_stage *st, size_t *n)
+{
+    *n = (size_t)st->d.vocab * (size_t)st->d.hidden;
+    if (!st->d.tie_embed || st->embed == st->head)
+        return NULL;
+    return st->embed ? st->gwte : st->gwout;
+}
+
+void gpt_stage_grad_shard(const gpt_stage *st, size_t *lo, size_t *hi)
+{
+    size_t q = st->d.dist_optim ? (size_t)st->cm->rank[COMM_DP] : 0;
+    *lo = q * st->shard;
+    *hi = *lo + st->shard < st->nparams ? *lo + st->shard : st->nparams;
+    if (*lo > *hi)
+        *lo = *hi; /* a shard wholly in the padding */
+}
+
 int gpt_stage_reduce_grads(gpt_stage *st, ts_err *err)
 {
     int rc = TS_OK;
@@ -503,17 +592,37 @@ int gpt_stage_reduce_grads(gpt_stage *st, ts_err *err)
         for (int i = 0; i < st->ntens && !rc; i++)
             if (st->tens[i].tp_partial)
                 rc = st->cm->all_reduce(st->cm, COMM_TP, st->grads + st->tens[i].offset, st->tens[i].n, err);
-    if (!rc && st->cm->size[COMM_DP] > 1)
-        rc = st->cm->all_reduce(st->cm, COMM_DP, st->grads, st->nparams, err);
+    if (rc || st->cm->size[COMM_DP] == 1)
+        return rc;
+    if (!st->d.dist_optim)
+        return st->cm->all_reduce(st->cm, COMM_DP, st->grads, st->nparams, err);
+    /* Megatron's distributed optimizer: each rank gets the sum of its shard */
+    rc = st->cm->reduce_scatter(st->cm, COMM_DP, st->gshard, st->grads, st->shard, err);
+    if (!rc)
+        st->be->copy(st->be, st->grads + (size_t)st->cm->rank[COMM_DP] * st->shard, st->gshard, st->shard);
     return rc;
 }
 
-void gpt_stage_adam(gpt_stage *st, float lr, float b1, float b2, float eps, float wd, int step)
+int gpt_stage_adam(gpt_stage *st, float lr, float b1, float b2, float eps, float wd, int step, ts_err *err)
 {
-    st->be->adam(st->be, st->params, st->grads, st->m, st->v, st->nparams, lr, b1, b2, eps, wd, step);
+    size_t lo, hi;
+    gpt_stage_grad_shard(st, &lo, &hi);
+    if (hi > lo)
+        st->be->adam(st->be, st->params + lo, st->grads + lo, st->m, st->v, hi - lo, lr, b1, b2, eps, wd, step);
+    if (!st->d.dist_optim || st->cm->size[COMM_DP] == 1)
+        return TS_OK;
+    size_t q0 = (size_t)st->cm->rank[COMM_DP] * st->shard;
+    st->be->copy(st->be, st->gshard, st->params + q0, st->shard);
+    return st->cm->all_gather(st->cm, COMM_DP, st->params, st->gshard, st->shard, err);
 }
 
 int gpt_stage_export(gpt_stage *st, bool grads, bool write_replicated, float *full, ts_err *err)
+{
+    return gpt_stage_export_range(st, grads, write_replicated, 0, st->nparams, full, err);
+}
+
+int gpt_stage_export_range(gpt_stage *st, bool grads, bool write_replicated, size_t lo, size_t hi, float *full,
+                           ts_err *err)
 {
     float *host = malloc((st->nparams ? st->nparams : 1) * sizeof(float));
     if (!host)
@@ -522,11 +631,12 @@ int gpt_stage_export(gpt_stage *st, bool grads, bool write_replicated, float *fu
     for (int i = 0; i < st->ntens; i++) {
         gpt_tensor *tt = &st->tens[i];
         pshape s = shape_of(&st->d, tt->kind);
-        if ((s.split == SPLIT_NONE || st->t == 1) && !write_replicated)
+        if (tt->copy || ((s.split == SPLIT_NONE || st->t == 1) && !write_replicated))
             continue;
         size_t base = gpt_full_offset(&st->d, tt->kind, tt->layer, NULL);
         for (size_t j = 0; j < tt->n; j++)
-            full[base + local_to_full(&st->d, tt->kind, st->t, st->tr, j)] = host[tt->offset + j];
+            if (tt->offset + j >= lo && tt->offset + j < hi)
+                full[base + local_to_full(&st->d, tt->kind, st->t, st->tr, j)] = host[tt->offset + j];
     }
     free(host);
     return TS_OK;

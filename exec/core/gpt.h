@@ -6,6 +6,14 @@
  * residual); final LayerNorm; an UNTIED output layer [V, C] (no bias) and
  * softmax cross-entropy, averaged over tokens. No dropout.
  *
+ * Llama-architecture options (gpt_dims, Megatron-LM semantics): RMSNorm for
+ * every norm; SwiGLU MLP (FC1 [2F, C] holding the gate rows then the up
+ * rows, out = silu(gate) * up, FC2 [C, F]); no linear biases; grouped-query
+ * attention (QKV [(NH + 2G) hs, C]: the NH query heads, then G key heads,
+ * then G value heads; query head h uses key/value head h / (NH/G)); rotary
+ * position embeddings (no wpe; q and k rotated after the QKV projection,
+ * base 10000, Megatron's default --rotary-base).
+ *
  * A stage holds layers [first_layer, first_layer + num_layers) and, on the
  * first stage, the embedding, on the last, the final LayerNorm, the output
  * layer and the loss. The whole model on one process is one stage with both.
@@ -13,7 +21,11 @@
  * Tensor parallelism (Megatron-LM's splits) is expressed here, over the
  * comm's COMM_TP group of t ranks:
  *   QKV [3C, C] and FC1 [F, C]: column-parallel (rows split; QKV per head:
- *     rank r holds heads r*NH/t .. (r+1)*NH/t - 1 of q, k and v);
+ *     rank r holds heads r*NH/t .. (r+1)*NH/t - 1 of q, k and v; with
+ *     grouped-query attention, as Megatron-core, query groups r*G/t ..
+ *     (r+1)*G/t - 1 with their query heads; SwiGLU's FC1 per half: rank r
+ *     holds rows r*F/t .. of the gate and of the up projection, so its
+ *     local [2F/t, C] is its gate rows then its up rows, as Megatron's);
  *   attention output [C, C] and FC2 [C, F]: row-parallel (columns split),
  *     their partial outputs summed by an all-reduce (Megatron's "g"), their
  *     biases applied once after the sum; the backward all-reduces the input
@@ -53,6 +65,9 @@
 #include "exec/core/comm.h"
 #include "sim/util/err.h"
 
+/* Rotary base: Megatron-LM's --rotary-base default (megatron_arguments.csv). */
+#define GPT_ROPE_BASE 10000.0f
+
 typedef struct {
     int vocab;  /* V, --padded-vocab-size */
     int seq;    /* T, --seq-length */
@@ -61,7 +76,29 @@ typedef struct {
     int ffn;    /* F, --ffn-hidden-size */
     int layers; /* L, --num-layers (whole model) */
     int batch;  /* B, --micro-batch-size (sequences per micro-batch) */
+    /* Llama-architecture options; all zero is the GPT model above. */
+    int groups;     /* G, --num-query-groups (0 or heads: multi-head attention) */
+    bool rmsnorm;   /* --normalization RMSNorm: the norms have a weight and no bias */
+    bool swiglu;    /* --swiglu: FC1 is [2F, C] (gate | up), silu(gate) * up */
+    bool no_bias;   /* --disable-bias-linear: no QKV, projection, FC1, FC2 biases */
+    bool rope;      /* --position-embedding-type rope: no wpe; q, k rotated */
+    bool tie_embed; /* the output layer is the word embedding (Megatron's default; false:
+                       --untie-embeddings-and-output-weights). A last stage without the
+                       embedding holds a copy (gpt_stage_tied_grad) */
+    /* Full recomputation (--recompute-granularity full), per stage: a
+     * recomputed layer keeps only its group's input (the previous layer's
+     * output) through the forward; the backward reruns the group's forward
+     * and then goes back through it. */
+    int recompute;        /* GPT_RC_NONE, GPT_RC_UNIFORM, GPT_RC_BLOCK (--recompute-method) */
+    bool recompute_attn;  /* --recompute-granularity selective (core_attn): the attention scores are not kept
+                             per micro-batch; the backward recomputes them from the saved q, k */
+    bool dist_optim;      /* --use-distributed-optimizer: gradients reduce-scattered over COMM_DP, Adam on
+                             this rank's shard (its moments only), parameters all-gathered */
+    int recompute_layers; /* --recompute-num-layers: uniform, layers per group from the stage's first (0: 1);
+                             block, the stage's first so many layers, each alone (0: all) */
 } gpt_dims;
+
+enum { GPT_RC_NONE = 0, GPT_RC_UNIFORM, GPT_RC_BLOCK };
 
 /* Parameter tensors, in the order of the full model's flat layout:
  * wte, wpe, then per layer ln1w .. fcprojb, then lnfw, lnfb, wout. */
@@ -94,6 +131,7 @@ typedef struct {
     size_t offset;   /* into the stage's params/grads/m/v, floats */
     size_t n;        /* local (sharded) element count */
     bool tp_partial; /* gradient is a partial sum over COMM_TP (sp only) */
+    bool copy;       /* the last stage's copy of the tied word embedding (not exported) */
 } gpt_tensor;
 
 /* Profiling hook: called around each op (GEMM, kernel, collective) with its
@@ -105,8 +143,15 @@ typedef struct gpt_stage gpt_stage;
 typedef struct gpt_acts gpt_acts;
 
 /* Check dims against t (and sp): heads, hidden, ffn divisible by t; hidden
- * divisible by heads; with sp, batch*seq divisible by t. */
+ * divisible by heads; with sp, batch*seq divisible by t; groups dividing
+ * heads and divisible by t; an even head size with rope. */
 int gpt_dims_check(const gpt_dims *d, int t, bool sp, ts_err *err);
+
+/* Query groups G (heads when d->groups is 0). */
+int gpt_dims_groups(const gpt_dims *d);
+/* Whether any Llama-architecture option is set (then the model needs the
+ * backend's Llama kernels; KV-cache inference does not run it). */
+bool gpt_dims_llama(const gpt_dims *d);
 
 /* Parameters of the full (t = 1) model. */
 size_t gpt_num_params(const gpt_dims *d);
@@ -149,14 +194,30 @@ int gpt_backward_weight(gpt_stage *st, gpt_acts *a, ts_err *err);
 /* Both, fused (no saved gradients kept). */
 int gpt_backward(gpt_stage *st, gpt_acts *a, const float *dy, float loss_scale, float *dx, ts_err *err);
 
+/* Tied word embedding split over stages: the gradient of this stage's
+ * part of it (the first stage's wte, or the last stage's copy; *n = V*C
+ * floats), which the runtime sums between the two stages before the
+ * optimizer (Megatron's embedding all-reduce); NULL when the stage holds
+ * neither or both (nothing to sum) or the output layer is untied. */
+float *gpt_stage_tied_grad(gpt_stage *st, size_t *n); /* borrowed: the stage's gradient buffer */
+
 /* Zero the gradients. */
 void gpt_stage_zero_grads(gpt_stage *st);
 /* With sp: all-reduce the tp_partial gradients over COMM_TP. Then, if the
  * comm has d > 1, all-reduce every gradient over COMM_DP (sum; the loss
- * scale already divides by the global token count). */
+ * scale already divides by the global token count); with dist_optim,
+ * reduce-scatter them instead: only this rank's shard (gpt_stage_grad_shard)
+ * holds the sum afterwards. */
 int gpt_stage_reduce_grads(gpt_stage *st, ts_err *err);
-/* AdamW step `step` (1-based) on every parameter of the stage. */
-void gpt_stage_adam(gpt_stage *st, float lr, float b1, float b2, float eps, float wd, int step);
+/* AdamW step `step` (1-based) on every parameter of the stage; with
+ * dist_optim, on this rank's shard, then the parameters all-gathered over
+ * COMM_DP. */
+int gpt_stage_adam(gpt_stage *st, float lr, float b1, float b2, float eps, float wd, int step, ts_err *err);
+/* The range [*lo, *hi) of the stage's flat parameters whose gradients this
+ * rank holds reduced and updates: all of them, or its COMM_DP shard (the
+ * flat buffer padded to d equal shards; rank q holds shard q) with
+ * dist_optim. */
+void gpt_stage_grad_shard(const gpt_stage *st, size_t *lo, size_t *hi);
 
 /* Global offset of the first element of (kind, layer) in the full model's
  * flat layout and its full element count. */
@@ -165,5 +226,8 @@ size_t gpt_full_offset(const gpt_dims *d, gpt_pkind kind, int layer, size_t *n_f
  * into full, a host array of gpt_num_params() floats, at their full-model
  * positions. Replicated tensors are written only if write_replicated. */
 int gpt_stage_export(gpt_stage *st, bool grads, bool write_replicated, float *full, ts_err *err);
+/* The same for the stage's flat elements [lo, hi) only. */
+int gpt_stage_export_range(gpt_stage *st, bool grads, bool write_replicated, size_t lo, size_t hi, float *full,
+                           ts_err *err);
 
 #endif

@@ -11,20 +11,20 @@
  * sp, else N; "g" tensors are the all-gathered [N, C] copies (sp only). */
 typedef struct {
     float *ln1, *ln1m, *ln1r, *ln1g; /* [Ns,C], [Ns], [Ns], [N,C] */
-    float *qkv;                      /* [N, 3C/t] */
+    float *qkv;                      /* [N, Wl] (q and k rotated with rope) */
     float *att;                      /* [B, NH/t, T, T] */
     float *atty;                     /* [N, C/t] */
     float *res2;                     /* [Ns, C] */
     float *ln2, *ln2m, *ln2r, *ln2g;
-    float *fch, *fchg; /* [N, F/t] */
+    float *fch, *fchg; /* [N, Fu], [N, F/t] */
     float *res3;       /* [Ns, C]; NULL for the stage's last layer */
 } gpt_lacts;
 
 /* Output gradients a layer's weight gradients need (zero-bubble "W"). */
 typedef struct {
-    float *dqkv;        /* [N, 3C/t] */
+    float *dqkv;        /* [N, Wl] */
     float *dprojo;      /* [N, C] gradient of the attention output projection */
-    float *dfch;        /* [N, F/t] gradient before GELU */
+    float *dfch;        /* [N, Fu] gradient before GELU / SwiGLU */
     float *dfcprojo;    /* [N, C] gradient of the MLP output projection */
     float *dln1, *dln2; /* [Ns, C] gradients of the LayerNorm outputs */
 } gpt_lcache;
@@ -47,6 +47,8 @@ struct gpt_acts {
     size_t nfloats;
     gpt_cache cache; /* saved by backward_input (split mode) */
     bool have_cache;
+    float *rc_mem; /* split mode: the recomputed layers' activations, rerun by backward_input, kept for W */
+    size_t rc_n;
 };
 
 struct gpt_stage {
@@ -60,9 +62,14 @@ struct gpt_stage {
     uint64_t seed;
     /* derived sizes */
     int B, T, C, Cl, F, Fl, NHl, hs, V;
+    int NKVl; /* local key/value heads (= NHl without grouped-query attention) */
+    int Wl;   /* local QKV width (NHl + 2 NKVl) hs */
+    int Fu;   /* local FC1 width: 2 Fl with SwiGLU, else Fl */
     size_t N, Ns;
     /* parameters: one buffer each, carved into tensors */
     size_t nparams;
+    size_t shard, npad; /* optimizer shard (nparams with no dist_optim) and the padded buffers' size (d x shard) */
+    float *gshard;      /* [shard] reduce-scatter / all-gather staging (dist_optim, d > 1) */
     float *params, *grads, *m, *v;
     gpt_tensor *tens;
     int ntens;
@@ -75,9 +82,16 @@ struct gpt_stage {
     float *s_dfchg; /* [N, F/t] */
     float *s_datty; /* [N, C/t] */
     float *s_datt;  /* [B, NH/t, T, T] */
+    float *s_att;   /* [B, NH/t, T, T] the scores of every layer (recompute_attn) */
     float *scratch; /* one allocation holding the above */
     size_t scratch_n;
     gpt_cache fused; /* one layer's worth, reused by gpt_backward */
+    /* full recomputation (gpt_recomp.c) */
+    int *rc_lo, *rc_hi; /* per local layer: its recompute group [lo, hi); -1, -1 when its activations are kept */
+    int n_rc;           /* recomputed layers: always the stage's first n_rc */
+    size_t rc_slot;     /* floats of one layer's activations (with its output) */
+    float *rc_ws;       /* one group's activations: the forward's and the fused backward's */
+    size_t rc_ws_n;
     gpt_prof_fn prof;
     void *prof_ud;
 };
@@ -98,6 +112,18 @@ struct gpt_stage {
 
 #define LW(st, li, k) ((st)->pw[(size_t)(li)*GP_LAYER_COUNT + ((k)-GP_LAYER_FIRST)])
 #define LG(st, li, k) ((st)->pg[(size_t)(li)*GP_LAYER_COUNT + ((k)-GP_LAYER_FIRST)])
+
+/* Carve one layer's activations (with its output res3 if res3) from base;
+ * base NULL: only count. Returns the floats taken. */
+size_t gpt_lacts_carve(const gpt_stage *st, gpt_lacts *A, float *base, bool res3);
+/* Full recomputation: the groups of st->d's method over the stage's layers
+ * and the group workspace (counted as activations). */
+int gpt_rc_setup(gpt_stage *st, ts_err *err);
+void gpt_rc_free(gpt_stage *st);
+/* Point the activations of the recompute group starting at local layer lo
+ * into base (group slots of st->rc_slot floats); the group's last output
+ * (its checkpoint, per micro-batch) keeps its place. */
+void gpt_rc_bind(const gpt_stage *st, gpt_acts *a, int lo, float *base);
 
 /* Carve the cache for `layers` layers (+ head, embed parts as the stage
  * needs) from base (NULL: only count). Returns floats needed. */

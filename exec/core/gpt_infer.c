@@ -48,6 +48,10 @@ int gpt_kv_create(gpt_stage *st, int max_new, gpt_kv **out, ts_err *err)
                        "implemented (give --pipeline-model-parallel-size 1)",
                        st->l0, st->l0 + st->nl, st->d.layers, st->embed ? "" : ", no embedding",
                        st->head ? "" : ", no output layer");
+    if (gpt_dims_llama(&st->d))
+        return err_set(err, TS_ENOTSUP,
+                       "inference: the KV cache runs the GPT layers only (no RMSNorm, SwiGLU, --disable-bias-linear, "
+                       "grouped-query attention or rope); train such a model without --inference");
     if (max_new < 1 || max_new > st->T)
         return err_set(err, TS_EINVAL, "inference: %d tokens per step: must be in [1, --seq-length %d]", max_new,
                        st->T);

@@ -86,6 +86,70 @@ static int tp_bwd_gather(gpt_stage *st, float *full, const float *dres, int laye
     return TS_OK;
 }
 
+/* The layer's norm (LayerNorm, or RMSNorm: no mean, no bias): out, and
+ * mean (LayerNorm only) and rstd saved. */
+static void norm_fwd(gpt_stage *st, float *out, float *mean, float *rstd, const float *inp, const float *w,
+                     const float *b, size_t N)
+{
+    backend *be = st->be;
+    if (st->d.rmsnorm)
+        be->rmsnorm_fwd(be, out, rstd, inp, w, N, st->C);
+    else
+        be->layernorm_fwd(be, out, mean, rstd, inp, w, b, N, st->C);
+}
+static void norm_bwd_input(gpt_stage *st, float *dinp, const float *dout, const float *inp, const float *w,
+                           const float *mean, const float *rstd, size_t N)
+{
+    backend *be = st->be;
+    if (st->d.rmsnorm)
+        be->rmsnorm_bwd_input(be, dinp, dout, inp, w, rstd, N, st->C);
+    else
+        be->layernorm_bwd_input(be, dinp, dout, inp, w, mean, rstd, N, st->C);
+}
+static void norm_bwd_weight(gpt_stage *st, float *dw, float *db, const float *dout, const float *inp, const float *mean,
+                            const float *rstd, size_t N)
+{
+    backend *be = st->be;
+    if (st->d.rmsnorm)
+        be->rmsnorm_bwd_weight(be, dw, dout, inp, rstd, N, st->C);
+    else
+        be->layernorm_bwd_weight(be, dw, db, dout, inp, mean, rstd, N, st->C);
+}
+/* The MLP activation: GELU on [N, Fl], or SwiGLU from [N, 2 Fl]. */
+static void act_fwd(gpt_stage *st, float *out, const float *inp)
+{
+    backend *be = st->be;
+    if (st->d.swiglu)
+        be->swiglu_fwd(be, out, inp, st->N, st->Fl);
+    else
+        be->gelu_fwd(be, out, inp, st->N * st->Fl);
+}
+static void act_bwd(gpt_stage *st, float *dinp, const float *inp, const float *dout)
+{
+    backend *be = st->be;
+    if (st->d.swiglu)
+        be->swiglu_bwd(be, dinp, inp, dout, st->N, st->Fl);
+    else
+        be->gelu_bwd(be, dinp, inp, dout, st->N * st->Fl);
+}
+/* Attention core: multi-head, or grouped-query with NKVl key/value heads. */
+static void attn_fwd(gpt_stage *st, float *out, float *att, const float *qkv)
+{
+    backend *be = st->be;
+    if (st->NKVl == st->NHl)
+        be->attention_fwd(be, out, att, qkv, st->B, st->T, st->NHl, st->hs);
+    else
+        be->attention_gqa_fwd(be, out, att, qkv, st->B, st->T, st->NHl, st->NKVl, st->hs);
+}
+static void attn_bwd(gpt_stage *st, float *dqkv, const float *dout, const float *qkv, const float *att)
+{
+    backend *be = st->be;
+    if (st->NKVl == st->NHl)
+        be->attention_bwd(be, dqkv, st->s_datt, dout, qkv, att, st->B, st->T, st->NHl, st->hs);
+    else
+        be->attention_gqa_bwd(be, dqkv, st->s_datt, dout, qkv, att, st->B, st->T, st->NHl, st->NKVl, st->hs);
+}
+
 static int layer_fwd(gpt_stage *st, gpt_acts *a, int li, const float *x, float *out, ts_err *err)
 {
     backend *be = st->be;
@@ -94,28 +158,28 @@ static int layer_fwd(gpt_stage *st, gpt_acts *a, int li, const float *x, float *
     size_t N = st->N, Ns = st->Ns;
     float *red;
 
-    OP(st, "ln1", l,
-       be->layernorm_fwd(be, A->ln1, A->ln1m, A->ln1r, x, LW(st, li, GP_LN1W), LW(st, li, GP_LN1B), Ns, C));
+    OP(st, "ln1", l, norm_fwd(st, A->ln1, A->ln1m, A->ln1r, x, LW(st, li, GP_LN1W), LW(st, li, GP_LN1B), Ns));
     const float *ln1g = A->ln1;
     if (st->sp) {
         CK(tp_gather(st, A->ln1g, A->ln1, l, err));
         ln1g = A->ln1g;
     }
-    OP(st, "qkv", l, linear_fwd(st, A->qkv, ln1g, LW(st, li, GP_QKVW), LW(st, li, GP_QKVB), N, 3 * Cl, C));
-    OP(st, "attn", l, be->attention_fwd(be, A->atty, A->att, A->qkv, st->B, st->T, st->NHl, st->hs));
+    OP(st, "qkv", l, linear_fwd(st, A->qkv, ln1g, LW(st, li, GP_QKVW), LW(st, li, GP_QKVB), N, st->Wl, C));
+    if (st->d.rope)
+        OP(st, "rope", l, be->rope_fwd(be, A->qkv, N, st->T, st->NHl, st->NKVl, st->hs, GPT_ROPE_BASE));
+    OP(st, "attn", l, attn_fwd(st, A->atty, A->att, A->qkv));
     OP(st, "proj", l, linear_fwd(st, st->s_part, A->atty, LW(st, li, GP_PROJW), NULL, N, C, Cl));
     CK(tp_reduce(st, st->s_part, &red, l, err));
     OP(st, "residual1", l, be->bias_residual_fwd(be, A->res2, x, red, LW(st, li, GP_PROJB), Ns, C));
 
-    OP(st, "ln2", l,
-       be->layernorm_fwd(be, A->ln2, A->ln2m, A->ln2r, A->res2, LW(st, li, GP_LN2W), LW(st, li, GP_LN2B), Ns, C));
+    OP(st, "ln2", l, norm_fwd(st, A->ln2, A->ln2m, A->ln2r, A->res2, LW(st, li, GP_LN2W), LW(st, li, GP_LN2B), Ns));
     const float *ln2g = A->ln2;
     if (st->sp) {
         CK(tp_gather(st, A->ln2g, A->ln2, l, err));
         ln2g = A->ln2g;
     }
-    OP(st, "fc1", l, linear_fwd(st, A->fch, ln2g, LW(st, li, GP_FCW), LW(st, li, GP_FCB), N, Fl, C));
-    OP(st, "gelu", l, be->gelu_fwd(be, A->fchg, A->fch, N * Fl));
+    OP(st, "fc1", l, linear_fwd(st, A->fch, ln2g, LW(st, li, GP_FCW), LW(st, li, GP_FCB), N, st->Fu, C));
+    OP(st, st->d.swiglu ? "swiglu" : "gelu", l, act_fwd(st, A->fchg, A->fch));
     OP(st, "fc2", l, linear_fwd(st, st->s_part, A->fchg, LW(st, li, GP_FCPROJW), NULL, N, C, Fl));
     CK(tp_reduce(st, st->s_part, &red, l, err));
     OP(st, "residual2", l, be->bias_residual_fwd(be, out, A->res2, red, LW(st, li, GP_FCPROJB), Ns, C));
@@ -149,6 +213,8 @@ int gpt_forward(gpt_stage *st, gpt_acts *a, const int *tokens, const int *target
         be->int_to_device(be, a->targets, targets, N);
     }
     for (int li = 0; li < st->nl; li++) {
+        if (st->rc_lo[li] == li) /* a recompute group runs in the stage's workspace */
+            gpt_rc_bind(st, a, li, st->rc_ws);
         /* the last layer writes y, except on the last stage (lnf's input is saved) */
         float *out = a->L[li].res3 ? a->L[li].res3 : y;
         if (!out)
@@ -161,7 +227,7 @@ int gpt_forward(gpt_stage *st, gpt_acts *a, const int *tokens, const int *target
         return TS_OK;
     }
     const float *x = layer_input(a, st->nl);
-    OP(st, "lnf", -1, be->layernorm_fwd(be, a->lnf, a->lnfm, a->lnfr, x, st->lnfw, st->lnfb, Ns, st->C));
+    OP(st, "lnf", -1, norm_fwd(st, a->lnf, a->lnfm, a->lnfr, x, st->lnfw, st->lnfb, Ns));
     const float *lnfg = a->lnf;
     if (st->sp) {
         CK(tp_gather(st, a->lnfg, a->lnf, -1, err));
@@ -195,26 +261,27 @@ static int layer_bwd_input(gpt_stage *st, gpt_acts *a, int li, gpt_lcache *K, ts
 
     CK(tp_bwd_gather(st, K->dfcprojo, dres, l, err));
     OP(st, "fc2_bwd_input", l, linear_bwd_input(st, st->s_dfchg, K->dfcprojo, LW(st, li, GP_FCPROJW), N, C, Fl));
-    be->zero(be, K->dfch, N * Fl);
-    OP(st, "gelu_bwd", l, be->gelu_bwd(be, K->dfch, A->fch, st->s_dfchg, N * Fl));
-    CK(tp_bwd_reduce(st, K->dln2, K->dfch, LW(st, li, GP_FCW), Fl, "fc1_bwd_input", l, err));
-    OP(st, "ln2_bwd_input", l,
-       be->layernorm_bwd_input(be, dres, K->dln2, A->res2, LW(st, li, GP_LN2W), A->ln2m, A->ln2r, Ns, C));
+    be->zero(be, K->dfch, N * (size_t)st->Fu);
+    OP(st, st->d.swiglu ? "swiglu_bwd" : "gelu_bwd", l, act_bwd(st, K->dfch, A->fch, st->s_dfchg));
+    CK(tp_bwd_reduce(st, K->dln2, K->dfch, LW(st, li, GP_FCW), st->Fu, "fc1_bwd_input", l, err));
+    OP(st, "ln2_bwd_input", l, norm_bwd_input(st, dres, K->dln2, A->res2, LW(st, li, GP_LN2W), A->ln2m, A->ln2r, Ns));
 
     CK(tp_bwd_gather(st, K->dprojo, dres, l, err));
+    if (st->d.recompute_attn) /* selective: the scores again from the saved q, k (the output is discarded) */
+        OP(st, "attn_recompute", l, attn_fwd(st, st->s_datty, A->att, A->qkv));
     OP(st, "proj_bwd_input", l, linear_bwd_input(st, st->s_datty, K->dprojo, LW(st, li, GP_PROJW), N, C, Cl));
-    be->zero(be, K->dqkv, N * 3 * (size_t)Cl);
-    OP(st, "attn_bwd", l,
-       be->attention_bwd(be, K->dqkv, st->s_datt, st->s_datty, A->qkv, A->att, st->B, st->T, st->NHl, st->hs));
-    CK(tp_bwd_reduce(st, K->dln1, K->dqkv, LW(st, li, GP_QKVW), 3 * Cl, "qkv_bwd_input", l, err));
+    be->zero(be, K->dqkv, N * (size_t)st->Wl);
+    OP(st, "attn_bwd", l, attn_bwd(st, K->dqkv, st->s_datty, A->qkv, A->att));
+    if (st->d.rope) /* back to the gradient of the unrotated QKV output */
+        OP(st, "rope_bwd", l, be->rope_bwd(be, K->dqkv, N, st->T, st->NHl, st->NKVl, st->hs, GPT_ROPE_BASE));
+    CK(tp_bwd_reduce(st, K->dln1, K->dqkv, LW(st, li, GP_QKVW), st->Wl, "qkv_bwd_input", l, err));
     OP(st, "ln1_bwd_input", l,
-       be->layernorm_bwd_input(be, dres, K->dln1, layer_input(a, li), LW(st, li, GP_LN1W), A->ln1m, A->ln1r, Ns, C));
+       norm_bwd_input(st, dres, K->dln1, layer_input(a, li), LW(st, li, GP_LN1W), A->ln1m, A->ln1r, Ns));
     return TS_OK;
 }
 
 static void layer_bwd_weight(gpt_stage *st, gpt_acts *a, int li, const gpt_lcache *K)
 {
-    backend *be = st->be;
     gpt_lacts *A = &a->L[li];
     int l = st->l0 + li, C = st->C, Cl = st->Cl, Fl = st->Fl;
     size_t N = st->N, Ns = st->Ns;
@@ -222,17 +289,17 @@ static void layer_bwd_weight(gpt_stage *st, gpt_acts *a, int li, const gpt_lcach
 
     OP(st, "fc2_bwd_weight", l,
        linear_bwd_weight(st, LG(st, li, GP_FCPROJW), LG(st, li, GP_FCPROJB), K->dfcprojo, A->fchg, N, C, Fl));
-    OP(st, "fc1_bwd_weight", l, linear_bwd_weight(st, LG(st, li, GP_FCW), LG(st, li, GP_FCB), K->dfch, ln2g, N, Fl, C));
+    OP(st, "fc1_bwd_weight", l,
+       linear_bwd_weight(st, LG(st, li, GP_FCW), LG(st, li, GP_FCB), K->dfch, ln2g, N, st->Fu, C));
     OP(st, "ln2_bwd_weight", l,
-       be->layernorm_bwd_weight(be, LG(st, li, GP_LN2W), LG(st, li, GP_LN2B), K->dln2, A->res2, A->ln2m, A->ln2r, Ns,
-                                C));
+       norm_bwd_weight(st, LG(st, li, GP_LN2W), LG(st, li, GP_LN2B), K->dln2, A->res2, A->ln2m, A->ln2r, Ns));
     OP(st, "proj_bwd_weight", l,
        linear_bwd_weight(st, LG(st, li, GP_PROJW), LG(st, li, GP_PROJB), K->dprojo, A->atty, N, C, Cl));
     OP(st, "qkv_bwd_weight", l,
-       linear_bwd_weight(st, LG(st, li, GP_QKVW), LG(st, li, GP_QKVB), K->dqkv, ln1g, N, 3 * Cl, C));
+       linear_bwd_weight(st, LG(st, li, GP_QKVW), LG(st, li, GP_QKVB), K->dqkv, ln1g, N, st->Wl, C));
     OP(st, "ln1_bwd_weight", l,
-       be->layernorm_bwd_weight(be, LG(st, li, GP_LN1W), LG(st, li, GP_LN1B), K->dln1, layer_input(a, li), A->ln1m,
-                                A->ln1r, Ns, C));
+       norm_bwd_weight(st, LG(st, li, GP_LN1W), LG(st, li, GP_LN1B), K->dln1, layer_input(a, li), A->ln1m, A->ln1r,
+                       Ns));
 }
 
 /* Input gradient through the final LayerNorm, output layer and loss:
@@ -248,16 +315,19 @@ static void head_bwd_input(gpt_stage *st, gpt_acts *a, gpt_cache *c, float loss_
     be->copy(be, c->dlnf, st->s_part + row0 * C, Ns * C);
     be->zero(be, st->s_dres, Ns * C);
     OP(st, "lnf_bwd_input", -1,
-       be->layernorm_bwd_input(be, st->s_dres, c->dlnf, layer_input(a, st->nl), st->lnfw, a->lnfm, a->lnfr, Ns, st->C));
+       norm_bwd_input(st, st->s_dres, c->dlnf, layer_input(a, st->nl), st->lnfw, a->lnfm, a->lnfr, Ns));
 }
 
 static void head_bwd_weight(gpt_stage *st, gpt_acts *a, const gpt_cache *c)
 {
     const float *lnfg = st->sp ? a->lnfg : a->lnf;
-    OP(st, "logits_bwd_weight", -1, linear_bwd_weight(st, st->gwout, NULL, c->dlogits, lnfg, st->N, st->V, st->C));
+    /* tied on one stage with sp: wte's gradient is a partial sum over the tensor ranks (its
+     * embedding rows), the output layer's full on each: only tensor rank 0 adds it */
+    bool skip = st->d.tie_embed && st->embed && st->sp && st->tr != 0;
+    if (!skip)
+        OP(st, "logits_bwd_weight", -1, linear_bwd_weight(st, st->gwout, NULL, c->dlogits, lnfg, st->N, st->V, st->C));
     OP(st, "lnf_bwd_weight", -1,
-       st->be->layernorm_bwd_weight(st->be, st->glnfw, st->glnfb, c->dlnf, layer_input(a, st->nl), a->lnfm, a->lnfr,
-                                    st->Ns, st->C));
+       norm_bwd_weight(st, st->glnfw, st->glnfb, c->dlnf, layer_input(a, st->nl), a->lnfm, a->lnfr, st->Ns));
 }
 
 static void embed_bwd_weight(gpt_stage *st, gpt_acts *a, const gpt_cache *c)
@@ -265,6 +335,23 @@ static void embed_bwd_weight(gpt_stage *st, gpt_acts *a, const gpt_cache *c)
     size_t row0 = st->sp ? (size_t)st->tr * st->Ns : 0;
     OP(st, "embed_bwd_weight", -1,
        st->be->embed_bwd(st->be, st->gwte, st->gwpe, c->dx0, a->tokens, row0, st->Ns, st->T, st->C));
+}
+
+/* Full recomputation: rerun the forward of the group ending at local layer
+ * li (from its saved input) with its activations in base. The group's
+ * last output is rewritten where it is kept (the same values) or into its
+ * slot when the stage's output buffer held it. */
+static int recompute_group(gpt_stage *st, gpt_acts *a, int li, float *base, ts_err *err)
+{
+    int lo = st->rc_lo[li];
+    gpt_rc_bind(st, a, lo, base);
+    for (int l = lo; l <= li; l++) {
+        float *out = a->L[l].res3;
+        if (!out) /* slot l's output place: its last Ns x C floats */
+            out = base + (size_t)(l - lo + 1) * st->rc_slot - st->Ns * (size_t)st->C;
+        CK(layer_fwd(st, a, l, layer_input(a, l), out, err));
+    }
+    return TS_OK;
 }
 
 /* Shared driver of the split and fused backward. */
@@ -284,6 +371,8 @@ static int backward_input(gpt_stage *st, gpt_acts *a, const float *dy, float los
     }
     for (int li = st->nl - 1; li >= 0; li--) {
         gpt_lcache *K = fused ? &c->L[0] : &c->L[li];
+        if (st->rc_lo[li] >= 0 && li == st->rc_hi[li] - 1) /* split: kept in a->rc_mem until W */
+            CK(recompute_group(st, a, li, fused ? st->rc_ws : a->rc_mem + (size_t)st->rc_lo[li] * st->rc_slot, err));
         CK(layer_bwd_input(st, a, li, K, err));
         if (fused)
             layer_bwd_weight(st, a, li, K);
@@ -313,7 +402,13 @@ int gpt_backward_input(gpt_stage *st, gpt_acts *a, const float *dy, float loss_s
     if (!c->L)
         return err_set(err, TS_ENOMEM, "gpt_backward_input: out of memory");
     int rc = be_alloc(st->be, c->nfloats, XMEM_ACTS, &c->mem, err);
+    if (!rc) {
+        a->rc_n = (size_t)st->n_rc * st->rc_slot;
+        rc = be_alloc(st->be, a->rc_n, XMEM_ACTS, &a->rc_mem, err);
+    }
     if (rc) {
+        be_free(st->be, c->mem, c->nfloats, XMEM_ACTS);
+        c->mem = NULL;
         free(c->L);
         c->L = NULL;
         return rc;
@@ -335,6 +430,8 @@ int gpt_backward_weight(gpt_stage *st, gpt_acts *a, ts_err *err)
     if (st->embed)
         embed_bwd_weight(st, a, c);
     be_free(st->be, c->mem, c->nfloats, XMEM_ACTS);
+    be_free(st->be, a->rc_mem, a->rc_n, XMEM_ACTS);
+    a->rc_mem = NULL;
     free(c->L);
     c->L = NULL;
     c->mem = NULL;

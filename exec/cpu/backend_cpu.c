@@ -8,6 +8,7 @@
 
 #include "exec/core/backend.h"
 #include "exec/cpu/kern.h"
+#include "exec/cpu/kern_llama.h"
 
 static float *cpu_alloc(backend *be, size_t n)
 {
@@ -97,44 +98,96 @@ static void cpu_ln_bwd_w(backend *be, float *dw, float *db, const float *dout, c
 }
 /* Attention core through GEMMs, per (batch, head): scores = q k^T, the
  * scaled causal softmax (kern.h), out = att v; the backward likewise. Same
- * results as kern_attention_* (the reference loops) to fp32 rounding, at
+ * results as kern_attention_* and kern_attention_gqa_* (the reference
+ * loops; query head h uses key/value head h / (NH / NKV)) to fp32 rounding, at
  * BLAS speed, and the same op split the simulator costs (two batched GEMMs
  * around a softmax). */
-static void cpu_att_fwd(backend *be, float *out, float *att, const float *qkv, int B, int T, int NH, int hs)
+static void cpu_att_gqa_fwd(backend *be, float *out, float *att, const float *qkv, int B, int T, int NH, int NKV,
+                            int hs)
 {
     (void)be;
-    int C = NH * hs, C3 = 3 * C;
+    int C = NH * hs, W = (NH + 2 * NKV) * hs, per = NH / NKV;
     float scale = 1.0f / sqrtf((float)hs);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
-            const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
+            const float *row = qkv + (size_t)b * T * W, *q = row + (size_t)h * hs;
+            const float *k = row + C + (size_t)(h / per) * hs, *v = k + (size_t)NKV * hs;
             float *a = att + ((size_t)b * NH + h) * T * T;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, q, C3, q + C, C3, 0.0f, a, T);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, q, W, k, W, 0.0f, a, T);
             kern_softmax_causal_fwd(a, T, scale);
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, q + 2 * C, C3, 0.0f,
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, v, W, 0.0f,
                         out + (size_t)b * T * C + (size_t)h * hs, C);
         }
+}
+static void cpu_att_gqa_bwd(backend *be, float *dqkv, float *datt, const float *dout, const float *qkv,
+                            const float *att, int B, int T, int NH, int NKV, int hs)
+{
+    (void)be;
+    int C = NH * hs, W = (NH + 2 * NKV) * hs, per = NH / NKV;
+    float scale = 1.0f / sqrtf((float)hs);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            size_t qo = (size_t)b * T * W + (size_t)h * hs;
+            size_t ko = (size_t)b * T * W + C + (size_t)(h / per) * hs, vo = ko + (size_t)NKV * hs;
+            const float *q = qkv + qo, *k = qkv + ko, *v = qkv + vo, *a = att + ((size_t)b * NH + h) * T * T;
+            const float *dy = dout + (size_t)b * T * C + (size_t)h * hs;
+            float *da = datt + ((size_t)b * NH + h) * T * T;
+            /* datt = dy v^T; dv += att^T dy */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, v, W, 0.0f, da, T);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, dy, C, 1.0f, dqkv + vo, W);
+            kern_softmax_causal_bwd(da, a, da, T, scale); /* in place, row by row */
+            /* dq += ds k; dk += ds^T q */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, da, T, k, W, 1.0f, dqkv + qo, W);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, da, T, q, W, 1.0f, dqkv + ko, W);
+        }
+}
+/* Multi-head attention is grouped-query attention with one head per group:
+ * same layout, same GEMMs. */
+static void cpu_att_fwd(backend *be, float *out, float *att, const float *qkv, int B, int T, int NH, int hs)
+{
+    cpu_att_gqa_fwd(be, out, att, qkv, B, T, NH, NH, hs);
 }
 static void cpu_att_bwd(backend *be, float *dqkv, float *datt, const float *dout, const float *qkv, const float *att,
                         int B, int T, int NH, int hs)
 {
+    cpu_att_gqa_bwd(be, dqkv, datt, dout, qkv, att, B, T, NH, NH, hs);
+}
+static void cpu_rms_fwd(backend *be, float *out, float *rstd, const float *inp, const float *w, size_t N, int C)
+{
     (void)be;
-    int C = NH * hs, C3 = 3 * C;
-    float scale = 1.0f / sqrtf((float)hs);
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < NH; h++) {
-            size_t qo = (size_t)b * T * C3 + (size_t)h * hs;
-            const float *q = qkv + qo, *a = att + ((size_t)b * NH + h) * T * T;
-            const float *dy = dout + (size_t)b * T * C + (size_t)h * hs;
-            float *da = datt + ((size_t)b * NH + h) * T * T, *dq = dqkv + qo;
-            /* datt = dy v^T; dv += att^T dy */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, q + 2 * C, C3, 0.0f, da, T);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, dy, C, 1.0f, dq + 2 * C, C3);
-            kern_softmax_causal_bwd(da, a, da, T, scale); /* in place, row by row */
-            /* dq += ds k; dk += ds^T q */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, da, T, q + C, C3, 1.0f, dq, C3);
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, da, T, q, C3, 1.0f, dq + C, C3);
-        }
+    kern_rmsnorm_fwd(out, rstd, inp, w, N, C);
+}
+static void cpu_rms_bwd_i(backend *be, float *dinp, const float *dout, const float *inp, const float *w,
+                          const float *rstd, size_t N, int C)
+{
+    (void)be;
+    kern_rmsnorm_bwd_input(dinp, dout, inp, w, rstd, N, C);
+}
+static void cpu_rms_bwd_w(backend *be, float *dw, const float *dout, const float *inp, const float *rstd, size_t N,
+                          int C)
+{
+    (void)be;
+    kern_rmsnorm_bwd_weight(dw, dout, inp, rstd, N, C);
+}
+static void cpu_swiglu_fwd(backend *be, float *out, const float *inp, size_t N, int F)
+{
+    (void)be;
+    kern_swiglu_fwd(out, inp, N, F);
+}
+static void cpu_swiglu_bwd(backend *be, float *dinp, const float *inp, const float *dout, size_t N, int F)
+{
+    (void)be;
+    kern_swiglu_bwd(dinp, inp, dout, N, F);
+}
+static void cpu_rope_fwd(backend *be, float *qkv, size_t N, int T, int NH, int NKV, int hs, float base)
+{
+    (void)be;
+    kern_rope_fwd(qkv, N, T, NH, NKV, hs, base);
+}
+static void cpu_rope_bwd(backend *be, float *dqkv, size_t N, int T, int NH, int NKV, int hs, float base)
+{
+    (void)be;
+    kern_rope_bwd(dqkv, N, T, NH, NKV, hs, base);
 }
 static void cpu_gelu_fwd(backend *be, float *out, const float *inp, size_t n)
 {
@@ -242,6 +295,15 @@ int backend_cpu_create(int threads, backend **out, ts_err *err)
     be->embed_pos_fwd = cpu_embed_pos_fwd;
     be->kv_append = cpu_kv_append;
     be->attention_kv_fwd = cpu_att_kv_fwd;
+    be->rmsnorm_fwd = cpu_rms_fwd;
+    be->rmsnorm_bwd_input = cpu_rms_bwd_i;
+    be->rmsnorm_bwd_weight = cpu_rms_bwd_w;
+    be->swiglu_fwd = cpu_swiglu_fwd;
+    be->swiglu_bwd = cpu_swiglu_bwd;
+    be->rope_fwd = cpu_rope_fwd;
+    be->rope_bwd = cpu_rope_bwd;
+    be->attention_gqa_fwd = cpu_att_gqa_fwd;
+    be->attention_gqa_bwd = cpu_att_gqa_bwd;
     be->destroy = cpu_destroy;
     *out = be;
     return TS_OK;

@@ -11,8 +11,12 @@ void kern_embed_fwd(float *out, const int *tokens, const float *wte, const float
     for (size_t i = 0; i < n; i++) {
         size_t row = row0 + i;
         const float *e = wte + (size_t)tokens[row] * C;
-        const float *p = wpe + (row % (size_t)T) * C;
         float *o = out + i * C;
+        if (!wpe) {
+            memcpy(o, e, sizeof(float) * C);
+            continue;
+        }
+        const float *p = wpe + (row % (size_t)T) * C;
         for (int c = 0; c < C; c++)
             o[c] = e[c] + p[c];
     }
@@ -23,12 +27,14 @@ void kern_embed_bwd(float *dwte, float *dwpe, const float *dout, const int *toke
     for (size_t i = 0; i < n; i++) {
         size_t row = row0 + i;
         float *de = dwte + (size_t)tokens[row] * C;
-        float *dp = dwpe + (row % (size_t)T) * C;
         const float *d = dout + i * C;
-        for (int c = 0; c < C; c++) {
+        for (int c = 0; c < C; c++)
             de[c] += d[c];
+        if (!dwpe)
+            continue;
+        float *dp = dwpe + (row % (size_t)T) * C;
+        for (int c = 0; c < C; c++)
             dp[c] += d[c];
-        }
     }
 }
 

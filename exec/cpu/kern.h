@@ -22,10 +22,12 @@
 
 /* Token + learned position embedding for rows [row0, row0 + n) of the
  * [B*T] token array: out[i] = wte[tok[row0+i]] + wpe[(row0+i) % T].
- * tokens must be in [0, V); out is [n, C]. */
+ * tokens must be in [0, V); out is [n, C]. wpe NULL: no position table
+ * (rotary embeddings), out[i] = wte[tok[row0+i]]. */
 void kern_embed_fwd(float *out, const int *tokens, const float *wte, const float *wpe, size_t row0, size_t n, int T,
                     int C);
-/* dwte[tok] += dout[i], dwpe[pos] += dout[i] for the same rows. */
+/* dwte[tok] += dout[i], dwpe[pos] += dout[i] for the same rows (dwpe may
+ * be NULL when wpe was). */
 void kern_embed_bwd(float *dwte, float *dwpe, const float *dout, const int *tokens, size_t row0, size_t n, int T,
                     int C);
 

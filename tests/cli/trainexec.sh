@@ -40,8 +40,36 @@ check_sh "expert parallelism: exit 2 naming --num-experts" '[ $rc -eq 2 ] && [[ 
 out=$(run 1 "$TRAINEXEC" $small --bf16 --gpu H100-SXM5-80GB --fp8-format e4m3 2>&1); rc=$?
 check_sh "FP8: exit 2 naming --fp8-format" '[ $rc -eq 2 ] && [[ "$out" == *"--fp8-format e4m3: the executor"* ]]'
 
-out=$(run 1 "$TRAINEXEC" $small --recompute-granularity full 2>&1); rc=$?
-check_sh "recomputation: exit 2, not supported" '[ $rc -eq 2 ] && [[ "$out" == *--recompute-granularity* ]]'
+out=$(run 1 "$TRAINEXEC" $small --recompute-granularity selective --recompute-modules mlp 2>&1); rc=$?
+check_sh "selective recomputation of the MLP: exit 2, not supported" \
+    '[ $rc -eq 2 ] && [[ "$out" == *"--recompute-modules"* ]]'
+out=$(run 1 "$TRAINEXEC" $small --recompute-granularity selective --iterations 2 --warmup 0 2>&1); rc=$?
+check_sh "selective recomputation (core_attn): runs, the header says so" \
+    '[ $rc -eq 0 ] && [[ "$out" == *"recompute selective core_attn"* && "$out" == *"iteration 2/2"* ]]'
+out=$(run 2 "$TRAINEXEC" $small --recompute-granularity full --recompute-method block --recompute-num-layers 1 \
+      --pipeline-model-parallel-size 2 --global-batch-size 4 --iterations 2 --warmup 0 2>&1); rc=$?
+check_sh "full recomputation (block, p=2): runs, the header says so" \
+    '[ $rc -eq 0 ] && [[ "$out" == *"recompute full block 1"* && "$out" == *"iteration 2/2"* ]]'
+
+llama="--swiglu --group-query-attention --num-query-groups 2 --normalization RMSNorm --disable-bias-linear \
+       --position-embedding-type rope --untie-embeddings-and-output-weights"
+out=$(run 2 "$TRAINEXEC" $small $llama --tensor-model-parallel-size 2 --iterations 2 --warmup 0 2>&1); rc=$?
+check_sh "Llama-architecture layers (t=2): run, the header names them" \
+    '[ $rc -eq 0 ] && [[ "$out" == *"[groups=2 RMSNorm SwiGLU no-bias rope untied]"* && "$out" == *"iteration 2/2"* ]]'
+out=$(run 1 "$TRAINEXEC" $small $llama --backend cuda 2>&1); rc=$?
+check_sh "Llama-architecture layers on --backend cuda: exit 2 naming the flag" \
+    '[ $rc -eq 2 ] && [[ "$out" == *"--swiglu: the cuda backend has no kernel"* ]]'
+out=$(run 4 "$TRAINEXEC" $small --num-query-groups 2 --group-query-attention --tensor-model-parallel-size 4 \
+      2>&1); rc=$?
+check_sh "query groups not a multiple of t: exit 2" '[ $rc -eq 2 ] && [[ "$out" == *"--num-query-groups"* ]]'
+
+out=$(run 2 "$TRAINEXEC" $small --use-distributed-optimizer --global-batch-size 2 --iterations 2 --warmup 0 2>&1); rc=$?
+check_sh "distributed optimizer (d=2): runs, the header says so" \
+    '[ $rc -eq 0 ] && [[ "$out" == *"distributed optimizer"* && "$out" == *"iteration 2/2"* ]]'
+
+out=$(run 4 "$TRAINEXEC" $small --use-distributed-optimizer --pipeline-model-parallel-size 2 2>&1); rc=$?
+check_sh "distributed optimizer with the tied output layer on p=2, d=2: exit 2 naming the untie flag" \
+    '[ $rc -eq 2 ] && [[ "$out" == *"--untie-embeddings-and-output-weights"* ]]'
 
 out=$(run 1 "$TRAINEXEC" --num-layers 4 --seq-length 16 --micro-batch-size 1 --hidden-size 30 --num-attention-heads 8 2>&1); rc=$?
 check_sh "hidden not a multiple of heads: exit 2 naming both flags" \

@@ -3,7 +3,15 @@
  * parallelism, and uneven layer splits from Megatron-core layout strings,
  * including a stage with the embedding only) on 1-4 ranks gives the same
  * loss, the same gradients and the same updated weights as the
- * single-process run of the same global batch.
+ * single-process run of the same global batch. Every layout runs twice: with
+ * the GPT layers and with Llama-architecture layers (RMSNorm, SwiGLU, no
+ * biases, grouped-query attention with 4 query groups of 2 heads, rope;
+ * the output layer is untied in both), then with full recomputation (uniform
+ * groups of 2 layers on the Llama layers, block of 1 on the GPT layers)
+ * against the references without it, then with the distributed optimizer
+ * (gradients reduce-scattered, Adam on each data-parallel rank's shard,
+ * parameters all-gathered; each rank's reduced shard of the gradients is
+ * what is compared).
  *
  * mpirun-np: 4
  *
@@ -33,8 +41,22 @@
 #include "sim/sched/sched_generate.h"
 #include "sim/sched/sched_layout.h"
 
-static const gpt_dims DIMS = {.vocab = 32, .seq = 8, .hidden = 16, .heads = 4, .ffn = 32, .layers = 8, .batch = 2};
-#define M  4 /* micro-batches per pipeline */
+static const gpt_dims GPT_DIMS = {.vocab = 32, .seq = 8, .hidden = 16, .heads = 4, .ffn = 32, .layers = 8, .batch = 2};
+/* t = 4 splits the 4 groups one per rank (2 query heads each) */
+static const gpt_dims LLAMA_DIMS = {.vocab = 32,
+                                    .seq = 8,
+                                    .hidden = 32,
+                                    .heads = 8,
+                                    .ffn = 32,
+                                    .layers = 8,
+                                    .batch = 2,
+                                    .groups = 4,
+                                    .rmsnorm = true,
+                                    .swiglu = true,
+                                    .no_bias = true,
+                                    .rope = true};
+static gpt_dims DIMS; /* the model of the pass under way */
+#define M  4          /* micro-batches per pipeline */
 #define LR 1e-3f
 
 typedef struct {
@@ -101,13 +123,18 @@ static int run_layout(const layout *L, MPI_Comm base, result *r, char *msg, size
     double loss = 0.0;
     if (!rc)
         rc = rt_iteration(rt, 0, &loss, &err);
-    if (!rc && cm->rank[COMM_DP] == 0)
-        for (int c = 0; c < rt_num_chunks(rt) && !rc; c++) {
-            bool repl = cm->rank[COMM_TP] == 0;
-            rc = gpt_stage_export(rt_chunk(rt, c), false, repl, w, &err);
-            if (!rc)
-                rc = gpt_stage_export(rt_chunk(rt, c), true, repl, g, &err);
-        }
+    /* weights from data-parallel rank 0; gradients from there too, or with
+     * the distributed optimizer each data-parallel rank's reduced shard */
+    for (int c = 0; !rc && rt && c < rt_num_chunks(rt); c++) {
+        gpt_stage *st = rt_chunk(rt, c);
+        bool repl = cm->rank[COMM_TP] == 0;
+        size_t lo, hi;
+        gpt_stage_grad_shard(st, &lo, &hi);
+        if (cm->rank[COMM_DP] == 0)
+            rc = gpt_stage_export(st, false, repl, w, &err);
+        if (!rc && (cm->rank[COMM_DP] == 0 || DIMS.dist_optim))
+            rc = gpt_stage_export_range(st, true, repl, lo, hi, g, &err);
+    }
     /* agree on failure before the reductions */
     int bad = rc != 0, anybad;
     MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, base);
@@ -188,23 +215,88 @@ static void check(bool ok, const char *what, const char *detail)
     (void)fflush(stdout); /* progress */
 }
 
+/* Every layout of Ls against the single-process references, for DIMS. */
+static void run_pass(const layout *Ls, int nL, const char *model)
+{
+    const int me = world_rank; /* (a local: the analyzer cannot see MPI keep it) */
+    size_t np = gpt_num_params(&DIMS);
+    char msg[ERR_MSG_BYTES + 64] = "";
+
+    /* references for d = 1, 2, 4 (m*d micro-batches), on rank 0, without recomputation */
+    result ref[3] = {{0}};
+    int refbad = 0;
+    gpt_dims run_dims = DIMS;
+    DIMS.recompute = GPT_RC_NONE;
+    DIMS.recompute_attn = false;
+    DIMS.dist_optim = false; /* (tie_embed stays: it changes the model) */
+    if (me == 0)
+        for (int i = 0; i < 3 && !refbad; i++)
+            refbad = run_reference(M << i, &ref[i], msg, sizeof msg);
+    DIMS = run_dims;
+    MPI_Bcast(&refbad, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    char rwhat[64];
+    snprintf(rwhat, sizeof rwhat, "%s: single-process reference runs", model);
+    check(!refbad, rwhat, msg);
+
+    for (int li = 0; li < nL && !refbad; li++) {
+        const layout *L = &Ls[li];
+        int n = L->t * L->p * L->d;
+        if (n > world_size)
+            continue;
+        MPI_Comm sub;
+        MPI_Comm_split(MPI_COMM_WORLD, me < n ? 0 : MPI_UNDEFINED, me, &sub);
+        result r = {0};
+        int bad = 0;
+        msg[0] = '\0';
+        if (sub != MPI_COMM_NULL) {
+            bad = run_layout(L, sub, &r, msg, sizeof msg);
+            MPI_Comm_free(&sub);
+        }
+        MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
+        char what[192], detail[ERR_MSG_BYTES + 256] = "";
+        snprintf(what, sizeof what, "%s: %s t=%d p=%d d=%d v=%d%s%s%s", model, sched_kind_name(L->kind), L->t, L->p,
+                 L->d, L->v, L->sp ? " sp" : "", L->split ? " layout " : "", L->split ? L->split : "");
+        bool ok = !bad;
+        const result *R = &ref[L->d == 1 ? 0 : L->d == 2 ? 1 : 2];
+        if (me == 0 && ok && !(r.g && r.w && R->g && R->w)) {
+            ok = false;
+            snprintf(detail, sizeof detail, "no results gathered");
+        } else if (me == 0 && ok) {
+            double dl = fabs(r.loss - R->loss) / fabs(R->loss);
+            double gmax = 0, dgmax = 0, num = 0, den = 0, dwmax = 0;
+            for (size_t i = 0; i < np; i++) {
+                double dg = fabs((double)r.g[i] - R->g[i]);
+                gmax = fmax(gmax, fabs(R->g[i]));
+                dgmax = fmax(dgmax, dg);
+                num += dg * dg;
+                den += (double)R->g[i] * R->g[i];
+                dwmax = fmax(dwmax, fabs((double)r.w[i] - R->w[i]));
+            }
+            double grel = sqrt(num / den);
+            ok = dl <= 1e-5 && grel <= 1e-4 && dgmax <= 1e-4 * gmax && dwmax <= LR * 1e-2;
+            snprintf(detail, sizeof detail,
+                     "loss %.7f (ref %.7f, rel %.1e), grad rel %.1e, max |dg|/max|g| %.1e, "
+                     "max |dw| %.1e",
+                     r.loss, R->loss, dl, grel, dgmax / gmax, dwmax);
+        } else if (me == 0) {
+            snprintf(detail, sizeof detail, "%s", msg);
+        }
+        check(ok, what, detail);
+        free(r.w);
+        free(r.g);
+        MPI_Barrier(MPI_COMM_WORLD);
+    }
+    for (int i = 0; i < 3; i++) {
+        free(ref[i].w);
+        free(ref[i].g);
+    }
+}
+
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-    size_t np = gpt_num_params(&DIMS);
-    char msg[ERR_MSG_BYTES + 64] = "";
-
-    /* references for d = 1, 2, 4 (m*d micro-batches), on rank 0 */
-    result ref[3] = {{0}};
-    int refbad = 0;
-    if (world_rank == 0)
-        for (int i = 0; i < 3 && !refbad; i++)
-            refbad = run_reference(M << i, &ref[i], msg, sizeof msg);
-    MPI_Bcast(&refbad, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    check(!refbad, "single-process reference runs", msg);
-
     static const sched_kind pipe_kinds[] = {SCHED_GPIPE, SCHED_1F1B,  SCHED_INTERLEAVED,
                                             SCHED_ZB_H1, SCHED_ZB_H2, SCHED_ZB_V};
     layout Ls[96];
@@ -239,55 +331,39 @@ int main(int argc, char **argv)
     Ls[nL++] = (layout){2, 2, 1, true, SCHED_DUALPIPEV, 2, NULL};
     Ls[nL++] = (layout){1, 2, 2, false, SCHED_DUALPIPEV, 2, NULL};
 
-    for (int li = 0; li < nL && !refbad; li++) {
-        const layout *L = &Ls[li];
-        int n = L->t * L->p * L->d;
-        if (n > world_size)
-            continue;
-        MPI_Comm sub;
-        MPI_Comm_split(MPI_COMM_WORLD, world_rank < n ? 0 : MPI_UNDEFINED, world_rank, &sub);
-        result r = {0};
-        int bad = 0;
-        msg[0] = '\0';
-        if (sub != MPI_COMM_NULL) {
-            bad = run_layout(L, sub, &r, msg, sizeof msg);
-            MPI_Comm_free(&sub);
-        }
-        MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
-        char what[160], detail[ERR_MSG_BYTES + 256] = "";
-        snprintf(what, sizeof what, "%s t=%d p=%d d=%d v=%d%s%s%s", sched_kind_name(L->kind), L->t, L->p, L->d, L->v,
-                 L->sp ? " sp" : "", L->split ? " layout " : "", L->split ? L->split : "");
-        bool ok = !bad;
-        if (world_rank == 0 && ok) {
-            const result *R = &ref[L->d == 1 ? 0 : L->d == 2 ? 1 : 2];
-            double dl = fabs(r.loss - R->loss) / fabs(R->loss);
-            double gmax = 0, dgmax = 0, num = 0, den = 0, dwmax = 0;
-            for (size_t i = 0; i < np; i++) {
-                double dg = fabs((double)r.g[i] - R->g[i]);
-                gmax = fmax(gmax, fabs(R->g[i]));
-                dgmax = fmax(dgmax, dg);
-                num += dg * dg;
-                den += (double)R->g[i] * R->g[i];
-                dwmax = fmax(dwmax, fabs((double)r.w[i] - R->w[i]));
-            }
-            double grel = sqrt(num / den);
-            ok = dl <= 1e-5 && grel <= 1e-4 && dgmax <= 1e-4 * gmax && dwmax <= LR * 1e-2;
-            snprintf(detail, sizeof detail,
-                     "loss %.7f (ref %.7f, rel %.1e), grad rel %.1e, max |dg|/max|g| %.1e, "
-                     "max |dw| %.1e",
-                     r.loss, R->loss, dl, grel, dgmax / gmax, dwmax);
-        } else if (world_rank == 0) {
-            snprintf(detail, sizeof detail, "%s", msg);
-        }
-        check(ok, what, detail);
-        free(r.w);
-        free(r.g);
-        MPI_Barrier(MPI_COMM_WORLD);
-    }
-    for (int i = 0; i < 3; i++) {
-        free(ref[i].w);
-        free(ref[i].g);
-    }
+    DIMS = GPT_DIMS;
+    run_pass(Ls, nL, "gpt");
+    DIMS = LLAMA_DIMS;
+    run_pass(Ls, nL, "llama");
+    /* full recomputation: the layouts against the same references (no recomputation there) */
+    DIMS = LLAMA_DIMS;
+    DIMS.recompute = GPT_RC_UNIFORM;
+    DIMS.recompute_layers = 2;
+    run_pass(Ls, nL, "llama recompute uniform 2");
+    DIMS = GPT_DIMS;
+    DIMS.recompute = GPT_RC_BLOCK;
+    DIMS.recompute_layers = 1;
+    run_pass(Ls, nL, "gpt recompute block 1");
+    /* the distributed optimizer (Adam sharded over d; the layouts with d = 1 run it unsharded) */
+    DIMS = LLAMA_DIMS;
+    DIMS.dist_optim = true;
+    run_pass(Ls, nL, "llama distributed optimizer");
+    DIMS = GPT_DIMS;
+    DIMS.dist_optim = true;
+    run_pass(Ls, nL, "gpt distributed optimizer");
+    /* the output layer tied to the word embedding (Megatron's default): the first and last
+     * stages' copies summed before Adam */
+    DIMS = GPT_DIMS;
+    DIMS.tie_embed = true;
+    run_pass(Ls, nL, "gpt tied");
+    DIMS = LLAMA_DIMS;
+    DIMS.tie_embed = true;
+    DIMS.recompute = GPT_RC_UNIFORM;
+    DIMS.recompute_layers = 1;
+    run_pass(Ls, nL, "llama tied recompute uniform 1");
+    DIMS = LLAMA_DIMS;
+    DIMS.recompute_attn = true;
+    run_pass(Ls, nL, "llama recompute selective core_attn");
     if (world_rank == 0)
         printf("%d passed, %d failed\n", npass, nfail);
     MPI_Finalize();

@@ -27,6 +27,20 @@
 #include "exec/cpu/backend_cpu.h"
 
 static const gpt_dims TINY = {.vocab = 11, .seq = 5, .hidden = 8, .heads = 2, .ffn = 12, .layers = 2, .batch = 2};
+/* Llama-architecture layers: RMSNorm, SwiGLU, no biases, grouped-query
+ * attention (4 heads of 4 in 2 groups), rope; same tokens as TINY. */
+static const gpt_dims LLAMA = {.vocab = 11,
+                               .seq = 5,
+                               .hidden = 16,
+                               .heads = 4,
+                               .ffn = 12,
+                               .layers = 2,
+                               .batch = 2,
+                               .groups = 2,
+                               .rmsnorm = true,
+                               .swiglu = true,
+                               .no_bias = true,
+                               .rope = true};
 
 typedef struct {
     backend *be;
@@ -68,17 +82,16 @@ Test(exec_gpt, parameter_count_and_layout)
     cr_assert_eq(gpt_full_offset(&TINY, GP_WOUT, -1, &n), 88u + 40 + 2 * 532 + 16);
 }
 
-Test(exec_gpt, whole_model_backward_matches_fd)
+static void backward_matches_fd(const gpt_dims *d)
 {
     env e;
     ts_err err;
     gpt_stage *st;
-    env_init(&e, &TINY);
-    cr_assert_eq(gpt_stage_create(&TINY, 0, TINY.layers, true, true, false, 42, e.be, e.cm, &st, &err), TS_OK, "%s",
-                 err.msg);
+    env_init(&e, d);
+    cr_assert_eq(gpt_stage_create(d, 0, d->layers, true, true, false, 42, e.be, e.cm, &st, &err), TS_OK, "%s", err.msg);
     size_t np = gpt_stage_num_params(st);
-    cr_assert_eq(np, gpt_num_params(&TINY));
-    size_t N = (size_t)TINY.batch * TINY.seq;
+    cr_assert_eq(np, gpt_num_params(d));
+    size_t N = (size_t)d->batch * d->seq;
     gpt_acts *a;
     cr_assert_eq(gpt_acts_create(st, &a, &err), TS_OK);
     cr_assert_eq(gpt_forward(st, a, e.tok, e.tgt, NULL, NULL, NULL, &err), TS_OK, "%s", err.msg);
@@ -112,15 +125,60 @@ Test(exec_gpt, whole_model_backward_matches_fd)
     gpt_stage_free(st);
     env_free(&e);
 }
+Test(exec_gpt, whole_model_backward_matches_fd)
+{
+    backward_matches_fd(&TINY);
+}
+Test(exec_gpt, llama_backward_matches_fd)
+{
+    backward_matches_fd(&LLAMA);
+}
+/* the output layer tied to the word embedding: no wout parameters, the embedding's gradient
+ * gets both uses */
+Test(exec_gpt, tied_backward_matches_fd)
+{
+    gpt_dims d = TINY, l = LLAMA;
+    d.tie_embed = l.tie_embed = true;
+    cr_assert_eq(gpt_num_params(&d), gpt_num_params(&TINY) - 88u);
+    backward_matches_fd(&d);
+    backward_matches_fd(&l);
+}
+Test(exec_gpt, tied_last_stage_holds_a_copy)
+{
+    gpt_dims d = TINY;
+    d.tie_embed = true;
+    env e;
+    ts_err err;
+    env_init(&e, &d);
+    gpt_stage *s0, *s1, *one;
+    cr_assert_eq(gpt_stage_create(&d, 0, 1, true, false, false, 5, e.be, e.cm, &s0, &err), TS_OK);
+    cr_assert_eq(gpt_stage_create(&d, 1, 1, false, true, false, 5, e.be, e.cm, &s1, &err), TS_OK);
+    cr_assert_eq(gpt_stage_create(&d, 0, 2, true, true, false, 5, e.be, e.cm, &one, &err), TS_OK);
+    size_t n0, n1, n2;
+    float *g0 = gpt_stage_tied_grad(s0, &n0), *g1 = gpt_stage_tied_grad(s1, &n1);
+    cr_assert(g0 && g1 && n0 == 88 && n1 == 88);
+    cr_assert_null(gpt_stage_tied_grad(one, &n2), "one stage: nothing to sum");
+    /* the copy starts equal to the embedding and is not exported */
+    int nt;
+    const gpt_tensor *tt = gpt_stage_tensors(s1, &nt);
+    cr_assert(tt[nt - 1].copy);
+    const float *w0 = gpt_stage_params(s0), *w1 = gpt_stage_params(s1) + tt[nt - 1].offset;
+    for (int i = 0; i < 88; i++)
+        cr_assert_eq(w0[i], w1[i]);
+    gpt_stage_free(s0);
+    gpt_stage_free(s1);
+    gpt_stage_free(one);
+    env_free(&e);
+}
 
-Test(exec_gpt, split_backward_equals_fused)
+static void split_equals_fused(const gpt_dims *d)
 {
     env e;
     ts_err err;
     gpt_stage *st;
-    env_init(&e, &TINY);
-    cr_assert_eq(gpt_stage_create(&TINY, 0, TINY.layers, true, true, false, 42, e.be, e.cm, &st, &err), TS_OK);
-    size_t np = gpt_stage_num_params(st), N = (size_t)TINY.batch * TINY.seq;
+    env_init(&e, d);
+    cr_assert_eq(gpt_stage_create(d, 0, d->layers, true, true, false, 42, e.be, e.cm, &st, &err), TS_OK);
+    size_t np = gpt_stage_num_params(st), N = (size_t)d->batch * d->seq;
     float *g1 = malloc(np * 4);
     gpt_acts *a;
     gpt_stage_zero_grads(st);
@@ -146,10 +204,18 @@ Test(exec_gpt, split_backward_equals_fused)
     gpt_stage_free(st);
     env_free(&e);
 }
-
-Test(exec_gpt, two_stages_equal_one)
+Test(exec_gpt, split_backward_equals_fused)
 {
-    gpt_dims d = TINY;
+    split_equals_fused(&TINY);
+}
+Test(exec_gpt, llama_split_backward_equals_fused)
+{
+    split_equals_fused(&LLAMA);
+}
+
+static void two_stages(const gpt_dims *base)
+{
+    gpt_dims d = *base;
     d.layers = 3;
     env e;
     ts_err err;
@@ -197,6 +263,62 @@ Test(exec_gpt, two_stages_equal_one)
     free(full2);
     env_free(&e);
 }
+Test(exec_gpt, two_stages_equal_one)
+{
+    two_stages(&TINY);
+}
+Test(exec_gpt, llama_two_stages_equal_one)
+{
+    two_stages(&LLAMA);
+}
+
+Test(exec_gpt, llama_parameter_count_and_layout)
+{
+    /* no wpe, no biases, RMSNorm weights only; per layer ln1w 16 + qkv (16 + 2*8) x 16 = 512 + proj 256 +
+     * ln2w 16 + fc1 (2*12) x 16 = 384 + fc2 16 x 12 = 192 */
+    cr_assert_eq(gpt_num_params(&LLAMA), 176u + 2 * 1376 + 16 + 176);
+    size_t n;
+    cr_assert_eq(gpt_full_offset(&LLAMA, GP_WPE, -1, &n), 176u);
+    cr_assert_eq(n, 0u);
+    cr_assert_eq(gpt_full_offset(&LLAMA, GP_FCW, 1, &n), 176u + 1376 + 16 + 512 + 256 + 16);
+    cr_assert_eq(n, 384u);
+    cr_assert_eq(gpt_full_offset(&LLAMA, GP_QKVB, 0, &n), 176u + 16 + 512);
+    cr_assert_eq(n, 0u);
+    env e;
+    ts_err err;
+    gpt_stage *st;
+    env_init(&e, &LLAMA);
+    cr_assert_eq(gpt_stage_create(&LLAMA, 0, 2, true, true, false, 1, e.be, e.cm, &st, &err), TS_OK, "%s", err.msg);
+    int nt;
+    const gpt_tensor *tt = gpt_stage_tensors(st, &nt);
+    cr_assert_eq(nt, 1 + 2 * 6 + 2, "absent tensors are not listed");
+    for (int i = 0; i < nt; i++)
+        cr_assert(tt[i].n > 0);
+    gpt_stage_free(st);
+    env_free(&e);
+}
+
+Test(exec_gpt, llama_bad_dims_are_refused)
+{
+    env e;
+    ts_err err;
+    gpt_stage *st;
+    env_init(&e, &LLAMA);
+    gpt_dims d = LLAMA;
+    d.groups = 3;
+    cr_assert_eq(gpt_stage_create(&d, 0, 1, true, true, false, 1, e.be, e.cm, &st, &err), TS_EINVAL);
+    cr_assert(strstr(err.msg, "--num-query-groups 3") != NULL, "%s", err.msg);
+    d = LLAMA;
+    d.hidden = 12; /* head size 3 */
+    cr_assert_eq(gpt_stage_create(&d, 0, 1, true, true, false, 1, e.be, e.cm, &st, &err), TS_EINVAL);
+    cr_assert(strstr(err.msg, "even") != NULL, "%s", err.msg);
+    /* a backend without the kernels is refused with the flag named */
+    backend nok = *e.be;
+    nok.swiglu_fwd = NULL;
+    cr_assert_eq(gpt_stage_create(&LLAMA, 0, 1, true, true, false, 1, &nok, e.cm, &st, &err), TS_ENOTSUP);
+    cr_assert(strstr(err.msg, "--swiglu") != NULL, "%s", err.msg);
+    env_free(&e);
+}
 
 Test(exec_gpt, bad_dims_are_refused)
 {
@@ -210,4 +332,81 @@ Test(exec_gpt, bad_dims_are_refused)
     cr_assert(strstr(err.msg, "--num-attention-heads") != NULL, "%s", err.msg);
     cr_assert_eq(gpt_stage_create(&TINY, 1, 5, true, true, false, 1, e.be, e.cm, &st, &err), TS_EINVAL);
     env_free(&e);
+}
+
+/* Full recomputation reruns the same operations on the same inputs: the
+ * loss and gradients are bitwise those without it (fused and split
+ * backward), and a micro-batch keeps fewer activations. */
+static void recompute_equals_plain(const gpt_dims *base, int method, int layers, bool attn)
+{
+    gpt_dims d = *base, r = *base;
+    d.layers = r.layers = 3;
+    r.recompute = method;
+    r.recompute_layers = layers;
+    r.recompute_attn = attn;
+    env e;
+    ts_err err;
+    env_init(&e, &d);
+    size_t N = (size_t)d.batch * d.seq, np = gpt_num_params(&d);
+    gpt_stage *plain, *rc;
+    cr_assert_eq(gpt_stage_create(&d, 0, 3, true, true, false, 3, e.be, e.cm, &plain, &err), TS_OK, "%s", err.msg);
+    cr_assert_eq(gpt_stage_create(&r, 0, 3, true, true, false, 3, e.be, e.cm, &rc, &err), TS_OK, "%s", err.msg);
+    for (int split = 0; split < 2; split++) {
+        double l1, l2;
+        gpt_acts *a1, *a2;
+        gpt_stage_zero_grads(plain);
+        gpt_stage_zero_grads(rc);
+        size_t before = e.be->cur_bytes[XMEM_ACTS];
+        cr_assert_eq(gpt_acts_create(plain, &a1, &err), TS_OK);
+        size_t plain_acts = e.be->cur_bytes[XMEM_ACTS] - before;
+        cr_assert_eq(gpt_acts_create(rc, &a2, &err), TS_OK);
+        size_t rc_acts = e.be->cur_bytes[XMEM_ACTS] - before - plain_acts;
+        cr_assert_lt(rc_acts, plain_acts, "recomputation keeps %zu bytes of activations, none %zu", rc_acts,
+                     plain_acts);
+        /* two forwards of the recomputed stage in a row: the second must not disturb the first's checkpoints */
+        gpt_acts *a3;
+        cr_assert_eq(gpt_acts_create(rc, &a3, &err), TS_OK);
+        cr_assert_eq(gpt_forward(plain, a1, e.tok, e.tgt, NULL, NULL, &l1, &err), TS_OK);
+        cr_assert_eq(gpt_forward(rc, a2, e.tok, e.tgt, NULL, NULL, &l2, &err), TS_OK, "%s", err.msg);
+        cr_assert_eq(gpt_forward(rc, a3, e.tgt, e.tok, NULL, NULL, NULL, &err), TS_OK, "%s", err.msg);
+        cr_assert_eq(l1, l2);
+        if (split) {
+            cr_assert_eq(gpt_backward_input(plain, a1, NULL, 1.0f / N, NULL, &err), TS_OK);
+            cr_assert_eq(gpt_backward_input(rc, a2, NULL, 1.0f / N, NULL, &err), TS_OK, "%s", err.msg);
+            /* another micro-batch's forward between I and W */
+            cr_assert_eq(gpt_forward(rc, a3, e.tok, e.tgt, NULL, NULL, NULL, &err), TS_OK);
+            cr_assert_eq(gpt_backward_weight(plain, a1, &err), TS_OK);
+            cr_assert_eq(gpt_backward_weight(rc, a2, &err), TS_OK, "%s", err.msg);
+        } else {
+            cr_assert_eq(gpt_backward(plain, a1, NULL, 1.0f / N, NULL, &err), TS_OK);
+            cr_assert_eq(gpt_backward(rc, a2, NULL, 1.0f / N, NULL, &err), TS_OK, "%s", err.msg);
+        }
+        cr_assert_eq(memcmp(gpt_stage_grads(plain), gpt_stage_grads(rc), np * 4), 0,
+                     "gradients differ with recomputation (method %d, %d layers, split %d)", method, layers, split);
+        gpt_acts_free(plain, a1);
+        gpt_acts_free(rc, a2);
+        gpt_acts_free(rc, a3);
+        cr_assert_eq(e.be->cur_bytes[XMEM_ACTS], before, "activations leaked");
+    }
+    gpt_stage_free(plain);
+    gpt_stage_free(rc);
+    env_free(&e);
+}
+Test(exec_gpt, recompute_uniform_equals_plain)
+{
+    recompute_equals_plain(&TINY, GPT_RC_UNIFORM, 1, false);
+    recompute_equals_plain(&TINY, GPT_RC_UNIFORM, 2, false);
+    recompute_equals_plain(&LLAMA, GPT_RC_UNIFORM, 3, false);
+}
+Test(exec_gpt, recompute_block_equals_plain)
+{
+    recompute_equals_plain(&TINY, GPT_RC_BLOCK, 2, false);
+    recompute_equals_plain(&LLAMA, GPT_RC_BLOCK, 0, false);
+}
+/* selective recomputation of the attention core (Megatron's core_attn), alone and under full */
+Test(exec_gpt, recompute_attention_scores_equals_plain)
+{
+    recompute_equals_plain(&TINY, GPT_RC_NONE, 0, true);
+    recompute_equals_plain(&LLAMA, GPT_RC_NONE, 0, true);
+    recompute_equals_plain(&LLAMA, GPT_RC_UNIFORM, 2, true);
 }

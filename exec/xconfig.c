@@ -1,0 +1,133 @@
+/* xconfig — what trainexec runs of a resolved configuration (xconfig.h). */
+#include "exec/xconfig.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* The first Llama-architecture flag the model uses (the CPU backend's
+ * training runs them), or NULL. */
+static const char *llama_flag(const model_config *m)
+{
+    if (m->swiglu)
+        return "--swiglu";
+    if (m->num_query_groups != m->num_attention_heads)
+        return "--group-query-attention --num-query-groups";
+    if (m->normalization == NORM_RMSNORM)
+        return "--normalization RMSNorm";
+    if (!m->add_bias_linear)
+        return "--disable-bias-linear";
+    if (m->position_embedding == POS_ROPE)
+        return "--position-embedding-type rope";
+    return NULL;
+}
+
+int xconfig_supports(const config *c, bool cuda, bool inference, ts_err *err)
+{
+    const model_config *m = &c->model;
+    const parallel_config *p = &c->par;
+    const char *llama = llama_flag(m);
+    if (llama && cuda)
+        return err_set(err, TS_ENOTSUP,
+                       "%s: the cuda backend has no kernel for it (Llama-architecture layers run on --backend cpu)",
+                       llama);
+    if (llama && inference)
+        return err_set(err, TS_ENOTSUP,
+                       "%s with --inference: the KV-cache inference runs the GPT layers only (train without "
+                       "--inference)",
+                       llama);
+    if (m->position_embedding != POS_ROPE &&
+        (m->position_embedding != POS_LEARNED_ABSOLUTE || m->max_position_embeddings != m->seq_length))
+        return err_set(err, TS_ENOTSUP,
+                       "--position-embedding-type %s, --max-position-embeddings %d: the executor learns one "
+                       "position row per token of --seq-length %d (learned_absolute, max = seq) or uses rope",
+                       CONFIG_POSITION_NAMES[m->position_embedding], m->max_position_embeddings, m->seq_length);
+    if (config_head_size(m) * m->num_attention_heads != m->hidden_size)
+        return err_set(err, TS_ENOTSUP, "--kv-channels %d: the executor's heads are h / a = %d wide", m->kv_channels,
+                       m->hidden_size / m->num_attention_heads);
+    if (m->fp8_format != FP8_FORMAT_NONE)
+        return err_set(err, TS_ENOTSUP, "--fp8-format %s: the executor's GEMMs run at the run's precision, no FP8",
+                       CONFIG_FP8_FORMAT_NAMES[m->fp8_format]);
+    if (p->distributed_optimizer && !m->untie_embeddings && p->pp > 1 && p->dp > 1)
+        return err_set(err, TS_ENOTSUP,
+                       "--use-distributed-optimizer with the output layer tied to the word embedding and "
+                       "--pipeline-model-parallel-size %d: the executor sums the two copies' gradients after the "
+                       "reduce-scatter has sharded them (give --untie-embeddings-and-output-weights)",
+                       p->pp);
+    if (p->recompute == RECOMPUTE_SELECTIVE && p->recompute_modules && p->recompute_modules != CONFIG_RC_CORE_ATTN)
+        return err_set(err, TS_ENOTSUP,
+                       "--recompute-modules: the executor recomputes the attention core only (core_attn, "
+                       "Megatron-core's default), or whole layers with --recompute-granularity full");
+    if (p->recompute != RECOMPUTE_NONE && inference)
+        return err_set(err, TS_ENOTSUP, "--recompute-granularity with --inference: inference keeps no activations");
+    if (p->torch_fsdp2 || p->megatron_fsdp)
+        return err_set(err, TS_ENOTSUP,
+                       "--use-torch-fsdp2, --use-megatron-fsdp: the executor shards no parameters or "
+                       "gradients over data parallelism (--use-distributed-optimizer shards the Adam state)");
+    if (config_cp(c) > 1)
+        return err_set(err, TS_ENOTSUP,
+                       "--context-parallel-size %d: the executor has no context-parallel attention (give 1)",
+                       config_cp(c));
+    if (c->moe.num_experts > 1)
+        return err_set(err, TS_ENOTSUP,
+                       "--num-experts %d: the executor has no mixture-of-experts layers (dense "
+                       "models only)",
+                       c->moe.num_experts);
+    if (c->moe.ep > 1)
+        return err_set(err, TS_ENOTSUP,
+                       "--expert-model-parallel-size %d: the executor has no expert parallelism "
+                       "(give 1)",
+                       c->moe.ep);
+    return TS_OK;
+}
+
+void xconfig_arch_text(const gpt_dims *d, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    if (!gpt_dims_llama(d)) {
+        if (!d->tie_embed)
+            (void)snprintf(buf, size, " [untied]");
+        return;
+    }
+    (void)snprintf(buf, size, " [groups=%d%s%s%s%s%s]", gpt_dims_groups(d), d->rmsnorm ? " RMSNorm" : "",
+                   d->swiglu ? " SwiGLU" : "", d->no_bias ? " no-bias" : "", d->rope ? " rope" : "",
+                   d->tie_embed ? "" : " untied");
+}
+
+void xconfig_mode_text(const gpt_dims *d, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    if (d->recompute != GPT_RC_NONE)
+        (void)snprintf(buf, size, ", recompute full %s %d", d->recompute == GPT_RC_BLOCK ? "block" : "uniform",
+                       d->recompute_layers);
+    if (d->recompute_attn) {
+        size_t n = strlen(buf);
+        (void)snprintf(buf + n, size - n, ", recompute selective core_attn");
+    }
+    if (d->dist_optim) {
+        size_t n = strlen(buf);
+        (void)snprintf(buf + n, size - n, ", distributed optimizer");
+    }
+}
+
+gpt_dims xconfig_dims(const model_config *mc, const parallel_config *pc)
+{
+    return (gpt_dims){.vocab = mc->padded_vocab_size,
+                      .seq = mc->seq_length,
+                      .hidden = mc->hidden_size,
+                      .heads = mc->num_attention_heads,
+                      .ffn = mc->ffn_hidden_size,
+                      .layers = mc->num_layers,
+                      .batch = pc->micro_batch_size,
+                      .groups = mc->num_query_groups,
+                      .rmsnorm = mc->normalization == NORM_RMSNORM,
+                      .swiglu = mc->swiglu,
+                      .no_bias = !mc->add_bias_linear,
+                      .rope = mc->position_embedding == POS_ROPE,
+                      .recompute = pc->recompute != RECOMPUTE_FULL                  ? GPT_RC_NONE
+                                   : pc->recompute_method == RECOMPUTE_METHOD_BLOCK ? GPT_RC_BLOCK
+                                                                                    : GPT_RC_UNIFORM,
+                      .recompute_layers = pc->recompute_num_layers,
+                      .recompute_attn = pc->recompute == RECOMPUTE_SELECTIVE,
+                      .dist_optim = pc->distributed_optimizer,
+                      .tie_embed = !mc->untie_embeddings};
+}

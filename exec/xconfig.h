@@ -1,0 +1,32 @@
+/* xconfig — what trainexec runs of a resolved trainsim configuration: the
+ * flags it implements (the others refused with a message naming the flag),
+ * the model it builds from them (gpt_dims) and how the run's header and
+ * configuration hash describe that model. No allocation; pure functions of
+ * their arguments. */
+#ifndef TRAINSIM_EXEC_XCONFIG_H
+#define TRAINSIM_EXEC_XCONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "exec/core/gpt.h"
+#include "sim/config/config.h"
+#include "sim/util/err.h"
+
+/* TS_OK if the executor runs config c (a validated one) on the cpu backend
+ * (cuda = false) or the cuda backend, for training or (inference) the
+ * KV-cache decode; TS_ENOTSUP naming the flag otherwise. */
+int xconfig_supports(const config *c, bool cuda, bool inference, ts_err *err);
+/* The executor's model for the resolved model and layout flags (micro-batch
+ * as the batch). */
+gpt_dims xconfig_dims(const model_config *mc, const parallel_config *pc);
+/* The architecture options of d as text: "" for the GPT layers with the
+ * tied output layer, " [untied]", or " [groups=G RMSNorm SwiGLU no-bias rope
+ * untied]" with the parts in use. */
+void xconfig_arch_text(const gpt_dims *d, char *buf, size_t size);
+/* The recomputation and optimizer of d as text ("" for neither): ",
+ * recompute full uniform 2" (--recompute-num-layers as given), ", recompute
+ * selective core_attn", ", distributed optimizer". */
+void xconfig_mode_text(const gpt_dims *d, char *buf, size_t size);
+
+#endif
