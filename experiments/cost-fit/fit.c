@@ -64,7 +64,8 @@ static double layer_worst(void)
                          0,
                          false,
                          FP8_FORMAT_NONE,
-                         FP8_RECIPE_DELAYED, false};
+                         FP8_RECIPE_DELAYED,
+                         false};
         layer_ops o;
         double f, b;
         layer_ops_build(&L, LAYER_PASS_F, &o, NULL);

@@ -38,7 +38,8 @@ static layer_shape shape(int64_t h, int64_t a, int64_t s, int64_t b, int t, bool
                      0,
                      false,
                      FP8_FORMAT_NONE,
-                     FP8_RECIPE_DELAYED, false};
+                     FP8_RECIPE_DELAYED,
+                     false};
     return L;
 }
 
@@ -283,7 +284,8 @@ Test(layer, gqa_swiglu_shapes)
                      0,
                      false,
                      FP8_FORMAT_NONE,
-                     FP8_RECIPE_DELAYED, false};
+                     FP8_RECIPE_DELAYED,
+                     false};
     layer_ops f;
     cr_assert_eq(layer_ops_build(&L, LAYER_PASS_F, &f, NULL), TS_OK);
     const layer_op *qkv = NULL, *fc1 = NULL, *fc2 = NULL;
@@ -674,7 +676,8 @@ Test(layer, llama3_8b_seq8192_activations_drop_with_flash)
                      0,
                      false,
                      FP8_FORMAT_NONE,
-                     FP8_RECIPE_DELAYED, false};
+                     FP8_RECIPE_DELAYED,
+                     false};
     const int64_t MiB = 1 << 20, layers = 32;
     layer_saved_list l;
     cr_assert_eq(layer_saved_build(&L, &l, NULL), TS_OK);
