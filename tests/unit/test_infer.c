@@ -17,46 +17,21 @@
 #include "sim/infer/infer_stream.h"
 #include "sim/model/flops.h"
 #include "sim/util/csvio.h"
+#include "tests/unit/flags_run.h"
 
 /* The tolerance the two calibration rows meet (docs/inference.md): the
  * predicted output tokens/s per GPU within 15% of the published figure. */
 #define CALIB_TOLERANCE 0.15
 
-static config C;
-static flags_state S;
-static opt_table T;
-static ts_err E;
-
 static void fini(void)
 {
-    config_free(&C);
-    flags_release(&S);
-    opt_table_free(&T);
+    flags_run_free();
 }
 
 TestSuite(infer, .fini = fini);
 
-/* Resolve a NULL-terminated flag list into C. */
-static void cfg(const char *first, ...)
-{
-    const char *argv[64] = {"test"};
-    int argc = 1;
-    va_list ap;
-    va_start(ap, first);
-    for (const char *a = first; a && argc < 63; a = va_arg(ap, const char *))
-        argv[argc++] = a;
-    va_end(ap);
-    config_free(&C);
-    flags_release(&S);
-    opt_table_free(&T);
-    err_clear(&E);
-    opt_table_init(&T, "test", NULL);
-    cr_assert_eq(flags_register(&S, &T, &C, &E), TS_OK, "%s", E.msg);
-    int rc = flags_parse(&S, &T, argc, (char **)argv, &E);
-    if (!rc)
-        rc = flags_finish(&S, &T, &E);
-    cr_assert_eq(rc, TS_OK, "%s", E.msg);
-}
+/* Resolve a NULL-terminated flag list into C; it must be valid. */
+#define cfg(...) cr_assert_eq(flags_run(__VA_ARGS__), TS_OK, "%s", E.msg)
 
 /* Llama-2-7B's shape (inference_calibration.csv's comment) with GQA of g groups. */
 #define LLAMA7B(g)                                                                                                     \

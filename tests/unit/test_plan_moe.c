@@ -11,38 +11,12 @@
 #include "sim/model/flops.h"
 #include "sim/model/moe.h"
 #include "sim/util/opt.h"
+#include "tests/unit/flags_run.h"
 #include "tests/unit/gpu_specs.h"
-
-static config C;
-static flags_state S;
-static opt_table T;
-static ts_err E;
-
-/* Resolve a command line (flags.h) into C. */
-static int run(const char *first, ...)
-{
-    const char *argv[64] = {"test"};
-    int argc = 1;
-    va_list ap;
-    va_start(ap, first);
-    for (const char *a = first; a && argc < 63; a = va_arg(ap, const char *))
-        argv[argc++] = a;
-    va_end(ap);
-    config_free(&C);
-    flags_release(&S);
-    opt_table_free(&T);
-    err_clear(&E);
-    opt_table_init(&T, "test", NULL);
-    cr_assert_eq(flags_register(&S, &T, &C, &E), TS_OK, "%s", E.msg);
-    int rc = flags_parse(&S, &T, argc, (char **)argv, &E);
-    return rc ? rc : flags_finish(&S, &T, &E);
-}
 
 static void fini(void)
 {
-    config_free(&C);
-    flags_release(&S);
-    opt_table_free(&T);
+    flags_run_free();
 }
 
 /* Mixtral 8x7B's layer shape (bias-free), 4 layers, 8 GPUs, EP 8, t 1. */
@@ -66,9 +40,9 @@ static int count_a2a(const layer_ops *o)
  * at EP 8; the all-to-all inside a node costs moe_a2a_ns. */
 Test(plan_moe, layer_of_mixtral, .fini = fini)
 {
-    cr_assert_eq(
-        run(MIXTRAL_4, "--gpus", "8", "--expert-model-parallel-size", "8", "--moe-router-force-load-balancing", NULL),
-        TS_OK, "%s", E.msg);
+    cr_assert_eq(flags_run(MIXTRAL_4, "--gpus", "8", "--expert-model-parallel-size", "8",
+                           "--moe-router-force-load-balancing", NULL),
+                 TS_OK, "%s", E.msg);
     layer_shape L;
     cr_assert_eq(layer_shape_from_config(&C, &L, &E), TS_OK, "%s", E.msg);
     commcost_params cc;
@@ -115,7 +89,7 @@ Test(plan_moe, layer_of_mixtral, .fini = fini)
  * 4: inside a node). */
 Test(plan_moe, skew_and_edp, .fini = fini)
 {
-    cr_assert_eq(run(MIXTRAL_4, "--gpus", "8", "--expert-model-parallel-size", "4", NULL), TS_OK, "%s", E.msg);
+    cr_assert_eq(flags_run(MIXTRAL_4, "--gpus", "8", "--expert-model-parallel-size", "4", NULL), TS_OK, "%s", E.msg);
     layer_shape L;
     cr_assert_eq(layer_shape_from_config(&C, &L, &E), TS_OK, "%s", E.msg);
     commcost_params cc;
@@ -138,8 +112,8 @@ Test(plan_moe, skew_and_edp, .fini = fini)
 /* A dense model: nothing. */
 Test(plan_moe, dense_is_off, .fini = fini)
 {
-    cr_assert_eq(run("--num-layers", "4", "--hidden-size", "1024", "--num-attention-heads", "16", "--seq-length",
-                     "1024", "--micro-batch-size", "1", "--gpus", "8", NULL),
+    cr_assert_eq(flags_run("--num-layers", "4", "--hidden-size", "1024", "--num-attention-heads", "16", "--seq-length",
+                           "1024", "--micro-batch-size", "1", "--gpus", "8", NULL),
                  TS_OK, "%s", E.msg);
     layer_shape L;
     cr_assert_eq(layer_shape_from_config(&C, &L, &E), TS_OK, "%s", E.msg);
