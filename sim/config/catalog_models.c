@@ -61,14 +61,7 @@ static int moe_cols(const csvio_table *t, size_t r, catalog_model *m, ts_err *er
     moe_config *e = &m->moe;
     const long BIG = 1L << 26;
     int rc, disp = MOE_DISPATCH_ALLGATHER;
-    e->topk = 2;
-    e->layer_freq = 1;
-    e->ep = 1;
-    e->mla_kv_lora_rank = 32;
-    e->mla_qk_head_dim = 128;
-    e->mla_qk_pos_emb_head_dim = 64;
-    e->mla_v_head_dim = 128;
-    e->routing_skew = MOE_ROUTING_SKEW_DEFAULT;
+    moe_config_defaults(e);
     if ((rc = opt_int(t, r, "kv_channels", 1, BIG, &m->model.kv_channels, err)) ||
         (rc = opt_int(t, r, "num_experts", 1, BIG, &e->num_experts, err)) ||
         (rc = opt_int(t, r, "moe_router_topk", 1, BIG, &e->topk, err)) ||

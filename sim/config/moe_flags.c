@@ -16,11 +16,8 @@ const char *const MOE_DROP_POLICY_NAMES[] = {"probs", "position", NULL};
             return rc;                                                                                                 \
     } while (0)
 
-int moe_flags_register(moe_flags_state *s, opt_table *t, config *c, ts_err *err)
+void moe_config_defaults(moe_config *e)
 {
-    int rc;
-    moe_config *e = &c->moe;
-    memset(s, 0, sizeof *s);
     memset(e, 0, sizeof *e);
     /* Megatron-LM's defaults (../shared/reference/megatron_arguments.csv) */
     e->topk = 2;
@@ -31,6 +28,14 @@ int moe_flags_register(moe_flags_state *s, opt_table *t, config *c, ts_err *err)
     e->mla_qk_pos_emb_head_dim = 64;
     e->mla_v_head_dim = 128;
     e->routing_skew = MOE_ROUTING_SKEW_DEFAULT;
+}
+
+int moe_flags_register(moe_flags_state *s, opt_table *t, config *c, ts_err *err)
+{
+    int rc;
+    moe_config *e = &c->moe;
+    memset(s, 0, sizeof *s);
+    moe_config_defaults(e);
     if ((rc = opt_section(t, "Mixture of experts (alltoall dispatcher, ETP 1) and multi-latent attention (refused)",
                           err)))
         return rc;

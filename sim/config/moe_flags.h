@@ -56,6 +56,11 @@ typedef struct {
     const char *layer_freq; /* --moe-layer-freq as given; NULL = 1 */
 } moe_flags_state;
 
+/* Set e to Megatron-LM's MoE and MLA defaults (megatron_arguments.csv: top-2,
+ * every layer MoE, EP 1, the MLA head sizes) and the default routing skew;
+ * no experts. The flags and the model presets start from it. */
+void moe_config_defaults(moe_config *e);
+
 /* Add the MoE and MLA flags to t, with c->moe at Megatron-LM's defaults.
  * TS_ENOMEM. */
 int moe_flags_register(moe_flags_state *s, opt_table *t, config *c, ts_err *err);
