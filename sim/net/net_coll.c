@@ -39,7 +39,7 @@ static int plan_phase_begin(net_plan *p, ts_err *err)
 }
 
 /* Close the open phase: its latency is steps x (largest route latency +
- * step overhead). */
+ * step overhead), added to the plan's. */
 static void plan_phase_end(const net_graph *g, net_plan *p, int steps)
 {
     net_phase *ph = &p->ph[p->nph - 1];
@@ -54,6 +54,7 @@ static void plan_phase_end(const net_graph *g, net_plan *p, int steps)
             worst_us = us;
     }
     ph->lat_ns = (int64_t)llround((double)steps * (worst_us + NET_STEP_OVERHEAD_US) * 1000.0);
+    p->lat_ns += ph->lat_ns;
 }
 
 /* One fused ring phase over gpu indices gs[0..n) (stride apart in gpus):
@@ -360,6 +361,7 @@ static int plan_phases(const net_graph *g, net_router *r, const net_coll_req *q,
 {
     p->nx = 0;
     p->nph = 0;
+    p->lat_ns = 0;
     p->algo = q->algo;
     int rc = check_req(g, q, err);
     if (rc)
@@ -666,7 +668,7 @@ static net_plan *plan_pack(const net_plan *p)
     if (!m)
         return NULL;
     net_plan *q = (net_plan *)(void *)m;
-    *q = (net_plan){.algo = p->algo, .nph = p->nph, .nb = p->nb, .nbl = p->nbl, .packed = 1};
+    *q = (net_plan){.algo = p->algo, .nph = p->nph, .nb = p->nb, .nbl = p->nbl, .lat_ns = p->lat_ns, .packed = 1};
     q->ph = (net_phase *)(void *)(m + hdr);
     q->b = (net_bundle *)(void *)(m + hdr + sph);
     q->bl = (int *)(void *)(m + hdr + sph + sb);
@@ -761,14 +763,6 @@ int net_sim_start(net_sim *s, int64_t now_ns, const net_coll_req *req, uint64_t 
     return rc ? rc : net_sim_start_plan(s, now_ns, p, -1, tag, err);
 }
 
-int64_t net_plan_lat_ns(const net_plan *plan)
-{
-    int64_t lat = 0;
-    for (int i = 0; i < plan->nph; i++)
-        lat += plan->ph[i].lat_ns;
-    return lat;
-}
-
 int net_sim_start_plan(net_sim *s, int64_t now_ns, const net_plan *plan, int64_t lat_ns, uint64_t tag, ts_err *err)
 {
     int rc, ci;
@@ -797,7 +791,7 @@ int net_sim_start_plan(net_sim *s, int64_t now_ns, const net_plan *plan, int64_t
     c->outstanding = 0;
     c->tag = tag;
     c->active = 1;
-    int64_t own = net_plan_lat_ns(plan);
+    int64_t own = plan->lat_ns;
     c->lat_scale = lat_ns >= 0 && own > 0 ? (double)lat_ns / (double)own : 1.0;
     c->lat_first = lat_ns >= 0 && own == 0 ? lat_ns : 0;
     s->in_flight++;

@@ -138,6 +138,7 @@ typedef struct {
     int *bl;
     int nbl, capbl;     /* their links */
     net_coll_algo algo; /* the algorithm used (AUTO resolved) */
+    int64_t lat_ns;     /* the phases' latencies together: its time beyond the bytes' on an idle fabric */
     int cur_bundle;     /* while building */
     int packed;         /* net_sim's copy for running: ph, b and bl share the header's block
                            (no transfers); freed with free() alone */
@@ -175,10 +176,6 @@ int net_sim_plan(net_sim *s, const net_coll_req *req, const net_plan **out, ts_e
  * spread over the phases in proportion to theirs, or waited before the
  * first one when the plan has none. */
 int net_sim_start_plan(net_sim *s, int64_t now_ns, const net_plan *plan, int64_t lat_ns, uint64_t tag, ts_err *err);
-
-/* The latency of plan's phases together, ns: what a collective takes on an
- * idle fabric beyond its bytes' time. */
-int64_t net_plan_lat_ns(const net_plan *plan);
 
 /* Time of the next internal event (NET_TIME_NEVER if idle). */
 int64_t net_sim_next_ns(net_sim *s);
