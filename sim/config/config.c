@@ -567,12 +567,14 @@ static int check_recompute(const config *c, ts_err *err)
     unsigned dense = CONFIG_RC_CORE_ATTN | CONFIG_RC_MLP | CONFIG_RC_LAYERNORM;
     if (c->moe.num_experts > 0) /* the routed experts' activation (moe.h, moe_block_ops) */
         dense |= CONFIG_RC_MOE_ACT;
+    if (c->moe.mla) /* the MLA up-projections and rope (mla.h) */
+        dense |= CONFIG_RC_MLA_UP_PROJ;
     if (p->recompute_modules & ~dense) {
         for (int i = 0; CONFIG_RC_MODULE_NAMES[i]; i++)
             if (p->recompute_modules & ~dense & (1u << i))
                 return err_set(err, TS_EINVAL,
                                "--recompute-modules %s: not modelled%s (valid: core_attn, mlp, layernorm; "
-                               "moe_act with --num-experts)",
+                               "moe_act with --num-experts; mla_up_proj with --multi-latent-attention)",
                                CONFIG_RC_MODULE_NAMES[i],
                                (1u << i) == CONFIG_RC_MOE_ACT ? " without --num-experts" : "");
         return err_set(err, TS_EINVAL, "--recompute-modules: unknown module bits 0x%x", p->recompute_modules);

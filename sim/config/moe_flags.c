@@ -310,9 +310,6 @@ int moe_flags_finish(const moe_flags_state *s, const opt_table *t, config *c, ts
             return err_set(err, TS_EINVAL,
                            "--recompute-modules moe_act needs --num-experts (valid for a dense model: core_attn, mlp, "
                            "layernorm)");
-        if (e->mla)
-            return err_set(err, TS_EINVAL,
-                           "--multi-latent-attention: not modelled by the simulator's layer ops yet (remove it)");
         return TS_OK;
     }
     if (e->ffn_hidden_size == 0)

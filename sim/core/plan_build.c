@@ -11,6 +11,7 @@
 #include "sim/model/flops.h"
 #include "sim/model/fp8.h"
 #include "sim/model/layer.h"
+#include "sim/model/mla.h"
 #include "sim/model/moe.h"
 #include "sim/util/grow.h"
 
@@ -291,7 +292,8 @@ static int model_ops_build(const config *c, int gpn, const commcost_params *cc, 
         return rc;
     mo->cp_tf = cp_transient_bytes(&mo->rc, false);
     mo->cp_tb = cp_transient_bytes(&mo->rc, true);
-    mo->params_layer = flops_params_stage(&c->model, c->par.tp, 1, 0, 0);
+    mo->params_layer = flops_params_stage(&c->model, c->par.tp, 1, 0, 0) +
+                       mla_layer_params_delta(&c->model, &c->moe, c->par.tp);
     mo->bucket_params = PLAN_BUCKET_MIN_PARAMS;
     if (PLAN_BUCKET_PARAMS_PER_DP * c->par.dp > mo->bucket_params)
         mo->bucket_params = PLAN_BUCKET_PARAMS_PER_DP * c->par.dp;
@@ -503,7 +505,7 @@ static void plan_env_init(plan_env *E, const config *c, const sched *s, const co
     E->edp_group = (commcost_group){1, 1};
     E->fsdp = P->torch_fsdp2 || P->megatron_fsdp;
     E->shard = config_fsdp_sharding(P);
-    E->params_layer = flops_params_stage(&c->model, P->tp, 1, 0, 0);
+    E->params_layer = flops_params_stage(&c->model, P->tp, 1, 0, 0) + mla_layer_params_delta(&c->model, &c->moe, P->tp);
 }
 
 /* The pipeline transfers' cost: b*s*h activations (or their gradient) per
@@ -573,7 +575,8 @@ static int build_stage_passes(plan *pl, const plan_env *E, pass_builder *b, cons
     int nl = E->s->stages[st].num_layers, rc = TS_OK;
     bool first = st == 0, last = st == pl->n_stages - 1;
     rc_layout L = layout_of(c, nl, E->s->stages[st].first_layer);
-    S_->params = flops_params_stage(&c->model, E->t, nl, first, last);
+    S_->params = flops_params_stage(&c->model, E->t, nl, first, last) +
+                 (int64_t)nl * mla_layer_params_delta(&c->model, &c->moe, E->t);
     int64_t extra = S_->params - (int64_t)nl * mo->params_layer;
     for (int l = 0; l < nl; l++) { /* MoE layers: their rank's share instead of a dense layer's */
         layer_kind K = kind_of(mo, &L, l);

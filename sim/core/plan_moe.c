@@ -114,15 +114,6 @@ int plan_moe_build(const config *c, const layer_shape *rc_shape, int gpn, const 
     const moe_config *e = &c->moe;
     if (e->num_experts <= 0)
         return TS_OK;
-    /* accepted by the flags (a preset or trainsim config shows them), not simulated */
-    if (e->mla)
-        return err_set(err, TS_EINVAL,
-                       "--multi-latent-attention: not modelled by the simulator's layer ops yet (remove it)");
-    if (e->router_num_groups > 0)
-        return err_set(err, TS_EINVAL,
-                       "--moe-router-num-groups %d: not modelled (group-limited routing's dispatch volume; remove "
-                       "--moe-router-num-groups and --moe-router-group-topk)",
-                       e->router_num_groups);
     mo->on = true;
     layer_shape L = *rc_shape, N;
     L.no_mlp = true;
@@ -162,9 +153,19 @@ int plan_moe_build(const config *c, const layer_shape *rc_shape, int gpn, const 
     mo->ep_group = group_at(ep, etp, gpn);
     mo->edp_group = group_at(mo->edp, etp * ep, gpn);
     int64_t T = L.b * L.s / (L.sp && L.t > 1 ? L.t : 1);
-    if (e->dispatcher == MOE_DISPATCH_FLEX && e->enable_deepep)
-        mo->a2a_ns = moe_deepep_ns(cc, T, e->topk, L.h, L.dtype_bytes, e->num_experts, &mo->ep_group);
-    else
+    if (e->dispatcher == MOE_DISPATCH_FLEX && e->enable_deepep) {
+        int nodes = mo->ep_group.ranks / mo->ep_group.ranks_per_node;
+        double remote = moe_deepep_remote_nodes_grouped(e->num_experts, e->topk, nodes, e->router_num_groups,
+                                                        e->router_group_topk);
+        if (remote < 0)
+            return err_set(err, TS_EINVAL,
+                           "--moe-router-num-groups %d with DeepEP over %d nodes: not modelled (group-limited routing "
+                           "is modelled when the groups are a multiple of the expert-parallel group's nodes or "
+                           "divide them)",
+                           e->router_num_groups, nodes);
+        mo->remote_nodes = remote;
+        mo->a2a_ns = moe_deepep_remote_ns(cc, T, e->topk, L.h, L.dtype_bytes, remote, &mo->ep_group);
+    } else /* group limits leave the alltoall volume as it is (moe_deepep_remote_nodes_grouped) */
         mo->a2a_ns = moe_a2a_ns(cc, moe_a2a_send_bytes(T, e->topk, L.h, L.dtype_bytes, ep), &mo->ep_group);
     return TS_OK;
 }

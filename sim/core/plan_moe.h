@@ -64,14 +64,17 @@ typedef struct {
     commcost_group ep_group;  /* the all-to-all's ranks and those of them in one node */
     int64_t a2a_ns;           /* one dispatch or combine: moe_a2a_ns (alltoall) or moe_deepep_ns (flex
                                  with DeepEP) */
+    double remote_nodes;      /* DeepEP: remote nodes a token is sent to (moe_deepep_remote_nodes_grouped);
+                                 0 otherwise */
     commcost_group edp_group; /* the expert gradients' reduction group */
     int edp;
 } plan_moe;
 
 /* Fill mo for config c (resolved: moe_flags_finish accepted it) from the
  * layer shape rc (recompute as configured), gpn GPUs per node, the
- * collective costs cc. TS_EINVAL naming the flag for multi-latent attention
- * and group-limited routing (the flags accept them: not simulated). Dense model:
+ * collective costs cc. Group-limited routing changes DeepEP's remote nodes
+ * (moe_deepep_remote_nodes_grouped; TS_EINVAL naming the flag where that
+ * closed form does not apply), not the alltoall volume. Dense model:
  * mo->on false and nothing else set. TS_EINVAL when the block's ops do not
  * fit (LAYER_MAX_OPS) or moe.h refuses the shape, TS_ENOMEM for the routing
  * model's per-expert loads (freed before return). */

@@ -12,6 +12,7 @@
 #include "sim/model/commcost.h"
 #include "sim/model/cost.h"
 #include "sim/model/flops.h"
+#include "sim/model/mla.h"
 #include "sim/model/moe.h"
 #include "sim/sched/sched_generate.h"
 
@@ -205,6 +206,8 @@ static void summarize(const config *c, const simulate_opts *o, const engine *e, 
         R->model_flops_causal += moe - R->model_flops;
         R->model_flops = moe;
     }
+    R->model_flops += mla_model_flops_delta(M, &c->moe, R->B, false); /* MLA's attention (mla.h) */
+    R->model_flops_causal += mla_model_flops_delta(M, &c->moe, R->B, true);
     R->megatron_flops =
         flops_closed_full_recompute(R->B, M->seq_length, M->num_layers, M->hidden_size, M->padded_vocab_size);
     R->peak_tflops = peak_tflops_of(c);

@@ -4,6 +4,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "sim/model/mla.h"
 #include "sim/util/ckd.h"
 
 /* ---------------------------------------------------------------- shape */
@@ -51,12 +52,16 @@ int layer_shape_check(const layer_shape *L, ts_err *err)
                        "layer shape: attention backend %d (expected unfused, flash, fused or local; auto is "
                        "resolved by config_resolve)",
                        (int)L->attn);
-    /* moe_act is the MoE block's (moe.h): the dense ops ignore it */
-    if (L->rc_modules & ~(CONFIG_RC_CORE_ATTN | CONFIG_RC_MLP | CONFIG_RC_LAYERNORM | CONFIG_RC_MOE_ACT))
+    /* moe_act is the MoE block's (moe.h): the dense ops ignore it; mla_up_proj needs MLA */
+    unsigned rc_ok = CONFIG_RC_CORE_ATTN | CONFIG_RC_MLP | CONFIG_RC_LAYERNORM | CONFIG_RC_MOE_ACT;
+    if (L->rc_modules & ~(rc_ok | (L->mla.on ? CONFIG_RC_MLA_UP_PROJ : 0u)))
         return err_set(err, TS_EINVAL,
-                       "layer shape: recompute modules 0x%x: only core_attn, mlp, layernorm and moe_act are modelled "
-                       "(moe, mla_up_proj and shared_experts are not)",
+                       "layer shape: recompute modules 0x%x: only core_attn, mlp, layernorm, moe_act and (with "
+                       "multi-latent attention) mla_up_proj are modelled (moe and shared_experts are not)",
                        L->rc_modules);
+    int rc = mla_shape_check(L, err);
+    if (rc != TS_OK)
+        return rc;
     if (L->cp > 1) {
         int ca = L->cp_a2a > 0 ? L->cp_a2a : 1, cr = L->cp_ring > 0 ? L->cp_ring : 1;
         if ((int64_t)ca * cr != L->cp)
@@ -85,6 +90,8 @@ int layer_shape_check_size(const layer_shape *L, ts_err *err)
     double s = (double)L->s, b = (double)L->b, h = (double)L->h, a = (double)L->a, dt = L->dtype_bytes;
     double d = L->d > 0 ? (double)L->d : h / a, g = (double)L->g;
     double wide = fmax(fmax(h, a * d + 2 * g * d), fmax((L->swiglu ? 2.0 : 1.0) * (double)L->ffn, (double)L->V));
+    if (L->mla.on) /* the up-projections' outputs */
+        wide = fmax(wide, a * (double)(2 * L->mla.d_qk + L->mla.d_rope + L->mla.d_v));
     /* Korthikanti et al.'s activations of one layer (34 sbh + 5 a s^2 b bytes at 2 bytes
      * an element, no tensor parallelism: it bounds every rank's share, the attention
      * scores included) and the widest tensor of the layer (fp32 logits and their
@@ -127,6 +134,9 @@ int layer_shape_from_config(const config *c, layer_shape *out, ts_err *err)
     L.rc_modules = c->par.recompute_modules;
     L.fp8 = c->model.fp8_format;
     L.fp8_recipe = c->model.fp8_recipe;
+    mla_shape_from_config(&c->moe, &L);
+    if (L.mla.on)
+        L.g = L.a; /* MLA: a key and a value per head */
     int cp = config_cp(c);
     if (cp > 1) { /* the rank's s/cp tokens (config_resolve checked seq % 2cp) */
         L.s = c->model.seq_length / cp;
@@ -146,7 +156,9 @@ typedef struct {
     int64_t T;     /* tokens of the micro-batch: s*b */
     int64_t Tl;    /* tokens an element-wise op sees: T, or T/t with SP */
     int64_t d;     /* head size d (--kv-channels, default h/a) */
-    int64_t adt;   /* attention width on this rank: a*d/t (proj's input columns) */
+    int64_t dqk;   /* head size of the scores (QK^T): d; MLA d_qk + d_rope */
+    int64_t dv;    /* head size of the values (attention.V): d; MLA d_v */
+    int64_t adt;   /* attention output width on this rank: a*dv/t (proj's input columns) */
     int64_t at;    /* heads on this rank */
     int64_t gt;    /* query groups on this rank */
     int64_t qkv_n; /* QKV output columns on this rank: (h + 2*g*d)/t */
@@ -166,7 +178,9 @@ static dims dims_of(const layer_shape *L)
     D.d = L->d > 0 ? L->d : L->h / L->a;
     D.at = L->a / L->t;
     D.gt = L->g / L->t;
-    D.adt = L->a * D.d / L->t;
+    D.dqk = L->mla.on ? L->mla.d_qk + L->mla.d_rope : D.d;
+    D.dv = L->mla.on ? L->mla.d_v : D.d;
+    D.adt = L->a * D.dv / L->t;
     D.qkv_n = (L->a * D.d + 2 * L->g * D.d) / L->t;
     D.ffn_t = L->ffn / L->t;
     D.fc1_n = (L->swiglu ? 2 : 1) * D.ffn_t;
@@ -265,15 +279,15 @@ static void attn_core_fwd(const layer_shape *L, const dims *D, layer_ops *o)
     }
     if (is_flash(L)) {
         int64_t half = (L->s + 1) / 2;
-        layer_ops_gemm(o, "attn.flash.qk", L->s, half, D->d, bh);
-        layer_ops_gemm(o, "attn.flash.av", L->s, D->d, half, bh);
+        layer_ops_gemm(o, "attn.flash.qk", L->s, half, D->dqk, bh);
+        layer_ops_gemm(o, "attn.flash.av", L->s, D->dv, half, bh);
         return;
     }
-    layer_ops_gemm(o, "attn.qk", L->s, L->s, D->d, bh);
+    layer_ops_gemm(o, "attn.qk", L->s, L->s, D->dqk, bh);
     layer_ops_mem(o, "attn.softmax", 2 * P * D->dt); /* fused scale-mask-softmax: read + write */
     if (!L->no_attn_dropout)
         layer_ops_mem(o, "attn.dropout", P * (2 * D->dt + 1)); /* read, write, 1-byte mask */
-    layer_ops_gemm(o, "attn.av", L->s, D->d, L->s, bh);
+    layer_ops_gemm(o, "attn.av", L->s, D->dv, L->s, bh);
 }
 
 /* Row-parallel GEMM output reduction: all-reduce, or reduce-scatter with SP. */
@@ -309,6 +323,8 @@ static void selective_fwd(const layer_shape *L, const dims *D, layer_ops *o)
     int64_t E = D->Tl * L->h;
     if (mods & CONFIG_RC_LAYERNORM)
         layer_ops_mem(o, "ln1", 2 * E * D->dt);
+    if (L->mla.on && (mods & CONFIG_RC_MLA_UP_PROJ))
+        mla_up_fwd(L, o);
     if (mods & CONFIG_RC_CORE_ATTN)
         attn_core_fwd(L, D, o);
     if (mods & CONFIG_RC_LAYERNORM)
@@ -322,9 +338,13 @@ static void layer_fwd(const layer_shape *L, const dims *D, layer_ops *o)
     int64_t h = L->h, E = D->Tl * h;             /* elements of an element-wise op */
     int64_t mask = L->no_hidden_dropout ? 0 : 1; /* the dropout mask's byte per element */
     layer_ops_mem(o, "ln1", 2 * E * D->dt);
-    if (L->sp && D->comm)
-        comm(o, "ln1.ag", COMM_ALL_GATHER, D->S, L->t);
-    gemm(o, "qkv", D->T, D->qkv_n, h);
+    if (L->mla.on) {
+        mla_qkv_fwd(L, o);
+    } else {
+        if (L->sp && D->comm)
+            comm(o, "ln1.ag", COMM_ALL_GATHER, D->S, L->t);
+        gemm(o, "qkv", D->T, D->qkv_n, h);
+    }
     attn_core_fwd(L, D, o);
     gemm(o, "proj", D->T, h, D->adt);
     tp_reduce(L, D, o, "proj.ar", "proj.rs");
@@ -404,6 +424,10 @@ static void layer_bwd(const layer_shape *L, const dims *D, layer_ops *o, bool dg
             proj = gemm(o, "proj.wgrad", D->adt, h, D->T);
             deps(o, proj, fc1, -1);
         }
+        if (L->mla.on) {
+            mla_qkv_bwd(L, o, false, true);
+            return;
+        }
         if (regather)
             deps(o, ag = comm(o, "qkv.ag.in", COMM_ALL_GATHER, D->S, L->t), -1, -1);
         deps(o, gemm(o, "qkv.wgrad", D->qkv_n, h, D->T), proj, ag);
@@ -439,19 +463,24 @@ static void layer_bwd(const layer_shape *L, const dims *D, layer_ops *o, bool dg
     } else if (is_flash(L)) { /* FlashAttention-2 backward: rowsum(dO o O), then five causal-half GEMMs */
         int64_t half = (L->s + 1) / 2;
         layer_ops_mem(o, "attn.flash.bwd.pre", 2 * D->T * D->adt * D->dt + bh * L->s * 4);
-        layer_ops_gemm(o, "attn.flash.qk.re", L->s, half, D->d, bh);
-        layer_ops_gemm(o, "attn.flash.dgrad_v", L->s, D->d, half, bh);
-        layer_ops_gemm(o, "attn.flash.dgrad_p", L->s, half, D->d, bh);
-        layer_ops_gemm(o, "attn.flash.dgrad_q", L->s, D->d, half, bh);
-        layer_ops_gemm(o, "attn.flash.dgrad_k", L->s, D->d, half, bh);
+        layer_ops_gemm(o, "attn.flash.qk.re", L->s, half, D->dqk, bh);
+        layer_ops_gemm(o, "attn.flash.dgrad_v", L->s, D->dv, half, bh);
+        layer_ops_gemm(o, "attn.flash.dgrad_p", L->s, half, D->dv, bh);
+        layer_ops_gemm(o, "attn.flash.dgrad_q", L->s, D->dqk, half, bh);
+        layer_ops_gemm(o, "attn.flash.dgrad_k", L->s, D->dqk, half, bh);
     } else {
-        layer_ops_gemm(o, "attn.av.dgrad_p", L->s, L->s, D->d, bh);
-        layer_ops_gemm(o, "attn.av.dgrad_v", L->s, D->d, L->s, bh);
+        layer_ops_gemm(o, "attn.av.dgrad_p", L->s, L->s, D->dv, bh);
+        layer_ops_gemm(o, "attn.av.dgrad_v", L->s, D->dv, L->s, bh);
         if (!L->no_attn_dropout)
             layer_ops_mem(o, "attn.dropout.bwd", P * (2 * D->dt + 1));
         layer_ops_mem(o, "attn.softmax.bwd", 3 * P * D->dt);
-        layer_ops_gemm(o, "attn.qk.dgrad_q", L->s, D->d, L->s, bh);
-        layer_ops_gemm(o, "attn.qk.dgrad_k", L->s, D->d, L->s, bh);
+        layer_ops_gemm(o, "attn.qk.dgrad_q", L->s, D->dqk, L->s, bh);
+        layer_ops_gemm(o, "attn.qk.dgrad_k", L->s, D->dqk, L->s, bh);
+    }
+    if (L->mla.on) { /* the down-projections' input gradients end the block: no collective to join */
+        mla_qkv_bwd(L, o, true, whole);
+        layer_ops_mem(o, "ln1.bwd", 4 * E * D->dt);
+        return;
     }
     blk = o->n;
     colpar_bwd(L, D, o, whole, "qkv.ag.in", "qkv.dgrad", "qkv.ar", "qkv.rs", "qkv.wgrad", D->qkv_n);
@@ -766,8 +795,19 @@ int layer_saved_build(const layer_shape *L, layer_saved_list *out, ts_err *err)
     int64_t wt = L->fp8 != FP8_FORMAT_NONE ? 1 : dt;
     save(out, "ln1.in", E * dt, 0, I, r, m, true); /* the layer input */
     save(out, "qkv.in", E * wt, NORM, W, r, m, false);
-    save(out, "attn.q", D.T * D.at * D.d * dt, 0, I, r, m, false);
-    save(out, "attn.k", D.T * D.gt * D.d * dt, 0, I, r, m, false);
+    unsigned UP = L->mla.on ? CONFIG_RC_MLA_UP_PROJ : 0; /* q, k, v: re-created by mla_up_proj */
+    if (L->mla.on) {
+        mla_saved_bytes ms;
+        mla_saved_of(L, &ms);
+        if (ms.q_down_out > 0) {
+            save(out, "mla.q_norm.in", ms.q_down_out, 0, I, r, m, false);
+            save(out, "mla.q_up.in", ms.q_up_in, 0, W, r, m, false);
+        }
+        save(out, "mla.kv_norm.in", ms.kv_down_out, 0, I, r, m, false);
+        save(out, "mla.kv_up.in", ms.kv_up_in, 0, W, r, m, false);
+    }
+    save(out, "attn.q", D.T * D.at * D.dqk * dt, UP, I, r, m, false);
+    save(out, "attn.k", D.T * D.gt * D.dqk * dt, UP, I, r, m, false);
     if (is_flash(L)) { /* the log-sum-exp of each score row, fp32 */
         save(out, "attn.lse", L->b * D.at * L->s * 4, CORE, I, r, m, false);
     } else {
@@ -777,7 +817,7 @@ int layer_saved_build(const layer_shape *L, layer_saved_list *out, ts_err *err)
             save(out, "attn.dropout.out", P * dt, CORE, I, r, m, false);
         }
     }
-    save(out, "attn.v", D.T * D.gt * D.d * dt, 0, I, r, m, false);
+    save(out, "attn.v", D.T * D.gt * D.dv * dt, UP, I, r, m, false);
     if (L->fp8 != FP8_FORMAT_NONE && is_flash(L)) {
         save(out, "proj.in", D.T * D.adt * dt, 0, I, r, m, false); /* the kernel's output O */
         save(out, "proj.in.fp8", D.T * D.adt, 0, W, r, m, false);

@@ -90,6 +90,16 @@
 #include "sim/model/commcost.h"
 #include "sim/util/err.h"
 
+/* Multi-latent attention's sizes (mla.h; on = false: standard attention). */
+typedef struct {
+    bool on;
+    int64_t q_lora;  /* --q-lora-rank (0: queries not compressed) */
+    int64_t kv_lora; /* --kv-lora-rank */
+    int64_t d_qk;    /* --qk-head-dim */
+    int64_t d_rope;  /* --qk-pos-emb-head-dim */
+    int64_t d_v;     /* --v-head-dim */
+} layer_mla;
+
 /* Shapes of one micro-batch on one tensor-parallel rank. */
 typedef struct {
     int64_t h;              /* hidden size */
@@ -131,6 +141,13 @@ typedef struct {
      * the residual add stay. The MoE block's ops (moe_block_ops) are added
      * by the caller. */
     bool no_mlp;
+    /* Multi-latent attention (mla.h): with mla.on the QKV GEMM (and its SP
+     * all-gather) is replaced by MLA's down- and up-projections
+     * (mla_qkv_fwd / mla_qkv_bwd), g = a, the attention core's scores have
+     * heads of d_qk + d_rope and its values (and the projection's input
+     * columns) d_v; --recompute-modules mla_up_proj (CONFIG_RC_MLA_UP_PROJ)
+     * re-runs the up-projections and rope and drops q, k, v. */
+    layer_mla mla;
 } layer_shape;
 
 /* Build the shape from a validated config. TS_EINVAL if a divisibility the

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "sim/model/flops.h"
+#include "sim/model/mla.h"
 
 bool moe_layer_is_moe(const moe_config *e, int layer)
 {
@@ -22,20 +23,6 @@ static int64_t mlp_params(const model_config *m, int64_t f)
     return h * fc1 + bias * fc1 + f * h + bias * h;
 }
 
-/* Multi-latent attention's parameters (moe.h). */
-static int64_t mla_params(const model_config *m, const moe_config *e)
-{
-    int64_t h = m->hidden_size, a = m->num_attention_heads, bias = m->add_bias_linear ? 1 : 0;
-    int64_t nw = m->normalization == NORM_RMSNORM ? 1 : 2; /* a norm's parameters per element */
-    int64_t qk = (int64_t)e->mla_qk_head_dim + e->mla_qk_pos_emb_head_dim, ql = e->mla_q_lora_rank;
-    int64_t kvl = e->mla_kv_lora_rank, dv = e->mla_v_head_dim;
-    int64_t q = ql > 0 ? h * ql + bias * ql + nw * ql + ql * a * qk + bias * a * qk : h * a * qk + bias * a * qk;
-    int64_t kv_down = kvl + e->mla_qk_pos_emb_head_dim;
-    int64_t kv = h * kv_down + bias * kv_down + nw * kvl + kvl * a * ((int64_t)e->mla_qk_head_dim + dv) +
-                 bias * a * ((int64_t)e->mla_qk_head_dim + dv);
-    return q + kv + a * dv * h + bias * h;
-}
-
 void moe_param_count(const model_config *m, const moe_config *e, moe_params *out)
 {
     flops_params fp;
@@ -43,7 +30,7 @@ void moe_param_count(const model_config *m, const moe_config *e, moe_params *out
     int64_t nw = m->normalization == NORM_RMSNORM ? 1 : 2;
     int64_t norms = 2 * nw * m->hidden_size;
     out->dense_mlp = mlp_params(m, m->ffn_hidden_size);
-    out->attention = e->mla ? mla_params(m, e) : fp.per_layer - out->dense_mlp - norms;
+    out->attention = e->mla ? mla_attn_params(m, e) : fp.per_layer - out->dense_mlp - norms;
     int n = e->num_experts > 0 ? e->num_experts : 0;
     int64_t fe = e->ffn_hidden_size > 0 ? e->ffn_hidden_size : m->ffn_hidden_size;
     out->expert = n > 0 ? mlp_params(m, fe) : 0;
@@ -121,8 +108,52 @@ double moe_deepep_remote_nodes(int num_experts, int topk, int nodes)
     return (nodes - 1) * (1 - miss);
 }
 
+/* C(a - b, k) / C(a, k): k draws without replacement from a items miss b given ones. */
+static double miss_all(double a, double b, int k)
+{
+    double q = 1;
+    for (int i = 0; i < k; i++)
+        q *= a - b - i > 0 ? (a - b - i) / (a - i) : 0;
+    return q;
+}
+
+double moe_deepep_remote_nodes_grouped(int num_experts, int topk, int nodes, int groups, int group_topk)
+{
+    if (groups <= 0)
+        return moe_deepep_remote_nodes(num_experts, topk, nodes);
+    if (nodes <= 1)
+        return 0;
+    int E = num_experts, G = groups, M = group_topk;
+    if (E <= 0 || topk <= 0 || M < 1 || M > G || E % G || E % nodes || (G % nodes && nodes % G))
+        return -1;
+    /* c chosen-able groups hold a node's experts, u of the node's experts in each */
+    int c = G % nodes == 0 ? G / nodes : 1;
+    double u = G % nodes == 0 ? (double)E / G : (double)E / nodes, pool = (double)M * E / G, hit = 0;
+    for (int x = 0; x <= c && x <= M; x++) { /* X hypergeometric: M of G groups drawn, c of them the node's */
+        if (M - x > G - c)
+            continue;
+        double pr = 1; /* C(c, x) C(G - c, M - x) / C(G, M) */
+        for (int i = 0; i < x; i++)
+            pr *= (double)(c - i) / (i + 1);
+        for (int i = 0; i < M - x; i++)
+            pr *= (double)(G - c - i) / (i + 1);
+        for (int i = 0; i < M; i++)
+            pr *= (double)(i + 1) / (G - i);
+        hit += pr * (1 - miss_all(pool, x * u, topk));
+    }
+    return (nodes - 1) * hit;
+}
+
 int64_t moe_deepep_ns(const commcost_params *p, int64_t tokens, int topk, int64_t h, int dtype_bytes, int num_experts,
                       const commcost_group *g)
+{
+    int k = g->ranks_per_node < 1 ? 1 : g->ranks_per_node;
+    int nodes = g->ranks / (k > g->ranks ? (g->ranks > 0 ? g->ranks : 1) : k);
+    return moe_deepep_remote_ns(p, tokens, topk, h, dtype_bytes, moe_deepep_remote_nodes(num_experts, topk, nodes), g);
+}
+
+int64_t moe_deepep_remote_ns(const commcost_params *p, int64_t tokens, int topk, int64_t h, int dtype_bytes,
+                             double remote_nodes, const commcost_group *g)
 {
     int n = g->ranks, k = g->ranks_per_node < 1 ? 1 : g->ranks_per_node;
     if (n <= 1 || tokens <= 0)
@@ -133,7 +164,7 @@ int64_t moe_deepep_ns(const commcost_params *p, int64_t tokens, int topk, int64_
     double row = (double)h * dtype_bytes;
     if (nodes == 1) /* DeepEP's intranode kernels: an NVLink all-to-all */
         return moe_a2a_ns(p, moe_a2a_send_bytes(tokens, topk, h, dtype_bytes, n), g);
-    double rdma = (double)tokens * row * moe_deepep_remote_nodes(num_experts, topk, nodes);
+    double rdma = (double)tokens * row * remote_nodes;
     double nvl = (double)tokens * topk * row * (k - 1) / k;
     double t_nv = p->nvlink_busbw_gbps > 0 ? nvl / p->nvlink_busbw_gbps : 0; /* GB/s = B/ns */
     double net = p->nic_gbps_per_gpu * commcost_net_factor(p, nodes);
@@ -358,7 +389,8 @@ void moe_layer_rank_params(const model_config *m, const moe_config *e, int tp, i
     int64_t nw = m->normalization == NORM_RMSNORM ? 1 : 2;
     int64_t norms = 2 * nw * m->hidden_size;
     out->expert = (int64_t)(e->num_experts / ep) * P.expert / etp;
-    out->dense = P.attention / t + norms + P.router + P.shared / t;
+    int64_t attn = e->mla ? mla_attn_rank_params(m, e, t) : P.attention / t; /* MLA: down-projections whole */
+    out->dense = attn + norms + P.router + P.shared / t;
     out->expert_dp = gpus / (p * etp * ep);
     out->dense_dp = gpus / (p * t);
 }

@@ -113,6 +113,33 @@ int64_t moe_a2a_ns(const commcost_params *p, int64_t send_bytes, const commcost_
 double moe_deepep_remote_nodes(int num_experts, int topk, int nodes);
 int64_t moe_deepep_ns(const commcost_params *p, int64_t tokens, int topk, int64_t h, int dtype_bytes, int num_experts,
                       const commcost_group *g);
+/* moe_deepep_ns with the remote nodes a token goes to given (what
+ * moe_deepep_ns computes with moe_deepep_remote_nodes). */
+int64_t moe_deepep_remote_ns(const commcost_params *p, int64_t tokens, int topk, int64_t h, int dtype_bytes,
+                             double remote_nodes, const commcost_group *g);
+
+/* Group-limited (node-limited) routing, --moe-router-num-groups G
+ * --moe-router-group-topk M (DeepSeek-V3 section 2.1.2; Megatron-core's
+ * group-limited top-k: the E experts split into G contiguous groups of E/G,
+ * each token keeps its M best groups and takes its top-k experts among their
+ * M E / G experts). The remote nodes a token goes to on average, the M
+ * groups drawn uniformly from the G and the k experts uniformly without
+ * replacement from the P = M E / G experts of those groups (balanced in
+ * expectation: every expert equally likely), the experts spread evenly over
+ * nodes nodes in Megatron's order (contiguous ranges):
+ *   (nodes - 1) sum_x P(X = x) (1 - C(P - x u, k) / C(P, k))
+ * where X, the chosen groups holding experts of one given node, is
+ * hypergeometric (M draws from G, c of them the node's): G a multiple of
+ * nodes: c = G / nodes whole groups per node, u = E / G experts each; nodes a
+ * multiple of G: c = 1 group (spanning nodes / G nodes), u = E / nodes of its
+ * experts on the node. M = G gives moe_deepep_remote_nodes. groups <= 0:
+ * moe_deepep_remote_nodes. 0 for one node; -1 (not modelled) when neither
+ * of G and nodes divides the other, or E is not a multiple of both, or M is
+ * outside 1..G. The alltoall dispatcher's volume is not changed by group
+ * limits: each of a token's k copies still goes to a uniformly random expert
+ * (by symmetry), so the same share of copies leaves the node
+ * (moe_a2a_send_bytes). */
+double moe_deepep_remote_nodes_grouped(int num_experts, int topk, int nodes, int groups, int group_topk);
 
 /* Nodes one expert-parallel group spans. Megatron-core folds expert ranks
  * tp-ep-dp-pp innermost first (etp, then ep): a group is ep ranks at a
@@ -179,7 +206,7 @@ int moe_block_ops(const layer_shape *L, const moe_config *e, double load_factor,
  * ranks). */
 typedef struct {
     int64_t expert; /* routed experts on this rank: E / ep experts, each / etp */
-    int64_t dense;  /* attention / t, norms, router (replicated), shared experts / t */
+    int64_t dense;  /* attention / t (MLA: mla_attn_rank_params), norms, router (replicated), shared experts / t */
     int expert_dp;  /* ranks the expert gradients are reduced over: edp = gpus / (pp x etp x ep) */
     int dense_dp;   /* ranks the dense gradients are reduced over: d */
 } moe_rank_params;
