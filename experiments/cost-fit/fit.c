@@ -65,7 +65,8 @@ static double layer_worst(void)
                          false,
                          FP8_FORMAT_NONE,
                          FP8_RECIPE_DELAYED,
-                         false};
+                         false,
+                         {0}};
         layer_ops o;
         double f, b;
         layer_ops_build(&L, LAYER_PASS_F, &o, NULL);
