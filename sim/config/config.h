@@ -205,6 +205,7 @@ typedef struct {
     int mla_qk_head_dim;         /* --qk-head-dim (the non-rotary part of a query/key head) */
     int mla_qk_pos_emb_head_dim; /* --qk-pos-emb-head-dim (the rotary part) */
     int mla_v_head_dim;          /* --v-head-dim */
+    int mtp_num_layers;          /* --mtp-num-layers: multi-token prediction depths (0 = none; mtp.h) */
 } moe_config;
 
 typedef struct {

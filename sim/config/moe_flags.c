@@ -36,7 +36,7 @@ int moe_flags_register(moe_flags_state *s, opt_table *t, config *c, ts_err *err)
     moe_config *e = &c->moe;
     memset(s, 0, sizeof *s);
     moe_config_defaults(e);
-    if ((rc = opt_section(t, "Mixture of experts (alltoall dispatcher, ETP 1) and multi-latent attention (refused)",
+    if ((rc = opt_section(t, "Mixture of experts (alltoall dispatcher, ETP 1), multi-latent attention, multi-token prediction",
                           err)))
         return rc;
     ADD(.name = "--num-experts", .type = OPT_INT, .target = &e->num_experts, .min = 1, .max = 1 << 20,
@@ -95,6 +95,10 @@ int moe_flags_register(moe_flags_state *s, opt_table *t, config *c, ts_err *err)
         .max = 1 << 20, .unit = "elements", .defval = "64", .help = "MLA: rotary query/key head size");
     ADD(.name = "--v-head-dim", .type = OPT_INT, .target = &e->mla_v_head_dim, .min = 1, .max = 1 << 20,
         .unit = "elements", .defval = "128", .help = "MLA: value head size");
+    ADD(.name = "--mtp-num-layers", .type = OPT_INT, .target = &e->mtp_num_layers, .min = 1, .max = 1 << 10,
+        .unit = "layers", .defval = "none",
+        .help = "multi-token prediction depths on the last pipeline stage (DeepSeek-V3; one layer of the last "
+                "layer's type, an eh projection and the output layer each)");
     return TS_OK;
 }
 
@@ -121,6 +125,7 @@ void moe_flags_take(const moe_flags_state *s, const opt_table *t, const moe_conf
     MOE_TAKE("--qk-head-dim", mla_qk_head_dim);
     MOE_TAKE("--qk-pos-emb-head-dim", mla_qk_pos_emb_head_dim);
     MOE_TAKE("--v-head-dim", mla_v_head_dim);
+    MOE_TAKE("--mtp-num-layers", mtp_num_layers);
 #undef MOE_TAKE
     if (!s->layer_freq) {
         e->layer_freq = base->layer_freq > 0 ? base->layer_freq : 1;
@@ -282,6 +287,9 @@ int moe_flags_finish(const moe_flags_state *s, const opt_table *t, config *c, ts
     int rc;
     if ((rc = check_mla(e, t, err)))
         return rc;
+    if (e->mtp_num_layers > 0 && (c->par.torch_fsdp2 || c->par.megatron_fsdp))
+        return err_set(err, TS_EINVAL, "--mtp-num-layers with %s: not modelled together (remove one)",
+                       c->par.torch_fsdp2 ? "--use-torch-fsdp2" : "--use-megatron-fsdp");
     if (e->num_experts == 0) {
         static const char *const NEED[] = {"--moe-router-topk",
                                            "--moe-ffn-hidden-size",

@@ -13,6 +13,7 @@
 #include "sim/model/layer.h"
 #include "sim/model/mla.h"
 #include "sim/model/moe.h"
+#include "sim/model/mtp.h"
 #include "sim/util/grow.h"
 
 /* Megatron-LM's default gradient bucket with --overlap-grad-reduce:
@@ -232,6 +233,10 @@ typedef struct {
     int64_t params_layer; /* per TP rank */
     int64_t bucket_params;
     int64_t cp_tf, cp_tb; /* context parallelism's transient buffers of a layer's forward / backward (cp.h) */
+    int mtp;              /* --mtp-num-layers depths on the last stage (mtp.h), 0 = none */
+    layer_ops mtp_f, mtp_b, mtp_i, mtp_w; /* one depth's ops besides its layer and output layer */
+    plan_layer_mem m_mtp;
+    int64_t mtp_params; /* one depth's parameters besides its layer's, per TP rank */
 } model_ops;
 
 /* --no-async-tensor-model-parallel-allreduce: a weight-gradient GEMM that
@@ -290,6 +295,17 @@ static int model_ops_build(const config *c, int gpn, const commcost_params *cc, 
         return rc;
     if ((rc = plan_moe_build(c, &mo->rc, gpn, cc, &mo->moe, err)))
         return rc;
+    if ((mo->mtp = c->moe.mtp_num_layers) > 0) {
+        if ((rc = mtp_ops(&mo->rc, LAYER_PASS_F, &mo->mtp_f, err)) ||
+            (rc = mtp_ops(&mo->rc, LAYER_PASS_B, &mo->mtp_b, err)) ||
+            (rc = mtp_ops(&mo->rc, LAYER_PASS_I, &mo->mtp_i, err)) ||
+            (rc = mtp_ops(&mo->rc, LAYER_PASS_W, &mo->mtp_w, err)))
+            return rc;
+        if (c->par.sync_tp_allreduce)
+            sync_tp_allreduce(&mo->mtp_b);
+        mo->m_mtp.kept = mtp_saved_bytes(&mo->rc, &mo->m_mtp.free_i, &mo->m_mtp.free_w);
+        mo->mtp_params = mtp_depth_rank_params(&c->model, c->par.tp);
+    }
     mo->cp_tf = cp_transient_bytes(&mo->rc, false);
     mo->cp_tb = cp_transient_bytes(&mo->rc, true);
     mo->params_layer = flops_params_stage(&c->model, c->par.tp, 1, 0, 0) +
@@ -358,6 +374,23 @@ static layer_kind kind_of(const model_ops *mo, const rc_layout *L, int l)
                         &mo->ni, &mo->nw, &mo->m_rc, &mo->m_none, mo->params_layer, 0};
 }
 
+/* The kind of an MTP depth's layer: the decoder's last layer's (mtp.h). */
+static layer_kind mtp_kind(const model_ops *mo)
+{
+    rc_layout last = {1, 1, 0, mo->c->model.num_layers - 1};
+    return kind_of(mo, &last, 0);
+}
+
+/* The word embedding's copy an MTP stage holds for its lookups: untied
+ * embeddings, the last stage not the first (mtp.h). */
+static int64_t mtp_embedding_params(const model_ops *mo, bool first)
+{
+    const model_config *m = &mo->c->model;
+    if (!mo->mtp || first || !m->untie_embeddings)
+        return 0;
+    return (int64_t)m->padded_vocab_size * m->hidden_size / (mo->c->par.tp > 0 ? mo->c->par.tp : 1);
+}
+
 /* Backward-like pass over a stage: kind = PLAN_PASS_B, _I or _W. With
  * bucket_params (B and W), the parameters of each gradient bucket closed in
  * it are stored there and their count in *n_buckets. */
@@ -375,6 +408,21 @@ static int build_bwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
 #define FREE_OF(m) (kind == PLAN_PASS_B ? (m).free_i + (m).free_w : kind == PLAN_PASS_I ? (m).free_i : (m).free_w)
     if (last)
         rc = pb_add(b, o_out, PLAN_CAT_BWD, 0, FREE_OF(mo->m_out));
+    if (last && mo->mtp) { /* the MTP depths, last first: output layer, layer (not recomputed), own ops */
+        layer_kind K = mtp_kind(mo);
+        const layer_ops *o_lay = kind == PLAN_PASS_B ? K.nb : kind == PLAN_PASS_I ? K.ni : K.nw;
+        const layer_ops *o_mtp = kind == PLAN_PASS_B ? &mo->mtp_b : kind == PLAN_PASS_I ? &mo->mtp_i : &mo->mtp_w;
+        int64_t tb = kind == PLAN_PASS_W ? 0 : mo->cp_tb;
+        acc += mtp_embedding_params(mo, first);
+        for (int k = 0; k < mo->mtp && rc == TS_OK; k++) {
+            if ((rc = pb_add(b, o_out, PLAN_CAT_BWD, 0, FREE_OF(mo->m_out))) ||
+                (rc = pb_add_layer(b, o_lay, PLAN_CAT_BWD, tb, FREE_OF(*K.m_none) + tb)) ||
+                (rc = pb_add(b, o_mtp, PLAN_CAT_BWD, 0, FREE_OF(mo->m_mtp))))
+                break;
+            acc += K.params + mo->mtp_params;
+            acc_e += K.expert_params;
+        }
+    }
     for (int hi = L->n; hi > 0 && rc == TS_OK;) {
         bool recomputed = hi <= L->n_rc;
         /* recompute groups are aligned from the stage's first layer (as F keeps them) */
@@ -434,6 +482,13 @@ static int build_fwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
         else /* full uniform: only a group's first layer keeps its input */
             kept = (l % L->group == 0) ? K.m_rc->kept : 0;
         rc = pb_add_layer(b, K.f, PLAN_CAT_FWD, kept + mo->cp_tf, mo->cp_tf);
+    }
+    if (last && mo->mtp) { /* the MTP depths (mtp.h): own ops, one layer, the shared output layer */
+        layer_kind K = mtp_kind(mo);
+        for (int k = 0; k < mo->mtp && rc == TS_OK; k++)
+            if ((rc = pb_add(b, &mo->mtp_f, PLAN_CAT_FWD, mo->m_mtp.kept, 0)) == TS_OK &&
+                (rc = pb_add_layer(b, K.f, PLAN_CAT_FWD, K.m_none->kept + mo->cp_tf, mo->cp_tf)) == TS_OK)
+                rc = pb_add(b, &mo->of, PLAN_CAT_FWD, mo->m_out.kept, 0);
     }
     if (last && rc == TS_OK)
         rc = pb_add(b, &mo->of, PLAN_CAT_FWD, mo->m_out.kept, 0);
@@ -582,6 +637,11 @@ static int build_stage_passes(plan *pl, const plan_env *E, pass_builder *b, cons
         layer_kind K = kind_of(mo, &L, l);
         S_->params += K.params - mo->params_layer;
         S_->expert_params += K.expert_params;
+    }
+    if (last && mo->mtp) { /* the MTP depths' parameters: their layers, own weights, the embedding's copy */
+        layer_kind K = mtp_kind(mo);
+        S_->params += mo->mtp * (K.params + mo->mtp_params) + mtp_embedding_params(mo, first);
+        S_->expert_params += mo->mtp * K.expert_params;
     }
     bool with_buckets = E->d > 1 && (c->par.overlap_grad_reduce || E->fsdp);
     int nb_b = 0, nb_w = 0;

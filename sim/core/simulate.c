@@ -14,6 +14,7 @@
 #include "sim/model/flops.h"
 #include "sim/model/mla.h"
 #include "sim/model/moe.h"
+#include "sim/model/mtp.h"
 #include "sim/sched/sched_generate.h"
 
 /* Engine hooks (called only for tasks that allocate or free memory): the
@@ -208,6 +209,9 @@ static void summarize(const config *c, const simulate_opts *o, const engine *e, 
     }
     R->model_flops += mla_model_flops_delta(M, &c->moe, R->B, false); /* MLA's attention (mla.h) */
     R->model_flops_causal += mla_model_flops_delta(M, &c->moe, R->B, true);
+    /* multi-token prediction's depths (mtp.h), as Megatron-LM counts them */
+    R->model_flops += mtp_model_flops_per_iter(M, &c->moe, c->moe.mtp_num_layers, R->B, false);
+    R->model_flops_causal += mtp_model_flops_per_iter(M, &c->moe, c->moe.mtp_num_layers, R->B, true);
     R->megatron_flops =
         flops_closed_full_recompute(R->B, M->seq_length, M->num_layers, M->hidden_size, M->padded_vocab_size);
     R->peak_tflops = peak_tflops_of(c);
