@@ -134,9 +134,7 @@ int layer_shape_from_config(const config *c, layer_shape *out, ts_err *err)
     L.rc_modules = c->par.recompute_modules;
     L.fp8 = c->model.fp8_format;
     L.fp8_recipe = c->model.fp8_recipe;
-    mla_shape_from_config(&c->moe, &L);
-    if (L.mla.on)
-        L.g = L.a; /* MLA: a key and a value per head */
+    mla_shape_from_config(&c->moe, &L); /* MLA: a key and a value per head (mla_shape_check: g = a) */
     int cp = config_cp(c);
     if (cp > 1) { /* the rank's s/cp tokens (config_resolve checked seq % 2cp) */
         L.s = c->model.seq_length / cp;

@@ -38,7 +38,7 @@ moe "--moe-token-dispatcher-type: " --moe-token-dispatcher-type a2a
 expect_error 2 "--expert-model-parallel-size 2 needs --num-experts" $T simulate $M --expert-model-parallel-size 2
 expect_error 2 "--moe-router-topk needs --num-experts" $T simulate $M --moe-router-topk 2
 expect_error 2 "--q-lora-rank needs --multi-latent-attention" $T simulate $M --q-lora-rank 1536
-expect_error 2 "--multi-latent-attention: not modelled" $T simulate $M --multi-latent-attention
+expect_error 2 "MLA has no grouped-query attention" $T simulate $M --multi-latent-attention
 # valid layouts the simulator does not model: exit 2 naming the flag
 A="--moe-token-dispatcher-type alltoall"
 moe "--moe-token-dispatcher-type allgather: not modelled (the MoE block is simulated with the alltoall dispatcher" \
@@ -53,9 +53,6 @@ moe "--context-parallel-size 2 with --num-experts: not modelled together" --cont
 moe "--use-torch-fsdp2 with --num-experts: not modelled" --use-torch-fsdp2 $A
 moe "--overlap-moe-expert-parallel-comm" --overlap-moe-expert-parallel-comm $A
 moe "--moe-routing-skew" --moe-routing-skew -1 $A
-expect_error 2 "--multi-latent-attention: not modelled" $T simulate --model deepseek-v3 --gpu H100-SXM5-80GB
-expect_error 2 "--moe-router-num-groups 2: not modelled" $T simulate $M $A --num-experts 8 --moe-router-num-groups 2 \
-    --moe-router-group-topk 1
 expect_output "deepseek-v3" $T config --model deepseek-v3
 expect_error 2 "a mixture of experts is not modelled by search" $T search --model qwen3-30b-a3b
 expect_error 2 "--moe-routing-skew needs --num-experts" $T simulate $M --moe-routing-skew 0.5
