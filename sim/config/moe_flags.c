@@ -36,8 +36,9 @@ int moe_flags_register(moe_flags_state *s, opt_table *t, config *c, ts_err *err)
     moe_config *e = &c->moe;
     memset(s, 0, sizeof *s);
     moe_config_defaults(e);
-    if ((rc = opt_section(t, "Mixture of experts (alltoall dispatcher, ETP 1), multi-latent attention, multi-token prediction",
-                          err)))
+    if ((rc = opt_section(
+             t, "Mixture of experts (alltoall dispatcher, ETP 1), multi-latent attention, multi-token prediction",
+             err)))
         return rc;
     ADD(.name = "--num-experts", .type = OPT_INT, .target = &e->num_experts, .min = 1, .max = 1 << 20,
         .unit = "experts", .defval = "none (dense)", .help = "routed experts per MoE layer");

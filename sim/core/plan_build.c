@@ -308,8 +308,8 @@ static int model_ops_build(const config *c, int gpn, const commcost_params *cc, 
     }
     mo->cp_tf = cp_transient_bytes(&mo->rc, false);
     mo->cp_tb = cp_transient_bytes(&mo->rc, true);
-    mo->params_layer = flops_params_stage(&c->model, c->par.tp, 1, 0, 0) +
-                       mla_layer_params_delta(&c->model, &c->moe, c->par.tp);
+    mo->params_layer =
+        flops_params_stage(&c->model, c->par.tp, 1, 0, 0) + mla_layer_params_delta(&c->model, &c->moe, c->par.tp);
     mo->bucket_params = PLAN_BUCKET_MIN_PARAMS;
     if (PLAN_BUCKET_PARAMS_PER_DP * c->par.dp > mo->bucket_params)
         mo->bucket_params = PLAN_BUCKET_PARAMS_PER_DP * c->par.dp;

@@ -155,8 +155,8 @@ int plan_moe_build(const config *c, const layer_shape *rc_shape, int gpn, const 
     int64_t T = L.b * L.s / (L.sp && L.t > 1 ? L.t : 1);
     if (e->dispatcher == MOE_DISPATCH_FLEX && e->enable_deepep) {
         int nodes = mo->ep_group.ranks / mo->ep_group.ranks_per_node;
-        double remote = moe_deepep_remote_nodes_grouped(e->num_experts, e->topk, nodes, e->router_num_groups,
-                                                        e->router_group_topk);
+        double remote =
+            moe_deepep_remote_nodes_grouped(e->num_experts, e->topk, nodes, e->router_num_groups, e->router_group_topk);
         if (remote < 0)
             return err_set(err, TS_EINVAL,
                            "--moe-router-num-groups %d with DeepEP over %d nodes: not modelled (group-limited routing "

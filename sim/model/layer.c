@@ -4,7 +4,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "sim/model/mla.h"
+#include "sim/model/layer_impl.h"
 #include "sim/util/ckd.h"
 
 /* ---------------------------------------------------------------- shape */
@@ -59,7 +59,7 @@ int layer_shape_check(const layer_shape *L, ts_err *err)
                        "layer shape: recompute modules 0x%x: only core_attn, mlp, layernorm, moe_act and (with "
                        "multi-latent attention) mla_up_proj are modelled (moe and shared_experts are not)",
                        L->rc_modules);
-    int rc = mla_shape_check(L, err);
+    int rc = layer_mla_check(L, err);
     if (rc != TS_OK)
         return rc;
     if (L->cp > 1) {
@@ -134,7 +134,7 @@ int layer_shape_from_config(const config *c, layer_shape *out, ts_err *err)
     L.rc_modules = c->par.recompute_modules;
     L.fp8 = c->model.fp8_format;
     L.fp8_recipe = c->model.fp8_recipe;
-    mla_shape_from_config(&c->moe, &L); /* MLA: a key and a value per head (mla_shape_check: g = a) */
+    layer_mla_from_config(&c->moe, &L); /* MLA: a key and a value per head (layer_mla_check: g = a) */
     int cp = config_cp(c);
     if (cp > 1) { /* the rank's s/cp tokens (config_resolve checked seq % 2cp) */
         L.s = c->model.seq_length / cp;
@@ -322,7 +322,7 @@ static void selective_fwd(const layer_shape *L, const dims *D, layer_ops *o)
     if (mods & CONFIG_RC_LAYERNORM)
         layer_ops_mem(o, "ln1", 2 * E * D->dt);
     if (L->mla.on && (mods & CONFIG_RC_MLA_UP_PROJ))
-        mla_up_fwd(L, o);
+        layer_mla_up_fwd(L, o);
     if (mods & CONFIG_RC_CORE_ATTN)
         attn_core_fwd(L, D, o);
     if (mods & CONFIG_RC_LAYERNORM)
@@ -337,7 +337,7 @@ static void layer_fwd(const layer_shape *L, const dims *D, layer_ops *o)
     int64_t mask = L->no_hidden_dropout ? 0 : 1; /* the dropout mask's byte per element */
     layer_ops_mem(o, "ln1", 2 * E * D->dt);
     if (L->mla.on) {
-        mla_qkv_fwd(L, o);
+        layer_mla_qkv_fwd(L, o);
     } else {
         if (L->sp && D->comm)
             comm(o, "ln1.ag", COMM_ALL_GATHER, D->S, L->t);
@@ -423,7 +423,7 @@ static void layer_bwd(const layer_shape *L, const dims *D, layer_ops *o, bool dg
             deps(o, proj, fc1, -1);
         }
         if (L->mla.on) {
-            mla_qkv_bwd(L, o, false, true);
+            layer_mla_qkv_bwd(L, o, false, true);
             return;
         }
         if (regather)
@@ -476,7 +476,7 @@ static void layer_bwd(const layer_shape *L, const dims *D, layer_ops *o, bool dg
         layer_ops_gemm(o, "attn.qk.dgrad_k", L->s, D->dqk, L->s, bh);
     }
     if (L->mla.on) { /* the down-projections' input gradients end the block: no collective to join */
-        mla_qkv_bwd(L, o, true, whole);
+        layer_mla_qkv_bwd(L, o, true, whole);
         layer_ops_mem(o, "ln1.bwd", 4 * E * D->dt);
         return;
     }
@@ -795,8 +795,8 @@ int layer_saved_build(const layer_shape *L, layer_saved_list *out, ts_err *err)
     save(out, "qkv.in", E * wt, NORM, W, r, m, false);
     unsigned UP = L->mla.on ? CONFIG_RC_MLA_UP_PROJ : 0; /* q, k, v: re-created by mla_up_proj */
     if (L->mla.on) {
-        mla_saved_bytes ms;
-        mla_saved_of(L, &ms);
+        layer_mla_saved_bytes ms;
+        layer_mla_saved(L, &ms);
         if (ms.q_down_out > 0) {
             save(out, "mla.q_norm.in", ms.q_down_out, 0, I, r, m, false);
             save(out, "mla.q_up.in", ms.q_up_in, 0, W, r, m, false);

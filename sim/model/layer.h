@@ -90,7 +90,8 @@
 #include "sim/model/commcost.h"
 #include "sim/util/err.h"
 
-/* Multi-latent attention's sizes (mla.h; on = false: standard attention). */
+/* Multi-latent attention's sizes (mla.h; on = false: standard attention;
+ * its ops are built in layer_mla.c). */
 typedef struct {
     bool on;
     int64_t q_lora;  /* --q-lora-rank (0: queries not compressed) */
@@ -143,7 +144,7 @@ typedef struct {
     bool no_mlp;
     /* Multi-latent attention (mla.h): with mla.on the QKV GEMM (and its SP
      * all-gather) is replaced by MLA's down- and up-projections
-     * (mla_qkv_fwd / mla_qkv_bwd), g = a, the attention core's scores have
+     * (layer_mla.c), g = a, the attention core's scores have
      * heads of d_qk + d_rope and its values (and the projection's input
      * columns) d_v; --recompute-modules mla_up_proj (CONFIG_RC_MLA_UP_PROJ)
      * re-runs the up-projections and rope and drops q, k, v. */

@@ -40,7 +40,6 @@
 #include <stdint.h>
 
 #include "sim/config/config.h"
-#include "sim/model/layer.h"
 
 /* Parameters of one MLA attention block (all tensor-parallel ranks
  * together): the q path (q_l > 0: h q_l + q_l (norm) + q_l a (d_qk + d_r);
@@ -75,55 +74,5 @@ double mla_core_fwd_flops_per_seq(const model_config *m, const moe_config *e, bo
  * sequence - dense attention forward per sequence), the attention cores in
  * the full (causal = false) or causal convention. 0 when !e->mla. */
 double mla_model_flops_delta(const model_config *m, const moe_config *e, int64_t global_batch, bool causal);
-
-/* The layer shape's MLA fields from e (L->mla.on = e->mla). */
-void mla_shape_from_config(const moe_config *e, layer_shape *L);
-
-/* TS_EINVAL naming the flag when an MLA shape is out of range (every size
- * >= 1 but q_lora >= 0), or combined with what the MLA ops do not model:
- * context parallelism, FP8. OK when !L->mla.on. */
-int mla_shape_check(const layer_shape *L, ts_err *err);
-
-/* Ops (layer.h's conventions; T = b s tokens, Tl = T / t with sequence
- * parallelism, else T; at = a / t heads; q' = d_qk + d_r; dt bytes):
- *
- * mla_qkv_fwd: what replaces [SP all-gather] + QKV of the dense forward:
- *   mla.q_down (Tl x q_l x h), mla.q_norm (2 Tl q_l dt), [SP: mla.q_up.ag,
- *   T q_l dt], mla.q_up (T x at q' x q_l)  — or, q_l = 0, [SP: mla.q.ag,
- *   T h dt] mla.q_proj (T x at q' x h);
- *   mla.kv_down (Tl x (kv_l + d_r) x h), mla.kv_norm (2 Tl kv_l dt),
- *   [SP: mla.kv_up.ag, T (kv_l + d_r) dt], mla.kv_up (T x at (d_qk + d_v)
- *   x kv_l); mla.rope (rotary embedding and the q, k concatenation: read
- *   q and k's parts, write q and k: (2 T at q' + T at d_qk + T d_r +
- *   T at q') dt).
- * mla_up_fwd: what --recompute-modules mla_up_proj re-runs in the R pass:
- *   the up-projections with their all-gathers and mla.rope (q_l = 0: the
- *   q projection instead of q_up).
- * mla_qkv_bwd: the backward of mla_qkv_fwd, in reverse: mla.rope.bwd; per
- *   up-projection (kv, then q) its input-gradient GEMM, the input-gradient
- *   collective (t > 1: SP reduce-scatter, else all-reduce, of T x width)
- *   overlapped with the weight-gradient GEMM (with SP the saved sharded
- *   input re-gathered alongside the input-gradient GEMM), the norm's
- *   backward (4 Tl width dt), the down-projection's input and weight
- *   gradients (Tl rows). dgrad only (pass I): no weight gradients and no
- *   re-gathers; wgrad only (pass W): the weight-gradient GEMMs, each
- *   up-projection's after its re-gather (SP). The caller guarantees room
- *   for MLA_MAX_OPS ops. */
-#define MLA_MAX_OPS 24
-void mla_qkv_fwd(const layer_shape *L, layer_ops *o);
-void mla_up_fwd(const layer_shape *L, layer_ops *o);
-void mla_qkv_bwd(const layer_shape *L, layer_ops *o, bool dgrad, bool wgrad);
-
-/* Bytes of the tensors MLA saves besides the dense layer's (one
- * micro-batch, one rank): the q and kv down-projections' outputs (their
- * norms' inputs, freed by the input-gradient backward: Tl q_l dt, Tl
- * (kv_l + d_r) dt) and the norms' outputs (the up-projections' inputs,
- * needed by their weight gradients only: Tl q_l dt, Tl kv_l dt; SP keeps
- * them sharded and re-gathers). q_l = 0: the q terms are 0 (the q
- * projection reads the layer's normed input, saved by the dense layer). */
-typedef struct {
-    int64_t q_down_out, q_up_in, kv_down_out, kv_up_in;
-} mla_saved_bytes;
-void mla_saved_of(const layer_shape *L, mla_saved_bytes *out);
 
 #endif

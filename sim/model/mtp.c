@@ -24,8 +24,7 @@ static int add_embedding(const layer_shape *L, layer_pass pass, layer_ops *out, 
         return rc;
     int off = out->n;
     if (off + e.n > LAYER_MAX_OPS)
-        return err_set(err, TS_EINVAL, "mtp_ops: %d + %d ops are more than LAYER_MAX_OPS %d", off, e.n,
-                       LAYER_MAX_OPS);
+        return err_set(err, TS_EINVAL, "mtp_ops: %d + %d ops are more than LAYER_MAX_OPS %d", off, e.n, LAYER_MAX_OPS);
     for (int i = 0; i < e.n; i++) {
         layer_op op = e.op[i];
         for (int k = 0; k < 2; k++)
@@ -73,8 +72,7 @@ int mtp_ops(const layer_shape *L, layer_pass pass, layer_ops *out, ts_err *err)
         out->op[dg].dep[0] = prev;
         out->op[dg].overlap = ag;
         if (t > 1) {
-            c = tp_comm(out, sp ? "mtp.eh.rs" : "mtp.eh.ar", sp ? COMM_REDUCE_SCATTER : COMM_ALL_REDUCE, 2 * S,
-                        L->t);
+            c = tp_comm(out, sp ? "mtp.eh.rs" : "mtp.eh.ar", sp ? COMM_REDUCE_SCATTER : COMM_ALL_REDUCE, 2 * S, L->t);
             out->op[c].dep[0] = dg;
         }
         int last = dg;

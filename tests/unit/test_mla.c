@@ -29,9 +29,9 @@ static void fini(void)
  * RMSNorm, a dense SwiGLU MLP, 4 layers. */
 #define DSV3_SHAPE                                                                                                     \
     "--num-layers", "4", "--hidden-size", "7168", "--num-attention-heads", "128", "--ffn-hidden-size", "18432",        \
-        "--swiglu", "--disable-bias-linear", "--normalization", "RMSNorm", "--position-embedding-type", "rope",         \
+        "--swiglu", "--disable-bias-linear", "--normalization", "RMSNorm", "--position-embedding-type", "rope",        \
         "--untie-embeddings-and-output-weights", "--seq-length", "4096", "--micro-batch-size", "1", "--bf16", "--gpu", \
-        "H100-SXM5-80GB", "--multi-latent-attention", "--kv-lora-rank", "512", "--qk-head-dim", "128",                  \
+        "H100-SXM5-80GB", "--multi-latent-attention", "--kv-lora-rank", "512", "--qk-head-dim", "128",                 \
         "--qk-pos-emb-head-dim", "64", "--v-head-dim", "128"
 #define DSV3_4 DSV3_SHAPE, "--global-batch-size", "16"
 
@@ -50,6 +50,15 @@ static double flops_of(const layer_ops *o, const char *prefix)
         if (strncmp(o->op[i].name, prefix, strlen(prefix)) == 0)
             f += o->op[i].flops;
     return f;
+}
+
+/* Bytes of the saved tensor name kept after the forward (0: absent or re-created). */
+static int64_t saved(const layer_saved_list *l, const char *name)
+{
+    for (int i = 0; i < l->n; i++)
+        if (strcmp(l->t[i].name, name) == 0)
+            return l->t[i].kept_after_f ? l->t[i].bytes : 0;
+    return 0;
 }
 
 static const layer_op *find(const layer_ops *o, const char *name)
@@ -115,17 +124,16 @@ Test(mla, megatron_flop_count, .fini = fini)
 {
     cr_assert_eq(flags_run(DSV3_4, "--q-lora-rank", "1536", "--gpus", "1", NULL), TS_OK, "%s", E.msg);
     double s = 4096, h = 7168, a = 128, ql = 1536, kvl = 512, q = 192, dqk = 128, dv = 128, dr = 64, B = 16, l = 4;
-    double meg = 6 * l *
-                 (ql * (h + a * q + 1) + kvl * (h + a * (dqk + dv) + 1) + h * dr + a * dv * h + s * a * q / 2 +
-                  s * a * dv / 2);
+    double meg =
+        6 * l *
+        (ql * (h + a * q + 1) + kvl * (h + a * (dqk + dv) + 1) + h * dr + a * dv * h + s * a * q / 2 + s * a * dv / 2);
     double norms = 6 * l * (ql + kvl);
     /* our attention per token: the causal model count less the dense attention of the same config */
     double dense_attn_causal = (flops_model_per_iter_causal(&C.model, 1) - 3 * l * 2 * s * 3 * h * 18432 -
                                 3 * 2 * s * h * (double)C.model.padded_vocab_size) /
                                s;
     double ours = dense_attn_causal + mla_model_flops_delta(&C.model, &C.moe, 1, true) / s;
-    cr_assert_float_eq(ours, meg - norms, 1e-9 * meg, "ours %.6e, Megatron's less the norms %.6e", ours,
-                       meg - norms);
+    cr_assert_float_eq(ours, meg - norms, 1e-9 * meg, "ours %.6e, Megatron's less the norms %.6e", ours, meg - norms);
     (void)B;
 }
 
@@ -151,9 +159,10 @@ Test(mla, no_query_compression, .fini = fini)
                        1e-6);
     cr_assert_eq(layer_ops_build(&L, LAYER_PASS_B, &b, &E), TS_OK, "%s", E.msg);
     cr_assert_float_eq(flops_of(&b, "mla."), 2 * flops_of(&f, "mla."), 1e-6);
-    mla_saved_bytes ms;
-    mla_saved_of(&L, &ms);
-    cr_assert_eq(ms.q_down_out + ms.q_up_in, 0);
+    layer_saved_list sl;
+    cr_assert_eq(layer_saved_build(&L, &sl, &E), TS_OK);
+    cr_assert_eq(saved(&sl, "mla.q_norm.in") + saved(&sl, "mla.q_up.in"), 0);
+    cr_assert_eq(saved(&sl, "mla.kv_norm.in"), 4096LL * 576 * 2);
 }
 
 /* Tensor parallelism as Megatron-core splits MLA: the up-projections and the
@@ -169,8 +178,8 @@ Test(mla, tensor_parallel_split, .fini = fini)
     layer_shape L1 = shape_of();
     layer_ops f1;
     cr_assert_eq(layer_ops_build(&L1, LAYER_PASS_F, &f1, &E), TS_OK);
-    double up1 = flops_of(&f1, "mla.q_up") + flops_of(&f1, "mla.kv_up"), down1 = flops_of(&f1, "mla.q_down") +
-                                                                                flops_of(&f1, "mla.kv_down");
+    double up1 = flops_of(&f1, "mla.q_up") + flops_of(&f1, "mla.kv_up"),
+           down1 = flops_of(&f1, "mla.q_down") + flops_of(&f1, "mla.kv_down");
     int64_t whole = 7168LL * 1536 + 1536 + 7168LL * 576 + 512, all = mla_attn_params(&C.model, &C.moe);
     const int ts[3] = {2, 4, 8};
     for (int k = 0; k < 3; k++) {
@@ -229,20 +238,21 @@ Test(mla, saved_and_up_proj_recompute, .fini = fini)
     int64_t Tk = 4096, at = 128, lse = 4 * at * Tk;
     int64_t qkv = Tk * at * (192 + 192 + 128) * 2;
     cr_expect_eq(layer_saved_kept_bytes(&ln) - layer_saved_kept_bytes(&lr), qkv + lse);
-    mla_saved_bytes ms;
-    mla_saved_of(&L, &ms);
-    cr_expect_eq(ms.q_down_out, Tk * 1536 * 2);
-    cr_expect_eq(ms.kv_down_out, Tk * 576 * 2);
-    cr_expect_eq(ms.kv_up_in, Tk * 512 * 2);
+    cr_expect_eq(saved(&lr, "mla.q_norm.in"), Tk * 1536 * 2);
+    cr_expect_eq(saved(&lr, "mla.q_up.in"), Tk * 1536 * 2);
+    cr_expect_eq(saved(&lr, "mla.kv_norm.in"), Tk * 576 * 2);
+    cr_expect_eq(saved(&lr, "mla.kv_up.in"), Tk * 512 * 2);
+    cr_expect_eq(saved(&lr, "attn.k"), 0, "k re-created by mla_up_proj"); /* not kept */
+    cr_expect_eq(saved(&ln, "attn.k"), Tk * at * 192 * 2);
     layer_ops r, f;
     cr_assert_eq(layer_ops_build(&L, LAYER_PASS_R, &r, &E), TS_OK);
     cr_assert_eq(layer_ops_build(&L, LAYER_PASS_F, &f, &E), TS_OK);
     cr_expect_float_eq(flops_of(&r, "mla."), flops_of(&f, "mla.q_up") + flops_of(&f, "mla.kv_up"), 1.0);
     cr_expect_not_null(find(&r, "mla.rope"));
     /* without MLA the module is refused */
-    cr_assert_neq(flags_run("--num-layers", "2", "--hidden-size", "1024", "--num-attention-heads", "16",
-                            "--seq-length", "1024", "--micro-batch-size", "1", "--global-batch-size", "8", "--gpus",
-                            "1", "--recompute-granularity", "selective", "--recompute-modules", "mla_up_proj", NULL),
+    cr_assert_neq(flags_run("--num-layers", "2", "--hidden-size", "1024", "--num-attention-heads", "16", "--seq-length",
+                            "1024", "--micro-batch-size", "1", "--global-batch-size", "8", "--gpus", "1",
+                            "--recompute-granularity", "selective", "--recompute-modules", "mla_up_proj", NULL),
                   TS_OK);
     cr_expect(strstr(E.msg, "mla_up_proj with --multi-latent-attention"), "%s", E.msg);
 }
@@ -302,10 +312,31 @@ static void mtp_case(const char *const *flags, int n, double *hw, double *model)
 
 Test(mtp, adds_exactly_its_depths_flops, .fini = fini)
 {
-    const char *dense[] = {"--num-layers", "4", "--hidden-size", "1024", "--num-attention-heads", "16",
-                           "--seq-length", "1024", "--micro-batch-size", "1", "--global-batch-size", "8",
-                           "--gpus", "4", "-p", "2", "-t", "2", "--bf16", "--gpu", "H100-SXM5-80GB",
-                           "--attention-backend", "unfused", "--mtp-num-layers", "2"};
+    const char *dense[] = {"--num-layers",
+                           "4",
+                           "--hidden-size",
+                           "1024",
+                           "--num-attention-heads",
+                           "16",
+                           "--seq-length",
+                           "1024",
+                           "--micro-batch-size",
+                           "1",
+                           "--global-batch-size",
+                           "8",
+                           "--gpus",
+                           "4",
+                           "-p",
+                           "2",
+                           "-t",
+                           "2",
+                           "--bf16",
+                           "--gpu",
+                           "H100-SXM5-80GB",
+                           "--attention-backend",
+                           "unfused",
+                           "--mtp-num-layers",
+                           "2"};
     int nd = (int)(sizeof dense / sizeof dense[0]);
     double hw0, m0, hw2, m2;
     mtp_case(dense, nd - 2, &hw0, &m0);
