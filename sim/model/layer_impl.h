@@ -37,9 +37,10 @@ int layer_mla_check(const layer_shape *L, ts_err *err);
  *   q projection instead of q_up).
  * layer_mla_qkv_bwd: the backward of layer_mla_qkv_fwd, in reverse: mla.rope.bwd; per
  *   up-projection (kv, then q) its input-gradient GEMM, the input-gradient
- *   collective (t > 1: SP reduce-scatter, else all-reduce, of T x width)
- *   overlapped with the weight-gradient GEMM (with SP the saved sharded
- *   input re-gathered alongside the input-gradient GEMM), the norm's
+ *   collective (t > 1: SP reduce-scatter, else all-reduce, of T x the
+ *   input's width, kv's with the rotary key's d_r) overlapped with the
+ *   weight-gradient GEMM (with SP the saved sharded input, T q_l or T kv_l,
+ *   re-gathered alongside the input-gradient GEMM), the norm's
  *   backward (4 Tl width dt), the down-projection's input and weight
  *   gradients (Tl rows). dgrad only (pass I): no weight gradients and no
  *   re-gathers; wgrad only (pass W): the weight-gradient GEMMs, each

@@ -130,27 +130,29 @@ void layer_mla_up_fwd(const layer_shape *L, layer_ops *o)
 }
 
 /* The backward of one column-parallel up-projection (T x n x k, input
- * width k, gathered under SP): as layer.c's column-parallel backward. */
+ * width k, re-gathered under SP for the weight gradient): as layer.c's
+ * column-parallel backward; its input gradient's collective is T x reduced
+ * wide (the kv path's includes the rotary key's gradient, d_r). */
 static void up_bwd(const mla_dims *D, layer_ops *o, bool dgrad, bool wgrad, const char *names[5], int64_t n, int64_t k,
-                   int64_t gathered)
+                   int64_t reduced)
 {
     int prev = o->n - 1, ag = -1;
     if (!dgrad) { /* W: the re-gathered input, then the weight gradient */
         if (D->sp)
-            set_deps(o, ag = tp_comm(o, names[0], COMM_ALL_GATHER, D->T * gathered * D->dt, D->t), -1, -1);
+            set_deps(o, ag = tp_comm(o, names[0], COMM_ALL_GATHER, D->T * k * D->dt, D->t), -1, -1);
         set_deps(o, layer_ops_gemm(o, names[4], n, k, D->T, 1), prev, ag);
         return;
     }
     bool whole = wgrad;
     if (whole && D->sp)
-        set_deps(o, ag = tp_comm(o, names[0], COMM_ALL_GATHER, D->T * gathered * D->dt, D->t), prev, -1);
+        set_deps(o, ag = tp_comm(o, names[0], COMM_ALL_GATHER, D->T * k * D->dt, D->t), prev, -1);
     int dg = layer_ops_gemm(o, names[1], D->T, k, n, 1);
     set_deps(o, dg, prev, -1);
     o->op[dg].overlap = ag;
     int c = -1;
     if (D->t > 1) {
-        c = D->sp ? tp_comm(o, names[3], COMM_REDUCE_SCATTER, D->T * gathered * D->dt, D->t)
-                  : tp_comm(o, names[2], COMM_ALL_REDUCE, D->T * gathered * D->dt, D->t);
+        c = D->sp ? tp_comm(o, names[3], COMM_REDUCE_SCATTER, D->T * reduced * D->dt, D->t)
+                  : tp_comm(o, names[2], COMM_ALL_REDUCE, D->T * reduced * D->dt, D->t);
         set_deps(o, c, dg, -1);
     }
     if (whole) {
