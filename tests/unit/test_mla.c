@@ -210,7 +210,11 @@ Test(mla, tensor_parallel_split, .fini = fini)
             cr_expect_float_eq(layer_ops_flops(&b), layer_ops_flops(&i) + layer_ops_flops(&w), 1.0);
             const layer_op *red = find(&b, sp ? "mla.kv_up.rs" : "mla.kv_up.ar");
             cr_assert_not_null(red, "t %d sp %d", t, sp);
-            cr_expect_eq(red->bytes, 4096LL * 576 * 2);
+            cr_expect_eq(red->bytes, 4096LL * 576 * 2); /* the latent's and the rotary key's gradients */
+            if (sp) /* the weight gradient re-gathers the saved latent, not the rotary key */
+                cr_expect_eq(find(&b, "mla.kv_up.ag.in")->bytes, 4096LL * 512 * 2);
+            cr_expect_eq(find(&w, "mla.kv_up.ag.in") != NULL, sp, "W re-gathers with SP only");
+            cr_expect_null(find(&i, "mla.kv_up.wgrad"));
             /* parameters: the down parts whole on every rank, the rest split */
             C.par.tp = t;
             cr_expect_eq(mla_attn_rank_params(&C.model, &C.moe, t), whole + (all - whole) / t, "t %d", t);
