@@ -149,6 +149,13 @@ static void report_moe(const simulate_result *r, FILE *f)
     if (r->moe_dropped > 0)
         fprintf(f, "                        %.2f%% of the routed tokens dropped at --moe-expert-capacity-factor\n",
                 100.0 * r->moe_dropped);
+    if (r->moe_groups > 0) {
+        fprintf(f, "group-limited routing   %d of %d expert groups per token", r->moe_group_topk, r->moe_groups);
+        if (r->moe_remote_nodes > 0)
+            fprintf(f, ": %.3f remote nodes per token (%.3f without the limit)", r->moe_remote_nodes,
+                    r->moe_remote_nodes_free);
+        fprintf(f, "\n");
+    }
     fprintf(f, "imbalance cost          ");
     put_time(f, (double)r->moe_imbalance_ns);
     fprintf(f, " per iteration (%.2f%%) against forced balance (",
@@ -206,6 +213,11 @@ void report_text(const simulate_result *r, FILE *f)
     }
     fprintf(f, " (busy time, overlapped or not)\n");
     report_moe(r, f);
+    if (r->mla)
+        fprintf(f, "attention               multi-latent (q_lora %d, kv_lora %d)\n", r->mla_q_lora, r->mla_kv_lora);
+    if (r->mtp_depths > 0)
+        fprintf(f, "multi-token prediction  %d depth%s on the last stage\n", r->mtp_depths,
+                r->mtp_depths > 1 ? "s" : "");
     fprintf(f, "throughput              %.0f tokens/s\n", r->tokens_per_s);
     if (r->moe_experts) /* the Megatron closed form (96Bslh^2 ...) is a dense GPT's: not shown */
         fprintf(f, "TFLOP/s per GPU         %.1f model (MFU %.1f%%), %.1f hardware (HFU %.1f%%); peak %.1f\n",
@@ -298,7 +310,17 @@ void report_csv(const simulate_result *r, FILE *f)
         row(f, it, "moe_dropped", r->moe_dropped, "fraction");
         irow(f, it, "moe_balanced_iteration_time", r->moe_balanced_ns, "ns");
         irow(f, it, "moe_imbalance_time", r->moe_imbalance_ns, "ns");
+        if (r->moe_groups > 0) {
+            irow(f, it, "moe_router_num_groups", r->moe_groups, "groups");
+            irow(f, it, "moe_router_group_topk", r->moe_group_topk, "groups");
+        }
+        if (r->moe_remote_nodes > 0)
+            row(f, it, "moe_remote_nodes", r->moe_remote_nodes, "nodes per token");
     }
+    if (r->mla)
+        irow(f, it, "multi_latent_attention", 1, "bool");
+    if (r->mtp_depths > 0)
+        irow(f, it, "mtp_num_layers", r->mtp_depths, "layers");
     row(f, it, "tokens_per_s", r->tokens_per_s, "tokens/s");
     row(f, it, "model_flops", r->model_flops, "FLOP");
     row(f, it, "hardware_flops", r->hw_flops, "FLOP");

@@ -255,6 +255,14 @@ static int moe_summary(const config *c, const simulate_opts *o, const plan *pl, 
     R->moe_load_factor = pl->moe_load_factor;
     R->moe_dropped = pl->moe_dropped;
     R->moe_balanced_ns = R->iteration_ns;
+    R->moe_groups = e->router_num_groups;
+    R->moe_group_topk = e->router_group_topk;
+    if (e->dispatcher == MOE_DISPATCH_FLEX && e->enable_deepep) { /* plan_moe.h's placement of the EP group */
+        int nodes = moe_ep_group_nodes(e->etp, e->ep, c->cluster.gpus_per_node);
+        R->moe_remote_nodes =
+            moe_deepep_remote_nodes_grouped(e->num_experts, e->topk, nodes, e->router_num_groups, e->router_group_topk);
+        R->moe_remote_nodes_free = moe_deepep_remote_nodes(e->num_experts, e->topk, nodes);
+    }
     if (e->force_load_balancing || e->routing_skew <= 0 || e->pad_to_capacity)
         return TS_OK;
     config *cb = malloc(sizeof *cb);
@@ -354,6 +362,10 @@ int simulate_run(const config *c, const simulate_opts *opts, simulate_result **o
     if (rc || (rc = mem_check(mem, err)))
         goto done;
     summarize(c, &o, e, pl, mem, R);
+    R->mla = c->moe.mla;
+    R->mla_q_lora = c->moe.mla_q_lora_rank;
+    R->mla_kv_lora = c->moe.mla_kv_lora_rank;
+    R->mtp_depths = c->moe.mtp_num_layers;
     if ((rc = moe_summary(c, &o, pl, R, err)))
         goto done;
     if (o.keep_trace) {

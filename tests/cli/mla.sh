@@ -46,6 +46,12 @@ csv g4 $D $E
 csv g8 $D $E --moe-router-num-groups 8 --moe-router-group-topk 8
 a4=$(val g4 iteration exposed_ep); a8=$(val g8 iteration exposed_ep)
 check_sh "DeepEP: 4 of 8 groups expose less all-to-all time than all 8 ($a4 < $a8 ns)" '[ "$a4" -lt "$a8" ]'
+check_sh "the report gives DeepSeek-V3's remote nodes per token: 7 x 4/8 x (1 - C(96,8)/C(128,8)) = 3.175, 4.633 unlimited" \
+    'grep -q "^group-limited routing   4 of 8 expert groups per token: 3.175 remote nodes per token (4.633 without the limit)" "$tmp/g4.txt" &&
+     [ "$(val g4 iteration moe_remote_nodes | cut -c1-5)" = 3.175 ]'
+check_sh "the report names MLA and the MTP depth" \
+    'grep -q "^attention               multi-latent (q_lora 1536, kv_lora 512)" "$tmp/mtp.txt" &&
+     grep -q "^multi-token prediction  1 depth on the last stage" "$tmp/mtp.txt" && [ "$(val mtp iteration mtp_num_layers)" = 1 ]'
 csv t4 $D --moe-router-force-load-balancing
 csv t8 $D --moe-router-force-load-balancing --moe-router-num-groups 8 --moe-router-group-topk 8
 check_sh "alltoall: group limits leave the dispatch time as it is" \
