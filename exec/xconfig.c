@@ -47,6 +47,11 @@ int xconfig_supports(const config *c, bool cuda, bool inference, ts_err *err)
     if (m->fp8_format != FP8_FORMAT_NONE)
         return err_set(err, TS_ENOTSUP, "--fp8-format %s: the executor's GEMMs run at the run's precision, no FP8",
                        CONFIG_FP8_FORMAT_NAMES[m->fp8_format]);
+    if (c->moe.mla || c->moe.mtp_num_layers > 0)
+        return err_set(err, TS_ENOTSUP,
+                       "%s: the executor's layers have no multi-latent attention or multi-token prediction (trainsim "
+                       "simulate models them)",
+                       c->moe.mla ? "--multi-latent-attention" : "--mtp-num-layers");
     if (p->distributed_optimizer && !m->untie_embeddings && p->pp > 1 && p->dp > 1)
         return err_set(err, TS_ENOTSUP,
                        "--use-distributed-optimizer with the output layer tied to the word embedding and "

@@ -344,6 +344,9 @@ static int parse(opt_table *t, flags_state *fs, config *c, infer_args *a, int ar
                      "--context-parallel-size %d: not modelled for inference (context parallelism is a training "
                      "layout here; give 1)",
                      config_cp(c));
+    if (!rc && (c->moe.mla || c->moe.mtp_num_layers > 0)) /* the inference model's layers are the dense GPT's */
+        rc = err_set(err, TS_EINVAL, "%s: not modelled for inference (training only: trainsim simulate)",
+                     c->moe.mla ? "--multi-latent-attention" : "--mtp-num-layers");
     if (!rc && fs->fp32 && !c->cluster.gpu.calibrated_only)
         rc = err_set(err, TS_EINVAL,
                      "--fp32: fp32 inference is not modelled on a GPU (valid: --fp16, --bf16, --fp8-format; "

@@ -75,6 +75,12 @@ expect_error 2 "--multi-latent-attention with --context-parallel-size 2: not mod
 expect_error 2 "--moe-router-num-groups 6 with DeepEP over 4 nodes: not modelled" $T simulate $G --num-layers 2 \
     --gpus 32 --num-experts 96 --expert-model-parallel-size 32 --moe-router-num-groups 6 --moe-router-group-topk 2 \
     --moe-token-dispatcher-type flex --moe-enable-deepep --moe-ffn-hidden-size 512 --global-batch-size 32
+# trainsim infer and trainexec do not run MLA or MTP layers: refused, not run as the dense GPT
+expect_error 2 "--multi-latent-attention: not modelled for inference" $T infer $G4 --multi-latent-attention
+X=${TRAINEXEC:-build/trainexec}
+expect_error 2 "--mtp-num-layers: the executor's layers have no multi-latent attention or multi-token prediction" \
+    $X --num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 16 --padded-vocab-size 128 \
+    --micro-batch-size 1 --global-batch-size 2 --mtp-num-layers 1
 # a dense model with MLA and MTP simulates
 expect_output "iteration time" $T simulate $G4 --multi-latent-attention --q-lora-rank 256 --kv-lora-rank 128 \
     --mtp-num-layers 2 -p 2
