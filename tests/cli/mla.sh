@@ -26,6 +26,11 @@ $T simulate $D >"$tmp/ds.txt" 2>&1; rc=$?
 check_sh "deepseek-v3 simulates (exit $rc: 3 = does not fit)" '[ $rc -eq 3 ] && grep -q "^iteration time" "$tmp/ds.txt"'
 check_sh "deepseek-v3: 58 of 61 layers MoE, ep 64" 'grep -q "256 experts, top-8, 58 of 61 layers MoE; ep 64" "$tmp/ds.txt"'
 csv ds $D
+# weights per rank (bf16, t 1): rank 0 the word embedding 129280 x 7168, three dense layers (MLA 187107328, two
+# RMSNorms, SwiGLU MLP 3 x 7168 x 18432) and one MoE layer's share (409157632: below); rank 1 four MoE layers
+check_sh "deepseek-v3: rank 0 holds 3086286848 bf16 parameters, rank 1 1636630528" \
+    '[ "$(val ds "rank 0" memory_at_peak_weights)" = $((3086286848 * 2)) ] &&
+     [ "$(val ds "rank 1" memory_at_peak_weights)" = $((1636630528 * 2)) ]'
 csv mtp $D --mtp-num-layers 1
 # the last stage (rank 15, t = 1) gains one MoE layer's rank share (MLA 187107328, 2 RMSNorms 2 x 7168, router
 # 7168 x 256, shared expert 3 x 7168 x 2048, 256 / 64 = 4 experts of 3 x 7168 x 2048), eh_proj 2 x 7168^2,
