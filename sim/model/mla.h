@@ -66,7 +66,10 @@ double mla_proj_fwd_flops_per_token(const model_config *m, const moe_config *e);
 /* Forward flops of the attention core per sequence of s = m->seq_length
  * tokens: QK^T over heads of d_qk + d_r and attention.V over d_v,
  * 2 s a (d_qk + d_r + d_v) x s (full, Megatron's convention of flops.h)
- * or x ceil(s/2) (causal). */
+ * or x ceil(s/2) (causal). The flash kernel's backward (layer.h) runs
+ * QK^T again, dQ and dK over heads of d_qk + d_r and dP, dV over d_v:
+ * (3 (d_qk + d_r) + 2 d_v) / (d_qk + d_r + d_v) times the forward (2.6 for
+ * DeepSeek-V3's 192 and 128, where equal head sizes give 2.5). */
 double mla_core_fwd_flops_per_seq(const model_config *m, const moe_config *e, bool causal);
 
 /* Model flops (flops.h's conventions: 3 x forward GEMMs) MLA adds to a
