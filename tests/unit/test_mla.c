@@ -113,6 +113,10 @@ Test(mla, forward_flops_closed_form, .fini = fini)
     cr_assert_eq(find(&f, "attn.flash.av")->n, 128);
     cr_assert_eq(find(&f, "proj")->k, 128 * 128);
     cr_assert_null(find(&f, "qkv"));
+    /* the flash backward: QK^T again, dQ, dK over 192, dP, dV over 128: (3 x 192 + 2 x 128) / 320 = 2.6x */
+    layer_ops b;
+    cr_assert_eq(layer_ops_build(&L, LAYER_PASS_B, &b, &E), TS_OK, "%s", E.msg);
+    cr_assert_float_eq(flops_of(&b, "attn.flash"), 2.6 * core, 1e-9 * core);
 }
 
 /* Megatron-LM's num_floating_point_operations for an MLA model (training.py,
