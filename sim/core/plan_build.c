@@ -82,7 +82,7 @@ static int32_t pb_new(pass_builder *b, plan_step *x)
 static int ub_partner(const pass_builder *b, const layer_ops *ops, int i, int cat)
 {
     const layer_op *op = &ops->op[i];
-    if (!b->tpo || !b->ub || op->kind != LAYER_OP_COMM)
+    if (!b->tpo || !b->ub || op->kind != LAYER_OP_COMM || op->a2a) /* userbuffers: TP collectives only */
         return -1;
     if (op->coll == COMM_ALL_GATHER && i + 1 < ops->n) {
         const layer_op *g = &ops->op[i + 1];
@@ -165,9 +165,10 @@ static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_
             }
             plan_step x = plan_step_init(op->name, PLAN_STREAM_TP, PLAN_CAT_TP, b->stage,
                                          commcost_ns(b->cc, op->coll, op->bytes, &g));
-            if (op->a2a) { /* the MoE dispatcher's all-to-all over the expert-parallel group (moe.h) */
+            if (op->a2a) { /* the MoE dispatcher's traffic (moe_disp.h): its all-to-all timed by the plan */
                 x.cat = PLAN_CAT_EP;
-                x.dur_ns = b->a2a_ns;
+                if (op->coll == COMM_P2P)
+                    x.dur_ns = b->a2a_ns;
             }
             x.comm_bytes = op->bytes;
             x.comm_coll = (uint8_t)op->coll;
@@ -334,6 +335,7 @@ typedef struct {
     const layer_ops *f, *r, *b, *i, *w, *nb, *ni, *nw;
     const plan_layer_mem *m_rc, *m_none;
     int64_t params, expert_params;
+    int64_t transient; /* MoE: the dispatcher's buffers of one pass (plan_moe.h) */
 } layer_kind;
 
 static layer_kind kind_of(const model_ops *mo, const rc_layout *L, int l)
@@ -351,9 +353,10 @@ static layer_kind kind_of(const model_ops *mo, const rc_layout *L, int l)
                             &e->m_rc,
                             &e->m_none,
                             e->params_dense + e->params_expert,
-                            e->params_expert};
-    return (layer_kind){&mo->f,  &mo->r,  &mo->b,    &mo->i,      &mo->w,           &mo->nb,
-                        &mo->ni, &mo->nw, &mo->m_rc, &mo->m_none, mo->params_layer, 0};
+                            e->params_expert,
+                            e->transient};
+    return (layer_kind){&mo->f,  &mo->r,    &mo->b,      &mo->i,           &mo->w, &mo->nb, &mo->ni,
+                        &mo->nw, &mo->m_rc, &mo->m_none, mo->params_layer, 0,      0};
 }
 
 /* Backward-like pass over a stage: kind = PLAN_PASS_B, _I or _W. With
@@ -380,7 +383,8 @@ static int build_bwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
         if (recomputed && kind != PLAN_PASS_W)
             for (int l = lo; l < hi && rc == TS_OK; l++) { /* a group's other inputs are re-created too */
                 layer_kind K = kind_of(mo, L, l);
-                int64_t cp = K.r->n ? mo->cp_tf : 0;
+                int64_t disp = mo->c->par.recompute == RECOMPUTE_FULL ? K.transient : 0; /* the dispatcher re-runs */
+                int64_t cp = K.r->n ? mo->cp_tf + disp : 0;
                 rc = pb_add_layer(b, K.r, PLAN_CAT_RECOMP, K.m_rc->by_rc + (l % L->group ? K.m_rc->kept : 0) + cp, cp);
             }
         for (int l = hi - 1; l >= lo && rc == TS_OK; l--) {
@@ -393,7 +397,7 @@ static int build_bwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
                 ops = recomputed ? K.i : K.ni;
             else
                 ops = recomputed ? K.w : K.nw;
-            int64_t tb = kind == PLAN_PASS_W ? 0 : mo->cp_tb; /* the exchange runs in B and I */
+            int64_t tb = kind == PLAN_PASS_W ? 0 : mo->cp_tb + K.transient; /* the exchanges run in B and I */
             rc = pb_add_layer(b, ops, PLAN_CAT_BWD, tb, FREE_OF(*m) + tb);
             acc += K.params;
             acc_e += K.expert_params;
@@ -431,7 +435,7 @@ static int build_fwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
             kept = K.m_none->kept;
         else /* full uniform: only a group's first layer keeps its input */
             kept = (l % L->group == 0) ? K.m_rc->kept : 0;
-        rc = pb_add_layer(b, K.f, PLAN_CAT_FWD, kept + mo->cp_tf, mo->cp_tf);
+        rc = pb_add_layer(b, K.f, PLAN_CAT_FWD, kept + mo->cp_tf + K.transient, mo->cp_tf + K.transient);
     }
     if (last && rc == TS_OK)
         rc = pb_add(b, &mo->of, PLAN_CAT_FWD, mo->m_out.kept, 0);

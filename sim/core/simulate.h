@@ -128,8 +128,9 @@ typedef struct {
     int cp; /* context-parallel size (1: none); the world is t x cp x d x p */
     /* mixture of experts (moe_experts 0: dense, the rest unset) */
     int moe_experts, moe_topk, moe_ep, moe_edp, moe_layers, num_layers;
+    int moe_etp;                /* expert-tensor-parallel size */
     bool moe_forced_balance;    /* --moe-router-force-load-balancing */
-    const char *moe_dispatcher; /* static: "alltoall" or "flex with DeepEP" */
+    const char *moe_dispatcher; /* static: "allgather", "alltoall" or "flex with DeepEP" */
     double moe_skew;            /* --moe-routing-skew (unused under forced balance) */
     double moe_dropped;         /* fraction of the routed tokens dropped at capacity (0: dropless) */
     double moe_load_factor;     /* the busiest EP rank's routed tokens over the mean */
