@@ -282,9 +282,10 @@ static int check_modelled(const moe_config *e, const config *c, ts_err *err)
                        "default is --tensor-model-parallel-size: give --expert-tensor-parallel-size 1, or the "
                        "allgather or alltoall dispatcher)",
                        e->etp);
-    if (c->par.torch_fsdp2 || c->par.megatron_fsdp)
-        return err_set(err, TS_EINVAL, "%s with --num-experts: not modelled (expert sharding under FSDP; remove it)",
-                       c->par.torch_fsdp2 ? "--use-torch-fsdp2" : "--use-megatron-fsdp");
+    if (c->par.torch_fsdp2) /* Megatron-FSDP's expert sharding over edp is modelled (plan_build.c) */
+        return err_set(err, TS_EINVAL,
+                       "--use-torch-fsdp2 with --num-experts: not modelled (how PyTorch FSDP2 shards the experts; "
+                       "--use-megatron-fsdp with experts is)");
     return TS_OK;
 }
 

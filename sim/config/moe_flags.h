@@ -30,7 +30,8 @@
  *     --qk-pos-emb-head-dim, --v-head-dim >= 1.
  * A valid configuration is then refused (TS_EINVAL naming the flag) where
  * the simulator does not model it: flex without --moe-enable-deepep, flex
- * with --expert-tensor-parallel-size > 1, FSDP with experts; multi-latent
+ * with --expert-tensor-parallel-size > 1, --use-torch-fsdp2 with experts
+ * (--use-megatron-fsdp is modelled: the experts sharded over edp); multi-latent
  * attention without experts (with them, and group-limited routing, the
  * simulator's plan refuses them: sim/core/plan_moe.h). --moe-routing-skew (trainsim's own,
  * default MOE_ROUTING_SKEW_DEFAULT) sets the routing model's Zipf exponent;

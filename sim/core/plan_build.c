@@ -487,6 +487,7 @@ typedef struct {
     bool fsdp;                /* --use-torch-fsdp2 or --use-megatron-fsdp */
     config_sharding shard;    /* what FSDP shards (config_fsdp_sharding) */
     int64_t params_layer;     /* parameters of one transformer layer per TP rank */
+    int64_t moe_layer_params; /* one MoE layer's parameters on a rank (plan_moe.h; 0: dense model) */
     ts_err *err;
 } plan_env;
 
@@ -541,15 +542,25 @@ static int add_pipeline_transfers(plan *pl, const plan_env *E, const commcost_gr
  * were resharded after the forward). The engine cannot split a pass into
  * per-layer waits, so the plan keeps the closed form (overlap.h) with the
  * stage's gather c split into n equal units beside the pass's compute g:
- * exposed = (c + (n-1) max(0, c - g)) / n, one DP-stream step per pass. */
+ * exposed = (c + (n-1) max(0, c - g)) / n, one DP-stream step per pass.
+ * MoE (Megatron-FSDP): the routed experts' parameters are sharded over the
+ * expert-data-parallel group instead (Megatron-FSDP keeps expert parameters
+ * in buffers of their own over the expert data-parallel group, as the
+ * distributed optimizer does), so c is the dense part's gather over d x cp
+ * plus the experts' over edp, one after the other. */
 static int add_fsdp_gathers(plan *pl, const plan_env *E, int st, int n_layers, bool has_extra)
 {
     plan_stage *S_ = &pl->stages[st];
     int units = n_layers + (has_extra ? 1 : 0);
     if (units < 1)
         return TS_OK;
-    int64_t bytes = fp8_gather_bytes(&E->c->model, E->dt, S_->params, S_->params - (int64_t)n_layers * E->params_layer);
+    int64_t expert = S_->expert_params;
+    int64_t bytes = expert > 0 ? (S_->params - expert) * E->dt /* FP8 with experts: refused by the flags */
+                               : fp8_gather_bytes(&E->c->model, E->dt, S_->params,
+                                                  S_->params - (int64_t)n_layers * E->params_layer);
     int64_t c_ns = commcost_ns(E->cc, COMM_ALL_GATHER, bytes, &E->dp_group);
+    if (expert > 0)
+        c_ns += commcost_ns(E->cc, COMM_ALL_GATHER, expert * E->dt, &E->edp_group);
     static const int passes[] = {PLAN_PASS_F, PLAN_PASS_B, PLAN_PASS_I};
     for (size_t i = 0; i < sizeof passes / sizeof *passes; i++) {
         int k = passes[i];
@@ -561,7 +572,7 @@ static int add_fsdp_gathers(plan *pl, const plan_env *E, int st, int n_layers, b
         }
         plan_step x = plan_step_init("fsdp.param-all-gather", PLAN_STREAM_DP, PLAN_CAT_DP, st,
                                      overlap_chunked_exposed_ns(c_ns, g_ns, units));
-        x.comm_bytes = bytes;
+        x.comm_bytes = bytes + expert * E->dt;
         x.comm_coll = COMM_ALL_GATHER;
         if (plan_push_step(pl, &x, &S_->fsdp_gather[k]))
             return err_set(E->err, TS_ENOMEM, "plan: out of memory");
@@ -743,7 +754,11 @@ static int add_rank_steps(plan *pl, const plan_env *E)
                 int st = sched_stage_of(E->s, r, ch);
                 int nl = E->s->stages[st].num_layers;
                 int64_t layer = flops_params_stage(&c->model, E->t, 1, 0, 0);
-                int64_t extra = pl->stages[st].params - (int64_t)nl * layer;
+                /* the embedding / output layer: the dense stage's less its layers (MoE layers differ) */
+                int64_t extra =
+                    flops_params_stage(&c->model, E->t, nl, st == 0, st == pl->n_stages - 1) - (int64_t)nl * layer;
+                if (pl->stages[st].expert_params > 0 && E->moe_layer_params > layer)
+                    layer = E->moe_layer_params; /* a MoE layer's rank share, gathered over d x cp and edp */
                 if (nl > 0 && layer > unit)
                     unit = layer;
                 if (extra > unit)
@@ -803,6 +818,7 @@ int plan_build_opts(const config *c, const sched *s, const cost_model *cm, const
     if (rc == TS_OK && mo->moe.on) {
         E.edp = mo->moe.edp;
         E.edp_group = mo->moe.edp_group;
+        E.moe_layer_params = mo->moe.params_dense + mo->moe.params_expert;
         if (E.d <= 1 && E.edp > 1)
             rc = err_set(err, TS_EINVAL,
                          "plan: expert-data-parallel size %d with data-parallel size 1: not modelled (the gradient "

@@ -52,7 +52,8 @@ moe "--moe-token-dispatcher-type flex without DeepEP: not modelled" --expert-mod
     --moe-layer-freq '([0]*1+[1]*31)' --moe-token-dispatcher-type flex
 moe "--expert-tensor-parallel-size 2 with --moe-token-dispatcher-type flex: not modelled (its default is --tensor-model-parallel-size: give --expert-tensor-parallel-size 1" \
     --expert-model-parallel-size 8 -t 2 --sequence-parallel --moe-token-dispatcher-type flex --moe-enable-deepep
-moe "--use-torch-fsdp2 with --num-experts: not modelled" --use-torch-fsdp2 $A
+moe "--use-torch-fsdp2 with --num-experts: not modelled (how PyTorch FSDP2 shards the experts; --use-megatron-fsdp with experts is)" \
+    --use-torch-fsdp2 $A
 moe "--overlap-moe-expert-parallel-comm" --overlap-moe-expert-parallel-comm $A
 moe "--moe-routing-skew" --moe-routing-skew -1 $A
 expect_error 2 "--multi-latent-attention: not modelled" $T simulate --model deepseek-v3 --gpu H100-SXM5-80GB
@@ -174,6 +175,25 @@ check_sh "capacity 0.5: load factor 0.5, half the routed tokens dropped, faster 
      [ "$(val cap10 iteration moe_dropped)" = 0 ] &&
      [ "$(val cap5 iteration iteration_time)" -lt "$(val cap10 iteration iteration_time)" ] &&
      grep -q "50.00% of the routed tokens dropped" "$tmp/cap5.txt"'
+# Megatron-FSDP with experts: the experts sharded over edp, the rest over d, so a rank's sharded gradients and
+# optimizer state are the same for EP 2, 4, 8 (etp x ep x edp = 8) and the distributed optimizer's; the
+# weights are the shard plus two gathered units (MoE layers: E/ep experts), EP 2's 2 x 2 experts x 176160768 x
+# 2 bytes more than EP 4's
+MF="$F --gpus 8 --num-experts 8 $A --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params"
+csv mf2 $MF --expert-model-parallel-size 2
+csv mf4 $MF --expert-model-parallel-size 4
+csv mf8 $MF --expert-model-parallel-size 8
+csv do4 $F --gpus 8 --num-experts 8 $A --expert-model-parallel-size 4 --use-distributed-optimizer
+o2=$(val mf2 "rank 0" memory_at_peak_optimizer); o4=$(val mf4 "rank 0" memory_at_peak_optimizer)
+o8=$(val mf8 "rank 0" memory_at_peak_optimizer); od=$(val do4 "rank 0" memory_at_peak_optimizer)
+g2=$(val mf2 "rank 0" memory_at_peak_gradients); g8=$(val mf8 "rank 0" memory_at_peak_gradients)
+check_sh "Megatron-FSDP with experts: optimizer state per rank the same at EP 2, 4, 8 and with the distributed optimizer ($o2)" \
+    '[ "$o2" = "$o4" ] && [ "$o4" = "$o8" ] && [ "$o4" = "$od" ] && [ "$g2" = "$g8" ] && [ "$g2" -gt 0 ]'
+fw2=$(val mf2 "rank 0" memory_at_peak_weights); fw4=$(val mf4 "rank 0" memory_at_peak_weights)
+check_sh "Megatron-FSDP with experts: two gathered MoE units of EP 2 hold 2 x 2 x 176160768 x 2 bytes more than EP 4's" \
+    '[ $((fw2 - fw4)) -eq $((2 * 2 * 176160768 * 2)) ]'
+check_sh "Megatron-FSDP with experts: the gathers are exposed DP time, more at EP 2 (experts over edp 4)" \
+    '[ "$(val mf2 iteration exposed_dp)" -gt "$(val mf8 iteration exposed_dp)" ]'
 
 # ---- calibration row (c) of ../shared/reference/h100_training_calibration.csv: Qwen3-235B-A22B on 256
 # H100s, t 2, p 8, 4 virtual stages, ep 32 (etp 1), b 1, B 2048, seq 4096, bf16, DeepEP, recompute of the
