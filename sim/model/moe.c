@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "sim/model/flops.h"
-#include "sim/model/moe_disp.h"
 
 bool moe_layer_is_moe(const moe_config *e, int layer)
 {
@@ -83,14 +82,6 @@ double moe_model_flops_per_iter(const model_config *m, const moe_config *e, int6
     for (int l = 0; l < m->num_layers; l++)
         n += moe_layer_is_moe(e, l);
     return dense + 3.0 * n * (s * moe_block_fwd_flops_per_token(m, e) - mlp) * (double)global_batch;
-}
-
-int64_t moe_a2a_send_bytes(int64_t tokens, int topk, int64_t h, int dtype_bytes, int ep)
-{
-    if (ep <= 1)
-        return 0;
-    return tokens * topk * h * dtype_bytes / ep * (ep - 1) +
-           tokens * topk * h * dtype_bytes % ep * (ep - 1) / ep; /* floor(X (ep-1) / ep) without overflow */
 }
 
 int64_t moe_a2a_ns(const commcost_params *p, int64_t send_bytes, const commcost_group *g)

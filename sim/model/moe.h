@@ -34,6 +34,7 @@
 #include "sim/model/commcost.h"
 #include "sim/model/cost.h"
 #include "sim/model/layer.h"
+#include "sim/model/moe_disp.h"
 #include "sim/util/err.h"
 
 typedef struct {
@@ -71,11 +72,7 @@ double moe_block_fwd_flops_per_token(const model_config *m, const moe_config *e)
  * model. Dense model: flops_model_per_iter. */
 double moe_model_flops_per_iter(const model_config *m, const moe_config *e, int64_t global_batch);
 
-/* Bytes one rank sends in one all-to-all of the alltoall dispatcher:
- * tokens x topk x h x dtype_bytes x (ep - 1) / ep (its routed copies, the
- * share 1/ep of which stays on the rank, under balanced routing), rounded
- * down. 0 for ep <= 1. */
-int64_t moe_a2a_send_bytes(int64_t tokens, int topk, int64_t h, int dtype_bytes, int ep);
+/* moe_a2a_send_bytes (the alltoall dispatcher's volume) is moe_disp.h's. */
 
 /* Time of one all-to-all of the alltoall dispatcher, ns (rounded to the
  * nearest integer): NCCL runs it as n - 1 point-to-point sends per rank in

@@ -4,7 +4,13 @@
 #include <math.h>
 #include <string.h>
 
-#include "sim/model/moe.h"
+int64_t moe_a2a_send_bytes(int64_t tokens, int topk, int64_t h, int dtype_bytes, int ep)
+{
+    if (ep <= 1)
+        return 0;
+    return tokens * topk * h * dtype_bytes / ep * (ep - 1) +
+           tokens * topk * h * dtype_bytes % ep * (ep - 1) / ep; /* floor(X (ep-1) / ep) without overflow */
+}
 
 int64_t moe_disp_tokens(const layer_shape *L)
 {

@@ -77,6 +77,12 @@ typedef struct {
     int64_t a2a;    /* bytes one rank sends in one all-to-all: moe_a2a_send_bytes(T, k, h, dt, ep) */
 } moe_disp_dims;
 
+/* Bytes one rank sends in one all-to-all of the alltoall dispatcher:
+ * tokens x topk x h x dtype_bytes x (ep - 1) / ep (its routed copies, the
+ * share 1/ep of which stays on the rank, under balanced routing), rounded
+ * down. 0 for ep <= 1. */
+int64_t moe_a2a_send_bytes(int64_t tokens, int topk, int64_t h, int dtype_bytes, int ep);
+
 /* Tokens one rank routes in one micro-batch of shape L: b s (s already per
  * context-parallel rank in L), divided by t with sequence parallelism. */
 int64_t moe_disp_tokens(const layer_shape *L);

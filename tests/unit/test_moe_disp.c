@@ -415,3 +415,34 @@ Test(plan_moe_layout, capacity_below_one, .fini = fini)
     cr_assert_eq(half.load_factor, 1.0);
     cr_assert_eq(half.dropped, 0.0);
 }
+
+/* ETP 1 with the alltoall dispatcher is the block as it was before the
+ * dispatchers were split out: the same ops in the same order, the permute
+ * and unpermute bytes of moe.h's closed forms, no all-gather or
+ * reduce-scatter, no transient buffer. */
+Test(moe_disp, etp1_alltoall_unchanged)
+{
+    static const char *const FWD[] = {"moe.router", "moe.topk", "moe.permute",     "moe.a2a.dispatch", "moe.fc1",
+                                      "moe.act",    "moe.fc2",  "moe.a2a.combine", "moe.unpermute"};
+    static const char *const BWD[] = {"moe.unpermute.bwd", "moe.a2a.combine.bwd",  "moe.fc2.dgrad",
+                                      "moe.fc2.wgrad",     "moe.act.bwd",          "moe.fc1.dgrad",
+                                      "moe.fc1.wgrad",     "moe.a2a.dispatch.bwd", "moe.permute.bwd",
+                                      "moe.topk.bwd",      "moe.router.dgrad",     "moe.router.wgrad"};
+    layer_shape L = shape_of();
+    moe_config e = experts(MOE_DISPATCH_ALLTOALL, 8, 1);
+    layer_ops f, b;
+    ops_of(&L, &e, 1.0, LAYER_PASS_F, &f);
+    ops_of(&L, &e, 1.0, LAYER_PASS_B, &b);
+    cr_assert_eq(f.n, 9);
+    for (int i = 0; i < f.n; i++)
+        cr_assert_str_eq(f.op[i].name, FWD[i]);
+    cr_assert_eq(b.n, 12);
+    for (int i = 0; i < b.n; i++)
+        cr_assert_str_eq(b.op[i].name, BWD[i]);
+    int64_t tok = 4096;
+    cr_assert_eq(find(&f, "moe.permute")->bytes, (tok + tok * 2) * 4096 * 2);
+    cr_assert_eq(find(&f, "moe.unpermute")->bytes, (tok * 2 + tok) * 4096 * 2 + tok * 2 * 4);
+    cr_assert_eq(find(&f, "moe.fc1")->n, 2 * 14336);
+    cr_assert_eq(layer_ops_comm_bytes(&b, COMM_ALL_GATHER) + layer_ops_comm_bytes(&b, COMM_REDUCE_SCATTER), 0);
+    cr_assert_eq(moe_block_transient_bytes(&L, &e, 1.0), 0);
+}
