@@ -146,8 +146,11 @@ double moe_rank_load_factor(const double *load, int n, int ep, double capacity_f
         total += load[i];
     double cap = 0;
     if (capacity_factor > 0 && n > 0) {
-        cap = capacity_factor * total / n;
-        cap = (double)(int64_t)cap < cap ? (double)((int64_t)cap + 1) : cap; /* ceil */
+        /* Megatron's capacity: ceil(factor x tokens x topk / experts), of whole
+         * tokens; the loads' floating sum is rounded first (the Zipf shares add
+         * up to the routed tokens only to rounding) */
+        cap = capacity_factor * (double)llround(total) / n;
+        cap = ceil(cap - 1e-9 * cap);
     }
     int per = ep > 0 && n % ep == 0 ? n / ep : n;
     int ranks = per > 0 ? n / per : 0;

@@ -135,8 +135,10 @@ void moe_expert_loads_zipf(int n, double routed_tokens, double skew, uint64_t se
  * the tokens each of the E experts receives (load[i] >= 0, E = n, n a
  * multiple of ep; rank r holds experts r*n/ep .. (r+1)*n/ep - 1, as
  * Megatron-core places them). capacity_factor > 0 caps each expert at
- * ceil(capacity_factor x mean tokens per expert) (counting the dropped
- * tokens into *dropped when not NULL); 0 = dropless. Returns max/mean of
+ * ceil(capacity_factor x mean tokens per expert), the tokens being the
+ * loads' sum rounded to a whole number (Megatron-core's get_capacity:
+ * ceil(tokens x topk / experts x factor); counting the dropped tokens into
+ * *dropped when not NULL); 0 = dropless. Returns max/mean of
  * the ranks' kept tokens (1 when every rank gets the same; 0 when no token
  * is routed). */
 double moe_rank_load_factor(const double *load, int n, int ep, double capacity_factor, double *dropped);
