@@ -277,7 +277,7 @@ static void moe_dims_of(const layer_shape *L, const moe_config *e, double lf, mo
     D->h = D->d.h;
     D->E = D->d.E;
     D->el = D->d.el;
-    D->m = (D->d.R + D->el - 1) / D->el;
+    D->m = D->el > 0 ? (D->d.R + D->el - 1) / D->el : 0; /* no experts: nothing (callers check) */
     int64_t fe = e->ffn_hidden_size > 0 ? e->ffn_hidden_size : L->ffn;
     D->fep = fe / D->d.etp;
     D->fc1p = (L->swiglu ? 2 : 1) * D->fep;
