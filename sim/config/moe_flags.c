@@ -37,7 +37,7 @@ int moe_flags_register(moe_flags_state *s, opt_table *t, config *c, ts_err *err)
     memset(s, 0, sizeof *s);
     moe_config_defaults(e);
     if ((rc = opt_section(
-             t, "Mixture of experts (alltoall dispatcher, ETP 1), multi-latent attention, multi-token prediction",
+             t, "Mixture of experts (allgather, alltoall and DeepEP dispatchers, ETP), multi-latent attention, multi-token prediction",
              err)))
         return rc;
     ADD(.name = "--num-experts", .type = OPT_INT, .target = &e->num_experts, .min = 1, .max = 1 << 20,
@@ -230,14 +230,35 @@ static int check_layout(moe_config *e, const config *c, ts_err *err)
     if (c->cluster.gpus % per_stage)
         return err_set(err, TS_EINVAL,
                        "--gpus %d is not a multiple of p x expert-tensor-parallel x expert-model-parallel = %d x %d "
-                       "x %d = %ld (Megatron-core folds the experts of each pipeline stage over etp x ep x edp ranks)",
-                       c->cluster.gpus, p->pp, e->etp, e->ep, per_stage);
+                       "x %d = %ld (Megatron-core folds the experts of each pipeline stage over etp x ep x edp ranks: "
+                       "give an etp x ep dividing %d)",
+                       c->cluster.gpus, p->pp, e->etp, e->ep, per_stage, c->cluster.gpus / (p->pp > 0 ? p->pp : 1));
     e->edp = (int)(c->cluster.gpus / per_stage);
     if (p->tp > 1 && e->ep > 1 && !p->sequence_parallel)
         return err_set(err, TS_EINVAL,
                        "--expert-model-parallel-size %d with --tensor-model-parallel-size %d needs "
                        "--sequence-parallel (Megatron-core's rule)",
                        e->ep, p->tp);
+    /* megatron/core/transformer/moe/moe_layer.py, MoELayer.forward: raises in
+     * training when tensor parallelism runs without sequence parallelism */
+    if (p->tp > 1 && !p->sequence_parallel)
+        return err_set(err, TS_EINVAL,
+                       "--num-experts with --tensor-model-parallel-size %d needs --sequence-parallel (Megatron-core's "
+                       "MoELayer refuses to train MoE with tensor parallelism without it)",
+                       p->tp);
+    /* the expert FC1 is column-parallel and FC2 row-parallel over the ETP
+     * group, the shared experts over the tensor-parallel group: Megatron's
+     * linear layers divide their split dimension exactly */
+    if (e->ffn_hidden_size % e->etp)
+        return err_set(err, TS_EINVAL,
+                       "--moe-ffn-hidden-size %d is not a multiple of --expert-tensor-parallel-size %d (each expert's "
+                       "FFN is split over the ETP ranks: give an ETP dividing %d)",
+                       e->ffn_hidden_size, e->etp, e->ffn_hidden_size);
+    if (e->shared_ffn_hidden_size % p->tp)
+        return err_set(err, TS_EINVAL,
+                       "--moe-shared-expert-intermediate-size %d is not a multiple of --tensor-model-parallel-size "
+                       "%d (the shared experts are split over the tensor-parallel ranks)",
+                       e->shared_ffn_hidden_size, p->tp);
     return TS_OK;
 }
 
@@ -257,28 +278,21 @@ static int check_mla(const moe_config *e, const opt_table *t, ts_err *err)
  * yet: TS_EINVAL naming the flag and what is modelled. */
 static int check_modelled(const moe_config *e, const config *c, ts_err *err)
 {
-    if (e->dispatcher == MOE_DISPATCH_ALLGATHER || (e->dispatcher == MOE_DISPATCH_FLEX && !e->enable_deepep))
+    if (e->dispatcher == MOE_DISPATCH_FLEX && !e->enable_deepep)
+        return err_set(
+            err, TS_EINVAL,
+            "--moe-token-dispatcher-type flex without DeepEP: not modelled (the MoE block is simulated "
+            "with the allgather or alltoall dispatcher, or flex with --moe-enable-deepep: give one of them)");
+    if (e->dispatcher == MOE_DISPATCH_FLEX && e->etp > 1)
         return err_set(err, TS_EINVAL,
-                       "--moe-token-dispatcher-type %s%s: not modelled (the MoE block is simulated with the alltoall "
-                       "dispatcher, or flex with --moe-enable-deepep: give one of them)",
-                       MOE_DISPATCHER_NAMES[e->dispatcher],
-                       e->dispatcher == MOE_DISPATCH_FLEX ? " without DeepEP" : "");
-    if (e->etp > 1)
-        return err_set(err, TS_EINVAL,
-                       "--expert-tensor-parallel-size %d: not modelled (expert tensor parallelism; its default is "
-                       "--tensor-model-parallel-size: give --expert-tensor-parallel-size 1)",
+                       "--expert-tensor-parallel-size %d with --moe-token-dispatcher-type flex: not modelled (its "
+                       "default is --tensor-model-parallel-size: give --expert-tensor-parallel-size 1, or the "
+                       "allgather or alltoall dispatcher)",
                        e->etp);
-    if (e->capacity_factor > 0 && e->capacity_factor < 1)
+    if (c->par.torch_fsdp2) /* Megatron-FSDP's expert sharding over edp is modelled (plan_build.c) */
         return err_set(err, TS_EINVAL,
-                       "--moe-expert-capacity-factor %g: not modelled below 1 (the busiest rank is costed at no "
-                       "less than the mean load; give 1 or more)",
-                       e->capacity_factor);
-    if (config_cp(c) > 1)
-        return err_set(err, TS_EINVAL, "--context-parallel-size %d with --num-experts: not modelled together (give 1)",
-                       config_cp(c));
-    if (c->par.torch_fsdp2 || c->par.megatron_fsdp)
-        return err_set(err, TS_EINVAL, "%s with --num-experts: not modelled (expert sharding under FSDP; remove it)",
-                       c->par.torch_fsdp2 ? "--use-torch-fsdp2" : "--use-megatron-fsdp");
+                       "--use-torch-fsdp2 with --num-experts: not modelled (how PyTorch FSDP2 shards the experts; "
+                       "--use-megatron-fsdp with experts is)");
     return TS_OK;
 }
 

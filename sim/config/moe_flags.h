@@ -12,7 +12,10 @@
  *   - --expert-model-parallel-size > 1 needs --num-experts;
  *   - --num-experts a multiple of --expert-model-parallel-size;
  *   - --gpus a multiple of p x etp x ep (the expert layout of each stage);
- *   - t > 1 with ep > 1 needs --sequence-parallel;
+ *   - t > 1 with ep > 1 needs --sequence-parallel; so does t > 1 with any
+ *     experts (Megatron-core's MoELayer raises in training without it);
+ *   - --moe-ffn-hidden-size a multiple of etp, the shared experts' size a
+ *     multiple of t (column/row-parallel splits);
  *   - 1 <= --moe-router-topk <= --num-experts;
  *   - group-limited routing: both --moe-router-num-groups and
  *     --moe-router-group-topk, experts a multiple of the groups, group top-k
@@ -26,9 +29,9 @@
  *   - multi-latent attention: --kv-lora-rank, --qk-head-dim,
  *     --qk-pos-emb-head-dim, --v-head-dim >= 1.
  * A valid configuration is then refused (TS_EINVAL naming the flag) where
- * the simulator does not model it: the allgather dispatcher, flex without
- * --moe-enable-deepep, --expert-tensor-parallel-size > 1, a capacity
- * factor below 1, context parallelism or FSDP with experts; multi-latent
+ * the simulator does not model it: flex without --moe-enable-deepep, flex
+ * with --expert-tensor-parallel-size > 1, --use-torch-fsdp2 with experts
+ * (--use-megatron-fsdp is modelled: the experts sharded over edp); multi-latent
  * attention without experts (with them, and group-limited routing, the
  * simulator's plan refuses them: sim/core/plan_moe.h). --moe-routing-skew (trainsim's own,
  * default MOE_ROUTING_SKEW_DEFAULT) sets the routing model's Zipf exponent;

@@ -84,7 +84,7 @@ static int32_t pb_new(pass_builder *b, plan_step *x)
 static int ub_partner(const pass_builder *b, const layer_ops *ops, int i, int cat)
 {
     const layer_op *op = &ops->op[i];
-    if (!b->tpo || !b->ub || op->kind != LAYER_OP_COMM)
+    if (!b->tpo || !b->ub || op->kind != LAYER_OP_COMM || op->a2a) /* userbuffers: TP collectives only */
         return -1;
     if (op->coll == COMM_ALL_GATHER && i + 1 < ops->n) {
         const layer_op *g = &ops->op[i + 1];
@@ -167,9 +167,10 @@ static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_
             }
             plan_step x = plan_step_init(op->name, PLAN_STREAM_TP, PLAN_CAT_TP, b->stage,
                                          commcost_ns(b->cc, op->coll, op->bytes, &g));
-            if (op->a2a) { /* the MoE dispatcher's all-to-all over the expert-parallel group (moe.h) */
+            if (op->a2a) { /* the MoE dispatcher's traffic (moe_disp.h): its all-to-all timed by the plan */
                 x.cat = PLAN_CAT_EP;
-                x.dur_ns = b->a2a_ns;
+                if (op->coll == COMM_P2P)
+                    x.dur_ns = b->a2a_ns;
             }
             x.comm_bytes = op->bytes;
             x.comm_coll = (uint8_t)op->coll;
@@ -352,6 +353,7 @@ typedef struct {
     const layer_ops *f, *r, *b, *i, *w, *nb, *ni, *nw;
     const plan_layer_mem *m_rc, *m_none;
     int64_t params, expert_params;
+    int64_t transient; /* MoE: the dispatcher's buffers of one pass (plan_moe.h) */
 } layer_kind;
 
 static layer_kind kind_of(const model_ops *mo, const rc_layout *L, int l)
@@ -369,9 +371,10 @@ static layer_kind kind_of(const model_ops *mo, const rc_layout *L, int l)
                             &e->m_rc,
                             &e->m_none,
                             e->params_dense + e->params_expert,
-                            e->params_expert};
-    return (layer_kind){&mo->f,  &mo->r,  &mo->b,    &mo->i,      &mo->w,           &mo->nb,
-                        &mo->ni, &mo->nw, &mo->m_rc, &mo->m_none, mo->params_layer, 0};
+                            e->params_expert,
+                            e->transient};
+    return (layer_kind){&mo->f,  &mo->r,    &mo->b,      &mo->i,           &mo->w, &mo->nb, &mo->ni,
+                        &mo->nw, &mo->m_rc, &mo->m_none, mo->params_layer, 0,      0};
 }
 
 /* The kind of an MTP depth's layer: the decoder's last layer's (mtp.h). */
@@ -430,7 +433,8 @@ static int build_bwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
         if (recomputed && kind != PLAN_PASS_W)
             for (int l = lo; l < hi && rc == TS_OK; l++) { /* a group's other inputs are re-created too */
                 layer_kind K = kind_of(mo, L, l);
-                int64_t cp = K.r->n ? mo->cp_tf : 0;
+                int64_t disp = mo->c->par.recompute == RECOMPUTE_FULL ? K.transient : 0; /* the dispatcher re-runs */
+                int64_t cp = K.r->n ? mo->cp_tf + disp : 0;
                 rc = pb_add_layer(b, K.r, PLAN_CAT_RECOMP, K.m_rc->by_rc + (l % L->group ? K.m_rc->kept : 0) + cp, cp);
             }
         for (int l = hi - 1; l >= lo && rc == TS_OK; l--) {
@@ -443,7 +447,7 @@ static int build_bwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
                 ops = recomputed ? K.i : K.ni;
             else
                 ops = recomputed ? K.w : K.nw;
-            int64_t tb = kind == PLAN_PASS_W ? 0 : mo->cp_tb; /* the exchange runs in B and I */
+            int64_t tb = kind == PLAN_PASS_W ? 0 : mo->cp_tb + K.transient; /* the exchanges run in B and I */
             rc = pb_add_layer(b, ops, PLAN_CAT_BWD, tb, FREE_OF(*m) + tb);
             acc += K.params;
             acc_e += K.expert_params;
@@ -481,7 +485,7 @@ static int build_fwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
             kept = K.m_none->kept;
         else /* full uniform: only a group's first layer keeps its input */
             kept = (l % L->group == 0) ? K.m_rc->kept : 0;
-        rc = pb_add_layer(b, K.f, PLAN_CAT_FWD, kept + mo->cp_tf, mo->cp_tf);
+        rc = pb_add_layer(b, K.f, PLAN_CAT_FWD, kept + mo->cp_tf + K.transient, mo->cp_tf + K.transient);
     }
     if (last && mo->mtp) { /* the MTP depths (mtp.h): own ops, one layer, the shared output layer */
         layer_kind K = mtp_kind(mo);
@@ -540,6 +544,7 @@ typedef struct {
     bool fsdp;                /* --use-torch-fsdp2 or --use-megatron-fsdp */
     config_sharding shard;    /* what FSDP shards (config_fsdp_sharding) */
     int64_t params_layer;     /* parameters of one transformer layer per TP rank */
+    int64_t moe_layer_params; /* one MoE layer's parameters on a rank (plan_moe.h; 0: dense model) */
     ts_err *err;
 } plan_env;
 
@@ -594,15 +599,25 @@ static int add_pipeline_transfers(plan *pl, const plan_env *E, const commcost_gr
  * were resharded after the forward). The engine cannot split a pass into
  * per-layer waits, so the plan keeps the closed form (overlap.h) with the
  * stage's gather c split into n equal units beside the pass's compute g:
- * exposed = (c + (n-1) max(0, c - g)) / n, one DP-stream step per pass. */
+ * exposed = (c + (n-1) max(0, c - g)) / n, one DP-stream step per pass.
+ * MoE (Megatron-FSDP): the routed experts' parameters are sharded over the
+ * expert-data-parallel group instead (Megatron-FSDP keeps expert parameters
+ * in buffers of their own over the expert data-parallel group, as the
+ * distributed optimizer does), so c is the dense part's gather over d x cp
+ * plus the experts' over edp, one after the other. */
 static int add_fsdp_gathers(plan *pl, const plan_env *E, int st, int n_layers, bool has_extra)
 {
     plan_stage *S_ = &pl->stages[st];
     int units = n_layers + (has_extra ? 1 : 0);
     if (units < 1)
         return TS_OK;
-    int64_t bytes = fp8_gather_bytes(&E->c->model, E->dt, S_->params, S_->params - (int64_t)n_layers * E->params_layer);
+    int64_t expert = S_->expert_params;
+    int64_t bytes = expert > 0 ? (S_->params - expert) * E->dt /* FP8 with experts: refused by the flags */
+                               : fp8_gather_bytes(&E->c->model, E->dt, S_->params,
+                                                  S_->params - (int64_t)n_layers * E->params_layer);
     int64_t c_ns = commcost_ns(E->cc, COMM_ALL_GATHER, bytes, &E->dp_group);
+    if (expert > 0)
+        c_ns += commcost_ns(E->cc, COMM_ALL_GATHER, expert * E->dt, &E->edp_group);
     static const int passes[] = {PLAN_PASS_F, PLAN_PASS_B, PLAN_PASS_I};
     for (size_t i = 0; i < sizeof passes / sizeof *passes; i++) {
         int k = passes[i];
@@ -614,7 +629,7 @@ static int add_fsdp_gathers(plan *pl, const plan_env *E, int st, int n_layers, b
         }
         plan_step x = plan_step_init("fsdp.param-all-gather", PLAN_STREAM_DP, PLAN_CAT_DP, st,
                                      overlap_chunked_exposed_ns(c_ns, g_ns, units));
-        x.comm_bytes = bytes;
+        x.comm_bytes = bytes + expert * E->dt;
         x.comm_coll = COMM_ALL_GATHER;
         if (plan_push_step(pl, &x, &S_->fsdp_gather[k]))
             return err_set(E->err, TS_ENOMEM, "plan: out of memory");
@@ -802,7 +817,11 @@ static int add_rank_steps(plan *pl, const plan_env *E)
                 int st = sched_stage_of(E->s, r, ch);
                 int nl = E->s->stages[st].num_layers;
                 int64_t layer = flops_params_stage(&c->model, E->t, 1, 0, 0);
-                int64_t extra = pl->stages[st].params - (int64_t)nl * layer;
+                /* the embedding / output layer: the dense stage's less its layers (MoE layers differ) */
+                int64_t extra =
+                    flops_params_stage(&c->model, E->t, nl, st == 0, st == pl->n_stages - 1) - (int64_t)nl * layer;
+                if (pl->stages[st].expert_params > 0 && E->moe_layer_params > layer)
+                    layer = E->moe_layer_params; /* a MoE layer's rank share, gathered over d x cp and edp */
                 if (nl > 0 && layer > unit)
                     unit = layer;
                 if (extra > unit)
@@ -862,6 +881,7 @@ int plan_build_opts(const config *c, const sched *s, const cost_model *cm, const
     if (rc == TS_OK && mo->moe.on) {
         E.edp = mo->moe.edp;
         E.edp_group = mo->moe.edp_group;
+        E.moe_layer_params = mo->moe.params_dense + mo->moe.params_expert;
         if (E.d <= 1 && E.edp > 1)
             rc = err_set(err, TS_EINVAL,
                          "plan: expert-data-parallel size %d with data-parallel size 1: not modelled (the gradient "

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "sim/model/moe.h"
+#include "sim/model/moe_disp.h"
 
 void plan_layer_mem_of(const layer_saved_list *l, plan_layer_mem *m)
 {
@@ -86,15 +87,14 @@ static int routing(const layer_shape *L, const moe_config *e, double *lf, double
 {
     *lf = 1;
     *dropped = 0;
-    if (e->pad_to_capacity) { /* every expert runs its capacity, whatever the routing */
-        *lf = e->capacity_factor;
-    } else if (!e->force_load_balancing && e->routing_skew > 0) {
+    bool capped = e->capacity_factor > 0;
+    double skew = !e->force_load_balancing && e->routing_skew > 0 ? e->routing_skew : 0;
+    if (skew > 0 || capped) { /* balance (skew 0) still drops under a capacity factor below 1 */
         double *load = calloc((size_t)e->num_experts, sizeof *load);
         if (!load)
             return err_set(err, TS_ENOMEM, "MoE routing: loads of %d experts", e->num_experts);
-        int64_t T = L->b * L->s / (L->sp && L->t > 1 ? L->t : 1);
-        double routed = (double)T * e->topk, drop = 0;
-        moe_expert_loads_zipf(e->num_experts, routed, e->routing_skew, PLAN_MOE_ROUTING_SEED, load);
+        double routed = (double)moe_disp_tokens(L) * e->topk, drop = 0;
+        moe_expert_loads_zipf(e->num_experts, routed, skew, PLAN_MOE_ROUTING_SEED, load);
         /* moe_rank_load_factor is over the mean of the kept tokens: over the
          * mean routed (what moe_block_ops multiplies) it is (1 - dropped) of that */
         *lf = moe_rank_load_factor(load, e->num_experts, e->ep, e->capacity_factor, &drop);
@@ -102,8 +102,10 @@ static int routing(const layer_shape *L, const moe_config *e, double *lf, double
         *lf *= 1 - *dropped;
         free(load);
     }
-    if (*lf < 1)
-        *lf = 1;
+    if (e->pad_to_capacity) /* every expert runs its capacity, whatever the routing */
+        *lf = e->capacity_factor;
+    else if (*lf < 1 && !(capped && e->capacity_factor < 1))
+        *lf = 1; /* below the mean only where the capacity caps every expert below it */
     return TS_OK;
 }
 
@@ -152,7 +154,8 @@ int plan_moe_build(const config *c, const layer_shape *rc_shape, int gpn, const 
     int etp = e->etp > 0 ? e->etp : 1, ep = e->ep > 0 ? e->ep : 1;
     mo->ep_group = group_at(ep, etp, gpn);
     mo->edp_group = group_at(mo->edp, etp * ep, gpn);
-    int64_t T = L.b * L.s / (L.sp && L.t > 1 ? L.t : 1);
+    mo->transient = moe_block_transient_bytes(&L, e, lf);
+    int64_t T = moe_disp_tokens(&L);
     if (e->dispatcher == MOE_DISPATCH_FLEX && e->enable_deepep) {
         int nodes = mo->ep_group.ranks / mo->ep_group.ranks_per_node;
         double remote =
@@ -165,7 +168,7 @@ int plan_moe_build(const config *c, const layer_shape *rc_shape, int gpn, const 
                            e->router_num_groups, nodes);
         mo->remote_nodes = remote;
         mo->a2a_ns = moe_deepep_remote_ns(cc, T, e->topk, L.h, L.dtype_bytes, remote, &mo->ep_group);
-    } else /* group limits leave the alltoall volume as it is (moe_deepep_remote_nodes_grouped) */
+    } else if (e->dispatcher == MOE_DISPATCH_ALLTOALL) /* group limits leave its volume as it is */
         mo->a2a_ns = moe_a2a_ns(cc, moe_a2a_send_bytes(T, e->topk, L.h, L.dtype_bytes, ep), &mo->ep_group);
     return TS_OK;
 }

@@ -4,12 +4,16 @@
  *
  * A MoE layer is the dense layer without its MLP (layer_shape.no_mlp: LN2,
  * its output and the residual add stay) plus the MoE block of moe.h
- * (router, top-k, permute, dispatch all-to-all, the local experts' grouped
- * GEMMs, combine all-to-all, unpermute, shared experts). Forward and
+ * (router, top-k, the dispatcher's input side, the local experts' grouped
+ * GEMMs, its output side, shared experts; moe_disp.h). Forward and
  * recompute: the layer's ops, then the block's; backward (B, I, W): the
  * block's, then the layer's. Costs are the ops' (cost.h); the all-to-alls
- * (layer_op.a2a) take moe_a2a_ns on the expert-parallel group with the
- * alltoall dispatcher, moe_deepep_ns with the flex one and DeepEP.
+ * (layer_op.a2a with coll COMM_P2P) take moe_a2a_ns on the expert-parallel
+ * group with the alltoall dispatcher, moe_deepep_ns with the flex one and
+ * DeepEP; the dispatcher's all-gathers and reduce-scatters (allgather over
+ * etp x ep ranks, alltoall's over the etp ranks) commcost_ns on their
+ * consecutive ranks. The allgather dispatcher's gathered buffers are
+ * transient: allocated when a MoE layer's pass starts, freed when it ends.
  *
  * Routing: with --moe-router-force-load-balancing every EP rank receives
  * the mean load (load factor 1); otherwise the per-expert loads follow
@@ -17,13 +21,17 @@
  * PLAN_MOE_ROUTING_SEED, the busiest EP rank's share over the mean
  * (moe_rank_load_factor, the capacity factor capping each expert) sizes
  * the expert GEMMs and saved activations of every MoE layer (the same
- * routing in each layer: an assumption). With
+ * routing in each layer: an assumption). A capacity factor caps each
+ * expert at ceil(factor x its mean load) also under balance: below 1 every
+ * expert drops tokens and the busiest rank runs less than the mean (load
+ * factor below 1); the dropped share is reported. With
  * --moe-pad-expert-input-to-capacity every expert runs its capacity: the
  * load factor is the capacity factor.
  *
  * Layout (Megatron-core): the experts of a stage are folded ETP x EP x EDP,
  * innermost first, so an EP group is ep ranks at a stride of etp and an EDP
- * group edp ranks at a stride of etp x ep; the dense part keeps t x d.
+ * group edp ranks at a stride of etp x ep; the dense part keeps t x cp x d
+ * (RankGenerator's tp-cp-dp-pp), its gradients reduced over d x cp.
  *
  * Plain values: no heap memory.
  */
@@ -60,14 +68,16 @@ typedef struct {
     plan_layer_mem m_rc, m_none;
     int64_t params_dense;     /* one MoE layer's non-expert parameters on a rank (attention / t, norms,
                                  router, shared experts / t) */
-    int64_t params_expert;    /* its routed experts on a rank: E / ep experts (etp 1) */
+    int64_t params_expert;    /* its routed experts on a rank: E / ep experts, each / etp */
     commcost_group ep_group;  /* the all-to-all's ranks and those of them in one node */
     int64_t a2a_ns;           /* one dispatch or combine: moe_a2a_ns (alltoall) or moe_deepep_ns (flex
-                                 with DeepEP) */
+                                 with DeepEP); 0 with allgather (no all-to-all) */
     double remote_nodes;      /* DeepEP: remote nodes a token is sent to (moe_deepep_remote_nodes_grouped);
                                  0 otherwise */
     commcost_group edp_group; /* the expert gradients' reduction group */
     int edp;
+    int64_t transient; /* the dispatcher's buffers of one pass of a MoE layer, allocated when the pass starts
+                          and freed when it ends (moe_block_transient_bytes) */
 } plan_moe;
 
 /* Fill mo for config c (resolved: moe_flags_finish accepted it) from the

@@ -137,8 +137,11 @@ static void report_moe(const simulate_result *r, FILE *f)
 {
     if (!r->moe_experts)
         return;
-    fprintf(f, "mixture of experts      %d experts, top-%d, %d of %d layers MoE; ep %d, edp %d (%s dispatcher)\n",
-            r->moe_experts, r->moe_topk, r->moe_layers, r->num_layers, r->moe_ep, r->moe_edp, r->moe_dispatcher);
+    fprintf(f, "mixture of experts      %d experts, top-%d, %d of %d layers MoE; ep %d, ", r->moe_experts, r->moe_topk,
+            r->moe_layers, r->num_layers, r->moe_ep);
+    if (r->moe_etp > 1)
+        fprintf(f, "etp %d, ", r->moe_etp);
+    fprintf(f, "edp %d (%s dispatcher)\n", r->moe_edp, r->moe_dispatcher);
     if (r->moe_forced_balance)
         fprintf(f, "routing                 forced balance (busiest EP rank %.3fx the mean tokens)\n",
                 r->moe_load_factor);
@@ -303,6 +306,7 @@ void report_csv(const simulate_result *r, FILE *f)
         irow(f, it, "moe_topk", r->moe_topk, "experts");
         irow(f, it, "moe_layers", r->moe_layers, "layers");
         irow(f, it, "ep", r->moe_ep, "ranks");
+        irow(f, it, "etp", r->moe_etp, "ranks");
         irow(f, it, "edp", r->moe_edp, "ranks");
         irow(f, it, "moe_forced_balance", r->moe_forced_balance, "bool");
         row(f, it, "moe_routing_skew", r->moe_forced_balance ? 0 : r->moe_skew, "Zipf exponent");

@@ -247,10 +247,13 @@ static int moe_summary(const config *c, const simulate_opts *o, const plan *pl, 
     R->moe_topk = e->topk;
     R->moe_ep = e->ep;
     R->moe_edp = pl->edp;
+    R->moe_etp = e->etp > 0 ? e->etp : 1;
     for (int l = 0; l < c->model.num_layers; l++)
         R->moe_layers += moe_layer_is_moe(e, l);
     R->moe_forced_balance = e->force_load_balancing;
-    R->moe_dispatcher = e->dispatcher == MOE_DISPATCH_FLEX ? "flex with DeepEP" : "alltoall";
+    R->moe_dispatcher = e->dispatcher == MOE_DISPATCH_FLEX        ? "flex with DeepEP"
+                        : e->dispatcher == MOE_DISPATCH_ALLGATHER ? "allgather"
+                                                                  : "alltoall";
     R->moe_skew = e->routing_skew;
     R->moe_load_factor = pl->moe_load_factor;
     R->moe_dropped = pl->moe_dropped;

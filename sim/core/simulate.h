@@ -128,12 +128,13 @@ typedef struct {
     int cp; /* context-parallel size (1: none); the world is t x cp x d x p */
     /* mixture of experts (moe_experts 0: dense, the rest unset) */
     int moe_experts, moe_topk, moe_ep, moe_edp, moe_layers, num_layers;
-    bool moe_forced_balance;        /* --moe-router-force-load-balancing */
-    const char *moe_dispatcher;     /* static: "alltoall" or "flex with DeepEP" */
-    double moe_skew;                /* --moe-routing-skew (unused under forced balance) */
-    double moe_dropped;             /* fraction of the routed tokens dropped at capacity (0: dropless) */
-    double moe_load_factor;         /* the busiest EP rank's routed tokens over the mean */
-    int64_t moe_balanced_ns;        /* the same run's iteration under forced balance (= iteration_ns when
+    int moe_etp;                /* expert-tensor-parallel size */
+    bool moe_forced_balance;    /* --moe-router-force-load-balancing */
+    const char *moe_dispatcher; /* static: "allgather", "alltoall" or "flex with DeepEP" */
+    double moe_skew;            /* --moe-routing-skew (unused under forced balance) */
+    double moe_dropped;         /* fraction of the routed tokens dropped at capacity (0: dropless) */
+    double moe_load_factor;     /* the busiest EP rank's routed tokens over the mean */
+    int64_t moe_balanced_ns;    /* the same run's iteration under forced balance (= iteration_ns when
                                      balance is forced or the skew is 0) */
     int64_t moe_imbalance_ns;       /* iteration_ns - moe_balanced_ns: what the routing skew costs */
     int moe_groups, moe_group_topk; /* group-limited routing (0: none) */

@@ -71,14 +71,6 @@ double moe_model_flops_per_iter(const model_config *m, const moe_config *e, int6
     return dense + 3.0 * n * (s * moe_block_fwd_flops_per_token(m, e) - mlp) * (double)global_batch;
 }
 
-int64_t moe_a2a_send_bytes(int64_t tokens, int topk, int64_t h, int dtype_bytes, int ep)
-{
-    if (ep <= 1)
-        return 0;
-    return tokens * topk * h * dtype_bytes / ep * (ep - 1) +
-           tokens * topk * h * dtype_bytes % ep * (ep - 1) / ep; /* floor(X (ep-1) / ep) without overflow */
-}
-
 int64_t moe_a2a_ns(const commcost_params *p, int64_t send_bytes, const commcost_group *g)
 {
     int n = g->ranks, k = g->ranks_per_node < 1 ? 1 : g->ranks_per_node;
@@ -185,8 +177,11 @@ double moe_rank_load_factor(const double *load, int n, int ep, double capacity_f
         total += load[i];
     double cap = 0;
     if (capacity_factor > 0 && n > 0) {
-        cap = capacity_factor * total / n;
-        cap = (double)(int64_t)cap < cap ? (double)((int64_t)cap + 1) : cap; /* ceil */
+        /* Megatron's capacity: ceil(factor x tokens x topk / experts), of whole
+         * tokens; the loads' floating sum is rounded first (the Zipf shares add
+         * up to the routed tokens only to rounding) */
+        cap = capacity_factor * (double)llround(total) / n;
+        cap = ceil(cap - 1e-9 * cap);
     }
     int per = ep > 0 && n % ep == 0 ? n / ep : n;
     int ranks = per > 0 ? n / per : 0;
@@ -239,38 +234,28 @@ void moe_expert_loads_zipf(int n, double routed_tokens, double skew, uint64_t se
 
 /* ------------------------------------------------------- MoE block ops */
 
-/* Most ops one MoE block lists (the backward with shared experts and
- * all-to-alls: 17); moe_block_ops checks the room first. */
-#define MOE_BLOCK_MAX_OPS 17
+/* Most ops one MoE block lists (the backward with shared experts and the
+ * dispatcher's collectives on both sides: 19); moe_block_ops checks the
+ * room first. */
+#define MOE_BLOCK_MAX_OPS (13 + 2 * MOE_DISP_MAX_OPS)
 
-static void moe_a2a(layer_ops *o, const char *name, int64_t bytes, int ep)
-{
-    if (ep <= 1)
-        return;
-    int i = layer_ops_push(o, name, LAYER_OP_COMM);
-    o->op[i].coll = COMM_P2P;
-    o->op[i].a2a = true;
-    o->op[i].bytes = bytes;
-    o->op[i].group = ep;
-}
-
-/* Shapes of one MoE block on one rank (moe.h, moe_block_ops). */
+/* Shapes of one MoE block on one rank (moe.h, moe_block_ops): the
+ * dispatcher's (moe_disp.h) and the experts' GEMMs, whose N (FC1) or K
+ * (FC2) is split over etp. */
 typedef struct {
-    int64_t T, k, h, E, el, m, fe, fc1e, fs, fc1s, dt, a2a, R;
-    int ep;
+    moe_disp_dims d;
+    int64_t T, k, h, E, el, m, fc1p, fep, fs, fc1s, dt;
 } moe_dims;
 
 static void moe_block_fwd(const moe_dims *D, layer_ops *o)
 {
     layer_ops_gemm(o, "moe.router", D->T, D->E, D->h, 1);
     layer_ops_mem(o, "moe.topk", D->T * D->E * 4 * 2 + D->T * D->k * (4 + 8));
-    layer_ops_mem(o, "moe.permute", (D->T + D->T * D->k) * D->h * D->dt);
-    moe_a2a(o, "moe.a2a.dispatch", D->a2a, D->ep);
-    layer_ops_gemm(o, "moe.fc1", D->m, D->fc1e, D->h, D->el);
-    layer_ops_mem(o, "moe.act", D->m * D->el * (D->fc1e + D->fe) * D->dt);
-    layer_ops_gemm(o, "moe.fc2", D->m, D->h, D->fe, D->el);
-    moe_a2a(o, "moe.a2a.combine", D->a2a, D->ep);
-    layer_ops_mem(o, "moe.unpermute", (D->T * D->k + D->T) * D->h * D->dt + D->T * D->k * 4);
+    moe_disp_fwd_in(&D->d, o);
+    layer_ops_gemm(o, "moe.fc1", D->m, D->fc1p, D->h, D->el);
+    layer_ops_mem(o, "moe.act", D->m * D->el * (D->fc1p + D->fep) * D->dt);
+    layer_ops_gemm(o, "moe.fc2", D->m, D->h, D->fep, D->el);
+    moe_disp_fwd_out(&D->d, o);
     if (D->fs > 0) {
         layer_ops_gemm(o, "moe.shared.fc1", D->T, D->fc1s, D->h, 1);
         layer_ops_mem(o, "moe.shared.act", D->T * (D->fc1s + D->fs) * D->dt);
@@ -293,26 +278,43 @@ static void moe_block_bwd(const moe_dims *D, layer_ops *o, bool dgrad, bool wgra
             layer_ops_gemm(o, "moe.shared.fc1.wgrad", D->h, D->fc1s, D->T, 1);
     }
     if (dgrad) {
-        layer_ops_mem(o, "moe.unpermute.bwd", (D->T * D->k + D->T) * D->h * D->dt + D->T * D->k * 4);
-        moe_a2a(o, "moe.a2a.combine.bwd", D->a2a, D->ep);
-        layer_ops_gemm(o, "moe.fc2.dgrad", D->m, D->fe, D->h, D->el);
+        moe_disp_bwd_out(&D->d, o);
+        layer_ops_gemm(o, "moe.fc2.dgrad", D->m, D->fep, D->h, D->el);
     }
     if (wgrad)
-        layer_ops_gemm(o, "moe.fc2.wgrad", D->fe, D->h, D->m, D->el);
+        layer_ops_gemm(o, "moe.fc2.wgrad", D->fep, D->h, D->m, D->el);
     if (dgrad) {
-        layer_ops_mem(o, "moe.act.bwd", D->m * D->el * (D->fc1e + D->fe) * D->dt);
-        layer_ops_gemm(o, "moe.fc1.dgrad", D->m, D->h, D->fc1e, D->el);
+        layer_ops_mem(o, "moe.act.bwd", D->m * D->el * (D->fc1p + D->fep) * D->dt);
+        layer_ops_gemm(o, "moe.fc1.dgrad", D->m, D->h, D->fc1p, D->el);
     }
     if (wgrad)
-        layer_ops_gemm(o, "moe.fc1.wgrad", D->h, D->fc1e, D->m, D->el);
+        layer_ops_gemm(o, "moe.fc1.wgrad", D->h, D->fc1p, D->m, D->el);
     if (dgrad) {
-        moe_a2a(o, "moe.a2a.dispatch.bwd", D->a2a, D->ep);
-        layer_ops_mem(o, "moe.permute.bwd", (D->T + D->T * D->k) * D->h * D->dt);
+        moe_disp_bwd_in(&D->d, o);
         layer_ops_mem(o, "moe.topk.bwd", D->T * D->E * 4 * 2 + D->T * D->k * (4 + 8));
         layer_ops_gemm(o, "moe.router.dgrad", D->T, D->h, D->E, 1);
     }
     if (wgrad)
         layer_ops_gemm(o, "moe.router.wgrad", D->h, D->E, D->T, 1);
+}
+
+/* D for shape L, e and load factor lf (moe_block_ops' checks passed). */
+static void moe_dims_of(const layer_shape *L, const moe_config *e, double lf, moe_dims *D)
+{
+    memset(D, 0, sizeof *D);
+    moe_disp_dims_of(L, e, lf, &D->d);
+    D->T = D->d.T;
+    D->k = D->d.k;
+    D->h = D->d.h;
+    D->E = D->d.E;
+    D->el = D->d.el;
+    D->m = D->el > 0 ? (D->d.R + D->el - 1) / D->el : 0; /* no experts: nothing (callers check) */
+    int64_t fe = e->ffn_hidden_size > 0 ? e->ffn_hidden_size : L->ffn;
+    D->fep = fe / D->d.etp;
+    D->fc1p = (L->swiglu ? 2 : 1) * D->fep;
+    D->fs = e->shared_ffn_hidden_size;
+    D->fc1s = (L->swiglu ? 2 : 1) * D->fs;
+    D->dt = L->dtype_bytes;
 }
 
 int moe_block_ops(const layer_shape *L, const moe_config *e, double load_factor, layer_pass pass, layer_ops *out,
@@ -327,32 +329,26 @@ int moe_block_ops(const layer_shape *L, const moe_config *e, double load_factor,
                        "moe_block_ops: --num-experts %d is not a multiple of "
                        "--expert-model-parallel-size %d",
                        e->num_experts, ep);
-    if (e->etp > 1)
+    int etp = e->etp > 0 ? e->etp : 1;
+    int64_t fe = e->ffn_hidden_size > 0 ? e->ffn_hidden_size : L->ffn;
+    if (fe % etp != 0)
         return err_set(err, TS_EINVAL,
-                       "--expert-tensor-parallel-size %d: not modelled: the MoE block's ops "
-                       "with expert tensor parallelism (give 1)",
-                       e->etp);
-    if (!(load_factor >= 1.0))
+                       "moe_block_ops: --moe-ffn-hidden-size %lld is not a multiple of "
+                       "--expert-tensor-parallel-size %d",
+                       (long long)fe, etp);
+    if (e->dispatcher == MOE_DISPATCH_FLEX && etp > 1)
+        return err_set(err, TS_EINVAL,
+                       "--expert-tensor-parallel-size %d with --moe-token-dispatcher-type flex: not modelled "
+                       "(give --expert-tensor-parallel-size 1, or the alltoall or allgather dispatcher)",
+                       etp);
+    bool capped = e->capacity_factor > 0 && e->capacity_factor < 1;
+    if (!(load_factor >= 1.0) && !(capped && load_factor > 0))
         return err_set(err, TS_EINVAL,
                        "moe_block_ops: load factor %g: the busiest rank's load over the mean "
-                       "is at least 1",
+                       "is at least 1 (above 0 under a capacity factor below 1)",
                        load_factor);
     moe_dims D;
-    memset(&D, 0, sizeof D);
-    D.T = L->b * L->s / (L->sp && L->t > 1 ? L->t : 1);
-    D.k = e->topk;
-    D.h = L->h;
-    D.E = e->num_experts;
-    D.ep = ep;
-    D.el = D.E / ep;
-    D.R = (int64_t)ceil((double)(D.T * D.k) * load_factor - 1e-9);
-    D.m = (D.R + D.el - 1) / D.el;
-    D.fe = e->ffn_hidden_size > 0 ? e->ffn_hidden_size : L->ffn;
-    D.fc1e = (L->swiglu ? 2 : 1) * D.fe;
-    D.fs = e->shared_ffn_hidden_size;
-    D.fc1s = (L->swiglu ? 2 : 1) * D.fs;
-    D.dt = L->dtype_bytes;
-    D.a2a = moe_a2a_send_bytes(D.T, e->topk, L->h, L->dtype_bytes, ep);
+    moe_dims_of(L, e, load_factor, &D);
     if (out->n < 0 || out->n > LAYER_MAX_OPS - MOE_BLOCK_MAX_OPS)
         return err_set(err, TS_EINVAL, "moe_block_ops: %d ops already listed; the block needs room for %d of %d",
                        out->n, MOE_BLOCK_MAX_OPS, LAYER_MAX_OPS);
@@ -373,7 +369,7 @@ int moe_block_ops(const layer_shape *L, const moe_config *e, double load_factor,
         if (L->recompute == RECOMPUTE_FULL)
             moe_block_fwd(&D, out);
         else if (L->recompute == RECOMPUTE_SELECTIVE && (L->rc_modules & CONFIG_RC_MOE_ACT))
-            layer_ops_mem(out, "moe.act", D.m * D.el * (D.fc1e + D.fe) * D.dt);
+            layer_ops_mem(out, "moe.act", D.m * D.el * (D.fc1p + D.fep) * D.dt);
         break;
     default:
         return err_set(err, TS_EINVAL, "moe_block_ops: unknown pass %d", (int)pass);
@@ -395,24 +391,20 @@ void moe_layer_rank_params(const model_config *m, const moe_config *e, int tp, i
     out->dense_dp = gpus / (p * t);
 }
 
-int64_t moe_block_saved_bytes(const layer_shape *L, const moe_config *e, double load_factor)
-{
-    int64_t T = L->b * L->s / (L->sp && L->t > 1 ? L->t : 1), k = e->topk, E = e->num_experts;
-    int64_t R = (int64_t)ceil((double)(T * k) * (load_factor < 1 ? 1 : load_factor) - 1e-9);
-    int64_t fe = e->ffn_hidden_size > 0 ? e->ffn_hidden_size : L->ffn, fc1e = (L->swiglu ? 2 : 1) * fe;
-    int64_t fs = e->shared_ffn_hidden_size, fc1s = (L->swiglu ? 2 : 1) * fs, dt = L->dtype_bytes;
-    return 2 * 4 * T * E + T * k * (4 + 8) + 2 * R * L->h * dt + R * (fc1e + fe) * dt + T * (fc1s + fs) * dt;
-}
-
 void moe_block_mem_of(const layer_shape *L, const moe_config *e, double load_factor, moe_block_mem *out)
 {
-    int64_t T = L->b * L->s / (L->sp && L->t > 1 ? L->t : 1), k = e->topk, E = e->num_experts;
-    int64_t R = (int64_t)ceil((double)(T * k) * (load_factor < 1 ? 1 : load_factor) - 1e-9);
-    int64_t fe = e->ffn_hidden_size > 0 ? e->ffn_hidden_size : L->ffn, fc1e = (L->swiglu ? 2 : 1) * fe;
-    int64_t fs = e->shared_ffn_hidden_size, fc1s = (L->swiglu ? 2 : 1) * fs, dt = L->dtype_bytes;
-    int64_t act = R * fe * dt; /* the expert activation's output: FC2's input */
-    out->free_w = R * L->h * dt + act + T * fs * dt;
-    out->free_i = 2 * 4 * T * E + T * k * (4 + 8) + R * L->h * dt + R * fc1e * dt + T * fc1s * dt;
+    moe_dims D;
+    moe_dims_of(L, e, load_factor > 0 ? load_factor : 1, &D);
+    int64_t T = D.T, k = D.k, E = D.E, R = D.d.R, h = D.h, dt = D.dt;
+    bool ag = e->dispatcher == MOE_DISPATCH_ALLGATHER;
+    /* the expert outputs the unpermute reads: after the ETP reduce-scatter
+     * (alltoall, Ra rows) or the partial sums themselves (allgather, R) */
+    int64_t outs = ag ? R : D.d.Ra;
+    /* allgather: the gathered routing map and probabilities of the local experts */
+    int64_t meta = ag && D.d.n > 1 ? (int64_t)D.d.n * T * D.el * (1 + 4) : 0;
+    int64_t act = R * D.fep * dt; /* the expert activation's output: FC2's input */
+    out->free_w = R * h * dt + act + T * D.fs * dt;
+    out->free_i = 2 * 4 * T * E + T * k * (4 + 8) + meta + outs * h * dt + R * D.fc1p * dt + T * D.fc1s * dt;
     out->kept = out->free_w + out->free_i;
     out->by_rc = 0;
     if (L->recompute == RECOMPUTE_FULL) {
@@ -422,6 +414,20 @@ void moe_block_mem_of(const layer_shape *L, const moe_config *e, double load_fac
         out->by_rc = act;
         out->kept -= act;
     }
+}
+
+int64_t moe_block_saved_bytes(const layer_shape *L, const moe_config *e, double load_factor)
+{
+    moe_block_mem m;
+    moe_block_mem_of(L, e, load_factor, &m);
+    return m.free_i + m.free_w;
+}
+
+int64_t moe_block_transient_bytes(const layer_shape *L, const moe_config *e, double load_factor)
+{
+    moe_disp_dims D;
+    moe_disp_dims_of(L, e, load_factor > 0 ? load_factor : 1, &D);
+    return moe_disp_transient_bytes(&D);
 }
 
 /* Compute time of one MoE block's F + B at load factor lf (moe.h). */
@@ -458,7 +464,7 @@ int moe_block_imbalance_ns(const cost_model *cm, const layer_shape *L, const moe
     double *load = calloc((size_t)e->num_experts, sizeof *load);
     if (!load)
         return err_set(err, TS_ENOMEM, "moe_block_imbalance_ns: loads of %d experts", e->num_experts);
-    int64_t T = L->b * L->s / (L->sp && L->t > 1 ? L->t : 1);
+    int64_t T = moe_disp_tokens(L);
     moe_expert_loads_zipf(e->num_experts, (double)(T * e->topk), skew, seed, load);
     double lf = moe_rank_load_factor(load, e->num_experts, e->ep > 0 ? e->ep : 1, e->capacity_factor, NULL);
     free(load);

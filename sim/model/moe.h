@@ -1,7 +1,8 @@
 /* moe — closed forms of a mixture-of-experts model: parameter counts
  * (total and activated per token), forward FLOPs per token of the MoE
  * block, the token dispatcher's all-to-all volume, where an expert-parallel
- * group sits, and the load of the busiest expert-parallel rank.
+ * group sits, and the load of the busiest expert-parallel rank. The
+ * dispatcher's ops and volumes are moe_disp.h's.
  *
  * Shapes are Megatron-core's (megatron/core/transformer/moe): a MoE layer
  * replaces the MLP by a router (a bias-free h x E linear layer, softmax and
@@ -33,6 +34,7 @@
 #include "sim/model/commcost.h"
 #include "sim/model/cost.h"
 #include "sim/model/layer.h"
+#include "sim/model/moe_disp.h"
 #include "sim/util/err.h"
 
 typedef struct {
@@ -70,11 +72,7 @@ double moe_block_fwd_flops_per_token(const model_config *m, const moe_config *e)
  * model. Dense model: flops_model_per_iter. */
 double moe_model_flops_per_iter(const model_config *m, const moe_config *e, int64_t global_batch);
 
-/* Bytes one rank sends in one all-to-all of the alltoall dispatcher:
- * tokens x topk x h x dtype_bytes x (ep - 1) / ep (its routed copies, the
- * share 1/ep of which stays on the rank, under balanced routing), rounded
- * down. 0 for ep <= 1. */
-int64_t moe_a2a_send_bytes(int64_t tokens, int topk, int64_t h, int dtype_bytes, int ep);
+/* moe_a2a_send_bytes (the alltoall dispatcher's volume) is moe_disp.h's. */
 
 /* Time of one all-to-all of the alltoall dispatcher, ns (rounded to the
  * nearest integer): NCCL runs it as n - 1 point-to-point sends per rank in
@@ -164,51 +162,60 @@ void moe_expert_loads_zipf(int n, double routed_tokens, double skew, uint64_t se
  * the tokens each of the E experts receives (load[i] >= 0, E = n, n a
  * multiple of ep; rank r holds experts r*n/ep .. (r+1)*n/ep - 1, as
  * Megatron-core places them). capacity_factor > 0 caps each expert at
- * ceil(capacity_factor x mean tokens per expert) (counting the dropped
- * tokens into *dropped when not NULL); 0 = dropless. Returns max/mean of
+ * ceil(capacity_factor x mean tokens per expert), the tokens being the
+ * loads' sum rounded to a whole number (Megatron-core's get_capacity:
+ * ceil(tokens x topk / experts x factor); counting the dropped tokens into
+ * *dropped when not NULL); 0 = dropless. Returns max/mean of
  * the ranks' kept tokens (1 when every rank gets the same; 0 when no token
  * is routed). */
 double moe_rank_load_factor(const double *load, int n, int ep, double capacity_factor, double *dropped);
 
 /* Appends to out the ops of one MoE block (what replaces the MLP of a MoE
- * layer: after LN2) for pass, on one rank, for one micro-batch of shape L
- * (alltoall dispatcher). Tokens this rank routes: T = b s (b s / t with
- * sequence parallelism). The busiest expert-parallel rank receives
- * R = T k x load_factor routed tokens (load_factor: moe_rank_load_factor;
- * 1 = balance) and runs its E/ep local experts as a batch of E/ep GEMMs of
- * m = ceil(R / (E/ep)) rows (thin GEMMs for many experts). Forward:
+ * layer: after LN2) for pass, on one rank, for one micro-batch of shape L,
+ * with e's dispatcher and layout (moe_disp.h: tokens T, the busiest rank's
+ * routed copies Ra = ceil(T k load_factor) after the EP exchange, R = etp
+ * Ra rows for its experts). load_factor: the busiest EP rank's routed
+ * copies over the mean T k (moe_rank_load_factor; 1 = balance; below 1
+ * only under a capacity factor below 1, where every expert is capped). The
+ * rank runs its E/ep local experts as a batch of E/ep GEMMs of
+ * m = ceil(R / (E/ep)) rows (thin GEMMs for many experts), each expert's
+ * FFN split over the etp ranks of its ETP group (FC1 column-parallel: N =
+ * gate/up f_e / etp; FC2 row-parallel: K = f_e / etp; Megatron-core's
+ * TEGroupedMLP with the expert tensor-parallel group). Forward:
  *   moe.router (T x E x h), moe.topk (fp32 softmax read + write of T x E,
- *   top-k probs and indices T k (4 + 8) bytes), moe.permute (read T h,
- *   write T k h), moe.a2a.dispatch, moe.fc1 (m x gate/up f_e x h, batch
- *   E/ep), moe.act, moe.fc2 (m x h x f_e), moe.a2a.combine, moe.unpermute
- *   (read T k h and the probs, write T h), then the shared experts
- *   moe.shared.fc1 / .act / .fc2 on T tokens (f_s unsplit) when f_s > 0.
- * The all-to-alls (ep > 1) are COMM ops with a2a = true, group ep, bytes
- * moe_a2a_send_bytes(T, k, h, dtype, ep) (at balance: the busiest rank's
- * extra receive is not in the volume). Backward: each GEMM's input
- * gradient (same flops) and weight gradient (same flops: 2x the forward in
- * all), the element-wise backward of each memory-bound op (same bytes),
- * the two all-to-alls again in reverse order. Pass I has the input
+ *   top-k probs and indices T k (4 + 8) bytes), the dispatcher's input
+ *   side (moe_disp_fwd_in: alltoall moe.permute, moe.a2a.dispatch,
+ *   moe.etp.ag; allgather moe.ag.probs, moe.ag.dispatch, moe.permute),
+ *   moe.fc1 (m x gate/up f_e/etp x h, batch E/ep), moe.act, moe.fc2
+ *   (m x h x f_e/etp), the output side (moe_disp_fwd_out), then the shared
+ *   experts moe.shared.fc1 / .act / .fc2 on T tokens (f_s unsplit: the
+ *   shared experts' TP split is not modelled) when f_s > 0.
+ * Backward: each GEMM's input gradient (same flops) and weight gradient
+ * (same flops: 2x the forward in all), the element-wise backward of each
+ * memory-bound op (same bytes), the dispatcher's collectives again in
+ * reverse order (moe_disp_bwd_out, _bwd_in). Pass I has the input
  * gradients only, W the weight gradients only, R the forward when
  * recompute is full, the routed experts' activation (moe.act) when it is
- * selective with moe_act in L->rc_modules, else nothing. With load_factor 1, t = 1, E/ep
- * dividing T k: the forward's flops are moe_block_fwd_flops_per_token x T.
- * TS_EINVAL for expert tensor parallelism (e->etp > 1: not modelled),
- * num_experts < 1, ep not dividing the experts, load_factor < 1 (the
- * busiest rank never has less than the mean), or more ops than
- * LAYER_MAX_OPS. */
+ * selective with moe_act in L->rc_modules, else nothing. With load_factor
+ * 1, t = 1, etp = 1, E/ep dividing T k: the forward's flops are
+ * moe_block_fwd_flops_per_token x T; with etp > 1 the expert GEMMs' flops
+ * are those of R rows divided by etp. TS_EINVAL for num_experts < 1, ep not
+ * dividing the experts, etp not dividing f_e, etp > 1 with the flex
+ * dispatcher (not modelled), a load factor below 1 without a capacity
+ * factor below 1 (or not above 0), or more ops than LAYER_MAX_OPS. */
 int moe_block_ops(const layer_shape *L, const moe_config *e, double load_factor, layer_pass pass, layer_ops *out,
                   ts_err *err);
 
 /* One MoE layer's parameters held by one rank, and the groups their
  * gradients are reduced over (Megatron-core's layout: the routed experts
- * sharded over ep x etp, the rest of the layer over the tensor-parallel
- * ranks). */
+ * sharded over ep x etp, their gradients reduced and their optimizer state
+ * sharded over edp, so etp x ep x edp ranks hold one copy; the rest of the
+ * layer over the tensor-parallel ranks, reduced over d x cp). */
 typedef struct {
     int64_t expert; /* routed experts on this rank: E / ep experts, each / etp */
     int64_t dense;  /* attention / t (MLA: mla_attn_rank_params), norms, router (replicated), shared experts / t */
     int expert_dp;  /* ranks the expert gradients are reduced over: edp = gpus / (pp x etp x ep) */
-    int dense_dp;   /* ranks the dense gradients are reduced over: d */
+    int dense_dp;   /* ranks the dense gradients are reduced over: gpus / (pp x tp) = d x cp */
 } moe_rank_params;
 
 /* Parameters of one MoE layer on one rank for tp-way tensor parallelism,
@@ -222,26 +229,34 @@ void moe_layer_rank_params(const model_config *m, const moe_config *e, int tp, i
  * on the busiest EP rank (no recomputation; the block's input, LN2's
  * output, is counted by the dense layer): router logits and probabilities
  * (fp32, 2 x 4 T E), the top-k probabilities and indices (T k (4 + 8)),
- * the permuted tokens and the expert outputs (R h each), the expert FC1
- * output and activation output (R (fc1 + f_e)), the shared experts' FC1
- * and activation outputs (T (fc1_s + f_s)); dtype bytes per element. T and
- * R as in moe_block_ops (R = ceil(T k load_factor)). */
+ * with the allgather dispatcher and n = etp x ep > 1 the gathered routing
+ * map and probabilities of the local experts (n T (E/ep) (1 + 4)), the
+ * permuted tokens (R h), the expert outputs the unpermute reads (Ra h
+ * after the ETP reduce-scatter with alltoall; the R h partial sums with
+ * allgather), the expert FC1 output and activation output (R (fc1 + f_e)
+ * / etp), the shared experts' FC1 and activation outputs (T (fc1_s +
+ * f_s)); dtype bytes per element. T, Ra, R as in moe_block_ops. */
 int64_t moe_block_saved_bytes(const layer_shape *L, const moe_config *e, double load_factor);
 
 /* moe_block_saved_bytes split for the memory timeline of one MoE layer:
  * kept (stored by the forward), by_rc (re-created by the recompute pass),
  * and of their sum what the input-gradient backward frees (free_i: router
- * logits and probabilities, top-k, expert outputs, FC1 outputs, shared FC1
- * outputs) and what only the weight gradients need (free_w: the permuted
- * tokens, FC1's input; the activation outputs, FC2's input; the shared
- * activation output). No recomputation: all kept; full: all by_rc;
- * selective with moe_act (CONFIG_RC_MOE_ACT in L->rc_modules): the routed
- * experts' activation output (R f_e) by_rc, the rest kept.
+ * logits and probabilities, top-k, the gathered routing, expert outputs,
+ * FC1 outputs, shared FC1 outputs) and what only the weight gradients need
+ * (free_w: the permuted tokens, FC1's input; the activation outputs, FC2's
+ * input; the shared activation output). No recomputation: all kept; full:
+ * all by_rc; selective with moe_act (CONFIG_RC_MOE_ACT in L->rc_modules):
+ * the routed experts' activation output (R f_e / etp) by_rc, the rest kept.
  * kept + by_rc = free_i + free_w = moe_block_saved_bytes. */
 typedef struct {
     int64_t kept, by_rc, free_i, free_w;
 } moe_block_mem;
 void moe_block_mem_of(const layer_shape *L, const moe_config *e, double load_factor, moe_block_mem *out);
+
+/* The dispatcher's transient bytes of one pass of the block
+ * (moe_disp_transient_bytes: the allgather dispatcher's gathered buffers,
+ * the alltoall dispatcher's pre-reduce-scatter partial outputs with ETP). */
+int64_t moe_block_transient_bytes(const layer_shape *L, const moe_config *e, double load_factor);
 
 /* What routing skew costs one MoE block, for one micro-batch, forward plus
  * backward on the busiest EP rank: the compute ops of moe_block_ops (F and

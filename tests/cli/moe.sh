@@ -39,18 +39,21 @@ expect_error 2 "--expert-model-parallel-size 2 needs --num-experts" $T simulate 
 expect_error 2 "--moe-router-topk needs --num-experts" $T simulate $M --moe-router-topk 2
 expect_error 2 "--q-lora-rank needs --multi-latent-attention" $T simulate $M --q-lora-rank 1536
 expect_error 2 "MLA has no grouped-query attention" $T simulate $M --multi-latent-attention
+moe "--num-experts with --tensor-model-parallel-size 2 needs --sequence-parallel (Megatron-core's MoELayer" -t 2
+moe "--moe-ffn-hidden-size 1000 is not a multiple of --expert-tensor-parallel-size 16 (each expert's FFN is split" \
+    --moe-ffn-hidden-size 1000 --expert-tensor-parallel-size 16
+moe "--moe-shared-expert-intermediate-size 1001 is not a multiple of --tensor-model-parallel-size 2" \
+    --moe-shared-expert-intermediate-size 1001 -t 2 --sequence-parallel
+moe "--gpus 64 is not a multiple of t x cp x p = 1 x 3 x 1 = 3" --context-parallel-size 3 --use-flash-attn
+moe "give an etp x ep dividing 64" --expert-model-parallel-size 8 --expert-tensor-parallel-size 16
 # valid layouts the simulator does not model: exit 2 naming the flag
 A="--moe-token-dispatcher-type alltoall"
-moe "--moe-token-dispatcher-type allgather: not modelled (the MoE block is simulated with the alltoall dispatcher" \
-    --expert-model-parallel-size 8 -t 2 --sequence-parallel
 moe "--moe-token-dispatcher-type flex without DeepEP: not modelled" --expert-model-parallel-size 4 \
     --moe-layer-freq '([0]*1+[1]*31)' --moe-token-dispatcher-type flex
-moe "--expert-tensor-parallel-size 2: not modelled (expert tensor parallelism; its default is --tensor-model-parallel-size: give --expert-tensor-parallel-size 1)" \
-    --expert-model-parallel-size 8 -t 2 --sequence-parallel $A
-moe "--moe-expert-capacity-factor 0.5: not modelled below 1" --moe-expert-capacity-factor 0.5 $A
-moe "--context-parallel-size 2 with --num-experts: not modelled together" --context-parallel-size 2 $A \
-    --use-flash-attn
-moe "--use-torch-fsdp2 with --num-experts: not modelled" --use-torch-fsdp2 $A
+moe "--expert-tensor-parallel-size 2 with --moe-token-dispatcher-type flex: not modelled (its default is --tensor-model-parallel-size: give --expert-tensor-parallel-size 1" \
+    --expert-model-parallel-size 8 -t 2 --sequence-parallel --moe-token-dispatcher-type flex --moe-enable-deepep
+moe "--use-torch-fsdp2 with --num-experts: not modelled (how PyTorch FSDP2 shards the experts; --use-megatron-fsdp with experts is)" \
+    --use-torch-fsdp2 $A
 moe "--overlap-moe-expert-parallel-comm" --overlap-moe-expert-parallel-comm $A
 moe "--moe-routing-skew" --moe-routing-skew -1 $A
 expect_output "deepseek-v3" $T config --model deepseek-v3
@@ -123,6 +126,71 @@ check_sh "weights: EP 8 (one expert = the dense MLP) is the dense model plus 4 r
 # expert gradients reduced over EDP: EP 4 on 8 GPUs has edp 2, EP 8 edp 1 (no expert reduction)
 check_sh "edp is gpus / (p x etp x ep): 2 for EP 4, 1 for EP 8" \
     '[ "$(val ep4w iteration edp)" = 2 ] && [ "$(val bal iteration edp)" = 1 ]'
+
+# ---- Megatron's default layouts, refused before: the allgather dispatcher, ETP = t, CP, capacity below 1
+# (sim/model/moe_disp.h). The same 4-layer Mixtral shape, forced balance unless said.
+F="$S0 --moe-router-force-load-balancing"
+csv ag $F --gpus 8 --num-experts 8 --expert-model-parallel-size 8
+csv a2a $F --gpus 8 --num-experts 8 --expert-model-parallel-size 8 $A
+grep -q "ep 8, edp 1 (allgather dispatcher)" "$tmp/ag.txt" && ok "no dispatcher flag: Megatron's allgather, simulated" ||
+    bad "allgather run: $(grep -i "experts\|error" "$tmp/ag.txt" "$tmp/ag.err" | head -3)"
+# top-2 of 8 over 8 ranks: allgather moves every token of the group (7/8 x 8 T h each way, plus the routing),
+# alltoall a rank's 2 routed copies (7/8 x 2 T h): more than 4x the bytes, on the same NVLink group
+tg=$(val ag iteration time_ep); ta=$(val a2a iteration time_ep)
+check_sh "allgather's EP traffic costs more than 3x alltoall's at top-2 of 8 ($tg > 3 x $ta ns)" \
+    'awk -v a="$tg" -v b="$ta" "BEGIN { exit !(b > 0 && a > 3 * b) }"'
+csv ags $S0 --gpus 8 --num-experts 8 --expert-model-parallel-size 4 -t 2 --sequence-parallel
+csv ags6 $S0 --gpus 8 --num-experts 8 --expert-model-parallel-size 4 -t 2 --sequence-parallel --moe-routing-skew 0.6
+check_sh "allgather with ETP 2 (Megatron's default etp = t): more skew is slower" \
+    '[ "$(val ags6 iteration iteration_time)" -gt "$(val ags iteration iteration_time)" ] &&
+     grep -q "ep 4, etp 2, edp 1 (allgather dispatcher)" "$tmp/ags.txt"'
+# ETP: expert weights per rank 1/(etp x ep): 4 layers x 2 experts x 176160768 / 2 x 2 bytes fewer at etp 2 than
+# etp 1 with ep 4; etp 2 x ep 4 holds what etp 1 x ep 8 holds
+csv e1 $F --gpus 8 --num-experts 8 --expert-model-parallel-size 4 -t 2 --sequence-parallel $A \
+    --expert-tensor-parallel-size 1
+csv e2 $F --gpus 8 --num-experts 8 --expert-model-parallel-size 4 -t 2 --sequence-parallel $A
+csv e18 $F --gpus 8 --num-experts 8 --expert-model-parallel-size 8 -t 2 --sequence-parallel $A \
+    --expert-tensor-parallel-size 1
+w1=$(val e1 "rank 0" memory_at_peak_weights); w2=$(val e2 "rank 0" memory_at_peak_weights)
+w18=$(val e18 "rank 0" memory_at_peak_weights)
+check_sh "ETP 2 halves the expert weights per rank ($w1 - $w2 = 4 x 2 x 176160768 / 2 x 2)" \
+    '[ $((w1 - w2)) -eq $((4 * 176160768 * 2)) ] && [ "$w2" -eq "$w18" ] && [ "$(val e2 iteration etp)" = 2 ]'
+check_sh "ETP 2 adds its all-gather and reduce-scatter to the EP traffic" \
+    '[ "$(val e2 iteration time_ep)" -gt 0 ] && [ "$(val e1 iteration edp)" = 2 ] && [ "$(val e2 iteration edp)" = 1 ]'
+# CP 2: each rank routes s / cp tokens, so the all-to-all carries half (same EP group inside a node); expert
+# gradients over edp = gpus / (p etp ep) = 16 / 8 = 2
+csv cp1 $F --gpus 8 --num-experts 8 --expert-model-parallel-size 8 $A --use-flash-attn
+csv cp2 $F --gpus 16 --num-experts 8 --expert-model-parallel-size 8 $A --use-flash-attn --context-parallel-size 2
+c1=$(val cp1 iteration time_ep); c2=$(val cp2 iteration time_ep)
+check_sh "CP 2 halves the tokens of the dispatch (EP time $c2 against $c1 ns: 0.4 to 0.6), edp 2" \
+    'awk -v a="$c2" -v b="$c1" "BEGIN { exit !(a > 0.4 * b && a < 0.6 * b) }" && [ "$(val cp2 iteration edp)" = 2 ]'
+# capacity below 1: every expert capped at half its mean load, half the tokens dropped, faster than 1
+csv cap5 $F --gpus 8 --num-experts 8 --expert-model-parallel-size 8 $A --moe-expert-capacity-factor 0.5
+csv cap10 $F --gpus 8 --num-experts 8 --expert-model-parallel-size 8 $A --moe-expert-capacity-factor 1
+check_sh "capacity 0.5: load factor 0.5, half the routed tokens dropped, faster than capacity 1" \
+    '[ "$(val cap5 iteration moe_load_factor)" = 0.5 ] && [ "$(val cap5 iteration moe_dropped)" = 0.5 ] &&
+     [ "$(val cap10 iteration moe_dropped)" = 0 ] &&
+     [ "$(val cap5 iteration iteration_time)" -lt "$(val cap10 iteration iteration_time)" ] &&
+     grep -q "50.00% of the routed tokens dropped" "$tmp/cap5.txt"'
+# Megatron-FSDP with experts: the experts sharded over edp, the rest over d, so a rank's sharded gradients and
+# optimizer state are the same for EP 2, 4, 8 (etp x ep x edp = 8) and the distributed optimizer's; the
+# weights are the shard plus two gathered units (MoE layers: E/ep experts), EP 2's 2 x 2 experts x 176160768 x
+# 2 bytes more than EP 4's
+MF="$F --gpus 8 --num-experts 8 $A --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params"
+csv mf2 $MF --expert-model-parallel-size 2
+csv mf4 $MF --expert-model-parallel-size 4
+csv mf8 $MF --expert-model-parallel-size 8
+csv do4 $F --gpus 8 --num-experts 8 $A --expert-model-parallel-size 4 --use-distributed-optimizer
+o2=$(val mf2 "rank 0" memory_at_peak_optimizer); o4=$(val mf4 "rank 0" memory_at_peak_optimizer)
+o8=$(val mf8 "rank 0" memory_at_peak_optimizer); od=$(val do4 "rank 0" memory_at_peak_optimizer)
+g2=$(val mf2 "rank 0" memory_at_peak_gradients); g8=$(val mf8 "rank 0" memory_at_peak_gradients)
+check_sh "Megatron-FSDP with experts: optimizer state per rank the same at EP 2, 4, 8 and with the distributed optimizer ($o2)" \
+    '[ "$o2" = "$o4" ] && [ "$o4" = "$o8" ] && [ "$o4" = "$od" ] && [ "$g2" = "$g8" ] && [ "$g2" -gt 0 ]'
+fw2=$(val mf2 "rank 0" memory_at_peak_weights); fw4=$(val mf4 "rank 0" memory_at_peak_weights)
+check_sh "Megatron-FSDP with experts: two gathered MoE units of EP 2 hold 2 x 2 x 176160768 x 2 bytes more than EP 4's" \
+    '[ $((fw2 - fw4)) -eq $((2 * 2 * 176160768 * 2)) ]'
+check_sh "Megatron-FSDP with experts: the gathers are exposed DP time, more at EP 2 (experts over edp 4)" \
+    '[ "$(val mf2 iteration exposed_dp)" -gt "$(val mf8 iteration exposed_dp)" ]'
 
 # ---- calibration row (c) of ../shared/reference/h100_training_calibration.csv: Qwen3-235B-A22B on 256
 # H100s, t 2, p 8, 4 virtual stages, ep 32 (etp 1), b 1, B 2048, seq 4096, bf16, DeepEP, recompute of the

@@ -274,7 +274,7 @@ Test(moe, zipf_figures)
 {
     static const double skew[3] = {0.3, 0.6, 1.0};
     static const double want[3][5] = {
-        {1.070, 1.206, 1.788, 1.344, 7.0}, {1.235, 1.607, 3.966, 1.633, 23.5}, {1.907, 3.192, 11.281, 2.464, 50.5}};
+        {1.070, 1.206, 1.788, 1.344, 7.0}, {1.235, 1.607, 3.966, 1.633, 23.5}, {1.907, 3.192, 11.281, 2.457, 50.65}};
     double l[256], dropped;
     for (int s = 0; s < 3; s++) {
         moe_expert_loads_zipf(256, 32768, skew[s], 1, l);
@@ -357,7 +357,8 @@ Test(moe_ops, flops_closed_form)
 }
 
 /* The expert GEMMs run at the busiest rank's count: m = ceil(T k lf / (E/ep))
- * rows per local expert, batch E/ep; more load never fewer flops. */
+ * rows per local expert, batch E/ep; more load never fewer flops; below the
+ * mean only under a capacity factor below 1; ETP must divide f_e. */
 Test(moe_ops, busiest_rank_shapes)
 {
     layer_shape L = moe_shape(7168, 18432, 4096, 1);
@@ -381,11 +382,16 @@ Test(moe_ops, busiest_rank_shapes)
         cr_assert_geq(f, prev);
         prev = f;
     }
-    cr_assert_eq(moe_block_ops(&L, &e, 0.9, LAYER_PASS_F, &o, &err), TS_EINVAL);
-    e.etp = 2;
+    cr_assert_eq(moe_block_ops(&L, &e, 0.9, LAYER_PASS_F, &o, &err), TS_EINVAL); /* dropless: never below the mean */
+    e.capacity_factor = 0.5; /* capped below the mean: the busiest rank may run less */
+    o.n = 0;
+    cr_assert_eq(moe_block_ops(&L, &e, 0.5, LAYER_PASS_F, &o, &err), TS_OK, "%s", err.msg);
+    cr_assert_eq(moe_block_ops(&L, &e, 0, LAYER_PASS_F, &o, &err), TS_EINVAL);
+    e.capacity_factor = 0;
+    e.etp = 3; /* 2048 is not a multiple of 3: the expert FFN does not split */
     o.n = 0;
     cr_assert_eq(moe_block_ops(&L, &e, 1.0, LAYER_PASS_F, &o, &err), TS_EINVAL);
-    cr_assert(strstr(err.msg, "--expert-tensor-parallel-size") != NULL, "%s", err.msg);
+    cr_assert(strstr(err.msg, "--expert-tensor-parallel-size 3") != NULL, "%s", err.msg);
 }
 
 /* Two all-to-alls forward, two backward, on the EP group, each carrying
