@@ -6,6 +6,7 @@
 #include "sim/config/overheads.h"
 #include "sim/model/flops.h"
 #include "sim/model/layer.h"
+#include "sim/model/moe.h"
 
 static int imin(int a, int b)
 {
@@ -77,12 +78,30 @@ static int rank_layers(const parallel_config *p, int num_layers, int r)
 }
 
 /* Per-micro-batch kept bytes: one layer under the run's mode and with no
- * recomputation (block method), the embedding and the output layer. */
+ * recomputation (block method), the same for a MoE layer (the layer
+ * without its MLP plus the MoE block at balanced routing: the simulator's
+ * busiest-rank load factor is >= 1 and only adds), the embedding and the
+ * output layer. */
 typedef struct {
-    double layer, layer_none, embedding, output;
+    double layer, layer_none, moe, moe_none, embedding, output;
 } kept_bytes;
 
-static int kept(const layer_shape *shape, kept_bytes *k, ts_err *err)
+/* One MoE layer's kept bytes under shape's recompute mode. */
+static int kept_moe(const layer_shape *shape, const moe_config *e, double *out, ts_err *err)
+{
+    layer_saved_list saved;
+    layer_shape s = *shape;
+    s.no_mlp = true;
+    int rc = layer_saved_build(&s, &saved, err);
+    if (rc)
+        return rc;
+    moe_block_mem blk;
+    moe_block_mem_of(&s, e, 1.0, &blk);
+    *out = (double)layer_saved_kept_bytes(&saved) + (double)blk.kept;
+    return TS_OK;
+}
+
+static int kept(const layer_shape *shape, const moe_config *e, kept_bytes *k, ts_err *err)
 {
     layer_saved_list saved;
     layer_shape s = *shape;
@@ -94,6 +113,9 @@ static int kept(const layer_shape *shape, kept_bytes *k, ts_err *err)
     if ((rc = layer_saved_build(&s, &saved, err)))
         return rc;
     k->layer_none = (double)layer_saved_kept_bytes(&saved);
+    k->moe = k->moe_none = 0;
+    if (e->num_experts > 0 && ((rc = kept_moe(shape, e, &k->moe, err)) || (rc = kept_moe(&s, e, &k->moe_none, err))))
+        return rc;
     if ((rc = layer_embedding_saved(shape, &saved, err)))
         return rc;
     k->embedding = (double)layer_saved_kept_bytes(&saved);
@@ -101,6 +123,60 @@ static int kept(const layer_shape *shape, kept_bytes *k, ts_err *err)
         return rc;
     k->output = (double)layer_saved_kept_bytes(&saved);
     return TS_OK;
+}
+
+/* Virtual stage of chunk ch of rank r (loop placement: ch*p + r; ZB-V's V:
+ * stages r and 2p-1-r). */
+static int stage_of(const parallel_config *p, int r, int ch)
+{
+    return p->schedule == SCHED_ZB_V && ch == 1 ? 2 * p->pp - 1 - r : ch * p->pp + r;
+}
+
+/* The first layer (model order) and the layers of chunk ch of rank r. */
+static void chunk_range(const parallel_config *p, int num_layers, int r, int ch, int *first, int *n)
+{
+    int v = p->vp > 0 ? p->vp : 1;
+    if (p->layout.n_stages == p->pp * v) {
+        int st = stage_of(p, r, ch), a = 0;
+        for (int j = 0; j < st; j++)
+            a += p->layout.layers[j];
+        *first = a;
+        *n = p->layout.layers[st];
+        return;
+    }
+    /* no layout (v = 1): the first/last split of rank_layers */
+    int a = 0;
+    for (int j = 0; j < r; j++)
+        a += rank_layers(p, num_layers, j);
+    *first = a;
+    *n = rank_layers(p, num_layers, r);
+}
+
+/* MoE: the activations one in-flight micro-batch chunk of rank r holds at
+ * least (its lightest chunk: each layer's kept bytes by kind, block
+ * recomputation keeping only the input of the first k), and the rank's
+ * MoE layers. */
+static double moe_chunk_bytes(const config *c, const kept_bytes *kb, int r, int *moe_layers)
+{
+    const parallel_config *p = &c->par;
+    int v = p->vp > 0 ? p->vp : 1;
+    double least = -1;
+    *moe_layers = 0;
+    for (int ch = 0; ch < v; ch++) {
+        int a, n;
+        chunk_range(p, c->model.num_layers, r, ch, &a, &n);
+        bool block = p->recompute == RECOMPUTE_FULL && p->recompute_method == RECOMPUTE_METHOD_BLOCK &&
+                     p->recompute_num_layers > 0 && p->recompute_num_layers < n;
+        double bytes = 0;
+        for (int j = 0; j < n; j++) {
+            bool moe = moe_layer_is_moe(&c->moe, a + j), rc = !block || j < p->recompute_num_layers;
+            *moe_layers += moe;
+            bytes += moe ? (rc ? kb->moe : kb->moe_none) : (rc ? kb->layer : kb->layer_none);
+        }
+        if (least < 0 || bytes < least)
+            least = bytes;
+    }
+    return least > 0 ? least : 0;
 }
 
 static void bound_rank(const config *c, const kept_bytes *kb, int inflight, int r, search_bound *b)
@@ -114,17 +190,28 @@ static void bound_rank(const config *c, const kept_bytes *kb, int inflight, int 
     bool first = r == 0;
     bool last = p->schedule == SCHED_ZB_V ? r == 0 : r == p->pp - 1;
     double params = (double)flops_params_stage(mo, p->tp, layers, first, last);
+    /* MoE layers: their rank's share (the simulator's count: moe_layer_rank_params) instead of a dense
+     * layer's; the routed experts' share of it is sharded by the distributed optimizer over edp */
+    double expert = 0, moe_chunk = 0;
+    if (c->moe.num_experts > 0) {
+        int n_moe;
+        moe_chunk = moe_chunk_bytes(c, kb, r, &n_moe);
+        moe_rank_params P;
+        moe_layer_rank_params(mo, &c->moe, p->tp, p->pp, c->cluster.gpus, &P);
+        params += n_moe * ((double)(P.dense + P.expert) - (double)flops_params_stage(mo, p->tp, 1, 0, 0));
+        expert = n_moe * (double)P.expert;
+    }
     bool fp32 = mo->precision == PREC_FP32;
     /* Gradients: fp32 with bf16 (Megatron-LM accumulates and reduces bf16
      * gradients in fp32), 16-bit only with fp16. */
     double wb = fp32 ? 4.0 : 2.0, ob = fp32 ? 8.0 : 12.0;
     double gb = mo->precision == PREC_FP16 ? 2.0 : 4.0;
     int dcp = p->dp * (p->cp > 1 ? p->cp : 1); /* the optimizer is sharded over d x cp */
-    if (p->distributed_optimizer && dcp > 1)
-        ob /= dcp;
+    int edp = c->moe.edp > 0 ? c->moe.edp : 1;  /* the experts' over edp */
     b->weights_bytes = params * wb;
     b->grads_bytes = params * gb;
-    b->optimizer_bytes = params * ob;
+    b->optimizer_bytes =
+        p->distributed_optimizer ? (params - expert) * ob / (dcp > 1 ? dcp : 1) + expert * ob / edp : params * ob;
 
     /* Activations: in-flight chunks x the bytes a chunk keeps; with block
      * recomputation k layers of each chunk keep only their input. */
@@ -135,6 +222,8 @@ static void bound_rank(const config *c, const kept_bytes *kb, int inflight, int 
         int k = p->recompute_num_layers;
         chunk_bytes = k * kb->layer + (chunk_layers - k) * kb->layer_none;
     }
+    if (c->moe.num_experts > 0)
+        chunk_bytes = moe_chunk;
     double act = inflight * chunk_bytes;
     if (first) /* the embedding's stash, per in-flight micro-batch of chunk 0 */
         act += (v == 1 ? inflight : 1) * kb->embedding;
@@ -159,7 +248,7 @@ int search_bound_compute(const config *c, const int *inflight, search_bound *out
     kept_bytes kb;
     int rc = layer_shape_from_config(c, &shape, err);
     if (rc == TS_OK)
-        rc = kept(&shape, &kb, err);
+        rc = kept(&shape, &c->moe, &kb, err);
     if (rc)
         return rc;
     int m = config_num_microbatches(c);
