@@ -293,13 +293,17 @@ static int no_pipeline_kind(unsigned mask)
     return -1;
 }
 
-/* Whether dispatcher k is tried with expert-parallel size ep: with ep = 1
- * flex-deepep is alltoall's run, tried only when alltoall is not asked for. */
-static bool dispatcher_tried(unsigned mask, int k, int ep)
+/* Whether dispatcher k is tried for an expert-parallel group of ep ranks
+ * at a stride of etp: when the group is in one node (or is one rank)
+ * flex-deepep is alltoall's run (moe.h: DeepEP inside a node is costed as
+ * the alltoall dispatcher), tried only when alltoall is not asked for. */
+static bool dispatcher_tried(unsigned mask, int k, int etp, int ep, int gpus_per_node)
 {
     if (!(mask & (1u << k)))
         return false;
-    return !(ep == 1 && k == SEARCH_DISPATCH_FLEX_DEEPEP && (mask & (1u << SEARCH_DISPATCH_ALLTOALL)));
+    /* the simulator's placement (plan_moe.h): etp x ep consecutive ranks dividing a node lie in one */
+    bool one_node = ep == 1 || (gpus_per_node > 0 && gpus_per_node % (etp * ep) == 0);
+    return !(one_node && k == SEARCH_DISPATCH_FLEX_DEEPEP && (mask & (1u << SEARCH_DISPATCH_ALLTOALL)));
 }
 
 /* The candidates of one (t, p, schedule, v, b) in *c (its m set): for a
@@ -336,7 +340,7 @@ static int enumerate_inner(const search_space *s, cand_vec *cv, search_cand *c, 
                 for (int r = 0; r < nrv; r++)
                     for (int dopt = 0; dopt < ndo; dopt++)
                         for (int k = 0; k < (E > 0 ? SEARCH_DISPATCH_COUNT : 1); k++) {
-                            if (E > 0 && !dispatcher_tried(s->dispatchers, k, ep))
+                            if (E > 0 && !dispatcher_tried(s->dispatchers, k, c->etp, ep, s->cluster.gpus_per_node))
                                 continue;
                             c->sequence_parallel = (uint8_t)sp;
                             c->recompute = rv[r].recompute;

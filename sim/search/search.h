@@ -77,8 +77,10 @@ typedef struct {
 
 /* Token dispatchers the search tries (Megatron-core's
  * --moe-token-dispatcher-type, flex with --moe-enable-deepep). With ep = 1 no
- * token leaves its rank: alltoall and flex-deepep are the same run, and only
- * the first of them asked for is tried (as one schedule is with p = 1). */
+ * token leaves its rank, and inside one node DeepEP is costed as the
+ * alltoall dispatcher (moe.h, moe_deepep_ns): there alltoall and
+ * flex-deepep are the same run, and flex-deepep is tried only when alltoall
+ * is not asked for (as one schedule is with p = 1). */
 typedef enum {
     SEARCH_DISPATCH_ALLTOALL = 0,
     SEARCH_DISPATCH_FLEX_DEEPEP, /* flex with DeepEP */
