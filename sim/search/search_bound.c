@@ -200,6 +200,15 @@ static void bound_rank(const config *c, const kept_bytes *kb, int inflight, int 
         moe_layer_rank_params(mo, &c->moe, p->tp, p->pp, c->cluster.gpus, &P);
         params += n_moe * ((double)(P.dense + P.expert) - (double)flops_params_stage(mo, p->tp, 1, 0, 0));
         expert = n_moe * (double)P.expert;
+        if (c->moe.mla) { /* the dense layers' attention: multi-latent where smaller than q/k/v (never more) */
+            moe_params with, without;
+            moe_config plain = c->moe;
+            plain.mla = false;
+            moe_param_count(mo, &c->moe, &with);
+            moe_param_count(mo, &plain, &without);
+            double less = (double)(with.attention - without.attention) / p->tp;
+            params += (layers - n_moe) * (less < 0 ? less - 1 : 0);
+        }
     }
     bool fp32 = mo->precision == PREC_FP32;
     /* Gradients: fp32 with bf16 (Megatron-LM accumulates and reduces bf16
@@ -227,8 +236,8 @@ static void bound_rank(const config *c, const kept_bytes *kb, int inflight, int 
     double act = inflight * chunk_bytes;
     if (first) /* the embedding's stash, per in-flight micro-batch of chunk 0 */
         act += (v == 1 ? inflight : 1) * kb->embedding;
-    if (last) /* the output layer's tensors of the micro-batch being turned around */
-        act += kb->output;
+    if (last) /* the output layer's tensors, per in-flight micro-batch of the last chunk */
+        act += (v == 1 ? inflight : 1) * kb->output;
     b->activations_bytes = act;
     /* What PyTorch, cuBLAS and NCCL hold besides tensors, as the simulator
      * adds it (overheads.h); the fragmentation on the activations floor only
