@@ -467,7 +467,7 @@ static int enumerate(const search_space *s, cand_vec *cv)
  * a one-entry cache spares almost every generation. */
 typedef struct {
     int kind, p, m, v;
-    int *inflight; /* p entries (owned); NULL before the first use */
+    search_bound_live *inflight; /* p entries (owned); NULL before the first use */
     int rc;        /* the generator's status for this shape */
     char msg[ERR_MSG_BYTES];
 } inflight_cache;

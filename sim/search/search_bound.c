@@ -36,19 +36,30 @@ int search_bound_inflight(const parallel_config *p, int num_microbatches, int ra
     }
 }
 
-void search_bound_inflight_sched(const sched *s, int *out)
+void search_bound_inflight_sched(const sched *s, search_bound_live *out)
 {
     for (int r = 0; r < s->p; r++) {
-        int live = 0, peak = 0;
+        int f = 0, w = 0;
+        search_bound_live pk = {0, 0, 0};
         for (size_t i = 0; i < s->n_actions[r]; i++) {
             int k = s->actions[r][i].kind;
-            if (k == ACT_F)
-                live++;
-            else if (k == ACT_B || k == ACT_I)
-                live--;
-            peak = imax(peak, live);
+            if (k == ACT_F) {
+                f++;
+            } else if (k == ACT_B) {
+                f--;
+            } else if (k == ACT_I) {
+                f--;
+                w++;
+            } else if (k == ACT_W) {
+                w--;
+            }
+            pk.f = imax(pk.f, f);
+            pk.w = imax(pk.w, w);
+            pk.fw = imax(pk.fw, f + w);
         }
-        out[r] = imax(1, peak);
+        pk.f = imax(1, pk.f);
+        pk.fw = imax(pk.f, pk.fw);
+        out[r] = pk;
     }
 }
 
@@ -84,10 +95,22 @@ static int rank_layers(const parallel_config *p, int num_layers, int r)
  * output layer. */
 typedef struct {
     double layer, layer_none, moe, moe_none, embedding, output;
+    double layer_w, moe_w; /* of a layer's saved tensors, those only the weight gradients need (LAYER_FREE_AFTER_W) */
 } kept_bytes;
 
-/* One MoE layer's kept bytes under shape's recompute mode. */
-static int kept_moe(const layer_shape *shape, const moe_config *e, double *out, ts_err *err)
+/* Bytes of the tensors of l that only the weight gradients need. */
+static double free_w_bytes(const layer_saved_list *l)
+{
+    double b = 0;
+    for (int i = 0; i < l->n; i++)
+        if (l->t[i].free_when == LAYER_FREE_AFTER_W)
+            b += (double)l->t[i].bytes;
+    return b;
+}
+
+/* One MoE layer's kept bytes under shape's recompute mode, and (w not
+ * NULL) the bytes only its weight gradients need. */
+static int kept_moe(const layer_shape *shape, const moe_config *e, double *out, double *w, ts_err *err)
 {
     layer_saved_list saved;
     layer_shape s = *shape;
@@ -98,6 +121,8 @@ static int kept_moe(const layer_shape *shape, const moe_config *e, double *out, 
     moe_block_mem blk;
     moe_block_mem_of(&s, e, 1.0, &blk);
     *out = (double)layer_saved_kept_bytes(&saved) + (double)blk.kept;
+    if (w)
+        *w = free_w_bytes(&saved) + (double)blk.free_w;
     return TS_OK;
 }
 
@@ -113,8 +138,10 @@ static int kept(const layer_shape *shape, const moe_config *e, kept_bytes *k, ts
     if ((rc = layer_saved_build(&s, &saved, err)))
         return rc;
     k->layer_none = (double)layer_saved_kept_bytes(&saved);
-    k->moe = k->moe_none = 0;
-    if (e->num_experts > 0 && ((rc = kept_moe(shape, e, &k->moe, err)) || (rc = kept_moe(&s, e, &k->moe_none, err))))
+    k->layer_w = free_w_bytes(&saved);
+    k->moe = k->moe_none = k->moe_w = 0;
+    if (e->num_experts > 0 &&
+        ((rc = kept_moe(shape, e, &k->moe, NULL, err)) || (rc = kept_moe(&s, e, &k->moe_none, &k->moe_w, err))))
         return rc;
     if ((rc = layer_embedding_saved(shape, &saved, err)))
         return rc;
@@ -152,35 +179,42 @@ static void chunk_range(const parallel_config *p, int num_layers, int r, int ch,
     *n = rank_layers(p, num_layers, r);
 }
 
-/* MoE: the activations one in-flight micro-batch chunk of rank r holds at
- * least (its lightest chunk: each layer's kept bytes by kind, block
- * recomputation keeping only the input of the first k), and the rank's
- * MoE layers. */
-static double moe_chunk_bytes(const config *c, const kept_bytes *kb, int r, int *moe_layers)
+/* What one micro-batch chunk of rank r holds at least (its lightest
+ * chunk): *kept, from its forward to its input-gradient backward (each
+ * layer's kept bytes by kind, block recomputation keeping only the input of
+ * the first k); *w, from its input-gradient backward (I) to its weight
+ * gradients (W): every layer's tensors that only W needs, recomputed or
+ * kept. Returns the rank's MoE layers. */
+static int chunk_bytes_of(const config *c, const kept_bytes *kb, int r, double *kept_out, double *w_out)
 {
     const parallel_config *p = &c->par;
-    int v = p->vp > 0 ? p->vp : 1;
-    double least = -1;
-    *moe_layers = 0;
+    int v = p->vp > 0 ? p->vp : 1, moe_layers = 0;
+    double least = -1, least_w = -1;
     for (int ch = 0; ch < v; ch++) {
         int a, n;
         chunk_range(p, c->model.num_layers, r, ch, &a, &n);
         bool block = p->recompute == RECOMPUTE_FULL && p->recompute_method == RECOMPUTE_METHOD_BLOCK &&
                      p->recompute_num_layers > 0 && p->recompute_num_layers < n;
-        double bytes = 0;
+        double bytes = 0, w = 0;
         for (int j = 0; j < n; j++) {
             bool moe = moe_layer_is_moe(&c->moe, a + j), rc = !block || j < p->recompute_num_layers;
-            *moe_layers += moe;
+            moe_layers += moe;
             bytes += moe ? (rc ? kb->moe : kb->moe_none) : (rc ? kb->layer : kb->layer_none);
+            w += moe ? kb->moe_w : kb->layer_w;
         }
         if (least < 0 || bytes < least)
             least = bytes;
+        if (least_w < 0 || w < least_w)
+            least_w = w;
     }
-    return least > 0 ? least : 0;
+    *kept_out = least > 0 ? least : 0;
+    *w_out = least_w > 0 ? least_w : 0;
+    return moe_layers;
 }
 
-static void bound_rank(const config *c, const kept_bytes *kb, int inflight, int r, search_bound *b)
+static void bound_rank(const config *c, const kept_bytes *kb, const search_bound_live *live, int r, search_bound *b)
 {
+    int inflight = live->f;
     const model_config *mo = &c->model;
     const parallel_config *p = &c->par;
     int v = p->vp > 0 ? p->vp : 1;
@@ -192,10 +226,9 @@ static void bound_rank(const config *c, const kept_bytes *kb, int inflight, int 
     double params = (double)flops_params_stage(mo, p->tp, layers, first, last);
     /* MoE layers: their rank's share (the simulator's count: moe_layer_rank_params) instead of a dense
      * layer's; the routed experts' share of it is sharded by the distributed optimizer over edp */
-    double expert = 0, moe_chunk = 0;
+    double expert = 0, moe_chunk = 0, chunk_w = 0;
+    int n_moe = chunk_bytes_of(c, kb, r, &moe_chunk, &chunk_w);
     if (c->moe.num_experts > 0) {
-        int n_moe;
-        moe_chunk = moe_chunk_bytes(c, kb, r, &n_moe);
         moe_rank_params P;
         moe_layer_rank_params(mo, &c->moe, p->tp, p->pp, c->cluster.gpus, &P);
         params += n_moe * ((double)(P.dense + P.expert) - (double)flops_params_stage(mo, p->tp, 1, 0, 0));
@@ -238,6 +271,11 @@ static void bound_rank(const config *c, const kept_bytes *kb, int inflight, int 
         act += (v == 1 ? inflight : 1) * kb->embedding;
     if (last) /* the output layer's tensors, per in-flight micro-batch of the last chunk */
         act += (v == 1 ? inflight : 1) * kb->output;
+    /* zero-bubble schedules: chunks between I and W hold what W needs; at
+     * some moment w of them, at another f + w chunks held either way */
+    double held = live->w * chunk_w, both = live->fw * (chunk_w < chunk_bytes ? chunk_w : chunk_bytes);
+    act = act > held ? act : held;
+    act = act > both ? act : both;
     b->activations_bytes = act;
     /* What PyTorch, cuBLAS and NCCL hold besides tensors, as the simulator
      * adds it (overheads.h); the fragmentation on the activations floor only
@@ -251,7 +289,7 @@ static void bound_rank(const config *c, const kept_bytes *kb, int inflight, int 
     b->rank = r;
 }
 
-int search_bound_compute(const config *c, const int *inflight, search_bound *out, ts_err *err)
+int search_bound_compute(const config *c, const search_bound_live *live, search_bound *out, ts_err *err)
 {
     layer_shape shape;
     kept_bytes kb;
@@ -263,8 +301,13 @@ int search_bound_compute(const config *c, const int *inflight, search_bound *out
     int m = config_num_microbatches(c);
     for (int r = 0; r < c->par.pp; r++) {
         search_bound b;
-        int n = inflight ? inflight[r] : search_bound_inflight(&c->par, m, r);
-        bound_rank(c, &kb, n, r, &b);
+        search_bound_live l = {0, 0, 0};
+        if (live) {
+            l = live[r];
+        } else {
+            l.f = l.fw = search_bound_inflight(&c->par, m, r);
+        }
+        bound_rank(c, &kb, &l, r, &b);
         if (r == 0 || b.total_bytes > out->total_bytes)
             *out = b;
     }

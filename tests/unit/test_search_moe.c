@@ -23,8 +23,8 @@
 
 /* A small Mixtral-like model: 8 layers (the first dense), hidden 512, 8
  * heads, SwiGLU, 8 experts top-2 of FFN 512, on two 8-GPU nodes of A100
- * 80GB; B = 32, b in {1, 2}, 1F1B and interleaved (v = 2), t and p up to
- * 2 and 4, cp up to 2. */
+ * 80GB; B = 32, b in {1, 2}, every schedule (v = 2), t and p up to 2 and
+ * 4, cp up to 2. */
 static void moe_space(search_space *s, topo **t)
 {
     model_config m;
@@ -65,7 +65,6 @@ static void moe_space(search_space *s, topo **t)
     s->moe.first_dense_layers = 1;
     s->micro_batch_sizes[1] = 2;
     s->n_micro_batch_sizes = 2;
-    s->schedules = (1u << SCHED_1F1B) | (1u << SCHED_INTERLEAVED);
     s->max_vp = 2;
     s->max_tp = 2;
     s->max_pp = 4;
