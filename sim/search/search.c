@@ -173,7 +173,7 @@ static void fill_config(const search_space *s, const search_cand *c, config *out
         out->moe.ep = c->ep;
         out->moe.etp = c->etp;
         out->moe.edp = 0;
-        out->moe.dispatcher = c->dispatcher == SEARCH_DISPATCH_ALLGATHER ? MOE_DISPATCH_ALLGATHER
+        out->moe.dispatcher = c->dispatcher == SEARCH_DISPATCH_ALLGATHER     ? MOE_DISPATCH_ALLGATHER
                               : c->dispatcher == SEARCH_DISPATCH_FLEX_DEEPEP ? MOE_DISPATCH_FLEX
                                                                              : MOE_DISPATCH_ALLTOALL;
         out->moe.enable_deepep = c->dispatcher == SEARCH_DISPATCH_FLEX_DEEPEP;
@@ -468,7 +468,7 @@ static int enumerate(const search_space *s, cand_vec *cv)
 typedef struct {
     int kind, p, m, v;
     search_bound_live *inflight; /* p entries (owned); NULL before the first use */
-    int rc;        /* the generator's status for this shape */
+    int rc;                      /* the generator's status for this shape */
     char msg[ERR_MSG_BYTES];
 } inflight_cache;
 

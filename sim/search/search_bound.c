@@ -249,7 +249,7 @@ static void bound_rank(const config *c, const kept_bytes *kb, const search_bound
     double wb = fp32 ? 4.0 : 2.0, ob = fp32 ? 8.0 : 12.0;
     double gb = mo->precision == PREC_FP16 ? 2.0 : 4.0;
     int dcp = p->dp * (p->cp > 1 ? p->cp : 1); /* the optimizer is sharded over d x cp */
-    int edp = c->moe.edp > 0 ? c->moe.edp : 1;  /* the experts' over edp */
+    int edp = c->moe.edp > 0 ? c->moe.edp : 1; /* the experts' over edp */
     b->weights_bytes = params * wb;
     b->grads_bytes = params * gb;
     b->optimizer_bytes =

@@ -125,7 +125,8 @@ static int write_rows(const search_set *set, const size_t *rank_of, FILE *f, ts_
         fmt_int(cell[k], 64, c->cp > 1 ? c->cp : 1, true), k++;
         fmt_int(cell[k], 64, c->ep, c->ep > 0), k++;
         fmt_int(cell[k], 64, c->etp, c->ep > 0), k++;
-        snprintf(cell[k], 64, "%s", c->ep > 0 && full ? SEARCH_DISPATCHER_NAMES[c->dispatcher % SEARCH_DISPATCH_COUNT] : ""),
+        snprintf(cell[k], 64, "%s",
+                 c->ep > 0 && full ? SEARCH_DISPATCHER_NAMES[c->dispatcher % SEARCH_DISPATCH_COUNT] : ""),
             k++;
         fmt_num(cell[k], 64, c->mem_bound_bytes / GIB, c->mem_bound_bytes > 0), k++;
         fmt_num(cell[k], 64, c->r.iteration_s, simulated), k++;
@@ -170,8 +171,8 @@ int search_write_csv(const search_set *set, const size_t *order, size_t n_order,
 static bool same_layout(const search_cand *a, const search_cand *b)
 {
     return a->tp == b->tp && a->pp == b->pp && a->vp == b->vp && a->schedule == b->schedule &&
-           a->first_stage_layers == b->first_stage_layers && a->account_split == b->account_split &&
-           a->cp == b->cp && a->ep == b->ep && a->etp == b->etp && a->dispatcher == b->dispatcher;
+           a->first_stage_layers == b->first_stage_layers && a->account_split == b->account_split && a->cp == b->cp &&
+           a->ep == b->ep && a->etp == b->etp && a->dispatcher == b->dispatcher;
 }
 
 static bool rejected_for_memory(const search_cand *c)

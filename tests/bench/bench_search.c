@@ -120,13 +120,11 @@ int main(int argc, char **argv)
     const char *name = "530b";
     bool bad = false;
     for (int i = 1; i < argc; i += 2) {
-        if (i + 1 >= argc) {
-            bad = true;
-        } else if (!strcmp(argv[i], "--threads")) {
+        if (i + 1 < argc && !strcmp(argv[i], "--threads")) {
             char *end;
             long v = strtol(argv[i + 1], &end, 10);
             threads = *end || v > 4096 ? 0 : (int)v; /* not a number, or absurd: refused below */
-        } else if (!strcmp(argv[i], "--case")) {
+        } else if (i + 1 < argc && !strcmp(argv[i], "--case")) {
             name = argv[i + 1];
         } else {
             bad = true;

@@ -146,8 +146,7 @@ Test(search_moe, config_rules_and_dispatchers)
             cr_assert((c->etp > 1 && strstr(msg, "--expert-tensor-parallel-size")) ||
                           (c->dispatcher == SEARCH_DISPATCH_ALLGATHER && strstr(msg, "allgather")) ||
                           (c->cp > 1 && strstr(msg, "--context-parallel-size")),
-                      "candidate %zu (etp %d, dispatcher %d, cp %d) refused: %s", i, c->etp, c->dispatcher, c->cp,
-                      msg);
+                      "candidate %zu (etp %d, dispatcher %d, cp %d) refused: %s", i, c->etp, c->dispatcher, c->cp, msg);
         cr_assert(!(8 % (c->etp * c->ep) == 0 && c->dispatcher == SEARCH_DISPATCH_FLEX_DEEPEP),
                   "candidate %zu: flex-deepep inside a node", i);
         deepep += c->dispatcher == SEARCH_DISPATCH_FLEX_DEEPEP;
@@ -230,14 +229,14 @@ static char *csv_of(const search_set *set, size_t *len)
     free(o);
     FILE *f = fopen(path, "rb");
     cr_assert_not_null(f);
-    fseek(f, 0, SEEK_END);
+    cr_assert_eq(fseek(f, 0, SEEK_END), 0);
     long sz = ftell(f);
     rewind(f);
     char *buf = malloc((size_t)sz + 1);
     cr_assert_not_null(buf);
     *len = fread(buf, 1, (size_t)sz, f);
     buf[*len] = '\0';
-    fclose(f);
+    cr_assert_eq(fclose(f), 0);
     unlink(path);
     return buf;
 }
