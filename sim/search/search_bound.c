@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "sim/config/overheads.h"
+#include "sim/core/plan_moe.h"
 #include "sim/model/flops.h"
 #include "sim/model/layer.h"
 #include "sim/model/moe.h"
@@ -90,9 +91,9 @@ static int rank_layers(const parallel_config *p, int num_layers, int r)
 
 /* Per-micro-batch kept bytes: one layer under the run's mode and with no
  * recomputation (block method), the same for a MoE layer (the layer
- * without its MLP plus the MoE block at balanced routing: the simulator's
- * busiest-rank load factor is >= 1 and only adds), the embedding and the
- * output layer. */
+ * without its MLP plus the MoE block at the busiest expert-parallel
+ * rank's load factor, which the simulator applies to every rank), the
+ * embedding and the output layer. */
 typedef struct {
     double layer, layer_none, moe, moe_none, embedding, output;
     double layer_w, moe_w; /* of a layer's saved tensors, those only the weight gradients need (LAYER_FREE_AFTER_W) */
@@ -108,9 +109,35 @@ static double free_w_bytes(const layer_saved_list *l)
     return b;
 }
 
-/* One MoE layer's kept bytes under shape's recompute mode, and (w not
- * NULL) the bytes only its weight gradients need. */
-static int kept_moe(const layer_shape *shape, const moe_config *e, double *out, double *w, ts_err *err)
+/* The busiest expert-parallel rank's tokens over the mean, as the
+ * simulator's routing model sizes every MoE layer's activations with it
+ * (plan_moe.h: padded to capacity, the capacity factor; forced balance or
+ * no skew, 1; else moe_rank_load_factor of moe_expert_loads_zipf with
+ * PLAN_MOE_ROUTING_SEED, times the kept share); at least 1. */
+static int moe_load_factor(const layer_shape *L, const moe_config *e, double *lf, ts_err *err)
+{
+    *lf = 1;
+    if (e->pad_to_capacity) {
+        *lf = e->capacity_factor;
+    } else if (!e->force_load_balancing && e->routing_skew > 0) {
+        double *load = calloc((size_t)e->num_experts, sizeof *load);
+        if (!load)
+            return err_set(err, TS_ENOMEM, "search: loads of %d experts", e->num_experts);
+        int64_t T = L->b * L->s / (L->sp && L->t > 1 ? L->t : 1);
+        double routed = (double)T * e->topk, drop = 0;
+        moe_expert_loads_zipf(e->num_experts, routed, e->routing_skew, PLAN_MOE_ROUTING_SEED, load);
+        *lf = moe_rank_load_factor(load, e->num_experts, e->ep, e->capacity_factor, &drop);
+        *lf *= 1 - (routed > 0 ? drop / routed : 0);
+        free(load);
+    }
+    if (*lf < 1)
+        *lf = 1;
+    return TS_OK;
+}
+
+/* One MoE layer's kept bytes under shape's recompute mode at load factor
+ * lf, and (w not NULL) the bytes only its weight gradients need. */
+static int kept_moe(const layer_shape *shape, const moe_config *e, double lf, double *out, double *w, ts_err *err)
 {
     layer_saved_list saved;
     layer_shape s = *shape;
@@ -119,7 +146,7 @@ static int kept_moe(const layer_shape *shape, const moe_config *e, double *out, 
     if (rc)
         return rc;
     moe_block_mem blk;
-    moe_block_mem_of(&s, e, 1.0, &blk);
+    moe_block_mem_of(&s, e, lf, &blk);
     *out = (double)layer_saved_kept_bytes(&saved) + (double)blk.kept;
     if (w)
         *w = free_w_bytes(&saved) + (double)blk.free_w;
@@ -140,8 +167,10 @@ static int kept(const layer_shape *shape, const moe_config *e, kept_bytes *k, ts
     k->layer_none = (double)layer_saved_kept_bytes(&saved);
     k->layer_w = free_w_bytes(&saved);
     k->moe = k->moe_none = k->moe_w = 0;
+    double lf;
     if (e->num_experts > 0 &&
-        ((rc = kept_moe(shape, e, &k->moe, NULL, err)) || (rc = kept_moe(&s, e, &k->moe_none, &k->moe_w, err))))
+        ((rc = moe_load_factor(shape, e, &lf, err)) || (rc = kept_moe(shape, e, lf, &k->moe, NULL, err)) ||
+         (rc = kept_moe(&s, e, lf, &k->moe_none, &k->moe_w, err))))
         return rc;
     if ((rc = layer_embedding_saved(shape, &saved, err)))
         return rc;

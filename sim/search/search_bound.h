@@ -19,8 +19,10 @@
  *   the bytes a chunk's layers keep per micro-batch (layer_saved_build under
  *   the recomputation mode: Korthikanti et al. 2022 Table 2; with block
  *   recomputation k layers keep only their input; a MoE layer keeps the
- *   layer without its MLP plus moe_block_mem_of at balanced routing, the
- *   rank's lightest chunk counting), plus the embedding's or output layer's
+ *   layer without its MLP plus moe_block_mem_of at the busiest
+ *   expert-parallel rank's load factor of the simulator's routing model,
+ *   plan_moe.h: the rank's lightest chunk counting), plus the embedding's
+ *   or output layer's
  *   saved tensors on the first / last rank (per in-flight micro-batch
  *   without chunks, once with them); under the zero-bubble schedules, when
  *   more, the chunks between their input-gradient backward (I) and their
