@@ -364,8 +364,9 @@ static int add_flags(opt_table *t, search_args *a, ts_err *err)
          .target = &a->dispatchers,
          .metavar = "LIST",
          .defval = "alltoall,flex-deepep,allgather",
-         .help = "MoE: token dispatchers tried (alltoall; flex-deepep: flex with DeepEP; allgather); with ep = 1 "
-                 "flex-deepep is alltoall's run and is tried only without alltoall"},
+         .help = "MoE: token dispatchers tried (alltoall; flex-deepep: flex with DeepEP; allgather); where the "
+                 "expert-parallel group lies in one node (ep = 1 included) flex-deepep is costed as alltoall and "
+                 "is tried only without alltoall"},
         {.name = "--num-experts",
          .type = OPT_INT,
          .target = &a->experts,
@@ -387,6 +388,7 @@ static int add_flags(opt_table *t, search_args *a, ts_err *err)
          .target = &a->moe_ffn,
          .min = 1,
          .max = 1 << 26,
+         .unit = "elements",
          .defval = "preset (--ffn-hidden-size)",
          .help = "override the FFN hidden size of one routed expert"},
         {.name = "--moe-shared-expert-intermediate-size",
@@ -394,6 +396,7 @@ static int add_flags(opt_table *t, search_args *a, ts_err *err)
          .target = &a->shared_ffn,
          .min = 1,
          .max = 1 << 26,
+         .unit = "elements",
          .defval = "preset",
          .help = "override the shared experts' FFN hidden size"},
         {.name = "--moe-layer-freq",
