@@ -12,6 +12,7 @@
 #include "sim/config/catalog.h"
 #include "sim/config/catalog_models.h"
 #include "sim/config/flags.h"
+#include "sim/config/moe_flags.h"
 #include "sim/config/overheads.h"
 #include "sim/config/topo.h"
 #include "sim/core/simulate.h"
@@ -83,6 +84,29 @@ static int parse_ints(const char *s, int *out, int cap, int *n, ts_err *err)
     return TS_OK;
 }
 
+/* "alltoall,flex-deepep" -> search_dispatcher bit mask. */
+static int parse_dispatchers(const char *s, unsigned *mask, ts_err *err)
+{
+    *mask = 0;
+    for (const char *p = s;;) {
+        size_t len = strcspn(p, ",");
+        int k = 0;
+        while (SEARCH_DISPATCHER_NAMES[k] &&
+               (strlen(SEARCH_DISPATCHER_NAMES[k]) != len || strncmp(SEARCH_DISPATCHER_NAMES[k], p, len)))
+            k++;
+        if (!SEARCH_DISPATCHER_NAMES[k])
+            return err_set(err, TS_EINVAL,
+                           "--dispatchers '%s': '%.*s' is not a token dispatcher (valid: alltoall, flex-deepep, "
+                           "allgather)",
+                           s, (int)len, p);
+        *mask |= 1u << k;
+        if (!p[len])
+            break;
+        p += len + 1;
+    }
+    return TS_OK;
+}
+
 /* "1f1b,zb-v" -> schedule bit mask. */
 static int parse_schedules(const char *s, unsigned *mask, ts_err *err)
 {
@@ -122,7 +146,7 @@ static int parse_schedules(const char *s, unsigned *mask, ts_err *err)
 typedef struct {
     memory_overheads overheads; /* --cuda-context-gib ... (flags_register_memory) */
     double margin_gib;          /* --memory-margin */
-    const char *model, *gpu, *topology, *calibration, *out, *mbs, *schedules, *script;
+    const char *model, *gpu, *topology, *calibration, *out, *mbs, *schedules, *script, *dispatchers;
     int gpus, batch, top, threads, max_tp, max_pp, max_vp;
     int num_layers, hidden, heads, groups, ffn, seq, vocab;
     bool explain, no_sp, no_distopt, no_block, quiet;
@@ -130,6 +154,10 @@ typedef struct {
     int fp8_format;        /* --fp8-format: index into FP8_FORMATS, -1 = not given (a script's, else none) */
     int fp8_recipe;        /* --fp8-recipe, config_fp8_recipe */
     int max_cp;            /* --max-context-parallel-size, 0 = not given (1) */
+    int max_ep;            /* --max-expert-model-parallel-size, 0 = not given (the experts) */
+    bool no_etp;           /* --no-expert-tensor-parallel */
+    int experts, topk, moe_ffn, shared_ffn; /* --num-experts ... overrides, 0 = the preset's */
+    const char *layer_freq;                 /* --moe-layer-freq override, NULL = the preset's */
 } search_args;
 
 static int add_flags(opt_table *t, search_args *a, ts_err *err)
@@ -318,6 +346,65 @@ static int add_flags(opt_table *t, search_args *a, ts_err *err)
          .defval = "1",
          .help = "largest context-parallel size cp tried (powers of 2 dividing the GPUs; p2p ring; needs flash "
                  "or fused attention and seq divisible by 2cp)"},
+        {.name = "--max-expert-model-parallel-size",
+         .type = OPT_INT,
+         .target = &a->max_ep,
+         .min = 1,
+         .max = 1 << 20,
+         .unit = "GPUs",
+         .defval = "the expert count",
+         .help = "MoE: largest expert-parallel size ep tried (every divisor of the experts up to it; the GPUs "
+                 "must be a multiple of p x etp x ep, else the fold is rejected with its reason)"},
+        {.name = "--no-expert-tensor-parallel",
+         .type = OPT_BOOL,
+         .target = &a->no_etp,
+         .help = "MoE: try only etp = 1 (default: etp = 1 and etp = t)"},
+        {.name = "--dispatchers",
+         .type = OPT_STRING,
+         .target = &a->dispatchers,
+         .metavar = "LIST",
+         .defval = "alltoall,flex-deepep,allgather",
+         .help = "MoE: token dispatchers tried (alltoall; flex-deepep: flex with DeepEP; allgather); where the "
+                 "expert-parallel group lies in one node (ep = 1 included) flex-deepep is costed as alltoall and "
+                 "is tried only without alltoall"},
+        {.name = "--num-experts",
+         .type = OPT_INT,
+         .target = &a->experts,
+         .min = 1,
+         .max = 1 << 20,
+         .unit = "experts",
+         .defval = "preset",
+         .help = "override the routed experts per MoE layer (a dense preset becomes a mixture of experts)"},
+        {.name = "--moe-router-topk",
+         .type = OPT_INT,
+         .target = &a->topk,
+         .min = 1,
+         .max = 1 << 20,
+         .unit = "experts",
+         .defval = "preset (Megatron-LM's 2)",
+         .help = "override the experts each token is routed to"},
+        {.name = "--moe-ffn-hidden-size",
+         .type = OPT_INT,
+         .target = &a->moe_ffn,
+         .min = 1,
+         .max = 1 << 26,
+         .unit = "elements",
+         .defval = "preset (--ffn-hidden-size)",
+         .help = "override the FFN hidden size of one routed expert"},
+        {.name = "--moe-shared-expert-intermediate-size",
+         .type = OPT_INT,
+         .target = &a->shared_ffn,
+         .min = 1,
+         .max = 1 << 26,
+         .unit = "elements",
+         .defval = "preset",
+         .help = "override the shared experts' FFN hidden size"},
+        {.name = "--moe-layer-freq",
+         .type = OPT_STRING,
+         .target = &a->layer_freq,
+         .metavar = "N|PATTERN",
+         .defval = "preset (1)",
+         .help = "override the MoE layers: N, every N-th; ([0]*K+[1]*M), the first K dense"},
         {.name = "--no-sequence-parallel",
          .type = OPT_BOOL,
          .target = &a->no_sp,
@@ -356,7 +443,8 @@ static int add_flags(opt_table *t, search_args *a, ts_err *err)
  * (flags_parse, flags_finish) with the search's --model, --gpus, --gpu and
  * --topology. Notes on what the script left unresolved go to stderr unless
  * quiet. */
-static int script_model(search_args *a, model_config *m, char *gpu, size_t gpu_bytes, bool quiet, ts_err *err)
+static int script_model(search_args *a, model_config *m, moe_config *moe, char *gpu, size_t gpu_bytes, bool quiet,
+                        ts_err *err)
 {
     config c;
     flags_state fs;
@@ -386,13 +474,9 @@ static int script_model(search_args *a, model_config *m, char *gpu, size_t gpu_b
         flags_note_ignored(&fs, stderr);           /* the script's Megatron-LM flags that cannot change performance */
     if (!rc && (rc = flags_finish(&fs, &ft, err))) /* the script's layout, say, on the GPUs given */
         err_prefix(err, "--megatron-script %s: ", a->script);
-    if (!rc && c.moe.num_experts > 0) /* the search's space has no expert dimension: never search it as dense */
-        rc = err_set(err, TS_EINVAL,
-                     "--megatron-script %s: --num-experts %d: not modelled by search (EP is not a search dimension; "
-                     "simulate the layout with trainsim simulate)",
-                     a->script, c.moe.num_experts);
     if (!rc) {
         *m = c.model;
+        *moe = c.moe; /* the experts and routing; ep, etp and the dispatcher are searched */
         if (!a->gpus)
             a->gpus = c.cluster.gpus;
         if (!a->batch)
@@ -411,18 +495,63 @@ static int script_model(search_args *a, model_config *m, char *gpu, size_t gpu_b
 /* Model, cluster and space from the arguments; the model starts from
  * *base when given (a --megatron-script's), else from the --model preset.
  * *topo_out is owned by the caller (the space borrows it). */
-static int build_space(const search_args *a, const model_config *base, search_space *s, topo **topo_out, ts_err *err)
+/* The experts: the script's or the preset's, with the MoE flags applied
+ * (Megatron-LM's defaults for a dense base given --num-experts). */
+static int build_moe(const search_args *a, const moe_config *base, const model_config *m, moe_config *e, ts_err *err)
+{
+    *e = *base;
+    if (a->experts && e->num_experts == 0) {
+        moe_config_defaults(e);
+        e->dispatcher = MOE_DISPATCH_ALLTOALL;
+    }
+    if (a->experts)
+        e->num_experts = a->experts;
+    if (e->num_experts == 0) {
+        static const char *const NEED[] = {"--moe-router-topk", "--moe-ffn-hidden-size",
+                                           "--moe-shared-expert-intermediate-size", "--moe-layer-freq",
+                                           "--max-expert-model-parallel-size"};
+        bool given[] = {a->topk > 0, a->moe_ffn > 0, a->shared_ffn > 0, a->layer_freq != NULL, a->max_ep > 0};
+        for (size_t i = 0; i < sizeof NEED / sizeof NEED[0]; i++)
+            if (given[i])
+                return err_set(err, TS_EINVAL, "%s needs a mixture of experts (--num-experts, or a MoE --model)",
+                               NEED[i]);
+        return TS_OK;
+    }
+    if (a->topk)
+        e->topk = a->topk;
+    if (a->moe_ffn)
+        e->ffn_hidden_size = a->moe_ffn;
+    if (a->shared_ffn)
+        e->shared_ffn_hidden_size = a->shared_ffn;
+    if (e->ffn_hidden_size == 0)
+        e->ffn_hidden_size = m->ffn_hidden_size; /* Megatron-LM's default: --ffn-hidden-size */
+    int rc;
+    if (a->layer_freq &&
+        (rc = moe_flags_parse_layer_freq(a->layer_freq, m->num_layers, &e->layer_freq, &e->first_dense_layers, err)))
+        return rc;
+    if (e->first_dense_layers >= m->num_layers)
+        return err_set(err, TS_EINVAL,
+                       "the MoE layer pattern has %d dense layers first of %d layers (give --moe-layer-freq for "
+                       "--num-layers %d)",
+                       e->first_dense_layers, m->num_layers, m->num_layers);
+    if (e->topk > e->num_experts)
+        return err_set(err, TS_EINVAL, "--moe-router-topk %d is more than --num-experts %d (valid: 1 to %d)", e->topk,
+                       e->num_experts, e->num_experts);
+    if (e->router_num_groups > 0 && e->num_experts % e->router_num_groups)
+        return err_set(err, TS_EINVAL,
+                       "--num-experts %d is not a multiple of the preset's %d router groups (give a multiple)",
+                       e->num_experts, e->router_num_groups);
+    return TS_OK;
+}
+
+static int build_space(const search_args *a, const model_config *base, const moe_config *base_moe, search_space *s,
+                       topo **topo_out, ts_err *err)
 {
     *topo_out = NULL;
     catalog_model preset;
     int rc = catalog_model_preset(a->model, &preset, err);
     if (rc)
         return err_prefix(err, "--model: ");
-    if (!base && preset.moe.num_experts > 0)
-        return err_set(err, TS_EINVAL,
-                       "--model %s: a mixture of experts is not modelled by search (EP is not a search dimension; "
-                       "simulate a layout with trainsim simulate --model %s)",
-                       a->model, a->model);
     model_config m = base ? *base : preset.model;
     if (a->num_layers)
         m.num_layers = a->num_layers;
@@ -450,6 +579,9 @@ static int build_space(const search_args *a, const model_config *base, search_sp
         m.max_position_embeddings = m.seq_length;
     /* the shape rules simulate applies (hidden size divisible by the heads, ...) */
     if ((rc = config_check_model(&m, err)))
+        return rc;
+    moe_config moe;
+    if ((rc = build_moe(a, base ? base_moe : &preset.moe, &m, &moe, err)))
         return rc;
     cluster_config cl;
     memset(&cl, 0, sizeof cl);
@@ -504,11 +636,16 @@ static int build_space(const search_args *a, const model_config *base, search_sp
         s->max_vp = a->max_vp;
     if (a->max_cp)
         s->max_cp = a->max_cp;
+    s->moe = moe;
+    if (a->max_ep)
+        s->max_ep = a->max_ep;
+    s->try_etp = !a->no_etp;
     s->try_sequence_parallel = !a->no_sp;
     s->try_distributed_optimizer = !a->no_distopt;
     s->try_recompute_block = !a->no_block;
     if ((a->mbs && (rc = parse_ints(a->mbs, s->micro_batch_sizes, SEARCH_MAX_MBS, &s->n_micro_batch_sizes, err))) ||
-        (a->schedules && (rc = parse_schedules(a->schedules, &s->schedules, err)))) {
+        (a->schedules && (rc = parse_schedules(a->schedules, &s->schedules, err))) ||
+        (a->dispatchers && (rc = parse_dispatchers(a->dispatchers, &s->dispatchers, err)))) {
         topo_free(t);
         return rc;
     }
@@ -544,15 +681,18 @@ static void print_counts(const search_set *set, double enum_s, double eval_s, FI
 {
     const size_t *k = set->counts;
     size_t structural = 0;
-    for (int st = SEARCH_REJ_HEADS; st <= SEARCH_REJ_MICROBATCHES; st++)
+    for (int st = SEARCH_REJ_HEADS; st <= SEARCH_REJ_EXPERTS; st++)
         structural += k[st];
     size_t simulated = k[SEARCH_SIMULATED] + k[SEARCH_REJ_MEMORY_SIM] + k[SEARCH_REJ_SIM_ERROR];
+    char experts[48] = "";
+    if (set->space.moe.num_experts > 0)
+        snprintf(experts, sizeof experts, ", expert folds %zu", k[SEARCH_REJ_EXPERTS]);
     fprintf(f,
             "%zu candidates: %zu impossible layouts (heads %zu, groups %zu, hidden %zu, "
-            "layers %zu, batch %zu, micro-batches %zu), %zu refused by config, %zu over the "
+            "layers %zu, batch %zu, micro-batches %zu%s), %zu refused by config, %zu over the "
             "memory bound; %zu simulated (%zu over memory, %zu failed); %.2f s + %.2f s\n",
             set->n, structural, k[SEARCH_REJ_HEADS], k[SEARCH_REJ_GROUPS], k[SEARCH_REJ_HIDDEN], k[SEARCH_REJ_LAYERS],
-            k[SEARCH_REJ_BATCH], k[SEARCH_REJ_MICROBATCHES], k[SEARCH_REJ_CONFIG], k[SEARCH_REJ_MEMORY_BOUND],
+            k[SEARCH_REJ_BATCH], k[SEARCH_REJ_MICROBATCHES], experts, k[SEARCH_REJ_CONFIG], k[SEARCH_REJ_MEMORY_BOUND],
             simulated, k[SEARCH_REJ_MEMORY_SIM], k[SEARCH_REJ_SIM_ERROR], enum_s, eval_s);
 }
 
@@ -600,7 +740,9 @@ int cmd_search(int argc, char **argv)
     opt_table_init(&t, "trainsim search",
                    "Find the fastest parallel layout that fits in memory: enumerate tensor, "
                    "pipeline and data parallel sizes, interleaving, micro-batch size, sequence "
-                   "parallelism, recomputation, distributed optimizer and schedule; reject "
+                   "parallelism, recomputation, distributed optimizer and schedule (and for a "
+                   "mixture of experts the expert-parallel and expert-tensor-parallel sizes and "
+                   "the token dispatcher); reject "
                    "impossible layouts and those over a memory lower bound; simulate the rest "
                    "on the timeline; rank by iteration time. Under mpirun (build/trainsim-mpi) "
                    "the simulations are split across ranks.");
@@ -625,12 +767,13 @@ int cmd_search(int argc, char **argv)
     if (a.out && (rc = afile_check_writable(a.out, "--out", &err)))
         goto out;
     model_config sm;
+    moe_config smoe;
     char script_gpu[64];
-    if (a.script && (rc = script_model(&a, &sm, script_gpu, sizeof script_gpu, rank != 0, &err)))
+    if (a.script && (rc = script_model(&a, &sm, &smoe, script_gpu, sizeof script_gpu, rank != 0, &err)))
         goto out;
     search_space s;
     memset(&s, 0, sizeof s); /* every field set by build_space on success; zero for the analyzer */
-    if ((rc = build_space(&a, a.script ? &sm : NULL, &s, &tp, &err)))
+    if ((rc = build_space(&a, a.script ? &sm : NULL, a.script ? &smoe : NULL, &s, &tp, &err)))
         goto out;
     if (a.calibration && (rc = check_calibration(&s, a.calibration, &err)))
         goto out;

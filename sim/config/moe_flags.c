@@ -346,3 +346,16 @@ int moe_flags_finish(const moe_flags_state *s, const opt_table *t, config *c, ts
         return rc;
     return check_modelled(e, c, err);
 }
+
+int moe_flags_check_layout(config *c, ts_err *err)
+{
+    moe_config *e = &c->moe;
+    if (e->num_experts <= 0)
+        return TS_OK;
+    if (e->ep < 1)
+        e->ep = 1;
+    if (e->etp == 0)
+        e->etp = c->par.tp;
+    int rc = check_layout(e, c, err);
+    return rc ? rc : check_modelled(e, c, err);
+}

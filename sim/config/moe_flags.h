@@ -77,6 +77,15 @@ void moe_flags_take(const moe_flags_state *s, const opt_table *t, const moe_conf
  * TS_EINVAL naming the flags. */
 int moe_flags_finish(const moe_flags_state *s, const opt_table *t, config *c, ts_err *err);
 
+/* The rules of moe_flags_finish that depend on the layout, for a
+ * configuration built without flags (the search's candidates: c resolved
+ * by config_resolve, c->moe already checked for routing): the experts a
+ * multiple of ep, --gpus a multiple of p x etp x ep, sequence parallelism
+ * with t > 1 and ep > 1, then the refusals of what the simulator does not
+ * model (the same messages). Fills c->moe.edp (and etp = t when 0). Dense
+ * (no experts): TS_OK, nothing changed. TS_EINVAL naming the flags. */
+int moe_flags_check_layout(config *c, ts_err *err);
+
 /* Megatron's --moe-layer-freq: "N" (N >= 1) or "([0]*K+[1]*M)" for a model
  * of num_layers layers; sets *freq and *first_dense. TS_EINVAL naming the
  * value. */

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/config/moe_flags.h"
 #include "sim/sched/sched_generate.h"
 #include "sim/search/search_bound.h"
 #include "sim/util/grow.h"
@@ -13,9 +14,11 @@
 #define GIB (1024.0 * 1024.0 * 1024.0)
 
 static const char *const STATUS_NAMES[SEARCH_STATUS_COUNT] = {
-    "pending", "simulated",    "heads",        "query-groups", "hidden",           "layers",
-    "batch",   "microbatches", "memory-bound", "config",       "memory-simulated", "sim-error",
+    "pending",      "simulated", "heads",        "query-groups", "hidden",           "layers",    "batch",
+    "microbatches", "experts",   "memory-bound", "config",       "memory-simulated", "sim-error",
 };
+
+const char *const SEARCH_DISPATCHER_NAMES[] = {"alltoall", "flex-deepep", "allgather", NULL};
 
 const char *search_status_name(search_status st)
 {
@@ -58,6 +61,10 @@ void search_space_default(search_space *s, const model_config *model, const clus
     s->try_recompute_block = true;
     s->overlap_grad_reduce = true;
     s->memory_margin_bytes = SEARCH_MEMORY_MARGIN_GIB * GIB;
+    moe_config_defaults(&s->moe); /* dense: no experts */
+    s->max_ep = 0;                /* 0: the expert count */
+    s->try_etp = true;
+    s->dispatchers = (1u << SEARCH_DISPATCH_COUNT) - 1;
 }
 
 /* ---------------------------------------------------------------- growth */
@@ -161,6 +168,16 @@ static void fill_config(const search_space *s, const search_cand *c, config *out
     p->schedule = (sched_kind)c->schedule;
     p->cp = c->cp > 1 ? c->cp : 1;
     p->cp_comm = CP_COMM_P2P;
+    out->moe = s->moe;
+    if (s->moe.num_experts > 0) {
+        out->moe.ep = c->ep;
+        out->moe.etp = c->etp;
+        out->moe.edp = 0;
+        out->moe.dispatcher = c->dispatcher == SEARCH_DISPATCH_ALLGATHER     ? MOE_DISPATCH_ALLGATHER
+                              : c->dispatcher == SEARCH_DISPATCH_FLEX_DEEPEP ? MOE_DISPATCH_FLEX
+                                                                             : MOE_DISPATCH_ALLTOALL;
+        out->moe.enable_deepep = c->dispatcher == SEARCH_DISPATCH_FLEX_DEEPEP;
+    }
 }
 
 int search_cand_config(const search_set *set, size_t i, config *out, ts_err *err)
@@ -168,7 +185,8 @@ int search_cand_config(const search_set *set, size_t i, config *out, ts_err *err
     if (i >= set->n)
         return err_set(err, TS_ESTATE, "search: candidate %zu out of range (%zu candidates)", i, set->n);
     fill_config(&set->space, &set->cands[i], out);
-    return config_resolve(out, err);
+    int rc = config_resolve(out, err);
+    return rc ? rc : moe_flags_check_layout(out, err); /* the expert layout: Megatron-core's rules, what is modelled */
 }
 
 /* ----------------------------------------------------------- enumeration */
@@ -200,6 +218,13 @@ static int check_space(const search_space *s, ts_err *err)
                        "search: need max tp >= 1, max pp >= 1, max vp >= 2 "
                        "(got %d, %d, %d)",
                        s->max_tp, s->max_pp, s->max_vp);
+    if (m->num_layers > 0 && s->moe.num_experts > 0 &&
+        (s->max_ep < 0 || !(s->dispatchers & ((1u << SEARCH_DISPATCH_COUNT) - 1)) || s->moe.topk < 1 ||
+         s->moe.topk > s->moe.num_experts))
+        return err_set(err, TS_EINVAL,
+                       "search: the experts need max ep >= 1 (got %d), a dispatcher to try (valid: alltoall, "
+                       "flex-deepep, allgather) and 1 <= top-k <= %d experts (got %d)",
+                       s->max_ep, s->moe.num_experts, s->moe.topk);
     if (!(s->memory_margin_bytes >= 0 && s->memory_margin_bytes < s->cluster.gpu.hbm_gib * GIB))
         return err_set(err, TS_EINVAL,
                        "search: --memory-margin %g GiB out of range (valid: 0 to below the GPU's %g GiB, %s)",
@@ -266,6 +291,70 @@ static int no_pipeline_kind(unsigned mask)
         if (mask & (1u << pref[i]))
             return pref[i];
     return -1;
+}
+
+/* Whether dispatcher k is tried for an expert-parallel group of ep ranks
+ * at a stride of etp: when the group is in one node (or is one rank)
+ * flex-deepep is alltoall's run (moe.h: DeepEP inside a node is costed as
+ * the alltoall dispatcher), tried only when alltoall is not asked for. */
+static bool dispatcher_tried(unsigned mask, int k, int etp, int ep, int gpus_per_node)
+{
+    if (!(mask & (1u << k)))
+        return false;
+    /* the simulator's placement (plan_moe.h): etp x ep consecutive ranks dividing a node lie in one */
+    bool one_node = ep == 1 || (gpus_per_node > 0 && gpus_per_node % (etp * ep) == 0);
+    return !(one_node && k == SEARCH_DISPATCH_FLEX_DEEPEP && (mask & (1u << SEARCH_DISPATCH_ALLTOALL)));
+}
+
+/* The candidates of one (t, p, schedule, v, b) in *c (its m set): for a
+ * mixture of experts each etp in {1, t} and ep dividing the experts (a fold
+ * not dividing the GPUs is one rejected row), then sequence parallelism,
+ * recomputation, distributed optimizer and, innermost, the dispatcher. */
+static int enumerate_inner(const search_space *s, cand_vec *cv, search_cand *c, int Ls)
+{
+    rc_variant rv[6];
+    int nrv = recompute_variants(s, Ls, rv);
+    int nsp = c->tp > 1 && s->try_sequence_parallel ? 2 : 1;
+    int ndo = c->dp > 1 && s->try_distributed_optimizer ? 2 : 1;
+    int E = s->moe.num_experts;
+    int max_ep = E > 0 ? (s->max_ep > 0 && s->max_ep < E ? s->max_ep : E) : 1;
+    int n_etp = E > 0 && c->tp > 1 && s->try_etp ? 2 : 1;
+    for (int ie = 0; ie < n_etp; ie++)
+        for (int ep = 1; ep <= max_ep; ep++) {
+            if (E > 0 && E % ep)
+                continue;
+            c->etp = E > 0 ? (ie ? c->tp : 1) : 0;
+            c->ep = E > 0 ? ep : 0;
+            c->dispatcher = 0;
+            c->sequence_parallel = 0;
+            c->recompute = c->recompute_method = c->recompute_modules = 0;
+            c->recompute_num_layers = 0;
+            c->distributed_optimizer = 0;
+            if (E > 0 && s->cluster.gpus % ((long)c->etp * ep * c->pp)) { /* one row per fold */
+                c->status = SEARCH_REJ_EXPERTS;
+                if (push(cv, c))
+                    return TS_ENOMEM;
+                continue;
+            }
+            for (int sp = 0; sp < nsp; sp++)
+                for (int r = 0; r < nrv; r++)
+                    for (int dopt = 0; dopt < ndo; dopt++)
+                        for (int k = 0; k < (E > 0 ? SEARCH_DISPATCH_COUNT : 1); k++) {
+                            if (E > 0 && !dispatcher_tried(s->dispatchers, k, c->etp, ep, s->cluster.gpus_per_node))
+                                continue;
+                            c->sequence_parallel = (uint8_t)sp;
+                            c->recompute = rv[r].recompute;
+                            c->recompute_method = rv[r].method;
+                            c->recompute_num_layers = rv[r].layers;
+                            c->recompute_modules = rv[r].modules;
+                            c->distributed_optimizer = (uint8_t)dopt;
+                            c->dispatcher = (uint8_t)k;
+                            c->status = SEARCH_PENDING;
+                            if (push(cv, c))
+                                return TS_ENOMEM;
+                        }
+        }
+    return TS_OK;
 }
 
 /* The candidates of one context-parallel size: t, p, d over gpus / cp. */
@@ -335,6 +424,8 @@ static int enumerate_cp(const search_space *s, cand_vec *cv, int cp)
                         c.recompute_num_layers = 0;
                         c.recompute_modules = 0;
                         c.distributed_optimizer = 0;
+                        c.ep = c.etp = 0;
+                        c.dispatcher = 0;
                         if (s->global_batch_size % ((long)b * dp)) {
                             c.status = SEARCH_REJ_BATCH;
                             if (push(cv, &c))
@@ -349,23 +440,8 @@ static int enumerate_cp(const search_space *s, cand_vec *cv, int cp)
                                 return TS_ENOMEM;
                             continue;
                         }
-                        rc_variant rv[6];
-                        int nrv = recompute_variants(s, Ls, rv);
-                        int nsp = tp > 1 && s->try_sequence_parallel ? 2 : 1;
-                        int ndo = dp > 1 && s->try_distributed_optimizer ? 2 : 1;
-                        for (int sp = 0; sp < nsp; sp++)
-                            for (int r = 0; r < nrv; r++)
-                                for (int dopt = 0; dopt < ndo; dopt++) {
-                                    c.sequence_parallel = (uint8_t)sp;
-                                    c.recompute = rv[r].recompute;
-                                    c.recompute_method = rv[r].method;
-                                    c.recompute_num_layers = rv[r].layers;
-                                    c.recompute_modules = rv[r].modules;
-                                    c.distributed_optimizer = (uint8_t)dopt;
-                                    c.status = SEARCH_PENDING;
-                                    if (push(cv, &c))
-                                        return TS_ENOMEM;
-                                }
+                        if (enumerate_inner(s, cv, &c, Ls))
+                            return TS_ENOMEM;
                     }
                 }
             }
@@ -391,8 +467,8 @@ static int enumerate(const search_space *s, cand_vec *cv)
  * a one-entry cache spares almost every generation. */
 typedef struct {
     int kind, p, m, v;
-    int *inflight; /* p entries (owned); NULL before the first use */
-    int rc;        /* the generator's status for this shape */
+    search_bound_live *inflight; /* p entries (owned); NULL before the first use */
+    int rc;                      /* the generator's status for this shape */
     char msg[ERR_MSG_BYTES];
 } inflight_cache;
 
@@ -589,6 +665,12 @@ void search_reason(const search_set *set, size_t i, char *buf, size_t cap)
                  "interleaved schedule needs micro-batches in groups of p (m = %d "
                  "not a multiple of p = %d), as Megatron-core runs it",
                  c->num_microbatches, c->pp);
+        break;
+    case SEARCH_REJ_EXPERTS:
+        snprintf(buf, cap,
+                 "%d GPUs not a multiple of p x etp x ep = %d x %d x %d (Megatron-core folds the %d experts of "
+                 "each pipeline stage over etp x ep x edp ranks)",
+                 set->space.cluster.gpus, c->pp, c->etp, c->ep, set->space.moe.num_experts);
         break;
     case SEARCH_REJ_MEMORY_BOUND:
         snprintf(buf, cap, "memory lower bound %.1f GiB + margin %.1f GiB > %.1f GiB per GPU", c->mem_bound_bytes / GIB,

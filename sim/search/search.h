@@ -6,9 +6,12 @@
  *   1. search_enumerate(): the whole space, in a fixed order — tensor size t,
  *      pipeline size p (with the stage split), schedule, interleaving depth v,
  *      micro-batch size b, sequence parallelism, recomputation
- *      (granularity/method/layers), distributed optimizer. Impossible layouts
+ *      (granularity/method/layers), distributed optimizer, and for a mixture
+ *      of experts the expert-tensor-parallel size etp, the expert-parallel
+ *      size ep and the token dispatcher. Impossible layouts
  *      are marked rejected with their reason (heads or hidden not divisible by
- *      t, layers not splittable over p*v stages, B not divisible by b*d, ...),
+ *      t, layers not splittable over p*v stages, B not divisible by b*d, the
+ *      GPUs not a multiple of p*etp*ep, ...),
  *      then layouts whose memory lower bound (search_bound.h) exceeds the GPU
  *      memory are rejected too. Cheap: no simulation.
  *   2. search_evaluate(): every candidate still pending is simulated on the
@@ -59,7 +62,34 @@ typedef struct {
                                        peak + margin <= GPU memory (default SEARCH_MEMORY_MARGIN_GIB) */
     int max_cp; /* context-parallel sizes cp in 1, 2, 4, ... up to max_cp dividing the GPUs (p2p ring;
                    default 1: none); the world is t x cp x d x p */
+    /* Mixture of experts (moe.num_experts = 0: a dense model, the rest unused).
+     * moe holds the model's experts, routing and MoE layer pattern; its ep,
+     * etp, dispatcher and enable_deepep are the candidate's. The experts of a
+     * stage fold over etp x ep x edp ranks (Megatron-core): ep runs over the
+     * divisors of the experts up to max_ep, etp over 1 and t, the dispatcher
+     * over the dispatchers bits; a fold that does not divide the GPUs is
+     * rejected with its reason. */
+    moe_config moe;
+    int max_ep;           /* largest expert-parallel size tried (default: the expert count) */
+    bool try_etp;         /* also etp = t when t > 1 (default true) */
+    unsigned dispatchers; /* bit (1u << search_dispatcher) per token dispatcher tried; default all */
 } search_space;
+
+/* Token dispatchers the search tries (Megatron-core's
+ * --moe-token-dispatcher-type, flex with --moe-enable-deepep). With ep = 1 no
+ * token leaves its rank, and inside one node DeepEP is costed as the
+ * alltoall dispatcher (moe.h, moe_deepep_ns): there alltoall and
+ * flex-deepep are the same run, and flex-deepep is tried only when alltoall
+ * is not asked for (as one schedule is with p = 1). */
+typedef enum {
+    SEARCH_DISPATCH_ALLTOALL = 0,
+    SEARCH_DISPATCH_FLEX_DEEPEP, /* flex with DeepEP */
+    SEARCH_DISPATCH_ALLGATHER,
+    SEARCH_DISPATCH_COUNT
+} search_dispatcher;
+
+/* "alltoall", "flex-deepep", "allgather" (search_dispatcher order), NULL-terminated. */
+extern const char *const SEARCH_DISPATCHER_NAMES[];
 
 /* Memory the search keeps free on every GPU beyond the modelled peak
  * (which already holds the CUDA context, NCCL buffers, cuBLAS workspace and
@@ -82,6 +112,7 @@ typedef enum {
     SEARCH_REJ_LAYERS,       /* layers cannot be split over p*v stages */
     SEARCH_REJ_BATCH,        /* B not divisible by b*d */
     SEARCH_REJ_MICROBATCHES, /* interleaved: micro-batches not a multiple of p */
+    SEARCH_REJ_EXPERTS,      /* MoE: the GPUs not a multiple of p x etp x ep */
     SEARCH_REJ_MEMORY_BOUND, /* memory lower bound + margin above the GPU's memory */
     SEARCH_REJ_CONFIG,       /* config_resolve refused it (message kept) */
     SEARCH_REJ_MEMORY_SIM,   /* simulated peak + margin above the GPU's memory */
@@ -122,6 +153,8 @@ typedef struct {
     double mem_bound_bytes;    /* lower bound on the peak (0 if not computed) */
     search_metrics r;          /* valid when status is SIMULATED or REJ_MEMORY_SIM */
     int32_t cp;                /* context-parallel size (0 or 1: none) */
+    int32_t ep, etp;           /* MoE: expert-parallel and expert-tensor-parallel sizes (0: dense model) */
+    uint8_t dispatcher;        /* MoE: search_dispatcher */
 } search_cand;
 
 #define SEARCH_ACCOUNT_EMBEDDING 1u /* search_cand.account_split: the first stage holds one layer fewer */

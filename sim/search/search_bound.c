@@ -4,8 +4,10 @@
 #include <stdlib.h>
 
 #include "sim/config/overheads.h"
+#include "sim/core/plan_moe.h"
 #include "sim/model/flops.h"
 #include "sim/model/layer.h"
+#include "sim/model/moe.h"
 
 static int imin(int a, int b)
 {
@@ -35,19 +37,30 @@ int search_bound_inflight(const parallel_config *p, int num_microbatches, int ra
     }
 }
 
-void search_bound_inflight_sched(const sched *s, int *out)
+void search_bound_inflight_sched(const sched *s, search_bound_live *out)
 {
     for (int r = 0; r < s->p; r++) {
-        int live = 0, peak = 0;
+        int f = 0, w = 0;
+        search_bound_live pk = {0, 0, 0};
         for (size_t i = 0; i < s->n_actions[r]; i++) {
             int k = s->actions[r][i].kind;
-            if (k == ACT_F)
-                live++;
-            else if (k == ACT_B || k == ACT_I)
-                live--;
-            peak = imax(peak, live);
+            if (k == ACT_F) {
+                f++;
+            } else if (k == ACT_B) {
+                f--;
+            } else if (k == ACT_I) {
+                f--;
+                w++;
+            } else if (k == ACT_W) {
+                w--;
+            }
+            pk.f = imax(pk.f, f);
+            pk.w = imax(pk.w, w);
+            pk.fw = imax(pk.fw, f + w);
         }
-        out[r] = imax(1, peak);
+        pk.f = imax(1, pk.f);
+        pk.fw = imax(pk.f, pk.fw);
+        out[r] = pk;
     }
 }
 
@@ -77,12 +90,70 @@ static int rank_layers(const parallel_config *p, int num_layers, int r)
 }
 
 /* Per-micro-batch kept bytes: one layer under the run's mode and with no
- * recomputation (block method), the embedding and the output layer. */
+ * recomputation (block method), the same for a MoE layer (the layer
+ * without its MLP plus the MoE block at the busiest expert-parallel
+ * rank's load factor, which the simulator applies to every rank), the
+ * embedding and the output layer. */
 typedef struct {
-    double layer, layer_none, embedding, output;
+    double layer, layer_none, moe, moe_none, embedding, output;
+    double layer_w, moe_w; /* of a layer's saved tensors, those only the weight gradients need (LAYER_FREE_AFTER_W) */
 } kept_bytes;
 
-static int kept(const layer_shape *shape, kept_bytes *k, ts_err *err)
+/* Bytes of the tensors of l that only the weight gradients need. */
+static double free_w_bytes(const layer_saved_list *l)
+{
+    double b = 0;
+    for (int i = 0; i < l->n; i++)
+        if (l->t[i].free_when == LAYER_FREE_AFTER_W)
+            b += (double)l->t[i].bytes;
+    return b;
+}
+
+/* The busiest expert-parallel rank's tokens over the mean, as the
+ * simulator's routing model sizes every MoE layer's activations with it
+ * (plan_moe.h: padded to capacity, the capacity factor; forced balance or
+ * no skew, 1; else moe_rank_load_factor of moe_expert_loads_zipf with
+ * PLAN_MOE_ROUTING_SEED, times the kept share); at least 1. */
+static int moe_load_factor(const layer_shape *L, const moe_config *e, double *lf, ts_err *err)
+{
+    *lf = 1;
+    if (e->pad_to_capacity) {
+        *lf = e->capacity_factor;
+    } else if (!e->force_load_balancing && e->routing_skew > 0) {
+        double *load = calloc((size_t)e->num_experts, sizeof *load);
+        if (!load)
+            return err_set(err, TS_ENOMEM, "search: loads of %d experts", e->num_experts);
+        int64_t T = L->b * L->s / (L->sp && L->t > 1 ? L->t : 1);
+        double routed = (double)T * e->topk, drop = 0;
+        moe_expert_loads_zipf(e->num_experts, routed, e->routing_skew, PLAN_MOE_ROUTING_SEED, load);
+        *lf = moe_rank_load_factor(load, e->num_experts, e->ep, e->capacity_factor, &drop);
+        *lf *= 1 - (routed > 0 ? drop / routed : 0);
+        free(load);
+    }
+    if (*lf < 1)
+        *lf = 1;
+    return TS_OK;
+}
+
+/* One MoE layer's kept bytes under shape's recompute mode at load factor
+ * lf, and (w not NULL) the bytes only its weight gradients need. */
+static int kept_moe(const layer_shape *shape, const moe_config *e, double lf, double *out, double *w, ts_err *err)
+{
+    layer_saved_list saved;
+    layer_shape s = *shape;
+    s.no_mlp = true;
+    int rc = layer_saved_build(&s, &saved, err);
+    if (rc)
+        return rc;
+    moe_block_mem blk;
+    moe_block_mem_of(&s, e, lf, &blk);
+    *out = (double)layer_saved_kept_bytes(&saved) + (double)blk.kept;
+    if (w)
+        *w = free_w_bytes(&saved) + (double)blk.free_w;
+    return TS_OK;
+}
+
+static int kept(const layer_shape *shape, const moe_config *e, kept_bytes *k, ts_err *err)
 {
     layer_saved_list saved;
     layer_shape s = *shape;
@@ -94,6 +165,13 @@ static int kept(const layer_shape *shape, kept_bytes *k, ts_err *err)
     if ((rc = layer_saved_build(&s, &saved, err)))
         return rc;
     k->layer_none = (double)layer_saved_kept_bytes(&saved);
+    k->layer_w = free_w_bytes(&saved);
+    k->moe = k->moe_none = k->moe_w = 0;
+    double lf;
+    if (e->num_experts > 0 &&
+        ((rc = moe_load_factor(shape, e, &lf, err)) || (rc = kept_moe(shape, e, lf, &k->moe, NULL, err)) ||
+         (rc = kept_moe(&s, e, lf, &k->moe_none, &k->moe_w, err))))
+        return rc;
     if ((rc = layer_embedding_saved(shape, &saved, err)))
         return rc;
     k->embedding = (double)layer_saved_kept_bytes(&saved);
@@ -103,8 +181,69 @@ static int kept(const layer_shape *shape, kept_bytes *k, ts_err *err)
     return TS_OK;
 }
 
-static void bound_rank(const config *c, const kept_bytes *kb, int inflight, int r, search_bound *b)
+/* Virtual stage of chunk ch of rank r (loop placement: ch*p + r; ZB-V's V:
+ * stages r and 2p-1-r). */
+static int stage_of(const parallel_config *p, int r, int ch)
 {
+    return p->schedule == SCHED_ZB_V && ch == 1 ? 2 * p->pp - 1 - r : ch * p->pp + r;
+}
+
+/* The first layer (model order) and the layers of chunk ch of rank r. */
+static void chunk_range(const parallel_config *p, int num_layers, int r, int ch, int *first, int *n)
+{
+    int v = p->vp > 0 ? p->vp : 1;
+    if (p->layout.n_stages == p->pp * v) {
+        int st = stage_of(p, r, ch), a = 0;
+        for (int j = 0; j < st; j++)
+            a += p->layout.layers[j];
+        *first = a;
+        *n = p->layout.layers[st];
+        return;
+    }
+    /* no layout (v = 1): the first/last split of rank_layers */
+    int a = 0;
+    for (int j = 0; j < r; j++)
+        a += rank_layers(p, num_layers, j);
+    *first = a;
+    *n = rank_layers(p, num_layers, r);
+}
+
+/* What one micro-batch chunk of rank r holds at least (its lightest
+ * chunk): *kept, from its forward to its input-gradient backward (each
+ * layer's kept bytes by kind, block recomputation keeping only the input of
+ * the first k); *w, from its input-gradient backward (I) to its weight
+ * gradients (W): every layer's tensors that only W needs, recomputed or
+ * kept. Returns the rank's MoE layers. */
+static int chunk_bytes_of(const config *c, const kept_bytes *kb, int r, double *kept_out, double *w_out)
+{
+    const parallel_config *p = &c->par;
+    int v = p->vp > 0 ? p->vp : 1, moe_layers = 0;
+    double least = -1, least_w = -1;
+    for (int ch = 0; ch < v; ch++) {
+        int a, n;
+        chunk_range(p, c->model.num_layers, r, ch, &a, &n);
+        bool block = p->recompute == RECOMPUTE_FULL && p->recompute_method == RECOMPUTE_METHOD_BLOCK &&
+                     p->recompute_num_layers > 0 && p->recompute_num_layers < n;
+        double bytes = 0, w = 0;
+        for (int j = 0; j < n; j++) {
+            bool moe = moe_layer_is_moe(&c->moe, a + j), rc = !block || j < p->recompute_num_layers;
+            moe_layers += moe;
+            bytes += moe ? (rc ? kb->moe : kb->moe_none) : (rc ? kb->layer : kb->layer_none);
+            w += moe ? kb->moe_w : kb->layer_w;
+        }
+        if (least < 0 || bytes < least)
+            least = bytes;
+        if (least_w < 0 || w < least_w)
+            least_w = w;
+    }
+    *kept_out = least > 0 ? least : 0;
+    *w_out = least_w > 0 ? least_w : 0;
+    return moe_layers;
+}
+
+static void bound_rank(const config *c, const kept_bytes *kb, const search_bound_live *live, int r, search_bound *b)
+{
+    int inflight = live->f;
     const model_config *mo = &c->model;
     const parallel_config *p = &c->par;
     int v = p->vp > 0 ? p->vp : 1;
@@ -114,17 +253,36 @@ static void bound_rank(const config *c, const kept_bytes *kb, int inflight, int 
     bool first = r == 0;
     bool last = p->schedule == SCHED_ZB_V ? r == 0 : r == p->pp - 1;
     double params = (double)flops_params_stage(mo, p->tp, layers, first, last);
+    /* MoE layers: their rank's share (the simulator's count: moe_layer_rank_params) instead of a dense
+     * layer's; the routed experts' share of it is sharded by the distributed optimizer over edp */
+    double expert = 0, moe_chunk = 0, chunk_w = 0;
+    int n_moe = chunk_bytes_of(c, kb, r, &moe_chunk, &chunk_w);
+    if (c->moe.num_experts > 0) {
+        moe_rank_params P;
+        moe_layer_rank_params(mo, &c->moe, p->tp, p->pp, c->cluster.gpus, &P);
+        params += n_moe * ((double)(P.dense + P.expert) - (double)flops_params_stage(mo, p->tp, 1, 0, 0));
+        expert = n_moe * (double)P.expert;
+        if (c->moe.mla) { /* the dense layers' attention: multi-latent where smaller than q/k/v (never more) */
+            moe_params with, without;
+            moe_config plain = c->moe;
+            plain.mla = false;
+            moe_param_count(mo, &c->moe, &with);
+            moe_param_count(mo, &plain, &without);
+            double less = (double)(with.attention - without.attention) / p->tp;
+            params += (layers - n_moe) * (less < 0 ? less - 1 : 0);
+        }
+    }
     bool fp32 = mo->precision == PREC_FP32;
     /* Gradients: fp32 with bf16 (Megatron-LM accumulates and reduces bf16
      * gradients in fp32), 16-bit only with fp16. */
     double wb = fp32 ? 4.0 : 2.0, ob = fp32 ? 8.0 : 12.0;
     double gb = mo->precision == PREC_FP16 ? 2.0 : 4.0;
     int dcp = p->dp * (p->cp > 1 ? p->cp : 1); /* the optimizer is sharded over d x cp */
-    if (p->distributed_optimizer && dcp > 1)
-        ob /= dcp;
+    int edp = c->moe.edp > 0 ? c->moe.edp : 1; /* the experts' over edp */
     b->weights_bytes = params * wb;
     b->grads_bytes = params * gb;
-    b->optimizer_bytes = params * ob;
+    b->optimizer_bytes =
+        p->distributed_optimizer ? (params - expert) * ob / (dcp > 1 ? dcp : 1) + expert * ob / edp : params * ob;
 
     /* Activations: in-flight chunks x the bytes a chunk keeps; with block
      * recomputation k layers of each chunk keep only their input. */
@@ -135,11 +293,18 @@ static void bound_rank(const config *c, const kept_bytes *kb, int inflight, int 
         int k = p->recompute_num_layers;
         chunk_bytes = k * kb->layer + (chunk_layers - k) * kb->layer_none;
     }
+    if (c->moe.num_experts > 0)
+        chunk_bytes = moe_chunk;
     double act = inflight * chunk_bytes;
     if (first) /* the embedding's stash, per in-flight micro-batch of chunk 0 */
         act += (v == 1 ? inflight : 1) * kb->embedding;
-    if (last) /* the output layer's tensors of the micro-batch being turned around */
-        act += kb->output;
+    if (last) /* the output layer's tensors, per in-flight micro-batch of the last chunk */
+        act += (v == 1 ? inflight : 1) * kb->output;
+    /* zero-bubble schedules: chunks between I and W hold what W needs; at
+     * some moment w of them, at another f + w chunks held either way */
+    double held = live->w * chunk_w, both = live->fw * (chunk_w < chunk_bytes ? chunk_w : chunk_bytes);
+    act = act > held ? act : held;
+    act = act > both ? act : both;
     b->activations_bytes = act;
     /* What PyTorch, cuBLAS and NCCL hold besides tensors, as the simulator
      * adds it (overheads.h); the fragmentation on the activations floor only
@@ -153,20 +318,25 @@ static void bound_rank(const config *c, const kept_bytes *kb, int inflight, int 
     b->rank = r;
 }
 
-int search_bound_compute(const config *c, const int *inflight, search_bound *out, ts_err *err)
+int search_bound_compute(const config *c, const search_bound_live *live, search_bound *out, ts_err *err)
 {
     layer_shape shape;
     kept_bytes kb;
     int rc = layer_shape_from_config(c, &shape, err);
     if (rc == TS_OK)
-        rc = kept(&shape, &kb, err);
+        rc = kept(&shape, &c->moe, &kb, err);
     if (rc)
         return rc;
     int m = config_num_microbatches(c);
     for (int r = 0; r < c->par.pp; r++) {
         search_bound b;
-        int n = inflight ? inflight[r] : search_bound_inflight(&c->par, m, r);
-        bound_rank(c, &kb, n, r, &b);
+        search_bound_live l = {0, 0, 0};
+        if (live) {
+            l = live[r];
+        } else {
+            l.f = l.fw = search_bound_inflight(&c->par, m, r);
+        }
+        bound_rank(c, &kb, &l, r, &b);
         if (r == 0 || b.total_bytes > out->total_bytes)
             *out = b;
     }

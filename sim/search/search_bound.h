@@ -7,15 +7,29 @@
  *   last; flops_params_stage), at the bytes mixed-precision training
  *   holds: 2 (weights) + 4 (fp32 gradients, as Megatron-LM keeps them with
  *   bf16; 2 with fp16) + 12 (fp32 master, Adam moments; 12/d with a
- *   distributed optimizer) per parameter, 4 + 4 + 8 in fp32,
+ *   distributed optimizer) per parameter, 4 + 4 + 8 in fp32; a MoE
+ *   layer counts its rank's share (moe_layer_rank_params: E/ep experts /
+ *   etp, attention and shared experts / t, the router) and the distributed
+ *   optimizer shards the routed experts' state over edp, the rest over
+ *   d x cp,
  * plus
  *   the activation floor: the micro-batch chunks the schedule holds at once
  *   on that rank (forwards whose input-gradient backward has not run yet,
  *   counted on the generated schedule; the closed forms otherwise) times
  *   the bytes a chunk's layers keep per micro-batch (layer_saved_build under
  *   the recomputation mode: Korthikanti et al. 2022 Table 2; with block
- *   recomputation k layers keep only their input), plus the embedding's or
- *   output layer's saved tensors on the first / last rank,
+ *   recomputation k layers keep only their input; a MoE layer keeps the
+ *   layer without its MLP plus moe_block_mem_of at the busiest
+ *   expert-parallel rank's load factor of the simulator's routing model,
+ *   plan_moe.h: the rank's lightest chunk counting), plus the embedding's
+ *   or output layer's
+ *   saved tensors on the first / last rank (per in-flight micro-batch
+ *   without chunks, once with them); under the zero-bubble schedules, when
+ *   more, the chunks between their input-gradient backward (I) and their
+ *   weight gradients (W) times what W alone needs of a chunk (the tensors
+ *   layer_saved_build marks LAYER_FREE_AFTER_W, and moe_block_mem_of's
+ *   free_w), or the chunks held either way at one moment times the lesser
+ *   of the two per-chunk figures,
  * plus
  *   the memory besides tensors the simulator adds (sim/config/overheads.h):
  *   CUDA context, the NCCL buffers of the rank's communicators, cuBLAS
@@ -52,15 +66,22 @@ typedef struct {
  * first backward; p - r for the zero-bubble schedules). */
 int search_bound_inflight(const parallel_config *p, int num_microbatches, int rank);
 
-/* The same counted on a generated schedule: for each rank, the most
- * forwards (F) whose input-gradient backward (B or I) has not run yet while
- * its actions run in order. out: s->p entries. */
-void search_bound_inflight_sched(const sched *s, int *out);
+/* What one pipeline rank holds at once over its actions run in order, at
+ * the most: f micro-batch chunks whose forward (F) ran and whose
+ * input-gradient backward (B or I) has not (at least 1); w chunks whose I
+ * ran and whose weight gradients (W) have not (zero-bubble schedules; 0
+ * otherwise); fw chunks of either kind at one moment (>= f). */
+typedef struct {
+    int f, w, fw;
+} search_bound_live;
 
-/* The bound for a validated configuration (c->model, c->par). inflight:
+/* The same counted on a generated schedule. out: s->p entries. */
+void search_bound_inflight_sched(const sched *s, search_bound_live *out);
+
+/* The bound for a validated configuration (c->model, c->par). live:
  * c->par.pp entries from search_bound_inflight_sched, or NULL for the
- * closed forms. TS_EINVAL if the layer shapes do not hold
+ * closed forms (f = fw, w = 0). TS_EINVAL if the layer shapes do not hold
  * (layer_shape_from_config's message). */
-int search_bound_compute(const config *c, const int *inflight, search_bound *out, ts_err *err);
+int search_bound_compute(const config *c, const search_bound_live *live, search_bound *out, ts_err *err);
 
 #endif

@@ -28,6 +28,10 @@ static const char *const COLUMNS[] = {
     "recompute",
     "recompute_num_layers",
     "distributed_optimizer",
+    "cp",
+    "ep",
+    "etp",
+    "dispatcher",
     "mem_bound_gib",
     "iteration_s",
     "tflops_per_gpu",
@@ -59,12 +63,15 @@ void search_describe(const search_set *set, size_t i, char *buf, size_t cap)
         snprintf(rc, sizeof rc, "full-block:%d", c->recompute_num_layers);
     else
         snprintf(rc, sizeof rc, "%s", search_recompute_name(c));
-    char cps[24] = "";
+    char cps[24] = "", eps[64] = "";
     if (c->cp > 1)
         snprintf(cps, sizeof cps, " cp=%d", (int)c->cp);
-    snprintf(buf, cap, "t=%d p=%d d=%d v=%d b=%d %s%s%s %s%s%s", c->tp, c->pp, c->dp, c->vp, c->mbs,
+    if (c->ep > 0)
+        snprintf(eps, sizeof eps, " ep=%d etp=%d %s", (int)c->ep, (int)c->etp,
+                 SEARCH_DISPATCHER_NAMES[c->dispatcher < SEARCH_DISPATCH_COUNT ? c->dispatcher : 0]);
+    snprintf(buf, cap, "t=%d p=%d d=%d v=%d b=%d %s%s%s %s%s%s%s", c->tp, c->pp, c->dp, c->vp, c->mbs,
              sched_kind_name((sched_kind)c->schedule), split, c->sequence_parallel ? " sp" : "", rc,
-             c->distributed_optimizer ? " distopt" : "", cps);
+             c->distributed_optimizer ? " distopt" : "", cps, eps);
 }
 
 /* Format helpers into fixed cells. */
@@ -115,6 +122,12 @@ static int write_rows(const search_set *set, const size_t *rank_of, FILE *f, ts_
         snprintf(cell[k], 64, "%s", full ? search_recompute_name(c) : ""), k++;
         fmt_int(cell[k], 64, c->recompute_num_layers, full), k++;
         fmt_int(cell[k], 64, c->distributed_optimizer, full), k++;
+        fmt_int(cell[k], 64, c->cp > 1 ? c->cp : 1, true), k++;
+        fmt_int(cell[k], 64, c->ep, c->ep > 0), k++;
+        fmt_int(cell[k], 64, c->etp, c->ep > 0), k++;
+        snprintf(cell[k], 64, "%s",
+                 c->ep > 0 && full ? SEARCH_DISPATCHER_NAMES[c->dispatcher % SEARCH_DISPATCH_COUNT] : ""),
+            k++;
         fmt_num(cell[k], 64, c->mem_bound_bytes / GIB, c->mem_bound_bytes > 0), k++;
         fmt_num(cell[k], 64, c->r.iteration_s, simulated), k++;
         fmt_num(cell[k], 64, c->r.tflops_per_gpu, simulated), k++;
@@ -158,7 +171,8 @@ int search_write_csv(const search_set *set, const size_t *order, size_t n_order,
 static bool same_layout(const search_cand *a, const search_cand *b)
 {
     return a->tp == b->tp && a->pp == b->pp && a->vp == b->vp && a->schedule == b->schedule &&
-           a->first_stage_layers == b->first_stage_layers && a->account_split == b->account_split;
+           a->first_stage_layers == b->first_stage_layers && a->account_split == b->account_split && a->cp == b->cp &&
+           a->ep == b->ep && a->etp == b->etp && a->dispatcher == b->dispatcher;
 }
 
 static bool rejected_for_memory(const search_cand *c)
@@ -194,9 +208,12 @@ void search_explain(const search_set *set, size_t winner, FILE *f)
     fprintf(f, "  pipeline bubble        %5.1f%% of the iteration\n", 100.0 * bubble);
     fprintf(f,
             "  exposed communication  %5.1f%% of the iteration (%.3f s: TP %.3f, PP %.3f, "
-            "DP %.3f)\n",
+            "DP %.3f",
             100.0 * comm, w->r.exposed_comm_s, w->r.exposed_s[SIMULATE_COMM_TP], w->r.exposed_s[SIMULATE_COMM_PP],
             w->r.exposed_s[SIMULATE_COMM_DP]);
+    if (w->ep > 0) /* a mixture of experts: the dispatcher's all-to-alls */
+        fprintf(f, ", EP %.3f", w->r.exposed_s[SIMULATE_COMM_EP]);
+    fprintf(f, ")\n");
     fprintf(f, "  memory                 %5.1f%% of %.0f GiB (peak %.1f GiB; %.1f GiB kept free by --memory-margin)\n",
             100.0 * mem, set->capacity_bytes / GIB, w->r.peak_mem_bytes / GIB, set->space.memory_margin_bytes / GIB);
 

@@ -6,12 +6,14 @@
  * left undecided are empty):
  *   index, status, reason, tp, pp, dp, vp, micro_batch_size, num_microbatches,
  *   first_stage_layers, last_stage_layers, account_split, schedule, sequence_parallel,
- *   recompute, recompute_num_layers, distributed_optimizer, mem_bound_gib,
+ *   recompute, recompute_num_layers, distributed_optimizer, cp, ep, etp,
+ *   dispatcher, mem_bound_gib,
  *   iteration_s, tflops_per_gpu, mfu, peak_mem_gib, bubble_fraction,
  *   exposed_comm_s, rank
  * where account_split is empty, embedding, loss or embedding+loss (the
  * account-for split of interleaved candidates whose layers do not divide
- * p x v, search.h) and rank is the 1-based position among the simulated candidates that
+ * p x v, search.h), ep, etp and dispatcher are empty for a dense model
+ * (dispatcher: alltoall, flex-deepep or allgather) and rank is the 1-based position among the simulated candidates that
  * fit (empty otherwise). Numbers use %.6g, so the file is the same byte for
  * byte on every run, thread count and MPI rank count.
  *
@@ -31,7 +33,8 @@
 int search_write_csv(const search_set *set, const size_t *order, size_t n_order, const char *path, ts_err *err);
 
 /* "t=8 p=16 d=40 v=1 b=1 1f1b sp selective distopt" (+ " split=4/3" when
- * uneven) into buf. */
+ * uneven, " cp=2" with context parallelism, " ep=8 etp=1 alltoall" for a
+ * mixture of experts) into buf. */
 void search_describe(const search_set *set, size_t i, char *buf, size_t cap);
 
 /* Explain what limits candidate `winner` (a SIMULATED index): the share of

@@ -57,7 +57,7 @@ moe "--use-torch-fsdp2 with --num-experts: not modelled (how PyTorch FSDP2 shard
 moe "--overlap-moe-expert-parallel-comm" --overlap-moe-expert-parallel-comm $A
 moe "--moe-routing-skew" --moe-routing-skew -1 $A
 expect_output "deepseek-v3" $T config --model deepseek-v3
-expect_error 2 "a mixture of experts is not modelled by search" $T search --model qwen3-30b-a3b
+expect_error 2 "--moe-router-topk 300 is more than --num-experts 128" $T search --model qwen3-30b-a3b --moe-router-topk 300
 expect_error 2 "--moe-routing-skew needs --num-experts" $T simulate $M --moe-routing-skew 0.5
 expect_error 2 "--recompute-modules moe_act: not modelled without --num-experts" $T simulate $M \
     --recompute-granularity selective --recompute-modules moe_act

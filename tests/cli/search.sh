@@ -102,4 +102,41 @@ check "flash search: selective re-runs mlp and layernorm" grep -q 'selective-mlp
 check "unfused search: selective is core_attn" grep -q ',selective,' "$tmp/un.csv"
 check_sh "flash keeps fewer layouts over memory than unfused" \
     '[ "$(grep -c "memory" "$tmp/fl.csv")" -lt "$(grep -c "memory" "$tmp/un.csv")" ]'
+
+# a mixture of experts: ep, etp and the dispatcher are searched; each expert fold that does not
+# divide the GPUs is a rejected row with its reason; the same CSV on 1 and 2 threads
+moe=(--model qwen3-30b-a3b --gpus 16 --global-batch-size 64 --micro-batch-sizes 1 --schedules 1f1b
+     --max-tensor-model-parallel-size 2 --max-pipeline-model-parallel-size 2 --no-recompute-block
+     --gpu H100-SXM5-80GB --quiet)
+"$T" search "${moe[@]}" --threads 1 --top 3 --explain --out "$tmp/moe1.csv" >"$tmp/moe1.out" 2>&1
+check "MoE search: exit 0" test $? -eq 0
+check "MoE search: the ranking names ep, etp and the dispatcher" grep -qE '^ +1 .* ep=[0-9]+ etp=[0-9]+ (alltoall|flex-deepep)$' "$tmp/moe1.out"
+check "MoE search: counts the rejected expert folds" grep -q 'expert folds [1-9]' "$tmp/moe1.out"
+check "MoE search: --explain shows the EP all-to-alls" grep -q 'DP [0-9.]*, EP [0-9.]*)' "$tmp/moe1.out"
+check "MoE CSV: expert columns" grep -q ',distributed_optimizer,cp,ep,etp,dispatcher,mem_bound_gib,' "$tmp/moe1.csv"
+check "MoE CSV: a fold not dividing the GPUs rejected with its reason" \
+    grep -q ',experts,16 GPUs not a multiple of p x etp x ep = 2 x 1 x 16' "$tmp/moe1.csv"
+check "MoE CSV: ep 16 with t 2 needs sequence parallelism (Megatron-core's rule)" \
+    grep -q 'expert-model-parallel-size 16 with --tensor-model-parallel-size 2 needs --sequence-parallel' "$tmp/moe1.csv"
+check_sh "MoE CSV: the simulated ep values are divisors of the 128 experts" \
+    'awk -F, '"'"'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i } NR > 1 && $2 == "simulated" && 128 % $c["ep"] { bad = 1 } END { exit bad }'"'"' "$tmp/moe1.csv"'
+"$T" search "${moe[@]}" --threads 2 --top 3 --explain --out "$tmp/moe2.csv" >"$tmp/moe2.out" 2>&1
+check "MoE search, 2 threads: same CSV byte for byte" cmp -s "$tmp/moe1.csv" "$tmp/moe2.csv"
+"$T" search "${moe[@]}" --dispatchers alltoall --max-expert-model-parallel-size 4 --no-expert-tensor-parallel \
+    --out "$tmp/moe3.csv" >"$tmp/moe3.out" 2>&1
+check "--dispatchers alltoall, ep <= 4, etp 1: exit 0" test $? -eq 0
+check_sh "--dispatchers alltoall, ep <= 4, etp 1: nothing else tried" \
+    'awk -F, '"'"'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i } NR > 1 && $c["ep"] != "" && ($c["ep"] > 4 || $c["etp"] != 1 || ($c["dispatcher"] != "" && $c["dispatcher"] != "alltoall")) { bad = 1 } END { exit bad }'"'"' "$tmp/moe3.csv"'
+"$T" search "${moe[@]}" --dispatchers alltoall,bogus >"$tmp/moe4.out" 2>&1; rc=$?
+check_sh "bad --dispatchers: exit 2 naming the valid ones" '[ $rc -eq 2 ] && grep -q "valid: alltoall, flex-deepep, allgather" "$tmp/moe4.out"'
+"$T" search --model megatron-1.7b --gpus 16 --max-expert-model-parallel-size 4 >"$tmp/moe5.out" 2>&1; rc=$?
+check_sh "--max-expert-model-parallel-size on a dense model: exit 2" '[ $rc -eq 2 ] && grep -q "needs a mixture of experts" "$tmp/moe5.out"'
+check "--help documents --dispatchers" grep -q -- '--dispatchers' "$tmp/help.out"
+# a Megatron-LM MoE launch script (less the flags trainsim does not model): its experts are searched
+grep -v -e '--no-masked-softmax-fusion' -e '--no-position-embedding' -e '--moe-aux-loss-coeff' \
+    "$(dirname "$0")/../data/scripts/mixtral_8x7b.sh" >"$tmp/mixtral.sh"
+"$T" search --megatron-script "$tmp/mixtral.sh" --gpus 64 --quiet --top 1 --micro-batch-sizes 1 --schedules 1f1b \
+    --max-tensor-model-parallel-size 2 --no-recompute-block >"$tmp/moe6.out" 2>&1
+check "search --megatron-script with experts: exit 0" test $? -eq 0
+check "search --megatron-script with experts: a ranked MoE layout" grep -qE '^ +1 .* ep=[0-9]+ etp=' "$tmp/moe6.out"
 finish
