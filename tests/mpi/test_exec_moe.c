@@ -103,7 +103,7 @@ static int run(const setup *S, MPI_Comm comm, const float *x, const float *tg, r
     float *out = malloc(nC * sizeof(float)), *dout = malloc(nC * sizeof(float)), *dx = malloc(nC * sizeof(float));
     int rc = backend_cpu_create(1, &be, &err);
     if (!rc)
-        rc = moe_layer_create(&S->rc, S->C, S->F, ep, er, 7, be, &L, &err);
+        rc = moe_layer_create(&S->rc, S->C, S->F, false, ep, er, 7, be, &L, &err);
     if (!rc) {
         L->wr[0] += S->skew; /* the router is replicated: every rank */
         L->aux_coeff = S->aux;
