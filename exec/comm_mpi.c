@@ -10,10 +10,10 @@
 
 typedef struct {
     MPI_Comm g[COMM_NGROUPS];
-    MPI_Comm base;      /* borrowed */
-    moe_mpi_ctx moe;    /* expert-parallel and expert-data-parallel groups (MPI_COMM_NULL: none) */
-    moe_xchg moe_xc;    /* over moe.comm */
-    moe_edp moe_edp;    /* over moe.edp_comm */
+    MPI_Comm base;    /* borrowed */
+    moe_mpi_ctx moe;  /* expert-parallel and expert-data-parallel groups (MPI_COMM_NULL: none) */
+    moe_xchg moe_xc;  /* over moe.comm */
+    moe_edp moe_edp;  /* over moe.edp_comm */
     MPI_Request *req; /* request table; MPI_REQUEST_NULL = free slot */
     int nreq, capreq;
 } mpi_ctx;

@@ -603,11 +603,10 @@ static void print_banner(const run *x)
         int moe_layers = 0;
         for (int l = 0; l < o->dims.layers; l++)
             moe_layers += gpt_layer_is_moe(&o->dims, l);
-        snprintf(moe, sizeof moe,
-                 " + %zu in %d MoE layers (E=%d top-%d expert ffn=%d, %s%s, ep=%d edp=%d)", gpt_moe_num_params(&o->dims),
-                 moe_layers, o->dims.num_experts, o->dims.moe_topk, o->dims.moe_ffn,
-                 o->dims.moe_capacity > 0 ? "capacity" : "dropless", o->dims.moe_force_balance ? ", forced balance" : "",
-                 x->moe.ep, x->par.tp * x->par.dp / x->moe.ep);
+        snprintf(moe, sizeof moe, " + %zu in %d MoE layers (E=%d top-%d expert ffn=%d, %s%s, ep=%d edp=%d)",
+                 gpt_moe_num_params(&o->dims), moe_layers, o->dims.num_experts, o->dims.moe_topk, o->dims.moe_ffn,
+                 o->dims.moe_capacity > 0 ? "capacity" : "dropless",
+                 o->dims.moe_force_balance ? ", forced balance" : "", x->moe.ep, x->par.tp * x->par.dp / x->moe.ep);
     }
     printf("trainexec: GPT %zu parameters%s (L=%d h=%d heads=%d ffn=%d s=%d V=%d%s), "
            "t=%d p=%d d=%d v=%d%s, %s%s, b=%d B=%d m=%d, %d ranks, %s\n",

@@ -37,7 +37,8 @@ static int moe_supports(const config *c, bool cuda, bool inference, ts_err *err)
                        "--num-experts %d: the cuda backend has no MoE layers (the MoE layer runs on --backend cpu)",
                        e->num_experts);
     if (inference)
-        return err_set(err, TS_ENOTSUP, "--num-experts %d with --inference: the KV-cache inference runs dense layers only",
+        return err_set(err, TS_ENOTSUP,
+                       "--num-experts %d with --inference: the KV-cache inference runs dense layers only",
                        e->num_experts);
     if (e->etp != 1)
         return err_set(err, TS_ENOTSUP,
@@ -56,7 +57,8 @@ static int moe_supports(const config *c, bool cuda, bool inference, ts_err *err)
         return err_set(err, TS_ENOTSUP,
                        "--moe-token-drop-policy position: the executor drops the lowest-weight assignments (probs)");
     if (e->router_num_groups > 0)
-        return err_set(err, TS_ENOTSUP, "--moe-router-num-groups %d: the executor's router has no group-limited routing",
+        return err_set(err, TS_ENOTSUP,
+                       "--moe-router-num-groups %d: the executor's router has no group-limited routing",
                        e->router_num_groups);
     if (e->dispatcher == MOE_DISPATCH_FLEX || e->enable_deepep)
         return err_set(err, TS_ENOTSUP,

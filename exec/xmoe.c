@@ -15,12 +15,12 @@
 #define XMOE_RATIO_TOL 1e-12
 
 typedef struct {
-    int64_t rows;    /* expert rows received, over the measured iterations */
-    double gemm_s;   /* expert GEMM seconds, over the measured iterations */
-    int tp, pp, dp;  /* comm ranks */
-    int layers;      /* MoE layers on this rank */
-    int experts;     /* E (0: no MoE layer here) */
-    int local;       /* experts per EP rank */
+    int64_t rows;   /* expert rows received, over the measured iterations */
+    double gemm_s;  /* expert GEMM seconds, over the measured iterations */
+    int tp, pp, dp; /* comm ranks */
+    int layers;     /* MoE layers on this rank */
+    int experts;    /* E (0: no MoE layer here) */
+    int local;      /* experts per EP rank */
 } xmoe_rec;
 
 /* Calls fn on every MoE layer of rt's stages. */

@@ -532,8 +532,8 @@ int gpt_acts_create(gpt_stage *st, gpt_acts **out, ts_err *err)
         for (int li = 0; li < st->nl; li++) {
             bool res3 = li + 1 < st->nl || st->head;
             if (st->rc_lo[li] < 0) {
-                cur += gpt_lacts_carve(st, &L[li], base ? base + cur : NULL, res3,
-                                       gpt_layer_is_moe(&st->d, st->l0 + li));
+                cur +=
+                    gpt_lacts_carve(st, &L[li], base ? base + cur : NULL, res3, gpt_layer_is_moe(&st->d, st->l0 + li));
             } else if (res3 && li == st->rc_hi[li] - 1) {
                 TAKE(L[li].res3, Ns * C); /* a recompute group keeps its output only (the next one's input) */
             }

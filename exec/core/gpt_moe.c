@@ -177,7 +177,6 @@ void gpt_moe_adam(gpt_stage *st, float lr, float b1, float b2, float eps, float 
             continue;
         be->adam(be, g->L->wr, g->L->gwr, g->m, g->v, g->nr, lr, b1, b2, eps, wd, step);
         be->adam(be, g->L->w1, g->L->gw1, g->m + g->nr, g->v + g->nr, g->n1, lr, b1, b2, eps, wd, step);
-        be->adam(be, g->L->w2, g->L->gw2, g->m + g->nr + g->n1, g->v + g->nr + g->n1, g->n2, lr, b1, b2, eps, wd,
-                 step);
+        be->adam(be, g->L->w2, g->L->gw2, g->m + g->nr + g->n1, g->v + g->nr + g->n1, g->n2, lr, b1, b2, eps, wd, step);
     }
 }

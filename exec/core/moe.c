@@ -255,8 +255,7 @@ static void aux_bwd(const moe_layer *L, const moe_saved *s, float *dlog)
     if (!(L->aux_coeff > 0.0) || s->n == 0 || E > MOE_MAX_EXPERTS)
         return;
     double a = L->aux_grad_scale * L->aux_coeff * E / ((double)L->rc.topk * (double)s->n * (double)s->n),
-           dP[MOE_MAX_EXPERTS],
-           P[MOE_MAX_EXPERTS];
+           dP[MOE_MAX_EXPERTS], P[MOE_MAX_EXPERTS];
     for (int e = 0; e < E; e++) {
         size_t c = 0;
         for (size_t i = 0; i < s->nk; i++)

@@ -85,9 +85,9 @@ typedef struct {
 
 typedef struct {
     double loss[ITERS];
-    float *w, *g;     /* flat parameters, gradients */
-    float *mw, *mg;   /* MoE routers and experts, every MoE layer in order */
-    size_t dropped;   /* reference: assignments dropped in the last forward of every MoE layer */
+    float *w, *g;   /* flat parameters, gradients */
+    float *mw, *mg; /* MoE routers and experts, every MoE layer in order */
+    size_t dropped; /* reference: assignments dropped in the last forward of every MoE layer */
 } result;
 
 static int world_rank, world_size, npass, nfail;
@@ -306,8 +306,8 @@ static void run_pass(const layout *Ls, int nL, const char *name, bool with_tp, b
         }
         MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
         char what[160], detail[ERR_MSG_BYTES + 256] = "";
-        snprintf(what, sizeof what, "%s: %s t=%d%s p=%d d=%d v=%d ep=%d (edp %d)", name, sched_kind_name(L->kind),
-                 L->t, L->t > 1 ? " sp" : "", L->p, L->d, L->v, L->ep, L->t * L->d / L->ep);
+        snprintf(what, sizeof what, "%s: %s t=%d%s p=%d d=%d v=%d ep=%d (edp %d)", name, sched_kind_name(L->kind), L->t,
+                 L->t > 1 ? " sp" : "", L->p, L->d, L->v, L->ep, L->t * L->d / L->ep);
         bool ok = !bad;
         const result *R = &ref[L->d == 1 ? 0 : L->d == 2 ? 1 : 2];
         if (world_rank == 0 && ok) {

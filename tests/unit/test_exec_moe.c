@@ -98,7 +98,10 @@ static void fd_check(double cf, double aux, bool swiglu)
     struct {
         float *w, *g;
         size_t n;
-    } P[4] = {{L->wr, L->gwr, 4 * CC}, {L->w1, L->gw1, (size_t)4 * L->Fu * CC}, {L->w2, L->gw2, 4 * CC * FF}, {x, dx, NT * CC}};
+    } P[4] = {{L->wr, L->gwr, 4 * CC},
+              {L->w1, L->gw1, (size_t)4 * L->Fu * CC},
+              {L->w2, L->gw2, 4 * CC * FF},
+              {x, dx, NT * CC}};
     int checked = 0;
     double worst = 0.0;
     for (int p = 0; p < 4; p++)
@@ -114,7 +117,8 @@ static void fd_check(double cf, double aux, bool swiglu)
             cr_expect(d <= 1e-3 + 2e-2 * fabs(fd), "tensor %d elem %zu: grad %g fd %g", p, i, g, fd);
             checked++;
         }
-    cr_log_info("capacity %g%s: %d gradients checked, worst |g - fd| %.2e, dropped %zu", cf, swiglu ? " swiglu" : "", checked, worst, L->dropped);
+    cr_log_info("capacity %g%s: %d gradients checked, worst |g - fd| %.2e, dropped %zu", cf, swiglu ? " swiglu" : "",
+                checked, worst, L->dropped);
     moe_layer_free(L);
     be->destroy(be);
 }
