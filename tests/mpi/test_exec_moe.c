@@ -97,7 +97,7 @@ static int run(const setup *S, MPI_Comm comm, const float *x, const float *tg, r
     err_clear(&err);
     backend *be = NULL;
     moe_layer *L = NULL;
-    moe_mpi_ctx ctx = {.comm = comm};
+    moe_mpi_ctx ctx = {.comm = comm, .edp_comm = MPI_COMM_NULL};
     moe_xchg xc = ep == 1 ? moe_xchg_local() : moe_mpi_xchg(&ctx);
     size_t nC = (size_t)S->n * (size_t)S->C;
     float *out = malloc(nC * sizeof(float)), *dout = malloc(nC * sizeof(float)), *dx = malloc(nC * sizeof(float));
