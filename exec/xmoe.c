@@ -105,7 +105,7 @@ int xmoe_report(MPI_Comm world, runtime *rt, const comm *cm, int ep, bool force_
     }
     MPI_Gather(&mine, (int)sizeof mine, MPI_BYTE, recs, (int)sizeof mine, MPI_BYTE, 0, world);
     MPI_Gather(counts, Eall, MPI_INT64_T, all, Eall, MPI_INT64_T, 0, world);
-    if (rank != 0 || !out)
+    if (rank != 0 || !out || !recs || !all || !loads_i || !loads) /* (rank 0 has them all: anybad above) */
         goto done;
     double it = iterations > 0 ? iterations : 1;
     int t = cm->size[COMM_TP], ep1 = ep > 0 ? ep : 1;

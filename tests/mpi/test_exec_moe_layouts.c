@@ -310,7 +310,10 @@ static void run_pass(const layout *Ls, int nL, const char *name, bool with_tp, b
                  L->t > 1 ? " sp" : "", L->p, L->d, L->v, L->ep, L->t * L->d / L->ep);
         bool ok = !bad;
         const result *R = &ref[L->d == 1 ? 0 : L->d == 2 ? 1 : 2];
-        if (world_rank == 0 && ok) {
+        if (world_rank == 0 && ok && !(r.g && r.w && r.mg && r.mw && R->g && R->w && R->mg && R->mw)) {
+            ok = false;
+            snprintf(detail, sizeof detail, "no results gathered");
+        } else if (world_rank == 0 && ok) {
             diffs D = {0};
             diff_into(&D, r.g, R->g, r.w, R->w, gpt_num_params(&DIMS));
             diffs Dm = {0};
