@@ -111,6 +111,7 @@ int gpt_moe_create(gpt_stage *st, ts_err *err)
         g->v = calloc(n, sizeof(float));
         if (!g->m || !g->v)
             return err_set(err, TS_ENOMEM, "layer %d: out of memory for the MoE Adam moments (%zu floats)", l, n);
+        be_count(st->be, XMEM_OPTIM, 2 * n * sizeof(float), true);
     }
     return TS_OK;
 }
@@ -118,6 +119,8 @@ int gpt_moe_create(gpt_stage *st, ts_err *err)
 void gpt_moe_free(gpt_stage *st)
 {
     for (int li = 0; st->moe && li < st->nl; li++) {
+        if (st->moe[li].m && st->moe[li].v)
+            be_count(st->be, XMEM_OPTIM, 2 * (st->moe[li].nr + st->moe[li].n1 + st->moe[li].n2) * sizeof(float), false);
         moe_layer_free(st->moe[li].L);
         free(st->moe[li].m);
         free(st->moe[li].v);

@@ -24,6 +24,8 @@ struct moe_saved {
     size_t *eorder, *eoff;       /* [nrecv] recv row of each expert-ordered row, [El + 1] */
     float *xe, *he, *ae, *yback; /* [nrecv, C], [nrecv, Fu], [nrecv, F], [nsend, C] */
     float *sbuf, *rbuf;          /* [max(nsend, nrecv), C] exchange buffers */
+    backend *be;                 /* whose accounting counts acct_bytes (activations) */
+    size_t acct_bytes;
 };
 
 static int local_ints(void *ud, const int *send, int *recv, int per, ts_err *err)
@@ -65,6 +67,10 @@ void moe_layer_free(moe_layer *L)
 {
     if (!L)
         return;
+    if (L->counted_bytes) {
+        be_count(L->be, XMEM_WEIGHTS, L->counted_bytes, false);
+        be_count(L->be, XMEM_GRADS, L->counted_bytes, false);
+    }
     free(L->wr);
     free(L->gwr);
     free(L->w1);
@@ -135,6 +141,9 @@ int moe_layer_create(const moe_route_cfg *rc, int C, int F, bool swiglu, int ep,
         L->w1[i] = init_val(seed, nr + e0 * per1 + i, ac);
     for (size_t i = 0; i < ne; i++)
         L->w2[i] = init_val(seed, nr + E * per1 + e0 * per + i, af);
+    L->counted_bytes = (nr + ne1 + ne) * sizeof(float);
+    be_count(be, XMEM_WEIGHTS, L->counted_bytes, true);
+    be_count(be, XMEM_GRADS, L->counted_bytes, true);
     *out = L;
     return TS_OK;
 }
@@ -143,6 +152,8 @@ void moe_saved_free(moe_saved *s)
 {
     if (!s)
         return;
+    if (s->acct_bytes)
+        be_count(s->be, XMEM_ACTS, s->acct_bytes, false);
     free(s->logits);
     free(s->wts);
     free(s->idx);
@@ -278,10 +289,12 @@ static void aux_bwd(const moe_layer *L, const moe_saved *s, float *dlog)
     }
 }
 
+/* calloc cnt elements into p (ok = 0 on failure), adding their bytes to acct. */
 #define ALLOC(p, cnt)                                                                                                  \
     do {                                                                                                               \
         size_t c_ = (cnt);                                                                                             \
         (p) = calloc(c_ > 0 ? c_ : 1, sizeof *(p));                                                                    \
+        acct += c_ * sizeof *(p);                                                                                      \
         if (!(p))                                                                                                      \
             ok = 0;                                                                                                    \
     } while (0)
@@ -306,6 +319,7 @@ int moe_forward(moe_layer *L, const moe_xchg *xc, const float *x, size_t n, floa
     if (!s)
         return err_set(err, TS_ENOMEM, "moe_forward: out of memory");
     int ok = 1, rc = TS_OK;
+    size_t acct = 0;
     s->n = n;
     s->nk = n * (size_t)k;
     s->x = x;
@@ -381,6 +395,9 @@ done:
         moe_saved_free(s);
         return rc;
     }
+    s->be = be;
+    s->acct_bytes = acct;
+    be_count(be, XMEM_ACTS, acct, true);
     *saved = s;
     return TS_OK;
 }
@@ -391,6 +408,7 @@ int moe_backward(moe_layer *L, const moe_xchg *xc, moe_saved *s, const float *do
     int E = L->rc.num_experts, k = L->rc.topk, C = L->C, F = L->F, Fu = L->Fu, El = L->El;
     size_t n = s->n, nr = s->nrecv;
     int ok = 1, rc = TS_OK;
+    size_t acct = 0;
     float *g = NULL, *dlog = NULL, *dxe = NULL, *dh = NULL, *dA = NULL;
     ALLOC(g, s->nk);
     ALLOC(dlog, n * (size_t)E);
@@ -398,9 +416,11 @@ int moe_backward(moe_layer *L, const moe_xchg *xc, moe_saved *s, const float *do
     ALLOC(dh, nr * (size_t)Fu);
     ALLOC(dA, nr * (size_t)F);
     if (!ok) {
+        acct = 0;
         rc = err_set(err, TS_ENOMEM, "moe_backward: out of memory");
         goto done;
     }
+    be_count(be, XMEM_BUFFERS, acct, true);
     /* combine: dw = dout . y, dy = w dout */
     for (size_t p = 0; p < s->nsend; p++) {
         size_t sl = s->send_slot[p];
@@ -472,6 +492,8 @@ int moe_backward(moe_layer *L, const moe_xchg *xc, moe_saved *s, const float *do
         be->gemm(be, false, false, (int)n, C, E, 1.0f, dlog, E, L->wr, C, 1.0f, dx, C);
     }
 done:
+    if (acct)
+        be_count(be, XMEM_BUFFERS, acct, false);
     free(g);
     free(dlog);
     free(dxe);

@@ -36,7 +36,10 @@
  *
  * Ownership: moe_layer_create allocates the layer (weights, gradients),
  * released by moe_layer_free; moe_forward allocates the saved state *saved,
- * released by moe_saved_free. Inputs are borrowed.
+ * released by moe_saved_free. Inputs are borrowed. The host memory is
+ * counted in the backend's accounting (be_count): weights and gradients
+ * while the layer lives, the saved state as activations, the backward's
+ * temporaries as buffers.
  */
 #ifndef TRAINSIM_EXEC_MOE_H
 #define TRAINSIM_EXEC_MOE_H
@@ -91,6 +94,7 @@ typedef struct {
     size_t dropped;       /* assignments this rank's tokens lost to capacity */
     double expert_gemm_s; /* seconds in expert GEMMs (forward + backward), accumulated */
     int64_t *tok_accum;   /* [El] rows each local expert received, accumulated over forwards */
+    size_t counted_bytes; /* weights (and as much of gradients) counted in be's memory accounting */
 } moe_layer;
 
 typedef struct moe_saved moe_saved;

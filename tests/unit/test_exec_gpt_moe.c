@@ -112,6 +112,40 @@ typedef struct {
     int tok[64], tgt[64];
 } env;
 
+/* The MoE layers' host memory is in the backend's accounting: weights and
+ * gradients (flat + MoE), Adam moments (flat + 2 x MoE), the saved state
+ * of a forward as activations; everything released by the frees. */
+Test(exec_gpt_moe, moe_memory_is_counted)
+{
+    env e;
+    ts_err err;
+    gpt_stage *st;
+    const gpt_dims *d = &TINY_MOE;
+    cr_assert_eq(backend_cpu_create(1, &e.be, &err), TS_OK);
+    cr_assert_eq(comm_local_create(&e.cm, &err), TS_OK);
+    data_microbatch(7, 0, 1, 0, d->batch, d->seq, d->vocab, e.tok, e.tgt);
+    cr_assert_eq(gpt_stage_create(d, 0, d->layers, true, true, false, 42, e.be, e.cm, &st, &err), TS_OK, "%s", err.msg);
+    size_t flat = gpt_num_params(d) * 4, moe = gpt_moe_num_params(d) * 4;
+    cr_assert_eq(e.be->cur_bytes[XMEM_WEIGHTS], flat + moe);
+    cr_assert_eq(e.be->cur_bytes[XMEM_GRADS], flat + moe);
+    cr_assert_eq(e.be->cur_bytes[XMEM_OPTIM], 2 * (flat + moe));
+    size_t acts0 = e.be->cur_bytes[XMEM_ACTS];
+    gpt_acts *a;
+    cr_assert_eq(gpt_acts_create(st, &a, &err), TS_OK);
+    size_t acts1 = e.be->cur_bytes[XMEM_ACTS];
+    cr_assert_eq(gpt_forward(st, a, e.tok, e.tgt, NULL, NULL, NULL, &err), TS_OK, "%s", err.msg);
+    /* the routed rows: at least the input copies of N k assignments, C floats each */
+    size_t N = (size_t)d->batch * d->seq;
+    cr_assert_geq(e.be->cur_bytes[XMEM_ACTS] - acts1, N * d->moe_topk * d->hidden * 4);
+    gpt_acts_free(st, a);
+    cr_assert_eq(e.be->cur_bytes[XMEM_ACTS], acts0);
+    gpt_stage_free(st);
+    for (int c = 0; c < XMEM_NCAT; c++)
+        cr_assert_eq(e.be->cur_bytes[c], 0u, "%s: %zu bytes still counted", xmem_cat_name(c), e.be->cur_bytes[c]);
+    e.cm->destroy(e.cm);
+    e.be->destroy(e.be);
+}
+
 /* Mean token loss plus the MoE layers' auxiliary losses. */
 static double loss_of(gpt_stage *st, env *e, const gpt_dims *d)
 {
