@@ -36,10 +36,11 @@
  *
  * Ownership: moe_layer_create allocates the layer (weights, gradients),
  * released by moe_layer_free; moe_forward allocates the saved state *saved,
- * released by moe_saved_free. Inputs are borrowed. The host memory is
- * counted in the backend's accounting (be_count): weights and gradients
- * while the layer lives, the saved state as activations, the backward's
- * temporaries as buffers.
+ * released by moe_saved_free. Inputs are borrowed; the backend must outlive
+ * the layer and its saved states. The host memory is counted in the
+ * backend's accounting (be_count): weights and gradients while the layer
+ * lives, the saved state as activations, the backward's temporaries as
+ * buffers.
  */
 #ifndef TRAINSIM_EXEC_MOE_H
 #define TRAINSIM_EXEC_MOE_H
