@@ -4,11 +4,16 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "exec/moe_mpi.h"
 #include "exec/watchdog.h"
 #include "sim/util/grow.h"
 
 typedef struct {
     MPI_Comm g[COMM_NGROUPS];
+    MPI_Comm base;    /* borrowed */
+    moe_mpi_ctx moe;  /* expert-parallel and expert-data-parallel groups (MPI_COMM_NULL: none) */
+    moe_xchg moe_xc;  /* over moe.comm */
+    moe_edp moe_edp;  /* over moe.edp_comm */
     MPI_Request *req; /* request table; MPI_REQUEST_NULL = free slot */
     int nreq, capreq;
 } mpi_ctx;
@@ -166,6 +171,10 @@ static void c_destroy(comm *c)
         for (int g = 0; g < COMM_NGROUPS; g++)
             if (x->g[g] != MPI_COMM_NULL)
                 MPI_Comm_free(&x->g[g]);
+        if (x->moe.comm != MPI_COMM_NULL)
+            MPI_Comm_free(&x->moe.comm);
+        if (x->moe.edp_comm != MPI_COMM_NULL)
+            MPI_Comm_free(&x->moe.edp_comm);
         free(x->req);
         free(x);
     }
@@ -199,6 +208,8 @@ int comm_mpi_create(MPI_Comm base, int t, int p, int d, comm **out, ts_err *err)
     c->ctx = x;
     for (int g = 0; g < COMM_NGROUPS; g++)
         x->g[g] = MPI_COMM_NULL;
+    x->base = base;
+    x->moe.comm = x->moe.edp_comm = MPI_COMM_NULL;
     int tp = rank % t, pp = (rank / t) % p, dp = rank / (t * p);
     int color[COMM_NGROUPS] = {pp + p * dp, tp + t * dp, tp + t * pp};
     int key[COMM_NGROUPS] = {tp, pp, dp};
@@ -223,5 +234,29 @@ int comm_mpi_create(MPI_Comm base, int t, int p, int d, comm **out, ts_err *err)
     c->wait_all = c_wait_all;
     c->destroy = c_destroy;
     *out = c;
+    return TS_OK;
+}
+
+int comm_mpi_set_ep(comm *c, int ep, ts_err *err)
+{
+    mpi_ctx *x = c->ctx;
+    int t = c->size[COMM_TP], p = c->size[COMM_PP], d = c->size[COMM_DP];
+    if (ep < 1 || (t * d) % ep)
+        return err_set(err, TS_EINVAL,
+                       "--expert-model-parallel-size %d must divide tensor x data parallel ranks %d x %d = %d "
+                       "(experts fold into them)",
+                       ep, t, d, t * d);
+    if (x->moe.comm != MPI_COMM_NULL)
+        return err_set(err, TS_ESTATE, "comm_mpi_set_ep: expert parallelism already set");
+    int xi = c->rank[COMM_TP] + t * c->rank[COMM_DP], pp = c->rank[COMM_PP];
+    int rc = MPI_Comm_split(x->base, pp + p * (xi / ep), xi % ep, &x->moe.comm);
+    if (rc == MPI_SUCCESS)
+        rc = MPI_Comm_split(x->base, pp + p * (xi % ep), xi / ep, &x->moe.edp_comm);
+    if (rc != MPI_SUCCESS)
+        return mpi_fail(err, rc, "expert-parallel communicator split");
+    x->moe_xc = moe_mpi_xchg(&x->moe);
+    x->moe_edp = moe_mpi_edp(&x->moe);
+    c->moe_xc = &x->moe_xc;
+    c->moe_edp = &x->moe_edp;
     return TS_OK;
 }

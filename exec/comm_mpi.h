@@ -21,6 +21,11 @@
 /* Collective over base. TS_EINVAL if base's size is not t*p*d. */
 int comm_mpi_create(MPI_Comm base, int t, int p, int d, comm **out, ts_err *err);
 
+/* Expert parallelism of size ep over the t*d ranks of each pipeline stage
+ * (comm.h's moe_xc / moe_edp): ep must divide t*d. Collective over the
+ * comm's base communicator. */
+int comm_mpi_set_ep(comm *c, int ep, ts_err *err);
+
 /* The MPI communicator of group g (for the runtime's own reductions). */
 MPI_Comm comm_mpi_group(const comm *c, comm_group g);
 

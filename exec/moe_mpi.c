@@ -55,3 +55,24 @@ moe_xchg moe_mpi_xchg(moe_mpi_ctx *ctx)
     MPI_Comm_rank(ctx->comm, &x.rank);
     return x;
 }
+
+static int mpi_edp_sum(void *ud, float *buf, size_t n, ts_err *err)
+{
+    moe_mpi_ctx *c = ud;
+    if (n > 0x7fffffffUL)
+        return err_set(err, TS_EINVAL, "moe expert-gradient all-reduce: %zu floats exceed MPI's int count", n);
+    wd_wait_begin("MoE expert-data-parallel gradient all-reduce");
+    int e = MPI_Allreduce(MPI_IN_PLACE, buf, (int)n, MPI_FLOAT, MPI_SUM, c->edp_comm);
+    wd_wait_end();
+    return e == MPI_SUCCESS ? TS_OK : err_set(err, TS_ESTATE, "moe expert-gradient all-reduce: MPI error %d", e);
+}
+
+moe_edp moe_mpi_edp(moe_mpi_ctx *ctx)
+{
+    moe_edp x = {.edp_size = 1, .ud = ctx, .edp_sum = NULL};
+    if (ctx->edp_comm != MPI_COMM_NULL) {
+        MPI_Comm_size(ctx->edp_comm, &x.edp_size);
+        x.edp_sum = mpi_edp_sum;
+    }
+    return x;
+}

@@ -36,6 +36,7 @@
 #include "exec/watchdog.h"
 #include "exec/xargs.h"
 #include "exec/xconfig.h"
+#include "exec/xmoe.h"
 #include "exec/xout.h"
 #include "sim/config/config.h"
 #include "sim/config/flags.h"
@@ -177,6 +178,7 @@ typedef struct {
     rt_opts o;                                 /* the model and Adam the runtime runs */
     parallel_config par;                       /* layout, copied out of c */
     model_config mod;                          /* model shape, copied out of c */
+    moe_config moe;                            /* experts and their layout, copied out of c */
     sched *s;                                  /* owned */
     backend *be;                               /* owned */
     comm *cm;                                  /* owned */
@@ -321,7 +323,7 @@ static int resolve_config(run *x)
     }
     rt_opts *o = &x->o;
     rt_opts_default(o);
-    o->dims = xconfig_dims(mc, pc);
+    o->dims = xconfig_dims(mc, pc, &x->c.moe);
     o->sp = pc->sequence_parallel;
     o->seed = (uint64_t)x->a.seed;
     o->lr = (float)x->a.lr;
@@ -341,6 +343,7 @@ static int resolve_config(run *x)
         o->dims.batch = x->a.inf.batch_size;
     x->par = *pc;
     x->mod = *mc;
+    x->moe = x->c.moe;
     config_free(&x->c); /* everything needed is copied out */
     double need = min_bytes_per_rank(&o->dims, x->par.tp, x->par.pp) * x->size;
     if (x->a.backend == XARGS_BACKEND_CPU && need > 64.0 * 1073741824.0) {
@@ -408,6 +411,8 @@ static int set_up_rank(run *x)
     else
 #endif
         crc = comm_mpi_create(MPI_COMM_WORLD, tp, pp, d, &x->cm, &cerr);
+    if (!crc && x->moe.num_experts > 0 && x->a.backend == XARGS_BACKEND_CPU) /* collective too */
+        crc = comm_mpi_set_ep(x->cm, x->moe.ep, &cerr);
     if (!rc && crc) {
         rc = crc;
         x->err = cerr;
@@ -440,6 +445,11 @@ static uint64_t config_hash(run *x)
                       " L=%d h=%d heads=%d ffn=%d s=%d V=%d b=%d sp=%d t=%d p=%d d=%d schedule=%s v=%d m=%d%s",
                       d->layers, d->hidden, d->heads, d->ffn, d->seq, d->vocab, d->batch, (int)x->o.sp, x->par.tp,
                       x->par.pp, x->par.dp, sched_kind_name(sc->kind), sc->v, sc->m, arch);
+        if (d->num_experts > 0)
+            n += snprintf(x->canon + n, sizeof x->canon - (size_t)n,
+                          " moe E=%d k=%d f=%d freq=%d first=%d cf=%.17g fb=%d ep=%d", d->num_experts, d->moe_topk,
+                          d->moe_ffn, d->moe_layer_freq, d->moe_first_dense, d->moe_capacity, (int)d->moe_force_balance,
+                          x->moe.ep);
         for (int i = 0; i < sc->p * sc->v && n < (int)sizeof x->canon; i++)
             n += snprintf(x->canon + n, sizeof x->canon - (size_t)n, "%s%d+%d",
                           i ? "," : " stages=", sc->stages[i].first_layer, sc->stages[i].num_layers);
@@ -588,9 +598,19 @@ static void print_banner(const run *x)
     char arch[96], rcs[64];
     xconfig_arch_text(&o->dims, arch, sizeof arch);
     xconfig_mode_text(&o->dims, rcs, sizeof rcs);
-    printf("trainexec: GPT %zu parameters (L=%d h=%d heads=%d ffn=%d s=%d V=%d%s), "
+    char moe[192] = "";
+    if (o->dims.num_experts > 0) {
+        int moe_layers = 0;
+        for (int l = 0; l < o->dims.layers; l++)
+            moe_layers += gpt_layer_is_moe(&o->dims, l);
+        snprintf(moe, sizeof moe, " + %zu in %d MoE layers (E=%d top-%d expert ffn=%d, %s%s, ep=%d edp=%d)",
+                 gpt_moe_num_params(&o->dims), moe_layers, o->dims.num_experts, o->dims.moe_topk, o->dims.moe_ffn,
+                 o->dims.moe_capacity > 0 ? "capacity" : "dropless",
+                 o->dims.moe_force_balance ? ", forced balance" : "", x->moe.ep, x->par.tp * x->par.dp / x->moe.ep);
+    }
+    printf("trainexec: GPT %zu parameters%s (L=%d h=%d heads=%d ffn=%d s=%d V=%d%s), "
            "t=%d p=%d d=%d v=%d%s, %s%s, b=%d B=%d m=%d, %d ranks, %s\n",
-           gpt_num_params(&o->dims), o->dims.layers, o->dims.hidden, o->dims.heads, o->dims.ffn, o->dims.seq,
+           gpt_num_params(&o->dims), moe, o->dims.layers, o->dims.hidden, o->dims.heads, o->dims.ffn, o->dims.seq,
            o->dims.vocab, arch, x->par.tp, x->par.pp, x->par.dp, s->v, o->sp ? " sp" : "", sched_kind_name(s->kind),
            rcs, o->dims.batch, o->dims.batch * x->par.dp * s->m, s->m, x->size, where);
     (void)fflush(stdout); /* show it now */
@@ -643,6 +663,7 @@ static int run_iterations(run *x)
         if (it == x->a.warmup) {
             rt_clear_spans(x->rt);
             be_reset_peaks(x->be);
+            xmoe_reset(x->rt);
         }
         wd_action("barrier before the iteration", it, -1);
         wd_wait_begin("barrier");
@@ -740,6 +761,13 @@ static int write_outputs(run *x)
     if (!rc && x->rank == 0)
         print_summary(x, &xr, all);
     free(all);
+    bool match = true;
+    if (!rc && x->moe.num_experts > 0)
+        rc = xmoe_report(MPI_COMM_WORLD, x->rt, x->cm, x->moe.ep, x->moe.force_load_balancing, x->a.iterations,
+                         x->rank == 0 ? stdout : NULL, &match, &x->err);
+    if (!rc && x->moe.num_experts > 0 && x->rank == 0)
+        printf("MoE load check against the simulator's load factor: %s\n",
+               match ? "every expert group matches" : "a group DIFFERS (see above)");
     if (!rc)
         return 0;
     if (x->rank == 0)

@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+static gpt_dims xconfig_dense_dims(const model_config *mc, const parallel_config *pc);
+
 /* The first Llama-architecture flag the model uses (the CPU backend's
  * training runs them), or NULL. */
 static const char *llama_flag(const model_config *m)
@@ -19,6 +21,52 @@ static const char *llama_flag(const model_config *m)
     if (m->position_embedding == POS_ROPE)
         return "--position-embedding-type rope";
     return NULL;
+}
+
+/* The MoE flags the executor's MoE layers run (gpt.h, "MoE layers"). */
+static int moe_supports(const config *c, bool cuda, bool inference, ts_err *err)
+{
+    const moe_config *e = &c->moe;
+    if (e->num_experts <= 0) {
+        if (e->ep > 1)
+            return err_set(err, TS_ENOTSUP, "--expert-model-parallel-size %d without --num-experts (give 1)", e->ep);
+        return TS_OK;
+    }
+    if (cuda)
+        return err_set(err, TS_ENOTSUP,
+                       "--num-experts %d: the cuda backend has no MoE layers (the MoE layer runs on --backend cpu)",
+                       e->num_experts);
+    if (inference)
+        return err_set(err, TS_ENOTSUP,
+                       "--num-experts %d with --inference: the KV-cache inference runs dense layers only",
+                       e->num_experts);
+    if (e->etp != 1)
+        return err_set(err, TS_ENOTSUP,
+                       "--expert-tensor-parallel-size %d: the executor's experts are not tensor-split (give "
+                       "--expert-tensor-parallel-size 1; Megatron's default is --tensor-model-parallel-size)",
+                       e->etp);
+    if (e->shared_ffn_hidden_size > 0)
+        return err_set(err, TS_ENOTSUP,
+                       "--moe-shared-expert-intermediate-size %d: the executor's MoE layer has no shared experts",
+                       e->shared_ffn_hidden_size);
+    if (e->pad_to_capacity)
+        return err_set(err, TS_ENOTSUP,
+                       "--moe-pad-expert-input-to-capacity: the executor's experts run the rows they receive "
+                       "(remove the flag)");
+    if (e->capacity_factor > 0 && e->drop_policy != MOE_DROP_PROBS)
+        return err_set(err, TS_ENOTSUP,
+                       "--moe-token-drop-policy position: the executor drops the lowest-weight assignments (probs)");
+    if (e->router_num_groups > 0)
+        return err_set(err, TS_ENOTSUP,
+                       "--moe-router-num-groups %d: the executor's router has no group-limited routing",
+                       e->router_num_groups);
+    if (e->dispatcher == MOE_DISPATCH_FLEX || e->enable_deepep)
+        return err_set(err, TS_ENOTSUP,
+                       "--moe-token-dispatcher-type flex / --moe-enable-deepep: the executor dispatches by "
+                       "all-to-all (give alltoall or allgather)");
+    if (e->mla)
+        return err_set(err, TS_ENOTSUP, "--multi-latent-attention: the executor's attention is multi-head / GQA");
+    return TS_OK;
 }
 
 int xconfig_supports(const config *c, bool cuda, bool inference, ts_err *err)
@@ -72,16 +120,7 @@ int xconfig_supports(const config *c, bool cuda, bool inference, ts_err *err)
         return err_set(err, TS_ENOTSUP,
                        "--context-parallel-size %d: the executor has no context-parallel attention (give 1)",
                        config_cp(c));
-    if (c->moe.num_experts > 1)
-        return err_set(err, TS_ENOTSUP,
-                       "--num-experts %d: the executor has no mixture-of-experts layers (dense "
-                       "models only)",
-                       c->moe.num_experts);
-    if (c->moe.ep > 1)
-        return err_set(err, TS_ENOTSUP,
-                       "--expert-model-parallel-size %d: the executor has no expert parallelism "
-                       "(give 1)",
-                       c->moe.ep);
+    return moe_supports(c, cuda, inference, err);
     return TS_OK;
 }
 
@@ -114,7 +153,23 @@ void xconfig_mode_text(const gpt_dims *d, char *buf, size_t size)
     }
 }
 
-gpt_dims xconfig_dims(const model_config *mc, const parallel_config *pc)
+gpt_dims xconfig_dims(const model_config *mc, const parallel_config *pc, const moe_config *e)
+{
+    gpt_dims d = xconfig_dense_dims(mc, pc);
+    if (!e || e->num_experts <= 0)
+        return d;
+    d.num_experts = e->num_experts;
+    d.moe_topk = e->topk;
+    d.moe_ffn = e->ffn_hidden_size;
+    d.moe_layer_freq = e->layer_freq;
+    d.moe_first_dense = e->first_dense_layers;
+    d.moe_capacity = e->capacity_factor;
+    d.moe_force_balance = e->force_load_balancing;
+    d.moe_aux_coeff = 0.0; /* --moe-aux-loss-coeff is default-only (0) in the flags table */
+    return d;
+}
+
+static gpt_dims xconfig_dense_dims(const model_config *mc, const parallel_config *pc)
 {
     return (gpt_dims){.vocab = mc->padded_vocab_size,
                       .seq = mc->seq_length,

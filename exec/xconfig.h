@@ -17,9 +17,9 @@
  * (cuda = false) or the cuda backend, for training or (inference) the
  * KV-cache decode; TS_ENOTSUP naming the flag otherwise. */
 int xconfig_supports(const config *c, bool cuda, bool inference, ts_err *err);
-/* The executor's model for the resolved model and layout flags (micro-batch
- * as the batch). */
-gpt_dims xconfig_dims(const model_config *mc, const parallel_config *pc);
+/* The executor's model for the resolved model, layout and MoE flags
+ * (micro-batch as the batch; e NULL or without experts: dense). */
+gpt_dims xconfig_dims(const model_config *mc, const parallel_config *pc, const moe_config *e);
 /* The architecture options of d as text: "" for the GPT layers with the
  * tied output layer, " [untied]", or " [groups=G RMSNorm SwiGLU no-bias rope
  * untied]" with the parts in use. */

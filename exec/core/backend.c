@@ -16,7 +16,18 @@ int be_alloc(backend *be, size_t n, xmem_cat cat, float **out, ts_err *err)
     if (!p)
         return err_set(err, TS_ENOMEM, "%s backend: cannot allocate %zu bytes of %s", be->name, n * sizeof(float),
                        xmem_cat_name(cat));
-    size_t bytes = n * sizeof(float);
+    be_count(be, cat, n * sizeof(float), true);
+    *out = p;
+    return TS_OK;
+}
+
+void be_count(backend *be, xmem_cat cat, size_t bytes, bool alloc)
+{
+    if (!alloc) {
+        be->cur_bytes[cat] -= bytes;
+        be->cur_total_bytes -= bytes;
+        return;
+    }
     be->cur_bytes[cat] += bytes;
     be->cur_total_bytes += bytes;
     if (be->cur_bytes[cat] > be->peak_bytes[cat])
@@ -26,17 +37,13 @@ int be_alloc(backend *be, size_t n, xmem_cat cat, float **out, ts_err *err)
         for (int c = 0; c < XMEM_NCAT; c++)
             be->at_peak_bytes[c] = be->cur_bytes[c];
     }
-    *out = p;
-    return TS_OK;
 }
 
 void be_free(backend *be, float *p, size_t n, xmem_cat cat)
 {
     if (!p)
         return;
-    size_t bytes = n * sizeof(float);
-    be->cur_bytes[cat] -= bytes;
-    be->cur_total_bytes -= bytes;
+    be_count(be, cat, n * sizeof(float), false);
     be->free(be, p);
 }
 

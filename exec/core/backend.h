@@ -136,5 +136,10 @@ int be_alloc(backend *be, size_t n, xmem_cat cat, float **out, ts_err *err);
 void be_free(backend *be, float *p, size_t n, xmem_cat cat);
 /* Reset the peaks to the current usage (start of a measured window). */
 void be_reset_peaks(backend *be);
+/* Count bytes of category cat that a module allocated itself (host memory
+ * outside be_alloc: the MoE layer's on the CPU backend) as allocated
+ * (alloc = true) or released, so that the current and peak figures include
+ * them. Every count is undone by the same module. */
+void be_count(backend *be, xmem_cat cat, size_t bytes, bool alloc);
 
 #endif

@@ -23,6 +23,7 @@
 
 #include <stddef.h>
 
+#include "exec/core/moe.h"
 #include "sim/util/err.h"
 
 typedef enum { COMM_TP = 0, COMM_PP, COMM_DP, COMM_NGROUPS } comm_group;
@@ -34,6 +35,15 @@ struct comm {
     void *ctx;
     int size[COMM_NGROUPS]; /* t, p, d */
     int rank[COMM_NGROUPS]; /* this rank's index in each group */
+    /* Expert parallelism of the MoE layers (exec/core/moe.h), folded into
+     * tensor x data parallelism as Megatron-core folds it with an expert
+     * tensor-parallel size of 1: of the t*d ranks of one pipeline stage
+     * (index x = tp_rank + t * dp_rank), EP group = ep consecutive x (ep
+     * rank x % ep), EDP group = those of equal x % ep. NULL (the local and
+     * NCCL comms, and MPI without comm_mpi_set_ep): no expert parallelism
+     * (each rank holds every expert and sums nothing). Owned by ctx. */
+    const moe_xchg *moe_xc;
+    const moe_edp *moe_edp;
 
     /* buf[0..n) = sum over the group, in place. */
     int (*all_reduce)(comm *c, comm_group g, float *buf, size_t n, ts_err *err);

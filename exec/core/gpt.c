@@ -102,36 +102,55 @@ int gpt_dims_check(const gpt_dims *d, int t, bool sp, ts_err *err)
                        "--sequence-parallel: micro-batch tokens %d x %d must be a multiple of "
                        "--tensor-model-parallel-size %d",
                        d->batch, d->seq, t);
-    return TS_OK;
+    return gpt_moe_check(d, t, sp, err);
 }
 
-static size_t full_size(const gpt_dims *d, gpt_pkind k)
+/* The dense MLP's tensors, absent from a MoE layer. */
+static bool mlp_kind(gpt_pkind k)
 {
+    return k == GP_FCW || k == GP_FCB || k == GP_FCPROJW || k == GP_FCPROJB;
+}
+
+/* Full element count of kind k in layer (-1 outside layers). */
+static size_t full_size(const gpt_dims *d, gpt_pkind k, int layer)
+{
+    if (layer >= 0 && mlp_kind(k) && gpt_layer_is_moe(d, layer))
+        return 0;
     pshape s = shape_of(d, k);
     return s.rows * s.cols;
 }
 
+static size_t layer_size(const gpt_dims *d, int layer)
+{
+    size_t n = 0;
+    for (int k = GP_LAYER_FIRST; k < GP_LAYER_FIRST + GP_LAYER_COUNT; k++)
+        n += full_size(d, (gpt_pkind)k, layer);
+    return n;
+}
+
 size_t gpt_full_offset(const gpt_dims *d, gpt_pkind kind, int layer, size_t *n_full)
 {
-    size_t per_layer = 0;
-    for (int k = GP_LAYER_FIRST; k < GP_LAYER_FIRST + GP_LAYER_COUNT; k++)
-        per_layer += full_size(d, (gpt_pkind)k);
     size_t off = 0;
-    if (kind >= GP_LAYER_FIRST && kind < GP_LAYER_FIRST + GP_LAYER_COUNT) {
-        off = full_size(d, GP_WTE) + full_size(d, GP_WPE) + (size_t)layer * per_layer;
+    bool in_layer = kind >= GP_LAYER_FIRST && kind < GP_LAYER_FIRST + GP_LAYER_COUNT;
+    if (in_layer) {
+        off = full_size(d, GP_WTE, -1) + full_size(d, GP_WPE, -1);
+        for (int l = 0; l < layer; l++)
+            off += layer_size(d, l);
         for (int k = GP_LAYER_FIRST; k < (int)kind; k++)
-            off += full_size(d, (gpt_pkind)k);
+            off += full_size(d, (gpt_pkind)k, layer);
     } else if (kind == GP_WTE) {
         off = 0;
     } else if (kind == GP_WPE) {
-        off = full_size(d, GP_WTE);
+        off = full_size(d, GP_WTE, -1);
     } else {
-        off = full_size(d, GP_WTE) + full_size(d, GP_WPE) + (size_t)d->layers * per_layer;
+        off = full_size(d, GP_WTE, -1) + full_size(d, GP_WPE, -1);
+        for (int l = 0; l < d->layers; l++)
+            off += layer_size(d, l);
         for (int k = GP_LNFW; k < (int)kind; k++)
-            off += full_size(d, (gpt_pkind)k);
+            off += full_size(d, (gpt_pkind)k, -1);
     }
     if (n_full)
-        *n_full = full_size(d, kind);
+        *n_full = full_size(d, kind, in_layer ? layer : -1);
     return off;
 }
 
@@ -227,7 +246,7 @@ static bool is_tp_partial(gpt_pkind k, bool sp)
 static void add_tensor(gpt_stage *st, gpt_pkind k, int layer)
 {
     pshape s = shape_of(&st->d, k);
-    size_t n = s.rows * s.cols / (s.split == SPLIT_NONE ? 1 : (size_t)st->t);
+    size_t n = full_size(&st->d, k, layer) / (s.split == SPLIT_NONE ? 1 : (size_t)st->t);
     bool copy = k == GP_WOUT && st->d.tie_embed && !st->embed; /* the last stage's copy of wte */
     if (copy)
         n = (size_t)st->d.vocab * (size_t)st->d.hidden;
@@ -264,6 +283,7 @@ void gpt_stage_free(gpt_stage *st)
     be_free(be, st->fused.mem, st->fused.nfloats, XMEM_BUFFERS);
     free(st->fused.L);
     gpt_rc_free(st);
+    gpt_moe_free(st);
     free(st->tens);
     free(st->pw);
     free(st->pg);
@@ -427,7 +447,7 @@ int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool em
     if ((rc = be_alloc(be, st->fused.nfloats, XMEM_BUFFERS, &st->fused.mem, err)))
         goto fail;
     gpt_cache_layout(st, &st->fused, num_layers > 0 ? 1 : 0, st->fused.mem);
-    if ((rc = gpt_rc_setup(st, err)))
+    if ((rc = gpt_rc_setup(st, err)) || (rc = gpt_moe_create(st, err)))
         goto fail;
     *out = st;
     return TS_OK;
@@ -512,7 +532,8 @@ int gpt_acts_create(gpt_stage *st, gpt_acts **out, ts_err *err)
         for (int li = 0; li < st->nl; li++) {
             bool res3 = li + 1 < st->nl || st->head;
             if (st->rc_lo[li] < 0) {
-                cur += gpt_lacts_carve(st, &L[li], base ? base + cur : NULL, res3);
+                cur +=
+                    gpt_lacts_carve(st, &L[li], base ? base + cur : NULL, res3, gpt_layer_is_moe(&st->d, st->l0 + li));
             } else if (res3 && li == st->rc_hi[li] - 1) {
                 TAKE(L[li].res3, Ns * C); /* a recompute group keeps its output only (the next one's input) */
             }
@@ -559,6 +580,8 @@ void gpt_acts_free(gpt_stage *st, gpt_acts *a)
         st->be->free_int(st->be, a->tokens);
     if (a->targets)
         st->be->free_int(st->be, a->targets);
+    for (int li = 0; a->L && li < st->nl; li++)
+        moe_saved_free(a->L[li].moe);
     free(a->L);
     free(a);
 }
@@ -566,6 +589,7 @@ void gpt_acts_free(gpt_stage *st, gpt_acts *a)
 void gpt_stage_zero_grads(gpt_stage *st)
 {
     st->be->zero(st->be, st->grads, st->nparams);
+    gpt_moe_zero_grads(st);
 }
 
 float *gpt_stage_tied_grad(gpt_stage *st, size_t *n)
@@ -587,7 +611,7 @@ void gpt_stage_grad_shard(const gpt_stage *st, size_t *lo, size_t *hi)
 
 int gpt_stage_reduce_grads(gpt_stage *st, ts_err *err)
 {
-    int rc = TS_OK;
+    int rc = gpt_moe_reduce_grads(st, err);
     if (st->sp && st->t > 1)
         for (int i = 0; i < st->ntens && !rc; i++)
             if (st->tens[i].tp_partial)
@@ -609,6 +633,7 @@ int gpt_stage_adam(gpt_stage *st, float lr, float b1, float b2, float eps, float
     gpt_stage_grad_shard(st, &lo, &hi);
     if (hi > lo)
         st->be->adam(st->be, st->params + lo, st->grads + lo, st->m, st->v, hi - lo, lr, b1, b2, eps, wd, step);
+    gpt_moe_adam(st, lr, b1, b2, eps, wd, step);
     if (!st->d.dist_optim || st->cm->size[COMM_DP] == 1)
         return TS_OK;
     size_t q0 = (size_t)st->cm->rank[COMM_DP] * st->shard;

@@ -40,6 +40,26 @@
  *   ranks (not vocabulary-parallel): every tensor rank computes the full
  *   logits.
  *
+ * MoE layers (exec/core/moe.h; Megatron-core's MoE MLP without shared
+ * experts): layer i is a MoE layer when num_experts > 0, i >=
+ * moe_first_dense and (i - moe_first_dense) % moe_layer_freq == 0 (the rule
+ * of sim/model/moe.h's moe_layer_is_moe, which the unit test compares). Its
+ * MLP (FC1, FC2 and their biases: absent from the flat parameters) is
+ * replaced by a router, top-k routing with capacity / dropless / forced
+ * balance, and E experts of the model's activation (GELU, or SwiGLU with
+ * --swiglu) of moe_ffn each, on the LayerNorm's output rows of this rank
+ * (N, or N/t with sp: the tokens stay sequence-parallel, the experts are not
+ * split: expert tensor parallelism 1). Expert parallelism folds into tensor
+ * x data parallelism through the comm's moe_xc / moe_edp (comm.h): this
+ * rank holds the E/ep experts of its EP rank; the router is replicated
+ * (its gradient, partial over the tensor ranks with sp, summed over COMM_TP
+ * and COMM_DP as the other replicated weights), the expert gradients are
+ * summed over the EDP group. The MoE weights live in the layer (host memory:
+ * the CPU backend), outside the flat parameters, with their own Adam
+ * moments; the auxiliary loss's gradient is scaled like the token losses
+ * (1 / micro-batches of the global batch). Refused with MoE: full
+ * recomputation, the distributed optimizer, t > 1 without sp.
+ *
  * Backward is split for zero-bubble schedules: gpt_backward_input() computes
  * the gradient w.r.t. the stage input and saves what the weight gradients
  * need; gpt_backward_weight() then accumulates the parameter gradients.
@@ -63,6 +83,7 @@
 
 #include "exec/core/backend.h"
 #include "exec/core/comm.h"
+#include "exec/core/moe.h"
 #include "sim/util/err.h"
 
 /* Rotary base: Megatron-LM's --rotary-base default (megatron_arguments.csv). */
@@ -96,6 +117,15 @@ typedef struct {
                              this rank's shard (its moments only), parameters all-gathered */
     int recompute_layers; /* --recompute-num-layers: uniform, layers per group from the stage's first (0: 1);
                              block, the stage's first so many layers, each alone (0: all) */
+    /* Mixture of experts (see "MoE layers" above); num_experts 0: every layer dense. */
+    int num_experts;        /* E, --num-experts */
+    int moe_topk;           /* k, --moe-router-topk */
+    int moe_ffn;            /* --moe-ffn-hidden-size, per expert */
+    int moe_layer_freq;     /* --moe-layer-freq N (>= 1) */
+    int moe_first_dense;    /* the first K layers dense (--moe-layer-freq "([0]*K+[1]*M)") */
+    double moe_capacity;    /* --moe-expert-capacity-factor; <= 0: dropless */
+    bool moe_force_balance; /* --moe-router-force-load-balancing */
+    double moe_aux_coeff;   /* --moe-aux-loss-coeff (0: no auxiliary loss) */
 } gpt_dims;
 
 enum { GPT_RC_NONE = 0, GPT_RC_UNIFORM, GPT_RC_BLOCK };
@@ -153,8 +183,14 @@ int gpt_dims_groups(const gpt_dims *d);
  * backend's Llama kernels; KV-cache inference does not run it). */
 bool gpt_dims_llama(const gpt_dims *d);
 
-/* Parameters of the full (t = 1) model. */
+/* Parameters of the full (t = 1) model's flat layout (without the MoE
+ * layers' routers and experts: gpt_moe_num_params). */
 size_t gpt_num_params(const gpt_dims *d);
+
+/* Whether global layer `layer` is a MoE layer (see MoE layers above). */
+bool gpt_layer_is_moe(const gpt_dims *d, int layer);
+/* Router and expert parameters of all MoE layers (0 for a dense model). */
+size_t gpt_moe_num_params(const gpt_dims *d);
 
 /* Create a stage; tensor rank and size come from cm. seed picks the
  * initial weights. */
@@ -162,6 +198,13 @@ int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool em
                      backend *be, comm *cm, gpt_stage **out, ts_err *err);
 void gpt_stage_free(gpt_stage *st);
 void gpt_stage_set_prof(gpt_stage *st, gpt_prof_fn fn, void *ud);
+
+/* The MoE layer of global layer `layer` on this stage (borrowed), or NULL
+ * (dense, or not on this stage). */
+moe_layer *gpt_stage_moe(gpt_stage *st, int layer);
+
+/* The stage's global layers [*first, *first + *count). */
+void gpt_stage_layers(const gpt_stage *st, int *first, int *count);
 
 /* Rows of a pipeline tensor (stage input/output): N = B*T, or N/t with sp. */
 size_t gpt_stage_io_floats(const gpt_stage *st);

@@ -16,9 +16,18 @@ typedef struct {
     float *atty;                     /* [N, C/t] */
     float *res2;                     /* [Ns, C] */
     float *ln2, *ln2m, *ln2r, *ln2g;
-    float *fch, *fchg; /* [N, Fu], [N, F/t] */
+    float *fch, *fchg; /* [N, Fu], [N, F/t]; absent in a MoE layer */
     float *res3;       /* [Ns, C]; NULL for the stage's last layer */
+    moe_saved *moe;    /* a MoE layer's saved routing and expert rows, from its forward to its backward */
 } gpt_lacts;
+
+/* A local layer's MoE MLP (L NULL: a dense layer) and its Adam moments,
+ * wr then w1 then w2 (nr + n1 + n2 floats, host memory). */
+typedef struct {
+    moe_layer *L;
+    float *m, *v;
+    size_t nr, n1, n2;
+} gpt_moe;
 
 /* Output gradients a layer's weight gradients need (zero-bubble "W"). */
 typedef struct {
@@ -92,6 +101,8 @@ struct gpt_stage {
     size_t rc_slot;     /* floats of one layer's activations (with its output) */
     float *rc_ws;       /* one group's activations: the forward's and the fused backward's */
     size_t rc_ws_n;
+    gpt_moe *moe;     /* [nl] */
+    float loss_scale; /* of the backward under way (the MoE auxiliary loss's gradient scale) */
     gpt_prof_fn prof;
     void *prof_ud;
 };
@@ -113,9 +124,9 @@ struct gpt_stage {
 #define LW(st, li, k) ((st)->pw[(size_t)(li)*GP_LAYER_COUNT + ((k)-GP_LAYER_FIRST)])
 #define LG(st, li, k) ((st)->pg[(size_t)(li)*GP_LAYER_COUNT + ((k)-GP_LAYER_FIRST)])
 
-/* Carve one layer's activations (with its output res3 if res3) from base;
- * base NULL: only count. Returns the floats taken. */
-size_t gpt_lacts_carve(const gpt_stage *st, gpt_lacts *A, float *base, bool res3);
+/* Carve one layer's activations (with its output res3 if res3; without the
+ * MLP's if moe) from base; base NULL: only count. Returns the floats taken. */
+size_t gpt_lacts_carve(const gpt_stage *st, gpt_lacts *A, float *base, bool res3, bool moe);
 /* Full recomputation: the groups of st->d's method over the stage's layers
  * and the group workspace (counted as activations). */
 int gpt_rc_setup(gpt_stage *st, ts_err *err);
@@ -124,6 +135,16 @@ void gpt_rc_free(gpt_stage *st);
  * into base (group slots of st->rc_slot floats); the group's last output
  * (its checkpoint, per micro-batch) keeps its place. */
 void gpt_rc_bind(const gpt_stage *st, gpt_acts *a, int lo, float *base);
+
+/* MoE layers (gpt_moe.c): dims check for t (and sp); the stage's layers
+ * (st->moe, [nl], created over the comm's expert groups); their release,
+ * gradient zeroing, reduction and Adam step. */
+int gpt_moe_check(const gpt_dims *d, int t, bool sp, ts_err *err);
+int gpt_moe_create(gpt_stage *st, ts_err *err);
+void gpt_moe_free(gpt_stage *st);
+void gpt_moe_zero_grads(gpt_stage *st);
+int gpt_moe_reduce_grads(gpt_stage *st, ts_err *err);
+void gpt_moe_adam(gpt_stage *st, float lr, float b1, float b2, float eps, float wd, int step);
 
 /* Carve the cache for `layers` layers (+ head, embed parts as the stage
  * needs) from base (NULL: only count). Returns floats needed. */

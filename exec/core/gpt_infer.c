@@ -52,6 +52,10 @@ int gpt_kv_create(gpt_stage *st, int max_new, gpt_kv **out, ts_err *err)
         return err_set(err, TS_ENOTSUP,
                        "inference: the KV cache runs the GPT layers only (no RMSNorm, SwiGLU, --disable-bias-linear, "
                        "grouped-query attention or rope); train such a model without --inference");
+    if (st->d.num_experts > 0)
+        return err_set(err, TS_ENOTSUP,
+                       "inference: --num-experts %d: the KV cache runs dense layers only (train without --inference)",
+                       st->d.num_experts);
     if (max_new < 1 || max_new > st->T)
         return err_set(err, TS_EINVAL, "inference: %d tokens per step: must be in [1, --seq-length %d]", max_new,
                        st->T);

@@ -150,6 +150,29 @@ static void attn_bwd(gpt_stage *st, float *dqkv, const float *dout, const float 
         be->attention_gqa_bwd(be, dqkv, st->s_datt, dout, qkv, att, st->B, st->T, st->NHl, st->NKVl, st->hs);
 }
 
+/* The exchange of the stage's MoE layers: the comm's, or one rank's. */
+static moe_xchg moe_xc_of(const gpt_stage *st)
+{
+    return st->cm->moe_xc ? *st->cm->moe_xc : moe_xchg_local();
+}
+
+/* A MoE layer's MLP: out = res2 + moe(ln2) on this rank's Ns rows (the
+ * tokens stay sequence-parallel; the experts are not tensor-split). */
+static int moe_mlp_fwd(gpt_stage *st, gpt_acts *a, int li, float *out, ts_err *err)
+{
+    gpt_lacts *A = &a->L[li];
+    int l = st->l0 + li;
+    moe_xchg xc = moe_xc_of(st);
+    moe_saved_free(A->moe); /* (a forward rerun after a failure) */
+    A->moe = NULL;
+    int rc;
+    OP(st, "moe", l, rc = moe_forward(st->moe[li].L, &xc, A->ln2, st->Ns, st->s_part, &A->moe, err));
+    if (rc)
+        return rc;
+    OP(st, "residual2", l, st->be->bias_residual_fwd(st->be, out, A->res2, st->s_part, NULL, st->Ns, st->C));
+    return TS_OK;
+}
+
 static int layer_fwd(gpt_stage *st, gpt_acts *a, int li, const float *x, float *out, ts_err *err)
 {
     backend *be = st->be;
@@ -173,6 +196,8 @@ static int layer_fwd(gpt_stage *st, gpt_acts *a, int li, const float *x, float *
     OP(st, "residual1", l, be->bias_residual_fwd(be, A->res2, x, red, LW(st, li, GP_PROJB), Ns, C));
 
     OP(st, "ln2", l, norm_fwd(st, A->ln2, A->ln2m, A->ln2r, A->res2, LW(st, li, GP_LN2W), LW(st, li, GP_LN2B), Ns));
+    if (st->moe[li].L)
+        return moe_mlp_fwd(st, a, li, out, err);
     const float *ln2g = A->ln2;
     if (st->sp) {
         CK(tp_gather(st, A->ln2g, A->ln2, l, err));
@@ -259,11 +284,25 @@ static int layer_bwd_input(gpt_stage *st, gpt_acts *a, int li, gpt_lcache *K, ts
     size_t N = st->N, Ns = st->Ns;
     float *dres = st->s_dres;
 
-    CK(tp_bwd_gather(st, K->dfcprojo, dres, l, err));
-    OP(st, "fc2_bwd_input", l, linear_bwd_input(st, st->s_dfchg, K->dfcprojo, LW(st, li, GP_FCPROJW), N, C, Fl));
-    be->zero(be, K->dfch, N * (size_t)st->Fu);
-    OP(st, st->d.swiglu ? "swiglu_bwd" : "gelu_bwd", l, act_bwd(st, K->dfch, A->fch, st->s_dfchg));
-    CK(tp_bwd_reduce(st, K->dln2, K->dfch, LW(st, li, GP_FCW), st->Fu, "fc1_bwd_input", l, err));
+    if (st->moe[li].L) { /* the MoE layer's input and weight gradients at once (W then has only ln2, attention) */
+        moe_layer *M = st->moe[li].L;
+        moe_xchg xc = moe_xc_of(st);
+        int rc;
+        if (!A->moe)
+            return err_set(err, TS_ESTATE, "gpt backward: layer %d's MoE state is missing (forward not run)", l);
+        M->aux_grad_scale = (double)st->loss_scale * (double)st->N; /* 1 / micro-batches of the global batch */
+        OP(st, "moe_bwd", l, rc = moe_backward(M, &xc, A->moe, dres, K->dln2, err));
+        moe_saved_free(A->moe);
+        A->moe = NULL;
+        if (rc)
+            return rc;
+    } else {
+        CK(tp_bwd_gather(st, K->dfcprojo, dres, l, err));
+        OP(st, "fc2_bwd_input", l, linear_bwd_input(st, st->s_dfchg, K->dfcprojo, LW(st, li, GP_FCPROJW), N, C, Fl));
+        be->zero(be, K->dfch, N * (size_t)st->Fu);
+        OP(st, st->d.swiglu ? "swiglu_bwd" : "gelu_bwd", l, act_bwd(st, K->dfch, A->fch, st->s_dfchg));
+        CK(tp_bwd_reduce(st, K->dln2, K->dfch, LW(st, li, GP_FCW), st->Fu, "fc1_bwd_input", l, err));
+    }
     OP(st, "ln2_bwd_input", l, norm_bwd_input(st, dres, K->dln2, A->res2, LW(st, li, GP_LN2W), A->ln2m, A->ln2r, Ns));
 
     CK(tp_bwd_gather(st, K->dprojo, dres, l, err));
@@ -287,10 +326,12 @@ static void layer_bwd_weight(gpt_stage *st, gpt_acts *a, int li, const gpt_lcach
     size_t N = st->N, Ns = st->Ns;
     const float *ln1g = st->sp ? A->ln1g : A->ln1, *ln2g = st->sp ? A->ln2g : A->ln2;
 
-    OP(st, "fc2_bwd_weight", l,
-       linear_bwd_weight(st, LG(st, li, GP_FCPROJW), LG(st, li, GP_FCPROJB), K->dfcprojo, A->fchg, N, C, Fl));
-    OP(st, "fc1_bwd_weight", l,
-       linear_bwd_weight(st, LG(st, li, GP_FCW), LG(st, li, GP_FCB), K->dfch, ln2g, N, st->Fu, C));
+    if (!st->moe[li].L) {
+        OP(st, "fc2_bwd_weight", l,
+           linear_bwd_weight(st, LG(st, li, GP_FCPROJW), LG(st, li, GP_FCPROJB), K->dfcprojo, A->fchg, N, C, Fl));
+        OP(st, "fc1_bwd_weight", l,
+           linear_bwd_weight(st, LG(st, li, GP_FCW), LG(st, li, GP_FCB), K->dfch, ln2g, N, st->Fu, C));
+    }
     OP(st, "ln2_bwd_weight", l,
        norm_bwd_weight(st, LG(st, li, GP_LN2W), LG(st, li, GP_LN2B), K->dln2, A->res2, A->ln2m, A->ln2r, Ns));
     OP(st, "proj_bwd_weight", l,
@@ -360,6 +401,7 @@ static int backward_input(gpt_stage *st, gpt_acts *a, const float *dy, float los
 {
     backend *be = st->be;
     size_t nC = st->Ns * (size_t)st->C;
+    st->loss_scale = loss_scale;
     if (st->head) {
         head_bwd_input(st, a, c, loss_scale);
         if (fused)

@@ -10,7 +10,7 @@
 #include "exec/core/gpt_impl.h"
 #include "sim/util/ckd.h"
 
-size_t gpt_lacts_carve(const gpt_stage *st, gpt_lacts *A, float *base, bool res3)
+size_t gpt_lacts_carve(const gpt_stage *st, gpt_lacts *A, float *base, bool res3, bool moe)
 {
     size_t cur = 0, N = st->N, Ns = st->Ns, C = st->C;
     size_t natt = (size_t)st->B * st->NHl * st->T * st->T, nmean = st->d.rmsnorm ? 0 : Ns;
@@ -37,8 +37,10 @@ size_t gpt_lacts_carve(const gpt_stage *st, gpt_lacts *A, float *base, bool res3
     TAKE(A->ln2r, Ns);
     if (st->sp)
         TAKE(A->ln2g, N * C);
-    TAKE(A->fch, N * st->Fu);
-    TAKE(A->fchg, N * st->Fl);
+    if (!moe) {
+        TAKE(A->fch, N * st->Fu);
+        TAKE(A->fchg, N * st->Fl);
+    }
     if (res3)
         TAKE(A->res3, Ns * C);
 #undef TAKE
@@ -66,7 +68,7 @@ int gpt_rc_setup(gpt_stage *st, ts_err *err)
         st->rc_hi[li] = hi > st->n_rc ? st->n_rc : hi;
     }
     gpt_lacts dummy;
-    st->rc_slot = gpt_lacts_carve(st, &dummy, NULL, true);
+    st->rc_slot = gpt_lacts_carve(st, &dummy, NULL, true, false); /* (MoE layers are never recomputed) */
     int64_t bytes; /* what the split backward keeps per micro-batch: every recomputed layer */
     if (ckd_mul_i64(&bytes, (int64_t)st->n_rc, (int64_t)st->rc_slot) ||
         ckd_mul_i64(&bytes, bytes, (int64_t)sizeof(float)) || bytes > CKD_MAX_BYTES)
@@ -89,7 +91,7 @@ void gpt_rc_bind(const gpt_stage *st, gpt_acts *a, int lo, float *base)
     for (int li = lo; li < hi; li++) {
         gpt_lacts *A = &a->L[li];
         float *keep = A->res3;
-        gpt_lacts_carve(st, A, base + (size_t)(li - lo) * st->rc_slot, true);
+        gpt_lacts_carve(st, A, base + (size_t)(li - lo) * st->rc_slot, true, false);
         if (li == hi - 1)
             A->res3 = keep;
     }

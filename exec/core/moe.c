@@ -22,8 +22,10 @@ struct moe_saved {
     int *send_rows, *recv_rows;  /* [ep] each */
     int *recv_ecnt;              /* [ep * El] */
     size_t *eorder, *eoff;       /* [nrecv] recv row of each expert-ordered row, [El + 1] */
-    float *xe, *he, *ae, *yback; /* [nrecv, C], [nrecv, F], [nrecv, F], [nsend, C] */
+    float *xe, *he, *ae, *yback; /* [nrecv, C], [nrecv, Fu], [nrecv, F], [nsend, C] */
     float *sbuf, *rbuf;          /* [max(nsend, nrecv), C] exchange buffers */
+    backend *be;                 /* whose accounting counts acct_bytes (activations) */
+    size_t acct_bytes;
 };
 
 static int local_ints(void *ud, const int *send, int *recv, int per, ts_err *err)
@@ -65,6 +67,10 @@ void moe_layer_free(moe_layer *L)
 {
     if (!L)
         return;
+    if (L->counted_bytes) {
+        be_count(L->be, XMEM_WEIGHTS, L->counted_bytes, false);
+        be_count(L->be, XMEM_GRADS, L->counted_bytes, false);
+    }
     free(L->wr);
     free(L->gwr);
     free(L->w1);
@@ -72,11 +78,18 @@ void moe_layer_free(moe_layer *L)
     free(L->w2);
     free(L->gw2);
     free(L->tok_per_expert);
+    free(L->tok_accum);
     free(L);
 }
 
-int moe_layer_create(const moe_route_cfg *rc, int C, int F, int ep, int er, uint64_t seed, backend *be, moe_layer **out,
-                     ts_err *err)
+size_t moe_full_floats(const moe_route_cfg *rc, int C, int F, bool swiglu)
+{
+    size_t E = (size_t)rc->num_experts;
+    return E * (size_t)C + E * (size_t)(swiglu ? 3 : 2) * (size_t)F * (size_t)C;
+}
+
+int moe_layer_create(const moe_route_cfg *rc, int C, int F, bool swiglu, int ep, int er, uint64_t seed, backend *be,
+                     moe_layer **out, ts_err *err)
 {
     *out = NULL;
     int rcode = moe_route_check(rc, ep, err);
@@ -91,9 +104,14 @@ int moe_layer_create(const moe_route_cfg *rc, int C, int F, int ep, int er, uint
     if (C < 1 || F < 1 || er < 0 || er >= ep)
         return err_set(err, TS_EINVAL, "moe layer: hidden %d, ffn %d, ep rank %d of %d (valid: >= 1, >= 1, [0, ep))", C,
                        F, er, ep);
+    if (swiglu && !(be->swiglu_fwd && be->swiglu_bwd))
+        return err_set(err, TS_ENOTSUP, "--swiglu experts: the %s backend has no SwiGLU kernel", be->name);
     moe_layer *L = calloc(1, sizeof *L);
     if (!L)
         return err_set(err, TS_ENOMEM, "moe layer: out of memory");
+    L->swiglu = swiglu;
+    L->Fu = swiglu ? 2 * F : F;
+    L->aux_grad_scale = 1.0;
     L->rc = *rc;
     L->C = C;
     L->F = F;
@@ -101,26 +119,31 @@ int moe_layer_create(const moe_route_cfg *rc, int C, int F, int ep, int er, uint
     L->er = er;
     L->El = rc->num_experts / ep;
     L->be = be;
-    size_t E = (size_t)rc->num_experts, nr = E * (size_t)C, ne = (size_t)L->El * (size_t)F * (size_t)C;
+    size_t E = (size_t)rc->num_experts, nr = E * (size_t)C, ne = (size_t)L->El * (size_t)F * (size_t)C,
+           ne1 = (size_t)L->El * (size_t)L->Fu * (size_t)C;
     L->wr = calloc(nr, sizeof(float));
     L->gwr = calloc(nr, sizeof(float));
-    L->w1 = calloc(ne, sizeof(float));
-    L->gw1 = calloc(ne, sizeof(float));
+    L->w1 = calloc(ne1, sizeof(float));
+    L->gw1 = calloc(ne1, sizeof(float));
     L->w2 = calloc(ne, sizeof(float));
     L->gw2 = calloc(ne, sizeof(float));
     L->tok_per_expert = calloc((size_t)L->El, sizeof(int));
-    if (!L->wr || !L->gwr || !L->w1 || !L->gw1 || !L->w2 || !L->gw2 || !L->tok_per_expert) {
+    L->tok_accum = calloc((size_t)L->El, sizeof(int64_t));
+    if (!L->wr || !L->gwr || !L->w1 || !L->gw1 || !L->w2 || !L->gw2 || !L->tok_per_expert || !L->tok_accum) {
         moe_layer_free(L);
         return err_set(err, TS_ENOMEM, "moe layer: out of memory (%zu expert floats)", ne);
     }
     float ac = 1.0f / sqrtf((float)C), af = 1.0f / sqrtf((float)F);
     for (size_t i = 0; i < nr; i++)
         L->wr[i] = init_val(seed, i, ac);
-    size_t e0 = (size_t)er * (size_t)L->El, per = (size_t)F * (size_t)C;
-    for (size_t i = 0; i < ne; i++) {
-        L->w1[i] = init_val(seed, nr + e0 * per + i, ac);
-        L->w2[i] = init_val(seed, nr + E * per + e0 * per + i, af);
-    }
+    size_t e0 = (size_t)er * (size_t)L->El, per = (size_t)F * (size_t)C, per1 = (size_t)L->Fu * (size_t)C;
+    for (size_t i = 0; i < ne1; i++)
+        L->w1[i] = init_val(seed, nr + e0 * per1 + i, ac);
+    for (size_t i = 0; i < ne; i++)
+        L->w2[i] = init_val(seed, nr + E * per1 + e0 * per + i, af);
+    L->counted_bytes = (nr + ne1 + ne) * sizeof(float);
+    be_count(be, XMEM_WEIGHTS, L->counted_bytes, true);
+    be_count(be, XMEM_GRADS, L->counted_bytes, true);
     *out = L;
     return TS_OK;
 }
@@ -129,6 +152,8 @@ void moe_saved_free(moe_saved *s)
 {
     if (!s)
         return;
+    if (s->acct_bytes)
+        be_count(s->be, XMEM_ACTS, s->acct_bytes, false);
     free(s->logits);
     free(s->wts);
     free(s->idx);
@@ -203,6 +228,7 @@ static void expert_order(moe_layer *L, moe_saved *s)
             base += (size_t)s->recv_rows[r];
         }
         L->tok_per_expert[e] = (int)(p - s->eoff[e]);
+        L->tok_accum[e] += (int64_t)(p - s->eoff[e]);
     }
     s->eoff[El] = p;
 }
@@ -239,8 +265,8 @@ static void aux_bwd(const moe_layer *L, const moe_saved *s, float *dlog)
     int E = L->rc.num_experts;
     if (!(L->aux_coeff > 0.0) || s->n == 0 || E > MOE_MAX_EXPERTS)
         return;
-    double a = L->aux_coeff * E / ((double)L->rc.topk * (double)s->n * (double)s->n), dP[MOE_MAX_EXPERTS],
-           P[MOE_MAX_EXPERTS];
+    double a = L->aux_grad_scale * L->aux_coeff * E / ((double)L->rc.topk * (double)s->n * (double)s->n),
+           dP[MOE_MAX_EXPERTS], P[MOE_MAX_EXPERTS];
     for (int e = 0; e < E; e++) {
         size_t c = 0;
         for (size_t i = 0; i < s->nk; i++)
@@ -263,10 +289,12 @@ static void aux_bwd(const moe_layer *L, const moe_saved *s, float *dlog)
     }
 }
 
+/* calloc cnt elements into p (ok = 0 on failure), adding their bytes to acct. */
 #define ALLOC(p, cnt)                                                                                                  \
     do {                                                                                                               \
         size_t c_ = (cnt);                                                                                             \
         (p) = calloc(c_ > 0 ? c_ : 1, sizeof *(p));                                                                    \
+        acct += c_ * sizeof *(p);                                                                                      \
         if (!(p))                                                                                                      \
             ok = 0;                                                                                                    \
     } while (0)
@@ -275,13 +303,13 @@ int moe_forward(moe_layer *L, const moe_xchg *xc, const float *x, size_t n, floa
 {
     *saved = NULL;
     backend *be = L->be;
-    int E = L->rc.num_experts, k = L->rc.topk, C = L->C, F = L->F, El = L->El, ep = L->ep;
+    int E = L->rc.num_experts, k = L->rc.topk, C = L->C, F = L->F, Fu = L->Fu, El = L->El, ep = L->ep;
     if (xc->size != ep || xc->rank != L->er)
         return err_set(err, TS_ESTATE, "moe_forward: exchange of %d ranks (rank %d), layer built for ep %d rank %d",
                        xc->size, xc->rank, ep, L->er);
     /* every buffer is at most ep * n * k rows of max(C, F, E) floats */
     int64_t big;
-    int wmax = C > F ? C : F;
+    int wmax = C > Fu ? C : Fu;
     wmax = wmax > E ? wmax : E;
     if (ckd_mul_i64(&big, (int64_t)n, (int64_t)ep * k) || ckd_mul_i64(&big, big, (int64_t)wmax) ||
         ckd_mul_i64(&big, big, (int64_t)sizeof(double)) || big > CKD_MAX_BYTES)
@@ -291,6 +319,7 @@ int moe_forward(moe_layer *L, const moe_xchg *xc, const float *x, size_t n, floa
     if (!s)
         return err_set(err, TS_ENOMEM, "moe_forward: out of memory");
     int ok = 1, rc = TS_OK;
+    size_t acct = 0;
     s->n = n;
     s->nk = n * (size_t)k;
     s->x = x;
@@ -317,7 +346,7 @@ int moe_forward(moe_layer *L, const moe_xchg *xc, const float *x, size_t n, floa
     size_t nr = s->nrecv, nb = s->nsend > nr ? s->nsend : nr;
     ALLOC(s->eorder, nr);
     ALLOC(s->xe, nr * (size_t)C);
-    ALLOC(s->he, nr * (size_t)F);
+    ALLOC(s->he, nr * (size_t)Fu);
     ALLOC(s->ae, nr * (size_t)F);
     ALLOC(s->yback, s->nsend * (size_t)C);
     ALLOC(s->sbuf, nb * (size_t)C);
@@ -339,9 +368,12 @@ int moe_forward(moe_layer *L, const moe_xchg *xc, const float *x, size_t n, floa
         size_t a = s->eoff[e], m = s->eoff[e + 1] - a;
         if (!m)
             continue;
-        const float *w1 = L->w1 + (size_t)e * (size_t)F * (size_t)C, *w2 = L->w2 + (size_t)e * (size_t)C * (size_t)F;
-        be->gemm(be, false, true, (int)m, F, C, 1.0f, s->xe + a * C, C, w1, C, 0.0f, s->he + a * F, F);
-        be->gelu_fwd(be, s->ae + a * F, s->he + a * F, m * (size_t)F);
+        const float *w1 = L->w1 + (size_t)e * (size_t)Fu * (size_t)C, *w2 = L->w2 + (size_t)e * (size_t)C * (size_t)F;
+        be->gemm(be, false, true, (int)m, Fu, C, 1.0f, s->xe + a * C, C, w1, C, 0.0f, s->he + a * Fu, Fu);
+        if (L->swiglu)
+            be->swiglu_fwd(be, s->ae + a * F, s->he + a * Fu, m, F);
+        else
+            be->gelu_fwd(be, s->ae + a * F, s->he + a * F, m * (size_t)F);
         be->gemm(be, false, true, (int)m, C, F, 1.0f, s->ae + a * F, F, w2, F, 0.0f, ye + a * C, C);
     }
     be->sync(be);
@@ -363,6 +395,9 @@ done:
         moe_saved_free(s);
         return rc;
     }
+    s->be = be;
+    s->acct_bytes = acct;
+    be_count(be, XMEM_ACTS, acct, true);
     *saved = s;
     return TS_OK;
 }
@@ -370,19 +405,22 @@ done:
 int moe_backward(moe_layer *L, const moe_xchg *xc, moe_saved *s, const float *dout, float *dx, ts_err *err)
 {
     backend *be = L->be;
-    int E = L->rc.num_experts, k = L->rc.topk, C = L->C, F = L->F, El = L->El;
+    int E = L->rc.num_experts, k = L->rc.topk, C = L->C, F = L->F, Fu = L->Fu, El = L->El;
     size_t n = s->n, nr = s->nrecv;
     int ok = 1, rc = TS_OK;
+    size_t acct = 0;
     float *g = NULL, *dlog = NULL, *dxe = NULL, *dh = NULL, *dA = NULL;
     ALLOC(g, s->nk);
     ALLOC(dlog, n * (size_t)E);
     ALLOC(dxe, nr * (size_t)C);
-    ALLOC(dh, nr * (size_t)F);
+    ALLOC(dh, nr * (size_t)Fu);
     ALLOC(dA, nr * (size_t)F);
     if (!ok) {
+        acct = 0;
         rc = err_set(err, TS_ENOMEM, "moe_backward: out of memory");
         goto done;
     }
+    be_count(be, XMEM_BUFFERS, acct, true);
     /* combine: dw = dout . y, dy = w dout */
     for (size_t p = 0; p < s->nsend; p++) {
         size_t sl = s->send_slot[p];
@@ -404,13 +442,16 @@ int moe_backward(moe_layer *L, const moe_xchg *xc, moe_saved *s, const float *do
         size_t a = s->eoff[e], m = s->eoff[e + 1] - a;
         if (!m)
             continue;
-        const float *w1 = L->w1 + (size_t)e * (size_t)F * (size_t)C, *w2 = L->w2 + (size_t)e * (size_t)C * (size_t)F;
-        float *gw1 = L->gw1 + (size_t)e * (size_t)F * (size_t)C, *gw2 = L->gw2 + (size_t)e * (size_t)C * (size_t)F;
+        const float *w1 = L->w1 + (size_t)e * (size_t)Fu * (size_t)C, *w2 = L->w2 + (size_t)e * (size_t)C * (size_t)F;
+        float *gw1 = L->gw1 + (size_t)e * (size_t)Fu * (size_t)C, *gw2 = L->gw2 + (size_t)e * (size_t)C * (size_t)F;
         be->gemm(be, true, false, C, F, (int)m, 1.0f, dye + a * C, C, s->ae + a * F, F, 1.0f, gw2, F);
         be->gemm(be, false, false, (int)m, F, C, 1.0f, dye + a * C, C, w2, F, 0.0f, dA + a * F, F);
-        be->gelu_bwd(be, dh + a * F, s->he + a * F, dA + a * F, m * (size_t)F);
-        be->gemm(be, true, false, F, C, (int)m, 1.0f, dh + a * F, F, s->xe + a * C, C, 1.0f, gw1, C);
-        be->gemm(be, false, false, (int)m, C, F, 1.0f, dh + a * F, F, w1, C, 0.0f, dxe + a * C, C);
+        if (L->swiglu)
+            be->swiglu_bwd(be, dh + a * Fu, s->he + a * Fu, dA + a * F, m, F);
+        else
+            be->gelu_bwd(be, dh + a * F, s->he + a * F, dA + a * F, m * (size_t)F);
+        be->gemm(be, true, false, Fu, C, (int)m, 1.0f, dh + a * Fu, Fu, s->xe + a * C, C, 1.0f, gw1, C);
+        be->gemm(be, false, false, (int)m, C, Fu, 1.0f, dh + a * Fu, Fu, w1, C, 0.0f, dxe + a * C, C);
     }
     be->sync(be);
     L->expert_gemm_s += now_s() - t0;
@@ -451,6 +492,8 @@ int moe_backward(moe_layer *L, const moe_xchg *xc, moe_saved *s, const float *do
         be->gemm(be, false, false, (int)n, C, E, 1.0f, dlog, E, L->wr, C, 1.0f, dx, C);
     }
 done:
+    if (acct)
+        be_count(be, XMEM_BUFFERS, acct, false);
     free(g);
     free(dlog);
     free(dxe);
@@ -461,15 +504,38 @@ done:
 
 void moe_layer_sgd(moe_layer *L, float lr)
 {
-    size_t nr = (size_t)L->rc.num_experts * (size_t)L->C, ne = (size_t)L->El * (size_t)L->F * (size_t)L->C;
+    size_t nr = (size_t)L->rc.num_experts * (size_t)L->C, ne = (size_t)L->El * (size_t)L->F * (size_t)L->C,
+           ne1 = (size_t)L->El * (size_t)L->Fu * (size_t)L->C;
     for (size_t i = 0; i < nr; i++) {
         L->wr[i] -= lr * L->gwr[i];
         L->gwr[i] = 0.0f;
     }
-    for (size_t i = 0; i < ne; i++) {
+    for (size_t i = 0; i < ne1; i++) {
         L->w1[i] -= lr * L->gw1[i];
-        L->w2[i] -= lr * L->gw2[i];
         L->gw1[i] = 0.0f;
+    }
+    for (size_t i = 0; i < ne; i++) {
+        L->w2[i] -= lr * L->gw2[i];
         L->gw2[i] = 0.0f;
     }
+}
+
+void moe_layer_export(const moe_layer *L, bool grads, bool write_router, float *full)
+{
+    size_t E = (size_t)L->rc.num_experts, nr = E * (size_t)L->C, per1 = (size_t)L->Fu * (size_t)L->C,
+           per = (size_t)L->F * (size_t)L->C, e0 = (size_t)L->er * (size_t)L->El;
+    if (write_router)
+        memcpy(full, grads ? L->gwr : L->wr, nr * sizeof(float));
+    memcpy(full + nr + e0 * per1, grads ? L->gw1 : L->w1, (size_t)L->El * per1 * sizeof(float));
+    memcpy(full + nr + E * per1 + e0 * per, grads ? L->gw2 : L->w2, (size_t)L->El * per * sizeof(float));
+}
+
+int moe_layer_reduce_experts(moe_layer *L, const moe_edp *e, ts_err *err)
+{
+    if (!e || e->edp_size <= 1 || !e->edp_sum)
+        return TS_OK;
+    int rc = e->edp_sum(e->ud, L->gw1, (size_t)L->El * (size_t)L->Fu * (size_t)L->C, err);
+    if (!rc)
+        rc = e->edp_sum(e->ud, L->gw2, (size_t)L->El * (size_t)L->F * (size_t)L->C, err);
+    return rc;
 }

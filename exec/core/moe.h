@@ -5,7 +5,9 @@
  * k logits, capacity and token dropping, forced balance); each kept (token,
  * slot) row of X is dispatched to its expert, which computes
  * y = W2_e gelu(W1_e x) (W1_e [F, C], W2_e [C, F], no biases, GELU tanh as
- * kern.h); the rows come back and are combined: out[n] = sum_j w_nj y_nj.
+ * kern.h), or with swiglu y = W2_e (silu(G_e x) * (U_e x)) (W1_e [2F, C]
+ * holding the gate rows G_e then the up rows U_e, Megatron's layout for a
+ * SwiGLU expert; the backend's swiglu kernels); the rows come back and are combined: out[n] = sum_j w_nj y_nj.
  * Backward: through the combine (dw), the experts (dW1, dW2, dx) and the
  * router's softmax (dWr, and dX += dlogits Wr).
  *
@@ -34,11 +36,16 @@
  *
  * Ownership: moe_layer_create allocates the layer (weights, gradients),
  * released by moe_layer_free; moe_forward allocates the saved state *saved,
- * released by moe_saved_free. Inputs are borrowed.
+ * released by moe_saved_free. Inputs are borrowed; the backend must outlive
+ * the layer and its saved states. The host memory is counted in the
+ * backend's accounting (be_count): weights and gradients while the layer
+ * lives, the saved state as activations, the backward's temporaries as
+ * buffers.
  */
 #ifndef TRAINSIM_EXEC_MOE_H
 #define TRAINSIM_EXEC_MOE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -57,32 +64,57 @@ typedef struct {
                 ts_err *err);
 } moe_xchg;
 
+/* Expert data parallelism: the ranks holding the same experts (EDP =
+ * data-parallel ranks / ep). The expert weight gradients are summed over
+ * them by edp_sum (in place, n floats); edp_size 1 / edp_sum NULL: none. */
+typedef struct {
+    int edp_size;
+    void *ud;
+    int (*edp_sum)(void *ud, float *buf, size_t n, ts_err *err);
+} moe_edp;
+
 /* The one-rank exchange (copies). */
 moe_xchg moe_xchg_local(void);
 
 typedef struct {
     moe_route_cfg rc;
     int C, F, ep, er, El; /* hidden, expert ffn, EP size and rank, local experts */
+    bool swiglu;          /* SwiGLU experts (W1 [2F, C]); else GELU */
+    int Fu;               /* rows of W1: 2F with swiglu, else F */
     backend *be;
     float *wr, *gwr; /* [E, C] router */
-    float *w1, *gw1; /* [El, F, C] */
+    float *w1, *gw1; /* [El, Fu, C] */
     float *w2, *gw2; /* [El, C, F] */
     /* auxiliary load-balancing loss (--moe-aux-loss-coeff; 0 = none) */
     double aux_coeff;
-    double aux_loss; /* of the last forward, this rank's tokens */
+    double aux_loss;       /* of the last forward, this rank's tokens */
+    double aux_grad_scale; /* the backward adds aux_grad_scale x d(aux_loss) (1 at creation; a model
+                              whose loss is a mean over micro-batches sets 1 / micro-batches) */
     /* statistics of the last forward on this rank */
     int *tok_per_expert;  /* [El] rows each local expert received */
     size_t dropped;       /* assignments this rank's tokens lost to capacity */
     double expert_gemm_s; /* seconds in expert GEMMs (forward + backward), accumulated */
+    int64_t *tok_accum;   /* [El] rows each local expert received, accumulated over forwards */
+    size_t counted_bytes; /* weights (and as much of gradients) counted in be's memory accounting */
 } moe_layer;
 
 typedef struct moe_saved moe_saved;
 
 /* Weights: every element from its index in the full (ep = 1) layer and seed
  * (uniform in [-a, a], a = 1/sqrt(fan-in)), so EP shards are slices of the
- * same layer. Checks rc against ep (moe_route_check). */
-int moe_layer_create(const moe_route_cfg *rc, int C, int F, int ep, int er, uint64_t seed, backend *be, moe_layer **out,
-                     ts_err *err);
+ * same layer. Checks rc against ep (moe_route_check). swiglu: SwiGLU
+ * experts (the backend must have its swiglu kernels). */
+int moe_layer_create(const moe_route_cfg *rc, int C, int F, bool swiglu, int ep, int er, uint64_t seed, backend *be,
+                     moe_layer **out, ts_err *err);
+/* Floats of the full (ep = 1) layer: router E*C, then W1 of every expert
+ * (E*Fu*C), then W2 (E*C*F), the order moe_layer_create indexes. */
+size_t moe_full_floats(const moe_route_cfg *rc, int C, int F, bool swiglu);
+/* Write the local weights (grads = false) or gradients into full (a host
+ * array of moe_full_floats) at their full-layer positions; the router only
+ * if write_router. */
+void moe_layer_export(const moe_layer *L, bool grads, bool write_router, float *full);
+/* Sum the expert weight gradients over e's ranks (no-op without). */
+int moe_layer_reduce_experts(moe_layer *L, const moe_edp *e, ts_err *err);
 void moe_layer_free(moe_layer *L);
 
 /* out[n, C] = layer(x[n, C]); collective over xc. */

@@ -33,10 +33,33 @@ out=$(run 1 "$TRAINEXEC" 2>&1); rc=$?
 check_sh "no shape: exit 2 naming the flags Megatron-LM requires" \
     '[ $rc -eq 2 ] && [[ "$out" == *"Megatron-LM requires"* && "$out" == *"missing: --num-layers"* ]]'
 
-out=$(run 1 "$TRAINEXEC" $small --num-experts 8 --moe-router-topk 2 --moe-token-dispatcher-type alltoall 2>&1); rc=$?
-check_sh "mixture of experts: exit 2 naming --num-experts" '[ $rc -eq 2 ] && [[ "$out" == *--num-experts* ]]'
-out=$(run 2 "$TRAINEXEC" $small --num-experts 2 --expert-model-parallel-size 2 --moe-token-dispatcher-type alltoall 2>&1); rc=$?
-check_sh "expert parallelism: exit 2 naming --num-experts" '[ $rc -eq 2 ] && [[ "$out" == *--num-experts* ]]'
+moe="--num-experts 4 --moe-router-topk 2 --moe-token-dispatcher-type alltoall --moe-ffn-hidden-size 64"
+out=$(run 2 "$TRAINEXEC" $small $moe --expert-model-parallel-size 2 --iterations 2 --warmup 1 2>&1); rc=$?
+check_sh "MoE layers, --expert-model-parallel-size 2 (d=2): runs, the header and each rank's expert rows and time" \
+    '[ $rc -eq 0 ] && [[ "$out" == *"in 4 MoE layers (E=4 top-2 expert ffn=64, dropless, ep=2 edp=1)"* && "$out" == *"iteration 3/3"* ]] &&
+     [ "$(grep -cE "^  MoE rank [01] .*ep rank [01]\): expert rows [0-9.]+ per iteration, expert GEMMs [0-9.]+ ms" <<<"$out")" -eq 2 ] &&
+     [[ "$out" == *"MoE load check against the simulator'"'"'s load factor: every expert group matches"* ]]'
+out=$(run 4 "$TRAINEXEC" $small $moe --expert-model-parallel-size 2 --moe-router-force-load-balancing \
+      --moe-layer-freq 2 --pipeline-model-parallel-size 2 --global-batch-size 4 --iterations 1 --warmup 0 2>&1); rc=$?
+check_sh "MoE, forced balance, ep=2 on p=2 x d=2: each pipeline rank's expert group at load factor 1, as simulated" \
+    '[ $rc -eq 0 ] && [[ "$out" == *"in 2 MoE layers"* ]] &&
+     [ "$(grep -c "forced balance, the simulator'"'"'s load factor 1: matches" <<<"$out")" -eq 2 ]'
+out=$(run 2 "$TRAINEXEC" $small $moe --expert-model-parallel-size 2 --tensor-model-parallel-size 2 --sequence-parallel \
+      --expert-tensor-parallel-size 1 --iterations 1 --warmup 0 2>&1); rc=$?
+check_sh "MoE, ep=2 over the two tensor ranks (t=2, sp, etp=1): runs" \
+    '[ $rc -eq 0 ] && [[ "$out" == *"ep=2 edp=1"* && "$out" == *"every expert group matches"* ]]'
+out=$(run 2 "$TRAINEXEC" $small $moe --tensor-model-parallel-size 2 --sequence-parallel 2>&1); rc=$?
+check_sh "MoE with t=2 and the default expert tensor parallelism (= t): exit 2 naming --expert-tensor-parallel-size" \
+    '[ $rc -eq 2 ] && [[ "$out" == *"--expert-tensor-parallel-size 2:"* && "$out" == *"give --expert-tensor-parallel-size 1"* ]]'
+out=$(run 2 "$TRAINEXEC" $small $moe --tensor-model-parallel-size 2 --expert-tensor-parallel-size 1 2>&1); rc=$?
+check_sh "MoE with t=2 without sequence parallelism: exit 2 naming --sequence-parallel" \
+    '[ $rc -eq 2 ] && [[ "$out" == *"requires --sequence-parallel"* ]]'
+out=$(run 1 "$TRAINEXEC" $small $moe --recompute-granularity full 2>&1); rc=$?
+check_sh "MoE with full recomputation: exit 2 naming it" \
+    '[ $rc -eq 2 ] && [[ "$out" == *"--recompute-granularity full with --num-experts"* ]]'
+out=$(run 1 "$TRAINEXEC" $small $moe --backend cuda 2>&1); rc=$?
+check_sh "MoE on --backend cuda: exit 2 (no MoE layers there, or no CUDA in this build)" \
+    '[ $rc -eq 2 ] && [[ "$out" == *"--num-experts 4: the cuda backend has no MoE layers"* || "$out" == *"built without CUDA"* ]]'
 out=$(run 1 "$TRAINEXEC" $small --bf16 --gpu H100-SXM5-80GB --fp8-format e4m3 2>&1); rc=$?
 check_sh "FP8: exit 2 naming --fp8-format" '[ $rc -eq 2 ] && [[ "$out" == *"--fp8-format e4m3: the executor"* ]]'
 

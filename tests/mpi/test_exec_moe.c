@@ -87,8 +87,10 @@ typedef struct {
 } result;
 
 /* ITERS iterations on comm (size ep); the result gathered on its rank 0. */
-static int run(const setup *S, MPI_Comm comm, const float *x, const float *tg, result *res, moe_layer **keep, char *msg,
-               size_t msz)
+/* keep (may be NULL): receives the layer and keep_be its backend (which
+ * must outlive it), both then the caller's to free. */
+static int run(const setup *S, MPI_Comm comm, const float *x, const float *tg, result *res, moe_layer **keep,
+               backend **keep_be, char *msg, size_t msz)
 {
     int ep, er;
     MPI_Comm_size(comm, &ep);
@@ -97,13 +99,13 @@ static int run(const setup *S, MPI_Comm comm, const float *x, const float *tg, r
     err_clear(&err);
     backend *be = NULL;
     moe_layer *L = NULL;
-    moe_mpi_ctx ctx = {.comm = comm};
+    moe_mpi_ctx ctx = {.comm = comm, .edp_comm = MPI_COMM_NULL};
     moe_xchg xc = ep == 1 ? moe_xchg_local() : moe_mpi_xchg(&ctx);
     size_t nC = (size_t)S->n * (size_t)S->C;
     float *out = malloc(nC * sizeof(float)), *dout = malloc(nC * sizeof(float)), *dx = malloc(nC * sizeof(float));
     int rc = backend_cpu_create(1, &be, &err);
     if (!rc)
-        rc = moe_layer_create(&S->rc, S->C, S->F, ep, er, 7, be, &L, &err);
+        rc = moe_layer_create(&S->rc, S->C, S->F, false, ep, er, 7, be, &L, &err);
     if (!rc) {
         L->wr[0] += S->skew; /* the router is replicated: every rank */
         L->aux_coeff = S->aux;
@@ -148,10 +150,12 @@ static int run(const setup *S, MPI_Comm comm, const float *x, const float *tg, r
     free(out);
     free(dout);
     free(dx);
-    if (keep && !rc)
+    if (keep && !rc) {
         *keep = L;
-    else
-        moe_layer_free(L);
+        *keep_be = be;
+        return rc;
+    }
+    moe_layer_free(L);
     if (be)
         be->destroy(be);
     return rc;
@@ -187,7 +191,7 @@ static void exactness(const char *name, const setup *S, const float *x, const fl
     if (alloc_result(S, &ref))
         rc = -1;
     if (!rc && world_rank == 0)
-        rc = run(S, MPI_COMM_SELF, x, tg, &ref, NULL, msg, sizeof msg);
+        rc = run(S, MPI_COMM_SELF, x, tg, &ref, NULL, NULL, msg, sizeof msg);
     MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
     if (rc) {
         char w[1200];
@@ -205,7 +209,7 @@ static void exactness(const char *name, const setup *S, const float *x, const fl
         if (sub != MPI_COMM_NULL) {
             lrc = alloc_result(S, &r);
             if (!lrc)
-                lrc = run(S, sub, x, tg, &r, NULL, msg, sizeof msg);
+                lrc = run(S, sub, x, tg, &r, NULL, NULL, msg, sizeof msg);
             MPI_Comm_free(&sub);
         }
         int anybad;
@@ -243,9 +247,10 @@ static void imbalance(const float *x, const float *tg, const setup *S0)
         setup S = *S0;
         S.rc.force_balance = force;
         moe_layer *L = NULL;
+        backend *be = NULL;
         result r = {0};
         char msg[1024] = "";
-        int rc = run(&S, MPI_COMM_WORLD, x, tg, &r, &L, msg, sizeof msg);
+        int rc = run(&S, MPI_COMM_WORLD, x, tg, &r, &L, &be, msg, sizeof msg);
         int tok = 0, all[64];
         double t = 0.0, ts[64];
         if (!rc) {
@@ -274,6 +279,8 @@ static void imbalance(const float *x, const float *tg, const setup *S0)
             check(!anybad && sum == ep * balanced && (force ? mx == balanced : mx > balanced + balanced / 2), w);
         }
         moe_layer_free(L);
+        if (be)
+            be->destroy(be);
         free_result(&r);
     }
 }

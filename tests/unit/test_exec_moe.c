@@ -1,7 +1,8 @@
 /* Unit test of the executor's MoE layer (exec/core/moe.h) on one rank: the
  * backward (router, experts, input) against central finite differences of
  * L = sum(R . out) (+ the auxiliary load-balancing loss, coefficient 0.5, in
- * one case) for a fixed random R, dropless and with capacity dropping.
+ * one case) for a fixed random R, dropless and with capacity dropping, with
+ * GELU experts and (with capacity) SwiGLU experts.
  *
  * Tolerance: L sums 96 fp32 products of magnitude <= ~1, rounding to ~1e-6
  * absolute; with h = 2e-3 the central difference carries ~1e-6 / 4e-3 =
@@ -44,14 +45,14 @@ static double loss(moe_layer *L, const float *x, const float *R)
     return l;
 }
 
-static void fd_check(double cf, double aux)
+static void fd_check(double cf, double aux, bool swiglu)
 {
     backend *be = NULL;
     ts_err e;
     cr_assert_eq(backend_cpu_create(1, &be, &e), TS_OK);
     moe_route_cfg rc = {.num_experts = 4, .topk = 2, .capacity_factor = cf};
     moe_layer *L = NULL;
-    cr_assert_eq(moe_layer_create(&rc, CC, FF, 1, 0, 3, be, &L, &e), TS_OK, "%s", e.msg);
+    cr_assert_eq(moe_layer_create(&rc, CC, FF, swiglu, 1, 0, 3, be, &L, &e), TS_OK, "%s", e.msg);
     L->aux_coeff = aux;
     float x[NT * CC], R[NT * CC], out[NT * CC], dx[NT * CC];
     unsigned s = 77;
@@ -97,7 +98,10 @@ static void fd_check(double cf, double aux)
     struct {
         float *w, *g;
         size_t n;
-    } P[4] = {{L->wr, L->gwr, 4 * CC}, {L->w1, L->gw1, 4 * FF * CC}, {L->w2, L->gw2, 4 * CC * FF}, {x, dx, NT * CC}};
+    } P[4] = {{L->wr, L->gwr, 4 * CC},
+              {L->w1, L->gw1, (size_t)4 * L->Fu * CC},
+              {L->w2, L->gw2, 4 * CC * FF},
+              {x, dx, NT * CC}};
     int checked = 0;
     double worst = 0.0;
     for (int p = 0; p < 4; p++)
@@ -113,22 +117,28 @@ static void fd_check(double cf, double aux)
             cr_expect(d <= 1e-3 + 2e-2 * fabs(fd), "tensor %d elem %zu: grad %g fd %g", p, i, g, fd);
             checked++;
         }
-    cr_log_info("capacity %g: %d gradients checked, worst |g - fd| %.2e, dropped %zu", cf, checked, worst, L->dropped);
+    cr_log_info("capacity %g%s: %d gradients checked, worst |g - fd| %.2e, dropped %zu", cf, swiglu ? " swiglu" : "",
+                checked, worst, L->dropped);
     moe_layer_free(L);
     be->destroy(be);
 }
 
 Test(exec_moe, backward_matches_finite_differences_dropless)
 {
-    fd_check(0.0, 0.0);
+    fd_check(0.0, 0.0, false);
 }
 
 Test(exec_moe, backward_matches_finite_differences_capacity)
 {
-    fd_check(1.0, 0.0);
+    fd_check(1.0, 0.0, false);
 }
 
 Test(exec_moe, backward_matches_finite_differences_aux_loss)
 {
-    fd_check(0.0, 0.5);
+    fd_check(0.0, 0.5, false);
+}
+
+Test(exec_moe, backward_matches_finite_differences_swiglu_experts)
+{
+    fd_check(1.0, 0.0, true);
 }

@@ -1,0 +1,166 @@
+/* xmoe — per-rank MoE rows and expert GEMM time, and the load check. */
+#include "exec/xmoe.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec/core/gpt.h"
+#include "sim/model/moe.h"
+
+/* Relative agreement of two ratios of the same integer counts computed in
+ * double by two routes (sums of <= 2^53 integers are exact; one division
+ * each): a few ulps. */
+#define XMOE_RATIO_TOL 1e-12
+
+typedef struct {
+    int64_t rows;   /* expert rows received, over the measured iterations */
+    double gemm_s;  /* expert GEMM seconds, over the measured iterations */
+    int tp, pp, dp; /* comm ranks */
+    int layers;     /* MoE layers on this rank */
+    int experts;    /* E (0: no MoE layer here) */
+    int local;      /* experts per EP rank */
+} xmoe_rec;
+
+/* Calls fn on every MoE layer of rt's stages. */
+static void each_layer(runtime *rt, void (*fn)(moe_layer *L, void *ud), void *ud)
+{
+    for (int c = 0; c < rt_num_chunks(rt); c++) {
+        gpt_stage *st = rt_chunk(rt, c);
+        int l0, nl;
+        gpt_stage_layers(st, &l0, &nl);
+        for (int l = l0; l < l0 + nl; l++) {
+            moe_layer *L = gpt_stage_moe(st, l);
+            if (L)
+                fn(L, ud);
+        }
+    }
+}
+
+static void reset_one(moe_layer *L, void *ud)
+{
+    (void)ud;
+    L->expert_gemm_s = 0.0;
+    memset(L->tok_accum, 0, (size_t)L->El * sizeof *L->tok_accum);
+}
+
+void xmoe_reset(runtime *rt)
+{
+    each_layer(rt, reset_one, NULL);
+}
+
+typedef struct {
+    xmoe_rec *r;
+    int64_t *counts; /* [E], global expert index */
+} collect_ud;
+
+static void collect_one(moe_layer *L, void *ud)
+{
+    collect_ud *c = ud;
+    c->r->layers++;
+    c->r->experts = L->rc.num_experts;
+    c->r->local = L->El;
+    c->r->gemm_s += L->expert_gemm_s;
+    for (int e = 0; e < L->El; e++) {
+        c->r->rows += L->tok_accum[e];
+        c->counts[L->er * L->El + e] += L->tok_accum[e];
+    }
+}
+
+int xmoe_report(MPI_Comm world, runtime *rt, const comm *cm, int ep, bool force_balance, int iterations, FILE *out,
+                bool *all_match, ts_err *err)
+{
+    int rank, size, E = 0;
+    MPI_Comm_rank(world, &rank);
+    MPI_Comm_size(world, &size);
+    *all_match = true;
+    for (int c = 0; c < rt_num_chunks(rt) && !E; c++) { /* E from any MoE layer of any rank */
+        int l0, nl;
+        gpt_stage_layers(rt_chunk(rt, c), &l0, &nl);
+        for (int l = l0; l < l0 + nl && !E; l++)
+            if (gpt_stage_moe(rt_chunk(rt, c), l))
+                E = gpt_stage_moe(rt_chunk(rt, c), l)->rc.num_experts;
+    }
+    int Eall = 0;
+    MPI_Allreduce(&E, &Eall, 1, MPI_INT, MPI_MAX, world);
+    if (Eall <= 0)
+        return TS_OK;
+    xmoe_rec mine = {.tp = cm->rank[COMM_TP], .pp = cm->rank[COMM_PP], .dp = cm->rank[COMM_DP]};
+    int64_t *counts = calloc((size_t)Eall, sizeof *counts);
+    xmoe_rec *recs = rank == 0 ? calloc((size_t)size, sizeof *recs) : NULL;
+    int64_t *all = rank == 0 ? calloc((size_t)size * (size_t)Eall, sizeof *all) : NULL;
+    int64_t *loads_i = rank == 0 ? calloc((size_t)Eall, sizeof *loads_i) : NULL;
+    double *loads = rank == 0 ? calloc((size_t)Eall, sizeof *loads) : NULL;
+    int bad = !counts || (rank == 0 && (!recs || !all || !loads_i || !loads)), anybad = 0;
+    if (!bad) {
+        collect_ud cu = {&mine, counts};
+        each_layer(rt, collect_one, &cu);
+    }
+    MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, world);
+    int rc = TS_OK;
+    if (anybad) {
+        rc = err_set(err, TS_ENOMEM, "MoE report: out of memory for %d experts x %d ranks", Eall, size);
+        goto done;
+    }
+    MPI_Gather(&mine, (int)sizeof mine, MPI_BYTE, recs, (int)sizeof mine, MPI_BYTE, 0, world);
+    MPI_Gather(counts, Eall, MPI_INT64_T, all, Eall, MPI_INT64_T, 0, world);
+    if (rank != 0 || !out || !recs || !all || !loads_i || !loads) /* (rank 0 has them all: anybad above) */
+        goto done;
+    double it = iterations > 0 ? iterations : 1;
+    int t = cm->size[COMM_TP], ep1 = ep > 0 ? ep : 1;
+    for (int r = 0; r < size; r++) {
+        const xmoe_rec *q = &recs[r];
+        int xi = q->tp + t * q->dp;
+        fprintf(out,
+                "  MoE rank %d (tp %d pp %d dp %d, ep rank %d): expert rows %.1f per iteration, expert GEMMs %.3f ms "
+                "per iteration (%d MoE layers x %d local experts)\n",
+                r, q->tp, q->pp, q->dp, xi % ep1, (double)q->rows / it, 1e3 * q->gemm_s / it, q->layers, q->local);
+    }
+    /* the groups: one per (pipeline rank, EDP index); members in EP rank order */
+    int p = cm->size[COMM_PP], d = cm->size[COMM_DP], ngroups = t * d / ep1;
+    for (int pp = 0; pp < p; pp++)
+        for (int g = 0; g < ngroups; g++) {
+            int64_t mx = 0, sum = 0;
+            int members = 0, layers = 0;
+            memset(loads_i, 0, (size_t)Eall * sizeof *loads_i);
+            for (int r = 0; r < size; r++) {
+                const xmoe_rec *q = &recs[r];
+                if (q->pp != pp || (q->tp + t * q->dp) / ep1 != g)
+                    continue;
+                members++;
+                layers = q->layers;
+                mx = q->rows > mx ? q->rows : mx;
+                sum += q->rows;
+                for (int e = 0; e < Eall; e++)
+                    loads_i[e] += all[(size_t)r * Eall + e];
+            }
+            if (!members || !layers || sum == 0)
+                continue;
+            for (int e = 0; e < Eall; e++)
+                loads[e] = (double)loads_i[e];
+            double ratio = (double)mx / ((double)sum / members);
+            double lf = moe_rank_load_factor(loads, Eall, ep1, 0.0, NULL);
+            bool same = fabs(ratio - lf) <= XMOE_RATIO_TOL * lf;
+            *all_match = *all_match && same;
+            fprintf(out,
+                    "  MoE load, pipeline rank %d, expert group %d (ep %d): busiest/mean expert rows %.6f measured; "
+                    "moe_rank_load_factor of the measured per-expert rows %.6f: %s\n",
+                    pp, g, ep1, ratio, lf, same ? "matches" : "DIFFERS");
+            if (force_balance) {
+                bool one = mx * members == sum;
+                *all_match = *all_match && one;
+                fprintf(out,
+                        "  MoE load, pipeline rank %d, expert group %d: forced balance, the simulator's load factor "
+                        "1: %s\n",
+                        pp, g, one ? "matches" : "DIFFERS (E does not divide a routed batch's assignments?)");
+            }
+        }
+done:
+    free(counts);
+    free(recs);
+    free(all);
+    free(loads_i);
+    free(loads);
+    return rc;
+}
