@@ -64,6 +64,7 @@ typedef struct {
     commcost_group ep_group;  /* the all-to-all's ranks and those of them in one node */
     int64_t a2a_ns;           /* one dispatch or combine: moe_a2a_ns (alltoall) or moe_deepep_ns (flex
                                  with DeepEP) */
+    int64_t a2a_lat_ns;       /* of a2a_ns, the latency (moe_a2a_alpha_ns): the flow modes' */
     commcost_group edp_group; /* the expert gradients' reduction group */
     int edp;
 } plan_moe;

@@ -49,6 +49,27 @@
  *    the servers), all in ONE phase, n-1 (all-reduce 2(n-1)) step
  *    latencies. Its bandwidth is NCCL's ring bus bandwidth, min(NVLink,
  *    k NICs), which the default mode (sim/model/commcost) uses.
+ *  - ALLTOALL (the MoE alltoall dispatcher; S = what one rank sends): NCCL
+ *    runs it as n - 1 sends per rank in one group call, all in flight:
+ *    ONE phase with a transfer i -> j of S/(n-1) for every ordered pair,
+ *    n (n - 1) transfers (none between two positions on the same GPU),
+ *    each over its own route (inside a server through the NVSwitch, across
+ *    servers through the NICs and the fabric), 1 step latency. Routing
+ *    skew: the transfers into position `root` (hot_sends: out of it) carry
+ *    `hot` times their bytes (the busiest expert-parallel rank). Bundles:
+ *    the transfers of one receiver (hot_sends: of one sender) move in
+ *    lockstep, n bundles: a rank's copies progress together, and the
+ *    busiest rank's bundle is the slow one. On an idle fabric with
+ *    balanced routing this is the default mode's closed form
+ *    (moe_a2a_ns): max(S (k-1)/(n-1) / B_nvlink, S (n-k)/(n-1) / B_nic).
+ *  - DEEPEP (the flex dispatcher with DeepEP; bytes = NVLink bytes a rank
+ *    sends, rdma_bytes = its RDMA bytes; k GPUs of the group on each of m
+ *    servers): ONE phase with transfers of bytes/(k-1) to each of the
+ *    rank's k - 1 server peers and rdma_bytes/(m-1) to the GPU of the same
+ *    local index on each of the m - 1 other servers (DeepEP's internode
+ *    kernels: one RDMA copy per remote node, forwarded there over NVLink),
+ *    hot and bundles as ALLTOALL; 1 step latency. The default mode's
+ *    moe_deepep_ns on an idle fabric. One server: ALLTOALL of bytes.
  * NET_ALGO_AUTO picks NVLS for an all-reduce inside one NVLS-capable
  * domain, PIPE for a group spanning servers with several GPUs on each, and
  * RING otherwise (a collective on one GPU per server, or inside one
@@ -83,6 +104,8 @@ typedef enum {
     NET_COLL_BROADCAST,
     NET_COLL_P2P,         /* gpus[0] -> gpus[1] */
     NET_COLL_P2P_SCATTER, /* gpus[0..t-1] (one server) -> gpus[t..2t-1] (another) */
+    NET_COLL_ALLTOALL,    /* the MoE alltoall dispatcher's all-to-all */
+    NET_COLL_DEEPEP,      /* DeepEP's dispatch or combine */
     NET_COLL_KIND_COUNT
 } net_coll_kind;
 
@@ -101,8 +124,11 @@ typedef struct {
     const int *gpus;   /* GPU indices (net_graph numbering), in the group's rank order; borrowed */
     int n;             /* group size (P2P: 2; P2P_SCATTER: 2t) */
     double bytes;      /* S, see above */
-    int root;          /* BROADCAST: position of the root in gpus */
+    int root;          /* BROADCAST: position of the root in gpus; ALLTOALL, DEEPEP: the busiest rank's */
     uint64_t flow_key; /* mixed into the ECMP hash of every flow */
+    double hot;        /* ALLTOALL, DEEPEP: factor >= 1 on the bytes position root receives (0 = 1) */
+    int hot_sends;     /* ALLTOALL, DEEPEP: hot scales what root sends instead */
+    double rdma_bytes; /* DEEPEP: what one rank sends over RDMA in all */
 } net_coll_req;
 
 typedef struct {
@@ -150,6 +176,14 @@ int net_coll_plan(const net_graph *g, net_router *r, const net_coll_req *req, ne
 /* Free a built plan's arrays (not plan itself); nothing for a packed one. */
 void net_plan_free(net_plan *plan);
 
+/* For the plan builders of other files (net_a2a.h): append a transfer
+ * src -> dst (node ids) of bytes, routed, to the open phase's current
+ * bundle (p->cur_bundle; ++ it to start the next one); open a phase; close
+ * it with its latency, steps x (largest route latency + step overhead). */
+int net_plan_xfer(net_router *r, net_plan *p, int src, int dst, double bytes, uint64_t key, ts_err *err);
+int net_plan_phase_begin(net_plan *p, ts_err *err);
+void net_plan_phase_end(const net_graph *g, net_plan *p, int steps);
+
 /* ------------------------------------------------------------ runner */
 
 typedef struct net_sim net_sim;
@@ -170,7 +204,8 @@ int net_sim_start(net_sim *s, int64_t now_ns, const net_coll_req *req, uint64_t 
  * skip the lookup. */
 int net_sim_plan(net_sim *s, const net_coll_req *req, const net_plan **out, ts_err *err);
 
-/* net_sim_start of the request whose plan net_sim_plan(s, ...) returned.
+/* net_sim_start of the request whose plan net_sim_plan(s, ...) returned
+ * (may be called from the done callback, at its time).
  * lat_ns < 0: the phases wait their own latencies (the links'); lat_ns >= 0:
  * the collective's latency in total (NCCL's model of it, net_engine),
  * spread over the phases in proportion to theirs, or waited before the

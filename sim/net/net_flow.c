@@ -38,8 +38,10 @@ int net_flows_new(const net_graph *g, net_flows **out, ts_err *err)
     f->lsat = calloc(nl, sizeof *f->lsat);
     f->lout = calloc(nl, sizeof *f->lout);
     f->bnd_links = malloc(nl * sizeof *f->bnd_links);
+    f->ltouch = calloc(nl, sizeof *f->ltouch);
+    f->touched = malloc(nl * sizeof *f->touched);
     if (!f->lh || !f->lk || !f->lf || !f->lmark || !f->dirty || !f->comp_links || !f->bw || !f->lsat || !f->lout ||
-        !f->bnd_links) {
+        !f->bnd_links || !f->ltouch || !f->touched) {
         net_flows_free(f);
         return err_set(err, TS_ENOMEM, "net_flows: out of memory");
     }
@@ -71,6 +73,8 @@ void net_flows_free(net_flows *f)
     free(f->lsat);
     free(f->lout);
     free(f->bnd_links);
+    free(f->ltouch);
+    free(f->touched);
     free(f->comp_flows);
     free(f->fh);
     free(f->sh);

@@ -87,6 +87,9 @@ struct net_flows {
     int *lsat;        /* per link: flows whose bott it is (> 0: saturated, the search crosses it) */
     uint32_t *lout;   /* per link: epoch of a pass in which it is a boundary link with flows outside */
     int *bnd_links;   /* scratch: a pass's boundary links, cap n_links */
+    uint64_t *ltouch; /* per link: the filling step (pop) that last changed it */
+    uint64_t n_pops;  /* filling steps so far */
+    int *touched;     /* scratch: the links one step changed, cap n_links */
     int pass_counted; /* scratch: the flows a pass (re)assigned */
     uint32_t *lmark;  /* per link: component epoch (apart: lh stays 8 bytes a link) */
     flow_t *fl;
