@@ -78,22 +78,24 @@ int net_a2a_phases(const net_graph *g, net_router *r, const net_coll_req *q, net
         goto out; /* nothing to move: no phase */
     if ((rc = net_plan_phase_begin(p, err)))
         goto out;
-    /* bundle o: the transfers into position o (hot_sends: out of it) */
-    for (int o = 0; o < n; o++) {
-        int added = 0;
-        for (int v = 0; v < n; v++) {
-            int a = q->hot_sends ? o : v, b = q->hot_sends ? v : o;
-            double S = pair_bytes(q, &L, a, b);
-            if (!(S > 0))
-                continue;
-            if (o == q->root)
-                S *= hot;
-            if ((rc = net_plan_xfer(r, p, g->gpu_node[q->gpus[a]], g->gpu_node[q->gpus[b]], S, q->flow_key, err)))
-                goto out;
-            added = 1;
+    /* bundles of position o: the transfers into it (hot_sends: out of it)
+     * from its server's peers, then those from the other servers */
+    for (int o = 0; o < n; o++)
+        for (int remote = 0; remote < 2; remote++) {
+            int added = 0;
+            for (int v = 0; v < n; v++) {
+                int a = q->hot_sends ? o : v, b = q->hot_sends ? v : o;
+                double S = pair_bytes(q, &L, a, b);
+                if (!(S > 0) || (L.slot[a] != L.slot[b]) != remote)
+                    continue;
+                if (o == q->root)
+                    S *= hot;
+                if ((rc = net_plan_xfer(r, p, g->gpu_node[q->gpus[a]], g->gpu_node[q->gpus[b]], S, q->flow_key, err)))
+                    goto out;
+                added = 1;
+            }
+            p->cur_bundle += added;
         }
-        p->cur_bundle += added;
-    }
     net_plan_phase_end(g, p, 1);
 out:
     free(L.slot);

@@ -57,9 +57,11 @@
  *    servers through the NICs and the fabric), 1 step latency. Routing
  *    skew: the transfers into position `root` (hot_sends: out of it) carry
  *    `hot` times their bytes (the busiest expert-parallel rank). Bundles:
- *    the transfers of one receiver (hot_sends: of one sender) move in
- *    lockstep, n bundles: a rank's copies progress together, and the
- *    busiest rank's bundle is the slow one. On an idle fabric with
+ *    the transfers of one receiver (hot_sends: of one sender) from (to) its
+ *    own server move in lockstep, and so do those from (to) the other
+ *    servers: up to 2n bundles, each of transfers of one size (a bundle
+ *    runs its largest transfer's bytes); the busiest rank's are the slow
+ *    ones. On an idle fabric with
  *    balanced routing this is the default mode's closed form
  *    (moe_a2a_ns): max(S (k-1)/(n-1) / B_nvlink, S (n-k)/(n-1) / B_nic).
  *  - DEEPEP (the flex dispatcher with DeepEP; bytes = NVLink bytes a rank

@@ -70,13 +70,18 @@ Test(net_a2a, alltoall_has_a_transfer_per_pair_and_the_closed_form_bytes)
         plan_of(g, &q, &p);
         cr_assert_eq(p.nph, 1);
         cr_assert_eq(p.nx, 16 * 15, "one transfer per ordered pair: %d", p.nx);
-        cr_assert_eq(p.nb, 16, "one bundle per receiver (sender)");
+        cr_assert_eq(p.nb, 32, "two bundles per receiver (sender): its server's peers, the others");
         double sum = 0, hot = 0;
         for (int i = 0; i < p.nx; i++) {
-            const net_xfer *x = &p.x[i];
+            const net_xfer *x = &p.x[i], *x0 = x;
+            while (x0 > p.x && x0[-1].bundle == x->bundle)
+                x0--; /* the bundle's first transfer */
             sum += x->bytes;
             int own = sends ? x->src : x->dst; /* the bundle's rank */
-            cr_assert_eq(own, p.x[i - i % 15].src * sends + p.x[i - i % 15].dst * !sends, "bundles group one rank");
+            cr_assert_eq(own, sends ? x0->src : x0->dst, "a bundle is one rank's");
+            cr_assert_eq(x->bytes, x0->bytes, "a bundle's transfers are of one size");
+            cr_assert_eq(g->nodes[x->src].server == g->nodes[x->dst].server,
+                         g->nodes[x0->src].server == g->nodes[x0->dst].server, "a bundle is local or remote");
             if (own == g->gpu_node[3])
                 hot += x->bytes;
         }
@@ -135,6 +140,18 @@ Test(net_a2a, deepep_sends_one_rdma_copy_per_remote_node_to_the_same_local_gpu)
         }
     }
     cr_assert(fabs(nvl - 32 * 7e6) < 1 && fabs(rdma - 32 * 3e6) < 1, "NVLink %g, RDMA %g", nvl, rdma);
+    /* idle fabric: moe_deepep_ns's closed form, max(NVLink bytes / B_nvlink, RDMA bytes / B_nic) */
+    int v0 = g->gpu_node[0], nic = net_graph_gpu_nic(g, 0);
+    double b_nic = bw(g, v0, nic);
+    for (int i = g->out_off[nic]; i < g->out_off[nic + 1]; i++)
+        b_nic = fmin(b_nic, g->links[g->out_link[i]].bw_gbps);
+    for (int k = 0; k < 2; k++) { /* NIC-bound, then NVLink-bound */
+        net_coll_req t = q;
+        t.bytes = k ? 40e6 : 7e6;
+        double want = (double)p.lat_ns + fmax(t.bytes / bw(g, v0, net_graph_gpu_nvswitch(g, 0)), 3e6 / b_nic);
+        int64_t got = time_of(g, &t);
+        cr_assert(fabs((double)got - want) <= 2.0, "DeepEP: %lld ns, closed form %.1f", (long long)got, want);
+    }
     net_plan_free(&p);
     /* a group with unequal shares of its servers is refused */
     int uneven[12];
