@@ -42,10 +42,10 @@ typedef struct {
     int32_t prev_last; /* step of the previous list's last op (relative) */
     bool seen[PLAN_STREAMS];
     int stage;
-    bool tpo;       /* --tp-comm-overlap: userbuffers closed forms (overlap.h) */
-    bool ub;        /* the list being added is a transformer layer's (tpo applies) */
-    int sms;        /* the GPU's SMs (overlap_gpu_sms; 0 unknown) */
-    int gpn;        /* GPUs per node (context-parallel groups' placement) */
+    bool tpo;           /* --tp-comm-overlap: userbuffers closed forms (overlap.h) */
+    bool ub;            /* the list being added is a transformer layer's (tpo applies) */
+    int sms;            /* the GPU's SMs (overlap_gpu_sms; 0 unknown) */
+    int gpn;            /* GPUs per node (context-parallel groups' placement) */
     int64_t a2a_ns;     /* MoE: one all-to-all over the expert-parallel group (plan_moe.h) */
     int64_t a2a_lat_ns; /* MoE: its latency, for the flow modes */
 } pass_builder;

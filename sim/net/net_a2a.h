@@ -8,7 +8,7 @@
 #ifndef TRAINSIM_NET_A2A_H
 #define TRAINSIM_NET_A2A_H
 
-#include "sim/net/net_coll.h"
+#include "sim/net/net_plan.h"
 
 /* Append the phase of ALLTOALL or DEEPEP request q (GPUs already checked
  * by net_coll_plan) to p: none when q moves no bytes. TS_EINVAL for root

@@ -85,25 +85,25 @@ struct net_engine {
     net_sim *sim;
     engine *e;
     int n_ranks;
-    double *factor;      /* per engine rank */
-    rank_info *ri;       /* per engine rank */
-    int *rgroup;              /* per engine rank, per group kind: index of its group in open and
+    double *factor;         /* per engine rank */
+    rank_info *ri;          /* per engine rank */
+    int *rgroup;            /* per engine rank, per group kind: index of its group in open and
                                      gplans[kind] (apart from rank_info: dense, it stays in cache) */
-    int gsize[NET_GROUPS];    /* per group kind: members of a group */
-    int *ggpus[NET_GROUPS];   /* per group kind: every group's GPUs, in group-rank order */
-    int *goff[NET_GROUPS];    /* per group kind, per global rank: offset of its group in ggpus */
-    int *active_comm;    /* per engine rank: driven comm tasks in flight */
-    net_step_desc *desc; /* per tag */
+    int gsize[NET_GROUPS];  /* per group kind: members of a group */
+    int *ggpus[NET_GROUPS]; /* per group kind: every group's GPUs, in group-rank order */
+    int *goff[NET_GROUPS];  /* per group kind, per global rank: offset of its group in ggpus */
+    int *active_comm;       /* per engine rank: driven comm tasks in flight */
+    net_step_desc *desc;    /* per tag */
     uint8_t *have_desc;
     uint32_t n_desc;
     inst_t *inst;
     int n_inst, cap_inst;
     int *free_inst;
     int n_free;
-    net_rdv open;          /* (group, dim, tag, micro-batch) -> the instance some but not
+    net_rdv open;                   /* (group, dim, tag, micro-batch) -> the instance some but not
                       all members have started (full mode) */
     plan_cache *gplans[NET_GROUPS]; /* per group kind, per group: its plans */
-    plan_cache *splans;    /* per engine rank: its sends' plans */
+    plan_cache *splans;             /* per engine rank: its sends' plans */
     int64_t *tq;
     int n_tq, cap_tq; /* pending engine timer times (min-heap) */
     int *gpus;        /* scratch: group GPUs */
@@ -140,7 +140,7 @@ static int rank_tables(net_engine *ne)
     int n = pl->n_ranks;
     ne->ri = calloc((size_t)ne->n_ranks, sizeof *ne->ri);
     ne->rgroup = malloc(sizeof *ne->rgroup * NET_GROUPS * (size_t)ne->n_ranks);
-    int *ranks = malloc(sizeof *ranks * (size_t)n);
+    int *ranks = calloc((size_t)n, sizeof *ranks);
     if (!ne->ri || !ne->rgroup || !ranks) {
         free(ranks);
         return TS_ENOMEM;
@@ -494,7 +494,8 @@ static int pending(net_engine *ne, int rank, int dim, uint32_t tag, int32_t mb, 
     net_rdv_key k;
     *open = NULL;
     if (need > 1) {
-        k = (net_rdv_key){(uint64_t)(uint32_t)(NET_GROUPS * ne->rgroup[NET_GROUPS * rank + gi(dim)] + gi(dim)) << 32 | tag,
+        k = (net_rdv_key){(uint64_t)(uint32_t)(NET_GROUPS * ne->rgroup[NET_GROUPS * rank + gi(dim)] + gi(dim)) << 32 |
+                              tag,
                           (uint32_t)mb};
         if ((sl = net_rdv_find(&ne->open, k))) {
             *open = sl;
@@ -526,7 +527,7 @@ static void coll_done(void *ctx, uint64_t tag, int64_t t_ns)
     net_engine *ne = ctx;
     inst_t *in = &ne->inst[(int)tag];
     if (in->left > 0 && --in->left > 0)
-        return; /* other expert-data-parallel groups still move */
+        return;           /* other expert-data-parallel groups still move */
     if (in->bytes2 > 0) { /* the data-parallel part ended: the experts' part next */
         if (fail(ne, start_edp(ne, (int)tag, t_ns)))
             return;

@@ -64,16 +64,16 @@ typedef enum {
 } net_step_role;
 
 typedef struct {
-    uint8_t role;   /* net_step_role */
-    uint8_t coll;   /* COLL: net_coll_kind (ALLREDUCE, ALLGATHER, REDUCE_SCATTER, or
+    uint8_t role;      /* net_step_role */
+    uint8_t coll;      /* COLL: net_coll_kind (ALLREDUCE, ALLGATHER, REDUCE_SCATTER, or
                             P2P_SCATTER: the tensor group sends S/t per rank to the group of
                             pipeline rank peer_pp, which all-gathers) */
-    uint8_t dim;    /* COLL: net_dim (NET_DIM_TP, NET_DIM_DP, or NET_DIM_EP: the rank's expert-parallel
+    uint8_t dim;       /* COLL: net_dim (NET_DIM_TP, NET_DIM_DP, or NET_DIM_EP: the rank's expert-parallel
                        group, net_place_ep_ranks, for ALLTOALL and DEEPEP) */
-    int peer_pp;    /* SEND, P2P_SCATTER: receiving pipeline rank */
-    double bytes;   /* COLL, SEND: size, commcost/NCCL convention */
-    int64_t dur_ns; /* COMPUTE: duration on the nominal GPU */
-    int64_t lat_ns; /* COLL: NCCL's latency of the collective, which replaces the links' (0: the
+    int peer_pp;       /* SEND, P2P_SCATTER: receiving pipeline rank */
+    double bytes;      /* COLL, SEND: size, commcost/NCCL convention */
+    int64_t dur_ns;    /* COMPUTE: duration on the nominal GPU */
+    int64_t lat_ns;    /* COLL: NCCL's latency of the collective, which replaces the links' (0: the
                        links' alone; net_sim_start_plan) */
     double hot;        /* ALLTOALL, DEEPEP: net_coll_req's (the busiest rank is position 0 of the group) */
     double rdma_bytes; /* DEEPEP: net_coll_req's */

@@ -19,9 +19,9 @@ struct net_simulate {
     net_sim_opts o;
     net_graph *g;
     net_place pl;
-    net_engine *ne;   /* the first run's: the statistics and the link report are its */
-    net_engine *cur;  /* the running one: ne, or a fresh one for each later run */
-    int runs;         /* runs lowered so far */
+    net_engine *ne;  /* the first run's: the statistics and the link report are its */
+    net_engine *cur; /* the running one: ne, or a fresh one for each later run */
+    int runs;        /* runs lowered so far */
     simulate_net hooks;
     engine_hooks sim_hooks; /* the simulator's own (memory), for ranks < p */
     engine_hooks net_hooks; /* net_engine's */
@@ -390,7 +390,7 @@ static int place_experts(net_simulate *ns, ts_err *err)
         if (i == ns->ep_m)
             srv[ns->ep_m++] = s;
     }
-    ns->ep_k = ep / ns->ep_m;
+    ns->ep_k = ns->ep_m > 0 ? ep / ns->ep_m : ep;
     int t = ns->pl.size[NET_DIM_TP], span = ep * ns->pl.etp, edp = t * ns->pl.size[NET_DIM_DP] / span;
     if (edp > 1 && span % t)
         rc = err_set(err, TS_EINVAL,
