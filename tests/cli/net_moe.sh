@@ -123,12 +123,16 @@ done
 expect_error 2 "expert-data-parallel groups must lie inside the data-parallel ones" "$TRAINSIM" simulate \
     "${SMALL[@]}" --expert-model-parallel-size 1 --network-flows
 
-# -------- goldens: the small cross-node case in both flow modes
-for mode in network-flows full; do
-    run "$tmp/g-$mode.txt" "${SMALL[@]}" "${ACROSS[@]}" --$mode || continue
+# -------- goldens: the small cross-node case in both flow modes, and with routing skew in --full
+golden() { # name, flags...
+    local name=$1; shift
+    run "$tmp/g-$name.txt" "$@" || return
     if [ "${UPDATE_GOLDEN:-}" = 1 ]; then
-        mkdir -p "$G" && cp "$tmp/g-$mode.txt" "$G/moe-$mode.txt" && ok "moe-$mode: golden regenerated"
-    elif cmp -s "$tmp/g-$mode.txt" "$G/moe-$mode.txt"; then ok "moe-$mode matches the golden"
-    else bad "moe-$mode differs from $G/moe-$mode.txt:"; diff "$G/moe-$mode.txt" "$tmp/g-$mode.txt" | head -n 20; fi
-done
+        mkdir -p "$G" && cp "$tmp/g-$name.txt" "$G/$name.txt" && ok "$name: golden regenerated"
+    elif cmp -s "$tmp/g-$name.txt" "$G/$name.txt"; then ok "$name matches the golden"
+    else bad "$name differs from $G/$name.txt:"; diff "$G/$name.txt" "$tmp/g-$name.txt" | head -n 20; fi
+}
+golden moe-network-flows "${SMALL[@]}" "${ACROSS[@]}" --network-flows
+golden moe-full "${SMALL[@]}" "${ACROSS[@]}" --full
+golden moe-skew-full "${SKEW[@]}" --full
 finish
