@@ -90,6 +90,7 @@ struct net_engine {
     int *rgroup;            /* per engine rank, per group kind: index of its group in open and
                                      gplans[kind] (apart from rank_info: dense, it stays in cache) */
     int gsize[NET_GROUPS];  /* per group kind: members of a group */
+    int n_groups;           /* group kinds in use: 2 (TP, DP), 4 with experts (net_place.experts) */
     int *ggpus[NET_GROUPS]; /* per group kind: every group's GPUs, in group-rank order */
     int *goff[NET_GROUPS];  /* per group kind, per global rank: offset of its group in ggpus */
     int *active_comm;       /* per engine rank: driven comm tasks in flight */
@@ -133,7 +134,24 @@ static int group_ranks(const net_place *pl, int k, int r, int *ranks)
     return pl->size[k];
 }
 
-/* Fill ne->ri, ne->ggpus and ne->goff (ne->n_ranks, ne->gsize and ne->pl set). */
+/* The first member of that group, without listing it (net_place.h's
+ * folds: coordinate 0 along TP or DP; s mod etp + etp ep floor(s / (etp ep))
+ * for EP, s mod (etp ep) for EDP, s = tp + t dp). */
+static int group_leader(const net_place *pl, int k, int r)
+{
+    int c[NET_DIMS];
+    net_place_coords(pl, r, &c[NET_DIM_TP], &c[NET_DIM_DP], &c[NET_DIM_PP]);
+    if (k < 2) {
+        c[k] = 0;
+        return net_place_rank(pl, c[NET_DIM_TP], c[NET_DIM_DP], c[NET_DIM_PP]);
+    }
+    int t = pl->size[NET_DIM_TP], span = pl->etp * pl->ep, sl = c[NET_DIM_TP] + t * c[NET_DIM_DP];
+    int m = k == 2 ? sl % pl->etp + sl / span * span : sl % span;
+    return net_place_rank(pl, m % t, m / t, c[NET_DIM_PP]);
+}
+
+/* Fill ne->ri, ne->ggpus and ne->goff (ne->n_ranks, ne->gsize and ne->pl
+ * set): each group listed once, by its leader. */
 static int rank_tables(net_engine *ne)
 {
     const net_place *pl = ne->pl;
@@ -145,7 +163,7 @@ static int rank_tables(net_engine *ne)
         free(ranks);
         return TS_ENOMEM;
     }
-    for (int k = 0; k < NET_GROUPS; k++) {
+    for (int k = 0; k < ne->n_groups; k++) {
         ne->ggpus[k] = malloc(sizeof *ne->ggpus[k] * (size_t)n);
         ne->goff[k] = malloc(sizeof *ne->goff[k] * (size_t)n);
         if (!ne->ggpus[k] || !ne->goff[k]) {
@@ -153,28 +171,25 @@ static int rank_tables(net_engine *ne)
             return TS_ENOMEM;
         }
         int next = 0;
-        for (int r = 0; r < n; r++) { /* leaders (the first member) in rank order */
-            int m = group_ranks(pl, k, r, ranks);
-            if (ranks[0] != r)
+        for (int r = 0; r < n; r++) { /* leaders in rank order */
+            if (group_leader(pl, k, r) != r)
                 continue;
+            int m = group_ranks(pl, k, r, ranks);
             ne->goff[k][r] = next;
             for (int i = 0; i < m; i++)
                 ne->ggpus[k][next + i] = pl->gpu_of_rank[ranks[i]];
             next += m;
         }
-        for (int r = 0; r < n; r++) {
-            group_ranks(pl, k, r, ranks);
-            ne->goff[k][r] = ne->goff[k][ranks[0]];
-        }
+        for (int r = 0; r < n; r++)
+            ne->goff[k][r] = ne->goff[k][group_leader(pl, k, r)];
     }
     for (int er = 0; er < ne->n_ranks; er++) {
         rank_info *ri = &ne->ri[er];
         ri->global = global_of(ne, er);
         ri->gpu = pl->gpu_of_rank[ri->global];
         net_place_coords(pl, ri->global, &ri->tp, &ri->dp, &ri->pp);
-        for (int k = 0; k < NET_GROUPS; k++) {
-            group_ranks(pl, k, ri->global, ranks);
-            ri->leader[k] = ranks[0];
+        for (int k = 0; k < ne->n_groups; k++) {
+            ri->leader[k] = group_leader(pl, k, ri->global);
             ri->key[k] = key_hash(k, ri->leader[k], 0u, 0);
             ne->rgroup[NET_GROUPS * er + k] = ne->goff[k][ri->global] / ne->gsize[k];
         }
@@ -207,10 +222,13 @@ int net_engine_new(const net_graph *g, const net_place *pl, const net_engine_opt
     ne->n_ranks = opts->full ? pl->n_ranks : pl->size[NET_DIM_PP];
     ne->gsize[0] = pl->size[NET_DIM_TP];
     ne->gsize[1] = pl->size[NET_DIM_DP];
-    ne->gsize[2] = pl->ep;
-    ne->gsize[GK_EDP] = pl->size[NET_DIM_TP] * pl->size[NET_DIM_DP] / (pl->ep * pl->etp);
+    ne->n_groups = pl->experts ? NET_GROUPS : 2; /* a dense model: no expert groups to build */
+    if (pl->experts) {
+        ne->gsize[2] = pl->ep;
+        ne->gsize[GK_EDP] = pl->size[NET_DIM_TP] * pl->size[NET_DIM_DP] / (pl->ep * pl->etp);
+    }
     int most = 1;
-    for (int k = 0; k < NET_GROUPS; k++) {
+    for (int k = 0; k < ne->n_groups; k++) {
         most = ne->gsize[k] > most ? ne->gsize[k] : most;
         ne->gplans[k] = calloc((size_t)(pl->n_ranks / ne->gsize[k]), sizeof *ne->gplans[k]);
     }
@@ -219,8 +237,8 @@ int net_engine_new(const net_graph *g, const net_place *pl, const net_engine_opt
     ne->gpus = malloc(sizeof *ne->gpus * (size_t)(2 * most + 2));
     ne->splans = calloc((size_t)ne->n_ranks, sizeof *ne->splans);
     net_rdv_init(&ne->open);
-    if (!ne->factor || !ne->active_comm || !ne->gpus || !ne->gplans[0] || !ne->gplans[1] || !ne->gplans[2] ||
-        !ne->gplans[GK_EDP] || !ne->splans) {
+    if (!ne->factor || !ne->active_comm || !ne->gpus || !ne->gplans[0] || !ne->gplans[1] ||
+        (pl->experts && (!ne->gplans[2] || !ne->gplans[GK_EDP])) || !ne->splans) {
         net_engine_free(ne);
         return err_set(err, TS_ENOMEM, "net_engine: out of memory");
     }
@@ -319,6 +337,11 @@ static const net_step_desc *fill_desc(net_engine *ne, uint32_t tag, ts_err *err)
             return NULL;
         }
         bool a2a = d->role == NET_STEP_COLL && (d->coll == NET_COLL_ALLTOALL || d->coll == NET_COLL_DEEPEP);
+        if (a2a && ne->n_groups < NET_GROUPS) {
+            err_set(err, TS_EINVAL, "net_engine: step %u: an all-to-all without expert groups (net_place_set_experts)",
+                    tag);
+            return NULL;
+        }
         if (d->role == NET_STEP_COLL && a2a != (d->dim == NET_DIM_EP)) {
             err_set(err, TS_EINVAL,
                     "net_engine: step %u: collective kind %d along dimension %d (all-to-alls run over the "
@@ -612,7 +635,7 @@ static void start_coll(net_engine *ne, engine *e, int ii, const net_step_desc *d
 {
     inst_t *in = &ne->inst[ii];
     in->left = 0;
-    in->bytes2 = d->dim == NET_DIM_DP && ne->gsize[GK_EDP] > 1 ? d->bytes_edp : 0;
+    in->bytes2 = d->dim == NET_DIM_DP && ne->n_groups > GK_EDP && ne->gsize[GK_EDP] > 1 ? d->bytes_edp : 0;
     in->lat2 = d->lat_edp_ns;
     in->coll2 = d->coll;
     int k = gi(d->dim), peer_pp = d->coll == NET_COLL_P2P_SCATTER ? d->peer_pp : -1;

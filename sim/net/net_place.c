@@ -118,6 +118,7 @@ int net_place_set_experts(net_place *pl, int ep, int etp, ts_err *err)
                        ep, etp, td);
     pl->ep = ep;
     pl->etp = etp;
+    pl->experts = true;
     return TS_OK;
 }
 

@@ -33,6 +33,7 @@ typedef struct {
     int n_ranks;           /* t * d * p */
     int *gpu_of_rank;      /* n_ranks: GPU index (net_graph numbering) */
     int ep, etp;           /* expert-parallel and expert-tensor-parallel sizes (1, 1 unless set) */
+    bool experts;          /* net_place_set_experts was called (a MoE model) */
     bool tp_spans_servers; /* some tensor group is not inside one server */
     char note[256];        /* human-readable report of the above, "" if none */
 } net_place;
