@@ -14,8 +14,9 @@
 #  - metamorphic: slower NICs and more oversubscription never make a run
 #    faster, and make the cross-node all-to-alls slower; an all-to-all inside
 #    one node does not depend on the NIC; a degraded NIC cable (--full) never
-#    makes it faster; routing skew (the busiest rank receives the load factor
-#    times its share) never makes the all-to-alls faster;
+#    makes it faster, nor does a failed spine; routing skew (the busiest rank
+#    receives the load factor times its share) never makes the all-to-alls
+#    faster;
 #  - refusals, and golden reports of a small case in both flow modes.
 # Goldens live in tests/golden/net/; regenerate them only deliberately:
 #   UPDATE_GOLDEN=1 TRAINSIM=build/trainsim bash tests/cli/net_moe.sh
@@ -106,6 +107,12 @@ run "$tmp/deg.txt" "${SMALL[@]}" "${ACROSS[@]}" --gpus 64 --topology "$tmp/o1.cs
     { d=$(ep_s "$tmp/deg.txt") a=$(ep_s "$tmp/o1.txt")
       within "$d" "$a" 1.0 100 && ok "nic0.0-sw1.0 at a quarter: EP x$(ratio "$d" "$a") (never faster)" ||
           bad "nic0.0-sw1.0 at a quarter: EP $d s faster than $a s"; }
+
+# -------- a failed spine (one of the 4): the cross-node all-to-alls reroute over the others, never faster
+run "$tmp/fail.txt" "${SMALL[@]}" "${ACROSS[@]}" --gpus 64 --topology "$tmp/o1.csv" --full --fail-node sw2.0 &&
+    { f=$(ep_s "$tmp/fail.txt") a=$(ep_s "$tmp/o1.txt")
+      within "$f" "$a" 1.0 100 && ok "spine sw2.0 failed: EP x$(ratio "$f" "$a") (never faster)" ||
+          bad "spine sw2.0 failed: EP $f s faster than $a s"; }
 
 # -------- routing skew: the busiest rank's share, never faster; the imbalance reported
 SKEW=(--model mixtral-8x7b --num-layers 8 --global-batch-size 64 "${ACROSS[@]}")
