@@ -59,13 +59,14 @@ static void cache_put(plan_cache *c, uint8_t coll, int peer_pp, double bytes, co
         c->e[c->n++] = (plan_ent){plan, bytes, peer_pp, coll};
 }
 
-/* Group kinds: tensor-parallel, data-parallel, expert-parallel, and
- * expert-data-parallel (GK_EDP; the arrays below are indexed by gi(dim)). */
+/* Group kinds (net_place.h's NET_PLACE_*): tensor-parallel, data-parallel,
+ * expert-parallel, and expert-data-parallel (GK_EDP; the arrays below are
+ * indexed by gi(dim)). */
 #define NET_GROUPS 4
-#define GK_EDP     3
+#define GK_EDP     NET_PLACE_EDP
 static inline int gi(int dim)
 {
-    return dim == NET_DIM_EP ? 2 : dim;
+    return dim == NET_DIM_EP ? NET_PLACE_EP : dim;
 }
 
 /* What the hooks need of an engine rank, computed once. */
@@ -117,39 +118,6 @@ static void coll_done(void *ctx, uint64_t tag, int64_t t_ns);
 static uint64_t key_hash(int dim, int leader, uint32_t tag, int32_t mb);
 static int global_of(const net_engine *ne, int engine_rank);
 
-/* The group of global rank r of kind k (gi): its members' global ranks
- * into ranks; returns their count. */
-static int group_ranks(const net_place *pl, int k, int r, int *ranks)
-{
-    if (k == 2)
-        return net_place_ep_ranks(pl, r, ranks);
-    if (k == GK_EDP)
-        return net_place_edp_ranks(pl, r, ranks);
-    int c[NET_DIMS];
-    net_place_coords(pl, r, &c[NET_DIM_TP], &c[NET_DIM_DP], &c[NET_DIM_PP]);
-    for (int i = 0; i < pl->size[k]; i++) {
-        c[k] = i;
-        ranks[i] = net_place_rank(pl, c[NET_DIM_TP], c[NET_DIM_DP], c[NET_DIM_PP]);
-    }
-    return pl->size[k];
-}
-
-/* The first member of that group, without listing it (net_place.h's
- * folds: coordinate 0 along TP or DP; s mod etp + etp ep floor(s / (etp ep))
- * for EP, s mod (etp ep) for EDP, s = tp + t dp). */
-static int group_leader(const net_place *pl, int k, int r)
-{
-    int c[NET_DIMS];
-    net_place_coords(pl, r, &c[NET_DIM_TP], &c[NET_DIM_DP], &c[NET_DIM_PP]);
-    if (k < 2) {
-        c[k] = 0;
-        return net_place_rank(pl, c[NET_DIM_TP], c[NET_DIM_DP], c[NET_DIM_PP]);
-    }
-    int t = pl->size[NET_DIM_TP], span = pl->etp * pl->ep, sl = c[NET_DIM_TP] + t * c[NET_DIM_DP];
-    int m = k == 2 ? sl % pl->etp + sl / span * span : sl % span;
-    return net_place_rank(pl, m % t, m / t, c[NET_DIM_PP]);
-}
-
 /* Fill ne->ri, ne->ggpus and ne->goff (ne->n_ranks, ne->gsize and ne->pl
  * set): each group listed once, by its leader. */
 static int rank_tables(net_engine *ne)
@@ -172,16 +140,16 @@ static int rank_tables(net_engine *ne)
         }
         int next = 0;
         for (int r = 0; r < n; r++) { /* leaders in rank order */
-            if (group_leader(pl, k, r) != r)
+            if (net_place_group_leader(pl, k, r) != r)
                 continue;
-            int m = group_ranks(pl, k, r, ranks);
+            int m = net_place_group_ranks(pl, k, r, ranks);
             ne->goff[k][r] = next;
             for (int i = 0; i < m; i++)
                 ne->ggpus[k][next + i] = pl->gpu_of_rank[ranks[i]];
             next += m;
         }
         for (int r = 0; r < n; r++)
-            ne->goff[k][r] = ne->goff[k][group_leader(pl, k, r)];
+            ne->goff[k][r] = ne->goff[k][net_place_group_leader(pl, k, r)];
     }
     for (int er = 0; er < ne->n_ranks; er++) {
         rank_info *ri = &ne->ri[er];
@@ -189,7 +157,7 @@ static int rank_tables(net_engine *ne)
         ri->gpu = pl->gpu_of_rank[ri->global];
         net_place_coords(pl, ri->global, &ri->tp, &ri->dp, &ri->pp);
         for (int k = 0; k < ne->n_groups; k++) {
-            ri->leader[k] = group_leader(pl, k, ri->global);
+            ri->leader[k] = net_place_group_leader(pl, k, ri->global);
             ri->key[k] = key_hash(k, ri->leader[k], 0u, 0);
             ne->rgroup[NET_GROUPS * er + k] = ne->goff[k][ri->global] / ne->gsize[k];
         }

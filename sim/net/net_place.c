@@ -146,3 +146,31 @@ int net_place_edp_ranks(const net_place *pl, int rank, int *ranks)
     }
     return edp;
 }
+
+int net_place_group_ranks(const net_place *pl, int kind, int rank, int *ranks)
+{
+    if (kind == NET_PLACE_EP)
+        return net_place_ep_ranks(pl, rank, ranks);
+    if (kind == NET_PLACE_EDP)
+        return net_place_edp_ranks(pl, rank, ranks);
+    int c[NET_DIMS];
+    net_place_coords(pl, rank, &c[NET_DIM_TP], &c[NET_DIM_DP], &c[NET_DIM_PP]);
+    for (int i = 0; i < pl->size[kind]; i++) {
+        c[kind] = i;
+        ranks[i] = net_place_rank(pl, c[NET_DIM_TP], c[NET_DIM_DP], c[NET_DIM_PP]);
+    }
+    return pl->size[kind];
+}
+
+int net_place_group_leader(const net_place *pl, int kind, int rank)
+{
+    int c[NET_DIMS];
+    net_place_coords(pl, rank, &c[NET_DIM_TP], &c[NET_DIM_DP], &c[NET_DIM_PP]);
+    if (kind == NET_PLACE_TP || kind == NET_PLACE_DP) {
+        c[kind] = 0;
+        return net_place_rank(pl, c[NET_DIM_TP], c[NET_DIM_DP], c[NET_DIM_PP]);
+    }
+    int t = pl->size[NET_DIM_TP], span = pl->etp * pl->ep, s = c[NET_DIM_TP] + t * c[NET_DIM_DP];
+    int m = kind == NET_PLACE_EP ? s % pl->etp + s / span * span : s % span;
+    return net_place_rank(pl, m % t, m / t, c[NET_DIM_PP]);
+}

@@ -68,6 +68,15 @@ int net_place_set_experts(net_place *pl, int ep, int etp, ts_err *err);
  * returns their count. */
 int net_place_edp_ranks(const net_place *pl, int rank, int *ranks);
 
+/* A group of `rank` by kind (net_place_group_gpus' along TP or DP, or
+ * the two above for NET_PLACE_EP, NET_PLACE_EDP): net_place_group_ranks
+ * writes its members' global ranks in group-rank order and returns their
+ * count; net_place_group_leader returns the first of them without listing
+ * them. */
+enum { NET_PLACE_TP = NET_DIM_TP, NET_PLACE_DP = NET_DIM_DP, NET_PLACE_EP = 2, NET_PLACE_EDP = 3 };
+int net_place_group_ranks(const net_place *pl, int kind, int rank, int *ranks);
+int net_place_group_leader(const net_place *pl, int kind, int rank);
+
 /* The expert-parallel group of `rank`: writes its members' global ranks,
  * in group-rank order, into ranks (room for pl->ep) and returns pl->ep. */
 int net_place_ep_ranks(const net_place *pl, int rank, int *ranks);

@@ -249,6 +249,15 @@ Test(net_a2a, expert_groups_fold_etp_ep_edp_over_a_stage)
         int s = 1 + 4 * j;
         cr_assert_eq(ranks[j], net_place_rank(&pl, s % t, s / t, 1), "EDP member %d", j);
     }
+    /* every group's leader is its first member, and every member is in its own group */
+    for (int kind = NET_PLACE_TP; kind <= NET_PLACE_EDP; kind++)
+        for (int q = 0; q < pl.n_ranks; q++) {
+            int m = net_place_group_ranks(&pl, kind, q, ranks), in = 0;
+            cr_assert_eq(net_place_group_leader(&pl, kind, q), ranks[0], "kind %d, rank %d", kind, q);
+            for (int j = 0; j < m; j++)
+                in |= ranks[j] == q;
+            cr_assert(in, "rank %d in its group of kind %d", q, kind);
+        }
     /* etp 2: ep ranks a stride of 2 apart, s = 5, 7 */
     cr_assert_eq(net_place_set_experts(&pl, 2, 2, &e), TS_OK, "%s", e.msg);
     cr_assert_eq(net_place_ep_ranks(&pl, r, ranks), 2);
