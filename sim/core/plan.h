@@ -95,6 +95,13 @@ typedef struct {
      * comm_bytes, and the latency of NCCL's choice, ns */
     double comm_bw_factor;
     int64_t comm_lat_ns;
+    /* MoE, data-parallel steps: of comm_bytes, the routed experts' part,
+     * reduced or gathered over the expert-data-parallel group after the rest
+     * (not at all with edp 1; 0: none), and NCCL's terms for it there (the
+     * two above are then the rest's, over the data-parallel group) */
+    int64_t comm_bytes_edp;
+    double edp_bw_factor;
+    int64_t edp_lat_ns;
     int64_t alloc_bytes; /* activation bytes allocated when the step starts */
     int64_t free_bytes;  /* activation bytes freed when the step ends */
     /* collapsed steps (seg_n > 0): the segments that make them up, the time

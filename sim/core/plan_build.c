@@ -44,11 +44,12 @@ typedef struct {
     int32_t prev_last; /* step of the previous list's last op (relative) */
     bool seen[PLAN_STREAMS];
     int stage;
-    bool tpo;       /* --tp-comm-overlap: userbuffers closed forms (overlap.h) */
-    bool ub;        /* the list being added is a transformer layer's (tpo applies) */
-    int sms;        /* the GPU's SMs (overlap_gpu_sms; 0 unknown) */
-    int gpn;        /* GPUs per node (context-parallel groups' placement) */
-    int64_t a2a_ns; /* MoE: one all-to-all over the expert-parallel group (plan_moe.h) */
+    bool tpo;           /* --tp-comm-overlap: userbuffers closed forms (overlap.h) */
+    bool ub;            /* the list being added is a transformer layer's (tpo applies) */
+    int sms;            /* the GPU's SMs (overlap_gpu_sms; 0 unknown) */
+    int gpn;            /* GPUs per node (context-parallel groups' placement) */
+    int64_t a2a_ns;     /* MoE: one all-to-all over the expert-parallel group (plan_moe.h) */
+    int64_t a2a_lat_ns; /* MoE: its latency, for the flow modes */
 } pass_builder;
 
 static int ranks_per_node(int n, int stride, int gpn);
@@ -175,6 +176,8 @@ static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_
             x.comm_bytes = op->bytes;
             x.comm_coll = (uint8_t)op->coll;
             commcost_flow_terms(b->cc, op->coll, op->bytes, &g, &x.comm_bw_factor, &x.comm_lat_ns);
+            if (op->a2a)
+                x.comm_lat_ns = b->a2a_lat_ns;
             gemm_ns[i] = 0;
             int gp = ub_partner(b, ops, i, cat);
             if (gp > i) /* ring exchange: t chunks by the copy engines, the GEMM keeps its SMs */
@@ -703,6 +706,19 @@ static int64_t grad_reduce_ns(const plan_env *E, commcost_coll coll, int64_t par
     return ns;
 }
 
+/* The flow modes' terms of a data-parallel step x (plan_step): the
+ * dense part of bytes over the data-parallel group, the experts' expert
+ * bytes over the expert-data-parallel group. */
+static void dp_flow_terms(const plan_env *E, commcost_coll coll, int64_t bytes, int64_t expert, plan_step *x)
+{
+    x->comm_bytes_edp = expert;
+    commcost_flow_terms(E->cc, coll, bytes - expert, &E->dp_group, &x->comm_bw_factor, &x->comm_lat_ns);
+    x->edp_bw_factor = 1;
+    x->edp_lat_ns = 0;
+    if (expert > 0 && E->edp > 1)
+        commcost_flow_terms(E->cc, coll, expert, &E->edp_group, &x->edp_bw_factor, &x->edp_lat_ns);
+}
+
 /* Stage st's data-parallel gradient reduction (d > 1): the whole stage's,
  * then one per bucket (bucket_params[0 .. n_buckets-1] parameters, of which
  * bucket_expert[k] the routed experts'). */
@@ -718,14 +734,14 @@ static int add_dp_reduction(plan *pl, const plan_env *E, int st, const int64_t *
     x.comm_coll = (uint8_t)coll;
     x.comm_bytes = S_->params * E->grad_bytes;
     x.dur_ns = grad_reduce_ns(E, coll, S_->params, S_->expert_params);
-    commcost_flow_terms(E->cc, coll, x.comm_bytes, &E->dp_group, &x.comm_bw_factor, &x.comm_lat_ns);
+    dp_flow_terms(E, coll, x.comm_bytes, S_->expert_params * E->grad_bytes, &x);
     if (plan_push_step(pl, &x, &S_->dp_whole))
         return err_set(E->err, TS_ENOMEM, "plan: out of memory");
     S_->n_buckets = n_buckets;
     for (int k = 0; k < n_buckets; k++) {
         x.comm_bytes = bucket_params[k] * E->grad_bytes;
         x.dur_ns = grad_reduce_ns(E, coll, bucket_params[k], bucket_expert[k]);
-        commcost_flow_terms(E->cc, coll, x.comm_bytes, &E->dp_group, &x.comm_bw_factor, &x.comm_lat_ns);
+        dp_flow_terms(E, coll, x.comm_bytes, bucket_expert[k] * E->grad_bytes, &x);
         uint32_t id;
         if (plan_push_step(pl, &x, &id))
             return err_set(E->err, TS_ENOMEM, "plan: out of memory");
@@ -857,6 +873,7 @@ static int add_rank_steps(plan *pl, const plan_env *E)
             if (expert > 0 && E->edp > 1 && !P->overlap_param_gather) { /* the experts over edp instead */
                 x.dur_ns = commcost_ns(E->cc, COMM_ALL_GATHER, (params - expert) * dt, &E->dp_group) +
                            commcost_ns(E->cc, COMM_ALL_GATHER, expert * dt, &E->edp_group);
+                dp_flow_terms(E, COMM_ALL_GATHER, x.comm_bytes, expert * dt, &x);
             }
             if (plan_push_step(pl, &x, &pl->param_gather[r]))
                 return err_set(E->err, TS_ENOMEM, "plan: out of memory");
@@ -887,10 +904,6 @@ int plan_build_opts(const config *c, const sched *s, const cost_model *cm, const
                          "plan: expert-data-parallel size %d with data-parallel size 1: not modelled (the gradient "
                          "reduction runs only with d > 1; give --expert-model-parallel-size %d)",
                          E.edp, c->par.tp);
-        if (rc == TS_OK && o && !o->inline_tp)
-            rc = err_set(err, TS_EINVAL,
-                         "--num-experts with a network model: not modelled (the all-to-alls are costed in closed "
-                         "form only; drop the network option)");
     }
     if (rc == TS_OK && plan_alloc(s->p, s->v, &pl))
         rc = err_set(err, TS_ENOMEM, "plan: out of memory");
@@ -910,6 +923,7 @@ int plan_build_opts(const config *c, const sched *s, const cost_model *cm, const
                           .sms = overlap_gpu_sms(c->cluster.gpu.name)};
         b.tp_group = (commcost_group){t, t <= gpn ? t : (t % gpn ? 1 : gpn)};
         b.a2a_ns = mo->moe.a2a_ns;
+        b.a2a_lat_ns = mo->moe.a2a_lat_ns;
         rc = add_pipeline_transfers(pl, &E, &b.tp_group);
         if (rc == TS_OK)
             rc = build_stages(pl, &E, &b, mo);

@@ -170,5 +170,6 @@ int plan_moe_build(const config *c, const layer_shape *rc_shape, int gpn, const 
         mo->a2a_ns = moe_deepep_remote_ns(cc, T, e->topk, L.h, L.dtype_bytes, remote, &mo->ep_group);
     } else if (e->dispatcher == MOE_DISPATCH_ALLTOALL) /* group limits leave its volume as it is */
         mo->a2a_ns = moe_a2a_ns(cc, moe_a2a_send_bytes(T, e->topk, L.h, L.dtype_bytes, ep), &mo->ep_group);
+    mo->a2a_lat_ns = mo->a2a_ns > 0 ? moe_a2a_alpha_ns(cc, &mo->ep_group) : 0;
     return TS_OK;
 }

@@ -74,6 +74,7 @@ typedef struct {
                                  with DeepEP); 0 with allgather (no all-to-all) */
     double remote_nodes;      /* DeepEP: remote nodes a token is sent to (moe_deepep_remote_nodes_grouped);
                                  0 otherwise */
+    int64_t a2a_lat_ns;       /* of a2a_ns, the latency (moe_a2a_alpha_ns): the flow modes' */
     commcost_group edp_group; /* the expert gradients' reduction group */
     int edp;
     int64_t transient; /* the dispatcher's buffers of one pass of a MoE layer, allocated when the pass starts

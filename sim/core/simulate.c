@@ -233,6 +233,62 @@ static void summarize(const config *c, const simulate_opts *o, const engine *e, 
     }
 }
 
+/* An interval of a task on a rank (ep_exposed). */
+typedef struct {
+    int rank;
+    int64_t t0, t1;
+} span_t;
+
+static int span_cmp(const void *a, const void *b)
+{
+    const span_t *x = a, *y = b;
+    return x->rank != y->rank ? (x->rank > y->rank) - (x->rank < y->rank) : (x->t0 > y->t0) - (x->t0 < y->t0);
+}
+
+/* The MoE all-to-alls that ran as tasks of their own (a network model:
+ * plan steps not collapsed) are on the TP stream, which summarize counts as
+ * exposed TP: move the part of each that no compute of its rank overlapped
+ * to exposed EP. Tasks of one stream do not overlap each other. */
+static int ep_exposed(const engine *e, const plan *pl, simulate_result *R, ts_err *err)
+{
+    uint32_t n = engine_task_count(e), C = engine_copies(e), nc = 0, na = 0;
+    span_t *comp = malloc(sizeof *comp * (n / C + 1)), *a2a = malloc(sizeof *a2a * (n / C + 1));
+    if (!comp || !a2a) {
+        free(comp);
+        free(a2a);
+        return err_set(err, TS_ENOMEM, "simulate: out of memory");
+    }
+    for (uint32_t id = 0; id < n; id += C) {
+        int rk = engine_task_rank(e, id);
+        const plan_step *x = &pl->steps[engine_task_tag(e, id)];
+        span_t sp = {rk, engine_task_start_ns(e, id), engine_task_end_ns(e, id)};
+        if (rk < R->p && x->stream == PLAN_STREAM_COMPUTE)
+            comp[nc++] = sp;
+        else if (rk < R->p && x->cat == PLAN_CAT_EP && !x->seg_n)
+            a2a[na++] = sp;
+    }
+    qsort(comp, nc, sizeof *comp, span_cmp);
+    qsort(a2a, na, sizeof *a2a, span_cmp);
+    for (uint32_t i = 0, j = 0; i < na; i++) {
+        const span_t *x = &a2a[i];
+        while (j < nc && (comp[j].rank < x->rank || (comp[j].rank == x->rank && comp[j].t1 <= x->t0)))
+            j++;
+        int64_t covered = 0;
+        for (uint32_t k = j; k < nc && comp[k].rank == x->rank && comp[k].t0 < x->t1; k++) {
+            int64_t lo = comp[k].t0 > x->t0 ? comp[k].t0 : x->t0, hi = comp[k].t1 < x->t1 ? comp[k].t1 : x->t1;
+            covered += hi > lo ? hi - lo : 0;
+        }
+        int64_t exposed = x->t1 - x->t0 - covered;
+        R->ranks[x->rank].exposed_ns[SIMULATE_COMM_TP] -= exposed;
+        R->ranks[x->rank].exposed_ns[SIMULATE_COMM_EP] += exposed;
+        R->exposed_ns[SIMULATE_COMM_TP] -= (double)exposed / R->p;
+        R->exposed_ns[SIMULATE_COMM_EP] += (double)exposed / R->p;
+    }
+    free(comp);
+    free(a2a);
+    return TS_OK;
+}
+
 /* The MoE fields of R (dense: nothing). Unless balance is forced (or the
  * skew is 0), the same configuration is simulated again under
  * --moe-router-force-load-balancing: the difference of the two iterations
@@ -369,6 +425,8 @@ int simulate_run(const config *c, const simulate_opts *opts, simulate_result **o
     R->mla_q_lora = c->moe.mla_q_lora_rank;
     R->mla_kv_lora = c->moe.mla_kv_lora_rank;
     R->mtp_depths = c->moe.mtp_num_layers;
+    if (net && c->moe.num_experts > 0 && (rc = ep_exposed(e, pl, R, err)))
+        goto done;
     if ((rc = moe_summary(c, &o, pl, R, err)))
         goto done;
     if (o.keep_trace) {

@@ -71,6 +71,18 @@ double moe_model_flops_per_iter(const model_config *m, const moe_config *e, int6
     return dense + 3.0 * n * (s * moe_block_fwd_flops_per_token(m, e) - mlp) * (double)global_batch;
 }
 
+/* moe_a2a_alpha_ns unrounded */
+static double a2a_alpha(const commcost_params *p, const commcost_group *g)
+{
+    int n = g->ranks, k = g->ranks_per_node < 1 ? 1 : g->ranks_per_node;
+    return n > k ? p->nic_alpha_ns : p->nvlink_alpha_ns;
+}
+
+int64_t moe_a2a_alpha_ns(const commcost_params *p, const commcost_group *g)
+{
+    return (int64_t)llround(a2a_alpha(p, g));
+}
+
 int64_t moe_a2a_ns(const commcost_params *p, int64_t send_bytes, const commcost_group *g)
 {
     int n = g->ranks, k = g->ranks_per_node < 1 ? 1 : g->ranks_per_node;
@@ -83,8 +95,7 @@ int64_t moe_a2a_ns(const commcost_params *p, int64_t send_bytes, const commcost_
     double t_nv = p->nvlink_busbw_gbps > 0 ? intra / p->nvlink_busbw_gbps : 0; /* GB/s = B/ns */
     double net = p->nic_gbps_per_gpu * commcost_net_factor(p, nodes);
     double t_net = inter > 0 && net > 0 ? inter / net : 0;
-    double alpha = nodes > 1 ? p->nic_alpha_ns : p->nvlink_alpha_ns;
-    return (int64_t)llround(alpha + (t_nv > t_net ? t_nv : t_net));
+    return (int64_t)llround(a2a_alpha(p, g) + (t_nv > t_net ? t_nv : t_net));
 }
 
 double moe_deepep_remote_nodes(int num_experts, int topk, int nodes)
@@ -161,7 +172,7 @@ int64_t moe_deepep_remote_ns(const commcost_params *p, int64_t tokens, int topk,
     double t_nv = p->nvlink_busbw_gbps > 0 ? nvl / p->nvlink_busbw_gbps : 0; /* GB/s = B/ns */
     double net = p->nic_gbps_per_gpu * commcost_net_factor(p, nodes);
     double t_net = rdma > 0 && net > 0 ? rdma / net : 0;
-    return (int64_t)llround(p->nic_alpha_ns + (t_nv > t_net ? t_nv : t_net));
+    return (int64_t)llround(a2a_alpha(p, g) + (t_nv > t_net ? t_nv : t_net));
 }
 
 int moe_ep_group_nodes(int etp, int ep, int gpus_per_node)

@@ -92,6 +92,12 @@ double moe_model_flops_per_iter(const model_config *m, const moe_config *e, int6
  * all-gather (n % k == 0). */
 int64_t moe_a2a_ns(const commcost_params *p, int64_t send_bytes, const commcost_group *g);
 
+/* The latency of one all-to-all over group g (moe_a2a_ns's and
+ * moe_deepep_ns's alpha): the NIC's across nodes, NVLink's inside one (the
+ * sends overlap, so their latencies do too). The flow modes wait it in place
+ * of the links' latencies (sim/net). */
+int64_t moe_a2a_alpha_ns(const commcost_params *p, const commcost_group *g);
+
 /* DeepEP (the flex dispatcher with --moe-enable-deepep; DeepEP's README,
  * github.com/deepseek-ai/DeepEP: internode kernels send a token once over
  * RDMA to each remote node holding one of its experts, to the GPU of the

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/net/net_a2a.h"
 #include "sim/util/grow.h"
 
 /* ------------------------------------------------------------ plans */
@@ -12,49 +13,8 @@
 static int plan_xfer(const net_graph *g, net_router *r, net_plan *p, int src, int dst, double bytes, uint64_t key,
                      ts_err *err)
 {
-    if (p->nx == p->capx && grow_to_int((void **)&p->x, &p->capx, p->nx + 1, 16, sizeof *p->x))
-        return err_set(err, TS_ENOMEM, "net_coll: out of memory");
-    net_xfer *x = &p->x[p->nx];
-    x->src = src;
-    x->dst = dst;
-    x->bytes = bytes;
-    x->bundle = p->cur_bundle;
-    int rc = net_route(r, src, dst, key * 0x100000001B3ull + (uint64_t)p->nx, x->links, err);
-    if (rc < 0)
-        return rc;
-    x->nlinks = rc;
     (void)g;
-    p->nx++;
-    return TS_OK;
-}
-
-static int plan_phase_begin(net_plan *p, ts_err *err)
-{
-    if (p->nph == p->capph && grow_to_int((void **)&p->ph, &p->capph, p->nph + 1, 8, sizeof *p->ph))
-        return err_set(err, TS_ENOMEM, "net_coll: out of memory");
-    p->ph[p->nph] = (net_phase){.first = p->nx};
-    p->nph++;
-    p->cur_bundle = 0;
-    return TS_OK;
-}
-
-/* Close the open phase: its latency is steps x (largest route latency +
- * step overhead), added to the plan's. */
-static void plan_phase_end(const net_graph *g, net_plan *p, int steps)
-{
-    net_phase *ph = &p->ph[p->nph - 1];
-    ph->count = p->nx - ph->first;
-    ph->nbundles = ph->count ? p->x[p->nx - 1].bundle + 1 : 0;
-    double worst_us = 0;
-    for (int i = ph->first; i < p->nx; i++) {
-        double us = 0;
-        for (int h = 0; h < p->x[i].nlinks; h++)
-            us += g->links[p->x[i].links[h]].lat_us;
-        if (us > worst_us)
-            worst_us = us;
-    }
-    ph->lat_ns = (int64_t)llround((double)steps * (worst_us + NET_STEP_OVERHEAD_US) * 1000.0);
-    p->lat_ns += ph->lat_ns;
+    return net_plan_xfer(r, p, src, dst, bytes, key, err);
 }
 
 /* One fused ring phase over gpu indices gs[0..n) (stride apart in gpus):
@@ -79,12 +39,12 @@ static int ring_flows(const net_graph *g, net_router *r, net_plan *p, const int 
 static int ring_phase(const net_graph *g, net_router *r, net_plan *p, const int *gs, int n, double bytes, uint64_t key,
                       ts_err *err)
 {
-    int rc = plan_phase_begin(p, err);
+    int rc = net_plan_phase_begin(p, err);
     if (rc)
         return rc;
     if ((rc = ring_flows(g, r, p, gs, n, 1, bytes, key, err)))
         return rc;
-    plan_phase_end(g, p, n - 1);
+    net_plan_phase_end(g, p, n - 1);
     return TS_OK;
 }
 
@@ -164,22 +124,22 @@ static int p2p_phases(const net_graph *g, net_router *r, const net_coll_req *q, 
     if (q->kind == NET_COLL_P2P) {
         if (q->gpus[0] == q->gpus[1])
             return TS_OK;
-        if ((rc = plan_phase_begin(p, err)))
+        if ((rc = net_plan_phase_begin(p, err)))
             return rc;
         if ((rc = plan_xfer(g, r, p, g->gpu_node[q->gpus[0]], g->gpu_node[q->gpus[1]], S, key, err)))
             return rc;
-        plan_phase_end(g, p, 1);
+        net_plan_phase_end(g, p, 1);
         p->algo = NET_ALGO_RING;
         return TS_OK;
     }
     int t = n / 2;
-    if ((rc = plan_phase_begin(p, err)))
+    if ((rc = net_plan_phase_begin(p, err)))
         return rc;
     for (int j = 0; j < t; j++)
         if (q->gpus[j] != q->gpus[t + j] &&
             (rc = plan_xfer(g, r, p, g->gpu_node[q->gpus[j]], g->gpu_node[q->gpus[t + j]], S / t, key, err)))
             return rc;
-    plan_phase_end(g, p, 1);
+    net_plan_phase_end(g, p, 1);
     if (t > 1 && (rc = ring_phase(g, r, p, q->gpus + t, t, S * (t - 1) / t, key, err)))
         return rc;
     p->algo = NET_ALGO_RING;
@@ -193,14 +153,14 @@ static int broadcast_phases(const net_graph *g, net_router *r, const net_coll_re
     int rc, n = q->n;
     if (q->root < 0 || q->root >= n)
         return err_set(err, TS_EINVAL, "net_coll: broadcast root %d not in 0..%d", q->root, n - 1);
-    if ((rc = plan_phase_begin(p, err)))
+    if ((rc = net_plan_phase_begin(p, err)))
         return rc;
     for (int i = 0; i < n - 1; i++) {
         int a = q->gpus[(q->root + i) % n], b = q->gpus[(q->root + i + 1) % n];
         if ((rc = plan_xfer(g, r, p, g->gpu_node[a], g->gpu_node[b], q->bytes, q->flow_key, err)))
             return rc;
     }
-    plan_phase_end(g, p, n - 1);
+    net_plan_phase_end(g, p, n - 1);
     p->algo = NET_ALGO_RING;
     return TS_OK;
 }
@@ -210,7 +170,7 @@ static int broadcast_phases(const net_graph *g, net_router *r, const net_coll_re
 static int allreduce_tree(const net_graph *g, net_router *r, const net_coll_req *q, net_plan *p, ts_err *err)
 {
     int rc, n = q->n;
-    if ((rc = plan_phase_begin(p, err)))
+    if ((rc = net_plan_phase_begin(p, err)))
         return rc;
     for (int tr = 0; tr < 2; tr++)
         for (int i = 1; i < n; i++) {
@@ -221,7 +181,7 @@ static int allreduce_tree(const net_graph *g, net_router *r, const net_coll_req 
             if ((rc = plan_xfer(g, r, p, pn, cn, q->bytes / 2, q->flow_key, err)))
                 return rc;
         }
-    plan_phase_end(g, p, 2 * tree_depth(n));
+    net_plan_phase_end(g, p, 2 * tree_depth(n));
     return TS_OK;
 }
 
@@ -234,26 +194,26 @@ static int allreduce_hier(const net_graph *g, net_router *r, const net_coll_req 
     int rc;
     double S = q->bytes;
     uint64_t key = q->flow_key;
-    if ((rc = plan_phase_begin(p, err)))
+    if ((rc = net_plan_phase_begin(p, err)))
         return rc;
     for (int s = 0; s < m; s++)
         if ((rc = ring_flows(g, r, p, order + s * k, k, 1, S * (k - 1) / k, key, err)))
             return rc;
-    plan_phase_end(g, p, k - 1);
+    net_plan_phase_end(g, p, k - 1);
     for (int ph = 0; ph < 2; ph++) {
-        if ((rc = plan_phase_begin(p, err)))
+        if ((rc = net_plan_phase_begin(p, err)))
             return rc;
         for (int j = 0; j < k; j++)
             if ((rc = ring_flows(g, r, p, order + j, m, k, S / k * (m - 1) / m, key, err)))
                 return rc;
-        plan_phase_end(g, p, m - 1);
+        net_plan_phase_end(g, p, m - 1);
     }
-    if ((rc = plan_phase_begin(p, err)))
+    if ((rc = net_plan_phase_begin(p, err)))
         return rc;
     for (int s = 0; s < m; s++)
         if ((rc = ring_flows(g, r, p, order + s * k, k, 1, S * (k - 1) / k, key, err)))
             return rc;
-    plan_phase_end(g, p, k - 1);
+    net_plan_phase_end(g, p, k - 1);
     return TS_OK;
 }
 
@@ -264,7 +224,7 @@ static int pipe_phase(const net_graph *g, net_router *r, const net_coll_req *q, 
 {
     int rc, n = k * m;
     double passes = q->kind == NET_COLL_ALLREDUCE ? 2.0 : 1.0, wire = passes * q->bytes * (n - 1) / n;
-    if ((rc = plan_phase_begin(p, err)))
+    if ((rc = net_plan_phase_begin(p, err)))
         return rc;
     for (int s = 0; s < m; s++)
         if ((rc = ring_flows(g, r, p, order + s * k, k, 1, wire * (k - 1) / k, q->flow_key, err)))
@@ -272,7 +232,7 @@ static int pipe_phase(const net_graph *g, net_router *r, const net_coll_req *q, 
     for (int j = 0; j < k; j++)
         if ((rc = ring_flows(g, r, p, order + j, m, k, wire / k, q->flow_key, err)))
             return rc;
-    plan_phase_end(g, p, (int)passes * (n - 1));
+    net_plan_phase_end(g, p, (int)passes * (n - 1));
     p->algo = NET_ALGO_PIPE;
     return TS_OK;
 }
@@ -283,7 +243,7 @@ static int allreduce_nvls(const net_graph *g, net_router *r, const net_coll_req 
 {
     int rc, n = q->n;
     double wire = q->bytes * (n + 1) / n * (NET_NVLINK_EFF / NET_NVLS_EFF);
-    if ((rc = plan_phase_begin(p, err)))
+    if ((rc = net_plan_phase_begin(p, err)))
         return rc;
     for (int i = 0; i < n; i++) {
         int gn = g->gpu_node[q->gpus[i]];
@@ -292,7 +252,7 @@ static int allreduce_nvls(const net_graph *g, net_router *r, const net_coll_req 
         if ((rc = plan_xfer(g, r, p, nvs, gn, wire, q->flow_key, err)))
             return rc;
     }
-    plan_phase_end(g, p, 2);
+    net_plan_phase_end(g, p, 2);
     return TS_OK;
 }
 
@@ -374,6 +334,9 @@ static int plan_phases(const net_graph *g, net_router *r, const net_coll_req *q,
         return p2p_phases(g, r, q, p, err);
     case NET_COLL_BROADCAST:
         return broadcast_phases(g, r, q, p, err);
+    case NET_COLL_ALLTOALL:
+    case NET_COLL_DEEPEP:
+        return net_a2a_phases(g, r, q, p, err);
     case NET_COLL_ALLGATHER:
     case NET_COLL_REDUCE_SCATTER:
     case NET_COLL_ALLREDUCE:
@@ -433,19 +396,6 @@ int net_coll_plan(const net_graph *g, net_router *r, const net_coll_req *q, net_
     return rc ? rc : plan_bundles(p, err);
 }
 
-void net_plan_free(net_plan *p)
-{
-    if (!p || p->packed)
-        return; /* a packed plan is one block: free() it */
-    free(p->x);
-    free(p->ph);
-    /* The analyzer's double free needs plan_bundles to realloc b or bl to 0
-     * bytes, i.e. a negative capacity (capb and capbl are >= 0). */
-    free(p->b);  /* NOLINT(clang-analyzer-unix.Malloc): see above */
-    free(p->bl); /* NOLINT(clang-analyzer-unix.Malloc): see above */
-    memset(p, 0, sizeof *p);
-}
-
 /* ------------------------------------------------------------ runner */
 
 typedef struct {
@@ -475,6 +425,8 @@ typedef struct {
     int n, root;
     double bytes;
     uint64_t flow_key;
+    double hot, rdma_bytes;
+    int hot_sends;
     int *gpus;
     net_plan *plan; /* packed (plan_pack), allocated apart: running collectives point
                           to it across rehashes */
@@ -638,11 +590,17 @@ static void on_flow_done(void *ctx, int flow, uint64_t tag, int64_t t)
 
 static uint64_t req_hash(const net_coll_req *q)
 {
-    uint64_t h = 1469598103934665603ull, b;
+    uint64_t h = 1469598103934665603ull, b, hb, rb;
     memcpy(&b, &q->bytes, sizeof b);
-    uint64_t parts[4] = {(uint64_t)q->kind << 32 | (uint64_t)q->algo,
-                         (uint64_t)(uint32_t)q->n << 32 | (uint32_t)q->root, b, q->flow_key};
-    for (int i = 0; i < 4; i++)
+    memcpy(&hb, &q->hot, sizeof hb);
+    memcpy(&rb, &q->rdma_bytes, sizeof rb);
+    uint64_t parts[6] = {(uint64_t)q->kind << 32 | (uint64_t)q->algo,
+                         (uint64_t)(uint32_t)q->n << 32 | (uint32_t)q->root,
+                         b,
+                         q->flow_key,
+                         hb ^ (uint64_t)q->hot_sends,
+                         rb};
+    for (int i = 0; i < 6; i++)
         h = (h ^ parts[i]) * 1099511628211ull;
     for (int i = 0; i < q->n; i++)
         h = (h ^ (uint64_t)(uint32_t)q->gpus[i]) * 1099511628211ull;
@@ -652,8 +610,8 @@ static uint64_t req_hash(const net_coll_req *q)
 static int entry_matches(const plan_entry *e, uint64_t h, const net_coll_req *q)
 {
     return e->hash == h && e->kind == q->kind && e->algo == q->algo && e->n == q->n && e->root == q->root &&
-           e->bytes == q->bytes && e->flow_key == q->flow_key &&
-           memcmp(e->gpus, q->gpus, sizeof *q->gpus * (size_t)q->n) == 0;
+           e->bytes == q->bytes && e->flow_key == q->flow_key && e->hot == q->hot && e->hot_sends == q->hot_sends &&
+           e->rdma_bytes == q->rdma_bytes && memcmp(e->gpus, q->gpus, sizeof *q->gpus * (size_t)q->n) == 0;
 }
 
 /* A copy of p for running, in one block (free() frees it all): the header,
@@ -735,6 +693,9 @@ static int plan_lookup(net_sim *s, const net_coll_req *q, const net_plan **out, 
     e->root = q->root;
     e->bytes = q->bytes;
     e->flow_key = q->flow_key;
+    e->hot = q->hot;
+    e->hot_sends = q->hot_sends;
+    e->rdma_bytes = q->rdma_bytes;
     s->cache_len++;
     *out = e->plan;
     return TS_OK;
@@ -795,6 +756,8 @@ int net_sim_start_plan(net_sim *s, int64_t now_ns, const net_plan *plan, int64_t
     c->lat_scale = lat_ns >= 0 && own > 0 ? (double)lat_ns / (double)own : 1.0;
     c->lat_first = lat_ns >= 0 && own == 0 ? lat_ns : 0;
     s->in_flight++;
+    ts_err *outer_err = s->cb_err; /* a start from a done callback: the advance's */
+    int outer_rc = s->cb_rc;
     s->cb_err = err;
     s->cb_rc = TS_OK;
     if (c->pp->nph == 0) {
@@ -804,7 +767,8 @@ int net_sim_start_plan(net_sim *s, int64_t now_ns, const net_plan *plan, int64_t
     } else {
         rc = begin_phase(s, ci, now_ns);
     }
-    s->cb_err = NULL;
+    s->cb_err = outer_err;
+    s->cb_rc = outer_rc;
     return rc;
 }
 

@@ -49,6 +49,29 @@
  *    the servers), all in ONE phase, n-1 (all-reduce 2(n-1)) step
  *    latencies. Its bandwidth is NCCL's ring bus bandwidth, min(NVLink,
  *    k NICs), which the default mode (sim/model/commcost) uses.
+ *  - ALLTOALL (the MoE alltoall dispatcher; S = what one rank sends): NCCL
+ *    runs it as n - 1 sends per rank in one group call, all in flight:
+ *    ONE phase with a transfer i -> j of S/(n-1) for every ordered pair,
+ *    n (n - 1) transfers (none between two positions on the same GPU),
+ *    each over its own route (inside a server through the NVSwitch, across
+ *    servers through the NICs and the fabric), 1 step latency. Routing
+ *    skew: the transfers into position `root` (hot_sends: out of it) carry
+ *    `hot` times their bytes (the busiest expert-parallel rank). Bundles:
+ *    the transfers of one receiver (hot_sends: of one sender) from (to) its
+ *    own server move in lockstep, and so do those from (to) the other
+ *    servers: up to 2n bundles, each of transfers of one size (a bundle
+ *    runs its largest transfer's bytes); the busiest rank's are the slow
+ *    ones. On an idle fabric with
+ *    balanced routing this is the default mode's closed form
+ *    (moe_a2a_ns): max(S (k-1)/(n-1) / B_nvlink, S (n-k)/(n-1) / B_nic).
+ *  - DEEPEP (the flex dispatcher with DeepEP; bytes = NVLink bytes a rank
+ *    sends, rdma_bytes = its RDMA bytes; k GPUs of the group on each of m
+ *    servers): ONE phase with transfers of bytes/(k-1) to each of the
+ *    rank's k - 1 server peers and rdma_bytes/(m-1) to the GPU of the same
+ *    local index on each of the m - 1 other servers (DeepEP's internode
+ *    kernels: one RDMA copy per remote node, forwarded there over NVLink),
+ *    hot and bundles as ALLTOALL; 1 step latency. The default mode's
+ *    moe_deepep_ns on an idle fabric. One server: ALLTOALL of bytes.
  * NET_ALGO_AUTO picks NVLS for an all-reduce inside one NVLS-capable
  * domain, PIPE for a group spanning servers with several GPUs on each, and
  * RING otherwise (a collective on one GPU per server, or inside one
@@ -68,87 +91,13 @@
 
 #include "sim/net/net_flow.h"
 #include "sim/net/net_graph.h"
+#include "sim/net/net_plan.h"
 #include "sim/net/net_route.h"
 #include "sim/util/err.h"
-
-/* Software cost of one NCCL step beside link latency, microseconds. An
- * order-of-magnitude assumption (no published row); 0 keeps the closed-form
- * test exact on link latency alone. */
-#define NET_STEP_OVERHEAD_US 0.0
-
-typedef enum {
-    NET_COLL_ALLREDUCE = 0,
-    NET_COLL_ALLGATHER,
-    NET_COLL_REDUCE_SCATTER,
-    NET_COLL_BROADCAST,
-    NET_COLL_P2P,         /* gpus[0] -> gpus[1] */
-    NET_COLL_P2P_SCATTER, /* gpus[0..t-1] (one server) -> gpus[t..2t-1] (another) */
-    NET_COLL_KIND_COUNT
-} net_coll_kind;
-
-typedef enum {
-    NET_ALGO_AUTO = 0,
-    NET_ALGO_RING,
-    NET_ALGO_TREE,
-    NET_ALGO_HIER,
-    NET_ALGO_NVLS,
-    NET_ALGO_PIPE
-} net_coll_algo;
-
-typedef struct {
-    net_coll_kind kind;
-    net_coll_algo algo;
-    const int *gpus;   /* GPU indices (net_graph numbering), in the group's rank order; borrowed */
-    int n;             /* group size (P2P: 2; P2P_SCATTER: 2t) */
-    double bytes;      /* S, see above */
-    int root;          /* BROADCAST: position of the root in gpus */
-    uint64_t flow_key; /* mixed into the ECMP hash of every flow */
-} net_coll_req;
-
-typedef struct {
-    int src, dst; /* node ids */
-    double bytes;
-    int bundle; /* transfers of one bundle (contiguous) move in lockstep: one flow */
-    int nlinks;
-    int links[NET_MAX_PATH];
-} net_xfer;
-
-typedef struct {
-    int first, count; /* transfers x[first .. first+count) */
-    int nbundles;     /* flows the phase starts: bundles b[first_bundle .. +nbundles) */
-    int first_bundle;
-    int64_t lat_ns;
-} net_phase;
-
-/* A bundle as its flow is started: the routes of its transfers
- * concatenated, and the largest transfer's bytes. */
-typedef struct {
-    int first_link, nlinks; /* links bl[first_link .. first_link+nlinks) */
-    double bytes;
-    net_flow_hint hint; /* the runner's: its rate on idle links */
-} net_bundle;
-
-typedef struct {
-    net_xfer *x;
-    int nx, capx;
-    net_phase *ph;
-    int nph, capph;
-    net_bundle *b;
-    int nb, capb; /* every phase's bundles, in order */
-    int *bl;
-    int nbl, capbl;     /* their links */
-    net_coll_algo algo; /* the algorithm used (AUTO resolved) */
-    int64_t lat_ns;     /* the phases' latencies together: its time beyond the bytes' on an idle fabric */
-    int cur_bundle;     /* while building */
-    int packed;         /* net_sim's copy for running: ph, b and bl share the header's block
-                           (no transfers); freed with free() alone */
-} net_plan;
 
 /* Build the plan of req into plan (reset first; arrays reused). Errors name
  * the problem (GPU out of range, NVLS on a group spanning domains, ...). */
 int net_coll_plan(const net_graph *g, net_router *r, const net_coll_req *req, net_plan *plan, ts_err *err);
-/* Free a built plan's arrays (not plan itself); nothing for a packed one. */
-void net_plan_free(net_plan *plan);
 
 /* ------------------------------------------------------------ runner */
 
@@ -170,7 +119,8 @@ int net_sim_start(net_sim *s, int64_t now_ns, const net_coll_req *req, uint64_t 
  * skip the lookup. */
 int net_sim_plan(net_sim *s, const net_coll_req *req, const net_plan **out, ts_err *err);
 
-/* net_sim_start of the request whose plan net_sim_plan(s, ...) returned.
+/* net_sim_start of the request whose plan net_sim_plan(s, ...) returned
+ * (may be called from the done callback, at its time).
  * lat_ns < 0: the phases wait their own latencies (the links'); lat_ns >= 0:
  * the collective's latency in total (NCCL's model of it, net_engine),
  * spread over the phases in proportion to theirs, or waited before the

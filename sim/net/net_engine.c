@@ -17,6 +17,10 @@ typedef struct {
     engine_task_id *tasks;
     int n, cap, need; /* need: members expected (full mode) */
     int leader;       /* global rank of the group's first member */
+    double bytes2;    /* expert-data-parallel bytes still to move after this collective (0: none) */
+    int64_t lat2;     /* their NCCL latency */
+    int left;         /* expert-data-parallel collectives in flight */
+    uint8_t coll2;    /* their kind */
     uint8_t dim;
     uint32_t tag;
     int32_t mb;
@@ -55,12 +59,22 @@ static void cache_put(plan_cache *c, uint8_t coll, int peer_pp, double bytes, co
         c->e[c->n++] = (plan_ent){plan, bytes, peer_pp, coll};
 }
 
+/* Group kinds (net_place.h's NET_PLACE_*): tensor-parallel, data-parallel,
+ * expert-parallel, and expert-data-parallel (GK_EDP; the arrays below are
+ * indexed by gi(dim)). */
+#define NET_GROUPS 4
+#define GK_EDP     NET_PLACE_EDP
+static inline int gi(int dim)
+{
+    return dim == NET_DIM_EP ? NET_PLACE_EP : dim;
+}
+
 /* What the hooks need of an engine rank, computed once. */
 typedef struct {
-    int global, gpu; /* global rank and its GPU */
-    int tp, dp, pp;  /* its coordinates */
-    int leader[2];   /* per dim (TP, DP): global rank of the group's first member */
-    uint64_t key[2]; /* per dim: ECMP flow key of the group's communicator */
+    int global, gpu;          /* global rank and its GPU */
+    int tp, dp, pp;           /* its coordinates */
+    int leader[NET_GROUPS];   /* per group kind: global rank of the group's first member */
+    uint64_t key[NET_GROUPS]; /* per group kind: ECMP flow key of the group's communicator */
 } rank_info;
 
 struct net_engine {
@@ -72,24 +86,26 @@ struct net_engine {
     net_sim *sim;
     engine *e;
     int n_ranks;
-    double *factor;      /* per engine rank */
-    rank_info *ri;       /* per engine rank */
-    int *rgroup;         /* per engine rank, per dim (TP, DP): index of its group in open[dim]
-                                and gplans[dim] (apart from rank_info: dense, it stays in cache) */
-    int *ggpus[2];       /* per dim (TP, DP): every group's GPUs, in group-rank order */
-    int *goff[2];        /* per dim, per global rank: offset of its group in ggpus[dim] */
-    int *active_comm;    /* per engine rank: driven comm tasks in flight */
-    net_step_desc *desc; /* per tag */
+    double *factor;         /* per engine rank */
+    rank_info *ri;          /* per engine rank */
+    int *rgroup;            /* per engine rank, per group kind: index of its group in open and
+                                     gplans[kind] (apart from rank_info: dense, it stays in cache) */
+    int gsize[NET_GROUPS];  /* per group kind: members of a group */
+    int n_groups;           /* group kinds in use: 2 (TP, DP), 4 with experts (net_place.experts) */
+    int *ggpus[NET_GROUPS]; /* per group kind: every group's GPUs, in group-rank order */
+    int *goff[NET_GROUPS];  /* per group kind, per global rank: offset of its group in ggpus */
+    int *active_comm;       /* per engine rank: driven comm tasks in flight */
+    net_step_desc *desc;    /* per tag */
     uint8_t *have_desc;
     uint32_t n_desc;
     inst_t *inst;
     int n_inst, cap_inst;
     int *free_inst;
     int n_free;
-    net_rdv open;          /* (group, dim, tag, micro-batch) -> the instance some but not
+    net_rdv open;                   /* (group, dim, tag, micro-batch) -> the instance some but not
                       all members have started (full mode) */
-    plan_cache *gplans[2]; /* per dim, per group: its plans */
-    plan_cache *splans;    /* per engine rank: its sends' plans */
+    plan_cache *gplans[NET_GROUPS]; /* per group kind, per group: its plans */
+    plan_cache *splans;             /* per engine rank: its sends' plans */
     int64_t *tq;
     int n_tq, cap_tq; /* pending engine timer times (min-heap) */
     int *gpus;        /* scratch: group GPUs */
@@ -102,48 +118,51 @@ static void coll_done(void *ctx, uint64_t tag, int64_t t_ns);
 static uint64_t key_hash(int dim, int leader, uint32_t tag, int32_t mb);
 static int global_of(const net_engine *ne, int engine_rank);
 
-/* Fill ne->ri, ne->ggpus and ne->goff (ne->n_ranks and ne->pl set). */
+/* Fill ne->ri, ne->ggpus and ne->goff (ne->n_ranks, ne->gsize and ne->pl
+ * set): each group listed once, by its leader. */
 static int rank_tables(net_engine *ne)
 {
     const net_place *pl = ne->pl;
     int n = pl->n_ranks;
     ne->ri = calloc((size_t)ne->n_ranks, sizeof *ne->ri);
-    ne->rgroup = malloc(sizeof *ne->rgroup * 2 * (size_t)ne->n_ranks);
-    if (!ne->ri || !ne->rgroup)
+    ne->rgroup = malloc(sizeof *ne->rgroup * NET_GROUPS * (size_t)ne->n_ranks);
+    int *ranks = calloc((size_t)n, sizeof *ranks);
+    if (!ne->ri || !ne->rgroup || !ranks) {
+        free(ranks);
         return TS_ENOMEM;
-    for (int dim = 0; dim < 2; dim++) {
-        ne->ggpus[dim] = malloc(sizeof *ne->ggpus[dim] * (size_t)n);
-        ne->goff[dim] = malloc(sizeof *ne->goff[dim] * (size_t)n);
-        if (!ne->ggpus[dim] || !ne->goff[dim])
+    }
+    for (int k = 0; k < ne->n_groups; k++) {
+        ne->ggpus[k] = malloc(sizeof *ne->ggpus[k] * (size_t)n);
+        ne->goff[k] = malloc(sizeof *ne->goff[k] * (size_t)n);
+        if (!ne->ggpus[k] || !ne->goff[k]) {
+            free(ranks);
             return TS_ENOMEM;
+        }
         int next = 0;
-        for (int r = 0; r < n; r++) { /* leaders (coordinate 0 along dim) in rank order */
-            int c[NET_DIMS];
-            net_place_coords(pl, r, &c[NET_DIM_TP], &c[NET_DIM_DP], &c[NET_DIM_PP]);
-            if (c[dim] != 0)
+        for (int r = 0; r < n; r++) { /* leaders in rank order */
+            if (net_place_group_leader(pl, k, r) != r)
                 continue;
-            ne->goff[dim][r] = next;
-            next += net_place_group_gpus(pl, (net_dim)dim, r, ne->ggpus[dim] + next);
+            int m = net_place_group_ranks(pl, k, r, ranks);
+            ne->goff[k][r] = next;
+            for (int i = 0; i < m; i++)
+                ne->ggpus[k][next + i] = pl->gpu_of_rank[ranks[i]];
+            next += m;
         }
-        for (int r = 0; r < n; r++) {
-            int c[NET_DIMS];
-            net_place_coords(pl, r, &c[NET_DIM_TP], &c[NET_DIM_DP], &c[NET_DIM_PP]);
-            c[dim] = 0;
-            ne->goff[dim][r] = ne->goff[dim][net_place_rank(pl, c[NET_DIM_TP], c[NET_DIM_DP], c[NET_DIM_PP])];
-        }
+        for (int r = 0; r < n; r++)
+            ne->goff[k][r] = ne->goff[k][net_place_group_leader(pl, k, r)];
     }
     for (int er = 0; er < ne->n_ranks; er++) {
         rank_info *ri = &ne->ri[er];
         ri->global = global_of(ne, er);
         ri->gpu = pl->gpu_of_rank[ri->global];
         net_place_coords(pl, ri->global, &ri->tp, &ri->dp, &ri->pp);
-        ri->leader[NET_DIM_TP] = net_place_rank(pl, 0, ri->dp, ri->pp);
-        ri->leader[NET_DIM_DP] = net_place_rank(pl, ri->tp, 0, ri->pp);
-        for (int dim = 0; dim < 2; dim++) {
-            ri->key[dim] = key_hash(dim, ri->leader[dim], 0u, 0);
-            ne->rgroup[2 * er + dim] = ne->goff[dim][ri->global] / pl->size[dim];
+        for (int k = 0; k < ne->n_groups; k++) {
+            ri->leader[k] = net_place_group_leader(pl, k, ri->global);
+            ri->key[k] = key_hash(k, ri->leader[k], 0u, 0);
+            ne->rgroup[NET_GROUPS * er + k] = ne->goff[k][ri->global] / ne->gsize[k];
         }
     }
+    free(ranks);
     return TS_OK;
 }
 
@@ -169,15 +188,25 @@ int net_engine_new(const net_graph *g, const net_place *pl, const net_engine_opt
     ne->fn = fn;
     ne->fn_ctx = fn_ctx;
     ne->n_ranks = opts->full ? pl->n_ranks : pl->size[NET_DIM_PP];
-    int most = pl->size[NET_DIM_TP] > pl->size[NET_DIM_DP] ? pl->size[NET_DIM_TP] : pl->size[NET_DIM_DP];
+    ne->gsize[0] = pl->size[NET_DIM_TP];
+    ne->gsize[1] = pl->size[NET_DIM_DP];
+    ne->n_groups = pl->experts ? NET_GROUPS : 2; /* a dense model: no expert groups to build */
+    if (pl->experts) {
+        ne->gsize[2] = pl->ep;
+        ne->gsize[GK_EDP] = pl->size[NET_DIM_TP] * pl->size[NET_DIM_DP] / (pl->ep * pl->etp);
+    }
+    int most = 1;
+    for (int k = 0; k < ne->n_groups; k++) {
+        most = ne->gsize[k] > most ? ne->gsize[k] : most;
+        ne->gplans[k] = calloc((size_t)(pl->n_ranks / ne->gsize[k]), sizeof *ne->gplans[k]);
+    }
     ne->factor = malloc(sizeof *ne->factor * (size_t)ne->n_ranks);
     ne->active_comm = calloc((size_t)ne->n_ranks, sizeof *ne->active_comm);
     ne->gpus = malloc(sizeof *ne->gpus * (size_t)(2 * most + 2));
-    ne->gplans[0] = calloc((size_t)(pl->n_ranks / pl->size[0]), sizeof *ne->gplans[0]);
-    ne->gplans[1] = calloc((size_t)(pl->n_ranks / pl->size[1]), sizeof *ne->gplans[1]);
     ne->splans = calloc((size_t)ne->n_ranks, sizeof *ne->splans);
     net_rdv_init(&ne->open);
-    if (!ne->factor || !ne->active_comm || !ne->gpus || !ne->gplans[0] || !ne->gplans[1] || !ne->splans) {
+    if (!ne->factor || !ne->active_comm || !ne->gpus || !ne->gplans[0] || !ne->gplans[1] ||
+        (pl->experts && (!ne->gplans[2] || !ne->gplans[GK_EDP])) || !ne->splans) {
         net_engine_free(ne);
         return err_set(err, TS_ENOMEM, "net_engine: out of memory");
     }
@@ -204,8 +233,8 @@ void net_engine_free(net_engine *ne)
     free(ne->inst);
     free(ne->free_inst);
     net_rdv_free(&ne->open);
-    free(ne->gplans[0]);
-    free(ne->gplans[1]);
+    for (int k = 0; k < NET_GROUPS; k++)
+        free(ne->gplans[k]);
     free(ne->splans);
     free(ne->tq);
     free(ne->gpus);
@@ -214,9 +243,9 @@ void net_engine_free(net_engine *ne)
     free(ne->factor);
     free(ne->ri);
     free(ne->rgroup);
-    for (int dim = 0; dim < 2; dim++) {
-        free(ne->ggpus[dim]);
-        free(ne->goff[dim]);
+    for (int k = 0; k < NET_GROUPS; k++) {
+        free(ne->ggpus[k]);
+        free(ne->goff[k]);
     }
     free(ne->active_comm);
     net_sim_free(ne->sim);
@@ -270,8 +299,22 @@ static const net_step_desc *fill_desc(net_engine *ne, uint32_t tag, ts_err *err)
         if (ne->fn(ne->fn_ctx, tag, &ne->desc[tag], err))
             return NULL;
         const net_step_desc *d = &ne->desc[tag];
-        if (d->role == NET_STEP_COLL && (d->dim != NET_DIM_TP && d->dim != NET_DIM_DP)) {
-            err_set(err, TS_EINVAL, "net_engine: step %u: collective along dimension %d (valid: tp, dp)", tag, d->dim);
+        if (d->role == NET_STEP_COLL && (d->dim != NET_DIM_TP && d->dim != NET_DIM_DP && d->dim != NET_DIM_EP)) {
+            err_set(err, TS_EINVAL, "net_engine: step %u: collective along dimension %d (valid: tp, dp, ep)", tag,
+                    d->dim);
+            return NULL;
+        }
+        bool a2a = d->role == NET_STEP_COLL && (d->coll == NET_COLL_ALLTOALL || d->coll == NET_COLL_DEEPEP);
+        if (a2a && ne->n_groups < NET_GROUPS) {
+            err_set(err, TS_EINVAL, "net_engine: step %u: an all-to-all without expert groups (net_place_set_experts)",
+                    tag);
+            return NULL;
+        }
+        if (d->role == NET_STEP_COLL && a2a != (d->dim == NET_DIM_EP)) {
+            err_set(err, TS_EINVAL,
+                    "net_engine: step %u: collective kind %d along dimension %d (all-to-alls run over the "
+                    "expert-parallel group, nothing else does)",
+                    tag, d->coll, d->dim);
             return NULL;
         }
         if ((d->role == NET_STEP_SEND || (d->role == NET_STEP_COLL && d->coll == NET_COLL_P2P_SCATTER)) &&
@@ -442,7 +485,9 @@ static int pending(net_engine *ne, int rank, int dim, uint32_t tag, int32_t mb, 
     net_rdv_key k;
     *open = NULL;
     if (need > 1) {
-        k = (net_rdv_key){(uint64_t)(uint32_t)(2 * ne->rgroup[2 * rank + dim] + dim) << 32 | tag, (uint32_t)mb};
+        k = (net_rdv_key){(uint64_t)(uint32_t)(NET_GROUPS * ne->rgroup[NET_GROUPS * rank + gi(dim)] + gi(dim)) << 32 |
+                              tag,
+                          (uint32_t)mb};
         if ((sl = net_rdv_find(&ne->open, k))) {
             *open = sl;
             return (int)sl->v.i;
@@ -453,7 +498,7 @@ static int pending(net_engine *ne, int rank, int dim, uint32_t tag, int32_t mb, 
         return -1;
     inst_t *in = &ne->inst[i];
     in->dim = (uint8_t)dim;
-    in->leader = ne->ri[rank].leader[dim];
+    in->leader = ne->ri[rank].leader[gi(dim)];
     in->tag = tag;
     in->mb = mb;
     in->need = need;
@@ -466,10 +511,21 @@ static int pending(net_engine *ne, int rank, int dim, uint32_t tag, int32_t mb, 
     return i;
 }
 
+static int start_edp(net_engine *ne, int ii, int64_t t_ns);
+
 static void coll_done(void *ctx, uint64_t tag, int64_t t_ns)
 {
     net_engine *ne = ctx;
     inst_t *in = &ne->inst[(int)tag];
+    if (in->left > 0 && --in->left > 0)
+        return;           /* other expert-data-parallel groups still move */
+    if (in->bytes2 > 0) { /* the data-parallel part ended: the experts' part next */
+        if (fail(ne, start_edp(ne, (int)tag, t_ns)))
+            return;
+        if (ne->inst[(int)tag].left > 0)
+            return;
+        in = &ne->inst[(int)tag];
+    }
     for (int k = 0; k < in->n; k++)
         if (fail(ne, engine_task_finish(ne->e, in->tasks[k], t_ns, &ne->err)))
             break;
@@ -495,27 +551,89 @@ int net_engine_rank(const net_engine *ne, int tp, int dp, int pp)
     return pp + ne->pl->size[NET_DIM_PP] * (tp + ne->pl->size[NET_DIM_TP] * dp);
 }
 
+/* The expert-data-parallel part of instance ii at t_ns: one collective of
+ * in->bytes2 over each expert-data-parallel group of its members. */
+static int start_edp(net_engine *ne, int ii, int64_t t_ns)
+{
+    inst_t *in = &ne->inst[ii];
+    double bytes = in->bytes2;
+    int64_t lat = in->lat2;
+    uint8_t coll = in->coll2;
+    in->bytes2 = 0;
+    int n = in->n, groups = 0;
+    for (int pass = 0; pass < 2; pass++) { /* count the distinct groups, then start them */
+        for (int k = 0; k < n; k++) {
+            in = &ne->inst[ii];
+            int rank = engine_task_rank(ne->e, in->tasks[k]), g = ne->rgroup[NET_GROUPS * rank + GK_EDP], dup = 0;
+            for (int j = 0; j < k && !dup; j++)
+                dup = ne->rgroup[NET_GROUPS * engine_task_rank(ne->e, in->tasks[j]) + GK_EDP] == g;
+            if (dup)
+                continue;
+            if (pass == 0) {
+                groups++;
+                continue;
+            }
+            plan_cache *pc = &ne->gplans[GK_EDP][g];
+            const net_plan *plan = cache_find(pc, coll, -1, bytes);
+            if (!plan) {
+                const rank_info *ri = &ne->ri[rank];
+                net_coll_req q = {.kind = (net_coll_kind)coll,
+                                  .algo = coll == NET_COLL_ALLREDUCE ? ne->opts.algo : NET_ALGO_AUTO,
+                                  .gpus = ne->ggpus[GK_EDP] + ne->goff[GK_EDP][ri->global],
+                                  .n = ne->gsize[GK_EDP],
+                                  .bytes = bytes,
+                                  .flow_key = ri->key[GK_EDP]};
+                int rc = net_sim_plan(ne->sim, &q, &plan, &ne->err);
+                if (rc)
+                    return rc;
+                cache_put(pc, coll, -1, bytes, plan);
+            }
+            ne->st.collectives++;
+            int rc = net_sim_start_plan(ne->sim, t_ns, plan, lat > 0 ? lat : -1, (uint64_t)ii, &ne->err);
+            if (rc)
+                return rc;
+        }
+        if (pass == 0)
+            ne->inst[ii].left = groups;
+    }
+    return TS_OK;
+}
+
 static void start_coll(net_engine *ne, engine *e, int ii, const net_step_desc *d, int rank, int64_t now)
 {
     inst_t *in = &ne->inst[ii];
-    int dim = d->dim, peer_pp = d->coll == NET_COLL_P2P_SCATTER ? d->peer_pp : -1;
-    plan_cache *pc = &ne->gplans[dim][ne->rgroup[2 * rank + dim]];
+    in->left = 0;
+    in->bytes2 = d->dim == NET_DIM_DP && ne->n_groups > GK_EDP && ne->gsize[GK_EDP] > 1 ? d->bytes_edp : 0;
+    in->lat2 = d->lat_edp_ns;
+    in->coll2 = d->coll;
+    int k = gi(d->dim), peer_pp = d->coll == NET_COLL_P2P_SCATTER ? d->peer_pp : -1;
+    if (d->coll == NET_COLL_ALLTOALL || d->coll == NET_COLL_DEEPEP) /* dispatch or combine: one plan each */
+        peer_pp = d->hot_sends;
+    plan_cache *pc = &ne->gplans[k][ne->rgroup[NET_GROUPS * rank + k]];
     const net_plan *plan = cache_find(pc, d->coll, peer_pp, d->bytes);
     if (!plan) {
         const rank_info *ri = &ne->ri[rank];
-        int n = ne->pl->size[dim];
-        const int *gpus = ne->ggpus[dim] + ne->goff[dim][ri->global];
-        uint64_t key = ri->key[dim];
+        int n = ne->gsize[k];
+        const int *gpus = ne->ggpus[k] + ne->goff[k][ri->global];
+        uint64_t key = ri->key[k];
         if (d->coll == NET_COLL_P2P_SCATTER) { /* the peer stage's group receives */
             int peer = net_place_rank(ne->pl, ri->tp, ri->dp, d->peer_pp);
             memcpy(ne->gpus, gpus, sizeof *gpus * (size_t)n);
-            memcpy(ne->gpus + n, ne->ggpus[dim] + ne->goff[dim][peer], sizeof *gpus * (size_t)n);
+            memcpy(ne->gpus + n, ne->ggpus[k] + ne->goff[k][peer], sizeof *gpus * (size_t)n);
             gpus = ne->gpus;
             n *= 2;
             key = key_hash(in->dim, in->leader, 1u + (uint32_t)d->peer_pp, 0);
         }
         /* ECMP key: the communicator (group, and the peer group of a scatter), the same on every call */
-        net_coll_req q = {(net_coll_kind)d->coll, ne->opts.algo, gpus, n, d->bytes, 0, key};
+        net_coll_req q = {.kind = (net_coll_kind)d->coll,
+                          .algo = ne->opts.algo,
+                          .gpus = gpus,
+                          .n = n,
+                          .bytes = d->bytes,
+                          .flow_key = key,
+                          .hot = d->hot,
+                          .hot_sends = d->hot_sends,
+                          .rdma_bytes = d->rdma_bytes};
         if (d->coll != NET_COLL_ALLREDUCE)
             q.algo = NET_ALGO_AUTO;
         if (fail(ne, net_sim_plan(ne->sim, &q, &plan, &ne->err)))
@@ -550,7 +668,7 @@ void net_engine_task_started(net_engine *ne, engine *e, engine_task_id id, const
     case NET_STEP_COLL: {
         if (ne->opts.comm_compute_slowdown > 0)
             ne->active_comm[rank]++;
-        int need = ne->opts.full ? ne->pl->size[d->dim] : 1;
+        int need = ne->opts.full ? ne->gsize[gi(d->dim)] : 1;
         net_rdv_slot *open;
         int ii = pending(ne, rank, d->dim, tag, ti->mb, need, &open);
         if (ii < 0) {
@@ -580,8 +698,12 @@ void net_engine_task_started(net_engine *ne, engine *e, engine_task_id id, const
         const net_plan *plan = cache_find(&ne->splans[rank], NET_COLL_P2P, d->peer_pp, d->bytes);
         if (!plan) {
             int pair[2] = {ri->gpu, ne->pl->gpu_of_rank[net_place_rank(ne->pl, ri->tp, ri->dp, d->peer_pp)]};
-            net_coll_req q = {
-                NET_COLL_P2P, NET_ALGO_AUTO, pair, 2, d->bytes, 0, key_hash(3, global, (uint32_t)d->peer_pp, 0)};
+            net_coll_req q = {.kind = NET_COLL_P2P,
+                              .algo = NET_ALGO_AUTO,
+                              .gpus = pair,
+                              .n = 2,
+                              .bytes = d->bytes,
+                              .flow_key = key_hash(3, global, (uint32_t)d->peer_pp, 0)};
             if (fail(ne, net_sim_plan(ne->sim, &q, &plan, &ne->err)))
                 return;
             cache_put(&ne->splans[rank], NET_COLL_P2P, d->peer_pp, d->bytes, plan);

@@ -10,7 +10,10 @@
  *  - a collective starts when the members of its group have all started
  *    their task for it (matched by group, tag and micro-batch), as one
  *    net_coll request over the group's GPUs; every member's task ends when
- *    it ends;
+ *    it ends (after the expert-data-parallel part, bytes_edp); groups are
+ *    tensor-parallel, data-parallel, or (MoE
+ *    all-to-alls) expert-parallel (net_place_set_experts, called before
+ *    net_engine_new);
  *  - a send is a p2p flow from the rank's GPU to the GPU of the same tensor
  *    and data-parallel coordinates on the receiving pipeline rank (the
  *    engine ends the joined receive with it);
@@ -61,16 +64,27 @@ typedef enum {
 } net_step_role;
 
 typedef struct {
-    uint8_t role;   /* net_step_role */
-    uint8_t coll;   /* COLL: net_coll_kind (ALLREDUCE, ALLGATHER, REDUCE_SCATTER, or
+    uint8_t role;      /* net_step_role */
+    uint8_t coll;      /* COLL: net_coll_kind (ALLREDUCE, ALLGATHER, REDUCE_SCATTER, or
                             P2P_SCATTER: the tensor group sends S/t per rank to the group of
                             pipeline rank peer_pp, which all-gathers) */
-    uint8_t dim;    /* COLL: net_dim (NET_DIM_TP or NET_DIM_DP) */
-    int peer_pp;    /* SEND, P2P_SCATTER: receiving pipeline rank */
-    double bytes;   /* COLL, SEND: size, commcost/NCCL convention */
-    int64_t dur_ns; /* COMPUTE: duration on the nominal GPU */
-    int64_t lat_ns; /* COLL: NCCL's latency of the collective, which replaces the links' (0: the
+    uint8_t dim;       /* COLL: net_dim (NET_DIM_TP, NET_DIM_DP, or NET_DIM_EP: the rank's expert-parallel
+                       group, net_place_ep_ranks, for ALLTOALL and DEEPEP) */
+    int peer_pp;       /* SEND, P2P_SCATTER: receiving pipeline rank */
+    double bytes;      /* COLL, SEND: size, commcost/NCCL convention */
+    int64_t dur_ns;    /* COMPUTE: duration on the nominal GPU */
+    int64_t lat_ns;    /* COLL: NCCL's latency of the collective, which replaces the links' (0: the
                        links' alone; net_sim_start_plan) */
+    double hot;        /* ALLTOALL, DEEPEP: net_coll_req's (the busiest rank is position 0 of the group) */
+    double rdma_bytes; /* DEEPEP: net_coll_req's */
+    uint8_t hot_sends; /* ALLTOALL, DEEPEP: net_coll_req's */
+    /* COLL along NET_DIM_DP (MoE): bytes the rank's expert-data-parallel
+     * group (net_place_edp_ranks) moves after the data-parallel group's
+     * collective ends, the same kind, and NCCL's latency of it (0: none;
+     * in full mode every expert-data-parallel group of the data-parallel
+     * group's members, which must hold it whole) */
+    double bytes_edp;
+    int64_t lat_edp_ns;
 } net_step_desc;
 
 /* Describe tag; return TS_OK or a TS_E* code (with err set). */

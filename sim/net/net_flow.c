@@ -38,8 +38,10 @@ int net_flows_new(const net_graph *g, net_flows **out, ts_err *err)
     f->lsat = calloc(nl, sizeof *f->lsat);
     f->lout = calloc(nl, sizeof *f->lout);
     f->bnd_links = malloc(nl * sizeof *f->bnd_links);
+    f->ltouch = calloc(nl, sizeof *f->ltouch);
+    f->touched = malloc(nl * sizeof *f->touched);
     if (!f->lh || !f->lk || !f->lf || !f->lmark || !f->dirty || !f->comp_links || !f->bw || !f->lsat || !f->lout ||
-        !f->bnd_links) {
+        !f->bnd_links || !f->ltouch || !f->touched) {
         net_flows_free(f);
         return err_set(err, TS_ENOMEM, "net_flows: out of memory");
     }
@@ -53,8 +55,10 @@ void net_flows_free(net_flows *f)
     if (!f)
         return;
     if (f->lk)
-        for (int i = 0; i < f->g->n_links; i++)
+        for (int i = 0; i < f->g->n_links; i++) {
             free(f->lk[i].fl);
+            free(f->lk[i].occ);
+        }
     free(f->lk);
     free(f->lf);
     free(f->lmark);
@@ -71,6 +75,8 @@ void net_flows_free(net_flows *f)
     free(f->lsat);
     free(f->lout);
     free(f->bnd_links);
+    free(f->ltouch);
+    free(f->touched);
     free(f->comp_flows);
     free(f->fh);
     free(f->sh);
@@ -113,20 +119,30 @@ static int alloc_flow(net_flows *f)
     return f->n_flows++;
 }
 
-/* Append flow id to link l's list; its occurrence index, or TS_ENOMEM. */
-static int lfl_push(net_flows *f, int l, int id)
+/* Append flow id's route entry h to link l's list; its occurrence index,
+ * or TS_ENOMEM. */
+static int lfl_push(net_flows *f, int l, int id, int h)
 {
     link_hot *H = &f->lh[l];
+    link_t *L = &f->lk[l];
     int k = H->n;
     if (k == 0) {
         H->fl0 = id;
+        L->occ0 = h;
         if (f->u_since)
             f->u_since[l] = f->now_ns; /* the link becomes busy */
     } else {
-        link_t *L = &f->lk[l];
+        int cap = L->cap;
         if (k - 1 == L->cap && grow_to_int((void **)&L->fl, &L->cap, k, 4, sizeof *L->fl))
             return TS_ENOMEM;
+        if (L->cap != cap) {
+            int *o = realloc(L->occ, sizeof *o * (size_t)L->cap);
+            if (!o)
+                return TS_ENOMEM;
+            L->occ = o;
+        }
         L->fl[k - 1] = id;
+        L->occ[k - 1] = h;
     }
     H->n = k + 1;
     return k;
@@ -217,7 +233,7 @@ int net_flow_start_hint(net_flows *f, int64_t now_ns, const int *links, int nlin
     F->nlinks = nlinks;
     int repeat = !alone; /* on idle links, an occurrence after the first is this flow's own */
     for (int h = 0; h < nlinks; h++) {
-        int k = lfl_push(f, links[h], id);
+        int k = lfl_push(f, links[h], id, h);
         if (k < 0)
             return err_set(err, TS_ENOMEM, "net_flows: out of memory");
         F->links[h] = links[h];
@@ -309,13 +325,9 @@ static void detach(net_flows *f, int id)
         int l = F->links[h];
         int p = F->pos[h], lastpos = --f->lh[l].n, last = lfl(f, l, lastpos);
         if (p != lastpos) { /* move the last entry (maybe this flow's other occurrence) into p */
-            lfl_set(f, l, p, last);
-            flow_t *G = &f->fl[last];
-            for (int hh = 0; hh < G->nlinks; hh++)
-                if (G->links[hh] == l && G->pos[hh] == lastpos) {
-                    G->pos[hh] = p;
-                    break;
-                }
+            int gh = lfl_occ(f, l, lastpos);
+            lfl_set(f, l, p, last, gh);
+            f->fl[last].pos[gh] = p;
         }
         if (lastpos == 0)
             busy_end(f, l);

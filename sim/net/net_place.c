@@ -44,6 +44,7 @@ int net_place_init(net_place *pl, const net_graph *g, int t, int d, int p, const
     if (n > g->n_gpus)
         return err_set(err, TS_EINVAL, "placement: t*d*p = %lld ranks but the topology has %d GPUs", n, g->n_gpus);
     pl->n_ranks = (int)n;
+    pl->ep = pl->etp = 1;
     int stride = 1;
     for (int i = 0; i < NET_DIMS; i++) {
         pl->stride[pl->order[i]] = stride;
@@ -105,4 +106,71 @@ int net_place_group_gpus(const net_place *pl, net_dim dim, int rank, int *gpus)
         gpus[i] = pl->gpu_of_rank[net_place_rank(pl, c[NET_DIM_TP], c[NET_DIM_DP], c[NET_DIM_PP])];
     }
     return pl->size[dim];
+}
+
+int net_place_set_experts(net_place *pl, int ep, int etp, ts_err *err)
+{
+    int td = pl->size[NET_DIM_TP] * pl->size[NET_DIM_DP];
+    if (ep < 1 || etp < 1 || td % ((long long)ep * etp))
+        return err_set(err, TS_EINVAL,
+                       "placement: expert-parallel size %d x expert-tensor-parallel size %d must divide t x d = %d "
+                       "(Megatron-core folds the experts over a stage's tensor and data-parallel ranks)",
+                       ep, etp, td);
+    pl->ep = ep;
+    pl->etp = etp;
+    pl->experts = true;
+    return TS_OK;
+}
+
+int net_place_ep_ranks(const net_place *pl, int rank, int *ranks)
+{
+    int tp, dp, pp, t = pl->size[NET_DIM_TP], span = pl->etp * pl->ep;
+    net_place_coords(pl, rank, &tp, &dp, &pp);
+    int s = tp + t * dp, base = s % pl->etp + s / span * span;
+    for (int j = 0; j < pl->ep; j++) {
+        int m = base + pl->etp * j;
+        ranks[j] = net_place_rank(pl, m % t, m / t, pp);
+    }
+    return pl->ep;
+}
+
+int net_place_edp_ranks(const net_place *pl, int rank, int *ranks)
+{
+    int tp, dp, pp, t = pl->size[NET_DIM_TP], span = pl->etp * pl->ep;
+    int edp = t * pl->size[NET_DIM_DP] / span;
+    net_place_coords(pl, rank, &tp, &dp, &pp);
+    int s = tp + t * dp;
+    for (int j = 0; j < edp; j++) {
+        int m = s % span + span * j;
+        ranks[j] = net_place_rank(pl, m % t, m / t, pp);
+    }
+    return edp;
+}
+
+int net_place_group_ranks(const net_place *pl, int kind, int rank, int *ranks)
+{
+    if (kind == NET_PLACE_EP)
+        return net_place_ep_ranks(pl, rank, ranks);
+    if (kind == NET_PLACE_EDP)
+        return net_place_edp_ranks(pl, rank, ranks);
+    int c[NET_DIMS];
+    net_place_coords(pl, rank, &c[NET_DIM_TP], &c[NET_DIM_DP], &c[NET_DIM_PP]);
+    for (int i = 0; i < pl->size[kind]; i++) {
+        c[kind] = i;
+        ranks[i] = net_place_rank(pl, c[NET_DIM_TP], c[NET_DIM_DP], c[NET_DIM_PP]);
+    }
+    return pl->size[kind];
+}
+
+int net_place_group_leader(const net_place *pl, int kind, int rank)
+{
+    int c[NET_DIMS];
+    net_place_coords(pl, rank, &c[NET_DIM_TP], &c[NET_DIM_DP], &c[NET_DIM_PP]);
+    if (kind == NET_PLACE_TP || kind == NET_PLACE_DP) {
+        c[kind] = 0;
+        return net_place_rank(pl, c[NET_DIM_TP], c[NET_DIM_DP], c[NET_DIM_PP]);
+    }
+    int t = pl->size[NET_DIM_TP], span = pl->etp * pl->ep, s = c[NET_DIM_TP] + t * c[NET_DIM_DP];
+    int m = kind == NET_PLACE_EP ? s % pl->etp + s / span * span : s % span;
+    return net_place_rank(pl, m % t, m / t, c[NET_DIM_PP]);
 }

@@ -21,7 +21,10 @@
 #include "sim/net/net_graph.h"
 #include "sim/util/err.h"
 
-typedef enum { NET_DIM_TP = 0, NET_DIM_DP, NET_DIM_PP, NET_DIMS } net_dim;
+/* NET_DIM_EP is not a placement dimension: the expert-parallel group, a
+ * fold of the tensor and data-parallel ranks of one stage
+ * (net_place_set_experts). */
+typedef enum { NET_DIM_TP = 0, NET_DIM_DP, NET_DIM_PP, NET_DIMS, NET_DIM_EP = NET_DIMS } net_dim;
 
 typedef struct {
     int size[NET_DIMS];    /* t, d, p */
@@ -29,6 +32,8 @@ typedef struct {
     int stride[NET_DIMS];  /* rank stride of each dimension */
     int n_ranks;           /* t * d * p */
     int *gpu_of_rank;      /* n_ranks: GPU index (net_graph numbering) */
+    int ep, etp;           /* expert-parallel and expert-tensor-parallel sizes (1, 1 unless set) */
+    bool experts;          /* net_place_set_experts was called (a MoE model) */
     bool tp_spans_servers; /* some tensor group is not inside one server */
     char note[256];        /* human-readable report of the above, "" if none */
 } net_place;
@@ -46,5 +51,34 @@ void net_place_coords(const net_place *pl, int rank, int *tp, int *dp, int *pp);
 /* The group of `rank` along dim: writes the GPU indices of its members, in
  * group-rank order, into gpus (room for size[dim]) and returns the count. */
 int net_place_group_gpus(const net_place *pl, net_dim dim, int rank, int *gpus);
+
+/* Expert groups (MoE): Megatron-core folds the t x d ranks of one pipeline
+ * stage (tensor and data-parallel coordinates, s = tp + t dp) as etp-ep-edp,
+ * innermost first: the expert-parallel group of s is the ep ranks
+ * s mod etp + etp j + etp ep floor(s / (etp ep)), j = 0..ep-1, in that order
+ * (with the default order tp-dp-pp: ep ranks a stride of etp apart within
+ * etp x ep consecutive ranks; moe_ep_group_nodes counts their nodes). It
+ * is defined on coordinates, so another --rank-order moves it with the
+ * ranks. TS_EINVAL unless ep, etp >= 1 and etp x ep divides t x d. */
+int net_place_set_experts(net_place *pl, int ep, int etp, ts_err *err);
+
+/* The expert-data-parallel group of `rank` (the routed experts' gradients
+ * are reduced over it): the t d / (etp ep) ranks s mod (etp ep) + etp ep j
+ * of its stage, j = 0, 1, ...; writes their global ranks into ranks and
+ * returns their count. */
+int net_place_edp_ranks(const net_place *pl, int rank, int *ranks);
+
+/* A group of `rank` by kind (net_place_group_gpus' along TP or DP, or
+ * the two above for NET_PLACE_EP, NET_PLACE_EDP): net_place_group_ranks
+ * writes its members' global ranks in group-rank order and returns their
+ * count; net_place_group_leader returns the first of them without listing
+ * them. */
+enum { NET_PLACE_TP = NET_DIM_TP, NET_PLACE_DP = NET_DIM_DP, NET_PLACE_EP = 2, NET_PLACE_EDP = 3 };
+int net_place_group_ranks(const net_place *pl, int kind, int rank, int *ranks);
+int net_place_group_leader(const net_place *pl, int kind, int rank);
+
+/* The expert-parallel group of `rank`: writes its members' global ranks,
+ * in group-rank order, into ranks (room for pl->ep) and returns pl->ep. */
+int net_place_ep_ranks(const net_place *pl, int rank, int *ranks);
 
 #endif

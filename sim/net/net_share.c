@@ -374,6 +374,11 @@ static int share_pass(net_flows *f, uint32_t gen, int n_fast)
             return 1;
         }
         double share = L->rem > 0 ? L->rem / L->unfrozen : 0;
+        /* The links this step changes get one heap entry each, of their
+         * state after it: an entry per change would be stale by the next
+         * pop (a newer version of the link), skipped there */
+        uint64_t step = ++f->n_pops;
+        int nt = 0;
         for (int k = 0; k < f->lh[e.link].n; k++) {
             int id = lfl(f, e.link, k);
             flow_t *F = &f->fl[id];
@@ -388,10 +393,17 @@ static int share_pass(net_flows *f, uint32_t gen, int n_fast)
                 L2->rem -= share;
                 L2->unfrozen--;
                 L2->ver++;
-                if (L2 != L && L2->unfrozen > 0 &&
-                    fh_push(f, (L2->rem > 0 ? L2->rem : 0) / L2->unfrozen, sh[h], L2->ver))
-                    return TS_ENOMEM;
+                if (f->ltouch[sh[h]] != step) {
+                    f->ltouch[sh[h]] = step;
+                    f->touched[nt++] = sh[h];
+                }
             }
+        }
+        for (int i = 0; i < nt; i++) {
+            const link_fill *L2 = &f->lf[f->touched[i]];
+            if (L2 != L && L2->unfrozen > 0 &&
+                fh_push(f, (L2->rem > 0 ? L2->rem : 0) / L2->unfrozen, f->touched[i], L2->ver))
+                return TS_ENOMEM;
         }
     }
     /* Apply. */

@@ -56,7 +56,10 @@ typedef struct {
 } link_hot;
 
 typedef struct {
-    int *fl; /* occurrences 1 .. n-1 at fl[k - 1]; cap entries */
+    int *fl;  /* occurrences 1 .. n-1 at fl[k - 1]; cap entries */
+    int *occ; /* which occurrence of its flow each is (index into the flow's links): occ0 for
+                 occurrence 0, occ[k - 1] for k >= 1; cap entries */
+    int occ0;
     int cap;
     int dirty;
 } link_t;
@@ -87,6 +90,9 @@ struct net_flows {
     int *lsat;        /* per link: flows whose bott it is (> 0: saturated, the search crosses it) */
     uint32_t *lout;   /* per link: epoch of a pass in which it is a boundary link with flows outside */
     int *bnd_links;   /* scratch: a pass's boundary links, cap n_links */
+    uint64_t *ltouch; /* per link: the filling step (pop) that last changed it */
+    uint64_t n_pops;  /* filling steps so far */
+    int *touched;     /* scratch: the links one step changed, cap n_links */
     int pass_counted; /* scratch: the flows a pass (re)assigned */
     uint32_t *lmark;  /* per link: component epoch (apart: lh stays 8 bytes a link) */
     flow_t *fl;
@@ -124,12 +130,22 @@ static inline int lfl(const net_flows *f, int l, int k)
     return k ? f->lk[l].fl[k - 1] : f->lh[l].fl0;
 }
 
-static inline void lfl_set(net_flows *f, int l, int k, int id)
+/* Set occurrence k of link l's flow list: flow id's route entry h. */
+static inline void lfl_set(net_flows *f, int l, int k, int id, int h)
 {
-    if (k)
+    if (k) {
         f->lk[l].fl[k - 1] = id;
-    else
+        f->lk[l].occ[k - 1] = h;
+    } else {
         f->lh[l].fl0 = id;
+        f->lk[l].occ0 = h;
+    }
+}
+
+/* The route entry (of its flow) of occurrence k of link l's list. */
+static inline int lfl_occ(const net_flows *f, int l, int k)
+{
+    return k ? f->lk[l].occ[k - 1] : f->lk[l].occ0;
 }
 
 /* Insert flow id into the completion heap at its done_ns, or move it there. */

@@ -8,6 +8,7 @@
 #include "sim/config/catalog.h"
 #include "sim/config/topo.h"
 #include "sim/core/lower.h"
+#include "sim/model/moe.h"
 #include "sim/net/net_names.h"
 #include "sim/net/net_topo.h"
 #include "sim/util/afile.h"
@@ -18,13 +19,16 @@ struct net_simulate {
     net_sim_opts o;
     net_graph *g;
     net_place pl;
-    net_engine *ne;
+    net_engine *ne;  /* the first run's: the statistics and the link report are its */
+    net_engine *cur; /* the running one: ne, or a fresh one for each later run */
+    int runs;        /* runs lowered so far */
     simulate_net hooks;
     engine_hooks sim_hooks; /* the simulator's own (memory), for ranks < p */
     engine_hooks net_hooks; /* net_engine's */
     const plan *plan;
     const sched *s;
     int p;
+    int ep_k, ep_m; /* the expert-parallel group's GPUs per server, servers (MoE) */
 };
 
 int net_sim_opts_register(net_sim_opts *o, opt_table *t, ts_err *err)
@@ -147,6 +151,49 @@ static net_coll_kind coll_of_step(const plan_step *x)
     }
 }
 
+/* An all-to-all of the MoE dispatcher (plan step x, cat EP) as a
+ * collective of the expert-parallel group. The busiest rank (position 0,
+ * the group's first) receives the load factor times its share of the
+ * tokens: the dispatch and the combine's gradient carry more into it, the
+ * combine and the dispatch's gradient more out of it (net_coll.h). */
+static int describe_a2a(const net_simulate *ns, uint32_t tag, const plan_step *x, net_step_desc *d, ts_err *err)
+{
+    static const struct {
+        const char *name;
+        bool sends;
+    } dirs[] = {{"moe.a2a.dispatch", false},
+                {"moe.a2a.combine.bwd", false},
+                {"moe.a2a.combine", true},
+                {"moe.a2a.dispatch.bwd", true}};
+    int dir = -1;
+    for (int i = 0; i < 4 && dir < 0; i++)
+        if (strcmp(x->name, dirs[i].name) == 0)
+            dir = dirs[i].sends;
+    if (dir < 0)
+        return err_set(err, TS_EINVAL,
+                       "network model: expert-parallel step %u '%s' is not an all-to-all it models (moe.a2a.dispatch, "
+                       ".combine and their .bwd); simulate without --network-flows and --full",
+                       tag, x->name);
+    const moe_config *e = &ns->c->moe;
+    int ep = e->ep;
+    d->role = NET_STEP_COLL;
+    d->dim = NET_DIM_EP;
+    d->lat_ns = x->comm_lat_ns;
+    d->hot = ns->plan->moe_load_factor > 1 ? ns->plan->moe_load_factor : 1;
+    d->hot_sends = (uint8_t)dir;
+    d->coll = NET_COLL_ALLTOALL;
+    d->bytes = (double)x->comm_bytes;
+    if (e->dispatcher == MOE_DISPATCH_FLEX && e->enable_deepep && ns->ep_m > 1) {
+        /* moe_deepep_ns's volumes: T k h b = comm_bytes ep / (ep - 1) over NVLink
+         * (k_n - 1) / k_n of it, one RDMA copy per remote node holding an expert */
+        double tkhb = (double)x->comm_bytes * ep / (ep - 1);
+        d->coll = NET_COLL_DEEPEP;
+        d->bytes = tkhb * (ns->ep_k - 1) / ns->ep_k;
+        d->rdma_bytes = tkhb / e->topk * moe_deepep_remote_nodes(e->num_experts, e->topk, ns->ep_m);
+    }
+    return TS_OK;
+}
+
 static int describe(void *ctx, uint32_t tag, net_step_desc *d, ts_err *err)
 {
     net_simulate *ns = ctx;
@@ -162,12 +209,16 @@ static int describe(void *ctx, uint32_t tag, net_step_desc *d, ts_err *err)
         break;
     case PLAN_STREAM_TP:
     case PLAN_STREAM_DP:
+        if (x->cat == PLAN_CAT_EP)
+            return describe_a2a(ns, tag, x, d, err);
         d->role = NET_STEP_COLL;
         d->coll = (uint8_t)coll_of_step(x);
         d->dim = x->stream == PLAN_STREAM_TP ? NET_DIM_TP : NET_DIM_DP;
         /* the links run at large-message rates: NCCL's protocol for this size by its bytes */
-        d->bytes = (double)x->comm_bytes * x->comm_bw_factor;
+        d->bytes = (double)(x->comm_bytes - x->comm_bytes_edp) * x->comm_bw_factor;
         d->lat_ns = x->comm_lat_ns;
+        d->bytes_edp = (double)x->comm_bytes_edp * x->edp_bw_factor; /* MoE: the experts' part */
+        d->lat_edp_ns = x->edp_lat_ns;
         break;
     case PLAN_STREAM_PP_SEND: {
         int st = x->stage, to = pl->stages[st].send_f == tag ? st + 1 : st - 1, rank, chunk;
@@ -201,7 +252,7 @@ static void on_start(void *ctx, engine *e, engine_task_id id, const engine_task_
     net_simulate *ns = ctx;
     if (ns->sim_hooks.on_start && ti->rank < ns->p)
         ns->sim_hooks.on_start(ns->sim_hooks.ctx, e, id, ti, now);
-    net_engine_task_started(ns->ne, e, id, ti, now);
+    net_engine_task_started(ns->cur, e, id, ti, now);
 }
 
 static void on_end(void *ctx, engine *e, engine_task_id id, const engine_task_info *ti, int64_t now)
@@ -209,7 +260,7 @@ static void on_end(void *ctx, engine *e, engine_task_id id, const engine_task_in
     net_simulate *ns = ctx;
     if (ns->sim_hooks.on_end && ti->rank < ns->p)
         ns->sim_hooks.on_end(ns->sim_hooks.ctx, e, id, ti, now);
-    net_engine_task_ended(ns->ne, e, id, ti, now);
+    net_engine_task_ended(ns->cur, e, id, ti, now);
 }
 
 static engine_hooks sn_hooks(void *ctx, const engine_hooks *sim_hooks)
@@ -228,9 +279,21 @@ static engine_hooks sn_hooks(void *ctx, const engine_hooks *sim_hooks)
                           .on_start_copies = ns->o.full ? 1 : 0};
 }
 
+static int engine_build(net_simulate *ns, net_engine **out, ts_err *err);
+
 static int sn_lower(void *ctx, const plan *pl, const sched *s, engine *e, ts_err *err)
 {
     net_simulate *ns = ctx;
+    if (ns->runs++ > 0) { /* another run (MoE: the balanced one): a fresh network, the first one's kept */
+        if (ns->cur != ns->ne)
+            net_engine_free(ns->cur);
+        ns->cur = ns->ne;
+        int rc = engine_build(ns, &ns->cur, err);
+        if (rc) {
+            ns->cur = ns->ne;
+            return rc;
+        }
+    }
     ns->plan = pl;
     ns->s = s;
     if (!ns->o.full)
@@ -243,7 +306,7 @@ static int sn_lower(void *ctx, const plan *pl, const sched *s, engine *e, ts_err
     if (!map)
         return err_set(err, TS_ENOMEM, "net_simulate: out of memory");
     for (int pp = 0; pp < p; pp++)
-        map[pp] = net_engine_rank(ns->ne, 0, 0, pp);
+        map[pp] = net_engine_rank(ns->cur, 0, 0, pp);
     rc = lower_sched_ranks(pl, s, e, map, err);
     free(map);
     if (!rc)
@@ -260,19 +323,19 @@ static int sn_attach(void *ctx, engine *e, const plan *pl, const sched *s, ts_er
     net_simulate *ns = ctx;
     ns->plan = pl;
     ns->s = s;
-    return net_engine_attach(ns->ne, e, err);
+    return net_engine_attach(ns->cur, e, err);
 }
 
 static int sn_finish(void *ctx, int run_rc, ts_err *err)
 {
     net_simulate *ns = ctx;
-    int rc = net_engine_error(ns->ne, err);
+    int rc = net_engine_error(ns->cur, err);
     return rc ? rc : run_rc;
 }
 
 /* ------------------------------------------------------------ setup */
 
-static int apply_mixed(net_simulate *ns, ts_err *err)
+static int apply_mixed(net_simulate *ns, net_engine *ne, ts_err *err)
 {
     char kind[CONFIG_NAME_BYTES];
     int rc;
@@ -298,10 +361,70 @@ static int apply_mixed(net_simulate *ns, ts_err *err)
         if (gpu < first || gpu > last)
             continue;
         net_place_coords(&ns->pl, r, &tp, &dp, &pp);
-        if ((rc = net_engine_set_compute_factor(ns->ne, net_engine_rank(ns->ne, tp, dp, pp), f, err)))
+        if ((rc = net_engine_set_compute_factor(ne, net_engine_rank(ne, tp, dp, pp), f, err)))
             return rc;
     }
     return TS_OK;
+}
+
+/* The expert-parallel groups (net_place_set_experts) and the shape of
+ * rank 0's: GPUs per server and servers. */
+static int place_experts(net_simulate *ns, ts_err *err)
+{
+    const moe_config *e = &ns->c->moe;
+    int ep = e->ep > 0 ? e->ep : 1, rc = net_place_set_experts(&ns->pl, ep, e->etp > 0 ? e->etp : 1, err);
+    if (rc)
+        return err_prefix(err, "--expert-model-parallel-size");
+    int *ranks = malloc(sizeof *ranks * (size_t)ep), *srv = malloc(sizeof *srv * (size_t)ep);
+    if (!ranks || !srv) {
+        free(ranks);
+        free(srv);
+        return err_set(err, TS_ENOMEM, "net_simulate: out of memory");
+    }
+    net_place_ep_ranks(&ns->pl, 0, ranks);
+    ns->ep_m = 0;
+    for (int j = 0; j < ep; j++) {
+        int s = ns->g->nodes[ns->g->gpu_node[ns->pl.gpu_of_rank[ranks[j]]]].server, i = 0;
+        while (i < ns->ep_m && srv[i] != s)
+            i++;
+        if (i == ns->ep_m)
+            srv[ns->ep_m++] = s;
+    }
+    ns->ep_k = ns->ep_m > 0 ? ep / ns->ep_m : ep;
+    int t = ns->pl.size[NET_DIM_TP], span = ep * ns->pl.etp, edp = t * ns->pl.size[NET_DIM_DP] / span;
+    if (edp > 1 && span % t)
+        rc = err_set(err, TS_EINVAL,
+                     "--expert-model-parallel-size %d: with the network model (--network-flows, --full) the "
+                     "expert-data-parallel groups must lie inside the data-parallel ones: etp x ep = %d must be a "
+                     "multiple of t = %d (or fill the stage: edp 1)",
+                     ep, span, t);
+    free(ranks);
+    free(srv);
+    return rc;
+}
+
+/* A net_engine for one run: the options, stragglers and mixed GPU kinds
+ * of ns->o (*out NULL on error). */
+static int engine_build(net_simulate *ns, net_engine **out, ts_err *err)
+{
+    const net_sim_opts *o = &ns->o;
+    net_engine_opts eo = {o->full, o->comm_compute_slowdown, NET_ALGO_AUTO};
+    int rc = net_engine_new(ns->g, &ns->pl, &eo, describe, ns, out, err);
+    if (!rc && o->straggler) {
+        int r, tp, dp, pp;
+        double f;
+        if (!(rc = net_parse_straggler(o->straggler, ns->pl.n_ranks, &r, &f, err))) {
+            net_place_coords(&ns->pl, r, &tp, &dp, &pp);
+            rc = net_engine_set_compute_factor(*out, net_engine_rank(*out, tp, dp, pp), f, err);
+        }
+    }
+    if (!rc && o->mixed_gpus)
+        rc = apply_mixed(ns, *out, err);
+    if (rc) {
+        net_engine_free(*out);
+        *out = NULL;
+    }
+    return rc;
 }
 
 int net_simulate_new(const config *c, const net_sim_opts *o, net_simulate **out, ts_err *err)
@@ -333,21 +456,14 @@ int net_simulate_new(const config *c, const net_sim_opts *o, net_simulate **out,
         (rc = net_route_apply_failures(ns->g, o->fail_link, o->fail_node, c->par.tp, c->par.pp, err)) ||
         (rc = net_place_init(&ns->pl, ns->g, c->par.tp, c->par.dp > 0 ? c->par.dp : 1, c->par.pp, o->rank_order, err)))
         goto fail;
-    net_engine_opts eo = {o->full, o->comm_compute_slowdown, NET_ALGO_AUTO};
-    if ((rc = net_engine_new(ns->g, &ns->pl, &eo, describe, ns, &ns->ne, err)))
+    if (c->moe.num_experts > 0 && (rc = place_experts(ns, err)))
         goto fail;
+    if ((rc = engine_build(ns, &ns->ne, err)))
+        goto fail;
+    ns->cur = ns->ne;
     ns->net_hooks = net_engine_hooks(ns->ne);
     if (o->link_report && (rc = net_engine_track_links(ns->ne, err)))
         goto fail;
-    if (o->straggler) {
-        int r, tp, dp, pp;
-        double f;
-        if ((rc = net_parse_straggler(o->straggler, ns->pl.n_ranks, &r, &f, err)))
-            goto fail;
-        net_place_coords(&ns->pl, r, &tp, &dp, &pp);
-        if ((rc = net_engine_set_compute_factor(ns->ne, net_engine_rank(ns->ne, tp, dp, pp), f, err)))
-            goto fail;
-    }
     if (o->degrade) {
         int a, b;
         double f;
@@ -355,8 +471,6 @@ int net_simulate_new(const config *c, const net_sim_opts *o, net_simulate **out,
             (rc = net_graph_scale_link(ns->g, a, b, f, err)))
             goto fail;
     }
-    if (o->mixed_gpus && (rc = apply_mixed(ns, err)))
-        goto fail;
     ns->hooks = (simulate_net){ns, net_engine_n_ranks(ns->ne), sn_hooks, sn_lower, sn_attach, sn_finish};
     *out = ns;
     return TS_OK;
@@ -369,6 +483,8 @@ void net_simulate_free(net_simulate *ns)
 {
     if (!ns)
         return;
+    if (ns->cur != ns->ne)
+        net_engine_free(ns->cur);
     net_engine_free(ns->ne);
     net_place_free(&ns->pl);
     net_graph_free(ns->g);

@@ -31,12 +31,24 @@
  *
  * Mapping of plan steps: compute -> compute; tensor-parallel and
  * data-parallel steps -> collectives of the rank's group (kind from the
- * step name: all-reduce, all-gather, reduce-scatter); pipeline sends -> a
+ * step's commcost_coll: all-reduce, all-gather, reduce-scatter; a MoE
+ * model's data-parallel steps run their routed experts' part over the
+ * expert-data-parallel groups after the rest); the MoE dispatcher's
+ * all-to-alls (plan steps of category EP: moe.a2a.dispatch, .combine and
+ * their .bwd) -> an ALLTOALL or DEEPEP collective of the rank's
+ * expert-parallel group (net_a2a.h; Megatron-core's fold,
+ * net_place_set_experts), the busiest rank (the group's first) receiving
+ * (dispatch, combine's gradient) or sending (combine, dispatch's gradient)
+ * the plan's load factor times its share; pipeline sends -> a
  * p2p flow per rank with sequence parallelism or t = 1, else Megatron's
  * scatter/gather (S/t over each of the t NICs, then an NVLink all-gather).
  *
+ * A second simulate_run with the same hooks (simulate's balanced MoE run)
+ * gets a fresh net_engine; the statistics and the link report stay the
+ * first run's.
+ *
  * Ownership: net_simulate borrows the config (must outlive it) and owns its
- * graph, placement and net_engine.
+ * graph, placement and net_engines.
  */
 #ifndef TRAINSIM_NET_SIMULATE_H
 #define TRAINSIM_NET_SIMULATE_H
@@ -73,7 +85,8 @@ typedef struct net_simulate net_simulate;
 
 /* Build the graph, placement and engine bridge for config c (validated).
  * TS_EINVAL for what-ifs without --full, bad flag values (naming the flag),
- * more ranks than GPUs. */
+ * more ranks than GPUs, expert-data-parallel groups that cross the
+ * data-parallel ones (etp x ep not a multiple of t with edp > 1). */
 int net_simulate_new(const config *c, const net_sim_opts *o, net_simulate **out, ts_err *err);
 void net_simulate_free(net_simulate *ns);
 
