@@ -129,6 +129,44 @@ static int add_model_flags(flags_state *s, opt_table *t, config *c, ts_err *err)
     return TS_OK;
 }
 
+/* Megatron-LM's kernel fusions (layer.h: the kernels each runs) and the
+ * per-iteration fixed costs' flags (plan_build.c). */
+static int add_fusion_flags(flags_state *s, opt_table *t, config *c, ts_err *err)
+{
+    int rc;
+    model_config *m = &c->model;
+    SECTION("Kernel fusions and per-iteration costs (defaults are Megatron-LM's: every fusion on but cross-entropy)");
+    ADD(.name = "--no-bias-gelu-fusion", .type = OPT_BOOL, .target = &m->no_bias_gelu_fusion,
+        .help = "GeLU MLPs with biases: a bias-add kernel, then GeLU (instead of one fused kernel); no effect "
+                "with --swiglu or --disable-bias-linear");
+    ADD(.name = "--no-bias-swiglu-fusion", .type = OPT_BOOL, .target = &m->no_bias_swiglu_fusion,
+        .help = "SwiGLU MLPs: [bias add], SiLU and multiply as PyTorch kernels (the SiLU output is saved too); "
+                "no effect without --swiglu");
+    ADD(.name = "--no-bias-dropout-fusion", .type = OPT_BOOL, .target = &m->no_bias_dropout_fusion,
+        .help = "after attention and MLP: [bias add], dropout, residual add as separate kernels");
+    ADD(.name = "--no-masked-softmax-fusion", .type = OPT_BOOL, .target = &m->no_masked_softmax_fusion,
+        .help = "unfused/local attention: the causal mask and the softmax as separate kernels; no effect with "
+                "flash or fused attention (the softmax runs inside the kernel)");
+    ADD(.name = "--no-gradient-accumulation-fusion", .type = OPT_BOOL, .target = &m->no_gradient_accumulation_fusion,
+        .help = "each weight-gradient GEMM writes a 16-bit temporary, then a kernel adds it into the main gradient");
+    ADD(.name = "--no-rope-fusion", .type = OPT_BOOL, .target = &m->no_rope_fusion,
+        .help = "rotary embedding of q and k in PyTorch element-wise ops instead of one fused kernel; no effect "
+                "without --position-embedding-type rope/yarn");
+    ADD(.name = "--cross-entropy-loss-fusion", .type = OPT_BOOL, .target = &m->cross_entropy_loss_fusion,
+        .help = "Megatron's fused vocabulary-parallel cross-entropy (native): the reductions fused into the "
+                "element-wise passes, two all-reduces instead of three");
+    s->clip_grad = 1.0;
+    ADD(.name = "--clip-grad", .type = OPT_DOUBLE, .target = &s->clip_grad, .min = 0, .max = 1e300, .unit = "norm",
+        .defval = "1.0",
+        .help = "gradient clipping: > 0 reads every gradient once for its norm and all-reduces it over the "
+                "model-parallel ranks each iteration; 0: no norm");
+    ADD(.name = "--loss-scale", .type = OPT_DOUBLE, .target = &c->par.loss_scale, .min = 0, .max = 1e300,
+        .unit = "scale", .defval = "none (fp16: dynamic)",
+        .help = "a constant loss scale: with --bf16 too, the gradients are then unscaled and checked for inf/NaN "
+                "each iteration (fp16 does it always)");
+    return TS_OK;
+}
+
 static int add_parallel_flags(flags_state *s, opt_table *t, config *c, ts_err *err)
 {
     int rc;
@@ -324,7 +362,8 @@ int flags_register(flags_state *s, opt_table *t, config *c, ts_err *err)
     fill_sched_names();
     s->first_entry = t->n;
     int rc;
-    if ((rc = add_model_flags(s, t, c, err)) || (rc = add_parallel_flags(s, t, c, err)) ||
+    if ((rc = add_model_flags(s, t, c, err)) || (rc = add_fusion_flags(s, t, c, err)) ||
+        (rc = add_parallel_flags(s, t, c, err)) ||
         (rc = add_layout_flags(s, t, c, err)) || (rc = add_cluster_flags(s, t, c, err)) ||
         (rc = flags_register_memory(t, &c->cluster.overheads, err)))
         return rc;
@@ -1048,6 +1087,7 @@ static int resolve_layout(flags_state *s, const opt_table *t, const config *base
         s->src[FLAGS_F_OVERLAP] = FLAGS_SRC_MEGATRON;
     if (!opt_was_set(t, "--no-async-tensor-model-parallel-allreduce"))
         p->sync_tp_allreduce = q->sync_tp_allreduce;
+    p->no_clip_grad = s->clip_grad <= 0;
     if ((rc = resolve_recompute(s, t, base, basesrc, err)) || (rc = resolve_attention(s, t, err)) ||
         (rc = resolve_schedule(s, t, base, basesrc, err)))
         return rc;
@@ -1218,6 +1258,16 @@ int flags_finish(flags_state *s, const opt_table *t, ts_err *err)
         return err_set(err, TS_EINVAL,
                        "--fp8-format with MoE or MLA layers is not modelled (FP8 covers the dense layers' "
                        "GEMMs); drop --fp8-format or the MoE/MLA flags");
+    }
+    const model_config *fm = &c->model;
+    if ((fm->no_bias_swiglu_fusion || fm->no_bias_gelu_fusion || fm->no_gradient_accumulation_fusion ||
+         fm->no_rope_fusion) &&
+        (c->moe.num_experts > 0 || c->moe.mla)) {
+        config_free(c);
+        return err_set(err, TS_EINVAL,
+                       "--no-bias-gelu-fusion, --no-bias-swiglu-fusion, --no-gradient-accumulation-fusion and "
+                       "--no-rope-fusion are modelled for dense layers with standard attention only (not the "
+                       "experts' GEMMs and activations, nor MLA's rotary part); drop them or the MoE/MLA flags");
     }
     if (s->attention_backend == ATTN_BACKEND_AUTO && !s->use_flash_attn)
         rule(s, FLAGS_F_ATTN, "auto (%s): Transformer Engine's pick for %s on %s",
@@ -1452,6 +1502,33 @@ void flags_note_ignored(const flags_state *s, FILE *f)
 {
     if (s->megatron_ignored)
         fprintf(f, "ignored (cannot change performance): %s\n", s->megatron_ignored);
+}
+
+void flags_note_fusions(const config *c, FILE *f)
+{
+    const model_config *m = &c->model;
+    bool rope = m->position_embedding == POS_ROPE || m->position_embedding == POS_YARN;
+    const char *why[6];
+    const char *flag[6];
+    int n = 0;
+    if (m->no_bias_gelu_fusion && (m->swiglu || !m->add_bias_linear)) {
+        flag[n] = "--no-bias-gelu-fusion";
+        why[n++] = m->swiglu ? "a SwiGLU MLP: --no-bias-swiglu-fusion applies" : "no biases: GeLU runs alone either way";
+    }
+    if (m->no_bias_swiglu_fusion && !m->swiglu) {
+        flag[n] = "--no-bias-swiglu-fusion";
+        why[n++] = "a GeLU MLP: --no-bias-gelu-fusion applies";
+    }
+    if (m->no_masked_softmax_fusion && config_attn_is_flash(m->attention_backend)) {
+        flag[n] = "--no-masked-softmax-fusion";
+        why[n++] = "flash/fused attention runs the softmax inside its kernel";
+    }
+    if (m->no_rope_fusion && !rope) {
+        flag[n] = "--no-rope-fusion";
+        why[n++] = "no rotary position embedding";
+    }
+    for (int i = 0; i < n; i++)
+        fprintf(f, "no effect here: %s (%s)\n", flag[i], why[i]);
 }
 
 int flags_print_megatron(FILE *f, ts_err *err)

@@ -51,6 +51,13 @@ int layer_shape_check(const layer_shape *L, ts_err *err)
                        "layer shape: attention backend %d (expected unfused, flash, fused or local; auto is "
                        "resolved by config_resolve)",
                        (int)L->attn);
+    if (L->fusion & ~(LAYER_UNFUSED_BIAS_ACT | LAYER_UNFUSED_BIAS_DROPOUT | LAYER_UNFUSED_SOFTMAX |
+                      LAYER_UNFUSED_GRAD_ACCUM | LAYER_UNFUSED_ROPE | LAYER_FUSED_CE))
+        return err_set(err, TS_EINVAL, "layer shape: fusion bits 0x%x (expected LAYER_UNFUSED_* / LAYER_FUSED_CE)",
+                       L->fusion);
+    if (L->main_grad_bytes != 0 && L->main_grad_bytes != 2 && L->main_grad_bytes != 4)
+        return err_set(err, TS_EINVAL, "layer shape: main gradient bytes %d (expected 2 or 4; 0 = 4)",
+                       L->main_grad_bytes);
     /* moe_act is the MoE block's (moe.h): the dense ops ignore it */
     if (L->rc_modules & ~(CONFIG_RC_CORE_ATTN | CONFIG_RC_MLP | CONFIG_RC_LAYERNORM | CONFIG_RC_MOE_ACT))
         return err_set(err, TS_EINVAL,
@@ -104,6 +111,27 @@ int layer_shape_check_size(const layer_shape *L, ts_err *err)
     return TS_OK;
 }
 
+unsigned layer_fusion_of(const model_config *m)
+{
+    unsigned f = 0;
+    bool rope = m->position_embedding == POS_ROPE || m->position_embedding == POS_YARN;
+    /* Megatron-LM turns bias-GeLU fusion off without biases (arguments.py):
+     * the unfused path is then the GeLU alone, the fused kernel's bytes */
+    if (m->swiglu ? m->no_bias_swiglu_fusion : m->no_bias_gelu_fusion && m->add_bias_linear)
+        f |= LAYER_UNFUSED_BIAS_ACT;
+    if (m->no_bias_dropout_fusion)
+        f |= LAYER_UNFUSED_BIAS_DROPOUT;
+    if (m->no_masked_softmax_fusion && !config_attn_is_flash(m->attention_backend))
+        f |= LAYER_UNFUSED_SOFTMAX;
+    if (m->no_gradient_accumulation_fusion)
+        f |= LAYER_UNFUSED_GRAD_ACCUM;
+    if (m->no_rope_fusion && rope)
+        f |= LAYER_UNFUSED_ROPE;
+    if (m->cross_entropy_loss_fusion)
+        f |= LAYER_FUSED_CE;
+    return f;
+}
+
 int layer_shape_from_config(const config *c, layer_shape *out, ts_err *err)
 {
     layer_shape L;
@@ -127,6 +155,9 @@ int layer_shape_from_config(const config *c, layer_shape *out, ts_err *err)
     L.rc_modules = c->par.recompute_modules;
     L.fp8 = c->model.fp8_format;
     L.fp8_recipe = c->model.fp8_recipe;
+    L.bias = c->model.add_bias_linear;
+    L.main_grad_bytes = c->model.precision == PREC_FP16 ? 2 : 4;
+    L.fusion = layer_fusion_of(&c->model);
     int cp = config_cp(c);
     if (cp > 1) { /* the rank's s/cp tokens (config_resolve checked seq % 2cp) */
         L.s = c->model.seq_length / cp;
@@ -270,6 +301,8 @@ static void attn_core_fwd(const layer_shape *L, const dims *D, layer_ops *o)
         return;
     }
     layer_ops_gemm(o, "attn.qk", L->s, L->s, D->d, bh);
+    if (L->fusion & LAYER_UNFUSED_SOFTMAX) /* the causal mask filled in place, then PyTorch's softmax */
+        layer_ops_mem(o, "attn.softmax.mask", 2 * P * D->dt);
     layer_ops_mem(o, "attn.softmax", 2 * P * D->dt); /* fused scale-mask-softmax: read + write */
     if (!L->no_attn_dropout)
         layer_ops_mem(o, "attn.dropout", P * (2 * D->dt + 1)); /* read, write, 1-byte mask */
@@ -297,7 +330,19 @@ static void mlp_fwd(const layer_shape *L, const dims *D, layer_ops *o)
     if (L->sp && D->comm)
         comm(o, "ln2.ag", COMM_ALL_GATHER, D->S, L->t);
     gemm(o, "fc1", D->T, D->fc1_n, h);
-    layer_ops_mem(o, L->swiglu ? "swiglu" : "gelu", D->T * (D->fc1_n + D->ffn_t) * D->dt);
+    int64_t F = D->T * D->ffn_t;
+    if (!(L->fusion & LAYER_UNFUSED_BIAS_ACT)) {
+        layer_ops_mem(o, L->swiglu ? "swiglu" : "gelu", D->T * (D->fc1_n + D->ffn_t) * D->dt);
+    } else {
+        if (L->bias) /* fc1's bias added by a kernel of its own: read, write fc1's output */
+            layer_ops_mem(o, "fc1.bias_add", 2 * D->T * D->fc1_n * D->dt);
+        if (L->swiglu) {
+            layer_ops_mem(o, "swiglu.silu", 2 * F * D->dt); /* SiLU of the gate half */
+            layer_ops_mem(o, "swiglu.mul", 3 * F * D->dt);  /* times the up half */
+        } else {
+            layer_ops_mem(o, "gelu", 2 * F * D->dt);
+        }
+    }
     gemm(o, "fc2", D->T, h, D->ffn_t);
     tp_reduce(L, D, o, "fc2.ar", "fc2.rs");
 }
@@ -317,21 +362,46 @@ static void selective_fwd(const layer_shape *L, const dims *D, layer_ops *o)
         mlp_fwd(L, D, o);
 }
 
+/* Elements of q and k on this rank (what the rotary embedding rotates). */
+static int64_t rope_elems(const layer_shape *L, const dims *D)
+{
+    (void)L;
+    return D->T * (D->at + D->gt) * D->d;
+}
+
+/* Bias-dropout-add after a block: one fused kernel (2 reads, write, mask),
+ * or [bias add], dropout, residual add (LAYER_UNFUSED_BIAS_DROPOUT). */
+static void dropadd_fwd(const layer_shape *L, const dims *D, layer_ops *o, const char *fused, const char *bias,
+                        const char *drop, const char *add)
+{
+    int64_t E = D->Tl * L->h, mask = L->no_hidden_dropout ? 0 : 1; /* the dropout mask's byte per element */
+    if (!(L->fusion & LAYER_UNFUSED_BIAS_DROPOUT)) {
+        layer_ops_mem(o, fused, E * (3 * D->dt + mask));
+        return;
+    }
+    if (L->bias)
+        layer_ops_mem(o, bias, 2 * E * D->dt);
+    if (!L->no_hidden_dropout)
+        layer_ops_mem(o, drop, E * (2 * D->dt + 1));
+    layer_ops_mem(o, add, 3 * E * D->dt);
+}
+
 static void layer_fwd(const layer_shape *L, const dims *D, layer_ops *o)
 {
-    int64_t h = L->h, E = D->Tl * h;             /* elements of an element-wise op */
-    int64_t mask = L->no_hidden_dropout ? 0 : 1; /* the dropout mask's byte per element */
+    int64_t h = L->h, E = D->Tl * h; /* elements of an element-wise op */
     layer_ops_mem(o, "ln1", 2 * E * D->dt);
     if (L->sp && D->comm)
         comm(o, "ln1.ag", COMM_ALL_GATHER, D->S, L->t);
     gemm(o, "qkv", D->T, D->qkv_n, h);
+    if (L->fusion & LAYER_UNFUSED_ROPE)
+        layer_ops_mem(o, "rope.unfused", 12 * rope_elems(L, D) * D->dt);
     attn_core_fwd(L, D, o);
     gemm(o, "proj", D->T, h, D->adt);
     tp_reduce(L, D, o, "proj.ar", "proj.rs");
-    layer_ops_mem(o, "attn.dropadd", E * (3 * D->dt + mask)); /* bias-dropout-add: 2 reads, write, mask */
+    dropadd_fwd(L, D, o, "attn.dropadd", "attn.dropadd.bias", "attn.dropadd.dropout", "attn.dropadd.add");
     layer_ops_mem(o, "ln2", 2 * E * D->dt);
     mlp_fwd(L, D, o);
-    layer_ops_mem(o, "mlp.dropadd", E * (3 * D->dt + mask));
+    dropadd_fwd(L, D, o, "mlp.dropadd", "mlp.dropadd.bias", "mlp.dropadd.dropout", "mlp.dropadd.add");
 }
 
 /* Column-parallel GEMM backward (QKV or FC1). whole: dgrad, the input-grad
@@ -419,8 +489,14 @@ static void layer_bwd(const layer_shape *L, const dims *D, layer_ops *o, bool dg
         gemm(o, "fc2.dgrad", D->T, D->ffn_t, h);
         if (whole)
             gemm(o, "fc2.wgrad", D->ffn_t, h, D->T);
-        layer_ops_mem(o, L->swiglu ? "swiglu.bwd" : "gelu.bwd",
-                      D->T * (L->swiglu ? 5 * D->ffn_t : 3 * D->ffn_t) * D->dt);
+        if (L->swiglu && (L->fusion & LAYER_UNFUSED_BIAS_ACT)) { /* autograd through multiply, SiLU, chunk */
+            layer_ops_mem(o, "swiglu.mul.bwd", 6 * D->T * D->ffn_t * D->dt);
+            layer_ops_mem(o, "swiglu.silu.bwd", 3 * D->T * D->ffn_t * D->dt);
+            layer_ops_mem(o, "swiglu.chunk.bwd", 4 * D->T * D->ffn_t * D->dt);
+        } else {
+            layer_ops_mem(o, L->swiglu ? "swiglu.bwd" : "gelu.bwd",
+                          D->T * (L->swiglu ? 5 * D->ffn_t : 3 * D->ffn_t) * D->dt);
+        }
         blk = o->n;
         colpar_bwd(L, D, o, whole, "fc1.ag.in", "fc1.dgrad", "fc1.ar", "fc1.rs", "fc1.wgrad", D->fc1_n);
         layer_ops_mem(o, "ln2.bwd", 4 * E * D->dt); /* grad in, input, residual grad in, grad out */
@@ -450,9 +526,13 @@ static void layer_bwd(const layer_shape *L, const dims *D, layer_ops *o, bool dg
         if (!L->no_attn_dropout)
             layer_ops_mem(o, "attn.dropout.bwd", P * (2 * D->dt + 1));
         layer_ops_mem(o, "attn.softmax.bwd", 3 * P * D->dt);
+        if (L->fusion & LAYER_UNFUSED_SOFTMAX) /* the masked positions' gradient zeroed */
+            layer_ops_mem(o, "attn.softmax.mask.bwd", 2 * P * D->dt);
         layer_ops_gemm(o, "attn.qk.dgrad_q", L->s, D->d, L->s, bh);
         layer_ops_gemm(o, "attn.qk.dgrad_k", L->s, D->d, L->s, bh);
     }
+    if (L->fusion & LAYER_UNFUSED_ROPE)
+        layer_ops_mem(o, "rope.unfused.bwd", 10 * rope_elems(L, D) * D->dt);
     blk = o->n;
     colpar_bwd(L, D, o, whole, "qkv.ag.in", "qkv.dgrad", "qkv.ar", "qkv.rs", "qkv.wgrad", D->qkv_n);
     layer_ops_mem(o, "ln1.bwd", 4 * E * D->dt);
@@ -570,6 +650,42 @@ static void fp8_ops(const layer_shape *L, layer_ops *o)
     }
 }
 
+/* --no-gradient-accumulation-fusion: the add of each weight gradient into
+ * the main gradient, after the pass's other ops (the compute stream runs
+ * them in order: the pass's time grows by theirs). */
+static const struct {
+    const char *gemm, *accum;
+} GRAD_ACCUM[] = {
+    {"qkv.wgrad", "qkv.wgrad.accum"},
+    {"proj.wgrad", "proj.wgrad.accum"},
+    {"fc1.wgrad", "fc1.wgrad.accum"},
+    {"fc2.wgrad", "fc2.wgrad.accum"},
+    {"logit.wgrad", "logit.wgrad.accum"},
+};
+
+int64_t layer_grad_accum_bytes(const layer_shape *L, int64_t weight_elems)
+{
+    int64_t g = L->main_grad_bytes > 0 ? L->main_grad_bytes : 4;
+    return weight_elems * (L->dtype_bytes + 2 * g);
+}
+
+static void grad_accum_ops(const layer_shape *L, layer_ops *o)
+{
+    if (!(L->fusion & LAYER_UNFUSED_GRAD_ACCUM))
+        return;
+    int n = o->n;
+    for (int i = 0; i < n; i++) {
+        const layer_op *op = &o->op[i];
+        if (op->kind != LAYER_OP_GEMM)
+            continue;
+        for (size_t j = 0; j < sizeof GRAD_ACCUM / sizeof GRAD_ACCUM[0]; j++)
+            if (!strcmp(op->name, GRAD_ACCUM[j].gemm)) { /* wgrad GEMM m x n = the weight's shape */
+                layer_ops_mem(o, GRAD_ACCUM[j].accum, layer_grad_accum_bytes(L, op->m * op->n));
+                break;
+            }
+    }
+}
+
 int layer_ops_build(const layer_shape *L, layer_pass pass, layer_ops *out, ts_err *err)
 {
     int rc = layer_shape_check(L, err);
@@ -601,6 +717,7 @@ int layer_ops_build(const layer_shape *L, layer_pass pass, layer_ops *out, ts_er
     }
     if (L->fp8 != FP8_FORMAT_NONE)
         fp8_ops(L, out);
+    grad_accum_ops(L, out);
     return TS_OK;
 }
 
@@ -657,11 +774,19 @@ int layer_output_ops(const layer_shape *L, layer_pass pass, layer_ops *out, ts_e
         gemm(out, "logit", D.T, D.Vt, h);
         /* vocabulary-parallel cross-entropy: fp32 cast (read dt, write 4),
          * max (read 4), exp in place (read 4, write 4), sum (read 4) */
-        layer_ops_mem(out, "ce", logits * (D.dt + 16));
-        if (D.comm) {
-            comm(out, "ce.max.ar", COMM_ALL_REDUCE, D.T * 4, L->t);
-            comm(out, "ce.target.ar", COMM_ALL_REDUCE, D.T * 4, L->t);
-            comm(out, "ce.sum.ar", COMM_ALL_REDUCE, D.T * 4, L->t);
+        if (L->fusion & LAYER_FUSED_CE) { /* cast with max, exp with sum: dt + 4, then 8 */
+            layer_ops_mem(out, "ce", logits * (D.dt + 12));
+            if (D.comm) { /* the target logit and the sum batched into one all-reduce */
+                comm(out, "ce.max.ar", COMM_ALL_REDUCE, D.T * 4, L->t);
+                comm(out, "ce.target_sum.ar", COMM_ALL_REDUCE, 2 * D.T * 4, L->t);
+            }
+        } else {
+            layer_ops_mem(out, "ce", logits * (D.dt + 16));
+            if (D.comm) {
+                comm(out, "ce.max.ar", COMM_ALL_REDUCE, D.T * 4, L->t);
+                comm(out, "ce.target.ar", COMM_ALL_REDUCE, D.T * 4, L->t);
+                comm(out, "ce.sum.ar", COMM_ALL_REDUCE, D.T * 4, L->t);
+            }
         }
         break;
     case LAYER_PASS_B:
@@ -702,6 +827,7 @@ int layer_output_ops(const layer_shape *L, layer_pass pass, layer_ops *out, ts_e
     default:
         return err_set(err, TS_EINVAL, "layer_output_ops: unknown pass %d", (int)pass);
     }
+    grad_accum_ops(L, out);
     return TS_OK;
 }
 
@@ -790,6 +916,8 @@ int layer_saved_build(const layer_shape *L, layer_saved_list *out, ts_err *err)
     save(out, "fc1.in", E * wt, NORM, W, r, m, false);
     if (!L->no_mlp) { /* a MoE layer's block saves its own (moe_block_saved_bytes) */
         save(out, "act.in", D.T * D.fc1_n * dt, MLP, I, r, m, false);
+        if (L->swiglu && (L->fusion & LAYER_UNFUSED_BIAS_ACT)) /* the multiply's saved SiLU output */
+            save(out, "act.silu.out", D.T * D.ffn_t * dt, MLP, I, r, m, false);
         save(out, "fc2.in", D.T * D.ffn_t * wt, MLP, W, r, m, false);
     }
     if (!L->no_hidden_dropout)

@@ -97,7 +97,10 @@ Test(flops, ops_of_all_layers_sum_to_model_flops)
                      false,
                      FP8_FORMAT_NONE,
                      FP8_RECIPE_DELAYED,
-                     false};
+                     false,
+                     0,
+                     false,
+                     0};
     layer_ops o;
     double per_mb_rank = 0, recompute = 0;
     for (int p = LAYER_PASS_F; p <= LAYER_PASS_B; p++) {
@@ -230,7 +233,10 @@ Test(flops, kv_channels_set_attention_width)
                      false,
                      FP8_FORMAT_NONE,
                      FP8_RECIPE_DELAYED,
-                     false};
+                     false,
+                     0,
+                     false,
+                     0};
     layer_ops o;
     cr_assert_eq(layer_ops_build(&L, LAYER_PASS_F, &o, NULL), TS_OK);
     cr_assert(REL(layer_ops_flops(&o), flops_layer_fwd_per_seq(&m)), "%.17g vs %.17g", layer_ops_flops(&o),
@@ -312,7 +318,10 @@ Test(flops, flash_and_modules_ops_sum_to_hardware_flops)
                              false,
                              FP8_FORMAT_NONE,
                              FP8_RECIPE_DELAYED,
-                             false};
+                             false,
+                             0,
+                             false,
+                             0};
             layer_ops o;
             double per_mb_rank = 0;
             for (int p = LAYER_PASS_F; p <= LAYER_PASS_B; p++) {
