@@ -609,18 +609,24 @@ int64_t layer_fp8_cast_bytes(config_fp8_recipe r, int64_t elems)
 /* The FP8 linear GEMMs and the cast each needs: a forward GEMM casts its
  * input (m x k), a dgrad GEMM its output gradient (its m x k: the incoming
  * gradient); the weight's cast is once per iteration (plan_build.c), the
- * wgrad GEMM reads the copies those casts wrote. */
+ * wgrad GEMM reads the copies those casts wrote. amax: current scaling
+ * (tensorwise) with sequence parallelism all-reduces the amax of the tensors
+ * all-gathered across the tensor-parallel ranks (the column-parallel
+ * layers' inputs, the row-parallel layers' output gradients) before their
+ * cast, so every rank scales with the same amax (Transformer Engine's
+ * Float8CurrentScaling quantizers with_amax_reduction over the TP group);
+ * NULL: none. */
 static const struct {
-    const char *gemm, *cast;
+    const char *gemm, *cast, *amax;
 } FP8_CASTS[] = {
-    {"qkv", "qkv.fp8.cast"},
-    {"proj", "proj.fp8.cast"},
-    {"fc1", "fc1.fp8.cast"},
-    {"fc2", "fc2.fp8.cast"},
-    {"qkv.dgrad", "qkv.dgrad.fp8.cast"},
-    {"proj.dgrad", "proj.dgrad.fp8.cast"},
-    {"fc1.dgrad", "fc1.dgrad.fp8.cast"},
-    {"fc2.dgrad", "fc2.dgrad.fp8.cast"},
+    {"qkv", "qkv.fp8.cast", "qkv.fp8.amax.ar"},
+    {"proj", "proj.fp8.cast", NULL},
+    {"fc1", "fc1.fp8.cast", "fc1.fp8.amax.ar"},
+    {"fc2", "fc2.fp8.cast", NULL},
+    {"qkv.dgrad", "qkv.dgrad.fp8.cast", NULL},
+    {"proj.dgrad", "proj.dgrad.fp8.cast", "proj.dgrad.fp8.amax.ar"},
+    {"fc1.dgrad", "fc1.dgrad.fp8.cast", NULL},
+    {"fc2.dgrad", "fc2.dgrad.fp8.cast", "fc2.dgrad.fp8.amax.ar"},
 };
 
 /* Mark the linear GEMMs of o as FP8 and append the casts (after the list's
@@ -644,6 +650,8 @@ static void fp8_ops(const layer_shape *L, layer_ops *o)
                 continue;
             op->fp8 = true;
             int64_t m = op->m, k = op->k;
+            if (FP8_CASTS[j].amax && L->fp8_recipe == FP8_RECIPE_TENSORWISE && L->sp && L->t > 1)
+                comm(o, FP8_CASTS[j].amax, COMM_ALL_REDUCE, LAYER_FP8_AMAX_BYTES, L->t); /* the cast waits for it */
             layer_ops_mem(o, FP8_CASTS[j].cast, layer_fp8_cast_bytes(L->fp8_recipe, m * k));
             break;
         }

@@ -261,6 +261,15 @@ int layer_ops_mem(layer_ops *o, const char *name, int64_t bytes);
  * i.e. 4, 6, 4.0625, 4.0625 B per element (rounded down). */
 int64_t layer_fp8_cast_bytes(config_fp8_recipe r, int64_t elems);
 
+/* Current scaling (tensorwise) with sequence parallelism: the input of
+ * qkv and fc1 and the output gradient of proj and fc2 are all-gathered in
+ * FP8, so each rank's amax is all-reduced over the t ranks (one fp32,
+ * op <gemm>.fp8.amax.ar) before the cast, which waits for it (Transformer
+ * Engine's Float8CurrentScaling quantizers with amax reduction over the TP
+ * group). Delayed scaling's amax reduction is per chunk, not per layer
+ * (fp8.h fp8_amax_reduce_bytes). */
+#define LAYER_FP8_AMAX_BYTES 4
+
 /* The LAYER_UNFUSED_* / LAYER_FUSED_CE bits of a model's fusion flags,
  * each kept only where Megatron-LM's flag takes effect: bias-GeLU with GeLU
  * and biases, bias-SwiGLU with SwiGLU, masked softmax with the unfused or

@@ -291,3 +291,46 @@ Test(fusion, shape_check_refuses_unknown_bits)
     L.main_grad_bytes = 3;
     cr_expect_eq(layer_ops_build(&L, LAYER_PASS_F, &o, NULL), TS_EINVAL);
 }
+
+/* Current scaling with SP: the four casts of tensors all-gathered across TP
+ * wait for a one-fp32 all-reduce of their amax over the t ranks; none
+ * without SP or with delayed scaling (its reduction is per chunk: fp8.h). */
+Test(fusion, fp8_current_scaling_amax_all_reduces)
+{
+    layer_shape L = shape(4, true, false, ATTN_BACKEND_FLASH);
+    L.fp8 = FP8_FORMAT_HYBRID;
+    L.fp8_recipe = FP8_RECIPE_TENSORWISE;
+    const char *fwd[] = {"qkv", "fc1"}, *bwd[] = {"proj.dgrad", "fc2.dgrad"};
+    layer_ops f = build(&L, LAYER_PASS_F), b = build(&L, LAYER_PASS_B);
+    for (int k = 0; k < 2; k++) {
+        const layer_ops *o = k ? &b : &f;
+        const char *const *g = k ? bwd : fwd;
+        for (int j = 0; j < 2; j++) {
+            char amax[64], cast[64];
+            snprintf(amax, sizeof amax, "%s.fp8.amax.ar", g[j]);
+            snprintf(cast, sizeof cast, "%s.fp8.cast", g[j]);
+            int ia = -1, ic = -1;
+            for (int i = 0; i < o->n; i++) {
+                if (!strcmp(o->op[i].name, amax))
+                    ia = i;
+                if (!strcmp(o->op[i].name, cast))
+                    ic = i;
+            }
+            cr_assert_geq(ia, 0, "%s", amax);
+            cr_assert_geq(ic, 0, "%s", cast);
+            cr_expect_eq(o->op[ia].kind, LAYER_OP_COMM);
+            cr_expect_eq(o->op[ia].coll, COMM_ALL_REDUCE);
+            cr_expect_eq(o->op[ia].bytes, 4);
+            cr_expect_eq(o->op[ia].group, L.t);
+            cr_expect_eq(o->op[ic].dep[0], ia, "%s waits for %s", cast, amax);
+        }
+    }
+    cr_expect_eq(op_bytes(&f, "proj.fp8.amax.ar"), -1); /* proj's input is not gathered */
+    L.sp = false;
+    f = build(&L, LAYER_PASS_F);
+    cr_expect_eq(op_bytes(&f, "qkv.fp8.amax.ar"), -1);
+    L.sp = true;
+    L.fp8_recipe = FP8_RECIPE_DELAYED;
+    f = build(&L, LAYER_PASS_F);
+    cr_expect_eq(op_bytes(&f, "qkv.fp8.amax.ar"), -1);
+}
