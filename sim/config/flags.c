@@ -363,9 +363,8 @@ int flags_register(flags_state *s, opt_table *t, config *c, ts_err *err)
     s->first_entry = t->n;
     int rc;
     if ((rc = add_model_flags(s, t, c, err)) || (rc = add_fusion_flags(s, t, c, err)) ||
-        (rc = add_parallel_flags(s, t, c, err)) ||
-        (rc = add_layout_flags(s, t, c, err)) || (rc = add_cluster_flags(s, t, c, err)) ||
-        (rc = flags_register_memory(t, &c->cluster.overheads, err)))
+        (rc = add_parallel_flags(s, t, c, err)) || (rc = add_layout_flags(s, t, c, err)) ||
+        (rc = add_cluster_flags(s, t, c, err)) || (rc = flags_register_memory(t, &c->cluster.overheads, err)))
         return rc;
     if ((rc = moe_flags_register(&s->moe, t, c, err))) /* mixture of experts, MLA (moe_flags.h) */
         return rc;
@@ -1513,7 +1512,8 @@ void flags_note_fusions(const config *c, FILE *f)
     int n = 0;
     if (m->no_bias_gelu_fusion && (m->swiglu || !m->add_bias_linear)) {
         flag[n] = "--no-bias-gelu-fusion";
-        why[n++] = m->swiglu ? "a SwiGLU MLP: --no-bias-swiglu-fusion applies" : "no biases: GeLU runs alone either way";
+        why[n++] =
+            m->swiglu ? "a SwiGLU MLP: --no-bias-swiglu-fusion applies" : "no biases: GeLU runs alone either way";
     }
     if (m->no_bias_swiglu_fusion && !m->swiglu) {
         flag[n] = "--no-bias-swiglu-fusion";

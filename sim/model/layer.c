@@ -619,14 +619,10 @@ int64_t layer_fp8_cast_bytes(config_fp8_recipe r, int64_t elems)
 static const struct {
     const char *gemm, *cast, *amax;
 } FP8_CASTS[] = {
-    {"qkv", "qkv.fp8.cast", "qkv.fp8.amax.ar"},
-    {"proj", "proj.fp8.cast", NULL},
-    {"fc1", "fc1.fp8.cast", "fc1.fp8.amax.ar"},
-    {"fc2", "fc2.fp8.cast", NULL},
-    {"qkv.dgrad", "qkv.dgrad.fp8.cast", NULL},
-    {"proj.dgrad", "proj.dgrad.fp8.cast", "proj.dgrad.fp8.amax.ar"},
-    {"fc1.dgrad", "fc1.dgrad.fp8.cast", NULL},
-    {"fc2.dgrad", "fc2.dgrad.fp8.cast", "fc2.dgrad.fp8.amax.ar"},
+    {"qkv", "qkv.fp8.cast", "qkv.fp8.amax.ar"}, {"proj", "proj.fp8.cast", NULL},
+    {"fc1", "fc1.fp8.cast", "fc1.fp8.amax.ar"}, {"fc2", "fc2.fp8.cast", NULL},
+    {"qkv.dgrad", "qkv.dgrad.fp8.cast", NULL},  {"proj.dgrad", "proj.dgrad.fp8.cast", "proj.dgrad.fp8.amax.ar"},
+    {"fc1.dgrad", "fc1.dgrad.fp8.cast", NULL},  {"fc2.dgrad", "fc2.dgrad.fp8.cast", "fc2.dgrad.fp8.amax.ar"},
 };
 
 /* Mark the linear GEMMs of o as FP8 and append the casts (after the list's
@@ -664,11 +660,8 @@ static void fp8_ops(const layer_shape *L, layer_ops *o)
 static const struct {
     const char *gemm, *accum;
 } GRAD_ACCUM[] = {
-    {"qkv.wgrad", "qkv.wgrad.accum"},
-    {"proj.wgrad", "proj.wgrad.accum"},
-    {"fc1.wgrad", "fc1.wgrad.accum"},
-    {"fc2.wgrad", "fc2.wgrad.accum"},
-    {"logit.wgrad", "logit.wgrad.accum"},
+    {"qkv.wgrad", "qkv.wgrad.accum"}, {"proj.wgrad", "proj.wgrad.accum"},   {"fc1.wgrad", "fc1.wgrad.accum"},
+    {"fc2.wgrad", "fc2.wgrad.accum"}, {"logit.wgrad", "logit.wgrad.accum"},
 };
 
 int64_t layer_grad_accum_bytes(const layer_shape *L, int64_t weight_elems)

@@ -46,7 +46,7 @@ Test(iteration_costs, fixed_parts_closed_forms_one_gpu)
     cr_assert_eq(flags_run(SMALL, "--gpus", "1", "--bf16", NULL), TS_OK, "%s", E.msg);
     simulate_result *r = run();
     cost_model *cm = default_model();
-    int64_t n = flops_params_stage(&C.model, 1, 2, 1, 1); /* every parameter on the one rank */
+    int64_t n = flops_params_stage(&C.model, 1, 2, 1, 1);                    /* every parameter on the one rank */
     cr_expect_eq(r->fixed_ns[PLAN_FIXED_ZERO_GRAD], cost_mem_ns(cm, n * 4)); /* fp32 gradient buffer */
     cr_expect_eq(r->fixed_ns[PLAN_FIXED_GRAD_NORM], cost_mem_kind_ns(cm, COST_MEM_ADAM, n * 4));
     cr_expect_eq(r->fixed_ns[PLAN_FIXED_ADAM], cost_mem_kind_ns(cm, COST_MEM_ADAM, n * 30));
@@ -62,7 +62,7 @@ Test(iteration_costs, fixed_parts_closed_forms_one_gpu)
     cr_assert_eq(flags_run(SMALL, "--gpus", "1", "--fp16", NULL), TS_OK, "%s", E.msg);
     r = run();
     cm = default_model();
-    cr_expect_eq(r->fixed_ns[PLAN_FIXED_ZERO_GRAD], cost_mem_ns(cm, n * 2)); /* fp16 gradient buffer */
+    cr_expect_eq(r->fixed_ns[PLAN_FIXED_ZERO_GRAD], cost_mem_ns(cm, n * 2));     /* fp16 gradient buffer */
     cr_expect_eq(r->fixed_ns[PLAN_FIXED_UNSCALE], cost_mem_ns(cm, n * (6 + 8))); /* copy to fp32, unscale */
     simulate_result_free(r);
     cost_model_free(cm);
@@ -116,9 +116,9 @@ Test(iteration_costs, clip_grad_zero_drops_the_norm)
  * positions, GeLU with biases and SwiGLU, t = 2 with SP. */
 Test(iteration_costs, fusion_off_never_faster)
 {
-    const char *flags[] = {"--no-bias-gelu-fusion",     "--no-bias-swiglu-fusion",
-                           "--no-bias-dropout-fusion",  "--no-masked-softmax-fusion",
-                           "--no-gradient-accumulation-fusion", "--no-rope-fusion"};
+    const char *flags[] = {
+        "--no-bias-gelu-fusion",      "--no-bias-swiglu-fusion",           "--no-bias-dropout-fusion",
+        "--no-masked-softmax-fusion", "--no-gradient-accumulation-fusion", "--no-rope-fusion"};
     for (int sw = 0; sw < 2; sw++) {
         const char *swiglu = sw ? "--swiglu" : "--swiglu=false";
         cr_assert_eq(flags_run(SMALL, "--gpus", "4", "-t", "2", "--sequence-parallel", "--bf16", "--attention-backend",
