@@ -47,6 +47,12 @@ int xconfig_supports(const config *c, bool cuda, bool inference, ts_err *err)
     if (m->fp8_format != FP8_FORMAT_NONE)
         return err_set(err, TS_ENOTSUP, "--fp8-format %s: the executor's GEMMs run at the run's precision, no FP8",
                        CONFIG_FP8_FORMAT_NAMES[m->fp8_format]);
+    if (m->no_bias_gelu_fusion || m->no_bias_swiglu_fusion || m->no_bias_dropout_fusion ||
+        m->no_masked_softmax_fusion || m->no_gradient_accumulation_fusion || m->no_rope_fusion ||
+        m->cross_entropy_loss_fusion)
+        return err_set(err, TS_ENOTSUP,
+                       "--no-*-fusion, --cross-entropy-loss-fusion: the executor runs its own kernels, not "
+                       "Megatron-LM's fused or unfused ones (drop the fusion flags)");
     if (p->distributed_optimizer && !m->untie_embeddings && p->pp > 1 && p->dp > 1)
         return err_set(err, TS_ENOTSUP,
                        "--use-distributed-optimizer with the output layer tied to the word embedding and "

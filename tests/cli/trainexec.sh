@@ -39,6 +39,9 @@ out=$(run 2 "$TRAINEXEC" $small --num-experts 2 --expert-model-parallel-size 2 -
 check_sh "expert parallelism: exit 2 naming --num-experts" '[ $rc -eq 2 ] && [[ "$out" == *--num-experts* ]]'
 out=$(run 1 "$TRAINEXEC" $small --bf16 --gpu H100-SXM5-80GB --fp8-format e4m3 2>&1); rc=$?
 check_sh "FP8: exit 2 naming --fp8-format" '[ $rc -eq 2 ] && [[ "$out" == *"--fp8-format e4m3: the executor"* ]]'
+out=$(run 1 "$TRAINEXEC" $small --no-bias-dropout-fusion 2>&1); rc=$?
+check_sh "a fusion flag: exit 2, the executor runs its own kernels" \
+    '[ $rc -eq 2 ] && [[ "$out" == *"the executor runs its own kernels"* ]]'
 
 out=$(run 1 "$TRAINEXEC" $small --recompute-granularity selective --recompute-modules mlp 2>&1); rc=$?
 check_sh "selective recomputation of the MLP: exit 2, not supported" \
