@@ -763,13 +763,13 @@ static void fixed_costs(const plan_env *E, int64_t shard, int64_t grads, int64_t
 {
     const config *c = E->c;
     bool fp32 = c->model.precision == PREC_FP32, fp16 = c->model.precision == PREC_FP16;
-    int mp = E->t * config_cp(c) * c->par.pp; /* the model-parallel group: t x cp x p */
-    int world = mp * (E->d / config_cp(c));
+    int mp = E->t * c->par.pp; /* the model-parallel group: t x p (the cp ranks hold the same gradients) */
+    int world = mp * E->d;     /* d x cp: every rank */
     bool distopt = c->par.distributed_optimizer || E->shard >= SHARD_OPTIM;
     int n = distopt ? world : mp;
     commcost_group g = {n, ranks_per_node(n, 1, E->gpn)};
-    if (!distopt) { /* t x cp consecutive ranks per stage, stages t x cp x d apart */
-        int blk = E->t * config_cp(c), stride = E->t * E->d, gpn = E->gpn;
+    if (!distopt) { /* t consecutive ranks per stage, stages t x cp x d apart */
+        int blk = E->t, stride = E->t * E->d, gpn = E->gpn;
         if (blk >= gpn || gpn % blk)
             g.ranks_per_node = gcd_int(blk, gpn);
         else if (stride >= gpn || gpn % stride)
