@@ -1427,6 +1427,25 @@ void flags_print(const flags_state *s, FILE *f)
         fprintf(f, "fp8:                   %s, %s recipe: the layers' linear GEMMs in FP8 (%.1f TFLOP/s peak)%s\n",
                 CONFIG_FP8_FORMAT_NAMES[m->fp8_format], CONFIG_FP8_RECIPE_NAMES[m->fp8_recipe],
                 c->cluster.gpu.fp8_tflops, m->fp8_param_gather ? ", parameters kept and all-gathered in FP8" : "");
+    const struct {
+        bool on;
+        const char *what;
+    } fus[] = {{m->no_bias_gelu_fusion, "bias-GeLU off"},
+               {m->no_bias_swiglu_fusion, "bias-SwiGLU off"},
+               {m->no_bias_dropout_fusion, "bias-dropout-add off"},
+               {m->no_masked_softmax_fusion, "masked softmax off"},
+               {m->no_gradient_accumulation_fusion, "gradient accumulation off"},
+               {m->no_rope_fusion, "RoPE off"},
+               {m->cross_entropy_loss_fusion, "cross-entropy on"}};
+    int nf = 0;
+    for (size_t i = 0; i < sizeof fus / sizeof fus[0]; i++)
+        if (fus[i].on)
+            fprintf(f, "%s%s", nf++ ? ", " : "fusions:               ", fus[i].what);
+    if (nf)
+        fprintf(f, " (the rest Megatron-LM's defaults)\n");
+    if (p->no_clip_grad || p->loss_scale > 0)
+        fprintf(f, "optimizer step:        %s%s\n", p->no_clip_grad ? "no gradient norm (--clip-grad 0)" : "",
+                p->loss_scale > 0 ? (p->no_clip_grad ? ", constant loss scale" : "constant loss scale") : "");
     fprintf(f, "parallelism:           t=%d p=%d d=%d v=%d (%d GPUs = %d x %d x %d)\n", p->tp, p->pp, p->dp, p->vp,
             c->cluster.gpus, p->tp, p->pp, p->dp);
     if (config_cp(c) > 1) {

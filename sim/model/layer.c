@@ -363,9 +363,8 @@ static void selective_fwd(const layer_shape *L, const dims *D, layer_ops *o)
 }
 
 /* Elements of q and k on this rank (what the rotary embedding rotates). */
-static int64_t rope_elems(const layer_shape *L, const dims *D)
+static int64_t rope_elems(const dims *D)
 {
-    (void)L;
     return D->T * (D->at + D->gt) * D->d;
 }
 
@@ -394,7 +393,7 @@ static void layer_fwd(const layer_shape *L, const dims *D, layer_ops *o)
         comm(o, "ln1.ag", COMM_ALL_GATHER, D->S, L->t);
     gemm(o, "qkv", D->T, D->qkv_n, h);
     if (L->fusion & LAYER_UNFUSED_ROPE)
-        layer_ops_mem(o, "rope.unfused", 12 * rope_elems(L, D) * D->dt);
+        layer_ops_mem(o, "rope.unfused", 12 * rope_elems(D) * D->dt);
     attn_core_fwd(L, D, o);
     gemm(o, "proj", D->T, h, D->adt);
     tp_reduce(L, D, o, "proj.ar", "proj.rs");
@@ -532,7 +531,7 @@ static void layer_bwd(const layer_shape *L, const dims *D, layer_ops *o, bool dg
         layer_ops_gemm(o, "attn.qk.dgrad_k", L->s, D->d, L->s, bh);
     }
     if (L->fusion & LAYER_UNFUSED_ROPE)
-        layer_ops_mem(o, "rope.unfused.bwd", 10 * rope_elems(L, D) * D->dt);
+        layer_ops_mem(o, "rope.unfused.bwd", 10 * rope_elems(D) * D->dt);
     blk = o->n;
     colpar_bwd(L, D, o, whole, "qkv.ag.in", "qkv.dgrad", "qkv.ar", "qkv.rs", "qkv.wgrad", D->qkv_n);
     layer_ops_mem(o, "ln1.bwd", 4 * E * D->dt);
