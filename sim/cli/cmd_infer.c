@@ -348,6 +348,9 @@ static int parse(opt_table *t, flags_state *fs, config *c, infer_args *a, int ar
                                              "--cross-entropy-loss-fusion",
                                              "--clip-grad",
                                              "--loss-scale",
+                                             "--no-check-for-nan-in-loss-and-grad",
+                                             "--check-for-large-grads",
+                                             "--log-num-zeros-in-grad",
                                              NULL};
     for (int i = 0; !rc && TRAIN_ONLY[i]; i++)
         if (opt_was_set(t, TRAIN_ONLY[i]))

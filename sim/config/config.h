@@ -168,8 +168,11 @@ typedef struct {
     int cp_a2a;             /* --hierarchical-context-parallel-sizes' first (a2a) level, a2a+p2p only; 0 = unset */
     int cp_p2p;             /* its second (p2p ring) level; cp_a2a x cp_p2p = cp */
     /* ---- per-iteration fixed costs (plan_build.c's optimizer step) ---- */
-    bool no_clip_grad; /* --clip-grad 0: no gradient norm (Megatron's default --clip-grad 1.0 computes it) */
-    double loss_scale; /* --loss-scale: a constant loss scale (0: none given; fp16 then scales dynamically) */
+    bool no_clip_grad;      /* --clip-grad 0: no gradient norm (Megatron's default --clip-grad 1.0 computes it) */
+    double loss_scale;      /* --loss-scale: a constant loss scale (0: none given; fp16 then scales dynamically) */
+    bool no_nan_check;      /* --no-check-for-nan-in-loss-and-grad (Megatron's default checks each gradient bucket) */
+    bool check_large_grads; /* --check-for-large-grads: the same bucket norms, checked for spikes */
+    bool log_num_zeros;     /* --log-num-zeros-in-grad: zero gradients counted and all-reduced */
 } parallel_config;
 
 struct topo; /* topo.h: parsed cluster topology */

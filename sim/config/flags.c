@@ -160,6 +160,14 @@ static int add_fusion_flags(flags_state *s, opt_table *t, config *c, ts_err *err
         .defval = "1.0",
         .help = "gradient clipping: > 0 reads every gradient once for its norm and all-reduces it over the "
                 "model-parallel ranks each iteration; 0: no norm");
+    ADD(.name = "--no-check-for-nan-in-loss-and-grad", .type = OPT_BOOL, .target = &c->par.no_nan_check,
+        .help = "no NaN check of the gradients: Megatron's default reads every gradient bucket once for its norm "
+                "before the bucket's reduction (off by itself with --fp16 and no --loss-scale)");
+    ADD(.name = "--check-for-large-grads", .type = OPT_BOOL, .target = &c->par.check_large_grads,
+        .help = "the same per-bucket gradient norms, checked for spikes (one read, shared with the NaN check)");
+    ADD(.name = "--log-num-zeros-in-grad", .type = OPT_BOOL, .target = &c->par.log_num_zeros,
+        .help = "count the zero gradients each iteration: every gradient of the optimizer's shard read once, "
+                "one all-reduce like the norm's");
     ADD(.name = "--loss-scale", .type = OPT_DOUBLE, .target = &c->par.loss_scale, .min = 0, .max = 1e300,
         .unit = "scale", .defval = "none (fp16: dynamic)",
         .help = "a constant loss scale: with --bf16 too, the gradients are then unscaled and checked for inf/NaN "

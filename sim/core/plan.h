@@ -65,16 +65,20 @@ typedef enum {
  * the byte counts). */
 typedef enum {
     PLAN_FIXED_ZERO_GRAD = 0, /* the gradient buffer zeroed for the next iteration (written once) */
+    PLAN_FIXED_NAN_CHECK,     /* the NaN / large-gradient check: the gradient buffer read once (bucket norms) */
     PLAN_FIXED_UNSCALE,       /* fp16 or --loss-scale: gradients [copied to fp32], unscaled, checked for inf */
     PLAN_FIXED_INF_AR,        /* the found-inf flag all-reduced (one fp32) */
     PLAN_FIXED_GRAD_NORM,     /* --clip-grad > 0: every gradient of the optimizer's shard read for the norm */
     PLAN_FIXED_NORM_AR,       /* the norm all-reduced (one fp32) */
+    PLAN_FIXED_ZEROS,         /* --log-num-zeros-in-grad: every gradient of the shard read, zeros counted */
+    PLAN_FIXED_ZEROS_AR,      /* the count all-reduced (one fp32) */
     PLAN_FIXED_ADAM,          /* the Adam step, 16-bit weights written */
     PLAN_FIXED_FP8_CAST,      /* FP8: the layers' weights cast once */
     PLAN_FIXED_KINDS
 } plan_fixed;
 
-/* "zero-grad", "unscale", "found-inf all-reduce", "grad norm", "norm all-reduce", "adam", "fp8 weight cast" */
+/* "zero-grad", "nan check", "unscale", "found-inf all-reduce", "grad norm", "norm all-reduce", "zero count",
+ * "zero-count all-reduce", "adam", "fp8 weight cast" */
 extern const char *const PLAN_FIXED_NAMES[PLAN_FIXED_KINDS];
 
 /* A piece of a collapsed step (see plan_opts.inline_tp): one merged run of

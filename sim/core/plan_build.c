@@ -785,6 +785,20 @@ static void fixed_costs(const plan_env *E, int64_t shard, int64_t grads, int64_t
         if (n > 1)
             part[PLAN_FIXED_INF_AR] = commcost_ns(E->cc, COMM_ALL_REDUCE, PLAN_SCALAR_BYTES, &g);
     }
+    /* Megatron-LM checks each gradient bucket's norm for NaN (and with
+     * --check-for-large-grads for spikes) before reducing it
+     * (_ParamAndGradBucketGroup.check_grads): one read of the gradient
+     * buffer, on the compute stream; it turns the NaN check off with fp16 and
+     * dynamic loss scaling (arguments.py). Costed with the step: the same
+     * compute time, the buckets' reductions not delayed by it. */
+    bool nan_check = !c->par.no_nan_check && !(fp16 && c->par.loss_scale <= 0);
+    if (nan_check || c->par.check_large_grads)
+        part[PLAN_FIXED_NAN_CHECK] = cost_mem_ns(E->cm, grads);
+    if (c->par.log_num_zeros) { /* count_zeros_fp32: read each gradient of the shard, all-reduce the count */
+        part[PLAN_FIXED_ZEROS] = cost_mem_ns(E->cm, shard * PLAN_NORM_BYTES_PER_PARAM);
+        if (n > 1)
+            part[PLAN_FIXED_ZEROS_AR] = commcost_ns(E->cc, COMM_ALL_REDUCE, PLAN_SCALAR_BYTES, &g);
+    }
     if (!c->par.no_clip_grad) {
         part[PLAN_FIXED_GRAD_NORM] = cost_mem_kind_ns(E->cm, COST_MEM_ADAM, shard * PLAN_NORM_BYTES_PER_PARAM);
         if (n > 1)

@@ -291,8 +291,10 @@ void report_csv(const simulate_result *r, FILE *f)
         snprintf(m, sizeof m, "time_%s", plan_cat_name(k));
         row(f, it, m, r->cat_ns[k], "ns");
     }
-    static const char *const FIXED[PLAN_FIXED_KINDS] = {"zero_grad",      "unscale", "found_inf_allreduce", "grad_norm",
-                                                        "norm_allreduce", "adam",    "fp8_weight_cast"};
+    static const char *const FIXED[PLAN_FIXED_KINDS] = {
+        "zero_grad", "nan_check",      "unscale",    "found_inf_allreduce",
+        "grad_norm", "norm_allreduce", "zero_count", "zero_count_allreduce",
+        "adam",      "fp8_weight_cast"};
     for (int k = 0; k < PLAN_FIXED_KINDS; k++) {
         char m[64];
         snprintf(m, sizeof m, "optimizer_%s", FIXED[k]);

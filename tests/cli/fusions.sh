@@ -31,8 +31,14 @@ expect_output "fusions:               bias-dropout-add off (the rest Megatron-LM
 expect_output "ignored (cannot change performance): --no-persist-layer-norm" "$T" "${base[@]}" --no-persist-layer-norm
 
 out=$("$T" simulate --model megatron-1.7b --fp16 2>&1)
-check_sh "report: the optimizer step's parts" \
-    '[[ "$out" == *"optimizer step          zero-grad "*", unscale "*", grad norm "*", adam "* ]]'
+check_sh "report: the optimizer step's parts (fp16, dynamic loss scale: no NaN check)" \
+    '[[ "$out" == *"optimizer step          zero-grad "*", unscale "*", grad norm "*", adam "* && "$out" != *"nan check"* ]]'
+out=$("$T" simulate --model megatron-1.7b --bf16 2>&1)
+check_sh "bf16: the gradient buckets' NaN check, no unscale" \
+    '[[ "$out" == *"zero-grad "*", nan check "*", grad norm "* && "$out" != *unscale* ]]'
+out=$("$T" simulate --model megatron-1.7b --bf16 --no-check-for-nan-in-loss-and-grad --log-num-zeros-in-grad 2>&1)
+check_sh "--no-check-for-nan-in-loss-and-grad, --log-num-zeros-in-grad: no nan check, a zero count" \
+    '[[ "$out" != *"nan check"* && "$out" == *"zero count "* ]]'
 out=$("$T" simulate --model megatron-1.7b --bf16 --clip-grad 0 2>&1)
 check_sh "--clip-grad 0: no grad norm, no unscale with bf16" \
     '[[ "$out" == *"optimizer step          zero-grad "* && "$out" != *"grad norm"* && "$out" != *unscale* ]]'

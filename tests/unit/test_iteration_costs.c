@@ -48,6 +48,8 @@ Test(iteration_costs, fixed_parts_closed_forms_one_gpu)
     cost_model *cm = default_model();
     int64_t n = flops_params_stage(&C.model, 1, 2, 1, 1);                    /* every parameter on the one rank */
     cr_expect_eq(r->fixed_ns[PLAN_FIXED_ZERO_GRAD], cost_mem_ns(cm, n * 4)); /* fp32 gradient buffer */
+    cr_expect_eq(r->fixed_ns[PLAN_FIXED_NAN_CHECK], cost_mem_ns(cm, n * 4)); /* the buffer read once */
+    cr_expect_eq(r->fixed_ns[PLAN_FIXED_ZEROS], 0);                          /* --log-num-zeros-in-grad off */
     cr_expect_eq(r->fixed_ns[PLAN_FIXED_GRAD_NORM], cost_mem_kind_ns(cm, COST_MEM_ADAM, n * 4));
     cr_expect_eq(r->fixed_ns[PLAN_FIXED_ADAM], cost_mem_kind_ns(cm, COST_MEM_ADAM, n * 30));
     cr_expect_eq(r->fixed_ns[PLAN_FIXED_UNSCALE], 0); /* bf16: no loss scaling */
@@ -64,6 +66,25 @@ Test(iteration_costs, fixed_parts_closed_forms_one_gpu)
     cm = default_model();
     cr_expect_eq(r->fixed_ns[PLAN_FIXED_ZERO_GRAD], cost_mem_ns(cm, n * 2));     /* fp16 gradient buffer */
     cr_expect_eq(r->fixed_ns[PLAN_FIXED_UNSCALE], cost_mem_ns(cm, n * (6 + 8))); /* copy to fp32, unscale */
+    cr_expect_eq(r->fixed_ns[PLAN_FIXED_NAN_CHECK], 0); /* dynamic loss scaling: Megatron turns the check off */
+    simulate_result_free(r);
+    cost_model_free(cm);
+
+    cr_assert_eq(flags_run(SMALL, "--gpus", "1", "--fp16", "--check-for-large-grads", NULL), TS_OK, "%s", E.msg);
+    r = run();
+    cm = default_model();
+    cr_expect_eq(r->fixed_ns[PLAN_FIXED_NAN_CHECK], cost_mem_ns(cm, n * 2)); /* the same bucket norms */
+    simulate_result_free(r);
+    cost_model_free(cm);
+
+    cr_assert_eq(flags_run(SMALL, "--gpus", "1", "--bf16", "--no-check-for-nan-in-loss-and-grad",
+                           "--log-num-zeros-in-grad", NULL),
+                 TS_OK, "%s", E.msg);
+    r = run();
+    cm = default_model();
+    cr_expect_eq(r->fixed_ns[PLAN_FIXED_NAN_CHECK], 0);
+    cr_expect_eq(r->fixed_ns[PLAN_FIXED_ZEROS], cost_mem_ns(cm, n * 4)); /* every fp32 gradient read */
+    cr_expect_eq(r->fixed_ns[PLAN_FIXED_ZEROS_AR], 0);
     simulate_result_free(r);
     cost_model_free(cm);
 
@@ -87,6 +108,11 @@ Test(iteration_costs, scalar_all_reduces_over_the_model_parallel_group)
     int64_t mp = r->fixed_ns[PLAN_FIXED_NORM_AR];
     cr_expect_gt(mp, 0);
     cr_expect_eq(r->fixed_ns[PLAN_FIXED_INF_AR], mp); /* the same fp32 over the same group */
+    simulate_result_free(r);
+    cr_assert_eq(flags_run(SMALL, "--gpus", "8", "-t", "2", "-p", "2", "--fp16", "--log-num-zeros-in-grad", NULL),
+                 TS_OK, "%s", E.msg);
+    r = run();
+    cr_expect_eq(r->fixed_ns[PLAN_FIXED_ZEROS_AR], mp);
     simulate_result_free(r);
     /* the distributed optimizer reduces over every rank: never cheaper than the 4-rank group */
     cr_assert_eq(flags_run(SMALL, "--gpus", "8", "-t", "2", "-p", "2", "--fp16", "--use-distributed-optimizer", NULL),
