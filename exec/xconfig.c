@@ -53,6 +53,8 @@ int xconfig_supports(const config *c, bool cuda, bool inference, ts_err *err)
         return err_set(err, TS_ENOTSUP,
                        "--no-*-fusion, --cross-entropy-loss-fusion: the executor runs its own kernels, not "
                        "Megatron-LM's fused or unfused ones (drop the fusion flags)");
+    if (p->log_num_zeros)
+        return err_set(err, TS_ENOTSUP, "--log-num-zeros-in-grad: the executor counts no zero gradients");
     if (p->distributed_optimizer && !m->untie_embeddings && p->pp > 1 && p->dp > 1)
         return err_set(err, TS_ENOTSUP,
                        "--use-distributed-optimizer with the output layer tied to the word embedding and "

@@ -42,6 +42,9 @@ check_sh "FP8: exit 2 naming --fp8-format" '[ $rc -eq 2 ] && [[ "$out" == *"--fp
 out=$(run 1 "$TRAINEXEC" $small --no-bias-dropout-fusion 2>&1); rc=$?
 check_sh "a fusion flag: exit 2, the executor runs its own kernels" \
     '[ $rc -eq 2 ] && [[ "$out" == *"the executor runs its own kernels"* ]]'
+out=$(run 1 "$TRAINEXEC" $small --log-num-zeros-in-grad 2>&1); rc=$?
+check_sh "--log-num-zeros-in-grad: exit 2, not counted by the executor" \
+    '[ $rc -eq 2 ] && [[ "$out" == *"--log-num-zeros-in-grad: the executor"* ]]'
 
 out=$(run 1 "$TRAINEXEC" $small --recompute-granularity selective --recompute-modules mlp 2>&1); rc=$?
 check_sh "selective recomputation of the MLP: exit 2, not supported" \
