@@ -338,3 +338,26 @@ Test(fusion, fp8_current_scaling_amax_all_reduces)
     f = build(&L, LAYER_PASS_F);
     cr_expect_eq(op_bytes(&f, "qkv.fp8.amax.ar"), -1);
 }
+
+/* The longest lists (every fusion off, FP8 current scaling with SP, unfused
+ * attention, SwiGLU, biases, every pass and recompute mode) fit in
+ * LAYER_MAX_OPS with room for the MoE block's ops. */
+Test(fusion, longest_lists_fit)
+{
+    layer_shape L = shape(4, true, true, ATTN_BACKEND_UNFUSED);
+    L.fusion = LAYER_UNFUSED_BIAS_ACT | LAYER_UNFUSED_BIAS_DROPOUT | LAYER_UNFUSED_SOFTMAX | LAYER_UNFUSED_GRAD_ACCUM |
+               LAYER_UNFUSED_ROPE;
+    L.fp8 = FP8_FORMAT_HYBRID;
+    L.fp8_recipe = FP8_RECIPE_TENSORWISE;
+    int most = 0;
+    for (int r = RECOMPUTE_NONE; r <= RECOMPUTE_FULL; r++) {
+        L.recompute = (config_recompute)r;
+        L.rc_modules = CONFIG_RC_CORE_ATTN | CONFIG_RC_MLP | CONFIG_RC_LAYERNORM;
+        for (int p = 0; p < LAYER_PASS_COUNT; p++) {
+            layer_ops o = build(&L, (layer_pass)p);
+            if (o.n > most)
+                most = o.n;
+        }
+    }
+    cr_expect_leq(most, LAYER_MAX_OPS - 16, "%d ops", most);
+}
