@@ -100,6 +100,14 @@ int xconfig_supports(const config *c, bool cuda, bool inference, ts_err *err)
                        "%s: the executor's layers have no multi-latent attention or multi-token prediction (trainsim "
                        "simulate models them)",
                        c->moe.mla ? "--multi-latent-attention" : "--mtp-num-layers");
+    if (m->no_bias_gelu_fusion || m->no_bias_swiglu_fusion || m->no_bias_dropout_fusion ||
+        m->no_masked_softmax_fusion || m->no_gradient_accumulation_fusion || m->no_rope_fusion ||
+        m->cross_entropy_loss_fusion)
+        return err_set(err, TS_ENOTSUP,
+                       "--no-*-fusion, --cross-entropy-loss-fusion: the executor runs its own kernels, not "
+                       "Megatron-LM's fused or unfused ones (drop the fusion flags)");
+    if (p->log_num_zeros)
+        return err_set(err, TS_ENOTSUP, "--log-num-zeros-in-grad: the executor counts no zero gradients");
     if (p->distributed_optimizer && !m->untie_embeddings && p->pp > 1 && p->dp > 1)
         return err_set(err, TS_ENOTSUP,
                        "--use-distributed-optimizer with the output layer tied to the word embedding and "

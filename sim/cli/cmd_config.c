@@ -287,6 +287,7 @@ int cmd_config(int argc, char **argv)
         opt_table_free(&t);
         return fail(&e);
     }
+    flags_note_fusions(&c, stderr);
     if (nccl_table) {
         rc = c.cluster.topology ? print_nccl_table(stdout, &c, &e)
                                 : err_set(&e, TS_EINVAL, "--nccl-table needs a GPU cluster (not --gpu cpu)");

@@ -339,6 +339,25 @@ static int parse(opt_table *t, flags_state *fs, config *c, infer_args *a, int ar
         rc = err_set(err, TS_EINVAL,
                      "--fp8-recipe / --fp8-param-gather: training flags, not modelled for inference (give "
                      "--fp8-format alone)");
+    static const char *const TRAIN_ONLY[] = {"--no-bias-gelu-fusion",
+                                             "--no-bias-swiglu-fusion",
+                                             "--no-bias-dropout-fusion",
+                                             "--no-masked-softmax-fusion",
+                                             "--no-gradient-accumulation-fusion",
+                                             "--no-rope-fusion",
+                                             "--cross-entropy-loss-fusion",
+                                             "--clip-grad",
+                                             "--loss-scale",
+                                             "--no-check-for-nan-in-loss-and-grad",
+                                             "--check-for-large-grads",
+                                             "--log-num-zeros-in-grad",
+                                             NULL};
+    for (int i = 0; !rc && TRAIN_ONLY[i]; i++)
+        if (opt_was_set(t, TRAIN_ONLY[i]))
+            rc = err_set(err, TS_EINVAL,
+                         "%s: a training flag (kernel fusions and per-iteration costs), not modelled for inference "
+                         "(drop it)",
+                         TRAIN_ONLY[i]);
     if (!rc && config_cp(c) > 1)
         rc = err_set(err, TS_EINVAL,
                      "--context-parallel-size %d: not modelled for inference (context parallelism is a training "

@@ -87,6 +87,8 @@ static int simulate_parse(opt_table *t, flags_state *fs, config *c, simulate_arg
     }
     if (!rc)
         rc = flags_finish(fs, t, err);
+    if (!rc)
+        flags_note_fusions(c, stderr);
     return rc;
 }
 

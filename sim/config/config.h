@@ -107,6 +107,16 @@ typedef struct {
     config_fp8_format fp8_format;          /* --fp8-format (FP8_FORMAT_NONE: no FP8 GEMMs) */
     config_fp8_recipe fp8_recipe;          /* --fp8-recipe (Megatron's default delayed) */
     bool fp8_param_gather;                 /* --fp8-param-gather: parameters kept and all-gathered in FP8 */
+    /* Megatron-LM's kernel fusions (layer.h costs the kernels each one runs;
+     * all false: Megatron's defaults). The --no-... flags turn a default-on
+     * fusion off; --cross-entropy-loss-fusion turns the default-off one on. */
+    bool no_bias_gelu_fusion;             /* --no-bias-gelu-fusion: bias add, then GeLU (GeLU MLPs) */
+    bool no_bias_swiglu_fusion;           /* --no-bias-swiglu-fusion: bias add, SiLU, multiply (SwiGLU MLPs) */
+    bool no_bias_dropout_fusion;          /* --no-bias-dropout-fusion: bias add, dropout, residual add */
+    bool no_masked_softmax_fusion;        /* --no-masked-softmax-fusion: mask, then softmax (unfused/local) */
+    bool no_gradient_accumulation_fusion; /* --no-gradient-accumulation-fusion: wgrad to a temporary, then added */
+    bool no_rope_fusion;                  /* --no-rope-fusion: rotary embedding in PyTorch element-wise ops */
+    bool cross_entropy_loss_fusion;       /* --cross-entropy-loss-fusion (native): fused passes, 2 all-reduces */
 } model_config;
 
 /* Parallel layout and training step. */
@@ -157,6 +167,12 @@ typedef struct {
     config_cp_comm cp_comm; /* --cp-comm-type */
     int cp_a2a;             /* --hierarchical-context-parallel-sizes' first (a2a) level, a2a+p2p only; 0 = unset */
     int cp_p2p;             /* its second (p2p ring) level; cp_a2a x cp_p2p = cp */
+    /* ---- per-iteration fixed costs (plan_build.c's optimizer step) ---- */
+    bool no_clip_grad;      /* --clip-grad 0: no gradient norm (Megatron's default --clip-grad 1.0 computes it) */
+    double loss_scale;      /* --loss-scale: a constant loss scale (0: none given; fp16 then scales dynamically) */
+    bool no_nan_check;      /* --no-check-for-nan-in-loss-and-grad (Megatron's default checks each gradient bucket) */
+    bool check_large_grads; /* --check-for-large-grads: the same bucket norms, checked for spikes */
+    bool log_num_zeros;     /* --log-num-zeros-in-grad: zero gradients counted and all-reduced */
 } parallel_config;
 
 struct topo; /* topo.h: parsed cluster topology */

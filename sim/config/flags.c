@@ -129,6 +129,52 @@ static int add_model_flags(flags_state *s, opt_table *t, config *c, ts_err *err)
     return TS_OK;
 }
 
+/* Megatron-LM's kernel fusions (layer.h: the kernels each runs) and the
+ * per-iteration fixed costs' flags (plan_build.c). */
+static int add_fusion_flags(flags_state *s, opt_table *t, config *c, ts_err *err)
+{
+    int rc;
+    model_config *m = &c->model;
+    SECTION("Kernel fusions and per-iteration costs (defaults are Megatron-LM's: every fusion on but cross-entropy)");
+    ADD(.name = "--no-bias-gelu-fusion", .type = OPT_BOOL, .target = &m->no_bias_gelu_fusion,
+        .help = "GeLU MLPs with biases: a bias-add kernel, then GeLU (instead of one fused kernel); no effect "
+                "with --swiglu or --disable-bias-linear");
+    ADD(.name = "--no-bias-swiglu-fusion", .type = OPT_BOOL, .target = &m->no_bias_swiglu_fusion,
+        .help = "SwiGLU MLPs: [bias add], SiLU and multiply as PyTorch kernels (the SiLU output is saved too); "
+                "no effect without --swiglu");
+    ADD(.name = "--no-bias-dropout-fusion", .type = OPT_BOOL, .target = &m->no_bias_dropout_fusion,
+        .help = "after attention and MLP: [bias add], dropout, residual add as separate kernels");
+    ADD(.name = "--no-masked-softmax-fusion", .type = OPT_BOOL, .target = &m->no_masked_softmax_fusion,
+        .help = "unfused/local attention: the causal mask and the softmax as separate kernels; no effect with "
+                "flash or fused attention (the softmax runs inside the kernel)");
+    ADD(.name = "--no-gradient-accumulation-fusion", .type = OPT_BOOL, .target = &m->no_gradient_accumulation_fusion,
+        .help = "each weight-gradient GEMM writes a 16-bit temporary, then a kernel adds it into the main gradient");
+    ADD(.name = "--no-rope-fusion", .type = OPT_BOOL, .target = &m->no_rope_fusion,
+        .help = "rotary embedding of q and k in PyTorch element-wise ops instead of one fused kernel; no effect "
+                "without --position-embedding-type rope/yarn");
+    ADD(.name = "--cross-entropy-loss-fusion", .type = OPT_BOOL, .target = &m->cross_entropy_loss_fusion,
+        .help = "Megatron's fused vocabulary-parallel cross-entropy (native): the reductions fused into the "
+                "element-wise passes, two all-reduces instead of three");
+    s->clip_grad = 1.0;
+    ADD(.name = "--clip-grad", .type = OPT_DOUBLE, .target = &s->clip_grad, .min = 0, .max = 1e300, .unit = "norm",
+        .defval = "1.0",
+        .help = "gradient clipping: > 0 reads every gradient once for its norm and all-reduces it over the "
+                "model-parallel ranks each iteration; 0: no norm");
+    ADD(.name = "--no-check-for-nan-in-loss-and-grad", .type = OPT_BOOL, .target = &c->par.no_nan_check,
+        .help = "no NaN check of the gradients: Megatron's default reads every gradient bucket once for its norm "
+                "before the bucket's reduction (off by itself with --fp16 and no --loss-scale)");
+    ADD(.name = "--check-for-large-grads", .type = OPT_BOOL, .target = &c->par.check_large_grads,
+        .help = "the same per-bucket gradient norms, checked for spikes (one read, shared with the NaN check)");
+    ADD(.name = "--log-num-zeros-in-grad", .type = OPT_BOOL, .target = &c->par.log_num_zeros,
+        .help = "count the zero gradients each iteration: every gradient of the optimizer's shard read once, "
+                "one all-reduce like the norm's");
+    ADD(.name = "--loss-scale", .type = OPT_DOUBLE, .target = &c->par.loss_scale, .min = 0, .max = 1e300,
+        .unit = "scale", .defval = "none (fp16: dynamic)",
+        .help = "a constant loss scale: with --bf16 too, the gradients are then unscaled and checked for inf/NaN "
+                "each iteration (fp16 does it always)");
+    return TS_OK;
+}
+
 static int add_parallel_flags(flags_state *s, opt_table *t, config *c, ts_err *err)
 {
     int rc;
@@ -325,9 +371,9 @@ int flags_register(flags_state *s, opt_table *t, config *c, ts_err *err)
     fill_sched_names();
     s->first_entry = t->n;
     int rc;
-    if ((rc = add_model_flags(s, t, c, err)) || (rc = add_parallel_flags(s, t, c, err)) ||
-        (rc = add_layout_flags(s, t, c, err)) || (rc = add_cluster_flags(s, t, c, err)) ||
-        (rc = flags_register_memory(t, &c->cluster.overheads, err)))
+    if ((rc = add_model_flags(s, t, c, err)) || (rc = add_fusion_flags(s, t, c, err)) ||
+        (rc = add_parallel_flags(s, t, c, err)) || (rc = add_layout_flags(s, t, c, err)) ||
+        (rc = add_cluster_flags(s, t, c, err)) || (rc = flags_register_memory(t, &c->cluster.overheads, err)))
         return rc;
     if ((rc = moe_flags_register(&s->moe, t, c, err))) /* mixture of experts, MLA (moe_flags.h) */
         return rc;
@@ -1049,6 +1095,7 @@ static int resolve_layout(flags_state *s, const opt_table *t, const config *base
         s->src[FLAGS_F_OVERLAP] = FLAGS_SRC_MEGATRON;
     if (!opt_was_set(t, "--no-async-tensor-model-parallel-allreduce"))
         p->sync_tp_allreduce = q->sync_tp_allreduce;
+    p->no_clip_grad = s->clip_grad <= 0;
     if ((rc = resolve_recompute(s, t, base, basesrc, err)) || (rc = resolve_attention(s, t, err)) ||
         (rc = resolve_schedule(s, t, base, basesrc, err)))
         return rc;
@@ -1220,6 +1267,16 @@ int flags_finish(flags_state *s, const opt_table *t, ts_err *err)
                        "--fp8-format with MoE or MLA layers is not modelled (FP8 covers the dense layers' "
                        "GEMMs); drop --fp8-format or the MoE/MLA flags");
     }
+    const model_config *fm = &c->model;
+    if ((fm->no_bias_swiglu_fusion || fm->no_bias_gelu_fusion || fm->no_gradient_accumulation_fusion ||
+         fm->no_rope_fusion) &&
+        (c->moe.num_experts > 0 || c->moe.mla)) {
+        config_free(c);
+        return err_set(err, TS_EINVAL,
+                       "--no-bias-gelu-fusion, --no-bias-swiglu-fusion, --no-gradient-accumulation-fusion and "
+                       "--no-rope-fusion are modelled for dense layers with standard attention only (not the "
+                       "experts' GEMMs and activations, nor MLA's rotary part); drop them or the MoE/MLA flags");
+    }
     if (s->attention_backend == ATTN_BACKEND_AUTO && !s->use_flash_attn)
         rule(s, FLAGS_F_ATTN, "auto (%s): Transformer Engine's pick for %s on %s",
              opt_was_set(t, "--attention-backend") ? "given" : "Megatron-LM's default",
@@ -1379,6 +1436,25 @@ void flags_print(const flags_state *s, FILE *f)
         fprintf(f, "fp8:                   %s, %s recipe: the layers' linear GEMMs in FP8 (%.1f TFLOP/s peak)%s\n",
                 CONFIG_FP8_FORMAT_NAMES[m->fp8_format], CONFIG_FP8_RECIPE_NAMES[m->fp8_recipe],
                 c->cluster.gpu.fp8_tflops, m->fp8_param_gather ? ", parameters kept and all-gathered in FP8" : "");
+    const struct {
+        bool on;
+        const char *what;
+    } fus[] = {{m->no_bias_gelu_fusion, "bias-GeLU off"},
+               {m->no_bias_swiglu_fusion, "bias-SwiGLU off"},
+               {m->no_bias_dropout_fusion, "bias-dropout-add off"},
+               {m->no_masked_softmax_fusion, "masked softmax off"},
+               {m->no_gradient_accumulation_fusion, "gradient accumulation off"},
+               {m->no_rope_fusion, "RoPE off"},
+               {m->cross_entropy_loss_fusion, "cross-entropy on"}};
+    int nf = 0;
+    for (size_t i = 0; i < sizeof fus / sizeof fus[0]; i++)
+        if (fus[i].on)
+            fprintf(f, "%s%s", nf++ ? ", " : "fusions:               ", fus[i].what);
+    if (nf)
+        fprintf(f, " (the rest Megatron-LM's defaults)\n");
+    if (p->no_clip_grad || p->loss_scale > 0)
+        fprintf(f, "optimizer step:        %s%s\n", p->no_clip_grad ? "no gradient norm (--clip-grad 0)" : "",
+                p->loss_scale > 0 ? (p->no_clip_grad ? ", constant loss scale" : "constant loss scale") : "");
     fprintf(f, "parallelism:           t=%d p=%d d=%d v=%d (%d GPUs = %d x %d x %d)\n", p->tp, p->pp, p->dp, p->vp,
             c->cluster.gpus, p->tp, p->pp, p->dp);
     if (config_cp(c) > 1) {
@@ -1453,6 +1529,34 @@ void flags_note_ignored(const flags_state *s, FILE *f)
 {
     if (s->megatron_ignored)
         fprintf(f, "ignored (cannot change performance): %s\n", s->megatron_ignored);
+}
+
+void flags_note_fusions(const config *c, FILE *f)
+{
+    const model_config *m = &c->model;
+    bool rope = m->position_embedding == POS_ROPE || m->position_embedding == POS_YARN;
+    const char *why[6];
+    const char *flag[6];
+    int n = 0;
+    if (m->no_bias_gelu_fusion && (m->swiglu || !m->add_bias_linear)) {
+        flag[n] = "--no-bias-gelu-fusion";
+        why[n++] =
+            m->swiglu ? "a SwiGLU MLP: --no-bias-swiglu-fusion applies" : "no biases: GeLU runs alone either way";
+    }
+    if (m->no_bias_swiglu_fusion && !m->swiglu) {
+        flag[n] = "--no-bias-swiglu-fusion";
+        why[n++] = "a GeLU MLP: --no-bias-gelu-fusion applies";
+    }
+    if (m->no_masked_softmax_fusion && config_attn_is_flash(m->attention_backend)) {
+        flag[n] = "--no-masked-softmax-fusion";
+        why[n++] = "flash/fused attention runs the softmax inside its kernel";
+    }
+    if (m->no_rope_fusion && !rope) {
+        flag[n] = "--no-rope-fusion";
+        why[n++] = "no rotary position embedding";
+    }
+    for (int i = 0; i < n; i++)
+        fprintf(f, "no effect here: %s (%s)\n", flag[i], why[i]);
 }
 
 int flags_print_megatron(FILE *f, ts_err *err)

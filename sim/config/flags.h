@@ -154,6 +154,7 @@ typedef struct {
     bool use_flash_attn;           /* --use-flash-attn (= --attention-backend flash) */
     int fp8_format;                /* --fp8-format: index into flags.c's FP8_FORMATS (-1 = not given) */
     int fp8_recipe;                /* --fp8-recipe, config_fp8_recipe */
+    double clip_grad;              /* --clip-grad (Megatron's default 1.0; 0: no gradient norm) */
     const char *recompute_modules; /* --recompute-modules' first value (flags_parse reads the whole list) */
     unsigned rc_modules;           /* --recompute-modules as CONFIG_RC_* bits; 0 = not given */
     moe_flags_state moe;           /* the MoE flags' own state (moe_flags.h) */
@@ -229,6 +230,11 @@ const char *flags_ignored(const flags_state *s);
 /* Write "ignored (cannot change performance): --lr, --data-path\n" to f
  * when flags_parse ignored some flags; nothing otherwise. */
 void flags_note_ignored(const flags_state *s, FILE *f);
+/* Writes to f one line per kernel-fusion flag of the resolved c that takes
+ * no effect in its model ("no effect here: FLAG (why)"): bias-GeLU with
+ * SwiGLU or without biases, bias-SwiGLU with GeLU, masked softmax with
+ * flash/fused attention, RoPE fusion without rotary positions. */
+void flags_note_fusions(const config *c, FILE *f);
 
 /* Write to f the treatment of every Megatron-LM flag (mflags_print):
  * the shared flags as modelled, the rows of the shipped megatron_flags.csv.

@@ -6,6 +6,11 @@
 
 #include "sim/util/grow.h"
 
+const char *const PLAN_FIXED_NAMES[PLAN_FIXED_KINDS] = {
+    "zero-grad", "nan check",       "unscale",    "found-inf all-reduce",
+    "grad norm", "norm all-reduce", "zero count", "zero-count all-reduce",
+    "adam",      "fp8 weight cast"};
+
 int plan_push_step(plan *pl, const plan_step *s, uint32_t *out)
 {
     if (pl->n_steps == pl->cap_steps &&

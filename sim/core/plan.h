@@ -60,6 +60,27 @@ typedef enum {
 
 #define PLAN_NO_STEP UINT32_MAX
 
+/* The parts of a rank's optimizer step: Megatron-LM's per-iteration fixed
+ * costs, run one after the other on the compute stream (plan_build.c has
+ * the byte counts). */
+typedef enum {
+    PLAN_FIXED_ZERO_GRAD = 0, /* the gradient buffer zeroed for the next iteration (written once) */
+    PLAN_FIXED_NAN_CHECK,     /* the NaN / large-gradient check: the gradient buffer read once (bucket norms) */
+    PLAN_FIXED_UNSCALE,       /* fp16 or --loss-scale: gradients [copied to fp32], unscaled, checked for inf */
+    PLAN_FIXED_INF_AR,        /* the found-inf flag all-reduced (one fp32) */
+    PLAN_FIXED_GRAD_NORM,     /* --clip-grad > 0: every gradient of the optimizer's shard read for the norm */
+    PLAN_FIXED_NORM_AR,       /* the norm all-reduced (one fp32) */
+    PLAN_FIXED_ZEROS,         /* --log-num-zeros-in-grad: every gradient of the shard read, zeros counted */
+    PLAN_FIXED_ZEROS_AR,      /* the count all-reduced (one fp32) */
+    PLAN_FIXED_ADAM,          /* the Adam step, 16-bit weights written */
+    PLAN_FIXED_FP8_CAST,      /* FP8: the layers' weights cast once */
+    PLAN_FIXED_KINDS
+} plan_fixed;
+
+/* "zero-grad", "nan check", "unscale", "found-inf all-reduce", "grad norm", "norm all-reduce", "zero count",
+ * "zero-count all-reduce", "adam", "fp8 weight cast" */
+extern const char *const PLAN_FIXED_NAMES[PLAN_FIXED_KINDS];
+
 /* A piece of a collapsed step (see plan_opts.inline_tp): one merged run of
  * compute ops or one collective, at a fixed offset from the step's start. */
 typedef struct {
@@ -165,6 +186,7 @@ typedef struct {
     int edp;                  /* expert-data-parallel size: ranks the expert gradients are reduced over */
     double moe_load_factor;   /* MoE: the busiest EP rank's routed tokens over the mean (1: balance; 0: dense) */
     double moe_dropped;       /* MoE: fraction of the routed tokens over an expert's capacity (dropped) */
+    int64_t fixed_ns[PLAN_FIXED_KINDS]; /* the parts of the longest optimizer step (its rank's), ns */
     bool overlap_grad_reduce;
     bool distributed_optimizer;
     uint32_t max_pass_steps; /* longest pass range (scratch size for lowering) */

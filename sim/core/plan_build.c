@@ -23,13 +23,34 @@
 #define PLAN_BUCKET_PARAMS_PER_DP 1000000LL
 
 /* Bytes the Adam step moves per parameter of the local shard with mixed
- * precision: read the fp32 gradient twice (norm for clipping, then Adam: 8),
- * read and write the fp32 master weight, momentum and variance (24), write
- * the 16-bit weight (2) — apex/TE fused multi-tensor Adam, counted by us. */
-#define PLAN_ADAM_BYTES_PER_PARAM 34
-/* Same in fp32 training: no master copy; read grad twice (8), m, v, weight
- * read + write (24). */
-#define PLAN_ADAM_BYTES_PER_PARAM_FP32 32
+ * precision: read the fp32 gradient (4), read and write the fp32 master
+ * weight, momentum and variance (24), write the 16-bit weight (2) — apex/TE
+ * fused multi-tensor Adam, counted by us. The gradient norm for clipping
+ * reads the gradient once more (PLAN_NORM_BYTES_PER_PARAM, its own part). */
+#define PLAN_ADAM_BYTES_PER_PARAM 30
+/* Same in fp32 training: no master copy; read grad (4), m, v, weight read +
+ * write (24). */
+#define PLAN_ADAM_BYTES_PER_PARAM_FP32 28
+/* --clip-grad > 0 (Megatron's default 1.0): get_grad_norm_fp32 reads each
+ * fp32 main gradient of the shard once (multi-tensor L2 norm), then
+ * all-reduces the sum of squares (one fp32) over the model-parallel group,
+ * or with the distributed optimizer over every rank (each holds a shard):
+ * megatron/core/optimizer/clip_grads.py, optimizer.py
+ * get_grad_stats_parallel_group. The clip itself (a scale of every
+ * gradient) runs only when the norm passes --clip-grad: data-dependent, not
+ * costed. */
+#define PLAN_NORM_BYTES_PER_PARAM 4
+/* fp16 or a constant --loss-scale (Megatron's MixedPrecisionOptimizer with
+ * a grad scaler): _unscale_main_grads_and_check_for_nan reads and writes
+ * each fp32 main gradient once (torch._amp_foreach_non_finite_check_and_
+ * unscale_: 8 bytes), then all-reduces found_inf (one fp32, MAX) over the
+ * same group as the norm. With fp16 the gradient buffer is 16-bit (no fp32
+ * accumulation), so the main gradients are first copied to fp32
+ * (_copy_model_grads_to_main_grads: read 2, write 4). */
+#define PLAN_UNSCALE_BYTES_PER_PARAM 8
+#define PLAN_FP16_GRAD_COPY_BYTES    6
+/* An all-reduce of one fp32 (the norm, the found-inf flag). */
+#define PLAN_SCALAR_BYTES 4
 
 /* ---------------------------------------------------------------- plan_build */
 
@@ -397,6 +418,26 @@ static int64_t mtp_embedding_params(const model_ops *mo, bool first)
     return (int64_t)m->padded_vocab_size * m->hidden_size / (mo->c->par.tp > 0 ? mo->c->par.tp : 1);
 }
 
+/* FP8 delayed scaling: the amax all-reduce that ends a chunk's forward or
+ * backward (fp8.h), over the t x cp x d ranks (contiguous in Megatron's rank
+ * order); a TP-stream step the compute waits for (counted as TP time). */
+static int pb_add_amax(pass_builder *b, const model_ops *mo, int n_layers, bool bwd, int cat)
+{
+    const config *c = mo->c;
+    int64_t bytes = fp8_amax_reduce_bytes(&c->model, n_layers, bwd);
+    int n = c->par.tp * config_cp(c) * (c->par.dp > 0 ? c->par.dp : 1);
+    if (bytes == 0 || n < 2)
+        return TS_OK;
+    layer_ops o;
+    o.n = 0;
+    int i = layer_ops_push(&o, bwd ? "fp8.amax.ar.bwd" : "fp8.amax.ar", LAYER_OP_COMM);
+    o.op[i].coll = COMM_ALL_REDUCE;
+    o.op[i].bytes = bytes;
+    o.op[i].group = o.op[i].span = n;
+    o.op[i].stride = 1;
+    return pb_add(b, &o, cat, 0, 0);
+}
+
 /* Backward-like pass over a stage: kind = PLAN_PASS_B, _I or _W. With
  * bucket_params (B and W), the parameters of each gradient bucket closed in
  * it are stored there and their count in *n_buckets. */
@@ -463,6 +504,8 @@ static int build_bwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
         }
         hi = lo;
     }
+    if (kind != PLAN_PASS_W && rc == TS_OK)
+        rc = pb_add_amax(b, mo, L->n, true, PLAN_CAT_BWD);
     if (first && rc == TS_OK)
         rc = pb_add(b, o_emb, PLAN_CAT_BWD, 0, FREE_OF(mo->m_emb));
 #undef FREE_OF
@@ -497,6 +540,8 @@ static int build_fwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
                 (rc = pb_add_layer(b, K.f, PLAN_CAT_FWD, K.m_none->kept + mo->cp_tf, mo->cp_tf)) == TS_OK)
                 rc = pb_add(b, &mo->of, PLAN_CAT_FWD, mo->m_out.kept, 0);
     }
+    if (rc == TS_OK)
+        rc = pb_add_amax(b, mo, L->n, false, PLAN_CAT_FWD);
     if (last && rc == TS_OK)
         rc = pb_add(b, &mo->of, PLAN_CAT_FWD, mo->m_out.kept, 0);
     return rc;
@@ -804,12 +849,68 @@ static int64_t unit_layer_params(const plan_env *E, int r, const plan *pl)
     return 0;
 }
 
+/* The parts of one rank's optimizer step (plan_fixed), ns: shard = the
+ * parameters its optimizer updates, grads = its gradient buffer's bytes,
+ * layer_params = its transformer layers' parameters (FP8 weight casts). */
+static void fixed_costs(const plan_env *E, int64_t shard, int64_t grads, int64_t layer_params,
+                        int64_t part[PLAN_FIXED_KINDS])
+{
+    const config *c = E->c;
+    bool fp32 = c->model.precision == PREC_FP32, fp16 = c->model.precision == PREC_FP16;
+    int mp = E->t * c->par.pp; /* the model-parallel group: t x p (the cp ranks hold the same gradients) */
+    int world = mp * E->d;     /* d x cp: every rank */
+    bool distopt = c->par.distributed_optimizer || E->shard >= SHARD_OPTIM;
+    int n = distopt ? world : mp;
+    commcost_group g = {n, ranks_per_node(n, 1, E->gpn)};
+    if (!distopt) { /* t consecutive ranks per stage, stages t x cp x d apart */
+        int blk = E->t, stride = E->t * E->d, gpn = E->gpn;
+        if (blk >= gpn || gpn % blk)
+            g.ranks_per_node = gcd_int(blk, gpn);
+        else if (stride >= gpn || gpn % stride)
+            g.ranks_per_node = blk;
+        else
+            g.ranks_per_node = blk * gcd_int(c->par.pp, gpn / stride);
+    }
+    memset(part, 0, sizeof(int64_t) * PLAN_FIXED_KINDS);
+    part[PLAN_FIXED_ZERO_GRAD] = cost_mem_ns(E->cm, grads);
+    if (!fp32 && (fp16 || c->par.loss_scale > 0)) {
+        int64_t per = PLAN_UNSCALE_BYTES_PER_PARAM + (E->grad_bytes == 2 ? PLAN_FP16_GRAD_COPY_BYTES : 0);
+        part[PLAN_FIXED_UNSCALE] = cost_mem_ns(E->cm, shard * per);
+        if (n > 1)
+            part[PLAN_FIXED_INF_AR] = commcost_ns(E->cc, COMM_ALL_REDUCE, PLAN_SCALAR_BYTES, &g);
+    }
+    /* Megatron-LM checks each gradient bucket's norm for NaN (and with
+     * --check-for-large-grads for spikes) before reducing it
+     * (_ParamAndGradBucketGroup.check_grads): one read of the gradient
+     * buffer, on the compute stream; it turns the NaN check off with fp16 and
+     * dynamic loss scaling (arguments.py). Costed with the step: the same
+     * compute time, the buckets' reductions not delayed by it. */
+    bool nan_check = !c->par.no_nan_check && !(fp16 && c->par.loss_scale <= 0);
+    if (nan_check || c->par.check_large_grads)
+        part[PLAN_FIXED_NAN_CHECK] = cost_mem_ns(E->cm, grads);
+    if (c->par.log_num_zeros) { /* count_zeros_fp32: read each gradient of the shard, all-reduce the count */
+        part[PLAN_FIXED_ZEROS] = cost_mem_ns(E->cm, shard * PLAN_NORM_BYTES_PER_PARAM);
+        if (n > 1)
+            part[PLAN_FIXED_ZEROS_AR] = commcost_ns(E->cc, COMM_ALL_REDUCE, PLAN_SCALAR_BYTES, &g);
+    }
+    if (!c->par.no_clip_grad) {
+        part[PLAN_FIXED_GRAD_NORM] = cost_mem_kind_ns(E->cm, COST_MEM_ADAM, shard * PLAN_NORM_BYTES_PER_PARAM);
+        if (n > 1)
+            part[PLAN_FIXED_NORM_AR] = commcost_ns(E->cc, COMM_ALL_REDUCE, PLAN_SCALAR_BYTES, &g);
+    }
+    part[PLAN_FIXED_ADAM] = cost_mem_kind_ns(
+        E->cm, COST_MEM_ADAM, shard * (fp32 ? PLAN_ADAM_BYTES_PER_PARAM_FP32 : PLAN_ADAM_BYTES_PER_PARAM));
+    if (c->model.fp8_format != FP8_FORMAT_NONE) /* the layers' weights cast to FP8 once per iteration */
+        part[PLAN_FIXED_FP8_CAST] = cost_mem_ns(E->cm, layer_fp8_cast_bytes(c->model.fp8_recipe, layer_params));
+}
+
 /* Per rank: static memory, optimizer step, parameter all-gather. */
 static int add_rank_steps(plan *pl, const plan_env *E)
 {
     const config *c = E->c;
     const parallel_config *P = &c->par;
     int d = E->d, dt = E->dt;
+    int64_t longest = -1;
     for (int r = 0; r < pl->p; r++) {
         int64_t params = 0, expert = 0;
         for (int ch = 0; ch < pl->v; ch++) {
@@ -848,10 +949,14 @@ static int add_rank_steps(plan *pl, const plan_env *E)
         pl->weights_bytes[r] += fp8_weight_copy_bytes(&c->model, E->shard == SHARD_OPTIM_GRADS_PARAMS, dt, layer_params,
                                                       unit_layer_params(E, r, pl));
         pl->optim_bytes[r] = shard * (fp32 ? 8 : 12); /* fp32 master + momentum + variance */
-        int64_t optim_ns = cost_mem_kind_ns(
-            E->cm, COST_MEM_ADAM, shard * (fp32 ? PLAN_ADAM_BYTES_PER_PARAM_FP32 : PLAN_ADAM_BYTES_PER_PARAM));
-        if (c->model.fp8_format != FP8_FORMAT_NONE) /* the layers' weights cast to FP8 once per iteration */
-            optim_ns += cost_mem_ns(E->cm, layer_fp8_cast_bytes(c->model.fp8_recipe, layer_params));
+        int64_t part[PLAN_FIXED_KINDS], optim_ns = 0;
+        fixed_costs(E, shard, pl->grads_bytes[r], layer_params, part);
+        for (int k = 0; k < PLAN_FIXED_KINDS; k++)
+            optim_ns += part[k];
+        if (optim_ns > longest) {
+            longest = optim_ns;
+            memcpy(pl->fixed_ns, part, sizeof part);
+        }
         plan_step x = plan_step_init("optimizer", PLAN_STREAM_COMPUTE, PLAN_CAT_OPTIM, -1, optim_ns);
         if (plan_push_step(pl, &x, &pl->optim[r]))
             return err_set(E->err, TS_ENOMEM, "plan: out of memory");

@@ -196,6 +196,15 @@ void report_text(const simulate_result *r, FILE *f)
     put_time(f, r->cat_ns[PLAN_CAT_RECOMP]);
     fprintf(f, ", optimizer ");
     put_time(f, r->cat_ns[PLAN_CAT_OPTIM]);
+    fprintf(f, "\noptimizer step          ");
+    for (int k = 0, first = 1; k < PLAN_FIXED_KINDS; k++) {
+        if (!r->fixed_ns[k])
+            continue;
+        fprintf(f, "%s%s ", first ? "" : ", ", PLAN_FIXED_NAMES[k]);
+        put_time(f, (double)r->fixed_ns[k]);
+        first = 0;
+    }
+    fprintf(f, " (the slowest rank's per-iteration fixed costs)");
     fprintf(f, "\nexposed communication   ");
     for (int k = 0; k < SIMULATE_COMM_KINDS; k++) {
         if (k == SIMULATE_COMM_EP && !r->moe_experts)
@@ -296,6 +305,15 @@ void report_csv(const simulate_result *r, FILE *f)
             continue;
         snprintf(m, sizeof m, "time_%s", plan_cat_name(k));
         row(f, it, m, r->cat_ns[k], "ns");
+    }
+    static const char *const FIXED[PLAN_FIXED_KINDS] = {
+        "zero_grad", "nan_check",      "unscale",    "found_inf_allreduce",
+        "grad_norm", "norm_allreduce", "zero_count", "zero_count_allreduce",
+        "adam",      "fp8_weight_cast"};
+    for (int k = 0; k < PLAN_FIXED_KINDS; k++) {
+        char m[64];
+        snprintf(m, sizeof m, "optimizer_%s", FIXED[k]);
+        irow(f, it, m, r->fixed_ns[k], "ns");
     }
     row(f, it, "exposed_tp", r->exposed_ns[SIMULATE_COMM_TP], "ns");
     row(f, it, "exposed_pp", r->exposed_ns[SIMULATE_COMM_PP], "ns");

@@ -188,6 +188,8 @@ static void summarize(const config *c, const simulate_opts *o, const engine *e, 
             R->peak_rank = r;
         }
         R->bubble_ns += (double)X->idle_ns / p;
+        if (r == 0)
+            memcpy(R->fixed_ns, pl->fixed_ns, sizeof R->fixed_ns);
         for (int k = 0; k < SIMULATE_COMM_KINDS; k++)
             R->exposed_ns[k] += (double)X->exposed_ns[k] / p;
         for (int k = 0; k < PLAN_CAT_COUNT; k++)

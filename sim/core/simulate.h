@@ -100,6 +100,7 @@ typedef struct {
     double bubble_over_ideal;               /* bubble_ns / (iteration_ns - bubble_ns): (p-1)/m for 1F1B */
     double exposed_ns[SIMULATE_COMM_KINDS]; /* per kind, averaged over ranks */
     double cat_ns[PLAN_CAT_COUNT];          /* averaged over ranks */
+    int64_t fixed_ns[PLAN_FIXED_KINDS];     /* the parts of the longest optimizer step (plan.h plan_fixed) */
     simulate_rank *ranks;                   /* p entries */
     /* throughput */
     double tokens_per_s;

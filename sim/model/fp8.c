@@ -18,3 +18,10 @@ int64_t fp8_gather_bytes(const model_config *m, int dt, int64_t params, int64_t 
         return params * dt;
     return (params - extra) + extra * dt;
 }
+
+int64_t fp8_amax_reduce_bytes(const model_config *m, int n_layers, bool backward)
+{
+    if (m->fp8_format == FP8_FORMAT_NONE || m->fp8_recipe != FP8_RECIPE_DELAYED || n_layers < 1)
+        return 0;
+    return (int64_t)n_layers * 4 * (backward ? 2 : 3) * 4;
+}

@@ -29,4 +29,19 @@ int64_t fp8_weight_copy_bytes(const model_config *m, bool fsdp_full, int dt, int
  * rest at dt bytes; without it all at dt. */
 int64_t fp8_gather_bytes(const model_config *m, int dt, int64_t params, int64_t extra);
 
+/* Delayed scaling (--fp8-recipe delayed): Transformer Engine all-reduces
+ * the amaxes of every FP8 tensor of an fp8_autocast region when the region
+ * ends (reduce_amax, DelayedScaling's default: FP8GlobalStateManager.
+ * reduce_and_update_fp8_tensors, one all-reduce of the region's amax buffer
+ * for the forward and one for the backward), so once per micro-batch per
+ * model chunk in each direction, over Megatron-core's amax reduction group
+ * (tensor x context x data parallel ranks: parallel_state.
+ * get_amax_reduction_group). Bytes of one such all-reduce for a chunk of
+ * n_layers layers: 4 FP8 GEMMs a layer, fp32 amaxes, history length 1
+ * (--fp8-amax-history-len, accepted at its default only); forward 3 a GEMM
+ * (input, weight, output), backward 2 (output and input gradients). 0 for
+ * other recipes: current (tensorwise) scaling reduces per tensor over the
+ * tensor-parallel ranks instead (layer.h), block scales need no reduction. */
+int64_t fp8_amax_reduce_bytes(const model_config *m, int n_layers, bool backward);
+
 #endif

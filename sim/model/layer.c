@@ -52,6 +52,13 @@ int layer_shape_check(const layer_shape *L, ts_err *err)
                        "layer shape: attention backend %d (expected unfused, flash, fused or local; auto is "
                        "resolved by config_resolve)",
                        (int)L->attn);
+    if (L->fusion & ~(LAYER_UNFUSED_BIAS_ACT | LAYER_UNFUSED_BIAS_DROPOUT | LAYER_UNFUSED_SOFTMAX |
+                      LAYER_UNFUSED_GRAD_ACCUM | LAYER_UNFUSED_ROPE | LAYER_FUSED_CE))
+        return err_set(err, TS_EINVAL, "layer shape: fusion bits 0x%x (expected LAYER_UNFUSED_* / LAYER_FUSED_CE)",
+                       L->fusion);
+    if (L->main_grad_bytes != 0 && L->main_grad_bytes != 2 && L->main_grad_bytes != 4)
+        return err_set(err, TS_EINVAL, "layer shape: main gradient bytes %d (expected 2 or 4; 0 = 4)",
+                       L->main_grad_bytes);
     /* moe_act is the MoE block's (moe.h): the dense ops ignore it; mla_up_proj needs MLA */
     unsigned rc_ok = CONFIG_RC_CORE_ATTN | CONFIG_RC_MLP | CONFIG_RC_LAYERNORM | CONFIG_RC_MOE_ACT;
     if (L->rc_modules & ~(rc_ok | (L->mla.on ? CONFIG_RC_MLA_UP_PROJ : 0u)))
@@ -111,6 +118,27 @@ int layer_shape_check_size(const layer_shape *L, ts_err *err)
     return TS_OK;
 }
 
+unsigned layer_fusion_of(const model_config *m)
+{
+    unsigned f = 0;
+    bool rope = m->position_embedding == POS_ROPE || m->position_embedding == POS_YARN;
+    /* Megatron-LM turns bias-GeLU fusion off without biases (arguments.py):
+     * the unfused path is then the GeLU alone, the fused kernel's bytes */
+    if (m->swiglu ? m->no_bias_swiglu_fusion : m->no_bias_gelu_fusion && m->add_bias_linear)
+        f |= LAYER_UNFUSED_BIAS_ACT;
+    if (m->no_bias_dropout_fusion)
+        f |= LAYER_UNFUSED_BIAS_DROPOUT;
+    if (m->no_masked_softmax_fusion && !config_attn_is_flash(m->attention_backend))
+        f |= LAYER_UNFUSED_SOFTMAX;
+    if (m->no_gradient_accumulation_fusion)
+        f |= LAYER_UNFUSED_GRAD_ACCUM;
+    if (m->no_rope_fusion && rope)
+        f |= LAYER_UNFUSED_ROPE;
+    if (m->cross_entropy_loss_fusion)
+        f |= LAYER_FUSED_CE;
+    return f;
+}
+
 int layer_shape_from_config(const config *c, layer_shape *out, ts_err *err)
 {
     layer_shape L;
@@ -135,6 +163,9 @@ int layer_shape_from_config(const config *c, layer_shape *out, ts_err *err)
     L.fp8 = c->model.fp8_format;
     L.fp8_recipe = c->model.fp8_recipe;
     layer_mla_from_config(&c->moe, &L); /* MLA: a key and a value per head (layer_mla_check: g = a) */
+    L.bias = c->model.add_bias_linear;
+    L.main_grad_bytes = c->model.precision == PREC_FP16 ? 2 : 4;
+    L.fusion = layer_fusion_of(&c->model);
     int cp = config_cp(c);
     if (cp > 1) { /* the rank's s/cp tokens (config_resolve checked seq % 2cp) */
         L.s = c->model.seq_length / cp;
@@ -282,6 +313,8 @@ static void attn_core_fwd(const layer_shape *L, const dims *D, layer_ops *o)
         return;
     }
     layer_ops_gemm(o, "attn.qk", L->s, L->s, D->dqk, bh);
+    if (L->fusion & LAYER_UNFUSED_SOFTMAX) /* the causal mask filled in place, then PyTorch's softmax */
+        layer_ops_mem(o, "attn.softmax.mask", 2 * P * D->dt);
     layer_ops_mem(o, "attn.softmax", 2 * P * D->dt); /* fused scale-mask-softmax: read + write */
     if (!L->no_attn_dropout)
         layer_ops_mem(o, "attn.dropout", P * (2 * D->dt + 1)); /* read, write, 1-byte mask */
@@ -309,7 +342,19 @@ static void mlp_fwd(const layer_shape *L, const dims *D, layer_ops *o)
     if (L->sp && D->comm)
         comm(o, "ln2.ag", COMM_ALL_GATHER, D->S, L->t);
     gemm(o, "fc1", D->T, D->fc1_n, h);
-    layer_ops_mem(o, L->swiglu ? "swiglu" : "gelu", D->T * (D->fc1_n + D->ffn_t) * D->dt);
+    int64_t F = D->T * D->ffn_t;
+    if (!(L->fusion & LAYER_UNFUSED_BIAS_ACT)) {
+        layer_ops_mem(o, L->swiglu ? "swiglu" : "gelu", D->T * (D->fc1_n + D->ffn_t) * D->dt);
+    } else {
+        if (L->bias) /* fc1's bias added by a kernel of its own: read, write fc1's output */
+            layer_ops_mem(o, "fc1.bias_add", 2 * D->T * D->fc1_n * D->dt);
+        if (L->swiglu) {
+            layer_ops_mem(o, "swiglu.silu", 2 * F * D->dt); /* SiLU of the gate half */
+            layer_ops_mem(o, "swiglu.mul", 3 * F * D->dt);  /* times the up half */
+        } else {
+            layer_ops_mem(o, "gelu", 2 * F * D->dt);
+        }
+    }
     gemm(o, "fc2", D->T, h, D->ffn_t);
     tp_reduce(L, D, o, "fc2.ar", "fc2.rs");
 }
@@ -331,10 +376,32 @@ static void selective_fwd(const layer_shape *L, const dims *D, layer_ops *o)
         mlp_fwd(L, D, o);
 }
 
+/* Elements of q and k on this rank (what the rotary embedding rotates). */
+static int64_t rope_elems(const dims *D)
+{
+    return D->T * (D->at + D->gt) * D->d;
+}
+
+/* Bias-dropout-add after a block: one fused kernel (2 reads, write, mask),
+ * or [bias add], dropout, residual add (LAYER_UNFUSED_BIAS_DROPOUT). */
+static void dropadd_fwd(const layer_shape *L, const dims *D, layer_ops *o, const char *fused, const char *bias,
+                        const char *drop, const char *add)
+{
+    int64_t E = D->Tl * L->h, mask = L->no_hidden_dropout ? 0 : 1; /* the dropout mask's byte per element */
+    if (!(L->fusion & LAYER_UNFUSED_BIAS_DROPOUT)) {
+        layer_ops_mem(o, fused, E * (3 * D->dt + mask));
+        return;
+    }
+    if (L->bias)
+        layer_ops_mem(o, bias, 2 * E * D->dt);
+    if (!L->no_hidden_dropout)
+        layer_ops_mem(o, drop, E * (2 * D->dt + 1));
+    layer_ops_mem(o, add, 3 * E * D->dt);
+}
+
 static void layer_fwd(const layer_shape *L, const dims *D, layer_ops *o)
 {
-    int64_t h = L->h, E = D->Tl * h;             /* elements of an element-wise op */
-    int64_t mask = L->no_hidden_dropout ? 0 : 1; /* the dropout mask's byte per element */
+    int64_t h = L->h, E = D->Tl * h; /* elements of an element-wise op */
     layer_ops_mem(o, "ln1", 2 * E * D->dt);
     if (L->mla.on) {
         layer_mla_qkv_fwd(L, o);
@@ -342,14 +409,16 @@ static void layer_fwd(const layer_shape *L, const dims *D, layer_ops *o)
         if (L->sp && D->comm)
             comm(o, "ln1.ag", COMM_ALL_GATHER, D->S, L->t);
         gemm(o, "qkv", D->T, D->qkv_n, h);
+        if (L->fusion & LAYER_UNFUSED_ROPE)
+            layer_ops_mem(o, "rope.unfused", 12 * rope_elems(D) * D->dt);
     }
     attn_core_fwd(L, D, o);
     gemm(o, "proj", D->T, h, D->adt);
     tp_reduce(L, D, o, "proj.ar", "proj.rs");
-    layer_ops_mem(o, "attn.dropadd", E * (3 * D->dt + mask)); /* bias-dropout-add: 2 reads, write, mask */
+    dropadd_fwd(L, D, o, "attn.dropadd", "attn.dropadd.bias", "attn.dropadd.dropout", "attn.dropadd.add");
     layer_ops_mem(o, "ln2", 2 * E * D->dt);
     mlp_fwd(L, D, o);
-    layer_ops_mem(o, "mlp.dropadd", E * (3 * D->dt + mask));
+    dropadd_fwd(L, D, o, "mlp.dropadd", "mlp.dropadd.bias", "mlp.dropadd.dropout", "mlp.dropadd.add");
 }
 
 /* Column-parallel GEMM backward (QKV or FC1). whole: dgrad, the input-grad
@@ -441,8 +510,14 @@ static void layer_bwd(const layer_shape *L, const dims *D, layer_ops *o, bool dg
         gemm(o, "fc2.dgrad", D->T, D->ffn_t, h);
         if (whole)
             gemm(o, "fc2.wgrad", D->ffn_t, h, D->T);
-        layer_ops_mem(o, L->swiglu ? "swiglu.bwd" : "gelu.bwd",
-                      D->T * (L->swiglu ? 5 * D->ffn_t : 3 * D->ffn_t) * D->dt);
+        if (L->swiglu && (L->fusion & LAYER_UNFUSED_BIAS_ACT)) { /* autograd through multiply, SiLU, chunk */
+            layer_ops_mem(o, "swiglu.mul.bwd", 6 * D->T * D->ffn_t * D->dt);
+            layer_ops_mem(o, "swiglu.silu.bwd", 3 * D->T * D->ffn_t * D->dt);
+            layer_ops_mem(o, "swiglu.chunk.bwd", 4 * D->T * D->ffn_t * D->dt);
+        } else {
+            layer_ops_mem(o, L->swiglu ? "swiglu.bwd" : "gelu.bwd",
+                          D->T * (L->swiglu ? 5 * D->ffn_t : 3 * D->ffn_t) * D->dt);
+        }
         blk = o->n;
         colpar_bwd(L, D, o, whole, "fc1.ag.in", "fc1.dgrad", "fc1.ar", "fc1.rs", "fc1.wgrad", D->fc1_n);
         layer_ops_mem(o, "ln2.bwd", 4 * E * D->dt); /* grad in, input, residual grad in, grad out */
@@ -472,6 +547,8 @@ static void layer_bwd(const layer_shape *L, const dims *D, layer_ops *o, bool dg
         if (!L->no_attn_dropout)
             layer_ops_mem(o, "attn.dropout.bwd", P * (2 * D->dt + 1));
         layer_ops_mem(o, "attn.softmax.bwd", 3 * P * D->dt);
+        if (L->fusion & LAYER_UNFUSED_SOFTMAX) /* the masked positions' gradient zeroed */
+            layer_ops_mem(o, "attn.softmax.mask.bwd", 2 * P * D->dt);
         layer_ops_gemm(o, "attn.qk.dgrad_q", L->s, D->dqk, L->s, bh);
         layer_ops_gemm(o, "attn.qk.dgrad_k", L->s, D->dqk, L->s, bh);
     }
@@ -480,6 +557,8 @@ static void layer_bwd(const layer_shape *L, const dims *D, layer_ops *o, bool dg
         layer_ops_mem(o, "ln1.bwd", 4 * E * D->dt);
         return;
     }
+    if (L->fusion & LAYER_UNFUSED_ROPE)
+        layer_ops_mem(o, "rope.unfused.bwd", 10 * rope_elems(D) * D->dt);
     blk = o->n;
     colpar_bwd(L, D, o, whole, "qkv.ag.in", "qkv.dgrad", "qkv.ar", "qkv.rs", "qkv.wgrad", D->qkv_n);
     layer_ops_mem(o, "ln1.bwd", 4 * E * D->dt);
@@ -556,18 +635,20 @@ int64_t layer_fp8_cast_bytes(config_fp8_recipe r, int64_t elems)
 /* The FP8 linear GEMMs and the cast each needs: a forward GEMM casts its
  * input (m x k), a dgrad GEMM its output gradient (its m x k: the incoming
  * gradient); the weight's cast is once per iteration (plan_build.c), the
- * wgrad GEMM reads the copies those casts wrote. */
+ * wgrad GEMM reads the copies those casts wrote. amax: current scaling
+ * (tensorwise) with sequence parallelism all-reduces the amax of the tensors
+ * all-gathered across the tensor-parallel ranks (the column-parallel
+ * layers' inputs, the row-parallel layers' output gradients) before their
+ * cast, so every rank scales with the same amax (Transformer Engine's
+ * Float8CurrentScaling quantizers with_amax_reduction over the TP group);
+ * NULL: none. */
 static const struct {
-    const char *gemm, *cast;
+    const char *gemm, *cast, *amax;
 } FP8_CASTS[] = {
-    {"qkv", "qkv.fp8.cast"},
-    {"proj", "proj.fp8.cast"},
-    {"fc1", "fc1.fp8.cast"},
-    {"fc2", "fc2.fp8.cast"},
-    {"qkv.dgrad", "qkv.dgrad.fp8.cast"},
-    {"proj.dgrad", "proj.dgrad.fp8.cast"},
-    {"fc1.dgrad", "fc1.dgrad.fp8.cast"},
-    {"fc2.dgrad", "fc2.dgrad.fp8.cast"},
+    {"qkv", "qkv.fp8.cast", "qkv.fp8.amax.ar"}, {"proj", "proj.fp8.cast", NULL},
+    {"fc1", "fc1.fp8.cast", "fc1.fp8.amax.ar"}, {"fc2", "fc2.fp8.cast", NULL},
+    {"qkv.dgrad", "qkv.dgrad.fp8.cast", NULL},  {"proj.dgrad", "proj.dgrad.fp8.cast", "proj.dgrad.fp8.amax.ar"},
+    {"fc1.dgrad", "fc1.dgrad.fp8.cast", NULL},  {"fc2.dgrad", "fc2.dgrad.fp8.cast", "fc2.dgrad.fp8.amax.ar"},
 };
 
 /* Mark the linear GEMMs of o as FP8 and append the casts (after the list's
@@ -591,9 +672,44 @@ static void fp8_ops(const layer_shape *L, layer_ops *o)
                 continue;
             op->fp8 = true;
             int64_t m = op->m, k = op->k;
+            if (FP8_CASTS[j].amax && L->fp8_recipe == FP8_RECIPE_TENSORWISE && L->sp && L->t > 1)
+                comm(o, FP8_CASTS[j].amax, COMM_ALL_REDUCE, LAYER_FP8_AMAX_BYTES, L->t); /* the cast waits for it */
             layer_ops_mem(o, FP8_CASTS[j].cast, layer_fp8_cast_bytes(L->fp8_recipe, m * k));
             break;
         }
+    }
+}
+
+/* --no-gradient-accumulation-fusion: the add of each weight gradient into
+ * the main gradient, after the pass's other ops (the compute stream runs
+ * them in order: the pass's time grows by theirs). */
+static const struct {
+    const char *gemm, *accum;
+} GRAD_ACCUM[] = {
+    {"qkv.wgrad", "qkv.wgrad.accum"}, {"proj.wgrad", "proj.wgrad.accum"},   {"fc1.wgrad", "fc1.wgrad.accum"},
+    {"fc2.wgrad", "fc2.wgrad.accum"}, {"logit.wgrad", "logit.wgrad.accum"},
+};
+
+int64_t layer_grad_accum_bytes(const layer_shape *L, int64_t weight_elems)
+{
+    int64_t g = L->main_grad_bytes > 0 ? L->main_grad_bytes : 4;
+    return weight_elems * (L->dtype_bytes + 2 * g);
+}
+
+static void grad_accum_ops(const layer_shape *L, layer_ops *o)
+{
+    if (!(L->fusion & LAYER_UNFUSED_GRAD_ACCUM))
+        return;
+    int n = o->n;
+    for (int i = 0; i < n; i++) {
+        const layer_op *op = &o->op[i];
+        if (op->kind != LAYER_OP_GEMM)
+            continue;
+        for (size_t j = 0; j < sizeof GRAD_ACCUM / sizeof GRAD_ACCUM[0]; j++)
+            if (!strcmp(op->name, GRAD_ACCUM[j].gemm)) { /* wgrad GEMM m x n = the weight's shape */
+                layer_ops_mem(o, GRAD_ACCUM[j].accum, layer_grad_accum_bytes(L, op->m * op->n));
+                break;
+            }
     }
 }
 
@@ -628,6 +744,7 @@ int layer_ops_build(const layer_shape *L, layer_pass pass, layer_ops *out, ts_er
     }
     if (L->fp8 != FP8_FORMAT_NONE)
         fp8_ops(L, out);
+    grad_accum_ops(L, out);
     return TS_OK;
 }
 
@@ -684,11 +801,19 @@ int layer_output_ops(const layer_shape *L, layer_pass pass, layer_ops *out, ts_e
         gemm(out, "logit", D.T, D.Vt, h);
         /* vocabulary-parallel cross-entropy: fp32 cast (read dt, write 4),
          * max (read 4), exp in place (read 4, write 4), sum (read 4) */
-        layer_ops_mem(out, "ce", logits * (D.dt + 16));
-        if (D.comm) {
-            comm(out, "ce.max.ar", COMM_ALL_REDUCE, D.T * 4, L->t);
-            comm(out, "ce.target.ar", COMM_ALL_REDUCE, D.T * 4, L->t);
-            comm(out, "ce.sum.ar", COMM_ALL_REDUCE, D.T * 4, L->t);
+        if (L->fusion & LAYER_FUSED_CE) { /* cast with max, exp with sum: dt + 4, then 8 */
+            layer_ops_mem(out, "ce", logits * (D.dt + 12));
+            if (D.comm) { /* the target logit and the sum batched into one all-reduce */
+                comm(out, "ce.max.ar", COMM_ALL_REDUCE, D.T * 4, L->t);
+                comm(out, "ce.target_sum.ar", COMM_ALL_REDUCE, 2 * D.T * 4, L->t);
+            }
+        } else {
+            layer_ops_mem(out, "ce", logits * (D.dt + 16));
+            if (D.comm) {
+                comm(out, "ce.max.ar", COMM_ALL_REDUCE, D.T * 4, L->t);
+                comm(out, "ce.target.ar", COMM_ALL_REDUCE, D.T * 4, L->t);
+                comm(out, "ce.sum.ar", COMM_ALL_REDUCE, D.T * 4, L->t);
+            }
         }
         break;
     case LAYER_PASS_B:
@@ -729,6 +854,7 @@ int layer_output_ops(const layer_shape *L, layer_pass pass, layer_ops *out, ts_e
     default:
         return err_set(err, TS_EINVAL, "layer_output_ops: unknown pass %d", (int)pass);
     }
+    grad_accum_ops(L, out);
     return TS_OK;
 }
 
@@ -828,6 +954,8 @@ int layer_saved_build(const layer_shape *L, layer_saved_list *out, ts_err *err)
     save(out, "fc1.in", E * wt, NORM, W, r, m, false);
     if (!L->no_mlp) { /* a MoE layer's block saves its own (moe_block_saved_bytes) */
         save(out, "act.in", D.T * D.fc1_n * dt, MLP, I, r, m, false);
+        if (L->swiglu && (L->fusion & LAYER_UNFUSED_BIAS_ACT)) /* the multiply's saved SiLU output */
+            save(out, "act.silu.out", D.T * D.ffn_t * dt, MLP, I, r, m, false);
         save(out, "fc2.in", D.T * D.ffn_t * wt, MLP, W, r, m, false);
     }
     if (!L->no_hidden_dropout)

@@ -149,7 +149,56 @@ typedef struct {
      * columns) d_v; --recompute-modules mla_up_proj (CONFIG_RC_MLA_UP_PROJ)
      * re-runs the up-projections and rope and drops q, k, v. */
     layer_mla mla;
+    /* Megatron-LM's kernel fusions (config.h): LAYER_UNFUSED_* bits of the
+     * fused kernels replaced by the unfused ones, and LAYER_FUSED_CE for the
+     * opt-in cross-entropy fusion; 0: Megatron's defaults (what the ops
+     * above describe). bias: the linear layers have biases (the unfused
+     * paths then add them in a kernel of their own); main_grad_bytes: the
+     * main gradient's element (4: fp32 accumulation; 2 with fp16; 0 = 4). */
+    unsigned fusion;
+    bool bias;
+    int main_grad_bytes;
 } layer_shape;
+
+/* layer_shape.fusion bits; each applies only where the flag takes effect in
+ * Megatron-LM (layer_shape_from_config clears it elsewhere):
+ *   BIAS_ACT     --no-bias-gelu-fusion (GeLU with biases) or
+ *                --no-bias-swiglu-fusion (SwiGLU): forward [bias add: read,
+ *                write fc1's output], then GeLU (read F, write F), or SiLU of
+ *                the gate (read F, write F) and the multiply (read 2F, write
+ *                F) for SwiGLU (F = T ffn/t elements); backward: GeLU's the
+ *                same (3F); SwiGLU's multiply (two products: 6F), SiLU (3F)
+ *                and the gradient halves joined (4F): 13F against the fused
+ *                5F, and the SiLU output saved (F more activation bytes)
+ *   BIAS_DROPOUT --no-bias-dropout-fusion: [bias add 2E], dropout (read,
+ *                write, mask: E(2dt+1)), residual add (read 2E, write E)
+ *                against the fused E(3dt+1); backward unchanged (the dropout
+ *                backward is the only kernel either way)
+ *   SOFTMAX      --no-masked-softmax-fusion (unfused/local attention): the
+ *                causal mask filled in place (read, write P) before the
+ *                softmax, and its backward (read, write P) after the
+ *                softmax's; flash/fused attention: no effect
+ *   GRAD_ACCUM   --no-gradient-accumulation-fusion: each linear layer's wgrad
+ *                GEMM writes its dt-byte result, then a kernel adds it into
+ *                the main gradient: read dt + main_grad_bytes, write
+ *                main_grad_bytes per weight element (op <gemm>.accum, after
+ *                the pass's other ops)
+ *   ROPE         --no-rope-fusion with rotary positions: q and k rotated by
+ *                PyTorch ops, 12 passes of 16-bit q,k elements forward
+ *                (rotate_half's negate and concatenation 3, two products 4,
+ *                sum 3, the final concatenation 2) and 10 backward (two
+ *                products 4, negate 1, halves joined 2, branch sum 3). The
+ *                fused kernel (2 passes) is not costed by the default ops.
+ *   CE           --cross-entropy-loss-fusion (native): the fp32 cast with the
+ *                max and the exp with its sum fused (logits x (dt + 12)
+ *                forward instead of dt + 16), the target and sum all-reduces
+ *                batched into one (2T x 4 bytes); backward unchanged */
+#define LAYER_UNFUSED_BIAS_ACT     0x01u
+#define LAYER_UNFUSED_BIAS_DROPOUT 0x02u
+#define LAYER_UNFUSED_SOFTMAX      0x04u
+#define LAYER_UNFUSED_GRAD_ACCUM   0x08u
+#define LAYER_UNFUSED_ROPE         0x10u
+#define LAYER_FUSED_CE             0x20u
 
 /* Build the shape from a validated config. TS_EINVAL if a divisibility the
  * layer needs does not hold (heads % t, groups % t, ffn % t, vocab % t,
@@ -231,6 +280,26 @@ int layer_ops_mem(layer_ops *o, const char *name, int64_t bytes);
  *               of each copy
  * i.e. 4, 6, 4.0625, 4.0625 B per element (rounded down). */
 int64_t layer_fp8_cast_bytes(config_fp8_recipe r, int64_t elems);
+
+/* Current scaling (tensorwise) with sequence parallelism: the input of
+ * qkv and fc1 and the output gradient of proj and fc2 are all-gathered in
+ * FP8, so each rank's amax is all-reduced over the t ranks (one fp32,
+ * op <gemm>.fp8.amax.ar) before the cast, which waits for it (Transformer
+ * Engine's Float8CurrentScaling quantizers with amax reduction over the TP
+ * group). Delayed scaling's amax reduction is per chunk, not per layer
+ * (fp8.h fp8_amax_reduce_bytes). */
+#define LAYER_FP8_AMAX_BYTES 4
+
+/* The LAYER_UNFUSED_* / LAYER_FUSED_CE bits of a model's fusion flags,
+ * each kept only where Megatron-LM's flag takes effect: bias-GeLU with GeLU
+ * and biases, bias-SwiGLU with SwiGLU, masked softmax with the unfused or
+ * local attention, RoPE with rope/yarn positions. */
+unsigned layer_fusion_of(const model_config *m);
+
+/* Bytes of the add of a weight gradient of weight_elems elements into the
+ * main gradient (LAYER_UNFUSED_GRAD_ACCUM): read the dt-byte temporary and
+ * the main gradient, write the main gradient. */
+int64_t layer_grad_accum_bytes(const layer_shape *L, int64_t weight_elems);
 
 /* Ops of one transformer layer for pass. Always succeeds for a shape that
  * passes layer_shape_check (TS_EINVAL otherwise). */

@@ -62,6 +62,12 @@ check_sh "MoE on --backend cuda: exit 2 (no MoE layers there, or no CUDA in this
     '[ $rc -eq 2 ] && [[ "$out" == *"--num-experts 4: the cuda backend has no MoE layers"* || "$out" == *"built without CUDA"* ]]'
 out=$(run 1 "$TRAINEXEC" $small --bf16 --gpu H100-SXM5-80GB --fp8-format e4m3 2>&1); rc=$?
 check_sh "FP8: exit 2 naming --fp8-format" '[ $rc -eq 2 ] && [[ "$out" == *"--fp8-format e4m3: the executor"* ]]'
+out=$(run 1 "$TRAINEXEC" $small --no-bias-dropout-fusion 2>&1); rc=$?
+check_sh "a fusion flag: exit 2, the executor runs its own kernels" \
+    '[ $rc -eq 2 ] && [[ "$out" == *"the executor runs its own kernels"* ]]'
+out=$(run 1 "$TRAINEXEC" $small --log-num-zeros-in-grad 2>&1); rc=$?
+check_sh "--log-num-zeros-in-grad: exit 2, not counted by the executor" \
+    '[ $rc -eq 2 ] && [[ "$out" == *"--log-num-zeros-in-grad: the executor"* ]]'
 
 out=$(run 1 "$TRAINEXEC" $small --recompute-granularity selective --recompute-modules mlp 2>&1); rc=$?
 check_sh "selective recomputation of the MLP: exit 2, not supported" \

@@ -77,7 +77,10 @@ Test(accuracy, korthikanti_22b_layer_times_within_5pct)
                          FP8_FORMAT_NONE,
                          FP8_RECIPE_DELAYED,
                          false,
-                         {0}};
+                         {0},
+                         0,
+                         false,
+                         0};
         double f = run_ms(cm, &cp, &L, LAYER_PASS_F);
         double b = run_ms(cm, &cp, &L, LAYER_PASS_R) + run_ms(cm, &cp, &L, LAYER_PASS_B);
         double ef = f / ROWS[i].forward_ms - 1, eb = b / ROWS[i].backward_ms - 1;
@@ -125,7 +128,10 @@ Test(accuracy, recompute_overheads_ordered_like_table4)
                      FP8_FORMAT_NONE,
                      FP8_RECIPE_DELAYED,
                      false,
-                     {0}};
+                     {0},
+                     0,
+                     false,
+                     0};
     double sel = run_ms(cm, &cp, &L, LAYER_PASS_R);
     L.recompute = RECOMPUTE_FULL;
     double full = run_ms(cm, &cp, &L, LAYER_PASS_R);

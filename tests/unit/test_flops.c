@@ -98,7 +98,10 @@ Test(flops, ops_of_all_layers_sum_to_model_flops)
                      FP8_FORMAT_NONE,
                      FP8_RECIPE_DELAYED,
                      false,
-                     {0}};
+                     {0},
+                     0,
+                     false,
+                     0};
     layer_ops o;
     double per_mb_rank = 0, recompute = 0;
     for (int p = LAYER_PASS_F; p <= LAYER_PASS_B; p++) {
@@ -232,7 +235,10 @@ Test(flops, kv_channels_set_attention_width)
                      FP8_FORMAT_NONE,
                      FP8_RECIPE_DELAYED,
                      false,
-                     {0}};
+                     {0},
+                     0,
+                     false,
+                     0};
     layer_ops o;
     cr_assert_eq(layer_ops_build(&L, LAYER_PASS_F, &o, NULL), TS_OK);
     cr_assert(REL(layer_ops_flops(&o), flops_layer_fwd_per_seq(&m)), "%.17g vs %.17g", layer_ops_flops(&o),
@@ -315,7 +321,10 @@ Test(flops, flash_and_modules_ops_sum_to_hardware_flops)
                              FP8_FORMAT_NONE,
                              FP8_RECIPE_DELAYED,
                              false,
-                             {0}};
+                             {0},
+                             0,
+                             false,
+                             0};
             layer_ops o;
             double per_mb_rank = 0;
             for (int p = LAYER_PASS_F; p <= LAYER_PASS_B; p++) {

@@ -187,3 +187,20 @@ Test(fp8, weight_copies_and_gather_bytes)
     cr_assert_eq(fp8_weight_copy_bytes(&m, false, 2, L, G), 0);       /* the FP8 weight is the parameter */
     cr_assert_eq(fp8_gather_bytes(&m, 2, P, P - L), L + 2 * (P - L)); /* layers at 1 byte */
 }
+
+Test(fp8, delayed_amax_reduction_bytes)
+{
+    model_config m;
+    memset(&m, 0, sizeof m);
+    cr_expect_eq(fp8_amax_reduce_bytes(&m, 4, false), 0); /* no FP8 */
+    m.fp8_format = FP8_FORMAT_HYBRID;
+    m.fp8_recipe = FP8_RECIPE_DELAYED;
+    /* 4 FP8 GEMMs a layer, fp32 amaxes: 3 per GEMM forward, 2 backward */
+    cr_expect_eq(fp8_amax_reduce_bytes(&m, 4, false), 4 * 4 * 3 * 4);
+    cr_expect_eq(fp8_amax_reduce_bytes(&m, 4, true), 4 * 4 * 2 * 4);
+    cr_expect_eq(fp8_amax_reduce_bytes(&m, 0, false), 0);
+    for (int r = FP8_RECIPE_TENSORWISE; r <= FP8_RECIPE_MXFP8; r++) {
+        m.fp8_recipe = (config_fp8_recipe)r;
+        cr_expect_eq(fp8_amax_reduce_bytes(&m, 4, false), 0);
+    }
+}

@@ -40,7 +40,10 @@ static layer_shape shape(int64_t h, int64_t a, int64_t s, int64_t b, int t, bool
                      FP8_FORMAT_NONE,
                      FP8_RECIPE_DELAYED,
                      false,
-                     {0}};
+                     {0},
+                     0,
+                     false,
+                     0};
     return L;
 }
 
@@ -287,7 +290,10 @@ Test(layer, gqa_swiglu_shapes)
                      FP8_FORMAT_NONE,
                      FP8_RECIPE_DELAYED,
                      false,
-                     {0}};
+                     {0},
+                     0,
+                     false,
+                     0};
     layer_ops f;
     cr_assert_eq(layer_ops_build(&L, LAYER_PASS_F, &f, NULL), TS_OK);
     const layer_op *qkv = NULL, *fc1 = NULL, *fc2 = NULL;
@@ -682,7 +688,10 @@ Test(layer, llama3_8b_seq8192_activations_drop_with_flash)
                      FP8_FORMAT_NONE,
                      FP8_RECIPE_DELAYED,
                      false,
-                     {0}};
+                     {0},
+                     0,
+                     false,
+                     0};
     const int64_t MiB = 1 << 20, layers = 32;
     layer_saved_list l;
     cr_assert_eq(layer_saved_build(&L, &l, NULL), TS_OK);
