@@ -66,7 +66,10 @@ static double layer_worst(void)
                          FP8_FORMAT_NONE,
                          FP8_RECIPE_DELAYED,
                          false,
-                         {0}};
+                         {0},
+                         0,
+                         false,
+                         0};
         layer_ops o;
         double f, b;
         layer_ops_build(&L, LAYER_PASS_F, &o, NULL);
