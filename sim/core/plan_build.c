@@ -197,7 +197,7 @@ static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_
             x.comm_bytes = op->bytes;
             x.comm_coll = (uint8_t)op->coll;
             commcost_flow_terms(b->cc, op->coll, op->bytes, &g, &x.comm_bw_factor, &x.comm_lat_ns);
-            if (op->a2a)
+            if (op->a2a && op->coll == COMM_P2P) /* the all-to-all's; the dispatcher's gathers keep NCCL's */
                 x.comm_lat_ns = b->a2a_lat_ns;
             gemm_ns[i] = 0;
             int gp = ub_partner(b, ops, i, cat);

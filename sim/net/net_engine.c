@@ -60,9 +60,10 @@ static void cache_put(plan_cache *c, uint8_t coll, int peer_pp, double bytes, co
 }
 
 /* Group kinds (net_place.h's NET_PLACE_*): tensor-parallel, data-parallel,
- * expert-parallel, and expert-data-parallel (GK_EDP; the arrays below are
- * indexed by gi(dim)). */
-#define NET_GROUPS 4
+ * expert-parallel, expert-data-parallel (GK_EDP), expert-tensor-parallel
+ * and expert tensor-and-model-parallel (the arrays below are indexed by
+ * gi(dim)). */
+#define NET_GROUPS NET_PLACE_KINDS
 #define GK_EDP     NET_PLACE_EDP
 static inline int gi(int dim)
 {
@@ -91,7 +92,7 @@ struct net_engine {
     int *rgroup;            /* per engine rank, per group kind: index of its group in open and
                                      gplans[kind] (apart from rank_info: dense, it stays in cache) */
     int gsize[NET_GROUPS];  /* per group kind: members of a group */
-    int n_groups;           /* group kinds in use: 2 (TP, DP), 4 with experts (net_place.experts) */
+    int n_groups;           /* group kinds in use: 2 (TP, DP), all with experts (net_place.experts) */
     int *ggpus[NET_GROUPS]; /* per group kind: every group's GPUs, in group-rank order */
     int *goff[NET_GROUPS];  /* per group kind, per global rank: offset of its group in ggpus */
     int *active_comm;       /* per engine rank: driven comm tasks in flight */
@@ -191,10 +192,8 @@ int net_engine_new(const net_graph *g, const net_place *pl, const net_engine_opt
     ne->gsize[0] = pl->size[NET_DIM_TP];
     ne->gsize[1] = pl->size[NET_DIM_DP];
     ne->n_groups = pl->experts ? NET_GROUPS : 2; /* a dense model: no expert groups to build */
-    if (pl->experts) {
-        ne->gsize[2] = pl->ep;
-        ne->gsize[GK_EDP] = pl->size[NET_DIM_TP] * pl->size[NET_DIM_DP] / (pl->ep * pl->etp);
-    }
+    for (int k = 2; k < ne->n_groups; k++)
+        ne->gsize[k] = net_place_group_size(pl, k);
     int most = 1;
     for (int k = 0; k < ne->n_groups; k++) {
         most = ne->gsize[k] > most ? ne->gsize[k] : most;
@@ -205,8 +204,10 @@ int net_engine_new(const net_graph *g, const net_place *pl, const net_engine_opt
     ne->gpus = malloc(sizeof *ne->gpus * (size_t)(2 * most + 2));
     ne->splans = calloc((size_t)ne->n_ranks, sizeof *ne->splans);
     net_rdv_init(&ne->open);
-    if (!ne->factor || !ne->active_comm || !ne->gpus || !ne->gplans[0] || !ne->gplans[1] ||
-        (pl->experts && (!ne->gplans[2] || !ne->gplans[GK_EDP])) || !ne->splans) {
+    bool plans = true;
+    for (int k = 0; k < ne->n_groups; k++)
+        plans = plans && ne->gplans[k];
+    if (!ne->factor || !ne->active_comm || !ne->gpus || !plans || !ne->splans) {
         net_engine_free(ne);
         return err_set(err, TS_ENOMEM, "net_engine: out of memory");
     }
@@ -299,14 +300,18 @@ static const net_step_desc *fill_desc(net_engine *ne, uint32_t tag, ts_err *err)
         if (ne->fn(ne->fn_ctx, tag, &ne->desc[tag], err))
             return NULL;
         const net_step_desc *d = &ne->desc[tag];
-        if (d->role == NET_STEP_COLL && (d->dim != NET_DIM_TP && d->dim != NET_DIM_DP && d->dim != NET_DIM_EP)) {
-            err_set(err, TS_EINVAL, "net_engine: step %u: collective along dimension %d (valid: tp, dp, ep)", tag,
-                    d->dim);
+        if (d->role == NET_STEP_COLL && (d->dim != NET_DIM_TP && d->dim != NET_DIM_DP && d->dim != NET_DIM_EP &&
+                                         d->dim != NET_DIM_ETP && d->dim != NET_DIM_TPEP)) {
+            err_set(err, TS_EINVAL,
+                    "net_engine: step %u: collective along dimension %d (valid: tp, dp, ep, etp, tp-ep)", tag, d->dim);
             return NULL;
         }
         bool a2a = d->role == NET_STEP_COLL && (d->coll == NET_COLL_ALLTOALL || d->coll == NET_COLL_DEEPEP);
-        if (a2a && ne->n_groups < NET_GROUPS) {
-            err_set(err, TS_EINVAL, "net_engine: step %u: an all-to-all without expert groups (net_place_set_experts)",
+        bool expert = d->role == NET_STEP_COLL && (a2a || d->dim == NET_DIM_EP || d->dim == NET_DIM_ETP ||
+                                                   d->dim == NET_DIM_TPEP);
+        if (expert && ne->n_groups < NET_GROUPS) {
+            err_set(err, TS_EINVAL,
+                    "net_engine: step %u: an expert-parallel collective without expert groups (net_place_set_experts)",
                     tag);
             return NULL;
         }

@@ -147,12 +147,44 @@ int net_place_edp_ranks(const net_place *pl, int rank, int *ranks)
     return edp;
 }
 
+int net_place_group_size(const net_place *pl, int kind)
+{
+    switch (kind) {
+    case NET_PLACE_EP:
+        return pl->ep;
+    case NET_PLACE_EDP:
+        return pl->size[NET_DIM_TP] * pl->size[NET_DIM_DP] / (pl->etp * pl->ep);
+    case NET_PLACE_ETP:
+        return pl->etp;
+    case NET_PLACE_TPEP:
+        return pl->etp * pl->ep;
+    default:
+        return pl->size[kind];
+    }
+}
+
+/* The first member of the block of `span` consecutive fold ranks holding
+ * rank (coordinates tp, dp of t). */
+static int block_first(int tp, int dp, int t, int span)
+{
+    int s = tp + t * dp;
+    return s / span * span;
+}
+
 int net_place_group_ranks(const net_place *pl, int kind, int rank, int *ranks)
 {
     if (kind == NET_PLACE_EP)
         return net_place_ep_ranks(pl, rank, ranks);
     if (kind == NET_PLACE_EDP)
         return net_place_edp_ranks(pl, rank, ranks);
+    if (kind == NET_PLACE_ETP || kind == NET_PLACE_TPEP) {
+        int tp, dp, pp, t = pl->size[NET_DIM_TP], n = net_place_group_size(pl, kind);
+        net_place_coords(pl, rank, &tp, &dp, &pp);
+        int base = block_first(tp, dp, t, n);
+        for (int j = 0; j < n; j++)
+            ranks[j] = net_place_rank(pl, (base + j) % t, (base + j) / t, pp);
+        return n;
+    }
     int c[NET_DIMS];
     net_place_coords(pl, rank, &c[NET_DIM_TP], &c[NET_DIM_DP], &c[NET_DIM_PP]);
     for (int i = 0; i < pl->size[kind]; i++) {
@@ -171,6 +203,8 @@ int net_place_group_leader(const net_place *pl, int kind, int rank)
         return net_place_rank(pl, c[NET_DIM_TP], c[NET_DIM_DP], c[NET_DIM_PP]);
     }
     int t = pl->size[NET_DIM_TP], span = pl->etp * pl->ep, s = c[NET_DIM_TP] + t * c[NET_DIM_DP];
-    int m = kind == NET_PLACE_EP ? s % pl->etp + s / span * span : s % span;
+    int m = kind == NET_PLACE_EP    ? s % pl->etp + s / span * span
+            : kind == NET_PLACE_EDP ? s % span
+                                    : block_first(c[NET_DIM_TP], c[NET_DIM_DP], t, net_place_group_size(pl, kind));
     return net_place_rank(pl, m % t, m / t, c[NET_DIM_PP]);
 }

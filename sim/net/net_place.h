@@ -21,10 +21,19 @@
 #include "sim/net/net_graph.h"
 #include "sim/util/err.h"
 
-/* NET_DIM_EP is not a placement dimension: the expert-parallel group, a
- * fold of the tensor and data-parallel ranks of one stage
+/* NET_DIM_EP, NET_DIM_ETP and NET_DIM_TPEP are not placement dimensions:
+ * the expert-parallel, expert-tensor-parallel and expert tensor-and-model-
+ * parallel groups, folds of the tensor and data-parallel ranks of one stage
  * (net_place_set_experts). */
-typedef enum { NET_DIM_TP = 0, NET_DIM_DP, NET_DIM_PP, NET_DIMS, NET_DIM_EP = NET_DIMS } net_dim;
+typedef enum {
+    NET_DIM_TP = 0,
+    NET_DIM_DP,
+    NET_DIM_PP,
+    NET_DIMS,
+    NET_DIM_EP = NET_DIMS,
+    NET_DIM_ETP = 4,
+    NET_DIM_TPEP = 5
+} net_dim;
 
 typedef struct {
     int size[NET_DIMS];    /* t, d, p */
@@ -68,12 +77,29 @@ int net_place_set_experts(net_place *pl, int ep, int etp, ts_err *err);
  * returns their count. */
 int net_place_edp_ranks(const net_place *pl, int rank, int *ranks);
 
+/* The expert-tensor-parallel group of `rank` (NET_PLACE_ETP: the etp
+ * ranks floor(s / etp) etp + j of its stage, which share the same experts)
+ * and its expert tensor-and-model-parallel group (NET_PLACE_TPEP: the
+ * etp x ep ranks floor(s / (etp ep)) etp ep + j, over which the allgather
+ * dispatcher gathers and reduce-scatters; Megatron-core's tp_ep group):
+ * both consecutive in the fold, as moe_disp.h places them. */
+
 /* A group of `rank` by kind (net_place_group_gpus' along TP or DP, or
- * the two above for NET_PLACE_EP, NET_PLACE_EDP): net_place_group_ranks
- * writes its members' global ranks in group-rank order and returns their
- * count; net_place_group_leader returns the first of them without listing
- * them. */
-enum { NET_PLACE_TP = NET_DIM_TP, NET_PLACE_DP = NET_DIM_DP, NET_PLACE_EP = 2, NET_PLACE_EDP = 3 };
+ * the expert groups above for NET_PLACE_EP, NET_PLACE_EDP, NET_PLACE_ETP,
+ * NET_PLACE_TPEP): net_place_group_ranks writes its members' global ranks
+ * in group-rank order and returns their count; net_place_group_size is
+ * that count; net_place_group_leader returns the first of them without
+ * listing them. */
+enum {
+    NET_PLACE_TP = NET_DIM_TP,
+    NET_PLACE_DP = NET_DIM_DP,
+    NET_PLACE_EP = 2,
+    NET_PLACE_EDP = 3,
+    NET_PLACE_ETP = NET_DIM_ETP,
+    NET_PLACE_TPEP = NET_DIM_TPEP,
+    NET_PLACE_KINDS
+};
+int net_place_group_size(const net_place *pl, int kind);
 int net_place_group_ranks(const net_place *pl, int kind, int rank, int *ranks);
 int net_place_group_leader(const net_place *pl, int kind, int rank);
 

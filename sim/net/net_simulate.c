@@ -165,16 +165,28 @@ static int describe_a2a(const net_simulate *ns, uint32_t tag, const plan_step *x
                 {"moe.a2a.combine.bwd", false},
                 {"moe.a2a.combine", true},
                 {"moe.a2a.dispatch.bwd", true}};
+    const moe_config *e = &ns->c->moe;
+    if (x->comm_coll == COMM_ALL_GATHER || x->comm_coll == COMM_REDUCE_SCATTER) {
+        /* moe_disp.h: the allgather dispatcher's gathers and reduce-scatters over
+         * the tp_ep group, the alltoall dispatcher's ETP ones over the ETP group,
+         * with NCCL's terms as the dense collectives */
+        d->role = NET_STEP_COLL;
+        d->coll = (uint8_t)coll_of_step(x);
+        d->dim = e->dispatcher == MOE_DISPATCH_ALLGATHER ? NET_DIM_TPEP : NET_DIM_ETP;
+        d->bytes = (double)x->comm_bytes * x->comm_bw_factor;
+        d->lat_ns = x->comm_lat_ns;
+        return TS_OK;
+    }
     int dir = -1;
     for (int i = 0; i < 4 && dir < 0; i++)
         if (strcmp(x->name, dirs[i].name) == 0)
             dir = dirs[i].sends;
-    if (dir < 0)
+    if (dir < 0 || x->comm_coll != COMM_P2P)
         return err_set(err, TS_EINVAL,
-                       "network model: expert-parallel step %u '%s' is not an all-to-all it models (moe.a2a.dispatch, "
-                       ".combine and their .bwd); simulate without --network-flows and --full",
+                       "network model: expert-parallel step %u '%s' is not a collective it models (moe.a2a.dispatch, "
+                       ".combine and their .bwd; the dispatchers' all-gathers and reduce-scatters); simulate without "
+                       "--network-flows and --full",
                        tag, x->name);
-    const moe_config *e = &ns->c->moe;
     int ep = e->ep;
     d->role = NET_STEP_COLL;
     d->dim = NET_DIM_EP;
