@@ -206,6 +206,32 @@ static int describe_a2a(const net_simulate *ns, uint32_t tag, const plan_step *x
     return TS_OK;
 }
 
+/* A collective of the context-parallel group (plan step x, comm_cp;
+ * layer.c's cp ops, cp.h): its all-to-alls over the all-to-all level
+ * (commcost's S of COMM_ALL_TO_ALL is n pieces of which a rank sends n - 1;
+ * the flows' S is what it sends), its ring steps (COMM_P2P: every rank
+ * passes the bytes to the next) and gathers over the ring level, these
+ * with NCCL's terms as the dense collectives. */
+static void describe_cp(const net_simulate *ns, const plan_step *x, net_step_desc *d)
+{
+    d->role = NET_STEP_COLL;
+    d->lat_ns = x->comm_lat_ns;
+    if (x->comm_coll == COMM_ALL_TO_ALL) {
+        int n = ns->pl.cp_a2a;
+        d->coll = NET_COLL_ALLTOALL;
+        d->dim = NET_DIM_CPA;
+        d->bytes = (double)x->comm_bytes * (n - 1) / n;
+    } else if (x->comm_coll == COMM_P2P) {
+        d->coll = NET_COLL_RING_STEP;
+        d->dim = NET_DIM_CPR;
+        d->bytes = (double)x->comm_bytes;
+    } else {
+        d->coll = (uint8_t)coll_of_step(x);
+        d->dim = NET_DIM_CPR;
+        d->bytes = (double)x->comm_bytes * x->comm_bw_factor;
+    }
+}
+
 static int describe(void *ctx, uint32_t tag, net_step_desc *d, ts_err *err)
 {
     net_simulate *ns = ctx;
@@ -223,6 +249,10 @@ static int describe(void *ctx, uint32_t tag, net_step_desc *d, ts_err *err)
     case PLAN_STREAM_DP:
         if (x->cat == PLAN_CAT_EP)
             return describe_a2a(ns, tag, x, d, err);
+        if (x->comm_cp) {
+            describe_cp(ns, x, d);
+            break;
+        }
         d->role = NET_STEP_COLL;
         d->coll = (uint8_t)coll_of_step(x);
         d->dim = x->stream == PLAN_STREAM_TP ? NET_DIM_TP : NET_DIM_DP;
@@ -453,11 +483,13 @@ int net_simulate_new(const config *c, const net_sim_opts *o, net_simulate **out,
                        "--link-report needs --network-flows or --full: the closed-form model has no links");
     if (!c->cluster.topology)
         return err_set(err, TS_EINVAL, "network model: the config has no topology");
-    if (config_cp(c) > 1) /* the placement has no context-parallel dimension */
-        return err_set(err, TS_EINVAL,
-                       "--context-parallel-size %d: not modelled with the network model (--network-flows, "
-                       "--full): its placement has no context-parallel dimension; simulate without them",
-                       config_cp(c));
+    /* context parallelism: cp x d ranks in the placement's data-parallel dimension, its
+     * all-to-all level as layer.c's (--cp-comm-type) */
+    int cp = config_cp(c), cp_a2a = c->par.cp_comm == CP_COMM_A2A       ? cp
+                                    : c->par.cp_comm == CP_COMM_A2A_P2P ? c->par.cp_a2a
+                                                                        : 1;
+    if (cp_a2a < 1)
+        cp_a2a = 1;
     net_simulate *ns = calloc(1, sizeof *ns);
     if (!ns)
         return err_set(err, TS_ENOMEM, "net_simulate: out of memory");
@@ -466,7 +498,9 @@ int net_simulate_new(const config *c, const net_sim_opts *o, net_simulate **out,
     ns->p = c->par.pp;
     if ((rc = net_graph_from_topo(c->cluster.topology, c->cluster.gpus, c->cluster.gpu.name, &ns->g, err)) ||
         (rc = net_route_apply_failures(ns->g, o->fail_link, o->fail_node, c->par.tp, c->par.pp, err)) ||
-        (rc = net_place_init(&ns->pl, ns->g, c->par.tp, c->par.dp > 0 ? c->par.dp : 1, c->par.pp, o->rank_order, err)))
+        (rc = net_place_init(&ns->pl, ns->g, c->par.tp, (c->par.dp > 0 ? c->par.dp : 1) * cp, c->par.pp,
+                             o->rank_order, err)) ||
+        (rc = net_place_set_cp(&ns->pl, cp, cp_a2a, err)))
         goto fail;
     if (c->moe.num_experts > 0 && (rc = place_experts(ns, err)))
         goto fail;
