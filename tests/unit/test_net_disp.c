@@ -1,10 +1,13 @@
-/* The MoE dispatchers' gathers in the flow modes: the expert-tensor-parallel
- * and tp_ep groups of the placement (Megatron-core's etp-ep-edp fold), and
- * net_engine running a collective along them: every member's task ends when
- * the group's collective does, at the time of that collective alone on an
- * idle fabric over the group's GPUs, in the symmetric and full modes alike;
- * the full mode runs one collective per group. */
+/* The MoE dispatchers' gathers and context parallelism in the flow modes:
+ * the expert-tensor-parallel and tp_ep groups of the placement
+ * (Megatron-core's etp-ep-edp fold), and net_engine running a collective
+ * along them: every member's task ends when the group's collective does, at
+ * the time of that collective alone on an idle fabric over the group's
+ * GPUs, in the symmetric and full modes alike; the full mode runs one
+ * collective per group. The context-parallel groups (cp inside dp, an
+ * all-to-all and a ring level) and the ring step's plan and closed form. */
 #include <criterion/criterion.h>
+#include <math.h>
 #include <string.h>
 
 #include "sim/core/engine.h"
@@ -198,5 +201,95 @@ Test(net_disp, expert_groups_are_required)
     engine_free(e);
     net_engine_free(ne);
     net_place_free(&pl);
+    net_graph_free(g);
+}
+
+/* Context parallelism: t 2, cp 4 (a2a level 2, ring 2), d 2, p 1 on 2 DGX
+ * A100s: the placement's data-parallel dimension holds cp x d = 8, the cp
+ * index innermost. Rank (tp 1, dp' 6, pp 0) has cp index 2 (a2a index 0,
+ * ring index 1): its all-to-all group dp' 6, 7, its ring dp' 4, 6; its
+ * data-parallel group all 8. */
+Test(net_disp, context_parallel_groups_are_cp_inside_dp)
+{
+    net_graph *g = dgx("A100", 2);
+    net_place pl;
+    ts_err e;
+    int t = 2, ranks[16];
+    cr_assert_eq(net_place_init(&pl, g, t, 8, 1, NULL, &e), TS_OK, "%s", e.msg);
+    cr_assert_eq(net_place_set_cp(&pl, 3, 1, &e), TS_EINVAL, "3 does not divide 8");
+    cr_assert_eq(net_place_set_cp(&pl, 4, 3, &e), TS_EINVAL, "3 does not divide cp 4");
+    cr_assert_eq(net_place_set_cp(&pl, 4, 2, &e), TS_OK, "%s", e.msg);
+    int r = net_place_rank(&pl, 1, 6, 0);
+    cr_assert_eq(net_place_group_ranks(&pl, NET_PLACE_CPA, r, ranks), 2);
+    cr_assert_eq(ranks[0], net_place_rank(&pl, 1, 6, 0));
+    cr_assert_eq(ranks[1], net_place_rank(&pl, 1, 7, 0));
+    cr_assert_eq(net_place_group_ranks(&pl, NET_PLACE_CPR, r, ranks), 2);
+    cr_assert_eq(ranks[0], net_place_rank(&pl, 1, 4, 0));
+    cr_assert_eq(ranks[1], net_place_rank(&pl, 1, 6, 0));
+    cr_assert_eq(net_place_group_ranks(&pl, NET_PLACE_DP, r, ranks), 8);
+    /* the groups are t = 2 ranks apart (Megatron's tp-cp-dp-pp) */
+    for (int kind = NET_PLACE_CPA; kind <= NET_PLACE_CPR; kind++) {
+        int size = net_place_group_size(&pl, kind), leaders = 0;
+        for (int q = 0; q < pl.n_ranks; q++) {
+            int m = net_place_group_ranks(&pl, kind, q, ranks);
+            cr_assert_eq(m, size);
+            cr_assert_eq(net_place_group_leader(&pl, kind, q), ranks[0], "kind %d, rank %d", kind, q);
+            cr_assert(has(ranks, m, q), "rank %d in its group of kind %d", q, kind);
+            cr_assert_eq(ranks[1] - ranks[0], kind == NET_PLACE_CPA ? t : 2 * t, "kind %d, rank %d", kind, q);
+            leaders += net_place_group_leader(&pl, kind, q) == q;
+        }
+        cr_assert_eq(leaders * size, pl.n_ranks, "kind %d", kind);
+    }
+    /* pure a2a: one all-to-all group of cp, rings of one */
+    cr_assert_eq(net_place_set_cp(&pl, 4, 4, &e), TS_OK, "%s", e.msg);
+    cr_assert_eq(net_place_group_ranks(&pl, NET_PLACE_CPA, r, ranks), 4);
+    for (int j = 0; j < 4; j++)
+        cr_assert_eq(ranks[j], net_place_rank(&pl, 1, 4 + j, 0));
+    cr_assert_eq(net_place_group_size(&pl, NET_PLACE_CPR), 1);
+    net_place_free(&pl);
+    net_graph_free(g);
+}
+
+/* A ring step: n transfers of S in lockstep, one bundle, one step latency;
+ * on an idle fabric S / B plus the slowest route's latency, B the NVLink
+ * payload rate inside a server and a NIC's across servers. */
+Test(net_disp, ring_step_is_one_block_to_the_next_rank)
+{
+    net_graph *g = dgx("A100", 2);
+    net_router *rt = NULL;
+    ts_err e;
+    cr_assert_eq(net_router_new(g, &rt, &e), TS_OK, "%s", e.msg);
+    const int inside[] = {0, 1, 2, 3}, across[] = {0, 8};
+    const double S = 100e6;
+    net_coll_req q = {.kind = NET_COLL_RING_STEP, .algo = NET_ALGO_AUTO, .gpus = inside, .n = 4, .bytes = S};
+    net_plan p = {0};
+    cr_assert_eq(net_coll_plan(g, rt, &q, &p, &e), TS_OK, "%s", e.msg);
+    cr_assert_eq(p.nph, 1);
+    cr_assert_eq(p.nx, 4);
+    cr_assert_eq(p.ph[0].nbundles, 1, "the ring moves in lockstep");
+    for (int i = 0; i < 4; i++) {
+        cr_assert_eq(p.x[i].src, g->gpu_node[inside[i]]);
+        cr_assert_eq(p.x[i].dst, g->gpu_node[inside[(i + 1) % 4]]);
+        cr_assert_float_eq(p.x[i].bytes, S, 1e-9);
+    }
+    net_plan_free(&p);
+    int64_t t[2];
+    for (int c = 0; c < 2; c++) {
+        q.gpus = c ? across : inside;
+        q.n = c ? 2 : 4;
+        net_plan pc = {0};
+        cr_assert_eq(net_coll_plan(g, rt, &q, &pc, &e), TS_OK, "%s", e.msg);
+        double bw = 1e30; /* each link carries one transfer: the bundle runs at its slowest link */
+        for (int i = 0; i < pc.nx; i++)
+            for (int h = 0; h < pc.x[i].nlinks; h++)
+                bw = g->links[pc.x[i].links[h]].bw_gbps < bw ? g->links[pc.x[i].links[h]].bw_gbps : bw;
+        double want = S / bw + (double)pc.lat_ns;
+        cr_assert_eq(net_coll_time_ns(g, &q, &t[c], &e), TS_OK, "%s", e.msg);
+        cr_assert(fabs((double)t[c] - want) <= 2, "case %d: %lld ns, closed form %.1f ns", c, (long long)t[c], want);
+        cr_assert(pc.lat_ns > 0, "one step latency");
+        net_plan_free(&pc);
+    }
+    cr_assert(t[1] > t[0], "across servers (a NIC) %lld ns, inside (NVLink) %lld ns", (long long)t[1], (long long)t[0]);
+    net_router_free(rt);
     net_graph_free(g);
 }
