@@ -316,8 +316,8 @@ static const net_step_desc *fill_desc(net_engine *ne, uint32_t tag, ts_err *err)
         }
         if (d->role == NET_STEP_COLL && !ne->gsize[gi(d->dim)]) {
             err_set(err, TS_EINVAL,
-                    "net_engine: step %u: a collective along dimension %d, whose groups the placement lacks (%s)",
-                    tag, d->dim,
+                    "net_engine: step %u: a collective along dimension %d, whose groups the placement lacks (%s)", tag,
+                    d->dim,
                     d->dim == NET_DIM_CPA || d->dim == NET_DIM_CPR ? "context parallelism: net_place_set_cp"
                                                                    : "without expert groups: net_place_set_experts");
             return NULL;

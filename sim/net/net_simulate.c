@@ -498,8 +498,8 @@ int net_simulate_new(const config *c, const net_sim_opts *o, net_simulate **out,
     ns->p = c->par.pp;
     if ((rc = net_graph_from_topo(c->cluster.topology, c->cluster.gpus, c->cluster.gpu.name, &ns->g, err)) ||
         (rc = net_route_apply_failures(ns->g, o->fail_link, o->fail_node, c->par.tp, c->par.pp, err)) ||
-        (rc = net_place_init(&ns->pl, ns->g, c->par.tp, (c->par.dp > 0 ? c->par.dp : 1) * cp, c->par.pp,
-                             o->rank_order, err)) ||
+        (rc = net_place_init(&ns->pl, ns->g, c->par.tp, (c->par.dp > 0 ? c->par.dp : 1) * cp, c->par.pp, o->rank_order,
+                             err)) ||
         (rc = net_place_set_cp(&ns->pl, cp, cp_a2a, err)))
         goto fail;
     if (c->moe.num_experts > 0 && (rc = place_experts(ns, err)))
