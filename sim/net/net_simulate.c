@@ -115,7 +115,7 @@ int net_sim_opts_register(net_sim_opts *o, opt_table *t, ts_err *err)
                                   .metavar = "ORDER",
                                   .defval = "tp-dp-pp",
                                   .help = "rank placement, innermost dimension first (Megatron-LM: "
-                                          "tp-dp-pp; with flows)"},
+                                          "tp-dp-pp; dp holds the cp x d ranks, cp innermost; with flows)"},
                       err)) ||
         (rc = opt_add(t,
                       &(opt_spec){.name = "--link-report",
