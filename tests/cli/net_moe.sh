@@ -2,7 +2,9 @@
 # tests/cli/net_moe.sh — mixture-of-experts runs in the flow modes
 # (--network-flows, --full): each MoE layer's dispatch and combine
 # all-to-alls run as flows over the expert-parallel group (sim/net/net_a2a.h),
-# the routed experts' gradients over the expert-data-parallel group. Small
+# the allgather dispatcher's gathers and reduce-scatters over the tp_ep group,
+# expert tensor parallelism's over the ETP group, the routed experts'
+# gradients over the expert-data-parallel group. Small
 # Mixtral-shaped runs (8 layers, B 64, 64 GPUs), checked for:
 #  - agreement with the default mode on uncontended fabrics, under forced
 #    balance (the default mode's all-to-all carries no routing skew): the
@@ -10,13 +12,15 @@
 #    nodes (NIC-bound, the same NIC efficiency in both modes), within 5% inside
 #    a node (the flows' NVLink payload rate against NCCL's measured bus
 #    bandwidth, as for the tensor-parallel collectives: docs/network.md);
-#    alltoall and DeepEP, A100 and H100;
+#    alltoall and DeepEP, A100 and H100; the allgather dispatcher and ETP 2
+#    within 1% across nodes, 5% inside one;
 #  - metamorphic: slower NICs and more oversubscription never make a run
 #    faster, and make the cross-node all-to-alls slower; an all-to-all inside
 #    one node does not depend on the NIC; a degraded NIC cable (--full) never
 #    makes it faster, nor does a failed spine; routing skew (the busiest rank
 #    receives the load factor times its share) never makes the all-to-alls
-#    faster;
+#    faster; half-rate NICs never make the allgather dispatcher or ETP across
+#    nodes faster, and about double their NIC-bound EP time;
 #  - refusals, and golden reports of a small case in both flow modes.
 # Goldens live in tests/golden/net/; regenerate them only deliberately:
 #   UPDATE_GOLDEN=1 TRAINSIM=build/trainsim bash tests/cli/net_moe.sh
