@@ -109,13 +109,17 @@ typedef struct {
 } one_out;
 
 /* t 1, d 16, p 1 on 2 DGX H100s, etp 2 x ep 8 (so the tp_ep group is the
- * 16 ranks over both servers, an ETP group two GPUs of one server). */
-static one_out run_one(const net_graph *g, const one_coll *oc, bool full)
+ * 16 ranks over both servers, an ETP group two GPUs of one server); with
+ * cp > 0 instead of experts, context parallelism of cp (ring level). */
+static one_out run_one(const net_graph *g, const one_coll *oc, bool full, int cp)
 {
     ts_err err;
     net_place pl;
     cr_assert_eq(net_place_init(&pl, g, 1, 16, 1, NULL, &err), TS_OK, "%s", err.msg);
-    cr_assert_eq(net_place_set_experts(&pl, 8, 2, &err), TS_OK, "%s", err.msg);
+    if (cp > 0)
+        cr_assert_eq(net_place_set_cp(&pl, cp, 1, &err), TS_OK, "%s", err.msg);
+    else
+        cr_assert_eq(net_place_set_experts(&pl, 8, 2, &err), TS_OK, "%s", err.msg);
     net_engine_opts o = {full, 0, NET_ALGO_AUTO};
     net_engine *ne = NULL;
     cr_assert_eq(net_engine_new(g, &pl, &o, describe, (void *)oc, &ne, &err), TS_OK, "%s", err.msg);
@@ -152,20 +156,24 @@ static int64_t alone_ns(const net_graph *g, net_coll_kind kind, int first, int n
     return ns;
 }
 
-Test(net_disp, gathers_run_over_the_whole_group_at_their_idle_time)
+Test(net_disp, expert_and_cp_collectives_run_over_the_whole_group_at_their_idle_time)
 {
     net_graph *g = dgx("H100", 2);
     const struct {
         one_coll c;
-        int n, groups;
+        int n, groups, cp;
     } cases[] = {
-        {{NET_COLL_ALLGATHER, NET_DIM_TPEP, 64e6}, 16, 1},
-        {{NET_COLL_REDUCE_SCATTER, NET_DIM_TPEP, 64e6}, 16, 1},
-        {{NET_COLL_ALLGATHER, NET_DIM_ETP, 64e6}, 2, 8},
-        {{NET_COLL_REDUCE_SCATTER, NET_DIM_ETP, 64e6}, 2, 8},
+        {{NET_COLL_ALLGATHER, NET_DIM_TPEP, 64e6}, 16, 1, 0},
+        {{NET_COLL_REDUCE_SCATTER, NET_DIM_TPEP, 64e6}, 16, 1, 0},
+        {{NET_COLL_ALLGATHER, NET_DIM_ETP, 64e6}, 2, 8, 0},
+        {{NET_COLL_REDUCE_SCATTER, NET_DIM_ETP, 64e6}, 2, 8, 0},
+        /* context parallelism: rings of 4 consecutive ranks (t 1), 16 over both servers */
+        {{NET_COLL_RING_STEP, NET_DIM_CPR, 64e6}, 4, 4, 4},
+        {{NET_COLL_RING_STEP, NET_DIM_CPR, 64e6}, 16, 1, 16},
+        {{NET_COLL_ALLGATHER, NET_DIM_CPR, 64e6}, 16, 1, 16},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        one_out sym = run_one(g, &cases[i].c, false), full = run_one(g, &cases[i].c, true);
+        one_out sym = run_one(g, &cases[i].c, false, cases[i].cp), full = run_one(g, &cases[i].c, true, cases[i].cp);
         int64_t want = alone_ns(g, (net_coll_kind)cases[i].c.coll, 0, cases[i].n, cases[i].c.bytes);
         cr_assert_eq(sym.end_ns, want, "case %zu: symmetric %lld ns, alone %lld ns", i, (long long)sym.end_ns,
                      (long long)want);
