@@ -105,6 +105,9 @@ typedef struct {
     uint8_t cat;        /* plan_cat */
     uint8_t comm_coll;  /* communication steps: commcost_coll (COMM_ALL_REDUCE where unset) */
     bool root;          /* first step of its stream in its pass: waits for the pass's inputs */
+    bool comm_cp;       /* a collective of the context-parallel group (cp.h: the all-to-all level for
+                           COMM_ALL_TO_ALL, the ring level otherwise; COMM_P2P: one ring step; for
+                           these two comm_lat_ns is the default mode's alphas, its time of one byte) */
     int16_t dp_bucket;  /* >= 0: bucket of gradients complete when this step ends (overlap) */
     int32_t stage;      /* pipeline stage (global id) */
     int32_t dep[2];     /* earlier steps of the same pass (relative index) it waits for; -1 none */

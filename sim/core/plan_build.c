@@ -196,9 +196,12 @@ static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_
             }
             x.comm_bytes = op->bytes;
             x.comm_coll = (uint8_t)op->coll;
+            x.comm_cp = op->stride > 0 && !op->a2a;
             commcost_flow_terms(b->cc, op->coll, op->bytes, &g, &x.comm_bw_factor, &x.comm_lat_ns);
-            if (op->a2a)
+            if (op->a2a && op->coll == COMM_P2P) /* the all-to-all's; the dispatcher's gathers keep NCCL's */
                 x.comm_lat_ns = b->a2a_lat_ns;
+            else if (x.comm_cp && (op->coll == COMM_P2P || op->coll == COMM_ALL_TO_ALL))
+                x.comm_lat_ns = commcost_ns(b->cc, op->coll, 1, &g); /* a CP ring step's or all-to-all's alphas */
             gemm_ns[i] = 0;
             int gp = ub_partner(b, ops, i, cat);
             if (gp > i) /* ring exchange: t chunks by the copy engines, the GEMM keeps its SMs */

@@ -337,6 +337,12 @@ static int plan_phases(const net_graph *g, net_router *r, const net_coll_req *q,
     case NET_COLL_ALLTOALL:
     case NET_COLL_DEEPEP:
         return net_a2a_phases(g, r, q, p, err);
+    case NET_COLL_RING_STEP: /* one step of a ring: n transfers of S in lockstep, one step latency */
+        if ((rc = net_plan_phase_begin(p, err)) ||
+            (rc = ring_flows(g, r, p, q->gpus, q->n, 1, q->bytes, q->flow_key, err)))
+            return rc;
+        net_plan_phase_end(g, p, 1);
+        return TS_OK;
     case NET_COLL_ALLGATHER:
     case NET_COLL_REDUCE_SCATTER:
     case NET_COLL_ALLREDUCE:

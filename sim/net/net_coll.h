@@ -72,6 +72,11 @@
  *    kernels: one RDMA copy per remote node, forwarded there over NVLink),
  *    hot and bundles as ALLTOALL; 1 step latency. The default mode's
  *    moe_deepep_ns on an idle fabric. One server: ALLTOALL of bytes.
+ *  - RING_STEP (context parallelism's ring exchange of K,V blocks): one
+ *    step of a ring, every position i sending S to position i + 1 mod n,
+ *    the n transfers in lockstep (one bundle), 1 step latency: S / B on an
+ *    idle fabric, B the slowest hop's rate (a NIC's once the ring leaves a
+ *    server).
  * NET_ALGO_AUTO picks NVLS for an all-reduce inside one NVLS-capable
  * domain, PIPE for a group spanning servers with several GPUs on each, and
  * RING otherwise (a collective on one GPU per server, or inside one

@@ -60,9 +60,10 @@ static void cache_put(plan_cache *c, uint8_t coll, int peer_pp, double bytes, co
 }
 
 /* Group kinds (net_place.h's NET_PLACE_*): tensor-parallel, data-parallel,
- * expert-parallel, and expert-data-parallel (GK_EDP; the arrays below are
- * indexed by gi(dim)). */
-#define NET_GROUPS 4
+ * expert-parallel, expert-data-parallel (GK_EDP), expert-tensor-parallel,
+ * expert tensor-and-model-parallel, and context parallelism's all-to-all
+ * and ring levels (the arrays below are indexed by gi(dim)). */
+#define NET_GROUPS NET_PLACE_KINDS
 #define GK_EDP     NET_PLACE_EDP
 static inline int gi(int dim)
 {
@@ -90,8 +91,8 @@ struct net_engine {
     rank_info *ri;          /* per engine rank */
     int *rgroup;            /* per engine rank, per group kind: index of its group in open and
                                      gplans[kind] (apart from rank_info: dense, it stays in cache) */
-    int gsize[NET_GROUPS];  /* per group kind: members of a group */
-    int n_groups;           /* group kinds in use: 2 (TP, DP), 4 with experts (net_place.experts) */
+    int gsize[NET_GROUPS];  /* per group kind: members of a group; 0: a kind not in use (TP and DP
+                               always, the expert kinds with net_place.experts, the CP ones with cp > 1) */
     int *ggpus[NET_GROUPS]; /* per group kind: every group's GPUs, in group-rank order */
     int *goff[NET_GROUPS];  /* per group kind, per global rank: offset of its group in ggpus */
     int *active_comm;       /* per engine rank: driven comm tasks in flight */
@@ -131,7 +132,9 @@ static int rank_tables(net_engine *ne)
         free(ranks);
         return TS_ENOMEM;
     }
-    for (int k = 0; k < ne->n_groups; k++) {
+    for (int k = 0; k < NET_GROUPS; k++) {
+        if (!ne->gsize[k])
+            continue;
         ne->ggpus[k] = malloc(sizeof *ne->ggpus[k] * (size_t)n);
         ne->goff[k] = malloc(sizeof *ne->goff[k] * (size_t)n);
         if (!ne->ggpus[k] || !ne->goff[k]) {
@@ -156,7 +159,9 @@ static int rank_tables(net_engine *ne)
         ri->global = global_of(ne, er);
         ri->gpu = pl->gpu_of_rank[ri->global];
         net_place_coords(pl, ri->global, &ri->tp, &ri->dp, &ri->pp);
-        for (int k = 0; k < ne->n_groups; k++) {
+        for (int k = 0; k < NET_GROUPS; k++) {
+            if (!ne->gsize[k])
+                continue;
             ri->leader[k] = net_place_group_leader(pl, k, ri->global);
             ri->key[k] = key_hash(k, ri->leader[k], 0u, 0);
             ne->rgroup[NET_GROUPS * er + k] = ne->goff[k][ri->global] / ne->gsize[k];
@@ -190,23 +195,27 @@ int net_engine_new(const net_graph *g, const net_place *pl, const net_engine_opt
     ne->n_ranks = opts->full ? pl->n_ranks : pl->size[NET_DIM_PP];
     ne->gsize[0] = pl->size[NET_DIM_TP];
     ne->gsize[1] = pl->size[NET_DIM_DP];
-    ne->n_groups = pl->experts ? NET_GROUPS : 2; /* a dense model: no expert groups to build */
-    if (pl->experts) {
-        ne->gsize[2] = pl->ep;
-        ne->gsize[GK_EDP] = pl->size[NET_DIM_TP] * pl->size[NET_DIM_DP] / (pl->ep * pl->etp);
+    for (int k = 0; k < NET_GROUPS; k++) { /* a dense model: no expert groups to build; no CP ones without CP */
+        bool expert = k == NET_PLACE_EP || k == NET_PLACE_EDP || k == NET_PLACE_ETP || k == NET_PLACE_TPEP;
+        bool cp = k == NET_PLACE_CPA || k == NET_PLACE_CPR;
+        if ((!expert || pl->experts) && (!cp || pl->cp > 1))
+            ne->gsize[k] = net_place_group_size(pl, k);
     }
     int most = 1;
-    for (int k = 0; k < ne->n_groups; k++) {
+    bool plans = true;
+    for (int k = 0; k < NET_GROUPS; k++) {
+        if (!ne->gsize[k])
+            continue;
         most = ne->gsize[k] > most ? ne->gsize[k] : most;
         ne->gplans[k] = calloc((size_t)(pl->n_ranks / ne->gsize[k]), sizeof *ne->gplans[k]);
+        plans = plans && ne->gplans[k];
     }
     ne->factor = malloc(sizeof *ne->factor * (size_t)ne->n_ranks);
     ne->active_comm = calloc((size_t)ne->n_ranks, sizeof *ne->active_comm);
     ne->gpus = malloc(sizeof *ne->gpus * (size_t)(2 * most + 2));
     ne->splans = calloc((size_t)ne->n_ranks, sizeof *ne->splans);
     net_rdv_init(&ne->open);
-    if (!ne->factor || !ne->active_comm || !ne->gpus || !ne->gplans[0] || !ne->gplans[1] ||
-        (pl->experts && (!ne->gplans[2] || !ne->gplans[GK_EDP])) || !ne->splans) {
+    if (!ne->factor || !ne->active_comm || !ne->gpus || !plans || !ne->splans) {
         net_engine_free(ne);
         return err_set(err, TS_ENOMEM, "net_engine: out of memory");
     }
@@ -299,21 +308,28 @@ static const net_step_desc *fill_desc(net_engine *ne, uint32_t tag, ts_err *err)
         if (ne->fn(ne->fn_ctx, tag, &ne->desc[tag], err))
             return NULL;
         const net_step_desc *d = &ne->desc[tag];
-        if (d->role == NET_STEP_COLL && (d->dim != NET_DIM_TP && d->dim != NET_DIM_DP && d->dim != NET_DIM_EP)) {
-            err_set(err, TS_EINVAL, "net_engine: step %u: collective along dimension %d (valid: tp, dp, ep)", tag,
-                    d->dim);
+        if (d->role == NET_STEP_COLL && (d->dim == NET_DIM_PP || d->dim >= NET_GROUPS)) {
+            err_set(err, TS_EINVAL,
+                    "net_engine: step %u: collective along dimension %d (valid: tp, dp, ep, etp, tp-ep, cp levels)",
+                    tag, d->dim);
+            return NULL;
+        }
+        if (d->role == NET_STEP_COLL && !ne->gsize[gi(d->dim)]) {
+            err_set(err, TS_EINVAL,
+                    "net_engine: step %u: a collective along dimension %d, whose groups the placement lacks (%s)", tag,
+                    d->dim,
+                    d->dim == NET_DIM_CPA || d->dim == NET_DIM_CPR ? "context parallelism: net_place_set_cp"
+                                                                   : "without expert groups: net_place_set_experts");
             return NULL;
         }
         bool a2a = d->role == NET_STEP_COLL && (d->coll == NET_COLL_ALLTOALL || d->coll == NET_COLL_DEEPEP);
-        if (a2a && ne->n_groups < NET_GROUPS) {
-            err_set(err, TS_EINVAL, "net_engine: step %u: an all-to-all without expert groups (net_place_set_experts)",
-                    tag);
-            return NULL;
-        }
-        if (d->role == NET_STEP_COLL && a2a != (d->dim == NET_DIM_EP)) {
+        bool a2a_dim = d->dim == NET_DIM_EP || (d->dim == NET_DIM_CPA && d->coll == NET_COLL_ALLTOALL);
+        bool ring_step = d->role == NET_STEP_COLL && d->coll == NET_COLL_RING_STEP;
+        if (d->role == NET_STEP_COLL && (a2a != a2a_dim || (ring_step && d->dim != NET_DIM_CPR))) {
             err_set(err, TS_EINVAL,
                     "net_engine: step %u: collective kind %d along dimension %d (all-to-alls run over the "
-                    "expert-parallel group, nothing else does)",
+                    "expert-parallel group or context parallelism's all-to-all level, ring steps over its ring "
+                    "level, nothing else does)",
                     tag, d->coll, d->dim);
             return NULL;
         }
@@ -603,7 +619,7 @@ static void start_coll(net_engine *ne, engine *e, int ii, const net_step_desc *d
 {
     inst_t *in = &ne->inst[ii];
     in->left = 0;
-    in->bytes2 = d->dim == NET_DIM_DP && ne->n_groups > GK_EDP && ne->gsize[GK_EDP] > 1 ? d->bytes_edp : 0;
+    in->bytes2 = d->dim == NET_DIM_DP && ne->gsize[GK_EDP] > 1 ? d->bytes_edp : 0;
     in->lat2 = d->lat_edp_ns;
     in->coll2 = d->coll;
     int k = gi(d->dim), peer_pp = d->coll == NET_COLL_P2P_SCATTER ? d->peer_pp : -1;

@@ -12,8 +12,10 @@
  *    net_coll request over the group's GPUs; every member's task ends when
  *    it ends (after the expert-data-parallel part, bytes_edp); groups are
  *    tensor-parallel, data-parallel, or (MoE
- *    all-to-alls) expert-parallel (net_place_set_experts, called before
- *    net_engine_new);
+ *    all-to-alls) expert-parallel, or (the dispatchers' gathers) expert-
+ *    tensor-parallel or tp_ep (net_place_set_experts, called before
+ *    net_engine_new), or context parallelism's all-to-all or ring level
+ *    (net_place_set_cp, likewise);
  *  - a send is a p2p flow from the rank's GPU to the GPU of the same tensor
  *    and data-parallel coordinates on the receiving pipeline rank (the
  *    engine ends the joined receive with it);
@@ -68,8 +70,11 @@ typedef struct {
     uint8_t coll;      /* COLL: net_coll_kind (ALLREDUCE, ALLGATHER, REDUCE_SCATTER, or
                             P2P_SCATTER: the tensor group sends S/t per rank to the group of
                             pipeline rank peer_pp, which all-gathers) */
-    uint8_t dim;       /* COLL: net_dim (NET_DIM_TP, NET_DIM_DP, or NET_DIM_EP: the rank's expert-parallel
-                       group, net_place_ep_ranks, for ALLTOALL and DEEPEP) */
+    uint8_t dim;       /* COLL: net_dim (NET_DIM_TP, NET_DIM_DP; NET_DIM_EP: the rank's expert-parallel
+                       group, net_place_ep_ranks, for ALLTOALL and DEEPEP; NET_DIM_ETP, NET_DIM_TPEP:
+                       its expert-tensor-parallel or tp_ep group, for ALLGATHER and REDUCE_SCATTER;
+                       NET_DIM_CPA: its context-parallel all-to-all group, for ALLTOALL; NET_DIM_CPR:
+                       its context-parallel ring, for RING_STEP, ALLGATHER and REDUCE_SCATTER) */
     int peer_pp;       /* SEND, P2P_SCATTER: receiving pipeline rank */
     double bytes;      /* COLL, SEND: size, commcost/NCCL convention */
     int64_t dur_ns;    /* COMPUTE: duration on the nominal GPU */

@@ -45,6 +45,7 @@ int net_place_init(net_place *pl, const net_graph *g, int t, int d, int p, const
         return err_set(err, TS_EINVAL, "placement: t*d*p = %lld ranks but the topology has %d GPUs", n, g->n_gpus);
     pl->n_ranks = (int)n;
     pl->ep = pl->etp = 1;
+    pl->cp = pl->cp_a2a = 1;
     int stride = 1;
     for (int i = 0; i < NET_DIMS; i++) {
         pl->stride[pl->order[i]] = stride;
@@ -122,6 +123,32 @@ int net_place_set_experts(net_place *pl, int ep, int etp, ts_err *err)
     return TS_OK;
 }
 
+int net_place_set_cp(net_place *pl, int cp, int cp_a2a, ts_err *err)
+{
+    if (cp < 1 || cp_a2a < 1 || pl->size[NET_DIM_DP] % cp || cp % cp_a2a)
+        return err_set(err, TS_EINVAL,
+                       "placement: context-parallel size %d (all-to-all level %d) must divide the data-parallel "
+                       "dimension's %d ranks (cp x d), and its all-to-all level cp",
+                       cp, cp_a2a, pl->size[NET_DIM_DP]);
+    pl->cp = cp;
+    pl->cp_a2a = cp_a2a;
+    return TS_OK;
+}
+
+/* The ranks of rank's context-parallel group at one level: all-to-all
+ * (kind NET_PLACE_CPA) or ring. */
+static int cp_ranks(const net_place *pl, int kind, int rank, int *ranks)
+{
+    int tp, dp, pp, ca = pl->cp_a2a, n = kind == NET_PLACE_CPA ? ca : pl->cp / ca;
+    net_place_coords(pl, rank, &tp, &dp, &pp);
+    int c = dp % pl->cp, base = dp - c;
+    for (int j = 0; j < n; j++) {
+        int cj = kind == NET_PLACE_CPA ? c / ca * ca + j : c % ca + ca * j;
+        ranks[j] = net_place_rank(pl, tp, base + cj, pp);
+    }
+    return n;
+}
+
 int net_place_ep_ranks(const net_place *pl, int rank, int *ranks)
 {
     int tp, dp, pp, t = pl->size[NET_DIM_TP], span = pl->etp * pl->ep;
@@ -147,12 +174,50 @@ int net_place_edp_ranks(const net_place *pl, int rank, int *ranks)
     return edp;
 }
 
+int net_place_group_size(const net_place *pl, int kind)
+{
+    switch (kind) {
+    case NET_PLACE_EP:
+        return pl->ep;
+    case NET_PLACE_EDP:
+        return pl->size[NET_DIM_TP] * pl->size[NET_DIM_DP] / (pl->etp * pl->ep);
+    case NET_PLACE_ETP:
+        return pl->etp;
+    case NET_PLACE_TPEP:
+        return pl->etp * pl->ep;
+    case NET_PLACE_CPA:
+        return pl->cp_a2a;
+    case NET_PLACE_CPR:
+        return pl->cp / pl->cp_a2a;
+    default:
+        return pl->size[kind];
+    }
+}
+
+/* The first member of the block of `span` consecutive fold ranks holding
+ * rank (coordinates tp, dp of t). */
+static int block_first(int tp, int dp, int t, int span)
+{
+    int s = tp + t * dp;
+    return s / span * span;
+}
+
 int net_place_group_ranks(const net_place *pl, int kind, int rank, int *ranks)
 {
     if (kind == NET_PLACE_EP)
         return net_place_ep_ranks(pl, rank, ranks);
     if (kind == NET_PLACE_EDP)
         return net_place_edp_ranks(pl, rank, ranks);
+    if (kind == NET_PLACE_CPA || kind == NET_PLACE_CPR)
+        return cp_ranks(pl, kind, rank, ranks);
+    if (kind == NET_PLACE_ETP || kind == NET_PLACE_TPEP) {
+        int tp, dp, pp, t = pl->size[NET_DIM_TP], n = net_place_group_size(pl, kind);
+        net_place_coords(pl, rank, &tp, &dp, &pp);
+        int base = block_first(tp, dp, t, n);
+        for (int j = 0; j < n; j++)
+            ranks[j] = net_place_rank(pl, (base + j) % t, (base + j) / t, pp);
+        return n;
+    }
     int c[NET_DIMS];
     net_place_coords(pl, rank, &c[NET_DIM_TP], &c[NET_DIM_DP], &c[NET_DIM_PP]);
     for (int i = 0; i < pl->size[kind]; i++) {
@@ -170,7 +235,14 @@ int net_place_group_leader(const net_place *pl, int kind, int rank)
         c[kind] = 0;
         return net_place_rank(pl, c[NET_DIM_TP], c[NET_DIM_DP], c[NET_DIM_PP]);
     }
+    if (kind == NET_PLACE_CPA || kind == NET_PLACE_CPR) {
+        int ca = pl->cp_a2a, k = c[NET_DIM_DP] % pl->cp;
+        c[NET_DIM_DP] -= kind == NET_PLACE_CPA ? k % ca : k - k % ca;
+        return net_place_rank(pl, c[NET_DIM_TP], c[NET_DIM_DP], c[NET_DIM_PP]);
+    }
     int t = pl->size[NET_DIM_TP], span = pl->etp * pl->ep, s = c[NET_DIM_TP] + t * c[NET_DIM_DP];
-    int m = kind == NET_PLACE_EP ? s % pl->etp + s / span * span : s % span;
+    int m = kind == NET_PLACE_EP    ? s % pl->etp + s / span * span
+            : kind == NET_PLACE_EDP ? s % span
+                                    : block_first(c[NET_DIM_TP], c[NET_DIM_DP], t, net_place_group_size(pl, kind));
     return net_place_rank(pl, m % t, m / t, c[NET_DIM_PP]);
 }

@@ -21,10 +21,21 @@
 #include "sim/net/net_graph.h"
 #include "sim/util/err.h"
 
-/* NET_DIM_EP is not a placement dimension: the expert-parallel group, a
- * fold of the tensor and data-parallel ranks of one stage
+/* NET_DIM_EP, NET_DIM_ETP and NET_DIM_TPEP are not placement dimensions:
+ * the expert-parallel, expert-tensor-parallel and expert tensor-and-model-
+ * parallel groups, folds of the tensor and data-parallel ranks of one stage
  * (net_place_set_experts). */
-typedef enum { NET_DIM_TP = 0, NET_DIM_DP, NET_DIM_PP, NET_DIMS, NET_DIM_EP = NET_DIMS } net_dim;
+typedef enum {
+    NET_DIM_TP = 0,
+    NET_DIM_DP,
+    NET_DIM_PP,
+    NET_DIMS,
+    NET_DIM_EP = NET_DIMS,
+    NET_DIM_ETP = 4,
+    NET_DIM_TPEP = 5,
+    NET_DIM_CPA = 6, /* context parallelism's all-to-all level (net_place_set_cp) */
+    NET_DIM_CPR = 7  /* context parallelism's ring level */
+} net_dim;
 
 typedef struct {
     int size[NET_DIMS];    /* t, d, p */
@@ -33,6 +44,7 @@ typedef struct {
     int n_ranks;           /* t * d * p */
     int *gpu_of_rank;      /* n_ranks: GPU index (net_graph numbering) */
     int ep, etp;           /* expert-parallel and expert-tensor-parallel sizes (1, 1 unless set) */
+    int cp, cp_a2a;        /* context-parallel size and its all-to-all level (1, 1 unless set) */
     bool experts;          /* net_place_set_experts was called (a MoE model) */
     bool tp_spans_servers; /* some tensor group is not inside one server */
     char note[256];        /* human-readable report of the above, "" if none */
@@ -68,12 +80,44 @@ int net_place_set_experts(net_place *pl, int ep, int etp, ts_err *err);
  * returns their count. */
 int net_place_edp_ranks(const net_place *pl, int rank, int *ranks);
 
+/* Context parallelism (Megatron-core's order tp-cp-ep-dp-pp, cp inside
+ * dp): the data-parallel dimension of the placement holds cp x d ranks,
+ * the cp ranks of a context-parallel group innermost (index c = dp mod
+ * cp), so the data-parallel group is the d x cp ranks dense gradients
+ * are reduced over and the experts fold over t x cp x d ranks of a stage.
+ * A context-parallel group of cp = ca x cr ranks (ca = cp_a2a, the
+ * all-to-all level of --cp-comm-type a2a+p2p; cp for a2a, 1 for p2p and
+ * all_gather) has two levels: its all-to-all groups (NET_PLACE_CPA) of the
+ * ca ranks c = ca floor(c / ca) + j, and its rings (NET_PLACE_CPR) of the
+ * cr ranks c mod ca + ca j. TS_EINVAL unless cp >= 1 divides the
+ * data-parallel size and ca divides cp. */
+int net_place_set_cp(net_place *pl, int cp, int cp_a2a, ts_err *err);
+
+/* The expert-tensor-parallel group of `rank` (NET_PLACE_ETP: the etp
+ * ranks floor(s / etp) etp + j of its stage, which share the same experts)
+ * and its expert tensor-and-model-parallel group (NET_PLACE_TPEP: the
+ * etp x ep ranks floor(s / (etp ep)) etp ep + j, over which the allgather
+ * dispatcher gathers and reduce-scatters; Megatron-core's tp_ep group):
+ * both consecutive in the fold, as moe_disp.h places them. */
+
 /* A group of `rank` by kind (net_place_group_gpus' along TP or DP, or
- * the two above for NET_PLACE_EP, NET_PLACE_EDP): net_place_group_ranks
- * writes its members' global ranks in group-rank order and returns their
- * count; net_place_group_leader returns the first of them without listing
- * them. */
-enum { NET_PLACE_TP = NET_DIM_TP, NET_PLACE_DP = NET_DIM_DP, NET_PLACE_EP = 2, NET_PLACE_EDP = 3 };
+ * the expert groups above for NET_PLACE_EP, NET_PLACE_EDP, NET_PLACE_ETP,
+ * NET_PLACE_TPEP, or the context-parallel ones, NET_PLACE_CPA, NET_PLACE_CPR): net_place_group_ranks writes its members' global ranks
+ * in group-rank order and returns their count; net_place_group_size is
+ * that count; net_place_group_leader returns the first of them without
+ * listing them. */
+enum {
+    NET_PLACE_TP = NET_DIM_TP,
+    NET_PLACE_DP = NET_DIM_DP,
+    NET_PLACE_EP = 2,
+    NET_PLACE_EDP = 3,
+    NET_PLACE_ETP = NET_DIM_ETP,
+    NET_PLACE_TPEP = NET_DIM_TPEP,
+    NET_PLACE_CPA = NET_DIM_CPA,
+    NET_PLACE_CPR = NET_DIM_CPR,
+    NET_PLACE_KINDS
+};
+int net_place_group_size(const net_place *pl, int kind);
 int net_place_group_ranks(const net_place *pl, int kind, int rank, int *ranks);
 int net_place_group_leader(const net_place *pl, int kind, int rank);
 

@@ -30,6 +30,7 @@ typedef enum {
     NET_COLL_P2P_SCATTER, /* gpus[0..t-1] (one server) -> gpus[t..2t-1] (another) */
     NET_COLL_ALLTOALL,    /* the MoE alltoall dispatcher's all-to-all */
     NET_COLL_DEEPEP,      /* DeepEP's dispatch or combine */
+    NET_COLL_RING_STEP,   /* every gpus[i] sends S to gpus[i+1 mod n]: context parallelism's K,V exchange */
     NET_COLL_KIND_COUNT
 } net_coll_kind;
 

@@ -115,7 +115,7 @@ int net_sim_opts_register(net_sim_opts *o, opt_table *t, ts_err *err)
                                   .metavar = "ORDER",
                                   .defval = "tp-dp-pp",
                                   .help = "rank placement, innermost dimension first (Megatron-LM: "
-                                          "tp-dp-pp; with flows)"},
+                                          "tp-dp-pp; dp holds the cp x d ranks, cp innermost; with flows)"},
                       err)) ||
         (rc = opt_add(t,
                       &(opt_spec){.name = "--link-report",
@@ -165,16 +165,28 @@ static int describe_a2a(const net_simulate *ns, uint32_t tag, const plan_step *x
                 {"moe.a2a.combine.bwd", false},
                 {"moe.a2a.combine", true},
                 {"moe.a2a.dispatch.bwd", true}};
+    const moe_config *e = &ns->c->moe;
+    if (x->comm_coll == COMM_ALL_GATHER || x->comm_coll == COMM_REDUCE_SCATTER) {
+        /* moe_disp.h: the allgather dispatcher's gathers and reduce-scatters over
+         * the tp_ep group, the alltoall dispatcher's ETP ones over the ETP group,
+         * with NCCL's terms as the dense collectives */
+        d->role = NET_STEP_COLL;
+        d->coll = (uint8_t)coll_of_step(x);
+        d->dim = e->dispatcher == MOE_DISPATCH_ALLGATHER ? NET_DIM_TPEP : NET_DIM_ETP;
+        d->bytes = (double)x->comm_bytes * x->comm_bw_factor;
+        d->lat_ns = x->comm_lat_ns;
+        return TS_OK;
+    }
     int dir = -1;
     for (int i = 0; i < 4 && dir < 0; i++)
         if (strcmp(x->name, dirs[i].name) == 0)
             dir = dirs[i].sends;
-    if (dir < 0)
+    if (dir < 0 || x->comm_coll != COMM_P2P)
         return err_set(err, TS_EINVAL,
-                       "network model: expert-parallel step %u '%s' is not an all-to-all it models (moe.a2a.dispatch, "
-                       ".combine and their .bwd); simulate without --network-flows and --full",
+                       "network model: expert-parallel step %u '%s' is not a collective it models (moe.a2a.dispatch, "
+                       ".combine and their .bwd; the dispatchers' all-gathers and reduce-scatters); simulate without "
+                       "--network-flows and --full",
                        tag, x->name);
-    const moe_config *e = &ns->c->moe;
     int ep = e->ep;
     d->role = NET_STEP_COLL;
     d->dim = NET_DIM_EP;
@@ -194,6 +206,32 @@ static int describe_a2a(const net_simulate *ns, uint32_t tag, const plan_step *x
     return TS_OK;
 }
 
+/* A collective of the context-parallel group (plan step x, comm_cp;
+ * layer.c's cp ops, cp.h): its all-to-alls over the all-to-all level
+ * (commcost's S of COMM_ALL_TO_ALL is n pieces of which a rank sends n - 1;
+ * the flows' S is what it sends), its ring steps (COMM_P2P: every rank
+ * passes the bytes to the next) and gathers over the ring level, these
+ * with NCCL's terms as the dense collectives. */
+static void describe_cp(const net_simulate *ns, const plan_step *x, net_step_desc *d)
+{
+    d->role = NET_STEP_COLL;
+    d->lat_ns = x->comm_lat_ns;
+    if (x->comm_coll == COMM_ALL_TO_ALL) {
+        int n = ns->pl.cp_a2a;
+        d->coll = NET_COLL_ALLTOALL;
+        d->dim = NET_DIM_CPA;
+        d->bytes = (double)x->comm_bytes * (n - 1) / n;
+    } else if (x->comm_coll == COMM_P2P) {
+        d->coll = NET_COLL_RING_STEP;
+        d->dim = NET_DIM_CPR;
+        d->bytes = (double)x->comm_bytes;
+    } else {
+        d->coll = (uint8_t)coll_of_step(x);
+        d->dim = NET_DIM_CPR;
+        d->bytes = (double)x->comm_bytes * x->comm_bw_factor;
+    }
+}
+
 static int describe(void *ctx, uint32_t tag, net_step_desc *d, ts_err *err)
 {
     net_simulate *ns = ctx;
@@ -211,6 +249,10 @@ static int describe(void *ctx, uint32_t tag, net_step_desc *d, ts_err *err)
     case PLAN_STREAM_DP:
         if (x->cat == PLAN_CAT_EP)
             return describe_a2a(ns, tag, x, d, err);
+        if (x->comm_cp) {
+            describe_cp(ns, x, d);
+            break;
+        }
         d->role = NET_STEP_COLL;
         d->coll = (uint8_t)coll_of_step(x);
         d->dim = x->stream == PLAN_STREAM_TP ? NET_DIM_TP : NET_DIM_DP;
@@ -441,11 +483,13 @@ int net_simulate_new(const config *c, const net_sim_opts *o, net_simulate **out,
                        "--link-report needs --network-flows or --full: the closed-form model has no links");
     if (!c->cluster.topology)
         return err_set(err, TS_EINVAL, "network model: the config has no topology");
-    if (config_cp(c) > 1) /* the placement has no context-parallel dimension */
-        return err_set(err, TS_EINVAL,
-                       "--context-parallel-size %d: not modelled with the network model (--network-flows, "
-                       "--full): its placement has no context-parallel dimension; simulate without them",
-                       config_cp(c));
+    /* context parallelism: cp x d ranks in the placement's data-parallel dimension, its
+     * all-to-all level as layer.c's (--cp-comm-type) */
+    int cp = config_cp(c), cp_a2a = c->par.cp_comm == CP_COMM_A2A       ? cp
+                                    : c->par.cp_comm == CP_COMM_A2A_P2P ? c->par.cp_a2a
+                                                                        : 1;
+    if (cp_a2a < 1)
+        cp_a2a = 1;
     net_simulate *ns = calloc(1, sizeof *ns);
     if (!ns)
         return err_set(err, TS_ENOMEM, "net_simulate: out of memory");
@@ -454,7 +498,9 @@ int net_simulate_new(const config *c, const net_sim_opts *o, net_simulate **out,
     ns->p = c->par.pp;
     if ((rc = net_graph_from_topo(c->cluster.topology, c->cluster.gpus, c->cluster.gpu.name, &ns->g, err)) ||
         (rc = net_route_apply_failures(ns->g, o->fail_link, o->fail_node, c->par.tp, c->par.pp, err)) ||
-        (rc = net_place_init(&ns->pl, ns->g, c->par.tp, c->par.dp > 0 ? c->par.dp : 1, c->par.pp, o->rank_order, err)))
+        (rc = net_place_init(&ns->pl, ns->g, c->par.tp, (c->par.dp > 0 ? c->par.dp : 1) * cp, c->par.pp, o->rank_order,
+                             err)) ||
+        (rc = net_place_set_cp(&ns->pl, cp, cp_a2a, err)))
         goto fail;
     if (c->moe.num_experts > 0 && (rc = place_experts(ns, err)))
         goto fail;

@@ -3,7 +3,8 @@
 # --hierarchical-context-parallel-sizes): Megatron-core's rules as exit-2
 # errors, a golden of a CP simulation, the llama3-405b-128k preset fitting
 # 80 GB, a slower NVLink never making a CP run faster, and the network
-# model refusing CP.
+# model's flows agreeing with the default mode on that preset
+# (tests/cli/net_cp.sh has the flow modes' checks).
 # Regenerate the golden deliberately: UPDATE_GOLDEN=1 bash tests/cli/context_parallel.sh
 set -u
 TRAINSIM=${TRAINSIM:-build/trainsim}
@@ -34,8 +35,17 @@ expect_error 2 "--context-parallel-size" \
     "$TRAINSIM" simulate "${S[@]}" --context-parallel-size 0
 expect_error 2 "two levels are modelled" \
     "$TRAINSIM" simulate "${S[@]}" --context-parallel-size 4 --cp-comm-type a2a+p2p --hierarchical-context-parallel-sizes 1 2 2
-expect_error 2 "not modelled with the network model" \
-    "$TRAINSIM" simulate --model llama3-405b-128k --gpu H100-SXM5-80GB --network-flows
+# the flow modes run the K,V exchange as flows over the context-parallel groups (cp 16 over 16 nodes here)
+if "$TRAINSIM" simulate --model llama3-405b-128k --gpu H100-SXM5-80GB >"$tmp/cp-def.txt" 2>&1 &&
+    "$TRAINSIM" simulate --model llama3-405b-128k --gpu H100-SXM5-80GB --network-flows >"$tmp/cp-net.txt" 2>&1; then
+    a=$(sed -n 's/^iteration time *\([0-9.]*\) s$/\1/p' "$tmp/cp-def.txt")
+    b=$(sed -n 's/^iteration time *\([0-9.]*\) s$/\1/p' "$tmp/cp-net.txt")
+    awk -v a="$a" -v b="$b" 'BEGIN { exit !(a > 0 && b / a >= 0.99 && b / a <= 1.01) }' &&
+        ok "llama3-405b-128k with --network-flows: $b s against the default mode's $a s (within 1%)" ||
+        bad "llama3-405b-128k with --network-flows: '$b' s against the default mode's '$a' s (want within 1%)"
+else
+    bad "llama3-405b-128k: $(tail -n 1 "$tmp/cp-def.txt") / $(tail -n 1 "$tmp/cp-net.txt")"
+fi
 
 # every comm type runs (a2a kinds on 16 query groups: heads / t divisible by cp)
 for k in p2p all_gather; do

@@ -2,7 +2,9 @@
 # tests/cli/net_moe.sh — mixture-of-experts runs in the flow modes
 # (--network-flows, --full): each MoE layer's dispatch and combine
 # all-to-alls run as flows over the expert-parallel group (sim/net/net_a2a.h),
-# the routed experts' gradients over the expert-data-parallel group. Small
+# the allgather dispatcher's gathers and reduce-scatters over the tp_ep group,
+# expert tensor parallelism's over the ETP group, the routed experts'
+# gradients over the expert-data-parallel group. Small
 # Mixtral-shaped runs (8 layers, B 64, 64 GPUs), checked for:
 #  - agreement with the default mode on uncontended fabrics, under forced
 #    balance (the default mode's all-to-all carries no routing skew): the
@@ -10,13 +12,15 @@
 #    nodes (NIC-bound, the same NIC efficiency in both modes), within 5% inside
 #    a node (the flows' NVLink payload rate against NCCL's measured bus
 #    bandwidth, as for the tensor-parallel collectives: docs/network.md);
-#    alltoall and DeepEP, A100 and H100;
+#    alltoall and DeepEP, A100 and H100; the allgather dispatcher and ETP 2
+#    within 1% across nodes, 5% inside one;
 #  - metamorphic: slower NICs and more oversubscription never make a run
 #    faster, and make the cross-node all-to-alls slower; an all-to-all inside
 #    one node does not depend on the NIC; a degraded NIC cable (--full) never
 #    makes it faster, nor does a failed spine; routing skew (the busiest rank
 #    receives the load factor times its share) never makes the all-to-alls
-#    faster;
+#    faster; half-rate NICs never make the allgather dispatcher or ETP across
+#    nodes faster, and about double their NIC-bound EP time;
 #  - refusals, and golden reports of a small case in both flow modes.
 # Goldens live in tests/golden/net/; regenerate them only deliberately:
 #   UPDATE_GOLDEN=1 TRAINSIM=build/trainsim bash tests/cli/net_moe.sh
@@ -68,6 +72,20 @@ agree "EP 16 over 2 nodes, A100" 0.005 "${SMALL[@]}" "${ACROSS[@]}"
 agree "EP 16 over 2 nodes, H100, DeepEP, p 1" 0.005 "${SMALL[@]}" "${ACROSS[@]}" --gpu H100-SXM5-80GB \
     --moe-token-dispatcher-type flex --moe-enable-deepep -p 1 --gpus 32
 
+# the allgather dispatcher (Megatron-LM's default): all-gathers and reduce-scatters over the tp_ep group of
+# etp x ep consecutive ranks; expert tensor parallelism: the alltoall dispatcher's ETP all-gather and
+# reduce-scatter over etp consecutive ranks, its all-to-alls over the ep ranks etp apart. Both are rings with
+# NCCL's terms, as the dense collectives: within 1% across nodes, the NVLink rates' 5% inside one
+AG=(--moe-token-dispatcher-type allgather)
+agree "allgather dispatcher, tp_ep 8 inside a node, H100" 0.05 "${SMALL[@]}" "${AG[@]}" --gpu H100-SXM5-80GB
+agree "allgather dispatcher, tp_ep 16 over 2 nodes, A100" 0.01 "${SMALL[@]}" "${ACROSS[@]}" "${AG[@]}"
+agree "allgather dispatcher, etp 2 x ep 8 over 2 nodes, A100" 0.01 "${SMALL[@]}" "${AG[@]}" \
+    --expert-tensor-parallel-size 2 --expert-model-parallel-size 8
+agree "alltoall, etp 2 x ep 4 inside a node, A100" 0.05 "${SMALL[@]}" --expert-tensor-parallel-size 2 \
+    --expert-model-parallel-size 4
+agree "alltoall, etp 2 x ep 8 over 2 nodes, A100, p 2" 0.01 "${SMALL[@]}" --num-experts 16 \
+    --expert-tensor-parallel-size 2 --expert-model-parallel-size 8 -p 2
+
 # -------- metamorphic: NIC rate and oversubscription (fat tree of 8-port leaves, --full)
 prev_it=0 prev_ep=0
 for o in 1 3 7; do
@@ -99,6 +117,22 @@ for mode in network-flows full; do
             within "$eb" "$ea" 1.5 2.5 && ok "$mode: half-rate NICs, cross-node EP x$(ratio "$eb" "$ea") (NIC-bound: about 2)" ||
                 bad "$mode: half-rate NICs, cross-node EP $ea s -> $eb s (x$(ratio "$eb" "$ea"), want about 2)"
         fi
+    done
+done
+
+# the allgather dispatcher and ETP across nodes: half-rate NICs never faster, the NIC-bound EP time about x2
+for layout in ag etp; do
+    extra=("${ACROSS[@]}" "${AG[@]}")
+    [ $layout = etp ] && extra=(--num-experts 16 --expert-tensor-parallel-size 2 --expert-model-parallel-size 8 -p 2)
+    for mode in network-flows full; do
+        run "$tmp/n25.$mode.$layout" "${SMALL[@]}" "${extra[@]}" --gpus 64 --topology "$tmp/o1.csv" --$mode &&
+        run "$tmp/n12.$mode.$layout" "${SMALL[@]}" "${extra[@]}" --gpus 64 --topology "$tmp/slow.csv" --$mode || continue
+        a=$(iter_s "$tmp/n25.$mode.$layout") b=$(iter_s "$tmp/n12.$mode.$layout")
+        ea=$(ep_s "$tmp/n25.$mode.$layout") eb=$(ep_s "$tmp/n12.$mode.$layout")
+        awk -v a="$a" -v b="$b" 'BEGIN { exit !(b >= a) }' && ok "$mode, $layout: half-rate NICs, iteration x$(ratio "$b" "$a") (never faster)" ||
+            bad "$mode, $layout: half-rate NICs made the iteration faster: $b s < $a s"
+        within "$eb" "$ea" 1.5 2.5 && ok "$mode, $layout: half-rate NICs, cross-node EP x$(ratio "$eb" "$ea") (NIC-bound: about 2)" ||
+            bad "$mode, $layout: half-rate NICs, cross-node EP $ea s -> $eb s (x$(ratio "$eb" "$ea"), want about 2)"
     done
 done
 
