@@ -133,11 +133,14 @@ typedef struct {
     bool moe_forced_balance;    /* --moe-router-force-load-balancing */
     const char *moe_dispatcher; /* static: "allgather", "alltoall" or "flex with DeepEP" */
     double moe_skew;            /* --moe-routing-skew (unused under forced balance) */
+    const char *moe_load_path;  /* --moe-expert-load FILE: the routing's per-expert loads (borrowed from the
+                                   config's flags; NULL: the skew model or forced balance) */
     double moe_dropped;         /* fraction of the routed tokens dropped at capacity (0: dropless) */
     double moe_load_factor;     /* the busiest EP rank's routed tokens over the mean */
     int64_t moe_balanced_ns;    /* the same run's iteration under forced balance (= iteration_ns when
                                      balance is forced or the skew is 0) */
-    int64_t moe_imbalance_ns;       /* iteration_ns - moe_balanced_ns: what the routing skew costs */
+    int64_t moe_imbalance_ns;       /* iteration_ns - moe_balanced_ns: what the routing skew (or the measured
+                                       loads) costs */
     int moe_groups, moe_group_topk; /* group-limited routing (0: none) */
     double moe_remote_nodes;        /* DeepEP: remote nodes a token goes to (moe.h), 0 otherwise */
     double moe_remote_nodes_free;   /* the same without group limits */
