@@ -345,7 +345,7 @@ static int resolve_config(run *x)
     x->mod = *mc;
     x->moe = x->c.moe;
     x->moe.expert_load = NULL; /* (refused by moe_supports; the flags' state owns it) */
-    config_free(&x->c); /* everything needed is copied out */
+    config_free(&x->c);        /* everything needed is copied out */
     if (x->a.moe_load_out && x->moe.num_experts <= 0) {
         err_set(&x->err, TS_EINVAL, "--moe-load-out %s needs --num-experts (a dense model routes no tokens)",
                 x->a.moe_load_out);

@@ -38,9 +38,10 @@ int moe_flags_register(moe_flags_state *s, opt_table *t, config *c, ts_err *err)
     moe_config *e = &c->moe;
     memset(s, 0, sizeof *s);
     moe_config_defaults(e);
-    if ((rc = opt_section(
-             t, "Mixture of experts (allgather, alltoall and DeepEP dispatchers, ETP), multi-latent attention, multi-token prediction",
-             err)))
+    if ((rc = opt_section(t,
+                          "Mixture of experts (allgather, alltoall and DeepEP dispatchers, ETP), multi-latent "
+                          "attention, multi-token prediction",
+                          err)))
         return rc;
     ADD(.name = "--num-experts", .type = OPT_INT, .target = &e->num_experts, .min = 1, .max = 1 << 20,
         .unit = "experts", .defval = "none (dense)", .help = "routed experts per MoE layer");
@@ -333,7 +334,7 @@ static int take_expert_load(moe_flags_state *s, const opt_table *t, const config
         moe_flags_release(s);
         return rc;
     }
-    e->expert_load_path = s->expert_load;
+    e->load_path = s->expert_load;
     e->expert_load = s->loads;
     return TS_OK;
 }

@@ -104,8 +104,7 @@ int moe_load_parse(const csvio_table *t, const moe_config *e, int num_layers, do
                          t->path, x, E - 1, E, t->nrows);
     if (!rc && !(sum > 0))
         rc = err_set(err, TS_EINVAL,
-                     "%s: column 'tokens' sums to 0 (give the tokens each expert received: at least one > 0)",
-                     t->path);
+                     "%s: column 'tokens' sums to 0 (give the tokens each expert received: at least one > 0)", t->path);
     free(line);
     return rc;
 }

@@ -324,7 +324,7 @@ static int moe_summary(const config *c, const simulate_opts *o, const plan *pl, 
             moe_deepep_remote_nodes_grouped(e->num_experts, e->topk, nodes, e->router_num_groups, e->router_group_topk);
         R->moe_remote_nodes_free = moe_deepep_remote_nodes(e->num_experts, e->topk, nodes);
     }
-    R->moe_load_path = e->force_load_balancing ? NULL : e->expert_load_path;
+    R->moe_load_path = e->force_load_balancing ? NULL : e->load_path;
     if (e->force_load_balancing || (e->routing_skew <= 0 && !e->expert_load) || e->pad_to_capacity)
         return TS_OK;
     config *cb = malloc(sizeof *cb);

@@ -82,7 +82,8 @@ Test(moe_load, every_error_names_file_line_column_and_what_is_valid)
     refused("expert,tokens\n0,0\n1,0\n2,0\n3,0\n", "L.csv: column 'tokens' sums to 0");
     refused("layer,expert,tokens\n1,0,1\n", "L.csv:2: column 'layer': layer 1 is not a MoE layer (the MoE layers of "
                                             "--moe-layer-freq: 0, 2)");
-    refused("layer,expert,tokens\n9,0,1\n", "L.csv:2: column 'layer': '9' is not valid (valid: all, or a layer 0 to 3)");
+    refused("layer,expert,tokens\n9,0,1\n",
+            "L.csv:2: column 'layer': '9' is not valid (valid: all, or a layer 0 to 3)");
     refused("layer,expert,tokens\nfirst,0,1\n", "L.csv:2: column 'layer': 'first' is not valid");
     refused("layer,expert,tokens\n2,0,1\n", "L.csv:2: column 'layer': per-layer loads (layer 2) are not modelled");
     refused("expert,count\n0,1\n", "missing column 'tokens'");
@@ -187,8 +188,8 @@ Test(moe_load, refused_with_the_other_routing_flags, .fini = fini)
     cr_assert(strstr(E.msg, "--moe-expert-load with --moe-routing-skew"), "%s", E.msg);
     cr_assert_eq(flags_run(MIX, "--moe-expert-load", uni, "--moe-router-force-load-balancing", NULL), TS_EINVAL);
     cr_assert(strstr(E.msg, "--moe-expert-load with --moe-router-force-load-balancing"), "%s", E.msg);
-    cr_assert_eq(flags_run("--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "64",
-                           "--micro-batch-size", "1", "--moe-expert-load", uni, NULL),
+    cr_assert_eq(flags_run("--num-layers", "2", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length",
+                           "64", "--micro-batch-size", "1", "--moe-expert-load", uni, NULL),
                  TS_EINVAL);
     cr_assert(strstr(E.msg, "--moe-expert-load needs --num-experts"), "%s", E.msg);
     const char *seven = tmp_csv("expert,tokens\n0,5\n1,5\n2,5\n3,5\n4,5\n5,5\n6,5\n");
