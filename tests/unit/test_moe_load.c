@@ -4,7 +4,7 @@
  * expert gives ep, a capacity factor caps it), and "moving load onto the
  * busiest expert-parallel rank never makes the iteration faster". */
 #include <criterion/criterion.h>
-#include <dirent.h>
+#include <glob.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -15,6 +15,7 @@
 #include "sim/core/plan_moe.h"
 #include "sim/core/simulate.h"
 #include "sim/model/moe.h"
+#include "sim/util/afile.h"
 #include "sim/util/csvio.h"
 #include "tests/unit/flags_run.h"
 #include "tests/unit/gpu_specs.h"
@@ -114,13 +115,11 @@ Test(moe_load, write_round_trip_atomic)
     cr_assert_eq(moe_load_read(path, &e, 4, l, &err), TS_OK, "%s", err.msg);
     for (int i = 0; i < 4; i++)
         cr_assert_eq(l[i], (double)counts[i]);
-    DIR *d = opendir(dir);
-    cr_assert_not_null(d);
-    int entries = 0;
-    for (struct dirent *x; (x = readdir(d));)
-        entries += x->d_name[0] != '.';
-    closedir(d);
-    cr_assert_eq(entries, 1, "a temporary was left beside L.csv");
+    char pattern[80];
+    snprintf(pattern, sizeof pattern, "%s/.L.csv.*", dir); /* afile.h's temporaries */
+    glob_t g;
+    cr_assert_eq(glob(pattern, 0, NULL, &g), GLOB_NOMATCH, "a temporary was left beside L.csv");
+    cr_assert_eq(afile_live_count(), 0);
     cr_assert_eq(moe_load_write("/nonexistent/dir/L.csv", counts, 4, NULL, &err), TS_EIO);
     unlink(path);
     rmdir(dir);
