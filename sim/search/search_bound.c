@@ -119,16 +119,13 @@ static int moe_load_factor(const layer_shape *L, const moe_config *e, double *lf
     *lf = 1;
     if (e->pad_to_capacity) {
         *lf = e->capacity_factor;
-    } else if (!e->force_load_balancing && (e->routing_skew > 0 || e->expert_load)) {
+    } else if (!e->force_load_balancing && e->routing_skew > 0) {
         double *load = calloc((size_t)e->num_experts, sizeof *load);
         if (!load)
             return err_set(err, TS_ENOMEM, "search: loads of %d experts", e->num_experts);
         int64_t T = L->b * L->s / (L->sp && L->t > 1 ? L->t : 1);
         double routed = (double)T * e->topk, drop = 0;
-        if (e->expert_load) /* --moe-expert-load: plan_moe.h's measured loads */
-            plan_moe_scale_loads(e->expert_load, e->num_experts, routed, load);
-        else
-            moe_expert_loads_zipf(e->num_experts, routed, e->routing_skew, PLAN_MOE_ROUTING_SEED, load);
+        moe_expert_loads_zipf(e->num_experts, routed, e->routing_skew, PLAN_MOE_ROUTING_SEED, load);
         *lf = moe_rank_load_factor(load, e->num_experts, e->ep, e->capacity_factor, &drop);
         *lf *= 1 - (routed > 0 ? drop / routed : 0);
         free(load);
