@@ -344,7 +344,13 @@ static int resolve_config(run *x)
     x->par = *pc;
     x->mod = *mc;
     x->moe = x->c.moe;
-    config_free(&x->c); /* everything needed is copied out */
+    x->moe.expert_load = NULL; /* (refused by moe_supports; the flags' state owns it) */
+    config_free(&x->c);        /* everything needed is copied out */
+    if (x->a.moe_load_out && x->moe.num_experts <= 0) {
+        err_set(&x->err, TS_EINVAL, "--moe-load-out %s needs --num-experts (a dense model routes no tokens)",
+                x->a.moe_load_out);
+        return 2;
+    }
     double need = min_bytes_per_rank(&o->dims, x->par.tp, x->par.pp) * x->size;
     if (x->a.backend == XARGS_BACKEND_CPU && need > 64.0 * 1073741824.0) {
         err_set(&x->err, TS_EINVAL,
@@ -572,9 +578,9 @@ static int write_pid_file(run *x)
  * checked before the run (afile_check_writable). GO_ON, or 1 with x->err. */
 static int check_outputs(run *x)
 {
-    const char *flag[] = {"--trace", "--ops-csv", "--report-csv", "--microbench"};
-    const char *path[] = {x->a.trace, x->a.ops_csv, x->a.report_csv, x->a.microbench};
-    for (int i = 0; i < 4 && x->rank == 0; i++)
+    const char *flag[] = {"--trace", "--ops-csv", "--report-csv", "--microbench", "--moe-load-out"};
+    const char *path[] = {x->a.trace, x->a.ops_csv, x->a.report_csv, x->a.microbench, x->a.moe_load_out};
+    for (int i = 0; i < 5 && x->rank == 0; i++)
         if (path[i] && afile_check_writable(path[i], flag[i], &x->err) != TS_OK)
             return 1;
     return GO_ON;
@@ -765,6 +771,8 @@ static int write_outputs(run *x)
     if (!rc && x->moe.num_experts > 0)
         rc = xmoe_report(MPI_COMM_WORLD, x->rt, x->cm, x->moe.ep, x->moe.force_load_balancing, x->a.iterations,
                          x->rank == 0 ? stdout : NULL, &match, &x->err);
+    if (!rc && x->moe.num_experts > 0)
+        rc = xmoe_write_loads(MPI_COMM_WORLD, x->rt, x->a.moe_load_out, &x->err);
     if (!rc && x->moe.num_experts > 0 && x->rank == 0)
         printf("MoE load check against the simulator's load factor: %s\n",
                match ? "every expert group matches" : "a group DIFFERS (see above)");

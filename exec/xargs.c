@@ -75,6 +75,14 @@ int xargs_add_flags(opt_table *t, xargs *a, ts_err *err)
          .target = &a->report_csv,
          .metavar = "FILE",
          .help = "per-rank iteration time, bubble and peak memory CSV"},
+        {.name = "--moe-load-out",
+         .type = OPT_STRING,
+         .target = &a->moe_load_out,
+         .metavar = "FILE",
+         .unit = "routed token-slots per expert",
+         .defval = "none",
+         .help = "MoE: the measured tokens each expert received (summed over ranks, layers and measured "
+                 "iterations) as CSV layer,expert,tokens, what trainsim simulate --moe-expert-load reads"},
         {.name = "--timeout",
          .type = OPT_DOUBLE,
          .target = &a->timeout_s,
@@ -134,6 +142,7 @@ int xargs_check_inference(const xargs *a, ts_err *err)
                         : a->trace        ? "--trace"
                         : a->ops_csv      ? "--ops-csv"
                         : a->report_csv   ? "--report-csv"
+                        : a->moe_load_out ? "--moe-load-out"
                         : a->op_trace     ? "--op-trace"
                                           : NULL;
     return infer_check_flags(&a->inf, train, err);

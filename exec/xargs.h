@@ -26,6 +26,7 @@ typedef struct {
     double timeout_s;         /* watchdog, seconds; < 0: the automatic rule (docs/executor.md) */
     double divergence_factor; /* stop when the loss exceeds this times its first value; 0 = off */
     const char *trace, *ops_csv, *report_csv, *microbench, *schedule_csv, *pid_file; /* borrowed from argv */
+    const char *moe_load_out; /* --moe-load-out FILE (sim/config/moe_load.h), borrowed from argv */
     bool op_trace;
     infer_args inf; /* --inference and its flags (exec/infer.h) */
 } xargs;

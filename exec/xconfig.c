@@ -66,6 +66,11 @@ static int moe_supports(const config *c, bool cuda, bool inference, ts_err *err)
                        "all-to-all (give alltoall or allgather)");
     if (e->mla)
         return err_set(err, TS_ENOTSUP, "--multi-latent-attention: the executor's attention is multi-head / GQA");
+    if (e->load_path)
+        return err_set(err, TS_ENOTSUP,
+                       "--moe-expert-load %s: the executor routes with its own router (the file is trainsim "
+                       "simulate's; trainexec writes one with --moe-load-out)",
+                       e->load_path);
     return TS_OK;
 }
 

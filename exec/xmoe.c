@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "exec/core/gpt.h"
+#include "sim/config/moe_load.h"
 #include "sim/model/moe.h"
 
 /* Relative agreement of two ratios of the same integer counts computed in
@@ -68,22 +69,59 @@ static void collect_one(moe_layer *L, void *ud)
     }
 }
 
-int xmoe_report(MPI_Comm world, runtime *rt, const comm *cm, int ep, bool force_balance, int iterations, FILE *out,
-                bool *all_match, ts_err *err)
+/* Collective: E from any MoE layer of any rank (0: dense). */
+static int experts_of(MPI_Comm world, runtime *rt)
 {
-    int rank, size, E = 0;
-    MPI_Comm_rank(world, &rank);
-    MPI_Comm_size(world, &size);
-    *all_match = true;
-    for (int c = 0; c < rt_num_chunks(rt) && !E; c++) { /* E from any MoE layer of any rank */
+    int E = 0, Eall = 0;
+    for (int c = 0; c < rt_num_chunks(rt) && !E; c++) {
         int l0, nl;
         gpt_stage_layers(rt_chunk(rt, c), &l0, &nl);
         for (int l = l0; l < l0 + nl && !E; l++)
             if (gpt_stage_moe(rt_chunk(rt, c), l))
                 E = gpt_stage_moe(rt_chunk(rt, c), l)->rc.num_experts;
     }
-    int Eall = 0;
     MPI_Allreduce(&E, &Eall, 1, MPI_INT, MPI_MAX, world);
+    return Eall;
+}
+
+int xmoe_write_loads(MPI_Comm world, runtime *rt, const char *path, ts_err *err)
+{
+    int rank, Eall = experts_of(world, rt);
+    MPI_Comm_rank(world, &rank);
+    if (Eall <= 0 || !path)
+        return TS_OK;
+    xmoe_rec mine = {0};
+    int64_t *counts = calloc((size_t)Eall, sizeof *counts);
+    int64_t *sum = rank == 0 ? calloc((size_t)Eall, sizeof *sum) : NULL;
+    int bad = !counts || (rank == 0 && !sum), anybad = 0, rc = TS_OK;
+    if (!bad) {
+        collect_ud cu = {&mine, counts};
+        each_layer(rt, collect_one, &cu);
+    }
+    MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, world);
+    if (anybad)
+        rc = err_set(err, TS_ENOMEM, "--moe-load-out: out of memory for %d experts", Eall);
+    else
+        MPI_Reduce(counts, sum, Eall, MPI_INT64_T, MPI_SUM, 0, world);
+    if (!anybad && rank == 0)
+        rc = moe_load_write(path, sum, Eall,
+                            "trainexec --moe-load-out: routed token-slots per expert, summed over every rank, MoE "
+                            "layer and measured iteration (trainsim simulate --moe-expert-load reads it)",
+                            err);
+    MPI_Bcast(&rc, 1, MPI_INT, 0, world);
+    free(counts);
+    free(sum);
+    return rc;
+}
+
+int xmoe_report(MPI_Comm world, runtime *rt, const comm *cm, int ep, bool force_balance, int iterations, FILE *out,
+                bool *all_match, ts_err *err)
+{
+    int rank, size;
+    MPI_Comm_rank(world, &rank);
+    MPI_Comm_size(world, &size);
+    *all_match = true;
+    int Eall = experts_of(world, rt);
     if (Eall <= 0)
         return TS_OK;
     xmoe_rec mine = {.tp = cm->rank[COMM_TP], .pp = cm->rank[COMM_PP], .dp = cm->rank[COMM_DP]};

@@ -42,4 +42,15 @@ void xmoe_reset(runtime *rt);
 int xmoe_report(MPI_Comm world, runtime *rt, const comm *cm, int ep, bool force_balance, int iterations, FILE *out,
                 bool *all_match, ts_err *err);
 
+/* Collective over world: --moe-load-out. Sums each expert's rows (the
+ * routed token-slots it received, over every rank, MoE layer and measured
+ * iteration) and rank 0 writes them to path in --moe-expert-load's format
+ * (sim/config/moe_load.h: layer all, expert, tokens; atomically), so that
+ * trainsim simulate --moe-expert-load path simulates this run's routing.
+ * With one expert group (ep ranks, p = 1) the simulator's load factor of
+ * the file is the group's figure xmoe_report prints. Every rank returns
+ * rank 0's status: TS_EIO naming the path, TS_ENOMEM. Dense run: TS_OK,
+ * nothing written. */
+int xmoe_write_loads(MPI_Comm world, runtime *rt, const char *path, ts_err *err);
+
 #endif

@@ -208,6 +208,9 @@ typedef struct {
     int drop_policy;             /* --moe-token-drop-policy, config_moe_drop */
     bool force_load_balancing;   /* --moe-router-force-load-balancing */
     double routing_skew;         /* --moe-routing-skew (trainsim's): Zipf exponent of expert popularity (moe.h) */
+    const char *load_path;       /* --moe-expert-load FILE (moe_load.h), NULL = the skew model; borrowed */
+    const double *expert_load;   /* its tokens per expert [num_experts], replacing the skew model; borrowed
+                                     (owned by the flags' state, moe_flags_release; tests: their own array) */
     int dispatcher;              /* --moe-token-dispatcher-type, config_moe_dispatcher */
     bool enable_deepep;          /* --moe-enable-deepep (flex dispatcher with DeepEP) */
     bool grouped_gemm;           /* --moe-grouped-gemm */

@@ -674,6 +674,7 @@ void flags_release(flags_state *s)
     s->script = NULL;
     free(s->megatron_ignored);
     s->megatron_ignored = NULL;
+    moe_flags_release(&s->moe);
 }
 
 /* ---------------------------------------------------------------- finish */

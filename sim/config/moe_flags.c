@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/config/moe_load.h"
+
 const char *const MOE_DISPATCHER_NAMES[] = {"allgather", "alltoall", "flex", NULL};
 const char *const MOE_DROP_POLICY_NAMES[] = {"probs", "position", NULL};
 
@@ -36,9 +38,10 @@ int moe_flags_register(moe_flags_state *s, opt_table *t, config *c, ts_err *err)
     moe_config *e = &c->moe;
     memset(s, 0, sizeof *s);
     moe_config_defaults(e);
-    if ((rc = opt_section(
-             t, "Mixture of experts (allgather, alltoall and DeepEP dispatchers, ETP), multi-latent attention, multi-token prediction",
-             err)))
+    if ((rc = opt_section(t,
+                          "Mixture of experts (allgather, alltoall and DeepEP dispatchers, ETP), multi-latent "
+                          "attention, multi-token prediction",
+                          err)))
         return rc;
     ADD(.name = "--num-experts", .type = OPT_INT, .target = &e->num_experts, .min = 1, .max = 1 << 20,
         .unit = "experts", .defval = "none (dense)", .help = "routed experts per MoE layer");
@@ -71,6 +74,10 @@ int moe_flags_register(moe_flags_state *s, opt_table *t, config *c, ts_err *err)
         .help = "trainsim's routing model when balance is not forced: expert popularity follows Zipf's law with "
                 "this exponent over a fixed random order of the experts (0 = balance; the default is an "
                 "assumption, not fitted: docs/moe.md)");
+    ADD(.name = "--moe-expert-load", .type = OPT_STRING, .target = &s->expert_load, .metavar = "FILE",
+        .unit = "routed token-slots per expert", .defval = "none (the --moe-routing-skew model)",
+        .help = "measured per-expert loads (CSV layer,expert,tokens, e.g. trainexec --moe-load-out) replacing the "
+                "routing model: the busiest EP rank's load follows from them (docs/moe.md)");
     ADD(.name = "--moe-token-dispatcher-type", .type = OPT_ENUM, .target = &e->dispatcher,
         .enum_names = MOE_DISPATCHER_NAMES, .defval = "allgather",
         .help = "token dispatch: all-gather/reduce-scatter, all-to-all, or flex (DeepEP)");
@@ -296,7 +303,43 @@ static int check_modelled(const moe_config *e, const config *c, ts_err *err)
     return TS_OK;
 }
 
-int moe_flags_finish(const moe_flags_state *s, const opt_table *t, config *c, ts_err *err)
+void moe_flags_release(moe_flags_state *s)
+{
+    free(s->loads);
+    s->loads = NULL;
+}
+
+/* --moe-expert-load: refused with the other routing flags, else read into
+ * s->loads for e. */
+static int take_expert_load(moe_flags_state *s, const opt_table *t, const config *c, moe_config *e, ts_err *err)
+{
+    if (!s->expert_load)
+        return TS_OK;
+    if (opt_was_set(t, "--moe-routing-skew"))
+        return err_set(err, TS_EINVAL,
+                       "--moe-expert-load with --moe-routing-skew: the file's loads replace the skew model (give one "
+                       "of them)");
+    if (e->force_load_balancing)
+        return err_set(err, TS_EINVAL,
+                       "--moe-expert-load with --moe-router-force-load-balancing: forced balance ignores the measured "
+                       "loads (give one of them)");
+    moe_flags_release(s);
+    s->loads = calloc((size_t)e->num_experts, sizeof *s->loads);
+    if (!s->loads)
+        return err_set(err, TS_ENOMEM, "--moe-expert-load: out of memory for %d experts", e->num_experts);
+    int rc = moe_load_read(s->expert_load, e, c->model.num_layers, s->loads, err);
+    if (rc) {
+        ts_err inner = *err;
+        err_set(err, rc, "--moe-expert-load: %s", inner.msg);
+        moe_flags_release(s);
+        return rc;
+    }
+    e->load_path = s->expert_load;
+    e->expert_load = s->loads;
+    return TS_OK;
+}
+
+int moe_flags_finish(moe_flags_state *s, const opt_table *t, config *c, ts_err *err)
 {
     moe_config *e = &c->moe;
     int rc;
@@ -316,7 +359,8 @@ int moe_flags_finish(const moe_flags_state *s, const opt_table *t, config *c, ts
                                            "--moe-pad-expert-input-to-capacity",
                                            "--moe-router-force-load-balancing",
                                            "--moe-enable-deepep",
-                                           "--expert-tensor-parallel-size"};
+                                           "--expert-tensor-parallel-size",
+                                           "--moe-expert-load"};
         if (e->ep > 1)
             return err_set(err, TS_EINVAL,
                            "--expert-model-parallel-size %d needs --num-experts (a dense model has "
@@ -342,9 +386,9 @@ int moe_flags_finish(const moe_flags_state *s, const opt_table *t, config *c, ts
     if (s->layer_freq && (rc = moe_flags_parse_layer_freq(s->layer_freq, c->model.num_layers, &e->layer_freq,
                                                           &e->first_dense_layers, err)))
         return rc;
-    if ((rc = check_routing(e, t, err)) || (rc = check_layout(e, c, err)))
+    if ((rc = check_routing(e, t, err)) || (rc = check_layout(e, c, err)) || (rc = check_modelled(e, c, err)))
         return rc;
-    return check_modelled(e, c, err);
+    return take_expert_load(s, t, c, e, err);
 }
 
 int moe_flags_check_layout(config *c, ts_err *err)

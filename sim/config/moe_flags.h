@@ -35,7 +35,10 @@
  * attention without experts (with them, and group-limited routing, the
  * simulator's plan refuses them: sim/core/plan_moe.h). --moe-routing-skew (trainsim's own,
  * default MOE_ROUTING_SKEW_DEFAULT) sets the routing model's Zipf exponent;
- * it and --recompute-modules moe_act need --num-experts. Parameter and FLOP
+ * it and --recompute-modules moe_act need --num-experts.
+ * --moe-expert-load FILE (trainsim's) reads measured per-expert loads
+ * (moe_load.h) that replace the skew model: it needs --num-experts and is
+ * refused with --moe-routing-skew or --moe-router-force-load-balancing. Parameter and FLOP
  * closed forms live in sim/model/moe.h.
  */
 #ifndef TRAINSIM_MOE_FLAGS_H
@@ -56,7 +59,9 @@
 /* What the MoE flags set besides c->moe (plain values; layer_freq points
  * into the parsed argv, borrowed). */
 typedef struct {
-    const char *layer_freq; /* --moe-layer-freq as given; NULL = 1 */
+    const char *layer_freq;  /* --moe-layer-freq as given; NULL = 1 */
+    const char *expert_load; /* --moe-expert-load FILE as given; NULL = none */
+    double *loads;           /* that file's tokens per expert (moe_load.h), owned; c->moe.expert_load borrows it */
 } moe_flags_state;
 
 /* Set e to Megatron-LM's MoE and MLA defaults (megatron_arguments.csv: top-2,
@@ -73,9 +78,10 @@ int moe_flags_register(moe_flags_state *s, opt_table *t, config *c, ts_err *err)
  * parsed layer_freq and first_dense_layers). Before moe_flags_finish. */
 void moe_flags_take(const moe_flags_state *s, const opt_table *t, const moe_config *base, config *c);
 
-/* Resolve and check c->moe against c's resolved dense layout (see above).
- * TS_EINVAL naming the flags. */
-int moe_flags_finish(const moe_flags_state *s, const opt_table *t, config *c, ts_err *err);
+/* Resolve and check c->moe against c's resolved dense layout (see above),
+ * reading --moe-expert-load's file into s->loads. TS_EINVAL naming the
+ * flags or the file's row; TS_EIO / TS_ENOMEM reading the file. */
+int moe_flags_finish(moe_flags_state *s, const opt_table *t, config *c, ts_err *err);
 
 /* The rules of moe_flags_finish that depend on the layout, for a
  * configuration built without flags (the search's candidates: c resolved
@@ -85,6 +91,10 @@ int moe_flags_finish(const moe_flags_state *s, const opt_table *t, config *c, ts
  * model (the same messages). Fills c->moe.edp (and etp = t when 0). Dense
  * (no experts): TS_OK, nothing changed. TS_EINVAL naming the flags. */
 int moe_flags_check_layout(config *c, ts_err *err);
+
+/* Free what moe_flags_finish allocated (the loads of --moe-expert-load);
+ * c->moe.expert_load no longer valid after. Safe on a zeroed state. */
+void moe_flags_release(moe_flags_state *s);
 
 /* Megatron's --moe-layer-freq: "N" (N >= 1) or "([0]*K+[1]*M)" for a model
  * of num_layers layers; sets *freq and *first_dense. TS_EINVAL naming the

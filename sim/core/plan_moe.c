@@ -82,19 +82,31 @@ static commcost_group group_at(int n, int stride, int gpn)
     return (commcost_group){n, k};
 }
 
+void plan_moe_scale_loads(const double *tokens, int n, double routed, double *out)
+{
+    double sum = 0;
+    for (int i = 0; i < n; i++)
+        sum += tokens[i];
+    for (int i = 0; i < n; i++)
+        out[i] = sum > 0 ? routed * (tokens[i] / sum) : routed / n;
+}
+
 /* The routing model (plan_moe.h): *lf and *dropped. */
 static int routing(const layer_shape *L, const moe_config *e, double *lf, double *dropped, ts_err *err)
 {
     *lf = 1;
     *dropped = 0;
-    bool capped = e->capacity_factor > 0;
+    bool capped = e->capacity_factor > 0, measured = e->expert_load && !e->force_load_balancing;
     double skew = !e->force_load_balancing && e->routing_skew > 0 ? e->routing_skew : 0;
-    if (skew > 0 || capped) { /* balance (skew 0) still drops under a capacity factor below 1 */
+    if (skew > 0 || capped || measured) { /* balance (skew 0) still drops under a capacity factor below 1 */
         double *load = calloc((size_t)e->num_experts, sizeof *load);
         if (!load)
             return err_set(err, TS_ENOMEM, "MoE routing: loads of %d experts", e->num_experts);
         double routed = (double)moe_disp_tokens(L) * e->topk, drop = 0;
-        moe_expert_loads_zipf(e->num_experts, routed, skew, PLAN_MOE_ROUTING_SEED, load);
+        if (measured)
+            plan_moe_scale_loads(e->expert_load, e->num_experts, routed, load);
+        else
+            moe_expert_loads_zipf(e->num_experts, routed, skew, PLAN_MOE_ROUTING_SEED, load);
         /* moe_rank_load_factor is over the mean of the kept tokens: over the
          * mean routed (what moe_block_ops multiplies) it is (1 - dropped) of that */
         *lf = moe_rank_load_factor(load, e->num_experts, e->ep, e->capacity_factor, &drop);

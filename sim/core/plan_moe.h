@@ -21,7 +21,12 @@
  * PLAN_MOE_ROUTING_SEED, the busiest EP rank's share over the mean
  * (moe_rank_load_factor, the capacity factor capping each expert) sizes
  * the expert GEMMs and saved activations of every MoE layer (the same
- * routing in each layer: an assumption). A capacity factor caps each
+ * routing in each layer: an assumption). With --moe-expert-load FILE
+ * (c->moe.expert_load, unless balance is forced) the per-expert loads are
+ * the file's shares of one micro-batch's routed copies
+ * (plan_moe_scale_loads) in place of the Zipf draw; the rest (the
+ * placement of experts on EP ranks, the capacity cap, the drops) is the
+ * same. A capacity factor caps each
  * expert at ceil(factor x its mean load) also under balance: below 1 every
  * expert drops tokens and the busiest rank runs less than the mean (load
  * factor below 1); the dropped share is reported. With
@@ -49,6 +54,12 @@
 /* The routing model's seed (moe_expert_loads_zipf): fixed so that runs are
  * deterministic; which experts are popular is arbitrary, not measured. */
 #define PLAN_MOE_ROUTING_SEED 1u
+
+/* The per-expert loads of one micro-batch from measured counts: out[i] =
+ * routed x tokens[i] / sum(tokens) (sum > 0; else routed / n each), so that
+ * the capacity factor caps each expert at its share of routed copies as
+ * moe_rank_load_factor expects. */
+void plan_moe_scale_loads(const double *tokens, int n, double routed, double *out);
 
 /* One layer's saved activations in the memory timeline: kept by F,
  * re-created by R, and of their sum what I frees and what only W needs. */

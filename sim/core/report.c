@@ -145,6 +145,11 @@ static void report_moe(const simulate_result *r, FILE *f)
     if (r->moe_forced_balance)
         fprintf(f, "routing                 forced balance (busiest EP rank %.3fx the mean tokens)\n",
                 r->moe_load_factor);
+    else if (r->moe_load_path)
+        fprintf(f,
+                "routing                 measured per-expert loads (--moe-expert-load %s): busiest EP rank %.3fx the "
+                "mean tokens%s\n",
+                r->moe_load_path, r->moe_load_factor, r->moe_dropped > 0 ? "," : "");
     else
         fprintf(f,
                 "routing                 Zipf skew %g (--moe-routing-skew): busiest EP rank %.3fx the mean tokens%s\n",
@@ -327,7 +332,9 @@ void report_csv(const simulate_result *r, FILE *f)
         irow(f, it, "etp", r->moe_etp, "ranks");
         irow(f, it, "edp", r->moe_edp, "ranks");
         irow(f, it, "moe_forced_balance", r->moe_forced_balance, "bool");
-        row(f, it, "moe_routing_skew", r->moe_forced_balance ? 0 : r->moe_skew, "Zipf exponent");
+        row(f, it, "moe_routing_skew", r->moe_forced_balance || r->moe_load_path ? 0 : r->moe_skew, "Zipf exponent");
+        if (r->moe_load_path)
+            irow(f, it, "moe_measured_loads", 1, "bool");
         row(f, it, "moe_load_factor", r->moe_load_factor, "x mean");
         row(f, it, "moe_dropped", r->moe_dropped, "fraction");
         irow(f, it, "moe_balanced_iteration_time", r->moe_balanced_ns, "ns");

@@ -292,7 +292,7 @@ static int ep_exposed(const engine *e, const plan *pl, simulate_result *R, ts_er
 }
 
 /* The MoE fields of R (dense: nothing). Unless balance is forced (or the
- * skew is 0), the same configuration is simulated again under
+ * skew is 0 without measured loads), the same configuration is simulated again under
  * --moe-router-force-load-balancing: the difference of the two iterations
  * is the routing imbalance's cost. */
 static int moe_summary(const config *c, const simulate_opts *o, const plan *pl, simulate_result *R, ts_err *err)
@@ -324,7 +324,8 @@ static int moe_summary(const config *c, const simulate_opts *o, const plan *pl, 
             moe_deepep_remote_nodes_grouped(e->num_experts, e->topk, nodes, e->router_num_groups, e->router_group_topk);
         R->moe_remote_nodes_free = moe_deepep_remote_nodes(e->num_experts, e->topk, nodes);
     }
-    if (e->force_load_balancing || e->routing_skew <= 0 || e->pad_to_capacity)
+    R->moe_load_path = e->force_load_balancing ? NULL : e->load_path;
+    if (e->force_load_balancing || (e->routing_skew <= 0 && !e->expert_load) || e->pad_to_capacity)
         return TS_OK;
     config *cb = malloc(sizeof *cb);
     if (!cb)

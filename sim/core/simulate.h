@@ -129,18 +129,19 @@ typedef struct {
     int cp; /* context-parallel size (1: none); the world is t x cp x d x p */
     /* mixture of experts (moe_experts 0: dense, the rest unset) */
     int moe_experts, moe_topk, moe_ep, moe_edp, moe_layers, num_layers;
-    int moe_etp;                /* expert-tensor-parallel size */
-    bool moe_forced_balance;    /* --moe-router-force-load-balancing */
-    const char *moe_dispatcher; /* static: "allgather", "alltoall" or "flex with DeepEP" */
-    double moe_skew;            /* --moe-routing-skew (unused under forced balance) */
-    double moe_dropped;         /* fraction of the routed tokens dropped at capacity (0: dropless) */
-    double moe_load_factor;     /* the busiest EP rank's routed tokens over the mean */
-    int64_t moe_balanced_ns;    /* the same run's iteration under forced balance (= iteration_ns when
+    int moe_etp;                    /* expert-tensor-parallel size */
+    bool moe_forced_balance;        /* --moe-router-force-load-balancing */
+    const char *moe_dispatcher;     /* static: "allgather", "alltoall" or "flex with DeepEP" */
+    double moe_skew;                /* --moe-routing-skew (unused under forced balance) */
+    double moe_dropped;             /* fraction of the routed tokens dropped at capacity (0: dropless) */
+    double moe_load_factor;         /* the busiest EP rank's routed tokens over the mean */
+    int64_t moe_balanced_ns;        /* the same run's iteration under forced balance (= iteration_ns when
                                      balance is forced or the skew is 0) */
     int64_t moe_imbalance_ns;       /* iteration_ns - moe_balanced_ns: what the routing skew costs */
     int moe_groups, moe_group_topk; /* group-limited routing (0: none) */
     double moe_remote_nodes;        /* DeepEP: remote nodes a token goes to (moe.h), 0 otherwise */
     double moe_remote_nodes_free;   /* the same without group limits */
+    const char *moe_load_path;      /* --moe-expert-load FILE: the routing's measured loads, borrowed (NULL: none) */
     /* multi-latent attention and multi-token prediction (mla.h, mtp.h) */
     bool mla;
     int mla_q_lora, mla_kv_lora;
