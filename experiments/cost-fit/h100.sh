@@ -28,7 +28,7 @@ C=(--micro-batch-size 1 --seq-length 4096 --max-position-embeddings 4096 --vocab
 tf() { TRAINSIM_DATA_DIR=topologies "$tmp/trainsim" simulate "$@" --csv - | awk -F, '$2 == "model_tflops_per_gpu" { print $3 }'; }
 err() { awk -v g="$1" -v w="$2" 'BEGIN { printf "%.1f", 100 * (g / w - 1) }'; }
 for pf in 0.55 0.56 0.565 0.57 0.58 0.59; do
-    build "$pf" 1.15 0.66
+    build "$pf" 1.16 0.66
     a=$(tf "${C[@]}" --num-layers 30 --hidden-size 4096 --num-attention-heads 32 --ffn-hidden-size 16384 --gpus 96 \
         -t 2 -p 1 --global-batch-size 192)
     for v in "21 6" "14 4" "7 3" "6 2" "6 1"; do
@@ -47,7 +47,7 @@ R=(--model llama3-8b --gpu H100-SXM5-80GB --gpus 8 -t 1 -p 1 --micro-batch-size 
     --recompute-granularity none --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads_params
     --attention-dropout 0 --hidden-dropout 0 --fp8-format hybrid --fp8-recipe tensorwise)
 for f in 0.565 0.60 0.62 0.64 0.66 0.68; do
-    build 0.565 1.15 "$f"
+    build 0.565 1.16 "$f"
     t=$(TRAINSIM_DATA_DIR=topologies "$tmp/trainsim" simulate "${R[@]}" --csv - | awk -F, '$2 == "tokens_per_s" { print $3 / 8 }')
     echo "fp8 pf $f | Llama 3 8B FP8 $(err "$t" 14451)% tokens/s per GPU"
 done

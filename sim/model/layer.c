@@ -313,9 +313,11 @@ static void attn_core_fwd(const layer_shape *L, const dims *D, layer_ops *o)
         return;
     }
     layer_ops_gemm(o, "attn.qk", L->s, L->s, D->dqk, bh);
-    if (L->fusion & LAYER_UNFUSED_SOFTMAX) /* the causal mask filled in place, then PyTorch's softmax */
+    if (L->fusion & LAYER_UNFUSED_SOFTMAX) { /* the causal mask filled in place, then PyTorch's softmax */
         layer_ops_mem(o, "attn.softmax.mask", 2 * P * D->dt);
-    layer_ops_mem(o, "attn.softmax", 2 * P * D->dt); /* fused scale-mask-softmax: read + write */
+        layer_ops_mem(o, "attn.softmax", 2 * P * D->dt);
+    } else /* fused causal softmax: reads the lower triangle, writes every row */
+        layer_ops_mem(o, "attn.softmax", (layer_causal_tri(L->s) * bh + P) * D->dt);
     if (!L->no_attn_dropout)
         layer_ops_mem(o, "attn.dropout", P * (2 * D->dt + 1)); /* read, write, 1-byte mask */
     layer_ops_gemm(o, "attn.av", L->s, D->dv, L->s, bh);
@@ -374,6 +376,11 @@ static void selective_fwd(const layer_shape *L, const dims *D, layer_ops *o)
         layer_ops_mem(o, "ln2", 2 * E * D->dt);
     if (mods & CONFIG_RC_MLP)
         mlp_fwd(L, D, o);
+}
+
+int64_t layer_causal_tri(int64_t s)
+{
+    return s * (s + 1) / 2;
 }
 
 /* Elements of q and k on this rank (what the rotary embedding rotates). */
@@ -546,9 +553,11 @@ static void layer_bwd(const layer_shape *L, const dims *D, layer_ops *o, bool dg
         layer_ops_gemm(o, "attn.av.dgrad_v", L->s, D->dv, L->s, bh);
         if (!L->no_attn_dropout)
             layer_ops_mem(o, "attn.dropout.bwd", P * (2 * D->dt + 1));
-        layer_ops_mem(o, "attn.softmax.bwd", 3 * P * D->dt);
-        if (L->fusion & LAYER_UNFUSED_SOFTMAX) /* the masked positions' gradient zeroed */
+        if (L->fusion & LAYER_UNFUSED_SOFTMAX) { /* PyTorch's softmax backward, then the masked gradient zeroed */
+            layer_ops_mem(o, "attn.softmax.bwd", 3 * P * D->dt);
             layer_ops_mem(o, "attn.softmax.mask.bwd", 2 * P * D->dt);
+        } else /* fused causal softmax: reads gradient and output on the lower triangle, writes every row */
+            layer_ops_mem(o, "attn.softmax.bwd", (2 * layer_causal_tri(L->s) * bh + P) * D->dt);
         layer_ops_gemm(o, "attn.qk.dgrad_q", L->s, D->dqk, L->s, bh);
         layer_ops_gemm(o, "attn.qk.dgrad_k", L->s, D->dqk, L->s, bh);
     }

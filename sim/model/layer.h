@@ -368,6 +368,14 @@ int64_t layer_korthikanti_bytes(const layer_shape *L);
  * with it. */
 int64_t layer_flash_bytes(const layer_shape *L);
 
+/* Score elements of one head's s x s matrix on and below the diagonal,
+ * s(s + 1)/2: what Megatron-LM's fused causal softmax reads
+ * (scaled_upper_triang_masked_softmax, the kernel FusedScaleMaskSoftmax runs
+ * for a causal mask with 16-bit scores: row i loads its first i + 1 scores,
+ * and its backward the same of the gradient and the output; both write the
+ * whole row, the masked part as zeros). */
+int64_t layer_causal_tri(int64_t s);
+
 const char *layer_pass_name(layer_pass p); /* "F", "B", "I", "W", "R" */
 
 #endif

@@ -5,8 +5,8 @@
  * prediction runs the layer's ops (layer.h) on one GPU's two streams with
  * the default cost tables (cost.h) and collectives (commcost.h); the backward
  * includes the recompute pass and overlaps its TP all-reduces with the
- * weight-gradient GEMMs. Tolerance: 5% (the per-layer accuracy the cost
- * model is held to on the calibration set). The attention is unfused
+ * weight-gradient GEMMs. Tolerance: 4%, the per-layer target the cost
+ * model is fitted to on the calibration set (experiments/cost-fit/run.sh). The attention is unfused
  * (softmax on stored s x s scores): the kernels Megatron-LM ran in 2022,
  * set explicitly below (ATTN_BACKEND_UNFUSED), not Megatron-core's
  * flash default of today. */
@@ -18,7 +18,7 @@
 #include "sim/model/layer.h"
 #include "tests/unit/gpu_specs.h"
 
-#define LAYER_TIME_TOLERANCE 0.05
+#define LAYER_TIME_TOLERANCE 0.04
 
 static const gpu_spec A100 = {GPU_SPEC_A100};
 
@@ -44,7 +44,7 @@ static double run_ms(const cost_model *cm, const commcost_params *cp, const laye
     return (double)cost_ops_run_ns(cm, cp, &g, &o, NULL) / 1e6;
 }
 
-Test(accuracy, korthikanti_22b_layer_times_within_5pct)
+Test(accuracy, korthikanti_22b_layer_times_within_4pct)
 {
     cost_params p;
     commcost_params cp;
@@ -137,7 +137,7 @@ Test(accuracy, recompute_overheads_ordered_like_table4)
     double full = run_ms(cm, &cp, &L, LAYER_PASS_R);
     /* published: selective 1.3 ms, full 7.6 ms of extra backward time. Full
      * is a whole forward: 7% (a difference of two published times, each
-     * held to the 5% layer tolerance). Selective is a small
+     * held to the 4% layer tolerance). Selective is a small
      * difference of two rounded ~12 ms figures (13.2 - 11.9): 25%. */
     printf("recompute: selective %.2f ms (published 1.3), full %.2f ms (published 7.6)\n", sel, full);
     cr_expect_leq(fabs(full / 7.6 - 1), 0.07, "full recompute %.2f ms", full);

@@ -151,6 +151,30 @@ Test(fusion, masked_softmax_closed_forms)
     cr_expect_eq(op_bytes(&r, "attn.softmax.mask"), 2 * P * dt);
 }
 
+/* The fused causal softmax (Megatron-LM's scaled_upper_triang_masked_softmax):
+ * row i of each head reads its i + 1 unmasked scores and writes the whole row;
+ * its backward reads the gradient and the output on the same triangle and
+ * writes the whole row. Per head s(s + 1)/2 elements read per input. */
+Test(fusion, fused_causal_softmax_reads_the_lower_triangle)
+{
+    layer_shape L = shape(4, false, false, ATTN_BACKEND_UNFUSED);
+    int64_t bh = L.b * (L.a / L.t), P = bh * L.s * L.s, tri = bh * L.s * (L.s + 1) / 2, dt = 2;
+    cr_assert_eq(layer_causal_tri(L.s), L.s * (L.s + 1) / 2);
+    cr_assert_eq(layer_causal_tri(1), 1);
+    cr_assert_eq(layer_causal_tri(4), 10); /* 1 + 2 + 3 + 4 */
+    layer_ops f = build(&L, LAYER_PASS_F), b = build(&L, LAYER_PASS_B);
+    cr_expect_eq(op_bytes(&f, "attn.softmax"), (tri + P) * dt);
+    cr_expect_eq(op_bytes(&b, "attn.softmax.bwd"), (2 * tri + P) * dt);
+    cr_expect_eq(op_bytes(&f, "attn.softmax.mask"), -1);
+    /* the fused kernel moves fewer bytes than PyTorch's softmax on the full rows */
+    cr_expect_lt(op_bytes(&f, "attn.softmax"), 2 * P * dt);
+    cr_expect_lt(op_bytes(&b, "attn.softmax.bwd"), 3 * P * dt);
+    /* selective recomputation re-runs the same kernel */
+    L.recompute = RECOMPUTE_SELECTIVE;
+    layer_ops r = build(&L, LAYER_PASS_R);
+    cr_expect_eq(op_bytes(&r, "attn.softmax"), (tri + P) * dt);
+}
+
 Test(fusion, grad_accum_closed_forms)
 {
     layer_shape L = shape(2, false, true, ATTN_BACKEND_FLASH);
