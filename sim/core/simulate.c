@@ -326,6 +326,10 @@ static int moe_summary(const config *c, const simulate_opts *o, const plan *pl, 
     }
     if (e->force_load_balancing || e->routing_skew <= 0 || e->pad_to_capacity)
         return TS_OK;
+    if (o->no_balanced_rerun) { /* not measured (simulate_opts) */
+        R->moe_balanced_ns = 0;
+        return TS_OK;
+    }
     config *cb = malloc(sizeof *cb);
     if (!cb)
         return err_set(err, TS_ENOMEM, "simulate: out of memory");

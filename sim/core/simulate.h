@@ -49,6 +49,10 @@ typedef struct {
     double train_tokens;          /* > 0: time and GPU-hours to train this many tokens */
     bool keep_trace;              /* keep task times and memory samples for trace_write */
     const simulate_net *net;      /* NULL: communication costed by commcost (closed forms) */
+    bool no_balanced_rerun;       /* MoE with routing skew: do not simulate the run again under forced
+                                     balance; moe_balanced_ns is then 0 and moe_imbalance_ns 0 (not
+                                     measured). For callers that read only the iteration and the peak
+                                     (the search): halves a skewed MoE candidate's cost */
 } simulate_opts;
 
 /* The kinds of communication exposed time is split by: the index of
@@ -136,7 +140,7 @@ typedef struct {
     double moe_dropped;         /* fraction of the routed tokens dropped at capacity (0: dropless) */
     double moe_load_factor;     /* the busiest EP rank's routed tokens over the mean */
     int64_t moe_balanced_ns;    /* the same run's iteration under forced balance (= iteration_ns when
-                                     balance is forced or the skew is 0) */
+                                     balance is forced or the skew is 0; 0 with no_balanced_rerun) */
     int64_t moe_imbalance_ns;       /* iteration_ns - moe_balanced_ns: what the routing skew costs */
     int moe_groups, moe_group_topk; /* group-limited routing (0: none) */
     double moe_remote_nodes;        /* DeepEP: remote nodes a token goes to (moe.h), 0 otherwise */
