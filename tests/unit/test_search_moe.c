@@ -305,3 +305,45 @@ Test(search_moe, evaluator_skips_only_the_balanced_rerun)
     search_set_free(set);
     topo_free(t);
 }
+
+/* Multi-latent attention and one multi-token prediction depth: the bound
+ * stays at most the simulated peak on every simulated candidate, and
+ * counts the depth (a higher bound on the last stage than without it). */
+Test(search_moe, bound_with_mla_and_mtp)
+{
+    search_space s;
+    topo *t = NULL;
+    moe_space(&s, &t);
+    s.max_cp = 1;
+    s.moe.mla = true;
+    s.moe.mla_q_lora_rank = 128;
+    s.moe.mla_kv_lora_rank = 64;
+    s.moe.mla_qk_head_dim = 64;
+    s.moe.mla_qk_pos_emb_head_dim = 32;
+    s.moe.mla_v_head_dim = 64;
+    search_set *plain = enumerate_ok(&s);
+    s.moe.mtp_num_layers = 1;
+    search_set *set = enumerate_ok(&s);
+    cr_assert_eq(set->n, plain->n);
+    size_t higher = 0, checked = 0;
+    for (size_t i = 0; i < set->n; i++)
+        if (set->cands[i].mem_bound_bytes > 0 && plain->cands[i].mem_bound_bytes > 0)
+            higher += set->cands[i].mem_bound_bytes > plain->cands[i].mem_bound_bytes;
+    cr_assert_gt(higher, 0, "the MTP depth raises no bound");
+    search_eval_opts o = {.threads = 2, .nshards = 1};
+    ts_err e;
+    err_clear(&e);
+    cr_assert_eq(search_evaluate(set, &o, &e), TS_OK, "%s", e.msg);
+    for (size_t i = 0; i < set->n; i++) {
+        const search_cand *c = &set->cands[i];
+        if (c->status != SEARCH_SIMULATED && c->status != SEARCH_REJ_MEMORY_SIM)
+            continue;
+        cr_assert_leq(c->mem_bound_bytes, c->r.peak_mem_bytes, "candidate %zu (p %d v %d ep %d): bound %.0f > peak %.0f",
+                      i, c->pp, c->vp, c->ep, c->mem_bound_bytes, c->r.peak_mem_bytes);
+        checked++;
+    }
+    cr_assert_gt(checked, 50, "only %zu simulated", checked);
+    search_set_free(plain);
+    search_set_free(set);
+    topo_free(t);
+}
