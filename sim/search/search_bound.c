@@ -100,6 +100,7 @@ typedef struct {
     double layer, layer_none, moe, moe_none, embedding, output;
     double layer_w, moe_w; /* of a layer's saved tensors, those only the weight gradients need (LAYER_FREE_AFTER_W) */
     double mtp;            /* one multi-token prediction depth's own saved tensors (mtp_saved_bytes) */
+    double transient;      /* the dispatcher's buffers of one pass of a MoE layer (moe_block_transient_bytes) */
 } kept_bytes;
 
 /* Bytes of the tensors of l that only the weight gradients need. */
@@ -169,12 +170,20 @@ static int kept(const layer_shape *shape, const moe_config *e, kept_bytes *k, ts
         return rc;
     k->layer_none = (double)layer_saved_kept_bytes(&saved);
     k->layer_w = free_w_bytes(&saved);
-    k->moe = k->moe_none = k->moe_w = 0;
-    double lf;
+    k->moe = k->moe_none = k->moe_w = k->transient = 0;
+    double lf = 1;
     if (e->num_experts > 0 &&
         ((rc = moe_load_factor(shape, e, &lf, err)) || (rc = kept_moe(shape, e, lf, &k->moe, NULL, err)) ||
          (rc = kept_moe(&s, e, lf, &k->moe_none, &k->moe_w, err))))
         return rc;
+    /* the plan's routing may size a layer below the mean load only under a capacity factor
+     * below 1 (plan_moe.c): there the floor of 1 is not a lower bound, so no transient term */
+    bool below_mean = e->capacity_factor > 0 && e->capacity_factor < 1 && !e->pad_to_capacity;
+    if (e->num_experts > 0 && !below_mean) {
+        layer_shape m = *shape;
+        m.no_mlp = true;
+        k->transient = (double)moe_block_transient_bytes(&m, e, lf);
+    }
     if ((rc = layer_embedding_saved(shape, &saved, err)))
         return rc;
     k->embedding = (double)layer_saved_kept_bytes(&saved);
@@ -319,6 +328,10 @@ static void bound_rank(const config *c, const kept_bytes *kb, const search_bound
     double held = live->w * chunk_w, both = live->fw * (chunk_w < chunk_bytes ? chunk_w : chunk_bytes);
     act = act > held ? act : held;
     act = act > both ? act : both;
+    /* a MoE layer's pass holds the dispatcher's buffers (the allgather dispatcher's gathered
+     * tokens) from its start to its end, beside the weights and optimizer state */
+    if (n_moe > 0 && kb->transient > act)
+        act = kb->transient;
     b->activations_bytes = act;
     /* What PyTorch, cuBLAS and NCCL hold besides tensors, as the simulator
      * adds it (overheads.h); the fragmentation on the activations floor only
