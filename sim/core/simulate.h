@@ -140,7 +140,7 @@ typedef struct {
     double moe_dropped;         /* fraction of the routed tokens dropped at capacity (0: dropless) */
     double moe_load_factor;     /* the busiest EP rank's routed tokens over the mean */
     int64_t moe_balanced_ns;    /* the same run's iteration under forced balance (= iteration_ns when
-                                     balance is forced or the skew is 0; 0 with no_balanced_rerun) */
+                                     balance is forced or the skew is 0) */
     int64_t moe_imbalance_ns;       /* iteration_ns - moe_balanced_ns: what the routing skew costs */
     int moe_groups, moe_group_topk; /* group-limited routing (0: none) */
     double moe_remote_nodes;        /* DeepEP: remote nodes a token goes to (moe.h), 0 otherwise */

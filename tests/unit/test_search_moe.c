@@ -338,8 +338,9 @@ Test(search_moe, bound_with_mla_and_mtp)
         const search_cand *c = &set->cands[i];
         if (c->status != SEARCH_SIMULATED && c->status != SEARCH_REJ_MEMORY_SIM)
             continue;
-        cr_assert_leq(c->mem_bound_bytes, c->r.peak_mem_bytes, "candidate %zu (p %d v %d ep %d): bound %.0f > peak %.0f",
-                      i, c->pp, c->vp, c->ep, c->mem_bound_bytes, c->r.peak_mem_bytes);
+        cr_assert_leq(c->mem_bound_bytes, c->r.peak_mem_bytes,
+                      "candidate %zu (p %d v %d ep %d): bound %.0f > peak %.0f", i, c->pp, c->vp, c->ep,
+                      c->mem_bound_bytes, c->r.peak_mem_bytes);
         checked++;
     }
     cr_assert_gt(checked, 50, "only %zu simulated", checked);
