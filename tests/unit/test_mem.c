@@ -47,7 +47,7 @@ Test(mem, future_changes_apply_in_time_order)
     /* alloc 100 at 10..15, a free of 60 at 12 added last; 40 at 12 (a tie:
      * after the free, as added later); 500 at 30 then -500 at 31, added
      * before 20 and 25 (inserted ahead of them) */
-    const change c[] = {{10, 0, 100}, {15, 0, 50},  {12, 0, -60}, {12, 0, 40}, {30, 0, 500},
+    const change c[] = {{10, 0, 100},  {15, 0, 50}, {12, 0, -60}, {12, 0, 40}, {30, 0, 500},
                         {31, 0, -500}, {20, 0, 70}, {25, 0, -70}, {40, 35, 5}, {36, 35, 7}};
     const int n = (int)(sizeof c / sizeof c[0]);
     mem_tracker *m = NULL;
