@@ -16,8 +16,9 @@ typedef struct {
 } mem_ev;
 
 typedef struct {
-    mem_ev *pend; /* future changes: a min-heap on (t_ns, seq) */
-    size_t n_pend, cap_pend;
+    mem_ev *pend; /* future changes pend[head..n_pend), sorted on (t_ns, seq): mostly added in
+                     order (a collapsed pass's changes at growing offsets), so an append */
+    size_t head, n_pend, cap_pend;
     uint64_t seq;
     int64_t live[MEM_CATS];
     int64_t cat_peak[MEM_CATS];
@@ -130,33 +131,16 @@ static void apply(mem_tracker *m, int rank, const mem_ev *e)
     R->samples[R->n_samples++] = (mem_sample){e->t_ns, R->total};
 }
 
-static bool ev_less(const mem_ev *a, const mem_ev *b)
-{
-    return a->t_ns < b->t_ns || (a->t_ns == b->t_ns && a->seq < b->seq);
-}
-
 /* Apply the pending changes of rank due at or before t_ns, in order. */
 static void flush(mem_tracker *m, int rank, int64_t t_ns)
 {
     rank_mem *R = &m->r[rank];
-    while (R->n_pend > 0 && R->pend[0].t_ns <= t_ns) {
-        mem_ev top = R->pend[0], last = R->pend[--R->n_pend];
-        size_t i = 0, n = R->n_pend;
-        for (;;) {
-            size_t c = 2 * i + 1;
-            if (c >= n)
-                break;
-            if (c + 1 < n && ev_less(&R->pend[c + 1], &R->pend[c]))
-                c++;
-            if (!ev_less(&R->pend[c], &last))
-                break;
-            R->pend[i] = R->pend[c];
-            i = c;
-        }
-        if (n > 0)
-            R->pend[i] = last;
+    while (R->head < R->n_pend && R->pend[R->head].t_ns <= t_ns) {
+        mem_ev top = R->pend[R->head++];
         apply(m, rank, &top);
     }
+    if (R->head == R->n_pend)
+        R->head = R->n_pend = 0;
 }
 
 void mem_add(mem_tracker *m, int rank, int cat, int64_t delta_bytes, int64_t t_ns, int64_t now_ns)
@@ -170,16 +154,31 @@ void mem_add(mem_tracker *m, int rank, int cat, int64_t delta_bytes, int64_t t_n
         apply(m, rank, &e);
         return;
     }
+    if (R->n_pend == R->cap_pend && R->head > 0) { /* reuse the room of the changes applied */
+        memmove(R->pend, R->pend + R->head, (R->n_pend - R->head) * sizeof *R->pend);
+        R->n_pend -= R->head;
+        R->head = 0;
+    }
     if (R->n_pend == R->cap_pend && grow_to((void **)&R->pend, &R->cap_pend, R->n_pend + 1, 64, sizeof *R->pend)) {
         fail(m, TS_ENOMEM);
         return;
     }
-    size_t i = R->n_pend++;
-    while (i > 0 && ev_less(&e, &R->pend[(i - 1) / 2])) {
-        R->pend[i] = R->pend[(i - 1) / 2];
-        i = (i - 1) / 2;
+    /* after every pending change due at or before t_ns (their seq is lower) */
+    size_t i = R->n_pend;
+    if (i > R->head && R->pend[i - 1].t_ns > t_ns) {
+        size_t lo = R->head, hi = i;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (R->pend[mid].t_ns <= t_ns)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        memmove(R->pend + lo + 1, R->pend + lo, (i - lo) * sizeof *R->pend);
+        i = lo;
     }
     R->pend[i] = e;
+    R->n_pend++;
 }
 
 int mem_check(mem_tracker *m, ts_err *err)

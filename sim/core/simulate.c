@@ -127,9 +127,16 @@ static double peak_tflops_of(const config *c)
     }
 }
 
-/* Fill the result from the finished engine and memory tracker. */
+/* Runs of one collapsed step on one rank (summarize's scratch). */
+typedef struct {
+    uint32_t n;
+    int32_t rank;
+} step_runs;
+
+/* Fill the result from the finished engine and memory tracker. runs:
+ * scratch of pl->n_steps entries, zeroed, or NULL. */
 static void summarize(const config *c, const simulate_opts *o, const engine *e, const plan *pl, const mem_tracker *mem,
-                      simulate_result *R)
+                      step_runs *runs, simulate_result *R)
 {
     int p = R->p;
     uint32_t n = engine_task_count(e), copies = engine_copies(e);
@@ -137,22 +144,43 @@ static void summarize(const config *c, const simulate_opts *o, const engine *e, 
         int rk = engine_task_rank(e, id);
         if (rk >= p) /* another replica's rank (a network model's --full mode) */
             continue;
-        const plan_step *x = &pl->steps[engine_task_tag(e, id)];
+        uint32_t tag = engine_task_tag(e, id);
+        const plan_step *x = &pl->steps[tag];
         simulate_rank *X = &R->ranks[rk];
         X->flops += x->flops;
         if (!x->seg_n) {
             X->cat_ns[x->cat] += engine_task_end_ns(e, id) - engine_task_start_ns(e, id);
             continue;
         }
-        for (uint32_t k = 0; k < x->seg_n; k++) {
-            const plan_seg *g = &pl->segs[x->seg_first + k];
-            X->cat_ns[g->cat] += g->dur_ns;
+        /* a collapsed step's segments are the same on each of its runs (one
+         * per micro-batch): counted here and summed once below (integer sums,
+         * the same totals) */
+        step_runs *u = runs ? &runs[tag] : NULL;
+        if (u && u->n == 0)
+            u->rank = rk;
+        if (u && u->rank == rk) {
+            u->n++;
+        } else {
+            for (uint32_t k = 0; k < x->seg_n; k++) {
+                const plan_seg *g = &pl->segs[x->seg_first + k];
+                X->cat_ns[g->cat] += g->dur_ns;
+            }
         }
         /* in a collapsed pass the compute stream "runs" while only its
          * tensor-parallel collectives do: that time is exposed TP */
         X->busy_ns -= x->tp_exposed_ns;
         X->exposed_ns[SIMULATE_COMM_TP] += x->tp_exposed_ns - x->ep_exposed_ns;
         X->exposed_ns[SIMULATE_COMM_EP] += x->ep_exposed_ns;
+    }
+    for (uint32_t tag = 0; runs && tag < pl->n_steps; tag++) {
+        if (!runs[tag].n)
+            continue;
+        const plan_step *x = &pl->steps[tag];
+        simulate_rank *X = &R->ranks[runs[tag].rank];
+        for (uint32_t k = 0; k < x->seg_n; k++) {
+            const plan_seg *g = &pl->segs[x->seg_first + k];
+            X->cat_ns[g->cat] += (int64_t)runs[tag].n * g->dur_ns;
+        }
     }
     R->iteration_ns = engine_makespan_ns(e);
     R->events = engine_events(e);
@@ -327,6 +355,10 @@ static int moe_summary(const config *c, const simulate_opts *o, const plan *pl, 
     R->moe_load_path = e->force_load_balancing ? NULL : e->load_path;
     if (e->force_load_balancing || (e->routing_skew <= 0 && !e->expert_load) || e->pad_to_capacity)
         return TS_OK;
+    if (o->no_balanced_rerun) { /* not measured (simulate_opts) */
+        R->moe_balanced_ns = 0;
+        return TS_OK;
+    }
     config *cb = malloc(sizeof *cb);
     if (!cb)
         return err_set(err, TS_ENOMEM, "simulate: out of memory");
@@ -423,7 +455,9 @@ int simulate_run(const config *c, const simulate_opts *opts, simulate_result **o
         rc = net->finish(net->ctx, rc, err);
     if (rc || (rc = mem_check(mem, err)))
         goto done;
-    summarize(c, &o, e, pl, mem, R);
+    step_runs *runs = calloc(pl->n_steps ? pl->n_steps : 1, sizeof *runs); /* NULL: counted task by task */
+    summarize(c, &o, e, pl, mem, runs, R);
+    free(runs);
     R->mla = c->moe.mla;
     R->mla_q_lora = c->moe.mla_q_lora_rank;
     R->mla_kv_lora = c->moe.mla_kv_lora_rank;

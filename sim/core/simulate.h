@@ -49,6 +49,10 @@ typedef struct {
     double train_tokens;          /* > 0: time and GPU-hours to train this many tokens */
     bool keep_trace;              /* keep task times and memory samples for trace_write */
     const simulate_net *net;      /* NULL: communication costed by commcost (closed forms) */
+    bool no_balanced_rerun;       /* MoE with routing skew: do not simulate the run again under forced
+                                     balance; moe_balanced_ns is then 0 and moe_imbalance_ns 0 (not
+                                     measured). For callers that read only the iteration and the peak
+                                     (the search): halves a skewed MoE candidate's cost */
 } simulate_opts;
 
 /* The kinds of communication exposed time is split by: the index of

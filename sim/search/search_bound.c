@@ -7,7 +7,9 @@
 #include "sim/core/plan_moe.h"
 #include "sim/model/flops.h"
 #include "sim/model/layer.h"
+#include "sim/model/mla.h"
 #include "sim/model/moe.h"
+#include "sim/model/mtp.h"
 
 static int imin(int a, int b)
 {
@@ -97,6 +99,8 @@ static int rank_layers(const parallel_config *p, int num_layers, int r)
 typedef struct {
     double layer, layer_none, moe, moe_none, embedding, output;
     double layer_w, moe_w; /* of a layer's saved tensors, those only the weight gradients need (LAYER_FREE_AFTER_W) */
+    double mtp;            /* one multi-token prediction depth's own saved tensors (mtp_saved_bytes) */
+    double transient;      /* the dispatcher's buffers of one pass of a MoE layer (moe_block_transient_bytes) */
 } kept_bytes;
 
 /* Bytes of the tensors of l that only the weight gradients need. */
@@ -166,18 +170,27 @@ static int kept(const layer_shape *shape, const moe_config *e, kept_bytes *k, ts
         return rc;
     k->layer_none = (double)layer_saved_kept_bytes(&saved);
     k->layer_w = free_w_bytes(&saved);
-    k->moe = k->moe_none = k->moe_w = 0;
-    double lf;
+    k->moe = k->moe_none = k->moe_w = k->transient = 0;
+    double lf = 1;
     if (e->num_experts > 0 &&
         ((rc = moe_load_factor(shape, e, &lf, err)) || (rc = kept_moe(shape, e, lf, &k->moe, NULL, err)) ||
          (rc = kept_moe(&s, e, lf, &k->moe_none, &k->moe_w, err))))
         return rc;
+    /* the plan's routing may size a layer below the mean load only under a capacity factor
+     * below 1 (plan_moe.c): there the floor of 1 is not a lower bound, so no transient term */
+    bool below_mean = e->capacity_factor > 0 && e->capacity_factor < 1 && !e->pad_to_capacity;
+    if (e->num_experts > 0 && !below_mean) {
+        layer_shape m = *shape;
+        m.no_mlp = true;
+        k->transient = (double)moe_block_transient_bytes(&m, e, lf);
+    }
     if ((rc = layer_embedding_saved(shape, &saved, err)))
         return rc;
     k->embedding = (double)layer_saved_kept_bytes(&saved);
     if ((rc = layer_output_saved(shape, &saved, err)))
         return rc;
     k->output = (double)layer_saved_kept_bytes(&saved);
+    k->mtp = e->mtp_num_layers > 0 ? (double)mtp_saved_bytes(shape, NULL, NULL) : 0;
     return TS_OK;
 }
 
@@ -257,20 +270,28 @@ static void bound_rank(const config *c, const kept_bytes *kb, const search_bound
      * layer's; the routed experts' share of it is sharded by the distributed optimizer over edp */
     double expert = 0, moe_chunk = 0, chunk_w = 0;
     int n_moe = chunk_bytes_of(c, kb, r, &moe_chunk, &chunk_w);
+    /* the dense layers' attention: multi-latent attention's parameters on the rank (the
+     * down-projections whole, mla.h) instead of q/k/v's, as the plan counts them */
+    double dense_layer = (double)flops_params_stage(mo, p->tp, 1, 0, 0),
+           mla_delta = (double)mla_layer_params_delta(mo, &c->moe, p->tp);
+    params += (layers - n_moe) * mla_delta;
+    moe_rank_params P = {0};
     if (c->moe.num_experts > 0) {
-        moe_rank_params P;
         moe_layer_rank_params(mo, &c->moe, p->tp, p->pp, c->cluster.gpus, &P);
-        params += n_moe * ((double)(P.dense + P.expert) - (double)flops_params_stage(mo, p->tp, 1, 0, 0));
+        params += n_moe * ((double)(P.dense + P.expert) - dense_layer);
         expert = n_moe * (double)P.expert;
-        if (c->moe.mla) { /* the dense layers' attention: multi-latent where smaller than q/k/v (never more) */
-            moe_params with, without;
-            moe_config plain = c->moe;
-            plain.mla = false;
-            moe_param_count(mo, &c->moe, &with);
-            moe_param_count(mo, &plain, &without);
-            double less = (double)(with.attention - without.attention) / p->tp;
-            params += (layers - n_moe) * (less < 0 ? less - 1 : 0);
-        }
+    }
+    /* multi-token prediction's depths on the last stage (mtp.h): each one layer of the
+     * decoder's last layer's kind, eh_proj and three norms; with untied embeddings on
+     * more than one stage the word embedding's copy for the lookups */
+    int D = c->moe.mtp_num_layers;
+    bool mtp_moe = D > 0 && c->moe.num_experts > 0 && moe_layer_is_moe(&c->moe, mo->num_layers - 1);
+    if (last && D > 0) {
+        double layer = mtp_moe ? (double)(P.dense + P.expert) : dense_layer + mla_delta;
+        params += D * (layer + (double)mtp_depth_rank_params(mo, p->tp));
+        expert += mtp_moe ? D * (double)P.expert : 0;
+        if (mo->untie_embeddings && p->pp * v > 1)
+            params += (double)mo->padded_vocab_size * mo->hidden_size / p->tp;
     }
     bool fp32 = mo->precision == PREC_FP32;
     /* Gradients: fp32 with bf16 (Megatron-LM accumulates and reduces bf16
@@ -300,11 +321,17 @@ static void bound_rank(const config *c, const kept_bytes *kb, const search_bound
         act += (v == 1 ? inflight : 1) * kb->embedding;
     if (last) /* the output layer's tensors, per in-flight micro-batch of the last chunk */
         act += (v == 1 ? inflight : 1) * kb->output;
+    if (last && D > 0) /* each MTP depth's own tensors, its layer's (not recomputed) and its output layer's */
+        act += (v == 1 ? inflight : 1) * D * (kb->mtp + (mtp_moe ? kb->moe_none : kb->layer_none) + kb->output);
     /* zero-bubble schedules: chunks between I and W hold what W needs; at
      * some moment w of them, at another f + w chunks held either way */
     double held = live->w * chunk_w, both = live->fw * (chunk_w < chunk_bytes ? chunk_w : chunk_bytes);
     act = act > held ? act : held;
     act = act > both ? act : both;
+    /* a MoE layer's pass holds the dispatcher's buffers (the allgather dispatcher's gathered
+     * tokens) from its start to its end, beside the weights and optimizer state */
+    if (n_moe > 0 && kb->transient > act)
+        act = kb->transient;
     b->activations_bytes = act;
     /* What PyTorch, cuBLAS and NCCL hold besides tensors, as the simulator
      * adds it (overheads.h); the fragmentation on the activations floor only

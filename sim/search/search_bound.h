@@ -11,7 +11,11 @@
  *   layer counts its rank's share (moe_layer_rank_params: E/ep experts /
  *   etp, attention and shared experts / t, the router) and the distributed
  *   optimizer shards the routed experts' state over edp, the rest over
- *   d x cp,
+ *   d x cp; multi-latent attention's parameters replace q/k/v's on the dense
+ *   layers (mla_layer_params_delta); the last stage adds each multi-token
+ *   prediction depth (a layer of the decoder's last layer's kind,
+ *   mtp_depth_rank_params, the word embedding's copy with untied embeddings
+ *   on more than one stage: mtp.h),
  * plus
  *   the activation floor: the micro-batch chunks the schedule holds at once
  *   on that rank (forwards whose input-gradient backward has not run yet,
@@ -29,7 +33,13 @@
  *   weight gradients (W) times what W alone needs of a chunk (the tensors
  *   layer_saved_build marks LAYER_FREE_AFTER_W, and moe_block_mem_of's
  *   free_w), or the chunks held either way at one moment times the lesser
- *   of the two per-chunk figures,
+ *   of the two per-chunk figures; on the last rank each MTP depth's own
+ *   saved tensors (mtp_saved_bytes), its layer's without recomputation and
+ *   the output layer's, as many times as the output layer's; with MoE layers
+ *   at least the dispatcher's transient buffers of one pass
+ *   (moe_block_transient_bytes, held while the pass runs; not counted under
+ *   a capacity factor below 1, where the plan may size a layer below the
+ *   mean load),
  * plus
  *   the memory besides tensors the simulator adds (sim/config/overheads.h):
  *   CUDA context, the NCCL buffers of the rank's communicators, cuBLAS

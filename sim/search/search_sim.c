@@ -8,10 +8,14 @@
 
 int search_eval_simulate(void *user, const config *c, search_metrics *out, ts_err *err)
 {
-    simulate_opts defaults = {0};
-    const simulate_opts *o = user ? user : &defaults;
+    simulate_opts o = {0};
+    if (user)
+        o = *(const simulate_opts *)user;
+    /* the search reads the iteration and the peak only: not the routing
+     * imbalance's cost, which would simulate a skewed MoE run twice */
+    o.no_balanced_rerun = true;
     simulate_result *r = NULL;
-    int rc = simulate_run(c, o, &r, err);
+    int rc = simulate_run(c, &o, &r, err);
     if (rc)
         return rc;
     out->iteration_s = (double)r->iteration_ns * 1e-9;

@@ -9,8 +9,7 @@
  *   deepseek-v3: the deepseek-v3 preset (topologies/models.csv: 61 layers,
  *     multi-latent attention, 256 experts top-8 in 8 groups, B = 15360,
  *     seq 4096) on 2,048 H100 80GB, every expert layout and dispatcher
- *     (target: <= 30 s on 2 cores); refused while the simulator does not
- *     model multi-latent attention and group-limited routing;
+ *     (target: <= 30 s on 2 cores);
  *   deepseek-v3-shape: the same MoE shape without MLA and group-limited
  *     routing (plain attention of 128 heads, h / a = 56 per head): 61
  *     layers, h 7168, 256 experts top-8 of FFN 2048, one shared expert of

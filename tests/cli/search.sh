@@ -139,4 +139,13 @@ grep -v -e '--no-masked-softmax-fusion' -e '--no-position-embedding' -e '--moe-a
     --max-tensor-model-parallel-size 2 --no-recompute-block >"$tmp/moe6.out" 2>&1
 check "search --megatron-script with experts: exit 0" test $? -eq 0
 check "search --megatron-script with experts: a ranked MoE layout" grep -qE '^ +1 .* ep=[0-9]+ etp=' "$tmp/moe6.out"
+# the same script with one multi-token prediction depth (modelled on the last stage, mtp.h):
+# every candidate does more work, so the best iteration is slower
+sed 's/--num-layers \([0-9]*\)/--num-layers \1 --mtp-num-layers 1/' "$tmp/mixtral.sh" >"$tmp/mixtral_mtp.sh"
+"$T" search --megatron-script "$tmp/mixtral_mtp.sh" --gpus 64 --quiet --top 1 --micro-batch-sizes 1 --schedules 1f1b \
+    --max-tensor-model-parallel-size 2 --no-recompute-block >"$tmp/moe7.out" 2>&1
+check "search --megatron-script with --mtp-num-layers 1: exit 0" test $? -eq 0
+it6=$(awk '$1 == "1" { print $2 }' "$tmp/moe6.out"); it7=$(awk '$1 == "1" { print $2 }' "$tmp/moe7.out")
+check_sh "--mtp-num-layers 1: the best iteration is slower ($it6 -> $it7 s)" \
+    'awk -v a="$it6" -v b="$it7" '"'"'BEGIN { exit !(a > 0 && b > a) }'"'"''
 finish

@@ -17,6 +17,7 @@
 #include "sim/search/search.h"
 #include "sim/search/search_eval.h"
 #include "sim/search/search_out.h"
+#include "sim/search/search_sim.h"
 
 #define GPUS    16
 #define EXPERTS 8
@@ -258,4 +259,92 @@ Test(search_moe, threads_give_the_same_csv)
     search_set_free(b);
     topo_free(t1);
     topo_free(t2);
+}
+
+/* With routing skew the search's evaluator simulates a candidate once
+ * (no_balanced_rerun): the same iteration, peak and exposed times as
+ * simulate_run with the forced-balance rerun, which alone fills
+ * moe_balanced_ns. */
+Test(search_moe, evaluator_skips_only_the_balanced_rerun)
+{
+    search_space s;
+    topo *t = NULL;
+    moe_space(&s, &t);
+    s.moe.routing_skew = MOE_ROUTING_SKEW_DEFAULT;
+    s.max_cp = 1;
+    search_set *set = enumerate_ok(&s);
+    size_t checked = 0;
+    for (size_t i = 0; i < set->n && checked < 12; i += 7) {
+        if (set->cands[i].status != SEARCH_PENDING)
+            continue;
+        config c;
+        ts_err e;
+        err_clear(&e);
+        cr_assert_eq(search_cand_config(set, i, &c, &e), TS_OK, "%s", e.msg);
+        simulate_result *full = NULL, *once = NULL;
+        simulate_opts oo = {.no_balanced_rerun = true};
+        int rc = simulate_run(&c, NULL, &full, &e);
+        if (rc) /* a plan-level refusal: the same either way */
+            continue;
+        cr_assert_eq(simulate_run(&c, &oo, &once, &e), TS_OK, "%s", e.msg);
+        search_metrics m;
+        cr_assert_eq(search_eval_simulate(NULL, &c, &m, &e), TS_OK, "%s", e.msg);
+        cr_assert_gt(full->moe_balanced_ns, 0, "candidate %zu: the rerun ran", i);
+        cr_assert_eq(once->moe_balanced_ns, 0);
+        cr_assert_eq(once->iteration_ns, full->iteration_ns, "candidate %zu", i);
+        cr_assert_eq(once->peak_bytes, full->peak_bytes, "candidate %zu", i);
+        cr_assert_eq(m.iteration_s, (double)full->iteration_ns * 1e-9);
+        cr_assert_eq(m.peak_mem_bytes, (double)full->peak_bytes);
+        for (int k = 0; k < SIMULATE_COMM_KINDS; k++)
+            cr_assert_eq(once->exposed_ns[k], full->exposed_ns[k]);
+        simulate_result_free(full);
+        simulate_result_free(once);
+        checked++;
+    }
+    cr_assert_geq(checked, 5, "only %zu candidates checked", checked);
+    search_set_free(set);
+    topo_free(t);
+}
+
+/* Multi-latent attention and one multi-token prediction depth: the bound
+ * stays at most the simulated peak on every simulated candidate, and
+ * counts the depth (a higher bound on the last stage than without it). */
+Test(search_moe, bound_with_mla_and_mtp)
+{
+    search_space s;
+    topo *t = NULL;
+    moe_space(&s, &t);
+    s.max_cp = 1;
+    s.moe.mla = true;
+    s.moe.mla_q_lora_rank = 128;
+    s.moe.mla_kv_lora_rank = 64;
+    s.moe.mla_qk_head_dim = 64;
+    s.moe.mla_qk_pos_emb_head_dim = 32;
+    s.moe.mla_v_head_dim = 64;
+    search_set *plain = enumerate_ok(&s);
+    s.moe.mtp_num_layers = 1;
+    search_set *set = enumerate_ok(&s);
+    cr_assert_eq(set->n, plain->n);
+    size_t higher = 0, checked = 0;
+    for (size_t i = 0; i < set->n; i++)
+        if (set->cands[i].mem_bound_bytes > 0 && plain->cands[i].mem_bound_bytes > 0)
+            higher += set->cands[i].mem_bound_bytes > plain->cands[i].mem_bound_bytes;
+    cr_assert_gt(higher, 0, "the MTP depth raises no bound");
+    search_eval_opts o = {.threads = 2, .nshards = 1};
+    ts_err e;
+    err_clear(&e);
+    cr_assert_eq(search_evaluate(set, &o, &e), TS_OK, "%s", e.msg);
+    for (size_t i = 0; i < set->n; i++) {
+        const search_cand *c = &set->cands[i];
+        if (c->status != SEARCH_SIMULATED && c->status != SEARCH_REJ_MEMORY_SIM)
+            continue;
+        cr_assert_leq(c->mem_bound_bytes, c->r.peak_mem_bytes,
+                      "candidate %zu (p %d v %d ep %d): bound %.0f > peak %.0f", i, c->pp, c->vp, c->ep,
+                      c->mem_bound_bytes, c->r.peak_mem_bytes);
+        checked++;
+    }
+    cr_assert_gt(checked, 50, "only %zu simulated", checked);
+    search_set_free(plain);
+    search_set_free(set);
+    topo_free(t);
 }
