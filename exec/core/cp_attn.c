@@ -33,18 +33,31 @@ static int ring_step(const cp_ring *ring, float **cur, float **nxt, size_t n, ts
     return rc;
 }
 
-int cp_attn_fwd(const cp_ring *ring, float *out, float *lse, const float *qkv, int B, int T, int NH, int hs,
+/* NKV divides NH, both >= 1, hs >= 1 (TS_EINVAL otherwise). */
+static int heads_check(int NH, int NKV, int hs, ts_err *err)
+{
+    if (NH < 1 || NKV < 1 || hs < 1 || NH % NKV)
+        return err_set(err, TS_EINVAL,
+                       "cp attention: %d query heads, %d key/value heads of %d: the key/value heads must divide the "
+                       "query heads (all >= 1)",
+                       NH, NKV, hs);
+    return TS_OK;
+}
+
+int cp_attn_fwd(const cp_ring *ring, float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV, int hs,
                 ts_err *err)
 {
     int cp = ring->size, r = ring->rank, rc = cp_split_check(T, cp, err);
+    if (!rc)
+        rc = heads_check(NH, NKV, hs, err);
     if (rc)
         return rc;
     int64_t big; /* the largest buffer: B * Tl rows of 4C floats, twice, in doubles at most */
     if (ckd_mul_i64(&big, (int64_t)B * NH, (int64_t)T) || ckd_mul_i64(&big, big, (int64_t)hs * 8) ||
         ckd_mul_i64(&big, big, (int64_t)sizeof(double)) || big > CKD_MAX_BYTES)
         return err_set(err, TS_EINVAL, "cp attention: B %d x T %d x NH %d x hs %d overflows", B, T, NH, hs);
-    int Tl = T / cp, C = NH * hs, C3 = 3 * C;
-    size_t nkv = (size_t)B * (size_t)Tl * 2 * (size_t)C;
+    int Tl = T / cp, C = NH * hs, KV = NKV * hs, W = C + 2 * KV, per = NH / NKV;
+    size_t nkv = (size_t)B * (size_t)Tl * 2 * (size_t)KV;
     float *buf = malloc(2 * nkv * sizeof(float));
     size_t nst = (size_t)B * (size_t)NH * (size_t)Tl;
     double *mx = calloc(nst, sizeof(double)), *sum = calloc(nst, sizeof(double));
@@ -53,9 +66,9 @@ int cp_attn_fwd(const cp_ring *ring, float *out, float *lse, const float *qkv, i
         rc = err_set(err, TS_ENOMEM, "cp_attn_fwd: out of memory");
         goto done;
     }
-    float *cur = buf, *nxt = buf + nkv; /* [B*Tl, 2C]: k | v */
+    float *cur = buf, *nxt = buf + nkv; /* [B*Tl, 2KV]: k | v */
     for (size_t row = 0; row < (size_t)B * Tl; row++)
-        memcpy(cur + row * 2 * C, qkv + row * C3 + C, 2 * (size_t)C * sizeof(float));
+        memcpy(cur + row * 2 * KV, qkv + row * W + C, 2 * (size_t)KV * sizeof(float));
     for (size_t i = 0; i < nst; i++) {
         mx[i] = -INFINITY;
         sum[i] = 0.0;
@@ -66,13 +79,13 @@ int cp_attn_fwd(const cp_ring *ring, float *out, float *lse, const float *qkv, i
         for (int b = 0; b < B; b++)
             for (int h = 0; h < NH; h++)
                 for (int qi = 0; qi < Tl; qi++) {
-                    const float *q = qkv + ((size_t)b * Tl + qi) * C3 + (size_t)h * hs;
+                    const float *q = qkv + ((size_t)b * Tl + qi) * W + (size_t)h * hs;
                     size_t st = ((size_t)b * NH + h) * Tl + qi;
                     double *o = acc + ((size_t)b * Tl + qi) * C + (size_t)h * hs;
                     for (int ki = 0; ki < Tl; ki++) {
                         if (!admitted(&bs, qi, ki))
                             continue;
-                        const float *k = cur + ((size_t)b * Tl + ki) * 2 * C + (size_t)h * hs, *v = k + C;
+                        const float *k = cur + ((size_t)b * Tl + ki) * 2 * KV + (size_t)(h / per) * hs, *v = k + KV;
                         double s = 0.0;
                         for (int d = 0; d < hs; d++)
                             s += (double)q[d] * k[d];
@@ -110,17 +123,19 @@ done:
 }
 
 int cp_attn_bwd(const cp_ring *ring, float *dqkv, const float *dout, const float *out, const float *lse,
-                const float *qkv, int B, int T, int NH, int hs, ts_err *err)
+                const float *qkv, int B, int T, int NH, int NKV, int hs, ts_err *err)
 {
     int cp = ring->size, r = ring->rank, rc = cp_split_check(T, cp, err);
+    if (!rc)
+        rc = heads_check(NH, NKV, hs, err);
     if (rc)
         return rc;
     int64_t big; /* the largest buffer: B * Tl rows of 4C floats, twice, in doubles at most */
     if (ckd_mul_i64(&big, (int64_t)B * NH, (int64_t)T) || ckd_mul_i64(&big, big, (int64_t)hs * 8) ||
         ckd_mul_i64(&big, big, (int64_t)sizeof(double)) || big > CKD_MAX_BYTES)
         return err_set(err, TS_EINVAL, "cp attention: B %d x T %d x NH %d x hs %d overflows", B, T, NH, hs);
-    int Tl = T / cp, C = NH * hs, C3 = 3 * C;
-    size_t rows = (size_t)B * Tl, nkv = rows * 4 * (size_t)C; /* k | v | dk | dv */
+    int Tl = T / cp, C = NH * hs, KV = NKV * hs, W = C + 2 * KV, per = NH / NKV;
+    size_t rows = (size_t)B * Tl, nkv = rows * 4 * (size_t)KV; /* k | v | dk | dv */
     float *buf = calloc(2 * nkv, sizeof(float));
     double *D = calloc(rows * (size_t)NH, sizeof(double));
     if (!buf || !D) {
@@ -129,7 +144,7 @@ int cp_attn_bwd(const cp_ring *ring, float *dqkv, const float *dout, const float
     }
     float *cur = buf, *nxt = buf + nkv;
     for (size_t row = 0; row < rows; row++)
-        memcpy(cur + row * 4 * C, qkv + row * C3 + C, 2 * (size_t)C * sizeof(float));
+        memcpy(cur + row * 4 * KV, qkv + row * W + C, 2 * (size_t)KV * sizeof(float));
     for (size_t row = 0; row < rows; row++)
         for (int h = 0; h < NH; h++) {
             double s = 0.0;
@@ -144,15 +159,15 @@ int cp_attn_bwd(const cp_ring *ring, float *dqkv, const float *dout, const float
             for (int h = 0; h < NH; h++)
                 for (int qi = 0; qi < Tl; qi++) {
                     size_t qrow = (size_t)b * Tl + qi;
-                    const float *q = qkv + qrow * C3 + (size_t)h * hs, *dO = dout + qrow * C + (size_t)h * hs;
-                    float *dq = dqkv + qrow * C3 + (size_t)h * hs;
+                    const float *q = qkv + qrow * W + (size_t)h * hs, *dO = dout + qrow * C + (size_t)h * hs;
+                    float *dq = dqkv + qrow * W + (size_t)h * hs;
                     double L = lse[((size_t)b * NH + h) * Tl + qi], Di = D[qrow * NH + h];
                     for (int ki = 0; ki < Tl; ki++) {
                         if (!admitted(&bs, qi, ki))
                             continue;
-                        float *kr = cur + ((size_t)b * Tl + ki) * 4 * C + (size_t)h * hs;
-                        const float *k = kr, *v = kr + C;
-                        float *dk = kr + 2 * C, *dv = kr + 3 * C;
+                        float *kr = cur + ((size_t)b * Tl + ki) * 4 * KV + (size_t)(h / per) * hs;
+                        const float *k = kr, *v = kr + KV;
+                        float *dk = kr + 2 * KV, *dv = kr + 3 * KV;
                         double s = 0.0, dp = 0.0;
                         for (int d = 0; d < hs; d++) {
                             s += (double)q[d] * k[d];
@@ -171,8 +186,8 @@ int cp_attn_bwd(const cp_ring *ring, float *dqkv, const float *dout, const float
             goto done;
     }
     for (size_t row = 0; row < rows; row++)
-        for (int c = 0; c < 2 * C; c++)
-            dqkv[row * C3 + C + c] += cur[row * 4 * C + 2 * C + c];
+        for (int c = 0; c < 2 * KV; c++)
+            dqkv[row * W + C + c] += cur[row * 4 * KV + 2 * KV + c];
 done:
     free(buf);
     free(D);

@@ -2,8 +2,12 @@
  * the load-balanced split of cp_split.h.
  *
  * Each of cp ranks holds T/cp positions of every sequence (its front and back
- * chunks, cp_split.h) as rows of qkv [B*Tl, 3C] in kern.h's layout (q | k |
- * v of every head, C = NH*hs), Tl = T/cp, row b*Tl + i for local row i.
+ * chunks, cp_split.h) as rows of qkv [B*Tl, (NH + 2 NKV) hs] in kern.h's
+ * layout (q of the NH query heads | k | v of the NKV key/value heads; NKV =
+ * NH is multi-head attention, fewer is grouped-query attention, query head
+ * h using key/value head h / (NH/NKV)), C = NH*hs, Tl = T/cp, row b*Tl + i
+ * for local row i. With cp = 1 it is single-rank flash attention: the
+ * executor's --attention-backend flash (exec/core/gpt_pass.c).
  * Forward: the rank's keys/values travel around the ring (cp - 1 hops to
  * the next rank); at each step the rank attends its queries to the block it
  * holds, skipping the chunk pairs cp_block() skips and masking the diagonal
@@ -37,12 +41,12 @@ typedef struct {
 } cp_ring;
 
 /* out [B*Tl, C]; lse [B, NH, Tl] saved for the backward. T is the full
- * sequence length (divisible by 2*cp). */
-int cp_attn_fwd(const cp_ring *ring, float *out, float *lse, const float *qkv, int B, int T, int NH, int hs,
+ * sequence length (divisible by 2*cp); NKV divides NH. */
+int cp_attn_fwd(const cp_ring *ring, float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV, int hs,
                 ts_err *err);
-/* dqkv [B*Tl, 3C] += the gradient for dout [B*Tl, C]; needs the forward's
- * out and lse. Collective over the ring. */
+/* dqkv [B*Tl, (NH + 2 NKV) hs] += the gradient for dout [B*Tl, C]; needs
+ * the forward's out and lse. Collective over the ring. */
 int cp_attn_bwd(const cp_ring *ring, float *dqkv, const float *dout, const float *out, const float *lse,
-                const float *qkv, int B, int T, int NH, int hs, ts_err *err);
+                const float *qkv, int B, int T, int NH, int NKV, int hs, ts_err *err);
 
 #endif
