@@ -1,13 +1,13 @@
 /* comm_mpi — the comm interface (cpu/comm.h) over MPI.
  *
- * Splits a base communicator of exactly t*p*d ranks into the tensor,
- * pipeline and data-parallel groups in Megatron-LM's order (tensor
- * innermost): base rank g = tp + t * (pp + p * dp). Collectives map to
+ * Splits a base communicator of exactly t*cp*p*d ranks into the tensor,
+ * context, pipeline and data-parallel groups of comm.h (tensor innermost):
+ * base rank g = tp + t * (cpr + cp * (pp + p * dp)). Collectives map to
  * MPI_Allreduce / MPI_Allgather / MPI_Reduce_scatter_block (MPI_FLOAT,
  * MPI_SUM); pipeline point-to-point to MPI_Isend / MPI_Irecv on the pipeline
  * group, whose ranks are the IR's pipeline ranks.
  *
- * Ownership: the comm owns its three communicators and request table; the
+ * Ownership: the comm owns its four communicators and request table; the
  * base communicator is borrowed. Release with c->destroy(c) (collective
  * over base: MPI_Comm_free).
  */
@@ -20,6 +20,9 @@
 
 /* Collective over base. TS_EINVAL if base's size is not t*p*d. */
 int comm_mpi_create(MPI_Comm base, int t, int p, int d, comm **out, ts_err *err);
+/* With cp context-parallel ranks (comm.h's layout, COMM_CP's ring over
+ * MPI_Sendrecv, exec/cp_mpi.h). TS_EINVAL if base's size is not t*cp*p*d. */
+int comm_mpi_create_cp(MPI_Comm base, int t, int cp, int p, int d, comm **out, ts_err *err);
 
 /* The MPI communicator of group g (for the runtime's own reductions). */
 MPI_Comm comm_mpi_group(const comm *c, comm_group g);

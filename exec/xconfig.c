@@ -63,9 +63,20 @@ int xconfig_supports(const config *c, bool cuda, bool inference, ts_err *err)
         return err_set(err, TS_ENOTSUP,
                        "--use-torch-fsdp2, --use-megatron-fsdp: the executor shards no parameters or "
                        "gradients over data parallelism (--use-distributed-optimizer shards the Adam state)");
-    if (config_cp(c) > 1)
+    if (config_attn_is_flash(m->attention_backend) && cuda)
         return err_set(err, TS_ENOTSUP,
-                       "--context-parallel-size %d: the executor has no context-parallel attention (give 1)",
+                       "--attention-backend %s: the cuda backend has only the unfused attention (give "
+                       "--attention-backend unfused, or --backend cpu)",
+                       CONFIG_ATTN_BACKEND_NAMES[m->attention_backend]);
+    if (config_cp(c) > 1 && (cuda || inference))
+        return err_set(err, TS_ENOTSUP,
+                       "--context-parallel-size %d: %s (give 1)", config_cp(c),
+                       cuda ? "the cuda backend has no context-parallel ring (run it with --backend cpu)"
+                            : "the KV-cache inference has no context parallelism");
+    if (config_cp(c) > 1 && m->position_embedding == POS_ROPE)
+        return err_set(err, TS_ENOTSUP,
+                       "--context-parallel-size %d with --position-embedding-type rope: the executor's rope kernel "
+                       "takes positions in order (give learned_absolute positions, or cp 1)",
                        config_cp(c));
     if (c->moe.num_experts > 1)
         return err_set(err, TS_ENOTSUP,
@@ -107,6 +118,8 @@ void xconfig_mode_text(const gpt_dims *d, char *buf, size_t size)
         size_t n = strlen(buf);
         (void)snprintf(buf + n, size - n, ", distributed optimizer");
     }
+    size_t n = strlen(buf);
+    (void)snprintf(buf + n, size - n, ", %s attention", d->flash ? "flash" : "unfused");
 }
 
 gpt_dims xconfig_dims(const model_config *mc, const parallel_config *pc)
@@ -129,5 +142,6 @@ gpt_dims xconfig_dims(const model_config *mc, const parallel_config *pc)
                       .recompute_layers = pc->recompute_num_layers,
                       .recompute_attn = pc->recompute == RECOMPUTE_SELECTIVE,
                       .dist_optim = pc->distributed_optimizer,
+                      .flash = config_attn_is_flash(mc->attention_backend),
                       .tie_embed = !mc->untie_embeddings};
 }

@@ -34,7 +34,7 @@
 #include "sim/util/err.h"
 
 typedef struct {
-    int rank, tp, pp, dp;
+    int rank, tp, pp, dp, cp; /* dp: the data-parallel replica; cp: the context-parallel rank */
     int iterations;      /* measured iterations */
     double iteration_ns; /* mean, slowest rank */
     double compute_ns;   /* mean per iteration, this rank */

@@ -25,6 +25,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "exec/core/cp_attn.h"
 #include "sim/util/err.h"
 
 typedef enum {
@@ -117,6 +118,19 @@ struct backend {
                               int hs);
     void (*attention_gqa_bwd)(backend *be, float *dqkv, float *datt, const float *dout, const float *qkv,
                               const float *att, int B, int T, int NH, int NKV, int hs);
+
+    /* Flash-style attention (--attention-backend flash, cp_attn.h's
+     * recurrence: online softmax, only the log-sum-exp lse [B, NH, T/cp]
+     * saved, the backward recomputing the scores), multi-head or
+     * grouped-query (NKV key/value heads), over ring's context-parallel
+     * ranks (size 1: one rank). Same arguments as cp_attn_fwd/bwd; they
+     * return a status (the ring's exchange can fail). NULL in a backend
+     * that has only the unfused attention: gpt_stage_create then refuses
+     * the flag. */
+    int (*attention_flash_fwd)(backend *be, const cp_ring *ring, float *out, float *lse, const float *qkv, int B,
+                               int T, int NH, int NKV, int hs, ts_err *err);
+    int (*attention_flash_bwd)(backend *be, const cp_ring *ring, float *dqkv, const float *dout, const float *out,
+                               const float *lse, const float *qkv, int B, int T, int NH, int NKV, int hs, ts_err *err);
 
     /* Release the backend (not the tensors: their owners free them first). */
     void (*destroy)(backend *be);

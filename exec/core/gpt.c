@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exec/core/cp_split.h"
 #include "exec/core/gpt_impl.h"
 
 /* How a parameter is split over the t tensor ranks. */
@@ -286,7 +287,46 @@ static int backend_check(const gpt_dims *d, const backend *be, ts_err *err)
     if (flag)
         return err_set(err, TS_ENOTSUP, "%s: the %s backend has no kernel for it (run with the cpu backend)", flag,
                        be->name);
+    if (d->flash && !(be->attention_flash_fwd && be->attention_flash_bwd))
+        return err_set(err, TS_ENOTSUP,
+                       "--attention-backend flash: the %s backend has only the unfused attention (give "
+                       "--attention-backend unfused, or run with the cpu backend)",
+                       be->name);
     return TS_OK;
+}
+
+/* Context parallelism: flash attention, a ring, T split in 2 cp chunks,
+ * positions not rotated by rope (TS_ENOTSUP / TS_EINVAL naming the flag). */
+static int cp_check(const gpt_dims *d, const comm *cm, ts_err *err)
+{
+    int cp = cm->size[COMM_CP];
+    if (cp == 1)
+        return TS_OK;
+    if (!d->flash)
+        return err_set(err, TS_ENOTSUP,
+                       "--context-parallel-size %d needs --attention-backend flash (ring attention keeps no scores)",
+                       cp);
+    if (!cm->cp_sendrecv)
+        return err_set(err, TS_ENOTSUP, "--context-parallel-size %d: the %s comm has no context-parallel ring", cp,
+                       cm->name);
+    if (d->rope)
+        return err_set(err, TS_ENOTSUP,
+                       "--context-parallel-size %d with --position-embedding-type rope: the executor's rope kernel "
+                       "takes positions in order (give learned_absolute positions)",
+                       cp);
+    return cp_split_check(d->seq, cp, err);
+}
+
+static int stage_ring_sendrecv(void *ud, const float *send, float *recv, size_t n, ts_err *err)
+{
+    comm *cm = ud;
+    return cm->cp_sendrecv(cm, send, recv, n, err);
+}
+
+size_t gpt_att_floats(const gpt_stage *st)
+{
+    size_t bh = (size_t)st->B * (size_t)st->NHl;
+    return st->d.flash ? bh * (size_t)st->Tl : bh * (size_t)st->T * (size_t)st->T;
 }
 
 int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool embed, bool head, bool sp, uint64_t seed,
@@ -297,7 +337,7 @@ int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool em
     int rc = gpt_dims_check(d, t, sp, err);
     if (rc)
         return rc;
-    if ((rc = backend_check(d, be, err)))
+    if ((rc = backend_check(d, be, err)) || (rc = cp_check(d, cm, err)))
         return rc;
     if (first_layer < 0 || num_layers < 0 || first_layer + num_layers > d->layers)
         return err_set(err, TS_EINVAL, "stage layers [%d, %d) outside the model's %d layers", first_layer,
@@ -308,6 +348,9 @@ int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool em
     st->d = *d;
     st->t = t;
     st->tr = cm->rank[COMM_TP];
+    st->cp = cm->size[COMM_CP];
+    st->cr = cm->rank[COMM_CP];
+    st->ring = (cp_ring){.size = st->cp, .rank = st->cr, .ud = cm, .sendrecv = stage_ring_sendrecv};
     st->sp = sp && t > 1;
     st->l0 = first_layer;
     st->nl = num_layers;
@@ -328,7 +371,8 @@ int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool em
     st->Wl = (st->NHl + 2 * st->NKVl) * st->hs;
     st->Fu = d->swiglu ? 2 * st->Fl : st->Fl;
     st->V = d->vocab;
-    st->N = (size_t)d->batch * d->seq;
+    st->Tl = d->seq / st->cp;
+    st->N = (size_t)d->batch * st->Tl;
     st->Ns = st->sp ? st->N / t : st->N;
 
     int maxt = 2 + num_layers * GP_LAYER_COUNT + 3;
@@ -405,8 +449,8 @@ int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool em
 
     /* scratch */
     size_t N = st->N, Ns = st->Ns, C = st->C;
-    size_t natt = (size_t)st->B * st->NHl * st->T * st->T;
-    st->scratch_n = N * C + Ns * C + Ns * C + N * st->Fl + N * st->Cl + natt + (d->recompute_attn ? natt : 0);
+    size_t natt = gpt_att_floats(st), ndatt = d->flash ? 0 : natt; /* flash: no score gradients */
+    st->scratch_n = N * C + Ns * C + Ns * C + N * st->Fl + N * st->Cl + ndatt + (d->recompute_attn ? natt : 0);
     if ((rc = be_alloc(be, st->scratch_n, XMEM_BUFFERS, &st->scratch, err)))
         goto fail;
     float *p = st->scratch;
@@ -415,7 +459,7 @@ int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool em
     st->s_dres = p, p += Ns * C;
     st->s_dfchg = p, p += N * st->Fl;
     st->s_datty = p, p += N * st->Cl;
-    st->s_datt = p, p += natt;
+    st->s_datt = d->flash ? NULL : p, p += ndatt;
     st->s_att = d->recompute_attn ? p : NULL;
     /* the fused backward's one-layer cache */
     st->fused.nfloats = gpt_cache_layout(st, &st->fused, num_layers > 0 ? 1 : 0, NULL);
@@ -537,7 +581,7 @@ int gpt_acts_create(gpt_stage *st, gpt_acts **out, ts_err *err)
         }
     }
 #undef TAKE
-    a->tokens = st->be->alloc_int(st->be, N);
+    a->tokens = st->be->alloc_int(st->be, (size_t)st->B * st->T); /* the whole sequences (embed picks the rank's) */
     a->targets = st->be->alloc_int(st->be, N);
     if (!a->tokens || !a->targets) {
         gpt_acts_free(st, a);

@@ -40,6 +40,14 @@
  *   ranks (not vocabulary-parallel): every tensor rank computes the full
  *   logits.
  *
+ * Context parallelism (the comm's COMM_CP group of cp ranks, flash
+ * attention only): each rank holds T/cp positions of every sequence, its
+ * two chunks of cp_split.h (rows b*T/cp + i, position cp_global_pos(i));
+ * attention runs cp_attn's ring over the group, every other op is per row.
+ * The stage takes the whole sequences' tokens and targets and picks its
+ * rows; its loss is the sum over its rows; its gradients are partial over
+ * COMM_CP, summed with the data-parallel ones (COMM_DP holds both).
+ *
  * Backward is split for zero-bubble schedules: gpt_backward_input() computes
  * the gradient w.r.t. the stage input and saves what the weight gradients
  * need; gpt_backward_weight() then accumulates the parameter gradients.
@@ -96,6 +104,10 @@ typedef struct {
                              this rank's shard (its moments only), parameters all-gathered */
     int recompute_layers; /* --recompute-num-layers: uniform, layers per group from the stage's first (0: 1);
                              block, the stage's first so many layers, each alone (0: all) */
+    bool flash;           /* --attention-backend flash or fused (the simulator's resolved backend): the backend's
+                             attention_flash_* (cp_attn.h's recurrence) saves the log-sum-exp [B, NH/t, T/cp]
+                             instead of the scores [B, NH/t, T, T], and its backward recomputes the scores;
+                             false: unfused (the scores saved) */
 } gpt_dims;
 
 enum { GPT_RC_NONE = 0, GPT_RC_UNIFORM, GPT_RC_BLOCK };
@@ -163,7 +175,7 @@ int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool em
 void gpt_stage_free(gpt_stage *st);
 void gpt_stage_set_prof(gpt_stage *st, gpt_prof_fn fn, void *ud);
 
-/* Rows of a pipeline tensor (stage input/output): N = B*T, or N/t with sp. */
+/* Rows of a pipeline tensor (stage input/output): N = B*T/cp, or N/t with sp. */
 size_t gpt_stage_io_floats(const gpt_stage *st);
 size_t gpt_stage_num_params(const gpt_stage *st);
 const gpt_tensor *gpt_stage_tensors(const gpt_stage *st, int *count);

@@ -12,7 +12,7 @@
 typedef struct {
     float *ln1, *ln1m, *ln1r, *ln1g; /* [Ns,C], [Ns], [Ns], [N,C] */
     float *qkv;                      /* [N, Wl] (q and k rotated with rope) */
-    float *att;                      /* [B, NH/t, T, T] */
+    float *att;                      /* unfused: the scores [B, NH/t, T, T]; flash: the log-sum-exp [B, NH/t, Tl] */
     float *atty;                     /* [N, C/t] */
     float *res2;                     /* [Ns, C] */
     float *ln2, *ln2m, *ln2r, *ln2g;
@@ -53,7 +53,9 @@ struct gpt_acts {
 
 struct gpt_stage {
     gpt_dims d;
-    int t, tr; /* tensor-parallel size and rank */
+    int t, tr;    /* tensor-parallel size and rank */
+    int cp, cr;   /* context-parallel size and rank (COMM_CP) */
+    cp_ring ring; /* the flash attention's ring over COMM_CP (size 1: one rank) */
     bool sp;
     int l0, nl; /* first global layer, local layer count */
     bool embed, head;
@@ -62,6 +64,7 @@ struct gpt_stage {
     uint64_t seed;
     /* derived sizes */
     int B, T, C, Cl, F, Fl, NHl, hs, V;
+    int Tl; /* positions of each sequence on this rank: T / cp */
     int NKVl; /* local key/value heads (= NHl without grouped-query attention) */
     int Wl;   /* local QKV width (NHl + 2 NKVl) hs */
     int Fu;   /* local FC1 width: 2 Fl with SwiGLU, else Fl */
@@ -81,8 +84,8 @@ struct gpt_stage {
     float *s_dres;  /* [Ns, C] residual-stream gradient */
     float *s_dfchg; /* [N, F/t] */
     float *s_datty; /* [N, C/t] */
-    float *s_datt;  /* [B, NH/t, T, T] */
-    float *s_att;   /* [B, NH/t, T, T] the scores of every layer (recompute_attn) */
+    float *s_datt;  /* [B, NH/t, T, T] (unfused only) */
+    float *s_att;   /* gpt_att_floats: every layer's scores or log-sum-exp (recompute_attn) */
     float *scratch; /* one allocation holding the above */
     size_t scratch_n;
     gpt_cache fused; /* one layer's worth, reused by gpt_backward */
@@ -112,6 +115,10 @@ struct gpt_stage {
 
 #define LW(st, li, k) ((st)->pw[(size_t)(li)*GP_LAYER_COUNT + ((k)-GP_LAYER_FIRST)])
 #define LG(st, li, k) ((st)->pg[(size_t)(li)*GP_LAYER_COUNT + ((k)-GP_LAYER_FIRST)])
+
+/* Floats of one layer's saved attention state: the scores (unfused) or the
+ * log-sum-exp (flash). */
+size_t gpt_att_floats(const gpt_stage *st);
 
 /* Carve one layer's activations (with its output res3 if res3) from base;
  * base NULL: only count. Returns the floats taken. */

@@ -13,7 +13,7 @@
 size_t gpt_lacts_carve(const gpt_stage *st, gpt_lacts *A, float *base, bool res3)
 {
     size_t cur = 0, N = st->N, Ns = st->Ns, C = st->C;
-    size_t natt = (size_t)st->B * st->NHl * st->T * st->T, nmean = st->d.rmsnorm ? 0 : Ns;
+    size_t natt = gpt_att_floats(st), nmean = st->d.rmsnorm ? 0 : Ns;
 #define TAKE(ptr, cnt)                                                                                                 \
     do {                                                                                                               \
         if (base)                                                                                                      \
@@ -29,7 +29,7 @@ size_t gpt_lacts_carve(const gpt_stage *st, gpt_lacts *A, float *base, bool res3
     if (!st->d.recompute_attn)
         TAKE(A->att, natt);
     else if (base)
-        A->att = st->s_att; /* scores recomputed in the backward: one stage-wide buffer */
+        A->att = st->s_att; /* scores (or log-sum-exp) recomputed in the backward: one stage-wide buffer */
     TAKE(A->atty, N * st->Cl);
     TAKE(A->res2, Ns * C);
     TAKE(A->ln2, Ns * C);

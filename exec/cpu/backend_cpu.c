@@ -152,6 +152,20 @@ static void cpu_att_bwd(backend *be, float *dqkv, float *datt, const float *dout
 {
     cpu_att_gqa_bwd(be, dqkv, datt, dout, qkv, att, B, T, NH, NH, hs);
 }
+/* Flash-style attention: cp_attn's tiled recurrence (its loops, in double
+ * per query; no GEMMs), over the context-parallel ring. */
+static int cpu_att_flash_fwd(backend *be, const cp_ring *ring, float *out, float *lse, const float *qkv, int B, int T,
+                             int NH, int NKV, int hs, ts_err *err)
+{
+    (void)be;
+    return cp_attn_fwd(ring, out, lse, qkv, B, T, NH, NKV, hs, err);
+}
+static int cpu_att_flash_bwd(backend *be, const cp_ring *ring, float *dqkv, const float *dout, const float *out,
+                             const float *lse, const float *qkv, int B, int T, int NH, int NKV, int hs, ts_err *err)
+{
+    (void)be;
+    return cp_attn_bwd(ring, dqkv, dout, out, lse, qkv, B, T, NH, NKV, hs, err);
+}
 static void cpu_rms_fwd(backend *be, float *out, float *rstd, const float *inp, const float *w, size_t N, int C)
 {
     (void)be;
@@ -304,6 +318,8 @@ int backend_cpu_create(int threads, backend **out, ts_err *err)
     be->rope_bwd = cpu_rope_bwd;
     be->attention_gqa_fwd = cpu_att_gqa_fwd;
     be->attention_gqa_bwd = cpu_att_gqa_bwd;
+    be->attention_flash_fwd = cpu_att_flash_fwd;
+    be->attention_flash_bwd = cpu_att_flash_bwd;
     be->destroy = cpu_destroy;
     *out = be;
     return TS_OK;

@@ -30,7 +30,7 @@ typedef struct {
     int nqueued;
 } nccl_ctx;
 
-static const char *const GROUP_NAMES[COMM_NGROUPS] = {"tensor", "pipeline", "data"};
+static const char *const GROUP_NAMES[COMM_NGROUPS] = {"tensor", "pipeline", "data", "context"};
 
 static nccl_ctx *X(comm *c)
 {
@@ -315,6 +315,8 @@ int comm_nccl_create(MPI_Comm base, int t, int p, int d, cudaStream_t compute, c
     c->rank[COMM_TP] = tp;
     c->rank[COMM_PP] = pp;
     c->rank[COMM_DP] = dp;
+    c->size[COMM_CP] = 1; /* no context parallelism over NCCL (trainexec refuses it with --backend cuda) */
+    c->rank[COMM_CP] = 0;
     c->all_reduce = nc_all_reduce;
     c->all_gather = nc_all_gather;
     c->reduce_scatter = nc_reduce_scatter;
