@@ -16,6 +16,8 @@ typedef struct {
 
 static int admitted(const blockset *bs, int qi, int ki)
 {
+    if (bs->cp == 1) /* one rank: plain causal attention, any T */
+        return ki <= qi;
     cp_mask m = cp_block(cp_chunk(bs->cp, bs->r, qi / bs->cs), cp_chunk(bs->cp, bs->src, ki / bs->cs));
     if (m == CP_SKIP)
         return 0;
@@ -33,6 +35,14 @@ static int ring_step(const cp_ring *ring, float **cur, float **nxt, size_t n, ts
     return rc;
 }
 
+/* The split (cp > 1; one rank takes any T >= 1, cp_split_check's evenness aside). */
+static int split_check(int T, int cp, ts_err *err)
+{
+    if (cp == 1 && T >= 1)
+        return TS_OK;
+    return cp_split_check(T, cp, err);
+}
+
 /* NKV divides NH, both >= 1, hs >= 1 (TS_EINVAL otherwise). */
 static int heads_check(int NH, int NKV, int hs, ts_err *err)
 {
@@ -47,7 +57,7 @@ static int heads_check(int NH, int NKV, int hs, ts_err *err)
 int cp_attn_fwd(const cp_ring *ring, float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV, int hs,
                 ts_err *err)
 {
-    int cp = ring->size, r = ring->rank, rc = cp_split_check(T, cp, err);
+    int cp = ring->size, r = ring->rank, rc = split_check(T, cp, err);
     if (!rc)
         rc = heads_check(NH, NKV, hs, err);
     if (rc)
@@ -75,7 +85,7 @@ int cp_attn_fwd(const cp_ring *ring, float *out, float *lse, const float *qkv, i
     }
     double scale = 1.0 / sqrt((double)hs);
     for (int step = 0; step < cp; step++) {
-        blockset bs = {T, cp, r, cp_ring_src(cp, r, step), Tl, T / (2 * cp)};
+        blockset bs = {T, cp, r, cp_ring_src(cp, r, step), Tl, cp > 1 ? T / (2 * cp) : T};
         for (int b = 0; b < B; b++)
             for (int h = 0; h < NH; h++)
                 for (int qi = 0; qi < Tl; qi++) {
@@ -125,7 +135,7 @@ done:
 int cp_attn_bwd(const cp_ring *ring, float *dqkv, const float *dout, const float *out, const float *lse,
                 const float *qkv, int B, int T, int NH, int NKV, int hs, ts_err *err)
 {
-    int cp = ring->size, r = ring->rank, rc = cp_split_check(T, cp, err);
+    int cp = ring->size, r = ring->rank, rc = split_check(T, cp, err);
     if (!rc)
         rc = heads_check(NH, NKV, hs, err);
     if (rc)
@@ -154,7 +164,7 @@ int cp_attn_bwd(const cp_ring *ring, float *dqkv, const float *dout, const float
         }
     double scale = 1.0 / sqrt((double)hs);
     for (int step = 0; step < cp; step++) {
-        blockset bs = {T, cp, r, cp_ring_src(cp, r, step), Tl, T / (2 * cp)};
+        blockset bs = {T, cp, r, cp_ring_src(cp, r, step), Tl, cp > 1 ? T / (2 * cp) : T};
         for (int b = 0; b < B; b++)
             for (int h = 0; h < NH; h++)
                 for (int qi = 0; qi < Tl; qi++) {

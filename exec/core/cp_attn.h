@@ -41,7 +41,7 @@ typedef struct {
 } cp_ring;
 
 /* out [B*Tl, C]; lse [B, NH, Tl] saved for the backward. T is the full
- * sequence length (divisible by 2*cp); NKV divides NH. */
+ * sequence length (divisible by 2*cp when cp > 1); NKV divides NH. */
 int cp_attn_fwd(const cp_ring *ring, float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV, int hs,
                 ts_err *err);
 /* dqkv [B*Tl, (NH + 2 NKV) hs] += the gradient for dout [B*Tl, C]; needs
