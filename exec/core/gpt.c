@@ -561,15 +561,6 @@ int gpt_acts_create(gpt_stage *st, gpt_acts **out, ts_err *err)
                 TAKE(L[li].res3, Ns * C); /* a recompute group keeps its output only (the next one's input) */
             }
         }
-        if (st->head) {
-            TAKE(a->lnf, Ns * C);
-            TAKE(a->lnfm, st->d.rmsnorm ? 0 : Ns);
-            TAKE(a->lnfr, Ns);
-            if (st->sp)
-                TAKE(a->lnfg, N * C);
-            TAKE(a->probs, N * st->V);
-            TAKE(a->losses, N);
-        }
         if (pass == 0) {
             a->nfloats = cur;
             int rc = be_alloc(st->be, cur, XMEM_ACTS, &a->mem, err);
@@ -587,8 +578,44 @@ int gpt_acts_create(gpt_stage *st, gpt_acts **out, ts_err *err)
         gpt_acts_free(st, a);
         return err_set(err, TS_ENOMEM, "gpt activations: out of memory for token ids");
     }
-    *out = a;
+    *out = a; /* the head's activations come with its forward (gpt_head_acts_alloc) */
     return TS_OK;
+}
+
+int gpt_head_acts_alloc(gpt_stage *st, gpt_acts *a, ts_err *err)
+{
+    size_t N = st->N, Ns = st->Ns, C = st->C, nm = st->d.rmsnorm ? 0 : Ns;
+    int rc = TS_OK;
+    if (!st->head)
+        return TS_OK;
+    if (!a->head_w) {
+        a->head_wn = Ns * C + nm + Ns + (st->sp ? N * C : 0);
+        if ((rc = be_alloc(st->be, a->head_wn, XMEM_ACTS, &a->head_w, err)))
+            return rc;
+        a->lnf = a->head_w;
+        a->lnfm = a->lnf + Ns * C;
+        a->lnfr = a->lnfm + nm;
+        a->lnfg = st->sp ? a->lnfr + Ns : NULL;
+    }
+    if (!a->head_i) {
+        a->head_in = N * (size_t)st->V + N;
+        if ((rc = be_alloc(st->be, a->head_in, XMEM_ACTS, &a->head_i, err)))
+            return rc;
+        a->probs = a->head_i;
+        a->losses = a->probs + N * (size_t)st->V;
+    }
+    return TS_OK;
+}
+
+void gpt_head_acts_free(gpt_stage *st, gpt_acts *a, bool weight_part)
+{
+    if (weight_part) {
+        be_free(st->be, a->head_w, a->head_wn, XMEM_ACTS);
+        a->head_w = a->lnf = a->lnfm = a->lnfr = a->lnfg = NULL;
+    } else {
+        be_free(st->be, a->head_i, a->head_in, XMEM_ACTS);
+        a->head_i = a->probs = a->losses = NULL;
+    }
 }
 
 void gpt_acts_free(gpt_stage *st, gpt_acts *a)
@@ -599,6 +626,8 @@ void gpt_acts_free(gpt_stage *st, gpt_acts *a)
         free_cache_mem(st, &a->cache);
     be_free(st->be, a->rc_mem, a->rc_n, XMEM_ACTS);
     be_free(st->be, a->mem, a->nfloats, XMEM_ACTS);
+    gpt_head_acts_free(st, a, false);
+    gpt_head_acts_free(st, a, true);
     if (a->tokens)
         st->be->free_int(st->be, a->tokens);
     if (a->targets)

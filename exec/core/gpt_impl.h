@@ -45,6 +45,11 @@ struct gpt_acts {
     float *lnf, *lnfm, *lnfr, *lnfg, *probs, *losses; /* last stage */
     float *mem;
     size_t nfloats;
+    /* the last stage's own allocations, freed as the backward is done with them (as autograd frees
+     * them): head_i (probs, losses) after the head's input gradient, head_w (lnf and its stats)
+     * after its weight gradient; the forward allocates them when it reaches the head */
+    float *head_i, *head_w;
+    size_t head_in, head_wn;
     gpt_cache cache; /* saved by backward_input (split mode) */
     bool have_cache;
     float *rc_mem; /* split mode: the recomputed layers' activations, rerun by backward_input, kept for W */
@@ -93,7 +98,8 @@ struct gpt_stage {
     int *rc_lo, *rc_hi; /* per local layer: its recompute group [lo, hi); -1, -1 when its activations are kept */
     int n_rc;           /* recomputed layers: always the stage's first n_rc */
     size_t rc_slot;     /* floats of one layer's activations (with its output) */
-    float *rc_ws;       /* one group's activations: the forward's and the fused backward's */
+    float *rc_ws;       /* one group's activations: the forward's and the fused backward's; allocated while a
+                           group runs (gpt_rc_ws_get/put), as autograd holds a checkpointed group's tensors */
     size_t rc_ws_n;
     gpt_prof_fn prof;
     void *prof_ud;
@@ -116,6 +122,12 @@ struct gpt_stage {
 #define LW(st, li, k) ((st)->pw[(size_t)(li)*GP_LAYER_COUNT + ((k)-GP_LAYER_FIRST)])
 #define LG(st, li, k) ((st)->pg[(size_t)(li)*GP_LAYER_COUNT + ((k)-GP_LAYER_FIRST)])
 
+/* The last stage's head activations of a (gpt_acts' head_i, head_w) where
+ * absent; a no-op on other stages. */
+int gpt_head_acts_alloc(gpt_stage *st, gpt_acts *a, ts_err *err);
+/* Free head_w (weight_part) or head_i; NULL pointers are allowed. */
+void gpt_head_acts_free(gpt_stage *st, gpt_acts *a, bool weight_part);
+
 /* Floats of one layer's saved attention state: the scores (unfused) or the
  * log-sum-exp (flash). */
 size_t gpt_att_floats(const gpt_stage *st);
@@ -124,9 +136,13 @@ size_t gpt_att_floats(const gpt_stage *st);
  * base NULL: only count. Returns the floats taken. */
 size_t gpt_lacts_carve(const gpt_stage *st, gpt_lacts *A, float *base, bool res3);
 /* Full recomputation: the groups of st->d's method over the stage's layers
- * and the group workspace (counted as activations). */
+ * and the size of the group workspace. */
 int gpt_rc_setup(gpt_stage *st, ts_err *err);
 void gpt_rc_free(gpt_stage *st);
+/* Allocate the group workspace st->rc_ws (counted as activations) if it is
+ * not; put frees it (the group is done). */
+int gpt_rc_ws_get(gpt_stage *st, ts_err *err);
+void gpt_rc_ws_put(gpt_stage *st);
 /* Point the activations of the recompute group starting at local layer lo
  * into base (group slots of st->rc_slot floats); the group's last output
  * (its checkpoint, per micro-batch) keeps its place. */

@@ -264,19 +264,24 @@ int gpt_forward(gpt_stage *st, gpt_acts *a, const int *tokens, const int *target
         }
     }
     for (int li = 0; li < st->nl; li++) {
-        if (st->rc_lo[li] == li) /* a recompute group runs in the stage's workspace */
+        if (st->rc_lo[li] == li) { /* a recompute group runs in the stage's workspace */
+            CK(gpt_rc_ws_get(st, err));
             gpt_rc_bind(st, a, li, st->rc_ws);
+        }
         /* the last layer writes y, except on the last stage (lnf's input is saved) */
         float *out = a->L[li].res3 ? a->L[li].res3 : y;
         if (!out)
             return err_set(err, TS_ESTATE, "gpt_forward: stage %d needs an output buffer", st->l0);
         CK(layer_fwd(st, a, li, layer_input(a, li), out, err));
+        if (st->rc_lo[li] >= 0 && li == st->rc_hi[li] - 1) /* the group's output is kept; the rest is dropped */
+            gpt_rc_ws_put(st);
     }
     if (!st->head) {
         if (st->nl == 0)
             be->copy(be, y, a->in0, Ns * C);
         return TS_OK;
     }
+    CK(gpt_head_acts_alloc(st, a, err)); /* when the head runs (the layers' transients are gone) */
     const float *x = layer_input(a, st->nl);
     OP(st, "lnf", -1, norm_fwd(st, a->lnf, a->lnfm, a->lnfr, x, st->lnfw, st->lnfb, Ns));
     const float *lnfg = a->lnf;
@@ -416,8 +421,11 @@ static int backward_input(gpt_stage *st, gpt_acts *a, const float *dy, float los
     size_t nC = st->Ns * (size_t)st->C;
     if (st->head) {
         head_bwd_input(st, a, c, loss_scale);
-        if (fused)
+        gpt_head_acts_free(st, a, false); /* the logits' probabilities are done with */
+        if (fused) {
             head_bwd_weight(st, a, c);
+            gpt_head_acts_free(st, a, true);
+        }
     } else {
         if (!dy)
             return err_set(err, TS_ESTATE, "gpt backward: stage %d needs an output gradient", st->l0);
@@ -425,11 +433,16 @@ static int backward_input(gpt_stage *st, gpt_acts *a, const float *dy, float los
     }
     for (int li = st->nl - 1; li >= 0; li--) {
         gpt_lcache *K = fused ? &c->L[0] : &c->L[li];
-        if (st->rc_lo[li] >= 0 && li == st->rc_hi[li] - 1) /* split: kept in a->rc_mem until W */
+        if (st->rc_lo[li] >= 0 && li == st->rc_hi[li] - 1) { /* split: kept in a->rc_mem until W */
+            if (fused)
+                CK(gpt_rc_ws_get(st, err));
             CK(recompute_group(st, a, li, fused ? st->rc_ws : a->rc_mem + (size_t)st->rc_lo[li] * st->rc_slot, err));
+        }
         CK(layer_bwd_input(st, a, li, K, err));
         if (fused)
             layer_bwd_weight(st, a, li, K);
+        if (fused && st->rc_lo[li] == li) /* the group is done */
+            gpt_rc_ws_put(st);
     }
     if (st->embed) {
         be->copy(be, c->dx0, st->s_dres, nC);
@@ -477,8 +490,10 @@ int gpt_backward_weight(gpt_stage *st, gpt_acts *a, ts_err *err)
     if (!a->have_cache)
         return err_set(err, TS_ESTATE, "gpt_backward_weight: no saved gradients (run gpt_backward_input first)");
     gpt_cache *c = &a->cache;
-    if (st->head)
+    if (st->head) {
         head_bwd_weight(st, a, c);
+        gpt_head_acts_free(st, a, true);
+    }
     for (int li = st->nl - 1; li >= 0; li--)
         layer_bwd_weight(st, a, li, &c->L[li]);
     if (st->embed)

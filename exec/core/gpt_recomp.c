@@ -73,12 +73,25 @@ int gpt_rc_setup(gpt_stage *st, ts_err *err)
         return err_set(err, TS_EINVAL, "recomputation: %d layers of %zu floats of activations overflow the byte count",
                        st->n_rc, st->rc_slot);
     st->rc_ws_n = st->n_rc ? (size_t)(group < st->n_rc ? group : st->n_rc) * st->rc_slot : 0;
+    return TS_OK;
+}
+
+int gpt_rc_ws_get(gpt_stage *st, ts_err *err)
+{
+    if (st->rc_ws || !st->rc_ws_n)
+        return TS_OK;
     return be_alloc(st->be, st->rc_ws_n, XMEM_ACTS, &st->rc_ws, err);
+}
+
+void gpt_rc_ws_put(gpt_stage *st)
+{
+    be_free(st->be, st->rc_ws, st->rc_ws_n, XMEM_ACTS);
+    st->rc_ws = NULL;
 }
 
 void gpt_rc_free(gpt_stage *st)
 {
-    be_free(st->be, st->rc_ws, st->rc_ws_n, XMEM_ACTS);
+    gpt_rc_ws_put(st);
     free(st->rc_lo);
     free(st->rc_hi);
 }
