@@ -553,11 +553,9 @@ int gpt_acts_create(gpt_stage *st, gpt_acts **out, ts_err *err)
         float *base = a->mem;
         size_t cur = 0;
         TAKE(a->in0, Ns * C);
-        for (int li = 0; li < st->nl; li++) {
+        for (int li = 0; li < st->nl; li++) { /* kept layers: their own allocations, in their forward */
             bool res3 = li + 1 < st->nl || st->head;
-            if (st->rc_lo[li] < 0) {
-                cur += gpt_lacts_carve(st, &L[li], base ? base + cur : NULL, res3);
-            } else if (res3 && li == st->rc_hi[li] - 1) {
+            if (st->rc_lo[li] >= 0 && res3 && li == st->rc_hi[li] - 1) {
                 TAKE(L[li].res3, Ns * C); /* a recompute group keeps its output only (the next one's input) */
             }
         }
@@ -580,6 +578,26 @@ int gpt_acts_create(gpt_stage *st, gpt_acts **out, ts_err *err)
     }
     *out = a; /* the head's activations come with its forward (gpt_head_acts_alloc) */
     return TS_OK;
+}
+
+int gpt_layer_acts_alloc(gpt_stage *st, gpt_acts *a, int li, ts_err *err)
+{
+    gpt_lacts *A = &a->L[li];
+    if (st->rc_lo[li] >= 0 || A->mem)
+        return TS_OK;
+    bool res3 = li + 1 < st->nl || st->head;
+    A->nfloats = gpt_lacts_carve(st, A, NULL, res3);
+    int rc = be_alloc(st->be, A->nfloats, XMEM_ACTS, &A->mem, err);
+    if (!rc)
+        gpt_lacts_carve(st, A, A->mem, res3);
+    return rc;
+}
+
+void gpt_layer_acts_free(gpt_stage *st, gpt_acts *a, int li)
+{
+    gpt_lacts *A = &a->L[li];
+    be_free(st->be, A->mem, A->nfloats, XMEM_ACTS);
+    A->mem = NULL;
 }
 
 int gpt_head_acts_alloc(gpt_stage *st, gpt_acts *a, ts_err *err)
@@ -628,6 +646,8 @@ void gpt_acts_free(gpt_stage *st, gpt_acts *a)
     be_free(st->be, a->mem, a->nfloats, XMEM_ACTS);
     gpt_head_acts_free(st, a, false);
     gpt_head_acts_free(st, a, true);
+    for (int li = 0; li < st->nl; li++)
+        gpt_layer_acts_free(st, a, li);
     if (a->tokens)
         st->be->free_int(st->be, a->tokens);
     if (a->targets)

@@ -18,6 +18,9 @@ typedef struct {
     float *ln2, *ln2m, *ln2r, *ln2g;
     float *fch, *fchg; /* [N, Fu], [N, F/t] */
     float *res3;       /* [Ns, C]; NULL for the stage's last layer */
+    float *mem;        /* a layer whose activations are kept: its own allocation, from its forward to the end
+                          of its backward (gpt_layer_acts_alloc / _free); NULL for a recomputed layer */
+    size_t nfloats;
 } gpt_lacts;
 
 /* Output gradients a layer's weight gradients need (zero-bubble "W"). */
@@ -121,6 +124,11 @@ struct gpt_stage {
 
 #define LW(st, li, k) ((st)->pw[(size_t)(li)*GP_LAYER_COUNT + ((k)-GP_LAYER_FIRST)])
 #define LG(st, li, k) ((st)->pg[(size_t)(li)*GP_LAYER_COUNT + ((k)-GP_LAYER_FIRST)])
+
+/* Layer li's own activations (a layer that is not recomputed) where
+ * absent, carved into a->L[li]; free releases them (NULL allowed). */
+int gpt_layer_acts_alloc(gpt_stage *st, gpt_acts *a, int li, ts_err *err);
+void gpt_layer_acts_free(gpt_stage *st, gpt_acts *a, int li);
 
 /* The last stage's head activations of a (gpt_acts' head_i, head_w) where
  * absent; a no-op on other stages. */

@@ -268,6 +268,7 @@ int gpt_forward(gpt_stage *st, gpt_acts *a, const int *tokens, const int *target
             CK(gpt_rc_ws_get(st, err));
             gpt_rc_bind(st, a, li, st->rc_ws);
         }
+        CK(gpt_layer_acts_alloc(st, a, li, err)); /* a kept layer's own */
         /* the last layer writes y, except on the last stage (lnf's input is saved) */
         float *out = a->L[li].res3 ? a->L[li].res3 : y;
         if (!out)
@@ -439,8 +440,10 @@ static int backward_input(gpt_stage *st, gpt_acts *a, const float *dy, float los
             CK(recompute_group(st, a, li, fused ? st->rc_ws : a->rc_mem + (size_t)st->rc_lo[li] * st->rc_slot, err));
         }
         CK(layer_bwd_input(st, a, li, K, err));
-        if (fused)
+        if (fused) {
             layer_bwd_weight(st, a, li, K);
+            gpt_layer_acts_free(st, a, li); /* done with (the layer below reads its own input) */
+        }
         if (fused && st->rc_lo[li] == li) /* the group is done */
             gpt_rc_ws_put(st);
     }
@@ -494,8 +497,10 @@ int gpt_backward_weight(gpt_stage *st, gpt_acts *a, ts_err *err)
         head_bwd_weight(st, a, c);
         gpt_head_acts_free(st, a, true);
     }
-    for (int li = st->nl - 1; li >= 0; li--)
+    for (int li = st->nl - 1; li >= 0; li--) {
         layer_bwd_weight(st, a, li, &c->L[li]);
+        gpt_layer_acts_free(st, a, li);
+    }
     if (st->embed)
         embed_bwd_weight(st, a, c);
     be_free(st->be, c->mem, c->nfloats, XMEM_ACTS);
