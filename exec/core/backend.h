@@ -123,14 +123,15 @@ struct backend {
      * recurrence: online softmax, only the log-sum-exp lse [B, NH, T/cp]
      * saved, the backward recomputing the scores), multi-head or
      * grouped-query (NKV key/value heads), over ring's context-parallel
-     * ranks (size 1: one rank). Same arguments as cp_attn_fwd/bwd; they
-     * return a status (the ring's exchange can fail). NULL in a backend
-     * that has only the unfused attention: gpt_stage_create then refuses
-     * the flag. */
+     * ranks (size 1: one rank). Same arguments as cp_attn_fwd/bwd (ring_ws:
+     * the ring's buffers, cp_attn_ring_floats); they return a status (the
+     * ring's exchange can fail). NULL in a backend that has only the
+     * unfused attention: gpt_stage_create then refuses the flag. */
     int (*attention_flash_fwd)(backend *be, const cp_ring *ring, float *out, float *lse, const float *qkv, int B,
-                               int T, int NH, int NKV, int hs, ts_err *err);
+                               int T, int NH, int NKV, int hs, float *ring_ws, ts_err *err);
     int (*attention_flash_bwd)(backend *be, const cp_ring *ring, float *dqkv, const float *dout, const float *out,
-                               const float *lse, const float *qkv, int B, int T, int NH, int NKV, int hs, ts_err *err);
+                               const float *lse, const float *qkv, int B, int T, int NH, int NKV, int hs,
+                               float *ring_ws, ts_err *err);
 
     /* Release the backend (not the tensors: their owners free them first). */
     void (*destroy)(backend *be);

@@ -23,12 +23,15 @@
  * The exchange is a callback (sendrecv to the next rank, from the previous:
  * exec/cp_mpi.h over MPI); with cp = 1 it is never called.
  *
- * Memory: cp_attn_fwd/bwd allocate scratch (freed before returning); every
- * argument array is caller-owned.
+ * Memory: cp_attn_fwd/bwd allocate their accumulators (running max, sum
+ * and output in double; D = dO . O), freed before returning, and the ring's
+ * buffers unless the caller gives them; every argument array is
+ * caller-owned.
  */
 #ifndef TRAINSIM_EXEC_CP_ATTN_H
 #define TRAINSIM_EXEC_CP_ATTN_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "sim/util/err.h"
@@ -40,13 +43,23 @@ typedef struct {
     int (*sendrecv)(void *ud, const float *send, float *recv, size_t n, ts_err *err);
 } cp_ring;
 
+/* Floats of the ring's travelling buffers (two of them: the block held and
+ * the one arriving): B*Tl rows of k | v (forward, 4 NKV hs floats in all)
+ * or k | v | dk | dv (backward, 8); 0 when cp = 1 (one rank reads q, k, v
+ * in place and accumulates dk, dv into dqkv directly). */
+size_t cp_attn_ring_floats(int B, int T, int cp, int NKV, int hs, bool bwd);
+
 /* out [B*Tl, C]; lse [B, NH, Tl] saved for the backward. T is the full
- * sequence length (divisible by 2*cp when cp > 1); NKV divides NH. */
+ * sequence length (divisible by 2*cp when cp > 1); NKV divides NH.
+ * ring_ws: cp_attn_ring_floats(.., false) floats of caller memory for the
+ * ring's buffers (so the caller can count them), or NULL to allocate them
+ * here. */
 int cp_attn_fwd(const cp_ring *ring, float *out, float *lse, const float *qkv, int B, int T, int NH, int NKV, int hs,
-                ts_err *err);
+                float *ring_ws, ts_err *err);
 /* dqkv [B*Tl, (NH + 2 NKV) hs] += the gradient for dout [B*Tl, C]; needs
- * the forward's out and lse. Collective over the ring. */
+ * the forward's out and lse. Collective over the ring. ring_ws as above
+ * with bwd = true. */
 int cp_attn_bwd(const cp_ring *ring, float *dqkv, const float *dout, const float *out, const float *lse,
-                const float *qkv, int B, int T, int NH, int NKV, int hs, ts_err *err);
+                const float *qkv, int B, int T, int NH, int NKV, int hs, float *ring_ws, ts_err *err);
 
 #endif

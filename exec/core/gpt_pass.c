@@ -139,8 +139,16 @@ static void act_bwd(gpt_stage *st, float *dinp, const float *inp, const float *d
 static int attn_fwd(gpt_stage *st, float *out, float *att, const float *qkv, ts_err *err)
 {
     backend *be = st->be;
-    if (st->d.flash)
-        return be->attention_flash_fwd(be, &st->ring, out, att, qkv, st->B, st->T, st->NHl, st->NKVl, st->hs, err);
+    if (st->d.flash) { /* the ring's buffers live during the call (activations, as the simulator's) */
+        size_t n = cp_attn_ring_floats(st->B, st->T, st->cp, st->NKVl, st->hs, false);
+        float *ws = NULL;
+        int rc = be_alloc(be, n, XMEM_ACTS, &ws, err);
+        if (!rc)
+            rc = be->attention_flash_fwd(be, &st->ring, out, att, qkv, st->B, st->T, st->NHl, st->NKVl, st->hs, ws,
+                                         err);
+        be_free(be, ws, n, XMEM_ACTS);
+        return rc;
+    }
     if (st->NKVl == st->NHl)
         be->attention_fwd(be, out, att, qkv, st->B, st->T, st->NHl, st->hs);
     else
@@ -152,9 +160,16 @@ static int attn_bwd(gpt_stage *st, float *dqkv, const float *dout, const float *
                     const float *att, ts_err *err)
 {
     backend *be = st->be;
-    if (st->d.flash)
-        return be->attention_flash_bwd(be, &st->ring, dqkv, dout, out, att, qkv, st->B, st->T, st->NHl, st->NKVl,
-                                       st->hs, err);
+    if (st->d.flash) {
+        size_t n = cp_attn_ring_floats(st->B, st->T, st->cp, st->NKVl, st->hs, true);
+        float *ws = NULL;
+        int rc = be_alloc(be, n, XMEM_ACTS, &ws, err);
+        if (!rc)
+            rc = be->attention_flash_bwd(be, &st->ring, dqkv, dout, out, att, qkv, st->B, st->T, st->NHl, st->NKVl,
+                                         st->hs, ws, err);
+        be_free(be, ws, n, XMEM_ACTS);
+        return rc;
+    }
     if (st->NKVl == st->NHl)
         be->attention_bwd(be, dqkv, st->s_datt, dout, qkv, att, st->B, st->T, st->NHl, st->hs);
     else

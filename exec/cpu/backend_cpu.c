@@ -155,16 +155,17 @@ static void cpu_att_bwd(backend *be, float *dqkv, float *datt, const float *dout
 /* Flash-style attention: cp_attn's tiled recurrence (its loops, in double
  * per query; no GEMMs), over the context-parallel ring. */
 static int cpu_att_flash_fwd(backend *be, const cp_ring *ring, float *out, float *lse, const float *qkv, int B, int T,
-                             int NH, int NKV, int hs, ts_err *err)
+                             int NH, int NKV, int hs, float *ring_ws, ts_err *err)
 {
     (void)be;
-    return cp_attn_fwd(ring, out, lse, qkv, B, T, NH, NKV, hs, err);
+    return cp_attn_fwd(ring, out, lse, qkv, B, T, NH, NKV, hs, ring_ws, err);
 }
 static int cpu_att_flash_bwd(backend *be, const cp_ring *ring, float *dqkv, const float *dout, const float *out,
-                             const float *lse, const float *qkv, int B, int T, int NH, int NKV, int hs, ts_err *err)
+                             const float *lse, const float *qkv, int B, int T, int NH, int NKV, int hs, float *ring_ws,
+                             ts_err *err)
 {
     (void)be;
-    return cp_attn_bwd(ring, dqkv, dout, out, lse, qkv, B, T, NH, NKV, hs, err);
+    return cp_attn_bwd(ring, dqkv, dout, out, lse, qkv, B, T, NH, NKV, hs, ring_ws, err);
 }
 static void cpu_rms_fwd(backend *be, float *out, float *rstd, const float *inp, const float *w, size_t N, int C)
 {
