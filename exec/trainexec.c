@@ -594,8 +594,8 @@ static void print_banner(const run *x)
     printf("trainexec: GPT %zu parameters (L=%d h=%d heads=%d ffn=%d s=%d V=%d%s), "
            "t=%d%s p=%d d=%d v=%d%s, %s%s, b=%d B=%d m=%d, %d ranks, %s\n",
            gpt_num_params(&o->dims), o->dims.layers, o->dims.hidden, o->dims.heads, o->dims.ffn, o->dims.seq,
-           o->dims.vocab, arch, x->par.tp, cps, x->par.pp, x->par.dp, s->v, o->sp ? " sp" : "", sched_kind_name(s->kind),
-           rcs, o->dims.batch, o->dims.batch * x->par.dp * s->m, s->m, x->size, where);
+           o->dims.vocab, arch, x->par.tp, cps, x->par.pp, x->par.dp, s->v, o->sp ? " sp" : "",
+           sched_kind_name(s->kind), rcs, o->dims.batch, o->dims.batch * x->par.dp * s->m, s->m, x->size, where);
     (void)fflush(stdout); /* show it now */
 }
 

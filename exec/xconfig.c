@@ -69,8 +69,7 @@ int xconfig_supports(const config *c, bool cuda, bool inference, ts_err *err)
                        "--attention-backend unfused, or --backend cpu)",
                        CONFIG_ATTN_BACKEND_NAMES[m->attention_backend]);
     if (config_cp(c) > 1 && (cuda || inference))
-        return err_set(err, TS_ENOTSUP,
-                       "--context-parallel-size %d: %s (give 1)", config_cp(c),
+        return err_set(err, TS_ENOTSUP, "--context-parallel-size %d: %s (give 1)", config_cp(c),
                        cuda ? "the cuda backend has no context-parallel ring (run it with --backend cpu)"
                             : "the KV-cache inference has no context parallelism");
     if (config_cp(c) > 1 && m->position_embedding == POS_ROPE)

@@ -127,8 +127,8 @@ struct backend {
      * the ring's buffers, cp_attn_ring_floats); they return a status (the
      * ring's exchange can fail). NULL in a backend that has only the
      * unfused attention: gpt_stage_create then refuses the flag. */
-    int (*attention_flash_fwd)(backend *be, const cp_ring *ring, float *out, float *lse, const float *qkv, int B,
-                               int T, int NH, int NKV, int hs, float *ring_ws, ts_err *err);
+    int (*attention_flash_fwd)(backend *be, const cp_ring *ring, float *out, float *lse, const float *qkv, int B, int T,
+                               int NH, int NKV, int hs, float *ring_ws, ts_err *err);
     int (*attention_flash_bwd)(backend *be, const cp_ring *ring, float *dqkv, const float *dout, const float *out,
                                const float *lse, const float *qkv, int B, int T, int NH, int NKV, int hs,
                                float *ring_ws, ts_err *err);

@@ -72,7 +72,7 @@ struct gpt_stage {
     uint64_t seed;
     /* derived sizes */
     int B, T, C, Cl, F, Fl, NHl, hs, V;
-    int Tl; /* positions of each sequence on this rank: T / cp */
+    int Tl;   /* positions of each sequence on this rank: T / cp */
     int NKVl; /* local key/value heads (= NHl without grouped-query attention) */
     int Wl;   /* local QKV width (NHl + 2 NKVl) hs */
     int Fu;   /* local FC1 width: 2 Fl with SwiGLU, else Fl */

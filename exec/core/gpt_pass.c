@@ -144,8 +144,8 @@ static int attn_fwd(gpt_stage *st, float *out, float *att, const float *qkv, ts_
         float *ws = NULL;
         int rc = be_alloc(be, n, XMEM_ACTS, &ws, err);
         if (!rc)
-            rc = be->attention_flash_fwd(be, &st->ring, out, att, qkv, st->B, st->T, st->NHl, st->NKVl, st->hs, ws,
-                                         err);
+            rc =
+                be->attention_flash_fwd(be, &st->ring, out, att, qkv, st->B, st->T, st->NHl, st->NKVl, st->hs, ws, err);
         be_free(be, ws, n, XMEM_ACTS);
         return rc;
     }
@@ -156,8 +156,8 @@ static int attn_fwd(gpt_stage *st, float *out, float *att, const float *qkv, ts_
     return TS_OK;
 }
 /* out: the forward's output (flash's backward reads it). */
-static int attn_bwd(gpt_stage *st, float *dqkv, const float *dout, const float *out, const float *qkv,
-                    const float *att, ts_err *err)
+static int attn_bwd(gpt_stage *st, float *dqkv, const float *dout, const float *out, const float *qkv, const float *att,
+                    ts_err *err)
 {
     backend *be = st->be;
     if (st->d.flash) {

@@ -67,8 +67,8 @@ static const gpt_dims LLAMA_DIMS = {.vocab = 32,
                                     .no_bias = true,
                                     .rope = true};
 static gpt_dims DIMS; /* the model of the pass under way */
-#define M  4          /* micro-batches per pipeline */
-#define LR 1e-3f
+#define M        4    /* micro-batches per pipeline */
+#define LR       1e-3f
 #define ADAM_EPS 1e-8 /* rt_opts_default's --adam-eps */
 
 typedef struct {
@@ -390,10 +390,10 @@ int main(int argc, char **argv)
     /* flash attention: a few layouts without context parallelism, then every
      * context-parallel one on <= 4 ranks */
     const layout FL[] = {
-        {1, 1, 1, false, SCHED_1F1B, 1, NULL, 1},  {2, 1, 1, true, SCHED_1F1B, 1, NULL, 1},
-        {1, 2, 1, false, SCHED_ZB_V, 2, NULL, 1},  {1, 1, 1, false, SCHED_1F1B, 1, NULL, 2},
-        {1, 1, 1, false, SCHED_1F1B, 1, NULL, 4},  {1, 1, 2, false, SCHED_1F1B, 1, NULL, 2},
-        {1, 2, 1, false, SCHED_1F1B, 1, NULL, 2},  {1, 2, 1, false, SCHED_ZB_H1, 1, NULL, 2},
+        {1, 1, 1, false, SCHED_1F1B, 1, NULL, 1},        {2, 1, 1, true, SCHED_1F1B, 1, NULL, 1},
+        {1, 2, 1, false, SCHED_ZB_V, 2, NULL, 1},        {1, 1, 1, false, SCHED_1F1B, 1, NULL, 2},
+        {1, 1, 1, false, SCHED_1F1B, 1, NULL, 4},        {1, 1, 2, false, SCHED_1F1B, 1, NULL, 2},
+        {1, 2, 1, false, SCHED_1F1B, 1, NULL, 2},        {1, 2, 1, false, SCHED_ZB_H1, 1, NULL, 2},
         {1, 2, 1, false, SCHED_INTERLEAVED, 2, NULL, 2}, {2, 1, 1, false, SCHED_1F1B, 1, NULL, 2},
         {2, 1, 1, true, SCHED_1F1B, 1, NULL, 2},
     };

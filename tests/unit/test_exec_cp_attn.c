@@ -85,5 +85,6 @@ Test(exec_cp_attn, grouped_query_matches_kern)
     }
     cr_assert_lt(gw, 1e-5, "backward differs by %g", gw);
     cr_assert_gt(gmax, 1e-2, "gradients too small for the test to mean anything");
-    cr_assert_eq(cp_attn_fwd(&ring, out, lse, qkv, B, T, NH, 3, HS, NULL, &e), TS_EINVAL, "3 groups do not divide 4 heads");
+    cr_assert_eq(cp_attn_fwd(&ring, out, lse, qkv, B, T, NH, 3, HS, NULL, &e), TS_EINVAL,
+                 "3 groups do not divide 4 heads");
 }
