@@ -43,6 +43,9 @@ const char *xmem_cat_name(xmem_cat c);
 
 typedef struct backend backend;
 
+/* Freed blocks a backend keeps for reuse (be_free, be_alloc). */
+#define BE_POOL_MAX 32
+
 struct backend {
     const char *name; /* "cpu", "cuda" */
     void *ctx;        /* the implementation's state */
@@ -136,6 +139,15 @@ struct backend {
     /* Release the backend (not the tensors: their owners free them first). */
     void (*destroy)(backend *be);
 
+    /* ---- blocks be_free keeps for be_alloc to hand out again (exact size, zeroed), so that
+     * tensors freed and allocated every micro-batch (a layer's activations, the head's) cost
+     * no device allocation or synchronising free in the steady state (PyTorch's caching
+     * allocator). Not counted: the accounting below is of allocated bytes (its
+     * memory_allocated, what trainsim predicts). be_pool_drain releases them. */
+    float *pool_p[BE_POOL_MAX];
+    size_t pool_n[BE_POOL_MAX];
+    int pool_len;
+
     /* ---- accounting, maintained by be_alloc/be_free (bytes) */
     size_t cur_bytes[XMEM_NCAT];
     size_t peak_bytes[XMEM_NCAT]; /* peak of each category on its own */
@@ -144,11 +156,16 @@ struct backend {
     size_t at_peak_bytes[XMEM_NCAT]; /* each category's bytes when the sum peaked */
 };
 
-/* Allocate n floats (zeroed) counted under cat. TS_ENOMEM with the size and
- * category in err on failure. The caller frees with be_free(be, p, n, cat). */
+/* Allocate n floats (zeroed) counted under cat: a kept block of n floats
+ * (zeroed on the backend's stream), else a new one. TS_ENOMEM with the
+ * size and category in err on failure. The caller frees with
+ * be_free(be, p, n, cat), which keeps the block while there is room. */
 int be_alloc(backend *be, size_t n, xmem_cat cat, float **out, ts_err *err);
 /* Free p (n floats under cat, as allocated). NULL is allowed. */
 void be_free(backend *be, float *p, size_t n, xmem_cat cat);
+/* Release the blocks kept for reuse (the backends' destroy() calls it
+ * first). */
+void be_pool_drain(backend *be);
 /* Reset the peaks to the current usage (start of a measured window). */
 void be_reset_peaks(backend *be);
 

@@ -54,6 +54,7 @@ static void cpu_sync(backend *be)
 }
 static void cpu_destroy(backend *be)
 {
+    be_pool_drain(be);
     free(be);
 }
 

@@ -468,3 +468,28 @@ Test(exec_gpt, flash_saves_the_log_sum_exp_only)
     gpt_stage_free(sf);
     env_free(&e);
 }
+
+/* The backend keeps freed blocks for reuse: the same size comes back (no new
+ * allocation), zeroed, and only allocated bytes are counted. */
+Test(exec_gpt, freed_blocks_come_back_zeroed)
+{
+    env e;
+    ts_err err;
+    env_init(&e, &TINY);
+    float *p, *q, *r;
+    cr_assert_eq(be_alloc(e.be, 100, XMEM_ACTS, &p, &err), TS_OK);
+    for (int i = 0; i < 100; i++)
+        p[i] = 1.0f;
+    be_free(e.be, p, 100, XMEM_ACTS);
+    cr_assert_eq(e.be->cur_bytes[XMEM_ACTS], 0u, "a kept block is not counted");
+    cr_assert_eq(be_alloc(e.be, 50, XMEM_ACTS, &r, &err), TS_OK);
+    cr_assert_neq(r, p, "another size is a new block");
+    cr_assert_eq(be_alloc(e.be, 100, XMEM_ACTS, &q, &err), TS_OK);
+    cr_assert_eq(q, p, "the kept block of the same size comes back");
+    for (int i = 0; i < 100; i++)
+        cr_assert_eq(q[i], 0.0f, "zeroed");
+    cr_assert_eq(e.be->cur_bytes[XMEM_ACTS], 600u);
+    be_free(e.be, q, 100, XMEM_ACTS);
+    be_free(e.be, r, 50, XMEM_ACTS);
+    env_free(&e); /* destroy() releases the kept blocks (ASan checks) */
+}
