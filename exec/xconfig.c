@@ -47,7 +47,7 @@ int xconfig_supports(const config *c, bool cuda, bool inference, ts_err *err)
     if (m->fp8_format != FP8_FORMAT_NONE)
         return err_set(err, TS_ENOTSUP, "--fp8-format %s: the executor's GEMMs run at the run's precision, no FP8",
                        CONFIG_FP8_FORMAT_NAMES[m->fp8_format]);
-    if (p->distributed_optimizer && !m->untie_embeddings && p->pp > 1 && p->dp > 1)
+    if (p->distributed_optimizer && !m->untie_embeddings && p->pp > 1 && p->dp * config_cp(c) > 1) /* shards: d x cp */
         return err_set(err, TS_ENOTSUP,
                        "--use-distributed-optimizer with the output layer tied to the word embedding and "
                        "--pipeline-model-parallel-size %d: the executor sums the two copies' gradients after the "
