@@ -72,11 +72,6 @@ int xconfig_supports(const config *c, bool cuda, bool inference, ts_err *err)
         return err_set(err, TS_ENOTSUP, "--context-parallel-size %d: %s (give 1)", config_cp(c),
                        cuda ? "the cuda backend has no context-parallel ring (run it with --backend cpu)"
                             : "the KV-cache inference has no context parallelism");
-    if (config_cp(c) > 1 && m->position_embedding == POS_ROPE)
-        return err_set(err, TS_ENOTSUP,
-                       "--context-parallel-size %d with --position-embedding-type rope: the executor's rope kernel "
-                       "takes positions in order (give learned_absolute positions, or cp 1)",
-                       config_cp(c));
     if (c->moe.num_experts > 1)
         return err_set(err, TS_ENOTSUP,
                        "--num-experts %d: the executor has no mixture-of-experts layers (dense "

@@ -117,6 +117,9 @@ struct backend {
     void (*swiglu_bwd)(backend *be, float *dinp, const float *inp, const float *dout, size_t N, int F);
     void (*rope_fwd)(backend *be, float *qkv, size_t N, int T, int NH, int NKV, int hs, float base);
     void (*rope_bwd)(backend *be, float *dqkv, size_t N, int T, int NH, int NKV, int hs, float base);
+    /* rope of rows at positions pos0, pos0 + 1, ... (kern_rope_at_*: context parallelism) */
+    void (*rope_at_fwd)(backend *be, float *qkv, size_t N, int pos0, int NH, int NKV, int hs, float base);
+    void (*rope_at_bwd)(backend *be, float *dqkv, size_t N, int pos0, int NH, int NKV, int hs, float base);
     void (*attention_gqa_fwd)(backend *be, float *out, float *att, const float *qkv, int B, int T, int NH, int NKV,
                               int hs);
     void (*attention_gqa_bwd)(backend *be, float *dqkv, float *datt, const float *dout, const float *qkv,

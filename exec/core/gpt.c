@@ -296,8 +296,8 @@ static int backend_check(const gpt_dims *d, const backend *be, ts_err *err)
 }
 
 /* Context parallelism: flash attention, a ring, T split in 2 cp chunks,
- * positions not rotated by rope (TS_ENOTSUP / TS_EINVAL naming the flag). */
-static int cp_check(const gpt_dims *d, const comm *cm, ts_err *err)
+ * rope at a chunk's positions (TS_ENOTSUP / TS_EINVAL naming the flag). */
+static int cp_check(const gpt_dims *d, const comm *cm, const backend *be, ts_err *err)
 {
     int cp = cm->size[COMM_CP];
     if (cp == 1)
@@ -309,11 +309,11 @@ static int cp_check(const gpt_dims *d, const comm *cm, ts_err *err)
     if (!cm->cp_sendrecv)
         return err_set(err, TS_ENOTSUP, "--context-parallel-size %d: the %s comm has no context-parallel ring", cp,
                        cm->name);
-    if (d->rope)
+    if (d->rope && !(be->rope_at_fwd && be->rope_at_bwd))
         return err_set(err, TS_ENOTSUP,
-                       "--context-parallel-size %d with --position-embedding-type rope: the executor's rope kernel "
-                       "takes positions in order (give learned_absolute positions)",
-                       cp);
+                       "--context-parallel-size %d with --position-embedding-type rope: the %s backend has no rope "
+                       "kernel at given positions",
+                       cp, be->name);
     return cp_split_check(d->seq, cp, err);
 }
 
@@ -337,7 +337,7 @@ int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool em
     int rc = gpt_dims_check(d, t, sp, err);
     if (rc)
         return rc;
-    if ((rc = backend_check(d, be, err)) || (rc = cp_check(d, cm, err)))
+    if ((rc = backend_check(d, be, err)) || (rc = cp_check(d, cm, be, err)))
         return rc;
     if (first_layer < 0 || num_layers < 0 || first_layer + num_layers > d->layers)
         return err_set(err, TS_EINVAL, "stage layers [%d, %d) outside the model's %d layers", first_layer,

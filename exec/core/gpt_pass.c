@@ -187,6 +187,41 @@ static size_t global_row(const gpt_stage *st, size_t j)
     return b * (size_t)st->T + (size_t)cp_global_pos(st->T, st->cp, st->cr, (int)(j % (size_t)st->Tl));
 }
 
+/* Rows of the run of local rows starting at j (< n) from lo: consecutive
+ * global rows within one sequence (all n without context parallelism). */
+static size_t run_len(const gpt_stage *st, size_t lo, size_t j, size_t n, size_t g0)
+{
+    size_t k = 1;
+    while (j + k < n && global_row(st, lo + j + k) == g0 + k && (g0 + k) % (size_t)st->T)
+        k++;
+    return k;
+}
+
+/* Rope, forward (on qkv) or backward (on its gradient), of the N local rows:
+ * one call over whole sequences without context parallelism, else one per
+ * run of consecutive positions. */
+static void rope_rows(gpt_stage *st, float *x, bool bwd)
+{
+    backend *be = st->be;
+    if (st->cp == 1) {
+        if (bwd)
+            be->rope_bwd(be, x, st->N, st->T, st->NHl, st->NKVl, st->hs, GPT_ROPE_BASE);
+        else
+            be->rope_fwd(be, x, st->N, st->T, st->NHl, st->NKVl, st->hs, GPT_ROPE_BASE);
+        return;
+    }
+    for (size_t j = 0, k; j < st->N; j += k) {
+        size_t g0 = global_row(st, j);
+        k = run_len(st, 0, j, st->N, g0);
+        int pos0 = (int)(g0 % (size_t)st->T);
+        float *r = x + j * (size_t)st->Wl;
+        if (bwd)
+            be->rope_at_bwd(be, r, k, pos0, st->NHl, st->NKVl, st->hs, GPT_ROPE_BASE);
+        else
+            be->rope_at_fwd(be, r, k, pos0, st->NHl, st->NKVl, st->hs, GPT_ROPE_BASE);
+    }
+}
+
 /* Embedding forward of local rows [lo, lo + n) into x (bwd false), or its
  * weight gradient from x (bwd true), in runs of consecutive global rows
  * (one run without context parallelism). tokens: the whole sequences. */
@@ -195,8 +230,7 @@ static void embed_rows(gpt_stage *st, float *x, const int *tokens, size_t lo, si
     backend *be = st->be;
     for (size_t j = 0, k; j < n; j += k) {
         size_t g0 = global_row(st, lo + j);
-        for (k = 1; j + k < n && global_row(st, lo + j + k) == g0 + k; k++)
-            ;
+        k = st->cp == 1 ? n - j : run_len(st, lo, j, n, g0);
         if (bwd)
             be->embed_bwd(be, st->gwte, st->gwpe, x + j * (size_t)st->C, tokens, g0, k, st->T, st->C);
         else
@@ -220,7 +254,7 @@ static int layer_fwd(gpt_stage *st, gpt_acts *a, int li, const float *x, float *
     }
     OP(st, "qkv", l, linear_fwd(st, A->qkv, ln1g, LW(st, li, GP_QKVW), LW(st, li, GP_QKVB), N, st->Wl, C));
     if (st->d.rope)
-        OP(st, "rope", l, be->rope_fwd(be, A->qkv, N, st->T, st->NHl, st->NKVl, st->hs, GPT_ROPE_BASE));
+        OP(st, "rope", l, rope_rows(st, A->qkv, false));
     int rc;
     OP(st, "attn", l, rc = attn_fwd(st, A->atty, A->att, A->qkv, err));
     CK(rc);
@@ -349,7 +383,7 @@ static int layer_bwd_input(gpt_stage *st, gpt_acts *a, int li, gpt_lcache *K, ts
     OP(st, "attn_bwd", l, rc = attn_bwd(st, K->dqkv, st->s_datty, A->atty, A->qkv, A->att, err));
     CK(rc);
     if (st->d.rope) /* back to the gradient of the unrotated QKV output */
-        OP(st, "rope_bwd", l, be->rope_bwd(be, K->dqkv, N, st->T, st->NHl, st->NKVl, st->hs, GPT_ROPE_BASE));
+        OP(st, "rope_bwd", l, rope_rows(st, K->dqkv, true));
     CK(tp_bwd_reduce(st, K->dln1, K->dqkv, LW(st, li, GP_QKVW), st->Wl, "qkv_bwd_input", l, err));
     OP(st, "ln1_bwd_input", l,
        norm_bwd_input(st, dres, K->dln1, layer_input(a, li), LW(st, li, GP_LN1W), A->ln1m, A->ln1r, Ns));

@@ -200,6 +200,16 @@ static void cpu_rope_fwd(backend *be, float *qkv, size_t N, int T, int NH, int N
     (void)be;
     kern_rope_fwd(qkv, N, T, NH, NKV, hs, base);
 }
+static void cpu_rope_at_fwd(backend *be, float *qkv, size_t N, int pos0, int NH, int NKV, int hs, float base)
+{
+    (void)be;
+    kern_rope_at_fwd(qkv, N, pos0, NH, NKV, hs, base);
+}
+static void cpu_rope_at_bwd(backend *be, float *dqkv, size_t N, int pos0, int NH, int NKV, int hs, float base)
+{
+    (void)be;
+    kern_rope_at_bwd(dqkv, N, pos0, NH, NKV, hs, base);
+}
 static void cpu_rope_bwd(backend *be, float *dqkv, size_t N, int T, int NH, int NKV, int hs, float base)
 {
     (void)be;
@@ -318,6 +328,8 @@ int backend_cpu_create(int threads, backend **out, ts_err *err)
     be->swiglu_bwd = cpu_swiglu_bwd;
     be->rope_fwd = cpu_rope_fwd;
     be->rope_bwd = cpu_rope_bwd;
+    be->rope_at_fwd = cpu_rope_at_fwd;
+    be->rope_at_bwd = cpu_rope_at_bwd;
     be->attention_gqa_fwd = cpu_att_gqa_fwd;
     be->attention_gqa_bwd = cpu_att_gqa_bwd;
     be->attention_flash_fwd = cpu_att_flash_fwd;

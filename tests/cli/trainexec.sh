@@ -247,8 +247,11 @@ check_sh "cp = 2 (flash): runs on 2 ranks (t x cp x p x d), the 1-rank loss ($lo
 out=$(run 2 "$TRAINEXEC" $small --context-parallel-size 2 2>&1); rc=$?
 check_sh "cp = 2 with the unfused attention (fp32): exit 2, as trainsim" \
     '[ $rc -eq 2 ] && [[ "$out" == *"--context-parallel-size 2 needs --attention-backend flash"* ]]'
-out=$(run 2 "$TRAINEXEC" $small --bf16 --context-parallel-size 2 --position-embedding-type rope 2>&1); rc=$?
-check_sh "cp = 2 with rope: exit 2 naming both" \
-    '[ $rc -eq 2 ] && [[ "$out" == *"--context-parallel-size 2 with --position-embedding-type rope"* ]]'
+llama1="--swiglu --group-query-attention --num-query-groups 2 --normalization RMSNorm --disable-bias-linear \
+        --position-embedding-type rope --bf16 --global-batch-size 1 --iterations 1 --warmup 0"
+loss1=$(run 1 "$TRAINEXEC" $small $llama1 2>&1 | grep -o "iteration 1/1: loss [0-9.]*")
+out=$(run 2 "$TRAINEXEC" $small $llama1 --context-parallel-size 2 2>&1); rc=$?
+check_sh "cp = 2 with Llama layers (rope at each chunk's positions, grouped-query attention): the 1-rank loss ($loss1)" \
+    '[ $rc -eq 0 ] && [[ -n "$loss1" && "$out" == *"$loss1"* ]]'
 
 finish

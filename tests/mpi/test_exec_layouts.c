@@ -16,10 +16,9 @@
  * context-parallel ones (cp = 2, 4; with d = 2, p = 2, t = 2, sp), on the
  * GPT layers (with selective recomputation, full recomputation and the
  * distributed optimizer, which then shards over d x cp) and on Llama layers
- * with learned positions (grouped-query attention around the ring; the
- * executor's rope takes positions in order, so rope is refused with cp),
- * each against the same single-process references, which run the unfused
- * attention.
+ * (grouped-query attention around the ring; rope at each chunk's
+ * positions), with rope and with learned positions, each against the same
+ * single-process references, which run the unfused attention.
  *
  * mpirun-np: 4
  *
@@ -412,8 +411,9 @@ int main(int argc, char **argv)
     DIMS.dist_optim = true;
     run_pass(FL, nFL, "gpt flash distributed optimizer");
     DIMS = LLAMA_DIMS;
-    DIMS.rope = false;
     DIMS.flash = true;
+    run_pass(FL, nFL, "llama flash");
+    DIMS.rope = false;
     run_pass(FL, nFL, "llama learned positions flash");
     if (world_rank == 0)
         printf("%d passed, %d failed\n", npass, nfail);
