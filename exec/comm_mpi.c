@@ -212,8 +212,8 @@ int comm_mpi_create_cp(MPI_Comm base, int t, int cp, int p, int d, comm **out, t
     c->ctx = x;
     for (int g = 0; g < COMM_NGROUPS; g++)
         x->g[g] = MPI_COMM_NULL;
-    int tp = rank % t, cr = (rank / t) % cp, pp = (rank / (t * cp)) % p, dp = rank / (t * cp * p);
-    int color[COMM_NGROUPS] = {cr + cp * (pp + p * dp), tp + t * (cr + cp * dp), tp + t * pp, tp + t * (pp + p * dp)};
+    int tp = rank % t, cr = (rank / t) % cp, dp = (rank / (t * cp)) % d, pp = rank / (t * cp * d);
+    int color[COMM_NGROUPS] = {cr + cp * (dp + d * pp), tp + t * (cr + cp * dp), tp + t * pp, tp + t * (dp + d * pp)};
     int key[COMM_NGROUPS] = {tp, pp, cr + cp * dp, cr};
     int sz[COMM_NGROUPS] = {t, p, cp * d, cp};
     for (int g = 0; g < COMM_NGROUPS; g++) {

@@ -1,8 +1,9 @@
 /* comm_mpi — the comm interface (cpu/comm.h) over MPI.
  *
  * Splits a base communicator of exactly t*cp*p*d ranks into the tensor,
- * context, pipeline and data-parallel groups of comm.h (tensor innermost):
- * base rank g = tp + t * (cpr + cp * (pp + p * dp)). Collectives map to
+ * context, pipeline and data-parallel groups of comm.h in Megatron-core's
+ * order tp-cp-dp-pp (tensor innermost, pipeline outermost): base rank
+ * g = tp + t * (cpr + cp * (dp + d * pp)). Collectives map to
  * MPI_Allreduce / MPI_Allgather / MPI_Reduce_scatter_block (MPI_FLOAT,
  * MPI_SUM); pipeline point-to-point to MPI_Isend / MPI_Irecv on the pipeline
  * group, whose ranks are the IR's pipeline ranks.

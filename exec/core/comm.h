@@ -2,10 +2,11 @@
  * (exec/cuda/comm_nccl.h) and the 1-rank local comm below implement it.
  *
  * A comm is a small vtable over four process groups of one rank, laid out
- * tensor innermost, then context parallelism (Megatron-core's tp-cp
- * nesting), then the pipeline: global rank
- * g = tp_rank + t * (cp_rank + cp * (pp_rank + p * dp_rank)) within the
- * layout's communicator (cp = 1: tp + t * (pp + p * dp)).
+ * in Megatron-core's default order tp-cp-dp-pp (tensor innermost, pipeline
+ * outermost): global rank
+ * g = tp_rank + t * (cp_rank + cp * (dp_rank + d * pp_rank)) within the
+ * layout's communicator (cp = 1: tp + t * (dp + d * pp)), as trainsim
+ * numbers its ranks.
  *   COMM_TP  the t ranks of one tensor-parallel group (same cp, pp, dp)
  *   COMM_PP  the p ranks of one pipeline (same tp, cp, dp); peers are pp ranks
  *   COMM_DP  the d x cp ranks with the same tp, pp: the d data-parallel

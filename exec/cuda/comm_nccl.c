@@ -311,7 +311,7 @@ int comm_nccl_create(MPI_Comm base, int t, int p, int d, cudaStream_t compute, c
     c->size[COMM_TP] = t;
     c->size[COMM_PP] = p;
     c->size[COMM_DP] = d;
-    int tp = g % t, pp = (g / t) % p, dp = g / (t * p);
+    int tp = g % t, dp = (g / t) % d, pp = g / (t * d); /* Megatron-core's order: tp-dp-pp (comm.h) */
     c->rank[COMM_TP] = tp;
     c->rank[COMM_PP] = pp;
     c->rank[COMM_DP] = dp;

@@ -216,6 +216,12 @@ cfg=$("$TS" config $small --gpus 2 2>&1)
 check_sh "trainexec and trainsim config resolve the same layout (d 2, 1f1b, B = b x d = 2)" \
     '[[ "$out" == *"t=1 p=1 d=2 v=1, 1f1b, unfused attention, b=1 B=2 m=1"* && "$cfg" == *"t=1 p=1 d=2 v=1 (2 GPUs"* && "$cfg" == *"global batch 2 sequences"* ]]'
 
+# rank order: Megatron-core's tp-cp-dp-pp (as trainsim numbers ranks): with p = 2, d = 2 rank 1 is the
+# second data-parallel replica of stage 0, rank 2 the first of stage 1
+out=$(run 4 "$TRAINEXEC" $small -p 2 --global-batch-size 4 --iterations 1 --warmup 0 2>&1); rc=$?
+check_sh "p = 2, d = 2: ranks in tp-dp-pp order" \
+    '[ $rc -eq 0 ] && [[ "$out" == *"rank 1 (tp 0 pp 0 dp 1)"* && "$out" == *"rank 2 (tp 0 pp 1 dp 0)"* ]]'
+
 # the attention backend as the simulator resolves it: auto is unfused in fp32 (Megatron-LM's default
 # precision), flash with --bf16; the executor runs what the same flags mean to trainsim
 cfg=$("$TS" config $small --gpus 1 2>&1)
