@@ -11,7 +11,7 @@
  * its node. Without that build, or when no GPU answers, trainexec says so and
  * exits non-zero.
  *
- * N = t * p * d ranks, Megatron-LM's order (tensor innermost). Only rank 0
+ * N = t * cp * p * d ranks in Megatron-core's order tp-cp-dp-pp (exec/core/comm.h). Only rank 0
  * prints; every output file is written atomically by rank 0.
  */
 #include <math.h>
