@@ -79,6 +79,11 @@ int gpt_moe_create(gpt_stage *st, ts_err *err)
     if (st->d.num_experts <= 0)
         return TS_OK;
     const comm *cm = st->cm;
+    if (cm->size[COMM_CP] > 1)
+        return err_set(err, TS_ENOTSUP,
+                       "MoE layers with context parallelism (%d ranks): the executor's MoE layers run without it "
+                       "(give --context-parallel-size 1)",
+                       cm->size[COMM_CP]);
     const moe_xchg *xc = cm->moe_xc;
     int world = cm->size[COMM_TP] * cm->size[COMM_DP];
     if (!xc && world > 1)
