@@ -255,21 +255,16 @@ int comm_mpi_set_ep(comm *c, int ep, ts_err *err)
 {
     mpi_ctx *x = c->ctx;
     int t = c->size[COMM_TP], p = c->size[COMM_PP], cp = c->size[COMM_CP], d = c->size[COMM_DP] / cp;
-    if (cp > 1)
-        return err_set(err, TS_ENOTSUP,
-                       "expert parallelism with --context-parallel-size %d: the executor's MoE layers run without "
-                       "context parallelism (give 1)",
-                       cp);
-    if (ep < 1 || (t * d) % ep)
+    if (ep < 1 || (t * cp * d) % ep)
         return err_set(err, TS_EINVAL,
-                       "--expert-model-parallel-size %d must divide tensor x data parallel ranks %d x %d = %d "
-                       "(experts fold into them)",
-                       ep, t, d, t * d);
+                       "--expert-model-parallel-size %d must divide tensor x context x data parallel ranks %d x %d x "
+                       "%d = %d (experts fold into them)",
+                       ep, t, cp, d, t * cp * d);
     if (x->moe.comm != MPI_COMM_NULL)
         return err_set(err, TS_ESTATE, "comm_mpi_set_ep: expert parallelism already set");
     /* Megatron-core's expert fold etp-ep-edp-pp (etp = 1) over the ranks of the dense
      * tp-cp-dp-pp order: within a pipeline stage, xi = tp + t * (cp rank + cp * dp) (the
-     * data group's rank numbers cp x dp), ep the innermost xi % ep, edp xi / ep. */
+     * data group's rank, cp rank + cp * dp), ep the innermost xi % ep, edp xi / ep. */
     int xi = c->rank[COMM_TP] + t * c->rank[COMM_DP], pp = c->rank[COMM_PP];
     int rc = MPI_Comm_split(x->base, pp + p * (xi / ep), xi % ep, &x->moe.comm);
     if (rc == MPI_SUCCESS)

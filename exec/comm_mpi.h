@@ -25,12 +25,12 @@ int comm_mpi_create(MPI_Comm base, int t, int p, int d, comm **out, ts_err *err)
  * MPI_Sendrecv, exec/cp_mpi.h). TS_EINVAL if base's size is not t*cp*p*d. */
 int comm_mpi_create_cp(MPI_Comm base, int t, int cp, int p, int d, comm **out, ts_err *err);
 
-/* Expert parallelism of size ep over the t*d ranks of each pipeline stage
- * (comm.h's moe_xc / moe_edp), folded as Megatron-core's etp-ep-edp-pp with
- * etp = 1: within a stage, xi = tp + t * dp, the EP group the ranks of equal
- * xi / ep, the EDP group those of equal xi % ep. ep must divide t*d;
- * TS_ENOTSUP with cp > 1 (MoE layers without context parallelism).
- * Collective over the comm's base communicator. */
+/* Expert parallelism of size ep over the t*cp*d ranks of each pipeline
+ * stage (comm.h's moe_xc / moe_edp), folded as Megatron-core's
+ * etp-ep-edp-pp with etp = 1: within a stage, xi = tp + t * (cp rank + cp *
+ * dp) (consecutive global ranks), the EP group the ranks of equal xi / ep,
+ * the EDP group those of equal xi % ep. ep must divide t*cp*d. Collective
+ * over the comm's base communicator. */
 int comm_mpi_set_ep(comm *c, int ep, ts_err *err);
 
 /* The MPI communicator of group g (for the runtime's own reductions). */

@@ -607,7 +607,8 @@ static void print_banner(const run *x)
         snprintf(moe, sizeof moe, " + %zu in %d MoE layers (E=%d top-%d expert ffn=%d, %s%s, ep=%d edp=%d)",
                  gpt_moe_num_params(&o->dims), moe_layers, o->dims.num_experts, o->dims.moe_topk, o->dims.moe_ffn,
                  o->dims.moe_capacity > 0 ? "capacity" : "dropless",
-                 o->dims.moe_force_balance ? ", forced balance" : "", x->moe.ep, x->par.tp * x->par.dp / x->moe.ep);
+                 o->dims.moe_force_balance ? ", forced balance" : "", x->moe.ep,
+                 x->par.tp * (x->par.cp > 1 ? x->par.cp : 1) * x->par.dp / x->moe.ep);
     }
     if (x->par.cp > 1)
         snprintf(cps, sizeof cps, " cp=%d", x->par.cp);

@@ -133,11 +133,6 @@ int xconfig_supports(const config *c, bool cuda, bool inference, ts_err *err)
         return err_set(err, TS_ENOTSUP, "--context-parallel-size %d: %s (give 1)", config_cp(c),
                        cuda ? "the cuda backend has no context-parallel ring (run it with --backend cpu)"
                             : "the KV-cache inference has no context parallelism");
-    if (config_cp(c) > 1 && c->moe.num_experts > 0)
-        return err_set(err, TS_ENOTSUP,
-                       "--context-parallel-size %d with --num-experts %d: the executor's MoE layers run without "
-                       "context parallelism (give --context-parallel-size 1; trainsim simulate models MoE with cp)",
-                       config_cp(c), c->moe.num_experts);
     return moe_supports(c, cuda, inference, err);
 }
 

@@ -47,9 +47,9 @@ struct comm {
     int rank[COMM_NGROUPS]; /* this rank's index in each group */
     /* Expert parallelism of the MoE layers (exec/core/moe.h), folded into
      * tensor x data parallelism as Megatron-core folds it with an expert
-     * tensor-parallel size of 1 (etp-ep-edp-pp over the ranks of tp-cp-dp-pp;
-     * cp = 1 only): of the t*d ranks of one pipeline stage (index x = tp_rank
-     * + t * dp_rank, consecutive global ranks), EP group = ep consecutive x (ep
+     * tensor-parallel size of 1 (etp-ep-edp-pp over the ranks of tp-cp-dp-pp):
+     * of the t*cp*d ranks of one pipeline stage (index x = tp_rank + t *
+     * rank[COMM_DP], consecutive global ranks), EP group = ep consecutive x (ep
      * rank x % ep), EDP group = those of equal x % ep. NULL (the local and
      * NCCL comms, and MPI without comm_mpi_set_ep): no expert parallelism
      * (each rank holds every expert and sums nothing). Owned by ctx. */

@@ -57,9 +57,11 @@
  * summed over the EDP group. The MoE weights live in the layer (host memory:
  * the CPU backend), outside the flat parameters, with their own Adam
  * moments; the auxiliary loss's gradient is scaled like the token losses
- * (1 / micro-batches of the global batch). Refused with MoE: full
- * recomputation, the distributed optimizer, t > 1 without sp, context
- * parallelism (cp > 1).
+ * (1 / micro-batches of the global batch). With context parallelism
+ * the MoE layer runs on the rank's N rows (its chunks) and expert
+ * parallelism folds into tensor x context x data parallelism. Refused with
+ * MoE: full recomputation, the distributed optimizer, t > 1 without sp, the
+ * auxiliary loss with t > 1 or cp > 1.
  *
  * Context parallelism (the comm's COMM_CP group of cp ranks, flash
  * attention only): each rank holds T/cp positions of every sequence, its

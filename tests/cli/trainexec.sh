@@ -51,9 +51,13 @@ check_sh "MoE, ep=2 over the two tensor ranks (t=2, sp, etp=1): runs" \
 out=$(run 2 "$TRAINEXEC" $small $moe --bf16 --expert-model-parallel-size 2 --iterations 1 --warmup 0 2>&1); rc=$?
 check_sh "MoE layers with flash attention (--bf16), ep=2: runs" \
     '[ $rc -eq 0 ] && [[ "$out" == *"ep=2 edp=1"* && "$out" == *"flash attention"* && "$out" == *"every expert group matches"* ]]'
-out=$(run 2 "$TRAINEXEC" $small $moe --bf16 --context-parallel-size 2 2>&1); rc=$?
-check_sh "MoE with context parallelism: exit 2 naming both flags" \
-    '[ $rc -eq 2 ] && [[ "$out" == *"--context-parallel-size 2 with --num-experts 4"* ]]'
+out1=$(run 1 "$TRAINEXEC" $small $moe --bf16 --global-batch-size 1 --iterations 1 --warmup 0 2>&1)
+out=$(run 2 "$TRAINEXEC" $small $moe --bf16 --context-parallel-size 2 --expert-model-parallel-size 2 \
+      --global-batch-size 1 --iterations 1 --warmup 0 2>&1); rc=$?
+l1=$(grep -o "iteration 1/1: loss [0-9.]*" <<<"$out1"); l2=$(grep -o "iteration 1/1: loss [0-9.]*" <<<"$out")
+check_sh "MoE with context parallelism (cp=2, ep=2 over the two cp ranks): the 1-rank loss ($l1)" \
+    '[ $rc -eq 0 ] && [ -n "$l1" ] && [ "$l1" = "$l2" ] && [[ "$out" == *" cp=2 "* && "$out" == *"ep=2 edp=1"* ]] &&
+     [[ "$out" == *"(tp 0 cp 1 pp 0 dp 0, ep rank 1)"* ]]'
 out=$(run 2 "$TRAINEXEC" $small $moe --tensor-model-parallel-size 2 --sequence-parallel 2>&1); rc=$?
 check_sh "MoE with t=2 and the default expert tensor parallelism (= t): exit 2 naming --expert-tensor-parallel-size" \
     '[ $rc -eq 2 ] && [[ "$out" == *"--expert-tensor-parallel-size 2:"* && "$out" == *"give --expert-tensor-parallel-size 1"* ]]'
