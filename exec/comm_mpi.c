@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "exec/cp_mpi.h"
 #include "exec/moe_mpi.h"
 #include "exec/watchdog.h"
 #include "sim/util/grow.h"
@@ -26,7 +27,7 @@ static int mpi_fail(ts_err *err, int rc, const char *what)
     return err_set(err, TS_EIO, "MPI %s failed: %s", what, msg);
 }
 
-static const char *const GROUP_NAMES[COMM_NGROUPS] = {"tensor", "pipeline", "data"};
+static const char *const GROUP_NAMES[COMM_NGROUPS] = {"tensor", "pipeline", "data", "context"};
 
 static int big(size_t n, ts_err *err)
 {
@@ -186,18 +187,30 @@ MPI_Comm comm_mpi_group(const comm *c, comm_group g)
     return ((const mpi_ctx *)c->ctx)->g[g];
 }
 
+static int c_cp_sendrecv(comm *c, const float *send, float *recv, size_t n, ts_err *err)
+{
+    cp_mpi_ctx ctx = {((mpi_ctx *)c->ctx)->g[COMM_CP]};
+    cp_ring r = cp_mpi_ring(&ctx);
+    return r.sendrecv(r.ud, send, recv, n, err);
+}
+
 int comm_mpi_create(MPI_Comm base, int t, int p, int d, comm **out, ts_err *err)
+{
+    return comm_mpi_create_cp(base, t, 1, p, d, out, err);
+}
+
+int comm_mpi_create_cp(MPI_Comm base, int t, int cp, int p, int d, comm **out, ts_err *err)
 {
     *out = NULL;
     int size, rank;
     MPI_Comm_size(base, &size);
     MPI_Comm_rank(base, &rank);
-    if (t < 1 || p < 1 || d < 1 || (long)t * p * d != size)
+    if (t < 1 || cp < 1 || p < 1 || d < 1 || (long)t * cp * p * d != size)
         return err_set(err, TS_EINVAL,
-                       "layout t=%d x p=%d x d=%d needs %ld ranks; mpirun started %d "
+                       "layout t=%d x cp=%d x p=%d x d=%d needs %ld ranks; mpirun started %d "
                        "(run mpirun -np %ld, or change --tensor-model-parallel-size / "
-                       "--pipeline-model-parallel-size)",
-                       t, p, d, (long)t * p * d, size, (long)t * p * d);
+                       "--context-parallel-size / --pipeline-model-parallel-size)",
+                       t, cp, p, d, (long)t * cp * p * d, size, (long)t * cp * p * d);
     comm *c = calloc(1, sizeof *c);
     mpi_ctx *x = calloc(1, sizeof *x);
     if (!c || !x) {
@@ -210,10 +223,10 @@ int comm_mpi_create(MPI_Comm base, int t, int p, int d, comm **out, ts_err *err)
         x->g[g] = MPI_COMM_NULL;
     x->base = base;
     x->moe.comm = x->moe.edp_comm = MPI_COMM_NULL;
-    int tp = rank % t, pp = (rank / t) % p, dp = rank / (t * p);
-    int color[COMM_NGROUPS] = {pp + p * dp, tp + t * dp, tp + t * pp};
-    int key[COMM_NGROUPS] = {tp, pp, dp};
-    int sz[COMM_NGROUPS] = {t, p, d};
+    int tp = rank % t, cr = (rank / t) % cp, dp = (rank / (t * cp)) % d, pp = rank / (t * cp * d);
+    int color[COMM_NGROUPS] = {cr + cp * (dp + d * pp), tp + t * (cr + cp * dp), tp + t * pp, tp + t * (dp + d * pp)};
+    int key[COMM_NGROUPS] = {tp, pp, cr + cp * dp, cr};
+    int sz[COMM_NGROUPS] = {t, p, cp * d, cp};
     for (int g = 0; g < COMM_NGROUPS; g++) {
         int rc = MPI_Comm_split(base, color[g], key[g], &x->g[g]);
         if (rc != MPI_SUCCESS) {
@@ -232,6 +245,7 @@ int comm_mpi_create(MPI_Comm base, int t, int p, int d, comm **out, ts_err *err)
     c->wait = c_wait;
     c->test = c_test;
     c->wait_all = c_wait_all;
+    c->cp_sendrecv = c_cp_sendrecv;
     c->destroy = c_destroy;
     *out = c;
     return TS_OK;
@@ -240,14 +254,17 @@ int comm_mpi_create(MPI_Comm base, int t, int p, int d, comm **out, ts_err *err)
 int comm_mpi_set_ep(comm *c, int ep, ts_err *err)
 {
     mpi_ctx *x = c->ctx;
-    int t = c->size[COMM_TP], p = c->size[COMM_PP], d = c->size[COMM_DP];
-    if (ep < 1 || (t * d) % ep)
+    int t = c->size[COMM_TP], p = c->size[COMM_PP], cp = c->size[COMM_CP], d = c->size[COMM_DP] / cp;
+    if (ep < 1 || (t * cp * d) % ep)
         return err_set(err, TS_EINVAL,
-                       "--expert-model-parallel-size %d must divide tensor x data parallel ranks %d x %d = %d "
-                       "(experts fold into them)",
-                       ep, t, d, t * d);
+                       "--expert-model-parallel-size %d must divide tensor x context x data parallel ranks %d x %d x "
+                       "%d = %d (experts fold into them)",
+                       ep, t, cp, d, t * cp * d);
     if (x->moe.comm != MPI_COMM_NULL)
         return err_set(err, TS_ESTATE, "comm_mpi_set_ep: expert parallelism already set");
+    /* Megatron-core's expert fold etp-ep-edp-pp (etp = 1) over the ranks of the dense
+     * tp-cp-dp-pp order: within a pipeline stage, xi = tp + t * (cp rank + cp * dp) (the
+     * data group's rank, cp rank + cp * dp), ep the innermost xi % ep, edp xi / ep. */
     int xi = c->rank[COMM_TP] + t * c->rank[COMM_DP], pp = c->rank[COMM_PP];
     int rc = MPI_Comm_split(x->base, pp + p * (xi / ep), xi % ep, &x->moe.comm);
     if (rc == MPI_SUCCESS)

@@ -169,7 +169,7 @@ int rt_create(const rt_opts *o, const sched *s, backend *be, comm *cm, runtime *
     rt->p = s->p;
     rt->v = s->v;
     rt->m = s->m;
-    rt->d = cm->size[COMM_DP];
+    rt->d = cm->size[COMM_DP] / cm->size[COMM_CP]; /* replicas: COMM_DP holds their context-parallel ranks too */
     rt->nstages = s->p * s->v;
     size_t nm = (size_t)rt->v * rt->m, N = (size_t)o->dims.batch * o->dims.seq;
     /* NOLINTNEXTLINE(bugprone-sizeof-expression): the elements are pointers (gpt_stage *) */
@@ -357,7 +357,7 @@ static int do_forward(runtime *rt, const sched_action *a, ts_err *err)
     if (in.via != SCHED_DEP_NONE && !rt->in_f[k])
         return bad_order(a, rt->r, "forward before its input arrived (missing RECV_F)", err);
     const gpt_dims *d = &rt->o.dims;
-    int g = rt->cm->rank[COMM_DP] * rt->m + a->mb;
+    int g = rt->cm->rank[COMM_DP] / rt->cm->size[COMM_CP] * rt->m + a->mb; /* a replica's cp ranks share it */
     data_microbatch(rt->o.seed, rt->cur_iter, rt->m * rt->d, g, d->batch, d->seq, d->vocab, rt->tok, rt->tgt);
     bool head = out.via == SCHED_DEP_NONE; /* the last stage: its output is the loss */
     float *y = NULL;

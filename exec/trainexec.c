@@ -11,7 +11,7 @@
  * its node. Without that build, or when no GPU answers, trainexec says so and
  * exits non-zero.
  *
- * N = t * p * d ranks, Megatron-LM's order (tensor innermost). Only rank 0
+ * N = t * cp * p * d ranks in Megatron-core's order tp-cp-dp-pp (exec/core/comm.h). Only rank 0
  * prints; every output file is written atomically by rank 0.
  */
 #include <math.h>
@@ -416,7 +416,7 @@ static int set_up_rank(run *x)
         crc = comm_nccl_create(MPI_COMM_WORLD, tp, pp, d, backend_cuda_stream(x->be), &x->cm, &cerr);
     else
 #endif
-        crc = comm_mpi_create(MPI_COMM_WORLD, tp, pp, d, &x->cm, &cerr);
+        crc = comm_mpi_create_cp(MPI_COMM_WORLD, tp, x->par.cp > 1 ? x->par.cp : 1, pp, d, &x->cm, &cerr);
     if (!crc && x->moe.num_experts > 0 && x->a.backend == XARGS_BACKEND_CPU) /* collective too */
         crc = comm_mpi_set_ep(x->cm, x->moe.ep, &cerr);
     if (!rc && crc) {
@@ -445,12 +445,13 @@ static uint64_t config_hash(run *x)
     if (!a->microbench && x->s) {
         const gpt_dims *d = &x->o.dims;
         const sched *sc = x->s;
-        char arch[96];
+        char arch[96], mode[128];
         xconfig_arch_text(d, arch, sizeof arch);
+        xconfig_mode_text(d, mode, sizeof mode);
         n += snprintf(x->canon + n, sizeof x->canon - (size_t)n,
-                      " L=%d h=%d heads=%d ffn=%d s=%d V=%d b=%d sp=%d t=%d p=%d d=%d schedule=%s v=%d m=%d%s",
+                      " L=%d h=%d heads=%d ffn=%d s=%d V=%d b=%d sp=%d t=%d cp=%d p=%d d=%d schedule=%s v=%d m=%d%s%s",
                       d->layers, d->hidden, d->heads, d->ffn, d->seq, d->vocab, d->batch, (int)x->o.sp, x->par.tp,
-                      x->par.pp, x->par.dp, sched_kind_name(sc->kind), sc->v, sc->m, arch);
+                      x->par.cp, x->par.pp, x->par.dp, sched_kind_name(sc->kind), sc->v, sc->m, arch, mode);
         if (d->num_experts > 0)
             n += snprintf(x->canon + n, sizeof x->canon - (size_t)n,
                           " moe E=%d k=%d f=%d freq=%d first=%d cf=%.17g fb=%d ep=%d", d->num_experts, d->moe_topk,
@@ -601,7 +602,7 @@ static void print_banner(const run *x)
                  x->device);
     else
         snprintf(where, sizeof where, "fp32 cpu");
-    char arch[96], rcs[64];
+    char arch[96], rcs[128], cps[32] = "";
     xconfig_arch_text(&o->dims, arch, sizeof arch);
     xconfig_mode_text(&o->dims, rcs, sizeof rcs);
     char moe[192] = "";
@@ -612,13 +613,16 @@ static void print_banner(const run *x)
         snprintf(moe, sizeof moe, " + %zu in %d MoE layers (E=%d top-%d expert ffn=%d, %s%s, ep=%d edp=%d)",
                  gpt_moe_num_params(&o->dims), moe_layers, o->dims.num_experts, o->dims.moe_topk, o->dims.moe_ffn,
                  o->dims.moe_capacity > 0 ? "capacity" : "dropless",
-                 o->dims.moe_force_balance ? ", forced balance" : "", x->moe.ep, x->par.tp * x->par.dp / x->moe.ep);
+                 o->dims.moe_force_balance ? ", forced balance" : "", x->moe.ep,
+                 x->par.tp * (x->par.cp > 1 ? x->par.cp : 1) * x->par.dp / x->moe.ep);
     }
+    if (x->par.cp > 1)
+        snprintf(cps, sizeof cps, " cp=%d", x->par.cp);
     printf("trainexec: GPT %zu parameters%s (L=%d h=%d heads=%d ffn=%d s=%d V=%d%s), "
-           "t=%d p=%d d=%d v=%d%s, %s%s, b=%d B=%d m=%d, %d ranks, %s\n",
+           "t=%d%s p=%d d=%d v=%d%s, %s%s, b=%d B=%d m=%d, %d ranks, %s\n",
            gpt_num_params(&o->dims), moe, o->dims.layers, o->dims.hidden, o->dims.heads, o->dims.ffn, o->dims.seq,
-           o->dims.vocab, arch, x->par.tp, x->par.pp, x->par.dp, s->v, o->sp ? " sp" : "", sched_kind_name(s->kind),
-           rcs, o->dims.batch, o->dims.batch * x->par.dp * s->m, s->m, x->size, where);
+           o->dims.vocab, arch, x->par.tp, cps, x->par.pp, x->par.dp, s->v, o->sp ? " sp" : "",
+           sched_kind_name(s->kind), rcs, o->dims.batch, o->dims.batch * x->par.dp * s->m, s->m, x->size, where);
     (void)fflush(stdout); /* show it now */
 }
 
@@ -733,15 +737,19 @@ static void print_summary(const run *x, const xout_rank *xr, const xout_rank *al
            "peak memory %.2f MiB (max over ranks)\n",
            xr->iteration_ns / 1e6, x->a.iterations, mean_bubble / 1e6, 100.0 * mean_bubble / xr->iteration_ns,
            mx / 1048576.0);
-    for (int i = 0; i < x->size; i++)
-        printf("  rank %d (tp %d pp %d dp %d): compute %.3f ms, bubble %.3f ms, CPU %.0f%% "
+    for (int i = 0; i < x->size; i++) {
+        char cpr[24] = "";
+        if (x->par.cp > 1)
+            snprintf(cpr, sizeof cpr, " cp %d", all[i].cp);
+        printf("  rank %d (tp %d%s pp %d dp %d): compute %.3f ms, bubble %.3f ms, CPU %.0f%% "
                "of the time, peak %.2f MiB (weights %.2f, gradients %.2f, optimizer %.2f, "
                "activations %.2f, buffers %.2f)\n",
-               i, all[i].tp, all[i].pp, all[i].dp, all[i].compute_ns / 1e6,
+               i, all[i].tp, cpr, all[i].pp, all[i].dp, all[i].compute_ns / 1e6,
                (all[i].iteration_ns - all[i].compute_ns) / 1e6, 100.0 * all[i].cpu_ns / all[i].iteration_ns,
                all[i].peak_bytes / 1048576.0, all[i].cat_bytes[XMEM_WEIGHTS] / 1048576.0,
                all[i].cat_bytes[XMEM_GRADS] / 1048576.0, all[i].cat_bytes[XMEM_OPTIM] / 1048576.0,
                all[i].cat_bytes[XMEM_ACTS] / 1048576.0, all[i].cat_bytes[XMEM_BUFFERS] / 1048576.0);
+    }
 }
 
 /* Write the trace, ops and report files (collective) and print the

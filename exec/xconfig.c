@@ -113,7 +113,7 @@ int xconfig_supports(const config *c, bool cuda, bool inference, ts_err *err)
                        "Megatron-LM's fused or unfused ones (drop the fusion flags)");
     if (p->log_num_zeros)
         return err_set(err, TS_ENOTSUP, "--log-num-zeros-in-grad: the executor counts no zero gradients");
-    if (p->distributed_optimizer && !m->untie_embeddings && p->pp > 1 && p->dp > 1)
+    if (p->distributed_optimizer && !m->untie_embeddings && p->pp > 1 && p->dp * config_cp(c) > 1) /* shards: d x cp */
         return err_set(err, TS_ENOTSUP,
                        "--use-distributed-optimizer with the output layer tied to the word embedding and "
                        "--pipeline-model-parallel-size %d: the executor sums the two copies' gradients after the "
@@ -129,12 +129,16 @@ int xconfig_supports(const config *c, bool cuda, bool inference, ts_err *err)
         return err_set(err, TS_ENOTSUP,
                        "--use-torch-fsdp2, --use-megatron-fsdp: the executor shards no parameters or "
                        "gradients over data parallelism (--use-distributed-optimizer shards the Adam state)");
-    if (config_cp(c) > 1)
+    if (config_attn_is_flash(m->attention_backend) && cuda)
         return err_set(err, TS_ENOTSUP,
-                       "--context-parallel-size %d: the executor has no context-parallel attention (give 1)",
-                       config_cp(c));
+                       "--attention-backend %s: the cuda backend has only the unfused attention (give "
+                       "--attention-backend unfused, or --backend cpu)",
+                       CONFIG_ATTN_BACKEND_NAMES[m->attention_backend]);
+    if (config_cp(c) > 1 && (cuda || inference))
+        return err_set(err, TS_ENOTSUP, "--context-parallel-size %d: %s (give 1)", config_cp(c),
+                       cuda ? "the cuda backend has no context-parallel ring (run it with --backend cpu)"
+                            : "the KV-cache inference has no context parallelism");
     return moe_supports(c, cuda, inference, err);
-    return TS_OK;
 }
 
 void xconfig_arch_text(const gpt_dims *d, char *buf, size_t size)
@@ -164,6 +168,8 @@ void xconfig_mode_text(const gpt_dims *d, char *buf, size_t size)
         size_t n = strlen(buf);
         (void)snprintf(buf + n, size - n, ", distributed optimizer");
     }
+    size_t n = strlen(buf);
+    (void)snprintf(buf + n, size - n, ", %s attention", d->flash ? "flash" : "unfused");
 }
 
 gpt_dims xconfig_dims(const model_config *mc, const parallel_config *pc, const moe_config *e)
@@ -202,5 +208,6 @@ static gpt_dims xconfig_dense_dims(const model_config *mc, const parallel_config
                       .recompute_layers = pc->recompute_num_layers,
                       .recompute_attn = pc->recompute == RECOMPUTE_SELECTIVE,
                       .dist_optim = pc->distributed_optimizer,
+                      .flash = config_attn_is_flash(mc->attention_backend),
                       .tie_embed = !mc->untie_embeddings};
 }

@@ -18,15 +18,18 @@
  * KV-cache decode; TS_ENOTSUP naming the flag otherwise. */
 int xconfig_supports(const config *c, bool cuda, bool inference, ts_err *err);
 /* The executor's model for the resolved model, layout and MoE flags
- * (micro-batch as the batch; e NULL or without experts: dense). */
+ * (micro-batch as the batch; e NULL or without experts: dense; flash or
+ * fused attention, as config_resolve picked it, run as flash, unfused and
+ * local as unfused). */
 gpt_dims xconfig_dims(const model_config *mc, const parallel_config *pc, const moe_config *e);
 /* The architecture options of d as text: "" for the GPT layers with the
  * tied output layer, " [untied]", or " [groups=G RMSNorm SwiGLU no-bias rope
  * untied]" with the parts in use. */
 void xconfig_arch_text(const gpt_dims *d, char *buf, size_t size);
-/* The recomputation and optimizer of d as text ("" for neither): ",
- * recompute full uniform 2" (--recompute-num-layers as given), ", recompute
- * selective core_attn", ", distributed optimizer". */
+/* The recomputation, optimizer and attention of d as text: ", recompute
+ * full uniform 2" (--recompute-num-layers as given), ", recompute selective
+ * core_attn", ", distributed optimizer" where used, then ", flash
+ * attention" or ", unfused attention". */
 void xconfig_mode_text(const gpt_dims *d, char *buf, size_t size);
 
 #endif

@@ -146,14 +146,18 @@ int xmoe_report(MPI_Comm world, runtime *rt, const comm *cm, int ep, bool force_
     if (rank != 0 || !out || !recs || !all || !loads_i || !loads) /* (rank 0 has them all: anybad above) */
         goto done;
     double it = iterations > 0 ? iterations : 1;
-    int t = cm->size[COMM_TP], ep1 = ep > 0 ? ep : 1;
+    int t = cm->size[COMM_TP], cp = cm->size[COMM_CP], ep1 = ep > 0 ? ep : 1;
     for (int r = 0; r < size; r++) {
         const xmoe_rec *q = &recs[r];
-        int xi = q->tp + t * q->dp;
+        int xi = q->tp + t * q->dp; /* (q->dp: the data group's rank, cp rank + cp * replica) */
+        char cps[24] = "";
+        if (cp > 1)
+            (void)snprintf(cps, sizeof cps, " cp %d", q->dp % cp);
         fprintf(out,
-                "  MoE rank %d (tp %d pp %d dp %d, ep rank %d): expert rows %.1f per iteration, expert GEMMs %.3f ms "
-                "per iteration (%d MoE layers x %d local experts)\n",
-                r, q->tp, q->pp, q->dp, xi % ep1, (double)q->rows / it, 1e3 * q->gemm_s / it, q->layers, q->local);
+                "  MoE rank %d (tp %d%s pp %d dp %d, ep rank %d): expert rows %.1f per iteration, expert GEMMs %.3f "
+                "ms per iteration (%d MoE layers x %d local experts)\n",
+                r, q->tp, cps, q->pp, q->dp / cp, xi % ep1, (double)q->rows / it, 1e3 * q->gemm_s / it, q->layers,
+                q->local);
     }
     /* the groups: one per (pipeline rank, EDP index); members in EP rank order */
     int p = cm->size[COMM_PP], d = cm->size[COMM_DP], ngroups = t * d / ep1;

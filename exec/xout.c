@@ -17,7 +17,8 @@ void xout_rank_init(xout_rank *r, int rank, const comm *cm, const backend *be)
     r->rank = rank;
     r->tp = cm->rank[COMM_TP];
     r->pp = cm->rank[COMM_PP];
-    r->dp = cm->rank[COMM_DP];
+    r->dp = cm->rank[COMM_DP] / cm->size[COMM_CP]; /* the replica */
+    r->cp = cm->rank[COMM_CP];
     r->peak_bytes = (int64_t)be->peak_total_bytes;
     for (int c = 0; c < XMEM_NCAT; c++)
         r->cat_bytes[c] = (int64_t)be->at_peak_bytes[c];
@@ -133,7 +134,7 @@ int xout_write_spans(MPI_Comm world, const comm *cm, const rt_span *sp, size_t n
             fprintf(f,
                     ",\n{\"ph\": \"M\", \"pid\": %d, \"name\": \"process_name\", \"args\": "
                     "{\"name\": \"rank %d (tp %d, pp %d, dp %d)\"}}",
-                    rank, rank, cm->rank[COMM_TP], cm->rank[COMM_PP], cm->rank[COMM_DP]);
+                    rank, rank, cm->rank[COMM_TP], cm->rank[COMM_PP], cm->rank[COMM_DP] / cm->size[COMM_CP]);
             for (int s = 0; s < ST_COUNT; s++)
                 fprintf(f,
                         ",\n{\"ph\": \"M\", \"pid\": %d, \"tid\": %d, \"name\": "
@@ -159,7 +160,7 @@ int xout_write_spans(MPI_Comm world, const comm *cm, const rt_span *sp, size_t n
                 snprintf(c[0], 32, "%d", rank);
                 snprintf(c[1], 32, "%d", cm->rank[COMM_TP]);
                 snprintf(c[2], 32, "%d", cm->rank[COMM_PP]);
-                snprintf(c[3], 32, "%d", cm->rank[COMM_DP]);
+                snprintf(c[3], 32, "%d", cm->rank[COMM_DP] / cm->size[COMM_CP]); /* the replica */
                 snprintf(c[4], 32, "%d", x->iter);
                 snprintf(c[5], 32, "%s", x->is_op ? "op" : "action");
                 snprintf(c[6], 32, "%s", x->name);

@@ -34,10 +34,10 @@
 #include "sim/util/err.h"
 
 typedef struct {
-    int rank, tp, pp, dp;
-    int iterations;      /* measured iterations */
-    double iteration_ns; /* mean, slowest rank */
-    double compute_ns;   /* mean per iteration, this rank */
+    int rank, tp, pp, dp, cp; /* dp: the data-parallel replica; cp: the context-parallel rank */
+    int iterations;           /* measured iterations */
+    double iteration_ns;      /* mean, slowest rank */
+    double compute_ns;        /* mean per iteration, this rank */
     int64_t peak_bytes;
     int64_t cat_bytes[XMEM_NCAT];
     double cpu_ns; /* mean per iteration: this process's CPU time

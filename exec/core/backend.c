@@ -12,7 +12,17 @@ int be_alloc(backend *be, size_t n, xmem_cat cat, float **out, ts_err *err)
     *out = NULL;
     if (n == 0)
         return TS_OK;
-    float *p = be->alloc(be, n);
+    float *p = NULL;
+    for (int i = 0; i < be->pool_len && !p; i++)
+        if (be->pool_n[i] == n) { /* a kept block of this size */
+            p = be->pool_p[i];
+            be->pool_p[i] = be->pool_p[be->pool_len - 1];
+            be->pool_n[i] = be->pool_n[be->pool_len - 1];
+            be->pool_len--;
+            be->zero(be, p, n);
+        }
+    if (!p)
+        p = be->alloc(be, n);
     if (!p)
         return err_set(err, TS_ENOMEM, "%s backend: cannot allocate %zu bytes of %s", be->name, n * sizeof(float),
                        xmem_cat_name(cat));
@@ -44,7 +54,19 @@ void be_free(backend *be, float *p, size_t n, xmem_cat cat)
     if (!p)
         return;
     be_count(be, cat, n * sizeof(float), false);
+    if (be->pool_len < BE_POOL_MAX) { /* kept for a later be_alloc of the same size */
+        be->pool_p[be->pool_len] = p;
+        be->pool_n[be->pool_len++] = n;
+        return;
+    }
     be->free(be, p);
+}
+
+void be_pool_drain(backend *be)
+{
+    for (int i = 0; i < be->pool_len; i++)
+        be->free(be, be->pool_p[i]);
+    be->pool_len = 0;
 }
 
 void be_reset_peaks(backend *be)

@@ -25,6 +25,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "exec/core/cp_attn.h"
 #include "sim/util/err.h"
 
 typedef enum {
@@ -41,6 +42,9 @@ typedef enum {
 const char *xmem_cat_name(xmem_cat c);
 
 typedef struct backend backend;
+
+/* Freed blocks a backend keeps for reuse (be_free, be_alloc). */
+#define BE_POOL_MAX 32
 
 struct backend {
     const char *name; /* "cpu", "cuda" */
@@ -113,13 +117,39 @@ struct backend {
     void (*swiglu_bwd)(backend *be, float *dinp, const float *inp, const float *dout, size_t N, int F);
     void (*rope_fwd)(backend *be, float *qkv, size_t N, int T, int NH, int NKV, int hs, float base);
     void (*rope_bwd)(backend *be, float *dqkv, size_t N, int T, int NH, int NKV, int hs, float base);
+    /* rope of rows at positions pos0, pos0 + 1, ... (kern_rope_at_*: context parallelism) */
+    void (*rope_at_fwd)(backend *be, float *qkv, size_t N, int pos0, int NH, int NKV, int hs, float base);
+    void (*rope_at_bwd)(backend *be, float *dqkv, size_t N, int pos0, int NH, int NKV, int hs, float base);
     void (*attention_gqa_fwd)(backend *be, float *out, float *att, const float *qkv, int B, int T, int NH, int NKV,
                               int hs);
     void (*attention_gqa_bwd)(backend *be, float *dqkv, float *datt, const float *dout, const float *qkv,
                               const float *att, int B, int T, int NH, int NKV, int hs);
 
+    /* Flash-style attention (--attention-backend flash, cp_attn.h's
+     * recurrence: online softmax, only the log-sum-exp lse [B, NH, T/cp]
+     * saved, the backward recomputing the scores), multi-head or
+     * grouped-query (NKV key/value heads), over ring's context-parallel
+     * ranks (size 1: one rank). Same arguments as cp_attn_fwd/bwd (ring_ws:
+     * the ring's buffers, cp_attn_ring_floats); they return a status (the
+     * ring's exchange can fail). NULL in a backend that has only the
+     * unfused attention: gpt_stage_create then refuses the flag. */
+    int (*attention_flash_fwd)(backend *be, const cp_ring *ring, float *out, float *lse, const float *qkv, int B, int T,
+                               int NH, int NKV, int hs, float *ring_ws, ts_err *err);
+    int (*attention_flash_bwd)(backend *be, const cp_ring *ring, float *dqkv, const float *dout, const float *out,
+                               const float *lse, const float *qkv, int B, int T, int NH, int NKV, int hs,
+                               float *ring_ws, ts_err *err);
+
     /* Release the backend (not the tensors: their owners free them first). */
     void (*destroy)(backend *be);
+
+    /* ---- blocks be_free keeps for be_alloc to hand out again (exact size, zeroed), so that
+     * tensors freed and allocated every micro-batch (a layer's activations, the head's) cost
+     * no device allocation or synchronising free in the steady state (PyTorch's caching
+     * allocator). Not counted: the accounting below is of allocated bytes (its
+     * memory_allocated, what trainsim predicts). be_pool_drain releases them. */
+    float *pool_p[BE_POOL_MAX];
+    size_t pool_n[BE_POOL_MAX];
+    int pool_len;
 
     /* ---- accounting, maintained by be_alloc/be_free (bytes) */
     size_t cur_bytes[XMEM_NCAT];
@@ -129,11 +159,16 @@ struct backend {
     size_t at_peak_bytes[XMEM_NCAT]; /* each category's bytes when the sum peaked */
 };
 
-/* Allocate n floats (zeroed) counted under cat. TS_ENOMEM with the size and
- * category in err on failure. The caller frees with be_free(be, p, n, cat). */
+/* Allocate n floats (zeroed) counted under cat: a kept block of n floats
+ * (zeroed on the backend's stream), else a new one. TS_ENOMEM with the
+ * size and category in err on failure. The caller frees with
+ * be_free(be, p, n, cat), which keeps the block while there is room. */
 int be_alloc(backend *be, size_t n, xmem_cat cat, float **out, ts_err *err);
 /* Free p (n floats under cat, as allocated). NULL is allowed. */
 void be_free(backend *be, float *p, size_t n, xmem_cat cat);
+/* Release the blocks kept for reuse (the backends' destroy() calls it
+ * first). */
+void be_pool_drain(backend *be);
 /* Reset the peaks to the current usage (start of a measured window). */
 void be_reset_peaks(backend *be);
 /* Count bytes of category cat that a module allocated itself (host memory

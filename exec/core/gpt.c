@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "exec/core/cp_split.h"
 #include "exec/core/gpt_impl.h"
 
 /* How a parameter is split over the t tensor ranks. */
@@ -306,7 +307,46 @@ static int backend_check(const gpt_dims *d, const backend *be, ts_err *err)
     if (flag)
         return err_set(err, TS_ENOTSUP, "%s: the %s backend has no kernel for it (run with the cpu backend)", flag,
                        be->name);
+    if (d->flash && !(be->attention_flash_fwd && be->attention_flash_bwd))
+        return err_set(err, TS_ENOTSUP,
+                       "--attention-backend flash: the %s backend has only the unfused attention (give "
+                       "--attention-backend unfused, or run with the cpu backend)",
+                       be->name);
     return TS_OK;
+}
+
+/* Context parallelism: flash attention, a ring, T split in 2 cp chunks,
+ * rope at a chunk's positions (TS_ENOTSUP / TS_EINVAL naming the flag). */
+static int cp_check(const gpt_dims *d, const comm *cm, const backend *be, ts_err *err)
+{
+    int cp = cm->size[COMM_CP];
+    if (cp == 1)
+        return TS_OK;
+    if (!d->flash)
+        return err_set(err, TS_ENOTSUP,
+                       "--context-parallel-size %d needs --attention-backend flash (ring attention keeps no scores)",
+                       cp);
+    if (!cm->cp_sendrecv)
+        return err_set(err, TS_ENOTSUP, "--context-parallel-size %d: the %s comm has no context-parallel ring", cp,
+                       cm->name);
+    if (d->rope && !(be->rope_at_fwd && be->rope_at_bwd))
+        return err_set(err, TS_ENOTSUP,
+                       "--context-parallel-size %d with --position-embedding-type rope: the %s backend has no rope "
+                       "kernel at given positions",
+                       cp, be->name);
+    return cp_split_check(d->seq, cp, err);
+}
+
+static int stage_ring_sendrecv(void *ud, const float *send, float *recv, size_t n, ts_err *err)
+{
+    comm *cm = ud;
+    return cm->cp_sendrecv(cm, send, recv, n, err);
+}
+
+size_t gpt_att_floats(const gpt_stage *st)
+{
+    size_t bh = (size_t)st->B * (size_t)st->NHl;
+    return st->d.flash ? bh * (size_t)st->Tl : bh * (size_t)st->T * (size_t)st->T;
 }
 
 int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool embed, bool head, bool sp, uint64_t seed,
@@ -317,7 +357,7 @@ int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool em
     int rc = gpt_dims_check(d, t, sp, err);
     if (rc)
         return rc;
-    if ((rc = backend_check(d, be, err)))
+    if ((rc = backend_check(d, be, err)) || (rc = cp_check(d, cm, be, err)))
         return rc;
     if (first_layer < 0 || num_layers < 0 || first_layer + num_layers > d->layers)
         return err_set(err, TS_EINVAL, "stage layers [%d, %d) outside the model's %d layers", first_layer,
@@ -328,6 +368,9 @@ int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool em
     st->d = *d;
     st->t = t;
     st->tr = cm->rank[COMM_TP];
+    st->cp = cm->size[COMM_CP];
+    st->cr = cm->rank[COMM_CP];
+    st->ring = (cp_ring){.size = st->cp, .rank = st->cr, .ud = cm, .sendrecv = stage_ring_sendrecv};
     st->sp = sp && t > 1;
     st->l0 = first_layer;
     st->nl = num_layers;
@@ -348,7 +391,8 @@ int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool em
     st->Wl = (st->NHl + 2 * st->NKVl) * st->hs;
     st->Fu = d->swiglu ? 2 * st->Fl : st->Fl;
     st->V = d->vocab;
-    st->N = (size_t)d->batch * d->seq;
+    st->Tl = d->seq / st->cp;
+    st->N = (size_t)d->batch * st->Tl;
     st->Ns = st->sp ? st->N / t : st->N;
 
     int maxt = 2 + num_layers * GP_LAYER_COUNT + 3;
@@ -425,8 +469,8 @@ int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool em
 
     /* scratch */
     size_t N = st->N, Ns = st->Ns, C = st->C;
-    size_t natt = (size_t)st->B * st->NHl * st->T * st->T;
-    st->scratch_n = N * C + Ns * C + Ns * C + N * st->Fl + N * st->Cl + natt + (d->recompute_attn ? natt : 0);
+    size_t natt = gpt_att_floats(st), ndatt = d->flash ? 0 : natt; /* flash: no score gradients */
+    st->scratch_n = N * C + Ns * C + Ns * C + N * st->Fl + N * st->Cl + ndatt + (d->recompute_attn ? natt : 0);
     if ((rc = be_alloc(be, st->scratch_n, XMEM_BUFFERS, &st->scratch, err)))
         goto fail;
     float *p = st->scratch;
@@ -435,7 +479,7 @@ int gpt_stage_create(const gpt_dims *d, int first_layer, int num_layers, bool em
     st->s_dres = p, p += Ns * C;
     st->s_dfchg = p, p += N * st->Fl;
     st->s_datty = p, p += N * st->Cl;
-    st->s_datt = p, p += natt;
+    st->s_datt = d->flash ? NULL : p, p += ndatt;
     st->s_att = d->recompute_attn ? p : NULL;
     /* the fused backward's one-layer cache */
     st->fused.nfloats = gpt_cache_layout(st, &st->fused, num_layers > 0 ? 1 : 0, NULL);
@@ -529,23 +573,11 @@ int gpt_acts_create(gpt_stage *st, gpt_acts **out, ts_err *err)
         float *base = a->mem;
         size_t cur = 0;
         TAKE(a->in0, Ns * C);
-        for (int li = 0; li < st->nl; li++) {
+        for (int li = 0; li < st->nl; li++) { /* kept layers: their own allocations, in their forward */
             bool res3 = li + 1 < st->nl || st->head;
-            if (st->rc_lo[li] < 0) {
-                cur +=
-                    gpt_lacts_carve(st, &L[li], base ? base + cur : NULL, res3, gpt_layer_is_moe(&st->d, st->l0 + li));
-            } else if (res3 && li == st->rc_hi[li] - 1) {
+            if (st->rc_lo[li] >= 0 && res3 && li == st->rc_hi[li] - 1) {
                 TAKE(L[li].res3, Ns * C); /* a recompute group keeps its output only (the next one's input) */
             }
-        }
-        if (st->head) {
-            TAKE(a->lnf, Ns * C);
-            TAKE(a->lnfm, st->d.rmsnorm ? 0 : Ns);
-            TAKE(a->lnfr, Ns);
-            if (st->sp)
-                TAKE(a->lnfg, N * C);
-            TAKE(a->probs, N * st->V);
-            TAKE(a->losses, N);
         }
         if (pass == 0) {
             a->nfloats = cur;
@@ -558,14 +590,73 @@ int gpt_acts_create(gpt_stage *st, gpt_acts **out, ts_err *err)
         }
     }
 #undef TAKE
-    a->tokens = st->be->alloc_int(st->be, N);
+    a->tokens = st->be->alloc_int(st->be, (size_t)st->B * st->T); /* the whole sequences (embed picks the rank's) */
     a->targets = st->be->alloc_int(st->be, N);
     if (!a->tokens || !a->targets) {
         gpt_acts_free(st, a);
         return err_set(err, TS_ENOMEM, "gpt activations: out of memory for token ids");
     }
-    *out = a;
+    *out = a; /* the head's activations come with its forward (gpt_head_acts_alloc) */
     return TS_OK;
+}
+
+int gpt_layer_acts_alloc(gpt_stage *st, gpt_acts *a, int li, ts_err *err)
+{
+    gpt_lacts *A = &a->L[li];
+    if (st->rc_lo[li] >= 0 || A->mem)
+        return TS_OK;
+    bool res3 = li + 1 < st->nl || st->head;
+    bool moe = gpt_layer_is_moe(&st->d, st->l0 + li);
+    A->nfloats = gpt_lacts_carve(st, A, NULL, res3, moe);
+    int rc = be_alloc(st->be, A->nfloats, XMEM_ACTS, &A->mem, err);
+    if (!rc)
+        gpt_lacts_carve(st, A, A->mem, res3, moe);
+    return rc;
+}
+
+void gpt_layer_acts_free(gpt_stage *st, gpt_acts *a, int li)
+{
+    gpt_lacts *A = &a->L[li];
+    be_free(st->be, A->mem, A->nfloats, XMEM_ACTS);
+    A->mem = NULL;
+    moe_saved_free(A->moe); /* (the MoE backward has freed it already unless it did not run) */
+    A->moe = NULL;
+}
+
+int gpt_head_acts_alloc(gpt_stage *st, gpt_acts *a, ts_err *err)
+{
+    size_t N = st->N, Ns = st->Ns, C = st->C, nm = st->d.rmsnorm ? 0 : Ns;
+    int rc = TS_OK;
+    if (!st->head)
+        return TS_OK;
+    if (!a->head_w) {
+        a->head_wn = Ns * C + nm + Ns + (st->sp ? N * C : 0);
+        if ((rc = be_alloc(st->be, a->head_wn, XMEM_ACTS, &a->head_w, err)))
+            return rc;
+        a->lnf = a->head_w;
+        a->lnfm = a->lnf + Ns * C;
+        a->lnfr = a->lnfm + nm;
+        a->lnfg = st->sp ? a->lnfr + Ns : NULL;
+    }
+    if (!a->head_i) {
+        a->head_in = N * (size_t)st->V + N;
+        if ((rc = be_alloc(st->be, a->head_in, XMEM_ACTS, &a->head_i, err)))
+            return rc;
+        a->probs = a->head_i;
+        a->losses = a->probs + N * (size_t)st->V;
+    }
+    return TS_OK;
+}
+
+void gpt_head_acts_free(gpt_stage *st, gpt_acts *a, bool weight_part)
+{
+    if (weight_part) {
+        be_free(st->be, a->head_w, a->head_wn, XMEM_ACTS);
+        a->head_w = a->lnf = a->lnfm = a->lnfr = a->lnfg = NULL;
+    } else {
+        be_free(st->be, a->head_i, a->head_in, XMEM_ACTS);
+        a->head_i = a->probs = a->losses = NULL;
+    }
 }
 
 void gpt_acts_free(gpt_stage *st, gpt_acts *a)
@@ -576,12 +667,14 @@ void gpt_acts_free(gpt_stage *st, gpt_acts *a)
         free_cache_mem(st, &a->cache);
     be_free(st->be, a->rc_mem, a->rc_n, XMEM_ACTS);
     be_free(st->be, a->mem, a->nfloats, XMEM_ACTS);
+    gpt_head_acts_free(st, a, false);
+    gpt_head_acts_free(st, a, true);
+    for (int li = 0; li < st->nl; li++)
+        gpt_layer_acts_free(st, a, li);
     if (a->tokens)
         st->be->free_int(st->be, a->tokens);
     if (a->targets)
         st->be->free_int(st->be, a->targets);
-    for (int li = 0; a->L && li < st->nl; li++)
-        moe_saved_free(a->L[li].moe);
     free(a->L);
     free(a);
 }

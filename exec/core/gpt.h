@@ -57,8 +57,19 @@
  * summed over the EDP group. The MoE weights live in the layer (host memory:
  * the CPU backend), outside the flat parameters, with their own Adam
  * moments; the auxiliary loss's gradient is scaled like the token losses
- * (1 / micro-batches of the global batch). Refused with MoE: full
- * recomputation, the distributed optimizer, t > 1 without sp.
+ * (1 / micro-batches of the global batch). With context parallelism
+ * the MoE layer runs on the rank's N rows (its chunks) and expert
+ * parallelism folds into tensor x context x data parallelism. Refused with
+ * MoE: full recomputation, the distributed optimizer, t > 1 without sp, the
+ * auxiliary loss with t > 1 or cp > 1.
+ *
+ * Context parallelism (the comm's COMM_CP group of cp ranks, flash
+ * attention only): each rank holds T/cp positions of every sequence, its
+ * two chunks of cp_split.h (rows b*T/cp + i, position cp_global_pos(i));
+ * attention runs cp_attn's ring over the group, every other op is per row.
+ * The stage takes the whole sequences' tokens and targets and picks its
+ * rows; its loss is the sum over its rows; its gradients are partial over
+ * COMM_CP, summed with the data-parallel ones (COMM_DP holds both).
  *
  * Backward is split for zero-bubble schedules: gpt_backward_input() computes
  * the gradient w.r.t. the stage input and saves what the weight gradients
@@ -126,6 +137,10 @@ typedef struct {
     double moe_capacity;    /* --moe-expert-capacity-factor; <= 0: dropless */
     bool moe_force_balance; /* --moe-router-force-load-balancing */
     double moe_aux_coeff;   /* --moe-aux-loss-coeff (0: no auxiliary loss) */
+    bool flash;             /* --attention-backend flash or fused (the simulator's resolved backend): the backend's
+                               attention_flash_* (cp_attn.h's recurrence) saves the log-sum-exp [B, NH/t, T/cp]
+                               instead of the scores [B, NH/t, T, T], and its backward recomputes the scores;
+                               false: unfused (the scores saved) */
 } gpt_dims;
 
 enum { GPT_RC_NONE = 0, GPT_RC_UNIFORM, GPT_RC_BLOCK };
@@ -206,7 +221,7 @@ moe_layer *gpt_stage_moe(gpt_stage *st, int layer);
 /* The stage's global layers [*first, *first + *count). */
 void gpt_stage_layers(const gpt_stage *st, int *first, int *count);
 
-/* Rows of a pipeline tensor (stage input/output): N = B*T, or N/t with sp. */
+/* Rows of a pipeline tensor (stage input/output): N = B*T/cp, or N/t with sp. */
 size_t gpt_stage_io_floats(const gpt_stage *st);
 size_t gpt_stage_num_params(const gpt_stage *st);
 const gpt_tensor *gpt_stage_tensors(const gpt_stage *st, int *count);

@@ -12,13 +12,16 @@
 typedef struct {
     float *ln1, *ln1m, *ln1r, *ln1g; /* [Ns,C], [Ns], [Ns], [N,C] */
     float *qkv;                      /* [N, Wl] (q and k rotated with rope) */
-    float *att;                      /* [B, NH/t, T, T] */
+    float *att;                      /* unfused: the scores [B, NH/t, T, T]; flash: the log-sum-exp [B, NH/t, Tl] */
     float *atty;                     /* [N, C/t] */
     float *res2;                     /* [Ns, C] */
     float *ln2, *ln2m, *ln2r, *ln2g;
     float *fch, *fchg; /* [N, Fu], [N, F/t]; absent in a MoE layer */
     float *res3;       /* [Ns, C]; NULL for the stage's last layer */
     moe_saved *moe;    /* a MoE layer's saved routing and expert rows, from its forward to its backward */
+    float *mem;        /* a layer whose activations are kept: its own allocation, from its forward to the end
+                          of its backward (gpt_layer_acts_alloc / _free); NULL for a recomputed layer */
+    size_t nfloats;
 } gpt_lacts;
 
 /* A local layer's MoE MLP (L NULL: a dense layer) and its Adam moments,
@@ -54,6 +57,11 @@ struct gpt_acts {
     float *lnf, *lnfm, *lnfr, *lnfg, *probs, *losses; /* last stage */
     float *mem;
     size_t nfloats;
+    /* the last stage's own allocations, freed as the backward is done with them (as autograd frees
+     * them): head_i (probs, losses) after the head's input gradient, head_w (lnf and its stats)
+     * after its weight gradient; the forward allocates them when it reaches the head */
+    float *head_i, *head_w;
+    size_t head_in, head_wn;
     gpt_cache cache; /* saved by backward_input (split mode) */
     bool have_cache;
     float *rc_mem; /* split mode: the recomputed layers' activations, rerun by backward_input, kept for W */
@@ -62,7 +70,9 @@ struct gpt_acts {
 
 struct gpt_stage {
     gpt_dims d;
-    int t, tr; /* tensor-parallel size and rank */
+    int t, tr;    /* tensor-parallel size and rank */
+    int cp, cr;   /* context-parallel size and rank (COMM_CP) */
+    cp_ring ring; /* the flash attention's ring over COMM_CP (size 1: one rank) */
     bool sp;
     int l0, nl; /* first global layer, local layer count */
     bool embed, head;
@@ -71,6 +81,7 @@ struct gpt_stage {
     uint64_t seed;
     /* derived sizes */
     int B, T, C, Cl, F, Fl, NHl, hs, V;
+    int Tl;   /* positions of each sequence on this rank: T / cp */
     int NKVl; /* local key/value heads (= NHl without grouped-query attention) */
     int Wl;   /* local QKV width (NHl + 2 NKVl) hs */
     int Fu;   /* local FC1 width: 2 Fl with SwiGLU, else Fl */
@@ -90,8 +101,8 @@ struct gpt_stage {
     float *s_dres;  /* [Ns, C] residual-stream gradient */
     float *s_dfchg; /* [N, F/t] */
     float *s_datty; /* [N, C/t] */
-    float *s_datt;  /* [B, NH/t, T, T] */
-    float *s_att;   /* [B, NH/t, T, T] the scores of every layer (recompute_attn) */
+    float *s_datt;  /* [B, NH/t, T, T] (unfused only) */
+    float *s_att;   /* gpt_att_floats: every layer's scores or log-sum-exp (recompute_attn) */
     float *scratch; /* one allocation holding the above */
     size_t scratch_n;
     gpt_cache fused; /* one layer's worth, reused by gpt_backward */
@@ -99,7 +110,8 @@ struct gpt_stage {
     int *rc_lo, *rc_hi; /* per local layer: its recompute group [lo, hi); -1, -1 when its activations are kept */
     int n_rc;           /* recomputed layers: always the stage's first n_rc */
     size_t rc_slot;     /* floats of one layer's activations (with its output) */
-    float *rc_ws;       /* one group's activations: the forward's and the fused backward's */
+    float *rc_ws;       /* one group's activations: the forward's and the fused backward's; allocated while a
+                           group runs (gpt_rc_ws_get/put), as autograd holds a checkpointed group's tensors */
     size_t rc_ws_n;
     gpt_moe *moe;     /* [nl] */
     float loss_scale; /* of the backward under way (the MoE auxiliary loss's gradient scale) */
@@ -124,13 +136,32 @@ struct gpt_stage {
 #define LW(st, li, k) ((st)->pw[(size_t)(li)*GP_LAYER_COUNT + ((k)-GP_LAYER_FIRST)])
 #define LG(st, li, k) ((st)->pg[(size_t)(li)*GP_LAYER_COUNT + ((k)-GP_LAYER_FIRST)])
 
+/* Layer li's own activations (a layer that is not recomputed) where
+ * absent, carved into a->L[li]; free releases them (NULL allowed). */
+int gpt_layer_acts_alloc(gpt_stage *st, gpt_acts *a, int li, ts_err *err);
+void gpt_layer_acts_free(gpt_stage *st, gpt_acts *a, int li);
+
+/* The last stage's head activations of a (gpt_acts' head_i, head_w) where
+ * absent; a no-op on other stages. */
+int gpt_head_acts_alloc(gpt_stage *st, gpt_acts *a, ts_err *err);
+/* Free head_w (weight_part) or head_i; NULL pointers are allowed. */
+void gpt_head_acts_free(gpt_stage *st, gpt_acts *a, bool weight_part);
+
+/* Floats of one layer's saved attention state: the scores (unfused) or the
+ * log-sum-exp (flash). */
+size_t gpt_att_floats(const gpt_stage *st);
+
 /* Carve one layer's activations (with its output res3 if res3; without the
  * MLP's if moe) from base; base NULL: only count. Returns the floats taken. */
 size_t gpt_lacts_carve(const gpt_stage *st, gpt_lacts *A, float *base, bool res3, bool moe);
 /* Full recomputation: the groups of st->d's method over the stage's layers
- * and the group workspace (counted as activations). */
+ * and the size of the group workspace. */
 int gpt_rc_setup(gpt_stage *st, ts_err *err);
 void gpt_rc_free(gpt_stage *st);
+/* Allocate the group workspace st->rc_ws (counted as activations) if it is
+ * not; put frees it (the group is done). */
+int gpt_rc_ws_get(gpt_stage *st, ts_err *err);
+void gpt_rc_ws_put(gpt_stage *st);
 /* Point the activations of the recompute group starting at local layer lo
  * into base (group slots of st->rc_slot floats); the group's last output
  * (its checkpoint, per micro-batch) keeps its place. */

@@ -79,11 +79,16 @@ int gpt_moe_create(gpt_stage *st, ts_err *err)
     if (st->d.num_experts <= 0)
         return TS_OK;
     const comm *cm = st->cm;
+    if (cm->size[COMM_CP] > 1 && st->d.moe_aux_coeff > 0)
+        return err_set(err, TS_ENOTSUP,
+                       "--moe-aux-loss-coeff with --context-parallel-size %d: the executor computes the auxiliary "
+                       "loss over each rank's tokens only (give cp = 1 or no aux loss)",
+                       cm->size[COMM_CP]);
     const moe_xchg *xc = cm->moe_xc;
     int world = cm->size[COMM_TP] * cm->size[COMM_DP];
     if (!xc && world > 1)
         return err_set(err, TS_EINVAL,
-                       "MoE layers over %d tensor x data-parallel ranks: the %s comm has no expert groups "
+                       "MoE layers over %d tensor x context x data-parallel ranks: the %s comm has no expert groups "
                        "(comm_mpi_set_ep; the cuda backend runs no MoE layers)",
                        world, cm->name);
     int ep = xc ? xc->size : 1, er = xc ? xc->rank : 0;

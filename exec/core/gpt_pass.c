@@ -2,6 +2,7 @@
  * with Megatron's tensor-parallel collectives at the column/row splits. */
 #include <stdlib.h>
 
+#include "exec/core/cp_split.h"
 #include "exec/core/gpt_impl.h"
 
 #define CK(expr)                                                                                                       \
@@ -132,22 +133,109 @@ static void act_bwd(gpt_stage *st, float *dinp, const float *inp, const float *d
     else
         be->gelu_bwd(be, dinp, inp, dout, st->N * st->Fl);
 }
-/* Attention core: multi-head, or grouped-query with NKVl key/value heads. */
-static void attn_fwd(gpt_stage *st, float *out, float *att, const float *qkv)
+/* Attention core: multi-head, or grouped-query with NKVl key/value heads.
+ * Unfused: att holds the scores. Flash: att holds the log-sum-exp, over the
+ * context-parallel ring (one rank without context parallelism). */
+static int attn_fwd(gpt_stage *st, float *out, float *att, const float *qkv, ts_err *err)
 {
     backend *be = st->be;
+    if (st->d.flash) { /* the ring's buffers live during the call (activations, as the simulator's) */
+        size_t n = cp_attn_ring_floats(st->B, st->T, st->cp, st->NKVl, st->hs, false);
+        float *ws = NULL;
+        int rc = be_alloc(be, n, XMEM_ACTS, &ws, err);
+        if (!rc)
+            rc =
+                be->attention_flash_fwd(be, &st->ring, out, att, qkv, st->B, st->T, st->NHl, st->NKVl, st->hs, ws, err);
+        be_free(be, ws, n, XMEM_ACTS);
+        return rc;
+    }
     if (st->NKVl == st->NHl)
         be->attention_fwd(be, out, att, qkv, st->B, st->T, st->NHl, st->hs);
     else
         be->attention_gqa_fwd(be, out, att, qkv, st->B, st->T, st->NHl, st->NKVl, st->hs);
+    return TS_OK;
 }
-static void attn_bwd(gpt_stage *st, float *dqkv, const float *dout, const float *qkv, const float *att)
+/* out: the forward's output (flash's backward reads it). */
+static int attn_bwd(gpt_stage *st, float *dqkv, const float *dout, const float *out, const float *qkv, const float *att,
+                    ts_err *err)
 {
     backend *be = st->be;
+    if (st->d.flash) {
+        size_t n = cp_attn_ring_floats(st->B, st->T, st->cp, st->NKVl, st->hs, true);
+        float *ws = NULL;
+        int rc = be_alloc(be, n, XMEM_ACTS, &ws, err);
+        if (!rc)
+            rc = be->attention_flash_bwd(be, &st->ring, dqkv, dout, out, att, qkv, st->B, st->T, st->NHl, st->NKVl,
+                                         st->hs, ws, err);
+        be_free(be, ws, n, XMEM_ACTS);
+        return rc;
+    }
     if (st->NKVl == st->NHl)
         be->attention_bwd(be, dqkv, st->s_datt, dout, qkv, att, st->B, st->T, st->NHl, st->hs);
     else
         be->attention_gqa_bwd(be, dqkv, st->s_datt, dout, qkv, att, st->B, st->T, st->NHl, st->NKVl, st->hs);
+    return TS_OK;
+}
+
+/* The global row b*T + position of local row j: with context parallelism
+ * the rank's rows are its two chunks of every sequence (cp_split.h). */
+static size_t global_row(const gpt_stage *st, size_t j)
+{
+    if (st->cp == 1)
+        return j;
+    size_t b = j / (size_t)st->Tl;
+    return b * (size_t)st->T + (size_t)cp_global_pos(st->T, st->cp, st->cr, (int)(j % (size_t)st->Tl));
+}
+
+/* Rows of the run of local rows starting at j (< n) from lo: consecutive
+ * global rows within one sequence (all n without context parallelism). */
+static size_t run_len(const gpt_stage *st, size_t lo, size_t j, size_t n, size_t g0)
+{
+    size_t k = 1;
+    while (j + k < n && global_row(st, lo + j + k) == g0 + k && (g0 + k) % (size_t)st->T)
+        k++;
+    return k;
+}
+
+/* Rope, forward (on qkv) or backward (on its gradient), of the N local rows:
+ * one call over whole sequences without context parallelism, else one per
+ * run of consecutive positions. */
+static void rope_rows(gpt_stage *st, float *x, bool bwd)
+{
+    backend *be = st->be;
+    if (st->cp == 1) {
+        if (bwd)
+            be->rope_bwd(be, x, st->N, st->T, st->NHl, st->NKVl, st->hs, GPT_ROPE_BASE);
+        else
+            be->rope_fwd(be, x, st->N, st->T, st->NHl, st->NKVl, st->hs, GPT_ROPE_BASE);
+        return;
+    }
+    for (size_t j = 0, k; j < st->N; j += k) {
+        size_t g0 = global_row(st, j);
+        k = run_len(st, 0, j, st->N, g0);
+        int pos0 = (int)(g0 % (size_t)st->T);
+        float *r = x + j * (size_t)st->Wl;
+        if (bwd)
+            be->rope_at_bwd(be, r, k, pos0, st->NHl, st->NKVl, st->hs, GPT_ROPE_BASE);
+        else
+            be->rope_at_fwd(be, r, k, pos0, st->NHl, st->NKVl, st->hs, GPT_ROPE_BASE);
+    }
+}
+
+/* Embedding forward of local rows [lo, lo + n) into x (bwd false), or its
+ * weight gradient from x (bwd true), in runs of consecutive global rows
+ * (one run without context parallelism). tokens: the whole sequences. */
+static void embed_rows(gpt_stage *st, float *x, const int *tokens, size_t lo, size_t n, bool bwd)
+{
+    backend *be = st->be;
+    for (size_t j = 0, k; j < n; j += k) {
+        size_t g0 = global_row(st, lo + j);
+        k = st->cp == 1 ? n - j : run_len(st, lo, j, n, g0);
+        if (bwd)
+            be->embed_bwd(be, st->gwte, st->gwpe, x + j * (size_t)st->C, tokens, g0, k, st->T, st->C);
+        else
+            be->embed_fwd(be, x + j * (size_t)st->C, tokens, st->wte, st->wpe, g0, k, st->T, st->C);
+    }
 }
 
 /* The exchange of the stage's MoE layers: the comm's, or one rank's. */
@@ -189,8 +277,10 @@ static int layer_fwd(gpt_stage *st, gpt_acts *a, int li, const float *x, float *
     }
     OP(st, "qkv", l, linear_fwd(st, A->qkv, ln1g, LW(st, li, GP_QKVW), LW(st, li, GP_QKVB), N, st->Wl, C));
     if (st->d.rope)
-        OP(st, "rope", l, be->rope_fwd(be, A->qkv, N, st->T, st->NHl, st->NKVl, st->hs, GPT_ROPE_BASE));
-    OP(st, "attn", l, attn_fwd(st, A->atty, A->att, A->qkv));
+        OP(st, "rope", l, rope_rows(st, A->qkv, false));
+    int rc;
+    OP(st, "attn", l, rc = attn_fwd(st, A->atty, A->att, A->qkv, err));
+    CK(rc);
     OP(st, "proj", l, linear_fwd(st, st->s_part, A->atty, LW(st, li, GP_PROJW), NULL, N, C, Cl));
     CK(tp_reduce(st, st->s_part, &red, l, err));
     OP(st, "residual1", l, be->bias_residual_fwd(be, A->res2, x, red, LW(st, li, GP_PROJB), Ns, C));
@@ -224,9 +314,9 @@ int gpt_forward(gpt_stage *st, gpt_acts *a, const int *tokens, const int *target
     if (st->embed) {
         if (!tokens)
             return err_set(err, TS_ESTATE, "gpt_forward: first stage needs tokens");
-        be->int_to_device(be, a->tokens, tokens, N);
+        be->int_to_device(be, a->tokens, tokens, (size_t)st->B * st->T);
         size_t row0 = st->sp ? (size_t)st->tr * Ns : 0;
-        OP(st, "embed", -1, be->embed_fwd(be, a->in0, a->tokens, st->wte, st->wpe, row0, Ns, st->T, st->C));
+        OP(st, "embed", -1, embed_rows(st, a->in0, a->tokens, row0, Ns, false));
     } else {
         if (!x_in)
             return err_set(err, TS_ESTATE, "gpt_forward: stage %d needs an input tensor", st->l0);
@@ -235,22 +325,38 @@ int gpt_forward(gpt_stage *st, gpt_acts *a, const int *tokens, const int *target
     if (st->head) {
         if (!targets)
             return err_set(err, TS_ESTATE, "gpt_forward: last stage needs targets");
-        be->int_to_device(be, a->targets, targets, N);
+        if (st->cp == 1) {
+            be->int_to_device(be, a->targets, targets, N);
+        } else { /* this rank's rows */
+            int *mine = malloc(N * sizeof *mine);
+            if (!mine)
+                return err_set(err, TS_ENOMEM, "gpt_forward: out of memory");
+            for (size_t j = 0; j < N; j++)
+                mine[j] = targets[global_row(st, j)];
+            be->int_to_device(be, a->targets, mine, N);
+            free(mine);
+        }
     }
     for (int li = 0; li < st->nl; li++) {
-        if (st->rc_lo[li] == li) /* a recompute group runs in the stage's workspace */
+        if (st->rc_lo[li] == li) { /* a recompute group runs in the stage's workspace */
+            CK(gpt_rc_ws_get(st, err));
             gpt_rc_bind(st, a, li, st->rc_ws);
+        }
+        CK(gpt_layer_acts_alloc(st, a, li, err)); /* a kept layer's own */
         /* the last layer writes y, except on the last stage (lnf's input is saved) */
         float *out = a->L[li].res3 ? a->L[li].res3 : y;
         if (!out)
             return err_set(err, TS_ESTATE, "gpt_forward: stage %d needs an output buffer", st->l0);
         CK(layer_fwd(st, a, li, layer_input(a, li), out, err));
+        if (st->rc_lo[li] >= 0 && li == st->rc_hi[li] - 1) /* the group's output is kept; the rest is dropped */
+            gpt_rc_ws_put(st);
     }
     if (!st->head) {
         if (st->nl == 0)
             be->copy(be, y, a->in0, Ns * C);
         return TS_OK;
     }
+    CK(gpt_head_acts_alloc(st, a, err)); /* when the head runs (the layers' transients are gone) */
     const float *x = layer_input(a, st->nl);
     OP(st, "lnf", -1, norm_fwd(st, a->lnf, a->lnfm, a->lnfr, x, st->lnfw, st->lnfb, Ns));
     const float *lnfg = a->lnf;
@@ -306,13 +412,17 @@ static int layer_bwd_input(gpt_stage *st, gpt_acts *a, int li, gpt_lcache *K, ts
     OP(st, "ln2_bwd_input", l, norm_bwd_input(st, dres, K->dln2, A->res2, LW(st, li, GP_LN2W), A->ln2m, A->ln2r, Ns));
 
     CK(tp_bwd_gather(st, K->dprojo, dres, l, err));
-    if (st->d.recompute_attn) /* selective: the scores again from the saved q, k (the output is discarded) */
-        OP(st, "attn_recompute", l, attn_fwd(st, st->s_datty, A->att, A->qkv));
+    int rc = TS_OK;
+    /* selective: the scores (flash: the log-sum-exp) again from the saved q, k, v; the output is discarded */
+    if (st->d.recompute_attn)
+        OP(st, "attn_recompute", l, rc = attn_fwd(st, st->s_datty, A->att, A->qkv, err));
+    CK(rc);
     OP(st, "proj_bwd_input", l, linear_bwd_input(st, st->s_datty, K->dprojo, LW(st, li, GP_PROJW), N, C, Cl));
     be->zero(be, K->dqkv, N * (size_t)st->Wl);
-    OP(st, "attn_bwd", l, attn_bwd(st, K->dqkv, st->s_datty, A->qkv, A->att));
+    OP(st, "attn_bwd", l, rc = attn_bwd(st, K->dqkv, st->s_datty, A->atty, A->qkv, A->att, err));
+    CK(rc);
     if (st->d.rope) /* back to the gradient of the unrotated QKV output */
-        OP(st, "rope_bwd", l, be->rope_bwd(be, K->dqkv, N, st->T, st->NHl, st->NKVl, st->hs, GPT_ROPE_BASE));
+        OP(st, "rope_bwd", l, rope_rows(st, K->dqkv, true));
     CK(tp_bwd_reduce(st, K->dln1, K->dqkv, LW(st, li, GP_QKVW), st->Wl, "qkv_bwd_input", l, err));
     OP(st, "ln1_bwd_input", l,
        norm_bwd_input(st, dres, K->dln1, layer_input(a, li), LW(st, li, GP_LN1W), A->ln1m, A->ln1r, Ns));
@@ -374,8 +484,7 @@ static void head_bwd_weight(gpt_stage *st, gpt_acts *a, const gpt_cache *c)
 static void embed_bwd_weight(gpt_stage *st, gpt_acts *a, const gpt_cache *c)
 {
     size_t row0 = st->sp ? (size_t)st->tr * st->Ns : 0;
-    OP(st, "embed_bwd_weight", -1,
-       st->be->embed_bwd(st->be, st->gwte, st->gwpe, c->dx0, a->tokens, row0, st->Ns, st->T, st->C));
+    OP(st, "embed_bwd_weight", -1, embed_rows(st, c->dx0, a->tokens, row0, st->Ns, true));
 }
 
 /* Full recomputation: rerun the forward of the group ending at local layer
@@ -404,8 +513,11 @@ static int backward_input(gpt_stage *st, gpt_acts *a, const float *dy, float los
     st->loss_scale = loss_scale;
     if (st->head) {
         head_bwd_input(st, a, c, loss_scale);
-        if (fused)
+        gpt_head_acts_free(st, a, false); /* the logits' probabilities are done with */
+        if (fused) {
             head_bwd_weight(st, a, c);
+            gpt_head_acts_free(st, a, true);
+        }
     } else {
         if (!dy)
             return err_set(err, TS_ESTATE, "gpt backward: stage %d needs an output gradient", st->l0);
@@ -413,11 +525,18 @@ static int backward_input(gpt_stage *st, gpt_acts *a, const float *dy, float los
     }
     for (int li = st->nl - 1; li >= 0; li--) {
         gpt_lcache *K = fused ? &c->L[0] : &c->L[li];
-        if (st->rc_lo[li] >= 0 && li == st->rc_hi[li] - 1) /* split: kept in a->rc_mem until W */
+        if (st->rc_lo[li] >= 0 && li == st->rc_hi[li] - 1) { /* split: kept in a->rc_mem until W */
+            if (fused)
+                CK(gpt_rc_ws_get(st, err));
             CK(recompute_group(st, a, li, fused ? st->rc_ws : a->rc_mem + (size_t)st->rc_lo[li] * st->rc_slot, err));
+        }
         CK(layer_bwd_input(st, a, li, K, err));
-        if (fused)
+        if (fused) {
             layer_bwd_weight(st, a, li, K);
+            gpt_layer_acts_free(st, a, li); /* done with (the layer below reads its own input) */
+        }
+        if (fused && st->rc_lo[li] == li) /* the group is done */
+            gpt_rc_ws_put(st);
     }
     if (st->embed) {
         be->copy(be, c->dx0, st->s_dres, nC);
@@ -465,10 +584,14 @@ int gpt_backward_weight(gpt_stage *st, gpt_acts *a, ts_err *err)
     if (!a->have_cache)
         return err_set(err, TS_ESTATE, "gpt_backward_weight: no saved gradients (run gpt_backward_input first)");
     gpt_cache *c = &a->cache;
-    if (st->head)
+    if (st->head) {
         head_bwd_weight(st, a, c);
-    for (int li = st->nl - 1; li >= 0; li--)
+        gpt_head_acts_free(st, a, true);
+    }
+    for (int li = st->nl - 1; li >= 0; li--) {
         layer_bwd_weight(st, a, li, &c->L[li]);
+        gpt_layer_acts_free(st, a, li);
+    }
     if (st->embed)
         embed_bwd_weight(st, a, c);
     be_free(st->be, c->mem, c->nfloats, XMEM_ACTS);

@@ -13,7 +13,7 @@
 size_t gpt_lacts_carve(const gpt_stage *st, gpt_lacts *A, float *base, bool res3, bool moe)
 {
     size_t cur = 0, N = st->N, Ns = st->Ns, C = st->C;
-    size_t natt = (size_t)st->B * st->NHl * st->T * st->T, nmean = st->d.rmsnorm ? 0 : Ns;
+    size_t natt = gpt_att_floats(st), nmean = st->d.rmsnorm ? 0 : Ns;
 #define TAKE(ptr, cnt)                                                                                                 \
     do {                                                                                                               \
         if (base)                                                                                                      \
@@ -29,7 +29,7 @@ size_t gpt_lacts_carve(const gpt_stage *st, gpt_lacts *A, float *base, bool res3
     if (!st->d.recompute_attn)
         TAKE(A->att, natt);
     else if (base)
-        A->att = st->s_att; /* scores recomputed in the backward: one stage-wide buffer */
+        A->att = st->s_att; /* scores (or log-sum-exp) recomputed in the backward: one stage-wide buffer */
     TAKE(A->atty, N * st->Cl);
     TAKE(A->res2, Ns * C);
     TAKE(A->ln2, Ns * C);
@@ -75,12 +75,25 @@ int gpt_rc_setup(gpt_stage *st, ts_err *err)
         return err_set(err, TS_EINVAL, "recomputation: %d layers of %zu floats of activations overflow the byte count",
                        st->n_rc, st->rc_slot);
     st->rc_ws_n = st->n_rc ? (size_t)(group < st->n_rc ? group : st->n_rc) * st->rc_slot : 0;
+    return TS_OK;
+}
+
+int gpt_rc_ws_get(gpt_stage *st, ts_err *err)
+{
+    if (st->rc_ws || !st->rc_ws_n)
+        return TS_OK;
     return be_alloc(st->be, st->rc_ws_n, XMEM_ACTS, &st->rc_ws, err);
+}
+
+void gpt_rc_ws_put(gpt_stage *st)
+{
+    be_free(st->be, st->rc_ws, st->rc_ws_n, XMEM_ACTS);
+    st->rc_ws = NULL;
 }
 
 void gpt_rc_free(gpt_stage *st)
 {
-    be_free(st->be, st->rc_ws, st->rc_ws_n, XMEM_ACTS);
+    gpt_rc_ws_put(st);
     free(st->rc_lo);
     free(st->rc_hi);
 }

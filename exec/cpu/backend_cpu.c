@@ -54,6 +54,7 @@ static void cpu_sync(backend *be)
 }
 static void cpu_destroy(backend *be)
 {
+    be_pool_drain(be);
     free(be);
 }
 
@@ -152,6 +153,21 @@ static void cpu_att_bwd(backend *be, float *dqkv, float *datt, const float *dout
 {
     cpu_att_gqa_bwd(be, dqkv, datt, dout, qkv, att, B, T, NH, NH, hs);
 }
+/* Flash-style attention: cp_attn's tiled recurrence (its loops, in double
+ * per query; no GEMMs), over the context-parallel ring. */
+static int cpu_att_flash_fwd(backend *be, const cp_ring *ring, float *out, float *lse, const float *qkv, int B, int T,
+                             int NH, int NKV, int hs, float *ring_ws, ts_err *err)
+{
+    (void)be;
+    return cp_attn_fwd(ring, out, lse, qkv, B, T, NH, NKV, hs, ring_ws, err);
+}
+static int cpu_att_flash_bwd(backend *be, const cp_ring *ring, float *dqkv, const float *dout, const float *out,
+                             const float *lse, const float *qkv, int B, int T, int NH, int NKV, int hs, float *ring_ws,
+                             ts_err *err)
+{
+    (void)be;
+    return cp_attn_bwd(ring, dqkv, dout, out, lse, qkv, B, T, NH, NKV, hs, ring_ws, err);
+}
 static void cpu_rms_fwd(backend *be, float *out, float *rstd, const float *inp, const float *w, size_t N, int C)
 {
     (void)be;
@@ -183,6 +199,16 @@ static void cpu_rope_fwd(backend *be, float *qkv, size_t N, int T, int NH, int N
 {
     (void)be;
     kern_rope_fwd(qkv, N, T, NH, NKV, hs, base);
+}
+static void cpu_rope_at_fwd(backend *be, float *qkv, size_t N, int pos0, int NH, int NKV, int hs, float base)
+{
+    (void)be;
+    kern_rope_at_fwd(qkv, N, pos0, NH, NKV, hs, base);
+}
+static void cpu_rope_at_bwd(backend *be, float *dqkv, size_t N, int pos0, int NH, int NKV, int hs, float base)
+{
+    (void)be;
+    kern_rope_at_bwd(dqkv, N, pos0, NH, NKV, hs, base);
 }
 static void cpu_rope_bwd(backend *be, float *dqkv, size_t N, int T, int NH, int NKV, int hs, float base)
 {
@@ -302,8 +328,12 @@ int backend_cpu_create(int threads, backend **out, ts_err *err)
     be->swiglu_bwd = cpu_swiglu_bwd;
     be->rope_fwd = cpu_rope_fwd;
     be->rope_bwd = cpu_rope_bwd;
+    be->rope_at_fwd = cpu_rope_at_fwd;
+    be->rope_at_bwd = cpu_rope_at_bwd;
     be->attention_gqa_fwd = cpu_att_gqa_fwd;
     be->attention_gqa_bwd = cpu_att_gqa_bwd;
+    be->attention_flash_fwd = cpu_att_flash_fwd;
+    be->attention_flash_bwd = cpu_att_flash_bwd;
     be->destroy = cpu_destroy;
     *out = be;
     return TS_OK;

@@ -77,13 +77,14 @@ void kern_swiglu_bwd(float *dinp, const float *inp, const float *dout, size_t N,
     }
 }
 
-/* Rotate the q and k heads of every row by +angle (dir = 1) or -angle. */
-static void rope_apply(float *qkv, size_t N, int T, int NH, int NKV, int hs, float base, float dir)
+/* Rotate the q and k heads of every row by +angle (dir = 1) or -angle; row
+ * n at position n % T (T > 0) or pos0 + n (T = 0). */
+static void rope_apply(float *qkv, size_t N, int T, int pos0, int NH, int NKV, int hs, float base, float dir)
 {
     int half = hs / 2, heads = NH + NKV;
     size_t width = (size_t)(NH + 2 * NKV) * hs;
     for (size_t n = 0; n < N; n++) {
-        double pos = (double)(n % (size_t)T);
+        double pos = T > 0 ? (double)(n % (size_t)T) : (double)pos0 + (double)n;
         float *row = qkv + n * width;
         for (int i = 0; i < half; i++) {
             double ang = pos * pow((double)base, -2.0 * i / hs);
@@ -100,12 +101,22 @@ static void rope_apply(float *qkv, size_t N, int T, int NH, int NKV, int hs, flo
 
 void kern_rope_fwd(float *qkv, size_t N, int T, int NH, int NKV, int hs, float base)
 {
-    rope_apply(qkv, N, T, NH, NKV, hs, base, 1.0f);
+    rope_apply(qkv, N, T, 0, NH, NKV, hs, base, 1.0f);
 }
 
 void kern_rope_bwd(float *dqkv, size_t N, int T, int NH, int NKV, int hs, float base)
 {
-    rope_apply(dqkv, N, T, NH, NKV, hs, base, -1.0f);
+    rope_apply(dqkv, N, T, 0, NH, NKV, hs, base, -1.0f);
+}
+
+void kern_rope_at_fwd(float *qkv, size_t N, int pos0, int NH, int NKV, int hs, float base)
+{
+    rope_apply(qkv, N, 0, pos0, NH, NKV, hs, base, 1.0f);
+}
+
+void kern_rope_at_bwd(float *dqkv, size_t N, int pos0, int NH, int NKV, int hs, float base)
+{
+    rope_apply(dqkv, N, 0, pos0, NH, NKV, hs, base, -1.0f);
 }
 
 void kern_attention_gqa_fwd(float *out, float *att, const float *qkv, int B, int T, int NH, int NKV, int hs)

@@ -47,6 +47,10 @@ void kern_rope_fwd(float *qkv, size_t N, int T, int NH, int NKV, int hs, float b
 /* The backward of kern_rope_fwd, IN PLACE on the gradient dqkv: the
  * inverse (transposed) rotation of the q and k parts (not an accumulation). */
 void kern_rope_bwd(float *dqkv, size_t N, int T, int NH, int NKV, int hs, float base);
+/* kern_rope_fwd / _bwd for N rows of one sequence at positions pos0, pos0 +
+ * 1, ... (a run of a context-parallel rank's chunk, cp_split.h). */
+void kern_rope_at_fwd(float *qkv, size_t N, int pos0, int NH, int NKV, int hs, float base);
+void kern_rope_at_bwd(float *dqkv, size_t N, int pos0, int NH, int NKV, int hs, float base);
 
 /* Causal grouped-query attention core (reference loops): qkv [B*T, (NH + 2
  * NKV) hs]; att [B, NH, T, T] = softmax(q k^T / sqrt(hs)) with the causal

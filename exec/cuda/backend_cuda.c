@@ -440,6 +440,7 @@ static void cu_destroy(backend *be)
     cuda_ctx *x = CTX(be);
     if (x) {
         cudaStreamSynchronize(x->stream);
+        be_pool_drain(be);
         for (size_t i = 0; x->prof && i < BACKEND_CUDA_MAX_PROF; i++)
             if (x->prof[i].begin) {
                 cudaEventDestroy(x->prof[i].begin);

@@ -30,7 +30,7 @@ typedef struct {
     int nqueued;
 } nccl_ctx;
 
-static const char *const GROUP_NAMES[COMM_NGROUPS] = {"tensor", "pipeline", "data"};
+static const char *const GROUP_NAMES[COMM_NGROUPS] = {"tensor", "pipeline", "data", "context"};
 
 static nccl_ctx *X(comm *c)
 {
@@ -311,10 +311,12 @@ int comm_nccl_create(MPI_Comm base, int t, int p, int d, cudaStream_t compute, c
     c->size[COMM_TP] = t;
     c->size[COMM_PP] = p;
     c->size[COMM_DP] = d;
-    int tp = g % t, pp = (g / t) % p, dp = g / (t * p);
+    int tp = g % t, dp = (g / t) % d, pp = g / (t * d); /* Megatron-core's order: tp-dp-pp (comm.h) */
     c->rank[COMM_TP] = tp;
     c->rank[COMM_PP] = pp;
     c->rank[COMM_DP] = dp;
+    c->size[COMM_CP] = 1; /* no context parallelism over NCCL (trainexec refuses it with --backend cuda) */
+    c->rank[COMM_CP] = 0;
     c->all_reduce = nc_all_reduce;
     c->all_gather = nc_all_gather;
     c->reduce_scatter = nc_reduce_scatter;

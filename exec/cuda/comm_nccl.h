@@ -1,7 +1,7 @@
 /* comm_nccl — the comm interface (exec/core/comm.h) over NCCL, for the CUDA backend.
  *
- * Groups as comm_mpi lays them out (Megatron-LM order, tensor innermost):
- * base rank g = tp + t * (pp + p * dp). Each group with more than one rank
+ * Groups as comm_mpi lays them out (Megatron-core order, tensor innermost):
+ * base rank g = tp + t * (dp + d * pp) (comm.h's order, no context parallelism). Each group with more than one rank
  * gets its own NCCL communicator, bootstrapped over MPI: the group's rank 0
  * calls ncclGetUniqueId and MPI_Bcast's it over the group's MPI
  * sub-communicator, then every member calls ncclCommInitRank (groups in the

@@ -48,6 +48,16 @@ out=$(run 2 "$TRAINEXEC" $small $moe --expert-model-parallel-size 2 --tensor-mod
       --expert-tensor-parallel-size 1 --iterations 1 --warmup 0 2>&1); rc=$?
 check_sh "MoE, ep=2 over the two tensor ranks (t=2, sp, etp=1): runs" \
     '[ $rc -eq 0 ] && [[ "$out" == *"ep=2 edp=1"* && "$out" == *"every expert group matches"* ]]'
+out=$(run 2 "$TRAINEXEC" $small $moe --bf16 --expert-model-parallel-size 2 --iterations 1 --warmup 0 2>&1); rc=$?
+check_sh "MoE layers with flash attention (--bf16), ep=2: runs" \
+    '[ $rc -eq 0 ] && [[ "$out" == *"ep=2 edp=1"* && "$out" == *"flash attention"* && "$out" == *"every expert group matches"* ]]'
+out1=$(run 1 "$TRAINEXEC" $small $moe --bf16 --global-batch-size 1 --iterations 1 --warmup 0 2>&1)
+out=$(run 2 "$TRAINEXEC" $small $moe --bf16 --context-parallel-size 2 --expert-model-parallel-size 2 \
+      --global-batch-size 1 --iterations 1 --warmup 0 2>&1); rc=$?
+l1=$(grep -o "iteration 1/1: loss [0-9.]*" <<<"$out1"); l2=$(grep -o "iteration 1/1: loss [0-9.]*" <<<"$out")
+check_sh "MoE with context parallelism (cp=2, ep=2 over the two cp ranks): the 1-rank loss ($l1)" \
+    '[ $rc -eq 0 ] && [ -n "$l1" ] && [ "$l1" = "$l2" ] && [[ "$out" == *" cp=2 "* && "$out" == *"ep=2 edp=1"* ]] &&
+     [[ "$out" == *"(tp 0 cp 1 pp 0 dp 0, ep rank 1)"* ]]'
 out=$(run 2 "$TRAINEXEC" $small $moe --tensor-model-parallel-size 2 --sequence-parallel 2>&1); rc=$?
 check_sh "MoE with t=2 and the default expert tensor parallelism (= t): exit 2 naming --expert-tensor-parallel-size" \
     '[ $rc -eq 2 ] && [[ "$out" == *"--expert-tensor-parallel-size 2:"* && "$out" == *"give --expert-tensor-parallel-size 1"* ]]'
@@ -243,6 +253,50 @@ TS=${TRAINSIM:-$(dirname "$TRAINEXEC")/trainsim}
 out=$(run 2 "$TRAINEXEC" $small --iterations 1 --warmup 0 2>&1)
 cfg=$("$TS" config $small --gpus 2 2>&1)
 check_sh "trainexec and trainsim config resolve the same layout (d 2, 1f1b, B = b x d = 2)" \
-    '[[ "$out" == *"t=1 p=1 d=2 v=1, 1f1b, b=1 B=2 m=1"* && "$cfg" == *"t=1 p=1 d=2 v=1 (2 GPUs"* && "$cfg" == *"global batch 2 sequences"* ]]'
+    '[[ "$out" == *"t=1 p=1 d=2 v=1, 1f1b, unfused attention, b=1 B=2 m=1"* && "$cfg" == *"t=1 p=1 d=2 v=1 (2 GPUs"* && "$cfg" == *"global batch 2 sequences"* ]]'
+
+# rank order: Megatron-core's tp-cp-dp-pp (as trainsim numbers ranks): with p = 2, d = 2 rank 1 is the
+# second data-parallel replica of stage 0, rank 2 the first of stage 1
+out=$(run 4 "$TRAINEXEC" $small -p 2 --global-batch-size 4 --iterations 1 --warmup 0 2>&1); rc=$?
+check_sh "p = 2, d = 2: ranks in tp-dp-pp order" \
+    '[ $rc -eq 0 ] && [[ "$out" == *"rank 1 (tp 0 pp 0 dp 1)"* && "$out" == *"rank 2 (tp 0 pp 1 dp 0)"* ]]'
+
+# the attention backend as the simulator resolves it: auto is unfused in fp32 (Megatron-LM's default
+# precision), flash with --bf16; the executor runs what the same flags mean to trainsim
+cfg=$("$TS" config $small --gpus 1 2>&1)
+out=$(run 1 "$TRAINEXEC" $small --iterations 1 --warmup 0 2>&1); rc=$?
+check_sh "default (fp32): trainsim config and trainexec both unfused" \
+    '[ $rc -eq 0 ] && [[ "$cfg" == *"attention:             unfused"* && "$out" == *", unfused attention,"* ]]'
+cfg=$("$TS" config $small --gpus 1 --bf16 2>&1)
+out=$(run 1 "$TRAINEXEC" $small --bf16 --iterations 1 --warmup 0 2>&1); rc=$?
+check_sh "--bf16: trainsim config and trainexec both flash" \
+    '[ $rc -eq 0 ] && [[ "$cfg" == *"attention:             flash"* && "$out" == *", flash attention,"* ]]'
+loss1=$(grep -o "iteration 1/1: loss [0-9.]*" <<<"$out")
+out=$(run 1 "$TRAINEXEC" $small --use-flash-attn 2>&1); rc=$?
+check_sh "--use-flash-attn in fp32: exit 2, as trainsim (Transformer Engine refuses fp32)" \
+    '[ $rc -eq 2 ] && [[ "$out" == *"--attention-backend flash needs --bf16 or --fp16"* ]]'
+out=$(run 1 "$TRAINEXEC" $small --bf16 --backend cuda 2>&1); rc=$?
+if [[ "$out" == *"built without CUDA"* ]]; then
+    check_sh "flash attention on --backend cuda, a build without CUDA: exit 2 naming --backend" \
+        '[ $rc -eq 2 ] && [[ "$out" == *"--backend cuda: this trainexec was built without CUDA"* ]]'
+else
+    check_sh "flash attention on --backend cuda: exit 2, the cuda backend has only the unfused attention" \
+        '[ $rc -eq 2 ] && [[ "$out" == *"--attention-backend flash: the cuda backend has only the unfused"* ]]'
+fi
+
+# context parallelism: 2 ranks holding half of every sequence give the 1-rank loss (6 digits printed)
+out=$(run 2 "$TRAINEXEC" $small --bf16 --context-parallel-size 2 --global-batch-size 1 --iterations 1 --warmup 0 2>&1)
+rc=$?
+check_sh "cp = 2 (flash): runs on 2 ranks (t x cp x p x d), the 1-rank loss ($loss1)" \
+    '[ $rc -eq 0 ] && [[ "$out" == *" cp=2 p=1 d=1"* && "$out" == *"(tp 0 cp 1 pp 0 dp 0)"* && -n "$loss1" && "$out" == *"$loss1"* ]]'
+out=$(run 2 "$TRAINEXEC" $small --context-parallel-size 2 2>&1); rc=$?
+check_sh "cp = 2 with the unfused attention (fp32): exit 2, as trainsim" \
+    '[ $rc -eq 2 ] && [[ "$out" == *"--context-parallel-size 2 needs --attention-backend flash"* ]]'
+llama1="--swiglu --group-query-attention --num-query-groups 2 --normalization RMSNorm --disable-bias-linear \
+        --position-embedding-type rope --bf16 --global-batch-size 1 --iterations 1 --warmup 0"
+loss1=$(run 1 "$TRAINEXEC" $small $llama1 2>&1 | grep -o "iteration 1/1: loss [0-9.]*")
+out=$(run 2 "$TRAINEXEC" $small $llama1 --context-parallel-size 2 2>&1); rc=$?
+check_sh "cp = 2 with Llama layers (rope at each chunk's positions, grouped-query attention): the 1-rank loss ($loss1)" \
+    '[ $rc -eq 0 ] && [[ -n "$loss1" && "$out" == *"$loss1"* ]]'
 
 finish

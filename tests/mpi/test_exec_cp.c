@@ -48,9 +48,9 @@ static int run(MPI_Comm comm, const float *qkv, const float *dout, float *gout, 
     cp_ring ring = cp_mpi_ring(&ctx);
     ts_err err;
     err_clear(&err);
-    rc = cp_attn_fwd(&ring, lo, lse, lq, B, T, NH, HS, &err);
+    rc = cp_attn_fwd(&ring, lo, lse, lq, B, T, NH, NH, HS, NULL, &err);
     if (!rc)
-        rc = cp_attn_bwd(&ring, ldq, ldo, lo, lse, lq, B, T, NH, HS, &err);
+        rc = cp_attn_bwd(&ring, ldq, ldo, lo, lse, lq, B, T, NH, NH, HS, NULL, &err);
     if (rc)
         snprintf(msg, msz, "%s", err.msg);
     for (int b = 0; b < B; b++)

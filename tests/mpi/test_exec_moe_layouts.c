@@ -10,15 +10,20 @@
  *   pipelines: p = 2 with d = 2, ep = 2 under 1F1B, interleaved (v = 2) and
  *   ZB-H1 (split input / weight gradients);
  *   tensor parallelism (ETP = 1, sequence parallelism): t = 2 with ep = 2
- *   (the EP group is the two tensor ranks), t = 2 x d = 2 with ep = 4.
+ *   (the EP group is the two tensor ranks), t = 2 x d = 2 with ep = 4;
+ *   context parallelism (flash attention; the reference runs the unfused
+ *   one): cp = 2 with ep = 2, cp = 2 x d = 2 with ep = 4, cp = 2 with p = 2,
+ *   t = 2 x cp = 2 with ep = 4 and ep = 1 (EDP over all four), cp = 4 with
+ *   ep = 1.
  * Passes: dropless; capacity factor 1 (tokens dropped: the reference run
  * counts them); forced balance; the auxiliary load-balancing loss
  * (coefficient 1e-2); SwiGLU experts on the Llama layers (RMSNorm, no
- * biases, rope). The tensor-parallel layouts run in the dropless passes
- * only: each tensor rank routes its own sequence-parallel tokens, so the
+ * biases, rope). The tensor- and context-parallel layouts run in the
+ * dropless passes only: each rank routes its own tokens (N/t, N/cp), so the
  * capacity (per routed batch) and forced balance's round robin (by token
- * index in the routed batch) are those of N/t tokens there, another routing
- * than the reference's N; the auxiliary loss is refused with t > 1.
+ * index in the routed batch) are those of N/t or N/cp tokens there, another
+ * routing than the reference's N; the auxiliary loss is refused with t > 1
+ * or cp > 1.
  *
  * mpirun-np: 4
  *
@@ -81,6 +86,7 @@ typedef struct {
     int t, p, d, ep;
     sched_kind kind;
     int v;
+    int cp; /* context-parallel ranks (0: 1); > 1 runs flash attention */
 } layout;
 
 typedef struct {
@@ -91,6 +97,8 @@ typedef struct {
 } result;
 
 static int world_rank, world_size, npass, nfail;
+
+#define CP(L) ((L)->cp > 1 ? (L)->cp : 1)
 
 static size_t moe_floats(void)
 {
@@ -173,7 +181,7 @@ static int run_one(const layout *L, MPI_Comm base, int m_total, result *r, char 
     if (!rc)
         rc = backend_cpu_create(1, &be, &err);
     if (!rc)
-        rc = L ? comm_mpi_create(base, L->t, L->p, L->d, &cm, &err) : comm_local_create(&cm, &err);
+        rc = L ? comm_mpi_create_cp(base, L->t, CP(L), L->p, L->d, &cm, &err) : comm_local_create(&cm, &err);
     if (!rc && L)
         rc = comm_mpi_set_ep(cm, L->ep, &err);
     sched_opts so;
@@ -188,6 +196,7 @@ static int run_one(const layout *L, MPI_Comm base, int m_total, result *r, char 
         rc = sched_generate(&so, &s, &err);
     rt_opts o;
     opts_for(&o, L && L->t > 1);
+    o.dims.flash = L && CP(L) > 1; /* (context parallelism runs flash attention; the reference the unfused one) */
     if (!rc)
         rc = rt_create(&o, s, be, cm, &rt, &err);
     if (!rc)
@@ -291,8 +300,8 @@ static void run_pass(const layout *Ls, int nL, const char *name, bool with_tp, b
     check(rok, rwhat, refbad ? msg : rdetail);
     for (int li = 0; li < nL && !refbad; li++) {
         const layout *L = &Ls[li];
-        int n = L->t * L->p * L->d;
-        if (n > world_size || (L->t > 1 && !with_tp))
+        int n = L->t * CP(L) * L->p * L->d;
+        if (n > world_size || ((L->t > 1 || CP(L) > 1) && !with_tp))
             continue;
         MPI_Comm sub;
         MPI_Comm_split(MPI_COMM_WORLD, world_rank < n ? 0 : MPI_UNDEFINED, world_rank, &sub);
@@ -306,8 +315,8 @@ static void run_pass(const layout *Ls, int nL, const char *name, bool with_tp, b
         }
         MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
         char what[160], detail[ERR_MSG_BYTES + 256] = "";
-        snprintf(what, sizeof what, "%s: %s t=%d%s p=%d d=%d v=%d ep=%d (edp %d)", name, sched_kind_name(L->kind), L->t,
-                 L->t > 1 ? " sp" : "", L->p, L->d, L->v, L->ep, L->t * L->d / L->ep);
+        snprintf(what, sizeof what, "%s: %s t=%d%s cp=%d p=%d d=%d v=%d ep=%d (edp %d)", name, sched_kind_name(L->kind),
+                 L->t, L->t > 1 ? " sp" : "", CP(L), L->p, L->d, L->v, L->ep, L->t * CP(L) * L->d / L->ep);
         bool ok = !bad;
         const result *R = &ref[L->d == 1 ? 0 : L->d == 2 ? 1 : 2];
         if (world_rank == 0 && ok && !(r.g && r.w && r.mg && r.mw && R->g && R->w && R->mg && R->mw)) {
@@ -346,10 +355,12 @@ int main(int argc, char **argv)
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
     static const layout Ls[] = {
-        {1, 1, 1, 1, SCHED_1F1B, 1},        {1, 1, 2, 1, SCHED_1F1B, 1},  {1, 1, 2, 2, SCHED_1F1B, 1},
-        {1, 1, 4, 2, SCHED_1F1B, 1},        {1, 1, 4, 4, SCHED_1F1B, 1},  {1, 2, 2, 2, SCHED_1F1B, 1},
-        {1, 2, 2, 2, SCHED_INTERLEAVED, 2}, {1, 2, 2, 2, SCHED_ZB_H1, 1}, {1, 2, 1, 1, SCHED_GPIPE, 1},
-        {2, 1, 1, 2, SCHED_1F1B, 1},        {2, 1, 2, 4, SCHED_1F1B, 1},  {2, 2, 1, 2, SCHED_1F1B, 1},
+        {1, 1, 1, 1, SCHED_1F1B, 1, 1},        {1, 1, 2, 1, SCHED_1F1B, 1, 1},  {1, 1, 2, 2, SCHED_1F1B, 1, 1},
+        {1, 1, 4, 2, SCHED_1F1B, 1, 1},        {1, 1, 4, 4, SCHED_1F1B, 1, 1},  {1, 2, 2, 2, SCHED_1F1B, 1, 1},
+        {1, 2, 2, 2, SCHED_INTERLEAVED, 2, 1}, {1, 2, 2, 2, SCHED_ZB_H1, 1, 1}, {1, 2, 1, 1, SCHED_GPIPE, 1, 1},
+        {2, 1, 1, 2, SCHED_1F1B, 1, 1},        {2, 1, 2, 4, SCHED_1F1B, 1, 1},  {2, 2, 1, 2, SCHED_1F1B, 1, 1},
+        {1, 1, 1, 2, SCHED_1F1B, 1, 2},        {1, 1, 2, 4, SCHED_1F1B, 1, 2},  {1, 1, 1, 1, SCHED_1F1B, 1, 4},
+        {1, 2, 1, 2, SCHED_1F1B, 1, 2},        {2, 1, 1, 4, SCHED_1F1B, 1, 2},  {2, 1, 1, 1, SCHED_1F1B, 1, 2},
     };
     int nL = (int)(sizeof Ls / sizeof Ls[0]);
     DIMS = GPT_MOE;

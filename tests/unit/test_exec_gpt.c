@@ -356,18 +356,19 @@ static void recompute_equals_plain(const gpt_dims *base, int method, int layers,
         gpt_acts *a1, *a2;
         gpt_stage_zero_grads(plain);
         gpt_stage_zero_grads(rc);
+        /* what a micro-batch keeps after its forward */
         size_t before = e.be->cur_bytes[XMEM_ACTS];
         cr_assert_eq(gpt_acts_create(plain, &a1, &err), TS_OK);
+        cr_assert_eq(gpt_forward(plain, a1, e.tok, e.tgt, NULL, NULL, &l1, &err), TS_OK);
         size_t plain_acts = e.be->cur_bytes[XMEM_ACTS] - before;
         cr_assert_eq(gpt_acts_create(rc, &a2, &err), TS_OK);
+        cr_assert_eq(gpt_forward(rc, a2, e.tok, e.tgt, NULL, NULL, &l2, &err), TS_OK, "%s", err.msg);
         size_t rc_acts = e.be->cur_bytes[XMEM_ACTS] - before - plain_acts;
         cr_assert_lt(rc_acts, plain_acts, "recomputation keeps %zu bytes of activations, none %zu", rc_acts,
                      plain_acts);
         /* two forwards of the recomputed stage in a row: the second must not disturb the first's checkpoints */
         gpt_acts *a3;
         cr_assert_eq(gpt_acts_create(rc, &a3, &err), TS_OK);
-        cr_assert_eq(gpt_forward(plain, a1, e.tok, e.tgt, NULL, NULL, &l1, &err), TS_OK);
-        cr_assert_eq(gpt_forward(rc, a2, e.tok, e.tgt, NULL, NULL, &l2, &err), TS_OK, "%s", err.msg);
         cr_assert_eq(gpt_forward(rc, a3, e.tgt, e.tok, NULL, NULL, NULL, &err), TS_OK, "%s", err.msg);
         cr_assert_eq(l1, l2);
         if (split) {
@@ -409,4 +410,86 @@ Test(exec_gpt, recompute_attention_scores_equals_plain)
     recompute_equals_plain(&TINY, GPT_RC_NONE, 0, true);
     recompute_equals_plain(&LLAMA, GPT_RC_NONE, 0, true);
     recompute_equals_plain(&LLAMA, GPT_RC_UNIFORM, 2, true);
+}
+
+/* Flash attention (the log-sum-exp saved, the scores recomputed in the
+ * backward): the backward against finite differences (same tolerances),
+ * selective recomputation bitwise equal to keeping the log-sum-exp, and
+ * its memory: a micro-batch keeps exactly L x B x NH x (T^2 - T) fewer
+ * floats than with the unfused attention (the scores [B, NH, T, T] replaced
+ * by the log-sum-exp [B, NH, T]), and the stage no score-gradient scratch
+ * [B, NH, T, T]. */
+Test(exec_gpt, flash_backward_matches_fd)
+{
+    gpt_dims d = TINY, l = LLAMA;
+    d.flash = l.flash = true;
+    backward_matches_fd(&d);
+    backward_matches_fd(&l);
+}
+Test(exec_gpt, flash_recompute_equals_plain)
+{
+    gpt_dims d = TINY, l = LLAMA;
+    d.flash = l.flash = true;
+    recompute_equals_plain(&d, GPT_RC_NONE, 0, true);
+    recompute_equals_plain(&l, GPT_RC_UNIFORM, 2, true);
+    recompute_equals_plain(&d, GPT_RC_UNIFORM, 1, false);
+}
+Test(exec_gpt, flash_saves_the_log_sum_exp_only)
+{
+    env e;
+    ts_err err;
+    gpt_dims u = TINY, f = TINY;
+    f.flash = true;
+    env_init(&e, &u);
+    gpt_stage *su, *sf;
+    size_t b0 = e.be->cur_bytes[XMEM_BUFFERS];
+    cr_assert_eq(gpt_stage_create(&u, 0, u.layers, true, true, false, 3, e.be, e.cm, &su, &err), TS_OK, "%s", err.msg);
+    size_t bu = e.be->cur_bytes[XMEM_BUFFERS] - b0;
+    cr_assert_eq(gpt_stage_create(&f, 0, f.layers, true, true, false, 3, e.be, e.cm, &sf, &err), TS_OK, "%s", err.msg);
+    size_t bf = e.be->cur_bytes[XMEM_BUFFERS] - b0 - bu;
+    size_t BH = (size_t)TINY.batch * TINY.heads, T = TINY.seq;
+    cr_assert_eq(bu - bf, BH * T * T * 4, "buffers: unfused %zu, flash %zu bytes", bu, bf);
+    size_t a0 = e.be->cur_bytes[XMEM_ACTS];
+    gpt_acts *au, *af;
+    double lu, lf;
+    cr_assert_eq(gpt_acts_create(su, &au, &err), TS_OK);
+    cr_assert_eq(gpt_forward(su, au, e.tok, e.tgt, NULL, NULL, &lu, &err), TS_OK);
+    size_t nu = e.be->cur_bytes[XMEM_ACTS] - a0;
+    cr_assert_eq(gpt_acts_create(sf, &af, &err), TS_OK);
+    cr_assert_eq(gpt_forward(sf, af, e.tok, e.tgt, NULL, NULL, &lf, &err), TS_OK, "%s", err.msg);
+    size_t nf = e.be->cur_bytes[XMEM_ACTS] - a0 - nu;
+    cr_assert_eq(nu - nf, (size_t)TINY.layers * BH * (T * T - T) * 4, "activations: unfused %zu, flash %zu bytes", nu,
+                 nf);
+    /* same loss to rounding (the softmax summed in another order) */
+    cr_assert(fabs(lu - lf) <= 1e-5 * fabs(lu), "loss unfused %.9g, flash %.9g", lu, lf);
+    gpt_acts_free(su, au);
+    gpt_acts_free(sf, af);
+    gpt_stage_free(su);
+    gpt_stage_free(sf);
+    env_free(&e);
+}
+
+/* The backend keeps freed blocks for reuse: the same size comes back (no new
+ * allocation), zeroed, and only allocated bytes are counted. */
+Test(exec_gpt, freed_blocks_come_back_zeroed)
+{
+    env e;
+    ts_err err;
+    env_init(&e, &TINY);
+    float *p, *q, *r;
+    cr_assert_eq(be_alloc(e.be, 100, XMEM_ACTS, &p, &err), TS_OK);
+    for (int i = 0; i < 100; i++)
+        p[i] = 1.0f;
+    be_free(e.be, p, 100, XMEM_ACTS);
+    cr_assert_eq(e.be->cur_bytes[XMEM_ACTS], 0u, "a kept block is not counted");
+    cr_assert_eq(be_alloc(e.be, 50, XMEM_ACTS, &r, &err), TS_OK);
+    cr_assert_neq(r, p, "another size is a new block");
+    cr_assert_eq(be_alloc(e.be, 100, XMEM_ACTS, &q, &err), TS_OK);
+    cr_assert_eq(q, p, "the kept block of the same size comes back");
+    for (int i = 0; i < 100; i++)
+        cr_assert_eq(q[i], 0.0f, "zeroed");
+    cr_assert_eq(e.be->cur_bytes[XMEM_ACTS], 600u);
+    be_free(e.be, q, 100, XMEM_ACTS);
+    be_free(e.be, r, 50, XMEM_ACTS);
+    env_free(&e); /* destroy() releases the kept blocks (ASan checks) */
 }

@@ -125,6 +125,36 @@ Test(exec_kern_llama, rope_rotates_q_and_k_only_and_backward_matches_fd)
     check_fd("rope dinp", rope_f, &c, c.x, d, c.n, c.y, R, c.n);
 }
 
+/* Rope at given positions (a context-parallel rank's chunk): rows at positions
+ * pos0.. rotate as the rows at those positions of a whole sequence do, bitwise,
+ * forward and backward. */
+Test(exec_kern_llama, rope_at_positions_equals_rope_of_the_sequence)
+{
+    enum { T = 8, NH = 2, NKV = 1, HS = 4, W = (NH + 2 * NKV) * HS, P0 = 3, K = 4 };
+    float *x = rvec((size_t)T * W, 9, 1.0f), *full = malloc((size_t)T * W * 4), *part = malloc((size_t)K * W * 4);
+    for (int bwd = 0; bwd < 2; bwd++) {
+        memcpy(full, x, (size_t)T * W * 4);
+        memcpy(part, x + (size_t)P0 * W, (size_t)K * W * 4);
+        if (bwd) {
+            kern_rope_bwd(full, T, T, NH, NKV, HS, KERN_ROPE_BASE);
+            kern_rope_at_bwd(part, K, P0, NH, NKV, HS, KERN_ROPE_BASE);
+        } else {
+            kern_rope_fwd(full, T, T, NH, NKV, HS, KERN_ROPE_BASE);
+            kern_rope_at_fwd(part, K, P0, NH, NKV, HS, KERN_ROPE_BASE);
+        }
+        int moved = 0;
+        for (size_t i = 0; i < (size_t)K * W; i++) {
+            cr_assert_eq(part[i], full[(size_t)P0 * W + i], "row %zu, element %zu (backward %d)", P0 + i / W, i % W,
+                         bwd);
+            moved += part[i] != x[(size_t)P0 * W + i];
+        }
+        cr_assert_gt(moved, 0, "rotated");
+    }
+    free(x);
+    free(full);
+    free(part);
+}
+
 /* ---------------------------------------------------------------- attention */
 typedef struct {
     float *out, *att, *qkv;
