@@ -152,6 +152,7 @@ typedef struct {
     int64_t ddp_bucket_params;                /* --ddp-bucket-size, parameters (0: max(40M, 1M x d)) */
     bool overlap_param_gather;                /* --overlap-param-gather (needs the two above on) */
     bool tp_comm_overlap;                     /* --tp-comm-overlap: userbuffers GEMM/collective overlap */
+    bool overlap_moe_ep_comm;                 /* --overlap-moe-expert-parallel-comm (ep_pair.h) */
     bool torch_fsdp2;                         /* --use-torch-fsdp2 (shards optimizer, gradients, parameters) */
     bool megatron_fsdp;                       /* --use-megatron-fsdp */
     int dp_sharding;                          /* config_sharding: --data-parallel-sharding-strategy (Megatron-FSDP) */

@@ -238,6 +238,10 @@ static int add_parallel_flags(flags_state *s, opt_table *t, config *c, ts_err *e
     ADD(.name = "--tp-comm-overlap", .type = OPT_BOOL, .target = &p->tp_comm_overlap,
         .help = "Transformer Engine userbuffers: sequence-parallel all-gathers and reduce-scatters split into "
                 "chunks pipelined with their GEMMs (needs --sequence-parallel at t > 1; docs/cost-model.md)");
+    ADD(.name = "--overlap-moe-expert-parallel-comm", .type = OPT_BOOL, .target = &p->overlap_moe_ep_comm,
+        .help = "MoE: in the steady state one micro-batch's forward runs beside another's backward, each pass's "
+                "expert-parallel all-to-alls hidden behind the other's compute (needs --expert-model-parallel-size "
+                "> 1, the alltoall or flex dispatcher, interleaved or dualpipev at p > 1; docs/moe.md)");
     ADD(.name = "--use-torch-fsdp2", .type = OPT_BOOL, .target = &p->torch_fsdp2,
         .help = "PyTorch FSDP2: optimizer state, gradients and parameters sharded over the data-parallel group; "
                 "per-layer parameter all-gathers in forward and again in backward, per-layer gradient "

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/core/ep_pair.h"
 #include "sim/sched/sched_dep.h"
 
 enum { DIR_F = 0, DIR_B = 1 };
@@ -32,6 +33,9 @@ typedef struct {
     uint32_t emb_pred[2]; /* what each waits for locally (gradients ready) */
     bool *optim_seen;     /* [rank] */
     const int *rank_map;  /* pipeline rank -> engine rank (lower_sched_ranks); NULL = identity */
+    int32_t *partner;     /* with overlapped pairs (plan.n_ep_pairs): ep_pair_mark of every rank, rank r's
+                             at partner_at[r]; NULL without */
+    size_t *partner_at;
 } lowering;
 
 static size_t tab_idx(const lowering *L, int dir, int stage, int mb)
@@ -54,11 +58,14 @@ static int add_task(lowering *L, int rank, uint32_t step, int32_t mb, uint32_t *
  * for input (ENGINE_NO_TASK: none). final: this is the chunk's last backward,
  * so gradient buckets are issued as they complete (overlap). *last gets the
  * pass's last task (ENGINE_NO_TASK for an empty pass). */
-static int run_pass(lowering *L, int rank, int st, int k, int32_t mb, uint32_t input, bool final, uint32_t *last)
+static int run_pass(lowering *L, int rank, int st, int k, int32_t mb, uint32_t input, bool final,
+                    const plan_ep_pair *pair, uint32_t *last)
 {
     const plan *pl = L->pl;
     const plan_stage *S = &pl->stages[st];
     plan_range R = final && S->pass_final[k].n ? S->pass_final[k] : S->pass[k];
+    if (pair) /* overlapped with its partner: the variant of the same steps */
+        R = k == PLAN_PASS_F ? pair->f : final && pair->b_final.n ? pair->b_final : pair->b;
     bool buckets =
         final && pl->overlap_grad_reduce && pl->d > 1 && S->n_buckets > 0 && (k == PLAN_PASS_B || k == PLAN_PASS_W);
     int next_bucket = 0;
@@ -209,6 +216,21 @@ static void rank_prepare(lowering *L, int r)
     }
 }
 
+/* The overlapped pair's variants for compute action i of rank r (NULL:
+ * not paired, or the pair hides nothing). */
+static const plan_ep_pair *pair_of(const lowering *L, int r, size_t i)
+{
+    if (!L->partner)
+        return NULL;
+    int32_t j = L->partner[L->partner_at[r] + i];
+    if (j < 0)
+        return NULL;
+    const sched_action *a = &L->s->actions[r][i], *b = &L->s->actions[r][j];
+    const sched_action *f = a->kind == ACT_F ? a : b, *bw = a->kind == ACT_F ? b : a;
+    return ep_pair_find(L->pl, sched_stage_of(L->s, r, f->chunk), sched_stage_of(L->s, r, bw->chunk),
+                        bw->kind == ACT_B ? PLAN_PASS_B : PLAN_PASS_I);
+}
+
 /* Lower action i of rank r. */
 static int rank_action(lowering *L, int r, size_t i)
 {
@@ -233,7 +255,7 @@ static int rank_action(lowering *L, int r, size_t i)
         uint32_t in;
         if ((rc = input_task(L, r, i, a, &in)))
             return rc;
-        if ((rc = run_pass(L, r, st, PLAN_PASS_F, a->mb, in, false, &last)))
+        if ((rc = run_pass(L, r, st, PLAN_PASS_F, a->mb, in, false, pair_of(L, r, i), &last)))
             return rc;
         L->fwd_last[(size_t)st * L->m + a->mb] = last;
         break;
@@ -246,7 +268,7 @@ static int rank_action(lowering *L, int r, size_t i)
         if ((rc = input_task(L, r, i, a, &in))) /* none for W */
             return rc;
         bool final = L->final_bwd[base + a->chunk] == i;
-        if ((rc = run_pass(L, r, st, k, a->mb, in, final, &last)))
+        if ((rc = run_pass(L, r, st, k, a->mb, in, final, a->kind == ACT_W ? NULL : pair_of(L, r, i), &last)))
             return rc;
         if (a->kind != ACT_W)
             L->bwd_last[(size_t)st * L->m + a->mb] = last;
@@ -419,7 +441,20 @@ static int lower_into(const plan *pl, const sched *s, engine *e, const int *rank
     L.last_comp = malloc((size_t)s->p * sizeof *L.last_comp);
     L.optim_seen = malloc((size_t)s->p * sizeof *L.optim_seen);
     int rc = TS_OK;
-    if (!L.send_tab || !L.recv_tab || !L.fwd_last || !L.bwd_last || !L.scratch || !L.rank_of || !L.final_bwd ||
+    bool pairs_ok = true;
+    if (pl->n_ep_pairs) {
+        size_t total = 0;
+        L.partner_at = malloc((size_t)s->p * sizeof *L.partner_at);
+        for (int r = 0; L.partner_at && r < s->p; r++) {
+            L.partner_at[r] = total;
+            total += s->n_actions[r];
+        }
+        L.partner = L.partner_at ? malloc((total ? total : 1) * sizeof *L.partner) : NULL;
+        pairs_ok = L.partner != NULL;
+        for (int r = 0; pairs_ok && r < s->p; r++)
+            ep_pair_mark(s, r, L.partner + L.partner_at[r]);
+    }
+    if (!pairs_ok || !L.send_tab || !L.recv_tab || !L.fwd_last || !L.bwd_last || !L.scratch || !L.rank_of || !L.final_bwd ||
         !L.grads_done || !L.buckets_sent || !L.reduced || !L.last_dp || !L.last_comp || !L.optim_seen) {
         rc = err_set(err, TS_ENOMEM, "lower: out of memory for %d stages x %d micro-batches", L.n_stages, L.m);
         goto done;
@@ -493,5 +528,7 @@ done:
     free(L.last_dp);
     free(L.last_comp);
     free(L.optim_seen);
+    free(L.partner);
+    free(L.partner_at);
     return rc;
 }

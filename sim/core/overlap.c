@@ -22,6 +22,21 @@ int64_t overlap_sm_slowed_ns(int64_t gemm_ns, int sms, int comm_sms)
     return (int64_t)(slowed + 0.5);
 }
 
+int64_t overlap_shared_phase_ns(int64_t comm_ns, int64_t comp_ns, int sms, int comm_sms)
+{
+    if (comm_ns < 0)
+        comm_ns = 0;
+    if (comp_ns < 0)
+        comp_ns = 0;
+    int64_t slowed = overlap_sm_slowed_ns(comp_ns, sms, comm_sms);
+    if (comm_ns >= slowed)
+        return comm_ns;
+    if (slowed == comp_ns) /* no SM share */
+        return comp_ns;
+    double t = (double)comp_ns + (double)comm_ns * (double)comm_sms / (double)sms;
+    return (int64_t)(t + 0.5);
+}
+
 int overlap_gpu_sms(const char *gpu_name)
 {
     if (!gpu_name)

@@ -48,6 +48,16 @@ int64_t overlap_chunked_exposed_ns(int64_t comm_ns, int64_t gemm_ns, int n);
  * when sms is 0 (unknown) or comm_sms <= 0 or comm_sms >= sms. */
 int64_t overlap_sm_slowed_ns(int64_t gemm_ns, int sms, int comm_sms);
 
+/* A transfer of comm_ns beside compute of comp_ns that runs on sms -
+ * comm_sms SMs while the transfer runs and on all sms after it (the
+ * slowdown of overlap_sm_slowed_ns applied to the overlapped part only):
+ * comm_ns when it outlasts the slowed compute (comm_ns >= comp_ns x sms /
+ * (sms - comm_sms)), else comp_ns + comm_ns x comm_sms / sms (the compute
+ * the transfer's share of SMs delays), rounded to nearest; max(comm_ns,
+ * comp_ns) when overlap_sm_slowed_ns would not slow (sms 0, comm_sms <= 0
+ * or >= sms). Negative times are taken as 0. */
+int64_t overlap_shared_phase_ns(int64_t comm_ns, int64_t comp_ns, int sms, int comm_sms);
+
 /* Streaming multiprocessors of a GPU kind of topologies/gpus.csv, from
  * NVIDIA's architecture whitepapers: A100 (SXM4) 108 (NVIDIA A100 Tensor
  * Core GPU Architecture, 2020), H100 SXM5 and H200 SXM 132 (NVIDIA H100

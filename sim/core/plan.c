@@ -83,6 +83,7 @@ void plan_free(plan *pl)
     free(pl->weights_bytes);
     free(pl->grads_bytes);
     free(pl->optim_bytes);
+    free(pl->ep_pairs);
     free(pl);
 }
 

@@ -162,6 +162,19 @@ typedef struct {
     int64_t p2p_bytes;                 /* message per micro-batch to a neighbour stage */
 } plan_stage;
 
+/* --overlap-moe-expert-parallel-comm (ep_pair.h): copies of the forward
+ * of stage sf and of the backward (pass kb, PLAN_PASS_B or PLAN_PASS_I) of
+ * stage sb with the all-to-all time each hides behind the other's compute
+ * taken out of their collapsed steps (dur_ns, tp_exposed_ns and
+ * ep_exposed_ns less it, in step order); lower.h runs them for an F and a
+ * backward the schedule pairs (ep_pair_mark). The copies keep the
+ * originals' segments and memory events. */
+typedef struct {
+    int32_t sf, sb;
+    int kb;
+    plan_range f, b, b_final; /* b_final.n = 0: the stage's backward has no bucket-split variant */
+} plan_ep_pair;
+
 typedef struct {
     int n_stages; /* p * v */
     int p, v;
@@ -193,6 +206,8 @@ typedef struct {
     bool overlap_grad_reduce;
     bool distributed_optimizer;
     uint32_t max_pass_steps; /* longest pass range (scratch size for lowering) */
+    plan_ep_pair *ep_pairs;  /* --overlap-moe-expert-parallel-comm: the pairs' variants (NULL: none) */
+    uint32_t n_ep_pairs;
 } plan;
 
 /* A plan for tests of the closed forms: every stage's F, B, I, W is one

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/core/ep_pair.h"
 #include "sim/core/overlap.h"
 #include "sim/core/plan_collapse.h"
 #include "sim/core/plan_moe.h"
@@ -1000,9 +1001,12 @@ int plan_build_opts(const config *c, const sched *s, const cost_model *cm, const
                        P->pp, P->vp);
     plan_env E;
     plan_env_init(&E, c, s, cm, cc, o, err);
+    int rc = ep_pair_check(c, s->kind, s->v, !E.opts.inline_tp, err);
+    if (rc)
+        return rc;
     model_ops *mo = malloc(sizeof *mo);
     plan *pl = NULL;
-    int rc = mo ? model_ops_build(c, E.gpn, cc, mo, err) : err_set(err, TS_ENOMEM, "plan: out of memory");
+    rc = mo ? model_ops_build(c, E.gpn, cc, mo, err) : err_set(err, TS_ENOMEM, "plan: out of memory");
     if (rc == TS_OK && mo->moe.on) {
         E.edp = mo->moe.edp;
         E.edp_group = mo->moe.edp_group;
@@ -1035,6 +1039,8 @@ int plan_build_opts(const config *c, const sched *s, const cost_model *cm, const
         rc = add_pipeline_transfers(pl, &E, &b.tp_group);
         if (rc == TS_OK)
             rc = build_stages(pl, &E, &b, mo);
+        if (rc == TS_OK && P->overlap_moe_ep_comm)
+            rc = ep_pair_build(pl, s, b.sms, err);
     }
     if (rc == TS_OK)
         rc = add_emb_allreduce(pl, &E);
