@@ -30,8 +30,8 @@ int ep_pair_check(const config *c, sched_kind k, int v, bool flows, ts_err *err)
         return err_set(err, TS_EINVAL,
                        FLAG ": not modelled in the flow modes (each collective a task of the network model); "
                             "valid in the default costed mode");
-    bool ok = (k == SCHED_INTERLEAVED && (v > 1 || P->pp == 1)) || k == SCHED_DUALPIPEV ||
-              (k == SCHED_1F1B && P->pp == 1);
+    bool ok =
+        (k == SCHED_INTERLEAVED && (v > 1 || P->pp == 1)) || k == SCHED_DUALPIPEV || (k == SCHED_1F1B && P->pp == 1);
     if (!ok)
         return err_set(err, TS_EINVAL,
                        FLAG ": needs virtual pipelining with --pipeline-model-parallel-size %d > 1 (Megatron-LM): "
@@ -100,7 +100,6 @@ void ep_pair_times(int64_t a_f, int64_t c_f, int64_t a_b, int64_t c_b, int sms, 
     *exp_f = overlap_shared_phase_ns(a_f, c_b, sms, EP_PAIR_COMM_SMS) - c_b;
     *exp_b = overlap_shared_phase_ns(a_b, c_f, sms, EP_PAIR_COMM_SMS) - c_f;
 }
-
 
 /* The all-to-all time exposed in range R and its compute time. */
 static void range_times(const plan *pl, plan_range R, int64_t *a, int64_t *c)

@@ -454,8 +454,8 @@ static int lower_into(const plan *pl, const sched *s, engine *e, const int *rank
         for (int r = 0; pairs_ok && r < s->p; r++)
             ep_pair_mark(s, r, L.partner + L.partner_at[r]);
     }
-    if (!pairs_ok || !L.send_tab || !L.recv_tab || !L.fwd_last || !L.bwd_last || !L.scratch || !L.rank_of || !L.final_bwd ||
-        !L.grads_done || !L.buckets_sent || !L.reduced || !L.last_dp || !L.last_comp || !L.optim_seen) {
+    if (!pairs_ok || !L.send_tab || !L.recv_tab || !L.fwd_last || !L.bwd_last || !L.scratch || !L.rank_of ||
+        !L.final_bwd || !L.grads_done || !L.buckets_sent || !L.reduced || !L.last_dp || !L.last_comp || !L.optim_seen) {
         rc = err_set(err, TS_ENOMEM, "lower: out of memory for %d stages x %d micro-batches", L.n_stages, L.m);
         goto done;
     }

@@ -134,8 +134,8 @@ Test(ep_pair, rules_name_what_is_valid, .fini = fini)
     refused("alltoall or flex (got allgather", "--moe-token-dispatcher-type", "allgather", NULL, NULL);
     refused("not with --recompute-granularity full", "--moe-token-dispatcher-type", "alltoall",
             "--recompute-granularity", "full");
-    refused("valid --schedule interleaved", "--moe-token-dispatcher-type", "alltoall",
-            "--pipeline-model-parallel-size", "2");
+    refused("valid --schedule interleaved", "--moe-token-dispatcher-type", "alltoall", "--pipeline-model-parallel-size",
+            "2");
     cr_assert_eq(flags_run("--num-layers", "2", "--hidden-size", "256", "--num-attention-heads", "4", "--seq-length",
                            "256", "--global-batch-size", "8", "--micro-batch-size", "1", "--gpus", "8",
                            "--overlap-moe-expert-parallel-comm", NULL),
