@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "sim/core/overlap.h"
+#include "sim/util/grow.h"
 
 #define FLAG "--overlap-moe-expert-parallel-comm"
 
@@ -112,6 +113,25 @@ static void range_times(const plan *pl, plan_range R, int64_t *a, int64_t *c)
     }
 }
 
+/* Give step x (shortened from was_ns) its own copy of its memory events,
+ * their offsets scaled by x->dur_ns / was_ns so that they stay inside it in
+ * the same order. */
+static int copy_mem_scaled(plan *pl, plan_step *x, int64_t was_ns)
+{
+    uint32_t first = pl->n_mem_evs;
+    for (uint32_t k = 0; k < x->mem_n; k++) {
+        if (pl->n_mem_evs == pl->cap_mem_evs &&
+            grow_to((void **)&pl->mem_evs, &pl->cap_mem_evs, (size_t)pl->n_mem_evs + 1, 256, sizeof *pl->mem_evs))
+            return TS_ENOMEM;
+        plan_mem_ev ev = pl->mem_evs[x->mem_first + k];
+        if (was_ns > 0)
+            ev.offset_ns = (int64_t)((double)ev.offset_ns * (double)x->dur_ns / (double)was_ns);
+        pl->mem_evs[pl->n_mem_evs++] = ev;
+    }
+    x->mem_first = first;
+    return TS_OK;
+}
+
 /* Append a copy of range R with hidden_ns of its exposed all-to-all time
  * taken out, step by step; *out = the copy. */
 static int copy_less(plan *pl, plan_range R, int64_t hidden_ns, plan_range *out)
@@ -123,10 +143,13 @@ static int copy_less(plan *pl, plan_range R, int64_t hidden_ns, plan_range *out)
         int64_t cut = hidden_ns < x.ep_exposed_ns ? hidden_ns : x.ep_exposed_ns;
         if (cut < 0)
             cut = 0;
+        int64_t was_ns = x.dur_ns;
         x.dur_ns -= cut;
         x.tp_exposed_ns -= cut;
         x.ep_exposed_ns -= cut;
         hidden_ns -= cut;
+        if (cut > 0 && x.mem_n && copy_mem_scaled(pl, &x, was_ns))
+            return TS_ENOMEM;
         uint32_t id;
         if (plan_push_step(pl, &x, &id))
             return TS_ENOMEM;

@@ -40,9 +40,11 @@
  * collapsed passes) and schedules other than 1f1b at p = 1, interleaved and
  * dualpipev.
  *
- * Memory: not changed (the two micro-batches' activations are those the
- * schedule keeps in flight; the dispatcher's per-pass transient buffers of
- * the second pass are not added).
+ * Memory: the two micro-batches' saved activations are those the schedule
+ * keeps in flight (the paired copies' memory events at offsets scaled to
+ * their shorter steps); the one per-pass dispatcher buffer the model has
+ * with alltoall (moe_disp_transient_bytes: the experts' partial outputs at
+ * etp > 1; 0 at etp 1 and with flex) is not doubled for the pair.
  */
 #ifndef TRAINSIM_EP_PAIR_H
 #define TRAINSIM_EP_PAIR_H

@@ -168,7 +168,8 @@ typedef struct {
  * taken out of their collapsed steps (dur_ns, tp_exposed_ns and
  * ep_exposed_ns less it, in step order); lower.h runs them for an F and a
  * backward the schedule pairs (ep_pair_mark). The copies keep the
- * originals' segments and memory events. */
+ * originals' segments (the trace shows each pass's ops as if alone); their
+ * memory events are copied at offsets scaled to the shorter steps. */
 typedef struct {
     int32_t sf, sb;
     int kb;
