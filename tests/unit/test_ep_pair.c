@@ -165,7 +165,7 @@ static simulate_result *run(bool overlap)
 static double p1_closed_form(const char *gpus, const char *ep, int m, double nic_gbps)
 {
     char gb[16];
-    snprintf(gb, sizeof gb, "%d", m * atoi(gpus));
+    snprintf(gb, sizeof gb, "%ld", (long)m * strtol(gpus, NULL, 10));
     cr_assert_eq(flags_run(MIX(gpus), "--global-batch-size", gb, "--expert-model-parallel-size", ep, NULL), TS_OK, "%s",
                  E.msg);
     if (nic_gbps > 0)
