@@ -329,9 +329,11 @@ void report_csv(const simulate_result *r, FILE *f)
     static const char *const FIXED[PLAN_FIXED_KINDS] = {
         "zero_grad", "nan_check",      "unscale",    "found_inf_allreduce",
         "grad_norm", "norm_allreduce", "zero_count", "zero_count_allreduce",
-        "adam",      "fp8_weight_cast"};
+        "adam",      "fp8_weight_cast", "expert_bias_allreduce"};
     for (int k = 0; k < PLAN_FIXED_KINDS; k++) {
         char m[64];
+        if (k == PLAN_FIXED_BIAS_AR && !r->fixed_ns[k]) /* only with --moe-router-enable-expert-bias */
+            continue;
         snprintf(m, sizeof m, "optimizer_%s", FIXED[k]);
         irow(f, it, m, r->fixed_ns[k], "ns");
     }

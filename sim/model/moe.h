@@ -227,8 +227,9 @@ int moe_block_ops(const layer_shape *L, const moe_config *e, double load_factor,
  *     4 T E + 4 T; backward moe.zloss.bwd 8 T E + 4 T.
  *   --moe-router-enable-expert-bias: moe.bias, scores + bias into a new
  *     T x E tensor for the top-k, 8 T E + 4 E; no backward (no gradient).
- *     Its per-iteration update (an all-reduce of the L x E counts in
- *     finalize_model_grads) is not an op here.
+ *     Its per-iteration update (an all-reduce of the stage's fp32 counts,
+ *     E per MoE layer, in finalize_model_grads) is an optimizer-step part
+ *     (plan.h's PLAN_FIXED_BIAS_AR), not an op here.
  *   --moe-router-topk-scaling-factor: moe.topk.scale, probs x factor,
  *     8 T k; backward the same (a kernel of its own in Megatron-core's
  *     unfused router, not folded into the combine).

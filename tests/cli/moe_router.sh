@@ -15,11 +15,14 @@ trap 'rm -rf "$tmp"' EXIT
 # routing, seq_aux_loss 1e-4, the fp32 router, DeepEP, one MTP depth
 $T simulate --megatron-script $S/deepseek_v3.sh >"$tmp/ds.out" 2>"$tmp/ds.err"; rc=$?
 check "deepseek_v3.sh: simulate exits 0" test $rc -eq 0
+$T simulate --megatron-script $S/deepseek_v3.sh --csv "$tmp/ds.csv" >/dev/null 2>/dev/null
 check "deepseek_v3.sh: the router options in the report" \
     grep -qF "router                  sigmoid scores, fp32 GEMM, seq_aux_loss 0.0001, expert bias, top-k scaled x2.5" "$tmp/ds.out"
+check "deepseek_v3.sh: the expert bias's per-iteration all-reduce in the optimizer step" \
+    grep -qE "^optimizer step .*expert-bias all-reduce [0-9.]+ us" "$tmp/ds.out"
+check "deepseek_v3.sh csv: the expert bias's all-reduce" grep -q "^iteration,optimizer_expert_bias_allreduce,[1-9]" "$tmp/ds.csv"
 check "deepseek_v3.sh: numerics-only flags named as ignored" \
     grep -q "^ignored (cannot change performance):.*--moe-router-bias-update-rate.*--moe-per-layer-logging" "$tmp/ds.err"
-$T simulate --megatron-script $S/deepseek_v3.sh --csv "$tmp/ds.csv" >/dev/null 2>/dev/null
 for r in "moe_router_fp32,1" "moe_router_sigmoid,1" "moe_router_expert_bias,1" "moe_load_balancing_type,1" \
          "moe_aux_loss_coeff,0.0001" "moe_topk_scaling_factor,2.5"; do
     check "deepseek_v3.sh csv: $r" grep -q "^iteration,$r," "$tmp/ds.csv"
