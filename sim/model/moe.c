@@ -268,6 +268,7 @@ void moe_router_dims_of(const layer_shape *L, const moe_config *e, moe_router_di
     r->zloss = e->z_loss_coeff > 0;
     r->bias = e->expert_bias;
     r->scale = e->topk_scaling > 0;
+    r->tp = t;
     r->aux = e->aux_loss_coeff > 0 && e->lb_type != MOE_LB_NONE && e->lb_type != MOE_LB_SINKHORN;
     if (r->aux) {
         /* the token counts per expert (int64: a sum of the bool routing
@@ -308,8 +309,10 @@ static void router_fwd_tail(const moe_dims *D, layer_ops *o)
             o->op[i].coll = COMM_ALL_REDUCE;
             o->op[i].bytes = D->r.aux_ar_bytes;
             o->op[i].group = (int)D->r.aux_group;
-            o->op[i].stride = 1;
-            o->op[i].span = (int)D->r.aux_group;
+            if (D->r.aux_group != D->r.tp) { /* beyond the tensor-parallel group: consecutive ranks */
+                o->op[i].stride = 1;
+                o->op[i].span = (int)D->r.aux_group;
+            }
         }
     }
 }

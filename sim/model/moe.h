@@ -238,7 +238,8 @@ int moe_block_ops(const layer_shape *L, const moe_config *e, double load_factor,
  *     logits (read + write 8 T E), summed over the tokens (4 T E) and the
  *     bool routing map counted (T E): 13 T E; moe.aux.ar, an all-reduce of
  *     the int64 counts, 8 E bytes (seq_aux_loss: 8 b E, per sequence) over
- *     t x cp ranks (global_aux_loss: t x cp x d = etp x ep x edp);
+ *     t x cp ranks (global_aux_loss: t x cp x d = etp x ep x edp; the
+ *     tensor-parallel group when that is t);
  *     backward moe.aux.bwd 16 T E (the loss's gradient broadcast, 4 T E,
  *     and the score function's backward, read 8 T E, write 4 T E). Saved
  *     for the backward: the scores, 4 T E (moe_block_mem_of's free_i).
@@ -247,7 +248,9 @@ typedef struct {
     bool fp32, zloss, bias, scale, aux;
     int64_t cast_bytes;   /* dt + 4 with fp32, else 0 */
     int64_t aux_ar_bytes; /* moe.aux.ar's bytes */
-    int64_t aux_group;    /* its ranks */
+    int64_t aux_group;    /* its ranks (the tensor-parallel group when it is t: stride 0, else
+                             aux_group consecutive ranks, stride 1) */
+    int64_t tp;           /* t */
 } moe_router_dims;
 void moe_router_dims_of(const layer_shape *L, const moe_config *e, moe_router_dims *r);
 

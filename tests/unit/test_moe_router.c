@@ -163,6 +163,13 @@ Test(moe_router, closed_forms)
     cr_assert_not_null(op = find(&f, "moe.aux.ar"));
     cr_expect_eq(op->bytes, 8 * E);
     cr_expect_eq(op->group, 1 * 8 * 4);
+    /* t x cp = t: the tensor-parallel group */
+    L = shape(h, s, b, (int)t, 1);
+    e.lb_type = MOE_LB_AUX;
+    ops_of(&L, &e, LAYER_PASS_F, &f);
+    cr_assert_not_null(op = find(&f, "moe.aux.ar"));
+    cr_expect_eq(op->group, t);
+    cr_expect_eq(op->stride, 0);
     /* one rank, no all-reduce */
     L = shape(h, s, b, 1, 1);
     e.lb_type = MOE_LB_AUX;
