@@ -228,14 +228,14 @@ typedef struct {
     int mla_v_head_dim;          /* --v-head-dim */
     int mtp_num_layers;          /* --mtp-num-layers: multi-token prediction depths (0 = none; mtp.h) */
     /* router options (moe.h, moe_block_ops: the router ops they add) */
-    bool router_fp32;            /* --moe-router-dtype fp32: the router GEMM and its input in fp32 */
-    int router_score;            /* --moe-router-score-function: 0 softmax, 1 sigmoid */
-    int lb_type;                 /* --moe-router-load-balancing-type, config_moe_lb */
-    double aux_loss_coeff;       /* --moe-aux-loss-coeff (0 = no auxiliary loss computed) */
-    double z_loss_coeff;         /* --moe-z-loss-coeff (0 = no z-loss) */
-    bool expert_bias;            /* --moe-router-enable-expert-bias */
-    double topk_scaling;         /* --moe-router-topk-scaling-factor (0 = none) */
-    bool pre_softmax;            /* --moe-router-pre-softmax */
+    bool router_fp32;      /* --moe-router-dtype fp32: the router GEMM and its input in fp32 */
+    int router_score;      /* --moe-router-score-function: 0 softmax, 1 sigmoid */
+    int lb_type;           /* --moe-router-load-balancing-type, config_moe_lb */
+    double aux_loss_coeff; /* --moe-aux-loss-coeff (0 = no auxiliary loss computed) */
+    double z_loss_coeff;   /* --moe-z-loss-coeff (0 = no z-loss) */
+    bool expert_bias;      /* --moe-router-enable-expert-bias */
+    double topk_scaling;   /* --moe-router-topk-scaling-factor (0 = none) */
+    bool pre_softmax;      /* --moe-router-pre-softmax */
 } moe_config;
 
 typedef struct {

@@ -87,7 +87,8 @@ int moe_flags_register(moe_flags_state *s, opt_table *t, config *c, ts_err *err)
     ADD(.name = "--moe-router-score-function", .type = OPT_ENUM, .target = &e->router_score,
         .enum_names = MOE_SCORE_NAMES, .defval = "softmax", .help = "router scores: softmax or sigmoid (DeepSeek-V3)");
     ADD(.name = "--moe-router-load-balancing-type", .type = OPT_ENUM, .target = &e->lb_type, .enum_names = MOE_LB_NAMES,
-        .defval = "aux_loss", .help = "load-balancing loss (computed when --moe-aux-loss-coeff > 0; sinkhorn not modelled)");
+        .defval = "aux_loss",
+        .help = "load-balancing loss (computed when --moe-aux-loss-coeff > 0; sinkhorn not modelled)");
     ADD(.name = "--moe-aux-loss-coeff", .type = OPT_DOUBLE, .target = &e->aux_loss_coeff, .min = 0, .max = 1e6,
         .unit = "coefficient", .defval = "0 (no auxiliary loss)",
         .help = "load-balancing loss coefficient: > 0 adds the loss's ops to every MoE layer");

@@ -326,10 +326,17 @@ void report_csv(const simulate_result *r, FILE *f)
         snprintf(m, sizeof m, "time_%s", plan_cat_name(k));
         row(f, it, m, r->cat_ns[k], "ns");
     }
-    static const char *const FIXED[PLAN_FIXED_KINDS] = {
-        "zero_grad", "nan_check",      "unscale",    "found_inf_allreduce",
-        "grad_norm", "norm_allreduce", "zero_count", "zero_count_allreduce",
-        "adam",      "fp8_weight_cast", "expert_bias_allreduce"};
+    static const char *const FIXED[PLAN_FIXED_KINDS] = {"zero_grad",
+                                                        "nan_check",
+                                                        "unscale",
+                                                        "found_inf_allreduce",
+                                                        "grad_norm",
+                                                        "norm_allreduce",
+                                                        "zero_count",
+                                                        "zero_count_allreduce",
+                                                        "adam",
+                                                        "fp8_weight_cast",
+                                                        "expert_bias_allreduce"};
     for (int k = 0; k < PLAN_FIXED_KINDS; k++) {
         char m[64];
         if (k == PLAN_FIXED_BIAS_AR && !r->fixed_ns[k]) /* only with --moe-router-enable-expert-bias */
@@ -356,8 +363,8 @@ void report_csv(const simulate_result *r, FILE *f)
         row(f, it, "moe_dropped", r->moe_dropped, "fraction");
         irow(f, it, "moe_balanced_iteration_time", r->moe_balanced_ns, "ns");
         irow(f, it, "moe_imbalance_time", r->moe_imbalance_ns, "ns");
-        if (r->moe_router_fp32 || r->moe_sigmoid || r->moe_expert_bias || r->moe_pre_softmax ||
-            r->moe_aux_coeff > 0 || r->moe_z_coeff > 0 || r->moe_topk_scale > 0) {
+        if (r->moe_router_fp32 || r->moe_sigmoid || r->moe_expert_bias || r->moe_pre_softmax || r->moe_aux_coeff > 0 ||
+            r->moe_z_coeff > 0 || r->moe_topk_scale > 0) {
             irow(f, it, "moe_router_fp32", r->moe_router_fp32, "bool");
             irow(f, it, "moe_router_sigmoid", r->moe_sigmoid, "bool");
             irow(f, it, "moe_router_pre_softmax", r->moe_pre_softmax, "bool");

@@ -76,8 +76,9 @@ Test(moe_router, defaults_add_nothing)
 {
     layer_shape L = shape(4096, 4096, 1, 1, 1);
     moe_config e = experts(8, 2, 8);
-    static const char *const NAMES[] = {"moe.router.cast", "moe.zloss", "moe.bias", "moe.topk.scale", "moe.aux",
-                                        "moe.aux.ar", "moe.aux.bwd", "moe.zloss.bwd", "moe.router.cast.bwd"};
+    static const char *const NAMES[] = {"moe.router.cast", "moe.zloss",     "moe.bias",
+                                        "moe.topk.scale",  "moe.aux",       "moe.aux.ar",
+                                        "moe.aux.bwd",     "moe.zloss.bwd", "moe.router.cast.bwd"};
     for (int p = 0; p < 2; p++) {
         layer_ops o;
         ops_of(&L, &e, p ? LAYER_PASS_B : LAYER_PASS_F, &o);
