@@ -66,6 +66,20 @@ static int moe_supports(const config *c, bool cuda, bool inference, ts_err *err)
                        "all-to-all (give alltoall or allgather)");
     if (e->mla)
         return err_set(err, TS_ENOTSUP, "--multi-latent-attention: the executor's attention is multi-head / GQA");
+    /* the executor's router: softmax top-k in the run's dtype, no loss, bias or scaling (xmoe.h) */
+    const char *router = e->router_fp32                                       ? "--moe-router-dtype"
+                         : e->router_score != 0                               ? "--moe-router-score-function"
+                         : e->expert_bias                                     ? "--moe-router-enable-expert-bias"
+                         : e->topk_scaling > 0                                ? "--moe-router-topk-scaling-factor"
+                         : e->pre_softmax                                     ? "--moe-router-pre-softmax"
+                         : e->z_loss_coeff > 0                                ? "--moe-z-loss-coeff"
+                         : e->aux_loss_coeff > 0 && e->lb_type != MOE_LB_NONE ? "--moe-aux-loss-coeff"
+                                                                              : NULL;
+    if (router)
+        return err_set(err, TS_ENOTSUP,
+                       "%s: the executor's router is a plain softmax top-k (no fp32 GEMM, sigmoid, expert bias, "
+                       "scaling, pre-softmax or loss; trainsim simulate models them): remove it",
+                       router);
     if (e->load_path)
         return err_set(err, TS_ENOTSUP,
                        "--moe-expert-load %s: the executor routes with its own router (the file is trainsim "

@@ -195,6 +195,8 @@ typedef struct {
  * stages as the dense part. Filled by moe_flags_finish (moe_flags.h). */
 typedef enum { MOE_DISPATCH_ALLGATHER = 0, MOE_DISPATCH_ALLTOALL, MOE_DISPATCH_FLEX } config_moe_dispatcher;
 typedef enum { MOE_DROP_PROBS = 0, MOE_DROP_POSITION } config_moe_drop;
+/* --moe-router-load-balancing-type (sinkhorn is refused: moe_flags.h) */
+typedef enum { MOE_LB_AUX = 0, MOE_LB_SEQ_AUX, MOE_LB_GLOBAL_AUX, MOE_LB_SINKHORN, MOE_LB_NONE } config_moe_lb;
 typedef struct {
     int num_experts;             /* --num-experts (0 = dense) */
     int topk;                    /* --moe-router-topk (Megatron's default 2) */
@@ -226,6 +228,15 @@ typedef struct {
     int mla_qk_pos_emb_head_dim; /* --qk-pos-emb-head-dim (the rotary part) */
     int mla_v_head_dim;          /* --v-head-dim */
     int mtp_num_layers;          /* --mtp-num-layers: multi-token prediction depths (0 = none; mtp.h) */
+    /* router options (moe.h, moe_block_ops: the router ops they add) */
+    bool router_fp32;      /* --moe-router-dtype fp32: the router GEMM and its input in fp32 */
+    int router_score;      /* --moe-router-score-function: 0 softmax, 1 sigmoid */
+    int lb_type;           /* --moe-router-load-balancing-type, config_moe_lb */
+    double aux_loss_coeff; /* --moe-aux-loss-coeff (0 = no auxiliary loss computed) */
+    double z_loss_coeff;   /* --moe-z-loss-coeff (0 = no z-loss) */
+    bool expert_bias;      /* --moe-router-enable-expert-bias */
+    double topk_scaling;   /* --moe-router-topk-scaling-factor (0 = none) */
+    bool pre_softmax;      /* --moe-router-pre-softmax */
 } moe_config;
 
 typedef struct {

@@ -11,6 +11,9 @@
 
 const char *const MOE_DISPATCHER_NAMES[] = {"allgather", "alltoall", "flex", NULL};
 const char *const MOE_DROP_POLICY_NAMES[] = {"probs", "position", NULL};
+const char *const MOE_ROUTER_DTYPE_NAMES[] = {"fp32", "fp64", NULL};
+const char *const MOE_SCORE_NAMES[] = {"softmax", "sigmoid", NULL};
+const char *const MOE_LB_NAMES[] = {"aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none", NULL};
 
 #define ADD(...)                                                                                                       \
     do {                                                                                                               \
@@ -78,6 +81,25 @@ int moe_flags_register(moe_flags_state *s, opt_table *t, config *c, ts_err *err)
         .unit = "routed token-slots per expert", .defval = "none (the --moe-routing-skew model)",
         .help = "measured per-expert loads (CSV layer,expert,tokens, e.g. trainexec --moe-load-out) replacing the "
                 "routing model: the busiest EP rank's load follows from them (docs/moe.md)");
+    ADD(.name = "--moe-router-dtype", .type = OPT_ENUM, .target = &s->router_dtype,
+        .enum_names = MOE_ROUTER_DTYPE_NAMES, .defval = "the run's dtype",
+        .help = "the router GEMM and its input in this precision (fp64 not modelled)");
+    ADD(.name = "--moe-router-score-function", .type = OPT_ENUM, .target = &e->router_score,
+        .enum_names = MOE_SCORE_NAMES, .defval = "softmax", .help = "router scores: softmax or sigmoid (DeepSeek-V3)");
+    ADD(.name = "--moe-router-load-balancing-type", .type = OPT_ENUM, .target = &e->lb_type, .enum_names = MOE_LB_NAMES,
+        .defval = "aux_loss",
+        .help = "load-balancing loss (computed when --moe-aux-loss-coeff > 0; sinkhorn not modelled)");
+    ADD(.name = "--moe-aux-loss-coeff", .type = OPT_DOUBLE, .target = &e->aux_loss_coeff, .min = 0, .max = 1e6,
+        .unit = "coefficient", .defval = "0 (no auxiliary loss)",
+        .help = "load-balancing loss coefficient: > 0 adds the loss's ops to every MoE layer");
+    ADD(.name = "--moe-z-loss-coeff", .type = OPT_DOUBLE, .target = &e->z_loss_coeff, .min = 0, .max = 1e6,
+        .unit = "coefficient", .defval = "none", .help = "router z-loss coefficient: adds a logsumexp over the logits");
+    ADD(.name = "--moe-router-enable-expert-bias", .type = OPT_BOOL, .target = &e->expert_bias,
+        .help = "aux-loss-free balancing: a per-expert bias added to the scores before top-k (needs sigmoid)");
+    ADD(.name = "--moe-router-topk-scaling-factor", .type = OPT_DOUBLE, .target = &e->topk_scaling, .min = 1e-9,
+        .max = 1e6, .unit = "x", .defval = "none", .help = "scale of the top-k probabilities (DeepSeek-V3: 2.5)");
+    ADD(.name = "--moe-router-pre-softmax", .type = OPT_BOOL, .target = &e->pre_softmax,
+        .help = "softmax over all experts before the top-k (the same bytes: the order only)");
     ADD(.name = "--moe-token-dispatcher-type", .type = OPT_ENUM, .target = &e->dispatcher,
         .enum_names = MOE_DISPATCHER_NAMES, .defval = "allgather",
         .help = "token dispatch: all-gather/reduce-scatter, all-to-all, or flex (DeepEP)");
@@ -219,6 +241,11 @@ static int check_routing(const moe_config *e, const opt_table *t, ts_err *err)
                        MOE_DISPATCHER_NAMES[e->dispatcher]);
     if (e->pad_to_capacity && !opt_was_set(t, "--moe-expert-capacity-factor"))
         return err_set(err, TS_EINVAL, "--moe-pad-expert-input-to-capacity needs --moe-expert-capacity-factor");
+    /* megatron/core/transformer/transformer_config.py, __post_init__ */
+    if (e->expert_bias && e->router_score != 1)
+        return err_set(err, TS_EINVAL,
+                       "--moe-router-enable-expert-bias needs --moe-router-score-function sigmoid (Megatron-core's "
+                       "aux-loss-free balancing supports only the sigmoid scores)");
     if (e->enable_deepep && e->dispatcher != MOE_DISPATCH_FLEX)
         return err_set(err, TS_EINVAL,
                        "--moe-enable-deepep works only with --moe-token-dispatcher-type flex (given: %s)",
@@ -296,6 +323,11 @@ static int check_modelled(const moe_config *e, const config *c, ts_err *err)
                        "default is --tensor-model-parallel-size: give --expert-tensor-parallel-size 1, or the "
                        "allgather or alltoall dispatcher)",
                        e->etp);
+    if (e->lb_type == MOE_LB_SINKHORN)
+        return err_set(err, TS_EINVAL,
+                       "--moe-router-load-balancing-type sinkhorn: not modelled (Megatron-core's sinkhorn iterates "
+                       "over the T x E logits until its error falls below 1e-4, a count that depends on the data: "
+                       "give aux_loss, seq_aux_loss, global_aux_loss or none)");
     if (c->par.torch_fsdp2) /* Megatron-FSDP's expert sharding over edp is modelled (plan_build.c) */
         return err_set(err, TS_EINVAL,
                        "--use-torch-fsdp2 with --num-experts: not modelled (how PyTorch FSDP2 shards the experts; "
@@ -360,7 +392,15 @@ int moe_flags_finish(moe_flags_state *s, const opt_table *t, config *c, ts_err *
                                            "--moe-router-force-load-balancing",
                                            "--moe-enable-deepep",
                                            "--expert-tensor-parallel-size",
-                                           "--moe-expert-load"};
+                                           "--moe-expert-load",
+                                           "--moe-router-dtype",
+                                           "--moe-router-score-function",
+                                           "--moe-router-load-balancing-type",
+                                           "--moe-aux-loss-coeff",
+                                           "--moe-z-loss-coeff",
+                                           "--moe-router-enable-expert-bias",
+                                           "--moe-router-topk-scaling-factor",
+                                           "--moe-router-pre-softmax"};
         if (e->ep > 1)
             return err_set(err, TS_EINVAL,
                            "--expert-model-parallel-size %d needs --num-experts (a dense model has "
@@ -383,6 +423,12 @@ int moe_flags_finish(moe_flags_state *s, const opt_table *t, config *c, ts_err *
         e->ffn_hidden_size = c->model.ffn_hidden_size;
     if (e->etp == 0)
         e->etp = c->par.tp;
+    if (opt_was_set(t, "--moe-router-dtype")) {
+        if (s->router_dtype != 0)
+            return err_set(err, TS_EINVAL,
+                           "--moe-router-dtype fp64: not modelled (the GPU catalog has no FP64 rate: give fp32)");
+        e->router_fp32 = true;
+    }
     if (s->layer_freq && (rc = moe_flags_parse_layer_freq(s->layer_freq, c->model.num_layers, &e->layer_freq,
                                                           &e->first_dense_layers, err)))
         return rc;

@@ -36,6 +36,17 @@
  * simulator's plan refuses them: sim/core/plan_moe.h). --moe-routing-skew (trainsim's own,
  * default MOE_ROUTING_SKEW_DEFAULT) sets the routing model's Zipf exponent;
  * it and --recompute-modules moe_act need --num-experts.
+ * Router options: --moe-router-dtype fp32 (fp64 refused: no FP64 rate in
+ * the GPU catalog), --moe-router-score-function softmax|sigmoid,
+ * --moe-router-load-balancing-type aux_loss|seq_aux_loss|global_aux_loss|none
+ * (sinkhorn refused: its iterations run until a tolerance, a count that
+ * depends on the data) with --moe-aux-loss-coeff (one value; 0: no loss
+ * computed, as Megatron-core), --moe-z-loss-coeff,
+ * --moe-router-enable-expert-bias (needs the sigmoid score function,
+ * Megatron-core's TransformerConfig rule), --moe-router-topk-scaling-factor,
+ * --moe-router-pre-softmax (softmax scores only; Megatron-core ignores it
+ * with sigmoid);
+ * their ops are moe_block_ops'. They all need --num-experts.
  * --moe-expert-load FILE (trainsim's) reads measured per-expert loads
  * (moe_load.h) that replace the skew model: it needs --num-experts and is
  * refused with --moe-routing-skew or --moe-router-force-load-balancing. Parameter and FLOP
@@ -62,6 +73,7 @@ typedef struct {
     const char *layer_freq;  /* --moe-layer-freq as given; NULL = 1 */
     const char *expert_load; /* --moe-expert-load FILE as given; NULL = none */
     double *loads;           /* that file's tokens per expert (moe_load.h), owned; c->moe.expert_load borrows it */
+    int router_dtype;        /* --moe-router-dtype, MOE_ROUTER_DTYPE_NAMES index (when given) */
 } moe_flags_state;
 
 /* Set e to Megatron-LM's MoE and MLA defaults (megatron_arguments.csv: top-2,
@@ -105,5 +117,12 @@ int moe_flags_parse_layer_freq(const char *v, int num_layers, int *freq, int *fi
  * "position" (config_moe_drop order); NULL-terminated. */
 extern const char *const MOE_DISPATCHER_NAMES[];
 extern const char *const MOE_DROP_POLICY_NAMES[];
+/* "fp32", "fp64" (--moe-router-dtype); "softmax", "sigmoid"
+ * (--moe-router-score-function, moe_config.router_score order); "aux_loss",
+ * "seq_aux_loss", "global_aux_loss", "sinkhorn", "none" (config_moe_lb
+ * order); NULL-terminated. */
+extern const char *const MOE_ROUTER_DTYPE_NAMES[];
+extern const char *const MOE_SCORE_NAMES[];
+extern const char *const MOE_LB_NAMES[];
 
 #endif

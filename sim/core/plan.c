@@ -6,10 +6,17 @@
 
 #include "sim/util/grow.h"
 
-const char *const PLAN_FIXED_NAMES[PLAN_FIXED_KINDS] = {
-    "zero-grad", "nan check",       "unscale",    "found-inf all-reduce",
-    "grad norm", "norm all-reduce", "zero count", "zero-count all-reduce",
-    "adam",      "fp8 weight cast"};
+const char *const PLAN_FIXED_NAMES[PLAN_FIXED_KINDS] = {"zero-grad",
+                                                        "nan check",
+                                                        "unscale",
+                                                        "found-inf all-reduce",
+                                                        "grad norm",
+                                                        "norm all-reduce",
+                                                        "zero count",
+                                                        "zero-count all-reduce",
+                                                        "adam",
+                                                        "fp8 weight cast",
+                                                        "expert-bias all-reduce"};
 
 int plan_push_step(plan *pl, const plan_step *s, uint32_t *out)
 {

@@ -74,11 +74,12 @@ typedef enum {
     PLAN_FIXED_ZEROS_AR,      /* the count all-reduced (one fp32) */
     PLAN_FIXED_ADAM,          /* the Adam step, 16-bit weights written */
     PLAN_FIXED_FP8_CAST,      /* FP8: the layers' weights cast once */
+    PLAN_FIXED_BIAS_AR,       /* --moe-router-enable-expert-bias: the token counts all-reduced (moe.h) */
     PLAN_FIXED_KINDS
 } plan_fixed;
 
 /* "zero-grad", "nan check", "unscale", "found-inf all-reduce", "grad norm", "norm all-reduce", "zero count",
- * "zero-count all-reduce", "adam", "fp8 weight cast" */
+ * "zero-count all-reduce", "adam", "fp8 weight cast", "expert-bias all-reduce" */
 extern const char *const PLAN_FIXED_NAMES[PLAN_FIXED_KINDS];
 
 /* A piece of a collapsed step (see plan_opts.inline_tp): one merged run of

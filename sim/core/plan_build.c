@@ -906,6 +906,20 @@ static void fixed_costs(const plan_env *E, int64_t shard, int64_t grads, int64_t
         E->cm, COST_MEM_ADAM, shard * (fp32 ? PLAN_ADAM_BYTES_PER_PARAM_FP32 : PLAN_ADAM_BYTES_PER_PARAM));
     if (c->model.fp8_format != FP8_FORMAT_NONE) /* the layers' weights cast to FP8 once per iteration */
         part[PLAN_FIXED_FP8_CAST] = cost_mem_ns(E->cm, layer_fp8_cast_bytes(c->model.fp8_recipe, layer_params));
+    /* aux-loss-free balancing: Megatron-core's finalize_model_grads
+     * (_update_router_expert_bias, moe_utils.get_updated_expert_bias)
+     * all-reduces the stage's fp32 token counts, E per MoE layer, over the
+     * t x cp x d ranks once per iteration (the stage's MoE layers taken as
+     * ceil(MoE layers / p)) */
+    int tdp = E->t * E->d;
+    if (c->moe.expert_bias && c->moe.num_experts > 0 && tdp > 1) {
+        int moe_layers = 0, p = c->par.pp > 0 ? c->par.pp : 1;
+        for (int l = 0; l < c->model.num_layers; l++)
+            moe_layers += moe_layer_is_moe(&c->moe, l);
+        commcost_group gb = {tdp, ranks_per_node(tdp, 1, E->gpn)};
+        int64_t bytes = 4 * (int64_t)c->moe.num_experts * ((moe_layers + p - 1) / p);
+        part[PLAN_FIXED_BIAS_AR] = commcost_ns(E->cc, COMM_ALL_REDUCE, bytes, &gb);
+    }
 }
 
 /* Per rank: static memory, optimizer step, parameter all-gather. */

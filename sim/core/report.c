@@ -157,6 +157,21 @@ static void report_moe(const simulate_result *r, FILE *f)
     if (r->moe_dropped > 0)
         fprintf(f, "                        %.2f%% of the routed tokens dropped at --moe-expert-capacity-factor\n",
                 100.0 * r->moe_dropped);
+    if (r->moe_router_fp32 || r->moe_sigmoid || r->moe_expert_bias || r->moe_pre_softmax || r->moe_aux_coeff > 0 ||
+        r->moe_z_coeff > 0 || r->moe_topk_scale > 0) {
+        static const char *const LB[] = {"aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none"};
+        fprintf(f, "router                  %s scores%s, %s GEMM", r->moe_sigmoid ? "sigmoid" : "softmax",
+                r->moe_pre_softmax ? " (pre-softmax)" : "", r->moe_router_fp32 ? "fp32" : "run-dtype");
+        if (r->moe_aux_coeff > 0 && r->moe_lb_type >= 0 && r->moe_lb_type < 5)
+            fprintf(f, ", %s %g", LB[r->moe_lb_type], r->moe_aux_coeff);
+        if (r->moe_z_coeff > 0)
+            fprintf(f, ", z-loss %g", r->moe_z_coeff);
+        if (r->moe_expert_bias)
+            fprintf(f, ", expert bias");
+        if (r->moe_topk_scale > 0)
+            fprintf(f, ", top-k scaled x%g", r->moe_topk_scale);
+        fprintf(f, "\n");
+    }
     if (r->moe_groups > 0) {
         fprintf(f, "group-limited routing   %d of %d expert groups per token", r->moe_group_topk, r->moe_groups);
         if (r->moe_remote_nodes > 0)
@@ -311,12 +326,21 @@ void report_csv(const simulate_result *r, FILE *f)
         snprintf(m, sizeof m, "time_%s", plan_cat_name(k));
         row(f, it, m, r->cat_ns[k], "ns");
     }
-    static const char *const FIXED[PLAN_FIXED_KINDS] = {
-        "zero_grad", "nan_check",      "unscale",    "found_inf_allreduce",
-        "grad_norm", "norm_allreduce", "zero_count", "zero_count_allreduce",
-        "adam",      "fp8_weight_cast"};
+    static const char *const FIXED[PLAN_FIXED_KINDS] = {"zero_grad",
+                                                        "nan_check",
+                                                        "unscale",
+                                                        "found_inf_allreduce",
+                                                        "grad_norm",
+                                                        "norm_allreduce",
+                                                        "zero_count",
+                                                        "zero_count_allreduce",
+                                                        "adam",
+                                                        "fp8_weight_cast",
+                                                        "expert_bias_allreduce"};
     for (int k = 0; k < PLAN_FIXED_KINDS; k++) {
         char m[64];
+        if (k == PLAN_FIXED_BIAS_AR && !r->fixed_ns[k]) /* only with --moe-router-enable-expert-bias */
+            continue;
         snprintf(m, sizeof m, "optimizer_%s", FIXED[k]);
         irow(f, it, m, r->fixed_ns[k], "ns");
     }
@@ -339,6 +363,18 @@ void report_csv(const simulate_result *r, FILE *f)
         row(f, it, "moe_dropped", r->moe_dropped, "fraction");
         irow(f, it, "moe_balanced_iteration_time", r->moe_balanced_ns, "ns");
         irow(f, it, "moe_imbalance_time", r->moe_imbalance_ns, "ns");
+        if (r->moe_router_fp32 || r->moe_sigmoid || r->moe_expert_bias || r->moe_pre_softmax || r->moe_aux_coeff > 0 ||
+            r->moe_z_coeff > 0 || r->moe_topk_scale > 0) {
+            irow(f, it, "moe_router_fp32", r->moe_router_fp32, "bool");
+            irow(f, it, "moe_router_sigmoid", r->moe_sigmoid, "bool");
+            irow(f, it, "moe_router_pre_softmax", r->moe_pre_softmax, "bool");
+            irow(f, it, "moe_router_expert_bias", r->moe_expert_bias, "bool");
+            irow(f, it, "moe_load_balancing_type", r->moe_aux_coeff > 0 ? r->moe_lb_type : -1,
+                 "index (aux_loss seq_aux_loss global_aux_loss; -1 none)");
+            row(f, it, "moe_aux_loss_coeff", r->moe_aux_coeff, "coefficient");
+            row(f, it, "moe_z_loss_coeff", r->moe_z_coeff, "coefficient");
+            row(f, it, "moe_topk_scaling_factor", r->moe_topk_scale, "x");
+        }
         if (r->moe_groups > 0) {
             irow(f, it, "moe_router_num_groups", r->moe_groups, "groups");
             irow(f, it, "moe_router_group_topk", r->moe_group_topk, "groups");

@@ -346,6 +346,14 @@ static int moe_summary(const config *c, const simulate_opts *o, const plan *pl, 
     R->moe_balanced_ns = R->iteration_ns;
     R->moe_groups = e->router_num_groups;
     R->moe_group_topk = e->router_group_topk;
+    R->moe_router_fp32 = e->router_fp32;
+    R->moe_sigmoid = e->router_score == 1;
+    R->moe_expert_bias = e->expert_bias;
+    R->moe_pre_softmax = e->pre_softmax;
+    R->moe_lb_type = e->lb_type;
+    R->moe_aux_coeff = e->lb_type == MOE_LB_NONE ? 0 : e->aux_loss_coeff;
+    R->moe_z_coeff = e->z_loss_coeff;
+    R->moe_topk_scale = e->topk_scaling;
     if (e->dispatcher == MOE_DISPATCH_FLEX && e->enable_deepep) { /* plan_moe.h's placement of the EP group */
         int nodes = moe_ep_group_nodes(e->etp, e->ep, c->cluster.gpus_per_node);
         R->moe_remote_nodes =

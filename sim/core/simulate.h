@@ -146,6 +146,11 @@ typedef struct {
     double moe_remote_nodes;        /* DeepEP: remote nodes a token goes to (moe.h), 0 otherwise */
     double moe_remote_nodes_free;   /* the same without group limits */
     const char *moe_load_path;      /* --moe-expert-load FILE: the routing's measured loads, borrowed (NULL: none) */
+    /* router options (moe_config's: fp32 GEMM, sigmoid scores, expert bias, pre-softmax, the
+       load-balancing type and its coefficient, z-loss, top-k scaling; 0 / false: unset) */
+    bool moe_router_fp32, moe_sigmoid, moe_expert_bias, moe_pre_softmax;
+    int moe_lb_type;
+    double moe_aux_coeff, moe_z_coeff, moe_topk_scale;
     /* multi-latent attention and multi-token prediction (mla.h, mtp.h) */
     bool mla;
     int mla_q_lora, mla_kv_lora;

@@ -247,6 +247,8 @@ int cost_params_default(const gpu_spec *gpu, config_precision prec, cost_params 
     for (int i = 0; i < out->fp8_tiles.ntiles; i++)
         out->fp8_tiles.tile[i].tk *= 2;
     out->fp8_tiles.peak_frac = ARCHS[a].fp8_peak_frac;
+    /* fp32 GEMMs (the fp32 router): TF32 where the datasheet gives it */
+    out->fp32_peak_tflops = gpu->tf32_tflops > 0 ? gpu->tf32_tflops : gpu->fp32_tflops;
     return TS_OK;
 }
 
@@ -568,10 +570,24 @@ int64_t cost_mem_kind_ns(const cost_model *cm, int kind, int64_t bytes)
     return (int64_t)llround(ns);
 }
 
+int64_t cost_gemm_fp32_ns(const cost_model *cm, int64_t m, int64_t n, int64_t k, int64_t batch)
+{
+    int64_t ns = cost_gemm_ns(cm, m, n, k, batch);
+    if (cm->p.dtype_bytes >= 4)
+        return ns;
+    double f = 4.0 / (cm->p.dtype_bytes > 0 ? cm->p.dtype_bytes : 2);
+    if (cm->p.fp32_peak_tflops > 0 && cm->p.peak_tflops / cm->p.fp32_peak_tflops > f)
+        f = cm->p.peak_tflops / cm->p.fp32_peak_tflops;
+    double busy = (double)ns - cm->p.launch_ns;
+    return (int64_t)llround(cm->p.launch_ns + (busy > 0 ? busy : 0) * f);
+}
+
 int64_t cost_op_ns(const cost_model *cm, const layer_op *op)
 {
     switch (op->kind) {
     case LAYER_OP_GEMM:
+        if (op->fp32)
+            return cost_gemm_fp32_ns(cm, op->m, op->n, op->k, op->batch);
         if (op->fp8)
             return cost_gemm_fp8_ns(cm, op->m, op->n, op->k, op->batch);
         /* the flash kernel's GEMMs keep the s x s tiles on chip (QK^T and

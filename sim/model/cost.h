@@ -98,6 +98,10 @@ typedef struct {
      * calibration's model): the gemm table at the FP8 peak. */
     double fp8_peak_tflops;
     cost_gemm_tiles fp8_tiles;
+    /* fp32 GEMMs of a 16-bit run (layer_op.fp32, cost_gemm_fp32_ns): the
+     * GPU's TF32 peak (its FP32 peak where the catalog has no TF32); 0 (a
+     * calibration's model): only the operands' doubled bytes count. */
+    double fp32_peak_tflops;
     cost_table gemm; /* key: arithmetic intensity, flops/byte */
     cost_table mem;  /* key: bytes read + written */
     /* Optional per-kernel memory tables (n = 0: absent, the op uses mem).
@@ -149,6 +153,13 @@ double cost_mem_eff(const cost_model *cm, int64_t bytes);
  * efficiency (flops / (busy time x FP8 peak)). TS-free: a model without an
  * FP8 peak costs it as cost_gemm_ns (callers refuse FP8 there, config.c). */
 int64_t cost_gemm_fp8_ns(const cost_model *cm, int64_t m, int64_t n, int64_t k, int64_t batch);
+/* An fp32 GEMM in a 16-bit run: launch + the 16-bit GEMM's busy time
+ * (cost_gemm_ns - launch) x max(4 / dtype_bytes, peak_tflops /
+ * fp32_peak_tflops): the operands' bytes double and the tensor cores run
+ * TF32 (NGC's PyTorch containers, where Megatron-LM runs, set
+ * TORCH_ALLOW_TF32_CUBLAS_OVERRIDE=1, so fp32 matmuls use TF32; A100/H100:
+ * half the BF16 peak). A run already in fp32 (dtype_bytes 4): cost_gemm_ns. */
+int64_t cost_gemm_fp32_ns(const cost_model *cm, int64_t m, int64_t n, int64_t k, int64_t batch);
 double cost_gemm_fp8_eff(const cost_model *cm, int64_t m, int64_t n, int64_t k, int64_t batch);
 
 /* Times in ns (>= launch_ns; rounded to nearest). Dims/bytes >= 0. */

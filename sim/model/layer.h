@@ -240,6 +240,7 @@ typedef struct {
     int stride; /* ranks between two neighbours of the group (t, or t x a2a level) */
     int span;   /* ranks of the whole group (for p2p: the ring the pair belongs to) */
     bool fp8;   /* GEMM: runs on the FP8 tensor cores (cost.h: FP8 peak and tiles) */
+    bool fp32;  /* GEMM: fp32 operands (the router with --moe-router-dtype fp32; cost.h) */
     bool a2a;   /* COMM: the MoE dispatcher's traffic (moe_disp.h; the EP category). coll
                            COMM_P2P: its all-to-all over the expert-parallel group (group = EP;
                            bytes = what one rank sends, moe_a2a_send_bytes; time from moe_a2a_ns,

@@ -246,9 +246,9 @@ void moe_expert_loads_zipf(int n, double routed_tokens, double skew, uint64_t se
 /* ------------------------------------------------------- MoE block ops */
 
 /* Most ops one MoE block lists (the backward with shared experts and the
- * dispatcher's collectives on both sides: 19); moe_block_ops checks the
+ * dispatcher's collectives on both sides: 17 with every router option); moe_block_ops checks the
  * room first. */
-#define MOE_BLOCK_MAX_OPS (13 + 2 * MOE_DISP_MAX_OPS)
+#define MOE_BLOCK_MAX_OPS (17 + 2 * MOE_DISP_MAX_OPS)
 
 /* Shapes of one MoE block on one rank (moe.h, moe_block_ops): the
  * dispatcher's (moe_disp.h) and the experts' GEMMs, whose N (FC1) or K
@@ -256,12 +256,84 @@ void moe_expert_loads_zipf(int n, double routed_tokens, double skew, uint64_t se
 typedef struct {
     moe_disp_dims d;
     int64_t T, k, h, E, el, m, fc1p, fep, fs, fc1s, dt;
+    moe_router_dims r;
 } moe_dims;
+
+void moe_router_dims_of(const layer_shape *L, const moe_config *e, moe_router_dims *r)
+{
+    memset(r, 0, sizeof *r);
+    int64_t t = L->t > 0 ? L->t : 1, cp = L->cp > 1 ? L->cp : 1;
+    r->fp32 = e->router_fp32 && L->dtype_bytes < 4;
+    r->cast_bytes = r->fp32 ? (L->dtype_bytes + 4) : 0;
+    r->zloss = e->z_loss_coeff > 0;
+    r->bias = e->expert_bias;
+    r->scale = e->topk_scaling > 0;
+    r->tp = t;
+    r->aux = e->aux_loss_coeff > 0 && e->lb_type != MOE_LB_NONE && e->lb_type != MOE_LB_SINKHORN;
+    if (r->aux) {
+        /* the token counts per expert (int64: a sum of the bool routing
+         * map), per sequence for seq_aux_loss */
+        r->aux_ar_bytes = 8 * (int64_t)e->num_experts * (e->lb_type == MOE_LB_SEQ_AUX ? L->b : 1);
+        if (e->lb_type == MOE_LB_GLOBAL_AUX) /* t x cp x d = etp x ep x edp = gpus / p */
+            r->aux_group = (int64_t)(e->etp > 0 ? e->etp : 1) * (e->ep > 0 ? e->ep : 1) * (e->edp > 0 ? e->edp : 1);
+        else
+            r->aux_group = t * cp;
+    }
+}
+
+/* The router's ops before the top-k (forward): its input cast to fp32,
+ * the GEMM. */
+static void router_fwd_head(const moe_dims *D, layer_ops *o)
+{
+    if (D->r.fp32)
+        layer_ops_mem(o, "moe.router.cast", D->r.cast_bytes * (D->T * D->h + D->h * D->E));
+    int g = layer_ops_gemm(o, "moe.router", D->T, D->E, D->h, 1);
+    o->op[g].fp32 = D->r.fp32;
+}
+
+/* The router's ops after the top-k (forward): z-loss, expert bias, top-k
+ * scaling, the auxiliary loss and its all-reduce of the token counts. */
+static void router_fwd_tail(const moe_dims *D, layer_ops *o)
+{
+    int64_t TE = D->T * D->E;
+    if (D->r.zloss)
+        layer_ops_mem(o, "moe.zloss", 4 * TE + 4 * D->T);
+    if (D->r.bias)
+        layer_ops_mem(o, "moe.bias", 8 * TE + 4 * D->E);
+    if (D->r.scale)
+        layer_ops_mem(o, "moe.topk.scale", 8 * D->T * D->k);
+    if (D->r.aux) {
+        layer_ops_mem(o, "moe.aux", 13 * TE);
+        if (D->r.aux_group > 1) {
+            int i = layer_ops_push(o, "moe.aux.ar", LAYER_OP_COMM);
+            o->op[i].coll = COMM_ALL_REDUCE;
+            o->op[i].bytes = D->r.aux_ar_bytes;
+            o->op[i].group = (int)D->r.aux_group;
+            if (D->r.aux_group != D->r.tp) { /* beyond the tensor-parallel group: consecutive ranks */
+                o->op[i].stride = 1;
+                o->op[i].span = (int)D->r.aux_group;
+            }
+        }
+    }
+}
+
+/* Their backward (input gradients), in reverse order. */
+static void router_bwd_tail(const moe_dims *D, layer_ops *o)
+{
+    int64_t TE = D->T * D->E;
+    if (D->r.aux)
+        layer_ops_mem(o, "moe.aux.bwd", 16 * TE);
+    if (D->r.scale)
+        layer_ops_mem(o, "moe.topk.scale.bwd", 8 * D->T * D->k);
+    if (D->r.zloss)
+        layer_ops_mem(o, "moe.zloss.bwd", 8 * TE + 4 * D->T);
+}
 
 static void moe_block_fwd(const moe_dims *D, layer_ops *o)
 {
-    layer_ops_gemm(o, "moe.router", D->T, D->E, D->h, 1);
+    router_fwd_head(D, o);
     layer_ops_mem(o, "moe.topk", D->T * D->E * 4 * 2 + D->T * D->k * (4 + 8));
+    router_fwd_tail(D, o);
     moe_disp_fwd_in(&D->d, o);
     layer_ops_gemm(o, "moe.fc1", D->m, D->fc1p, D->h, D->el);
     layer_ops_mem(o, "moe.act", D->m * D->el * (D->fc1p + D->fep) * D->dt);
@@ -302,11 +374,17 @@ static void moe_block_bwd(const moe_dims *D, layer_ops *o, bool dgrad, bool wgra
         layer_ops_gemm(o, "moe.fc1.wgrad", D->h, D->fc1p, D->m, D->el);
     if (dgrad) {
         moe_disp_bwd_in(&D->d, o);
+        router_bwd_tail(D, o);
         layer_ops_mem(o, "moe.topk.bwd", D->T * D->E * 4 * 2 + D->T * D->k * (4 + 8));
-        layer_ops_gemm(o, "moe.router.dgrad", D->T, D->h, D->E, 1);
+        int g = layer_ops_gemm(o, "moe.router.dgrad", D->T, D->h, D->E, 1);
+        o->op[g].fp32 = D->r.fp32;
+        if (D->r.fp32)
+            layer_ops_mem(o, "moe.router.cast.bwd", D->r.cast_bytes * D->T * D->h);
     }
-    if (wgrad)
-        layer_ops_gemm(o, "moe.router.wgrad", D->h, D->E, D->T, 1);
+    if (wgrad) {
+        int g = layer_ops_gemm(o, "moe.router.wgrad", D->h, D->E, D->T, 1);
+        o->op[g].fp32 = D->r.fp32;
+    }
 }
 
 /* D for shape L, e and load factor lf (moe_block_ops' checks passed). */
@@ -326,6 +404,7 @@ static void moe_dims_of(const layer_shape *L, const moe_config *e, double lf, mo
     D->fs = e->shared_ffn_hidden_size;
     D->fc1s = (L->swiglu ? 2 : 1) * D->fs;
     D->dt = L->dtype_bytes;
+    moe_router_dims_of(L, e, &D->r);
 }
 
 int moe_block_ops(const layer_shape *L, const moe_config *e, double load_factor, layer_pass pass, layer_ops *out,
@@ -415,7 +494,8 @@ void moe_block_mem_of(const layer_shape *L, const moe_config *e, double load_fac
     int64_t meta = ag && D.d.n > 1 ? (int64_t)D.d.n * T * D.el * (1 + 4) : 0;
     int64_t act = R * D.fep * dt; /* the expert activation's output: FC2's input */
     out->free_w = R * h * dt + act + T * D.fs * dt;
-    out->free_i = 2 * 4 * T * E + T * k * (4 + 8) + meta + outs * h * dt + R * D.fc1p * dt + T * D.fc1s * dt;
+    out->free_i = 2 * 4 * T * E + T * k * (4 + 8) + meta + outs * h * dt + R * D.fc1p * dt + T * D.fc1s * dt +
+                  (D.r.aux ? 4 * T * E : 0);
     out->kept = out->free_w + out->free_i;
     out->by_rc = 0;
     if (L->recompute == RECOMPUTE_FULL) {

@@ -212,6 +212,48 @@ double moe_rank_load_factor(const double *load, int n, int ep, double capacity_f
 int moe_block_ops(const layer_shape *L, const moe_config *e, double load_factor, layer_pass pass, layer_ops *out,
                   ts_err *err);
 
+/* The router options' ops (Megatron-core's TopKRouter, router.py, and
+ * moe_utils.py), added by moe_block_ops around moe.router and moe.topk,
+ * T tokens, E experts, k top-k, all fp32 (4 B) element-wise:
+ *   --moe-router-dtype fp32 (16-bit run): moe.router.cast, the input and
+ *     weight cast to fp32, (dt + 4)(T h + h E) bytes; the router GEMMs
+ *     (moe.router, .dgrad, .wgrad) marked fp32 (cost_gemm_fp32_ns); in the
+ *     backward moe.router.cast.bwd, the input gradient cast back,
+ *     (dt + 4) T h. The logits and scores are fp32 already (moe.topk).
+ *   --moe-router-score-function sigmoid: no op of its own: sigmoid, like
+ *     softmax, reads the T x E logits and writes the scores (moe.topk's
+ *     bytes); --moe-router-pre-softmax: the same kernels in another order.
+ *   --moe-z-loss-coeff > 0: moe.zloss, logsumexp over the logits,
+ *     4 T E + 4 T; backward moe.zloss.bwd 8 T E + 4 T.
+ *   --moe-router-enable-expert-bias: moe.bias, scores + bias into a new
+ *     T x E tensor for the top-k, 8 T E + 4 E; no backward (no gradient).
+ *     Its per-iteration update (an all-reduce of the stage's fp32 counts,
+ *     E per MoE layer, in finalize_model_grads) is an optimizer-step part
+ *     (plan.h's PLAN_FIXED_BIAS_AR), not an op here.
+ *   --moe-router-topk-scaling-factor: moe.topk.scale, probs x factor,
+ *     8 T k; backward the same (a kernel of its own in Megatron-core's
+ *     unfused router, not folded into the combine).
+ *   --moe-aux-loss-coeff > 0 with aux_loss, seq_aux_loss or
+ *     global_aux_loss: moe.aux, the scores for the loss recomputed from the
+ *     logits (read + write 8 T E), summed over the tokens (4 T E) and the
+ *     bool routing map counted (T E): 13 T E; moe.aux.ar, an all-reduce of
+ *     the int64 counts, 8 E bytes (seq_aux_loss: 8 b E, per sequence) over
+ *     t x cp ranks (global_aux_loss: t x cp x d = etp x ep x edp; the
+ *     tensor-parallel group when that is t);
+ *     backward moe.aux.bwd 16 T E (the loss's gradient broadcast, 4 T E,
+ *     and the score function's backward, read 8 T E, write 4 T E). Saved
+ *     for the backward: the scores, 4 T E (moe_block_mem_of's free_i).
+ * moe_router_dims_of fills r for shape L and e. */
+typedef struct {
+    bool fp32, zloss, bias, scale, aux;
+    int64_t cast_bytes;   /* dt + 4 with fp32, else 0 */
+    int64_t aux_ar_bytes; /* moe.aux.ar's bytes */
+    int64_t aux_group;    /* its ranks (the tensor-parallel group when it is t: stride 0, else
+                             aux_group consecutive ranks, stride 1) */
+    int64_t tp;           /* t */
+} moe_router_dims;
+void moe_router_dims_of(const layer_shape *L, const moe_config *e, moe_router_dims *r);
+
 /* One MoE layer's parameters held by one rank, and the groups their
  * gradients are reduced over (Megatron-core's layout: the routed experts
  * sharded over ep x etp, their gradients reduced and their optimizer state

@@ -114,7 +114,7 @@ check_sh "ignored flags: one stderr line naming them" \
 expect_ok "--model gpt3-175b --data-path 0.3 a -0.7 b --lr=1e-4 --num-layers 192" "shape:                 192 layers"
 expect_output "ignored (cannot change performance): --lr, --save" $T simulate --model megatron-1.7b --lr 1 --save ckpt
 # refused: exit 2 naming what the flag changes, through every subcommand
-expect_err "--moe-router-pre-softmax" 2 "--moe-router-pre-softmax: not modelled: mixture of experts (Megatron-LM flag; remove it or see docs/inputs.md#megatron-flags)"
+expect_err "--moe-apply-probs-on-input" 2 "--moe-apply-probs-on-input: not modelled: mixture of experts (Megatron-LM flag; remove it or see docs/inputs.md#megatron-flags)"
 expect_err "--fp8-output-proj" 2 "--fp8-output-proj: not modelled: FP8 training"
 expect_err "--lr 1e-4 --tp-comm-overlap-rs-dgrad" 2 "--tp-comm-overlap-rs-dgrad: not modelled: tensor-parallel communication overlap"
 expect_err "--use-cpu-initialization=1" 2 "--use-cpu-initialization: takes no value"
@@ -139,7 +139,7 @@ check_sh "config --megatron-flags: exit 0 and the count line" \
 sum=$(awk '{n += $1} END {print n}' RS=', ' <<<"$last")
 check_sh "config --megatron-flags: the counts add up to the rows" '[ "$sum" -eq $(($(wc -l <<<"$out") - 1)) ]'
 check_sh "config --megatron-flags: modelled, refused and ignored rows" \
-    '[[ "$out" == *"--num-layers "*modelled* && "$out" == *"--moe-router-pre-softmax "*refused*"mixture of experts"* && "$out" == *"--lr "*ignored* ]]'
+    '[[ "$out" == *"--num-layers "*modelled* && "$out" == *"--moe-apply-probs-on-input "*refused*"mixture of experts"* && "$out" == *"--lr "*ignored* ]]'
 doc=$(sed -n '/^<!-- megatron-flags begin -->$/,/^<!-- megatron-flags end -->$/p' docs/inputs.md | sed '1d;$d')
 check_sh "docs/inputs.md: the Megatron flag tables are up to date (bash docs/megatron-flags.sh --update)" \
     '[ "$doc" = "$(bash docs/megatron-flags.sh "$T")" ]'

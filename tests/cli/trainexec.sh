@@ -24,9 +24,9 @@ out=$(run 2 "$TRAINEXEC" --log-interval 10 --data-path a b 2>&1 >/dev/null); rc=
 check_sh "Megatron-LM flags it ignores: named once (rank 0), on one line, then the resolution goes on" \
     '[ $rc -eq 2 ] && [ "$(grep -c "^ignored (cannot change performance): --log-interval, --data-path$" <<<"$out")" -eq 1 ] && [[ "$out" == *"Megatron-LM requires"* ]]'
 
-out=$(run 2 "$TRAINEXEC" --moe-router-pre-softmax 2>&1); rc=$?
+out=$(run 2 "$TRAINEXEC" --moe-apply-probs-on-input 2>&1); rc=$?
 check_sh "a Megatron-LM flag it refuses: exit 2 with the reason, once" \
-    '[ $rc -eq 2 ] && [ "$(grep -c -- "--moe-router-pre-softmax: not modelled: mixture of experts" <<<"$out")" -eq 1 ]'
+    '[ $rc -eq 2 ] && [ "$(grep -c -- "--moe-apply-probs-on-input: not modelled: mixture of experts" <<<"$out")" -eq 1 ]'
 
 small="--num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --padded-vocab-size 64 --micro-batch-size 1"
 out=$(run 1 "$TRAINEXEC" 2>&1); rc=$?

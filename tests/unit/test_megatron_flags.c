@@ -162,14 +162,14 @@ Test(megatron_flags, default_only_rows_accept_the_reference_default)
 /* The flags the brief names as changing performance are never ignored. */
 Test(megatron_flags, performance_flags_are_refused)
 {
-    static const char *const REFUSED[] = {"--moe-router-pre-softmax",
+    static const char *const REFUSED[] = {"--moe-layer-recompute",
                                           "--fp8-output-proj",
                                           "--tp-comm-overlap-cfg",
                                           "--overlap-param-gather-with-optimizer-step",
                                           "--torch-fsdp2-no-reshard-after-forward",
                                           "--cpu-offloading-num-layers",
                                           "--flash-attention-version",
-                                          "--moe-router-topk-scaling-factor",
+                                          "--moe-router-fusion",
                                           "--moe-shared-expert-overlap",
                                           "--rampup-batch-size",
                                           "--optimizer",
@@ -392,9 +392,9 @@ Test(megatron_flags, flags_parse_drops_ignored_and_refuses)
     config_free(&c);
     opt_table_free(&t);
     shared_table(&t, &s, &c);
-    const char *bad[] = {"test", "--moe-router-pre-softmax", NULL};
+    const char *bad[] = {"test", "--moe-apply-probs-on-input", NULL};
     cr_expect_eq(flags_parse(&s, &t, 2, (char **)bad, &E), TS_EINVAL);
-    cr_expect(strstr(E.msg, "--moe-router-pre-softmax: not modelled: mixture of experts"), "%s", E.msg);
+    cr_expect(strstr(E.msg, "--moe-apply-probs-on-input: not modelled: mixture of experts"), "%s", E.msg);
     flags_release(&s);
     config_free(&c);
     opt_table_free(&t);
