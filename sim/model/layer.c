@@ -1,207 +1,16 @@
-/* layer — ops and saved activations of a Megatron-LM GPT layer (layer.h). */
+/* layer — the op lists of a Megatron-LM GPT layer (layer.h); its shape is
+ * built in layer_shape.c, its saved tensors listed in layer_saved.c. */
 #include "sim/model/layer.h"
 
-#include <math.h>
 #include <string.h>
 
 #include "sim/model/layer_impl.h"
-#include "sim/util/ckd.h"
 
-/* ---------------------------------------------------------------- shape */
+/* ---------------------------------------------------------------- derived sizes */
 
-int layer_shape_check(const layer_shape *L, ts_err *err)
+layer_dims layer_dims_of(const layer_shape *L)
 {
-    if (L->h < 1 || L->a < 1 || L->g < 1 || L->ffn < 1 || L->s < 1 || L->b < 1 || L->V < 1 || L->t < 1)
-        return err_set(err, TS_EINVAL,
-                       "layer shape: hidden %lld, heads %lld, query groups %lld, ffn %lld, "
-                       "seq %lld, micro-batch %lld, vocab %lld, tp %d: all must be >= 1",
-                       (long long)L->h, (long long)L->a, (long long)L->g, (long long)L->ffn, (long long)L->s,
-                       (long long)L->b, (long long)L->V, L->t);
-    if (L->dtype_bytes != 2 && L->dtype_bytes != 4)
-        return err_set(err, TS_EINVAL, "layer shape: dtype bytes %d (expected 2 or 4)", L->dtype_bytes);
-    if ((int)L->fp8 < FP8_FORMAT_NONE || (int)L->fp8 > FP8_FORMAT_HYBRID || (int)L->fp8_recipe < FP8_RECIPE_DELAYED ||
-        (int)L->fp8_recipe > FP8_RECIPE_MXFP8)
-        return err_set(err, TS_EINVAL, "layer shape: FP8 format %d (expected 0..2), recipe %d (expected 0..3)",
-                       (int)L->fp8, (int)L->fp8_recipe);
-    if (L->d == 0 && L->h % L->a)
-        return err_set(err, TS_EINVAL, "--hidden-size %lld is not a multiple of --num-attention-heads %lld",
-                       (long long)L->h, (long long)L->a);
-    if (L->a % L->g)
-        return err_set(err, TS_EINVAL, "--num-attention-heads %lld is not a multiple of --num-query-groups %lld",
-                       (long long)L->a, (long long)L->g);
-    if (L->a % L->t || L->g % L->t)
-        return err_set(err, TS_EINVAL,
-                       "--tensor-model-parallel-size %d must divide --num-attention-heads "
-                       "%lld and --num-query-groups %lld",
-                       L->t, (long long)L->a, (long long)L->g);
-    if (L->ffn % L->t)
-        return err_set(err, TS_EINVAL, "--tensor-model-parallel-size %d must divide --ffn-hidden-size %lld", L->t,
-                       (long long)L->ffn);
-    if (L->V % L->t)
-        return err_set(err, TS_EINVAL, "--tensor-model-parallel-size %d must divide --padded-vocab-size %lld", L->t,
-                       (long long)L->V);
-    if (L->sp && (L->s * L->b) % L->t)
-        return err_set(err, TS_EINVAL,
-                       "--sequence-parallel: tokens per micro-batch %lld (seq x micro-batch) "
-                       "are not a multiple of --tensor-model-parallel-size %d",
-                       (long long)L->s * L->b, L->t);
-    if ((int)L->recompute < RECOMPUTE_NONE || (int)L->recompute > RECOMPUTE_FULL)
-        return err_set(err, TS_EINVAL, "layer shape: unknown recompute mode %d", (int)L->recompute);
-    if ((int)L->attn < ATTN_BACKEND_UNFUSED || (int)L->attn >= ATTN_BACKEND_AUTO)
-        return err_set(err, TS_EINVAL,
-                       "layer shape: attention backend %d (expected unfused, flash, fused or local; auto is "
-                       "resolved by config_resolve)",
-                       (int)L->attn);
-    if (L->fusion & ~(LAYER_UNFUSED_BIAS_ACT | LAYER_UNFUSED_BIAS_DROPOUT | LAYER_UNFUSED_SOFTMAX |
-                      LAYER_UNFUSED_GRAD_ACCUM | LAYER_UNFUSED_ROPE | LAYER_FUSED_CE))
-        return err_set(err, TS_EINVAL, "layer shape: fusion bits 0x%x (expected LAYER_UNFUSED_* / LAYER_FUSED_CE)",
-                       L->fusion);
-    if (L->main_grad_bytes != 0 && L->main_grad_bytes != 2 && L->main_grad_bytes != 4)
-        return err_set(err, TS_EINVAL, "layer shape: main gradient bytes %d (expected 2 or 4; 0 = 4)",
-                       L->main_grad_bytes);
-    /* moe_act is the MoE block's (moe.h): the dense ops ignore it; mla_up_proj needs MLA */
-    unsigned rc_ok = CONFIG_RC_CORE_ATTN | CONFIG_RC_MLP | CONFIG_RC_LAYERNORM | CONFIG_RC_MOE_ACT;
-    if (L->rc_modules & ~(rc_ok | (L->mla.on ? CONFIG_RC_MLA_UP_PROJ : 0u)))
-        return err_set(err, TS_EINVAL,
-                       "layer shape: recompute modules 0x%x: only core_attn, mlp, layernorm, moe_act and (with "
-                       "multi-latent attention) mla_up_proj are modelled (moe and shared_experts are not)",
-                       L->rc_modules);
-    int rc = layer_mla_check(L, err);
-    if (rc != TS_OK)
-        return rc;
-    if (L->cp > 1) {
-        int ca = L->cp_a2a > 0 ? L->cp_a2a : 1, cr = L->cp_ring > 0 ? L->cp_ring : 1;
-        if ((int64_t)ca * cr != L->cp)
-            return err_set(err, TS_EINVAL, "layer shape: context-parallel levels %d x %d != --context-parallel-size %d",
-                           ca, cr, L->cp);
-        if (!config_attn_is_flash(L->attn))
-            return err_set(err, TS_EINVAL,
-                           "--context-parallel-size %d needs --attention-backend flash or fused (Transformer "
-                           "Engine's context-parallel attention)",
-                           L->cp);
-        if ((L->a / L->t) % ca || (L->g / L->t) % ca)
-            return err_set(err, TS_EINVAL,
-                           "--cp-comm-type a2a: the heads (%lld) and query groups (%lld) of a tensor-parallel rank "
-                           "must be divisible by the all-to-all size %d",
-                           (long long)(L->a / L->t), (long long)(L->g / L->t), ca);
-    }
-    return layer_shape_check_size(L, err);
-}
-
-/* The sizes of one layer, in double (exact to 2^53, then within a relative
- * 1e-16): every int64 product of this module is a term of one of these sums,
- * so when they stay within CKD_MAX_BYTES (2^62) no int64 product overflows.
- * Bytes of a 2-byte element; fp32 doubles them. */
-int layer_shape_check_size(const layer_shape *L, ts_err *err)
-{
-    double s = (double)L->s, b = (double)L->b, h = (double)L->h, a = (double)L->a, dt = L->dtype_bytes;
-    double d = L->d > 0 ? (double)L->d : h / a, g = (double)L->g;
-    double wide = fmax(fmax(h, a * d + 2 * g * d), fmax((L->swiglu ? 2.0 : 1.0) * (double)L->ffn, (double)L->V));
-    if (L->mla.on) /* the up-projections' outputs */
-        wide = fmax(wide, a * (double)(2 * L->mla.d_qk + L->mla.d_rope + L->mla.d_v));
-    /* Korthikanti et al.'s activations of one layer (34 sbh + 5 a s^2 b bytes at 2 bytes
-     * an element, no tensor parallelism: it bounds every rank's share, the attention
-     * scores included) and the widest tensor of the layer (fp32 logits and their
-     * gradient), in bytes. */
-    double act = (34.0 * s * b * h + 5.0 * a * s * s * b) * dt / 2;
-    double widest = s * b * wide * 4 * 2;
-    double worst = fmax(act, widest);
-    if (!(worst <= (double)CKD_MAX_BYTES))
-        return err_set(err, TS_EINVAL,
-                       "--seq-length %lld, --micro-batch-size %lld, --num-attention-heads %lld, "
-                       "--hidden-size %lld: one layer's activations would take %.3g bytes, past 2^62 "
-                       "(%.3g, the int64 bytes the simulator counts in); valid shapes keep "
-                       "34 s b h + 5 a s^2 b bytes (twice that in fp32) and the widest tensor within "
-                       "2^62: reduce the sequence length or the micro-batch size",
-                       (long long)L->s, (long long)L->b, (long long)L->a, (long long)L->h, worst,
-                       (double)CKD_MAX_BYTES);
-    return TS_OK;
-}
-
-unsigned layer_fusion_of(const model_config *m)
-{
-    unsigned f = 0;
-    bool rope = m->position_embedding == POS_ROPE || m->position_embedding == POS_YARN;
-    /* Megatron-LM turns bias-GeLU fusion off without biases (arguments.py):
-     * the unfused path is then the GeLU alone, the fused kernel's bytes */
-    if (m->swiglu ? m->no_bias_swiglu_fusion : m->no_bias_gelu_fusion && m->add_bias_linear)
-        f |= LAYER_UNFUSED_BIAS_ACT;
-    if (m->no_bias_dropout_fusion)
-        f |= LAYER_UNFUSED_BIAS_DROPOUT;
-    if (m->no_masked_softmax_fusion && !config_attn_is_flash(m->attention_backend))
-        f |= LAYER_UNFUSED_SOFTMAX;
-    if (m->no_gradient_accumulation_fusion)
-        f |= LAYER_UNFUSED_GRAD_ACCUM;
-    if (m->no_rope_fusion && rope)
-        f |= LAYER_UNFUSED_ROPE;
-    if (m->cross_entropy_loss_fusion)
-        f |= LAYER_FUSED_CE;
-    return f;
-}
-
-int layer_shape_from_config(const config *c, layer_shape *out, ts_err *err)
-{
-    layer_shape L;
-    memset(&L, 0, sizeof L);
-    L.h = c->model.hidden_size;
-    L.a = c->model.num_attention_heads;
-    L.g = c->model.num_query_groups > 0 ? c->model.num_query_groups : c->model.num_attention_heads;
-    L.d = config_head_size(&c->model);
-    L.no_attn_dropout = c->model.attention_dropout <= 0;
-    L.no_hidden_dropout = c->model.hidden_dropout <= 0;
-    L.ffn = c->model.ffn_hidden_size;
-    L.swiglu = c->model.swiglu;
-    L.s = c->model.seq_length;
-    L.b = c->par.micro_batch_size;
-    L.V = c->model.padded_vocab_size;
-    L.t = c->par.tp;
-    L.sp = c->par.sequence_parallel && c->par.tp > 1;
-    L.dtype_bytes = c->model.precision == PREC_FP32 ? 4 : 2;
-    L.recompute = c->par.recompute;
-    L.attn = c->model.attention_backend;
-    L.rc_modules = c->par.recompute_modules;
-    L.fp8 = c->model.fp8_format;
-    L.fp8_recipe = c->model.fp8_recipe;
-    layer_mla_from_config(&c->moe, &L); /* MLA: a key and a value per head (layer_mla_check: g = a) */
-    L.bias = c->model.add_bias_linear;
-    L.main_grad_bytes = c->model.precision == PREC_FP16 ? 2 : 4;
-    L.fusion = layer_fusion_of(&c->model);
-    int cp = config_cp(c);
-    if (cp > 1) { /* the rank's s/cp tokens (config_resolve checked seq % 2cp) */
-        L.s = c->model.seq_length / cp;
-        L.cp = cp;
-        L.cp_a2a = c->par.cp_comm == CP_COMM_A2A ? cp : c->par.cp_comm == CP_COMM_A2A_P2P ? c->par.cp_a2a : 1;
-        L.cp_ring = cp / L.cp_a2a;
-        L.cp_gather = c->par.cp_comm == CP_COMM_ALL_GATHER;
-    }
-    int rc = layer_shape_check(&L, err);
-    if (rc == TS_OK)
-        *out = L;
-    return rc;
-}
-
-/* Derived sizes of one TP rank. */
-typedef struct {
-    int64_t T;     /* tokens of the micro-batch: s*b */
-    int64_t Tl;    /* tokens an element-wise op sees: T, or T/t with SP */
-    int64_t d;     /* head size d (--kv-channels, default h/a) */
-    int64_t dqk;   /* head size of the scores (QK^T): d; MLA d_qk + d_rope */
-    int64_t dv;    /* head size of the values (attention.V): d; MLA d_v */
-    int64_t adt;   /* attention output width on this rank: a*dv/t (proj's input columns) */
-    int64_t at;    /* heads on this rank */
-    int64_t gt;    /* query groups on this rank */
-    int64_t qkv_n; /* QKV output columns on this rank: (h + 2*g*d)/t */
-    int64_t ffn_t; /* FFN columns per gate on this rank */
-    int64_t fc1_n; /* FC1 output columns (2*ffn_t for SwiGLU) */
-    int64_t Vt;    /* vocabulary shard */
-    int64_t dt;    /* bytes per element */
-    int64_t S;     /* TP collective size: T*h*dt */
-    bool comm;     /* t > 1: collectives exist */
-} dims;
-
-static dims dims_of(const layer_shape *L)
-{
-    dims D;
+    layer_dims D;
     D.T = L->s * L->b;
     D.Tl = L->sp ? D.T / L->t : D.T;
     D.d = L->d > 0 ? L->d : L->h / L->a;
@@ -220,13 +29,12 @@ static dims dims_of(const layer_shape *L)
     return D;
 }
 
-static bool is_flash(const layer_shape *L)
+bool layer_is_flash(const layer_shape *L)
 {
     return config_attn_is_flash(L->attn);
 }
 
-/* The selective-recompute modules of the shape (the default when none given). */
-static unsigned rc_modules_of(const layer_shape *L)
+unsigned layer_rc_modules_of(const layer_shape *L)
 {
     return L->rc_modules ? L->rc_modules : CONFIG_RC_DEFAULT;
 }
@@ -297,16 +105,16 @@ static void deps(layer_ops *o, int i, int d0, int d1)
 
 /* The forward attention core: QK^T, softmax, dropout, attention.V; with
  * flash, the kernel's two GEMMs over the causal lower half (s x ceil(s/2)). */
-static void cp_attn(const layer_shape *L, const dims *D, layer_ops *o, bool bwd);
+static void cp_attn(const layer_shape *L, const layer_dims *D, layer_ops *o, bool bwd);
 
-static void attn_core_fwd(const layer_shape *L, const dims *D, layer_ops *o)
+static void attn_core_fwd(const layer_shape *L, const layer_dims *D, layer_ops *o)
 {
     int64_t bh = L->b * D->at, P = bh * L->s * L->s; /* score elements */
     if (L->cp > 1) {
         cp_attn(L, D, o, false);
         return;
     }
-    if (is_flash(L)) {
+    if (layer_is_flash(L)) {
         int64_t half = (L->s + 1) / 2;
         layer_ops_gemm(o, "attn.flash.qk", L->s, half, D->dqk, bh);
         layer_ops_gemm(o, "attn.flash.av", L->s, D->dv, half, bh);
@@ -324,7 +132,7 @@ static void attn_core_fwd(const layer_shape *L, const dims *D, layer_ops *o)
 }
 
 /* Row-parallel GEMM output reduction: all-reduce, or reduce-scatter with SP. */
-static void tp_reduce(const layer_shape *L, const dims *D, layer_ops *o, const char *ar, const char *rs)
+static void tp_reduce(const layer_shape *L, const layer_dims *D, layer_ops *o, const char *ar, const char *rs)
 {
     if (!D->comm)
         return;
@@ -336,7 +144,7 @@ static void tp_reduce(const layer_shape *L, const dims *D, layer_ops *o, const c
 
 /* The MLP module's forward: [SP all-gather], FC1, activation, FC2, its
  * reduction. */
-static void mlp_fwd(const layer_shape *L, const dims *D, layer_ops *o)
+static void mlp_fwd(const layer_shape *L, const layer_dims *D, layer_ops *o)
 {
     int64_t h = L->h;
     if (L->no_mlp) /* a MoE layer: the caller adds the MoE block */
@@ -362,9 +170,9 @@ static void mlp_fwd(const layer_shape *L, const dims *D, layer_ops *o)
 }
 
 /* Selective recomputation: each module's forward, in program order. */
-static void selective_fwd(const layer_shape *L, const dims *D, layer_ops *o)
+static void selective_fwd(const layer_shape *L, const layer_dims *D, layer_ops *o)
 {
-    unsigned mods = rc_modules_of(L);
+    unsigned mods = layer_rc_modules_of(L);
     int64_t E = D->Tl * L->h;
     if (mods & CONFIG_RC_LAYERNORM)
         layer_ops_mem(o, "ln1", 2 * E * D->dt);
@@ -384,14 +192,14 @@ int64_t layer_causal_tri(int64_t s)
 }
 
 /* Elements of q and k on this rank (what the rotary embedding rotates). */
-static int64_t rope_elems(const dims *D)
+static int64_t rope_elems(const layer_dims *D)
 {
     return D->T * (D->at + D->gt) * D->d;
 }
 
 /* Bias-dropout-add after a block: one fused kernel (2 reads, write, mask),
  * or [bias add], dropout, residual add (LAYER_UNFUSED_BIAS_DROPOUT). */
-static void dropadd_fwd(const layer_shape *L, const dims *D, layer_ops *o, const char *fused, const char *bias,
+static void dropadd_fwd(const layer_shape *L, const layer_dims *D, layer_ops *o, const char *fused, const char *bias,
                         const char *drop, const char *add)
 {
     int64_t E = D->Tl * L->h, mask = L->no_hidden_dropout ? 0 : 1; /* the dropout mask's byte per element */
@@ -406,7 +214,7 @@ static void dropadd_fwd(const layer_shape *L, const dims *D, layer_ops *o, const
     layer_ops_mem(o, add, 3 * E * D->dt);
 }
 
-static void layer_fwd(const layer_shape *L, const dims *D, layer_ops *o)
+static void layer_fwd(const layer_shape *L, const layer_dims *D, layer_ops *o)
 {
     int64_t h = L->h, E = D->Tl * h; /* elements of an element-wise op */
     layer_ops_mem(o, "ln1", 2 * E * D->dt);
@@ -431,7 +239,7 @@ static void layer_fwd(const layer_shape *L, const dims *D, layer_ops *o)
 /* Column-parallel GEMM backward (QKV or FC1). whole: dgrad, the input-grad
  * collective overlapped with wgrad (SP: re-gather of the input overlapped
  * with dgrad). !whole (I pass): dgrad and the collective only. */
-static void colpar_bwd(const layer_shape *L, const dims *D, layer_ops *o, bool whole, const char *ag_name,
+static void colpar_bwd(const layer_shape *L, const layer_dims *D, layer_ops *o, bool whole, const char *ag_name,
                        const char *dg_name, const char *ar_name, const char *rs_name, const char *wg_name,
                        int64_t n_out)
 {
@@ -476,7 +284,7 @@ static void join_last_two(layer_ops *o, int first_of_block)
         deps(o, i, a, b);
 }
 
-static void layer_bwd(const layer_shape *L, const dims *D, layer_ops *o, bool dgrad, bool wgrad)
+static void layer_bwd(const layer_shape *L, const layer_dims *D, layer_ops *o, bool dgrad, bool wgrad)
 {
     int64_t h = L->h, E = D->Tl * h, bh = L->b * D->at, P = bh * L->s * L->s;
     int64_t mask = L->no_hidden_dropout ? 0 : 1; /* the dropout mask's byte per element */
@@ -540,7 +348,7 @@ static void layer_bwd(const layer_shape *L, const dims *D, layer_ops *o, bool dg
     if (L->cp > 1) {
         layer_ops_mem(o, "attn.flash.bwd.pre", 2 * D->T * D->adt * D->dt + bh * L->s * 4);
         cp_attn(L, D, o, true);
-    } else if (is_flash(L)) { /* FlashAttention-2 backward: rowsum(dO o O), then five causal-half GEMMs */
+    } else if (layer_is_flash(L)) { /* FlashAttention-2 backward: rowsum(dO o O), then five causal-half GEMMs */
         int64_t half = (L->s + 1) / 2;
         layer_ops_mem(o, "attn.flash.bwd.pre", 2 * D->T * D->adt * D->dt + bh * L->s * 4);
         layer_ops_gemm(o, "attn.flash.qk.re", L->s, half, D->dqk, bh);
@@ -591,7 +399,7 @@ static void layer_bwd(const layer_shape *L, const dims *D, layer_ops *o, bool dg
  *   a2a: all-to-all of q,k,v before (T (at + 2 gt) d bytes sent) and of the
  *        output after (T at d); the backward all-to-alls dO before and
  *        dq,dk,dv after. */
-static void cp_attn(const layer_shape *L, const dims *D, layer_ops *o, bool bwd)
+static void cp_attn(const layer_shape *L, const layer_dims *D, layer_ops *o, bool bwd)
 {
     int ca = L->cp_a2a > 0 ? L->cp_a2a : 1, cr = L->cp_ring > 0 ? L->cp_ring : 1;
     int64_t q = L->s * ca, Sfull = L->s * L->cp, half = Sfull / 2;
@@ -727,7 +535,7 @@ int layer_ops_build(const layer_shape *L, layer_pass pass, layer_ops *out, ts_er
     int rc = layer_shape_check(L, err);
     if (rc != TS_OK)
         return rc;
-    dims D = dims_of(L);
+    layer_dims D = layer_dims_of(L);
     out->n = 0;
     switch (pass) {
     case LAYER_PASS_F:
@@ -762,7 +570,7 @@ int layer_embedding_ops(const layer_shape *L, layer_pass pass, layer_ops *out, t
     int rc = layer_shape_check(L, err);
     if (rc != TS_OK)
         return rc;
-    dims D = dims_of(L);
+    layer_dims D = layer_dims_of(L);
     int64_t E = D.Tl * L->h, full = D.T * L->h;
     out->n = 0;
     switch (pass) {
@@ -799,7 +607,7 @@ int layer_output_ops(const layer_shape *L, layer_pass pass, layer_ops *out, ts_e
     int rc = layer_shape_check(L, err);
     if (rc != TS_OK)
         return rc;
-    dims D = dims_of(L);
+    layer_dims D = layer_dims_of(L);
     int64_t h = L->h, E = D.Tl * h, logits = D.T * D.Vt;
     out->n = 0;
     switch (pass) {
@@ -882,153 +690,6 @@ int64_t layer_ops_comm_bytes(const layer_ops *ops, commcost_coll coll)
         if (ops->op[i].kind == LAYER_OP_COMM && ops->op[i].coll == coll)
             s += ops->op[i].bytes;
     return s;
-}
-
-/* ---------------------------------------------------------------- saved tensors */
-
-/* module: the CONFIG_RC_* module whose selective recomputation re-creates
- * the tensor (0: none does); mods: the shape's selective modules. */
-static void save(layer_saved_list *l, const char *name, int64_t bytes, unsigned module, layer_free_when when,
-                 config_recompute r, unsigned mods, bool is_input)
-{
-    layer_tensor *t = &l->t[l->n++];
-    t->name = name;
-    t->bytes = bytes;
-    t->free_when = when;
-    switch (r) {
-    case RECOMPUTE_NONE:
-        t->kept_after_f = true;
-        break;
-    case RECOMPUTE_SELECTIVE:
-        t->kept_after_f = !(module & mods);
-        break;
-    case RECOMPUTE_FULL:
-        t->kept_after_f = is_input;
-        break;
-    }
-    t->by_recompute = !t->kept_after_f;
-}
-
-int layer_saved_build(const layer_shape *L, layer_saved_list *out, ts_err *err)
-{
-    int rc = layer_shape_check(L, err);
-    if (rc != TS_OK)
-        return rc;
-    dims D = dims_of(L);
-    int64_t E = D.Tl * L->h, dt = D.dt, P = L->b * D.at * L->s * L->s;
-    config_recompute r = L->recompute;
-    unsigned m = rc_modules_of(L);
-    const unsigned CORE = CONFIG_RC_CORE_ATTN, MLP = CONFIG_RC_MLP, NORM = CONFIG_RC_LAYERNORM;
-    layer_free_when I = LAYER_FREE_AFTER_I, W = LAYER_FREE_AFTER_W;
-    out->n = 0;
-    /* FP8: the linear layers keep the FP8 copy of their input the cast wrote
-     * for the weight gradient (1 byte), not the 16-bit one (Transformer
-     * Engine); flash attention's backward still needs O in 16 bits, so proj
-     * keeps both */
-    int64_t wt = L->fp8 != FP8_FORMAT_NONE ? 1 : dt;
-    save(out, "ln1.in", E * dt, 0, I, r, m, true); /* the layer input */
-    save(out, "qkv.in", E * wt, NORM, W, r, m, false);
-    unsigned UP = L->mla.on ? CONFIG_RC_MLA_UP_PROJ : 0; /* q, k, v: re-created by mla_up_proj */
-    if (L->mla.on) {
-        layer_mla_saved_bytes ms;
-        layer_mla_saved(L, &ms);
-        if (ms.q_down_out > 0) {
-            save(out, "mla.q_norm.in", ms.q_down_out, 0, I, r, m, false);
-            save(out, "mla.q_up.in", ms.q_up_in, 0, W, r, m, false);
-        }
-        save(out, "mla.kv_norm.in", ms.kv_down_out, 0, I, r, m, false);
-        save(out, "mla.kv_up.in", ms.kv_up_in, 0, W, r, m, false);
-    }
-    save(out, "attn.q", D.T * D.at * D.dqk * dt, UP, I, r, m, false);
-    save(out, "attn.k", D.T * D.gt * D.dqk * dt, UP, I, r, m, false);
-    if (is_flash(L)) { /* the log-sum-exp of each score row, fp32 */
-        save(out, "attn.lse", L->b * D.at * L->s * 4, CORE, I, r, m, false);
-    } else {
-        save(out, "attn.softmax.out", P * dt, CORE, I, r, m, false);
-        if (!L->no_attn_dropout) { /* without it, attention.V reads the softmax output saved above */
-            save(out, "attn.dropout.mask", P, CORE, I, r, m, false);
-            save(out, "attn.dropout.out", P * dt, CORE, I, r, m, false);
-        }
-    }
-    save(out, "attn.v", D.T * D.gt * D.dv * dt, UP, I, r, m, false);
-    if (L->fp8 != FP8_FORMAT_NONE && is_flash(L)) {
-        save(out, "proj.in", D.T * D.adt * dt, 0, I, r, m, false); /* the kernel's output O */
-        save(out, "proj.in.fp8", D.T * D.adt, 0, W, r, m, false);
-    } else {
-        save(out, "proj.in", D.T * D.adt * wt, 0, W, r, m, false); /* flash: also the kernel's output O */
-    }
-    if (!L->no_hidden_dropout)
-        save(out, "attn.dropadd.mask", E, 0, I, r, m, false);
-    save(out, "ln2.in", E * dt, 0, I, r, m, false);
-    save(out, "fc1.in", E * wt, NORM, W, r, m, false);
-    if (!L->no_mlp) { /* a MoE layer's block saves its own (moe_block_saved_bytes) */
-        save(out, "act.in", D.T * D.fc1_n * dt, MLP, I, r, m, false);
-        if (L->swiglu && (L->fusion & LAYER_UNFUSED_BIAS_ACT)) /* the multiply's saved SiLU output */
-            save(out, "act.silu.out", D.T * D.ffn_t * dt, MLP, I, r, m, false);
-        save(out, "fc2.in", D.T * D.ffn_t * wt, MLP, W, r, m, false);
-    }
-    if (!L->no_hidden_dropout)
-        save(out, "mlp.dropadd.mask", E, 0, I, r, m, false);
-    return TS_OK;
-}
-
-int layer_embedding_saved(const layer_shape *L, layer_saved_list *out, ts_err *err)
-{
-    int rc = layer_shape_check(L, err);
-    if (rc != TS_OK)
-        return rc;
-    dims D = dims_of(L);
-    out->n = 0;
-    if (!L->no_hidden_dropout)
-        save(out, "emb.dropout.mask", D.Tl * L->h, 0, LAYER_FREE_AFTER_I, RECOMPUTE_NONE, 0, false);
-    return TS_OK;
-}
-
-int layer_output_saved(const layer_shape *L, layer_saved_list *out, ts_err *err)
-{
-    int rc = layer_shape_check(L, err);
-    if (rc != TS_OK)
-        return rc;
-    dims D = dims_of(L);
-    int64_t E = D.Tl * L->h;
-    out->n = 0;
-    save(out, "final.ln.in", E * D.dt, 0, LAYER_FREE_AFTER_I, RECOMPUTE_NONE, 0, false);
-    save(out, "logit.in", E * D.dt, 0, LAYER_FREE_AFTER_W, RECOMPUTE_NONE, 0, false);
-    save(out, "ce.logits", D.T * D.Vt * 4, 0, LAYER_FREE_AFTER_I, RECOMPUTE_NONE, 0, false);
-    return TS_OK;
-}
-
-int64_t layer_saved_kept_bytes(const layer_saved_list *l)
-{
-    int64_t s = 0;
-    for (int i = 0; i < l->n; i++)
-        if (l->t[i].kept_after_f)
-            s += l->t[i].bytes;
-    return s;
-}
-
-int64_t layer_korthikanti_bytes(const layer_shape *L)
-{
-    int64_t sbh = L->s * L->b * L->h, as2b = L->a * L->s * L->s * L->b, t = L->t;
-    switch (L->recompute) {
-    case RECOMPUTE_FULL:
-        return L->sp ? 2 * sbh / t : 2 * sbh;
-    case RECOMPUTE_SELECTIVE:
-        return L->sp ? 34 * sbh / t : 10 * sbh + 24 * sbh / t;
-    case RECOMPUTE_NONE:
-    default:
-        if (L->sp)
-            return (34 * sbh + 5 * as2b) / t;
-        return 10 * sbh + 24 * sbh / t + 5 * as2b / t;
-    }
-}
-
-int64_t layer_flash_bytes(const layer_shape *L)
-{
-    int64_t sbh = L->s * L->b * L->h, asb = L->a * L->s * L->b, t = L->t;
-    if (L->sp)
-        return (34 * sbh + 4 * asb) / t;
-    return 10 * sbh + 24 * sbh / t + 4 * asb / t;
 }
 
 const char *layer_pass_name(layer_pass p)

@@ -1,7 +1,9 @@
-/* layer_impl — the layer module's private functions, shared by layer.c (the
- * dense layer's ops and saved tensors) and layer_mla.c (multi-latent
- * attention's: mla.h has its closed forms and the tensor-parallel split).
- * Not a contract: include only from those two files. */
+/* layer_impl — the layer module's private functions, shared by its files:
+ * layer_shape.c (the shape from a config and its checks), layer.c (the
+ * dense layer's ops), layer_saved.c (the tensors saved for the backward)
+ * and layer_mla.c (multi-latent attention's ops: mla.h has its closed forms
+ * and the tensor-parallel split). Not a contract: include only from those
+ * files. */
 #ifndef TRAINSIM_LAYER_IMPL_H
 #define TRAINSIM_LAYER_IMPL_H
 
@@ -11,6 +13,35 @@
 #include "sim/config/config.h"
 #include "sim/model/layer.h"
 #include "sim/util/err.h"
+
+/* Derived sizes of one TP rank. */
+typedef struct {
+    int64_t T;     /* tokens of the micro-batch: s*b */
+    int64_t Tl;    /* tokens an element-wise op sees: T, or T/t with SP */
+    int64_t d;     /* head size d (--kv-channels, default h/a) */
+    int64_t dqk;   /* head size of the scores (QK^T): d; MLA d_qk + d_rope */
+    int64_t dv;    /* head size of the values (attention.V): d; MLA d_v */
+    int64_t adt;   /* attention output width on this rank: a*dv/t (proj's input columns) */
+    int64_t at;    /* heads on this rank */
+    int64_t gt;    /* query groups on this rank */
+    int64_t qkv_n; /* QKV output columns on this rank: (h + 2*g*d)/t */
+    int64_t ffn_t; /* FFN columns per gate on this rank */
+    int64_t fc1_n; /* FC1 output columns (2*ffn_t for SwiGLU) */
+    int64_t Vt;    /* vocabulary shard */
+    int64_t dt;    /* bytes per element */
+    int64_t S;     /* TP collective size: T*h*dt */
+    bool comm;     /* t > 1: collectives exist */
+} layer_dims;
+
+/* The derived sizes of L (L valid: layer_shape_check). */
+layer_dims layer_dims_of(const layer_shape *L);
+
+/* Whether L's attention backend is a flash kernel (config_attn_is_flash). */
+bool layer_is_flash(const layer_shape *L);
+
+/* The selective-recompute modules of the shape (CONFIG_RC_DEFAULT when none
+ * given). */
+unsigned layer_rc_modules_of(const layer_shape *L);
 
 /* The layer shape's MLA fields from e (L->mla.on = e->mla). */
 void layer_mla_from_config(const moe_config *e, layer_shape *L);

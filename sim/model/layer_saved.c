@@ -1,0 +1,152 @@
+/* layer_saved — the tensors a layer, the embedding and the output layer
+ * save for the backward, and the closed-form activation bytes (layer.h). */
+#include "sim/model/layer.h"
+
+#include "sim/model/layer_impl.h"
+
+/* ---------------------------------------------------------------- saved tensors */
+
+/* module: the CONFIG_RC_* module whose selective recomputation re-creates
+ * the tensor (0: none does); mods: the shape's selective modules. */
+static void save(layer_saved_list *l, const char *name, int64_t bytes, unsigned module, layer_free_when when,
+                 config_recompute r, unsigned mods, bool is_input)
+{
+    layer_tensor *t = &l->t[l->n++];
+    t->name = name;
+    t->bytes = bytes;
+    t->free_when = when;
+    switch (r) {
+    case RECOMPUTE_NONE:
+        t->kept_after_f = true;
+        break;
+    case RECOMPUTE_SELECTIVE:
+        t->kept_after_f = !(module & mods);
+        break;
+    case RECOMPUTE_FULL:
+        t->kept_after_f = is_input;
+        break;
+    }
+    t->by_recompute = !t->kept_after_f;
+}
+
+int layer_saved_build(const layer_shape *L, layer_saved_list *out, ts_err *err)
+{
+    int rc = layer_shape_check(L, err);
+    if (rc != TS_OK)
+        return rc;
+    layer_dims D = layer_dims_of(L);
+    int64_t E = D.Tl * L->h, dt = D.dt, P = L->b * D.at * L->s * L->s;
+    config_recompute r = L->recompute;
+    unsigned m = layer_rc_modules_of(L);
+    const unsigned CORE = CONFIG_RC_CORE_ATTN, MLP = CONFIG_RC_MLP, NORM = CONFIG_RC_LAYERNORM;
+    layer_free_when I = LAYER_FREE_AFTER_I, W = LAYER_FREE_AFTER_W;
+    out->n = 0;
+    /* FP8: the linear layers keep the FP8 copy of their input the cast wrote
+     * for the weight gradient (1 byte), not the 16-bit one (Transformer
+     * Engine); flash attention's backward still needs O in 16 bits, so proj
+     * keeps both */
+    int64_t wt = L->fp8 != FP8_FORMAT_NONE ? 1 : dt;
+    save(out, "ln1.in", E * dt, 0, I, r, m, true); /* the layer input */
+    save(out, "qkv.in", E * wt, NORM, W, r, m, false);
+    unsigned UP = L->mla.on ? CONFIG_RC_MLA_UP_PROJ : 0; /* q, k, v: re-created by mla_up_proj */
+    if (L->mla.on) {
+        layer_mla_saved_bytes ms;
+        layer_mla_saved(L, &ms);
+        if (ms.q_down_out > 0) {
+            save(out, "mla.q_norm.in", ms.q_down_out, 0, I, r, m, false);
+            save(out, "mla.q_up.in", ms.q_up_in, 0, W, r, m, false);
+        }
+        save(out, "mla.kv_norm.in", ms.kv_down_out, 0, I, r, m, false);
+        save(out, "mla.kv_up.in", ms.kv_up_in, 0, W, r, m, false);
+    }
+    save(out, "attn.q", D.T * D.at * D.dqk * dt, UP, I, r, m, false);
+    save(out, "attn.k", D.T * D.gt * D.dqk * dt, UP, I, r, m, false);
+    if (layer_is_flash(L)) { /* the log-sum-exp of each score row, fp32 */
+        save(out, "attn.lse", L->b * D.at * L->s * 4, CORE, I, r, m, false);
+    } else {
+        save(out, "attn.softmax.out", P * dt, CORE, I, r, m, false);
+        if (!L->no_attn_dropout) { /* without it, attention.V reads the softmax output saved above */
+            save(out, "attn.dropout.mask", P, CORE, I, r, m, false);
+            save(out, "attn.dropout.out", P * dt, CORE, I, r, m, false);
+        }
+    }
+    save(out, "attn.v", D.T * D.gt * D.dv * dt, UP, I, r, m, false);
+    if (L->fp8 != FP8_FORMAT_NONE && layer_is_flash(L)) {
+        save(out, "proj.in", D.T * D.adt * dt, 0, I, r, m, false); /* the kernel's output O */
+        save(out, "proj.in.fp8", D.T * D.adt, 0, W, r, m, false);
+    } else {
+        save(out, "proj.in", D.T * D.adt * wt, 0, W, r, m, false); /* flash: also the kernel's output O */
+    }
+    if (!L->no_hidden_dropout)
+        save(out, "attn.dropadd.mask", E, 0, I, r, m, false);
+    save(out, "ln2.in", E * dt, 0, I, r, m, false);
+    save(out, "fc1.in", E * wt, NORM, W, r, m, false);
+    if (!L->no_mlp) { /* a MoE layer's block saves its own (moe_block_saved_bytes) */
+        save(out, "act.in", D.T * D.fc1_n * dt, MLP, I, r, m, false);
+        if (L->swiglu && (L->fusion & LAYER_UNFUSED_BIAS_ACT)) /* the multiply's saved SiLU output */
+            save(out, "act.silu.out", D.T * D.ffn_t * dt, MLP, I, r, m, false);
+        save(out, "fc2.in", D.T * D.ffn_t * wt, MLP, W, r, m, false);
+    }
+    if (!L->no_hidden_dropout)
+        save(out, "mlp.dropadd.mask", E, 0, I, r, m, false);
+    return TS_OK;
+}
+
+int layer_embedding_saved(const layer_shape *L, layer_saved_list *out, ts_err *err)
+{
+    int rc = layer_shape_check(L, err);
+    if (rc != TS_OK)
+        return rc;
+    layer_dims D = layer_dims_of(L);
+    out->n = 0;
+    if (!L->no_hidden_dropout)
+        save(out, "emb.dropout.mask", D.Tl * L->h, 0, LAYER_FREE_AFTER_I, RECOMPUTE_NONE, 0, false);
+    return TS_OK;
+}
+
+int layer_output_saved(const layer_shape *L, layer_saved_list *out, ts_err *err)
+{
+    int rc = layer_shape_check(L, err);
+    if (rc != TS_OK)
+        return rc;
+    layer_dims D = layer_dims_of(L);
+    int64_t E = D.Tl * L->h;
+    out->n = 0;
+    save(out, "final.ln.in", E * D.dt, 0, LAYER_FREE_AFTER_I, RECOMPUTE_NONE, 0, false);
+    save(out, "logit.in", E * D.dt, 0, LAYER_FREE_AFTER_W, RECOMPUTE_NONE, 0, false);
+    save(out, "ce.logits", D.T * D.Vt * 4, 0, LAYER_FREE_AFTER_I, RECOMPUTE_NONE, 0, false);
+    return TS_OK;
+}
+
+int64_t layer_saved_kept_bytes(const layer_saved_list *l)
+{
+    int64_t s = 0;
+    for (int i = 0; i < l->n; i++)
+        if (l->t[i].kept_after_f)
+            s += l->t[i].bytes;
+    return s;
+}
+
+int64_t layer_korthikanti_bytes(const layer_shape *L)
+{
+    int64_t sbh = L->s * L->b * L->h, as2b = L->a * L->s * L->s * L->b, t = L->t;
+    switch (L->recompute) {
+    case RECOMPUTE_FULL:
+        return L->sp ? 2 * sbh / t : 2 * sbh;
+    case RECOMPUTE_SELECTIVE:
+        return L->sp ? 34 * sbh / t : 10 * sbh + 24 * sbh / t;
+    case RECOMPUTE_NONE:
+    default:
+        if (L->sp)
+            return (34 * sbh + 5 * as2b) / t;
+        return 10 * sbh + 24 * sbh / t + 5 * as2b / t;
+    }
+}
+
+int64_t layer_flash_bytes(const layer_shape *L)
+{
+    int64_t sbh = L->s * L->b * L->h, asb = L->a * L->s * L->b, t = L->t;
+    if (L->sp)
+        return (34 * sbh + 4 * asb) / t;
+    return 10 * sbh + 24 * sbh / t + 4 * asb / t;
+}
