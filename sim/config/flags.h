@@ -47,6 +47,10 @@
  * (divisibility, gpus = t x p x d, ..., and the derived d, v, GPUs per
  * node). flags_print shows every value with where it came from.
  *
+ * Files: flags.c (the table, the resolution: flags_register, flags_finish),
+ * flags_parse.c (the command line and a --megatron-script's arguments:
+ * flags_parse, flags_release), flags_print.c (flags_print).
+ *
  * Ownership: the state borrows the config and the strings of argv, and
  * owns the argument array and the --megatron-script it read (flags_release);
  * the config owns the topology after flags_finish (config_free releases it).
