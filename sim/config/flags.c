@@ -77,6 +77,9 @@ static int add_model_flags(flags_state *s, opt_table *t, config *c, ts_err *err)
         .enum_names = CONFIG_POSITION_NAMES,
         .help = "learned_absolute: a table of --max-position-embeddings x h on the first stage; rope/yarn: rotary, "
                 "no parameters; none");
+    ADD(.name = "--no-position-embedding", .type = OPT_BOOL, .target = &s->no_position_embedding,
+        .help = "Megatron-LM's deprecated switch: accepted with --position-embedding-type rope (which has no "
+                "learned table: no effect), refused otherwise as Megatron-LM refuses it");
     ADD(.name = "--attention-dropout", .type = OPT_DOUBLE, .target = &m->attention_dropout, .min = 0, .max = 1,
         .unit = "probability", .defval = "0.1",
         .help = "dropout on the attention scores (0: no dropout kernel and no s x s mask)");
@@ -490,6 +493,13 @@ static int resolve_model(flags_state *s, const opt_table *t, const config *base,
         m->position_embedding = q->position_embedding;
         s->src[FLAGS_F_POS] = basesrc;
     }
+    /* Megatron-LM's validate_args (arguments.py): "--no-position-embedding is deprecated, use
+     * --position-embedding-type" unless the type is rope, whose rotary embedding has no table to drop */
+    if (opt_was_set(t, "--no-position-embedding") && s->no_position_embedding && m->position_embedding != POS_ROPE)
+        return err_set(err, TS_EINVAL,
+                       "--no-position-embedding with --position-embedding-type %s: Megatron-LM refuses it (deprecated; "
+                       "it is accepted only with rope, where it changes nothing): give --position-embedding-type none",
+                       CONFIG_POSITION_NAMES[m->position_embedding]);
     m->add_bias_linear = opt_was_set(t, "--disable-bias-linear") ? !s->disable_bias : q->add_bias_linear;
     s->src[FLAGS_F_BIAS] = opt_was_set(t, "--disable-bias-linear") ? FLAGS_SRC_FLAG : basesrc;
 

@@ -134,6 +134,7 @@ typedef struct {
     bool recompute_activations;                 /* --recompute-activations (= selective) */
     int normalization;                          /* --normalization, config_norm */
     int position;                               /* --position-embedding-type, config_position */
+    bool no_position_embedding;                 /* --no-position-embedding (Megatron-LM's deprecated flag) */
     int vstages;                                /* --num-virtual-stages-per-pipeline-rank, 0 = unset */
     const char *pipeline_layout;                /* --pipeline-model-parallel-layout, NULL = not given */
     size_t first_entry, end_entry;              /* the shared flags' entries in the table */

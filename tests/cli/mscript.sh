@@ -74,8 +74,11 @@ expect_error 2 "--megatron-script $S/llama3_8b.sh:91: --manual-gc: not modelled"
     $T simulate --megatron-script $S/llama3_8b.sh
 expect_error 2 "also not modelled: --empty-unused-memory-level" \
     $T simulate --megatron-script $S/llama3_8b.sh
-expect_error 2 "--megatron-script $S/mixtral_8x7b.sh:48: --no-position-embedding: not modelled" \
-    $T config --megatron-script $S/mixtral_8x7b.sh
+# Megatron-LM accepts the deprecated --no-position-embedding only with rope (the Mixtral example's)
+$T config --megatron-script $S/mixtral_8x7b.sh --gpus 64 >/dev/null 2>&1
+check "mixtral_8x7b.sh (rope with --no-position-embedding) resolves" test $? -eq 0
+expect_error 2 "--no-position-embedding with --position-embedding-type learned_absolute: Megatron-LM refuses it" \
+    $T config --megatron-script $S/gpt3_small.sh --no-position-embedding
 
 # --- the same scripts less those flags resolve to exactly what Megatron-LM runs, field by
 # field (config's "where each value came from" table: value and source)
@@ -117,7 +120,7 @@ for f in "--num-layers 32 flag" "--hidden-size 4096 flag" "--num-attention-heads
     read -r fl v src <<<"$f"; field "$out" "$fl" "$v" "${src:-}"
 done
 expect_error 2 "unknown flag '--bogus'; did you mean" $T config --megatron-script $S/gpt3_small.sh --bogus
-$T config --megatron-script $S/mixtral_8x7b.sh >/dev/null 2>"$tmp/err"
+$T config --megatron-script $S/mixtral_8x7b.sh --gpus 64 >/dev/null 2>"$tmp/err"
 check "mixtral: the skipped 'if' block is noted" \
     grep -qF "lines 104-109: the 'if' block was not run (trainsim runs no conditions or loops); its assignments to LOGGING_ARGS were not made" "$tmp/err"
 
