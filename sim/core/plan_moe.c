@@ -23,28 +23,6 @@ void plan_layer_mem_of(const layer_saved_list *l, plan_layer_mem *m)
     }
 }
 
-/* Append src to dst: indices shifted, src's first op waiting for dst's last.
- * TS_EINVAL when dst has no room. */
-static int ops_append(layer_ops *dst, const layer_ops *src, ts_err *err)
-{
-    int off = dst->n;
-    if (off + src->n > LAYER_MAX_OPS)
-        return err_set(err, TS_EINVAL, "MoE layer: %d + %d ops are more than LAYER_MAX_OPS %d", off, src->n,
-                       LAYER_MAX_OPS);
-    for (int i = 0; i < src->n; i++) {
-        layer_op op = src->op[i];
-        for (int k = 0; k < 2; k++)
-            if (op.dep[k] >= 0)
-                op.dep[k] += off;
-        if (i == 0 && op.dep[0] < 0 && off > 0)
-            op.dep[0] = off - 1;
-        if (op.overlap >= 0)
-            op.overlap += off;
-        dst->op[dst->n++] = op;
-    }
-    return TS_OK;
-}
-
 /* One pass of a MoE layer: the dense layer's ops without the MLP (L has
  * no_mlp) and the block's, in the order of plan_moe.h. */
 static int moe_layer_pass(const layer_shape *L, const moe_config *e, double lf, layer_pass pass, layer_ops *out,
@@ -56,11 +34,13 @@ static int moe_layer_pass(const layer_shape *L, const moe_config *e, double lf, 
         return rc;
     out->n = 0;
     bool fwd = pass == LAYER_PASS_F || pass == LAYER_PASS_R;
-    if (fwd && (rc = ops_append(out, &dense, err)))
-        return rc;
+    if (fwd && (rc = layer_ops_append(out, &dense, err)))
+        return err_prefix(err, "MoE layer: ");
     if ((rc = moe_block_ops(L, e, lf, pass, out, err)))
         return rc;
-    return fwd ? TS_OK : ops_append(out, &dense, err);
+    if (!fwd && (rc = layer_ops_append(out, &dense, err)))
+        return err_prefix(err, "MoE layer: ");
+    return TS_OK;
 }
 
 static int gcd_of(int a, int b)

@@ -79,7 +79,7 @@ int layer_ops_mem(layer_ops *o, const char *name, int64_t bytes)
     return i;
 }
 
-static int comm(layer_ops *o, const char *name, commcost_coll coll, int64_t bytes, int group)
+int layer_ops_comm(layer_ops *o, const char *name, commcost_coll coll, int64_t bytes, int group)
 {
     int i = layer_ops_push(o, name, LAYER_OP_COMM);
     o->op[i].coll = coll;
@@ -88,10 +88,29 @@ static int comm(layer_ops *o, const char *name, commcost_coll coll, int64_t byte
     return i;
 }
 
+int layer_ops_append(layer_ops *dst, const layer_ops *src, ts_err *err)
+{
+    int off = dst->n;
+    if (off + src->n > LAYER_MAX_OPS)
+        return err_set(err, TS_EINVAL, "%d + %d ops are more than LAYER_MAX_OPS %d", off, src->n, LAYER_MAX_OPS);
+    for (int i = 0; i < src->n; i++) {
+        layer_op op = src->op[i];
+        for (int k = 0; k < 2; k++)
+            if (op.dep[k] >= 0)
+                op.dep[k] += off;
+        if (i == 0 && op.dep[0] < 0 && off > 0)
+            op.dep[0] = off - 1;
+        if (op.overlap >= 0)
+            op.overlap += off;
+        dst->op[dst->n++] = op;
+    }
+    return TS_OK;
+}
+
 /* A collective of the context-parallel group: span ranks, stride apart. */
 static int cp_comm(layer_ops *o, const char *name, commcost_coll coll, int64_t bytes, int span, int stride)
 {
-    int i = comm(o, name, coll, bytes, coll == COMM_P2P ? 2 : span);
+    int i = layer_ops_comm(o, name, coll, bytes, coll == COMM_P2P ? 2 : span);
     o->op[i].stride = stride;
     o->op[i].span = span;
     return i;
@@ -137,9 +156,9 @@ static void tp_reduce(const layer_shape *L, const layer_dims *D, layer_ops *o, c
     if (!D->comm)
         return;
     if (L->sp)
-        comm(o, rs, COMM_REDUCE_SCATTER, D->S, L->t);
+        layer_ops_comm(o, rs, COMM_REDUCE_SCATTER, D->S, L->t);
     else
-        comm(o, ar, COMM_ALL_REDUCE, D->S, L->t);
+        layer_ops_comm(o, ar, COMM_ALL_REDUCE, D->S, L->t);
 }
 
 /* The MLP module's forward: [SP all-gather], FC1, activation, FC2, its
@@ -150,7 +169,7 @@ static void mlp_fwd(const layer_shape *L, const layer_dims *D, layer_ops *o)
     if (L->no_mlp) /* a MoE layer: the caller adds the MoE block */
         return;
     if (L->sp && D->comm)
-        comm(o, "ln2.ag", COMM_ALL_GATHER, D->S, L->t);
+        layer_ops_comm(o, "ln2.ag", COMM_ALL_GATHER, D->S, L->t);
     gemm(o, "fc1", D->T, D->fc1_n, h);
     int64_t F = D->T * D->ffn_t;
     if (!(L->fusion & LAYER_UNFUSED_BIAS_ACT)) {
@@ -222,7 +241,7 @@ static void layer_fwd(const layer_shape *L, const layer_dims *D, layer_ops *o)
         layer_mla_qkv_fwd(L, o);
     } else {
         if (L->sp && D->comm)
-            comm(o, "ln1.ag", COMM_ALL_GATHER, D->S, L->t);
+            layer_ops_comm(o, "ln1.ag", COMM_ALL_GATHER, D->S, L->t);
         gemm(o, "qkv", D->T, D->qkv_n, h);
         if (L->fusion & LAYER_UNFUSED_ROPE)
             layer_ops_mem(o, "rope.unfused", 12 * rope_elems(D) * D->dt);
@@ -246,7 +265,7 @@ static void colpar_bwd(const layer_shape *L, const layer_dims *D, layer_ops *o, 
     int64_t h = L->h;
     int prev = o->n - 1, ag = -1;
     if (whole && L->sp && D->comm) {
-        ag = comm(o, ag_name, COMM_ALL_GATHER, D->S, L->t);
+        ag = layer_ops_comm(o, ag_name, COMM_ALL_GATHER, D->S, L->t);
         deps(o, ag, prev, -1);
     }
     int dg = gemm(o, dg_name, D->T, h, n_out);
@@ -255,9 +274,9 @@ static void colpar_bwd(const layer_shape *L, const layer_dims *D, layer_ops *o, 
     int c = -1;
     if (D->comm) {
         if (L->sp)
-            c = comm(o, rs_name, COMM_REDUCE_SCATTER, D->S, L->t);
+            c = layer_ops_comm(o, rs_name, COMM_REDUCE_SCATTER, D->S, L->t);
         else
-            c = comm(o, ar_name, COMM_ALL_REDUCE, D->S, L->t);
+            c = layer_ops_comm(o, ar_name, COMM_ALL_REDUCE, D->S, L->t);
         deps(o, c, dg, -1);
     }
     if (whole) {
@@ -298,7 +317,7 @@ static void layer_bwd(const layer_shape *L, const layer_dims *D, layer_ops *o, b
         } else {
             int fc2 = gemm(o, "fc2.wgrad", D->ffn_t, h, D->T);
             if (regather) {
-                deps(o, ag = comm(o, "fc1.ag.in", COMM_ALL_GATHER, D->S, L->t), -1, -1);
+                deps(o, ag = layer_ops_comm(o, "fc1.ag.in", COMM_ALL_GATHER, D->S, L->t), -1, -1);
                 o->op[fc2].overlap = ag; /* both start when the W pass starts */
             }
             int fc1 = gemm(o, "fc1.wgrad", D->fc1_n, h, D->T);
@@ -311,7 +330,7 @@ static void layer_bwd(const layer_shape *L, const layer_dims *D, layer_ops *o, b
             return;
         }
         if (regather)
-            deps(o, ag = comm(o, "qkv.ag.in", COMM_ALL_GATHER, D->S, L->t), -1, -1);
+            deps(o, ag = layer_ops_comm(o, "qkv.ag.in", COMM_ALL_GATHER, D->S, L->t), -1, -1);
         deps(o, gemm(o, "qkv.wgrad", D->qkv_n, h, D->T), proj, ag);
         return;
     }
@@ -321,7 +340,7 @@ static void layer_bwd(const layer_shape *L, const layer_dims *D, layer_ops *o, b
         layer_ops_mem(o, "ln2.bwd", 4 * E * D->dt);
     } else {
         if (L->sp && D->comm)
-            comm(o, "fc2.ag.grad", COMM_ALL_GATHER, D->S, L->t);
+            layer_ops_comm(o, "fc2.ag.grad", COMM_ALL_GATHER, D->S, L->t);
         gemm(o, "fc2.dgrad", D->T, D->ffn_t, h);
         if (whole)
             gemm(o, "fc2.wgrad", D->ffn_t, h, D->T);
@@ -341,7 +360,7 @@ static void layer_bwd(const layer_shape *L, const layer_dims *D, layer_ops *o, b
     /* attention block */
     layer_ops_mem(o, "attn.dropadd.bwd", E * (2 * D->dt + mask));
     if (L->sp && D->comm)
-        comm(o, "proj.ag.grad", COMM_ALL_GATHER, D->S, L->t);
+        layer_ops_comm(o, "proj.ag.grad", COMM_ALL_GATHER, D->S, L->t);
     gemm(o, "proj.dgrad", D->T, D->adt, h);
     if (whole)
         gemm(o, "proj.wgrad", D->adt, h, D->T);
@@ -490,7 +509,8 @@ static void fp8_ops(const layer_shape *L, layer_ops *o)
             op->fp8 = true;
             int64_t m = op->m, k = op->k;
             if (FP8_CASTS[j].amax && L->fp8_recipe == FP8_RECIPE_TENSORWISE && L->sp && L->t > 1)
-                comm(o, FP8_CASTS[j].amax, COMM_ALL_REDUCE, LAYER_FP8_AMAX_BYTES, L->t); /* the cast waits for it */
+                layer_ops_comm(o, FP8_CASTS[j].amax, COMM_ALL_REDUCE, LAYER_FP8_AMAX_BYTES,
+                               L->t); /* the cast waits for it */
             layer_ops_mem(o, FP8_CASTS[j].cast, layer_fp8_cast_bytes(L->fp8_recipe, m * k));
             break;
         }
@@ -588,7 +608,7 @@ int layer_embedding_ops(const layer_shape *L, layer_pass pass, layer_ops *out, t
             if (!L->no_hidden_dropout)
                 layer_ops_mem(out, "emb.dropout.bwd", E * (2 * D.dt + 1));
             if (L->sp && D.comm)
-                comm(out, "emb.ag.grad", COMM_ALL_GATHER, D.S, L->t);
+                layer_ops_comm(out, "emb.ag.grad", COMM_ALL_GATHER, D.S, L->t);
         }
         /* word scatter-add (read grad, read-modify-write rows) + position sum */
         if (pass != LAYER_PASS_I)
@@ -614,22 +634,22 @@ int layer_output_ops(const layer_shape *L, layer_pass pass, layer_ops *out, ts_e
     case LAYER_PASS_F:
         layer_ops_mem(out, "final.ln", 2 * E * D.dt);
         if (L->sp && D.comm)
-            comm(out, "final.ag", COMM_ALL_GATHER, D.S, L->t);
+            layer_ops_comm(out, "final.ag", COMM_ALL_GATHER, D.S, L->t);
         gemm(out, "logit", D.T, D.Vt, h);
         /* vocabulary-parallel cross-entropy: fp32 cast (read dt, write 4),
          * max (read 4), exp in place (read 4, write 4), sum (read 4) */
         if (L->fusion & LAYER_FUSED_CE) { /* cast with max, exp with sum: dt + 4, then 8 */
             layer_ops_mem(out, "ce", logits * (D.dt + 12));
             if (D.comm) { /* the target logit and the sum batched into one all-reduce */
-                comm(out, "ce.max.ar", COMM_ALL_REDUCE, D.T * 4, L->t);
-                comm(out, "ce.target_sum.ar", COMM_ALL_REDUCE, 2 * D.T * 4, L->t);
+                layer_ops_comm(out, "ce.max.ar", COMM_ALL_REDUCE, D.T * 4, L->t);
+                layer_ops_comm(out, "ce.target_sum.ar", COMM_ALL_REDUCE, 2 * D.T * 4, L->t);
             }
         } else {
             layer_ops_mem(out, "ce", logits * (D.dt + 16));
             if (D.comm) {
-                comm(out, "ce.max.ar", COMM_ALL_REDUCE, D.T * 4, L->t);
-                comm(out, "ce.target.ar", COMM_ALL_REDUCE, D.T * 4, L->t);
-                comm(out, "ce.sum.ar", COMM_ALL_REDUCE, D.T * 4, L->t);
+                layer_ops_comm(out, "ce.max.ar", COMM_ALL_REDUCE, D.T * 4, L->t);
+                layer_ops_comm(out, "ce.target.ar", COMM_ALL_REDUCE, D.T * 4, L->t);
+                layer_ops_comm(out, "ce.sum.ar", COMM_ALL_REDUCE, D.T * 4, L->t);
             }
         }
         break;
@@ -640,14 +660,15 @@ int layer_output_ops(const layer_shape *L, layer_pass pass, layer_ops *out, ts_e
         int blk = out->n;
         int prev = out->n - 1, ag = -1;
         if (pass == LAYER_PASS_B && L->sp && D.comm) {
-            ag = comm(out, "final.ag.in", COMM_ALL_GATHER, D.S, L->t);
+            ag = layer_ops_comm(out, "final.ag.in", COMM_ALL_GATHER, D.S, L->t);
             deps(out, ag, prev, -1);
         }
         int dg = gemm(out, "logit.dgrad", D.T, h, D.Vt), c = -1;
         deps(out, dg, prev, -1);
         out->op[dg].overlap = ag;
         if (D.comm) {
-            c = comm(out, L->sp ? "logit.rs" : "logit.ar", L->sp ? COMM_REDUCE_SCATTER : COMM_ALL_REDUCE, D.S, L->t);
+            c = layer_ops_comm(out, L->sp ? "logit.rs" : "logit.ar", L->sp ? COMM_REDUCE_SCATTER : COMM_ALL_REDUCE, D.S,
+                               L->t);
             deps(out, c, dg, -1);
         }
         if (pass == LAYER_PASS_B) {
@@ -662,7 +683,7 @@ int layer_output_ops(const layer_shape *L, layer_pass pass, layer_ops *out, ts_e
     case LAYER_PASS_W: {
         int ag = -1;
         if (L->sp && D.comm)
-            deps(out, ag = comm(out, "final.ag.in", COMM_ALL_GATHER, D.S, L->t), -1, -1);
+            deps(out, ag = layer_ops_comm(out, "final.ag.in", COMM_ALL_GATHER, D.S, L->t), -1, -1);
         int wg = gemm(out, "logit.wgrad", D.Vt, h, D.T);
         deps(out, wg, -1, ag);
     } break;

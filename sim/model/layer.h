@@ -261,10 +261,17 @@ typedef struct {
  * its index. The caller guarantees room: o->n < LAYER_MAX_OPS.
  *   layer_ops_push  an op of kind, every other field zero (batch 1)
  *   layer_ops_gemm  a GEMM m x n x k, batch times, 2mnk x batch flops
- *   layer_ops_mem   a memory-bound op moving bytes */
+ *   layer_ops_mem   a memory-bound op moving bytes
+ *   layer_ops_comm  a collective coll of bytes over a group of group ranks */
 int layer_ops_push(layer_ops *o, const char *name, layer_op_kind kind);
 int layer_ops_gemm(layer_ops *o, const char *name, int64_t m, int64_t n, int64_t k, int64_t batch);
 int layer_ops_mem(layer_ops *o, const char *name, int64_t bytes);
+int layer_ops_comm(layer_ops *o, const char *name, commcost_coll coll, int64_t bytes, int group);
+
+/* Append src's ops to dst: their dependency and overlap indices shifted,
+ * src's first op (when it waits for nothing) made to wait for dst's last.
+ * TS_EINVAL when the two lists do not fit in LAYER_MAX_OPS. */
+int layer_ops_append(layer_ops *dst, const layer_ops *src, ts_err *err);
 
 /* Bytes one FP8 cast kernel moves for elems 16-bit elements under recipe r:
  * it reads the 16-bit tensor (2 B) and writes the FP8 copy the forward GEMM

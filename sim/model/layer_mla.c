@@ -72,16 +72,6 @@ static mla_dims dims_of(const layer_shape *L)
     return D;
 }
 
-/* A tensor-parallel collective over t ranks. */
-static int tp_comm(layer_ops *o, const char *name, commcost_coll coll, int64_t bytes, int t)
-{
-    int i = layer_ops_push(o, name, LAYER_OP_COMM);
-    o->op[i].coll = coll;
-    o->op[i].bytes = bytes;
-    o->op[i].group = t;
-    return i;
-}
-
 static void set_deps(layer_ops *o, int i, int d0, int d1)
 {
     o->op[i].dep[0] = d0;
@@ -98,15 +88,15 @@ static void up_fwd(const mla_dims *D, layer_ops *o)
 {
     if (D->ql > 0) {
         if (D->sp)
-            tp_comm(o, "mla.q_up.ag", COMM_ALL_GATHER, D->T * D->ql * D->dt, D->t);
+            layer_ops_comm(o, "mla.q_up.ag", COMM_ALL_GATHER, D->T * D->ql * D->dt, D->t);
         layer_ops_gemm(o, "mla.q_up", D->T, D->at * D->q, D->ql, 1);
     } else {
         if (D->sp)
-            tp_comm(o, "mla.q.ag", COMM_ALL_GATHER, D->T * D->h * D->dt, D->t);
+            layer_ops_comm(o, "mla.q.ag", COMM_ALL_GATHER, D->T * D->h * D->dt, D->t);
         layer_ops_gemm(o, "mla.q_proj", D->T, D->at * D->q, D->h, 1);
     }
     if (D->sp)
-        tp_comm(o, "mla.kv_up.ag", COMM_ALL_GATHER, D->T * (D->kvl + D->dr) * D->dt, D->t);
+        layer_ops_comm(o, "mla.kv_up.ag", COMM_ALL_GATHER, D->T * (D->kvl + D->dr) * D->dt, D->t);
     layer_ops_gemm(o, "mla.kv_up", D->T, D->at * (D->dqk + D->dv), D->kvl, 1);
     layer_ops_mem(o, "mla.rope", rope_bytes(D));
 }
@@ -139,20 +129,20 @@ static void up_bwd(const mla_dims *D, layer_ops *o, bool dgrad, bool wgrad, cons
     int prev = o->n - 1, ag = -1;
     if (!dgrad) { /* W: the re-gathered input, then the weight gradient */
         if (D->sp)
-            set_deps(o, ag = tp_comm(o, names[0], COMM_ALL_GATHER, D->T * k * D->dt, D->t), -1, -1);
+            set_deps(o, ag = layer_ops_comm(o, names[0], COMM_ALL_GATHER, D->T * k * D->dt, D->t), -1, -1);
         set_deps(o, layer_ops_gemm(o, names[4], n, k, D->T, 1), prev, ag);
         return;
     }
     bool whole = wgrad;
     if (whole && D->sp)
-        set_deps(o, ag = tp_comm(o, names[0], COMM_ALL_GATHER, D->T * k * D->dt, D->t), prev, -1);
+        set_deps(o, ag = layer_ops_comm(o, names[0], COMM_ALL_GATHER, D->T * k * D->dt, D->t), prev, -1);
     int dg = layer_ops_gemm(o, names[1], D->T, k, n, 1);
     set_deps(o, dg, prev, -1);
     o->op[dg].overlap = ag;
     int c = -1;
     if (D->t > 1) {
-        c = D->sp ? tp_comm(o, names[3], COMM_REDUCE_SCATTER, D->T * reduced * D->dt, D->t)
-                  : tp_comm(o, names[2], COMM_ALL_REDUCE, D->T * reduced * D->dt, D->t);
+        c = D->sp ? layer_ops_comm(o, names[3], COMM_REDUCE_SCATTER, D->T * reduced * D->dt, D->t)
+                  : layer_ops_comm(o, names[2], COMM_ALL_REDUCE, D->T * reduced * D->dt, D->t);
         set_deps(o, c, dg, -1);
     }
     if (whole) {

@@ -5,38 +5,14 @@
 #include "sim/model/mla.h"
 #include "sim/model/moe.h"
 
-/* A tensor-parallel collective over t ranks. */
-static int tp_comm(layer_ops *o, const char *name, commcost_coll coll, int64_t bytes, int t)
-{
-    int i = layer_ops_push(o, name, LAYER_OP_COMM);
-    o->op[i].coll = coll;
-    o->op[i].bytes = bytes;
-    o->op[i].group = t;
-    return i;
-}
-
 /* Append the embedding's ops of pass to out (after out's own). */
 static int add_embedding(const layer_shape *L, layer_pass pass, layer_ops *out, ts_err *err)
 {
     layer_ops e;
     int rc = layer_embedding_ops(L, pass, &e, err);
-    if (rc != TS_OK)
-        return rc;
-    int off = out->n;
-    if (off + e.n > LAYER_MAX_OPS)
-        return err_set(err, TS_EINVAL, "mtp_ops: %d + %d ops are more than LAYER_MAX_OPS %d", off, e.n, LAYER_MAX_OPS);
-    for (int i = 0; i < e.n; i++) {
-        layer_op op = e.op[i];
-        for (int k = 0; k < 2; k++)
-            if (op.dep[k] >= 0)
-                op.dep[k] += off;
-        if (i == 0 && op.dep[0] < 0 && off > 0)
-            op.dep[0] = off - 1;
-        if (op.overlap >= 0)
-            op.overlap += off;
-        out->op[out->n++] = op;
-    }
-    return TS_OK;
+    if (rc == TS_OK && (rc = layer_ops_append(out, &e, err)) != TS_OK)
+        err_prefix(err, "mtp_ops: ");
+    return rc;
 }
 
 int mtp_ops(const layer_shape *L, layer_pass pass, layer_ops *out, ts_err *err)
@@ -56,23 +32,24 @@ int mtp_ops(const layer_shape *L, layer_pass pass, layer_ops *out, ts_err *err)
         layer_ops_mem(out, "mtp.hnorm", 2 * E * dt);
         layer_ops_mem(out, "mtp.concat", 4 * E * dt);
         if (sp)
-            tp_comm(out, "mtp.eh.ag", COMM_ALL_GATHER, 2 * S, L->t);
+            layer_ops_comm(out, "mtp.eh.ag", COMM_ALL_GATHER, 2 * S, L->t);
         layer_ops_gemm(out, "mtp.eh_proj", T, h / t, 2 * h, 1);
         if (t > 1)
-            tp_comm(out, "mtp.eh.out.ag", COMM_ALL_GATHER, S, L->t);
+            layer_ops_comm(out, "mtp.eh.out.ag", COMM_ALL_GATHER, S, L->t);
         break;
     case LAYER_PASS_B:
     case LAYER_PASS_I: {
         int prev = out->n - 1, ag = -1;
         if (pass == LAYER_PASS_B && sp) {
-            ag = tp_comm(out, "mtp.eh.ag.in", COMM_ALL_GATHER, 2 * S, L->t);
+            ag = layer_ops_comm(out, "mtp.eh.ag.in", COMM_ALL_GATHER, 2 * S, L->t);
             out->op[ag].dep[0] = prev;
         }
         int dg = layer_ops_gemm(out, "mtp.eh_proj.dgrad", T, 2 * h, h / t, 1), c = -1;
         out->op[dg].dep[0] = prev;
         out->op[dg].overlap = ag;
         if (t > 1) {
-            c = tp_comm(out, sp ? "mtp.eh.rs" : "mtp.eh.ar", sp ? COMM_REDUCE_SCATTER : COMM_ALL_REDUCE, 2 * S, L->t);
+            c = layer_ops_comm(out, sp ? "mtp.eh.rs" : "mtp.eh.ar", sp ? COMM_REDUCE_SCATTER : COMM_ALL_REDUCE, 2 * S,
+                               L->t);
             out->op[c].dep[0] = dg;
         }
         int last = dg;
@@ -92,7 +69,7 @@ int mtp_ops(const layer_shape *L, layer_pass pass, layer_ops *out, ts_err *err)
     case LAYER_PASS_W: {
         int ag = -1;
         if (sp) {
-            ag = tp_comm(out, "mtp.eh.ag.in", COMM_ALL_GATHER, 2 * S, L->t);
+            ag = layer_ops_comm(out, "mtp.eh.ag.in", COMM_ALL_GATHER, 2 * S, L->t);
             out->op[ag].dep[0] = -1;
         }
         int wg = layer_ops_gemm(out, "mtp.eh_proj.wgrad", h / t, 2 * h, T, 1);
