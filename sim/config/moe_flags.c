@@ -302,8 +302,9 @@ static int check_layout(moe_config *e, const config *c, ts_err *err)
         return err_set(err, TS_EINVAL,
                        "--moe-shared-expert-overlap needs shared experts (give --moe-shared-expert-intermediate-size)");
     if (e->shared_overlap && e->dispatcher == MOE_DISPATCH_ALLGATHER)
-        return err_set(err, TS_EINVAL,
-                       "--moe-shared-expert-overlap needs --moe-token-dispatcher-type alltoall or flex (got allgather)");
+        return err_set(
+            err, TS_EINVAL,
+            "--moe-shared-expert-overlap needs --moe-token-dispatcher-type alltoall or flex (got allgather)");
     if (e->shared_overlap && p->overlap_moe_ep_comm)
         return err_set(err, TS_EINVAL,
                        "--moe-shared-expert-overlap with --overlap-moe-expert-parallel-comm: not modelled (the pair's "

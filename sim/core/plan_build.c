@@ -132,8 +132,8 @@ static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_
     int32_t map[LAYER_MAX_OPS];
     int64_t comm_ns[LAYER_MAX_OPS];
     int64_t gemm_ns[LAYER_MAX_OPS];
-    int a2a_of = -1;       /* --moe-shared-expert-overlap: the all-to-all the shared experts run beside */
-    int64_t a2a_left = 0;  /* what remains of it (overlap_beside_chain_ns) */
+    int a2a_of = -1;      /* --moe-shared-expert-overlap: the all-to-all the shared experts run beside */
+    int64_t a2a_left = 0; /* what remains of it (overlap_beside_chain_ns) */
     for (int i = 0; i < ops->n; i++) {
         const layer_op *op = &ops->op[i];
         int32_t ds[2] = {-1, -1};
