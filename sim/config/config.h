@@ -202,6 +202,7 @@ typedef struct {
     int topk;                    /* --moe-router-topk (Megatron's default 2) */
     int ffn_hidden_size;         /* --moe-ffn-hidden-size, per expert (default --ffn-hidden-size) */
     int shared_ffn_hidden_size;  /* --moe-shared-expert-intermediate-size (0 = no shared expert) */
+    bool shared_overlap;         /* --moe-shared-expert-overlap: the shared experts beside the all-to-alls (moe.h) */
     int layer_freq;              /* --moe-layer-freq N: layer i (from 0) is MoE when i % N == 0 */
     int first_dense_layers;      /* --moe-layer-freq "([0]*K+[1]*M)": the first K layers dense (else 0) */
     int router_num_groups;       /* --moe-router-num-groups (0 = no group-limited routing) */

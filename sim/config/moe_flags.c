@@ -55,6 +55,9 @@ int moe_flags_register(moe_flags_state *s, opt_table *t, config *c, ts_err *err)
     ADD(.name = "--moe-shared-expert-intermediate-size", .type = OPT_INT, .target = &e->shared_ffn_hidden_size,
         .min = 1, .max = 1 << 26, .unit = "elements", .defval = "none",
         .help = "FFN hidden size of the shared experts together (every token goes through them)");
+    ADD(.name = "--moe-shared-expert-overlap", .type = OPT_BOOL, .target = &e->shared_overlap,
+        .help = "run the shared experts on a side stream beside the dispatch all-to-all (forward) and the combine's "
+                "backward all-to-all (alltoall or flex dispatcher)");
     ADD(.name = "--moe-layer-freq", .type = OPT_STRING, .target = &s->layer_freq, .metavar = "N|PATTERN", .defval = "1",
         .help = "N: layers 0, N, 2N, ... are MoE; ([0]*K+[1]*M): the first K layers dense, the rest MoE");
     ADD(.name = "--moe-router-num-groups", .type = OPT_INT, .target = &e->router_num_groups, .min = 1, .max = 1 << 20,
@@ -293,6 +296,19 @@ static int check_layout(moe_config *e, const config *c, ts_err *err)
                        "--moe-shared-expert-intermediate-size %d is not a multiple of --tensor-model-parallel-size "
                        "%d (the shared experts are split over the tensor-parallel ranks)",
                        e->shared_ffn_hidden_size, p->tp);
+    /* Megatron-core's TransformerConfig: the overlap needs shared experts and
+     * the alltoall or flex dispatcher */
+    if (e->shared_overlap && e->shared_ffn_hidden_size <= 0)
+        return err_set(err, TS_EINVAL,
+                       "--moe-shared-expert-overlap needs shared experts (give --moe-shared-expert-intermediate-size)");
+    if (e->shared_overlap && e->dispatcher == MOE_DISPATCH_ALLGATHER)
+        return err_set(
+            err, TS_EINVAL,
+            "--moe-shared-expert-overlap needs --moe-token-dispatcher-type alltoall or flex (got allgather)");
+    if (e->shared_overlap && p->overlap_moe_ep_comm)
+        return err_set(err, TS_EINVAL,
+                       "--moe-shared-expert-overlap with --overlap-moe-expert-parallel-comm: not modelled (the pair's "
+                       "all-to-alls already run beside the other pass's compute; give one of the two)");
     return TS_OK;
 }
 
@@ -384,6 +400,7 @@ int moe_flags_finish(moe_flags_state *s, const opt_table *t, config *c, ts_err *
         static const char *const NEED[] = {"--moe-router-topk",
                                            "--moe-ffn-hidden-size",
                                            "--moe-shared-expert-intermediate-size",
+                                           "--moe-shared-expert-overlap",
                                            "--moe-layer-freq",
                                            "--moe-router-num-groups",
                                            "--moe-router-group-topk",

@@ -37,6 +37,15 @@ int64_t overlap_shared_phase_ns(int64_t comm_ns, int64_t comp_ns, int sms, int c
     return (int64_t)(t + 0.5);
 }
 
+int64_t overlap_beside_chain_ns(int64_t comp_ns, int64_t *comm_left_ns, int sms, int comm_sms)
+{
+    int64_t left = *comm_left_ns > 0 ? *comm_left_ns : 0;
+    int64_t slowed = overlap_sm_slowed_ns(comp_ns, sms, comm_sms);
+    int64_t t = left >= slowed ? slowed : (left > 0 ? overlap_shared_phase_ns(left, comp_ns, sms, comm_sms) : comp_ns);
+    *comm_left_ns = left > t ? left - t : 0;
+    return t;
+}
+
 int overlap_gpu_sms(const char *gpu_name)
 {
     if (!gpu_name)

@@ -58,6 +58,16 @@ int64_t overlap_sm_slowed_ns(int64_t gemm_ns, int sms, int comm_sms);
  * or >= sms). Negative times are taken as 0. */
 int64_t overlap_shared_phase_ns(int64_t comm_ns, int64_t comp_ns, int sms, int comm_sms);
 
+/* One compute op of comp_ns in a chain of ops run beside a transfer (the
+ * shared experts beside the MoE all-to-all, --moe-shared-expert-overlap):
+ * *comm_left_ns is what remains of the transfer when the op starts. While
+ * the transfer runs the op works on sms - comm_sms SMs; returns the op's
+ * time: overlap_sm_slowed_ns when the transfer outlasts it, else
+ * overlap_shared_phase_ns(*comm_left_ns, comp_ns, ...) (slowed up to the
+ * transfer's end, full speed after); *comm_left_ns is decreased by it (not
+ * below 0). */
+int64_t overlap_beside_chain_ns(int64_t comp_ns, int64_t *comm_left_ns, int sms, int comm_sms);
+
 /* Streaming multiprocessors of a GPU kind of topologies/gpus.csv, from
  * NVIDIA's architecture whitepapers: A100 (SXM4) 108 (NVIDIA A100 Tensor
  * Core GPU Architecture, 2020), H100 SXM5 and H200 SXM 132 (NVIDIA H100

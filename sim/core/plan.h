@@ -134,7 +134,8 @@ typedef struct {
      * memory changes (replacing alloc_bytes / free_bytes) */
     uint32_t seg_first, seg_n;
     int64_t tp_exposed_ns;
-    int64_t ep_exposed_ns; /* of tp_exposed_ns, the MoE all-to-alls' part (report: exposed EP) */
+    int64_t ep_exposed_ns; /* of tp_exposed_ns, the MoE all-to-alls' part while no compute runs (report:
+                              exposed EP) */
     uint32_t mem_first, mem_n;
 } plan_step;
 

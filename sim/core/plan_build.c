@@ -132,6 +132,8 @@ static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_
     int32_t map[LAYER_MAX_OPS];
     int64_t comm_ns[LAYER_MAX_OPS];
     int64_t gemm_ns[LAYER_MAX_OPS];
+    int a2a_of = -1;      /* --moe-shared-expert-overlap: the all-to-all the shared experts run beside */
+    int64_t a2a_left = 0; /* what remains of it (overlap_beside_chain_ns) */
     for (int i = 0; i < ops->n; i++) {
         const layer_op *op = &ops->op[i];
         int32_t ds[2] = {-1, -1};
@@ -144,7 +146,11 @@ static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_
         }
         if (op->kind != LAYER_OP_COMM) {
             int64_t dur = cost_op_ns(b->cm, op);
-            if (op->overlap >= 0 && op->overlap < i) /* shares the GPU with a running collective */
+            if (op->overlap >= 0 && op->overlap < i && ops->op[op->overlap].a2a) { /* beside the MoE all-to-all */
+                if (a2a_of != op->overlap)
+                    a2a_left = comm_ns[a2a_of = op->overlap];
+                dur = overlap_beside_chain_ns(dur, &a2a_left, b->sms, EP_PAIR_COMM_SMS);
+            } else if (op->overlap >= 0 && op->overlap < i) /* shares the GPU with a running collective */
                 dur = cost_overlap_ns(b->cm, dur, comm_ns[op->overlap]);
             if (i + 1 < ops->n && ub_partner(b, ops, i + 1, cat) == i &&
                 ops->op[i + 1].coll == COMM_REDUCE_SCATTER) /* pipeline method: 16 SMs communicate */

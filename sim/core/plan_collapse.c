@@ -26,6 +26,27 @@ static int push_mem_ev(plan *pl, int64_t offset_ns, int64_t delta)
     return TS_OK;
 }
 
+/* Of the n segments' all-to-all time (cat PLAN_CAT_EP, off the compute
+ * stream), the part during which a compute segment runs. */
+static int64_t ep_hidden_ns(const plan_seg *g, uint32_t n)
+{
+    int64_t hidden = 0;
+    for (uint32_t a = 0; a < n; a++) {
+        if (g[a].stream == PLAN_STREAM_COMPUTE || g[a].cat != PLAN_CAT_EP)
+            continue;
+        int64_t a0 = g[a].offset_ns, a1 = a0 + g[a].dur_ns;
+        for (uint32_t c = 0; c < n; c++) {
+            if (g[c].stream != PLAN_STREAM_COMPUTE)
+                continue;
+            int64_t lo = g[c].offset_ns > a0 ? g[c].offset_ns : a0;
+            int64_t hi = g[c].offset_ns + g[c].dur_ns < a1 ? g[c].offset_ns + g[c].dur_ns : a1;
+            if (hi > lo)
+                hidden += hi - lo;
+        }
+    }
+    return hidden;
+}
+
 /* Replace steps [base, n_steps) of a pass (compute and TP steps with
  * relative deps, in program order) by collapsed steps: the ops' timeline is
  * computed once here (each step starts when its stream is free and its deps
@@ -74,9 +95,10 @@ static int collapse(plan *pl, uint32_t base, const plan_step *orig, uint32_t n, 
             x.seg_n = pl->n_segs - x.seg_first;
             x.mem_n = pl->n_mem_evs - x.mem_first;
             x.tp_exposed_ns = x.dur_ns - compute_ns;
-            /* the all-to-alls wait for the compute before them and the
-             * compute after waits for them: exposed whole (bounded by the
-             * step's exposed time) */
+            /* the all-to-alls' time while no compute runs (whole unless
+             * --moe-shared-expert-overlap runs the shared experts beside
+             * them), bounded by the step's exposed time */
+            ep_ns -= ep_hidden_ns(pl->segs + x.seg_first, x.seg_n);
             x.ep_exposed_ns = ep_ns < x.tp_exposed_ns ? ep_ns : x.tp_exposed_ns;
             /* memory changes in time order (stable insertion sort: few) */
             plan_mem_ev *ev = pl->mem_evs + x.mem_first;

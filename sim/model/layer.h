@@ -235,7 +235,9 @@ typedef struct {
     double flops;       /* GEMM: 2*m*n*k*batch; 0 otherwise */
     int dep[2];         /* ops of the same list this op waits for; -1 = none */
     int overlap;        /* compute op: index of the collective that starts with it and
-                            runs alongside (slowing it: cost_overlap_ns); -1 = none */
+                            runs alongside (slowing it: cost_overlap_ns); a MoE all-to-all
+                            (a2a): each op of a chain run beside it (moe.h, shared experts:
+                            overlap_beside_chain_ns); -1 = none */
     /* COMM ops of a context-parallel group (0: the tensor-parallel group): */
     int stride; /* ranks between two neighbours of the group (t, or t x a2a level) */
     int span;   /* ranks of the whole group (for p2p: the ring the pair belongs to) */

@@ -256,6 +256,7 @@ void moe_expert_loads_zipf(int n, double routed_tokens, double skew, uint64_t se
 typedef struct {
     moe_disp_dims d;
     int64_t T, k, h, E, el, m, fc1p, fep, fs, fc1s, dt;
+    bool shared_overlap; /* --moe-shared-expert-overlap (moe.h) */
     moe_router_dims r;
 } moe_dims;
 
@@ -329,40 +330,105 @@ static void router_bwd_tail(const moe_dims *D, layer_ops *o)
         layer_ops_mem(o, "moe.zloss.bwd", 8 * TE + 4 * D->T);
 }
 
+/* The index of the dispatcher's all-to-all (coll COMM_P2P) among ops
+ * from..o->n-1; -1 when none (ep 1). */
+static int a2a_in(const layer_ops *o, int from)
+{
+    for (int i = from; i < o->n; i++)
+        if (o->op[i].kind == LAYER_OP_COMM && o->op[i].a2a && o->op[i].coll == COMM_P2P)
+            return i;
+    return -1;
+}
+
+/* --moe-shared-expert-overlap: ops from..o->n-1 (the shared experts'), run
+ * beside all-to-all a: the first waits for what a waits for, each is marked
+ * as beside a (layer_op.overlap), and the next op listed must wait for both
+ * them and the dispatcher's ops up to last (shared_join). */
+static void shared_beside(layer_ops *o, int from, int a)
+{
+    if (from >= o->n)
+        return;
+    o->op[from].dep[0] = o->op[a].dep[0];
+    for (int i = from; i < o->n; i++)
+        o->op[i].overlap = a;
+}
+
+static void shared_join(layer_ops *o, int op, int last)
+{
+    if (op >= 0 && op < o->n && last >= 0)
+        o->op[op].dep[1] = last;
+}
+
+static void shared_fwd(const moe_dims *D, layer_ops *o)
+{
+    if (D->fs <= 0)
+        return;
+    layer_ops_gemm(o, "moe.shared.fc1", D->T, D->fc1s, D->h, 1);
+    layer_ops_mem(o, "moe.shared.act", D->T * (D->fc1s + D->fs) * D->dt);
+    layer_ops_gemm(o, "moe.shared.fc2", D->T, D->h, D->fs, 1);
+}
+
+static void shared_bwd(const moe_dims *D, layer_ops *o, bool dgrad, bool wgrad)
+{
+    if (D->fs <= 0)
+        return;
+    if (dgrad)
+        layer_ops_gemm(o, "moe.shared.fc2.dgrad", D->T, D->fs, D->h, 1);
+    if (wgrad)
+        layer_ops_gemm(o, "moe.shared.fc2.wgrad", D->fs, D->h, D->T, 1);
+    if (dgrad)
+        layer_ops_mem(o, "moe.shared.act.bwd", D->T * (D->fc1s + D->fs) * D->dt);
+    if (dgrad)
+        layer_ops_gemm(o, "moe.shared.fc1.dgrad", D->T, D->h, D->fc1s, 1);
+    if (wgrad)
+        layer_ops_gemm(o, "moe.shared.fc1.wgrad", D->h, D->fc1s, D->T, 1);
+}
+
 static void moe_block_fwd(const moe_dims *D, layer_ops *o)
 {
     router_fwd_head(D, o);
     layer_ops_mem(o, "moe.topk", D->T * D->E * 4 * 2 + D->T * D->k * (4 + 8));
     router_fwd_tail(D, o);
+    int in0 = o->n;
     moe_disp_fwd_in(&D->d, o);
-    layer_ops_gemm(o, "moe.fc1", D->m, D->fc1p, D->h, D->el);
+    int a = D->shared_overlap && D->fs > 0 ? a2a_in(o, in0) : -1, last = o->n - 1;
+    if (a >= 0) { /* the shared experts beside the dispatch all-to-all */
+        shared_fwd(D, o);
+        shared_beside(o, last + 1, a);
+    }
+    int fc1 = layer_ops_gemm(o, "moe.fc1", D->m, D->fc1p, D->h, D->el);
+    if (a >= 0)
+        shared_join(o, fc1, last);
     layer_ops_mem(o, "moe.act", D->m * D->el * (D->fc1p + D->fep) * D->dt);
     layer_ops_gemm(o, "moe.fc2", D->m, D->h, D->fep, D->el);
     moe_disp_fwd_out(&D->d, o);
-    if (D->fs > 0) {
-        layer_ops_gemm(o, "moe.shared.fc1", D->T, D->fc1s, D->h, 1);
-        layer_ops_mem(o, "moe.shared.act", D->T * (D->fc1s + D->fs) * D->dt);
-        layer_ops_gemm(o, "moe.shared.fc2", D->T, D->h, D->fs, 1);
-    }
+    if (a < 0)
+        shared_fwd(D, o);
 }
 
 static void moe_block_bwd(const moe_dims *D, layer_ops *o, bool dgrad, bool wgrad)
 {
-    if (D->fs > 0) {
-        if (dgrad)
-            layer_ops_gemm(o, "moe.shared.fc2.dgrad", D->T, D->fs, D->h, 1);
-        if (wgrad)
-            layer_ops_gemm(o, "moe.shared.fc2.wgrad", D->fs, D->h, D->T, 1);
-        if (dgrad)
-            layer_ops_mem(o, "moe.shared.act.bwd", D->T * (D->fc1s + D->fs) * D->dt);
-        if (dgrad)
-            layer_ops_gemm(o, "moe.shared.fc1.dgrad", D->T, D->h, D->fc1s, 1);
-        if (wgrad)
-            layer_ops_gemm(o, "moe.shared.fc1.wgrad", D->h, D->fc1s, D->T, 1);
-    }
-    if (dgrad) {
+    int a = -1, last = -1;
+    if (dgrad && D->shared_overlap && D->fs > 0) { /* the shared experts beside the combine's backward all-to-all */
+        int out0 = o->n;
         moe_disp_bwd_out(&D->d, o);
-        layer_ops_gemm(o, "moe.fc2.dgrad", D->m, D->fep, D->h, D->el);
+        a = a2a_in(o, out0);
+        last = o->n - 1;
+        if (a >= 0) {
+            shared_bwd(D, o, dgrad, wgrad);
+            shared_beside(o, last + 1, a);
+        } else { /* no all-to-all (ep 1): the order without the overlap */
+            o->n = out0;
+        }
+    }
+    if (a < 0)
+        shared_bwd(D, o, dgrad, wgrad);
+    if (dgrad) {
+        if (a < 0)
+            moe_disp_bwd_out(&D->d, o);
+        int g = layer_ops_gemm(o, "moe.fc2.dgrad", D->m, D->fep, D->h, D->el);
+        if (a >= 0)
+            shared_join(o, g, last);
     }
     if (wgrad)
         layer_ops_gemm(o, "moe.fc2.wgrad", D->fep, D->h, D->m, D->el);
@@ -403,6 +469,7 @@ static void moe_dims_of(const layer_shape *L, const moe_config *e, double lf, mo
     D->fc1p = (L->swiglu ? 2 : 1) * D->fep;
     D->fs = e->shared_ffn_hidden_size;
     D->fc1s = (L->swiglu ? 2 : 1) * D->fs;
+    D->shared_overlap = e->shared_overlap;
     D->dt = L->dtype_bytes;
     moe_router_dims_of(L, e, &D->r);
 }

@@ -202,7 +202,20 @@ double moe_rank_load_factor(const double *load, int n, int ep, double capacity_f
  * reverse order (moe_disp_bwd_out, _bwd_in). Pass I has the input
  * gradients only, W the weight gradients only, R the forward when
  * recompute is full, the routed experts' activation (moe.act) when it is
- * selective with moe_act in L->rc_modules, else nothing. With load_factor
+ * selective with moe_act in L->rc_modules, else nothing.
+ * --moe-shared-expert-overlap (e->shared_overlap; Megatron-core's
+ * SharedExpertMLP on a side stream), where the pass has the dispatcher's
+ * all-to-all: in F (and a full R) the shared experts' ops are listed right
+ * after the input side, the first waiting for what moe.a2a.dispatch waits
+ * for, each with layer_op.overlap = the all-to-all, and moe.fc1 waits for
+ * them and the input side (dep[1]); in B and I the output side's backward
+ * comes first and the shared experts' backward runs beside
+ * moe.a2a.combine.bwd the same way, moe.fc2.dgrad waiting for both. The
+ * plan times such ops with overlap_beside_chain_ns (overlap.h): slowed by
+ * the all-to-all's EP_PAIR_COMM_SMS while it runs. W, and any pass without
+ * an all-to-all (ep 1), are listed as without the flag. (Megatron runs the
+ * shared FC1 beside the dispatch and FC2 beside the combine; the split is
+ * not modelled: the whole shared MLP beside one all-to-all per pass.) With load_factor
  * 1, t = 1, etp = 1, E/ep dividing T k: the forward's flops are
  * moe_block_fwd_flops_per_token x T; with etp > 1 the expert GEMMs' flops
  * are those of R rows divided by etp. TS_EINVAL for num_experts < 1, ep not

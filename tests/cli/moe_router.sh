@@ -61,6 +61,6 @@ expect_error 2 "--moe-router-dtype fp64: not modelled" $T simulate $M --moe-rout
 expect_error 2 "--moe-router-enable-expert-bias needs --moe-router-score-function sigmoid" $T simulate $M \
     --moe-router-enable-expert-bias
 expect_error 2 "--moe-aux-loss-coeff needs --num-experts" $T simulate --model megatron-1.7b --moe-aux-loss-coeff 1e-2
-expect_error 2 "--moe-shared-expert-overlap: not modelled" $T simulate $M --moe-shared-expert-overlap
+expect_error 2 "--moe-shared-expert-overlap needs shared experts" $T simulate $M --moe-shared-expert-overlap
 expect_error 2 "--moe-layer-recompute: not modelled" $T simulate $M --moe-layer-recompute
 finish

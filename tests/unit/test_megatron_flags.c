@@ -170,7 +170,7 @@ Test(megatron_flags, performance_flags_are_refused)
                                           "--cpu-offloading-num-layers",
                                           "--flash-attention-version",
                                           "--moe-router-fusion",
-                                          "--moe-shared-expert-overlap",
+                                          "--use-grouped-gemm-for-shared-expert",
                                           "--rampup-batch-size",
                                           "--optimizer",
                                           "--transformer-impl",
