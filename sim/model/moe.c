@@ -248,7 +248,10 @@ void moe_expert_loads_zipf(int n, double routed_tokens, double skew, uint64_t se
 /* Most ops one MoE block lists (the backward with shared experts and the
  * dispatcher's collectives on both sides: 17 with every router option); moe_block_ops checks the
  * room first. */
-#define MOE_BLOCK_MAX_OPS (17 + 2 * MOE_DISP_MAX_OPS)
+#define MOE_BLOCK_MAX_OPS (17 + 2 * MOE_DISP_MAX_OPS + MOE_FP8_MAX_OPS)
+/* FP8's casts in a block (layer_fp8_ops): the routed fc1 and fc2 and the
+ * shared fc1 and fc2, plus one amax all-reduce (tensorwise under SP) */
+#define MOE_FP8_MAX_OPS 5
 
 /* Shapes of one MoE block on one rank (moe.h, moe_block_ops): the
  * dispatcher's (moe_disp.h) and the experts' GEMMs, whose N (FC1) or K
@@ -439,6 +442,7 @@ int moe_block_ops(const layer_shape *L, const moe_config *e, double load_factor,
                        load_factor);
     moe_dims D;
     moe_dims_of(L, e, load_factor, &D);
+    int first = out->n;
     if (out->n < 0 || out->n > LAYER_MAX_OPS - MOE_BLOCK_MAX_OPS)
         return err_set(err, TS_EINVAL, "moe_block_ops: %d ops already listed; the block needs room for %d of %d",
                        out->n, MOE_BLOCK_MAX_OPS, LAYER_MAX_OPS);
@@ -464,7 +468,7 @@ int moe_block_ops(const layer_shape *L, const moe_config *e, double load_factor,
     default:
         return err_set(err, TS_EINVAL, "moe_block_ops: unknown pass %d", (int)pass);
     }
-    return TS_OK;
+    return layer_fp8_ops(L, out, first, err);
 }
 
 void moe_layer_rank_params(const model_config *m, const moe_config *e, int tp, int pp, int gpus, moe_rank_params *out)
