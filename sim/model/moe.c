@@ -401,6 +401,15 @@ static void moe_dims_of(const layer_shape *L, const moe_config *e, double lf, mo
     D->E = D->d.E;
     D->el = D->d.el;
     D->m = D->el > 0 ? (D->d.R + D->el - 1) / D->el : 0; /* no experts: nothing (callers check) */
+    /* FP8: Megatron-core's TEGroupedMLP pads each expert's tokens to the FP8
+     * GEMM's alignment (Fp8Padding; fp8_utils.get_fp8_align_size: 32 rows
+     * for MXFP8, 16 otherwise) unless the router pads the routing map
+     * (--moe-router-padding-for-fp8, refused); the expert GEMMs run the
+     * padded rows. The pad and unpad copies themselves are not costed. */
+    if (L->fp8 != FP8_FORMAT_NONE) {
+        int64_t align = L->fp8_recipe == FP8_RECIPE_MXFP8 ? 32 : 16;
+        D->m = (D->m + align - 1) / align * align;
+    }
     int64_t fe = e->ffn_hidden_size > 0 ? e->ffn_hidden_size : L->ffn;
     D->fep = fe / D->d.etp;
     D->fc1p = (L->swiglu ? 2 : 1) * D->fep;

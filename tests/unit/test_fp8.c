@@ -277,6 +277,26 @@ Test(fp8, moe_expert_gemms_and_casts)
     }
 }
 
+/* FP8 pads each expert's rows to 16 (32 for MXFP8): 8 x 100 x 2 / 8 = 200
+ * rows become 208 (224); bf16 runs 200. */
+Test(fp8, moe_expert_rows_padded)
+{
+    moe_config e = mixtral_experts(0);
+    layer_shape L = llama(FP8_FORMAT_HYBRID, FP8_RECIPE_DELAYED);
+    L.s = 100;
+    const int64_t want[2][2] = {{208, 200}, {224, 200}};
+    for (int x = 0; x < 2; x++)
+        for (int f8 = 0; f8 < 2; f8++) {
+            L.fp8 = f8 == 0 ? FP8_FORMAT_HYBRID : FP8_FORMAT_NONE;
+            L.fp8_recipe = x == 0 ? FP8_RECIPE_DELAYED : FP8_RECIPE_MXFP8;
+            layer_ops o;
+            o.n = 0;
+            cr_assert_eq(moe_block_ops(&L, &e, 1.0, LAYER_PASS_F, &o, NULL), TS_OK);
+            cr_assert_eq(find(&o, "moe.fc1")->m, want[x][f8], "recipe %d fp8 %d: %lld", x, !f8,
+                         (long long)find(&o, "moe.fc1")->m);
+        }
+}
+
 /* Large expert GEMMs: FP8 at most the bf16 time and at least the FP8
  * peak's floor (2 m n k / peak); with the casts the block's compute is
  * never slower than bf16 for every recipe, forward and backward. */
