@@ -964,12 +964,6 @@ int flags_finish(flags_state *s, const opt_table *t, ts_err *err)
         config_free(c);
         return rc;
     }
-    if (c->model.fp8_format != FP8_FORMAT_NONE && (c->moe.num_experts > 0 || c->moe.mla)) {
-        config_free(c);
-        return err_set(err, TS_EINVAL,
-                       "--fp8-format with MoE or MLA layers is not modelled (FP8 covers the dense layers' "
-                       "GEMMs); drop --fp8-format or the MoE/MLA flags");
-    }
     const model_config *fm = &c->model;
     if ((fm->no_bias_swiglu_fusion || fm->no_bias_gelu_fusion || fm->no_gradient_accumulation_fusion ||
          fm->no_rope_fusion) &&

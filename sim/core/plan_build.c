@@ -943,8 +943,16 @@ static int add_rank_steps(plan *pl, const plan_env *E)
         }
         /* the distributed optimizer shards the dense part over d, the experts over edp */
         int64_t per_rank = (params - expert + d - 1) / d + (expert + E->edp - 1) / E->edp, layer_params = 0;
-        for (int ch = 0; ch < pl->v; ch++)
-            layer_params += (int64_t)E->s->stages[sched_stage_of(E->s, r, ch)].num_layers * E->params_layer;
+        for (int ch = 0; ch < pl->v; ch++) {
+            int st = sched_stage_of(E->s, r, ch);
+            int nl = E->s->stages[st].num_layers;
+            if (pl->stages[st].expert_params > 0) /* MoE: the stage's parameters less its embedding / output layer */
+                layer_params +=
+                    pl->stages[st].params - (flops_params_stage(&c->model, E->t, nl, st == 0, st == pl->n_stages - 1) -
+                                             (int64_t)nl * flops_params_stage(&c->model, E->t, 1, 0, 0));
+            else
+                layer_params += (int64_t)nl * E->params_layer;
+        }
         int64_t shard = P->distributed_optimizer || E->shard >= SHARD_OPTIM ? per_rank : params;
         bool fp32 = c->model.precision == PREC_FP32;
         pl->weights_bytes[r] = params * dt;

@@ -477,44 +477,80 @@ int64_t layer_fp8_cast_bytes(config_fp8_recipe r, int64_t elems)
  * layers' inputs, the row-parallel layers' output gradients) before their
  * cast, so every rank scales with the same amax (Transformer Engine's
  * Float8CurrentScaling quantizers with_amax_reduction over the TP group);
- * NULL: none. */
+ * NULL: none. fwd: a forward GEMM, whose ".wgrad" GEMM is FP8 too.
+ * Beyond the dense layer's four: MLA's down and up projections (TELinear /
+ * TEColumnParallelLinear under fp8_autocast; the attention core stays
+ * 16-bit as in the dense flash path), the routed experts' grouped GEMMs
+ * (TEGroupedLinear: one cast per expert input, batch experts of m rows
+ * each, no amax reduction: the dispatched tokens are not gathered over the
+ * tensor-parallel group) and the shared experts (a dense MLP). The router
+ * ("moe.router*") is not listed: Megatron-core's TopKRouter is a plain
+ * torch GEMM outside Transformer Engine's modules, so it stays 16-bit (or
+ * fp32 with --moe-router-dtype fp32). */
 static const struct {
     const char *gemm, *cast, *amax;
+    bool fwd;
 } FP8_CASTS[] = {
-    {"qkv", "qkv.fp8.cast", "qkv.fp8.amax.ar"}, {"proj", "proj.fp8.cast", NULL},
-    {"fc1", "fc1.fp8.cast", "fc1.fp8.amax.ar"}, {"fc2", "fc2.fp8.cast", NULL},
-    {"qkv.dgrad", "qkv.dgrad.fp8.cast", NULL},  {"proj.dgrad", "proj.dgrad.fp8.cast", "proj.dgrad.fp8.amax.ar"},
-    {"fc1.dgrad", "fc1.dgrad.fp8.cast", NULL},  {"fc2.dgrad", "fc2.dgrad.fp8.cast", "fc2.dgrad.fp8.amax.ar"},
+    {"qkv", "qkv.fp8.cast", "qkv.fp8.amax.ar", true},
+    {"proj", "proj.fp8.cast", NULL, true},
+    {"fc1", "fc1.fp8.cast", "fc1.fp8.amax.ar", true},
+    {"fc2", "fc2.fp8.cast", NULL, true},
+    {"qkv.dgrad", "qkv.dgrad.fp8.cast", NULL, false},
+    {"proj.dgrad", "proj.dgrad.fp8.cast", "proj.dgrad.fp8.amax.ar", false},
+    {"fc1.dgrad", "fc1.dgrad.fp8.cast", NULL, false},
+    {"fc2.dgrad", "fc2.dgrad.fp8.cast", "fc2.dgrad.fp8.amax.ar", false},
+    {"mla.q_down", "mla.q_down.fp8.cast", NULL, true},
+    {"mla.kv_down", "mla.kv_down.fp8.cast", NULL, true},
+    {"mla.q_up", "mla.q_up.fp8.cast", "mla.q_up.fp8.amax.ar", true},
+    {"mla.kv_up", "mla.kv_up.fp8.cast", "mla.kv_up.fp8.amax.ar", true},
+    {"mla.q_proj", "mla.q_proj.fp8.cast", "mla.q_proj.fp8.amax.ar", true},
+    {"mla.q_down.dgrad", "mla.q_down.dgrad.fp8.cast", NULL, false},
+    {"mla.kv_down.dgrad", "mla.kv_down.dgrad.fp8.cast", NULL, false},
+    {"mla.q_up.dgrad", "mla.q_up.dgrad.fp8.cast", NULL, false},
+    {"mla.kv_up.dgrad", "mla.kv_up.dgrad.fp8.cast", NULL, false},
+    {"mla.q_proj.dgrad", "mla.q_proj.dgrad.fp8.cast", NULL, false},
+    {"moe.fc1", "moe.fc1.fp8.cast", NULL, true},
+    {"moe.fc2", "moe.fc2.fp8.cast", NULL, true},
+    {"moe.fc1.dgrad", "moe.fc1.dgrad.fp8.cast", NULL, false},
+    {"moe.fc2.dgrad", "moe.fc2.dgrad.fp8.cast", NULL, false},
+    {"moe.shared.fc1", "moe.shared.fc1.fp8.cast", "moe.shared.fc1.fp8.amax.ar", true},
+    {"moe.shared.fc2", "moe.shared.fc2.fp8.cast", NULL, true},
+    {"moe.shared.fc1.dgrad", "moe.shared.fc1.dgrad.fp8.cast", NULL, false},
+    {"moe.shared.fc2.dgrad", "moe.shared.fc2.dgrad.fp8.cast", "moe.shared.fc2.dgrad.fp8.amax.ar", false},
 };
 
-/* Mark the linear GEMMs of o as FP8 and append the casts (after the list's
- * ops, each waiting for the op before it: the compute stream runs them in
- * order, so the pass's time grows by theirs). */
-static void fp8_ops(const layer_shape *L, layer_ops *o)
+int layer_fp8_ops(const layer_shape *L, layer_ops *o, int from, ts_err *err)
 {
+    if (L->fp8 == FP8_FORMAT_NONE)
+        return TS_OK;
     int n = o->n;
-    for (int i = 0; i < n; i++) {
+    for (int i = from < 0 ? 0 : from; i < n; i++) {
         layer_op *op = &o->op[i];
-        if (op->kind != LAYER_OP_GEMM || op->batch != 1)
+        if (op->kind != LAYER_OP_GEMM || op->fp8)
             continue;
         for (size_t j = 0; j < sizeof FP8_CASTS / sizeof FP8_CASTS[0]; j++) {
-            bool wgrad = strncmp(op->name, FP8_CASTS[j].gemm, strlen(FP8_CASTS[j].gemm)) == 0 &&
-                         !strcmp(op->name + strlen(FP8_CASTS[j].gemm), ".wgrad") && j < 4;
+            size_t gl = strlen(FP8_CASTS[j].gemm);
+            bool wgrad =
+                FP8_CASTS[j].fwd && strncmp(op->name, FP8_CASTS[j].gemm, gl) == 0 && !strcmp(op->name + gl, ".wgrad");
             if (wgrad) {
                 op->fp8 = true;
                 break;
             }
             if (strcmp(op->name, FP8_CASTS[j].gemm) != 0)
                 continue;
+            if (o->n + 2 > LAYER_MAX_OPS)
+                return err_set(err, TS_EINVAL, "FP8 casts: %d ops listed, no room for %s's cast (at most %d ops)", o->n,
+                               op->name, LAYER_MAX_OPS);
             op->fp8 = true;
             int64_t m = op->m, k = op->k;
             if (FP8_CASTS[j].amax && L->fp8_recipe == FP8_RECIPE_TENSORWISE && L->sp && L->t > 1)
                 layer_ops_comm(o, FP8_CASTS[j].amax, COMM_ALL_REDUCE, LAYER_FP8_AMAX_BYTES,
                                L->t); /* the cast waits for it */
-            layer_ops_mem(o, FP8_CASTS[j].cast, layer_fp8_cast_bytes(L->fp8_recipe, m * k));
+            layer_ops_mem(o, FP8_CASTS[j].cast, layer_fp8_cast_bytes(L->fp8_recipe, m * k * op->batch));
             break;
         }
     }
+    return TS_OK;
 }
 
 /* --no-gradient-accumulation-fusion: the add of each weight gradient into
@@ -579,8 +615,8 @@ int layer_ops_build(const layer_shape *L, layer_pass pass, layer_ops *out, ts_er
     default:
         return err_set(err, TS_EINVAL, "layer_ops_build: unknown pass %d", (int)pass);
     }
-    if (L->fp8 != FP8_FORMAT_NONE)
-        fp8_ops(L, out);
+    if ((rc = layer_fp8_ops(L, out, 0, err)) != TS_OK)
+        return rc;
     grad_accum_ops(L, out);
     return TS_OK;
 }

@@ -291,6 +291,21 @@ int layer_ops_append(layer_ops *dst, const layer_ops *src, ts_err *err);
  * i.e. 4, 6, 4.0625, 4.0625 B per element (rounded down). */
 int64_t layer_fp8_cast_bytes(config_fp8_recipe r, int64_t elems);
 
+/* FP8 (L->fp8 != FP8_FORMAT_NONE): mark the linear GEMMs among o's ops
+ * from index from on as FP8 (layer_op.fp8; their ".wgrad" GEMMs too) and
+ * append after the list the cast each forward GEMM's input and each dgrad
+ * GEMM's output gradient needs (op "<gemm>.fp8.cast", layer_fp8_cast_bytes
+ * of m x k x batch elements: a grouped expert GEMM casts each expert's
+ * input), with the amax all-reduce current scaling adds under sequence
+ * parallelism (LAYER_FP8_AMAX_BYTES). The GEMMs: the dense layer's qkv,
+ * proj, fc1, fc2; MLA's down and up projections; the routed experts'
+ * grouped fc1/fc2 and the shared experts' fc1/fc2. Attention, the router
+ * and the output layer stay 16-bit. Called by layer_ops_build and
+ * moe_block_ops; GEMMs already marked are skipped. Nothing without FP8.
+ * Returns TS_EINVAL (o as far as it got) if the casts would pass
+ * LAYER_MAX_OPS. */
+int layer_fp8_ops(const layer_shape *L, layer_ops *o, int from, ts_err *err);
+
 /* Current scaling (tensorwise) with sequence parallelism: the input of
  * qkv and fc1 and the output gradient of proj and fc2 are all-gathered in
  * FP8, so each rank's amax is all-reduced over the t ranks (one fp32,

@@ -39,8 +39,6 @@ int layer_mla_check(const layer_shape *L, ts_err *err)
         return err_set(err, TS_EINVAL,
                        "--multi-latent-attention with --context-parallel-size %d: not modelled together (give 1)",
                        L->cp);
-    if (L->fp8 != FP8_FORMAT_NONE)
-        return err_set(err, TS_EINVAL, "--multi-latent-attention with --fp8-format: not modelled (drop --fp8-format)");
     return TS_OK;
 }
 

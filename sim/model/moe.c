@@ -248,7 +248,10 @@ void moe_expert_loads_zipf(int n, double routed_tokens, double skew, uint64_t se
 /* Most ops one MoE block lists (the backward with shared experts and the
  * dispatcher's collectives on both sides: 17 with every router option); moe_block_ops checks the
  * room first. */
-#define MOE_BLOCK_MAX_OPS (17 + 2 * MOE_DISP_MAX_OPS)
+#define MOE_BLOCK_MAX_OPS (17 + 2 * MOE_DISP_MAX_OPS + MOE_FP8_MAX_OPS)
+/* FP8's casts in a block (layer_fp8_ops): the routed fc1 and fc2 and the
+ * shared fc1 and fc2, plus one amax all-reduce (tensorwise under SP) */
+#define MOE_FP8_MAX_OPS 5
 
 /* Shapes of one MoE block on one rank (moe.h, moe_block_ops): the
  * dispatcher's (moe_disp.h) and the experts' GEMMs, whose N (FC1) or K
@@ -464,6 +467,15 @@ static void moe_dims_of(const layer_shape *L, const moe_config *e, double lf, mo
     D->E = D->d.E;
     D->el = D->d.el;
     D->m = D->el > 0 ? (D->d.R + D->el - 1) / D->el : 0; /* no experts: nothing (callers check) */
+    /* FP8: Megatron-core's TEGroupedMLP pads each expert's tokens to the FP8
+     * GEMM's alignment (Fp8Padding; fp8_utils.get_fp8_align_size: 32 rows
+     * for MXFP8, 16 otherwise) unless the router pads the routing map
+     * (--moe-router-padding-for-fp8, refused); the expert GEMMs run the
+     * padded rows. The pad and unpad copies themselves are not costed. */
+    if (L->fp8 != FP8_FORMAT_NONE) {
+        int64_t align = L->fp8_recipe == FP8_RECIPE_MXFP8 ? 32 : 16;
+        D->m = (D->m + align - 1) / align * align;
+    }
     int64_t fe = e->ffn_hidden_size > 0 ? e->ffn_hidden_size : L->ffn;
     D->fep = fe / D->d.etp;
     D->fc1p = (L->swiglu ? 2 : 1) * D->fep;
@@ -506,6 +518,7 @@ int moe_block_ops(const layer_shape *L, const moe_config *e, double load_factor,
                        load_factor);
     moe_dims D;
     moe_dims_of(L, e, load_factor, &D);
+    int first = out->n;
     if (out->n < 0 || out->n > LAYER_MAX_OPS - MOE_BLOCK_MAX_OPS)
         return err_set(err, TS_EINVAL, "moe_block_ops: %d ops already listed; the block needs room for %d of %d",
                        out->n, MOE_BLOCK_MAX_OPS, LAYER_MAX_OPS);
@@ -531,7 +544,7 @@ int moe_block_ops(const layer_shape *L, const moe_config *e, double load_factor,
     default:
         return err_set(err, TS_EINVAL, "moe_block_ops: unknown pass %d", (int)pass);
     }
-    return TS_OK;
+    return layer_fp8_ops(L, out, first, err);
 }
 
 void moe_layer_rank_params(const model_config *m, const moe_config *e, int tp, int pp, int gpus, moe_rank_params *out)

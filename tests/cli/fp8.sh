@@ -7,7 +7,8 @@
 # FP8_ROW_TOLERANCE; the refusals (FP8 on a GPU without FP8 tensor cores,
 # named; MXFP8 off Blackwell; --fp8-param-gather without FP8; FP8 with
 # fp32), each exit 2; FP8 faster than bf16; --fp8-param-gather's smaller
-# parameter all-gather and weights; --help's unit and default lines. Ends
+# parameter all-gather and weights; MoE (Mixtral) and MoE + MLA (DeepSeek-V3)
+# under FP8; --help's unit and default lines. Ends
 # "N passed, N failed".
 set -u
 T=${TRAINSIM:-build/trainsim}
@@ -92,4 +93,33 @@ for f in --fp8-format --fp8-recipe --fp8-param-gather; do
     check_sh "--help lists $f with a default" \
         'awk -v f="$f" "\$1 == f { s = 1; next } s && /default:/ { found = 1; exit } s && /^  --/ { exit } END { exit !found }" <<<"$help"'
 done
+# MoE and MLA under FP8: the expert, shared-expert and MLA projection GEMMs
+# in FP8 (the router and the attention core 16-bit, the dispatch in bf16:
+# Megatron-core's default --moe-dispatch-fwd-dtype)
+DSV3=(--model deepseek-v3 --gpu H100-SXM5-80GB --recompute-granularity full) # the default layout fits with it
+d8=$($T simulate "${DSV3[@]}" --fp8-format e4m3 --fp8-recipe blockwise --csv - 2>&1)
+rc=$?
+check_sh "deepseek-v3 --fp8-format e4m3 --fp8-recipe blockwise: exit 0" '[ $rc -eq 0 ]'
+dt8=$(csv iteration_time "$d8")
+dt16=$(csv iteration_time "$($T simulate "${DSV3[@]}" --csv - 2>&1)")
+check_sh "deepseek-v3: FP8 faster than bf16, by less than 2x ($dt8 vs $dt16 ns)" \
+    'awk -v a="$dt8" -v b="$dt16" "BEGIN { exit !(a < b && 2 * a > b) }"'
+MIX=(--model mixtral-8x7b --gpu H100-SXM5-80GB)
+m8=$($T simulate "${MIX[@]}" --fp8-format hybrid --csv - 2>&1)
+rc=$?
+m16=$($T simulate "${MIX[@]}" --csv - 2>&1)
+check_sh "mixtral-8x7b --fp8-format hybrid: exit 0" '[ $rc -eq 0 ]'
+mt8=$(csv iteration_time "$m8")
+mt16=$(csv iteration_time "$m16")
+check_sh "mixtral-8x7b: FP8 faster than bf16, by less than 2x ($mt8 vs $mt16 ns)" \
+    'awk -v a="$mt8" -v b="$mt16" "BEGIN { exit !(a < b && 2 * a > b) }"'
+mw8=$(awk -F, '$1 == "rank 0" && $2 == "memory_at_peak_weights" { print $3 }' <<<"$m8")
+mw16=$(awk -F, '$1 == "rank 0" && $2 == "memory_at_peak_weights" { print $3 }' <<<"$m16")
+# rank 0: its layers' weights (experts included) get 2 B a parameter, its embedding none
+check_sh "mixtral-8x7b: the layers' FP8 weight copies ($mw8 vs $mw16 bytes: 1.9x to 2x)" \
+    '[ -n "$mw8" ] && [ "$mw8" -lt $((2 * mw16)) ] && [ $((10 * mw8)) -gt $((19 * mw16)) ]'
+expect_error 2 "A100-SXM4-80GB has no FP8 tensor cores" $T simulate --model mixtral-8x7b --gpu A100-SXM4-80GB \
+    --fp8-format hybrid
+expect_error 2 "--moe-dispatch-fwd-dtype" $T simulate "${MIX[@]}" --fp8-format hybrid --moe-dispatch-fwd-dtype mxfp8
+expect_error 2 "--moe-router-padding-for-fp8" $T simulate "${MIX[@]}" --fp8-format hybrid --moe-router-padding-for-fp8
 finish

@@ -9,6 +9,7 @@
 #include "sim/model/cost.h"
 #include "sim/model/fp8.h"
 #include "sim/model/layer.h"
+#include "sim/model/moe.h"
 #include "tests/unit/gpu_specs.h"
 
 static const gpu_spec A100 = {GPU_SPEC_A100};
@@ -203,4 +204,173 @@ Test(fp8, delayed_amax_reduction_bytes)
         m.fp8_recipe = (config_fp8_recipe)r;
         cr_expect_eq(fp8_amax_reduce_bytes(&m, 4, false), 0);
     }
+}
+
+/* ------------------------------------------------ MoE and MLA under FP8 */
+
+/* Mixtral-8x7B-like MoE block (8 experts, top-2, ffn 14336, EP 8: one
+ * expert a rank), s 4096 b 1, t 1, with or without shared experts. */
+static moe_config mixtral_experts(int shared)
+{
+    moe_config e;
+    memset(&e, 0, sizeof e);
+    e.num_experts = 8;
+    e.topk = 2;
+    e.ffn_hidden_size = 14336;
+    e.shared_ffn_hidden_size = shared;
+    e.ep = 8;
+    e.etp = 1;
+    e.dispatcher = MOE_DISPATCH_ALLTOALL;
+    return e;
+}
+
+static void moe_pass(config_fp8_format f, config_fp8_recipe r, const moe_config *e, layer_pass pass, layer_ops *o)
+{
+    layer_shape L = llama(f, r);
+    L.s = 4096;
+    o->n = 0;
+    cr_assert_eq(moe_block_ops(&L, e, 1.0, pass, o, NULL), TS_OK);
+}
+
+static int64_t compute_ns(const cost_model *cm, const layer_ops *o)
+{
+    int64_t ns = 0;
+    for (int i = 0; i < o->n; i++)
+        if (o->op[i].kind != LAYER_OP_COMM)
+            ns += cost_op_ns(cm, &o->op[i]);
+    return ns;
+}
+
+/* The expert GEMMs (grouped) and the shared experts' are FP8, the router
+ * is not; each expert GEMM's cast covers every expert's input: m x k x
+ * batch elements at the recipe's bytes. */
+Test(fp8, moe_expert_gemms_and_casts)
+{
+    moe_config e = mixtral_experts(2048);
+    for (int r = FP8_RECIPE_DELAYED; r <= FP8_RECIPE_MXFP8; r++) {
+        layer_ops f, b;
+        moe_pass(FP8_FORMAT_HYBRID, (config_fp8_recipe)r, &e, LAYER_PASS_F, &f);
+        moe_pass(FP8_FORMAT_HYBRID, (config_fp8_recipe)r, &e, LAYER_PASS_B, &b);
+        const layer_op *fc1 = find(&f, "moe.fc1"), *fc2 = find(&f, "moe.fc2");
+        cr_assert(fc1 && fc1->fp8 && fc2 && fc2->fp8);
+        cr_assert(!find(&f, "moe.router")->fp8, "the router stays 16-bit");
+        cr_assert(!find(&b, "moe.router.dgrad")->fp8 && !find(&b, "moe.router.wgrad")->fp8);
+        cr_assert(find(&f, "moe.shared.fc1")->fp8 && find(&f, "moe.shared.fc2")->fp8);
+        /* one expert a rank: EP x T x k / E = 8 x 4096 x 2 / 8 = 8192 rows */
+        cr_assert_eq(fc1->m * fc1->batch, 8192);
+        cr_assert_eq(find(&f, "moe.fc1.fp8.cast")->bytes, layer_fp8_cast_bytes((config_fp8_recipe)r, 8192LL * 4096));
+        cr_assert_eq(find(&f, "moe.fc2.fp8.cast")->bytes, layer_fp8_cast_bytes((config_fp8_recipe)r, 8192LL * 14336));
+        cr_assert_eq(find(&b, "moe.fc2.dgrad.fp8.cast")->bytes,
+                     layer_fp8_cast_bytes((config_fp8_recipe)r, 8192LL * 4096));
+        cr_assert_eq(find(&b, "moe.fc1.dgrad.fp8.cast")->bytes,
+                     layer_fp8_cast_bytes((config_fp8_recipe)r, 8192LL * 2 * 14336));
+        cr_assert(find(&b, "moe.fc1.wgrad")->fp8 && find(&b, "moe.fc2.wgrad")->fp8);
+        cr_assert_null(find(&b, "moe.fc1.wgrad.fp8.cast"));
+        /* without FP8: nothing marked, no casts */
+        layer_ops n;
+        moe_pass(FP8_FORMAT_NONE, (config_fp8_recipe)r, &e, LAYER_PASS_F, &n);
+        for (int i = 0; i < n.n; i++) {
+            cr_assert(!n.op[i].fp8, "%s", n.op[i].name);
+            cr_assert_null(strstr(n.op[i].name, ".fp8."), "%s", n.op[i].name);
+        }
+        cr_assert_eq(f.n, n.n + 4, "4 casts: routed fc1, fc2, shared fc1, fc2");
+    }
+}
+
+/* FP8 pads each expert's rows to 16 (32 for MXFP8): 8 x 100 x 2 / 8 = 200
+ * rows become 208 (224); bf16 runs 200. */
+Test(fp8, moe_expert_rows_padded)
+{
+    moe_config e = mixtral_experts(0);
+    layer_shape L = llama(FP8_FORMAT_HYBRID, FP8_RECIPE_DELAYED);
+    L.s = 100;
+    const int64_t want[2][2] = {{208, 200}, {224, 200}};
+    for (int x = 0; x < 2; x++)
+        for (int f8 = 0; f8 < 2; f8++) {
+            L.fp8 = f8 == 0 ? FP8_FORMAT_HYBRID : FP8_FORMAT_NONE;
+            L.fp8_recipe = x == 0 ? FP8_RECIPE_DELAYED : FP8_RECIPE_MXFP8;
+            layer_ops o;
+            o.n = 0;
+            cr_assert_eq(moe_block_ops(&L, &e, 1.0, LAYER_PASS_F, &o, NULL), TS_OK);
+            cr_assert_eq(find(&o, "moe.fc1")->m, want[x][f8], "recipe %d fp8 %d: %lld", x, !f8,
+                         (long long)find(&o, "moe.fc1")->m);
+        }
+}
+
+/* Large expert GEMMs: FP8 at most the bf16 time and at least the FP8
+ * peak's floor (2 m n k / peak); with the casts the block's compute is
+ * never slower than bf16 for every recipe, forward and backward. */
+Test(fp8, moe_fp8_not_slower_for_large_experts)
+{
+    cost_params p;
+    cost_model *cm;
+    cr_assert_eq(cost_params_default(&H100, PREC_BF16, &p, NULL), TS_OK);
+    cr_assert_eq(cost_model_new(&p, &cm, NULL), TS_OK);
+    int64_t m = 8192, n = 2 * 14336, k = 4096, batch = 2;
+    int64_t f8 = cost_gemm_fp8_ns(cm, m, n, k, batch), bf = cost_gemm_ns(cm, m, n, k, batch);
+    double floor_ns = 2.0 * m * n * k * batch / (1978.9e3);
+    cr_assert_lt(f8, bf, "fp8 %lld bf16 %lld", (long long)f8, (long long)bf);
+    cr_assert_geq((double)f8, floor_ns);
+    cr_assert_lt((double)f8, 0.7 * (double)bf, "the FP8 peak is twice bf16's");
+    moe_config e = mixtral_experts(0);
+    for (int r = FP8_RECIPE_DELAYED; r <= FP8_RECIPE_MXFP8; r++)
+        for (int ps = LAYER_PASS_F; ps <= LAYER_PASS_B; ps++) {
+            layer_ops a, b;
+            moe_pass(FP8_FORMAT_HYBRID, (config_fp8_recipe)r, &e, (layer_pass)ps, &a);
+            moe_pass(FP8_FORMAT_NONE, (config_fp8_recipe)r, &e, (layer_pass)ps, &b);
+            cr_assert_lt(compute_ns(cm, &a), compute_ns(cm, &b), "recipe %d pass %d", r, ps);
+        }
+    cost_model_free(cm);
+}
+
+/* The dispatcher's traffic is the same with FP8: Megatron-core dispatches
+ * in bf16 by default (--moe-dispatch-fwd-dtype bf16; its other value,
+ * mxfp8, is refused by the flags). */
+Test(fp8, moe_dispatch_bytes_unchanged)
+{
+    moe_config e = mixtral_experts(0);
+    layer_ops a, b;
+    moe_pass(FP8_FORMAT_E4M3, FP8_RECIPE_BLOCKWISE, &e, LAYER_PASS_F, &a);
+    moe_pass(FP8_FORMAT_NONE, FP8_RECIPE_BLOCKWISE, &e, LAYER_PASS_F, &b);
+    int seen = 0;
+    for (int i = 0; i < b.n; i++)
+        if (b.op[i].kind == LAYER_OP_COMM && b.op[i].a2a) {
+            const layer_op *o = find(&a, b.op[i].name);
+            cr_assert(o, "%s", b.op[i].name);
+            cr_assert_eq(o->bytes, b.op[i].bytes, "%s", b.op[i].name);
+            seen++;
+        }
+    cr_assert_gt(seen, 0);
+}
+
+/* MLA's down and up projections are FP8 GEMMs with their casts; the
+ * attention core is not. */
+Test(fp8, mla_projections_fp8_core_not)
+{
+    layer_shape L = llama(FP8_FORMAT_E4M3, FP8_RECIPE_BLOCKWISE);
+    L.s = 4096;
+    L.g = L.a;
+    L.mla = (layer_mla){.on = true, .q_lora = 1536, .kv_lora = 512, .d_qk = 128, .d_rope = 64, .d_v = 128};
+    layer_ops f, b;
+    cr_assert_eq(layer_ops_build(&L, LAYER_PASS_F, &f, NULL), TS_OK);
+    cr_assert_eq(layer_ops_build(&L, LAYER_PASS_B, &b, NULL), TS_OK);
+    const char *proj[] = {"mla.q_down", "mla.kv_down", "mla.q_up", "mla.kv_up"};
+    int64_t T = 4096;
+    for (int i = 0; i < 4; i++) {
+        const layer_op *g = find(&f, proj[i]);
+        cr_assert(g && g->fp8, "%s", proj[i]);
+        char name[64];
+        snprintf(name, sizeof name, "%s.fp8.cast", proj[i]);
+        const layer_op *c = find(&f, name);
+        cr_assert(c, "%s", name);
+        cr_assert_eq(c->bytes, layer_fp8_cast_bytes(FP8_RECIPE_BLOCKWISE, g->m * g->k));
+        snprintf(name, sizeof name, "%s.dgrad", proj[i]);
+        cr_assert(find(&b, name)->fp8, "%s", name);
+        snprintf(name, sizeof name, "%s.wgrad", proj[i]);
+        cr_assert(find(&b, name)->fp8, "%s", name);
+    }
+    cr_assert_eq(find(&f, "mla.kv_down")->m, T);
+    for (int i = 0; i < f.n; i++)
+        if (f.op[i].kind == LAYER_OP_GEMM && !strncmp(f.op[i].name, "attn.", 5))
+            cr_assert(!f.op[i].fp8, "%s", f.op[i].name);
 }
