@@ -41,6 +41,7 @@
 
 #include "sim/cli/cmd.h"
 #include "sim/config/catalog.h"
+#include "sim/infer/infer_calib.h"
 #include "sim/model/calib.h"
 #include "sim/util/afile.h"
 #include "sim/util/csvio.h"
@@ -443,6 +444,12 @@ static int calibrate_decode(const calibrate_args *a, double best_mem_gbps, ts_er
                          "to fit",
                          a->decode, c1);
     }
+    if (!rc && gbps / ref > infer_calib_max_efficiency(kind))
+        rc = err_set(err, TS_EINVAL,
+                     "%s: the decode ops ran at %.2f GB/s, %.3g x the %s reference of %.1f GB/s: above the %g a "
+                     "decode calibration may hold (infer_calib.h); the samples are not a memory-bound decode (check "
+                     "the run, or give --gpu KIND for its datasheet bandwidth)",
+                     a->decode, gbps, gbps / ref, kind, ref, infer_calib_max_efficiency(kind));
     if (!rc) {
         printf("decode: %zu (op, bytes) groups from %s: launch %.0f ns, %.2f GB/s (R^2 %.4f) = %.4f of %.1f GB/s\n",
                D.n, a->decode, alpha, gbps, r2, gbps / ref, ref);

@@ -22,8 +22,6 @@ static const char *const QUANTITIES[] = {"gpu",
 #define VALID_QUANTITIES                                                                                               \
     "gpu, decode_hbm_efficiency, decode_launch_overhead_ns, decode_gbps, reference_gbps, r2, points, batch"
 
-/* Largest decode_hbm_efficiency accepted (infer_calib.h). */
-#define MAX_EFFICIENCY 4.0
 /* Relative agreement of decode_hbm_efficiency with decode_gbps / reference_gbps. */
 #define EFF_TOLERANCE 1e-3
 
@@ -42,7 +40,7 @@ static int read_value(const csvio_table *t, size_t r, int q, infer_calib *k, ts_
         return rc;
     }
     case Q_EFF:
-        return csvio_get_positive_max(t, r, "value", MAX_EFFICIENCY, &k->hbm_efficiency, err);
+        return csvio_get_positive_max(t, r, "value", INFER_CALIB_MAX_EFF_CPU, &k->hbm_efficiency, err);
     case Q_LAUNCH:
         return csvio_get_double(t, r, "value", 0.0, 1e9, &k->launch_ns, err);
     case Q_GBPS:
@@ -56,6 +54,11 @@ static int read_value(const csvio_table *t, size_t r, int q, infer_calib *k, ts_
     default:
         return csvio_get_int64(t, r, "value", 1, INT64_MAX, &k->batch, err);
     }
+}
+
+double infer_calib_max_efficiency(const char *device)
+{
+    return strcasecmp(device, "CPU") ? INFER_CALIB_MAX_EFF_GPU : INFER_CALIB_MAX_EFF_CPU;
 }
 
 int infer_calib_read(const char *path, infer_calib *out, ts_err *err)
@@ -84,6 +87,11 @@ int infer_calib_read(const char *path, infer_calib *out, ts_err *err)
                          "%s: no '%s' row (a decode calibration has the quantities " VALID_QUANTITIES
                          "; trainsim calibrate --decode FILE --decode-output writes it)",
                          path, QUANTITIES[q]);
+    if (!rc && out->hbm_efficiency > infer_calib_max_efficiency(out->gpu))
+        rc = err_set(err, TS_EINVAL,
+                     "%s:%d: column 'value': decode_hbm_efficiency %g is out of range for device '%s' (expected a "
+                     "number in (0, %g]: infer_calib.h)",
+                     path, line[Q_EFF], out->hbm_efficiency, out->gpu, infer_calib_max_efficiency(out->gpu));
     if (!rc) {
         double ratio = out->decode_gbps / out->reference_gbps;
         if (fabs(out->hbm_efficiency - ratio) > EFF_TOLERANCE * ratio)

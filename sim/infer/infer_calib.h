@@ -9,7 +9,8 @@
  *   gpu                        device kind the samples were fitted for, as
  *                              --gpu resolves it (topologies/gpus.csv name,
  *                              or CPU for `--gpu cpu`)
- *   decode_hbm_efficiency      decode_gbps / reference_gbps, in (0, 4]
+ *   decode_hbm_efficiency      decode_gbps / reference_gbps, in (0, max]
+ *                              with max = infer_calib_max_efficiency(gpu)
  *                              (above 1 when the measured ops ran from a
  *                              cache faster than the reference bandwidth:
  *                              a CPU with a model that fits in its caches)
@@ -55,6 +56,20 @@ typedef struct {
     int64_t points;        /* 0 when absent */
     int64_t batch;         /* 0 when absent */
 } infer_calib;
+
+/* The largest decode_hbm_efficiency a fit for device may have. A GPU's
+ * decode ops stream their weights and KV cache from HBM, whose datasheet
+ * bandwidth is the reference: a ratio above 1 can only come from its L2
+ * (tens of MB, a few times HBM's bandwidth), so INFER_CALIB_MAX_EFF_GPU 4.
+ * The calibrated-only CPU device's reference is the best element-wise rate
+ * of its own microbenchmark, itself measured under whatever load the machine
+ * had, and a small model's decode tensors sit in L1/L2, which serve one to
+ * two orders of magnitude more bytes per cycle than a loaded memory stream:
+ * INFER_CALIB_MAX_EFF_CPU 64. `trainsim calibrate --decode` refuses to
+ * write a fit above the bound and infer_calib_read refuses to read one. */
+#define INFER_CALIB_MAX_EFF_GPU 4.0
+#define INFER_CALIB_MAX_EFF_CPU 64.0
+double infer_calib_max_efficiency(const char *device);
 
 /* Read path into *out. TS_EIO if unreadable; TS_EINVAL with "FILE:LINE:
  * column 'x': ..." for a bad cell (unknown or repeated quantity, a value
