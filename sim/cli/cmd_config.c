@@ -86,21 +86,6 @@ static int list_nodes(flags_state *fs, const opt_table *t, config *c, ts_err *e)
     return rc == TS_OK ? 0 : fail(e);
 }
 
-/* Ranks of a group of n ranks stride apart on each node of gpn GPUs (as
- * the plan builder places them: Megatron's order, tensor innermost). */
-static int group_ranks_per_node(int n, int stride, int gpn)
-{
-    if (n <= 1 || stride >= gpn || gpn % stride)
-        return 1;
-    int a = n, b = gpn / stride;
-    while (b) {
-        int r = a % b;
-        a = b;
-        b = r;
-    }
-    return a;
-}
-
 static void print_group(FILE *f, const char *name, const commcost_params *cp, int n, int k)
 {
     if (n <= 1) {
@@ -156,7 +141,7 @@ static int print_network(FILE *f, const config *c)
                "switches (use --network-flows or --full for the first two)\n");
     int gpn = c->cluster.gpus_per_node > 0 ? c->cluster.gpus_per_node : 1, tp = c->par.tp, dp = c->par.dp;
     print_group(f, "tensor-parallel group:", &cp, tp, tp <= gpn ? tp : (tp % gpn ? 1 : gpn));
-    print_group(f, "data-parallel group:", &cp, dp, group_ranks_per_node(dp, tp, gpn));
+    print_group(f, "data-parallel group:", &cp, dp, commcost_group_strided(dp, tp, gpn).ranks_per_node);
     return TS_OK;
 }
 
@@ -169,7 +154,7 @@ static int print_nccl_table(FILE *f, const config *c, ts_err *e)
     if (rc)
         return rc;
     int gpn = c->cluster.gpus_per_node > 0 ? c->cluster.gpus_per_node : 1;
-    int dp = c->par.dp, k = group_ranks_per_node(dp, c->par.tp, gpn);
+    int dp = c->par.dp, k = commcost_group_strided(dp, c->par.tp, gpn).ranks_per_node;
     struct {
         const char *name;
         int n, k;

@@ -74,8 +74,6 @@ typedef struct {
     int64_t a2a_lat_ns; /* MoE: its latency, for the flow modes */
 } pass_builder;
 
-static int ranks_per_node(int n, int stride, int gpn);
-
 static void pb_start(pass_builder *b, int stage)
 {
     b->base = b->pl->n_steps;
@@ -188,7 +186,7 @@ static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_
             if (g.ranks_per_node > g.ranks || g.ranks % g.ranks_per_node)
                 g.ranks_per_node = 1;
             if (op->stride > 0) { /* a context-parallel group: span ranks, stride apart */
-                int k = ranks_per_node(op->span, op->stride, b->gpn > 0 ? b->gpn : 8);
+                int k = commcost_group_strided(op->span, op->stride, b->gpn > 0 ? b->gpn : 8).ranks_per_node;
                 if (op->coll == COMM_P2P) /* a ring step: on NVLink only if the whole ring is in a node */
                     g = (commcost_group){2, k == op->span ? 2 : 1};
                 else
@@ -557,27 +555,6 @@ static int build_fwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
     return rc;
 }
 
-static int gcd_int(int a, int b)
-{
-    while (b) {
-        int r = a % b;
-        a = b;
-        b = r;
-    }
-    return a;
-}
-
-/* Ranks of a group of n, consecutive-stride in Megatron's rank order
- * (tensor fastest, then data, then pipeline), that share a node. */
-static int ranks_per_node(int n, int stride, int gpn)
-{
-    if (n <= 1)
-        return 1;
-    if (stride >= gpn || gpn % stride)
-        return 1;
-    return gcd_int(n, gpn / stride);
-}
-
 int plan_build(const config *c, const sched *s, const cost_model *cm, const commcost_params *cc, plan **out,
                ts_err *err)
 {
@@ -618,7 +595,7 @@ static void plan_env_init(plan_env *E, const config *c, const sched *s, const co
     E->d *= config_cp(c); /* dense gradients are reduced (and the optimizer sharded) over d x cp */
     E->dt = config_dtype_bytes(c);
     E->grad_bytes = c->model.precision == PREC_FP16 ? 2 : 4; /* bf16 accumulates and reduces in fp32 */
-    E->dp_group = (commcost_group){E->d, ranks_per_node(E->d, E->t, E->gpn)};
+    E->dp_group = commcost_group_strided(E->d, E->t, E->gpn);
     E->edp = 1;
     E->edp_group = (commcost_group){1, 1};
     E->fsdp = P->torch_fsdp2 || P->megatron_fsdp;
@@ -871,15 +848,15 @@ static void fixed_costs(const plan_env *E, int64_t shard, int64_t grads, int64_t
     int world = mp * E->d;     /* d x cp: every rank */
     bool distopt = c->par.distributed_optimizer || E->shard >= SHARD_OPTIM;
     int n = distopt ? world : mp;
-    commcost_group g = {n, ranks_per_node(n, 1, E->gpn)};
+    commcost_group g = commcost_group_strided(n, 1, E->gpn);
     if (!distopt) { /* t consecutive ranks per stage, stages t x cp x d apart */
         int blk = E->t, stride = E->t * E->d, gpn = E->gpn;
         if (blk >= gpn || gpn % blk)
-            g.ranks_per_node = gcd_int(blk, gpn);
+            g.ranks_per_node = commcost_gcd(blk, gpn);
         else if (stride >= gpn || gpn % stride)
             g.ranks_per_node = blk;
         else
-            g.ranks_per_node = blk * gcd_int(c->par.pp, gpn / stride);
+            g.ranks_per_node = blk * commcost_gcd(c->par.pp, gpn / stride);
     }
     memset(part, 0, sizeof(int64_t) * PLAN_FIXED_KINDS);
     part[PLAN_FIXED_ZERO_GRAD] = cost_mem_ns(E->cm, grads);
@@ -922,7 +899,7 @@ static void fixed_costs(const plan_env *E, int64_t shard, int64_t grads, int64_t
         int moe_layers = 0, p = c->par.pp > 0 ? c->par.pp : 1;
         for (int l = 0; l < c->model.num_layers; l++)
             moe_layers += moe_layer_is_moe(&c->moe, l);
-        commcost_group gb = {tdp, ranks_per_node(tdp, 1, E->gpn)};
+        commcost_group gb = commcost_group_strided(tdp, 1, E->gpn);
         int64_t bytes = 4 * (int64_t)c->moe.num_experts * ((moe_layers + p - 1) / p);
         part[PLAN_FIXED_BIAS_AR] = commcost_ns(E->cc, COMM_ALL_REDUCE, bytes, &gb);
     }

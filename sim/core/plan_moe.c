@@ -43,25 +43,6 @@ static int moe_layer_pass(const layer_shape *L, const moe_config *e, double lf, 
     return TS_OK;
 }
 
-static int gcd_of(int a, int b)
-{
-    while (b) {
-        int r = a % b;
-        a = b;
-        b = r;
-    }
-    return a;
-}
-
-/* n ranks at a stride in rank order: how many share a node of gpn. */
-static commcost_group group_at(int n, int stride, int gpn)
-{
-    int k = 1;
-    if (n > 1 && stride < gpn && gpn % stride == 0)
-        k = gcd_of(n, gpn / stride);
-    return (commcost_group){n, k};
-}
-
 void plan_moe_scale_loads(const double *tokens, int n, double routed, double *out)
 {
     double sum = 0;
@@ -144,8 +125,8 @@ int plan_moe_build(const config *c, const layer_shape *rc_shape, int gpn, const 
     mo->params_expert = P.expert;
     mo->edp = P.expert_dp > 0 ? P.expert_dp : 1;
     int etp = e->etp > 0 ? e->etp : 1, ep = e->ep > 0 ? e->ep : 1;
-    mo->ep_group = group_at(ep, etp, gpn);
-    mo->edp_group = group_at(mo->edp, etp * ep, gpn);
+    mo->ep_group = commcost_group_strided(ep, etp, gpn);
+    mo->edp_group = commcost_group_strided(mo->edp, etp * ep, gpn);
     mo->transient = moe_block_transient_bytes(&L, e, lf);
     int64_t T = moe_disp_tokens(&L);
     if (e->dispatcher == MOE_DISPATCH_FLEX && e->enable_deepep) {

@@ -202,6 +202,24 @@ int commcost_params_topo(const gpu_spec *gpu, const topo *t, int gpus, commcost_
     return TS_OK;
 }
 
+int commcost_gcd(int a, int b)
+{
+    while (b) {
+        int r = a % b;
+        a = b;
+        b = r;
+    }
+    return a;
+}
+
+commcost_group commcost_group_strided(int n, int stride, int gpn)
+{
+    int k = 1;
+    if (n > 1 && stride < gpn && gpn % stride == 0)
+        k = commcost_gcd(n, gpn / stride);
+    return (commcost_group){n, k};
+}
+
 int commcost_group_check(commcost_coll coll, const commcost_group *g, ts_err *err)
 {
     if ((unsigned)coll >= COMM_COLL_COUNT)

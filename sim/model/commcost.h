@@ -75,6 +75,15 @@ typedef struct {
                            (k == n: the group is inside one node) */
 } commcost_group;
 
+/* Greatest common divisor of a, b >= 0 (gcd(a, 0) = a). */
+int commcost_gcd(int a, int b);
+
+/* The group of n ranks spaced stride apart in rank order (Megatron's
+ * folds: tensor fastest, then the next dimension, ...) on nodes of gpn
+ * GPUs: gcd(n, gpn / stride) of them share a node when stride < gpn divides
+ * gpn, one otherwise (and for n <= 1). stride >= 1, gpn >= 1. */
+commcost_group commcost_group_strided(int n, int stride, int gpn);
+
 /* How commcost_ns costs a collective (see the top of this file). */
 typedef enum {
     COMMCOST_ALPHA_BETA = 0, /* the closed forms above, from the link classes alone (calibration files) */

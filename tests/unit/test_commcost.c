@@ -136,3 +136,18 @@ Test(commcost, bad_groups)
     g = (commcost_group){0, 1};
     cr_assert_eq(commcost_group_check(COMM_ALL_GATHER, &g, &e), TS_EINVAL);
 }
+
+/* A strided group's ranks per node: gcd(n, gpn / stride) when the stride
+ * divides the node, else one; a group of one is alone. */
+Test(commcost, group_strided)
+{
+    cr_assert_eq(commcost_gcd(12, 8), 4);
+    cr_assert_eq(commcost_gcd(7, 0), 7);
+    commcost_group g = commcost_group_strided(16, 2, 8); /* 4 ranks in each node of 8 at stride 2 */
+    cr_assert(g.ranks == 16 && g.ranks_per_node == 4);
+    cr_assert_eq(commcost_group_strided(6, 1, 8).ranks_per_node, 2); /* gcd(6, 8) */
+    cr_assert_eq(commcost_group_strided(4, 8, 8).ranks_per_node, 1); /* stride spans a node */
+    cr_assert_eq(commcost_group_strided(4, 3, 8).ranks_per_node, 1); /* 3 does not divide 8 */
+    cr_assert_eq(commcost_group_strided(1, 1, 8).ranks_per_node, 1);
+    cr_assert_eq(commcost_group_strided(8, 1, 8).ranks_per_node, 8); /* one whole node */
+}
