@@ -67,6 +67,8 @@
 #include "sim/util/opt.h"
 
 #define FLAGS_DEFAULT_MODEL "gpt3-175b"
+/* The GPU when neither --gpu nor a topology names one. */
+#define FLAGS_DEFAULT_GPU "A100-SXM4-80GB"
 
 /* Where a resolved value came from (flags_print shows it). */
 typedef enum {
