@@ -160,7 +160,8 @@ int moe_ep_group_nodes(int etp, int ep, int gpus_per_node);
  * Fisher-Yates), so heavy experts land on arbitrary expert-parallel ranks.
  * skew 0 is forced balance exactly: every expert gets routed_tokens / n.
  * The distribution is an assumption stated here, not fitted to published
- * routing statistics. Deterministic: the same (n, skew, seed) gives the same
+ * routing statistics; the exponent's default (MOE_ROUTING_SKEW_DEFAULT) is
+ * fitted to the step of h100_training_calibration.csv row (c). Deterministic: the same (n, skew, seed) gives the same
  * loads, byte for byte. out[0..n-1] sums to routed_tokens (up to rounding). */
 void moe_expert_loads_zipf(int n, double routed_tokens, double skew, uint64_t seed, double *out);
 

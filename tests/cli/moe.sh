@@ -222,7 +222,7 @@ check_sh "Qwen3-235B-A22B row (c): forced balance ($bal ns) faster than the defa
 check_sh "Qwen3-235B-A22B row (c): the default's routing skew is $(val qwen iteration moe_routing_skew)" \
     '[ "$(val qwen iteration moe_routing_skew)" = 0.2 ]'
 # the fit, rerun, lands near the default (the step is piecewise constant in the skew, its expert GEMMs'
-# rows crossing tile multiples: a small change elsewhere in the cost model moves the crossing by a step)
+# rows crossing 128-row tiles: a small change elsewhere in the cost model moves the crossing by a step)
 fit=$(TRAINSIM=$T bash "$(dirname "$0")/../../experiments/cost-fit/moe-skew.sh" 2>&1 | awk '$1 == "fit" { print $2 }')
 check_sh "experiments/cost-fit/moe-skew.sh refits the skew to row (c): $fit, within 0.03 of the default 0.2" \
     'awk -v f="$fit" "BEGIN { exit !(f != \"\" && f > 0.17 && f < 0.23) }"'
