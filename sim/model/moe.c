@@ -575,8 +575,8 @@ void moe_block_mem_of(const layer_shape *L, const moe_config *e, double load_fac
      * outputs (moe.h) */
     int64_t probs = R * 4;
     out->free_w = R * h * dt + act + T * D.fs * dt;
-    out->free_i = 2 * 4 * T * E + T * k * (4 + 8) + meta + probs + R * D.fc1p * dt + T * D.fc1s * dt +
-                  (D.r.aux ? 4 * T * E : 0);
+    out->free_i =
+        2 * 4 * T * E + T * k * (4 + 8) + meta + probs + R * D.fc1p * dt + T * D.fc1s * dt + (D.r.aux ? 4 * T * E : 0);
     out->kept = out->free_w + out->free_i;
     out->by_rc = 0;
     if (L->recompute == RECOMPUTE_FULL) {
