@@ -567,15 +567,16 @@ void moe_block_mem_of(const layer_shape *L, const moe_config *e, double load_fac
     moe_dims_of(L, e, load_factor > 0 ? load_factor : 1, &D);
     int64_t T = D.T, k = D.k, E = D.E, R = D.d.R, h = D.h, dt = D.dt;
     bool ag = e->dispatcher == MOE_DISPATCH_ALLGATHER;
-    /* the expert outputs the unpermute reads: after the ETP reduce-scatter
-     * (alltoall, Ra rows) or the partial sums themselves (allgather, R) */
-    int64_t outs = ag ? R : D.d.Ra;
     /* allgather: the gathered routing map and probabilities of the local experts */
     int64_t meta = ag && D.d.n > 1 ? (int64_t)D.d.n * T * D.el * (1 + 4) : 0;
     int64_t act = R * D.fep * dt; /* the expert activation's output: FC2's input */
+    /* the routed probabilities the weighted activation scales by (fp32, one
+     * a row); the unpermute then keeps only its row map, not the expert
+     * outputs (moe.h) */
+    int64_t probs = R * 4;
     out->free_w = R * h * dt + act + T * D.fs * dt;
-    out->free_i = 2 * 4 * T * E + T * k * (4 + 8) + meta + outs * h * dt + R * D.fc1p * dt + T * D.fc1s * dt +
-                  (D.r.aux ? 4 * T * E : 0);
+    out->free_i =
+        2 * 4 * T * E + T * k * (4 + 8) + meta + probs + R * D.fc1p * dt + T * D.fc1s * dt + (D.r.aux ? 4 * T * E : 0);
     out->kept = out->free_w + out->free_i;
     out->by_rc = 0;
     if (L->recompute == RECOMPUTE_FULL) {
