@@ -637,7 +637,7 @@ static int build_stage_passes(plan *pl, const plan_env *E, pass_builder *b, cons
                            k == PLAN_PASS_B   ? &nb_b
                            : k == PLAN_PASS_W ? &nb_w
                                               : NULL);
-        if (rc == TS_OK && E->opts.inline_tp)
+        if (rc == TS_OK && E->inline_tp)
             rc = plan_collapse_pass(pl, b->base, k, with_buckets, S_);
         else
             S_->pass[k] = (plan_range){b->base, pl->n_steps - b->base};
@@ -721,8 +721,8 @@ int plan_build_opts(const config *c, const sched *s, const cost_model *cm, const
         return err_set(err, TS_EINVAL, "plan: schedule has p=%d v=%d but the configuration p=%d v=%d", s->p, s->v,
                        P->pp, P->vp);
     plan_env E;
-    plan_env_init(&E, c, s, cm, cc, o, err);
-    int rc = ep_pair_check(c, s->kind, s->v, !E.opts.inline_tp, err);
+    plan_env_init(&E, c, s, cm, cc, o && o->inline_tp, err);
+    int rc = ep_pair_check(c, s->kind, s->v, !E.inline_tp, err);
     if (rc)
         return rc;
     model_ops *mo = malloc(sizeof *mo);
