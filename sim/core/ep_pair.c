@@ -339,13 +339,14 @@ static int copy_less(plan *pl, plan_range R, int64_t hidden_ns, plan_range *out)
 
 static int add_pair(plan *pl, int sf, int sb, int kb, int sms, bool delay_wgrad, ts_err *err)
 {
-    if (ep_pair_find(pl, sf, sb, kb))
+    const plan_stage *F = &pl->stages[sf], *B = &pl->stages[sb];
+    if (ep_pair_find(pl, sf, sb, kb) ||
+        (range_ep_ns(pl, F->pass[PLAN_PASS_F]) <= 0 && range_ep_ns(pl, B->pass[kb]) <= 0))
         return TS_OK;
     int64_t a_f, a_b, e_f, e_b;
     int rc = ep_pair_exposed(pl, sf, sb, kb, sms, delay_wgrad, &a_f, &a_b, &e_f, &e_b, err);
-    if (rc || (a_f <= 0 && a_b <= 0))
+    if (rc)
         return rc;
-    const plan_stage *F = &pl->stages[sf], *B = &pl->stages[sb];
     plan_ep_pair P = {.sf = sf, .sb = sb, .kb = kb};
     plan_range fin = B->pass_final[kb];
     rc = copy_less(pl, F->pass[PLAN_PASS_F], a_f - e_f, &P.f);
