@@ -280,10 +280,11 @@ int ep_pair_exposed(const plan *pl, int sf, int sb, int kb, int sms, bool delay_
     if (rc == TS_OK) {
         *a_f = range_ep_ns(pl, F->pass[PLAN_PASS_F]);
         *a_b = range_ep_ns(pl, B->pass[kb]);
-        rc = ep_pair_run(&pf, &pb, sms, delay_wgrad, exp_f, exp_b, err);
+        int64_t e_f = 0, e_b = 0;
+        rc = ep_pair_run(&pf, &pb, sms, delay_wgrad, &e_f, &e_b, err);
         /* never more than the pass had alone */
-        *exp_f = *exp_f < *a_f ? *exp_f : *a_f;
-        *exp_b = *exp_b < *a_b ? *exp_b : *a_b;
+        *exp_f = e_f < *a_f ? e_f : *a_f;
+        *exp_b = e_b < *a_b ? e_b : *a_b;
     } else {
         rc = err_set(err, TS_ENOMEM, "plan: out of memory for the overlapped pairs");
     }
