@@ -22,7 +22,13 @@
  * c_0 A_1 c_1 ... A_n c_n (c_0 the attention, A_1 the dispatch, c_1 the
  * experts, A_2 the combine, c_2 the next layer's attention, ...), the
  * backward d_0 B_1 d_1 ... B_m d_m (B_1 the combine's backward, d_1 the
- * experts', B_2 the dispatch's, d_2 the attention's, ...). The pair runs
+ * experts', B_2 the dispatch's, d_2 the attention's, ...; a span is the
+ * pass's time between two transfers, its tensor-parallel collectives
+ * included: they run on the compute stream in Megatron-core, the
+ * all-to-alls on their own). A pass with no transfer (dense layers only)
+ * is one span that runs before (backward) or after (forward) the other's
+ * first span: Megatron's layer-by-layer interleave of a dense layer with a
+ * MoE layer is not modelled (pessimistic for such pairs). The pair runs
  * Megatron-core's combined layer (TransformerLayerSchedulePlan.run): two
  * in-order streams, compute d_0 c_0 d_1 c_1 ... and communication B_1 A_1
  * B_2 A_2 ..., each op starting when its stream is free and its input is
