@@ -153,6 +153,7 @@ typedef struct {
     bool overlap_param_gather;                /* --overlap-param-gather (needs the two above on) */
     bool tp_comm_overlap;                     /* --tp-comm-overlap: userbuffers GEMM/collective overlap */
     bool overlap_moe_ep_comm;                 /* --overlap-moe-expert-parallel-comm (ep_pair.h) */
+    bool delay_wgrad;                         /* --delay-wgrad-compute: with the above (ep_pair.h) */
     bool torch_fsdp2;                         /* --use-torch-fsdp2 (shards optimizer, gradients, parameters) */
     bool megatron_fsdp;                       /* --use-megatron-fsdp */
     int dp_sharding;                          /* config_sharding: --data-parallel-sharding-strategy (Megatron-FSDP) */

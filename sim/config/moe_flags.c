@@ -308,8 +308,10 @@ static int check_layout(moe_config *e, const config *c, ts_err *err)
             "--moe-shared-expert-overlap needs --moe-token-dispatcher-type alltoall or flex (got allgather)");
     if (e->shared_overlap && p->overlap_moe_ep_comm)
         return err_set(err, TS_EINVAL,
-                       "--moe-shared-expert-overlap with --overlap-moe-expert-parallel-comm: not modelled (the pair's "
-                       "all-to-alls already run beside the other pass's compute; give one of the two)");
+                       "--moe-shared-expert-overlap with --overlap-moe-expert-parallel-comm: Megatron-LM refuses the "
+                       "combination (megatron/training/arguments.py, validate_args: disable moe_shared_expert_overlap "
+                       "when enabling overlap_moe_expert_parallel_comm; the pair computes the shared experts in its "
+                       "own sub-modules); give one of the two");
     return TS_OK;
 }
 

@@ -761,7 +761,7 @@ int plan_build_opts(const config *c, const sched *s, const cost_model *cm, const
         if (rc == TS_OK)
             rc = build_stages(pl, &E, &b, mo);
         if (rc == TS_OK && P->overlap_moe_ep_comm)
-            rc = ep_pair_build(pl, s, b.sms, err);
+            rc = ep_pair_build(pl, s, b.sms, P->delay_wgrad, err);
     }
     if (rc == TS_OK)
         rc = plan_rank_add_emb_allreduce(pl, &E);
