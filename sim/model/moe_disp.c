@@ -37,10 +37,10 @@ void moe_disp_dims_of(const layer_shape *L, const moe_config *e, double lf, moe_
     D->a2a = moe_a2a_send_bytes(D->T, e->topk, L->h, L->dtype_bytes, D->ep);
     D->mx_fwd = e->dispatch_fwd_mxfp8;
     D->mx_bwd = e->combine_bwd_mxfp8;
-    D->row_fwd = D->mx_fwd ? fp8_mxfp8_bytes(1, D->h) : D->h * D->dt;
-    D->row_bwd = D->mx_bwd ? fp8_mxfp8_bytes(1, D->h) : D->h * D->dt;
-    D->a2a_fwd = moe_a2a_send_bytes(D->T, e->topk, D->row_fwd, 1, D->ep);
-    D->a2a_bwd = moe_a2a_send_bytes(D->T, e->topk, D->row_bwd, 1, D->ep);
+    D->row_f = D->mx_fwd ? fp8_mxfp8_bytes(1, D->h) : D->h * D->dt;
+    D->row_b = D->mx_bwd ? fp8_mxfp8_bytes(1, D->h) : D->h * D->dt;
+    D->a2a_f = moe_a2a_send_bytes(D->T, e->topk, D->row_f, 1, D->ep);
+    D->a2a_b = moe_a2a_send_bytes(D->T, e->topk, D->row_b, 1, D->ep);
 }
 
 int64_t moe_ag_hidden_bytes(int64_t tokens, int64_t h, int dtype_bytes, int n)
@@ -118,15 +118,15 @@ void moe_disp_fwd_in(const moe_disp_dims *D, layer_ops *o)
         disp_coll(o, "moe.ag.probs", COMM_ALL_GATHER, moe_ag_meta_bytes(D->T, (int)D->E, D->n), D->n);
         if (D->mx_fwd)
             disp_quant(D, o, q, D->T);
-        disp_coll(o, "moe.ag.dispatch", COMM_ALL_GATHER, moe_ag_hidden_bytes(D->T, D->row_fwd, 1, D->n), D->n);
+        disp_coll(o, "moe.ag.dispatch", COMM_ALL_GATHER, moe_ag_hidden_bytes(D->T, D->row_f, 1, D->n), D->n);
         layer_ops_mem(o, "moe.permute", permute_bytes(D));
         return;
     }
     layer_ops_mem(o, "moe.permute", permute_bytes(D));
     if (D->mx_fwd)
         disp_quant(D, o, q, D->T * D->k);
-    disp_a2a(o, "moe.a2a.dispatch", D->a2a_fwd, D->ep, D->mx_fwd);
-    disp_coll(o, "moe.etp.ag", COMM_ALL_GATHER, moe_etp_bytes(D->Ra, D->row_fwd, 1, D->etp), D->etp);
+    disp_a2a(o, "moe.a2a.dispatch", D->a2a_f, D->ep, D->mx_fwd);
+    disp_coll(o, "moe.etp.ag", COMM_ALL_GATHER, moe_etp_bytes(D->Ra, D->row_f, 1, D->etp), D->etp);
 }
 
 void moe_disp_fwd_out(const moe_disp_dims *D, layer_ops *o)
@@ -147,15 +147,15 @@ void moe_disp_bwd_out(const moe_disp_dims *D, layer_ops *o)
     if (allgather(D)) {
         if (D->mx_bwd)
             disp_quant(D, o, q, D->T);
-        disp_coll(o, "moe.rs.combine.bwd", COMM_ALL_GATHER, moe_ag_hidden_bytes(D->T, D->row_bwd, 1, D->n), D->n);
+        disp_coll(o, "moe.rs.combine.bwd", COMM_ALL_GATHER, moe_ag_hidden_bytes(D->T, D->row_b, 1, D->n), D->n);
         layer_ops_mem(o, "moe.unpermute.bwd", unpermute_bytes(D));
         return;
     }
     layer_ops_mem(o, "moe.unpermute.bwd", unpermute_bytes(D));
     if (D->mx_bwd)
         disp_quant(D, o, q, D->T * D->k);
-    disp_a2a(o, "moe.a2a.combine.bwd", D->a2a_bwd, D->ep, D->mx_bwd);
-    disp_coll(o, "moe.etp.rs.bwd", COMM_ALL_GATHER, moe_etp_bytes(D->Ra, D->row_bwd, 1, D->etp), D->etp);
+    disp_a2a(o, "moe.a2a.combine.bwd", D->a2a_b, D->ep, D->mx_bwd);
+    disp_coll(o, "moe.etp.rs.bwd", COMM_ALL_GATHER, moe_etp_bytes(D->Ra, D->row_b, 1, D->etp), D->etp);
 }
 
 void moe_disp_bwd_in(const moe_disp_dims *D, layer_ops *o)
@@ -176,7 +176,7 @@ void moe_disp_bwd_in(const moe_disp_dims *D, layer_ops *o)
 int64_t moe_disp_transient_bytes(const moe_disp_dims *D)
 {
     if (allgather(D) && D->n > 1) {
-        int64_t row = D->row_fwd > D->row_bwd ? D->row_fwd : D->row_bwd; /* the gathered tokens or gradients */
+        int64_t row = D->row_f > D->row_b ? D->row_f : D->row_b; /* the gathered tokens or gradients */
         return moe_ag_hidden_bytes(D->T, row, 1, D->n) + moe_ag_hidden_bytes(D->T, D->h, (int)D->dt, D->n) +
                moe_ag_meta_bytes(D->T, (int)D->E, D->n);
     }

@@ -77,10 +77,10 @@ typedef struct {
     int64_t a2a;    /* bytes one rank sends in one 16-bit all-to-all: moe_a2a_send_bytes(T, k, h, dt, ep) */
     bool mx_fwd;    /* --moe-dispatch-fwd-dtype mxfp8: the dispatch's forward rows in MXFP8 */
     bool mx_bwd;    /* --moe-combine-bwd-dtype mxfp8: the combine's backward rows in MXFP8 */
-    int64_t row_fwd; /* bytes of one token row the dispatch sends: fp8_mxfp8_bytes(1, h) with mx_fwd, else h dt */
-    int64_t row_bwd; /* the same for the combine's backward (mx_bwd) */
-    int64_t a2a_fwd; /* bytes one rank sends in the dispatch all-to-all: moe_a2a_send_bytes(T, k, row_fwd, 1, ep) */
-    int64_t a2a_bwd; /* in the combine's backward all-to-all: the same with row_bwd */
+    int64_t row_f;  /* bytes of one token row the dispatch sends: fp8_mxfp8_bytes(1, h) with mx_fwd, else h dt */
+    int64_t row_b;  /* the same for the combine's backward (mx_bwd) */
+    int64_t a2a_f;  /* bytes one rank sends in the dispatch all-to-all: moe_a2a_send_bytes(T, k, row_f, 1, ep) */
+    int64_t a2a_b;  /* in the combine's backward all-to-all: the same with row_b */
 } moe_disp_dims;
 
 /* Bytes one rank sends in one all-to-all of the alltoall dispatcher:
@@ -121,7 +121,7 @@ int64_t moe_etp_bytes(int64_t ra, int64_t h, int dtype_bytes, int etp);
  * backward output gradients (mx_bwd) are quantized to MXFP8 (fp8.h:
  * 1 byte an element and an e8m0 scale per 32 along h) right before the
  * first collective that sends them, and every collective of that side then
- * carries MXFP8 rows (row_fwd / row_bwd bytes): the all-to-all (alltoall,
+ * carries MXFP8 rows (row_f / row_b bytes): the all-to-all (alltoall,
  * flex with DeepEP), the ETP all-gather behind it, the allgather
  * dispatcher's hidden-state gather. The combine's forward and the
  * dispatch's backward stay 16-bit, as do the routing map and the
@@ -165,7 +165,7 @@ void moe_disp_bwd_in(const moe_disp_dims *D, layer_ops *o);
  * before the reduce-scatter, R h dt; else 0. Forward and backward alike
  * (the backward's gathered gradient and pre-reduce-scatter gradients have
  * the same sizes); with FP8 dispatch the allgather's gathered buffer is the
- * larger of the two passes' rows, n T max(row_fwd, row_bwd), beside the
+ * larger of the two passes' rows, n T max(row_f, row_b), beside the
  * 16-bit n T h dt. */
 int64_t moe_disp_transient_bytes(const moe_disp_dims *D);
 

@@ -183,29 +183,29 @@ Test(fp8_moe, no_collective_no_cast)
 
 Test(fp8_moe, flag_rules, .fini = fini)
 {
-    cr_assert_eq(flags_run(MOE_SMALL, "--gpus", "8", "--gpu", "H100-SXM5-80GB", "--num-experts", "8", "--moe-dispatch-fwd-dtype",
-                           "mxfp8", NULL),
+    cr_assert_eq(flags_run(MOE_SMALL, "--gpus", "8", "--gpu", "H100-SXM5-80GB", "--num-experts", "8",
+                           "--moe-dispatch-fwd-dtype", "mxfp8", NULL),
                  TS_EINVAL);
-    cr_assert(strstr(E.msg, "--moe-dispatch-fwd-dtype mxfp8 needs Blackwell") && strstr(E.msg, "H100-SXM5-80GB"),
-              "%s", E.msg);
-    cr_assert_eq(flags_run(MOE_SMALL, "--gpus", "8", "--gpu", "B200-SXM-180GB", "--num-experts", "8", "--moe-combine-bwd-dtype",
-                           "mxfp8", NULL),
-                 TS_EINVAL);
-    cr_assert(strstr(E.msg, "--moe-combine-bwd-dtype mxfp8 needs FP8 training with --fp8-recipe mxfp8"), "%s",
+    cr_assert(strstr(E.msg, "--moe-dispatch-fwd-dtype mxfp8 needs Blackwell") && strstr(E.msg, "H100-SXM5-80GB"), "%s",
               E.msg);
-    cr_assert_eq(flags_run(MOE_SMALL, "--gpus", "8", "--gpu", "B200-SXM-180GB", "--num-experts", "8", "--fp8-format", "e4m3",
-                           "--fp8-recipe", "blockwise", "--moe-dispatch-fwd-dtype", "mxfp8", NULL),
+    cr_assert_eq(flags_run(MOE_SMALL, "--gpus", "8", "--gpu", "B200-SXM-180GB", "--num-experts", "8",
+                           "--moe-combine-bwd-dtype", "mxfp8", NULL),
+                 TS_EINVAL);
+    cr_assert(strstr(E.msg, "--moe-combine-bwd-dtype mxfp8 needs FP8 training with --fp8-recipe mxfp8"), "%s", E.msg);
+    cr_assert_eq(flags_run(MOE_SMALL, "--gpus", "8", "--gpu", "B200-SXM-180GB", "--num-experts", "8", "--fp8-format",
+                           "e4m3", "--fp8-recipe", "blockwise", "--moe-dispatch-fwd-dtype", "mxfp8", NULL),
                  TS_EINVAL);
     cr_assert(strstr(E.msg, "got --fp8-recipe blockwise"), "%s", E.msg);
-    cr_assert_eq(flags_run(MOE_SMALL, "--gpus", "8", "--gpu", "B200-SXM-180GB", "--moe-dispatch-fwd-dtype", "mxfp8", NULL),
-                 TS_EINVAL);
+    cr_assert_eq(
+        flags_run(MOE_SMALL, "--gpus", "8", "--gpu", "B200-SXM-180GB", "--moe-dispatch-fwd-dtype", "mxfp8", NULL),
+        TS_EINVAL);
     cr_assert(strstr(E.msg, "--moe-dispatch-fwd-dtype needs --num-experts"), "%s", E.msg);
-    cr_assert_eq(flags_run(MOE_SMALL, "--gpus", "8", "--gpu", "B200-SXM-180GB", "--num-experts", "8", "--fp8-format", "e4m3",
-                           "--fp8-recipe", "mxfp8", "--moe-dispatch-fwd-dtype", "mxfp8", NULL),
+    cr_assert_eq(flags_run(MOE_SMALL, "--gpus", "8", "--gpu", "B200-SXM-180GB", "--num-experts", "8", "--fp8-format",
+                           "e4m3", "--fp8-recipe", "mxfp8", "--moe-dispatch-fwd-dtype", "mxfp8", NULL),
                  TS_OK, "%s", E.msg);
     cr_assert(C.moe.dispatch_fwd_mxfp8 && !C.moe.combine_bwd_mxfp8);
-    cr_assert_eq(flags_run(MOE_SMALL, "--gpus", "8", "--gpu", "B200-SXM-180GB", "--num-experts", "8", "--moe-dispatch-fwd-dtype",
-                           "bf16", "--moe-combine-bwd-dtype", "bf16", NULL),
+    cr_assert_eq(flags_run(MOE_SMALL, "--gpus", "8", "--gpu", "B200-SXM-180GB", "--num-experts", "8",
+                           "--moe-dispatch-fwd-dtype", "bf16", "--moe-combine-bwd-dtype", "bf16", NULL),
                  TS_OK, "%s", E.msg);
     cr_assert(!C.moe.dispatch_fwd_mxfp8 && !C.moe.combine_bwd_mxfp8);
 }
@@ -318,8 +318,7 @@ Test(fp8_moe, mla_saved_closed_form)
         int64_t want = saved_total(&B) - 2 * (NT * h + NT * ql + NT * kvl + NT * h + NT * ffn) +
                        (Q(NT * h) + Q(NT * h) + Q(NT * ql) + Q(NT * kvl) + Q(NT * a * dv) + Q(NT * h) + Q(NT * ffn));
 #undef Q
-        cr_assert_eq(saved_total(&L), want, "recipe %d: %lld vs %lld", r, (long long)saved_total(&L),
-                     (long long)want);
+        cr_assert_eq(saved_total(&L), want, "recipe %d: %lld vs %lld", r, (long long)saved_total(&L), (long long)want);
     }
 }
 
