@@ -11,6 +11,7 @@
 #    unchanged: 0.74 to 0.80); either flag alone lies between;
 #  - the flow modes (--network-flows, --full) take the volumes from the plan:
 #    their EP ratio MXFP8 / bf16 within 1% of the default mode's;
+#  - the report's MoE line names what travels in MXFP8;
 #  - DeepSeek-V3's preset on B200 with FP8 (mxfp8 recipe): MXFP8 dispatch
 #    lowers the iteration and the exposed EP;
 #  - under FP8 the MoE layers save their expert GEMM inputs in FP8: Mixtral
@@ -72,6 +73,13 @@ for mode in network-flows full; do
     check_sh "--$mode: EP MXFP8 / bf16 = $fr, the default mode's $dr (within 1%)" \
         'awk -v a="$fr" -v b="$dr" "BEGIN { r = a / b; exit !(b > 0 && r >= 0.99 && r <= 1.01) }"'
 done
+
+# -------- the report names what travels in MXFP8
+expect_output "(alltoall dispatcher; MXFP8: the dispatch and the combine's backward)" \
+    $T simulate "${B200[@]}" --moe-token-dispatcher-type alltoall --moe-dispatch-fwd-dtype mxfp8 \
+    --moe-combine-bwd-dtype mxfp8
+expect_output "(allgather dispatcher; MXFP8: the combine's backward)" \
+    $T simulate "${B200[@]}" --moe-token-dispatcher-type allgather --moe-combine-bwd-dtype mxfp8
 
 # -------- DeepSeek-V3 preset on B200
 DS=(--model deepseek-v3 --gpu B200-SXM-180GB --fp8-format e4m3 --fp8-recipe mxfp8)
