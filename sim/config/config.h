@@ -218,6 +218,8 @@ typedef struct {
                                      (owned by the flags' state, moe_flags_release; tests: their own array) */
     int dispatcher;              /* --moe-token-dispatcher-type, config_moe_dispatcher */
     bool enable_deepep;          /* --moe-enable-deepep (flex dispatcher with DeepEP) */
+    bool dispatch_fwd_mxfp8;     /* --moe-dispatch-fwd-dtype mxfp8: the dispatch's tokens sent in MXFP8 (moe_disp.h) */
+    bool combine_bwd_mxfp8;      /* --moe-combine-bwd-dtype mxfp8: the combine's gradients sent in MXFP8 */
     bool grouped_gemm;           /* --moe-grouped-gemm */
     bool permute_fusion;         /* --moe-permute-fusion */
     int ep;                      /* --expert-model-parallel-size */

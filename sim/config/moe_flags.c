@@ -14,6 +14,7 @@ const char *const MOE_DROP_POLICY_NAMES[] = {"probs", "position", NULL};
 const char *const MOE_ROUTER_DTYPE_NAMES[] = {"fp32", "fp64", NULL};
 const char *const MOE_SCORE_NAMES[] = {"softmax", "sigmoid", NULL};
 const char *const MOE_LB_NAMES[] = {"aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none", NULL};
+const char *const MOE_COMM_DTYPE_NAMES[] = {"bf16", "mxfp8", NULL};
 
 #define ADD(...)                                                                                                       \
     do {                                                                                                               \
@@ -109,6 +110,14 @@ int moe_flags_register(moe_flags_state *s, opt_table *t, config *c, ts_err *err)
         .help = "token dispatch: all-gather/reduce-scatter, all-to-all, or flex (DeepEP)");
     ADD(.name = "--moe-enable-deepep", .type = OPT_BOOL, .target = &e->enable_deepep,
         .help = "DeepEP kernels for the flex dispatcher (needs --moe-token-dispatcher-type flex)");
+    ADD(.name = "--moe-dispatch-fwd-dtype", .type = OPT_ENUM, .target = &s->dispatch_fwd_dtype,
+        .enum_names = MOE_COMM_DTYPE_NAMES, .defval = "bf16",
+        .help = "the dispatch's tokens sent in 16 bits or MXFP8 (quantized before the send; needs --fp8-recipe "
+                "mxfp8)");
+    ADD(.name = "--moe-combine-bwd-dtype", .type = OPT_ENUM, .target = &s->combine_bwd_dtype,
+        .enum_names = MOE_COMM_DTYPE_NAMES, .defval = "bf16",
+        .help = "the combine's output gradients sent in 16 bits or MXFP8 in the backward (needs --fp8-recipe "
+                "mxfp8)");
     ADD(.name = "--moe-grouped-gemm", .type = OPT_BOOL, .target = &e->grouped_gemm,
         .help = "one grouped GEMM over the local experts instead of one GEMM per expert");
     ADD(.name = "--moe-permute-fusion", .type = OPT_BOOL, .target = &e->permute_fusion,
@@ -354,6 +363,35 @@ static int check_modelled(const moe_config *e, const config *c, ts_err *err)
     return TS_OK;
 }
 
+/* --moe-dispatch-fwd-dtype / --moe-combine-bwd-dtype mxfp8 (moe_flags.h):
+ * into c->moe when the GPU and the FP8 recipe allow them. */
+static int check_fp8_dispatch(const moe_flags_state *s, config *c, ts_err *err)
+{
+    const model_config *m = &c->model;
+    bool fwd = s->dispatch_fwd_dtype == 1, bwd = s->combine_bwd_dtype == 1;
+    const char *flag = fwd ? "--moe-dispatch-fwd-dtype mxfp8" : "--moe-combine-bwd-dtype mxfp8";
+    c->moe.dispatch_fwd_mxfp8 = false;
+    c->moe.combine_bwd_mxfp8 = false;
+    if (!fwd && !bwd)
+        return TS_OK;
+    /* Blackwell = the catalogue's GPUs with FP4 tensor cores, as config.c's
+     * rule on --fp8-recipe mxfp8 (gpus_blackwell.csv) */
+    if (!(c->cluster.gpu.fp4_tflops > 0))
+        return err_set(err, TS_EINVAL,
+                       "%s needs Blackwell's block-scaled tensor cores (MXFP8); %s has none: give bf16 (or --gpu "
+                       "B200-SXM-180GB with --fp8-format and --fp8-recipe mxfp8)",
+                       flag, c->cluster.gpu.name);
+    if (m->fp8_format == FP8_FORMAT_NONE || m->fp8_recipe != FP8_RECIPE_MXFP8)
+        return err_set(err, TS_EINVAL,
+                       "%s needs FP8 training with --fp8-recipe mxfp8 (the MXFP8 tokens are the expert GEMMs' "
+                       "inputs; got %s%s): give --fp8-format e4m3|hybrid --fp8-recipe mxfp8, or bf16",
+                       flag, m->fp8_format == FP8_FORMAT_NONE ? "no --fp8-format" : "--fp8-recipe ",
+                       m->fp8_format == FP8_FORMAT_NONE ? "" : CONFIG_FP8_RECIPE_NAMES[m->fp8_recipe]);
+    c->moe.dispatch_fwd_mxfp8 = fwd;
+    c->moe.combine_bwd_mxfp8 = bwd;
+    return TS_OK;
+}
+
 void moe_flags_release(moe_flags_state *s)
 {
     free(s->loads);
@@ -420,7 +458,9 @@ int moe_flags_finish(moe_flags_state *s, const opt_table *t, config *c, ts_err *
                                            "--moe-z-loss-coeff",
                                            "--moe-router-enable-expert-bias",
                                            "--moe-router-topk-scaling-factor",
-                                           "--moe-router-pre-softmax"};
+                                           "--moe-router-pre-softmax",
+                                           "--moe-dispatch-fwd-dtype",
+                                           "--moe-combine-bwd-dtype"};
         if (e->ep > 1)
             return err_set(err, TS_EINVAL,
                            "--expert-model-parallel-size %d needs --num-experts (a dense model has "
@@ -452,7 +492,8 @@ int moe_flags_finish(moe_flags_state *s, const opt_table *t, config *c, ts_err *
     if (s->layer_freq && (rc = moe_flags_parse_layer_freq(s->layer_freq, c->model.num_layers, &e->layer_freq,
                                                           &e->first_dense_layers, err)))
         return rc;
-    if ((rc = check_routing(e, t, err)) || (rc = check_layout(e, c, err)) || (rc = check_modelled(e, c, err)))
+    if ((rc = check_routing(e, t, err)) || (rc = check_layout(e, c, err)) || (rc = check_modelled(e, c, err)) ||
+        (rc = check_fp8_dispatch(s, c, err)))
         return rc;
     return take_expert_load(s, t, c, e, err);
 }

@@ -46,6 +46,7 @@ typedef struct {
     int gpn;            /* GPUs per node (context-parallel groups' placement) */
     int64_t a2a_ns;     /* MoE: one all-to-all over the expert-parallel group (plan_moe.h) */
     int64_t a2a_lat_ns; /* MoE: its latency, for the flow modes */
+    int64_t a2a_mx_ns;  /* MoE: one carrying MXFP8 rows (layer_op.fp8; plan_moe.h) */
 } pass_builder;
 
 static void pb_start(pass_builder *b, int stage)
@@ -171,7 +172,7 @@ static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_
             if (op->a2a) { /* the MoE dispatcher's traffic (moe_disp.h): its all-to-all timed by the plan */
                 x.cat = PLAN_CAT_EP;
                 if (op->coll == COMM_P2P)
-                    x.dur_ns = b->a2a_ns;
+                    x.dur_ns = op->fp8 ? b->a2a_mx_ns : b->a2a_ns;
             }
             x.comm_bytes = op->bytes;
             x.comm_coll = (uint8_t)op->coll;
@@ -757,6 +758,7 @@ int plan_build_opts(const config *c, const sched *s, const cost_model *cm, const
         b.tp_group = (commcost_group){t, t <= gpn ? t : (t % gpn ? 1 : gpn)};
         b.a2a_ns = mo->moe.a2a_ns;
         b.a2a_lat_ns = mo->moe.a2a_lat_ns;
+        b.a2a_mx_ns = mo->moe.a2a_mx_ns;
         rc = add_pipeline_transfers(pl, &E, &b.tp_group);
         if (rc == TS_OK)
             rc = build_stages(pl, &E, &b, mo);

@@ -304,7 +304,12 @@ void moe_layer_rank_params(const model_config *m, const moe_config *e, int tp, i
  * the row map (moe_utils.unpermute); the combine's all-to-all and the
  * allgather dispatcher's reduce-scatter save nothing. (Megatron-core
  * releases that scaled in the unpermute saved the expert outputs, R h more
- * a layer: not modelled.) */
+ * a layer: not modelled.) Under FP8 the GEMM
+ * inputs among them (the permuted tokens R h, the activation outputs
+ * R f_e / etp and T f_s) are their FP8 copies (layer_fp8_saved_bytes), and
+ * with shared experts the shared FC1's FP8 copy of the block's input (T h)
+ * is added (the 16-bit input stays saved for the router:
+ * layer_saved_build's fc1.in). */
 int64_t moe_block_saved_bytes(const layer_shape *L, const moe_config *e, double load_factor);
 
 /* moe_block_saved_bytes split for the memory timeline of one MoE layer:
@@ -313,7 +318,8 @@ int64_t moe_block_saved_bytes(const layer_shape *L, const moe_config *e, double 
  * logits and probabilities, top-k, the gathered routing, the permuted
  * probabilities, FC1 outputs, shared FC1 outputs) and what only the weight gradients need
  * (free_w: the permuted tokens, FC1's input; the activation outputs, FC2's
- * input; the shared activation output). No recomputation: all kept; full:
+ * input; the shared activation output; under FP8 the shared FC1's copy of
+ * the block input). No recomputation: all kept; full:
  * all by_rc; selective with moe_act (CONFIG_RC_MOE_ACT in L->rc_modules):
  * the routed experts' activation output (R f_e / etp) by_rc, the rest kept.
  * kept + by_rc = free_i + free_w = moe_block_saved_bytes. */
