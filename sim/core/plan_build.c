@@ -98,7 +98,9 @@ static int ub_partner(const pass_builder *b, const layer_ops *ops, int i, int ca
 
 /* Append the ops of one list. cat: category of its compute ops. alloc_bytes
  * are allocated when its first op starts, free_bytes freed when its last
- * op ends. Returns TS_OK or TS_ENOMEM. */
+ * op ends: compute ops merge into the open compute step except at those
+ * two points, so each step's allocation is at its start and its free at
+ * its end. Returns TS_OK or TS_ENOMEM. */
 static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_bytes, int64_t free_bytes)
 {
     int32_t map[LAYER_MAX_OPS];
@@ -134,7 +136,11 @@ static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_
             for (int k = 0; k < nd; k++)
                 if (pb_step(b, ds[k])->stream != PLAN_STREAM_COMPUTE)
                     ext[ne++] = ds[k];
-            bool merge = b->open >= 0 && pb_step(b, b->open)->cat == cat;
+            /* a list that allocates starts a step of its own: its memory
+             * changes at its first op's start, not at the start of a step
+             * the previous list's ops began (which would count it before
+             * their free) */
+            bool merge = b->open >= 0 && pb_step(b, b->open)->cat == cat && !(i == 0 && alloc_bytes);
             for (int k = 0; k < ne && merge; k++) {
                 const plan_step *o = pb_step(b, b->open);
                 merge = o->dep[0] == ext[k] || o->dep[1] == ext[k];
@@ -205,6 +211,8 @@ static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_
         pb_step(b, map[0])->alloc_bytes += alloc_bytes;
         pb_step(b, map[ops->n - 1])->free_bytes += free_bytes;
         b->prev_last = map[ops->n - 1];
+        if (free_bytes && b->open == map[ops->n - 1])
+            b->open = -1; /* freed at the last op's end: later ops run in steps after it */
     }
     return TS_OK;
 }
