@@ -3,7 +3,9 @@
 # same flags: weights, gradients, optimizer state and activations at the
 # peak (trainexec --report-csv, trainsim --csv's memory_at_peak_*), for no,
 # selective and full recomputation, unfused and flash attention, the
-# distributed optimizer, a pipeline and context parallelism. One iteration
+# distributed optimizer, a pipeline (1F1B and the zero-bubble ZB-H1 and ZB-V,
+# whose split backward keeps each linear layer's input and output gradient
+# from I to W) and context parallelism. One iteration
 # of a 4-layer GPT (h 64, 4 heads, s 64, V 256, b 2, no dropout: the
 # executor has none, so the simulator is told --attention-dropout 0
 # --hidden-dropout 0). Ends with "N passed, N failed". Needs mpirun.
@@ -41,8 +43,8 @@
 #   bytes) are smaller than what that frees (the fp32 logits alone are
 #   N V x 4), so its peak is the forward's end; in the executor (fp32) they
 #   are larger (4 kv x 4 bytes) than what its head frees by then (the
-#   probabilities and losses, the final norm's output and its mean and
-#   1/std: (N V + N + N h + 2 N) x 4 bytes), so its peak is in the last
+#   probabilities and losses, the final norm's input, output and mean and
+#   1/std: (N V + N + 2 N h + 2 N) x 4 bytes), so its peak is in the last
 #   layer's attention backward, that difference above its forward's end.
 #   The allowance is that difference, exactly.
 set -u
@@ -114,6 +116,8 @@ full recomputation, uniform 1|1|--global-batch-size 2 $FULL|$((2 * N * H * 4))
 full recomputation, block 2|1|--global-batch-size 2 $BLOCK|0
 distributed optimizer, d = 2|2|--global-batch-size 4 --use-distributed-optimizer|0
 1F1B, p = 2, m = 4|2|--global-batch-size 8 -p 2|0
+ZB-H1, p = 2, m = 4|2|--global-batch-size 8 -p 2 --schedule zb-h1|0
+ZB-V, p = 2, m = 4|2|--global-batch-size 8 -p 2 --schedule zb-v|0
 EOF
 
 # flash attention: the simulator's fp32 unfused run less twice what flash saves in bf16
@@ -144,7 +148,7 @@ check_sh "flash saves L b a (s^2 - s) x 4 bytes of activations (unfused $ex_u, f
 # (x 2, x 1, x 2/3), activations through the simulator's cp 2 / cp 1 ratio
 NC=$((B * S / 2))                                        # rows of a rank's block at cp = 2
 KV=$((2 * NC * H))                                       # K and V of a rank's block, elements
-CP_ALLOW=$((4 * KV * 4 - (NC * V + NC + NC * H + 2 * NC) * 4)) # the ring's fp32 buffers less the head's frees
+CP_ALLOW=$((4 * KV * 4 - (NC * V + NC + 2 * NC * H + 2 * NC) * 4)) # the ring's fp32 buffers less the head's frees
 a1=$(sim_mem 1 --global-batch-size 2 --bf16 | awk '{ print $5 }')
 for dopt in "" "--use-distributed-optimizer"; do
     if ex=$(exec_mem 2 --global-batch-size 2 --bf16 --context-parallel-size 2 $dopt) &&

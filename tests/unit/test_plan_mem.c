@@ -17,11 +17,10 @@ static void fini(void)
 }
 
 /* The trainexec memory test's model (tests/cli/trainexec_memory.sh):
- * 4 layers, h 64, 4 heads, s 64, V 256, b 2, no dropout, bf16 flash. */
+ * 4 layers, h 64, 4 heads, s 64, V 256, b 2, no dropout. */
 #define TINY                                                                                                           \
     "--num-layers", "4", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "64",                    \
-        "--padded-vocab-size", "256", "--micro-batch-size", "2", "--attention-dropout", "0", "--hidden-dropout", "0",  \
-        "--bf16"
+        "--padded-vocab-size", "256", "--micro-batch-size", "2", "--attention-dropout", "0", "--hidden-dropout", "0"
 
 /* The memory changes of stage st's pass k in time order, replayed from 0:
  * the level at the pass's end in *end, the highest level reached returned;
@@ -56,8 +55,9 @@ static int64_t replay(const plan *pl, int st, int k, int64_t *end, int64_t *firs
  * layer's transient ring buffers on top of what it keeps. */
 Test(plan_mem, cp_backward_frees_the_output_layer_first, .fini = fini)
 {
-    cr_assert_eq(flags_run(TINY, "--gpus", "2", "--context-parallel-size", "2", "--global-batch-size", "2", NULL),
-                 TS_OK, "%s", E.msg);
+    cr_assert_eq(
+        flags_run(TINY, "--bf16", "--gpus", "2", "--context-parallel-size", "2", "--global-batch-size", "2", NULL),
+        TS_OK, "%s", E.msg);
     layer_shape L;
     cr_assert_eq(layer_shape_from_config(&C, &L, &E), TS_OK, "%s", E.msg);
     layer_saved_list out;
@@ -82,5 +82,71 @@ Test(plan_mem, cp_backward_frees_the_output_layer_first, .fini = fini)
                   (long long)f_hi, (long long)f_end, (long long)tf);
     /* so the iteration's activation peak is the forward's end */
     cr_expect_eq(r->ranks[0].peak_cat_bytes[MEM_ACTIV], f_end);
+    simulate_result_free(r);
+}
+
+/* The zero-bubble stash, closed form: W reads each linear layer's output
+ * gradient, [T, n] for a weight of n outputs, so a GPT layer keeps
+ * T (3h + h + 4h + h) = 9 T h elements from its I to its W (t = 1, fp32:
+ * 4 bytes), the output layer T V, the embedding T h; none without a W
+ * list. */
+Test(plan_mem, wgrad_stash_closed_form, .fini = fini)
+{
+    cr_assert_eq(
+        flags_run(TINY, "--gpus", "1", "--global-batch-size", "2", "--fp32", "--attention-backend", "unfused", NULL),
+        TS_OK, "%s", E.msg);
+    layer_shape L;
+    cr_assert_eq(layer_shape_from_config(&C, &L, &E), TS_OK, "%s", E.msg);
+    const int64_t tok = 2 * 64, h = 64, V = 256, dt = 4;
+    layer_ops w, ew, ow, i, ei, oi;
+    cr_assert_eq(layer_ops_build(&L, LAYER_PASS_W, &w, &E), TS_OK, "%s", E.msg);
+    cr_assert_eq(layer_ops_build(&L, LAYER_PASS_I, &i, &E), TS_OK, "%s", E.msg);
+    cr_assert_eq(layer_embedding_ops(&L, LAYER_PASS_W, &ew, &E), TS_OK, "%s", E.msg);
+    cr_assert_eq(layer_embedding_ops(&L, LAYER_PASS_I, &ei, &E), TS_OK, "%s", E.msg);
+    cr_assert_eq(layer_output_ops(&L, LAYER_PASS_W, &ow, &E), TS_OK, "%s", E.msg);
+    cr_assert_eq(layer_output_ops(&L, LAYER_PASS_I, &oi, &E), TS_OK, "%s", E.msg);
+    cr_expect_eq(layer_wgrad_stash_bytes(&L, &i, &w), 9 * tok * h * dt, "layer: %lld",
+                 (long long)layer_wgrad_stash_bytes(&L, &i, &w));
+    cr_expect_eq(layer_wgrad_stash_bytes(&L, &oi, &ow), tok * V * dt);
+    cr_expect_eq(layer_wgrad_stash_bytes(&L, &ei, &ew), tok * h * dt);
+    /* B (no W list) keeps none */
+    layer_ops none = {0};
+    cr_expect_eq(layer_wgrad_stash_bytes(&L, &i, &none), 0);
+}
+
+/* In a zero-bubble plan I allocates the stash and W frees it with the
+ * inputs it kept: over one micro-batch's I and W the stage ends where the
+ * forward began, and I's net change is the stash less what I frees. */
+Test(plan_mem, zero_bubble_stash_from_i_to_w, .fini = fini)
+{
+    cr_assert_eq(flags_run(TINY, "--gpus", "2", "-p", "2", "--global-batch-size", "8", "--schedule", "zb-h1", "--fp32",
+                           "--attention-backend", "unfused", NULL),
+                 TS_OK, "%s", E.msg);
+    layer_shape L;
+    cr_assert_eq(layer_shape_from_config(&C, &L, &E), TS_OK, "%s", E.msg);
+    layer_ops w, ow, i, oi;
+    cr_assert_eq(layer_ops_build(&L, LAYER_PASS_W, &w, &E), TS_OK, "%s", E.msg);
+    cr_assert_eq(layer_ops_build(&L, LAYER_PASS_I, &i, &E), TS_OK, "%s", E.msg);
+    cr_assert_eq(layer_output_ops(&L, LAYER_PASS_W, &ow, &E), TS_OK, "%s", E.msg);
+    cr_assert_eq(layer_output_ops(&L, LAYER_PASS_I, &oi, &E), TS_OK, "%s", E.msg);
+    layer_saved_list sl, so;
+    cr_assert_eq(layer_saved_build(&L, &sl, &E), TS_OK, "%s", E.msg);
+    cr_assert_eq(layer_output_saved(&L, &so, &E), TS_OK, "%s", E.msg);
+    int64_t free_i = 0, free_i_out = 0;
+    for (int k = 0; k < sl.n; k++)
+        free_i += sl.t[k].free_when == LAYER_FREE_AFTER_I ? sl.t[k].bytes : 0;
+    for (int k = 0; k < so.n; k++)
+        free_i_out += so.t[k].free_when == LAYER_FREE_AFTER_I ? so.t[k].bytes : 0;
+    simulate_opts o = {.keep_trace = true};
+    simulate_result *r = NULL;
+    cr_assert_eq(simulate_run(&C, &o, &r, &E), TS_OK, "%s", E.msg);
+    int64_t f_end, i_end, w_end, first;
+    replay(r->pl, 1, PLAN_PASS_F, &f_end, &first);
+    replay(r->pl, 1, PLAN_PASS_I, &i_end, &first);
+    replay(r->pl, 1, PLAN_PASS_W, &w_end, &first);
+    int64_t stash = 2 * layer_wgrad_stash_bytes(&L, &i, &w) + layer_wgrad_stash_bytes(&L, &oi, &ow); /* 2 layers */
+    cr_expect_eq(i_end, stash - 2 * free_i - free_i_out, "I: %lld", (long long)i_end);
+    cr_expect_eq(f_end + i_end + w_end, 0, "F, I and W of the last stage leave %lld bytes",
+                 (long long)(f_end + i_end + w_end));
     simulate_result_free(r);
 }
