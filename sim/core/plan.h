@@ -128,7 +128,7 @@ typedef struct {
     double edp_bw_factor;
     int64_t edp_lat_ns;
     int64_t alloc_bytes; /* activation bytes allocated when the step starts */
-    int64_t free_bytes;  /* activation bytes freed when the step ends */
+    int64_t free_bytes;  /* activation bytes freed when the step ends (< 0: allocated then) */
     /* collapsed steps (seg_n > 0): the segments that make them up, the time
      * within them when only tensor-parallel communication runs, and their
      * memory changes (replacing alloc_bytes / free_bytes) */

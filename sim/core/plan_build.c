@@ -99,7 +99,9 @@ static int ub_partner(const pass_builder *b, const layer_ops *ops, int i, int ca
 
 /* Append the ops of one list. cat: category of its compute ops. alloc_bytes
  * are allocated when its first op starts, free_bytes freed when its last
- * op ends. Returns TS_OK or TS_ENOMEM. */
+ * op ends: compute ops merge into the open compute step except at those
+ * two points, so each step's allocation is at its start and its free at
+ * its end. Returns TS_OK or TS_ENOMEM. */
 static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_bytes, int64_t free_bytes)
 {
     int32_t map[LAYER_MAX_OPS];
@@ -135,7 +137,11 @@ static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_
             for (int k = 0; k < nd; k++)
                 if (pb_step(b, ds[k])->stream != PLAN_STREAM_COMPUTE)
                     ext[ne++] = ds[k];
-            bool merge = b->open >= 0 && pb_step(b, b->open)->cat == cat;
+            /* a list that allocates starts a step of its own: its memory
+             * changes at its first op's start, not at the start of a step
+             * the previous list's ops began (which would count it before
+             * their free) */
+            bool merge = b->open >= 0 && pb_step(b, b->open)->cat == cat && !(i == 0 && alloc_bytes);
             for (int k = 0; k < ne && merge; k++) {
                 const plan_step *o = pb_step(b, b->open);
                 merge = o->dep[0] == ext[k] || o->dep[1] == ext[k];
@@ -206,6 +212,10 @@ static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_
         pb_step(b, map[0])->alloc_bytes += alloc_bytes;
         pb_step(b, map[ops->n - 1])->free_bytes += free_bytes;
         b->prev_last = map[ops->n - 1];
+        if (free_bytes && b->open == map[ops->n - 1])
+            b->open = -1;           /* freed at the last op's end: later ops run in steps after it */
+    } else if (b->prev_last >= 0) { /* no op (an embedding's I without dropout): the change at the previous end */
+        pb_step(b, b->prev_last)->free_bytes += free_bytes - alloc_bytes;
     }
     return TS_OK;
 }
@@ -301,6 +311,10 @@ static int model_ops_build(const config *c, int gpn, const commcost_params *cc, 
         (rc = layer_embedding_saved(&mo->rc, &sl, err)) || (plan_layer_mem_of(&sl, &mo->m_emb), 0) ||
         (rc = layer_output_saved(&mo->rc, &sl, err)) || (plan_layer_mem_of(&sl, &mo->m_out), 0))
         return rc;
+    mo->m_rc.stash = layer_wgrad_stash_bytes(&mo->rc, &mo->i, &mo->w);
+    mo->m_none.stash = layer_wgrad_stash_bytes(&mo->none, &mo->ni, &mo->nw);
+    mo->m_emb.stash = layer_wgrad_stash_bytes(&mo->rc, &mo->ei, &mo->ew);
+    mo->m_out.stash = layer_wgrad_stash_bytes(&mo->rc, &mo->oi, &mo->ow);
     if ((rc = plan_moe_build(c, &mo->rc, gpn, cc, &mo->moe, err)))
         return rc;
     if ((mo->mtp = c->moe.mtp_num_layers) > 0) {
@@ -312,6 +326,7 @@ static int model_ops_build(const config *c, int gpn, const commcost_params *cc, 
         if (c->par.sync_tp_allreduce)
             sync_tp_allreduce(&mo->mtp_b);
         mo->m_mtp.kept = mtp_saved_bytes(&mo->rc, &mo->m_mtp.free_i, &mo->m_mtp.free_w);
+        mo->m_mtp.stash = layer_wgrad_stash_bytes(&mo->rc, &mo->mtp_i, &mo->mtp_w);
         mo->mtp_params = mtp_depth_rank_params(&c->model, c->par.tp);
     }
     mo->cp_tf = cp_transient_bytes(&mo->rc, false);
@@ -434,10 +449,13 @@ static int build_bwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
     bool buckets = kind != PLAN_PASS_I && bucket_params;
     const layer_ops *o_out = kind == PLAN_PASS_B ? &mo->ob : kind == PLAN_PASS_I ? &mo->oi : &mo->ow;
     const layer_ops *o_emb = kind == PLAN_PASS_B ? &mo->eb : kind == PLAN_PASS_I ? &mo->ei : &mo->ew;
-    /* frees by pass: B frees everything, I the I-part, W the W-part */
-#define FREE_OF(m) (kind == PLAN_PASS_B ? (m).free_i + (m).free_w : kind == PLAN_PASS_I ? (m).free_i : (m).free_w)
+    /* frees by pass: B frees everything, I the I-part, W the W-part and the
+     * output gradients I stashed for it (STASH_OF: allocated by I) */
+#define STASH_OF(m) (kind == PLAN_PASS_I ? (m).stash : 0)
+#define FREE_OF(m)                                                                                                     \
+    (kind == PLAN_PASS_B ? (m).free_i + (m).free_w : kind == PLAN_PASS_I ? (m).free_i : (m).free_w + (m).stash)
     if (last)
-        rc = pb_add(b, o_out, PLAN_CAT_BWD, 0, FREE_OF(mo->m_out));
+        rc = pb_add(b, o_out, PLAN_CAT_BWD, STASH_OF(mo->m_out), FREE_OF(mo->m_out));
     if (last && mo->mtp) { /* the MTP depths, last first: output layer, layer (not recomputed), own ops */
         layer_kind K = mtp_kind(mo);
         const layer_ops *o_lay = kind == PLAN_PASS_B ? K.nb : kind == PLAN_PASS_I ? K.ni : K.nw;
@@ -445,9 +463,9 @@ static int build_bwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
         int64_t tb = kind == PLAN_PASS_W ? 0 : mo->cp_tb;
         acc += mtp_embedding_params(mo, first);
         for (int k = 0; k < mo->mtp && rc == TS_OK; k++) {
-            if ((rc = pb_add(b, o_out, PLAN_CAT_BWD, 0, FREE_OF(mo->m_out))) ||
-                (rc = pb_add_layer(b, o_lay, PLAN_CAT_BWD, tb, FREE_OF(*K.m_none) + tb)) ||
-                (rc = pb_add(b, o_mtp, PLAN_CAT_BWD, 0, FREE_OF(mo->m_mtp))))
+            if ((rc = pb_add(b, o_out, PLAN_CAT_BWD, STASH_OF(mo->m_out), FREE_OF(mo->m_out))) ||
+                (rc = pb_add_layer(b, o_lay, PLAN_CAT_BWD, tb + STASH_OF(*K.m_none), FREE_OF(*K.m_none) + tb)) ||
+                (rc = pb_add(b, o_mtp, PLAN_CAT_BWD, STASH_OF(mo->m_mtp), FREE_OF(mo->m_mtp))))
                 break;
             acc += K.params + mo->mtp_params;
             acc_e += K.expert_params;
@@ -475,7 +493,7 @@ static int build_bwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
             else
                 ops = recomputed ? K.w : K.nw;
             int64_t tb = kind == PLAN_PASS_W ? 0 : mo->cp_tb + K.transient; /* the exchanges run in B and I */
-            rc = pb_add_layer(b, ops, PLAN_CAT_BWD, tb, FREE_OF(*m) + tb);
+            rc = pb_add_layer(b, ops, PLAN_CAT_BWD, tb + STASH_OF(*m), FREE_OF(*m) + tb);
             acc += K.params;
             acc_e += K.expert_params;
             if (buckets && acc >= mo->bucket_params) {
@@ -490,8 +508,9 @@ static int build_bwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
     if (kind != PLAN_PASS_W && rc == TS_OK)
         rc = pb_add_amax(b, mo, L->n, true, PLAN_CAT_BWD);
     if (first && rc == TS_OK)
-        rc = pb_add(b, o_emb, PLAN_CAT_BWD, 0, FREE_OF(mo->m_emb));
+        rc = pb_add(b, o_emb, PLAN_CAT_BWD, STASH_OF(mo->m_emb), FREE_OF(mo->m_emb));
 #undef FREE_OF
+#undef STASH_OF
     if (buckets && rc == TS_OK && acc > 0) {
         bucket_params[nb] = acc;
         bucket_expert[nb] = acc_e;

@@ -119,6 +119,7 @@ int plan_moe_build(const config *c, const layer_shape *rc_shape, int gpn, const 
         mems[k]->by_rc += blk.by_rc;
         mems[k]->free_i += blk.free_i;
         mems[k]->free_w += blk.free_w;
+        mems[k]->stash = layer_wgrad_stash_bytes(shapes[k], k == 0 ? &mo->i : &mo->ni, k == 0 ? &mo->w : &mo->nw);
     }
     moe_rank_params P;
     moe_layer_rank_params(&c->model, e, c->par.tp, c->par.pp, c->cluster.gpus, &P);

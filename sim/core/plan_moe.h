@@ -62,9 +62,11 @@
 void plan_moe_scale_loads(const double *tokens, int n, double routed, double *out);
 
 /* One layer's saved activations in the memory timeline: kept by F,
- * re-created by R, and of their sum what I frees and what only W needs. */
+ * re-created by R, and of their sum what I frees and what only W needs;
+ * stash: the output gradients W reads, allocated by I and freed by W
+ * (layer_wgrad_stash_bytes). */
 typedef struct {
-    int64_t kept, by_rc, free_i, free_w;
+    int64_t kept, by_rc, free_i, free_w, stash;
 } plan_layer_mem;
 
 /* Sum a saved-tensor list into m. */

@@ -401,6 +401,17 @@ int64_t layer_fp8_saved_bytes(const layer_shape *L, int64_t elems);
 /* Sum of bytes kept after F (what stays alive between F and R/B/I). */
 int64_t layer_saved_kept_bytes(const layer_saved_list *l);
 
+/* Bytes a split backward keeps from I to W besides the saved inputs (which
+ * W frees, LAYER_FREE_AFTER_W): the output gradient each weight-gradient
+ * op of the W list w reads, as zero-bubble implementations of Megatron-LM
+ * stash it with each linear layer's input. For "X.wgrad" the gradient the
+ * I list's "X.dgrad" GEMM reads (dX[T, in] = dY[T, out] W: m x k =
+ * T x out, times its batch), in the activations' dtype (1 byte when the
+ * wgrad runs in FP8: the cast Transformer Engine's wgrad reads); without
+ * such a dgrad the wgrad's k x m; the embedding's "emb.wgrad" the gradient
+ * of its output, tokens x h. A GPT layer: T (qkv_n + h + fc1_n + h) x dt. */
+int64_t layer_wgrad_stash_bytes(const layer_shape *L, const layer_ops *i, const layer_ops *w);
+
 /* Korthikanti et al. 2022 Table 2 per-layer activation bytes for the
  * shape's t, sp and recompute (16-bit activations): the closed form the
  * tests compare layer_saved_build() with. Exact in integers when t divides the

@@ -2,6 +2,8 @@
  * save for the backward, and the closed-form activation bytes (layer.h). */
 #include "sim/model/layer.h"
 
+#include <string.h>
+
 #include "sim/model/layer_impl.h"
 
 /* ---------------------------------------------------------------- saved tensors */
@@ -140,6 +142,36 @@ int64_t layer_saved_kept_bytes(const layer_saved_list *l)
     for (int i = 0; i < l->n; i++)
         if (l->t[i].kept_after_f)
             s += l->t[i].bytes;
+    return s;
+}
+
+/* The op of list o named stem + suffix (GEMMs), or NULL. */
+static const layer_op *gemm_named(const layer_ops *o, const char *stem, size_t n, const char *suffix)
+{
+    for (int j = 0; j < o->n; j++) {
+        const layer_op *op = &o->op[j];
+        if (op->kind == LAYER_OP_GEMM && !strncmp(op->name, stem, n) && !strcmp(op->name + n, suffix))
+            return op;
+    }
+    return NULL;
+}
+
+int64_t layer_wgrad_stash_bytes(const layer_shape *L, const layer_ops *i, const layer_ops *w)
+{
+    layer_dims D = layer_dims_of(L);
+    int64_t s = 0;
+    for (int j = 0; j < w->n; j++) {
+        const layer_op *op = &w->op[j];
+        size_t nl = strlen(op->name);
+        if (op->kind == LAYER_OP_GEMM && nl > 6 && !strcmp(op->name + nl - 6, ".wgrad")) {
+            const layer_op *dg = gemm_named(i, op->name, nl - 6, ".dgrad");
+            int64_t el =
+                dg ? dg->m * dg->k * (dg->batch > 0 ? dg->batch : 1) : op->k * op->m * (op->batch > 0 ? op->batch : 1);
+            s += el * (op->fp8 ? 1 : D.dt);
+        } else if (!strcmp(op->name, "emb.wgrad")) {
+            s += D.T * L->h * D.dt;
+        }
+    }
     return s;
 }
 
