@@ -202,10 +202,13 @@ static void report_data_loader(const simulate_result *r, double it, FILE *f)
         fprintf(f, " per micro-batch");
     if (r->data_measured)
         fprintf(f, " (--data-loader-ns, measured)");
-    else
-        fprintf(f, " (first stage: %.3f MB to the GPU in %d copies, %.3f MB in %d TP broadcasts%s)",
-                (double)d0->h2d_bytes * 1e-6, d0->n_h2d, (double)d0->bcast_bytes * 1e-6, d0->n_bcast,
-                d0->n_slice ? ", CP slices" : "");
+    else {
+        fprintf(f, " (%s%.3f MB to the GPU in %d copies", r->p > 1 || r->v > 1 ? "first stage: " : "",
+                (double)d0->h2d_bytes * 1e-6, d0->n_h2d);
+        if (d0->n_bcast)
+            fprintf(f, ", %.3f MB in %d TP broadcasts", (double)d0->bcast_bytes * 1e-6, d0->n_bcast);
+        fprintf(f, "%s)", d0->n_slice ? ", CP slices" : "");
+    }
     fprintf(f, "; ");
     put_time(f, (double)r->data_rank_ns);
     fprintf(f, " per iteration on the rank with the most (%.2f%%)", pct((double)r->data_rank_ns, it));
