@@ -189,7 +189,6 @@ typedef void (*gpt_prof_fn)(void *ud, const char *op, int layer, bool end);
  * to the device: the executor's data step (runtime.h rt_data_step). */
 #define GPT_OP_DATA "data"
 
-
 typedef struct gpt_stage gpt_stage;
 typedef struct gpt_acts gpt_acts;
 

@@ -213,8 +213,9 @@ static void report_data_loader(const simulate_result *r, double it, FILE *f)
     put_time(f, (double)r->data_rank_ns);
     fprintf(f, " per iteration on the rank with the most (%.2f%%)", pct((double)r->data_rank_ns, it));
     if (d0->mask_bytes > 0 && !r->data_measured)
-        fprintf(f, "\n                        of it the [b, 1, s, s] attention mask, %.3f MB per micro-batch "
-                   "(--no-create-attention-mask-in-dataloader drops it)",
+        fprintf(f,
+                "\n                        of it the [b, 1, s, s] attention mask, %.3f MB per micro-batch "
+                "(--no-create-attention-mask-in-dataloader drops it)",
                 (double)d0->mask_bytes * 1e-6);
 }
 

@@ -108,7 +108,7 @@ typedef struct {
     dataload_cost data[2]; /* the data loader's step per micro-batch, first / last stage (plan.h plan.data) */
     bool data_measured;    /* --data-loader-ns: data[].total_ns is the measured figure */
     int64_t data_rank_ns;  /* the data loader's time per iteration on the rank with the most */
-    simulate_rank *ranks;                   /* p entries */
+    simulate_rank *ranks;  /* p entries */
     /* throughput */
     double tokens_per_s;
     double model_flops;    /* per iteration, formulas.md model FLOPs (flops.h) */

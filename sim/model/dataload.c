@@ -33,8 +33,10 @@ int dataload_host_link_gbps(const gpu_spec *g, double mem_gbps, double *out, ts_
     *out = 0;
     if (g->calibrated_only) {
         if (!(mem_gbps > 0))
-            return err_set(err, TS_EINVAL, "data loader: the calibrated device %s has no memory rate (give "
-                           "--data-loader-ns)", g->name);
+            return err_set(err, TS_EINVAL,
+                           "data loader: the calibrated device %s has no memory rate (give "
+                           "--data-loader-ns)",
+                           g->name);
         *out = mem_gbps / 2;
         return TS_OK;
     }

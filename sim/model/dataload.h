@@ -53,33 +53,33 @@
 
 /* The tensors of a batch, in get_batch_on_this_tp_rank's order. */
 typedef enum {
-    DATALOAD_TOKENS = 0,    /* int64 [b, s] */
-    DATALOAD_LABELS,        /* int64 [b, s] */
-    DATALOAD_LOSS_MASK,     /* float32 [b, s] */
-    DATALOAD_ATTN_MASK,     /* bool [b, 1, s, s] */
-    DATALOAD_POSITION_IDS,  /* int64 [b, s] */
+    DATALOAD_TOKENS = 0,   /* int64 [b, s] */
+    DATALOAD_LABELS,       /* int64 [b, s] */
+    DATALOAD_LOSS_MASK,    /* float32 [b, s] */
+    DATALOAD_ATTN_MASK,    /* bool [b, 1, s, s] */
+    DATALOAD_POSITION_IDS, /* int64 [b, s] */
     DATALOAD_TENSORS
 } dataload_tensor;
 
 /* Which pipeline stage loads: the roles decide the broadcasts. */
 typedef struct {
-    bool first;      /* the first pipeline stage (embedding) */
-    bool last;       /* the last pipeline stage (loss) */
-    bool mtp;        /* multi-token prediction layers (on the last stage) */
-    bool attn_mask;  /* the batch holds the attention mask (Megatron's default; off with
+    bool first;       /* the first pipeline stage (embedding) */
+    bool last;        /* the last pipeline stage (loss) */
+    bool mtp;         /* multi-token prediction layers (on the last stage) */
+    bool attn_mask;   /* the batch holds the attention mask (Megatron's default; off with
                         --no-create-attention-mask-in-dataloader) */
-    int b, s;        /* micro-batch size, sequence length (whole: not divided by cp) */
-    int tp;          /* tensor-parallel size (ranks of the broadcasts) */
-    int cp;          /* context-parallel size (1: no slicing) */
+    int b, s;         /* micro-batch size, sequence length (whole: not divided by cp) */
+    int tp;           /* tensor-parallel size (ranks of the broadcasts) */
+    int cp;           /* context-parallel size (1: no slicing) */
     double host_gbps; /* host-to-GPU link, GB/s (1e9 B/s) per direction */
 } dataload_in;
 
 /* One micro-batch's step on a stage that loads data. */
 typedef struct {
-    int64_t h2d_bytes;   /* copied host -> GPU (every tensor of the batch) */
-    int64_t bcast_bytes; /* broadcast over the tensor-parallel group (summed over tensors; 0 with tp 1) */
-    int64_t slice_bytes; /* read + written by the cp slices (0 with cp 1) */
-    int64_t mask_bytes;  /* of h2d_bytes, the attention mask's (0 without it) */
+    int64_t h2d_bytes;           /* copied host -> GPU (every tensor of the batch) */
+    int64_t bcast_bytes;         /* broadcast over the tensor-parallel group (summed over tensors; 0 with tp 1) */
+    int64_t slice_bytes;         /* read + written by the cp slices (0 with cp 1) */
+    int64_t mask_bytes;          /* of h2d_bytes, the attention mask's (0 without it) */
     int n_h2d, n_bcast, n_slice; /* copies (the cp indices included), broadcasts, slices */
     int64_t h2d_ns, bcast_ns, slice_ns;
     int64_t total_ns; /* h2d_ns + bcast_ns + slice_ns */

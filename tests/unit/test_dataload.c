@@ -72,7 +72,8 @@ Test(dataload, closed_form_first_stage)
     cr_expect_eq(d.h2d_ns, h2d);
     /* the first stage broadcasts tokens, attention_mask, position_ids: each the all-gather of x * 4/3 */
     commcost_group tg = {4, 4};
-    int64_t bc = 2 * commcost_ns(&cc, COMM_ALL_GATHER, tok * 4 / 3, &tg) + commcost_ns(&cc, COMM_ALL_GATHER, mask * 4 / 3, &tg);
+    int64_t bc =
+        2 * commcost_ns(&cc, COMM_ALL_GATHER, tok * 4 / 3, &tg) + commcost_ns(&cc, COMM_ALL_GATHER, mask * 4 / 3, &tg);
     cr_expect_eq(d.n_bcast, 3);
     cr_expect_eq(d.bcast_bytes, 2 * tok + mask);
     cr_expect_eq(d.bcast_ns, bc);
@@ -114,8 +115,8 @@ Test(dataload, broadcasts_by_pipeline_role)
     gpu_spec g = gpu("A100-SXM4-80GB");
     cost_model *cm = model_of(&g);
     commcost_params cc = comm_of(&g);
-    dataload_in in = {.first = true, .last = true, .b = 1, .s = 2048, .tp = 1, .cp = 1, .attn_mask = true,
-                      .host_gbps = 32};
+    dataload_in in = {
+        .first = true, .last = true, .b = 1, .s = 2048, .tp = 1, .cp = 1, .attn_mask = true, .host_gbps = 32};
     dataload_cost d = cost(&in, cm, &cc);
     cr_expect_eq(d.n_bcast, 0);
     cr_expect_eq(d.bcast_ns, 0);
@@ -136,8 +137,14 @@ Test(dataload, slower_link_or_more_data_never_faster)
         for (int tp = 1; tp <= 8; tp *= 2)
             for (int cp = 1; cp <= 4; cp *= 2)
                 for (int mask = 0; mask < 2; mask++) {
-                    dataload_in in = {.first = role != 1, .last = role != 0, .b = 1, .s = 4096, .tp = tp,
-                                      .cp = cp, .attn_mask = mask, .host_gbps = links[0]};
+                    dataload_in in = {.first = role != 1,
+                                      .last = role != 0,
+                                      .b = 1,
+                                      .s = 4096,
+                                      .tp = tp,
+                                      .cp = cp,
+                                      .attn_mask = mask,
+                                      .host_gbps = links[0]};
                     int64_t prev = cost(&in, cm, &cc).total_ns;
                     for (size_t k = 1; k < sizeof links / sizeof *links; k++) {
                         in.host_gbps = links[k];
@@ -201,8 +208,8 @@ Test(dataload, in_the_plan_of_the_loading_stages)
     cr_expect_eq(r->ranks[1].cat_ns[PLAN_CAT_DATA], 0);
     cr_expect_eq(r->ranks[2].cat_ns[PLAN_CAT_DATA], 0);
     cr_expect_eq(r->ranks[3].cat_ns[PLAN_CAT_DATA], 8 * r->data[1].total_ns);
-    cr_expect_eq(r->data_rank_ns, 8 * (r->data[0].total_ns > r->data[1].total_ns ? r->data[0].total_ns
-                                                                                   : r->data[1].total_ns));
+    cr_expect_eq(r->data_rank_ns,
+                 8 * (r->data[0].total_ns > r->data[1].total_ns ? r->data[0].total_ns : r->data[1].total_ns));
     int64_t it = r->iteration_ns;
     simulate_result_free(r);
     /* a measured step replaces it on both stages; a longer one never makes the iteration faster */
@@ -222,9 +229,9 @@ Test(dataload, in_the_plan_of_the_loading_stages)
     cr_expect_leq(r->iteration_ns, it);
     simulate_result_free(r);
     /* no mask in the batch: fewer bytes, never slower */
-    cr_assert_eq(flags_run(SMALL, "--gpus", "8", "-t", "2", "-p", "4", "--no-create-attention-mask-in-dataloader",
-                           NULL),
-                 TS_OK, "%s", E.msg);
+    cr_assert_eq(
+        flags_run(SMALL, "--gpus", "8", "-t", "2", "-p", "4", "--no-create-attention-mask-in-dataloader", NULL), TS_OK,
+        "%s", E.msg);
     r = run();
     cr_expect_eq(r->data[0].mask_bytes, 0);
     cr_expect_eq(r->data[0].n_bcast, 2);
