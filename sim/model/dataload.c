@@ -96,7 +96,7 @@ int dataload_cost_of(const dataload_in *in, const cost_model *cm, const commcost
                        in->b, in->s, in->tp, in->cp);
     if (!(in->host_gbps > 0))
         return err_set(err, TS_EINVAL, "data loader: host link %g GB/s (valid: > 0)", in->host_gbps);
-    if (in->s % (2 * in->cp))
+    if (in->cp > 1 && in->s % (2 * in->cp))
         return err_set(err, TS_EINVAL, "data loader: sequence %d not divisible by 2 x cp = %d", in->s, 2 * in->cp);
     for (int k = 0; k < DATALOAD_TENSORS; k++) {
         if (k == DATALOAD_ATTN_MASK && !in->attn_mask)

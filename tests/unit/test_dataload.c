@@ -120,8 +120,15 @@ Test(dataload, broadcasts_by_pipeline_role)
     dataload_cost d = cost(&in, cm, &cc);
     cr_expect_eq(d.n_bcast, 0);
     cr_expect_eq(d.bcast_ns, 0);
-    in.first = in.last = false;
+    in.s = 1023; /* an odd sequence: fine without context parallelism */
+    cr_expect_eq(cost(&in, cm, &cc).h2d_bytes, 1023 * 28 + 1023 * 1023);
+    in.cp = 2; /* 2 x cp chunks of the sequence: 1022 is not a multiple of 4 */
+    in.s = 1022;
     commcost_group one = {1, 1};
+    cr_expect_eq(dataload_cost_of(&in, cm, &cc, &one, &d, &E), TS_EINVAL);
+    cr_expect(strstr(E.msg, "2 x cp"), "%s", E.msg);
+    in.cp = 1;
+    in.first = in.last = false;
     cr_expect_eq(dataload_cost_of(&in, cm, &cc, &one, &d, &E), TS_EINVAL);
     cr_expect(strstr(E.msg, "middle"), "%s", E.msg);
     cost_model_free(cm);
