@@ -127,6 +127,10 @@ int xconfig_supports(const config *c, bool cuda, bool inference, ts_err *err)
                        "Megatron-LM's fused or unfused ones (drop the fusion flags)");
     if (p->log_num_zeros)
         return err_set(err, TS_ENOTSUP, "--log-num-zeros-in-grad: the executor counts no zero gradients");
+    if (p->data_loader_measured)
+        return err_set(err, TS_ENOTSUP,
+                       "--data-loader-ns: a measured figure for trainsim simulate; the executor measures its own "
+                       "data step (its 'data step' line)");
     if (p->distributed_optimizer && !m->untie_embeddings && p->pp > 1 && p->dp * config_cp(c) > 1) /* shards: d x cp */
         return err_set(err, TS_ENOTSUP,
                        "--use-distributed-optimizer with the output layer tied to the word embedding and "

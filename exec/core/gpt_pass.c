@@ -315,7 +315,7 @@ int gpt_forward(gpt_stage *st, gpt_acts *a, const int *tokens, const int *target
     if (st->embed) {
         if (!tokens)
             return err_set(err, TS_ESTATE, "gpt_forward: first stage needs tokens");
-        be->int_to_device(be, a->tokens, tokens, (size_t)st->B * st->T);
+        OP(st, GPT_OP_DATA, -1, be->int_to_device(be, a->tokens, tokens, (size_t)st->B * st->T));
         size_t row0 = st->sp ? (size_t)st->tr * Ns : 0;
         OP(st, "embed", -1, embed_rows(st, a->in0, a->tokens, row0, Ns, false));
     } else {
@@ -327,14 +327,16 @@ int gpt_forward(gpt_stage *st, gpt_acts *a, const int *tokens, const int *target
         if (!targets)
             return err_set(err, TS_ESTATE, "gpt_forward: last stage needs targets");
         if (st->cp == 1) {
-            be->int_to_device(be, a->targets, targets, N);
+            OP(st, GPT_OP_DATA, -1, be->int_to_device(be, a->targets, targets, N));
         } else { /* this rank's rows */
             int *mine = malloc(N * sizeof *mine);
             if (!mine)
                 return err_set(err, TS_ENOMEM, "gpt_forward: out of memory");
+            PROF(st, GPT_OP_DATA, -1, false);
             for (size_t j = 0; j < N; j++)
                 mine[j] = targets[global_row(st, j)];
             be->int_to_device(be, a->targets, mine, N);
+            PROF(st, GPT_OP_DATA, -1, true);
             free(mine);
         }
     }

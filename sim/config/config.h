@@ -175,6 +175,10 @@ typedef struct {
     bool no_nan_check;      /* --no-check-for-nan-in-loss-and-grad (Megatron's default checks each gradient bucket) */
     bool check_large_grads; /* --check-for-large-grads: the same bucket norms, checked for spikes */
     bool log_num_zeros;     /* --log-num-zeros-in-grad: zero gradients counted and all-reduced */
+    /* ---- the data loader's step of each micro-batch (sim/model/dataload.h) ---- */
+    bool no_loader_attn_mask;  /* --no-create-attention-mask-in-dataloader: no [b, 1, s, s] mask in the batch */
+    bool data_loader_measured; /* --data-loader-ns given: it replaces the modelled step */
+    double data_loader_ns;     /* --data-loader-ns: the measured step per micro-batch, ns */
 } parallel_config;
 
 struct topo; /* topo.h: parsed cluster topology */

@@ -176,6 +176,13 @@ static int add_fusion_flags(flags_state *s, opt_table *t, config *c, ts_err *err
         .unit = "scale", .defval = "none (fp16: dynamic)",
         .help = "a constant loss scale: with --bf16 too, the gradients are then unscaled and checked for inf/NaN "
                 "each iteration (fp16 does it always)");
+    ADD(.name = "--no-create-attention-mask-in-dataloader", .type = OPT_BOOL, .target = &c->par.no_loader_attn_mask,
+        .help = "the data loader's batch without the [b, 1, s, s] bool attention mask (causal attention builds its "
+                "own): it is then neither copied to the GPU nor broadcast");
+    ADD(.name = "--data-loader-ns", .type = OPT_DOUBLE, .target = &c->par.data_loader_ns, .min = 0, .max = 1e15,
+        .unit = "ns", .defval = "modelled: host-to-GPU copies, TP broadcasts, CP slices (docs/cost-model.md)",
+        .help = "the data loader's step per micro-batch on each stage that loads data (first, last), measured "
+                "(e.g. trainexec's 'data step' line): replaces the modelled one");
     return TS_OK;
 }
 

@@ -203,6 +203,11 @@ void flags_print(const flags_state *s, FILE *f)
     if (p->no_clip_grad || p->loss_scale > 0)
         fprintf(f, "optimizer step:        %s%s\n", p->no_clip_grad ? "no gradient norm (--clip-grad 0)" : "",
                 p->loss_scale > 0 ? (p->no_clip_grad ? ", constant loss scale" : "constant loss scale") : "");
+    if (p->data_loader_measured)
+        fprintf(f, "data loader:           %.0f ns per micro-batch, measured (--data-loader-ns)\n", p->data_loader_ns);
+    else if (p->no_loader_attn_mask)
+        fprintf(f,
+                "data loader:           no attention mask in the batch (--no-create-attention-mask-in-dataloader)\n");
     fprintf(f, "parallelism:           t=%d p=%d d=%d v=%d (%d GPUs = %d x %d x %d)\n", p->tp, p->pp, p->dp, p->vp,
             c->cluster.gpus, p->tp, p->pp, p->dp);
     if (config_cp(c) > 1) {

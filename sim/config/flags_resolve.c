@@ -442,6 +442,7 @@ static int resolve_layout(flags_state *s, const opt_table *t, const config *base
     if (!opt_was_set(t, "--no-async-tensor-model-parallel-allreduce"))
         p->sync_tp_allreduce = q->sync_tp_allreduce;
     p->no_clip_grad = s->clip_grad <= 0;
+    p->data_loader_measured = opt_was_set(t, "--data-loader-ns");
     if ((rc = resolve_recompute(s, t, base, basesrc, err)) || (rc = resolve_attention(s, t, err)) ||
         (rc = resolve_schedule(s, t, base, basesrc, err)))
         return rc;

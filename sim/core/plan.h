@@ -27,6 +27,7 @@
 #include "sim/config/config.h"
 #include "sim/model/commcost.h"
 #include "sim/model/cost.h"
+#include "sim/model/dataload.h"
 #include "sim/sched/sched.h"
 #include "sim/util/err.h"
 
@@ -55,6 +56,7 @@ typedef enum {
     PLAN_CAT_PP,      /* pipeline communication */
     PLAN_CAT_DP,      /* data-parallel communication */
     PLAN_CAT_EP,      /* expert-parallel communication: the MoE dispatcher's all-to-alls (on the TP stream) */
+    PLAN_CAT_DATA,    /* the data loader's step (dataload.h) at the start of a loading stage's forward */
     PLAN_CAT_COUNT
 } plan_cat;
 
@@ -206,6 +208,13 @@ typedef struct {
     double moe_load_factor;   /* MoE: the busiest EP rank's routed tokens over the mean (1: balance; 0: dense) */
     double moe_dropped;       /* MoE: fraction of the routed tokens over an expert's capacity (dropped) */
     int64_t fixed_ns[PLAN_FIXED_KINDS]; /* the parts of the longest optimizer step (its rank's), ns */
+    /* The data loader's step of one micro-batch, the first compute step of
+     * the forward of the stages that load data (dataload.h): [0] the first
+     * stage's, [1] the last stage's (with one stage both are its step).
+     * With --data-loader-ns (data_measured) total_ns is the measured figure
+     * and the parts are the model's, for the report. */
+    dataload_cost data[2];
+    bool data_measured;
     bool overlap_grad_reduce;
     bool distributed_optimizer;
     uint32_t max_pass_steps; /* longest pass range (scratch size for lowering) */
@@ -234,7 +243,7 @@ int plan_push_step(plan *pl, const plan_step *s, uint32_t *out);
 int plan_add_transfers(plan *pl, int64_t dur_ns, int64_t bytes);
 
 /* Names for reports: "compute", "tp", "pp-send", "pp-recv-fwd", "pp-recv-bwd", "dp"; "forward",
- * "backward", "recompute", "optimizer", "tp", "pp", "dp". */
+ * "backward", "recompute", "optimizer", "tp", "pp", "dp", "ep", "data". */
 const char *plan_stream_name(int s);
 const char *plan_cat_name(int c);
 

@@ -13,6 +13,7 @@
 #include "sim/core/plan_moe.h"
 #include "sim/core/plan_rank.h"
 #include "sim/model/cp.h"
+#include "sim/model/dataload.h"
 #include "sim/model/flops.h"
 #include "sim/model/fp8.h"
 #include "sim/model/layer.h"
@@ -47,6 +48,7 @@ typedef struct {
     int64_t a2a_ns;     /* MoE: one all-to-all over the expert-parallel group (plan_moe.h) */
     int64_t a2a_lat_ns; /* MoE: its latency, for the flow modes */
     int64_t a2a_mx_ns;  /* MoE: one carrying MXFP8 rows (layer_op.fp8; plan_moe.h) */
+    int64_t data_ns[2]; /* the data loader's step on the first / last stage (plan.data) */
 } pass_builder;
 
 static void pb_start(pass_builder *b, int stage)
@@ -521,10 +523,24 @@ static int build_bwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
     return rc;
 }
 
+/* The data loader's step (plan.data): the forward's first compute step on
+ * a stage that loads data, the op the next ones wait for. */
+static int pb_add_data(pass_builder *b, int64_t dur_ns)
+{
+    plan_step x = plan_step_init("data loader", PLAN_STREAM_COMPUTE, PLAN_CAT_DATA, b->stage, dur_ns);
+    int32_t id = pb_new(b, &x);
+    if (id < 0)
+        return TS_ENOMEM;
+    b->open = b->prev_last = id;
+    return TS_OK;
+}
+
 static int build_fwd(pass_builder *b, const model_ops *mo, const rc_layout *L, bool first, bool last)
 {
     int rc = TS_OK;
-    if (first)
+    if (first || last)
+        rc = pb_add_data(b, b->data_ns[first ? 0 : 1]);
+    if (first && rc == TS_OK)
         rc = pb_add(b, &mo->ef, PLAN_CAT_FWD, mo->m_emb.kept, 0);
     for (int l = 0; l < L->n && rc == TS_OK; l++) {
         layer_kind K = kind_of(mo, L, l);
@@ -710,6 +726,37 @@ static int add_dp_reduction(plan *pl, const plan_env *E, int st, const int64_t *
     return TS_OK;
 }
 
+/* The data loader's step of the first and the last stage (plan.data,
+ * dataload.h), or --data-loader-ns for both. */
+static int add_data_loader(plan *pl, const plan_env *E, const commcost_group *tp_group, pass_builder *b)
+{
+    const config *c = E->c;
+    double host = 0;
+    ts_err unused; /* a measured step needs no host link: an unknown GPU kind is no error then */
+    int rc = dataload_host_link_gbps(&c->cluster.gpu, cost_model_params(E->cm)->hbm_gbps, &host,
+                                     c->par.data_loader_measured ? &unused : E->err);
+    if (rc && !c->par.data_loader_measured)
+        return rc;
+    for (int k = 0; k < 2; k++) {
+        dataload_in in = {.first = k == 0 || pl->n_stages == 1,
+                          .last = k == 1 || pl->n_stages == 1,
+                          .mtp = c->moe.mtp_num_layers > 0,
+                          .attn_mask = !c->par.no_loader_attn_mask,
+                          .b = c->par.micro_batch_size,
+                          .s = c->model.seq_length,
+                          .tp = E->t,
+                          .cp = config_cp(c),
+                          .host_gbps = host};
+        if (host > 0 && (rc = dataload_cost_of(&in, E->cm, E->cc, tp_group, &pl->data[k], E->err)))
+            return rc;
+        if (c->par.data_loader_measured)
+            pl->data[k].total_ns = (int64_t)(c->par.data_loader_ns + 0.5);
+        b->data_ns[k] = pl->data[k].total_ns;
+    }
+    pl->data_measured = c->par.data_loader_measured;
+    return TS_OK;
+}
+
 /* Every stage's passes and data-parallel reduction. */
 static int build_stages(plan *pl, const plan_env *E, pass_builder *b, const model_ops *mo)
 {
@@ -779,6 +826,8 @@ int plan_build_opts(const config *c, const sched *s, const cost_model *cm, const
         b.a2a_lat_ns = mo->moe.a2a_lat_ns;
         b.a2a_mx_ns = mo->moe.a2a_mx_ns;
         rc = add_pipeline_transfers(pl, &E, &b.tp_group);
+        if (rc == TS_OK)
+            rc = add_data_loader(pl, &E, &b.tp_group, &b);
         if (rc == TS_OK)
             rc = build_stages(pl, &E, &b, mo);
         if (rc == TS_OK && P->overlap_moe_ep_comm)

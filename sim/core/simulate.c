@@ -216,8 +216,13 @@ static void summarize(const config *c, const simulate_opts *o, const engine *e, 
             R->peak_rank = r;
         }
         R->bubble_ns += (double)X->idle_ns / p;
-        if (r == 0)
+        if (r == 0) {
             memcpy(R->fixed_ns, pl->fixed_ns, sizeof R->fixed_ns);
+            memcpy(R->data, pl->data, sizeof R->data);
+            R->data_measured = pl->data_measured;
+        }
+        if (X->cat_ns[PLAN_CAT_DATA] > R->data_rank_ns)
+            R->data_rank_ns = X->cat_ns[PLAN_CAT_DATA];
         for (int k = 0; k < SIMULATE_COMM_KINDS; k++)
             R->exposed_ns[k] += (double)X->exposed_ns[k] / p;
         for (int k = 0; k < PLAN_CAT_COUNT; k++)

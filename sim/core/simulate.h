@@ -105,7 +105,10 @@ typedef struct {
     double exposed_ns[SIMULATE_COMM_KINDS]; /* per kind, averaged over ranks */
     double cat_ns[PLAN_CAT_COUNT];          /* averaged over ranks */
     int64_t fixed_ns[PLAN_FIXED_KINDS];     /* the parts of the longest optimizer step (plan.h plan_fixed) */
-    simulate_rank *ranks;                   /* p entries */
+    dataload_cost data[2]; /* the data loader's step per micro-batch, first / last stage (plan.h plan.data) */
+    bool data_measured;    /* --data-loader-ns: data[].total_ns is the measured figure */
+    int64_t data_rank_ns;  /* the data loader's time per iteration on the rank with the most */
+    simulate_rank *ranks;  /* p entries */
     /* throughput */
     double tokens_per_s;
     double model_flops;    /* per iteration, formulas.md model FLOPs (flops.h) */

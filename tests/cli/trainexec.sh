@@ -136,6 +136,12 @@ check_sh "trace is JSON with X events on both ranks" \
     'python3 -c "import json,sys; e=json.load(open(\"$tmp/t.json\"))[\"traceEvents\"]; sys.exit(not {x[\"pid\"] for x in e if x[\"ph\"]==\"X\"}=={0,1})"'
 check_sh "ops CSV has I and W actions and GEMM ops" \
     'grep -q ",action,I," "$tmp/ops.csv" && grep -q ",action,W," "$tmp/ops.csv" && grep -q ",op,qkv," "$tmp/ops.csv"'
+check_sh "data step: the loading ranks' copy in the ops CSV, its mean per micro-batch printed as --data-loader-ns" \
+    'grep -q ",op,data," "$tmp/ops.csv" &&
+     [[ "$out" =~ "data step "[0-9.]+" us per micro-batch (rank "[01]": host generation "[0-9.]+" us, copy to the device "[0-9.]+" us; mean of 8): trainsim simulate --data-loader-ns "[0-9]+ ]]'
+outr=$(run 1 "$TRAINEXEC" $small --data-loader-ns 1000 2>&1); rc=$?
+check_sh "--data-loader-ns refused (the executor measures its own)" \
+    '[ $rc -eq 2 ] && [[ "$outr" == *"--data-loader-ns: a measured figure"* ]]'
 check_sh "report has one row per rank and positive peaks" \
     '[ $(wc -l < "$tmp/rep.csv") -eq 3 ] && awk -F, "NR>1 && \$9 <= 0 {exit 1}" "$tmp/rep.csv"'
 l1=$(echo "$out" | grep -oE 'iteration 1/2: loss [0-9.]+' | awk '{print $4}')

@@ -260,7 +260,8 @@ static double p1_closed_form(const char *gpus, const char *ep, int m, double nic
     simulate_result *off = run(false), *on = run(true);
     const simulate_rank *X = &off->ranks[0];
     int64_t a = X->exposed_ns[SIMULATE_COMM_EP] / (2 * m);
-    int64_t c_f = X->cat_ns[PLAN_CAT_FWD] / m, c_b = X->cat_ns[PLAN_CAT_BWD] / m;
+    /* the forward's compute: its layers' and the data loader's step (dataload.h) */
+    int64_t c_f = (X->cat_ns[PLAN_CAT_FWD] + X->cat_ns[PLAN_CAT_DATA]) / m, c_b = X->cat_ns[PLAN_CAT_BWD] / m;
     cr_assert_gt(a, 0);
     cr_assert_eq(X->exposed_ns[SIMULATE_COMM_EP] % (2 * m), 0, "the passes' all-to-alls differ");
     int64_t e_f = overlap_shared_phase_ns(a, c_b, 132, EP_PAIR_COMM_SMS) - c_b;
