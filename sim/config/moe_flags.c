@@ -379,8 +379,8 @@ static int take_expert_load(moe_flags_state *s, const opt_table *t, const config
     int nl = c->model.num_layers > 0 ? c->model.num_layers : 1;
     s->loads = calloc((size_t)e->num_experts * (size_t)nl, sizeof *s->loads);
     if (!s->loads)
-        return err_set(err, TS_ENOMEM, "--moe-expert-load: out of memory for %d experts x %d layers",
-                       e->num_experts, nl);
+        return err_set(err, TS_ENOMEM, "--moe-expert-load: out of memory for %d experts x %d layers", e->num_experts,
+                       nl);
     int rc = moe_load_read(s->expert_load, e, c->model.num_layers, s->loads, &e->expert_load_per_layer, err);
     if (rc) {
         ts_err inner = *err;

@@ -187,12 +187,10 @@ int plan_moe_layers_build(const config *c, const layer_shape *rc_shape, int gpn,
     if (c->moe.num_experts <= 0 || n <= 0)
         return TS_OK;
     s->of_layer = malloc((size_t)n * sizeof *s->of_layer);
-    s->kinds = malloc(sizeof *s->kinds);
-    if (!s->of_layer || !s->kinds) {
-        plan_moe_layers_free(s);
+    if (!s->of_layer)
         return err_set(err, TS_ENOMEM, "MoE plan: out of memory for %d layers", n);
-    }
     double dropped_sum = 0;
+    int nk = 0; /* the variants built (s->n_kinds) */
     for (int l = 0; l < n && !rc; l++) {
         s->of_layer[l] = -1;
         if (!moe_layer_is_moe(&c->moe, l))
@@ -202,16 +200,16 @@ int plan_moe_layers_build(const config *c, const layer_shape *rc_shape, int gpn,
             break;
         moe_layers++;
         dropped_sum += dropped;
-        if (s->n_kinds == 0 || lf > s->lf_max) {
+        if (moe_layers == 1 || lf > s->lf_max) {
             s->lf_max = lf;
             s->busiest_layer = l;
         }
-        if (s->n_kinds == 0 || lf < s->lf_min)
+        if (moe_layers == 1 || lf < s->lf_min)
             s->lf_min = lf;
         int k = 0;
-        while (k < s->n_kinds && s->kinds[k].load_factor != lf) /* the same factor: the same ops */
+        while (k < nk && s->kinds[k].load_factor != lf) /* the same factor: the same ops */
             k++;
-        if (k == s->n_kinds) {
+        if (k == nk) {
             plan_moe *more = realloc(s->kinds, (size_t)(k + 1) * sizeof *more);
             if (!more) {
                 rc = err_set(err, TS_ENOMEM, "MoE plan: out of memory for %d layer variants", k + 1);
@@ -220,7 +218,8 @@ int plan_moe_layers_build(const config *c, const layer_shape *rc_shape, int gpn,
             s->kinds = more;
             if ((rc = plan_moe_build_layer(c, rc_shape, l, gpn, cc, &s->kinds[k], err)))
                 break;
-            s->n_kinds++;
+            s->kinds[k].load_factor = lf; /* (the same routing: what the lookup above compares) */
+            s->n_kinds = ++nk;
         }
         s->of_layer[l] = k;
     }

@@ -90,7 +90,7 @@ typedef struct {
     int64_t a2a_lat_ns;       /* of a2a_ns, the latency (moe_a2a_alpha_ns): the flow modes' */
     commcost_group edp_group; /* the expert gradients' reduction group */
     int edp;
-    int64_t transient; /* the dispatcher's buffers of one pass of a MoE layer, allocated when the pass starts
+    int64_t transient;    /* the dispatcher's buffers of one pass of a MoE layer, allocated when the pass starts
                           and freed when it ends (moe_block_transient_bytes) */
     int64_t rc_transient; /* the same in the recompute pass where it re-runs the dispatcher (full recomputation,
                              --recompute-modules moe), else 0 */
@@ -115,18 +115,17 @@ int plan_moe_build_layer(const config *c, const layer_shape *rc, int layer, int 
 
 /* The routing model alone for MoE layer `layer`: its load factor and
  * dropped share (as plan_moe's load_factor and dropped). TS_ENOMEM only. */
-int plan_moe_layer_routing(const config *c, const layer_shape *rc, int layer, double *lf, double *dropped,
-                           ts_err *err);
+int plan_moe_layer_routing(const config *c, const layer_shape *rc, int layer, double *lf, double *dropped, ts_err *err);
 
 /* Every MoE layer of the model: one plan_moe per distinct load factor
  * (layers with the same factor share one: the presets' layers build their
  * ops once), each layer's index into them. Owned: plan_moe_layers_free. */
 typedef struct {
-    plan_moe *kinds; /* n_kinds variants, in the order of their first layer (kinds[0]: the first MoE layer's) */
-    int n_kinds;     /* 0: a dense model */
-    int *of_layer;   /* [num_layers]: the layer's index into kinds, -1 for a dense layer */
-    double lf_max;   /* the largest load factor of a MoE layer (the busiest rank of the busiest layer) */
-    double lf_min;   /* the smallest */
+    plan_moe *kinds;   /* n_kinds variants, in the order of their first layer (kinds[0]: the first MoE layer's) */
+    int n_kinds;       /* 0: a dense model */
+    int *of_layer;     /* [num_layers]: the layer's index into kinds, -1 for a dense layer */
+    double lf_max;     /* the largest load factor of a MoE layer (the busiest rank of the busiest layer) */
+    double lf_min;     /* the smallest */
     int busiest_layer; /* the first layer with lf_max */
     double dropped;    /* the routed tokens dropped, over every MoE layer (each layer routes the same count) */
 } plan_moe_layers;

@@ -148,7 +148,8 @@ Test(moe_load, every_error_names_file_line_column_and_what_is_valid)
     refused("expert,tokens\n0,1\n1,many\n2,1\n3,1\n", "L.csv:3: column 'tokens': 'many' is not a token count");
     refused("expert,tokens\n0,1\n1,1\n0,1\n3,1\n", "L.csv:4: column 'expert': expert 0 is given twice (first at "
                                                    "line 2");
-    refused("expert,tokens\n0,1\n1,1\n3,1\n", "L.csv: column 'expert': expert 2 has no row (give one row per expert 0 to 3");
+    refused("expert,tokens\n0,1\n1,1\n3,1\n",
+            "L.csv: column 'expert': expert 2 has no row (give one row per expert 0 to 3");
     refused("expert,tokens\n0,0\n1,0\n2,0\n3,0\n", "L.csv: column 'tokens' sums to 0");
     refused("expert,count\n0,1\n", "missing column 'tokens'");
     refused("expert,tokens\n", "L.csv");
@@ -203,10 +204,10 @@ Test(moe_load, write_round_trip_atomic)
  * micro-batch, top-2, 8192 routed copies per rank. */
 #define MIX4 "--num-layers", "2", MIX_SHAPE
 #define MIX_SHAPE                                                                                                      \
-    "--hidden-size", "4096", "--num-attention-heads", "32", "--group-query-attention",            \
-        "--num-query-groups", "8", "--ffn-hidden-size", "14336", "--swiglu", "--disable-bias-linear", "--seq-length",  \
-        "4096", "--micro-batch-size", "1", "--global-batch-size", "8", "--bf16", "--gpu", "H100-SXM5-80GB",            \
-        "--num-experts", "8", "--moe-token-dispatcher-type", "alltoall", "--gpus", "8"
+    "--hidden-size", "4096", "--num-attention-heads", "32", "--group-query-attention", "--num-query-groups", "8",      \
+        "--ffn-hidden-size", "14336", "--swiglu", "--disable-bias-linear", "--seq-length", "4096",                     \
+        "--micro-batch-size", "1", "--global-batch-size", "8", "--bf16", "--gpu", "H100-SXM5-80GB", "--num-experts",   \
+        "8", "--moe-token-dispatcher-type", "alltoall", "--gpus", "8"
 #define MIX MIX4, "--expert-model-parallel-size", "8"
 
 static plan_moe plan_of(void)
@@ -329,8 +330,8 @@ static simulate_result *run_layers(const double *loads)
 Test(moe_load, identical_layers_give_the_whole_model_result, .fini = fini)
 {
     const char *whole = tmp_csv("expert,tokens\n0,300\n1,100\n2,100\n3,100\n4,50\n5,50\n6,50\n7,50\n");
-    cr_assert_eq(flags_run("--num-layers", "4", MIX_SHAPE, "--expert-model-parallel-size", "4", "--moe-expert-load", whole,
-                           NULL),
+    cr_assert_eq(flags_run("--num-layers", "4", MIX_SHAPE, "--expert-model-parallel-size", "4", "--moe-expert-load",
+                           whole, NULL),
                  TS_OK, "%s", E.msg);
     simulate_result *a = run_layers(NULL);
     char text[1024] = "layer,expert,tokens\n";
@@ -339,9 +340,9 @@ Test(moe_load, identical_layers_give_the_whole_model_result, .fini = fini)
         for (int x = 0; x < 8; x++)
             snprintf(text + strlen(text), sizeof text - strlen(text), "%d,%d,%d\n", l, x, TOK[x]);
     const char *per = tmp_csv(text);
-    cr_assert_eq(flags_run("--num-layers", "4", MIX_SHAPE, "--expert-model-parallel-size", "4", "--moe-expert-load", per,
-                           NULL),
-                 TS_OK, "%s", E.msg);
+    cr_assert_eq(
+        flags_run("--num-layers", "4", MIX_SHAPE, "--expert-model-parallel-size", "4", "--moe-expert-load", per, NULL),
+        TS_OK, "%s", E.msg);
     cr_assert(C.moe.expert_load_per_layer);
     simulate_result *b = run_layers(NULL);
     cr_assert_eq(b->iteration_ns, a->iteration_ns);
@@ -391,9 +392,9 @@ Test(moe_load, identical_layers_give_the_whole_model_result, .fini = fini)
 Test(moe_load, one_layer_more_skewed_never_faster, .fini = fini)
 {
     const char *uni = tmp_csv("expert,tokens\n0,5\n1,5\n2,5\n3,5\n4,5\n5,5\n6,5\n7,5\n");
-    cr_assert_eq(flags_run("--num-layers", "4", MIX_SHAPE, "--expert-model-parallel-size", "4", "--moe-expert-load", uni,
-                           NULL),
-                 TS_OK, "%s", E.msg);
+    cr_assert_eq(
+        flags_run("--num-layers", "4", MIX_SHAPE, "--expert-model-parallel-size", "4", "--moe-expert-load", uni, NULL),
+        TS_OK, "%s", E.msg);
     double loads[32];
     for (int i = 0; i < 32; i++)
         loads[i] = 100;

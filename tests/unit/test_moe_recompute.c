@@ -26,7 +26,7 @@ static void fini(void)
     "--num-layers", "4", "--hidden-size", "4096", "--num-attention-heads", "32", "--group-query-attention",            \
         "--num-query-groups", "8", "--ffn-hidden-size", "14336", "--swiglu", "--disable-bias-linear", "--seq-length",  \
         "4096", "--micro-batch-size", "1", "--global-batch-size", "16", "--bf16", "--gpu", "H100-SXM5-80GB",           \
-        "--num-experts", "8", "--moe-token-dispatcher-type", "alltoall", "--gpus", "8",                               \
+        "--num-experts", "8", "--moe-token-dispatcher-type", "alltoall", "--gpus", "8",                                \
         "--expert-model-parallel-size", "8", "--moe-router-force-load-balancing"
 
 static plan_moe plan_of(void)
@@ -95,9 +95,9 @@ Test(moe_recompute, saved_bytes_and_recompute_flops, .fini = fini)
     cr_assert_eq(flags_run(MIX, "--recompute-granularity", "selective", "--recompute-modules", "layernorm", NULL),
                  TS_OK, "%s", E.msg);
     plan_moe base = plan_of();
-    cr_assert_eq(flags_run(MIX, "--recompute-granularity", "selective", "--recompute-modules", "layernorm", "moe",
-                           NULL),
-                 TS_OK, "%s", E.msg);
+    cr_assert_eq(
+        flags_run(MIX, "--recompute-granularity", "selective", "--recompute-modules", "layernorm", "moe", NULL), TS_OK,
+        "%s", E.msg);
     plan_moe moe = plan_of();
     /* memory: the block's bytes re-created instead of kept; the totals and the frees unchanged */
     cr_assert_eq(base.m_rc.kept - moe.m_rc.kept, block, "%lld", (long long)(base.m_rc.kept - moe.m_rc.kept));
@@ -170,20 +170,46 @@ Test(moe_recompute, never_faster_never_more_memory, .fini = fini)
         for (int x = 0; x < 2; x++)
             for (int p = 0; p < 2; p++)
                 for (int rcm = 0; rcm < 3; rcm++) {
-                    const char *base[] = {"--num-layers", "4", "--hidden-size", "1024", "--num-attention-heads", "16",
-                                          "--ffn-hidden-size", "4096", "--swiglu", "--seq-length", "2048",
-                                          "--micro-batch-size", "1", "--global-batch-size", "32", "--bf16", "--gpu",
-                                          "H100-SXM5-80GB", "--num-experts", "8", "--moe-router-topk", "2", "--gpus",
-                                          "16", "--moe-token-dispatcher-type", DISP[d], "--expert-model-parallel-size",
-                                          EP[x], "--pipeline-model-parallel-size", PP[p], "--moe-routing-skew", "0.5",
+                    const char *base[] = {"--num-layers",
+                                          "4",
+                                          "--hidden-size",
+                                          "1024",
+                                          "--num-attention-heads",
+                                          "16",
+                                          "--ffn-hidden-size",
+                                          "4096",
+                                          "--swiglu",
+                                          "--seq-length",
+                                          "2048",
+                                          "--micro-batch-size",
+                                          "1",
+                                          "--global-batch-size",
+                                          "32",
+                                          "--bf16",
+                                          "--gpu",
+                                          "H100-SXM5-80GB",
+                                          "--num-experts",
+                                          "8",
+                                          "--moe-router-topk",
+                                          "2",
+                                          "--gpus",
+                                          "16",
+                                          "--moe-token-dispatcher-type",
+                                          DISP[d],
+                                          "--expert-model-parallel-size",
+                                          EP[x],
+                                          "--pipeline-model-parallel-size",
+                                          PP[p],
+                                          "--moe-routing-skew",
+                                          "0.5",
                                           NULL};
                     const char *mod = rcm == 1 ? "core_attn" : "layernorm";
                     const char *none[] = {NULL}, *none_mlr[] = {"--moe-layer-recompute", NULL};
                     const char *sel[] = {"--recompute-granularity", "selective", "--recompute-modules", mod, NULL};
                     const char *sel_mlr[] = {"--recompute-granularity", "selective", "--recompute-modules", mod,
-                                             "--moe-layer-recompute", NULL};
-                    const char *sel_moe[] = {"--recompute-granularity", "selective", "--recompute-modules", mod, "moe",
-                                             NULL};
+                                             "--moe-layer-recompute",   NULL};
+                    const char *sel_moe[] = {
+                        "--recompute-granularity", "selective", "--recompute-modules", mod, "moe", NULL};
                     cr_assert_eq(flags_run2(base, rcm ? sel : none), TS_OK, "%s", E.msg);
                     simulate_result *a = run();
                     cr_assert_eq(flags_run2(base, rcm ? sel_mlr : none_mlr), TS_OK, "%s", E.msg);
