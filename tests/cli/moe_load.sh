@@ -51,6 +51,8 @@ t_uni=$(sim --moe-expert-load "$tmp/uni.csv" --csv - 2>/dev/null | grep -oP "^it
 t_all=$(sim --moe-expert-load "$tmp/skew.csv" --csv - 2>/dev/null | grep -oP "^iteration,iteration_time,\K[0-9]+")
 check_sh "one skewed layer: slower than uniform, faster than every layer skewed ($t_uni < $t_per < $t_all ns)" \
     '[ -n "$t_per" ] && [ "$t_uni" -lt "$t_per" ] && [ "$t_per" -lt "$t_all" ]'
+expect_error 2 "network model: per-layer --moe-expert-load with load factors 1.000 to 1.500: not modelled" \
+    sim --moe-expert-load "$tmp/per.csv" --network-flows
 grep -v "^1," "$tmp/per.csv" >"$tmp/nolayer.csv"
 expect_error 2 "--moe-expert-load: $tmp/nolayer.csv: column 'layer': MoE layer 1 has no rows (per-layer loads give every MoE layer: 0, 1, 2, 3" \
     sim --moe-expert-load "$tmp/nolayer.csv"
