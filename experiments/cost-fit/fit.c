@@ -42,34 +42,18 @@ static double layer_worst(void)
         cost_model_new(&p, &cm, NULL))
         return INFINITY;
     for (int i = 0; i < 5; i++) {
-        layer_shape L = {6144,
-                         64,
-                         64,
-                         0,
-                         false,
-                         false,
-                         4 * 6144,
-                         false,
-                         2048,
-                         4,
-                         51200,
-                         8,
-                         K[i].sp,
-                         2,
-                         K[i].r,
-                         ATTN_BACKEND_UNFUSED,
-                         0,
-                         0,
-                         0,
-                         0,
-                         false,
-                         FP8_FORMAT_NONE,
-                         FP8_RECIPE_DELAYED,
-                         false,
-                         {0},
-                         0,
-                         false,
-                         0};
+        layer_shape L = {.h = 6144,
+                         .a = 64,
+                         .g = 64,
+                         .ffn = 4 * 6144,
+                         .s = 2048,
+                         .b = 4,
+                         .V = 51200,
+                         .t = 8,
+                         .sp = K[i].sp,
+                         .dtype_bytes = 2,
+                         .recompute = K[i].r,
+                         .attn = ATTN_BACKEND_UNFUSED};
         layer_ops o;
         double f, b;
         layer_ops_build(&L, LAYER_PASS_F, &o, NULL);

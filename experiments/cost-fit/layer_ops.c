@@ -40,34 +40,18 @@ int main(int argc, char **argv)
     cost_model *cm = NULL;
     ts_err e;
     layer_ops o;
-    layer_shape L = {6144,
-                     64,
-                     64,
-                     0,
-                     false,
-                     false,
-                     4 * 6144,
-                     false,
-                     2048,
-                     4,
-                     51200,
-                     8,
-                     sp != 0,
-                     2,
-                     RECOMPUTE_NONE,
-                     ATTN_BACKEND_UNFUSED,
-                     0,
-                     0,
-                     0,
-                     0,
-                     false,
-                     FP8_FORMAT_NONE,
-                     FP8_RECIPE_DELAYED,
-                     false,
-                     {0},
-                     0,
-                     false,
-                     0};
+    layer_shape L = {.h = 6144,
+                     .a = 64,
+                     .g = 64,
+                     .ffn = 4 * 6144,
+                     .s = 2048,
+                     .b = 4,
+                     .V = 51200,
+                     .t = 8,
+                     .sp = sp != 0,
+                     .dtype_bytes = 2,
+                     .recompute = RECOMPUTE_NONE,
+                     .attn = ATTN_BACKEND_UNFUSED};
     commcost_group g = {8, 8};
     if (cost_params_default(&A100, PREC_BF16, &p, &e) || commcost_params_default(&A100, &cp, &e) ||
         cost_model_new(&p, &cm, &e) || layer_ops_build(&L, pass, &o, &e)) {

@@ -153,6 +153,7 @@ typedef struct {
     bool overlap_param_gather;                /* --overlap-param-gather (needs the two above on) */
     bool tp_comm_overlap;                     /* --tp-comm-overlap: userbuffers GEMM/collective overlap */
     bool overlap_moe_ep_comm;                 /* --overlap-moe-expert-parallel-comm (ep_pair.h) */
+    bool delay_wgrad;                         /* --delay-wgrad-compute: with the above (ep_pair.h) */
     bool torch_fsdp2;                         /* --use-torch-fsdp2 (shards optimizer, gradients, parameters) */
     bool megatron_fsdp;                       /* --use-megatron-fsdp */
     int dp_sharding;                          /* config_sharding: --data-parallel-sharding-strategy (Megatron-FSDP) */
@@ -218,6 +219,8 @@ typedef struct {
     bool expert_load_per_layer;  /* expert_load is [num_layers x num_experts]: layer l's at l E (moe_load.h) */
     int dispatcher;              /* --moe-token-dispatcher-type, config_moe_dispatcher */
     bool enable_deepep;          /* --moe-enable-deepep (flex dispatcher with DeepEP) */
+    bool dispatch_fwd_mxfp8;     /* --moe-dispatch-fwd-dtype mxfp8: the dispatch's tokens sent in MXFP8 (moe_disp.h) */
+    bool combine_bwd_mxfp8;      /* --moe-combine-bwd-dtype mxfp8: the combine's gradients sent in MXFP8 */
     bool grouped_gemm;           /* --moe-grouped-gemm */
     bool permute_fusion;         /* --moe-permute-fusion */
     int ep;                      /* --expert-model-parallel-size */

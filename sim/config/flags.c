@@ -246,6 +246,9 @@ static int add_parallel_flags(flags_state *s, opt_table *t, config *c, ts_err *e
         .help = "MoE: in the steady state one micro-batch's forward runs beside another's backward, each pass's "
                 "expert-parallel all-to-alls hidden behind the other's compute (needs --expert-model-parallel-size "
                 "> 1, the alltoall or flex dispatcher, interleaved or dualpipev at p > 1; docs/moe.md)");
+    ADD(.name = "--delay-wgrad-compute", .type = OPT_BOOL, .target = &p->delay_wgrad,
+        .help = "with --overlap-moe-expert-parallel-comm: each paired backward's weight-gradient GEMMs run after "
+                "its input-gradient GEMMs, the next all-to-all of the backward starting between them (docs/moe.md)");
     ADD(.name = "--use-torch-fsdp2", .type = OPT_BOOL, .target = &p->torch_fsdp2,
         .help = "PyTorch FSDP2: optimizer state, gradients and parameters sharded over the data-parallel group; "
                 "per-layer parameter all-gathers in forward and again in backward, per-layer gradient "

@@ -14,6 +14,7 @@ const char *const MOE_DROP_POLICY_NAMES[] = {"probs", "position", NULL};
 const char *const MOE_ROUTER_DTYPE_NAMES[] = {"fp32", "fp64", NULL};
 const char *const MOE_SCORE_NAMES[] = {"softmax", "sigmoid", NULL};
 const char *const MOE_LB_NAMES[] = {"aux_loss", "seq_aux_loss", "global_aux_loss", "sinkhorn", "none", NULL};
+const char *const MOE_COMM_DTYPE_NAMES[] = {"bf16", "mxfp8", NULL};
 
 #define ADD(...)                                                                                                       \
     do {                                                                                                               \
@@ -76,10 +77,11 @@ int moe_flags_register(moe_flags_state *s, opt_table *t, config *c, ts_err *err)
     ADD(.name = "--moe-router-force-load-balancing", .type = OPT_BOOL, .target = &e->force_load_balancing,
         .help = "route tokens evenly over the experts (benchmarking)");
     ADD(.name = "--moe-routing-skew", .type = OPT_DOUBLE, .target = &e->routing_skew, .min = 0, .max = 100,
-        .unit = "Zipf exponent", .defval = "0.3",
+        .unit = "Zipf exponent", .defval = "0.2",
         .help = "trainsim's routing model when balance is not forced: expert popularity follows Zipf's law with "
-                "this exponent over a fixed random order of the experts (0 = balance; the default is an "
-                "assumption, not fitted: docs/moe.md)");
+                "this exponent over a fixed random order of the experts (0 = balance; the default is fitted to "
+                "h100_training_calibration.csv row (c), which does not state its routing balance; before the fit "
+                "it was 0.3, an assumption: docs/moe.md)");
     ADD(.name = "--moe-expert-load", .type = OPT_STRING, .target = &s->expert_load, .metavar = "FILE",
         .unit = "routed token-slots per expert", .defval = "none (the --moe-routing-skew model)",
         .help = "measured per-expert loads (CSV layer,expert,tokens, e.g. trainexec --moe-load-out) replacing the "
@@ -112,6 +114,14 @@ int moe_flags_register(moe_flags_state *s, opt_table *t, config *c, ts_err *err)
         .help = "token dispatch: all-gather/reduce-scatter, all-to-all, or flex (DeepEP)");
     ADD(.name = "--moe-enable-deepep", .type = OPT_BOOL, .target = &e->enable_deepep,
         .help = "DeepEP kernels for the flex dispatcher (needs --moe-token-dispatcher-type flex)");
+    ADD(.name = "--moe-dispatch-fwd-dtype", .type = OPT_ENUM, .target = &s->dispatch_fwd_dtype,
+        .enum_names = MOE_COMM_DTYPE_NAMES, .defval = "bf16",
+        .help = "the dispatch's tokens sent in 16 bits or MXFP8 (quantized before the send; needs --fp8-recipe "
+                "mxfp8)");
+    ADD(.name = "--moe-combine-bwd-dtype", .type = OPT_ENUM, .target = &s->combine_bwd_dtype,
+        .enum_names = MOE_COMM_DTYPE_NAMES, .defval = "bf16",
+        .help = "the combine's output gradients sent in 16 bits or MXFP8 in the backward (needs --fp8-recipe "
+                "mxfp8)");
     ADD(.name = "--moe-grouped-gemm", .type = OPT_BOOL, .target = &e->grouped_gemm,
         .help = "one grouped GEMM over the local experts instead of one GEMM per expert");
     ADD(.name = "--moe-permute-fusion", .type = OPT_BOOL, .target = &e->permute_fusion,
@@ -311,8 +321,10 @@ static int check_layout(moe_config *e, const config *c, ts_err *err)
             "--moe-shared-expert-overlap needs --moe-token-dispatcher-type alltoall or flex (got allgather)");
     if (e->shared_overlap && p->overlap_moe_ep_comm)
         return err_set(err, TS_EINVAL,
-                       "--moe-shared-expert-overlap with --overlap-moe-expert-parallel-comm: not modelled (the pair's "
-                       "all-to-alls already run beside the other pass's compute; give one of the two)");
+                       "--moe-shared-expert-overlap with --overlap-moe-expert-parallel-comm: Megatron-LM refuses the "
+                       "combination (megatron/training/arguments.py, validate_args: disable moe_shared_expert_overlap "
+                       "when enabling overlap_moe_expert_parallel_comm; the pair computes the shared experts in its "
+                       "own sub-modules); give one of the two");
     return TS_OK;
 }
 
@@ -352,6 +364,35 @@ static int check_modelled(const moe_config *e, const config *c, ts_err *err)
         return err_set(err, TS_EINVAL,
                        "--use-torch-fsdp2 with --num-experts: not modelled (how PyTorch FSDP2 shards the experts; "
                        "--use-megatron-fsdp with experts is)");
+    return TS_OK;
+}
+
+/* --moe-dispatch-fwd-dtype / --moe-combine-bwd-dtype mxfp8 (moe_flags.h):
+ * into c->moe when the GPU and the FP8 recipe allow them. */
+static int check_fp8_dispatch(const moe_flags_state *s, config *c, ts_err *err)
+{
+    const model_config *m = &c->model;
+    bool fwd = s->dispatch_fwd_dtype == 1, bwd = s->combine_bwd_dtype == 1;
+    const char *flag = fwd ? "--moe-dispatch-fwd-dtype mxfp8" : "--moe-combine-bwd-dtype mxfp8";
+    c->moe.dispatch_fwd_mxfp8 = false;
+    c->moe.combine_bwd_mxfp8 = false;
+    if (!fwd && !bwd)
+        return TS_OK;
+    /* Blackwell = the catalogue's GPUs with FP4 tensor cores, as config.c's
+     * rule on --fp8-recipe mxfp8 (gpus_blackwell.csv) */
+    if (!(c->cluster.gpu.fp4_tflops > 0))
+        return err_set(err, TS_EINVAL,
+                       "%s needs Blackwell's block-scaled tensor cores (MXFP8); %s has none: give bf16 (or --gpu "
+                       "B200-SXM-180GB with --fp8-format and --fp8-recipe mxfp8)",
+                       flag, c->cluster.gpu.name);
+    if (m->fp8_format == FP8_FORMAT_NONE || m->fp8_recipe != FP8_RECIPE_MXFP8)
+        return err_set(err, TS_EINVAL,
+                       "%s needs FP8 training with --fp8-recipe mxfp8 (the MXFP8 tokens are the expert GEMMs' "
+                       "inputs; got %s%s): give --fp8-format e4m3|hybrid --fp8-recipe mxfp8, or bf16",
+                       flag, m->fp8_format == FP8_FORMAT_NONE ? "no --fp8-format" : "--fp8-recipe ",
+                       m->fp8_format == FP8_FORMAT_NONE ? "" : CONFIG_FP8_RECIPE_NAMES[m->fp8_recipe]);
+    c->moe.dispatch_fwd_mxfp8 = fwd;
+    c->moe.combine_bwd_mxfp8 = bwd;
     return TS_OK;
 }
 
@@ -437,7 +478,9 @@ int moe_flags_finish(moe_flags_state *s, const opt_table *t, config *c, ts_err *
                                            "--moe-z-loss-coeff",
                                            "--moe-router-enable-expert-bias",
                                            "--moe-router-topk-scaling-factor",
-                                           "--moe-router-pre-softmax"};
+                                           "--moe-router-pre-softmax",
+                                           "--moe-dispatch-fwd-dtype",
+                                           "--moe-combine-bwd-dtype"};
         if (e->ep > 1)
             return err_set(err, TS_EINVAL,
                            "--expert-model-parallel-size %d needs --num-experts (a dense model has "
@@ -469,7 +512,8 @@ int moe_flags_finish(moe_flags_state *s, const opt_table *t, config *c, ts_err *
     if (s->layer_freq && (rc = moe_flags_parse_layer_freq(s->layer_freq, c->model.num_layers, &e->layer_freq,
                                                           &e->first_dense_layers, err)))
         return rc;
-    if ((rc = check_routing(e, t, err)) || (rc = check_layout(e, c, err)) || (rc = check_modelled(e, c, err)))
+    if ((rc = check_routing(e, t, err)) || (rc = check_layout(e, c, err)) || (rc = check_modelled(e, c, err)) ||
+        (rc = check_fp8_dispatch(s, c, err)))
         return rc;
     return take_expert_load(s, t, c, e, err);
 }

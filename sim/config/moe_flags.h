@@ -47,6 +47,16 @@
  * --moe-router-pre-softmax (softmax scores only; Megatron-core ignores it
  * with sigmoid);
  * their ops are moe_block_ops'. They all need --num-experts.
+ * FP8 dispatch: --moe-dispatch-fwd-dtype mxfp8 (the dispatch's tokens) and
+ * --moe-combine-bwd-dtype mxfp8 (the combine's output gradients) are sent
+ * in MXFP8 (moe_disp.h). ../shared/reference lists these flags' names,
+ * default (bf16) and choices only, not Megatron-core's checks on them; the
+ * rules enforced are what the modelled path needs: MoE (--num-experts), a
+ * GPU with Blackwell's block-scaled tensor cores (the same rule as
+ * --fp8-recipe mxfp8, naming the GPU), and FP8 training with --fp8-recipe
+ * mxfp8 (the MXFP8 tokens are the expert GEMMs' inputs; a 16-bit expert
+ * GEMM behind an MXFP8 dispatch is not modelled). Every dispatcher
+ * (allgather, alltoall, flex with DeepEP) takes them.
  * --moe-expert-load FILE (trainsim's) reads measured per-expert loads
  * (moe_load.h) that replace the skew model: it needs --num-experts and is
  * refused with --moe-routing-skew or --moe-router-force-load-balancing. Parameter and FLOP
@@ -59,13 +69,16 @@
 #include "sim/util/err.h"
 #include "sim/util/opt.h"
 
-/* --moe-routing-skew's default: an assumption, not a fit. A router trained
- * with an auxiliary load-balancing loss keeps the experts near balance but
- * not at it; no measured per-expert load is in ../shared/reference, so the
- * default is a mild Zipf exponent: with it DeepSeek-V3's 256 experts give
- * the busiest of 8 EP ranks 1.07x the mean tokens, of 64 ranks 1.79x
- * (docs/moe.md). */
-#define MOE_ROUTING_SKEW_DEFAULT 0.3
+/* --moe-routing-skew's default: fitted to
+ * ../shared/reference/h100_training_calibration.csv row (c) (Qwen3-235B-A22B
+ * on 256 H100s, 19.7 s per step), which does not state its routing balance;
+ * before the fit the default was 0.3, an assumption. Procedure:
+ * experiments/cost-fit/moe-skew.sh, bisection of the skew on the simulated
+ * step to the published 19.7 s, rounded to 2 significant digits (0.1963 ->
+ * 0.2: 19.87 s, +0.9%). No measured per-expert load is in
+ * ../shared/reference; with 0.2 DeepSeek-V3's 256 experts give the busiest of
+ * 64 EP ranks (its preset) 1.43x the mean tokens, 1.79x at 0.3 (docs/moe.md). */
+#define MOE_ROUTING_SKEW_DEFAULT 0.2
 
 /* What the MoE flags set besides c->moe (plain values; layer_freq points
  * into the parsed argv, borrowed). */
@@ -74,6 +87,8 @@ typedef struct {
     const char *expert_load; /* --moe-expert-load FILE as given; NULL = none */
     double *loads;           /* that file's tokens per expert (moe_load.h), owned; c->moe.expert_load borrows it */
     int router_dtype;        /* --moe-router-dtype, MOE_ROUTER_DTYPE_NAMES index (when given) */
+    int dispatch_fwd_dtype;  /* --moe-dispatch-fwd-dtype, MOE_COMM_DTYPE_NAMES index */
+    int combine_bwd_dtype;   /* --moe-combine-bwd-dtype, MOE_COMM_DTYPE_NAMES index */
     bool layer_recompute;    /* --moe-layer-recompute */
 } moe_flags_state;
 
@@ -133,5 +148,8 @@ extern const char *const MOE_DROP_POLICY_NAMES[];
 extern const char *const MOE_ROUTER_DTYPE_NAMES[];
 extern const char *const MOE_SCORE_NAMES[];
 extern const char *const MOE_LB_NAMES[];
+/* "bf16", "mxfp8" (--moe-dispatch-fwd-dtype, --moe-combine-bwd-dtype);
+ * NULL-terminated. bf16 is the run's 16-bit activations (fp16 too). */
+extern const char *const MOE_COMM_DTYPE_NAMES[];
 
 #endif

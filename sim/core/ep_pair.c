@@ -12,6 +12,10 @@ int ep_pair_check(const config *c, sched_kind k, int v, bool flows, ts_err *err)
 {
     const parallel_config *P = &c->par;
     const moe_config *M = &c->moe;
+    if (P->delay_wgrad && !P->overlap_moe_ep_comm) /* Megatron-core's TransformerConfig */
+        return err_set(err, TS_EINVAL,
+                       "--delay-wgrad-compute needs " FLAG " (Megatron-core delays the weight gradients only in "
+                       "the overlapped forward-backward pairs)");
     if (!P->overlap_moe_ep_comm)
         return TS_OK;
     if (M->num_experts <= 0)
@@ -92,25 +96,202 @@ void ep_pair_mark(const sched *s, int r, int32_t *partner)
     }
 }
 
-void ep_pair_times(int64_t a_f, int64_t c_f, int64_t a_b, int64_t c_b, int sms, int64_t *exp_f, int64_t *exp_b)
+/* One op of the pair's two streams: its owner (0 forward, 1 backward), its
+ * time (work at the full GPU for compute) and the op of the other stream it
+ * waits for (-1 none). */
+typedef struct {
+    int owner;
+    int64_t ns;
+    int32_t dep;
+} pair_op;
+
+/* Append op (owner, ns, dep) to list l of *n ops; returns its index. */
+static int32_t push_op(pair_op *l, int32_t *n, int owner, int64_t ns, int32_t dep)
 {
-    if (c_f < 0)
-        c_f = 0;
-    if (c_b < 0)
-        c_b = 0;
-    *exp_f = overlap_shared_phase_ns(a_f, c_b, sms, EP_PAIR_COMM_SMS) - c_b;
-    *exp_b = overlap_shared_phase_ns(a_b, c_f, sms, EP_PAIR_COMM_SMS) - c_f;
+    l[*n] = (pair_op){owner, ns > 0 ? ns : 0, dep};
+    return (*n)++;
 }
 
-/* The all-to-all time exposed in range R and its compute time. */
-static void range_times(const plan *pl, plan_range R, int64_t *a, int64_t *c)
+/* Run the two in-order streams (see ep_pair.h) from t = 0; exp[o] gets
+ * owner o's exposed time: its transfers' time while no compute runs plus
+ * the compute time they cost through the SM share. */
+static void run_streams(const pair_op *C, int32_t nc, const pair_op *M, int32_t nm, int sms, int64_t exp_ns[2])
 {
-    *a = *c = 0;
+    double rate = 1.0; /* compute speed while a transfer runs */
+    if (sms > EP_PAIR_COMM_SMS)
+        rate = (double)(sms - EP_PAIR_COMM_SMS) / (double)sms;
+    double expo[2] = {0, 0}, crem = 0, mrem = 0;
+    int32_t ci = 0, mi = 0, c_done = 0, m_done = 0; /* next op to start; ops ended */
+    bool c_on = false, m_on = false;
+    for (;;) {
+        if (!c_on && ci < nc && (C[ci].dep < 0 || C[ci].dep < m_done)) {
+            c_on = true;
+            crem = (double)C[ci++].ns;
+        }
+        if (!m_on && mi < nm && (M[mi].dep < 0 || M[mi].dep < c_done)) {
+            m_on = true;
+            mrem = (double)M[mi++].ns;
+        }
+        if (!c_on && !m_on)
+            break; /* both lists ended (the dependencies point backwards: no deadlock) */
+        double r = m_on ? rate : 1.0;
+        double dt = c_on ? crem / r : mrem;
+        if (m_on && mrem < dt)
+            dt = mrem;
+        if (m_on)
+            expo[M[mi - 1].owner] += c_on ? dt * (1.0 - r) : dt;
+        if (c_on && (crem -= dt * r) <= 1e-6) {
+            c_on = false;
+            c_done++;
+        }
+        if (m_on && (mrem -= dt) <= 1e-6) {
+            m_on = false;
+            m_done++;
+        }
+    }
+    exp_ns[0] = (int64_t)(expo[0] + 0.5);
+    exp_ns[1] = (int64_t)(expo[1] + 0.5);
+}
+
+int ep_pair_run(const ep_pair_pass *f, const ep_pair_pass *b, int sms, bool delay_wgrad, int64_t *exp_f, int64_t *exp_b,
+                ts_err *err)
+{
+    int n = f->n > b->n ? f->n : b->n;
+    size_t cap = 3 * (size_t)(n + 1);
+    pair_op *C = malloc(cap * sizeof *C), *M = malloc(cap * sizeof *M);
+    int32_t *f_comp = malloc(((size_t)n + 1) * sizeof *f_comp), *b_ready = malloc(((size_t)n + 1) * sizeof *b_ready);
+    int rc = TS_OK;
+    if (!C || !M || !f_comp || !b_ready) {
+        rc = err_set(err, TS_ENOMEM, "plan: out of memory for the overlapped pairs");
+        goto out;
+    }
+    /* compute stream: B's compute j (dgrad, then wgrad), F's compute j, for
+     * j = 0..n; communication stream: B's transfer j, F's transfer j, for
+     * j = 1..n; B's transfer j waits for B's compute j-1 (its dgrad part with
+     * delay_wgrad), F's for F's compute j-1; compute j waits for its pass's
+     * transfer j */
+    int32_t nc = 0, nm = 0;
+    int32_t f_comm = -1, b_comm = -1; /* the transfer before the compute being placed */
+    for (int j = 0; j <= n; j++) {
+        if (j > 0 && j <= b->n)
+            b_comm = push_op(M, &nm, 1, b->comm_ns[j - 1], b_ready[j - 1]);
+        if (j > 0 && j <= f->n)
+            f_comm = push_op(M, &nm, 0, f->comm_ns[j - 1], f_comp[j - 1]);
+        if (j <= b->n) {
+            int64_t w = b->wgrad_ns ? b->wgrad_ns[j] : 0;
+            if (w < 0 || w > b->comp_ns[j])
+                w = w < 0 ? 0 : b->comp_ns[j];
+            int32_t dg = push_op(C, &nc, 1, b->comp_ns[j] - w, j > 0 ? b_comm : -1);
+            int32_t wg = push_op(C, &nc, 1, w, -1);
+            b_ready[j] = delay_wgrad ? dg : wg;
+        }
+        if (j <= f->n)
+            f_comp[j] = push_op(C, &nc, 0, f->comp_ns[j], j > 0 ? f_comm : -1);
+    }
+    int64_t e[2];
+    run_streams(C, nc, M, nm, sms, e);
+    *exp_f = e[0];
+    *exp_b = e[1];
+out:
+    free(C);
+    free(M);
+    free(f_comp);
+    free(b_ready);
+    return rc;
+}
+
+/* The exposed all-to-all time of range R (the steps' ep_exposed_ns). */
+static int64_t range_ep_ns(const plan *pl, plan_range R)
+{
+    int64_t a = 0;
+    for (uint32_t i = 0; i < R.n; i++)
+        a += pl->steps[R.first + i].ep_exposed_ns;
+    return a;
+}
+
+/* Split range R (its steps one after the other, each step's segments at
+ * their offsets) at its all-to-alls (segments of cat PLAN_CAT_EP off the
+ * compute stream; back-to-back ones are one transfer) into *P: comp_ns[j]
+ * the time from the end of transfer j (the range's start for j = 0) to the
+ * start of transfer j+1 (the range's end for j = n). The arrays are
+ * malloc'ed (freed by pass_free). TS_ENOMEM. */
+static int split_pass(const plan *pl, plan_range R, ep_pair_pass *P)
+{
+    size_t n_segs = 0;
+    for (uint32_t i = 0; i < R.n; i++)
+        n_segs += pl->steps[R.first + i].seg_n;
+    int64_t *comp = malloc((n_segs + 1) * sizeof *comp), *comm = malloc((n_segs + 1) * sizeof *comm);
+    *P = (ep_pair_pass){0, comp, comm, NULL};
+    if (!comp || !comm)
+        return TS_ENOMEM;
+    int64_t base = 0, cursor = 0;
+    int n = 0;
     for (uint32_t i = 0; i < R.n; i++) {
         const plan_step *x = &pl->steps[R.first + i];
-        *a += x->ep_exposed_ns;
-        *c += x->dur_ns - x->tp_exposed_ns;
+        for (uint32_t k = 0; k < x->seg_n; k++) {
+            const plan_seg *g = &pl->segs[x->seg_first + k];
+            if (g->cat != PLAN_CAT_EP || g->stream == PLAN_STREAM_COMPUTE)
+                continue;
+            int64_t t0 = base + g->offset_ns, t1 = t0 + g->dur_ns;
+            if (n > 0 && t0 <= cursor) { /* back to back with the previous transfer */
+                comm[n - 1] += t1 > cursor ? t1 - cursor : 0;
+            } else {
+                comp[n] = t0 > cursor ? t0 - cursor : 0;
+                comm[n++] = g->dur_ns;
+            }
+            cursor = t1 > cursor ? t1 : cursor;
+        }
+        base += x->dur_ns;
     }
+    comp[n] = base > cursor ? base - cursor : 0;
+    P->n = n;
+    return TS_OK;
+}
+
+static void pass_free(ep_pair_pass *P)
+{
+    free((void *)P->comp_ns);
+    free((void *)P->comm_ns);
+    free((void *)P->wgrad_ns);
+}
+
+int ep_pair_exposed(const plan *pl, int sf, int sb, int kb, int sms, bool delay_wgrad, int64_t *a_f, int64_t *a_b,
+                    int64_t *exp_f, int64_t *exp_b, ts_err *err)
+{
+    const plan_stage *F = &pl->stages[sf], *B = &pl->stages[sb];
+    ep_pair_pass pf, pb, pi = {0, NULL, NULL, NULL};
+    int rc = split_pass(pl, F->pass[PLAN_PASS_F], &pf);
+    if (rc == TS_OK)
+        rc = split_pass(pl, B->pass[kb], &pb);
+    else
+        pb = pi;
+    /* the backward's weight-gradient part of each compute span: the whole
+     * backward's less the input-gradient pass's (the same transfers) */
+    if (rc == TS_OK && kb == PLAN_PASS_B && B->pass[PLAN_PASS_I].n)
+        rc = split_pass(pl, B->pass[PLAN_PASS_I], &pi);
+    if (rc == TS_OK && pi.n == pb.n && pi.comp_ns) {
+        int64_t *w = malloc(((size_t)pb.n + 1) * sizeof *w);
+        if (!w)
+            rc = TS_ENOMEM;
+        for (int j = 0; w && j <= pb.n; j++)
+            w[j] = pb.comp_ns[j] > pi.comp_ns[j] ? pb.comp_ns[j] - pi.comp_ns[j] : 0;
+        pb.wgrad_ns = w;
+    }
+    if (rc == TS_OK) {
+        *a_f = range_ep_ns(pl, F->pass[PLAN_PASS_F]);
+        *a_b = range_ep_ns(pl, B->pass[kb]);
+        int64_t e_f = 0, e_b = 0;
+        rc = ep_pair_run(&pf, &pb, sms, delay_wgrad, &e_f, &e_b, err);
+        /* never more than the pass had alone */
+        *exp_f = e_f < *a_f ? e_f : *a_f;
+        *exp_b = e_b < *a_b ? e_b : *a_b;
+    } else {
+        rc = err_set(err, TS_ENOMEM, "plan: out of memory for the overlapped pairs");
+    }
+    pass_free(&pf);
+    pass_free(&pb);
+    pass_free(&pi);
+    return rc;
 }
 
 /* Give step x (shortened from was_ns) its own copy of its memory events,
@@ -157,20 +338,19 @@ static int copy_less(plan *pl, plan_range R, int64_t hidden_ns, plan_range *out)
     return TS_OK;
 }
 
-static int add_pair(plan *pl, int sf, int sb, int kb, int sms, ts_err *err)
+static int add_pair(plan *pl, int sf, int sb, int kb, int sms, bool delay_wgrad, ts_err *err)
 {
-    if (ep_pair_find(pl, sf, sb, kb))
-        return TS_OK;
     const plan_stage *F = &pl->stages[sf], *B = &pl->stages[sb];
-    int64_t a_f, c_f, a_b, c_b, e_f, e_b;
-    range_times(pl, F->pass[PLAN_PASS_F], &a_f, &c_f);
-    range_times(pl, B->pass[kb], &a_b, &c_b);
-    if (a_f <= 0 && a_b <= 0)
+    if (ep_pair_find(pl, sf, sb, kb) ||
+        (range_ep_ns(pl, F->pass[PLAN_PASS_F]) <= 0 && range_ep_ns(pl, B->pass[kb]) <= 0))
         return TS_OK;
-    ep_pair_times(a_f, c_f, a_b, c_b, sms, &e_f, &e_b);
+    int64_t a_f, a_b, e_f, e_b;
+    int rc = ep_pair_exposed(pl, sf, sb, kb, sms, delay_wgrad, &a_f, &a_b, &e_f, &e_b, err);
+    if (rc)
+        return rc;
     plan_ep_pair P = {.sf = sf, .sb = sb, .kb = kb};
     plan_range fin = B->pass_final[kb];
-    int rc = copy_less(pl, F->pass[PLAN_PASS_F], a_f - e_f, &P.f);
+    rc = copy_less(pl, F->pass[PLAN_PASS_F], a_f - e_f, &P.f);
     if (rc == TS_OK)
         rc = copy_less(pl, B->pass[kb], a_b - e_b, &P.b);
     if (rc == TS_OK && fin.n)
@@ -183,7 +363,7 @@ static int add_pair(plan *pl, int sf, int sb, int kb, int sms, ts_err *err)
     return TS_OK;
 }
 
-int ep_pair_build(plan *pl, const sched *s, int sms, ts_err *err)
+int ep_pair_build(plan *pl, const sched *s, int sms, bool delay_wgrad, ts_err *err)
 {
     int rc = TS_OK;
     for (int r = 0; r < s->p && rc == TS_OK; r++) {
@@ -200,7 +380,7 @@ int ep_pair_build(plan *pl, const sched *s, int sms, ts_err *err)
             int sf = sched_stage_of(s, r, f->chunk), sb = sched_stage_of(s, r, bw->chunk);
             if (sf < 0 || sb < 0 || sf >= pl->n_stages || sb >= pl->n_stages)
                 continue; /* lowering names the action */
-            rc = add_pair(pl, sf, sb, bw->kind == ACT_B ? PLAN_PASS_B : PLAN_PASS_I, sms, err);
+            rc = add_pair(pl, sf, sb, bw->kind == ACT_B ? PLAN_PASS_B : PLAN_PASS_I, sms, delay_wgrad, err);
         }
         free(partner);
     }

@@ -16,22 +16,53 @@
  * another; with p = 1, B(i) F(i+1), Megatron's combined step of forward
  * i+1 and backward i).
  *
- * Time of a pair (ep_pair_times, a closed form over the passes' totals):
- * with a_F, a_B the all-to-all time exposed in the forward and backward
- * alone (plan_step.ep_exposed_ns) and c_F, c_B their compute (the passes'
- * time less the time only their collectives run), the forward's
- * all-to-alls run beside the backward's compute and the other way round:
- *     exposed_F = phase(a_F, c_B) - c_B,  exposed_B = phase(a_B, c_F) - c_F
- * where phase(a, c) (overlap_shared_phase_ns) is the time of a transfer a
- * beside compute c that loses OVERLAP_EP_SMS of the GPU's SMs while the
- * transfer runs: max(a, c) without the SM share; every all-to-all hidden up
- * to its partner's compute, what it outlasts it exposed. Aggregating over
- * the layers is exact when the layers are alike and each all-to-all's
- * partner sub-module has the same share of its pass's compute; it is an
- * optimistic bound where one sub-module's transfer outlasts its partner
- * while another's is shorter (the per-sub-module split is not modelled).
+ * Time of a pair (ep_pair_run, per sub-module): each pass is split at its
+ * all-to-alls (the dispatch and the combine of each MoE layer; transfers
+ * back to back are one) into compute spans and transfers: the forward
+ * c_0 A_1 c_1 ... A_n c_n (c_0 the attention, A_1 the dispatch, c_1 the
+ * experts, A_2 the combine, c_2 the next layer's attention, ...), the
+ * backward d_0 B_1 d_1 ... B_m d_m (B_1 the combine's backward, d_1 the
+ * experts', B_2 the dispatch's, d_2 the attention's, ...; a span is the
+ * pass's time between two transfers, its tensor-parallel collectives
+ * included: they run on the compute stream in Megatron-core, the
+ * all-to-alls on their own). A pass with no transfer (dense layers only)
+ * is one span that runs before (backward) or after (forward) the other's
+ * first span: Megatron's layer-by-layer interleave of a dense layer with a
+ * MoE layer is not modelled (pessimistic for such pairs). The pair runs
+ * Megatron-core's combined layer (TransformerLayerSchedulePlan.run): two
+ * in-order streams, compute d_0 c_0 d_1 c_1 ... and communication B_1 A_1
+ * B_2 A_2 ..., each op starting when its stream is free and its input is
+ * there (A_j after c_{j-1}, c_j after A_j, B_j after d_{j-1}, d_j after
+ * B_j). Without an SM share and with n = m every layer falls into phases:
+ *     T = sum_j max(B_j, c_{j-1}) + max(A_j, d_j)
+ * (the backward's combine beside the forward's attention, the forward's
+ * dispatch beside the backward's experts, the backward's dispatch beside
+ * the forward's experts, the forward's combine beside the backward's
+ * attention), each transfer exposed by max(0, transfer - partner span);
+ * with the SM share each phase is phase(transfer, span)
+ * (overlap_shared_phase_ns: the compute loses EP_PAIR_COMM_SMS of the
+ * GPU's SMs while a transfer runs). A pass's exposed time is its transfers'
+ * time while no compute runs plus the compute time they cost through the
+ * SM share, so T = the two passes' compute + exposed_F + exposed_B; the
+ * exposed time of each pass is at most its all-to-all time alone.
  *
- * Rules (Megatron-LM's validate_args): a MoE model (--num-experts), expert
+ * --delay-wgrad-compute (Megatron-core's delay_wgrad_compute: the layer's
+ * backward_dw after the dispatch's backward is launched): each backward
+ * span d_j is its input-gradient part g_j (the span of the I pass, the
+ * same transfers) then its weight-gradient part w_j = d_j - g_j on the
+ * compute stream, and B_{j+1} waits for g_j only. Compute time is
+ * unchanged (the same ops in the same order); a dependency is only
+ * relaxed, so without an SM share the pair is never longer. One layer
+ * (n = m = 2, d_0 = c_2 = 0, no SM share), t_1 = max(B_1, c_0):
+ *     without: T = t_1 + max(A_1, g_1 + w_1) + max(B_2, c_1) + max(A_2, d_2)
+ *     with:    T = t_1 + max(max(A_1, g_1 + w_1) + c_1, max(A_1, g_1) + B_2)
+ *                  + max(A_2, d_2)
+ * the experts' weight gradients and the forward's experts hiding the
+ * backward's dispatch. With an I backward (zero-bubble schedules) the
+ * spans have no weight-gradient part and the flag changes nothing.
+ *
+ * Rules (Megatron-LM's validate_args): --delay-wgrad-compute needs the
+ * overlap (Megatron-core's TransformerConfig); the overlap needs a MoE model (--num-experts), expert
  * parallelism (--expert-model-parallel-size > 1), the alltoall or flex
  * dispatcher, with p > 1 virtual pipelining (the interleaved schedule; here
  * also DualPipeV, whose F&B pairs are the same overlap), no full
@@ -75,17 +106,38 @@ int ep_pair_check(const config *c, sched_kind k, int v, bool flows, ts_err *err)
  * entries, owned by the caller). */
 void ep_pair_mark(const sched *s, int r, int32_t *partner);
 
-/* The pair's times: a_f, c_f, a_b, c_b as above, sms the GPU's SMs (0
- * unknown: no SM share); *exp_f and *exp_b the exposed all-to-all time of
- * each pass in the pair (>= 0, <= what it had alone plus the slowdown its
- * transfers cause the partner's compute). */
-void ep_pair_times(int64_t a_f, int64_t c_f, int64_t a_b, int64_t c_b, int sms, int64_t *exp_f, int64_t *exp_b);
+/* One pass split at its all-to-alls (see above): n transfers comm_ns[0..n-1]
+ * (A_1..A_n or B_1..B_n), n + 1 compute spans comp_ns[0..n] (c_j or d_j),
+ * wgrad_ns[0..n] of each span its weight-gradient part (w_j, clamped to
+ * [0, comp_ns[j]]; NULL: none). Arrays owned by the caller. */
+typedef struct {
+    int n;
+    const int64_t *comp_ns;
+    const int64_t *comm_ns;
+    const int64_t *wgrad_ns;
+} ep_pair_pass;
+
+/* The pair of forward f and backward b on the two streams (see above),
+ * sms the GPU's SMs (0 unknown: no SM share), delay_wgrad
+ * --delay-wgrad-compute: *exp_f, *exp_b each pass's exposed time (>= 0).
+ * TS_ENOMEM. */
+int ep_pair_run(const ep_pair_pass *f, const ep_pair_pass *b, int sms, bool delay_wgrad, int64_t *exp_f, int64_t *exp_b,
+                ts_err *err);
+
+/* The pair of stage sf's forward and stage sb's backward (pass kb,
+ * PLAN_PASS_B or PLAN_PASS_I) of pl (collapsed passes): *a_f, *a_b each
+ * pass's exposed all-to-all time alone (ep_exposed_ns), *exp_f, *exp_b in
+ * the pair (ep_pair_run on the passes' segments; the backward's
+ * weight-gradient parts from the stage's I pass; at most a_f, a_b).
+ * TS_ENOMEM. */
+int ep_pair_exposed(const plan *pl, int sf, int sb, int kb, int sms, bool delay_wgrad, int64_t *a_f, int64_t *a_b,
+                    int64_t *exp_f, int64_t *exp_b, ts_err *err);
 
 /* Add to pl (collapsed passes: plan_opts.inline_tp) the variants of every
  * distinct pair of schedule s (plan_ep_pair; none for pairs whose passes
- * have no exposed all-to-all), sms the GPU's SMs (overlap_gpu_sms).
- * TS_ENOMEM. */
-int ep_pair_build(plan *pl, const sched *s, int sms, ts_err *err);
+ * have no exposed all-to-all), sms the GPU's SMs (overlap_gpu_sms),
+ * delay_wgrad --delay-wgrad-compute. TS_ENOMEM. */
+int ep_pair_build(plan *pl, const sched *s, int sms, bool delay_wgrad, ts_err *err);
 
 /* The variants of the pair (sf, sb, kb) in pl, NULL when none. */
 const plan_ep_pair *ep_pair_find(const plan *pl, int sf, int sb, int kb);

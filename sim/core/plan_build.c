@@ -46,6 +46,7 @@ typedef struct {
     int gpn;            /* GPUs per node (context-parallel groups' placement) */
     int64_t a2a_ns;     /* MoE: one all-to-all over the expert-parallel group (plan_moe.h) */
     int64_t a2a_lat_ns; /* MoE: its latency, for the flow modes */
+    int64_t a2a_mx_ns;  /* MoE: one carrying MXFP8 rows (layer_op.fp8; plan_moe.h) */
 } pass_builder;
 
 static void pb_start(pass_builder *b, int stage)
@@ -171,7 +172,7 @@ static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_
             if (op->a2a) { /* the MoE dispatcher's traffic (moe_disp.h): its all-to-all timed by the plan */
                 x.cat = PLAN_CAT_EP;
                 if (op->coll == COMM_P2P)
-                    x.dur_ns = b->a2a_ns;
+                    x.dur_ns = op->fp8 ? b->a2a_mx_ns : b->a2a_ns;
             }
             x.comm_bytes = op->bytes;
             x.comm_coll = (uint8_t)op->coll;
@@ -640,7 +641,7 @@ static int build_stage_passes(plan *pl, const plan_env *E, pass_builder *b, cons
                            k == PLAN_PASS_B   ? &nb_b
                            : k == PLAN_PASS_W ? &nb_w
                                               : NULL);
-        if (rc == TS_OK && E->opts.inline_tp)
+        if (rc == TS_OK && E->inline_tp)
             rc = plan_collapse_pass(pl, b->base, k, with_buckets, S_);
         else
             S_->pass[k] = (plan_range){b->base, pl->n_steps - b->base};
@@ -724,8 +725,8 @@ int plan_build_opts(const config *c, const sched *s, const cost_model *cm, const
         return err_set(err, TS_EINVAL, "plan: schedule has p=%d v=%d but the configuration p=%d v=%d", s->p, s->v,
                        P->pp, P->vp);
     plan_env E;
-    plan_env_init(&E, c, s, cm, cc, o, err);
-    int rc = ep_pair_check(c, s->kind, s->v, !E.opts.inline_tp, err);
+    plan_env_init(&E, c, s, cm, cc, o && o->inline_tp, err);
+    int rc = ep_pair_check(c, s->kind, s->v, !E.inline_tp, err);
     if (rc)
         return rc;
     model_ops *mo = malloc(sizeof *mo);
@@ -764,11 +765,12 @@ int plan_build_opts(const config *c, const sched *s, const cost_model *cm, const
         b.tp_group = (commcost_group){t, t <= gpn ? t : (t % gpn ? 1 : gpn)};
         b.a2a_ns = moe0 ? moe0->a2a_ns : 0;
         b.a2a_lat_ns = moe0 ? moe0->a2a_lat_ns : 0;
+        b.a2a_mx_ns = moe0 ? moe0->a2a_mx_ns : 0;
         rc = add_pipeline_transfers(pl, &E, &b.tp_group);
         if (rc == TS_OK)
             rc = build_stages(pl, &E, &b, mo);
         if (rc == TS_OK && P->overlap_moe_ep_comm)
-            rc = ep_pair_build(pl, s, b.sms, err);
+            rc = ep_pair_build(pl, s, b.sms, P->delay_wgrad, err);
     }
     if (rc == TS_OK)
         rc = plan_rank_add_emb_allreduce(pl, &E);

@@ -6,10 +6,10 @@
 #include "sim/model/mla.h"
 
 void plan_env_init(plan_env *E, const config *c, const sched *s, const cost_model *cm, const commcost_params *cc,
-                          const plan_opts *o, ts_err *err)
+                   bool inline_tp, ts_err *err)
 {
     const parallel_config *P = &c->par;
-    *E = (plan_env){.c = c, .s = s, .cm = cm, .cc = cc, .opts = o ? *o : (plan_opts){0}, .err = err};
+    *E = (plan_env){.c = c, .s = s, .cm = cm, .cc = cc, .inline_tp = inline_tp, .err = err};
     E->gpn = c->cluster.gpus_per_node > 0 ? c->cluster.gpus_per_node : 8;
     E->t = P->tp;
     E->d = P->dp > 0 ? P->dp : 1;
@@ -41,4 +41,3 @@ void plan_env_dp_flow_terms(const plan_env *E, commcost_coll coll, int64_t bytes
     if (expert > 0 && E->edp > 1)
         commcost_flow_terms(E->cc, coll, expert, &E->edp_group, &x->edp_bw_factor, &x->edp_lat_ns);
 }
-

@@ -5,11 +5,11 @@
 #ifndef TRAINSIM_PLAN_ENV_H
 #define TRAINSIM_PLAN_ENV_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "sim/config/config.h"
 #include "sim/core/plan.h"
-#include "sim/core/plan_build.h"
 #include "sim/model/commcost.h"
 #include "sim/model/cost.h"
 #include "sim/sched/sched.h"
@@ -22,7 +22,7 @@ typedef struct {
     const sched *s;
     const cost_model *cm;
     const commcost_params *cc;
-    plan_opts opts;
+    bool inline_tp;           /* plan_opts.inline_tp: passes collapsed into one step each */
     int gpn;                  /* GPUs per node */
     int t, d;                 /* tensor- and data-parallel sizes */
     int dt;                   /* bytes of a weight or activation element */
@@ -37,10 +37,10 @@ typedef struct {
     ts_err *err;
 } plan_env;
 
-/* Fill E from the inputs of plan_build_opts (o may be NULL: all off). E
+/* Fill E from the inputs of plan_build_opts (inline_tp: its option). E
  * keeps the pointers; the caller keeps what they point to alive. */
 void plan_env_init(plan_env *E, const config *c, const sched *s, const cost_model *cm, const commcost_params *cc,
-                   const plan_opts *o, ts_err *err);
+                   bool inline_tp, ts_err *err);
 
 /* One gradient reduction of params parameters, expert of them routed
  * experts', ns: the rest over the data-parallel group (d x cp), the

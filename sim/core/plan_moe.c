@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/model/fp8.h"
 #include "sim/model/moe.h"
 #include "sim/model/moe_disp.h"
 
@@ -154,6 +155,8 @@ int plan_moe_build_layer(const config *c, const layer_shape *rc_shape, int layer
     mo->transient = moe_block_transient_bytes(&L, e, lf);
     mo->rc_transient = moe_block_recomputed(&L) ? mo->transient : 0;
     int64_t T = moe_disp_tokens(&L);
+    bool mx = e->dispatch_fwd_mxfp8 || e->combine_bwd_mxfp8; /* moe_disp.h: some all-to-alls carry MXFP8 rows */
+    int64_t mx_row = fp8_mxfp8_bytes(1, L.h);
     if (e->dispatcher == MOE_DISPATCH_FLEX && e->enable_deepep) {
         int nodes = mo->ep_group.ranks / mo->ep_group.ranks_per_node;
         double remote =
@@ -166,8 +169,13 @@ int plan_moe_build_layer(const config *c, const layer_shape *rc_shape, int layer
                            e->router_num_groups, nodes);
         mo->remote_nodes = remote;
         mo->a2a_ns = moe_deepep_remote_ns(cc, T, e->topk, L.h, L.dtype_bytes, remote, &mo->ep_group);
-    } else if (e->dispatcher == MOE_DISPATCH_ALLTOALL) /* group limits leave its volume as it is */
+        if (mx)
+            mo->a2a_mx_ns = moe_deepep_remote_ns(cc, T, e->topk, mx_row, 1, remote, &mo->ep_group);
+    } else if (e->dispatcher == MOE_DISPATCH_ALLTOALL) { /* group limits leave its volume as it is */
         mo->a2a_ns = moe_a2a_ns(cc, moe_a2a_send_bytes(T, e->topk, L.h, L.dtype_bytes, ep), &mo->ep_group);
+        if (mx)
+            mo->a2a_mx_ns = moe_a2a_ns(cc, moe_a2a_send_bytes(T, e->topk, mx_row, 1, ep), &mo->ep_group);
+    }
     mo->a2a_lat_ns = mo->a2a_ns > 0 ? moe_a2a_alpha_ns(cc, &mo->ep_group) : 0;
     return TS_OK;
 }

@@ -85,6 +85,8 @@ typedef struct {
     commcost_group ep_group;  /* the all-to-all's ranks and those of them in one node */
     int64_t a2a_ns;           /* one dispatch or combine: moe_a2a_ns (alltoall) or moe_deepep_ns (flex
                                  with DeepEP); 0 with allgather (no all-to-all) */
+    int64_t a2a_mx_ns;        /* the same carrying MXFP8 rows (moe_disp.h: --moe-dispatch-fwd-dtype or
+                                 --moe-combine-bwd-dtype mxfp8; fp8_mxfp8_bytes(1, h) a row), 0 without */
     double remote_nodes;      /* DeepEP: remote nodes a token is sent to (moe_deepep_remote_nodes_grouped);
                                  0 otherwise */
     int64_t a2a_lat_ns;       /* of a2a_ns, the latency (moe_a2a_alpha_ns): the flow modes' */

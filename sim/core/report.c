@@ -141,7 +141,10 @@ static void report_moe(const simulate_result *r, FILE *f)
             r->moe_layers, r->num_layers, r->moe_ep);
     if (r->moe_etp > 1)
         fprintf(f, "etp %d, ", r->moe_etp);
-    fprintf(f, "edp %d (%s dispatcher)\n", r->moe_edp, r->moe_dispatcher);
+    fprintf(f, "edp %d (%s dispatcher", r->moe_edp, r->moe_dispatcher);
+    if (r->moe_mxfp8)
+        fprintf(f, "; MXFP8: %s", r->moe_mxfp8);
+    fprintf(f, ")\n");
     if (r->moe_forced_balance)
         fprintf(f, "routing                 forced balance (busiest EP rank %.3fx the mean tokens)\n",
                 r->moe_load_factor);

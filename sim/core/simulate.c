@@ -340,6 +340,10 @@ static int moe_summary(const config *c, const simulate_opts *o, const plan *pl, 
     R->moe_dispatcher = e->dispatcher == MOE_DISPATCH_FLEX        ? "flex with DeepEP"
                         : e->dispatcher == MOE_DISPATCH_ALLGATHER ? "allgather"
                                                                   : "alltoall";
+    R->moe_mxfp8 = e->dispatch_fwd_mxfp8 && e->combine_bwd_mxfp8 ? "the dispatch and the combine's backward"
+                   : e->dispatch_fwd_mxfp8                       ? "the dispatch"
+                   : e->combine_bwd_mxfp8                        ? "the combine's backward"
+                                                                 : NULL;
     R->moe_skew = e->routing_skew;
     R->moe_load_factor = pl->moe_load_factor;
     R->moe_load_per_layer = e->expert_load && e->expert_load_per_layer && !e->force_load_balancing;

@@ -136,6 +136,7 @@ typedef struct {
     int moe_etp;                    /* expert-tensor-parallel size */
     bool moe_forced_balance;        /* --moe-router-force-load-balancing */
     const char *moe_dispatcher;     /* static: "allgather", "alltoall" or "flex with DeepEP" */
+    const char *moe_mxfp8;          /* static: what the dispatcher sends in MXFP8 (moe_disp.h), NULL: nothing */
     double moe_skew;                /* --moe-routing-skew (unused under forced balance) */
     double moe_dropped;             /* fraction of the routed tokens dropped at capacity (0: dropless) */
     double moe_load_factor;         /* the busiest EP rank's routed tokens over the mean (per-layer loads: the

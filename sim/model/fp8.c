@@ -25,3 +25,13 @@ int64_t fp8_amax_reduce_bytes(const model_config *m, int n_layers, bool backward
         return 0;
     return (int64_t)n_layers * 4 * (backward ? 2 : 3) * 4;
 }
+
+int64_t fp8_mxfp8_bytes(int64_t rows, int64_t cols)
+{
+    return rows * (cols + (cols + 31) / 32);
+}
+
+int64_t fp8_mxfp8_quantize_bytes(int64_t rows, int64_t cols, int dt)
+{
+    return rows * cols * dt + fp8_mxfp8_bytes(rows, cols);
+}

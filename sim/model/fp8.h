@@ -44,4 +44,17 @@ int64_t fp8_gather_bytes(const model_config *m, int dt, int64_t params, int64_t 
  * tensor-parallel ranks instead (layer.h), block scales need no reduction. */
 int64_t fp8_amax_reduce_bytes(const model_config *m, int n_layers, bool backward);
 
+/* Bytes of a rows x cols tensor in MXFP8 with its scales along cols (the
+ * OCP Microscaling spec, v1.0: 1-byte E4M3 elements, one 8-bit E8M0 scale
+ * per block of 32 consecutive elements): rows x (cols + ceil(cols / 32)).
+ * A dispatched token row of h elements is fp8_mxfp8_bytes(1, h). */
+int64_t fp8_mxfp8_bytes(int64_t rows, int64_t cols);
+
+/* Bytes the quantize kernel moves casting a rows x cols 16-bit (dt bytes)
+ * tensor to one MXFP8 copy scaled along cols (the copy a dispatch sends):
+ * it reads the tensor and writes the copy with its scales,
+ * rows x cols x dt + fp8_mxfp8_bytes(rows, cols). The block's amax is
+ * found in the same pass (the scale is local to its 32 elements). */
+int64_t fp8_mxfp8_quantize_bytes(int64_t rows, int64_t cols, int dt);
+
 #endif

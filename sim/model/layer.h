@@ -241,7 +241,8 @@ typedef struct {
     /* COMM ops of a context-parallel group (0: the tensor-parallel group): */
     int stride; /* ranks between two neighbours of the group (t, or t x a2a level) */
     int span;   /* ranks of the whole group (for p2p: the ring the pair belongs to) */
-    bool fp8;   /* GEMM: runs on the FP8 tensor cores (cost.h: FP8 peak and tiles) */
+    bool fp8;   /* GEMM: runs on the FP8 tensor cores (cost.h: FP8 peak and tiles); a MoE all-to-all
+                   (a2a, COMM_P2P): carries MXFP8 rows (moe_disp.h: FP8 dispatch) */
     bool fp32;  /* GEMM: fp32 operands (the router with --moe-router-dtype fp32; cost.h) */
     bool a2a;   /* COMM: the MoE dispatcher's traffic (moe_disp.h; the EP category). coll
                            COMM_P2P: its all-to-all over the expert-parallel group (group = EP;
@@ -376,6 +377,26 @@ int layer_saved_build(const layer_shape *L, layer_saved_list *out, ts_err *err);
  * input, logit GEMM input, fp32 logits for the loss: 4sbV/t). */
 int layer_embedding_saved(const layer_shape *L, layer_saved_list *out, ts_err *err);
 int layer_output_saved(const layer_shape *L, layer_saved_list *out, ts_err *err);
+
+/* Bytes an FP8 linear layer's saved input of elems elements takes (L->fp8
+ * != FP8_FORMAT_NONE): Transformer Engine's linear modules (Linear,
+ * LayerNormLinear, GroupedLinear) keep, for the weight gradient, the FP8
+ * copy of their input their cast wrote (the column-wise usage of the
+ * quantized input: transformer_engine/pytorch/module/linear.py saves
+ * inputmat after update_usage(rowwise_usage=False,
+ * columnwise_usage=True); grouped_linear.py the same per expert), not the
+ * 16-bit tensor: 1 byte an element, plus per recipe
+ *   delayed, tensorwise  nothing (one fp32 scale per tensor)
+ *   blockwise            4 B per 128 (an fp32 scale per 1x128 block)
+ *   mxfp8                1 B per 32 (an e8m0 scale per 32 elements)
+ * i.e. elems, or elems + elems / 32 for the block-scaled recipes (rounded
+ * down). Without FP8: elems x dtype_bytes. Every FP8 GEMM input
+ * layer_saved_build and moe_block_mem_of save goes through it: the dense
+ * layer's qkv, proj, fc1, fc2 inputs; MLA's down-projection inputs (one
+ * copy each: two modules quantize the normed input separately) and
+ * up-projection inputs; the routed experts' fc1 and fc2 inputs; the shared
+ * experts' fc1 and fc2 inputs. */
+int64_t layer_fp8_saved_bytes(const layer_shape *L, int64_t elems);
 
 /* Sum of bytes kept after F (what stays alive between F and R/B/I). */
 int64_t layer_saved_kept_bytes(const layer_saved_list *l);

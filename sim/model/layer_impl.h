@@ -48,7 +48,7 @@ void layer_mla_from_config(const moe_config *e, layer_shape *L);
 
 /* TS_EINVAL naming the flag when an MLA shape is out of range (every size
  * >= 1 but q_lora >= 0), or combined with what the MLA ops do not model:
- * context parallelism, FP8. OK when !L->mla.on. */
+ * context parallelism. OK when !L->mla.on. */
 int layer_mla_check(const layer_shape *L, ts_err *err);
 
 /* Ops (layer.h's conventions; T = b s tokens, Tl = T / t with sequence
@@ -87,7 +87,12 @@ void layer_mla_qkv_bwd(const layer_shape *L, layer_ops *o, bool dgrad, bool wgra
  * (kv_l + d_r) dt) and the norms' outputs (the up-projections' inputs,
  * needed by their weight gradients only: Tl q_l dt, Tl kv_l dt; SP keeps
  * them sharded and re-gathers). q_l = 0: the q terms are 0 (the q
- * projection reads the layer's normed input, saved by the dense layer). */
+ * projection reads the layer's normed input, saved by the dense layer).
+ * FP8: the up-projections' inputs are their FP8 copies
+ * (layer_fp8_saved_bytes of Tl q_l, Tl kv_l); the norms' inputs stay
+ * 16-bit (Megatron-core's MLA spec fuses each norm into its up-projection,
+ * TELayerNormColumnParallelLinear, which keeps the norm's 16-bit input for
+ * the norm's backward and the FP8 normed output for the weight gradient). */
 typedef struct {
     int64_t q_down_out, q_up_in, kv_down_out, kv_up_in;
 } layer_mla_saved_bytes;

@@ -208,7 +208,7 @@ void layer_mla_saved(const layer_shape *L, layer_mla_saved_bytes *out)
         return;
     mla_dims D = dims_of(L);
     out->q_down_out = D.Tl * D.ql * D.dt;
-    out->q_up_in = D.Tl * D.ql * D.dt;
+    out->q_up_in = layer_fp8_saved_bytes(L, D.Tl * D.ql);
     out->kv_down_out = D.Tl * (D.kvl + D.dr) * D.dt;
-    out->kv_up_in = D.Tl * D.kvl * D.dt;
+    out->kv_up_in = layer_fp8_saved_bytes(L, D.Tl * D.kvl);
 }

@@ -29,6 +29,14 @@ static void save(layer_saved_list *l, const char *name, int64_t bytes, unsigned 
     t->by_recompute = !t->kept_after_f;
 }
 
+int64_t layer_fp8_saved_bytes(const layer_shape *L, int64_t elems)
+{
+    if (L->fp8 == FP8_FORMAT_NONE)
+        return elems * L->dtype_bytes;
+    bool block = L->fp8_recipe == FP8_RECIPE_BLOCKWISE || L->fp8_recipe == FP8_RECIPE_MXFP8;
+    return elems + (block ? elems / 32 : 0);
+}
+
 int layer_saved_build(const layer_shape *L, layer_saved_list *out, ts_err *err)
 {
     int rc = layer_shape_check(L, err);
@@ -42,16 +50,24 @@ int layer_saved_build(const layer_shape *L, layer_saved_list *out, ts_err *err)
     layer_free_when I = LAYER_FREE_AFTER_I, W = LAYER_FREE_AFTER_W;
     out->n = 0;
     /* FP8: the linear layers keep the FP8 copy of their input the cast wrote
-     * for the weight gradient (1 byte), not the 16-bit one (Transformer
-     * Engine); flash attention's backward still needs O in 16 bits, so proj
-     * keeps both */
-    int64_t wt = L->fp8 != FP8_FORMAT_NONE ? 1 : dt;
+     * for the weight gradient (layer_fp8_saved_bytes), not the 16-bit one
+     * (Transformer Engine); flash attention's backward still needs O in 16
+     * bits, so proj keeps both. A MoE layer's block input (fc1.in) stays
+     * 16-bit: Megatron-core's router GEMM (RouterGatingLinearFunction, a
+     * torch GEMM) saves it for its weight gradient; the shared experts'
+     * FP8 copy is the block's (moe_block_mem_of). */
+    bool fp8 = L->fp8 != FP8_FORMAT_NONE;
     save(out, "ln1.in", E * dt, 0, I, r, m, true); /* the layer input */
-    save(out, "qkv.in", E * wt, NORM, W, r, m, false);
+    save(out, "qkv.in", layer_fp8_saved_bytes(L, E), NORM, W, r, m, false);
     unsigned UP = L->mla.on ? CONFIG_RC_MLA_UP_PROJ : 0; /* q, k, v: re-created by mla_up_proj */
     if (L->mla.on) {
         layer_mla_saved_bytes ms;
         layer_mla_saved(L, &ms);
+        /* FP8: the q (down or whole) and kv down projections are two
+         * modules, each keeping its own FP8 copy of the normed input (16
+         * bits: one tensor both reference, qkv.in) */
+        if (fp8)
+            save(out, "mla.kv_down.in", layer_fp8_saved_bytes(L, E), NORM, W, r, m, false);
         if (ms.q_down_out > 0) {
             save(out, "mla.q_norm.in", ms.q_down_out, 0, I, r, m, false);
             save(out, "mla.q_up.in", ms.q_up_in, 0, W, r, m, false);
@@ -71,21 +87,21 @@ int layer_saved_build(const layer_shape *L, layer_saved_list *out, ts_err *err)
         }
     }
     save(out, "attn.v", D.T * D.gt * D.dv * dt, UP, I, r, m, false);
-    if (L->fp8 != FP8_FORMAT_NONE && layer_is_flash(L)) {
+    if (fp8 && layer_is_flash(L)) {
         save(out, "proj.in", D.T * D.adt * dt, 0, I, r, m, false); /* the kernel's output O */
-        save(out, "proj.in.fp8", D.T * D.adt, 0, W, r, m, false);
-    } else {
-        save(out, "proj.in", D.T * D.adt * wt, 0, W, r, m, false); /* flash: also the kernel's output O */
+        save(out, "proj.in.fp8", layer_fp8_saved_bytes(L, D.T * D.adt), 0, W, r, m, false);
+    } else { /* flash: also the kernel's output O */
+        save(out, "proj.in", layer_fp8_saved_bytes(L, D.T * D.adt), 0, W, r, m, false);
     }
     if (!L->no_hidden_dropout)
         save(out, "attn.dropadd.mask", E, 0, I, r, m, false);
     save(out, "ln2.in", E * dt, 0, I, r, m, false);
-    save(out, "fc1.in", E * wt, NORM, W, r, m, false);
+    save(out, "fc1.in", L->no_mlp ? E * dt : layer_fp8_saved_bytes(L, E), NORM, W, r, m, false);
     if (!L->no_mlp) { /* a MoE layer's block saves its own (moe_block_saved_bytes) */
         save(out, "act.in", D.T * D.fc1_n * dt, MLP, I, r, m, false);
         if (L->swiglu && (L->fusion & LAYER_UNFUSED_BIAS_ACT)) /* the multiply's saved SiLU output */
             save(out, "act.silu.out", D.T * D.ffn_t * dt, MLP, I, r, m, false);
-        save(out, "fc2.in", D.T * D.ffn_t * wt, MLP, W, r, m, false);
+        save(out, "fc2.in", layer_fp8_saved_bytes(L, D.T * D.ffn_t), MLP, W, r, m, false);
     }
     if (!L->no_hidden_dropout)
         save(out, "mlp.dropadd.mask", E, 0, I, r, m, false);

@@ -572,15 +572,24 @@ void moe_block_mem_of(const layer_shape *L, const moe_config *e, double load_fac
     moe_dims_of(L, e, load_factor > 0 ? load_factor : 1, &D);
     int64_t T = D.T, k = D.k, E = D.E, R = D.d.R, h = D.h, dt = D.dt;
     bool ag = e->dispatcher == MOE_DISPATCH_ALLGATHER;
-    /* the expert outputs the unpermute reads: after the ETP reduce-scatter
-     * (alltoall, Ra rows) or the partial sums themselves (allgather, R) */
-    int64_t outs = ag ? R : D.d.Ra;
     /* allgather: the gathered routing map and probabilities of the local experts */
     int64_t meta = ag && D.d.n > 1 ? (int64_t)D.d.n * T * D.el * (1 + 4) : 0;
-    int64_t act = R * D.fep * dt; /* the expert activation's output: FC2's input */
-    out->free_w = R * h * dt + act + T * D.fs * dt;
-    out->free_i = 2 * 4 * T * E + T * k * (4 + 8) + meta + outs * h * dt + R * D.fc1p * dt + T * D.fc1s * dt +
-                  (D.r.aux ? 4 * T * E : 0);
+    /* FC1's and FC2's inputs, routed and shared: FP8 copies under FP8
+     * (layer_fp8_saved_bytes: TEGroupedLinear and the shared experts' TE
+     * linears keep the quantized input for the weight gradient); the shared
+     * FC1's input is the block's input, which 16-bit training saves once
+     * for the router and the shared FC1 (the dense layer's fc1.in), FP8
+     * once more as the shared FC1's FP8 copy */
+    int64_t act = layer_fp8_saved_bytes(L, R * D.fep); /* the expert activation's output: FC2's input */
+    bool fp8 = L->fp8 != FP8_FORMAT_NONE;
+    /* the routed probabilities the weighted activation scales by (fp32, one
+     * a row); the unpermute then keeps only its row map, not the expert
+     * outputs (moe.h) */
+    int64_t probs = R * 4;
+    out->free_w = layer_fp8_saved_bytes(L, R * h) + act + (D.fs > 0 ? layer_fp8_saved_bytes(L, T * D.fs) : 0) +
+                  (fp8 && D.fs > 0 ? layer_fp8_saved_bytes(L, T * h) : 0);
+    out->free_i =
+        2 * 4 * T * E + T * k * (4 + 8) + meta + probs + R * D.fc1p * dt + T * D.fc1s * dt + (D.r.aux ? 4 * T * E : 0);
     out->kept = out->free_w + out->free_i;
     out->by_rc = 0;
     if (moe_block_recomputed(L)) { /* only the block's input kept: LN2's output, the dense layer's */

@@ -160,7 +160,8 @@ int moe_ep_group_nodes(int etp, int ep, int gpus_per_node);
  * Fisher-Yates), so heavy experts land on arbitrary expert-parallel ranks.
  * skew 0 is forced balance exactly: every expert gets routed_tokens / n.
  * The distribution is an assumption stated here, not fitted to published
- * routing statistics. Deterministic: the same (n, skew, seed) gives the same
+ * routing statistics; the exponent's default (MOE_ROUTING_SKEW_DEFAULT) is
+ * fitted to the step of h100_training_calibration.csv row (c). Deterministic: the same (n, skew, seed) gives the same
  * loads, byte for byte. out[0..n-1] sums to routed_tokens (up to rounding). */
 void moe_expert_loads_zipf(int n, double routed_tokens, double skew, uint64_t seed, double *out);
 
@@ -301,21 +302,34 @@ void moe_layer_rank_params(const model_config *m, const moe_config *e, int tp, i
  * (fp32, 2 x 4 T E), the top-k probabilities and indices (T k (4 + 8)),
  * with the allgather dispatcher and n = etp x ep > 1 the gathered routing
  * map and probabilities of the local experts (n T (E/ep) (1 + 4)), the
- * permuted tokens (R h), the expert outputs the unpermute reads (Ra h
- * after the ETP reduce-scatter with alltoall; the R h partial sums with
- * allgather), the expert FC1 output and activation output (R (fc1 + f_e)
- * / etp), the shared experts' FC1 and activation outputs (T (fc1_s +
- * f_s)); dtype bytes per element. T, Ra, R as in moe_block_ops. */
+ * permuted tokens (R h), the permuted probabilities (R x 4, fp32), the
+ * expert FC1 output and activation output (R (fc1 + f_e) / etp), the shared
+ * experts' FC1 and activation outputs (T (fc1_s + f_s)); dtype bytes per
+ * element. T, Ra, R as in moe_block_ops. The expert outputs are not saved:
+ * Megatron-core's experts (TEGroupedMLP, SequentialMLP) take the permuted
+ * probabilities from the dispatcher's permute and scale the activation's
+ * output by them (weighted_bias_swiglu_impl for SwiGLU), so the unpermute
+ * is called without probabilities and its backward, a gather, needs only
+ * the row map (moe_utils.unpermute); the combine's all-to-all and the
+ * allgather dispatcher's reduce-scatter save nothing. (Megatron-core
+ * releases that scaled in the unpermute saved the expert outputs, R h more
+ * a layer: not modelled.) Under FP8 the GEMM
+ * inputs among them (the permuted tokens R h, the activation outputs
+ * R f_e / etp and T f_s) are their FP8 copies (layer_fp8_saved_bytes), and
+ * with shared experts the shared FC1's FP8 copy of the block's input (T h)
+ * is added (the 16-bit input stays saved for the router:
+ * layer_saved_build's fc1.in). */
 int64_t moe_block_saved_bytes(const layer_shape *L, const moe_config *e, double load_factor);
 
 /* moe_block_saved_bytes split for the memory timeline of one MoE layer:
  * kept (stored by the forward), by_rc (re-created by the recompute pass),
  * and of their sum what the input-gradient backward frees (free_i: router
- * logits and probabilities, top-k, the gathered routing, expert outputs,
- * FC1 outputs, shared FC1 outputs) and what only the weight gradients need
+ * logits and probabilities, top-k, the gathered routing, the permuted
+ * probabilities, FC1 outputs, shared FC1 outputs) and what only the weight gradients need
  * (free_w: the permuted tokens, FC1's input; the activation outputs, FC2's
- * input; the shared activation output). No recomputation: all kept; full
- * or selective with moe (moe_block_recomputed): all by_rc; selective with moe_act (CONFIG_RC_MOE_ACT in L->rc_modules):
+ * input; the shared activation output; under FP8 the shared FC1's copy of
+ * the block input). No recomputation: all kept; full or selective with moe
+ * (moe_block_recomputed): all by_rc; selective with moe_act (CONFIG_RC_MOE_ACT in L->rc_modules):
  * the routed experts' activation output (R f_e / etp) by_rc, the rest kept.
  * kept + by_rc = free_i + free_w = moe_block_saved_bytes. */
 typedef struct {

@@ -4,6 +4,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "sim/model/fp8.h"
+
 int64_t moe_a2a_send_bytes(int64_t tokens, int topk, int64_t h, int dtype_bytes, int ep)
 {
     if (ep <= 1)
@@ -33,6 +35,12 @@ void moe_disp_dims_of(const layer_shape *L, const moe_config *e, double lf, moe_
     D->Ra = (int64_t)ceil((double)(D->T * D->k) * lf - 1e-9);
     D->R = D->etp * D->Ra;
     D->a2a = moe_a2a_send_bytes(D->T, e->topk, L->h, L->dtype_bytes, D->ep);
+    D->mx_fwd = e->dispatch_fwd_mxfp8;
+    D->mx_bwd = e->combine_bwd_mxfp8;
+    D->row_f = D->mx_fwd ? fp8_mxfp8_bytes(1, D->h) : D->h * D->dt;
+    D->row_b = D->mx_bwd ? fp8_mxfp8_bytes(1, D->h) : D->h * D->dt;
+    D->a2a_f = moe_a2a_send_bytes(D->T, e->topk, D->row_f, 1, D->ep);
+    D->a2a_b = moe_a2a_send_bytes(D->T, e->topk, D->row_b, 1, D->ep);
 }
 
 int64_t moe_ag_hidden_bytes(int64_t tokens, int64_t h, int dtype_bytes, int n)
@@ -73,6 +81,24 @@ static bool allgather(const moe_disp_dims *D)
     return D->dispatcher == MOE_DISPATCH_ALLGATHER;
 }
 
+/* The all-to-all of bytes, marked as carrying MXFP8 rows when mx. */
+static void disp_a2a(layer_ops *o, const char *name, int64_t bytes, int ep, bool mx)
+{
+    int n = o->n;
+    disp_coll(o, name, COMM_P2P, bytes, ep);
+    if (o->n > n)
+        o->op[n].fp8 = mx;
+}
+
+/* The MXFP8 quantize before a side's first send of rows x h (moe_disp.h):
+ * only when the side has a collective. */
+static void disp_quant(const moe_disp_dims *D, layer_ops *o, const char *name, int64_t rows)
+{
+    bool sends = allgather(D) ? D->n > 1 : D->ep > 1 || D->etp > 1;
+    if (sends)
+        layer_ops_mem(o, name, fp8_mxfp8_quantize_bytes(rows, D->h, (int)D->dt));
+}
+
 static int64_t permute_bytes(const moe_disp_dims *D)
 {
     return allgather(D) ? 2 * D->R * D->h * D->dt : (D->T + D->T * D->k) * D->h * D->dt;
@@ -87,15 +113,20 @@ static int64_t unpermute_bytes(const moe_disp_dims *D)
 
 void moe_disp_fwd_in(const moe_disp_dims *D, layer_ops *o)
 {
+    const char *q = "moe.dispatch.mxfp8.cast";
     if (allgather(D)) {
         disp_coll(o, "moe.ag.probs", COMM_ALL_GATHER, moe_ag_meta_bytes(D->T, (int)D->E, D->n), D->n);
-        disp_coll(o, "moe.ag.dispatch", COMM_ALL_GATHER, moe_ag_hidden_bytes(D->T, D->h, (int)D->dt, D->n), D->n);
+        if (D->mx_fwd)
+            disp_quant(D, o, q, D->T);
+        disp_coll(o, "moe.ag.dispatch", COMM_ALL_GATHER, moe_ag_hidden_bytes(D->T, D->row_f, 1, D->n), D->n);
         layer_ops_mem(o, "moe.permute", permute_bytes(D));
         return;
     }
     layer_ops_mem(o, "moe.permute", permute_bytes(D));
-    disp_coll(o, "moe.a2a.dispatch", COMM_P2P, D->a2a, D->ep);
-    disp_coll(o, "moe.etp.ag", COMM_ALL_GATHER, moe_etp_bytes(D->Ra, D->h, (int)D->dt, D->etp), D->etp);
+    if (D->mx_fwd)
+        disp_quant(D, o, q, D->T * D->k);
+    disp_a2a(o, "moe.a2a.dispatch", D->a2a_f, D->ep, D->mx_fwd);
+    disp_coll(o, "moe.etp.ag", COMM_ALL_GATHER, moe_etp_bytes(D->Ra, D->row_f, 1, D->etp), D->etp);
 }
 
 void moe_disp_fwd_out(const moe_disp_dims *D, layer_ops *o)
@@ -106,20 +137,25 @@ void moe_disp_fwd_out(const moe_disp_dims *D, layer_ops *o)
         return;
     }
     disp_coll(o, "moe.etp.rs", COMM_REDUCE_SCATTER, moe_etp_bytes(D->Ra, D->h, (int)D->dt, D->etp), D->etp);
-    disp_coll(o, "moe.a2a.combine", COMM_P2P, D->a2a, D->ep);
+    disp_a2a(o, "moe.a2a.combine", D->a2a, D->ep, false);
     layer_ops_mem(o, "moe.unpermute", unpermute_bytes(D));
 }
 
 void moe_disp_bwd_out(const moe_disp_dims *D, layer_ops *o)
 {
+    const char *q = "moe.combine.bwd.mxfp8.cast";
     if (allgather(D)) {
-        disp_coll(o, "moe.rs.combine.bwd", COMM_ALL_GATHER, moe_ag_hidden_bytes(D->T, D->h, (int)D->dt, D->n), D->n);
+        if (D->mx_bwd)
+            disp_quant(D, o, q, D->T);
+        disp_coll(o, "moe.rs.combine.bwd", COMM_ALL_GATHER, moe_ag_hidden_bytes(D->T, D->row_b, 1, D->n), D->n);
         layer_ops_mem(o, "moe.unpermute.bwd", unpermute_bytes(D));
         return;
     }
     layer_ops_mem(o, "moe.unpermute.bwd", unpermute_bytes(D));
-    disp_coll(o, "moe.a2a.combine.bwd", COMM_P2P, D->a2a, D->ep);
-    disp_coll(o, "moe.etp.rs.bwd", COMM_ALL_GATHER, moe_etp_bytes(D->Ra, D->h, (int)D->dt, D->etp), D->etp);
+    if (D->mx_bwd)
+        disp_quant(D, o, q, D->T * D->k);
+    disp_a2a(o, "moe.a2a.combine.bwd", D->a2a_b, D->ep, D->mx_bwd);
+    disp_coll(o, "moe.etp.rs.bwd", COMM_ALL_GATHER, moe_etp_bytes(D->Ra, D->row_b, 1, D->etp), D->etp);
 }
 
 void moe_disp_bwd_in(const moe_disp_dims *D, layer_ops *o)
@@ -133,13 +169,16 @@ void moe_disp_bwd_in(const moe_disp_dims *D, layer_ops *o)
         return;
     }
     disp_coll(o, "moe.etp.ag.bwd", COMM_REDUCE_SCATTER, moe_etp_bytes(D->Ra, D->h, (int)D->dt, D->etp), D->etp);
-    disp_coll(o, "moe.a2a.dispatch.bwd", COMM_P2P, D->a2a, D->ep);
+    disp_a2a(o, "moe.a2a.dispatch.bwd", D->a2a, D->ep, false);
     layer_ops_mem(o, "moe.permute.bwd", permute_bytes(D));
 }
 
 int64_t moe_disp_transient_bytes(const moe_disp_dims *D)
 {
-    if (allgather(D) && D->n > 1)
-        return 2 * moe_ag_hidden_bytes(D->T, D->h, (int)D->dt, D->n) + moe_ag_meta_bytes(D->T, (int)D->E, D->n);
+    if (allgather(D) && D->n > 1) {
+        int64_t row = D->row_f > D->row_b ? D->row_f : D->row_b; /* the gathered tokens or gradients */
+        return moe_ag_hidden_bytes(D->T, row, 1, D->n) + moe_ag_hidden_bytes(D->T, D->h, (int)D->dt, D->n) +
+               moe_ag_meta_bytes(D->T, (int)D->E, D->n);
+    }
     return !allgather(D) && D->etp > 1 ? D->R * D->h * D->dt : 0;
 }

@@ -58,8 +58,8 @@
 #include "sim/model/layer.h"
 
 /* Most ops one side of the dispatcher appends (moe_disp_fwd_in and the
- * others below): 3. */
-#define MOE_DISP_MAX_OPS 3
+ * others below): 4. */
+#define MOE_DISP_MAX_OPS 4
 
 /* Shapes of the dispatcher of one MoE block on the busiest rank. */
 typedef struct {
@@ -74,7 +74,13 @@ typedef struct {
     int dispatcher; /* config_moe_dispatcher */
     int64_t Ra;     /* routed copies the busiest rank holds after the EP exchange: ceil(T k lf) */
     int64_t R;      /* rows its local experts run: etp x Ra */
-    int64_t a2a;    /* bytes one rank sends in one all-to-all: moe_a2a_send_bytes(T, k, h, dt, ep) */
+    int64_t a2a;    /* bytes one rank sends in one 16-bit all-to-all: moe_a2a_send_bytes(T, k, h, dt, ep) */
+    bool mx_fwd;    /* --moe-dispatch-fwd-dtype mxfp8: the dispatch's forward rows in MXFP8 */
+    bool mx_bwd;    /* --moe-combine-bwd-dtype mxfp8: the combine's backward rows in MXFP8 */
+    int64_t row_f;  /* bytes of one token row the dispatch sends: fp8_mxfp8_bytes(1, h) with mx_fwd, else h dt */
+    int64_t row_b;  /* the same for the combine's backward (mx_bwd) */
+    int64_t a2a_f;  /* bytes one rank sends in the dispatch all-to-all: moe_a2a_send_bytes(T, k, row_f, 1, ep) */
+    int64_t a2a_b;  /* in the combine's backward all-to-all: the same with row_b */
 } moe_disp_dims;
 
 /* Bytes one rank sends in one all-to-all of the alltoall dispatcher:
@@ -109,6 +115,26 @@ int64_t moe_ag_meta_bytes(int64_t tokens, int num_experts, int n);
  * etp x ra x h x dtype_bytes. */
 int64_t moe_etp_bytes(int64_t ra, int64_t h, int dtype_bytes, int etp);
 
+/* FP8 dispatch (Megatron-LM's --moe-dispatch-fwd-dtype and
+ * --moe-combine-bwd-dtype mxfp8, Blackwell with --fp8-recipe mxfp8:
+ * moe_flags.h). The dispatch's forward tokens (mx_fwd) and the combine's
+ * backward output gradients (mx_bwd) are quantized to MXFP8 (fp8.h:
+ * 1 byte an element and an e8m0 scale per 32 along h) right before the
+ * first collective that sends them, and every collective of that side then
+ * carries MXFP8 rows (row_f / row_b bytes): the all-to-all (alltoall,
+ * flex with DeepEP), the ETP all-gather behind it, the allgather
+ * dispatcher's hidden-state gather. The combine's forward and the
+ * dispatch's backward stay 16-bit, as do the routing map and the
+ * probabilities. The cast is a memory-bound op,
+ * fp8_mxfp8_quantize_bytes of the rows sent (alltoall: the T k permuted
+ * copies; allgather: the T tokens), named moe.dispatch.mxfp8.cast and
+ * moe.combine.bwd.mxfp8.cast; none on a side without a collective (ep =
+ * etp = 1: nothing is sent). The permutes and the expert GEMMs' own FP8
+ * casts keep their 16-bit costs (the expert GEMM's weight gradient still
+ * needs the column-wise copy its cast writes): an upper bound on the
+ * memory-bound work. An all-to-all carrying MXFP8 rows is marked fp8
+ * (layer_op.fp8): the plan times it on the MXFP8 volume. */
+
 /* Append to o the dispatcher's ops of one side of the experts (dep[0] the
  * previous op, as layer_ops_push). The caller guarantees room for
  * MOE_DISP_MAX_OPS.
@@ -138,7 +164,9 @@ void moe_disp_bwd_in(const moe_disp_dims *D, layer_ops *o);
  * probabilities); alltoall with etp > 1 the experts' partial outputs
  * before the reduce-scatter, R h dt; else 0. Forward and backward alike
  * (the backward's gathered gradient and pre-reduce-scatter gradients have
- * the same sizes). */
+ * the same sizes); with FP8 dispatch the allgather's gathered buffer is the
+ * larger of the two passes' rows, n T max(row_f, row_b), beside the
+ * 16-bit n T h dt. */
 int64_t moe_disp_transient_bytes(const moe_disp_dims *D);
 
 #endif

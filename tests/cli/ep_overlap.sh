@@ -3,7 +3,8 @@
 # rules answered with exit 2 naming what is valid, the flow modes refusing
 # it, and the overlap shortening the iteration and the exposed EP time on
 # the qwen3-235b-a22b preset (interleaved) and deepseek-v3 (DualPipeV), the
-# rest of the report unchanged.
+# rest of the report unchanged; --delay-wgrad-compute refused without the
+# overlap and shortening deepseek-v3's DualPipeV run, its compute unchanged.
 # Ends "N passed, N failed".
 set -u
 T=${TRAINSIM:-build/trainsim}
@@ -38,6 +39,9 @@ for mode in network-flows full; do
         --moe-token-dispatcher-type alltoall --$mode
 done
 expect_output "$F" $T simulate --help
+expect_error 2 "--delay-wgrad-compute needs $F" $T simulate "${MIX[@]}" --expert-model-parallel-size 8 \
+    --moe-token-dispatcher-type alltoall --delay-wgrad-compute
+expect_output "--delay-wgrad-compute" $T simulate --help
 
 # -------- effect: interleaved qwen3-235b-a22b, DualPipeV deepseek-v3
 compare() { # name, flags...
@@ -64,4 +68,16 @@ compare deepseek-v3-dualpipev --model deepseek-v3 --gpu H100-SXM5-80GB --schedul
     --pipeline-model-parallel-layout 'Et|(tt|)*30L'
 # p = 1: Megatron's combined step of forward i+1 and backward i
 compare mixtral-p1 "${MIX[@]}" -p 1 --expert-model-parallel-size 8 --moe-token-dispatcher-type alltoall
+
+# -------- --delay-wgrad-compute: DualPipeV's F&B pairs run whole backwards
+# (their weight gradients split off and delayed): never slower, faster on
+# deepseek-v3, the compute the same
+DS=(--model deepseek-v3 --gpu H100-SXM5-80GB --schedule dualpipev --pipeline-model-parallel-layout 'Et|(tt|)*30L' $F)
+if run "$tmp/ds.on" "${DS[@]}" && run "$tmp/ds.delay" "${DS[@]}" --delay-wgrad-compute; then
+    i0=$(iter_s "$tmp/ds.on"); i1=$(iter_s "$tmp/ds.delay")
+    lt "$i1" "$i0" && ok "deepseek-v3 dualpipev: iteration $i0 s -> $i1 s with --delay-wgrad-compute" ||
+        bad "deepseek-v3 dualpipev: iteration $i0 s -> $i1 s with --delay-wgrad-compute, not shorter"
+    if [ "$(grep "^compute per GPU" "$tmp/ds.on")" = "$(grep "^compute per GPU" "$tmp/ds.delay")" ]; then ok
+    else bad "deepseek-v3: the compute changed with --delay-wgrad-compute"; fi
+fi
 finish

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # --moe-shared-expert-overlap (sim/model/moe.h, sim/core/overlap.h): the
 # rules (shared experts, the alltoall or flex dispatcher, not with
-# --overlap-moe-expert-parallel-comm) answered with exit 2; the closed form
+# --overlap-moe-expert-parallel-comm, as Megatron-LM) answered with exit 2; the closed form
 # on a small case (the dispatch and the combine's backward all-to-all hidden
 # whole behind the shared experts: exposed EP exactly half); metamorphic
 # checks (never a longer iteration or more exposed EP, the all-to-alls' busy
@@ -31,7 +31,7 @@ expect_error 2 "$F needs shared experts (give --moe-shared-expert-intermediate-s
     --moe-token-dispatcher-type alltoall
 expect_error 2 "$F needs --moe-token-dispatcher-type alltoall or flex (got allgather)" $T simulate "${MIX[@]}" $F \
     --moe-shared-expert-intermediate-size 512 --moe-token-dispatcher-type allgather
-expect_error 2 "$F with --overlap-moe-expert-parallel-comm: not modelled" $T simulate "${MIX[@]}" $F \
+expect_error 2 "$F with --overlap-moe-expert-parallel-comm: Megatron-LM refuses the combination (megatron/training/arguments.py" $T simulate "${MIX[@]}" $F \
     --moe-shared-expert-intermediate-size 512 --moe-token-dispatcher-type alltoall --overlap-moe-expert-parallel-comm
 expect_error 2 "$F needs --num-experts" $T simulate --model gpt3-175b $F
 expect_output "$F" $T simulate --help

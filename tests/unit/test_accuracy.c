@@ -53,34 +53,18 @@ Test(accuracy, korthikanti_22b_layer_times_within_4pct)
     cr_assert_eq(commcost_params_default(&A100, &cp, NULL), TS_OK);
     cr_assert_eq(cost_model_new(&p, &cm, NULL), TS_OK);
     for (size_t i = 0; i < sizeof ROWS / sizeof ROWS[0]; i++) {
-        layer_shape L = {6144,
-                         64,
-                         64,
-                         0,
-                         false,
-                         false,
-                         4 * 6144,
-                         false,
-                         2048,
-                         4,
-                         51200,
-                         8,
-                         ROWS[i].sp,
-                         2,
-                         ROWS[i].r,
-                         ATTN_BACKEND_UNFUSED,
-                         0,
-                         0,
-                         0,
-                         0,
-                         false,
-                         FP8_FORMAT_NONE,
-                         FP8_RECIPE_DELAYED,
-                         false,
-                         {0},
-                         0,
-                         false,
-                         0};
+        layer_shape L = {.h = 6144,
+                         .a = 64,
+                         .g = 64,
+                         .ffn = 4 * 6144,
+                         .s = 2048,
+                         .b = 4,
+                         .V = 51200,
+                         .t = 8,
+                         .sp = ROWS[i].sp,
+                         .dtype_bytes = 2,
+                         .recompute = ROWS[i].r,
+                         .attn = ATTN_BACKEND_UNFUSED};
         double f = run_ms(cm, &cp, &L, LAYER_PASS_F);
         double b = run_ms(cm, &cp, &L, LAYER_PASS_R) + run_ms(cm, &cp, &L, LAYER_PASS_B);
         double ef = f / ROWS[i].forward_ms - 1, eb = b / ROWS[i].backward_ms - 1;
@@ -104,34 +88,17 @@ Test(accuracy, recompute_overheads_ordered_like_table4)
     cr_assert_eq(cost_params_default(&A100, PREC_BF16, &p, NULL), TS_OK);
     cr_assert_eq(commcost_params_default(&A100, &cp, NULL), TS_OK);
     cr_assert_eq(cost_model_new(&p, &cm, NULL), TS_OK);
-    layer_shape L = {6144,
-                     64,
-                     64,
-                     0,
-                     false,
-                     false,
-                     4 * 6144,
-                     false,
-                     2048,
-                     4,
-                     51200,
-                     8,
-                     false,
-                     2,
-                     RECOMPUTE_SELECTIVE,
-                     ATTN_BACKEND_UNFUSED,
-                     0,
-                     0,
-                     0,
-                     0,
-                     false,
-                     FP8_FORMAT_NONE,
-                     FP8_RECIPE_DELAYED,
-                     false,
-                     {0},
-                     0,
-                     false,
-                     0};
+    layer_shape L = {.h = 6144,
+                     .a = 64,
+                     .g = 64,
+                     .ffn = 4 * 6144,
+                     .s = 2048,
+                     .b = 4,
+                     .V = 51200,
+                     .t = 8,
+                     .dtype_bytes = 2,
+                     .recompute = RECOMPUTE_SELECTIVE,
+                     .attn = ATTN_BACKEND_UNFUSED};
     double sel = run_ms(cm, &cp, &L, LAYER_PASS_R);
     L.recompute = RECOMPUTE_FULL;
     double full = run_ms(cm, &cp, &L, LAYER_PASS_R);

@@ -41,17 +41,102 @@ Test(ep_pair, shared_phase_closed_form)
     cr_expect_eq(overlap_shared_phase_ns(-5, -5, 132, 20), 0);
     /* continuous where the transfer just covers the slowed compute */
     cr_expect_eq(overlap_shared_phase_ns(66, 56, 132, 20), 66);
+}
+
+/* One MoE layer a pass: the forward c0 A1 c1 A2 (attention, dispatch,
+ * experts, combine), the backward B1 d1 B2 d2 (combine, experts, dispatch,
+ * attention); w1, w2 the weight-gradient parts of d1, d2. */
+static void layer_pair(const int64_t f[4], const int64_t b[4], const int64_t w[2], int sms, bool delay, int64_t *e_f,
+                       int64_t *e_b)
+{
+    int64_t fc[3] = {f[0], f[2], 0}, fa[2] = {f[1], f[3]};
+    int64_t bc[3] = {0, b[1], b[3]}, ba[2] = {b[0], b[2]}, bw[3] = {0, w ? w[0] : 0, w ? w[1] : 0};
+    ep_pair_pass F = {2, fc, fa, NULL}, B = {2, bc, ba, bw};
+    ts_err err;
+    cr_assert_eq(ep_pair_run(&F, &B, sms, delay, e_f, e_b, &err), TS_OK);
+}
+
+/* Per sub-module: each transfer exposed by max(0, transfer - the partner's
+ * span), summed; with the SM share each phase is overlap_shared_phase_ns. */
+Test(ep_pair, per_submodule_closed_form)
+{
+    const int64_t f[4] = {100, 200, 300, 120}; /* c0 A1 c1 A2 */
+    const int64_t b[4] = {150, 250, 200, 80};  /* B1 d1 B2 d2 */
     int64_t e_f, e_b;
-    ep_pair_times(100, 400, 300, 80, 0, &e_f, &e_b); /* exposed = max(0, a - partner's compute) */
-    cr_expect_eq(e_f, 20);
-    cr_expect_eq(e_b, 0);
-    /* never more than alone, never below the no-share case */
-    for (int64_t a = 0; a <= 1000; a += 37)
-        for (int64_t c = 0; c <= 1000; c += 41) {
-            ep_pair_times(a, c, a, c, 132, &e_f, &e_b);
-            cr_assert(e_f <= a && e_f >= (a > c ? a - c : 0), "a %lld c %lld: %lld", (long long)a, (long long)c,
-                      (long long)e_f);
+    layer_pair(f, b, NULL, 0, false, &e_f, &e_b);
+    cr_expect_eq(e_f, 0 + 40, "A1 200 beside d1 250, A2 120 beside d2 80: %lld", (long long)e_f);
+    cr_expect_eq(e_b, 50 + 0, "B1 150 beside c0 100, B2 200 beside c1 300: %lld", (long long)e_b);
+    /* the pass totals would hide all of both (320 < 330, 350 < 400) */
+    cr_expect_gt(e_f + e_b, 0);
+    layer_pair(f, b, NULL, 132, false, &e_f, &e_b);
+    int64_t want_f = overlap_shared_phase_ns(f[1], b[1], 132, EP_PAIR_COMM_SMS) - b[1] +
+                     overlap_shared_phase_ns(f[3], b[3], 132, EP_PAIR_COMM_SMS) - b[3];
+    int64_t want_b = overlap_shared_phase_ns(b[0], f[0], 132, EP_PAIR_COMM_SMS) - f[0] +
+                     overlap_shared_phase_ns(b[2], f[2], 132, EP_PAIR_COMM_SMS) - f[2];
+    cr_expect_leq(llabs(e_f - want_f), 2, "%lld vs %lld", (long long)e_f, (long long)want_f);
+    cr_expect_leq(llabs(e_b - want_b), 2, "%lld vs %lld", (long long)e_b, (long long)want_b);
+    /* a pass with no transfer beside one with: the other's compute first */
+    int64_t c1[1] = {500}, bc[3] = {0, 100, 100}, ba[2] = {300, 300};
+    ep_pair_pass F = {0, c1, NULL, NULL}, B = {2, bc, ba, NULL};
+    ts_err err;
+    cr_assert_eq(ep_pair_run(&F, &B, 0, false, &e_f, &e_b, &err), TS_OK);
+    cr_expect_eq(e_f, 0);
+    cr_expect_eq(e_b, 300, "B1 hidden behind the forward's 500, B2 alone: %lld", (long long)e_b);
+}
+
+/* --delay-wgrad-compute on one layer (ep_pair.h's closed form, no SM
+ * share): t1 = max(B1, c0); without T = t1 + max(A1, g1 + w1) + max(B2, c1)
+ * + max(A2, d2), with T = t1 + max(max(A1, g1 + w1) + c1, max(A1, g1) + B2)
+ * + max(A2, d2); T = the compute + exposed_F + exposed_B. */
+Test(ep_pair, delay_wgrad_closed_form)
+{
+    const int64_t f[4] = {100, 60, 100, 10};   /* c0 A1 c1 A2 */
+    const int64_t b[4] = {100, 200, 300, 100}; /* B1 d1 (g1 50 + w1 150) B2 d2 (g2 50 + w2 50) */
+    const int64_t w[2] = {150, 50};
+    int64_t compute = 100 + 100 + 200 + 100, e_f, e_b;
+    layer_pair(f, b, w, 0, false, &e_f, &e_b);
+    cr_expect_eq(compute + e_f + e_b, 100 + 200 + 300 + 100, "without: %lld", (long long)(compute + e_f + e_b));
+    layer_pair(f, b, w, 0, true, &e_f, &e_b);
+    cr_expect_eq(compute + e_f + e_b, 100 + 360 + 100, "with: %lld", (long long)(compute + e_f + e_b));
+    cr_expect_eq(e_f, 0);
+    cr_expect_eq(e_b, 60, "B2 160..460 beside w1 and c1 (100..400)");
+    /* no weight-gradient part: the flag changes nothing */
+    int64_t g_f, g_b;
+    layer_pair(f, b, NULL, 132, false, &e_f, &e_b);
+    layer_pair(f, b, NULL, 132, true, &g_f, &g_b);
+    cr_expect(e_f == g_f && e_b == g_b);
+}
+
+/* Metamorphic, random passes: each pass's exposed time at most its
+ * transfers' (SM share included); the delay never makes the pair longer
+ * (with the SM share to 2 ns of rounding). */
+Test(ep_pair, delay_wgrad_never_slower)
+{
+    uint64_t x = 12345;
+#define RND(m) ((int64_t)((x = x * 6364136223846793005ULL + 1442695040888963407ULL) >> 33) % (m))
+    for (int it = 0; it < 2000; it++) {
+        int64_t fc[8], fa[8], bc[8], ba[8], bw[8], a_f = 0, a_b = 0;
+        int nf = (int)RND(5), nb = (int)RND(5);
+        for (int j = 0; j <= 6; j++) {
+            fc[j] = RND(400), bc[j] = RND(600), bw[j] = RND(bc[j] + 1);
+            fa[j] = RND(500), ba[j] = RND(500);
         }
+        for (int j = 0; j < nf; j++)
+            a_f += fa[j];
+        for (int j = 0; j < nb; j++)
+            a_b += ba[j];
+        ep_pair_pass F = {nf, fc, fa, NULL}, B = {nb, bc, ba, bw};
+        int sms = it % 2 ? 132 : 0;
+        int64_t e_f, e_b, d_f, d_b;
+        ts_err err;
+        cr_assert_eq(ep_pair_run(&F, &B, sms, false, &e_f, &e_b, &err), TS_OK);
+        cr_assert_eq(ep_pair_run(&F, &B, sms, true, &d_f, &d_b, &err), TS_OK);
+        cr_assert(e_f >= 0 && e_f <= a_f + 1 && e_b >= 0 && e_b <= a_b + 1 && d_f <= a_f + 1 && d_b <= a_b + 1,
+                  "case %d: %lld/%lld %lld/%lld", it, (long long)e_f, (long long)a_f, (long long)e_b, (long long)a_b);
+        cr_assert_leq(d_f + d_b, e_f + e_b + (sms ? 2 : 0), "case %d: the delay made the pair %lld ns longer", it,
+                      (long long)(d_f + d_b - e_f - e_b));
+    }
+#undef RND
 }
 
 static sched *gen(sched_kind k, int p, int m, int v)
@@ -159,9 +244,11 @@ static simulate_result *run(bool overlap)
  * B(i) F(i+1), each pass all its layers one after the other on one rank.
  * With a the exposed all-to-all of one pass (the forward's and the
  * backward's are the same volume), c_F, c_B the passes' compute: the
- * iteration and the exposed EP time are shorter by (m - 1) x (2a -
- * exposed_F - exposed_B), ep_pair_times's. nic_gbps > 0 sets the NIC (ep
- * 16 spans two nodes). Returns 2a - exposed_F - exposed_B over 2a. */
+ * iteration and the exposed EP time are shorter by the same amount, at
+ * most (m - 1) x (2a - exposed_F - exposed_B) with the pass totals' closed
+ * form (each pass's transfers beside the other's whole compute: the
+ * per-sub-module pairing hides no more). nic_gbps > 0 sets the NIC (ep 16
+ * spans two nodes). Returns the hidden share of the pairs' transfers. */
 static double p1_closed_form(const char *gpus, const char *ep, int m, double nic_gbps)
 {
     char gb[16];
@@ -176,17 +263,19 @@ static double p1_closed_form(const char *gpus, const char *ep, int m, double nic
     int64_t c_f = X->cat_ns[PLAN_CAT_FWD] / m, c_b = X->cat_ns[PLAN_CAT_BWD] / m;
     cr_assert_gt(a, 0);
     cr_assert_eq(X->exposed_ns[SIMULATE_COMM_EP] % (2 * m), 0, "the passes' all-to-alls differ");
-    int64_t e_f, e_b;
-    ep_pair_times(a, c_f, a, c_b, 132, &e_f, &e_b);
-    int64_t saved = (m - 1) * (2 * a - e_f - e_b);
-    cr_assert_gt(saved, 0);
+    int64_t e_f = overlap_shared_phase_ns(a, c_b, 132, EP_PAIR_COMM_SMS) - c_b;
+    int64_t e_b = overlap_shared_phase_ns(a, c_f, 132, EP_PAIR_COMM_SMS) - c_f;
+    int64_t bound = (m - 1) * (2 * a - e_f - e_b);
+    int64_t saved = off->iteration_ns - on->iteration_ns;
+    cr_expect_gt(saved, 0);
     /* the passes' compute sums segments, rounded per pass: a few ns */
-    cr_expect_leq(llabs(off->iteration_ns - on->iteration_ns - saved), 64, "saved %lld, closed form %lld",
-                  (long long)(off->iteration_ns - on->iteration_ns), (long long)saved);
+    cr_expect_leq(saved, bound + 64, "saved %lld, pass totals' bound %lld", (long long)saved, (long long)bound);
     cr_expect_leq(llabs(X->exposed_ns[SIMULATE_COMM_EP] - on->ranks[0].exposed_ns[SIMULATE_COMM_EP] - saved), 64);
+    cr_expect_eq(on->ranks[0].cat_ns[PLAN_CAT_FWD] + on->ranks[0].cat_ns[PLAN_CAT_BWD],
+                 X->cat_ns[PLAN_CAT_FWD] + X->cat_ns[PLAN_CAT_BWD], "the compute changed");
     simulate_result_free(off);
     simulate_result_free(on);
-    return (double)(2 * a - e_f - e_b) / (double)(2 * a);
+    return (double)saved / (double)((m - 1) * 2 * a);
 }
 
 /* Inside a node the all-to-alls are short next to the compute: all hidden
@@ -232,4 +321,43 @@ Test(ep_pair, never_slower_and_slower_nic_never_faster, .fini = fini)
         simulate_result_free(r);
     }
     cr_expect_gt(prev, first, "the NIC is on the all-to-all's path (ep 16 over two nodes)");
+}
+
+/* --delay-wgrad-compute on whole runs: never slower than the overlap
+ * without it, the compute per category unchanged (the weight-gradient
+ * GEMMs only move), faster where the backward's transfers outlast their
+ * partners (ep 16 over a 0.5 GB/s NIC); refused without the overlap. */
+Test(ep_pair, delay_wgrad_runs, .fini = fini)
+{
+    static const char *const EP[] = {"2", "8", "16"};
+    int64_t gained = 0;
+    for (int k = 0; k < 3; k++) {
+        if (k < 2)
+            cr_assert_eq(flags_run(MIX("16"), "--global-batch-size", "64", "--expert-model-parallel-size", EP[k],
+                                   "--pipeline-model-parallel-size", "2", "--schedule", "interleaved",
+                                   "--num-layers-per-virtual-pipeline-stage", "1", NULL),
+                         TS_OK, "%s", E.msg);
+        else
+            cr_assert_eq(flags_run(MIX("16"), "--global-batch-size", "64", "--expert-model-parallel-size", EP[k], NULL),
+                         TS_OK, "%s", E.msg);
+        if (k == 2)
+            C.cluster.topology->params.nic_gbps = 0.5;
+        simulate_result *on = run(true);
+        C.par.delay_wgrad = true;
+        simulate_result *d = run(true);
+        C.par.delay_wgrad = false;
+        cr_expect_leq(d->iteration_ns, on->iteration_ns, "ep %s", EP[k]);
+        for (int c = PLAN_CAT_FWD; c <= PLAN_CAT_RECOMP; c++)
+            cr_expect_eq(d->ranks[0].cat_ns[c], on->ranks[0].cat_ns[c], "ep %s: category %d", EP[k], c);
+        gained += on->iteration_ns - d->iteration_ns;
+        simulate_result_free(on);
+        simulate_result_free(d);
+    }
+    cr_expect_gt(gained, 0, "the delay never hid anything");
+    cr_assert_eq(flags_run(MIX("16"), "--global-batch-size", "64", "--expert-model-parallel-size", "8",
+                           "--delay-wgrad-compute", NULL),
+                 TS_OK, "%s", E.msg);
+    simulate_result *r = NULL;
+    cr_assert_eq(simulate_run(&C, NULL, &r, &E), TS_EINVAL);
+    cr_expect(strstr(E.msg, "--delay-wgrad-compute needs --overlap-moe-expert-parallel-comm"), "%s", E.msg);
 }

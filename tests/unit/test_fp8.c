@@ -324,8 +324,8 @@ Test(fp8, moe_fp8_not_slower_for_large_experts)
 }
 
 /* The dispatcher's traffic is the same with FP8: Megatron-core dispatches
- * in bf16 by default (--moe-dispatch-fwd-dtype bf16; its other value,
- * mxfp8, is refused by the flags). */
+ * in bf16 by default (--moe-dispatch-fwd-dtype bf16; mxfp8:
+ * test_fp8_moe.c). */
 Test(fp8, moe_dispatch_bytes_unchanged)
 {
     moe_config e = mixtral_experts(0);

@@ -449,17 +449,25 @@ Test(moe_ops, rank_params)
     cr_assert_eq(r.dense_dp, 16);
 }
 
-/* Saved bytes of the MoE block: the closed form for Mixtral's block, and
- * more load never less memory (the busiest rank's intermediates grow). */
+/* Saved bytes of the MoE block: the closed form for Mixtral's block (router
+ * logits and probabilities 8 T E, top-k T k 12, the permuted tokens R h,
+ * the permuted probabilities R x 4, FC1's output and the activation's R
+ * (2 f + f); the expert outputs are not saved: the probabilities scale the
+ * activation, the unpermute keeps its row map only), and more load never
+ * less memory (the busiest rank's intermediates grow). The same with the
+ * allgather dispatcher (EP 8): the gathered routing of the local expert,
+ * 8 T x 1 x 5, on top; nothing for the expert outputs either. */
 Test(moe_ops, saved_bytes)
 {
     layer_shape L = moe_shape(4096, 14336, 4096, 1);
     moe_config e = moe_of(8, 2, 14336, 0, 8);
     int64_t T = 4096, R = T * 2;
-    int64_t want = 8 * T * 8 + T * 2 * 12 + 2 * R * 4096 * 2 + R * 3 * 14336 * 2;
+    int64_t want = 8 * T * 8 + T * 2 * 12 + R * 4096 * 2 + R * 4 + R * 3 * 14336 * 2;
     cr_assert_eq(moe_block_saved_bytes(&L, &e, 1.0), want);
     cr_assert_gt(moe_block_saved_bytes(&L, &e, 1.5), want);
-    cr_assert_eq(moe_block_saved_bytes(&L, &e, 2.0) - want, R * (2 * 4096 + 3 * 14336) * 2);
+    cr_assert_eq(moe_block_saved_bytes(&L, &e, 2.0) - want, R * (4096 * 2 + 4 + 3 * 14336 * 2));
+    e.dispatcher = MOE_DISPATCH_ALLGATHER;
+    cr_assert_eq(moe_block_saved_bytes(&L, &e, 1.0), want + 8 * T * 1 * 5);
 }
 
 /* The imbalance's cost: 0 at skew 0 and under forced balance; more skew

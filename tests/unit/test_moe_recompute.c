@@ -80,18 +80,19 @@ Test(moe_recompute, flag_rules, .fini = fini)
               "%s", E.msg);
 }
 
-/* Closed forms of one MoE layer (balance: R = T k = 8192 rows, Ra = R): the
+/* Closed forms of one MoE layer (balance: R = T k = 8192 rows): the
  * block's saved bytes 8 T E (router logits and probabilities, fp32) + 12 T k
- * (top-k probabilities and indices) + 2 R h 2 (permuted tokens, expert
- * outputs) + R (2 f + f) 2 (SwiGLU FC1 and activation outputs) move from
- * kept to re-created; what the layer keeps is what the dense part without
- * its MLP keeps (LN2's output, the block's input, among it). The recompute
- * pass gains the block's forward: its FLOPs, its two all-to-alls with the
- * forward's bytes, and the dispatcher's transient buffers. */
+ * (top-k probabilities and indices) + R h 2 (permuted tokens) + 4 R
+ * (permuted probabilities, fp32) + R (2 f + f) 2 (SwiGLU FC1 and activation
+ * outputs) move from kept to re-created; what the layer keeps is what the
+ * dense part without its MLP keeps (LN2's output, the block's input, among
+ * it). The recompute pass gains the block's forward: its FLOPs, its two
+ * all-to-alls with the forward's bytes, and the dispatcher's transient
+ * buffers. */
 Test(moe_recompute, saved_bytes_and_recompute_flops, .fini = fini)
 {
     int64_t tok = 4096, R = tok * 2, h = 4096, f = 14336;
-    int64_t block = 8 * tok * 8 + tok * 2 * 12 + 2 * R * h * 2 + R * 3 * f * 2;
+    int64_t block = 8 * tok * 8 + tok * 2 * 12 + R * h * 2 + 4 * R + R * 3 * f * 2;
     cr_assert_eq(flags_run(MIX, "--recompute-granularity", "selective", "--recompute-modules", "layernorm", NULL),
                  TS_OK, "%s", E.msg);
     plan_moe base = plan_of();
