@@ -60,7 +60,7 @@ typedef enum {
 #define CONFIG_RC_CORE_ATTN      0x01u               /* the attention core: scores, softmax, dropout, attention.V */
 #define CONFIG_RC_MLP            0x02u               /* the MLP: FC1, activation, FC2 */
 #define CONFIG_RC_LAYERNORM      0x04u               /* the two norms' outputs */
-#define CONFIG_RC_MOE            0x08u               /* needs MoE: not modelled */
+#define CONFIG_RC_MOE            0x08u               /* the whole MoE block (MoE models; --moe-layer-recompute) */
 #define CONFIG_RC_MOE_ACT        0x10u               /* the routed experts' activation (MoE models) */
 #define CONFIG_RC_MLA_UP_PROJ    0x20u               /* needs MLA: not modelled */
 #define CONFIG_RC_SHARED_EXPERTS 0x40u               /* needs MoE: not modelled */
@@ -220,6 +220,7 @@ typedef struct {
     const char *load_path;       /* --moe-expert-load FILE (moe_load.h), NULL = the skew model; borrowed */
     const double *expert_load;   /* its tokens per expert [num_experts], replacing the skew model; borrowed
                                      (owned by the flags' state, moe_flags_release; tests: their own array) */
+    bool expert_load_per_layer;  /* expert_load is [num_layers x num_experts]: layer l's at l E (moe_load.h) */
     int dispatcher;              /* --moe-token-dispatcher-type, config_moe_dispatcher */
     bool enable_deepep;          /* --moe-enable-deepep (flex dispatcher with DeepEP) */
     bool dispatch_fwd_mxfp8;     /* --moe-dispatch-fwd-dtype mxfp8: the dispatch's tokens sent in MXFP8 (moe_disp.h) */

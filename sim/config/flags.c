@@ -234,8 +234,8 @@ static int add_parallel_flags(flags_state *s, opt_table *t, config *c, ts_err *e
         .defval = "core_attn",
         .help = "selective recomputation: the modules re-run in the backward, one or more of core_attn (scores, "
                 "softmax, dropout, attention.V), mlp (FC1, activation, FC2), layernorm (the norms' outputs), moe_act "
-                "(the routed experts' activation; MoE models), mla_up_proj (MLA's up-projections and rope; with "
-                "--multi-latent-attention); moe, shared_experts are refused");
+                "(the routed experts' activation; MoE models), moe (the whole MoE layer; MoE models), mla_up_proj "
+                "(MLA's up-projections and rope; with --multi-latent-attention); shared_experts is refused");
     ADD(.name = "--use-distributed-optimizer", .type = OPT_BOOL, .target = &p->distributed_optimizer,
         .help = "shard optimizer state over data-parallel ranks (ZeRO-1 like)");
     ADD(.name = "--overlap-grad-reduce", .type = OPT_BOOL, .target = &p->overlap_grad_reduce,

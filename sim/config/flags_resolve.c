@@ -298,6 +298,10 @@ static int resolve_recompute(flags_state *s, const opt_table *t, const config *b
     s->src[FLAGS_F_RLAYERS] = opt_was_set(t, "--recompute-num-layers") ? FLAGS_SRC_FLAG : FLAGS_SRC_MEGATRON;
     p->recompute_modules = opt_was_set(t, "--recompute-modules") ? s->rc_modules : 0;
     s->src[FLAGS_F_RMODULES] = opt_was_set(t, "--recompute-modules") ? FLAGS_SRC_FLAG : FLAGS_SRC_MEGATRON;
+    if (s->moe.layer_recompute) {
+        s->src[FLAGS_F_RECOMPUTE] = s->src[FLAGS_F_RMODULES] = FLAGS_SRC_FLAG;
+        return moe_flags_layer_recompute(&s->moe, p, err);
+    }
     return TS_OK;
 }
 

@@ -89,6 +89,7 @@ typedef struct {
     int router_dtype;        /* --moe-router-dtype, MOE_ROUTER_DTYPE_NAMES index (when given) */
     int dispatch_fwd_dtype;  /* --moe-dispatch-fwd-dtype, MOE_COMM_DTYPE_NAMES index */
     int combine_bwd_dtype;   /* --moe-combine-bwd-dtype, MOE_COMM_DTYPE_NAMES index */
+    bool layer_recompute;    /* --moe-layer-recompute */
 } moe_flags_state;
 
 /* Set e to Megatron-LM's MoE and MLA defaults (megatron_arguments.csv: top-2,
@@ -122,6 +123,14 @@ int moe_flags_check_layout(config *c, ts_err *err);
 /* Free what moe_flags_finish allocated (the loads of --moe-expert-load);
  * c->moe.expert_load no longer valid after. Safe on a zeroed state. */
 void moe_flags_release(moe_flags_state *s);
+
+/* --moe-layer-recompute on p, once the recompute flags are resolved (as
+ * Megatron-core's TransformerConfig treats the deprecated flag): with
+ * --recompute-granularity full TS_EINVAL (Megatron-core raises "Do not set
+ * --moe-layer-recompute with full recompute granularity"); otherwise the
+ * granularity becomes selective and moe joins the modules (the default
+ * core_attn when --recompute-modules was not given). Not set: nothing. */
+int moe_flags_layer_recompute(const moe_flags_state *s, parallel_config *p, ts_err *err);
 
 /* Megatron's --moe-layer-freq: "N" (N >= 1) or "([0]*K+[1]*M)" for a model
  * of num_layers layers; sets *freq and *first_dense. TS_EINVAL naming the

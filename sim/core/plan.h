@@ -202,11 +202,14 @@ typedef struct {
     int64_t *weights_bytes; /* p: static memory per rank */
     int64_t *grads_bytes;
     int64_t *optim_bytes;
-    int64_t p2p_buffer_bytes; /* receive buffer held from a receive until its pass starts */
-    int d;                    /* data-parallel size (1: no reduction steps) */
-    int edp;                  /* expert-data-parallel size: ranks the expert gradients are reduced over */
-    double moe_load_factor;   /* MoE: the busiest EP rank's routed tokens over the mean (1: balance; 0: dense) */
-    double moe_dropped;       /* MoE: fraction of the routed tokens over an expert's capacity (dropped) */
+    int64_t p2p_buffer_bytes;   /* receive buffer held from a receive until its pass starts */
+    int d;                      /* data-parallel size (1: no reduction steps) */
+    int edp;                    /* expert-data-parallel size: ranks the expert gradients are reduced over */
+    double moe_load_factor;     /* MoE: the busiest EP rank's routed tokens over the mean (1: balance; 0: dense);
+                                 per-layer loads: the largest of the layers' */
+    double moe_load_factor_min; /* MoE: the smallest layer's (= moe_load_factor unless loads are per layer) */
+    int moe_busiest_layer;      /* MoE: the first layer (0-based) with moe_load_factor; -1 dense */
+    double moe_dropped;         /* MoE: fraction of the routed tokens over an expert's capacity (dropped) */
     int64_t fixed_ns[PLAN_FIXED_KINDS]; /* the parts of the longest optimizer step (its rank's), ns */
     /* The data loader's step of one micro-batch, the first compute step of
      * the forward of the stages that load data (dataload.h): [0] the first

@@ -249,7 +249,8 @@ typedef struct {
     layer_ops ef, eb, ei, ew; /* embedding */
     layer_ops of, ob, oi, ow; /* output layer */
     plan_layer_mem m_rc, m_none, m_emb, m_out;
-    plan_moe moe;         /* the MoE layers' ops, memory and parameters (mo->moe.on: the model has some) */
+    plan_moe_layers moe;  /* the MoE layers' ops, memory and parameters, per load factor (n_kinds > 0: the
+                             model has some); owned */
     int64_t params_layer; /* per TP rank */
     int64_t bucket_params;
     int64_t cp_tf, cp_tb; /* context parallelism's transient buffers of a layer's forward / backward (cp.h) */
@@ -317,7 +318,7 @@ static int model_ops_build(const config *c, int gpn, const commcost_params *cc, 
     mo->m_none.stash = layer_wgrad_stash_bytes(&mo->none, &mo->ni, &mo->nw);
     mo->m_emb.stash = layer_wgrad_stash_bytes(&mo->rc, &mo->ei, &mo->ew);
     mo->m_out.stash = layer_wgrad_stash_bytes(&mo->rc, &mo->oi, &mo->ow);
-    if ((rc = plan_moe_build(c, &mo->rc, gpn, cc, &mo->moe, err)))
+    if ((rc = plan_moe_layers_build(c, &mo->rc, gpn, cc, &mo->moe, err)))
         return rc;
     if ((mo->mtp = c->moe.mtp_num_layers) > 0) {
         if ((rc = mtp_ops(&mo->rc, LAYER_PASS_F, &mo->mtp_f, err)) ||
@@ -377,13 +378,14 @@ typedef struct {
     const layer_ops *f, *r, *b, *i, *w, *nb, *ni, *nw;
     const plan_layer_mem *m_rc, *m_none;
     int64_t params, expert_params;
-    int64_t transient; /* MoE: the dispatcher's buffers of one pass (plan_moe.h) */
+    int64_t transient;    /* MoE: the dispatcher's buffers of one pass (plan_moe.h) */
+    int64_t rc_transient; /* of them, the recompute pass's (0 where it does not re-run the dispatcher) */
 } layer_kind;
 
 static layer_kind kind_of(const model_ops *mo, const rc_layout *L, int l)
 {
-    const plan_moe *e = &mo->moe;
-    if (e->on && moe_layer_is_moe(&mo->c->moe, L->first + l))
+    const plan_moe *e = plan_moe_layers_of(&mo->moe, L->first + l);
+    if (e)
         return (layer_kind){&e->f,
                             &e->r,
                             &e->b,
@@ -396,9 +398,10 @@ static layer_kind kind_of(const model_ops *mo, const rc_layout *L, int l)
                             &e->m_none,
                             e->params_dense + e->params_expert,
                             e->params_expert,
-                            e->transient};
+                            e->transient,
+                            e->rc_transient};
     return (layer_kind){&mo->f,  &mo->r,    &mo->b,      &mo->i,           &mo->w, &mo->nb, &mo->ni,
-                        &mo->nw, &mo->m_rc, &mo->m_none, mo->params_layer, 0,      0};
+                        &mo->nw, &mo->m_rc, &mo->m_none, mo->params_layer, 0,      0,       0};
 }
 
 /* The kind of an MTP depth's layer: the decoder's last layer's (mtp.h). */
@@ -480,7 +483,7 @@ static int build_bwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
         if (recomputed && kind != PLAN_PASS_W)
             for (int l = lo; l < hi && rc == TS_OK; l++) { /* a group's other inputs are re-created too */
                 layer_kind K = kind_of(mo, L, l);
-                int64_t disp = mo->c->par.recompute == RECOMPUTE_FULL ? K.transient : 0; /* the dispatcher re-runs */
+                int64_t disp = K.rc_transient; /* where the dispatcher re-runs */
                 int64_t cp = K.r->n ? mo->cp_tf + disp : 0;
                 rc = pb_add_layer(b, K.r, PLAN_CAT_RECOMP, K.m_rc->by_rc + (l % L->group ? K.m_rc->kept : 0) + cp, cp);
             }
@@ -795,10 +798,12 @@ int plan_build_opts(const config *c, const sched *s, const cost_model *cm, const
     model_ops *mo = malloc(sizeof *mo);
     plan *pl = NULL;
     rc = mo ? model_ops_build(c, E.gpn, cc, mo, err) : err_set(err, TS_ENOMEM, "plan: out of memory");
-    if (rc == TS_OK && mo->moe.on) {
-        E.edp = mo->moe.edp;
-        E.edp_group = mo->moe.edp_group;
-        E.moe_layer_params = mo->moe.params_dense + mo->moe.params_expert;
+    const plan_moe *moe0 = rc == TS_OK && mo->moe.n_kinds > 0 ? &mo->moe.kinds[0] : NULL; /* groups, params, a2a:
+                                                                                        the same in every variant */
+    if (moe0) {
+        E.edp = moe0->edp;
+        E.edp_group = moe0->edp_group;
+        E.moe_layer_params = moe0->params_dense + moe0->params_expert;
         if (E.d <= 1 && E.edp > 1)
             rc = err_set(err, TS_EINVAL,
                          "plan: expert-data-parallel size %d with data-parallel size 1: not modelled (the gradient "
@@ -810,8 +815,10 @@ int plan_build_opts(const config *c, const sched *s, const cost_model *cm, const
     if (rc == TS_OK) {
         pl->d = E.d;
         pl->edp = E.edp;
-        pl->moe_load_factor = mo->moe.on ? mo->moe.load_factor : 0;
-        pl->moe_dropped = mo->moe.on ? mo->moe.dropped : 0;
+        pl->moe_load_factor = moe0 ? mo->moe.lf_max : 0;
+        pl->moe_load_factor_min = moe0 ? mo->moe.lf_min : 0;
+        pl->moe_busiest_layer = moe0 ? mo->moe.busiest_layer : -1;
+        pl->moe_dropped = moe0 ? mo->moe.dropped : 0;
         pl->overlap_grad_reduce = P->overlap_grad_reduce || E.fsdp; /* FSDP reduces per unit during the backward */
         pl->distributed_optimizer = P->distributed_optimizer || E.shard >= SHARD_OPTIM;
         int t = E.t, gpn = E.gpn;
@@ -822,9 +829,9 @@ int plan_build_opts(const config *c, const sched *s, const cost_model *cm, const
                           .tpo = P->tp_comm_overlap && P->sequence_parallel && E.t > 1,
                           .sms = overlap_gpu_sms(c->cluster.gpu.name)};
         b.tp_group = (commcost_group){t, t <= gpn ? t : (t % gpn ? 1 : gpn)};
-        b.a2a_ns = mo->moe.a2a_ns;
-        b.a2a_lat_ns = mo->moe.a2a_lat_ns;
-        b.a2a_mx_ns = mo->moe.a2a_mx_ns;
+        b.a2a_ns = moe0 ? moe0->a2a_ns : 0;
+        b.a2a_lat_ns = moe0 ? moe0->a2a_lat_ns : 0;
+        b.a2a_mx_ns = moe0 ? moe0->a2a_mx_ns : 0;
         rc = add_pipeline_transfers(pl, &E, &b.tp_group);
         if (rc == TS_OK)
             rc = add_data_loader(pl, &E, &b.tp_group, &b);
@@ -837,6 +844,8 @@ int plan_build_opts(const config *c, const sched *s, const cost_model *cm, const
         rc = plan_rank_add_emb_allreduce(pl, &E);
     if (rc == TS_OK)
         rc = plan_rank_add_steps(pl, &E);
+    if (mo)
+        plan_moe_layers_free(&mo->moe);
     free(mo);
     if (rc) {
         plan_free(pl);

@@ -148,6 +148,12 @@ static void report_moe(const simulate_result *r, FILE *f)
     if (r->moe_forced_balance)
         fprintf(f, "routing                 forced balance (busiest EP rank %.3fx the mean tokens)\n",
                 r->moe_load_factor);
+    else if (r->moe_load_per_layer)
+        fprintf(f,
+                "routing                 measured per-layer loads (--moe-expert-load %s): busiest EP rank %.3fx the "
+                "mean tokens (layer %d) to %.3fx%s\n",
+                r->moe_load_path, r->moe_load_factor, r->moe_busiest_layer, r->moe_load_factor_min,
+                r->moe_dropped > 0 ? "," : "");
     else if (r->moe_load_path)
         fprintf(f,
                 "routing                 measured per-expert loads (--moe-expert-load %s): busiest EP rank %.3fx the "
@@ -407,6 +413,10 @@ void report_csv(const simulate_result *r, FILE *f)
         if (r->moe_load_path)
             irow(f, it, "moe_measured_loads", 1, "bool");
         row(f, it, "moe_load_factor", r->moe_load_factor, "x mean");
+        if (r->moe_load_per_layer) {
+            row(f, it, "moe_load_factor_min", r->moe_load_factor_min, "x mean");
+            irow(f, it, "moe_busiest_layer", r->moe_busiest_layer, "layer");
+        }
         row(f, it, "moe_dropped", r->moe_dropped, "fraction");
         irow(f, it, "moe_balanced_iteration_time", r->moe_balanced_ns, "ns");
         irow(f, it, "moe_imbalance_time", r->moe_imbalance_ns, "ns");

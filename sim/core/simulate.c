@@ -351,6 +351,9 @@ static int moe_summary(const config *c, const simulate_opts *o, const plan *pl, 
                                                                  : NULL;
     R->moe_skew = e->routing_skew;
     R->moe_load_factor = pl->moe_load_factor;
+    R->moe_load_per_layer = e->expert_load && e->expert_load_per_layer && !e->force_load_balancing;
+    R->moe_load_factor_min = pl->moe_load_factor_min;
+    R->moe_busiest_layer = pl->moe_busiest_layer;
     R->moe_dropped = pl->moe_dropped;
     R->moe_balanced_ns = R->iteration_ns;
     R->moe_groups = e->router_num_groups;

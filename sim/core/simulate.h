@@ -142,7 +142,11 @@ typedef struct {
     const char *moe_mxfp8;          /* static: what the dispatcher sends in MXFP8 (moe_disp.h), NULL: nothing */
     double moe_skew;                /* --moe-routing-skew (unused under forced balance) */
     double moe_dropped;             /* fraction of the routed tokens dropped at capacity (0: dropless) */
-    double moe_load_factor;         /* the busiest EP rank's routed tokens over the mean */
+    double moe_load_factor;         /* the busiest EP rank's routed tokens over the mean (per-layer loads: the
+                                       busiest layer's) */
+    bool moe_load_per_layer;        /* --moe-expert-load per layer: each MoE layer its own factor */
+    double moe_load_factor_min;     /* per-layer loads: the least loaded layer's factor */
+    int moe_busiest_layer;          /* per-layer loads: the first layer (0-based) with moe_load_factor */
     int64_t moe_balanced_ns;        /* the same run's iteration under forced balance (= iteration_ns when
                                      balance is forced or the skew is 0) */
     int64_t moe_imbalance_ns;       /* iteration_ns - moe_balanced_ns: what the routing skew costs */

@@ -61,12 +61,12 @@ int layer_shape_check(const layer_shape *L, ts_err *err)
     if (L->main_grad_bytes != 0 && L->main_grad_bytes != 2 && L->main_grad_bytes != 4)
         return err_set(err, TS_EINVAL, "layer shape: main gradient bytes %d (expected 2 or 4; 0 = 4)",
                        L->main_grad_bytes);
-    /* moe_act is the MoE block's (moe.h): the dense ops ignore it; mla_up_proj needs MLA */
-    unsigned rc_ok = CONFIG_RC_CORE_ATTN | CONFIG_RC_MLP | CONFIG_RC_LAYERNORM | CONFIG_RC_MOE_ACT;
+    /* moe_act and moe are the MoE block's (moe.h): the dense ops ignore them; mla_up_proj needs MLA */
+    unsigned rc_ok = CONFIG_RC_CORE_ATTN | CONFIG_RC_MLP | CONFIG_RC_LAYERNORM | CONFIG_RC_MOE_ACT | CONFIG_RC_MOE;
     if (L->rc_modules & ~(rc_ok | (L->mla.on ? CONFIG_RC_MLA_UP_PROJ : 0u)))
         return err_set(err, TS_EINVAL,
-                       "layer shape: recompute modules 0x%x: only core_attn, mlp, layernorm, moe_act and (with "
-                       "multi-latent attention) mla_up_proj are modelled (moe and shared_experts are not)",
+                       "layer shape: recompute modules 0x%x: only core_attn, mlp, layernorm, moe, moe_act and (with "
+                       "multi-latent attention) mla_up_proj are modelled (shared_experts is not)",
                        L->rc_modules);
     int rc = layer_mla_check(L, err);
     if (rc != TS_OK)

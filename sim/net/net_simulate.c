@@ -187,6 +187,13 @@ static int describe_a2a(const net_simulate *ns, uint32_t tag, const plan_step *x
                        ".combine and their .bwd; the dispatchers' all-gathers and reduce-scatters); simulate without "
                        "--network-flows and --full",
                        tag, x->name);
+    const plan *pl = ns->plan;
+    if (pl->moe_load_factor_min > 0 && pl->moe_load_factor_min != pl->moe_load_factor)
+        return err_set(err, TS_EINVAL,
+                       "network model: per-layer --moe-expert-load with load factors %.3f to %.3f: not modelled (the "
+                       "flow model takes one busiest-rank factor for every MoE layer; give a whole-model file, or "
+                       "simulate without --network-flows and --full)",
+                       pl->moe_load_factor_min, pl->moe_load_factor);
     int ep = e->ep;
     d->role = NET_STEP_COLL;
     d->dim = NET_DIM_EP;
