@@ -106,7 +106,7 @@ Test(moe, qwen3_235b_params)
     moe_params p;
     moe_param_count(&m, &e, &p);
     cr_expect_eq(p.attention, 4096LL * (8192 + 1024) + 8192LL * 4096 + 2 * 128); /* + the q and k norms */
-    cr_expect_eq(p.total, 235093634560LL);                                      /* docs/moe.md */
+    cr_expect_eq(p.total, 235093634560LL);                                       /* docs/moe.md */
     cr_expect_eq(p.active, 22190763520LL);
     cr_expect(fabs(p.total / 235e9 - 1) < 0.005, "total %lld", (long long)p.total);
     cr_expect(fabs(p.active / 22e9 - 1) < 0.015, "active %lld", (long long)p.active);
@@ -286,7 +286,8 @@ Test(moe, zipf_figures)
         cr_expect(fabs(moe_rank_load_factor(l, 256, 16, 0, NULL) - want[s][1]) < 1e-3);
         cr_expect(fabs(moe_rank_load_factor(l, 256, 64, 0, NULL) - want[s][2]) < 1e-3);
         cr_expect(fabs(moe_rank_load_factor(l, 256, 64, 1.25, &dropped) - want[s][3]) < 1e-3);
-        cr_expect(fabs(100 * dropped / 32768 - want[s][4]) < 0.1, "skew %g dropped %.4f%%", skew[s], 100 * dropped / 32768);
+        cr_expect(fabs(100 * dropped / 32768 - want[s][4]) < 0.1, "skew %g dropped %.4f%%", skew[s],
+                  100 * dropped / 32768);
     }
 }
 

@@ -187,7 +187,8 @@ Test(qk_norm, flops_and_comm_unchanged)
                 layer_ops o1 = build(&L, (layer_pass)p);
                 cr_expect_eq(layer_ops_flops(&o1), layer_ops_flops(&o0));
                 for (int c = 0; c < COMM_COLL_COUNT; c++)
-                    cr_expect_eq(layer_ops_comm_bytes(&o1, (commcost_coll)c), layer_ops_comm_bytes(&o0, (commcost_coll)c));
+                    cr_expect_eq(layer_ops_comm_bytes(&o1, (commcost_coll)c),
+                                 layer_ops_comm_bytes(&o0, (commcost_coll)c));
             }
         }
 }
@@ -268,7 +269,8 @@ Test(qk_norm, never_faster_never_less_memory)
                     double more = 0;
                     for (int pass = 0; pass < LAYER_PASS_COUNT; pass++) {
                         layer_ops o0 = build(&L0, (layer_pass)pass), o1 = build(&L1, (layer_pass)pass);
-                        double n0 = cost_ops_run_ns(cm, &cp, &g, &o0, NULL), n1 = cost_ops_run_ns(cm, &cp, &g, &o1, NULL);
+                        double n0 = cost_ops_run_ns(cm, &cp, &g, &o0, NULL),
+                               n1 = cost_ops_run_ns(cm, &cp, &g, &o1, NULL);
                         cr_expect_geq(n1, n0, "t %d sp %d flash %d recompute %zu pass %s", t, sp, at, r,
                                       layer_pass_name((layer_pass)pass));
                         more += n1 - n0;
