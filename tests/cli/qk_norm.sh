@@ -2,7 +2,7 @@
 # --qk-layernorm through the command line (layer.h layer_shape.qk_norm): the
 # Qwen3 presets set it and trainsim config says so; with it a run is never
 # faster and never takes less memory than without (a dense Llama-like model
-# and the Qwen3-30B-A3B preset); with multi-latent attention it changes
+# and the Qwen3-30B-A3B preset; trainsim infer's prefill too); with multi-latent attention it changes
 # nothing (MLA's own q and kv norms); it is modelled, no longer refused;
 # the executor refuses it. Ends "N passed, N failed".
 set -u
@@ -44,6 +44,12 @@ mla=(--model deepseek-v3 --gpu H100-SXM5-80GB --num-layers 8 --moe-layer-freq 1 
 a=$(run "${mla[@]}")
 b=$(run "${mla[@]}" --qk-layernorm)
 check_sh "MLA: --qk-layernorm names the q and kv norms MLA has already ($a = $b)" '[[ "$a" =~ ^[0-9]+\ [0-9]+$ ]] && [ "$a" = "$b" ]'
+
+i0=$("$T" infer --model llama2-7b --fp16 --batch-size 64 --input-len 512 --output-len 128 --csv - 2>/dev/null |
+    awk -F, '$2 == "ttft" { print $3 }')
+i1=$("$T" infer --model llama2-7b --fp16 --batch-size 64 --input-len 512 --output-len 128 --qk-layernorm --csv - \
+    2>/dev/null | awk -F, '$2 == "ttft" { print $3 }')
+check "infer: the q/k norms lengthen the prefill ($i1 > $i0 ns)" test "${i1:-0}" -gt "${i0:-1}"
 
 out=$("$T" config --megatron-flags)
 check_sh "config --megatron-flags: --qk-layernorm modelled" '[[ "$out" =~ --qk-layernorm\ +modelled ]]'
