@@ -3,7 +3,7 @@
  * pass, and the activations the forward saves.
  *
  * The layer is Megatron-LM's GPT layer (pre-norm):
- *   x -> LN1 -> [SP all-gather] -> QKV GEMM -> QK^T -> softmax -> dropout
+ *   x -> LN1 -> [SP all-gather] -> QKV GEMM -> [q/k norms] -> QK^T -> softmax -> dropout
  *     -> attention.V -> projection GEMM -> all-reduce [SP: reduce-scatter]
  *     -> dropout + residual -> LN2 -> [SP all-gather] -> FC1 GEMM
  *     -> GELU (SwiGLU) -> FC2 GEMM -> all-reduce [SP: reduce-scatter]
