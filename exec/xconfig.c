@@ -111,6 +111,10 @@ int xconfig_supports(const config *c, bool cuda, bool inference, ts_err *err)
     if (config_head_size(m) * m->num_attention_heads != m->hidden_size)
         return err_set(err, TS_ENOTSUP, "--kv-channels %d: the executor's heads are h / a = %d wide", m->kv_channels,
                        m->hidden_size / m->num_attention_heads);
+    if (m->qk_layernorm)
+        return err_set(err, TS_ENOTSUP,
+                       "--qk-layernorm: the executor's attention has no query/key norms (trainsim simulate models "
+                       "them; drop the flag, or --qk-layernorm=false with a Qwen3 preset)");
     if (m->fp8_format != FP8_FORMAT_NONE)
         return err_set(err, TS_ENOTSUP, "--fp8-format %s: the executor's GEMMs run at the run's precision, no FP8",
                        CONFIG_FP8_FORMAT_NAMES[m->fp8_format]);

@@ -99,6 +99,7 @@ typedef struct {
     bool untie_embeddings;                 /* --untie-embeddings-and-output-weights: a separate output weight */
     bool add_bias_linear;                  /* biases in the linear layers (Megatron's default; --disable-bias-linear) */
     config_norm normalization;             /* --normalization LayerNorm|RMSNorm */
+    bool qk_layernorm;                     /* --qk-layernorm: a norm (the model's) over each head's query and key */
     config_position position_embedding;    /* --position-embedding-type */
     double attention_dropout;              /* --attention-dropout: probability on the attention scores (0 = none) */
     double hidden_dropout;                 /* --hidden-dropout: probability after each block and the embedding */

@@ -72,6 +72,10 @@ static int add_model_flags(flags_state *s, opt_table *t, config *c, ts_err *err)
         .help = "SwiGLU MLP (3 weight matrices) instead of GeLU (2); --swiglu=false turns a preset's off");
     ADD(.name = "--normalization", .type = OPT_ENUM, .target = &s->normalization, .enum_names = CONFIG_NORM_NAMES,
         .help = "normalization layer (RMSNorm has a weight and no bias)");
+    ADD(.name = "--qk-layernorm", .type = OPT_BOOL, .target = &m->qk_layernorm,
+        .help = "a norm of --normalization's kind over each attention head's query and key (head size d) after the "
+                "QKV projection, before rope (Megatron-core's q_layernorm, k_layernorm; Qwen3); with "
+                "--multi-latent-attention: the norms of the compressed q and kv, which trainsim's MLA always has");
     ADD(.name = "--disable-bias-linear", .type = OPT_BOOL, .target = &s->disable_bias,
         .help = "no biases in the linear layers (Megatron-LM adds them by default)");
     ADD(.name = "--position-embedding-type", .type = OPT_ENUM, .target = &s->position,

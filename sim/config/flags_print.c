@@ -167,9 +167,10 @@ void flags_print(const flags_state *s, FILE *f)
             "tokens, vocabulary %d\n",
             m->num_layers, m->hidden_size, m->num_attention_heads, config_head_size(m), m->num_query_groups,
             m->ffn_hidden_size, m->swiglu ? "SwiGLU" : "GeLU", m->seq_length, m->padded_vocab_size);
-    fprintf(f, "layers:                %s, %s, %s position embeddings, %s embeddings\n",
-            CONFIG_NORM_NAMES[m->normalization], m->add_bias_linear ? "biases" : "no biases",
-            CONFIG_POSITION_NAMES[m->position_embedding], m->untie_embeddings ? "untied" : "tied");
+    fprintf(f, "layers:                %s%s, %s, %s position embeddings, %s embeddings\n",
+            CONFIG_NORM_NAMES[m->normalization], m->qk_layernorm ? " (and over each head's query and key)" : "",
+            m->add_bias_linear ? "biases" : "no biases", CONFIG_POSITION_NAMES[m->position_embedding],
+            m->untie_embeddings ? "untied" : "tied");
     if (config_attn_is_flash(m->attention_backend))
         fprintf(f,
                 "attention:             %s: no s x s scores kept (log-sum-exp only), causal half of the score "

@@ -143,6 +143,8 @@ static int resolve_model(flags_state *s, const opt_table *t, const config *base,
                        "--no-position-embedding with --position-embedding-type %s: Megatron-LM refuses it (deprecated; "
                        "it is accepted only with rope, where it changes nothing): give --position-embedding-type none",
                        CONFIG_POSITION_NAMES[m->position_embedding]);
+    if (!opt_was_set(t, "--qk-layernorm"))
+        m->qk_layernorm = q->qk_layernorm;
     m->add_bias_linear = opt_was_set(t, "--disable-bias-linear") ? !s->disable_bias : q->add_bias_linear;
     s->src[FLAGS_F_BIAS] = opt_was_set(t, "--disable-bias-linear") ? FLAGS_SRC_FLAG : basesrc;
 
@@ -216,6 +218,7 @@ static int resolve_model(flags_state *s, const opt_table *t, const config *base,
                                         "--untie-embeddings-and-output-weights",
                                         "--disable-bias-linear",
                                         "--normalization",
+                                        "--qk-layernorm",
                                         "--position-embedding-type",
                                         NULL};
     bool changed = false;

@@ -77,7 +77,7 @@ int moe_flags_register(moe_flags_state *s, opt_table *t, config *c, ts_err *err)
     ADD(.name = "--moe-router-force-load-balancing", .type = OPT_BOOL, .target = &e->force_load_balancing,
         .help = "route tokens evenly over the experts (benchmarking)");
     ADD(.name = "--moe-routing-skew", .type = OPT_DOUBLE, .target = &e->routing_skew, .min = 0, .max = 100,
-        .unit = "Zipf exponent", .defval = "0.2",
+        .unit = "Zipf exponent", .defval = "0.18",
         .help = "trainsim's routing model when balance is not forced: expert popularity follows Zipf's law with "
                 "this exponent over a fixed random order of the experts (0 = balance; the default is fitted to "
                 "h100_training_calibration.csv row (c), which does not state its routing balance; before the fit "

@@ -77,6 +77,8 @@ int layer_saved_build(const layer_shape *L, layer_saved_list *out, ts_err *err)
         save(out, "mla.kv_norm.in", ms.kv_down_out, 0, I, r, m, false);
         save(out, "mla.kv_up.in", ms.kv_up_in, 0, W, r, m, false);
     }
+    if (L->qk_norm) /* q and k before their norms (no recompute module re-creates them: layer.h) */
+        save(out, "qk_norm.in", D.T * (D.at + D.gt) * D.d * dt, 0, I, r, m, false);
     save(out, "attn.q", D.T * D.at * D.dqk * dt, UP, I, r, m, false);
     save(out, "attn.k", D.T * D.gt * D.dqk * dt, UP, I, r, m, false);
     if (layer_is_flash(L)) { /* the log-sum-exp of each score row, fp32 */

@@ -164,7 +164,8 @@ int layer_shape_from_config(const config *c, layer_shape *out, ts_err *err)
     L.rc_modules = c->par.recompute_modules;
     L.fp8 = c->model.fp8_format;
     L.fp8_recipe = c->model.fp8_recipe;
-    layer_mla_from_config(&c->moe, &L); /* MLA: a key and a value per head (layer_mla_check: g = a) */
+    layer_mla_from_config(&c->moe, &L);             /* MLA: a key and a value per head (layer_mla_check: g = a) */
+    L.qk_norm = c->model.qk_layernorm && !L.mla.on; /* MLA: its q and kv norms (layer.h) */
     L.bias = c->model.add_bias_linear;
     L.main_grad_bytes = c->model.precision == PREC_FP16 ? 2 : 4;
     L.fusion = layer_fusion_of(&c->model);
