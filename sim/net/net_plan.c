@@ -62,6 +62,126 @@ void net_plan_free(net_plan *p)
     /* The analyzer's double free needs plan_bundles to realloc b or bl to 0
      * bytes, i.e. a negative capacity (capb and capbl are >= 0). */
     free(p->b);  /* NOLINT(clang-analyzer-unix.Malloc): see above */
-    free(p->bl); /* NOLINT(clang-analyzer-unix.Malloc): see above */
+    free(p->bl);  /* NOLINT(clang-analyzer-unix.Malloc): see above */
+    free(p->blw); /* NOLINT(clang-analyzer-unix.Malloc): see above */
     memset(p, 0, sizeof *p);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Merge the repeats of bl[first .. first + n) into its first appearance,
+ * counted in blw, keeping the order of first appearances; the distinct
+ * links' number. key: scratch of n entries. */
+static int dedupe_links(int *bl, int *blw, int n, uint64_t *key)
+{
+    for (int i = 0; i < n; i++)
+        key[i] = (uint64_t)(uint32_t)bl[i] << 32 | (uint32_t)i;
+    qsort(key, (size_t)n, sizeof *key, cmp_u64);
+    for (int i = 0; i < n; i++)
+        blw[i] = 0;
+    for (int i = 0; i < n;) { /* a run of one link: its first position counts them all */
+        int j = i;
+        while (j < n && key[j] >> 32 == key[i] >> 32)
+            j++;
+        blw[(uint32_t)key[i]] = j - i;
+        i = j;
+    }
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (blw[i]) {
+            bl[m] = bl[i];
+            blw[m++] = blw[i];
+        }
+    return m;
+}
+
+int net_plan_bundles(net_plan *p, ts_err *err)
+{
+    p->nb = 0;
+    p->nbl = 0;
+    int nlinks = 0, most = 0;
+    for (int i = 0; i < p->nx; i++)
+        nlinks += p->x[i].nlinks;
+    int nb = 0;
+    for (int k = 0; k < p->nph; k++)
+        nb += p->ph[k].nbundles;
+    int cap = p->capbl;
+    if (grow_to_int((void **)&p->b, &p->capb, nb, 0, sizeof *p->b) ||
+        grow_to_int((void **)&p->bl, &p->capbl, nlinks, 0, sizeof *p->bl))
+        return err_set(err, TS_ENOMEM, "net_coll: out of memory");
+    if (p->capbl != cap || !p->blw) {
+        int *w = realloc(p->blw, sizeof *w * (size_t)(p->capbl ? p->capbl : 1));
+        if (!w)
+            return err_set(err, TS_ENOMEM, "net_coll: out of memory");
+        p->blw = w;
+    }
+    uint64_t *key = NULL;
+    for (int k = 0; k < p->nph; k++) {
+        net_phase *ph = &p->ph[k];
+        int end = ph->first + ph->count;
+        ph->first_bundle = p->nb;
+        for (int i = ph->first; i < end;) {
+            int bi = p->x[i].bundle;
+            if (p->nb == nb)
+                break;
+            net_bundle *b = &p->b[p->nb++];
+            b->hint = (net_flow_hint){0, 0};
+            b->first_link = p->nbl;
+            b->bytes = p->x[i].bytes;
+            for (; i < end && p->x[i].bundle == bi; i++) {
+                const net_xfer *x = &p->x[i];
+                memcpy(p->bl + p->nbl, x->links, sizeof *x->links * (size_t)x->nlinks);
+                p->nbl += x->nlinks;
+                if (x->bytes > b->bytes)
+                    b->bytes = x->bytes;
+            }
+            b->nlinks = p->nbl - b->first_link;
+            if (b->nlinks > most) {
+                uint64_t *nk = realloc(key, sizeof *nk * (size_t)b->nlinks);
+                if (!nk) {
+                    free(key);
+                    return err_set(err, TS_ENOMEM, "net_coll: out of memory");
+                }
+                key = nk;
+                most = b->nlinks;
+            }
+            b->nlinks = dedupe_links(p->bl + b->first_link, p->blw + b->first_link, b->nlinks, key);
+            p->nbl = b->first_link + b->nlinks;
+        }
+        if (p->nb - ph->first_bundle != ph->nbundles) {
+            free(key);
+            return err_set(err, TS_ESTATE, "net_coll: phase %d has %d bundles, expected %d", k,
+                           p->nb - ph->first_bundle, ph->nbundles);
+        }
+    }
+    free(key);
+    return TS_OK;
+}
+
+net_plan *net_plan_pack(const net_plan *p)
+{
+    size_t hdr = (sizeof *p + 15) & ~(size_t)15, sph = sizeof *p->ph * (size_t)p->nph,
+           sb = sizeof *p->b * (size_t)p->nb, sbl = sizeof *p->bl * (size_t)p->nbl;
+    char *m = malloc(hdr + sph + sb + 2 * sbl);
+    if (!m)
+        return NULL;
+    net_plan *q = (net_plan *)(void *)m;
+    *q = (net_plan){.algo = p->algo, .nph = p->nph, .nb = p->nb, .nbl = p->nbl, .lat_ns = p->lat_ns, .packed = 1};
+    q->ph = (net_phase *)(void *)(m + hdr);
+    q->b = (net_bundle *)(void *)(m + hdr + sph);
+    q->bl = (int *)(void *)(m + hdr + sph + sb);
+    q->blw = q->bl + p->nbl;
+    if (sph)
+        memcpy(q->ph, p->ph, sph);
+    if (sb)
+        memcpy(q->b, p->b, sb);
+    if (sbl) {
+        memcpy(q->bl, p->bl, sbl);
+        memcpy(q->blw, p->blw, sbl);
+    }
+    return q;
 }
