@@ -390,7 +390,7 @@ typedef struct {
     double bytes;
     uint64_t flow_key;
     double hot, rdma_bytes;
-    int hot_sends;
+    int hot_sends, merge_peers;
     int *gpus;
     net_plan *plan; /* packed (net_plan_pack), allocated apart: running collectives point
                           to it across rehashes */
@@ -562,7 +562,7 @@ static uint64_t req_hash(const net_coll_req *q)
                          (uint64_t)(uint32_t)q->n << 32 | (uint32_t)q->root,
                          b,
                          q->flow_key,
-                         hb ^ (uint64_t)q->hot_sends,
+                         hb ^ (uint64_t)q->hot_sends ^ (uint64_t)q->merge_peers << 1,
                          rb};
     for (int i = 0; i < 6; i++)
         h = (h ^ parts[i]) * 1099511628211ull;
@@ -574,7 +574,7 @@ static uint64_t req_hash(const net_coll_req *q)
 static int entry_matches(const plan_entry *e, uint64_t h, const net_coll_req *q)
 {
     return e->hash == h && e->kind == q->kind && e->algo == q->algo && e->n == q->n && e->root == q->root &&
-           e->bytes == q->bytes && e->flow_key == q->flow_key && e->hot == q->hot && e->hot_sends == q->hot_sends &&
+           e->bytes == q->bytes && e->flow_key == q->flow_key && e->hot == q->hot && e->hot_sends == q->hot_sends && e->merge_peers == q->merge_peers &&
            e->rdma_bytes == q->rdma_bytes && memcmp(e->gpus, q->gpus, sizeof *q->gpus * (size_t)q->n) == 0;
 }
 
@@ -634,6 +634,7 @@ static int plan_lookup(net_sim *s, const net_coll_req *q, const net_plan **out, 
     e->flow_key = q->flow_key;
     e->hot = q->hot;
     e->hot_sends = q->hot_sends;
+    e->merge_peers = q->merge_peers;
     e->rdma_bytes = q->rdma_bytes;
     s->cache_len++;
     *out = e->plan;

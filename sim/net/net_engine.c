@@ -649,7 +649,9 @@ static void start_coll(net_engine *ne, engine *e, int ii, const net_step_desc *d
                           .flow_key = key,
                           .hot = d->hot,
                           .hot_sends = d->hot_sends,
-                          .rdma_bytes = d->rdma_bytes};
+                          .rdma_bytes = d->rdma_bytes,
+                          /* symmetric: the peers of the simulated rank (root) move alike */
+                          .merge_peers = !ne->opts.full};
         if (d->coll != NET_COLL_ALLREDUCE)
             q.algo = NET_ALGO_AUTO;
         if (fail(ne, net_sim_plan(ne->sim, &q, &plan, &ne->err)))

@@ -9,6 +9,12 @@
 
 int net_plan_xfer(net_router *r, net_plan *p, int src, int dst, double bytes, uint64_t key, ts_err *err)
 {
+    return net_plan_xfer_at(r, p, src, dst, bytes, key, p->nx, err);
+}
+
+int net_plan_xfer_at(net_router *r, net_plan *p, int src, int dst, double bytes, uint64_t key, int index,
+                     ts_err *err)
+{
     if (p->nx == p->capx && grow_to_int((void **)&p->x, &p->capx, p->nx + 1, 16, sizeof *p->x))
         return err_set(err, TS_ENOMEM, "net_coll: out of memory");
     net_xfer *x = &p->x[p->nx];
@@ -16,7 +22,7 @@ int net_plan_xfer(net_router *r, net_plan *p, int src, int dst, double bytes, ui
     x->dst = dst;
     x->bytes = bytes;
     x->bundle = p->cur_bundle;
-    int rc = net_route(r, src, dst, key * 0x100000001B3ull + (uint64_t)p->nx, x->links, err);
+    int rc = net_route(r, src, dst, key * 0x100000001B3ull + (uint64_t)index, x->links, err);
     if (rc < 0)
         return rc;
     x->nlinks = rc;
@@ -67,35 +73,24 @@ void net_plan_free(net_plan *p)
     memset(p, 0, sizeof *p);
 }
 
-static int cmp_u64(const void *a, const void *b)
+/* Merge the repeats of bl[0 .. n) into their first appearance, counted in
+ * blw, keeping the order of first appearances; the distinct links' number.
+ * stamp, at: scratch indexed by link id (> every link of bl), stamp[l] ==
+ * mark where l was seen in this list, at its position. */
+static int dedupe_links(int *bl, int *blw, int n, int *stamp, int *at, int mark)
 {
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* Merge the repeats of bl[first .. first + n) into its first appearance,
- * counted in blw, keeping the order of first appearances; the distinct
- * links' number. key: scratch of n entries. */
-static int dedupe_links(int *bl, int *blw, int n, uint64_t *key)
-{
-    for (int i = 0; i < n; i++)
-        key[i] = (uint64_t)(uint32_t)bl[i] << 32 | (uint32_t)i;
-    qsort(key, (size_t)n, sizeof *key, cmp_u64);
-    for (int i = 0; i < n; i++)
-        blw[i] = 0;
-    for (int i = 0; i < n;) { /* a run of one link: its first position counts them all */
-        int j = i;
-        while (j < n && key[j] >> 32 == key[i] >> 32)
-            j++;
-        blw[(uint32_t)key[i]] = j - i;
-        i = j;
-    }
     int m = 0;
-    for (int i = 0; i < n; i++)
-        if (blw[i]) {
-            bl[m] = bl[i];
-            blw[m++] = blw[i];
+    for (int i = 0; i < n; i++) {
+        int l = bl[i];
+        if (stamp[l] == mark) {
+            blw[at[l]]++;
+            continue;
         }
+        stamp[l] = mark;
+        at[l] = m;
+        bl[m] = l;
+        blw[m++] = 1;
+    }
     return m;
 }
 
@@ -103,7 +98,7 @@ int net_plan_bundles(net_plan *p, ts_err *err)
 {
     p->nb = 0;
     p->nbl = 0;
-    int nlinks = 0, most = 0;
+    int nlinks = 0;
     for (int i = 0; i < p->nx; i++)
         nlinks += p->x[i].nlinks;
     int nb = 0;
@@ -119,7 +114,16 @@ int net_plan_bundles(net_plan *p, ts_err *err)
             return err_set(err, TS_ENOMEM, "net_coll: out of memory");
         p->blw = w;
     }
-    uint64_t *key = NULL;
+    int most_link = 0;
+    for (int i = 0; i < p->nx; i++)
+        for (int h = 0; h < p->x[i].nlinks; h++)
+            most_link = p->x[i].links[h] > most_link ? p->x[i].links[h] : most_link;
+    int *stamp = calloc((size_t)most_link + 1, sizeof *stamp), *at = malloc(sizeof *at * ((size_t)most_link + 1));
+    if (!stamp || !at) {
+        free(stamp);
+        free(at);
+        return err_set(err, TS_ENOMEM, "net_coll: out of memory");
+    }
     for (int k = 0; k < p->nph; k++) {
         net_phase *ph = &p->ph[k];
         int end = ph->first + ph->count;
@@ -139,26 +143,19 @@ int net_plan_bundles(net_plan *p, ts_err *err)
                 if (x->bytes > b->bytes)
                     b->bytes = x->bytes;
             }
-            b->nlinks = p->nbl - b->first_link;
-            if (b->nlinks > most) {
-                uint64_t *nk = realloc(key, sizeof *nk * (size_t)b->nlinks);
-                if (!nk) {
-                    free(key);
-                    return err_set(err, TS_ENOMEM, "net_coll: out of memory");
-                }
-                key = nk;
-                most = b->nlinks;
-            }
-            b->nlinks = dedupe_links(p->bl + b->first_link, p->blw + b->first_link, b->nlinks, key);
+            b->nlinks = dedupe_links(p->bl + b->first_link, p->blw + b->first_link, p->nbl - b->first_link, stamp, at,
+                                     p->nb);
             p->nbl = b->first_link + b->nlinks;
         }
         if (p->nb - ph->first_bundle != ph->nbundles) {
-            free(key);
+            free(stamp);
+            free(at);
             return err_set(err, TS_ESTATE, "net_coll: phase %d has %d bundles, expected %d", k,
                            p->nb - ph->first_bundle, ph->nbundles);
         }
     }
-    free(key);
+    free(stamp);
+    free(at);
     return TS_OK;
 }
 

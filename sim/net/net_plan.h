@@ -54,6 +54,7 @@ typedef struct {
     double hot;        /* ALLTOALL, DEEPEP: factor >= 1 on the bytes position root receives (0 = 1) */
     int hot_sends;     /* ALLTOALL, DEEPEP: hot scales what root sends instead */
     double rdma_bytes; /* DEEPEP: what one rank sends over RDMA in all */
+    int merge_peers;   /* ALLTOALL, DEEPEP: the positions other than root move as one (net_coll.h) */
 } net_coll_req;
 
 typedef struct {
@@ -106,6 +107,11 @@ void net_plan_free(net_plan *plan);
  * phase; close it with its latency, steps x (largest route latency + step
  * overhead), added to the plan's. TS_ENOMEM, or the router's error. */
 int net_plan_xfer(net_router *r, net_plan *p, int src, int dst, double bytes, uint64_t key, ts_err *err);
+/* net_plan_xfer routed as the transfer of index `index` would be (a plan
+ * that orders its transfers otherwise than the one it stands for keeps its
+ * routes). */
+int net_plan_xfer_at(net_router *r, net_plan *p, int src, int dst, double bytes, uint64_t key, int index,
+                     ts_err *err);
 int net_plan_phase_begin(net_plan *p, ts_err *err);
 void net_plan_phase_end(const net_graph *g, net_plan *p, int steps);
 

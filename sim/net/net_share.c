@@ -298,10 +298,12 @@ static int share_pass(net_flows *f, uint32_t gen, int n_fast)
      * what the filling below would compute, bit for bit. Without a shared
      * link it is alone; with one, only a flow listing a link twice can
      * still be (its own occurrences). */
+    int unfrozen = nf; /* once 0, every entry left in the heap would be skipped */
     for (int fi = 0; fi < nf; fi++) {
         flow_t *F = &f->fl[f->comp_flows[fi]];
         F->solo = (uint8_t)(F->sh_n == 0 || (F->may_repeat && net_share_alone_on_links(f, f->comp_flows[fi])));
         F->frozen = F->solo;
+        unfrozen -= F->solo;
         if (F->solo)
             F->new_rate = net_share_solo_rate(f, F->links, F->nlinks);
     }
@@ -329,8 +331,7 @@ static int share_pass(net_flows *f, uint32_t gen, int n_fast)
                 if (G->mark == ep) {
                     nin += w;
                 } else {
-                    for (int j = 0; j < w; j++) /* as w entries of one occurrence each would */
-                        out += G->rate;
+                    out += w == 1 ? G->rate : G->rate * w;
                     nout++;
                 }
             }
@@ -374,7 +375,7 @@ static int share_pass(net_flows *f, uint32_t gen, int n_fast)
         f->fh[f->n_fh++] = (fill_ent){F->new_rate, F->own_link, L->ver};
     }
     fh_heapify(f);
-    while (f->n_fh > 0) {
+    while (f->n_fh > 0 && unfrozen > 0) {
         fill_ent e = fh_pop(f);
         link_fill *L = &f->lf[e.link];
         if (e.ver != L->ver || L->unfrozen == 0)
@@ -396,13 +397,13 @@ static int share_pass(net_flows *f, uint32_t gen, int n_fast)
             if (F->frozen)
                 continue;
             F->frozen = 1;
+            unfrozen--;
             F->new_rate = share;
             F->new_bott = e.link;
             const int *sh = f->sh + F->sh_off, *shw = f->shw + F->sh_off;
             for (int h = 0; h < F->sh_n; h++) {
                 link_fill *L2 = &f->lf[sh[h]];
-                for (int j = 0; j < shw[h]; j++) /* the occurrences one by one: the same sums as unweighted */
-                    L2->rem -= share;
+                L2->rem -= shw[h] == 1 ? share : share * shw[h];
                 L2->unfrozen -= shw[h];
                 L2->ver++;
                 if (f->ltouch[sh[h]] != step) {
@@ -445,8 +446,8 @@ static int share_pass(net_flows *f, uint32_t gen, int n_fast)
             double sum = 0;
             for (int k = 0; k < f->lh[l].n; k++) {
                 const flow_t *G = &f->fl[lfl(f, l, k)];
-                for (int j = G->w[lfl_occ(f, l, k)]; j > 0; j--)
-                    sum += G->rate;
+                int w = G->w[lfl_occ(f, l, k)];
+                sum += w == 1 ? G->rate : G->rate * w;
             }
             net_share_peak_note(f, l, sum);
         }

@@ -413,8 +413,10 @@ Test(net_flow, weighted_links_equal_repeated_links)
 {
     /* Bundles of 2 to 4 routes into one GPU (its links repeat, as an
      * all-to-all's receiver's do) started twice: once listing every
-     * occurrence, once each distinct link with its count. The rates, the
-     * completion times and the per-link bytes agree bit for bit. */
+     * occurrence, once each distinct link with its count. The rates agree
+     * to rounding (a link's capacity loses k x a share at once instead of
+     * k times one share), the completion times to the ns, the per-link
+     * usage too. */
     net_fabric_params p;
     ts_err e;
     cr_assert_eq(net_fabric_defaults(&p, "H100", 8, &e), TS_OK);
@@ -461,23 +463,22 @@ Test(net_flow, weighted_links_equal_repeated_links)
         cr_assert(ids_r[i] >= 0 && ids_w[i] >= 0, "%s", e.msg);
         for (int k = 0; k <= i; k++) {
             double a = net_flow_rate_gbps(rep, ids_r[k]), b = net_flow_rate_gbps(wt, ids_w[k]);
-            cr_assert(a == b, "flow %d after start %d: %.17g listed, %.17g weighted", k, i, a, b);
+            cr_assert(fabs(a - b) <= 1e-12 * a, "flow %d after start %d: %.17g listed, %.17g weighted", k, i, a, b);
         }
-        cr_assert_eq(net_flows_next_ns(rep), net_flows_next_ns(wt), "start %d", i);
-        int64_t nx;
-        while ((nx = net_flows_next_ns(rep)) <= (int64_t)i * 50 + 49) {
-            cr_assert_eq(net_flows_advance(rep, nx, NULL, NULL, &e), TS_OK);
-            cr_assert_eq(net_flows_advance(wt, nx, NULL, NULL, &e), TS_OK);
-            cr_assert_eq(net_flows_active(rep), net_flows_active(wt));
-        }
+        int64_t ta = net_flows_next_ns(rep), tb = net_flows_next_ns(wt);
+        cr_assert(llabs(ta - tb) <= 1, "start %d: next end %lld vs %lld", i, (long long)ta, (long long)tb);
+        cr_assert_eq(net_flows_advance(rep, (int64_t)i * 50 + 49, NULL, NULL, &e), TS_OK);
+        cr_assert_eq(net_flows_advance(wt, (int64_t)i * 50 + 49, NULL, NULL, &e), TS_OK);
+        cr_assert_eq(net_flows_active(rep), net_flows_active(wt), "start %d", i);
     }
     cr_assert(repeats > NF, "the bundles repeat links (%d repeats)", repeats);
     cr_assert_eq(net_flows_advance(rep, NET_TIME_NEVER, NULL, NULL, &e), TS_OK);
     cr_assert_eq(net_flows_advance(wt, NET_TIME_NEVER, NULL, NULL, &e), TS_OK);
-    cr_assert_eq(net_flows_now_ns(rep), net_flows_now_ns(wt));
+    cr_assert(llabs(net_flows_now_ns(rep) - net_flows_now_ns(wt)) <= 1);
     for (int l = 0; l < g->n_links; l++) {
         net_link_usage a = net_flows_link_usage(rep, l), b = net_flows_link_usage(wt, l);
-        cr_assert(a.busy_ns == b.busy_ns, "link %d busy %lld vs %lld", l, (long long)a.busy_ns, (long long)b.busy_ns);
+        cr_assert(llabs(a.busy_ns - b.busy_ns) <= 1, "link %d busy %lld vs %lld", l, (long long)a.busy_ns,
+                  (long long)b.busy_ns);
         cr_assert_float_eq(a.bytes, b.bytes, 1e-9 * a.bytes, "link %d", l);
         cr_assert_float_eq(a.peak_util, b.peak_util, 1e-12, "link %d", l);
     }
