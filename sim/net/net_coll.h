@@ -73,8 +73,10 @@
  *    them), and then the merged flow has that rate: the same times with 4
  *    flows instead of 2n, over each distinct link once. Where their rates
  *    would differ (ECMP collisions, contention on some of their links) the
- *    merged flow moves at the slowest one's pace throughout: never earlier.
- *    The routes are those of the plan without merging.
+ *    merged flow moves at its tightest link's pace throughout, the slowest
+ *    peer's (test_net_a2a: a peer behind a slow NIC, never earlier than
+ *    the bundles one by one). The routes are those of the plan without
+ *    merging.
  *  - DEEPEP (the flex dispatcher with DeepEP; bytes = NVLink bytes a rank
  *    sends, rdma_bytes = its RDMA bytes; k GPUs of the group on each of m
  *    servers): ONE phase with transfers of bytes/(k-1) to each of the

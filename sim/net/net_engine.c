@@ -310,7 +310,8 @@ static const net_step_desc *fill_desc(net_engine *ne, uint32_t tag, ts_err *err)
         const net_step_desc *d = &ne->desc[tag];
         if (d->role == NET_STEP_COLL && (d->dim == NET_DIM_PP || d->dim >= NET_GROUPS)) {
             err_set(err, TS_EINVAL,
-                    "net_engine: step %u: collective along dimension %d (valid: tp, dp, ep, etp, tp-ep, cp levels)",
+                    "net_engine: step %u: collective along dimension %d (valid: tp, dp, ep, etp, tp-ep, cp levels, "
+                    "tp-cp, stage)",
                     tag, d->dim);
             return NULL;
         }

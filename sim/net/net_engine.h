@@ -74,7 +74,8 @@ typedef struct {
                        group, net_place_ep_ranks, for ALLTOALL and DEEPEP; NET_DIM_ETP, NET_DIM_TPEP:
                        its expert-tensor-parallel or tp_ep group, for ALLGATHER and REDUCE_SCATTER;
                        NET_DIM_CPA: its context-parallel all-to-all group, for ALLTOALL; NET_DIM_CPR:
-                       its context-parallel ring, for RING_STEP, ALLGATHER and REDUCE_SCATTER) */
+                       its context-parallel ring, for RING_STEP, ALLGATHER and REDUCE_SCATTER;
+                       NET_DIM_TCP, NET_DIM_STAGE: its t x cp or t x cp x d consecutive ranks) */
     int peer_pp;       /* SEND, P2P_SCATTER: receiving pipeline rank */
     double bytes;      /* COLL, SEND: size, commcost/NCCL convention */
     int64_t dur_ns;    /* COMPUTE: duration on the nominal GPU */

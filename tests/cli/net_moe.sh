@@ -182,6 +182,31 @@ sym_full "EP 16 over 2 nodes, H100, DeepEP, skew" "${SKEW[@]}" --gpu H100-SXM5-8
 sym_full "EP 32 over 4 nodes, skew" --model mixtral-8x7b --num-layers 8 --global-batch-size 64 --num-experts 32 \
     --expert-model-parallel-size 32 --gpus 128
 
+# -------- the aux loss's all-reduce beyond the tensor-parallel group: global_aux_loss over a stage's t x cp x d
+# ranks, aux_loss with cp 2 over the t x cp consecutive ranks (net_place.h's NET_PLACE_STAGE, NET_PLACE_TCP;
+# refused, or run over the cp ring, before): the flows' iteration within 0.5% of the default mode's, the
+# all-reduce's cost in the flows within 5% of the default mode's (latency-bound: 8 bytes per expert)
+AUX=(--model mixtral-8x7b --num-layers 8 --global-batch-size 64 --moe-aux-loss-coeff 0.01)
+for cp in 1 2; do
+    for lb in aux_loss global_aux_loss; do
+        [ "$cp" = 1 ] && [ "$lb" = aux_loss ] && continue # t x 1: the tensor-parallel group's all-reduce
+        name="$lb, cp $cp"
+        run "$tmp/aux.default" "${AUX[@]}" --context-parallel-size $cp --moe-router-load-balancing-type $lb || continue
+        run "$tmp/noaux.default" "${AUX[@]}" --context-parallel-size $cp --moe-router-load-balancing-type none || continue
+        d_cost=$(awk -v a="$(iter_s "$tmp/aux.default")" -v b="$(iter_s "$tmp/noaux.default")" 'BEGIN { print a - b }')
+        for mode in network-flows full; do
+            run "$tmp/aux.$mode" "${AUX[@]}" --context-parallel-size $cp --moe-router-load-balancing-type $lb --$mode &&
+                run "$tmp/noaux.$mode" "${AUX[@]}" --context-parallel-size $cp --moe-router-load-balancing-type none \
+                    --$mode || continue
+            a=$(iter_s "$tmp/aux.$mode") b=$(iter_s "$tmp/noaux.$mode")
+            f_cost=$(awk -v a="$a" -v b="$b" 'BEGIN { print a - b }')
+            within "$a" "$(iter_s "$tmp/aux.default")" 0.995 1.005 && within "$f_cost" "$d_cost" 0.95 1.05 &&
+                ok "$mode: $name: iteration $(ratio "$a" "$(iter_s "$tmp/aux.default")") x the default mode's, the aux loss $f_cost s ($d_cost s)" ||
+                bad "$mode: $name: iteration $a s vs the default mode's $(iter_s "$tmp/aux.default") s, the aux loss $f_cost s vs $d_cost s"
+        done
+    done
+done
+
 # -------- refusals
 expect_error 2 "expert-data-parallel groups must lie inside the data-parallel ones" "$TRAINSIM" simulate \
     "${SMALL[@]}" --expert-model-parallel-size 1 --network-flows
