@@ -147,17 +147,4 @@ int net_engine_track_links(net_engine *ne, ts_err *err);
 /* Usage of link l (zeros unless tracked). */
 net_link_usage net_engine_link_usage(const net_engine *ne, int l);
 
-/* Accepted factors: a straggler computes 1000x slower at most (or faster, down to
- * 1/1000), a link keeps at least a millionth of its bandwidth and at most 1000x it.
- * Beyond these, times leave any meaningful range and soon int64 ns. */
-#define NET_STRAGGLER_MIN 1e-3
-#define NET_STRAGGLER_MAX 1e3
-#define NET_DEGRADE_MIN   1e-6
-#define NET_DEGRADE_MAX   1e3
-
-/* Parse "RANK:FACTOR" (--straggler) and "A-B:FACTOR" (--degrade-link, node
- * names as net_graph_node_name prints them), factors in the ranges above. */
-int net_parse_straggler(const char *s, int n_ranks, int *rank, double *factor, ts_err *err);
-int net_parse_degrade(const net_graph *g, const char *s, int *a, int *b, double *factor, ts_err *err);
-
 #endif

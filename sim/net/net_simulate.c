@@ -13,6 +13,7 @@
 #include "sim/net/net_topo.h"
 #include "sim/util/afile.h"
 #include "sim/util/csvio.h"
+#include "sim/net/net_whatif.h"
 
 struct net_simulate {
     const config *c;
