@@ -108,7 +108,7 @@ int net_a2a_phases(const net_graph *g, net_router *r, const net_coll_req *q, net
         goto out; /* nothing to move: no phase */
     /* every transfer's index in the order of the plan without merging (its
      * ECMP route), a -> b at idx[a n + b] */
-    if (!(idx = malloc(sizeof *idx * (size_t)n * (size_t)n))) {
+    if (!(idx = calloc((size_t)n * (size_t)n, sizeof *idx))) {
         rc = err_set(err, TS_ENOMEM, "net_coll: out of memory");
         goto out;
     }

@@ -574,8 +574,9 @@ static uint64_t req_hash(const net_coll_req *q)
 static int entry_matches(const plan_entry *e, uint64_t h, const net_coll_req *q)
 {
     return e->hash == h && e->kind == q->kind && e->algo == q->algo && e->n == q->n && e->root == q->root &&
-           e->bytes == q->bytes && e->flow_key == q->flow_key && e->hot == q->hot && e->hot_sends == q->hot_sends && e->merge_peers == q->merge_peers &&
-           e->rdma_bytes == q->rdma_bytes && memcmp(e->gpus, q->gpus, sizeof *q->gpus * (size_t)q->n) == 0;
+           e->bytes == q->bytes && e->flow_key == q->flow_key && e->hot == q->hot && e->hot_sends == q->hot_sends &&
+           e->merge_peers == q->merge_peers && e->rdma_bytes == q->rdma_bytes &&
+           memcmp(e->gpus, q->gpus, sizeof *q->gpus * (size_t)q->n) == 0;
 }
 
 /* The plan of q, from the cache or computed (and cached). */

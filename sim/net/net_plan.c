@@ -12,8 +12,7 @@ int net_plan_xfer(net_router *r, net_plan *p, int src, int dst, double bytes, ui
     return net_plan_xfer_at(r, p, src, dst, bytes, key, p->nx, err);
 }
 
-int net_plan_xfer_at(net_router *r, net_plan *p, int src, int dst, double bytes, uint64_t key, int index,
-                     ts_err *err)
+int net_plan_xfer_at(net_router *r, net_plan *p, int src, int dst, double bytes, uint64_t key, int index, ts_err *err)
 {
     if (p->nx == p->capx && grow_to_int((void **)&p->x, &p->capx, p->nx + 1, 16, sizeof *p->x))
         return err_set(err, TS_ENOMEM, "net_coll: out of memory");
@@ -67,7 +66,7 @@ void net_plan_free(net_plan *p)
     free(p->ph);
     /* The analyzer's double free needs plan_bundles to realloc b or bl to 0
      * bytes, i.e. a negative capacity (capb and capbl are >= 0). */
-    free(p->b);  /* NOLINT(clang-analyzer-unix.Malloc): see above */
+    free(p->b);   /* NOLINT(clang-analyzer-unix.Malloc): see above */
     free(p->bl);  /* NOLINT(clang-analyzer-unix.Malloc): see above */
     free(p->blw); /* NOLINT(clang-analyzer-unix.Malloc): see above */
     memset(p, 0, sizeof *p);
@@ -143,8 +142,8 @@ int net_plan_bundles(net_plan *p, ts_err *err)
                 if (x->bytes > b->bytes)
                     b->bytes = x->bytes;
             }
-            b->nlinks = dedupe_links(p->bl + b->first_link, p->blw + b->first_link, p->nbl - b->first_link, stamp, at,
-                                     p->nb);
+            b->nlinks =
+                dedupe_links(p->bl + b->first_link, p->blw + b->first_link, p->nbl - b->first_link, stamp, at, p->nb);
             p->nbl = b->first_link + b->nlinks;
         }
         if (p->nb - ph->first_bundle != ph->nbundles) {

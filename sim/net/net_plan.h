@@ -110,8 +110,7 @@ int net_plan_xfer(net_router *r, net_plan *p, int src, int dst, double bytes, ui
 /* net_plan_xfer routed as the transfer of index `index` would be (a plan
  * that orders its transfers otherwise than the one it stands for keeps its
  * routes). */
-int net_plan_xfer_at(net_router *r, net_plan *p, int src, int dst, double bytes, uint64_t key, int index,
-                     ts_err *err);
+int net_plan_xfer_at(net_router *r, net_plan *p, int src, int dst, double bytes, uint64_t key, int index, ts_err *err);
 int net_plan_phase_begin(net_plan *p, ts_err *err);
 void net_plan_phase_end(const net_graph *g, net_plan *p, int steps);
 

@@ -11,9 +11,9 @@
 #include "sim/model/moe.h"
 #include "sim/net/net_names.h"
 #include "sim/net/net_topo.h"
+#include "sim/net/net_whatif.h"
 #include "sim/util/afile.h"
 #include "sim/util/csvio.h"
-#include "sim/net/net_whatif.h"
 
 struct net_simulate {
     const config *c;

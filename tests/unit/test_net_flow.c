@@ -442,7 +442,7 @@ Test(net_flow, weighted_links_equal_repeated_links)
             int src = (int)(seed >> 8) % g->n_gpus;
             if (src == dst)
                 src = (src + 9) % g->n_gpus;
-            int len = net_route(r, g->gpu_node[src], g->gpu_node[dst], (uint64_t)(i * 4 + k), links + n, &e);
+            int len = net_route(r, g->gpu_node[src], g->gpu_node[dst], (uint64_t)i * 4 + (uint64_t)k, links + n, &e);
             cr_assert(len > 0, "%s", e.msg);
             n += len;
         }
@@ -482,8 +482,8 @@ Test(net_flow, weighted_links_equal_repeated_links)
         cr_assert_float_eq(a.bytes, b.bytes, 1e-9 * a.bytes, "link %d", l);
         cr_assert_float_eq(a.peak_util, b.peak_util, 1e-12, "link %d", l);
     }
-    cr_assert_eq(net_flow_start_hint(wt, net_flows_now_ns(wt), (int[]){0}, (int[]){0}, 1, 1, 0, NULL, &e),
-                 TS_EINVAL, "a weight below 1 is refused");
+    cr_assert_eq(net_flow_start_hint(wt, net_flows_now_ns(wt), (int[]){0}, (int[]){0}, 1, 1, 0, NULL, &e), TS_EINVAL,
+                 "a weight below 1 is refused");
     net_flows_free(rep);
     net_flows_free(wt);
     net_router_free(r);
