@@ -193,13 +193,18 @@ int net_flow_start_hint(net_flows *f, int64_t now_ns, const int *links, const in
      * (the solo case there, bit for bit) and touch nothing else, so it gets
      * that rate below and the links stay clean. */
     int alone = 1;
-    for (int h = 0; h < nlinks; h++) {
-        if ((unsigned)links[h] >= (unsigned)f->g->n_links)
-            return err_set(err, TS_EINVAL, "net_flow_start: link id %d not in 0..%d", links[h], f->g->n_links - 1);
-        if (weights && weights[h] < 1)
-            return err_set(err, TS_EINVAL, "net_flow_start: link %d listed with weight %d (valid >= 1)", links[h],
-                           weights[h]);
-        alone &= f->lh[links[h]].n == 0;
+    if (hint && hint->gen != 0) { /* a list started before: checked then */
+        for (int h = 0; h < nlinks; h++)
+            alone &= f->lh[links[h]].n == 0;
+    } else {
+        for (int h = 0; h < nlinks; h++) {
+            if ((unsigned)links[h] >= (unsigned)f->g->n_links)
+                return err_set(err, TS_EINVAL, "net_flow_start: link id %d not in 0..%d", links[h], f->g->n_links - 1);
+            if (weights && weights[h] < 1)
+                return err_set(err, TS_EINVAL, "net_flow_start: link %d listed with weight %d (valid >= 1)", links[h],
+                               weights[h]);
+            alone &= f->lh[links[h]].n == 0;
+        }
     }
     if (now_ns > f->now_ns) {
         if (recompute(f))
@@ -305,16 +310,18 @@ static int empty_if_alone(net_flows *f, int id)
         if (H->n != 1)
             break;
         H->n = 0;
+        H->w = 0;
     }
     if (h == F->nlinks) {
-        for (h = 0; h < F->nlinks; h++) {
-            busy_end(f, F->links[h]);
-            f->lh[F->links[h]].w = 0;
-        }
+        if (f->u_busy)
+            for (h = 0; h < F->nlinks; h++)
+                busy_end(f, F->links[h]);
         return 1;
     }
-    while (h-- > 0)
+    while (h-- > 0) { /* its own entry, which it was alone on */
         f->lh[F->links[h]].n = 1;
+        f->lh[F->links[h]].w = F->w[h];
+    }
     return 0;
 }
 

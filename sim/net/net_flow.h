@@ -75,7 +75,9 @@ typedef struct {
  * links takes its rate from *hint if it was computed with the current
  * bandwidths (they change only through net_graph_scale_link, between busy
  * periods) instead of reading every link's bandwidth, and leaves it there
- * otherwise. hint may be NULL. */
+ * otherwise. A hint filled by an earlier start also vouches for the list:
+ * its links and weights, checked then, are not checked again. hint may be
+ * NULL. */
 int net_flow_start_hint(net_flows *f, int64_t now_ns, const int *links, const int *weights, int nlinks, double bytes,
                         uint64_t tag, net_flow_hint *hint, ts_err *err);
 

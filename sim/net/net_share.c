@@ -266,7 +266,7 @@ static int share_pass(net_flows *f, uint32_t gen, int n_fast)
             for (int h = 0; h < F->nlinks; h++) {
                 int l2 = F->links[h];
                 if (f->lh[l2].n == 1) {
-                    fill_ent e = {f->bw[l2] / F->w[h], l2, 0}; /* share bw / its occurrences (x / 1 == x) */
+                    fill_ent e = {F->w[h] == 1 ? f->bw[l2] : f->bw[l2] / F->w[h], l2, 0}; /* bw / its occurrences */
                     if (F->own_link < 0 || fh_less(&e, &(fill_ent){F->new_rate, F->own_link, 0})) {
                         F->own_link = l2;
                         F->new_rate = e.share;
