@@ -54,16 +54,15 @@ static double pair_bytes(const net_coll_req *q, const a2a_layout *L, int a, int 
 }
 
 /* One bundle: the transfers into (hot_sends: out of) positions o0 ..
- * o1 - 1, merge_peers: but root unless it is all of them, from (to) their
- * own servers' positions or (remote) the other servers'; none if they
- * move nothing. */
+ * o1 - 1 but position skip (-1: none), from (to) their own servers'
+ * positions or (remote) the other servers'; none if they move nothing. */
 static int add_bundle(const net_graph *g, net_router *r, const net_coll_req *q, const a2a_layout *L, net_plan *p,
-                      const int *idx, int o0, int o1, int remote, ts_err *err)
+                      const int *idx, int o0, int o1, int skip, int remote, ts_err *err)
 {
     double hot = q->hot == 0 ? 1 : q->hot;
     int n = q->n, added = 0, rc;
     for (int o = o0; o < o1; o++) {
-        if (o == q->root && o1 - o0 > 1)
+        if (o == skip)
             continue;
         for (int v = 0; v < n; v++) {
             int a = q->hot_sends ? o : v, b = q->hot_sends ? v : o;
@@ -124,16 +123,18 @@ int net_a2a_phases(const net_graph *g, net_router *r, const net_coll_req *q, net
         goto out;
     /* bundles of position o: the transfers into it (hot_sends: out of it)
      * from its server's peers, then those from the other servers; merged:
-     * root's two, then the others' local transfers and their remote ones */
+     * root's two (under skew: without, root is one of the peers), then the
+     * others' local transfers and their remote ones */
     if (!q->merge_peers) {
         for (int o = 0; o < n; o++)
             for (int remote = 0; remote < 2; remote++)
-                if ((rc = add_bundle(g, r, q, &L, p, idx, o, o + 1, remote, err)))
+                if ((rc = add_bundle(g, r, q, &L, p, idx, o, o + 1, -1, remote, err)))
                     goto out;
     } else {
-        for (int pass = 0; pass < 4; pass++) {
+        int apart = hot != 1; /* root's bundles apart */
+        for (int pass = apart ? 0 : 2; pass < 4; pass++) {
             int remote = pass & 1, o0 = pass < 2 ? q->root : 0, o1 = pass < 2 ? q->root + 1 : n;
-            if ((rc = add_bundle(g, r, q, &L, p, idx, o0, o1, remote, err)))
+            if ((rc = add_bundle(g, r, q, &L, p, idx, o0, o1, pass < 2 || !apart ? -1 : q->root, remote, err)))
                 goto out;
         }
     }

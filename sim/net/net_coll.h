@@ -67,7 +67,8 @@
  *    merge_peers (the symmetric mode, which simulates position root's rank
  *    alone): root's two bundles, and the other positions' transfers as two
  *    bundles, their local ones and their remote ones, each a flow crossing
- *    a link as often as those transfers do. Their bundles would each move
+ *    a link as often as those transfers do (without skew, hot 1, root is
+ *    one of them: two bundles in all). Their bundles would each move
  *    at one rate where the fabric treats the positions alike (an
  *    uncontended non-blocking fabric: every NIC link carries as many of
  *    them), and then the merged flow has that rate: the same times with 4

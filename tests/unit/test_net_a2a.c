@@ -279,7 +279,8 @@ static int xfer_of(const net_plan *p, int src, int dst)
 Test(net_a2a, merged_peers_keep_the_transfers_routes_and_time)
 {
     /* merge_peers (the symmetric mode): root's two bundles and the other
-     * positions' local and remote transfers as one bundle each; the same
+     * positions' local and remote transfers as one bundle each (without
+     * skew, root's with them: two bundles); the same
      * transfers over the same routes, the same time on an idle fabric (to
      * the ns), and on a fabric where the peers differ (one of them behind a
      * NIC at a quarter) no earlier than the bundles one by one. */
@@ -316,6 +317,13 @@ Test(net_a2a, merged_peers_keep_the_transfers_routes_and_time)
                       deepep ? "DeepEP" : "alltoall", sends ? "combine" : "dispatch", (long long)tm, (long long)t);
             net_plan_free(&p);
             net_plan_free(&pm);
+            /* without skew root is a peer like the others: two flows */
+            q.hot = m.hot = 1;
+            plan_of(g, &m, &pm);
+            cr_assert_eq(pm.nb, 2, "balanced: the local and the remote transfers, %d bundles", pm.nb);
+            net_plan_free(&pm);
+            int64_t tb = time_of(g, &q), tbm = time_of(g, &m);
+            cr_assert(llabs(tb - tbm) <= 1, "balanced: %lld ns merged, %lld one by one", (long long)tbm, (long long)tb);
         }
         ts_err e;
         int v = g->gpu_node[n - 1];
