@@ -111,6 +111,9 @@ typedef struct {
     bool comm_cp;       /* a collective of the context-parallel group (cp.h: the all-to-all level for
                            COMM_ALL_TO_ALL, the ring level otherwise; COMM_P2P: one ring step; for
                            these two comm_lat_ns is the default mode's alphas, its time of one byte) */
+    int32_t comm_ranks; /* an all-reduce over this many consecutive ranks of Megatron's order beyond the
+                           tensor-parallel group: t x cp or t x cp x d (the MoE aux loss's, FP8 amax's;
+                           layer ops of stride 1 and span comm_ranks); 0: the stream's own group */
     int16_t dp_bucket;  /* >= 0: bucket of gradients complete when this step ends (overlap) */
     int32_t stage;      /* pipeline stage (global id) */
     int32_t dep[2];     /* earlier steps of the same pass (relative index) it waits for; -1 none */

@@ -184,7 +184,8 @@ static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_
             }
             x.comm_bytes = op->bytes;
             x.comm_coll = (uint8_t)op->coll;
-            x.comm_cp = op->stride > 0 && !op->a2a;
+            x.comm_cp = op->stride > 0 && !op->a2a && op->coll != COMM_ALL_REDUCE; /* CP never all-reduces */
+            x.comm_ranks = op->stride > 0 && !op->a2a && op->coll == COMM_ALL_REDUCE ? op->span : 0;
             commcost_flow_terms(b->cc, op->coll, op->bytes, &g, &x.comm_bw_factor, &x.comm_lat_ns);
             if (op->a2a && op->coll == COMM_P2P) /* the all-to-all's; the dispatcher's gathers keep NCCL's */
                 x.comm_lat_ns = b->a2a_lat_ns;
