@@ -31,10 +31,30 @@ int ep_pair_check(const config *c, sched_kind k, int v, bool flows, ts_err *err)
                        FLAG ": not with --recompute-granularity full (valid: selective or no recomputation)");
     if (M->mtp_num_layers > 1)
         return err_set(err, TS_EINVAL, FLAG ": needs --mtp-num-layers 1 or none (got %d)", M->mtp_num_layers);
-    if (flows)
+    /* the flow modes (lower.h interleaves the pair's own steps): what the
+     * interleave does not model yet */
+    if (flows && P->delay_wgrad)
         return err_set(err, TS_EINVAL,
-                       FLAG ": not modelled in the flow modes (each collective a task of the network model); "
-                            "valid in the default costed mode");
+                       "--delay-wgrad-compute: not modelled in the flow modes (--network-flows, --full: the "
+                       "backward's steps are not split into input- and weight-gradient parts there); valid in the "
+                       "default costed mode");
+    if (flows && P->pp > 1)
+        return err_set(err, TS_EINVAL,
+                       FLAG ": in the flow modes needs --pipeline-model-parallel-size 1 (got %d: the interleaved "
+                            "pair waits for both passes' inputs there, which the default mode's pairs do not; not "
+                            "modelled yet); valid in the default costed mode",
+                       P->pp);
+    if (flows && (P->tp > 1 || P->cp > 1))
+        return err_set(err, TS_EINVAL,
+                       FLAG ": in the flow modes needs --tensor-model-parallel-size 1 and no context parallelism "
+                            "(got t %d, cp %d: their collectives share the all-to-alls' stream there); valid in the "
+                            "default costed mode",
+                       P->tp, P->cp > 1 ? P->cp : 1);
+    if (flows && overlap_gpu_sms(c->cluster.gpu.name) > 0)
+        return err_set(err, TS_EINVAL,
+                       FLAG ": in the flow modes the all-to-alls' share of the SMs (%d of %s's %d) is not modelled; "
+                            "valid in the default costed mode, or on a GPU without a known SM count",
+                       EP_PAIR_COMM_SMS, c->cluster.gpu.name, overlap_gpu_sms(c->cluster.gpu.name));
     bool ok =
         (k == SCHED_INTERLEAVED && (v > 1 || P->pp == 1)) || k == SCHED_DUALPIPEV || (k == SCHED_1F1B && P->pp == 1);
     if (!ok)

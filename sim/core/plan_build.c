@@ -762,8 +762,9 @@ int plan_build_opts(const config *c, const sched *s, const cost_model *cm, const
         rc = add_pipeline_transfers(pl, &E, &b.tp_group);
         if (rc == TS_OK)
             rc = build_stages(pl, &E, &b, mo);
-        if (rc == TS_OK && P->overlap_moe_ep_comm)
+        if (rc == TS_OK && P->overlap_moe_ep_comm && E.inline_tp)
             rc = ep_pair_build(pl, s, b.sms, P->delay_wgrad, err);
+        pl->ep_pair_steps = P->overlap_moe_ep_comm && !E.inline_tp; /* the flow modes: lower.h */
     }
     if (rc == TS_OK)
         rc = plan_rank_add_emb_allreduce(pl, &E);
