@@ -34,10 +34,52 @@ expect_error 2 "valid --schedule interleaved (with --num-layers-per-virtual-pipe
 expect_error 2 "$F: not with --recompute-granularity full" $T simulate "${MIX[@]}" $F \
     --expert-model-parallel-size 8 --moe-token-dispatcher-type alltoall --recompute-granularity full
 expect_error 2 "$F: needs a mixture-of-experts model (--num-experts > 0)" $T simulate --model gpt3-175b $F
+# the flow modes: what the interleave of the pair's steps does not model yet
 for mode in network-flows full; do
-    expect_error 2 "$F: not modelled in the flow modes" $T simulate "${MIX[@]}" $F --expert-model-parallel-size 8 \
-        --moe-token-dispatcher-type alltoall --$mode
+    expect_error 2 "$F: in the flow modes needs --pipeline-model-parallel-size 1" $T simulate "${MIX[@]}" $F \
+        --expert-model-parallel-size 8 --moe-token-dispatcher-type alltoall --$mode --schedule interleaved \
+        --num-virtual-stages-per-pipeline-rank 2 -p 2 -t 1 --gpu B200-SXM-180GB
+    expect_error 2 "$F: in the flow modes the all-to-alls' share of the SMs" $T simulate "${MIX[@]}" $F \
+        --expert-model-parallel-size 8 --moe-token-dispatcher-type alltoall --$mode -p 1 -t 1
+    expect_error 2 "$F: in the flow modes needs --tensor-model-parallel-size 1" $T simulate "${MIX[@]}" $F \
+        --expert-model-parallel-size 8 --moe-token-dispatcher-type alltoall --$mode -p 1 -t 2 --gpu B200-SXM-180GB
+    expect_error 2 "--delay-wgrad-compute: not modelled in the flow modes" $T simulate "${MIX[@]}" $F \
+        --expert-model-parallel-size 8 --moe-token-dispatcher-type alltoall --$mode -p 1 -t 1 \
+        --gpu B200-SXM-180GB --delay-wgrad-compute
 done
+
+# -------- the flow modes agree with the default mode (p = 1, t = 1, B200:
+# no SM share in either mode, overlap_gpu_sms), uncontended fabric, forced
+# balance: the iteration within 1% (net_moe.sh's tolerance); a slower NIC
+# never makes the overlapped run faster
+within() { awk -v a="$1" -v b="$2" 'BEGIN { r = a / b; exit !(b > 0 && r >= 0.99 && r <= 1.01) }'; }
+topo() { # file, nic_gbps (GB/s, the topology file's unit)
+    printf 'nodes,gpus_per_node,gpu,intra_node_gbps,intra_node_latency_us,nics_per_node,nic_gbps,nic_latency_us,fabric,levels,oversubscription,switch_latency_us,switch_ports,pods,pod_oversubscription\n4,8,B200-SXM-180GB,900,0.6,8,%s,0.6,fat-tree,2,1,0.13,64,,\n' \
+        "$2" >"$1"
+}
+topo "$tmp/fast.csv" 50 # GB/s: 400 Gb/s NDR
+topo "$tmp/slow.csv" 25 # 200 Gb/s
+FL=(--model mixtral-8x7b --num-layers 8 --global-batch-size 64 --gpus 32 --num-experts 16
+    --expert-model-parallel-size 16 --moe-router-force-load-balancing -t 1 -p 1
+    --moe-token-dispatcher-type alltoall --gpu B200-SXM-180GB --topology "$tmp/fast.csv")
+if run "$tmp/fl.off" "${FL[@]}" && run "$tmp/fl.on" "${FL[@]}" $F; then
+    d0=$(iter_s "$tmp/fl.off"); d1=$(iter_s "$tmp/fl.on")
+    lt "$d1" "$d0" && ok "flows case, default mode: iteration $d0 s -> $d1 s with $F" ||
+        bad "flows case, default mode: iteration $d0 s -> $d1 s with $F, not shorter"
+    for mode in network-flows full; do
+        run "$tmp/fl.$mode" "${FL[@]}" $F --$mode || continue
+        g=$(iter_s "$tmp/fl.$mode")
+        within "$g" "$d1" && ok "--$mode: iteration $g s, the default mode's $d1 s (within 1%)" ||
+            bad "--$mode: iteration $g s, the default mode's $d1 s (not within 1%)"
+        FS=("${FL[@]}"); FS[${#FS[@]}-1]="$tmp/slow.csv"
+        run "$tmp/fl.$mode.slow" "${FS[@]}" $F --$mode || continue
+        s=$(iter_s "$tmp/fl.$mode.slow")
+        awk -v a="$s" -v b="$g" 'BEGIN { exit !(a >= b) }' && ok "--$mode: NIC 400 -> 200 Gb/s: $g s -> $s s" ||
+            bad "--$mode: NIC 400 -> 200 Gb/s: $g s -> $s s, faster"
+        awk -v a="$s" -v b="$g" 'BEGIN { exit !(a > b) }' && ok ||
+            bad "--$mode: the slower NIC did not slow the cross-node all-to-alls ($g s -> $s s)"
+    done
+fi
 expect_output "$F" $T simulate --help
 expect_error 2 "--delay-wgrad-compute needs $F" $T simulate "${MIX[@]}" --expert-model-parallel-size 8 \
     --moe-token-dispatcher-type alltoall --delay-wgrad-compute
