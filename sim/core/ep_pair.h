@@ -124,6 +124,15 @@ typedef struct {
 int ep_pair_run(const ep_pair_pass *f, const ep_pair_pass *b, int sms, bool delay_wgrad, int64_t *exp_f, int64_t *exp_b,
                 ts_err *err);
 
+/* ep_pair_run's streams, each compute op's time from its start to its end
+ * (slowed by the SM share while a transfer runs): el_ns[0..n] the forward's
+ * spans c_j, el_ns[n+1..2n+1] the backward's input-gradient parts g_j (the
+ * whole d_j without wgrad_ns), el_ns[2n+2..3n+2] its weight-gradient parts
+ * w_j, n = max(f->n, b->n), spans a pass lacks 0 (el_ns: 3 (n + 1) entries,
+ * owned by the caller). The flow modes run the pair's own steps and take
+ * these as the compute's share of SMs (ep_pair_steps.h). TS_ENOMEM. */
+int ep_pair_spans(const ep_pair_pass *f, const ep_pair_pass *b, int sms, bool delay_wgrad, int64_t *el_ns, ts_err *err);
+
 /* The pair of stage sf's forward and stage sb's backward (pass kb,
  * PLAN_PASS_B or PLAN_PASS_I) of pl (collapsed passes): *a_f, *a_b each
  * pass's exposed all-to-all time alone (ep_exposed_ns), *exp_f, *exp_b in

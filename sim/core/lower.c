@@ -356,8 +356,8 @@ static int lower_pair(lowering *L, int r, size_t i, size_t j)
         uint32_t in;
         st[q] = sched_stage_of(L->s, r, a->chunk);
         if ((rc = input_task(L, r, idx[q], a, &in)) == TS_OK)
-            rc = pass_open(L, r, st[q], pass_of(a), a->mb, in, L->final_bwd[base + a->chunk] == idx[q], NULL, ids[q],
-                           &P[q]);
+            rc = pass_open(L, r, st[q], pass_of(a), a->mb, in, L->final_bwd[base + a->chunk] == idx[q],
+                           pair_of(L, r, idx[q]), ids[q], &P[q]);
     }
     if (rc)
         return rc;
