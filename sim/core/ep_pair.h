@@ -66,10 +66,14 @@
  * parallelism (--expert-model-parallel-size > 1), the alltoall or flex
  * dispatcher, with p > 1 virtual pipelining (the interleaved schedule; here
  * also DualPipeV, whose F&B pairs are the same overlap), no full
- * recomputation, at most one MTP depth. trainsim also refuses the flow
- * modes (each collective its own task: the pair's closed form is over
- * collapsed passes) and schedules other than 1f1b at p = 1, interleaved and
- * dualpipev.
+ * recomputation, at most one MTP depth. trainsim also refuses schedules
+ * other than 1f1b at p = 1, interleaved and dualpipev, and in the flow
+ * modes (each collective its own task; lower.h runs a pair's own steps
+ * interleaved in the streams' order above, ep_pair_steps.h) p > 1 (the
+ * interleave waits for both passes' inputs and sends both outputs at the
+ * pair's end, which the collapsed pairs here do not: the modes disagree),
+ * t > 1 and context parallelism (their collectives share the all-to-alls'
+ * stream there).
  *
  * Memory: the two micro-batches' saved activations are those the schedule
  * keeps in flight (the paired copies' memory events at offsets scaled to
