@@ -129,7 +129,7 @@ static void run_streams(const pair_op *C, int32_t nc, const pair_op *M, int32_t 
                         double *elapsed_ns)
 {
     double now = 0, c_start = 0; /* elapsed_ns (NULL: none): each compute op's time from its start to its end */
-    double rate = 1.0; /* compute speed while a transfer runs */
+    double rate = 1.0;           /* compute speed while a transfer runs */
     if (sms > EP_PAIR_COMM_SMS)
         rate = (double)(sms - EP_PAIR_COMM_SMS) / (double)sms;
     double expo[2] = {0, 0}, crem = 0, mrem = 0;

@@ -148,8 +148,7 @@ static int add_pair(plan *pl, int sf, int sb, int kb, int sms, bool delay_wgrad,
             int nfin = split(pl, rfin, bfin);
             int64_t *cc = t + 4 * cap, *cm = t + 5 * cap; /* the I pass's times are no longer needed */
             times(pl, rfin, bfin, nfin, cc, cm);
-            rc = nfin == nb ? copy_scaled(pl, rfin, bfin, nfin, cc, bel, split_w ? wel : NULL, sb, &P.b_final)
-                            : TS_OK;
+            rc = nfin == nb ? copy_scaled(pl, rfin, bfin, nfin, cc, bel, split_w ? wel : NULL, sb, &P.b_final) : TS_OK;
         }
         plan_ep_pair *grown = rc == TS_OK ? realloc(pl->ep_pairs, (pl->n_ep_pairs + 1) * sizeof *grown) : NULL;
         if (rc == TS_OK && !grown)

@@ -278,7 +278,10 @@ static int rank_action(lowering *L, int r, size_t i);
 /* The pass index of compute action a (PLAN_PASS_F, _B, _I or _W). */
 static int pass_of(const sched_action *a)
 {
-    return a->kind == ACT_F ? PLAN_PASS_F : a->kind == ACT_B ? PLAN_PASS_B : a->kind == ACT_I ? PLAN_PASS_I : PLAN_PASS_W;
+    return a->kind == ACT_F   ? PLAN_PASS_F
+           : a->kind == ACT_B ? PLAN_PASS_B
+           : a->kind == ACT_I ? PLAN_PASS_I
+                              : PLAN_PASS_W;
 }
 
 /* After the pass of compute action i (a, stage st) of rank r, ended by
@@ -294,8 +297,8 @@ static void pass_done(lowering *L, int r, size_t i, const sched_action *a, int s
         L->bwd_last[(size_t)st * L->m + a->mb] = last;
     if (L->final_bwd[base + a->chunk] == i) {
         L->grads_done[base + a->chunk] = last;
-        L->buckets_sent[base + a->chunk] = L->pl->overlap_grad_reduce && L->pl->d > 1 &&
-                                           L->pl->stages[st].n_buckets > 0 && a->kind != ACT_I;
+        L->buckets_sent[base + a->chunk] =
+            L->pl->overlap_grad_reduce && L->pl->d > 1 && L->pl->stages[st].n_buckets > 0 && a->kind != ACT_I;
     }
 }
 
@@ -425,8 +428,7 @@ static int rank_action(lowering *L, int r, size_t i)
         if ((rc = input_task(L, r, i, a, &in))) /* none for W */
             return rc;
         bool final = L->final_bwd[base + a->chunk] == i;
-        if ((rc = run_pass(L, r, st, pass_of(a), a->mb, in, final, a->kind == ACT_W ? NULL : pair_of(L, r, i),
-                           &last)))
+        if ((rc = run_pass(L, r, st, pass_of(a), a->mb, in, final, a->kind == ACT_W ? NULL : pair_of(L, r, i), &last)))
             return rc;
         pass_done(L, r, i, a, st, last);
         break;
