@@ -6,10 +6,7 @@
 
 #include "sim/core/ep_pair.h"
 
-/* Split range R at its steps off the compute stream into b: span j (0..n)
- * is steps [b[2j], b[2j+1]) of R, transfer j (1..n) [b[2j-1], b[2j])
- * (lower.c splits alike). Returns n. */
-static int split(const plan *pl, plan_range R, uint32_t *b)
+int ep_pair_steps_split(const plan *pl, plan_range R, uint32_t *b)
 {
     int n = 0;
     uint32_t i = 0;
@@ -118,8 +115,8 @@ static int add_pair(plan *pl, int sf, int sb, int kb, int sms, bool delay_wgrad,
     int64_t *t = malloc(12 * cap * sizeof *t); /* comp and comm of F, B, I; el; wg */
     int rc = bf && t ? TS_OK : TS_ENOMEM;
     if (rc == TS_OK) {
-        int nf = split(pl, rf, bf), nb = split(pl, rb, bb), n = nf > nb ? nf : nb;
-        int ni = ri.n ? split(pl, ri, bi) : -1;
+        int nf = ep_pair_steps_split(pl, rf, bf), nb = ep_pair_steps_split(pl, rb, bb), n = nf > nb ? nf : nb;
+        int ni = ri.n ? ep_pair_steps_split(pl, ri, bi) : -1;
         int64_t *fc = t, *fm = t + cap, *bc = t + 2 * cap, *bm = t + 3 * cap, *ic = t + 4 * cap, *im = t + 5 * cap,
                 *el = t + 6 * cap, *wg = t + 9 * cap;
         times(pl, rf, bf, nf, fc, fm);
@@ -145,7 +142,7 @@ static int add_pair(plan *pl, int sf, int sb, int kb, int sms, bool delay_wgrad,
         if (rc == TS_OK)
             rc = copy_scaled(pl, rb, bb, nb, bc, bel, split_w ? wel : NULL, sb, &P.b);
         if (rc == TS_OK && rfin.n) {
-            int nfin = split(pl, rfin, bfin);
+            int nfin = ep_pair_steps_split(pl, rfin, bfin);
             int64_t *cc = t + 4 * cap, *cm = t + 5 * cap; /* the I pass's times are no longer needed */
             times(pl, rfin, bfin, nfin, cc, cm);
             rc = nfin == nb ? copy_scaled(pl, rfin, bfin, nfin, cc, bel, split_w ? wel : NULL, sb, &P.b_final) : TS_OK;

@@ -29,10 +29,17 @@
 #define TRAINSIM_EP_PAIR_STEPS_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "sim/core/plan.h"
 #include "sim/sched/sched.h"
 #include "sim/util/err.h"
+
+/* Split range R of pl at its steps off the compute stream (the
+ * transfers; back-to-back ones are one) into b (2 (R.n + 1) entries, owned
+ * by the caller): span j (0..n) is steps [b[2j], b[2j+1]) of R, transfer j
+ * (1..n) steps [b[2j-1], b[2j]). Returns n. */
+int ep_pair_steps_split(const plan *pl, plan_range R, uint32_t *b);
 
 /* Add the copies above to pl for schedule s (sms: overlap_gpu_sms, 0
  * unknown; delay_wgrad: --delay-wgrad-compute). TS_ENOMEM. */

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "sim/core/ep_pair.h"
+#include "sim/core/ep_pair_steps.h"
 #include "sim/sched/sched_dep.h"
 
 enum { DIR_F = 0, DIR_B = 1 };
@@ -39,7 +40,7 @@ typedef struct {
     /* the flow modes (plan.ep_pair_steps): */
     bool *done;         /* [partner_at[r] + i] action i of rank r already lowered with its pair */
     uint32_t *scratch2; /* task ids of the second pass of a pair */
-    uint32_t *bounds;   /* 2 x 2 (max_pass_steps + 1): each pass's spans and transfers (split_steps) */
+    uint32_t *bounds;   /* 2 x 2 (max_pass_steps + 1): each pass's spans and transfers (ep_pair_steps_split) */
 } lowering;
 
 static size_t tab_idx(const lowering *L, int dir, int stage, int mb)
@@ -302,27 +303,6 @@ static void pass_done(lowering *L, int r, size_t i, const sched_action *a, int s
     }
 }
 
-/* Split pass range R at its transfers (runs of consecutive steps off the
- * compute stream: the all-to-alls, as ep_pair_run's; t = 1 and no context
- * parallelism, ep_pair_check) into b: span j (j = 0..n) is steps [b[2j],
- * b[2j+1]) of R, transfer j (1..n) steps [b[2j-1], b[2j]). Returns n. */
-static int split_steps(const plan *pl, plan_range R, uint32_t *b)
-{
-    int n = 0;
-    uint32_t i = 0;
-    b[0] = 0;
-    for (;;) {
-        while (i < R.n && pl->steps[R.first + i].stream == PLAN_STREAM_COMPUTE)
-            i++;
-        b[2 * n + 1] = i;
-        if (i == R.n)
-            return n;
-        while (i < R.n && pl->steps[R.first + i].stream != PLAN_STREAM_COMPUTE)
-            i++;
-        b[2 * ++n] = i;
-    }
-}
-
 /* Emit steps [from, to) of pass P. */
 static int emit_range(lowering *L, pass_run *P, uint32_t from, uint32_t to)
 {
@@ -367,7 +347,7 @@ static int lower_pair(lowering *L, int r, size_t i, size_t j)
     L->done[L->partner_at[r] + j] = true;
     int fq = acts[i].kind == ACT_F ? 0 : 1, bq = 1 - fq;
     uint32_t *bf = L->bounds, *bb = L->bounds + 2 * ((size_t)L->pl->max_pass_steps + 1);
-    int nf = split_steps(L->pl, P[fq].R, bf), nb = split_steps(L->pl, P[bq].R, bb);
+    int nf = ep_pair_steps_split(L->pl, P[fq].R, bf), nb = ep_pair_steps_split(L->pl, P[bq].R, bb);
     if (nf == 0 && nb == 0) { /* nothing to overlap */
         rc = emit_range(L, &P[0], 0, P[0].R.n);
         if (rc == TS_OK)
