@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "sim/core/ep_pair.h"
+#include "sim/core/ep_pair_steps.h"
 #include "sim/core/overlap.h"
 #include "sim/core/plan_collapse.h"
 #include "sim/core/plan_env.h"
@@ -838,8 +839,11 @@ int plan_build_opts(const config *c, const sched *s, const cost_model *cm, const
             rc = add_data_loader(pl, &E, &b.tp_group, &b);
         if (rc == TS_OK)
             rc = build_stages(pl, &E, &b, mo);
-        if (rc == TS_OK && P->overlap_moe_ep_comm)
+        if (rc == TS_OK && P->overlap_moe_ep_comm && E.inline_tp)
             rc = ep_pair_build(pl, s, b.sms, P->delay_wgrad, err);
+        pl->ep_pair_steps = P->overlap_moe_ep_comm && !E.inline_tp; /* the flow modes: lower.h */
+        if (rc == TS_OK && pl->ep_pair_steps)
+            rc = ep_pair_steps_build(pl, s, b.sms, P->delay_wgrad, err);
     }
     if (rc == TS_OK)
         rc = plan_rank_add_emb_allreduce(pl, &E);
