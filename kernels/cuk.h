@@ -299,9 +299,9 @@ cudaError_t cuk_f32_qkv_merge_gqa_acc(float *dqkv, const float *dq, const float 
  * buffer (ks = 2 or 4 NKV hs). `scratch` is device memory of the
  * *_scratch_bytes size, kept between the calls of one pass. */
 typedef struct {
-    int B, T;      /* batch, full sequence length (divisible by 2 cp when cp > 1) */
-    int cp, rank;  /* ring size, this rank */
-    int src;       /* the rank whose keys/values kb holds (cp_ring_src) */
+    int B, T;     /* batch, full sequence length (divisible by 2 cp when cp > 1) */
+    int cp, rank; /* ring size, this rank */
+    int src;      /* the rank whose keys/values kb holds (cp_ring_src) */
     int NH, NKV, hs;
 } cuk_flash_dims;
 

@@ -130,8 +130,8 @@ __global__ void flash_fwd_step_kernel(double *mx, double *sum, double *acc, cons
     }
 }
 
-__global__ void flash_fwd_finish_kernel(float *out, float *lse, const double *mx, const double *sum,
-                                        const double *acc, cuk_flash_dims d)
+__global__ void flash_fwd_finish_kernel(float *out, float *lse, const double *mx, const double *sum, const double *acc,
+                                        cuk_flash_dims d)
 {
     int Tl = d.T / d.cp;
     size_t C = (size_t)d.NH * d.hs;
@@ -251,8 +251,8 @@ __global__ void flash_bwd_D_kernel(double *D, const float *dout, const float *ou
 }
 
 /* dq of query row st = (b*NH + h)*Tl + qi against the block's keys. */
-__global__ void flash_bwd_dq_kernel(float *dqkv, const double *D, const float *dout, const float *lse,
-                                    const float *qkv, const float *kb, size_t ks, cuk_flash_dims d)
+__global__ void flash_bwd_dq_kernel(float *dqkv, const double *D, const float *dout, const float *lse, const float *qkv,
+                                    const float *kb, size_t ks, cuk_flash_dims d)
 {
     int Tl = d.T / d.cp, per = d.NH / d.NKV;
     size_t C = (size_t)d.NH * d.hs, KV = (size_t)d.NKV * d.hs, W = C + 2 * KV;
@@ -283,8 +283,8 @@ __global__ void flash_bwd_dq_kernel(float *dqkv, const double *D, const float *d
 /* dk, dv of key row e = (b*NKV + g)*Tl + ki, key/value head g, summed over
  * the query heads of g's group and the admitted query rows. db: rows of
  * stride ks holding dk at the k offsets (dv at + KV). */
-__global__ void flash_bwd_dkv_kernel(float *db, const double *D, const float *dout, const float *lse,
-                                     const float *qkv, const float *kb, size_t ks, cuk_flash_dims d)
+__global__ void flash_bwd_dkv_kernel(float *db, const double *D, const float *dout, const float *lse, const float *qkv,
+                                     const float *kb, size_t ks, cuk_flash_dims d)
 {
     int Tl = d.T / d.cp, per = d.NH / d.NKV;
     size_t C = (size_t)d.NH * d.hs, KV = (size_t)d.NKV * d.hs, W = C + 2 * KV;
@@ -316,8 +316,8 @@ __global__ void flash_bwd_dkv_kernel(float *db, const double *D, const float *do
     }
 }
 
-extern "C" cudaError_t cuk_f32_flash_bwd_D(void *scratch, const float *dout, const float *out,
-                                           const cuk_flash_dims *d, cudaStream_t stream)
+extern "C" cudaError_t cuk_f32_flash_bwd_D(void *scratch, const float *dout, const float *out, const cuk_flash_dims *d,
+                                           cudaStream_t stream)
 {
     if (!scratch || !fl_dims_ok(*d))
         return cudaErrorInvalidValue;
@@ -336,11 +336,11 @@ extern "C" cudaError_t cuk_f32_flash_bwd_step(float *dqkv, float *db, const void
     const double *D = (const double *)scratch;
     size_t Tl = (size_t)(d->T / d->cp);
     flash_bwd_dq_kernel<<<fl_blocks((size_t)d->B * d->NH * Tl), FL_THREADS, 0, stream>>>(dqkv, D, dout, lse, qkv, kb,
-                                                                                          ks, *d);
+                                                                                         ks, *d);
     cudaError_t st = cuk_status();
     if (st != cudaSuccess)
         return st;
     flash_bwd_dkv_kernel<<<fl_blocks((size_t)d->B * d->NKV * Tl), FL_THREADS, 0, stream>>>(db, D, dout, lse, qkv, kb,
-                                                                                            ks, *d);
+                                                                                           ks, *d);
     return cuk_status();
 }

@@ -324,8 +324,8 @@ static void cu_att_gqa_fwd(backend *be, float *out, float *att, const float *qkv
     note(be, cuk_f32_bhtd_to_bthd(out, o, B, NH, T, hs, s), "gqa attention output permute");
 }
 
-static void cu_att_gqa_bwd(backend *be, float *dqkv, float *datt, const float *dout, const float *qkv,
-                           const float *att, int B, int T, int NH, int NKV, int hs)
+static void cu_att_gqa_bwd(backend *be, float *dqkv, float *datt, const float *dout, const float *qkv, const float *att,
+                           int B, int T, int NH, int NKV, int hs)
 {
     cudaStream_t s = CTX(be)->stream;
     size_t per = (size_t)B * NH * T * hs;
@@ -393,8 +393,7 @@ static int flash_hop(backend *be, const cp_ring *ring, float *dev, float *host, 
 
 /* The ring's device buffer (the caller's ring_ws, or one allocated here
  * into *own) and the host staging of nkv floats each way. */
-static int flash_buffers(backend *be, size_t nkv, float *ring_ws, float **dev, float **own, float **host,
-                         ts_err *err)
+static int flash_buffers(backend *be, size_t nkv, float *ring_ws, float **dev, float **own, float **host, ts_err *err)
 {
     *dev = ring_ws;
     *own = NULL;
@@ -420,13 +419,15 @@ static int cu_att_flash_fwd(backend *be, const cp_ring *ring, float *out, float 
     if (rc != TS_OK)
         return rc;
     cudaStream_t s = CTX(be)->stream;
-    cuk_flash_dims d = {.B = B, .T = T, .cp = cp, .rank = ring->rank, .src = ring->rank, .NH = NH, .NKV = NKV, .hs = hs};
+    cuk_flash_dims d = {
+        .B = B, .T = T, .cp = cp, .rank = ring->rank, .src = ring->rank, .NH = NH, .NKV = NKV, .hs = hs};
     size_t rows = (size_t)B * (size_t)(T / cp), KV = (size_t)NKV * hs, W = (size_t)(NH + 2 * NKV) * hs;
     size_t nkv = cp > 1 ? rows * 2 * KV : 0;
     float *dev = NULL, *own = NULL, *host = NULL;
     void *ws = scratch(be, cuk_f32_flash_fwd_scratch_bytes(&d));
-    rc = ws ? flash_buffers(be, nkv, ring_ws, &dev, &own, &host, err)
-            : err_set(err, TS_ENOMEM, "cuda flash attention: scratch of %zu bytes", cuk_f32_flash_fwd_scratch_bytes(&d));
+    rc =
+        ws ? flash_buffers(be, nkv, ring_ws, &dev, &own, &host, err)
+           : err_set(err, TS_ENOMEM, "cuda flash attention: scratch of %zu bytes", cuk_f32_flash_fwd_scratch_bytes(&d));
     cudaError_t st = cudaSuccess;
     if (rc == TS_OK)
         st = cuk_f32_flash_fwd_init(ws, &d, s);
@@ -457,13 +458,15 @@ static int cu_att_flash_bwd(backend *be, const cp_ring *ring, float *dqkv, const
     if (rc != TS_OK)
         return rc;
     cudaStream_t s = CTX(be)->stream;
-    cuk_flash_dims d = {.B = B, .T = T, .cp = cp, .rank = ring->rank, .src = ring->rank, .NH = NH, .NKV = NKV, .hs = hs};
+    cuk_flash_dims d = {
+        .B = B, .T = T, .cp = cp, .rank = ring->rank, .src = ring->rank, .NH = NH, .NKV = NKV, .hs = hs};
     size_t rows = (size_t)B * (size_t)(T / cp), C = (size_t)NH * hs, KV = (size_t)NKV * hs, W = C + 2 * KV;
     size_t nkv = cp > 1 ? rows * 4 * KV : 0; /* k | v | dk | dv */
     float *dev = NULL, *own = NULL, *host = NULL;
     void *ws = scratch(be, cuk_f32_flash_bwd_scratch_bytes(&d));
-    rc = ws ? flash_buffers(be, nkv, ring_ws, &dev, &own, &host, err)
-            : err_set(err, TS_ENOMEM, "cuda flash attention: scratch of %zu bytes", cuk_f32_flash_bwd_scratch_bytes(&d));
+    rc =
+        ws ? flash_buffers(be, nkv, ring_ws, &dev, &own, &host, err)
+           : err_set(err, TS_ENOMEM, "cuda flash attention: scratch of %zu bytes", cuk_f32_flash_bwd_scratch_bytes(&d));
     cudaError_t st = cudaSuccess;
     if (rc == TS_OK)
         st = cuk_f32_flash_bwd_D(ws, dout, out, &d, s);

@@ -199,7 +199,7 @@ enum { RB = 2, RT_ = 12, RNH = 4, RNKV = 2, RHS = 8, RCP = 2 };
 
 typedef struct {
     pthread_barrier_t bar;
-    float *mail[RCP]; /* each rank's outgoing block (host) */
+    float *mail[RCP];        /* each rank's outgoing block (host) */
     const float *qkv, *dout; /* the full sequences: [RB*RT_, W], [RB*RT_, C] */
     float *out[RCP], *lse[RCP], *dqkv[RCP];
     int rc[RCP];
@@ -209,6 +209,7 @@ typedef struct {
 typedef struct {
     ring_world *w;
     int rank;
+    backend *be; /* created by the main thread, so that no rank enters the ring without one */
 } ring_rank;
 
 /* cp_ring.sendrecv between threads: post, wait for everyone, read the
@@ -237,26 +238,31 @@ static void *ring_main(void *arg)
     ring_world *w = me->w;
     int r = me->rank, Tl = RT_ / RCP, C = RNH * RHS, W = (RNH + 2 * RNKV) * RHS;
     size_t rows = (size_t)RB * Tl;
-    backend *be = NULL;
+    backend *be = me->be;
     ts_err e;
     err_clear(&e);
-    int rc = backend_cuda_create(0, false, &be, &e);
+    int rc = TS_OK;
     float *hq = malloc(rows * W * 4), *hd = malloc(rows * C * 4);
     for (size_t i = 0; i < rows; i++) {
         memcpy(hq + i * W, w->qkv + grow(r, i) * W, (size_t)W * 4);
         memcpy(hd + i * C, w->dout + grow(r, i) * C, (size_t)C * 4);
     }
     cp_ring ring = {.size = RCP, .rank = r, .ud = me, .sendrecv = thread_sendrecv};
-    size_t nf = cp_attn_ring_floats(RB, RT_, RCP, RNKV, RHS, false), nb = cp_attn_ring_floats(RB, RT_, RCP, RNKV, RHS, true);
-    float *q = NULL, *d = NULL, *o = NULL, *l = NULL, *g = NULL, *wf = NULL, *wb = NULL;
-    if (rc == TS_OK) {
-        q = be->alloc(be, rows * W), d = be->alloc(be, rows * C), o = be->alloc(be, rows * C);
-        l = be->alloc(be, (size_t)RB * RNH * Tl), g = be->alloc(be, rows * W);
-        wf = be->alloc(be, nf), wb = be->alloc(be, nb);
-        be->to_device(be, q, hq, rows * W);
-        be->to_device(be, d, hd, rows * C);
-        rc = be->attention_flash_fwd(be, &ring, o, l, q, RB, RT_, RNH, RNKV, RHS, wf, &e);
-    }
+    size_t nf = cp_attn_ring_floats(RB, RT_, RCP, RNKV, RHS, false),
+           nb = cp_attn_ring_floats(RB, RT_, RCP, RNKV, RHS, true);
+    float *q = be->alloc(be, rows * W), *d = be->alloc(be, rows * C), *o = be->alloc(be, rows * C);
+    float *l = be->alloc(be, (size_t)RB * RNH * Tl), *g = be->alloc(be, rows * W);
+    float *wf = be->alloc(be, nf), *wb = be->alloc(be, nb);
+    be->to_device(be, q, hq, rows * W);
+    be->to_device(be, d, hd, rows * C);
+    rc = be->attention_flash_fwd(be, &ring, o, l, q, RB, RT_, RNH, RNKV, RHS, wf, &e);
+    /* both ranks enter the backward's ring, or neither */
+    w->rc[r] = rc;
+    pthread_barrier_wait(&w->bar);
+    for (int s = 0; s < RCP; s++)
+        if (w->rc[s] != TS_OK && rc == TS_OK)
+            rc = err_set(&e, TS_ESTATE, "rank %d's forward failed", s);
+    pthread_barrier_wait(&w->bar);
     if (rc == TS_OK) /* the ring's buffer left NULL: the backend allocates its own */
         rc = be->attention_flash_bwd(be, &ring, g, d, o, l, q, RB, RT_, RNH, RNKV, RHS, r ? NULL : wb, &e);
     if (rc == TS_OK) {
@@ -267,12 +273,9 @@ static void *ring_main(void *arg)
     }
     w->rc[r] = rc;
     w->err[r] = e;
-    if (be) {
-        float *ps[] = {q, d, o, l, g, wf, wb};
-        for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
-            be->free(be, ps[i]);
-        be->destroy(be);
-    }
+    float *ps[] = {q, d, o, l, g, wf, wb};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++)
+        be->free(be, ps[i]);
     free(hq), free(hd);
     return NULL;
 }
@@ -298,17 +301,27 @@ static void test_ring(void)
     if (rc == TS_OK)
         rc = CPU->attention_flash_bwd(CPU, &one, rg, dout, ro, rl, qkv, RB, RT_, RNH, RNKV, RHS, NULL, &e);
     gc_result(rc == TS_OK, "ring reference on the cpu backend", e.msg);
-    pthread_barrier_init(&w.bar, NULL, RCP);
-    pthread_t th[RCP];
     ring_rank rr[RCP];
     for (int r = 0; r < RCP; r++) {
-        rr[r] = (ring_rank){&w, r};
-        pthread_create(&th[r], NULL, ring_main, &rr[r]);
+        rr[r] = (ring_rank){&w, r, NULL};
+        if (rc == TS_OK)
+            rc = backend_cuda_create(0, false, &rr[r].be, &e);
+    }
+    if (rc != TS_OK) {
+        gc_result(0, "ring: a backend per rank", e.msg);
+    } else {
+        pthread_barrier_init(&w.bar, NULL, RCP);
+        pthread_t th[RCP];
+        for (int r = 0; r < RCP; r++)
+            pthread_create(&th[r], NULL, ring_main, &rr[r]);
+        for (int r = 0; r < RCP; r++)
+            pthread_join(th[r], NULL);
+        pthread_barrier_destroy(&w.bar);
     }
     for (int r = 0; r < RCP; r++)
-        pthread_join(th[r], NULL);
-    pthread_barrier_destroy(&w.bar);
-    for (int r = 0; r < RCP; r++) {
+        if (rr[r].be)
+            rr[r].be->destroy(rr[r].be);
+    for (int r = 0; r < RCP && rc == TS_OK; r++) {
         char what[96];
         snprintf(what, sizeof what, "flash ring cp=2, rank %d: status", r);
         gc_result(w.rc[r] == TS_OK, what, w.err[r].msg);
@@ -327,8 +340,9 @@ static void test_ring(void)
         snprintf(what, sizeof what, "flash ring cp=2, rank %d: dqkv (dk, dv home after the last hop)", r);
         gc_close(what, w.dqkv[r], wg, rows * W, AT, RT);
         free(wo), free(wl), free(wg);
-        free(w.out[r]), free(w.lse[r]), free(w.dqkv[r]);
     }
+    for (int r = 0; r < RCP; r++)
+        free(w.out[r]), free(w.lse[r]), free(w.dqkv[r]);
     free(ro), free(rl), free(rg), free(qkv), free(dout);
 }
 
