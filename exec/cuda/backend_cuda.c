@@ -265,48 +265,21 @@ static void cu_ln_bwd_weight(backend *be, float *dw, float *db, const float *dou
          "layernorm_bwd_weight");
 }
 
-static void cu_att_fwd(backend *be, float *out, float *att, const float *qkv, int B, int T, int NH, int hs)
+/* Attention through GEMMs: q, k, v split into [B, NH, T, hs] (grouped-query:
+ * each query head's key/value head h / (NH/NKV) copied, cuk_f32_qkv_split_gqa;
+ * multi-head, NKV = NH: cuk_f32_qkv_split), then two strided-batched GEMMs
+ * around the scaled causal softmax; the backward merges the key/value
+ * gradients back, summed over each group. */
+static void att_split(backend *be, float *q, float *k, float *v, const float *qkv, int B, int T, int NH, int NKV,
+                      int hs)
 {
     cudaStream_t s = CTX(be)->stream;
-    size_t per = (size_t)B * NH * T * hs;
-    float *q = attn_scratch(be, 7 * per);
-    if (!q)
-        return;
-    float *k = q + per, *v = k + per, *o = v + per;
-    int bh = B * NH;
-    long long sq = (long long)T * hs, sa = (long long)T * T;
-    note(be, cuk_f32_qkv_split(q, k, v, qkv, B, T, NH, hs, s), "attention qkv split");
-    bgemm(be, false, true, T, T, hs, q, hs, sq, k, hs, sq, att, T, sa, bh); /* q k^T */
-    note(be, cuk_f32_softmax_causal_fwd(att, bh, T, 1.0f / sqrtf((float)hs), s), "attention softmax");
-    bgemm(be, false, false, T, hs, T, att, T, sa, v, hs, sq, o, hs, sq, bh); /* att v */
-    note(be, cuk_f32_bhtd_to_bthd(out, o, B, NH, T, hs, s), "attention output permute");
+    if (NKV == NH)
+        note(be, cuk_f32_qkv_split(q, k, v, qkv, B, T, NH, hs, s), "attention qkv split");
+    else
+        note(be, cuk_f32_qkv_split_gqa(q, k, v, qkv, B, T, NH, NKV, hs, s), "gqa attention qkv split");
 }
 
-static void cu_att_bwd(backend *be, float *dqkv, float *datt, const float *dout, const float *qkv, const float *att,
-                       int B, int T, int NH, int hs)
-{
-    cudaStream_t s = CTX(be)->stream;
-    size_t per = (size_t)B * NH * T * hs;
-    float *q = attn_scratch(be, 7 * per);
-    if (!q)
-        return;
-    float *k = q + per, *v = k + per, *dO = v + per, *dq = dO + per, *dk = dq + per, *dv = dk + per;
-    int bh = B * NH;
-    long long sq = (long long)T * hs, sa = (long long)T * T;
-    note(be, cuk_f32_qkv_split(q, k, v, qkv, B, T, NH, hs, s), "attention qkv split");
-    note(be, cuk_f32_bthd_to_bhtd(dO, dout, B, NH, T, hs, s), "attention dout permute");
-    bgemm(be, false, true, T, T, hs, dO, hs, sq, v, hs, sq, datt, T, sa, bh); /* dO v^T */
-    bgemm(be, true, false, T, hs, T, att, T, sa, dO, hs, sq, dv, hs, sq, bh); /* att^T dO */
-    note(be, cuk_f32_softmax_causal_bwd(datt, att, datt, bh, T, 1.0f / sqrtf((float)hs), s),
-         "attention softmax backward");
-    bgemm(be, false, false, T, hs, T, datt, T, sa, k, hs, sq, dq, hs, sq, bh); /* dS k */
-    bgemm(be, true, false, T, hs, T, datt, T, sa, q, hs, sq, dk, hs, sq, bh);  /* dS^T q */
-    note(be, cuk_f32_qkv_merge_acc(dqkv, dq, dk, dv, B, T, NH, hs, s), "attention dqkv merge");
-}
-
-/* Grouped-query attention: the multi-head path above on q, k, v split with
- * each query head's key/value head copied (cuk_f32_qkv_split_gqa), the
- * key/value gradients summed back over each group in the merge. */
 static void cu_att_gqa_fwd(backend *be, float *out, float *att, const float *qkv, int B, int T, int NH, int NKV, int hs)
 {
     cudaStream_t s = CTX(be)->stream;
@@ -317,11 +290,11 @@ static void cu_att_gqa_fwd(backend *be, float *out, float *att, const float *qkv
     float *k = q + per, *v = k + per, *o = v + per;
     int bh = B * NH;
     long long sq = (long long)T * hs, sa = (long long)T * T;
-    note(be, cuk_f32_qkv_split_gqa(q, k, v, qkv, B, T, NH, NKV, hs, s), "gqa attention qkv split");
+    att_split(be, q, k, v, qkv, B, T, NH, NKV, hs);
     bgemm(be, false, true, T, T, hs, q, hs, sq, k, hs, sq, att, T, sa, bh); /* q k^T */
-    note(be, cuk_f32_softmax_causal_fwd(att, bh, T, 1.0f / sqrtf((float)hs), s), "gqa attention softmax");
+    note(be, cuk_f32_softmax_causal_fwd(att, bh, T, 1.0f / sqrtf((float)hs), s), "attention softmax");
     bgemm(be, false, false, T, hs, T, att, T, sa, v, hs, sq, o, hs, sq, bh); /* att v */
-    note(be, cuk_f32_bhtd_to_bthd(out, o, B, NH, T, hs, s), "gqa attention output permute");
+    note(be, cuk_f32_bhtd_to_bthd(out, o, B, NH, T, hs, s), "attention output permute");
 }
 
 static void cu_att_gqa_bwd(backend *be, float *dqkv, float *datt, const float *dout, const float *qkv, const float *att,
@@ -335,15 +308,30 @@ static void cu_att_gqa_bwd(backend *be, float *dqkv, float *datt, const float *d
     float *k = q + per, *v = k + per, *dO = v + per, *dq = dO + per, *dk = dq + per, *dv = dk + per;
     int bh = B * NH;
     long long sq = (long long)T * hs, sa = (long long)T * T;
-    note(be, cuk_f32_qkv_split_gqa(q, k, v, qkv, B, T, NH, NKV, hs, s), "gqa attention qkv split");
-    note(be, cuk_f32_bthd_to_bhtd(dO, dout, B, NH, T, hs, s), "gqa attention dout permute");
+    att_split(be, q, k, v, qkv, B, T, NH, NKV, hs);
+    note(be, cuk_f32_bthd_to_bhtd(dO, dout, B, NH, T, hs, s), "attention dout permute");
     bgemm(be, false, true, T, T, hs, dO, hs, sq, v, hs, sq, datt, T, sa, bh); /* dO v^T */
     bgemm(be, true, false, T, hs, T, att, T, sa, dO, hs, sq, dv, hs, sq, bh); /* att^T dO */
     note(be, cuk_f32_softmax_causal_bwd(datt, att, datt, bh, T, 1.0f / sqrtf((float)hs), s),
-         "gqa attention softmax backward");
+         "attention softmax backward");
     bgemm(be, false, false, T, hs, T, datt, T, sa, k, hs, sq, dq, hs, sq, bh); /* dS k */
     bgemm(be, true, false, T, hs, T, datt, T, sa, q, hs, sq, dk, hs, sq, bh);  /* dS^T q */
-    note(be, cuk_f32_qkv_merge_gqa_acc(dqkv, dq, dk, dv, B, T, NH, NKV, hs, s), "gqa attention dqkv merge");
+    if (NKV == NH)
+        note(be, cuk_f32_qkv_merge_acc(dqkv, dq, dk, dv, B, T, NH, hs, s), "attention dqkv merge");
+    else
+        note(be, cuk_f32_qkv_merge_gqa_acc(dqkv, dq, dk, dv, B, T, NH, NKV, hs, s), "gqa attention dqkv merge");
+}
+
+/* Multi-head attention: one key/value head per query head. */
+static void cu_att_fwd(backend *be, float *out, float *att, const float *qkv, int B, int T, int NH, int hs)
+{
+    cu_att_gqa_fwd(be, out, att, qkv, B, T, NH, NH, hs);
+}
+
+static void cu_att_bwd(backend *be, float *dqkv, float *datt, const float *dout, const float *qkv, const float *att,
+                       int B, int T, int NH, int hs)
+{
+    cu_att_gqa_bwd(be, dqkv, datt, dout, qkv, att, B, T, NH, NH, hs);
 }
 
 /* ------------------------------------------------------------ flash attention */
