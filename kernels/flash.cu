@@ -160,7 +160,7 @@ extern "C" cudaError_t cuk_f32_flash_fwd_init(void *scratch, const cuk_flash_dim
     double *mx, *sum, *acc;
     fl_split(scratch, *d, &mx, &sum, &acc);
     size_t nst = fl_states(*d), nacc = nst * (size_t)d->hs;
-    flash_init_kernel<<<fl_blocks(nacc), FL_THREADS, 0, stream>>>(mx, sum, acc, nst, nacc);
+    CUK_LAUNCH(flash_init_kernel, fl_blocks(nacc), FL_THREADS, stream, mx, sum, acc, nst, nacc);
     return cuk_status();
 }
 
@@ -171,7 +171,7 @@ extern "C" cudaError_t cuk_f32_flash_fwd_step(void *scratch, const float *qkv, c
         return cudaErrorInvalidValue;
     double *mx, *sum, *acc;
     fl_split(scratch, *d, &mx, &sum, &acc);
-    flash_fwd_step_kernel<<<fl_blocks(fl_states(*d)), FL_THREADS, 0, stream>>>(mx, sum, acc, qkv, kb, ks, *d);
+    CUK_LAUNCH(flash_fwd_step_kernel, fl_blocks(fl_states(*d)), FL_THREADS, stream, mx, sum, acc, qkv, kb, ks, *d);
     return cuk_status();
 }
 
@@ -182,7 +182,7 @@ extern "C" cudaError_t cuk_f32_flash_fwd_finish(float *out, float *lse, const vo
         return cudaErrorInvalidValue;
     double *mx, *sum, *acc;
     fl_split((void *)scratch, *d, &mx, &sum, &acc);
-    flash_fwd_finish_kernel<<<fl_blocks(fl_states(*d)), FL_THREADS, 0, stream>>>(out, lse, mx, sum, acc, *d);
+    CUK_LAUNCH(flash_fwd_finish_kernel, fl_blocks(fl_states(*d)), FL_THREADS, stream, out, lse, mx, sum, acc, *d);
     return cuk_status();
 }
 
@@ -219,7 +219,7 @@ extern "C" cudaError_t cuk_f32_flash_pack(float *buf, const float *qkv, size_t r
     if (NH < 1 || NKV < 1 || hs < 1)
         return cudaErrorInvalidValue;
     size_t n = rows * (bwd ? 4 : 2) * (size_t)NKV * hs;
-    flash_pack_kernel<<<fl_blocks(n), FL_THREADS, 0, stream>>>(buf, qkv, rows, NH, NKV, hs, bwd);
+    CUK_LAUNCH(flash_pack_kernel, fl_blocks(n), FL_THREADS, stream, buf, qkv, rows, NH, NKV, hs, bwd);
     return cuk_status();
 }
 
@@ -231,7 +231,7 @@ extern "C" cudaError_t cuk_f32_flash_unpack_grad(float *dqkv, const float *buf, 
     if (NH < 1 || NKV < 1 || hs < 1)
         return cudaErrorInvalidValue;
     size_t n = rows * 2 * (size_t)NKV * hs;
-    flash_unpack_grad_kernel<<<fl_blocks(n), FL_THREADS, 0, stream>>>(dqkv, buf, rows, NH, NKV, hs);
+    CUK_LAUNCH(flash_unpack_grad_kernel, fl_blocks(n), FL_THREADS, stream, dqkv, buf, rows, NH, NKV, hs);
     return cuk_status();
 }
 
@@ -322,8 +322,8 @@ extern "C" cudaError_t cuk_f32_flash_bwd_D(void *scratch, const float *dout, con
     if (!scratch || !fl_dims_ok(*d))
         return cudaErrorInvalidValue;
     size_t rows = (size_t)d->B * (d->T / d->cp);
-    flash_bwd_D_kernel<<<fl_blocks(rows * d->NH), FL_THREADS, 0, stream>>>((double *)scratch, dout, out, rows, d->NH,
-                                                                           d->hs);
+    CUK_LAUNCH(flash_bwd_D_kernel, fl_blocks(rows * d->NH), FL_THREADS, stream, (double *)scratch, dout, out, rows,
+               d->NH, d->hs);
     return cuk_status();
 }
 
@@ -335,12 +335,12 @@ extern "C" cudaError_t cuk_f32_flash_bwd_step(float *dqkv, float *db, const void
         return cudaErrorInvalidValue;
     const double *D = (const double *)scratch;
     size_t Tl = (size_t)(d->T / d->cp);
-    flash_bwd_dq_kernel<<<fl_blocks((size_t)d->B * d->NH * Tl), FL_THREADS, 0, stream>>>(dqkv, D, dout, lse, qkv, kb,
-                                                                                         ks, *d);
+    CUK_LAUNCH(flash_bwd_dq_kernel, fl_blocks((size_t)d->B * d->NH * Tl), FL_THREADS, stream, dqkv, D, dout, lse, qkv,
+               kb, ks, *d);
     cudaError_t st = cuk_status();
     if (st != cudaSuccess)
         return st;
-    flash_bwd_dkv_kernel<<<fl_blocks((size_t)d->B * d->NKV * Tl), FL_THREADS, 0, stream>>>(db, D, dout, lse, qkv, kb,
-                                                                                           ks, *d);
+    CUK_LAUNCH(flash_bwd_dkv_kernel, fl_blocks((size_t)d->B * d->NKV * Tl), FL_THREADS, stream, db, D, dout, lse, qkv,
+               kb, ks, *d);
     return cuk_status();
 }

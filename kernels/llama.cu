@@ -86,7 +86,7 @@ extern "C" cudaError_t cuk_f32_rmsnorm_fwd(float *out, float *rstd, const float 
         return cudaSuccess;
     if (C <= 0 || N > (size_t)INT_MAX)
         return cudaErrorInvalidValue;
-    rmsnorm_fwd_kernel<<<warp_row_blocks(N), LL_THREADS, 0, stream>>>(out, rstd, inp, w, N, C);
+    CUK_LAUNCH_WARPS(rmsnorm_fwd_kernel, warp_row_blocks(N), LL_THREADS, stream, out, rstd, inp, w, N, C);
     return cuk_status();
 }
 
@@ -97,7 +97,7 @@ extern "C" cudaError_t cuk_f32_rmsnorm_bwd_input(float *dinp, const float *dout,
         return cudaSuccess;
     if (C <= 0 || N > (size_t)INT_MAX)
         return cudaErrorInvalidValue;
-    rmsnorm_bwd_input_kernel<<<warp_row_blocks(N), LL_THREADS, 0, stream>>>(dinp, dout, inp, w, rstd, N, C);
+    CUK_LAUNCH_WARPS(rmsnorm_bwd_input_kernel, warp_row_blocks(N), LL_THREADS, stream, dinp, dout, inp, w, rstd, N, C);
     return cuk_status();
 }
 
@@ -108,7 +108,7 @@ extern "C" cudaError_t cuk_f32_rmsnorm_bwd_weight(float *dw, const float *dout, 
         return cudaSuccess;
     if (C <= 0)
         return cudaErrorInvalidValue;
-    rmsnorm_bwd_weight_kernel<<<ll_blocks((size_t)C), LL_THREADS, 0, stream>>>(dw, dout, inp, rstd, N, C);
+    CUK_LAUNCH(rmsnorm_bwd_weight_kernel, ll_blocks((size_t)C), LL_THREADS, stream, dw, dout, inp, rstd, N, C);
     return cuk_status();
 }
 
@@ -148,7 +148,7 @@ extern "C" cudaError_t cuk_f32_swiglu_fwd(float *out, const float *inp, size_t N
         return cudaSuccess;
     if (F <= 0)
         return cudaErrorInvalidValue;
-    swiglu_fwd_kernel<<<ll_blocks(N * (size_t)F), LL_THREADS, 0, stream>>>(out, inp, N, F);
+    CUK_LAUNCH(swiglu_fwd_kernel, ll_blocks(N * (size_t)F), LL_THREADS, stream, out, inp, N, F);
     return cuk_status();
 }
 
@@ -159,7 +159,7 @@ extern "C" cudaError_t cuk_f32_swiglu_bwd(float *dinp, const float *inp, const f
         return cudaSuccess;
     if (F <= 0)
         return cudaErrorInvalidValue;
-    swiglu_bwd_kernel<<<ll_blocks(N * (size_t)F), LL_THREADS, 0, stream>>>(dinp, inp, dout, N, F);
+    CUK_LAUNCH(swiglu_bwd_kernel, ll_blocks(N * (size_t)F), LL_THREADS, stream, dinp, inp, dout, N, F);
     return cuk_status();
 }
 
@@ -194,7 +194,7 @@ extern "C" cudaError_t cuk_f32_rope(float *qkv, size_t N, int T, int pos0, int N
     if (NH < 1 || NKV < 1 || hs < 2 || hs % 2 || T < 0 || (T == 0 && pos0 < 0))
         return cudaErrorInvalidValue;
     size_t n = N * (size_t)(NH + NKV) * (size_t)(hs / 2);
-    rope_kernel<<<ll_blocks(n), LL_THREADS, 0, stream>>>(qkv, N, T, pos0, NH, NKV, hs, (double)base, dir);
+    CUK_LAUNCH(rope_kernel, ll_blocks(n), LL_THREADS, stream, qkv, N, T, pos0, NH, NKV, hs, (double)base, dir);
     return cuk_status();
 }
 
@@ -259,7 +259,7 @@ extern "C" cudaError_t cuk_f32_qkv_split_gqa(float *q, float *k, float *v, const
     if (!gqa_ok(B, T, NH, NKV, hs))
         return cudaErrorInvalidValue;
     size_t n = (size_t)B * NH * T * hs;
-    qkv_split_gqa_kernel<<<ll_blocks(n), LL_THREADS, 0, stream>>>(q, k, v, qkv, B, T, NH, NKV, hs);
+    CUK_LAUNCH(qkv_split_gqa_kernel, ll_blocks(n), LL_THREADS, stream, q, k, v, qkv, B, T, NH, NKV, hs);
     return cuk_status();
 }
 
@@ -269,6 +269,6 @@ extern "C" cudaError_t cuk_f32_qkv_merge_gqa_acc(float *dqkv, const float *dq, c
     if (!gqa_ok(B, T, NH, NKV, hs))
         return cudaErrorInvalidValue;
     size_t n = (size_t)B * T * (NH + 2 * NKV) * hs;
-    qkv_merge_gqa_acc_kernel<<<ll_blocks(n), LL_THREADS, 0, stream>>>(dqkv, dq, dk, dv, B, T, NH, NKV, hs);
+    CUK_LAUNCH(qkv_merge_gqa_acc_kernel, ll_blocks(n), LL_THREADS, stream, dqkv, dq, dk, dv, B, T, NH, NKV, hs);
     return cuk_status();
 }
