@@ -413,7 +413,8 @@ static int set_up_rank(run *x)
     int crc, tp = x->par.tp, pp = x->par.pp, d = x->par.dp;
 #ifdef TRAINSIM_CUDA
     if (x->a.backend == XARGS_BACKEND_CUDA)
-        crc = comm_nccl_create(MPI_COMM_WORLD, tp, pp, d, backend_cuda_stream(x->be), &x->cm, &cerr);
+        crc = comm_nccl_create_cp(MPI_COMM_WORLD, tp, x->par.cp > 1 ? x->par.cp : 1, pp, d, backend_cuda_stream(x->be),
+                                  &x->cm, &cerr);
     else
 #endif
         crc = comm_mpi_create_cp(MPI_COMM_WORLD, tp, x->par.cp > 1 ? x->par.cp : 1, pp, d, &x->cm, &cerr);

@@ -6,8 +6,8 @@
 
 static gpt_dims xconfig_dense_dims(const model_config *mc, const parallel_config *pc);
 
-/* The first Llama-architecture flag the model uses (the CPU backend's
- * training runs them), or NULL. */
+/* The first Llama-architecture flag the model uses (training runs them on
+ * either backend; the KV-cache inference does not), or NULL. */
 static const char *llama_flag(const model_config *m)
 {
     if (m->swiglu)
@@ -93,10 +93,6 @@ int xconfig_supports(const config *c, bool cuda, bool inference, ts_err *err)
     const model_config *m = &c->model;
     const parallel_config *p = &c->par;
     const char *llama = llama_flag(m);
-    if (llama && cuda)
-        return err_set(err, TS_ENOTSUP,
-                       "%s: the cuda backend has no kernel for it (Llama-architecture layers run on --backend cpu)",
-                       llama);
     if (llama && inference)
         return err_set(err, TS_ENOTSUP,
                        "%s with --inference: the KV-cache inference runs the GPT layers only (train without "
@@ -151,15 +147,10 @@ int xconfig_supports(const config *c, bool cuda, bool inference, ts_err *err)
         return err_set(err, TS_ENOTSUP,
                        "--use-torch-fsdp2, --use-megatron-fsdp: the executor shards no parameters or "
                        "gradients over data parallelism (--use-distributed-optimizer shards the Adam state)");
-    if (config_attn_is_flash(m->attention_backend) && cuda)
+    if (config_cp(c) > 1 && inference)
         return err_set(err, TS_ENOTSUP,
-                       "--attention-backend %s: the cuda backend has only the unfused attention (give "
-                       "--attention-backend unfused, or --backend cpu)",
-                       CONFIG_ATTN_BACKEND_NAMES[m->attention_backend]);
-    if (config_cp(c) > 1 && (cuda || inference))
-        return err_set(err, TS_ENOTSUP, "--context-parallel-size %d: %s (give 1)", config_cp(c),
-                       cuda ? "the cuda backend has no context-parallel ring (run it with --backend cpu)"
-                            : "the KV-cache inference has no context parallelism");
+                       "--context-parallel-size %d: the KV-cache inference has no context parallelism (give 1)",
+                       config_cp(c));
     return moe_supports(c, cuda, inference, err);
 }
 
