@@ -57,6 +57,11 @@ static void memory_source(const simulate_result *r, const simulate_rank *x, int 
     case MEM_P2P:
         snprintf(buf, cap, "pipeline send/receive buffers");
         break;
+    case MEM_BATCH:
+        snprintf(buf, cap, "data loader's batch: tokens, labels, masks, positions (%s)",
+                 r->data_mem[0].mask_bytes > 0 ? "attention mask b s^2 / cp; --no-create-attention-mask-in-dataloader"
+                                               : "no attention mask");
+        break;
     case MEM_CUDA_CONTEXT:
         snprintf(buf, cap, "CUDA context + kernel modules, %.2f GiB per GPU (estimate; --cuda-context-gib)",
                  o->cuda_context_gib);
