@@ -434,6 +434,7 @@ int simulate_run(const config *c, const simulate_opts *opts, simulate_result **o
     R->B = P->global_batch_size;
     R->seq = c->model.seq_length;
     R->recompute = P->recompute;
+    R->recompute_modules = P->recompute_modules;
     R->sequence_parallel = P->sequence_parallel;
     R->distributed_optimizer = P->distributed_optimizer;
     R->overlap_grad_reduce = P->overlap_grad_reduce;

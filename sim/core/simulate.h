@@ -96,6 +96,7 @@ typedef struct {
     int B;    /* global batch, sequences (--global-batch-size) */
     int seq;  /* sequence length, tokens (--seq-length) */
     config_recompute recompute;
+    unsigned recompute_modules; /* --recompute-modules, CONFIG_RC_* bits (config.h; 0 = the default) */
     bool sequence_parallel, distributed_optimizer, overlap_grad_reduce;
     /* timeline */
     int64_t iteration_ns;
