@@ -49,7 +49,8 @@ typedef struct {
     int64_t a2a_lat_ns; /* MoE: its latency, for the flow modes */
     int64_t a2a_mx_ns;  /* MoE: one carrying MXFP8 rows (layer_op.fp8; plan_moe.h) */
     int64_t data_ns[2]; /* the data loader's step on the first / last stage (plan.data) */
-    dataload_mem data_mem[2]; /* its batch's memory, likewise (plan.data_mem) */
+    /* its batch's memory, likewise (plan.data_mem) */
+    dataload_mem data_mem[2];
 } pass_builder;
 
 static void pb_start(pass_builder *b, int stage)

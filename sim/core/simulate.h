@@ -108,9 +108,10 @@ typedef struct {
     int64_t fixed_ns[PLAN_FIXED_KINDS];     /* the parts of the longest optimizer step (plan.h plan_fixed) */
     dataload_cost data[2]; /* the data loader's step per micro-batch, first / last stage (plan.h plan.data) */
     bool data_measured;    /* --data-loader-ns: data[].total_ns is the measured figure */
-    dataload_mem data_mem[2]; /* the batch's memory per micro-batch, first / last stage (plan.h plan.data_mem) */
     int64_t data_rank_ns;  /* the data loader's time per iteration on the rank with the most */
     simulate_rank *ranks;  /* p entries */
+    /* the batch's memory per micro-batch, first / last stage (plan.h plan.data_mem) */
+    dataload_mem data_mem[2];
     /* throughput */
     double tokens_per_s;
     double model_flops;    /* per iteration, formulas.md model FLOPs (flops.h) */

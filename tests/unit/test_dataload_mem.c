@@ -59,8 +59,8 @@ Test(dataload_mem, cp_slices_the_sequence_and_the_mask)
 {
     const int64_t b = 1, s = 4096, cp = 4, bs = b * s;
     const int64_t whole = 28 * bs + b * s * s;
-    dataload_mem m = mem_of((dataload_in){.first = true, .last = true, .b = 1, .s = 4096, .tp = 2, .cp = 4,
-                                          .attn_mask = true});
+    dataload_mem m =
+        mem_of((dataload_in){.first = true, .last = true, .b = 1, .s = 4096, .tp = 2, .cp = 4, .attn_mask = true});
     /* get_batch_on_this_cp_rank: every tensor to s / cp, the mask [b, 1, s, s] on dim 2: b s^2 / cp */
     cr_expect_eq(m.mask_bytes, b * s * s / cp);
     cr_expect_eq(m.fwd_bytes, whole / cp);
