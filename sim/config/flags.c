@@ -182,7 +182,8 @@ static int add_fusion_flags(flags_state *s, opt_table *t, config *c, ts_err *err
                 "each iteration (fp16 does it always)");
     ADD(.name = "--no-create-attention-mask-in-dataloader", .type = OPT_BOOL, .target = &c->par.no_loader_attn_mask,
         .help = "the data loader's batch without the [b, 1, s, s] bool attention mask (causal attention builds its "
-                "own): it is then neither copied to the GPU nor broadcast");
+                "own): it is then neither copied to the GPU nor broadcast nor held in memory (b s^2 bytes per "
+                "micro-batch during the loader's step, b s^2 / cp to the forward's end)");
     ADD(.name = "--data-loader-ns", .type = OPT_DOUBLE, .target = &c->par.data_loader_ns, .min = 0, .max = 1e15,
         .unit = "ns", .defval = "modelled: host-to-GPU copies, TP broadcasts, CP slices (docs/cost-model.md)",
         .help = "the data loader's step per micro-batch on each stage that loads data (first, last), measured "

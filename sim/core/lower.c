@@ -52,7 +52,8 @@ static int add_task(lowering *L, int rank, uint32_t step, int32_t mb, uint32_t *
 {
     const plan_step *x = &L->pl->steps[step];
     int rc = engine_task_add(L->e, L->rank_map ? L->rank_map[rank] : rank, x->stream, x->dur_ns, step, mb, out, L->err);
-    if (rc == TS_OK && (x->alloc_bytes || x->free_bytes)) /* the memory timeline needs its hooks */
+    bool mem = x->alloc_bytes || x->free_bytes || x->batch_alloc_bytes || x->batch_free_bytes;
+    if (rc == TS_OK && mem) /* the memory timeline needs its hooks */
         rc = engine_task_mark(L->e, *out, L->err);
     if (rc == TS_OK && x->stream == PLAN_STREAM_COMPUTE)
         L->last_comp[rank] = *out;

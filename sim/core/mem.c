@@ -231,8 +231,8 @@ const mem_sample *mem_samples(const mem_tracker *m, int rank, size_t *n)
 
 const char *mem_cat_name(int cat)
 {
-    static const char *const names[MEM_CATS] = {"weights",      "gradients",        "optimizer",
-                                                "activations",  "p2p-buffers",      "cuda-context",
-                                                "nccl-buffers", "cublas-workspace", "allocator-fragmentation"};
+    static const char *const names[MEM_CATS] = {
+        "weights",    "gradients",    "optimizer",    "activations",      "p2p-buffers",
+        "data-batch", "cuda-context", "nccl-buffers", "cublas-workspace", "allocator-fragmentation"};
     return cat >= 0 && cat < MEM_CATS ? names[cat] : "?";
 }

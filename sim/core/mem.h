@@ -27,6 +27,7 @@ typedef enum {
     MEM_OPTIM,       /* fp32 master weights + Adam moments (sharded with the distributed optimizer) */
     MEM_ACTIV,       /* activations saved for the backward (and recomputed ones) */
     MEM_P2P,         /* pipeline send/receive buffers */
+    MEM_BATCH,       /* the data loader's batch on the stages that load (sim/model/dataload.h dataload_mem) */
     /* Memory besides tensors (sim/config/overheads.h): */
     MEM_CUDA_CONTEXT, /* CUDA context and loaded kernel modules */
     MEM_NCCL,         /* NCCL communicator buffers */
@@ -78,7 +79,7 @@ int64_t mem_cat_peak_bytes(const mem_tracker *m, int rank, int cat);
 const mem_sample *mem_samples(const mem_tracker *m, int rank, size_t *n);
 
 /* "weights", "gradients", "optimizer", "activations", "p2p-buffers",
- * "cuda-context", "nccl-buffers", "cublas-workspace",
+ * "data-batch", "cuda-context", "nccl-buffers", "cublas-workspace",
  * "allocator-fragmentation" */
 const char *mem_cat_name(int cat);
 

@@ -100,6 +100,7 @@ typedef struct {
 typedef struct {
     int64_t offset_ns;
     int64_t delta_bytes; /* > 0 allocation, < 0 free (activations) */
+    bool batch;          /* the data loader's batch (mem.h MEM_BATCH), not activations */
 } plan_mem_ev;
 
 typedef struct {
@@ -134,6 +135,10 @@ typedef struct {
     int64_t edp_lat_ns;
     int64_t alloc_bytes; /* activation bytes allocated when the step starts */
     int64_t free_bytes;  /* activation bytes freed when the step ends (< 0: allocated then) */
+    /* the data loader's batch (dataload_mem), likewise: allocated at the
+     * start of the loader's step, freed at its end and at the ends of the
+     * forward and the backward passes that drop its tensors */
+    int64_t batch_alloc_bytes, batch_free_bytes;
     /* collapsed steps (seg_n > 0): the segments that make them up, the time
      * within them when only tensor-parallel communication runs, and their
      * memory changes (replacing alloc_bytes / free_bytes) */
@@ -220,6 +225,7 @@ typedef struct {
      * With --data-loader-ns (data_measured) total_ns is the measured figure
      * and the parts are the model's, for the report. */
     dataload_cost data[2];
+    dataload_mem data_mem[2]; /* the batch's memory per micro-batch, [0] first / [1] last stage, likewise */
     bool data_measured;
     bool overlap_grad_reduce;
     bool distributed_optimizer;

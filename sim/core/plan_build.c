@@ -50,6 +50,8 @@ typedef struct {
     int64_t a2a_lat_ns; /* MoE: its latency, for the flow modes */
     int64_t a2a_mx_ns;  /* MoE: one carrying MXFP8 rows (layer_op.fp8; plan_moe.h) */
     int64_t data_ns[2]; /* the data loader's step on the first / last stage (plan.data) */
+    /* its batch's memory, likewise (plan.data_mem) */
+    dataload_mem data_mem[2];
 } pass_builder;
 
 static void pb_start(pass_builder *b, int stage)
@@ -443,6 +445,14 @@ static int pb_add_amax(pass_builder *b, const model_ops *mo, int n_layers, bool 
     return pb_add(b, &o, cat, 0, 0);
 }
 
+/* Free bytes of the data loader's batch (dataload_mem) when the pass's
+ * last op ends: called once a pass's ops are all added. */
+static void pb_free_batch(pass_builder *b, int64_t bytes)
+{
+    if (bytes && b->prev_last >= 0)
+        pb_step(b, b->prev_last)->batch_free_bytes += bytes;
+}
+
 /* Backward-like pass over a stage: kind = PLAN_PASS_B, _I or _W. With
  * bucket_params (B and W), the parameters of each gradient bucket closed in
  * it are stored there and their count in *n_buckets. */
@@ -518,6 +528,10 @@ static int build_bwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
         rc = pb_add(b, o_emb, PLAN_CAT_BWD, STASH_OF(mo->m_emb), FREE_OF(mo->m_emb));
 #undef FREE_OF
 #undef STASH_OF
+    if ((first || last) && rc == TS_OK) { /* the loss's tensors go with B or I, the indices with B or W */
+        const dataload_mem *m = &b->data_mem[first ? 0 : 1];
+        pb_free_batch(b, (kind != PLAN_PASS_W ? m->kept_i_bytes : 0) + (kind != PLAN_PASS_I ? m->kept_w_bytes : 0));
+    }
     if (buckets && rc == TS_OK && acc > 0) {
         bucket_params[nb] = acc;
         bucket_expert[nb] = acc_e;
@@ -529,10 +543,14 @@ static int build_bwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
 }
 
 /* The data loader's step (plan.data): the forward's first compute step on
- * a stage that loads data, the op the next ones wait for. */
-static int pb_add_data(pass_builder *b, int64_t dur_ns)
+ * a stage that loads data, the op the next ones wait for. The batch
+ * (dataload_mem) is allocated at its start; at its end what the forward
+ * does not keep (the whole tensors cp slices replaced) is freed. */
+static int pb_add_data(pass_builder *b, int64_t dur_ns, const dataload_mem *m)
 {
     plan_step x = plan_step_init("data loader", PLAN_STREAM_COMPUTE, PLAN_CAT_DATA, b->stage, dur_ns);
+    x.batch_alloc_bytes = m->step_bytes;
+    x.batch_free_bytes = m->step_bytes - m->fwd_bytes;
     int32_t id = pb_new(b, &x);
     if (id < 0)
         return TS_ENOMEM;
@@ -544,7 +562,7 @@ static int build_fwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
 {
     int rc = TS_OK;
     if (first || last)
-        rc = pb_add_data(b, b->data_ns[first ? 0 : 1]);
+        rc = pb_add_data(b, b->data_ns[first ? 0 : 1], &b->data_mem[first ? 0 : 1]);
     if (first && rc == TS_OK)
         rc = pb_add(b, &mo->ef, PLAN_CAT_FWD, mo->m_emb.kept, 0);
     for (int l = 0; l < L->n && rc == TS_OK; l++) {
@@ -567,6 +585,10 @@ static int build_fwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
         rc = pb_add_amax(b, mo, L->n, false, PLAN_CAT_FWD);
     if (last && rc == TS_OK)
         rc = pb_add(b, &mo->of, PLAN_CAT_FWD, mo->m_out.kept, 0);
+    if ((first || last) && rc == TS_OK) { /* forward_step's frame ends: the mask and what no backward keeps */
+        const dataload_mem *m = &b->data_mem[first ? 0 : 1];
+        pb_free_batch(b, m->fwd_bytes - m->kept_i_bytes - m->kept_w_bytes);
+    }
     return rc;
 }
 
@@ -754,6 +776,9 @@ static int add_data_loader(plan *pl, const plan_env *E, const commcost_group *tp
                           .host_gbps = host};
         if (host > 0 && (rc = dataload_cost_of(&in, E->cm, E->cc, tp_group, &pl->data[k], E->err)))
             return rc;
+        if ((rc = dataload_mem_of(&in, &pl->data_mem[k], E->err)))
+            return rc;
+        b->data_mem[k] = pl->data_mem[k];
         if (c->par.data_loader_measured)
             pl->data[k].total_ns = (int64_t)(c->par.data_loader_ns + 0.5);
         b->data_ns[k] = pl->data[k].total_ns;

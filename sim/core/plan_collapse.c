@@ -15,14 +15,14 @@ static int push_seg(plan *pl, const plan_seg *g)
     return TS_OK;
 }
 
-static int push_mem_ev(plan *pl, int64_t offset_ns, int64_t delta)
+static int push_mem_ev(plan *pl, int64_t offset_ns, int64_t delta, bool batch)
 {
     if (delta == 0)
         return TS_OK;
     if (pl->n_mem_evs == pl->cap_mem_evs &&
         grow_to((void **)&pl->mem_evs, &pl->cap_mem_evs, (size_t)pl->n_mem_evs + 1, 256, sizeof *pl->mem_evs))
         return TS_ENOMEM;
-    pl->mem_evs[pl->n_mem_evs++] = (plan_mem_ev){offset_ns, delta};
+    pl->mem_evs[pl->n_mem_evs++] = (plan_mem_ev){offset_ns, delta, batch};
     return TS_OK;
 }
 
@@ -87,8 +87,12 @@ static int collapse(plan *pl, uint32_t base, const plan_step *orig, uint32_t n, 
         x.flops += o->flops;
         x.alloc_bytes += o->alloc_bytes;
         x.free_bytes += o->free_bytes;
-        if ((rc = push_seg(pl, &g)) || (rc = push_mem_ev(pl, start, o->alloc_bytes)) ||
-            (rc = push_mem_ev(pl, end_rel[i], -o->free_bytes)))
+        x.batch_alloc_bytes += o->batch_alloc_bytes;
+        x.batch_free_bytes += o->batch_free_bytes;
+        if ((rc = push_seg(pl, &g)) || (rc = push_mem_ev(pl, start, o->alloc_bytes, false)) ||
+            (rc = push_mem_ev(pl, start, o->batch_alloc_bytes, true)) ||
+            (rc = push_mem_ev(pl, end_rel[i], -o->free_bytes, false)) ||
+            (rc = push_mem_ev(pl, end_rel[i], -o->batch_free_bytes, true)))
             break;
         if (i + 1 == n || (split && o->dp_bucket >= 0)) {
             x.dp_bucket = split ? o->dp_bucket : -1;

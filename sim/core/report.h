@@ -19,7 +19,10 @@
 
 /* If the run does not fit in the GPU's memory, write one line to f:
  * "DOES NOT FIT: rank R needs X GiB of Y GiB (...: try ...)" with what
- * takes the memory and what would lower it; nothing if it fits. */
+ * takes the memory and what would lower it; nothing if it fits. It names
+ * --no-create-attention-mask-in-dataloader when the batch holds a mask and
+ * is >= 5% of the peak at the peak, --moe-layer-recompute on MoE models
+ * without it (and without full recomputation). */
 void report_fit_line(const simulate_result *r, FILE *f);
 
 /* Write the text report to f; its first line is report_fit_line's when the

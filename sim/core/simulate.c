@@ -39,9 +39,13 @@ static void on_start(void *ctx, engine *e, engine_task_id id, const engine_task_
     if (x->mem_n) { /* a collapsed pass: its changes at their offsets */
         const plan_mem_ev *ev = h->pl->mem_evs + x->mem_first;
         for (uint32_t k = 0; k < x->mem_n; k++)
-            mem_add(h->mem, r, MEM_ACTIV, ev[k].delta_bytes, now_ns + ev[k].offset_ns, now_ns);
-    } else if (x->alloc_bytes) {
-        mem_add(h->mem, r, mem_cat_of(x), x->alloc_bytes, now_ns, now_ns);
+            mem_add(h->mem, r, ev[k].batch ? MEM_BATCH : MEM_ACTIV, ev[k].delta_bytes, now_ns + ev[k].offset_ns,
+                    now_ns);
+    } else {
+        if (x->alloc_bytes)
+            mem_add(h->mem, r, mem_cat_of(x), x->alloc_bytes, now_ns, now_ns);
+        if (x->batch_alloc_bytes)
+            mem_add(h->mem, r, MEM_BATCH, x->batch_alloc_bytes, now_ns, now_ns);
     }
 }
 
@@ -53,6 +57,8 @@ static void on_end(void *ctx, engine *e, engine_task_id id, const engine_task_in
     const plan_step *x = &h->pl->steps[ti->tag];
     if (x->free_bytes && !x->mem_n)
         mem_add(h->mem, ti->rank, mem_cat_of(x), -x->free_bytes, now_ns, now_ns);
+    if (x->batch_free_bytes && !x->mem_n)
+        mem_add(h->mem, ti->rank, MEM_BATCH, -x->batch_free_bytes, now_ns, now_ns);
 }
 
 const char *simulate_comm_name(simulate_comm k)
@@ -220,6 +226,7 @@ static void summarize(const config *c, const simulate_opts *o, const engine *e, 
             memcpy(R->fixed_ns, pl->fixed_ns, sizeof R->fixed_ns);
             memcpy(R->data, pl->data, sizeof R->data);
             R->data_measured = pl->data_measured;
+            memcpy(R->data_mem, pl->data_mem, sizeof R->data_mem);
         }
         if (X->cat_ns[PLAN_CAT_DATA] > R->data_rank_ns)
             R->data_rank_ns = X->cat_ns[PLAN_CAT_DATA];
@@ -427,6 +434,7 @@ int simulate_run(const config *c, const simulate_opts *opts, simulate_result **o
     R->B = P->global_batch_size;
     R->seq = c->model.seq_length;
     R->recompute = P->recompute;
+    R->recompute_modules = P->recompute_modules;
     R->sequence_parallel = P->sequence_parallel;
     R->distributed_optimizer = P->distributed_optimizer;
     R->overlap_grad_reduce = P->overlap_grad_reduce;

@@ -96,6 +96,7 @@ typedef struct {
     int B;    /* global batch, sequences (--global-batch-size) */
     int seq;  /* sequence length, tokens (--seq-length) */
     config_recompute recompute;
+    unsigned recompute_modules; /* --recompute-modules, CONFIG_RC_* bits (config.h; 0 = the default) */
     bool sequence_parallel, distributed_optimizer, overlap_grad_reduce;
     /* timeline */
     int64_t iteration_ns;
@@ -109,6 +110,8 @@ typedef struct {
     bool data_measured;    /* --data-loader-ns: data[].total_ns is the measured figure */
     int64_t data_rank_ns;  /* the data loader's time per iteration on the rank with the most */
     simulate_rank *ranks;  /* p entries */
+    /* the batch's memory per micro-batch, first / last stage (plan.h plan.data_mem) */
+    dataload_mem data_mem[2];
     /* throughput */
     double tokens_per_s;
     double model_flops;    /* per iteration, formulas.md model FLOPs (flops.h) */

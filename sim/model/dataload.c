@@ -85,19 +85,54 @@ static int64_t copy_ns(const cost_model *cm, int64_t bytes, double gbps)
     return (int64_t)(cost_model_params(cm)->launch_ns + (double)bytes / gbps + 0.5);
 }
 
-int dataload_cost_of(const dataload_in *in, const cost_model *cm, const commcost_params *cc,
-                     const commcost_group *tp_group, dataload_cost *out, ts_err *err)
+/* The checks of dataload_cost_of and dataload_mem_of. */
+static int check_in(const dataload_in *in, ts_err *err)
 {
-    memset(out, 0, sizeof *out);
     if (!in->first && !in->last)
         return err_set(err, TS_EINVAL, "data loader: a middle pipeline stage loads no data");
     if (in->b < 1 || in->s < 1 || in->tp < 1 || in->cp < 1)
         return err_set(err, TS_EINVAL, "data loader: micro-batch %d, sequence %d, tp %d, cp %d (valid: each >= 1)",
                        in->b, in->s, in->tp, in->cp);
-    if (!(in->host_gbps > 0))
-        return err_set(err, TS_EINVAL, "data loader: host link %g GB/s (valid: > 0)", in->host_gbps);
     if (in->cp > 1 && in->s % (2 * in->cp))
         return err_set(err, TS_EINVAL, "data loader: sequence %d not divisible by 2 x cp = %d", in->s, 2 * in->cp);
+    return TS_OK;
+}
+
+int dataload_mem_of(const dataload_in *in, dataload_mem *out, ts_err *err)
+{
+    memset(out, 0, sizeof *out);
+    int rc = check_in(in, err);
+    if (rc)
+        return rc;
+    int64_t whole = 0, rank = 0;
+    for (int k = 0; k < DATALOAD_TENSORS; k++) {
+        if (k == DATALOAD_ATTN_MASK && !in->attn_mask)
+            continue;
+        int64_t x = dataload_tensor_bytes((dataload_tensor)k, in->b, in->s);
+        int64_t sl = x / in->cp; /* the rank's two chunks: s / cp of the sequence dimension */
+        whole += x;
+        rank += sl;
+        if (k == DATALOAD_ATTN_MASK)
+            out->mask_bytes = sl;
+        else if ((k == DATALOAD_LABELS || k == DATALOAD_LOSS_MASK) && in->last)
+            out->kept_i_bytes += sl;
+        else if ((k == DATALOAD_TOKENS || k == DATALOAD_POSITION_IDS) && (in->first || (in->last && in->mtp)))
+            out->kept_w_bytes += sl;
+    }
+    out->step_bytes = in->cp > 1 ? whole + rank : whole;
+    out->fwd_bytes = rank;
+    return TS_OK;
+}
+
+int dataload_cost_of(const dataload_in *in, const cost_model *cm, const commcost_params *cc,
+                     const commcost_group *tp_group, dataload_cost *out, ts_err *err)
+{
+    memset(out, 0, sizeof *out);
+    int rc = check_in(in, err);
+    if (rc)
+        return rc;
+    if (!(in->host_gbps > 0))
+        return err_set(err, TS_EINVAL, "data loader: host link %g GB/s (valid: > 0)", in->host_gbps);
     for (int k = 0; k < DATALOAD_TENSORS; k++) {
         if (k == DATALOAD_ATTN_MASK && !in->attn_mask)
             continue; /* None in the batch: get_batch_on_this_tp_rank copies and broadcasts nothing */

@@ -98,6 +98,54 @@ bool dataload_broadcast(dataload_tensor k, bool first, bool last, bool mtp);
 int dataload_cost_of(const dataload_in *in, const cost_model *cm, const commcost_params *cc,
                      const commcost_group *tp_group, dataload_cost *out, ts_err *err);
 
+/* The batch's GPU memory on tensor-parallel rank 0 of a stage that loads
+ * (the other ranks of the group receive no labels or loss_mask on a stage
+ * that is not the last: rank 0 is the one with the most), with the
+ * lifetimes Megatron-LM gives the tensors (pretrain_gpt.py get_batch and
+ * forward_step, megatron/core/pipeline_parallel/schedules.py forward_step):
+ *   - during the data loader's step the whole batch (all five tensors of
+ *     the whole sequence: rank 0 copies each to the GPU) and, with cp > 1,
+ *     its rank's slices as get_batch_on_this_cp_rank makes them (every
+ *     tensor cut to s / cp on its sequence dimension, the mask's dim 2:
+ *     b s^2 / cp); each whole tensor is dropped when its slice replaces it
+ *     in the dict, so whole + slices bounds the moment from above by the
+ *     four small tensors' slices;
+ *   - after the step, the rank's tensors (sliced with cp > 1) live to the
+ *     end of the forward: forward_step's frame holds them. The attention
+ *     mask is an input of the attention only: Transformer Engine's causal
+ *     flash / fused attention (attn_mask_type causal) neither reads nor
+ *     saves it, and nothing else keeps a reference, so it goes with the
+ *     frame, at the forward's end. loss_mask and labels on a stage that is
+ *     not the last go then too (the loss partial is never called there);
+ *   - held to the backward (kept_i_bytes, freed at the end of B or I): on
+ *     the last stage loss_mask, saved by autograd for the masked loss sum
+ *     (losses * loss_mask), and labels, of which the cross-entropy's
+ *     backward keeps the int64 target (VocabParallelCrossEntropy saves
+ *     masked_target_1d, a copy of the same bytes) — per micro-batch in
+ *     flight on that stage, whatever the schedule;
+ *   - held to the weight gradient (kept_w_bytes, freed at the end of B or
+ *     W): on the first stage (and on the last with multi-token prediction,
+ *     whose depths embed the tokens) tokens and position_ids: the
+ *     embedding lookups keep their indices for the embedding's weight
+ *     gradient (F.embedding saves them; with tp > 1 the masked copy of the
+ *     same bytes). position_ids are kept with the tokens though only a
+ *     learned absolute position embedding reads them (RoPE does not):
+ *     conservative by b s / cp x 8 bytes.
+ * Bytes: whole = every tensor of the whole sequence; rank = the same cut to
+ * s / cp (= whole with cp 1). */
+typedef struct {
+    int64_t step_bytes;   /* allocated at the step's start: whole, + rank with cp > 1 */
+    int64_t fwd_bytes;    /* live from the step's end to the forward's end: rank */
+    int64_t kept_i_bytes; /* of fwd_bytes, held to the end of the backward (B or I) */
+    int64_t kept_w_bytes; /* of fwd_bytes, held to the end of the weight gradient (B or W) */
+    int64_t mask_bytes;   /* of fwd_bytes, the attention mask's: b s^2 / cp (0 without it) */
+} dataload_mem;
+
+/* The batch memory of one micro-batch on a stage of in's role (the fields
+ * dataload_cost_of checks, host_gbps not used). TS_EINVAL naming the field
+ * when out of range. */
+int dataload_mem_of(const dataload_in *in, dataload_mem *out, ts_err *err);
+
 /* The host-to-GPU link of GPU kind g, GB/s per direction (datasheets, in
  * dataload.c): A100 PCIe Gen4 x16 32; H100 SXM5, H200, B200 PCIe Gen5 x16
  * 64; GB200 NVLink-C2C 450. A calibrated-only device (--gpu cpu), whose

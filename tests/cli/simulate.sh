@@ -179,6 +179,25 @@ check_sh "--data-loader-ns 1e6: 1 ms per micro-batch, 8 ms on a loading rank, sa
 "$TRAINSIM" simulate "${dl[@]}" --no-create-attention-mask-in-dataloader --csv "$tmp/dln.csv" >"$tmp/dln.txt" 2>/dev/null
 check_sh "--no-create-attention-mask-in-dataloader: no mask copied or named" \
     'grep -q "^iteration,data_loader_first_h2d_bytes,28672,bytes" "$tmp/dln.csv" && ! grep -q "attention mask" "$tmp/dln.txt"'
+check_sh "the batch in the memory breakdown (data-batch): the mask named; without it the peak is never higher" \
+    'grep -q "^  data-batch .*attention mask (b s^2 / cp" "$tmp/dl.txt" &&
+     grep -q "^rank 0,memory_at_peak_data-batch," "$tmp/dl.csv" &&
+     grep -q "^  data-batch .*position_ids$" "$tmp/dln.txt" &&
+     [ "$(awk -F, '"'"'$1 == "iteration" && $2 == "memory_peak" { print $3 }'"'"' "$tmp/dl.csv")" -ge \
+       "$(awk -F, '"'"'$1 == "iteration" && $2 == "memory_peak" { print $3 }'"'"' "$tmp/dln.csv")" ]'
+# the fit line names the flag that drops the mask when the batch is >= 5% of the peak, and
+# --moe-layer-recompute on a MoE model without it
+ll=(--model llama3-405b-128k --gpu h100 --recompute-granularity selective)
+fa=$("$TRAINSIM" simulate "${ll[@]}" 2>&1 | grep "^DOES NOT FIT")
+fb=$("$TRAINSIM" simulate "${ll[@]}" --no-create-attention-mask-in-dataloader 2>&1 | grep "^DOES NOT FIT")
+check_sh "DOES NOT FIT names --no-create-attention-mask-in-dataloader where the mask is a large part, not without it" \
+    'grep -q "try --no-create-attention-mask-in-dataloader (the batch holds 17.01 GiB)" <<<"$fa" &&
+     [ -n "$fb" ] && ! grep -q -- "--no-create-attention-mask" <<<"$fb"'
+mx=(--model mixtral-8x7b --gpu h100 --gpus 8 -t 1 -p 1 --expert-model-parallel-size 8)
+fa=$("$TRAINSIM" simulate "${mx[@]}" 2>&1 | grep "^DOES NOT FIT")
+fb=$("$TRAINSIM" simulate "${mx[@]}" --moe-layer-recompute 2>&1 | grep "^DOES NOT FIT")
+check_sh "DOES NOT FIT names --moe-layer-recompute on a MoE model, not once given" \
+    'grep -q -- "--moe-layer-recompute, " <<<"$fa" && [ -n "$fb" ] && ! grep -q -- "--moe-layer-recompute" <<<"$fb"'
 out=$("$TRAINSIM" simulate "${dl[@]}" --data-loader-ns -5 2>&1); rc=$?
 check_sh "--data-loader-ns -5: exit 2 naming the flag" '[ $rc -eq 2 ] && printf "%s" "$out" | grep -q -- "--data-loader-ns"'
 

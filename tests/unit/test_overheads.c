@@ -193,7 +193,7 @@ static int from_flags(config *c, ts_err *e, ...)
 static int64_t tensor_bytes(const simulate_rank *x)
 {
     return x->peak_cat_bytes[MEM_WEIGHTS] + x->peak_cat_bytes[MEM_GRADS] + x->peak_cat_bytes[MEM_OPTIM] +
-           x->peak_cat_bytes[MEM_ACTIV] + x->peak_cat_bytes[MEM_P2P];
+           x->peak_cat_bytes[MEM_ACTIV] + x->peak_cat_bytes[MEM_P2P] + x->peak_cat_bytes[MEM_BATCH];
 }
 
 /* GPT-3 175B's default layout on 40 GB A100s: 38.9 GiB of tensors fitted

@@ -22,7 +22,7 @@ static void fini(void)
     "--num-layers", "4", "--hidden-size", "64", "--num-attention-heads", "4", "--seq-length", "64",                    \
         "--padded-vocab-size", "256", "--micro-batch-size", "2", "--attention-dropout", "0", "--hidden-dropout", "0"
 
-/* The memory changes of stage st's pass k in time order, replayed from 0:
+/* The activation changes of stage st's pass k in time order, replayed from 0:
  * the level at the pass's end in *end, the highest level reached returned;
  * *first gets the first change (0: none). */
 static int64_t replay(const plan *pl, int st, int k, int64_t *end, int64_t *first)
@@ -34,6 +34,8 @@ static int64_t replay(const plan *pl, int st, int k, int64_t *end, int64_t *firs
         const plan_step *x = &pl->steps[i];
         cr_assert(x->mem_n > 0 || (x->alloc_bytes == 0 && x->free_bytes == 0), "step %u: collapsed", i);
         for (uint32_t e = 0; e < x->mem_n; e++) {
+            if (pl->mem_evs[x->mem_first + e].batch)
+                continue; /* the data loader's batch: not activations (test_dataload_mem.c) */
             int64_t d = pl->mem_evs[x->mem_first + e].delta_bytes;
             if (*first == 0)
                 *first = d;
