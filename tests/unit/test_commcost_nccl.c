@@ -264,7 +264,8 @@ Test(commcost_nccl, agrees_with_flows_on_an_idle_nonblocking_fabric)
         commcost_coll coll;
     } cases[] = {{NET_COLL_ALLREDUCE, COMM_ALL_REDUCE}, {NET_COLL_ALLGATHER, COMM_ALL_GATHER}};
     for (int i = 0; i < 2; i++) {
-        net_coll_req q = {cases[i].kind, NET_ALGO_RING, gpus, 8, S, 0, 1, 0, 0, 0};
+        net_coll_req q = {
+            .kind = cases[i].kind, .algo = NET_ALGO_RING, .gpus = gpus, .n = 8, .bytes = S, .flow_key = 1};
         int64_t flow_ns = 0;
         cr_assert_eq(net_coll_time_ns(g, &q, &flow_ns, NULL), TS_OK);
         double closed = t_ns(&p, cases[i].coll, S, 8, 1);
@@ -279,7 +280,8 @@ Test(commcost_nccl, agrees_with_flows_on_an_idle_nonblocking_fabric)
         int many[64];
         for (int i = 0; i < 8 * k; i++)
             many[i] = 8 * (i / k) + i % k;
-        net_coll_req q = {NET_COLL_ALLREDUCE, NET_ALGO_AUTO, many, 8 * k, 4 * S, 0, 1, 0, 0, 0};
+        net_coll_req q = {
+            .kind = NET_COLL_ALLREDUCE, .algo = NET_ALGO_AUTO, .gpus = many, .n = 8 * k, .bytes = 4 * S, .flow_key = 1};
         int64_t flow_ns = 0;
         cr_assert_eq(net_coll_time_ns(g, &q, &flow_ns, NULL), TS_OK);
         commcost_choice c = choose(&p, COMM_ALL_REDUCE, 4 * S, 8 * k, k);
@@ -305,7 +307,7 @@ static double flows_with_terms_ns(const net_graph *g, const commcost_params *p, 
     cr_assert(f > 0 && lat >= 0, "f %g, lat %lld", f, (long long)lat);
     net_sim *s = NULL;
     cr_assert_eq(net_sim_new(g, NULL, NULL, &s, NULL), TS_OK);
-    net_coll_req q = {kind, NET_ALGO_AUTO, gpus, n, S * f, 0, 1, 0, 0, 0};
+    net_coll_req q = {.kind = kind, .algo = NET_ALGO_AUTO, .gpus = gpus, .n = n, .bytes = S * f, .flow_key = 1};
     const net_plan *plan = NULL;
     int64_t end = 0;
     cr_assert_eq(net_sim_plan(s, &q, &plan, NULL), TS_OK);
@@ -359,7 +361,8 @@ Test(commcost_nccl, flow_terms_give_the_flows_nccls_time)
             double got = flows_with_terms_ns(g, &p, cases[c].kind, cases[c].coll, gpus, n, k, S);
             cr_assert(fabs(got / want - 1) < cases[c].tol, "%s n %d k %d, %g bytes: flows %g ns, NCCL %g ns",
                       commcost_coll_name(cases[c].coll), n, k, S, got, want);
-            net_coll_req q = {cases[c].kind, NET_ALGO_AUTO, gpus, n, S, 0, 1, 0, 0, 0};
+            net_coll_req q = {
+                .kind = cases[c].kind, .algo = NET_ALGO_AUTO, .gpus = gpus, .n = n, .bytes = S, .flow_key = 1};
             int64_t plain = 0;
             cr_assert_eq(net_coll_time_ns(g, &q, &plain, NULL), TS_OK);
             outside = outside || fabs((double)plain / want - 1) > 0.1;

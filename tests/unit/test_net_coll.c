@@ -23,7 +23,7 @@ static net_graph *dgx(const char *kind, int servers)
 
 static int64_t coll_ns(const net_graph *g, net_coll_kind kind, net_coll_algo algo, const int *gpus, int n, double bytes)
 {
-    net_coll_req q = {kind, algo, gpus, n, bytes, 0, 0, 0, 0, 0};
+    net_coll_req q = {.kind = kind, .algo = algo, .gpus = gpus, .n = n, .bytes = bytes};
     int64_t t = -1;
     ts_err e;
     cr_assert_eq(net_coll_time_ns(g, &q, &t, &e), TS_OK, "%s", e.msg);
@@ -66,7 +66,7 @@ Test(net_coll, nvls_refused_on_a100)
 {
     net_graph *g = dgx("A100", 1);
     int gpus[8] = {0, 1, 2, 3, 4, 5, 6, 7};
-    net_coll_req q = {NET_COLL_ALLREDUCE, NET_ALGO_NVLS, gpus, 8, 1e6, 0, 0, 0, 0, 0};
+    net_coll_req q = {.kind = NET_COLL_ALLREDUCE, .algo = NET_ALGO_NVLS, .gpus = gpus, .n = 8, .bytes = 1e6};
     int64_t t;
     ts_err e;
     cr_assert_eq(net_coll_time_ns(g, &q, &t, &e), TS_EINVAL);
@@ -210,7 +210,12 @@ Test(net_coll, oversubscribed_fat_tree_is_slower_by_the_expected_factor)
         for (int j = 0; j < 8; j++) {
             for (int i = 0; i < n; i++)
                 groups[j][i] = i * 8 + j;
-            net_coll_req q = {NET_COLL_ALLREDUCE, NET_ALGO_RING, groups[j], n, S, 0, (uint64_t)j, 0, 0, 0};
+            net_coll_req q = {.kind = NET_COLL_ALLREDUCE,
+                              .algo = NET_ALGO_RING,
+                              .gpus = groups[j],
+                              .n = n,
+                              .bytes = S,
+                              .flow_key = (uint64_t)j};
             cr_assert_eq(net_sim_start(s, 0, &q, (uint64_t)j, &e), TS_OK, "%s", e.msg);
         }
         cr_assert_eq(net_sim_run(s, &t[k], &e), TS_OK, "%s", e.msg);

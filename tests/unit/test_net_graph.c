@@ -71,7 +71,7 @@ Test(net_graph, multipod_llama3)
     }
     cr_assert_float_eq(down / up, 7.0, 0.05 * 7.0, "spine down %g up %g", down, up);
     int pair[2] = {0, 3072};
-    net_coll_req q = {NET_COLL_P2P, NET_ALGO_AUTO, pair, 2, 1e9, 0, 0, 0, 0, 0};
+    net_coll_req q = {.kind = NET_COLL_P2P, .algo = NET_ALGO_AUTO, .gpus = pair, .n = 2, .bytes = 1e9};
     int64_t t;
     cr_assert_eq(net_coll_time_ns(g, &q, &t, &e), TS_OK, "%s", e.msg);
     cr_assert(1e9 / (double)t > 0.97 * 50 * topo_nic_eff(50), "%g GB/s", 1e9 / (double)t);
