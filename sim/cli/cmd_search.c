@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "sim/cli/cmd.h"
+#include "sim/cli/search_pass.h"
 #include "sim/config/catalog.h"
 #include "sim/config/catalog_models.h"
 #include "sim/config/flags.h"
@@ -437,58 +438,99 @@ static int add_flags(opt_table *t, search_args *a, ts_err *err)
     return flags_register_memory(t, &a->overheads, err);
 }
 
-/* --megatron-script: the model (into *m), and unless the search's flags
- * give them, the GPU count, global batch and GPU kind (into a; the kind's
- * name in gpu) of the script, resolved through the shared flags
- * (flags_parse, flags_finish) with the search's --model, --gpus, --gpu and
- * --topology. Notes on what the script left unresolved go to stderr unless
- * quiet. */
-static int script_model(search_args *a, model_config *m, moe_config *moe, char *gpu, size_t gpu_bytes, bool quiet,
-                        ts_err *err)
+/* The fixed settings, resolved by the shared flags (flags_parse,
+ * flags_finish) into *c as trainsim simulate resolves them: the
+ * --megatron-script's model with the pass-through flags (sp->pass), or
+ * without a script the --model preset with search's own model flags
+ * (sp->fwd) and the pass-through flags on a neutral layout (one GPU, t = p
+ * = cp = ep = etp = 1, 1F1B, one sequence), whose layout the search then
+ * replaces. With a script, unless the search's flags give them, its GPU
+ * count, global batch and GPU kind go into a (the kind's name in gpu).
+ * Notes on what the script left unresolved go to stderr unless quiet. The
+ * caller owns c, fs and ft (config_free, flags_release, opt_table_free;
+ * c->moe borrows from fs). */
+static int resolve_fixed(search_args *a, const search_pass *sp, config *c, flags_state *fs, opt_table *ft, char *gpu,
+                         size_t gpu_bytes, bool quiet, ts_err *err)
 {
-    config c;
-    flags_state fs;
-    opt_table ft;
-    opt_table_init(&ft, "trainsim search", "");
-    char gpus[32], *av[12];
+    char gpus[32], **av = calloc((size_t)(sp->n_pass + sp->n_fwd + 32), sizeof *av);
+    if (!av)
+        return err_set(err, TS_ENOMEM, "trainsim search: out of memory resolving the flags");
     int ac = 0;
     av[ac++] = "search";
-    av[ac++] = "--megatron-script";
-    av[ac++] = (char *)(uintptr_t)a->script;
-    const char *pass[][2] = {{"--model", a->model}, {"--gpu", a->gpu}, {"--topology", a->topology}};
-    for (size_t k = 0; k < sizeof pass / sizeof pass[0]; k++)
-        if (pass[k][1]) {
-            av[ac++] = (char *)(uintptr_t)pass[k][0];
-            av[ac++] = (char *)(uintptr_t)pass[k][1];
+    if (a->script) {
+        av[ac++] = "--megatron-script";
+        av[ac++] = (char *)(uintptr_t)a->script;
+        const char *pass[][2] = {{"--model", a->model}, {"--gpu", a->gpu}, {"--topology", a->topology}};
+        for (size_t k = 0; k < sizeof pass / sizeof pass[0]; k++)
+            if (pass[k][1]) {
+                av[ac++] = (char *)(uintptr_t)pass[k][0];
+                av[ac++] = (char *)(uintptr_t)pass[k][1];
+            }
+        if (a->gpus) {
+            snprintf(gpus, sizeof gpus, "--gpus=%d", a->gpus);
+            av[ac++] = gpus;
         }
-    if (a->gpus) {
-        snprintf(gpus, sizeof gpus, "--gpus=%d", a->gpus);
-        av[ac++] = gpus;
+    } else {
+        static char *const NEUTRAL[] = {"--gpus=1", "-t", "1", "-p", "1", "--micro-batch-size", "1",
+                                        "--global-batch-size", "1", "--context-parallel-size", "1", "--schedule",
+                                        "1f1b"};
+        av[ac++] = "--model";
+        av[ac++] = (char *)(uintptr_t)a->model;
+        for (size_t k = 0; k < sizeof NEUTRAL / sizeof NEUTRAL[0]; k++)
+            av[ac++] = NEUTRAL[k];
+        catalog_model preset;
+        int rc = catalog_model_preset(a->model, &preset, err);
+        if (rc) {
+            free(av);
+            return err_prefix(err, "--model: ");
+        }
+        if (preset.moe.num_experts > 0 || a->experts > 0) {
+            static char *const EXPERTS[] = {"--expert-model-parallel-size", "1", "--expert-tensor-parallel-size", "1"};
+            for (size_t k = 0; k < sizeof EXPERTS / sizeof EXPERTS[0]; k++)
+                av[ac++] = EXPERTS[k];
+        }
+        av[ac++] = "--gpu";
+        av[ac++] = gpu;
+        for (int k = 0; k < sp->n_fwd; k++)
+            av[ac++] = sp->fwd[k];
     }
-    int rc = flags_register(&fs, &ft, &c, err);
+    for (int k = 0; k < sp->n_pass; k++)
+        av[ac++] = sp->pass[k];
+    int rc = flags_register(fs, ft, c, err);
     if (!rc)
-        rc = flags_parse(&fs, &ft, ac, av, err);
-    if (!quiet)
-        mscript_write_notes(fs.script, "trainsim search", stderr);
+        rc = flags_parse(fs, ft, ac, av, err);
+    free(av);
+    if (!quiet && a->script)
+        mscript_write_notes(fs->script, "trainsim search", stderr);
     if (!rc && !quiet)
-        flags_note_ignored(&fs, stderr);           /* the script's Megatron-LM flags that cannot change performance */
-    if (!rc && (rc = flags_finish(&fs, &ft, err))) /* the script's layout, say, on the GPUs given */
-        err_prefix(err, "--megatron-script %s: ", a->script);
-    if (!rc) {
-        *m = c.model;
-        *moe = c.moe; /* the experts and routing; ep, etp and the dispatcher are searched */
+        flags_note_ignored(fs, stderr); /* the script's Megatron-LM flags that cannot change performance */
+    if (!rc && (rc = flags_finish(fs, ft, err))) {
+        if (a->script) /* the script's layout, say, on the GPUs given */
+            err_prefix(err, "--megatron-script %s: ", a->script);
+    }
+    if (!rc && a->script) {
         if (!a->gpus)
-            a->gpus = c.cluster.gpus;
+            a->gpus = c->cluster.gpus;
         if (!a->batch)
-            a->batch = c.par.global_batch_size;
+            a->batch = c->par.global_batch_size;
         if (!a->gpu && !a->topology) {
-            snprintf(gpu, gpu_bytes, "%s", c.cluster.gpu.name);
+            snprintf(gpu, gpu_bytes, "%s", c->cluster.gpu.name);
             a->gpu = gpu;
         }
-        config_free(&c);
     }
-    flags_release(&fs);
-    opt_table_free(&ft);
+    return rc;
+}
+
+/* The GPU kind without a script: --gpu, else the --topology file's, else
+ * A100 80GB (as build_space picks it). */
+static int gpu_kind(const search_args *a, char *gpu, size_t gpu_bytes, ts_err *err)
+{
+    topo *t = NULL;
+    int rc = TS_OK;
+    if (!a->gpu && a->topology && (rc = topo_load(a->topology, &t, err)))
+        return rc;
+    snprintf(gpu, gpu_bytes, "%s", a->gpu ? a->gpu : (t && t->params.gpu[0] ? t->params.gpu : "A100-SXM4-80GB"));
+    topo_free(t);
     return rc;
 }
 
@@ -752,9 +794,18 @@ int cmd_search(int argc, char **argv)
     search_set *set = NULL;
     size_t *order = NULL, n_order = 0;
     topo *tp = NULL;
+    search_pass sp = {0};
+    config fc; /* the fixed settings (resolve_fixed), when a script or pass-through flags are given */
+    flags_state ffs;
+    opt_table fft;
+    memset(&fc, 0, sizeof fc);
+    memset(&ffs, 0, sizeof ffs);
+    opt_table_init(&fft, "trainsim search", "");
     int rc = add_flags(&t, &a, &err);
     if (rc == TS_OK)
-        rc = opt_parse(&t, argc, argv, &err);
+        rc = search_pass_split(&t, argc, argv, &sp, &err); /* simulate's flags: refused or passed through */
+    if (rc == TS_OK)
+        rc = opt_parse(&t, sp.n_rest, sp.rest, &err);
     if (rc)
         goto out;
     if (t.help_requested) {
@@ -766,15 +817,18 @@ int cmd_search(int argc, char **argv)
     /* --out is checked before the search, which may take minutes */
     if (a.out && (rc = afile_check_writable(a.out, "--out", &err)))
         goto out;
-    model_config sm;
-    moe_config smoe;
     char script_gpu[64];
-    if (a.script && (rc = script_model(&a, &sm, &smoe, script_gpu, sizeof script_gpu, rank != 0, &err)))
+    bool fixed = a.script || sp.n_pass > 0;
+    if (fixed && !a.script && (rc = gpu_kind(&a, script_gpu, sizeof script_gpu, &err)))
+        goto out;
+    if (fixed && (rc = resolve_fixed(&a, &sp, &fc, &ffs, &fft, script_gpu, sizeof script_gpu, rank != 0, &err)))
         goto out;
     search_space s;
     memset(&s, 0, sizeof s); /* every field set by build_space on success; zero for the analyzer */
-    if ((rc = build_space(&a, a.script ? &sm : NULL, a.script ? &smoe : NULL, &s, &tp, &err)))
+    if ((rc = build_space(&a, fixed ? &fc.model : NULL, fixed ? &fc.moe : NULL, &s, &tp, &err)))
         goto out;
+    if (fixed)
+        s.par = fc.par; /* --clip-grad, --loss-scale, ...; fill_config keeps the layout the candidate's */
     if (a.calibration && (rc = check_calibration(&s, a.calibration, &err)))
         goto out;
     double t0 = now_s();
@@ -828,6 +882,10 @@ out:
     free(order);
     search_set_free(set);
     topo_free(tp);
+    config_free(&fc);
+    flags_release(&ffs);
+    opt_table_free(&fft);
+    search_pass_free(&sp);
     opt_table_free(&t);
 #ifdef TRAINSIM_MPI
     MPI_Finalize();

@@ -144,6 +144,13 @@ static void fill_config(const search_space *s, const search_cand *c, config *out
     out->model = s->model;
     out->cluster = s->cluster;
     parallel_config *p = &out->par;
+    *p = s->par; /* the fixed settings; every layout field below is the candidate's */
+    p->layout_given = false;
+    memset(&p->layout, 0, sizeof p->layout);
+    p->cp_a2a = p->cp_p2p = 0;
+    p->overlap_param_gather = p->tp_comm_overlap = p->overlap_moe_ep_comm = p->delay_wgrad = false;
+    p->torch_fsdp2 = p->megatron_fsdp = false;
+    p->dp_sharding = 0;
     p->micro_batch_size = c->mbs;
     p->global_batch_size = s->global_batch_size;
     p->tp = c->tp;

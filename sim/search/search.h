@@ -73,6 +73,12 @@ typedef struct {
     int max_ep;           /* largest expert-parallel size tried (default: the expert count) */
     bool try_etp;         /* also etp = t when t > 1 (default true) */
     unsigned dispatchers; /* bit (1u << search_dispatcher) per token dispatcher tried; default all */
+    /* The run's settings that are not a layout (--clip-grad, --loss-scale,
+     * --ddp-bucket-size, ...: trainsim search's pass-through flags), set on
+     * every candidate; its layout fields, and the settings that depend on a
+     * layout (the overlaps, FSDP), are the candidate's (default: zero,
+     * Megatron-LM's defaults). */
+    parallel_config par;
 } search_space;
 
 /* Token dispatchers the search tries (Megatron-core's
