@@ -818,7 +818,7 @@ int cmd_search(int argc, char **argv)
     if (a.out && (rc = afile_check_writable(a.out, "--out", &err)))
         goto out;
     char script_gpu[64];
-    bool fixed = a.script || sp.n_pass > 0;
+    bool fixed = true; /* the shared flags resolve the model as trainsim simulate does (Megatron-LM's defaults too) */
     if (fixed && !a.script && (rc = gpu_kind(&a, script_gpu, sizeof script_gpu, &err)))
         goto out;
     if (fixed && (rc = resolve_fixed(&a, &sp, &fc, &ffs, &fft, script_gpu, sizeof script_gpu, rank != 0, &err)))

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# trainsim search with trainsim simulate's flags: the model, precision and
+# kernel settings pass through to every candidate (the winner's simulate
+# rerun with the same flags gives the same iteration time); the layout
+# flags the search chooses are refused naming how to bound or pin them.
+# Ends with "N passed, N failed".
+set -u
+BUILD=${BUILD:-build}
+T=${TRAINSIM:-$BUILD/trainsim}
+. "$(dirname "$0")/lib.sh"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# a small MoE space (p = 1: no stage split), searched in well under a second
+sp=(--model qwen3-30b-a3b --gpus 16 --global-batch-size 64 --micro-batch-sizes 1,2 --schedules 1f1b
+    --max-tensor-model-parallel-size 2 --max-pipeline-model-parallel-size 1 --no-recompute-block --quiet --top 1)
+
+# The best-ranked simulated candidate of a search CSV with the distributed optimizer (the preset turns it on
+# in simulate and no flag turns it off; where memory forces it, the winner), as simulate's flags; its
+# iteration time at 3 decimals in row_iter.
+row_flags() {
+    awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+        $2 == "simulated" && $c["distributed_optimizer"] == 1 && (best == "" || $c["rank"] + 0 < best + 0) {
+            best = $c["rank"]; row = $0 }
+        END {
+            n = split(row, f, ",")
+            printf "-t %s -p %s --micro-batch-size %s --schedule %s --use-distributed-optimizer ",
+                f[c["tp"]], f[c["pp"]], f[c["micro_batch_size"]], f[c["schedule"]]
+            if (f[c["sequence_parallel"]] == 1) printf "--sequence-parallel "
+            r = f[c["recompute"]]; sub(/-.*/, "", r); printf "--recompute-granularity %s ", r
+            printf "--expert-model-parallel-size %s --expert-tensor-parallel-size %s ", f[c["ep"]], f[c["etp"]]
+            d = f[c["dispatcher"]]
+            printf (d == "flex-deepep" ? "--moe-token-dispatcher-type flex --moe-enable-deepep\n" : "--moe-token-dispatcher-type " d "\n")
+            printf "%.3f\n", f[c["iteration_s"]] > "/dev/stderr"
+        }' "$1" 2>"$1.iter"
+}
+row_iter() { cat "$1.iter"; }
+best() { awk '$1 == "1" { print $2 }' "$1"; }
+# simulate's iteration time in seconds, as search prints it (3 decimals); simulate prints ms below 1 s
+sim_iter() { awk '/^iteration time/ { printf "%.3f\n", $3 / ($4 == "ms" ? 1000 : 1) }' "$1"; }
+
+# router settings, and per-iteration costs, from a DeepSeek-V3 / Qwen3 launch script
+pass=(--moe-router-dtype fp32 --moe-router-score-function sigmoid --moe-router-enable-expert-bias
+      --moe-aux-loss-coeff 0.001 --clip-grad 0)
+"$T" search "${sp[@]}" --gpu H100-SXM5-80GB "${pass[@]}" --out "$tmp/p.csv" >"$tmp/p.out" 2>&1
+check "pass-through flags: search exits 0" test $? -eq 0
+# shellcheck disable=SC2046 # the layout's flags
+"$T" simulate --model qwen3-30b-a3b --gpus 16 --global-batch-size 64 --gpu H100-SXM5-80GB --overlap-grad-reduce \
+    $(row_flags "$tmp/p.csv") "${pass[@]}" >"$tmp/ps.out" 2>&1
+check "the winner simulated with the same flags: exit 0" test $? -eq 0
+check "it is the winner (memory forces the distributed optimizer on 80 GiB)" test "$(row_iter "$tmp/p.csv")" = "$(best "$tmp/p.out")"
+check "the winner simulated with the same flags: the same iteration time ($(row_iter "$tmp/p.csv") s)" \
+    test "$(row_iter "$tmp/p.csv")" = "$(sim_iter "$tmp/ps.out")"
+check "the simulation shows the router passed through" grep -q 'sigmoid scores, fp32 GEMM, aux_loss 0.001, expert bias' "$tmp/ps.out"
+
+# metamorphic: a router in fp32 does more work on every candidate, so the best is not faster
+"$T" search "${sp[@]}" --gpu H100-SXM5-80GB --out "$tmp/b.csv" >"$tmp/b.out" 2>&1
+"$T" search "${sp[@]}" --gpu H100-SXM5-80GB --moe-router-dtype fp32 >"$tmp/f.out" 2>&1
+check "--moe-router-dtype fp32: exit 0" test $? -eq 0
+check_sh "--moe-router-dtype fp32: the best iteration is slower ($(best "$tmp/b.out") -> $(best "$tmp/f.out") s)" \
+    'awk -v a="$(best "$tmp/b.out")" -v b="$(best "$tmp/f.out")" '"'"'BEGIN { exit !(a > 0 && b > a) }'"'"''
+# a flag at Megatron-LM's default changes nothing: the same CSV byte for byte
+"$T" search "${sp[@]}" --gpu H100-SXM5-80GB --clip-grad 1.0 --moe-router-score-function softmax --out "$tmp/d.csv" \
+    >"$tmp/d.out" 2>&1
+check "flags at their defaults: the same CSV as without" cmp -s "$tmp/b.csv" "$tmp/d.csv"
+# without any: the model resolved as simulate resolves it (Megatron-LM's dropout 0.1 included), the same time
+# shellcheck disable=SC2046
+"$T" simulate --model qwen3-30b-a3b --gpus 16 --global-batch-size 64 --gpu H100-SXM5-80GB --overlap-grad-reduce \
+    $(row_flags "$tmp/b.csv") >"$tmp/bs.out" 2>&1
+check "no pass-through flag: the winner's simulation gives the same time ($(row_iter "$tmp/b.csv") s)" \
+    test "$(row_iter "$tmp/b.csv")" = "$(sim_iter "$tmp/bs.out")"
+
+# MXFP8 dispatch and combine on Blackwell (with search's own --fp8-format / --fp8-recipe)
+mx=(--moe-dispatch-fwd-dtype mxfp8 --moe-combine-bwd-dtype mxfp8)
+"$T" search "${sp[@]}" --gpu B200-SXM-180GB --fp8-format e4m3 --fp8-recipe mxfp8 "${mx[@]}" --out "$tmp/mx.csv" \
+    >"$tmp/mx.out" 2>&1
+check "MXFP8 dispatch: search exits 0" test $? -eq 0
+# shellcheck disable=SC2046
+"$T" simulate --model qwen3-30b-a3b --gpus 16 --global-batch-size 64 --gpu B200-SXM-180GB --overlap-grad-reduce \
+    --fp8-format e4m3 --fp8-recipe mxfp8 $(row_flags "$tmp/mx.csv") "${mx[@]}" >"$tmp/mxs.out" 2>&1
+check "MXFP8 dispatch: the best layout with the distributed optimizer simulated: the same time ($(row_iter "$tmp/mx.csv") s)" \
+    test "$(row_iter "$tmp/mx.csv")" = "$(sim_iter "$tmp/mxs.out")"
+check_sh "MXFP8 dispatch: every simulated candidate's memory bound is at most its peak" \
+    'awk -F, '"'"'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i } NR > 1 && $2 == "simulated" { n++; if ($c["mem_bound_gib"] > $c["peak_mem_gib"]) bad = 1 } END { exit bad || n < 10 }'"'"' "$tmp/mx.csv"'
+"$T" search "${sp[@]}" --gpu H100-SXM5-80GB --moe-dispatch-fwd-dtype mxfp8 >"$tmp/mxh.out" 2>&1
+check_sh "MXFP8 dispatch on H100: exit 2 with simulate's rule" \
+    '[ $? -eq 2 ] && grep -q "needs Blackwell" "$tmp/mxh.out"'
+
+# a launch script and the pass-through flags together
+cp "$(dirname "$0")/../data/scripts/mixtral_8x7b.sh" "$tmp/mixtral.sh"
+"$T" search --megatron-script "$tmp/mixtral.sh" --gpus 64 --quiet --top 1 --micro-batch-sizes 1 --schedules 1f1b \
+    --max-tensor-model-parallel-size 2 --no-recompute-block --moe-router-dtype fp32 >"$tmp/s.out" 2>&1
+check "--megatron-script with --moe-router-dtype fp32: exit 0" test $? -eq 0
+check "--megatron-script with --moe-router-dtype fp32: a ranked MoE layout" grep -qE '^ +1 .* ep=[0-9]+ etp=' "$tmp/s.out"
+
+# the layout the search chooses: refused, naming how to bound or pin it
+refused() { # flag words..., then the expected text after "--"
+    local args=() want
+    while [ "$1" != "--" ]; do
+        args+=("$1")
+        shift
+    done
+    want=$2
+    "$T" search "${sp[@]}" "${args[@]}" >"$tmp/r.out" 2>&1
+    local rc=$?
+    check_sh "search ${args[*]}: exit 2 saying \"$want\"" '[ $rc -eq 2 ] && grep -qF -- "$want" "$tmp/r.out"'
+}
+refused -t 2 -- "the search chooses t; bound it with --max-tensor-model-parallel-size"
+refused --tensor-model-parallel-size=2 -- "bound it with --max-tensor-model-parallel-size"
+refused -p 2 -- "bound it with --max-pipeline-model-parallel-size"
+refused --micro-batch-size 1 -- "--micro-batch-sizes"
+refused --schedule 1f1b -- "give those to try with --schedules"
+refused --sequence-parallel -- "--no-sequence-parallel"
+refused --recompute-granularity full -- "the search chooses the recomputation"
+refused --use-distributed-optimizer -- "--no-distributed-optimizer"
+refused --context-parallel-size 2 -- "bound it with --max-context-parallel-size"
+refused --expert-model-parallel-size 8 -- "bound it with --max-expert-model-parallel-size"
+refused --expert-tensor-parallel-size 1 -- "--no-expert-tensor-parallel"
+refused --moe-token-dispatcher-type alltoall -- "--dispatchers"
+refused --moe-enable-deepep -- "--dispatchers flex-deepep"
+refused --overlap-moe-expert-parallel-comm -- "simulate the winner with it"
+refused --delay-wgrad-compute -- "needs --overlap-moe-expert-parallel-comm"
+# simulate's own options (not the shared flags) and unknown flags: unknown to search
+"$T" search "${sp[@]}" --trace "$tmp/x.json" >"$tmp/u.out" 2>&1
+check_sh "simulate's --trace: exit 2 (not a search flag)" '[ $? -eq 2 ] && grep -q -- "--trace" "$tmp/u.out"'
+"$T" search "${sp[@]}" --bogus-flag >"$tmp/u2.out" 2>&1
+check "an unknown flag: exit 2" test $? -eq 2
+finish
