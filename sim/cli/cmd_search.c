@@ -787,7 +787,11 @@ int cmd_search(int argc, char **argv)
                    "the token dispatcher); reject "
                    "impossible layouts and those over a memory lower bound; simulate the rest "
                    "on the timeline; rank by iteration time. Under mpirun (build/trainsim-mpi) "
-                   "the simulations are split across ranks.");
+                   "the simulations are split across ranks. trainsim simulate's model, precision and kernel "
+                   "flags (e.g. --moe-router-dtype fp32, --moe-dispatch-fwd-dtype mxfp8, --clip-grad 0) are "
+                   "taken as simulate takes them and set on every candidate; its layout flags (-t, -p, "
+                   "--micro-batch-size, --expert-model-parallel-size, ...) are refused, naming the search's "
+                   "flag that bounds them (docs/search.md).");
     ts_err err;
     err_clear(&err);
     int status = 1;

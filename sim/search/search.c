@@ -142,6 +142,16 @@ static void fill_config(const search_space *s, const search_cand *c, config *out
 {
     memset(out, 0, sizeof *out);
     out->model = s->model;
+    /* a vocabulary given before padding (--vocab-size) is padded for the
+     * candidate's t, as flags_finish pads it: to a multiple of
+     * --make-vocab-size-divisible-by x t (Megatron-LM's rule) */
+    int padded;
+    ts_err pe;
+    if (s->model.vocab_size > 0 && s->model.make_vocab_size_divisible_by > 0)
+        out->model.padded_vocab_size = config_pad_vocab(s->model.vocab_size, s->model.make_vocab_size_divisible_by,
+                                                        c->tp, &padded, &pe) == TS_OK
+                                           ? padded
+                                           : 0; /* past INT_MAX: config_resolve refuses the size, naming it */
     out->cluster = s->cluster;
     parallel_config *p = &out->par;
     *p = s->par; /* the fixed settings; every layout field below is the candidate's */

@@ -70,6 +70,19 @@ check "flags at their defaults: the same CSV as without" cmp -s "$tmp/b.csv" "$t
 check "no pass-through flag: the winner's simulation gives the same time ($(row_iter "$tmp/b.csv") s)" \
     test "$(row_iter "$tmp/b.csv")" = "$(sim_iter "$tmp/bs.out")"
 
+# --vocab-size (before padding) is padded for each candidate's t, as simulate pads it (x 128 t)
+"$T" search --model megatron-1.7b --gpus 16 --global-batch-size 64 --micro-batch-sizes 1 --schedules 1f1b \
+    --max-tensor-model-parallel-size 2 --max-pipeline-model-parallel-size 1 --no-recompute-block --quiet \
+    --vocab-size 50257 --out "$tmp/v.csv" >"$tmp/v.out" 2>&1
+check "--vocab-size: exit 0" test $? -eq 0
+"$T" simulate --model megatron-1.7b --gpus 16 --global-batch-size 64 -t 2 -p 1 --micro-batch-size 1 --schedule 1f1b \
+    --use-distributed-optimizer --overlap-grad-reduce --recompute-granularity none --vocab-size 50257 >"$tmp/vs.out" 2>&1
+vt=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } $2 == "simulated" && $c["tp"] == 2 &&
+    $c["sequence_parallel"] == 0 && $c["recompute"] == "none" && $c["distributed_optimizer"] == 1 {
+    printf "%.3f", $c["iteration_s"] }' "$tmp/v.csv")
+check "--vocab-size: the t = 2 layout's time is simulate's ($vt s, the vocabulary padded to 50432)" \
+    test "$vt" = "$(sim_iter "$tmp/vs.out")"
+
 # MXFP8 dispatch and combine on Blackwell (with search's own --fp8-format / --fp8-recipe)
 mx=(--moe-dispatch-fwd-dtype mxfp8 --moe-combine-bwd-dtype mxfp8)
 "$T" search "${sp[@]}" --gpu B200-SXM-180GB --fp8-format e4m3 --fp8-recipe mxfp8 "${mx[@]}" --out "$tmp/mx.csv" \
