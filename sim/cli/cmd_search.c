@@ -157,6 +157,7 @@ typedef struct {
     int max_cp;            /* --max-context-parallel-size, 0 = not given (1) */
     int max_ep;            /* --max-expert-model-parallel-size, 0 = not given (the experts) */
     bool no_etp;           /* --no-expert-tensor-parallel */
+    bool ep_overlap;       /* --try-overlap-moe-expert-parallel-comm */
     int experts, topk, moe_ffn, shared_ffn; /* --num-experts ... overrides, 0 = the preset's */
     const char *layer_freq;                 /* --moe-layer-freq override, NULL = the preset's */
 } search_args;
@@ -360,6 +361,12 @@ static int add_flags(opt_table *t, search_args *a, ts_err *err)
          .type = OPT_BOOL,
          .target = &a->no_etp,
          .help = "MoE: try only etp = 1 (default: etp = 1 and etp = t)"},
+        {.name = "--try-overlap-moe-expert-parallel-comm",
+         .type = OPT_BOOL,
+         .target = &a->ep_overlap,
+         .help = "MoE: also try --overlap-moe-expert-parallel-comm (as trainsim simulate models it) where its rules "
+                 "allow it: ep > 1, alltoall or flex-deepep, no full recomputation, interleaved with v > 1 (or "
+                 "1f1b at p = 1)"},
         {.name = "--dispatchers",
          .type = OPT_STRING,
          .target = &a->dispatchers,
@@ -549,10 +556,14 @@ static int build_moe(const search_args *a, const moe_config *base, const model_c
     if (a->experts)
         e->num_experts = a->experts;
     if (e->num_experts == 0) {
-        static const char *const NEED[] = {"--moe-router-topk", "--moe-ffn-hidden-size",
-                                           "--moe-shared-expert-intermediate-size", "--moe-layer-freq",
-                                           "--max-expert-model-parallel-size"};
-        bool given[] = {a->topk > 0, a->moe_ffn > 0, a->shared_ffn > 0, a->layer_freq != NULL, a->max_ep > 0};
+        static const char *const NEED[] = {"--moe-router-topk",
+                                           "--moe-ffn-hidden-size",
+                                           "--moe-shared-expert-intermediate-size",
+                                           "--moe-layer-freq",
+                                           "--max-expert-model-parallel-size",
+                                           "--try-overlap-moe-expert-parallel-comm"};
+        bool given[] = {a->topk > 0,          a->moe_ffn > 0, a->shared_ffn > 0, a->layer_freq != NULL,
+                        a->max_ep > 0, a->ep_overlap};
         for (size_t i = 0; i < sizeof NEED / sizeof NEED[0]; i++)
             if (given[i])
                 return err_set(err, TS_EINVAL, "%s needs a mixture of experts (--num-experts, or a MoE --model)",
@@ -682,6 +693,7 @@ static int build_space(const search_args *a, const model_config *base, const moe
     if (a->max_ep)
         s->max_ep = a->max_ep;
     s->try_etp = !a->no_etp;
+    s->try_ep_overlap = a->ep_overlap;
     s->try_sequence_parallel = !a->no_sp;
     s->try_distributed_optimizer = !a->no_distopt;
     s->try_recompute_block = !a->no_block;

@@ -51,9 +51,9 @@ static const struct {
     {"--moe-enable-deepep", "the search chooses the dispatcher; --dispatchers flex-deepep pins DeepEP"},
     {"--overlap-moe-expert-parallel-comm",
      "it needs ep > 1, the alltoall or flex dispatcher, interleaving at p > 1 and no full recomputation, which "
-     "the search chooses; not searched: simulate the winner with it"},
-    {"--delay-wgrad-compute", "it needs --overlap-moe-expert-parallel-comm, which the search does not try; "
-                              "simulate the winner with both"},
+     "the search chooses; --try-overlap-moe-expert-parallel-comm tries it where they hold"},
+    {"--delay-wgrad-compute", "it needs --overlap-moe-expert-parallel-comm, which the search tries only on some "
+                              "layouts (--try-overlap-moe-expert-parallel-comm); simulate the winner with both"},
     {"--use-torch-fsdp2", "FSDP sharding is not searched (the memory bound counts unsharded parameters)"},
     {"--use-megatron-fsdp", "FSDP sharding is not searched (the memory bound counts unsharded parameters)"},
     {"--data-parallel-sharding-strategy", "FSDP sharding is not searched"},

@@ -106,6 +106,40 @@ cp "$(dirname "$0")/../data/scripts/mixtral_8x7b.sh" "$tmp/mixtral.sh"
 check "--megatron-script with --moe-router-dtype fp32: exit 0" test $? -eq 0
 check "--megatron-script with --moe-router-dtype fp32: a ranked MoE layout" grep -qE '^ +1 .* ep=[0-9]+ etp=' "$tmp/s.out"
 
+# --try-overlap-moe-expert-parallel-comm: the overlapped EP pairs tried where their rules hold (ep_pair.h)
+ov=(--model qwen3-30b-a3b --gpus 32 --global-batch-size 128 --micro-batch-sizes 1 --schedules 1f1b,interleaved
+    --max-virtual-pipeline-stages 2 --max-tensor-model-parallel-size 2 --max-pipeline-model-parallel-size 2
+    --no-recompute-block --quiet --top 1 --gpu H100-SXM5-80GB)
+"$T" search "${ov[@]}" --out "$tmp/o0.csv" >"$tmp/o0.out" 2>&1
+"$T" search "${ov[@]}" --try-overlap-moe-expert-parallel-comm --out "$tmp/o1.csv" >"$tmp/o1.out" 2>&1
+check "--try-overlap-moe-expert-parallel-comm: exit 0" test $? -eq 0
+check "without it no candidate overlaps" \
+    awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i } NR > 1 && $c["ep_overlap"] == 1 { exit 1 }' "$tmp/o0.csv"
+check_sh "with it the overlapped candidates keep the rules (ep > 1, all-to-all, no full recompute, v > 1 or p = 1)" \
+    'awk -F, '"'"'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i } NR > 1 && $c["ep_overlap"] == 1 { n++
+        if ($c["ep"] < 2 || $c["dispatcher"] == "allgather" || $c["recompute"] ~ /^full/ ||
+            !(($c["schedule"] == "interleaved" && $c["vp"] > 1) || ($c["schedule"] == "1f1b" && $c["pp"] == 1))) bad = 1 }
+        END { exit bad || n < 10 }'"'"' "$tmp/o1.csv"'
+check_sh "overlapped candidates simulated on both schedules, bound <= peak" \
+    'awk -F, '"'"'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i } NR > 1 && $c["ep_overlap"] == 1 && $2 == "simulated" {
+        s[$c["schedule"]]++; if ($c["mem_bound_gib"] > $c["peak_mem_gib"]) bad = 1 }
+        END { exit bad || !s["1f1b"] || !s["interleaved"] }'"'"' "$tmp/o1.csv"'
+check_sh "more candidates: the best is not slower ($(best "$tmp/o0.out") -> $(best "$tmp/o1.out") s)" \
+    'awk -v a="$(best "$tmp/o0.out")" -v b="$(best "$tmp/o1.out")" '"'"'BEGIN { exit !(b > 0 && b <= a) }'"'"''
+if grep -qE '^ +1 .* ep-overlap$' "$tmp/o1.out"; then
+    # shellcheck disable=SC2046
+    "$T" simulate --model qwen3-30b-a3b --gpus 32 --global-batch-size 128 --gpu H100-SXM5-80GB --overlap-grad-reduce \
+        $(row_flags "$tmp/o1.csv") --overlap-moe-expert-parallel-comm >"$tmp/o1s.out" 2>&1
+    check "the overlapped winner's simulation gives the same time ($(row_iter "$tmp/o1.csv") s)" \
+        test "$(row_iter "$tmp/o1.csv")" = "$(sim_iter "$tmp/o1s.out")"
+    check "it is the winner" test "$(row_iter "$tmp/o1.csv")" = "$(best "$tmp/o1.out")"
+else
+    check "the winner overlaps its EP pairs" false
+fi
+"$T" search --model megatron-1.7b --gpus 16 --try-overlap-moe-expert-parallel-comm >"$tmp/o2.out" 2>&1
+check_sh "--try-overlap-moe-expert-parallel-comm on a dense model: exit 2" \
+    '[ $? -eq 2 ] && grep -q "needs a mixture of experts" "$tmp/o2.out"'
+
 # the layout the search chooses: refused, naming how to bound or pin it
 refused() { # flag words..., then the expected text after "--"
     local args=() want
@@ -131,7 +165,7 @@ refused --expert-model-parallel-size 8 -- "bound it with --max-expert-model-para
 refused --expert-tensor-parallel-size 1 -- "--no-expert-tensor-parallel"
 refused --moe-token-dispatcher-type alltoall -- "--dispatchers"
 refused --moe-enable-deepep -- "--dispatchers flex-deepep"
-refused --overlap-moe-expert-parallel-comm -- "simulate the winner with it"
+refused --overlap-moe-expert-parallel-comm -- "--try-overlap-moe-expert-parallel-comm tries it"
 refused --delay-wgrad-compute -- "needs --overlap-moe-expert-parallel-comm"
 # simulate's own options (not the shared flags) and unknown flags: unknown to search
 "$T" search "${sp[@]}" --trace "$tmp/x.json" >"$tmp/u.out" 2>&1

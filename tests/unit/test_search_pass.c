@@ -163,3 +163,38 @@ Test(search_pass, bound_below_peak_with_mxfp8_dispatch)
     cr_assert_gt(bound_below_peak(&s), 50);
     topo_free(t);
 }
+
+/* The overlapped EP pairs (try_ep_overlap): tried only where ep_pair.h's
+ * layout rules hold, each such candidate's configuration runs the overlap,
+ * and the bound stays below the simulated peak on them. */
+Test(search_pass, ep_overlap_candidates)
+{
+    search_space s;
+    topo *t = NULL;
+    gpu_spec h100 = {GPU_SPEC_H100};
+    pass_space(&s, &h100, &t);
+    s.try_ep_overlap = true;
+    s.schedules = (1u << SCHED_1F1B) | (1u << SCHED_INTERLEAVED);
+    search_set *set = NULL;
+    ts_err e;
+    err_clear(&e);
+    cr_assert_eq(search_enumerate(&s, &set, &e), TS_OK, "%s", e.msg);
+    size_t tried = 0;
+    for (size_t i = 0; i < set->n; i++) {
+        const search_cand *c = &set->cands[i];
+        if (!c->ep_overlap)
+            continue;
+        tried++;
+        cr_assert(c->ep > 1 && c->dispatcher != SEARCH_DISPATCH_ALLGATHER && c->recompute != RECOMPUTE_FULL,
+                  "candidate %zu", i);
+        cr_assert((c->schedule == SCHED_INTERLEAVED && c->vp > 1) || (c->schedule == SCHED_1F1B && c->pp == 1),
+                  "candidate %zu: %s at p %d v %d", i, sched_kind_name((sched_kind)c->schedule), c->pp, c->vp);
+        config cfg;
+        if (search_cand_config(set, i, &cfg, &e) == TS_OK)
+            cr_assert(cfg.par.overlap_moe_ep_comm, "candidate %zu", i);
+    }
+    cr_assert_gt(tried, 20, "only %zu overlapped candidates", tried);
+    search_set_free(set);
+    cr_assert_gt(bound_below_peak(&s), 50);
+    topo_free(t);
+}
