@@ -445,100 +445,32 @@ static int add_flags(opt_table *t, search_args *a, ts_err *err)
     return flags_register_memory(t, &a->overheads, err);
 }
 
-/* The fixed settings, resolved by the shared flags (flags_parse,
- * flags_finish) into *c as trainsim simulate resolves them: the
- * --megatron-script's model with the pass-through flags (sp->pass), or
- * without a script the --model preset with search's own model flags
- * (sp->fwd) and the pass-through flags on a neutral layout (one GPU, t = p
- * = cp = ep = etp = 1, 1F1B, one sequence), whose layout the search then
- * replaces. With a script, unless the search's flags give them, its GPU
- * count, global batch and GPU kind go into a (the kind's name in gpu).
- * Notes on what the script left unresolved go to stderr unless quiet. The
- * caller owns c, fs and ft (config_free, flags_release, opt_table_free;
- * c->moe borrows from fs). */
+/* The fixed settings into *c (search_pass_resolve); with a script, unless
+ * the search's flags give them, its GPU count, global batch and GPU kind go
+ * into a (the kind's name in gpu). */
 static int resolve_fixed(search_args *a, const search_pass *sp, config *c, flags_state *fs, opt_table *ft, char *gpu,
                          size_t gpu_bytes, bool quiet, ts_err *err)
 {
-    char gpus[32], **av = calloc((size_t)(sp->n_pass + sp->n_fwd + 32), sizeof *av);
-    if (!av)
-        return err_set(err, TS_ENOMEM, "trainsim search: out of memory resolving the flags");
-    int ac = 0;
-    av[ac++] = "search";
-    if (a->script) {
-        av[ac++] = "--megatron-script";
-        av[ac++] = (char *)(uintptr_t)a->script;
-        const char *pass[][2] = {{"--model", a->model}, {"--gpu", a->gpu}, {"--topology", a->topology}};
-        for (size_t k = 0; k < sizeof pass / sizeof pass[0]; k++)
-            if (pass[k][1]) {
-                av[ac++] = (char *)(uintptr_t)pass[k][0];
-                av[ac++] = (char *)(uintptr_t)pass[k][1];
-            }
-        if (a->gpus) {
-            snprintf(gpus, sizeof gpus, "--gpus=%d", a->gpus);
-            av[ac++] = gpus;
-        }
-    } else {
-        static char *const NEUTRAL[] = {"--gpus=1", "-t", "1", "-p", "1", "--micro-batch-size", "1",
-                                        "--global-batch-size", "1", "--context-parallel-size", "1", "--schedule",
-                                        "1f1b"};
-        av[ac++] = "--model";
-        av[ac++] = (char *)(uintptr_t)a->model;
-        for (size_t k = 0; k < sizeof NEUTRAL / sizeof NEUTRAL[0]; k++)
-            av[ac++] = NEUTRAL[k];
-        catalog_model preset;
-        int rc = catalog_model_preset(a->model, &preset, err);
-        if (rc) {
-            free(av);
-            return err_prefix(err, "--model: ");
-        }
-        if (preset.moe.num_experts > 0 || a->experts > 0) {
-            static char *const EXPERTS[] = {"--expert-model-parallel-size", "1", "--expert-tensor-parallel-size", "1"};
-            for (size_t k = 0; k < sizeof EXPERTS / sizeof EXPERTS[0]; k++)
-                av[ac++] = EXPERTS[k];
-        }
-        av[ac++] = "--gpu";
-        av[ac++] = gpu;
-        for (int k = 0; k < sp->n_fwd; k++)
-            av[ac++] = sp->fwd[k];
-    }
-    for (int k = 0; k < sp->n_pass; k++)
-        av[ac++] = sp->pass[k];
-    int rc = flags_register(fs, ft, c, err);
-    if (!rc)
-        rc = flags_parse(fs, ft, ac, av, err);
-    free(av);
-    if (!quiet && a->script)
-        mscript_write_notes(fs->script, "trainsim search", stderr);
-    if (!rc && !quiet)
-        flags_note_ignored(fs, stderr); /* the script's Megatron-LM flags that cannot change performance */
-    if (!rc && (rc = flags_finish(fs, ft, err))) {
-        if (a->script) /* the script's layout, say, on the GPUs given */
-            err_prefix(err, "--megatron-script %s: ", a->script);
-    }
-    if (!rc && a->script) {
-        if (!a->gpus)
-            a->gpus = c->cluster.gpus;
-        if (!a->batch)
-            a->batch = c->par.global_batch_size;
-        if (!a->gpu && !a->topology) {
-            snprintf(gpu, gpu_bytes, "%s", c->cluster.gpu.name);
-            a->gpu = gpu;
-        }
-    }
-    return rc;
-}
-
-/* The GPU kind without a script: --gpu, else the --topology file's, else
- * A100 80GB (as build_space picks it). */
-static int gpu_kind(const search_args *a, char *gpu, size_t gpu_bytes, ts_err *err)
-{
-    topo *t = NULL;
     int rc = TS_OK;
-    if (!a->gpu && a->topology && (rc = topo_load(a->topology, &t, err)))
+    if (!a->script && (rc = search_pass_gpu_kind(a->gpu, a->topology, gpu, gpu_bytes, err)))
         return rc;
-    snprintf(gpu, gpu_bytes, "%s", a->gpu ? a->gpu : (t && t->params.gpu[0] ? t->params.gpu : "A100-SXM4-80GB"));
-    topo_free(t);
-    return rc;
+    search_pass_base base = {.script = a->script,
+                             .model = a->model,
+                             .gpu = a->script ? a->gpu : gpu,
+                             .topology = a->topology,
+                             .gpus = a->gpus,
+                             .experts = a->experts > 0};
+    if ((rc = search_pass_resolve(sp, &base, quiet, c, fs, ft, err)) || !a->script)
+        return rc;
+    if (!a->gpus)
+        a->gpus = c->cluster.gpus;
+    if (!a->batch)
+        a->batch = c->par.global_batch_size;
+    if (!a->gpu && !a->topology) {
+        snprintf(gpu, gpu_bytes, "%s", c->cluster.gpu.name);
+        a->gpu = gpu;
+    }
+    return TS_OK;
 }
 
 /* Model, cluster and space from the arguments; the model starts from
@@ -562,8 +494,8 @@ static int build_moe(const search_args *a, const moe_config *base, const model_c
                                            "--moe-layer-freq",
                                            "--max-expert-model-parallel-size",
                                            "--try-overlap-moe-expert-parallel-comm"};
-        bool given[] = {a->topk > 0,          a->moe_ffn > 0, a->shared_ffn > 0, a->layer_freq != NULL,
-                        a->max_ep > 0, a->ep_overlap};
+        bool given[] = {a->topk > 0,           a->moe_ffn > 0, a->shared_ffn > 0,
+                        a->layer_freq != NULL, a->max_ep > 0,  a->ep_overlap};
         for (size_t i = 0; i < sizeof NEED / sizeof NEED[0]; i++)
             if (given[i])
                 return err_set(err, TS_EINVAL, "%s needs a mixture of experts (--num-experts, or a MoE --model)",
@@ -811,7 +743,7 @@ int cmd_search(int argc, char **argv)
     size_t *order = NULL, n_order = 0;
     topo *tp = NULL;
     search_pass sp = {0};
-    config fc; /* the fixed settings (resolve_fixed), when a script or pass-through flags are given */
+    config fc; /* the fixed settings (resolve_fixed) */
     flags_state ffs;
     opt_table fft;
     memset(&fc, 0, sizeof fc);
@@ -834,17 +766,14 @@ int cmd_search(int argc, char **argv)
     if (a.out && (rc = afile_check_writable(a.out, "--out", &err)))
         goto out;
     char script_gpu[64];
-    bool fixed = true; /* the shared flags resolve the model as trainsim simulate does (Megatron-LM's defaults too) */
-    if (fixed && !a.script && (rc = gpu_kind(&a, script_gpu, sizeof script_gpu, &err)))
-        goto out;
-    if (fixed && (rc = resolve_fixed(&a, &sp, &fc, &ffs, &fft, script_gpu, sizeof script_gpu, rank != 0, &err)))
+    /* the shared flags resolve the model as trainsim simulate does (Megatron-LM's defaults too) */
+    if ((rc = resolve_fixed(&a, &sp, &fc, &ffs, &fft, script_gpu, sizeof script_gpu, rank != 0, &err)))
         goto out;
     search_space s;
     memset(&s, 0, sizeof s); /* every field set by build_space on success; zero for the analyzer */
-    if ((rc = build_space(&a, fixed ? &fc.model : NULL, fixed ? &fc.moe : NULL, &s, &tp, &err)))
+    if ((rc = build_space(&a, &fc.model, &fc.moe, &s, &tp, &err)))
         goto out;
-    if (fixed)
-        s.par = fc.par; /* --clip-grad, --loss-scale, ...; fill_config keeps the layout the candidate's */
+    s.par = fc.par; /* --clip-grad, --loss-scale, ...; search_cand_config keeps the layout the candidate's */
     if (a.calibration && (rc = check_calibration(&s, a.calibration, &err)))
         goto out;
     double t0 = now_s();

@@ -2,11 +2,15 @@
  * settings and passed-through model settings (search_pass.h). */
 #include "sim/cli/search_pass.h"
 
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "sim/config/catalog_models.h"
 #include "sim/config/config.h"
 #include "sim/config/flags.h"
+#include "sim/config/topo.h"
 
 /* The shared flags the search refuses: the layout it chooses, and the
  * settings whose validity or cost depends on that layout. Every other
@@ -45,8 +49,7 @@ static const struct {
     {"--cp-comm-type", "the search tries the p2p ring only"},
     {"--hierarchical-context-parallel-sizes", "the search tries the p2p ring only"},
     {"--expert-model-parallel-size", "the search chooses ep; bound it with --max-expert-model-parallel-size N"},
-    {"--expert-tensor-parallel-size",
-     "the search chooses etp (1 and t); --no-expert-tensor-parallel keeps it at 1"},
+    {"--expert-tensor-parallel-size", "the search chooses etp (1 and t); --no-expert-tensor-parallel keeps it at 1"},
     {"--moe-token-dispatcher-type", "the search chooses the dispatcher; give those to try with --dispatchers LIST"},
     {"--moe-enable-deepep", "the search chooses the dispatcher; --dispatchers flex-deepep pins DeepEP"},
     {"--overlap-moe-expert-parallel-comm",
@@ -63,8 +66,8 @@ static const struct {
 /* search's own flags the shared table also has that are not model
  * settings: the cluster, the batch, the inputs (the resolution gets them
  * its own way, cmd_search.c). */
-static const char *const NOT_FORWARDED[] = {"--model",      "--megatron-script", "--gpus", "--global-batch-size",
-                                            "--gpu",        "--topology",        "--calibration"};
+static const char *const NOT_FORWARDED[] = {"--model", "--megatron-script", "--gpus",       "--global-batch-size",
+                                            "--gpu",   "--topology",        "--calibration"};
 
 /* The entry named name (long name or alias), NULL if none. */
 static const opt_spec *find(const opt_table *t, const char *name, size_t len)
@@ -157,4 +160,78 @@ void search_pass_free(search_pass *p)
     free(p->pass);
     free(p->fwd);
     memset(p, 0, sizeof *p);
+}
+
+int search_pass_resolve(const search_pass *p, const search_pass_base *b, bool quiet, config *c, flags_state *fs,
+                        opt_table *ft, ts_err *err)
+{
+    char gpus[32], **av = calloc((size_t)p->n_pass + (size_t)p->n_fwd + 32, sizeof *av);
+    if (!av)
+        return err_set(err, TS_ENOMEM, "trainsim search: out of memory resolving the flags");
+    int ac = 0, rc = TS_OK;
+    av[ac++] = "search";
+    if (b->script) {
+        av[ac++] = "--megatron-script";
+        av[ac++] = (char *)(uintptr_t)b->script;
+        const char *pass[][2] = {{"--model", b->model}, {"--gpu", b->gpu}, {"--topology", b->topology}};
+        for (size_t k = 0; k < sizeof pass / sizeof pass[0]; k++)
+            if (pass[k][1]) {
+                av[ac++] = (char *)(uintptr_t)pass[k][0];
+                av[ac++] = (char *)(uintptr_t)pass[k][1];
+            }
+        if (b->gpus) {
+            snprintf(gpus, sizeof gpus, "--gpus=%d", b->gpus);
+            av[ac++] = gpus;
+        }
+    } else {
+        static char *const NEUTRAL[] = {"--gpus=1", "-t",
+                                        "1",        "-p",
+                                        "1",        "--micro-batch-size",
+                                        "1",        "--global-batch-size",
+                                        "1",        "--context-parallel-size",
+                                        "1",        "--schedule",
+                                        "1f1b"};
+        av[ac++] = "--model";
+        av[ac++] = (char *)(uintptr_t)b->model;
+        for (size_t k = 0; k < sizeof NEUTRAL / sizeof NEUTRAL[0]; k++)
+            av[ac++] = NEUTRAL[k];
+        catalog_model preset;
+        if ((rc = catalog_model_preset(b->model, &preset, err))) {
+            free(av);
+            return err_prefix(err, "--model: ");
+        }
+        if (preset.moe.num_experts > 0 || b->experts) {
+            static char *const EXPERTS[] = {"--expert-model-parallel-size", "1", "--expert-tensor-parallel-size", "1"};
+            for (size_t k = 0; k < sizeof EXPERTS / sizeof EXPERTS[0]; k++)
+                av[ac++] = EXPERTS[k];
+        }
+        av[ac++] = "--gpu";
+        av[ac++] = (char *)(uintptr_t)b->gpu;
+        for (int k = 0; k < p->n_fwd; k++)
+            av[ac++] = p->fwd[k];
+    }
+    for (int k = 0; k < p->n_pass; k++)
+        av[ac++] = p->pass[k];
+    rc = flags_register(fs, ft, c, err);
+    if (!rc)
+        rc = flags_parse(fs, ft, ac, av, err);
+    free(av);
+    if (!quiet && b->script)
+        mscript_write_notes(fs->script, "trainsim search", stderr);
+    if (!rc && !quiet)
+        flags_note_ignored(fs, stderr); /* the script's Megatron-LM flags that cannot change performance */
+    if (!rc && (rc = flags_finish(fs, ft, err)) && b->script) /* the script's layout, say, on the GPUs given */
+        err_prefix(err, "--megatron-script %s: ", b->script);
+    return rc;
+}
+
+int search_pass_gpu_kind(const char *gpu_flag, const char *topology, char *gpu, size_t gpu_bytes, ts_err *err)
+{
+    topo *t = NULL;
+    int rc;
+    if (!gpu_flag && topology && (rc = topo_load(topology, &t, err)))
+        return rc;
+    snprintf(gpu, gpu_bytes, "%s", gpu_flag ? gpu_flag : (t && t->params.gpu[0] ? t->params.gpu : "A100-SXM4-80GB"));
+    topo_free(t);
+    return TS_OK;
 }

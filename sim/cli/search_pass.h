@@ -20,6 +20,10 @@
 #ifndef TRAINSIM_SEARCH_PASS_H
 #define TRAINSIM_SEARCH_PASS_H
 
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "sim/config/flags.h"
 #include "sim/util/err.h"
 #include "sim/util/opt.h"
 
@@ -39,5 +43,34 @@ typedef struct {
 int search_pass_split(const opt_table *own, int argc, char **argv, search_pass *p, ts_err *err);
 
 void search_pass_free(search_pass *p);
+
+/* What the fixed settings are resolved from (borrowed strings). */
+typedef struct {
+    const char *script;   /* --megatron-script FILE, NULL = none */
+    const char *model;    /* --model (the preset; with a script, only when given) */
+    const char *gpu;      /* the GPU kind (without a script: always, search_pass_gpu_kind) */
+    const char *topology; /* --topology FILE (with a script), NULL = none */
+    int gpus;             /* --gpus (with a script), 0 = the script's */
+    bool experts;         /* --num-experts given (without a script: the neutral layout's ep, etp flags) */
+} search_pass_base;
+
+/* The fixed settings, resolved by the shared flags (flags_parse,
+ * flags_finish) into *c as trainsim simulate resolves them: the
+ * --megatron-script's arguments with the pass-through flags (p->pass), or
+ * without a script the --model preset with search's own model flags
+ * (p->fwd) and the pass-through flags on a neutral layout (one GPU, t = p
+ * = cp = ep = etp = 1, 1F1B, one sequence), whose layout the search then
+ * replaces. The script's notes and ignored flags go to stderr unless
+ * quiet. The caller owns c, fs and ft, set up or not (config_free,
+ * flags_release, opt_table_free; c->moe borrows from fs). TS_EINVAL with
+ * simulate's message (a script's prefixed with its path); TS_ENOMEM,
+ * TS_EIO. */
+int search_pass_resolve(const search_pass *p, const search_pass_base *b, bool quiet, config *c, flags_state *fs,
+                        opt_table *ft, ts_err *err);
+
+/* The GPU kind without a script into gpu: gpu_flag, else the topology
+ * file's, else A100 80GB (as the search picks it). TS_EINVAL / TS_EIO
+ * reading the topology. */
+int search_pass_gpu_kind(const char *gpu_flag, const char *topology, char *gpu, size_t gpu_bytes, ts_err *err);
 
 #endif

@@ -149,10 +149,10 @@ static void fill_config(const search_space *s, const search_cand *c, config *out
     int padded;
     ts_err pe;
     if (s->model.vocab_size > 0 && s->model.make_vocab_size_divisible_by > 0)
-        out->model.padded_vocab_size = config_pad_vocab(s->model.vocab_size, s->model.make_vocab_size_divisible_by,
-                                                        c->tp, &padded, &pe) == TS_OK
-                                           ? padded
-                                           : 0; /* past INT_MAX: config_resolve refuses the size, naming it */
+        out->model.padded_vocab_size =
+            config_pad_vocab(s->model.vocab_size, s->model.make_vocab_size_divisible_by, c->tp, &padded, &pe) == TS_OK
+                ? padded
+                : 0; /* past INT_MAX: config_resolve refuses the size, naming it */
     out->cluster = s->cluster;
     parallel_config *p = &out->par;
     *p = s->par; /* the fixed settings; every layout field below is the candidate's */
