@@ -41,6 +41,7 @@ static const struct {
     {"--recompute-num-layers", "the search chooses the recomputation"},
     {"--recompute-activations", "the search chooses the recomputation (selective included)"},
     {"--recompute-modules", "the search chooses the recomputation (selective modules included)"},
+    {"--moe-layer-recompute", "the search chooses the recomputation (selective modules included)"},
     {"--use-distributed-optimizer", "the search tries it at d > 1; --no-distributed-optimizer leaves it out"},
     {"--overlap-grad-reduce", "the search sets it on every candidate"},
     {"--overlap-param-gather", "it needs the distributed optimizer, which the search chooses; not searched"},
