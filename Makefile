@@ -125,7 +125,8 @@ NVCCFLAGS    ?= -O3 -std=c++17 -Xcompiler -Wall,-Wextra,-Werror -Werror all-warn
 XCUDA_OBJ    := $(patsubst %.c,$(BUILD)/mpi/%.o,$(XCUDA_C)) $(patsubst %.cu,$(BUILD)/%.cu.o,$(XCUDA_CU))
 GPU_TBIN     := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(GPU_TSRC))
 CUDACAL      := $(BUILD)/cudacal
-TARGETS      += $(GPU_TBIN) $(CUDACAL)
+EMU_TBIN     := $(BUILD)/tests/emu/test_kernels_emu
+TARGETS      += $(GPU_TBIN) $(CUDACAL) $(EMU_TBIN)
 endif
 
 # Search across MPI ranks: the same commands built with mpicc and
@@ -191,6 +192,16 @@ $(BUILD)/tests/mpi/%: tests/mpi/%.c $(LIBXRT) $(LIBXCPU) $(LIBSIM)
 $(BUILD)/tests/gpu/%: tests/gpu/%.c $(LIBXRT) $(LIBXCPU) $(LIBSIM)
 	@mkdir -p $(dir $@)
 	$(MPICC) $(CPPFLAGS) $(CFLAGS) $(CUDA_CFLAGS) $(LDFLAGS) $< $(LIBXRT) $(LIBXCPU) $(LIBSIM) $(CUDA_LIBS) $(LIBS_SIM) -o $@
+
+# kernels/llama.cu and flash.cu compiled as host C++ against tests/emu's
+# common.cuh (their threads run on the CPU), tested against the CPU twins:
+# runs without a GPU; needs the CUDA headers only.
+EMU_CU := kernels/llama.cu kernels/flash.cu
+$(BUILD)/tests/emu/test_kernels_emu: tests/emu/test_kernels_emu.cpp tests/emu/kernels/common.cuh $(EMU_CU) kernels/cuk.h \
+                                     $(LIBXCPU) $(LIBSIM)
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++20 -O1 -Wall -Wextra -Werror -pthread -Itests/emu -I. -isystem $(CUDA_HOME)/include \
+	  -x c++ $(EMU_CU) -x none $< $(LIBXCPU) $(LIBSIM) $(LIBS_SIM) -o $@
 
 $(BUILD)/cudacal: exec/cuda/tools/cudacal.c $(LIBXRT) $(LIBXCPU) $(LIBSIM)
 	@mkdir -p $(dir $@)

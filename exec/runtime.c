@@ -38,6 +38,8 @@ struct runtime {
     size_t nsp, capsp;
     int64_t origin;
     int cur_iter, cur_mb, cur_chunk;
+    rt_data_stats data; /* the data step (rt_data_step) */
+    int64_t data_t0;    /* start of the open GPT_OP_DATA span */
 };
 
 void rt_opts_default(rt_opts *o)
@@ -55,6 +57,16 @@ int64_t rt_now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+void rt_data_step(const runtime *rt, rt_data_stats *out)
+{
+    *out = rt->data;
+}
+
+void rt_data_step_reset(runtime *rt)
+{
+    memset(&rt->data, 0, sizeof rt->data);
 }
 
 void rt_set_origin(runtime *rt, int64_t origin_ns)
@@ -75,8 +87,17 @@ static int push_span(runtime *rt, const rt_span *x)
 static void prof_hook(void *ud, const char *op, int layer, bool end)
 {
     runtime *rt = ud;
+    bool data = !strcmp(op, GPT_OP_DATA); /* timed always: the data step's copy */
+    if (!rt->o.op_trace && !data)
+        return;
     rt->be->sync(rt->be);
     int64_t now = rt_now_ns() - rt->origin;
+    if (data && !end)
+        rt->data_t0 = now;
+    else if (data)
+        rt->data.copy_ns += now - rt->data_t0;
+    if (!rt->o.op_trace)
+        return;
     if (!end) {
         rt_span x = {.name = op,
                      .is_op = true,
@@ -203,8 +224,7 @@ int rt_create(const rt_opts *o, const sched *s, backend *be, comm *cm, runtime *
             rt_free(rt);
             return rc;
         }
-        if (o->op_trace)
-            gpt_stage_set_prof(rt->st[c], prof_hook, rt);
+        gpt_stage_set_prof(rt->st[c], prof_hook, rt); /* the data step always, the other ops with op_trace */
     }
     rt->io = gpt_stage_io_floats(rt->st[0]);
     rt->origin = 0; /* absolute CLOCK_MONOTONIC until rt_set_origin */
@@ -358,7 +378,13 @@ static int do_forward(runtime *rt, const sched_action *a, ts_err *err)
         return bad_order(a, rt->r, "forward before its input arrived (missing RECV_F)", err);
     const gpt_dims *d = &rt->o.dims;
     int g = rt->cm->rank[COMM_DP] / rt->cm->size[COMM_CP] * rt->m + a->mb; /* a replica's cp ranks share it */
+    bool loads = rt->stage_id[c] == 0 || rt->stage_id[c] == rt->nstages - 1;
+    int64_t t0 = loads ? rt_now_ns() : 0;
     data_microbatch(rt->o.seed, rt->cur_iter, rt->m * rt->d, g, d->batch, d->seq, d->vocab, rt->tok, rt->tgt);
+    if (loads) {
+        rt->data.gen_ns += rt_now_ns() - t0;
+        rt->data.mb++;
+    }
     bool head = out.via == SCHED_DEP_NONE; /* the last stage: its output is the loss */
     float *y = NULL;
     int rc;

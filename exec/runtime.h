@@ -85,6 +85,19 @@ int64_t rt_now_ns(void);
  * *loss receives the global-batch mean loss on every rank. */
 int rt_iteration(runtime *rt, int iter, double *loss, ts_err *err);
 
+/* The data step of the micro-batches this rank's loading stages (the
+ * first and the last) ran since rt_create or rt_data_step_reset: the host
+ * generating the batch (data.h) and the copy of its ids to the device
+ * (gpt.h GPT_OP_DATA, timed after a device sync), summed, ns; mb counts
+ * the forwards. Its figure per micro-batch is what trainsim simulate
+ * --data-loader-ns takes. */
+typedef struct {
+    int64_t gen_ns, copy_ns;
+    int64_t mb;
+} rt_data_stats;
+void rt_data_step(const runtime *rt, rt_data_stats *out);
+void rt_data_step_reset(runtime *rt);
+
 /* Recorded spans (owned by rt; valid until the next call into rt). */
 const rt_span *rt_spans(const runtime *rt, size_t *n);
 void rt_clear_spans(runtime *rt);

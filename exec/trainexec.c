@@ -413,7 +413,8 @@ static int set_up_rank(run *x)
     int crc, tp = x->par.tp, pp = x->par.pp, d = x->par.dp;
 #ifdef TRAINSIM_CUDA
     if (x->a.backend == XARGS_BACKEND_CUDA)
-        crc = comm_nccl_create(MPI_COMM_WORLD, tp, pp, d, backend_cuda_stream(x->be), &x->cm, &cerr);
+        crc = comm_nccl_create_cp(MPI_COMM_WORLD, tp, x->par.cp > 1 ? x->par.cp : 1, pp, d, backend_cuda_stream(x->be),
+                                  &x->cm, &cerr);
     else
 #endif
         crc = comm_mpi_create_cp(MPI_COMM_WORLD, tp, x->par.cp > 1 ? x->par.cp : 1, pp, d, &x->cm, &cerr);
@@ -672,6 +673,7 @@ static int run_iterations(run *x)
     for (int it = 0; it < total && !rc; it++) {
         if (it == x->a.warmup) {
             rt_clear_spans(x->rt);
+            rt_data_step_reset(x->rt);
             be_reset_peaks(x->be);
             xmoe_reset(x->rt);
         }
@@ -722,6 +724,24 @@ static int run_iterations(run *x)
     return GO_ON;
 }
 
+/* Rank 0: the data step per micro-batch of the rank with the longest one
+ * (the first or the last stage's), as trainsim simulate --data-loader-ns
+ * takes it. */
+static void print_data_step(const run *x, const xout_rank *all)
+{
+    int w = -1;
+    for (int i = 0; i < x->size; i++)
+        if (all[i].data_mb > 0 &&
+            (w < 0 || all[i].data_gen_ns + all[i].data_copy_ns > all[w].data_gen_ns + all[w].data_copy_ns))
+            w = i;
+    if (w < 0)
+        return;
+    double t = all[w].data_gen_ns + all[w].data_copy_ns;
+    printf("data step %.3f us per micro-batch (rank %d: host generation %.3f us, copy to the device %.3f us; mean of "
+           "%lld): trainsim simulate --data-loader-ns %.0f\n",
+           t / 1e3, w, all[w].data_gen_ns / 1e3, all[w].data_copy_ns / 1e3, (long long)all[w].data_mb, t);
+}
+
 /* Rank 0: iteration time, bubble and peak memory, overall and per rank
  * (all: every rank's record). */
 static void print_summary(const run *x, const xout_rank *xr, const xout_rank *all)
@@ -767,13 +787,20 @@ static int write_outputs(run *x)
     xr.iteration_ns = x->sum_ns / x->a.iterations;
     xr.compute_ns = x->sum_compute_ns / x->a.iterations;
     xr.cpu_ns = x->sum_cpu_ns / x->a.iterations;
+    rt_data_stats ds;
+    rt_data_step(x->rt, &ds);
+    xr.data_mb = ds.mb;
+    xr.data_gen_ns = ds.mb ? (double)ds.gen_ns / (double)ds.mb : 0;
+    xr.data_copy_ns = ds.mb ? (double)ds.copy_ns / (double)ds.mb : 0;
     int last = x->a.warmup + x->a.iterations - 1;
     int rc = xout_write_spans(MPI_COMM_WORLD, x->cm, sp, n, last, x->start[last], x->a.trace, x->a.ops_csv, &x->err);
     xout_rank *all = NULL;
     if (!rc)
         rc = xout_write_report(MPI_COMM_WORLD, &xr, x->a.report_csv, &all, &x->err);
-    if (!rc && x->rank == 0)
+    if (!rc && x->rank == 0) {
         print_summary(x, &xr, all);
+        print_data_step(x, all);
+    }
     free(all);
     bool match = true;
     if (!rc && x->moe.num_experts > 0)

@@ -6,8 +6,8 @@
 
 static gpt_dims xconfig_dense_dims(const model_config *mc, const parallel_config *pc);
 
-/* The first Llama-architecture flag the model uses (the CPU backend's
- * training runs them), or NULL. */
+/* The first Llama-architecture flag the model uses (training runs them on
+ * either backend; the KV-cache inference does not), or NULL. */
 static const char *llama_flag(const model_config *m)
 {
     if (m->swiglu)
@@ -93,10 +93,6 @@ int xconfig_supports(const config *c, bool cuda, bool inference, ts_err *err)
     const model_config *m = &c->model;
     const parallel_config *p = &c->par;
     const char *llama = llama_flag(m);
-    if (llama && cuda)
-        return err_set(err, TS_ENOTSUP,
-                       "%s: the cuda backend has no kernel for it (Llama-architecture layers run on --backend cpu)",
-                       llama);
     if (llama && inference)
         return err_set(err, TS_ENOTSUP,
                        "%s with --inference: the KV-cache inference runs the GPT layers only (train without "
@@ -111,6 +107,10 @@ int xconfig_supports(const config *c, bool cuda, bool inference, ts_err *err)
     if (config_head_size(m) * m->num_attention_heads != m->hidden_size)
         return err_set(err, TS_ENOTSUP, "--kv-channels %d: the executor's heads are h / a = %d wide", m->kv_channels,
                        m->hidden_size / m->num_attention_heads);
+    if (m->qk_layernorm)
+        return err_set(err, TS_ENOTSUP,
+                       "--qk-layernorm: the executor's attention has no query/key norms (trainsim simulate models "
+                       "them; drop the flag, or --qk-layernorm=false with a Qwen3 preset)");
     if (m->fp8_format != FP8_FORMAT_NONE)
         return err_set(err, TS_ENOTSUP, "--fp8-format %s: the executor's GEMMs run at the run's precision, no FP8",
                        CONFIG_FP8_FORMAT_NAMES[m->fp8_format]);
@@ -127,6 +127,10 @@ int xconfig_supports(const config *c, bool cuda, bool inference, ts_err *err)
                        "Megatron-LM's fused or unfused ones (drop the fusion flags)");
     if (p->log_num_zeros)
         return err_set(err, TS_ENOTSUP, "--log-num-zeros-in-grad: the executor counts no zero gradients");
+    if (p->data_loader_measured)
+        return err_set(err, TS_ENOTSUP,
+                       "--data-loader-ns: a measured figure for trainsim simulate; the executor measures its own "
+                       "data step (its 'data step' line)");
     if (p->distributed_optimizer && !m->untie_embeddings && p->pp > 1 && p->dp * config_cp(c) > 1) /* shards: d x cp */
         return err_set(err, TS_ENOTSUP,
                        "--use-distributed-optimizer with the output layer tied to the word embedding and "
@@ -143,15 +147,10 @@ int xconfig_supports(const config *c, bool cuda, bool inference, ts_err *err)
         return err_set(err, TS_ENOTSUP,
                        "--use-torch-fsdp2, --use-megatron-fsdp: the executor shards no parameters or "
                        "gradients over data parallelism (--use-distributed-optimizer shards the Adam state)");
-    if (config_attn_is_flash(m->attention_backend) && cuda)
+    if (config_cp(c) > 1 && inference)
         return err_set(err, TS_ENOTSUP,
-                       "--attention-backend %s: the cuda backend has only the unfused attention (give "
-                       "--attention-backend unfused, or --backend cpu)",
-                       CONFIG_ATTN_BACKEND_NAMES[m->attention_backend]);
-    if (config_cp(c) > 1 && (cuda || inference))
-        return err_set(err, TS_ENOTSUP, "--context-parallel-size %d: %s (give 1)", config_cp(c),
-                       cuda ? "the cuda backend has no context-parallel ring (run it with --backend cpu)"
-                            : "the KV-cache inference has no context parallelism");
+                       "--context-parallel-size %d: the KV-cache inference has no context parallelism (give 1)",
+                       config_cp(c));
     return moe_supports(c, cuda, inference, err);
 }
 

@@ -24,8 +24,9 @@ typedef struct {
     int local;      /* experts per EP rank */
 } xmoe_rec;
 
-/* Calls fn on every MoE layer of rt's stages. */
-static void each_layer(runtime *rt, void (*fn)(moe_layer *L, void *ud), void *ud)
+/* Calls fn on every MoE layer of rt's stages with its layer number in the
+ * model (0-based). */
+static void each_layer(runtime *rt, void (*fn)(moe_layer *L, int layer, void *ud), void *ud)
 {
     for (int c = 0; c < rt_num_chunks(rt); c++) {
         gpt_stage *st = rt_chunk(rt, c);
@@ -34,14 +35,15 @@ static void each_layer(runtime *rt, void (*fn)(moe_layer *L, void *ud), void *ud
         for (int l = l0; l < l0 + nl; l++) {
             moe_layer *L = gpt_stage_moe(st, l);
             if (L)
-                fn(L, ud);
+                fn(L, l, ud);
         }
     }
 }
 
-static void reset_one(moe_layer *L, void *ud)
+static void reset_one(moe_layer *L, int layer, void *ud)
 {
     (void)ud;
+    (void)layer;
     L->expert_gemm_s = 0.0;
     memset(L->tok_accum, 0, (size_t)L->El * sizeof *L->tok_accum);
 }
@@ -56,8 +58,9 @@ typedef struct {
     int64_t *counts; /* [E], global expert index */
 } collect_ud;
 
-static void collect_one(moe_layer *L, void *ud)
+static void collect_one(moe_layer *L, int layer, void *ud)
 {
+    (void)layer;
     collect_ud *c = ud;
     c->r->layers++;
     c->r->experts = L->rc.num_experts;
@@ -84,34 +87,108 @@ static int experts_of(MPI_Comm world, runtime *rt)
     return Eall;
 }
 
+typedef struct {
+    int E;
+    int64_t *counts; /* [num_layers x E]: layer l's expert x at l E + x */
+    int *moe;        /* [num_layers]: 1 where this rank holds MoE layer l */
+} layer_ud;
+
+static void layer_one(moe_layer *L, int layer, void *ud)
+{
+    layer_ud *u = ud;
+    u->moe[layer] = 1;
+    for (int e = 0; e < L->El; e++)
+        u->counts[(size_t)layer * (size_t)u->E + (size_t)(L->er * L->El + e)] += L->tok_accum[e];
+}
+
+/* Collective: the model's layers (one past the last layer of any stage). */
+static int layers_of(MPI_Comm world, runtime *rt)
+{
+    int n = 0, all = 0;
+    for (int c = 0; c < rt_num_chunks(rt); c++) {
+        int l0, nl;
+        gpt_stage_layers(rt_chunk(rt, c), &l0, &nl);
+        n = l0 + nl > n ? l0 + nl : n;
+    }
+    MPI_Allreduce(&n, &all, 1, MPI_INT, MPI_MAX, world);
+    return all;
+}
+
+/* Collective: each MoE layer's per-expert rows summed over every rank, on
+ * rank 0: *counts [*num_layers x E] and *moe [*num_layers] (1: a MoE
+ * layer), owned by the caller (NULL elsewhere). TS_ENOMEM (every rank). */
+static int layer_counts(MPI_Comm world, runtime *rt, int E, int *num_layers, int64_t **counts, int **moe, ts_err *err)
+{
+    int rank, nl = layers_of(world, rt);
+    MPI_Comm_rank(world, &rank);
+    *num_layers = nl;
+    *counts = NULL;
+    *moe = NULL;
+    size_t n = (size_t)(nl > 0 ? nl : 1) * (size_t)E;
+    layer_ud u = {E, calloc(n, sizeof *u.counts), calloc((size_t)(nl > 0 ? nl : 1), sizeof *u.moe)};
+    int64_t *sum = rank == 0 ? calloc(n, sizeof *sum) : NULL;
+    int *any = rank == 0 ? calloc((size_t)(nl > 0 ? nl : 1), sizeof *any) : NULL;
+    int bad = !u.counts || !u.moe || (rank == 0 && (!sum || !any)), anybad = 0, rc = TS_OK;
+    if (!bad)
+        each_layer(rt, layer_one, &u);
+    MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, world);
+    if (anybad) {
+        rc = err_set(err, TS_ENOMEM, "MoE loads: out of memory for %d experts x %d layers", E, nl);
+        free(sum);
+        free(any);
+    } else {
+        MPI_Reduce(u.counts, sum, (int)n, MPI_INT64_T, MPI_SUM, 0, world);
+        MPI_Reduce(u.moe, any, nl, MPI_INT, MPI_MAX, 0, world);
+        *counts = sum;
+        *moe = any;
+    }
+    free(u.counts);
+    free(u.moe);
+    return rc;
+}
+
 int xmoe_write_loads(MPI_Comm world, runtime *rt, const char *path, ts_err *err)
 {
-    int rank, Eall = experts_of(world, rt);
+    int rank, Eall = experts_of(world, rt), nl = 0;
     MPI_Comm_rank(world, &rank);
     if (Eall <= 0 || !path)
         return TS_OK;
-    xmoe_rec mine = {0};
-    int64_t *counts = calloc((size_t)Eall, sizeof *counts);
-    int64_t *sum = rank == 0 ? calloc((size_t)Eall, sizeof *sum) : NULL;
-    int bad = !counts || (rank == 0 && !sum), anybad = 0, rc = TS_OK;
-    if (!bad) {
-        collect_ud cu = {&mine, counts};
-        each_layer(rt, collect_one, &cu);
+    int64_t *counts = NULL;
+    int *moe = NULL;
+    bool *mask = NULL;
+    int rc = layer_counts(world, rt, Eall, &nl, &counts, &moe, err);
+    if (!rc && rank == 0) {
+        mask = calloc((size_t)(nl > 0 ? nl : 1), sizeof *mask);
+        if (!mask)
+            rc = err_set(err, TS_ENOMEM, "--moe-load-out: out of memory for %d layers", nl);
+        for (int l = 0; l < nl && mask; l++)
+            mask[l] = moe[l] != 0;
     }
-    MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, world);
-    if (anybad)
-        rc = err_set(err, TS_ENOMEM, "--moe-load-out: out of memory for %d experts", Eall);
-    else
-        MPI_Reduce(counts, sum, Eall, MPI_INT64_T, MPI_SUM, 0, world);
-    if (!anybad && rank == 0)
-        rc = moe_load_write(path, sum, Eall,
-                            "trainexec --moe-load-out: routed token-slots per expert, summed over every rank, MoE "
-                            "layer and measured iteration (trainsim simulate --moe-expert-load reads it)",
+    if (!rc && rank == 0)
+        rc = moe_load_write(path, counts, Eall, nl, mask,
+                            "trainexec --moe-load-out: routed token-slots per MoE layer and expert, summed over every "
+                            "rank and measured iteration (trainsim simulate --moe-expert-load reads it)",
                             err);
     MPI_Bcast(&rc, 1, MPI_INT, 0, world);
     free(counts);
-    free(sum);
+    free(moe);
+    free(mask);
     return rc;
+}
+
+/* Rank 0: each MoE layer's load factor (moe_rank_load_factor of its rows
+ * summed over the expert groups: what the simulator takes from the file
+ * --moe-load-out writes) to out. */
+static void report_layers(FILE *out, const int64_t *counts, const int *moe, int nl, int E, int ep, double *loads)
+{
+    for (int l = 0; l < nl; l++) {
+        if (!moe[l])
+            continue;
+        for (int e = 0; e < E; e++)
+            loads[e] = (double)counts[(size_t)l * (size_t)E + (size_t)e];
+        fprintf(out, "  MoE load, layer %d (ep %d): moe_rank_load_factor of the layer's per-expert rows %.6f\n", l, ep,
+                moe_rank_load_factor(loads, E, ep, 0.0, NULL));
+    }
 }
 
 int xmoe_report(MPI_Comm world, runtime *rt, const comm *cm, int ep, bool force_balance, int iterations, FILE *out,
@@ -136,13 +213,17 @@ int xmoe_report(MPI_Comm world, runtime *rt, const comm *cm, int ep, bool force_
         each_layer(rt, collect_one, &cu);
     }
     MPI_Allreduce(&bad, &anybad, 1, MPI_INT, MPI_MAX, world);
-    int rc = TS_OK;
+    int rc = TS_OK, nl = 0;
+    int64_t *lcounts = NULL;
+    int *lmoe = NULL;
     if (anybad) {
         rc = err_set(err, TS_ENOMEM, "MoE report: out of memory for %d experts x %d ranks", Eall, size);
         goto done;
     }
     MPI_Gather(&mine, (int)sizeof mine, MPI_BYTE, recs, (int)sizeof mine, MPI_BYTE, 0, world);
     MPI_Gather(counts, Eall, MPI_INT64_T, all, Eall, MPI_INT64_T, 0, world);
+    if ((rc = layer_counts(world, rt, Eall, &nl, &lcounts, &lmoe, err))) /* collective: before rank 0 goes on */
+        goto done;
     if (rank != 0 || !out || !recs || !all || !loads_i || !loads) /* (rank 0 has them all: anybad above) */
         goto done;
     double it = iterations > 0 ? iterations : 1;
@@ -198,7 +279,11 @@ int xmoe_report(MPI_Comm world, runtime *rt, const comm *cm, int ep, bool force_
                         pp, g, one ? "matches" : "DIFFERS (E does not divide a routed batch's assignments?)");
             }
         }
+    if (lcounts)
+        report_layers(out, lcounts, lmoe, nl, Eall, ep1, loads);
 done:
+    free(lcounts);
+    free(lmoe);
     free(counts);
     free(recs);
     free(all);

@@ -34,23 +34,24 @@
 void xmoe_reset(runtime *rt);
 
 /* Collective over world (every rank of the run): gather each rank's
- * counters; rank 0 writes the per-rank lines and each group's comparison
- * to out (NULL elsewhere). iterations: the measured ones (per-iteration
+ * counters; rank 0 writes the per-rank lines, each group's comparison and
+ * each MoE layer's load factor (moe_rank_load_factor of the layer's
+ * per-expert rows summed over its expert groups) to out (NULL elsewhere). iterations: the measured ones (per-iteration
  * means). *all_match (rank 0) is false when a group's ratio differs from
  * the simulator's figure (see above). ep: --expert-model-parallel-size;
  * force_balance: --moe-router-force-load-balancing. TS_ENOMEM only. */
 int xmoe_report(MPI_Comm world, runtime *rt, const comm *cm, int ep, bool force_balance, int iterations, FILE *out,
                 bool *all_match, ts_err *err);
 
-/* Collective over world: --moe-load-out. Sums each expert's rows (the
- * routed token-slots it received, over every rank, MoE layer and measured
- * iteration) and rank 0 writes them to path in --moe-expert-load's format
- * (sim/config/moe_load.h: layer all, expert, tokens; atomically), so that
- * trainsim simulate --moe-expert-load path simulates this run's routing.
- * With one expert group (ep ranks, p = 1) the simulator's load factor of
- * the file is the group's figure xmoe_report prints. Every rank returns
- * rank 0's status: TS_EIO naming the path, TS_ENOMEM. Dense run: TS_OK,
- * nothing written. */
+/* Collective over world: --moe-load-out. Sums each MoE layer's rows per
+ * expert (the routed token-slots it received, over every rank and measured
+ * iteration) and rank 0 writes them to path in --moe-expert-load's
+ * per-layer format (sim/config/moe_load.h: layer, expert, tokens, one row
+ * per MoE layer and expert; atomically), so that trainsim simulate
+ * --moe-expert-load path simulates this run's routing layer by layer: the
+ * simulator's factor of each layer is the one xmoe_report prints for it.
+ * Every rank returns rank 0's status: TS_EIO naming the path, TS_ENOMEM.
+ * Dense run: TS_OK, nothing written. */
 int xmoe_write_loads(MPI_Comm world, runtime *rt, const char *path, ts_err *err);
 
 #endif

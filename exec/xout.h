@@ -43,6 +43,10 @@ typedef struct {
     double cpu_ns; /* mean per iteration: this process's CPU time
                                (CLOCK_PROCESS_CPUTIME_ID; MPI waits spin, so
                                on an idle machine it is close to iteration_ns) */
+    /* the data step per micro-batch of the rank's loading stages (runtime.h
+     * rt_data_step; mb 0 on a rank with none): host generation, device copy */
+    double data_gen_ns, data_copy_ns;
+    int64_t data_mb;
 } xout_rank;
 
 /* Fill r's rank, groups and memory from cm and be. */

@@ -92,6 +92,13 @@ __device__ __forceinline__ float block_max(float v, float *shared)
     return warp_max(v);
 }
 
+/* kern<<<grid, block, 0, stream>>>(...). The host emulation of tests/emu
+ * redefines both to run a launch's threads one after another on the CPU;
+ * CUK_LAUNCH_WARPS marks a kernel whose warps meet at a warp reduction
+ * (there, a warp's 32 lanes run as threads). Used by llama.cu and flash.cu. */
+#define CUK_LAUNCH(kern, grid, block, stream, ...)       kern<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)
+#define CUK_LAUNCH_WARPS(kern, grid, block, stream, ...) kern<<<(grid), (block), 0, (stream)>>>(__VA_ARGS__)
+
 static inline unsigned cuk_blocks(size_t n, unsigned threads)
 {
     size_t b = (n + threads - 1) / threads;

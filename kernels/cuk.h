@@ -29,6 +29,7 @@
 #ifndef TRAINSIM_CUK_H
 #define TRAINSIM_CUK_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -260,6 +261,73 @@ cudaError_t cuk_f32_kv_append(float *kc, float *vc, const float *qkv, int B, int
 cudaError_t cuk_f32_attention_kv_fwd(float *out, float *att, const float *qkv, const float *kc, const float *vc, int B,
                                      int n, int pos0, int Tmax, int NH, int hs, cudaStream_t stream);
 /* kern_adam is cuk_adamw(NULL, p, g, m, v, n, lr, b1, b2, eps, wd, t, 1.0f, stream). */
+
+/* ------------------------------------------------------------ fp32 Llama kernels (llama.cu)
+ * The twins of exec/cpu/kern_llama.h, same arguments (backward kernels
+ * ACCUMULATE, rope works in place). */
+
+#define CUK_F32_RMSNORM_EPS 1e-5f /* kern_llama.h's KERN_RMSNORM_EPS (Megatron's --norm-epsilon) */
+
+cudaError_t cuk_f32_rmsnorm_fwd(float *out, float *rstd, const float *inp, const float *w, size_t N, int C,
+                                cudaStream_t stream);
+cudaError_t cuk_f32_rmsnorm_bwd_input(float *dinp, const float *dout, const float *inp, const float *w,
+                                      const float *rstd, size_t N, int C, cudaStream_t stream);
+cudaError_t cuk_f32_rmsnorm_bwd_weight(float *dw, const float *dout, const float *inp, const float *rstd, size_t N,
+                                       int C, cudaStream_t stream);
+cudaError_t cuk_f32_swiglu_fwd(float *out, const float *inp, size_t N, int F, cudaStream_t stream);
+cudaError_t cuk_f32_swiglu_bwd(float *dinp, const float *inp, const float *dout, size_t N, int F, cudaStream_t stream);
+/* kern_rope_fwd (T > 0: position n % T; dir = 1), kern_rope_bwd (dir = -1)
+ * and kern_rope_at_* (T = 0: position pos0 + n), in place on qkv's q and k
+ * heads; hs even. */
+cudaError_t cuk_f32_rope(float *qkv, size_t N, int T, int pos0, int NH, int NKV, int hs, float base, float dir,
+                         cudaStream_t stream);
+/* Grouped-query layout: qkv [B*T, (NH + 2 NKV) hs] -> q, k, v [B, NH, T,
+ * hs], query head h's k, v being key/value head h / (NH/NKV)'s (copied per
+ * query head); merge ACCUMULATES dq and, per key/value head, the sum of its
+ * query heads' dk, dv into dqkv. */
+cudaError_t cuk_f32_qkv_split_gqa(float *q, float *k, float *v, const float *qkv, int B, int T, int NH, int NKV, int hs,
+                                  cudaStream_t stream);
+cudaError_t cuk_f32_qkv_merge_gqa_acc(float *dqkv, const float *dq, const float *dk, const float *dv, int B, int T,
+                                      int NH, int NKV, int hs, cudaStream_t stream);
+
+/* ------------------------------------------------------------ fp32 flash attention (flash.cu)
+ * exec/core/cp_attn.c's recurrence, one ring step per call: the caller
+ * (the CUDA backend) runs the ring. Tensors in cp_attn.h's layout: qkv
+ * [B*Tl, (NH + 2 NKV) hs], Tl = T/cp local rows; the key block kb holds
+ * rows of stride ks (floats) with k of the NKV heads at 0 and v at NKV hs:
+ * qkv + NH hs with ks = (NH + 2 NKV) hs on one rank, else the ring's
+ * buffer (ks = 2 or 4 NKV hs). `scratch` is device memory of the
+ * *_scratch_bytes size, kept between the calls of one pass. */
+typedef struct {
+    int B, T;     /* batch, full sequence length (divisible by 2 cp when cp > 1) */
+    int cp, rank; /* ring size, this rank */
+    int src;      /* the rank whose keys/values kb holds (cp_ring_src) */
+    int NH, NKV, hs;
+} cuk_flash_dims;
+
+size_t cuk_f32_flash_fwd_scratch_bytes(const cuk_flash_dims *d);
+size_t cuk_f32_flash_bwd_scratch_bytes(const cuk_flash_dims *d);
+/* Forward: init (running max -inf, sums 0), one step per block, finish
+ * (out [B*Tl, NH hs] = acc / sum, lse [B, NH, Tl] = max + log sum). */
+cudaError_t cuk_f32_flash_fwd_init(void *scratch, const cuk_flash_dims *d, cudaStream_t stream);
+cudaError_t cuk_f32_flash_fwd_step(void *scratch, const float *qkv, const float *kb, size_t ks, const cuk_flash_dims *d,
+                                   cudaStream_t stream);
+cudaError_t cuk_f32_flash_fwd_finish(float *out, float *lse, const void *scratch, const cuk_flash_dims *d,
+                                     cudaStream_t stream);
+/* Ring buffer rows from qkv's k | v ([rows, 2 KV]; bwd: [rows, 4 KV] with
+ * dk | dv zeroed), and the homecoming dk | dv added into dqkv. */
+cudaError_t cuk_f32_flash_pack(float *buf, const float *qkv, size_t rows, int NH, int NKV, int hs, bool bwd,
+                               cudaStream_t stream);
+cudaError_t cuk_f32_flash_unpack_grad(float *dqkv, const float *buf, size_t rows, int NH, int NKV, int hs,
+                                      cudaStream_t stream);
+/* Backward: D = dO . O per query row and head (into scratch), then per
+ * block: dq (in dqkv) += and dk, dv (in db: rows of stride ks, dk at the k
+ * offsets, dv at + NKV hs) += the block's contributions. */
+cudaError_t cuk_f32_flash_bwd_D(void *scratch, const float *dout, const float *out, const cuk_flash_dims *d,
+                                cudaStream_t stream);
+cudaError_t cuk_f32_flash_bwd_step(float *dqkv, float *db, const void *scratch, const float *dout, const float *lse,
+                                   const float *qkv, const float *kb, size_t ks, const cuk_flash_dims *d,
+                                   cudaStream_t stream);
 
 /* Uniform in [0, 1) from cuk_rand_bits (24 bits of mantissa). */
 static inline CUK_HD float cuk_rand_uniform(uint64_t seed, uint64_t i)

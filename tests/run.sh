@@ -6,6 +6,7 @@
 #         "N passed, N failed" (TRAINSIM, TRAINEXEC, BUILD set)
 #   mpi:  build/tests/mpi/test_* under mpirun; the source's "mpirun-np: K" line gives K
 #   gpu:  build/tests/gpu/test_* where a GPU answers; otherwise reported as skipped
+#   emu:  build/tests/emu/test_* (CUDA kernels run on the CPU; CUDA builds)
 #   fuzz: build/tests/fuzz/fuzz_* (the fuzz harnesses with tests/fuzz/replay.c)
 #         on every input under tests/fuzz/regressions/<target>/ and its seeds
 #         (tests/fuzz/corpus/<target>/ and the repository files
@@ -113,6 +114,18 @@ else
     n=$(ls tests/gpu/test_*.c 2>/dev/null | wc -l)
     skip=$((skip + n))
     echo "== GPU tests SKIPPED ($n programs): $( [ "${HAVE_CUDA:-}" = 1 ] && echo 'no GPU answers nvidia-smi on this machine' || echo 'built without CUDA')"
+fi
+
+emu_tests=$(ls "$BUILD"/tests/emu/test_* 2>/dev/null)
+if [ -n "$emu_tests" ]; then # CUDA kernels run on the CPU (tests/emu): no GPU needed
+    echo "== CUDA kernels under host emulation"
+    for t in $emu_tests; do
+        name=$(basename "$t"); log="$logdir/emu-$name.log"
+        "$t" >"$log" 2>&1; rc=$?
+        before=$fail; count_plain "$name" "$log" $rc
+        printf '  %-32s %s\n' "$name" "$(grep -E '[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)"
+        if [ $fail -ne $before ]; then grep FAIL "$log" | head -n 20; fi
+    done
 fi
 
 echo "== fuzz regressions and seed corpora (tests/fuzz, replayed without libFuzzer)"

@@ -263,9 +263,13 @@ static void add_tensor(gpt_stage *st, gpt_pkind k, int layer)
     st->nparams += n;
 }
 
+/* A split backward's kept output gradients (gpt_cache). */
 static void free_cache_mem(gpt_stage *st, gpt_cache *c)
 {
-    be_free(st->be, c->mem, c->nfloats, XMEM_ACTS);
+    for (int li = 0; c->L && li < st->nl; li++)
+        be_free(st->be, c->L[li].mem, c->L[li].nfloats, XMEM_ACTS);
+    be_free(st->be, c->dlogits, st->N * (size_t)st->V, XMEM_ACTS);
+    be_free(st->be, c->dx0, st->Ns * (size_t)st->C, XMEM_ACTS);
     free(c->L);
     memset(c, 0, sizeof *c);
 }
@@ -603,22 +607,49 @@ int gpt_acts_create(gpt_stage *st, gpt_acts **out, ts_err *err)
 int gpt_layer_acts_alloc(gpt_stage *st, gpt_acts *a, int li, ts_err *err)
 {
     gpt_lacts *A = &a->L[li];
-    if (st->rc_lo[li] >= 0 || A->mem)
+    if (st->rc_lo[li] >= 0 || A->mem || A->wmem)
         return TS_OK;
-    bool res3 = li + 1 < st->nl || st->head;
+    bool last = li + 1 == st->nl && st->head; /* res3: the final norm's input, freed with the head's */
+    bool res3 = li + 1 < st->nl;
     bool moe = gpt_layer_is_moe(&st->d, st->l0 + li);
-    A->nfloats = gpt_lacts_carve(st, A, NULL, res3, moe);
-    int rc = be_alloc(st->be, A->nfloats, XMEM_ACTS, &A->mem, err);
+    A->wfloats = gpt_lacts_w_floats(st, moe);
+    A->nfloats = gpt_lacts_carve(st, A, NULL, NULL, res3, moe) - A->wfloats;
+    int rc = be_alloc(st->be, A->wfloats, XMEM_ACTS, &A->wmem, err);
     if (!rc)
-        gpt_lacts_carve(st, A, A->mem, res3, moe);
+        rc = be_alloc(st->be, A->nfloats, XMEM_ACTS, &A->mem, err);
+    if (!rc && last)
+        rc = be_alloc(st->be, st->Ns * (size_t)st->C, XMEM_ACTS, &A->xmem, err);
+    if (!rc) {
+        gpt_lacts_carve(st, A, A->wmem, A->mem, res3, moe);
+        if (last)
+            A->res3 = A->xmem;
+    }
     return rc;
+}
+
+void gpt_layer_acts_free_input(gpt_stage *st, gpt_acts *a, int li)
+{
+    gpt_lacts *A = &a->L[li];
+    be_free(st->be, A->mem, A->nfloats, XMEM_ACTS);
+    A->mem = NULL;
+}
+
+void gpt_layer_acts_free_output(gpt_stage *st, gpt_acts *a, int li)
+{
+    gpt_lacts *A = &a->L[li];
+    if (!A->xmem)
+        return;
+    be_free(st->be, A->xmem, st->Ns * (size_t)st->C, XMEM_ACTS);
+    A->xmem = A->res3 = NULL;
 }
 
 void gpt_layer_acts_free(gpt_stage *st, gpt_acts *a, int li)
 {
     gpt_lacts *A = &a->L[li];
     be_free(st->be, A->mem, A->nfloats, XMEM_ACTS);
-    A->mem = NULL;
+    be_free(st->be, A->wmem, A->wfloats, XMEM_ACTS);
+    A->mem = A->wmem = NULL;
+    gpt_layer_acts_free_output(st, a, li);
     moe_saved_free(A->moe); /* (the MoE backward has freed it already unless it did not run) */
     A->moe = NULL;
 }

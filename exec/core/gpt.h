@@ -184,6 +184,11 @@ typedef struct {
  * layers); end = false at start, true at end. */
 typedef void (*gpt_prof_fn)(void *ud, const char *op, int layer, bool end);
 
+/* The op of gpt_forward that copies the micro-batch's token ids (first
+ * stage) or targets (last stage; with cp > 1 the rank's rows picked first)
+ * to the device: the executor's data step (runtime.h rt_data_step). */
+#define GPT_OP_DATA "data"
+
 typedef struct gpt_stage gpt_stage;
 typedef struct gpt_acts gpt_acts;
 

@@ -19,9 +19,14 @@ typedef struct {
     float *fch, *fchg; /* [N, Fu], [N, F/t]; absent in a MoE layer */
     float *res3;       /* [Ns, C]; NULL for the stage's last layer */
     moe_saved *moe;    /* a MoE layer's saved routing and expert rows, from its forward to its backward */
-    float *mem;        /* a layer whose activations are kept: its own allocation, from its forward to the end
-                          of its backward (gpt_layer_acts_alloc / _free); NULL for a recomputed layer */
-    size_t nfloats;
+    float *mem;        /* a layer whose activations are kept: its own allocations, from its forward to the end
+                          of its backward (gpt_layer_acts_alloc / _free); NULL for a recomputed layer. mem holds
+                          the input part (freed after the input gradient when the backward is split), wmem the
+                          weight part (gpt_lacts_carve) */
+    float *wmem;
+    float *xmem; /* the last stage's last kept layer: its output res3 (the final norm's input), its own allocation,
+                    freed after the head's input gradient */
+    size_t nfloats, wfloats;
 } gpt_lacts;
 
 /* A local layer's MoE MLP (L NULL: a dense layer) and its Adam moments,
@@ -36,17 +41,25 @@ typedef struct {
 typedef struct {
     float *dqkv;        /* [N, Wl] */
     float *dprojo;      /* [N, C] gradient of the attention output projection */
-    float *dfch;        /* [N, Fu] gradient before GELU / SwiGLU */
-    float *dfcprojo;    /* [N, C] gradient of the MLP output projection */
+    float *dfch;        /* [N, Fu] gradient before GELU / SwiGLU (absent in a MoE layer when split) */
+    float *dfcprojo;    /* [N, C] gradient of the MLP output projection (likewise) */
     float *dln1, *dln2; /* [Ns, C] gradients of the LayerNorm outputs */
+    /* split backward: the layer's own allocation of the four linear output gradients, from its
+     * input gradient to its weight gradient (dln1, dln2: the stage's buffers, the norms' weight
+     * gradients being taken with the input gradient) */
+    float *mem;
+    size_t nfloats;
 } gpt_lcache;
 
+/* The fused backward's buffers (one allocation, gpt_cache_layout) or, split,
+ * the output gradients kept from the input to the weight gradient (each its
+ * own allocation; dlnf then the stage's buffer). */
 typedef struct {
     gpt_lcache *L;  /* per local layer */
     float *dlogits; /* [N, V] (last stage) */
     float *dlnf;    /* [Ns, C] (last stage) */
     float *dx0;     /* [Ns, C] gradient of the embedding output (first stage) */
-    float *mem;     /* one allocation holding all of the above */
+    float *mem;     /* fused: one allocation holding all of the above */
     size_t nfloats;
 } gpt_cache;
 
@@ -140,6 +153,12 @@ struct gpt_stage {
  * absent, carved into a->L[li]; free releases them (NULL allowed). */
 int gpt_layer_acts_alloc(gpt_stage *st, gpt_acts *a, int li, ts_err *err);
 void gpt_layer_acts_free(gpt_stage *st, gpt_acts *a, int li);
+/* Free layer li's input part only (a split backward after its input
+ * gradient: the weight part stays for W); NULL allowed. */
+void gpt_layer_acts_free_input(gpt_stage *st, gpt_acts *a, int li);
+/* Free the last stage's last layer's output (xmem) once the head's input
+ * gradient has read it; a no-op for other layers. */
+void gpt_layer_acts_free_output(gpt_stage *st, gpt_acts *a, int li);
 
 /* The last stage's head activations of a (gpt_acts' head_i, head_w) where
  * absent; a no-op on other stages. */
@@ -152,8 +171,12 @@ void gpt_head_acts_free(gpt_stage *st, gpt_acts *a, bool weight_part);
 size_t gpt_att_floats(const gpt_stage *st);
 
 /* Carve one layer's activations (with its output res3 if res3; without the
- * MLP's if moe) from base; base NULL: only count. Returns the floats taken. */
-size_t gpt_lacts_carve(const gpt_stage *st, gpt_lacts *A, float *base, bool res3, bool moe);
+ * MLP's if moe): the weight part (the linear layers' inputs, which the
+ * weight gradients read: ln1, ln1g, atty, ln2, ln2g, fchg;
+ * gpt_lacts_w_floats of them) from wbase, the rest from ibase (NULL: right
+ * after the weight part); wbase NULL: only count. Returns the floats taken. */
+size_t gpt_lacts_carve(const gpt_stage *st, gpt_lacts *A, float *wbase, float *ibase, bool res3, bool moe);
+size_t gpt_lacts_w_floats(const gpt_stage *st, bool moe);
 /* Full recomputation: the groups of st->d's method over the stage's layers
  * and the size of the group workspace. */
 int gpt_rc_setup(gpt_stage *st, ts_err *err);

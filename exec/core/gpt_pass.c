@@ -1,6 +1,7 @@
 /* gpt_pass — forward, input-gradient and weight-gradient passes of a stage,
  * with Megatron's tensor-parallel collectives at the column/row splits. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "exec/core/cp_split.h"
 #include "exec/core/gpt_impl.h"
@@ -314,7 +315,7 @@ int gpt_forward(gpt_stage *st, gpt_acts *a, const int *tokens, const int *target
     if (st->embed) {
         if (!tokens)
             return err_set(err, TS_ESTATE, "gpt_forward: first stage needs tokens");
-        be->int_to_device(be, a->tokens, tokens, (size_t)st->B * st->T);
+        OP(st, GPT_OP_DATA, -1, be->int_to_device(be, a->tokens, tokens, (size_t)st->B * st->T));
         size_t row0 = st->sp ? (size_t)st->tr * Ns : 0;
         OP(st, "embed", -1, embed_rows(st, a->in0, a->tokens, row0, Ns, false));
     } else {
@@ -326,14 +327,16 @@ int gpt_forward(gpt_stage *st, gpt_acts *a, const int *tokens, const int *target
         if (!targets)
             return err_set(err, TS_ESTATE, "gpt_forward: last stage needs targets");
         if (st->cp == 1) {
-            be->int_to_device(be, a->targets, targets, N);
+            OP(st, GPT_OP_DATA, -1, be->int_to_device(be, a->targets, targets, N));
         } else { /* this rank's rows */
             int *mine = malloc(N * sizeof *mine);
             if (!mine)
                 return err_set(err, TS_ENOMEM, "gpt_forward: out of memory");
+            PROF(st, GPT_OP_DATA, -1, false);
             for (size_t j = 0; j < N; j++)
                 mine[j] = targets[global_row(st, j)];
             be->int_to_device(be, a->targets, mine, N);
+            PROF(st, GPT_OP_DATA, -1, true);
             free(mine);
         }
     }
@@ -381,8 +384,10 @@ int gpt_forward(gpt_stage *st, gpt_acts *a, const int *tokens, const int *target
 }
 
 /* Input gradient of layer li: st->s_dres holds d(output) on entry and
- * d(input) on return; K receives what the weight gradients need. */
-static int layer_bwd_input(gpt_stage *st, gpt_acts *a, int li, gpt_lcache *K, ts_err *err)
+ * d(input) on return; K receives what the weight gradients need. norms:
+ * the norms' weight gradients too (a split backward: W then has only the
+ * linear layers', from their inputs and K's output gradients). */
+static int layer_bwd_input(gpt_stage *st, gpt_acts *a, int li, gpt_lcache *K, bool norms, ts_err *err)
 {
     backend *be = st->be;
     gpt_lacts *A = &a->L[li];
@@ -410,6 +415,9 @@ static int layer_bwd_input(gpt_stage *st, gpt_acts *a, int li, gpt_lcache *K, ts
         CK(tp_bwd_reduce(st, K->dln2, K->dfch, LW(st, li, GP_FCW), st->Fu, "fc1_bwd_input", l, err));
     }
     OP(st, "ln2_bwd_input", l, norm_bwd_input(st, dres, K->dln2, A->res2, LW(st, li, GP_LN2W), A->ln2m, A->ln2r, Ns));
+    if (norms)
+        OP(st, "ln2_bwd_weight", l,
+           norm_bwd_weight(st, LG(st, li, GP_LN2W), LG(st, li, GP_LN2B), K->dln2, A->res2, A->ln2m, A->ln2r, Ns));
 
     CK(tp_bwd_gather(st, K->dprojo, dres, l, err));
     int rc = TS_OK;
@@ -426,10 +434,15 @@ static int layer_bwd_input(gpt_stage *st, gpt_acts *a, int li, gpt_lcache *K, ts
     CK(tp_bwd_reduce(st, K->dln1, K->dqkv, LW(st, li, GP_QKVW), st->Wl, "qkv_bwd_input", l, err));
     OP(st, "ln1_bwd_input", l,
        norm_bwd_input(st, dres, K->dln1, layer_input(a, li), LW(st, li, GP_LN1W), A->ln1m, A->ln1r, Ns));
+    if (norms)
+        OP(st, "ln1_bwd_weight", l,
+           norm_bwd_weight(st, LG(st, li, GP_LN1W), LG(st, li, GP_LN1B), K->dln1, layer_input(a, li), A->ln1m, A->ln1r,
+                           Ns));
     return TS_OK;
 }
 
-static void layer_bwd_weight(gpt_stage *st, gpt_acts *a, int li, const gpt_lcache *K)
+/* Weight gradients of layer li from K; norms: the norms' too (fused). */
+static void layer_bwd_weight(gpt_stage *st, gpt_acts *a, int li, const gpt_lcache *K, bool norms)
 {
     gpt_lacts *A = &a->L[li];
     int l = st->l0 + li, C = st->C, Cl = st->Cl, Fl = st->Fl;
@@ -442,20 +455,23 @@ static void layer_bwd_weight(gpt_stage *st, gpt_acts *a, int li, const gpt_lcach
         OP(st, "fc1_bwd_weight", l,
            linear_bwd_weight(st, LG(st, li, GP_FCW), LG(st, li, GP_FCB), K->dfch, ln2g, N, st->Fu, C));
     }
-    OP(st, "ln2_bwd_weight", l,
-       norm_bwd_weight(st, LG(st, li, GP_LN2W), LG(st, li, GP_LN2B), K->dln2, A->res2, A->ln2m, A->ln2r, Ns));
+    if (norms)
+        OP(st, "ln2_bwd_weight", l,
+           norm_bwd_weight(st, LG(st, li, GP_LN2W), LG(st, li, GP_LN2B), K->dln2, A->res2, A->ln2m, A->ln2r, Ns));
     OP(st, "proj_bwd_weight", l,
        linear_bwd_weight(st, LG(st, li, GP_PROJW), LG(st, li, GP_PROJB), K->dprojo, A->atty, N, C, Cl));
     OP(st, "qkv_bwd_weight", l,
        linear_bwd_weight(st, LG(st, li, GP_QKVW), LG(st, li, GP_QKVB), K->dqkv, ln1g, N, st->Wl, C));
-    OP(st, "ln1_bwd_weight", l,
-       norm_bwd_weight(st, LG(st, li, GP_LN1W), LG(st, li, GP_LN1B), K->dln1, layer_input(a, li), A->ln1m, A->ln1r,
-                       Ns));
+    if (norms)
+        OP(st, "ln1_bwd_weight", l,
+           norm_bwd_weight(st, LG(st, li, GP_LN1W), LG(st, li, GP_LN1B), K->dln1, layer_input(a, li), A->ln1m, A->ln1r,
+                           Ns));
 }
 
 /* Input gradient through the final LayerNorm, output layer and loss:
- * st->s_dres = d(head input). */
-static void head_bwd_input(gpt_stage *st, gpt_acts *a, gpt_cache *c, float loss_scale)
+ * st->s_dres = d(head input); norms: the final norm's weight gradient too
+ * (split: W then has only the output layer's). */
+static void head_bwd_input(gpt_stage *st, gpt_acts *a, gpt_cache *c, float loss_scale, bool norms)
 {
     backend *be = st->be;
     size_t N = st->N, Ns = st->Ns, C = st->C;
@@ -467,9 +483,12 @@ static void head_bwd_input(gpt_stage *st, gpt_acts *a, gpt_cache *c, float loss_
     be->zero(be, st->s_dres, Ns * C);
     OP(st, "lnf_bwd_input", -1,
        norm_bwd_input(st, st->s_dres, c->dlnf, layer_input(a, st->nl), st->lnfw, a->lnfm, a->lnfr, Ns));
+    if (norms)
+        OP(st, "lnf_bwd_weight", -1,
+           norm_bwd_weight(st, st->glnfw, st->glnfb, c->dlnf, layer_input(a, st->nl), a->lnfm, a->lnfr, Ns));
 }
 
-static void head_bwd_weight(gpt_stage *st, gpt_acts *a, const gpt_cache *c)
+static void head_bwd_weight(gpt_stage *st, gpt_acts *a, const gpt_cache *c, bool norms)
 {
     const float *lnfg = st->sp ? a->lnfg : a->lnf;
     /* tied on one stage with sp: wte's gradient is a partial sum over the tensor ranks (its
@@ -477,8 +496,9 @@ static void head_bwd_weight(gpt_stage *st, gpt_acts *a, const gpt_cache *c)
     bool skip = st->d.tie_embed && st->embed && st->sp && st->tr != 0;
     if (!skip)
         OP(st, "logits_bwd_weight", -1, linear_bwd_weight(st, st->gwout, NULL, c->dlogits, lnfg, st->N, st->V, st->C));
-    OP(st, "lnf_bwd_weight", -1,
-       norm_bwd_weight(st, st->glnfw, st->glnfb, c->dlnf, layer_input(a, st->nl), a->lnfm, a->lnfr, st->Ns));
+    if (norms)
+        OP(st, "lnf_bwd_weight", -1,
+           norm_bwd_weight(st, st->glnfw, st->glnfb, c->dlnf, layer_input(a, st->nl), a->lnfm, a->lnfr, st->Ns));
 }
 
 static void embed_bwd_weight(gpt_stage *st, gpt_acts *a, const gpt_cache *c)
@@ -504,7 +524,31 @@ static int recompute_group(gpt_stage *st, gpt_acts *a, int li, float *base, ts_e
     return TS_OK;
 }
 
-/* Shared driver of the split and fused backward. */
+/* A split backward: layer li's linear output gradients, kept to its W (its
+ * own allocation; the norms' gradients in the stage's buffers). */
+static int lcache_alloc(gpt_stage *st, int li, gpt_lcache *K, ts_err *err)
+{
+    size_t N = st->N, C = st->C;
+    bool moe = st->moe[li].L != NULL; /* the MoE block takes its weight gradients in its backward */
+    K->nfloats = N * ((size_t)st->Wl + C + (moe ? 0 : (size_t)st->Fu + C));
+    int rc = be_alloc(st->be, K->nfloats, XMEM_ACTS, &K->mem, err);
+    if (rc)
+        return rc;
+    K->dqkv = K->mem;
+    K->dprojo = K->dqkv + N * st->Wl;
+    K->dfch = moe ? st->fused.L[0].dfch : K->dprojo + N * C;
+    K->dfcprojo = moe ? st->fused.L[0].dfcprojo : K->dfch + N * st->Fu;
+    K->dln1 = st->fused.L[0].dln1;
+    K->dln2 = st->fused.L[0].dln2;
+    return TS_OK;
+}
+
+/* Shared driver of the split and fused backward. Split, what W needs stays
+ * (as a zero-bubble backward keeps it): each linear layer's input (the
+ * layer's weight part) and output gradient (K), allocated as the layer's
+ * input gradient runs; the rest of its activations is freed then, the
+ * norms' weight gradients are taken then, and the stage input is freed at
+ * the end. */
 static int backward_input(gpt_stage *st, gpt_acts *a, const float *dy, float loss_scale, float *dx, gpt_cache *c,
                           bool fused, ts_err *err)
 {
@@ -512,12 +556,18 @@ static int backward_input(gpt_stage *st, gpt_acts *a, const float *dy, float los
     size_t nC = st->Ns * (size_t)st->C;
     st->loss_scale = loss_scale;
     if (st->head) {
-        head_bwd_input(st, a, c, loss_scale);
+        if (!fused) {
+            c->dlnf = st->fused.dlnf;
+            CK(be_alloc(be, st->N * (size_t)st->V, XMEM_ACTS, &c->dlogits, err));
+        }
+        head_bwd_input(st, a, c, loss_scale, !fused);
         gpt_head_acts_free(st, a, false); /* the logits' probabilities are done with */
         if (fused) {
-            head_bwd_weight(st, a, c);
+            head_bwd_weight(st, a, c, true);
             gpt_head_acts_free(st, a, true);
         }
+        if (st->nl > 0) /* the final norm's input: read by its gradients, now taken */
+            gpt_layer_acts_free_output(st, a, st->nl - 1);
     } else {
         if (!dy)
             return err_set(err, TS_ESTATE, "gpt backward: stage %d needs an output gradient", st->l0);
@@ -530,15 +580,21 @@ static int backward_input(gpt_stage *st, gpt_acts *a, const float *dy, float los
                 CK(gpt_rc_ws_get(st, err));
             CK(recompute_group(st, a, li, fused ? st->rc_ws : a->rc_mem + (size_t)st->rc_lo[li] * st->rc_slot, err));
         }
-        CK(layer_bwd_input(st, a, li, K, err));
+        if (!fused)
+            CK(lcache_alloc(st, li, K, err));
+        CK(layer_bwd_input(st, a, li, K, !fused, err));
         if (fused) {
-            layer_bwd_weight(st, a, li, K);
+            layer_bwd_weight(st, a, li, K, true);
             gpt_layer_acts_free(st, a, li); /* done with (the layer below reads its own input) */
+        } else {
+            gpt_layer_acts_free_input(st, a, li); /* W reads the weight part only */
         }
         if (fused && st->rc_lo[li] == li) /* the group is done */
             gpt_rc_ws_put(st);
     }
     if (st->embed) {
+        if (!fused)
+            CK(be_alloc(be, nC, XMEM_ACTS, &c->dx0, err));
         be->copy(be, c->dx0, st->s_dres, nC);
         if (fused)
             embed_bwd_weight(st, a, c);
@@ -550,6 +606,10 @@ static int backward_input(gpt_stage *st, gpt_acts *a, const float *dy, float los
                            st->l0);
         be->copy(be, dx, st->s_dres, nC);
     }
+    if (!fused) { /* the stage input (and the recompute groups' inputs): read by the input gradients only */
+        be_free(be, a->mem, a->nfloats, XMEM_ACTS);
+        a->mem = a->in0 = NULL;
+    }
     return TS_OK;
 }
 
@@ -558,24 +618,18 @@ int gpt_backward_input(gpt_stage *st, gpt_acts *a, const float *dy, float loss_s
     if (a->have_cache)
         return err_set(err, TS_ESTATE, "gpt_backward_input: called twice on one micro-batch");
     gpt_cache *c = &a->cache;
-    c->nfloats = gpt_cache_layout(st, c, st->nl, NULL);
+    memset(c, 0, sizeof *c);
     c->L = calloc((size_t)st->nl + 1, sizeof *c->L);
     if (!c->L)
         return err_set(err, TS_ENOMEM, "gpt_backward_input: out of memory");
-    int rc = be_alloc(st->be, c->nfloats, XMEM_ACTS, &c->mem, err);
-    if (!rc) {
-        a->rc_n = (size_t)st->n_rc * st->rc_slot;
-        rc = be_alloc(st->be, a->rc_n, XMEM_ACTS, &a->rc_mem, err);
-    }
+    a->rc_n = (size_t)st->n_rc * st->rc_slot;
+    int rc = be_alloc(st->be, a->rc_n, XMEM_ACTS, &a->rc_mem, err);
     if (rc) {
-        be_free(st->be, c->mem, c->nfloats, XMEM_ACTS);
-        c->mem = NULL;
         free(c->L);
         c->L = NULL;
         return rc;
     }
-    gpt_cache_layout(st, c, st->nl, c->mem);
-    a->have_cache = true;
+    a->have_cache = true; /* gpt_acts_free releases what the backward allocated, should it fail */
     return backward_input(st, a, dy, loss_scale, dx, c, false, err);
 }
 
@@ -585,21 +639,26 @@ int gpt_backward_weight(gpt_stage *st, gpt_acts *a, ts_err *err)
         return err_set(err, TS_ESTATE, "gpt_backward_weight: no saved gradients (run gpt_backward_input first)");
     gpt_cache *c = &a->cache;
     if (st->head) {
-        head_bwd_weight(st, a, c);
+        head_bwd_weight(st, a, c, false);
         gpt_head_acts_free(st, a, true);
+        be_free(st->be, c->dlogits, st->N * (size_t)st->V, XMEM_ACTS);
+        c->dlogits = NULL;
     }
     for (int li = st->nl - 1; li >= 0; li--) {
-        layer_bwd_weight(st, a, li, &c->L[li]);
+        layer_bwd_weight(st, a, li, &c->L[li], false);
         gpt_layer_acts_free(st, a, li);
+        be_free(st->be, c->L[li].mem, c->L[li].nfloats, XMEM_ACTS);
+        c->L[li].mem = NULL;
     }
-    if (st->embed)
+    if (st->embed) {
         embed_bwd_weight(st, a, c);
-    be_free(st->be, c->mem, c->nfloats, XMEM_ACTS);
+        be_free(st->be, c->dx0, st->Ns * (size_t)st->C, XMEM_ACTS);
+        c->dx0 = NULL;
+    }
     be_free(st->be, a->rc_mem, a->rc_n, XMEM_ACTS);
     a->rc_mem = NULL;
     free(c->L);
     c->L = NULL;
-    c->mem = NULL;
     a->have_cache = false;
     return TS_OK;
 }

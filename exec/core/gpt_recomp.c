@@ -10,41 +10,54 @@
 #include "exec/core/gpt_impl.h"
 #include "sim/util/ckd.h"
 
-size_t gpt_lacts_carve(const gpt_stage *st, gpt_lacts *A, float *base, bool res3, bool moe)
+size_t gpt_lacts_carve(const gpt_stage *st, gpt_lacts *A, float *wbase, float *ibase, bool res3, bool moe)
 {
     size_t cur = 0, N = st->N, Ns = st->Ns, C = st->C;
     size_t natt = gpt_att_floats(st), nmean = st->d.rmsnorm ? 0 : Ns;
+    float *base = wbase;
 #define TAKE(ptr, cnt)                                                                                                 \
     do {                                                                                                               \
         if (base)                                                                                                      \
             (ptr) = base + cur;                                                                                        \
         cur += (cnt);                                                                                                  \
     } while (0)
+    /* the weight part: the linear layers' inputs */
     TAKE(A->ln1, Ns * C);
-    TAKE(A->ln1m, nmean);
-    TAKE(A->ln1r, Ns);
     if (st->sp)
         TAKE(A->ln1g, N * C);
+    TAKE(A->atty, N * st->Cl);
+    TAKE(A->ln2, Ns * C);
+    if (st->sp)
+        TAKE(A->ln2g, N * C);
+    if (!moe)
+        TAKE(A->fchg, N * st->Fl);
+    size_t nw = cur;
+    if (wbase) { /* the input part: in ibase, or after the weight part */
+        base = ibase ? ibase : wbase + nw;
+        cur = 0;
+    }
+    TAKE(A->ln1m, nmean);
+    TAKE(A->ln1r, Ns);
     TAKE(A->qkv, N * st->Wl);
     if (!st->d.recompute_attn)
         TAKE(A->att, natt);
     else if (base)
         A->att = st->s_att; /* scores (or log-sum-exp) recomputed in the backward: one stage-wide buffer */
-    TAKE(A->atty, N * st->Cl);
     TAKE(A->res2, Ns * C);
-    TAKE(A->ln2, Ns * C);
     TAKE(A->ln2m, nmean);
     TAKE(A->ln2r, Ns);
-    if (st->sp)
-        TAKE(A->ln2g, N * C);
-    if (!moe) {
+    if (!moe)
         TAKE(A->fch, N * st->Fu);
-        TAKE(A->fchg, N * st->Fl);
-    }
     if (res3)
         TAKE(A->res3, Ns * C);
 #undef TAKE
-    return cur;
+    return wbase ? nw + cur : cur;
+}
+
+size_t gpt_lacts_w_floats(const gpt_stage *st, bool moe)
+{
+    size_t N = st->N, Ns = st->Ns, C = st->C;
+    return 2 * Ns * C + (st->sp ? 2 * N * C : 0) + N * (size_t)st->Cl + (moe ? 0 : N * (size_t)st->Fl);
 }
 
 int gpt_rc_setup(gpt_stage *st, ts_err *err)
@@ -68,7 +81,7 @@ int gpt_rc_setup(gpt_stage *st, ts_err *err)
         st->rc_hi[li] = hi > st->n_rc ? st->n_rc : hi;
     }
     gpt_lacts dummy;
-    st->rc_slot = gpt_lacts_carve(st, &dummy, NULL, true, false); /* (MoE layers are never recomputed) */
+    st->rc_slot = gpt_lacts_carve(st, &dummy, NULL, NULL, true, false); /* (MoE layers are never recomputed) */
     int64_t bytes; /* what the split backward keeps per micro-batch: every recomputed layer */
     if (ckd_mul_i64(&bytes, (int64_t)st->n_rc, (int64_t)st->rc_slot) ||
         ckd_mul_i64(&bytes, bytes, (int64_t)sizeof(float)) || bytes > CKD_MAX_BYTES)
@@ -104,7 +117,7 @@ void gpt_rc_bind(const gpt_stage *st, gpt_acts *a, int lo, float *base)
     for (int li = lo; li < hi; li++) {
         gpt_lacts *A = &a->L[li];
         float *keep = A->res3;
-        gpt_lacts_carve(st, A, base + (size_t)(li - lo) * st->rc_slot, true, false);
+        gpt_lacts_carve(st, A, base + (size_t)(li - lo) * st->rc_slot, NULL, true, false);
         if (li == hi - 1)
             A->res3 = keep;
     }

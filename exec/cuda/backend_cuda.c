@@ -6,6 +6,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "exec/core/cp_split.h"
 #include "exec/cuda/cugemm.h"
 #include "kernels/cuk.h"
 
@@ -264,7 +265,22 @@ static void cu_ln_bwd_weight(backend *be, float *dw, float *db, const float *dou
          "layernorm_bwd_weight");
 }
 
-static void cu_att_fwd(backend *be, float *out, float *att, const float *qkv, int B, int T, int NH, int hs)
+/* Attention through GEMMs: q, k, v split into [B, NH, T, hs] (grouped-query:
+ * each query head's key/value head h / (NH/NKV) copied, cuk_f32_qkv_split_gqa;
+ * multi-head, NKV = NH: cuk_f32_qkv_split), then two strided-batched GEMMs
+ * around the scaled causal softmax; the backward merges the key/value
+ * gradients back, summed over each group. */
+static void att_split(backend *be, float *q, float *k, float *v, const float *qkv, int B, int T, int NH, int NKV,
+                      int hs)
+{
+    cudaStream_t s = CTX(be)->stream;
+    if (NKV == NH)
+        note(be, cuk_f32_qkv_split(q, k, v, qkv, B, T, NH, hs, s), "attention qkv split");
+    else
+        note(be, cuk_f32_qkv_split_gqa(q, k, v, qkv, B, T, NH, NKV, hs, s), "gqa attention qkv split");
+}
+
+static void cu_att_gqa_fwd(backend *be, float *out, float *att, const float *qkv, int B, int T, int NH, int NKV, int hs)
 {
     cudaStream_t s = CTX(be)->stream;
     size_t per = (size_t)B * NH * T * hs;
@@ -274,15 +290,15 @@ static void cu_att_fwd(backend *be, float *out, float *att, const float *qkv, in
     float *k = q + per, *v = k + per, *o = v + per;
     int bh = B * NH;
     long long sq = (long long)T * hs, sa = (long long)T * T;
-    note(be, cuk_f32_qkv_split(q, k, v, qkv, B, T, NH, hs, s), "attention qkv split");
+    att_split(be, q, k, v, qkv, B, T, NH, NKV, hs);
     bgemm(be, false, true, T, T, hs, q, hs, sq, k, hs, sq, att, T, sa, bh); /* q k^T */
     note(be, cuk_f32_softmax_causal_fwd(att, bh, T, 1.0f / sqrtf((float)hs), s), "attention softmax");
     bgemm(be, false, false, T, hs, T, att, T, sa, v, hs, sq, o, hs, sq, bh); /* att v */
     note(be, cuk_f32_bhtd_to_bthd(out, o, B, NH, T, hs, s), "attention output permute");
 }
 
-static void cu_att_bwd(backend *be, float *dqkv, float *datt, const float *dout, const float *qkv, const float *att,
-                       int B, int T, int NH, int hs)
+static void cu_att_gqa_bwd(backend *be, float *dqkv, float *datt, const float *dout, const float *qkv, const float *att,
+                           int B, int T, int NH, int NKV, int hs)
 {
     cudaStream_t s = CTX(be)->stream;
     size_t per = (size_t)B * NH * T * hs;
@@ -292,7 +308,7 @@ static void cu_att_bwd(backend *be, float *dqkv, float *datt, const float *dout,
     float *k = q + per, *v = k + per, *dO = v + per, *dq = dO + per, *dk = dq + per, *dv = dk + per;
     int bh = B * NH;
     long long sq = (long long)T * hs, sa = (long long)T * T;
-    note(be, cuk_f32_qkv_split(q, k, v, qkv, B, T, NH, hs, s), "attention qkv split");
+    att_split(be, q, k, v, qkv, B, T, NH, NKV, hs);
     note(be, cuk_f32_bthd_to_bhtd(dO, dout, B, NH, T, hs, s), "attention dout permute");
     bgemm(be, false, true, T, T, hs, dO, hs, sq, v, hs, sq, datt, T, sa, bh); /* dO v^T */
     bgemm(be, true, false, T, hs, T, att, T, sa, dO, hs, sq, dv, hs, sq, bh); /* att^T dO */
@@ -300,7 +316,217 @@ static void cu_att_bwd(backend *be, float *dqkv, float *datt, const float *dout,
          "attention softmax backward");
     bgemm(be, false, false, T, hs, T, datt, T, sa, k, hs, sq, dq, hs, sq, bh); /* dS k */
     bgemm(be, true, false, T, hs, T, datt, T, sa, q, hs, sq, dk, hs, sq, bh);  /* dS^T q */
-    note(be, cuk_f32_qkv_merge_acc(dqkv, dq, dk, dv, B, T, NH, hs, s), "attention dqkv merge");
+    if (NKV == NH)
+        note(be, cuk_f32_qkv_merge_acc(dqkv, dq, dk, dv, B, T, NH, hs, s), "attention dqkv merge");
+    else
+        note(be, cuk_f32_qkv_merge_gqa_acc(dqkv, dq, dk, dv, B, T, NH, NKV, hs, s), "gqa attention dqkv merge");
+}
+
+/* Multi-head attention: one key/value head per query head. */
+static void cu_att_fwd(backend *be, float *out, float *att, const float *qkv, int B, int T, int NH, int hs)
+{
+    cu_att_gqa_fwd(be, out, att, qkv, B, T, NH, NH, hs);
+}
+
+static void cu_att_bwd(backend *be, float *dqkv, float *datt, const float *dout, const float *qkv, const float *att,
+                       int B, int T, int NH, int hs)
+{
+    cu_att_gqa_bwd(be, dqkv, datt, dout, qkv, att, B, T, NH, NH, hs);
+}
+
+/* ------------------------------------------------------------ flash attention */
+
+/* A failed launch or copy of the flash path: kept as the sticky status and
+ * returned (the flash ops return a status). */
+static int flash_fail(backend *be, cudaError_t st, const char *what, ts_err *err)
+{
+    note(be, st, what);
+    return err_set(err, TS_ESTATE, "cuda flash attention: %s: %s", what, cudaGetErrorString(st));
+}
+
+/* cp_attn's argument checks (the same messages' content). */
+static int flash_check(const cp_ring *ring, int B, int T, int NH, int NKV, int hs, ts_err *err)
+{
+    if (NH < 1 || NKV < 1 || hs < 1 || NH % NKV)
+        return err_set(err, TS_EINVAL,
+                       "cuda flash attention: %d query heads, %d key/value heads of %d: the key/value heads must "
+                       "divide the query heads (all >= 1)",
+                       NH, NKV, hs);
+    if (B < 1 || T < 1)
+        return err_set(err, TS_EINVAL, "cuda flash attention: batch %d, sequence %d: both must be >= 1", B, T);
+    if (ring->size > 1 && !ring->sendrecv)
+        return err_set(err, TS_EINVAL, "cuda flash attention: a ring of %d ranks without an exchange", ring->size);
+    return ring->size > 1 ? cp_split_check(T, ring->size, err) : TS_OK;
+}
+
+/* One hop of the ring, staged through host memory (the cp_ring exchange is
+ * host-side: cp_mpi's MPI_Sendrecv): dev's n floats leave for the next
+ * rank and the previous rank's arrive in dev. host: 2n floats. */
+static int flash_hop(backend *be, const cp_ring *ring, float *dev, float *host, size_t n, ts_err *err)
+{
+    cudaStream_t s = CTX(be)->stream;
+    cudaError_t st = cudaMemcpyAsync(host, dev, n * sizeof(float), cudaMemcpyDeviceToHost, s);
+    if (st == cudaSuccess)
+        st = cudaStreamSynchronize(s);
+    if (st != cudaSuccess)
+        return flash_fail(be, st, "ring block to host", err);
+    int rc = ring->sendrecv(ring->ud, host, host + n, n, err);
+    if (rc != TS_OK)
+        return rc;
+    st = cudaMemcpyAsync(dev, host + n, n * sizeof(float), cudaMemcpyHostToDevice, s);
+    if (st == cudaSuccess)
+        st = cudaStreamSynchronize(s); /* host + n is written by the next hop */
+    return st == cudaSuccess ? TS_OK : flash_fail(be, st, "ring block to device", err);
+}
+
+/* The ring's device buffer (the caller's ring_ws, or one allocated here
+ * into *own) and the host staging of nkv floats each way. */
+static int flash_buffers(backend *be, size_t nkv, float *ring_ws, float **dev, float **own, float **host, ts_err *err)
+{
+    *dev = ring_ws;
+    *own = NULL;
+    *host = NULL;
+    if (nkv == 0)
+        return TS_OK;
+    if (!ring_ws) {
+        cudaError_t st = cudaMalloc((void **)own, nkv * sizeof(float));
+        if (st != cudaSuccess)
+            return flash_fail(be, st, "ring buffer allocation", err);
+        *dev = *own;
+    }
+    *host = malloc(2 * nkv * sizeof(float));
+    if (!*host)
+        return err_set(err, TS_ENOMEM, "cuda flash attention: %zu floats of host staging: out of memory", 2 * nkv);
+    return TS_OK;
+}
+
+static int cu_att_flash_fwd(backend *be, const cp_ring *ring, float *out, float *lse, const float *qkv, int B, int T,
+                            int NH, int NKV, int hs, float *ring_ws, ts_err *err)
+{
+    int cp = ring->size, rc = flash_check(ring, B, T, NH, NKV, hs, err);
+    if (rc != TS_OK)
+        return rc;
+    cudaStream_t s = CTX(be)->stream;
+    cuk_flash_dims d = {
+        .B = B, .T = T, .cp = cp, .rank = ring->rank, .src = ring->rank, .NH = NH, .NKV = NKV, .hs = hs};
+    size_t rows = (size_t)B * (size_t)(T / cp), KV = (size_t)NKV * hs, W = (size_t)(NH + 2 * NKV) * hs;
+    size_t nkv = cp > 1 ? rows * 2 * KV : 0;
+    float *dev = NULL, *own = NULL, *host = NULL;
+    void *ws = scratch(be, cuk_f32_flash_fwd_scratch_bytes(&d));
+    rc =
+        ws ? flash_buffers(be, nkv, ring_ws, &dev, &own, &host, err)
+           : err_set(err, TS_ENOMEM, "cuda flash attention: scratch of %zu bytes", cuk_f32_flash_fwd_scratch_bytes(&d));
+    cudaError_t st = cudaSuccess;
+    if (rc == TS_OK)
+        st = cuk_f32_flash_fwd_init(ws, &d, s);
+    if (rc == TS_OK && st == cudaSuccess && cp > 1)
+        st = cuk_f32_flash_pack(dev, qkv, rows, NH, NKV, hs, false, s);
+    for (int step = 0; rc == TS_OK && st == cudaSuccess && step < cp; step++) {
+        d.src = ((ring->rank - step) % cp + cp) % cp; /* cp_split.h's cp_ring_src */
+        st = cuk_f32_flash_fwd_step(ws, qkv, cp > 1 ? dev : qkv + (size_t)NH * hs, cp > 1 ? 2 * KV : W, &d, s);
+        if (st == cudaSuccess && step + 1 < cp)
+            rc = flash_hop(be, ring, dev, host, nkv, err);
+    }
+    if (rc == TS_OK && st == cudaSuccess)
+        st = cuk_f32_flash_fwd_finish(out, lse, ws, &d, s);
+    if (rc == TS_OK && st != cudaSuccess)
+        rc = flash_fail(be, st, "forward launch", err);
+    if (own || host)
+        cudaStreamSynchronize(s); /* nothing in flight reads them */
+    cudaFree(own);
+    free(host);
+    return rc;
+}
+
+static int cu_att_flash_bwd(backend *be, const cp_ring *ring, float *dqkv, const float *dout, const float *out,
+                            const float *lse, const float *qkv, int B, int T, int NH, int NKV, int hs, float *ring_ws,
+                            ts_err *err)
+{
+    int cp = ring->size, rc = flash_check(ring, B, T, NH, NKV, hs, err);
+    if (rc != TS_OK)
+        return rc;
+    cudaStream_t s = CTX(be)->stream;
+    cuk_flash_dims d = {
+        .B = B, .T = T, .cp = cp, .rank = ring->rank, .src = ring->rank, .NH = NH, .NKV = NKV, .hs = hs};
+    size_t rows = (size_t)B * (size_t)(T / cp), C = (size_t)NH * hs, KV = (size_t)NKV * hs, W = C + 2 * KV;
+    size_t nkv = cp > 1 ? rows * 4 * KV : 0; /* k | v | dk | dv */
+    float *dev = NULL, *own = NULL, *host = NULL;
+    void *ws = scratch(be, cuk_f32_flash_bwd_scratch_bytes(&d));
+    rc =
+        ws ? flash_buffers(be, nkv, ring_ws, &dev, &own, &host, err)
+           : err_set(err, TS_ENOMEM, "cuda flash attention: scratch of %zu bytes", cuk_f32_flash_bwd_scratch_bytes(&d));
+    cudaError_t st = cudaSuccess;
+    if (rc == TS_OK)
+        st = cuk_f32_flash_bwd_D(ws, dout, out, &d, s);
+    if (rc == TS_OK && st == cudaSuccess && cp > 1)
+        st = cuk_f32_flash_pack(dev, qkv, rows, NH, NKV, hs, true, s);
+    for (int step = 0; rc == TS_OK && st == cudaSuccess && step < cp; step++) {
+        d.src = ((ring->rank - step) % cp + cp) % cp;
+        /* the travelling rows of k | v | dk | dv, or qkv and dqkv in place */
+        const float *kb = cp > 1 ? dev : qkv + C;
+        float *db = cp > 1 ? dev + 2 * KV : dqkv + C;
+        st = cuk_f32_flash_bwd_step(dqkv, db, ws, dout, lse, qkv, kb, cp > 1 ? 4 * KV : W, &d, s);
+        if (st == cudaSuccess && cp > 1) /* cp hops in all: the last one brings dk, dv home */
+            rc = flash_hop(be, ring, dev, host, nkv, err);
+    }
+    if (rc == TS_OK && st == cudaSuccess && cp > 1)
+        st = cuk_f32_flash_unpack_grad(dqkv, dev, rows, NH, NKV, hs, s);
+    if (rc == TS_OK && st != cudaSuccess)
+        rc = flash_fail(be, st, "backward launch", err);
+    if (own || host)
+        cudaStreamSynchronize(s);
+    cudaFree(own);
+    free(host);
+    return rc;
+}
+
+/* ------------------------------------------------------------ Llama kernels */
+
+static void cu_rms_fwd(backend *be, float *out, float *rstd, const float *inp, const float *w, size_t N, int C)
+{
+    note(be, cuk_f32_rmsnorm_fwd(out, rstd, inp, w, N, C, CTX(be)->stream), "rmsnorm_fwd");
+}
+
+static void cu_rms_bwd_input(backend *be, float *dinp, const float *dout, const float *inp, const float *w,
+                             const float *rstd, size_t N, int C)
+{
+    note(be, cuk_f32_rmsnorm_bwd_input(dinp, dout, inp, w, rstd, N, C, CTX(be)->stream), "rmsnorm_bwd_input");
+}
+
+static void cu_rms_bwd_weight(backend *be, float *dw, const float *dout, const float *inp, const float *rstd, size_t N,
+                              int C)
+{
+    note(be, cuk_f32_rmsnorm_bwd_weight(dw, dout, inp, rstd, N, C, CTX(be)->stream), "rmsnorm_bwd_weight");
+}
+
+static void cu_swiglu_fwd(backend *be, float *out, const float *inp, size_t N, int F)
+{
+    note(be, cuk_f32_swiglu_fwd(out, inp, N, F, CTX(be)->stream), "swiglu_fwd");
+}
+
+static void cu_swiglu_bwd(backend *be, float *dinp, const float *inp, const float *dout, size_t N, int F)
+{
+    note(be, cuk_f32_swiglu_bwd(dinp, inp, dout, N, F, CTX(be)->stream), "swiglu_bwd");
+}
+
+static void cu_rope_fwd(backend *be, float *qkv, size_t N, int T, int NH, int NKV, int hs, float base)
+{
+    note(be, cuk_f32_rope(qkv, N, T, 0, NH, NKV, hs, base, 1.0f, CTX(be)->stream), "rope_fwd");
+}
+
+static void cu_rope_bwd(backend *be, float *dqkv, size_t N, int T, int NH, int NKV, int hs, float base)
+{
+    note(be, cuk_f32_rope(dqkv, N, T, 0, NH, NKV, hs, base, -1.0f, CTX(be)->stream), "rope_bwd");
+}
+
+static void cu_rope_at_fwd(backend *be, float *qkv, size_t N, int pos0, int NH, int NKV, int hs, float base)
+{
+    note(be, cuk_f32_rope(qkv, N, 0, pos0, NH, NKV, hs, base, 1.0f, CTX(be)->stream), "rope_at_fwd");
+}
+
+static void cu_rope_at_bwd(backend *be, float *dqkv, size_t N, int pos0, int NH, int NKV, int hs, float base)
+{
+    note(be, cuk_f32_rope(dqkv, N, 0, pos0, NH, NKV, hs, base, -1.0f, CTX(be)->stream), "rope_at_bwd");
 }
 
 static void cu_gelu_fwd(backend *be, float *out, const float *inp, size_t n)
@@ -505,6 +731,19 @@ static void fill_table(backend *be)
     be->crossentropy_fwd = cu_ce_fwd;
     be->crossentropy_bwd = cu_ce_bwd;
     be->adam = cu_adam;
+    be->rmsnorm_fwd = cu_rms_fwd;
+    be->rmsnorm_bwd_input = cu_rms_bwd_input;
+    be->rmsnorm_bwd_weight = cu_rms_bwd_weight;
+    be->swiglu_fwd = cu_swiglu_fwd;
+    be->swiglu_bwd = cu_swiglu_bwd;
+    be->rope_fwd = cu_rope_fwd;
+    be->rope_bwd = cu_rope_bwd;
+    be->rope_at_fwd = cu_rope_at_fwd;
+    be->rope_at_bwd = cu_rope_at_bwd;
+    be->attention_gqa_fwd = cu_att_gqa_fwd;
+    be->attention_gqa_bwd = cu_att_gqa_bwd;
+    be->attention_flash_fwd = cu_att_flash_fwd;
+    be->attention_flash_bwd = cu_att_flash_bwd;
     be->destroy = cu_destroy;
 }
 

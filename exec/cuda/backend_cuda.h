@@ -6,7 +6,15 @@
  * cached per shape; the other ops are the fp32 instantiations of kernels/
  * (cuk.h), with exactly the semantics of exec/cpu/kern.h. Attention is
  * Megatron's 2021 path: two strided-batched GEMMs around the scaled causal
- * softmax (the T x T probabilities are saved, as kern_attention_fwd does).
+ * softmax (the T x T probabilities are saved, as kern_attention_fwd does);
+ * grouped-query attention is the same path with each key/value head copied
+ * per query head of its group. The Llama kernels (RMSNorm, SwiGLU, RoPE) are
+ * kernels/llama.cu's, the flash-style attention kernels/flash.cu's
+ * (cp_attn.h's recurrence, one launch per ring step). With a context-
+ * parallel ring of more than one rank, each hop is staged through host
+ * memory: the ring's sendrecv gets HOST pointers (cp_mpi's and comm_nccl's
+ * MPI_Sendrecv), after a stream synchronisation. These Llama and flash paths
+ * compile but have not yet run on a GPU (docs/cuda.md, Limitations).
  *
  * Everything is enqueued on one compute stream; sync() waits for it. The
  * table's functions return nothing, so the first CUDA or cuBLAS failure is

@@ -7,6 +7,9 @@
 
 #include <nccl.h>
 
+/* Tag of the context-parallel ring's messages (one ring in flight per communicator; exec/cp_mpi.c's value). */
+#define NCCL_CP_RING_TAG 7100
+
 typedef struct {
     bool send;
     int peer;
@@ -70,7 +73,10 @@ static int check_group(comm *c, comm_group g, ts_err *err)
 {
     if ((unsigned)g >= COMM_NGROUPS)
         return err_set(err, TS_EINVAL, "nccl comm: group %d: valid are 0..%d", (int)g, COMM_NGROUPS - 1);
-    (void)c;
+    if (c->size[g] > 1 && !X(c)->nc[g])
+        return err_set(err, TS_EINVAL,
+                       "nccl comm: the %s-parallel group has no NCCL communicator (only its ring hop, over MPI)",
+                       GROUP_NAMES[g]);
     return TS_OK;
 }
 
@@ -210,6 +216,20 @@ static int nc_wait_all(comm *c, ts_err *err)
     return rc;
 }
 
+/* The context-parallel ring's hop (comm.h's cp_sendrecv) over the group's
+ * MPI communicator, on host memory: the CUDA backend's flash attention
+ * stages the ring's blocks through the host (backend_cuda.h). */
+static int nc_cp_sendrecv(comm *c, const float *send, float *recv, size_t n, ts_err *err)
+{
+    MPI_Comm m = X(c)->mpi[COMM_CP];
+    int size = c->size[COMM_CP], rank = c->rank[COMM_CP];
+    if (n > 0x7fffffffu)
+        return err_set(err, TS_EINVAL, "context-parallel ring: %zu floats exceed MPI's int count", n);
+    int e = MPI_Sendrecv(send, (int)n, MPI_FLOAT, (rank + 1) % size, NCCL_CP_RING_TAG, recv, (int)n, MPI_FLOAT,
+                         (rank + size - 1) % size, NCCL_CP_RING_TAG, m, MPI_STATUS_IGNORE);
+    return e == MPI_SUCCESS ? TS_OK : err_set(err, TS_ESTATE, "context-parallel ring: MPI error %d", e);
+}
+
 static void nc_destroy(comm *c)
 {
     if (!c)
@@ -288,15 +308,20 @@ static int make_group(comm *c, MPI_Comm base, comm_group g, int color, ts_err *e
 
 int comm_nccl_create(MPI_Comm base, int t, int p, int d, cudaStream_t compute, comm **out, ts_err *err)
 {
+    return comm_nccl_create_cp(base, t, 1, p, d, compute, out, err);
+}
+
+int comm_nccl_create_cp(MPI_Comm base, int t, int cp, int p, int d, cudaStream_t compute, comm **out, ts_err *err)
+{
     *out = NULL;
     int size = 0, g = 0;
     MPI_Comm_size(base, &size);
     MPI_Comm_rank(base, &g);
-    if (t < 1 || p < 1 || d < 1 || (long long)t * p * d != size)
+    if (t < 1 || cp < 1 || p < 1 || d < 1 || (long long)t * cp * p * d != size)
         return err_set(err, TS_EINVAL,
-                       "nccl comm: t=%d p=%d d=%d: t*p*d must equal the %d "
+                       "nccl comm: t=%d cp=%d p=%d d=%d: t*cp*p*d must equal the %d "
                        "MPI ranks",
-                       t, p, d, size);
+                       t, cp, p, d, size);
     comm *c = calloc(1, sizeof *c);
     nccl_ctx *x = calloc(1, sizeof *x);
     if (!c || !x) {
@@ -308,15 +333,17 @@ int comm_nccl_create(MPI_Comm base, int t, int p, int d, cudaStream_t compute, c
         x->mpi[i] = MPI_COMM_NULL;
     c->name = "nccl";
     c->ctx = x;
+    /* Megatron-core's order tp-cp-dp-pp (comm.h, as comm_mpi_create_cp): the data-parallel group
+     * holds the cp x d ranks that share the parameters */
+    int tp = g % t, cr = (g / t) % cp, dp = (g / (t * cp)) % d, pp = g / (t * cp * d);
     c->size[COMM_TP] = t;
     c->size[COMM_PP] = p;
-    c->size[COMM_DP] = d;
-    int tp = g % t, dp = (g / t) % d, pp = g / (t * d); /* Megatron-core's order: tp-dp-pp (comm.h) */
+    c->size[COMM_DP] = cp * d;
+    c->size[COMM_CP] = cp;
     c->rank[COMM_TP] = tp;
     c->rank[COMM_PP] = pp;
-    c->rank[COMM_DP] = dp;
-    c->size[COMM_CP] = 1; /* no context parallelism over NCCL (trainexec refuses it with --backend cuda) */
-    c->rank[COMM_CP] = 0;
+    c->rank[COMM_DP] = cr + cp * dp;
+    c->rank[COMM_CP] = cr;
     c->all_reduce = nc_all_reduce;
     c->all_gather = nc_all_gather;
     c->reduce_scatter = nc_reduce_scatter;
@@ -324,6 +351,7 @@ int comm_nccl_create(MPI_Comm base, int t, int p, int d, cudaStream_t compute, c
     c->irecv = nc_irecv;
     c->wait = nc_wait;
     c->wait_all = nc_wait_all;
+    c->cp_sendrecv = nc_cp_sendrecv;
     c->destroy = nc_destroy;
     x->compute = compute;
     int rc = TS_OK;
@@ -338,13 +366,15 @@ int comm_nccl_create(MPI_Comm base, int t, int p, int d, cudaStream_t compute, c
         st = cudaEventCreateWithFlags(&x->req[i].done, cudaEventDisableTiming);
     if (st != cudaSuccess)
         rc = cuda_fail(err, st, "stream/event creation");
-    /* Same order on every rank: TP, PP, DP. */
+    /* Same order on every rank: TP, PP, DP, then CP (MPI only: the ring's exchange). */
     if (rc == TS_OK)
-        rc = make_group(c, base, COMM_TP, pp + p * dp, err);
+        rc = make_group(c, base, COMM_TP, cr + cp * (dp + d * pp), err);
     if (rc == TS_OK)
-        rc = make_group(c, base, COMM_PP, tp + t * dp, err);
+        rc = make_group(c, base, COMM_PP, tp + t * (cr + cp * dp), err);
     if (rc == TS_OK)
         rc = make_group(c, base, COMM_DP, tp + t * pp, err);
+    if (rc == TS_OK && MPI_Comm_split(base, tp + t * (dp + d * pp), cr, &x->mpi[COMM_CP]) != MPI_SUCCESS)
+        rc = err_set(err, TS_ESTATE, "nccl comm: MPI_Comm_split of the context-parallel group failed");
     if (rc != TS_OK) {
         nc_destroy(c);
         return rc;

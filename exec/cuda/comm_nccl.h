@@ -1,11 +1,16 @@
 /* comm_nccl — the comm interface (exec/core/comm.h) over NCCL, for the CUDA backend.
  *
  * Groups as comm_mpi lays them out (Megatron-core order, tensor innermost):
- * base rank g = tp + t * (dp + d * pp) (comm.h's order, no context parallelism). Each group with more than one rank
+ * base rank g = tp + t * (cp_rank + cp * (dp + d * pp)) (comm.h's order; the data-parallel group
+ * holds the cp x d ranks that share the parameters). Each group with more than one rank
  * gets its own NCCL communicator, bootstrapped over MPI: the group's rank 0
  * calls ncclGetUniqueId and MPI_Bcast's it over the group's MPI
  * sub-communicator, then every member calls ncclCommInitRank (groups in the
  * fixed order TP, PP, DP on every rank, so the blocking inits cannot cross).
+ * The context-parallel group has an MPI sub-communicator only: its ring hop
+ * (cp_sendrecv) is MPI_Sendrecv on HOST memory, as exec/cp_mpi.c's; the
+ * CUDA backend's flash attention stages the ring's blocks through the host
+ * for it (exec/cuda/backend_cuda.h).
  *
  * Streams: collectives run on a communication stream and point-to-point on
  * a second one, never on the compute stream. Each operation first waits
@@ -41,5 +46,8 @@
  * with NCCL's message when a communicator cannot be created. `compute` is
  * the backend's stream (backend_cuda_stream). */
 int comm_nccl_create(MPI_Comm base, int t, int p, int d, cudaStream_t compute, comm **out, ts_err *err);
+/* The same with cp context-parallel ranks (base's size t*cp*p*d; cp = 1 is
+ * comm_nccl_create). */
+int comm_nccl_create_cp(MPI_Comm base, int t, int cp, int p, int d, cudaStream_t compute, comm **out, ts_err *err);
 
 #endif

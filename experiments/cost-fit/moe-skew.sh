@@ -15,6 +15,8 @@
 # Prints each bisection step (skew, step in s), then
 #   fit SKEW step S s (E% vs 19.7 s) causal-model-tflops-per-gpu F (E% vs 245)
 # for the rounded skew.
+# The preset sets --qk-layernorm (the row's Qwen3 has q and k norms): fitted
+# with it, 0.18 (crossing at 0.1796); without it the fit was 0.2 (0.1963).
 #   bash experiments/cost-fit/moe-skew.sh     (after `make`; ~1 s)
 # TRAINSIM overrides the binary (default build/trainsim).
 set -euo pipefail

@@ -77,6 +77,9 @@ static int moe_cols(const csvio_table *t, size_t r, catalog_model *m, ts_err *er
         (rc = opt_int(t, r, "qk_pos_emb_head_dim", 1, BIG, &e->mla_qk_pos_emb_head_dim, err)) ||
         (rc = opt_int(t, r, "v_head_dim", 1, BIG, &e->mla_v_head_dim, err)))
         return rc;
+    if (csvio_col(t, "qk_layernorm") >= 0 && !csvio_empty(t, r, "qk_layernorm") &&
+        (rc = csvio_get_bool(t, r, "qk_layernorm", &m->model.qk_layernorm, err)))
+        return rc;
     if (csvio_col(t, "multi_latent_attention") >= 0 && !csvio_empty(t, r, "multi_latent_attention") &&
         (rc = csvio_get_bool(t, r, "multi_latent_attention", &e->mla, err)))
         return rc;

@@ -29,7 +29,7 @@ typedef struct {
     char schedule[16];                 /* layout: schedule name (sched_kind_parse) */
     char source[CATALOG_SOURCE_BYTES]; /* layout_source: which values are published */
     /* optional columns (absent or empty: Megatron-LM's default): kv_channels
-     * (0 = h / a), the MoE shape and layout (num_experts, moe_router_topk,
+     * (0 = h / a), qk_layernorm (model.qk_layernorm), the MoE shape and layout (num_experts, moe_router_topk,
      * moe_ffn_hidden_size, moe_shared_expert_intermediate_size,
      * moe_layer_freq as Megatron's N or "([0]*K+[1]*M)", moe_router_num_groups,
      * moe_router_group_topk, expert_model_parallel_size,

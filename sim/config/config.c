@@ -565,8 +565,8 @@ static int check_recompute(const config *c, ts_err *err)
 {
     const parallel_config *p = &c->par;
     unsigned dense = CONFIG_RC_CORE_ATTN | CONFIG_RC_MLP | CONFIG_RC_LAYERNORM;
-    if (c->moe.num_experts > 0) /* the routed experts' activation (moe.h, moe_block_ops) */
-        dense |= CONFIG_RC_MOE_ACT;
+    if (c->moe.num_experts > 0) /* the routed experts' activation; the whole MoE block (moe.h, moe_block_ops) */
+        dense |= CONFIG_RC_MOE_ACT | CONFIG_RC_MOE;
     if (c->moe.mla) /* the MLA up-projections and rope (mla.h) */
         dense |= CONFIG_RC_MLA_UP_PROJ;
     if (p->recompute_modules & ~dense) {
@@ -574,11 +574,18 @@ static int check_recompute(const config *c, ts_err *err)
             if (p->recompute_modules & ~dense & (1u << i))
                 return err_set(err, TS_EINVAL,
                                "--recompute-modules %s: not modelled%s (valid: core_attn, mlp, layernorm; "
-                               "moe_act with --num-experts; mla_up_proj with --multi-latent-attention)",
+                               "moe, moe_act with --num-experts; mla_up_proj with --multi-latent-attention)",
                                CONFIG_RC_MODULE_NAMES[i],
-                               (1u << i) == CONFIG_RC_MOE_ACT ? " without --num-experts" : "");
+                               (1u << i) == CONFIG_RC_MOE_ACT || (1u << i) == CONFIG_RC_MOE
+                                   ? " without --num-experts (moe: also --moe-layer-recompute)"
+                                   : "");
         return err_set(err, TS_EINVAL, "--recompute-modules: unknown module bits 0x%x", p->recompute_modules);
     }
+    if ((p->recompute_modules & CONFIG_RC_MOE) && (p->recompute_modules & CONFIG_RC_MOE_ACT))
+        return err_set(err, TS_EINVAL,
+                       "--recompute-modules moe with moe_act (or --moe-layer-recompute with --recompute-modules "
+                       "moe_act): moe re-runs the whole MoE layer, the activation's own checkpoint nested inside it "
+                       "is not modelled (give one)");
     if (p->recompute_modules && p->recompute != RECOMPUTE_SELECTIVE)
         return err_set(err, TS_EINVAL, "--recompute-modules applies to --recompute-granularity selective only (got %s)",
                        CONFIG_RECOMPUTE_NAMES[p->recompute]);

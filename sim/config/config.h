@@ -60,7 +60,7 @@ typedef enum {
 #define CONFIG_RC_CORE_ATTN      0x01u               /* the attention core: scores, softmax, dropout, attention.V */
 #define CONFIG_RC_MLP            0x02u               /* the MLP: FC1, activation, FC2 */
 #define CONFIG_RC_LAYERNORM      0x04u               /* the two norms' outputs */
-#define CONFIG_RC_MOE            0x08u               /* needs MoE: not modelled */
+#define CONFIG_RC_MOE            0x08u               /* the whole MoE block (MoE models; --moe-layer-recompute) */
 #define CONFIG_RC_MOE_ACT        0x10u               /* the routed experts' activation (MoE models) */
 #define CONFIG_RC_MLA_UP_PROJ    0x20u               /* needs MLA: not modelled */
 #define CONFIG_RC_SHARED_EXPERTS 0x40u               /* needs MoE: not modelled */
@@ -99,6 +99,7 @@ typedef struct {
     bool untie_embeddings;                 /* --untie-embeddings-and-output-weights: a separate output weight */
     bool add_bias_linear;                  /* biases in the linear layers (Megatron's default; --disable-bias-linear) */
     config_norm normalization;             /* --normalization LayerNorm|RMSNorm */
+    bool qk_layernorm;                     /* --qk-layernorm: a norm (the model's) over each head's query and key */
     config_position position_embedding;    /* --position-embedding-type */
     double attention_dropout;              /* --attention-dropout: probability on the attention scores (0 = none) */
     double hidden_dropout;                 /* --hidden-dropout: probability after each block and the embedding */
@@ -175,6 +176,10 @@ typedef struct {
     bool no_nan_check;      /* --no-check-for-nan-in-loss-and-grad (Megatron's default checks each gradient bucket) */
     bool check_large_grads; /* --check-for-large-grads: the same bucket norms, checked for spikes */
     bool log_num_zeros;     /* --log-num-zeros-in-grad: zero gradients counted and all-reduced */
+    /* ---- the data loader's step of each micro-batch (sim/model/dataload.h) ---- */
+    bool no_loader_attn_mask;  /* --no-create-attention-mask-in-dataloader: no [b, 1, s, s] mask in the batch */
+    bool data_loader_measured; /* --data-loader-ns given: it replaces the modelled step */
+    double data_loader_ns;     /* --data-loader-ns: the measured step per micro-batch, ns */
 } parallel_config;
 
 struct topo; /* topo.h: parsed cluster topology */
@@ -216,6 +221,7 @@ typedef struct {
     const char *load_path;       /* --moe-expert-load FILE (moe_load.h), NULL = the skew model; borrowed */
     const double *expert_load;   /* its tokens per expert [num_experts], replacing the skew model; borrowed
                                      (owned by the flags' state, moe_flags_release; tests: their own array) */
+    bool expert_load_per_layer;  /* expert_load is [num_layers x num_experts]: layer l's at l E (moe_load.h) */
     int dispatcher;              /* --moe-token-dispatcher-type, config_moe_dispatcher */
     bool enable_deepep;          /* --moe-enable-deepep (flex dispatcher with DeepEP) */
     bool dispatch_fwd_mxfp8;     /* --moe-dispatch-fwd-dtype mxfp8: the dispatch's tokens sent in MXFP8 (moe_disp.h) */

@@ -72,6 +72,10 @@ static int add_model_flags(flags_state *s, opt_table *t, config *c, ts_err *err)
         .help = "SwiGLU MLP (3 weight matrices) instead of GeLU (2); --swiglu=false turns a preset's off");
     ADD(.name = "--normalization", .type = OPT_ENUM, .target = &s->normalization, .enum_names = CONFIG_NORM_NAMES,
         .help = "normalization layer (RMSNorm has a weight and no bias)");
+    ADD(.name = "--qk-layernorm", .type = OPT_BOOL, .target = &m->qk_layernorm,
+        .help = "a norm of --normalization's kind over each attention head's query and key (head size d) after the "
+                "QKV projection, before rope (Megatron-core's q_layernorm, k_layernorm; Qwen3); with "
+                "--multi-latent-attention: the norms of the compressed q and kv, which trainsim's MLA always has");
     ADD(.name = "--disable-bias-linear", .type = OPT_BOOL, .target = &s->disable_bias,
         .help = "no biases in the linear layers (Megatron-LM adds them by default)");
     ADD(.name = "--position-embedding-type", .type = OPT_ENUM, .target = &s->position,
@@ -176,6 +180,13 @@ static int add_fusion_flags(flags_state *s, opt_table *t, config *c, ts_err *err
         .unit = "scale", .defval = "none (fp16: dynamic)",
         .help = "a constant loss scale: with --bf16 too, the gradients are then unscaled and checked for inf/NaN "
                 "each iteration (fp16 does it always)");
+    ADD(.name = "--no-create-attention-mask-in-dataloader", .type = OPT_BOOL, .target = &c->par.no_loader_attn_mask,
+        .help = "the data loader's batch without the [b, 1, s, s] bool attention mask (causal attention builds its "
+                "own): it is then neither copied to the GPU nor broadcast");
+    ADD(.name = "--data-loader-ns", .type = OPT_DOUBLE, .target = &c->par.data_loader_ns, .min = 0, .max = 1e15,
+        .unit = "ns", .defval = "modelled: host-to-GPU copies, TP broadcasts, CP slices (docs/cost-model.md)",
+        .help = "the data loader's step per micro-batch on each stage that loads data (first, last), measured "
+                "(e.g. trainexec's 'data step' line): replaces the modelled one");
     return TS_OK;
 }
 
@@ -227,8 +238,8 @@ static int add_parallel_flags(flags_state *s, opt_table *t, config *c, ts_err *e
         .defval = "core_attn",
         .help = "selective recomputation: the modules re-run in the backward, one or more of core_attn (scores, "
                 "softmax, dropout, attention.V), mlp (FC1, activation, FC2), layernorm (the norms' outputs), moe_act "
-                "(the routed experts' activation; MoE models), mla_up_proj (MLA's up-projections and rope; with "
-                "--multi-latent-attention); moe, shared_experts are refused");
+                "(the routed experts' activation; MoE models), moe (the whole MoE layer; MoE models), mla_up_proj "
+                "(MLA's up-projections and rope; with --multi-latent-attention); shared_experts is refused");
     ADD(.name = "--use-distributed-optimizer", .type = OPT_BOOL, .target = &p->distributed_optimizer,
         .help = "shard optimizer state over data-parallel ranks (ZeRO-1 like)");
     ADD(.name = "--overlap-grad-reduce", .type = OPT_BOOL, .target = &p->overlap_grad_reduce,

@@ -167,9 +167,10 @@ void flags_print(const flags_state *s, FILE *f)
             "tokens, vocabulary %d\n",
             m->num_layers, m->hidden_size, m->num_attention_heads, config_head_size(m), m->num_query_groups,
             m->ffn_hidden_size, m->swiglu ? "SwiGLU" : "GeLU", m->seq_length, m->padded_vocab_size);
-    fprintf(f, "layers:                %s, %s, %s position embeddings, %s embeddings\n",
-            CONFIG_NORM_NAMES[m->normalization], m->add_bias_linear ? "biases" : "no biases",
-            CONFIG_POSITION_NAMES[m->position_embedding], m->untie_embeddings ? "untied" : "tied");
+    fprintf(f, "layers:                %s%s, %s, %s position embeddings, %s embeddings\n",
+            CONFIG_NORM_NAMES[m->normalization], m->qk_layernorm ? " (and over each head's query and key)" : "",
+            m->add_bias_linear ? "biases" : "no biases", CONFIG_POSITION_NAMES[m->position_embedding],
+            m->untie_embeddings ? "untied" : "tied");
     if (config_attn_is_flash(m->attention_backend))
         fprintf(f,
                 "attention:             %s: no s x s scores kept (log-sum-exp only), causal half of the score "
@@ -203,6 +204,11 @@ void flags_print(const flags_state *s, FILE *f)
     if (p->no_clip_grad || p->loss_scale > 0)
         fprintf(f, "optimizer step:        %s%s\n", p->no_clip_grad ? "no gradient norm (--clip-grad 0)" : "",
                 p->loss_scale > 0 ? (p->no_clip_grad ? ", constant loss scale" : "constant loss scale") : "");
+    if (p->data_loader_measured)
+        fprintf(f, "data loader:           %.0f ns per micro-batch, measured (--data-loader-ns)\n", p->data_loader_ns);
+    else if (p->no_loader_attn_mask)
+        fprintf(f,
+                "data loader:           no attention mask in the batch (--no-create-attention-mask-in-dataloader)\n");
     fprintf(f, "parallelism:           t=%d p=%d d=%d v=%d (%d GPUs = %d x %d x %d)\n", p->tp, p->pp, p->dp, p->vp,
             c->cluster.gpus, p->tp, p->pp, p->dp);
     if (config_cp(c) > 1) {

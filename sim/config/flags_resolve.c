@@ -143,6 +143,8 @@ static int resolve_model(flags_state *s, const opt_table *t, const config *base,
                        "--no-position-embedding with --position-embedding-type %s: Megatron-LM refuses it (deprecated; "
                        "it is accepted only with rope, where it changes nothing): give --position-embedding-type none",
                        CONFIG_POSITION_NAMES[m->position_embedding]);
+    if (!opt_was_set(t, "--qk-layernorm"))
+        m->qk_layernorm = q->qk_layernorm;
     m->add_bias_linear = opt_was_set(t, "--disable-bias-linear") ? !s->disable_bias : q->add_bias_linear;
     s->src[FLAGS_F_BIAS] = opt_was_set(t, "--disable-bias-linear") ? FLAGS_SRC_FLAG : basesrc;
 
@@ -216,6 +218,7 @@ static int resolve_model(flags_state *s, const opt_table *t, const config *base,
                                         "--untie-embeddings-and-output-weights",
                                         "--disable-bias-linear",
                                         "--normalization",
+                                        "--qk-layernorm",
                                         "--position-embedding-type",
                                         NULL};
     bool changed = false;
@@ -298,6 +301,10 @@ static int resolve_recompute(flags_state *s, const opt_table *t, const config *b
     s->src[FLAGS_F_RLAYERS] = opt_was_set(t, "--recompute-num-layers") ? FLAGS_SRC_FLAG : FLAGS_SRC_MEGATRON;
     p->recompute_modules = opt_was_set(t, "--recompute-modules") ? s->rc_modules : 0;
     s->src[FLAGS_F_RMODULES] = opt_was_set(t, "--recompute-modules") ? FLAGS_SRC_FLAG : FLAGS_SRC_MEGATRON;
+    if (s->moe.layer_recompute) {
+        s->src[FLAGS_F_RECOMPUTE] = s->src[FLAGS_F_RMODULES] = FLAGS_SRC_FLAG;
+        return moe_flags_layer_recompute(&s->moe, p, err);
+    }
     return TS_OK;
 }
 
@@ -442,6 +449,7 @@ static int resolve_layout(flags_state *s, const opt_table *t, const config *base
     if (!opt_was_set(t, "--no-async-tensor-model-parallel-allreduce"))
         p->sync_tp_allreduce = q->sync_tp_allreduce;
     p->no_clip_grad = s->clip_grad <= 0;
+    p->data_loader_measured = opt_was_set(t, "--data-loader-ns");
     if ((rc = resolve_recompute(s, t, base, basesrc, err)) || (rc = resolve_attention(s, t, err)) ||
         (rc = resolve_schedule(s, t, base, basesrc, err)))
         return rc;

@@ -77,7 +77,7 @@ int moe_flags_register(moe_flags_state *s, opt_table *t, config *c, ts_err *err)
     ADD(.name = "--moe-router-force-load-balancing", .type = OPT_BOOL, .target = &e->force_load_balancing,
         .help = "route tokens evenly over the experts (benchmarking)");
     ADD(.name = "--moe-routing-skew", .type = OPT_DOUBLE, .target = &e->routing_skew, .min = 0, .max = 100,
-        .unit = "Zipf exponent", .defval = "0.2",
+        .unit = "Zipf exponent", .defval = "0.18",
         .help = "trainsim's routing model when balance is not forced: expert popularity follows Zipf's law with "
                 "this exponent over a fixed random order of the experts (0 = balance; the default is fitted to "
                 "h100_training_calibration.csv row (c), which does not state its routing balance; before the fit "
@@ -86,6 +86,10 @@ int moe_flags_register(moe_flags_state *s, opt_table *t, config *c, ts_err *err)
         .unit = "routed token-slots per expert", .defval = "none (the --moe-routing-skew model)",
         .help = "measured per-expert loads (CSV layer,expert,tokens, e.g. trainexec --moe-load-out) replacing the "
                 "routing model: the busiest EP rank's load follows from them (docs/moe.md)");
+    ADD(.name = "--moe-layer-recompute", .type = OPT_BOOL, .target = &s->layer_recompute,
+        .help = "checkpoint each whole MoE layer (router, dispatch, experts, combine, shared experts): its forward "
+                "re-run in the backward, only its input kept; Megatron-core's deprecated form of "
+                "--recompute-granularity selective with moe added to --recompute-modules (default core_attn)");
     ADD(.name = "--moe-router-dtype", .type = OPT_ENUM, .target = &s->router_dtype,
         .enum_names = MOE_ROUTER_DTYPE_NAMES, .defval = "the run's dtype",
         .help = "the router GEMM and its input in this precision (fp64 not modelled)");
@@ -413,10 +417,12 @@ static int take_expert_load(moe_flags_state *s, const opt_table *t, const config
                        "--moe-expert-load with --moe-router-force-load-balancing: forced balance ignores the measured "
                        "loads (give one of them)");
     moe_flags_release(s);
-    s->loads = calloc((size_t)e->num_experts, sizeof *s->loads);
+    int nl = c->model.num_layers > 0 ? c->model.num_layers : 1;
+    s->loads = calloc((size_t)e->num_experts * (size_t)nl, sizeof *s->loads);
     if (!s->loads)
-        return err_set(err, TS_ENOMEM, "--moe-expert-load: out of memory for %d experts", e->num_experts);
-    int rc = moe_load_read(s->expert_load, e, c->model.num_layers, s->loads, err);
+        return err_set(err, TS_ENOMEM, "--moe-expert-load: out of memory for %d experts x %d layers", e->num_experts,
+                       nl);
+    int rc = moe_load_read(s->expert_load, e, c->model.num_layers, s->loads, &e->expert_load_per_layer, err);
     if (rc) {
         ts_err inner = *err;
         err_set(err, rc, "--moe-expert-load: %s", inner.msg);
@@ -425,6 +431,19 @@ static int take_expert_load(moe_flags_state *s, const opt_table *t, const config
     }
     e->load_path = s->expert_load;
     e->expert_load = s->loads;
+    return TS_OK;
+}
+
+int moe_flags_layer_recompute(const moe_flags_state *s, parallel_config *p, ts_err *err)
+{
+    if (!s->layer_recompute)
+        return TS_OK;
+    if (p->recompute == RECOMPUTE_FULL)
+        return err_set(err, TS_EINVAL,
+                       "--moe-layer-recompute with --recompute-granularity full: Megatron-core refuses it (full "
+                       "recomputation re-runs the MoE layers already; give one)");
+    p->recompute = RECOMPUTE_SELECTIVE;
+    p->recompute_modules = (p->recompute_modules ? p->recompute_modules : CONFIG_RC_DEFAULT) | CONFIG_RC_MOE;
     return TS_OK;
 }
 
@@ -451,6 +470,7 @@ int moe_flags_finish(moe_flags_state *s, const opt_table *t, config *c, ts_err *
                                            "--moe-enable-deepep",
                                            "--expert-tensor-parallel-size",
                                            "--moe-expert-load",
+                                           "--moe-layer-recompute",
                                            "--moe-router-dtype",
                                            "--moe-router-score-function",
                                            "--moe-router-load-balancing-type",

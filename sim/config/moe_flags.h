@@ -74,11 +74,12 @@
  * on 256 H100s, 19.7 s per step), which does not state its routing balance;
  * before the fit the default was 0.3, an assumption. Procedure:
  * experiments/cost-fit/moe-skew.sh, bisection of the skew on the simulated
- * step to the published 19.7 s, rounded to 2 significant digits (0.1963 ->
- * 0.2: 19.87 s, +0.9%). No measured per-expert load is in
- * ../shared/reference; with 0.2 DeepSeek-V3's 256 experts give the busiest of
- * 64 EP ranks (its preset) 1.43x the mean tokens, 1.79x at 0.3 (docs/moe.md). */
-#define MOE_ROUTING_SKEW_DEFAULT 0.2
+ * step to the published 19.7 s, rounded to 2 significant digits (0.1796 ->
+ * 0.18: 19.78 s, +0.4%; fitted with the run's QK layernorm, --qk-layernorm in
+ * the Qwen3 presets; without it the fit was 0.1963 -> 0.2). No measured
+ * per-expert load is in ../shared/reference (docs/moe.md gives the busiest EP
+ * rank's load at the default for the MoE presets). */
+#define MOE_ROUTING_SKEW_DEFAULT 0.18
 
 /* What the MoE flags set besides c->moe (plain values; layer_freq points
  * into the parsed argv, borrowed). */
@@ -89,6 +90,7 @@ typedef struct {
     int router_dtype;        /* --moe-router-dtype, MOE_ROUTER_DTYPE_NAMES index (when given) */
     int dispatch_fwd_dtype;  /* --moe-dispatch-fwd-dtype, MOE_COMM_DTYPE_NAMES index */
     int combine_bwd_dtype;   /* --moe-combine-bwd-dtype, MOE_COMM_DTYPE_NAMES index */
+    bool layer_recompute;    /* --moe-layer-recompute */
 } moe_flags_state;
 
 /* Set e to Megatron-LM's MoE and MLA defaults (megatron_arguments.csv: top-2,
@@ -122,6 +124,14 @@ int moe_flags_check_layout(config *c, ts_err *err);
 /* Free what moe_flags_finish allocated (the loads of --moe-expert-load);
  * c->moe.expert_load no longer valid after. Safe on a zeroed state. */
 void moe_flags_release(moe_flags_state *s);
+
+/* --moe-layer-recompute on p, once the recompute flags are resolved (as
+ * Megatron-core's TransformerConfig treats the deprecated flag): with
+ * --recompute-granularity full TS_EINVAL (Megatron-core raises "Do not set
+ * --moe-layer-recompute with full recompute granularity"); otherwise the
+ * granularity becomes selective and moe joins the modules (the default
+ * core_attn when --recompute-modules was not given). Not set: nothing. */
+int moe_flags_layer_recompute(const moe_flags_state *s, parallel_config *p, ts_err *err);
 
 /* Megatron's --moe-layer-freq: "N" (N >= 1) or "([0]*K+[1]*M)" for a model
  * of num_layers layers; sets *freq and *first_dense. TS_EINVAL naming the

@@ -40,53 +40,109 @@ static void moe_layer_list(const moe_config *e, int n, char *buf, size_t cap)
     }
 }
 
-/* The layer cell of row r: "all" or empty passes; a layer number is checked
- * and refused (per-layer loads are not modelled). */
-static int check_layer(const csvio_table *t, size_t r, const moe_config *e, int num_layers, ts_err *err)
+/* The layer cell of row r: *layer = -1 for "all" or empty, else a layer
+ * number checked to be a MoE layer of the model. */
+static int layer_of(const csvio_table *t, size_t r, const moe_config *e, int num_layers, int *layer, ts_err *err)
 {
     const char *v = csvio_cell(t, r, "layer");
+    *layer = -1;
     if (v[0] == '\0' || strcmp(v, "all") == 0)
         return TS_OK;
-    int layer;
-    char range[48];
-    snprintf(range, sizeof range, "all, or a layer 0 to %d", num_layers - 1);
-    int rc = csvio_get_int(t, r, "layer", 0, num_layers - 1, &layer, err);
-    if (rc)
-        return csvio_errf(t, r, "layer", err, "'%s' is not valid (valid: %s)", v, range);
     char list[128];
     moe_layer_list(e, num_layers, list, sizeof list);
-    if (!is_moe_layer(e, layer))
+    if (csvio_get_int(t, r, "layer", 0, num_layers - 1, layer, err))
+        return csvio_errf(t, r, "layer", err, "'%s' is not valid (valid: all, or a MoE layer 0 to %d: %s)", v,
+                          num_layers - 1, list);
+    if (!is_moe_layer(e, *layer))
         return csvio_errf(t, r, "layer", err, "layer %d is not a MoE layer (the MoE layers of --moe-layer-freq: %s)",
-                          layer, list);
-    return csvio_errf(t, r, "layer", err,
-                      "per-layer loads (layer %d) are not modelled: the simulator gives every MoE layer one load "
-                      "factor (give 'all', or leave the column out, with each expert's tokens summed over the layers)",
-                      layer);
+                          *layer, list);
+    return TS_OK;
 }
 
-int moe_load_parse(const csvio_table *t, const moe_config *e, int num_layers, double *loads, ts_err *err)
+/* After the rows: every expert of the whole-model form (layer -1) or of
+ * every MoE layer has a row (line[] its line, 0 none), and the sums > 0. */
+static int check_complete(const csvio_table *t, const moe_config *e, int num_layers, bool per_layer, const int *line,
+                          const double *loads, ts_err *err)
 {
-    int E = e->num_experts, rc = TS_OK;
-    int *line = calloc((size_t)(E > 0 ? E : 1), sizeof *line);
+    int E = e->num_experts;
+    for (int l = per_layer ? 0 : -1; l < (per_layer ? num_layers : 0); l++) {
+        if (l >= 0 && !is_moe_layer(e, l))
+            continue;
+        const int *ln = line + (size_t)(l < 0 ? 0 : l) * (size_t)E;
+        const double *ld = loads + (size_t)(l < 0 ? 0 : l) * (size_t)E;
+        char which[40] = "";
+        if (l >= 0)
+            snprintf(which, sizeof which, " of layer %d", l);
+        int given = 0, missing = -1;
+        double sum = 0;
+        for (int x = 0; x < E; x++) {
+            given += ln[x] != 0;
+            if (!ln[x] && missing < 0)
+                missing = x;
+            sum += ld[x];
+        }
+        if (l >= 0 && given == 0) {
+            char list[128];
+            moe_layer_list(e, num_layers, list, sizeof list);
+            return err_set(err, TS_EINVAL,
+                           "%s: column 'layer': MoE layer %d has no rows (per-layer loads give every MoE layer: %s; "
+                           "or give 'all' rows summed over the layers)",
+                           t->path, l, list);
+        }
+        if (missing >= 0)
+            return err_set(err, TS_EINVAL,
+                           "%s: column 'expert': expert %d%s has no row (give one row per expert 0 to %d, "
+                           "--num-experts %d; %d given)",
+                           t->path, missing, which, E - 1, E, given);
+        if (!(sum > 0))
+            return err_set(err, TS_EINVAL,
+                           "%s: column 'tokens' sums to 0%s (give the tokens each expert received: at least one > 0)",
+                           t->path, which);
+    }
+    return TS_OK;
+}
+
+int moe_load_parse(const csvio_table *t, const moe_config *e, int num_layers, double *loads, bool *per_layer,
+                   ts_err *err)
+{
+    int E = e->num_experts, rc = TS_OK, nl = num_layers > 0 ? num_layers : 1;
+    size_t cells = (size_t)(E > 0 ? E : 1) * (size_t)nl;
+    int *line = calloc(cells, sizeof *line);
     if (!line)
-        return err_set(err, TS_ENOMEM, "%s: out of memory for %d experts", t->path, E);
-    double sum = 0;
+        return err_set(err, TS_ENOMEM, "%s: out of memory for %d experts x %d layers", t->path, E, nl);
+    memset(loads, 0, cells * sizeof *loads);
+    *per_layer = false;
+    int form_line = 0; /* the first row's line; its layer cell fixes the form */
     for (size_t r = 0; r < t->nrows && !rc; r++) {
-        int x;
+        int x, layer;
         double v;
-        if ((rc = check_layer(t, r, e, num_layers, err)))
+        if ((rc = layer_of(t, r, e, num_layers, &layer, err)))
             break;
+        if (r == 0) {
+            *per_layer = layer >= 0;
+            form_line = t->rows[r].line;
+        } else if (*per_layer != (layer >= 0)) {
+            rc = csvio_errf(t, r, "layer", err,
+                            "'%s' mixes the two forms (line %d has %s): give every row a MoE layer number, or every "
+                            "row 'all' (or empty)",
+                            csvio_cell(t, r, "layer"), form_line, *per_layer ? "a layer number" : "'all' or empty");
+            break;
+        }
         if ((rc = csvio_get_int(t, r, "expert", 0, E - 1, &x, err))) {
             csvio_errf(t, r, "expert", err, "'%s' is not an expert (valid: an integer 0 to %d, --num-experts %d)",
                        csvio_cell(t, r, "expert"), E - 1, E);
             break;
         }
-        if (line[x]) {
-            rc = csvio_errf(t, r, "expert", err, "expert %d is given twice (first at line %d; one row per expert)", x,
-                            line[x]);
+        size_t at = (size_t)(layer < 0 ? 0 : layer) * (size_t)E + (size_t)x;
+        if (line[at]) {
+            char which[40] = "";
+            if (layer >= 0)
+                snprintf(which, sizeof which, " of layer %d", layer);
+            rc = csvio_errf(t, r, "expert", err, "expert %d%s is given twice (first at line %d; one row per expert%s)",
+                            x, which, line[at], layer >= 0 ? " and layer" : "");
             break;
         }
-        line[x] = t->rows[r].line;
+        line[at] = t->rows[r].line;
         if ((rc = csvio_get_double(t, r, "tokens", 0, MOE_LOAD_MAX_TOKENS, &v, err))) {
             csvio_errf(t, r, "tokens", err,
                        "'%s' is not a token count (valid: a number 0 to %g, the routed token-slots expert %d received "
@@ -94,33 +150,27 @@ int moe_load_parse(const csvio_table *t, const moe_config *e, int num_layers, do
                        csvio_cell(t, r, "tokens"), MOE_LOAD_MAX_TOKENS, x);
             break;
         }
-        loads[x] = v;
-        sum += v;
+        loads[at] = v;
     }
-    for (int x = 0; x < E && !rc; x++)
-        if (!line[x])
-            rc = err_set(err, TS_EINVAL,
-                         "%s: expert %d has no row (give one row per expert 0 to %d, --num-experts %d; %zu given)",
-                         t->path, x, E - 1, E, t->nrows);
-    if (!rc && !(sum > 0))
-        rc = err_set(err, TS_EINVAL,
-                     "%s: column 'tokens' sums to 0 (give the tokens each expert received: at least one > 0)", t->path);
+    if (!rc)
+        rc = check_complete(t, e, num_layers, *per_layer, line, loads, err);
     free(line);
     return rc;
 }
 
-int moe_load_read(const char *path, const moe_config *e, int num_layers, double *loads, ts_err *err)
+int moe_load_read(const char *path, const moe_config *e, int num_layers, double *loads, bool *per_layer, ts_err *err)
 {
     static const char *const REQUIRED[] = {"expert", "tokens", NULL};
     csvio_table *t = NULL;
     int rc = csvio_read(path, REQUIRED, 0, &t, err);
     if (!rc)
-        rc = moe_load_parse(t, e, num_layers, loads, err);
+        rc = moe_load_parse(t, e, num_layers, loads, per_layer, err);
     csvio_free(t);
     return rc;
 }
 
-int moe_load_write(const char *path, const int64_t *counts, int n, const char *note, ts_err *err)
+int moe_load_write(const char *path, const int64_t *counts, int n, int num_layers, const bool *moe_layer,
+                   const char *note, ts_err *err)
 {
     afile a = {0};
     int rc = afile_open(&a, path, err);
@@ -131,12 +181,19 @@ int moe_load_write(const char *path, const int64_t *counts, int n, const char *n
         rc = csvio_write_comment(a.f, note, err);
     if (!rc)
         rc = csvio_write_row(a.f, 3, HEADER, err);
-    for (int x = 0; x < n && !rc; x++) {
-        char ex[CSVIO_NUM_BYTES], tok[CSVIO_NUM_BYTES];
-        snprintf(ex, sizeof ex, "%d", x);
-        snprintf(tok, sizeof tok, "%lld", (long long)counts[x]);
-        const char *cells[] = {"all", ex, tok};
-        rc = csvio_write_row(a.f, 3, cells, err);
+    for (int l = num_layers > 0 ? 0 : -1; l < num_layers && !rc; l++) {
+        if (l >= 0 && !moe_layer[l])
+            continue;
+        char ly[CSVIO_NUM_BYTES] = "all";
+        if (l >= 0)
+            snprintf(ly, sizeof ly, "%d", l);
+        for (int x = 0; x < n && !rc; x++) {
+            char ex[CSVIO_NUM_BYTES], tok[CSVIO_NUM_BYTES];
+            snprintf(ex, sizeof ex, "%d", x);
+            snprintf(tok, sizeof tok, "%lld", (long long)counts[(size_t)(l < 0 ? 0 : l) * (size_t)n + (size_t)x]);
+            const char *cells[] = {ly, ex, tok};
+            rc = csvio_write_row(a.f, 3, cells, err);
+        }
     }
     if (rc) {
         afile_abort(&a);

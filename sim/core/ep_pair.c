@@ -31,10 +31,20 @@ int ep_pair_check(const config *c, sched_kind k, int v, bool flows, ts_err *err)
                        FLAG ": not with --recompute-granularity full (valid: selective or no recomputation)");
     if (M->mtp_num_layers > 1)
         return err_set(err, TS_EINVAL, FLAG ": needs --mtp-num-layers 1 or none (got %d)", M->mtp_num_layers);
-    if (flows)
+    /* the flow modes (lower.h interleaves the pair's own steps): what the
+     * interleave does not model yet */
+    if (flows && P->pp > 1)
         return err_set(err, TS_EINVAL,
-                       FLAG ": not modelled in the flow modes (each collective a task of the network model); "
-                            "valid in the default costed mode");
+                       FLAG ": in the flow modes needs --pipeline-model-parallel-size 1 (got %d: there the pair "
+                            "waits for both passes' inputs and sends its outputs at its end, which the default mode's "
+                            "pairs do not; not modelled yet); valid in the default costed mode",
+                       P->pp);
+    if (flows && (P->tp > 1 || P->cp > 1))
+        return err_set(err, TS_EINVAL,
+                       FLAG ": in the flow modes needs --tensor-model-parallel-size 1 and no context parallelism "
+                            "(got t %d, cp %d: their collectives share the all-to-alls' stream there); valid in the "
+                            "default costed mode",
+                       P->tp, P->cp > 1 ? P->cp : 1);
     bool ok =
         (k == SCHED_INTERLEAVED && (v > 1 || P->pp == 1)) || k == SCHED_DUALPIPEV || (k == SCHED_1F1B && P->pp == 1);
     if (!ok)
@@ -115,9 +125,11 @@ static int32_t push_op(pair_op *l, int32_t *n, int owner, int64_t ns, int32_t de
 /* Run the two in-order streams (see ep_pair.h) from t = 0; exp[o] gets
  * owner o's exposed time: its transfers' time while no compute runs plus
  * the compute time they cost through the SM share. */
-static void run_streams(const pair_op *C, int32_t nc, const pair_op *M, int32_t nm, int sms, int64_t exp_ns[2])
+static void run_streams(const pair_op *C, int32_t nc, const pair_op *M, int32_t nm, int sms, int64_t exp_ns[2],
+                        double *elapsed_ns)
 {
-    double rate = 1.0; /* compute speed while a transfer runs */
+    double now = 0, c_start = 0; /* elapsed_ns (NULL: none): each compute op's time from its start to its end */
+    double rate = 1.0;           /* compute speed while a transfer runs */
     if (sms > EP_PAIR_COMM_SMS)
         rate = (double)(sms - EP_PAIR_COMM_SMS) / (double)sms;
     double expo[2] = {0, 0}, crem = 0, mrem = 0;
@@ -127,6 +139,7 @@ static void run_streams(const pair_op *C, int32_t nc, const pair_op *M, int32_t 
         if (!c_on && ci < nc && (C[ci].dep < 0 || C[ci].dep < m_done)) {
             c_on = true;
             crem = (double)C[ci++].ns;
+            c_start = now;
         }
         if (!m_on && mi < nm && (M[mi].dep < 0 || M[mi].dep < c_done)) {
             m_on = true;
@@ -140,8 +153,11 @@ static void run_streams(const pair_op *C, int32_t nc, const pair_op *M, int32_t 
             dt = mrem;
         if (m_on)
             expo[M[mi - 1].owner] += c_on ? dt * (1.0 - r) : dt;
+        now += dt;
         if (c_on && (crem -= dt * r) <= 1e-6) {
             c_on = false;
+            if (elapsed_ns)
+                elapsed_ns[c_done] = now - c_start;
             c_done++;
         }
         if (m_on && (mrem -= dt) <= 1e-6) {
@@ -153,15 +169,21 @@ static void run_streams(const pair_op *C, int32_t nc, const pair_op *M, int32_t 
     exp_ns[1] = (int64_t)(expo[1] + 0.5);
 }
 
-int ep_pair_run(const ep_pair_pass *f, const ep_pair_pass *b, int sms, bool delay_wgrad, int64_t *exp_f, int64_t *exp_b,
-                ts_err *err)
+/* ep_pair_run and ep_pair_spans: el (NULL: not wanted) gets el[0..n] the
+ * forward's spans, el[n+1..2n+1] the backward's input-gradient parts,
+ * el[2n+2..3n+2] its weight-gradient parts (n = the larger pass's
+ * transfers; spans a pass lacks get 0). */
+static int pair_sim(const ep_pair_pass *f, const ep_pair_pass *b, int sms, bool delay_wgrad, int64_t *exp_f,
+                    int64_t *exp_b, int64_t *el, ts_err *err)
 {
     int n = f->n > b->n ? f->n : b->n;
     size_t cap = 3 * (size_t)(n + 1);
     pair_op *C = malloc(cap * sizeof *C), *M = malloc(cap * sizeof *M);
     int32_t *f_comp = malloc(((size_t)n + 1) * sizeof *f_comp), *b_ready = malloc(((size_t)n + 1) * sizeof *b_ready);
+    int32_t *b_dg = malloc(((size_t)n + 1) * sizeof *b_dg);
+    double *c_el = malloc(cap * sizeof *c_el);
     int rc = TS_OK;
-    if (!C || !M || !f_comp || !b_ready) {
+    if (!C || !M || !f_comp || !b_ready || !b_dg || !c_el) {
         rc = err_set(err, TS_ENOMEM, "plan: out of memory for the overlapped pairs");
         goto out;
     }
@@ -184,20 +206,40 @@ int ep_pair_run(const ep_pair_pass *f, const ep_pair_pass *b, int sms, bool dela
             int32_t dg = push_op(C, &nc, 1, b->comp_ns[j] - w, j > 0 ? b_comm : -1);
             int32_t wg = push_op(C, &nc, 1, w, -1);
             b_ready[j] = delay_wgrad ? dg : wg;
+            b_dg[j] = dg;
         }
         if (j <= f->n)
             f_comp[j] = push_op(C, &nc, 0, f->comp_ns[j], j > 0 ? f_comm : -1);
     }
     int64_t e[2];
-    run_streams(C, nc, M, nm, sms, e);
+    run_streams(C, nc, M, nm, sms, e, c_el);
     *exp_f = e[0];
     *exp_b = e[1];
+    for (int j = 0; el && j <= n; j++) {
+        el[j] = j <= f->n ? (int64_t)(c_el[f_comp[j]] + 0.5) : 0;
+        el[n + 1 + j] = j <= b->n ? (int64_t)(c_el[b_dg[j]] + 0.5) : 0;
+        el[2 * n + 2 + j] = j <= b->n ? (int64_t)(c_el[b_dg[j] + 1] + 0.5) : 0;
+    }
 out:
     free(C);
     free(M);
     free(f_comp);
     free(b_ready);
+    free(b_dg);
+    free(c_el);
     return rc;
+}
+
+int ep_pair_run(const ep_pair_pass *f, const ep_pair_pass *b, int sms, bool delay_wgrad, int64_t *exp_f, int64_t *exp_b,
+                ts_err *err)
+{
+    return pair_sim(f, b, sms, delay_wgrad, exp_f, exp_b, NULL, err);
+}
+
+int ep_pair_spans(const ep_pair_pass *f, const ep_pair_pass *b, int sms, bool delay_wgrad, int64_t *el_ns, ts_err *err)
+{
+    int64_t e_f, e_b;
+    return pair_sim(f, b, sms, delay_wgrad, &e_f, &e_b, el_ns, err);
 }
 
 /* The exposed all-to-all time of range R (the steps' ep_exposed_ns). */

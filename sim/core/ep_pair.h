@@ -66,10 +66,14 @@
  * parallelism (--expert-model-parallel-size > 1), the alltoall or flex
  * dispatcher, with p > 1 virtual pipelining (the interleaved schedule; here
  * also DualPipeV, whose F&B pairs are the same overlap), no full
- * recomputation, at most one MTP depth. trainsim also refuses the flow
- * modes (each collective its own task: the pair's closed form is over
- * collapsed passes) and schedules other than 1f1b at p = 1, interleaved and
- * dualpipev.
+ * recomputation, at most one MTP depth. trainsim also refuses schedules
+ * other than 1f1b at p = 1, interleaved and dualpipev, and in the flow
+ * modes (each collective its own task; lower.h runs a pair's own steps
+ * interleaved in the streams' order above, ep_pair_steps.h) p > 1 (the
+ * interleave waits for both passes' inputs and sends both outputs at the
+ * pair's end, which the collapsed pairs here do not: the modes disagree),
+ * t > 1 and context parallelism (their collectives share the all-to-alls'
+ * stream there).
  *
  * Memory: the two micro-batches' saved activations are those the schedule
  * keeps in flight (the paired copies' memory events at offsets scaled to
@@ -123,6 +127,15 @@ typedef struct {
  * TS_ENOMEM. */
 int ep_pair_run(const ep_pair_pass *f, const ep_pair_pass *b, int sms, bool delay_wgrad, int64_t *exp_f, int64_t *exp_b,
                 ts_err *err);
+
+/* ep_pair_run's streams, each compute op's time from its start to its end
+ * (slowed by the SM share while a transfer runs): el_ns[0..n] the forward's
+ * spans c_j, el_ns[n+1..2n+1] the backward's input-gradient parts g_j (the
+ * whole d_j without wgrad_ns), el_ns[2n+2..3n+2] its weight-gradient parts
+ * w_j, n = max(f->n, b->n), spans a pass lacks 0 (el_ns: 3 (n + 1) entries,
+ * owned by the caller). The flow modes run the pair's own steps and take
+ * these as the compute's share of SMs (ep_pair_steps.h). TS_ENOMEM. */
+int ep_pair_spans(const ep_pair_pass *f, const ep_pair_pass *b, int sms, bool delay_wgrad, int64_t *el_ns, ts_err *err);
 
 /* The pair of stage sf's forward and stage sb's backward (pass kb,
  * PLAN_PASS_B or PLAN_PASS_I) of pl (collapsed passes): *a_f, *a_b each

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "sim/core/ep_pair.h"
+#include "sim/core/ep_pair_steps.h"
 #include "sim/sched/sched_dep.h"
 
 enum { DIR_F = 0, DIR_B = 1 };
@@ -36,6 +37,10 @@ typedef struct {
     int32_t *partner;     /* with overlapped pairs (plan.n_ep_pairs): ep_pair_mark of every rank, rank r's
                              at partner_at[r]; NULL without */
     size_t *partner_at;
+    /* the flow modes (plan.ep_pair_steps): */
+    bool *done;         /* [partner_at[r] + i] action i of rank r already lowered with its pair */
+    uint32_t *scratch2; /* task ids of the second pass of a pair */
+    uint32_t *bounds;   /* 2 x 2 (max_pass_steps + 1): each pass's spans and transfers (ep_pair_steps_split) */
 } lowering;
 
 static size_t tab_idx(const lowering *L, int dir, int stage, int mb)
@@ -54,6 +59,85 @@ static int add_task(lowering *L, int rank, uint32_t step, int32_t mb, uint32_t *
     return rc;
 }
 
+/* A pass being instantiated (pass_open, then pass_emit for its steps in
+ * order): the steps R of stage st's pass k for micro-batch mb on rank,
+ * ids[i] the task of step R.first + i. */
+typedef struct {
+    int rank, st;
+    int32_t mb;
+    plan_range R;
+    uint32_t input, gather; /* what the roots wait for (ENGINE_NO_TASK: none) */
+    bool buckets;           /* issue gradient buckets as they complete */
+    int next_bucket;
+    uint32_t *ids;
+    uint32_t last; /* the last task emitted (ENGINE_NO_TASK: none yet) */
+} pass_run;
+
+/* Start one pass of stage st for micro-batch mb on rank (see run_pass). */
+static int pass_open(lowering *L, int rank, int st, int k, int32_t mb, uint32_t input, bool final,
+                     const plan_ep_pair *pair, uint32_t *ids, pass_run *P)
+{
+    const plan *pl = L->pl;
+    const plan_stage *S = &pl->stages[st];
+    plan_range R = final && S->pass_final[k].n ? S->pass_final[k] : S->pass[k];
+    if (pair) /* overlapped with its partner: the variant of the same steps */
+        R = k == PLAN_PASS_F ? pair->f : final && pair->b_final.n ? pair->b_final : pair->b;
+    *P = (pass_run){.rank = rank,
+                    .st = st,
+                    .mb = mb,
+                    .R = R,
+                    .input = input,
+                    .gather = ENGINE_NO_TASK,
+                    .buckets = final && pl->overlap_grad_reduce && pl->d > 1 && S->n_buckets > 0 &&
+                               (k == PLAN_PASS_B || k == PLAN_PASS_W),
+                    .ids = ids,
+                    .last = ENGINE_NO_TASK};
+    if (S->fsdp_gather[k] != PLAN_NO_STEP && R.n > 0) {
+        /* FSDP: the exposed part of the pass's parameter gathers, after the
+         * rank's previous compute, before the pass's first ops */
+        uint32_t prev = L->last_comp[rank], ag;
+        int rc;
+        if ((rc = add_task(L, rank, S->fsdp_gather[k], mb, &ag)) ||
+            (prev != ENGINE_NO_TASK && (rc = engine_dep_add(L->e, prev, ag, L->err))))
+            return rc;
+        if (P->input == ENGINE_NO_TASK)
+            P->input = ag;
+        else
+            P->gather = ag;
+    }
+    return TS_OK;
+}
+
+/* Emit step R.first + i of pass P (its dependencies emitted before it). */
+static int pass_emit(lowering *L, pass_run *P, uint32_t i)
+{
+    const plan *pl = L->pl;
+    uint32_t step = P->R.first + i;
+    const plan_step *x = &pl->steps[step];
+    uint32_t id;
+    int rc;
+    if ((rc = add_task(L, P->rank, step, P->mb, &id)))
+        return rc;
+    P->ids[i] = id;
+    for (int j = 0; j < 2; j++)
+        if (x->dep[j] >= 0 && (rc = engine_dep_add(L->e, P->ids[x->dep[j]], id, L->err)))
+            return rc;
+    if (x->root && P->input != ENGINE_NO_TASK && (rc = engine_dep_add(L->e, P->input, id, L->err)))
+        return rc;
+    if (x->root && P->gather != ENGINE_NO_TASK && (rc = engine_dep_add(L->e, P->gather, id, L->err)))
+        return rc;
+    const plan_stage *S = &pl->stages[P->st];
+    for (; P->buckets && P->next_bucket <= x->dp_bucket; P->next_bucket++) {
+        uint32_t dp;
+        if ((rc = add_task(L, P->rank, S->dp_bucket0 + (uint32_t)P->next_bucket, -1, &dp)) ||
+            (rc = engine_dep_add(L->e, id, dp, L->err)))
+            return rc;
+        L->last_dp[P->rank] = dp;
+    }
+    P->last = id;
+    return TS_OK;
+}
+
 /* Instantiate one pass of stage st for micro-batch mb on rank. Roots wait
  * for input (ENGINE_NO_TASK: none). final: this is the chunk's last backward,
  * so gradient buckets are issued as they complete (overlap). *last gets the
@@ -61,53 +145,12 @@ static int add_task(lowering *L, int rank, uint32_t step, int32_t mb, uint32_t *
 static int run_pass(lowering *L, int rank, int st, int k, int32_t mb, uint32_t input, bool final,
                     const plan_ep_pair *pair, uint32_t *last)
 {
-    const plan *pl = L->pl;
-    const plan_stage *S = &pl->stages[st];
-    plan_range R = final && S->pass_final[k].n ? S->pass_final[k] : S->pass[k];
-    if (pair) /* overlapped with its partner: the variant of the same steps */
-        R = k == PLAN_PASS_F ? pair->f : final && pair->b_final.n ? pair->b_final : pair->b;
-    bool buckets =
-        final && pl->overlap_grad_reduce && pl->d > 1 && S->n_buckets > 0 && (k == PLAN_PASS_B || k == PLAN_PASS_W);
-    int next_bucket = 0;
-    int rc;
-    uint32_t gather = ENGINE_NO_TASK;
-    *last = ENGINE_NO_TASK;
-    if (S->fsdp_gather[k] != PLAN_NO_STEP && R.n > 0) {
-        /* FSDP: the exposed part of the pass's parameter gathers, after the
-         * rank's previous compute, before the pass's first ops */
-        uint32_t prev = L->last_comp[rank], ag;
-        if ((rc = add_task(L, rank, S->fsdp_gather[k], mb, &ag)) ||
-            (prev != ENGINE_NO_TASK && (rc = engine_dep_add(L->e, prev, ag, L->err))))
-            return rc;
-        if (input == ENGINE_NO_TASK)
-            input = ag;
-        else
-            gather = ag;
-    }
-    for (uint32_t i = 0; i < R.n; i++) {
-        uint32_t step = R.first + i;
-        const plan_step *x = &pl->steps[step];
-        uint32_t id;
-        if ((rc = add_task(L, rank, step, mb, &id)))
-            return rc;
-        L->scratch[i] = id;
-        for (int j = 0; j < 2; j++)
-            if (x->dep[j] >= 0 && (rc = engine_dep_add(L->e, L->scratch[x->dep[j]], id, L->err)))
-                return rc;
-        if (x->root && input != ENGINE_NO_TASK && (rc = engine_dep_add(L->e, input, id, L->err)))
-            return rc;
-        if (x->root && gather != ENGINE_NO_TASK && (rc = engine_dep_add(L->e, gather, id, L->err)))
-            return rc;
-        for (; buckets && next_bucket <= x->dp_bucket; next_bucket++) {
-            uint32_t dp;
-            if ((rc = add_task(L, rank, S->dp_bucket0 + (uint32_t)next_bucket, -1, &dp)) ||
-                (rc = engine_dep_add(L->e, id, dp, L->err)))
-                return rc;
-            L->last_dp[rank] = dp;
-        }
-        *last = id;
-    }
-    return TS_OK;
+    pass_run P;
+    int rc = pass_open(L, rank, st, k, mb, input, final, pair, L->scratch, &P);
+    for (uint32_t i = 0; rc == TS_OK && i < P.R.n; i++)
+        rc = pass_emit(L, &P, i);
+    *last = P.last;
+    return rc;
 }
 
 static int act_err(lowering *L, int rank, size_t i, const sched_action *a, const char *what)
@@ -231,6 +274,100 @@ static const plan_ep_pair *pair_of(const lowering *L, int r, size_t i)
                         bw->kind == ACT_B ? PLAN_PASS_B : PLAN_PASS_I);
 }
 
+static int rank_action(lowering *L, int r, size_t i);
+
+/* The pass index of compute action a (PLAN_PASS_F, _B, _I or _W). */
+static int pass_of(const sched_action *a)
+{
+    return a->kind == ACT_F   ? PLAN_PASS_F
+           : a->kind == ACT_B ? PLAN_PASS_B
+           : a->kind == ACT_I ? PLAN_PASS_I
+                              : PLAN_PASS_W;
+}
+
+/* After the pass of compute action i (a, stage st) of rank r, ended by
+ * task last: what later actions look up. */
+static void pass_done(lowering *L, int r, size_t i, const sched_action *a, int st, uint32_t last)
+{
+    size_t base = (size_t)r * (size_t)L->s->v;
+    if (a->kind == ACT_F) {
+        L->fwd_last[(size_t)st * L->m + a->mb] = last;
+        return;
+    }
+    if (a->kind != ACT_W)
+        L->bwd_last[(size_t)st * L->m + a->mb] = last;
+    if (L->final_bwd[base + a->chunk] == i) {
+        L->grads_done[base + a->chunk] = last;
+        L->buckets_sent[base + a->chunk] =
+            L->pl->overlap_grad_reduce && L->pl->d > 1 && L->pl->stages[st].n_buckets > 0 && a->kind != ACT_I;
+    }
+}
+
+/* Emit steps [from, to) of pass P. */
+static int emit_range(lowering *L, pass_run *P, uint32_t from, uint32_t to)
+{
+    int rc = TS_OK;
+    for (uint32_t i = from; rc == TS_OK && i < to; i++)
+        rc = pass_emit(L, P, i);
+    return rc;
+}
+
+/* The flow modes (plan.ep_pair_steps): lower compute action i of rank r
+ * together with its partner j > i (ep_pair_mark): the receives between
+ * them first (the partner's input), then the two passes' own steps in the
+ * order of ep_pair_run's streams: compute d_0 c_0 d_1 c_1 ..., the
+ * communication stream B_1 A_1 B_2 A_2 ... (the backward's span, then the
+ * forward's; its transfer, then the forward's), each step waiting for its
+ * own inputs (the passes' dependencies), so the engine and the network
+ * model time the overlap. A pair with no transfer runs in action order. */
+static int lower_pair(lowering *L, int r, size_t i, size_t j)
+{
+    const sched_action *acts = L->s->actions[r];
+    int rc = TS_OK;
+    for (size_t k = i + 1; k < j && rc == TS_OK; k++)
+        if (acts[k].kind == ACT_RECV_F || acts[k].kind == ACT_RECV_B) {
+            rc = rank_action(L, r, k);
+            L->done[L->partner_at[r] + k] = true;
+        }
+    size_t idx[2] = {i, j};
+    pass_run P[2];
+    int st[2];
+    uint32_t *ids[2] = {L->scratch, L->scratch2};
+    size_t base = (size_t)r * (size_t)L->s->v;
+    for (int q = 0; q < 2 && rc == TS_OK; q++) {
+        const sched_action *a = &acts[idx[q]];
+        uint32_t in;
+        st[q] = sched_stage_of(L->s, r, a->chunk);
+        if ((rc = input_task(L, r, idx[q], a, &in)) == TS_OK)
+            rc = pass_open(L, r, st[q], pass_of(a), a->mb, in, L->final_bwd[base + a->chunk] == idx[q],
+                           pair_of(L, r, idx[q]), ids[q], &P[q]);
+    }
+    if (rc)
+        return rc;
+    L->done[L->partner_at[r] + j] = true;
+    int fq = acts[i].kind == ACT_F ? 0 : 1, bq = 1 - fq;
+    uint32_t *bf = L->bounds, *bb = L->bounds + 2 * ((size_t)L->pl->max_pass_steps + 1);
+    int nf = ep_pair_steps_split(L->pl, P[fq].R, bf), nb = ep_pair_steps_split(L->pl, P[bq].R, bb);
+    if (nf == 0 && nb == 0) { /* nothing to overlap */
+        rc = emit_range(L, &P[0], 0, P[0].R.n);
+        if (rc == TS_OK)
+            rc = emit_range(L, &P[1], 0, P[1].R.n);
+    }
+    for (int k = 0, n = nf > nb ? nf : nb; (nf || nb) && k <= n && rc == TS_OK; k++) {
+        if (k > 0 && k <= nb)
+            rc = emit_range(L, &P[bq], bb[2 * k - 1], bb[2 * k]);
+        if (rc == TS_OK && k > 0 && k <= nf)
+            rc = emit_range(L, &P[fq], bf[2 * k - 1], bf[2 * k]);
+        if (rc == TS_OK && k <= nb)
+            rc = emit_range(L, &P[bq], bb[2 * k], bb[2 * k + 1]);
+        if (rc == TS_OK && k <= nf)
+            rc = emit_range(L, &P[fq], bf[2 * k], bf[2 * k + 1]);
+    }
+    for (int q = 0; q < 2 && rc == TS_OK; q++)
+        pass_done(L, r, idx[q], &acts[idx[q]], st[q], P[q].last);
+    return rc;
+}
+
 /* Lower action i of rank r. */
 static int rank_action(lowering *L, int r, size_t i)
 {
@@ -253,31 +390,27 @@ static int rank_action(lowering *L, int r, size_t i)
     switch ((sched_act_kind)a->kind) {
     case ACT_F: {
         uint32_t in;
+        if (L->done && L->partner[L->partner_at[r] + i] > (int32_t)i)
+            return lower_pair(L, r, i, (size_t)L->partner[L->partner_at[r] + i]);
         if ((rc = input_task(L, r, i, a, &in)))
             return rc;
         if ((rc = run_pass(L, r, st, PLAN_PASS_F, a->mb, in, false, pair_of(L, r, i), &last)))
             return rc;
-        L->fwd_last[(size_t)st * L->m + a->mb] = last;
+        pass_done(L, r, i, a, st, last);
         break;
     }
     case ACT_B:
     case ACT_I:
     case ACT_W: {
         uint32_t in;
-        int k = a->kind == ACT_B ? PLAN_PASS_B : a->kind == ACT_I ? PLAN_PASS_I : PLAN_PASS_W;
+        if (L->done && a->kind != ACT_W && L->partner[L->partner_at[r] + i] > (int32_t)i)
+            return lower_pair(L, r, i, (size_t)L->partner[L->partner_at[r] + i]);
         if ((rc = input_task(L, r, i, a, &in))) /* none for W */
             return rc;
         bool final = L->final_bwd[base + a->chunk] == i;
-        if ((rc = run_pass(L, r, st, k, a->mb, in, final, a->kind == ACT_W ? NULL : pair_of(L, r, i), &last)))
+        if ((rc = run_pass(L, r, st, pass_of(a), a->mb, in, final, a->kind == ACT_W ? NULL : pair_of(L, r, i), &last)))
             return rc;
-        if (a->kind != ACT_W)
-            L->bwd_last[(size_t)st * L->m + a->mb] = last;
-        if (final) {
-            L->grads_done[base + a->chunk] = last;
-            L->buckets_sent[base + a->chunk] = pl->overlap_grad_reduce && pl->d > 1 &&
-                                               /* NOLINTNEXTLINE(clang-analyzer-core.NullDereference): see S */
-                                               S->n_buckets > 0 && a->kind != ACT_I;
-        }
+        pass_done(L, r, i, a, st, last);
         break;
     }
     case ACT_SEND_F:
@@ -442,7 +575,7 @@ static int lower_into(const plan *pl, const sched *s, engine *e, const int *rank
     L.optim_seen = malloc((size_t)s->p * sizeof *L.optim_seen);
     int rc = TS_OK;
     bool pairs_ok = true;
-    if (pl->n_ep_pairs) {
+    if (pl->n_ep_pairs || pl->ep_pair_steps) {
         size_t total = 0;
         L.partner_at = malloc((size_t)s->p * sizeof *L.partner_at);
         for (int r = 0; L.partner_at && r < s->p; r++) {
@@ -453,6 +586,12 @@ static int lower_into(const plan *pl, const sched *s, engine *e, const int *rank
         pairs_ok = L.partner != NULL;
         for (int r = 0; pairs_ok && r < s->p; r++)
             ep_pair_mark(s, r, L.partner + L.partner_at[r]);
+        if (pairs_ok && pl->ep_pair_steps) {
+            L.done = calloc(total ? total : 1, sizeof *L.done);
+            L.scratch2 = malloc(((size_t)pl->max_pass_steps + 1) * sizeof *L.scratch2);
+            L.bounds = malloc(4 * ((size_t)pl->max_pass_steps + 1) * sizeof *L.bounds);
+            pairs_ok = L.done && L.scratch2 && L.bounds;
+        }
     }
     if (!pairs_ok || !L.send_tab || !L.recv_tab || !L.fwd_last || !L.bwd_last || !L.scratch || !L.rank_of ||
         !L.final_bwd || !L.grads_done || !L.buckets_sent || !L.reduced || !L.last_dp || !L.last_comp || !L.optim_seen) {
@@ -483,7 +622,8 @@ static int lower_into(const plan *pl, const sched *s, engine *e, const int *rank
         more = 0;
         for (int r = 0; r < s->p && rc == TS_OK; r++)
             if (i < s->n_actions[r]) {
-                rc = rank_action(&L, r, i);
+                if (!L.done || !L.done[L.partner_at[r] + i]) /* else lowered with its pair */
+                    rc = rank_action(&L, r, i);
                 more = 1;
             }
     }
@@ -530,5 +670,8 @@ done:
     free(L.optim_seen);
     free(L.partner);
     free(L.partner_at);
+    free(L.done);
+    free(L.scratch2);
+    free(L.bounds);
     return rc;
 }

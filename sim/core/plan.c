@@ -166,7 +166,7 @@ const char *plan_stream_name(int s)
 
 const char *plan_cat_name(int c)
 {
-    static const char *const names[PLAN_CAT_COUNT] = {"forward", "backward", "recompute", "optimizer",
-                                                      "tp",      "pp",       "dp",        "ep"};
+    static const char *const names[PLAN_CAT_COUNT] = {"forward", "backward", "recompute", "optimizer", "tp",
+                                                      "pp",      "dp",       "ep",        "data"};
     return c >= 0 && c < PLAN_CAT_COUNT ? names[c] : "?";
 }

@@ -27,6 +27,7 @@
 #include "sim/config/config.h"
 #include "sim/model/commcost.h"
 #include "sim/model/cost.h"
+#include "sim/model/dataload.h"
 #include "sim/sched/sched.h"
 #include "sim/util/err.h"
 
@@ -55,6 +56,7 @@ typedef enum {
     PLAN_CAT_PP,      /* pipeline communication */
     PLAN_CAT_DP,      /* data-parallel communication */
     PLAN_CAT_EP,      /* expert-parallel communication: the MoE dispatcher's all-to-alls (on the TP stream) */
+    PLAN_CAT_DATA,    /* the data loader's step (dataload.h) at the start of a loading stage's forward */
     PLAN_CAT_COUNT
 } plan_cat;
 
@@ -109,6 +111,9 @@ typedef struct {
     bool comm_cp;       /* a collective of the context-parallel group (cp.h: the all-to-all level for
                            COMM_ALL_TO_ALL, the ring level otherwise; COMM_P2P: one ring step; for
                            these two comm_lat_ns is the default mode's alphas, its time of one byte) */
+    int32_t comm_ranks; /* an all-reduce over this many consecutive ranks of Megatron's order beyond the
+                           tensor-parallel group: t x cp or t x cp x d (the MoE aux loss's, FP8 amax's;
+                           layer ops of stride 1 and span comm_ranks); 0: the stream's own group */
     int16_t dp_bucket;  /* >= 0: bucket of gradients complete when this step ends (overlap) */
     int32_t stage;      /* pipeline stage (global id) */
     int32_t dep[2];     /* earlier steps of the same pass (relative index) it waits for; -1 none */
@@ -128,7 +133,7 @@ typedef struct {
     double edp_bw_factor;
     int64_t edp_lat_ns;
     int64_t alloc_bytes; /* activation bytes allocated when the step starts */
-    int64_t free_bytes;  /* activation bytes freed when the step ends */
+    int64_t free_bytes;  /* activation bytes freed when the step ends (< 0: allocated then) */
     /* collapsed steps (seg_n > 0): the segments that make them up, the time
      * within them when only tensor-parallel communication runs, and their
      * memory changes (replacing alloc_bytes / free_bytes) */
@@ -200,17 +205,29 @@ typedef struct {
     int64_t *weights_bytes; /* p: static memory per rank */
     int64_t *grads_bytes;
     int64_t *optim_bytes;
-    int64_t p2p_buffer_bytes; /* receive buffer held from a receive until its pass starts */
-    int d;                    /* data-parallel size (1: no reduction steps) */
-    int edp;                  /* expert-data-parallel size: ranks the expert gradients are reduced over */
-    double moe_load_factor;   /* MoE: the busiest EP rank's routed tokens over the mean (1: balance; 0: dense) */
-    double moe_dropped;       /* MoE: fraction of the routed tokens over an expert's capacity (dropped) */
+    int64_t p2p_buffer_bytes;   /* receive buffer held from a receive until its pass starts */
+    int d;                      /* data-parallel size (1: no reduction steps) */
+    int edp;                    /* expert-data-parallel size: ranks the expert gradients are reduced over */
+    double moe_load_factor;     /* MoE: the busiest EP rank's routed tokens over the mean (1: balance; 0: dense);
+                                 per-layer loads: the largest of the layers' */
+    double moe_load_factor_min; /* MoE: the smallest layer's (= moe_load_factor unless loads are per layer) */
+    int moe_busiest_layer;      /* MoE: the first layer (0-based) with moe_load_factor; -1 dense */
+    double moe_dropped;         /* MoE: fraction of the routed tokens over an expert's capacity (dropped) */
     int64_t fixed_ns[PLAN_FIXED_KINDS]; /* the parts of the longest optimizer step (its rank's), ns */
+    /* The data loader's step of one micro-batch, the first compute step of
+     * the forward of the stages that load data (dataload.h): [0] the first
+     * stage's, [1] the last stage's (with one stage both are its step).
+     * With --data-loader-ns (data_measured) total_ns is the measured figure
+     * and the parts are the model's, for the report. */
+    dataload_cost data[2];
+    bool data_measured;
     bool overlap_grad_reduce;
     bool distributed_optimizer;
     uint32_t max_pass_steps; /* longest pass range (scratch size for lowering) */
     plan_ep_pair *ep_pairs;  /* --overlap-moe-expert-parallel-comm: the pairs' variants (NULL: none) */
     uint32_t n_ep_pairs;
+    bool ep_pair_steps; /* --overlap-moe-expert-parallel-comm in the flow modes (passes not collapsed):
+                           lower.h interleaves the paired passes' own steps on the two streams */
 } plan;
 
 /* A plan for tests of the closed forms: every stage's F, B, I, W is one
@@ -234,7 +251,7 @@ int plan_push_step(plan *pl, const plan_step *s, uint32_t *out);
 int plan_add_transfers(plan *pl, int64_t dur_ns, int64_t bytes);
 
 /* Names for reports: "compute", "tp", "pp-send", "pp-recv-fwd", "pp-recv-bwd", "dp"; "forward",
- * "backward", "recompute", "optimizer", "tp", "pp", "dp". */
+ * "backward", "recompute", "optimizer", "tp", "pp", "dp", "ep", "data". */
 const char *plan_stream_name(int s);
 const char *plan_cat_name(int c);
 

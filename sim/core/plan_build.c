@@ -7,12 +7,14 @@
 #include <string.h>
 
 #include "sim/core/ep_pair.h"
+#include "sim/core/ep_pair_steps.h"
 #include "sim/core/overlap.h"
 #include "sim/core/plan_collapse.h"
 #include "sim/core/plan_env.h"
 #include "sim/core/plan_moe.h"
 #include "sim/core/plan_rank.h"
 #include "sim/model/cp.h"
+#include "sim/model/dataload.h"
 #include "sim/model/flops.h"
 #include "sim/model/fp8.h"
 #include "sim/model/layer.h"
@@ -47,6 +49,7 @@ typedef struct {
     int64_t a2a_ns;     /* MoE: one all-to-all over the expert-parallel group (plan_moe.h) */
     int64_t a2a_lat_ns; /* MoE: its latency, for the flow modes */
     int64_t a2a_mx_ns;  /* MoE: one carrying MXFP8 rows (layer_op.fp8; plan_moe.h) */
+    int64_t data_ns[2]; /* the data loader's step on the first / last stage (plan.data) */
 } pass_builder;
 
 static void pb_start(pass_builder *b, int stage)
@@ -99,7 +102,9 @@ static int ub_partner(const pass_builder *b, const layer_ops *ops, int i, int ca
 
 /* Append the ops of one list. cat: category of its compute ops. alloc_bytes
  * are allocated when its first op starts, free_bytes freed when its last
- * op ends. Returns TS_OK or TS_ENOMEM. */
+ * op ends: compute ops merge into the open compute step except at those
+ * two points, so each step's allocation is at its start and its free at
+ * its end. Returns TS_OK or TS_ENOMEM. */
 static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_bytes, int64_t free_bytes)
 {
     int32_t map[LAYER_MAX_OPS];
@@ -135,7 +140,11 @@ static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_
             for (int k = 0; k < nd; k++)
                 if (pb_step(b, ds[k])->stream != PLAN_STREAM_COMPUTE)
                     ext[ne++] = ds[k];
-            bool merge = b->open >= 0 && pb_step(b, b->open)->cat == cat;
+            /* a list that allocates starts a step of its own: its memory
+             * changes at its first op's start, not at the start of a step
+             * the previous list's ops began (which would count it before
+             * their free) */
+            bool merge = b->open >= 0 && pb_step(b, b->open)->cat == cat && !(i == 0 && alloc_bytes);
             for (int k = 0; k < ne && merge; k++) {
                 const plan_step *o = pb_step(b, b->open);
                 merge = o->dep[0] == ext[k] || o->dep[1] == ext[k];
@@ -176,7 +185,8 @@ static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_
             }
             x.comm_bytes = op->bytes;
             x.comm_coll = (uint8_t)op->coll;
-            x.comm_cp = op->stride > 0 && !op->a2a;
+            x.comm_cp = op->stride > 0 && !op->a2a && op->coll != COMM_ALL_REDUCE; /* CP never all-reduces */
+            x.comm_ranks = op->stride > 0 && !op->a2a && op->coll == COMM_ALL_REDUCE ? op->span : 0;
             commcost_flow_terms(b->cc, op->coll, op->bytes, &g, &x.comm_bw_factor, &x.comm_lat_ns);
             if (op->a2a && op->coll == COMM_P2P) /* the all-to-all's; the dispatcher's gathers keep NCCL's */
                 x.comm_lat_ns = b->a2a_lat_ns;
@@ -206,6 +216,10 @@ static int pb_add(pass_builder *b, const layer_ops *ops, int cat, int64_t alloc_
         pb_step(b, map[0])->alloc_bytes += alloc_bytes;
         pb_step(b, map[ops->n - 1])->free_bytes += free_bytes;
         b->prev_last = map[ops->n - 1];
+        if (free_bytes && b->open == map[ops->n - 1])
+            b->open = -1;           /* freed at the last op's end: later ops run in steps after it */
+    } else if (b->prev_last >= 0) { /* no op (an embedding's I without dropout): the change at the previous end */
+        pb_step(b, b->prev_last)->free_bytes += free_bytes - alloc_bytes;
     }
     return TS_OK;
 }
@@ -237,7 +251,8 @@ typedef struct {
     layer_ops ef, eb, ei, ew; /* embedding */
     layer_ops of, ob, oi, ow; /* output layer */
     plan_layer_mem m_rc, m_none, m_emb, m_out;
-    plan_moe moe;         /* the MoE layers' ops, memory and parameters (mo->moe.on: the model has some) */
+    plan_moe_layers moe;  /* the MoE layers' ops, memory and parameters, per load factor (n_kinds > 0: the
+                             model has some); owned */
     int64_t params_layer; /* per TP rank */
     int64_t bucket_params;
     int64_t cp_tf, cp_tb; /* context parallelism's transient buffers of a layer's forward / backward (cp.h) */
@@ -301,7 +316,11 @@ static int model_ops_build(const config *c, int gpn, const commcost_params *cc, 
         (rc = layer_embedding_saved(&mo->rc, &sl, err)) || (plan_layer_mem_of(&sl, &mo->m_emb), 0) ||
         (rc = layer_output_saved(&mo->rc, &sl, err)) || (plan_layer_mem_of(&sl, &mo->m_out), 0))
         return rc;
-    if ((rc = plan_moe_build(c, &mo->rc, gpn, cc, &mo->moe, err)))
+    mo->m_rc.stash = layer_wgrad_stash_bytes(&mo->rc, &mo->i, &mo->w);
+    mo->m_none.stash = layer_wgrad_stash_bytes(&mo->none, &mo->ni, &mo->nw);
+    mo->m_emb.stash = layer_wgrad_stash_bytes(&mo->rc, &mo->ei, &mo->ew);
+    mo->m_out.stash = layer_wgrad_stash_bytes(&mo->rc, &mo->oi, &mo->ow);
+    if ((rc = plan_moe_layers_build(c, &mo->rc, gpn, cc, &mo->moe, err)))
         return rc;
     if ((mo->mtp = c->moe.mtp_num_layers) > 0) {
         if ((rc = mtp_ops(&mo->rc, LAYER_PASS_F, &mo->mtp_f, err)) ||
@@ -312,6 +331,7 @@ static int model_ops_build(const config *c, int gpn, const commcost_params *cc, 
         if (c->par.sync_tp_allreduce)
             sync_tp_allreduce(&mo->mtp_b);
         mo->m_mtp.kept = mtp_saved_bytes(&mo->rc, &mo->m_mtp.free_i, &mo->m_mtp.free_w);
+        mo->m_mtp.stash = layer_wgrad_stash_bytes(&mo->rc, &mo->mtp_i, &mo->mtp_w);
         mo->mtp_params = mtp_depth_rank_params(&c->model, c->par.tp);
     }
     mo->cp_tf = cp_transient_bytes(&mo->rc, false);
@@ -360,13 +380,14 @@ typedef struct {
     const layer_ops *f, *r, *b, *i, *w, *nb, *ni, *nw;
     const plan_layer_mem *m_rc, *m_none;
     int64_t params, expert_params;
-    int64_t transient; /* MoE: the dispatcher's buffers of one pass (plan_moe.h) */
+    int64_t transient;    /* MoE: the dispatcher's buffers of one pass (plan_moe.h) */
+    int64_t rc_transient; /* of them, the recompute pass's (0 where it does not re-run the dispatcher) */
 } layer_kind;
 
 static layer_kind kind_of(const model_ops *mo, const rc_layout *L, int l)
 {
-    const plan_moe *e = &mo->moe;
-    if (e->on && moe_layer_is_moe(&mo->c->moe, L->first + l))
+    const plan_moe *e = plan_moe_layers_of(&mo->moe, L->first + l);
+    if (e)
         return (layer_kind){&e->f,
                             &e->r,
                             &e->b,
@@ -379,9 +400,10 @@ static layer_kind kind_of(const model_ops *mo, const rc_layout *L, int l)
                             &e->m_none,
                             e->params_dense + e->params_expert,
                             e->params_expert,
-                            e->transient};
+                            e->transient,
+                            e->rc_transient};
     return (layer_kind){&mo->f,  &mo->r,    &mo->b,      &mo->i,           &mo->w, &mo->nb, &mo->ni,
-                        &mo->nw, &mo->m_rc, &mo->m_none, mo->params_layer, 0,      0};
+                        &mo->nw, &mo->m_rc, &mo->m_none, mo->params_layer, 0,      0,       0};
 }
 
 /* The kind of an MTP depth's layer: the decoder's last layer's (mtp.h). */
@@ -434,10 +456,13 @@ static int build_bwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
     bool buckets = kind != PLAN_PASS_I && bucket_params;
     const layer_ops *o_out = kind == PLAN_PASS_B ? &mo->ob : kind == PLAN_PASS_I ? &mo->oi : &mo->ow;
     const layer_ops *o_emb = kind == PLAN_PASS_B ? &mo->eb : kind == PLAN_PASS_I ? &mo->ei : &mo->ew;
-    /* frees by pass: B frees everything, I the I-part, W the W-part */
-#define FREE_OF(m) (kind == PLAN_PASS_B ? (m).free_i + (m).free_w : kind == PLAN_PASS_I ? (m).free_i : (m).free_w)
+    /* frees by pass: B frees everything, I the I-part, W the W-part and the
+     * output gradients I stashed for it (STASH_OF: allocated by I) */
+#define STASH_OF(m) (kind == PLAN_PASS_I ? (m).stash : 0)
+#define FREE_OF(m)                                                                                                     \
+    (kind == PLAN_PASS_B ? (m).free_i + (m).free_w : kind == PLAN_PASS_I ? (m).free_i : (m).free_w + (m).stash)
     if (last)
-        rc = pb_add(b, o_out, PLAN_CAT_BWD, 0, FREE_OF(mo->m_out));
+        rc = pb_add(b, o_out, PLAN_CAT_BWD, STASH_OF(mo->m_out), FREE_OF(mo->m_out));
     if (last && mo->mtp) { /* the MTP depths, last first: output layer, layer (not recomputed), own ops */
         layer_kind K = mtp_kind(mo);
         const layer_ops *o_lay = kind == PLAN_PASS_B ? K.nb : kind == PLAN_PASS_I ? K.ni : K.nw;
@@ -445,9 +470,9 @@ static int build_bwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
         int64_t tb = kind == PLAN_PASS_W ? 0 : mo->cp_tb;
         acc += mtp_embedding_params(mo, first);
         for (int k = 0; k < mo->mtp && rc == TS_OK; k++) {
-            if ((rc = pb_add(b, o_out, PLAN_CAT_BWD, 0, FREE_OF(mo->m_out))) ||
-                (rc = pb_add_layer(b, o_lay, PLAN_CAT_BWD, tb, FREE_OF(*K.m_none) + tb)) ||
-                (rc = pb_add(b, o_mtp, PLAN_CAT_BWD, 0, FREE_OF(mo->m_mtp))))
+            if ((rc = pb_add(b, o_out, PLAN_CAT_BWD, STASH_OF(mo->m_out), FREE_OF(mo->m_out))) ||
+                (rc = pb_add_layer(b, o_lay, PLAN_CAT_BWD, tb + STASH_OF(*K.m_none), FREE_OF(*K.m_none) + tb)) ||
+                (rc = pb_add(b, o_mtp, PLAN_CAT_BWD, STASH_OF(mo->m_mtp), FREE_OF(mo->m_mtp))))
                 break;
             acc += K.params + mo->mtp_params;
             acc_e += K.expert_params;
@@ -460,7 +485,7 @@ static int build_bwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
         if (recomputed && kind != PLAN_PASS_W)
             for (int l = lo; l < hi && rc == TS_OK; l++) { /* a group's other inputs are re-created too */
                 layer_kind K = kind_of(mo, L, l);
-                int64_t disp = mo->c->par.recompute == RECOMPUTE_FULL ? K.transient : 0; /* the dispatcher re-runs */
+                int64_t disp = K.rc_transient; /* where the dispatcher re-runs */
                 int64_t cp = K.r->n ? mo->cp_tf + disp : 0;
                 rc = pb_add_layer(b, K.r, PLAN_CAT_RECOMP, K.m_rc->by_rc + (l % L->group ? K.m_rc->kept : 0) + cp, cp);
             }
@@ -475,7 +500,7 @@ static int build_bwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
             else
                 ops = recomputed ? K.w : K.nw;
             int64_t tb = kind == PLAN_PASS_W ? 0 : mo->cp_tb + K.transient; /* the exchanges run in B and I */
-            rc = pb_add_layer(b, ops, PLAN_CAT_BWD, tb, FREE_OF(*m) + tb);
+            rc = pb_add_layer(b, ops, PLAN_CAT_BWD, tb + STASH_OF(*m), FREE_OF(*m) + tb);
             acc += K.params;
             acc_e += K.expert_params;
             if (buckets && acc >= mo->bucket_params) {
@@ -490,8 +515,9 @@ static int build_bwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
     if (kind != PLAN_PASS_W && rc == TS_OK)
         rc = pb_add_amax(b, mo, L->n, true, PLAN_CAT_BWD);
     if (first && rc == TS_OK)
-        rc = pb_add(b, o_emb, PLAN_CAT_BWD, 0, FREE_OF(mo->m_emb));
+        rc = pb_add(b, o_emb, PLAN_CAT_BWD, STASH_OF(mo->m_emb), FREE_OF(mo->m_emb));
 #undef FREE_OF
+#undef STASH_OF
     if (buckets && rc == TS_OK && acc > 0) {
         bucket_params[nb] = acc;
         bucket_expert[nb] = acc_e;
@@ -502,10 +528,24 @@ static int build_bwd(pass_builder *b, const model_ops *mo, const rc_layout *L, b
     return rc;
 }
 
+/* The data loader's step (plan.data): the forward's first compute step on
+ * a stage that loads data, the op the next ones wait for. */
+static int pb_add_data(pass_builder *b, int64_t dur_ns)
+{
+    plan_step x = plan_step_init("data loader", PLAN_STREAM_COMPUTE, PLAN_CAT_DATA, b->stage, dur_ns);
+    int32_t id = pb_new(b, &x);
+    if (id < 0)
+        return TS_ENOMEM;
+    b->open = b->prev_last = id;
+    return TS_OK;
+}
+
 static int build_fwd(pass_builder *b, const model_ops *mo, const rc_layout *L, bool first, bool last)
 {
     int rc = TS_OK;
-    if (first)
+    if (first || last)
+        rc = pb_add_data(b, b->data_ns[first ? 0 : 1]);
+    if (first && rc == TS_OK)
         rc = pb_add(b, &mo->ef, PLAN_CAT_FWD, mo->m_emb.kept, 0);
     for (int l = 0; l < L->n && rc == TS_OK; l++) {
         layer_kind K = kind_of(mo, L, l);
@@ -691,6 +731,37 @@ static int add_dp_reduction(plan *pl, const plan_env *E, int st, const int64_t *
     return TS_OK;
 }
 
+/* The data loader's step of the first and the last stage (plan.data,
+ * dataload.h), or --data-loader-ns for both. */
+static int add_data_loader(plan *pl, const plan_env *E, const commcost_group *tp_group, pass_builder *b)
+{
+    const config *c = E->c;
+    double host = 0;
+    ts_err unused; /* a measured step needs no host link: an unknown GPU kind is no error then */
+    int rc = dataload_host_link_gbps(&c->cluster.gpu, cost_model_params(E->cm)->hbm_gbps, &host,
+                                     c->par.data_loader_measured ? &unused : E->err);
+    if (rc && !c->par.data_loader_measured)
+        return rc;
+    for (int k = 0; k < 2; k++) {
+        dataload_in in = {.first = k == 0 || pl->n_stages == 1,
+                          .last = k == 1 || pl->n_stages == 1,
+                          .mtp = c->moe.mtp_num_layers > 0,
+                          .attn_mask = !c->par.no_loader_attn_mask,
+                          .b = c->par.micro_batch_size,
+                          .s = c->model.seq_length,
+                          .tp = E->t,
+                          .cp = config_cp(c),
+                          .host_gbps = host};
+        if (host > 0 && (rc = dataload_cost_of(&in, E->cm, E->cc, tp_group, &pl->data[k], E->err)))
+            return rc;
+        if (c->par.data_loader_measured)
+            pl->data[k].total_ns = (int64_t)(c->par.data_loader_ns + 0.5);
+        b->data_ns[k] = pl->data[k].total_ns;
+    }
+    pl->data_measured = c->par.data_loader_measured;
+    return TS_OK;
+}
+
 /* Every stage's passes and data-parallel reduction. */
 static int build_stages(plan *pl, const plan_env *E, pass_builder *b, const model_ops *mo)
 {
@@ -729,10 +800,12 @@ int plan_build_opts(const config *c, const sched *s, const cost_model *cm, const
     model_ops *mo = malloc(sizeof *mo);
     plan *pl = NULL;
     rc = mo ? model_ops_build(c, E.gpn, cc, mo, err) : err_set(err, TS_ENOMEM, "plan: out of memory");
-    if (rc == TS_OK && mo->moe.on) {
-        E.edp = mo->moe.edp;
-        E.edp_group = mo->moe.edp_group;
-        E.moe_layer_params = mo->moe.params_dense + mo->moe.params_expert;
+    const plan_moe *moe0 = rc == TS_OK && mo->moe.n_kinds > 0 ? &mo->moe.kinds[0] : NULL; /* groups, params, a2a:
+                                                                                        the same in every variant */
+    if (moe0) {
+        E.edp = moe0->edp;
+        E.edp_group = moe0->edp_group;
+        E.moe_layer_params = moe0->params_dense + moe0->params_expert;
         if (E.d <= 1 && E.edp > 1)
             rc = err_set(err, TS_EINVAL,
                          "plan: expert-data-parallel size %d with data-parallel size 1: not modelled (the gradient "
@@ -744,8 +817,10 @@ int plan_build_opts(const config *c, const sched *s, const cost_model *cm, const
     if (rc == TS_OK) {
         pl->d = E.d;
         pl->edp = E.edp;
-        pl->moe_load_factor = mo->moe.on ? mo->moe.load_factor : 0;
-        pl->moe_dropped = mo->moe.on ? mo->moe.dropped : 0;
+        pl->moe_load_factor = moe0 ? mo->moe.lf_max : 0;
+        pl->moe_load_factor_min = moe0 ? mo->moe.lf_min : 0;
+        pl->moe_busiest_layer = moe0 ? mo->moe.busiest_layer : -1;
+        pl->moe_dropped = moe0 ? mo->moe.dropped : 0;
         pl->overlap_grad_reduce = P->overlap_grad_reduce || E.fsdp; /* FSDP reduces per unit during the backward */
         pl->distributed_optimizer = P->distributed_optimizer || E.shard >= SHARD_OPTIM;
         int t = E.t, gpn = E.gpn;
@@ -756,19 +831,26 @@ int plan_build_opts(const config *c, const sched *s, const cost_model *cm, const
                           .tpo = P->tp_comm_overlap && P->sequence_parallel && E.t > 1,
                           .sms = overlap_gpu_sms(c->cluster.gpu.name)};
         b.tp_group = (commcost_group){t, t <= gpn ? t : (t % gpn ? 1 : gpn)};
-        b.a2a_ns = mo->moe.a2a_ns;
-        b.a2a_lat_ns = mo->moe.a2a_lat_ns;
-        b.a2a_mx_ns = mo->moe.a2a_mx_ns;
+        b.a2a_ns = moe0 ? moe0->a2a_ns : 0;
+        b.a2a_lat_ns = moe0 ? moe0->a2a_lat_ns : 0;
+        b.a2a_mx_ns = moe0 ? moe0->a2a_mx_ns : 0;
         rc = add_pipeline_transfers(pl, &E, &b.tp_group);
         if (rc == TS_OK)
+            rc = add_data_loader(pl, &E, &b.tp_group, &b);
+        if (rc == TS_OK)
             rc = build_stages(pl, &E, &b, mo);
-        if (rc == TS_OK && P->overlap_moe_ep_comm)
+        if (rc == TS_OK && P->overlap_moe_ep_comm && E.inline_tp)
             rc = ep_pair_build(pl, s, b.sms, P->delay_wgrad, err);
+        pl->ep_pair_steps = P->overlap_moe_ep_comm && !E.inline_tp; /* the flow modes: lower.h */
+        if (rc == TS_OK && pl->ep_pair_steps)
+            rc = ep_pair_steps_build(pl, s, b.sms, P->delay_wgrad, err);
     }
     if (rc == TS_OK)
         rc = plan_rank_add_emb_allreduce(pl, &E);
     if (rc == TS_OK)
         rc = plan_rank_add_steps(pl, &E);
+    if (mo)
+        plan_moe_layers_free(&mo->moe);
     free(mo);
     if (rc) {
         plan_free(pl);

@@ -53,8 +53,8 @@ void plan_moe_scale_loads(const double *tokens, int n, double routed, double *ou
         out[i] = sum > 0 ? routed * (tokens[i] / sum) : routed / n;
 }
 
-/* The routing model (plan_moe.h): *lf and *dropped. */
-static int routing(const layer_shape *L, const moe_config *e, double *lf, double *dropped, ts_err *err)
+/* The routing model (plan_moe.h) of MoE layer `layer`: *lf and *dropped. */
+static int routing(const layer_shape *L, const moe_config *e, int layer, double *lf, double *dropped, ts_err *err)
 {
     *lf = 1;
     *dropped = 0;
@@ -65,8 +65,9 @@ static int routing(const layer_shape *L, const moe_config *e, double *lf, double
         if (!load)
             return err_set(err, TS_ENOMEM, "MoE routing: loads of %d experts", e->num_experts);
         double routed = (double)moe_disp_tokens(L) * e->topk, drop = 0;
-        if (measured)
-            plan_moe_scale_loads(e->expert_load, e->num_experts, routed, load);
+        if (measured) /* the per-layer form: this layer's rows */
+            plan_moe_scale_loads(e->expert_load + (e->expert_load_per_layer ? (size_t)layer * e->num_experts : 0),
+                                 e->num_experts, routed, load);
         else
             moe_expert_loads_zipf(e->num_experts, routed, skew, PLAN_MOE_ROUTING_SEED, load);
         /* moe_rank_load_factor is over the mean of the kept tokens: over the
@@ -83,8 +84,31 @@ static int routing(const layer_shape *L, const moe_config *e, double *lf, double
     return TS_OK;
 }
 
+/* The first MoE layer of c's model (0 when it has none). */
+static int first_moe_layer(const config *c)
+{
+    for (int l = 0; l < c->model.num_layers; l++)
+        if (moe_layer_is_moe(&c->moe, l))
+            return l;
+    return 0;
+}
+
 int plan_moe_build(const config *c, const layer_shape *rc_shape, int gpn, const commcost_params *cc, plan_moe *mo,
                    ts_err *err)
+{
+    return plan_moe_build_layer(c, rc_shape, first_moe_layer(c), gpn, cc, mo, err);
+}
+
+int plan_moe_layer_routing(const config *c, const layer_shape *rc_shape, int layer, double *lf, double *dropped,
+                           ts_err *err)
+{
+    layer_shape L = *rc_shape;
+    L.no_mlp = true;
+    return routing(&L, &c->moe, layer, lf, dropped, err);
+}
+
+int plan_moe_build_layer(const config *c, const layer_shape *rc_shape, int layer, int gpn, const commcost_params *cc,
+                         plan_moe *mo, ts_err *err)
 {
     memset(mo, 0, sizeof *mo);
     const moe_config *e = &c->moe;
@@ -95,7 +119,7 @@ int plan_moe_build(const config *c, const layer_shape *rc_shape, int gpn, const 
     L.no_mlp = true;
     N = L;
     N.recompute = RECOMPUTE_NONE;
-    int rc = routing(&L, e, &mo->load_factor, &mo->dropped, err);
+    int rc = routing(&L, e, layer, &mo->load_factor, &mo->dropped, err);
     double lf = mo->load_factor;
     if (rc || (rc = moe_layer_pass(&L, e, lf, LAYER_PASS_F, &mo->f, err)) ||
         (rc = moe_layer_pass(&L, e, lf, LAYER_PASS_R, &mo->r, err)) ||
@@ -119,6 +143,7 @@ int plan_moe_build(const config *c, const layer_shape *rc_shape, int gpn, const 
         mems[k]->by_rc += blk.by_rc;
         mems[k]->free_i += blk.free_i;
         mems[k]->free_w += blk.free_w;
+        mems[k]->stash = layer_wgrad_stash_bytes(shapes[k], k == 0 ? &mo->i : &mo->ni, k == 0 ? &mo->w : &mo->nw);
     }
     moe_rank_params P;
     moe_layer_rank_params(&c->model, e, c->par.tp, c->par.pp, c->cluster.gpus, &P);
@@ -129,6 +154,7 @@ int plan_moe_build(const config *c, const layer_shape *rc_shape, int gpn, const 
     mo->ep_group = commcost_group_strided(ep, etp, gpn);
     mo->edp_group = commcost_group_strided(mo->edp, etp * ep, gpn);
     mo->transient = moe_block_transient_bytes(&L, e, lf);
+    mo->rc_transient = moe_block_recomputed(&L) ? mo->transient : 0;
     int64_t T = moe_disp_tokens(&L);
     bool mx = e->dispatch_fwd_mxfp8 || e->combine_bwd_mxfp8; /* moe_disp.h: some all-to-alls carry MXFP8 rows */
     int64_t mx_row = fp8_mxfp8_bytes(1, L.h);
@@ -153,4 +179,68 @@ int plan_moe_build(const config *c, const layer_shape *rc_shape, int gpn, const 
     }
     mo->a2a_lat_ns = mo->a2a_ns > 0 ? moe_a2a_alpha_ns(cc, &mo->ep_group) : 0;
     return TS_OK;
+}
+
+void plan_moe_layers_free(plan_moe_layers *s)
+{
+    free(s->kinds);
+    free(s->of_layer);
+    memset(s, 0, sizeof *s);
+}
+
+int plan_moe_layers_build(const config *c, const layer_shape *rc_shape, int gpn, const commcost_params *cc,
+                          plan_moe_layers *s, ts_err *err)
+{
+    memset(s, 0, sizeof *s);
+    int n = c->model.num_layers, rc = TS_OK, moe_layers = 0;
+    if (c->moe.num_experts <= 0 || n <= 0)
+        return TS_OK;
+    s->of_layer = malloc((size_t)n * sizeof *s->of_layer);
+    if (!s->of_layer)
+        return err_set(err, TS_ENOMEM, "MoE plan: out of memory for %d layers", n);
+    double dropped_sum = 0;
+    int nk = 0; /* the variants built (s->n_kinds) */
+    for (int l = 0; l < n && !rc; l++) {
+        s->of_layer[l] = -1;
+        if (!moe_layer_is_moe(&c->moe, l))
+            continue;
+        double lf, dropped;
+        if ((rc = plan_moe_layer_routing(c, rc_shape, l, &lf, &dropped, err)))
+            break;
+        moe_layers++;
+        dropped_sum += dropped;
+        if (moe_layers == 1 || lf > s->lf_max) {
+            s->lf_max = lf;
+            s->busiest_layer = l;
+        }
+        if (moe_layers == 1 || lf < s->lf_min)
+            s->lf_min = lf;
+        int k = 0;
+        while (k < nk && s->kinds[k].load_factor != lf) /* the same factor: the same ops */
+            k++;
+        if (k == nk) {
+            plan_moe *more = realloc(s->kinds, (size_t)(k + 1) * sizeof *more);
+            if (!more) {
+                rc = err_set(err, TS_ENOMEM, "MoE plan: out of memory for %d layer variants", k + 1);
+                break;
+            }
+            s->kinds = more;
+            if ((rc = plan_moe_build_layer(c, rc_shape, l, gpn, cc, &s->kinds[k], err)))
+                break;
+            s->kinds[k].load_factor = lf; /* (the same routing: what the lookup above compares) */
+            s->n_kinds = ++nk;
+        }
+        s->of_layer[l] = k;
+    }
+    s->dropped = moe_layers > 0 ? dropped_sum / moe_layers : 0;
+    if (rc)
+        plan_moe_layers_free(s);
+    return rc;
+}
+
+const plan_moe *plan_moe_layers_of(const plan_moe_layers *s, int layer)
+{
+    if (!s->of_layer || layer < 0 || s->of_layer[layer] < 0)
+        return NULL;
+    return &s->kinds[s->of_layer[layer]];
 }

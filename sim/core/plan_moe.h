@@ -24,7 +24,9 @@
  * routing in each layer: an assumption). With --moe-expert-load FILE
  * (c->moe.expert_load, unless balance is forced) the per-expert loads are
  * the file's shares of one micro-batch's routed copies
- * (plan_moe_scale_loads) in place of the Zipf draw; the rest (the
+ * (plan_moe_scale_loads) in place of the Zipf draw, with a per-layer file
+ * each MoE layer's own rows (so each layer its own busiest rank and load
+ * factor: plan_moe_layers); the rest (the
  * placement of experts on EP ranks, the capacity cap, the drops) is the
  * same. A capacity factor caps each
  * expert at ceil(factor x its mean load) also under balance: below 1 every
@@ -38,7 +40,7 @@
  * group edp ranks at a stride of etp x ep; the dense part keeps t x cp x d
  * (RankGenerator's tp-cp-dp-pp), its gradients reduced over d x cp.
  *
- * Plain values: no heap memory.
+ * plan_moe: plain values, no heap memory; plan_moe_layers owns arrays.
  */
 #ifndef TRAINSIM_PLAN_MOE_H
 #define TRAINSIM_PLAN_MOE_H
@@ -62,9 +64,11 @@
 void plan_moe_scale_loads(const double *tokens, int n, double routed, double *out);
 
 /* One layer's saved activations in the memory timeline: kept by F,
- * re-created by R, and of their sum what I frees and what only W needs. */
+ * re-created by R, and of their sum what I frees and what only W needs;
+ * stash: the output gradients W reads, allocated by I and freed by W
+ * (layer_wgrad_stash_bytes). */
 typedef struct {
-    int64_t kept, by_rc, free_i, free_w;
+    int64_t kept, by_rc, free_i, free_w, stash;
 } plan_layer_mem;
 
 /* Sum a saved-tensor list into m. */
@@ -90,8 +94,10 @@ typedef struct {
     int64_t a2a_lat_ns;       /* of a2a_ns, the latency (moe_a2a_alpha_ns): the flow modes' */
     commcost_group edp_group; /* the expert gradients' reduction group */
     int edp;
-    int64_t transient; /* the dispatcher's buffers of one pass of a MoE layer, allocated when the pass starts
+    int64_t transient;    /* the dispatcher's buffers of one pass of a MoE layer, allocated when the pass starts
                           and freed when it ends (moe_block_transient_bytes) */
+    int64_t rc_transient; /* the same in the recompute pass where it re-runs the dispatcher (full recomputation,
+                             --recompute-modules moe), else 0 */
 } plan_moe;
 
 /* Fill mo for config c (resolved: moe_flags_finish accepted it) from the
@@ -104,5 +110,40 @@ typedef struct {
  * model's per-expert loads (freed before return). */
 int plan_moe_build(const config *c, const layer_shape *rc, int gpn, const commcost_params *cc, plan_moe *mo,
                    ts_err *err);
+
+/* The same for MoE layer `layer` of the model (0-based; the routing of
+ * that layer: its own rows of a per-layer --moe-expert-load file, else the
+ * model's one routing). plan_moe_build is this for the first MoE layer. */
+int plan_moe_build_layer(const config *c, const layer_shape *rc, int layer, int gpn, const commcost_params *cc,
+                         plan_moe *mo, ts_err *err);
+
+/* The routing model alone for MoE layer `layer`: its load factor and
+ * dropped share (as plan_moe's load_factor and dropped). TS_ENOMEM only. */
+int plan_moe_layer_routing(const config *c, const layer_shape *rc, int layer, double *lf, double *dropped, ts_err *err);
+
+/* Every MoE layer of the model: one plan_moe per distinct load factor
+ * (layers with the same factor share one: the presets' layers build their
+ * ops once), each layer's index into them. Owned: plan_moe_layers_free. */
+typedef struct {
+    plan_moe *kinds;   /* n_kinds variants, in the order of their first layer (kinds[0]: the first MoE layer's) */
+    int n_kinds;       /* 0: a dense model */
+    int *of_layer;     /* [num_layers]: the layer's index into kinds, -1 for a dense layer */
+    double lf_max;     /* the largest load factor of a MoE layer (the busiest rank of the busiest layer) */
+    double lf_min;     /* the smallest */
+    int busiest_layer; /* the first layer with lf_max */
+    double dropped;    /* the routed tokens dropped, over every MoE layer (each layer routes the same count) */
+} plan_moe_layers;
+
+/* Build s for config c (as plan_moe_build) for every layer of the model.
+ * Dense model: n_kinds 0, nothing allocated. Errors as plan_moe_build,
+ * TS_ENOMEM; s freed on error. */
+int plan_moe_layers_build(const config *c, const layer_shape *rc, int gpn, const commcost_params *cc,
+                          plan_moe_layers *s, ts_err *err);
+
+/* Layer `layer`'s variant, NULL for a dense layer or a dense model. */
+const plan_moe *plan_moe_layers_of(const plan_moe_layers *s, int layer);
+
+/* Release s's arrays; s zeroed. Safe on a zeroed s. */
+void plan_moe_layers_free(plan_moe_layers *s);
 
 #endif

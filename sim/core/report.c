@@ -148,6 +148,12 @@ static void report_moe(const simulate_result *r, FILE *f)
     if (r->moe_forced_balance)
         fprintf(f, "routing                 forced balance (busiest EP rank %.3fx the mean tokens)\n",
                 r->moe_load_factor);
+    else if (r->moe_load_per_layer)
+        fprintf(f,
+                "routing                 measured per-layer loads (--moe-expert-load %s): busiest EP rank %.3fx the "
+                "mean tokens (layer %d) to %.3fx%s\n",
+                r->moe_load_path, r->moe_load_factor, r->moe_busiest_layer, r->moe_load_factor_min,
+                r->moe_dropped > 0 ? "," : "");
     else if (r->moe_load_path)
         fprintf(f,
                 "routing                 measured per-expert loads (--moe-expert-load %s): busiest EP rank %.3fx the "
@@ -190,6 +196,38 @@ static void report_moe(const simulate_result *r, FILE *f)
     fprintf(f, ")\n");
 }
 
+/* The data loader's line (dataload.h): its step per micro-batch on the
+ * first and the last stage, what it moves, its time per iteration. */
+static void report_data_loader(const simulate_result *r, double it, FILE *f)
+{
+    const dataload_cost *d0 = &r->data[0], *d1 = &r->data[1];
+    fprintf(f, "\ndata loader             ");
+    put_time(f, (double)d0->total_ns);
+    if (r->p > 1 || r->v > 1) {
+        fprintf(f, " per micro-batch on the first stage, ");
+        put_time(f, (double)d1->total_ns);
+        fprintf(f, " on the last");
+    } else
+        fprintf(f, " per micro-batch");
+    if (r->data_measured)
+        fprintf(f, " (--data-loader-ns, measured)");
+    else {
+        fprintf(f, " (%s%.3f MB to the GPU in %d copies", r->p > 1 || r->v > 1 ? "first stage: " : "",
+                (double)d0->h2d_bytes * 1e-6, d0->n_h2d);
+        if (d0->n_bcast)
+            fprintf(f, ", %.3f MB in %d TP broadcasts", (double)d0->bcast_bytes * 1e-6, d0->n_bcast);
+        fprintf(f, "%s)", d0->n_slice ? ", CP slices" : "");
+    }
+    fprintf(f, "; ");
+    put_time(f, (double)r->data_rank_ns);
+    fprintf(f, " per iteration on the rank with the most (%.2f%%)", pct((double)r->data_rank_ns, it));
+    if (d0->mask_bytes > 0 && !r->data_measured)
+        fprintf(f,
+                "\n                        of it the [b, 1, s, s] attention mask, %.3f MB per micro-batch "
+                "(--no-create-attention-mask-in-dataloader drops it)",
+                (double)d0->mask_bytes * 1e-6);
+}
+
 void report_text(const simulate_result *r, FILE *f)
 {
     double it = (double)r->iteration_ns;
@@ -228,6 +266,7 @@ void report_text(const simulate_result *r, FILE *f)
         first = 0;
     }
     fprintf(f, " (the slowest rank's per-iteration fixed costs)");
+    report_data_loader(r, it, f);
     fprintf(f, "\nexposed communication   ");
     for (int k = 0; k < SIMULATE_COMM_KINDS; k++) {
         if (k == SIMULATE_COMM_EP && !r->moe_experts)
@@ -347,6 +386,17 @@ void report_csv(const simulate_result *r, FILE *f)
         snprintf(m, sizeof m, "optimizer_%s", FIXED[k]);
         irow(f, it, m, r->fixed_ns[k], "ns");
     }
+    static const char *const STAGE[2] = {"first", "last"};
+    for (int k = 0; k < 2; k++) { /* the data loader's step per micro-batch (dataload.h) */
+        char m[64];
+        snprintf(m, sizeof m, "data_loader_%s_stage", STAGE[k]);
+        irow(f, it, m, r->data[k].total_ns, "ns");
+        snprintf(m, sizeof m, "data_loader_%s_h2d_bytes", STAGE[k]);
+        irow(f, it, m, r->data[k].h2d_bytes, "bytes");
+        snprintf(m, sizeof m, "data_loader_%s_broadcast_bytes", STAGE[k]);
+        irow(f, it, m, r->data[k].bcast_bytes, "bytes");
+    }
+    irow(f, it, "data_loader_rank_max", r->data_rank_ns, "ns");
     row(f, it, "exposed_tp", r->exposed_ns[SIMULATE_COMM_TP], "ns");
     row(f, it, "exposed_pp", r->exposed_ns[SIMULATE_COMM_PP], "ns");
     row(f, it, "exposed_dp", r->exposed_ns[SIMULATE_COMM_DP], "ns");
@@ -363,6 +413,10 @@ void report_csv(const simulate_result *r, FILE *f)
         if (r->moe_load_path)
             irow(f, it, "moe_measured_loads", 1, "bool");
         row(f, it, "moe_load_factor", r->moe_load_factor, "x mean");
+        if (r->moe_load_per_layer) {
+            row(f, it, "moe_load_factor_min", r->moe_load_factor_min, "x mean");
+            irow(f, it, "moe_busiest_layer", r->moe_busiest_layer, "layer");
+        }
         row(f, it, "moe_dropped", r->moe_dropped, "fraction");
         irow(f, it, "moe_balanced_iteration_time", r->moe_balanced_ns, "ns");
         irow(f, it, "moe_imbalance_time", r->moe_imbalance_ns, "ns");

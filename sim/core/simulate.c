@@ -216,8 +216,13 @@ static void summarize(const config *c, const simulate_opts *o, const engine *e, 
             R->peak_rank = r;
         }
         R->bubble_ns += (double)X->idle_ns / p;
-        if (r == 0)
+        if (r == 0) {
             memcpy(R->fixed_ns, pl->fixed_ns, sizeof R->fixed_ns);
+            memcpy(R->data, pl->data, sizeof R->data);
+            R->data_measured = pl->data_measured;
+        }
+        if (X->cat_ns[PLAN_CAT_DATA] > R->data_rank_ns)
+            R->data_rank_ns = X->cat_ns[PLAN_CAT_DATA];
         for (int k = 0; k < SIMULATE_COMM_KINDS; k++)
             R->exposed_ns[k] += (double)X->exposed_ns[k] / p;
         for (int k = 0; k < PLAN_CAT_COUNT; k++)
@@ -346,6 +351,9 @@ static int moe_summary(const config *c, const simulate_opts *o, const plan *pl, 
                                                                  : NULL;
     R->moe_skew = e->routing_skew;
     R->moe_load_factor = pl->moe_load_factor;
+    R->moe_load_per_layer = e->expert_load && e->expert_load_per_layer && !e->force_load_balancing;
+    R->moe_load_factor_min = pl->moe_load_factor_min;
+    R->moe_busiest_layer = pl->moe_busiest_layer;
     R->moe_dropped = pl->moe_dropped;
     R->moe_balanced_ns = R->iteration_ns;
     R->moe_groups = e->router_num_groups;

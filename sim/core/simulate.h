@@ -105,7 +105,10 @@ typedef struct {
     double exposed_ns[SIMULATE_COMM_KINDS]; /* per kind, averaged over ranks */
     double cat_ns[PLAN_CAT_COUNT];          /* averaged over ranks */
     int64_t fixed_ns[PLAN_FIXED_KINDS];     /* the parts of the longest optimizer step (plan.h plan_fixed) */
-    simulate_rank *ranks;                   /* p entries */
+    dataload_cost data[2]; /* the data loader's step per micro-batch, first / last stage (plan.h plan.data) */
+    bool data_measured;    /* --data-loader-ns: data[].total_ns is the measured figure */
+    int64_t data_rank_ns;  /* the data loader's time per iteration on the rank with the most */
+    simulate_rank *ranks;  /* p entries */
     /* throughput */
     double tokens_per_s;
     double model_flops;    /* per iteration, formulas.md model FLOPs (flops.h) */
@@ -139,7 +142,11 @@ typedef struct {
     const char *moe_mxfp8;          /* static: what the dispatcher sends in MXFP8 (moe_disp.h), NULL: nothing */
     double moe_skew;                /* --moe-routing-skew (unused under forced balance) */
     double moe_dropped;             /* fraction of the routed tokens dropped at capacity (0: dropless) */
-    double moe_load_factor;         /* the busiest EP rank's routed tokens over the mean */
+    double moe_load_factor;         /* the busiest EP rank's routed tokens over the mean (per-layer loads: the
+                                       busiest layer's) */
+    bool moe_load_per_layer;        /* --moe-expert-load per layer: each MoE layer its own factor */
+    double moe_load_factor_min;     /* per-layer loads: the least loaded layer's factor */
+    int moe_busiest_layer;          /* per-layer loads: the first layer (0-based) with moe_load_factor */
     int64_t moe_balanced_ns;        /* the same run's iteration under forced balance (= iteration_ns when
                                      balance is forced or the skew is 0) */
     int64_t moe_imbalance_ns;       /* iteration_ns - moe_balanced_ns: what the routing skew costs */

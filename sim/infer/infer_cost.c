@@ -321,6 +321,8 @@ static double layer_ns(const infer_model *m, const infer_step *s)
     double ns = 0;
     ns += elem_ns(m, 2 * T * h * ab);                            /* ln1 */
     ns += gemm_ns(m, T, (m->a_rank + 2 * kvh) * m->d, h, m->wb); /* qkv */
+    if (m->c.model.qk_layernorm)
+        ns += elem_ns(m, 2 * T * (m->a_rank + kvh) * m->d * ab); /* --qk-layernorm: q, k norms (layer.h) */
     if (m->rope)
         ns += elem_ns(m, 2 * T * (m->a_rank + kvh) * m->d * ab);      /* rotary on q, k */
     ns += elem_ns(m, T * 2 * kvh * m->d * (ab + m->kvb));             /* KV-cache append */

@@ -27,6 +27,11 @@ static int64_t norm_params(const model_config *m)
     return (m->normalization == NORM_RMSNORM ? 1 : 2) * (int64_t)m->hidden_size;
 }
 
+int64_t flops_qk_norm_params(const model_config *m)
+{
+    return m->qk_layernorm ? 2 * (m->normalization == NORM_RMSNORM ? 1 : 2) * (int64_t)config_head_size(m) : 0;
+}
+
 /* Rows of the learned position table (0 for rotary or no positions). */
 static int64_t position_rows(const model_config *m)
 {
@@ -155,7 +160,8 @@ void flops_param_count(const model_config *m, flops_params *out)
                      + (ad * h + bias * h)    /* projection */
                      + (h * fc1 + bias * fc1) /* FC1 */
                      + (ffn * h + bias * h)   /* FC2 */
-                     + 2 * norm_params(m);    /* two LayerNorms / RMSNorms */
+                     + 2 * norm_params(m)     /* two LayerNorms / RMSNorms */
+                     + flops_qk_norm_params(m);
     out->embedding = (int64_t)m->padded_vocab_size * h + position_rows(m) * h;
     out->final_norm = norm_params(m);
     out->output = m->untie_embeddings ? (int64_t)m->padded_vocab_size * h : 0;
@@ -173,7 +179,8 @@ int64_t flops_params_stage(const model_config *m, int t, int num_layers, int wit
                     + ad * h / t + bias * h      /* row-parallel: weight split, bias replicated */
                     + (h * fc1 + bias * fc1) / t /* column-parallel */
                     + ffn * h / t + bias * h     /* row-parallel */
-                    + 2 * norm_params(m);        /* norms, replicated */
+                    + 2 * norm_params(m)         /* norms, replicated */
+                    + flops_qk_norm_params(m);
     int64_t p = (int64_t)num_layers * layer;
     if (with_embedding)
         p += V * h / t + position_rows(m) * h;

@@ -93,7 +93,8 @@ double flops_closed_params(int64_t l, int64_t h, int64_t V, int64_t s);
 /* ---- parameter counts --------------------------------------------------- */
 
 typedef struct {
-    int64_t per_layer;          /* one transformer layer (weights, biases unless disabled, 2 norms) */
+    int64_t per_layer;          /* one transformer layer (weights, biases unless disabled, 2 norms, the
+                                   q/k norms with --qk-layernorm) */
     int64_t embedding;          /* word (V*h) + learned position (max_position_embeddings*h) embeddings */
     int64_t final_norm;         /* final norm: 2h (LayerNorm) or h (RMSNorm) */
     int64_t output;             /* untied output weight V*h; 0 when tied to the word embedding */
@@ -107,6 +108,12 @@ typedef struct {
  * width is a*d (--kv-channels), which is h unless d is set otherwise. */
 void flops_param_count(const model_config *m, flops_params *out);
 
+/* Parameters of a layer's q and k norms (--qk-layernorm; 0 without): two
+ * norms over the head size d, replicated on every tensor-parallel rank:
+ * 2d (RMSNorm) or 4d (LayerNorm: weight and bias). In flops_param_count's
+ * per_layer and flops_params_stage's layers. */
+int64_t flops_qk_norm_params(const model_config *m);
+
 /* Parameters held by one tensor-parallel rank of a pipeline stage with
  * num_layers layers; with_embedding adds the word (V*h/t) and learned
  * position (rows*h) embeddings (first stage; the last stage holds its tied
@@ -114,7 +121,7 @@ void flops_param_count(const model_config *m, flops_params *out);
  * with_output adds the final norm and the output weight V*h/t: the untied
  * one always, the tied copy only when !with_embedding.
  * Column-parallel weights and biases and row-parallel weights are split
- * over t; LayerNorms and row-parallel biases are replicated. */
+ * over t; LayerNorms (the q/k norms too) and row-parallel biases are replicated. */
 int64_t flops_params_stage(const model_config *m, int t, int num_layers, int with_embedding, int with_output);
 
 #endif

@@ -243,6 +243,8 @@ static void layer_fwd(const layer_shape *L, const layer_dims *D, layer_ops *o)
         if (L->sp && D->comm)
             layer_ops_comm(o, "ln1.ag", COMM_ALL_GATHER, D->S, L->t);
         gemm(o, "qkv", D->T, D->qkv_n, h);
+        if (L->qk_norm) /* q_layernorm, k_layernorm: read and write q and k */
+            layer_ops_mem(o, "qk_norm", 2 * rope_elems(D) * D->dt);
         if (L->fusion & LAYER_UNFUSED_ROPE)
             layer_ops_mem(o, "rope.unfused", 12 * rope_elems(D) * D->dt);
     }
@@ -395,6 +397,8 @@ static void layer_bwd(const layer_shape *L, const layer_dims *D, layer_ops *o, b
     }
     if (L->fusion & LAYER_UNFUSED_ROPE)
         layer_ops_mem(o, "rope.unfused.bwd", 10 * rope_elems(D) * D->dt);
+    if (L->qk_norm) /* read the gradient and the saved input, write the input gradient */
+        layer_ops_mem(o, "qk_norm.bwd", 3 * rope_elems(D) * D->dt);
     blk = o->n;
     colpar_bwd(L, D, o, whole, "qkv.ag.in", "qkv.dgrad", "qkv.ar", "qkv.rs", "qkv.wgrad", D->qkv_n);
     layer_ops_mem(o, "ln1.bwd", 4 * E * D->dt);

@@ -3,7 +3,7 @@
  * pass, and the activations the forward saves.
  *
  * The layer is Megatron-LM's GPT layer (pre-norm):
- *   x -> LN1 -> [SP all-gather] -> QKV GEMM -> QK^T -> softmax -> dropout
+ *   x -> LN1 -> [SP all-gather] -> QKV GEMM -> [q/k norms] -> QK^T -> softmax -> dropout
  *     -> attention.V -> projection GEMM -> all-reduce [SP: reduce-scatter]
  *     -> dropout + residual -> LN2 -> [SP all-gather] -> FC1 GEMM
  *     -> GELU (SwiGLU) -> FC2 GEMM -> all-reduce [SP: reduce-scatter]
@@ -149,6 +149,24 @@ typedef struct {
      * columns) d_v; --recompute-modules mla_up_proj (CONFIG_RC_MLA_UP_PROJ)
      * re-runs the up-projections and rope and drops q, k, v. */
     layer_mla mla;
+    /* --qk-layernorm (standard attention; with MLA the flag names the
+     * compressed q and kv norms layer_mla.c always costs, and qk_norm stays
+     * false): Megatron-core's q_layernorm and k_layernorm (TENorm, the
+     * model's normalization over the head size d) after the QKV GEMM, before
+     * rope. Q = T (a + g) d / t query and key elements of the rank:
+     *   forward  "qk_norm": read and write them, 2 Q dt bytes
+     *   backward "qk_norm.bwd": read the output gradient and the saved
+     *            input, write the input gradient, 3 Q dt (as ln1.bwd less
+     *            its residual gradient; the weight gradient, 2d elements
+     *            summed over the rows, rides in the same kernel)
+     * and it saves its input (q and k before the norm, tensor
+     * "qk_norm.in", Q dt bytes, freed by the input-gradient backward):
+     * kept under selective recomputation whatever its modules
+     * (Megatron-core's layernorm module re-runs input_layernorm and
+     * pre_mlp_layernorm only, not the attention's q/k norms), re-created by
+     * full recomputation. Its fp32 1/rms per row (T (a + g)/t x 4 bytes)
+     * is not counted, as no norm's is. No FLOPs counted (element-wise). */
+    bool qk_norm;
     /* Megatron-LM's kernel fusions (config.h): LAYER_UNFUSED_* bits of the
      * fused kernels replaced by the unfused ones, and LAYER_FUSED_CE for the
      * opt-in cross-entropy fusion; 0: Megatron's defaults (what the ops
@@ -400,6 +418,17 @@ int64_t layer_fp8_saved_bytes(const layer_shape *L, int64_t elems);
 
 /* Sum of bytes kept after F (what stays alive between F and R/B/I). */
 int64_t layer_saved_kept_bytes(const layer_saved_list *l);
+
+/* Bytes a split backward keeps from I to W besides the saved inputs (which
+ * W frees, LAYER_FREE_AFTER_W): the output gradient each weight-gradient
+ * op of the W list w reads, as zero-bubble implementations of Megatron-LM
+ * stash it with each linear layer's input. For "X.wgrad" the gradient the
+ * I list's "X.dgrad" GEMM reads (dX[T, in] = dY[T, out] W: m x k =
+ * T x out, times its batch), in the activations' dtype (1 byte when the
+ * wgrad runs in FP8: the cast Transformer Engine's wgrad reads); without
+ * such a dgrad the wgrad's k x m; the embedding's "emb.wgrad" the gradient
+ * of its output, tokens x h. A GPT layer: T (qkv_n + h + fc1_n + h) x dt. */
+int64_t layer_wgrad_stash_bytes(const layer_shape *L, const layer_ops *i, const layer_ops *w);
 
 /* Korthikanti et al. 2022 Table 2 per-layer activation bytes for the
  * shape's t, sp and recompute (16-bit activations): the closed form the

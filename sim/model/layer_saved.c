@@ -2,6 +2,8 @@
  * save for the backward, and the closed-form activation bytes (layer.h). */
 #include "sim/model/layer.h"
 
+#include <string.h>
+
 #include "sim/model/layer_impl.h"
 
 /* ---------------------------------------------------------------- saved tensors */
@@ -75,6 +77,8 @@ int layer_saved_build(const layer_shape *L, layer_saved_list *out, ts_err *err)
         save(out, "mla.kv_norm.in", ms.kv_down_out, 0, I, r, m, false);
         save(out, "mla.kv_up.in", ms.kv_up_in, 0, W, r, m, false);
     }
+    if (L->qk_norm) /* q and k before their norms (no recompute module re-creates them: layer.h) */
+        save(out, "qk_norm.in", D.T * (D.at + D.gt) * D.d * dt, 0, I, r, m, false);
     save(out, "attn.q", D.T * D.at * D.dqk * dt, UP, I, r, m, false);
     save(out, "attn.k", D.T * D.gt * D.dqk * dt, UP, I, r, m, false);
     if (layer_is_flash(L)) { /* the log-sum-exp of each score row, fp32 */
@@ -140,6 +144,36 @@ int64_t layer_saved_kept_bytes(const layer_saved_list *l)
     for (int i = 0; i < l->n; i++)
         if (l->t[i].kept_after_f)
             s += l->t[i].bytes;
+    return s;
+}
+
+/* The op of list o named stem + suffix (GEMMs), or NULL. */
+static const layer_op *gemm_named(const layer_ops *o, const char *stem, size_t n, const char *suffix)
+{
+    for (int j = 0; j < o->n; j++) {
+        const layer_op *op = &o->op[j];
+        if (op->kind == LAYER_OP_GEMM && !strncmp(op->name, stem, n) && !strcmp(op->name + n, suffix))
+            return op;
+    }
+    return NULL;
+}
+
+int64_t layer_wgrad_stash_bytes(const layer_shape *L, const layer_ops *i, const layer_ops *w)
+{
+    layer_dims D = layer_dims_of(L);
+    int64_t s = 0;
+    for (int j = 0; j < w->n; j++) {
+        const layer_op *op = &w->op[j];
+        size_t nl = strlen(op->name);
+        if (op->kind == LAYER_OP_GEMM && nl > 6 && !strcmp(op->name + nl - 6, ".wgrad")) {
+            const layer_op *dg = gemm_named(i, op->name, nl - 6, ".dgrad");
+            int64_t el =
+                dg ? dg->m * dg->k * (dg->batch > 0 ? dg->batch : 1) : op->k * op->m * (op->batch > 0 ? op->batch : 1);
+            s += el * (op->fp8 ? 1 : D.dt);
+        } else if (!strcmp(op->name, "emb.wgrad")) {
+            s += D.T * L->h * D.dt;
+        }
+    }
     return s;
 }
 

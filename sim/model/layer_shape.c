@@ -61,12 +61,12 @@ int layer_shape_check(const layer_shape *L, ts_err *err)
     if (L->main_grad_bytes != 0 && L->main_grad_bytes != 2 && L->main_grad_bytes != 4)
         return err_set(err, TS_EINVAL, "layer shape: main gradient bytes %d (expected 2 or 4; 0 = 4)",
                        L->main_grad_bytes);
-    /* moe_act is the MoE block's (moe.h): the dense ops ignore it; mla_up_proj needs MLA */
-    unsigned rc_ok = CONFIG_RC_CORE_ATTN | CONFIG_RC_MLP | CONFIG_RC_LAYERNORM | CONFIG_RC_MOE_ACT;
+    /* moe_act and moe are the MoE block's (moe.h): the dense ops ignore them; mla_up_proj needs MLA */
+    unsigned rc_ok = CONFIG_RC_CORE_ATTN | CONFIG_RC_MLP | CONFIG_RC_LAYERNORM | CONFIG_RC_MOE_ACT | CONFIG_RC_MOE;
     if (L->rc_modules & ~(rc_ok | (L->mla.on ? CONFIG_RC_MLA_UP_PROJ : 0u)))
         return err_set(err, TS_EINVAL,
-                       "layer shape: recompute modules 0x%x: only core_attn, mlp, layernorm, moe_act and (with "
-                       "multi-latent attention) mla_up_proj are modelled (moe and shared_experts are not)",
+                       "layer shape: recompute modules 0x%x: only core_attn, mlp, layernorm, moe, moe_act and (with "
+                       "multi-latent attention) mla_up_proj are modelled (shared_experts is not)",
                        L->rc_modules);
     int rc = layer_mla_check(L, err);
     if (rc != TS_OK)
@@ -164,7 +164,8 @@ int layer_shape_from_config(const config *c, layer_shape *out, ts_err *err)
     L.rc_modules = c->par.recompute_modules;
     L.fp8 = c->model.fp8_format;
     L.fp8_recipe = c->model.fp8_recipe;
-    layer_mla_from_config(&c->moe, &L); /* MLA: a key and a value per head (layer_mla_check: g = a) */
+    layer_mla_from_config(&c->moe, &L);             /* MLA: a key and a value per head (layer_mla_check: g = a) */
+    L.qk_norm = c->model.qk_layernorm && !L.mla.on; /* MLA: its q and kv norms (layer.h) */
     L.bias = c->model.add_bias_linear;
     L.main_grad_bytes = c->model.precision == PREC_FP16 ? 2 : 4;
     L.fusion = layer_fusion_of(&c->model);

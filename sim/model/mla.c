@@ -3,6 +3,8 @@
 
 #include <string.h>
 
+#include "sim/model/flops.h"
+
 /* ---------------------------------------------------------------- closed forms */
 
 /* The sizes of e's MLA in int64. */
@@ -51,7 +53,8 @@ int64_t mla_layer_params_delta(const model_config *m, const moe_config *e, int t
     int64_t h = m->hidden_size, d = config_head_size(m), bias = m->add_bias_linear ? 1 : 0;
     int64_t g = m->num_query_groups > 0 ? m->num_query_groups : m->num_attention_heads;
     int64_t ad = (int64_t)m->num_attention_heads * d, qkv = ad + 2 * g * d;
-    int64_t dense = (h * qkv + bias * qkv) / t + ad * h / t + bias * h; /* flops_params_stage's terms */
+    /* flops_params_stage's terms (with --qk-layernorm its q/k norms: MLA's own norms replace them) */
+    int64_t dense = (h * qkv + bias * qkv) / t + ad * h / t + bias * h + flops_qk_norm_params(m);
     return mla_attn_rank_params(m, e, t) - dense;
 }
 

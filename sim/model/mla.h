@@ -56,7 +56,8 @@ int64_t mla_attn_rank_params(const model_config *m, const moe_config *e, int t);
 
 /* What MLA changes in one layer's parameters on one of t ranks:
  * mla_attn_rank_params less the dense attention flops_params_stage counts
- * for m (QKV and projection, their biases). 0 when !e->mla. */
+ * for m (QKV and projection, their biases, the q/k norms of
+ * --qk-layernorm: MLA has its own). 0 when !e->mla. */
 int64_t mla_layer_params_delta(const model_config *m, const moe_config *e, int t);
 
 /* Forward GEMM flops per token of MLA's linear layers (down, up and

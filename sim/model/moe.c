@@ -536,7 +536,7 @@ int moe_block_ops(const layer_shape *L, const moe_config *e, double load_factor,
         moe_block_bwd(&D, out, false, true);
         break;
     case LAYER_PASS_R:
-        if (L->recompute == RECOMPUTE_FULL)
+        if (moe_block_recomputed(L)) /* full, or the whole MoE layer checkpointed */
             moe_block_fwd(&D, out);
         else if (L->recompute == RECOMPUTE_SELECTIVE && (L->rc_modules & CONFIG_RC_MOE_ACT))
             layer_ops_mem(out, "moe.act", D.m * D.el * (D.fc1p + D.fep) * D.dt);
@@ -545,6 +545,11 @@ int moe_block_ops(const layer_shape *L, const moe_config *e, double load_factor,
         return err_set(err, TS_EINVAL, "moe_block_ops: unknown pass %d", (int)pass);
     }
     return layer_fp8_ops(L, out, first, err);
+}
+
+bool moe_block_recomputed(const layer_shape *L)
+{
+    return L->recompute == RECOMPUTE_FULL || (L->recompute == RECOMPUTE_SELECTIVE && (L->rc_modules & CONFIG_RC_MOE));
 }
 
 void moe_layer_rank_params(const model_config *m, const moe_config *e, int tp, int pp, int gpus, moe_rank_params *out)
@@ -587,7 +592,7 @@ void moe_block_mem_of(const layer_shape *L, const moe_config *e, double load_fac
         2 * 4 * T * E + T * k * (4 + 8) + meta + probs + R * D.fc1p * dt + T * D.fc1s * dt + (D.r.aux ? 4 * T * E : 0);
     out->kept = out->free_w + out->free_i;
     out->by_rc = 0;
-    if (L->recompute == RECOMPUTE_FULL) {
+    if (moe_block_recomputed(L)) { /* only the block's input kept: LN2's output, the dense layer's */
         out->by_rc = out->kept;
         out->kept = 0;
     } else if (L->recompute == RECOMPUTE_SELECTIVE && (L->rc_modules & CONFIG_RC_MOE_ACT)) {

@@ -202,8 +202,9 @@ double moe_rank_load_factor(const double *load, int n, int ep, double capacity_f
  * memory-bound op (same bytes), the dispatcher's collectives again in
  * reverse order (moe_disp_bwd_out, _bwd_in). Pass I has the input
  * gradients only, W the weight gradients only, R the forward when
- * recompute is full, the routed experts' activation (moe.act) when it is
- * selective with moe_act in L->rc_modules, else nothing.
+ * recompute is full or selective with moe (moe_block_recomputed), the
+ * routed experts' activation (moe.act) when it is selective with moe_act
+ * in L->rc_modules, else nothing.
  * --moe-shared-expert-overlap (e->shared_overlap; Megatron-core's
  * SharedExpertMLP on a side stream), where the pass has the dispatcher's
  * all-to-all: in F (and a full R) the shared experts' ops are listed right
@@ -225,6 +226,14 @@ double moe_rank_load_factor(const double *load, int n, int ep, double capacity_f
  * factor below 1 (or not above 0), or more ops than LAYER_MAX_OPS. */
 int moe_block_ops(const layer_shape *L, const moe_config *e, double load_factor, layer_pass pass, layer_ops *out,
                   ts_err *err);
+
+/* Whether the recompute pass re-runs the whole block (its forward, the
+ * dispatcher's collectives included, as moe_block_ops' F): full
+ * recomputation, or selective with moe in L->rc_modules (CONFIG_RC_MOE:
+ * --recompute-modules moe or --moe-layer-recompute, Megatron-core's
+ * MoELayer forward under tensor_parallel.checkpoint: only its input, LN2's
+ * output, kept; the dense layer counts it). */
+bool moe_block_recomputed(const layer_shape *L);
 
 /* The router options' ops (Megatron-core's TopKRouter, router.py, and
  * moe_utils.py), added by moe_block_ops around moe.router and moe.topk,
@@ -319,8 +328,8 @@ int64_t moe_block_saved_bytes(const layer_shape *L, const moe_config *e, double 
  * probabilities, FC1 outputs, shared FC1 outputs) and what only the weight gradients need
  * (free_w: the permuted tokens, FC1's input; the activation outputs, FC2's
  * input; the shared activation output; under FP8 the shared FC1's copy of
- * the block input). No recomputation: all kept; full:
- * all by_rc; selective with moe_act (CONFIG_RC_MOE_ACT in L->rc_modules):
+ * the block input). No recomputation: all kept; full or selective with moe
+ * (moe_block_recomputed): all by_rc; selective with moe_act (CONFIG_RC_MOE_ACT in L->rc_modules):
  * the routed experts' activation output (R f_e / etp) by_rc, the rest kept.
  * kept + by_rc = free_i + free_w = moe_block_saved_bytes. */
 typedef struct {

@@ -316,7 +316,7 @@ out:
 }
 
 /* Reset p and fill its phases and their transfers for request q
- * (plan_bundles then groups the transfers into bundles). */
+ * (net_plan_bundles then groups the transfers into bundles). */
 static int plan_phases(const net_graph *g, net_router *r, const net_coll_req *q, net_plan *p, ts_err *err)
 {
     p->nx = 0;
@@ -352,54 +352,12 @@ static int plan_phases(const net_graph *g, net_router *r, const net_coll_req *q,
     }
 }
 
-/* Fill p->b and p->bl from the phases' transfers. */
-static int plan_bundles(net_plan *p, ts_err *err)
-{
-    p->nb = 0;
-    p->nbl = 0;
-    int nlinks = 0;
-    for (int i = 0; i < p->nx; i++)
-        nlinks += p->x[i].nlinks;
-    int nb = 0;
-    for (int k = 0; k < p->nph; k++)
-        nb += p->ph[k].nbundles;
-    if (grow_to_int((void **)&p->b, &p->capb, nb, 0, sizeof *p->b) ||
-        grow_to_int((void **)&p->bl, &p->capbl, nlinks, 0, sizeof *p->bl))
-        return err_set(err, TS_ENOMEM, "net_coll: out of memory");
-    for (int k = 0; k < p->nph; k++) {
-        net_phase *ph = &p->ph[k];
-        int end = ph->first + ph->count;
-        ph->first_bundle = p->nb;
-        for (int i = ph->first; i < end;) {
-            int bi = p->x[i].bundle;
-            if (p->nb == nb)
-                break;
-            net_bundle *b = &p->b[p->nb++];
-            b->hint = (net_flow_hint){0, 0};
-            b->first_link = p->nbl;
-            b->bytes = p->x[i].bytes;
-            for (; i < end && p->x[i].bundle == bi; i++) {
-                const net_xfer *x = &p->x[i];
-                memcpy(p->bl + p->nbl, x->links, sizeof *x->links * (size_t)x->nlinks);
-                p->nbl += x->nlinks;
-                if (x->bytes > b->bytes)
-                    b->bytes = x->bytes;
-            }
-            b->nlinks = p->nbl - b->first_link;
-        }
-        if (p->nb - ph->first_bundle != ph->nbundles)
-            return err_set(err, TS_ESTATE, "net_coll: phase %d has %d bundles, expected %d", k,
-                           p->nb - ph->first_bundle, ph->nbundles);
-    }
-    return TS_OK;
-}
-
 int net_coll_plan(const net_graph *g, net_router *r, const net_coll_req *q, net_plan *p, ts_err *err)
 {
     p->nb = 0;
     p->nbl = 0;
     int rc = plan_phases(g, r, q, p, err);
-    return rc ? rc : plan_bundles(p, err);
+    return rc ? rc : net_plan_bundles(p, err);
 }
 
 /* ------------------------------------------------------------ runner */
@@ -432,9 +390,9 @@ typedef struct {
     double bytes;
     uint64_t flow_key;
     double hot, rdma_bytes;
-    int hot_sends;
+    int hot_sends, merge_peers;
     int *gpus;
-    net_plan *plan; /* packed (plan_pack), allocated apart: running collectives point
+    net_plan *plan; /* packed (net_plan_pack), allocated apart: running collectives point
                           to it across rehashes */
 } plan_entry;
 
@@ -561,8 +519,8 @@ static int start_flows(net_sim *s, int ci, int64_t t)
     net_plan *p = (net_plan *)c->pp;
     for (int k = ph->first_bundle; k < ph->first_bundle + ph->nbundles; k++) {
         net_bundle *b = &p->b[k];
-        int rc =
-            net_flow_start_hint(s->f, t, p->bl + b->first_link, b->nlinks, b->bytes, (uint64_t)ci, &b->hint, s->cb_err);
+        int rc = net_flow_start_hint(s->f, t, p->bl + b->first_link, p->blw + b->first_link, b->nlinks, b->bytes,
+                                     (uint64_t)ci, &b->hint, s->cb_err);
         if (rc < 0)
             return rc;
     }
@@ -604,7 +562,7 @@ static uint64_t req_hash(const net_coll_req *q)
                          (uint64_t)(uint32_t)q->n << 32 | (uint32_t)q->root,
                          b,
                          q->flow_key,
-                         hb ^ (uint64_t)q->hot_sends,
+                         hb ^ (uint64_t)q->hot_sends ^ (uint64_t)q->merge_peers << 1,
                          rb};
     for (int i = 0; i < 6; i++)
         h = (h ^ parts[i]) * 1099511628211ull;
@@ -617,32 +575,8 @@ static int entry_matches(const plan_entry *e, uint64_t h, const net_coll_req *q)
 {
     return e->hash == h && e->kind == q->kind && e->algo == q->algo && e->n == q->n && e->root == q->root &&
            e->bytes == q->bytes && e->flow_key == q->flow_key && e->hot == q->hot && e->hot_sends == q->hot_sends &&
-           e->rdma_bytes == q->rdma_bytes && memcmp(e->gpus, q->gpus, sizeof *q->gpus * (size_t)q->n) == 0;
-}
-
-/* A copy of p for running, in one block (free() frees it all): the header,
- * then its phases, bundles and bundle links, which a collective reads at
- * each phase (four blocks apart were four cache misses per phase in the 1T
- * --full case). The transfers are not kept: running reads only bundles. */
-static net_plan *plan_pack(const net_plan *p)
-{
-    size_t hdr = (sizeof *p + 15) & ~(size_t)15, sph = sizeof *p->ph * (size_t)p->nph,
-           sb = sizeof *p->b * (size_t)p->nb, sbl = sizeof *p->bl * (size_t)p->nbl;
-    char *m = malloc(hdr + sph + sb + sbl);
-    if (!m)
-        return NULL;
-    net_plan *q = (net_plan *)(void *)m;
-    *q = (net_plan){.algo = p->algo, .nph = p->nph, .nb = p->nb, .nbl = p->nbl, .lat_ns = p->lat_ns, .packed = 1};
-    q->ph = (net_phase *)(void *)(m + hdr);
-    q->b = (net_bundle *)(void *)(m + hdr + sph);
-    q->bl = (int *)(void *)(m + hdr + sph + sb);
-    if (sph)
-        memcpy(q->ph, p->ph, sph);
-    if (sb)
-        memcpy(q->b, p->b, sb);
-    if (sbl)
-        memcpy(q->bl, p->bl, sbl);
-    return q;
+           e->merge_peers == q->merge_peers && e->rdma_bytes == q->rdma_bytes &&
+           memcmp(e->gpus, q->gpus, sizeof *q->gpus * (size_t)q->n) == 0;
 }
 
 /* The plan of q, from the cache or computed (and cached). */
@@ -681,7 +615,7 @@ static int plan_lookup(net_sim *s, const net_coll_req *q, const net_plan **out, 
     net_plan built = {0};
     e->gpus = malloc(sizeof *e->gpus * (size_t)q->n);
     int rc = e->gpus ? net_coll_plan(s->g, s->r, q, &built, err) : err_set(err, TS_ENOMEM, "net_sim: out of memory");
-    if (!rc && !(e->plan = plan_pack(&built)))
+    if (!rc && !(e->plan = net_plan_pack(&built)))
         rc = err_set(err, TS_ENOMEM, "net_sim: out of memory");
     net_plan_free(&built);
     if (rc) {
@@ -701,6 +635,7 @@ static int plan_lookup(net_sim *s, const net_coll_req *q, const net_plan **out, 
     e->flow_key = q->flow_key;
     e->hot = q->hot;
     e->hot_sends = q->hot_sends;
+    e->merge_peers = q->merge_peers;
     e->rdma_bytes = q->rdma_bytes;
     s->cache_len++;
     *out = e->plan;

@@ -64,6 +64,20 @@
  *    ones. On an idle fabric with
  *    balanced routing this is the default mode's closed form
  *    (moe_a2a_ns): max(S (k-1)/(n-1) / B_nvlink, S (n-k)/(n-1) / B_nic).
+ *    merge_peers (the symmetric mode, which simulates position root's rank
+ *    alone): root's two bundles, and the other positions' transfers as two
+ *    bundles, their local ones and their remote ones, each a flow crossing
+ *    a link as often as those transfers do (without skew, hot 1, root is
+ *    one of them: two bundles in all). Their bundles would each move
+ *    at one rate where the fabric treats the positions alike (an
+ *    uncontended non-blocking fabric: every NIC link carries as many of
+ *    them), and then the merged flow has that rate: the same times with 4
+ *    flows instead of 2n, over each distinct link once. Where their rates
+ *    would differ (ECMP collisions, contention on some of their links) the
+ *    merged flow moves at its tightest link's pace throughout, the slowest
+ *    peer's (test_net_a2a: a peer behind a slow NIC, never earlier than
+ *    the bundles one by one). The routes are those of the plan without
+ *    merging.
  *  - DEEPEP (the flex dispatcher with DeepEP; bytes = NVLink bytes a rank
  *    sends, rdma_bytes = its RDMA bytes; k GPUs of the group on each of m
  *    servers): ONE phase with transfers of bytes/(k-1) to each of the

@@ -74,7 +74,8 @@ typedef struct {
                        group, net_place_ep_ranks, for ALLTOALL and DEEPEP; NET_DIM_ETP, NET_DIM_TPEP:
                        its expert-tensor-parallel or tp_ep group, for ALLGATHER and REDUCE_SCATTER;
                        NET_DIM_CPA: its context-parallel all-to-all group, for ALLTOALL; NET_DIM_CPR:
-                       its context-parallel ring, for RING_STEP, ALLGATHER and REDUCE_SCATTER) */
+                       its context-parallel ring, for RING_STEP, ALLGATHER and REDUCE_SCATTER;
+                       NET_DIM_TCP, NET_DIM_STAGE: its t x cp or t x cp x d consecutive ranks) */
     int peer_pp;       /* SEND, P2P_SCATTER: receiving pipeline rank */
     double bytes;      /* COLL, SEND: size, commcost/NCCL convention */
     int64_t dur_ns;    /* COMPUTE: duration on the nominal GPU */
@@ -145,18 +146,5 @@ int net_engine_track_links(net_engine *ne, ts_err *err);
 
 /* Usage of link l (zeros unless tracked). */
 net_link_usage net_engine_link_usage(const net_engine *ne, int l);
-
-/* Accepted factors: a straggler computes 1000x slower at most (or faster, down to
- * 1/1000), a link keeps at least a millionth of its bandwidth and at most 1000x it.
- * Beyond these, times leave any meaningful range and soon int64 ns. */
-#define NET_STRAGGLER_MIN 1e-3
-#define NET_STRAGGLER_MAX 1e3
-#define NET_DEGRADE_MIN   1e-6
-#define NET_DEGRADE_MAX   1e3
-
-/* Parse "RANK:FACTOR" (--straggler) and "A-B:FACTOR" (--degrade-link, node
- * names as net_graph_node_name prints them), factors in the ranges above. */
-int net_parse_straggler(const char *s, int n_ranks, int *rank, double *factor, ts_err *err);
-int net_parse_degrade(const net_graph *g, const char *s, int *a, int *b, double *factor, ts_err *err);
 
 #endif

@@ -80,6 +80,7 @@ void net_flows_free(net_flows *f)
     free(f->comp_flows);
     free(f->fh);
     free(f->sh);
+    free(f->shw);
     free(f->u_bytes);
     free(f->u_peak);
     free(f->u_busy);
@@ -119,9 +120,9 @@ static int alloc_flow(net_flows *f)
     return f->n_flows++;
 }
 
-/* Append flow id's route entry h to link l's list; its occurrence index,
- * or TS_ENOMEM. */
-static int lfl_push(net_flows *f, int l, int id, int h)
+/* Append flow id's route entry h, of weight w, to link l's list; its
+ * index there, or TS_ENOMEM. */
+static int lfl_push(net_flows *f, int l, int id, int h, int w)
 {
     link_hot *H = &f->lh[l];
     link_t *L = &f->lk[l];
@@ -145,6 +146,7 @@ static int lfl_push(net_flows *f, int l, int id, int h)
         L->occ[k - 1] = h;
     }
     H->n = k + 1;
+    H->w += w;
     return k;
 }
 
@@ -175,11 +177,11 @@ static inline int recompute(net_flows *f)
 
 int net_flow_start(net_flows *f, int64_t now_ns, const int *links, int nlinks, double bytes, uint64_t tag, ts_err *err)
 {
-    return net_flow_start_hint(f, now_ns, links, nlinks, bytes, tag, NULL, err);
+    return net_flow_start_hint(f, now_ns, links, NULL, nlinks, bytes, tag, NULL, err);
 }
 
-int net_flow_start_hint(net_flows *f, int64_t now_ns, const int *links, int nlinks, double bytes, uint64_t tag,
-                        net_flow_hint *hint, ts_err *err)
+int net_flow_start_hint(net_flows *f, int64_t now_ns, const int *links, const int *weights, int nlinks, double bytes,
+                        uint64_t tag, net_flow_hint *hint, ts_err *err)
 {
     if (now_ns < f->now_ns)
         return err_set(err, TS_EINVAL, "net_flow_start: time %lld ns is before the current time %lld ns",
@@ -191,10 +193,18 @@ int net_flow_start_hint(net_flows *f, int64_t now_ns, const int *links, int nlin
      * (the solo case there, bit for bit) and touch nothing else, so it gets
      * that rate below and the links stay clean. */
     int alone = 1;
-    for (int h = 0; h < nlinks; h++) {
-        if ((unsigned)links[h] >= (unsigned)f->g->n_links)
-            return err_set(err, TS_EINVAL, "net_flow_start: link id %d not in 0..%d", links[h], f->g->n_links - 1);
-        alone &= f->lh[links[h]].n == 0;
+    if (hint && hint->gen != 0) { /* a list started before: checked then */
+        for (int h = 0; h < nlinks; h++)
+            alone &= f->lh[links[h]].n == 0;
+    } else {
+        for (int h = 0; h < nlinks; h++) {
+            if ((unsigned)links[h] >= (unsigned)f->g->n_links)
+                return err_set(err, TS_EINVAL, "net_flow_start: link id %d not in 0..%d", links[h], f->g->n_links - 1);
+            if (weights && weights[h] < 1)
+                return err_set(err, TS_EINVAL, "net_flow_start: link %d listed with weight %d (valid >= 1)", links[h],
+                               weights[h]);
+            alone &= f->lh[links[h]].n == 0;
+        }
     }
     if (now_ns > f->now_ns) {
         if (recompute(f))
@@ -210,10 +220,11 @@ int net_flow_start_hint(net_flows *f, int64_t now_ns, const int *links, int nlin
     F->links = keep_links;
     F->bott = F->new_bott = -1;
     F->cap = keep_cap;
-    /* one block of two ints per slot: the links, then pos */
-    if (F->cap < nlinks && grow_to_int((void **)&F->links, &F->cap, nlinks, 8, 2 * sizeof *F->links))
+    /* one block of three ints per slot: the links, pos, then w */
+    if (F->cap < nlinks && grow_to_int((void **)&F->links, &F->cap, nlinks, 8, 3 * sizeof *F->links))
         return err_set(err, TS_ENOMEM, "net_flows: out of memory");
     F->pos = F->links + F->cap;
+    F->w = F->pos + F->cap;
     f->hpos[id] = -1;
     F->active = 1;
     F->tag = tag;
@@ -233,13 +244,15 @@ int net_flow_start_hint(net_flows *f, int64_t now_ns, const int *links, int nlin
     F->nlinks = nlinks;
     int repeat = !alone; /* on idle links, an occurrence after the first is this flow's own */
     for (int h = 0; h < nlinks; h++) {
-        int k = lfl_push(f, links[h], id, h);
+        int w = weights ? weights[h] : 1;
+        int k = lfl_push(f, links[h], id, h, w);
         if (k < 0)
             return err_set(err, TS_ENOMEM, "net_flows: out of memory");
         F->links[h] = links[h];
         F->pos[h] = k;
+        F->w[h] = w;
         if (f->u_bytes)
-            f->u_bytes[links[h]] += bytes;
+            f->u_bytes[links[h]] += bytes * w;
         repeat |= k > 0;
         if (!alone)
             mark_dirty(f, links[h]);
@@ -261,7 +274,7 @@ int net_flow_start_hint(net_flows *f, int64_t now_ns, const int *links, int nlin
         net_share_heap_update(f, id);
         if (f->u_peak)
             for (int h = 0; h < nlinks; h++)
-                net_share_peak_note(f, links[h], f->lh[links[h]].n * F->rate);
+                net_share_peak_note(f, links[h], f->lh[links[h]].w * F->rate);
     }
     return id;
 }
@@ -287,6 +300,7 @@ static int empty_if_alone(net_flows *f, int id)
             if (f->lh[F->links[h]].n > 0)
                 busy_end(f, F->links[h]);
             f->lh[F->links[h]].n = 0;
+            f->lh[F->links[h]].w = 0;
         }
         return 1;
     }
@@ -296,14 +310,18 @@ static int empty_if_alone(net_flows *f, int id)
         if (H->n != 1)
             break;
         H->n = 0;
+        H->w = 0;
     }
     if (h == F->nlinks) {
-        for (h = 0; h < F->nlinks; h++)
-            busy_end(f, F->links[h]);
+        if (f->u_busy)
+            for (h = 0; h < F->nlinks; h++)
+                busy_end(f, F->links[h]);
         return 1;
     }
-    while (h-- > 0)
+    while (h-- > 0) { /* its own entry, which it was alone on */
         f->lh[F->links[h]].n = 1;
+        f->lh[F->links[h]].w = F->w[h];
+    }
     return 0;
 }
 
@@ -324,6 +342,7 @@ static void detach(net_flows *f, int id)
     for (int h = 0; h < F->nlinks; h++) {
         int l = F->links[h];
         int p = F->pos[h], lastpos = --f->lh[l].n, last = lfl(f, l, lastpos);
+        f->lh[l].w -= F->w[h];
         if (p != lastpos) { /* move the last entry (maybe this flow's other occurrence) into p */
             int gh = lfl_occ(f, l, lastpos);
             lfl_set(f, l, p, last, gh);

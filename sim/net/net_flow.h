@@ -68,13 +68,18 @@ typedef struct {
     uint32_t gen; /* the bandwidths it was computed with (0: none yet) */
 } net_flow_hint;
 
-/* net_flow_start, where a flow that starts on idle links takes its rate
- * from *hint if it was computed with the current bandwidths (they change
- * only through net_graph_scale_link, between busy periods) instead of
- * reading every link's bandwidth, and leaves it there otherwise. hint may
- * be NULL. */
-int net_flow_start_hint(net_flows *f, int64_t now_ns, const int *links, int nlinks, double bytes, uint64_t tag,
-                        net_flow_hint *hint, ts_err *err);
+/* net_flow_start, where links[h] stands for weights[h] (>= 1) occurrences
+ * of that link (weights NULL: one each; a bundle lists each distinct link
+ * once with its count, the same rates as listing it that many times, and
+ * one list entry to keep instead of many), and a flow that starts on idle
+ * links takes its rate from *hint if it was computed with the current
+ * bandwidths (they change only through net_graph_scale_link, between busy
+ * periods) instead of reading every link's bandwidth, and leaves it there
+ * otherwise. A hint filled by an earlier start also vouches for the list:
+ * its links and weights, checked then, are not checked again. hint may be
+ * NULL. */
+int net_flow_start_hint(net_flows *f, int64_t now_ns, const int *links, const int *weights, int nlinks, double bytes,
+                        uint64_t tag, net_flow_hint *hint, ts_err *err);
 
 /* Time of the next flow completion (NET_TIME_NEVER if none). Recomputes
  * dirty rates first. */

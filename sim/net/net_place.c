@@ -189,6 +189,10 @@ int net_place_group_size(const net_place *pl, int kind)
         return pl->cp_a2a;
     case NET_PLACE_CPR:
         return pl->cp / pl->cp_a2a;
+    case NET_PLACE_TCP:
+        return pl->size[NET_DIM_TP] * pl->cp;
+    case NET_PLACE_STAGE:
+        return pl->size[NET_DIM_TP] * pl->size[NET_DIM_DP];
     default:
         return pl->size[kind];
     }
@@ -210,7 +214,7 @@ int net_place_group_ranks(const net_place *pl, int kind, int rank, int *ranks)
         return net_place_edp_ranks(pl, rank, ranks);
     if (kind == NET_PLACE_CPA || kind == NET_PLACE_CPR)
         return cp_ranks(pl, kind, rank, ranks);
-    if (kind == NET_PLACE_ETP || kind == NET_PLACE_TPEP) {
+    if (kind == NET_PLACE_ETP || kind == NET_PLACE_TPEP || kind == NET_PLACE_TCP || kind == NET_PLACE_STAGE) {
         int tp, dp, pp, t = pl->size[NET_DIM_TP], n = net_place_group_size(pl, kind);
         net_place_coords(pl, rank, &tp, &dp, &pp);
         int base = block_first(tp, dp, t, n);

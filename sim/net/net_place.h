@@ -33,8 +33,10 @@ typedef enum {
     NET_DIM_EP = NET_DIMS,
     NET_DIM_ETP = 4,
     NET_DIM_TPEP = 5,
-    NET_DIM_CPA = 6, /* context parallelism's all-to-all level (net_place_set_cp) */
-    NET_DIM_CPR = 7  /* context parallelism's ring level */
+    NET_DIM_CPA = 6,  /* context parallelism's all-to-all level (net_place_set_cp) */
+    NET_DIM_CPR = 7,  /* context parallelism's ring level */
+    NET_DIM_TCP = 8,  /* the t x cp consecutive ranks of a tensor and context-parallel group */
+    NET_DIM_STAGE = 9 /* the t x cp x d ranks of a pipeline stage */
 } net_dim;
 
 typedef struct {
@@ -100,9 +102,18 @@ int net_place_set_cp(net_place *pl, int cp, int cp_a2a, ts_err *err);
  * dispatcher gathers and reduce-scatters; Megatron-core's tp_ep group):
  * both consecutive in the fold, as moe_disp.h places them. */
 
+/* The tensor and context-parallel group of `rank` (NET_PLACE_TCP: the
+ * t x cp ranks floor(s / (t cp)) t cp + j of its stage, s = tp + t dp,
+ * over which the MoE aux loss's token counts are all-reduced with cp > 1)
+ * and its stage's ranks (NET_PLACE_STAGE: the t x cp x d ranks s = 0, 1,
+ * ...: global_aux_loss's all-reduce, FP8 delayed scaling's amax one):
+ * consecutive in Megatron's order tp-cp-dp, so another --rank-order moves
+ * them with the coordinates. */
+
 /* A group of `rank` by kind (net_place_group_gpus' along TP or DP, or
  * the expert groups above for NET_PLACE_EP, NET_PLACE_EDP, NET_PLACE_ETP,
- * NET_PLACE_TPEP, or the context-parallel ones, NET_PLACE_CPA, NET_PLACE_CPR): net_place_group_ranks writes its members' global ranks
+ * NET_PLACE_TPEP, the context-parallel ones, NET_PLACE_CPA, NET_PLACE_CPR,
+ * or NET_PLACE_TCP, NET_PLACE_STAGE): net_place_group_ranks writes its members' global ranks
  * in group-rank order and returns their count; net_place_group_size is
  * that count; net_place_group_leader returns the first of them without
  * listing them. */
@@ -115,6 +126,8 @@ enum {
     NET_PLACE_TPEP = NET_DIM_TPEP,
     NET_PLACE_CPA = NET_DIM_CPA,
     NET_PLACE_CPR = NET_DIM_CPR,
+    NET_PLACE_TCP = NET_DIM_TCP,
+    NET_PLACE_STAGE = NET_DIM_STAGE,
     NET_PLACE_KINDS
 };
 int net_place_group_size(const net_place *pl, int kind);

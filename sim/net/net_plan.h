@@ -54,6 +54,7 @@ typedef struct {
     double hot;        /* ALLTOALL, DEEPEP: factor >= 1 on the bytes position root receives (0 = 1) */
     int hot_sends;     /* ALLTOALL, DEEPEP: hot scales what root sends instead */
     double rdma_bytes; /* DEEPEP: what one rank sends over RDMA in all */
+    int merge_peers;   /* ALLTOALL, DEEPEP: the positions other than root move as one (net_coll.h) */
 } net_coll_req;
 
 typedef struct {
@@ -71,10 +72,12 @@ typedef struct {
     int64_t lat_ns;
 } net_phase;
 
-/* A bundle as its flow is started: the routes of its transfers
- * concatenated, and the largest transfer's bytes. */
+/* A bundle as its flow is started: the distinct links of its transfers'
+ * routes, in order of first appearance, each with the number of times the
+ * routes cross it (a link crossed k times carries k x the flow's rate),
+ * and the largest transfer's bytes. */
 typedef struct {
-    int first_link, nlinks; /* links bl[first_link .. first_link+nlinks) */
+    int first_link, nlinks; /* links bl[first_link .. first_link+nlinks), counts blw[...] */
     double bytes;
     net_flow_hint hint; /* the runner's: its rate on idle links */
 } net_bundle;
@@ -86,8 +89,8 @@ typedef struct {
     int nph, capph;
     net_bundle *b;
     int nb, capb; /* every phase's bundles, in order */
-    int *bl;
-    int nbl, capbl;     /* their links */
+    int *bl, *blw;
+    int nbl, capbl;     /* their links and counts (capbl each) */
     net_coll_algo algo; /* the algorithm used (AUTO resolved) */
     int64_t lat_ns;     /* the phases' latencies together: its time beyond the bytes' on an idle fabric */
     int cur_bundle;     /* while building */
@@ -104,7 +107,21 @@ void net_plan_free(net_plan *plan);
  * phase; close it with its latency, steps x (largest route latency + step
  * overhead), added to the plan's. TS_ENOMEM, or the router's error. */
 int net_plan_xfer(net_router *r, net_plan *p, int src, int dst, double bytes, uint64_t key, ts_err *err);
+/* net_plan_xfer routed as the transfer of index `index` would be (a plan
+ * that orders its transfers otherwise than the one it stands for keeps its
+ * routes). */
+int net_plan_xfer_at(net_router *r, net_plan *p, int src, int dst, double bytes, uint64_t key, int index, ts_err *err);
 int net_plan_phase_begin(net_plan *p, ts_err *err);
 void net_plan_phase_end(const net_graph *g, net_plan *p, int steps);
+
+/* Fill p->b, p->bl and p->blw from the phases' transfers (after the
+ * phases are built; net_coll_plan calls it). TS_ENOMEM, or TS_ESTATE when
+ * a phase's bundles are not numbered 0, 1, ... in order. */
+int net_plan_bundles(net_plan *p, ts_err *err);
+
+/* A copy of built plan p for running, in one block (free() frees it all):
+ * the header, then its phases, bundles and bundle links and counts; the
+ * transfers are not kept. NULL when out of memory. */
+net_plan *net_plan_pack(const net_plan *p);
 
 #endif

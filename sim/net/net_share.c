@@ -105,7 +105,7 @@ double net_share_solo_rate(const net_flows *f, const int *links, int nlinks)
 {
     double rate = 0;
     for (int h = 0; h < nlinks; h++) {
-        int n = f->lh[links[h]].n;
+        int n = f->lh[links[h]].w;
         double bw = f->bw[links[h]];
         double share = n == 1 ? bw : bw / n; /* x / 1 == x: skip the division */
         if (h == 0 || share < rate)
@@ -249,22 +249,31 @@ static int share_pass(net_flows *f, uint32_t gen, int n_fast)
             F->mark = ep;
             fast_seen += F->fast_gen == gen;
             f->comp_flows[nf++] = id;
-            if (nsh + F->nlinks > f->cap_sh &&
-                grow_to_int((void **)&f->sh, &f->cap_sh, nsh + F->nlinks, 1024, sizeof *f->sh))
-                return TS_ENOMEM;
+            if (nsh + F->nlinks > f->cap_sh) {
+                int cap = f->cap_sh;
+                if (grow_to_int((void **)&f->sh, &f->cap_sh, nsh + F->nlinks, 1024, sizeof *f->sh))
+                    return TS_ENOMEM;
+                int *w = realloc(f->shw, sizeof *w * (size_t)f->cap_sh);
+                if (!w) {
+                    f->cap_sh = cap; /* sh is larger, harmless */
+                    return TS_ENOMEM;
+                }
+                f->shw = w;
+            }
             F->own_link = -1;
             F->new_bott = -1;
             F->sh_off = nsh;
             for (int h = 0; h < F->nlinks; h++) {
                 int l2 = F->links[h];
                 if (f->lh[l2].n == 1) {
-                    fill_ent e = {f->bw[l2], l2, 0}; /* share bw / 1 */
+                    fill_ent e = {F->w[h] == 1 ? f->bw[l2] : f->bw[l2] / F->w[h], l2, 0}; /* bw / its occurrences */
                     if (F->own_link < 0 || fh_less(&e, &(fill_ent){F->new_rate, F->own_link, 0})) {
                         F->own_link = l2;
                         F->new_rate = e.share;
                     }
                     continue;
                 }
+                f->shw[nsh] = F->w[h];
                 f->sh[nsh++] = l2;
                 if (f->lmark[l2] != ep) {
                     f->lmark[l2] = ep;
@@ -289,10 +298,12 @@ static int share_pass(net_flows *f, uint32_t gen, int n_fast)
      * what the filling below would compute, bit for bit. Without a shared
      * link it is alone; with one, only a flow listing a link twice can
      * still be (its own occurrences). */
+    int unfrozen = nf; /* once 0, every entry left in the heap would be skipped */
     for (int fi = 0; fi < nf; fi++) {
         flow_t *F = &f->fl[f->comp_flows[fi]];
         F->solo = (uint8_t)(F->sh_n == 0 || (F->may_repeat && net_share_alone_on_links(f, f->comp_flows[fi])));
         F->frozen = F->solo;
+        unfrozen -= F->solo;
         if (F->solo)
             F->new_rate = net_share_solo_rate(f, F->links, F->nlinks);
     }
@@ -316,10 +327,11 @@ static int share_pass(net_flows *f, uint32_t gen, int n_fast)
             int nin = 0, nout = 0;
             for (int k = 0; k < n; k++) {
                 const flow_t *G = &f->fl[lfl(f, l, k)];
+                int w = G->w[lfl_occ(f, l, k)];
                 if (G->mark == ep) {
-                    nin++;
+                    nin += w;
                 } else {
-                    out += G->rate;
+                    out += w == 1 ? G->rate : G->rate * w;
                     nout++;
                 }
             }
@@ -337,9 +349,9 @@ static int share_pass(net_flows *f, uint32_t gen, int n_fast)
         if (F0->solo)
             continue;
         L->rem = f->bw[l];
-        L->unfrozen = n;
+        L->unfrozen = f->lh[l].w;
         L->ver++;
-        fill_ent e = {L->rem / n, l, L->ver};
+        fill_ent e = {L->rem / L->unfrozen, l, L->ver};
         int own = 1;
         for (int k = 1; k < n && own; k++)
             own = lfl(f, l, k) == id0;
@@ -357,13 +369,13 @@ static int share_pass(net_flows *f, uint32_t gen, int n_fast)
         link_fill *L = &f->lf[F->own_link];
         if (f->lh[F->own_link].n == 1) { /* not set above */
             L->rem = f->bw[F->own_link];
-            L->unfrozen = 1;
+            L->unfrozen = f->lh[F->own_link].w;
             L->ver++;
         }
         f->fh[f->n_fh++] = (fill_ent){F->new_rate, F->own_link, L->ver};
     }
     fh_heapify(f);
-    while (f->n_fh > 0) {
+    while (f->n_fh > 0 && unfrozen > 0) {
         fill_ent e = fh_pop(f);
         link_fill *L = &f->lf[e.link];
         if (e.ver != L->ver || L->unfrozen == 0)
@@ -385,13 +397,14 @@ static int share_pass(net_flows *f, uint32_t gen, int n_fast)
             if (F->frozen)
                 continue;
             F->frozen = 1;
+            unfrozen--;
             F->new_rate = share;
             F->new_bott = e.link;
-            const int *sh = f->sh + F->sh_off;
+            const int *sh = f->sh + F->sh_off, *shw = f->shw + F->sh_off;
             for (int h = 0; h < F->sh_n; h++) {
                 link_fill *L2 = &f->lf[sh[h]];
-                L2->rem -= share;
-                L2->unfrozen--;
+                L2->rem -= shw[h] == 1 ? share : share * shw[h];
+                L2->unfrozen -= shw[h];
                 L2->ver++;
                 if (f->ltouch[sh[h]] != step) {
                     f->ltouch[sh[h]] = step;
@@ -431,15 +444,18 @@ static int share_pass(net_flows *f, uint32_t gen, int n_fast)
         for (int li = 0; li < nl + nb; li++) { /* the shared links (and the dirty ones) */
             int l = li < nl ? f->comp_links[li] : f->bnd_links[li - nl];
             double sum = 0;
-            for (int k = 0; k < f->lh[l].n; k++)
-                sum += f->fl[lfl(f, l, k)].rate;
+            for (int k = 0; k < f->lh[l].n; k++) {
+                const flow_t *G = &f->fl[lfl(f, l, k)];
+                int w = G->w[lfl_occ(f, l, k)];
+                sum += w == 1 ? G->rate : G->rate * w;
+            }
             net_share_peak_note(f, l, sum);
         }
         for (int fi = 0; fi < nf; fi++) { /* the links of one flow occurrence */
             const flow_t *F = &f->fl[f->comp_flows[fi]];
             for (int h = 0; h < F->nlinks; h++)
                 if (f->lh[F->links[h]].n == 1)
-                    net_share_peak_note(f, F->links[h], F->rate);
+                    net_share_peak_note(f, F->links[h], F->rate * F->w[h]);
         }
     }
     return 0;

@@ -30,8 +30,9 @@ typedef struct {
 
 typedef struct {
     int nlinks, cap; /* links in use / allocated (kept when the slot is reused) */
-    int *links;      /* the route; a link may repeat (a bundle crossing it twice) */
-    int *pos;        /* index of this flow in each link's flow list, per occurrence (links + cap) */
+    int *links;      /* the route's entries; a link may repeat (a bundle crossing it twice) */
+    int *pos;        /* index of this flow in each link's flow list, per entry (links + cap) */
+    int *w;          /* occurrences each entry stands for (>= 1; links + 2 cap) */
     double left_bytes;
     double rate;        /* GB/s = bytes/ns; 0 until first assigned */
     double new_rate;    /* scratch of the water-filling (before it: the share of own_link) */
@@ -51,8 +52,9 @@ typedef struct {
 /* A link's flows: occurrence 0 in the dense hot array (a lone flow on
  * idle links touches only that), the others in the link record. */
 typedef struct {
-    int n;   /* flow occurrences on the link */
-    int fl0; /* occurrence 0 (if n > 0) */
+    int n;   /* flow entries on the link */
+    int fl0; /* entry 0 (if n > 0) */
+    int w;   /* flow occurrences on the link: the entries' weights together */
 } link_hot;
 
 typedef struct {
@@ -107,8 +109,8 @@ struct net_flows {
     int *comp_links, *comp_flows; /* scratch, caps n_links and cap_flows */
     fill_ent *fh;
     int n_fh, cap_fh; /* water-filling heap */
-    int *sh;
-    int cap_sh; /* scratch: the component's flows' shared-link occurrences */
+    int *sh, *shw;
+    int cap_sh; /* scratch: the component's flows' shared-link entries and their weights */
     uint32_t epoch;
     uint32_t gen;     /* recomputation generation (starts at 1) */
     double *bw;       /* per link: the graph's bw_gbps, dense (solo rates read

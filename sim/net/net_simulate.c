@@ -11,6 +11,7 @@
 #include "sim/model/moe.h"
 #include "sim/net/net_names.h"
 #include "sim/net/net_topo.h"
+#include "sim/net/net_whatif.h"
 #include "sim/util/afile.h"
 #include "sim/util/csvio.h"
 
@@ -187,6 +188,13 @@ static int describe_a2a(const net_simulate *ns, uint32_t tag, const plan_step *x
                        ".combine and their .bwd; the dispatchers' all-gathers and reduce-scatters); simulate without "
                        "--network-flows and --full",
                        tag, x->name);
+    const plan *pl = ns->plan;
+    if (pl->moe_load_factor_min > 0 && pl->moe_load_factor_min != pl->moe_load_factor)
+        return err_set(err, TS_EINVAL,
+                       "network model: per-layer --moe-expert-load with load factors %.3f to %.3f: not modelled (the "
+                       "flow model takes one busiest-rank factor for every MoE layer; give a whole-model file, or "
+                       "simulate without --network-flows and --full)",
+                       pl->moe_load_factor_min, pl->moe_load_factor);
     int ep = e->ep;
     d->role = NET_STEP_COLL;
     d->dim = NET_DIM_EP;
@@ -232,6 +240,28 @@ static void describe_cp(const net_simulate *ns, const plan_step *x, net_step_des
     }
 }
 
+/* An all-reduce over comm_ranks consecutive ranks beyond the tensor group
+ * (plan step x: the MoE aux loss's over t x cp or t x cp x d, FP8 amax's
+ * over t x cp x d): over the rank's tensor and context-parallel group or
+ * its stage's ranks (net_place.h), with NCCL's terms as the dense
+ * collectives. */
+static int describe_consec(const net_simulate *ns, uint32_t tag, const plan_step *x, net_step_desc *d, ts_err *err)
+{
+    int n = x->comm_ranks, tcp = net_place_group_size(&ns->pl, NET_PLACE_TCP),
+        stage = net_place_group_size(&ns->pl, NET_PLACE_STAGE);
+    if (n != tcp && n != stage)
+        return err_set(err, TS_EINVAL,
+                       "net_simulate: step %u (%s): an all-reduce over %d consecutive ranks; the flow modes place "
+                       "t x cp = %d (the tensor and context-parallel group) and t x cp x d = %d (a stage's ranks)",
+                       tag, x->name, n, tcp, stage);
+    d->role = NET_STEP_COLL;
+    d->coll = NET_COLL_ALLREDUCE;
+    d->dim = n == tcp ? NET_DIM_TCP : NET_DIM_STAGE;
+    d->bytes = (double)x->comm_bytes * x->comm_bw_factor;
+    d->lat_ns = x->comm_lat_ns;
+    return TS_OK;
+}
+
 static int describe(void *ctx, uint32_t tag, net_step_desc *d, ts_err *err)
 {
     net_simulate *ns = ctx;
@@ -253,6 +283,8 @@ static int describe(void *ctx, uint32_t tag, net_step_desc *d, ts_err *err)
             describe_cp(ns, x, d);
             break;
         }
+        if (x->comm_ranks > 0)
+            return describe_consec(ns, tag, x, d, err);
         d->role = NET_STEP_COLL;
         d->coll = (uint8_t)coll_of_step(x);
         d->dim = x->stream == PLAN_STREAM_TP ? NET_DIM_TP : NET_DIM_DP;

@@ -18,8 +18,9 @@
  * 8192 to 131072 with --full-scale (targets: 65536 GPUs <= 30 s, 131072 <=
  * 60 s, each under 4 GB; doubling the GPUs at most 2.2x the time), and a
  * DeepSeek-V3-shaped MoE run (below; target <= 60 s with --full, whose
- * every dispatch and combine all-to-all is a set of flows, and the default
- * closed-form mode <= 1 s, printed as def_s). --quick runs GPT-3 175B on
+ * every dispatch and combine all-to-all is a set of flows, the symmetric mode
+ * with flows <= 1 s, printed as sym_s, and the default closed-form mode <= 1
+ * s, printed as def_s). --quick runs GPT-3 175B on
  * 1024 A100s instead.
  *
  * The DeepSeek-V3 case: the deepseek-v3 preset on H100s ("--model

@@ -34,14 +34,56 @@ expect_error 2 "valid --schedule interleaved (with --num-layers-per-virtual-pipe
 expect_error 2 "$F: not with --recompute-granularity full" $T simulate "${MIX[@]}" $F \
     --expert-model-parallel-size 8 --moe-token-dispatcher-type alltoall --recompute-granularity full
 expect_error 2 "$F: needs a mixture-of-experts model (--num-experts > 0)" $T simulate --model gpt3-175b $F
+# the flow modes: what the interleave of the pair's steps does not model yet
 for mode in network-flows full; do
-    expect_error 2 "$F: not modelled in the flow modes" $T simulate "${MIX[@]}" $F --expert-model-parallel-size 8 \
-        --moe-token-dispatcher-type alltoall --$mode
+    expect_error 2 "$F: in the flow modes needs --pipeline-model-parallel-size 1" $T simulate "${MIX[@]}" $F \
+        --expert-model-parallel-size 8 --moe-token-dispatcher-type alltoall --$mode --schedule interleaved \
+        --num-virtual-stages-per-pipeline-rank 2 -p 2 -t 1
+    expect_error 2 "$F: in the flow modes needs --tensor-model-parallel-size 1" $T simulate "${MIX[@]}" $F \
+        --expert-model-parallel-size 8 --moe-token-dispatcher-type alltoall --$mode -p 1 -t 2
 done
-expect_output "$F" $T simulate --help
-expect_error 2 "--delay-wgrad-compute needs $F" $T simulate "${MIX[@]}" --expert-model-parallel-size 8 \
-    --moe-token-dispatcher-type alltoall --delay-wgrad-compute
-expect_output "--delay-wgrad-compute" $T simulate --help
+
+# -------- the flow modes agree with the default mode (p = 1, t = 1: the
+# pair's steps interleaved, sim/core/ep_pair_steps.h), uncontended fabric,
+# forced balance: the iteration within 1% (net_moe.sh's tolerance), with and
+# without --delay-wgrad-compute, on B200 (no SM share: overlap_gpu_sms) and
+# H100 (the all-to-alls' 20 of 132 SMs); a slower NIC never makes the
+# overlapped run faster
+within() { awk -v a="$1" -v b="$2" 'BEGIN { r = a / b; exit !(b > 0 && r >= 0.99 && r <= 1.01) }'; }
+topo() { # file, gpu, nic_gbps (GB/s, the topology file's unit)
+    printf 'nodes,gpus_per_node,gpu,intra_node_gbps,intra_node_latency_us,nics_per_node,nic_gbps,nic_latency_us,fabric,levels,oversubscription,switch_latency_us,switch_ports,pods,pod_oversubscription\n4,8,%s,%s,0.6,8,%s,0.6,fat-tree,2,1,0.13,64,,\n' \
+        "$2" "$([ "$2" = B200-SXM-180GB ] && echo 900 || echo 450)" "$3" >"$1"
+}
+flows_agree() { # gpu, extra flags...
+    local gpu=$1; shift
+    topo "$tmp/fast.csv" "$gpu" 50 # 400 Gb/s NDR
+    topo "$tmp/slow.csv" "$gpu" 25 # 200 Gb/s
+    local FL=(--model mixtral-8x7b --num-layers 8 --global-batch-size 64 --gpus 32 --num-experts 16
+        --expert-model-parallel-size 16 --moe-router-force-load-balancing -t 1 -p 1
+        --moe-token-dispatcher-type alltoall --gpu "$gpu")
+    local name="$gpu${*:+ $*}"
+    run "$tmp/fl.off" "${FL[@]}" --topology "$tmp/fast.csv" || return
+    FL+=("$@")
+    run "$tmp/fl.on" "${FL[@]}" --topology "$tmp/fast.csv" $F || return
+    local d0 d1 g s
+    d0=$(iter_s "$tmp/fl.off"); d1=$(iter_s "$tmp/fl.on")
+    lt "$d1" "$d0" && ok "$name, default mode: iteration $d0 s -> $d1 s with $F" ||
+        bad "$name, default mode: iteration $d0 s -> $d1 s with $F, not shorter"
+    for mode in network-flows full; do
+        run "$tmp/fl.$mode" "${FL[@]}" --topology "$tmp/fast.csv" $F --$mode || continue
+        g=$(iter_s "$tmp/fl.$mode")
+        within "$g" "$d1" && ok "$name --$mode: iteration $g s, the default mode's $d1 s (within 1%)" ||
+            bad "$name --$mode: iteration $g s, the default mode's $d1 s (not within 1%)"
+        run "$tmp/fl.$mode.slow" "${FL[@]}" --topology "$tmp/slow.csv" $F --$mode || continue
+        s=$(iter_s "$tmp/fl.$mode.slow")
+        awk -v a="$s" -v b="$g" 'BEGIN { exit !(a > b) }' && ok "$name --$mode: NIC 400 -> 200 Gb/s: $g s -> $s s" ||
+            bad "$name --$mode: NIC 400 -> 200 Gb/s: $g s -> $s s, not slower"
+    done
+}
+flows_agree B200-SXM-180GB
+flows_agree B200-SXM-180GB --delay-wgrad-compute
+flows_agree H100-SXM5-80GB
+flows_agree H100-SXM5-80GB --delay-wgrad-compute
 
 # -------- effect: interleaved qwen3-235b-a22b, DualPipeV deepseek-v3
 compare() { # name, flags...

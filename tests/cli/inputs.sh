@@ -126,7 +126,7 @@ expect_err "--cpu-offloading-num-layers 2" 2 "--cpu-offloading-num-layers 2: not
 expect_err "--model gpt3-175b --attention-backend sdpa" 2 "--attention-backend"
 expect_err "--model gpt3-175b --attention-backend flash --fp32" 2 "--attention-backend flash needs --bf16 or --fp16"
 expect_err "--model gpt3-175b --use-flash-attn --attention-backend unfused" 2 "--use-flash-attn means --attention-backend flash"
-expect_err "--model gpt3-175b --recompute-granularity selective --recompute-modules moe" 2 "--recompute-modules moe: not modelled (valid: core_attn, mlp, layernorm; moe_act with --num-experts; mla_up_proj with --multi-latent-attention)"
+expect_err "--model gpt3-175b --recompute-granularity selective --recompute-modules moe" 2 "--recompute-modules moe: not modelled without --num-experts (moe: also --moe-layer-recompute) (valid: core_attn, mlp, layernorm; moe, moe_act with --num-experts; mla_up_proj with --multi-latent-attention)"
 expect_err "--model gpt3-175b --recompute-granularity selective --recompute-modules core_attn bogus" 2 "unknown module 'bogus'"
 expect_err "--model gpt3-175b --recompute-granularity full --recompute-modules mlp" 2 "--recompute-modules applies to --recompute-granularity selective only"
 # neither modelled nor in the file: the unknown-flag error as before

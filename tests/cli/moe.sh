@@ -196,12 +196,12 @@ check_sh "Megatron-FSDP with experts: the gathers are exposed DP time, more at E
 # H100s, t 2, p 8, 4 virtual stages, ep 32 (etp 1), b 1, B 2048, seq 4096, bf16, DeepEP, recompute of the
 # norms and the expert activation; published step 19.7 s and 245 model TFLOP/s per GPU (counting the
 # causal half of the attention scores: our mfu_causal convention). The row does not state its routing
-# balance: the default routing skew (MOE_ROUTING_SKEW_DEFAULT, 0.2) is fitted to this row's step by
+# balance: the default routing skew (MOE_ROUTING_SKEW_DEFAULT, 0.18) is fitted to this row's step by
 # experiments/cost-fit/moe-skew.sh (bisection to 19.7 s, rounded to 2 significant digits), so the row is
 # part of the calibration set, not an independent check. With the default the step and the TFLOP/s must
 # be within 5% and the run must fit 80 GB (the published run ran). Forced balance is the fastest the run
-# can be: faster than the default, within 8% below the published step (measured: 19.87 s at the default,
-# +0.9%, 244.6 TFLOP/s, 74.5 GB peak; 18.34 s balanced, -6.9%).
+# can be: faster than the default, within 8% below the published step (measured, with the presets' QK
+# layernorm: 19.78 s at the default, +0.4%, 245.8 TFLOP/s, 77.8 GB peak; 18.44 s balanced, -6.4%).
 Q="--model qwen3-235b-a22b --gpu H100-SXM5-80GB --num-virtual-stages-per-pipeline-rank 4
    --account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split --use-distributed-optimizer
    --overlap-grad-reduce --overlap-param-gather --use-flash-attn --moe-grouped-gemm
@@ -220,16 +220,16 @@ check_sh "Qwen3-235B-A22B row (c), default routing: fits 80 GB ($(val qwen itera
 check_sh "Qwen3-235B-A22B row (c): forced balance ($bal ns) faster than the default, within 8% below 19.7 s" \
     'awk -v a="$bal" -v b="$step" "BEGIN { exit !(a < b && a < 19.7e9 && a > 0.92 * 19.7e9) }"'
 check_sh "Qwen3-235B-A22B row (c): the default's routing skew is $(val qwen iteration moe_routing_skew)" \
-    '[ "$(val qwen iteration moe_routing_skew)" = 0.2 ]'
+    '[ "$(val qwen iteration moe_routing_skew)" = 0.18 ]'
 # the fit, rerun, lands near the default (the step is piecewise constant in the skew, its expert GEMMs'
 # rows crossing 128-row tiles: a small change elsewhere in the cost model moves the crossing by a step)
 fit=$(TRAINSIM=$T bash "$(dirname "$0")/../../experiments/cost-fit/moe-skew.sh" 2>&1 | awk '$1 == "fit" { print $2 }')
-check_sh "experiments/cost-fit/moe-skew.sh refits the skew to row (c): $fit, within 0.03 of the default 0.2" \
-    'awk -v f="$fit" "BEGIN { exit !(f != \"\" && f > 0.17 && f < 0.23) }"'
+check_sh "experiments/cost-fit/moe-skew.sh refits the skew to row (c): $fit, within 0.03 of the default 0.18" \
+    'awk -v f="$fit" "BEGIN { exit !(f != \"\" && f > 0.15 && f < 0.21) }"'
 
 # help: every MoE flag with its default
 h=$($T simulate --help 2>&1)
 check_sh "help lists --num-experts and --expert-tensor-parallel-size with defaults" \
     '[[ "$h" == *"--num-experts"*"default: none (dense)"* && "$h" == *"--expert-tensor-parallel-size"*"default: t;"* ]]'
-check_sh "help gives --moe-routing-skew's unit and default, and that it is fitted to row (c)" '[[ "$h" == *"--moe-routing-skew"*"row (c)"*"Zipf exponent"*"default: 0.2"* ]]'
+check_sh "help gives --moe-routing-skew's unit and default, and that it is fitted to row (c)" '[[ "$h" == *"--moe-routing-skew"*"row (c)"*"Zipf exponent"*"default: 0.18"* ]]'
 finish

@@ -62,5 +62,6 @@ expect_error 2 "--moe-router-enable-expert-bias needs --moe-router-score-functio
     --moe-router-enable-expert-bias
 expect_error 2 "--moe-aux-loss-coeff needs --num-experts" $T simulate --model megatron-1.7b --moe-aux-loss-coeff 1e-2
 expect_error 2 "--moe-shared-expert-overlap needs shared experts" $T simulate $M --moe-shared-expert-overlap
-expect_error 2 "--moe-layer-recompute: not modelled" $T simulate $M --moe-layer-recompute
+expect_error 2 "--moe-layer-recompute with --recompute-granularity full: Megatron-core refuses it" $T simulate $M \
+    --moe-layer-recompute --recompute-granularity full
 finish

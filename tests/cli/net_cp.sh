@@ -55,6 +55,10 @@ agree() { # name, column (tp or ep), its tolerance, the iteration's, flags...
             bad "$mode: $name: ${col^^} $gc s vs the default mode's $c s (ratio $(ratio "$gc" "$c"), tolerance $tol)"
     done
 }
+# FP8 delayed scaling's amax all-reduce over the t x cp x d ranks of a stage (its own group, net_place.h's
+# NET_PLACE_STAGE; it ran over the cp ring before): within 1% with the exchange's
+agree "FP8 amax over t x cp x d, cp 4 across 4 nodes, H100" tp 0.015 0.01 "${ACROSS[@]}" --gpu H100-SXM5-80GB \
+    --fp8-format hybrid
 for gpu in A100-SXM4-80GB H100-SXM5-80GB; do
     agree "cp 4 p2p inside a node, $gpu" tp 0.01 0.01 "${INSIDE[@]}" --gpu $gpu --cp-comm-type p2p
     agree "cp 4 a2a inside a node, $gpu" tp 0.01 0.01 "${INSIDE[@]}" --gpu $gpu --cp-comm-type a2a

@@ -163,4 +163,23 @@ dead=$( (sh -c 'echo $$') ); live=$$
 check_sh "a dead writer's temporary is cleaned, a live one's kept" \
     '[ -s "$tmp/sig/r.csv" ] && ! [ -e "$tmp/sig/.r.csv.$dead.abcdef" ] && [ -e "$tmp/sig/.r.csv.$live.ghijkl" ]'
 
+# the data loader's step (sim/model/dataload.h): on the first and the last stage, 8
+# micro-batches each; a measured figure replaces it, no mask in the batch shrinks it
+dl=(--num-layers 8 --hidden-size 1024 --num-attention-heads 16 --seq-length 1024 --gpus 8 -t 2 -p 4
+    --micro-batch-size 1 --global-batch-size 8)
+"$TRAINSIM" simulate "${dl[@]}" --csv "$tmp/dl.csv" >"$tmp/dl.txt" 2>/dev/null
+check_sh "data loader: 3 tensors + the 1 MiB mask copied (28672 + 1048576 bytes), tokens, mask, position ids broadcast (8192 + 1048576 + 8192)" \
+    'grep -q "^iteration,data_loader_first_h2d_bytes,1077248,bytes" "$tmp/dl.csv" &&
+     grep -q "^iteration,data_loader_first_broadcast_bytes,1064960,bytes" "$tmp/dl.csv" &&
+     grep -q "^data loader .* on the last (first stage: 1.077 MB to the GPU in 5 copies, 1.065 MB in 3 TP broadcasts)" "$tmp/dl.txt"'
+"$TRAINSIM" simulate "${dl[@]}" --data-loader-ns 1000000 --csv "$tmp/dlm.csv" >"$tmp/dlm.txt" 2>/dev/null
+check_sh "--data-loader-ns 1e6: 1 ms per micro-batch, 8 ms on a loading rank, said measured" \
+    'grep -q "^data loader  *1.000 ms per micro-batch on the first stage, 1.000 ms on the last (--data-loader-ns, measured); 8.000 ms per iteration" "$tmp/dlm.txt" &&
+     grep -q "^iteration,data_loader_rank_max,8000000,ns" "$tmp/dlm.csv" && grep -q "^iteration,time_data,4000000,ns" "$tmp/dlm.csv"'
+"$TRAINSIM" simulate "${dl[@]}" --no-create-attention-mask-in-dataloader --csv "$tmp/dln.csv" >"$tmp/dln.txt" 2>/dev/null
+check_sh "--no-create-attention-mask-in-dataloader: no mask copied or named" \
+    'grep -q "^iteration,data_loader_first_h2d_bytes,28672,bytes" "$tmp/dln.csv" && ! grep -q "attention mask" "$tmp/dln.txt"'
+out=$("$TRAINSIM" simulate "${dl[@]}" --data-loader-ns -5 2>&1); rc=$?
+check_sh "--data-loader-ns -5: exit 2 naming the flag" '[ $rc -eq 2 ] && printf "%s" "$out" | grep -q -- "--data-loader-ns"'
+
 finish

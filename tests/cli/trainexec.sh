@@ -100,9 +100,12 @@ out=$(run 1 "$TRAINEXEC" $small $llama --backend cuda 2>&1); rc=$?
 if [[ "$out" == *"built without CUDA"* ]]; then
     check_sh "Llama-architecture layers on --backend cuda, a build without CUDA: exit 2 naming --backend" \
         '[ $rc -eq 2 ] && [[ "$out" == *"--backend cuda: this trainexec was built without CUDA"* ]]'
+elif [[ "$out" == *"no CUDA device"* ]]; then # a CUDA build on a machine without a GPU: the flags pass
+    check_sh "Llama-architecture layers on --backend cuda, no GPU: the layers accepted, then no CUDA device, exit 1" \
+        '[ $rc -eq 1 ] && [[ "$out" != *"has no kernel"* ]]'
 else
-    check_sh "Llama-architecture layers on --backend cuda: exit 2 naming the flag" \
-        '[ $rc -eq 2 ] && [[ "$out" == *"--swiglu: the cuda backend has no kernel"* ]]'
+    check_sh "Llama-architecture layers on --backend cuda: run, the header names them" \
+        '[ $rc -eq 0 ] && [[ "$out" == *"[groups=2 RMSNorm SwiGLU no-bias rope untied]"* ]]'
 fi
 out=$(run 4 "$TRAINEXEC" $small --num-query-groups 2 --group-query-attention --tensor-model-parallel-size 4 \
       2>&1); rc=$?
@@ -136,6 +139,12 @@ check_sh "trace is JSON with X events on both ranks" \
     'python3 -c "import json,sys; e=json.load(open(\"$tmp/t.json\"))[\"traceEvents\"]; sys.exit(not {x[\"pid\"] for x in e if x[\"ph\"]==\"X\"}=={0,1})"'
 check_sh "ops CSV has I and W actions and GEMM ops" \
     'grep -q ",action,I," "$tmp/ops.csv" && grep -q ",action,W," "$tmp/ops.csv" && grep -q ",op,qkv," "$tmp/ops.csv"'
+check_sh "data step: the loading ranks' copy in the ops CSV, its mean per micro-batch printed as --data-loader-ns" \
+    'grep -q ",op,data," "$tmp/ops.csv" &&
+     [[ "$out" =~ "data step "[0-9.]+" us per micro-batch (rank "[01]": host generation "[0-9.]+" us, copy to the device "[0-9.]+" us; mean of 8): trainsim simulate --data-loader-ns "[0-9]+ ]]'
+outr=$(run 1 "$TRAINEXEC" $small --data-loader-ns 1000 2>&1); rc=$?
+check_sh "--data-loader-ns refused (the executor measures its own)" \
+    '[ $rc -eq 2 ] && [[ "$outr" == *"--data-loader-ns: a measured figure"* ]]'
 check_sh "report has one row per rank and positive peaks" \
     '[ $(wc -l < "$tmp/rep.csv") -eq 3 ] && awk -F, "NR>1 && \$9 <= 0 {exit 1}" "$tmp/rep.csv"'
 l1=$(echo "$out" | grep -oE 'iteration 1/2: loss [0-9.]+' | awk '{print $4}')
@@ -279,9 +288,11 @@ out=$(run 1 "$TRAINEXEC" $small --bf16 --backend cuda 2>&1); rc=$?
 if [[ "$out" == *"built without CUDA"* ]]; then
     check_sh "flash attention on --backend cuda, a build without CUDA: exit 2 naming --backend" \
         '[ $rc -eq 2 ] && [[ "$out" == *"--backend cuda: this trainexec was built without CUDA"* ]]'
+elif [[ "$out" == *"no CUDA device"* ]]; then
+    check_sh "flash attention on --backend cuda, no GPU: the flag accepted, then no CUDA device, exit 1" \
+        '[ $rc -eq 1 ] && [[ "$out" != *"only the unfused"* ]]'
 else
-    check_sh "flash attention on --backend cuda: exit 2, the cuda backend has only the unfused attention" \
-        '[ $rc -eq 2 ] && [[ "$out" == *"--attention-backend flash: the cuda backend has only the unfused"* ]]'
+    check_sh "flash attention on --backend cuda: runs flash" '[ $rc -eq 0 ] && [[ "$out" == *", flash attention,"* ]]'
 fi
 
 # context parallelism: 2 ranks holding half of every sequence give the 1-rank loss (6 digits printed)
@@ -289,6 +300,19 @@ out=$(run 2 "$TRAINEXEC" $small --bf16 --context-parallel-size 2 --global-batch-
 rc=$?
 check_sh "cp = 2 (flash): runs on 2 ranks (t x cp x p x d), the 1-rank loss ($loss1)" \
     '[ $rc -eq 0 ] && [[ "$out" == *" cp=2 p=1 d=1"* && "$out" == *"(tp 0 cp 1 pp 0 dp 0)"* && -n "$loss1" && "$out" == *"$loss1"* ]]'
+out=$(run 2 "$TRAINEXEC" $small --bf16 --context-parallel-size 2 --global-batch-size 1 --iterations 1 --warmup 0 \
+    --backend cuda 2>&1)
+rc=$?
+if [[ "$out" == *"built without CUDA"* ]]; then
+    check_sh "cp = 2 on --backend cuda, a build without CUDA: exit 2 naming --backend" \
+        '[ $rc -eq 2 ] && [[ "$out" == *"--backend cuda: this trainexec was built without CUDA"* ]]'
+elif [[ "$out" == *"no CUDA device"* ]]; then
+    check_sh "cp = 2 on --backend cuda, no GPU: the layout accepted, then no CUDA device, non-zero exit" \
+        '[ $rc -ne 0 ] && [[ "$out" != *"context-parallel ring"* ]]'
+else
+    check_sh "cp = 2 on --backend cuda (ring over MPI, staged through the host): runs on 2 ranks" \
+        '[ $rc -eq 0 ] && [[ "$out" == *" cp=2 p=1 d=1"* && "$out" == *"iteration 1/1"* ]]'
+fi
 out=$(run 2 "$TRAINEXEC" $small --context-parallel-size 2 2>&1); rc=$?
 check_sh "cp = 2 with the unfused attention (fp32): exit 2, as trainsim" \
     '[ $rc -eq 2 ] && [[ "$out" == *"--context-parallel-size 2 needs --attention-backend flash"* ]]'

@@ -248,6 +248,11 @@ Test(catalog, model_presets_have_their_published_sizes)
     cr_expect_eq(q->moe.ffn_hidden_size, 1536);
     cr_expect_eq(q->moe.ep, 32);
     cr_expect_eq(q->moe.etp, 1);
+    cr_expect(q->model.qk_layernorm, "Qwen3: q and k norms (column qk_layernorm)");
+    const catalog_model *q30 = catalog_models_find(c, "qwen3-30b-a3b");
+    cr_assert_not_null(q30);
+    cr_expect(q30->model.qk_layernorm);
+    cr_expect_not(l->model.qk_layernorm, "an empty qk_layernorm cell: Megatron-LM's default, off");
     const catalog_model *d = catalog_models_find(c, "deepseek-v3");
     cr_assert_not_null(d);
     cr_expect_eq(d->moe.first_dense_layers, 3);

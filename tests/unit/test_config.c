@@ -556,7 +556,7 @@ Test(config, attention_backend_and_recompute_modules)
     cr_expect_eq(C.par.recompute_modules, 0u); /* Megatron-core's default, core_attn */
     cr_expect_eq(flags_run(GPT3_FLAGS, "--recompute-activations", "--recompute-modules", "shared_experts", NULL),
                  TS_EINVAL);
-    EXPECT_MSG("--recompute-modules shared_experts: not modelled (valid: core_attn, mlp, layernorm; moe_act with");
+    EXPECT_MSG("--recompute-modules shared_experts: not modelled (valid: core_attn, mlp, layernorm; moe, moe_act with");
     cr_expect_eq(flags_run(GPT3_FLAGS, "--recompute-activations", "--recompute-modules", "mla_up_proj", NULL),
                  TS_EINVAL);
     EXPECT_MSG("--recompute-modules mla_up_proj: not modelled");

@@ -260,7 +260,8 @@ static double p1_closed_form(const char *gpus, const char *ep, int m, double nic
     simulate_result *off = run(false), *on = run(true);
     const simulate_rank *X = &off->ranks[0];
     int64_t a = X->exposed_ns[SIMULATE_COMM_EP] / (2 * m);
-    int64_t c_f = X->cat_ns[PLAN_CAT_FWD] / m, c_b = X->cat_ns[PLAN_CAT_BWD] / m;
+    /* the forward's compute: its layers' and the data loader's step (dataload.h) */
+    int64_t c_f = (X->cat_ns[PLAN_CAT_FWD] + X->cat_ns[PLAN_CAT_DATA]) / m, c_b = X->cat_ns[PLAN_CAT_BWD] / m;
     cr_assert_gt(a, 0);
     cr_assert_eq(X->exposed_ns[SIMULATE_COMM_EP] % (2 * m), 0, "the passes' all-to-alls differ");
     int64_t e_f = overlap_shared_phase_ns(a, c_b, 132, EP_PAIR_COMM_SMS) - c_b;
@@ -360,4 +361,41 @@ Test(ep_pair, delay_wgrad_runs, .fini = fini)
     simulate_result *r = NULL;
     cr_assert_eq(simulate_run(&C, NULL, &r, &E), TS_EINVAL);
     cr_expect(strstr(E.msg, "--delay-wgrad-compute needs --overlap-moe-expert-parallel-comm"), "%s", E.msg);
+}
+
+/* ep_pair_spans (the flow modes' compute spans, sim/core/ep_pair_steps.h):
+ * each compute op's time, its nominal time with no SM share, slowed by
+ * the phase's closed form while a transfer runs beside it. One transfer a
+ * pass: F c0 100 A1 50 c1 100, B d0 0 B1 60 d1 100 (weight gradients 40). */
+Test(ep_pair, spans_closed_form)
+{
+    int64_t fc[2] = {100, 100}, fa[1] = {50}, bc[2] = {0, 100}, ba[1] = {60}, bw[2] = {0, 40};
+    ep_pair_pass F = {1, fc, fa, NULL}, B = {1, bc, ba, bw};
+    int64_t el[6];
+    ts_err err;
+    /* no SM share: the nominal times (el: c0 c1, g0 g1, w0 w1) */
+    cr_assert_eq(ep_pair_spans(&F, &B, 0, false, el, &err), TS_OK);
+    const int64_t nominal[6] = {100, 100, 0, 60, 0, 40};
+    for (int k = 0; k < 6; k++)
+        cr_expect_eq(el[k], nominal[k], "el[%d] = %lld, want %lld", k, (long long)el[k], (long long)nominal[k]);
+    /* 20 of 132 SMs: c0 beside B1 (phase(60, 100)); g1 (60) beside A1 (50),
+     * which starts when c0 ends: phase(50, 60) = 60 + 50 x 20 / 132; w1 and
+     * c1 alone */
+    cr_assert_eq(ep_pair_spans(&F, &B, 132, false, el, &err), TS_OK);
+    int64_t c0 = overlap_shared_phase_ns(60, 100, 132, EP_PAIR_COMM_SMS);
+    int64_t g1 = overlap_shared_phase_ns(50, 60, 132, EP_PAIR_COMM_SMS);
+    cr_expect_leq(llabs(el[0] - c0), 1, "c0 %lld, want %lld", (long long)el[0], (long long)c0);
+    cr_expect_leq(llabs(el[3] - g1), 1, "g1 %lld, want %lld", (long long)el[3], (long long)g1);
+    cr_expect_eq(el[1], 100);
+    cr_expect_eq(el[5], 40);
+    /* metamorphic: the SM share never makes a compute op shorter */
+    for (int k = 0; k < 6; k++)
+        cr_expect_geq(el[k], nominal[k], "el[%d] = %lld < %lld", k, (long long)el[k], (long long)nominal[k]);
+    /* the delay changes no compute op's work (here every op's time alike:
+     * B2 does not exist) */
+    int64_t el_d[6];
+    cr_assert_eq(ep_pair_spans(&F, &B, 132, true, el_d, &err), TS_OK);
+    for (int k = 0; k < 6; k++)
+        cr_expect_eq(el_d[k], el[k], "el[%d] %lld with the delay, %lld without", k, (long long)el_d[k],
+                     (long long)el[k]);
 }

@@ -162,8 +162,7 @@ Test(megatron_flags, default_only_rows_accept_the_reference_default)
 /* The flags the brief names as changing performance are never ignored. */
 Test(megatron_flags, performance_flags_are_refused)
 {
-    static const char *const REFUSED[] = {"--moe-layer-recompute",
-                                          "--fp8-output-proj",
+    static const char *const REFUSED[] = {"--fp8-output-proj",
                                           "--tp-comm-overlap-cfg",
                                           "--overlap-param-gather-with-optimizer-step",
                                           "--torch-fsdp2-no-reshard-after-forward",

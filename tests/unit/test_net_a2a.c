@@ -266,3 +266,79 @@ Test(net_a2a, expert_groups_fold_etp_ep_edp_over_a_stage)
     net_place_free(&pl);
     net_graph_free(g);
 }
+
+/* Transfer a -> b's index in p (-1 if none). */
+static int xfer_of(const net_plan *p, int src, int dst)
+{
+    for (int i = 0; i < p->nx; i++)
+        if (p->x[i].src == src && p->x[i].dst == dst)
+            return i;
+    return -1;
+}
+
+Test(net_a2a, merged_peers_keep_the_transfers_routes_and_time)
+{
+    /* merge_peers (the symmetric mode): root's two bundles and the other
+     * positions' local and remote transfers as one bundle each (without
+     * skew, root's with them: two bundles); the same
+     * transfers over the same routes, the same time on an idle fabric (to
+     * the ns), and on a fabric where the peers differ (one of them behind a
+     * NIC at a quarter) no earlier than the bundles one by one. */
+    for (int deepep = 0; deepep < 2; deepep++) {
+        net_graph *g = dgx(deepep ? "H100" : "A100", deepep ? 4 : 2);
+        int n = deepep ? 32 : 16, gpus[32];
+        for (int i = 0; i < n; i++)
+            gpus[i] = i;
+        for (int sends = 0; sends < 2; sends++) {
+            net_coll_req q = a2a(deepep ? NET_COLL_DEEPEP : NET_COLL_ALLTOALL, gpus, n, 24e6);
+            q.rdma_bytes = deepep ? 9e6 : 0;
+            q.hot = 1.5;
+            q.root = 3;
+            q.hot_sends = sends;
+            net_coll_req m = q;
+            m.merge_peers = 1;
+            net_plan p, pm;
+            plan_of(g, &q, &p);
+            plan_of(g, &m, &pm);
+            cr_assert_eq(pm.nx, p.nx);
+            cr_assert_eq(pm.nb, 4, "root's local and remote bundles, the peers' local and remote ones: %d", pm.nb);
+            int root = g->gpu_node[3];
+            for (int i = 0; i < pm.nx; i++) {
+                const net_xfer *x = &pm.x[i];
+                int j = xfer_of(&p, x->src, x->dst);
+                cr_assert(j >= 0 && p.x[j].bytes == x->bytes && p.x[j].nlinks == x->nlinks &&
+                              !memcmp(p.x[j].links, x->links, sizeof *x->links * (size_t)x->nlinks),
+                          "transfer %d -> %d: the same bytes and route", x->src, x->dst);
+                int own = sends ? x->src : x->dst;
+                cr_assert_eq(x->bundle < 2, own == root, "root's transfers are bundles 0 and 1 alone");
+            }
+            int64_t t = time_of(g, &q), tm = time_of(g, &m);
+            cr_assert(llabs(t - tm) <= 1, "%s, %s: idle fabric %lld ns merged, %lld one by one",
+                      deepep ? "DeepEP" : "alltoall", sends ? "combine" : "dispatch", (long long)tm, (long long)t);
+            net_plan_free(&p);
+            net_plan_free(&pm);
+            /* without skew root is a peer like the others: two flows */
+            q.hot = m.hot = 1;
+            plan_of(g, &m, &pm);
+            cr_assert_eq(pm.nb, 2, "balanced: the local and the remote transfers, %d bundles", pm.nb);
+            net_plan_free(&pm);
+            int64_t tb = time_of(g, &q), tbm = time_of(g, &m);
+            cr_assert(llabs(tb - tbm) <= 1, "balanced: %lld ns merged, %lld one by one", (long long)tbm, (long long)tb);
+        }
+        ts_err e;
+        int v = g->gpu_node[n - 1];
+        cr_assert_eq(net_graph_scale_link(g, v, net_graph_gpu_nic(g, n - 1), 0.25, &e), TS_OK, "%s", e.msg);
+        for (int sends = 0; sends < 2; sends++) {
+            net_coll_req q = a2a(deepep ? NET_COLL_DEEPEP : NET_COLL_ALLTOALL, gpus, n, 24e6);
+            q.rdma_bytes = deepep ? 9e6 : 0;
+            q.hot = 1.5;
+            q.root = 3;
+            q.hot_sends = sends;
+            net_coll_req m = q;
+            m.merge_peers = 1;
+            int64_t t = time_of(g, &q), tm = time_of(g, &m);
+            cr_assert_geq(tm, t, "a slow peer NIC: merged %lld ns, one by one %lld", (long long)tm, (long long)t);
+        }
+        net_graph_free(g);
+    }
+}

@@ -171,6 +171,9 @@ Test(net_disp, expert_and_cp_collectives_run_over_the_whole_group_at_their_idle_
         {{NET_COLL_RING_STEP, NET_DIM_CPR, 64e6}, 4, 4, 4},
         {{NET_COLL_RING_STEP, NET_DIM_CPR, 64e6}, 16, 1, 16},
         {{NET_COLL_ALLGATHER, NET_DIM_CPR, 64e6}, 16, 1, 16},
+        /* the aux loss's and FP8 amax's all-reduces: t x cp = 4 consecutive ranks, a stage's 16 */
+        {{NET_COLL_ALLREDUCE, NET_DIM_TCP, 64e6}, 4, 4, 4},
+        {{NET_COLL_ALLREDUCE, NET_DIM_STAGE, 64e6}, 16, 1, 4},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         one_out sym = run_one(g, &cases[i].c, false, cases[i].cp), full = run_one(g, &cases[i].c, true, cases[i].cp);
@@ -244,6 +247,23 @@ Test(net_disp, context_parallel_groups_are_cp_inside_dp)
             cr_assert_eq(net_place_group_leader(&pl, kind, q), ranks[0], "kind %d, rank %d", kind, q);
             cr_assert(has(ranks, m, q), "rank %d in its group of kind %d", q, kind);
             cr_assert_eq(ranks[1] - ranks[0], kind == NET_PLACE_CPA ? t : 2 * t, "kind %d, rank %d", kind, q);
+            leaders += net_place_group_leader(&pl, kind, q) == q;
+        }
+        cr_assert_eq(leaders * size, pl.n_ranks, "kind %d", kind);
+    }
+    /* the tensor and context-parallel group: t x cp = 8 consecutive ranks
+     * (dp' 4..7, both tensor ranks); the stage's: all 16; each a partition */
+    cr_assert_eq(net_place_group_ranks(&pl, NET_PLACE_TCP, r, ranks), 8);
+    for (int j = 0; j < 8; j++)
+        cr_assert_eq(ranks[j], net_place_rank(&pl, j % t, 4 + j / t, 0), "member %d", j);
+    cr_assert_eq(net_place_group_ranks(&pl, NET_PLACE_STAGE, r, ranks), 16);
+    for (int kind = NET_PLACE_TCP; kind <= NET_PLACE_STAGE; kind++) {
+        int size = net_place_group_size(&pl, kind), leaders = 0;
+        for (int q = 0; q < pl.n_ranks; q++) {
+            int m = net_place_group_ranks(&pl, kind, q, ranks);
+            cr_assert_eq(m, size);
+            cr_assert_eq(net_place_group_leader(&pl, kind, q), ranks[0], "kind %d, rank %d", kind, q);
+            cr_assert(has(ranks, m, q), "rank %d in its group of kind %d", q, kind);
             leaders += net_place_group_leader(&pl, kind, q) == q;
         }
         cr_assert_eq(leaders * size, pl.n_ranks, "kind %d", kind);

@@ -8,6 +8,7 @@
 #include "sim/net/net_engine.h"
 #include "sim/net/net_graph.h"
 #include "sim/net/net_place.h"
+#include "sim/net/net_whatif.h"
 
 /* A small pipeline, lowered by hand (what sim/lower does for a schedule,
  * reduced to forward passes): per micro-batch, on every stage, a forward

@@ -270,7 +270,7 @@ Test(net_flow, hint_reused_until_a_bandwidth_changes)
     int l12 = gpu_link(g, 1, 2);
     int route[3] = {l01, l12, l12};
     net_flow_hint h = {0, 0};
-    int a = net_flow_start_hint(f, 0, route, 3, 1e6, 0, &h, &e);
+    int a = net_flow_start_hint(f, 0, route, NULL, 3, 1e6, 0, &h, &e);
     cr_assert(a >= 0, "%s", e.msg);
     cr_assert_float_eq(net_flow_rate_gbps(f, a), 100.0, 1e-12, "min(100 / 1, 200 / 2)");
     cr_assert_float_eq(h.rate_gbps, 100.0, 1e-12);
@@ -279,17 +279,17 @@ Test(net_flow, hint_reused_until_a_bandwidth_changes)
     cr_assert_eq(net_flows_advance(f, 10000, NULL, NULL, &e), TS_OK);
     cr_assert_eq(net_flows_active(f), 1);
     h.rate_gbps = 7.0;
-    int b = net_flow_start_hint(f, 10000, route, 3, 1e6, 2, &h, &e);
+    int b = net_flow_start_hint(f, 10000, route, NULL, 3, 1e6, 2, &h, &e);
     cr_assert(b >= 0, "%s", e.msg);
     cr_assert_float_eq(net_flow_rate_gbps(f, b), 7.0, 1e-12, "the same busy period trusts the hint");
     cr_assert_eq(net_flows_advance(f, NET_TIME_NEVER, NULL, NULL, &e), TS_OK);
     cr_assert_eq(net_flows_active(f), 0);
-    int b2 = net_flow_start_hint(f, net_flows_now_ns(f), route, 3, 1e6, 2, &h, &e);
+    int b2 = net_flow_start_hint(f, net_flows_now_ns(f), route, NULL, 3, 1e6, 2, &h, &e);
     cr_assert(b2 >= 0, "%s", e.msg);
     cr_assert_float_eq(net_flow_rate_gbps(f, b2), 7.0, 1e-12, "an idle spell that changed no bandwidth keeps it");
     cr_assert_eq(net_flows_advance(f, NET_TIME_NEVER, NULL, NULL, &e), TS_OK);
     cr_assert_eq(net_graph_scale_link(g, g->gpu_node[1], g->gpu_node[2], 0.5, &e), TS_OK, "%s", e.msg);
-    int c = net_flow_start_hint(f, net_flows_now_ns(f), route, 3, 1e6, 3, &h, &e);
+    int c = net_flow_start_hint(f, net_flows_now_ns(f), route, NULL, 3, 1e6, 3, &h, &e);
     cr_assert(c >= 0, "%s", e.msg);
     cr_assert_float_eq(net_flow_rate_gbps(f, c), 50.0, 1e-12, "recomputed after the idle spell: 200 x 0.5 / 2");
     cr_assert_float_eq(h.rate_gbps, 50.0, 1e-12);
@@ -407,4 +407,85 @@ Test(net_flow, a_boundary_link_that_saturates_pulls_its_flows_in)
     cr_assert_float_eq(rb, 65.0, 1e-12);
     cr_assert_eq(s1.rate_updates - s0.rate_updates, 2);
     cr_assert_geq(s1.recompute_retries, 1, "the pass cut at C must have been run again");
+}
+
+Test(net_flow, weighted_links_equal_repeated_links)
+{
+    /* Bundles of 2 to 4 routes into one GPU (its links repeat, as an
+     * all-to-all's receiver's do) started twice: once listing every
+     * occurrence, once each distinct link with its count. The rates agree
+     * to rounding (a link's capacity loses k x a share at once instead of
+     * k times one share), the completion times to the ns, the per-link
+     * usage too. */
+    net_fabric_params p;
+    ts_err e;
+    cr_assert_eq(net_fabric_defaults(&p, "H100", 8, &e), TS_OK);
+    p.leaf_ports = 4;
+    p.rail_optimized = false;
+    p.up[2] = (net_fabric_level){0, 2, 2.0};
+    net_graph *g = NULL;
+    cr_assert_eq(net_graph_build_fabric(&p, &g, &e), TS_OK, "%s", e.msg);
+    net_router *r = NULL;
+    cr_assert_eq(net_router_new(g, &r, &e), TS_OK);
+    net_flows *rep = flows_on(g), *wt = flows_on(g);
+    cr_assert_eq(net_flows_track_links(rep, &e), TS_OK);
+    cr_assert_eq(net_flows_track_links(wt, &e), TS_OK);
+    enum { NF = 40 };
+    int ids_r[NF], ids_w[NF], repeats = 0;
+    unsigned seed = 777;
+    for (int i = 0; i < NF; i++) {
+        int links[4 * NET_MAX_PATH], n = 0, dl[4 * NET_MAX_PATH], dw[4 * NET_MAX_PATH], m = 0;
+        seed = seed * 1103515245u + 12345u;
+        int dst = (int)(seed >> 8) % g->n_gpus, routes = 2 + (int)(seed >> 20) % 3;
+        for (int k = 0; k < routes; k++) {
+            seed = seed * 1103515245u + 12345u;
+            int src = (int)(seed >> 8) % g->n_gpus;
+            if (src == dst)
+                src = (src + 9) % g->n_gpus;
+            int len = net_route(r, g->gpu_node[src], g->gpu_node[dst], (uint64_t)i * 4 + (uint64_t)k, links + n, &e);
+            cr_assert(len > 0, "%s", e.msg);
+            n += len;
+        }
+        for (int h = 0; h < n; h++) {
+            int j = 0;
+            while (j < m && dl[j] != links[h])
+                j++;
+            if (j == m) {
+                dl[m] = links[h];
+                dw[m++] = 0;
+            }
+            dw[j]++;
+        }
+        repeats += n - m;
+        double bytes = 1e5 * (1 + i % 5);
+        ids_r[i] = net_flow_start(rep, (int64_t)i * 50, links, n, bytes, (uint64_t)i, &e);
+        ids_w[i] = net_flow_start_hint(wt, (int64_t)i * 50, dl, dw, m, bytes, (uint64_t)i, NULL, &e);
+        cr_assert(ids_r[i] >= 0 && ids_w[i] >= 0, "%s", e.msg);
+        for (int k = 0; k <= i; k++) {
+            double a = net_flow_rate_gbps(rep, ids_r[k]), b = net_flow_rate_gbps(wt, ids_w[k]);
+            cr_assert(fabs(a - b) <= 1e-12 * a, "flow %d after start %d: %.17g listed, %.17g weighted", k, i, a, b);
+        }
+        int64_t ta = net_flows_next_ns(rep), tb = net_flows_next_ns(wt);
+        cr_assert(llabs(ta - tb) <= 1, "start %d: next end %lld vs %lld", i, (long long)ta, (long long)tb);
+        cr_assert_eq(net_flows_advance(rep, (int64_t)i * 50 + 49, NULL, NULL, &e), TS_OK);
+        cr_assert_eq(net_flows_advance(wt, (int64_t)i * 50 + 49, NULL, NULL, &e), TS_OK);
+        cr_assert_eq(net_flows_active(rep), net_flows_active(wt), "start %d", i);
+    }
+    cr_assert(repeats > NF, "the bundles repeat links (%d repeats)", repeats);
+    cr_assert_eq(net_flows_advance(rep, NET_TIME_NEVER, NULL, NULL, &e), TS_OK);
+    cr_assert_eq(net_flows_advance(wt, NET_TIME_NEVER, NULL, NULL, &e), TS_OK);
+    cr_assert(llabs(net_flows_now_ns(rep) - net_flows_now_ns(wt)) <= 1);
+    for (int l = 0; l < g->n_links; l++) {
+        net_link_usage a = net_flows_link_usage(rep, l), b = net_flows_link_usage(wt, l);
+        cr_assert(llabs(a.busy_ns - b.busy_ns) <= 1, "link %d busy %lld vs %lld", l, (long long)a.busy_ns,
+                  (long long)b.busy_ns);
+        cr_assert_float_eq(a.bytes, b.bytes, 1e-9 * a.bytes, "link %d", l);
+        cr_assert_float_eq(a.peak_util, b.peak_util, 1e-12, "link %d", l);
+    }
+    cr_assert_eq(net_flow_start_hint(wt, net_flows_now_ns(wt), (int[]){0}, (int[]){0}, 1, 1, 0, NULL, &e), TS_EINVAL,
+                 "a weight below 1 is refused");
+    net_flows_free(rep);
+    net_flows_free(wt);
+    net_router_free(r);
+    net_graph_free(g);
 }

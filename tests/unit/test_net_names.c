@@ -9,6 +9,7 @@
 #include "sim/net/net_engine.h"
 #include "sim/net/net_graph.h"
 #include "sim/net/net_names.h"
+#include "sim/net/net_whatif.h"
 
 static net_graph *cluster(int servers)
 {
