@@ -28,9 +28,12 @@ row_flags() {
                 f[c["tp"]], f[c["pp"]], f[c["micro_batch_size"]], f[c["schedule"]]
             if (f[c["sequence_parallel"]] == 1) printf "--sequence-parallel "
             r = f[c["recompute"]]; sub(/-.*/, "", r); printf "--recompute-granularity %s ", r
-            printf "--expert-model-parallel-size %s --expert-tensor-parallel-size %s ", f[c["ep"]], f[c["etp"]]
-            d = f[c["dispatcher"]]
-            printf (d == "flex-deepep" ? "--moe-token-dispatcher-type flex --moe-enable-deepep\n" : "--moe-token-dispatcher-type " d "\n")
+            if (f[c["ep"]] != "") {
+                printf "--expert-model-parallel-size %s --expert-tensor-parallel-size %s ", f[c["ep"]], f[c["etp"]]
+                d = f[c["dispatcher"]]
+                printf (d == "flex-deepep" ? "--moe-token-dispatcher-type flex --moe-enable-deepep" : "--moe-token-dispatcher-type " d)
+            }
+            printf "\n"
             printf "%.3f\n", f[c["iteration_s"]] > "/dev/stderr"
         }' "$1" 2>"$1.iter"
 }
@@ -82,6 +85,21 @@ vt=$(awk -F, 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next } $2 == "simul
     printf "%.3f", $c["iteration_s"] }' "$tmp/v.csv")
 check "--vocab-size: the t = 2 layout's time is simulate's ($vt s, the vocabulary padded to 50432)" \
     test "$vt" = "$(sim_iter "$tmp/vs.out")"
+
+# a flag added to the shared table after the pass-through (--qk-layernorm) passes with no change to search:
+# on a model without it, the norms make the best iteration slower, and simulate agrees on the winner
+qk=(--model megatron-1.7b --gpus 16 --global-batch-size 64 --micro-batch-sizes 1 --schedules 1f1b
+    --max-tensor-model-parallel-size 2 --max-pipeline-model-parallel-size 1 --no-recompute-block --quiet --top 1)
+"$T" search "${qk[@]}" >"$tmp/q0.out" 2>&1
+"$T" search "${qk[@]}" --qk-layernorm --out "$tmp/q1.csv" >"$tmp/q1.out" 2>&1
+check "--qk-layernorm: exit 0" test $? -eq 0
+check_sh "--qk-layernorm: the best iteration is slower ($(best "$tmp/q0.out") -> $(best "$tmp/q1.out") s)" \
+    'awk -v a="$(best "$tmp/q0.out")" -v b="$(best "$tmp/q1.out")" '"'"'BEGIN { exit !(a > 0 && b > a) }'"'"''
+# shellcheck disable=SC2046
+"$T" simulate --model megatron-1.7b --gpus 16 --global-batch-size 64 --overlap-grad-reduce $(row_flags "$tmp/q1.csv") \
+    --qk-layernorm >"$tmp/q1s.out" 2>&1
+check "--qk-layernorm: the winner's simulation gives the same time ($(row_iter "$tmp/q1.csv") s)" \
+    test "$(row_iter "$tmp/q1.csv")" = "$(sim_iter "$tmp/q1s.out")"
 
 # MXFP8 dispatch and combine on Blackwell (with search's own --fp8-format / --fp8-recipe)
 mx=(--moe-dispatch-fwd-dtype mxfp8 --moe-combine-bwd-dtype mxfp8)
@@ -166,6 +184,7 @@ refused --expert-tensor-parallel-size 1 -- "--no-expert-tensor-parallel"
 refused --moe-token-dispatcher-type alltoall -- "--dispatchers"
 refused --moe-enable-deepep -- "--dispatchers flex-deepep"
 refused --overlap-moe-expert-parallel-comm -- "--try-overlap-moe-expert-parallel-comm tries it"
+refused --moe-layer-recompute -- "the search chooses the recomputation"
 refused --delay-wgrad-compute -- "needs --overlap-moe-expert-parallel-comm"
 # simulate's own options (not the shared flags) and unknown flags: unknown to search
 "$T" search "${sp[@]}" --trace "$tmp/x.json" >"$tmp/u.out" 2>&1

@@ -3,7 +3,8 @@
  * non-layout settings): each candidate's configuration carries them while
  * its layout and the layout-bound settings stay the candidate's, and the
  * memory bound stays at most the simulated peak on every simulated
- * candidate with them (fp32 router; MXFP8 dispatch and combine on B200). */
+ * candidate with them (fp32 router; MXFP8 dispatch and combine on B200;
+ * QK norms; the overlapped EP pairs). */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
@@ -195,6 +196,19 @@ Test(search_pass, ep_overlap_candidates)
     }
     cr_assert_gt(tried, 20, "only %zu overlapped candidates", tried);
     search_set_free(set);
+    cr_assert_gt(bound_below_peak(&s), 50);
+    topo_free(t);
+}
+
+/* --qk-layernorm (the query and key norms and their saved inputs): the
+ * bound stays below the simulated peak. */
+Test(search_pass, bound_below_peak_with_qk_layernorm)
+{
+    search_space s;
+    topo *t = NULL;
+    gpu_spec h100 = {GPU_SPEC_H100};
+    pass_space(&s, &h100, &t);
+    s.model.qk_layernorm = true;
     cr_assert_gt(bound_below_peak(&s), 50);
     topo_free(t);
 }
