@@ -10,9 +10,12 @@
  *     search_pass.c, the one list), or
  *   - a model, precision or kernel setting (every other shared flag, those
  *     added to flags_register later included): passed through, resolved
- *     as trainsim simulate resolves it and set on every candidate
- *     (cmd_search.c).
+ *     as trainsim simulate resolves it (search_pass_resolve) and set on
+ *     every candidate (the model and experts through search_space.model
+ *     and .moe, the training step's other settings through
+ *     search_space.par).
  * Flags of neither table are left to search's own parser (unknown flag).
+ * Files: search_pass.c; used by cmd_search.c.
  *
  * Ownership: the result holds pointers into argv (borrowed) in arrays it
  * owns; free them with search_pass_free.
