@@ -328,6 +328,32 @@ static int parse(opt_table *t, flags_state *fs, config *c, infer_args *a, int ar
         *help = true;
         return TS_OK;
     }
+    /* training-only flags, refused before flags_finish so that their own
+     * rules (the GPU, the layout they need) do not hide that they are */
+    static const struct {
+        const char *flag, *what;
+    } TRAIN_ONLY[] = {
+        {"--no-bias-gelu-fusion", "kernel fusions"},
+        {"--no-bias-swiglu-fusion", "kernel fusions"},
+        {"--no-bias-dropout-fusion", "kernel fusions"},
+        {"--no-masked-softmax-fusion", "kernel fusions"},
+        {"--no-gradient-accumulation-fusion", "kernel fusions"},
+        {"--no-rope-fusion", "kernel fusions"},
+        {"--cross-entropy-loss-fusion", "kernel fusions"},
+        {"--clip-grad", "per-iteration costs"},
+        {"--loss-scale", "per-iteration costs"},
+        {"--no-check-for-nan-in-loss-and-grad", "per-iteration costs"},
+        {"--check-for-large-grads", "per-iteration costs"},
+        {"--log-num-zeros-in-grad", "per-iteration costs"},
+        {"--moe-dispatch-fwd-dtype", "the MoE training dispatch"},
+        {"--moe-combine-bwd-dtype", "the MoE backward's combine"},
+        {"--delay-wgrad-compute", "the MoE backward's weight gradients"},
+        {"--overlap-moe-expert-parallel-comm", "the MoE training step's forward/backward pairing"},
+    };
+    for (size_t i = 0; !rc && i < sizeof TRAIN_ONLY / sizeof TRAIN_ONLY[0]; i++)
+        if (opt_was_set(t, TRAIN_ONLY[i].flag))
+            rc = err_set(err, TS_EINVAL, "%s: a training-only flag (%s), not modelled for inference (drop it)",
+                         TRAIN_ONLY[i].flag, TRAIN_ONLY[i].what);
     if (!rc)
         rc = flags_finish(fs, t, err);
     /* --fp8-format is the shared flag (flags.c): FP8 weights and activations,
@@ -339,25 +365,6 @@ static int parse(opt_table *t, flags_state *fs, config *c, infer_args *a, int ar
         rc = err_set(err, TS_EINVAL,
                      "--fp8-recipe / --fp8-param-gather: training flags, not modelled for inference (give "
                      "--fp8-format alone)");
-    static const char *const TRAIN_ONLY[] = {"--no-bias-gelu-fusion",
-                                             "--no-bias-swiglu-fusion",
-                                             "--no-bias-dropout-fusion",
-                                             "--no-masked-softmax-fusion",
-                                             "--no-gradient-accumulation-fusion",
-                                             "--no-rope-fusion",
-                                             "--cross-entropy-loss-fusion",
-                                             "--clip-grad",
-                                             "--loss-scale",
-                                             "--no-check-for-nan-in-loss-and-grad",
-                                             "--check-for-large-grads",
-                                             "--log-num-zeros-in-grad",
-                                             NULL};
-    for (int i = 0; !rc && TRAIN_ONLY[i]; i++)
-        if (opt_was_set(t, TRAIN_ONLY[i]))
-            rc = err_set(err, TS_EINVAL,
-                         "%s: a training flag (kernel fusions and per-iteration costs), not modelled for inference "
-                         "(drop it)",
-                         TRAIN_ONLY[i]);
     if (!rc && config_cp(c) > 1)
         rc = err_set(err, TS_EINVAL,
                      "--context-parallel-size %d: not modelled for inference (context parallelism is a training "

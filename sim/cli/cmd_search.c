@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "sim/cli/cmd.h"
+#include "sim/cli/search_pass.h"
 #include "sim/config/catalog.h"
 #include "sim/config/catalog_models.h"
 #include "sim/config/flags.h"
@@ -156,6 +157,7 @@ typedef struct {
     int max_cp;            /* --max-context-parallel-size, 0 = not given (1) */
     int max_ep;            /* --max-expert-model-parallel-size, 0 = not given (the experts) */
     bool no_etp;           /* --no-expert-tensor-parallel */
+    bool ep_overlap;       /* --try-overlap-moe-expert-parallel-comm */
     int experts, topk, moe_ffn, shared_ffn; /* --num-experts ... overrides, 0 = the preset's */
     const char *layer_freq;                 /* --moe-layer-freq override, NULL = the preset's */
 } search_args;
@@ -359,6 +361,12 @@ static int add_flags(opt_table *t, search_args *a, ts_err *err)
          .type = OPT_BOOL,
          .target = &a->no_etp,
          .help = "MoE: try only etp = 1 (default: etp = 1 and etp = t)"},
+        {.name = "--try-overlap-moe-expert-parallel-comm",
+         .type = OPT_BOOL,
+         .target = &a->ep_overlap,
+         .help = "MoE: also try --overlap-moe-expert-parallel-comm (as trainsim simulate models it) where its rules "
+                 "allow it: ep > 1, alltoall or flex-deepep, no full recomputation, interleaved with v > 1 (or "
+                 "1f1b at p = 1)"},
         {.name = "--dispatchers",
          .type = OPT_STRING,
          .target = &a->dispatchers,
@@ -437,59 +445,32 @@ static int add_flags(opt_table *t, search_args *a, ts_err *err)
     return flags_register_memory(t, &a->overheads, err);
 }
 
-/* --megatron-script: the model (into *m), and unless the search's flags
- * give them, the GPU count, global batch and GPU kind (into a; the kind's
- * name in gpu) of the script, resolved through the shared flags
- * (flags_parse, flags_finish) with the search's --model, --gpus, --gpu and
- * --topology. Notes on what the script left unresolved go to stderr unless
- * quiet. */
-static int script_model(search_args *a, model_config *m, moe_config *moe, char *gpu, size_t gpu_bytes, bool quiet,
-                        ts_err *err)
+/* The fixed settings into *c (search_pass_resolve); with a script, unless
+ * the search's flags give them, its GPU count, global batch and GPU kind go
+ * into a (the kind's name in gpu). */
+static int resolve_fixed(search_args *a, const search_pass *sp, config *c, flags_state *fs, opt_table *ft, char *gpu,
+                         size_t gpu_bytes, bool quiet, ts_err *err)
 {
-    config c;
-    flags_state fs;
-    opt_table ft;
-    opt_table_init(&ft, "trainsim search", "");
-    char gpus[32], *av[12];
-    int ac = 0;
-    av[ac++] = "search";
-    av[ac++] = "--megatron-script";
-    av[ac++] = (char *)(uintptr_t)a->script;
-    const char *pass[][2] = {{"--model", a->model}, {"--gpu", a->gpu}, {"--topology", a->topology}};
-    for (size_t k = 0; k < sizeof pass / sizeof pass[0]; k++)
-        if (pass[k][1]) {
-            av[ac++] = (char *)(uintptr_t)pass[k][0];
-            av[ac++] = (char *)(uintptr_t)pass[k][1];
-        }
-    if (a->gpus) {
-        snprintf(gpus, sizeof gpus, "--gpus=%d", a->gpus);
-        av[ac++] = gpus;
+    int rc = TS_OK;
+    if (!a->script && (rc = search_pass_gpu_kind(a->gpu, a->topology, gpu, gpu_bytes, err)))
+        return rc;
+    search_pass_base base = {.script = a->script,
+                             .model = a->model,
+                             .gpu = a->script ? a->gpu : gpu,
+                             .topology = a->topology,
+                             .gpus = a->gpus,
+                             .experts = a->experts > 0};
+    if ((rc = search_pass_resolve(sp, &base, quiet, c, fs, ft, err)) || !a->script)
+        return rc;
+    if (!a->gpus)
+        a->gpus = c->cluster.gpus;
+    if (!a->batch)
+        a->batch = c->par.global_batch_size;
+    if (!a->gpu && !a->topology) {
+        snprintf(gpu, gpu_bytes, "%s", c->cluster.gpu.name);
+        a->gpu = gpu;
     }
-    int rc = flags_register(&fs, &ft, &c, err);
-    if (!rc)
-        rc = flags_parse(&fs, &ft, ac, av, err);
-    if (!quiet)
-        mscript_write_notes(fs.script, "trainsim search", stderr);
-    if (!rc && !quiet)
-        flags_note_ignored(&fs, stderr);           /* the script's Megatron-LM flags that cannot change performance */
-    if (!rc && (rc = flags_finish(&fs, &ft, err))) /* the script's layout, say, on the GPUs given */
-        err_prefix(err, "--megatron-script %s: ", a->script);
-    if (!rc) {
-        *m = c.model;
-        *moe = c.moe; /* the experts and routing; ep, etp and the dispatcher are searched */
-        if (!a->gpus)
-            a->gpus = c.cluster.gpus;
-        if (!a->batch)
-            a->batch = c.par.global_batch_size;
-        if (!a->gpu && !a->topology) {
-            snprintf(gpu, gpu_bytes, "%s", c.cluster.gpu.name);
-            a->gpu = gpu;
-        }
-        config_free(&c);
-    }
-    flags_release(&fs);
-    opt_table_free(&ft);
-    return rc;
+    return TS_OK;
 }
 
 /* Model, cluster and space from the arguments; the model starts from
@@ -507,10 +488,14 @@ static int build_moe(const search_args *a, const moe_config *base, const model_c
     if (a->experts)
         e->num_experts = a->experts;
     if (e->num_experts == 0) {
-        static const char *const NEED[] = {"--moe-router-topk", "--moe-ffn-hidden-size",
-                                           "--moe-shared-expert-intermediate-size", "--moe-layer-freq",
-                                           "--max-expert-model-parallel-size"};
-        bool given[] = {a->topk > 0, a->moe_ffn > 0, a->shared_ffn > 0, a->layer_freq != NULL, a->max_ep > 0};
+        static const char *const NEED[] = {"--moe-router-topk",
+                                           "--moe-ffn-hidden-size",
+                                           "--moe-shared-expert-intermediate-size",
+                                           "--moe-layer-freq",
+                                           "--max-expert-model-parallel-size",
+                                           "--try-overlap-moe-expert-parallel-comm"};
+        bool given[] = {a->topk > 0,           a->moe_ffn > 0, a->shared_ffn > 0,
+                        a->layer_freq != NULL, a->max_ep > 0,  a->ep_overlap};
         for (size_t i = 0; i < sizeof NEED / sizeof NEED[0]; i++)
             if (given[i])
                 return err_set(err, TS_EINVAL, "%s needs a mixture of experts (--num-experts, or a MoE --model)",
@@ -640,6 +625,7 @@ static int build_space(const search_args *a, const model_config *base, const moe
     if (a->max_ep)
         s->max_ep = a->max_ep;
     s->try_etp = !a->no_etp;
+    s->try_ep_overlap = a->ep_overlap;
     s->try_sequence_parallel = !a->no_sp;
     s->try_distributed_optimizer = !a->no_distopt;
     s->try_recompute_block = !a->no_block;
@@ -745,16 +731,29 @@ int cmd_search(int argc, char **argv)
                    "the token dispatcher); reject "
                    "impossible layouts and those over a memory lower bound; simulate the rest "
                    "on the timeline; rank by iteration time. Under mpirun (build/trainsim-mpi) "
-                   "the simulations are split across ranks.");
+                   "the simulations are split across ranks. trainsim simulate's model, precision and kernel "
+                   "flags (e.g. --moe-router-dtype fp32, --moe-dispatch-fwd-dtype mxfp8, --clip-grad 0) are "
+                   "taken as simulate takes them and set on every candidate; its layout flags (-t, -p, "
+                   "--micro-batch-size, --expert-model-parallel-size, ...) are refused, naming the search's "
+                   "flag that bounds them (docs/search.md).");
     ts_err err;
     err_clear(&err);
     int status = 1;
     search_set *set = NULL;
     size_t *order = NULL, n_order = 0;
     topo *tp = NULL;
+    search_pass sp = {0};
+    config fc; /* the fixed settings (resolve_fixed) */
+    flags_state ffs;
+    opt_table fft;
+    memset(&fc, 0, sizeof fc);
+    memset(&ffs, 0, sizeof ffs);
+    opt_table_init(&fft, "trainsim search", "");
     int rc = add_flags(&t, &a, &err);
     if (rc == TS_OK)
-        rc = opt_parse(&t, argc, argv, &err);
+        rc = search_pass_split(&t, argc, argv, &sp, &err); /* simulate's flags: refused or passed through */
+    if (rc == TS_OK)
+        rc = opt_parse(&t, sp.n_rest, sp.rest, &err);
     if (rc)
         goto out;
     if (t.help_requested) {
@@ -766,15 +765,15 @@ int cmd_search(int argc, char **argv)
     /* --out is checked before the search, which may take minutes */
     if (a.out && (rc = afile_check_writable(a.out, "--out", &err)))
         goto out;
-    model_config sm;
-    moe_config smoe;
     char script_gpu[64];
-    if (a.script && (rc = script_model(&a, &sm, &smoe, script_gpu, sizeof script_gpu, rank != 0, &err)))
+    /* the shared flags resolve the model as trainsim simulate does (Megatron-LM's defaults too) */
+    if ((rc = resolve_fixed(&a, &sp, &fc, &ffs, &fft, script_gpu, sizeof script_gpu, rank != 0, &err)))
         goto out;
     search_space s;
     memset(&s, 0, sizeof s); /* every field set by build_space on success; zero for the analyzer */
-    if ((rc = build_space(&a, a.script ? &sm : NULL, a.script ? &smoe : NULL, &s, &tp, &err)))
+    if ((rc = build_space(&a, &fc.model, &fc.moe, &s, &tp, &err)))
         goto out;
+    s.par = fc.par; /* --clip-grad, --loss-scale, ...; search_cand_config keeps the layout the candidate's */
     if (a.calibration && (rc = check_calibration(&s, a.calibration, &err)))
         goto out;
     double t0 = now_s();
@@ -828,6 +827,10 @@ out:
     free(order);
     search_set_free(set);
     topo_free(tp);
+    config_free(&fc);
+    flags_release(&ffs);
+    opt_table_free(&fft);
+    search_pass_free(&sp);
     opt_table_free(&t);
 #ifdef TRAINSIM_MPI
     MPI_Finalize();

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "sim/config/moe_flags.h"
+#include "sim/core/ep_pair.h"
 #include "sim/sched/sched_generate.h"
 #include "sim/search/search_bound.h"
 #include "sim/util/grow.h"
@@ -142,8 +143,25 @@ static void fill_config(const search_space *s, const search_cand *c, config *out
 {
     memset(out, 0, sizeof *out);
     out->model = s->model;
+    /* a vocabulary given before padding (--vocab-size) is padded for the
+     * candidate's t, as flags_finish pads it: to a multiple of
+     * --make-vocab-size-divisible-by x t (Megatron-LM's rule) */
+    int padded;
+    ts_err pe;
+    if (s->model.vocab_size > 0 && s->model.make_vocab_size_divisible_by > 0)
+        out->model.padded_vocab_size =
+            config_pad_vocab(s->model.vocab_size, s->model.make_vocab_size_divisible_by, c->tp, &padded, &pe) == TS_OK
+                ? padded
+                : 0; /* past INT_MAX: config_resolve refuses the size, naming it */
     out->cluster = s->cluster;
     parallel_config *p = &out->par;
+    *p = s->par; /* the fixed settings; every layout field below is the candidate's */
+    p->layout_given = false;
+    memset(&p->layout, 0, sizeof p->layout);
+    p->cp_a2a = p->cp_p2p = 0;
+    p->overlap_param_gather = p->tp_comm_overlap = p->overlap_moe_ep_comm = p->delay_wgrad = false;
+    p->torch_fsdp2 = p->megatron_fsdp = false;
+    p->dp_sharding = 0;
     p->micro_batch_size = c->mbs;
     p->global_batch_size = s->global_batch_size;
     p->tp = c->tp;
@@ -177,6 +195,7 @@ static void fill_config(const search_space *s, const search_cand *c, config *out
                               : c->dispatcher == SEARCH_DISPATCH_FLEX_DEEPEP ? MOE_DISPATCH_FLEX
                                                                              : MOE_DISPATCH_ALLTOALL;
         out->moe.enable_deepep = c->dispatcher == SEARCH_DISPATCH_FLEX_DEEPEP;
+        p->overlap_moe_ep_comm = c->ep_overlap != 0;
     }
 }
 
@@ -186,7 +205,11 @@ int search_cand_config(const search_set *set, size_t i, config *out, ts_err *err
         return err_set(err, TS_ESTATE, "search: candidate %zu out of range (%zu candidates)", i, set->n);
     fill_config(&set->space, &set->cands[i], out);
     int rc = config_resolve(out, err);
-    return rc ? rc : moe_flags_check_layout(out, err); /* the expert layout: Megatron-core's rules, what is modelled */
+    if (!rc) /* the expert layout: Megatron-core's rules, what is modelled */
+        rc = moe_flags_check_layout(out, err);
+    if (!rc) /* the overlap's rules, simulate's messages (the default costed mode: no flows) */
+        rc = ep_pair_check(out, (sched_kind)set->cands[i].schedule, set->cands[i].vp, false, err);
+    return rc;
 }
 
 /* ----------------------------------------------------------- enumeration */
@@ -306,6 +329,19 @@ static bool dispatcher_tried(unsigned mask, int k, int etp, int ep, int gpus_per
     return !(one_node && k == SEARCH_DISPATCH_FLEX_DEEPEP && (mask & (1u << SEARCH_DISPATCH_ALLTOALL)));
 }
 
+/* Whether the overlapped EP pairs (--overlap-moe-expert-parallel-comm) are
+ * tried on this candidate: asked for, and the layout rules of ep_pair.h
+ * hold (ep > 1, an all-to-all dispatcher, no full recomputation, virtual
+ * pipelining at p > 1, 1F1B or interleaved at p = 1); the model's rules
+ * (MTP depths) are the configuration check's (ep_pair_check). */
+static bool ep_overlap_tried(const search_space *s, const search_cand *c, int ep, int k, int recompute)
+{
+    if (!s->try_ep_overlap || s->moe.num_experts <= 0 || ep <= 1 || k == SEARCH_DISPATCH_ALLGATHER ||
+        recompute == RECOMPUTE_FULL)
+        return false;
+    return (c->schedule == SCHED_INTERLEAVED && (c->vp > 1 || c->pp == 1)) || (c->schedule == SCHED_1F1B && c->pp == 1);
+}
+
 /* The candidates of one (t, p, schedule, v, b) in *c (its m set): for a
  * mixture of experts each etp in {1, t} and ep dividing the experts (a fold
  * not dividing the GPUs is one rejected row), then sequence parallelism,
@@ -326,6 +362,7 @@ static int enumerate_inner(const search_space *s, cand_vec *cv, search_cand *c, 
             c->etp = E > 0 ? (ie ? c->tp : 1) : 0;
             c->ep = E > 0 ? ep : 0;
             c->dispatcher = 0;
+            c->ep_overlap = 0;
             c->sequence_parallel = 0;
             c->recompute = c->recompute_method = c->recompute_modules = 0;
             c->recompute_num_layers = 0;
@@ -339,20 +376,24 @@ static int enumerate_inner(const search_space *s, cand_vec *cv, search_cand *c, 
             for (int sp = 0; sp < nsp; sp++)
                 for (int r = 0; r < nrv; r++)
                     for (int dopt = 0; dopt < ndo; dopt++)
-                        for (int k = 0; k < (E > 0 ? SEARCH_DISPATCH_COUNT : 1); k++) {
-                            if (E > 0 && !dispatcher_tried(s->dispatchers, k, c->etp, ep, s->cluster.gpus_per_node))
-                                continue;
-                            c->sequence_parallel = (uint8_t)sp;
-                            c->recompute = rv[r].recompute;
-                            c->recompute_method = rv[r].method;
-                            c->recompute_num_layers = rv[r].layers;
-                            c->recompute_modules = rv[r].modules;
-                            c->distributed_optimizer = (uint8_t)dopt;
-                            c->dispatcher = (uint8_t)k;
-                            c->status = SEARCH_PENDING;
-                            if (push(cv, c))
-                                return TS_ENOMEM;
-                        }
+                        for (int k = 0; k < (E > 0 ? SEARCH_DISPATCH_COUNT : 1); k++)
+                            for (int ov = 0; ov < 2; ov++) {
+                                if (E > 0 && !dispatcher_tried(s->dispatchers, k, c->etp, ep, s->cluster.gpus_per_node))
+                                    continue;
+                                if (ov && !ep_overlap_tried(s, c, ep, k, rv[r].recompute))
+                                    continue;
+                                c->sequence_parallel = (uint8_t)sp;
+                                c->recompute = rv[r].recompute;
+                                c->recompute_method = rv[r].method;
+                                c->recompute_num_layers = rv[r].layers;
+                                c->recompute_modules = rv[r].modules;
+                                c->distributed_optimizer = (uint8_t)dopt;
+                                c->dispatcher = (uint8_t)k;
+                                c->ep_overlap = (uint8_t)ov;
+                                c->status = SEARCH_PENDING;
+                                if (push(cv, c))
+                                    return TS_ENOMEM;
+                            }
         }
     return TS_OK;
 }

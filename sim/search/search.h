@@ -73,6 +73,15 @@ typedef struct {
     int max_ep;           /* largest expert-parallel size tried (default: the expert count) */
     bool try_etp;         /* also etp = t when t > 1 (default true) */
     unsigned dispatchers; /* bit (1u << search_dispatcher) per token dispatcher tried; default all */
+    bool try_ep_overlap;  /* also try --overlap-moe-expert-parallel-comm (ep_pair.h) where its rules allow it:
+                             ep > 1, alltoall or flex, no full recomputation, interleaved with v > 1 (or 1f1b
+                             at p = 1); default false */
+    /* The run's settings that are not a layout (--clip-grad, --loss-scale,
+     * --ddp-bucket-size, ...: trainsim search's pass-through flags), set on
+     * every candidate; its layout fields, and the settings that depend on a
+     * layout (the overlaps, FSDP), are the candidate's (default: zero,
+     * Megatron-LM's defaults). */
+    parallel_config par;
 } search_space;
 
 /* Token dispatchers the search tries (Megatron-core's
@@ -155,6 +164,7 @@ typedef struct {
     int32_t cp;                /* context-parallel size (0 or 1: none) */
     int32_t ep, etp;           /* MoE: expert-parallel and expert-tensor-parallel sizes (0: dense model) */
     uint8_t dispatcher;        /* MoE: search_dispatcher */
+    uint8_t ep_overlap;        /* MoE: --overlap-moe-expert-parallel-comm (search_space.try_ep_overlap) */
 } search_cand;
 
 #define SEARCH_ACCOUNT_EMBEDDING 1u /* search_cand.account_split: the first stage holds one layer fewer */

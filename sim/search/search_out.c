@@ -39,6 +39,7 @@ static const char *const COLUMNS[] = {
     "peak_mem_gib",
     "bubble_fraction",
     "exposed_comm_s",
+    "ep_overlap",
     "rank",
 };
 #define NCOLS (sizeof COLUMNS / sizeof COLUMNS[0])
@@ -67,8 +68,9 @@ void search_describe(const search_set *set, size_t i, char *buf, size_t cap)
     if (c->cp > 1)
         snprintf(cps, sizeof cps, " cp=%d", (int)c->cp);
     if (c->ep > 0)
-        snprintf(eps, sizeof eps, " ep=%d etp=%d %s", (int)c->ep, (int)c->etp,
-                 SEARCH_DISPATCHER_NAMES[c->dispatcher < SEARCH_DISPATCH_COUNT ? c->dispatcher : 0]);
+        snprintf(eps, sizeof eps, " ep=%d etp=%d %s%s", (int)c->ep, (int)c->etp,
+                 SEARCH_DISPATCHER_NAMES[c->dispatcher < SEARCH_DISPATCH_COUNT ? c->dispatcher : 0],
+                 c->ep_overlap ? " ep-overlap" : "");
     snprintf(buf, cap, "t=%d p=%d d=%d v=%d b=%d %s%s%s %s%s%s%s", c->tp, c->pp, c->dp, c->vp, c->mbs,
              sched_kind_name((sched_kind)c->schedule), split, c->sequence_parallel ? " sp" : "", rc,
              c->distributed_optimizer ? " distopt" : "", cps, eps);
@@ -135,6 +137,7 @@ static int write_rows(const search_set *set, const size_t *rank_of, FILE *f, ts_
         fmt_num(cell[k], 64, c->r.peak_mem_bytes / GIB, simulated), k++;
         fmt_num(cell[k], 64, c->r.bubble_fraction, simulated), k++;
         fmt_num(cell[k], 64, c->r.exposed_comm_s, simulated), k++;
+        fmt_int(cell[k], 64, c->ep_overlap, c->ep > 0 && full), k++;
         fmt_int(cell[k], 64, (long)rank_of[i], rank_of[i] > 0), k++;
         for (size_t j = 0; j < NCOLS; j++)
             cells[j] = cell[j];
@@ -172,7 +175,7 @@ static bool same_layout(const search_cand *a, const search_cand *b)
 {
     return a->tp == b->tp && a->pp == b->pp && a->vp == b->vp && a->schedule == b->schedule &&
            a->first_stage_layers == b->first_stage_layers && a->account_split == b->account_split && a->cp == b->cp &&
-           a->ep == b->ep && a->etp == b->etp && a->dispatcher == b->dispatcher;
+           a->ep == b->ep && a->etp == b->etp && a->dispatcher == b->dispatcher && a->ep_overlap == b->ep_overlap;
 }
 
 static bool rejected_for_memory(const search_cand *c)

@@ -64,8 +64,16 @@ expect_error 1 "no deployment" "$T" search --inference "${m[@]}" --gpus 1 --max-
 
 # bad inputs
 expect_error 2 "FP8 tensor cores" "$T" infer "${m[@]}" --gpu A100-SXM4-80GB --fp8-format e4m3
-expect_error 2 "--no-bias-gelu-fusion: a training flag" "$T" infer "${m[@]}" --no-bias-gelu-fusion
-expect_error 2 "--clip-grad: a training flag" "$T" infer "${m[@]}" --clip-grad 0
+expect_error 2 "--no-bias-gelu-fusion: a training-only flag" "$T" infer "${m[@]}" --no-bias-gelu-fusion
+expect_error 2 "--clip-grad: a training-only flag" "$T" infer "${m[@]}" --clip-grad 0
+# the MoE training step's flags: refused as training-only before their own rules (GPU, layout) run
+for f in "--moe-dispatch-fwd-dtype mxfp8" "--moe-combine-bwd-dtype mxfp8" --delay-wgrad-compute \
+    --overlap-moe-expert-parallel-comm; do
+    # shellcheck disable=SC2086 # the flag and its value
+    expect_error 2 "${f%% *}: a training-only flag" "$T" infer "${m[@]}" $f
+    # shellcheck disable=SC2086
+    expect_error 2 "${f%% *}: a training-only flag" "$T" search --inference "${m[@]}" --gpus 8 $f
+done
 expect_error 2 "A100-SXM4-80GB" "$T" infer "${m[@]}" --gpu A100-SXM4-80GB --kv-cache-dtype fp8
 expect_error 2 "--batch-size" "$T" infer "${m[@]}" --batch-size 0
 expect_error 2 "--input-len" "$T" infer "${m[@]}" --input-len -3
