@@ -33,12 +33,6 @@ int ep_pair_check(const config *c, sched_kind k, int v, bool flows, ts_err *err)
         return err_set(err, TS_EINVAL, FLAG ": needs --mtp-num-layers 1 or none (got %d)", M->mtp_num_layers);
     /* the flow modes (lower.h interleaves the pair's own steps): what the
      * interleave does not model yet */
-    if (flows && P->pp > 1)
-        return err_set(err, TS_EINVAL,
-                       FLAG ": in the flow modes needs --pipeline-model-parallel-size 1 (got %d: there the pair "
-                            "waits for both passes' inputs and sends its outputs at its end, which the default mode's "
-                            "pairs do not; not modelled yet); valid in the default costed mode",
-                       P->pp);
     if (flows && (P->tp > 1 || P->cp > 1))
         return err_set(err, TS_EINVAL,
                        FLAG ": in the flow modes needs --tensor-model-parallel-size 1 and no context parallelism "

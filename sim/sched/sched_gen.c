@@ -66,6 +66,8 @@ int sched_gen_interleaved(const sched_opts *o, sched_list *lists, ts_err *err)
         /* get_pp_rank_microbatches(): 2(p-r-1) + (v-1)g warm-up forwards
          * (p-r-1 when v = 1), capped at m*v. */
         int warm = v > 1 ? 2 * (p - r - 1) + (v - 1) * g : p - r - 1;
+        if (o->combined_1f1b && p > 1) /* overlap_moe_expert_parallel_comm: + 1 */
+            warm++;
         if (warm > total)
             warm = total;
         sched_list *l = &lists[r];
