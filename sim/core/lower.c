@@ -381,9 +381,9 @@ static int lower_pair(lowering *L, int r, size_t i, size_t j)
             rc = emit_range(L, &P[fq], bf[2 * k], bf[2 * k + 1]);
     }
     /* both outputs leave at the pair's end: its last task (ids grow) */
-    uint32_t end = P[0].last == ENGINE_NO_TASK                                ? P[1].last
+    uint32_t end = P[0].last == ENGINE_NO_TASK                            ? P[1].last
                    : P[1].last == ENGINE_NO_TASK || P[0].last > P[1].last ? P[0].last
-                                                                              : P[1].last;
+                                                                          : P[1].last;
     for (int q = 0; q < 2 && rc == TS_OK; q++)
         pass_done(L, r, idx[q], &acts[idx[q]], st[q], end);
     return rc;

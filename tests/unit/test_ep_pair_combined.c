@@ -85,9 +85,8 @@ static int64_t recurrence_ns(const sched *s, int64_t f_ns, int64_t b_ns, int64_t
         for (int r = 0; r < s->p; r++) {
             for (;;) {
                 size_t i = next[r];
-                while (i < s->n_actions[r] &&
-                       ((s->actions[r][i].kind != ACT_F && s->actions[r][i].kind != ACT_B) ||
-                        (partner[r][i] >= 0 && (size_t)partner[r][i] < i)))
+                while (i < s->n_actions[r] && ((s->actions[r][i].kind != ACT_F && s->actions[r][i].kind != ACT_B) ||
+                                               (partner[r][i] >= 0 && (size_t)partner[r][i] < i)))
                     i++; /* communication, or the second of a pair (run with the first) */
                 next[r] = i;
                 if (i >= s->n_actions[r])
