@@ -79,11 +79,12 @@ void ep_pair_mark(const sched *s, int r, int32_t *partner)
 {
     const sched_action *acts = s->actions[r];
     size_t n = s->n_actions[r];
-    bool marks = false;
-    for (size_t i = 0; i < n; i++) {
+    bool marks = false; /* the schedule marks its pairs (on any rank: a rank may have none) */
+    for (size_t i = 0; i < n; i++)
         partner[i] = -1;
-        marks = marks || acts[i].overlap;
-    }
+    for (int q = 0; q < s->p && !marks; q++)
+        for (size_t i = 0; i < s->n_actions[q] && !marks; i++)
+            marks = s->actions[q][i].overlap != 0;
     for (size_t i = 0; i < n; i++) {
         if (!is_compute(&acts[i]) || partner[i] >= 0)
             continue;

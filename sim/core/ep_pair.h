@@ -7,21 +7,25 @@
  * all-to-alls run on the communication stream while the other pass
  * computes.
  *
- * Pairs of a rank's actions (ep_pair_mark): with DualPipe's marks (sched.h,
- * sched_action.overlap), each marked F with the next compute action when
- * that is a B or I; otherwise, in action order, two consecutive compute
- * actions (sends and receives between them skipped) that are an F and a B
- * or I, in either order, of different micro-batches, neither already paired
- * (1F1B's steady state F(i+w) B(i); interleaved's F of one chunk and B of
- * another; with p = 1, B(i) F(i+1), Megatron's combined step of forward
- * i+1 and backward i). With the overlap the interleaved schedule runs one
- * more warm-up forward on every rank (sched_opts.combined_1f1b: Megatron-
- * core's get_pp_rank_microbatches adds 1 with overlap_moe_expert_parallel_
- * comm), so each steady-state F(k + w) pairs with B(k), as its
- * combined_1f1b_schedule_for_interleaved_pipelining does; without it the
- * last rank's first steady-state F and B would be one micro-batch's and
- * its pairs would shift to B(k) F(k + w + 1).
- *
+ * Pairs of a rank's actions (ep_pair_mark): where the schedule marks its
+ * pairs on any rank (sched_action.overlap: DualPipe's F&B chunks,
+ * Megatron-core's combined steps, below), each marked F with the next
+ * compute action when that is a B or I; otherwise, in action order, two
+ * consecutive compute actions (sends and receives between them skipped)
+ * that are an F and a B or I, in either order, of different micro-batches,
+ * neither already paired (1F1B's steady state F(i+w) B(i); with p = 1,
+ * B(i) F(i+1), Megatron's combined step of forward i+1 and backward i).
+ * With the overlap the interleaved schedule at p > 1 runs one more warm-up
+ * forward on every rank (sched_opts.combined_1f1b: Megatron-core's
+ * get_pp_rank_microbatches adds 1 with overlap_moe_expert_parallel_comm)
+ * and marks each steady-state F(k + w) to pair with B(k), as its
+ * combined_1f1b_schedule_for_interleaved_pipelining does. Without the
+ * extra forward the last rank's first steady-state F and B are one
+ * micro-batch's and its pairs shift to B(k) F(k + w + 1); without the
+ * marks a rank whose warm-up takes every micro-batch would pair its last
+ * forward with its first backward, which Megatron-core does not (and
+ * which, with the combined step, waits on itself through the next rank).
+
  * Each pair is Megatron-core's combined step (combined_forward_backward_
  * step, then send_forward_backward_recv_forward_backward) in every mode
  * (plan.ep_pair_combined, lower.h): it starts once both passes' inputs are

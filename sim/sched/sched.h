@@ -128,7 +128,10 @@ typedef struct {
                                 1F1B (--overlap-moe-expert-parallel-comm, ep_pair.h):
                                 one more warm-up forward on every rank
                                 (get_pp_rank_microbatches), so that each steady-state
-                                F pairs with a B of another micro-batch */
+                                F pairs with a B of another micro-batch; each
+                                steady-state F is marked (sched_action.overlap) with
+                                the B after it, Megatron's combined steps (none on a
+                                rank whose warm-up takes every micro-batch) */
 } sched_opts;
 
 /* Limits on generator options (and on imported schedules). */

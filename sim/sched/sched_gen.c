@@ -80,6 +80,8 @@ int sched_gen_interleaved(const sched_opts *o, sched_list *lists, ts_err *err)
             /* NOLINTNEXTLINE(clang-analyzer-core.CallAndMessage): as above */
             rc = sched_list_push(l, ACT_F, chunk[f], mb[f], -1, err);
             f++;
+            if (rc == TS_OK && o->combined_1f1b && p > 1) /* a combined step: this F with the next B */
+                l->a[l->n - 1].overlap = 1;
             if (rc == TS_OK)
                 rc = sched_list_push(l, ACT_B, v - 1 - chunk[b], mb[b], -1, err);
             b++;

@@ -156,6 +156,16 @@ Test(ep_pair_combined, two_stage_closed_form)
             n += partner[i] > (int32_t)i;
         cr_expect_eq(n, 8 - (2 * (1 - r) + 2 + 1), "rank %d: %d pairs", r, n);
     }
+    sched_free(s);
+    /* m = p = 2: rank 0 runs its 4 forwards, then its 4 backwards, no pair
+     * (its last forward with its first backward would wait on itself
+     * through rank 1's pair) */
+    s = gen(2, 2, 2, true);
+    ep_pair_mark(s, 0, partner);
+    for (size_t i = 0; i < s->n_actions[0]; i++)
+        cr_expect_lt(partner[i], 0, "rank 0 action %zu paired", i);
+    sched_free(s);
+    s = gen(2, 4, 2, true);
     cr_expect_eq(recurrence_ns(s, 1000, 2000, 0), 27000);
     cr_expect_eq(lowered_ns(s, 1000, 2000, 0), 27000);
     /* F = B = 1, transfers 1: the pairs wait for a neighbour's pair
@@ -182,7 +192,8 @@ Test(ep_pair_combined, two_stage_closed_form)
  * they take no time, at least the recurrence otherwise). */
 Test(ep_pair_combined, lowering_follows_the_rule)
 {
-    static const int P[][3] = {{2, 4, 2}, {2, 8, 2}, {4, 8, 2}, {2, 6, 3}, {4, 16, 4}};
+    /* m = p: rank 0's warm-up takes every micro-batch (no pair there) */
+    static const int P[][3] = {{2, 4, 2}, {2, 8, 2}, {4, 8, 2}, {2, 6, 3}, {4, 16, 4}, {2, 2, 2}, {4, 4, 2}};
     static const int64_t FB[][2] = {{1000, 2000}, {3000, 1000}, {1000, 1000}};
     for (size_t k = 0; k < sizeof P / sizeof P[0]; k++)
         for (size_t t = 0; t < sizeof FB / sizeof FB[0]; t++) {
