@@ -33,12 +33,6 @@ int ep_pair_check(const config *c, sched_kind k, int v, bool flows, ts_err *err)
         return err_set(err, TS_EINVAL, FLAG ": needs --mtp-num-layers 1 or none (got %d)", M->mtp_num_layers);
     /* the flow modes (lower.h interleaves the pair's own steps): what the
      * interleave does not model yet */
-    if (flows && P->pp > 1)
-        return err_set(err, TS_EINVAL,
-                       FLAG ": in the flow modes needs --pipeline-model-parallel-size 1 (got %d: there the pair "
-                            "waits for both passes' inputs and sends its outputs at its end, which the default mode's "
-                            "pairs do not; not modelled yet); valid in the default costed mode",
-                       P->pp);
     if (flows && (P->tp > 1 || P->cp > 1))
         return err_set(err, TS_EINVAL,
                        FLAG ": in the flow modes needs --tensor-model-parallel-size 1 and no context parallelism "
@@ -85,11 +79,12 @@ void ep_pair_mark(const sched *s, int r, int32_t *partner)
 {
     const sched_action *acts = s->actions[r];
     size_t n = s->n_actions[r];
-    bool marks = false;
-    for (size_t i = 0; i < n; i++) {
+    bool marks = false; /* the schedule marks its pairs (on any rank: a rank may have none) */
+    for (size_t i = 0; i < n; i++)
         partner[i] = -1;
-        marks = marks || acts[i].overlap;
-    }
+    for (int q = 0; q < s->p && !marks; q++)
+        for (size_t i = 0; i < s->n_actions[q] && !marks; i++)
+            marks = s->actions[q][i].overlap != 0;
     for (size_t i = 0; i < n; i++) {
         if (!is_compute(&acts[i]) || partner[i] >= 0)
             continue;

@@ -7,14 +7,29 @@
  * all-to-alls run on the communication stream while the other pass
  * computes.
  *
- * Pairs of a rank's actions (ep_pair_mark): with DualPipe's marks (sched.h,
- * sched_action.overlap), each marked F with the next compute action when
- * that is a B or I; otherwise, in action order, two consecutive compute
- * actions (sends and receives between them skipped) that are an F and a B
- * or I, in either order, of different micro-batches, neither already paired
- * (1F1B's steady state F(i+w) B(i); interleaved's F of one chunk and B of
- * another; with p = 1, B(i) F(i+1), Megatron's combined step of forward
- * i+1 and backward i).
+ * Pairs of a rank's actions (ep_pair_mark): where the schedule marks its
+ * pairs on any rank (sched_action.overlap: DualPipe's F&B chunks,
+ * Megatron-core's combined steps, below), each marked F with the next
+ * compute action when that is a B or I; otherwise, in action order, two
+ * consecutive compute actions (sends and receives between them skipped)
+ * that are an F and a B or I, in either order, of different micro-batches,
+ * neither already paired (1F1B's steady state F(i+w) B(i); with p = 1,
+ * B(i) F(i+1), Megatron's combined step of forward i+1 and backward i).
+ * With the overlap the interleaved schedule at p > 1 runs one more warm-up
+ * forward on every rank (sched_opts.combined_1f1b: Megatron-core's
+ * get_pp_rank_microbatches adds 1 with overlap_moe_expert_parallel_comm)
+ * and marks each steady-state F(k + w) to pair with B(k), as its
+ * combined_1f1b_schedule_for_interleaved_pipelining does. Without the
+ * extra forward the last rank's first steady-state F and B are one
+ * micro-batch's and its pairs shift to B(k) F(k + w + 1); without the
+ * marks a rank whose warm-up takes every micro-batch would pair its last
+ * forward with its first backward, which Megatron-core does not (and
+ * which, with the combined step, waits on itself through the next rank).
+
+ * Each pair is Megatron-core's combined step (combined_forward_backward_
+ * step, then send_forward_backward_recv_forward_backward) in every mode
+ * (plan.ep_pair_combined, lower.h): it starts once both passes' inputs are
+ * there and both outputs leave at its end.
  *
  * Time of a pair (ep_pair_run, per sub-module): each pass is split at its
  * all-to-alls (the dispatch and the combine of each MoE layer; transfers
@@ -69,11 +84,9 @@
  * recomputation, at most one MTP depth. trainsim also refuses schedules
  * other than 1f1b at p = 1, interleaved and dualpipev, and in the flow
  * modes (each collective its own task; lower.h runs a pair's own steps
- * interleaved in the streams' order above, ep_pair_steps.h) p > 1 (the
- * interleave waits for both passes' inputs and sends both outputs at the
- * pair's end, which the collapsed pairs here do not: the modes disagree),
- * t > 1 and context parallelism (their collectives share the all-to-alls'
- * stream there).
+ * interleaved in the streams' order above, ep_pair_steps.h) t > 1 and
+ * context parallelism (their collectives share the all-to-alls' stream
+ * there).
  *
  * Memory: the two micro-batches' saved activations are those the schedule
  * keeps in flight (the paired copies' memory events at offsets scaled to

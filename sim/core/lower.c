@@ -68,6 +68,7 @@ typedef struct {
     int32_t mb;
     plan_range R;
     uint32_t input, gather; /* what the roots wait for (ENGINE_NO_TASK: none) */
+    uint32_t input2;        /* an overlapped pair's combined step: the partner's input (ENGINE_NO_TASK: none) */
     bool buckets;           /* issue gradient buckets as they complete */
     int next_bucket;
     uint32_t *ids;
@@ -89,6 +90,7 @@ static int pass_open(lowering *L, int rank, int st, int k, int32_t mb, uint32_t 
                     .R = R,
                     .input = input,
                     .gather = ENGINE_NO_TASK,
+                    .input2 = ENGINE_NO_TASK,
                     .buckets = final && pl->overlap_grad_reduce && pl->d > 1 && S->n_buckets > 0 &&
                                (k == PLAN_PASS_B || k == PLAN_PASS_W),
                     .ids = ids,
@@ -126,6 +128,9 @@ static int pass_emit(lowering *L, pass_run *P, uint32_t i)
     if (x->root && P->input != ENGINE_NO_TASK && (rc = engine_dep_add(L->e, P->input, id, L->err)))
         return rc;
     if (x->root && P->gather != ENGINE_NO_TASK && (rc = engine_dep_add(L->e, P->gather, id, L->err)))
+        return rc;
+    if (x->root && P->input2 != ENGINE_NO_TASK && P->input2 != P->input &&
+        (rc = engine_dep_add(L->e, P->input2, id, L->err)))
         return rc;
     const plan_stage *S = &pl->stages[P->st];
     for (; P->buckets && P->next_bucket <= x->dp_bucket; P->next_bucket++) {
@@ -313,14 +318,18 @@ static int emit_range(lowering *L, pass_run *P, uint32_t from, uint32_t to)
     return rc;
 }
 
-/* The flow modes (plan.ep_pair_steps): lower compute action i of rank r
- * together with its partner j > i (ep_pair_mark): the receives between
- * them first (the partner's input), then the two passes' own steps in the
- * order of ep_pair_run's streams: compute d_0 c_0 d_1 c_1 ..., the
- * communication stream B_1 A_1 B_2 A_2 ... (the backward's span, then the
- * forward's; its transfer, then the forward's), each step waiting for its
- * own inputs (the passes' dependencies), so the engine and the network
- * model time the overlap. A pair with no transfer runs in action order. */
+/* An overlapped pair (plan.ep_pair_combined) as Megatron-core's combined
+ * step: lower compute action i of rank r together with its partner j > i
+ * (ep_pair_mark): the receives between them first (the partner's input),
+ * then the two passes, whose first steps wait for both inputs; both
+ * outputs leave at the pair's end (its last task). The default mode runs
+ * the two passes' variants (plan.ep_pairs) in action order; the flow modes
+ * (plan.ep_pair_steps) the passes' own steps in the order of ep_pair_run's
+ * streams: compute d_0 c_0 d_1 c_1 ..., the communication stream B_1 A_1
+ * B_2 A_2 ... (the backward's span, then the forward's; its transfer, then
+ * the forward's), each step waiting for its own pass's steps, so the engine
+ * and the network model time the overlap. A pair with no transfer runs in
+ * action order. */
 static int lower_pair(lowering *L, int r, size_t i, size_t j)
 {
     const sched_action *acts = L->s->actions[r];
@@ -335,21 +344,29 @@ static int lower_pair(lowering *L, int r, size_t i, size_t j)
     int st[2];
     uint32_t *ids[2] = {L->scratch, L->scratch2};
     size_t base = (size_t)r * (size_t)L->s->v;
+    uint32_t in[2] = {ENGINE_NO_TASK, ENGINE_NO_TASK};
     for (int q = 0; q < 2 && rc == TS_OK; q++) {
         const sched_action *a = &acts[idx[q]];
-        uint32_t in;
         st[q] = sched_stage_of(L->s, r, a->chunk);
-        if ((rc = input_task(L, r, idx[q], a, &in)) == TS_OK)
-            rc = pass_open(L, r, st[q], pass_of(a), a->mb, in, L->final_bwd[base + a->chunk] == idx[q],
+        if ((rc = input_task(L, r, idx[q], a, &in[q])) == TS_OK)
+            rc = pass_open(L, r, st[q], pass_of(a), a->mb, in[q], L->final_bwd[base + a->chunk] == idx[q],
                            pair_of(L, r, idx[q]), ids[q], &P[q]);
     }
     if (rc)
         return rc;
+    /* the combined step starts once both inputs are there */
+    P[0].input2 = in[1];
+    P[1].input2 = in[0];
     L->done[L->partner_at[r] + j] = true;
     int fq = acts[i].kind == ACT_F ? 0 : 1, bq = 1 - fq;
     uint32_t *bf = L->bounds, *bb = L->bounds + 2 * ((size_t)L->pl->max_pass_steps + 1);
-    int nf = ep_pair_steps_split(L->pl, P[fq].R, bf), nb = ep_pair_steps_split(L->pl, P[bq].R, bb);
-    if (nf == 0 && nb == 0) { /* nothing to overlap */
+    int nf = 0, nb = 0;
+    if (L->pl->ep_pair_steps) {
+        nf = ep_pair_steps_split(L->pl, P[fq].R, bf);
+        nb = ep_pair_steps_split(L->pl, P[bq].R, bb);
+    }
+    if (nf == 0 && nb == 0) { /* the default mode (variants with the hidden time taken out), or nothing to
+                                 overlap: in action order */
         rc = emit_range(L, &P[0], 0, P[0].R.n);
         if (rc == TS_OK)
             rc = emit_range(L, &P[1], 0, P[1].R.n);
@@ -364,8 +381,12 @@ static int lower_pair(lowering *L, int r, size_t i, size_t j)
         if (rc == TS_OK && k <= nf)
             rc = emit_range(L, &P[fq], bf[2 * k], bf[2 * k + 1]);
     }
+    /* both outputs leave at the pair's end: its last task (ids grow) */
+    uint32_t end = P[0].last == ENGINE_NO_TASK                            ? P[1].last
+                   : P[1].last == ENGINE_NO_TASK || P[0].last > P[1].last ? P[0].last
+                                                                          : P[1].last;
     for (int q = 0; q < 2 && rc == TS_OK; q++)
-        pass_done(L, r, idx[q], &acts[idx[q]], st[q], P[q].last);
+        pass_done(L, r, idx[q], &acts[idx[q]], st[q], end);
     return rc;
 }
 
@@ -576,7 +597,7 @@ static int lower_into(const plan *pl, const sched *s, engine *e, const int *rank
     L.optim_seen = malloc((size_t)s->p * sizeof *L.optim_seen);
     int rc = TS_OK;
     bool pairs_ok = true;
-    if (pl->n_ep_pairs || pl->ep_pair_steps) {
+    if (pl->n_ep_pairs || pl->ep_pair_steps || pl->ep_pair_combined) {
         size_t total = 0;
         L.partner_at = malloc((size_t)s->p * sizeof *L.partner_at);
         for (int r = 0; L.partner_at && r < s->p; r++) {
@@ -587,7 +608,7 @@ static int lower_into(const plan *pl, const sched *s, engine *e, const int *rank
         pairs_ok = L.partner != NULL;
         for (int r = 0; pairs_ok && r < s->p; r++)
             ep_pair_mark(s, r, L.partner + L.partner_at[r]);
-        if (pairs_ok && pl->ep_pair_steps) {
+        if (pairs_ok && (pl->ep_pair_steps || pl->ep_pair_combined)) {
             L.done = calloc(total ? total : 1, sizeof *L.done);
             L.scratch2 = malloc(((size_t)pl->max_pass_steps + 1) * sizeof *L.scratch2);
             L.bounds = malloc(4 * ((size_t)pl->max_pass_steps + 1) * sizeof *L.bounds);

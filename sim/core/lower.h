@@ -22,14 +22,16 @@
  *   OPTIM                the optimizer step once every reduction of the rank
  *                        is done, then (distributed optimizer) the parameter
  *                        all-gather.
- * --overlap-moe-expert-parallel-comm (ep_pair.h): an F and a B or I the
- * schedule pairs (ep_pair_mark) run the pair's variants of their steps
- * (plan.ep_pairs) when it has some; in the flow modes (plan.ep_pair_steps)
- * the two are lowered together at the first one: the receives between
- * them first, then the two passes' steps interleaved in ep_pair_run's
+ * --overlap-moe-expert-parallel-comm (ep_pair.h, plan.ep_pair_combined):
+ * an F and a B or I the schedule pairs (ep_pair_mark) are lowered together
+ * at the first one, as Megatron-core's combined step: the receives between
+ * them first, then the two passes, whose first steps wait for both passes'
+ * inputs; both outputs leave at the pair's end (the sends wait for its last
+ * task). The default mode runs the pair's variants of their steps
+ * (plan.ep_pairs, when it has some) in action order; the flow modes
+ * (plan.ep_pair_steps) the two passes' steps interleaved in ep_pair_run's
  * order (compute: the backward's span j, the forward's span j, ...;
- * communication stream: the backward's transfer j+1, the forward's), each
- * step waiting for its own pass's inputs.
+ * communication stream: the backward's transfer j+1, the forward's).
  * REDUCE_GRAD and OPTIM are added at the end of a rank's actions if the
  * schedule has none. Sends and receives are matched by (direction,
  * micro-batch, receiving stage); an unmatched one, or a pass whose input was

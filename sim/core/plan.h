@@ -232,8 +232,10 @@ typedef struct {
     uint32_t max_pass_steps; /* longest pass range (scratch size for lowering) */
     plan_ep_pair *ep_pairs;  /* --overlap-moe-expert-parallel-comm: the pairs' variants (NULL: none) */
     uint32_t n_ep_pairs;
-    bool ep_pair_steps; /* --overlap-moe-expert-parallel-comm in the flow modes (passes not collapsed):
+    bool ep_pair_steps;    /* --overlap-moe-expert-parallel-comm in the flow modes (passes not collapsed):
                            lower.h interleaves the paired passes' own steps on the two streams */
+    bool ep_pair_combined; /* --overlap-moe-expert-parallel-comm in any mode: lower.h runs each pair as
+                              Megatron-core's combined step (both inputs first, both outputs at its end) */
 } plan;
 
 /* A plan for tests of the closed forms: every stage's F, B, I, W is one

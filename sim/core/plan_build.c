@@ -867,6 +867,7 @@ int plan_build_opts(const config *c, const sched *s, const cost_model *cm, const
         if (rc == TS_OK && P->overlap_moe_ep_comm && E.inline_tp)
             rc = ep_pair_build(pl, s, b.sms, P->delay_wgrad, err);
         pl->ep_pair_steps = P->overlap_moe_ep_comm && !E.inline_tp; /* the flow modes: lower.h */
+        pl->ep_pair_combined = P->overlap_moe_ep_comm;
         if (rc == TS_OK && pl->ep_pair_steps)
             rc = ep_pair_steps_build(pl, s, b.sms, P->delay_wgrad, err);
     }

@@ -455,6 +455,7 @@ int simulate_run(const config *c, const simulate_opts *opts, simulate_result **o
     so.stage_layers = P->layout.n_stages == so.p * so.v ? P->layout.layers : NULL;
     so.with_comm = true;
     so.with_reduce_optim = true;
+    so.combined_1f1b = P->overlap_moe_ep_comm && P->schedule == SCHED_INTERLEAVED; /* ep_pair.h */
     if ((rc = sched_generate(&so, &s, err)) || (rc = cost_setup(c, &o, &cm, &cc, err)) ||
         (rc = plan_build_opts(c, s, cm, &cc, &popts, &pl, err)) || (rc = mem_create(R->p, o.keep_trace, &mem, err)))
         goto done;

@@ -124,6 +124,14 @@ typedef struct {
     int mb_group_size;       /* INTERLEAVED only: Megatron-core's
                                   microbatch_group_size_per_vp_stage, in
                                   [p, m]; 0 = p (Megatron's default) */
+    bool combined_1f1b;      /* INTERLEAVED with p > 1 only: Megatron-core's combined
+                                1F1B (--overlap-moe-expert-parallel-comm, ep_pair.h):
+                                one more warm-up forward on every rank
+                                (get_pp_rank_microbatches), so that each steady-state
+                                F pairs with a B of another micro-batch; each
+                                steady-state F is marked (sched_action.overlap) with
+                                the B after it, Megatron's combined steps (none on a
+                                rank whose warm-up takes every micro-batch) */
 } sched_opts;
 
 /* Limits on generator options (and on imported schedules). */

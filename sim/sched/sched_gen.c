@@ -66,6 +66,8 @@ int sched_gen_interleaved(const sched_opts *o, sched_list *lists, ts_err *err)
         /* get_pp_rank_microbatches(): 2(p-r-1) + (v-1)g warm-up forwards
          * (p-r-1 when v = 1), capped at m*v. */
         int warm = v > 1 ? 2 * (p - r - 1) + (v - 1) * g : p - r - 1;
+        if (o->combined_1f1b && p > 1) /* overlap_moe_expert_parallel_comm: + 1 */
+            warm++;
         if (warm > total)
             warm = total;
         sched_list *l = &lists[r];
@@ -78,6 +80,8 @@ int sched_gen_interleaved(const sched_opts *o, sched_list *lists, ts_err *err)
             /* NOLINTNEXTLINE(clang-analyzer-core.CallAndMessage): as above */
             rc = sched_list_push(l, ACT_F, chunk[f], mb[f], -1, err);
             f++;
+            if (rc == TS_OK && o->combined_1f1b && p > 1) /* a combined step: this F with the next B */
+                l->a[l->n - 1].overlap = 1;
             if (rc == TS_OK)
                 rc = sched_list_push(l, ACT_B, v - 1 - chunk[b], mb[b], -1, err);
             b++;

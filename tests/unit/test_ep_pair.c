@@ -290,9 +290,10 @@ Test(ep_pair, p1_closed_form, .fini = fini)
     cr_expect_gt(part, 0);
 }
 
-/* Metamorphic: the overlap is never slower (each transfer's exposed time
- * is at most what it had alone, SM share included); with the overlap a
- * slower NIC is never faster. */
+/* Metamorphic: the overlap never exposes more all-to-all time (each
+ * transfer's exposed time is at most what it had alone, SM share
+ * included) and costs at most the pipeline transfers its combined step
+ * exposes; with the overlap a slower NIC is never faster. */
 Test(ep_pair, never_slower_and_slower_nic_never_faster, .fini = fini)
 {
     static const char *const EP[] = {"2", "4", "8"};
@@ -302,7 +303,13 @@ Test(ep_pair, never_slower_and_slower_nic_never_faster, .fini = fini)
                                "--num-layers-per-virtual-pipeline-stage", "1", NULL),
                      TS_OK, "%s", E.msg);
         simulate_result *off = run(false), *on = run(true);
-        cr_expect_leq(on->iteration_ns, off->iteration_ns, "ep %s", EP[k]);
+        /* the combined step sends both outputs at the pair's end and waits
+         * for both inputs: the pipeline transfers it exposes are what the
+         * overlap may cost (here, all-to-alls inside a node and the pipeline
+         * across two, more than it hides: Megatron-core's combined 1F1B
+         * also sends after the pair) */
+        int64_t pp = on->exposed_ns[SIMULATE_COMM_PP] - off->exposed_ns[SIMULATE_COMM_PP];
+        cr_expect_leq(on->iteration_ns, off->iteration_ns + (pp > 0 ? pp : 0), "ep %s", EP[k]);
         cr_expect_leq(on->exposed_ns[SIMULATE_COMM_EP], off->exposed_ns[SIMULATE_COMM_EP], "ep %s", EP[k]);
         simulate_result_free(off);
         simulate_result_free(on);
