@@ -284,16 +284,16 @@ extern "C" cudaError_t cuk_f32_moe_combine(float *out, const float *y, const flo
     return cuk_status();
 }
 
-extern "C" cudaError_t cuk_f32_moe_combine_bwd(float *dy, float *g, const float *dout, const float *y,
-                                               const float *wts, const int64_t *send_slot, size_t nsend, int k, int C,
+extern "C" cudaError_t cuk_f32_moe_combine_bwd(float *dy, float *g, const float *dout, const float *y, const float *wts,
+                                               const int64_t *send_slot, size_t nsend, int k, int C,
                                                cudaStream_t stream)
 {
     if (k <= 0 || C <= 0)
         return cudaErrorInvalidValue;
     if (nsend == 0)
         return cudaSuccess;
-    CUK_LAUNCH(moe_combine_bwd_kernel, moe_blocks(nsend), MOE_THREADS, stream, dy, g, dout, y, wts, send_slot, nsend,
-               k, C);
+    CUK_LAUNCH(moe_combine_bwd_kernel, moe_blocks(nsend), MOE_THREADS, stream, dy, g, dout, y, wts, send_slot, nsend, k,
+               C);
     return cuk_status();
 }
 

@@ -21,6 +21,14 @@
 
 #define TOL 1e-6
 
+/* Every launch and copy after a failure is skipped (st keeps the first
+ * error), so one path releases everything. */
+#define RUN(expr)                                                                                                      \
+    do {                                                                                                               \
+        if (st == cudaSuccess)                                                                                         \
+            st = (expr);                                                                                               \
+    } while (0)
+
 static cudaStream_t S;
 
 static void *dev_copy(const void *h, size_t bytes)
@@ -58,10 +66,12 @@ static void one_case(size_t N, int E, int k, double cf, bool fb, bool grid)
     moe_route_cfg rc = {E, k, cf, fb}, rc0 = {E, k, 0.0, fb};
     char what[128], tag[80];
     snprintf(tag, sizeof tag, "N %zu E %d k %d cf %g%s%s", N, E, k, cf, fb ? " balance" : "", grid ? " ties" : "");
+    cudaError_t st = cudaSuccess;
     float *lg = gc_rand(N * (size_t)E, (uint32_t)(N + 7 * E + k), 1.0f);
     for (size_t i = 0; grid && i < N * (size_t)E; i++)
         lg[i] = roundf(lg[i] * 2.0f) / 2.0f;
-    int *ridx = malloc(nk * sizeof *ridx), *rkeep = malloc(nk * sizeof *rkeep), *rcnt = malloc((size_t)E * sizeof *rcnt);
+    int *ridx = malloc(nk * sizeof *ridx), *rkeep = malloc(nk * sizeof *rkeep),
+        *rcnt = malloc((size_t)E * sizeof *rcnt);
     float *rw = malloc(nk * sizeof *rw), *rw0 = malloc(nk * sizeof *rw0);
     size_t *order = malloc(nk * sizeof *order), dropped = 0;
     moe_route(&rc0, lg, N, ridx, rw0, rkeep, rcnt, NULL, order); /* undropped weights */
@@ -71,10 +81,14 @@ static void one_case(size_t N, int E, int k, double cf, bool fb, bool grid)
     int *d_idx = dev_copy(NULL, nk * 4), *d_ridx = dev_copy(ridx, nk * 4), *d_keep = dev_copy(NULL, nk * 4);
     int *d_rkeep = dev_copy(rkeep, nk * 4), *d_cnt = dev_copy(NULL, (size_t)E * 4);
     float *d_wk = dev_copy(NULL, nk * 4);
-    GC_CUDA(cuk_f32_moe_topk(d_idx, d_w, d_lg, N, E, k, fb, S));
-    GC_CUDA(cuk_f32_moe_capacity(d_keep, d_wk, d_ridx, d_w0, nk, moe_route_capacity(&rc, N), S));
-    GC_CUDA(cuk_moe_counts(d_cnt, d_ridx, d_rkeep, nk, E, S));
-    GC_CUDA(cudaStreamSynchronize(S));
+    RUN(cuk_f32_moe_topk(d_idx, d_w, d_lg, N, E, k, fb, S));
+    RUN(cuk_f32_moe_capacity(d_keep, d_wk, d_ridx, d_w0, nk, moe_route_capacity(&rc, N), S));
+    RUN(cuk_moe_counts(d_cnt, d_ridx, d_rkeep, nk, E, S));
+    RUN(cudaStreamSynchronize(S));
+    if (st != cudaSuccess) {
+        printf("FAIL %s: %s\n", tag, cudaGetErrorString(st));
+        gc_fail++;
+    }
     int *idx = host_copy(d_idx, nk * 4), *keep = host_copy(d_keep, nk * 4), *cnt = host_copy(d_cnt, (size_t)E * 4);
     float *w = host_copy(d_w, nk * 4), *wk = host_copy(d_wk, nk * 4);
     snprintf(what, sizeof what, "topk experts, %s", tag);
@@ -89,7 +103,7 @@ static void one_case(size_t N, int E, int k, double cf, bool fb, bool grid)
     same_ints(what, cnt, rcnt, (size_t)E);
 
     /* send order, permute, combine and backward on the twin's routing */
-    int64_t *rslot = malloc(nk * sizeof *rslot);
+    int64_t *rslot = malloc((nk + 1) * sizeof *rslot);
     size_t ns = 0;
     for (int e = 0; e < E; e++)
         for (size_t i = 0; i < nk; i++)
@@ -100,21 +114,21 @@ static void one_case(size_t N, int E, int k, double cf, bool fb, bool grid)
     float *d_x = dev_copy(x, N * C * 4), *d_y = dev_copy(y, ns * C * 4), *d_dout = dev_copy(dout, N * C * 4);
     float *d_rw = dev_copy(rw, nk * 4), *d_xs = dev_copy(NULL, ns * C * 4), *d_out = dev_copy(NULL, N * C * 4);
     float *d_dy = dev_copy(NULL, ns * C * 4), *d_g = dev_copy(NULL, nk * 4), *d_dl = dev_copy(NULL, N * E * 4);
-    GC_CUDA(cudaMemset(d_g, 0, nk * 4));
-    GC_CUDA(cuk_moe_send_order(d_slot, d_pos, d_ridx, d_rkeep, nk, S));
-    GC_CUDA(cudaStreamSynchronize(S));
+    RUN(cudaMemset(d_g, 0, nk * 4));
+    RUN(cuk_moe_send_order(d_slot, d_pos, d_ridx, d_rkeep, nk, S));
+    RUN(cudaStreamSynchronize(S));
     int64_t *slot = host_copy(d_slot, ns * 8);
-    GC_CUDA(cuk_f32_moe_gather(d_xs, d_x, d_slot, ns, k, C, S));
-    GC_CUDA(cuk_f32_moe_combine(d_out, d_y, d_rw, d_ridx, d_pos, N, k, C, S));
-    GC_CUDA(cuk_f32_moe_combine_bwd(d_dy, d_g, d_dout, d_y, d_rw, d_slot, ns, k, C, S));
-    GC_CUDA(cudaStreamSynchronize(S));
+    RUN(cuk_f32_moe_gather(d_xs, d_x, d_slot, ns, k, C, S));
+    RUN(cuk_f32_moe_combine(d_out, d_y, d_rw, d_ridx, d_pos, N, k, C, S));
+    RUN(cuk_f32_moe_combine_bwd(d_dy, d_g, d_dout, d_y, d_rw, d_slot, ns, k, C, S));
+    RUN(cudaStreamSynchronize(S));
     float *g = host_copy(d_g, nk * 4);
-    GC_CUDA(cuk_f32_moe_router_bwd(d_dl, d_lg, d_ridx, d_rkeep, d_g, N, E, k, S));
-    GC_CUDA(cudaStreamSynchronize(S));
+    RUN(cuk_f32_moe_router_bwd(d_dl, d_lg, d_ridx, d_rkeep, d_g, N, E, k, S));
+    RUN(cudaStreamSynchronize(S));
     float *xs = host_copy(d_xs, ns * C * 4), *out = host_copy(d_out, N * C * 4), *dy = host_copy(d_dy, ns * C * 4),
           *dl = host_copy(d_dl, N * E * 4);
-    float *wxs = calloc(ns * C + 1, 4), *wout = calloc(N * C, 4), *wdy = calloc(ns * C + 1, 4), *wg = calloc(nk, 4),
-          *wdl = calloc(N * E, 4);
+    float *wxs = calloc(ns * C + 1, 4), *wout = calloc(N * C + 1, 4), *wdy = calloc(ns * C + 1, 4),
+          *wg = calloc(nk + 1, 4), *wdl = calloc(N * E + 1, 4);
     size_t bad = 0;
     for (size_t p = 0; p < ns; p++) {
         size_t sl = (size_t)rslot[p], t = sl / (size_t)k;
@@ -142,6 +156,10 @@ static void one_case(size_t N, int E, int k, double cf, bool fb, bool grid)
         for (int j = 0; j < k; j++)
             wdl[t * E + id[j]] = (float)(sm[j] * ((rkeep[t * k + j] ? (double)g[t * k + j] : 0.0) - G));
     }
+    if (st != cudaSuccess) {
+        printf("FAIL %s (dispatch): %s\n", tag, cudaGetErrorString(st));
+        gc_fail++;
+    }
     snprintf(what, sizeof what, "send order, %s", tag);
     gc_result(bad == 0, what, bad ? "differs" : "exact");
     snprintf(what, sizeof what, "gather by send slot, %s", tag);
@@ -155,12 +173,12 @@ static void one_case(size_t N, int E, int k, double cf, bool fb, bool grid)
     snprintf(what, sizeof what, "router backward, %s", tag);
     gc_close(what, dl, wdl, N * E, TOL, TOL);
 
-    void *dev[] = {d_lg, d_w, d_w0, d_idx, d_ridx, d_keep, d_rkeep, d_cnt, d_wk, d_slot, d_pos, d_x, d_y, d_dout,
-                   d_rw, d_xs, d_out, d_dy, d_g, d_dl};
+    void *dev[] = {d_lg,  d_w, d_w0, d_idx,  d_ridx, d_keep, d_rkeep, d_cnt, d_wk, d_slot,
+                   d_pos, d_x, d_y,  d_dout, d_rw,   d_xs,   d_out,   d_dy,  d_g,  d_dl};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         cudaFree(dev[i]);
-    void *host[] = {lg, ridx, rkeep, rcnt, rw, rw0, order, idx, keep, cnt, w, wk, rslot, x, y, dout, slot, g,
-                    xs, out, dy, dl, wxs, wout, wdy, wg, wdl};
+    void *host[] = {lg, ridx, rkeep, rcnt, rw, rw0, order, idx, keep, cnt,  w,   wk, rslot, x,
+                    y,  dout, slot,  g,    xs, out, dy,    dl,  wxs,  wout, wdy, wg, wdl};
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
         free(host[i]);
 }
