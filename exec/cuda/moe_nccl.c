@@ -68,8 +68,8 @@ int moe_nccl_init(moe_nccl_ctx *x, MPI_Comm base, const comm *c, int ep, cudaStr
                        ep, t, dcp, t * dcp);
     /* comm_mpi_set_ep's fold: xi = tp + t * (data group's rank) within a stage */
     int xi = c->rank[COMM_TP] + t * c->rank[COMM_DP], pp = c->rank[COMM_PP];
-    int rc = make_group(base, pp + p * (xi / ep), xi % ep, "expert-parallel", &x->comm, &x->nc, &x->size, &x->rank,
-                        err);
+    int rc =
+        make_group(base, pp + p * (xi / ep), xi % ep, "expert-parallel", &x->comm, &x->nc, &x->size, &x->rank, err);
     if (!rc)
         rc = make_group(base, pp + p * (xi % ep), xi / ep, "expert-data-parallel", &x->edp_comm, &x->edp_nc,
                         &x->edp_size, &x->edp_rank, err);
