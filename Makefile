@@ -125,7 +125,7 @@ NVCCFLAGS    ?= -O3 -std=c++17 -Xcompiler -Wall,-Wextra,-Werror -Werror all-warn
 XCUDA_OBJ    := $(patsubst %.c,$(BUILD)/mpi/%.o,$(XCUDA_C)) $(patsubst %.cu,$(BUILD)/%.cu.o,$(XCUDA_CU))
 GPU_TBIN     := $(patsubst tests/gpu/%.c,$(BUILD)/tests/gpu/%,$(GPU_TSRC))
 CUDACAL      := $(BUILD)/cudacal
-EMU_TBIN     := $(BUILD)/tests/emu/test_kernels_emu
+EMU_TBIN     := $(BUILD)/tests/emu/test_kernels_emu $(BUILD)/tests/emu/test_moe_emu $(BUILD)/tests/emu/test_moe_layer_emu
 TARGETS      += $(GPU_TBIN) $(CUDACAL) $(EMU_TBIN)
 endif
 
@@ -202,6 +202,14 @@ $(BUILD)/tests/emu/test_kernels_emu: tests/emu/test_kernels_emu.cpp tests/emu/ke
 	@mkdir -p $(dir $@)
 	$(CXX) -std=c++20 -O1 -Wall -Wextra -Werror -pthread -Itests/emu -I. -isystem $(CUDA_HOME)/include \
 	  -x c++ $(EMU_CU) -x none $< $(LIBXCPU) $(LIBSIM) $(LIBS_SIM) -o $@
+
+# kernels/moe.cu the same way, against exec/core/moe_route.c and moe.c's loops,
+# and composed into a one-rank layer against moe.c's forward and backward.
+$(BUILD)/tests/emu/test_moe_emu $(BUILD)/tests/emu/test_moe_layer_emu: $(BUILD)/tests/emu/%: tests/emu/%.cpp \
+                                 tests/emu/kernels/common.cuh kernels/moe.cu kernels/cuk.h $(LIBXCPU) $(LIBSIM)
+	@mkdir -p $(dir $@)
+	$(CXX) -std=c++20 -O1 -Wall -Wextra -Werror -pthread -Itests/emu -I. -isystem $(CUDA_HOME)/include \
+	  -x c++ kernels/moe.cu -x none $< $(LIBXCPU) $(LIBSIM) $(LIBS_SIM) -o $@
 
 $(BUILD)/cudacal: exec/cuda/tools/cudacal.c $(LIBXRT) $(LIBXCPU) $(LIBSIM)
 	@mkdir -p $(dir $@)

@@ -34,7 +34,9 @@ static int moe_supports(const config *c, bool cuda, bool inference, ts_err *err)
     }
     if (cuda)
         return err_set(err, TS_ENOTSUP,
-                       "--num-experts %d: the cuda backend has no MoE layers (the MoE layer runs on --backend cpu)",
+                       "--num-experts %d: the cuda backend has no MoE layers (its routing, permute and combine "
+                       "kernels and NCCL exchange exist, not the layer; docs/cuda.md; the MoE layer runs on "
+                       "--backend cpu)",
                        e->num_experts);
     if (inference)
         return err_set(err, TS_ENOTSUP,

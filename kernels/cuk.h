@@ -290,6 +290,52 @@ cudaError_t cuk_f32_qkv_split_gqa(float *q, float *k, float *v, const float *qkv
 cudaError_t cuk_f32_qkv_merge_gqa_acc(float *dqkv, const float *dq, const float *dk, const float *dv, int B, int T,
                                       int NH, int NKV, int hs, cudaStream_t stream);
 
+/* ------------------------------------------------------------ MoE routing and dispatch (moe.cu)
+ * The device twins of exec/core/moe_route.c and of exec/core/moe.c's host
+ * loops, fp32. Assignment (token t, slot j) is a = t k + j; idx, wts, keep
+ * are [N k], logits [N, E]. Each kernel computes its outputs in the twin's
+ * order (one thread per token, assignment, row or element; no atomics). */
+
+/* moe_route's choice and weights: the k largest logits (ties: lower
+ * expert), or with force_balance expert (t k + j) mod E; wts = softmax over
+ * the k chosen logits. k in [1, E]. */
+cudaError_t cuk_f32_moe_topk(int *idx, float *wts, const float *logits, size_t N, int E, int k, bool force_balance,
+                             cudaStream_t stream);
+/* Capacity: keep[a] = 1 when a ranks below cap among its expert's
+ * assignments by (wts descending, a ascending), else 0; wkept[a] = keep[a]
+ * ? wts[a] : 0 (moe_route's dropped weights). cap 0: dropless (all kept).
+ * wkept must not alias wts. */
+cudaError_t cuk_f32_moe_capacity(int *keep, float *wkept, const int *idx, const float *wts, size_t nk, size_t cap,
+                                 cudaStream_t stream);
+/* counts[e] = kept assignments of expert e, e < E. */
+cudaError_t cuk_moe_counts(int *counts, const int *idx, const int *keep, size_t nk, int E, cudaStream_t stream);
+/* The send order (moe.c's plan): kept assignments by expert, then by a;
+ * pos[a] = a's place in it (-1 dropped), send_slot[pos[a]] = a (as many
+ * entries as kept assignments). */
+cudaError_t cuk_moe_send_order(int64_t *send_slot, int64_t *pos, const int *idx, const int *keep, size_t nk,
+                               cudaStream_t stream);
+/* Row permutes of width C: gather dst[r] = src[rows[r] / div] (div k turns
+ * send slots into tokens), scatter dst[rows[r]] = src[r] (rows distinct). */
+cudaError_t cuk_f32_moe_gather(float *dst, const float *src, const int64_t *rows, size_t nrows, int div, int C,
+                               cudaStream_t stream);
+cudaError_t cuk_f32_moe_scatter(float *dst, const float *src, const int64_t *rows, size_t nrows, int C,
+                                cudaStream_t stream);
+/* Combine: out[t] = sum of wts[a] y[pos[a]] over t's kept assignments in
+ * ascending expert order (moe.c's order); wts NULL: weight 1 (the backward's
+ * dx from the returned row gradients). out [N, C] overwritten; the experts
+ * of one token distinct. */
+cudaError_t cuk_f32_moe_combine(float *out, const float *y, const float *wts, const int *idx, const int64_t *pos,
+                                size_t N, int k, int C, cudaStream_t stream);
+/* Combine backward per sent row p (a = send_slot[p], t = a / k): g[a] =
+ * dout[t] . y[p], dy[p] = wts[a] dout[t]. g of dropped a not written. */
+cudaError_t cuk_f32_moe_combine_bwd(float *dy, float *g, const float *dout, const float *y, const float *wts,
+                                    const int64_t *send_slot, size_t nsend, int k, int C, cudaStream_t stream);
+/* Router backward of w_j = keep_j softmax_j(chosen logits), in double:
+ * dlog [N, E] overwritten (0 off the chosen experts); the auxiliary loss's
+ * gradient is not included. */
+cudaError_t cuk_f32_moe_router_bwd(float *dlog, const float *logits, const int *idx, const int *keep, const float *g,
+                                   size_t N, int E, int k, cudaStream_t stream);
+
 /* ------------------------------------------------------------ fp32 flash attention (flash.cu)
  * exec/core/cp_attn.c's recurrence, one ring step per call: the caller
  * (the CUDA backend) runs the ring. Tensors in cp_attn.h's layout: qkv
