@@ -1,9 +1,9 @@
 /* moe_mpi — the MoE layer's all-to-all exchange (exec/core/moe.h) over MPI:
  * MPI_Alltoall for the per-expert counts, MPI_Alltoallv (MPI_FLOAT) for the
  * token rows, on an expert-parallel communicator, and MPI_Allreduce of the
- * expert gradients on an expert-data-parallel one (borrowed; on the CUDA
- * backend the same exchange would go through NCCL send/recv groups: not
- * done).
+ * expert gradients on an expert-data-parallel one (borrowed). The CUDA
+ * backend's version of the same exchange, NCCL send/recv groups on device
+ * rows, is exec/cuda/moe_nccl.h (no CUDA MoE layer calls it yet).
  *
  * Ownership: the returned moe_xchg holds a pointer to *ctx, which the caller
  * owns and keeps alive while the exchange is used; no allocation. */
