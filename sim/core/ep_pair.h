@@ -123,6 +123,20 @@ int ep_pair_check(const config *c, sched_kind k, int v, bool flows, ts_err *err)
  * entries, owned by the caller). */
 void ep_pair_mark(const sched *s, int r, int32_t *partner);
 
+/* Called by ep_pair_each for one marked pair: stage sf's forward with stage
+ * sb's backward pass kb (PLAN_PASS_B or PLAN_PASS_I); ctx the caller's.
+ * A status other than TS_OK stops the walk and is returned. */
+typedef int (*ep_pair_fn)(void *ctx, int sf, int sb, int kb, ts_err *err);
+
+/* Walk every rank's pairs of s (ep_pair_mark) in rank then action order
+ * and call fn once per pair (at the earlier action of the two), with its
+ * forward's and backward's stages; pairs whose stage is outside
+ * [0, n_stages) are skipped (lowering names the bad action). The same
+ * stages may come more than once (other micro-batches, other ranks'
+ * copies): deduplicating is fn's. TS_OK, TS_ENOMEM (err set), or fn's
+ * status. */
+int ep_pair_each(const sched *s, int n_stages, ep_pair_fn fn, void *ctx, ts_err *err);
+
 /* One pass split at its all-to-alls (see above): n transfers comm_ns[0..n-1]
  * (A_1..A_n or B_1..B_n), n + 1 compute spans comp_ns[0..n] (c_j or d_j),
  * wgrad_ns[0..n] of each span its weight-gradient part (w_j, clamped to

@@ -161,27 +161,22 @@ out:
     return rc == TS_ENOMEM ? err_set(err, TS_ENOMEM, "plan: out of memory for the overlapped pairs' steps") : rc;
 }
 
+typedef struct {
+    plan *pl;
+    int sms;
+    bool delay_wgrad;
+} build_ctx;
+
+static int build_one(void *ctx, int sf, int sb, int kb, ts_err *err)
+{
+    const build_ctx *C = ctx;
+    if (ep_pair_find(C->pl, sf, sb, kb))
+        return TS_OK;
+    return add_pair(C->pl, sf, sb, kb, C->sms, C->delay_wgrad, err);
+}
+
 int ep_pair_steps_build(plan *pl, const sched *s, int sms, bool delay_wgrad, ts_err *err)
 {
-    int rc = TS_OK;
-    for (int r = 0; r < s->p && rc == TS_OK; r++) {
-        size_t n = s->n_actions[r];
-        int32_t *partner = malloc((n ? n : 1) * sizeof *partner);
-        if (!partner)
-            return err_set(err, TS_ENOMEM, "plan: out of memory for the overlapped pairs");
-        ep_pair_mark(s, r, partner);
-        for (size_t i = 0; i < n && rc == TS_OK; i++) {
-            if (partner[i] < 0 || (size_t)partner[i] < i)
-                continue;
-            const sched_action *a = &s->actions[r][i], *b = &s->actions[r][partner[i]];
-            const sched_action *f = a->kind == ACT_F ? a : b, *bw = a->kind == ACT_F ? b : a;
-            int sf = sched_stage_of(s, r, f->chunk), sb = sched_stage_of(s, r, bw->chunk);
-            int kb = bw->kind == ACT_B ? PLAN_PASS_B : PLAN_PASS_I;
-            if (sf < 0 || sb < 0 || sf >= pl->n_stages || sb >= pl->n_stages || ep_pair_find(pl, sf, sb, kb))
-                continue; /* lowering names a bad action */
-            rc = add_pair(pl, sf, sb, kb, sms, delay_wgrad, err);
-        }
-        free(partner);
-    }
-    return rc;
+    build_ctx C = {pl, sms, delay_wgrad};
+    return ep_pair_each(s, pl->n_stages, build_one, &C, err);
 }
