@@ -31,14 +31,7 @@ int ep_pair_check(const config *c, sched_kind k, int v, bool flows, ts_err *err)
                        FLAG ": not with --recompute-granularity full (valid: selective or no recomputation)");
     if (M->mtp_num_layers > 1)
         return err_set(err, TS_EINVAL, FLAG ": needs --mtp-num-layers 1 or none (got %d)", M->mtp_num_layers);
-    /* the flow modes (lower.h interleaves the pair's own steps): what the
-     * interleave does not model yet */
-    if (flows && (P->tp > 1 || P->cp > 1))
-        return err_set(err, TS_EINVAL,
-                       FLAG ": in the flow modes needs --tensor-model-parallel-size 1 and no context parallelism "
-                            "(got t %d, cp %d: their collectives share the all-to-alls' stream there); valid in the "
-                            "default costed mode",
-                       P->tp, P->cp > 1 ? P->cp : 1);
+    (void)flows; /* the flow modes run a pair's TP and CP collectives on the compute stream (ep_pair_steps.h) */
     bool ok =
         (k == SCHED_INTERLEAVED && (v > 1 || P->pp == 1)) || k == SCHED_DUALPIPEV || (k == SCHED_1F1B && P->pp == 1);
     if (!ok)

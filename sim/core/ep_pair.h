@@ -82,11 +82,12 @@
  * dispatcher, with p > 1 virtual pipelining (the interleaved schedule; here
  * also DualPipeV, whose F&B pairs are the same overlap), no full
  * recomputation, at most one MTP depth. trainsim also refuses schedules
- * other than 1f1b at p = 1, interleaved and dualpipev, and in the flow
- * modes (each collective its own task; lower.h runs a pair's own steps
- * interleaved in the streams' order above, ep_pair_steps.h) t > 1 and
- * context parallelism (their collectives share the all-to-alls' stream
- * there).
+ * other than 1f1b at p = 1, interleaved and dualpipev. The flow modes
+ * (each collective its own task; lower.h runs a pair's own steps
+ * interleaved in the streams' order above, ep_pair_steps.h) run a pair's
+ * tensor- and context-parallel collectives on the compute stream, as the
+ * spans above count them, so t > 1 and context parallelism are valid
+ * there too.
  *
  * Memory: the two micro-batches' saved activations are those the schedule
  * keeps in flight (the paired copies' memory events at offsets scaled to
@@ -113,7 +114,7 @@
 
 /* TS_OK when config c may run --overlap-moe-expert-parallel-comm with
  * schedule kind k of v chunks per rank (see the rules above; flows: the
- * flow modes); otherwise
+ * flow modes, which no rule depends on now); otherwise
  * TS_EINVAL naming the flag, what is wrong and what would be valid. TS_OK
  * at once when the flag is off. */
 int ep_pair_check(const config *c, sched_kind k, int v, bool flows, ts_err *err);

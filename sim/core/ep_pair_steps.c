@@ -12,12 +12,12 @@ int ep_pair_steps_split(const plan *pl, plan_range R, uint32_t *b)
     uint32_t i = 0;
     b[0] = 0;
     for (;;) {
-        while (i < R.n && pl->steps[R.first + i].stream == PLAN_STREAM_COMPUTE)
+        while (i < R.n && pl->steps[R.first + i].cat != PLAN_CAT_EP)
             i++;
         b[2 * n + 1] = i;
         if (i == R.n)
             return n;
-        while (i < R.n && pl->steps[R.first + i].stream != PLAN_STREAM_COMPUTE)
+        while (i < R.n && pl->steps[R.first + i].cat == PLAN_CAT_EP)
             i++;
         b[2 * ++n] = i;
     }
@@ -68,15 +68,23 @@ static int copy_scaled(plan *pl, plan_range R, const uint32_t *b, int n, const i
     out->n = 0;
     for (int j = 0; j <= n && rc == TS_OK; j++) {
         bool w = wg && wg[j] > 0;
-        int64_t old = 0, placed = 0, free_bytes = 0;
+        int64_t old = 0, placed = 0, free_bytes = 0, cc = 0;
         int16_t bucket = -1;
         int32_t last = -1;
+        /* the span's compute steps take its slowdown; its TP and CP
+         * collectives (timed by the network model) keep their times */
+        for (uint32_t i = b[2 * j]; i < b[2 * j + 1]; i++)
+            if (pl->steps[R.first + i].stream == PLAN_STREAM_COMPUTE)
+                cc += pl->steps[R.first + i].dur_ns;
+        int64_t cc_to = cc + el[j] - comp[j];
         for (uint32_t i = b[2 * j]; i < b[2 * j + 1] && rc == TS_OK; i++) {
             plan_step x = pl->steps[R.first + i]; /* a copy: pushing may move the steps */
-            old += x.dur_ns;
-            int64_t to = comp[j] > 0 ? (int64_t)((double)el[j] * (double)old / (double)comp[j] + 0.5) : old;
-            x.dur_ns = to - placed;
-            placed = to;
+            if (x.stream == PLAN_STREAM_COMPUTE) {
+                old += x.dur_ns;
+                int64_t to = cc > 0 && cc_to > 0 ? (int64_t)((double)cc_to * (double)old / (double)cc + 0.5) : old;
+                x.dur_ns = to - placed;
+                placed = to;
+            }
             if (w) {
                 free_bytes += x.free_bytes;
                 x.free_bytes = 0;
