@@ -31,14 +31,7 @@ int ep_pair_check(const config *c, sched_kind k, int v, bool flows, ts_err *err)
                        FLAG ": not with --recompute-granularity full (valid: selective or no recomputation)");
     if (M->mtp_num_layers > 1)
         return err_set(err, TS_EINVAL, FLAG ": needs --mtp-num-layers 1 or none (got %d)", M->mtp_num_layers);
-    /* the flow modes (lower.h interleaves the pair's own steps): what the
-     * interleave does not model yet */
-    if (flows && (P->tp > 1 || P->cp > 1))
-        return err_set(err, TS_EINVAL,
-                       FLAG ": in the flow modes needs --tensor-model-parallel-size 1 and no context parallelism "
-                            "(got t %d, cp %d: their collectives share the all-to-alls' stream there); valid in the "
-                            "default costed mode",
-                       P->tp, P->cp > 1 ? P->cp : 1);
+    (void)flows; /* the flow modes run a pair's TP and CP collectives on the compute stream (ep_pair_steps.h) */
     bool ok =
         (k == SCHED_INTERLEAVED && (v > 1 || P->pp == 1)) || k == SCHED_DUALPIPEV || (k == SCHED_1F1B && P->pp == 1);
     if (!ok)
@@ -400,7 +393,7 @@ static int add_pair(plan *pl, int sf, int sb, int kb, int sms, bool delay_wgrad,
     return TS_OK;
 }
 
-int ep_pair_build(plan *pl, const sched *s, int sms, bool delay_wgrad, ts_err *err)
+int ep_pair_each(const sched *s, int n_stages, ep_pair_fn fn, void *ctx, ts_err *err)
 {
     int rc = TS_OK;
     for (int r = 0; r < s->p && rc == TS_OK; r++) {
@@ -415,13 +408,31 @@ int ep_pair_build(plan *pl, const sched *s, int sms, bool delay_wgrad, ts_err *e
             const sched_action *a = &s->actions[r][i], *b = &s->actions[r][partner[i]];
             const sched_action *f = is_fwd(a) ? a : b, *bw = is_fwd(a) ? b : a;
             int sf = sched_stage_of(s, r, f->chunk), sb = sched_stage_of(s, r, bw->chunk);
-            if (sf < 0 || sb < 0 || sf >= pl->n_stages || sb >= pl->n_stages)
+            if (sf < 0 || sb < 0 || sf >= n_stages || sb >= n_stages)
                 continue; /* lowering names the action */
-            rc = add_pair(pl, sf, sb, bw->kind == ACT_B ? PLAN_PASS_B : PLAN_PASS_I, sms, delay_wgrad, err);
+            rc = fn(ctx, sf, sb, bw->kind == ACT_B ? PLAN_PASS_B : PLAN_PASS_I, err);
         }
         free(partner);
     }
     return rc;
+}
+
+typedef struct {
+    plan *pl;
+    int sms;
+    bool delay_wgrad;
+} build_ctx;
+
+static int build_one(void *ctx, int sf, int sb, int kb, ts_err *err)
+{
+    const build_ctx *C = ctx;
+    return add_pair(C->pl, sf, sb, kb, C->sms, C->delay_wgrad, err);
+}
+
+int ep_pair_build(plan *pl, const sched *s, int sms, bool delay_wgrad, ts_err *err)
+{
+    build_ctx C = {pl, sms, delay_wgrad};
+    return ep_pair_each(s, pl->n_stages, build_one, &C, err);
 }
 
 const plan_ep_pair *ep_pair_find(const plan *pl, int sf, int sb, int kb)

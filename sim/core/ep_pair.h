@@ -82,11 +82,12 @@
  * dispatcher, with p > 1 virtual pipelining (the interleaved schedule; here
  * also DualPipeV, whose F&B pairs are the same overlap), no full
  * recomputation, at most one MTP depth. trainsim also refuses schedules
- * other than 1f1b at p = 1, interleaved and dualpipev, and in the flow
- * modes (each collective its own task; lower.h runs a pair's own steps
- * interleaved in the streams' order above, ep_pair_steps.h) t > 1 and
- * context parallelism (their collectives share the all-to-alls' stream
- * there).
+ * other than 1f1b at p = 1, interleaved and dualpipev. The flow modes
+ * (each collective its own task; lower.h runs a pair's own steps
+ * interleaved in the streams' order above, ep_pair_steps.h) run a pair's
+ * tensor- and context-parallel collectives on the compute stream, as the
+ * spans above count them, so t > 1 and context parallelism are valid
+ * there too.
  *
  * Memory: the two micro-batches' saved activations are those the schedule
  * keeps in flight (the paired copies' memory events at offsets scaled to
@@ -113,7 +114,7 @@
 
 /* TS_OK when config c may run --overlap-moe-expert-parallel-comm with
  * schedule kind k of v chunks per rank (see the rules above; flows: the
- * flow modes); otherwise
+ * flow modes, which no rule depends on now); otherwise
  * TS_EINVAL naming the flag, what is wrong and what would be valid. TS_OK
  * at once when the flag is off. */
 int ep_pair_check(const config *c, sched_kind k, int v, bool flows, ts_err *err);
@@ -122,6 +123,20 @@ int ep_pair_check(const config *c, sched_kind k, int v, bool flows, ts_err *err)
  * index of action i's partner, -1 when unpaired (partner has n_actions[r]
  * entries, owned by the caller). */
 void ep_pair_mark(const sched *s, int r, int32_t *partner);
+
+/* Called by ep_pair_each for one marked pair: stage sf's forward with stage
+ * sb's backward pass kb (PLAN_PASS_B or PLAN_PASS_I); ctx the caller's.
+ * A status other than TS_OK stops the walk and is returned. */
+typedef int (*ep_pair_fn)(void *ctx, int sf, int sb, int kb, ts_err *err);
+
+/* Walk every rank's pairs of s (ep_pair_mark) in rank then action order
+ * and call fn once per pair (at the earlier action of the two), with its
+ * forward's and backward's stages; pairs whose stage is outside
+ * [0, n_stages) are skipped (lowering names the bad action). The same
+ * stages may come more than once (other micro-batches, other ranks'
+ * copies): deduplicating is fn's. TS_OK, TS_ENOMEM (err set), or fn's
+ * status. */
+int ep_pair_each(const sched *s, int n_stages, ep_pair_fn fn, void *ctx, ts_err *err);
 
 /* One pass split at its all-to-alls (see above): n transfers comm_ns[0..n-1]
  * (A_1..A_n or B_1..B_n), n + 1 compute spans comp_ns[0..n] (c_j or d_j),

@@ -12,12 +12,12 @@ int ep_pair_steps_split(const plan *pl, plan_range R, uint32_t *b)
     uint32_t i = 0;
     b[0] = 0;
     for (;;) {
-        while (i < R.n && pl->steps[R.first + i].stream == PLAN_STREAM_COMPUTE)
+        while (i < R.n && pl->steps[R.first + i].cat != PLAN_CAT_EP)
             i++;
         b[2 * n + 1] = i;
         if (i == R.n)
             return n;
-        while (i < R.n && pl->steps[R.first + i].stream != PLAN_STREAM_COMPUTE)
+        while (i < R.n && pl->steps[R.first + i].cat == PLAN_CAT_EP)
             i++;
         b[2 * ++n] = i;
     }
@@ -68,15 +68,23 @@ static int copy_scaled(plan *pl, plan_range R, const uint32_t *b, int n, const i
     out->n = 0;
     for (int j = 0; j <= n && rc == TS_OK; j++) {
         bool w = wg && wg[j] > 0;
-        int64_t old = 0, placed = 0, free_bytes = 0;
+        int64_t old = 0, placed = 0, free_bytes = 0, cc = 0;
         int16_t bucket = -1;
         int32_t last = -1;
+        /* the span's compute steps take its slowdown; its TP and CP
+         * collectives (timed by the network model) keep their times */
+        for (uint32_t i = b[2 * j]; i < b[2 * j + 1]; i++)
+            if (pl->steps[R.first + i].stream == PLAN_STREAM_COMPUTE)
+                cc += pl->steps[R.first + i].dur_ns;
+        int64_t cc_to = cc + el[j] - comp[j];
         for (uint32_t i = b[2 * j]; i < b[2 * j + 1] && rc == TS_OK; i++) {
             plan_step x = pl->steps[R.first + i]; /* a copy: pushing may move the steps */
-            old += x.dur_ns;
-            int64_t to = comp[j] > 0 ? (int64_t)((double)el[j] * (double)old / (double)comp[j] + 0.5) : old;
-            x.dur_ns = to - placed;
-            placed = to;
+            if (x.stream == PLAN_STREAM_COMPUTE) {
+                old += x.dur_ns;
+                int64_t to = cc > 0 && cc_to > 0 ? (int64_t)((double)cc_to * (double)old / (double)cc + 0.5) : old;
+                x.dur_ns = to - placed;
+                placed = to;
+            }
             if (w) {
                 free_bytes += x.free_bytes;
                 x.free_bytes = 0;
@@ -161,27 +169,22 @@ out:
     return rc == TS_ENOMEM ? err_set(err, TS_ENOMEM, "plan: out of memory for the overlapped pairs' steps") : rc;
 }
 
+typedef struct {
+    plan *pl;
+    int sms;
+    bool delay_wgrad;
+} build_ctx;
+
+static int build_one(void *ctx, int sf, int sb, int kb, ts_err *err)
+{
+    const build_ctx *C = ctx;
+    if (ep_pair_find(C->pl, sf, sb, kb))
+        return TS_OK;
+    return add_pair(C->pl, sf, sb, kb, C->sms, C->delay_wgrad, err);
+}
+
 int ep_pair_steps_build(plan *pl, const sched *s, int sms, bool delay_wgrad, ts_err *err)
 {
-    int rc = TS_OK;
-    for (int r = 0; r < s->p && rc == TS_OK; r++) {
-        size_t n = s->n_actions[r];
-        int32_t *partner = malloc((n ? n : 1) * sizeof *partner);
-        if (!partner)
-            return err_set(err, TS_ENOMEM, "plan: out of memory for the overlapped pairs");
-        ep_pair_mark(s, r, partner);
-        for (size_t i = 0; i < n && rc == TS_OK; i++) {
-            if (partner[i] < 0 || (size_t)partner[i] < i)
-                continue;
-            const sched_action *a = &s->actions[r][i], *b = &s->actions[r][partner[i]];
-            const sched_action *f = a->kind == ACT_F ? a : b, *bw = a->kind == ACT_F ? b : a;
-            int sf = sched_stage_of(s, r, f->chunk), sb = sched_stage_of(s, r, bw->chunk);
-            int kb = bw->kind == ACT_B ? PLAN_PASS_B : PLAN_PASS_I;
-            if (sf < 0 || sb < 0 || sf >= pl->n_stages || sb >= pl->n_stages || ep_pair_find(pl, sf, sb, kb))
-                continue; /* lowering names a bad action */
-            rc = add_pair(pl, sf, sb, kb, sms, delay_wgrad, err);
-        }
-        free(partner);
-    }
-    return rc;
+    build_ctx C = {pl, sms, delay_wgrad};
+    return ep_pair_each(s, pl->n_stages, build_one, &C, err);
 }

@@ -19,8 +19,11 @@
  *    the next transfer waiting for g_j only.
  * Pairs that need neither (sms 0 and no delay, or no transfer in either
  * pass) get no copy: lowering interleaves the passes' original steps.
- * The passes are split at their steps off the compute stream (t = 1 and no
- * context parallelism: the all-to-alls only; ep_pair_check).
+ * The passes are split at their all-to-alls (PLAN_CAT_EP steps); a span's
+ * TP and CP collectives are part of it, as in the default mode's closed
+ * form: lowering runs them on the compute stream (Megatron-core's combined
+ * step), the network model timing them, and the SM share slows only the
+ * span's compute steps (by the span's slowdown in ns).
  *
  * Ownership: the copies are appended to pl (plan_push_step,
  * pl->ep_pairs); pl->max_pass_steps grows to the longest copy.
@@ -35,7 +38,7 @@
 #include "sim/sched/sched.h"
 #include "sim/util/err.h"
 
-/* Split range R of pl at its steps off the compute stream (the
+/* Split range R of pl at its all-to-alls (PLAN_CAT_EP steps, the
  * transfers; back-to-back ones are one) into b (2 (R.n + 1) entries, owned
  * by the caller): span j (0..n) is steps [b[2j], b[2j+1]) of R, transfer j
  * (1..n) steps [b[2j-1], b[2j]). Returns n. */

@@ -38,9 +38,10 @@ typedef struct {
                              at partner_at[r]; NULL without */
     size_t *partner_at;
     /* the flow modes (plan.ep_pair_steps): */
-    bool *done;         /* [partner_at[r] + i] action i of rank r already lowered with its pair */
-    uint32_t *scratch2; /* task ids of the second pass of a pair */
-    uint32_t *bounds;   /* 2 x 2 (max_pass_steps + 1): each pass's spans and transfers (ep_pair_steps_split) */
+    bool *done;              /* [partner_at[r] + i] action i of rank r already lowered with its pair */
+    uint32_t *scratch2;      /* task ids of the second pass of a pair */
+    uint32_t *bounds;        /* 2 x 2 (max_pass_steps + 1): each pass's spans and transfers (ep_pair_steps_split) */
+    bool pair_tp_on_compute; /* lowering a pair's own steps: its TP and CP collectives go on the compute stream */
 } lowering;
 
 static size_t tab_idx(const lowering *L, int dir, int stage, int mb)
@@ -51,11 +52,15 @@ static size_t tab_idx(const lowering *L, int dir, int stage, int mb)
 static int add_task(lowering *L, int rank, uint32_t step, int32_t mb, uint32_t *out)
 {
     const plan_step *x = &L->pl->steps[step];
-    int rc = engine_task_add(L->e, L->rank_map ? L->rank_map[rank] : rank, x->stream, x->dur_ns, step, mb, out, L->err);
+    /* a pair's TP and CP collectives are part of its compute spans (Megatron-core runs them on the compute
+     * stream, the all-to-alls on their own; ep_pair_steps.h); the network model still times them by the step */
+    int stream =
+        L->pair_tp_on_compute && x->stream == PLAN_STREAM_TP && x->cat != PLAN_CAT_EP ? PLAN_STREAM_COMPUTE : x->stream;
+    int rc = engine_task_add(L->e, L->rank_map ? L->rank_map[rank] : rank, stream, x->dur_ns, step, mb, out, L->err);
     bool mem = x->alloc_bytes || x->free_bytes || x->batch_alloc_bytes || x->batch_free_bytes;
     if (rc == TS_OK && mem) /* the memory timeline needs its hooks */
         rc = engine_task_mark(L->e, *out, L->err);
-    if (rc == TS_OK && x->stream == PLAN_STREAM_COMPUTE)
+    if (rc == TS_OK && stream == PLAN_STREAM_COMPUTE)
         L->last_comp[rank] = *out;
     return rc;
 }
@@ -318,6 +323,20 @@ static int emit_range(lowering *L, pass_run *P, uint32_t from, uint32_t to)
     return rc;
 }
 
+/* Emit a pair's transfer [from, to) of pass P (its all-to-alls): its
+ * first step also waits for the span before it where that span ends with a
+ * TP or CP collective (the plan orders those by the shared TP stream, which
+ * the pair's collectives leave for the compute stream). */
+static int emit_transfer(lowering *L, pass_run *P, uint32_t from, uint32_t to)
+{
+    uint32_t prev = P->last;
+    bool after_coll = from > 0 && L->pl->steps[P->R.first + from - 1].stream != PLAN_STREAM_COMPUTE;
+    int rc = emit_range(L, P, from, to);
+    if (rc == TS_OK && after_coll && prev != ENGINE_NO_TASK && from < to)
+        rc = engine_dep_add(L->e, prev, P->ids[from], L->err);
+    return rc;
+}
+
 /* An overlapped pair (plan.ep_pair_combined) as Megatron-core's combined
  * step: lower compute action i of rank r together with its partner j > i
  * (ep_pair_mark): the receives between them first (the partner's input),
@@ -371,16 +390,18 @@ static int lower_pair(lowering *L, int r, size_t i, size_t j)
         if (rc == TS_OK)
             rc = emit_range(L, &P[1], 0, P[1].R.n);
     }
+    L->pair_tp_on_compute = nf || nb;
     for (int k = 0, n = nf > nb ? nf : nb; (nf || nb) && k <= n && rc == TS_OK; k++) {
         if (k > 0 && k <= nb)
-            rc = emit_range(L, &P[bq], bb[2 * k - 1], bb[2 * k]);
+            rc = emit_transfer(L, &P[bq], bb[2 * k - 1], bb[2 * k]);
         if (rc == TS_OK && k > 0 && k <= nf)
-            rc = emit_range(L, &P[fq], bf[2 * k - 1], bf[2 * k]);
+            rc = emit_transfer(L, &P[fq], bf[2 * k - 1], bf[2 * k]);
         if (rc == TS_OK && k <= nb)
             rc = emit_range(L, &P[bq], bb[2 * k], bb[2 * k + 1]);
         if (rc == TS_OK && k <= nf)
             rc = emit_range(L, &P[fq], bf[2 * k], bf[2 * k + 1]);
     }
+    L->pair_tp_on_compute = false;
     /* both outputs leave at the pair's end: its last task (ids grow) */
     uint32_t end = P[0].last == ENGINE_NO_TASK                            ? P[1].last
                    : P[1].last == ENGINE_NO_TASK || P[0].last > P[1].last ? P[0].last

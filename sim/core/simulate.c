@@ -304,7 +304,7 @@ static int ep_exposed(const engine *e, const plan *pl, simulate_result *R, ts_er
         int rk = engine_task_rank(e, id);
         const plan_step *x = &pl->steps[engine_task_tag(e, id)];
         span_t sp = {rk, engine_task_start_ns(e, id), engine_task_end_ns(e, id)};
-        if (rk < R->p && x->stream == PLAN_STREAM_COMPUTE)
+        if (rk < R->p && engine_task_stream(e, id) == PLAN_STREAM_COMPUTE) /* with a pair's TP collectives */
             comp[nc++] = sp;
         else if (rk < R->p && x->cat == PLAN_CAT_EP && !x->seg_n)
             a2a[na++] = sp;

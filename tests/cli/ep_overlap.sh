@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # --overlap-moe-expert-parallel-comm (sim/core/ep_pair.h): Megatron-LM's
-# rules answered with exit 2 naming what is valid, the flow modes refusing
-# t > 1, the three modes agreeing at p 1 and p 2 (interleaved, DualPipeV),
+# rules answered with exit 2 naming what is valid, the three modes agreeing
+# at p 1 (t 1, t 2 with sequence parallelism, cp 2) and p 2 (interleaved,
+# DualPipeV),
 # the overlap shortening the iteration and the exposed EP time on the
 # qwen3-235b-a22b preset (interleaved) and deepseek-v3 (DualPipeV), the
 # rest of the report unchanged; --delay-wgrad-compute refused without the
@@ -35,11 +36,6 @@ expect_error 2 "valid --schedule interleaved (with --num-layers-per-virtual-pipe
 expect_error 2 "$F: not with --recompute-granularity full" $T simulate "${MIX[@]}" $F \
     --expert-model-parallel-size 8 --moe-token-dispatcher-type alltoall --recompute-granularity full
 expect_error 2 "$F: needs a mixture-of-experts model (--num-experts > 0)" $T simulate --model gpt3-175b $F
-# the flow modes: what the interleave of the pair's steps does not model yet
-for mode in network-flows full; do
-    expect_error 2 "$F: in the flow modes needs --tensor-model-parallel-size 1" $T simulate "${MIX[@]}" $F \
-        --expert-model-parallel-size 8 --moe-token-dispatcher-type alltoall --$mode -p 1 -t 2
-done
 
 # -------- the flow modes agree with the default mode (p = 1, t = 1: the
 # pair's steps interleaved, sim/core/ep_pair_steps.h), uncontended fabric,
@@ -60,11 +56,15 @@ flows_agree() { # gpu, extra flags...
     topo "$tmp/fast.csv" "$gpu" 50 # 400 Gb/s NDR
     topo "$tmp/slow.csv" "$gpu" 25 # 200 Gb/s
     local FL=(--model mixtral-8x7b --num-layers 8 --global-batch-size 64 --gpus 32 --num-experts 16
-        --expert-model-parallel-size 16 --moe-router-force-load-balancing -t 1 -p 1
+        --expert-model-parallel-size 16 --moe-router-force-load-balancing -p 1
         --moe-token-dispatcher-type alltoall --gpu "$gpu")
-    local name="$gpu${*:+ $*}"
+    local name="$gpu${*:+ $*}" a
+    for a in "$@"; do # the layout's flags in both runs, --delay-wgrad-compute (needs $F) with it
+        [ "$a" = --delay-wgrad-compute ] || FL+=("$a")
+    done
+    [[ " $* " = *" -t "* ]] || FL+=(-t 1)
     run "$tmp/fl.off" "${FL[@]}" --topology "$tmp/fast.csv" || return
-    FL+=("$@")
+    [[ " $* " = *" --delay-wgrad-compute "* ]] && FL+=(--delay-wgrad-compute)
     run "$tmp/fl.on" "${FL[@]}" --topology "$tmp/fast.csv" $F || return
     local d0 d1 g s
     d0=$(iter_s "$tmp/fl.off"); d1=$(iter_s "$tmp/fl.on")
@@ -85,6 +85,12 @@ flows_agree B200-SXM-180GB
 flows_agree B200-SXM-180GB --delay-wgrad-compute
 flows_agree H100-SXM5-80GB
 flows_agree H100-SXM5-80GB --delay-wgrad-compute
+# t 2 and cp 2: the pair's TP and CP collectives on the compute stream in
+# the flow modes (ep_pair_steps.h), as in the default mode's spans
+flows_agree B200-SXM-180GB -t 2 --sequence-parallel
+flows_agree H100-SXM5-80GB -t 2 --sequence-parallel
+flows_agree B200-SXM-180GB -t 1 --context-parallel-size 2
+flows_agree H100-SXM5-80GB -t 1 --context-parallel-size 2
 
 # -------- p > 1: every pair is Megatron-core's combined step (both inputs
 # first, both outputs at its end) with one more warm-up forward (interleaved)
