@@ -20,6 +20,8 @@ static const char *llama_flag(const model_config *m)
         return "--disable-bias-linear";
     if (m->position_embedding == POS_ROPE)
         return "--position-embedding-type rope";
+    if (m->qk_layernorm)
+        return "--qk-layernorm";
     return NULL;
 }
 
@@ -107,10 +109,6 @@ int xconfig_supports(const config *c, bool cuda, bool inference, ts_err *err)
     if (config_head_size(m) * m->num_attention_heads != m->hidden_size)
         return err_set(err, TS_ENOTSUP, "--kv-channels %d: the executor's heads are h / a = %d wide", m->kv_channels,
                        m->hidden_size / m->num_attention_heads);
-    if (m->qk_layernorm)
-        return err_set(err, TS_ENOTSUP,
-                       "--qk-layernorm: the executor's attention has no query/key norms (trainsim simulate models "
-                       "them; drop the flag, or --qk-layernorm=false with a Qwen3 preset)");
     if (m->fp8_format != FP8_FORMAT_NONE)
         return err_set(err, TS_ENOTSUP, "--fp8-format %s: the executor's GEMMs run at the run's precision, no FP8",
                        CONFIG_FP8_FORMAT_NAMES[m->fp8_format]);
@@ -162,9 +160,9 @@ void xconfig_arch_text(const gpt_dims *d, char *buf, size_t size)
             (void)snprintf(buf, size, " [untied]");
         return;
     }
-    (void)snprintf(buf, size, " [groups=%d%s%s%s%s%s]", gpt_dims_groups(d), d->rmsnorm ? " RMSNorm" : "",
+    (void)snprintf(buf, size, " [groups=%d%s%s%s%s%s%s]", gpt_dims_groups(d), d->rmsnorm ? " RMSNorm" : "",
                    d->swiglu ? " SwiGLU" : "", d->no_bias ? " no-bias" : "", d->rope ? " rope" : "",
-                   d->tie_embed ? "" : " untied");
+                   d->qk_norm ? " qk-norm" : "", d->tie_embed ? "" : " untied");
 }
 
 void xconfig_mode_text(const gpt_dims *d, char *buf, size_t size)
@@ -215,6 +213,7 @@ static gpt_dims xconfig_dense_dims(const model_config *mc, const parallel_config
                       .swiglu = mc->swiglu,
                       .no_bias = !mc->add_bias_linear,
                       .rope = mc->position_embedding == POS_ROPE,
+                      .qk_norm = mc->qk_layernorm,
                       .recompute = pc->recompute != RECOMPUTE_FULL                  ? GPT_RC_NONE
                                    : pc->recompute_method == RECOMPUTE_METHOD_BLOCK ? GPT_RC_BLOCK
                                                                                     : GPT_RC_UNIFORM,

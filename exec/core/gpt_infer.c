@@ -50,7 +50,7 @@ int gpt_kv_create(gpt_stage *st, int max_new, gpt_kv **out, ts_err *err)
                        st->head ? "" : ", no output layer");
     if (gpt_dims_llama(&st->d))
         return err_set(err, TS_ENOTSUP,
-                       "inference: the KV cache runs the GPT layers only (no RMSNorm, SwiGLU, --disable-bias-linear, "
+                       "inference: the KV cache runs the GPT layers only (no RMSNorm, SwiGLU, --disable-bias-linear, q/k norms, "
                        "grouped-query attention or rope); train such a model without --inference");
     if (st->d.num_experts > 0)
         return err_set(err, TS_ENOTSUP,

@@ -277,6 +277,10 @@ static int layer_fwd(gpt_stage *st, gpt_acts *a, int li, const float *x, float *
         ln1g = A->ln1g;
     }
     OP(st, "qkv", l, linear_fwd(st, A->qkv, ln1g, LW(st, li, GP_QKVW), LW(st, li, GP_QKVB), N, st->Wl, C));
+    if (st->d.qk_norm)
+        OP(st, "qk_norm", l,
+           be->qknorm_fwd(be, A->qkv, A->qkn, st->d.rmsnorm ? NULL : A->qknm, A->qknr, LW(st, li, GP_QLNW),
+                          LW(st, li, GP_QLNB), LW(st, li, GP_KLNW), LW(st, li, GP_KLNB), N, st->NHl, st->NKVl, st->hs));
     if (st->d.rope)
         OP(st, "rope", l, rope_rows(st, A->qkv, false));
     int rc;
@@ -431,6 +435,14 @@ static int layer_bwd_input(gpt_stage *st, gpt_acts *a, int li, gpt_lcache *K, bo
     CK(rc);
     if (st->d.rope) /* back to the gradient of the unrotated QKV output */
         OP(st, "rope_bwd", l, rope_rows(st, K->dqkv, true));
+    if (st->d.qk_norm) { /* its weight gradient with the input gradient, which overwrites dqkv */
+        const float *qm = st->d.rmsnorm ? NULL : A->qknm;
+        OP(st, "qk_norm_bwd", l,
+           be->qknorm_bwd_weight(be, LG(st, li, GP_QLNW), LG(st, li, GP_QLNB), LG(st, li, GP_KLNW),
+                                 LG(st, li, GP_KLNB), K->dqkv, A->qkn, qm, A->qknr, N, st->NHl, st->NKVl, st->hs);
+           be->qknorm_bwd_input(be, K->dqkv, A->qkn, qm, A->qknr, LW(st, li, GP_QLNW), LW(st, li, GP_KLNW), N,
+                                st->NHl, st->NKVl, st->hs));
+    }
     CK(tp_bwd_reduce(st, K->dln1, K->dqkv, LW(st, li, GP_QKVW), st->Wl, "qkv_bwd_input", l, err));
     OP(st, "ln1_bwd_input", l,
        norm_bwd_input(st, dres, K->dln1, layer_input(a, li), LW(st, li, GP_LN1W), A->ln1m, A->ln1r, Ns));
