@@ -438,10 +438,10 @@ static int layer_bwd_input(gpt_stage *st, gpt_acts *a, int li, gpt_lcache *K, bo
     if (st->d.qk_norm) { /* its weight gradient with the input gradient, which overwrites dqkv */
         const float *qm = st->d.rmsnorm ? NULL : A->qknm;
         OP(st, "qk_norm_bwd", l,
-           be->qknorm_bwd_weight(be, LG(st, li, GP_QLNW), LG(st, li, GP_QLNB), LG(st, li, GP_KLNW),
-                                 LG(st, li, GP_KLNB), K->dqkv, A->qkn, qm, A->qknr, N, st->NHl, st->NKVl, st->hs);
-           be->qknorm_bwd_input(be, K->dqkv, A->qkn, qm, A->qknr, LW(st, li, GP_QLNW), LW(st, li, GP_KLNW), N,
-                                st->NHl, st->NKVl, st->hs));
+           be->qknorm_bwd_weight(be, LG(st, li, GP_QLNW), LG(st, li, GP_QLNB), LG(st, li, GP_KLNW), LG(st, li, GP_KLNB),
+                                 K->dqkv, A->qkn, qm, A->qknr, N, st->NHl, st->NKVl, st->hs);
+           be->qknorm_bwd_input(be, K->dqkv, A->qkn, qm, A->qknr, LW(st, li, GP_QLNW), LW(st, li, GP_KLNW), N, st->NHl,
+                                st->NKVl, st->hs));
     }
     CK(tp_bwd_reduce(st, K->dln1, K->dqkv, LW(st, li, GP_QKVW), st->Wl, "qkv_bwd_input", l, err));
     OP(st, "ln1_bwd_input", l,

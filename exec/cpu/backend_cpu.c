@@ -185,8 +185,8 @@ static void cpu_rms_bwd_w(backend *be, float *dw, const float *dout, const float
     (void)be;
     kern_rmsnorm_bwd_weight(dw, dout, inp, rstd, N, C);
 }
-static void cpu_qkn_fwd(backend *be, float *qkv, float *xin, float *mean, float *rstd, const float *qw,
-                        const float *qb, const float *kw, const float *kb, size_t N, int NH, int NKV, int hs)
+static void cpu_qkn_fwd(backend *be, float *qkv, float *xin, float *mean, float *rstd, const float *qw, const float *qb,
+                        const float *kw, const float *kb, size_t N, int NH, int NKV, int hs)
 {
     (void)be;
     kern_qknorm_fwd(qkv, xin, mean, rstd, qw, qb, kw, kb, N, NH, NKV, hs);

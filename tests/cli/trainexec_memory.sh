@@ -5,7 +5,8 @@
 # selective and full recomputation, unfused and flash attention, the
 # distributed optimizer, a pipeline (1F1B and the zero-bubble ZB-H1 and ZB-V,
 # whose split backward keeps each linear layer's input and output gradient
-# from I to W) and context parallelism. One iteration
+# from I to W), the query / key norms (--qk-layernorm: their input saved,
+# also under selective recomputation) and context parallelism. One iteration
 # of a 4-layer GPT (h 64, 4 heads, s 64, V 256, b 2, no dropout: the
 # executor has none, so the simulator is told --attention-dropout 0
 # --hidden-dropout 0). Ends with "N passed, N failed". Needs mpirun.
@@ -47,6 +48,13 @@
 #   1/std: (N V + N + 2 N h + 2 N) x 4 bytes), so its peak is in the last
 #   layer's attention backward, that difference above its forward's end.
 #   The allowance is that difference, exactly.
+# - --qk-layernorm: the q/k norms' mean and 1/std, per query and key head
+#   (2 a here) and row, L N 2 (2 a) floats on one rank (LayerNorm; the
+#   simulator counts the norms' input only, docs/cost-model.md "QK
+#   layernorm"); 1% of the total here, so named. RMSNorm keeps half (1/rms
+#   only), within ACT_TOL on the pipeline's ranks. Tensor parallelism is not
+#   compared: the executor's embedding and output layer are not
+#   vocabulary-parallel (gpt.h), the simulator's are.
 set -u
 . "$(dirname "$0")/lib.sh"
 if [ ! -x "${TRAINEXEC:-}" ] || ! command -v mpirun >/dev/null; then
@@ -104,6 +112,7 @@ N=$((B * S)) # rows of a micro-batch on one rank
 FULL="--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
 BLOCK="--recompute-granularity full --recompute-method block --recompute-num-layers 2"
 SEL="--recompute-granularity selective"
+QKS=$((L * N * 2 * 2 * A * 4)) # the q/k norms' mean and 1/std (LayerNorm), fp32
 
 # unfused attention: the simulator in fp32, directly
 while IFS='|' read -r name np flags allow; do
@@ -118,6 +127,9 @@ distributed optimizer, d = 2|2|--global-batch-size 4 --use-distributed-optimizer
 1F1B, p = 2, m = 4|2|--global-batch-size 8 -p 2|0
 ZB-H1, p = 2, m = 4|2|--global-batch-size 8 -p 2 --schedule zb-h1|0
 ZB-V, p = 2, m = 4|2|--global-batch-size 8 -p 2 --schedule zb-v|0
+q/k norms|1|--global-batch-size 2 --qk-layernorm|$QKS
+q/k norms, selective recomputation|1|--global-batch-size 2 --qk-layernorm $SEL|$QKS
+q/k norms, RMSNorm, ZB-H1, p = 2, m = 4|2|--global-batch-size 8 --qk-layernorm --normalization RMSNorm -p 2 --schedule zb-h1|0
 EOF
 
 # flash attention: the simulator's fp32 unfused run less twice what flash saves in bf16
@@ -136,6 +148,7 @@ done <<EOF
 no recomputation|1|--global-batch-size 2|0
 selective recomputation|1|--global-batch-size 2 $SEL|0
 full recomputation, uniform 1|1|--global-batch-size 2 $FULL|$((2 * N * H * 4))
+q/k norms|1|--global-batch-size 2 --qk-layernorm|$QKS
 EOF
 
 # the executor's flash attention keeps fewer activations than its unfused one, by L b a (s^2 - s) floats

@@ -423,9 +423,9 @@ int main(int argc, char **argv)
      * tensor, sequence, pipeline (zero-bubble split backward), data and context parallelism and
      * recomputation, against references with the same norms */
     const layout QK[] = {
-        {2, 1, 1, false, SCHED_1F1B, 1, NULL, 1},  {4, 1, 1, true, SCHED_1F1B, 1, NULL, 1},
-        {2, 1, 2, true, SCHED_1F1B, 1, NULL, 1},   {2, 2, 1, true, SCHED_ZB_H2, 1, NULL, 1},
-        {1, 2, 2, false, SCHED_ZB_V, 2, NULL, 1},  {1, 4, 1, false, SCHED_INTERLEAVED, 2, "E|(t|)*6t*2L", 1},
+        {2, 1, 1, false, SCHED_1F1B, 1, NULL, 1},     {4, 1, 1, true, SCHED_1F1B, 1, NULL, 1},
+        {2, 1, 2, true, SCHED_1F1B, 1, NULL, 1},      {2, 2, 1, true, SCHED_ZB_H2, 1, NULL, 1},
+        {1, 2, 2, false, SCHED_ZB_V, 2, NULL, 1},     {1, 4, 1, false, SCHED_INTERLEAVED, 2, "E|(t|)*6t*2L", 1},
         {2, 2, 1, true, SCHED_DUALPIPEV, 2, NULL, 1},
     };
     const int nQK = (int)(sizeof QK / sizeof QK[0]);

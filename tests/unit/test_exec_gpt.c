@@ -200,8 +200,8 @@ static void split_equals_fused(const gpt_dims *d)
     size_t norm_nonzero = 0;
     for (int k = 0; k < nt; k++) {
         gpt_pkind kd = tt[k].kind;
-        bool norm = kd == GP_LN1W || kd == GP_LN1B || kd == GP_LN2W || kd == GP_LN2B || kd == GP_LNFW || kd == GP_LNFB ||
-                    kd == GP_QLNW || kd == GP_QLNB || kd == GP_KLNW || kd == GP_KLNB;
+        bool norm = kd == GP_LN1W || kd == GP_LN1B || kd == GP_LN2W || kd == GP_LN2B || kd == GP_LNFW ||
+                    kd == GP_LNFB || kd == GP_QLNW || kd == GP_QLNB || kd == GP_KLNW || kd == GP_KLNB;
         for (size_t i = tt[k].offset; i < tt[k].offset + tt[k].n; i++) {
             if (!norm)
                 cr_assert_eq(gpt_stage_grads(st)[i], 0.0f, "tensor %d (kind %d) after I", k, (int)kd);
