@@ -135,10 +135,11 @@ int xconfig_supports(const config *c, bool cuda, bool inference, ts_err *err)
                        "--pipeline-model-parallel-size %d: the executor sums the two copies' gradients after the "
                        "reduce-scatter has sharded them (give --untie-embeddings-and-output-weights)",
                        p->pp);
-    if (p->recompute == RECOMPUTE_SELECTIVE && p->recompute_modules && p->recompute_modules != CONFIG_RC_CORE_ATTN)
+    if (p->recompute == RECOMPUTE_SELECTIVE && (p->recompute_modules & ~(CONFIG_RC_CORE_ATTN | CONFIG_RC_MOE)))
         return err_set(err, TS_ENOTSUP,
-                       "--recompute-modules: the executor recomputes the attention core only (core_attn, "
-                       "Megatron-core's default), or whole layers with --recompute-granularity full");
+                       "--recompute-modules: the executor recomputes the attention core (core_attn, "
+                       "Megatron-core's default) and whole MoE layers (moe, --moe-layer-recompute) only, or whole "
+                       "layers with --recompute-granularity full");
     if (p->recompute != RECOMPUTE_NONE && inference)
         return err_set(err, TS_ENOTSUP, "--recompute-granularity with --inference: inference keeps no activations");
     if (p->torch_fsdp2 || p->megatron_fsdp)
@@ -171,9 +172,10 @@ void xconfig_mode_text(const gpt_dims *d, char *buf, size_t size)
     if (d->recompute != GPT_RC_NONE)
         (void)snprintf(buf, size, ", recompute full %s %d", d->recompute == GPT_RC_BLOCK ? "block" : "uniform",
                        d->recompute_layers);
-    if (d->recompute_attn) {
+    if (d->recompute_attn || d->recompute_moe) {
         size_t n = strlen(buf);
-        (void)snprintf(buf + n, size - n, ", recompute selective core_attn");
+        (void)snprintf(buf + n, size - n, ", recompute selective%s%s", d->recompute_attn ? " core_attn" : "",
+                       d->recompute_moe ? " moe" : "");
     }
     if (d->dist_optim) {
         size_t n = strlen(buf);
@@ -218,7 +220,10 @@ static gpt_dims xconfig_dense_dims(const model_config *mc, const parallel_config
                                    : pc->recompute_method == RECOMPUTE_METHOD_BLOCK ? GPT_RC_BLOCK
                                                                                     : GPT_RC_UNIFORM,
                       .recompute_layers = pc->recompute_num_layers,
-                      .recompute_attn = pc->recompute == RECOMPUTE_SELECTIVE,
+                      .recompute_attn = pc->recompute == RECOMPUTE_SELECTIVE &&
+                                        (!pc->recompute_modules || (pc->recompute_modules & CONFIG_RC_CORE_ATTN)),
+                      .recompute_moe =
+                          pc->recompute == RECOMPUTE_SELECTIVE && (pc->recompute_modules & CONFIG_RC_MOE) != 0,
                       .dist_optim = pc->distributed_optimizer,
                       .flash = config_attn_is_flash(mc->attention_backend),
                       .tie_embed = !mc->untie_embeddings};

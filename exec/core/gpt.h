@@ -129,6 +129,9 @@ typedef struct {
     int recompute;        /* GPT_RC_NONE, GPT_RC_UNIFORM, GPT_RC_BLOCK (--recompute-method) */
     bool recompute_attn;  /* --recompute-granularity selective (core_attn): the attention scores are not kept
                              per micro-batch; the backward recomputes them from the saved q, k */
+    bool recompute_moe;   /* --moe-layer-recompute / --recompute-modules moe (selective): a MoE layer's MLP
+                             keeps only its input (ln2's output) per micro-batch; the backward reruns its
+                             forward (router, dispatch, experts, combine) before going back through it */
     bool dist_optim;      /* --use-distributed-optimizer: gradients reduce-scattered over COMM_DP, Adam on
                              this rank's shard (its moments only), parameters all-gathered */
     int recompute_layers; /* --recompute-num-layers: uniform, layers per group from the stage's first (0: 1);

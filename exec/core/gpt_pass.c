@@ -258,6 +258,10 @@ static int moe_mlp_fwd(gpt_stage *st, gpt_acts *a, int li, float *out, ts_err *e
     OP(st, "moe", l, rc = moe_forward(st->moe[li].L, &xc, A->ln2, st->Ns, st->s_part, &A->moe, err));
     if (rc)
         return rc;
+    if (st->d.recompute_moe) { /* checkpointed: the backward reruns it from ln2 */
+        moe_saved_free(A->moe);
+        A->moe = NULL;
+    }
     OP(st, "residual2", l, st->be->bias_residual_fwd(st->be, out, A->res2, st->s_part, NULL, st->Ns, st->C));
     return TS_OK;
 }
@@ -403,6 +407,12 @@ static int layer_bwd_input(gpt_stage *st, gpt_acts *a, int li, gpt_lcache *K, bo
         moe_layer *M = st->moe[li].L;
         moe_xchg xc = moe_xc_of(st);
         int rc;
+        if (st->d.recompute_moe && !A->moe) { /* the forward again (its collectives too); its output unused */
+            M->rerun = true;
+            OP(st, "moe_recompute", l, rc = moe_forward(M, &xc, A->ln2, st->Ns, st->s_part, &A->moe, err));
+            M->rerun = false;
+            CK(rc);
+        }
         if (!A->moe)
             return err_set(err, TS_ESTATE, "gpt backward: layer %d's MoE state is missing (forward not run)", l);
         M->aux_grad_scale = (double)st->loss_scale * (double)st->N; /* 1 / micro-batches of the global batch */
