@@ -212,7 +212,7 @@ static void qk_norm_block(float *o, float *mean, float *rstd, const float *x, co
 void kern_qknorm_fwd(float *qkv, float *xin, float *mean, float *rstd, const float *qw, const float *qb,
                      const float *kw, const float *kb, size_t N, int NH, int NKV, int hs)
 {
-    size_t W = (size_t)(NH + 2 * NKV) * hs, nqk = (size_t)(NH + NKV), wq = (size_t)NH * hs;
+    size_t W = ((size_t)NH + 2 * (size_t)NKV) * (size_t)hs, nqk = (size_t)NH + (size_t)NKV, wq = (size_t)NH * hs;
     for (size_t n = 0; n < N; n++) {
         float *row = qkv + n * W, *x = xin + n * nqk * hs, *m = mean ? mean + n * nqk : NULL, *r = rstd + n * nqk;
         memcpy(x, row, nqk * hs * sizeof *x);
@@ -224,7 +224,7 @@ void kern_qknorm_fwd(float *qkv, float *xin, float *mean, float *rstd, const flo
 void kern_qknorm_bwd_weight(float *dqw, float *dqb, float *dkw, float *dkb, const float *dqkv, const float *xin,
                             const float *mean, const float *rstd, size_t N, int NH, int NKV, int hs)
 {
-    size_t W = (size_t)(NH + 2 * NKV) * hs, nqk = (size_t)(NH + NKV), wq = (size_t)NH * hs;
+    size_t W = ((size_t)NH + 2 * (size_t)NKV) * (size_t)hs, nqk = (size_t)NH + (size_t)NKV, wq = (size_t)NH * hs;
     for (size_t n = 0; n < N; n++) {
         const float *dy = dqkv + n * W, *x = xin + n * nqk * hs, *r = rstd + n * nqk;
         if (mean) {
@@ -241,7 +241,7 @@ void kern_qknorm_bwd_weight(float *dqw, float *dqb, float *dkw, float *dkb, cons
 void kern_qknorm_bwd_input(float *dqkv, const float *xin, const float *mean, const float *rstd, const float *qw,
                            const float *kw, size_t N, int NH, int NKV, int hs)
 {
-    size_t W = (size_t)(NH + 2 * NKV) * hs, nqk = (size_t)(NH + NKV);
+    size_t W = ((size_t)NH + 2 * (size_t)NKV) * (size_t)hs, nqk = (size_t)NH + (size_t)NKV;
     for (size_t n = 0; n < N; n++)
         for (size_t h = 0; h < nqk; h++) {
             float *d = dqkv + n * W + h * hs;
