@@ -60,7 +60,9 @@
  * moments; the auxiliary loss's gradient is scaled like the token losses
  * (1 / micro-batches of the global batch). With context parallelism
  * the MoE layer runs on the rank's N rows (its chunks) and expert
- * parallelism folds into tensor x context x data parallelism. Refused with
+ * parallelism folds into tensor x context x data parallelism. With
+ * recompute_moe the layer's routed state is freed after its forward and
+ * rebuilt by rerunning the forward in the backward. Refused with
  * MoE: full recomputation, the distributed optimizer, t > 1 without sp, the
  * auxiliary loss with t > 1 or cp > 1.
  *
