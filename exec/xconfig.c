@@ -20,6 +20,8 @@ static const char *llama_flag(const model_config *m)
         return "--disable-bias-linear";
     if (m->position_embedding == POS_ROPE)
         return "--position-embedding-type rope";
+    if (m->qk_layernorm)
+        return "--qk-layernorm";
     return NULL;
 }
 
@@ -109,10 +111,6 @@ int xconfig_supports(const config *c, bool cuda, bool inference, ts_err *err)
     if (config_head_size(m) * m->num_attention_heads != m->hidden_size)
         return err_set(err, TS_ENOTSUP, "--kv-channels %d: the executor's heads are h / a = %d wide", m->kv_channels,
                        m->hidden_size / m->num_attention_heads);
-    if (m->qk_layernorm)
-        return err_set(err, TS_ENOTSUP,
-                       "--qk-layernorm: the executor's attention has no query/key norms (trainsim simulate models "
-                       "them; drop the flag, or --qk-layernorm=false with a Qwen3 preset)");
     if (m->fp8_format != FP8_FORMAT_NONE)
         return err_set(err, TS_ENOTSUP, "--fp8-format %s: the executor's GEMMs run at the run's precision, no FP8",
                        CONFIG_FP8_FORMAT_NAMES[m->fp8_format]);
@@ -139,10 +137,11 @@ int xconfig_supports(const config *c, bool cuda, bool inference, ts_err *err)
                        "--pipeline-model-parallel-size %d: the executor sums the two copies' gradients after the "
                        "reduce-scatter has sharded them (give --untie-embeddings-and-output-weights)",
                        p->pp);
-    if (p->recompute == RECOMPUTE_SELECTIVE && p->recompute_modules && p->recompute_modules != CONFIG_RC_CORE_ATTN)
+    if (p->recompute == RECOMPUTE_SELECTIVE && (p->recompute_modules & ~(CONFIG_RC_CORE_ATTN | CONFIG_RC_MOE)))
         return err_set(err, TS_ENOTSUP,
-                       "--recompute-modules: the executor recomputes the attention core only (core_attn, "
-                       "Megatron-core's default), or whole layers with --recompute-granularity full");
+                       "--recompute-modules: the executor recomputes the attention core (core_attn, "
+                       "Megatron-core's default) and whole MoE layers (moe, --moe-layer-recompute) only, or whole "
+                       "layers with --recompute-granularity full");
     if (p->recompute != RECOMPUTE_NONE && inference)
         return err_set(err, TS_ENOTSUP, "--recompute-granularity with --inference: inference keeps no activations");
     if (p->torch_fsdp2 || p->megatron_fsdp)
@@ -164,9 +163,9 @@ void xconfig_arch_text(const gpt_dims *d, char *buf, size_t size)
             (void)snprintf(buf, size, " [untied]");
         return;
     }
-    (void)snprintf(buf, size, " [groups=%d%s%s%s%s%s]", gpt_dims_groups(d), d->rmsnorm ? " RMSNorm" : "",
+    (void)snprintf(buf, size, " [groups=%d%s%s%s%s%s%s]", gpt_dims_groups(d), d->rmsnorm ? " RMSNorm" : "",
                    d->swiglu ? " SwiGLU" : "", d->no_bias ? " no-bias" : "", d->rope ? " rope" : "",
-                   d->tie_embed ? "" : " untied");
+                   d->qk_norm ? " qk-norm" : "", d->tie_embed ? "" : " untied");
 }
 
 void xconfig_mode_text(const gpt_dims *d, char *buf, size_t size)
@@ -175,9 +174,10 @@ void xconfig_mode_text(const gpt_dims *d, char *buf, size_t size)
     if (d->recompute != GPT_RC_NONE)
         (void)snprintf(buf, size, ", recompute full %s %d", d->recompute == GPT_RC_BLOCK ? "block" : "uniform",
                        d->recompute_layers);
-    if (d->recompute_attn) {
+    if (d->recompute_attn || d->recompute_moe) {
         size_t n = strlen(buf);
-        (void)snprintf(buf + n, size - n, ", recompute selective core_attn");
+        (void)snprintf(buf + n, size - n, ", recompute selective%s%s", d->recompute_attn ? " core_attn" : "",
+                       d->recompute_moe ? " moe" : "");
     }
     if (d->dist_optim) {
         size_t n = strlen(buf);
@@ -217,11 +217,15 @@ static gpt_dims xconfig_dense_dims(const model_config *mc, const parallel_config
                       .swiglu = mc->swiglu,
                       .no_bias = !mc->add_bias_linear,
                       .rope = mc->position_embedding == POS_ROPE,
+                      .qk_norm = mc->qk_layernorm,
                       .recompute = pc->recompute != RECOMPUTE_FULL                  ? GPT_RC_NONE
                                    : pc->recompute_method == RECOMPUTE_METHOD_BLOCK ? GPT_RC_BLOCK
                                                                                     : GPT_RC_UNIFORM,
                       .recompute_layers = pc->recompute_num_layers,
-                      .recompute_attn = pc->recompute == RECOMPUTE_SELECTIVE,
+                      .recompute_attn = pc->recompute == RECOMPUTE_SELECTIVE &&
+                                        (!pc->recompute_modules || (pc->recompute_modules & CONFIG_RC_CORE_ATTN)),
+                      .recompute_moe =
+                          pc->recompute == RECOMPUTE_SELECTIVE && (pc->recompute_modules & CONFIG_RC_MOE) != 0,
                       .dist_optim = pc->distributed_optimizer,
                       .flash = config_attn_is_flash(mc->attention_backend),
                       .tie_embed = !mc->untie_embeddings};

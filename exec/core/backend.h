@@ -113,6 +113,16 @@ struct backend {
                               const float *rstd, size_t N, int C);
     void (*rmsnorm_bwd_weight)(backend *be, float *dw, const float *dout, const float *inp, const float *rstd, size_t N,
                                int C);
+    /* QK norm (--qk-layernorm; kern_qknorm_*: mean NULL is RMSNorm). NULL in a
+     * backend without it (the CUDA backend, for now): gpt_stage_create then
+     * refuses the flag. */
+    void (*qknorm_fwd)(backend *be, float *qkv, float *xin, float *mean, float *rstd, const float *qw, const float *qb,
+                       const float *kw, const float *kb, size_t N, int NH, int NKV, int hs);
+    void (*qknorm_bwd_weight)(backend *be, float *dqw, float *dqb, float *dkw, float *dkb, const float *dqkv,
+                              const float *xin, const float *mean, const float *rstd, size_t N, int NH, int NKV,
+                              int hs);
+    void (*qknorm_bwd_input)(backend *be, float *dqkv, const float *xin, const float *mean, const float *rstd,
+                             const float *qw, const float *kw, size_t N, int NH, int NKV, int hs);
     void (*swiglu_fwd)(backend *be, float *out, const float *inp, size_t N, int F);
     void (*swiglu_bwd)(backend *be, float *dinp, const float *inp, const float *dout, size_t N, int F);
     void (*rope_fwd)(backend *be, float *qkv, size_t N, int T, int NH, int NKV, int hs, float base);

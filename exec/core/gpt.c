@@ -31,7 +31,7 @@ int gpt_dims_groups(const gpt_dims *d)
 
 bool gpt_dims_llama(const gpt_dims *d)
 {
-    return gpt_dims_groups(d) != d->heads || d->rmsnorm || d->swiglu || d->no_bias || d->rope;
+    return gpt_dims_groups(d) != d->heads || d->rmsnorm || d->swiglu || d->no_bias || d->rope || d->qk_norm;
 }
 
 static pshape shape_of(const gpt_dims *d, gpt_pkind k)
@@ -65,6 +65,12 @@ static pshape shape_of(const gpt_dims *d, gpt_pkind k)
     case GP_LN2B:
     case GP_LNFB:
         return (pshape){normb, 1, SPLIT_NONE, 1, {0}};
+    case GP_QLNW:
+    case GP_KLNW:
+        return (pshape){d->qk_norm ? hs : 0, 1, SPLIT_NONE, 1, {0}};
+    case GP_QLNB:
+    case GP_KLNB:
+        return (pshape){d->qk_norm && !d->rmsnorm ? hs : 0, 1, SPLIT_NONE, 1, {0}};
     default:
         return (pshape){C, 1, SPLIT_NONE, 1, {0}}; /* norm weights */
     }
@@ -205,10 +211,14 @@ static float init_value(const gpt_dims *d, gpt_pkind k, uint64_t seed, size_t gi
     case GP_LN1W:
     case GP_LN2W:
     case GP_LNFW:
+    case GP_QLNW:
+    case GP_KLNW:
         return 1.0f + 0.1f * u;
     case GP_LN1B:
     case GP_LN2B:
     case GP_LNFB:
+    case GP_QLNB:
+    case GP_KLNB:
         return 0.1f * u;
     case GP_WPE:
         return 0.01f * s3 * u;
@@ -227,6 +237,8 @@ static float init_value(const gpt_dims *d, gpt_pkind k, uint64_t seed, size_t gi
 
 static bool is_tp_partial(gpt_pkind k, bool sp)
 {
+    if (k == GP_QLNW || k == GP_QLNB || k == GP_KLNW || k == GP_KLNB)
+        return true; /* each tensor rank's part: its own heads */
     if (!sp)
         return false;
     switch (k) {
@@ -308,6 +320,8 @@ static int backend_check(const gpt_dims *d, const backend *be, ts_err *err)
         flag = "--position-embedding-type rope";
     else if (gpt_dims_groups(d) != d->heads && !(be->attention_gqa_fwd && be->attention_gqa_bwd))
         flag = "--group-query-attention --num-query-groups";
+    else if (d->qk_norm && !(be->qknorm_fwd && be->qknorm_bwd_weight && be->qknorm_bwd_input))
+        flag = "--qk-layernorm";
     if (flag)
         return err_set(err, TS_ENOTSUP, "%s: the %s backend has no kernel for it (run with the cpu backend)", flag,
                        be->name);
@@ -736,7 +750,7 @@ void gpt_stage_grad_shard(const gpt_stage *st, size_t *lo, size_t *hi)
 int gpt_stage_reduce_grads(gpt_stage *st, ts_err *err)
 {
     int rc = gpt_moe_reduce_grads(st, err);
-    if (st->sp && st->t > 1)
+    if (st->t > 1) /* (without sp only the q/k norms' are partial) */
         for (int i = 0; i < st->ntens && !rc; i++)
             if (st->tens[i].tp_partial)
                 rc = st->cm->all_reduce(st->cm, COMM_TP, st->grads + st->tens[i].offset, st->tens[i].n, err);

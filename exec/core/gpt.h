@@ -12,7 +12,8 @@
  * attention (QKV [(NH + 2G) hs, C]: the NH query heads, then G key heads,
  * then G value heads; query head h uses key/value head h / (NH/G)); rotary
  * position embeddings (no wpe; q and k rotated after the QKV projection,
- * base 10000, Megatron's default --rotary-base).
+ * base 10000, Megatron's default --rotary-base). With qk_norm (any
+ * architecture) the q and k heads are normalised before rope.
  *
  * A stage holds layers [first_layer, first_layer + num_layers) and, on the
  * first stage, the embedding, on the last, the final LayerNorm, the output
@@ -59,7 +60,9 @@
  * moments; the auxiliary loss's gradient is scaled like the token losses
  * (1 / micro-batches of the global batch). With context parallelism
  * the MoE layer runs on the rank's N rows (its chunks) and expert
- * parallelism folds into tensor x context x data parallelism. Refused with
+ * parallelism folds into tensor x context x data parallelism. With
+ * recompute_moe the layer's routed state is freed after its forward and
+ * rebuilt by rerunning the forward in the backward. Refused with
  * MoE: full recomputation, the distributed optimizer, t > 1 without sp, the
  * auxiliary loss with t > 1 or cp > 1.
  *
@@ -114,6 +117,10 @@ typedef struct {
     bool swiglu;    /* --swiglu: FC1 is [2F, C] (gate | up), silu(gate) * up */
     bool no_bias;   /* --disable-bias-linear: no QKV, projection, FC1, FC2 biases */
     bool rope;      /* --position-embedding-type rope: no wpe; q, k rotated */
+    bool qk_norm;   /* --qk-layernorm: the model's norm (LayerNorm, or RMSNorm with rmsnorm) over the head size
+                       of each query and key head after the QKV projection, before rope (Megatron-core's
+                       q_layernorm, k_layernorm); weights [hs] each, replicated over the tensor ranks (their
+                       gradients summed over COMM_TP, with or without sp); the norm's input saved */
     bool tie_embed; /* the output layer is the word embedding (Megatron's default; false:
                        --untie-embeddings-and-output-weights). A last stage without the
                        embedding holds a copy (gpt_stage_tied_grad) */
@@ -124,6 +131,9 @@ typedef struct {
     int recompute;        /* GPT_RC_NONE, GPT_RC_UNIFORM, GPT_RC_BLOCK (--recompute-method) */
     bool recompute_attn;  /* --recompute-granularity selective (core_attn): the attention scores are not kept
                              per micro-batch; the backward recomputes them from the saved q, k */
+    bool recompute_moe;   /* --moe-layer-recompute / --recompute-modules moe (selective): a MoE layer's MLP
+                             keeps only its input (ln2's output) per micro-batch; the backward reruns its
+                             forward (router, dispatch, experts, combine) before going back through it */
     bool dist_optim;      /* --use-distributed-optimizer: gradients reduce-scattered over COMM_DP, Adam on
                              this rank's shard (its moments only), parameters all-gathered */
     int recompute_layers; /* --recompute-num-layers: uniform, layers per group from the stage's first (0: 1);
@@ -154,6 +164,10 @@ typedef enum {
     GP_LN1B,
     GP_QKVW,
     GP_QKVB,
+    GP_QLNW, /* --qk-layernorm: the query heads' norm weight [hs] and bias (LayerNorm) */
+    GP_QLNB,
+    GP_KLNW, /* the key heads' */
+    GP_KLNB,
     GP_PROJW,
     GP_PROJB,
     GP_LN2W,
@@ -175,7 +189,7 @@ typedef struct {
     int layer;       /* global layer index; -1 outside layers */
     size_t offset;   /* into the stage's params/grads/m/v, floats */
     size_t n;        /* local (sharded) element count */
-    bool tp_partial; /* gradient is a partial sum over COMM_TP (sp only) */
+    bool tp_partial; /* gradient is a partial sum over COMM_TP (sp only; the q/k norms' always) */
     bool copy;       /* the last stage's copy of the tied word embedding (not exported) */
 } gpt_tensor;
 
@@ -266,7 +280,7 @@ float *gpt_stage_tied_grad(gpt_stage *st, size_t *n); /* borrowed: the stage's g
 
 /* Zero the gradients. */
 void gpt_stage_zero_grads(gpt_stage *st);
-/* With sp: all-reduce the tp_partial gradients over COMM_TP. Then, if the
+/* All-reduce the tp_partial gradients over COMM_TP. Then, if the
  * comm has d > 1, all-reduce every gradient over COMM_DP (sum; the loss
  * scale already divides by the global token count); with dist_optim,
  * reduce-scatter them instead: only this rank's shard (gpt_stage_grad_shard)

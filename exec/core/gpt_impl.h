@@ -11,7 +11,9 @@
  * sp, else N; "g" tensors are the all-gathered [N, C] copies (sp only). */
 typedef struct {
     float *ln1, *ln1m, *ln1r, *ln1g; /* [Ns,C], [Ns], [Ns], [N,C] */
-    float *qkv;                      /* [N, Wl] (q and k rotated with rope) */
+    float *qkv;                      /* [N, Wl] (q and k normalised with qk_norm, rotated with rope) */
+    float *qkn, *qknm, *qknr;        /* qk_norm: q and k before the norm [N, (NH/t + NKV/t) hs], its mean
+                                        (LayerNorm) and rstd per head [N, NH/t + NKV/t] */
     float *att;                      /* unfused: the scores [B, NH/t, T, T]; flash: the log-sum-exp [B, NH/t, Tl] */
     float *atty;                     /* [N, C/t] */
     float *res2;                     /* [Ns, C] */

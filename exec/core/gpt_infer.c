@@ -49,9 +49,10 @@ int gpt_kv_create(gpt_stage *st, int max_new, gpt_kv **out, ts_err *err)
                        st->l0, st->l0 + st->nl, st->d.layers, st->embed ? "" : ", no embedding",
                        st->head ? "" : ", no output layer");
     if (gpt_dims_llama(&st->d))
-        return err_set(err, TS_ENOTSUP,
-                       "inference: the KV cache runs the GPT layers only (no RMSNorm, SwiGLU, --disable-bias-linear, "
-                       "grouped-query attention or rope); train such a model without --inference");
+        return err_set(
+            err, TS_ENOTSUP,
+            "inference: the KV cache runs the GPT layers only (no RMSNorm, SwiGLU, --disable-bias-linear, q/k norms, "
+            "grouped-query attention or rope); train such a model without --inference");
     if (st->d.num_experts > 0)
         return err_set(err, TS_ENOTSUP,
                        "inference: --num-experts %d: the KV cache runs dense layers only (train without --inference)",

@@ -258,6 +258,10 @@ static int moe_mlp_fwd(gpt_stage *st, gpt_acts *a, int li, float *out, ts_err *e
     OP(st, "moe", l, rc = moe_forward(st->moe[li].L, &xc, A->ln2, st->Ns, st->s_part, &A->moe, err));
     if (rc)
         return rc;
+    if (st->d.recompute_moe) { /* checkpointed: the backward reruns it from ln2 */
+        moe_saved_free(A->moe);
+        A->moe = NULL;
+    }
     OP(st, "residual2", l, st->be->bias_residual_fwd(st->be, out, A->res2, st->s_part, NULL, st->Ns, st->C));
     return TS_OK;
 }
@@ -277,6 +281,10 @@ static int layer_fwd(gpt_stage *st, gpt_acts *a, int li, const float *x, float *
         ln1g = A->ln1g;
     }
     OP(st, "qkv", l, linear_fwd(st, A->qkv, ln1g, LW(st, li, GP_QKVW), LW(st, li, GP_QKVB), N, st->Wl, C));
+    if (st->d.qk_norm)
+        OP(st, "qk_norm", l,
+           be->qknorm_fwd(be, A->qkv, A->qkn, st->d.rmsnorm ? NULL : A->qknm, A->qknr, LW(st, li, GP_QLNW),
+                          LW(st, li, GP_QLNB), LW(st, li, GP_KLNW), LW(st, li, GP_KLNB), N, st->NHl, st->NKVl, st->hs));
     if (st->d.rope)
         OP(st, "rope", l, rope_rows(st, A->qkv, false));
     int rc;
@@ -399,6 +407,12 @@ static int layer_bwd_input(gpt_stage *st, gpt_acts *a, int li, gpt_lcache *K, bo
         moe_layer *M = st->moe[li].L;
         moe_xchg xc = moe_xc_of(st);
         int rc;
+        if (st->d.recompute_moe && !A->moe) { /* the forward again (its collectives too); its output unused */
+            M->rerun = true;
+            OP(st, "moe_recompute", l, rc = moe_forward(M, &xc, A->ln2, st->Ns, st->s_part, &A->moe, err));
+            M->rerun = false;
+            CK(rc);
+        }
         if (!A->moe)
             return err_set(err, TS_ESTATE, "gpt backward: layer %d's MoE state is missing (forward not run)", l);
         M->aux_grad_scale = (double)st->loss_scale * (double)st->N; /* 1 / micro-batches of the global batch */
@@ -431,6 +445,14 @@ static int layer_bwd_input(gpt_stage *st, gpt_acts *a, int li, gpt_lcache *K, bo
     CK(rc);
     if (st->d.rope) /* back to the gradient of the unrotated QKV output */
         OP(st, "rope_bwd", l, rope_rows(st, K->dqkv, true));
+    if (st->d.qk_norm) { /* its weight gradient with the input gradient, which overwrites dqkv */
+        const float *qm = st->d.rmsnorm ? NULL : A->qknm;
+        OP(st, "qk_norm_bwd", l,
+           be->qknorm_bwd_weight(be, LG(st, li, GP_QLNW), LG(st, li, GP_QLNB), LG(st, li, GP_KLNW), LG(st, li, GP_KLNB),
+                                 K->dqkv, A->qkn, qm, A->qknr, N, st->NHl, st->NKVl, st->hs);
+           be->qknorm_bwd_input(be, K->dqkv, A->qkn, qm, A->qknr, LW(st, li, GP_QLNW), LW(st, li, GP_KLNW), N, st->NHl,
+                                st->NKVl, st->hs));
+    }
     CK(tp_bwd_reduce(st, K->dln1, K->dqkv, LW(st, li, GP_QKVW), st->Wl, "qkv_bwd_input", l, err));
     OP(st, "ln1_bwd_input", l,
        norm_bwd_input(st, dres, K->dln1, layer_input(a, li), LW(st, li, GP_LN1W), A->ln1m, A->ln1r, Ns));

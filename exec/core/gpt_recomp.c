@@ -39,6 +39,12 @@ size_t gpt_lacts_carve(const gpt_stage *st, gpt_lacts *A, float *wbase, float *i
     TAKE(A->ln1m, nmean);
     TAKE(A->ln1r, Ns);
     TAKE(A->qkv, N * st->Wl);
+    if (st->d.qk_norm) {
+        size_t nqk = N * (size_t)(st->NHl + st->NKVl);
+        TAKE(A->qkn, nqk * st->hs);
+        TAKE(A->qknm, st->d.rmsnorm ? 0 : nqk);
+        TAKE(A->qknr, nqk);
+    }
     if (!st->d.recompute_attn)
         TAKE(A->att, natt);
     else if (base)

@@ -186,7 +186,7 @@ static double now_s(void)
 static int plan(moe_layer *L, const moe_xchg *xc, moe_saved *s, ts_err *err)
 {
     int E = L->rc.num_experts, El = L->El, ep = L->ep;
-    moe_route(&L->rc, s->logits, s->n, s->idx, s->wts, s->keep, s->counts, &L->dropped, s->order);
+    moe_route(&L->rc, s->logits, s->n, s->idx, s->wts, s->keep, s->counts, L->rerun ? NULL : &L->dropped, s->order);
     s->nsend = 0;
     for (int e = 0; e < E; e++)
         for (size_t i = 0; i < s->nk; i++)
@@ -227,8 +227,10 @@ static void expert_order(moe_layer *L, moe_saved *s)
                 s->eorder[p++] = off + (size_t)i;
             base += (size_t)s->recv_rows[r];
         }
-        L->tok_per_expert[e] = (int)(p - s->eoff[e]);
-        L->tok_accum[e] += (int64_t)(p - s->eoff[e]);
+        if (!L->rerun) {
+            L->tok_per_expert[e] = (int)(p - s->eoff[e]);
+            L->tok_accum[e] += (int64_t)(p - s->eoff[e]);
+        }
     }
     s->eoff[El] = p;
 }
@@ -342,7 +344,8 @@ int moe_forward(moe_layer *L, const moe_xchg *xc, const float *x, size_t n, floa
         be->gemm(be, false, true, (int)n, E, C, 1.0f, x, C, L->wr, C, 0.0f, s->logits, E);
     if ((rc = plan(L, xc, s, err)))
         goto done;
-    L->aux_loss = aux_fwd(L, s);
+    if (!L->rerun)
+        L->aux_loss = aux_fwd(L, s);
     size_t nr = s->nrecv, nb = s->nsend > nr ? s->nsend : nr;
     ALLOC(s->eorder, nr);
     ALLOC(s->xe, nr * (size_t)C);

@@ -90,6 +90,8 @@ typedef struct {
     double aux_loss;       /* of the last forward, this rank's tokens */
     double aux_grad_scale; /* the backward adds aux_grad_scale x d(aux_loss) (1 at creation; a model
                               whose loss is a mean over micro-batches sets 1 / micro-batches) */
+    bool rerun;            /* set by the caller around a forward that recomputes one already run (the MoE layer
+                   checkpointed): the statistics below and aux_loss are then left as they are */
     /* statistics of the last forward on this rank */
     int *tok_per_expert;  /* [El] rows each local expert received */
     size_t dropped;       /* assignments this rank's tokens lost to capacity */

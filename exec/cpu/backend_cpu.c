@@ -185,6 +185,24 @@ static void cpu_rms_bwd_w(backend *be, float *dw, const float *dout, const float
     (void)be;
     kern_rmsnorm_bwd_weight(dw, dout, inp, rstd, N, C);
 }
+static void cpu_qkn_fwd(backend *be, float *qkv, float *xin, float *mean, float *rstd, const float *qw, const float *qb,
+                        const float *kw, const float *kb, size_t N, int NH, int NKV, int hs)
+{
+    (void)be;
+    kern_qknorm_fwd(qkv, xin, mean, rstd, qw, qb, kw, kb, N, NH, NKV, hs);
+}
+static void cpu_qkn_bwd_w(backend *be, float *dqw, float *dqb, float *dkw, float *dkb, const float *dqkv,
+                          const float *xin, const float *mean, const float *rstd, size_t N, int NH, int NKV, int hs)
+{
+    (void)be;
+    kern_qknorm_bwd_weight(dqw, dqb, dkw, dkb, dqkv, xin, mean, rstd, N, NH, NKV, hs);
+}
+static void cpu_qkn_bwd_i(backend *be, float *dqkv, const float *xin, const float *mean, const float *rstd,
+                          const float *qw, const float *kw, size_t N, int NH, int NKV, int hs)
+{
+    (void)be;
+    kern_qknorm_bwd_input(dqkv, xin, mean, rstd, qw, kw, N, NH, NKV, hs);
+}
 static void cpu_swiglu_fwd(backend *be, float *out, const float *inp, size_t N, int F)
 {
     (void)be;
@@ -324,6 +342,9 @@ int backend_cpu_create(int threads, backend **out, ts_err *err)
     be->rmsnorm_fwd = cpu_rms_fwd;
     be->rmsnorm_bwd_input = cpu_rms_bwd_i;
     be->rmsnorm_bwd_weight = cpu_rms_bwd_w;
+    be->qknorm_fwd = cpu_qkn_fwd;
+    be->qknorm_bwd_weight = cpu_qkn_bwd_w;
+    be->qknorm_bwd_input = cpu_qkn_bwd_i;
     be->swiglu_fwd = cpu_swiglu_fwd;
     be->swiglu_bwd = cpu_swiglu_bwd;
     be->rope_fwd = cpu_rope_fwd;

@@ -198,3 +198,68 @@ void kern_attention_gqa_bwd(float *dqkv, float *datt, const float *dout, const f
             }
         }
 }
+
+/* The norm of nh heads of hs (one row's q or k block) from x into o. */
+static void qk_norm_block(float *o, float *mean, float *rstd, const float *x, const float *w, const float *b, int nh,
+                          int hs)
+{
+    if (mean)
+        kern_layernorm_fwd(o, mean, rstd, x, w, b, (size_t)nh, hs);
+    else
+        kern_rmsnorm_fwd(o, rstd, x, w, (size_t)nh, hs);
+}
+
+void kern_qknorm_fwd(float *qkv, float *xin, float *mean, float *rstd, const float *qw, const float *qb,
+                     const float *kw, const float *kb, size_t N, int NH, int NKV, int hs)
+{
+    size_t W = ((size_t)NH + 2 * (size_t)NKV) * (size_t)hs, nqk = (size_t)NH + (size_t)NKV, wq = (size_t)NH * hs;
+    for (size_t n = 0; n < N; n++) {
+        float *row = qkv + n * W, *x = xin + n * nqk * hs, *m = mean ? mean + n * nqk : NULL, *r = rstd + n * nqk;
+        memcpy(x, row, nqk * hs * sizeof *x);
+        qk_norm_block(row, m, r, x, qw, qb, NH, hs);
+        qk_norm_block(row + wq, m ? m + NH : NULL, r + NH, x + wq, kw, kb, NKV, hs);
+    }
+}
+
+void kern_qknorm_bwd_weight(float *dqw, float *dqb, float *dkw, float *dkb, const float *dqkv, const float *xin,
+                            const float *mean, const float *rstd, size_t N, int NH, int NKV, int hs)
+{
+    size_t W = ((size_t)NH + 2 * (size_t)NKV) * (size_t)hs, nqk = (size_t)NH + (size_t)NKV, wq = (size_t)NH * hs;
+    for (size_t n = 0; n < N; n++) {
+        const float *dy = dqkv + n * W, *x = xin + n * nqk * hs, *r = rstd + n * nqk;
+        if (mean) {
+            const float *m = mean + n * nqk;
+            kern_layernorm_bwd_weight(dqw, dqb, dy, x, m, r, (size_t)NH, hs);
+            kern_layernorm_bwd_weight(dkw, dkb, dy + wq, x + wq, m + NH, r + NH, (size_t)NKV, hs);
+        } else {
+            kern_rmsnorm_bwd_weight(dqw, dy, x, r, (size_t)NH, hs);
+            kern_rmsnorm_bwd_weight(dkw, dy + wq, x + wq, r + NH, (size_t)NKV, hs);
+        }
+    }
+}
+
+void kern_qknorm_bwd_input(float *dqkv, const float *xin, const float *mean, const float *rstd, const float *qw,
+                           const float *kw, size_t N, int NH, int NKV, int hs)
+{
+    size_t W = ((size_t)NH + 2 * (size_t)NKV) * (size_t)hs, nqk = (size_t)NH + (size_t)NKV;
+    for (size_t n = 0; n < N; n++)
+        for (size_t h = 0; h < nqk; h++) {
+            float *d = dqkv + n * W + h * hs;
+            const float *x = xin + (n * nqk + h) * hs, *w = h < (size_t)NH ? qw : kw;
+            float m = mean ? mean[n * nqk + h] : 0.0f, s = rstd[n * nqk + h];
+            /* dxhat = w dy; LayerNorm: dx = s (dxhat - mean(dxhat) - xhat mean(dxhat xhat)),
+             * RMSNorm: dx = s (dxhat - xhat mean(dxhat xhat)) */
+            float dm = 0.0f, dmx = 0.0f;
+            for (int c = 0; c < hs; c++) {
+                float xhat = (x[c] - m) * s, dxhat = w[c] * d[c];
+                dm += dxhat;
+                dmx += dxhat * xhat;
+            }
+            dm = mean ? dm / hs : 0.0f;
+            dmx /= hs;
+            for (int c = 0; c < hs; c++) {
+                float xhat = (x[c] - m) * s, dxhat = w[c] * d[c];
+                d[c] = s * (dxhat - dm - xhat * dmx);
+            }
+        }
+}

@@ -61,4 +61,24 @@ void kern_attention_gqa_fwd(float *out, float *att, const float *qkv, int B, int
 void kern_attention_gqa_bwd(float *dqkv, float *datt, const float *dout, const float *qkv, const float *att, int B,
                             int T, int NH, int NKV, int hs);
 
+/* QK norm (--qk-layernorm, Megatron-core's q_layernorm / k_layernorm): in
+ * each row of qkv [N, (NH + 2 NKV) hs], the norm over hs of each of the NH
+ * query heads (weight qw, bias qb) and of the NKV key heads (kw, kb), IN
+ * PLACE (v untouched); LayerNorm as kern_layernorm_fwd, or RMSNorm as
+ * kern_rmsnorm_fwd when mean is NULL (no bias: qb, kb unused). xin [N, (NH
+ * + NKV) hs] gets q and k before the norm (the saved tensor); rstd and
+ * mean (LayerNorm) [N, NH + NKV] are saved per head. */
+void kern_qknorm_fwd(float *qkv, float *xin, float *mean, float *rstd, const float *qw, const float *qb,
+                     const float *kw, const float *kb, size_t N, int NH, int NKV, int hs);
+/* Weight gradients from the norm's output gradient (the q and k parts of
+ * dqkv): dqw, dkw += sum over rows and heads of dout * xhat; dqb, dkb +=
+ * sum of dout (LayerNorm; mean NULL: RMSNorm, no bias). Call before
+ * kern_qknorm_bwd_input, which overwrites dqkv. */
+void kern_qknorm_bwd_weight(float *dqw, float *dqb, float *dkw, float *dkb, const float *dqkv, const float *xin,
+                            const float *mean, const float *rstd, size_t N, int NH, int NKV, int hs);
+/* Input gradient, IN PLACE on the q and k parts of dqkv (not an
+ * accumulation): the norm's output gradient becomes its input gradient. */
+void kern_qknorm_bwd_input(float *dqkv, const float *xin, const float *mean, const float *rstd, const float *qw,
+                           const float *kw, size_t N, int NH, int NKV, int hs);
+
 #endif

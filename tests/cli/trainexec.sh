@@ -29,6 +29,14 @@ check_sh "a Megatron-LM flag it refuses: exit 2 with the reason, once" \
     '[ $rc -eq 2 ] && [ "$(grep -c -- "--moe-apply-probs-on-input: not modelled: mixture of experts" <<<"$out")" -eq 1 ]'
 
 small="--num-layers 4 --hidden-size 32 --num-attention-heads 4 --seq-length 16 --padded-vocab-size 64 --micro-batch-size 1"
+out=$(run 2 "$TRAINEXEC" $small --qk-layernorm -t 2 --global-batch-size 2 --iterations 1 --warmup 0 2>&1); rc=$?
+check_sh "--qk-layernorm trains (t = 2): the q/k norms named in the model line" '[ $rc -eq 0 ] && [[ "$out" == *qk-norm* ]]'
+moe="--num-experts 4 --moe-router-topk 2 --disable-bias-linear"
+out=$(run 2 "$TRAINEXEC" $small $moe --moe-layer-recompute --expert-model-parallel-size 2 --global-batch-size 2 --iterations 1 --warmup 0 2>&1); rc=$?
+check_sh "--moe-layer-recompute trains (ep = 2): named in the mode line" '[ $rc -eq 0 ] && [[ "$out" == *"recompute selective core_attn moe"* ]]'
+out=$(run 1 "$TRAINEXEC" $small $moe --recompute-granularity selective --recompute-modules moe mlp --global-batch-size 1 2>&1); rc=$?
+check_sh "--recompute-modules mlp: exit 2, naming the modules the executor recomputes" \
+    '[ $rc -eq 2 ] && [[ "$out" == *"--recompute-modules: the executor recomputes the attention core"* ]]'
 out=$(run 1 "$TRAINEXEC" 2>&1); rc=$?
 check_sh "no shape: exit 2 naming the flags Megatron-LM requires" \
     '[ $rc -eq 2 ] && [[ "$out" == *"Megatron-LM requires"* && "$out" == *"missing: --num-layers"* ]]'

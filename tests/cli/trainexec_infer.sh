@@ -63,6 +63,9 @@ check_sh "t=2 on 2 ranks: exit 0, tp 2, each rank caches half the heads (65536 b
 
 out=$(run 1 "$TRAINEXEC" $m --inference --input-len 20 --output-len 13 2>&1); rc=$?
 check_sh "input + output past --seq-length: exit 2 naming it" '[ $rc -eq 2 ] && [[ "$out" == *--seq-length* && "$out" == *33* ]]'
+out=$(run 1 "$TRAINEXEC" $m --inference --qk-layernorm 2>&1); rc=$?
+check_sh "--qk-layernorm with --inference: exit 2 naming the flag (training runs it)" \
+    '[ $rc -eq 2 ] && [[ "$out" == *"--qk-layernorm with --inference"* ]]'
 out=$(run 2 "$TRAINEXEC" $m --inference --pipeline-model-parallel-size 2 2>&1); rc=$?
 check_sh "pipeline-parallel inference: exit 2, not implemented" '[ $rc -eq 2 ] && [[ "$out" == *"pipeline-parallel decoding is not implemented"* ]]'
 out=$(run 1 "$TRAINEXEC" $m --output "$tmp/x.csv" 2>&1); rc=$?

@@ -5,7 +5,8 @@
 # selective and full recomputation, unfused and flash attention, the
 # distributed optimizer, a pipeline (1F1B and the zero-bubble ZB-H1 and ZB-V,
 # whose split backward keeps each linear layer's input and output gradient
-# from I to W) and context parallelism. One iteration
+# from I to W), the query / key norms (--qk-layernorm: their input saved,
+# also under selective recomputation) and context parallelism. One iteration
 # of a 4-layer GPT (h 64, 4 heads, s 64, V 256, b 2, no dropout: the
 # executor has none, so the simulator is told --attention-dropout 0
 # --hidden-dropout 0). Ends with "N passed, N failed". Needs mpirun.
@@ -47,6 +48,28 @@
 #   1/std: (N V + N + 2 N h + 2 N) x 4 bytes), so its peak is in the last
 #   layer's attention backward, that difference above its forward's end.
 #   The allowance is that difference, exactly.
+# - --qk-layernorm: the q/k norms' mean and 1/std, per query and key head
+#   (2 a here) and row, L N 2 (2 a) floats on one rank (LayerNorm; the
+#   simulator counts the norms' input only, docs/cost-model.md "QK
+#   layernorm"); 1% of the total here, so named. RMSNorm keeps half (1/rms
+#   only), within ACT_TOL on the pipeline's ranks. Tensor parallelism is not
+#   compared: the executor's embedding and output layer are not
+#   vocabulary-parallel (gpt.h), the simulator's are.
+# - a MoE layer recomputed (--recompute-modules moe, --moe-layer-recompute):
+#   the peak is in the last layer's backward, its MoE forward rerun. There
+#   the executor's MoE state (exec/core/moe.c's moe_saved) holds, beyond
+#   what the simulator counts, three [N k, h] fp32 row buffers (the
+#   all-to-all's send and receive staging, which it keeps for the
+#   backward's exchanges, and the returned expert outputs) and its routing
+#   arrays (logits N E floats; weights, indices, keep flags N k ints;
+#   orders N k size_t x 3; counts): MOE_X, exactly, measured here with
+#   k = 2 and unchanged by the expert ffn size. With the attention core
+#   recomputed too, the simulator counts that layer's recomputed scores
+#   (b a s^2 floats) as activations where the executor holds them in its
+#   stage-wide buffer (gpt_stage's s_att, "buffers"): the allowance is
+#   that much less. (Without recomputation the executor keeps the whole
+#   MoE state per layer and micro-batch, staging buffers included: 20%
+#   above the simulator here, not compared.)
 set -u
 . "$(dirname "$0")/lib.sh"
 if [ ! -x "${TRAINEXEC:-}" ] || ! command -v mpirun >/dev/null; then
@@ -104,6 +127,11 @@ N=$((B * S)) # rows of a micro-batch on one rank
 FULL="--recompute-granularity full --recompute-method uniform --recompute-num-layers 1"
 BLOCK="--recompute-granularity full --recompute-method block --recompute-num-layers 2"
 SEL="--recompute-granularity selective"
+QKS=$((L * N * 2 * 2 * A * 4)) # the q/k norms' mean and 1/std (LayerNorm), fp32
+# MoE layers (every layer: E experts, top-k, ffn FE; no biases: the executor's experts have none)
+E=4 K=2 FE=128
+MOE="--num-experts $E --moe-router-topk $K --moe-ffn-hidden-size $FE --disable-bias-linear"
+MOE_X=$((3 * N * K * H * 4 + N * E * 4 + N * K * 36 + E * 4 + 8 + 4 * E + 8 * (E + 1))) # see the header
 
 # unfused attention: the simulator in fp32, directly
 while IFS='|' read -r name np flags allow; do
@@ -118,6 +146,11 @@ distributed optimizer, d = 2|2|--global-batch-size 4 --use-distributed-optimizer
 1F1B, p = 2, m = 4|2|--global-batch-size 8 -p 2|0
 ZB-H1, p = 2, m = 4|2|--global-batch-size 8 -p 2 --schedule zb-h1|0
 ZB-V, p = 2, m = 4|2|--global-batch-size 8 -p 2 --schedule zb-v|0
+q/k norms|1|--global-batch-size 2 --qk-layernorm|$QKS
+q/k norms, selective recomputation|1|--global-batch-size 2 --qk-layernorm $SEL|$QKS
+q/k norms, RMSNorm, ZB-H1, p = 2, m = 4|2|--global-batch-size 8 --qk-layernorm --normalization RMSNorm -p 2 --schedule zb-h1|0
+MoE layers recomputed (--recompute-modules moe)|1|--global-batch-size 2 $MOE --recompute-granularity selective --recompute-modules moe|$MOE_X
+MoE layers and attention core recomputed (--moe-layer-recompute)|1|--global-batch-size 2 $MOE --moe-layer-recompute|$((MOE_X - B * A * S * S * 4))
 EOF
 
 # flash attention: the simulator's fp32 unfused run less twice what flash saves in bf16
@@ -136,6 +169,7 @@ done <<EOF
 no recomputation|1|--global-batch-size 2|0
 selective recomputation|1|--global-batch-size 2 $SEL|0
 full recomputation, uniform 1|1|--global-batch-size 2 $FULL|$((2 * N * H * 4))
+q/k norms|1|--global-batch-size 2 --qk-layernorm|$QKS
 EOF
 
 # the executor's flash attention keeps fewer activations than its unfused one, by L b a (s^2 - s) floats

@@ -18,7 +18,10 @@
  * distributed optimizer, which then shards over d x cp) and on Llama layers
  * (grouped-query attention around the ring; rope at each chunk's
  * positions), with rope and with learned positions, each against the same
- * single-process references, which run the unfused attention.
+ * single-process references, which run the unfused attention. The query /
+ * key norms (--qk-layernorm: RMSNorm on the Llama layers, LayerNorm on the
+ * GPT ones) run a subset of the layouts, with recomputation and the
+ * distributed optimizer, and every flash / context-parallel one.
  *
  * mpirun-np: 4
  *
@@ -415,6 +418,33 @@ int main(int argc, char **argv)
     run_pass(FL, nFL, "llama flash");
     DIMS.rope = false;
     run_pass(FL, nFL, "llama learned positions flash");
+    /* --qk-layernorm (the q and k heads normalised before rope; the norms' weight gradients
+     * summed over the tensor ranks): RMSNorm on the Llama layers, LayerNorm on the GPT ones, under
+     * tensor, sequence, pipeline (zero-bubble split backward), data and context parallelism and
+     * recomputation, against references with the same norms */
+    const layout QK[] = {
+        {2, 1, 1, false, SCHED_1F1B, 1, NULL, 1},     {4, 1, 1, true, SCHED_1F1B, 1, NULL, 1},
+        {2, 1, 2, true, SCHED_1F1B, 1, NULL, 1},      {2, 2, 1, true, SCHED_ZB_H2, 1, NULL, 1},
+        {1, 2, 2, false, SCHED_ZB_V, 2, NULL, 1},     {1, 4, 1, false, SCHED_INTERLEAVED, 2, "E|(t|)*6t*2L", 1},
+        {2, 2, 1, true, SCHED_DUALPIPEV, 2, NULL, 1},
+    };
+    const int nQK = (int)(sizeof QK / sizeof QK[0]);
+    DIMS = LLAMA_DIMS;
+    DIMS.qk_norm = true;
+    run_pass(QK, nQK, "llama qk-norm");
+    DIMS.recompute = GPT_RC_UNIFORM;
+    DIMS.recompute_layers = 2;
+    run_pass(QK, nQK, "llama qk-norm recompute uniform 2");
+    DIMS = GPT_DIMS;
+    DIMS.qk_norm = true;
+    run_pass(QK, nQK, "gpt qk-norm");
+    DIMS.recompute_attn = true;
+    DIMS.dist_optim = true;
+    run_pass(QK, nQK, "gpt qk-norm recompute selective core_attn distributed optimizer");
+    DIMS = LLAMA_DIMS;
+    DIMS.qk_norm = true;
+    DIMS.flash = true;
+    run_pass(FL, nFL, "llama qk-norm flash");
     if (world_rank == 0)
         printf("%d passed, %d failed\n", npass, nfail);
     MPI_Finalize();

@@ -23,7 +23,10 @@
  * capacity (per routed batch) and forced balance's round robin (by token
  * index in the routed batch) are those of N/t or N/cp tokens there, another
  * routing than the reference's N; the auxiliary loss is refused with t > 1
- * or cp > 1.
+ * or cp > 1. Then the MoE layer checkpointed (recompute_moe: the forward
+ * rerun in the backward), alone and with the attention core's selective
+ * recomputation, dropless, with capacity, with the auxiliary loss and on
+ * the Llama layers, against the same references (no recomputation).
  *
  * mpirun-np: 4
  *
@@ -285,9 +288,12 @@ static void run_pass(const layout *Ls, int nL, const char *name, bool with_tp, b
     result ref[3];
     memset(ref, 0, sizeof ref);
     int refbad = 0;
+    gpt_dims run_dims = DIMS; /* the references recompute nothing */
+    DIMS.recompute_moe = DIMS.recompute_attn = false;
     if (world_rank == 0)
         for (int i = 0; i < 3 && !refbad; i++)
             refbad = run_one(NULL, MPI_COMM_SELF, M << i, &ref[i], msg, sizeof msg);
+    DIMS = run_dims;
     MPI_Bcast(&refbad, 1, MPI_INT, 0, MPI_COMM_WORLD);
     char rwhat[128], rdetail[96] = "";
     snprintf(rwhat, sizeof rwhat, "%s: single-process reference runs%s", name,
@@ -378,6 +384,21 @@ int main(int argc, char **argv)
     DIMS.rmsnorm = DIMS.swiglu = DIMS.no_bias = DIMS.rope = true;
     DIMS.tie_embed = false;
     run_pass(Ls, nL, "llama moe swiglu experts", true, false);
+    /* the MoE layer checkpointed (--moe-layer-recompute: with the attention core; --recompute-modules
+     * moe: alone): its forward rerun in the backward, against the references without */
+    DIMS.recompute_moe = true;
+    run_pass(Ls, nL, "llama moe swiglu experts recompute moe", true, false);
+    DIMS = GPT_MOE;
+    DIMS.recompute_moe = DIMS.recompute_attn = true;
+    run_pass(Ls, nL, "gpt moe dropless recompute moe core_attn", true, false);
+    DIMS = GPT_MOE;
+    DIMS.recompute_moe = true;
+    DIMS.moe_capacity = 1.0;
+    run_pass(Ls, nL, "gpt moe capacity 1.0 recompute moe", false, true);
+    DIMS = GPT_MOE;
+    DIMS.recompute_moe = true;
+    DIMS.moe_aux_coeff = 1e-2;
+    run_pass(Ls, nL, "gpt moe aux loss 1e-2 recompute moe", false, false);
     if (world_rank == 0)
         printf("%d passed, %d failed\n", npass, nfail);
     MPI_Finalize();

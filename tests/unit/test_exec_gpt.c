@@ -200,7 +200,8 @@ static void split_equals_fused(const gpt_dims *d)
     size_t norm_nonzero = 0;
     for (int k = 0; k < nt; k++) {
         gpt_pkind kd = tt[k].kind;
-        bool norm = kd == GP_LN1W || kd == GP_LN1B || kd == GP_LN2W || kd == GP_LN2B || kd == GP_LNFW || kd == GP_LNFB;
+        bool norm = kd == GP_LN1W || kd == GP_LN1B || kd == GP_LN2W || kd == GP_LN2B || kd == GP_LNFW ||
+                    kd == GP_LNFB || kd == GP_QLNW || kd == GP_QLNB || kd == GP_KLNW || kd == GP_KLNB;
         for (size_t i = tt[k].offset; i < tt[k].offset + tt[k].n; i++) {
             if (!norm)
                 cr_assert_eq(gpt_stage_grads(st)[i], 0.0f, "tensor %d (kind %d) after I", k, (int)kd);
@@ -506,4 +507,50 @@ Test(exec_gpt, freed_blocks_come_back_zeroed)
     be_free(e.be, q, 100, XMEM_ACTS);
     be_free(e.be, r, 50, XMEM_ACTS);
     env_free(&e); /* destroy() releases the kept blocks (ASan checks) */
+}
+
+/* --qk-layernorm: the model's norm over each query and key head, before rope */
+Test(exec_gpt, qk_norm_parameters)
+{
+    gpt_dims d = TINY, l = LLAMA;
+    d.qk_norm = l.qk_norm = true;
+    /* LayerNorm: q and k weight and bias of hs = 4 each per layer; RMSNorm (hs = 4): weights only */
+    cr_assert_eq(gpt_num_params(&d), gpt_num_params(&TINY) + 2u * 16);
+    cr_assert_eq(gpt_num_params(&l), gpt_num_params(&LLAMA) + 2u * 8);
+    size_t n;
+    cr_assert_eq(gpt_full_offset(&l, GP_KLNW, 1, &n), 176u + 1384 + 16 + 512 + 4);
+    cr_assert_eq(n, 4u);
+    cr_assert_eq(gpt_full_offset(&l, GP_QLNB, 0, &n), 176u + 16 + 512 + 4);
+    cr_assert_eq(n, 0u);
+}
+Test(exec_gpt, qk_norm_backward_matches_fd)
+{
+    gpt_dims d = TINY, l = LLAMA;
+    d.qk_norm = l.qk_norm = true;
+    backward_matches_fd(&d);
+    backward_matches_fd(&l);
+}
+Test(exec_gpt, qk_norm_split_stages_recompute)
+{
+    gpt_dims d = TINY, l = LLAMA;
+    d.qk_norm = l.qk_norm = true;
+    split_equals_fused(&d);
+    split_equals_fused(&l);
+    two_stages(&l);
+    recompute_equals_plain(&d, GPT_RC_UNIFORM, 2, false);
+    recompute_equals_plain(&l, GPT_RC_BLOCK, 0, true);
+}
+/* a backend without the q/k norm kernels refuses the flag at stage creation */
+Test(exec_gpt, qk_norm_needs_the_kernels)
+{
+    gpt_dims l = LLAMA;
+    l.qk_norm = true;
+    env e;
+    ts_err err;
+    gpt_stage *st = NULL;
+    env_init(&e, &l);
+    e.be->qknorm_fwd = NULL;
+    cr_assert_eq(gpt_stage_create(&l, 0, 2, true, true, false, 1, e.be, e.cm, &st, &err), TS_ENOTSUP);
+    cr_assert(strstr(err.msg, "--qk-layernorm") != NULL, "%s", err.msg);
+    env_free(&e);
 }

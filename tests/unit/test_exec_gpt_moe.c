@@ -234,3 +234,65 @@ Test(exec_gpt_moe, llama_swiglu_experts_backward_matches_fd)
     d.rmsnorm = d.swiglu = d.no_bias = d.rope = true;
     backward_matches_fd(&d);
 }
+
+/* The MoE layer checkpointed (recompute_moe): after the forward it keeps none of its routed
+ * state (only its input, ln2's output, which the layer keeps anyway); the backward reruns
+ * its forward and gives bitwise the gradients of the plain run, fused and split (I then W),
+ * the statistics of the last forward untouched by the rerun. */
+Test(exec_gpt_moe, recompute_moe_equals_plain)
+{
+    env e;
+    ts_err err;
+    gpt_dims dr = TINY_MOE;
+    dr.recompute_moe = true;
+    const gpt_dims *d = &TINY_MOE;
+    cr_assert_eq(backend_cpu_create(1, &e.be, &err), TS_OK);
+    cr_assert_eq(comm_local_create(&e.cm, &err), TS_OK);
+    data_microbatch(7, 0, 1, 0, d->batch, d->seq, d->vocab, e.tok, e.tgt);
+    size_t N = (size_t)d->batch * d->seq;
+    gpt_stage *sp, *sr;
+    cr_assert_eq(gpt_stage_create(d, 0, d->layers, true, true, false, 42, e.be, e.cm, &sp, &err), TS_OK, "%s", err.msg);
+    cr_assert_eq(gpt_stage_create(&dr, 0, dr.layers, true, true, false, 42, e.be, e.cm, &sr, &err), TS_OK, "%s",
+                 err.msg);
+    size_t np = gpt_stage_num_params(sp), nm = gpt_moe_num_params(d);
+    float *g0 = malloc(np * 4), *m0 = malloc(nm * 4), *g1 = malloc(np * 4), *m1 = malloc(nm * 4);
+    cr_assert(g0 && m0 && g1 && m1);
+    size_t kept[2] = {0};
+    for (int split = 0; split < 2; split++)
+        for (int run = 0; run < 2; run++) {
+            gpt_stage *st = run ? sr : sp;
+            gpt_acts *a;
+            gpt_stage_zero_grads(st);
+            cr_assert_eq(gpt_acts_create(st, &a, &err), TS_OK);
+            size_t before = e.be->cur_bytes[XMEM_ACTS];
+            cr_assert_eq(gpt_forward(st, a, e.tok, e.tgt, NULL, NULL, NULL, &err), TS_OK, "%s", err.msg);
+            kept[run] = e.be->cur_bytes[XMEM_ACTS] - before;
+            moe_layer *L = gpt_stage_moe(st, 1);
+            size_t dropped = L->dropped;
+            int64_t acc = L->tok_accum[0];
+            if (split) {
+                cr_assert_eq(gpt_backward_input(st, a, NULL, 1.0f / N, NULL, &err), TS_OK, "%s", err.msg);
+                cr_assert_eq(gpt_backward_weight(st, a, &err), TS_OK, "%s", err.msg);
+            } else {
+                cr_assert_eq(gpt_backward(st, a, NULL, 1.0f / N, NULL, &err), TS_OK, "%s", err.msg);
+            }
+            cr_assert_eq(L->tok_accum[0], acc, "the rerun counts no tokens");
+            cr_assert_eq(L->dropped, dropped);
+            gpt_acts_free(st, a);
+            memcpy(run ? g1 : g0, gpt_stage_grads(st), np * 4);
+            moe_layer_export(L, true, true, run ? m1 : m0);
+        }
+    cr_assert_eq(memcmp(g0, g1, np * 4), 0, "flat gradients differ with the MoE layer recomputed");
+    cr_assert_eq(memcmp(m0, m1, nm * 4), 0, "router / expert gradients differ with the MoE layer recomputed");
+    /* the routed rows (at least the input copies of N k assignments) are not kept */
+    cr_assert_geq(kept[0] - kept[1], N * d->moe_topk * d->hidden * 4, "kept %zu plain, %zu recomputed", kept[0],
+                  kept[1]);
+    free(g0);
+    free(m0);
+    free(g1);
+    free(m1);
+    gpt_stage_free(sp);
+    gpt_stage_free(sr);
+    e.cm->destroy(e.cm);
+    e.be->destroy(e.be);
+}
