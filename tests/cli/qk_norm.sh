@@ -57,11 +57,15 @@ check_sh "config --megatron-flags: --qk-l2-norm still refused" '[[ "$out" =~ --q
 
 if [ -x "${TRAINEXEC:-}" ] && command -v mpirun >/dev/null; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-    out=$(timeout 120 mpirun --oversubscribe -np 1 "$TRAINEXEC" --num-layers 2 --hidden-size 64 \
-        --num-attention-heads 4 --seq-length 16 --padded-vocab-size 128 --micro-batch-size 1 --qk-layernorm 2>&1)
+    A=(--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 16 --padded-vocab-size 128
+        --micro-batch-size 1 --qk-layernorm)
+    out=$(timeout 120 mpirun --oversubscribe -np 1 "$TRAINEXEC" "${A[@]}" 2>&1)
     rc=$?
-    check_sh "trainexec: --qk-layernorm refused (exit 2, named)" \
-        '[ $rc -eq 2 ] && [[ "$out" == *"--qk-layernorm: the executor"* ]]'
+    check_sh "trainexec: --qk-layernorm runs (exit 0)" '[ $rc -eq 0 ] && [[ "$out" == *"peak"* ]]'
+    out=$(timeout 120 mpirun --oversubscribe -np 1 "$TRAINEXEC" "${A[@]}" --inference 2>&1)
+    rc=$?
+    check_sh "trainexec: --qk-layernorm with --inference refused (exit 2, named)" \
+        '[ $rc -ne 0 ] && [[ "$out" == *"--qk-layernorm with --inference"* ]]'
 else
     echo "trainexec not built (no MPI): its check skipped"
 fi
