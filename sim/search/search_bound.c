@@ -5,6 +5,7 @@
 
 #include "sim/config/overheads.h"
 #include "sim/core/plan_moe.h"
+#include "sim/model/dataload.h"
 #include "sim/model/flops.h"
 #include "sim/model/layer.h"
 #include "sim/model/mla.h"
@@ -101,6 +102,9 @@ typedef struct {
     double layer_w, moe_w; /* of a layer's saved tensors, those only the weight gradients need (LAYER_FREE_AFTER_W) */
     double mtp;            /* one multi-token prediction depth's own saved tensors (mtp_saved_bytes) */
     double transient;      /* the dispatcher's buffers of one pass of a MoE layer (moe_block_transient_bytes) */
+    /* the batch's tensors per micro-batch (dataload_mem_of) held to the end of the backward (B or I) and to the
+     * end of the weight gradients (B or W): [0] on the first stage, [1] on the last, [2] on a single stage */
+    double data_i[3], data_w[3];
 } kept_bytes;
 
 /* Bytes of the tensors of l that only the weight gradients need. */
@@ -111,6 +115,56 @@ static double free_w_bytes(const layer_saved_list *l)
         if (l->t[i].free_when == LAYER_FREE_AFTER_W)
             b += (double)l->t[i].bytes;
     return b;
+}
+
+/* The output gradients a split backward stashes from I to W for one layer
+ * of shape L (layer_wgrad_stash_bytes of its I and W lists; a MoE layer's
+ * lists as the plan builds them: the block's ops, then the dense layer's
+ * without the MLP, at load factor lf; e NULL for a dense layer). */
+static int stash_bytes(const layer_shape *L, const moe_config *e, double lf, double *out, ts_err *err)
+{
+    layer_ops *o = malloc(4 * sizeof *o); /* I, W, and the dense layer's part of each */
+    if (!o)
+        return err_set(err, TS_ENOMEM, "search: out of memory");
+    int rc = TS_OK;
+    for (int k = 0; k < 2 && rc == TS_OK; k++) {
+        layer_pass pass = k == 0 ? LAYER_PASS_I : LAYER_PASS_W;
+        o[k].n = 0;
+        if ((rc = layer_ops_build(L, pass, &o[2 + k], err)))
+            break;
+        if (!e) {
+            o[k] = o[2 + k];
+        } else if ((rc = moe_block_ops(L, e, lf, pass, &o[k], err)) == TS_OK) {
+            rc = layer_ops_append(&o[k], &o[2 + k], err);
+        }
+    }
+    if (rc == TS_OK)
+        *out = (double)layer_wgrad_stash_bytes(L, &o[0], &o[1]);
+    free(o);
+    return rc;
+}
+
+/* The batch's tensors each micro-batch holds (dataload_mem_of with the
+ * plan's inputs, add_data_loader): to the end of B or I (*i, what the
+ * weight gradients keep included) and to the end of B or W (*w). */
+static int data_bytes(const config *c, bool first, bool last, double *i, double *w, ts_err *err)
+{
+    dataload_in in = {.first = first,
+                      .last = last,
+                      .mtp = c->moe.mtp_num_layers > 0,
+                      .attn_mask = !c->par.no_loader_attn_mask,
+                      .b = c->par.micro_batch_size,
+                      .s = c->model.seq_length,
+                      .tp = c->par.tp,
+                      .cp = config_cp(c),
+                      .host_gbps = 1};
+    dataload_mem m;
+    int rc = dataload_mem_of(&in, &m, err);
+    if (rc)
+        return rc;
+    *i = (double)(m.kept_i_bytes + m.kept_w_bytes);
+    *w = (double)m.kept_w_bytes;
+    return TS_OK;
 }
 
 /* The busiest expert-parallel rank's tokens over the mean, as the
@@ -157,7 +211,7 @@ static int kept_moe(const layer_shape *shape, const moe_config *e, double lf, do
     return TS_OK;
 }
 
-static int kept(const layer_shape *shape, const moe_config *e, kept_bytes *k, ts_err *err)
+static int kept(const config *c, const layer_shape *shape, const moe_config *e, kept_bytes *k, ts_err *err)
 {
     layer_saved_list saved;
     layer_shape s = *shape;
@@ -171,11 +225,26 @@ static int kept(const layer_shape *shape, const moe_config *e, kept_bytes *k, ts
     k->layer_none = (double)layer_saved_kept_bytes(&saved);
     k->layer_w = free_w_bytes(&saved);
     k->moe = k->moe_none = k->moe_w = k->transient = 0;
+    /* the output gradients I stashes for W (the lesser of a recomputed and a kept layer's) */
+    double st_rc = 0, st_none = 0;
+    if ((rc = stash_bytes(shape, NULL, 1, &st_rc, err)) || (rc = stash_bytes(&s, NULL, 1, &st_none, err)))
+        return rc;
+    k->layer_w += st_rc < st_none ? st_rc : st_none;
     double lf = 1;
     if (e->num_experts > 0 &&
         ((rc = moe_load_factor(shape, e, &lf, err)) || (rc = kept_moe(shape, e, lf, &k->moe, NULL, err)) ||
          (rc = kept_moe(&s, e, lf, &k->moe_none, &k->moe_w, err))))
         return rc;
+    if (e->num_experts > 0) {
+        layer_shape mr = *shape, mn = s;
+        mr.no_mlp = mn.no_mlp = true;
+        if ((rc = stash_bytes(&mr, e, lf, &st_rc, err)) || (rc = stash_bytes(&mn, e, lf, &st_none, err)))
+            return rc;
+        k->moe_w += st_rc < st_none ? st_rc : st_none;
+    }
+    for (int j = 0; j < 3; j++)
+        if ((rc = data_bytes(c, j != 1, j != 0, &k->data_i[j], &k->data_w[j], err)))
+            return rc;
     /* the plan's routing may size a layer below the mean load only under a capacity factor
      * below 1 (plan_moe.c): there the floor of 1 is not a lower bound, so no transient term */
     bool below_mean = e->capacity_factor > 0 && e->capacity_factor < 1 && !e->pad_to_capacity;
@@ -326,6 +395,19 @@ static void bound_rank(const config *c, const kept_bytes *kb, const search_bound
     /* zero-bubble schedules: chunks between I and W hold what W needs; at
      * some moment w of them, at another f + w chunks held either way */
     double held = live->w * chunk_w, both = live->fw * (chunk_w < chunk_bytes ? chunk_w : chunk_bytes);
+    /* the batch's tensors on a stage that loads data (dataload.h), per micro-batch the rank holds: from F to
+     * B or I what the loss and the lookups keep; from I to W the lookups' indices. With chunks (v > 1) one
+     * micro-batch of the loading chunk, as the embedding's stash counts it. */
+    if (first || last) {
+        int j = p->pp * v == 1 ? 2 : first && last ? -1 : first ? 0 : 1;
+        double di = j >= 0 ? kb->data_i[j] : kb->data_i[0] < kb->data_i[1] ? kb->data_i[0] : kb->data_i[1];
+        double dw = j >= 0 ? kb->data_w[j] : kb->data_w[0] < kb->data_w[1] ? kb->data_w[0] : kb->data_w[1];
+        act += (v == 1 ? inflight : 1) * di;
+        if (v == 1) {
+            held += live->w * dw;
+            both += live->fw * dw;
+        }
+    }
     act = act > held ? act : held;
     act = act > both ? act : both;
     /* a MoE layer's pass holds the dispatcher's buffers (the allgather dispatcher's gathered
@@ -351,7 +433,7 @@ int search_bound_compute(const config *c, const search_bound_live *live, search_
     kept_bytes kb;
     int rc = layer_shape_from_config(c, &shape, err);
     if (rc == TS_OK)
-        rc = kept(&shape, &c->moe, &kb, err);
+        rc = kept(c, &shape, &c->moe, &kb, err);
     if (rc)
         return rc;
     int m = config_num_microbatches(c);
