@@ -196,6 +196,7 @@ static void fill_config(const search_space *s, const search_cand *c, config *out
                                                                              : MOE_DISPATCH_ALLTOALL;
         out->moe.enable_deepep = c->dispatcher == SEARCH_DISPATCH_FLEX_DEEPEP;
         p->overlap_moe_ep_comm = c->ep_overlap != 0;
+        p->delay_wgrad = c->ep_overlap && s->delay_wgrad;
     }
 }
 
