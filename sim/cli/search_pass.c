@@ -143,8 +143,9 @@ int search_pass_split(const opt_table *own, int argc, char **argv, search_pass *
             static const char *const yes[] = {"true", "1", "yes", "on"}, *const no[] = {"false", "0", "no", "off"};
             bool y = !eq || listed(yes, 4, eq + 1);
             if (!y && !listed(no, 4, eq + 1))
-                rc = err_set(err, TS_EINVAL, "flag %s: '%s' is not a switch value (give %.*s alone, or %.*s=true|false)",
-                             a, eq + 1, (int)len, a, (int)len, a);
+                rc =
+                    err_set(err, TS_EINVAL, "flag %s: '%s' is not a switch value (give %.*s alone, or %.*s=true|false)",
+                            a, eq + 1, (int)len, a, (int)len, a);
             p->delay_wgrad = y;
             continue;
         }

@@ -512,7 +512,7 @@ static int enumerate(const search_space *s, cand_vec *cv)
  * for each (prune's pair) spares almost every generation. */
 typedef struct {
     int kind, p, m, v;
-    bool combined; /* sched_opts.combined_1f1b */
+    bool combined;               /* sched_opts.combined_1f1b */
     search_bound_live *inflight; /* p entries (owned); NULL before the first use */
     int rc;                      /* the generator's status for this shape */
     char msg[ERR_MSG_BYTES];

@@ -229,9 +229,9 @@ Test(search_pass, ep_overlap_delay_wgrad_and_combined_bound)
             configs += c->ep_overlap;
         }
         if (c->status == SEARCH_SIMULATED || c->status == SEARCH_REJ_MEMORY_SIM) {
-            cr_assert_leq(c->mem_bound_bytes, c->r.peak_mem_bytes, "candidate %zu (p %d v %d ep %d%s): bound %.0f > peak %.0f",
-                          i, c->pp, c->vp, c->ep, c->ep_overlap ? " overlapped" : "", c->mem_bound_bytes,
-                          c->r.peak_mem_bytes);
+            cr_assert_leq(c->mem_bound_bytes, c->r.peak_mem_bytes,
+                          "candidate %zu (p %d v %d ep %d%s): bound %.0f > peak %.0f", i, c->pp, c->vp, c->ep,
+                          c->ep_overlap ? " overlapped" : "", c->mem_bound_bytes, c->r.peak_mem_bytes);
             checked++;
         }
         /* the overlap is the innermost choice: the same layout without it comes just before */
