@@ -355,6 +355,52 @@ Test(search, zero_bubble_bound_counts_w_stash_and_batch)
     search_set_free(set);
 }
 
+/* Full uniform recomputation: the backward after the in-flight peak
+ * re-creates its last layer's tensors (those not kept after F) while the
+ * chunks are held, the output layer's of that micro-batch freed first; the
+ * loading stage holds the batch's tensors to the backward (dataload.h:
+ * tokens, labels, position_ids int64 and loss_mask float32 [b, s]: 28 b s B).
+ * The small GPT at p = 1, t = 1, b = 1, one micro-batch in flight: 8 layers'
+ * inputs + the embedding's + the batch's + a layer's recomputed tensors. */
+Test(search, full_recompute_bound_counts_last_layer_and_batch)
+{
+    search_space s;
+    small_space(&s, 8, 8, 16);
+    s.schedules = 1u << SCHED_1F1B;
+    s.n_micro_batch_sizes = 1;
+    search_set *set = enumerate_ok(&s);
+    bool found = false;
+    for (size_t i = 0; i < set->n && !found; i++) {
+        const search_cand *c = &set->cands[i];
+        if (c->status != SEARCH_PENDING || c->tp != 1 || c->pp != 1 || c->mbs != 1 || c->recompute != RECOMPUTE_FULL ||
+            c->recompute_method != RECOMPUTE_METHOD_UNIFORM)
+            continue;
+        found = true;
+        config cfg;
+        ts_err e;
+        err_clear(&e);
+        cr_assert_eq(search_cand_config(set, i, &cfg, &e), TS_OK, "%s", e.msg);
+        layer_shape L;
+        layer_saved_list sl;
+        cr_assert_eq(layer_shape_from_config(&cfg, &L, &e), TS_OK, "%s", e.msg);
+        cr_assert_eq(layer_saved_build(&L, &sl, &e), TS_OK, "%s", e.msg);
+        double kept = (double)layer_saved_kept_bytes(&sl), by_rc = 0;
+        for (int k = 0; k < sl.n; k++)
+            by_rc += sl.t[k].kept_after_f ? 0 : (double)sl.t[k].bytes;
+        cr_assert_eq(layer_embedding_saved(&L, &sl, &e), TS_OK, "%s", e.msg);
+        double emb = (double)layer_saved_kept_bytes(&sl);
+        cr_assert_eq(layer_output_saved(&L, &sl, &e), TS_OK, "%s", e.msg);
+        cr_assert_gt(by_rc, (double)layer_saved_kept_bytes(&sl), "the recomputed layer outweighs the output layer");
+        search_bound_live one = {1, 0, 1};
+        search_bound b;
+        cr_assert_eq(search_bound_compute(&cfg, &one, &b, &e), TS_OK, "%s", e.msg);
+        double want = 8 * kept + emb + 28.0 * 512 + by_rc;
+        cr_assert_float_eq(b.activations_bytes, want, 0.5, "%.0f, want %.0f", b.activations_bytes, want);
+    }
+    cr_assert(found, "no p = 1, t = 1, b = 1 candidate with full uniform recomputation");
+    search_set_free(set);
+}
+
 /* One thread or two, the same results and the same ranking. */
 Test(search, threads_do_not_change_results)
 {
