@@ -774,6 +774,13 @@ int cmd_search(int argc, char **argv)
     if ((rc = build_space(&a, &fc.model, &fc.moe, &s, &tp, &err)))
         goto out;
     s.par = fc.par; /* --clip-grad, --loss-scale, ...; search_cand_config keeps the layout the candidate's */
+    if (sp.delay_wgrad && !a.ep_overlap) {
+        rc = err_set(&err, TS_EINVAL,
+                     "--delay-wgrad-compute: it needs --overlap-moe-expert-parallel-comm, which the search chooses; "
+                     "give --try-overlap-moe-expert-parallel-comm too (it then applies to the overlapped candidates)");
+        goto out;
+    }
+    s.delay_wgrad = sp.delay_wgrad;
     if (a.calibration && (rc = check_calibration(&s, a.calibration, &err)))
         goto out;
     double t0 = now_s();

@@ -56,8 +56,6 @@ static const struct {
     {"--overlap-moe-expert-parallel-comm",
      "it needs ep > 1, the alltoall or flex dispatcher, interleaving at p > 1 and no full recomputation, which "
      "the search chooses; --try-overlap-moe-expert-parallel-comm tries it where they hold"},
-    {"--delay-wgrad-compute", "it needs --overlap-moe-expert-parallel-comm, which the search tries only on some "
-                              "layouts (--try-overlap-moe-expert-parallel-comm); simulate the winner with both"},
     {"--use-torch-fsdp2", "FSDP sharding is not searched (the memory bound counts unsharded parameters)"},
     {"--use-megatron-fsdp", "FSDP sharding is not searched (the memory bound counts unsharded parameters)"},
     {"--data-parallel-sharding-strategy", "FSDP sharding is not searched"},
@@ -139,6 +137,16 @@ int search_pass_split(const opt_table *own, int argc, char **argv, search_pass *
         }
         if (!sh) { /* unknown: search's parser names it and the nearest flag */
             p->rest[p->n_rest++] = argv[i];
+            continue;
+        }
+        if (!strcmp(sh->name, "--delay-wgrad-compute")) { /* the overlapped candidates' (search_pass.h) */
+            static const char *const yes[] = {"true", "1", "yes", "on"}, *const no[] = {"false", "0", "no", "off"};
+            bool y = !eq || listed(yes, 4, eq + 1);
+            if (!y && !listed(no, 4, eq + 1))
+                rc =
+                    err_set(err, TS_EINVAL, "flag %s: '%s' is not a switch value (give %.*s alone, or %.*s=true|false)",
+                            a, eq + 1, (int)len, a, (int)len, a);
+            p->delay_wgrad = y;
             continue;
         }
         for (size_t k = 0; k < sizeof SEARCH_PASS_REFUSED / sizeof SEARCH_PASS_REFUSED[0]; k++)

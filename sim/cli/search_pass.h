@@ -8,6 +8,11 @@
  *     the overlaps that need a given layout, FSDP): refused, naming what the
  *     search chooses and how to pin or bound it (SEARCH_PASS_REFUSED in
  *     search_pass.c, the one list), or
+ *   - --delay-wgrad-compute, which needs --overlap-moe-expert-parallel-comm:
+ *     not passed (the neutral layout has no overlap) but recorded
+ *     (search_pass.delay_wgrad); the caller sets it on the candidates that
+ *     overlap their EP pairs (--try-overlap-moe-expert-parallel-comm) and
+ *     refuses it without that flag;
  *   - a model, precision or kernel setting (every other shared flag, those
  *     added to flags_register later included): passed through, resolved
  *     as trainsim simulate resolves it (search_pass_resolve) and set on
@@ -38,6 +43,7 @@ typedef struct {
     char **fwd; /* search's own flags that the shared table also has (the model's shape, FP8, the experts),
                    with their values: the same settings for the pass-through resolution */
     int n_fwd;
+    bool delay_wgrad; /* --delay-wgrad-compute given (true, or =true|1|yes|on) */
 } search_pass;
 
 /* Split argv (argc entries, argv[0] the command) against search's own table

@@ -196,6 +196,7 @@ static void fill_config(const search_space *s, const search_cand *c, config *out
                                                                              : MOE_DISPATCH_ALLTOALL;
         out->moe.enable_deepep = c->dispatcher == SEARCH_DISPATCH_FLEX_DEEPEP;
         p->overlap_moe_ep_comm = c->ep_overlap != 0;
+        p->delay_wgrad = c->ep_overlap && s->delay_wgrad;
     }
 }
 
@@ -504,10 +505,14 @@ static int enumerate(const search_space *s, cand_vec *cv)
 }
 
 /* In-flight micro-batch chunks per rank of one schedule shape, counted on
- * the generated schedule. Candidates come grouped by (schedule, p, m, v), so
- * a one-entry cache spares almost every generation. */
+ * the generated schedule (with the overlapped EP pairs on the interleaved
+ * schedule, Megatron-core's combined 1F1B as simulate generates it: one more
+ * warm-up forward per rank at p > 1). Candidates come grouped by (schedule,
+ * p, m, v), the overlapped ones beside the others, so a one-entry cache
+ * for each (prune's pair) spares almost every generation. */
 typedef struct {
     int kind, p, m, v;
+    bool combined;               /* sched_opts.combined_1f1b */
     search_bound_live *inflight; /* p entries (owned); NULL before the first use */
     int rc;                      /* the generator's status for this shape */
     char msg[ERR_MSG_BYTES];
@@ -515,7 +520,9 @@ typedef struct {
 
 static int cache_get(inflight_cache *k, const search_cand *c, ts_err *err)
 {
-    if (k->inflight && k->kind == c->schedule && k->p == c->pp && k->m == c->num_microbatches && k->v == c->vp)
+    bool combined = c->ep_overlap && c->schedule == SCHED_INTERLEAVED; /* simulate.c sets it so */
+    if (k->inflight && k->kind == c->schedule && k->p == c->pp && k->m == c->num_microbatches && k->v == c->vp &&
+        k->combined == combined)
         return k->rc;
     free(k->inflight);
     k->inflight = calloc((size_t)c->pp, sizeof *k->inflight);
@@ -525,6 +532,7 @@ static int cache_get(inflight_cache *k, const search_cand *c, ts_err *err)
     k->p = c->pp;
     k->m = c->num_microbatches;
     k->v = c->vp;
+    k->combined = combined;
     sched_opts o;
     sched_opts_default(&o, (sched_kind)c->schedule);
     o.p = c->pp;
@@ -532,6 +540,7 @@ static int cache_get(inflight_cache *k, const search_cand *c, ts_err *err)
     o.v = c->vp;
     o.with_comm = false;
     o.with_reduce_optim = false;
+    o.combined_1f1b = combined;
     sched *sc = NULL;
     ts_err e;
     err_clear(&e);
@@ -548,8 +557,9 @@ static int cache_get(inflight_cache *k, const search_cand *c, ts_err *err)
  * kept. */
 static int prune(search_set *set, ts_err *err)
 {
-    inflight_cache cache;
-    memset(&cache, 0, sizeof cache);
+    inflight_cache caches[2]; /* without and with the combined 1F1B */
+    memset(caches, 0, sizeof caches);
+    inflight_cache *cache = &caches[0];
     int rc = TS_OK;
     for (size_t i = 0; i < set->n && rc == TS_OK; i++) {
         search_cand *c = &set->cands[i];
@@ -561,14 +571,15 @@ static int prune(search_set *set, ts_err *err)
         search_bound b;
         int st = search_cand_config(set, i, &cfg, &e);
         if (st == TS_OK) {
-            st = cache_get(&cache, c, &e);
+            cache = &caches[c->ep_overlap && c->schedule == SCHED_INTERLEAVED];
+            st = cache_get(cache, c, &e);
             if (st == TS_ENOMEM)
                 return st;
             if (st != TS_OK)
-                err_set(&e, st, "schedule: %s", cache.msg);
+                err_set(&e, st, "schedule: %s", cache->msg);
         }
         if (st == TS_OK)
-            st = search_bound_compute(&cfg, cache.inflight, &b, &e);
+            st = search_bound_compute(&cfg, cache->inflight, &b, &e);
         if (st != TS_OK) {
             c->status = SEARCH_REJ_CONFIG;
             set->msgs[i] = strndup(e.msg, SEARCH_MSG_BYTES - 1);
@@ -580,7 +591,8 @@ static int prune(search_set *set, ts_err *err)
         if (b.total_bytes > set->usable_bytes)
             c->status = SEARCH_REJ_MEMORY_BOUND;
     }
-    free(cache.inflight);
+    free(caches[0].inflight);
+    free(caches[1].inflight);
     return rc;
 }
 

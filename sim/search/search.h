@@ -76,6 +76,8 @@ typedef struct {
     bool try_ep_overlap;  /* also try --overlap-moe-expert-parallel-comm (ep_pair.h) where its rules allow it:
                              ep > 1, alltoall or flex, no full recomputation, interleaved with v > 1 (or 1f1b
                              at p = 1); default false */
+    bool delay_wgrad;     /* --delay-wgrad-compute on the candidates that overlap their EP pairs (it needs the
+                             overlap, ep_pair.h); the others run without it; default false */
     /* The run's settings that are not a layout (--clip-grad, --loss-scale,
      * --ddp-bucket-size, ...: trainsim search's pass-through flags), set on
      * every candidate; its layout fields, and the settings that depend on a

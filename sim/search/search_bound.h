@@ -32,8 +32,19 @@
  *   more, the chunks between their input-gradient backward (I) and their
  *   weight gradients (W) times what W alone needs of a chunk (the tensors
  *   layer_saved_build marks LAYER_FREE_AFTER_W, and moe_block_mem_of's
- *   free_w), or the chunks held either way at one moment times the lesser
- *   of the two per-chunk figures; on the last rank each MTP depth's own
+ *   free_w, plus the output gradients I stashes for W,
+ *   layer_wgrad_stash_bytes of the layer's I and W lists: the lesser of a
+ *   recomputed and a kept layer's), or the chunks held either way at one
+ *   moment times the lesser of the two per-chunk figures; on a stage that
+ *   loads data the batch's tensors each micro-batch keeps
+ *   (dataload_mem_of: from F to B or I the loss's labels and loss_mask and
+ *   the lookups' indices, from I to W the indices), per in-flight
+ *   micro-batch without chunks, once with them; under full recomputation
+ *   (uniform, or block over every layer), when more, the f chunks plus what
+ *   the recomputation of the last layer of the chunk whose backward follows
+ *   the peak re-creates (the tensors layer_saved_build does not keep after
+ *   F; its lightest chunk's), less the last rank's output layer and MTP
+ *   depths of that micro-batch, which its backward frees first; on the last rank each MTP depth's own
  *   saved tensors (mtp_saved_bytes), its layer's without recomputation and
  *   the output layer's, as many times as the output layer's; with MoE layers
  *   at least the dispatcher's transient buffers of one pass
@@ -44,8 +55,10 @@
  *   the memory besides tensors the simulator adds (sim/config/overheads.h):
  *   CUDA context, the NCCL buffers of the rank's communicators, cuBLAS
  *   workspace, and the allocator's fragmentation on the activation floor
- *   (the simulator applies it to the activations and pipeline buffers
- *   live, which at the peak hold at least that floor).
+ *   without the batch tensors (the simulator applies it to the activations
+ *   and pipeline buffers live, which at the peak hold at least that floor;
+ *   each moment above is taken with its own fragmentation, the largest
+ *   total kept).
  * Transient buffers (recomputed activations, gradients in flight,
  * pipeline buffers) are left out: they only add to the real peak.
  *
@@ -85,7 +98,9 @@ typedef struct {
     int f, w, fw;
 } search_bound_live;
 
-/* The same counted on a generated schedule. out: s->p entries. */
+/* The same counted on a generated schedule (the caller generates it as
+ * the simulator does: search.c with the combined 1F1B of the overlapped EP
+ * pairs on the interleaved schedule). out: s->p entries. */
 void search_bound_inflight_sched(const sched *s, search_bound_live *out);
 
 /* The bound for a validated configuration (c->model, c->par). live:

@@ -154,6 +154,52 @@ if grep -qE '^ +1 .* ep-overlap$' "$tmp/o1.out"; then
 else
     check "the winner overlaps its EP pairs" false
 fi
+# --delay-wgrad-compute with it: set on the overlapped candidates only (it needs the overlap)
+"$T" search "${ov[@]}" --try-overlap-moe-expert-parallel-comm --delay-wgrad-compute --out "$tmp/o3.csv" \
+    >"$tmp/o3.out" 2>&1
+check "--delay-wgrad-compute with --try-overlap-moe-expert-parallel-comm: exit 0" test $? -eq 0
+# index -> status, iteration time of the simulated rows, by overlap
+cand_times() {
+    awk -F, -v ov="$2" 'NR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; next }
+        $c["ep_overlap"] == ov && $2 == "simulated" { print $c["index"], $c["iteration_s"] }' "$1"
+}
+check_sh "the candidates without the overlap: the same times as without --delay-wgrad-compute" \
+    '[ -n "$(cand_times "$tmp/o1.csv" 0)" ] && diff <(cand_times "$tmp/o1.csv" 0) <(cand_times "$tmp/o3.csv" 0) >/dev/null'
+check_sh "the overlapped candidates: some time changed (the weight gradients delayed)" \
+    '! diff <(cand_times "$tmp/o1.csv" 1) <(cand_times "$tmp/o3.csv" 1) >/dev/null'
+if grep -qE '^ +1 .* ep-overlap$' "$tmp/o3.out"; then
+    # shellcheck disable=SC2046
+    "$T" simulate --model qwen3-30b-a3b --gpus 32 --global-batch-size 128 --gpu H100-SXM5-80GB --overlap-grad-reduce \
+        $(row_flags "$tmp/o3.csv") --overlap-moe-expert-parallel-comm --delay-wgrad-compute >"$tmp/o3s.out" 2>&1
+    check "the delayed overlapped winner's simulation gives the same time ($(row_iter "$tmp/o3.csv") s)" \
+        test "$(row_iter "$tmp/o3.csv")" = "$(sim_iter "$tmp/o3s.out")"
+    check "it is the winner" test "$(row_iter "$tmp/o3.csv")" = "$(best "$tmp/o3.out")"
+else
+    check "the winner with --delay-wgrad-compute overlaps its EP pairs" false
+fi
+# the best-ranked overlapped candidate (distributed optimizer) whose time the delayed weight gradients changed
+# (the winner's may not change: a p = 1 pair hides its all-to-alls either way)
+awk -F, 'NR == FNR { if (FNR > 1) t[$1] = $0; next }
+    FNR == 1 { for (i = 1; i <= NF; i++) c[$i] = i; print; next }
+    $2 == "simulated" && $c["ep_overlap"] == 1 && $c["distributed_optimizer"] == 1 && $0 != t[$1] &&
+    (best == "" || $c["rank"] + 0 < best + 0) { best = $c["rank"]; row = $0 }
+    END { if (row != "") print row }' "$tmp/o1.csv" "$tmp/o3.csv" >"$tmp/o3d.csv"
+if [ "$(wc -l <"$tmp/o3d.csv")" -eq 2 ]; then
+    # shellcheck disable=SC2046
+    "$T" simulate --model qwen3-30b-a3b --gpus 32 --global-batch-size 128 --gpu H100-SXM5-80GB --overlap-grad-reduce \
+        $(row_flags "$tmp/o3d.csv") --overlap-moe-expert-parallel-comm --delay-wgrad-compute >"$tmp/o3e.out" 2>&1
+    check "a changed overlapped candidate simulated with --delay-wgrad-compute: the same time ($(row_iter "$tmp/o3d.csv") s)" \
+        test "$(row_iter "$tmp/o3d.csv")" = "$(sim_iter "$tmp/o3e.out")"
+    # shellcheck disable=SC2046
+    "$T" simulate --model qwen3-30b-a3b --gpus 32 --global-batch-size 128 --gpu H100-SXM5-80GB --overlap-grad-reduce \
+        $(row_flags "$tmp/o3d.csv") --overlap-moe-expert-parallel-comm >"$tmp/o3f.out" 2>&1
+    check "the same candidate without it: another time ($(sim_iter "$tmp/o3f.out") s)" \
+        test "$(row_iter "$tmp/o3d.csv")" != "$(sim_iter "$tmp/o3f.out")"
+else
+    check "an overlapped candidate with the distributed optimizer changed by --delay-wgrad-compute" false
+fi
+"$T" search "${sp[@]}" --delay-wgrad-compute=maybe >"$tmp/o4.out" 2>&1
+check_sh "--delay-wgrad-compute=maybe: exit 2 naming the values" '[ $? -eq 2 ] && grep -q "true|false" "$tmp/o4.out"'
 "$T" search --model megatron-1.7b --gpus 16 --try-overlap-moe-expert-parallel-comm >"$tmp/o2.out" 2>&1
 check_sh "--try-overlap-moe-expert-parallel-comm on a dense model: exit 2" \
     '[ $? -eq 2 ] && grep -q "needs a mixture of experts" "$tmp/o2.out"'
@@ -186,6 +232,7 @@ refused --moe-enable-deepep -- "--dispatchers flex-deepep"
 refused --overlap-moe-expert-parallel-comm -- "--try-overlap-moe-expert-parallel-comm tries it"
 refused --moe-layer-recompute -- "the search chooses the recomputation"
 refused --delay-wgrad-compute -- "needs --overlap-moe-expert-parallel-comm"
+refused --delay-wgrad-compute -- "give --try-overlap-moe-expert-parallel-comm too"
 # simulate's own options (not the shared flags) and unknown flags: unknown to search
 "$T" search "${sp[@]}" --trace "$tmp/x.json" >"$tmp/u.out" 2>&1
 check_sh "simulate's --trace: exit 2 (not a search flag)" '[ $? -eq 2 ] && grep -q -- "--trace" "$tmp/u.out"'

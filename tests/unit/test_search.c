@@ -10,6 +10,7 @@
 
 #include "sim/config/overheads.h"
 #include "sim/config/topo.h"
+#include "sim/model/layer.h"
 #include "sim/search/search.h"
 #include "sim/search/search_bound.h"
 #include "sim/search/search_eval.h"
@@ -303,6 +304,101 @@ Test(search, bound_never_exceeds_simulated_peak)
     cr_assert_gt(checked, 50, "only %zu simulated", checked);
     search_set_free(set);
     topo_free(t);
+}
+
+/* The zero-bubble schedules' W stash: each chunk between its I and its W
+ * holds, per layer, the tensors only W needs and the output gradients I
+ * stashed for it (layer.h: a GPT layer's T (qkv_n + h + fc1_n + h) x dt),
+ * and on a loading stage the batch's lookup indices (dataload.h: tokens and
+ * position_ids, int64 [b, s]). Four chunks more between I and W (and f + w
+ * four more) raise the activation floor by four times that, on the small
+ * GPT at p = 1, t = 1, b = 1, no recomputation: 8 layers, T = b s = 512,
+ * qkv_n = 3h = 1536, fc1_n = 4h = 2048, dt = 2: a layer's stash
+ * 512 x 4608 x 2 = 4718592 B, the indices 2 x 8 x 512 = 8192 B. */
+Test(search, zero_bubble_bound_counts_w_stash_and_batch)
+{
+    search_space s;
+    small_space(&s, 8, 8, 16);
+    s.schedules = 1u << SCHED_ZB_H1;
+    s.n_micro_batch_sizes = 1;
+    search_set *set = enumerate_ok(&s);
+    bool found = false;
+    for (size_t i = 0; i < set->n && !found; i++) {
+        const search_cand *c = &set->cands[i];
+        if (c->status != SEARCH_PENDING || c->tp != 1 || c->pp != 1 || c->mbs != 1 || c->recompute != RECOMPUTE_NONE)
+            continue;
+        found = true;
+        config cfg;
+        ts_err e;
+        err_clear(&e);
+        cr_assert_eq(search_cand_config(set, i, &cfg, &e), TS_OK, "%s", e.msg);
+        layer_shape L;
+        layer_saved_list sl;
+        cr_assert_eq(layer_shape_from_config(&cfg, &L, &e), TS_OK, "%s", e.msg);
+        L.recompute = RECOMPUTE_NONE;
+        cr_assert_eq(layer_saved_build(&L, &sl, &e), TS_OK, "%s", e.msg);
+        double free_w = 0;
+        for (int k = 0; k < sl.n; k++)
+            free_w += sl.t[k].free_when == LAYER_FREE_AFTER_W ? (double)sl.t[k].bytes : 0;
+        cr_assert_gt(free_w, 0);
+        double stash = 512.0 * (1536 + 512 + 2048 + 512) * 2, indices = 2.0 * 8 * 512;
+        cr_assert_lt(free_w + stash, (double)layer_saved_kept_bytes(&sl), "the W part is the lesser per chunk");
+        search_bound_live a = {1, 4, 5}, b = {1, 8, 9};
+        search_bound ba, bb;
+        cr_assert_eq(search_bound_compute(&cfg, &a, &ba, &e), TS_OK, "%s", e.msg);
+        cr_assert_eq(search_bound_compute(&cfg, &b, &bb, &e), TS_OK, "%s", e.msg);
+        double want = 4 * (8 * (free_w + stash) + indices);
+        cr_assert_float_eq(bb.activations_bytes - ba.activations_bytes, want, 0.5, "%.0f, want %.0f",
+                           bb.activations_bytes - ba.activations_bytes, want);
+    }
+    cr_assert(found, "no p = 1, t = 1, b = 1 candidate without recomputation");
+    search_set_free(set);
+}
+
+/* Full uniform recomputation: the backward after the in-flight peak
+ * re-creates its last layer's tensors (those not kept after F) while the
+ * chunks are held, the output layer's of that micro-batch freed first; the
+ * loading stage holds the batch's tensors to the backward (dataload.h:
+ * tokens, labels, position_ids int64 and loss_mask float32 [b, s]: 28 b s B).
+ * The small GPT at p = 1, t = 1, b = 1, one micro-batch in flight: 8 layers'
+ * inputs + the embedding's + the batch's + a layer's recomputed tensors. */
+Test(search, full_recompute_bound_counts_last_layer_and_batch)
+{
+    search_space s;
+    small_space(&s, 8, 8, 16);
+    s.schedules = 1u << SCHED_1F1B;
+    s.n_micro_batch_sizes = 1;
+    search_set *set = enumerate_ok(&s);
+    bool found = false;
+    for (size_t i = 0; i < set->n && !found; i++) {
+        const search_cand *c = &set->cands[i];
+        if (c->status != SEARCH_PENDING || c->tp != 1 || c->pp != 1 || c->mbs != 1 || c->recompute != RECOMPUTE_FULL ||
+            c->recompute_method != RECOMPUTE_METHOD_UNIFORM)
+            continue;
+        found = true;
+        config cfg;
+        ts_err e;
+        err_clear(&e);
+        cr_assert_eq(search_cand_config(set, i, &cfg, &e), TS_OK, "%s", e.msg);
+        layer_shape L;
+        layer_saved_list sl;
+        cr_assert_eq(layer_shape_from_config(&cfg, &L, &e), TS_OK, "%s", e.msg);
+        cr_assert_eq(layer_saved_build(&L, &sl, &e), TS_OK, "%s", e.msg);
+        double kept = (double)layer_saved_kept_bytes(&sl), by_rc = 0;
+        for (int k = 0; k < sl.n; k++)
+            by_rc += sl.t[k].kept_after_f ? 0 : (double)sl.t[k].bytes;
+        cr_assert_eq(layer_embedding_saved(&L, &sl, &e), TS_OK, "%s", e.msg);
+        double emb = (double)layer_saved_kept_bytes(&sl);
+        cr_assert_eq(layer_output_saved(&L, &sl, &e), TS_OK, "%s", e.msg);
+        cr_assert_gt(by_rc, (double)layer_saved_kept_bytes(&sl), "the recomputed layer outweighs the output layer");
+        search_bound_live one = {1, 0, 1};
+        search_bound b;
+        cr_assert_eq(search_bound_compute(&cfg, &one, &b, &e), TS_OK, "%s", e.msg);
+        double want = 8 * kept + emb + 28.0 * 512 + by_rc;
+        cr_assert_float_eq(b.activations_bytes, want, 0.5, "%.0f, want %.0f", b.activations_bytes, want);
+    }
+    cr_assert(found, "no p = 1, t = 1, b = 1 candidate with full uniform recomputation");
+    search_set_free(set);
 }
 
 /* One thread or two, the same results and the same ranking. */

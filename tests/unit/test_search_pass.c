@@ -200,6 +200,59 @@ Test(search_pass, ep_overlap_candidates)
     topo_free(t);
 }
 
+/* The overlapped EP pairs with --delay-wgrad-compute (search_space.delay_wgrad):
+ * set on the overlapped candidates only; on the interleaved schedule at p > 1
+ * the bound counts the combined 1F1B's extra warm-up forward (never below
+ * the same layout's without the overlap, above it somewhere) and stays below
+ * the simulated peak. */
+Test(search_pass, ep_overlap_delay_wgrad_and_combined_bound)
+{
+    search_space s;
+    topo *t = NULL;
+    gpu_spec h100 = {GPU_SPEC_H100};
+    pass_space(&s, &h100, &t);
+    s.try_ep_overlap = true;
+    s.delay_wgrad = true;
+    s.schedules = 1u << SCHED_INTERLEAVED;
+    search_set *set = NULL;
+    ts_err e;
+    err_clear(&e);
+    cr_assert_eq(search_enumerate(&s, &set, &e), TS_OK, "%s", e.msg);
+    search_eval_opts o = {.threads = 2, .nshards = 1};
+    cr_assert_eq(search_evaluate(set, &o, &e), TS_OK, "%s", e.msg);
+    size_t configs = 0, pairs = 0, higher = 0, checked = 0;
+    for (size_t i = 0; i < set->n; i++) {
+        const search_cand *c = &set->cands[i];
+        config cfg;
+        if (search_cand_config(set, i, &cfg, &e) == TS_OK) {
+            cr_assert_eq(cfg.par.delay_wgrad, c->ep_overlap != 0, "candidate %zu", i);
+            configs += c->ep_overlap;
+        }
+        if (c->status == SEARCH_SIMULATED || c->status == SEARCH_REJ_MEMORY_SIM) {
+            cr_assert_leq(c->mem_bound_bytes, c->r.peak_mem_bytes,
+                          "candidate %zu (p %d v %d ep %d%s): bound %.0f > peak %.0f", i, c->pp, c->vp, c->ep,
+                          c->ep_overlap ? " overlapped" : "", c->mem_bound_bytes, c->r.peak_mem_bytes);
+            checked++;
+        }
+        /* the overlap is the innermost choice: the same layout without it comes just before */
+        const search_cand *twin = i > 0 ? &set->cands[i - 1] : NULL;
+        if (c->ep_overlap && c->pp > 1 && twin && !twin->ep_overlap && twin->mem_bound_bytes > 0 &&
+            c->mem_bound_bytes > 0) {
+            cr_assert_eq(twin->pp, c->pp);
+            cr_assert_eq(twin->dispatcher, c->dispatcher);
+            cr_assert_geq(c->mem_bound_bytes, twin->mem_bound_bytes, "candidate %zu", i);
+            pairs++;
+            higher += c->mem_bound_bytes > twin->mem_bound_bytes;
+        }
+    }
+    cr_assert_gt(configs, 10, "only %zu overlapped configurations", configs);
+    cr_assert_gt(pairs, 10, "only %zu overlapped pairs at p > 1", pairs);
+    cr_assert_gt(higher, 0, "the combined 1F1B's warm-up forward raises no bound");
+    cr_assert_gt(checked, 20, "only %zu simulated", checked);
+    search_set_free(set);
+    topo_free(t);
+}
+
 /* --qk-layernorm (the query and key norms and their saved inputs): the
  * bound stays below the simulated peak. */
 Test(search_pass, bound_below_peak_with_qk_layernorm)
