@@ -2,6 +2,7 @@
 #include "exec/cuda/comm_nccl.h"
 
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -262,6 +263,34 @@ static void nc_destroy(comm *c)
     free(c);
 }
 
+int comm_nccl_bootstrap(MPI_Comm mc, int size, int rank, const char *group, ncclComm_t *nc, ts_err *err)
+{
+    *nc = NULL;
+    struct {
+        int ok;
+        ncclUniqueId id;
+    } boot;
+    memset(&boot, 0, sizeof boot);
+    ncclResult_t r = ncclSuccess;
+    if (rank == 0) {
+        r = ncclGetUniqueId(&boot.id);
+        boot.ok = r == ncclSuccess;
+    }
+    if (MPI_Bcast(&boot, (int)sizeof boot, MPI_BYTE, 0, mc) != MPI_SUCCESS)
+        return err_set(err, TS_ESTATE, "nccl comm: MPI_Bcast of the %s group's unique id failed", group);
+    if (!boot.ok)
+        return rank == 0
+                   ? err_set(err, TS_ESTATE, "NCCL unique id on the %s group failed: %s", group, ncclGetErrorString(r))
+                   : err_set(err, TS_ENOTSUP, "nccl comm: rank 0 of the %s group could not create an NCCL id", group);
+    r = ncclCommInitRank(nc, size, boot.id, rank);
+    if (r != ncclSuccess) {
+        *nc = NULL;
+        return err_set(err, TS_ENOTSUP, "NCCL communicator for the %s group (%d ranks) could not be created: %s", group,
+                       size, ncclGetErrorString(r));
+    }
+    return TS_OK;
+}
+
 /* MPI sub-communicator and NCCL communicator of group g. */
 static int make_group(comm *c, MPI_Comm base, comm_group g, int color, ts_err *err)
 {
@@ -273,37 +302,9 @@ static int make_group(comm *c, MPI_Comm base, comm_group g, int color, ts_err *e
                        GROUP_NAMES[g]);
     if (c->size[g] == 1)
         return TS_OK;
-    struct {
-        int ok;
-        ncclUniqueId id;
-    } boot;
-    memset(&boot, 0, sizeof boot);
-    ncclResult_t r = ncclSuccess;
-    if (c->rank[g] == 0) {
-        r = ncclGetUniqueId(&boot.id);
-        boot.ok = r == ncclSuccess;
-    }
-    /* Broadcast even on failure, so the peers learn it instead of hanging. */
-    if (MPI_Bcast(&boot, (int)sizeof boot, MPI_BYTE, 0, x->mpi[g]) != MPI_SUCCESS)
-        return err_set(err, TS_ESTATE,
-                       "nccl comm: MPI_Bcast of the %s-parallel unique id "
-                       "failed",
-                       GROUP_NAMES[g]);
-    if (!boot.ok)
-        return c->rank[g] == 0 ? nccl_fail(err, r, "unique id", g)
-                               : err_set(err, TS_ENOTSUP,
-                                         "nccl comm: rank 0 of the "
-                                         "%s-parallel group could not create an NCCL id",
-                                         GROUP_NAMES[g]);
-    r = ncclCommInitRank(&x->nc[g], c->size[g], boot.id, c->rank[g]);
-    if (r != ncclSuccess) {
-        x->nc[g] = NULL;
-        return err_set(err, TS_ENOTSUP,
-                       "NCCL communicator for the %s-parallel group "
-                       "(%d ranks) could not be created: %s",
-                       GROUP_NAMES[g], c->size[g], ncclGetErrorString(r));
-    }
-    return TS_OK;
+    char group[32];
+    snprintf(group, sizeof group, "%s-parallel", GROUP_NAMES[g]);
+    return comm_nccl_bootstrap(x->mpi[g], c->size[g], c->rank[g], group, &x->nc[g], err);
 }
 
 int comm_nccl_create(MPI_Comm base, int t, int p, int d, cudaStream_t compute, comm **out, ts_err *err)

@@ -37,10 +37,19 @@
 
 #include <cuda_runtime_api.h>
 #include <mpi.h>
+#include <nccl.h>
 
 #include "exec/core/comm.h"
 
 #define COMM_NCCL_MAX_REQ 1024 /* isend/irecv in flight */
+
+/* The NCCL communicator *nc of the size ranks of mc (this one rank in it),
+ * named group in errors ("tensor-parallel", "expert-parallel"): rank 0's
+ * ncclGetUniqueId broadcast over mc (even when it failed, so that the
+ * peers learn it instead of hanging), then ncclCommInitRank. Collective
+ * over mc; call it only with size > 1. The caller owns *nc
+ * (ncclCommDestroy); NULL on failure. TS_ESTATE, TS_ENOTSUP. */
+int comm_nccl_bootstrap(MPI_Comm mc, int size, int rank, const char *group, ncclComm_t *nc, ts_err *err);
 
 /* Collective over base. TS_EINVAL if base's size is not t*p*d, TS_ENOTSUP
  * with NCCL's message when a communicator cannot be created. `compute` is

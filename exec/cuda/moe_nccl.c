@@ -3,9 +3,10 @@
 
 #include <string.h>
 
+#include "exec/cuda/comm_nccl.h"
+
 /* MPI sub-communicator (color, key) of base and, with more than one rank,
- * its NCCL communicator (rank 0's id broadcast over MPI, even on failure so
- * that the peers learn it). */
+ * its NCCL communicator (comm_nccl_bootstrap). */
 static int make_group(MPI_Comm base, int color, int key, const char *name, MPI_Comm *mc, ncclComm_t *nc, int *size,
                       int *rank, ts_err *err)
 {
@@ -18,28 +19,7 @@ static int make_group(MPI_Comm base, int color, int key, const char *name, MPI_C
     MPI_Comm_rank(*mc, rank);
     if (*size == 1)
         return TS_OK;
-    struct {
-        int ok;
-        ncclUniqueId id;
-    } boot;
-    memset(&boot, 0, sizeof boot);
-    ncclResult_t r = ncclSuccess;
-    if (*rank == 0) {
-        r = ncclGetUniqueId(&boot.id);
-        boot.ok = r == ncclSuccess;
-    }
-    if (MPI_Bcast(&boot, (int)sizeof boot, MPI_BYTE, 0, *mc) != MPI_SUCCESS)
-        return err_set(err, TS_ESTATE, "moe nccl: MPI_Bcast of the %s group's unique id failed", name);
-    if (!boot.ok)
-        return err_set(err, TS_ENOTSUP, "moe nccl: rank 0 of the %s group could not create an NCCL id%s%s", name,
-                       *rank == 0 ? ": " : "", *rank == 0 ? ncclGetErrorString(r) : "");
-    r = ncclCommInitRank(nc, *size, boot.id, *rank);
-    if (r != ncclSuccess) {
-        *nc = NULL;
-        return err_set(err, TS_ENOTSUP, "NCCL communicator for the %s group (%d ranks) could not be created: %s", name,
-                       *size, ncclGetErrorString(r));
-    }
-    return TS_OK;
+    return comm_nccl_bootstrap(*mc, *size, *rank, name, nc, err);
 }
 
 void moe_nccl_free(moe_nccl_ctx *x)
