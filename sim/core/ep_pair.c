@@ -8,6 +8,11 @@
 
 #define FLAG "--overlap-moe-expert-parallel-comm"
 
+bool ep_pair_combined_sched(bool overlap, sched_kind k)
+{
+    return overlap && k == SCHED_INTERLEAVED;
+}
+
 int ep_pair_check(const config *c, sched_kind k, int v, bool flows, ts_err *err)
 {
     const parallel_config *P = &c->par;

@@ -119,6 +119,12 @@
  * at once when the flag is off. */
 int ep_pair_check(const config *c, sched_kind k, int v, bool flows, ts_err *err);
 
+/* Whether a schedule of kind k is generated as Megatron-core's combined
+ * 1F1B (sched_opts.combined_1f1b: one more warm-up forward per rank, each
+ * steady-state F(k+w) marked to pair with B(k)) when overlap is
+ * --overlap-moe-expert-parallel-comm: the interleaved schedule's. */
+bool ep_pair_combined_sched(bool overlap, sched_kind k);
+
 /* Pair the compute actions of rank r of s (see above): partner[i] = the
  * index of action i's partner, -1 when unpaired (partner has n_actions[r]
  * entries, owned by the caller). */

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "sim/config/overheads.h"
+#include "sim/core/ep_pair.h"
 #include "sim/core/lower.h"
 #include "sim/core/plan_build.h"
 #include "sim/model/calib.h"
@@ -455,7 +456,7 @@ int simulate_run(const config *c, const simulate_opts *opts, simulate_result **o
     so.stage_layers = P->layout.n_stages == so.p * so.v ? P->layout.layers : NULL;
     so.with_comm = true;
     so.with_reduce_optim = true;
-    so.combined_1f1b = P->overlap_moe_ep_comm && P->schedule == SCHED_INTERLEAVED; /* ep_pair.h */
+    so.combined_1f1b = ep_pair_combined_sched(P->overlap_moe_ep_comm, P->schedule);
     if ((rc = sched_generate(&so, &s, err)) || (rc = cost_setup(c, &o, &cm, &cc, err)) ||
         (rc = plan_build_opts(c, s, cm, &cc, &popts, &pl, err)) || (rc = mem_create(R->p, o.keep_trace, &mem, err)))
         goto done;

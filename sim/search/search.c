@@ -520,7 +520,7 @@ typedef struct {
 
 static int cache_get(inflight_cache *k, const search_cand *c, ts_err *err)
 {
-    bool combined = c->ep_overlap && c->schedule == SCHED_INTERLEAVED; /* simulate.c sets it so */
+    bool combined = ep_pair_combined_sched(c->ep_overlap, (sched_kind)c->schedule); /* as simulate.c */
     if (k->inflight && k->kind == c->schedule && k->p == c->pp && k->m == c->num_microbatches && k->v == c->vp &&
         k->combined == combined)
         return k->rc;
