@@ -312,24 +312,24 @@ cudaError_t cuk_moe_counts(int *counts, const int *idx, const int *keep, size_t 
 /* The send order (moe.c's plan): kept assignments by expert, then by a;
  * pos[a] = a's place in it (-1 dropped), send_slot[pos[a]] = a (as many
  * entries as kept assignments). */
-cudaError_t cuk_moe_send_order(int64_t *send_slot, int64_t *pos, const int *idx, const int *keep, size_t nk,
+cudaError_t cuk_moe_send_order(int *send_slot, int *pos, const int *idx, const int *keep, size_t nk,
                                cudaStream_t stream);
 /* Row permutes of width C: gather dst[r] = src[rows[r] / div] (div k turns
  * send slots into tokens), scatter dst[rows[r]] = src[r] (rows distinct). */
-cudaError_t cuk_f32_moe_gather(float *dst, const float *src, const int64_t *rows, size_t nrows, int div, int C,
+cudaError_t cuk_f32_moe_gather(float *dst, const float *src, const int *rows, size_t nrows, int div, int C,
                                cudaStream_t stream);
-cudaError_t cuk_f32_moe_scatter(float *dst, const float *src, const int64_t *rows, size_t nrows, int C,
+cudaError_t cuk_f32_moe_scatter(float *dst, const float *src, const int *rows, size_t nrows, int C,
                                 cudaStream_t stream);
 /* Combine: out[t] = sum of wts[a] y[pos[a]] over t's kept assignments in
  * ascending expert order (moe.c's order); wts NULL: weight 1 (the backward's
  * dx from the returned row gradients). out [N, C] overwritten; the experts
  * of one token distinct. */
-cudaError_t cuk_f32_moe_combine(float *out, const float *y, const float *wts, const int *idx, const int64_t *pos,
-                                size_t N, int k, int C, cudaStream_t stream);
+cudaError_t cuk_f32_moe_combine(float *out, const float *y, const float *wts, const int *idx, const int *pos, size_t N,
+                                int k, int C, cudaStream_t stream);
 /* Combine backward per sent row p (a = send_slot[p], t = a / k): g[a] =
  * dout[t] . y[p], dy[p] = wts[a] dout[t]. g of dropped a not written. */
 cudaError_t cuk_f32_moe_combine_bwd(float *dy, float *g, const float *dout, const float *y, const float *wts,
-                                    const int64_t *send_slot, size_t nsend, int k, int C, cudaStream_t stream);
+                                    const int *send_slot, size_t nsend, int k, int C, cudaStream_t stream);
 /* Router backward of w_j = keep_j softmax_j(chosen logits), in double:
  * dlog [N, E] overwritten (0 off the chosen experts); the auxiliary loss's
  * gradient is not included. */

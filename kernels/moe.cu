@@ -95,7 +95,7 @@ __global__ void moe_counts_kernel(int *counts, const int *idx, const int *keep, 
 
 /* One thread per assignment a: its position in the send order (kept
  * assignments by expert, then index: moe.c's plan), -1 when dropped. */
-__global__ void moe_send_order_kernel(int64_t *send_slot, int64_t *pos, const int *idx, const int *keep, size_t nk)
+__global__ void moe_send_order_kernel(int *send_slot, int *pos, const int *idx, const int *keep, size_t nk)
 {
     MOE_GRID_STRIDE(a, nk)
     {
@@ -103,18 +103,18 @@ __global__ void moe_send_order_kernel(int64_t *send_slot, int64_t *pos, const in
             pos[a] = -1;
             continue;
         }
-        int64_t p = 0;
+        int p = 0;
         for (size_t b = 0; b < nk; b++)
             p += keep[b] && (idx[b] < idx[a] || (idx[b] == idx[a] && b < a));
         pos[a] = p;
-        send_slot[p] = (int64_t)a;
+        send_slot[p] = (int)a;
     }
 }
 
 /* ------------------------------------------------------------ permute */
 
 /* dst[r, c] = src[rows[r] / div, c]. */
-__global__ void moe_gather_kernel(float *dst, const float *src, const int64_t *rows, size_t nrows, int div, int C)
+__global__ void moe_gather_kernel(float *dst, const float *src, const int *rows, size_t nrows, int div, int C)
 {
     MOE_GRID_STRIDE(i, nrows * (size_t)C)
     {
@@ -124,7 +124,7 @@ __global__ void moe_gather_kernel(float *dst, const float *src, const int64_t *r
 }
 
 /* dst[rows[r], c] = src[r, c]. */
-__global__ void moe_scatter_kernel(float *dst, const float *src, const int64_t *rows, size_t nrows, int C)
+__global__ void moe_scatter_kernel(float *dst, const float *src, const int *rows, size_t nrows, int C)
 {
     MOE_GRID_STRIDE(i, nrows * (size_t)C)
     {
@@ -137,7 +137,7 @@ __global__ void moe_scatter_kernel(float *dst, const float *src, const int64_t *
 
 /* One thread per (token, column): out = sum over the token's kept slots in
  * ascending expert order (the send order moe.c sums in) of w * y[pos]. */
-__global__ void moe_combine_kernel(float *out, const float *y, const float *wts, const int *idx, const int64_t *pos,
+__global__ void moe_combine_kernel(float *out, const float *y, const float *wts, const int *idx, const int *pos,
                                    size_t N, int k, int C)
 {
     MOE_GRID_STRIDE(i, N * (size_t)C)
@@ -167,7 +167,7 @@ __global__ void moe_combine_kernel(float *out, const float *y, const float *wts,
 /* One thread per sent row p: g[slot] = dout[token] . y[p] (columns in
  * order), dy[p] = w dout[token]. */
 __global__ void moe_combine_bwd_kernel(float *dy, float *g, const float *dout, const float *y, const float *wts,
-                                       const int64_t *send_slot, size_t nsend, int k, int C)
+                                       const int *send_slot, size_t nsend, int k, int C)
 {
     MOE_GRID_STRIDE(p, nsend)
     {
@@ -242,7 +242,7 @@ extern "C" cudaError_t cuk_moe_counts(int *counts, const int *idx, const int *ke
     return cuk_status();
 }
 
-extern "C" cudaError_t cuk_moe_send_order(int64_t *send_slot, int64_t *pos, const int *idx, const int *keep, size_t nk,
+extern "C" cudaError_t cuk_moe_send_order(int *send_slot, int *pos, const int *idx, const int *keep, size_t nk,
                                           cudaStream_t stream)
 {
     if (nk == 0)
@@ -251,8 +251,8 @@ extern "C" cudaError_t cuk_moe_send_order(int64_t *send_slot, int64_t *pos, cons
     return cuk_status();
 }
 
-extern "C" cudaError_t cuk_f32_moe_gather(float *dst, const float *src, const int64_t *rows, size_t nrows, int div,
-                                          int C, cudaStream_t stream)
+extern "C" cudaError_t cuk_f32_moe_gather(float *dst, const float *src, const int *rows, size_t nrows, int div, int C,
+                                          cudaStream_t stream)
 {
     if (div <= 0 || C <= 0)
         return cudaErrorInvalidValue;
@@ -262,7 +262,7 @@ extern "C" cudaError_t cuk_f32_moe_gather(float *dst, const float *src, const in
     return cuk_status();
 }
 
-extern "C" cudaError_t cuk_f32_moe_scatter(float *dst, const float *src, const int64_t *rows, size_t nrows, int C,
+extern "C" cudaError_t cuk_f32_moe_scatter(float *dst, const float *src, const int *rows, size_t nrows, int C,
                                            cudaStream_t stream)
 {
     if (C <= 0)
@@ -273,8 +273,8 @@ extern "C" cudaError_t cuk_f32_moe_scatter(float *dst, const float *src, const i
     return cuk_status();
 }
 
-extern "C" cudaError_t cuk_f32_moe_combine(float *out, const float *y, const float *wts, const int *idx,
-                                           const int64_t *pos, size_t N, int k, int C, cudaStream_t stream)
+extern "C" cudaError_t cuk_f32_moe_combine(float *out, const float *y, const float *wts, const int *idx, const int *pos,
+                                           size_t N, int k, int C, cudaStream_t stream)
 {
     if (k <= 0 || C <= 0)
         return cudaErrorInvalidValue;
@@ -285,8 +285,7 @@ extern "C" cudaError_t cuk_f32_moe_combine(float *out, const float *y, const flo
 }
 
 extern "C" cudaError_t cuk_f32_moe_combine_bwd(float *dy, float *g, const float *dout, const float *y, const float *wts,
-                                               const int64_t *send_slot, size_t nsend, int k, int C,
-                                               cudaStream_t stream)
+                                               const int *send_slot, size_t nsend, int k, int C, cudaStream_t stream)
 {
     if (k <= 0 || C <= 0)
         return cudaErrorInvalidValue;

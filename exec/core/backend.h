@@ -60,6 +60,8 @@ struct backend {
     int *(*alloc_int)(backend *be, size_t n);
     void (*free_int)(backend *be, int *p);
     void (*int_to_device)(backend *be, int *dst, const int *src_host, size_t n);
+    /* n ints to the host; waits for the ops that write src. */
+    void (*int_to_host)(backend *be, int *dst_host, const int *src, size_t n);
     void (*zero)(backend *be, float *p, size_t n);
     void (*copy)(backend *be, float *dst, const float *src, size_t n);
     /* Wait for every op issued so far. */
@@ -148,6 +150,29 @@ struct backend {
     int (*attention_flash_bwd)(backend *be, const cp_ring *ring, float *dqkv, const float *dout, const float *out,
                                const float *lse, const float *qkv, int B, int T, int NH, int NKV, int hs,
                                float *ring_ws, ts_err *err);
+
+    /* Mixture-of-experts routing and dispatch (exec/core/moe.h's layer runs
+     * on them): the routing steps of exec/core/moe_route.h and the row ops
+     * of exec/cpu/kern_moe.h, same arguments and semantics; the CUDA
+     * backend's are kernels/moe.cu's (cuk.h). Assignment a = t k + j of N
+     * tokens, nk = N k; idx, keep, send_slot, pos, rows are int tensors
+     * (the layer checks that every count fits an int). moe_keep's order is
+     * scratch of nk ints (the CPU's sort; a kernel needs none). NULL in a
+     * backend without them: moe_layer_create then refuses experts. */
+    void (*moe_topk)(backend *be, int *idx, float *wts, const float *logits, size_t N, int E, int k,
+                     bool force_balance);
+    void (*moe_keep)(backend *be, int *keep, float *wkept, const int *idx, const float *wts, size_t nk, size_t cap,
+                     int *order);
+    void (*moe_counts)(backend *be, int *counts, const int *idx, const int *keep, size_t nk, int E);
+    void (*moe_send_order)(backend *be, int *send_slot, int *pos, const int *idx, const int *keep, size_t nk, int E);
+    void (*moe_gather)(backend *be, float *dst, const float *src, const int *rows, size_t nrows, int div, int C);
+    void (*moe_scatter)(backend *be, float *dst, const float *src, const int *rows, size_t nrows, int C);
+    void (*moe_combine)(backend *be, float *out, const float *y, const float *wts, const int *idx, const int *pos,
+                        size_t N, int k, int C);
+    void (*moe_combine_bwd)(backend *be, float *dy, float *g, const float *dout, const float *y, const float *wts,
+                            const int *send_slot, size_t nsend, int k, int C);
+    void (*moe_router_bwd)(backend *be, float *dlog, const float *logits, const int *idx, const int *keep,
+                           const float *g, size_t N, int E, int k);
 
     /* Release the backend (not the tensors: their owners free them first). */
     void (*destroy)(backend *be);

@@ -18,7 +18,8 @@ struct moe_saved {
     const float *x;              /* borrowed [n, C] */
     float *logits, *wts;         /* [n, E], [nk] */
     int *idx, *keep, *counts;    /* [nk], [nk], [E] */
-    size_t *order, *send_slot;   /* [nk], [nsend] */
+    int *order;                  /* [nk] */
+    size_t *send_slot;           /* [nsend] */
     int *send_rows, *recv_rows;  /* [ep] each */
     int *recv_ecnt;              /* [ep * El] */
     size_t *eorder, *eoff;       /* [nrecv] recv row of each expert-ordered row, [El + 1] */

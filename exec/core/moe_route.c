@@ -35,10 +35,9 @@ int moe_route_owner(int num_experts, int ep, int e)
 }
 
 /* Choose the k experts of one token (row of E logits). */
-static void choose(const moe_route_cfg *cfg, const float *lg, size_t n, int *idx)
+static void choose(const float *lg, size_t n, int E, int k, bool force_balance, int *idx)
 {
-    int E = cfg->num_experts, k = cfg->topk;
-    if (cfg->force_balance) {
+    if (force_balance) {
         for (int j = 0; j < k; j++)
             idx[j] = (int)((n * (size_t)k + (size_t)j) % (size_t)E);
         return;
@@ -56,13 +55,33 @@ static void choose(const moe_route_cfg *cfg, const float *lg, size_t n, int *idx
     }
 }
 
+void moe_route_topk(const float *logits, size_t N, int E, int k, bool force_balance, int *idx, float *wts)
+{
+    for (size_t n = 0; n < N; n++) {
+        const float *lg = logits + n * (size_t)E;
+        int *id = idx + n * (size_t)k;
+        float *w = wts + n * (size_t)k;
+        choose(lg, n, E, k, force_balance, id);
+        float mx = lg[id[0]];
+        for (int j = 1; j < k; j++)
+            mx = fmaxf(mx, lg[id[j]]);
+        float s = 0.0f;
+        for (int j = 0; j < k; j++) {
+            w[j] = expf(lg[id[j]] - mx);
+            s += w[j];
+        }
+        for (int j = 0; j < k; j++)
+            w[j] /= s;
+    }
+}
+
 /* Sort context for the capacity pass (qsort has no user pointer). */
 static const int *g_idx;
 static const float *g_wts;
 
 static int by_expert_weight(const void *pa, const void *pb)
 {
-    size_t a = *(const size_t *)pa, b = *(const size_t *)pb;
+    int a = *(const int *)pa, b = *(const int *)pb;
     if (g_idx[a] != g_idx[b])
         return g_idx[a] < g_idx[b] ? -1 : 1;
     if (g_wts[a] != g_wts[b])
@@ -70,51 +89,62 @@ static int by_expert_weight(const void *pa, const void *pb)
     return a < b ? -1 : (a > b);
 }
 
-void moe_route(const moe_route_cfg *cfg, const float *logits, size_t N, int *idx, float *wts, int *keep, int *counts,
-               size_t *dropped, size_t *order)
+void moe_route_keep(const int *idx, const float *wts, size_t nk, size_t cap, int *keep, float *wkept, int *order)
 {
-    int E = cfg->num_experts, k = cfg->topk;
-    size_t nk = N * (size_t)k;
-    for (size_t n = 0; n < N; n++) {
-        const float *lg = logits + n * (size_t)E;
-        int *id = idx + n * (size_t)k;
-        choose(cfg, lg, n, id);
-        float mx = lg[id[0]];
-        for (int j = 1; j < k; j++)
-            mx = fmaxf(mx, lg[id[j]]);
-        float s = 0.0f;
-        for (int j = 0; j < k; j++) {
-            wts[n * (size_t)k + (size_t)j] = expf(lg[id[j]] - mx);
-            s += wts[n * (size_t)k + (size_t)j];
-        }
-        for (int j = 0; j < k; j++)
-            wts[n * (size_t)k + (size_t)j] /= s;
+    for (size_t a = 0; a < nk; a++) {
+        keep[a] = 1;
+        wkept[a] = wts[a];
     }
+    if (cap == 0 || nk == 0)
+        return;
+    for (size_t a = 0; a < nk; a++)
+        order[a] = (int)a;
+    g_idx = idx;
+    g_wts = wts;
+    qsort(order, nk, sizeof *order, by_expert_weight);
+    size_t run = 0; /* place of order[i] among its expert's assignments */
+    for (size_t i = 0; i < nk; i++) {
+        int a = order[i];
+        run = i > 0 && idx[order[i - 1]] == idx[a] ? run + 1 : 0;
+        if (run >= cap) {
+            keep[a] = 0;
+            wkept[a] = 0.0f;
+        }
+    }
+}
+
+void moe_route_counts(const int *idx, const int *keep, size_t nk, int E, int *counts)
+{
     for (int e = 0; e < E; e++)
         counts[e] = 0;
-    size_t cap = moe_route_capacity(cfg, N), drop = 0;
-    for (size_t i = 0; i < nk; i++) {
-        keep[i] = 1;
-        order[i] = i;
-    }
-    if (cap > 0) {
-        g_idx = idx;
-        g_wts = wts;
-        qsort(order, nk, sizeof *order, by_expert_weight);
-        for (size_t i = 0; i < nk; i++) {
-            size_t a = order[i];
-            if ((size_t)counts[idx[a]] >= cap) {
-                keep[a] = 0;
-                wts[a] = 0.0f;
-                drop++;
-            } else {
-                counts[idx[a]]++;
+    for (size_t a = 0; a < nk; a++)
+        if (keep[a])
+            counts[idx[a]]++;
+}
+
+void moe_route_send_order(const int *idx, const int *keep, size_t nk, int E, int *send_slot, int *pos)
+{
+    int p = 0;
+    for (size_t a = 0; a < nk; a++)
+        pos[a] = -1;
+    for (int e = 0; e < E; e++)
+        for (size_t a = 0; a < nk; a++)
+            if (keep[a] && idx[a] == e) {
+                pos[a] = p;
+                send_slot[p++] = (int)a;
             }
-        }
-    } else {
-        for (size_t i = 0; i < nk; i++)
-            counts[idx[i]]++;
-    }
+}
+
+void moe_route(const moe_route_cfg *cfg, const float *logits, size_t N, int *idx, float *wts, int *keep, int *counts,
+               size_t *dropped, int *order)
+{
+    int E = cfg->num_experts, k = cfg->topk;
+    size_t nk = N * (size_t)k, kept = 0;
+    moe_route_topk(logits, N, E, k, cfg->force_balance, idx, wts);
+    moe_route_keep(idx, wts, nk, moe_route_capacity(cfg, N), keep, wts, order);
+    moe_route_counts(idx, keep, nk, E, counts);
+    for (int e = 0; e < E; e++)
+        kept += (size_t)counts[e];
     if (dropped)
-        *dropped = drop;
+        *dropped = nk - kept;
 }

@@ -49,9 +49,29 @@ size_t moe_route_capacity(const moe_route_cfg *cfg, size_t n_tokens);
 /* Route N tokens. logits: [N, E]. Outputs, all [N*k] (slot j of token n at
  * n*k + j): idx (expert), wts (routing weight, 0 for a dropped slot), keep
  * (1 kept, 0 dropped). counts: [E] kept assignments per expert. *dropped
- * (may be NULL): dropped assignments. order: scratch of N*k size_t. */
+ * (may be NULL): dropped assignments. order: scratch of N*k ints. The
+ * composition of the four steps below, which a layer runs one by one
+ * (the CPU backend's MoE ops are these functions; kernels/moe.cu has their
+ * device twins). */
 void moe_route(const moe_route_cfg *cfg, const float *logits, size_t N, int *idx, float *wts, int *keep, int *counts,
-               size_t *dropped, size_t *order);
+               size_t *dropped, int *order);
+
+/* The choice and the weights: for each of N tokens (logits [N, E]) its k
+ * experts into idx [N k] (largest logit first, ties to the lower expert;
+ * force_balance: expert (n k + j) mod E) and the softmax over their k
+ * logits into wts [N k]. k in [1, E]. */
+void moe_route_topk(const float *logits, size_t N, int E, int k, bool force_balance, int *idx, float *wts);
+/* Capacity over nk assignments: keep[a] = 1 when a ranks below cap among
+ * its expert's assignments by (weight descending, a ascending), else 0;
+ * wkept[a] = keep[a] ? wts[a] : 0 (wkept may alias wts). cap 0: dropless,
+ * all kept. order: scratch of nk ints. */
+void moe_route_keep(const int *idx, const float *wts, size_t nk, size_t cap, int *keep, float *wkept, int *order);
+/* counts[e] = kept assignments of expert e, e < E. */
+void moe_route_counts(const int *idx, const int *keep, size_t nk, int E, int *counts);
+/* The dispatch order: the kept assignments by expert (experts < E), then
+ * by a; pos[a] = a's place in it (-1 when dropped), send_slot[pos[a]] = a
+ * (as many entries as kept assignments). */
+void moe_route_send_order(const int *idx, const int *keep, size_t nk, int E, int *send_slot, int *pos);
 
 /* Expert-parallel rank owning expert e (E divisible by ep). */
 int moe_route_owner(int num_experts, int ep, int e);

@@ -7,8 +7,10 @@
 #include <string.h>
 
 #include "exec/core/backend.h"
+#include "exec/core/moe_route.h"
 #include "exec/cpu/kern.h"
 #include "exec/cpu/kern_llama.h"
+#include "exec/cpu/kern_moe.h"
 
 static float *cpu_alloc(backend *be, size_t n)
 {
@@ -42,6 +44,12 @@ static void cpu_int_to_device(backend *be, int *dst, const int *src, size_t n)
     if (n)
         memcpy(dst, src, n * sizeof(int));
 }
+static void cpu_int_to_host(backend *be, int *dst, const int *src, size_t n)
+{
+    (void)be;
+    if (n)
+        memcpy(dst, src, n * sizeof(int));
+}
 static void cpu_zero(backend *be, float *p, size_t n)
 {
     (void)be;
@@ -52,6 +60,58 @@ static void cpu_sync(backend *be)
 {
     (void)be;
 }
+/* ---- MoE routing and dispatch: moe_route.h's steps, kern_moe.h's rows */
+static void cpu_moe_topk(backend *be, int *idx, float *wts, const float *logits, size_t N, int E, int k,
+                         bool force_balance)
+{
+    (void)be;
+    moe_route_topk(logits, N, E, k, force_balance, idx, wts);
+}
+static void cpu_moe_keep(backend *be, int *keep, float *wkept, const int *idx, const float *wts, size_t nk, size_t cap,
+                         int *order)
+{
+    (void)be;
+    moe_route_keep(idx, wts, nk, cap, keep, wkept, order);
+}
+static void cpu_moe_counts(backend *be, int *counts, const int *idx, const int *keep, size_t nk, int E)
+{
+    (void)be;
+    moe_route_counts(idx, keep, nk, E, counts);
+}
+static void cpu_moe_send_order(backend *be, int *send_slot, int *pos, const int *idx, const int *keep, size_t nk, int E)
+{
+    (void)be;
+    moe_route_send_order(idx, keep, nk, E, send_slot, pos);
+}
+static void cpu_moe_gather(backend *be, float *dst, const float *src, const int *rows, size_t nrows, int div, int C)
+{
+    (void)be;
+    kern_moe_gather(dst, src, rows, nrows, div, C);
+}
+static void cpu_moe_scatter(backend *be, float *dst, const float *src, const int *rows, size_t nrows, int C)
+{
+    (void)be;
+    kern_moe_scatter(dst, src, rows, nrows, C);
+}
+static void cpu_moe_combine(backend *be, float *out, const float *y, const float *wts, const int *idx, const int *pos,
+                            size_t N, int k, int C)
+{
+    (void)be;
+    kern_moe_combine(out, y, wts, idx, pos, N, k, C);
+}
+static void cpu_moe_combine_bwd(backend *be, float *dy, float *g, const float *dout, const float *y, const float *wts,
+                                const int *send_slot, size_t nsend, int k, int C)
+{
+    (void)be;
+    kern_moe_combine_bwd(dy, g, dout, y, wts, send_slot, nsend, k, C);
+}
+static void cpu_moe_router_bwd(backend *be, float *dlog, const float *logits, const int *idx, const int *keep,
+                               const float *g, size_t N, int E, int k)
+{
+    (void)be;
+    kern_moe_router_bwd(dlog, logits, idx, keep, g, N, E, k);
+}
+
 static void cpu_destroy(backend *be)
 {
     be_pool_drain(be);
@@ -316,6 +376,7 @@ int backend_cpu_create(int threads, backend **out, ts_err *err)
     be->alloc_int = cpu_alloc_int;
     be->free_int = cpu_free_int;
     be->int_to_device = cpu_int_to_device;
+    be->int_to_host = cpu_int_to_host;
     be->zero = cpu_zero;
     be->copy = cpu_copy;
     be->sync = cpu_sync;
@@ -355,6 +416,15 @@ int backend_cpu_create(int threads, backend **out, ts_err *err)
     be->attention_gqa_bwd = cpu_att_gqa_bwd;
     be->attention_flash_fwd = cpu_att_flash_fwd;
     be->attention_flash_bwd = cpu_att_flash_bwd;
+    be->moe_topk = cpu_moe_topk;
+    be->moe_keep = cpu_moe_keep;
+    be->moe_counts = cpu_moe_counts;
+    be->moe_send_order = cpu_moe_send_order;
+    be->moe_gather = cpu_moe_gather;
+    be->moe_scatter = cpu_moe_scatter;
+    be->moe_combine = cpu_moe_combine;
+    be->moe_combine_bwd = cpu_moe_combine_bwd;
+    be->moe_router_bwd = cpu_moe_router_bwd;
     be->destroy = cpu_destroy;
     *out = be;
     return TS_OK;

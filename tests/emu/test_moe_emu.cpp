@@ -34,7 +34,7 @@ extern "C" {
 
 typedef std::vector<float> vec;
 typedef std::vector<int> ivec;
-typedef std::vector<int64_t> lvec;
+typedef std::vector<int> lvec;
 
 static int passes, fails;
 
@@ -105,7 +105,7 @@ static void one_case(size_t N, int E, int k, double cf, bool fb, bool grid)
     /* twin: moe_route */
     ivec ridx(nk), rkeep(nk), rcounts(E);
     vec rwts(nk);
-    std::vector<size_t> order(nk);
+    std::vector<int> order(nk);
     size_t dropped = 0;
     moe_route(&rc, logits.data(), N, ridx.data(), rwts.data(), rkeep.data(), rcounts.data(), &dropped, order.data());
     total_dropped += dropped;
@@ -130,13 +130,13 @@ static void one_case(size_t N, int E, int k, double cf, bool fb, bool grid)
     for (int e = 0; e < E; e++)
         for (size_t i = 0; i < nk; i++)
             if (rkeep[i] && ridx[i] == e)
-                rslot.push_back((int64_t)i);
+                rslot.push_back((int)i);
     size_t nsend = rslot.size();
     lvec slot(nsend, -7), pos(nk, -7);
     cuk_moe_send_order(slot.data(), pos.data(), ridx.data(), rkeep.data(), nk, 0);
     bool ok = same(slot, rslot);
     for (size_t i = 0; i < nk; i++)
-        ok = ok && (rkeep[i] ? pos[i] >= 0 && rslot[(size_t)pos[i]] == (int64_t)i : pos[i] == -1);
+        ok = ok && (rkeep[i] ? pos[i] >= 0 && rslot[(size_t)pos[i]] == (int)i : pos[i] == -1);
     acc(tallies[T_ORDER], 0, ok, ctx);
 
     /* permute: moe.c's sbuf rows (x of the slot's token), and a scatter by a
@@ -149,7 +149,7 @@ static void one_case(size_t N, int E, int k, double cf, bool fb, bool grid)
     acc(tallies[T_GATHER], w, w <= TOL_SAME, ctx);
     lvec perm(nsend);
     for (size_t p = 0; p < nsend; p++)
-        perm[p] = (int64_t)((p * 7 + 3) % (nsend ? nsend : 1));
+        perm[p] = (int)((p * 7 + 3) % (nsend ? nsend : 1));
     bool is_perm = nsend % 7 != 0;
     if (is_perm) {
         vec sc(nsend * C, -1.0f), rsc(nsend * C, -2.0f);

@@ -64,7 +64,7 @@ static void composed(moe_layer *L, const float *x, size_t N, const float *dout, 
     size_t nk = N * (size_t)k;
     vec logits(N * E), wts(nk), wk(nk), g(nk, 0.0f), dlog(N * E);
     std::vector<int> idx(nk), keep(nk), counts(E);
-    std::vector<int64_t> slot(nk), pos(nk);
+    std::vector<int> slot(nk), pos(nk);
     be->gemm(be, false, true, (int)N, E, C, 1.0f, x, C, L->wr, C, 0.0f, logits.data(), E);
     cuk_f32_moe_topk(idx.data(), wts.data(), logits.data(), N, E, k, L->rc.force_balance, 0);
     cuk_f32_moe_capacity(keep.data(), wk.data(), idx.data(), wts.data(), nk, moe_route_capacity(&L->rc, N), 0);

@@ -73,7 +73,8 @@ static void one_case(size_t N, int E, int k, double cf, bool fb, bool grid)
     int *ridx = malloc(nk * sizeof *ridx), *rkeep = malloc(nk * sizeof *rkeep),
         *rcnt = malloc((size_t)E * sizeof *rcnt);
     float *rw = malloc(nk * sizeof *rw), *rw0 = malloc(nk * sizeof *rw0);
-    size_t *order = malloc(nk * sizeof *order), dropped = 0;
+    int *order = malloc(nk * sizeof *order);
+    size_t dropped = 0;
     moe_route(&rc0, lg, N, ridx, rw0, rkeep, rcnt, NULL, order); /* undropped weights */
     moe_route(&rc, lg, N, ridx, rw, rkeep, rcnt, &dropped, order);
 
@@ -103,13 +104,13 @@ static void one_case(size_t N, int E, int k, double cf, bool fb, bool grid)
     same_ints(what, cnt, rcnt, (size_t)E);
 
     /* send order, permute, combine and backward on the twin's routing */
-    int64_t *rslot = malloc((nk + 1) * sizeof *rslot);
+    int *rslot = malloc((nk + 1) * sizeof *rslot);
     size_t ns = 0;
     for (int e = 0; e < E; e++)
         for (size_t i = 0; i < nk; i++)
             if (rkeep[i] && ridx[i] == e)
-                rslot[ns++] = (int64_t)i;
-    int64_t *d_slot = dev_copy(NULL, nk * 8), *d_pos = dev_copy(NULL, nk * 8);
+                rslot[ns++] = (int)i;
+    int *d_slot = dev_copy(NULL, nk * sizeof(int)), *d_pos = dev_copy(NULL, nk * sizeof(int));
     float *x = gc_rand(N * C, 3, 1.0f), *y = gc_rand(ns * C, 5, 1.0f), *dout = gc_rand(N * C, 9, 1.0f);
     float *d_x = dev_copy(x, N * C * 4), *d_y = dev_copy(y, ns * C * 4), *d_dout = dev_copy(dout, N * C * 4);
     float *d_rw = dev_copy(rw, nk * 4), *d_xs = dev_copy(NULL, ns * C * 4), *d_out = dev_copy(NULL, N * C * 4);
@@ -117,7 +118,7 @@ static void one_case(size_t N, int E, int k, double cf, bool fb, bool grid)
     RUN(cudaMemset(d_g, 0, nk * 4));
     RUN(cuk_moe_send_order(d_slot, d_pos, d_ridx, d_rkeep, nk, S));
     RUN(cudaStreamSynchronize(S));
-    int64_t *slot = host_copy(d_slot, ns * 8);
+    int *slot = host_copy(d_slot, ns * sizeof(int));
     RUN(cuk_f32_moe_gather(d_xs, d_x, d_slot, ns, k, C, S));
     RUN(cuk_f32_moe_combine(d_out, d_y, d_rw, d_ridx, d_pos, N, k, C, S));
     RUN(cuk_f32_moe_combine_bwd(d_dy, d_g, d_dout, d_y, d_rw, d_slot, ns, k, C, S));

@@ -15,7 +15,8 @@
 typedef struct {
     int idx[NMAX], keep[NMAX], counts[16];
     float wts[NMAX];
-    size_t order[NMAX], dropped;
+    int order[NMAX];
+    size_t dropped;
 } routed;
 
 static void route(const moe_route_cfg *c, const float *lg, size_t N, routed *r)
