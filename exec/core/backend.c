@@ -1,5 +1,9 @@
 #include "exec/core/backend.h"
 
+#include <assert.h>
+
+static_assert(sizeof(int) == sizeof(float), "be_alloc_ints hands out float blocks as ints");
+
 static const char *const CAT_NAMES[XMEM_NCAT] = {"weights", "gradients", "optimizer", "activations", "buffers"};
 
 const char *xmem_cat_name(xmem_cat c)
@@ -29,6 +33,19 @@ int be_alloc(backend *be, size_t n, xmem_cat cat, float **out, ts_err *err)
     be_count(be, cat, n * sizeof(float), true);
     *out = p;
     return TS_OK;
+}
+
+int be_alloc_ints(backend *be, size_t n, xmem_cat cat, int **out, ts_err *err)
+{
+    float *p = NULL;
+    int rc = be_alloc(be, n, cat, &p, err);
+    *out = (int *)(void *)p;
+    return rc;
+}
+
+void be_free_ints(backend *be, int *p, size_t n, xmem_cat cat)
+{
+    be_free(be, (float *)(void *)p, n, cat);
 }
 
 void be_count(backend *be, xmem_cat cat, size_t bytes, bool alloc)

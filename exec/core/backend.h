@@ -44,7 +44,7 @@ const char *xmem_cat_name(xmem_cat c);
 typedef struct backend backend;
 
 /* Freed blocks a backend keeps for reuse (be_free, be_alloc). */
-#define BE_POOL_MAX 32
+#define BE_POOL_MAX 64
 
 struct backend {
     const char *name; /* "cpu", "cuda" */
@@ -199,6 +199,12 @@ struct backend {
  * size and category in err on failure. The caller frees with
  * be_free(be, p, n, cat), which keeps the block while there is room. */
 int be_alloc(backend *be, size_t n, xmem_cat cat, float **out, ts_err *err);
+/* Allocate n ints (zeroed) counted under cat, from the same blocks as
+ * be_alloc's (an int is a float's 4 bytes): int tensors that come and go
+ * every micro-batch (a MoE layer's routing) then cost no device allocation
+ * either. The caller frees with be_free_ints(be, p, n, cat). */
+int be_alloc_ints(backend *be, size_t n, xmem_cat cat, int **out, ts_err *err);
+void be_free_ints(backend *be, int *p, size_t n, xmem_cat cat);
 /* Free p (n floats under cat, as allocated). NULL is allowed. */
 void be_free(backend *be, float *p, size_t n, xmem_cat cat);
 /* Release the blocks kept for reuse (the backends' destroy() calls it

@@ -3,7 +3,6 @@
  * reduction and the Adam step of their weights. The passes are in
  * gpt_pass.c. */
 #include <stdlib.h>
-#include <string.h>
 
 #include "exec/core/gpt_impl.h"
 
@@ -89,12 +88,9 @@ int gpt_moe_create(gpt_stage *st, ts_err *err)
     if (!xc && world > 1)
         return err_set(err, TS_EINVAL,
                        "MoE layers over %d tensor x context x data-parallel ranks: the %s comm has no expert groups "
-                       "(comm_mpi_set_ep; the cuda backend runs no MoE layers)",
+                       "(comm_mpi_set_ep, comm_nccl_set_ep)",
                        world, cm->name);
     int ep = xc ? xc->size : 1, er = xc ? xc->rank : 0;
-    if (!st->be->name || strcmp(st->be->name, "cpu") != 0)
-        return err_set(err, TS_ENOTSUP, "MoE layers: the %s backend has none (the layer runs on host memory: cpu)",
-                       st->be->name);
     moe_route_cfg rc = route_cfg(&st->d);
     for (int li = 0; li < st->nl; li++) {
         int l = st->l0 + li;
@@ -112,11 +108,10 @@ int gpt_moe_create(gpt_stage *st, ts_err *err)
         g->n1 = (size_t)g->L->El * (size_t)g->L->Fu * (size_t)st->C;
         g->n2 = (size_t)g->L->El * (size_t)st->C * (size_t)st->d.moe_ffn;
         size_t n = g->nr + g->n1 + g->n2;
-        g->m = calloc(n, sizeof(float));
-        g->v = calloc(n, sizeof(float));
-        if (!g->m || !g->v)
-            return err_set(err, TS_ENOMEM, "layer %d: out of memory for the MoE Adam moments (%zu floats)", l, n);
-        be_count(st->be, XMEM_OPTIM, 2 * n * sizeof(float), true);
+        if ((r = be_alloc(st->be, n, XMEM_OPTIM, &g->m, err)) || (r = be_alloc(st->be, n, XMEM_OPTIM, &g->v, err))) {
+            err_prefix(err, "layer %d's MoE Adam moments: ", l);
+            return r;
+        }
     }
     return TS_OK;
 }
@@ -124,11 +119,10 @@ int gpt_moe_create(gpt_stage *st, ts_err *err)
 void gpt_moe_free(gpt_stage *st)
 {
     for (int li = 0; st->moe && li < st->nl; li++) {
-        if (st->moe[li].m && st->moe[li].v)
-            be_count(st->be, XMEM_OPTIM, 2 * (st->moe[li].nr + st->moe[li].n1 + st->moe[li].n2) * sizeof(float), false);
+        size_t n = st->moe[li].nr + st->moe[li].n1 + st->moe[li].n2;
+        be_free(st->be, st->moe[li].m, n, XMEM_OPTIM);
+        be_free(st->be, st->moe[li].v, n, XMEM_OPTIM);
         moe_layer_free(st->moe[li].L);
-        free(st->moe[li].m);
-        free(st->moe[li].v);
     }
     free(st->moe);
     st->moe = NULL;
@@ -152,9 +146,9 @@ void gpt_moe_zero_grads(gpt_stage *st)
         gpt_moe *g = &st->moe[li];
         if (!g->L)
             continue;
-        memset(g->L->gwr, 0, g->nr * sizeof(float));
-        memset(g->L->gw1, 0, g->n1 * sizeof(float));
-        memset(g->L->gw2, 0, g->n2 * sizeof(float));
+        st->be->zero(st->be, g->L->gwr, g->nr);
+        st->be->zero(st->be, g->L->gw1, g->n1);
+        st->be->zero(st->be, g->L->gw2, g->n2);
     }
 }
 

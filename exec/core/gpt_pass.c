@@ -242,7 +242,7 @@ static void embed_rows(gpt_stage *st, float *x, const int *tokens, size_t lo, si
 /* The exchange of the stage's MoE layers: the comm's, or one rank's. */
 static moe_xchg moe_xc_of(const gpt_stage *st)
 {
-    return st->cm->moe_xc ? *st->cm->moe_xc : moe_xchg_local();
+    return st->cm->moe_xc ? *st->cm->moe_xc : moe_xchg_local(st->be);
 }
 
 /* A MoE layer's MLP: out = res2 + moe(ln2) on this rank's Ns rows (the

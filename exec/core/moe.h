@@ -30,17 +30,25 @@
  * by the caller; the expert weights are unique to their rank.
  *
  * Exchange: moe_xchg abstracts the all-to-all (exec/moe_mpi.h gives the MPI
- * one; moe_xchg_local() the one-rank identity). The layer runs on host
- * memory through the backend's GEMM and GELU kernels: the CPU backend only
- * (a CUDA twin would stage through device memory: not done).
+ * one on host memory, exec/cuda/moe_nccl.h the NCCL one on device memory;
+ * moe_xchg_local(be) the one-rank identity). Its ints are host arrays (the
+ * per-expert counts, which size the rows), its rows backend memory.
  *
- * Ownership: moe_layer_create allocates the layer (weights, gradients),
- * released by moe_layer_free; moe_forward allocates the saved state *saved,
- * released by moe_saved_free. Inputs are borrowed; the backend must outlive
- * the layer and its saved states. The host memory is counted in the
- * backend's accounting (be_count): weights and gradients while the layer
- * lives, the saved state as activations, the backward's temporaries as
- * buffers.
+ * Backends: the layer runs on backend memory through the backend's GEMM,
+ * activation and MoE ops (backend.h: routing, permutes, combine, router
+ * backward), so one algorithm serves the CPU and the CUDA backends. The
+ * counts come to the host once per forward (they size the exchange and the
+ * per-expert GEMMs, as Megatron-core's .cpu() of the counts does); the
+ * auxiliary loss is computed on the host from copies of the logits (a
+ * scalar, O(n E)).
+ *
+ * Ownership: moe_layer_create allocates the layer (weights and gradients
+ * by be_alloc, counted as weights and gradients), released by
+ * moe_layer_free; moe_forward allocates the saved state *saved (backend
+ * memory counted as activations, a few host arrays of per-rank counts),
+ * released by moe_saved_free; the backward's temporaries are counted as
+ * buffers. Inputs are borrowed; the backend must outlive the layer and its
+ * saved states. The weight pointers of moe_layer are backend memory.
  */
 #ifndef TRAINSIM_EXEC_MOE_H
 #define TRAINSIM_EXEC_MOE_H
@@ -73,8 +81,9 @@ typedef struct {
     int (*edp_sum)(void *ud, float *buf, size_t n, ts_err *err);
 } moe_edp;
 
-/* The one-rank exchange (copies). */
-moe_xchg moe_xchg_local(void);
+/* The one-rank exchange: the rows copied by be (backend memory), the
+ * counts on the host. be is borrowed and must outlive the exchange. */
+moe_xchg moe_xchg_local(backend *be);
 
 typedef struct {
     moe_route_cfg rc;
@@ -97,7 +106,6 @@ typedef struct {
     size_t dropped;       /* assignments this rank's tokens lost to capacity */
     double expert_gemm_s; /* seconds in expert GEMMs (forward + backward), accumulated */
     int64_t *tok_accum;   /* [El] rows each local expert received, accumulated over forwards */
-    size_t counted_bytes; /* weights (and as much of gradients) counted in be's memory accounting */
 } moe_layer;
 
 typedef struct moe_saved moe_saved;
@@ -125,7 +133,8 @@ int moe_forward(moe_layer *L, const moe_xchg *xc, const float *x, size_t n, floa
 int moe_backward(moe_layer *L, const moe_xchg *xc, moe_saved *s, const float *dout, float *dx, ts_err *err);
 void moe_saved_free(moe_saved *s);
 
-/* Plain SGD on every local weight, then zero the gradients. */
-void moe_layer_sgd(moe_layer *L, float lr);
+/* Plain SGD on every local weight, then zero the gradients (through host
+ * copies: a test's optimizer). TS_ENOMEM when the copies cannot be made. */
+int moe_layer_sgd(moe_layer *L, float lr, ts_err *err);
 
 #endif

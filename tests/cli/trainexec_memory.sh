@@ -61,8 +61,9 @@
 #   what the simulator counts, three [N k, h] fp32 row buffers (the
 #   all-to-all's send and receive staging, which it keeps for the
 #   backward's exchanges, and the returned expert outputs) and its routing
-#   arrays (logits N E floats; weights, indices, keep flags N k ints;
-#   orders N k size_t x 3; counts): MOE_X, exactly, measured here with
+#   tensors (logits N E floats; kept weights, experts, keep flags, send
+#   order and places in it N k x 5 4-byte words; the received rows' expert
+#   order N k ints on one rank): MOE_X, exactly, measured here with
 #   k = 2 and unchanged by the expert ffn size. With the attention core
 #   recomputed too, the simulator counts that layer's recomputed scores
 #   (b a s^2 floats) as activations where the executor holds them in its
@@ -131,7 +132,7 @@ QKS=$((L * N * 2 * 2 * A * 4)) # the q/k norms' mean and 1/std (LayerNorm), fp32
 # MoE layers (every layer: E experts, top-k, ffn FE; no biases: the executor's experts have none)
 E=4 K=2 FE=128
 MOE="--num-experts $E --moe-router-topk $K --moe-ffn-hidden-size $FE --disable-bias-linear"
-MOE_X=$((3 * N * K * H * 4 + N * E * 4 + N * K * 36 + E * 4 + 8 + 4 * E + 8 * (E + 1))) # see the header
+MOE_X=$((3 * N * K * H * 4 + N * E * 4 + N * K * 24)) # see the header
 
 # unfused attention: the simulator in fp32, directly
 while IFS='|' read -r name np flags allow; do

@@ -100,10 +100,10 @@ static int run(const setup *S, MPI_Comm comm, const float *x, const float *tg, r
     backend *be = NULL;
     moe_layer *L = NULL;
     moe_mpi_ctx ctx = {.comm = comm, .edp_comm = MPI_COMM_NULL};
-    moe_xchg xc = ep == 1 ? moe_xchg_local() : moe_mpi_xchg(&ctx);
     size_t nC = (size_t)S->n * (size_t)S->C;
     float *out = malloc(nC * sizeof(float)), *dout = malloc(nC * sizeof(float)), *dx = malloc(nC * sizeof(float));
     int rc = backend_cpu_create(1, &be, &err);
+    moe_xchg xc = ep == 1 ? moe_xchg_local(be) : moe_mpi_xchg(&ctx);
     if (!rc)
         rc = moe_layer_create(&S->rc, S->C, S->F, false, ep, er, 7, be, &L, &err);
     if (!rc) {
@@ -137,7 +137,8 @@ static int run(const setup *S, MPI_Comm comm, const float *x, const float *tg, r
         if (it == ITERS - 1)
             MPI_Allreduce(MPI_IN_PLACE, &res->dropped, 1, MPI_LONG, MPI_SUM, comm);
         res->loss[it] = ls;
-        moe_layer_sgd(L, LR);
+        if ((rc = moe_layer_sgd(L, LR, &err)))
+            break;
     }
     if (rc)
         snprintf(msg, msz, "%s", err.msg);

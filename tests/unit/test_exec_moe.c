@@ -33,7 +33,7 @@ static float lcg(unsigned *s)
 
 static double loss(moe_layer *L, const float *x, const float *R)
 {
-    moe_xchg xc = moe_xchg_local();
+    moe_xchg xc = moe_xchg_local(L->be);
     float out[NT * CC];
     moe_saved *s = NULL;
     ts_err e;
@@ -76,7 +76,7 @@ static void fd_check(double cf, double aux, bool swiglu)
             for (int b = a + 1; b < 4; b++)
                 gap = fmin(gap, fabs((double)lg[a] - lg[b]));
     }
-    moe_xchg xc = moe_xchg_local();
+    moe_xchg xc = moe_xchg_local(L->be);
     moe_saved *sv = NULL;
     cr_assert_eq(moe_forward(L, &xc, x, NT, out, &sv, &e), TS_OK);
     cr_assert_eq(moe_backward(L, &xc, sv, R, dx, &e), TS_OK);
