@@ -264,7 +264,7 @@ cudaError_t cuk_f32_attention_kv_fwd(float *out, float *att, const float *qkv, c
 
 /* ------------------------------------------------------------ fp32 Llama kernels (llama.cu)
  * The twins of exec/cpu/kern_llama.h, same arguments (backward kernels
- * ACCUMULATE, rope works in place). */
+ * ACCUMULATE unless stated, rope works in place). */
 
 #define CUK_F32_RMSNORM_EPS 1e-5f /* kern_llama.h's KERN_RMSNORM_EPS (Megatron's --norm-epsilon) */
 
@@ -274,6 +274,27 @@ cudaError_t cuk_f32_rmsnorm_bwd_input(float *dinp, const float *dout, const floa
                                       const float *rstd, size_t N, int C, cudaStream_t stream);
 cudaError_t cuk_f32_rmsnorm_bwd_weight(float *dw, const float *dout, const float *inp, const float *rstd, size_t N,
                                        int C, cudaStream_t stream);
+/* QK norm (--qk-layernorm): kern_qknorm_fwd, _bwd_weight and _bwd_input,
+ * same arguments and results (mean NULL: RMSNorm, biases unused; otherwise
+ * LayerNorm, biases required). The forward normalizes the q and k heads of
+ * qkv [N, (NH + 2 NKV) hs] in place, saving them to xin [N, (NH + NKV) hs]
+ * and mean, rstd [N, NH + NKV]; bwd_weight ACCUMULATES into dqw, dkw (and
+ * dqb, dkb), each element's terms added in the twin's order (rows, then
+ * heads); bwd_input OVERWRITES the q and k parts of dqkv with the input
+ * gradient (call it after bwd_weight). Each (row, head) sums over hs
+ * sequentially, as the twin does; bwd_weight runs 2 hs (RMSNorm) or 4 hs
+ * (LayerNorm) threads of N (NH or NKV) terms each: exact, not fast. NH or
+ * NKV < 1, hs < 1, or LayerNorm without biases: cudaErrorInvalidValue,
+ * nothing launched. */
+cudaError_t cuk_f32_qknorm_fwd(float *qkv, float *xin, float *mean, float *rstd, const float *qw, const float *qb,
+                               const float *kw, const float *kb, size_t N, int NH, int NKV, int hs,
+                               cudaStream_t stream);
+cudaError_t cuk_f32_qknorm_bwd_weight(float *dqw, float *dqb, float *dkw, float *dkb, const float *dqkv,
+                                      const float *xin, const float *mean, const float *rstd, size_t N, int NH, int NKV,
+                                      int hs, cudaStream_t stream);
+cudaError_t cuk_f32_qknorm_bwd_input(float *dqkv, const float *xin, const float *mean, const float *rstd,
+                                     const float *qw, const float *kw, size_t N, int NH, int NKV, int hs,
+                                     cudaStream_t stream);
 cudaError_t cuk_f32_swiglu_fwd(float *out, const float *inp, size_t N, int F, cudaStream_t stream);
 cudaError_t cuk_f32_swiglu_bwd(float *dinp, const float *inp, const float *dout, size_t N, int F, cudaStream_t stream);
 /* kern_rope_fwd (T > 0: position n % T; dir = 1), kern_rope_bwd (dir = -1)

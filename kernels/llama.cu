@@ -1,6 +1,6 @@
 /* llama.cu — the Llama-architecture kernels on fp32 storage, twins of
- * exec/cpu/kern_llama.c (RMSNorm, SwiGLU, RoPE, the grouped-query layout
- * of attention). Simple on purpose (one thread per element or row, grid-
+ * exec/cpu/kern_llama.c (RMSNorm, the q/k norm, SwiGLU, RoPE, the
+ * grouped-query layout of attention). Simple on purpose (one thread per element or row, grid-
  * stride loops, no shared-memory tiling): the reference semantics first.
  * Contracts in cuk.h. */
 #include <limits.h>
@@ -109,6 +109,158 @@ extern "C" cudaError_t cuk_f32_rmsnorm_bwd_weight(float *dw, const float *dout, 
     if (C <= 0)
         return cudaErrorInvalidValue;
     CUK_LAUNCH(rmsnorm_bwd_weight_kernel, ll_blocks((size_t)C), LL_THREADS, stream, dw, dout, inp, rstd, N, C);
+    return cuk_status();
+}
+
+/* ------------------------------------------------------------ QK norm */
+
+/* One thread per (row n, head h of the NH + NKV query and key heads): it
+ * alone reads and writes that head's hs values, with the twin's loops in the
+ * twin's order (sequential sums over hs, not a warp reduction, so the
+ * results are kern_qknorm_fwd's). xin and mean/rstd are indexed by the
+ * same (n, h): element e = n (NH + NKV) + h. */
+__global__ void qknorm_fwd_kernel(float *qkv, float *xin, float *mean, float *rstd, const float *qw, const float *qb,
+                                  const float *kw, const float *kb, size_t N, int NH, int NKV, int hs)
+{
+    size_t heads = (size_t)NH + (size_t)NKV, W = (heads + (size_t)NKV) * (size_t)hs;
+    LL_GRID_STRIDE(e, N * heads)
+    {
+        size_t n = e / heads, h = e % heads;
+        bool is_q = h < (size_t)NH;
+        float *o = qkv + n * W + h * hs, *x = xin + e * hs;
+        const float *w = is_q ? qw : kw, *b = is_q ? qb : kb;
+        for (int c = 0; c < hs; c++)
+            x[c] = o[c];
+        float s;
+        if (mean) { /* kern_layernorm_fwd */
+            float m = 0.0f, var = 0.0f;
+            for (int c = 0; c < hs; c++)
+                m += x[c];
+            m /= (float)hs;
+            for (int c = 0; c < hs; c++) {
+                float d = x[c] - m;
+                var += d * d;
+            }
+            var /= (float)hs;
+            s = 1.0f / sqrtf(var + CUK_F32_LN_EPS);
+            for (int c = 0; c < hs; c++)
+                o[c] = (x[c] - m) * s * w[c] + b[c];
+            mean[e] = m;
+        } else { /* kern_rmsnorm_fwd */
+            float ms = 0.0f;
+            for (int c = 0; c < hs; c++)
+                ms += x[c] * x[c];
+            ms /= (float)hs;
+            s = 1.0f / sqrtf(ms + CUK_F32_RMSNORM_EPS);
+            for (int c = 0; c < hs; c++)
+                o[c] = x[c] * s * w[c];
+        }
+        rstd[e] = s;
+    }
+}
+
+/* One thread per gradient element (column c of dqw, dkw and, LayerNorm,
+ * dqb, dkb): it starts from the element's value and adds the terms of every
+ * row and of that block's heads (rows outer, heads inner) one by one, then
+ * writes it once: the same sum in the same order as the twin's += loops.
+ * Deterministic, no atomics; 2 or 4 hs threads, each N (NH or NKV) terms. */
+__global__ void qknorm_bwd_weight_kernel(float *dqw, float *dqb, float *dkw, float *dkb, const float *dqkv,
+                                         const float *xin, const float *mean, const float *rstd, size_t N, int NH,
+                                         int NKV, int hs)
+{
+    size_t heads = (size_t)NH + (size_t)NKV, W = (heads + (size_t)NKV) * (size_t)hs;
+    LL_GRID_STRIDE(e, (size_t)(mean ? 4 : 2) * hs)
+    {
+        size_t part = e / (size_t)hs, c = e % (size_t)hs; /* part: 0 dqw, 1 dkw, 2 dqb, 3 dkb */
+        bool is_k = part % 2 == 1, is_b = part >= 2;
+        float *dst = part == 0 ? dqw : part == 1 ? dkw : part == 2 ? dqb : dkb;
+        size_t h0 = is_k ? (size_t)NH : 0, h1 = is_k ? heads : (size_t)NH;
+        float a = dst[c];
+        for (size_t n = 0; n < N; n++)
+            for (size_t h = h0; h < h1; h++) {
+                size_t r = n * heads + h;
+                float dy = dqkv[n * W + h * hs + c];
+                if (is_b)
+                    a += dy;
+                else if (mean)
+                    a += dy * (xin[r * hs + c] - mean[r]) * rstd[r];
+                else
+                    a += dy * xin[r * hs + c] * rstd[r];
+            }
+        dst[c] = a;
+    }
+}
+
+/* One thread per (row, head) as the forward: the twin's two passes over the
+ * head, in place on dqkv (overwritten, not accumulated). */
+__global__ void qknorm_bwd_input_kernel(float *dqkv, const float *xin, const float *mean, const float *rstd,
+                                        const float *qw, const float *kw, size_t N, int NH, int NKV, int hs)
+{
+    size_t heads = (size_t)NH + (size_t)NKV, W = (heads + (size_t)NKV) * (size_t)hs;
+    LL_GRID_STRIDE(e, N * heads)
+    {
+        size_t n = e / heads, h = e % heads;
+        float *d = dqkv + n * W + h * hs;
+        const float *x = xin + e * hs, *w = h < (size_t)NH ? qw : kw;
+        float m = mean ? mean[e] : 0.0f, s = rstd[e], dm = 0.0f, dmx = 0.0f;
+        for (int c = 0; c < hs; c++) {
+            float xhat = (x[c] - m) * s, dxhat = w[c] * d[c];
+            dm += dxhat;
+            dmx += dxhat * xhat;
+        }
+        dm = mean ? dm / (float)hs : 0.0f;
+        dmx /= (float)hs;
+        for (int c = 0; c < hs; c++) {
+            float xhat = (x[c] - m) * s, dxhat = w[c] * d[c];
+            d[c] = s * (dxhat - dm - xhat * dmx);
+        }
+    }
+}
+
+static bool qknorm_ok(int NH, int NKV, int hs)
+{
+    return NH >= 1 && NKV >= 1 && hs >= 1;
+}
+
+extern "C" cudaError_t cuk_f32_qknorm_fwd(float *qkv, float *xin, float *mean, float *rstd, const float *qw,
+                                          const float *qb, const float *kw, const float *kb, size_t N, int NH, int NKV,
+                                          int hs, cudaStream_t stream)
+{
+    if (N == 0)
+        return cudaSuccess;
+    if (!qknorm_ok(NH, NKV, hs) || (mean && !(qb && kb)))
+        return cudaErrorInvalidValue;
+    size_t n = N * (size_t)(NH + NKV);
+    CUK_LAUNCH(qknorm_fwd_kernel, ll_blocks(n), LL_THREADS, stream, qkv, xin, mean, rstd, qw, qb, kw, kb, N, NH, NKV,
+               hs);
+    return cuk_status();
+}
+
+extern "C" cudaError_t cuk_f32_qknorm_bwd_weight(float *dqw, float *dqb, float *dkw, float *dkb, const float *dqkv,
+                                                 const float *xin, const float *mean, const float *rstd, size_t N,
+                                                 int NH, int NKV, int hs, cudaStream_t stream)
+{
+    if (N == 0)
+        return cudaSuccess;
+    if (!qknorm_ok(NH, NKV, hs) || (mean && !(dqb && dkb)))
+        return cudaErrorInvalidValue;
+    size_t n = (size_t)(mean ? 4 : 2) * (size_t)hs;
+    CUK_LAUNCH(qknorm_bwd_weight_kernel, ll_blocks(n), LL_THREADS, stream, dqw, dqb, dkw, dkb, dqkv, xin, mean, rstd, N,
+               NH, NKV, hs);
+    return cuk_status();
+}
+
+extern "C" cudaError_t cuk_f32_qknorm_bwd_input(float *dqkv, const float *xin, const float *mean, const float *rstd,
+                                                const float *qw, const float *kw, size_t N, int NH, int NKV, int hs,
+                                                cudaStream_t stream)
+{
+    if (N == 0)
+        return cudaSuccess;
+    if (!qknorm_ok(NH, NKV, hs))
+        return cudaErrorInvalidValue;
+    size_t n = N * (size_t)(NH + NKV);
+    CUK_LAUNCH(qknorm_bwd_input_kernel, ll_blocks(n), LL_THREADS, stream, dqkv, xin, mean, rstd, qw, kw, N, NH, NKV,
+               hs);
     return cuk_status();
 }
 

@@ -116,8 +116,7 @@ struct backend {
     void (*rmsnorm_bwd_weight)(backend *be, float *dw, const float *dout, const float *inp, const float *rstd, size_t N,
                                int C);
     /* QK norm (--qk-layernorm; kern_qknorm_*: mean NULL is RMSNorm). NULL in a
-     * backend without it (the CUDA backend, for now): gpt_stage_create then
-     * refuses the flag. */
+     * backend without it: gpt_stage_create then refuses the flag. */
     void (*qknorm_fwd)(backend *be, float *qkv, float *xin, float *mean, float *rstd, const float *qw, const float *qb,
                        const float *kw, const float *kb, size_t N, int NH, int NKV, int hs);
     void (*qknorm_bwd_weight)(backend *be, float *dqw, float *dqb, float *dkw, float *dkb, const float *dqkv,

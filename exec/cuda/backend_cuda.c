@@ -499,6 +499,26 @@ static void cu_rms_bwd_weight(backend *be, float *dw, const float *dout, const f
     note(be, cuk_f32_rmsnorm_bwd_weight(dw, dout, inp, rstd, N, C, CTX(be)->stream), "rmsnorm_bwd_weight");
 }
 
+static void cu_qkn_fwd(backend *be, float *qkv, float *xin, float *mean, float *rstd, const float *qw, const float *qb,
+                       const float *kw, const float *kb, size_t N, int NH, int NKV, int hs)
+{
+    note(be, cuk_f32_qknorm_fwd(qkv, xin, mean, rstd, qw, qb, kw, kb, N, NH, NKV, hs, CTX(be)->stream), "qknorm_fwd");
+}
+
+static void cu_qkn_bwd_w(backend *be, float *dqw, float *dqb, float *dkw, float *dkb, const float *dqkv,
+                         const float *xin, const float *mean, const float *rstd, size_t N, int NH, int NKV, int hs)
+{
+    note(be, cuk_f32_qknorm_bwd_weight(dqw, dqb, dkw, dkb, dqkv, xin, mean, rstd, N, NH, NKV, hs, CTX(be)->stream),
+         "qknorm_bwd_weight");
+}
+
+static void cu_qkn_bwd_i(backend *be, float *dqkv, const float *xin, const float *mean, const float *rstd,
+                         const float *qw, const float *kw, size_t N, int NH, int NKV, int hs)
+{
+    note(be, cuk_f32_qknorm_bwd_input(dqkv, xin, mean, rstd, qw, kw, N, NH, NKV, hs, CTX(be)->stream),
+         "qknorm_bwd_input");
+}
+
 static void cu_swiglu_fwd(backend *be, float *out, const float *inp, size_t N, int F)
 {
     note(be, cuk_f32_swiglu_fwd(out, inp, N, F, CTX(be)->stream), "swiglu_fwd");
@@ -734,6 +754,9 @@ static void fill_table(backend *be)
     be->rmsnorm_fwd = cu_rms_fwd;
     be->rmsnorm_bwd_input = cu_rms_bwd_input;
     be->rmsnorm_bwd_weight = cu_rms_bwd_weight;
+    be->qknorm_fwd = cu_qkn_fwd;
+    be->qknorm_bwd_weight = cu_qkn_bwd_w;
+    be->qknorm_bwd_input = cu_qkn_bwd_i;
     be->swiglu_fwd = cu_swiglu_fwd;
     be->swiglu_bwd = cu_swiglu_bwd;
     be->rope_fwd = cu_rope_fwd;

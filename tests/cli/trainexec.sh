@@ -103,7 +103,7 @@ llama="--swiglu --group-query-attention --num-query-groups 2 --normalization RMS
 out=$(run 2 "$TRAINEXEC" $small $llama --tensor-model-parallel-size 2 --iterations 2 --warmup 0 2>&1); rc=$?
 check_sh "Llama-architecture layers (t=2): run, the header names them" \
     '[ $rc -eq 0 ] && [[ "$out" == *"[groups=2 RMSNorm SwiGLU no-bias rope untied]"* && "$out" == *"iteration 2/2"* ]]'
-out=$(run 1 "$TRAINEXEC" $small $llama --backend cuda 2>&1); rc=$?
+out=$(run 1 "$TRAINEXEC" $small $llama --qk-layernorm --backend cuda 2>&1); rc=$?
 # a build without CUDA (the sanitizer build, a machine without the toolkit) refuses --backend cuda first
 if [[ "$out" == *"built without CUDA"* ]]; then
     check_sh "Llama-architecture layers on --backend cuda, a build without CUDA: exit 2 naming --backend" \
@@ -112,8 +112,8 @@ elif [[ "$out" == *"no CUDA device"* ]]; then # a CUDA build on a machine withou
     check_sh "Llama-architecture layers on --backend cuda, no GPU: the layers accepted, then no CUDA device, exit 1" \
         '[ $rc -eq 1 ] && [[ "$out" != *"has no kernel"* ]]'
 else
-    check_sh "Llama-architecture layers on --backend cuda: run, the header names them" \
-        '[ $rc -eq 0 ] && [[ "$out" == *"[groups=2 RMSNorm SwiGLU no-bias rope untied]"* ]]'
+    check_sh "Llama-architecture layers and --qk-layernorm on --backend cuda: run, the header names them" \
+        '[ $rc -eq 0 ] && [[ "$out" == *"[groups=2 RMSNorm SwiGLU no-bias rope qk-norm untied]"* ]]'
 fi
 out=$(run 4 "$TRAINEXEC" $small --num-query-groups 2 --group-query-attention --tensor-model-parallel-size 4 \
       2>&1); rc=$?

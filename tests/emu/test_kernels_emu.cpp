@@ -12,6 +12,10 @@
  *     (measured 0 to 5e-7);
  *   RMSNorm: the 32 lanes' partial sums added in lane order against one
  *     sequential sum: 1e-5 (measured <= 4e-7);
+ *   q/k norm (LayerNorm and RMSNorm, all three ops): one thread per head or
+ *     per weight element doing the twin's loops in its order, so the same
+ *     roundings: 0 (bit-identical; on a GPU, where products may fuse into
+ *     FMAs, test_backend_cuda_llama allows 1e-5);
  *   ring (cp = 2, 3) against the whole sequence on one rank: sums in
  *     another order across the ring steps: 1e-5.
  * A wrong index, mask or missing rescale gives O(1e-1). */
@@ -90,6 +94,59 @@ static void test_rmsnorm_swiglu(void)
     kern_swiglu_bwd(d1.data(), g.data(), dy.data(), N, F);
     cuk_f32_swiglu_bwd(d2.data(), g.data(), dy.data(), N, F, 0);
     check("swiglu_bwd (+=)", d2, d1, 1e-6);
+}
+
+/* kern_qknorm_* against cuk_f32_qknorm_*: the forward in place on qkv (v
+ * untouched) with its saved xin, mean and rstd, the weight gradients
+ * accumulated onto nonzero values, the input gradient in place on dqkv. */
+static void test_qknorm(size_t N, int NH, int NKV, int hs, bool rms)
+{
+    size_t heads = (size_t)NH + NKV, W = (heads + NKV) * hs, nh = N * heads;
+    unsigned sd = (unsigned)(N * 131 + NH * 17 + NKV * 5 + hs + rms);
+    vec qkv = rnd(N * W, sd, 2.0f), a = qkv, b = qkv;
+    vec qw = rnd(hs, sd + 1, 1.0f), qb = rnd(hs, sd + 2, 0.5f), kw = rnd(hs, sd + 3, 1.0f), kb = rnd(hs, sd + 4, 0.5f);
+    vec xa(nh * hs), xb(nh * hs), ma(nh), mb(nh), ra(nh), rb(nh);
+    float *ma_ = rms ? nullptr : ma.data(), *mb_ = rms ? nullptr : mb.data();
+    kern_qknorm_fwd(a.data(), xa.data(), ma_, ra.data(), qw.data(), qb.data(), kw.data(), kb.data(), N, NH, NKV, hs);
+    cudaError_t st = cuk_f32_qknorm_fwd(b.data(), xb.data(), mb_, rb.data(), qw.data(), qb.data(), kw.data(),
+                                        kb.data(), N, NH, NKV, hs, 0);
+    char what[192], tag[80];
+    std::snprintf(tag, sizeof tag, "%s N %zu NH %d NKV %d hs %d", rms ? "RMSNorm" : "LayerNorm", N, NH, NKV, hs);
+    std::snprintf(what, sizeof what, "qknorm_fwd qkv, %s", tag);
+    check(what, st == cudaSuccess ? b : vec(), a, 0.0);
+    std::snprintf(what, sizeof what, "qknorm_fwd xin (q, k before the norm), %s", tag);
+    check(what, xb, xa, 0.0);
+    std::snprintf(what, sizeof what, "qknorm_fwd xin = the input's q, k, %s", tag);
+    vec qk(nh * hs);
+    for (size_t n = 0; n < N; n++)
+        std::memcpy(&qk[n * heads * hs], &qkv[n * W], heads * hs * sizeof(float));
+    check(what, xb, qk, 0.0);
+    std::snprintf(what, sizeof what, "qknorm_fwd rstd, %s", tag);
+    check(what, rb, ra, 0.0);
+    if (!rms) {
+        std::snprintf(what, sizeof what, "qknorm_fwd mean, %s", tag);
+        check(what, mb, ma, 0.0);
+    }
+    vec dy = rnd(N * W, sd + 5, 1.0f), da = dy, db = dy;
+    vec gqw = rnd(hs, sd + 6, 0.1f), gqb = rnd(hs, sd + 7, 0.1f), gkw = rnd(hs, sd + 8, 0.1f), gkb = rnd(hs, sd + 9, 0.1f);
+    vec gqw2 = gqw, gqb2 = gqb, gkw2 = gkw, gkb2 = gkb;
+    kern_qknorm_bwd_weight(gqw.data(), rms ? nullptr : gqb.data(), gkw.data(), rms ? nullptr : gkb.data(), dy.data(),
+                           xa.data(), ma_, ra.data(), N, NH, NKV, hs);
+    st = cuk_f32_qknorm_bwd_weight(gqw2.data(), rms ? nullptr : gqb2.data(), gkw2.data(), rms ? nullptr : gkb2.data(),
+                                   dy.data(), xa.data(), ma_, ra.data(), N, NH, NKV, hs, 0);
+    std::snprintf(what, sizeof what, "qknorm_bwd_weight dqw (+=), %s", tag);
+    check(what, st == cudaSuccess ? gqw2 : vec(), gqw, 0.0);
+    std::snprintf(what, sizeof what, "qknorm_bwd_weight dkw (+=), %s", tag);
+    check(what, gkw2, gkw, 0.0);
+    std::snprintf(what, sizeof what, "qknorm_bwd_weight dqb, dkb (+=; RMSNorm: untouched), %s", tag);
+    vec bb = gqb2, ba = gqb;
+    bb.insert(bb.end(), gkb2.begin(), gkb2.end());
+    ba.insert(ba.end(), gkb.begin(), gkb.end());
+    check(what, bb, ba, 0.0);
+    kern_qknorm_bwd_input(da.data(), xa.data(), ma_, ra.data(), qw.data(), kw.data(), N, NH, NKV, hs);
+    st = cuk_f32_qknorm_bwd_input(db.data(), xa.data(), ma_, ra.data(), qw.data(), kw.data(), N, NH, NKV, hs, 0);
+    std::snprintf(what, sizeof what, "qknorm_bwd_input dqkv (in place), %s", tag);
+    check(what, st == cudaSuccess ? db : vec(), da, 0.0);
 }
 
 static void test_rope(void)
@@ -245,6 +302,11 @@ int main(void)
 {
     test_rmsnorm_swiglu();
     test_rope();
+    for (bool rms : {false, true})
+        for (size_t N : {1, 7, 37})
+            for (auto hk : {std::pair{4, 4}, std::pair{4, 2}, std::pair{6, 1}})
+                for (int hs : {8, 33})
+                    test_qknorm(N, hk.first, hk.second, hs, rms);
     for (int nkv : {1, 2, 4}) {
         test_gqa_layout(nkv);
         for (int cp : {1, 2, 3})
@@ -256,6 +318,13 @@ int main(void)
     bool ok = cuk_f32_flash_fwd_init(ws.data(), &bad, 0) == cudaErrorInvalidValue;
     ok ? passes++ : fails++;
     std::printf("%s flash: 3 query heads over 2 groups refused\n", ok ? "PASS" : "FAIL");
+    vec q(48), x(32), r(4), w(8);
+    ok = cuk_f32_qknorm_fwd(q.data(), x.data(), r.data(), r.data(), w.data(), nullptr, w.data(), nullptr, 1, 2, 1, 8,
+                            0) == cudaErrorInvalidValue &&
+         cuk_f32_qknorm_bwd_input(q.data(), x.data(), nullptr, r.data(), w.data(), w.data(), 1, 2, 0, 8, 0) ==
+             cudaErrorInvalidValue;
+    ok ? passes++ : fails++;
+    std::printf("%s qknorm: LayerNorm without biases, and no key heads, refused\n", ok ? "PASS" : "FAIL");
     std::printf("%d passed, %d failed\n", passes, fails);
     return fails ? 1 : 0;
 }

@@ -1,10 +1,11 @@
-/* GPU test: the CUDA backend's Llama-architecture kernels (RMSNorm, SwiGLU,
- * RoPE at T and at given positions, grouped-query attention) and its
+/* GPU test: the CUDA backend's Llama-architecture kernels (RMSNorm, the
+ * q/k norm, SwiGLU, RoPE at T and at given positions, grouped-query
+ * attention) and its
  * flash-style attention (one rank, and a ring of 2 ranks on one GPU, one
  * thread and one backend per rank, the exchange through host memory as
  * cp_mpi's) against the CPU backend through the same table, on random
- * inputs; then a Llama GPT stage, unfused and flash, forward + backward on
- * each backend.
+ * inputs; then a Llama GPT stage, unfused and flash (and unfused with
+ * --qk-layernorm), forward + backward on each backend.
  *
  * Sizes are not multiples of the launch blocks (rows 37, width 70, T 13)
  * so the edge threads are exercised.
@@ -12,6 +13,8 @@
  * Tolerances (|got - want| <= atol + rtol |want|):
  *   element-wise / norm / rope: both fp32, differences are summation order
  *     (warp sums against a sequential loop) and expf: atol 1e-5, rtol 1e-4;
+ *     the q/k norm runs the twin's loops in its order (bit-identical in
+ *     tests/emu), here products may fuse into FMAs: the same limits;
  *     rope takes its angles in double on both sides;
  *   flash attention: both sides are cp_attn's recurrence in double with the
  *     same per-thread order (the CPU's loop order); only exp/log may differ
@@ -139,6 +142,54 @@ static void test_norm_act_rope(void)
     free(orig), free(back);
     status_check("backend status after the norm, activation and rope ops");
     pair *all[] = {&x, &w, &y, &rstd, &dy, &dx, &dw, &g, &o, &dO, &dg, &q};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        rm(all[i]);
+}
+
+/* The q/k norm (LayerNorm, or RMSNorm: mean NULL) on NH query and NKV key
+ * heads: forward in place (v untouched) with its saved tensors, weight
+ * gradients accumulated onto nonzero values, input gradient in place. */
+static void test_qknorm(int NH, int NKV, bool rms)
+{
+    int N = 37, hs = 70, heads = NH + NKV, W = (NH + 2 * NKV) * hs;
+    size_t nh = (size_t)N * heads;
+    pair qkv = mk((size_t)N * W, 40, 2.0f), xin = mk(nh * hs, 41, 0.0f), mean = mk(nh, 42, 0.0f),
+         rstd = mk(nh, 43, 0.0f);
+    pair qw = mk(hs, 44, 1.0f), qb = mk(hs, 45, 0.5f), kw = mk(hs, 46, 1.0f), kb = mk(hs, 47, 0.5f);
+    pair dqkv = mk((size_t)N * W, 48, 1.0f), dqw = mk(hs, 49, 0.1f), dqb = mk(hs, 50, 0.1f), dkw = mk(hs, 51, 0.1f),
+         dkb = mk(hs, 52, 0.1f);
+    char what[96];
+    const char *tag = rms ? "RMSNorm" : "LayerNorm";
+    CPU->qknorm_fwd(CPU, qkv.c, xin.c, rms ? NULL : mean.c, rstd.c, qw.c, qb.c, kw.c, kb.c, N, NH, NKV, hs);
+    GPU->qknorm_fwd(GPU, qkv.g, xin.g, rms ? NULL : mean.g, rstd.g, qw.g, qb.g, kw.g, kb.g, N, NH, NKV, hs);
+    snprintf(what, sizeof what, "qknorm_fwd %s %d/%d heads: qkv", tag, NH, NKV);
+    cmp(what, &qkv, AT, RT);
+    snprintf(what, sizeof what, "qknorm_fwd %s %d/%d heads: xin", tag, NH, NKV);
+    cmp(what, &xin, 0, 0);
+    snprintf(what, sizeof what, "qknorm_fwd %s %d/%d heads: rstd", tag, NH, NKV);
+    cmp(what, &rstd, AT, RT);
+    snprintf(what, sizeof what, "qknorm_fwd %s %d/%d heads: mean", tag, NH, NKV);
+    cmp(what, &mean, AT, RT);
+    /* both backwards from the CPU's saved tensors, on each side's copy */
+    GPU->to_device(GPU, xin.g, xin.c, xin.n), GPU->to_device(GPU, mean.g, mean.c, mean.n);
+    GPU->to_device(GPU, rstd.g, rstd.c, rstd.n);
+    CPU->qknorm_bwd_weight(CPU, dqw.c, rms ? NULL : dqb.c, dkw.c, rms ? NULL : dkb.c, dqkv.c, xin.c,
+                           rms ? NULL : mean.c, rstd.c, N, NH, NKV, hs);
+    GPU->qknorm_bwd_weight(GPU, dqw.g, rms ? NULL : dqb.g, dkw.g, rms ? NULL : dkb.g, dqkv.g, xin.g,
+                           rms ? NULL : mean.g, rstd.g, N, NH, NKV, hs);
+    pair *gw[] = {&dqw, &dqb, &dkw, &dkb};
+    const char *gn[] = {"dqw", "dqb", "dkw", "dkb"};
+    for (int i = 0; i < 4; i++) {
+        snprintf(what, sizeof what, "qknorm_bwd_weight %s %d/%d heads: %s (+=)", tag, NH, NKV, gn[i]);
+        cmp(what, gw[i], AT, RT);
+    }
+    CPU->qknorm_bwd_input(CPU, dqkv.c, xin.c, rms ? NULL : mean.c, rstd.c, qw.c, kw.c, N, NH, NKV, hs);
+    GPU->qknorm_bwd_input(GPU, dqkv.g, xin.g, rms ? NULL : mean.g, rstd.g, qw.g, kw.g, N, NH, NKV, hs);
+    snprintf(what, sizeof what, "qknorm_bwd_input %s %d/%d heads: dqkv (in place)", tag, NH, NKV);
+    cmp(what, &dqkv, AT, RT);
+    snprintf(what, sizeof what, "backend status after the qknorm ops (%s)", tag);
+    status_check(what);
+    pair *all[] = {&qkv, &xin, &mean, &rstd, &qw, &qb, &kw, &kb, &dqkv, &dqw, &dqb, &dkw, &dkb};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         rm(all[i]);
 }
@@ -348,7 +399,7 @@ static void test_ring(void)
 
 /* ------------------------------------------------------------ a Llama stage */
 
-static void test_stage(bool flash)
+static void test_stage(bool flash, bool qk_norm)
 {
     gpt_dims D = {.vocab = 64,
                   .seq = 16,
@@ -363,7 +414,8 @@ static void test_stage(bool flash)
                   .no_bias = true,
                   .rope = true,
                   .tie_embed = true,
-                  .flash = flash};
+                  .flash = flash,
+                  .qk_norm = qk_norm};
     int N = D.batch * D.seq, tok[32], tgt[32];
     data_microbatch(7, 0, 1, 0, D.batch, D.seq, D.vocab, tok, tgt);
     backend *bes[2] = {CPU, GPU};
@@ -372,7 +424,9 @@ static void test_stage(bool flash)
     float *grads[2] = {calloc(np, 4), calloc(np, 4)};
     ts_err e;
     err_clear(&e);
-    const char *name = flash ? "llama stage, flash attention" : "llama stage, unfused attention";
+    const char *name = qk_norm ? "llama stage, unfused attention, --qk-layernorm"
+                       : flash ? "llama stage, flash attention"
+                               : "llama stage, unfused attention";
     for (int i = 0; i < 2; i++) {
         comm *cm = NULL;
         gpt_stage *st = NULL;
@@ -419,12 +473,16 @@ int main(void)
         return gpu_check_finish();
     }
     test_norm_act_rope();
-    test_attention(4, 2); /* grouped-query */
-    test_attention(4, 4); /* multi-head through the same kernels */
-    test_attention(4, 1); /* multi-query */
+    test_qknorm(4, 4, false); /* multi-head, LayerNorm */
+    test_qknorm(4, 2, true);  /* grouped-query, RMSNorm */
+    test_qknorm(6, 1, false); /* multi-query, LayerNorm */
+    test_attention(4, 2);     /* grouped-query */
+    test_attention(4, 4);     /* multi-head through the same kernels */
+    test_attention(4, 1);     /* multi-query */
     test_ring();
-    test_stage(false);
-    test_stage(true);
+    test_stage(false, false);
+    test_stage(true, false);
+    test_stage(false, true);
     status_check("backend status at the end");
     GPU->destroy(GPU);
     CPU->destroy(CPU);
