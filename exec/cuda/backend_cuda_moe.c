@@ -46,8 +46,7 @@ static void cu_moe_counts(backend *be, int *counts, const int *idx, const int *k
 static void cu_moe_send_order(backend *be, int *send_slot, int *pos, const int *idx, const int *keep, size_t nk, int E)
 {
     (void)E;
-    backend_cuda_note(be, cuk_moe_send_order(send_slot, pos, idx, keep, nk, backend_cuda_stream(be)),
-                      "moe_send_order");
+    backend_cuda_note(be, cuk_moe_send_order(send_slot, pos, idx, keep, nk, backend_cuda_stream(be)), "moe_send_order");
 }
 
 static void cu_moe_gather(backend *be, float *dst, const float *src, const int *rows, size_t nrows, int div, int C)
@@ -63,15 +62,13 @@ static void cu_moe_scatter(backend *be, float *dst, const float *src, const int 
 static void cu_moe_combine(backend *be, float *out, const float *y, const float *wts, const int *idx, const int *pos,
                            size_t N, int k, int C)
 {
-    backend_cuda_note(be, cuk_f32_moe_combine(out, y, wts, idx, pos, N, k, C, backend_cuda_stream(be)),
-                      "moe_combine");
+    backend_cuda_note(be, cuk_f32_moe_combine(out, y, wts, idx, pos, N, k, C, backend_cuda_stream(be)), "moe_combine");
 }
 
 static void cu_moe_combine_bwd(backend *be, float *dy, float *g, const float *dout, const float *y, const float *wts,
                                const int *send_slot, size_t nsend, int k, int C)
 {
-    backend_cuda_note(be,
-                      cuk_f32_moe_combine_bwd(dy, g, dout, y, wts, send_slot, nsend, k, C, backend_cuda_stream(be)),
+    backend_cuda_note(be, cuk_f32_moe_combine_bwd(dy, g, dout, y, wts, send_slot, nsend, k, C, backend_cuda_stream(be)),
                       "moe_combine_bwd");
 }
 

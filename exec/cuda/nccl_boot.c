@@ -21,7 +21,8 @@ int nccl_boot_comm(MPI_Comm mc, int size, int rank, const char *group, ncclComm_
     if (!boot.ok)
         return rank == 0
                    ? err_set(err, TS_ESTATE, "NCCL unique id on the %s group failed: %s", group, ncclGetErrorString(r))
-                   : err_set(err, TS_ENOTSUP, "nccl bootstrap: rank 0 of the %s group could not create an NCCL id", group);
+                   : err_set(err, TS_ENOTSUP, "nccl bootstrap: rank 0 of the %s group could not create an NCCL id",
+                             group);
     r = ncclCommInitRank(nc, size, boot.id, rank);
     if (r != ncclSuccess) {
         *nc = NULL;
