@@ -3,7 +3,7 @@
  * token rows, on an expert-parallel communicator, and MPI_Allreduce of the
  * expert gradients on an expert-data-parallel one (borrowed). The CUDA
  * backend's version of the same exchange, NCCL send/recv groups on device
- * rows, is exec/cuda/moe_nccl.h (no CUDA MoE layer calls it yet).
+ * rows, is exec/cuda/moe_nccl.h (the NCCL comm's, comm_nccl_set_ep).
  *
  * Ownership: the returned moe_xchg holds a pointer to *ctx, which the caller
  * owns and keeps alive while the exchange is used; no allocation. */

@@ -227,7 +227,7 @@ static int parse_command_line(run *x, int argc, char **argv)
     if (!rc && !x->a.microbench)
         rc = flags_finish(fs, &t, &x->err);
     if (!rc && !x->a.microbench)
-        rc = xconfig_supports(&x->c, x->a.backend == XARGS_BACKEND_CUDA, x->a.inf.inference, &x->err);
+        rc = xconfig_supports(&x->c, x->a.inf.inference, &x->err);
     if (rc) {
         code = start_status(rc);
         if (code == 2)
@@ -356,8 +356,14 @@ static int set_up_rank(run *x)
     else
 #endif
         crc = comm_mpi_create_cp(MPI_COMM_WORLD, tp, x->par.cp > 1 ? x->par.cp : 1, pp, d, &x->cm, &cerr);
-    if (!crc && x->moe.num_experts > 0 && x->a.backend == XARGS_BACKEND_CPU) /* collective too */
-        crc = comm_mpi_set_ep(x->cm, x->moe.ep, &cerr);
+    if (!crc && x->moe.num_experts > 0) { /* collective too */
+#ifdef TRAINSIM_CUDA
+        if (x->a.backend == XARGS_BACKEND_CUDA)
+            crc = comm_nccl_set_ep(x->cm, x->moe.ep, &cerr);
+        else
+#endif
+            crc = comm_mpi_set_ep(x->cm, x->moe.ep, &cerr);
+    }
     if (!rc && crc) {
         rc = crc;
         x->err = cerr;

@@ -26,7 +26,7 @@ static const char *llama_flag(const model_config *m)
 }
 
 /* The MoE flags the executor's MoE layers run (gpt.h, "MoE layers"). */
-static int moe_supports(const config *c, bool cuda, bool inference, ts_err *err)
+static int moe_supports(const config *c, bool inference, ts_err *err)
 {
     const moe_config *e = &c->moe;
     if (e->num_experts <= 0) {
@@ -34,12 +34,6 @@ static int moe_supports(const config *c, bool cuda, bool inference, ts_err *err)
             return err_set(err, TS_ENOTSUP, "--expert-model-parallel-size %d without --num-experts (give 1)", e->ep);
         return TS_OK;
     }
-    if (cuda)
-        return err_set(err, TS_ENOTSUP,
-                       "--num-experts %d: the cuda backend has no MoE layers (its routing, permute and combine "
-                       "kernels and NCCL exchange exist, not the layer; docs/cuda.md; the MoE layer runs on "
-                       "--backend cpu)",
-                       e->num_experts);
     if (inference)
         return err_set(err, TS_ENOTSUP,
                        "--num-experts %d with --inference: the KV-cache inference runs dense layers only",
@@ -92,7 +86,7 @@ static int moe_supports(const config *c, bool cuda, bool inference, ts_err *err)
     return TS_OK;
 }
 
-int xconfig_supports(const config *c, bool cuda, bool inference, ts_err *err)
+int xconfig_supports(const config *c, bool inference, ts_err *err)
 {
     const model_config *m = &c->model;
     const parallel_config *p = &c->par;
@@ -152,7 +146,7 @@ int xconfig_supports(const config *c, bool cuda, bool inference, ts_err *err)
         return err_set(err, TS_ENOTSUP,
                        "--context-parallel-size %d: the KV-cache inference has no context parallelism (give 1)",
                        config_cp(c));
-    return moe_supports(c, cuda, inference, err);
+    return moe_supports(c, inference, err);
 }
 
 void xconfig_arch_text(const gpt_dims *d, char *buf, size_t size)

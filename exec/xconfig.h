@@ -13,10 +13,12 @@
 #include "sim/config/config.h"
 #include "sim/util/err.h"
 
-/* TS_OK if the executor runs config c (a validated one) on the cpu backend
- * (cuda = false) or the cuda backend, for training or (inference) the
- * KV-cache decode; TS_ENOTSUP naming the flag otherwise. */
-int xconfig_supports(const config *c, bool cuda, bool inference, ts_err *err);
+/* TS_OK if the executor runs config c (a validated one), for training or
+ * (inference) the KV-cache decode; TS_ENOTSUP naming the flag otherwise.
+ * The answer is the same for both backends: what one backend lacks (a
+ * NULL op in its table) is refused where the model is built
+ * (gpt_stage_create, moe_layer_create). */
+int xconfig_supports(const config *c, bool inference, ts_err *err);
 /* The executor's model for the resolved model, layout and MoE flags
  * (micro-batch as the batch; e NULL or without experts: dense; flash or
  * fused attention, as config_resolve picked it, run as flash, unfused and

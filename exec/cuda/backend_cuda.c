@@ -7,6 +7,7 @@
 #include <time.h>
 
 #include "exec/core/cp_split.h"
+#include "exec/cuda/backend_cuda_impl.h"
 #include "exec/cuda/cugemm.h"
 #include "kernels/cuk.h"
 
@@ -46,6 +47,11 @@ static void note(backend *be, cudaError_t st, const char *what)
     cuda_ctx *x = CTX(be);
     if (st != cudaSuccess && x->status == TS_OK)
         x->status = err_set(&x->err, TS_ESTATE, "cuda backend: %s: %s", what, cudaGetErrorString(st));
+}
+
+void backend_cuda_note(backend *be, cudaError_t st, const char *what)
+{
+    note(be, st, what);
 }
 
 static void note_rc(backend *be, int rc, const ts_err *e)
@@ -105,6 +111,14 @@ static void cu_int_to_device(backend *be, int *dst, const int *src, size_t n)
     cudaStream_t s = CTX(be)->stream;
     note(be, cudaMemcpyAsync(dst, src, n * sizeof(int), cudaMemcpyHostToDevice, s), "token copy to device");
     note(be, cudaStreamSynchronize(s), "token copy to device (sync)");
+}
+
+/* Issued on the compute stream, so it follows the kernels that write src. */
+static void cu_int_to_host(backend *be, int *dst, const int *src, size_t n)
+{
+    cudaStream_t s = CTX(be)->stream;
+    note(be, cudaMemcpyAsync(dst, src, n * sizeof(int), cudaMemcpyDeviceToHost, s), "int copy to host");
+    note(be, cudaStreamSynchronize(s), "int copy to host (sync)");
 }
 
 static void cu_zero(backend *be, float *p, size_t n)
@@ -728,6 +742,7 @@ static void fill_table(backend *be)
     be->alloc_int = cu_alloc_int;
     be->free_int = cu_free_int;
     be->int_to_device = cu_int_to_device;
+    be->int_to_host = cu_int_to_host;
     be->zero = cu_zero;
     be->copy = cu_copy;
     be->sync = cu_sync;
@@ -767,6 +782,7 @@ static void fill_table(backend *be)
     be->attention_gqa_bwd = cu_att_gqa_bwd;
     be->attention_flash_fwd = cu_att_flash_fwd;
     be->attention_flash_bwd = cu_att_flash_bwd;
+    backend_cuda_moe_fill(be);
     be->destroy = cu_destroy;
 }
 

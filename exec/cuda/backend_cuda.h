@@ -13,8 +13,11 @@
  * (cp_attn.h's recurrence, one launch per ring step). With a context-
  * parallel ring of more than one rank, each hop is staged through host
  * memory: the ring's sendrecv gets HOST pointers (cp_mpi's and comm_nccl's
- * MPI_Sendrecv), after a stream synchronisation. These Llama and flash paths
- * compile but have not yet run on a GPU (docs/cuda.md, Limitations).
+ * MPI_Sendrecv), after a stream synchronisation. The MoE routing and
+ * dispatch ops are kernels/moe.cu's (backend_cuda_moe.c); moe_keep with
+ * wkept = wts copies the weights into its order scratch first (the kernel
+ * needs them apart). These Llama, flash and MoE paths compile but have not
+ * yet run on a GPU (docs/cuda.md, Limitations).
  *
  * Everything is enqueued on one compute stream; sync() waits for it. The
  * table's functions return nothing, so the first CUDA or cuBLAS failure is

@@ -8,6 +8,9 @@
 
 #include <nccl.h>
 
+#include "exec/cuda/moe_nccl.h"
+#include "exec/cuda/nccl_boot.h"
+
 /* Tag of the context-parallel ring's messages (one ring in flight per communicator; exec/cp_mpi.c's value). */
 #define NCCL_CP_RING_TAG 7100
 
@@ -32,6 +35,11 @@ typedef struct {
     p2p_op queue[COMM_NCCL_MAX_REQ];
     int queued_req[COMM_NCCL_MAX_REQ];
     int nqueued;
+    MPI_Comm base; /* borrowed */
+    bool has_moe;  /* comm_nccl_set_ep done: moe holds the expert groups */
+    moe_nccl_ctx moe;
+    moe_xchg moe_xc; /* over moe's expert-parallel group */
+    moe_edp moe_edp; /* over moe's expert-data-parallel group */
 } nccl_ctx;
 
 static const char *const GROUP_NAMES[COMM_NGROUPS] = {"tensor", "pipeline", "data", "context"};
@@ -241,6 +249,8 @@ static void nc_destroy(comm *c)
             cudaStreamSynchronize(x->coll);
         if (x->p2p)
             cudaStreamSynchronize(x->p2p);
+        if (x->has_moe)
+            moe_nccl_free(&x->moe);
         for (int g = 0; g < COMM_NGROUPS; g++) {
             if (x->nc[g])
                 ncclCommDestroy(x->nc[g]);
@@ -263,34 +273,6 @@ static void nc_destroy(comm *c)
     free(c);
 }
 
-int comm_nccl_bootstrap(MPI_Comm mc, int size, int rank, const char *group, ncclComm_t *nc, ts_err *err)
-{
-    *nc = NULL;
-    struct {
-        int ok;
-        ncclUniqueId id;
-    } boot;
-    memset(&boot, 0, sizeof boot);
-    ncclResult_t r = ncclSuccess;
-    if (rank == 0) {
-        r = ncclGetUniqueId(&boot.id);
-        boot.ok = r == ncclSuccess;
-    }
-    if (MPI_Bcast(&boot, (int)sizeof boot, MPI_BYTE, 0, mc) != MPI_SUCCESS)
-        return err_set(err, TS_ESTATE, "nccl comm: MPI_Bcast of the %s group's unique id failed", group);
-    if (!boot.ok)
-        return rank == 0
-                   ? err_set(err, TS_ESTATE, "NCCL unique id on the %s group failed: %s", group, ncclGetErrorString(r))
-                   : err_set(err, TS_ENOTSUP, "nccl comm: rank 0 of the %s group could not create an NCCL id", group);
-    r = ncclCommInitRank(nc, size, boot.id, rank);
-    if (r != ncclSuccess) {
-        *nc = NULL;
-        return err_set(err, TS_ENOTSUP, "NCCL communicator for the %s group (%d ranks) could not be created: %s", group,
-                       size, ncclGetErrorString(r));
-    }
-    return TS_OK;
-}
-
 /* MPI sub-communicator and NCCL communicator of group g. */
 static int make_group(comm *c, MPI_Comm base, comm_group g, int color, ts_err *err)
 {
@@ -304,7 +286,7 @@ static int make_group(comm *c, MPI_Comm base, comm_group g, int color, ts_err *e
         return TS_OK;
     char group[32];
     snprintf(group, sizeof group, "%s-parallel", GROUP_NAMES[g]);
-    return comm_nccl_bootstrap(x->mpi[g], c->size[g], c->rank[g], group, &x->nc[g], err);
+    return nccl_boot_comm(x->mpi[g], c->size[g], c->rank[g], group, &x->nc[g], err);
 }
 
 int comm_nccl_create(MPI_Comm base, int t, int p, int d, cudaStream_t compute, comm **out, ts_err *err)
@@ -355,6 +337,7 @@ int comm_nccl_create_cp(MPI_Comm base, int t, int cp, int p, int d, cudaStream_t
     c->cp_sendrecv = nc_cp_sendrecv;
     c->destroy = nc_destroy;
     x->compute = compute;
+    x->base = base;
     int rc = TS_OK;
     cudaError_t st = cudaStreamCreateWithFlags(&x->coll, cudaStreamNonBlocking);
     if (st == cudaSuccess)
@@ -381,5 +364,21 @@ int comm_nccl_create_cp(MPI_Comm base, int t, int cp, int p, int d, cudaStream_t
         return rc;
     }
     *out = c;
+    return TS_OK;
+}
+
+int comm_nccl_set_ep(comm *c, int ep, ts_err *err)
+{
+    nccl_ctx *x = X(c);
+    if (x->has_moe)
+        return err_set(err, TS_ESTATE, "comm_nccl_set_ep: expert parallelism already set");
+    int rc = moe_nccl_init(&x->moe, x->base, c, ep, x->compute, err);
+    if (rc != TS_OK)
+        return rc;
+    x->has_moe = true;
+    x->moe_xc = moe_nccl_xchg(&x->moe);
+    x->moe_edp = moe_nccl_edp(&x->moe);
+    c->moe_xc = &x->moe_xc;
+    c->moe_edp = &x->moe_edp;
     return TS_OK;
 }

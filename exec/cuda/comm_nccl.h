@@ -28,8 +28,8 @@
  * checked for range: both sides must issue their matching transfers in the
  * same order (the schedule IR's send/recv pairs do).
  *
- * Ownership: the comm owns its NCCL communicators, MPI sub-communicators,
- * streams and events; the base communicator and compute stream are borrowed.
+ * Ownership: the comm owns its NCCL communicators, MPI sub-communicators
+ * (comm_nccl_set_ep's expert groups too), streams and events; the base communicator and compute stream are borrowed.
  * c->destroy(c) releases them (collective over base).
  */
 #ifndef TRAINSIM_COMM_NCCL_H
@@ -43,14 +43,6 @@
 
 #define COMM_NCCL_MAX_REQ 1024 /* isend/irecv in flight */
 
-/* The NCCL communicator *nc of the size ranks of mc (this one rank in it),
- * named group in errors ("tensor-parallel", "expert-parallel"): rank 0's
- * ncclGetUniqueId broadcast over mc (even when it failed, so that the
- * peers learn it instead of hanging), then ncclCommInitRank. Collective
- * over mc; call it only with size > 1. The caller owns *nc
- * (ncclCommDestroy); NULL on failure. TS_ESTATE, TS_ENOTSUP. */
-int comm_nccl_bootstrap(MPI_Comm mc, int size, int rank, const char *group, ncclComm_t *nc, ts_err *err);
-
 /* Collective over base. TS_EINVAL if base's size is not t*p*d, TS_ENOTSUP
  * with NCCL's message when a communicator cannot be created. `compute` is
  * the backend's stream (backend_cuda_stream). */
@@ -58,5 +50,14 @@ int comm_nccl_create(MPI_Comm base, int t, int p, int d, cudaStream_t compute, c
 /* The same with cp context-parallel ranks (base's size t*cp*p*d; cp = 1 is
  * comm_nccl_create). */
 int comm_nccl_create_cp(MPI_Comm base, int t, int cp, int p, int d, cudaStream_t compute, comm **out, ts_err *err);
+
+/* Expert parallelism of size ep (comm.h's moe_xc / moe_edp), the groups
+ * folded as comm_mpi_set_ep folds them, the exchange moe_nccl.h's on the
+ * compute stream (host counts, device rows). ep must divide t*cp*d
+ * (TS_EINVAL naming --expert-model-parallel-size); TS_ESTATE when already
+ * set, or with MPI's or NCCL's message when a group cannot be made (the
+ * comm is then as before). Collective over the comm's base communicator;
+ * c->destroy releases the groups. */
+int comm_nccl_set_ep(comm *c, int ep, ts_err *err);
 
 #endif

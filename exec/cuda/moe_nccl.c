@@ -3,10 +3,10 @@
 
 #include <string.h>
 
-#include "exec/cuda/comm_nccl.h"
+#include "exec/cuda/nccl_boot.h"
 
 /* MPI sub-communicator (color, key) of base and, with more than one rank,
- * its NCCL communicator (comm_nccl_bootstrap). */
+ * its NCCL communicator (nccl_boot_comm). */
 static int make_group(MPI_Comm base, int color, int key, const char *name, MPI_Comm *mc, ncclComm_t *nc, int *size,
                       int *rank, ts_err *err)
 {
@@ -19,7 +19,7 @@ static int make_group(MPI_Comm base, int color, int key, const char *name, MPI_C
     MPI_Comm_rank(*mc, rank);
     if (*size == 1)
         return TS_OK;
-    return comm_nccl_bootstrap(*mc, *size, *rank, name, nc, err);
+    return nccl_boot_comm(*mc, *size, *rank, name, nc, err);
 }
 
 void moe_nccl_free(moe_nccl_ctx *x)

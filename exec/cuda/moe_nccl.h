@@ -14,8 +14,8 @@
  * communicator: its rows are copied device to device.
  *
  * Status: compiled, not run (no GPU where it was written; NCCL send/recv
- * between ranks needs two or more GPUs). The CUDA backend has no MoE layer
- * to use it yet (exec/xconfig.c refuses --num-experts with --backend cuda).
+ * between ranks needs two or more GPUs). comm_nccl_set_ep (comm_nccl.h)
+ * gives it to the NCCL comm, for the MoE layers of --backend cuda.
  *
  * Ownership: moe_nccl_init fills a caller-owned ctx whose communicators
  * moe_nccl_free releases (collective over base); base and the stream are
