@@ -1,7 +1,7 @@
 /* GPU test: the CUDA backend's MoE routing and dispatch ops (backend.h's
  * moe_*, kernels/moe.cu behind backend_cuda_moe.c) and int_to_host against
  * the CPU backend's (moe_route.h's steps, kern_moe.h) through the same
- * table; then one MoE layer (exec/core/moe.h, one rank, moe_xchg_local)
+ * table; then one MoE layer (exec/core/moe.h, one rank, moe_xchg_local(be))
  * forward and backward on each backend from the same seed and inputs.
  *
  * Part 1, the ops: every op of the CUDA backend is fed the CPU backend's
@@ -304,7 +304,7 @@ static int run_layer(backend *be, const moe_route_cfg *rc, int C, int F, bool sw
 {
     moe_layer *L = NULL;
     moe_saved *sv = NULL;
-    moe_xchg xc = moe_xchg_local();
+    moe_xchg xc = moe_xchg_local(be);
     float *x = be->alloc(be, n * (size_t)C), *out = be->alloc(be, n * (size_t)C);
     float *dout = be->alloc(be, n * (size_t)C), *dx = be->alloc(be, n * (size_t)C);
     int rc_ = (x && out && dout && dx) ? TS_OK : err_set(err, TS_ENOMEM, "test tensors on %s", be->name);
