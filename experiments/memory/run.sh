@@ -5,7 +5,8 @@
 # 2022). Each variant's per-rank breakdown at its peak comes from
 # `trainsim simulate --csv`; overheads_gib is the memory besides tensors
 # (CUDA context, NCCL buffers, cuBLAS workspace, allocator fragmentation:
-# docs/simulator.md#memory). Writes memory.csv (long form), activations.csv
+# docs/simulator.md#memory); data_batch_gib the data loader's batch tensors
+# on the GPU (a fraction of a MiB here: not drawn). Writes memory.csv (long form), activations.csv
 # (stage 0 activations and their reduction against no recomputation without
 # sequence parallelism), memory.png, memory.svg. Unfused attention (s x s
 # scores kept), as in Korthikanti et al.'s runs, set explicitly: the flash
@@ -15,7 +16,7 @@ cd "$(dirname "$0")"
 tmpd=$(mktemp -d)
 trap 'rm -rf "$tmpd"' EXIT
 variants="none:false selective:false full:false none:true selective:true full:true"
-echo "variant,stage,weights_gib,gradients_gib,optimizer_gib,activations_gib,p2p_gib,overheads_gib,total_gib" >"$tmpd/memory.csv"
+echo "variant,stage,weights_gib,gradients_gib,optimizer_gib,activations_gib,p2p_gib,overheads_gib,data_batch_gib,total_gib" >"$tmpd/memory.csv"
 for v in $variants; do
     rc=${v%%:*} sp=${v##*:}
     name="$rc$([ "$sp" = true ] && echo '+SP' || true)"
@@ -28,9 +29,10 @@ for v in $variants; do
             r = substr($1, 6); k = substr($2, 16); g[r, k] = $3 / 1073741824; if (r + 0 > n) n = r + 0 }
         END { for (r = 0; r <= n; r++) {
             o = g[r, "cuda-context"] + g[r, "nccl-buffers"] + g[r, "cublas-workspace"] + g[r, "allocator-fragmentation"]
-            t = g[r, "weights"] + g[r, "gradients"] + g[r, "optimizer"] + g[r, "activations"] + g[r, "p2p-buffers"] + o
-            printf "%s,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f\n", name, r, g[r, "weights"], g[r, "gradients"],
-                   g[r, "optimizer"], g[r, "activations"], g[r, "p2p-buffers"], o, t } }' \
+            t = g[r, "weights"] + g[r, "gradients"] + g[r, "optimizer"] + g[r, "activations"] + g[r, "p2p-buffers"] + o \
+                + g[r, "data-batch"]
+            printf "%s,%d,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f,%.4f\n", name, r, g[r, "weights"], g[r, "gradients"],
+                   g[r, "optimizer"], g[r, "activations"], g[r, "p2p-buffers"], o, g[r, "data-batch"], t } }' \
         "$tmpd/$name.csv" >>"$tmpd/memory.csv"
 done
 awk -F, 'NR > 1 && $2 == 0 { a[$1] = $6; order[++n] = $1 }

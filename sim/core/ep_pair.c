@@ -37,9 +37,7 @@ int ep_pair_check(const config *c, sched_kind k, int v, bool flows, ts_err *err)
     if (M->mtp_num_layers > 1)
         return err_set(err, TS_EINVAL, FLAG ": needs --mtp-num-layers 1 or none (got %d)", M->mtp_num_layers);
     (void)flows; /* the flow modes run a pair's TP and CP collectives on the compute stream (ep_pair_steps.h) */
-    bool ok =
-        (k == SCHED_INTERLEAVED && (v > 1 || P->pp == 1)) || k == SCHED_DUALPIPEV || (k == SCHED_1F1B && P->pp == 1);
-    if (!ok)
+    if (!ep_pair_layout_ok(M->ep, false, false, k, v, P->pp))
         return err_set(err, TS_EINVAL,
                        FLAG ": needs virtual pipelining with --pipeline-model-parallel-size %d > 1 (Megatron-LM): "
                             "valid --schedule interleaved (with --num-layers-per-virtual-pipeline-stage or "
@@ -47,6 +45,13 @@ int ep_pair_check(const config *c, sched_kind k, int v, bool flows, ts_err *err)
                             "--pipeline-model-parallel-size 1 (got %s with %d chunk(s) per rank)",
                        P->pp, sched_kind_name(k), v);
     return TS_OK;
+}
+
+bool ep_pair_layout_ok(int ep, bool allgather, bool full_recompute, sched_kind k, int v, int pp)
+{
+    if (ep <= 1 || allgather || full_recompute)
+        return false;
+    return (k == SCHED_INTERLEAVED && (v > 1 || pp == 1)) || k == SCHED_DUALPIPEV || (k == SCHED_1F1B && pp == 1);
 }
 
 static bool is_fwd(const sched_action *a)

@@ -119,6 +119,14 @@
  * at once when the flag is off. */
 int ep_pair_check(const config *c, sched_kind k, int v, bool flows, ts_err *err);
 
+/* The layout rules of that check as a predicate (the search's enumeration
+ * asks it before building a configuration): expert parallelism ep > 1, an
+ * all-to-all dispatcher (not allgather), no full recomputation, and a
+ * schedule that pairs passes: interleaved with v > 1 chunks (or any at
+ * p 1), DualPipeV, or 1F1B at p 1. The model's rule (MTP depth) is the
+ * check's alone. */
+bool ep_pair_layout_ok(int ep, bool allgather, bool full_recompute, sched_kind k, int v, int pp);
+
 /* Whether a schedule of kind k is generated as Megatron-core's combined
  * 1F1B (sched_opts.combined_1f1b: one more warm-up forward per rank, each
  * steady-state F(k+w) marked to pair with B(k)) when overlap is

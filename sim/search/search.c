@@ -330,17 +330,15 @@ static bool dispatcher_tried(unsigned mask, int k, int etp, int ep, int gpus_per
     return !(one_node && k == SEARCH_DISPATCH_FLEX_DEEPEP && (mask & (1u << SEARCH_DISPATCH_ALLTOALL)));
 }
 
-/* Whether the overlapped EP pairs (--overlap-moe-expert-parallel-comm) are
- * tried on this candidate: asked for, and the layout rules of ep_pair.h
- * hold (ep > 1, an all-to-all dispatcher, no full recomputation, virtual
- * pipelining at p > 1, 1F1B or interleaved at p = 1); the model's rules
- * (MTP depths) are the configuration check's (ep_pair_check). */
+/* Whether candidate c is also tried with the EP overlap: on request, for a
+ * mixture of experts, where the overlap's layout rules allow it
+ * (ep_pair_layout_ok; the model's rules are the configuration check's,
+ * ep_pair_check, at simulation). */
 static bool ep_overlap_tried(const search_space *s, const search_cand *c, int ep, int k, int recompute)
 {
-    if (!s->try_ep_overlap || s->moe.num_experts <= 0 || ep <= 1 || k == SEARCH_DISPATCH_ALLGATHER ||
-        recompute == RECOMPUTE_FULL)
-        return false;
-    return (c->schedule == SCHED_INTERLEAVED && (c->vp > 1 || c->pp == 1)) || (c->schedule == SCHED_1F1B && c->pp == 1);
+    return s->try_ep_overlap && s->moe.num_experts > 0 &&
+           ep_pair_layout_ok(ep, k == SEARCH_DISPATCH_ALLGATHER, recompute == RECOMPUTE_FULL, (sched_kind)c->schedule,
+                             c->vp, c->pp);
 }
 
 /* The candidates of one (t, p, schedule, v, b) in *c (its m set): for a
