@@ -22,6 +22,20 @@ int config_cp(const config *c)
 {
     return c->par.cp > 1 ? c->par.cp : 1;
 }
+overheads_layout config_overheads_layout(const config *c)
+{
+    bool moe = c->moe.num_experts > 0;
+    return (overheads_layout){.tp = c->par.tp,
+                              .pp = c->par.pp,
+                              .dp = c->par.dp,
+                              .cp = config_cp(c),
+                              .ep = moe ? c->moe.ep : 0,
+                              .edp = moe ? c->moe.edp : 0,
+                              .cp_all_gather = c->par.cp_comm == CP_COMM_ALL_GATHER,
+                              .schedule = c->par.schedule,
+                              .tied = !c->model.untie_embeddings};
+}
+
 const char *const CONFIG_RC_MODULE_NAMES[] = {"core_attn", "mlp",         "layernorm",      "moe",
                                               "moe_act",   "mla_up_proj", "shared_experts", NULL};
 

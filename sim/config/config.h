@@ -287,6 +287,10 @@ extern const char *const CONFIG_CP_COMM_NAMES[];
 /* The context-parallel size: par.cp, 1 when it is 0 (a config built by hand). */
 int config_cp(const config *c);
 
+/* What decides each pipeline rank's NCCL communicators (overheads.h):
+ * the layout, the experts' folds, the CP exchange and the tied embedding. */
+overheads_layout config_overheads_layout(const config *c);
+
 /* Whether the backend keeps no s x s scores (flash or fused). */
 bool config_attn_is_flash(config_attn_backend b);
 

@@ -8,8 +8,9 @@
 
 const char *overheads_comm_name(overheads_comm k)
 {
-    static const char *const names[OVERHEADS_COMMS] = {"TP", "PP", "DP", "embedding"};
-    return k >= 0 && k < OVERHEADS_COMMS ? names[k] : "?";
+    static const char *const names[OVERHEADS_COMM_KINDS] = {
+        "TP", "PP", "DP", "embedding", "EDP", "CP", "EP all-to-all", "CP ring"};
+    return k >= 0 && k < OVERHEADS_COMM_KINDS ? names[k] : "?";
 }
 
 void overheads_default(const gpu_spec *g, memory_overheads *out)
@@ -58,22 +59,29 @@ int overheads_resolve(memory_overheads *o, const gpu_spec *g, ts_err *err)
     return TS_OK;
 }
 
-unsigned overheads_comms(int tp, int pp, int dp, sched_kind schedule, bool tied, int rank)
+unsigned overheads_comms(const overheads_layout *l, int rank)
 {
     unsigned m = 0;
-    if (tp > 1)
+    int cp = l->cp > 1 ? l->cp : 1;
+    if (l->tp > 1)
         m |= 1u << OVERHEADS_COMM_TP;
-    if (pp > 1)
+    if (l->pp > 1)
         m |= 1u << OVERHEADS_COMM_PP;
-    if (dp > 1)
+    if (l->dp * cp > 1)
         m |= 1u << OVERHEADS_COMM_DP;
     /* The tied embedding's gradients are all-reduced between the first and
      * the last stage when they sit on different ranks: ranks 0 and p-1,
      * except under ZB-V and DualPipeV, whose V placement puts both on rank 0. Untied,
      * Megatron-LM skips that all-reduce and NCCL (initialised lazily by
      * PyTorch) never builds the group's communicator. */
-    if (tied && pp > 1 && !sched_kind_is_v(schedule) && (rank == 0 || rank == pp - 1))
+    if (l->tied && l->pp > 1 && !sched_kind_is_v(l->schedule) && (rank == 0 || rank == l->pp - 1))
         m |= 1u << OVERHEADS_COMM_EMB;
+    if (l->edp > 1)
+        m |= 1u << OVERHEADS_COMM_EDP;
+    if (cp > 1)
+        m |= 1u << (l->cp_all_gather ? OVERHEADS_COMM_CP : OVERHEADS_P2P_CP);
+    if (l->ep > 1)
+        m |= 1u << OVERHEADS_P2P_EP;
     return m;
 }
 

@@ -7,9 +7,13 @@
  *                    modules loaded in it (cuBLAS, NCCL, the framework's);
  *   NCCL buffers     communicators x nccl_channels x OVERHEADS_NCCL_PEERS
  *                    x nccl_buffer_mib: each communicator the rank uses
- *                    (tensor, pipeline, data parallel, the tied embedding's
- *                    first/last stage pair) holds, per channel and per
- *                    ring neighbour, the buffers of NCCL's three protocols;
+ *                    for collectives (tensor, pipeline, data parallel,
+ *                    the tied embedding's first/last stage pair, expert
+ *                    data parallel, context parallel by all-gather) holds,
+ *                    per channel and per ring neighbour, the buffers of
+ *                    NCCL's three protocols; the peer-to-peer connections
+ *                    of the expert all-to-all and the context-parallel
+ *                    ring are not modelled (named as not counted);
  *   cuBLAS workspace cublas_workspace_mib per stream that runs GEMMs
  *                    (OVERHEADS_GEMM_STREAMS);
  *   fragmentation    allocator_fragmentation x the activations and
@@ -79,17 +83,36 @@ typedef struct {
  * a deliberate middle of what such a measurement shows (a few % to 30%). */
 #define OVERHEADS_ALLOCATOR_FRAGMENTATION 0.10
 
-/* The communicators a pipeline rank uses. */
+/* The communicators a pipeline rank uses: those before OVERHEADS_COMMS run
+ * collectives (NCCL's ring and tree connections, counted); the others run
+ * only peer-to-peer sends and receives, whose per-peer buffers are not
+ * modelled (listed in the report as not counted). */
 typedef enum {
     OVERHEADS_COMM_TP = 0, /* tensor parallel, t > 1 */
     OVERHEADS_COMM_PP,     /* pipeline, p > 1 (sends and receives between stages) */
-    OVERHEADS_COMM_DP,     /* data parallel, d > 1 (gradient reduction, parameter gather) */
+    OVERHEADS_COMM_DP,     /* data parallel with context parallel, d x cp > 1 (gradient reduction, parameter
+                              gather: Megatron-core's data-parallel group with context parallelism) */
     OVERHEADS_COMM_EMB,    /* tied embedding: the first and last stage, when on different ranks */
-    OVERHEADS_COMMS
+    OVERHEADS_COMM_EDP,    /* expert data parallel, edp > 1 (the expert gradients' reduction) */
+    OVERHEADS_COMM_CP,     /* context parallel by all-gather (--cp-comm-type all_gather), cp > 1 */
+    OVERHEADS_COMMS,       /* the communicators counted */
+    OVERHEADS_P2P_EP = OVERHEADS_COMMS, /* the expert-parallel all-to-all, ep > 1: peer-to-peer, not counted */
+    OVERHEADS_P2P_CP,                   /* the context-parallel ring (p2p, a2a, a2a+p2p), cp > 1: not counted */
+    OVERHEADS_COMM_KINDS
 } overheads_comm;
 
-/* "TP", "PP", "DP", "embedding". */
+/* "TP", "PP", "DP", "embedding", "EDP", "CP", "EP all-to-all", "CP ring". */
 const char *overheads_comm_name(overheads_comm k);
+
+/* What decides a pipeline rank's communicators. */
+typedef struct {
+    int tp, pp, dp, cp;  /* tensor, pipeline, data and context parallel sizes */
+    int ep, edp;         /* expert parallel and expert data parallel sizes (0 without experts) */
+    bool cp_all_gather;  /* --cp-comm-type all_gather (collectives) rather than a ring or all-to-all */
+    sched_kind schedule; /* the pipeline schedule */
+    bool tied;           /* the word embedding and the output layer share their weight (no
+                            --untie-embeddings-and-output-weights) */
+} overheads_layout;
 
 /* The defaults for GPU kind g: its catalogue columns and the constants
  * above; for a calibrated-only device (--gpu cpu: no CUDA, no NCCL, no
@@ -102,11 +125,8 @@ void overheads_default(const gpu_spec *g, memory_overheads *out);
 int overheads_resolve(memory_overheads *o, const gpu_spec *g, ts_err *err);
 
 /* Bitmask of the communicators (1u << overheads_comm) that pipeline rank
- * `rank` of a layout uses: tp, pp, dp the tensor, pipeline and data
- * parallel sizes, schedule its pipeline schedule, tied whether the word
- * embedding and the output layer share their weight (no
- * --untie-embeddings-and-output-weights). */
-unsigned overheads_comms(int tp, int pp, int dp, sched_kind schedule, bool tied, int rank);
+ * `rank` of layout l uses. */
+unsigned overheads_comms(const overheads_layout *l, int rank);
 
 /* Bytes of each overhead for pipeline rank r (fragmentation excluded: it
  * depends on the live bytes, see overheads_fragmentation_bytes). */

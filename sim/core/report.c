@@ -77,11 +77,21 @@ static void memory_source(const simulate_result *r, const simulate_rank *x, int 
                                         overheads_comm_name((overheads_comm)k));
                 n++;
             }
+        char p2p[64] = "";
+        int np = 0;
+        off = 0;
+        for (int k = OVERHEADS_COMMS; k < OVERHEADS_COMM_KINDS; k++)
+            if (x->nccl_comms >> k & 1u) {
+                off += (size_t)snprintf(p2p + off, sizeof p2p - off, "%s%s", np ? ", " : "",
+                                        overheads_comm_name((overheads_comm)k));
+                np++;
+            }
         snprintf(buf, cap,
                  "%d communicator%s%s%s%s x %d channels x %d peers x %.4g MiB (NCCL defaults; --nccl-channels, "
-                 "--nccl-buffer-mib)",
+                 "--nccl-buffer-mib)%s%s%s",
                  n, n == 1 ? "" : "s", n ? " (" : "", names, n ? ")" : "", o->nccl_channels, OVERHEADS_NCCL_PEERS,
-                 o->nccl_buffer_mib);
+                 o->nccl_buffer_mib, np ? "; not counted: the peer-to-peer buffers of the " : "", p2p,
+                 np ? " (not modelled)" : "");
         break;
     }
     case MEM_CUBLAS:

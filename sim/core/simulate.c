@@ -470,12 +470,13 @@ int simulate_run(const config *c, const simulate_opts *opts, simulate_result **o
         goto done;
     R->overheads = c->cluster.overheads;
     mem_set_overheads(mem, &R->overheads);
+    overheads_layout ol = config_overheads_layout(c);
     for (int r = 0; r < R->p; r++) {
         mem_add(mem, r, MEM_WEIGHTS, pl->weights_bytes[r], 0, 0);
         mem_add(mem, r, MEM_GRADS, pl->grads_bytes[r], 0, 0);
         mem_add(mem, r, MEM_OPTIM, pl->optim_bytes[r], 0, 0);
         /* what PyTorch, cuBLAS and NCCL hold from the start (overheads.h) */
-        R->ranks[r].nccl_comms = overheads_comms(P->tp, P->pp, P->dp, P->schedule, !c->model.untie_embeddings, r);
+        R->ranks[r].nccl_comms = overheads_comms(&ol, r);
         mem_add(mem, r, MEM_CUDA_CONTEXT, overheads_cuda_context_bytes(&R->overheads), 0, 0);
         mem_add(mem, r, MEM_NCCL, overheads_nccl_bytes(&R->overheads, R->ranks[r].nccl_comms), 0, 0);
         mem_add(mem, r, MEM_CUBLAS, overheads_cublas_bytes(&R->overheads), 0, 0);

@@ -441,6 +441,7 @@ static void bound_rank(const config *c, const kept_bytes *kb, const search_bound
         }
     }
     const memory_overheads *o = &c->cluster.overheads;
+    overheads_layout ol = config_overheads_layout(c);
     int best = 0;
     double frag = 0, most = -1;
     for (int k = 0; k < 5; k++) {
@@ -457,11 +458,9 @@ static void bound_rank(const config *c, const kept_bytes *kb, const search_bound
      * adds it (overheads.h); the fragmentation on the activations floor only
      * (no pipeline buffers, no batch tensors), floored as the memory timeline
      * floors it. */
-    b->overheads_bytes =
-        (double)(overheads_cuda_context_bytes(o) +
-                 overheads_nccl_bytes(o, overheads_comms(p->tp, p->pp, p->dp, p->schedule, !mo->untie_embeddings, r)) +
-                 overheads_cublas_bytes(o)) +
-        frag;
+    b->overheads_bytes = (double)(overheads_cuda_context_bytes(o) + overheads_nccl_bytes(o, overheads_comms(&ol, r)) +
+                                  overheads_cublas_bytes(o)) +
+                         frag;
     b->total_bytes = b->weights_bytes + b->grads_bytes + b->optimizer_bytes + b->activations_bytes + b->overheads_bytes;
     b->rank = r;
 }

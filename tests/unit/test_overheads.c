@@ -39,6 +39,13 @@ static parallel_config layout(int t, int p, int d, sched_kind k)
     return par;
 }
 
+/* The communicators of pipeline rank r of a dense layout p. */
+static unsigned comms_of(const parallel_config *p, bool tied, int r)
+{
+    overheads_layout l = {.tp = p->tp, .pp = p->pp, .dp = p->dp, .cp = 1, .schedule = p->schedule, .tied = tied};
+    return overheads_comms(&l, r);
+}
+
 Test(overheads, nccl_buffer_default_is_the_sum_of_nccls_three_protocols)
 {
     cr_expect_float_eq(OVERHEADS_NCCL_BUFFER_MIB * MIB, (double)NCCL_SET_BYTES, 1e-6);
@@ -49,9 +56,7 @@ Test(overheads, nccl_buffer_default_is_the_sum_of_nccls_three_protocols)
 Test(overheads, nccl_bytes_are_communicators_x_channels_x_peers_x_buffers)
 {
     parallel_config p = layout(8, 16, 8, SCHED_INTERLEAVED); /* GPT-3 175B's preset layout */
-    unsigned first = overheads_comms(p.tp, p.pp, p.dp, p.schedule, true, 0),
-             middle = overheads_comms(p.tp, p.pp, p.dp, p.schedule, true, 5),
-             last = overheads_comms(p.tp, p.pp, p.dp, p.schedule, true, 15);
+    unsigned first = comms_of(&p, true, 0), middle = comms_of(&p, true, 5), last = comms_of(&p, true, 15);
     cr_expect_eq(first, 0xfu, "rank 0: TP, PP, DP, embedding");
     cr_expect_eq(middle, 0x7u, "a middle rank: TP, PP, DP");
     cr_expect_eq(last, 0xfu, "the last rank holds the embedding group too");
@@ -60,23 +65,47 @@ Test(overheads, nccl_bytes_are_communicators_x_channels_x_peers_x_buffers)
 
     /* ZB-V puts the first and last stage on rank 0: no embedding group */
     parallel_config v = layout(1, 4, 1, SCHED_ZB_V);
-    cr_expect_eq(overheads_comms(v.tp, v.pp, v.dp, v.schedule, true, 0), 1u << OVERHEADS_COMM_PP);
-    cr_expect_eq(overheads_comms(v.tp, v.pp, v.dp, v.schedule, true, 3), 1u << OVERHEADS_COMM_PP);
+    cr_expect_eq(comms_of(&v, true, 0), 1u << OVERHEADS_COMM_PP);
+    cr_expect_eq(comms_of(&v, true, 3), 1u << OVERHEADS_COMM_PP);
 
     /* untied embedding and output weights: no embedding group */
-    cr_expect_eq(overheads_comms(p.tp, p.pp, p.dp, p.schedule, false, 0), 0x7u);
+    cr_expect_eq(comms_of(&p, false, 0), 0x7u);
 
     /* one GPU: no communicator, no buffer */
     parallel_config one = layout(1, 1, 1, SCHED_1F1B);
-    cr_expect_eq(overheads_comms(one.tp, one.pp, one.dp, one.schedule, true, 0), 0u);
+    cr_expect_eq(comms_of(&one, true, 0), 0u);
     cr_expect_eq(overheads_nccl_bytes(&ON, 0), 0);
 
     /* data parallel only, 32 channels */
     parallel_config dp = layout(1, 1, 64, SCHED_1F1B);
     memory_overheads h = ON;
     h.nccl_channels = 32;
-    cr_expect_eq(overheads_nccl_bytes(&h, overheads_comms(dp.tp, dp.pp, dp.dp, dp.schedule, true, 0)),
-                 1LL * 32 * 2 * NCCL_SET_BYTES);
+    cr_expect_eq(overheads_nccl_bytes(&h, comms_of(&dp, true, 0)), 1LL * 32 * 2 * NCCL_SET_BYTES);
+}
+
+/* Experts and context parallelism: the expert-data-parallel group and the
+ * gradients' d x cp group run collectives (counted); the all-to-all and the
+ * CP ring only peer-to-peer (listed, not counted); CP by all-gather is a
+ * collective group. */
+Test(overheads, moe_and_cp_groups)
+{
+    overheads_layout l = {.tp = 2, .pp = 1, .dp = 1, .cp = 2, .ep = 4, .edp = 1, .schedule = SCHED_1F1B};
+    unsigned m = overheads_comms(&l, 0);
+    cr_expect_eq(
+        m, (1u << OVERHEADS_COMM_TP) | (1u << OVERHEADS_COMM_DP) | (1u << OVERHEADS_P2P_CP) | (1u << OVERHEADS_P2P_EP),
+        "d 1 x cp 2 reduces gradients over 2 ranks; edp 1 has no group; mask %#x", m);
+    cr_expect_eq(overheads_nccl_bytes(&ON, m), 2LL * 16 * 2 * NCCL_SET_BYTES, "TP and DP counted, not the p2p ones");
+    l.edp = 4;
+    l.cp_all_gather = true;
+    m = overheads_comms(&l, 0);
+    cr_expect(m >> OVERHEADS_COMM_EDP & 1u);
+    cr_expect(m >> OVERHEADS_COMM_CP & 1u);
+    cr_expect_not(m >> OVERHEADS_P2P_CP & 1u);
+    cr_expect_eq(overheads_nccl_bytes(&ON, m), 4LL * 16 * 2 * NCCL_SET_BYTES, "TP, DP, EDP, CP");
+    cr_expect_str_eq(overheads_comm_name(OVERHEADS_P2P_EP), "EP all-to-all");
+    /* no experts: ep and edp 0 add nothing */
+    overheads_layout d = {.tp = 1, .pp = 1, .dp = 8, .cp = 1, .schedule = SCHED_1F1B};
+    cr_expect_eq(overheads_comms(&d, 0), 1u << OVERHEADS_COMM_DP);
 }
 
 Test(overheads, context_cublas_and_fragmentation_closed_forms)
