@@ -74,7 +74,10 @@ __global__ void moe_topk_kernel(int *idx, float *wts, const float *logits, size_
  * starts in the two runs by a binary search along the merge path, then
  * merges MOE_TILE elements. Work O(nk log nk), ceil(log2(nk / MOE_TILE)) + 1
  * launches; every thread independent of the others (no shared memory,
- * barriers or atomics), the result one permutation: deterministic. */
+ * barriers or atomics), the result one permutation: deterministic.
+ * MOE_TILE 16 is a choice, not measured on a GPU: any power of two sorts
+ * alike, trading the runs' insertion sorts (O(nk MOE_TILE)) against merge
+ * launches and search threads. */
 #define MOE_TILE 16u
 
 /* moe_route.c's comparator: a before b by expert ascending, then (wts
