@@ -314,26 +314,36 @@ cudaError_t cuk_f32_qkv_merge_gqa_acc(float *dqkv, const float *dq, const float 
 /* ------------------------------------------------------------ MoE routing and dispatch (moe.cu)
  * The device twins of exec/core/moe_route.c and of exec/core/moe.c's host
  * loops, fp32. Assignment (token t, slot j) is a = t k + j; idx, wts, keep
- * are [N k], logits [N, E]. Each kernel computes its outputs in the twin's
- * order (one thread per token, assignment, row or element; no atomics). */
+ * are [N k], logits [N, E]. Each kernel computes its float outputs in the
+ * twin's order (one thread per token, assignment, row or element); the
+ * integer ones (capacity, counts, send order) are the twin's exactly.
+ * Capacity and send order sort the nk = N k assignments in scratch (a merge
+ * sort, O(nk log nk) work in ceil(log2(nk / 16)) + 2 launches); counts are
+ * a histogram of integer atomics (O(nk + E)). */
 
 /* moe_route's choice and weights: the k largest logits (ties: lower
  * expert), or with force_balance expert (t k + j) mod E; wts = softmax over
  * the k chosen logits. k in [1, E]. */
 cudaError_t cuk_f32_moe_topk(int *idx, float *wts, const float *logits, size_t N, int E, int k, bool force_balance,
                              cudaStream_t stream);
+/* Device scratch of cuk_f32_moe_capacity and cuk_moe_send_order for nk
+ * assignments: 2 nk ints. */
+size_t cuk_moe_scratch_bytes(size_t nk);
 /* Capacity: keep[a] = 1 when a ranks below cap among its expert's
  * assignments by (wts descending, a ascending), else 0; wkept[a] = keep[a]
  * ? wts[a] : 0 (moe_route's dropped weights). cap 0: dropless (all kept).
- * wkept must not alias wts. */
+ * wkept may alias wts. scratch: cuk_moe_scratch_bytes(nk), apart from the
+ * other arrays (may be NULL when cap is 0 or >= nk: nothing to sort);
+ * NULL otherwise: cudaErrorInvalidValue. wts not NaN (the twin's sort). */
 cudaError_t cuk_f32_moe_capacity(int *keep, float *wkept, const int *idx, const float *wts, size_t nk, size_t cap,
-                                 cudaStream_t stream);
-/* counts[e] = kept assignments of expert e, e < E. */
+                                 void *scratch, cudaStream_t stream);
+/* counts[e] = kept assignments of expert e, e < E (every idx < E). */
 cudaError_t cuk_moe_counts(int *counts, const int *idx, const int *keep, size_t nk, int E, cudaStream_t stream);
 /* The send order (moe.c's plan): kept assignments by expert, then by a;
  * pos[a] = a's place in it (-1 dropped), send_slot[pos[a]] = a (as many
- * entries as kept assignments). */
-cudaError_t cuk_moe_send_order(int *send_slot, int *pos, const int *idx, const int *keep, size_t nk,
+ * entries as kept assignments). scratch: cuk_moe_scratch_bytes(nk), apart
+ * from the other arrays (NULL: cudaErrorInvalidValue). */
+cudaError_t cuk_moe_send_order(int *send_slot, int *pos, const int *idx, const int *keep, size_t nk, void *scratch,
                                cudaStream_t stream);
 /* Row permutes of width C: gather dst[r] = src[rows[r] / div] (div k turns
  * send slots into tokens), scatter dst[rows[r]] = src[r] (rows distinct). */

@@ -21,7 +21,7 @@ typedef struct {
     int device;
     cudaStream_t stream;
     cugemm *gemm;
-    void *scratch; /* column sums (cuk_colsum_scratch_bytes) */
+    void *scratch; /* column sums, flash attention, MoE sorts (the ops' cuk_*_scratch_bytes) */
     size_t scratch_bytes;
     float *attn; /* q, k, v, o/dO, dq, dk, dv: 7 x [B, NH, T, hs] */
     size_t attn_floats;
@@ -151,6 +151,11 @@ static void *scratch(backend *be, size_t bytes)
     if (st == cudaSuccess)
         x->scratch_bytes = bytes;
     return x->scratch;
+}
+
+void *backend_cuda_scratch(backend *be, size_t bytes)
+{
+    return scratch(be, bytes);
 }
 
 static float *attn_scratch(backend *be, size_t floats)

@@ -14,9 +14,9 @@
  * parallel ring of more than one rank, each hop is staged through host
  * memory: the ring's sendrecv gets HOST pointers (cp_mpi's and comm_nccl's
  * MPI_Sendrecv), after a stream synchronisation. The MoE routing and
- * dispatch ops are kernels/moe.cu's (backend_cuda_moe.c); moe_keep with
- * wkept = wts copies the weights into its order scratch first (the kernel
- * needs them apart). These Llama, flash and MoE paths compile but have not
+ * dispatch ops are kernels/moe.cu's (backend_cuda_moe.c); capacity and
+ * send order sort the assignments in the backend's grow-only scratch (2 N k
+ * ints). These Llama, flash and MoE paths compile but have not
  * yet run on a GPU (docs/cuda.md, Limitations).
  *
  * Everything is enqueued on one compute stream; sync() waits for it. The

@@ -11,29 +11,16 @@ static void cu_moe_topk(backend *be, int *idx, float *wts, const float *logits, 
                       "moe_topk");
 }
 
-/* The kernel ranks each assignment against the others' weights while it
- * writes wkept, so it needs wkept apart from wts (cuk.h). The table's
- * contract lets wkept alias wts (moe_route_keep's): then wts is first
- * copied into the order scratch (nk ints, the size of nk floats), which the
- * kernel otherwise does not use. */
+/* The kernel sorts the assignments in the backend's scratch; it reads and
+ * writes each assignment's weight in one thread, so wkept may alias wts.
+ * The layer's order scratch is not needed. */
 static void cu_moe_keep(backend *be, int *keep, float *wkept, const int *idx, const float *wts, size_t nk, size_t cap,
                         int *order)
 {
-    cudaStream_t s = backend_cuda_stream(be);
-    if (wkept == wts && nk > 0) {
-        if (!order) {
-            backend_cuda_note(be, cudaErrorInvalidValue, "moe_keep: wkept aliases wts and no order scratch was given");
-            return;
-        }
-        /* cppcheck-suppress invalidPointerCast ; device memory of 4-byte words, never read as int by the host */
-        float *copy = (float *)order;
-        cudaError_t st = cudaMemcpyAsync(copy, wts, nk * sizeof(float), cudaMemcpyDeviceToDevice, s);
-        backend_cuda_note(be, st, "moe_keep: copy of the weights");
-        if (st != cudaSuccess)
-            return;
-        wts = copy;
-    }
-    backend_cuda_note(be, cuk_f32_moe_capacity(keep, wkept, idx, wts, nk, cap, s), "moe_keep");
+    (void)order;
+    void *ws = cap > 0 && cap < nk ? backend_cuda_scratch(be, cuk_moe_scratch_bytes(nk)) : NULL;
+    backend_cuda_note(be, cuk_f32_moe_capacity(keep, wkept, idx, wts, nk, cap, ws, backend_cuda_stream(be)),
+                      "moe_keep");
 }
 
 static void cu_moe_counts(backend *be, int *counts, const int *idx, const int *keep, size_t nk, int E)
@@ -42,11 +29,14 @@ static void cu_moe_counts(backend *be, int *counts, const int *idx, const int *k
 }
 
 /* E is not needed on the device: every idx is an expert < E by construction
- * (moe_topk's), and the kernel orders by idx alone. */
+ * (moe_topk's), and the kernel orders by idx alone. It sorts in the
+ * backend's scratch. */
 static void cu_moe_send_order(backend *be, int *send_slot, int *pos, const int *idx, const int *keep, size_t nk, int E)
 {
     (void)E;
-    backend_cuda_note(be, cuk_moe_send_order(send_slot, pos, idx, keep, nk, backend_cuda_stream(be)), "moe_send_order");
+    void *ws = nk > 0 ? backend_cuda_scratch(be, cuk_moe_scratch_bytes(nk)) : NULL;
+    backend_cuda_note(be, cuk_moe_send_order(send_slot, pos, idx, keep, nk, ws, backend_cuda_stream(be)),
+                      "moe_send_order");
 }
 
 static void cu_moe_gather(backend *be, float *dst, const float *src, const int *rows, size_t nrows, int div, int C)

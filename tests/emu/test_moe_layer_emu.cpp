@@ -61,7 +61,8 @@ static void emu_topk(backend *, int *idx, float *wts, const float *logits, size_
 }
 static void emu_keep(backend *, int *keep, float *wkept, const int *idx, const float *wts, size_t nk, size_t cap, int *)
 {
-    cuk_f32_moe_capacity(keep, wkept, idx, wts, nk, cap, 0);
+    std::vector<char> scratch(cuk_moe_scratch_bytes(nk));
+    cuk_f32_moe_capacity(keep, wkept, idx, wts, nk, cap, scratch.data(), 0);
 }
 static void emu_counts(backend *, int *counts, const int *idx, const int *keep, size_t nk, int E)
 {
@@ -69,7 +70,8 @@ static void emu_counts(backend *, int *counts, const int *idx, const int *keep, 
 }
 static void emu_send_order(backend *, int *slot, int *pos, const int *idx, const int *keep, size_t nk, int)
 {
-    cuk_moe_send_order(slot, pos, idx, keep, nk, 0);
+    std::vector<char> scratch(cuk_moe_scratch_bytes(nk));
+    cuk_moe_send_order(slot, pos, idx, keep, nk, scratch.data(), 0);
 }
 static void emu_gather(backend *, float *dst, const float *src, const int *rows, size_t nrows, int div, int C)
 {

@@ -4,7 +4,9 @@
  * (restated here as tests/emu/test_moe_emu.cpp does). Each kernel is fed the
  * twin's inputs (the routing of moe_route, its undropped weights for the
  * capacity kernel), so each check covers one kernel. Cases mix capacity
- * factors, force balance, and logits on a 0.5 grid (exact ties).
+ * factors, force balance, and logits on a 0.5 grid (exact ties); two are
+ * micro-batch sized (N 8192, k 8, E 64 and 256: 65,536 assignments, the
+ * capacity and send-order sorts over many blocks, thousands dropped).
  *
  * Tolerances: indices, keep flags, counts, send order and pure copies
  * exact; the weights, combine and router backward are the twin's operations
@@ -59,9 +61,8 @@ static void same_ints(const char *what, const int *got, const int *want, size_t 
     gc_result(bad == 0, what, msg);
 }
 
-static void one_case(size_t N, int E, int k, double cf, bool fb, bool grid)
+static void one_case(size_t N, int E, int k, double cf, bool fb, bool grid, int C)
 {
-    const int C = 64;
     size_t nk = N * (size_t)k;
     moe_route_cfg rc = {E, k, cf, fb}, rc0 = {E, k, 0.0, fb};
     char what[128], tag[80];
@@ -82,8 +83,9 @@ static void one_case(size_t N, int E, int k, double cf, bool fb, bool grid)
     int *d_idx = dev_copy(NULL, nk * 4), *d_ridx = dev_copy(ridx, nk * 4), *d_keep = dev_copy(NULL, nk * 4);
     int *d_rkeep = dev_copy(rkeep, nk * 4), *d_cnt = dev_copy(NULL, (size_t)E * 4);
     float *d_wk = dev_copy(NULL, nk * 4);
+    void *d_ws = dev_copy(NULL, cuk_moe_scratch_bytes(nk));
     RUN(cuk_f32_moe_topk(d_idx, d_w, d_lg, N, E, k, fb, S));
-    RUN(cuk_f32_moe_capacity(d_keep, d_wk, d_ridx, d_w0, nk, moe_route_capacity(&rc, N), S));
+    RUN(cuk_f32_moe_capacity(d_keep, d_wk, d_ridx, d_w0, nk, moe_route_capacity(&rc, N), d_ws, S));
     RUN(cuk_moe_counts(d_cnt, d_ridx, d_rkeep, nk, E, S));
     RUN(cudaStreamSynchronize(S));
     if (st != cudaSuccess) {
@@ -116,7 +118,7 @@ static void one_case(size_t N, int E, int k, double cf, bool fb, bool grid)
     float *d_rw = dev_copy(rw, nk * 4), *d_xs = dev_copy(NULL, ns * C * 4), *d_out = dev_copy(NULL, N * C * 4);
     float *d_dy = dev_copy(NULL, ns * C * 4), *d_g = dev_copy(NULL, nk * 4), *d_dl = dev_copy(NULL, N * E * 4);
     RUN(cudaMemset(d_g, 0, nk * 4));
-    RUN(cuk_moe_send_order(d_slot, d_pos, d_ridx, d_rkeep, nk, S));
+    RUN(cuk_moe_send_order(d_slot, d_pos, d_ridx, d_rkeep, nk, d_ws, S));
     RUN(cudaStreamSynchronize(S));
     int *slot = host_copy(d_slot, ns * sizeof(int));
     RUN(cuk_f32_moe_gather(d_xs, d_x, d_slot, ns, k, C, S));
@@ -174,8 +176,8 @@ static void one_case(size_t N, int E, int k, double cf, bool fb, bool grid)
     snprintf(what, sizeof what, "router backward, %s", tag);
     gc_close(what, dl, wdl, N * E, TOL, TOL);
 
-    void *dev[] = {d_lg,  d_w, d_w0, d_idx,  d_ridx, d_keep, d_rkeep, d_cnt, d_wk, d_slot,
-                   d_pos, d_x, d_y,  d_dout, d_rw,   d_xs,   d_out,   d_dy,  d_g,  d_dl};
+    void *dev[] = {d_lg, d_w, d_w0,   d_idx, d_ridx, d_keep, d_rkeep, d_cnt, d_wk, d_slot, d_pos,
+                   d_x,  d_y, d_dout, d_rw,  d_xs,   d_out,  d_dy,    d_g,   d_dl, d_ws};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         cudaFree(dev[i]);
     void *host[] = {lg, ridx, rkeep, rcnt, rw, rw0, order, idx, keep, cnt,  w,   wk, rslot, x,
@@ -191,12 +193,14 @@ int main(void)
         printf("FAIL cudaStreamCreate\n0 passed, 1 failed\n");
         return 1;
     }
-    one_case(64, 8, 2, 1.0, false, false);
-    one_case(64, 8, 2, 0.5, false, true);
-    one_case(257, 16, 4, 1.25, false, false);
-    one_case(33, 4, 4, 0.0, false, true);
-    one_case(64, 8, 2, 1.0, true, false);
-    one_case(100, 64, 8, 1.0, false, true);
+    one_case(64, 8, 2, 1.0, false, false, 64);
+    one_case(64, 8, 2, 0.5, false, true, 64);
+    one_case(257, 16, 4, 1.25, false, false, 64);
+    one_case(33, 4, 4, 0.0, false, true, 64);
+    one_case(64, 8, 2, 1.0, true, false, 64);
+    one_case(100, 64, 8, 1.0, false, true, 64);
+    one_case(8192, 64, 8, 1.0, false, true, 8);
+    one_case(8192, 256, 8, 0.5, false, false, 8);
     cudaStreamDestroy(S);
     return gpu_check_finish();
 }

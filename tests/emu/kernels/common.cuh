@@ -1,5 +1,5 @@
 /* common.cuh, host emulation (tests/emu): stands in for kernels/common.cuh
- * when kernels/llama.cu and kernels/flash.cu are compiled as host C++
+ * when kernels/llama.cu, flash.cu and moe.cu are compiled as host C++
  * (-Itests/emu ahead of -I.), so that their kernels run on the CPU without
  * a GPU. A launch runs its threads one after another (blockIdx, threadIdx
  * set per thread); a CUK_LAUNCH_WARPS kernel runs each warp's 32 lanes as
@@ -49,6 +49,13 @@ static inline float warp_sum(float v)
         s += emu_lanes[i];
     emu_warp_barrier->arrive_and_wait();
     return s;
+}
+
+/* *p += v, returning the old value (int counts: atomic, as lanes may run
+ * as threads). */
+static inline int atomicAdd(int *p, int v)
+{
+    return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
 }
 
 static inline unsigned cuk_blocks(size_t n, unsigned threads)
