@@ -38,9 +38,9 @@ typedef struct {
                              at partner_at[r]; NULL without */
     size_t *partner_at;
     /* the flow modes (plan.ep_pair_steps): */
-    bool *done;              /* [partner_at[r] + i] action i of rank r already lowered with its pair */
-    uint32_t *scratch2;      /* task ids of the second pass of a pair */
-    uint32_t *bounds;        /* 2 x 2 (max_pass_steps + 1): each pass's spans and transfers (ep_pair_steps_split) */
+    bool *done;               /* [partner_at[r] + i] action i of rank r already lowered with its pair */
+    uint32_t *scratch2;       /* task ids of the second pass of a pair */
+    uint32_t *bounds;         /* 2 x 2 (max_pass_steps + 1): each pass's spans and transfers (ep_pair_steps_split) */
     bool pair_a2a_own_stream; /* lowering a pair's own steps: its all-to-alls go on PLAN_STREAM_EP */
 } lowering;
 
@@ -55,8 +55,7 @@ static size_t tab_idx(const lowering *L, int dir, int stage, int mb)
  * the TP stream; the network model still times them by the step. */
 static int task_stream(const lowering *L, const plan_step *x)
 {
-    return L->pair_a2a_own_stream && x->stream == PLAN_STREAM_TP && x->cat == PLAN_CAT_EP ? PLAN_STREAM_EP
-                                                                                          : x->stream;
+    return L->pair_a2a_own_stream && x->stream == PLAN_STREAM_TP && x->cat == PLAN_CAT_EP ? PLAN_STREAM_EP : x->stream;
 }
 
 static int add_task(lowering *L, int rank, uint32_t step, int32_t mb, uint32_t *out)
