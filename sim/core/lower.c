@@ -149,7 +149,7 @@ static int pass_emit(lowering *L, pass_run *P, uint32_t i)
     /* the plan orders a pass's collectives by their one stream: where a
      * pair's all-to-alls leave it, the order becomes a dependency */
     int stream = task_stream(L, x);
-    if (stream != PLAN_STREAM_COMPUTE) {
+    if (L->pair_a2a_own_stream && stream != PLAN_STREAM_COMPUTE) {
         if (P->last_comm != ENGINE_NO_TASK && P->last_comm_stream != stream &&
             (rc = engine_dep_add(L->e, P->last_comm, id, L->err)))
             return rc;
