@@ -190,7 +190,7 @@ for ep in 8 16; do
         fi
     fi
 done
-# DualPipeV p 2, 64 sequences, EP 8, t 1 and t 2: with the all-to-alls off
+# DualPipeV p 2, 64 sequences, EP 8, t 1, 2 and 4: with the all-to-alls off
 # the NICs the modes' iterations within NICFREE_TOL with and without the
 # overlap, and the overlap faster in both modes or in neither (EP 16: 1.2%
 # apart without it at t 1, the pipeline sends beside the all-to-alls).
@@ -201,7 +201,7 @@ NICFREE_TOL=0.005
 DV=(--model mixtral-8x7b --num-layers 8 --global-batch-size 64 --gpus 32 --num-experts 16 --expert-model-parallel-size 8
     --moe-router-force-load-balancing -p 2 --schedule dualpipev --moe-token-dispatcher-type alltoall
     --gpu B200-SXM-180GB --topology "$tmp/fast.csv")
-for t in 1 2; do
+for t in 1 2 4; do
     run "$tmp/dv.d0" "${DV[@]}" -t $t && run "$tmp/dv.d1" "${DV[@]}" -t $t $F &&
         run "$tmp/dv.f0" "${DV[@]}" -t $t --network-flows && run "$tmp/dv.f1" "${DV[@]}" -t $t $F --network-flows || continue
     d0=$(iter_s "$tmp/dv.d0"); d1=$(iter_s "$tmp/dv.d1"); g0=$(iter_s "$tmp/dv.f0"); g1=$(iter_s "$tmp/dv.f1")
