@@ -2,9 +2,10 @@
  *
  * Time is an integer number of nanoseconds, so runs are deterministic and
  * exact. The engine owns a set of ranks (simulated GPUs); each rank has the
- * same number of streams (lowering uses six, plan.h's PLAN_STREAM_*: compute,
+ * same number of streams (lowering uses seven, plan.h's PLAN_STREAM_*: compute,
  * tensor-parallel comm, pipeline send, pipeline receive of activations,
- * pipeline receive of gradients, data-parallel comm). A stream runs its
+ * pipeline receive of gradients, data-parallel comm, an overlapped pair's
+ * all-to-alls). A stream runs its
  * tasks one at a time, in the order they were added (CUDA stream semantics).
  * A task starts when it is at the head of its stream, the stream is idle and
  * every predecessor has finished; it then runs for its duration.

@@ -36,7 +36,7 @@ int ep_pair_check(const config *c, sched_kind k, int v, bool flows, ts_err *err)
                        FLAG ": not with --recompute-granularity full (valid: selective or no recomputation)");
     if (M->mtp_num_layers > 1)
         return err_set(err, TS_EINVAL, FLAG ": needs --mtp-num-layers 1 or none (got %d)", M->mtp_num_layers);
-    (void)flows; /* the flow modes run a pair's TP and CP collectives on the compute stream (ep_pair_steps.h) */
+    (void)flows; /* the flow modes run a pair's TP and CP collectives as the default mode's spans count them */
     if (!ep_pair_layout_ok(M->ep, false, false, k, v, P->pp))
         return err_set(err, TS_EINVAL,
                        FLAG ": needs virtual pipelining with --pipeline-model-parallel-size %d > 1 (Megatron-LM): "

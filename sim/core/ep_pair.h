@@ -38,9 +38,13 @@
  * experts, A_2 the combine, c_2 the next layer's attention, ...), the
  * backward d_0 B_1 d_1 ... B_m d_m (B_1 the combine's backward, d_1 the
  * experts', B_2 the dispatch's, d_2 the attention's, ...; a span is the
- * pass's time between two transfers, its tensor-parallel collectives
- * included: they run on the compute stream in Megatron-core, the
- * all-to-alls on their own). A pass with no transfer (dense layers only)
+ * pass's time between two transfers, its tensor- and context-parallel
+ * collectives included, as they overlap the pass's compute alone: in
+ * Megatron-core's combined layer they belong to the sub-module (the
+ * synchronous ones on the compute stream, the asynchronous ones of the
+ * linear layers' backward and the CP ring's P2P on their own
+ * communicators' streams), the all-to-alls on the layer's communication
+ * stream). A pass with no transfer (dense layers only)
  * is one span that runs before (backward) or after (forward) the other's
  * first span: Megatron's layer-by-layer interleave of a dense layer with a
  * MoE layer is not modelled (pessimistic for such pairs). The pair runs
@@ -85,9 +89,10 @@
  * other than 1f1b at p = 1, interleaved and dualpipev. The flow modes
  * (each collective its own task; lower.h runs a pair's own steps
  * interleaved in the streams' order above, ep_pair_steps.h) run a pair's
- * tensor- and context-parallel collectives on the compute stream, as the
- * spans above count them, so t > 1 and context parallelism are valid
- * there too.
+ * all-to-alls on a stream of their own and its tensor- and
+ * context-parallel collectives on the TP stream, with the plan's
+ * dependencies (as the spans above count them), so t > 1 and context
+ * parallelism are valid there too.
  *
  * Memory: the two micro-batches' saved activations are those the schedule
  * keeps in flight (the paired copies' memory events at offsets scaled to

@@ -21,9 +21,13 @@
  * pass) get no copy: lowering interleaves the passes' original steps.
  * The passes are split at their all-to-alls (PLAN_CAT_EP steps); a span's
  * TP and CP collectives are part of it, as in the default mode's closed
- * form: lowering runs them on the compute stream (Megatron-core's combined
- * step), the network model timing them, and the SM share slows only the
- * span's compute steps (by the span's slowdown in ns).
+ * form: lowering keeps them on the TP stream with the plan's dependencies
+ * (the linear layers' asynchronous all-gather and reduce-scatter beside
+ * the backward's GEMMs, the CP ring's P2P beside the attention, as in
+ * Megatron-core's combined layer) and moves the all-to-alls to a stream of
+ * their own (PLAN_STREAM_EP, the combined layer's communication stream),
+ * the network model timing both, and the SM share slows only the span's
+ * compute steps (by the span's slowdown in ns).
  *
  * Ownership: the copies are appended to pl (plan_push_step,
  * pl->ep_pairs); pl->max_pass_steps grows to the longest copy.

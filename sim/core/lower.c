@@ -38,10 +38,10 @@ typedef struct {
                              at partner_at[r]; NULL without */
     size_t *partner_at;
     /* the flow modes (plan.ep_pair_steps): */
-    bool *done;              /* [partner_at[r] + i] action i of rank r already lowered with its pair */
-    uint32_t *scratch2;      /* task ids of the second pass of a pair */
-    uint32_t *bounds;        /* 2 x 2 (max_pass_steps + 1): each pass's spans and transfers (ep_pair_steps_split) */
-    bool pair_tp_on_compute; /* lowering a pair's own steps: its TP and CP collectives go on the compute stream */
+    bool *done;               /* [partner_at[r] + i] action i of rank r already lowered with its pair */
+    uint32_t *scratch2;       /* task ids of the second pass of a pair */
+    uint32_t *bounds;         /* 2 x 2 (max_pass_steps + 1): each pass's spans and transfers (ep_pair_steps_split) */
+    bool pair_a2a_own_stream; /* lowering a pair's own steps: its all-to-alls go on PLAN_STREAM_EP */
 } lowering;
 
 static size_t tab_idx(const lowering *L, int dir, int stage, int mb)
@@ -49,13 +49,19 @@ static size_t tab_idx(const lowering *L, int dir, int stage, int mb)
     return ((size_t)dir * (size_t)L->n_stages + (size_t)stage) * (size_t)L->m + (size_t)mb;
 }
 
+/* The engine stream of plan step x: its own, but a pair's all-to-alls in the
+ * flow modes run on the combined layer's communication stream
+ * (PLAN_STREAM_EP; ep_pair_steps.h), its TP and CP collectives staying on
+ * the TP stream; the network model still times them by the step. */
+static int task_stream(const lowering *L, const plan_step *x)
+{
+    return L->pair_a2a_own_stream && x->stream == PLAN_STREAM_TP && x->cat == PLAN_CAT_EP ? PLAN_STREAM_EP : x->stream;
+}
+
 static int add_task(lowering *L, int rank, uint32_t step, int32_t mb, uint32_t *out)
 {
     const plan_step *x = &L->pl->steps[step];
-    /* a pair's TP and CP collectives are part of its compute spans (Megatron-core runs them on the compute
-     * stream, the all-to-alls on their own; ep_pair_steps.h); the network model still times them by the step */
-    int stream =
-        L->pair_tp_on_compute && x->stream == PLAN_STREAM_TP && x->cat != PLAN_CAT_EP ? PLAN_STREAM_COMPUTE : x->stream;
+    int stream = task_stream(L, x);
     int rc = engine_task_add(L->e, L->rank_map ? L->rank_map[rank] : rank, stream, x->dur_ns, step, mb, out, L->err);
     bool mem = x->alloc_bytes || x->free_bytes || x->batch_alloc_bytes || x->batch_free_bytes;
     if (rc == TS_OK && mem) /* the memory timeline needs its hooks */
@@ -77,7 +83,9 @@ typedef struct {
     bool buckets;           /* issue gradient buckets as they complete */
     int next_bucket;
     uint32_t *ids;
-    uint32_t last; /* the last task emitted (ENGINE_NO_TASK: none yet) */
+    uint32_t last;      /* the last task emitted (ENGINE_NO_TASK: none yet) */
+    uint32_t last_comm; /* the last task emitted off the compute stream (ENGINE_NO_TASK: none yet) */
+    int last_comm_stream;
 } pass_run;
 
 /* Start one pass of stage st for micro-batch mb on rank (see run_pass). */
@@ -99,7 +107,8 @@ static int pass_open(lowering *L, int rank, int st, int k, int32_t mb, uint32_t 
                     .buckets = final && pl->overlap_grad_reduce && pl->d > 1 && S->n_buckets > 0 &&
                                (k == PLAN_PASS_B || k == PLAN_PASS_W),
                     .ids = ids,
-                    .last = ENGINE_NO_TASK};
+                    .last = ENGINE_NO_TASK,
+                    .last_comm = ENGINE_NO_TASK};
     if (S->fsdp_gather[k] != PLAN_NO_STEP && R.n > 0) {
         /* FSDP: the exposed part of the pass's parameter gathers, after the
          * rank's previous compute, before the pass's first ops */
@@ -137,6 +146,16 @@ static int pass_emit(lowering *L, pass_run *P, uint32_t i)
     if (x->root && P->input2 != ENGINE_NO_TASK && P->input2 != P->input &&
         (rc = engine_dep_add(L->e, P->input2, id, L->err)))
         return rc;
+    /* the plan orders a pass's collectives by their one stream: where a
+     * pair's all-to-alls leave it, the order becomes a dependency */
+    int stream = task_stream(L, x);
+    if (L->pair_a2a_own_stream && stream != PLAN_STREAM_COMPUTE) {
+        if (P->last_comm != ENGINE_NO_TASK && P->last_comm_stream != stream &&
+            (rc = engine_dep_add(L->e, P->last_comm, id, L->err)))
+            return rc;
+        P->last_comm = id;
+        P->last_comm_stream = stream;
+    }
     const plan_stage *S = &pl->stages[P->st];
     for (; P->buckets && P->next_bucket <= x->dp_bucket; P->next_bucket++) {
         uint32_t dp;
@@ -323,20 +342,6 @@ static int emit_range(lowering *L, pass_run *P, uint32_t from, uint32_t to)
     return rc;
 }
 
-/* Emit a pair's transfer [from, to) of pass P (its all-to-alls): its
- * first step also waits for the span before it where that span ends with a
- * TP or CP collective (the plan orders those by the shared TP stream, which
- * the pair's collectives leave for the compute stream). */
-static int emit_transfer(lowering *L, pass_run *P, uint32_t from, uint32_t to)
-{
-    uint32_t prev = P->last;
-    bool after_coll = from > 0 && L->pl->steps[P->R.first + from - 1].stream != PLAN_STREAM_COMPUTE;
-    int rc = emit_range(L, P, from, to);
-    if (rc == TS_OK && after_coll && prev != ENGINE_NO_TASK && from < to)
-        rc = engine_dep_add(L->e, prev, P->ids[from], L->err);
-    return rc;
-}
-
 /* An overlapped pair (plan.ep_pair_combined) as Megatron-core's combined
  * step: lower compute action i of rank r together with its partner j > i
  * (ep_pair_mark): the receives between them first (the partner's input),
@@ -390,18 +395,18 @@ static int lower_pair(lowering *L, int r, size_t i, size_t j)
         if (rc == TS_OK)
             rc = emit_range(L, &P[1], 0, P[1].R.n);
     }
-    L->pair_tp_on_compute = nf || nb;
+    L->pair_a2a_own_stream = nf || nb;
     for (int k = 0, n = nf > nb ? nf : nb; (nf || nb) && k <= n && rc == TS_OK; k++) {
         if (k > 0 && k <= nb)
-            rc = emit_transfer(L, &P[bq], bb[2 * k - 1], bb[2 * k]);
+            rc = emit_range(L, &P[bq], bb[2 * k - 1], bb[2 * k]);
         if (rc == TS_OK && k > 0 && k <= nf)
-            rc = emit_transfer(L, &P[fq], bf[2 * k - 1], bf[2 * k]);
+            rc = emit_range(L, &P[fq], bf[2 * k - 1], bf[2 * k]);
         if (rc == TS_OK && k <= nb)
             rc = emit_range(L, &P[bq], bb[2 * k], bb[2 * k + 1]);
         if (rc == TS_OK && k <= nf)
             rc = emit_range(L, &P[fq], bf[2 * k], bf[2 * k + 1]);
     }
-    L->pair_tp_on_compute = false;
+    L->pair_a2a_own_stream = false;
     /* both outputs leave at the pair's end: its last task (ids grow) */
     uint32_t end = P[0].last == ENGINE_NO_TASK                            ? P[1].last
                    : P[1].last == ENGINE_NO_TASK || P[0].last > P[1].last ? P[0].last

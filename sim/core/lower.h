@@ -31,7 +31,10 @@
  * (plan.ep_pairs, when it has some) in action order; the flow modes
  * (plan.ep_pair_steps) the two passes' steps interleaved in ep_pair_run's
  * order (compute: the backward's span j, the forward's span j, ...;
- * communication stream: the backward's transfer j+1, the forward's).
+ * communication stream: the backward's transfer j+1, the forward's): the
+ * all-to-alls on PLAN_STREAM_EP, the TP and CP collectives on the TP stream
+ * (where a pass's collective follows one on the other stream, it waits
+ * for it: the plan ordered them by their one stream).
  * REDUCE_GRAD and OPTIM are added at the end of a rank's actions if the
  * schedule has none. Sends and receives are matched by (direction,
  * micro-batch, receiving stage); an unmatched one, or a pass whose input was

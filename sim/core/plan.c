@@ -160,7 +160,8 @@ int plan_uniform(const sched *s, int64_t f_ns, int64_t i_ns, int64_t w_ns, int64
 
 const char *plan_stream_name(int s)
 {
-    static const char *const names[PLAN_STREAMS] = {"compute", "tp", "pp-send", "pp-recv-fwd", "pp-recv-bwd", "dp"};
+    static const char *const names[PLAN_STREAMS] = {"compute",     "tp", "pp-send", "pp-recv-fwd",
+                                                    "pp-recv-bwd", "dp", "ep"};
     return s >= 0 && s < PLAN_STREAMS ? names[s] : "?";
 }
 

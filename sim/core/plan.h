@@ -43,6 +43,9 @@ typedef enum {
     PLAN_STREAM_PP_RECV_F, /* pipeline receives of activations (from the previous stage) */
     PLAN_STREAM_PP_RECV_B, /* pipeline receives of gradients (from the next stage) */
     PLAN_STREAM_DP,        /* data-parallel gradient reduction, parameter all-gather */
+    PLAN_STREAM_EP,        /* an overlapped pair's MoE all-to-alls in the flow modes (Megatron-core's combined
+                              layer's communication stream, lower.h); no plan step is on it: lowering moves
+                              them there from the TP stream */
     PLAN_STREAMS
 } plan_stream;
 

@@ -192,7 +192,9 @@ static void summarize(const config *c, const simulate_opts *o, const engine *e, 
     R->iteration_ns = engine_makespan_ns(e);
     R->events = engine_events(e);
     R->tasks = engine_task_count(e);
-    const unsigned C = 1u << PLAN_STREAM_COMPUTE, T = 1u << PLAN_STREAM_TP, D = 1u << PLAN_STREAM_DP;
+    /* a pair's all-to-alls on their own stream count as TP here, then as EP (ep_exposed) */
+    const unsigned C = 1u << PLAN_STREAM_COMPUTE, T = (1u << PLAN_STREAM_TP) | (1u << PLAN_STREAM_EP),
+                   D = 1u << PLAN_STREAM_DP;
     const unsigned PP = (1u << PLAN_STREAM_PP_SEND) | (1u << PLAN_STREAM_PP_RECV_F) | (1u << PLAN_STREAM_PP_RECV_B);
     double flops = 0;
     R->hbm_bytes = (int64_t)(c->cluster.gpu.hbm_gib * 1073741824.0);
@@ -289,9 +291,13 @@ static int span_cmp(const void *a, const void *b)
 }
 
 /* The MoE all-to-alls that ran as tasks of their own (a network model:
- * plan steps not collapsed) are on the TP stream, which summarize counts as
- * exposed TP: move the part of each that no compute of its rank overlapped
- * to exposed EP. Tasks of one stream do not overlap each other. */
+ * plan steps not collapsed) are on the TP stream (an overlapped pair's on
+ * PLAN_STREAM_EP), which summarize counts as exposed TP: move the part of
+ * each that no compute of its rank overlapped to exposed EP. A pair's
+ * TP and CP collectives beside its all-to-alls count as its compute spans'
+ * (the default mode's closed form, ep_pair.h): that time stays exposed TP.
+ * Tasks of one stream do not overlap each other; the compute and TP
+ * streams' tasks are merged into one union of intervals per rank. */
 static int ep_exposed(const engine *e, const plan *pl, simulate_result *R, ts_err *err)
 {
     uint32_t n = engine_task_count(e), C = engine_copies(e), nc = 0, na = 0;
@@ -305,12 +311,23 @@ static int ep_exposed(const engine *e, const plan *pl, simulate_result *R, ts_er
         int rk = engine_task_rank(e, id);
         const plan_step *x = &pl->steps[engine_task_tag(e, id)];
         span_t sp = {rk, engine_task_start_ns(e, id), engine_task_end_ns(e, id)};
-        if (rk < R->p && engine_task_stream(e, id) == PLAN_STREAM_COMPUTE) /* with a pair's TP collectives */
+        int st = engine_task_stream(e, id);
+        if (rk < R->p && (st == PLAN_STREAM_COMPUTE || (st == PLAN_STREAM_TP && x->cat != PLAN_CAT_EP)))
             comp[nc++] = sp;
         else if (rk < R->p && x->cat == PLAN_CAT_EP && !x->seg_n)
             a2a[na++] = sp;
     }
     qsort(comp, nc, sizeof *comp, span_cmp);
+    uint32_t nu = 0; /* the union of the compute and TP intervals, in place */
+    for (uint32_t i = 0; i < nc; i++) {
+        if (nu > 0 && comp[nu - 1].rank == comp[i].rank && comp[i].t0 <= comp[nu - 1].t1) {
+            if (comp[i].t1 > comp[nu - 1].t1)
+                comp[nu - 1].t1 = comp[i].t1;
+        } else {
+            comp[nu++] = comp[i];
+        }
+    }
+    nc = nu;
     qsort(a2a, na, sizeof *a2a, span_cmp);
     for (uint32_t i = 0, j = 0; i < na; i++) {
         const span_t *x = &a2a[i];
