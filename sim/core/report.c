@@ -116,7 +116,7 @@ static void report_memory(const simulate_result *r, FILE *f)
     fprintf(f, "memory peak             %.2f GiB of %.2f GiB on rank %d (%s), at the peak:\n",
             (double)r->peak_bytes / GIB, (double)r->hbm_bytes / GIB, r->peak_rank, r->fits ? "fits" : "DOES NOT FIT");
     for (int k = 0; k < MEM_CATS; k++) {
-        char src[256];
+        char src[512];
         memory_source(r, pk, k, src, sizeof src);
         fprintf(f, "  %-23s %7.2f GiB  %s\n", mem_cat_name(k), (double)pk->peak_cat_bytes[k] / GIB, src);
     }
