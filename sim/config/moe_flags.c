@@ -232,7 +232,8 @@ static int check_routing(const moe_config *e, const opt_table *t, ts_err *err)
     if (e->topk > e->num_experts)
         return err_set(err, TS_EINVAL, "--moe-router-topk %d is more than --num-experts %d (valid: 1 to %d)", e->topk,
                        e->num_experts, e->num_experts);
-    bool ng = opt_was_set(t, "--moe-router-num-groups"), gk = opt_was_set(t, "--moe-router-group-topk");
+    /* on the resolved values: a preset's groups (DeepSeek-V3's 8) take a --moe-router-group-topk alone */
+    bool ng = e->router_num_groups > 0, gk = e->router_group_topk > 0;
     if (ng != gk)
         return err_set(err, TS_EINVAL, "%s needs %s (group-limited routing takes both)",
                        ng ? "--moe-router-num-groups" : "--moe-router-group-topk",

@@ -227,6 +227,12 @@ fit=$(TRAINSIM=$T bash "$(dirname "$0")/../../experiments/cost-fit/moe-skew.sh" 
 check_sh "experiments/cost-fit/moe-skew.sh refits the skew to row (c): $fit, within 0.03 of the default 0.18" \
     'awk -v f="$fit" "BEGIN { exit !(f != \"\" && f > 0.15 && f < 0.21) }"'
 
+# a preset's group-limited routing (DeepSeek-V3: 8 groups) takes --moe-router-group-topk alone
+$T simulate --model deepseek-v3 --moe-router-group-topk 2 --csv "$tmp/g2.csv" >/dev/null 2>"$tmp/g2.err"
+g2=$?
+check_sh "deepseek-v3 with --moe-router-group-topk 2 alone: the preset's groups are taken (exit $g2: 0 or 3)" \
+    '[ $g2 -eq 0 ] || [ $g2 -eq 3 ]'
+
 # help: every MoE flag with its default
 h=$($T simulate --help 2>&1)
 check_sh "help lists --num-experts and --expert-tensor-parallel-size with defaults" \
