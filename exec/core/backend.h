@@ -155,8 +155,9 @@ struct backend {
      * of exec/cpu/kern_moe.h, same arguments and semantics; the CUDA
      * backend's are kernels/moe.cu's (cuk.h). Assignment a = t k + j of N
      * tokens, nk = N k; idx, keep, send_slot, pos, rows are int tensors
-     * (the layer checks that every count fits an int). moe_keep's order is
-     * scratch of nk ints (the CPU's sort; CUDA sorts in its own). NULL in a
+     * (the layer checks that every count fits an int). moe_keep's wkept may
+     * alias wts, and its order is scratch of nk ints (the CPU's sort; CUDA
+     * sorts in its own). NULL in a
      * backend without them: moe_layer_create then refuses experts. */
     void (*moe_topk)(backend *be, int *idx, float *wts, const float *logits, size_t N, int E, int k,
                      bool force_balance);

@@ -9,9 +9,10 @@
 #include <string.h>
 #include <time.h>
 
-/* Per-token scratch of the router backward (Megatron presets use k <= 8). */
+/* The largest top-k the executor takes (Megatron presets use k <= 8; the
+ * routing and combine ops walk a token's k slots once per slot, O(k^2)). */
 #define MOE_MAX_TOPK 64
-/* Per-token scratch of the auxiliary loss's backward (DeepSeek-V3: 256). */
+/* Per-expert scratch of the auxiliary loss, on the stack (DeepSeek-V3: 256). */
 #define MOE_MAX_EXPERTS 1024
 
 /* The forward's state, kept for the backward: routing, orders and the rows
@@ -220,24 +221,17 @@ static int plan(moe_layer *L, const moe_xchg *xc, moe_saved *s, ts_err *err)
     backend *be = L->be;
     int E = L->rc.num_experts, k = L->rc.topk, El = L->El, ep = L->ep;
     size_t nk = s->nk;
-    float *wts = NULL;
-    int *order = NULL, *dcounts = NULL;
-    int rc = be_alloc(be, nk, XMEM_BUFFERS, &wts, err);
-    if (!rc)
-        rc = be_alloc_ints(be, nk, XMEM_BUFFERS, &order, err);
-    if (!rc)
-        rc = be_alloc_ints(be, (size_t)E, XMEM_BUFFERS, &dcounts, err);
+    int *dcounts = NULL;
+    int rc = be_alloc_ints(be, (size_t)E, XMEM_BUFFERS, &dcounts, err);
     if (!rc) {
-        if (s->n) {
-            be->moe_topk(be, s->idx, wts, s->logits, s->n, E, k, L->rc.force_balance);
-            be->moe_keep(be, s->keep, s->wk, s->idx, wts, nk, moe_route_capacity(&L->rc, s->n), order);
+        if (s->n) { /* the weights into wk, kept there in place; slot is the sort's scratch until its order */
+            be->moe_topk(be, s->idx, s->wk, s->logits, s->n, E, k, L->rc.force_balance);
+            be->moe_keep(be, s->keep, s->wk, s->idx, s->wk, nk, moe_route_capacity(&L->rc, s->n), s->slot);
         }
         be->moe_counts(be, dcounts, s->idx, s->keep, nk, E);
         be->moe_send_order(be, s->slot, s->pos, s->idx, s->keep, nk, E);
         be->int_to_host(be, s->counts, dcounts, (size_t)E);
     }
-    be_free(be, wts, nk, XMEM_BUFFERS);
-    be_free_ints(be, order, nk, XMEM_BUFFERS);
     be_free_ints(be, dcounts, (size_t)E, XMEM_BUFFERS);
     if (rc)
         return rc;
@@ -308,27 +302,42 @@ static int aux_host(const moe_layer *L, const moe_saved *s, float **lg, int **id
     return TS_OK;
 }
 
+/* The auxiliary loss's per-expert factors from host copies: c[e] the
+ * (token, slot) assignments of expert e before capacity. */
+static void aux_counts(const moe_saved *s, const int *idx, int E, size_t *c)
+{
+    for (int e = 0; e < E; e++)
+        c[e] = 0;
+    for (size_t i = 0; i < s->nk; i++)
+        c[idx[i]]++;
+}
+
+/* P[f] = softmax over all E logits of one token (lg), in double. */
+static void aux_softmax(const float *lg, int E, double *P)
+{
+    double m = lg[0], z = 0.0;
+    for (int f = 1; f < E; f++)
+        m = fmax(m, lg[f]);
+    for (int f = 0; f < E; f++)
+        z += P[f] = exp((double)lg[f] - m);
+    for (int f = 0; f < E; f++)
+        P[f] /= z;
+}
+
 /* Auxiliary loss of the routed tokens (see moe.h) from host copies. */
 static double aux_fwd(const moe_layer *L, const moe_saved *s, const float *logits, const int *idx)
 {
     int E = L->rc.num_experts;
-    double tot = 0.0;
-    for (int e = 0; e < E; e++) {
-        size_t c = 0;
-        for (size_t i = 0; i < s->nk; i++)
-            c += idx[i] == e;
-        double ps = 0.0;
-        for (size_t t = 0; t < s->n; t++) {
-            const float *lg = logits + t * (size_t)E;
-            double m = lg[0], z = 0.0;
-            for (int f = 1; f < E; f++)
-                m = fmax(m, lg[f]);
-            for (int f = 0; f < E; f++)
-                z += exp((double)lg[f] - m);
-            ps += exp((double)lg[e] - m) / z;
-        }
-        tot += (double)c * ps;
+    size_t c[MOE_MAX_EXPERTS];
+    double P[MOE_MAX_EXPERTS], ps[MOE_MAX_EXPERTS] = {0}, tot = 0.0;
+    aux_counts(s, idx, E, c);
+    for (size_t t = 0; t < s->n; t++) { /* each expert's sum over the tokens, in token order */
+        aux_softmax(logits + t * (size_t)E, E, P);
+        for (int e = 0; e < E; e++)
+            ps[e] += P[e];
     }
+    for (int e = 0; e < E; e++)
+        tot += (double)c[e] * ps[e];
     return L->aux_coeff * E / ((double)L->rc.topk * (double)s->n * (double)s->n) * tot;
 }
 
@@ -337,25 +346,17 @@ static double aux_fwd(const moe_layer *L, const moe_saved *s, const float *logit
 static void aux_bwd(const moe_layer *L, const moe_saved *s, const float *logits, const int *idx, float *daux)
 {
     int E = L->rc.num_experts;
+    size_t c[MOE_MAX_EXPERTS];
     double a = L->aux_grad_scale * L->aux_coeff * E / ((double)L->rc.topk * (double)s->n * (double)s->n),
            dP[MOE_MAX_EXPERTS], P[MOE_MAX_EXPERTS];
-    for (int e = 0; e < E; e++) {
-        size_t c = 0;
-        for (size_t i = 0; i < s->nk; i++)
-            c += idx[i] == e;
-        dP[e] = a * (double)c;
-    }
+    aux_counts(s, idx, E, c);
+    for (int e = 0; e < E; e++)
+        dP[e] = a * (double)c[e];
     for (size_t t = 0; t < s->n; t++) {
-        const float *lg = logits + t * (size_t)E;
-        double m = lg[0], z = 0.0, dot = 0.0;
-        for (int f = 1; f < E; f++)
-            m = fmax(m, lg[f]);
+        double dot = 0.0;
+        aux_softmax(logits + t * (size_t)E, E, P);
         for (int f = 0; f < E; f++)
-            z += P[f] = exp((double)lg[f] - m);
-        for (int f = 0; f < E; f++) {
-            P[f] /= z;
             dot += P[f] * dP[f];
-        }
         for (int f = 0; f < E; f++)
             daux[t * (size_t)E + (size_t)f] = (float)(P[f] * (dP[f] - dot));
     }
@@ -557,7 +558,7 @@ done:
     be_free(be, dxe, nr * (size_t)C, XMEM_BUFFERS);
     be_free(be, dh, nr * (size_t)Fu, XMEM_BUFFERS);
     be_free(be, dA, nr * (size_t)F, XMEM_BUFFERS);
-    be_free(be, ddaux, ddaux ? n * (size_t)E : 0, XMEM_BUFFERS);
+    be_free(be, ddaux, n * (size_t)E, XMEM_BUFFERS);
     free(alg);
     free(aidx);
     free(daux);
