@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "gpu_specs.h"
+#include "search_fixture.h"
 #include "sim/config/moe_flags.h"
 #include "sim/config/overheads.h"
 #include "sim/config/topo.h"
@@ -20,54 +21,15 @@
 #include "sim/search/search_sim.h"
 
 #define GPUS    16
-#define EXPERTS 8
+#define EXPERTS 8 /* search_fixture.h's */
 
-/* A small Mixtral-like model: 8 layers (the first dense), hidden 512, 8
- * heads, SwiGLU, 8 experts top-2 of FFN 512, on two 8-GPU nodes of A100
- * 80GB; B = 32, b in {1, 2}, every schedule (v = 2), t and p up to 2 and
- * 4, cp up to 2. */
+/* The shared small Mixtral-like space (search_fixture.h: 8 layers, the
+ * first dense, 8 experts top-2) on two 8-GPU nodes of A100 80GB; every
+ * schedule (v = 2), t and p up to 2 and 4, cp up to 2. */
 static void moe_space(search_space *s, topo **t)
 {
-    model_config m;
-    memset(&m, 0, sizeof m);
-    snprintf(m.name, sizeof m.name, "small-moe");
-    m.num_layers = 8;
-    m.hidden_size = 512;
-    m.num_attention_heads = 8;
-    m.num_query_groups = 8;
-    m.ffn_hidden_size = 1536;
-    m.swiglu = true;
-    m.normalization = NORM_RMSNORM;
-    m.position_embedding = POS_ROPE;
-    m.seq_length = 512;
-    m.padded_vocab_size = 1024;
-    m.untie_embeddings = true;
-    m.precision = PREC_BF16;
-    m.attention_backend = ATTN_BACKEND_FLASH;
-    cluster_config cl;
-    memset(&cl, 0, sizeof cl);
-    cl.gpus = GPUS;
-    cl.gpus_per_node = 8;
-    cl.gpu = (gpu_spec){GPU_SPEC_A100};
-    /* the A100 defaults of overheads.h, so the bound and the peak both count them */
-    cl.overheads = (memory_overheads){.cuda_context_gib = 0.75,
-                                      .nccl_buffer_mib = OVERHEADS_NCCL_BUFFER_MIB,
-                                      .nccl_channels = 16,
-                                      .cublas_workspace_mib = 4,
-                                      .allocator_fragmentation = 0.10};
-    ts_err e;
-    err_clear(&e);
-    cr_assert_eq(topo_default(GPUS, t, &e), TS_OK, "%s", e.msg);
-    cl.topology = *t;
-    search_space_default(s, &m, &cl, 32);
-    s->moe.num_experts = EXPERTS;
-    s->moe.topk = 2;
-    s->moe.ffn_hidden_size = 512;
-    s->moe.first_dense_layers = 1;
-    s->micro_batch_sizes[1] = 2;
-    s->n_micro_batch_sizes = 2;
-    s->max_vp = 2;
-    s->max_tp = 2;
+    gpu_spec a100 = {GPU_SPEC_A100};
+    search_fixture_small_moe(s, GPUS, &a100, t);
     s->max_pp = 4;
     s->max_cp = 2;
 }

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "gpu_specs.h"
+#include "search_fixture.h"
 #include "sim/config/catalog.h"
 #include "sim/config/topo.h"
 #include "sim/search/search.h"
@@ -17,50 +18,11 @@
 
 #define GPUS 16
 
-/* A small MoE model (8 layers, the first dense; 8 experts top-2) on two
- * 8-GPU nodes of kind g; B = 32, b in {1, 2}, t and p up to 2, v = 2. */
+/* The shared small MoE space (search_fixture.h) on 16 GPUs of kind g, t
+ * and p up to 2, v = 2. */
 static void pass_space(search_space *s, const gpu_spec *g, topo **t)
 {
-    model_config m;
-    memset(&m, 0, sizeof m);
-    snprintf(m.name, sizeof m.name, "small-moe");
-    m.num_layers = 8;
-    m.hidden_size = 512;
-    m.num_attention_heads = 8;
-    m.num_query_groups = 8;
-    m.ffn_hidden_size = 1536;
-    m.swiglu = true;
-    m.normalization = NORM_RMSNORM;
-    m.position_embedding = POS_ROPE;
-    m.seq_length = 512;
-    m.padded_vocab_size = 1024;
-    m.untie_embeddings = true;
-    m.precision = PREC_BF16;
-    m.attention_backend = ATTN_BACKEND_FLASH;
-    cluster_config cl;
-    memset(&cl, 0, sizeof cl);
-    cl.gpus = GPUS;
-    cl.gpus_per_node = 8;
-    cl.gpu = *g;
-    /* the overheads both the bound and the peak count (overheads.h's A100 figures) */
-    cl.overheads = (memory_overheads){.cuda_context_gib = 0.75,
-                                      .nccl_buffer_mib = OVERHEADS_NCCL_BUFFER_MIB,
-                                      .nccl_channels = 16,
-                                      .cublas_workspace_mib = 4,
-                                      .allocator_fragmentation = 0.10};
-    ts_err e;
-    err_clear(&e);
-    cr_assert_eq(topo_default(GPUS, t, &e), TS_OK, "%s", e.msg);
-    cl.topology = *t;
-    search_space_default(s, &m, &cl, 32);
-    s->moe.num_experts = 8;
-    s->moe.topk = 2;
-    s->moe.ffn_hidden_size = 512;
-    s->moe.first_dense_layers = 1;
-    s->micro_batch_sizes[1] = 2;
-    s->n_micro_batch_sizes = 2;
-    s->max_vp = 2;
-    s->max_tp = 2;
+    search_fixture_small_moe(s, GPUS, g, t);
     s->max_pp = 2;
 }
 
