@@ -11,25 +11,18 @@
 #include "sim/model/layer.h"
 #include "sim/model/moe.h"
 #include "tests/unit/gpu_specs.h"
+#include "tests/unit/layer_fixture.h"
 
 static const gpu_spec A100 = {GPU_SPEC_A100};
 static const gpu_spec H100 = {GPU_SPEC_H100, .fp8_tflops = 1978.9, .sms = 132};
 
-/* Llama-3-8B-like layer (GQA, SwiGLU), s 8192, b 1, t 1, flash, no dropout. */
+/* Llama-3-8B-like layer (GQA, SwiGLU: layer_fixture.h's), s 8192, V
+ * 128256, b 1, t 1, flash, no dropout. */
 static layer_shape llama(config_fp8_format f, config_fp8_recipe r)
 {
-    layer_shape L;
-    memset(&L, 0, sizeof L);
-    L.h = 4096;
-    L.a = 32;
-    L.g = 8;
-    L.ffn = 14336;
-    L.swiglu = true;
+    layer_shape L = layer_fixture_mixtral();
     L.s = 8192;
-    L.b = 1;
     L.V = 128256;
-    L.t = 1;
-    L.dtype_bytes = 2;
     L.attn = ATTN_BACKEND_FLASH;
     L.no_attn_dropout = L.no_hidden_dropout = true;
     L.fp8 = f;

@@ -13,27 +13,17 @@
 #include "sim/model/moe.h"
 #include "sim/model/moe_disp.h"
 #include "tests/unit/flags_run.h"
+#include "tests/unit/layer_fixture.h"
 
 static void fini(void)
 {
     flags_run_free();
 }
 
-/* Mixtral 8x7B's layer, 4096 tokens, t 1, flash, no dropout. */
+/* Mixtral 8x7B's layer (layer_fixture.h), flash, no dropout. */
 static layer_shape shape(config_fp8_format f, config_fp8_recipe r)
 {
-    layer_shape L;
-    memset(&L, 0, sizeof L);
-    L.h = 4096;
-    L.a = 32;
-    L.g = 8;
-    L.ffn = 14336;
-    L.swiglu = true;
-    L.s = 4096;
-    L.b = 1;
-    L.V = 32000;
-    L.t = 1;
-    L.dtype_bytes = 2;
+    layer_shape L = layer_fixture_mixtral();
     L.attn = ATTN_BACKEND_FLASH;
     L.no_attn_dropout = L.no_hidden_dropout = true;
     L.fp8 = f;

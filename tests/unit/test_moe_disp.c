@@ -13,28 +13,18 @@
 #include "sim/model/moe_disp.h"
 #include "tests/unit/flags_run.h"
 #include "tests/unit/gpu_specs.h"
+#include "tests/unit/layer_fixture.h"
 
 static void fini(void)
 {
     flags_run_free();
 }
 
-/* Mixtral 8x7B's MoE block, one micro-batch of 4096 tokens, t 1. */
+/* Mixtral 8x7B's MoE block, one micro-batch of 4096 tokens, t 1
+ * (layer_fixture.h). */
 static layer_shape shape_of(void)
 {
-    layer_shape L;
-    memset(&L, 0, sizeof L);
-    L.h = 4096;
-    L.a = 32;
-    L.g = 8;
-    L.ffn = 14336;
-    L.swiglu = true;
-    L.s = 4096;
-    L.b = 1;
-    L.V = 32000;
-    L.t = 1;
-    L.dtype_bytes = 2;
-    return L;
+    return layer_fixture_mixtral();
 }
 
 static moe_config experts(int dispatcher, int ep, int etp)

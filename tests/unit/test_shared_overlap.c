@@ -10,6 +10,7 @@
 #include "sim/core/overlap.h"
 #include "sim/model/flops.h"
 #include "sim/model/moe.h"
+#include "tests/unit/layer_fixture.h"
 
 /* Transfer 1000 ns, three ops of 300 ns on 132 SMs, 20 taken: 300 x 132 /
  * 112 = 353.57 -> 354 twice (the transfer outlasts them: 646, then 292
@@ -49,19 +50,7 @@ Test(shared_overlap, chain_bounds)
 
 static layer_shape shape_of(void)
 {
-    layer_shape L;
-    memset(&L, 0, sizeof L);
-    L.h = 4096;
-    L.a = 32;
-    L.g = 8;
-    L.ffn = 14336;
-    L.swiglu = true;
-    L.s = 4096;
-    L.b = 1;
-    L.V = 32000;
-    L.t = 1;
-    L.dtype_bytes = 2;
-    return L;
+    return layer_fixture_mixtral();
 }
 
 static moe_config moe_of(int ep, bool overlap)
