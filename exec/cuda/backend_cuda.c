@@ -441,7 +441,7 @@ static int cu_att_flash_fwd(backend *be, const cp_ring *ring, float *out, float 
     if (rc == TS_OK && st == cudaSuccess && cp > 1)
         st = cuk_f32_flash_pack(dev, qkv, rows, NH, NKV, hs, false, s);
     for (int step = 0; rc == TS_OK && st == cudaSuccess && step < cp; step++) {
-        d.src = ((ring->rank - step) % cp + cp) % cp; /* cp_split.h's cp_ring_src */
+        d.src = cp_ring_src(cp, ring->rank, step);
         st = cuk_f32_flash_fwd_step(ws, qkv, cp > 1 ? dev : qkv + (size_t)NH * hs, cp > 1 ? 2 * KV : W, &d, s);
         if (st == cudaSuccess && step + 1 < cp)
             rc = flash_hop(be, ring, dev, host, nkv, err);
@@ -480,7 +480,7 @@ static int cu_att_flash_bwd(backend *be, const cp_ring *ring, float *dqkv, const
     if (rc == TS_OK && st == cudaSuccess && cp > 1)
         st = cuk_f32_flash_pack(dev, qkv, rows, NH, NKV, hs, true, s);
     for (int step = 0; rc == TS_OK && st == cudaSuccess && step < cp; step++) {
-        d.src = ((ring->rank - step) % cp + cp) % cp;
+        d.src = cp_ring_src(cp, ring->rank, step);
         /* the travelling rows of k | v | dk | dv, or qkv and dqkv in place */
         const float *kb = cp > 1 ? dev : qkv + C;
         float *db = cp > 1 ? dev + 2 * KV : dqkv + C;
