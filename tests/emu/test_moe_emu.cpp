@@ -1,10 +1,10 @@
 /* Host-emulation test of the CUDA MoE routing and dispatch kernels
  * (kernels/moe.cu compiled as host C++ against tests/emu/kernels/common.cuh:
- * every launch's threads run on the CPU). Twins: exec/core/moe_route.c's
- * moe_route (top-k, weights, capacity dropping, counts) called as is, and
- * exec/core/moe.c's host loops (send order, row permutes, combine, combine
- * backward, router backward) restated below line for line, since moe.c
- * keeps them static.
+ * every launch's threads run on the CPU). Twins, the CPU backend's MoE
+ * ops called as they are: exec/core/moe_route.c's moe_route (top-k,
+ * weights, capacity dropping, counts) and moe_route_send_order, and
+ * exec/cpu/kern_moe.c's row permutes, combine, combine backward and router
+ * backward.
  *
  * Cases: N tokens in {1, 13, 64}, (E, k) in {(1, 1), (4, 1), (4, 2), (8, 2),
  * (8, 8)}, capacity factor in {none, 0.5, 1, 1.25}, force balance on/off,
@@ -24,6 +24,7 @@
  * twin, here with the same libm: TOL_SAME 0 (bit-identical). On a GPU the
  * device expf/exp may differ from glibc's by an ulp or two: the GPU test
  * uses 1e-6 there. A wrong index, order or weight gives O(1e-1). */
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -34,6 +35,7 @@
 
 extern "C" {
 #include "exec/core/moe_route.h"
+#include "exec/cpu/kern_moe.h"
 }
 
 #define TOL_SAME 0.0
@@ -136,13 +138,11 @@ static void one_case(size_t N, int E, int k, double cf, bool fb, bool grid, int 
     acc(tallies[T_WTS], w, w <= TOL_SAME, ctx);
     acc(tallies[T_COUNTS], 0, same(counts, rcounts), ctx);
 
-    /* twin: moe.c's plan (send slots by expert, then slot) */
-    lvec rslot;
-    for (int e = 0; e < E; e++)
-        for (size_t i = 0; i < nk; i++)
-            if (rkeep[i] && ridx[i] == e)
-                rslot.push_back((int)i);
-    size_t nsend = rslot.size();
+    /* twin: the send order (send slots by expert, then slot) */
+    lvec rslot(nk), rpos(nk);
+    moe_route_send_order(ridx.data(), rkeep.data(), nk, E, rslot.data(), rpos.data());
+    size_t nsend = (size_t)std::count(rkeep.begin(), rkeep.end(), 1);
+    rslot.resize(nsend);
     lvec slot(nsend, -7), pos(nk, -7);
     cuk_moe_send_order(slot.data(), pos.data(), ridx.data(), rkeep.data(), nk, scratch.data(), 0);
     bool ok = same(slot, rslot);
@@ -150,11 +150,10 @@ static void one_case(size_t N, int E, int k, double cf, bool fb, bool grid, int 
         ok = ok && (rkeep[i] ? pos[i] >= 0 && rslot[(size_t)pos[i]] == (int)i : pos[i] == -1);
     acc(tallies[T_ORDER], 0, ok, ctx);
 
-    /* permute: moe.c's sbuf rows (x of the slot's token), and a scatter by a
-     * permutation (its expert_order scatter back) */
+    /* permute: the layer's send rows (x of the slot's token), and a scatter
+     * by a permutation (its expert-order scatter back) */
     vec x = rnd(N * C, 3 + (unsigned)N, 1.0f, false), sb(nsend * C), rsb(nsend * C);
-    for (size_t p = 0; p < nsend; p++)
-        std::memcpy(&rsb[p * C], &x[(size_t)(rslot[p] / k) * C], C * sizeof(float));
+    kern_moe_gather(rsb.data(), x.data(), rslot.data(), nsend, k, C);
     cuk_f32_moe_gather(sb.data(), x.data(), rslot.data(), nsend, k, C, 0);
     w = diff(sb, rsb);
     acc(tallies[T_GATHER], w, w <= TOL_SAME, ctx);
@@ -164,23 +163,17 @@ static void one_case(size_t N, int E, int k, double cf, bool fb, bool grid, int 
     bool is_perm = nsend % 7 != 0;
     if (is_perm) {
         vec sc(nsend * C, -1.0f), rsc(nsend * C, -2.0f);
-        for (size_t p = 0; p < nsend; p++)
-            std::memcpy(&rsc[(size_t)perm[p] * C], &rsb[p * C], C * sizeof(float));
+        kern_moe_scatter(rsc.data(), rsb.data(), perm.data(), nsend, C);
         cuk_f32_moe_scatter(sc.data(), rsb.data(), perm.data(), nsend, C, 0);
         w = diff(sc, rsc);
         acc(tallies[T_SCATTER], w, w <= TOL_SAME, ctx);
     }
 
-    /* combine: out[t] += w y over the send order; dx the same with weight 1 */
-    vec y = rnd(nsend * C, 5 + (unsigned)nk, 1.0f, false), out(N * C, 9.0f), rout(N * C, 0.0f), dx(N * C, 9.0f),
-        rdx(N * C, 0.0f);
-    for (size_t p = 0; p < nsend; p++) {
-        size_t sl = (size_t)rslot[p];
-        for (int c = 0; c < C; c++) {
-            rout[(sl / k) * C + c] += rwts[sl] * y[p * C + c];
-            rdx[(sl / k) * C + c] += y[p * C + c];
-        }
-    }
+    /* combine: out[t] = sum of w y over t's kept slots; dx the same with weight 1 */
+    vec y = rnd(nsend * C, 5 + (unsigned)nk, 1.0f, false), out(N * C, 9.0f), rout(N * C, 8.0f), dx(N * C, 9.0f),
+        rdx(N * C, 8.0f);
+    kern_moe_combine(rout.data(), y.data(), rwts.data(), ridx.data(), rpos.data(), N, k, C);
+    kern_moe_combine(rdx.data(), y.data(), nullptr, ridx.data(), rpos.data(), N, k, C);
     cuk_f32_moe_combine(out.data(), y.data(), rwts.data(), ridx.data(), pos.data(), N, k, C, 0);
     cuk_f32_moe_combine(dx.data(), y.data(), nullptr, ridx.data(), pos.data(), N, k, C, 0);
     w = diff(out, rout);
@@ -190,41 +183,16 @@ static void one_case(size_t N, int E, int k, double cf, bool fb, bool grid, int 
 
     /* combine backward: g = dout . y, dy = w dout */
     vec dout = rnd(N * C, 9 + (unsigned)N, 1.0f, false), dy(nsend * C), rdy(nsend * C), g(nk, 0.0f), rg(nk, 0.0f);
-    for (size_t p = 0; p < nsend; p++) {
-        size_t sl = (size_t)rslot[p];
-        float a = 0.0f;
-        for (int c = 0; c < C; c++) {
-            a += dout[(sl / k) * C + c] * y[p * C + c];
-            rdy[p * C + c] = rwts[sl] * dout[(sl / k) * C + c];
-        }
-        rg[sl] = a;
-    }
+    kern_moe_combine_bwd(rdy.data(), rg.data(), dout.data(), y.data(), rwts.data(), rslot.data(), nsend, k, C);
     cuk_f32_moe_combine_bwd(dy.data(), g.data(), dout.data(), y.data(), rwts.data(), rslot.data(), nsend, k, C, 0);
     w = diff(dy, rdy);
     acc(tallies[T_CBWD_DY], w, w <= TOL_SAME, ctx);
     w = diff(g, rg);
     acc(tallies[T_CBWD_G], w, w <= TOL_SAME, ctx);
 
-    /* router backward (moe.c, w_j = keep_j softmax_j) */
-    vec dlog(N * E, 5.0f), rdlog(N * E, 0.0f);
-    for (size_t t = 0; t < N; t++) {
-        const float *lg = &logits[t * E];
-        const int *id = &ridx[t * k];
-        std::vector<double> sm(k);
-        double mx = lg[id[0]], z = 0.0, G = 0.0;
-        for (int j = 1; j < k; j++)
-            mx = std::fmax(mx, lg[id[j]]);
-        for (int j = 0; j < k; j++)
-            z += sm[j] = std::exp((double)lg[id[j]] - mx);
-        for (int j = 0; j < k; j++) {
-            sm[j] /= z;
-            G += rkeep[t * k + j] ? (double)rg[t * k + j] * sm[j] : 0.0;
-        }
-        for (int j = 0; j < k; j++) {
-            double gj = rkeep[t * k + j] ? (double)rg[t * k + j] : 0.0;
-            rdlog[t * E + id[j]] = (float)(sm[j] * (gj - G));
-        }
-    }
+    /* router backward (w_j = keep_j softmax_j) */
+    vec dlog(N * E, 5.0f), rdlog(N * E, 4.0f);
+    kern_moe_router_bwd(rdlog.data(), logits.data(), ridx.data(), rkeep.data(), rg.data(), N, E, k);
     cuk_f32_moe_router_bwd(dlog.data(), logits.data(), ridx.data(), rkeep.data(), rg.data(), N, E, k, 0);
     w = diff(dlog, rdlog);
     acc(tallies[T_RBWD], w, w <= TOL_SAME, ctx);

@@ -1,7 +1,8 @@
 /* GPU test: the MoE routing and dispatch kernels of kernels/moe.cu (cuk.h,
  * "MoE routing and dispatch") on a device against their CPU twins:
- * exec/core/moe_route.c's moe_route and exec/core/moe.c's host loops
- * (restated here as tests/emu/test_moe_emu.cpp does). Each kernel is fed the
+ * exec/core/moe_route.c's moe_route and moe_route_send_order and
+ * exec/cpu/kern_moe.c's row permutes, combine and backward (the CPU
+ * backend's MoE ops, as tests/emu/test_moe_emu.cpp uses them). Each kernel is fed the
  * twin's inputs (the routing of moe_route, its undropped weights for the
  * capacity kernel), so each check covers one kernel. Cases mix capacity
  * factors, force balance, and logits on a 0.5 grid (exact ties); two are
@@ -18,6 +19,7 @@
 #include <string.h>
 
 #include "exec/core/moe_route.h"
+#include "exec/cpu/kern_moe.h"
 #include "kernels/cuk.h"
 #include "tests/gpu/gpu_check.h"
 
@@ -106,12 +108,11 @@ static void one_case(size_t N, int E, int k, double cf, bool fb, bool grid, int 
     same_ints(what, cnt, rcnt, (size_t)E);
 
     /* send order, permute, combine and backward on the twin's routing */
-    int *rslot = malloc((nk + 1) * sizeof *rslot);
+    int *rslot = malloc((nk + 1) * sizeof *rslot), *rpos = malloc((nk + 1) * sizeof *rpos);
+    moe_route_send_order(ridx, rkeep, nk, E, rslot, rpos);
     size_t ns = 0;
-    for (int e = 0; e < E; e++)
-        for (size_t i = 0; i < nk; i++)
-            if (rkeep[i] && ridx[i] == e)
-                rslot[ns++] = (int)i;
+    for (size_t i = 0; i < nk; i++)
+        ns += rkeep[i] != 0;
     int *d_slot = dev_copy(NULL, nk * sizeof(int)), *d_pos = dev_copy(NULL, nk * sizeof(int));
     float *x = gc_rand(N * C, 3, 1.0f), *y = gc_rand(ns * C, 5, 1.0f), *dout = gc_rand(N * C, 9, 1.0f);
     float *d_x = dev_copy(x, N * C * 4), *d_y = dev_copy(y, ns * C * 4), *d_dout = dev_copy(dout, N * C * 4);
@@ -133,32 +134,13 @@ static void one_case(size_t N, int E, int k, double cf, bool fb, bool grid, int 
     float *wxs = calloc(ns * C + 1, 4), *wout = calloc(N * C + 1, 4), *wdy = calloc(ns * C + 1, 4),
           *wg = calloc(nk + 1, 4), *wdl = calloc(N * E + 1, 4);
     size_t bad = 0;
-    for (size_t p = 0; p < ns; p++) {
-        size_t sl = (size_t)rslot[p], t = sl / (size_t)k;
+    for (size_t p = 0; p < ns; p++)
         bad += slot[p] != rslot[p];
-        float a = 0.0f;
-        for (int c = 0; c < C; c++) {
-            wxs[p * C + c] = x[t * C + c];
-            wout[t * C + c] += rw[sl] * y[p * C + c];
-            a += dout[t * C + c] * y[p * C + c];
-            wdy[p * C + c] = rw[sl] * dout[t * C + c];
-        }
-        wg[sl] = a;
-    }
-    for (size_t t = 0; t < N; t++) { /* moe.c's router backward on the device's g */
-        const int *id = ridx + t * k;
-        double sm[64], mx = lg[t * E + id[0]], z = 0.0, G = 0.0;
-        for (int j = 1; j < k; j++)
-            mx = fmax(mx, lg[t * E + id[j]]);
-        for (int j = 0; j < k; j++)
-            z += sm[j] = exp((double)lg[t * E + id[j]] - mx);
-        for (int j = 0; j < k; j++) {
-            sm[j] /= z;
-            G += rkeep[t * k + j] ? (double)g[t * k + j] * sm[j] : 0.0;
-        }
-        for (int j = 0; j < k; j++)
-            wdl[t * E + id[j]] = (float)(sm[j] * ((rkeep[t * k + j] ? (double)g[t * k + j] : 0.0) - G));
-    }
+    /* the CPU twins (kern_moe.h) on the twin's routing; the router backward on the device's g */
+    kern_moe_gather(wxs, x, rslot, ns, k, C);
+    kern_moe_combine(wout, y, rw, ridx, rpos, N, k, C);
+    kern_moe_combine_bwd(wdy, wg, dout, y, rw, rslot, ns, k, C);
+    kern_moe_router_bwd(wdl, lg, ridx, rkeep, g, N, E, k);
     if (st != cudaSuccess) {
         printf("FAIL %s (dispatch): %s\n", tag, cudaGetErrorString(st));
         gc_fail++;
@@ -180,8 +162,8 @@ static void one_case(size_t N, int E, int k, double cf, bool fb, bool grid, int 
                    d_x,  d_y, d_dout, d_rw,  d_xs,   d_out,  d_dy,    d_g,   d_dl, d_ws};
     for (size_t i = 0; i < sizeof dev / sizeof dev[0]; i++)
         cudaFree(dev[i]);
-    void *host[] = {lg, ridx, rkeep, rcnt, rw, rw0, order, idx, keep, cnt,  w,   wk, rslot, x,
-                    y,  dout, slot,  g,    xs, out, dy,    dl,  wxs,  wout, wdy, wg, wdl};
+    void *host[] = {lg, ridx, rkeep, rcnt, rw, rw0, order, idx, keep, cnt, w,    wk,  rslot, rpos,
+                    x,  y,    dout,  slot, g,  xs,  out,   dy,  dl,   wxs, wout, wdy, wg,    wdl};
     for (size_t i = 0; i < sizeof host / sizeof host[0]; i++)
         free(host[i]);
 }
